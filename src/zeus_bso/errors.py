@@ -1,0 +1,35 @@
+"""Exceptions raised by ``zeus_bso``.
+
+::
+
+    ZeusBSOError                      every error this package raises
+    └── PolicyError                   the policy cannot decide with the job as configured
+        └── NoConvergedBatchSizeError a pruning round ended with no converged batch size
+"""
+
+from __future__ import annotations
+
+
+class ZeusBSOError(Exception):
+    """Base of every error raised by ``zeus_bso``."""
+
+
+class PolicyError(ZeusBSOError):
+    """Raised when the policy cannot make a decision for a job as it is configured."""
+
+
+class NoConvergedBatchSizeError(PolicyError):
+    """Raised when no batch size converged in a pruning round, so no batch size can be offered.
+
+    The job cannot continue: register it again (a new ``job_id``) with batch sizes or a
+    ``max_epochs``/``target_metric`` that can converge.
+    """
+
+    def __init__(self, round_index: int, tried: list[int]) -> None:
+        self.round_index = round_index
+        self.tried = tried
+        super().__init__(
+            f"No batch size converged in pruning round {round_index} (tried {tried}). "
+            "Reconfigure the job: register a new job_id with other batch_sizes, a larger "
+            "max_epochs or a reachable target_metric."
+        )

@@ -1,0 +1,107 @@
+"""The pruning stage: serial exploration rounds that narrow the batch sizes down to the arms.
+
+Round 0 pivots on the default batch size. Each round tries the pivot, then the smaller batch
+sizes in descending order, then the larger ones in ascending order; in each direction it stops at
+the first batch size that did not converge. The next round tries only the batch sizes that
+converged, pivoting on the cheapest. After the last round the converged batch sizes become the arms.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
+
+from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.policy.types import Exploration, TrialStatus
+from zeus_bso.spec import CreatedJob
+
+
+class _Outcome(Enum):
+    UNTRIED = "untried"
+    IN_FLIGHT = "in_flight"
+    CONVERGED = "converged"
+    NOT_CONVERGED = "not_converged"
+
+
+@dataclass(frozen=True, slots=True)
+class ExploreNext:
+    """Run an exploration of ``batch_size`` in ``round``."""
+
+    batch_size: int
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExplorationInFlight:
+    """An exploration is running; exploration is serial, so the next run is a concurrent one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PruningDone:
+    """Pruning is over; ``arms`` are the batch sizes that survived it."""
+
+    arms: tuple[int, ...]
+
+
+PruningStep = ExploreNext | ExplorationInFlight | PruningDone
+
+
+def _outcome(
+    records: list[Exploration], max_unreported_failures: int
+) -> tuple[_Outcome, float | None]:
+    reported = [r for r in records if r.status is TrialStatus.REPORTED]
+    if reported:
+        first = min(reported, key=lambda r: r.trial_number)
+        if first.converged:
+            return _Outcome.CONVERGED, first.cost
+        return _Outcome.NOT_CONVERGED, None
+    if any(r.status is TrialStatus.DISPATCHED for r in records):
+        return _Outcome.IN_FLIGHT, None
+    failures = sum(r.status is TrialStatus.FAILED for r in records)
+    if failures >= max_unreported_failures:
+        return _Outcome.NOT_CONVERGED, None
+    return _Outcome.UNTRIED, None
+
+
+def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) -> PruningStep:
+    """Walk the pruning rounds over the explorations so far and say what comes next.
+
+    The first report of a batch size in a round decides its outcome there (a late report of an
+    abandoned trial can add a second one). Abandoned trials are ignored; trials that ended without
+    any report count as failures, and ``job.max_unreported_failures`` of them in one round mark the
+    batch size as not converging in that round.
+
+    Raises:
+        NoConvergedBatchSizeError: a round ended with no converged batch size.
+    """
+    by_round: dict[tuple[int, int], list[Exploration]] = defaultdict(list)
+    for record in explorations:
+        by_round[(record.round, record.batch_size)].append(record)
+
+    candidates = list(job.batch_sizes)
+    pivot = job.default_batch_size
+    for round_index in range(job.num_pruning_rounds):
+        down = sorted((b for b in candidates if b <= pivot), reverse=True)
+        up = sorted(b for b in candidates if b > pivot)
+        converged: dict[int, float] = {}
+        tried: list[int] = []
+        for direction in (down, up):
+            for batch_size in direction:
+                outcome, cost = _outcome(
+                    by_round.get((round_index, batch_size), []), job.max_unreported_failures
+                )
+                if outcome is _Outcome.IN_FLIGHT:
+                    return ExplorationInFlight()
+                if outcome is _Outcome.UNTRIED:
+                    return ExploreNext(batch_size=batch_size, round=round_index)
+                tried.append(batch_size)
+                if outcome is _Outcome.NOT_CONVERGED:
+                    break
+                assert cost is not None
+                converged[batch_size] = cost
+        if not converged:
+            raise NoConvergedBatchSizeError(round_index, sorted(tried))
+        candidates = sorted(converged)
+        pivot = min(converged, key=lambda b: (converged[b], b))
+    return PruningDone(arms=tuple(candidates))

@@ -1,0 +1,146 @@
+"""The values the policy reads and returns. All immutable; none touches I/O."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """Where a job is in its life."""
+
+    PRUNING = "pruning"
+    BANDIT = "bandit"
+
+
+class TrialKind(StrEnum):
+    """Why a trial was dispatched."""
+
+    EXPLORATION = "exploration"
+    """A pruning-round run of a batch size (explorations are serial)."""
+    CONCURRENT = "concurrent"
+    """A run started while an exploration was in flight; it gets the best batch size so far."""
+    BANDIT = "bandit"
+    """A run chosen by Thompson sampling."""
+
+
+class TrialStatus(StrEnum):
+    """A trial's state. Only ``dispatched`` trials change state."""
+
+    DISPATCHED = "dispatched"
+    REPORTED = "reported"
+    """The run ended with a final report: time, energy, cost and convergence are stored."""
+    FAILED = "failed"
+    """The client ended the trial without a final report (the run crashed or was stopped)."""
+    ABANDONED = "abandoned"
+    """The trial's lease expired: the client vanished. Says nothing about the batch size."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostStats:
+    """Running count, mean and sum of squared deviations (Welford) of observed costs."""
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, cost: float) -> CostStats:
+        """Return the statistics with one more observation."""
+        count = self.count + 1
+        delta = cost - self.mean
+        mean = self.mean + delta / count
+        return CostStats(count, mean, self.m2 + delta * (cost - mean))
+
+    @classmethod
+    def of(cls, costs: Iterable[float]) -> CostStats:
+        """Statistics of the given costs."""
+        stats = cls()
+        for cost in costs:
+            stats = stats.add(cost)
+        return stats
+
+    @property
+    def variance(self) -> float:
+        """Population variance (0 with fewer than two observations)."""
+        return self.m2 / self.count if self.count > 1 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Exploration:
+    """One pruning-stage exploration trial as the policy sees it."""
+
+    round: int
+    batch_size: int
+    trial_number: int
+    status: TrialStatus
+    converged: bool | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BestRun:
+    """The cheapest converged run so far."""
+
+    batch_size: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """What the policy needs to know of a job's past.
+
+    ``explorations`` matter only in the pruning stage; ``observations`` hold, per batch size, the
+    costs of reported runs (the most recent ``window_size`` of them when the job has a window).
+    """
+
+    arms: tuple[int, ...] | None = None
+    """The bandit's arms once pruning is over; ``None`` while pruning."""
+    explorations: tuple[Exploration, ...] = ()
+    observations: Mapping[int, CostStats] = field(default_factory=dict)
+    best: BestRun | None = None
+
+    @property
+    def stage(self) -> Stage:
+        """The job's stage."""
+        return Stage.PRUNING if self.arms is None else Stage.BANDIT
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """The policy's answer to "which batch size should the next run use?"."""
+
+    batch_size: int
+    kind: TrialKind
+    round: int | None = None
+    """Pruning round of an exploration; ``None`` for other kinds."""
+    arms: tuple[int, ...] | None = None
+    """The bandit's arms after this decision (set once pruning is over)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The policy's answer to a report."""
+
+    stop: bool
+    converged: bool
+    cost: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Posterior:
+    """Normal posterior over an arm's mean reward (reward = -cost)."""
+
+    mean: float
+    precision: float
+
+    @property
+    def std(self) -> float:
+        """Standard deviation (0 for infinite precision, infinite for zero precision)."""
+        if self.precision == math.inf:
+            return 0.0
+        if self.precision <= 0.0:
+            return math.inf
+        return 1.0 / math.sqrt(self.precision)

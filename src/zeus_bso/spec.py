@@ -1,0 +1,166 @@
+"""Wire models of the batch size optimizer protocol, shared by client and server.
+
+Field names, defaults and validation follow the upstream Zeus (0.16) batch size optimizer so that
+an unmodified upstream client works against our server. Differences are deliberate fixes:
+
+- non-finite numbers (NaN, Infinity) are rejected, and so are negative time and energy;
+- duplicate or non-positive batch sizes, over-long ids and out-of-range integers are rejected,
+  so that nothing a client sends can reach the database as a value it cannot store;
+- a few optional fields (policy options) are added; each has a default, so upstream clients,
+  which do not send them, keep upstream behaviour.
+
+Compatibility that upstream clients rely on: unknown fields are ignored, and whole-number floats
+and numeric strings are accepted where an int is expected (pydantic's lax mode).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_ID_LENGTH = 255
+"""Longest job id, prefix or GPU model name accepted."""
+
+JOB_ID_SUFFIX_LENGTH = 9
+"""Length of the ``-<8 hex chars>`` the server appends to a prefix when it makes a job id."""
+
+MAX_BATCH_SIZES = 1024
+"""Most batch sizes one job may list."""
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegativeFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(gt=0, le=_INT32_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=_INT32_MAX)]
+Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: unknown fields are ignored, non-finite floats rejected."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class _JobOptions(WireModel):
+    """Every job parameter except the id (shared by `JobParams` and `JobSpec`)."""
+
+    job_id_prefix: Annotated[
+        str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH)
+    ]
+    batch_sizes: Annotated[list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
+    default_batch_size: PositiveInt
+    eta_knob: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    beta_knob: PositiveFinite | None = 2.0
+    target_metric: FiniteFloat = 0.5
+    higher_is_better_metric: bool = True
+    max_epochs: PositiveInt = 100
+    num_pruning_rounds: Annotated[int, Field(ge=0, le=100)] = 2
+    window_size: NonNegativeInt = 0
+    mab_prior_mean: FiniteFloat = 0.0
+    mab_prior_precision: NonNegativeFinite = 0.0
+    mab_num_explorations: Annotated[int, Field(ge=0, le=1000)] = 2
+    mab_seed: Annotated[int, Field(ge=-_INT64_MAX, le=_INT64_MAX)] | None = None
+
+    # Options of ours (not in upstream); the defaults keep upstream's decisions.
+    max_unreported_failures: Annotated[int, Field(ge=1, le=1000)] = 3
+    """Dispatches of one batch size in one pruning round that may end without any report (crash,
+    OOM kill) before the batch size counts as not converging in that round."""
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _sorted_unique(cls, batch_sizes: list[int]) -> list[int]:
+        duplicates = sorted(b for b, n in Counter(batch_sizes).items() if n > 1)
+        if duplicates:
+            raise ValueError(f"batch_sizes lists {duplicates} more than once; list each once")
+        return sorted(batch_sizes)
+
+    @model_validator(mode="after")
+    def _default_is_offered(self) -> Self:
+        if self.default_batch_size not in self.batch_sizes:
+            raise ValueError(
+                f"default_batch_size {self.default_batch_size} is not one of batch_sizes "
+                f"{self.batch_sizes}"
+            )
+        return self
+
+
+class JobParams(_JobOptions):
+    """A job's parameters, with its id."""
+
+    job_id: Identifier
+
+
+class JobSpec(_JobOptions):
+    """What a user specifies for a job. Without ``job_id`` the server makes one from the prefix."""
+
+    job_id: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _id_has_prefix(self) -> Self:
+        if self.job_id is not None and not self.job_id.startswith(self.job_id_prefix):
+            raise ValueError(
+                f"job_id {self.job_id!r} does not start with job_id_prefix {self.job_id_prefix!r}"
+            )
+        return self
+
+
+class GpuConfig(WireModel):
+    """The GPUs a job trains on."""
+
+    max_power: PositiveFinite
+    """Sum of the maximum power limits of the GPUs used (W)."""
+    number_of_gpus: PositiveInt
+    gpu_model: Identifier
+
+
+class JobSpecFromClient(JobSpec, GpuConfig):
+    """Request and response body of ``POST /jobs``."""
+
+
+class CreatedJob(JobParams, GpuConfig):
+    """A registered job: its id is always set."""
+
+
+class TrialId(WireModel):
+    """Identifies one trial (one training run) of a job."""
+
+    job_id: Identifier
+    batch_size: PositiveInt
+    trial_number: PositiveInt
+
+
+class TrainingResult(TrialId):
+    """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
+
+    time: NonNegativeFinite
+    energy: NonNegativeFinite
+    metric: FiniteFloat
+    current_epoch: PositiveInt
+
+
+class ReportResponse(WireModel):
+    """The server's answer to a report."""
+
+    stop_train: bool
+    converged: bool
+    message: str
+
+
+__all__ = [
+    "MAX_BATCH_SIZES",
+    "MAX_ID_LENGTH",
+    "CreatedJob",
+    "GpuConfig",
+    "JobParams",
+    "JobSpec",
+    "JobSpecFromClient",
+    "ReportResponse",
+    "TrainingResult",
+    "TrialId",
+    "WireModel",
+]

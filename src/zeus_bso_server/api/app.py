@@ -1,0 +1,58 @@
+"""The app factory. Nothing happens at import: the engine is built in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from zeus_bso import __version__
+from zeus_bso_server.api.body import BodyMiddleware
+from zeus_bso_server.api.errors import install_error_handlers
+from zeus_bso_server.api.routes_compat import router as compat_router
+from zeus_bso_server.api.routes_extra import health
+from zeus_bso_server.api.routes_extra import router as extra_router
+from zeus_bso_server.service import BatchSizeService
+from zeus_bso_server.settings import Settings, load_settings
+from zeus_bso_server.store.database import Database, create_engine
+from zeus_bso_server.store.migrate import check_schema
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application. Settings default to the environment (``ZEUS_BSO_*``, ``.env``)."""
+    resolved = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(
+            resolved.async_database_url,
+            busy_timeout_ms=resolved.sqlite_busy_timeout_ms,
+            echo=resolved.echo_sql,
+        )
+        db = Database(engine)
+        try:
+            await check_schema(engine)
+            app.state.db = db
+            app.state.service = BatchSizeService(db, resolved.lease_seconds)
+            yield
+        finally:
+            await db.dispose()
+
+    app = FastAPI(
+        title="zeus-bso",
+        version=__version__,
+        summary="Batch size optimizer for recurring training jobs (Zeus-compatible API)",
+        lifespan=lifespan,
+    )
+    app.state.settings = resolved
+    install_error_handlers(app)
+    app.include_router(compat_router)
+    app.include_router(extra_router)
+    app.include_router(health)
+
+    app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
+    return app

@@ -1,0 +1,100 @@
+"""Every error becomes a JSON answer here, and nowhere else.
+
+Domain errors carry a message written for the client. Validation errors list what is wrong
+without echoing the input (an echoed NaN would not even serialise). Anything unexpected is logged
+with its traceback and answered with a generic 500: no exception text reaches a client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from zeus_bso.errors import NoConvergedBatchSizeError, ZeusBSOError
+from zeus_bso_server.errors import (
+    DatabaseUnavailableError,
+    JobConfigMismatchError,
+    JobNotFoundError,
+    ReportMismatchError,
+    SchemaError,
+    ServerError,
+    TrialNotFoundError,
+    UnknownJobError,
+    UnknownTrialError,
+)
+
+logger = logging.getLogger(__name__)
+
+# Most specific first: the first class an error is an instance of decides its status.
+STATUS_OF: list[tuple[type[Exception], int]] = [
+    (JobNotFoundError, 404),
+    (TrialNotFoundError, 404),
+    (UnknownJobError, 400),
+    (UnknownTrialError, 400),
+    (JobConfigMismatchError, 409),
+    (ReportMismatchError, 409),
+    (NoConvergedBatchSizeError, 409),
+    (DatabaseUnavailableError, 503),
+    (SchemaError, 503),
+]
+
+
+def status_of(error: Exception) -> int:
+    """The HTTP status for a domain error."""
+    for cls, status in STATUS_OF:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def _message_of(error: ServerError | ZeusBSOError) -> str:
+    return error.message if isinstance(error, ServerError) else str(error)
+
+
+async def _domain_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ServerError | ZeusBSOError)
+    status = status_of(error)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"message": _message_of(error)}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    detail = [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type"))}
+        for e in error.errors()
+    ]
+    message = "; ".join(f"{_location(tuple(d['loc']))}: {d['msg']}" for d in detail)
+    return JSONResponse({"message": message, "detail": detail}, status_code=422)
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    return JSONResponse(
+        {"message": str(error.detail), "detail": error.detail},
+        status_code=error.status_code,
+        headers=error.headers,
+    )
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse({"message": "Internal server error"}, status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+    app.add_exception_handler(ServerError, _domain_error)
+    app.add_exception_handler(ZeusBSOError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

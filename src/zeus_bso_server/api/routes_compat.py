@@ -1,0 +1,69 @@
+"""The routes of the upstream Zeus batch size optimizer protocol: same paths, bodies, statuses."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from zeus_bso.spec import MAX_ID_LENGTH, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
+from zeus_bso_server.api.deps import Service
+
+router = APIRouter(tags=["zeus protocol"])
+
+JobIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+@router.post(
+    "/jobs",
+    response_model=JobSpecFromClient,
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"description": "A job with this id and the same configuration exists"},
+        201: {"description": "The job was registered"},
+        409: {"description": "A job with this id exists with another configuration"},
+    },
+)
+async def register_job(
+    job: JobSpecFromClient, response: Response, service: Service
+) -> JobSpecFromClient:
+    """Register a job, or confirm that an identical one is registered."""
+    registered = await service.register(job)
+    if not registered.created:
+        response.status_code = status.HTTP_200_OK
+    return registered.job
+
+
+@router.get(
+    "/jobs/batch_size",
+    response_model=TrialId,
+    responses={
+        400: {"description": "Unknown job"},
+        409: {"description": "No batch size converged"},
+    },
+)
+async def next_batch_size(job_id: JobIdQuery, service: Service) -> TrialId:
+    """Start a trial: the batch size to train with and the trial's number."""
+    return await service.next_trial(job_id)
+
+
+@router.post(
+    "/report",
+    response_model=ReportResponse,
+    responses={400: {"description": "Unknown job or trial"}},
+)
+async def report(result: TrainingResult, service: Service) -> ReportResponse:
+    """Report cumulative time, energy and the metric after an epoch; says whether to stop."""
+    return await service.report(result)
+
+
+@router.patch("/trials", responses={404: {"description": "No such trial"}})
+async def end_trial(trial: TrialId, service: Service) -> None:
+    """End a trial. One that never sent a final report becomes failed."""
+    await service.end_trial(trial)
+
+
+@router.delete("/jobs", responses={404: {"description": "No such job"}})
+async def delete_job(job_id: JobIdQuery, service: Service) -> None:
+    """Delete a job with all its trials."""
+    await service.delete_job(job_id)

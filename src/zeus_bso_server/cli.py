@@ -1,0 +1,155 @@
+"""``zeus-bso-server``: run the server and manage its database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from zeus_bso import __version__
+from zeus_bso_server.errors import ServerError
+from zeus_bso_server.settings import Settings, load_settings
+from zeus_bso_server.store.database import create_engine
+from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
+
+app = typer.Typer(
+    help="zeus-bso server: learns the cheapest batch size of recurring training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL (sqlite:///path.db, postgresql://user:pw@host/db). "
+        "Default: $ZEUS_BSO_DATABASE_URL or sqlite:///./zeus-bso.db",
+        show_default=False,
+    ),
+]
+
+
+def _fail(error: ServerError) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+def _upgrade_schema(settings: Settings) -> tuple[str | None, str]:
+    async def run() -> tuple[str | None, str]:
+        engine = create_engine(
+            settings.async_database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms
+        )
+        try:
+            return await upgrade(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _display_url(settings: Settings) -> str:
+    return settings.async_database_url.render_as_string(hide_password=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [default: 127.0.0.1]")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: 8000]")] = None,
+    db: DbOption = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes [default: 1]")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="CRITICAL, ERROR, WARNING, INFO or DEBUG [default: INFO]")
+    ] = None,
+    no_upgrade: Annotated[
+        bool, typer.Option("--no-upgrade", help="Refuse an outdated schema instead of upgrading it")
+    ] = False,
+) -> None:
+    """Start the server (creating or upgrading the database schema first)."""
+    import uvicorn
+
+    try:
+        settings = load_settings(
+            host=host, port=port, database_url=db, workers=workers, log_level=log_level
+        )
+        logging.basicConfig(
+            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        if not no_upgrade:
+            before, after = _upgrade_schema(settings)
+            if before != after:
+                err.print(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
+    except ServerError as error:
+        raise _fail(error) from None
+    except OSError as error:
+        err.print(f"[bold red]error:[/] cannot open the database: {error}", highlight=False)
+        raise typer.Exit(code=2) from None
+
+    # Worker processes build their settings from the environment: hand them the resolved ones.
+    os.environ.update(
+        {
+            "ZEUS_BSO_DATABASE_URL": settings.database_url,
+            "ZEUS_BSO_HOST": settings.host,
+            "ZEUS_BSO_PORT": str(settings.port),
+            "ZEUS_BSO_WORKERS": str(settings.workers),
+            "ZEUS_BSO_LOG_LEVEL": settings.log_level,
+        }
+    )
+    err.print(
+        f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
+        f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)",
+        highlight=False,
+    )
+    uvicorn.run(
+        "zeus_bso_server.api.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level.lower(),
+        access_log=settings.log_level == "DEBUG",
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create the schema, or bring it to the current version."""
+    try:
+        settings = load_settings(database_url=db)
+        before, after = _upgrade_schema(settings)
+    except ServerError as error:
+        raise _fail(error) from None
+    typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after}")
+
+
+@db_app.command("current")
+def db_current(db: DbOption = None) -> None:
+    """Print the database's schema revision and the one this server needs."""
+
+    async def run(settings: Settings) -> str | None:
+        engine = create_engine(settings.async_database_url)
+        try:
+            return await current_revision(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        settings = load_settings(database_url=db)
+        current = asyncio.run(run(settings))
+    except ServerError as error:
+        raise _fail(error) from None
+    typer.echo(f"current: {current or 'empty'}  needed: {head_revision()}")
+
+
+def main() -> None:
+    """Entry point of the ``zeus-bso-server`` command."""
+    app()

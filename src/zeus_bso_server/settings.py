@@ -1,0 +1,129 @@
+"""Server settings: typed fields read from ``ZEUS_BSO_*`` environment variables and ``.env``."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from zeus_bso_server.errors import SettingsError
+
+LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
+
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+}
+_SUPPORTED = {"sqlite+aiosqlite", "postgresql+asyncpg", "mysql+aiomysql", "mysql+asyncmy"}
+
+
+def to_async_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
+    """Map a plain database URL (``sqlite:///x.db``, ``postgresql://...``) to its async driver.
+
+    Raises:
+        SettingsError: the URL cannot be parsed or names an unsupported database or driver.
+    """
+    try:
+        url = make_url(raw)
+    except ArgumentError as err:
+        raise SettingsError(
+            f"database URL {raw!r} cannot be parsed; write it as sqlite:///path/to/file.db "
+            "or postgresql://user:password@host:5432/dbname"
+        ) from err
+    drivername = _ASYNC_DRIVERS.get(url.drivername, url.drivername)
+    if drivername not in _SUPPORTED:
+        raise SettingsError(
+            f"database driver {url.drivername!r} is not supported; use sqlite:///..., "
+            "postgresql://... (asyncpg) or mysql://... (aiomysql)"
+        )
+    url = url.set(drivername=drivername)
+    if user is not None:
+        url = url.set(username=user)
+    if password is not None:
+        url = url.set(password=password)
+    return url
+
+
+class Settings(BaseSettings):
+    """Every server setting. Environment: ``ZEUS_BSO_<NAME>``; also read from ``./.env``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ZEUS_BSO_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    database_url: str = "sqlite:///./zeus-bso.db"
+    """Database URL; plain ``sqlite://`` and ``postgresql://`` URLs map to the async drivers."""
+    db_user: str | None = None
+    """Overrides the URL's user name (upstream's ``ZEUS_BSO_DB_USER``)."""
+    db_password: SecretStr | None = None
+    """Overrides the URL's password (upstream's ``ZEUS_BSO_DB_PASSWORD``)."""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    log_level: LogLevel = "INFO"
+    echo_sql: bool = False
+    lease_seconds: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
+    """How long a dispatched trial lives without a report or heartbeat before it is abandoned.
+    After a report, the lease is at least three times the run's mean epoch time."""
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("host must not be empty")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            to_async_url(value)
+        except SettingsError as err:
+            raise ValueError(err.message) from None
+        return value
+
+    @property
+    def async_database_url(self) -> URL:
+        """The database URL with its async driver and any user/password override."""
+        password = self.db_password.get_secret_value() if self.db_password else None
+        return to_async_url(self.database_url, self.db_user, password)
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether ``host`` only accepts connections from this machine."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment and ``.env``, with explicit overrides on top.
+
+    Raises:
+        SettingsError: a setting is invalid; the message names each bad one.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as err:
+        problems = "; ".join(
+            f"ZEUS_BSO_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in err.errors(include_input=False, include_url=False)
+        )
+        raise SettingsError(f"invalid settings: {problems}") from None

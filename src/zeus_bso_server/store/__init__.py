@@ -1,0 +1,1 @@
+"""Persistence: tables, the unit of work, the repository and the schema migrations."""

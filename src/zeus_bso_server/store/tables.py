@@ -1,0 +1,113 @@
+"""Database tables. Times are seconds since the epoch by the database's clock (see `db_now`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+ID_LENGTH = 255
+
+
+class db_now(FunctionElement[float]):  # noqa: N801 (reads as a SQL function)
+    """The database's clock in seconds since the epoch, so every replica agrees on lease times."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(db_now, "sqlite")
+def _db_now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+@compiles(db_now, "postgresql")
+def _db_now_postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "extract(epoch from clock_timestamp())"
+
+
+@compiles(db_now, "mysql")
+def _db_now_mysql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "unix_timestamp(now(6))"
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the schema."""
+
+
+class JobRow(Base):
+    """One registered job. Its row is the lock every request on the job takes."""
+
+    __tablename__ = "jobs"
+
+    job_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    job_id_prefix: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stage: Mapped[str] = mapped_column(String(16))
+    arms: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    next_trial_number: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
+    updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
+
+
+class TrialRow(Base):
+    """One trial (training run). ``(job_id, trial_number)`` is unique: numbers never repeat."""
+
+    __tablename__ = "trials"
+
+    job_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    trial_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    round: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
+    updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
+    lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epochs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    energy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    metric: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    converged: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (
+        Index("ix_trials_job_status", "job_id", "status"),
+        Index("ix_trials_job_kind", "job_id", "kind"),
+        Index("ix_trials_job_bs_status_number", "job_id", "batch_size", "status", "trial_number"),
+    )
+
+
+class BatchSizeStatsRow(Base):
+    """Running statistics of one batch size's reported runs, updated with every final report.
+
+    They make a request's cost independent of how many trials a job has stored.
+    """
+
+    __tablename__ = "batch_size_stats"
+
+    job_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    mean_cost: Mapped[float] = mapped_column(Float, default=0.0)
+    m2_cost: Mapped[float] = mapped_column(Float, default=0.0)
+    converged_count: Mapped[int] = mapped_column(Integer, default=0)
+    best_converged_cost: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,0 +1,170 @@
+"""Read-only views of jobs for the added routes (not part of the upstream protocol)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel
+
+from zeus_bso import policy
+from zeus_bso.spec import CreatedJob
+from zeus_bso_server.errors import JobNotFoundError
+from zeus_bso_server.store import repository as repo
+from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.tables import JobRow, TrialRow
+
+
+class JobSummary(BaseModel):
+    """One line of the job list."""
+
+    job_id: str
+    job_id_prefix: str
+    stage: str
+    trials: int
+    created_at: float
+    updated_at: float
+
+
+class BatchSizeView(BaseModel):
+    """What the server knows of one batch size of a job."""
+
+    batch_size: int
+    is_arm: bool
+    reports: int
+    """Final reports of runs with this batch size (all time)."""
+    converged: int
+    mean_cost: float | None
+    cost_std: float | None
+    best_converged_cost: float | None
+    observations: int
+    """Observations the bandit uses (the last ``window_size`` reports with a window)."""
+    posterior_mean_reward: float | None
+    """Mean of the posterior over the mean reward (reward = -cost); arms only."""
+    posterior_std: float | None
+    """Its standard deviation (0: a single or constant observation; null: no information)."""
+
+
+class TrialView(BaseModel):
+    """One trial."""
+
+    job_id: str
+    trial_number: int
+    batch_size: int
+    kind: str
+    round: int | None
+    status: str
+    epochs: int | None
+    time: float | None
+    energy: float | None
+    metric: float | None
+    cost: float | None
+    converged: bool | None
+    message: str | None
+    created_at: float
+    updated_at: float
+    lease_expires_at: float | None
+
+    @classmethod
+    def of(cls, row: TrialRow) -> TrialView:
+        """View of a trial row."""
+        return cls.model_validate(row, from_attributes=True)
+
+
+class JobState(BaseModel):
+    """A job's config, stage, per-batch-size statistics and posterior, best batch size, trials."""
+
+    job: CreatedJob
+    stage: str
+    arms: list[int] | None
+    best_batch_size: int | None
+    best_cost: float | None
+    trial_count: int
+    trials_by_status: dict[str, int]
+    batch_sizes: list[BatchSizeView]
+    trials: list[TrialView]
+    """The most recent trials, newest first (see the ``limit`` and ``before`` parameters)."""
+    created_at: float
+    updated_at: float
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+async def job_summaries(
+    db: Database, prefix: str | None, limit: int, offset: int
+) -> list[JobSummary]:
+    """Jobs ordered by id."""
+    async with db.read() as session:
+        rows = await repo.list_jobs(session, prefix, limit, offset)
+        return [_summary(r) for r in rows]
+
+
+def _summary(row: JobRow) -> JobSummary:
+    return JobSummary(
+        job_id=row.job_id,
+        job_id_prefix=row.job_id_prefix,
+        stage=row.stage,
+        trials=row.next_trial_number - 1,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def job_state(db: Database, job_id: str, limit: int, before: int | None) -> JobState:
+    """Everything the server knows of one job.
+
+    Raises:
+        JobNotFoundError: no such job.
+    """
+    async with db.read() as session:
+        row = await repo.get_job(session, job_id)
+        if row is None:
+            raise JobNotFoundError(f"Job {job_id} not found")
+        config = CreatedJob.model_validate(row.config)
+        stats = await repo.stats_rows(session, job_id)
+        arms = tuple(row.arms) if row.arms is not None else ()
+        windowed = (
+            await repo.windowed_costs(session, job_id, arms, config.window_size)
+            if config.window_size > 0 and arms
+            else {}
+        )
+        views = []
+        for s in stats:
+            running = policy.CostStats(s.count, s.mean_cost, s.m2_cost)
+            used = windowed.get(s.batch_size, running)
+            is_arm = s.batch_size in arms
+            posterior = (
+                policy.arm_posterior(used, config.mab_prior_mean, config.mab_prior_precision)
+                if is_arm
+                else None
+            )
+            views.append(
+                BatchSizeView(
+                    batch_size=s.batch_size,
+                    is_arm=is_arm,
+                    reports=s.count,
+                    converged=s.converged_count,
+                    mean_cost=s.mean_cost if s.count else None,
+                    cost_std=math.sqrt(running.variance) if s.count else None,
+                    best_converged_cost=s.best_converged_cost,
+                    observations=used.count,
+                    posterior_mean_reward=posterior.mean if posterior else None,
+                    posterior_std=_finite_or_none(posterior.std) if posterior else None,
+                )
+            )
+        best = repo.best_run(stats)
+        trials = await repo.recent_trials(session, job_id, limit, before)
+        return JobState(
+            job=config,
+            stage=row.stage,
+            arms=row.arms,
+            best_batch_size=best.batch_size if best else None,
+            best_cost=best.cost if best else None,
+            trial_count=row.next_trial_number - 1,
+            trials_by_status=await repo.count_trials_by_status(session, job_id),
+            batch_sizes=views,
+            trials=[TrialView.of(t) for t in trials],
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
