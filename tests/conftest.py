@@ -1,0 +1,133 @@
+"""Shared fixtures: a real ``zeus-bso-server serve`` process on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """One server process; ``url`` is its base URL."""
+
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db_url = db_url
+        self.log_path = Path(cwd or ".") / f"server-{self.port}.log"
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("ZEUS_BSO_DATABASE_URL", None)
+        args = [
+            SERVER_BIN,
+            "serve",
+            "--port",
+            str(self.port),
+            "--db",
+            db_url,
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            *(extra_args or []),
+        ]
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            args, env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server on a fresh SQLite file, shared by one test module."""
+    tmp = tmp_path_factory.mktemp("server")
+    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client
+
+
+def unique_id(prefix: str = "job") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def job_body(job_id: str | None = None, prefix: str = "job", **overrides: Any) -> dict[str, Any]:
+    """A valid ``JobSpecFromClient`` body."""
+    body: dict[str, Any] = {
+        "job_id": job_id,
+        "job_id_prefix": prefix,
+        "batch_sizes": [32, 64, 128, 256],
+        "default_batch_size": 64,
+        "max_power": 300.0,
+        "number_of_gpus": 1,
+        "gpu_model": "NVIDIA A100-SXM4-40GB",
+    }
+    body.update(overrides)
+    return body

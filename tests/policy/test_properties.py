@@ -1,0 +1,237 @@
+"""Property tests of the policy's invariants (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.policy import (
+    BestRun,
+    CostStats,
+    Exploration,
+    JobHistory,
+    TrialKind,
+    TrialStatus,
+    arm_posterior,
+    conjugate_update,
+    decide,
+    rng_for,
+)
+from zeus_bso.spec import CreatedJob
+
+finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> CreatedJob:
+    batch_sizes = draw(st.lists(st.integers(1, 4096), min_size=1, max_size=7, unique=True))
+    return CreatedJob(
+        job_id="job-1",
+        job_id_prefix="job",
+        batch_sizes=batch_sizes,
+        default_batch_size=draw(st.sampled_from(batch_sizes)),
+        num_pruning_rounds=draw(st.integers(0, 3)),
+        mab_num_explorations=draw(st.integers(0, 3)),
+        mab_prior_mean=draw(st.floats(-1e6, 0.0)),
+        mab_prior_precision=draw(st.sampled_from([0.0, 1e-6, 1.0])),
+        max_unreported_failures=draw(st.integers(1, 3)),
+        window_size=draw(st.integers(0, 3)),
+        mab_seed=draw(st.one_of(st.none(), st.integers(0, 2**32))),
+        max_power=250.0,
+        number_of_gpus=1,
+        gpu_model="V100",
+    )
+
+
+OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight"]
+
+
+def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[dict[str, Any]]:
+    """Drive the policy like the server does; returns one record per decision."""
+    explorations: list[Exploration] = []
+    observations: dict[int, list[float]] = {}
+    arms: tuple[int, ...] | None = None
+    best: BestRun | None = None
+    records = []
+    for number, (outcome, cost) in enumerate(outcomes, start=1):
+        windowed = {
+            b: CostStats.of(c[-job.window_size :] if job.window_size else c)
+            for b, c in observations.items()
+        }
+        history = JobHistory(
+            arms=arms, explorations=tuple(explorations), observations=windowed, best=best
+        )
+        try:
+            dispatch = decide(job, history, rng_for(job, number))
+        except NoConvergedBatchSizeError:
+            records.append({"error": True, "history": history})
+            break
+        again = decide(job, history, rng_for(job, number))
+        records.append({"dispatch": dispatch, "again": again, "history": history})
+        if dispatch.arms is not None:
+            arms = dispatch.arms
+        status = {
+            "converged": TrialStatus.REPORTED,
+            "not_converged": TrialStatus.REPORTED,
+            "failed": TrialStatus.FAILED,
+            "abandoned": TrialStatus.ABANDONED,
+            "in_flight": TrialStatus.DISPATCHED,
+        }[outcome]
+        converged = outcome == "converged"
+        if status is TrialStatus.REPORTED:
+            observations.setdefault(dispatch.batch_size, []).append(cost)
+            if converged and (best is None or cost < best.cost):
+                best = BestRun(dispatch.batch_size, cost)
+        if dispatch.kind is TrialKind.EXPLORATION:
+            assert dispatch.round is not None
+            explorations.append(
+                Exploration(
+                    dispatch.round,
+                    dispatch.batch_size,
+                    number,
+                    status,
+                    converged if status is TrialStatus.REPORTED else None,
+                    cost if status is TrialStatus.REPORTED else None,
+                )
+            )
+    return records
+
+
+histories = st.lists(st.tuples(st.sampled_from(OUTCOMES), finite_costs), max_size=40)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(jobs(), histories)
+def test_choice_is_always_a_configured_batch_size(job: CreatedJob, outcomes: list) -> None:
+    for record in run_recurrences(job, outcomes):
+        if "dispatch" in record:
+            dispatch = record["dispatch"]
+            assert dispatch.batch_size in job.batch_sizes
+            if dispatch.kind is TrialKind.BANDIT:
+                assert dispatch.arms is not None
+                assert dispatch.batch_size in dispatch.arms
+
+
+@SETTINGS
+@given(jobs(), histories)
+def test_same_history_and_seed_give_the_same_decision(job: CreatedJob, outcomes: list) -> None:
+    for record in run_recurrences(job, outcomes):
+        if "dispatch" in record and job.mab_seed is not None:
+            assert record["dispatch"] == record["again"]
+        if "dispatch" in record and record["dispatch"].kind is not TrialKind.BANDIT:
+            # Pruning decisions use no randomness at all.
+            assert record["dispatch"] == record["again"]
+
+
+@SETTINGS
+@given(jobs(), histories)
+def test_non_converged_batch_size_is_not_explored_again_in_that_round(
+    job: CreatedJob, outcomes: list
+) -> None:
+    failed_in_round: set[tuple[int, int]] = set()
+    failures: dict[tuple[int, int], int] = {}
+    for record, (outcome, _) in zip(run_recurrences(job, outcomes), outcomes, strict=False):
+        if "dispatch" not in record:
+            break
+        dispatch = record["dispatch"]
+        if dispatch.kind is not TrialKind.EXPLORATION:
+            continue
+        key = (dispatch.round, dispatch.batch_size)
+        assert key not in failed_in_round
+        if outcome == "not_converged":
+            failed_in_round.add(key)
+        elif outcome == "failed":
+            failures[key] = failures.get(key, 0) + 1
+            if failures[key] >= job.max_unreported_failures:
+                failed_in_round.add(key)
+
+
+@SETTINGS
+@given(jobs(), histories)
+def test_exploration_is_serial(job: CreatedJob, outcomes: list) -> None:
+    in_flight = False
+    for record, (outcome, _) in zip(run_recurrences(job, outcomes), outcomes, strict=False):
+        if "dispatch" not in record:
+            break
+        dispatch = record["dispatch"]
+        if in_flight:
+            assert dispatch.kind is not TrialKind.EXPLORATION
+        if dispatch.kind is TrialKind.EXPLORATION and outcome == "in_flight":
+            in_flight = True
+
+
+@SETTINGS
+@given(
+    st.floats(-1e9, 1e9),
+    st.floats(0.0, 1e3),
+    st.floats(1e-9, 1e9),
+    st.integers(0, 1000),
+    st.floats(-1e9, 1e9),
+)
+def test_posterior_precision_grows_with_observations_of_known_precision(
+    prior_mean: float, prior_precision: float, reward_precision: float, n: int, mean: float
+) -> None:
+    before = conjugate_update(prior_mean, prior_precision, n, mean * n, reward_precision)
+    after = conjugate_update(prior_mean, prior_precision, n + 1, mean * (n + 1), reward_precision)
+    assert after.precision >= before.precision
+
+
+@SETTINGS
+@given(st.lists(st.floats(0.0, 1e9), min_size=2, max_size=50), st.floats(0.0, 1e3))
+def test_more_of_the_same_evidence_never_lowers_precision(
+    costs: list[float], prior_precision: float
+) -> None:
+    stats = CostStats.of(costs)
+    before = arm_posterior(stats, 0.0, prior_precision).precision
+    at_mean = arm_posterior(stats.add(stats.mean), 0.0, prior_precision).precision
+    doubled = arm_posterior(CostStats.of(costs + costs), 0.0, prior_precision).precision
+    assert at_mean >= before * (1 - 1e-9)
+    assert doubled >= before * (1 - 1e-9)
+
+
+@st.composite
+def arbitrary_histories(draw: st.DrawFn, job: CreatedJob) -> JobHistory:
+    sizes = st.sampled_from(job.batch_sizes)
+    explorations = draw(
+        st.lists(
+            st.builds(
+                Exploration,
+                st.integers(0, 3),
+                sizes,
+                st.integers(1, 10_000),
+                st.sampled_from(list(TrialStatus)),
+                st.one_of(st.none(), st.booleans()),
+                st.one_of(st.none(), finite_costs),
+            ),
+            max_size=30,
+        )
+    )
+    observations = draw(
+        st.dictionaries(sizes, st.lists(finite_costs, max_size=8).map(CostStats.of))
+    )
+    use_arms = draw(st.booleans())
+    arms = tuple(sorted(draw(st.sets(sizes, min_size=1)))) if use_arms else None
+    best = draw(st.one_of(st.none(), st.builds(BestRun, sizes, finite_costs)))
+    return JobHistory(arms=arms, explorations=tuple(explorations), observations=observations, best=best)
+
+
+@SETTINGS
+@given(st.data())
+def test_no_exception_on_any_finite_input(data: st.DataObject) -> None:
+    job = data.draw(jobs())
+    history = data.draw(arbitrary_histories(job))
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    try:
+        dispatch = decide(job, history, rng)
+    except NoConvergedBatchSizeError:
+        return
+    assert dispatch.batch_size in job.batch_sizes
+    for stats in history.observations.values():
+        posterior = arm_posterior(stats, job.mab_prior_mean, job.mab_prior_precision)
+        assert not math.isnan(posterior.precision)

@@ -1,0 +1,104 @@
+"""Pruning rounds (SPEC 4.2), as pure functions of the exploration history."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.policy.helpers import explored, make_job
+from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.policy import TrialStatus, next_pruning_step
+from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, PruningDone
+
+
+def test_round_zero_starts_at_default_then_goes_down_then_up() -> None:
+    job = make_job(batch_sizes=[16, 32, 64, 128, 256], default_batch_size=64)
+    history: list = []
+    order = []
+    costs = {16: 50.0, 32: 40.0, 64: 30.0, 128: 20.0, 256: 25.0}
+    for number in range(1, 6):
+        step = next_pruning_step(job, tuple(history))
+        assert isinstance(step, ExploreNext)
+        assert step.round == 0
+        order.append(step.batch_size)
+        history.append(
+            explored(0, step.batch_size, number, converged=True, cost=costs[step.batch_size])
+        )
+    assert order == [64, 32, 16, 128, 256]
+
+
+def test_direction_stops_at_first_non_converging_batch_size() -> None:
+    job = make_job(batch_sizes=[16, 32, 64, 128, 256], default_batch_size=64)
+    history = (
+        explored(0, 64, 1, converged=True, cost=10.0),
+        explored(0, 32, 2, converged=False, cost=99.0),
+    )
+    step = next_pruning_step(job, history)
+    assert step == ExploreNext(batch_size=128, round=0)  # 16 is skipped: 32 did not converge
+    history += (explored(0, 128, 3, converged=False, cost=99.0),)
+    # 256 is skipped too; round 1 pivots on the only converged size, 64.
+    assert next_pruning_step(job, history) == ExploreNext(batch_size=64, round=1)
+
+
+def test_next_round_pivots_on_cheapest_and_keeps_only_converged() -> None:
+    job = make_job(batch_sizes=[16, 32, 64, 128, 256], default_batch_size=64, num_pruning_rounds=2)
+    history = (
+        explored(0, 64, 1, converged=True, cost=30.0),
+        explored(0, 32, 2, converged=True, cost=40.0),
+        explored(0, 16, 3, converged=False),
+        explored(0, 128, 4, converged=True, cost=20.0),
+        explored(0, 256, 5, converged=True, cost=25.0),
+    )
+    order = []
+    for number in range(6, 10):
+        step = next_pruning_step(job, history)
+        assert isinstance(step, ExploreNext)
+        assert step.round == 1
+        order.append(step.batch_size)
+        history += (explored(1, step.batch_size, number, converged=True, cost=1.0),)
+    assert order == [128, 64, 32, 256]
+    assert next_pruning_step(job, history) == PruningDone(arms=(32, 64, 128, 256))
+
+
+def test_in_flight_exploration_makes_the_next_run_concurrent() -> None:
+    job = make_job()
+    history = (explored(0, 64, 1, status=TrialStatus.DISPATCHED),)
+    assert next_pruning_step(job, history) == ExplorationInFlight()
+
+
+def test_abandoned_exploration_frees_its_slot() -> None:
+    job = make_job()
+    history = (explored(0, 64, 1, status=TrialStatus.ABANDONED),)
+    assert next_pruning_step(job, history) == ExploreNext(batch_size=64, round=0)
+
+
+def test_unreported_failures_are_bounded() -> None:
+    job = make_job(max_unreported_failures=2)
+    one_failure = (explored(0, 64, 1, status=TrialStatus.FAILED),)
+    assert next_pruning_step(job, one_failure) == ExploreNext(batch_size=64, round=0)
+    two_failures = (*one_failure, explored(0, 64, 2, status=TrialStatus.FAILED))
+    # 64 now counts as not converging: the down direction stops and the up direction begins.
+    assert next_pruning_step(job, two_failures) == ExploreNext(batch_size=128, round=0)
+
+
+def test_first_report_in_a_round_decides() -> None:
+    job = make_job(batch_sizes=[64], default_batch_size=64, num_pruning_rounds=1)
+    history = (
+        explored(0, 64, 2, converged=True, cost=5.0),
+        explored(0, 64, 1, converged=False),  # late report of an abandoned trial
+    )
+    with pytest.raises(NoConvergedBatchSizeError):
+        next_pruning_step(job, history)
+
+
+def test_round_without_converged_batch_size_is_a_clear_error() -> None:
+    job = make_job(batch_sizes=[32, 64, 128], default_batch_size=64)
+    history = (explored(0, 64, 1, converged=False), explored(0, 128, 2, converged=False))
+    with pytest.raises(NoConvergedBatchSizeError) as info:
+        next_pruning_step(job, history)
+    assert info.value.tried == [64, 128]
+    assert "Reconfigure" in str(info.value)
+
+
+def test_zero_rounds_makes_every_batch_size_an_arm() -> None:
+    job = make_job(num_pruning_rounds=0)
+    assert next_pruning_step(job, ()) == PruningDone(arms=(16, 32, 64, 128, 256))

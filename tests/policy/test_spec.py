@@ -1,0 +1,107 @@
+"""Wire-model validation: upstream compatibility and the deliberate fixes."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from zeus_bso.spec import MAX_ID_LENGTH, JobSpecFromClient, TrainingResult
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "job_id_prefix": "job",
+        "batch_sizes": [128, 32, 64],
+        "default_batch_size": 64,
+        "max_power": 300,
+        "number_of_gpus": 1,
+        "gpu_model": "A100",
+    }
+    base.update(overrides)
+    return base
+
+
+def test_defaults_mirror_upstream() -> None:
+    job = JobSpecFromClient(**body())
+    assert job.batch_sizes == [32, 64, 128]
+    assert job.job_id is None
+    assert (job.eta_knob, job.beta_knob, job.target_metric) == (0.5, 2.0, 0.5)
+    assert (job.max_epochs, job.num_pruning_rounds, job.window_size) == (100, 2, 0)
+    assert (job.mab_prior_mean, job.mab_prior_precision, job.mab_num_explorations) == (0, 0, 2)
+    assert job.mab_seed is None
+    assert job.higher_is_better_metric is True
+
+
+def test_unknown_fields_are_ignored_and_whole_numbers_coerced() -> None:
+    job = JobSpecFromClient(
+        **body(default_batch_size="64", max_epochs=10.0, surprise="ignored", batch_sizes=[32.0, "64"])
+    )
+    assert job.default_batch_size == 64
+    assert job.max_epochs == 10
+    assert job.batch_sizes == [32, 64]
+    assert "surprise" not in job.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"batch_sizes": [32, 64, 64]}, "more than once"),
+        ({"batch_sizes": [0, 64]}, "greater than 0"),
+        ({"batch_sizes": [-32, 64]}, "greater than 0"),
+        ({"batch_sizes": []}, "at least 1"),
+        ({"default_batch_size": 48}, "not one of batch_sizes"),
+        ({"eta_knob": 1.5}, "less than or equal to 1"),
+        ({"beta_knob": 0}, "greater than 0"),
+        ({"max_epochs": 0}, "greater than 0"),
+        ({"max_epochs": 2.5}, "fractional part"),
+        ({"num_pruning_rounds": -1}, "greater than or equal to 0"),
+        ({"window_size": -1}, "greater than or equal to 0"),
+        ({"job_id": "other-1"}, "does not start with"),
+        ({"job_id": "job-" + "x" * MAX_ID_LENGTH}, "at most"),
+        ({"gpu_model": ""}, "at least 1"),
+        ({"gpu_model": "g" * (MAX_ID_LENGTH + 1)}, "at most"),
+        ({"max_power": math.nan}, "finite"),
+        ({"max_power": math.inf}, "finite"),
+        ({"target_metric": -math.inf}, "finite"),
+        ({"batch_sizes": [2**40], "default_batch_size": 2**40}, "less than or equal"),
+        ({"mab_seed": 2**70}, "less than or equal"),
+    ],
+)
+def test_invalid_job_specs_are_rejected(overrides: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobSpecFromClient(**body(**overrides))
+    assert needle in str(info.value)
+
+
+def test_beta_knob_none_disables_early_stop() -> None:
+    assert JobSpecFromClient(**body(beta_knob=None)).beta_knob is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("time", -1.0), ("energy", -0.5), ("time", math.nan), ("energy", math.inf), ("metric", math.nan)],
+)
+def test_training_results_must_be_finite_and_non_negative(field: str, value: float) -> None:
+    fields: dict[str, Any] = {
+        "job_id": "job-1",
+        "batch_size": 32,
+        "trial_number": 1,
+        "time": 1.0,
+        "energy": 1.0,
+        "metric": 0.1,
+        "current_epoch": 1,
+    }
+    fields[field] = value
+    with pytest.raises(ValidationError):
+        TrainingResult(**fields)
+
+
+def test_json_with_nan_literal_is_rejected() -> None:
+    raw = '{"job_id": "j", "batch_size": 1, "trial_number": 1, "time": NaN, "energy": 1, '
+    raw += '"metric": 1, "current_epoch": 1}'
+    with pytest.raises(ValidationError):
+        TrainingResult.model_validate(json.loads(raw))
