@@ -31,7 +31,7 @@ class ServerProcess:
 
     def __init__(
         self,
-        db_url: str,
+        db_url: str | None,
         *,
         workers: int = 1,
         env: dict[str, str] | None = None,
@@ -49,8 +49,7 @@ class ServerProcess:
             "serve",
             "--port",
             str(self.port),
-            "--db",
-            db_url,
+            *(["--db", db_url] if db_url else []),
             "--workers",
             str(workers),
             "--log-level",
@@ -118,8 +117,12 @@ def unique_id(prefix: str = "job") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def job_body(job_id: str | None = None, prefix: str = "job", **overrides: Any) -> dict[str, Any]:
-    """A valid ``JobSpecFromClient`` body."""
+def job_body(
+    job_id: str | None = None, prefix: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """A valid ``JobSpecFromClient`` body (the prefix defaults to the id's part before '-')."""
+    if prefix is None:
+        prefix = job_id.split("-", 1)[0] if job_id else "job"
     body: dict[str, Any] = {
         "job_id": job_id,
         "job_id_prefix": prefix,

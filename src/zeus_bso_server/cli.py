@@ -13,7 +13,7 @@ from rich.console import Console
 from zeus_bso import __version__
 from zeus_bso_server.errors import ServerError
 from zeus_bso_server.settings import Settings, load_settings
-from zeus_bso_server.store.database import create_engine
+from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
 
 app = typer.Typer(
@@ -43,13 +43,11 @@ def _fail(error: ServerError) -> typer.Exit:
 
 def _upgrade_schema(settings: Settings) -> tuple[str | None, str]:
     async def run() -> tuple[str | None, str]:
-        engine = create_engine(
-            settings.async_database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms
-        )
+        db = Database(settings.async_database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         try:
-            return await upgrade(engine)
+            return await upgrade(db)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     return asyncio.run(run())
 
@@ -136,11 +134,11 @@ def db_current(db: DbOption = None) -> None:
     """Print the database's schema revision and the one this server needs."""
 
     async def run(settings: Settings) -> str | None:
-        engine = create_engine(settings.async_database_url)
+        db = Database(settings.async_database_url)
         try:
-            return await current_revision(engine)
+            return await current_revision(db)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     try:
         settings = load_settings(database_url=db)

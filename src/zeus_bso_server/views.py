@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import Row
+from sqlalchemy.orm import Session
 
 from zeus_bso import policy
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.tables import JobRow, TrialRow
 
 
 class JobSummary(BaseModel):
@@ -65,9 +67,9 @@ class TrialView(BaseModel):
     lease_expires_at: float | None
 
     @classmethod
-    def of(cls, row: TrialRow) -> TrialView:
+    def of(cls, row: Row[Any]) -> TrialView:
         """View of a trial row."""
-        return cls.model_validate(row, from_attributes=True)
+        return cls.model_validate(dict(row._mapping))
 
 
 class JobState(BaseModel):
@@ -95,12 +97,14 @@ async def job_summaries(
     db: Database, prefix: str | None, limit: int, offset: int
 ) -> list[JobSummary]:
     """Jobs ordered by id."""
-    async with db.read() as session:
-        rows = await repo.list_jobs(session, prefix, limit, offset)
-        return [_summary(r) for r in rows]
+
+    def work(session: Session) -> list[JobSummary]:
+        return [_summary(r) for r in repo.list_jobs(session, prefix, limit, offset)]
+
+    return await db.read(work)
 
 
-def _summary(row: JobRow) -> JobSummary:
+def _summary(row: Row[Any]) -> JobSummary:
     return JobSummary(
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
@@ -117,54 +121,57 @@ async def job_state(db: Database, job_id: str, limit: int, before: int | None) -
     Raises:
         JobNotFoundError: no such job.
     """
-    async with db.read() as session:
-        row = await repo.get_job(session, job_id)
-        if row is None:
-            raise JobNotFoundError(f"Job {job_id} not found")
-        config = CreatedJob.model_validate(row.config)
-        stats = await repo.stats_rows(session, job_id)
-        arms = tuple(row.arms) if row.arms is not None else ()
-        windowed = (
-            await repo.windowed_costs(session, job_id, arms, config.window_size)
-            if config.window_size > 0 and arms
-            else {}
-        )
-        views = []
-        for s in stats:
-            running = policy.CostStats(s.count, s.mean_cost, s.m2_cost)
-            used = windowed.get(s.batch_size, running)
-            is_arm = s.batch_size in arms
-            posterior = (
-                policy.arm_posterior(used, config.mab_prior_mean, config.mab_prior_precision)
-                if is_arm
-                else None
-            )
-            views.append(
-                BatchSizeView(
-                    batch_size=s.batch_size,
-                    is_arm=is_arm,
-                    reports=s.count,
-                    converged=s.converged_count,
-                    mean_cost=s.mean_cost if s.count else None,
-                    cost_std=math.sqrt(running.variance) if s.count else None,
-                    best_converged_cost=s.best_converged_cost,
-                    observations=used.count,
-                    posterior_mean_reward=posterior.mean if posterior else None,
-                    posterior_std=_finite_or_none(posterior.std) if posterior else None,
-                )
-            )
-        best = repo.best_run(stats)
-        trials = await repo.recent_trials(session, job_id, limit, before)
-        return JobState(
-            job=config,
-            stage=row.stage,
-            arms=row.arms,
-            best_batch_size=best.batch_size if best else None,
-            best_cost=best.cost if best else None,
-            trial_count=row.next_trial_number - 1,
-            trials_by_status=await repo.count_trials_by_status(session, job_id),
-            batch_sizes=views,
-            trials=[TrialView.of(t) for t in trials],
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
+    return await db.read(lambda session: _job_state(session, job_id, limit, before))
+
+
+def _batch_size_view(
+    row: Row[Any], config: CreatedJob, arms: tuple[int, ...], windowed: dict[int, policy.CostStats]
+) -> BatchSizeView:
+    running = repo.cost_stats(row)
+    used = windowed.get(row.batch_size, running)
+    is_arm = row.batch_size in arms
+    posterior = (
+        policy.arm_posterior(used, config.mab_prior_mean, config.mab_prior_precision)
+        if is_arm
+        else None
+    )
+    return BatchSizeView(
+        batch_size=row.batch_size,
+        is_arm=is_arm,
+        reports=row.reports,
+        converged=row.converged_count,
+        mean_cost=row.mean_cost if row.reports else None,
+        cost_std=math.sqrt(running.variance) if row.reports else None,
+        best_converged_cost=row.best_converged_cost,
+        observations=used.count,
+        posterior_mean_reward=posterior.mean if posterior else None,
+        posterior_std=_finite_or_none(posterior.std) if posterior else None,
+    )
+
+
+def _job_state(session: Session, job_id: str, limit: int, before: int | None) -> JobState:
+    row = repo.get_job(session, job_id)
+    if row is None:
+        raise JobNotFoundError(f"Job {job_id} not found")
+    config = CreatedJob.model_validate(row.config)
+    stats = repo.stats_rows(session, job_id)
+    arms = tuple(row.arms) if row.arms is not None else ()
+    windowed = (
+        repo.windowed_costs(session, job_id, arms, config.window_size)
+        if config.window_size > 0 and arms
+        else {}
+    )
+    best = repo.best_run(stats)
+    return JobState(
+        job=config,
+        stage=row.stage,
+        arms=row.arms,
+        best_batch_size=best.batch_size if best else None,
+        best_cost=best.cost if best else None,
+        trial_count=row.next_trial_number - 1,
+        trials_by_status=repo.count_trials_by_status(session, job_id),
+        batch_sizes=[_batch_size_view(s, config, arms, windowed) for s in stats],
+        trials=[TrialView.of(t) for t in repo.recent_trials(session, job_id, limit, before)],
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -76,7 +76,9 @@ def test_upstream_client_session(server: ServerProcess) -> None:
     assert deleted.status_code == 200
     gone = httpx.get(base + "/jobs/batch_size", params={"job_id": job["job_id"]})
     assert gone.status_code == 400
-    assert gone.json() == {"message": f"Unknown job({job['job_id']}). Please register the job first"}
+    assert gone.json() == {
+        "message": f"Unknown job({job['job_id']}). Please register the job first"
+    }
 
 
 def test_upstream_status_codes_and_messages(server: ServerProcess) -> None:
@@ -108,7 +110,9 @@ def test_upstream_status_codes_and_messages(server: ServerProcess) -> None:
     assert missing.status_code == 404
     assert missing.json() == {"message": "No job was deleted."}
 
-    invalid = upstream_post(base + "/jobs", body.replace('"default_batch_size": 256', '"default_batch_size": 7'))
+    invalid = upstream_post(
+        base + "/jobs", body.replace('"default_batch_size": 256', '"default_batch_size": 7')
+    )
     assert invalid.status_code == 422
     assert "default_batch_size" in invalid.json()["message"]
 

@@ -218,7 +218,9 @@ def arbitrary_histories(draw: st.DrawFn, job: CreatedJob) -> JobHistory:
     use_arms = draw(st.booleans())
     arms = tuple(sorted(draw(st.sets(sizes, min_size=1)))) if use_arms else None
     best = draw(st.one_of(st.none(), st.builds(BestRun, sizes, finite_costs)))
-    return JobHistory(arms=arms, explorations=tuple(explorations), observations=observations, best=best)
+    return JobHistory(
+        arms=arms, explorations=tuple(explorations), observations=observations, best=best
+    )
 
 
 @SETTINGS

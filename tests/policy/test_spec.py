@@ -38,7 +38,9 @@ def test_defaults_mirror_upstream() -> None:
 
 def test_unknown_fields_are_ignored_and_whole_numbers_coerced() -> None:
     job = JobSpecFromClient(
-        **body(default_batch_size="64", max_epochs=10.0, surprise="ignored", batch_sizes=[32.0, "64"])
+        **body(
+            default_batch_size="64", max_epochs=10.0, surprise="ignored", batch_sizes=[32.0, "64"]
+        )
     )
     assert job.default_batch_size == 64
     assert job.max_epochs == 10
@@ -83,7 +85,13 @@ def test_beta_knob_none_disables_early_stop() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("time", -1.0), ("energy", -0.5), ("time", math.nan), ("energy", math.inf), ("metric", math.nan)],
+    [
+        ("time", -1.0),
+        ("energy", -0.5),
+        ("time", math.nan),
+        ("energy", math.inf),
+        ("metric", math.nan),
+    ],
 )
 def test_training_results_must_be_finite_and_non_negative(field: str, value: float) -> None:
     fields: dict[str, Any] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
+from pydantic import BaseModel
 
 from zeus_bso.spec import MAX_ID_LENGTH, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
 from zeus_bso_server.api.deps import Service
@@ -12,6 +13,12 @@ from zeus_bso_server.api.deps import Service
 router = APIRouter(tags=["zeus protocol"])
 
 JobIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+def _json(model: BaseModel) -> Response:
+    # The hot routes serialise their (already validated) answer directly; the declared
+    # response_model still documents it in the OpenAPI schema.
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 @router.post(
@@ -42,9 +49,9 @@ async def register_job(
         409: {"description": "No batch size converged"},
     },
 )
-async def next_batch_size(job_id: JobIdQuery, service: Service) -> TrialId:
+async def next_batch_size(job_id: JobIdQuery, service: Service) -> Response:
     """Start a trial: the batch size to train with and the trial's number."""
-    return await service.next_trial(job_id)
+    return _json(await service.next_trial(job_id))
 
 
 @router.post(
@@ -52,9 +59,9 @@ async def next_batch_size(job_id: JobIdQuery, service: Service) -> TrialId:
     response_model=ReportResponse,
     responses={400: {"description": "Unknown job or trial"}},
 )
-async def report(result: TrainingResult, service: Service) -> ReportResponse:
+async def report(result: TrainingResult, service: Service) -> Response:
     """Report cumulative time, energy and the metric after an epoch; says whether to stop."""
-    return await service.report(result)
+    return _json(await service.report(result))
 
 
 @router.patch("/trials", responses={404: {"description": "No such trial"}})

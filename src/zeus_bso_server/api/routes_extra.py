@@ -61,9 +61,8 @@ async def healthz() -> dict[str, str]:
 async def readyz(db: Db) -> JSONResponse:
     """The database answers and its schema is current."""
     try:
-        async with db.read() as session:
-            await session.execute(text("SELECT 1"))
-        await check_schema(db.engine)
+        await db.read(lambda session: session.execute(text("SELECT 1")).scalar_one())
+        await check_schema(db)
     except (ServerError, SchemaError) as err:
         return JSONResponse({"status": "unavailable", "message": err.message}, status_code=503)
     except Exception:  # readiness must answer, whatever the database does

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.resources import files
+from typing import TypeVar
 
+import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from zeus_bso_server.errors import SchemaError
+from zeus_bso_server.store.database import Database
+
+T = TypeVar("T")
 
 UPGRADE_COMMAND = "zeus-bso-server db upgrade --db <URL>"
 
@@ -40,27 +45,39 @@ def _upgrade(connection: Connection) -> None:
     command.upgrade(config, "head")
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
+async def _on_connection(db: Database, work: Callable[[Connection], T]) -> T:
+    if db.sync_engine is not None:
+        engine = db.sync_engine
+
+        def in_thread() -> T:
+            with engine.begin() as connection:
+                return work(connection)
+
+        return await anyio.to_thread.run_sync(in_thread)
+    assert db.async_engine is not None
+    async with db.async_engine.begin() as connection:
+        return await connection.run_sync(work)
+
+
+async def current_revision(db: Database) -> str | None:
     """The database's schema revision (``None`` for an empty database)."""
-    async with engine.connect() as connection:
-        return await connection.run_sync(_current)
+    return await _on_connection(db, _current)
 
 
-async def upgrade(engine: AsyncEngine) -> tuple[str | None, str]:
+async def upgrade(db: Database) -> tuple[str | None, str]:
     """Bring the database to the current schema. Returns the revisions before and after."""
-    before = await current_revision(engine)
-    async with engine.begin() as connection:
-        await connection.run_sync(_upgrade)
+    before = await current_revision(db)
+    await _on_connection(db, _upgrade)
     return before, head_revision()
 
 
-async def check_schema(engine: AsyncEngine) -> None:
+async def check_schema(db: Database) -> None:
     """Refuse a database whose schema is not the one this server needs.
 
     Raises:
         SchemaError: the schema is missing, older or newer; the message says what to run.
     """
-    current, head = await current_revision(engine), head_revision()
+    current, head = await current_revision(db), head_revision()
     if current == head:
         return
     if current is None:

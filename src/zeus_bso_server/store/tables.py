@@ -106,7 +106,7 @@ class BatchSizeStatsRow(Base):
         String(ID_LENGTH), ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
     )
     batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
-    count: Mapped[int] = mapped_column(Integer, default=0)
+    reports: Mapped[int] = mapped_column(Integer, default=0)
     mean_cost: Mapped[float] = mapped_column(Float, default=0.0)
     m2_cost: Mapped[float] = mapped_column(Float, default=0.0)
     converged_count: Mapped[int] = mapped_column(Integer, default=0)

@@ -71,7 +71,7 @@ def upgrade() -> None:
             primary_key=True,
         ),
         sa.Column("batch_size", sa.Integer(), primary_key=True),
-        sa.Column("count", sa.Integer(), nullable=False),
+        sa.Column("reports", sa.Integer(), nullable=False),
         sa.Column("mean_cost", sa.Float(), nullable=False),
         sa.Column("m2_cost", sa.Float(), nullable=False),
         sa.Column("converged_count", sa.Integer(), nullable=False),

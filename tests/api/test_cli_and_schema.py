@@ -1,0 +1,118 @@
+"""The ``zeus-bso-server`` command: settings, schema creation and upgrade, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import httpx
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
+
+from tests.conftest import SERVER_BIN, ServerProcess, job_body, sqlite_url
+from zeus_bso_server.settings import to_async_url
+from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.migrate import head_revision, upgrade
+from zeus_bso_server.store.tables import Base
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [SERVER_BIN, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_db_upgrade_and_current(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "explicit.db")
+    first = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert f"empty -> {head_revision()}" in first.stdout
+    again = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert f"{head_revision()} -> {head_revision()}" in again.stdout
+    current = run_cli("db", "current", "--db", url, cwd=tmp_path)
+    assert f"current: {head_revision()}" in current.stdout
+    with sqlite3.connect(tmp_path / "explicit.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_migration_matches_the_tables(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "compare.db")
+
+    async def migrate() -> None:
+        db = Database(to_async_url(url))
+        await upgrade(db)
+        await db.dispose()
+
+    asyncio.run(migrate())
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_no_upgrade_refuses_an_empty_database(tmp_path: Path) -> None:
+    result = run_cli(
+        "serve", "--no-upgrade", "--port", "0", "--db", sqlite_url(tmp_path / "x.db"), cwd=tmp_path
+    )
+    assert result.returncode != 0
+    assert "zeus-bso-server db upgrade" in result.stdout + result.stderr
+
+
+def test_invalid_settings_stop_the_server_with_a_clear_message(tmp_path: Path) -> None:
+    bad_url = run_cli("serve", "--db", "oracle://nope", cwd=tmp_path)
+    assert bad_url.returncode == 2
+    assert "not supported" in bad_url.stderr
+    assert "Traceback" not in bad_url.stderr
+    bad_env = run_cli("serve", cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": "-3"})
+    assert bad_env.returncode == 2
+    assert "ZEUS_BSO_LEASE_SECONDS" in bad_env.stderr
+    bad_level = run_cli("serve", "--log-level", "chatty", cwd=tmp_path)
+    assert bad_level.returncode == 2
+    assert "ZEUS_BSO_LOG_LEVEL" in bad_level.stderr
+
+
+def test_default_database_and_dotenv(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("ZEUS_BSO_LEASE_SECONDS=123\n")
+    proc = ServerProcess(None, cwd=tmp_path)  # the default: ./zeus-bso.db
+    try:
+        with proc.client() as http:
+            assert http.post("/jobs", json=job_body("dotenv-1")).status_code == 201
+            trial = http.get("/jobs/batch_size", params={"job_id": "dotenv-1"}).json()
+            state = http.get("/api/jobs/dotenv-1").json()
+        stored = state["trials"][0]
+        assert trial["trial_number"] == 1
+        assert 122 < stored["lease_expires_at"] - stored["created_at"] < 124
+    finally:
+        proc.stop()
+    assert (tmp_path / "zeus-bso.db").exists()
+
+
+def test_upstream_database_url_variable(tmp_path: Path) -> None:
+    db_file = tmp_path / "from-env.db"
+    result = run_cli(
+        "db", "upgrade", cwd=tmp_path, env={"ZEUS_BSO_DATABASE_URL": sqlite_url(db_file)}
+    )
+    assert result.returncode == 0, result.stderr
+    assert db_file.exists()
+
+
+def test_readyz_reports_an_outdated_schema(tmp_path: Path) -> None:
+    proc = ServerProcess(sqlite_url(tmp_path / "ready.db"), cwd=tmp_path)
+    try:
+        with sqlite3.connect(tmp_path / "ready.db") as conn:
+            conn.execute("UPDATE alembic_version SET version_num = 'old'")
+        answer = httpx.get(proc.url + "/readyz")
+        assert answer.status_code == 503
+        assert "db upgrade" in answer.json()["message"]
+        assert httpx.get(proc.url + "/healthz").status_code == 200
+    finally:
+        proc.stop()
