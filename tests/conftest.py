@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.ports import free_port
+from tests.postgres import PostgresServer
+
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:
@@ -98,11 +94,35 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A server on a fresh SQLite file, shared by one test module."""
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL 15 server for the whole run, started by the test setup."""
+    try:
+        pg = PostgresServer()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    yield pg
+    pg.stop()
+
+
+def database_url(backend: str, tmp: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database of the given backend."""
+    if backend == "sqlite":
+        return sqlite_url(tmp / "bso.db")
+    pg: PostgresServer = request.getfixturevalue("postgres")
+    return pg.new_database()
+
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server on a fresh database of each backend, shared by one test module."""
     tmp = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
+    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp)
     yield proc
     proc.stop()
 

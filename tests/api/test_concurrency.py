@@ -10,15 +10,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ServerProcess, job_body, sqlite_url, unique_id
+from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, unique_id
 
 CLIENTS = 32
 
 
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def two_workers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """Two server processes on one SQLite file, or on one PostgreSQL database."""
     tmp = tmp_path_factory.mktemp("workers")
-    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp, workers=2)
+    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp, workers=2)
     yield proc
     proc.stop()
 

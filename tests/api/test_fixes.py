@@ -10,16 +10,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, job_body, sqlite_url, unique_id
+from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, unique_id
 
 LEASE = 1.5
 
 
-@pytest.fixture(scope="module")
-def short_lease(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def short_lease(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("lease")
     proc = ServerProcess(
-        sqlite_url(tmp / "bso.db"), cwd=tmp, env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)}
+        database_url(request.param, tmp, request),
+        cwd=tmp,
+        env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)},
     )
     yield proc
     proc.stop()

@@ -8,6 +8,7 @@ converged, pivoting on the cheapest. After the last round the converged batch si
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
@@ -98,8 +99,8 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
                 tried.append(batch_size)
                 if outcome is _Outcome.NOT_CONVERGED:
                     break
-                assert cost is not None
-                converged[batch_size] = cost
+                # A converged report always carries its cost; without one it can't be a pivot.
+                converged[batch_size] = math.inf if cost is None else cost
         if not converged:
             raise NoConvergedBatchSizeError(round_index, sorted(tried))
         candidates = sorted(converged)

@@ -114,8 +114,8 @@ class Database:
                 maker = self._sync_writer if write else self._sync_reader
                 with maker() as session, session.begin():
                     return work(session)
-            async with self._async_maker() as session, session.begin():
-                return await session.run_sync(work)
+            async with self._async_maker() as async_session, async_session.begin():
+                return await async_session.run_sync(work)
 
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:

@@ -1,0 +1,83 @@
+"""A throwaway PostgreSQL server for the tests (initdb + pg_ctl on a free loopback port)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+from tests.ports import free_port
+
+
+def _binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+class PostgresServer:
+    """A PostgreSQL cluster in a temporary directory; `new_database` hands out fresh databases."""
+
+    def __init__(self) -> None:
+        initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
+        if not initdb or not pg_ctl:
+            raise FileNotFoundError("PostgreSQL binaries initdb and pg_ctl are not installed")
+        self.pg_ctl = pg_ctl
+        self.root = Path(tempfile.mkdtemp(prefix="zeus-bso-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.user = "zeus"
+        # PostgreSQL refuses to run as root: run it as the 'postgres' account when we are root.
+        self.run_as: list[str] = []
+        if os.geteuid() == 0:
+            account = pwd.getpwnam("postgres")
+            os.chown(self.root, account.pw_uid, account.pw_gid)
+            self.run_as = ["runuser", "-u", "postgres", "--"]
+        os.chmod(self.root, 0o755)
+        self._run(initdb, "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8")
+        self._run(
+            pg_ctl,
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-o",
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c max_connections=200",
+            "start",
+        )
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.run_as, *args], check=True, capture_output=True, timeout=120)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self) -> str:
+        """Create an empty database and return its URL."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        psql = _binary("psql") or "psql"
+        connect = ["-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres"]
+        subprocess.run(
+            [psql, *connect, "-c", f"CREATE DATABASE {name}"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        return self.url(name)
+
+    def stop(self) -> None:
+        subprocess.run(
+            [*self.run_as, self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
+        shutil.rmtree(self.root, ignore_errors=True)
