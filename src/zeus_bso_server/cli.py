@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,7 +44,7 @@ def _fail(error: ServerError) -> typer.Exit:
 
 def _upgrade_schema(settings: Settings) -> tuple[str | None, str]:
     async def run() -> tuple[str | None, str]:
-        db = Database(settings.async_database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        db = Database(settings.engine_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         try:
             return await upgrade(db)
         finally:
@@ -53,7 +54,7 @@ def _upgrade_schema(settings: Settings) -> tuple[str | None, str]:
 
 
 def _display_url(settings: Settings) -> str:
-    return settings.async_database_url.render_as_string(hide_password=True)
+    return settings.engine_url.render_as_string(hide_password=True)
 
 
 @app.command()
@@ -114,8 +115,19 @@ def serve(
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level.lower(),
+        log_config=_log_config(settings.log_level),
         access_log=settings.log_level == "DEBUG",
     )
+
+
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration, plus our loggers (applied in every worker process)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["zeus_bso_server"] = {"handlers": ["default"], "level": level}
+    config["loggers"]["alembic"] = {"handlers": ["default"], "level": "WARNING"}
+    return config
 
 
 @db_app.command("upgrade")
@@ -134,7 +146,7 @@ def db_current(db: DbOption = None) -> None:
     """Print the database's schema revision and the one this server needs."""
 
     async def run(settings: Settings) -> str | None:
-        db = Database(settings.async_database_url)
+        db = Database(settings.engine_url)
         try:
             return await current_revision(db)
         finally:

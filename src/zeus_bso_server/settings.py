@@ -14,17 +14,19 @@ from zeus_bso_server.errors import SettingsError
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
-_ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
+_DRIVERS = {
+    "sqlite": "sqlite+pysqlite",
     "postgresql": "postgresql+asyncpg",
     "postgres": "postgresql+asyncpg",
     "mysql": "mysql+aiomysql",
 }
-_SUPPORTED = {"sqlite+aiosqlite", "postgresql+asyncpg", "mysql+aiomysql", "mysql+asyncmy"}
+_SUPPORTED = {"sqlite+pysqlite", "postgresql+asyncpg", "mysql+aiomysql", "mysql+asyncmy"}
 
 
-def to_async_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
-    """Map a plain database URL (``sqlite:///x.db``, ``postgresql://...``) to its async driver.
+def to_engine_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
+    """Map a plain database URL (``sqlite:///x.db``, ``postgresql://...``) to the driver we use.
+
+    SQLite uses the standard library driver; PostgreSQL and MySQL use asyncio drivers.
 
     Raises:
         SettingsError: the URL cannot be parsed or names an unsupported database or driver.
@@ -36,7 +38,7 @@ def to_async_url(raw: str, user: str | None = None, password: str | None = None)
             f"database URL {raw!r} cannot be parsed; write it as sqlite:///path/to/file.db "
             "or postgresql://user:password@host:5432/dbname"
         ) from err
-    drivername = _ASYNC_DRIVERS.get(url.drivername, url.drivername)
+    drivername = _DRIVERS.get(url.drivername, url.drivername)
     if drivername not in _SUPPORTED:
         raise SettingsError(
             f"database driver {url.drivername!r} is not supported; use sqlite:///..., "
@@ -58,7 +60,7 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite:///./zeus-bso.db"
-    """Database URL; plain ``sqlite://`` and ``postgresql://`` URLs map to the async drivers."""
+    """Database URL; plain ``sqlite://`` and ``postgresql://`` URLs map to the drivers we use."""
     db_user: str | None = None
     """Overrides the URL's user name (upstream's ``ZEUS_BSO_DB_USER``)."""
     db_password: SecretStr | None = None
@@ -90,16 +92,16 @@ class Settings(BaseSettings):
     @classmethod
     def _url(cls, value: str) -> str:
         try:
-            to_async_url(value)
+            to_engine_url(value)
         except SettingsError as err:
             raise ValueError(err.message) from None
         return value
 
     @property
-    def async_database_url(self) -> URL:
-        """The database URL with its async driver and any user/password override."""
+    def engine_url(self) -> URL:
+        """The database URL with its driver and any user/password override."""
         password = self.db_password.get_secret_value() if self.db_password else None
-        return to_async_url(self.database_url, self.db_user, password)
+        return to_engine_url(self.database_url, self.db_user, password)
 
     @property
     def is_loopback(self) -> bool:

@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 
 from tests.conftest import SERVER_BIN, ServerProcess, job_body, sqlite_url
-from zeus_bso_server.settings import to_async_url
+from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import head_revision, upgrade
 from zeus_bso_server.store.tables import Base
@@ -47,7 +47,7 @@ def test_migration_matches_the_tables(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "compare.db")
 
     async def migrate() -> None:
-        db = Database(to_async_url(url))
+        db = Database(to_engine_url(url))
         await upgrade(db)
         await db.dispose()
 

@@ -30,7 +30,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(
-            resolved.async_database_url,
+            resolved.engine_url,
             busy_timeout_ms=resolved.sqlite_busy_timeout_ms,
             echo=resolved.echo_sql,
         )

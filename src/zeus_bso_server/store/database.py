@@ -57,11 +57,6 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     event.listen(engine, "begin", on_begin)
 
 
-def sync_sqlite_url(url: URL) -> URL:
-    """The URL of the standard library SQLite driver for a ``sqlite+...`` URL."""
-    return url.set(drivername="sqlite+pysqlite")
-
-
 class Database:
     """Runs units of work: `write` for requests that change state, `read` for the rest."""
 
@@ -72,7 +67,7 @@ class Database:
         self.async_engine: AsyncEngine | None = None
         if self.is_sqlite:
             engine = create_sync_engine(
-                sync_sqlite_url(url),
+                url,
                 echo=echo,
                 pool_size=8,
                 max_overflow=32,
