@@ -10,12 +10,13 @@ from zeus_bso_server.service import BatchSizeService
 from zeus_bso_server.store.database import Database
 
 
-def _service(request: Request) -> BatchSizeService:
+# Async on purpose: FastAPI runs plain ``def`` dependencies in a thread pool, a hand-off per call.
+async def _service(request: Request) -> BatchSizeService:
     service: BatchSizeService = request.app.state.service
     return service
 
 
-def _database(request: Request) -> Database:
+async def _database(request: Request) -> Database:
     db: Database = request.app.state.db
     return db
 

@@ -69,8 +69,7 @@ class Database:
             engine = create_sync_engine(
                 url,
                 echo=echo,
-                pool_size=8,
-                max_overflow=32,
+                pool_size=4,
                 connect_args={"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
             )
             _install_sqlite_hooks(engine, busy_timeout_ms)

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from importlib.resources import files
 from typing import TypeVar
 
-import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -47,13 +46,9 @@ def _upgrade(connection: Connection) -> None:
 
 async def _on_connection(db: Database, work: Callable[[Connection], T]) -> T:
     if db.sync_engine is not None:
-        engine = db.sync_engine
-
-        def in_thread() -> T:
-            with engine.begin() as connection:
-                return work(connection)
-
-        return await anyio.to_thread.run_sync(in_thread)
+        # SQLite work runs on the loop thread, like every other unit of work (see Database).
+        with db.sync_engine.begin() as connection:
+            return work(connection)
     assert db.async_engine is not None
     async with db.async_engine.begin() as connection:
         return await connection.run_sync(work)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, delete, func, insert, select, update
+from sqlalchemy import Row, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -60,12 +60,35 @@ def insert_job_if_absent(
     return inserted
 
 
+# The statements every request runs are built once; only their parameters change.
+_JOB = select(jobs).where(jobs.c.job_id == bindparam("job_id"))
+_JOB_FOR_UPDATE = _JOB.with_for_update()
+_TRIAL = select(trials).where(
+    trials.c.job_id == bindparam("job_id"), trials.c.trial_number == bindparam("trial_number")
+)
+_STATS = select(stats).where(stats.c.job_id == bindparam("job_id")).order_by(stats.c.batch_size)
+_EXPLORATIONS = select(
+    trials.c.round,
+    trials.c.batch_size,
+    trials.c.trial_number,
+    trials.c.status,
+    trials.c.converged,
+    trials.c.cost,
+).where(trials.c.job_id == bindparam("job_id"), trials.c.kind == TrialKind.EXPLORATION.value)
+_EXPIRE = (
+    update(trials)
+    .where(
+        trials.c.job_id == bindparam("expired_job_id"),
+        trials.c.status == TrialStatus.DISPATCHED.value,
+        trials.c.lease_expires_at < db_now(),
+    )
+    .values(status=TrialStatus.ABANDONED.value, updated_at=db_now())
+)
+
+
 def get_job(session: Session, job_id: str, *, lock: bool = False) -> Row[Any] | None:
     """The job row, locked for the rest of the transaction when ``lock`` is set."""
-    stmt = select(jobs).where(jobs.c.job_id == job_id)
-    if lock:
-        stmt = stmt.with_for_update()
-    return session.execute(stmt).first()
+    return session.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
 
 
 def advance_job(
@@ -96,22 +119,13 @@ def delete_job(session: Session, job_id: str) -> None:
 
 def expire_leases(session: Session, job_id: str) -> int:
     """Mark the job's dispatched trials whose lease ran out as abandoned. Returns how many."""
-    result = session.execute(
-        update(trials)
-        .where(
-            trials.c.job_id == job_id,
-            trials.c.status == TrialStatus.DISPATCHED.value,
-            trials.c.lease_expires_at < db_now(),
-        )
-        .values(status=TrialStatus.ABANDONED.value, updated_at=db_now())
-    )
+    result = session.execute(_EXPIRE, {"expired_job_id": job_id})
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def stats_rows(session: Session, job_id: str) -> Sequence[Row[Any]]:
     """The job's per-batch-size statistics, by batch size."""
-    stmt = select(stats).where(stats.c.job_id == job_id).order_by(stats.c.batch_size)
-    return session.execute(stmt).all()
+    return session.execute(_STATS, {"job_id": job_id}).all()
 
 
 def cost_stats(row: Row[Any]) -> CostStats:
@@ -146,14 +160,6 @@ def add_observation(session: Session, row: Row[Any], cost: float, converged: boo
 
 def explorations(session: Session, job_id: str) -> tuple[Exploration, ...]:
     """The job's pruning explorations."""
-    stmt = select(
-        trials.c.round,
-        trials.c.batch_size,
-        trials.c.trial_number,
-        trials.c.status,
-        trials.c.converged,
-        trials.c.cost,
-    ).where(trials.c.job_id == job_id, trials.c.kind == TrialKind.EXPLORATION.value)
     return tuple(
         Exploration(
             round=r.round or 0,
@@ -163,7 +169,7 @@ def explorations(session: Session, job_id: str) -> tuple[Exploration, ...]:
             converged=r.converged,
             cost=r.cost,
         )
-        for r in session.execute(stmt)
+        for r in session.execute(_EXPLORATIONS, {"job_id": job_id})
     )
 
 
@@ -190,8 +196,7 @@ def windowed_costs(
 
 def get_trial(session: Session, job_id: str, trial_number: int) -> Row[Any] | None:
     """One trial."""
-    stmt = select(trials).where(trials.c.job_id == job_id, trials.c.trial_number == trial_number)
-    return session.execute(stmt).first()
+    return session.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
 
 def insert_trial(session: Session, values: dict[str, Any]) -> None:
