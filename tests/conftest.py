@@ -121,8 +121,16 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """A server on a fresh database of each backend, shared by one test module."""
-    tmp = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp)
+    yield from serve_backend(request, tmp_path_factory)
+
+
+def serve_backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, **options: Any
+) -> Iterator[ServerProcess]:
+    """Body of a fixture parametrised over BACKENDS: a server on a fresh database of that
+    backend, with ``options`` passed to `ServerProcess`; stopped when the fixture ends."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp, **options)
     yield proc
     proc.stop()
 

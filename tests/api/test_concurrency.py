@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, unique_id
+from tests.conftest import BACKENDS, ServerProcess, job_body, serve_backend, unique_id
 
 CLIENTS = 32
 
@@ -20,10 +20,7 @@ def two_workers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """Two server processes on one SQLite file, or on one PostgreSQL database."""
-    tmp = tmp_path_factory.mktemp("workers")
-    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp, workers=2)
-    yield proc
-    proc.stop()
+    yield from serve_backend(request, tmp_path_factory, workers=2)
 
 
 def test_simultaneous_registrations_of_one_job(two_workers: ServerProcess) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, unique_id
+from tests.conftest import BACKENDS, ServerProcess, job_body, serve_backend, unique_id
 
 LEASE = 1.5
 
@@ -19,14 +19,7 @@ LEASE = 1.5
 def short_lease(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    tmp = tmp_path_factory.mktemp("lease")
-    proc = ServerProcess(
-        database_url(request.param, tmp, request),
-        cwd=tmp,
-        env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)},
-    )
-    yield proc
-    proc.stop()
+    yield from serve_backend(request, tmp_path_factory, env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)})
 
 
 def register(http: httpx.Client, **overrides: Any) -> str:
