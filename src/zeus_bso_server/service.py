@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.policy import JobHistory, Stage, TrialStatus
@@ -27,7 +27,6 @@ from zeus_bso_server.errors import (
 )
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.tables import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -71,21 +70,21 @@ class BatchSizeService:
         Raises:
             JobConfigMismatchError: the id exists with another configuration.
         """
-        return await self.db.write(lambda session: self._register(session, spec))
+        return await self.db.write(lambda conn: self._register(conn, spec))
 
-    def _register(self, session: Session, spec: JobSpecFromClient) -> Registered:
+    def _register(self, conn: Connection, spec: JobSpecFromClient) -> Registered:
         if spec.job_id is None:
             while True:  # a clash of 32 random bits is rare; draw again if it happens
                 job = spec.model_copy(
                     update={"job_id": f"{spec.job_id_prefix}-{secrets.token_hex(4)}"}
                 )
-                if self._insert(session, job):
+                if self._insert(conn, job):
                     logger.info("registered job %s", job.job_id)
                     return Registered(job, True)
-        if self._insert(session, spec):
+        if self._insert(conn, spec):
             logger.info("registered job %s", spec.job_id)
             return Registered(spec, True)
-        existing = repo.get_job(session, spec.job_id)
+        existing = repo.get_job(conn, spec.job_id)
         assert existing is not None
         if _comparable(config_of(existing)) != _comparable(spec):
             raise JobConfigMismatchError(
@@ -95,16 +94,16 @@ class BatchSizeService:
         return Registered(JobSpecFromClient.model_validate(existing.config), False)
 
     @staticmethod
-    def _insert(session: Session, job: JobSpecFromClient) -> bool:
+    def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
         assert job.job_id is not None
         config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
         return repo.insert_job_if_absent(
-            session, job.job_id, job.job_id_prefix, config, Stage.PRUNING.value
+            conn, job.job_id, job.job_id_prefix, config, Stage.PRUNING.value
         )
 
     @staticmethod
-    def _locked_job(session: Session, job_id: str) -> tuple[Row[Any], CreatedJob]:
-        job = repo.get_job(session, job_id, lock=True)
+    def _locked_job(conn: Connection, job_id: str) -> tuple[Row[Any], CreatedJob]:
+        job = repo.get_job(conn, job_id, lock=True)
         if job is None:
             raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
         return job, config_of(job)
@@ -116,45 +115,42 @@ class BatchSizeService:
             UnknownJobError: no such job.
             NoConvergedBatchSizeError: pruning found no batch size that converges.
         """
-        return await self.db.write(lambda session: self._next_trial(session, job_id))
+        return await self.db.write(lambda conn: self._next_trial(conn, job_id))
 
-    def _next_trial(self, session: Session, job_id: str) -> TrialId:
-        job, config = self._locked_job(session, job_id)
-        repo.expire_leases(session, job_id)
-        history = self._history(session, job, config)
+    def _next_trial(self, conn: Connection, job_id: str) -> TrialId:
+        job, config = self._locked_job(conn, job_id)
+        repo.expire_leases(conn, job_id)
+        history = self._history(conn, job, config)
         number = job.next_trial_number
         dispatch = policy.decide(config, history, policy.rng_for(config, number))
         repo.insert_trial(
-            session,
-            {
-                "job_id": job_id,
-                "trial_number": number,
-                "batch_size": dispatch.batch_size,
-                "kind": dispatch.kind.value,
-                "round": dispatch.round,
-                "status": TrialStatus.DISPATCHED.value,
-                "lease_expires_at": db_now() + self.lease_seconds,
-            },
+            conn,
+            job_id,
+            number,
+            dispatch.batch_size,
+            dispatch.kind,
+            dispatch.round,
+            self.lease_seconds,
         )
         entering_bandit = dispatch.arms is not None and job.arms is None
         repo.advance_job(
-            session, job_id, number + 1, list(dispatch.arms or ()) if entering_bandit else None
+            conn, job_id, number + 1, list(dispatch.arms or ()) if entering_bandit else None
         )
         if entering_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, dispatch.arms)
         return TrialId(job_id=job_id, batch_size=dispatch.batch_size, trial_number=number)
 
     @staticmethod
-    def _history(session: Session, job: Row[Any], config: CreatedJob) -> JobHistory:
-        rows = repo.stats_rows(session, job.job_id)
+    def _history(conn: Connection, job: Row[Any], config: CreatedJob) -> JobHistory:
+        rows = repo.stats_rows(conn, job.job_id)
         best = repo.best_run(rows)
         if job.arms is None:
             return JobHistory(
-                arms=None, explorations=repo.explorations(session, job.job_id), best=best
+                arms=None, explorations=repo.explorations(conn, job.job_id), best=best
             )
         arms = tuple(job.arms)
         if config.window_size > 0:
-            observations = repo.windowed_costs(session, job.job_id, arms, config.window_size)
+            observations = repo.windowed_costs(conn, job.job_id, arms, config.window_size)
         else:
             observations = {r.batch_size: repo.cost_stats(r) for r in rows}
         return JobHistory(arms=arms, observations=observations, best=best)
@@ -166,11 +162,11 @@ class BatchSizeService:
             UnknownJobError, UnknownTrialError: no such job or trial.
             ReportMismatchError: the report contradicts the trial.
         """
-        return await self.db.write(lambda session: self._report(session, result))
+        return await self.db.write(lambda conn: self._report(conn, result))
 
-    def _report(self, session: Session, result: TrainingResult) -> ReportResponse:
-        _, config = self._locked_job(session, result.job_id)
-        trial = repo.get_trial(session, result.job_id, result.trial_number)
+    def _report(self, conn: Connection, result: TrainingResult) -> ReportResponse:
+        _, config = self._locked_job(conn, result.job_id)
+        trial = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial is None or trial.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         if trial.status == TrialStatus.REPORTED.value:
@@ -184,7 +180,7 @@ class BatchSizeService:
                 f"current_epoch {result.current_epoch} is below the {trial.epochs} epochs "
                 f"already reported for trial {trial.trial_number}; report cumulative values"
             )
-        rows = repo.stats_rows(session, result.job_id)
+        rows = repo.stats_rows(conn, result.job_id)
         best = repo.best_run(rows)
         verdict = policy.judge_report(
             config,
@@ -195,7 +191,7 @@ class BatchSizeService:
             current_epoch=result.current_epoch,
             best_cost=best.cost if best else None,
         )
-        values: dict[str, Any] = {
+        measured = {
             "epochs": result.current_epoch,
             "time": result.time,
             "energy": result.energy,
@@ -205,17 +201,18 @@ class BatchSizeService:
         if not verdict.stop:
             # A client that reports is alive: renew (or revive) its lease.
             lease = self._lease(result.time, result.current_epoch)
-            values |= {"status": TrialStatus.DISPATCHED.value, "lease_expires_at": db_now() + lease}
+            repo.record_progress(conn, result.job_id, result.trial_number, measured, lease)
         else:
-            values |= {
-                "status": TrialStatus.REPORTED.value,
-                "converged": verdict.converged,
-                "message": verdict.message,
-                "lease_expires_at": None,
-            }
+            repo.record_final(
+                conn,
+                result.job_id,
+                result.trial_number,
+                measured,
+                verdict.converged,
+                verdict.message,
+            )
             row = next(r for r in rows if r.batch_size == result.batch_size)
-            repo.add_observation(session, row, verdict.cost, verdict.converged)
-        repo.update_trial(session, result.job_id, result.trial_number, values)
+            repo.add_observation(conn, row, verdict.cost, verdict.converged)
         return ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
         )
@@ -226,17 +223,12 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        await self.db.write(lambda session: self._end_trial(session, trial_id))
+        await self.db.write(lambda conn: self._end_trial(conn, trial_id))
 
-    def _end_trial(self, session: Session, trial_id: TrialId) -> None:
-        trial = self._locked_trial(session, trial_id)
+    def _end_trial(self, conn: Connection, trial_id: TrialId) -> None:
+        trial = self._locked_trial(conn, trial_id)
         if trial.status in _OPEN:
-            repo.update_trial(
-                session,
-                trial.job_id,
-                trial.trial_number,
-                {"status": TrialStatus.FAILED.value, "lease_expires_at": None},
-            )
+            repo.mark_failed(conn, trial.job_id, trial.trial_number)
 
     async def heartbeat(self, trial_id: TrialId) -> Row[Any]:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
@@ -244,27 +236,23 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        return await self.db.write(lambda session: self._heartbeat(session, trial_id))
+        return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
 
-    def _heartbeat(self, session: Session, trial_id: TrialId) -> Row[Any]:
-        trial = self._locked_trial(session, trial_id)
+    def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Row[Any]:
+        trial = self._locked_trial(conn, trial_id)
         if trial.status in _OPEN:
-            lease = self._lease(trial.time, trial.epochs)
-            repo.update_trial(
-                session,
-                trial.job_id,
-                trial.trial_number,
-                {"status": TrialStatus.DISPATCHED.value, "lease_expires_at": db_now() + lease},
+            repo.renew_lease(
+                conn, trial.job_id, trial.trial_number, self._lease(trial.time, trial.epochs)
             )
-            renewed = repo.get_trial(session, trial.job_id, trial.trial_number)
+            renewed = repo.get_trial(conn, trial.job_id, trial.trial_number)
             assert renewed is not None
             return renewed
         return trial
 
     @staticmethod
-    def _locked_trial(session: Session, trial_id: TrialId) -> Row[Any]:
-        job = repo.get_job(session, trial_id.job_id, lock=True)
-        trial = repo.get_trial(session, trial_id.job_id, trial_id.trial_number) if job else None
+    def _locked_trial(conn: Connection, trial_id: TrialId) -> Row[Any]:
+        job = repo.get_job(conn, trial_id.job_id, lock=True)
+        trial = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number) if job else None
         if trial is None or trial.batch_size != trial_id.batch_size:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return trial
@@ -275,11 +263,11 @@ class BatchSizeService:
         Raises:
             JobNotFoundError: no such job.
         """
-        await self.db.write(lambda session: self._delete_job(session, job_id))
+        await self.db.write(lambda conn: self._delete_job(conn, job_id))
 
     @staticmethod
-    def _delete_job(session: Session, job_id: str) -> None:
-        if repo.get_job(session, job_id, lock=True) is None:
+    def _delete_job(conn: Connection, job_id: str) -> None:
+        if repo.get_job(conn, job_id, lock=True) is None:
             raise JobNotFoundError("No job was deleted.")
-        repo.delete_job(session, job_id)
+        repo.delete_job(conn, job_id)
         logger.info("deleted job %s", job_id)

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Row
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.spec import CreatedJob
@@ -98,8 +98,8 @@ async def job_summaries(
 ) -> list[JobSummary]:
     """Jobs ordered by id."""
 
-    def work(session: Session) -> list[JobSummary]:
-        return [_summary(r) for r in repo.list_jobs(session, prefix, limit, offset)]
+    def work(conn: Connection) -> list[JobSummary]:
+        return [_summary(r) for r in repo.list_jobs(conn, prefix, limit, offset)]
 
     return await db.read(work)
 
@@ -121,7 +121,7 @@ async def job_state(db: Database, job_id: str, limit: int, before: int | None) -
     Raises:
         JobNotFoundError: no such job.
     """
-    return await db.read(lambda session: _job_state(session, job_id, limit, before))
+    return await db.read(lambda conn: _job_state(conn, job_id, limit, before))
 
 
 def _batch_size_view(
@@ -149,15 +149,15 @@ def _batch_size_view(
     )
 
 
-def _job_state(session: Session, job_id: str, limit: int, before: int | None) -> JobState:
-    row = repo.get_job(session, job_id)
+def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) -> JobState:
+    row = repo.get_job(conn, job_id)
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(row.config)
-    stats = repo.stats_rows(session, job_id)
+    stats = repo.stats_rows(conn, job_id)
     arms = tuple(row.arms) if row.arms is not None else ()
     windowed = (
-        repo.windowed_costs(session, job_id, arms, config.window_size)
+        repo.windowed_costs(conn, job_id, arms, config.window_size)
         if config.window_size > 0 and arms
         else {}
     )
@@ -169,9 +169,9 @@ def _job_state(session: Session, job_id: str, limit: int, before: int | None) ->
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
         trial_count=row.next_trial_number - 1,
-        trials_by_status=repo.count_trials_by_status(session, job_id),
+        trials_by_status=repo.count_trials_by_status(conn, job_id),
         batch_sizes=[_batch_size_view(s, config, arms, windowed) for s in stats],
-        trials=[TrialView.of(t) for t in repo.recent_trials(session, job_id, limit, before)],
+        trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

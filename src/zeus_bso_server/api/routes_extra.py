@@ -61,7 +61,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(db: Db) -> JSONResponse:
     """The database answers and its schema is current."""
     try:
-        await db.read(lambda session: session.execute(text("SELECT 1")).scalar_one())
+        await db.read(lambda conn: conn.execute(text("SELECT 1")).scalar_one())
         await check_schema(db)
     except (ServerError, SchemaError) as err:
         return JSONResponse({"status": "unavailable", "message": err.message}, status_code=503)

@@ -1,10 +1,10 @@
 """The engine and the unit of work: one transaction per request, database errors translated.
 
-A request's work is one synchronous function of a SQLAlchemy `Session` (the repository is plain
-SQLAlchemy 2). How it runs depends on the driver:
+A request's work is one synchronous function of a SQLAlchemy `Connection` in a transaction (the
+repository is SQLAlchemy 2 Core). How it runs depends on the driver:
 
 - PostgreSQL and MySQL use SQLAlchemy's asyncio extension (asyncpg, aiomysql): the function runs
-  through ``AsyncSession.run_sync``, every statement awaited on the event loop. The job row is
+  through ``AsyncConnection.run_sync``, every statement awaited on the event loop. The job row is
   locked with ``SELECT ... FOR UPDATE``.
 - SQLite uses the standard library driver, and the whole transaction runs at once on the event
   loop's thread. A transaction takes about a millisecond and SQLite admits one writer at a time,
@@ -27,8 +27,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from zeus_bso_server.errors import DatabaseUnavailableError
 
@@ -74,22 +73,18 @@ class Database:
             )
             _install_sqlite_hooks(engine, busy_timeout_ms)
             self.sync_engine = engine
-            self._sync_writer = sessionmaker(
-                engine.execution_options(**{_WRITE: True}), expire_on_commit=False
-            )
-            self._sync_reader = sessionmaker(engine, expire_on_commit=False)
+            self._sync_writer = engine.execution_options(**{_WRITE: True})
         else:
             self.async_engine = create_async_engine(
                 url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20
             )
-            self._async_maker = async_sessionmaker(self.async_engine, expire_on_commit=False)
 
     @property
     def dialect(self) -> str:
         """The database's dialect name (``sqlite``, ``postgresql``, ``mysql``)."""
         return str(self.url.get_backend_name())
 
-    async def write(self, work: Callable[[Session], T]) -> T:
+    async def write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction: committed if it returns, rolled back if not.
 
         Raises:
@@ -98,18 +93,19 @@ class Database:
         """
         return await self._run(work, write=True)
 
-    async def read(self, work: Callable[[Session], T]) -> T:
+    async def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one read-only transaction."""
         return await self._run(work, write=False)
 
-    async def _run(self, work: Callable[[Session], T], *, write: bool) -> T:
+    async def _run(self, work: Callable[[Connection], T], *, write: bool) -> T:
         async with self._translate():
-            if self.is_sqlite:
-                maker = self._sync_writer if write else self._sync_reader
-                with maker() as session, session.begin():
-                    return work(session)
-            async with self._async_maker() as async_session, async_session.begin():
-                return await async_session.run_sync(work)
+            if self.sync_engine is not None:
+                engine = self._sync_writer if write else self.sync_engine
+                with engine.begin() as connection:
+                    return work(connection)
+            assert self.async_engine is not None
+            async with self.async_engine.begin() as async_connection:
+                return await async_connection.run_sync(work)
 
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:

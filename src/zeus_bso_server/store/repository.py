@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Float, Row, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
 from zeus_bso.policy import BestRun, CostStats, Exploration, TrialKind, TrialStatus
 from zeus_bso_server.store.tables import BatchSizeStatsRow, JobRow, TrialRow, db_now
@@ -24,7 +24,7 @@ stats = cast(Table, BatchSizeStatsRow.__table__)
 
 
 def insert_job_if_absent(
-    session: Session, job_id: str, prefix: str, config: dict[str, Any], stage: str
+    conn: Connection, job_id: str, prefix: str, config: dict[str, Any], stage: str
 ) -> bool:
     """Insert a job row (and its statistics rows) unless the id exists. Returns whether it did."""
     values = {
@@ -34,16 +34,16 @@ def insert_job_if_absent(
         "stage": stage,
         "next_trial_number": 1,
     }
-    dialect = session.get_bind().dialect.name
+    dialect = conn.dialect.name
     if dialect == "postgresql":
         stmt: Any = pg_insert(jobs).values(values).on_conflict_do_nothing()
     elif dialect == "sqlite":
         stmt = sqlite_insert(jobs).values(values).on_conflict_do_nothing()
     else:
         stmt = insert(jobs).prefix_with("IGNORE").values(values)
-    inserted = bool(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
+    inserted = bool(conn.execute(stmt).rowcount)
     if inserted:
-        session.execute(
+        conn.execute(
             insert(stats),
             [
                 {
@@ -86,46 +86,55 @@ _EXPIRE = (
 )
 
 
-def get_job(session: Session, job_id: str, *, lock: bool = False) -> Row[Any] | None:
+def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Row[Any] | None:
     """The job row, locked for the rest of the transaction when ``lock`` is set."""
-    return session.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
+    return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
+
+
+_ADVANCE = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("key_job_id"))
+    .values(next_trial_number=bindparam("next_trial_number"), updated_at=db_now())
+)
+_ENTER_BANDIT = _ADVANCE.values(arms=bindparam("arms", type_=jobs.c.arms.type), stage="bandit")
 
 
 def advance_job(
-    session: Session, job_id: str, next_trial_number: int, arms: list[int] | None
+    conn: Connection, job_id: str, next_trial_number: int, arms: list[int] | None
 ) -> None:
     """Store the job's next trial number and, when it enters the bandit stage, its arms."""
-    values: dict[str, Any] = {"next_trial_number": next_trial_number, "updated_at": db_now()}
-    if arms is not None:
-        values |= {"arms": arms, "stage": "bandit"}
-    session.execute(update(jobs).where(jobs.c.job_id == job_id).values(values))
+    params: dict[str, Any] = {"key_job_id": job_id, "next_trial_number": next_trial_number}
+    if arms is None:
+        conn.execute(_ADVANCE, params)
+    else:
+        conn.execute(_ENTER_BANDIT, {**params, "arms": arms})
 
 
-def list_jobs(session: Session, prefix: str | None, limit: int, offset: int) -> Sequence[Row[Any]]:
+def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Row[Any]]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         stmt = stmt.where(jobs.c.job_id.like(f"{escaped}%", escape="\\"))
-    return session.execute(stmt).all()
+    return conn.execute(stmt).all()
 
 
-def delete_job(session: Session, job_id: str) -> None:
+def delete_job(conn: Connection, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
-    session.execute(delete(trials).where(trials.c.job_id == job_id))
-    session.execute(delete(stats).where(stats.c.job_id == job_id))
-    session.execute(delete(jobs).where(jobs.c.job_id == job_id))
+    conn.execute(delete(trials).where(trials.c.job_id == job_id))
+    conn.execute(delete(stats).where(stats.c.job_id == job_id))
+    conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
 
 
-def expire_leases(session: Session, job_id: str) -> int:
+def expire_leases(conn: Connection, job_id: str) -> int:
     """Mark the job's dispatched trials whose lease ran out as abandoned. Returns how many."""
-    result = session.execute(_EXPIRE, {"expired_job_id": job_id})
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    result = conn.execute(_EXPIRE, {"expired_job_id": job_id})
+    return int(result.rowcount)
 
 
-def stats_rows(session: Session, job_id: str) -> Sequence[Row[Any]]:
+def stats_rows(conn: Connection, job_id: str) -> Sequence[Row[Any]]:
     """The job's per-batch-size statistics, by batch size."""
-    return session.execute(_STATS, {"job_id": job_id}).all()
+    return conn.execute(_STATS, {"job_id": job_id}).all()
 
 
 def cost_stats(row: Row[Any]) -> CostStats:
@@ -142,23 +151,40 @@ def best_run(rows: Sequence[Row[Any]]) -> BestRun | None:
     return BestRun(best.batch_size, best.best_converged_cost)
 
 
-def add_observation(session: Session, row: Row[Any], cost: float, converged: bool) -> None:
+_OBSERVE = (
+    update(stats)
+    .where(stats.c.job_id == bindparam("key_job_id"), stats.c.batch_size == bindparam("key_bs"))
+    .values(
+        reports=bindparam("reports"),
+        mean_cost=bindparam("mean_cost"),
+        m2_cost=bindparam("m2_cost"),
+        converged_count=bindparam("converged_count"),
+        best_converged_cost=bindparam("best_converged_cost"),
+    )
+)
+
+
+def add_observation(conn: Connection, row: Row[Any], cost: float, converged: bool) -> None:
     """Fold one final report into a batch size's statistics."""
     updated = cost_stats(row).add(cost)
-    values: dict[str, Any] = {"reports": updated.count, "mean_cost": updated.mean}
-    values["m2_cost"] = updated.m2
-    if converged:
-        values["converged_count"] = row.converged_count + 1
-        if row.best_converged_cost is None or cost < row.best_converged_cost:
-            values["best_converged_cost"] = cost
-    session.execute(
-        update(stats)
-        .where(stats.c.job_id == row.job_id, stats.c.batch_size == row.batch_size)
-        .values(values)
+    best = row.best_converged_cost
+    if converged and (best is None or cost < best):
+        best = cost
+    conn.execute(
+        _OBSERVE,
+        {
+            "key_job_id": row.job_id,
+            "key_bs": row.batch_size,
+            "reports": updated.count,
+            "mean_cost": updated.mean,
+            "m2_cost": updated.m2,
+            "converged_count": row.converged_count + int(converged),
+            "best_converged_cost": best,
+        },
     )
 
 
-def explorations(session: Session, job_id: str) -> tuple[Exploration, ...]:
+def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
     """The job's pruning explorations."""
     return tuple(
         Exploration(
@@ -169,12 +195,12 @@ def explorations(session: Session, job_id: str) -> tuple[Exploration, ...]:
             converged=r.converged,
             cost=r.cost,
         )
-        for r in session.execute(_EXPLORATIONS, {"job_id": job_id})
+        for r in conn.execute(_EXPLORATIONS, {"job_id": job_id})
     )
 
 
 def windowed_costs(
-    session: Session, job_id: str, batch_sizes: Sequence[int], window: int
+    conn: Connection, job_id: str, batch_sizes: Sequence[int], window: int
 ) -> dict[int, CostStats]:
     """Statistics of the last ``window`` reported costs of each batch size (oldest first)."""
     result: dict[int, CostStats] = {}
@@ -189,46 +215,140 @@ def windowed_costs(
             .order_by(trials.c.trial_number.desc())
             .limit(window)
         )
-        costs = [float(c) for c in session.execute(stmt).scalars() if c is not None]
+        costs = [float(c) for c in conn.execute(stmt).scalars() if c is not None]
         result[batch_size] = CostStats.of(reversed(costs))
     return result
 
 
-def get_trial(session: Session, job_id: str, trial_number: int) -> Row[Any] | None:
+def get_trial(conn: Connection, job_id: str, trial_number: int) -> Row[Any] | None:
     """One trial."""
-    return session.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
+    return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
 
-def insert_trial(session: Session, values: dict[str, Any]) -> None:
-    """Store a new trial."""
-    session.execute(insert(trials).values(values))
+_INSERT_TRIAL = insert(trials).values(
+    job_id=bindparam("job_id"),
+    trial_number=bindparam("trial_number"),
+    batch_size=bindparam("batch_size"),
+    kind=bindparam("kind"),
+    round=bindparam("round"),
+    status=TrialStatus.DISPATCHED.value,
+    lease_expires_at=db_now() + bindparam("lease", type_=Float()),
+)
 
 
-def update_trial(session: Session, job_id: str, trial_number: int, values: dict[str, Any]) -> None:
-    """Change a trial (``updated_at`` is stamped with the database's clock)."""
-    session.execute(
-        update(trials)
-        .where(trials.c.job_id == job_id, trials.c.trial_number == trial_number)
-        .values({**values, "updated_at": db_now()})
+def insert_trial(
+    conn: Connection,
+    job_id: str,
+    trial_number: int,
+    batch_size: int,
+    kind: TrialKind,
+    round_index: int | None,
+    lease: float,
+) -> None:
+    """Store a new dispatched trial whose lease runs ``lease`` seconds."""
+    conn.execute(
+        _INSERT_TRIAL,
+        {
+            "job_id": job_id,
+            "trial_number": trial_number,
+            "batch_size": batch_size,
+            "kind": kind.value,
+            "round": round_index,
+            "lease": lease,
+        },
     )
 
 
+_THE_TRIAL = (
+    trials.c.job_id == bindparam("key_job_id"),
+    trials.c.trial_number == bindparam("key_number"),
+)
+_MEASURED: dict[str, Any] = {
+    "epochs": bindparam("epochs"),
+    "time": bindparam("time"),
+    "energy": bindparam("energy"),
+    "metric": bindparam("metric"),
+    "cost": bindparam("cost"),
+}
+_RENEW = (
+    update(trials)
+    .where(*_THE_TRIAL)
+    .values(
+        status=TrialStatus.DISPATCHED.value,
+        lease_expires_at=db_now() + bindparam("lease", type_=Float()),
+        updated_at=db_now(),
+    )
+)
+_PROGRESS = _RENEW.values(**_MEASURED)
+_FINISH = (
+    update(trials)
+    .where(*_THE_TRIAL)
+    .values(
+        status=TrialStatus.REPORTED.value,
+        converged=bindparam("converged"),
+        message=bindparam("message"),
+        lease_expires_at=None,
+        updated_at=db_now(),
+        **_MEASURED,
+    )
+)
+_FAIL = (
+    update(trials)
+    .where(*_THE_TRIAL)
+    .values(status=TrialStatus.FAILED.value, lease_expires_at=None, updated_at=db_now())
+)
+
+
+def _key(job_id: str, trial_number: int) -> dict[str, Any]:
+    return {"key_job_id": job_id, "key_number": trial_number}
+
+
+def record_progress(
+    conn: Connection, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
+) -> None:
+    """Store a non-final report; the trial is (again) dispatched with a renewed lease."""
+    conn.execute(_PROGRESS, {**_key(job_id, trial_number), **measured, "lease": lease})
+
+
+def record_final(
+    conn: Connection,
+    job_id: str,
+    trial_number: int,
+    measured: dict[str, Any],
+    converged: bool,
+    message: str,
+) -> None:
+    """Store the final report of a trial."""
+    params = {**_key(job_id, trial_number), **measured, "converged": converged}
+    conn.execute(_FINISH, {**params, "message": message})
+
+
+def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> None:
+    """Mark a trial dispatched with a lease of ``lease`` seconds from now."""
+    conn.execute(_RENEW, {**_key(job_id, trial_number), "lease": lease})
+
+
+def mark_failed(conn: Connection, job_id: str, trial_number: int) -> None:
+    """Mark a trial that ended without a final report as failed."""
+    conn.execute(_FAIL, _key(job_id, trial_number))
+
+
 def recent_trials(
-    session: Session, job_id: str, limit: int, before: int | None
+    conn: Connection, job_id: str, limit: int, before: int | None
 ) -> Sequence[Row[Any]]:
     """The job's trials, newest first, optionally only those numbered below ``before``."""
     stmt = select(trials).where(trials.c.job_id == job_id)
     if before is not None:
         stmt = stmt.where(trials.c.trial_number < before)
     stmt = stmt.order_by(trials.c.trial_number.desc()).limit(limit)
-    return session.execute(stmt).all()
+    return conn.execute(stmt).all()
 
 
-def count_trials_by_status(session: Session, job_id: str) -> dict[str, int]:
+def count_trials_by_status(conn: Connection, job_id: str) -> dict[str, int]:
     """How many trials the job has in each status."""
     stmt = (
         select(trials.c.status, func.count())
         .where(trials.c.job_id == job_id)
         .group_by(trials.c.status)
     )
-    return {str(status): int(n) for status, n in session.execute(stmt).all()}
+    return {str(status): int(n) for status, n in conn.execute(stmt).all()}
