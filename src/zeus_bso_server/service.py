@@ -142,8 +142,7 @@ class BatchSizeService:
 
     @staticmethod
     def _history(conn: Connection, job: Row[Any], config: CreatedJob) -> JobHistory:
-        rows = repo.stats_rows(conn, job.job_id)
-        best = repo.best_run(rows)
+        best = repo.best_run(job)
         if job.arms is None:
             return JobHistory(
                 arms=None, explorations=repo.explorations(conn, job.job_id), best=best
@@ -152,6 +151,7 @@ class BatchSizeService:
         if config.window_size > 0:
             observations = repo.windowed_costs(conn, job.job_id, arms, config.window_size)
         else:
+            rows = repo.stats_rows(conn, job.job_id)
             observations = {r.batch_size: repo.cost_stats(r) for r in rows}
         return JobHistory(arms=arms, observations=observations, best=best)
 
@@ -165,7 +165,7 @@ class BatchSizeService:
         return await self.db.write(lambda conn: self._report(conn, result))
 
     def _report(self, conn: Connection, result: TrainingResult) -> ReportResponse:
-        _, config = self._locked_job(conn, result.job_id)
+        job, config = self._locked_job(conn, result.job_id)
         trial = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial is None or trial.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
@@ -180,8 +180,7 @@ class BatchSizeService:
                 f"current_epoch {result.current_epoch} is below the {trial.epochs} epochs "
                 f"already reported for trial {trial.trial_number}; report cumulative values"
             )
-        rows = repo.stats_rows(conn, result.job_id)
-        best = repo.best_run(rows)
+        best = repo.best_run(job)
         verdict = policy.judge_report(
             config,
             batch_size=result.batch_size,
@@ -211,8 +210,7 @@ class BatchSizeService:
                 verdict.converged,
                 verdict.message,
             )
-            row = next(r for r in rows if r.batch_size == result.batch_size)
-            repo.add_observation(conn, row, verdict.cost, verdict.converged)
+            repo.add_observation(conn, job, result.batch_size, verdict.cost, verdict.converged)
         return ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
         )

@@ -161,7 +161,7 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
         if config.window_size > 0 and arms
         else {}
     )
-    best = repo.best_run(stats)
+    best = repo.best_run(row)
     return JobState(
         job=config,
         stage=row.stage,

@@ -142,13 +142,21 @@ def cost_stats(row: Row[Any]) -> CostStats:
     return CostStats(row.reports, row.mean_cost, row.m2_cost)
 
 
-def best_run(rows: Sequence[Row[Any]]) -> BestRun | None:
-    """The cheapest converged run among the statistics rows."""
-    converged = [r for r in rows if r.best_converged_cost is not None]
-    if not converged:
+def best_run(job: Row[Any]) -> BestRun | None:
+    """The job's cheapest converged run so far."""
+    if job.best_cost is None:
         return None
-    best = min(converged, key=lambda r: (r.best_converged_cost, r.batch_size))
-    return BestRun(best.batch_size, best.best_converged_cost)
+    return BestRun(job.best_batch_size, job.best_cost)
+
+
+_STATS_ONE = select(stats).where(
+    stats.c.job_id == bindparam("job_id"), stats.c.batch_size == bindparam("batch_size")
+)
+_SET_BEST = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("key_job_id"))
+    .values(best_batch_size=bindparam("best_batch_size"), best_cost=bindparam("best_cost"))
+)
 
 
 _OBSERVE = (
@@ -164,8 +172,11 @@ _OBSERVE = (
 )
 
 
-def add_observation(conn: Connection, row: Row[Any], cost: float, converged: bool) -> None:
-    """Fold one final report into a batch size's statistics."""
+def add_observation(
+    conn: Connection, job: Row[Any], batch_size: int, cost: float, converged: bool
+) -> None:
+    """Fold one final report into the batch size's statistics and the job's best run."""
+    row = conn.execute(_STATS_ONE, {"job_id": job.job_id, "batch_size": batch_size}).one()
     updated = cost_stats(row).add(cost)
     best = row.best_converged_cost
     if converged and (best is None or cost < best):
@@ -182,6 +193,10 @@ def add_observation(conn: Connection, row: Row[Any], cost: float, converged: boo
             "best_converged_cost": best,
         },
     )
+    if converged and (job.best_cost is None or cost < job.best_cost):
+        conn.execute(
+            _SET_BEST, {"key_job_id": job.job_id, "best_batch_size": batch_size, "best_cost": cost}
+        )
 
 
 def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:

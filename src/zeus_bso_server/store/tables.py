@@ -59,6 +59,9 @@ class JobRow(Base):
     stage: Mapped[str] = mapped_column(String(16))
     arms: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     next_trial_number: Mapped[int] = mapped_column(Integer, default=1)
+    best_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    best_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """The cheapest converged run so far (kept here so that a report reads one row for it)."""
     created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
 

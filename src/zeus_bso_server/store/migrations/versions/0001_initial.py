@@ -27,6 +27,8 @@ def upgrade() -> None:
         sa.Column("stage", sa.String(16), nullable=False),
         sa.Column("arms", sa.JSON(), nullable=True),
         sa.Column("next_trial_number", sa.Integer(), nullable=False),
+        sa.Column("best_batch_size", sa.Integer(), nullable=True),
+        sa.Column("best_cost", sa.Float(), nullable=True),
         sa.Column("created_at", sa.Float(), server_default=db_now(), nullable=False),
         sa.Column("updated_at", sa.Float(), server_default=db_now(), nullable=False),
     )
