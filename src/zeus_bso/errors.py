@@ -3,8 +3,10 @@
 ::
 
     ZeusBSOError                      every error this package raises
-    └── PolicyError                   the policy cannot decide with the job as configured
-        └── NoConvergedBatchSizeError a pruning round ended with no converged batch size
+    ├── PolicyError                   the policy cannot decide with the job as configured
+    │   └── NoConvergedBatchSizeError a pruning round ended with no converged batch size
+    ├── ServerConnectionError         the server cannot be reached (or timed out)
+    └── ServerRejectedError           the server answered with an error status
 """
 
 from __future__ import annotations
@@ -33,3 +35,22 @@ class NoConvergedBatchSizeError(PolicyError):
             "Reconfigure the job: register a new job_id with other batch_sizes, a larger "
             "max_epochs or a reachable target_metric."
         )
+
+
+class ServerConnectionError(ZeusBSOError):
+    """Raised when the batch size optimizer server cannot be reached or does not answer in time.
+
+    Check the server URL and that ``zeus-bso-server serve`` is running there.
+    """
+
+
+class ServerRejectedError(ZeusBSOError):
+    """Raised when the server answers a request with an error status.
+
+    ``status`` is the HTTP status and ``message`` the server's explanation.
+    """
+
+    def __init__(self, status: int, message: str, method: str, path: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"{method} {path} answered {status}: {message}")

@@ -1,0 +1,158 @@
+"""Simulate recurrences of a trace job against the policy, in-process or through a server.
+
+The model (kept exactly, so that figures compare with the published ones): a trial of batch size
+``b`` draws one training run of ``b`` uniformly from the trace with the seeded generator; it
+reaches the target at that run's ``target_epoch`` (never if ``nan`` or beyond ``max_epochs``).
+After epoch ``e`` it reports cumulative time ``e * time_per_epoch`` and energy ``time *
+average_power``. The policy decides after every epoch; every epoch run is paid for. A recurrence
+retries with a new trial until one converges, at most `MAX_TRIES` times; every try's cost counts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from zeus_bso.client import ServerClient
+from zeus_bso.policy import zeus_cost
+from zeus_bso.sim.memory import InMemoryJob
+from zeus_bso.sim.trace import TraceJob
+from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
+
+MAX_TRIES = 20
+
+
+class Backend(Protocol):
+    """Where the policy runs: the three operations of a training run."""
+
+    def next_trial(self) -> TrialId: ...
+
+    def report(
+        self, trial: TrialId, *, time: float, energy: float, metric: float, current_epoch: int
+    ) -> ReportResponse: ...
+
+    def end_trial(self, trial: TrialId) -> None: ...
+
+
+class ServerBackend:
+    """A job registered on a running server, driven through `ServerClient`."""
+
+    def __init__(self, client: ServerClient, job: JobSpecFromClient) -> None:
+        self.client = client
+        created, _ = client.register_job(job)
+        self.job_id = created.job_id
+
+    def next_trial(self) -> TrialId:
+        return self.client.next_trial(self.job_id)
+
+    def report(
+        self, trial: TrialId, *, time: float, energy: float, metric: float, current_epoch: int
+    ) -> ReportResponse:
+        result = TrainingResult(
+            **trial.model_dump(),
+            time=time,
+            energy=energy,
+            metric=metric,
+            current_epoch=current_epoch,
+        )
+        return self.client.report(result)
+
+    def end_trial(self, trial: TrialId) -> None:
+        self.client.end_trial(trial)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """One training run of a recurrence."""
+
+    batch_size: int
+    epochs: int
+    cost: float
+    converged: bool
+
+
+@dataclass
+class Recurrence:
+    """One recurrence: its runs (the last one converged unless all tries failed)."""
+
+    trials: list[TrialOutcome] = field(default_factory=list)
+
+    @property
+    def cost(self) -> float:
+        """What the recurrence cost, failed tries included."""
+        return sum(t.cost for t in self.trials)
+
+
+def job_spec(trace: TraceJob, job_id: str, **options: Any) -> JobSpecFromClient:
+    """The job a user of this workload would register (``options`` override policy knobs)."""
+    w = trace.workload
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "job_id_prefix": job_id.split("-", 1)[0],
+        "batch_sizes": trace.batch_sizes,
+        "default_batch_size": trace.default_batch_size,
+        "target_metric": w.target_metric,
+        "higher_is_better_metric": w.higher_is_better,
+        "max_epochs": w.max_epochs,
+        "max_power": trace.max_power,
+        "number_of_gpus": 1,
+        "gpu_model": trace.gpu,
+    }
+    fields.update(options)
+    return JobSpecFromClient(**fields)
+
+
+def in_process(job: JobSpecFromClient) -> InMemoryJob:
+    """A backend that runs the policy in this process."""
+    return InMemoryJob(CreatedJob.model_validate(job.model_dump()))
+
+
+def simulate(
+    trace: TraceJob,
+    backend: Backend,
+    *,
+    recurrences: int,
+    seed: int,
+    eta_knob: float,
+    on_recurrence: Callable[[int, Recurrence], None] | None = None,
+) -> list[Recurrence]:
+    """Run ``recurrences`` recurrences of ``trace`` against ``backend``."""
+    rng = random.Random(seed)
+    w = trace.workload
+    below = -1.0 if w.higher_is_better else 1.0
+    results = []
+    for index in range(recurrences):
+        recurrence = Recurrence()
+        for _ in range(MAX_TRIES):
+            trial = backend.next_trial()
+            profile = trace.profiles[trial.batch_size]
+            target_epoch = rng.choice(profile.target_epochs)
+            converges_at = int(target_epoch) if trace.converges(target_epoch) else None
+            epoch, answer = 0, None
+            while answer is None or not answer.stop_train:
+                epoch += 1
+                time = epoch * profile.time_per_epoch
+                reached = converges_at is not None and epoch >= converges_at
+                answer = backend.report(
+                    trial,
+                    time=time,
+                    energy=time * profile.average_power,
+                    metric=w.target_metric if reached else w.target_metric + below,
+                    current_epoch=epoch,
+                )
+            backend.end_trial(trial)
+            cost = zeus_cost(
+                epoch * profile.time_per_epoch * profile.average_power,
+                epoch * profile.time_per_epoch,
+                eta_knob,
+                trace.max_power,
+            )
+            recurrence.trials.append(TrialOutcome(trial.batch_size, epoch, cost, answer.converged))
+            if answer.converged:
+                break
+        results.append(recurrence)
+        if on_recurrence is not None:
+            on_recurrence(index, recurrence)
+    return results

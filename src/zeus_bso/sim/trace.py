@@ -1,0 +1,163 @@
+"""The NSDI'23 Zeus traces (shipped as package data) and the six recurring jobs built on them.
+
+A workload's batch sizes are those present for its (dataset, network, optimizer) in both the
+training trace and the GPU's power trace. The GPU runs at its maximum power limit (the largest
+``power_limit`` in its power trace), which is also ``max_power`` in the cost.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+from zeus_bso.errors import ZeusBSOError
+from zeus_bso.policy import zeus_cost
+
+GPUS = ("v100", "p100")
+
+
+class TraceError(ZeusBSOError):
+    """Raised when a workload or GPU is not in the shipped traces."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A recurring job of the benchmark, as in the Zeus paper's trace-driven experiments."""
+
+    name: str
+    dataset: str
+    network: str
+    optimizer: str
+    target_metric: float
+    higher_is_better: bool
+    max_epochs: int
+    default_batch_size: int
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("cifar100", "cifar100", "shufflenetv2", "adadelta", 0.6, True, 100, 1024),
+        Workload("imagenet", "imagenet", "resnet50", "adadelta", 0.65, True, 100, 256),
+        Workload("squad", "squad", "bert_base_uncased", "adamw", 84.0, True, 6, 32),
+        Workload("librispeech", "librispeech", "deepspeech2", "adamw", 40.0, False, 16, 256),
+        Workload("movielens-1m", "movielens-1m", "ncf", "adam", 0.41, True, 100, 1024),
+        Workload("sentiment140", "sentiment140", "bert_base_uncased", "adamw", 0.84, True, 10, 128),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSizeProfile:
+    """What the trace says of one batch size at the GPU's maximum power limit."""
+
+    batch_size: int
+    time_per_epoch: float
+    average_power: float
+    target_epochs: tuple[float, ...]
+    """Per run, the epoch at which it reached the target (``nan``: never)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A workload on a GPU: its batch sizes, their epoch costs and training runs."""
+
+    workload: Workload
+    gpu: str
+    max_power: float
+    default_batch_size: int
+    profiles: dict[int, BatchSizeProfile]
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes offered to the optimizer."""
+        return sorted(self.profiles)
+
+    def epoch_cost(self, batch_size: int, eta_knob: float) -> float:
+        """Cost of one epoch of ``batch_size``."""
+        p = self.profiles[batch_size]
+        return zeus_cost(
+            p.time_per_epoch * p.average_power, p.time_per_epoch, eta_knob, self.max_power
+        )
+
+    def converges(self, target_epoch: float) -> bool:
+        """Whether a run that reaches the target at ``target_epoch`` converges in time."""
+        return not math.isnan(target_epoch) and target_epoch <= self.workload.max_epochs
+
+    def expected_cost(self, batch_size: int, eta_knob: float) -> float:
+        """Expected cost of one recurrence that always uses ``batch_size``, retrying failures.
+
+        Mean over converging runs of their cost, plus ``(1 - p) / p`` failed runs of
+        ``max_epochs`` each; infinite when no run converges.
+        """
+        epochs = self.profiles[batch_size].target_epochs
+        converging = [e for e in epochs if self.converges(e)]
+        if not converging:
+            return math.inf
+        p = len(converging) / len(epochs)
+        cost = self.epoch_cost(batch_size, eta_knob)
+        mean = sum(converging) / len(converging) * cost
+        return mean + (1 - p) / p * self.workload.max_epochs * cost
+
+    def oracle_batch_size(self, eta_knob: float) -> int:
+        """The batch size with the lowest expected cost."""
+        return min(self.batch_sizes, key=lambda b: (self.expected_cost(b, eta_knob), b))
+
+
+def _data(name: str) -> list[dict[str, str]]:
+    path = files("zeus_bso.sim") / "data" / name
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@cache
+def _train_rows() -> list[dict[str, str]]:
+    return _data("summary_train.csv")
+
+
+@cache
+def _power_rows(gpu: str) -> list[dict[str, str]]:
+    return _data(f"summary_power_{gpu}.csv")
+
+
+def load_trace_job(workload: str, gpu: str) -> TraceJob:
+    """The trace job of ``workload`` on ``gpu``.
+
+    Raises:
+        TraceError: unknown workload or GPU.
+    """
+    if workload not in WORKLOADS:
+        raise TraceError(f"unknown workload {workload!r}; choose one of {sorted(WORKLOADS)}")
+    if gpu not in GPUS:
+        raise TraceError(f"unknown GPU {gpu!r}; the shipped traces cover {list(GPUS)}")
+    w = WORKLOADS[workload]
+
+    def ours(row: dict[str, str]) -> bool:
+        return (row["dataset"], row["network"], row["optimizer"]) == (
+            w.dataset,
+            w.network,
+            w.optimizer,
+        )
+
+    power = [r for r in _power_rows(gpu) if ours(r)]
+    max_power = max(float(r["power_limit"]) for r in _power_rows(gpu))
+    at_max = {int(r["batch_size"]): r for r in power if float(r["power_limit"]) == max_power}
+    runs: dict[int, list[float]] = {}
+    for r in _train_rows():
+        if ours(r) and math.isclose(float(r["target_metric"]), w.target_metric):
+            runs.setdefault(int(r["batch_size"]), []).append(float(r["target_epoch"]))
+    profiles = {
+        b: BatchSizeProfile(
+            batch_size=b,
+            time_per_epoch=float(at_max[b]["time_per_epoch"]),
+            average_power=float(at_max[b]["average_power"]),
+            target_epochs=tuple(runs[b]),
+        )
+        for b in sorted(set(at_max) & set(runs))
+    }
+    # The largest batch size the GPU's trace has caps the default (as in the paper).
+    default = max((b for b in profiles if b <= w.default_batch_size), default=min(profiles))
+    return TraceJob(w, gpu, max_power, default, profiles)
