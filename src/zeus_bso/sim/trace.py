@@ -8,6 +8,7 @@ training trace and the GPU's power trace. The GPU runs at its maximum power limi
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -108,9 +109,8 @@ class TraceJob:
 
 
 def _data(name: str) -> list[dict[str, str]]:
-    path = files("zeus_bso.sim") / "data" / name
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    text = (files("zeus_bso.sim") / "data" / name).read_text(encoding="utf-8")
+    return list(csv.DictReader(io.StringIO(text)))
 
 
 @cache
