@@ -16,7 +16,7 @@ and numeric strings are accepted where an int is expected (pydantic's lax mode).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,10 +66,34 @@ class _JobOptions(WireModel):
     mab_num_explorations: Annotated[int, Field(ge=0, le=1000)] = 2
     mab_seed: Annotated[int, Field(ge=-_INT64_MAX, le=_INT64_MAX)] | None = None
 
-    # Options of ours (not in upstream); the defaults keep upstream's decisions.
+    # Options of ours (not in upstream). See the README for what each does to cost on the trace
+    # benchmark; the values in `UPSTREAM_OPTIONS` reproduce upstream's decisions.
     max_unreported_failures: Annotated[int, Field(ge=1, le=1000)] = 3
     """Dispatches of one batch size in one pruning round that may end without any report (crash,
     OOM kill) before the batch size counts as not converging in that round."""
+    prune_up_first: bool = False
+    """Explore larger batch sizes before smaller ones in each pruning round."""
+    prune_skip_other_direction: bool = False
+    """Skip a round's second direction when the first one found a batch size cheaper than the
+    pivot (cost is roughly unimodal in the batch size)."""
+    prune_cost_ratio: Annotated[float, Field(gt=1.0, allow_inf_nan=False)] | None = None
+    """Stop a pruning direction at a converged batch size costing more than this times the
+    round's cheapest, and drop it (``None``: stop only at a batch size that did not converge)."""
+    bandit_noise: Literal["per_arm", "pooled"] = "per_arm"
+    """``per_arm``: each arm's reward precision is 1 / its own sample variance. ``pooled``: one
+    coefficient of variation, estimated from every arm, scales every arm's noise."""
+    bandit_exploit_after: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """After this many bandit-stage trials, choose the arm with the lowest mean cost instead of
+    sampling (``None``: always sample)."""
+    early_stop_reference: Literal["best_run", "best_mean"] = "best_run"
+    """What ``beta_knob`` multiplies: the cheapest converged run, or the lowest mean cost of a
+    batch size's converged runs."""
+    early_stop_predictive: bool = False
+    """Stop before an epoch that would take the run over the early-stop bound (the cost of an
+    epoch is known after the first)."""
+    stop_without_throughput_gain: bool = False
+    """After one epoch of a batch size larger than the best one, stop it if its epoch costs no
+    less than the best one's (a larger batch size must buy a cheaper epoch)."""
 
     @field_validator("batch_sizes")
     @classmethod
@@ -151,9 +175,22 @@ class ReportResponse(WireModel):
     message: str
 
 
+UPSTREAM_OPTIONS: dict[str, Any] = {
+    "prune_up_first": False,
+    "prune_skip_other_direction": False,
+    "prune_cost_ratio": None,
+    "bandit_noise": "per_arm",
+    "bandit_exploit_after": None,
+    "early_stop_reference": "best_run",
+    "early_stop_predictive": False,
+    "stop_without_throughput_gain": False,
+}
+"""Our options set to upstream Zeus 0.16's behaviour."""
+
 __all__ = [
     "MAX_BATCH_SIZES",
     "MAX_ID_LENGTH",
+    "UPSTREAM_OPTIONS",
     "CreatedJob",
     "GpuConfig",
     "JobParams",

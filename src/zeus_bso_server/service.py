@@ -143,17 +143,25 @@ class BatchSizeService:
     @staticmethod
     def _history(conn: Connection, job: Row[Any], config: CreatedJob) -> JobHistory:
         best = repo.best_run(job)
-        if job.arms is None:
-            return JobHistory(
-                arms=None, explorations=repo.explorations(conn, job.job_id), best=best
-            )
-        arms = tuple(job.arms)
+        # Observations are needed in the pruning stage too: the decision that ends pruning
+        # is the bandit's first.
         if config.window_size > 0:
-            observations = repo.windowed_costs(conn, job.job_id, arms, config.window_size)
+            sizes = job.arms if job.arms is not None else config.batch_sizes
+            observations = repo.windowed_costs(conn, job.job_id, sizes, config.window_size)
         else:
             rows = repo.stats_rows(conn, job.job_id)
             observations = {r.batch_size: repo.cost_stats(r) for r in rows}
-        return JobHistory(arms=arms, observations=observations, best=best)
+        if job.arms is None:
+            return JobHistory(
+                arms=None,
+                explorations=repo.explorations(conn, job.job_id),
+                observations=observations,
+                best=best,
+            )
+        pulls = job.next_trial_number - job.bandit_start if job.bandit_start else 0
+        return JobHistory(
+            arms=tuple(job.arms), observations=observations, best=best, bandit_pulls=pulls
+        )
 
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a report and say whether the run stops.

@@ -102,3 +102,27 @@ def test_round_without_converged_batch_size_is_a_clear_error() -> None:
 def test_zero_rounds_makes_every_batch_size_an_arm() -> None:
     job = make_job(num_pruning_rounds=0)
     assert next_pruning_step(job, ()) == PruningDone(arms=(16, 32, 64, 128, 256))
+
+
+def test_first_bandit_decision_uses_the_pruning_observations() -> None:
+    import random
+
+    from zeus_bso.policy import CostStats, JobHistory, TrialKind, decide
+
+    job = make_job(
+        batch_sizes=[32, 64, 128],
+        default_batch_size=64,
+        num_pruning_rounds=1,
+        mab_num_explorations=1,
+    )
+    costs = {64: 30.0, 32: 50.0, 128: 20.0}
+    history = JobHistory(
+        explorations=tuple(
+            explored(0, b, n, converged=True, cost=costs[b]) for n, b in enumerate(costs, 1)
+        ),
+        observations={b: CostStats.of([c]) for b, c in costs.items()},
+    )
+    picks = {decide(job, history, random.Random(seed)).batch_size for seed in range(20)}
+    dispatch = decide(job, history, random.Random(0))
+    assert dispatch.kind is TrialKind.BANDIT
+    assert picks == {128}  # one exact observation each: the cheapest arm, never a random one

@@ -40,13 +40,44 @@ def conjugate_update(
     return Posterior(mean, precision)
 
 
-def arm_posterior(stats: CostStats, prior_mean: float, prior_precision: float) -> Posterior:
-    """Posterior over an arm's mean reward given the statistics of its observed costs."""
-    variance = stats.variance
-    reward_precision = math.inf if stats.count <= 1 or variance <= 0.0 else 1.0 / variance
+def arm_posterior(
+    stats: CostStats,
+    prior_mean: float,
+    prior_precision: float,
+    pooled_cv2: float | None = None,
+) -> Posterior:
+    """Posterior over an arm's mean reward given the statistics of its observed costs.
+
+    With ``pooled_cv2`` (a squared coefficient of variation shared by all arms) the arm's
+    reward variance is ``pooled_cv2 * mean**2`` instead of its own sample variance.
+    """
+    if pooled_cv2 is not None:
+        variance = pooled_cv2 * stats.mean**2
+        reward_precision = math.inf if variance <= 0.0 else 1.0 / variance
+    else:
+        variance = stats.variance
+        reward_precision = math.inf if stats.count <= 1 or variance <= 0.0 else 1.0 / variance
     return conjugate_update(
         prior_mean, prior_precision, stats.count, -stats.mean * stats.count, reward_precision
     )
+
+
+POOLED_CV_PRIOR = 0.1
+"""Coefficient of variation assumed for pooled noise until some arm has two observations."""
+
+
+def pooled_cv2(observations: Mapping[int, CostStats]) -> float:
+    """Squared coefficient of variation pooled over the arms with two or more observations.
+
+    Each arm contributes its relative variance weighted by its degrees of freedom; the result is
+    the noise model of ``bandit_noise="pooled"``.
+    """
+    weighted, dof = 0.0, 0
+    for stats in observations.values():
+        if stats.count >= 2 and stats.mean > 0.0:
+            weighted += stats.m2 / stats.mean**2
+            dof += stats.count - 1
+    return weighted / dof if dof else POOLED_CV_PRIOR**2
 
 
 def _needs_exploration(job: CreatedJob, stats: CostStats) -> bool:
@@ -61,19 +92,27 @@ def choose_arm(
     arms: tuple[int, ...],
     observations: Mapping[int, CostStats],
     rng: random.Random,
+    pulls: int = 0,
 ) -> int:
     """Pick the next arm: a random under-explored arm first, else the best posterior sample.
 
-    Each arm's sample is drawn independently from ``rng``.
+    Each arm's sample is drawn independently from ``rng``. After ``job.bandit_exploit_after``
+    bandit-stage trials (``pulls``), the arm with the lowest mean cost is chosen instead.
     """
     empty = CostStats()
     unexplored = [arm for arm in arms if _needs_exploration(job, observations.get(arm, empty))]
     if unexplored:
         return rng.choice(unexplored)
+    if job.bandit_exploit_after is not None and pulls >= job.bandit_exploit_after:
+        observed = [arm for arm in arms if observations.get(arm, empty).count]
+        if observed:
+            return min(observed, key=lambda arm: (observations[arm].mean, arm))
+    cv2 = pooled_cv2({a: observations.get(a, empty) for a in arms})
+    pooled = cv2 if job.bandit_noise == "pooled" else None
     samples: dict[int, float] = {}
     for arm in arms:
         posterior = arm_posterior(
-            observations.get(arm, empty), job.mab_prior_mean, job.mab_prior_precision
+            observations.get(arm, empty), job.mab_prior_mean, job.mab_prior_precision, pooled
         )
         std = posterior.std
         samples[arm] = posterior.mean if std == 0.0 else rng.gauss(posterior.mean, std)

@@ -37,5 +37,5 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
             best = history.best.batch_size if history.best else job.default_batch_size
             return Dispatch(best, TrialKind.CONCURRENT)
         arms = step.arms
-    batch_size = choose_arm(job, arms, history.observations, rng)
+    batch_size = choose_arm(job, arms, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)

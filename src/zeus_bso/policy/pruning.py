@@ -83,11 +83,14 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
     candidates = list(job.batch_sizes)
     pivot = job.default_batch_size
     for round_index in range(job.num_pruning_rounds):
-        down = sorted((b for b in candidates if b <= pivot), reverse=True)
-        up = sorted(b for b in candidates if b > pivot)
+        lower = sorted((b for b in candidates if b < pivot), reverse=True)
+        higher = sorted(b for b in candidates if b > pivot)
+        first, second = (higher, lower) if job.prune_up_first else (lower, higher)
         converged: dict[int, float] = {}
         tried: list[int] = []
-        for direction in (down, up):
+        for index, direction in enumerate(([pivot, *first], second)):
+            if index == 1 and job.prune_skip_other_direction and _improved(converged, pivot):
+                break
             for batch_size in direction:
                 outcome, cost = _outcome(
                     by_round.get((round_index, batch_size), []), job.max_unreported_failures
@@ -100,9 +103,20 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
                 if outcome is _Outcome.NOT_CONVERGED:
                     break
                 # A converged report always carries its cost; without one it can't be a pivot.
-                converged[batch_size] = math.inf if cost is None else cost
+                cost = math.inf if cost is None else cost
+                ratio = job.prune_cost_ratio
+                if ratio is not None and converged and cost > ratio * min(converged.values()):
+                    break  # clearly costlier than the round's best: the direction ends here
+                converged[batch_size] = cost
         if not converged:
             raise NoConvergedBatchSizeError(round_index, sorted(tried))
         candidates = sorted(converged)
         pivot = min(converged, key=lambda b: (converged[b], b))
     return PruningDone(arms=tuple(candidates))
+
+
+def _improved(converged: dict[int, float], pivot: int) -> bool:
+    """Whether a batch size other than the pivot converged cheaper than the pivot."""
+    if pivot not in converged:
+        return False
+    return any(cost < converged[pivot] for b, cost in converged.items() if b != pivot)

@@ -100,6 +100,8 @@ class JobHistory:
     explorations: tuple[Exploration, ...] = ()
     observations: Mapping[int, CostStats] = field(default_factory=dict)
     best: BestRun | None = None
+    bandit_pulls: int = 0
+    """Trials dispatched in the bandit stage so far."""
 
     @property
     def stage(self) -> Stage:

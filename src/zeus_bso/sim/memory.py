@@ -36,6 +36,10 @@ class InMemoryJob:
     costs: dict[int, list[float]] = field(default_factory=dict)
 
     def _history(self) -> JobHistory:
+        window = self.job.window_size
+        observations = {
+            b: CostStats.of(c[-window:] if window else c) for b, c in self.costs.items()
+        }
         if self.arms is None:
             explorations = tuple(
                 Exploration(
@@ -49,12 +53,13 @@ class InMemoryJob:
                 for t in self.trials
                 if t.dispatch.kind is TrialKind.EXPLORATION
             )
-            return JobHistory(arms=None, explorations=explorations, best=self.best)
-        window = self.job.window_size
-        observations = {
-            b: CostStats.of(c[-window:] if window else c) for b, c in self.costs.items()
-        }
-        return JobHistory(arms=self.arms, observations=observations, best=self.best)
+            return JobHistory(
+                arms=None, explorations=explorations, observations=observations, best=self.best
+            )
+        pulls = sum(t.dispatch.kind is TrialKind.BANDIT for t in self.trials)
+        return JobHistory(
+            arms=self.arms, observations=observations, best=self.best, bandit_pulls=pulls
+        )
 
     def next_trial(self) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``)."""

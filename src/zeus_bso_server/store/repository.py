@@ -96,7 +96,11 @@ _ADVANCE = (
     .where(jobs.c.job_id == bindparam("key_job_id"))
     .values(next_trial_number=bindparam("next_trial_number"), updated_at=db_now())
 )
-_ENTER_BANDIT = _ADVANCE.values(arms=bindparam("arms", type_=jobs.c.arms.type), stage="bandit")
+_ENTER_BANDIT = _ADVANCE.values(
+    arms=bindparam("arms", type_=jobs.c.arms.type),
+    stage="bandit",
+    bandit_start=bindparam("bandit_start"),
+)
 
 
 def advance_job(
@@ -107,7 +111,7 @@ def advance_job(
     if arms is None:
         conn.execute(_ADVANCE, params)
     else:
-        conn.execute(_ENTER_BANDIT, {**params, "arms": arms})
+        conn.execute(_ENTER_BANDIT, {**params, "arms": arms, "bandit_start": next_trial_number - 1})
 
 
 def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Row[Any]]:

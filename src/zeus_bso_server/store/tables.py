@@ -58,6 +58,8 @@ class JobRow(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     stage: Mapped[str] = mapped_column(String(16))
     arms: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    bandit_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Number of the job's first bandit-stage trial."""
     next_trial_number: Mapped[int] = mapped_column(Integer, default=1)
     best_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_cost: Mapped[float | None] = mapped_column(Float, nullable=True)

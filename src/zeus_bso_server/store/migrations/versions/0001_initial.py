@@ -26,6 +26,7 @@ def upgrade() -> None:
         sa.Column("config", sa.JSON(), nullable=False),
         sa.Column("stage", sa.String(16), nullable=False),
         sa.Column("arms", sa.JSON(), nullable=True),
+        sa.Column("bandit_start", sa.Integer(), nullable=True),
         sa.Column("next_trial_number", sa.Integer(), nullable=False),
         sa.Column("best_batch_size", sa.Integer(), nullable=True),
         sa.Column("best_cost", sa.Float(), nullable=True),
