@@ -101,9 +101,15 @@ def fill_history(db: Path, job_id: str, trials: int) -> None:
             m2 = sum((v - mean) ** 2 for v in values)
             conn.execute(
                 "UPDATE batch_size_stats SET reports = ?, mean_cost = ?, m2_cost = ?,"
-                " converged_count = ?, best_converged_cost = ? WHERE job_id = ? AND batch_size = ?",
-                (len(values), mean, m2, len(values), min(values), job_id, batch_size),
+                " converged_count = ?, converged_cost_sum = ?, best_converged_cost = ?"
+                " WHERE job_id = ? AND batch_size = ?",
+                (len(values), mean, m2, len(values), sum(values), min(values), job_id, batch_size),
             )
+        best_batch_size = min(costs, key=lambda b: min(costs[b]))
+        conn.execute(
+            "UPDATE jobs SET best_batch_size = ?, best_cost = ? WHERE job_id = ?",
+            (best_batch_size, min(costs[best_batch_size]), job_id),
+        )
         conn.execute(
             "UPDATE jobs SET next_trial_number = ?, stage = 'bandit', arms = ? WHERE job_id = ?",
             (start + trials, json.dumps(BATCH_SIZES), job_id),

@@ -15,7 +15,7 @@ from sqlalchemy import Row
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.policy import JobHistory, Stage, TrialStatus
+from zeus_bso.policy import JobHistory, Stage, TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
@@ -197,6 +197,7 @@ class BatchSizeService:
             metric=result.metric,
             current_epoch=result.current_epoch,
             best_cost=best.cost if best else None,
+            exploring=trial.kind == TrialKind.EXPLORATION.value,
         )
         measured = {
             "epochs": result.current_epoch,
@@ -218,7 +219,9 @@ class BatchSizeService:
                 verdict.converged,
                 verdict.message,
             )
-            repo.add_observation(conn, job, result.batch_size, verdict.cost, verdict.converged)
+            repo.add_observation(
+                conn, job, config, result.batch_size, verdict.cost, verdict.converged
+            )
         return ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
         )

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS, ServerProcess, job_body, serve_backend, unique_id
+from zeus_bso.spec import UPSTREAM_OPTIONS
 
 LEASE = 1.5
 
@@ -23,8 +24,9 @@ def short_lease(
 
 
 def register(http: httpx.Client, **overrides: Any) -> str:
+    """Register a job with upstream's policy options: each test shows a fix against upstream."""
     job_id = unique_id()
-    response = http.post("/jobs", json=job_body(job_id, **overrides))
+    response = http.post("/jobs", json=job_body(job_id, **{**UPSTREAM_OPTIONS, **overrides}))
     assert response.status_code == 201, response.text
     return job_id
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from zeus_bso.policy import Exploration, TrialStatus
-from zeus_bso.spec import CreatedJob
+from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob
 
 
 def make_job(**overrides: Any) -> CreatedJob:
+    """A job with upstream's policy options unless ``overrides`` say otherwise."""
     fields: dict[str, Any] = {
+        **UPSTREAM_OPTIONS,
         "job_id": "job-1",
         "job_id_prefix": "job",
         "batch_sizes": [16, 32, 64, 128, 256],

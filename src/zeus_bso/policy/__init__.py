@@ -5,11 +5,12 @@ No I/O, no clock, no async: the server loads a job's history under a lock, calls
 """
 
 from zeus_bso.policy.bandit import arm_posterior, choose_arm, conjugate_update
-from zeus_bso.policy.cost import judge_report, target_reached, zeus_cost
+from zeus_bso.policy.cost import best_reference, judge_report, target_reached, zeus_cost
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
     BestRun,
+    ConvergedStats,
     CostStats,
     Dispatch,
     Exploration,
@@ -23,6 +24,7 @@ from zeus_bso.policy.types import (
 
 __all__ = [
     "BestRun",
+    "ConvergedStats",
     "CostStats",
     "Dispatch",
     "Exploration",
@@ -33,6 +35,7 @@ __all__ = [
     "TrialStatus",
     "Verdict",
     "arm_posterior",
+    "best_reference",
     "choose_arm",
     "conjugate_update",
     "decide",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from zeus_bso.policy.types import Verdict
+import math
+from collections.abc import Mapping
+
+from zeus_bso.policy.types import BestRun, ConvergedStats, Verdict
 from zeus_bso.spec import CreatedJob
 
 
@@ -27,13 +30,19 @@ def judge_report(
     metric: float,
     current_epoch: int,
     best_cost: float | None,
+    exploring: bool = False,
 ) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
 
-    ``best_cost`` is the lowest cost of a *converged* run of this job so far (upstream lets a cheap
-    failed run lower it; we do not). The rules, in order: target reached (stop, converged);
-    ``current_epoch >= max_epochs`` (stop, not converged); cost above ``beta_knob * best_cost``
-    (stop, not converged); otherwise keep training.
+    ``best_cost`` is the early-stop reference: the lowest cost of a *converged* run of this job
+    so far, or the lowest mean of a batch size's converged runs (``early_stop_reference``);
+    upstream lets a cheap failed run lower it, we do not. The rules, in order: target reached
+    (stop, converged); ``current_epoch >= max_epochs`` (stop, not converged); cost above the
+    bound (stop, not converged); otherwise keep training.
+
+    The bound is ``beta_knob * best_cost``. A pruning exploration (``exploring``) that would be
+    dropped for costing more than ``prune_cost_ratio`` times the best is stopped at that ratio.
+    With ``early_stop_predictive`` the run also stops when one more epoch would cross the bound.
     """
     cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
     if target_reached(job, metric):
@@ -45,16 +54,41 @@ def judge_report(
             cost=cost,
             message=f"Train failed to converge within max_epoch({job.max_epochs})",
         )
-    if job.beta_knob is not None and best_cost is not None and cost > job.beta_knob * best_cost:
-        return Verdict(
-            stop=True,
-            converged=False,
-            cost=cost,
-            message=(
-                f"Batch Size({batch_size}) exceeded the cost upper bound: current cost({cost}) > "
-                f"beta_knob({job.beta_knob})*min_cost({best_cost})"
-            ),
-        )
+    ratio = job.beta_knob
+    if exploring and job.prune_cost_ratio is not None:
+        ratio = min(ratio or math.inf, job.prune_cost_ratio)
+    if ratio is not None and best_cost is not None:
+        bound = ratio * best_cost
+        next_epoch = cost / current_epoch if job.early_stop_predictive else 0.0
+        if cost > bound or cost + next_epoch > bound:
+            return Verdict(
+                stop=True,
+                converged=False,
+                cost=cost,
+                message=(
+                    f"Batch Size({batch_size}) exceeded the cost upper bound: current cost({cost})"
+                    f" > beta_knob({ratio})*min_cost({best_cost})"
+                    + (" (predicted for the next epoch)" if cost <= bound else "")
+                ),
+            )
     return Verdict(
         stop=False, converged=False, cost=cost, message="Stop condition not met, keep training"
     )
+
+
+def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> BestRun | None:
+    """The early-stop reference of a job from its batch sizes' converged runs.
+
+    ``early_stop_reference="best_run"``: the cheapest converged run (upstream). ``"best_mean"``:
+    the batch size whose converged runs cost least on average, at that mean.
+    """
+    candidates: list[tuple[float, int]] = []
+    for batch_size, stats in converged.items():
+        if stats.count == 0 or stats.best is None:
+            continue
+        value = stats.best if job.early_stop_reference == "best_run" else stats.total / stats.count
+        candidates.append((value, batch_size))
+    if not candidates:
+        return None
+    cost, batch_size = min(candidates)
+    return BestRun(batch_size, cost)

@@ -1,9 +1,11 @@
 """The pruning stage: serial exploration rounds that narrow the batch sizes down to the arms.
 
 Round 0 pivots on the default batch size. Each round tries the pivot, then the smaller batch
-sizes in descending order, then the larger ones in ascending order; in each direction it stops at
-the first batch size that did not converge. The next round tries only the batch sizes that
-converged, pivoting on the cheapest. After the last round the converged batch sizes become the arms.
+sizes in descending order, then the larger ones in ascending order (``prune_up_first``: larger
+ones first); in each direction it stops at the first batch size that did not converge (or, with
+``prune_cost_ratio``, that cost clearly more than the round's best). The next round tries only
+the batch sizes that converged, pivoting on the cheapest. After the last round the converged
+batch sizes become the arms.
 """
 
 from __future__ import annotations
@@ -85,11 +87,15 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
     for round_index in range(job.num_pruning_rounds):
         lower = sorted((b for b in candidates if b < pivot), reverse=True)
         higher = sorted(b for b in candidates if b > pivot)
-        first, second = (higher, lower) if job.prune_up_first else (lower, higher)
+        # Upstream walks [pivot, smaller...] then [larger...]: a pivot that does not converge
+        # also ends the downward walk. Up-first walks the pivot on its own, then [larger...],
+        # then [smaller...]: the pivot's outcome says nothing about either direction.
+        walks = ([pivot], higher, lower) if job.prune_up_first else ([pivot, *lower], higher)
         converged: dict[int, float] = {}
         tried: list[int] = []
-        for index, direction in enumerate(([pivot, *first], second)):
-            if index == 1 and job.prune_skip_other_direction and _improved(converged, pivot):
+        for index, direction in enumerate(walks):
+            last = index == len(walks) - 1
+            if last and job.prune_skip_other_direction and _improved(converged, pivot):
                 break
             for batch_size in direction:
                 outcome, cost = _outcome(

@@ -81,10 +81,19 @@ class Exploration:
 
 @dataclass(frozen=True, slots=True)
 class BestRun:
-    """The cheapest converged run so far."""
+    """The early-stop reference: the cheapest converged run, or the cheapest batch size's mean."""
 
     batch_size: int
     cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConvergedStats:
+    """A batch size's converged runs: how many, their total cost and the cheapest."""
+
+    count: int = 0
+    total: float = 0.0
+    best: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

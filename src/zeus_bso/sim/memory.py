@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zeus_bso import policy
-from zeus_bso.policy import BestRun, CostStats, Exploration, JobHistory, TrialKind, TrialStatus
+from zeus_bso.policy import (
+    BestRun,
+    ConvergedStats,
+    CostStats,
+    Exploration,
+    JobHistory,
+    TrialKind,
+    TrialStatus,
+)
 from zeus_bso.spec import CreatedJob, ReportResponse, TrialId
 
 
@@ -34,6 +42,7 @@ class InMemoryJob:
     arms: tuple[int, ...] | None = None
     best: BestRun | None = None
     costs: dict[int, list[float]] = field(default_factory=dict)
+    converged: dict[int, ConvergedStats] = field(default_factory=dict)
 
     def _history(self) -> JobHistory:
         window = self.job.window_size
@@ -89,14 +98,20 @@ class InMemoryJob:
             metric=metric,
             current_epoch=current_epoch,
             best_cost=self.best.cost if self.best else None,
+            exploring=trial.dispatch.kind is TrialKind.EXPLORATION,
         )
         trial.epochs, trial.cost = current_epoch, verdict.cost
         if verdict.stop:
             trial.status, trial.converged = TrialStatus.REPORTED, verdict.converged
             batch_size = trial.dispatch.batch_size
             self.costs.setdefault(batch_size, []).append(verdict.cost)
-            if verdict.converged and (self.best is None or verdict.cost < self.best.cost):
-                self.best = BestRun(batch_size, verdict.cost)
+            if verdict.converged:
+                old = self.converged.get(batch_size, ConvergedStats())
+                best = verdict.cost if old.best is None else min(old.best, verdict.cost)
+                self.converged[batch_size] = ConvergedStats(
+                    old.count + 1, old.total + verdict.cost, best
+                )
+                self.best = policy.best_reference(self.job, self.converged)
         return ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
         )

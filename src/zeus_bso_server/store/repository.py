@@ -15,7 +15,16 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
-from zeus_bso.policy import BestRun, CostStats, Exploration, TrialKind, TrialStatus
+from zeus_bso.policy import (
+    BestRun,
+    ConvergedStats,
+    CostStats,
+    Exploration,
+    TrialKind,
+    TrialStatus,
+    best_reference,
+)
+from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.tables import BatchSizeStatsRow, JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -53,6 +62,7 @@ def insert_job_if_absent(
                     "mean_cost": 0.0,
                     "m2_cost": 0.0,
                     "converged_count": 0,
+                    "converged_cost_sum": 0.0,
                 }
                 for b in config["batch_sizes"]
             ],
@@ -171,15 +181,22 @@ _OBSERVE = (
         mean_cost=bindparam("mean_cost"),
         m2_cost=bindparam("m2_cost"),
         converged_count=bindparam("converged_count"),
+        converged_cost_sum=bindparam("converged_cost_sum"),
         best_converged_cost=bindparam("best_converged_cost"),
     )
 )
 
 
 def add_observation(
-    conn: Connection, job: Row[Any], batch_size: int, cost: float, converged: bool
+    conn: Connection,
+    job: Row[Any],
+    config: CreatedJob,
+    batch_size: int,
+    cost: float,
+    converged: bool,
 ) -> None:
-    """Fold one final report into the batch size's statistics and the job's best run."""
+    """Fold one final report into the batch size's statistics and the job's early-stop
+    reference (see `zeus_bso.policy.best_reference`)."""
     row = conn.execute(_STATS_ONE, {"job_id": job.job_id, "batch_size": batch_size}).one()
     updated = cost_stats(row).add(cost)
     best = row.best_converged_cost
@@ -194,13 +211,29 @@ def add_observation(
             "mean_cost": updated.mean,
             "m2_cost": updated.m2,
             "converged_count": row.converged_count + int(converged),
+            "converged_cost_sum": row.converged_cost_sum + (cost if converged else 0.0),
             "best_converged_cost": best,
         },
     )
-    if converged and (job.best_cost is None or cost < job.best_cost):
+    if converged:
+        reference = best_reference(config, converged_stats(stats_rows(conn, job.job_id)))
+        assert reference is not None
         conn.execute(
-            _SET_BEST, {"key_job_id": job.job_id, "best_batch_size": batch_size, "best_cost": cost}
+            _SET_BEST,
+            {
+                "key_job_id": job.job_id,
+                "best_batch_size": reference.batch_size,
+                "best_cost": reference.cost,
+            },
         )
+
+
+def converged_stats(rows: Sequence[Row[Any]]) -> dict[int, ConvergedStats]:
+    """Per batch size, its converged runs' count, total cost and cheapest cost."""
+    return {
+        r.batch_size: ConvergedStats(r.converged_count, r.converged_cost_sum, r.best_converged_cost)
+        for r in rows
+    }
 
 
 def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:

@@ -115,4 +115,5 @@ class BatchSizeStatsRow(Base):
     mean_cost: Mapped[float] = mapped_column(Float, default=0.0)
     m2_cost: Mapped[float] = mapped_column(Float, default=0.0)
     converged_count: Mapped[int] = mapped_column(Integer, default=0)
+    converged_cost_sum: Mapped[float] = mapped_column(Float, default=0.0)
     best_converged_cost: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -78,6 +78,7 @@ def upgrade() -> None:
         sa.Column("mean_cost", sa.Float(), nullable=False),
         sa.Column("m2_cost", sa.Float(), nullable=False),
         sa.Column("converged_count", sa.Integer(), nullable=False),
+        sa.Column("converged_cost_sum", sa.Float(), nullable=False),
         sa.Column("best_converged_cost", sa.Float(), nullable=True),
     )
 
