@@ -135,4 +135,3 @@ def test_best_reference_run_or_mean() -> None:
     assert (run.batch_size, run.cost) == (32, 100.0)  # type: ignore[union-attr]
     assert (mean.batch_size, mean.cost) == (64, 120.0)  # type: ignore[union-attr]
     assert best_reference(make_job(), {}) is None
-

@@ -1,0 +1,236 @@
+"""``zeus-bso``: tools for users of the optimizer (trace-driven simulation)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from zeus_bso.errors import ZeusBSOError
+from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.report import Summary, seed_result, summarize
+from zeus_bso.spec import UPSTREAM_OPTIONS
+
+app = typer.Typer(
+    help="zeus-bso: learn the cheapest batch size of recurring training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+@app.callback()
+def _main() -> None:
+    """zeus-bso: learn the cheapest batch size of recurring training jobs."""
+
+
+def _optional_float(value: str | None) -> float | None:
+    if value is None or value.lower() == "none":
+        return None
+    return float(value)
+
+
+def _optional_int(value: str | None) -> int | None:
+    if value is None or value.lower() == "none":
+        return None
+    return int(value)
+
+
+def simulate_command(
+    workload: Annotated[
+        str, typer.Option(help=f"One of {', '.join(WORKLOADS)}, or 'all'")
+    ] = "cifar100",
+    gpu: Annotated[str, typer.Option(help=f"GPU trace: {', '.join(GPUS)}")] = "v100",
+    recurrences: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    seeds: Annotated[
+        list[int] | None, typer.Option(help="Seeds, e.g. --seeds 0 1 2 3 4 [default: 0 1 2 3 4]")
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="Run against this zeus-bso server instead of in-process")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of cumulative cost")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the results as JSON")
+    ] = None,
+    upstream: Annotated[
+        bool, typer.Option(help="Start from upstream Zeus 0.16's policy options")
+    ] = False,
+    eta_knob: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
+    beta_knob: Annotated[str, typer.Option(help="Early-stop factor, or 'none'")] = "2.0",
+    num_pruning_rounds: Annotated[int | None, typer.Option(min=0)] = None,
+    window_size: Annotated[int | None, typer.Option(min=0)] = None,
+    mab_prior_mean: Annotated[float | None, typer.Option()] = None,
+    mab_prior_precision: Annotated[float | None, typer.Option(min=0.0)] = None,
+    mab_num_explorations: Annotated[int | None, typer.Option(min=0)] = None,
+    max_unreported_failures: Annotated[int | None, typer.Option(min=1)] = None,
+    prune_up_first: Annotated[
+        bool | None, typer.Option("--prune-up-first/--prune-down-first")
+    ] = None,
+    prune_skip_other_direction: Annotated[
+        bool | None, typer.Option("--prune-skip-other-direction/--prune-both-directions")
+    ] = None,
+    prune_cost_ratio: Annotated[str | None, typer.Option(help="A ratio > 1, or 'none'")] = None,
+    bandit_noise: Annotated[str | None, typer.Option(help="per_arm or pooled")] = None,
+    bandit_exploit_after: Annotated[str | None, typer.Option(help="Trials, or 'none'")] = None,
+    early_stop_reference: Annotated[str | None, typer.Option(help="best_run or best_mean")] = None,
+    early_stop_predictive: Annotated[bool | None, typer.Option()] = None,
+) -> None:
+    """Simulate recurrences of a trace workload and compare with the oracle and the default."""
+    options: dict[str, Any] = dict(UPSTREAM_OPTIONS) if upstream else {}
+    given: dict[str, Any] = {
+        "eta_knob": eta_knob,
+        "beta_knob": _optional_float(beta_knob),
+        "num_pruning_rounds": num_pruning_rounds,
+        "window_size": window_size,
+        "mab_prior_mean": mab_prior_mean,
+        "mab_prior_precision": mab_prior_precision,
+        "mab_num_explorations": mab_num_explorations,
+        "max_unreported_failures": max_unreported_failures,
+        "prune_up_first": prune_up_first,
+        "prune_skip_other_direction": prune_skip_other_direction,
+        "bandit_noise": bandit_noise,
+        "early_stop_reference": early_stop_reference,
+        "early_stop_predictive": early_stop_predictive,
+    }
+    options.update({k: v for k, v in given.items() if v is not None or k == "beta_knob"})
+    if prune_cost_ratio is not None:
+        options["prune_cost_ratio"] = _optional_float(prune_cost_ratio)
+    if bandit_exploit_after is not None:
+        options["bandit_exploit_after"] = _optional_int(bandit_exploit_after)
+    names = list(WORKLOADS) if workload == "all" else [workload]
+    seed_list = seeds if seeds else [0, 1, 2, 3, 4]
+    try:
+        summaries = [
+            _simulate_one(name, gpu, recurrences, seed_list, options, server) for name in names
+        ]
+    except (ZeusBSOError, ValueError) as error:
+        err.print(f"[bold red]error:[/] {error}", highlight=False)
+        raise typer.Exit(code=2) from None
+    _print_table(summaries)
+    if json_path is not None:
+        json_path.write_text(
+            json.dumps({"options": options, "results": [s.to_dict() for s in summaries]}, indent=2)
+        )
+        console.print(f"wrote {json_path}")
+    if plot is not None:
+        from zeus_bso.sim.plot import plot_cumulative
+
+        plot_cumulative(summaries, plot)
+        console.print(f"wrote {plot}")
+
+
+def _simulate_one(
+    name: str,
+    gpu: str,
+    recurrences: int,
+    seeds: list[int],
+    options: dict[str, Any],
+    server: str | None,
+) -> Summary:
+    trace = load_trace_job(name, gpu)
+    eta = float(options.get("eta_knob", 0.5))
+    results = []
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task(f"{name} on {gpu}", total=recurrences * len(seeds))
+        for seed in seeds:
+            spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
+            recurrence_results = _run(trace, spec, server, recurrences, seed, eta, progress, task)
+            results.append(seed_result(seed, recurrence_results))
+    return summarize(trace, eta, recurrences, results)
+
+
+def _run(
+    trace: Any,
+    spec: Any,
+    server: str | None,
+    recurrences: int,
+    seed: int,
+    eta: float,
+    progress: Progress,
+    task: Any,
+) -> list[Any]:
+    def advance(_: int, __: object) -> None:
+        progress.advance(task)
+
+    if server is None:
+        return simulate(
+            trace,
+            in_process(spec),
+            recurrences=recurrences,
+            seed=seed,
+            eta_knob=eta,
+            on_recurrence=advance,
+        )
+    from zeus_bso.client import ServerClient
+    from zeus_bso.sim import ServerBackend
+
+    with ServerClient(server) as client:
+        backend = ServerBackend(client, spec)
+        try:
+            return simulate(
+                trace,
+                backend,
+                recurrences=recurrences,
+                seed=seed,
+                eta_knob=eta,
+                on_recurrence=advance,
+            )
+        finally:
+            client.delete_job(backend.job_id)
+
+
+def _print_table(summaries: list[Summary]) -> None:
+    table = Table(title="Cumulative cost / oracle's, and savings against the default batch size")
+    for column in ("workload", "gpu", "default", "oracle"):
+        table.add_column(column)
+    for column in ("regret", "seeds (min-max)", "savings"):
+        table.add_column(column, justify="right")
+    for s in summaries:
+        ratios = [x.total / (s.recurrences * s.oracle_cost) for x in s.seeds]
+        table.add_row(
+            s.workload,
+            s.gpu,
+            str(s.default_batch_size),
+            str(s.oracle_batch_size),
+            f"{s.regret:.3f}",
+            f"{min(ratios):.3f}-{max(ratios):.3f}",
+            f"{s.savings * 100:+.1f}%",
+        )
+    if len(summaries) > 1:
+        mean = sum(s.regret for s in summaries) / len(summaries)
+        table.add_row("mean", "", "", "", f"{mean:.3f}", "", "")
+    console.print(table)
+
+
+# The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
+app.command(name="simulate")(simulate_command)
+
+
+def _expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:
+    """Let ``--seeds 0 1 2`` mean ``--seeds 0 --seeds 1 --seeds 2`` (click takes one value)."""
+    out: list[str] = []
+    current: str | None = None
+    for token in argv:
+        if token in names:
+            current = token
+            continue
+        if current is not None and not token.startswith("-"):
+            out += [current, token]
+            continue
+        current = None
+        out.append(token)
+    return out
+
+
+def main() -> None:
+    """Entry point of the ``zeus-bso`` command."""
+    sys.argv[1:] = _expand_multi_value_options(sys.argv[1:], {"--seeds"})
+    app()
