@@ -1,0 +1,96 @@
+"""Simulation in-process and through a real server, and the regret figures it produces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServerProcess
+from zeus_bso.client import ServerClient
+from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.report import seed_result, summarize
+from zeus_bso.spec import UPSTREAM_OPTIONS
+
+ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
+
+
+def run(
+    backend_factory: object, workload: str, seed: int, recurrences: int, **options: object
+) -> list:
+    trace = load_trace_job(workload, "v100")
+    spec = job_spec(trace, f"sim-{workload}-{seed}", mab_seed=seed, **options)
+    backend = backend_factory(spec)  # type: ignore[operator]
+    return simulate(trace, backend, recurrences=recurrences, seed=seed, eta_knob=0.5)
+
+
+@pytest.mark.parametrize(
+    ("workload", "options"),
+    [("squad", {}), ("movielens-1m", {}), ("sentiment140", UPSTREAM_OPTIONS)],
+)
+def test_same_results_in_process_and_through_a_server(
+    server: ServerProcess, workload: str, options: dict
+) -> None:
+    local = run(in_process, workload, seed=3, recurrences=12, **options)
+    with ServerClient(server.url) as client:
+        remote = run(lambda spec: ServerBackend(client, spec), workload, 3, 12, **options)
+        client.delete_job(f"sim-{workload}-3")
+    assert [r.trials for r in remote] == [r.trials for r in local]
+
+
+def test_recurrences_end_with_a_converged_trial_and_costs_add_up() -> None:
+    results = run(in_process, "cifar100", seed=0, recurrences=10)
+    trace = load_trace_job("cifar100", "v100")
+    for recurrence in results:
+        assert recurrence.trials[-1].converged
+        assert all(not t.converged for t in recurrence.trials[:-1])
+        for trial in recurrence.trials:
+            assert trial.cost == pytest.approx(
+                trial.epochs * trace.epoch_cost(trial.batch_size, 0.5)
+            )
+    assert results[0].trials[0].batch_size == trace.default_batch_size
+
+
+def test_defaults_beat_upstream_options_on_the_trace() -> None:
+    trace = load_trace_job("movielens-1m", "v100")
+
+    def regret(**options: object) -> float:
+        seeds = [
+            seed_result(s, run(in_process, "movielens-1m", s, 50, **options)) for s in range(3)
+        ]
+        return summarize(trace, 0.5, 50, seeds).regret
+
+    ours, upstream = regret(), regret(**UPSTREAM_OPTIONS)
+    assert ours < upstream
+    assert upstream > 1.2  # upstream explores down from the default, far from the oracle
+
+
+def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    png = tmp_path / "r.png"
+    result = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "sentiment140", "--gpu", "p100", "--recurrences", "8"]
+        + ["--seeds", "0", "1", "--json", str(out), "--plot", str(png), "--upstream"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "sentiment140" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["options"]["bandit_noise"] == "per_arm"
+    (summary,) = data["results"]
+    assert [s["seed"] for s in summary["seeds"]] == [0, 1]
+    assert all(len(s["costs"]) == 8 for s in summary["seeds"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_rejects_unknown_workload() -> None:
+    result = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "mnist"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "unknown workload" in result.stderr
