@@ -17,12 +17,8 @@ import json
 import os
 import platform
 import random
-import signal
-import socket
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,33 +26,11 @@ from typing import Any
 
 import httpx
 
+from _server import running_server
+
 RESULTS = Path(__file__).parent / "results"
 EPOCHS = 3
 BATCH_SIZES = [32, 64, 128, 256]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(db: Path, port: int) -> subprocess.Popen[bytes]:
-    server = Path(sys.executable).parent / "zeus-bso-server"
-    command = [str(server), "serve", "--db", f"sqlite:///{db}", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--log-level", "warning"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 def job_body(job_id: str) -> dict[str, Any]:
@@ -178,19 +152,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        port = free_port()
-        proc = start_server(db, port)
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-                for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
-                    http.post("/jobs", json=job_body(job_id)).raise_for_status()
-                fill_history(db, "bench-long", args.history)
-                drive(http, "bench-warmup", args.warmup)
-                fresh = summarise(drive(http, "bench-fresh", args.recurrences))
-                long = summarise(drive(http, "bench-long", args.recurrences))
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=20)
+        with running_server(db) as url, httpx.Client(base_url=url, timeout=30) as http:
+            for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
+                http.post("/jobs", json=job_body(job_id)).raise_for_status()
+            fill_history(db, "bench-long", args.history)
+            drive(http, "bench-warmup", args.warmup)
+            fresh = summarise(drive(http, "bench-fresh", args.recurrences))
+            long = summarise(drive(http, "bench-long", args.recurrences))
 
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "

@@ -1,0 +1,144 @@
+"""Regret of the policy on the NSDI'23 trace: six workloads x seeds x recurrences, per GPU.
+
+For every workload it simulates the recurrences with the policy's defaults in-process and through
+a real ``zeus-bso-server`` (they must agree), and in-process with upstream Zeus 0.16's options,
+then compares cumulative cost with the oracle's and with always using the default batch size.
+
+    .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 2 3 4] [--recurrences 50]
+                                          [--no-server]
+
+Writes benchmarks/results/regret_<gpu>.json and .md and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _server import running_server
+from zeus_bso.client import ServerClient
+from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.report import Summary, seed_result, summarize
+from zeus_bso.spec import UPSTREAM_OPTIONS
+
+RESULTS = Path(__file__).parent / "results"
+ETA = 0.5
+
+# Upstream Zeus 0.16's server on this simulation model, V100, seeds 0-4, 50 recurrences.
+PUBLISHED_UPSTREAM_V100 = {
+    "cifar100": (1.202, 0.425),
+    "imagenet": (1.085, -0.059),
+    "squad": (1.031, 0.033),
+    "librispeech": (1.152, 0.158),
+    "movielens-1m": (1.384, 0.494),
+    "sentiment140": (1.038, -0.010),
+}
+
+
+def run_all(
+    gpu: str, seeds: list[int], recurrences: int, options: dict[str, Any], server: str | None
+) -> list[Summary]:
+    summaries = []
+    for name in WORKLOADS:
+        trace = load_trace_job(name, gpu)
+        results = []
+        for seed in seeds:
+            spec = job_spec(trace, f"regret-{name}-{gpu}-{seed}", mab_seed=seed, **options)
+            if server is None:
+                backend: Any = in_process(spec)
+                recs = simulate(trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA)
+            else:
+                with ServerClient(server) as client:
+                    backend = ServerBackend(client, spec)
+                    recs = simulate(
+                        trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA
+                    )
+                    client.delete_job(backend.job_id)
+            results.append(seed_result(seed, recs))
+        summaries.append(summarize(trace, ETA, recurrences, results))
+    return summaries
+
+
+def markdown(
+    gpu: str, ours: list[Summary], served: list[Summary] | None, upstream: list[Summary]
+) -> str:
+    published = gpu == "v100"
+    header = "| workload | default bs | oracle bs | ours | ours via server | upstream options"
+    header += " | published upstream |" if published else " |"
+    header += " ours vs default | upstream vs default |"
+    columns = header.count("|") - 1
+    lines = [header, "|" + "---|" * columns]
+    for i, s in enumerate(ours):
+        via = f"{served[i].regret:.3f}" if served else "n/a"
+        row = f"| {s.workload} | {s.default_batch_size} | {s.oracle_batch_size}"
+        row += f" | {s.regret:.3f} | {via}"
+        row += f" | {upstream[i].regret:.3f}"
+        if published:
+            row += f" | {PUBLISHED_UPSTREAM_V100[s.workload][0]:.3f}"
+        row += f" | {-s.savings * 100:+.1f}% | {-upstream[i].savings * 100:+.1f}% |"
+        lines.append(row)
+    mean = statistics.fmean(s.regret for s in ours)
+    mean_served = f"{statistics.fmean(s.regret for s in served):.3f}" if served else "n/a"
+    mean_upstream = statistics.fmean(s.regret for s in upstream)
+    row = f"| **mean** | | | **{mean:.3f}** | {mean_served} | {mean_upstream:.3f}"
+    if published:
+        row += f" | {statistics.fmean(v[0] for v in PUBLISHED_UPSTREAM_V100.values()):.3f}"
+    row += " | | |"
+    lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", nargs="+", default=["v100", "p100"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--recurrences", type=int, default=50)
+    parser.add_argument("--no-server", action="store_true", help="skip the run through a server")
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+
+    for gpu in args.gpus:
+        started = time.perf_counter()
+        ours = run_all(gpu, args.seeds, args.recurrences, {}, None)
+        upstream = run_all(gpu, args.seeds, args.recurrences, UPSTREAM_OPTIONS, None)
+        served = None
+        if not args.no_server:
+            with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp) / "r.db") as url:
+                served = run_all(gpu, args.seeds, args.recurrences, {}, url)
+            for a, b in zip(ours, served, strict=True):
+                if [s.costs for s in a.seeds] != [s.costs for s in b.seeds]:
+                    raise SystemExit(f"{a.workload}: in-process and server results differ")
+        table = markdown(gpu, ours, served, upstream)
+        note = (
+            f"{gpu.upper()}, seeds {args.seeds}, {args.recurrences} recurrences, eta 0.5, "
+            "beta 2.0. Regret = cumulative cost / oracle cumulative cost; "
+            "'vs default' = cumulative cost against always using the default batch size "
+            "(negative: cheaper).\n\n"
+        )
+        (RESULTS / f"regret_{gpu}.md").write_text(note + table)
+        (RESULTS / f"regret_{gpu}.json").write_text(
+            json.dumps(
+                {
+                    "gpu": gpu,
+                    "seeds": args.seeds,
+                    "recurrences": args.recurrences,
+                    "ours": [s.to_dict() for s in ours],
+                    "ours_via_server": [s.to_dict() for s in served] if served else None,
+                    "upstream_options": [s.to_dict() for s in upstream],
+                    "published_upstream_v100": PUBLISHED_UPSTREAM_V100 if gpu == "v100" else None,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        print(note + table)
+        print(f"({time.perf_counter() - started:.0f} s)\n")
+
+
+if __name__ == "__main__":
+    main()
