@@ -162,3 +162,14 @@ def job_body(
     }
     body.update(overrides)
     return body
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus' text format (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -24,7 +24,7 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 @app.callback()

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import logging
 import os
+import tempfile
 from typing import Annotated, Any
 
 import typer
@@ -24,7 +25,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 DbOption = Annotated[
     str | None,
@@ -71,13 +72,25 @@ def serve(
     no_upgrade: Annotated[
         bool, typer.Option("--no-upgrade", help="Refuse an outdated schema instead of upgrading it")
     ] = False,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Listen on a non-loopback address without ZEUS_BSO_TOKEN anyway",
+        ),
+    ] = False,
 ) -> None:
     """Start the server (creating or upgrading the database schema first)."""
     import uvicorn
 
     try:
         settings = load_settings(
-            host=host, port=port, database_url=db, workers=workers, log_level=log_level
+            host=host,
+            port=port,
+            database_url=db,
+            workers=workers,
+            log_level=log_level,
+            allow_unauthenticated=allow_unauthenticated or None,
         )
         logging.basicConfig(
             level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -101,8 +114,12 @@ def serve(
             "ZEUS_BSO_PORT": str(settings.port),
             "ZEUS_BSO_WORKERS": str(settings.workers),
             "ZEUS_BSO_LOG_LEVEL": settings.log_level,
+            "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
         }
     )
+    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Every worker writes its metrics here; /metrics in any worker adds them all up.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
     err.print(
         f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
         f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)",
@@ -125,7 +142,17 @@ def _log_config(level: str) -> dict[str, Any]:
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["zeus_bso_server"] = {"handlers": ["default"], "level": level}
+    config["filters"] = {"request_id": {"()": "zeus_bso_server.observability.RequestIdFilter"}}
+    config["formatters"]["app"] = {
+        "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+    }
+    config["handlers"]["app"] = {
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+        "formatter": "app",
+        "filters": ["request_id"],
+    }
+    config["loggers"]["zeus_bso_server"] = {"handlers": ["app"], "level": level, "propagate": False}
     config["loggers"]["alembic"] = {"handlers": ["default"], "level": "WARNING"}
     return config
 

@@ -25,6 +25,7 @@ from zeus_bso_server.errors import (
     UnknownJobError,
     UnknownTrialError,
 )
+from zeus_bso_server.observability import Metrics
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 
@@ -56,9 +57,10 @@ def _comparable(job: JobSpecFromClient | CreatedJob) -> dict[str, object]:
 class BatchSizeService:
     """The operations behind the HTTP routes."""
 
-    def __init__(self, db: Database, lease_seconds: float) -> None:
+    def __init__(self, db: Database, lease_seconds: float, metrics: Metrics | None = None) -> None:
         self.db = db
         self.lease_seconds = lease_seconds
+        self.metrics = metrics or Metrics()
 
     def _lease(self, time: float | None, epochs: int | None) -> float:
         epoch_time = (time or 0.0) / epochs if epochs else 0.0
@@ -115,11 +117,19 @@ class BatchSizeService:
             UnknownJobError: no such job.
             NoConvergedBatchSizeError: pruning found no batch size that converges.
         """
-        return await self.db.write(lambda conn: self._next_trial(conn, job_id))
+        trial, dispatch, expired = await self.db.write(lambda conn: self._next_trial(conn, job_id))
+        # Counted once committed, so that a rolled-back request counts nothing.
+        stage = Stage.BANDIT if dispatch.kind is TrialKind.BANDIT else Stage.PRUNING
+        self.metrics.decisions.labels(stage.value, dispatch.kind.value).inc()
+        self.metrics.trials.labels(TrialStatus.DISPATCHED.value).inc()
+        if expired:
+            self.metrics.expired_leases.inc(expired)
+            self.metrics.trials.labels(TrialStatus.ABANDONED.value).inc(expired)
+        return trial
 
-    def _next_trial(self, conn: Connection, job_id: str) -> TrialId:
+    def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
         job, config = self._locked_job(conn, job_id)
-        repo.expire_leases(conn, job_id)
+        expired = repo.expire_leases(conn, job_id)
         history = self._history(conn, job, config)
         number = job.next_trial_number
         dispatch = policy.decide(config, history, policy.rng_for(config, number))
@@ -138,7 +148,8 @@ class BatchSizeService:
         )
         if entering_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, dispatch.arms)
-        return TrialId(job_id=job_id, batch_size=dispatch.batch_size, trial_number=number)
+        trial = TrialId(job_id=job_id, batch_size=dispatch.batch_size, trial_number=number)
+        return trial, dispatch, expired
 
     @staticmethod
     def _history(conn: Connection, job: Row[Any], config: CreatedJob) -> JobHistory:
@@ -170,19 +181,23 @@ class BatchSizeService:
             UnknownJobError, UnknownTrialError: no such job or trial.
             ReportMismatchError: the report contradicts the trial.
         """
-        return await self.db.write(lambda conn: self._report(conn, result))
+        answer, final = await self.db.write(lambda conn: self._report(conn, result))
+        if final:
+            self.metrics.trials.labels(TrialStatus.REPORTED.value).inc()
+        return answer
 
-    def _report(self, conn: Connection, result: TrainingResult) -> ReportResponse:
+    def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
         job, config = self._locked_job(conn, result.job_id)
         trial = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial is None or trial.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         if trial.status == TrialStatus.REPORTED.value:
-            return ReportResponse(
+            repeated = ReportResponse(
                 stop_train=True,
                 converged=bool(trial.converged),
                 message=f"Result for this trial({trial.trial_number}) is already reported.",
             )
+            return repeated, False
         if trial.epochs is not None and result.current_epoch < trial.epochs:
             raise ReportMismatchError(
                 f"current_epoch {result.current_epoch} is below the {trial.epochs} epochs "
@@ -222,9 +237,10 @@ class BatchSizeService:
             repo.add_observation(
                 conn, job, config, result.batch_size, verdict.cost, verdict.converged
             )
-        return ReportResponse(
+        answer = ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
         )
+        return answer, verdict.stop
 
     async def end_trial(self, trial_id: TrialId) -> None:
         """End a trial; one that never sent its final report becomes failed.
@@ -232,12 +248,15 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        await self.db.write(lambda conn: self._end_trial(conn, trial_id))
+        if await self.db.write(lambda conn: self._end_trial(conn, trial_id)):
+            self.metrics.trials.labels(TrialStatus.FAILED.value).inc()
 
-    def _end_trial(self, conn: Connection, trial_id: TrialId) -> None:
+    def _end_trial(self, conn: Connection, trial_id: TrialId) -> bool:
         trial = self._locked_trial(conn, trial_id)
         if trial.status in _OPEN:
             repo.mark_failed(conn, trial.job_id, trial.trial_number)
+            return True
+        return False
 
     async def heartbeat(self, trial_id: TrialId) -> Row[Any]:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.

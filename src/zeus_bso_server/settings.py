@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -75,6 +76,34 @@ class Settings(BaseSettings):
     After a report, the lease is at least three times the run's mean epoch time."""
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    token: SecretStr | None = None
+    """Bearer token every route but the health checks requires (``ZEUS_BSO_TOKEN``)."""
+    token_file: Path | None = None
+    """A file holding the token (its first line), instead of ``ZEUS_BSO_TOKEN``."""
+    allow_unauthenticated: bool = False
+    """Listen on a non-loopback address without a token anyway."""
+
+    @model_validator(mode="after")
+    def _token_and_exposure(self) -> Self:
+        if self.token_file is not None:
+            if self.token is not None:
+                raise ValueError("set ZEUS_BSO_TOKEN or ZEUS_BSO_TOKEN_FILE, not both")
+            try:
+                lines = self.token_file.read_text().splitlines()
+            except OSError as err:
+                message = f"cannot read the token file {self.token_file}: {err.strerror}"
+                raise ValueError(message) from None
+            if not lines or not lines[0].strip():
+                raise ValueError(f"the token file {self.token_file} is empty")
+            self.token = SecretStr(lines[0].strip())
+        if self.token is not None and not self.token.get_secret_value().strip():
+            raise ValueError("ZEUS_BSO_TOKEN is empty")
+        if self.token is None and not self.is_loopback and not self.allow_unauthenticated:
+            raise ValueError(
+                f"refusing to listen on {self.host} without a token: set ZEUS_BSO_TOKEN (or "
+                "ZEUS_BSO_TOKEN_FILE), or allow it explicitly with --allow-unauthenticated"
+            )
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -125,7 +154,8 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as err:
         problems = "; ".join(
-            f"ZEUS_BSO_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            (f"ZEUS_BSO_{'_'.join(str(p) for p in e['loc']).upper()}: " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ")
             for e in err.errors(include_input=False, include_url=False)
         )
         raise SettingsError(f"invalid settings: {problems}") from None

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BACKENDS, ServerProcess, job_body, serve_backend, unique_id
+from tests.conftest import BACKENDS, ServerProcess, job_body, metric, serve_backend, unique_id
 
 CLIENTS = 32
 
@@ -90,3 +90,9 @@ def test_many_clients_on_one_job(two_workers: ServerProcess) -> None:
     assert sum(b["reports"] for b in state["batch_sizes"]) == sum(
         1 for t in state["trials"] if t["status"] == "reported"
     )
+    # /metrics, answered by either worker, adds up both workers' counts.
+    with two_workers.client() as http:
+        for _ in range(4):
+            text = http.get("/metrics").text
+            assert metric(text, "zeus_bso_decisions_total") == CLIENTS
+            assert metric(text, "zeus_bso_http_requests_total", route="/jobs/batch_size") == CLIENTS

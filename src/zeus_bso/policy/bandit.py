@@ -74,8 +74,12 @@ def pooled_cv2(observations: Mapping[int, CostStats]) -> float:
     """
     weighted, dof = 0.0, 0
     for stats in observations.values():
-        if stats.count >= 2 and stats.mean > 0.0:
-            weighted += stats.m2 / stats.mean**2
+        mean_squared = stats.mean * stats.mean
+        if stats.count < 2 or mean_squared <= 0.0:
+            continue
+        relative = stats.m2 / mean_squared
+        if math.isfinite(relative):
+            weighted += relative
             dof += stats.count - 1
     return weighted / dof if dof else POOLED_CV_PRIOR**2
 

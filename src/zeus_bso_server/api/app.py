@@ -10,11 +10,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from zeus_bso import __version__
+from zeus_bso_server.api.auth import BearerTokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.routes_compat import router as compat_router
 from zeus_bso_server.api.routes_extra import health
 from zeus_bso_server.api.routes_extra import router as extra_router
+from zeus_bso_server.observability import Metrics, RequestContextMiddleware
 from zeus_bso_server.service import BatchSizeService
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
@@ -37,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             await check_schema(db)
             app.state.db = db
-            app.state.service = BatchSizeService(db, resolved.lease_seconds)
+            app.state.service = BatchSizeService(db, resolved.lease_seconds, metrics)
             # Objects alive after start-up live as long as the process: keep them out of the
             # cyclic collector's sweeps, which otherwise show up as latency spikes.
             gc.collect()
@@ -58,5 +60,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(extra_router)
     app.include_router(health)
 
+    metrics = Metrics()
+    app.state.metrics = metrics
+    # Outermost last: every answer, a 401 or 413 too, gets a request id and is counted.
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
+    if resolved.token is not None:
+        app.add_middleware(BearerTokenMiddleware, token=resolved.token.get_secret_value())
+    app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app

@@ -32,7 +32,8 @@ class BodyMiddleware:
             return
         media_type = content_type.split(b";", 1)[0].strip().lower()
         if media_type in _READ_AS_JSON:
-            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+            # In place: outer middleware reads what routing adds to this scope (the route).
+            scope["headers"] = [*headers, (b"content-type", b"application/json")]
 
         # Bodies here are small: read the whole body first, so the limit holds without a
         # Content-Length too, then hand it on.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
@@ -49,6 +49,13 @@ async def get_job(
 async def heartbeat(trial: TrialId, service: Service) -> TrialView:
     """Renew a running trial's lease; a client calls it while it trains."""
     return TrialView.of(await service.heartbeat(trial))
+
+
+@health.get("/metrics", tags=["observability"], response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (all worker processes)."""
+    body, content_type = request.app.state.metrics.exposition()
+    return Response(body, media_type=content_type)
 
 
 @health.get("/healthz")

@@ -1,0 +1,121 @@
+"""Prometheus metrics and request ids.
+
+Metrics live in a registry of the app (none at import). With several worker processes the CLI
+points ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory, and ``/metrics`` aggregates all
+workers through prometheus-client's multiprocess collector.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from contextvars import ContextVar
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+request_id: ContextVar[str] = ContextVar("zeus_bso_request_id", default="-")
+"""The id of the request being served (``-`` outside a request)."""
+
+_VALID_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` to every log record (for the ``%(request_id)s`` format field)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id.get()
+        return True
+
+
+class Metrics:
+    """The server's metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "zeus_bso_http_requests",
+            "HTTP requests by route, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "zeus_bso_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route.",
+            ["route", "method"],
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "zeus_bso_decisions",
+            "Batch sizes dispatched, by the job's stage and the trial's kind.",
+            ["stage", "kind"],
+            registry=self.registry,
+        )
+        self.trials = Counter(
+            "zeus_bso_trial_transitions",
+            "Trials entering a state (dispatched, reported, failed, abandoned).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.expired_leases = Counter(
+            "zeus_bso_expired_leases",
+            "Trials abandoned because their lease expired.",
+            registry=self.registry,
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The metrics in Prometheus' text format, and its content type."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class RequestContextMiddleware:
+    """Gives every request an id (``X-Request-ID``, taken from the client when it sends a sane
+    one) for the logs and the answer, and records request counts and latency per route."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"").decode(
+            "latin-1"
+        )
+        rid = given if _VALID_ID.match(given) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(path, method, str(status)).inc()
+            self.metrics.latency.labels(path, method).observe(time.perf_counter() - started)
+            request_id.reset(token)

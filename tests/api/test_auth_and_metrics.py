@@ -1,0 +1,116 @@
+"""Bearer-token auth, Prometheus metrics and request ids, against real server processes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.test_cli_and_schema import run_cli
+from tests.conftest import ServerProcess, job_body, metric, sqlite_url, unique_id
+from zeus_bso.client import ServerClient
+from zeus_bso.errors import ServerRejectedError
+from zeus_bso_server.errors import SettingsError
+from zeus_bso_server.settings import load_settings
+
+TOKEN = "s3cret-token-value"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("auth")
+    proc = ServerProcess(
+        sqlite_url(tmp / "bso.db"),
+        cwd=tmp,
+        env={"ZEUS_BSO_TOKEN": TOKEN, "ZEUS_BSO_LOG_LEVEL": "DEBUG"},
+    )
+    yield proc
+    proc.stop()
+
+
+def test_every_route_but_health_needs_the_token(guarded: ServerProcess) -> None:
+    base = guarded.url
+    assert httpx.get(base + "/healthz").status_code == 200
+    missing = httpx.post(base + "/jobs", json=job_body(unique_id()))
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert "missing bearer token" in missing.json()["message"]
+    wrong = httpx.get(base + "/api/jobs", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    for path in ("/metrics", "/docs", "/openapi.json", "/jobs/batch_size?job_id=x"):
+        assert httpx.get(base + path).status_code == 401, path
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.post(base + "/jobs", json=job_body(unique_id()), headers=good).status_code == 201
+    assert TOKEN not in guarded.log()
+
+
+def test_client_sends_the_token(guarded: ServerProcess) -> None:
+    from zeus_bso.spec import JobSpecFromClient
+
+    spec = JobSpecFromClient(**job_body(unique_id()))
+    with ServerClient(guarded.url, token=TOKEN) as client:
+        created, new = client.register_job(spec)
+        assert new
+        assert client.next_trial(created.job_id).trial_number == 1
+    with ServerClient(guarded.url) as anonymous, pytest.raises(ServerRejectedError) as info:
+        anonymous.register_job(spec)
+    assert info.value.status == 401
+
+
+def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
+    refused = run_cli(
+        "serve", "--host", "0.0.0.0", "--db", sqlite_url(tmp_path / "x.db"), cwd=tmp_path
+    )
+    assert refused.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without a token" in refused.stderr
+    assert load_settings(host="0.0.0.0", allow_unauthenticated=True).token is None
+    assert load_settings(host="0.0.0.0", token=TOKEN).token is not None
+
+
+def test_token_file(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    settings = load_settings(token_file=str(path))
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == TOKEN
+    assert TOKEN not in repr(settings)
+    path.write_text("\n")
+    with pytest.raises(SettingsError, match="is empty"):
+        load_settings(token_file=str(path))
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings(token_file=str(tmp_path / "missing"))
+
+
+def test_metrics_count_requests_decisions_and_trials(http: httpx.Client) -> None:
+    before = http.get("/metrics").text
+    job_id = unique_id()
+    http.post("/jobs", json=job_body(job_id))
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    http.patch("/trials", json=trial)
+    after = http.get("/metrics")
+    assert after.headers["content-type"].startswith("text/plain")
+    text = after.text
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(text, name, **labels) - metric(before, name, **labels)
+
+    assert grew("zeus_bso_http_requests_total", route="/jobs/batch_size", status="200") == 1
+    assert grew("zeus_bso_http_request_duration_seconds_count", route="/trials") == 1
+    assert grew("zeus_bso_decisions_total", stage="pruning", kind="exploration") == 1
+    assert grew("zeus_bso_trial_transitions_total", state="dispatched") == 1
+    assert grew("zeus_bso_trial_transitions_total", state="failed") == 1
+
+
+def test_request_ids(http: httpx.Client) -> None:
+    generated = http.get("/healthz").headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", generated)
+    echoed = http.get("/healthz", headers={"X-Request-ID": "trace-42"}).headers["x-request-id"]
+    assert echoed == "trace-42"
+    too_long = "x" * 65
+    replaced = http.get("/healthz", headers={"X-Request-ID": too_long}).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", replaced)
+    odd = http.get("/healthz", headers={"X-Request-ID": "a b"}).headers["x-request-id"]
+    assert odd != "a b"
