@@ -48,6 +48,12 @@ class BodyMiddleware:
             if len(body) > self.max_bytes:
                 await self._too_large(send)
                 return
+        if body:
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                await _answer(send, 422, {"message": "body: not UTF-8 encoded JSON"})
+                return
         replayed = False
 
         async def replay() -> Message:
@@ -60,15 +66,19 @@ class BodyMiddleware:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Send) -> None:
-        body = json.dumps({"message": f"request body larger than {self.max_bytes} bytes"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, 413, {"message": f"request body larger than {self.max_bytes} bytes"})
+
+
+async def _answer(send: Send, status: int, content: dict[str, str]) -> None:
+    body = json.dumps(content).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -12,6 +12,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zeus_bso.errors import NoConvergedBatchSizeError, ZeusBSOError
@@ -79,10 +80,22 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        # Starlette names the methods of the first route matching the path only.
+        allowed = sorted(
+            {
+                method
+                for route in request.app.routes
+                if isinstance(route, APIRoute) and route.path == request.url.path
+                for method in route.methods or ()
+            }
+        )
+        headers["Allow"] = ", ".join(allowed)
     return JSONResponse(
         {"message": str(error.detail), "detail": error.detail},
         status_code=error.status_code,
-        headers=error.headers,
+        headers=headers,
     )
 
 
