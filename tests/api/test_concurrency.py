@@ -1,34 +1,111 @@
-"""Several server processes on one SQLite file, many clients at once on one job."""
+"""Several server processes on one database, many clients at once; and a negative control."""
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import BACKENDS, ServerProcess, job_body, metric, serve_backend, unique_id
+from tests.conftest import ServerProcess, database_url, job_body, metric, unique_id
 
 CLIENTS = 32
+WORKERS = {"sqlite": 2, "postgresql": 4}
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def two_workers(
+@pytest.fixture(scope="module", params=list(WORKERS))
+def workers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """Two server processes on one SQLite file, or on one PostgreSQL database."""
-    yield from serve_backend(request, tmp_path_factory, workers=2)
+    """Two server processes on one SQLite file, or four on one PostgreSQL database."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    url = database_url(request.param, tmp, request)
+    proc = ServerProcess(url, cwd=tmp, workers=WORKERS[request.param])
+    yield proc
+    proc.stop()
 
 
-def test_simultaneous_registrations_of_one_job(two_workers: ServerProcess) -> None:
+def hammer(server: ServerProcess, job_ids: list[str], recurrences: int) -> list[int]:
+    """CLIENTS clients, spread over the jobs, each running ``recurrences`` recurrences at once:
+    ask, report per epoch until told to stop, repeat the final report, end. Returns statuses."""
+    barrier = threading.Barrier(CLIENTS)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def client(index: int) -> None:
+        job_id = job_ids[index % len(job_ids)]
+        codes = []
+        with server.client() as http:
+            barrier.wait()
+            for _ in range(recurrences):
+                got = http.get("/jobs/batch_size", params={"job_id": job_id})
+                codes.append(got.status_code)
+                if got.status_code != 200:
+                    continue
+                trial = got.json()
+                result: dict[str, Any] = {}
+                for epoch in range(1, 6):
+                    result = {
+                        **trial,
+                        "time": 5.0 * epoch,
+                        "energy": 100.0 * epoch * (1 + trial["batch_size"] / 64 + index % 3),
+                        "metric": 0.15 * epoch,
+                        "current_epoch": epoch,
+                    }
+                    answer = http.post("/report", json=result)
+                    codes.append(answer.status_code)
+                    if answer.status_code != 200 or answer.json()["stop_train"]:
+                        break
+                codes.append(http.post("/report", json=result).status_code)  # a retried final
+                codes.append(http.patch("/trials", json=trial).status_code)
+        with lock:
+            statuses.extend(codes)
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(client, range(CLIENTS)))
+    return statuses
+
+
+def violations(server: ServerProcess, job_ids: list[str]) -> list[str]:
+    """Every broken invariant of the stored jobs, in words."""
+    found = []
+    with server.client() as http:
+        for job_id in job_ids:
+            state = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
+            trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+            numbers = [t["trial_number"] for t in trials]
+            if numbers != list(range(1, state["trial_count"] + 1)):
+                found.append(f"{job_id}: trial numbers {numbers} are not 1..{state['trial_count']}")
+            explorations = [t for t in trials if t["kind"] == "exploration"]
+            for before, after in itertools.pairwise(explorations):
+                if after["created_at"] < before["updated_at"]:
+                    found.append(
+                        f"{job_id}: explorations {before['trial_number']} and "
+                        f"{after['trial_number']} overlapped"
+                    )
+            reported = Counter(t["batch_size"] for t in trials if t["status"] == "reported")
+            stored = {b["batch_size"]: b["reports"] for b in state["batch_sizes"]}
+            if any(stored.get(b, 0) != n for b, n in reported.items()) or sum(
+                stored.values()
+            ) != sum(reported.values()):
+                found.append(f"{job_id}: statistics count {stored}, trials say {dict(reported)}")
+            converged = [t["cost"] for t in trials if t["status"] == "reported" and t["converged"]]
+            if converged and state["best_cost"] != min(converged):
+                found.append(f"{job_id}: best cost {state['best_cost']} != {min(converged)}")
+    return found
+
+
+def test_simultaneous_registrations_of_one_job(workers: ServerProcess) -> None:
     job_id = unique_id("reg")
     barrier = threading.Barrier(8)
 
     def register(_: int) -> int:
-        with two_workers.client() as http:
+        with workers.client() as http:
             barrier.wait()
             return http.post("/jobs", json=job_body(job_id)).status_code
 
@@ -37,62 +114,70 @@ def test_simultaneous_registrations_of_one_job(two_workers: ServerProcess) -> No
     assert codes == [200] * 7 + [201]
 
 
-def test_many_clients_on_one_job(two_workers: ServerProcess) -> None:
-    job_id = unique_id("load")
-    with two_workers.client() as http:
-        assert http.post("/jobs", json=job_body(job_id, max_epochs=5)).status_code == 201
-    barrier = threading.Barrier(CLIENTS)
-    statuses: list[int] = []
-    lock = threading.Lock()
-
-    def one_run(index: int) -> dict[str, Any]:
-        with two_workers.client() as http:
-            barrier.wait()
-            got = http.get("/jobs/batch_size", params={"job_id": job_id})
-            codes = [got.status_code]
-            trial = got.json()
-            for epoch in range(1, 4):
-                result = {
-                    **trial,
-                    "time": 5.0 * epoch,
-                    "energy": 500.0 * epoch * (1 + index % 3),
-                    "metric": 0.2 * epoch,
-                    "current_epoch": epoch,
-                }
-                answer = http.post("/report", json=result)
-                codes.append(answer.status_code)
-                if answer.json().get("stop_train"):
-                    break
-            codes.append(http.patch("/trials", json=trial).status_code)
-            with lock:
-                statuses.extend(codes)
-            return dict(trial)
-
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        trials = list(pool.map(one_run, range(CLIENTS)))
-
-    assert all(code < 500 for code in statuses), sorted(set(statuses))
-    assert all(code == 200 for code in statuses), sorted(set(statuses))
-    numbers = sorted(t["trial_number"] for t in trials)
-    assert numbers == list(range(1, CLIENTS + 1))
-
-    with two_workers.client() as http:
-        state = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
-    assert state["trial_count"] == CLIENTS
-    explorations = sorted(
-        (t for t in state["trials"] if t["kind"] == "exploration"), key=lambda t: t["trial_number"]
-    )
-    assert explorations
-    assert all(t["status"] in ("reported", "failed") for t in explorations)
-    # Exploration is serial: each one started after the one before it had ended.
-    for before, after in itertools.pairwise(explorations):
-        assert after["created_at"] >= before["updated_at"], (before, after)
-    assert sum(b["reports"] for b in state["batch_sizes"]) == sum(
-        1 for t in state["trials"] if t["status"] == "reported"
-    )
-    # /metrics, answered by either worker, adds up both workers' counts.
-    with two_workers.client() as http:
+@pytest.mark.parametrize("jobs", [1, 8], ids=["one-job", "eight-jobs"])
+def test_many_clients(workers: ServerProcess, jobs: int) -> None:
+    job_ids = [unique_id("load") for _ in range(jobs)]
+    with workers.client() as http:
+        for job_id in job_ids:
+            assert http.post("/jobs", json=job_body(job_id, max_epochs=5)).status_code == 201
+        before = http.get("/metrics").text
+    statuses = hammer(workers, job_ids, recurrences=3)
+    assert Counter(statuses) == {200: len(statuses)}
+    assert violations(workers, job_ids) == []
+    with workers.client() as http:
+        # /metrics, answered by any worker, adds up every worker's counts.
         for _ in range(4):
-            text = http.get("/metrics").text
-            assert metric(text, "zeus_bso_decisions_total") == CLIENTS
-            assert metric(text, "zeus_bso_http_requests_total", route="/jobs/batch_size") == CLIENTS
+            after = http.get("/metrics").text
+            grown = metric(after, "zeus_bso_decisions_total") - metric(
+                before, "zeus_bso_decisions_total"
+            )
+            assert grown == CLIENTS * 3
+
+
+def test_negative_control_without_the_job_lock(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The same load with the job lock taken away (patched into the server processes at start):
+    the checks above must notice."""
+    backend = "sqlite"
+    patch = tmp_path / "patch"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(UNLOCK)
+    server = ServerProcess(
+        database_url(backend, tmp_path, request),
+        cwd=tmp_path,
+        workers=2,
+        env={"PYTHONPATH": str(patch)},
+    )
+    try:
+        job_ids = [unique_id("race")]
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_ids[0], max_epochs=5)).status_code == 201
+        statuses = hammer(server, job_ids, recurrences=3)
+        broken = violations(server, job_ids)
+    finally:
+        server.stop()
+    errors = [s for s in statuses if s != 200]
+    assert errors or broken, "the race went unnoticed"
+
+
+UNLOCK = '''
+"""Test-only patch: write transactions start with a plain BEGIN and take no row lock."""
+from sqlalchemy import event
+
+import zeus_bso_server.store.database as database
+import zeus_bso_server.store.repository as repository
+
+repository._JOB_FOR_UPDATE = repository._JOB
+_original = database._install_sqlite_hooks
+
+
+def _without_immediate(engine, busy_timeout_ms):
+    _original(engine, busy_timeout_ms)
+    for listener in list(engine.dispatch.begin):
+        event.remove(engine, "begin", listener)
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+
+
+database._install_sqlite_hooks = _without_immediate
+'''
