@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -53,8 +54,14 @@ class ServerProcess:
             *(extra_args or []),
         ]
         self._log = self.log_path.open("w")
+        # A session of its own: killing the group takes uvicorn's worker processes along.
         self.proc = subprocess.Popen(
-            args, env=full_env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT
+            args,
+            env=full_env,
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_ready()
 
@@ -82,9 +89,18 @@ class ServerProcess:
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
+        self._kill_group()
         self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers at once, as a crash would."""
+        self._kill_group()
+        self.proc.wait()
+
+    def _kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30.0)

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
 from zeus_bso.errors import ServerConnectionError, ServerRejectedError
 from zeus_bso.spec import (
@@ -22,14 +23,22 @@ from zeus_bso.spec import (
 )
 
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRY_SECONDS = 30.0
+"""How long a request answered 503 (server busy, nothing written) is retried."""
 
 
 class ServerClient:
     """Talks to one zeus-bso (or upstream Zeus BSO) server over one keep-alive HTTP session."""
 
     def __init__(
-        self, server_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+        self,
+        server_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
+        self.retry_seconds = retry_seconds
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -52,8 +61,17 @@ class ServerClient:
         self._http.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
+        # every request may be repeated then, with backoff, for a bounded time.
+        retrying = Retrying(
+            retry=retry_if_result(lambda r: r.status_code == 503),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            stop=stop_after_delay(self.retry_seconds),
+            retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+            reraise=True,
+        )
         try:
-            response = self._http.request(method, path, **kwargs)
+            response: httpx.Response = retrying(self._http.request, method, path, **kwargs)
         except httpx.TransportError as err:
             raise ServerConnectionError(
                 f"cannot reach the batch size optimizer at {self.server_url} ({err}); "

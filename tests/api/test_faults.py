@@ -1,0 +1,168 @@
+"""Faults with real processes: a client killed mid-trial, the server killed mid-request, a locked
+database."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.test_concurrency import violations
+from tests.conftest import ServerProcess, database_url, job_body, sqlite_url, unique_id
+from zeus_bso.client import ServerClient
+from zeus_bso.errors import ServerRejectedError
+from zeus_bso.spec import UPSTREAM_OPTIONS
+
+LEASE = 1.5
+
+CLIENT_SCRIPT = """
+import sys, time
+from zeus_bso.client import ServerClient
+from zeus_bso.spec import TrainingResult
+client = ServerClient(sys.argv[1])
+trial = client.next_trial(sys.argv[2])
+client.report(TrainingResult(**trial.model_dump(), time=0.2, energy=50.0, metric=0.1,
+                             current_epoch=1))
+print(trial.model_dump_json(), flush=True)
+time.sleep(600)  # training... until killed
+"""
+
+
+def test_killed_client_is_abandoned_and_exploration_moves_on(tmp_path: Path) -> None:
+    server = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)}
+    )
+    try:
+        job_id = unique_id()
+        with server.client() as http:
+            body = job_body(job_id, **UPSTREAM_OPTIONS)
+            assert http.post("/jobs", json=body).status_code == 201
+        client = subprocess.Popen(
+            [sys.executable, "-c", CLIENT_SCRIPT, server.url, job_id],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert client.stdout is not None
+        trial = httpx.Response(200, content=client.stdout.readline()).json()
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        with server.client() as http:
+            # While the lease runs, exploration waits: the next run is a concurrent one.
+            waiting = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+            time.sleep(LEASE + 1.0)  # the report renewed it for max(lease, 3 epoch times)
+            retry = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+            state = http.get(f"/api/jobs/{job_id}").json()
+            by_number = {t["trial_number"]: t for t in state["trials"]}
+            assert by_number[trial["trial_number"]]["status"] == "abandoned"
+            assert by_number[waiting["trial_number"]]["kind"] == "concurrent"
+            assert by_number[retry["trial_number"]]["kind"] == "exploration"
+            assert retry["batch_size"] == trial["batch_size"]
+            # The killed client's node comes back and sends its final report: it is stored.
+            late = {**trial, "time": 10.0, "energy": 100.0, "metric": 0.9, "current_epoch": 2}
+            assert http.post("/report", json=late).json()["converged"] is True
+            state = http.get(f"/api/jobs/{job_id}").json()
+            by_number = {t["trial_number"]: t for t in state["trials"]}
+            assert by_number[trial["trial_number"]]["status"] == "reported"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_server_killed_mid_request_loses_nothing_committed(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = database_url(backend, tmp_path, request)
+    server = ServerProcess(url, cwd=tmp_path, workers=2)
+    job_ids = [unique_id("kill") for _ in range(4)]
+    with server.client() as http:
+        for job_id in job_ids:
+            assert http.post("/jobs", json=job_body(job_id, max_epochs=4)).status_code == 201
+    stop = threading.Event()
+    seen: list[dict[str, object]] = []
+
+    def load(index: int) -> None:
+        with server.client() as http:
+            while not stop.is_set():
+                try:
+                    trial = http.get(
+                        "/jobs/batch_size", params={"job_id": job_ids[index % 4]}
+                    ).json()
+                    for epoch in range(1, 5):
+                        result = {
+                            **trial,
+                            "time": 1.0 * epoch,
+                            "energy": 10.0 * epoch,
+                            "metric": 0.2 * epoch,
+                            "current_epoch": epoch,
+                        }
+                        answer = http.post("/report", json=result).json()
+                        if answer["stop_train"]:
+                            seen.append(trial)
+                            break
+                except (httpx.TransportError, ValueError, KeyError):
+                    return
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    server.kill()
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    server.stop()
+
+    restarted = ServerProcess(url, cwd=tmp_path)
+    try:
+        assert seen, "no run finished before the kill"
+        assert violations(restarted, job_ids) == []
+        with restarted.client() as http:
+            for trial in seen:  # every answered final report is there
+                state = http.get(f"/api/jobs/{trial['job_id']}", params={"limit": 1000}).json()
+                stored = {t["trial_number"]: t for t in state["trials"]}
+                assert stored[trial["trial_number"]]["status"] == "reported"
+            assert http.get("/jobs/batch_size", params={"job_id": job_ids[0]}).status_code == 200
+    finally:
+        restarted.stop()
+
+
+def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> None:
+    db = tmp_path / "bso.db"
+    server = ServerProcess(
+        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
+    )
+    try:
+        job_id = unique_id()
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            with server.client() as http:
+                busy = http.get("/jobs/batch_size", params={"job_id": job_id})
+            assert busy.status_code == 503
+            assert busy.headers["retry-after"] == "1"
+            assert "nothing was written" in busy.json()["message"]
+            with ServerClient(server.url, retry_seconds=0.5) as impatient:
+                with pytest.raises(ServerRejectedError) as info:
+                    impatient.next_trial(job_id)
+                assert info.value.status == 503
+            timer = threading.Timer(1.0, holder.execute, args=("COMMIT",))
+            timer.start()
+            with ServerClient(server.url, retry_seconds=20) as patient:
+                trial = patient.next_trial(job_id)
+            timer.join()
+        finally:
+            holder.close()
+        assert trial.trial_number == 1  # the refused attempts left nothing behind
+        with server.client() as http:
+            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 1
+    finally:
+        server.stop()
