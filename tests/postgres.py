@@ -42,8 +42,12 @@ class PostgresServer:
             self.run_as = ["runuser", "-u", "postgres", "--"]
         os.chmod(self.root, 0o755)
         self._run(initdb, "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8")
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server (again)."""
         self._run(
-            pg_ctl,
+            self.pg_ctl,
             "-D",
             str(self.data),
             "-l",
@@ -54,6 +58,10 @@ class PostgresServer:
             "-c max_connections=200",
             "start",
         )
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data, as an outage would."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def _run(self, *args: str) -> None:
         subprocess.run([*self.run_as, *args], check=True, capture_output=True, timeout=120)

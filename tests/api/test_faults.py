@@ -16,6 +16,7 @@ import pytest
 
 from tests.api.test_concurrency import violations
 from tests.conftest import ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.postgres import PostgresServer
 from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.spec import UPSTREAM_OPTIONS
@@ -131,6 +132,33 @@ def test_server_killed_mid_request_loses_nothing_committed(
             assert http.get("/jobs/batch_size", params={"job_id": job_ids[0]}).status_code == 200
     finally:
         restarted.stop()
+
+
+def test_postgresql_outage_answers_503_and_the_server_recovers(tmp_path: Path) -> None:
+    try:
+        pg = PostgresServer()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    server = None
+    try:
+        server = ServerProcess(pg.new_database(), cwd=tmp_path)
+        job_id = unique_id()
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            pg.pause()
+            down = http.get("/jobs/batch_size", params={"job_id": job_id})
+            assert down.status_code == 503
+            assert "nothing was written" in down.json()["message"]
+            assert http.get("/readyz").status_code == 503
+            assert http.get("/healthz").status_code == 200
+            pg.resume()
+            with ServerClient(server.url, retry_seconds=20) as client:
+                assert client.next_trial(job_id).trial_number == 1
+            assert http.get("/readyz").status_code == 200
+    finally:
+        if server is not None:
+            server.stop()
+        pg.stop()
 
 
 def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> None:
