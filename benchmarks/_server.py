@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -21,13 +23,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(db: Path) -> Iterator[str]:
-    """A server on a SQLite file; yields its base URL and stops it afterwards."""
+def running_server(database_url: str, workers: int = 1) -> Iterator[str]:
+    """A server on the database; yields its base URL and stops it (and its workers) after."""
     port = free_port()
     server = Path(sys.executable).parent / "zeus-bso-server"
-    command = [str(server), "serve", "--db", f"sqlite:///{db}", "--port", str(port)]
+    command = [str(server), "serve", "--db", database_url, "--port", str(port)]
     proc = subprocess.Popen(
-        [*command, "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*command, "--workers", str(workers), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -43,3 +48,5 @@ def running_server(db: Path) -> Iterator[str]:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

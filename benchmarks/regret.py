@@ -108,7 +108,10 @@ def main() -> None:
         upstream = run_all(gpu, args.seeds, args.recurrences, UPSTREAM_OPTIONS, None)
         served = None
         if not args.no_server:
-            with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp) / "r.db") as url:
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                running_server(f"sqlite:///{Path(tmp) / 'r.db'}") as url,
+            ):
                 served = run_all(gpu, args.seeds, args.recurrences, {}, url)
             for a, b in zip(ours, served, strict=True):
                 if [s.costs for s in a.seeds] != [s.costs for s in b.seeds]:

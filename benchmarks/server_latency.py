@@ -152,7 +152,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        with running_server(db) as url, httpx.Client(base_url=url, timeout=30) as http:
+        with (
+            running_server(f"sqlite:///{db}") as url,
+            httpx.Client(base_url=url, timeout=30) as http,
+        ):
             for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
                 http.post("/jobs", json=job_body(job_id)).raise_for_status()
             fill_history(db, "bench-long", args.history)

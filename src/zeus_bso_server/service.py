@@ -6,8 +6,12 @@ Each public method is one transaction: a synchronous unit of work handed to `Dat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +65,23 @@ class BatchSizeService:
         self.db = db
         self.lease_seconds = lease_seconds
         self.metrics = metrics or Metrics()
+        self._job_queues: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    @asynccontextmanager
+    async def _queue(self, job_id: str) -> AsyncIterator[None]:
+        """Queue this process's requests on one job before they take the job row's lock.
+
+        Correctness comes from the database lock alone; this only keeps a process's waiting
+        requests off database connections (on PostgreSQL each would hold a backend blocked on
+        the row lock). SQLite's work never awaits, so there the queue is always empty.
+        """
+        lock = self._job_queues.get(job_id)
+        if lock is None:
+            lock = self._job_queues[job_id] = asyncio.Lock()
+        async with lock:
+            yield
 
     def _lease(self, time: float | None, epochs: int | None) -> float:
         epoch_time = (time or 0.0) / epochs if epochs else 0.0
@@ -117,7 +138,10 @@ class BatchSizeService:
             UnknownJobError: no such job.
             NoConvergedBatchSizeError: pruning found no batch size that converges.
         """
-        trial, dispatch, expired = await self.db.write(lambda conn: self._next_trial(conn, job_id))
+        async with self._queue(job_id):
+            trial, dispatch, expired = await self.db.write(
+                lambda conn: self._next_trial(conn, job_id)
+            )
         # Counted once committed, so that a rolled-back request counts nothing.
         stage = Stage.BANDIT if dispatch.kind is TrialKind.BANDIT else Stage.PRUNING
         self.metrics.decisions.labels(stage.value, dispatch.kind.value).inc()
@@ -181,7 +205,8 @@ class BatchSizeService:
             UnknownJobError, UnknownTrialError: no such job or trial.
             ReportMismatchError: the report contradicts the trial.
         """
-        answer, final = await self.db.write(lambda conn: self._report(conn, result))
+        async with self._queue(result.job_id):
+            answer, final = await self.db.write(lambda conn: self._report(conn, result))
         if final:
             self.metrics.trials.labels(TrialStatus.REPORTED.value).inc()
         return answer
@@ -252,10 +277,11 @@ class BatchSizeService:
             self.metrics.trials.labels(TrialStatus.FAILED.value).inc()
 
     def _end_trial(self, conn: Connection, trial_id: TrialId) -> bool:
-        trial = self._locked_trial(conn, trial_id)
-        if trial.status in _OPEN:
-            repo.mark_failed(conn, trial.job_id, trial.trial_number)
+        # One conditional update of the trial's row: it needs no job lock, and a final report
+        # racing with it either lands first (the trial stays reported) or after (and wins).
+        if repo.mark_failed(conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size):
             return True
+        self._trial(conn, trial_id)  # raises if there is no such trial
         return False
 
     async def heartbeat(self, trial_id: TrialId) -> Row[Any]:
@@ -267,20 +293,17 @@ class BatchSizeService:
         return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
 
     def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Row[Any]:
-        trial = self._locked_trial(conn, trial_id)
+        # Like ending a trial, renewing a lease touches only the trial's row.
+        trial = self._trial(conn, trial_id)
         if trial.status in _OPEN:
-            repo.renew_lease(
-                conn, trial.job_id, trial.trial_number, self._lease(trial.time, trial.epochs)
-            )
-            renewed = repo.get_trial(conn, trial.job_id, trial.trial_number)
-            assert renewed is not None
-            return renewed
+            lease = self._lease(trial.time, trial.epochs)
+            if repo.renew_lease(conn, trial.job_id, trial.trial_number, lease):
+                trial = self._trial(conn, trial_id)
         return trial
 
     @staticmethod
-    def _locked_trial(conn: Connection, trial_id: TrialId) -> Row[Any]:
-        job = repo.get_job(conn, trial_id.job_id, lock=True)
-        trial = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number) if job else None
+    def _trial(conn: Connection, trial_id: TrialId) -> Row[Any]:
+        trial = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number)
         if trial is None or trial.batch_size != trial_id.batch_size:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return trial

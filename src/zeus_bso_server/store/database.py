@@ -75,9 +75,7 @@ class Database:
             self.sync_engine = engine
             self._sync_writer = engine.execution_options(**{_WRITE: True})
         else:
-            self.async_engine = create_async_engine(
-                url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20
-            )
+            self.async_engine = create_async_engine(url, echo=echo, pool_size=10, max_overflow=20)
 
     @property
     def dialect(self) -> str:

@@ -344,9 +344,15 @@ _FINISH = (
         **_MEASURED,
     )
 )
+_OPEN_STATES = (TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value)
+_RENEW_OPEN = _RENEW.where(trials.c.status.in_(_OPEN_STATES))
 _FAIL = (
     update(trials)
-    .where(*_THE_TRIAL)
+    .where(
+        *_THE_TRIAL,
+        trials.c.batch_size == bindparam("key_bs"),
+        trials.c.status.in_(_OPEN_STATES),
+    )
     .values(status=TrialStatus.FAILED.value, lease_expires_at=None, updated_at=db_now())
 )
 
@@ -375,14 +381,18 @@ def record_final(
     conn.execute(_FINISH, {**params, "message": message})
 
 
-def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> None:
-    """Mark a trial dispatched with a lease of ``lease`` seconds from now."""
-    conn.execute(_RENEW, {**_key(job_id, trial_number), "lease": lease})
+def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> bool:
+    """Give a dispatched or abandoned trial a lease of ``lease`` seconds from now (it is
+    dispatched again). Returns whether the trial was open."""
+    result = conn.execute(_RENEW_OPEN, {**_key(job_id, trial_number), "lease": lease})
+    return bool(result.rowcount)
 
 
-def mark_failed(conn: Connection, job_id: str, trial_number: int) -> None:
-    """Mark a trial that ended without a final report as failed."""
-    conn.execute(_FAIL, _key(job_id, trial_number))
+def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool:
+    """Mark a trial that ended without a final report as failed. Returns whether it was open
+    (a reported or already failed trial is left as it is)."""
+    result = conn.execute(_FAIL, {**_key(job_id, trial_number), "key_bs": batch_size})
+    return bool(result.rowcount)
 
 
 def recent_trials(
