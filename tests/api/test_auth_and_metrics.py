@@ -25,7 +25,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     proc = ServerProcess(
         sqlite_url(tmp / "bso.db"),
         cwd=tmp,
-        env={"ZEUS_BSO_TOKEN": TOKEN, "ZEUS_BSO_LOG_LEVEL": "DEBUG"},
+        env={"ZEUS_BSO_TOKEN": TOKEN},
+        extra_args=["--log-level", "debug"],  # the last --log-level wins
     )
     yield proc
     proc.stop()
@@ -42,9 +43,12 @@ def test_every_route_but_health_needs_the_token(guarded: ServerProcess) -> None:
     assert wrong.status_code == 401
     for path in ("/metrics", "/docs", "/openapi.json", "/jobs/batch_size?job_id=x"):
         assert httpx.get(base + path).status_code == 401, path
-    good = {"Authorization": f"Bearer {TOKEN}"}
-    assert httpx.post(base + "/jobs", json=job_body(unique_id()), headers=good).status_code == 201
-    assert TOKEN not in guarded.log()
+    good = {"Authorization": f"Bearer {TOKEN}", "X-Request-ID": "req-123"}
+    job_id = unique_id()
+    assert httpx.post(base + "/jobs", json=job_body(job_id), headers=good).status_code == 201
+    log = guarded.log()
+    assert TOKEN not in log
+    assert f"[req-123] registered job {job_id}" in log  # the logs carry the request id
 
 
 def test_client_sends_the_token(guarded: ServerProcess) -> None:
