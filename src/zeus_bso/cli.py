@@ -169,7 +169,7 @@ def _run(
             eta_knob=eta,
             on_recurrence=advance,
         )
-    from zeus_bso.client import ServerClient
+    from zeus_bso.server_client import ServerClient
     from zeus_bso.sim import ServerBackend
 
     with ServerClient(server) as client:

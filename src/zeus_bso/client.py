@@ -1,49 +1,230 @@
-"""``ServerClient``: the batch size optimizer protocol over HTTP, one method per route.
+"""``BatchSizeOptimizer``: what a training script (or a framework callback) talks to.
 
-A thin, typed layer: it sends the wire models of `zeus_bso.spec`, parses the answers, and turns
-transport failures and error statuses into `zeus_bso.errors` exceptions. Measuring energy,
-heartbeats and retries belong to the layers built on it.
+One object per training run::
+
+    bso = BatchSizeOptimizer("http://127.0.0.1:8000", JobSpec(job_id_prefix="mnist", ...))
+    batch_size = bso.get_batch_size()          # build the DataLoader with it
+    bso.on_train_begin()
+    for epoch in ...:
+        train(); metric = validate()
+        if bso.on_evaluate(metric).stop_train:  # reports cumulative time and energy
+            break
+    bso.end()                                    # also at exit, or use it as a context manager
+
+The job id: when the spec has none, it is ``<prefix>-<8 hex>`` from a hash of the whole job
+configuration (GPU model, count and power included), so every recurrence of the same job finds
+the same history without copying ids around; change any setting and it is a new job.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import json
+import logging
+import threading
+import time
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
-import httpx
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
-
-from zeus_bso.errors import ServerConnectionError, ServerRejectedError
+from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
+from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
     CreatedJob,
+    JobSpec,
     JobSpecFromClient,
     ReportResponse,
     TrainingResult,
     TrialId,
 )
 
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_RETRY_SECONDS = 30.0
-"""How long a request answered 503 (server busy, nothing written) is retried."""
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 
-class ServerClient:
-    """Talks to one zeus-bso (or upstream Zeus BSO) server over one keep-alive HTTP session."""
+class OperationOrderError(ZeusBSOError):
+    """Raised when the optimizer's methods are called out of order (say what to call first)."""
+
+
+def stable_job_id(spec: JobSpecFromClient) -> str:
+    """The id of a job without one: its prefix and a hash of its whole configuration."""
+    config = spec.model_dump(mode="json", exclude={"job_id"})
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    return f"{spec.job_id_prefix}-{digest[:8]}"
+
+
+class BatchSizeOptimizer:
+    """Gets this run's batch size from the server and reports its progress after every epoch.
+
+    Only rank 0 talks about the trial (``rank``); other ranks may register (idempotent) but
+    receive the batch size and the stop decision from their framework's broadcast.
+    """
 
     def __init__(
         self,
         server_url: str,
-        *,
+        job: JobSpec,
+        energy_meter: EnergyMeter | None = None,
+        rank: int = 0,
         token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        *,
+        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+        retry_seconds: float = 30.0,
     ) -> None:
-        self.retry_seconds = retry_seconds
-        headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.server_url = server_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.server_url, timeout=timeout, headers=headers)
+        self.rank = rank
+        self.meter = energy_meter if energy_meter is not None else auto_meter()
+        spec = JobSpecFromClient(
+            **job.model_dump(exclude={"job_id"}),
+            job_id=job.job_id,
+            max_power=self.meter.max_power,
+            number_of_gpus=self.meter.device_count,
+            gpu_model=self.meter.device_model,
+        )
+        if spec.job_id is None:
+            spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
+        self.client = ServerClient(server_url, token=token, retry_seconds=retry_seconds)
+        self.job: CreatedJob
+        self.job, created = self.client.register_job(spec)  # unreachable: a clear error now
+        logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+        self.trial: TrialId | None = None
+        self.training_finished = False
+        self.converged = False
+        self.current_epoch = 0
+        self._start_time = 0.0
+        self._start_energy = 0.0
+        self._pending: TrainingResult | None = None
+        self._heartbeat_seconds = heartbeat_seconds
+        self._stop_heartbeat = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._ended = False
+        atexit.register(self.end)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size of this run (after `get_batch_size`)."""
+        return self.trial.batch_size if self.trial else None
+
+    @property
+    def trial_number(self) -> int | None:
+        """The trial number of this run (after `get_batch_size`)."""
+        return self.trial.trial_number if self.trial else None
+
+    def get_batch_size(self) -> int:
+        """Ask the server for this run's batch size (rank 0 only; once per run)."""
+        if self.rank != 0:
+            raise OperationOrderError(
+                "only rank 0 asks the server for the batch size; broadcast it to the other ranks"
+            )
+        if self.trial is None:
+            self.trial = self.client.next_trial(self.job.job_id)
+            logger.info(
+                "trial %d of job %s: batch size %d",
+                self.trial.trial_number,
+                self.job.job_id,
+                self.trial.batch_size,
+            )
+        return self.trial.batch_size
+
+    def resume(self, trial: TrialId, current_epoch: int, elapsed: float, energy: float) -> None:
+        """Continue a trial after a restart from a checkpoint (instead of `get_batch_size`)."""
+        self.trial = trial
+        self.current_epoch = current_epoch
+        self._start_time = time.monotonic() - elapsed
+        self._start_energy = self.meter.energy() - energy
+
+    def on_train_begin(self) -> None:
+        """Start measuring time and energy, and keep the trial's lease alive."""
+        if self.trial is None:
+            raise OperationOrderError("call get_batch_size() before on_train_begin()")
+        if self.current_epoch == 0:
+            self._start_time = time.monotonic()
+            self._start_energy = self.meter.energy()
+        if self._heartbeat is None and self._heartbeat_seconds > 0:
+            self._heartbeat = threading.Thread(
+                target=self._beat, daemon=True, name="zeus-bso-heartbeat"
+            )
+            self._heartbeat.start()
+
+    def elapsed(self) -> tuple[float, float]:
+        """Seconds and joules since training began."""
+        return time.monotonic() - self._start_time, self.meter.energy() - self._start_energy
+
+    def on_evaluate(self, metric: float, energy: float | None = None) -> ReportResponse:
+        """Report the validation metric of the epoch just finished; says whether to stop.
+
+        ``energy`` (J since training began) replaces this process's meter reading, for a
+        framework that adds up the energy of all ranks. If the server cannot be reached,
+        training goes on (a warning is logged) and the report is sent again at `end`.
+        """
+        if self.trial is None:
+            raise OperationOrderError("call get_batch_size() and on_train_begin() first")
+        if self.training_finished:
+            return ReportResponse(
+                stop_train=True, converged=self.converged, message="training already finished"
+            )
+        self.current_epoch += 1
+        time_s, energy_j = self.elapsed()
+        if energy is not None:
+            energy_j = energy
+        result = TrainingResult(
+            **self.trial.model_dump(),
+            time=time_s,
+            energy=energy_j,
+            metric=metric,
+            current_epoch=self.current_epoch,
+        )
+        try:
+            answer = self.client.report(result)
+        except ServerConnectionError as err:
+            self._pending = result
+            logger.warning(
+                "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
+            )
+            return ReportResponse(stop_train=False, converged=False, message=str(err))
+        self._pending = None
+        if answer.stop_train:
+            self.training_finished = True
+            self.converged = answer.converged
+            logger.info("trial %d done: %s", self.trial.trial_number, answer.message)
+        return answer
+
+    def _beat(self) -> None:
+        warned = False
+        while not self._stop_heartbeat.wait(self._heartbeat_seconds):
+            if self.trial is None or self.training_finished:
+                continue
+            try:
+                self.client.heartbeat(self.trial)
+            except (ServerConnectionError, ServerRejectedError) as err:
+                if not warned:
+                    logger.warning("heartbeat failed (training goes on): %s", err)
+                    warned = True
+
+    def end(self) -> None:
+        """End the trial: deliver an undelivered report, then tell the server the run is over."""
+        if self._ended:
+            return
+        self._ended = True
+        self._stop_heartbeat.set()
+        try:
+            if self.trial is not None and self.rank == 0:
+                if self._pending is not None:
+                    try:
+                        self.client.report(self._pending)
+                    except ZeusBSOError as err:
+                        logger.error(
+                            "the last report could not be delivered and is lost: %s (%s)",
+                            self._pending.model_dump_json(),
+                            err,
+                        )
+                self.client.end_trial(self.trial)
+        except ZeusBSOError as err:
+            logger.warning("could not end trial %s: %s", self.trial, err)
+        finally:
+            self.meter.close()
+            self.client.close()
 
     def __enter__(self) -> Self:
         return self
@@ -54,66 +235,4 @@ class ServerClient:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the HTTP session."""
-        self._http.close()
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
-        # every request may be repeated then, with backoff, for a bounded time.
-        retrying = Retrying(
-            retry=retry_if_result(lambda r: r.status_code == 503),
-            wait=wait_random_exponential(multiplier=0.2, max=2.0),
-            stop=stop_after_delay(self.retry_seconds),
-            retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
-            reraise=True,
-        )
-        try:
-            response: httpx.Response = retrying(self._http.request, method, path, **kwargs)
-        except httpx.TransportError as err:
-            raise ServerConnectionError(
-                f"cannot reach the batch size optimizer at {self.server_url} ({err}); "
-                "check the URL and that `zeus-bso-server serve` runs there"
-            ) from err
-        if response.status_code >= 400:
-            try:
-                message = str(response.json().get("message", response.text))
-            except ValueError:
-                message = response.text
-            raise ServerRejectedError(response.status_code, message, method, path)
-        return response
-
-    def register_job(self, job: JobSpecFromClient) -> tuple[CreatedJob, bool]:
-        """Register ``job``; returns the registered job and whether it was newly created."""
-        response = self._request("POST", "/jobs", content=job.model_dump_json())
-        return CreatedJob.model_validate(response.json()), response.status_code == 201
-
-    def next_trial(self, job_id: str) -> TrialId:
-        """Start a trial of the job: its batch size and trial number."""
-        response = self._request("GET", "/jobs/batch_size", params={"job_id": job_id})
-        return TrialId.model_validate(response.json())
-
-    def report(self, result: TrainingResult) -> ReportResponse:
-        """Report an epoch's cumulative time, energy and metric."""
-        response = self._request("POST", "/report", content=result.model_dump_json())
-        return ReportResponse.model_validate(response.json())
-
-    def end_trial(self, trial: TrialId) -> None:
-        """End a trial."""
-        self._request("PATCH", "/trials", content=trial.model_dump_json())
-
-    def heartbeat(self, trial: TrialId) -> dict[str, Any]:
-        """Renew a running trial's lease (zeus-bso servers only)."""
-        response = self._request("POST", "/api/trials/heartbeat", content=trial.model_dump_json())
-        return dict(response.json())
-
-    def delete_job(self, job_id: str) -> None:
-        """Delete a job and its history."""
-        self._request("DELETE", "/jobs", params={"job_id": job_id})
-
-    def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
-        """Everything the server knows of a job (zeus-bso servers only)."""
-        response = self._request("GET", f"/api/jobs/{job_id}", params={"limit": limit})
-        return dict(response.json())
+        self.end()

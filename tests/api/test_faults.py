@@ -17,15 +17,15 @@ import pytest
 from tests.api.test_concurrency import violations
 from tests.conftest import ServerProcess, database_url, job_body, sqlite_url, unique_id
 from tests.postgres import PostgresServer
-from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
+from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import UPSTREAM_OPTIONS
 
 LEASE = 1.5
 
 CLIENT_SCRIPT = """
 import sys, time
-from zeus_bso.client import ServerClient
+from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import TrainingResult
 client = ServerClient(sys.argv[1])
 trial = client.next_trial(sys.argv[2])

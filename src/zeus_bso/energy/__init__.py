@@ -1,0 +1,19 @@
+"""Energy meters: NVML (NVIDIA GPUs), RAPL (CPU package energy), and a labelled estimate.
+
+All share `EnergyMeter`; `auto_meter` picks the first that works here.
+"""
+
+from zeus_bso.energy.auto import auto_meter
+from zeus_bso.energy.base import EnergyMeter, EnergyMeterError
+from zeus_bso.energy.estimate import EstimateMeter
+from zeus_bso.energy.nvml import NVMLMeter
+from zeus_bso.energy.rapl import RAPLMeter
+
+__all__ = [
+    "EnergyMeter",
+    "EnergyMeterError",
+    "EstimateMeter",
+    "NVMLMeter",
+    "RAPLMeter",
+    "auto_meter",
+]

@@ -1,0 +1,34 @@
+"""Choose an energy meter: NVML, else RAPL, else a labelled estimate."""
+
+from __future__ import annotations
+
+import logging
+
+from zeus_bso.energy.base import EnergyMeter, EnergyMeterError
+from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
+from zeus_bso.energy.nvml import NVMLMeter
+from zeus_bso.energy.rapl import RAPLMeter
+
+logger = logging.getLogger(__name__)
+
+
+def auto_meter(
+    gpu_indices: list[int] | None = None, estimate_watts: float = DEFAULT_WATTS
+) -> EnergyMeter:
+    """The first meter that works here: NVML on NVIDIA GPUs, RAPL on the CPU, else an estimate.
+
+    Mixed GPU models are an error, not a reason to fall back.
+    """
+    reasons = []
+    for make in (lambda: NVMLMeter(gpu_indices), RAPLMeter):
+        try:
+            meter: EnergyMeter = make()
+        except EnergyMeterError as err:
+            if "different models" in str(err):
+                raise
+            reasons.append(str(err))
+            continue
+        logger.info("measuring energy with %s (%s)", meter.name, meter.device_model)
+        return meter
+    logger.info("no energy counter: %s", "; ".join(reasons))
+    return EstimateMeter(estimate_watts)

@@ -1,0 +1,37 @@
+"""An energy estimate (time x watts) for machines where nothing can be measured."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WATTS = 300.0
+
+
+class EstimateMeter:
+    """Energy = elapsed time x ``watts``. Announced once, as a warning, as an estimate."""
+
+    name = "estimate"
+    is_estimate = True
+
+    def __init__(self, watts: float = DEFAULT_WATTS, *, device_model: str = "estimate") -> None:
+        if not watts > 0:
+            raise ValueError(f"watts must be positive, got {watts}")
+        self.watts = watts
+        self.device_model = device_model
+        self.device_count = 1
+        self.max_power = watts
+        self._start = time.monotonic()
+        logger.warning(
+            "no measurable GPU or CPU energy counter here: energy is ESTIMATED as time x %.0f W",
+            watts,
+        )
+
+    def energy(self) -> float:
+        """Estimated joules since the meter was created."""
+        return (time.monotonic() - self._start) * self.watts
+
+    def close(self) -> None:
+        """Nothing to release."""

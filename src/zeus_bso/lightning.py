@@ -1,0 +1,198 @@
+"""``ZeusBSOCallback`` for PyTorch Lightning 2.x: ``Trainer(callbacks=[ZeusBSOCallback(...)])``.
+
+When the fit starts (``on_fit_start``, after a checkpoint's state is restored and before any
+DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
+model, its hparams or the datamodule (``batch_arg_name``). After every
+validation (sanity checks excepted) rank 0 reports cumulative time, the energy of all ranks and
+the monitored metric, and every rank stops when the server says so. A fit resumed from a
+checkpoint continues the same trial.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import ZeusBSOError
+from zeus_bso.spec import JobSpec, TrialId
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
+except ImportError:  # the classic package name
+    try:
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+        from pytorch_lightning.utilities.parsing import (  # type: ignore[assignment]
+            lightning_hasattr,
+            lightning_setattr,
+        )
+    except ImportError as err:
+        raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
+
+
+class ZeusBSOCallback(pl.Callback):
+    """Chooses the batch size of a Lightning fit and stops it when the optimizer says so.
+
+    Args:
+        server_url: the zeus-bso server.
+        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
+        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
+        energy_meter: how to measure energy on this rank (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        job: JobSpec,
+        monitor: str = "val_acc",
+        batch_arg_name: str = "batch_size",
+        energy_meter: EnergyMeter | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not monitor:
+            raise ValueError("monitor must name a logged validation metric, e.g. 'val_acc'")
+        self.server_url = server_url
+        self.job = job
+        self.monitor = monitor
+        self.batch_arg_name = batch_arg_name
+        self.token = token
+        self._meter = energy_meter
+        self.optimizer: BatchSizeOptimizer | None = None
+        self.batch_size: int | None = None
+        self.trial_number: int | None = None
+        self._energy_start = 0.0
+        self._energy_before = 0.0  # energy of a resumed trial before its checkpoint (rank 0)
+        self._last: dict[str, float] = {}
+        self._restored: dict[str, Any] | None = None
+
+    @property
+    def state_key(self) -> str:
+        return f"ZeusBSOCallback[{self.job.job_id_prefix}]"
+
+    # -- choose and set the batch size before the DataLoaders exist ---------------------------
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not lightning_hasattr(pl_module, self.batch_arg_name):
+            raise ZeusBSOError(
+                f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
+                "give the LightningModule or LightningDataModule that attribute and build the "
+                "DataLoader from it (or pass batch_arg_name=...)"
+            )
+        if self._meter is None:
+            self._meter = auto_meter()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Here rather than in setup: a checkpoint's callback state is restored after setup, and
+        # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
+        # with Lightning's BatchSizeFinder).
+        trial: TrialId | None = None
+        if trainer.is_global_zero:
+            self.optimizer = BatchSizeOptimizer(
+                self.server_url, self.job, energy_meter=self._meter, token=self.token
+            )
+            restored = self._restored
+            if restored is not None:
+                trial = TrialId.model_validate(restored["trial"])
+                self.optimizer.resume(
+                    trial, restored["current_epoch"], restored["time"], restored["energy"]
+                )
+                self._energy_before = restored["energy"]
+            else:
+                self.optimizer.get_batch_size()
+                trial = self.optimizer.trial
+        trial_data = trainer.strategy.broadcast(trial.model_dump() if trial else None, src=0)
+        trial = TrialId.model_validate(trial_data)
+        self.batch_size, self.trial_number = trial.batch_size, trial.trial_number
+        lightning_setattr(pl_module, self.batch_arg_name, trial.batch_size)
+        logger.info("batch size %d (trial %d)", trial.batch_size, trial.trial_number)
+
+    # -- training -----------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        assert self._meter is not None
+        self._energy_start = self._meter.energy()
+        if self.optimizer is not None:
+            self.optimizer.on_train_begin()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or self.trial_number is None:
+            return
+        assert self._meter is not None
+        # Every rank's own energy, added up (each rank measures the GPUs it trains on).
+        local = self._meter.energy() - self._energy_start + self._energy_before
+        total = float(trainer.strategy.reduce(_tensor(local), reduce_op="sum"))
+        stop = False
+        if trainer.is_global_zero and self.optimizer is not None:
+            if self.monitor not in trainer.callback_metrics:
+                raise ZeusBSOError(
+                    f"metric '{self.monitor}' was not logged; logged are "
+                    f"{sorted(trainer.callback_metrics)} (log it in validation_step or "
+                    "on_validation_epoch_end, or pass monitor=...)"
+                )
+            metric = float(trainer.callback_metrics[self.monitor])
+            answer = self.optimizer.on_evaluate(metric, energy=total)
+            stop = answer.stop_train
+            time_s = self.optimizer.elapsed()[0]
+            self._last = {
+                "bso/batch_size": float(self.batch_size or 0),
+                "bso/energy_j": total,
+                "bso/cost": _cost(self.optimizer, total, time_s),
+            }
+        stop = bool(trainer.strategy.broadcast(stop, src=0))
+        trainer.should_stop = trainer.should_stop or stop
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # self.log is not allowed in on_validation_end; the values are logged here.
+        for name, value in self._last.items():
+            pl_module.log(name, value, rank_zero_only=True)
+
+    # -- the end of a fit ---------------------------------------------------------------------
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.optimizer is not None:
+            self.optimizer.end()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if self.optimizer is not None:
+            self.optimizer.end()
+
+    # -- checkpoints: a resumed fit continues the same trial ------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.optimizer is None or self.optimizer.trial is None:
+            return {}
+        time_s, energy_j = self.optimizer.elapsed()
+        return {
+            "trial": self.optimizer.trial.model_dump(),
+            "current_epoch": self.optimizer.current_epoch,
+            "time": time_s,
+            "energy": energy_j,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = dict(state_dict) if state_dict.get("trial") else None
+
+
+def _tensor(value: float) -> Any:
+    import torch
+
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def _cost(optimizer: BatchSizeOptimizer, energy: float, time_s: float) -> float:
+    from zeus_bso.policy import zeus_cost
+
+    return zeus_cost(energy, time_s, optimizer.job.eta_knob, optimizer.job.max_power)

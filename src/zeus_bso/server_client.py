@@ -1,0 +1,119 @@
+"""``ServerClient``: the batch size optimizer protocol over HTTP, one method per route.
+
+A thin, typed layer: it sends the wire models of `zeus_bso.spec`, parses the answers, and turns
+transport failures and error statuses into `zeus_bso.errors` exceptions. Measuring energy,
+heartbeats and retries belong to the layers built on it.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
+
+from zeus_bso.errors import ServerConnectionError, ServerRejectedError
+from zeus_bso.spec import (
+    CreatedJob,
+    JobSpecFromClient,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRY_SECONDS = 30.0
+"""How long a request answered 503 (server busy, nothing written) is retried."""
+
+
+class ServerClient:
+    """Talks to one zeus-bso (or upstream Zeus BSO) server over one keep-alive HTTP session."""
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        self.retry_seconds = retry_seconds
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.server_url = server_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.server_url, timeout=timeout, headers=headers)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
+        # every request may be repeated then, with backoff, for a bounded time.
+        retrying = Retrying(
+            retry=retry_if_result(lambda r: r.status_code == 503),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            stop=stop_after_delay(self.retry_seconds),
+            retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+            reraise=True,
+        )
+        try:
+            response: httpx.Response = retrying(self._http.request, method, path, **kwargs)
+        except httpx.TransportError as err:
+            raise ServerConnectionError(
+                f"cannot reach the batch size optimizer at {self.server_url} ({err}); "
+                "check the URL and that `zeus-bso-server serve` runs there"
+            ) from err
+        if response.status_code >= 400:
+            try:
+                message = str(response.json().get("message", response.text))
+            except ValueError:
+                message = response.text
+            raise ServerRejectedError(response.status_code, message, method, path)
+        return response
+
+    def register_job(self, job: JobSpecFromClient) -> tuple[CreatedJob, bool]:
+        """Register ``job``; returns the registered job and whether it was newly created."""
+        response = self._request("POST", "/jobs", content=job.model_dump_json())
+        return CreatedJob.model_validate(response.json()), response.status_code == 201
+
+    def next_trial(self, job_id: str) -> TrialId:
+        """Start a trial of the job: its batch size and trial number."""
+        response = self._request("GET", "/jobs/batch_size", params={"job_id": job_id})
+        return TrialId.model_validate(response.json())
+
+    def report(self, result: TrainingResult) -> ReportResponse:
+        """Report an epoch's cumulative time, energy and metric."""
+        response = self._request("POST", "/report", content=result.model_dump_json())
+        return ReportResponse.model_validate(response.json())
+
+    def end_trial(self, trial: TrialId) -> None:
+        """End a trial."""
+        self._request("PATCH", "/trials", content=trial.model_dump_json())
+
+    def heartbeat(self, trial: TrialId) -> dict[str, Any]:
+        """Renew a running trial's lease (zeus-bso servers only)."""
+        response = self._request("POST", "/api/trials/heartbeat", content=trial.model_dump_json())
+        return dict(response.json())
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete a job and its history."""
+        self._request("DELETE", "/jobs", params={"job_id": job_id})
+
+    def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
+        """Everything the server knows of a job (zeus-bso servers only)."""
+        response = self._request("GET", f"/api/jobs/{job_id}", params={"limit": limit})
+        return dict(response.json())
