@@ -1,0 +1,84 @@
+"""Energy meters: the estimate, RAPL on a powercap tree, NVML on a GPU (skipped without one)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from zeus_bso.energy import EnergyMeterError, EstimateMeter, NVMLMeter, RAPLMeter, auto_meter
+
+
+def test_estimate_is_time_times_watts_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    meter = EstimateMeter(250.0)
+    assert "ESTIMATED" in caplog.text
+    time.sleep(0.05)
+    energy = meter.energy()
+    assert 250.0 * 0.05 <= energy < 250.0 * 2.0
+    assert meter.is_estimate
+    assert meter.max_power == 250.0
+    with pytest.raises(ValueError, match="positive"):
+        EstimateMeter(0)
+
+
+def fake_powercap(root: Path, packages: dict[int, tuple[int, int, int]]) -> None:
+    """packages: index -> (energy_uj, max_energy_range_uj, max_power_uw)."""
+    for index, (energy, range_uj, power) in packages.items():
+        domain = root / f"intel-rapl:{index}"
+        domain.mkdir(parents=True)
+        (domain / "name").write_text(f"package-{index}\n")
+        (domain / "energy_uj").write_text(f"{energy}\n")
+        (domain / "max_energy_range_uj").write_text(f"{range_uj}\n")
+        (domain / "constraint_0_max_power_uw").write_text(f"{power}\n")
+        sub = root / f"intel-rapl:{index}:0"  # a sub-domain (core): not counted
+        sub.mkdir()
+
+
+def test_rapl_sums_packages_and_survives_wraparound(tmp_path: Path) -> None:
+    fake_powercap(
+        tmp_path, {0: (1_000_000, 10_000_000, 95_000_000), 1: (5_000_000, 10_000_000, 95_000_000)}
+    )
+    meter = RAPLMeter(tmp_path)
+    assert (meter.device_count, meter.max_power, meter.device_model) == (2, 190.0, "cpu-package-0")
+    (tmp_path / "intel-rapl:0" / "energy_uj").write_text("3000000\n")  # +2 J
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("1000000\n")  # wrapped: +6 J
+    assert meter.energy() == pytest.approx(8.0)
+    (tmp_path / "intel-rapl:0" / "energy_uj").write_text("4000000\n")  # +1 J
+    assert meter.energy() == pytest.approx(9.0)
+
+
+def test_rapl_without_counters_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EnergyMeterError, match="no RAPL package domains"):
+        RAPLMeter(tmp_path)
+
+
+def test_rapl_on_this_machine_when_readable() -> None:
+    try:
+        meter = RAPLMeter()
+    except EnergyMeterError as err:
+        pytest.skip(f"RAPL is not readable here: {err}")
+    first = meter.energy()
+    time.sleep(0.1)
+    assert meter.energy() >= first
+
+
+def test_auto_meter_always_gives_a_meter() -> None:
+    meter = auto_meter(estimate_watts=123.0)
+    assert meter.energy() >= 0.0
+    assert meter.max_power > 0
+
+
+def test_nvml_on_a_gpu() -> None:
+    try:
+        meter = NVMLMeter()
+    except EnergyMeterError as err:
+        pytest.skip(f"needs an NVIDIA GPU with NVML (run on the GPU machine): {err}")
+    try:
+        assert meter.device_count >= 1
+        assert meter.max_power > 0
+        first = meter.energy()
+        time.sleep(0.5)
+        assert meter.energy() >= first
+    finally:
+        meter.close()

@@ -1,0 +1,136 @@
+"""ZeusBSOTrainerCallback with a real Hugging Face Trainer on the CPU against a real server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the HF tests need torch (pip install torch)")
+transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
+
+from tests.conftest import ServerProcess, unique_id  # noqa: E402
+from zeus_bso import JobSpec  # noqa: E402
+from zeus_bso.energy import EstimateMeter  # noqa: E402
+from zeus_bso.errors import ZeusBSOError  # noqa: E402
+from zeus_bso.huggingface import ZeusBSOTrainerCallback  # noqa: E402
+from zeus_bso.server_client import ServerClient  # noqa: E402
+
+
+class TokenDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+    """Sequences whose label says whether token 7 occurs in them."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(1, 20, (n, 8), generator=g)
+        self.labels = (self.ids == 7).any(dim=1).long()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {
+            "input_ids": self.ids[i],
+            "attention_mask": torch.ones(8, dtype=torch.long),
+            "labels": self.labels[i],
+        }
+
+
+class BatchSizeSpy(transformers.TrainerCallback):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        loader = kwargs.get("train_dataloader")
+        if loader is not None and not self.sizes:
+            self.sizes.append(
+                loader.total_batch_size
+                if hasattr(loader, "total_batch_size")
+                else loader.batch_size
+            )
+
+
+def accuracy(prediction: Any) -> dict[str, float]:
+    logits, labels = prediction
+    return {"accuracy": float((logits.argmax(-1) == labels).mean())}
+
+
+def train(
+    server_url: str, spec: JobSpec, tmp_path: Path, epochs: int, batch_size: int | None = None
+) -> ZeusBSOTrainerCallback:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=24,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    model = transformers.BertForSequenceClassification(config)
+    callback = ZeusBSOTrainerCallback(
+        server_url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+    )
+    spy = BatchSizeSpy()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=batch_size or callback.batch_size,
+        per_device_eval_batch_size=64,
+        num_train_epochs=epochs,
+        learning_rate=5e-3,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = transformers.Trainer(
+        model=model,
+        args=args,
+        train_dataset=TokenDataset(256, 0),
+        eval_dataset=TokenDataset(128, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback, spy],
+    )
+    trainer.train()
+    callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
+    return callback
+
+
+def job(job_id: str, target: float) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        job_id_prefix=job_id.split("-")[0],
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=target,
+        max_epochs=6,
+        mab_seed=2,
+    )
+
+
+def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) -> None:
+    spec = job(unique_id("hf"), target=0.75)
+    chosen = []
+    for _ in range(3):
+        callback = train(server.url, spec, tmp_path, epochs=6)
+        chosen.append(callback.batch_size)
+        assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
+    assert chosen[0] == spec.default_batch_size
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert [t["batch_size"] for t in trials] == chosen
+    assert all(t["status"] == "reported" for t in trials)
+    stopped_early = [t for t in trials if t["converged"] and t["epochs"] < 6]
+    assert stopped_early, trials  # the server's stop ended training before num_train_epochs
+
+
+def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:
+    spec = job(unique_id("hfbad"), target=0.99)
+    with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):
+        train(server.url, spec, tmp_path, epochs=1, batch_size=5)
