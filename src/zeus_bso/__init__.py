@@ -4,7 +4,14 @@ What a training script imports. Importing this package pulls in neither torch, L
 transformers.
 """
 
-from zeus_bso.errors import NoConvergedBatchSizeError, PolicyError, ZeusBSOError
+from zeus_bso.client import BatchSizeOptimizer, OperationOrderError
+from zeus_bso.errors import (
+    NoConvergedBatchSizeError,
+    PolicyError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
 from zeus_bso.spec import (
     CreatedJob,
     GpuConfig,
@@ -19,14 +26,18 @@ from zeus_bso.spec import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchSizeOptimizer",
     "CreatedJob",
     "GpuConfig",
     "JobParams",
     "JobSpec",
     "JobSpecFromClient",
     "NoConvergedBatchSizeError",
+    "OperationOrderError",
     "PolicyError",
     "ReportResponse",
+    "ServerConnectionError",
+    "ServerRejectedError",
     "TrainingResult",
     "TrialId",
     "ZeusBSOError",

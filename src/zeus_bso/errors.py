@@ -6,7 +6,10 @@
     ├── PolicyError                   the policy cannot decide with the job as configured
     │   └── NoConvergedBatchSizeError a pruning round ended with no converged batch size
     ├── ServerConnectionError         the server cannot be reached (or timed out)
-    └── ServerRejectedError           the server answered with an error status
+    ├── ServerRejectedError           the server answered with an error status
+    ├── OperationOrderError           BatchSizeOptimizer methods called out of order (client.py)
+    ├── EnergyMeterError              a meter cannot measure here (energy/base.py)
+    └── TraceError                    unknown workload or GPU in the simulator (sim/trace.py)
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""BatchSizeOptimizer in a plain training loop, against a real server process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ServerProcess, free_port, sqlite_url, unique_id
+from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
+from zeus_bso.client import stable_job_id
+from zeus_bso.energy import EstimateMeter
+from zeus_bso.server_client import ServerClient
+
+
+def spec(prefix: str, **overrides: object) -> JobSpec:
+    fields: dict[str, object] = {
+        "job_id_prefix": prefix,
+        "batch_sizes": [16, 32, 64],
+        "default_batch_size": 32,
+        "target_metric": 0.8,
+        "max_epochs": 5,
+    }
+    fields.update(overrides)
+    return JobSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_importing_zeus_bso_pulls_in_no_framework() -> None:
+    code = (
+        "import sys, zeus_bso, zeus_bso.client, zeus_bso.energy\n"
+        "print({'torch', 'lightning', 'transformers'} & set(sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "set()"
+
+
+def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
+    prefix = unique_id("loop").replace("-", "")
+    ids, sizes = set(), []
+    for _recurrence in range(3):
+        with BatchSizeOptimizer(server.url, spec(prefix), energy_meter=EstimateMeter(200)) as bso:
+            ids.add(bso.job.job_id)
+            sizes.append(bso.get_batch_size())
+            bso.on_train_begin()
+            for epoch in range(1, 6):
+                answer = bso.on_evaluate(0.3 + 0.2 * epoch)  # reaches 0.8 at epoch 3
+                if answer.stop_train:
+                    break
+            assert bso.training_finished
+            assert bso.converged
+            assert bso.current_epoch == 3
+    assert len(ids) == 1  # every recurrence found the same job: its id comes from its config
+    (job_id,) = ids
+    assert job_id.startswith(prefix + "-")
+    assert sizes[0] == 32
+    with ServerClient(server.url) as client:
+        state = client.job_state(job_id)
+    assert [t["status"] for t in state["trials"]] == ["reported"] * 3
+    assert all(t["energy"] > 0 for t in state["trials"])
+
+
+def test_job_id_depends_on_the_whole_configuration() -> None:
+    from zeus_bso.spec import JobSpecFromClient
+
+    base = {
+        "job_id_prefix": "x",
+        "batch_sizes": [8],
+        "default_batch_size": 8,
+        "max_power": 300.0,
+        "number_of_gpus": 1,
+        "gpu_model": "A100",
+    }
+    first = stable_job_id(JobSpecFromClient(**base))
+    assert first == stable_job_id(JobSpecFromClient(**base))
+    assert first != stable_job_id(JobSpecFromClient(**{**base, "gpu_model": "H100"}))
+    assert first != stable_job_id(JobSpecFromClient(**{**base, "eta_knob": 0.2}))
+
+
+def test_unreachable_server_at_start_is_a_clear_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerConnectionError, match="cannot reach the batch size optimizer"):
+        BatchSizeOptimizer(url, spec("nobody"), energy_meter=EstimateMeter(100), retry_seconds=0)
+
+
+def test_order_and_rank_errors(server: ServerProcess) -> None:
+    bso = BatchSizeOptimizer(
+        server.url, spec(unique_id("order").replace("-", "")), energy_meter=EstimateMeter(100)
+    )
+    with pytest.raises(OperationOrderError, match="get_batch_size"):
+        bso.on_train_begin()
+    with pytest.raises(OperationOrderError, match="get_batch_size"):
+        bso.on_evaluate(0.5)
+    bso.end()
+    other = BatchSizeOptimizer(
+        server.url,
+        spec(unique_id("rank").replace("-", "")),
+        energy_meter=EstimateMeter(100),
+        rank=1,
+    )
+    with pytest.raises(OperationOrderError, match="only rank 0"):
+        other.get_batch_size()
+    other.end()
+
+
+def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
+    server = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": "1.0"}
+    )
+    try:
+        bso = BatchSizeOptimizer(
+            server.url, spec("beat"), energy_meter=EstimateMeter(100), heartbeat_seconds=0.25
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        time.sleep(2.5)  # no report for longer than the lease
+        with ServerClient(server.url) as client:
+            client.next_trial(bso.job.job_id)  # expires what has expired
+            trials = client.job_state(bso.job.job_id)["trials"]
+        mine = next(t for t in trials if t["trial_number"] == bso.trial_number)
+        assert mine["status"] == "dispatched"
+        bso.end()
+    finally:
+        server.stop()
+
+
+def test_a_report_the_server_missed_is_delivered_at_the_end(tmp_path: Path) -> None:
+    db = tmp_path / "bso.db"
+    server = ServerProcess(sqlite_url(db), cwd=tmp_path)
+    bso = BatchSizeOptimizer(
+        server.url,
+        spec("pending"),
+        energy_meter=EstimateMeter(100),
+        heartbeat_seconds=0,
+        retry_seconds=0,
+    )
+    bso.get_batch_size()
+    bso.on_train_begin()
+    server.stop()
+    answer = bso.on_evaluate(0.9)  # the server is down: training goes on
+    assert answer.stop_train is False
+    restarted = ServerProcess(sqlite_url(db), cwd=tmp_path)
+    try:
+        bso.client.server_url = restarted.url
+        bso.client._http.base_url = restarted.url  # the server came back on another port
+        bso.end()
+        with ServerClient(restarted.url) as client:
+            (trial,) = client.job_state(bso.job.job_id)["trials"]
+        assert trial["status"] == "reported"
+        assert trial["converged"] is True
+    finally:
+        restarted.stop()
