@@ -8,10 +8,11 @@ import time
 logger = logging.getLogger(__name__)
 
 DEFAULT_WATTS = 300.0
+_announced = False  # the estimate is announced once per process
 
 
 class EstimateMeter:
-    """Energy = elapsed time x ``watts``. Announced once, as a warning, as an estimate."""
+    """Energy = elapsed time x ``watts``. Announced once per process, as a warning."""
 
     name = "estimate"
     is_estimate = True
@@ -24,10 +25,14 @@ class EstimateMeter:
         self.device_count = 1
         self.max_power = watts
         self._start = time.monotonic()
-        logger.warning(
-            "no measurable GPU or CPU energy counter here: energy is ESTIMATED as time x %.0f W",
-            watts,
-        )
+        global _announced
+        if not _announced:
+            _announced = True
+            logger.warning(
+                "no measurable GPU or CPU energy counter here: energy is ESTIMATED as time x "
+                "%.0f W",
+                watts,
+            )
 
     def energy(self) -> float:
         """Estimated joules since the meter was created."""

@@ -1,0 +1,29 @@
+"""Shared bits of the examples: arguments and the line printed after each recurrence."""
+
+from __future__ import annotations
+
+import argparse
+
+from zeus_bso.server_client import ServerClient
+
+
+def arguments(description: str, recurrences: int = 5) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--server", default="http://127.0.0.1:8000", help="zeus-bso server URL")
+    parser.add_argument("--recurrences", type=int, default=recurrences)
+    parser.add_argument("--token", default=None, help="the server's bearer token, if any")
+    return parser.parse_args()
+
+
+def print_trial(server: str, job_id: str, trial_number: int | None, token: str | None) -> None:
+    """What the server recorded for this run."""
+    with ServerClient(server, token=token) as client:
+        state = client.job_state(job_id, limit=1000)
+    trial = next(t for t in state["trials"] if t["trial_number"] == trial_number)
+    print(
+        f"trial {trial['trial_number']:3d}: batch size {trial['batch_size']:4d}, "
+        f"{trial['epochs']} epochs, cost {trial['cost']:.1f} J, "
+        f"{'converged' if trial['converged'] else 'did not converge'} "
+        f"(best so far: batch size {state['best_batch_size']})",
+        flush=True,
+    )

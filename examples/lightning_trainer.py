@@ -1,0 +1,75 @@
+"""A Lightning Trainer with ZeusBSOCallback, recurrence after recurrence. CPU-only, on data it
+generates.
+
+    zeus-bso-server serve            # in another terminal
+    python examples/lightning_trainer.py --recurrences 5
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from _common import arguments, print_trial
+
+from zeus_bso import JobSpec
+from zeus_bso.lightning import ZeusBSOCallback
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, batch_size: int = 32) -> None:
+        super().__init__()
+        self.batch_size = batch_size  # ZeusBSOCallback sets it before the DataLoader is built
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
+        )
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2560, 16, generator=g)
+        y = (x[:, :4].sum(dim=1) > 0).long()
+        self.train_set = torch.utils.data.TensorDataset(x[:2048], y[:2048])
+        self.val_set = torch.utils.data.TensorDataset(x[2048:], y[2048:])
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(self.val_set, batch_size=256)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> None:
+        x, y = batch
+        self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01 * self.batch_size / 32)
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
+    job = JobSpec(
+        job_id_prefix="example-lightning",
+        batch_sizes=[8, 16, 32, 64, 128],
+        default_batch_size=32,
+        target_metric=0.9,
+        max_epochs=15,
+    )
+    for _ in range(args.recurrences):
+        callback = ZeusBSOCallback(args.server, job, monitor="val_acc", token=args.token)
+        trainer = pl.Trainer(
+            max_epochs=job.max_epochs,
+            accelerator="cpu",
+            callbacks=[callback],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(Classifier())
+        assert callback.optimizer is not None
+        print_trial(args.server, callback.optimizer.job.job_id, callback.trial_number, args.token)
+
+
+if __name__ == "__main__":
+    main()

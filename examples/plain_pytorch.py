@@ -1,0 +1,59 @@
+"""A plain PyTorch training loop that lets zeus-bso choose its batch size, recurrence after
+recurrence. CPU-only, on data it generates.
+
+    zeus-bso-server serve            # in another terminal
+    python examples/plain_pytorch.py --recurrences 5
+"""
+
+from __future__ import annotations
+
+import torch
+from _common import arguments, print_trial
+
+from zeus_bso import BatchSizeOptimizer, JobSpec
+from zeus_bso.energy import auto_meter
+
+
+def data(n: int, seed: int) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 16, generator=g)
+    y = (x[:, :4].sum(dim=1) > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
+    job = JobSpec(
+        job_id_prefix="example-plain",
+        batch_sizes=[8, 16, 32, 64, 128],
+        default_batch_size=32,
+        target_metric=0.95,
+        max_epochs=15,
+    )
+    train, val = data(2048, 0), data(512, 1)
+    for _ in range(args.recurrences):
+        with BatchSizeOptimizer(
+            args.server, job, energy_meter=auto_meter(), token=args.token
+        ) as bso:
+            batch_size = bso.get_batch_size()
+            model = torch.nn.Sequential(
+                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
+            )
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * batch_size / 32)
+            loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True)
+            bso.on_train_begin()
+            for _epoch in range(job.max_epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
+                if bso.on_evaluate(float(accuracy)).stop_train:
+                    break
+            trial = bso.trial_number
+        print_trial(args.server, bso.job.job_id, trial, args.token)
+
+
+if __name__ == "__main__":
+    main()
