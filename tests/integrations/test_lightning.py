@@ -156,7 +156,7 @@ def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
 def test_ddp_on_two_cpu_processes(server: ServerProcess, tmp_path: Path) -> None:
     """Two ranks (gloo): one trial, the same batch size on both, energy of both added up."""
     spec = job(unique_id("ddp"), target=0.999, max_epochs=2)
-    model, callback = fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
+    fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
     (trial,) = state["trials"]
