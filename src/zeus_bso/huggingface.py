@@ -10,22 +10,28 @@ batch size is chosen first, through the callback::
 
 Only the world process zero talks to the server; with ``torch.distributed`` initialised the
 batch size and the stop decision are broadcast and the energy of all ranks is added up.
+
+Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
+(``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
-from zeus_bso.spec import JobSpec
+from zeus_bso.spec import JobSpec, TrialId
 
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'zeus-bso[hf]'"
+STATE_FILE = "zeus_bso_trial.json"
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -60,6 +66,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             ``eval_`` prefix).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
+        resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
+            trial: the run continues that trial (and its batch size).
     """
 
     def __init__(
@@ -69,8 +77,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metric: str = "eval_accuracy",
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
+        resume_from_checkpoint: str | os.PathLike[str] | None = None,
     ) -> None:
         self.server_url = server_url
+        self.resume_from = Path(resume_from_checkpoint) if resume_from_checkpoint else None
         self.job = job
         self.metric = metric
         self.token = token
@@ -79,6 +89,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.optimizer: BatchSizeOptimizer | None = None
         self._batch_size: int | None = None
         self._energy_start = 0.0
+        self._energy_before = 0.0  # a resumed trial's energy before its checkpoint
 
     @property
     def batch_size(self) -> int:
@@ -89,7 +100,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                     self.server_url, self.job, energy_meter=self._meter, token=self.token
                 )
                 self._meter = self.optimizer.meter
-                value: int | None = self.optimizer.get_batch_size()
+                value: int | None = self._resume_or_ask(self.optimizer)
             elif _distributed() is None:
                 raise ZeusBSOError(
                     "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
@@ -99,6 +110,44 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 value = None
             self._batch_size = int(_broadcast(value))
         return self._batch_size
+
+    def _resume_or_ask(self, optimizer: BatchSizeOptimizer) -> int:
+        if self.resume_from is None:
+            return optimizer.get_batch_size()
+        path = self.resume_from / STATE_FILE
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ZeusBSOError(
+                f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
+                "it is written into every checkpoint a run with this callback saves"
+            ) from err
+        trial = TrialId.model_validate(saved["trial"])
+        optimizer.resume(trial, saved["current_epoch"], saved["time"], saved["energy"])
+        self._energy_before = saved["energy"]
+        return trial.batch_size
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if (
+            self.optimizer is None
+            or self.optimizer.trial is None
+            or not state.is_world_process_zero
+        ):
+            return
+        checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
+        if not checkpoint.is_dir():
+            return
+        assert self._meter is not None
+        saved = {
+            "trial": self.optimizer.trial.model_dump(),
+            "current_epoch": self.optimizer.current_epoch,
+            "time": self.optimizer.elapsed()[0],
+            # This process's energy (other ranks' is added at each report, not saved here).
+            "energy": self._meter.energy() - self._energy_start + self._energy_before,
+        }
+        (checkpoint / STATE_FILE).write_text(json.dumps(saved))
 
     @property
     def trial_number(self) -> int | None:
@@ -130,7 +179,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         if self._meter is None:
             return  # an evaluation outside of training
-        energy = self._meter.energy() - self._energy_start
+        energy = self._meter.energy() - self._energy_start + self._energy_before
         dist = _distributed()
         if dist is not None:
             import torch

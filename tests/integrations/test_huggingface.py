@@ -58,7 +58,13 @@ def accuracy(prediction: Any) -> dict[str, float]:
 
 
 def train(
-    server_url: str, spec: JobSpec, tmp_path: Path, epochs: int, batch_size: int | None = None
+    server_url: str,
+    spec: JobSpec,
+    tmp_path: Path,
+    epochs: int,
+    batch_size: int | None = None,
+    save: bool = False,
+    resume: Path | None = None,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -72,7 +78,11 @@ def train(
     )
     model = transformers.BertForSequenceClassification(config)
     callback = ZeusBSOTrainerCallback(
-        server_url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+        server_url,
+        spec,
+        metric="eval_accuracy",
+        energy_meter=EstimateMeter(100),
+        resume_from_checkpoint=resume,
     )
     spy = BatchSizeSpy()
     args = transformers.TrainingArguments(
@@ -82,7 +92,7 @@ def train(
         num_train_epochs=epochs,
         learning_rate=5e-3,
         eval_strategy="epoch",
-        save_strategy="no",
+        save_strategy="epoch" if save or resume else "no",
         logging_strategy="no",
         report_to=[],
         use_cpu=True,
@@ -96,7 +106,7 @@ def train(
         compute_metrics=accuracy,
         callbacks=[callback, spy],
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
     return callback
 
@@ -134,3 +144,19 @@ def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path)
     spec = job(unique_id("hfbad"), target=0.99)
     with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):
         train(server.url, spec, tmp_path, epochs=1, batch_size=5)
+
+
+def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path) -> None:
+    spec = job(unique_id("hfresume"), target=0.999)
+    first = train(server.url, spec, tmp_path, epochs=2, save=True)
+    checkpoints = sorted(
+        (tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+    )
+    last = checkpoints[-1]
+    assert (last / "zeus_bso_trial.json").exists()
+    second = train(server.url, spec, tmp_path, epochs=4, resume=last)
+    assert second.trial_number == first.trial_number
+    assert second.batch_size == first.batch_size
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 4  # 1-2 in the first run, 3-4 after resuming
