@@ -1,0 +1,18 @@
+"""Elastic batch size within a run: gradient noise, gain-based learning-rate scaling, goodput.
+
+Imports no torch until a torch-facing method is called.
+"""
+
+from zeus_bso.elastic.batch_size import ElasticBatchSize
+from zeus_bso.elastic.goodput import Choice, ThroughputModel
+from zeus_bso.elastic.lr import LrRule, lr_factor
+from zeus_bso.elastic.noise import GradientNoiseEstimator
+
+__all__ = [
+    "Choice",
+    "ElasticBatchSize",
+    "GradientNoiseEstimator",
+    "LrRule",
+    "ThroughputModel",
+    "lr_factor",
+]

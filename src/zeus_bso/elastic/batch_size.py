@@ -1,0 +1,234 @@
+"""``ElasticBatchSize``: grow the batch size as training goes, and scale the learning rate.
+
+A plain PyTorch loop::
+
+    ebs = ElasticBatchSize(initial_batch_size=64, max_batch_size=1024, local_bsz_bounds=(32, 256))
+    ebs.attach(optimizer)                        # wraps optimizer.step
+    for epoch in range(epochs):
+        loader = DataLoader(data, batch_size=ebs.get_local_bsz(), shuffle=True)
+        for i, (x, y) in enumerate(loader):
+            with ebs.timed_microbatch(len(x)):
+                (loss_fn(model(x), y) / ebs.accumulation_steps).backward()
+            ebs.record_microbatch(model.parameters())
+            if (i + 1) % ebs.accumulation_steps == 0:
+                optimizer.step()                 # lr scaled by the rule, then restored
+                optimizer.zero_grad()
+
+Each optimizer step accumulates at least two micro-batches, so the gradient noise is measured
+in a single process too (for models without batch normalisation, two micro-batches of b/2 are
+the same step as one batch of b). The batch size changes only when ``get_local_bsz`` is called,
+at an epoch boundary, and only when the predicted goodput gain passes ``threshold``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
+from zeus_bso.elastic.lr import LrRule, lr_factor
+from zeus_bso.elastic.noise import GradientNoiseEstimator
+from zeus_bso.errors import ZeusBSOError
+
+INSTALL_HINT = "pip install torch"
+
+
+class ElasticBatchSize:
+    """Gradient-noise-driven batch size with learning-rate scaling (after AdaptDL)."""
+
+    def __init__(
+        self,
+        initial_batch_size: int,
+        max_batch_size: int | None = None,
+        local_bsz_bounds: tuple[int, int] | None = None,
+        lr_rule: LrRule = "adascale",
+        *,
+        replicas: int = 1,
+        min_accumulation: int = 2,
+        threshold: float = 0.05,
+        smoothing: float = 0.9,
+    ) -> None:
+        if initial_batch_size <= 0:
+            raise ValueError("initial_batch_size must be positive")
+        if max_batch_size is not None and max_batch_size < initial_batch_size:
+            raise ValueError("max_batch_size must be at least initial_batch_size")
+        if local_bsz_bounds is not None and not 0 < local_bsz_bounds[0] <= local_bsz_bounds[1]:
+            raise ValueError("local_bsz_bounds must be (low, high) with 0 < low <= high")
+        if lr_rule not in ("adascale", "sqrt", "linear", "none"):
+            raise ValueError(f"lr_rule must be adascale, sqrt, linear or none, not {lr_rule!r}")
+        self.initial_batch_size = initial_batch_size
+        self.max_batch_size = max_batch_size
+        self.local_bsz_bounds = local_bsz_bounds
+        self.lr_rule: LrRule = lr_rule
+        self.replicas = replicas
+        self.min_accumulation = max(1, min_accumulation)
+        self.threshold = threshold
+        self.noise = GradientNoiseEstimator(smoothing)
+        self.throughput = ThroughputModel()
+        self.progress = 0.0
+        """Training progress in scale-invariant steps: the sum of each step's gain."""
+        self.choice = self._initial_choice()
+        self._previous: list[Any] | None = None
+        self._micro_norms: list[float] = []
+
+    def _initial_choice(self) -> Choice:
+        accumulation = self.min_accumulation
+        local = max(1, self.initial_batch_size // (accumulation * self.replicas))
+        if self.local_bsz_bounds is not None:
+            low, high = self.local_bsz_bounds
+            local = min(max(local, low), high)
+        return Choice(local, accumulation, self.replicas)
+
+    # -- what the training loop asks -----------------------------------------------------------
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self.choice.accumulation
+
+    @property
+    def scale(self) -> float:
+        """Current global batch / initial batch size."""
+        return self.choice.global_batch / self.initial_batch_size
+
+    def get_local_bsz(self) -> int:
+        """The micro-batch size for the coming epoch (call it at the start of every epoch)."""
+        best = best_choice(
+            candidates(
+                self.initial_batch_size,
+                self.max_batch_size,
+                self.local_bsz_bounds,
+                self.replicas,
+                self.min_accumulation,
+            ),
+            self.throughput,
+            lambda scale: self.predict_gain(scale),
+            self.initial_batch_size,
+        )
+        if best is not None:
+            choice, goodput = best
+            current = self._goodput(self.choice)
+            if current is None or goodput > current * (1.0 + self.threshold):
+                self.choice = choice
+        elif self.noise.sqr is not None:
+            self._explore()
+        return self.choice.local_bsz
+
+    def _explore(self) -> None:
+        # One measured micro-batch size fits no throughput model: try twice the micro-batch
+        # for an epoch, if the bounds allow it and the noise says a larger batch still pays.
+        doubled = Choice(self.choice.local_bsz * 2, self.choice.accumulation, self.replicas)
+        high = self.local_bsz_bounds[1] if self.local_bsz_bounds else None
+        limit = self.max_batch_size or self.initial_batch_size * 16
+        if (high is not None and doubled.local_bsz > high) or doubled.global_batch > limit:
+            return
+        scale = doubled.global_batch / self.initial_batch_size
+        if self.predict_gain(scale) / scale >= 0.5:
+            self.choice = doubled
+
+    def _goodput(self, choice: Choice) -> float | None:
+        rate = self.throughput.samples_per_second(choice)
+        if rate is None:
+            return None
+        scale = choice.global_batch / self.initial_batch_size
+        return rate * self.predict_gain(scale) / scale
+
+    def predict_gain(self, scale: float) -> float:
+        """Statistical gain of a global batch ``scale`` times the initial one (in [1, scale])."""
+        return self.noise.gain(scale, self.initial_batch_size)
+
+    def update_scale(self, scale: float, replicas: int | None = None) -> None:
+        """Set the global batch to ``scale`` x the initial one (e.g. after a rescale elsewhere)."""
+        if replicas is not None:
+            self.replicas = replicas
+        target = max(1, round(scale * self.initial_batch_size))
+        accumulation = self.choice.accumulation
+        local = max(1, target // (accumulation * self.replicas))
+        self.choice = Choice(local, accumulation, self.replicas)
+
+    # -- measurements -------------------------------------------------------------------------
+
+    @contextmanager
+    def timed_microbatch(self, samples: int) -> Iterator[None]:
+        """Time one micro-batch's forward and backward for the throughput model."""
+        started = time.perf_counter()
+        yield
+        if samples == self.choice.local_bsz:
+            self.throughput.observe(samples, time.perf_counter() - started)
+
+    def record_microbatch(self, parameters: Iterable[Any]) -> None:
+        """After each micro-batch's backward: notes that micro-batch's own gradient."""
+        torch = _torch()
+        grads = [p.grad for p in parameters if getattr(p, "grad", None) is not None]
+        if not grads:
+            raise ZeusBSOError("record_microbatch() found no gradients: call it after backward()")
+        with torch.no_grad():
+            current = [g.detach().clone() for g in grads]
+            previous = self._previous or [torch.zeros_like(g) for g in current]
+            # The loss is divided by the accumulation steps: undo that for the micro-gradient.
+            k = self.choice.accumulation
+            norm = sum(
+                float(((c - p) * k).pow(2).sum()) for c, p in zip(current, previous, strict=True)
+            )
+        self._micro_norms.append(norm)
+        self._previous = current
+
+    def attach(self, optimizer: Any) -> Any:
+        """Wrap ``optimizer.step``: update the noise estimate, scale each parameter group's
+        learning rate by the rule, step, and restore the learning rates exactly (so that LR
+        schedulers keep working)."""
+        original = optimizer.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            self._observe_step()
+            gain = self.predict_gain(self.scale)
+            self.progress += gain
+            factor = lr_factor(self.lr_rule, self.scale, gain)
+            saved = [group["lr"] for group in optimizer.param_groups]
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] * factor
+            try:
+                return original(*args, **kwargs)
+            finally:
+                for group, lr in zip(optimizer.param_groups, saved, strict=True):
+                    group["lr"] = lr
+
+        optimizer.step = step
+        return optimizer
+
+    def _observe_step(self) -> None:
+        norms, self._micro_norms = self._micro_norms, []
+        previous, self._previous = self._previous, None
+        if len(norms) >= 2 and previous is not None:
+            mean_sqr = sum(float(g.pow(2).sum()) for g in previous)
+            # Micro-batches of this process: each gradient is the mean over local_bsz samples.
+            self.noise.update(norms, mean_sqr, self.choice.local_bsz)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs."""
+        return {
+            "choice": [self.choice.local_bsz, self.choice.accumulation, self.choice.replicas],
+            "progress": self.progress,
+            "noise": self.noise.state_dict(),
+            "throughput": {str(b): t for b, t in self.throughput._samples.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict`."""
+        local, accumulation, replicas = state["choice"]
+        self.choice = Choice(int(local), int(accumulation), int(replicas))
+        self.progress = float(state["progress"])
+        self.noise.load_state_dict(state["noise"])
+        self.throughput._samples = {int(b): list(t) for b, t in state["throughput"].items()}
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as err:
+        raise ZeusBSOError(f"ElasticBatchSize needs torch: {INSTALL_HINT}") from err
+    return torch

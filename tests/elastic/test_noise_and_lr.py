@@ -1,0 +1,100 @@
+"""The gradient noise estimator against a problem whose noise is known in closed form, gain
+bounds, learning-rate restoration, bounds of the batch size choice."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zeus_bso.elastic import ElasticBatchSize, GradientNoiseEstimator, lr_factor
+from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
+
+
+def least_squares_gradients(
+    rng: random.Random, d: int, delta: list[float], sigma: float, b: int, k: int
+) -> list[list[float]]:
+    """k mean gradients over b samples each of 1/2 (x.w - y)^2 at w = w* + delta, with
+    x ~ N(0, I_d) and y = x.w* + N(0, sigma^2): per-sample gradient (x.delta + eps) x."""
+    out = []
+    for _ in range(k):
+        total = [0.0] * d
+        for _ in range(b):
+            x = [rng.gauss(0, 1) for _ in range(d)]
+            r = sum(a * c for a, c in zip(x, delta, strict=True)) + rng.gauss(0, sigma)
+            for i in range(d):
+                total[i] += r * x[i]
+        out.append([t / b for t in total])
+    return out
+
+
+def test_estimator_recovers_the_closed_form_noise() -> None:
+    # E[g] = delta, Cov(g) = (|delta|^2 + sigma^2) I + delta delta^T:
+    # |G|^2 = |delta|^2 and tr(S) = d (|delta|^2 + sigma^2) + |delta|^2.
+    rng = random.Random(0)
+    d, sigma = 5, 1.0
+    delta = [0.3, -0.2, 0.1, 0.0, 0.4]
+    sqr_true = sum(v * v for v in delta)
+    var_true = d * (sqr_true + sigma**2) + sqr_true
+    estimator = GradientNoiseEstimator(smoothing=0.995)
+    for _ in range(1500):
+        estimator.update_from_gradients(least_squares_gradients(rng, d, delta, sigma, b=8, k=4), 8)
+    assert estimator.sqr == pytest.approx(sqr_true, rel=0.15)
+    assert estimator.var == pytest.approx(var_true, rel=0.10)
+    assert estimator.noise_scale() == pytest.approx(var_true / sqr_true, rel=0.25)
+
+
+@given(st.floats(1e-6, 1e6), st.floats(0.0, 1e6), st.floats(1.0, 1e4), st.integers(1, 4096))
+def test_gain_is_between_one_and_the_scale(
+    sqr: float, var: float, scale: float, initial: int
+) -> None:
+    estimator = GradientNoiseEstimator()
+    estimator._sqr.update(sqr)
+    estimator._var.update(var)
+    gain = estimator.gain(scale, initial)
+    assert 1.0 <= gain <= scale * (1 + 1e-12)
+
+
+def test_gain_without_data_is_one() -> None:
+    assert GradientNoiseEstimator().gain(8.0, 32) == 1.0
+
+
+def test_lr_rules() -> None:
+    assert lr_factor("adascale", 8.0, 4.0) == 4.0
+    assert lr_factor("sqrt", 8.0, 4.0) == 2.0
+    assert lr_factor("linear", 8.0, 4.0) == 8.0
+    assert lr_factor("none", 8.0, 4.0) == 1.0
+
+
+def test_choices_respect_the_bounds() -> None:
+    options = candidates(64, 1024, (32, 256), replicas=1, min_accumulation=2)
+    assert options
+    for choice in options:
+        assert 32 <= choice.local_bsz <= 256
+        assert 64 <= choice.global_batch <= 1024
+        assert choice.accumulation >= 2
+
+
+def test_goodput_prefers_large_batches_when_noise_is_high_and_small_when_low() -> None:
+    model = ThroughputModel()
+    for b, t in ((32, 0.10), (64, 0.11), (128, 0.13), (256, 0.17)):  # fixed cost dominates
+        model.observe(b, t)
+    options = candidates(64, 1024, (32, 256), replicas=1, min_accumulation=2)
+    noisy = best_choice(options, model, lambda s: s, 64)  # perfect scaling: gain = scale
+    quiet = best_choice(options, model, lambda s: 1.0, 64)  # no gain from larger batches
+    assert noisy is not None
+    assert quiet is not None
+    assert noisy[0].global_batch > quiet[0].global_batch
+    assert quiet[0].global_batch == 64
+
+
+def test_validation_of_arguments() -> None:
+    with pytest.raises(ValueError, match="max_batch_size"):
+        ElasticBatchSize(64, max_batch_size=32)
+    with pytest.raises(ValueError, match="local_bsz_bounds"):
+        ElasticBatchSize(64, local_bsz_bounds=(64, 32))
+    with pytest.raises(ValueError, match="lr_rule"):
+        ElasticBatchSize(64, lr_rule="cubic")  # type: ignore[arg-type]
+    assert Choice(16, 2, 2).global_batch == 64

@@ -1,0 +1,98 @@
+"""ElasticBatchSize with torch: learning rates restored around each step (schedulers keep
+working), bounds respected, state across a checkpoint, and a CPU end-to-end run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
+
+from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
+
+
+def regression(n: int = 4096, d: int = 8, noise: float = 0.5) -> Any:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g)
+    w = torch.randn(d, 1, generator=g)
+    y = x @ w + noise * torch.randn(n, 1, generator=g)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def run_epochs(ebs: ElasticBatchSize, epochs: int, scheduler: bool = False) -> dict[str, Any]:
+    torch.manual_seed(0)
+    data = regression()
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    sched = (
+        torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5) if scheduler else None
+    )
+    ebs.attach(optimizer)
+    seen_lrs, local_sizes = [], []
+    x_all, y_all = data.tensors
+    with torch.no_grad():
+        losses = [float(torch.nn.functional.mse_loss(model(x_all), y_all))]
+    for _ in range(epochs):
+        local = ebs.get_local_bsz()
+        local_sizes.append((local, ebs.accumulation_steps))
+        loader = torch.utils.data.DataLoader(data, batch_size=local, shuffle=True, drop_last=True)
+        for i, (x, y) in enumerate(loader):
+            with ebs.timed_microbatch(len(x)):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                (loss / ebs.accumulation_steps).backward()
+            ebs.record_microbatch(model.parameters())
+            if (i + 1) % ebs.accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+                seen_lrs.append(optimizer.param_groups[0]["lr"])
+        with torch.no_grad():
+            losses.append(float(torch.nn.functional.mse_loss(model(x_all), y_all)))
+        if sched is not None:
+            sched.step()
+    return {"lrs": seen_lrs, "sizes": local_sizes, "losses": losses, "optimizer": optimizer}
+
+
+def test_lr_is_restored_after_every_step_and_schedulers_work() -> None:
+    ebs = ElasticBatchSize(64, max_batch_size=512, local_bsz_bounds=(16, 128))
+    result = run_epochs(ebs, epochs=3, scheduler=True)
+    # Between steps the group's lr is the scheduler's: 0.05, then halved each epoch.
+    assert set(result["lrs"]) <= {0.05, 0.025, 0.0125}
+    assert result["optimizer"].param_groups[0]["lr"] == pytest.approx(0.05 / 8)
+
+
+def test_the_step_uses_the_scaled_lr() -> None:
+    ebs = ElasticBatchSize(64, lr_rule="linear")
+    ebs.update_scale(4.0)
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    ebs.attach(optimizer)
+    param.grad = torch.ones(1)
+    optimizer.step()
+    assert float(param) == pytest.approx(-0.1 * 4.0)  # the step saw lr x scale
+    assert optimizer.param_groups[0]["lr"] == 0.1  # and the lr is back
+
+
+def test_end_to_end_on_the_cpu_within_bounds_and_through_a_checkpoint() -> None:
+    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(16, 256))
+    result = run_epochs(ebs, epochs=6)
+    for local, accumulation in result["sizes"]:
+        assert 16 <= local <= 256
+        assert 32 <= local * accumulation <= 1024
+    assert result["losses"][-1] < 0.5 * result["losses"][0]  # it trains
+    assert ebs.noise.sqr is not None
+    assert ebs.noise.var is not None
+    assert ebs.progress > 0
+    restored = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(16, 256))
+    restored.load_state_dict(ebs.state_dict())
+    assert restored.choice == ebs.choice
+    assert restored.predict_gain(4.0) == ebs.predict_gain(4.0)
+    assert restored.progress == ebs.progress
+
+
+def test_record_microbatch_needs_gradients() -> None:
+    from zeus_bso.errors import ZeusBSOError
+
+    ebs = ElasticBatchSize(32)
+    with pytest.raises(ZeusBSOError, match="after backward"):
+        ebs.record_microbatch([torch.nn.Parameter(torch.zeros(1))])
