@@ -96,3 +96,74 @@ def test_record_microbatch_needs_gradients() -> None:
     ebs = ElasticBatchSize(32)
     with pytest.raises(ZeusBSOError, match="after backward"):
         ebs.record_microbatch([torch.nn.Parameter(torch.zeros(1))])
+
+
+def test_lightning_callback_changes_batch_size_between_epochs(tmp_path: Any) -> None:
+    pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+    from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
+
+    class Regressor(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.batch_size = 1
+            self.layer = torch.nn.Linear(8, 1)
+            self.data = regression()
+            self.epochs: list[tuple[int, int]] = []
+
+        def train_dataloader(self) -> Any:
+            self.epochs.append((self.batch_size, self.trainer.accumulate_grad_batches))
+            return torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, shuffle=True)
+
+        def training_step(self, batch: Any, _: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(16, 256))
+    model = Regressor()
+    x_all, y_all = model.data.tensors
+    with torch.no_grad():
+        before = float(torch.nn.functional.mse_loss(model.layer(x_all), y_all))
+    trainer = pl.Trainer(
+        max_epochs=5,
+        accelerator="cpu",
+        callbacks=[ElasticBatchSizeCallback(ebs)],
+        reload_dataloaders_every_n_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model)
+    assert model.epochs[0] == (16, 2)  # the initial 32 as two micro-batches of 16
+    assert all(16 <= local <= 256 and 32 <= local * acc <= 1024 for local, acc in model.epochs)
+    assert len(set(model.epochs)) > 1  # it measured and moved
+    assert ebs.noise.var is not None
+    with torch.no_grad():
+        after = float(torch.nn.functional.mse_loss(model.layer(x_all), y_all))
+    assert after < 0.2 * before, (before, after, model.epochs)
+
+
+def test_lightning_callback_needs_dataloader_reloads(tmp_path: Any) -> None:
+    pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+    from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
+    from zeus_bso.errors import ZeusBSOError
+
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        callbacks=[ElasticBatchSizeCallback(ElasticBatchSize(32))],
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    model = BoringModel()
+    model.batch_size = 32
+    with pytest.raises(ZeusBSOError, match="reload_dataloaders_every_n_epochs=1"):
+        trainer.fit(model)

@@ -1,7 +1,19 @@
 """Elastic batch size within a run: gradient noise, gain-based learning-rate scaling, goodput.
 
-Imports no torch until a torch-facing method is called.
+Imports no torch until a torch-facing method is called. The Lightning callback lives in
+`zeus_bso.elastic.lightning` (``ElasticBatchSizeCallback``).
 """
+
+
+def __getattr__(name: str) -> object:
+    # `from zeus_bso.elastic import ElasticBatchSizeCallback` without importing Lightning here.
+    if name == "ElasticBatchSizeCallback":
+        from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
+
+        return ElasticBatchSizeCallback
+    raise AttributeError(name)
+
+
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
 from zeus_bso.elastic.goodput import Choice, ThroughputModel

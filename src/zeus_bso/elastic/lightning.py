@@ -1,0 +1,88 @@
+"""``ElasticBatchSizeCallback``: `ElasticBatchSize` in a Lightning fit.
+
+    ebs = ElasticBatchSize(initial_batch_size=64, max_batch_size=1024, local_bsz_bounds=(32, 256))
+    trainer = Trainer(callbacks=[ElasticBatchSizeCallback(ebs)],
+                      reload_dataloaders_every_n_epochs=1)
+
+The batch size (``batch_arg_name`` on the model, its hparams or the datamodule) and the gradient
+accumulation change between epochs; Lightning rebuilds the DataLoader each epoch. The callback
+wraps the optimizer's ``step`` for the learning-rate rule and measures each micro-batch.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from zeus_bso.elastic.batch_size import ElasticBatchSize
+from zeus_bso.errors import ZeusBSOError
+
+INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
+except ImportError as err:
+    raise ImportError(f"ElasticBatchSizeCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
+
+
+class ElasticBatchSizeCallback(pl.Callback):
+    """Lets `ElasticBatchSize` choose each epoch's batch size and accumulation."""
+
+    def __init__(self, elastic: ElasticBatchSize, batch_arg_name: str = "batch_size") -> None:
+        super().__init__()
+        self.elastic = elastic
+        self.batch_arg_name = batch_arg_name
+        self._batch_started = 0.0
+        self._attached = False
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if getattr(trainer, "reload_dataloaders_every_n_epochs", 0) != 1:
+            raise ZeusBSOError(
+                "ElasticBatchSizeCallback changes the batch size between epochs: create the "
+                "Trainer with reload_dataloaders_every_n_epochs=1"
+            )
+        if not lightning_hasattr(pl_module, self.batch_arg_name):
+            raise ZeusBSOError(
+                f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'"
+            )
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._apply(trainer, pl_module, self.elastic.choice.local_bsz)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._attached:
+            for optimizer in trainer.optimizers:
+                self.elastic.attach(optimizer)
+            self._attached = True
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.accumulate_grad_batches = self.elastic.accumulation_steps
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch_started = time.perf_counter()
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.elastic.throughput.observe(
+            self.elastic.choice.local_bsz, time.perf_counter() - self._batch_started
+        )
+        self.elastic.record_microbatch(pl_module.parameters())
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The next epoch's DataLoader is built before on_train_epoch_start: decide now.
+        self._apply(trainer, pl_module, self.elastic.get_local_bsz())
+
+    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, local_bsz: int) -> None:
+        lightning_setattr(pl_module, self.batch_arg_name, local_bsz)
+        trainer.accumulate_grad_batches = self.elastic.accumulation_steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.elastic.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict:
+            self.elastic.load_state_dict(state_dict)
