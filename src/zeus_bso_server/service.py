@@ -54,8 +54,18 @@ def config_of(job: Row[Any]) -> CreatedJob:
     return CreatedJob.model_validate(job.config)
 
 
-def _comparable(job: JobSpecFromClient | CreatedJob) -> dict[str, object]:
-    return job.model_dump(mode="json", exclude={"job_id"})
+def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[str]:
+    """The fields the client sent that differ from the registered job's.
+
+    Fields the client left out are not compared: an older client that does not know an option
+    of ours (or a newer default of it) still finds its job.
+    """
+    fields = sorted(sent.model_fields_set - {"job_id"})
+    return [
+        f"{name}: {getattr(stored, name)!r} registered, {getattr(sent, name)!r} sent"
+        for name in fields
+        if getattr(stored, name) != getattr(sent, name)
+    ]
 
 
 class BatchSizeService:
@@ -109,10 +119,11 @@ class BatchSizeService:
             return Registered(spec, True)
         existing = repo.get_job(conn, spec.job_id)
         assert existing is not None
-        if _comparable(config_of(existing)) != _comparable(spec):
+        differences = _differences(config_of(existing), spec)
+        if differences:
             raise JobConfigMismatchError(
-                "JobSpec doesn't match with existing jobSpec. "
-                "Use a new job_id for different configuration"
+                "JobSpec doesn't match with existing jobSpec "
+                f"({'; '.join(differences)}). Use a new job_id for different configuration"
             )
         return Registered(JobSpecFromClient.model_validate(existing.config), False)
 

@@ -91,6 +91,12 @@ def test_upstream_status_codes_and_messages(server: ServerProcess) -> None:
     conflict = upstream_post(base + "/jobs", changed)
     assert conflict.status_code == 409
     assert "doesn't match" in conflict.json()["message"]
+    assert "max_epochs: 100 registered, 50 sent" in conflict.json()["message"]
+    # Options the client does not send are not compared: a client that predates an option
+    # (or one of its defaults) still finds its job.
+    ours = json.loads(body) | {"prune_cost_ratio": 1.9}
+    assert httpx.post(base + "/jobs", json=ours).status_code == 409
+    assert upstream_post(base + "/jobs", body).status_code == 200
 
     bad_trial = {"job_id": job_id, "batch_size": 256, "trial_number": 99}
     report = {**bad_trial, "time": 1.0, "energy": 1.0, "metric": 0.1, "current_epoch": 1}
