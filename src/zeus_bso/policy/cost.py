@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from zeus_bso.policy.types import BestRun, ConvergedStats, Verdict
@@ -54,20 +53,21 @@ def judge_report(
             cost=cost,
             message=f"Train failed to converge within max_epoch({job.max_epochs})",
         )
-    ratio = job.beta_knob
-    if exploring and job.prune_cost_ratio is not None:
-        ratio = min(ratio or math.inf, job.prune_cost_ratio)
+    knob, ratio = "beta_knob", job.beta_knob
+    prune = job.prune_cost_ratio if exploring else None
+    if prune is not None and (ratio is None or prune < ratio):
+        knob, ratio = "prune_cost_ratio", prune
     if ratio is not None and best_cost is not None:
         bound = ratio * best_cost
         next_epoch = cost / current_epoch if job.early_stop_predictive else 0.0
-        if cost > bound or cost + next_epoch > bound:
+        if cost + next_epoch > bound:
             return Verdict(
                 stop=True,
                 converged=False,
                 cost=cost,
                 message=(
                     f"Batch Size({batch_size}) exceeded the cost upper bound: current cost({cost})"
-                    f" > beta_knob({ratio})*min_cost({best_cost})"
+                    f" > {knob}({ratio})*min_cost({best_cost})"
                     + (" (predicted for the next epoch)" if cost <= bound else "")
                 ),
             )
