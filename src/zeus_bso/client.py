@@ -202,14 +202,20 @@ class BatchSizeOptimizer:
                     logger.warning("heartbeat failed (training goes on): %s", err)
                     warned = True
 
-    def end(self) -> None:
-        """End the trial: deliver an undelivered report, then tell the server the run is over."""
+    def end(self, *, end_trial: bool = True) -> None:
+        """End the trial: deliver an undelivered report, then tell the server the run is over.
+
+        ``end_trial=False`` leaves the trial to its lease instead (it becomes abandoned, which
+        says nothing bad about its batch size): for a run that never trained, e.g. because the
+        script was misconfigured.
+        """
         if self._ended:
             return
         self._ended = True
+        atexit.unregister(self.end)  # ended: the exit hook need not keep this object alive
         self._stop_heartbeat.set()
         try:
-            if self.trial is not None and self.rank == 0:
+            if self.trial is not None and self.rank == 0 and end_trial:
                 if self._pending is not None:
                     try:
                         self.client.report(self._pending)

@@ -158,6 +158,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         if args.per_device_train_batch_size != self.batch_size:
+            if self.optimizer is not None:
+                self.optimizer.end(end_trial=False)  # not this batch size's fault
             raise ZeusBSOError(
                 f"TrainingArguments.per_device_train_batch_size is "
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
