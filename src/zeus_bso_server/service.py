@@ -38,8 +38,6 @@ logger = logging.getLogger(__name__)
 LEASE_EPOCHS = 3.0
 """After a report, a trial's lease covers at least this many of its mean epoch times."""
 
-_OPEN = (TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value)
-
 
 @dataclass(frozen=True, slots=True)
 class Registered:
@@ -305,11 +303,11 @@ class BatchSizeService:
 
     def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Row[Any]:
         # Like ending a trial, renewing a lease touches only the trial's row.
+        # renew_lease only touches an open (dispatched or abandoned) trial.
         trial = self._trial(conn, trial_id)
-        if trial.status in _OPEN:
-            lease = self._lease(trial.time, trial.epochs)
-            if repo.renew_lease(conn, trial.job_id, trial.trial_number, lease):
-                trial = self._trial(conn, trial_id)
+        lease = self._lease(trial.time, trial.epochs)
+        if repo.renew_lease(conn, trial.job_id, trial.trial_number, lease):
+            trial = self._trial(conn, trial_id)
         return trial
 
     @staticmethod

@@ -163,9 +163,6 @@ def best_run(job: Row[Any]) -> BestRun | None:
     return BestRun(job.best_batch_size, job.best_cost)
 
 
-_STATS_ONE = select(stats).where(
-    stats.c.job_id == bindparam("job_id"), stats.c.batch_size == bindparam("batch_size")
-)
 _SET_BEST = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("key_job_id"))
@@ -197,11 +194,14 @@ def add_observation(
 ) -> None:
     """Fold one final report into the batch size's statistics and the job's early-stop
     reference (see `zeus_bso.policy.best_reference`)."""
-    row = conn.execute(_STATS_ONE, {"job_id": job.job_id, "batch_size": batch_size}).one()
+    rows = stats_rows(conn, job.job_id)
+    row = next(r for r in rows if r.batch_size == batch_size)
     updated = cost_stats(row).add(cost)
     best = row.best_converged_cost
     if converged and (best is None or cost < best):
         best = cost
+    converged_count = row.converged_count + int(converged)
+    converged_cost_sum = row.converged_cost_sum + (cost if converged else 0.0)
     conn.execute(
         _OBSERVE,
         {
@@ -210,13 +210,16 @@ def add_observation(
             "reports": updated.count,
             "mean_cost": updated.mean,
             "m2_cost": updated.m2,
-            "converged_count": row.converged_count + int(converged),
-            "converged_cost_sum": row.converged_cost_sum + (cost if converged else 0.0),
+            "converged_count": converged_count,
+            "converged_cost_sum": converged_cost_sum,
             "best_converged_cost": best,
         },
     )
     if converged:
-        reference = best_reference(config, converged_stats(stats_rows(conn, job.job_id)))
+        # The statistics just read, with this batch size's as now written: no second read.
+        per_size = converged_stats(rows)
+        per_size[batch_size] = ConvergedStats(converged_count, converged_cost_sum, best)
+        reference = best_reference(config, per_size)
         assert reference is not None
         conn.execute(
             _SET_BEST,
