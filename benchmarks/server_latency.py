@@ -70,15 +70,18 @@ def fill_history(db: Path, job_id: str, trials: int) -> None:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
+        stats = {}
         for batch_size, values in costs.items():
             mean = statistics.fmean(values)
-            m2 = sum((v - mean) ** 2 for v in values)
-            conn.execute(
-                "UPDATE batch_size_stats SET reports = ?, mean_cost = ?, m2_cost = ?,"
-                " converged_count = ?, converged_cost_sum = ?, best_converged_cost = ?"
-                " WHERE job_id = ? AND batch_size = ?",
-                (len(values), mean, m2, len(values), sum(values), min(values), job_id, batch_size),
-            )
+            stats[str(batch_size)] = {
+                "reports": len(values),
+                "mean_cost": mean,
+                "m2_cost": sum((v - mean) ** 2 for v in values),
+                "converged_count": len(values),
+                "converged_cost_sum": sum(values),
+                "best_converged_cost": min(values),
+            }
+        conn.execute("UPDATE jobs SET stats = ? WHERE job_id = ?", (json.dumps(stats), job_id))
         best_batch_size = min(costs, key=lambda b: min(costs[b]))
         conn.execute(
             "UPDATE jobs SET best_batch_size = ?, best_cost = ? WHERE job_id = ?",

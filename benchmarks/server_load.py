@@ -27,9 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from _server import running_server
+from _server import LightClient, running_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.postgres import PostgresServer
@@ -50,25 +48,27 @@ def job_body(job_id: str) -> dict[str, Any]:
 
 
 def run_load(url: str, job_id: str, threads: int, rounds: int) -> dict[str, Any]:
-    with httpx.Client(base_url=url) as http:
-        http.post("/jobs", json=job_body(job_id)).raise_for_status()
+    with LightClient(url) as http:
+        status, answer = http.request("POST", "/jobs", job_body(job_id))
+        if status not in (200, 201):
+            raise SystemExit(f"registration failed: {status} {answer}")
     barrier = threading.Barrier(threads)
     statuses: Counter[int] = Counter()
     lock = threading.Lock()
 
     def client(index: int) -> None:
         codes: Counter[int] = Counter()
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with LightClient(url) as http:
             barrier.wait()
             for _ in range(rounds):
-                got = http.get("/jobs/batch_size", params={"job_id": job_id})
-                codes[got.status_code] += 1
-                if got.status_code != 200:
+                status, trial = http.request("GET", "/jobs/batch_size", params={"job_id": job_id})
+                codes[status] += 1
+                if status != 200:
                     continue
-                trial = got.json()
                 result = {**trial, "time": 10.0, "energy": 1000.0 + index, "metric": 0.9}
-                codes[http.post("/report", json={**result, "current_epoch": 1}).status_code] += 1
-                codes[http.patch("/trials", json=trial).status_code] += 1
+                status, _ = http.request("POST", "/report", {**result, "current_epoch": 1})
+                codes[status] += 1
+                codes[http.request("PATCH", "/trials", trial)[0]] += 1
         with lock:
             statuses.update(codes)
 
@@ -108,20 +108,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        choices=("sqlite", "postgresql"),
+        help="measure one backend (and do not overwrite the saved results)",
+    )
     args = parser.parse_args()
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for workers in (1, 2):
+        for workers in (1, 2) if args.only != "postgresql" else ():
             db = Path(tmp) / f"load-{workers}.db"
             with running_server(f"sqlite:///{db}", workers=workers) as url:
                 results.append(measure(f"SQLite, {workers} worker(s)", url, args))
-        pg = PostgresServer()
-        try:
-            with running_server(pg.new_database(), workers=4) as url:
-                results.append(measure("PostgreSQL, 4 workers", url, args))
-        finally:
-            pg.stop()
+        if args.only != "sqlite":
+            pg = PostgresServer()
+            try:
+                with running_server(pg.new_database(), workers=4) as url:
+                    results.append(measure("PostgreSQL, 4 workers", url, args))
+            finally:
+                pg.stop()
 
     summary = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -132,6 +138,9 @@ def main() -> None:
         "results": results,
         "upstream_zeus_0_16": {"batch_size_requests_per_s": 38, "errors_5xx": 32},
     }
+    if args.only:
+        print(json.dumps(results, indent=2))
+        return
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "server_load.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [

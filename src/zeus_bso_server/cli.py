@@ -10,13 +10,14 @@ import tempfile
 from typing import Annotated, Any
 
 import typer
+from alembic.util.exc import CommandError
 from rich.console import Console
 
 from zeus_bso import __version__
-from zeus_bso_server.errors import ServerError
+from zeus_bso_server.errors import SchemaError, ServerError
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
+from zeus_bso_server.store.migrate import current_revision, downgrade, head_revision, upgrade
 
 app = typer.Typer(
     help="zeus-bso server: learns the cheapest batch size of recurring training jobs.",
@@ -43,15 +44,20 @@ def _fail(error: ServerError) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _upgrade_schema(settings: Settings) -> tuple[str | None, str]:
-    async def run() -> tuple[str | None, str]:
+def _upgrade_schema(
+    settings: Settings, revision: str = "head", *, down: bool = False
+) -> tuple[str | None, str | None]:
+    async def run() -> tuple[str | None, str | None]:
         db = Database(settings.engine_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         try:
-            return await upgrade(db)
+            return await (downgrade(db, revision) if down else upgrade(db, revision))
         finally:
             await db.dispose()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except CommandError as error:  # an unknown revision
+        raise SchemaError(str(error)) from None
 
 
 def _display_url(settings: Settings) -> str:
@@ -165,7 +171,23 @@ def db_upgrade(db: DbOption = None) -> None:
         before, after = _upgrade_schema(settings)
     except ServerError as error:
         raise _fail(error) from None
-    typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after}")
+    typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(
+    revision: Annotated[
+        str, typer.Argument(help="Revision to go back to (see `db current`); 'base' drops all")
+    ],
+    db: DbOption = None,
+) -> None:
+    """Take the schema back to an older revision, keeping the data (to run an older server)."""
+    try:
+        settings = load_settings(database_url=db)
+        before, after = _upgrade_schema(settings, revision, down=True)
+    except ServerError as error:
+        raise _fail(error) from None
+    typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
 
 
 @db_app.command("current")

@@ -133,13 +133,6 @@ class BatchSizeService:
             conn, job.job_id, job.job_id_prefix, config, Stage.PRUNING.value
         )
 
-    @staticmethod
-    def _locked_job(conn: Connection, job_id: str) -> tuple[Row[Any], CreatedJob]:
-        job = repo.get_job(conn, job_id, lock=True)
-        if job is None:
-            raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
-        return job, config_of(job)
-
     async def next_trial(self, job_id: str) -> TrialId:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -161,12 +154,15 @@ class BatchSizeService:
         return trial
 
     def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
-        job, config = self._locked_job(conn, job_id)
-        expired = repo.expire_leases(conn, job_id)
+        job, expired = repo.lock_job_expiring_leases(conn, job_id)
+        if job is None:
+            raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
+        config = config_of(job)
         history = self._history(conn, job, config)
         number = job.next_trial_number
         dispatch = policy.decide(config, history, policy.rng_for(config, number))
-        repo.insert_trial(
+        entering_bandit = dispatch.arms is not None and job.arms is None
+        repo.start_trial(
             conn,
             job_id,
             number,
@@ -174,10 +170,7 @@ class BatchSizeService:
             dispatch.kind,
             dispatch.round,
             self.lease_seconds,
-        )
-        entering_bandit = dispatch.arms is not None and job.arms is None
-        repo.advance_job(
-            conn, job_id, number + 1, list(dispatch.arms or ()) if entering_bandit else None
+            list(dispatch.arms or ()) if entering_bandit else None,
         )
         if entering_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, dispatch.arms)
@@ -193,8 +186,7 @@ class BatchSizeService:
             sizes = job.arms if job.arms is not None else config.batch_sizes
             observations = repo.windowed_costs(conn, job.job_id, sizes, config.window_size)
         else:
-            rows = repo.stats_rows(conn, job.job_id)
-            observations = {r.batch_size: repo.cost_stats(r) for r in rows}
+            observations = {s.batch_size: repo.cost_stats(s) for s in repo.stats_of(job)}
         if job.arms is None:
             return JobHistory(
                 arms=None,
@@ -221,8 +213,10 @@ class BatchSizeService:
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
-        job, config = self._locked_job(conn, result.job_id)
-        trial = repo.get_trial(conn, result.job_id, result.trial_number)
+        job, trial = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
+        if job is None:
+            raise UnknownJobError(f"Unknown job({result.job_id}). Please register the job first")
+        config = config_of(job)
         if trial is None or trial.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         if trial.status == TrialStatus.REPORTED.value:
@@ -260,16 +254,15 @@ class BatchSizeService:
             lease = self._lease(result.time, result.current_epoch)
             repo.record_progress(conn, result.job_id, result.trial_number, measured, lease)
         else:
-            repo.record_final(
+            repo.finish_trial(
                 conn,
-                result.job_id,
+                job,
+                config,
                 result.trial_number,
+                result.batch_size,
                 measured,
                 verdict.converged,
                 verdict.message,
-            )
-            repo.add_observation(
-                conn, job, config, result.batch_size, verdict.cost, verdict.converged
             )
         answer = ReportResponse(
             stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
@@ -282,16 +275,18 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        if await self.db.write(lambda conn: self._end_trial(conn, trial_id)):
+        # Its one change is a single statement, and what follows it only reads.
+        if await self.db.write_unbundled(lambda conn: self._end_trial(conn, trial_id)):
             self.metrics.trials.labels(TrialStatus.FAILED.value).inc()
 
-    def _end_trial(self, conn: Connection, trial_id: TrialId) -> bool:
+    @staticmethod
+    def _end_trial(conn: Connection, trial_id: TrialId) -> bool:
         # One conditional update of the trial's row: it needs no job lock, and a final report
         # racing with it either lands first (the trial stays reported) or after (and wins).
-        if repo.mark_failed(conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size):
-            return True
-        self._trial(conn, trial_id)  # raises if there is no such trial
-        return False
+        failed = repo.mark_failed(conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size)
+        if failed is None:
+            raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
+        return failed
 
     async def heartbeat(self, trial_id: TrialId) -> Row[Any]:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
@@ -299,7 +294,8 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
+        # Its one change is a single statement; the reads around it need no snapshot in common.
+        return await self.db.write_unbundled(lambda conn: self._heartbeat(conn, trial_id))
 
     def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Row[Any]:
         # Like ending a trial, renewing a lease touches only the trial's row.

@@ -125,7 +125,10 @@ async def job_state(db: Database, job_id: str, limit: int, before: int | None) -
 
 
 def _batch_size_view(
-    row: Row[Any], config: CreatedJob, arms: tuple[int, ...], windowed: dict[int, policy.CostStats]
+    row: repo.SizeStats,
+    config: CreatedJob,
+    arms: tuple[int, ...],
+    windowed: dict[int, policy.CostStats],
 ) -> BatchSizeView:
     running = repo.cost_stats(row)
     used = windowed.get(row.batch_size, running)
@@ -154,7 +157,7 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(row.config)
-    stats = repo.stats_rows(conn, job_id)
+    stats = repo.stats_of(row)
     arms = tuple(row.arms) if row.arms is not None else ()
     windowed = (
         repo.windowed_costs(conn, job_id, arms, config.window_size)

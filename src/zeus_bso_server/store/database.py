@@ -76,6 +76,7 @@ class Database:
             self._sync_writer = engine.execution_options(**{_WRITE: True})
         else:
             self.async_engine = create_async_engine(url, echo=echo, pool_size=10, max_overflow=20)
+            self._autocommit = self.async_engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def dialect(self) -> str:
@@ -90,6 +91,19 @@ class Database:
                 concurrent writer won a race; nothing was written and the request may be retried.
         """
         return await self._run(work, write=True)
+
+    async def write_unbundled(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` whose statements are each complete on their own: no transaction bundles
+        them, so a failure after the first keeps what the first wrote. On PostgreSQL this saves
+        the BEGIN and COMMIT round trips; SQLite runs it like `write`.
+
+        Raises:
+            DatabaseUnavailableError: as `write`.
+        """
+        if self.async_engine is None:
+            return await self._run(work, write=True)
+        async with self._translate(), self._autocommit.connect() as async_connection:
+            return await async_connection.run_sync(work)
 
     async def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one read-only transaction."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from importlib.resources import files
 from typing import TypeVar
@@ -27,8 +28,9 @@ def alembic_config() -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
-    """The schema revision this server needs."""
+    """The schema revision this server needs (read once: /readyz asks on every probe)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -38,10 +40,10 @@ def _current(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def _upgrade(connection: Connection) -> None:
+def _migrate(connection: Connection, revision: str, *, down: bool) -> None:
     config = alembic_config()
     config.attributes["connection"] = connection
-    command.upgrade(config, "head")
+    (command.downgrade if down else command.upgrade)(config, revision)
 
 
 async def _on_connection(db: Database, work: Callable[[Connection], T]) -> T:
@@ -59,11 +61,20 @@ async def current_revision(db: Database) -> str | None:
     return await _on_connection(db, _current)
 
 
-async def upgrade(db: Database) -> tuple[str | None, str]:
-    """Bring the database to the current schema. Returns the revisions before and after."""
+async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str | None]:
+    """Bring the database to the current schema (or to ``revision``). Returns the revisions
+    before and after."""
     before = await current_revision(db)
-    await _on_connection(db, _upgrade)
-    return before, head_revision()
+    await _on_connection(db, lambda conn: _migrate(conn, revision, down=False))
+    return before, await current_revision(db)
+
+
+async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None]:
+    """Take the database's schema back to ``revision`` (``base``: no schema), keeping the
+    stored data. Returns the revisions before and after."""
+    before = await current_revision(db)
+    await _on_connection(db, lambda conn: _migrate(conn, revision, down=True))
+    return before, await current_revision(db)
 
 
 async def check_schema(db: Database) -> None:

@@ -7,10 +7,23 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
-from sqlalchemy import Float, Row, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Float,
+    Row,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -25,11 +38,55 @@ from zeus_bso.policy import (
     best_reference,
 )
 from zeus_bso.spec import CreatedJob
-from zeus_bso_server.store.tables import BatchSizeStatsRow, JobRow, TrialRow, db_now
+from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
 trials = cast(Table, TrialRow.__table__)
-stats = cast(Table, BatchSizeStatsRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeStats:
+    """Running statistics of one batch size's reported runs (stored in the job row's ``stats``)."""
+
+    batch_size: int
+    reports: int = 0
+    mean_cost: float = 0.0
+    m2_cost: float = 0.0
+    converged_count: int = 0
+    converged_cost_sum: float = 0.0
+    best_converged_cost: float | None = None
+
+    def add(self, cost: float, converged: bool) -> SizeStats:
+        """These statistics with one more final report."""
+        running = cost_stats(self).add(cost)
+        best = self.best_converged_cost
+        if converged and (best is None or cost < best):
+            best = cost
+        return replace(
+            self,
+            reports=running.count,
+            mean_cost=running.mean,
+            m2_cost=running.m2,
+            converged_count=self.converged_count + int(converged),
+            converged_cost_sum=self.converged_cost_sum + (cost if converged else 0.0),
+            best_converged_cost=best,
+        )
+
+
+def stats_of(job: Row[Any]) -> list[SizeStats]:
+    """The job's per-batch-size statistics, by batch size."""
+    return sorted(
+        (SizeStats(batch_size=int(size), **values) for size, values in job.stats.items()),
+        key=lambda s: s.batch_size,
+    )
+
+
+def _stats_json(per_size: Iterable[SizeStats]) -> dict[str, dict[str, Any]]:
+    result = {}
+    for entry in per_size:
+        values = asdict(entry)
+        result[str(values.pop("batch_size"))] = values
+    return result
 
 
 def insert_job_if_absent(
@@ -42,6 +99,7 @@ def insert_job_if_absent(
         "config": config,
         "stage": stage,
         "next_trial_number": 1,
+        "stats": _stats_json(SizeStats(b) for b in config["batch_sizes"]),
     }
     dialect = conn.dialect.name
     if dialect == "postgresql":
@@ -50,24 +108,7 @@ def insert_job_if_absent(
         stmt = sqlite_insert(jobs).values(values).on_conflict_do_nothing()
     else:
         stmt = insert(jobs).prefix_with("IGNORE").values(values)
-    inserted = bool(conn.execute(stmt).rowcount)
-    if inserted:
-        conn.execute(
-            insert(stats),
-            [
-                {
-                    "job_id": job_id,
-                    "batch_size": b,
-                    "reports": 0,
-                    "mean_cost": 0.0,
-                    "m2_cost": 0.0,
-                    "converged_count": 0,
-                    "converged_cost_sum": 0.0,
-                }
-                for b in config["batch_sizes"]
-            ],
-        )
-    return inserted
+    return bool(conn.execute(stmt).rowcount)
 
 
 # The statements every request runs are built once; only their parameters change.
@@ -76,7 +117,6 @@ _JOB_FOR_UPDATE = _JOB.with_for_update()
 _TRIAL = select(trials).where(
     trials.c.job_id == bindparam("job_id"), trials.c.trial_number == bindparam("trial_number")
 )
-_STATS = select(stats).where(stats.c.job_id == bindparam("job_id")).order_by(stats.c.batch_size)
 _EXPLORATIONS = select(
     trials.c.round,
     trials.c.batch_size,
@@ -101,6 +141,85 @@ def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Row[Any] | 
     return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
 
 
+# On PostgreSQL, statements that follow each other in a request are sent as one where that is
+# safe: every statement is a round trip to the server made while the job's row is locked, so
+# they bound the throughput of a busy job. A data-modifying CTE runs once, whether or not the
+# rest of the statement refers to it.
+_EXPIRED = _EXPIRE.returning(trials.c.trial_number).cte("expired")
+_LOCK_AND_EXPIRE = (
+    select(jobs, select(func.count()).select_from(_EXPIRED).scalar_subquery().label("expired"))
+    .where(jobs.c.job_id == bindparam("lock_job_id"))
+    .with_for_update(of=jobs)
+)
+
+
+_TRIAL_FIELDS = ("trial_number", "batch_size", "kind", "status", "epochs", "converged")
+_LOCK_WITH_TRIAL = (
+    select(jobs, *(trials.c[name].label(f"trial_{name}") for name in _TRIAL_FIELDS))
+    .join_from(
+        jobs,
+        trials,
+        and_(
+            trials.c.job_id == jobs.c.job_id,
+            trials.c.trial_number == bindparam("lock_trial_number"),
+        ),
+    )
+    .where(jobs.c.job_id == bindparam("lock_job_id"))
+    .with_for_update(of=[jobs, trials])
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialState:
+    """What a report needs to know of its trial."""
+
+    trial_number: int
+    batch_size: int
+    kind: str
+    status: str
+    epochs: int | None
+    converged: bool | None
+
+
+def lock_job_with_trial(
+    conn: Connection, job_id: str, trial_number: int
+) -> tuple[Row[Any] | None, TrialState | None]:
+    """Lock the job row and one of its trials' rows for the rest of the transaction. Returns
+    the job row and the trial (None for either that does not exist).
+
+    Both come from one statement: a row a statement locks is read at its newest committed
+    version, even when the statement had to wait for the lock.
+    """
+    row = conn.execute(
+        _LOCK_WITH_TRIAL, {"lock_job_id": job_id, "lock_trial_number": trial_number}
+    ).first()
+    if row is None:
+        return get_job(conn, job_id, lock=True), None
+    trial = TrialState(**{name: getattr(row, f"trial_{name}") for name in _TRIAL_FIELDS})
+    return row, trial
+
+
+def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Row[Any] | None, int]:
+    """Lock the job row for the rest of the transaction and mark its dispatched trials whose
+    lease ran out as abandoned. Returns the row (None if there is no such job) and how many
+    trials were abandoned.
+
+    Expiry does not need the lock (it is a condition on time, checked row by row), so on
+    PostgreSQL it runs in the statement that takes the lock. The job's other reads must come
+    after the lock, in statements of their own: a statement reads the snapshot taken when it
+    began, which may predate the lock's holder's commit.
+    """
+    if conn.dialect.name == "postgresql":
+        row = conn.execute(
+            _LOCK_AND_EXPIRE, {"lock_job_id": job_id, "expired_job_id": job_id}
+        ).first()
+        return row, int(row.expired) if row is not None else 0
+    job = get_job(conn, job_id, lock=True)
+    if job is None:
+        return None, 0
+    return job, expire_leases(conn, job_id)
+
+
 _ADVANCE = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("key_job_id"))
@@ -113,15 +232,11 @@ _ENTER_BANDIT = _ADVANCE.values(
 )
 
 
-def advance_job(
-    conn: Connection, job_id: str, next_trial_number: int, arms: list[int] | None
-) -> None:
-    """Store the job's next trial number and, when it enters the bandit stage, its arms."""
+def _advance_params(job_id: str, next_trial_number: int, arms: list[int] | None) -> dict[str, Any]:
     params: dict[str, Any] = {"key_job_id": job_id, "next_trial_number": next_trial_number}
-    if arms is None:
-        conn.execute(_ADVANCE, params)
-    else:
-        conn.execute(_ENTER_BANDIT, {**params, "arms": arms, "bandit_start": next_trial_number - 1})
+    if arms is not None:
+        params.update(arms=arms, bandit_start=next_trial_number - 1)
+    return params
 
 
 def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Row[Any]]:
@@ -136,7 +251,6 @@ def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> 
 def delete_job(conn: Connection, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
     conn.execute(delete(trials).where(trials.c.job_id == job_id))
-    conn.execute(delete(stats).where(stats.c.job_id == job_id))
     conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
 
 
@@ -146,14 +260,9 @@ def expire_leases(conn: Connection, job_id: str) -> int:
     return int(result.rowcount)
 
 
-def stats_rows(conn: Connection, job_id: str) -> Sequence[Row[Any]]:
-    """The job's per-batch-size statistics, by batch size."""
-    return conn.execute(_STATS, {"job_id": job_id}).all()
-
-
-def cost_stats(row: Row[Any]) -> CostStats:
-    """The running cost statistics of a statistics row."""
-    return CostStats(row.reports, row.mean_cost, row.m2_cost)
+def cost_stats(stats: SizeStats) -> CostStats:
+    """The running cost statistics of a batch size."""
+    return CostStats(stats.reports, stats.mean_cost, stats.m2_cost)
 
 
 def best_run(job: Row[Any]) -> BestRun | None:
@@ -163,79 +272,54 @@ def best_run(job: Row[Any]) -> BestRun | None:
     return BestRun(job.best_batch_size, job.best_cost)
 
 
-_SET_BEST = (
+_SET_STATS = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(best_batch_size=bindparam("best_batch_size"), best_cost=bindparam("best_cost"))
-)
-
-
-_OBSERVE = (
-    update(stats)
-    .where(stats.c.job_id == bindparam("key_job_id"), stats.c.batch_size == bindparam("key_bs"))
     .values(
-        reports=bindparam("reports"),
-        mean_cost=bindparam("mean_cost"),
-        m2_cost=bindparam("m2_cost"),
-        converged_count=bindparam("converged_count"),
-        converged_cost_sum=bindparam("converged_cost_sum"),
-        best_converged_cost=bindparam("best_converged_cost"),
+        stats=bindparam("stats", type_=JSON()),
+        best_batch_size=bindparam("best_batch_size"),
+        best_cost=bindparam("best_cost"),
     )
 )
 
 
-def add_observation(
+def finish_trial(
     conn: Connection,
     job: Row[Any],
     config: CreatedJob,
+    trial_number: int,
     batch_size: int,
-    cost: float,
+    measured: dict[str, Any],
     converged: bool,
+    message: str,
 ) -> None:
-    """Fold one final report into the batch size's statistics and the job's early-stop
-    reference (see `zeus_bso.policy.best_reference`)."""
-    rows = stats_rows(conn, job.job_id)
-    row = next(r for r in rows if r.batch_size == batch_size)
-    updated = cost_stats(row).add(cost)
-    best = row.best_converged_cost
-    if converged and (best is None or cost < best):
-        best = cost
-    converged_count = row.converged_count + int(converged)
-    converged_cost_sum = row.converged_cost_sum + (cost if converged else 0.0)
-    conn.execute(
-        _OBSERVE,
-        {
-            "key_job_id": row.job_id,
-            "key_bs": row.batch_size,
-            "reports": updated.count,
-            "mean_cost": updated.mean,
-            "m2_cost": updated.m2,
-            "converged_count": converged_count,
-            "converged_cost_sum": converged_cost_sum,
-            "best_converged_cost": best,
-        },
-    )
-    if converged:
-        # The statistics just read, with this batch size's as now written: no second read.
-        per_size = converged_stats(rows)
-        per_size[batch_size] = ConvergedStats(converged_count, converged_cost_sum, best)
-        reference = best_reference(config, per_size)
-        assert reference is not None
-        conn.execute(
-            _SET_BEST,
-            {
-                "key_job_id": job.job_id,
-                "best_batch_size": reference.batch_size,
-                "best_cost": reference.cost,
-            },
-        )
+    """Store a trial's final report and fold its cost into the batch size's statistics and the
+    job's early-stop reference (see `zeus_bso.policy.best_reference`). ``job`` is the locked
+    job row."""
+    per_size = {s.batch_size: s for s in stats_of(job)}
+    per_size[batch_size] = per_size[batch_size].add(float(measured["cost"]), converged)
+    best = best_reference(config, converged_stats(per_size.values()))
+    params: dict[str, Any] = {
+        **_key(job.job_id, trial_number),
+        **measured,
+        "converged": converged,
+        "message": message,
+        "stats": _stats_json(per_size.values()),
+        "best_batch_size": best.batch_size if best else None,
+        "best_cost": best.cost if best else None,
+    }
+    if conn.dialect.name == "postgresql":
+        conn.execute(_FINISH_AND_SET_STATS, params)
+        return
+    conn.execute(_FINISH, params)
+    conn.execute(_SET_STATS, params)
 
 
-def converged_stats(rows: Sequence[Row[Any]]) -> dict[int, ConvergedStats]:
+def converged_stats(per_size: Iterable[SizeStats]) -> dict[int, ConvergedStats]:
     """Per batch size, its converged runs' count, total cost and cheapest cost."""
     return {
-        r.batch_size: ConvergedStats(r.converged_count, r.converged_cost_sum, r.best_converged_cost)
-        for r in rows
+        s.batch_size: ConvergedStats(s.converged_count, s.converged_cost_sum, s.best_converged_cost)
+        for s in per_size
     }
 
 
@@ -280,18 +364,25 @@ def get_trial(conn: Connection, job_id: str, trial_number: int) -> Row[Any] | No
     return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
 
+# Parameter names that are not the updated table's column names: a parameter named after a
+# column of an UPDATE's table would be added to what it sets.
 _INSERT_TRIAL = insert(trials).values(
-    job_id=bindparam("job_id"),
-    trial_number=bindparam("trial_number"),
-    batch_size=bindparam("batch_size"),
-    kind=bindparam("kind"),
-    round=bindparam("round"),
+    job_id=bindparam("new_job_id"),
+    trial_number=bindparam("new_trial_number"),
+    batch_size=bindparam("new_batch_size"),
+    kind=bindparam("new_kind"),
+    round=bindparam("new_round"),
     status=TrialStatus.DISPATCHED.value,
-    lease_expires_at=db_now() + bindparam("lease", type_=Float()),
+    lease_expires_at=db_now() + bindparam("new_lease", type_=Float()),
 )
 
 
-def insert_trial(
+_NEW_TRIAL = _INSERT_TRIAL.returning(trials.c.trial_number).cte("new_trial")
+_INSERT_AND_ADVANCE = _ADVANCE.add_cte(_NEW_TRIAL)
+_INSERT_AND_ENTER_BANDIT = _ENTER_BANDIT.add_cte(_NEW_TRIAL)
+
+
+def start_trial(
     conn: Connection,
     job_id: str,
     trial_number: int,
@@ -299,19 +390,25 @@ def insert_trial(
     kind: TrialKind,
     round_index: int | None,
     lease: float,
+    arms: list[int] | None,
 ) -> None:
-    """Store a new dispatched trial whose lease runs ``lease`` seconds."""
-    conn.execute(
-        _INSERT_TRIAL,
-        {
-            "job_id": job_id,
-            "trial_number": trial_number,
-            "batch_size": batch_size,
-            "kind": kind.value,
-            "round": round_index,
-            "lease": lease,
-        },
-    )
+    """Store a new dispatched trial whose lease runs ``lease`` seconds, and advance the job's
+    next trial number past it (entering the bandit stage with ``arms`` when they are given)."""
+    trial = {
+        "new_job_id": job_id,
+        "new_trial_number": trial_number,
+        "new_batch_size": batch_size,
+        "new_kind": kind.value,
+        "new_round": round_index,
+        "new_lease": lease,
+    }
+    advance = _advance_params(job_id, trial_number + 1, arms)
+    if conn.dialect.name == "postgresql":
+        statement = _INSERT_AND_ADVANCE if arms is None else _INSERT_AND_ENTER_BANDIT
+        conn.execute(statement, {**trial, **advance})
+        return
+    conn.execute(_INSERT_TRIAL, trial)
+    conn.execute(_ADVANCE if arms is None else _ENTER_BANDIT, advance)
 
 
 _THE_TRIAL = (
@@ -360,6 +457,9 @@ _FAIL = (
 )
 
 
+_FINISH_AND_SET_STATS = _SET_STATS.add_cte(_FINISH.returning(trials.c.trial_number).cte("finished"))
+
+
 def _key(job_id: str, trial_number: int) -> dict[str, Any]:
     return {"key_job_id": job_id, "key_number": trial_number}
 
@@ -371,19 +471,6 @@ def record_progress(
     conn.execute(_PROGRESS, {**_key(job_id, trial_number), **measured, "lease": lease})
 
 
-def record_final(
-    conn: Connection,
-    job_id: str,
-    trial_number: int,
-    measured: dict[str, Any],
-    converged: bool,
-    message: str,
-) -> None:
-    """Store the final report of a trial."""
-    params = {**_key(job_id, trial_number), **measured, "converged": converged}
-    conn.execute(_FINISH, {**params, "message": message})
-
-
 def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> bool:
     """Give a dispatched or abandoned trial a lease of ``lease`` seconds from now (it is
     dispatched again). Returns whether the trial was open."""
@@ -391,11 +478,26 @@ def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) 
     return bool(result.rowcount)
 
 
-def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool:
-    """Mark a trial that ended without a final report as failed. Returns whether it was open
-    (a reported or already failed trial is left as it is)."""
-    result = conn.execute(_FAIL, {**_key(job_id, trial_number), "key_bs": batch_size})
-    return bool(result.rowcount)
+_THIS_TRIAL = select(trials.c.trial_number).where(
+    *_THE_TRIAL, trials.c.batch_size == bindparam("key_bs")
+)
+_FAILED = _FAIL.returning(trials.c.trial_number).cte("failed")
+_FAIL_AND_FIND = select(
+    select(func.count()).select_from(_FAILED).scalar_subquery().label("failed"),
+    select(func.count()).select_from(_THIS_TRIAL.subquery()).scalar_subquery().label("found"),
+)
+
+
+def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
+    """Mark a trial that ended without a final report as failed. Returns whether it was open (a
+    reported or already failed trial is left as it is), or None if there is no such trial."""
+    params = {**_key(job_id, trial_number), "key_bs": batch_size}
+    if conn.dialect.name == "postgresql":
+        row = conn.execute(_FAIL_AND_FIND, params).one()
+        return bool(row.failed) if row.found else None
+    if conn.execute(_FAIL, params).rowcount:
+        return True
+    return False if conn.execute(_THIS_TRIAL, params).first() else None
 
 
 def recent_trials(

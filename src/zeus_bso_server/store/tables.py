@@ -63,7 +63,12 @@ class JobRow(Base):
     next_trial_number: Mapped[int] = mapped_column(Integer, default=1)
     best_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     best_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
-    """The cheapest converged run so far (kept here so that a report reads one row for it)."""
+    """The early-stop reference: the cost a run must not exceed (see `policy.best_reference`)."""
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
+    """Running statistics of each batch size's reported runs, by batch size (see
+    `repository.SizeStats`), updated with every final report. Kept on the row that every
+    request locks, they come with the lock: a request's cost does not depend on how many
+    trials the job has, and the statistics take no reads of their own."""
     created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
 
@@ -97,23 +102,3 @@ class TrialRow(Base):
         Index("ix_trials_job_kind", "job_id", "kind"),
         Index("ix_trials_job_bs_status_number", "job_id", "batch_size", "status", "trial_number"),
     )
-
-
-class BatchSizeStatsRow(Base):
-    """Running statistics of one batch size's reported runs, updated with every final report.
-
-    They make a request's cost independent of how many trials a job has stored.
-    """
-
-    __tablename__ = "batch_size_stats"
-
-    job_id: Mapped[str] = mapped_column(
-        String(ID_LENGTH), ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
-    )
-    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
-    reports: Mapped[int] = mapped_column(Integer, default=0)
-    mean_cost: Mapped[float] = mapped_column(Float, default=0.0)
-    m2_cost: Mapped[float] = mapped_column(Float, default=0.0)
-    converged_count: Mapped[int] = mapped_column(Integer, default=0)
-    converged_cost_sum: Mapped[float] = mapped_column(Float, default=0.0)
-    best_converged_cost: Mapped[float | None] = mapped_column(Float, nullable=True)

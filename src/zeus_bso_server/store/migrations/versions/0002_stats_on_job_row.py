@@ -1,0 +1,82 @@
+"""Per-batch-size statistics move from their own table onto the job row.
+
+Every request locks the job row; with the statistics on it, the lock brings them along and a
+final report updates one row instead of two.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-22
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+FIELDS = (
+    "reports",
+    "mean_cost",
+    "m2_cost",
+    "converged_count",
+    "converged_cost_sum",
+    "best_converged_cost",
+)
+
+jobs = sa.table("jobs", sa.column("job_id", sa.String()), sa.column("stats", sa.JSON()))
+
+
+def _stats_table() -> sa.TableClause:
+    return sa.table(
+        "batch_size_stats",
+        sa.column("job_id", sa.String()),
+        sa.column("batch_size", sa.Integer()),
+        *(sa.column(name) for name in FIELDS),
+    )
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("stats", sa.JSON(), nullable=False, server_default="{}"))
+    conn = op.get_bind()
+    stats = _stats_table()
+    per_job: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in conn.execute(sa.select(stats)).mappings():
+        per_job[row["job_id"]][str(row["batch_size"])] = {name: row[name] for name in FIELDS}
+    for job_id, values in per_job.items():
+        conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(stats=values))
+    op.drop_table("batch_size_stats")
+
+
+def downgrade() -> None:
+    op.create_table(
+        "batch_size_stats",
+        sa.Column(
+            "job_id",
+            sa.String(255),
+            sa.ForeignKey("jobs.job_id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("batch_size", sa.Integer(), primary_key=True),
+        sa.Column("reports", sa.Integer(), nullable=False),
+        sa.Column("mean_cost", sa.Float(), nullable=False),
+        sa.Column("m2_cost", sa.Float(), nullable=False),
+        sa.Column("converged_count", sa.Integer(), nullable=False),
+        sa.Column("converged_cost_sum", sa.Float(), nullable=False),
+        sa.Column("best_converged_cost", sa.Float(), nullable=True),
+    )
+    conn = op.get_bind()
+    rows = [
+        {"job_id": job_id, "batch_size": int(batch_size), **values}
+        for job_id, stats in conn.execute(sa.select(jobs.c.job_id, jobs.c.stats))
+        for batch_size, values in (stats or {}).items()
+    ]
+    if rows:
+        conn.execute(sa.insert(_stats_table()), rows)
+    op.drop_column("jobs", "stats")
