@@ -77,7 +77,8 @@ class LightClient:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> tuple[int, Any]:
-        """Send one request; returns the status and the decoded JSON answer (None if empty)."""
+        """Send one request; returns the status and the decoded JSON answer (None if empty, the
+        text if it is not JSON)."""
         if params:
             path = f"{path}?{urlencode(params)}"
         headers = {}
@@ -88,7 +89,12 @@ class LightClient:
         self._conn.request(method, path, body=payload, headers=headers)
         response = self._conn.getresponse()
         data = response.read()
-        return response.status, json.loads(data) if data else None
+        if not data:
+            return response.status, None
+        try:
+            return response.status, json.loads(data)
+        except ValueError:
+            return response.status, data.decode(errors="replace")
 
     def close(self) -> None:
         self._conn.close()
