@@ -3,6 +3,7 @@ bounds, learning-rate restoration, bounds of the batch size choice."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -98,3 +99,40 @@ def test_validation_of_arguments() -> None:
     with pytest.raises(ValueError, match="lr_rule"):
         ElasticBatchSize(64, lr_rule="cubic")  # type: ignore[arg-type]
     assert Choice(16, 2, 2).global_batch == 64
+
+
+def _noisy_and_fast_at_large_batches(max_change: float) -> ElasticBatchSize:
+    ebs = ElasticBatchSize(
+        32, max_batch_size=4096, local_bsz_bounds=(16, 2048), max_change=max_change
+    )
+    ebs.noise._sqr.update(1e-3)  # noise scale 1e4: large batches lose almost nothing
+    ebs.noise._var.update(10.0)
+    for local, seconds in ((16, 0.0100), (32, 0.0105), (64, 0.0110)):
+        ebs.throughput.observe(local, seconds)
+    return ebs
+
+
+def test_batch_size_changes_are_damped() -> None:
+    ebs = _noisy_and_fast_at_large_batches(max_change=2.0)
+    sizes = [ebs.choice.global_batch]
+    for _ in range(10):
+        ebs.get_local_bsz()
+        sizes.append(ebs.choice.global_batch)
+    steps = [after / before for before, after in itertools.pairwise(sizes)]
+    assert all(0.5 <= s <= 2.0 for s in steps), sizes
+    assert sizes == sorted(sizes)  # steady estimates: it climbs, never back and forth
+    undamped = _noisy_and_fast_at_large_batches(max_change=1e9)
+    undamped.get_local_bsz()
+    assert undamped.choice.global_batch == 4096  # one jump without damping
+    # The damped climb ends within the change threshold of the best goodput (the last doubling
+    # would gain less than the 5% it asks for).
+    best = undamped._goodput(undamped.choice)
+    reached = ebs._goodput(ebs.choice)
+    assert best is not None
+    assert reached is not None
+    assert best / (1 + ebs.threshold) <= reached <= best
+
+
+def test_max_change_must_be_above_one() -> None:
+    with pytest.raises(ValueError, match="max_change"):
+        ElasticBatchSize(32, max_change=1.0)

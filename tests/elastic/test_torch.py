@@ -167,3 +167,30 @@ def test_lightning_callback_needs_dataloader_reloads(tmp_path: Any) -> None:
     model.batch_size = 32
     with pytest.raises(ZeusBSOError, match="reload_dataloaders_every_n_epochs=1"):
         trainer.fit(model)
+
+
+def test_a_step_given_a_closure_is_measured_after_it_runs() -> None:
+    # Lightning runs the last micro-batch's forward and backward in the closure it passes to
+    # step(): the step must see that micro-batch's gradient, and use the scaled lr.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ebs = ElasticBatchSize(8, lr_rule="linear")  # two micro-batches of 4
+    ebs.update_scale(2.0)
+    ebs.attach(optimizer)
+
+    def micro_batch() -> Any:
+        loss = model(torch.randn(ebs.choice.local_bsz, 3)).pow(2).mean() / 2
+        loss.backward()
+        ebs.record_microbatch(model.parameters())
+        return loss
+
+    micro_batch()
+    assert ebs.noise.var is None
+    before = model.weight.detach().clone()
+    optimizer.step(micro_batch)
+    assert ebs.noise.var is not None  # both micro-batches of this step were measured
+    assert model.weight.grad is not None
+    expected = before - 0.1 * 2.0 * model.weight.grad
+    assert torch.allclose(model.weight.detach(), expected)
+    assert optimizer.param_groups[0]["lr"] == 0.1

@@ -17,11 +17,24 @@ A plain PyTorch loop::
 Each optimizer step accumulates at least two micro-batches, so the gradient noise is measured
 in a single process too (for models without batch normalisation, two micro-batches of b/2 are
 the same step as one batch of b). The batch size changes only when ``get_local_bsz`` is called,
-at an epoch boundary, and only when the predicted goodput gain passes ``threshold``.
+at an epoch boundary, only when the predicted goodput gain passes ``threshold``, and by at most
+``max_change`` (x2 by default) at a time.
+
+With several replicas (DistributedDataParallel), pass the DDP model to ``attach``: each
+replica's own gradient is read in a DDP communication hook before the all-reduce, and the
+replicas' gradients give the noise (no accumulation needed, ``min_accumulation`` may be 1)::
+
+    model = DistributedDataParallel(model)
+    ebs = ElasticBatchSize(64, max_batch_size=4096, local_bsz_bounds=(32, 256), min_accumulation=1)
+    ebs.attach(optimizer, ddp_model=model)      # before the first backward
+
+Every rank then holds the same noise estimate, and ``get_local_bsz`` returns rank 0's choice on
+every rank (one broadcast), whatever each rank measured of its own speed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -31,6 +44,8 @@ from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candi
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
 from zeus_bso.errors import ZeusBSOError
+
+logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install torch"
 
@@ -49,6 +64,7 @@ class ElasticBatchSize:
         min_accumulation: int = 2,
         threshold: float = 0.05,
         smoothing: float = 0.9,
+        max_change: float = 2.0,
     ) -> None:
         if initial_batch_size <= 0:
             raise ValueError("initial_batch_size must be positive")
@@ -58,6 +74,10 @@ class ElasticBatchSize:
             raise ValueError("local_bsz_bounds must be (low, high) with 0 < low <= high")
         if lr_rule not in ("adascale", "sqrt", "linear", "none"):
             raise ValueError(f"lr_rule must be adascale, sqrt, linear or none, not {lr_rule!r}")
+        if replicas < 1:
+            raise ValueError("replicas must be at least 1")
+        if max_change <= 1.0:
+            raise ValueError("max_change must be above 1 (the largest factor of one change)")
         self.initial_batch_size = initial_batch_size
         self.max_batch_size = max_batch_size
         self.local_bsz_bounds = local_bsz_bounds
@@ -65,6 +85,7 @@ class ElasticBatchSize:
         self.replicas = replicas
         self.min_accumulation = max(1, min_accumulation)
         self.threshold = threshold
+        self.max_change = max_change
         self.noise = GradientNoiseEstimator(smoothing)
         self.throughput = ThroughputModel()
         self.progress = 0.0
@@ -72,6 +93,12 @@ class ElasticBatchSize:
         self.choice = self._initial_choice()
         self._previous: list[Any] | None = None
         self._micro_norms: list[float] = []
+        # Set by attach(ddp_model=...): the replicas' squared norms of this step, per bucket.
+        self._ddp = False
+        self._replica_sqr: list[Any] = []
+        self._reduced_sqr: list[Any] = []
+        self._buckets: list[int] = []
+        self._warned_sync = False
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -94,15 +121,23 @@ class ElasticBatchSize:
         return self.choice.global_batch / self.initial_batch_size
 
     def get_local_bsz(self) -> int:
-        """The micro-batch size for the coming epoch (call it at the start of every epoch)."""
-        best = best_choice(
-            candidates(
+        """The micro-batch size for the coming epoch (call it at the start of every epoch, on
+        every rank: with several processes, every rank gets rank 0's choice)."""
+        current_batch = self.choice.global_batch
+        options = [
+            c
+            for c in candidates(
                 self.initial_batch_size,
                 self.max_batch_size,
                 self.local_bsz_bounds,
                 self.replicas,
                 self.min_accumulation,
-            ),
+            )
+            # Damping: estimates are noisy early on, so one decision moves by a bounded factor.
+            if current_batch / self.max_change <= c.global_batch <= current_batch * self.max_change
+        ]
+        best = best_choice(
+            options,
             self.throughput,
             lambda scale: self.predict_gain(scale),
             self.initial_batch_size,
@@ -114,6 +149,7 @@ class ElasticBatchSize:
                 self.choice = choice
         elif self.noise.sqr is not None:
             self._explore()
+        self.choice = _same_on_every_rank(self.choice)
         return self.choice.local_bsz
 
     def _explore(self) -> None:
@@ -159,7 +195,10 @@ class ElasticBatchSize:
             self.throughput.observe(samples, time.perf_counter() - started)
 
     def record_microbatch(self, parameters: Iterable[Any]) -> None:
-        """After each micro-batch's backward: notes that micro-batch's own gradient."""
+        """After each micro-batch's backward: notes that micro-batch's own gradient (not
+        needed, and a no-op, when the replicas of a DDP model give the noise)."""
+        if self._ddp:
+            return
         torch = _torch()
         grads = [p.grad for p in parameters if getattr(p, "grad", None) is not None]
         if not grads:
@@ -175,36 +214,130 @@ class ElasticBatchSize:
         self._micro_norms.append(norm)
         self._previous = current
 
-    def attach(self, optimizer: Any) -> Any:
+    def attach(self, optimizer: Any, ddp_model: Any | None = None) -> Any:
         """Wrap ``optimizer.step``: update the noise estimate, scale each parameter group's
         learning rate by the rule, step, and restore the learning rates exactly (so that LR
-        schedulers keep working)."""
+        schedulers keep working).
+
+        A step given a closure (Lightning passes one that runs the forward and backward) is
+        measured after the closure has run, before the parameters change.
+
+        Args:
+            optimizer: a torch optimizer that evaluates its closure once (SGD, Adam, ...).
+            ddp_model: the ``DistributedDataParallel`` model, with several replicas: the noise
+                then comes from the replicas' gradients (see the module docstring). Attach
+                before its first backward; DDP takes one communication hook per model.
+        """
+        if ddp_model is not None:
+            self._watch_replicas(ddp_model)
         original = optimizer.step
 
-        def step(*args: Any, **kwargs: Any) -> Any:
-            self._observe_step()
+        def scale_lrs() -> list[float]:
+            self._observe_step(optimizer)
             gain = self.predict_gain(self.scale)
             self.progress += gain
             factor = lr_factor(self.lr_rule, self.scale, gain)
             saved = [group["lr"] for group in optimizer.param_groups]
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * factor
+            return saved
+
+        def step(closure: Any = None, *args: Any, **kwargs: Any) -> Any:
+            saved: list[float] | None = None
+            if closure is None:
+                saved = scale_lrs()
+                wrapped = None
+            else:
+
+                def wrapped() -> Any:
+                    nonlocal saved
+                    result = closure()
+                    if saved is None:  # an optimizer may evaluate it again: measure once
+                        saved = scale_lrs()
+                    return result
+
             try:
-                return original(*args, **kwargs)
+                return original(wrapped, *args, **kwargs)
             finally:
-                for group, lr in zip(optimizer.param_groups, saved, strict=True):
-                    group["lr"] = lr
+                if saved is not None:
+                    for group, lr in zip(optimizer.param_groups, saved, strict=True):
+                        group["lr"] = lr
 
         optimizer.step = step
         return optimizer
 
-    def _observe_step(self) -> None:
+    def _watch_replicas(self, ddp_model: Any) -> None:
+        torch = _torch()
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ZeusBSOError("attach(ddp_model=...) needs torch.distributed to be initialised")
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        world = dist.get_world_size()
+        if world != self.replicas:
+            self.update_scale(self.scale, replicas=world)
+        if world < 2:
+            return  # one replica: the micro-batches give the noise
+
+        def hook(state: Any, bucket: Any) -> Any:
+            # Before the all-reduce the bucket holds this replica's gradient; after it, the
+            # mean over replicas. Both squared norms stay on the device until the step.
+            self._buckets.append(bucket.index())
+            self._replica_sqr.append(bucket.buffer().detach().pow(2).sum())
+
+            def reduced(future: Any) -> Any:
+                tensor = future.value()
+                self._reduced_sqr.append(tensor.detach().pow(2).sum())
+                return tensor
+
+            return allreduce_hook(state, bucket).then(reduced)
+
+        # DDP checks the hook's annotations against its own types; ours are strings here.
+        hook.__annotations__ = {}
+        try:
+            ddp_model.register_comm_hook(None, hook)
+        except RuntimeError as err:
+            raise ZeusBSOError(
+                f"could not register ElasticBatchSize's DDP communication hook ({err}); it "
+                "needs the model's only hook, registered before the first backward"
+            ) from err
+        self._ddp = True
+
+    def _observe_step(self, optimizer: Any) -> None:
+        if self._ddp:
+            self._observe_replicas()
+            return
         norms, self._micro_norms = self._micro_norms, []
         previous, self._previous = self._previous, None
         if len(norms) >= 2 and previous is not None:
             mean_sqr = sum(float(g.pow(2).sum()) for g in previous)
             # Micro-batches of this process: each gradient is the mean over local_bsz samples.
             self.noise.update(norms, mean_sqr, self.choice.local_bsz)
+
+    def _observe_replicas(self) -> None:
+        local, reduced, buckets = self._replica_sqr, self._reduced_sqr, self._buckets
+        self._replica_sqr, self._reduced_sqr, self._buckets = [], [], []
+        if not local or len(local) != len(reduced):
+            return  # no synchronised backward in this step
+        if len(set(buckets)) != len(buckets):
+            # Every micro-batch was all-reduced: the later buckets mix replicas' gradients.
+            # Every rank sees the same, so every rank skips the same steps.
+            if not self._warned_sync:
+                logger.warning(
+                    "ElasticBatchSize: gradients were all-reduced more than once in a step; "
+                    "run all but the last accumulated micro-batch under model.no_sync() "
+                    "(Lightning does) or the noise is not measured"
+                )
+                self._warned_sync = True
+            return
+        torch = _torch()
+        local_sum = torch.stack(local).sum().double()
+        torch.distributed.all_reduce(local_sum)  # over replicas: every rank sees the same
+        mean_sqr = float(torch.stack(reduced).sum())
+        replicas = self.replicas
+        # Each replica's gradient is the mean over its accumulated micro-batches.
+        samples = self.choice.local_bsz * self.choice.accumulation
+        self.noise.update_mean(float(local_sum) / replicas, replicas, mean_sqr, samples)
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -224,6 +357,20 @@ class ElasticBatchSize:
         self.progress = float(state["progress"])
         self.noise.load_state_dict(state["noise"])
         self.throughput._samples = {int(b): list(t) for b, t in state["throughput"].items()}
+
+
+def _same_on_every_rank(choice: Choice) -> Choice:
+    """Rank 0's choice, on every rank of an initialised process group (else ``choice``)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return choice
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return choice
+    shared: list[Any] = [[choice.local_bsz, choice.accumulation, choice.replicas]]
+    dist.broadcast_object_list(shared, src=0)
+    local, accumulation, replicas = shared[0]
+    return Choice(int(local), int(accumulation), int(replicas))
 
 
 def _torch() -> Any:

@@ -48,15 +48,26 @@ class ElasticBatchSizeCallback(pl.Callback):
             raise ZeusBSOError(
                 f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'"
             )
+        if trainer.world_size != self.elastic.replicas:
+            # The same global batch, spread over the processes.
+            self.elastic.update_scale(self.elastic.scale, replicas=trainer.world_size)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._apply(trainer, pl_module, self.elastic.choice.local_bsz)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._attached:
-            for optimizer in trainer.optimizers:
-                self.elastic.attach(optimizer)
-            self._attached = True
+        if self._attached:
+            return
+        ddp_model = _ddp_model(trainer) if trainer.world_size > 1 else None
+        if trainer.world_size > 1 and ddp_model is None:
+            raise ZeusBSOError(
+                "ElasticBatchSizeCallback with several processes needs a DDP strategy "
+                f"(strategy 'ddp', 'ddp_spawn', ...), not {type(trainer.strategy).__name__}"
+            )
+        for index, optimizer in enumerate(trainer.optimizers):
+            # One communication hook per model: the first optimizer's step reads it.
+            self.elastic.attach(optimizer, ddp_model=ddp_model if index == 0 else None)
+        self._attached = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         trainer.accumulate_grad_batches = self.elastic.accumulation_steps
@@ -86,3 +97,10 @@ class ElasticBatchSizeCallback(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict:
             self.elastic.load_state_dict(state_dict)
+
+
+def _ddp_model(trainer: pl.Trainer) -> Any | None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = trainer.strategy.model
+    return model if isinstance(model, DistributedDataParallel) else None

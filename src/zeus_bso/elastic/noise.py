@@ -57,10 +57,18 @@ class GradientNoiseEstimator:
             local_batch: ``b``, the samples behind each of the ``k`` gradients.
         """
         k = len(local_sqr_norms)
-        if k < 2:
+        self.update_mean(math.fsum(local_sqr_norms) / max(k, 1), k, mean_sqr_norm, local_batch)
+
+    def update_mean(
+        self, local_mean: float, count: int, mean_sqr_norm: float, local_batch: int
+    ) -> None:
+        """One step's observation from the mean of the ``count`` local squared norms (what
+        replicas know after one all-reduce of their own squared norms)."""
+        if count < 2:
             raise ValueError("the noise needs at least two gradients of the step")
-        b, big = float(local_batch), float(local_batch * k)
-        local_mean = math.fsum(local_sqr_norms) / k
+        if local_batch <= 0:
+            raise ValueError("local_batch must be positive")
+        b, big = float(local_batch), float(local_batch * count)
         sqr = (big * mean_sqr_norm - b * local_mean) / (big - b)
         var = (local_mean - mean_sqr_norm) / (1.0 / b - 1.0 / big)
         self._sqr.update(sqr)
