@@ -4,6 +4,8 @@ and Lightning's DDP strategy."""
 
 from __future__ import annotations
 
+import datetime
+import faulthandler
 import json
 import math
 from pathlib import Path
@@ -20,9 +22,22 @@ D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 2500
 DELTA = [0.3, -0.2, 0.1, 0.0, 0.4]
 
 
-def _least_squares_rank(rank: int, world: int, store: str, out: str) -> None:
+def _init(rank: int, world: int, store: str) -> Any:
+    # A stuck collective fails after a minute with its stack, instead of hanging the suite.
+    faulthandler.dump_traceback_later(90, exit=True)
     dist = torch.distributed
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    return dist
+
+
+def _least_squares_rank(rank: int, world: int, store: str, out: str) -> None:
+    dist = _init(rank, world, store)
     try:
         g = torch.Generator().manual_seed(100 + rank)  # each replica its own samples
         w_star = torch.zeros(D, 1)
@@ -86,8 +101,7 @@ def test_without_no_sync_every_micro_batch_is_all_reduced_and_nothing_is_measure
 
 
 def _unsynced_rank(rank: int, world: int, store: str, out: str) -> None:
-    dist = torch.distributed
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    dist = _init(rank, world, store)
     try:
         torch.manual_seed(rank)
         ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))

@@ -29,7 +29,10 @@ replicas' gradients give the noise (no accumulation needed, ``min_accumulation``
     ebs.attach(optimizer, ddp_model=model)      # before the first backward
 
 Every rank then holds the same noise estimate, and ``get_local_bsz`` returns rank 0's choice on
-every rank (one broadcast), whatever each rank measured of its own speed.
+every rank (one broadcast), whatever each rank measured of its own speed. The mean gradient is
+read from DDP's buckets at the step, so anything that changes the gradients between backward and
+step in place on the buckets (``gradient_as_bucket_view=True`` with clipping or fp16 loss-scale
+unscaling) skews the estimate; DDP's default copies them.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class ElasticBatchSize:
         # Set by attach(ddp_model=...): the replicas' squared norms of this step, per bucket.
         self._ddp = False
         self._replica_sqr: list[Any] = []
-        self._reduced_sqr: list[Any] = []
+        self._reduced_buffers: list[Any] = []
         self._buckets: list[int] = []
         self._warned_sync = False
 
@@ -280,17 +283,14 @@ class ElasticBatchSize:
             return  # one replica: the micro-batches give the noise
 
         def hook(state: Any, bucket: Any) -> Any:
-            # Before the all-reduce the bucket holds this replica's gradient; after it, the
-            # mean over replicas. Both squared norms stay on the device until the step.
+            # Before the all-reduce the bucket holds this replica's gradient. The all-reduce
+            # then averages the same buffer in place, and it keeps the mean until the next
+            # backward: the step reads it there (no callback on the communication thread).
+            buffer = bucket.buffer()
             self._buckets.append(bucket.index())
-            self._replica_sqr.append(bucket.buffer().detach().pow(2).sum())
-
-            def reduced(future: Any) -> Any:
-                tensor = future.value()
-                self._reduced_sqr.append(tensor.detach().pow(2).sum())
-                return tensor
-
-            return allreduce_hook(state, bucket).then(reduced)
+            self._replica_sqr.append(buffer.detach().pow(2).sum())
+            self._reduced_buffers.append(buffer)
+            return allreduce_hook(state, bucket)
 
         # DDP checks the hook's annotations against its own types; ours are strings here.
         hook.__annotations__ = {}
@@ -315,9 +315,9 @@ class ElasticBatchSize:
             self.noise.update(norms, mean_sqr, self.choice.local_bsz)
 
     def _observe_replicas(self) -> None:
-        local, reduced, buckets = self._replica_sqr, self._reduced_sqr, self._buckets
-        self._replica_sqr, self._reduced_sqr, self._buckets = [], [], []
-        if not local or len(local) != len(reduced):
+        local, reduced, buckets = self._replica_sqr, self._reduced_buffers, self._buckets
+        self._replica_sqr, self._reduced_buffers, self._buckets = [], [], []
+        if not local:
             return  # no synchronised backward in this step
         if len(set(buckets)) != len(buckets):
             # Every micro-batch was all-reduced: the later buckets mix replicas' gradients.
@@ -333,7 +333,7 @@ class ElasticBatchSize:
         torch = _torch()
         local_sum = torch.stack(local).sum().double()
         torch.distributed.all_reduce(local_sum)  # over replicas: every rank sees the same
-        mean_sqr = float(torch.stack(reduced).sum())
+        mean_sqr = float(sum(b.detach().double().pow(2).sum() for b in reduced))
         replicas = self.replicas
         # Each replica's gradient is the mean over its accumulated micro-batches.
         samples = self.choice.local_bsz * self.choice.accumulation

@@ -297,7 +297,9 @@ def finish_trial(
     job's early-stop reference (see `zeus_bso.policy.best_reference`). ``job`` is the locked
     job row."""
     per_size = {s.batch_size: s for s in stats_of(job)}
-    per_size[batch_size] = per_size[batch_size].add(float(measured["cost"]), converged)
+    # Every batch size of the job has an entry from its registration; a missing one starts empty.
+    entry = per_size.get(batch_size, SizeStats(batch_size))
+    per_size[batch_size] = entry.add(float(measured["cost"]), converged)
     best = best_reference(config, converged_stats(per_size.values()))
     params: dict[str, Any] = {
         **_key(job.job_id, trial_number),
