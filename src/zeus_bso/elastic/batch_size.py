@@ -27,6 +27,10 @@ replicas' gradients give the noise (no accumulation needed, ``min_accumulation``
     model = DistributedDataParallel(model)
     ebs = ElasticBatchSize(64, max_batch_size=4096, local_bsz_bounds=(32, 256), min_accumulation=1)
     ebs.attach(optimizer, ddp_model=model)      # before the first backward
+    ...
+            last = (i + 1) % ebs.accumulation_steps == 0
+            with contextlib.nullcontext() if last else model.no_sync():  # one all-reduce a step
+                (loss_fn(model(x), y) / ebs.accumulation_steps).backward()
 
 Every rank then holds the same noise estimate, and ``get_local_bsz`` returns rank 0's choice on
 every rank (one broadcast), whatever each rank measured of its own speed. The mean gradient is
