@@ -32,8 +32,20 @@ def running_server(database_url: str, workers: int = 1) -> Iterator[str]:
     port = free_port()
     server = Path(sys.executable).parent / "zeus-bso-server"
     command = [str(server), "serve", "--db", database_url, "--port", str(port)]
+    command += ["--workers", str(workers), "--log-level", "warning"]
+    with serving(command, port, ready_path="/readyz") as url:
+        yield url
+
+
+@contextmanager
+def serving(
+    command: list[str], port: int, ready_path: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Run a server command in its own process group; yields its base URL once ``ready_path``
+    answers 200, and stops the server and its workers after."""
     proc = subprocess.Popen(
-        [*command, "--workers", str(workers), "--log-level", "warning"],
+        command,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -42,12 +54,12 @@ def running_server(database_url: str, workers: int = 1) -> Iterator[str]:
     try:
         for _ in range(300):
             try:
-                if httpx.get(url + "/readyz").status_code == 200:
+                if httpx.get(url + ready_path).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
         else:
-            raise SystemExit("server did not start")
+            raise SystemExit(f"server did not start: {' '.join(command)}")
         yield url
     finally:
         proc.send_signal(signal.SIGINT)

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _server import LightClient, free_port, running_server
+from _server import LightClient, free_port, running_server, serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.postgres import PostgresServer
@@ -117,26 +116,9 @@ def upstream_server(python: str, tmp: str) -> Iterator[str]:
         "ZEUS_BSO_LOG_LEVEL": "WARN",
     }
     app = "zeus.optimizer.batch_size.server.router:app"
-    proc = subprocess.Popen(
-        [python, "-m", "uvicorn", app, "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                with LightClient(url) as http:
-                    http.request("GET", "/docs")
-                break
-            except OSError:
-                time.sleep(0.1)
+    command = [python, "-m", "uvicorn", app, "--port", str(port), "--workers", "2"]
+    with serving(command, port, ready_path="/docs", env=env) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
 
 
 def measure(label: str, url: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def _fail(error: ServerError) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _upgrade_schema(
+def _migrate_schema(
     settings: Settings, revision: str = "head", *, down: bool = False
 ) -> tuple[str | None, str | None]:
     async def run() -> tuple[str | None, str | None]:
@@ -103,7 +103,7 @@ def serve(
         )
         logging.getLogger("alembic").setLevel(logging.WARNING)
         if not no_upgrade:
-            before, after = _upgrade_schema(settings)
+            before, after = _migrate_schema(settings)
             if before != after:
                 err.print(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
     except ServerError as error:
@@ -168,7 +168,7 @@ def db_upgrade(db: DbOption = None) -> None:
     """Create the schema, or bring it to the current version."""
     try:
         settings = load_settings(database_url=db)
-        before, after = _upgrade_schema(settings)
+        before, after = _migrate_schema(settings)
     except ServerError as error:
         raise _fail(error) from None
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
@@ -184,7 +184,7 @@ def db_downgrade(
     """Take the schema back to an older revision, keeping the data (to run an older server)."""
     try:
         settings = load_settings(database_url=db)
-        before, after = _upgrade_schema(settings, revision, down=True)
+        before, after = _migrate_schema(settings, revision, down=True)
     except ServerError as error:
         raise _fail(error) from None
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")

@@ -133,6 +133,13 @@ class BatchSizeService:
             conn, job.job_id, job.job_id_prefix, config, Stage.PRUNING.value
         )
 
+    @staticmethod
+    def _registered(job: Row[Any] | None, job_id: str) -> tuple[Row[Any], CreatedJob]:
+        """The (locked) job row and its configuration; raises UnknownJobError without a row."""
+        if job is None:
+            raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
+        return job, config_of(job)
+
     async def next_trial(self, job_id: str) -> TrialId:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -154,10 +161,8 @@ class BatchSizeService:
         return trial
 
     def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
-        job, expired = repo.lock_job_expiring_leases(conn, job_id)
-        if job is None:
-            raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
-        config = config_of(job)
+        row, expired = repo.lock_job_expiring_leases(conn, job_id)
+        job, config = self._registered(row, job_id)
         history = self._history(conn, job, config)
         number = job.next_trial_number
         dispatch = policy.decide(config, history, policy.rng_for(config, number))
@@ -213,10 +218,8 @@ class BatchSizeService:
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
-        job, trial = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
-        if job is None:
-            raise UnknownJobError(f"Unknown job({result.job_id}). Please register the job first")
-        config = config_of(job)
+        row, trial = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
+        job, config = self._registered(row, result.job_id)
         if trial is None or trial.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         if trial.status == TrialStatus.REPORTED.value:

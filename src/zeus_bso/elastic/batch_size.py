@@ -240,7 +240,7 @@ class ElasticBatchSize:
         original = optimizer.step
 
         def scale_lrs() -> list[float]:
-            self._observe_step(optimizer)
+            self._observe_step()
             gain = self.predict_gain(self.scale)
             self.progress += gain
             factor = lr_factor(self.lr_rule, self.scale, gain)
@@ -307,7 +307,7 @@ class ElasticBatchSize:
             ) from err
         self._ddp = True
 
-    def _observe_step(self, optimizer: Any) -> None:
+    def _observe_step(self) -> None:
         if self._ddp:
             self._observe_replicas()
             return
