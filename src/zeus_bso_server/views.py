@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Row
-from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.session import Record, Session
 
 
 class JobSummary(BaseModel):
@@ -67,7 +65,7 @@ class TrialView(BaseModel):
     lease_expires_at: float | None
 
     @classmethod
-    def of(cls, row: Row[Any]) -> TrialView:
+    def of(cls, row: Record) -> TrialView:
         """View of a trial row."""
         return cls.model_validate(dict(row._mapping))
 
@@ -98,13 +96,13 @@ async def job_summaries(
 ) -> list[JobSummary]:
     """Jobs ordered by id."""
 
-    def work(conn: Connection) -> list[JobSummary]:
+    def work(conn: Session) -> list[JobSummary]:
         return [_summary(r) for r in repo.list_jobs(conn, prefix, limit, offset)]
 
     return await db.read(work)
 
 
-def _summary(row: Row[Any]) -> JobSummary:
+def _summary(row: Record) -> JobSummary:
     return JobSummary(
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
@@ -152,7 +150,7 @@ def _batch_size_view(
     )
 
 
-def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) -> JobState:
+def _job_state(conn: Session, job_id: str, limit: int, before: int | None) -> JobState:
     row = repo.get_job(conn, job_id)
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")

@@ -1,11 +1,14 @@
 """The engine and the unit of work: one transaction per request, database errors translated.
 
-A request's work is one synchronous function of a SQLAlchemy `Connection` in a transaction (the
-repository is SQLAlchemy 2 Core). How it runs depends on the driver:
+A request's work is one synchronous function of a `Session` in a transaction (the repository
+is SQLAlchemy 2 Core). How it runs depends on the driver:
 
-- PostgreSQL and MySQL use SQLAlchemy's asyncio extension (asyncpg, aiomysql): the function runs
-  through ``AsyncConnection.run_sync``, every statement awaited on the event loop. The job row is
-  locked with ``SELECT ... FOR UPDATE``.
+- PostgreSQL: the function gets an `AsyncpgSession` on a connection from SQLAlchemy's pool, in
+  an asyncpg transaction, and runs in a greenlet: each statement is compiled by SQLAlchemy and
+  awaited on the event loop through asyncpg directly (see `asyncpg_session` for why). The job
+  row is locked with ``SELECT ... FOR UPDATE``.
+- MySQL uses SQLAlchemy's asyncio extension (aiomysql): the function runs through
+  ``AsyncConnection.run_sync`` with a SQLAlchemy `Connection`.
 - SQLite uses the standard library driver, and the whole transaction runs at once on the event
   loop's thread. A transaction takes about a millisecond and SQLite admits one writer at a time,
   so handing it to another thread only adds latency: an async driver (aiosqlite) hops to its
@@ -21,15 +24,20 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import greenlet_spawn
 
 from zeus_bso_server.errors import DatabaseUnavailableError
+from zeus_bso_server.store.session import Session
+
+if TYPE_CHECKING:
+    from zeus_bso_server.store.asyncpg_session import StatementCache
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +72,9 @@ class Database:
         self.is_sqlite = url.get_backend_name() == "sqlite"
         self.sync_engine: Engine | None = None
         self.async_engine: AsyncEngine | None = None
+        self._statements: StatementCache | None = None
+        self._transient_errors: tuple[type[BaseException], ...] = ()
+        self._conflict_errors: tuple[type[BaseException], ...] = ()
         if self.is_sqlite:
             engine = create_sync_engine(
                 url,
@@ -77,13 +88,36 @@ class Database:
         else:
             self.async_engine = create_async_engine(url, echo=echo, pool_size=10, max_overflow=20)
             self._autocommit = self.async_engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.async_engine.dialect.driver == "asyncpg":
+                self._use_asyncpg()
+
+    def _use_asyncpg(self) -> None:
+        import asyncpg.exceptions as pg_errors
+
+        from zeus_bso_server.store.asyncpg_session import StatementCache
+
+        assert self.async_engine is not None
+        self._statements = StatementCache(self.async_engine.dialect)
+        self._conflict_errors = (pg_errors.IntegrityConstraintViolationError,)
+        # What a retry can get past: a lost or refused connection, a server shutting down or
+        # out of connections, a lock or deadlock timeout, a cancelled statement.
+        self._transient_errors = (
+            pg_errors.PostgresConnectionError,
+            pg_errors.OperatorInterventionError,
+            pg_errors.InsufficientResourcesError,
+            pg_errors.TransactionRollbackError,
+            pg_errors.LockNotAvailableError,
+            # A schema change (an upgrade while serving) outdated a prepared statement;
+            # asyncpg prepares it again on the next use.
+            pg_errors.InvalidCachedStatementError,
+        )
 
     @property
     def dialect(self) -> str:
         """The database's dialect name (``sqlite``, ``postgresql``, ``mysql``)."""
         return str(self.url.get_backend_name())
 
-    async def write(self, work: Callable[[Connection], T]) -> T:
+    async def write(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one write transaction: committed if it returns, rolled back if not.
 
         Raises:
@@ -92,7 +126,7 @@ class Database:
         """
         return await self._run(work, write=True)
 
-    async def write_unbundled(self, work: Callable[[Connection], T]) -> T:
+    async def write_unbundled(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` whose statements are each complete on their own: no transaction bundles
         them, so a failure after the first keeps what the first wrote. On PostgreSQL this saves
         the BEGIN and COMMIT round trips; SQLite runs it like `write`.
@@ -102,27 +136,77 @@ class Database:
         """
         if self.async_engine is None:
             return await self._run(work, write=True)
+        if self._statements is not None:
+            async with self._translate():
+                return await self._on_asyncpg(work, transaction=None)
         async with self._translate(), self._autocommit.connect() as async_connection:
             return await async_connection.run_sync(work)
 
-    async def read(self, work: Callable[[Connection], T]) -> T:
+    async def read(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one read-only transaction."""
         return await self._run(work, write=False)
 
-    async def _run(self, work: Callable[[Connection], T], *, write: bool) -> T:
+    async def _run(self, work: Callable[[Session], T], *, write: bool) -> T:
         async with self._translate():
             if self.sync_engine is not None:
                 engine = self._sync_writer if write else self.sync_engine
                 with engine.begin() as connection:
                     return work(connection)
+            if self._statements is not None:
+                return await self._on_asyncpg(work, transaction={"readonly": not write})
             assert self.async_engine is not None
             async with self.async_engine.begin() as async_connection:
                 return await async_connection.run_sync(work)
+
+    async def _on_asyncpg(
+        self, work: Callable[[Session], T], *, transaction: dict[str, bool] | None
+    ) -> T:
+        """Run ``work`` on a pooled connection's asyncpg connection, in an asyncpg transaction
+        with ``transaction``'s options (or none: each statement commits by itself)."""
+        from zeus_bso_server.store.asyncpg_session import AsyncpgSession
+
+        assert self.async_engine is not None
+        assert self._statements is not None
+        async with self.async_engine.connect() as pooled:
+            driver = (await pooled.get_raw_connection()).driver_connection
+            if driver is not None and driver.is_closed():
+                # The server closed it while it sat in the pool (a restart, an idle timeout):
+                # nothing was sent on it yet, so take a new one.
+                await pooled.invalidate()
+                driver = (await pooled.get_raw_connection()).driver_connection
+            assert driver is not None
+            session = AsyncpgSession(driver, self._statements)
+            try:
+                if transaction is None:
+                    return await greenlet_spawn(work, session)
+                async with driver.transaction(**transaction):
+                    return await greenlet_spawn(work, session)
+            except Exception as err:
+                if driver.is_closed():  # asyncpg says "connection is closed", an InterfaceError
+                    raise DatabaseUnavailableError(
+                        "The database connection was lost; nothing was written. Retry shortly."
+                    ) from err
+                raise
+            finally:
+                # A connection that broke, or was left in a transaction (a rollback that
+                # failed), goes no further: the pool opens a new one.
+                if driver.is_closed() or driver.is_in_transaction():
+                    await pooled.invalidate()
 
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:
         try:
             yield
+        except self._conflict_errors as err:
+            logger.warning("write conflict, rolled back: %s", type(err).__name__)
+            raise DatabaseUnavailableError(
+                "A concurrent request changed the same job; nothing was written. Retry."
+            ) from err
+        except self._transient_errors as err:
+            logger.warning("database unavailable: %s", type(err).__name__)
+            raise DatabaseUnavailableError(
+                "The database is unavailable or busy; nothing was written. Retry shortly."
+            ) from err
         except IntegrityError as err:
             logger.warning("write conflict, rolled back: %s", type(err.orig).__name__)
             raise DatabaseUnavailableError(

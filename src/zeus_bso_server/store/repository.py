@@ -14,19 +14,18 @@ from typing import Any, cast
 from sqlalchemy import (
     JSON,
     Float,
-    Row,
     Table,
     and_,
     bindparam,
     delete,
     func,
     insert,
+    or_,
     select,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection
 
 from zeus_bso.policy import (
     BestRun,
@@ -38,6 +37,7 @@ from zeus_bso.policy import (
     best_reference,
 )
 from zeus_bso.spec import CreatedJob
+from zeus_bso_server.store.session import Record, Session
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -73,7 +73,7 @@ class SizeStats:
         )
 
 
-def stats_of(job: Row[Any]) -> list[SizeStats]:
+def stats_of(job: Record) -> list[SizeStats]:
     """The job's per-batch-size statistics, by batch size."""
     return sorted(
         (SizeStats(batch_size=int(size), **values) for size, values in job.stats.items()),
@@ -90,7 +90,7 @@ def _stats_json(per_size: Iterable[SizeStats]) -> dict[str, dict[str, Any]]:
 
 
 def insert_job_if_absent(
-    conn: Connection, job_id: str, prefix: str, config: dict[str, Any], stage: str
+    conn: Session, job_id: str, prefix: str, config: dict[str, Any], stage: str
 ) -> bool:
     """Insert a job row (and its statistics rows) unless the id exists. Returns whether it did."""
     values = {
@@ -136,7 +136,7 @@ _EXPIRE = (
 )
 
 
-def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Row[Any] | None:
+def get_job(conn: Session, job_id: str, *, lock: bool = False) -> Record | None:
     """The job row, locked for the rest of the transaction when ``lock`` is set."""
     return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
 
@@ -182,8 +182,8 @@ class TrialState:
 
 
 def lock_job_with_trial(
-    conn: Connection, job_id: str, trial_number: int
-) -> tuple[Row[Any] | None, TrialState | None]:
+    conn: Session, job_id: str, trial_number: int
+) -> tuple[Record | None, TrialState | None]:
     """Lock the job row and one of its trials' rows for the rest of the transaction. Returns
     the job row and the trial (None for either that does not exist).
 
@@ -199,7 +199,7 @@ def lock_job_with_trial(
     return row, trial
 
 
-def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Row[Any] | None, int]:
+def lock_job_expiring_leases(conn: Session, job_id: str) -> tuple[Record | None, int]:
     """Lock the job row for the rest of the transaction and mark its dispatched trials whose
     lease ran out as abandoned. Returns the row (None if there is no such job) and how many
     trials were abandoned.
@@ -239,7 +239,7 @@ def _advance_params(job_id: str, next_trial_number: int, arms: list[int] | None)
     return params
 
 
-def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Row[Any]]:
+def list_jobs(conn: Session, prefix: str | None, limit: int, offset: int) -> Sequence[Record]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
@@ -248,13 +248,13 @@ def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> 
     return conn.execute(stmt).all()
 
 
-def delete_job(conn: Connection, job_id: str) -> None:
+def delete_job(conn: Session, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
     conn.execute(delete(trials).where(trials.c.job_id == job_id))
     conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
 
 
-def expire_leases(conn: Connection, job_id: str) -> int:
+def expire_leases(conn: Session, job_id: str) -> int:
     """Mark the job's dispatched trials whose lease ran out as abandoned. Returns how many."""
     result = conn.execute(_EXPIRE, {"expired_job_id": job_id})
     return int(result.rowcount)
@@ -265,7 +265,7 @@ def cost_stats(stats: SizeStats) -> CostStats:
     return CostStats(stats.reports, stats.mean_cost, stats.m2_cost)
 
 
-def best_run(job: Row[Any]) -> BestRun | None:
+def best_run(job: Record) -> BestRun | None:
     """The job's cheapest converged run so far."""
     if job.best_cost is None:
         return None
@@ -284,8 +284,8 @@ _SET_STATS = (
 
 
 def finish_trial(
-    conn: Connection,
-    job: Row[Any],
+    conn: Session,
+    job: Record,
     config: CreatedJob,
     trial_number: int,
     batch_size: int,
@@ -325,7 +325,7 @@ def converged_stats(per_size: Iterable[SizeStats]) -> dict[int, ConvergedStats]:
     }
 
 
-def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
+def explorations(conn: Session, job_id: str) -> tuple[Exploration, ...]:
     """The job's pruning explorations."""
     return tuple(
         Exploration(
@@ -341,7 +341,7 @@ def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
 
 
 def windowed_costs(
-    conn: Connection, job_id: str, batch_sizes: Sequence[int], window: int
+    conn: Session, job_id: str, batch_sizes: Sequence[int], window: int
 ) -> dict[int, CostStats]:
     """Statistics of the last ``window`` reported costs of each batch size (oldest first)."""
     result: dict[int, CostStats] = {}
@@ -361,7 +361,7 @@ def windowed_costs(
     return result
 
 
-def get_trial(conn: Connection, job_id: str, trial_number: int) -> Row[Any] | None:
+def get_trial(conn: Session, job_id: str, trial_number: int) -> Record | None:
     """One trial."""
     return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
@@ -385,7 +385,7 @@ _INSERT_AND_ENTER_BANDIT = _ENTER_BANDIT.add_cte(_NEW_TRIAL)
 
 
 def start_trial(
-    conn: Connection,
+    conn: Session,
     job_id: str,
     trial_number: int,
     batch_size: int,
@@ -446,14 +446,18 @@ _FINISH = (
         **_MEASURED,
     )
 )
-_OPEN_STATES = (TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value)
-_RENEW_OPEN = _RENEW.where(trials.c.status.in_(_OPEN_STATES))
+# Spelled out rather than IN (...): PostgreSQL's session runs statements as compiled once.
+_IS_OPEN = or_(
+    trials.c.status == TrialStatus.DISPATCHED.value,
+    trials.c.status == TrialStatus.ABANDONED.value,
+)
+_RENEW_OPEN = _RENEW.where(_IS_OPEN)
 _FAIL = (
     update(trials)
     .where(
         *_THE_TRIAL,
         trials.c.batch_size == bindparam("key_bs"),
-        trials.c.status.in_(_OPEN_STATES),
+        _IS_OPEN,
     )
     .values(status=TrialStatus.FAILED.value, lease_expires_at=None, updated_at=db_now())
 )
@@ -467,13 +471,13 @@ def _key(job_id: str, trial_number: int) -> dict[str, Any]:
 
 
 def record_progress(
-    conn: Connection, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
+    conn: Session, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
 ) -> None:
     """Store a non-final report; the trial is (again) dispatched with a renewed lease."""
     conn.execute(_PROGRESS, {**_key(job_id, trial_number), **measured, "lease": lease})
 
 
-def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> bool:
+def renew_lease(conn: Session, job_id: str, trial_number: int, lease: float) -> bool:
     """Give a dispatched or abandoned trial a lease of ``lease`` seconds from now (it is
     dispatched again). Returns whether the trial was open."""
     result = conn.execute(_RENEW_OPEN, {**_key(job_id, trial_number), "lease": lease})
@@ -490,7 +494,7 @@ _FAIL_AND_FIND = select(
 )
 
 
-def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
+def mark_failed(conn: Session, job_id: str, trial_number: int, batch_size: int) -> bool | None:
     """Mark a trial that ended without a final report as failed. Returns whether it was open (a
     reported or already failed trial is left as it is), or None if there is no such trial."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
@@ -502,9 +506,7 @@ def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: in
     return False if conn.execute(_THIS_TRIAL, params).first() else None
 
 
-def recent_trials(
-    conn: Connection, job_id: str, limit: int, before: int | None
-) -> Sequence[Row[Any]]:
+def recent_trials(conn: Session, job_id: str, limit: int, before: int | None) -> Sequence[Record]:
     """The job's trials, newest first, optionally only those numbered below ``before``."""
     stmt = select(trials).where(trials.c.job_id == job_id)
     if before is not None:
@@ -513,7 +515,7 @@ def recent_trials(
     return conn.execute(stmt).all()
 
 
-def count_trials_by_status(conn: Connection, job_id: str) -> dict[str, int]:
+def count_trials_by_status(conn: Session, job_id: str) -> dict[str, int]:
     """How many trials the job has in each status."""
     stmt = (
         select(trials.c.status, func.count())
