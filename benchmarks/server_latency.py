@@ -1,32 +1,43 @@
 """Sequential latency of the server, per route, on a fresh job and on a job with a long history.
 
-Starts ``zeus-bso-server serve`` on a temporary SQLite file, then drives it with one keep-alive
-client: each recurrence asks for a batch size, reports after every epoch and ends its trial.
+Starts ``zeus-bso-server serve`` on a temporary SQLite file (or, with ``--backend postgresql``,
+a throwaway PostgreSQL 15 server started with initdb/pg_ctl, as the tests do), then drives it
+with one keep-alive client: each recurrence asks for a batch size, reports after every epoch
+and ends its trial.
 The same is measured on a job whose history was filled with ``--history`` stored trials
 beforehand, to show that a request's cost does not grow with a job's history.
 
     .venv/bin/python benchmarks/server_latency.py [--recurrences 400] [--history 100000]
+        [--backend sqlite|postgresql]
 
-Prints a table and writes benchmarks/results/server_latency.{json,md}.
+Prints a table and writes benchmarks/results/server_latency.{json,md} (SQLite) or
+server_latency_postgresql.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import platform
 import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from _server import running_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.postgres import PostgresServer
 
 RESULTS = Path(__file__).parent / "results"
 EPOCHS = 3
@@ -48,52 +59,106 @@ def job_body(job_id: str) -> dict[str, Any]:
     }
 
 
-def fill_history(db: Path, job_id: str, trials: int) -> None:
-    """Store ``trials`` finished bandit-stage trials for the job, as the server would have."""
+TRIAL_COLUMNS = [
+    "job_id",
+    "trial_number",
+    "batch_size",
+    "kind",
+    "round",
+    "status",
+    "created_at",
+    "updated_at",
+    "lease_expires_at",
+    "epochs",
+    "time",
+    "energy",
+    "metric",
+    "cost",
+    "converged",
+    "message",
+]
+
+
+def history(job_id: str, start: int, trials: int) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """``trials`` finished bandit-stage trials numbered from ``start``, as the server would have
+    stored them, and the job row's columns that go with them."""
     rng = random.Random(0)
+    rows = []
+    costs: dict[int, list[float]] = {b: [] for b in BATCH_SIZES}
+    now = time.time()
+    for number in range(start, start + trials):
+        batch_size = rng.choice(BATCH_SIZES)
+        cost = 1000.0 + batch_size + rng.gauss(0, 50)
+        costs[batch_size].append(cost)
+        head = (job_id, number, batch_size, "bandit", None, "reported", now, now, None, 2)
+        rows.append((*head, 1.0, 1.0, 0.6, cost, True, "Train succeeded"))
+    stats = {}
+    for batch_size, values in costs.items():
+        mean = statistics.fmean(values)
+        stats[str(batch_size)] = {
+            "reports": len(values),
+            "mean_cost": mean,
+            "m2_cost": sum((v - mean) ** 2 for v in values),
+            "converged_count": len(values),
+            "converged_cost_sum": sum(values),
+            "best_converged_cost": min(values),
+        }
+    best_batch_size = min(costs, key=lambda b: min(costs[b]))
+    job = {
+        "stats": json.dumps(stats),
+        "best_batch_size": best_batch_size,
+        "best_cost": min(costs[best_batch_size]),
+        "next_trial_number": start + trials,
+        "stage": "bandit",
+        "arms": json.dumps(BATCH_SIZES),
+    }
+    return rows, job
+
+
+def fill_sqlite(db: Path, job_id: str, trials: int) -> None:
+    """Store ``trials`` finished trials for the job in the SQLite file."""
     with sqlite3.connect(db) as conn:
-        start = conn.execute(
+        (start,) = conn.execute(
             "SELECT next_trial_number FROM jobs WHERE job_id = ?", (job_id,)
-        ).fetchone()[0]
-        rows = []
-        costs: dict[int, list[float]] = {b: [] for b in BATCH_SIZES}
-        now = time.time()
-        for number in range(start, start + trials):
-            batch_size = rng.choice(BATCH_SIZES)
-            cost = 1000.0 + batch_size + rng.gauss(0, 50)
-            costs[batch_size].append(cost)
-            head = (job_id, number, batch_size, "bandit", None, "reported", now, now, None, 2)
-            rows.append((*head, 1.0, 1.0, 0.6, cost, True, "Train succeeded"))
+        ).fetchone()
+        rows, job = history(job_id, start, trials)
+        placeholders = ", ".join("?" * len(TRIAL_COLUMNS))
         conn.executemany(
-            "INSERT INTO trials (job_id, trial_number, batch_size, kind, round, status, created_at,"
-            " updated_at, lease_expires_at, epochs, time, energy, metric, cost, converged, message)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
+            f"INSERT INTO trials ({', '.join(TRIAL_COLUMNS)}) VALUES ({placeholders})", rows
         )
-        stats = {}
-        for batch_size, values in costs.items():
-            mean = statistics.fmean(values)
-            stats[str(batch_size)] = {
-                "reports": len(values),
-                "mean_cost": mean,
-                "m2_cost": sum((v - mean) ** 2 for v in values),
-                "converged_count": len(values),
-                "converged_cost_sum": sum(values),
-                "best_converged_cost": min(values),
-            }
-        conn.execute("UPDATE jobs SET stats = ? WHERE job_id = ?", (json.dumps(stats), job_id))
-        best_batch_size = min(costs, key=lambda b: min(costs[b]))
-        conn.execute(
-            "UPDATE jobs SET best_batch_size = ?, best_cost = ? WHERE job_id = ?",
-            (best_batch_size, min(costs[best_batch_size]), job_id),
-        )
-        conn.execute(
-            "UPDATE jobs SET next_trial_number = ?, stage = 'bandit', arms = ? WHERE job_id = ?",
-            (start + trials, json.dumps(BATCH_SIZES), job_id),
-        )
+        assignments = ", ".join(f"{name} = ?" for name in job)
+        conn.execute(f"UPDATE jobs SET {assignments} WHERE job_id = ?", (*job.values(), job_id))
     with sqlite3.connect(db) as conn:
         # Fold the bulk insert into the database file now, not during the measured requests.
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def fill_postgresql(url: str, job_id: str, trials: int) -> None:
+    """Store ``trials`` finished trials for the job in the PostgreSQL database."""
+    import asyncpg
+
+    async def fill() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            start = await conn.fetchval(
+                "SELECT next_trial_number FROM jobs WHERE job_id = $1", job_id
+            )
+            rows, job = history(job_id, start, trials)
+            await conn.copy_records_to_table("trials", records=rows, columns=TRIAL_COLUMNS)
+            casts = {"stats": "::json", "arms": "::json"}
+            assignments = ", ".join(
+                f"{name} = ${i}{casts.get(name, '')}" for i, name in enumerate(job, start=1)
+            )
+            await conn.execute(
+                f"UPDATE jobs SET {assignments} WHERE job_id = ${len(job) + 1}",
+                *job.values(),
+                job_id,
+            )
+            await conn.execute("VACUUM ANALYZE trials")
+        finally:
+            await conn.close()
+
+    asyncio.run(fill())
 
 
 def drive(http: httpx.Client, job_id: str, recurrences: int) -> dict[str, list[float]]:
@@ -146,30 +211,53 @@ def summarise(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     }
 
 
+@contextlib.contextmanager
+def database(backend: str) -> Iterator[tuple[str, Callable[[str, int], None]]]:
+    """A fresh database of ``backend``: its URL and a function that fills a job's history."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "bench.db"
+            yield f"sqlite:///{db}", lambda job_id, n: fill_sqlite(db, job_id, n)
+        return
+    pg = PostgresServer()
+    try:
+        url = pg.new_database()
+        yield url, lambda job_id, n: fill_postgresql(url, job_id, n)
+    finally:
+        pg.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recurrences", type=int, default=400)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="SQLite file (default) or a throwaway PostgreSQL 15 server (initdb/pg_ctl)",
+    )
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
-        with (
-            running_server(f"sqlite:///{db}") as url,
-            httpx.Client(base_url=url, timeout=30) as http,
-        ):
-            for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
-                http.post("/jobs", json=job_body(job_id)).raise_for_status()
-            fill_history(db, "bench-long", args.history)
-            drive(http, "bench-warmup", args.warmup)
-            fresh = summarise(drive(http, "bench-fresh", args.recurrences))
-            long = summarise(drive(http, "bench-long", args.recurrences))
+    with (
+        database(args.backend) as (url, fill),
+        running_server(url) as server,
+        httpx.Client(base_url=server, timeout=30) as http,
+    ):
+        for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
+            http.post("/jobs", json=job_body(job_id)).raise_for_status()
+        fill("bench-long", args.history)
+        drive(http, "bench-warmup", args.warmup)
+        fresh = summarise(drive(http, "bench-fresh", args.recurrences))
+        long = summarise(drive(http, "bench-long", args.recurrences))
 
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
-        "database": "SQLite (WAL), 1 worker",
+        "database": "SQLite (WAL), 1 worker"
+        if args.backend == "sqlite"
+        else "PostgreSQL 15 (loopback), 1 worker",
         "recurrences": args.recurrences,
         "epochs_per_run": EPOCHS,
         "history_trials": args.history,
@@ -177,7 +265,8 @@ def main() -> None:
         "job_with_history": long,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "server_latency.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "server_latency" if args.backend == "sqlite" else f"server_latency_{args.backend}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"Sequential keep-alive client, {result['database']}, {result['machine']}.",
         "",
@@ -191,7 +280,7 @@ def main() -> None:
             f"| {long[route]['p50_ms']:.2f} | {long[route]['p99_ms']:.2f} |"
         )
     markdown = "\n".join(lines) + "\n"
-    (RESULTS / "server_latency.md").write_text(markdown)
+    (RESULTS / f"{name}.md").write_text(markdown)
     print(markdown)
 
 
