@@ -58,6 +58,9 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=content_type)
 
 
+_PING = text("SELECT 1")
+
+
 @health.get("/healthz")
 async def healthz() -> dict[str, str]:
     """The process is up."""
@@ -68,7 +71,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(db: Db) -> JSONResponse:
     """The database answers and its schema is current."""
     try:
-        await db.read(lambda conn: conn.execute(text("SELECT 1")).scalar_one())
+        await db.read(lambda conn: conn.execute(_PING).scalar_one())
         await check_schema(db)
     except (ServerError, SchemaError) as err:
         return JSONResponse({"status": "unavailable", "message": err.message}, status_code=503)
