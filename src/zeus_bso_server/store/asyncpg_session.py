@@ -126,7 +126,7 @@ class StatementCache:
         """The compiled form of ``statement``, compiling it on first use."""
         key = id(statement)
         entry = self._entries.get(key)
-        if entry is not None and entry[0] is statement:
+        if entry is not None:
             self._entries.move_to_end(key)
             return entry[1]
         compiled = CompiledStatement.of(statement, self.dialect)

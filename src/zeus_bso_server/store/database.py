@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 
@@ -64,6 +64,18 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     event.listen(engine, "begin", on_begin)
 
 
+def _cause(err: BaseException) -> str:
+    """The name of the driver's error behind ``err`` (SQLAlchemy wraps it in ``orig``)."""
+    return type(getattr(err, "orig", None) or err).__name__
+
+
+def _replace_if_closed(_dbapi_connection: Any, _record: Any, pooled: Any) -> None:
+    """Pool checkout hook (asyncpg): a connection the database closed while it sat in the pool
+    (a restart, an idle timeout) is replaced before anything is sent on it."""
+    if pooled.driver_connection.is_closed():
+        raise DisconnectionError("the database closed this pooled connection")
+
+
 class Database:
     """Runs units of work: `write` for requests that change state, `read` for the rest."""
 
@@ -73,8 +85,9 @@ class Database:
         self.sync_engine: Engine | None = None
         self.async_engine: AsyncEngine | None = None
         self._statements: StatementCache | None = None
-        self._transient_errors: tuple[type[BaseException], ...] = ()
-        self._conflict_errors: tuple[type[BaseException], ...] = ()
+        # What a retry can get past (a DBAPIError only when it says so: see `_translate`).
+        self._transient_errors: tuple[type[BaseException], ...] = (DBAPIError,)
+        self._conflict_errors: tuple[type[BaseException], ...] = (IntegrityError,)
         if self.is_sqlite:
             engine = create_sync_engine(
                 url,
@@ -98,10 +111,11 @@ class Database:
 
         assert self.async_engine is not None
         self._statements = StatementCache(self.async_engine.dialect)
-        self._conflict_errors = (pg_errors.IntegrityConstraintViolationError,)
+        event.listen(self.async_engine.sync_engine.pool, "checkout", _replace_if_closed)
+        self._conflict_errors += (pg_errors.IntegrityConstraintViolationError,)
         # What a retry can get past: a lost or refused connection, a server shutting down or
         # out of connections, a lock or deadlock timeout, a cancelled statement.
-        self._transient_errors = (
+        self._transient_errors += (
             pg_errors.PostgresConnectionError,
             pg_errors.OperatorInterventionError,
             pg_errors.InsufficientResourcesError,
@@ -169,11 +183,6 @@ class Database:
         assert self._statements is not None
         async with self.async_engine.connect() as pooled:
             driver = (await pooled.get_raw_connection()).driver_connection
-            if driver is not None and driver.is_closed():
-                # The server closed it while it sat in the pool (a restart, an idle timeout):
-                # nothing was sent on it yet, so take a new one.
-                await pooled.invalidate()
-                driver = (await pooled.get_raw_connection()).driver_connection
             assert driver is not None
             session = AsyncpgSession(driver, self._statements)
             try:
@@ -198,24 +207,16 @@ class Database:
         try:
             yield
         except self._conflict_errors as err:
-            logger.warning("write conflict, rolled back: %s", type(err).__name__)
+            logger.warning("write conflict, rolled back: %s", _cause(err))
             raise DatabaseUnavailableError(
                 "A concurrent request changed the same job; nothing was written. Retry."
             ) from err
         except self._transient_errors as err:
-            logger.warning("database unavailable: %s", type(err).__name__)
-            raise DatabaseUnavailableError(
-                "The database is unavailable or busy; nothing was written. Retry shortly."
-            ) from err
-        except IntegrityError as err:
-            logger.warning("write conflict, rolled back: %s", type(err.orig).__name__)
-            raise DatabaseUnavailableError(
-                "A concurrent request changed the same job; nothing was written. Retry."
-            ) from err
-        except DBAPIError as err:
-            if not (isinstance(err, OperationalError) or err.connection_invalidated):
+            if isinstance(err, DBAPIError) and not (
+                isinstance(err, OperationalError) or err.connection_invalidated
+            ):
                 raise
-            logger.warning("database unavailable: %s", type(err.orig).__name__)
+            logger.warning("database unavailable: %s", _cause(err))
             raise DatabaseUnavailableError(
                 "The database is unavailable or busy; nothing was written. Retry shortly."
             ) from err
