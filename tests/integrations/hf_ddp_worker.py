@@ -17,7 +17,14 @@ from pathlib import Path
 import transformers
 from accelerate import PartialState
 
-from tests.integrations.test_huggingface import BatchSizeSpy, TokenDataset, accuracy, job
+from tests.integrations.test_huggingface import (
+    BatchSizeSpy,
+    TokenDataset,
+    accuracy,
+    job,
+    tiny_bert,
+    training_arguments,
+)
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.huggingface import ZeusBSOTrainerCallback
 
@@ -33,32 +40,16 @@ def main() -> None:
         energy_meter=EstimateMeter(100),
     )
     spy = BatchSizeSpy()
-    args = transformers.TrainingArguments(
-        output_dir=str(out / "trainer"),
-        per_device_train_batch_size=callback.batch_size,
-        per_device_eval_batch_size=64,
-        num_train_epochs=10,  # more than the job's max_epochs (6): the server's stop ends it
-        learning_rate=5e-3,
-        eval_strategy="epoch",
+    args = training_arguments(
+        out / "trainer",
+        callback.batch_size,
+        10,  # more than the job's max_epochs (6): the server's stop ends it
         save_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
         ddp_backend="gloo",
     )
     transformers.set_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=24,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
     trainer = transformers.Trainer(
-        model=transformers.BertForSequenceClassification(config),
+        model=tiny_bert(),
         args=args,
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),

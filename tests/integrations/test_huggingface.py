@@ -62,6 +62,37 @@ def accuracy(prediction: Any) -> dict[str, float]:
     return {"accuracy": float((logits.argmax(-1) == labels).mean())}
 
 
+def tiny_bert() -> Any:
+    """A one-layer BERT classifier small enough to train in seconds on the CPU."""
+    config = transformers.BertConfig(
+        vocab_size=24,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    return transformers.BertForSequenceClassification(config)
+
+
+def training_arguments(output_dir: Path, batch_size: int, epochs: int, **options: Any) -> Any:
+    """The tests' TrainingArguments: CPU, evaluation every epoch, no logging or progress bars."""
+    return transformers.TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=64,
+        num_train_epochs=epochs,
+        learning_rate=5e-3,
+        eval_strategy="epoch",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        **options,
+    )
+
+
 def train(
     server_url: str,
     spec: JobSpec,
@@ -72,16 +103,7 @@ def train(
     resume: Path | None = None,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=24,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
-    model = transformers.BertForSequenceClassification(config)
+    model = tiny_bert()
     callback = ZeusBSOTrainerCallback(
         server_url,
         spec,
@@ -90,18 +112,11 @@ def train(
         resume_from_checkpoint=resume,
     )
     spy = BatchSizeSpy()
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=batch_size or callback.batch_size,
-        per_device_eval_batch_size=64,
-        num_train_epochs=epochs,
-        learning_rate=5e-3,
-        eval_strategy="epoch",
+    args = training_arguments(
+        tmp_path / "out",
+        batch_size or callback.batch_size,
+        epochs,
         save_strategy="epoch" if save or resume else "no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
     )
     trainer = transformers.Trainer(
         model=model,
