@@ -9,6 +9,7 @@ Started by ``torch.distributed.run`` from test_huggingface.py; writes what this 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -32,7 +33,18 @@ from zeus_bso.huggingface import ZeusBSOTrainerCallback
 def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     # Rank 1 reads the batch size from rank 0: the process group must exist first.
-    PartialState(cpu=True, backend="gloo")
+    state = PartialState(cpu=True, backend="gloo")
+    seen = train(server_url, job_id, out)
+    # The Trainer and its DDP model are gone before the group is: freed after it, the DDP
+    # reducer's destructor can wait on Gloo's worker threads while holding the GIL.
+    gc.collect()
+    (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
+    state.wait_for_everyone()
+    state.destroy_process_group()
+
+
+def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
+    """Train under the callback; what this rank saw."""
     callback = ZeusBSOTrainerCallback(
         server_url,
         job(job_id, target=0.999),
@@ -57,15 +69,13 @@ def main() -> None:
         callbacks=[callback, spy],
     )
     trainer.train()
-    rank = int(os.environ["RANK"])
-    seen = {
+    return {
         "world_size": trainer.args.world_size,
         "batch_size": callback.batch_size,
         "loader_batch_sizes": spy.sizes,
         "epochs": trainer.state.epoch,
         "trial_number": callback.trial_number,
     }
-    (out / f"rank{rank}.json").write_text(json.dumps(seen))
 
 
 if __name__ == "__main__":
