@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
 
@@ -121,15 +122,27 @@ def postgres() -> Iterator[PostgresServer]:
     pg.stop()
 
 
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDBServer]:
+    """One MariaDB server for the whole run (the server's MySQL path), started by the test setup."""
+    try:
+        server = MariaDBServer()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    yield server
+    server.stop()
+
+
 def database_url(backend: str, tmp: Path, request: pytest.FixtureRequest) -> str:
     """A fresh, empty database of the given backend."""
     if backend == "sqlite":
         return sqlite_url(tmp / "bso.db")
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.new_database()
+    server: PostgresServer | MariaDBServer = request.getfixturevalue(SERVERS[backend])
+    return server.new_database()
 
 
-BACKENDS = ["sqlite", "postgresql"]
+SERVERS = {"postgresql": "postgres", "mysql": "mariadb"}
+BACKENDS = ["sqlite", "postgresql", "mysql"]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

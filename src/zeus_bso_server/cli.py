@@ -7,14 +7,17 @@ import copy
 import logging
 import os
 import tempfile
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from alembic.util.exc import CommandError
 from rich.console import Console
+from rich.markup import escape
+from sqlalchemy.exc import DBAPIError
 
 from zeus_bso import __version__
-from zeus_bso_server.errors import SchemaError, ServerError
+from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import current_revision, downgrade, head_revision, upgrade
@@ -40,17 +43,26 @@ DbOption = Annotated[
 
 
 def _fail(error: ServerError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {error.message}", highlight=False)
+    # The message is text, not markup: "pip install 'zeus-bso[server]'" keeps its brackets.
+    err.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
     return typer.Exit(code=2)
 
 
-def _migrate_schema(
-    settings: Settings, revision: str = "head", *, down: bool = False
-) -> tuple[str | None, str | None]:
-    async def run() -> tuple[str | None, str | None]:
+T = TypeVar("T")
+
+
+def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:
+    """Run ``work`` on the settings' database, with its errors as `ServerError`s.
+
+    Raises:
+        SchemaError: an unknown revision.
+        DatabaseUnavailableError: the database cannot be reached or refused a statement.
+    """
+
+    async def run() -> T:
         db = Database(settings.engine_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
         try:
-            return await (downgrade(db, revision) if down else upgrade(db, revision))
+            return await work(db)
         finally:
             await db.dispose()
 
@@ -58,6 +70,22 @@ def _migrate_schema(
         return asyncio.run(run())
     except CommandError as error:  # an unknown revision
         raise SchemaError(str(error)) from None
+    except DBAPIError as error:  # the driver's own words, without SQLAlchemy's link
+        raise DatabaseUnavailableError(
+            f"cannot use the database {_display_url(settings)}: {error.orig}"
+        ) from None
+    except OSError as error:
+        raise DatabaseUnavailableError(
+            f"cannot open the database {_display_url(settings)}: {error}"
+        ) from None
+
+
+def _migrate_schema(
+    settings: Settings, revision: str = "head", *, down: bool = False
+) -> tuple[str | None, str | None]:
+    return _on_database(
+        settings, lambda db: downgrade(db, revision) if down else upgrade(db, revision)
+    )
 
 
 def _display_url(settings: Settings) -> str:
@@ -105,12 +133,12 @@ def serve(
         if not no_upgrade:
             before, after = _migrate_schema(settings)
             if before != after:
-                err.print(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
+                err.print(
+                    f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}",
+                    markup=False,
+                )
     except ServerError as error:
         raise _fail(error) from None
-    except OSError as error:
-        err.print(f"[bold red]error:[/] cannot open the database: {error}", highlight=False)
-        raise typer.Exit(code=2) from None
 
     # Worker processes build their settings from the environment: hand them the resolved ones.
     os.environ.update(
@@ -130,6 +158,7 @@ def serve(
         f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
         f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)",
         highlight=False,
+        markup=False,
     )
     uvicorn.run(
         "zeus_bso_server.api.app:create_app",
@@ -193,17 +222,9 @@ def db_downgrade(
 @db_app.command("current")
 def db_current(db: DbOption = None) -> None:
     """Print the database's schema revision and the one this server needs."""
-
-    async def run(settings: Settings) -> str | None:
-        db = Database(settings.engine_url)
-        try:
-            return await current_revision(db)
-        finally:
-            await db.dispose()
-
     try:
         settings = load_settings(database_url=db)
-        current = asyncio.run(run(settings))
+        current = _on_database(settings, current_revision)
     except ServerError as error:
         raise _fail(error) from None
     typer.echo(f"current: {current or 'empty'}  needed: {head_revision()}")

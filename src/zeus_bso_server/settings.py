@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from pathlib import Path
 from typing import Literal, Self
@@ -22,6 +23,12 @@ _DRIVERS = {
     "mysql": "mysql+aiomysql",
 }
 _SUPPORTED = {"sqlite+pysqlite", "postgresql+asyncpg", "mysql+aiomysql", "mysql+asyncmy"}
+# Driver -> (module, what installs it).
+_DRIVER_PACKAGES = {
+    "asyncpg": ("asyncpg", "pip install 'zeus-bso[server,postgres]'"),
+    "aiomysql": ("aiomysql", "pip install 'zeus-bso[server,mysql]'"),
+    "asyncmy": ("asyncmy", "pip install asyncmy"),
+}
 
 
 def to_engine_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
@@ -46,6 +53,14 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
             "postgresql://... (asyncpg) or mysql://... (aiomysql)"
         )
     url = url.set(drivername=drivername)
+    module, install = _DRIVER_PACKAGES.get(url.get_driver_name(), (None, ""))
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise SettingsError(
+            f"the {url.get_backend_name()} driver {module} is not installed; {install}"
+        )
+    if url.get_backend_name() == "mysql" and "charset" not in url.query:
+        # Every Unicode character, astral ones included; the tables are utf8mb4 too (0003).
+        url = url.update_query_dict({"charset": "utf8mb4"})
     if user is not None:
         url = url.set(username=user)
     if password is not None:

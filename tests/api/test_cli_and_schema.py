@@ -7,13 +7,16 @@ import os
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection
 
-from tests.conftest import SERVER_BIN, ServerProcess, job_body, sqlite_url
+from tests.conftest import BACKENDS, SERVER_BIN, ServerProcess, database_url, job_body, sqlite_url
+from tests.ports import free_port
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import head_revision, upgrade
@@ -43,20 +46,40 @@ def test_db_upgrade_and_current(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_migration_matches_the_tables(tmp_path: Path) -> None:
-    url = sqlite_url(tmp_path / "compare.db")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_matches_the_tables(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = database_url(backend, tmp_path, request)
 
-    async def migrate() -> None:
+    def compare(conn: Connection) -> list[Any]:
+        return list(compare_metadata(MigrationContext.configure(conn), Base.metadata))
+
+    async def migrate_and_compare() -> list[Any]:
         db = Database(to_engine_url(url))
-        await upgrade(db)
-        await db.dispose()
+        try:
+            await upgrade(db)
+            if db.sync_engine is not None:
+                with db.sync_engine.connect() as conn:
+                    return compare(conn)
+            assert db.async_engine is not None
+            async with db.async_engine.connect() as async_conn:
+                return await async_conn.run_sync(compare)
+        finally:
+            await db.dispose()
 
-    asyncio.run(migrate())
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
-    engine.dispose()
-    assert diff == []
+    assert asyncio.run(migrate_and_compare()) == []
+
+
+def test_database_errors_are_one_clear_line(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    for url in (f"postgresql://nobody@127.0.0.1:{port}/x", f"mysql://nobody@127.0.0.1:{port}/x"):
+        for command in (["db", "upgrade"], ["db", "current"], ["serve", "--port", "0"]):
+            result = run_cli(*command, "--db", url, cwd=tmp_path)
+            assert result.returncode == 2, (command, url, result.stderr)
+            assert "cannot" in result.stderr
+            assert f"127.0.0.1:{port}" in result.stderr
+            assert "Traceback" not in result.stderr + result.stdout
 
 
 def test_no_upgrade_refuses_an_empty_database(tmp_path: Path) -> None:
@@ -116,3 +139,17 @@ def test_readyz_reports_an_outdated_schema(tmp_path: Path) -> None:
         assert httpx.get(proc.url + "/healthz").status_code == 200
     finally:
         proc.stop()
+
+
+def test_a_missing_database_driver_says_what_to_install(tmp_path: Path) -> None:
+    # A process where the drivers cannot be imported, as after `pip install 'zeus-bso[server]'`.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['asyncpg'] = None\nsys.modules['aiomysql'] = None\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    for url, extra in (("postgresql://u@127.0.0.1/x", "postgres"), ("mysql://u@h/x", "mysql")):
+        for command in (["db", "current"], ["serve", "--port", "0"]):
+            result = run_cli(*command, "--db", url, cwd=tmp_path, env=env)
+            assert result.returncode == 2, result.stderr
+            assert f"pip install 'zeus-bso[server,{extra}]'" in result.stderr
+            assert "Traceback" not in result.stderr

@@ -15,14 +15,14 @@ import pytest
 from tests.conftest import ServerProcess, database_url, job_body, metric, unique_id
 
 CLIENTS = 32
-WORKERS = {"sqlite": 2, "postgresql": 4}
+WORKERS = {"sqlite": 2, "postgresql": 4, "mysql": 2}
 
 
 @pytest.fixture(scope="module", params=list(WORKERS))
 def workers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """Two server processes on one SQLite file, or four on one PostgreSQL database."""
+    """Two server processes on one SQLite file, four on one PostgreSQL database, two on MySQL."""
     tmp = tmp_path_factory.mktemp(request.param)
     url = database_url(request.param, tmp, request)
     proc = ServerProcess(url, cwd=tmp, workers=WORKERS[request.param])

@@ -16,6 +16,7 @@ from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, uniq
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.migrate import upgrade
 
 # Batch size -> reports, mean cost, m2, converged runs, their cost sum, cheapest converged cost.
 STATS_0001: dict[int, tuple[Any, ...]] = {
@@ -113,3 +114,79 @@ def test_downgrade_to_an_unknown_revision_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "nope" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    mariadb = request.getfixturevalue("mariadb")
+    url = mariadb.new_database()  # latin1 and case-insensitive: the test server's defaults
+    database = url.rsplit("/", 1)[1]
+
+    async def upgrade_to_0002() -> None:
+        db = Database(to_engine_url(url))
+        try:
+            await upgrade(db, "0002")
+        finally:
+            await db.dispose()
+
+    asyncio.run(upgrade_to_0002())
+    old_id = unique_id("jöb") + "-case"
+    when = 1_800_000_000.25
+
+    def store(conn: Connection) -> Any:
+        config = CreatedJob.model_validate(job_body(old_id)).model_dump(mode="json")
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_id, job_id_prefix, config, stage, next_trial_number)"
+                " VALUES (:j, 'jöb', :c, 'pruning', 2)"
+            ).bindparams(bindparam("c", type_=JSON())),
+            {"j": old_id, "c": config},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO trials (job_id, trial_number, batch_size, kind, status,"
+                " lease_expires_at) VALUES (:j, 1, 64, 'exploration', 'dispatched', :t)"
+            ),
+            {"j": old_id, "t": when},
+        )
+        return conn.execute(text("SELECT lease_expires_at FROM trials")).scalar_one()
+
+    assert _run_sql(url, store) != when  # FLOAT: single precision
+
+    result = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "0002 -> 0003" in result.stdout
+
+    def columns(conn: Connection) -> Any:
+        return conn.execute(
+            text(
+                "SELECT table_name, column_name, data_type, collation_name"
+                " FROM information_schema.columns WHERE table_schema = :s"
+            ),
+            {"s": database},
+        ).all()
+
+    described = {(t.lower(), c.lower()): (d, coll) for t, c, d, coll in _run_sql(url, columns)}
+    reals = [key for key, (kind, _) in described.items() if kind in ("float", "double")]
+    assert len(reals) == 10
+    assert all(described[key][0] == "double" for key in reals)
+    assert described[("jobs", "job_id")][1] == "utf8mb4_nopad_bin"
+    assert described[("trials", "job_id")][1] == "utf8mb4_nopad_bin"
+
+    proc = ServerProcess(url, cwd=tmp_path)
+    try:
+        with proc.client() as http:
+            kept = http.get("/api/jobs/" + old_id)  # the latin1 row, converted
+            assert kept.status_code == 200, kept.text
+            assert kept.json()["job"]["job_id"] == old_id
+            assert kept.json()["trials"][0]["trial_number"] == 1
+            for new_id in (old_id[:-4] + "CASE", old_id + " ", old_id + "-😀"):
+                created = http.post("/jobs", json=job_body(new_id, prefix="jöb"))
+                assert created.status_code == 201, (new_id, created.text)
+            # The foreign key came back: deleting the job takes its trials along.
+            assert http.delete("/jobs", params={"job_id": old_id}).status_code == 200
+    finally:
+        proc.stop()
+    count = _run_sql(url, lambda conn: conn.execute(text("SELECT count(*) FROM trials")).scalar())
+    assert count == 0

@@ -8,7 +8,8 @@ is SQLAlchemy 2 Core). How it runs depends on the driver:
   awaited on the event loop through asyncpg directly (see `asyncpg_session` for why). The job
   row is locked with ``SELECT ... FOR UPDATE``.
 - MySQL uses SQLAlchemy's asyncio extension (aiomysql): the function runs through
-  ``AsyncConnection.run_sync`` with a SQLAlchemy `Connection`.
+  ``AsyncConnection.run_sync`` with a SQLAlchemy `Connection`, in READ COMMITTED (see
+  `Database.__init__`), and the job row is locked with ``SELECT ... FOR UPDATE``.
 - SQLite uses the standard library driver, and the whole transaction runs at once on the event
   loop's thread. A transaction takes about a millisecond and SQLite admits one writer at a time,
   so handing it to another thread only adds latency: an async driver (aiosqlite) hops to its
@@ -65,8 +66,9 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
 
 
 def _cause(err: BaseException) -> str:
-    """The name of the driver's error behind ``err`` (SQLAlchemy wraps it in ``orig``)."""
-    return type(getattr(err, "orig", None) or err).__name__
+    """The driver's error behind ``err`` (SQLAlchemy wraps it in ``orig``): its type and words."""
+    cause = getattr(err, "orig", None) or err
+    return f"{type(cause).__name__}: {cause}"
 
 
 def _replace_if_closed(_dbapi_connection: Any, _record: Any, pooled: Any) -> None:
@@ -99,7 +101,16 @@ class Database:
             self.sync_engine = engine
             self._sync_writer = engine.execution_options(**{_WRITE: True})
         else:
-            self.async_engine = create_async_engine(url, echo=echo, pool_size=10, max_overflow=20)
+            options: dict[str, Any] = {}
+            if url.get_backend_name() == "mysql":
+                # InnoDB's default, REPEATABLE READ, locks the gaps between index records that
+                # a statement scans: two requests on different jobs then lock each other's
+                # gaps in trials and deadlock. READ COMMITTED takes no such locks; the job row
+                # lock serialises requests on one job, as on PostgreSQL (whose default it is).
+                options["isolation_level"] = "READ COMMITTED"
+            self.async_engine = create_async_engine(
+                url, echo=echo, pool_size=10, max_overflow=20, **options
+            )
             self._autocommit = self.async_engine.execution_options(isolation_level="AUTOCOMMIT")
             if self.async_engine.dialect.driver == "asyncpg":
                 self._use_asyncpg()

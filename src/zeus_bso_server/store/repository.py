@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
-    Float,
+    Double,
     Table,
     and_,
     bindparam,
@@ -244,7 +244,11 @@ def list_jobs(conn: Session, prefix: str | None, limit: int, offset: int) -> Seq
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        stmt = stmt.where(jobs.c.job_id.like(f"{escaped}%", escape="\\"))
+        stmt = stmt.where(
+            jobs.c.job_id.like(f"{escaped}%", escape="\\"),  # can use the primary key's index
+            # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
+            func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
+        )
     return conn.execute(stmt).all()
 
 
@@ -375,7 +379,7 @@ _INSERT_TRIAL = insert(trials).values(
     kind=bindparam("new_kind"),
     round=bindparam("new_round"),
     status=TrialStatus.DISPATCHED.value,
-    lease_expires_at=db_now() + bindparam("new_lease", type_=Float()),
+    lease_expires_at=db_now() + bindparam("new_lease", type_=Double()),
 )
 
 
@@ -429,7 +433,7 @@ _RENEW = (
     .where(*_THE_TRIAL)
     .values(
         status=TrialStatus.DISPATCHED.value,
-        lease_expires_at=db_now() + bindparam("lease", type_=Float()),
+        lease_expires_at=db_now() + bindparam("lease", type_=Double()),
         updated_at=db_now(),
     )
 )

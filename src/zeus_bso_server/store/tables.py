@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    Double,
     Float,
     ForeignKey,
     Index,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
 )
+from sqlalchemy.dialects.mysql import MEDIUMTEXT
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -21,11 +23,16 @@ from sqlalchemy.sql.functions import FunctionElement
 
 ID_LENGTH = 255
 
+REAL = Float().with_variant(Double(), "mysql")
+"""Double precision everywhere: ``FLOAT`` is that on PostgreSQL and SQLite, single on MySQL."""
+MESSAGE = Text().with_variant(MEDIUMTEXT(), "mysql")
+"""Converting to utf8mb4 makes MySQL's ``TEXT`` a ``MEDIUMTEXT``, to hold as many characters."""
+
 
 class db_now(FunctionElement[float]):  # noqa: N801 (reads as a SQL function)
     """The database's clock in seconds since the epoch, so every replica agrees on lease times."""
 
-    type = Float()
+    type = Double()
     inherit_cache = True
 
 
@@ -62,15 +69,15 @@ class JobRow(Base):
     """Number of the job's first bandit-stage trial."""
     next_trial_number: Mapped[int] = mapped_column(Integer, default=1)
     best_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    best_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_cost: Mapped[float | None] = mapped_column(REAL, nullable=True)
     """The early-stop reference: the cost a run must not exceed (see `policy.best_reference`)."""
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
     """Running statistics of each batch size's reported runs, by batch size (see
     `repository.SizeStats`), updated with every final report. Kept on the row that every
     request locks, they come with the lock: a request's cost does not depend on how many
     trials the job has, and the statistics take no reads of their own."""
-    created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
-    updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
+    created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
+    updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
 
 
 class TrialRow(Base):
@@ -86,16 +93,16 @@ class TrialRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     round: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[float] = mapped_column(Float, server_default=db_now())
-    updated_at: Mapped[float] = mapped_column(Float, server_default=db_now())
-    lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
+    updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
+    lease_expires_at: Mapped[float | None] = mapped_column(REAL, nullable=True)
     epochs: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    time: Mapped[float | None] = mapped_column(Float, nullable=True)
-    energy: Mapped[float | None] = mapped_column(Float, nullable=True)
-    metric: Mapped[float | None] = mapped_column(Float, nullable=True)
-    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    time: Mapped[float | None] = mapped_column(REAL, nullable=True)
+    energy: Mapped[float | None] = mapped_column(REAL, nullable=True)
+    metric: Mapped[float | None] = mapped_column(REAL, nullable=True)
+    cost: Mapped[float | None] = mapped_column(REAL, nullable=True)
     converged: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    message: Mapped[str | None] = mapped_column(MESSAGE, nullable=True)
 
     __table_args__ = (
         Index("ix_trials_job_status", "job_id", "status"),

@@ -43,7 +43,9 @@ def _stats_table() -> sa.TableClause:
 
 
 def upgrade() -> None:
-    op.add_column("jobs", sa.Column("stats", sa.JSON(), nullable=False, server_default="{}"))
+    # MySQL takes a JSON column's default only as an expression, in parentheses.
+    empty = sa.text("('{}')") if op.get_bind().dialect.name == "mysql" else "{}"
+    op.add_column("jobs", sa.Column("stats", sa.JSON(), nullable=False, server_default=empty))
     conn = op.get_bind()
     stats = _stats_table()
     per_job: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -52,6 +54,21 @@ def upgrade() -> None:
     for job_id, values in per_job.items():
         conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(stats=values))
     op.drop_table("batch_size_stats")
+
+
+def _like_job_ids() -> dict[str, Any]:
+    """MySQL: the character set and collation of ``jobs.job_id``, which a foreign key to it must
+    share (revision 0003 may have changed them from the database's defaults)."""
+    conn = op.get_bind()
+    if conn.dialect.name != "mysql":
+        return {}
+    charset, collation = conn.execute(
+        sa.text(
+            "SELECT character_set_name, collation_name FROM information_schema.columns"
+            " WHERE table_schema = DATABASE() AND table_name = 'jobs' AND column_name = 'job_id'"
+        )
+    ).one()
+    return {"mysql_charset": charset, "mysql_collate": collation}
 
 
 def downgrade() -> None:
@@ -70,6 +87,7 @@ def downgrade() -> None:
         sa.Column("converged_count", sa.Integer(), nullable=False),
         sa.Column("converged_cost_sum", sa.Float(), nullable=False),
         sa.Column("best_converged_cost", sa.Float(), nullable=True),
+        **_like_job_ids(),
     )
     conn = op.get_bind()
     rows = [

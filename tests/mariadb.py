@@ -1,0 +1,118 @@
+"""A throwaway MariaDB server for the tests (mariadb-install-db + mariadbd on a free loopback
+port), for the server's MySQL path (``mysql://``, aiomysql).
+
+Debian's ``mariadb-server`` package provides the binaries; `.ci/run` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from tests.ports import free_port
+
+
+def _binary(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
+    )
+
+
+class MariaDBServer:
+    """A MariaDB server in a temporary directory; `new_database` hands out fresh databases.
+
+    It runs with ``--skip-grant-tables`` (any user, no password) and on loopback only.
+    """
+
+    def __init__(self) -> None:
+        install, server = _binary("mariadb-install-db"), _binary("mariadbd")
+        client = _binary("mariadb")
+        if not install or not server or not client:
+            raise FileNotFoundError(
+                "MariaDB is not installed (mariadb-install-db, mariadbd, mariadb): "
+                "apt-get install mariadb-server"
+            )
+        self.client = client
+        self.root = Path(tempfile.mkdtemp(prefix="zeus-bso-mariadb-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        # mariadbd refuses to run as root unless told a user: run it as 'mysql' when we are root.
+        user = ["--user=mysql"] if os.geteuid() == 0 else []
+        if user:
+            account = pwd.getpwnam("mysql")
+            os.chown(self.root, account.pw_uid, account.pw_gid)
+        subprocess.run(
+            [install, *user, f"--datadir={self.data}", "--skip-test-db", "--skip-name-resolve"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self._log = self.root / "error.log"
+        self.proc = subprocess.Popen(
+            [
+                server,
+                "--no-defaults",
+                *user,
+                f"--datadir={self.data}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--socket={self.root / 'sock'}",
+                f"--pid-file={self.root / 'pid'}",
+                f"--log-error={self._log}",
+                "--skip-grant-tables",
+                "--skip-name-resolve",
+                "--innodb-flush-log-at-trx-commit=0",
+                "--innodb-buffer-pool-size=64M",
+                "--max-connections=300",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if self.sql("SELECT 1", check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"MariaDB did not start: {self.error_log()}")
+
+    def error_log(self) -> str:
+        return self._log.read_text() if self._log.exists() else "(no log)"
+
+    def sql(self, statement: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.client, "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "-e", statement],
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def url(self, database: str) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self) -> str:
+        """Create an empty database and return its URL."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self.sql(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
