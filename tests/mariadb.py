@@ -54,27 +54,39 @@ class MariaDBServer:
             timeout=120,
         )
         self._log = self.root / "error.log"
+        self._command = [
+            server,
+            "--no-defaults",
+            *user,
+            f"--datadir={self.data}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={self.root / 'sock'}",
+            f"--pid-file={self.root / 'pid'}",
+            f"--log-error={self._log}",
+            "--skip-grant-tables",
+            "--skip-name-resolve",
+            "--innodb-flush-log-at-trx-commit=0",
+            "--innodb-buffer-pool-size=64M",
+            "--max-connections=300",
+        ]
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server (again), on the same port and data."""
         self.proc = subprocess.Popen(
-            [
-                server,
-                "--no-defaults",
-                *user,
-                f"--datadir={self.data}",
-                f"--port={self.port}",
-                "--bind-address=127.0.0.1",
-                f"--socket={self.root / 'sock'}",
-                f"--pid-file={self.root / 'pid'}",
-                f"--log-error={self._log}",
-                "--skip-grant-tables",
-                "--skip-name-resolve",
-                "--innodb-flush-log-at-trx-commit=0",
-                "--innodb-buffer-pool-size=64M",
-                "--max-connections=300",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         self._wait_ready()
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data, as an outage would."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -84,8 +96,9 @@ class MariaDBServer:
             if self.sql("SELECT 1", check=False).returncode == 0:
                 return
             time.sleep(0.2)
+        log = self.error_log()
         self.stop()
-        raise RuntimeError(f"MariaDB did not start: {self.error_log()}")
+        raise RuntimeError(f"MariaDB did not start: {log}")
 
     def error_log(self) -> str:
         return self._log.read_text() if self._log.exists() else "(no log)"
@@ -109,10 +122,5 @@ class MariaDBServer:
         return self.url(name)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.pause()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tests.api.test_concurrency import violations
-from tests.conftest import ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.server_client import ServerClient
@@ -75,7 +76,7 @@ def test_killed_client_is_abandoned_and_exploration_moves_on(tmp_path: Path) -> 
         server.stop()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_server_killed_mid_request_loses_nothing_committed(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -134,31 +135,33 @@ def test_server_killed_mid_request_loses_nothing_committed(
         restarted.stop()
 
 
-def test_postgresql_outage_answers_503_and_the_server_recovers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_database_outage_answers_503_and_the_server_recovers(backend: str, tmp_path: Path) -> None:
+    """A database server of its own, stopped and started again under a running server."""
     try:
-        pg = PostgresServer()
+        db_server = PostgresServer() if backend == "postgresql" else MariaDBServer()
     except FileNotFoundError as err:
         pytest.skip(str(err))
     server = None
     try:
-        server = ServerProcess(pg.new_database(), cwd=tmp_path)
+        server = ServerProcess(db_server.new_database(), cwd=tmp_path)
         job_id = unique_id()
         with server.client() as http:
             assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-            pg.pause()
+            db_server.pause()
             down = http.get("/jobs/batch_size", params={"job_id": job_id})
             assert down.status_code == 503
             assert "nothing was written" in down.json()["message"]
             assert http.get("/readyz").status_code == 503
             assert http.get("/healthz").status_code == 200
-            pg.resume()
+            db_server.resume()
             with ServerClient(server.url, retry_seconds=20) as client:
                 assert client.next_trial(job_id).trial_number == 1
             assert http.get("/readyz").status_code == 200
     finally:
         if server is not None:
             server.stop()
-        pg.stop()
+        db_server.stop()
 
 
 def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> None:
