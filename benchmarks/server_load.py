@@ -2,9 +2,10 @@
 
 The workload of the reliability goal: 32 client threads on one job, each repeating (ask for a
 batch size, report once, end the trial) 8 times, so 256 batch-size requests in all. Runs on SQLite
-with 1 and 2 workers and on PostgreSQL with 4 workers (a throwaway PostgreSQL 15 server is
-started with initdb/pg_ctl, as the tests do). Sequential latency and the 100,000-trial job are
-measured by server_latency.py.
+with 1 and 2 workers, on PostgreSQL with 4 workers (a throwaway PostgreSQL 15 server is
+started with initdb/pg_ctl, as the tests do) and, where Debian's mariadb-server is installed,
+on MariaDB with 4 workers (MySQL's path, a throwaway server as the tests start it).
+Sequential latency and the 100,000-trial job are measured by server_latency.py.
 
 With ``--upstream-python``, upstream Zeus 0.16's server runs the same load with the same client
 (2 workers on SQLite, as in its own deployment guide). It needs a separate environment:
@@ -40,6 +41,7 @@ from typing import Any
 from _server import LightClient, free_port, running_server, serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 
 RESULTS = Path(__file__).parent / "results"
@@ -145,7 +147,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--only",
-        choices=("sqlite", "postgresql"),
+        choices=("sqlite", "postgresql", "mysql"),
         help="measure one backend (and do not overwrite the saved results)",
     )
     parser.add_argument(
@@ -156,17 +158,30 @@ def main() -> None:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for workers in (1, 2) if args.only != "postgresql" else ():
+        for workers in (1, 2) if args.only in (None, "sqlite") else ():
             db = Path(tmp) / f"load-{workers}.db"
             with running_server(f"sqlite:///{db}", workers=workers) as url:
                 results.append(measure(f"SQLite, {workers} worker(s)", url, args))
-        if args.only != "sqlite":
+        if args.only in (None, "postgresql"):
             pg = PostgresServer()
             try:
                 with running_server(pg.new_database(), workers=4) as url:
-                    results.append(measure("PostgreSQL, 4 workers", url, args))
+                    results.append(measure("PostgreSQL 15, 4 workers", url, args))
             finally:
                 pg.stop()
+        if args.only in (None, "mysql"):
+            try:
+                mariadb = MariaDBServer()
+            except FileNotFoundError as err:
+                if args.only:
+                    raise
+                print(f"MariaDB skipped: {err}", file=sys.stderr)
+            else:
+                try:
+                    with running_server(mariadb.new_database(), workers=4) as url:
+                        results.append(measure("MariaDB 10.11, 4 workers", url, args))
+                finally:
+                    mariadb.stop()
         if args.upstream_python:
             with upstream_server(args.upstream_python, tmp) as url:
                 results.append(measure("upstream Zeus 0.16, SQLite, 2 workers", url, args))

@@ -219,3 +219,42 @@ async def _terminate_connections(postgres: PostgresServer, url: str) -> int:
         await admin.close()
     await asyncio.sleep(0.5)  # the server's event loop sees the connections close
     return int(terminated)
+
+
+def test_a_schema_change_under_a_running_server_costs_no_request(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Column types change while the server holds prepared statements of them (as an upgrade
+    while serving would): PostgreSQL refuses the outdated statements inside the request's
+    transaction, and the server runs the request again on fresh ones instead of answering 503."""
+    url = postgres.new_database()
+    server = ServerProcess(url, cwd=tmp_path)
+    try:
+        job_id = unique_id()
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            for _ in range(3):
+                assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 200
+            asyncio.run(
+                _admin_sql(
+                    url,
+                    "ALTER TABLE trials ALTER COLUMN round TYPE bigint",
+                    "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint",
+                )
+            )
+            for number in (4, 5, 6):
+                answer = http.get("/jobs/batch_size", params={"job_id": job_id})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["trial_number"] == number
+            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 6
+    finally:
+        server.stop()
+
+
+async def _admin_sql(url: str, *statements: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await connection.execute(statement)
+    finally:
+        await connection.close()

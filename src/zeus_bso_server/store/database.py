@@ -132,8 +132,8 @@ class Database:
             pg_errors.InsufficientResourcesError,
             pg_errors.TransactionRollbackError,
             pg_errors.LockNotAvailableError,
-            # A schema change (an upgrade while serving) outdated a prepared statement;
-            # asyncpg prepares it again on the next use.
+            # A schema change outdated a prepared statement again, in the second run of the
+            # work (see `_on_asyncpg`).
             pg_errors.InvalidCachedStatementError,
         )
 
@@ -187,7 +187,26 @@ class Database:
         self, work: Callable[[Session], T], *, transaction: dict[str, bool] | None
     ) -> T:
         """Run ``work`` on a pooled connection's asyncpg connection, in an asyncpg transaction
-        with ``transaction``'s options (or none: each statement commits by itself)."""
+        with ``transaction``'s options (or none: each statement commits by itself).
+
+        A schema change since a statement was prepared on this connection (an upgrade while
+        serving) fails the transaction; asyncpg then forgets its outdated statements, and the
+        work runs once more, from the start, as the rolled-back transaction wrote nothing.
+        Without a transaction asyncpg prepares the statement again by itself.
+        """
+        from asyncpg.exceptions import InvalidCachedStatementError
+
+        try:
+            return await self._on_asyncpg_once(work, transaction=transaction)
+        except InvalidCachedStatementError:
+            if transaction is None:
+                raise
+            logger.info("a schema change outdated prepared statements: running the work again")
+            return await self._on_asyncpg_once(work, transaction=transaction)
+
+    async def _on_asyncpg_once(
+        self, work: Callable[[Session], T], *, transaction: dict[str, bool] | None
+    ) -> T:
         from zeus_bso_server.store.asyncpg_session import AsyncpgSession
 
         assert self.async_engine is not None
