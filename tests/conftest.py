@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -20,6 +20,8 @@ import pytest
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
+
+DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
 
@@ -114,19 +116,19 @@ def sqlite_url(path: Path) -> str:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One PostgreSQL 15 server for the whole run, started by the test setup."""
-    try:
-        pg = PostgresServer()
-    except FileNotFoundError as err:
-        pytest.skip(str(err))
-    yield pg
-    pg.stop()
+    yield from _started(PostgresServer)
 
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[MariaDBServer]:
     """One MariaDB server for the whole run (the server's MySQL path), started by the test setup."""
+    yield from _started(MariaDBServer)
+
+
+def _started(server_class: Callable[[], DatabaseServer]) -> Iterator[DatabaseServer]:
+    """A database server for a fixture's lifetime; the tests skip, saying why, without one."""
     try:
-        server = MariaDBServer()
+        server = server_class()
     except FileNotFoundError as err:
         pytest.skip(str(err))
     yield server

@@ -189,6 +189,18 @@ def test_connections_the_database_closed_are_replaced_without_an_error(
 ) -> None:
     """The server terminates every connection of the database (as a restart or an idle
     timeout would) between requests: the next requests are answered, not refused."""
+
+    def terminate(url: str) -> None:
+        assert asyncio.run(_terminate_connections(postgres, url)) >= 1
+
+    _answered_across(terminate, postgres, tmp_path)
+
+
+def _answered_across(
+    disruption: Callable[[str], None], postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Three trials of a job on a server, ``disruption(database URL)``, three more: every
+    request answered, the trial numbers going on."""
     url = postgres.new_database()
     server = ServerProcess(url, cwd=tmp_path)
     try:
@@ -197,12 +209,12 @@ def test_connections_the_database_closed_are_replaced_without_an_error(
             assert http.post("/jobs", json=job_body(job_id)).status_code == 201
             for _ in range(3):
                 assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 200
-            terminated = asyncio.run(_terminate_connections(postgres, url))
-            assert terminated >= 1
+            disruption(url)
             for number in (4, 5, 6):
                 answer = http.get("/jobs/batch_size", params={"job_id": job_id})
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["trial_number"] == number
+            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 6
     finally:
         server.stop()
 
@@ -227,28 +239,17 @@ def test_a_schema_change_under_a_running_server_costs_no_request(
     """Column types change while the server holds prepared statements of them (as an upgrade
     while serving would): PostgreSQL refuses the outdated statements inside the request's
     transaction, and the server runs the request again on fresh ones instead of answering 503."""
-    url = postgres.new_database()
-    server = ServerProcess(url, cwd=tmp_path)
-    try:
-        job_id = unique_id()
-        with server.client() as http:
-            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-            for _ in range(3):
-                assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 200
-            asyncio.run(
-                _admin_sql(
-                    url,
-                    "ALTER TABLE trials ALTER COLUMN round TYPE bigint",
-                    "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint",
-                )
+
+    def retype(url: str) -> None:
+        asyncio.run(
+            _admin_sql(
+                url,
+                "ALTER TABLE trials ALTER COLUMN round TYPE bigint",
+                "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint",
             )
-            for number in (4, 5, 6):
-                answer = http.get("/jobs/batch_size", params={"job_id": job_id})
-                assert answer.status_code == 200, answer.text
-                assert answer.json()["trial_number"] == number
-            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 6
-    finally:
-        server.stop()
+        )
+
+    _answered_across(retype, postgres, tmp_path)
 
 
 async def _admin_sql(url: str, *statements: str) -> None:

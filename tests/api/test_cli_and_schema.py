@@ -19,7 +19,7 @@ from tests.conftest import BACKENDS, SERVER_BIN, ServerProcess, database_url, jo
 from tests.ports import free_port
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import head_revision, upgrade
+from zeus_bso_server.store.migrate import head_revision, on_connection, upgrade
 from zeus_bso_server.store.tables import Base
 
 
@@ -59,12 +59,7 @@ def test_migration_matches_the_tables(
         db = Database(to_engine_url(url))
         try:
             await upgrade(db)
-            if db.sync_engine is not None:
-                with db.sync_engine.connect() as conn:
-                    return compare(conn)
-            assert db.async_engine is not None
-            async with db.async_engine.connect() as async_conn:
-                return await async_conn.run_sync(compare)
+            return await on_connection(db, compare)
         finally:
             await db.dispose()
 

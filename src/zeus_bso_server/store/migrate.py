@@ -46,7 +46,9 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> None:
     (command.downgrade if down else command.upgrade)(config, revision)
 
 
-async def _on_connection(db: Database, work: Callable[[Connection], T]) -> T:
+async def on_connection(db: Database, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` (schema work: Alembic, reflection) on a SQLAlchemy `Connection` of ``db``,
+    in a transaction."""
     if db.sync_engine is not None:
         # SQLite work runs on the loop thread, like every other unit of work (see Database).
         with db.sync_engine.begin() as connection:
@@ -58,14 +60,14 @@ async def _on_connection(db: Database, work: Callable[[Connection], T]) -> T:
 
 async def current_revision(db: Database) -> str | None:
     """The database's schema revision (``None`` for an empty database)."""
-    return await _on_connection(db, _current)
+    return await on_connection(db, _current)
 
 
 async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str | None]:
     """Bring the database to the current schema (or to ``revision``). Returns the revisions
     before and after."""
     before = await current_revision(db)
-    await _on_connection(db, lambda conn: _migrate(conn, revision, down=False))
+    await on_connection(db, lambda conn: _migrate(conn, revision, down=False))
     return before, await current_revision(db)
 
 
@@ -73,7 +75,7 @@ async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None
     """Take the database's schema back to ``revision`` (``base``: no schema), keeping the
     stored data. Returns the revisions before and after."""
     before = await current_revision(db)
-    await _on_connection(db, lambda conn: _migrate(conn, revision, down=True))
+    await on_connection(db, lambda conn: _migrate(conn, revision, down=True))
     return before, await current_revision(db)
 
 
