@@ -38,7 +38,7 @@ def test_every_route_but_health_needs_the_token(guarded: ServerProcess) -> None:
     missing = httpx.post(base + "/jobs", json=job_body(unique_id()))
     assert missing.status_code == 401
     assert missing.headers["www-authenticate"] == "Bearer"
-    assert "missing bearer token" in missing.json()["message"]
+    assert "missing token: send 'Authorization: Bearer <token>'" in missing.json()["message"]
     wrong = httpx.get(base + "/api/jobs", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     for path in ("/metrics", "/docs", "/openapi.json", "/jobs/batch_size?job_id=x"):
@@ -118,3 +118,23 @@ def test_request_ids(http: httpx.Client) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", replaced)
     odd = http.get("/healthz", headers={"X-Request-ID": "a b"}).headers["x-request-id"]
     assert odd != "a b"
+
+
+def test_a_browser_signs_in_to_the_dashboard_with_the_token_as_password(
+    guarded: ServerProcess,
+) -> None:
+    base = guarded.url
+    for path in ("/dashboard", "/dashboard/jobs/x", "/"):
+        asked = httpx.get(base + path)
+        assert asked.status_code == 401, path
+        assert asked.headers["www-authenticate"].startswith('Basic realm="zeus-bso"')
+        assert "token as the password" in asked.json()["message"]
+    assert httpx.get(base + "/dashboard", auth=("anyone", TOKEN)).status_code == 200
+    assert httpx.get(base + "/dashboard", auth=("anyone", "wrong")).status_code == 401
+    for garbage in ("Basic !!!", "Basic " + "dG9rZW4=", "Basic", "Digest x"):  # no colon: "token"
+        assert httpx.get(base + "/dashboard", headers={"Authorization": garbage}).status_code == 401
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(base + "/dashboard", headers=bearer).status_code == 200
+    # The API takes the Basic form too (one token, two ways to send it); it asks for Bearer.
+    assert httpx.get(base + "/api/jobs", auth=("anyone", TOKEN)).status_code == 200
+    assert TOKEN not in guarded.log()

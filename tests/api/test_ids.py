@@ -15,7 +15,7 @@ def test_ids_that_differ_only_in_case_space_or_accents_are_different_jobs(
     http: httpx.Client,
 ) -> None:
     prefix = f"Exact{uuid.uuid4().hex[:8]}"
-    suffixes = ["-job", "-Job", "-JOB", "-job ", "-jöb", "-jöb-😀", "-%_\\"]
+    suffixes = ["-job", "-Job", "-JOB", "-job ", "-jöb", "-jöb-😀", "-%_\\", "-a/b?c#d"]
     ids = [prefix + suffix for suffix in suffixes]
     for job_id in ids:
         created = http.post("/jobs", json=job_body(job_id, prefix=prefix))
@@ -38,6 +38,7 @@ def test_ids_that_differ_only_in_case_space_or_accents_are_different_jobs(
         (prefix + "-jö", {"-jöb", "-jöb-😀"}),
         (prefix + "-job ", {"-job "}),
         (prefix + "-%", {"-%_\\"}),
+        (prefix + "-a/", {"-a/b?c#d"}),
         (prefix.lower(), set()),
     ]:
         listed = http.get("/api/jobs", params={"prefix": narrower}).json()

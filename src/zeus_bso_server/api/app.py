@@ -14,6 +14,7 @@ from zeus_bso_server.api.auth import BearerTokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.routes_compat import router as compat_router
+from zeus_bso_server.api.routes_dashboard import router as dashboard_router
 from zeus_bso_server.api.routes_extra import health
 from zeus_bso_server.api.routes_extra import router as extra_router
 from zeus_bso_server.observability import Metrics, RequestContextMiddleware
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(compat_router)
     app.include_router(extra_router)
     app.include_router(health)
+    app.include_router(dashboard_router)
 
     metrics = Metrics()
     app.state.metrics = metrics

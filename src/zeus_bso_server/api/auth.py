@@ -1,7 +1,14 @@
-"""Bearer-token authentication for every route but the health checks (ASGI middleware)."""
+"""Token authentication for every route but the health checks (ASGI middleware).
+
+Programs send ``Authorization: Bearer <token>``. A browser cannot, so the dashboard also takes
+HTTP Basic auth with the token as the password (any user name): its 401 asks the browser for
+them.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import secrets
 
@@ -10,23 +17,49 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
+def _is_page(path: str) -> bool:
+    """A path a browser opens: the dashboard, and the home page leading to it."""
+    return path == "/" or path == "/dashboard" or path.startswith("/dashboard/")
+
+
 class BearerTokenMiddleware:
-    """Answers 401 unless the request carries ``Authorization: Bearer <token>``."""
+    """Answers 401 unless the request carries the token, as a bearer token or a Basic password."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
+        self._expected = b"Bearer " + self._token
+
+    def _authorized(self, given: bytes) -> bool:
+        if secrets.compare_digest(given, self._expected):
+            return True
+        scheme, _, credentials = given.partition(b" ")
+        if scheme.lower() != b"basic":
+            return False
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        _user, colon, password = decoded.partition(b":")
+        return bool(colon) and secrets.compare_digest(password, self._token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if secrets.compare_digest(given, self._expected):
+        if self._authorized(given):
             await self.app(scope, receive, send)
             return
-        message = "missing bearer token" if not given else "invalid bearer token"
-        body = json.dumps({"message": f"{message}: send 'Authorization: Bearer <token>'"}).encode()
+        if _is_page(path):
+            challenge = b'Basic realm="zeus-bso", charset="UTF-8"'
+            hint = "sign in with the server's token as the password"
+        else:
+            challenge = b"Bearer"
+            hint = "send 'Authorization: Bearer <token>'"
+        problem = "missing token" if not given else "invalid token"
+        body = json.dumps({"message": f"{problem}: {hint}"}).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -34,7 +67,7 @@ class BearerTokenMiddleware:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
+                    (b"www-authenticate", challenge),
                 ],
             }
         )

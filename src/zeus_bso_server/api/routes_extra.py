@@ -30,7 +30,7 @@ async def list_jobs(
 
 
 @router.get(
-    "/jobs/{job_id}", response_model=JobState, responses={404: {"description": "No such job"}}
+    "/jobs/{job_id:path}", response_model=JobState, responses={404: {"description": "No such job"}}
 )
 async def get_job(
     db: Db,

@@ -1,0 +1,187 @@
+"""The dashboard: HTML pages of the jobs, and of one job's batch sizes, posterior and trials.
+
+Read-only, server-rendered (Jinja2, autoescaped), no scripts. With a token set, a browser signs
+in with HTTP Basic auth: any user name, the token as the password (see `auth`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.resources import files
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.datastructures import URL
+
+from zeus_bso.spec import MAX_ID_LENGTH
+from zeus_bso_server.api.deps import Db
+from zeus_bso_server.errors import JobNotFoundError
+from zeus_bso_server.views import TrialView, job_state, job_summaries
+
+router = APIRouter(include_in_schema=False)
+
+PAGE_SIZE = 50
+"""Jobs per page of the list."""
+TRIALS_SHOWN = 100
+"""Trials per page of a job."""
+
+
+@functools.cache
+def templates() -> Jinja2Templates:
+    """The page templates (built on first use: nothing happens at import)."""
+    pages = Jinja2Templates(directory=str(files("zeus_bso_server.api") / "templates"))
+    pages.env.filters["utc"] = _utc
+    pages.env.filters["number"] = _number
+    pages.env.globals["job_url"] = job_url
+    return pages
+
+
+def _utc(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _number(value: float | None) -> str:
+    """Four significant digits, no exponent below a million; empty for nothing."""
+    if value is None:
+        return ""
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+
+
+def job_url(request: Request, job_id: str) -> str:
+    """The address of a job's page, its id percent-encoded whole (``/`` and ``?`` included)."""
+    return f"{request.url_for('dashboard_jobs')}/jobs/{quote(job_id, safe='')}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One reported run in the cost chart, in SVG coordinates."""
+
+    x: float
+    y: float
+    trial_number: int
+    batch_size: int
+    cost: float
+    converged: bool
+
+
+@dataclass(frozen=True)
+class CostChart:
+    """The cost of each reported run against its trial number."""
+
+    points: list[Point]
+    low: float
+    high: float
+    width: int = 720
+    height: int = 200
+
+
+def cost_chart(trials: list[TrialView], width: int = 720, height: int = 200) -> CostChart:
+    """Scale the reported trials' costs into a ``width`` x ``height`` box (8 px margins)."""
+    reported = sorted(
+        (t for t in trials if t.cost is not None and math.isfinite(t.cost)),
+        key=lambda t: t.trial_number,
+    )
+    if not reported:
+        return CostChart([], 0.0, 0.0, width, height)
+    costs = [t.cost for t in reported if t.cost is not None]
+    numbers = [t.trial_number for t in reported]
+    low, high = min(costs), max(costs)
+    first, last = min(numbers), max(numbers)
+    margin = 8.0
+
+    def scale(value: float, start: float, end: float, size: int) -> float:
+        span = end - start
+        share = (value - start) / span if span > 0 else 0.5
+        return round(margin + share * (size - 2 * margin), 1)
+
+    points = [
+        Point(
+            x=scale(t.trial_number, first, last, width),
+            y=round(height - scale(t.cost, low, high, height), 1),
+            trial_number=t.trial_number,
+            batch_size=t.batch_size,
+            cost=t.cost,
+            converged=bool(t.converged),
+        )
+        for t in reported
+        if t.cost is not None
+    ]
+    return CostChart(points, low, high, width, height)
+
+
+@router.get("/")
+async def root(request: Request) -> RedirectResponse:
+    """The dashboard is the home page."""
+    return RedirectResponse(request.url_for("dashboard_jobs"), status_code=307)
+
+
+@router.get("/dashboard", response_class=HTMLResponse, name="dashboard_jobs")
+async def jobs_page(
+    request: Request,
+    db: Db,
+    prefix: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> Response:
+    """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
+    found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset)
+    base = request.url_for("dashboard_jobs")
+
+    def page_url(start: int) -> str:
+        query = {"offset": str(max(start, 0)), **({"prefix": prefix} if prefix else {})}
+        return str(base.include_query_params(**query))
+
+    return templates().TemplateResponse(
+        request,
+        "jobs.html",
+        {
+            "jobs": found[:PAGE_SIZE],
+            "more": len(found) > PAGE_SIZE,
+            "prefix": prefix,
+            "offset": offset,
+            "page_size": PAGE_SIZE,
+            "page_url": page_url,
+        },
+    )
+
+
+@router.get("/dashboard/jobs/{job_id:path}", response_class=HTMLResponse, name="dashboard_job")
+async def job_page(
+    request: Request,
+    db: Db,
+    job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)],
+    before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> Response:
+    """One job: its settings, batch sizes with their statistics and posterior, and trials."""
+    try:
+        state = await job_state(db, job_id, TRIALS_SHOWN, before)
+    except JobNotFoundError:
+        return templates().TemplateResponse(
+            request, "missing.html", {"job_id": job_id}, status_code=404
+        )
+    costs = [b.mean_cost for b in state.batch_sizes if b.mean_cost is not None]
+    oldest = state.trials[-1].trial_number if state.trials else None
+    older = (
+        str(URL(job_url(request, job_id)).include_query_params(before=oldest))
+        if oldest is not None and oldest > 1
+        else None
+    )
+    return templates().TemplateResponse(
+        request,
+        "job.html",
+        {
+            "state": state,
+            "max_cost": max(costs) if costs else None,
+            "chart": cost_chart(state.trials),
+            "older": older,
+        },
+    )

@@ -1,0 +1,145 @@
+"""The dashboard's HTML pages, against a real server process."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess, job_body, sqlite_url, unique_id
+from zeus_bso_server.api.routes_dashboard import cost_chart
+from zeus_bso_server.views import TrialView
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    tmp = tmp_path_factory.mktemp("dashboard")
+    server = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
+    with server.client() as client:
+        yield client
+    server.stop()
+
+
+def run_recurrences(http: httpx.Client, job_id: str, count: int) -> list[dict[str, object]]:
+    """``count`` recurrences, each reported after every epoch until told to stop."""
+    trials = []
+    for _ in range(count):
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        for epoch in range(1, 4):
+            result = {
+                **trial,
+                "time": 10.0 * epoch,
+                "energy": 1000.0 * epoch * trial["batch_size"] / 64,
+                "metric": 0.3 * epoch,
+                "current_epoch": epoch,
+            }
+            if http.post("/report", json=result).json()["stop_train"]:
+                break
+        http.patch("/trials", json=trial)
+        trials.append(trial)
+    return trials
+
+
+def test_the_home_page_leads_to_the_job_list(http: httpx.Client) -> None:
+    home = http.get("/", follow_redirects=False)
+    assert home.status_code == 307
+    assert home.headers["location"].endswith("/dashboard")
+
+
+def test_the_job_list_links_every_job_and_escapes_ids(http: httpx.Client) -> None:
+    prefix = unique_id("dash")
+    ids = [f"{prefix}-plain", f"{prefix}-<script>alert(1)</script>"]
+    for job_id in ids:
+        assert http.post("/jobs", json=job_body(job_id, prefix=prefix)).status_code == 201
+    page = http.get("/dashboard", params={"prefix": prefix})
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    links = re.findall(r'href="([^"]*/dashboard/jobs/[^"]*)"', html)
+    assert len(links) == 2
+    for link in links:  # each link opens its job's page
+        assert http.get(link).status_code == 200
+    other = http.get("/dashboard", params={"prefix": prefix + "-nothing"})
+    assert "No jobs whose id starts with" in other.text
+
+
+def test_the_job_list_pages(http: httpx.Client) -> None:
+    prefix = unique_id("many")
+    for index in range(55):  # more than a page of 50
+        job_id = f"{prefix}-{index:02d}"
+        assert http.post("/jobs", json=job_body(job_id, prefix=prefix)).status_code == 201
+    first = http.get("/dashboard", params={"prefix": prefix}).text
+    assert first.count("/dashboard/jobs/") == 50
+    next_link = re.search(r'href="([^"]*)">next', first)
+    assert next_link is not None
+    second = http.get(next_link.group(1).replace("&amp;", "&")).text
+    assert second.count("/dashboard/jobs/") == 5
+    assert f"{prefix}-54" in second
+    assert "next" not in second.split("</table>")[1]
+
+
+def test_a_job_page_shows_its_batch_sizes_chart_and_trials(http: httpx.Client) -> None:
+    job_id = unique_id("shown")
+    assert http.post("/jobs", json=job_body(job_id, max_epochs=3)).status_code == 201
+    trials = run_recurrences(http, job_id, 6)
+    page = http.get("/dashboard/jobs/" + quote(job_id, safe=""))
+    assert page.status_code == 200
+    html = page.text
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert f"{state['trial_count']} trials" in html
+    for size in state["batch_sizes"]:
+        assert f'<td class="num">{size["batch_size"]}</td>' in html
+    reported = [t for t in state["trials"] if t["cost"] is not None]
+    assert html.count("<circle") == len(reported) > 0
+    rows = re.findall(r'<tr>\s*<td class="num">(\d+)</td>', html.split("Trials, newest first")[1])
+    assert [int(n) for n in rows] == [t["trial_number"] for t in reversed(trials)]
+    if state["best_batch_size"] is not None:
+        assert f"{state['best_batch_size']} (cost" in html
+
+
+def test_an_unknown_job_is_a_404_page(http: httpx.Client) -> None:
+    page = http.get("/dashboard/jobs/no-such-job")
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "No job has the id “no-such-job”" in page.text
+    assert http.get("/dashboard", params={"offset": -1}).status_code == 422
+
+
+def test_the_cost_chart_scales_into_its_box() -> None:
+    def trial(number: int, cost: float | None, converged: bool = True) -> TrialView:
+        return TrialView(
+            job_id="j", trial_number=number, batch_size=32, kind="exploration", round=0,
+            status="reported", epochs=1, time=1.0, energy=1.0, metric=1.0, cost=cost,
+            converged=converged, message=None, created_at=0.0, updated_at=0.0,
+            lease_expires_at=None,
+        )  # fmt: skip
+
+    chart = cost_chart([trial(3, 50.0), trial(1, 10.0), trial(2, None), trial(5, 30.0, False)])
+    assert [p.trial_number for p in chart.points] == [1, 3, 5]
+    assert (chart.low, chart.high) == (10.0, 50.0)
+    xs = [p.x for p in chart.points]
+    ys = {p.trial_number: p.y for p in chart.points}
+    assert xs == [8.0, 360.0, 712.0]  # first and last trial at the margins
+    assert ys[1] == 192.0
+    assert ys[3] == 8.0
+    assert ys[5] == 100.0
+    assert not chart.points[2].converged
+    one = cost_chart([trial(7, 5.0)])
+    assert (one.points[0].x, one.points[0].y) == (360.0, 100.0)  # a single point sits centred
+    assert cost_chart([trial(1, None)]).points == []
+
+
+def test_the_pages_need_no_network() -> None:
+    """Templates ship inside the package: no CDN, no script."""
+    from importlib.resources import files
+
+    for page in (files("zeus_bso_server.api") / "templates").iterdir():
+        text = page.read_text()
+        assert "<script" not in text
+        assert "http://" not in text
+        assert "https://" not in text
