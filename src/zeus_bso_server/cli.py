@@ -195,12 +195,7 @@ def _log_config(level: str) -> dict[str, Any]:
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create the schema, or bring it to the current version."""
-    try:
-        settings = load_settings(database_url=db)
-        before, after = _migrate_schema(settings)
-    except ServerError as error:
-        raise _fail(error) from None
-    typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
+    _migrate_command(db, "head", down=False)
 
 
 @db_app.command("downgrade")
@@ -211,9 +206,14 @@ def db_downgrade(
     db: DbOption = None,
 ) -> None:
     """Take the schema back to an older revision, keeping the data (to run an older server)."""
+    _migrate_command(db, revision, down=True)
+
+
+def _migrate_command(db: str | None, revision: str, *, down: bool) -> None:
+    """Body of `db upgrade` and `db downgrade`: migrate, then print the revisions."""
     try:
         settings = load_settings(database_url=db)
-        before, after = _migrate_schema(settings, revision, down=True)
+        before, after = _migrate_schema(settings, revision, down=down)
     except ServerError as error:
         raise _fail(error) from None
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from zeus_bso import __version__
-from zeus_bso_server.api.auth import BearerTokenMiddleware
+from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.routes_compat import router as compat_router
@@ -67,6 +67,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost last: every answer, a 401 or 413 too, gets a request id and is counted.
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
     if resolved.token is not None:
-        app.add_middleware(BearerTokenMiddleware, token=resolved.token.get_secret_value())
+        app.add_middleware(TokenMiddleware, token=resolved.token.get_secret_value())
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app

@@ -22,7 +22,7 @@ def _is_page(path: str) -> bool:
     return path == "/" or path == "/dashboard" or path.startswith("/dashboard/")
 
 
-class BearerTokenMiddleware:
+class TokenMiddleware:
     """Answers 401 unless the request carries the token, as a bearer token or a Basic password."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:

@@ -81,22 +81,20 @@ class CostChart:
     points: list[Point]
     low: float
     high: float
-    width: int = 720
-    height: int = 200
+    width: int
+    height: int
 
 
 def cost_chart(trials: list[TrialView], width: int = 720, height: int = 200) -> CostChart:
     """Scale the reported trials' costs into a ``width`` x ``height`` box (8 px margins)."""
     reported = sorted(
-        (t for t in trials if t.cost is not None and math.isfinite(t.cost)),
-        key=lambda t: t.trial_number,
+        ((t, t.cost) for t in trials if t.cost is not None and math.isfinite(t.cost)),
+        key=lambda pair: pair[0].trial_number,
     )
     if not reported:
         return CostChart([], 0.0, 0.0, width, height)
-    costs = [t.cost for t in reported if t.cost is not None]
-    numbers = [t.trial_number for t in reported]
-    low, high = min(costs), max(costs)
-    first, last = min(numbers), max(numbers)
+    low, high = min(cost for _, cost in reported), max(cost for _, cost in reported)
+    first, last = reported[0][0].trial_number, reported[-1][0].trial_number
     margin = 8.0
 
     def scale(value: float, start: float, end: float, size: int) -> float:
@@ -107,14 +105,13 @@ def cost_chart(trials: list[TrialView], width: int = 720, height: int = 200) -> 
     points = [
         Point(
             x=scale(t.trial_number, first, last, width),
-            y=round(height - scale(t.cost, low, high, height), 1),
+            y=round(height - scale(cost, low, high, height), 1),
             trial_number=t.trial_number,
             batch_size=t.batch_size,
-            cost=t.cost,
+            cost=cost,
             converged=bool(t.converged),
         )
-        for t in reported
-        if t.cost is not None
+        for t, cost in reported
     ]
     return CostChart(points, low, high, width, height)
 

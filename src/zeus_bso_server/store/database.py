@@ -38,7 +38,7 @@ from zeus_bso_server.errors import DatabaseUnavailableError
 from zeus_bso_server.store.session import Session
 
 if TYPE_CHECKING:
-    from zeus_bso_server.store.asyncpg_session import StatementCache
+    from zeus_bso_server.store.asyncpg_session import AsyncpgSession, StatementCache
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class Database:
         self.sync_engine: Engine | None = None
         self.async_engine: AsyncEngine | None = None
         self._statements: StatementCache | None = None
+        self._session_class: type[AsyncpgSession] | None = None
+        self._outdated_statement: type[Exception] | None = None
         # What a retry can get past (a DBAPIError only when it says so: see `_translate`).
         self._transient_errors: tuple[type[BaseException], ...] = (DBAPIError,)
         self._conflict_errors: tuple[type[BaseException], ...] = (IntegrityError,)
@@ -118,10 +120,12 @@ class Database:
     def _use_asyncpg(self) -> None:
         import asyncpg.exceptions as pg_errors
 
-        from zeus_bso_server.store.asyncpg_session import StatementCache
+        from zeus_bso_server.store.asyncpg_session import AsyncpgSession, StatementCache
 
         assert self.async_engine is not None
         self._statements = StatementCache(self.async_engine.dialect)
+        self._session_class = AsyncpgSession
+        self._outdated_statement = pg_errors.InvalidCachedStatementError
         event.listen(self.async_engine.sync_engine.pool, "checkout", _replace_if_closed)
         self._conflict_errors += (pg_errors.IntegrityConstraintViolationError,)
         # What a retry can get past: a lost or refused connection, a server shutting down or
@@ -194,11 +198,10 @@ class Database:
         work runs once more, from the start, as the rolled-back transaction wrote nothing.
         Without a transaction asyncpg prepares the statement again by itself.
         """
-        from asyncpg.exceptions import InvalidCachedStatementError
-
+        assert self._outdated_statement is not None
         try:
             return await self._on_asyncpg_once(work, transaction=transaction)
-        except InvalidCachedStatementError:
+        except self._outdated_statement:
             if transaction is None:
                 raise
             logger.info("a schema change outdated prepared statements: running the work again")
@@ -207,14 +210,13 @@ class Database:
     async def _on_asyncpg_once(
         self, work: Callable[[Session], T], *, transaction: dict[str, bool] | None
     ) -> T:
-        from zeus_bso_server.store.asyncpg_session import AsyncpgSession
-
         assert self.async_engine is not None
         assert self._statements is not None
+        assert self._session_class is not None
         async with self.async_engine.connect() as pooled:
             driver = (await pooled.get_raw_connection()).driver_connection
             assert driver is not None
-            session = AsyncpgSession(driver, self._statements)
+            session = self._session_class(driver, self._statements)
             try:
                 if transaction is None:
                     return await greenlet_spawn(work, session)
