@@ -172,6 +172,18 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
         yield client
 
 
+def quiet_trainer_options(root: Path) -> dict[str, Any]:
+    """Lightning ``Trainer`` options of the tests: on the CPU, nothing logged, saved or shown."""
+    return {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root,
+    }
+
+
 def unique_id(prefix: str = "job") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 mp = pytest.importorskip("torch.multiprocessing")
 
+from tests.conftest import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 2500
@@ -183,16 +184,11 @@ def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> N
     ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(8, 256), min_accumulation=1)
     trainer = pl.Trainer(
         max_epochs=4,
-        accelerator="cpu",
         devices=2,
         strategy="ddp_spawn",
         callbacks=[ElasticBatchSizeCallback(ebs)],
         reload_dataloaders_every_n_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
+        **quiet_trainer_options(tmp_path),
     )
     trainer.fit(Regressor(str(tmp_path)))
     epochs = [

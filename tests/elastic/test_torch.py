@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
+from tests.conftest import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 
@@ -129,14 +130,9 @@ def test_lightning_callback_changes_batch_size_between_epochs(tmp_path: Any) -> 
         before = float(torch.nn.functional.mse_loss(model.layer(x_all), y_all))
     trainer = pl.Trainer(
         max_epochs=5,
-        accelerator="cpu",
         callbacks=[ElasticBatchSizeCallback(ebs)],
         reload_dataloaders_every_n_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
+        **quiet_trainer_options(tmp_path),
     )
     trainer.fit(model)
     assert model.epochs[0] == (16, 2)  # the initial 32 as two micro-batches of 16

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from tests.conftest import ServerProcess, sqlite_url, unique_id  # noqa: E402
+from tests.conftest import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.lightning import ZeusBSOCallback  # noqa: E402
@@ -70,15 +70,7 @@ def fit(server_url: str, spec: JobSpec, tmp_path: Path, **trainer_args: Any) -> 
     pl.seed_everything(0, verbose=False)
     model = TinyClassifier()
     callback = ZeusBSOCallback(server_url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    options: dict[str, Any] = {
-        "max_epochs": spec.max_epochs,
-        "accelerator": "cpu",
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "default_root_dir": tmp_path,
-    }
+    options: dict[str, Any] = {"max_epochs": spec.max_epochs, **quiet_trainer_options(tmp_path)}
     options.update(trainer_args)
     ckpt_path = options.pop("ckpt_path", None)
     trainer = pl.Trainer(callbacks=[callback, *options.pop("callbacks", [])], **options)
