@@ -15,6 +15,13 @@ from alembic.util.exc import CommandError
 from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import DBAPIError
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from zeus_bso import __version__
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
@@ -193,9 +200,19 @@ def _log_config(level: str) -> dict[str, Any]:
 
 
 @db_app.command("upgrade")
-def db_upgrade(db: DbOption = None) -> None:
+def db_upgrade(
+    db: DbOption = None,
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to keep retrying while the database cannot be reached (a database "
+            "container or pod that is still starting)",
+        ),
+    ] = 0,
+) -> None:
     """Create the schema, or bring it to the current version."""
-    _migrate_command(db, "head", down=False)
+    _migrate_command(db, "head", down=False, wait=wait)
 
 
 @db_app.command("downgrade")
@@ -209,11 +226,27 @@ def db_downgrade(
     _migrate_command(db, revision, down=True)
 
 
-def _migrate_command(db: str | None, revision: str, *, down: bool) -> None:
+def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float = 0) -> None:
     """Body of `db upgrade` and `db downgrade`: migrate, then print the revisions."""
+
+    def announce(state: RetryCallState) -> None:
+        if state.attempt_number == 1 and state.outcome is not None:
+            err.print(
+                f"waiting up to {wait:g} s for the database: {state.outcome.exception()}",
+                markup=False,
+                highlight=False,
+            )
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(DatabaseUnavailableError),
+        stop=stop_after_delay(wait),
+        wait=wait_fixed(1),
+        before_sleep=announce,
+        reraise=True,
+    )
     try:
         settings = load_settings(database_url=db)
-        before, after = _migrate_schema(settings, revision, down=down)
+        before, after = retrying(_migrate_schema, settings, revision, down=down)
     except ServerError as error:
         raise _fail(error) from None
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,29 @@ def test_a_missing_database_driver_says_what_to_install(tmp_path: Path) -> None:
             assert result.returncode == 2, result.stderr
             assert f"pip install 'zeus-bso[server,{extra}]'" in result.stderr
             assert "Traceback" not in result.stderr
+
+
+def test_db_upgrade_waits_for_a_database_that_is_not_there_yet(tmp_path: Path) -> None:
+    """`db upgrade --wait` (the compose migration service, the Kubernetes init container)
+    retries while the database cannot be reached, instead of failing the rollout."""
+    url = sqlite_url(tmp_path / "later" / "bso.db")  # its directory does not exist yet
+    refused = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "cannot" in refused.stderr
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    proc = subprocess.Popen(
+        [SERVER_BIN, "db", "upgrade", "--db", url, "--wait", "60"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    assert proc.poll() is None, proc.communicate()
+    (tmp_path / "later").mkdir()
+    out, errors = proc.communicate(timeout=60)
+    assert proc.returncode == 0, errors
+    assert "waiting up to 60 s for the database" in errors
+    assert f"empty -> {head_revision()}" in out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.engine import Connection
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, unique_id
+from tests.conftest import BACKENDS, SERVER_BIN, ServerProcess, database_url, job_body, unique_id
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
@@ -190,3 +192,25 @@ def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
         proc.stop()
     count = _run_sql(url, lambda conn: conn.execute(text("SELECT count(*) FROM trials")).scalar())
     assert count == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_upgrades_of_a_fresh_database_all_succeed(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Replicas that each migrate as they start (an init container per pod, `serve` without
+    --no-upgrade) race on a fresh database: one migrates, the others wait and find it done."""
+    url = database_url(backend, tmp_path, request)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    command = [SERVER_BIN, "db", "upgrade", "--db", url]
+    procs = [
+        subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for _ in range(4)
+    ]
+    outputs = [proc.communicate(timeout=120)[0].decode() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 4, outputs
+    current = run_cli("db", "current", "--db", url, cwd=tmp_path).stdout
+    revision = current.split()[1]
+    assert current.split()[-1] == revision, current

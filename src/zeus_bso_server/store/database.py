@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_WRITE = "zeus_bso_write"
+# Execution option: on SQLite the transaction starts with BEGIN IMMEDIATE (the write lock).
+WRITE_OPTION = "zeus_bso_write"
 
 
 def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
@@ -58,7 +59,7 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         cursor.close()
 
     def on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(_WRITE, False)
+        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     event.listen(engine, "connect", on_connect)
@@ -101,7 +102,7 @@ class Database:
             )
             _install_sqlite_hooks(engine, busy_timeout_ms)
             self.sync_engine = engine
-            self._sync_writer = engine.execution_options(**{_WRITE: True})
+            self._sync_writer = engine.execution_options(**{WRITE_OPTION: True})
         else:
             options: dict[str, Any] = {}
             if url.get_backend_name() == "mysql":

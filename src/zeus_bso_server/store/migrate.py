@@ -11,14 +11,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from zeus_bso_server.errors import SchemaError
-from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.database import WRITE_OPTION, Database
 
 T = TypeVar("T")
 
 UPGRADE_COMMAND = "zeus-bso-server db upgrade --db <URL>"
+# Names the database-wide lock that schema changes take (PostgreSQL wants a number).
+_LOCK_NAME = "zeus_bso_schema"
+_LOCK_KEY = 0x7A657573_62736F00  # "zeusbso\0"
+_LOCK_WAIT_SECONDS = 600
 
 
 def alembic_config() -> Config:
@@ -41,17 +46,40 @@ def _current(connection: Connection) -> str | None:
 
 
 def _migrate(connection: Connection, revision: str, *, down: bool) -> None:
+    """Migrate under a database-wide lock: replicas that upgrade as they start (an init
+    container in every pod) take turns, and those after the first find nothing left to do,
+    because Alembic reads the current revision only once it holds the lock. On SQLite the
+    transaction's BEGIN IMMEDIATE is that lock (see `on_connection`)."""
     config = alembic_config()
     config.attributes["connection"] = connection
-    (command.downgrade if down else command.upgrade)(config, revision)
+    dialect = connection.dialect.name
+    if dialect == "postgresql":  # released when the transaction ends
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    elif dialect == "mysql":  # DDL commits on MySQL: a session lock, released below
+        got = connection.execute(
+            text("SELECT GET_LOCK(:name, :wait)"), {"name": _LOCK_NAME, "wait": _LOCK_WAIT_SECONDS}
+        ).scalar()
+        if got != 1:
+            raise SchemaError(
+                f"another process held the schema lock for {_LOCK_WAIT_SECONDS} s; "
+                "is a migration stuck?"
+            )
+    try:
+        (command.downgrade if down else command.upgrade)(config, revision)
+    finally:
+        if dialect == "mysql":
+            connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _LOCK_NAME})
 
 
-async def on_connection(db: Database, work: Callable[[Connection], T]) -> T:
+async def on_connection(
+    db: Database, work: Callable[[Connection], T], *, exclusive: bool = False
+) -> T:
     """Run ``work`` (schema work: Alembic, reflection) on a SQLAlchemy `Connection` of ``db``,
-    in a transaction."""
+    in a transaction; ``exclusive`` takes SQLite's write lock from the start."""
     if db.sync_engine is not None:
         # SQLite work runs on the loop thread, like every other unit of work (see Database).
-        with db.sync_engine.begin() as connection:
+        engine = db.sync_engine.execution_options(**{WRITE_OPTION: exclusive})
+        with engine.begin() as connection:
             return work(connection)
     assert db.async_engine is not None
     async with db.async_engine.begin() as connection:
@@ -67,7 +95,7 @@ async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str
     """Bring the database to the current schema (or to ``revision``). Returns the revisions
     before and after."""
     before = await current_revision(db)
-    await on_connection(db, lambda conn: _migrate(conn, revision, down=False))
+    await on_connection(db, lambda conn: _migrate(conn, revision, down=False), exclusive=True)
     return before, await current_revision(db)
 
 
@@ -75,7 +103,7 @@ async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None
     """Take the database's schema back to ``revision`` (``base``: no schema), keeping the
     stored data. Returns the revisions before and after."""
     before = await current_revision(db)
-    await on_connection(db, lambda conn: _migrate(conn, revision, down=True))
+    await on_connection(db, lambda conn: _migrate(conn, revision, down=True), exclusive=True)
     return before, await current_revision(db)
 
 
