@@ -1,0 +1,212 @@
+"""Podman for the deployment tests: images built here from a Debian base made by debootstrap
+(no registry image is pulled), containers, compose projects.
+
+Podman runs containers as root with runc and cgroupfs here; its configuration (ulimits at or
+below the host's hard limits) is written to a temporary file named by ``CONTAINERS_CONF``.
+Without systemd nothing runs a container's healthcheck on a timer, so `HealthTicker` runs
+``podman healthcheck run`` every second instead: the checks are the images' own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+# The base: Debian bookworm with python3 and its venv module, as the Dockerfile must accept.
+BASE_IMAGE = "localhost/zeus-bso-test/bookworm-python3:1"
+BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+DEBIAN_MIRROR = os.environ.get("ZEUS_BSO_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+POSTGRES_IMAGE = "localhost/zeus-bso-test/postgres:15"
+# pip and apt inside a build reach their indexes with the host's settings and certificates.
+_HOST_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
+
+
+class Podman:
+    """Runs ``podman`` with this test run's configuration."""
+
+    def __init__(self) -> None:
+        self.binary = shutil.which("podman")
+        if self.binary is None:
+            raise FileNotFoundError("podman is not installed: apt-get install podman runc")
+        self.env = dict(os.environ)
+        if "CONTAINERS_CONF" not in os.environ:
+            self.env["CONTAINERS_CONF"] = _write_containers_conf()
+        probe = self.run("run", "--rm", "--network=none", *self._probe_image(), check=False)
+        if probe.returncode != 0:
+            raise FileNotFoundError(f"podman cannot run a container here: {probe.stderr[-500:]}")
+
+    def _probe_image(self) -> list[str]:
+        """A container that proves podman works: the base image, made if missing."""
+        self.ensure_base_image()
+        return [BASE_IMAGE, "true"]
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        assert self.binary is not None
+        result = subprocess.run(
+            [self.binary, *args], env=self.env, capture_output=True, timeout=timeout, text=True
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"podman {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
+        return result
+
+    def image_exists(self, tag: str) -> bool:
+        return self.run("image", "exists", tag, check=False).returncode == 0
+
+    def ensure_base_image(self) -> None:
+        """Debian bookworm with python3, made by debootstrap and imported (kept between runs:
+        it depends on nothing in the repository)."""
+        if self.image_exists(BASE_IMAGE):
+            return
+        debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
+        if not Path(debootstrap).exists():
+            raise FileNotFoundError("debootstrap is not installed: apt-get install debootstrap")
+        with tempfile.TemporaryDirectory(prefix="zeus-bso-rootfs-") as root:
+            made = subprocess.run(
+                [debootstrap, "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm"]
+                + [root, DEBIAN_MIRROR],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            if made.returncode != 0:
+                raise FileNotFoundError(f"debootstrap failed: {made.stdout[-2000:]}")
+            tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
+            assert self.binary is not None
+            imported = subprocess.run(
+                [self.binary, "import", "-", BASE_IMAGE],
+                stdin=tar.stdout,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            tar.wait()
+            if imported.returncode != 0:
+                raise AssertionError(f"podman import failed: {imported.stderr}")
+
+    def build(
+        self, tag: str, context: Path, *, containerfile: Path | None = None, **build_args: str
+    ) -> None:
+        """``podman build`` in Docker format (OCI images drop HEALTHCHECK)."""
+        args = ["build", "--format", "docker", "-t", tag]
+        if containerfile is not None:
+            args += ["-f", str(containerfile)]
+        for name, value in build_args.items():
+            args += ["--build-arg", f"{name}={value}"]
+        for path in _HOST_FILES:
+            if Path(path).exists():
+                args += ["-v", f"{path}:{path}:ro"]
+        self.run(*args, str(context), timeout=1200)
+
+    def ensure_postgres_image(self) -> None:
+        """PostgreSQL 15 from Debian's package, with the official image's conventions."""
+        if not self.image_exists(POSTGRES_IMAGE):
+            self.build(POSTGRES_IMAGE, REPO / "tests/deploy/postgres-image", BASE_IMAGE=BASE_IMAGE)
+
+    def inspect(self, name: str) -> dict[str, object]:
+        data = json.loads(self.run("inspect", name).stdout)
+        assert isinstance(data, list)
+        first = data[0]
+        assert isinstance(first, dict)
+        return first
+
+    def logs(self, name: str) -> str:
+        result = self.run("logs", name, check=False)
+        return result.stdout + result.stderr
+
+    def health(self, name: str) -> str:
+        """``healthy``, ``unhealthy`` or ``starting`` (as the last check left it)."""
+        out = self.run("inspect", "--format", "{{.State.Health.Status}}", name, check=False)
+        return out.stdout.strip()
+
+
+def _write_containers_conf() -> str:
+    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 20000)
+    # runc could not set the host's own nproc hard limit here; a server needs few processes.
+    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 4096)
+    path = Path(tempfile.mkdtemp(prefix="zeus-bso-podman-")) / "containers.conf"
+    path.write_text(
+        "[containers]\n"
+        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+    )
+    return str(path)
+
+
+class HealthTicker:
+    """Runs the healthchecks of the containers whose names start with a prefix, every
+    second, as systemd's timers would (podman needs systemd to schedule them)."""
+
+    def __init__(self, podman: Podman, prefix: str) -> None:
+        self.podman, self.prefix = podman, prefix
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> HealthTicker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            listed = self.podman.run(
+                "ps", "--filter", f"name=^{self.prefix}", "--format", "{{.Names}}", check=False
+            )
+            for name in listed.stdout.split():
+                self.podman.run("healthcheck", "run", name, check=False, timeout=30)
+
+
+def wait_healthy(podman: Podman, name: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while podman.health(name) != "healthy":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} never became healthy:\n{podman.logs(name)[-3000:]}")
+        time.sleep(0.5)
+
+
+def wait_answers(url: str, timeout: float = 120, *, logs: Sequence[str] = ()) -> None:
+    """Wait until ``url`` answers 200."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = httpx.get(url, timeout=5).status_code
+            if last == 200:
+                return
+        except httpx.HTTPError as err:
+            last = err
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer 200 ({last!r}):\n" + "\n".join(logs))
+
+
+@contextmanager
+def container(podman: Podman, name: str, *args: str) -> Iterator[str]:
+    """``podman run -d --name NAME ARGS``; removed (with its anonymous volumes) at the end."""
+    podman.run("run", "-d", "--name", name, *args)
+    try:
+        yield name
+    finally:
+        podman.run("rm", "-f", "-v", "-t", "5", name, check=False)
