@@ -95,6 +95,13 @@ def _migrate_schema(
     )
 
 
+def _database_settings(db: str | None) -> Settings:
+    """Settings of the `db` commands. They listen on nothing, so the listening address and its
+    token rule do not apply: a container whose environment says ZEUS_BSO_HOST=0.0.0.0 can run
+    its migration without the server's token."""
+    return load_settings(database_url=db, host="127.0.0.1")
+
+
 def _display_url(settings: Settings) -> str:
     return settings.engine_url.render_as_string(hide_password=True)
 
@@ -245,7 +252,7 @@ def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float =
         reraise=True,
     )
     try:
-        settings = load_settings(database_url=db)
+        settings = _database_settings(db)
         before, after = retrying(_migrate_schema, settings, revision, down=down)
     except ServerError as error:
         raise _fail(error) from None
@@ -256,7 +263,7 @@ def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float =
 def db_current(db: DbOption = None) -> None:
     """Print the database's schema revision and the one this server needs."""
     try:
-        settings = load_settings(database_url=db)
+        settings = _database_settings(db)
         current = _on_database(settings, current_revision)
     except ServerError as error:
         raise _fail(error) from None

@@ -175,3 +175,15 @@ def test_db_upgrade_waits_for_a_database_that_is_not_there_yet(tmp_path: Path) -
     assert proc.returncode == 0, errors
     assert "waiting up to 60 s for the database" in errors
     assert f"empty -> {head_revision()}" in out
+
+
+def test_db_commands_ignore_the_listening_address_and_its_token_rule(tmp_path: Path) -> None:
+    """A migration container has the server's environment (ZEUS_BSO_HOST=0.0.0.0) but not
+    necessarily its token: the db commands serve nothing, so they run anyway."""
+    url = sqlite_url(tmp_path / "bso.db")
+    exposed = {"ZEUS_BSO_HOST": "0.0.0.0"}
+    assert run_cli("db", "upgrade", "--db", url, cwd=tmp_path, env=exposed).returncode == 0
+    assert run_cli("db", "current", "--db", url, cwd=tmp_path, env=exposed).returncode == 0
+    refused = run_cli("serve", "--db", url, cwd=tmp_path, env=exposed)
+    assert refused.returncode == 2
+    assert "without a token" in refused.stderr
