@@ -1,0 +1,124 @@
+"""The Kubeflow example (integrations/kubeflow): the PyTorchJob's pods and arguments, and the
+same training run locally with DDP on two CPU processes (torchrun, gloo) against a server."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ServerProcess, sqlite_url, unique_id
+from tests.containers import REPO
+from tests.deploy.test_kubernetes import _tool, find, render
+from tests.deploy.wire import job_state
+
+KUBEFLOW = REPO / "integrations/kubeflow"
+SCRIPT = KUBEFLOW / "train_mnist.py"
+WATTS = 50.0
+
+
+def _script() -> ModuleType:
+    pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+    spec = importlib.util.spec_from_file_location("train_mnist", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _job() -> dict[str, Any]:
+    job = yaml.safe_load((KUBEFLOW / "pytorchjob.yaml").read_text())
+    assert isinstance(job, dict)
+    return job
+
+
+def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path: Path) -> None:
+    job = _job()
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert set(replicas) == {"Master", "Worker"}
+    pods = sum(spec["replicas"] for spec in replicas.values())
+    assert pods == 2
+    base = render("")
+    service, secret = find(base, "Service", "zeus-bso"), find(base, "Secret", "zeus-bso")
+    parser = _script().build_parser()
+    for role, spec in replicas.items():
+        container = spec["template"]["spec"]["containers"][0]
+        assert container["name"] == "pytorch"  # the operator's convention
+        assert container["command"][-1].endswith("/train_mnist.py")
+        args = parser.parse_args(container["args"])
+        assert args.num_nodes == pods, role
+        assert args.devices == container["resources"]["limits"]["nvidia.com/gpu"]
+        port = service["spec"]["ports"][0]["port"]
+        assert args.server == f"http://{service['metadata']['name']}:{port}"
+        token = {e["name"]: e for e in container["env"]}["ZEUS_BSO_TOKEN"]
+        ref = token["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == secret["metadata"]["name"]
+        assert ref["key"] in secret["stringData"]
+    # The pods themselves pass strict validation (the PyTorchJob kind is a CRD's).
+    as_pods = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role.lower()}} | spec["template"]
+        for role, spec in replicas.items()
+    ]
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump_all(as_pods))
+    validated = subprocess.run(
+        [_tool("kubernetes-validate"), "--strict", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+
+
+def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Path) -> None:
+    """torchrun starts two gloo processes per recurrence: one trial each time (only rank 0
+    asks), the same batch size on both ranks, both stop at the epoch the server says, and
+    the reported energy is both ranks' (each estimated as time x WATTS)."""
+    _script()
+    server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
+    job_id = unique_id("mnist")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    try:
+        for recurrence in (1, 2):
+            run = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+                + [str(SCRIPT), "--accelerator", "cpu", "--devices", "2", "--data", "synthetic"]
+                + ["--server", server.url, "--job-id", job_id, "--target-accuracy", "0.9"]
+                + ["--max-epochs", "4", "--estimate-watts", str(WATTS)],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            ranks = [
+                json.loads(line.split(" ", 1)[1])
+                for line in run.stdout.splitlines()
+                if line.startswith("ZEUS_BSO_RANK_RESULT ")
+            ]
+            assert sorted(r["rank"] for r in ranks) == [0, 1]
+            state = job_state(server.url, None, job_id)
+            trials = state["trials"]
+            assert len(trials) == recurrence  # one trial per run: only rank 0 asked
+            trial = max(trials, key=lambda t: t["trial_number"])
+            assert {r["batch_size"] for r in ranks} == {trial["batch_size"]}
+            assert {r["epochs"] for r in ranks} == {trial["epochs"]}
+            assert trial["converged"]
+            assert trial["epochs"] < 4  # stopped by the server, not by max_epochs
+            assert 1.6 < trial["energy"] / (WATTS * trial["time"]) < 2.4
+        # Pruning moved on from the default: the second run used another batch size.
+        sizes = [t["batch_size"] for t in sorted(trials, key=lambda t: t["trial_number"])]
+        assert sizes[0] != sizes[1]
+    finally:
+        server.stop()
