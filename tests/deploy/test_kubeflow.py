@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import ServerProcess, sqlite_url, unique_id
 from tests.containers import REPO
-from tests.deploy.test_kubernetes import _tool, find, render
+from tests.deploy.test_kubernetes import find, render, validate_strictly
 from tests.deploy.wire import job_state
 
 KUBEFLOW = REPO / "integrations/kubeflow"
@@ -69,15 +69,7 @@ def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role.lower()}} | spec["template"]
         for role, spec in replicas.items()
     ]
-    manifest = tmp_path / "pods.yaml"
-    manifest.write_text(yaml.safe_dump_all(as_pods))
-    validated = subprocess.run(
-        [_tool("kubernetes-validate"), "--strict", str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert validated.returncode == 0, validated.stdout + validated.stderr
+    validate_strictly(as_pods, tmp_path / "pods.yaml")
 
 
 def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Path) -> None:
