@@ -17,7 +17,6 @@ server_latency_postgresql.{json,md}.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -135,30 +134,23 @@ def fill_sqlite(db: Path, job_id: str, trials: int) -> None:
 
 def fill_postgresql(url: str, job_id: str, trials: int) -> None:
     """Store ``trials`` finished trials for the job in the PostgreSQL database."""
-    import asyncpg
+    import psycopg
 
-    async def fill() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            start = await conn.fetchval(
-                "SELECT next_trial_number FROM jobs WHERE job_id = $1", job_id
-            )
-            rows, job = history(job_id, start, trials)
-            await conn.copy_records_to_table("trials", records=rows, columns=TRIAL_COLUMNS)
-            casts = {"stats": "::json", "arms": "::json"}
-            assignments = ", ".join(
-                f"{name} = ${i}{casts.get(name, '')}" for i, name in enumerate(job, start=1)
-            )
-            await conn.execute(
-                f"UPDATE jobs SET {assignments} WHERE job_id = ${len(job) + 1}",
-                *job.values(),
-                job_id,
-            )
-            await conn.execute("VACUUM ANALYZE trials")
-        finally:
-            await conn.close()
-
-    asyncio.run(fill())
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT next_trial_number FROM jobs WHERE job_id = %s", (job_id,)
+        ).fetchone()
+        assert row is not None
+        rows, job = history(job_id, row[0], trials)
+        with conn.cursor().copy(f"COPY trials ({', '.join(TRIAL_COLUMNS)}) FROM STDIN") as copy:
+            for record in rows:
+                copy.write_row(record)
+        casts = {"stats": "::json", "arms": "::json"}
+        assignments = ", ".join(f"{name} = %s{casts.get(name, '')}" for name in job)
+        conn.execute(f"UPDATE jobs SET {assignments} WHERE job_id = %s", (*job.values(), job_id))
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE trials")
 
 
 def drive(http: httpx.Client, job_id: str, recurrences: int) -> dict[str, list[float]]:

@@ -1,5 +1,5 @@
 """A throwaway MariaDB server for the tests (mariadb-install-db + mariadbd on a free loopback
-port), for the server's MySQL path (``mysql://``, aiomysql).
+port), for the server's MySQL path (``mysql://``, PyMySQL).
 
 Debian's ``mariadb-server`` package provides the binaries; `.ci/run` installs it.
 """

@@ -71,7 +71,7 @@ def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -
         try:
             return await work(db)
         finally:
-            await db.dispose()
+            db.dispose()
 
     try:
         return asyncio.run(run())

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Connection
+
 from zeus_bso import policy
 from zeus_bso.policy import JobHistory, Stage, TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
@@ -28,7 +30,7 @@ from zeus_bso_server.errors import (
 from zeus_bso_server.observability import Metrics
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.session import Record, Session
+from zeus_bso_server.store.repository import Record
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +81,8 @@ class BatchSizeService:
         """Queue this process's requests on one job before they take the job row's lock.
 
         Correctness comes from the database lock alone; this only keeps a process's waiting
-        requests off database connections (on PostgreSQL each would hold a backend blocked on
-        the row lock). SQLite's work never awaits, so there the queue is always empty.
+        requests off worker threads and database connections (each would sit blocked on the
+        row lock).
         """
         lock = self._job_queues.get(job_id)
         if lock is None:
@@ -100,7 +102,7 @@ class BatchSizeService:
         """
         return await self.db.write(lambda conn: self._register(conn, spec))
 
-    def _register(self, conn: Session, spec: JobSpecFromClient) -> Registered:
+    def _register(self, conn: Connection, spec: JobSpecFromClient) -> Registered:
         if spec.job_id is None:
             while True:  # a clash of 32 random bits is rare; draw again if it happens
                 job = spec.model_copy(
@@ -123,7 +125,7 @@ class BatchSizeService:
         return Registered(JobSpecFromClient.model_validate(existing.config), False)
 
     @staticmethod
-    def _insert(conn: Session, job: JobSpecFromClient) -> bool:
+    def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
         assert job.job_id is not None
         config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
         return repo.insert_job_if_absent(
@@ -157,7 +159,7 @@ class BatchSizeService:
             self.metrics.trials.labels(TrialStatus.ABANDONED.value).inc(expired)
         return trial
 
-    def _next_trial(self, conn: Session, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
+    def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
         history = self._history(conn, job, config)
@@ -180,7 +182,7 @@ class BatchSizeService:
         return trial, dispatch, expired
 
     @staticmethod
-    def _history(conn: Session, job: Record, config: CreatedJob) -> JobHistory:
+    def _history(conn: Connection, job: Record, config: CreatedJob) -> JobHistory:
         best = repo.best_run(job)
         # Observations are needed in the pruning stage too: the decision that ends pruning
         # is the bandit's first.
@@ -214,7 +216,7 @@ class BatchSizeService:
             self.metrics.trials.labels(TrialStatus.REPORTED.value).inc()
         return answer
 
-    def _report(self, conn: Session, result: TrainingResult) -> tuple[ReportResponse, bool]:
+    def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
         row, trial = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
         job, config = self._registered(row, result.job_id)
         if trial is None or trial.batch_size != result.batch_size:
@@ -275,12 +277,11 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        # Its one change is a single statement, and what follows it only reads.
-        if await self.db.write_unbundled(lambda conn: self._end_trial(conn, trial_id)):
+        if await self.db.write(lambda conn: self._end_trial(conn, trial_id)):
             self.metrics.trials.labels(TrialStatus.FAILED.value).inc()
 
     @staticmethod
-    def _end_trial(conn: Session, trial_id: TrialId) -> bool:
+    def _end_trial(conn: Connection, trial_id: TrialId) -> bool:
         # One conditional update of the trial's row: it needs no job lock, and a final report
         # racing with it either lands first (the trial stays reported) or after (and wins).
         failed = repo.mark_failed(conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size)
@@ -294,10 +295,9 @@ class BatchSizeService:
         Raises:
             TrialNotFoundError: no such trial.
         """
-        # Its one change is a single statement; the reads around it need no snapshot in common.
-        return await self.db.write_unbundled(lambda conn: self._heartbeat(conn, trial_id))
+        return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
 
-    def _heartbeat(self, conn: Session, trial_id: TrialId) -> Record:
+    def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Record:
         # Like ending a trial, renewing a lease touches only the trial's row.
         # renew_lease only touches an open (dispatched or abandoned) trial.
         trial = self._trial(conn, trial_id)
@@ -307,7 +307,7 @@ class BatchSizeService:
         return trial
 
     @staticmethod
-    def _trial(conn: Session, trial_id: TrialId) -> Record:
+    def _trial(conn: Connection, trial_id: TrialId) -> Record:
         trial = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number)
         if trial is None or trial.batch_size != trial_id.batch_size:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
@@ -322,7 +322,7 @@ class BatchSizeService:
         await self.db.write(lambda conn: self._delete_job(conn, job_id))
 
     @staticmethod
-    def _delete_job(conn: Session, job_id: str) -> None:
+    def _delete_job(conn: Connection, job_id: str) -> None:
         if repo.get_job(conn, job_id, lock=True) is None:
             raise JobNotFoundError("No job was deleted.")
         repo.delete_job(conn, job_id)

@@ -16,25 +16,31 @@ from zeus_bso_server.errors import SettingsError
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
+# The URL's scheme -> the driver we use. Asyncio drivers named by older configurations are
+# taken as their database's plain scheme.
 _DRIVERS = {
     "sqlite": "sqlite+pysqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "mysql": "mysql+aiomysql",
+    "sqlite+pysqlite": "sqlite+pysqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+    "postgresql+asyncpg": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mysql+pymysql",
+    "mysql+pymysql": "mysql+pymysql",
+    "mysql+aiomysql": "mysql+pymysql",
 }
-_SUPPORTED = {"sqlite+pysqlite", "postgresql+asyncpg", "mysql+aiomysql", "mysql+asyncmy"}
 # Driver -> (module, what installs it).
 _DRIVER_PACKAGES = {
-    "asyncpg": ("asyncpg", "pip install 'zeus-bso[server,postgres]'"),
-    "aiomysql": ("aiomysql", "pip install 'zeus-bso[server,mysql]'"),
-    "asyncmy": ("asyncmy", "pip install asyncmy"),
+    "psycopg": ("psycopg", "pip install 'zeus-bso[server,postgres]'"),
+    "pymysql": ("pymysql", "pip install 'zeus-bso[server,mysql]'"),
 }
 
 
 def to_engine_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
     """Map a plain database URL (``sqlite:///x.db``, ``postgresql://...``) to the driver we use.
 
-    SQLite uses the standard library driver; PostgreSQL and MySQL use asyncio drivers.
+    SQLite uses the standard library's driver, PostgreSQL psycopg 3 and MySQL PyMySQL.
 
     Raises:
         SettingsError: the URL cannot be parsed or names an unsupported database or driver.
@@ -46,11 +52,11 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
             f"database URL {raw!r} cannot be parsed; write it as sqlite:///path/to/file.db "
             "or postgresql://user:password@host:5432/dbname"
         ) from err
-    drivername = _DRIVERS.get(url.drivername, url.drivername)
-    if drivername not in _SUPPORTED:
+    drivername = _DRIVERS.get(url.drivername)
+    if drivername is None:
         raise SettingsError(
             f"database driver {url.drivername!r} is not supported; use sqlite:///..., "
-            "postgresql://... (asyncpg) or mysql://... (aiomysql)"
+            "postgresql://... (psycopg) or mysql://... (PyMySQL)"
         )
     url = url.set(drivername=drivername)
     module, install = _DRIVER_PACKAGES.get(url.get_driver_name(), (None, ""))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 from pydantic import BaseModel
+from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.session import Record, Session
+from zeus_bso_server.store.repository import Record
 
 
 class JobSummary(BaseModel):
@@ -96,7 +97,7 @@ async def job_summaries(
 ) -> list[JobSummary]:
     """Jobs ordered by id."""
 
-    def work(conn: Session) -> list[JobSummary]:
+    def work(conn: Connection) -> list[JobSummary]:
         return [_summary(r) for r in repo.list_jobs(conn, prefix, limit, offset)]
 
     return await db.read(work)
@@ -150,7 +151,7 @@ def _batch_size_view(
     )
 
 
-def _job_state(conn: Session, job_id: str, limit: int, before: int | None) -> JobState:
+def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) -> JobState:
     row = repo.get_job(conn, job_id)
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")

@@ -62,7 +62,7 @@ def test_migration_matches_the_tables(
             await upgrade(db)
             return await on_connection(db, compare)
         finally:
-            await db.dispose()
+            db.dispose()
 
     assert asyncio.run(migrate_and_compare()) == []
 
@@ -140,7 +140,7 @@ def test_readyz_reports_an_outdated_schema(tmp_path: Path) -> None:
 def test_a_missing_database_driver_says_what_to_install(tmp_path: Path) -> None:
     # A process where the drivers cannot be imported, as after `pip install 'zeus-bso[server]'`.
     (tmp_path / "sitecustomize.py").write_text(
-        "import sys\nsys.modules['asyncpg'] = None\nsys.modules['aiomysql'] = None\n"
+        "import sys\nsys.modules['psycopg'] = None\nsys.modules['pymysql'] = None\n"
     )
     env = {"PYTHONPATH": str(tmp_path)}
     for url, extra in (("postgresql://u@127.0.0.1/x", "postgres"), ("mysql://u@h/x", "mysql")):

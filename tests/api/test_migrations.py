@@ -34,7 +34,7 @@ def _run_sql(url: str, work: Any) -> Any:
         try:
             return await db.write(work)
         finally:
-            await db.dispose()
+            db.dispose()
 
     return asyncio.run(run())
 
@@ -130,7 +130,7 @@ def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
         try:
             await upgrade(db, "0002")
         finally:
-            await db.dispose()
+            db.dispose()
 
     asyncio.run(upgrade_to_0002())
     old_id = unique_id("jöb") + "-case"

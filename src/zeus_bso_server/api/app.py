@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             gc.freeze()
             yield
         finally:
-            await db.dispose()
+            db.dispose()
 
     app = FastAPI(
         title="zeus-bso",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from importlib.resources import files
 from typing import TypeVar
 
+import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -75,15 +76,14 @@ async def on_connection(
     db: Database, work: Callable[[Connection], T], *, exclusive: bool = False
 ) -> T:
     """Run ``work`` (schema work: Alembic, reflection) on a SQLAlchemy `Connection` of ``db``,
-    in a transaction; ``exclusive`` takes SQLite's write lock from the start."""
-    if db.sync_engine is not None:
-        # SQLite work runs on the loop thread, like every other unit of work (see Database).
-        engine = db.sync_engine.execution_options(**{WRITE_OPTION: exclusive})
-        with engine.begin() as connection:
+    in a transaction, in a worker thread; ``exclusive`` takes SQLite's write lock from the
+    start. The driver's errors are not translated: the CLI shows their own words."""
+
+    def run() -> T:
+        with db.engine.execution_options(**{WRITE_OPTION: exclusive}).begin() as connection:
             return work(connection)
-    assert db.async_engine is not None
-    async with db.async_engine.begin() as connection:
-        return await connection.run_sync(work)
+
+    return await anyio.to_thread.run_sync(run)
 
 
 async def current_revision(db: Database) -> str | None:

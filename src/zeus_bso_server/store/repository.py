@@ -9,23 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
     JSON,
     Double,
     Table,
-    and_,
     bindparam,
     delete,
     func,
     insert,
-    or_,
     select,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Row
 
 from zeus_bso.policy import (
     BestRun,
@@ -37,11 +36,13 @@ from zeus_bso.policy import (
     best_reference,
 )
 from zeus_bso.spec import CreatedJob
-from zeus_bso_server.store.session import Record, Session
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
 trials = cast(Table, TrialRow.__table__)
+
+Record: TypeAlias = Row[Any]
+"""A stored row; its columns read as attributes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ def _stats_json(per_size: Iterable[SizeStats]) -> dict[str, dict[str, Any]]:
 
 
 def insert_job_if_absent(
-    conn: Session, job_id: str, prefix: str, config: dict[str, Any], stage: str
+    conn: Connection, job_id: str, prefix: str, config: dict[str, Any], stage: str
 ) -> bool:
     """Insert a job row (and its statistics rows) unless the id exists. Returns whether it did."""
     values = {
@@ -101,14 +102,13 @@ def insert_job_if_absent(
         "next_trial_number": 1,
         "stats": _stats_json(SizeStats(b) for b in config["batch_sizes"]),
     }
+    # The one statement whose SQL differs between the databases.
     dialect = conn.dialect.name
-    if dialect == "postgresql":
-        stmt: Any = pg_insert(jobs).values(values).on_conflict_do_nothing()
-    elif dialect == "sqlite":
-        stmt = sqlite_insert(jobs).values(values).on_conflict_do_nothing()
-    else:
-        stmt = insert(jobs).prefix_with("IGNORE").values(values)
-    return bool(conn.execute(stmt).rowcount)
+    if dialect == "mysql":  # no RETURNING; its row count is exact here
+        return bool(conn.execute(insert(jobs).prefix_with("IGNORE").values(values)).rowcount)
+    upsert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = upsert(jobs).values(values).on_conflict_do_nothing().returning(jobs.c.job_id)
+    return conn.execute(stmt).first() is not None
 
 
 # The statements every request runs are built once; only their parameters change.
@@ -136,84 +136,25 @@ _EXPIRE = (
 )
 
 
-def get_job(conn: Session, job_id: str, *, lock: bool = False) -> Record | None:
+def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Record | None:
     """The job row, locked for the rest of the transaction when ``lock`` is set."""
     return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
 
 
-# On PostgreSQL, statements that follow each other in a request are sent as one where that is
-# safe: every statement is a round trip to the server made while the job's row is locked, so
-# they bound the throughput of a busy job. A data-modifying CTE runs once, whether or not the
-# rest of the statement refers to it.
-_EXPIRED = _EXPIRE.returning(trials.c.trial_number).cte("expired")
-_LOCK_AND_EXPIRE = (
-    select(jobs, select(func.count()).select_from(_EXPIRED).scalar_subquery().label("expired"))
-    .where(jobs.c.job_id == bindparam("lock_job_id"))
-    .with_for_update(of=jobs)
-)
-
-
-_TRIAL_FIELDS = ("trial_number", "batch_size", "kind", "status", "epochs", "converged")
-_LOCK_WITH_TRIAL = (
-    select(jobs, *(trials.c[name].label(f"trial_{name}") for name in _TRIAL_FIELDS))
-    .join_from(
-        jobs,
-        trials,
-        and_(
-            trials.c.job_id == jobs.c.job_id,
-            trials.c.trial_number == bindparam("lock_trial_number"),
-        ),
-    )
-    .where(jobs.c.job_id == bindparam("lock_job_id"))
-    .with_for_update(of=[jobs, trials])
-)
-
-
-@dataclass(frozen=True, slots=True)
-class TrialState:
-    """What a report needs to know of its trial."""
-
-    trial_number: int
-    batch_size: int
-    kind: str
-    status: str
-    epochs: int | None
-    converged: bool | None
-
-
 def lock_job_with_trial(
-    conn: Session, job_id: str, trial_number: int
-) -> tuple[Record | None, TrialState | None]:
-    """Lock the job row and one of its trials' rows for the rest of the transaction. Returns
-    the job row and the trial (None for either that does not exist).
-
-    Both come from one statement: a row a statement locks is read at its newest committed
-    version, even when the statement had to wait for the lock.
-    """
-    row = conn.execute(
-        _LOCK_WITH_TRIAL, {"lock_job_id": job_id, "lock_trial_number": trial_number}
-    ).first()
-    if row is None:
-        return get_job(conn, job_id, lock=True), None
-    trial = TrialState(**{name: getattr(row, f"trial_{name}") for name in _TRIAL_FIELDS})
-    return row, trial
+    conn: Connection, job_id: str, trial_number: int
+) -> tuple[Record | None, Record | None]:
+    """Lock the job row for the rest of the transaction, then read one of its trials. Returns
+    both rows (None for either that does not exist). The trial is read after the lock, so it
+    is the version the lock's previous holder committed."""
+    job = get_job(conn, job_id, lock=True)
+    return job, get_trial(conn, job_id, trial_number) if job is not None else None
 
 
-def lock_job_expiring_leases(conn: Session, job_id: str) -> tuple[Record | None, int]:
+def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Record | None, int]:
     """Lock the job row for the rest of the transaction and mark its dispatched trials whose
     lease ran out as abandoned. Returns the row (None if there is no such job) and how many
-    trials were abandoned.
-
-    Expiry does not need the lock (it is a condition on time, checked row by row), so on
-    PostgreSQL it runs in the statement that takes the lock. The job's other reads must come
-    after the lock, in statements of their own: a statement reads the snapshot taken when it
-    began, which may predate the lock's holder's commit.
-    """
-    if conn.dialect.name == "postgresql":
-        row = conn.execute(
-            _LOCK_AND_EXPIRE, {"lock_job_id": job_id, "expired_job_id": job_id}
-        ).first()
-        return row, int(row.expired) if row is not None else 0
+    trials were abandoned."""
     job = get_job(conn, job_id, lock=True)
     if job is None:
         return None, 0
@@ -239,7 +180,7 @@ def _advance_params(job_id: str, next_trial_number: int, arms: list[int] | None)
     return params
 
 
-def list_jobs(conn: Session, prefix: str | None, limit: int, offset: int) -> Sequence[Record]:
+def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Record]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
@@ -252,13 +193,13 @@ def list_jobs(conn: Session, prefix: str | None, limit: int, offset: int) -> Seq
     return conn.execute(stmt).all()
 
 
-def delete_job(conn: Session, job_id: str) -> None:
+def delete_job(conn: Connection, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
     conn.execute(delete(trials).where(trials.c.job_id == job_id))
     conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
 
 
-def expire_leases(conn: Session, job_id: str) -> int:
+def expire_leases(conn: Connection, job_id: str) -> int:
     """Mark the job's dispatched trials whose lease ran out as abandoned. Returns how many."""
     result = conn.execute(_EXPIRE, {"expired_job_id": job_id})
     return int(result.rowcount)
@@ -288,7 +229,7 @@ _SET_STATS = (
 
 
 def finish_trial(
-    conn: Session,
+    conn: Connection,
     job: Record,
     config: CreatedJob,
     trial_number: int,
@@ -314,9 +255,6 @@ def finish_trial(
         "best_batch_size": best.batch_size if best else None,
         "best_cost": best.cost if best else None,
     }
-    if conn.dialect.name == "postgresql":
-        conn.execute(_FINISH_AND_SET_STATS, params)
-        return
     conn.execute(_FINISH, params)
     conn.execute(_SET_STATS, params)
 
@@ -329,7 +267,7 @@ def converged_stats(per_size: Iterable[SizeStats]) -> dict[int, ConvergedStats]:
     }
 
 
-def explorations(conn: Session, job_id: str) -> tuple[Exploration, ...]:
+def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
     """The job's pruning explorations."""
     return tuple(
         Exploration(
@@ -345,7 +283,7 @@ def explorations(conn: Session, job_id: str) -> tuple[Exploration, ...]:
 
 
 def windowed_costs(
-    conn: Session, job_id: str, batch_sizes: Sequence[int], window: int
+    conn: Connection, job_id: str, batch_sizes: Sequence[int], window: int
 ) -> dict[int, CostStats]:
     """Statistics of the last ``window`` reported costs of each batch size (oldest first)."""
     result: dict[int, CostStats] = {}
@@ -365,7 +303,7 @@ def windowed_costs(
     return result
 
 
-def get_trial(conn: Session, job_id: str, trial_number: int) -> Record | None:
+def get_trial(conn: Connection, job_id: str, trial_number: int) -> Record | None:
     """One trial."""
     return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
@@ -383,13 +321,8 @@ _INSERT_TRIAL = insert(trials).values(
 )
 
 
-_NEW_TRIAL = _INSERT_TRIAL.returning(trials.c.trial_number).cte("new_trial")
-_INSERT_AND_ADVANCE = _ADVANCE.add_cte(_NEW_TRIAL)
-_INSERT_AND_ENTER_BANDIT = _ENTER_BANDIT.add_cte(_NEW_TRIAL)
-
-
 def start_trial(
-    conn: Session,
+    conn: Connection,
     job_id: str,
     trial_number: int,
     batch_size: int,
@@ -409,10 +342,6 @@ def start_trial(
         "new_lease": lease,
     }
     advance = _advance_params(job_id, trial_number + 1, arms)
-    if conn.dialect.name == "postgresql":
-        statement = _INSERT_AND_ADVANCE if arms is None else _INSERT_AND_ENTER_BANDIT
-        conn.execute(statement, {**trial, **advance})
-        return
     conn.execute(_INSERT_TRIAL, trial)
     conn.execute(_ADVANCE if arms is None else _ENTER_BANDIT, advance)
 
@@ -450,11 +379,7 @@ _FINISH = (
         **_MEASURED,
     )
 )
-# Spelled out rather than IN (...): PostgreSQL's session runs statements as compiled once.
-_IS_OPEN = or_(
-    trials.c.status == TrialStatus.DISPATCHED.value,
-    trials.c.status == TrialStatus.ABANDONED.value,
-)
+_IS_OPEN = trials.c.status.in_([TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value])
 _RENEW_OPEN = _RENEW.where(_IS_OPEN)
 _FAIL = (
     update(trials)
@@ -467,21 +392,18 @@ _FAIL = (
 )
 
 
-_FINISH_AND_SET_STATS = _SET_STATS.add_cte(_FINISH.returning(trials.c.trial_number).cte("finished"))
-
-
 def _key(job_id: str, trial_number: int) -> dict[str, Any]:
     return {"key_job_id": job_id, "key_number": trial_number}
 
 
 def record_progress(
-    conn: Session, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
+    conn: Connection, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
 ) -> None:
     """Store a non-final report; the trial is (again) dispatched with a renewed lease."""
     conn.execute(_PROGRESS, {**_key(job_id, trial_number), **measured, "lease": lease})
 
 
-def renew_lease(conn: Session, job_id: str, trial_number: int, lease: float) -> bool:
+def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> bool:
     """Give a dispatched or abandoned trial a lease of ``lease`` seconds from now (it is
     dispatched again). Returns whether the trial was open."""
     result = conn.execute(_RENEW_OPEN, {**_key(job_id, trial_number), "lease": lease})
@@ -491,26 +413,20 @@ def renew_lease(conn: Session, job_id: str, trial_number: int, lease: float) -> 
 _THIS_TRIAL = select(trials.c.trial_number).where(
     *_THE_TRIAL, trials.c.batch_size == bindparam("key_bs")
 )
-_FAILED = _FAIL.returning(trials.c.trial_number).cte("failed")
-_FAIL_AND_FIND = select(
-    select(func.count()).select_from(_FAILED).scalar_subquery().label("failed"),
-    select(func.count()).select_from(_THIS_TRIAL.subquery()).scalar_subquery().label("found"),
-)
 
 
-def mark_failed(conn: Session, job_id: str, trial_number: int, batch_size: int) -> bool | None:
+def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
     """Mark a trial that ended without a final report as failed. Returns whether it was open (a
     reported or already failed trial is left as it is), or None if there is no such trial."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
-    if conn.dialect.name == "postgresql":
-        row = conn.execute(_FAIL_AND_FIND, params).one()
-        return bool(row.failed) if row.found else None
     if conn.execute(_FAIL, params).rowcount:
         return True
     return False if conn.execute(_THIS_TRIAL, params).first() else None
 
 
-def recent_trials(conn: Session, job_id: str, limit: int, before: int | None) -> Sequence[Record]:
+def recent_trials(
+    conn: Connection, job_id: str, limit: int, before: int | None
+) -> Sequence[Record]:
     """The job's trials, newest first, optionally only those numbered below ``before``."""
     stmt = select(trials).where(trials.c.job_id == job_id)
     if before is not None:
@@ -519,7 +435,7 @@ def recent_trials(conn: Session, job_id: str, limit: int, before: int | None) ->
     return conn.execute(stmt).all()
 
 
-def count_trials_by_status(conn: Session, job_id: str) -> dict[str, int]:
+def count_trials_by_status(conn: Connection, job_id: str) -> dict[str, int]:
     """How many trials the job has in each status."""
     stmt = (
         select(trials.c.status, func.count())

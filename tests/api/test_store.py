@@ -1,0 +1,142 @@
+"""The unit of work on every backend: rollback, the event loop never waiting on the database,
+and connections or statements the database took away from a running server."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.postgres import PostgresServer
+from zeus_bso_server.settings import to_engine_url
+from zeus_bso_server.store import migrate
+from zeus_bso_server.store import repository as repo
+from zeus_bso_server.store.database import Database
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failed_unit_of_work_leaves_nothing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    db = Database(to_engine_url(database_url(backend, tmp_path, request)))
+    job_id = unique_id()
+    config = {"batch_sizes": [32]}
+
+    def insert_then_fail(conn: Connection) -> None:
+        repo.insert_job_if_absent(conn, job_id, "job", config, "pruning")
+        raise RuntimeError("the unit of work failed")
+
+    async def scenario() -> object:
+        await migrate.upgrade(db)
+        with pytest.raises(RuntimeError):
+            await db.write(insert_then_fail)
+        return await db.read(lambda conn: repo.get_job(conn, job_id))
+
+    try:
+        assert asyncio.run(scenario()) is None
+    finally:
+        db.dispose()
+
+
+def test_a_request_waiting_on_the_database_holds_up_only_itself(tmp_path: Path) -> None:
+    """Another process holds SQLite's write lock: a batch-size request waits for it (in a
+    worker thread), while the same server process answers its health check at once."""
+    path = tmp_path / "bso.db"
+    server = ServerProcess(sqlite_url(path), cwd=tmp_path)
+    try:
+        job_id = unique_id()
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        answers: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: answers.append(
+                httpx.get(f"{server.url}/jobs/batch_size", params={"job_id": job_id}, timeout=60)
+            )
+        )
+        waiting.start()
+        time.sleep(1.0)  # the request is now waiting on the lock
+        health = httpx.get(f"{server.url}/healthz", timeout=5)
+        assert health.status_code == 200
+        assert waiting.is_alive(), "the batch-size request should still be waiting on the lock"
+        holder.execute("COMMIT")
+        holder.close()
+        waiting.join(timeout=60)
+        assert answers[0].status_code == 200, answers[0].text
+    finally:
+        server.stop()
+
+
+def test_connections_the_database_closed_are_replaced_without_an_error(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """The server terminates every connection of the database (as a restart or an idle
+    timeout would) between requests: the next requests are answered, not refused."""
+
+    def terminate(url: str) -> None:
+        database = url.rsplit("/", 1)[1]
+        terminated = _admin_sql(
+            postgres.url(),
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            f"WHERE datname = '{database}'",
+        )
+        assert terminated >= 1
+
+    _answered_across(terminate, postgres, tmp_path)
+
+
+def test_a_schema_change_under_a_running_server_costs_no_request(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Column types change under a running server (as an upgrade while serving would): its
+    requests go on, as it prepares no statements on the server."""
+
+    def retype(url: str) -> None:
+        _admin_sql(url, "ALTER TABLE trials ALTER COLUMN round TYPE bigint")
+        _admin_sql(url, "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint")
+
+    _answered_across(retype, postgres, tmp_path)
+
+
+def _answered_across(
+    disruption: Callable[[str], None], postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Six trials of a job on a server (enough for a driver to prepare its statements),
+    ``disruption(database URL)``, three more: every request answered, the numbers going on."""
+    url = postgres.new_database()
+    server = ServerProcess(url, cwd=tmp_path)
+    try:
+        job_id = unique_id()
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            for _ in range(6):
+                assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 200
+            disruption(url)
+            for number in (7, 8, 9):
+                answer = http.get("/jobs/batch_size", params={"job_id": job_id})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["trial_number"] == number
+            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 9
+    finally:
+        server.stop()
+
+
+def _admin_sql(url: str, statement: str) -> int:
+    """Run one statement on its own connection; returns its first column, if any."""
+    engine = sa.create_engine(to_engine_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            result = conn.exec_driver_sql(statement)
+            return int(result.scalar_one()) if result.returns_rows else 0
+    finally:
+        engine.dispose()
