@@ -143,12 +143,9 @@ class ZeusBSOCallback(pl.Callback):
             metric = float(trainer.callback_metrics[self.monitor])
             answer = self.optimizer.on_evaluate(metric, energy=total)
             stop = answer.stop_train
-            time_s = self.optimizer.elapsed()[0]
-            self._last = {
-                "bso/batch_size": float(self.batch_size or 0),
-                "bso/energy_j": total,
-                "bso/cost": _cost(self.optimizer, total, time_s),
-            }
+            self._last = {"bso/batch_size": float(self.batch_size or 0), "bso/energy_j": total}
+            if answer.cost is not None:  # the server's figure (none while it is unreachable)
+                self._last["bso/cost"] = answer.cost
         stop = bool(trainer.strategy.broadcast(stop, src=0))
         trainer.should_stop = trainer.should_stop or stop
 
@@ -190,9 +187,3 @@ def _tensor(value: float) -> Any:
     import torch
 
     return torch.tensor(value, dtype=torch.float64)
-
-
-def _cost(optimizer: BatchSizeOptimizer, energy: float, time_s: float) -> float:
-    from zeus_bso.policy import zeus_cost
-
-    return zeus_cost(energy, time_s, optimizer.job.eta_knob, optimizer.job.max_power)

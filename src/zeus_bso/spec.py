@@ -172,6 +172,9 @@ class ReportResponse(WireModel):
     stop_train: bool
     converged: bool
     message: str
+    cost: float | None = None
+    """The run's cost so far (J), as the server computes it (an addition to upstream's answer,
+    which its clients ignore; absent from servers that predate it)."""
 
 
 UPSTREAM_OPTIONS: dict[str, Any] = {

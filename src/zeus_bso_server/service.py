@@ -226,6 +226,7 @@ class BatchSizeService:
                 stop_train=True,
                 converged=bool(trial.converged),
                 message=f"Result for this trial({trial.trial_number}) is already reported.",
+                cost=trial.cost,
             )
             return repeated, False
         if trial.epochs is not None and result.current_epoch < trial.epochs:
@@ -267,7 +268,10 @@ class BatchSizeService:
                 verdict.message,
             )
         answer = ReportResponse(
-            stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
+            stop_train=verdict.stop,
+            converged=verdict.converged,
+            message=verdict.message,
+            cost=verdict.cost,
         )
         return answer, verdict.stop
 

@@ -124,22 +124,12 @@ async def job_state(db: Database, job_id: str, limit: int, before: int | None) -
 
 
 def _batch_size_view(
-    row: repo.SizeStats,
-    config: CreatedJob,
-    arms: tuple[int, ...],
-    windowed: dict[int, policy.CostStats],
+    row: repo.SizeStats, used: policy.CostStats, posterior: policy.Posterior | None
 ) -> BatchSizeView:
     running = repo.cost_stats(row)
-    used = windowed.get(row.batch_size, running)
-    is_arm = row.batch_size in arms
-    posterior = (
-        policy.arm_posterior(used, config.mab_prior_mean, config.mab_prior_precision)
-        if is_arm
-        else None
-    )
     return BatchSizeView(
         batch_size=row.batch_size,
-        is_arm=is_arm,
+        is_arm=posterior is not None,
         reports=row.reports,
         converged=row.converged_count,
         mean_cost=row.mean_cost if row.reports else None,
@@ -163,6 +153,9 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
         if config.window_size > 0 and arms
         else {}
     )
+    # What the bandit decides with: the windowed or running statistics, the job's noise model.
+    used = {s.batch_size: windowed.get(s.batch_size, repo.cost_stats(s)) for s in stats}
+    posteriors = policy.arm_posteriors(config, arms, used)
     best = repo.best_run(row)
     return JobState(
         job=config,
@@ -172,7 +165,9 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
         best_cost=best.cost if best else None,
         trial_count=row.next_trial_number - 1,
         trials_by_status=repo.count_trials_by_status(conn, job_id),
-        batch_sizes=[_batch_size_view(s, config, arms, windowed) for s in stats],
+        batch_sizes=[
+            _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size)) for s in stats
+        ],
         trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=row.created_at,
         updated_at=row.updated_at,

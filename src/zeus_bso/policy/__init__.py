@@ -4,7 +4,7 @@ No I/O, no clock, no async: the server loads a job's history under a lock, calls
 `judge_report`, and stores the result; the simulator calls the same functions in-process.
 """
 
-from zeus_bso.policy.bandit import arm_posterior, choose_arm, conjugate_update
+from zeus_bso.policy.bandit import arm_posterior, arm_posteriors, choose_arm, conjugate_update
 from zeus_bso.policy.cost import best_reference, judge_report, target_reached, zeus_cost
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.pruning import next_pruning_step
@@ -35,6 +35,7 @@ __all__ = [
     "TrialStatus",
     "Verdict",
     "arm_posterior",
+    "arm_posteriors",
     "best_reference",
     "choose_arm",
     "conjugate_update",

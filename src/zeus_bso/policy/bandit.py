@@ -84,6 +84,20 @@ def pooled_cv2(observations: Mapping[int, CostStats]) -> float:
     return weighted / dof if dof else POOLED_CV_PRIOR**2
 
 
+def arm_posteriors(
+    job: CreatedJob, arms: tuple[int, ...], observations: Mapping[int, CostStats]
+) -> dict[int, Posterior]:
+    """Each arm's posterior over its mean reward, under the job's noise model: what
+    `choose_arm` samples from, and what a reader of the job's state is shown."""
+    empty = CostStats()
+    seen = {arm: observations.get(arm, empty) for arm in arms}
+    pooled = pooled_cv2(seen) if job.bandit_noise == "pooled" else None
+    return {
+        arm: arm_posterior(stats, job.mab_prior_mean, job.mab_prior_precision, pooled)
+        for arm, stats in seen.items()
+    }
+
+
 def _needs_exploration(job: CreatedJob, stats: CostStats) -> bool:
     if stats.count < job.mab_num_explorations:
         return True
@@ -111,13 +125,8 @@ def choose_arm(
         observed = [arm for arm in arms if observations.get(arm, empty).count]
         if observed:
             return min(observed, key=lambda arm: (observations[arm].mean, arm))
-    cv2 = pooled_cv2({a: observations.get(a, empty) for a in arms})
-    pooled = cv2 if job.bandit_noise == "pooled" else None
     samples: dict[int, float] = {}
-    for arm in arms:
-        posterior = arm_posterior(
-            observations.get(arm, empty), job.mab_prior_mean, job.mab_prior_precision, pooled
-        )
+    for arm, posterior in arm_posteriors(job, arms, observations).items():
         std = posterior.std
         samples[arm] = posterior.mean if std == 0.0 else rng.gauss(posterior.mean, std)
     return max(arms, key=samples.__getitem__)

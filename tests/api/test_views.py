@@ -1,0 +1,50 @@
+"""What the read API shows is what the policy decides with."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import httpx
+import pytest
+
+from tests.conftest import job_body, unique_id
+from zeus_bso import policy
+from zeus_bso.policy import CostStats
+from zeus_bso.spec import CreatedJob
+
+
+def test_the_posteriors_shown_are_the_ones_the_bandit_samples_from(http: httpx.Client) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    body |= {"num_pruning_rounds": 0, "mab_num_explorations": 1, "mab_seed": 3}
+    assert http.post("/jobs", json=body).status_code == 201
+    for i in range(4):  # one run of each arm, then one more: two arms have a single run
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        time_s, energy = 10.0 + i, 1000.0 + 50.0 * trial["batch_size"] + 30.0 * i
+        report = trial | {"time": time_s, "energy": energy, "metric": 0.9, "current_epoch": 1}
+        answer = http.post("/report", json=report).json()
+        assert answer["stop_train"]
+        # The report's answer carries the cost the server stored (eta 0.5, max_power 300 W).
+        assert answer["cost"] == pytest.approx(0.5 * energy + 0.5 * 300.0 * time_s)
+        assert http.patch("/trials", json=trial).status_code == 200
+
+    state = http.get(f"/api/jobs/{job_id}").json()
+    costs: dict[int, list[float]] = defaultdict(list)
+    for trial in sorted(state["trials"], key=lambda t: t["trial_number"]):
+        costs[trial["batch_size"]].append(trial["cost"])
+    arms = tuple(state["arms"])
+    config = CreatedJob.model_validate(state["job"])
+    assert config.bandit_noise == "pooled"
+    expected = policy.arm_posteriors(config, arms, {b: CostStats.of(c) for b, c in costs.items()})
+    shown = {view["batch_size"]: view for view in state["batch_sizes"]}
+    for arm in arms:
+        assert shown[arm]["posterior_mean_reward"] == pytest.approx(expected[arm].mean)
+        assert shown[arm]["posterior_std"] == pytest.approx(expected[arm].std)
+    single = [arm for arm in arms if len(costs[arm]) == 1]
+    assert len(single) >= 2
+    # The pooled noise model gives a single run its share of the noise, not certainty (± 0).
+    assert all(
+        shown[arm]["posterior_std"] > 0 and math.isfinite(shown[arm]["posterior_std"])
+        for arm in single
+    )
