@@ -8,7 +8,10 @@ The same is measured on a job whose history was filled with ``--history`` stored
 beforehand, to show that a request's cost does not grow with a job's history.
 
     .venv/bin/python benchmarks/server_latency.py [--recurrences 400] [--history 100000]
-        [--backend sqlite|postgresql]
+        [--backend sqlite|postgresql] [--upstream-python /tmp/upstream/bin/python]
+
+With ``--upstream-python`` (an environment with ``zeus[bso-server]==0.16.0``; see
+server_load.py), upstream's server (1 worker, SQLite) is measured on a fresh job in the same run.
 
 Prints a table and writes benchmarks/results/server_latency.{json,md} (SQLite) or
 server_latency_postgresql.{json,md}.
@@ -33,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from _server import running_server
+from _server import running_server, upstream_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.postgres import PostgresServer
@@ -230,6 +233,10 @@ def main() -> None:
         default="sqlite",
         help="SQLite file (default) or a throwaway PostgreSQL 15 server (initdb/pg_ctl)",
     )
+    parser.add_argument(
+        "--upstream-python",
+        help="Python of an environment with zeus[bso-server]==0.16.0: measure upstream too",
+    )
     args = parser.parse_args()
 
     with (
@@ -243,6 +250,17 @@ def main() -> None:
         drive(http, "bench-warmup", args.warmup)
         fresh = summarise(drive(http, "bench-fresh", args.recurrences))
         long = summarise(drive(http, "bench-long", args.recurrences))
+    upstream = None
+    if args.upstream_python:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            upstream_server(args.upstream_python, tmp, workers=1) as server,
+            httpx.Client(base_url=server, timeout=30) as http,
+        ):
+            for job_id in ("bench-fresh", "bench-warmup"):
+                http.post("/jobs", json=job_body(job_id)).raise_for_status()
+            drive(http, "bench-warmup", args.warmup)
+            upstream = summarise(drive(http, "bench-fresh", args.recurrences))
 
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -255,6 +273,7 @@ def main() -> None:
         "history_trials": args.history,
         "fresh_job": fresh,
         "job_with_history": long,
+        "upstream_zeus_0_16_sqlite_fresh_job": upstream,
     }
     RESULTS.mkdir(exist_ok=True)
     name = "server_latency" if args.backend == "sqlite" else f"server_latency_{args.backend}"
@@ -271,6 +290,15 @@ def main() -> None:
             f"| {route} | {fresh[route]['p50_ms']:.2f} | {fresh[route]['p99_ms']:.2f} "
             f"| {long[route]['p50_ms']:.2f} | {long[route]['p99_ms']:.2f} |"
         )
+    if upstream is not None:
+        ours, theirs = fresh["overall"], upstream["overall"]
+        lines += [
+            "",
+            f"Upstream Zeus 0.16 (SQLite, 1 worker), fresh job, overall: p50 "
+            f"{theirs['p50_ms']:.2f} ms, p99 {theirs['p99_ms']:.2f} ms; ours/upstream: p50 "
+            f"{ours['p50_ms'] / theirs['p50_ms']:.2f}x, "
+            f"p99 {ours['p99_ms'] / theirs['p99_ms']:.2f}x.",
+        ]
     markdown = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(markdown)
     print(markdown)

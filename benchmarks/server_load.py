@@ -22,23 +22,20 @@ Writes benchmarks/results/server_load.{json,md} and prints the table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _server import LightClient, free_port, running_server, serving
+from _server import LightClient, running_server, upstream_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.mariadb import MariaDBServer
@@ -96,31 +93,6 @@ def run_load(url: str, job_id: str, threads: int, rounds: int) -> dict[str, Any]
         "errors_5xx": sum(n for code, n in statuses.items() if code >= 500),
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
     }
-
-
-UPSTREAM_SCHEMA = """
-import sys
-from sqlalchemy import create_engine
-from zeus.optimizer.batch_size.server.database.schema import Base
-Base.metadata.create_all(create_engine("sqlite:///" + sys.argv[1]))
-"""
-
-
-@contextlib.contextmanager
-def upstream_server(python: str, tmp: str) -> Iterator[str]:
-    """Upstream Zeus 0.16's server with 2 workers on a fresh SQLite file."""
-    db = Path(tmp) / "upstream.db"
-    subprocess.run([python, "-c", UPSTREAM_SCHEMA, str(db)], check=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        "ZEUS_BSO_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
-        "ZEUS_BSO_LOG_LEVEL": "WARN",
-    }
-    app = "zeus.optimizer.batch_size.server.router:app"
-    command = [python, "-m", "uvicorn", app, "--port", str(port), "--workers", "2"]
-    with serving(command, port, ready_path="/docs", env=env) as url:
-        yield url
 
 
 def measure(label: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,7 +155,7 @@ def main() -> None:
                 finally:
                     mariadb.stop()
         if args.upstream_python:
-            with upstream_server(args.upstream_python, tmp) as url:
+            with upstream_server(args.upstream_python, tmp, workers=2) as url:
                 results.append(measure("upstream Zeus 0.16, SQLite, 2 workers", url, args))
 
     summary = {

@@ -190,7 +190,7 @@ class BatchSizeService:
             sizes = job.arms if job.arms is not None else config.batch_sizes
             observations = repo.windowed_costs(conn, job.job_id, sizes, config.window_size)
         else:
-            observations = {s.batch_size: repo.cost_stats(s) for s in repo.stats_of(job)}
+            observations = {b: s.costs for b, s in repo.stats_of(job).items()}
         if job.arms is None:
             return JobHistory(
                 arms=None,

@@ -124,9 +124,9 @@ async def job_state(db: Database, job_id: str, limit: int, before: int | None) -
 
 
 def _batch_size_view(
-    row: repo.SizeStats, used: policy.CostStats, posterior: policy.Posterior | None
+    row: policy.BatchSizeStats, used: policy.CostStats, posterior: policy.Posterior | None
 ) -> BatchSizeView:
-    running = repo.cost_stats(row)
+    running = row.costs
     return BatchSizeView(
         batch_size=row.batch_size,
         is_arm=posterior is not None,
@@ -154,7 +154,7 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
         else {}
     )
     # What the bandit decides with: the windowed or running statistics, the job's noise model.
-    used = {s.batch_size: windowed.get(s.batch_size, repo.cost_stats(s)) for s in stats}
+    used = {b: windowed.get(b, s.costs) for b, s in stats.items()}
     posteriors = policy.arm_posteriors(config, arms, used)
     best = repo.best_run(row)
     return JobState(
@@ -166,7 +166,8 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
         trial_count=row.next_trial_number - 1,
         trials_by_status=repo.count_trials_by_status(conn, job_id),
         batch_sizes=[
-            _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size)) for s in stats
+            _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size))
+            for s in stats.values()
         ],
         trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=row.created_at,

@@ -5,10 +5,17 @@ No I/O, no clock, no async: the server loads a job's history under a lock, calls
 """
 
 from zeus_bso.policy.bandit import arm_posterior, arm_posteriors, choose_arm, conjugate_update
-from zeus_bso.policy.cost import best_reference, judge_report, target_reached, zeus_cost
+from zeus_bso.policy.cost import (
+    best_reference,
+    fold_final_report,
+    judge_report,
+    target_reached,
+    zeus_cost,
+)
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
+    BatchSizeStats,
     BestRun,
     ConvergedStats,
     CostStats,
@@ -23,6 +30,7 @@ from zeus_bso.policy.types import (
 )
 
 __all__ = [
+    "BatchSizeStats",
     "BestRun",
     "ConvergedStats",
     "CostStats",
@@ -40,6 +48,7 @@ __all__ = [
     "choose_arm",
     "conjugate_update",
     "decide",
+    "fold_final_report",
     "judge_report",
     "next_pruning_step",
     "rng_for",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from zeus_bso.policy.types import BestRun, ConvergedStats, Verdict
+from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
 from zeus_bso.spec import CreatedJob
 
 
@@ -92,3 +92,19 @@ def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> 
         return None
     cost, batch_size = min(candidates)
     return BestRun(batch_size, cost)
+
+
+def fold_final_report(
+    job: CreatedJob,
+    stats: Mapping[int, BatchSizeStats],
+    batch_size: int,
+    cost: float,
+    converged: bool,
+) -> tuple[dict[int, BatchSizeStats], BestRun | None]:
+    """A job's per-batch-size statistics after a run's final report, and the early-stop
+    reference they give (see `best_reference`). The server and the simulator both record a
+    final report with this."""
+    per_size = dict(stats)
+    entry = per_size.get(batch_size, BatchSizeStats(batch_size))
+    per_size[batch_size] = entry.add(cost, converged)
+    return per_size, best_reference(job, {b: s.converged for b, s in per_size.items()})

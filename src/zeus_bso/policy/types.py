@@ -97,6 +97,49 @@ class ConvergedStats:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchSizeStats:
+    """Running statistics of one batch size's final reports: their costs (count, mean, Welford
+    M2) and the converged runs among them (count, cost sum, cheapest). The server stores them on
+    the job row; the simulator keeps them in memory."""
+
+    batch_size: int
+    reports: int = 0
+    mean_cost: float = 0.0
+    m2_cost: float = 0.0
+    converged_count: int = 0
+    converged_cost_sum: float = 0.0
+    best_converged_cost: float | None = None
+
+    @property
+    def costs(self) -> CostStats:
+        """The cost statistics of every final report."""
+        return CostStats(self.reports, self.mean_cost, self.m2_cost)
+
+    @property
+    def converged(self) -> ConvergedStats:
+        """The converged runs' count, total cost and cheapest cost."""
+        return ConvergedStats(
+            self.converged_count, self.converged_cost_sum, self.best_converged_cost
+        )
+
+    def add(self, cost: float, converged: bool) -> BatchSizeStats:
+        """These statistics with one more final report."""
+        running = self.costs.add(cost)
+        best = self.best_converged_cost
+        if converged and (best is None or cost < best):
+            best = cost
+        return BatchSizeStats(
+            self.batch_size,
+            reports=running.count,
+            mean_cost=running.mean,
+            m2_cost=running.m2,
+            converged_count=self.converged_count + int(converged),
+            converged_cost_sum=self.converged_cost_sum + (cost if converged else 0.0),
+            best_converged_cost=best,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobHistory:
     """What the policy needs to know of a job's past.
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from zeus_bso import policy
 from zeus_bso.policy import (
+    BatchSizeStats,
     BestRun,
-    ConvergedStats,
     CostStats,
     Exploration,
     JobHistory,
@@ -42,7 +42,8 @@ class InMemoryJob:
     arms: tuple[int, ...] | None = None
     best: BestRun | None = None
     costs: dict[int, list[float]] = field(default_factory=dict)
-    converged: dict[int, ConvergedStats] = field(default_factory=dict)
+    """Each batch size's final costs, oldest first (for ``window_size``)."""
+    stats: dict[int, BatchSizeStats] = field(default_factory=dict)
 
     def _history(self) -> JobHistory:
         window = self.job.window_size
@@ -105,15 +106,14 @@ class InMemoryJob:
             trial.status, trial.converged = TrialStatus.REPORTED, verdict.converged
             batch_size = trial.dispatch.batch_size
             self.costs.setdefault(batch_size, []).append(verdict.cost)
-            if verdict.converged:
-                old = self.converged.get(batch_size, ConvergedStats())
-                best = verdict.cost if old.best is None else min(old.best, verdict.cost)
-                self.converged[batch_size] = ConvergedStats(
-                    old.count + 1, old.total + verdict.cost, best
-                )
-                self.best = policy.best_reference(self.job, self.converged)
+            self.stats, self.best = policy.fold_final_report(
+                self.job, self.stats, batch_size, verdict.cost, verdict.converged
+            )
         return ReportResponse(
-            stop_train=verdict.stop, converged=verdict.converged, message=verdict.message
+            stop_train=verdict.stop,
+            converged=verdict.converged,
+            message=verdict.message,
+            cost=verdict.cost,
         )
 
     def end_trial(self, trial_id: TrialId) -> None:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from zeus_bso_server.errors import DatabaseUnavailableError
@@ -54,6 +55,34 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     event.listen(engine, "begin", on_begin)
 
 
+IDLE_PING_SECONDS = 1.0
+"""A pooled connection idle longer than this is pinged before use."""
+
+
+def _install_idle_ping(engine: Engine) -> None:
+    """A pooled connection that sat idle (the database may have closed it since: a restart, an
+    idle timeout) is pinged when checked out, and replaced if the ping fails, instead of failing
+    the request. A busy server reuses its connections within milliseconds and pings none:
+    SQLAlchemy's ``pool_pre_ping`` would cost every request a round trip."""
+
+    def on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as err:  # the driver's own error for a dead connection
+            raise DisconnectionError("a pooled connection failed its ping") from err
+        if not alive:
+            raise DisconnectionError("a pooled connection failed its ping")
+
+    event.listen(engine, "checkin", on_checkin)
+    event.listen(engine, "checkout", on_checkout)
+
+
 def _dialect_options(url: URL, busy_timeout_ms: int) -> dict[str, Any]:
     backend = url.get_backend_name()
     if backend == "sqlite":
@@ -61,13 +90,7 @@ def _dialect_options(url: URL, busy_timeout_ms: int) -> dict[str, Any]:
             "pool_size": 8,
             "connect_args": {"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
         }
-    options: dict[str, Any] = {
-        "pool_size": 10,
-        "max_overflow": 20,
-        # A pooled connection the database closed (a restart, an idle timeout) is replaced
-        # before use instead of failing the request.
-        "pool_pre_ping": True,
-    }
+    options: dict[str, Any] = {"pool_size": 10, "max_overflow": 20}
     if backend == "postgresql":
         # No server-side prepared statements: a schema change under a running server would
         # invalidate them ("cached plan must not change result type").
@@ -95,6 +118,8 @@ class Database:
         self.engine = create_engine(url, echo=echo, **_dialect_options(url, busy_timeout_ms))
         if url.get_backend_name() == "sqlite":
             _install_sqlite_hooks(self.engine, busy_timeout_ms)
+        else:
+            _install_idle_ping(self.engine)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
 
     @property

@@ -8,7 +8,7 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
@@ -27,13 +27,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Row
 
 from zeus_bso.policy import (
+    BatchSizeStats,
     BestRun,
-    ConvergedStats,
     CostStats,
     Exploration,
     TrialKind,
     TrialStatus,
-    best_reference,
+    fold_final_report,
 )
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
@@ -45,44 +45,13 @@ Record: TypeAlias = Row[Any]
 """A stored row; its columns read as attributes."""
 
 
-@dataclass(frozen=True, slots=True)
-class SizeStats:
-    """Running statistics of one batch size's reported runs (stored in the job row's ``stats``)."""
-
-    batch_size: int
-    reports: int = 0
-    mean_cost: float = 0.0
-    m2_cost: float = 0.0
-    converged_count: int = 0
-    converged_cost_sum: float = 0.0
-    best_converged_cost: float | None = None
-
-    def add(self, cost: float, converged: bool) -> SizeStats:
-        """These statistics with one more final report."""
-        running = cost_stats(self).add(cost)
-        best = self.best_converged_cost
-        if converged and (best is None or cost < best):
-            best = cost
-        return replace(
-            self,
-            reports=running.count,
-            mean_cost=running.mean,
-            m2_cost=running.m2,
-            converged_count=self.converged_count + int(converged),
-            converged_cost_sum=self.converged_cost_sum + (cost if converged else 0.0),
-            best_converged_cost=best,
-        )
-
-
-def stats_of(job: Record) -> list[SizeStats]:
+def stats_of(job: Record) -> dict[int, BatchSizeStats]:
     """The job's per-batch-size statistics, by batch size."""
-    return sorted(
-        (SizeStats(batch_size=int(size), **values) for size, values in job.stats.items()),
-        key=lambda s: s.batch_size,
-    )
+    per_size = (BatchSizeStats(int(size), **values) for size, values in job.stats.items())
+    return {s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)}
 
 
-def _stats_json(per_size: Iterable[SizeStats]) -> dict[str, dict[str, Any]]:
+def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]:
     result = {}
     for entry in per_size:
         values = asdict(entry)
@@ -100,7 +69,7 @@ def insert_job_if_absent(
         "config": config,
         "stage": stage,
         "next_trial_number": 1,
-        "stats": _stats_json(SizeStats(b) for b in config["batch_sizes"]),
+        "stats": _stats_json(BatchSizeStats(b) for b in config["batch_sizes"]),
     }
     # The one statement whose SQL differs between the databases.
     dialect = conn.dialect.name
@@ -205,11 +174,6 @@ def expire_leases(conn: Connection, job_id: str) -> int:
     return int(result.rowcount)
 
 
-def cost_stats(stats: SizeStats) -> CostStats:
-    """The running cost statistics of a batch size."""
-    return CostStats(stats.reports, stats.mean_cost, stats.m2_cost)
-
-
 def best_run(job: Record) -> BestRun | None:
     """The job's cheapest converged run so far."""
     if job.best_cost is None:
@@ -239,13 +203,11 @@ def finish_trial(
     message: str,
 ) -> None:
     """Store a trial's final report and fold its cost into the batch size's statistics and the
-    job's early-stop reference (see `zeus_bso.policy.best_reference`). ``job`` is the locked
+    job's early-stop reference (`zeus_bso.policy.fold_final_report`). ``job`` is the locked
     job row."""
-    per_size = {s.batch_size: s for s in stats_of(job)}
-    # Every batch size of the job has an entry from its registration; a missing one starts empty.
-    entry = per_size.get(batch_size, SizeStats(batch_size))
-    per_size[batch_size] = entry.add(float(measured["cost"]), converged)
-    best = best_reference(config, converged_stats(per_size.values()))
+    per_size, best = fold_final_report(
+        config, stats_of(job), batch_size, float(measured["cost"]), converged
+    )
     params: dict[str, Any] = {
         **_key(job.job_id, trial_number),
         **measured,
@@ -257,14 +219,6 @@ def finish_trial(
     }
     conn.execute(_FINISH, params)
     conn.execute(_SET_STATS, params)
-
-
-def converged_stats(per_size: Iterable[SizeStats]) -> dict[int, ConvergedStats]:
-    """Per batch size, its converged runs' count, total cost and cheapest cost."""
-    return {
-        s.batch_size: ConvergedStats(s.converged_count, s.converged_cost_sum, s.best_converged_cost)
-        for s in per_size
-    }
 
 
 def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:

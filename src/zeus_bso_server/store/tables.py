@@ -73,7 +73,7 @@ class JobRow(Base):
     """The early-stop reference: the cost a run must not exceed (see `policy.best_reference`)."""
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
     """Running statistics of each batch size's reported runs, by batch size (see
-    `repository.SizeStats`), updated with every final report. Kept on the row that every
+    `zeus_bso.policy.BatchSizeStats`), updated with every final report. Kept on the row that every
     request locks, they come with the lock: a request's cost does not depend on how many
     trials the job has, and the statistics take no reads of their own."""
     created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
