@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_ID_LENGTH = 255
 """Longest job id, prefix or GPU model name accepted."""
@@ -37,7 +37,21 @@ NonNegativeFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(gt=0, le=_INT32_MAX)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=_INT32_MAX)]
-Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+def no_control_characters(value: str) -> str:
+    """Refuse control characters (U+0000 to U+001F, U+007F to U+009F) in an id or a name:
+    PostgreSQL cannot store NUL, and none of them belongs in a name a person reads."""
+    for position, char in enumerate(value):
+        if ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F:
+            raise ValueError(
+                f"must not contain control characters (U+{ord(char):04X} at position {position})"
+            )
+    return value
+
+
+Printable = AfterValidator(no_control_characters)
+Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), Printable]
 
 
 class WireModel(BaseModel):
@@ -50,7 +64,7 @@ class _JobOptions(WireModel):
     """Every job parameter except the id (shared by `JobParams` and `JobSpec`)."""
 
     job_id_prefix: Annotated[
-        str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH)
+        str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH), Printable
     ]
     batch_sizes: Annotated[list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
     default_batch_size: PositiveInt

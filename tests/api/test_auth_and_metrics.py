@@ -51,6 +51,17 @@ def test_every_route_but_health_needs_the_token(guarded: ServerProcess) -> None:
     assert f"[req-123] registered job {job_id}" in log  # the logs carry the request id
 
 
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+def test_the_bearer_scheme_is_case_insensitive(guarded: ServerProcess, scheme: str) -> None:
+    """RFC 9110, section 11.1: the scheme name is case-insensitive; the token is not."""
+    answer = httpx.get(guarded.url + "/api/jobs", headers={"Authorization": f"{scheme} {TOKEN}"})
+    assert answer.status_code == 200
+    upper = httpx.get(
+        guarded.url + "/api/jobs", headers={"Authorization": f"{scheme} {TOKEN.upper()}"}
+    )
+    assert upper.status_code == 401
+
+
 def test_client_sends_the_token(guarded: ServerProcess) -> None:
     from zeus_bso.spec import JobSpecFromClient
 

@@ -7,6 +7,7 @@ import uuid
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from tests.conftest import job_body
 
@@ -43,3 +44,30 @@ def test_ids_that_differ_only_in_case_space_or_accents_are_different_jobs(
     ]:
         listed = http.get("/api/jobs", params={"prefix": narrower}).json()
         assert {job["job_id"][len(prefix) :] for job in listed} == expected, narrower
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\n", "\x1f", "\x7f", "\x85"])
+def test_control_characters_in_ids_and_names_are_refused_everywhere(
+    http: httpx.Client, char: str
+) -> None:
+    """422 naming the character, on every backend (PostgreSQL cannot store NUL), and nothing
+    stored; a lookup of such an id is refused the same way."""
+    prefix = f"ctl{uuid.uuid4().hex[:8]}"
+    for body in (
+        job_body(f"{prefix}-a{char}b", prefix=prefix),
+        job_body(None, prefix=prefix + char),
+        job_body(f"{prefix}-ok", prefix=prefix, gpu_model=f"A100{char}"),
+    ):
+        refused = http.post("/jobs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert f"U+{ord(char):04X}" in refused.text
+    assert http.get("/api/jobs", params={"prefix": prefix}).json() == []
+    for path, params in (
+        ("/jobs/batch_size", {"job_id": f"{prefix}-a{char}b"}),
+        ("/api/jobs", {"prefix": f"{prefix}{char}"}),
+    ):
+        answer = http.get(path, params=params)
+        assert answer.status_code == 422, (path, answer.text)
+    # In a path, a line break does not match the route at all: 404 rather than 422.
+    in_path = http.get("/api/jobs/" + quote(f"{prefix}-a{char}b", safe=""))
+    assert in_path.status_code in (404, 422), in_path.text

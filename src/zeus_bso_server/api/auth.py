@@ -28,13 +28,14 @@ class TokenMiddleware:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self._token = token.encode()
-        self._expected = b"Bearer " + self._token
 
     def _authorized(self, given: bytes) -> bool:
-        if secrets.compare_digest(given, self._expected):
-            return True
+        # The scheme is case-insensitive (RFC 9110, section 11.1): "bearer" is "Bearer".
         scheme, _, credentials = given.partition(b" ")
-        if scheme.lower() != b"basic":
+        scheme = scheme.lower()
+        if scheme == b"bearer":
+            return secrets.compare_digest(credentials.strip(b" "), self._token)
+        if scheme != b"basic":
             return False
         try:
             decoded = base64.b64decode(credentials.strip(), validate=True)

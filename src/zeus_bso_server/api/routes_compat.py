@@ -7,12 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 from pydantic import BaseModel
 
-from zeus_bso.spec import MAX_ID_LENGTH, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
+from zeus_bso.spec import (
+    MAX_ID_LENGTH,
+    JobSpecFromClient,
+    Printable,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
 from zeus_bso_server.api.deps import Service
 
 router = APIRouter(tags=["zeus protocol"])
 
-JobIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH)]
+JobIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH), Printable]
 
 
 def _json(model: BaseModel) -> Response:

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import URL
 
-from zeus_bso.spec import MAX_ID_LENGTH
+from zeus_bso.spec import MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.views import TrialView, job_state, job_summaries
@@ -126,7 +126,7 @@ async def root(request: Request) -> RedirectResponse:
 async def jobs_page(
     request: Request,
     db: Db,
-    prefix: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+    prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> Response:
     """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
@@ -155,7 +155,7 @@ async def jobs_page(
 async def job_page(
     request: Request,
     db: Db,
-    job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)],
+    job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
     before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> Response:
     """One job: its settings, batch sizes with their statistics and posterior, and trials."""

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from zeus_bso.spec import MAX_ID_LENGTH, TrialId
+from zeus_bso.spec import MAX_ID_LENGTH, Printable, TrialId
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.errors import SchemaError, ServerError
 from zeus_bso_server.store.migrate import check_schema
@@ -21,7 +21,7 @@ health = APIRouter(tags=["health"])
 @router.get("/jobs", response_model=list[JobSummary])
 async def list_jobs(
     db: Db,
-    prefix: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+    prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> list[JobSummary]:
@@ -34,7 +34,7 @@ async def list_jobs(
 )
 async def get_job(
     db: Db,
-    job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)],
+    job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
     limit: Annotated[int, Query(ge=0, le=1000)] = 50,
     before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> JobState:
