@@ -29,6 +29,15 @@ JOB_ID_SUFFIX_LENGTH = 9
 MAX_BATCH_SIZES = 1024
 """Most batch sizes one job may list."""
 
+# Physical bounds on what a client reports, far above any real job, so that every cost the
+# server computes and stores from them is finite.
+MAX_POWER_W = 1e7
+"""Most ``max_power`` a job may have: 10 MW, ten thousand 1 kW GPUs."""
+MAX_TIME_S = 1e9
+"""Most cumulative ``time`` a report may carry: about 31 years."""
+MAX_ENERGY_J = 1e15
+"""Most cumulative ``energy`` a report may carry: 1 PJ, about 280 GWh."""
+
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -149,7 +158,7 @@ class JobSpec(_JobOptions):
 class GpuConfig(WireModel):
     """The GPUs a job trains on."""
 
-    max_power: PositiveFinite
+    max_power: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)]
     """Sum of the maximum power limits of the GPUs used (W)."""
     number_of_gpus: PositiveInt
     gpu_model: Identifier
@@ -174,8 +183,8 @@ class TrialId(WireModel):
 class TrainingResult(TrialId):
     """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
 
-    time: NonNegativeFinite
-    energy: NonNegativeFinite
+    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)]
+    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
     metric: FiniteFloat
     current_epoch: PositiveInt
 

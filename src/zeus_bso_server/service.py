@@ -234,6 +234,13 @@ class BatchSizeService:
                 f"current_epoch {result.current_epoch} is below the {trial.epochs} epochs "
                 f"already reported for trial {trial.trial_number}; report cumulative values"
             )
+        for name, before in (("time", trial.time), ("energy", trial.energy)):
+            if before is not None and getattr(result, name) < before:
+                raise ReportMismatchError(
+                    f"{name} {getattr(result, name):g} is below the {before:g} already "
+                    f"reported for trial {trial.trial_number}; time and energy are cumulative "
+                    "since the run began"
+                )
         best = repo.best_run(job)
         verdict = policy.judge_report(
             config,
