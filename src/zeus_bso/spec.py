@@ -94,8 +94,9 @@ class _JobOptions(WireModel):
     # `UPSTREAM_OPTIONS` holds the values that reproduce upstream's decisions. Upstream clients
     # send every JobParams field, so they keep their 2 and 2.
     max_unreported_failures: Annotated[int, Field(ge=1, le=1000)] = 3
-    """Dispatches of one batch size in one pruning round that may end without any report (crash,
-    OOM kill) before the batch size counts as not converging in that round."""
+    """Dispatches of one batch size in one pruning round that may end without any report (a
+    crash its client caught, or an OOM kill or lost node whose lease ran out before the first
+    report) before the batch size counts as not converging in that round."""
     prune_up_first: bool = True
     """Explore larger batch sizes before smaller ones in each pruning round."""
     prune_skip_other_direction: bool = True

@@ -97,6 +97,32 @@ def test_expired_lease_is_abandoned_and_frees_exploration(short_lease: ServerPro
         assert trials[dead["trial_number"]]["cost"] is not None
 
 
+def test_a_batch_size_whose_runs_die_unreported_is_not_dispatched_forever(
+    short_lease: ServerProcess,
+) -> None:
+    """Runs killed after dispatch (OOM: no report, no PATCH) count as failures once their lease
+    runs out; one that reported before it vanished does not."""
+    with short_lease.client() as http:
+        job_id = register(http, max_unreported_failures=2)
+        first = next_trial(http, job_id)
+        assert first["batch_size"] == 64
+        report(http, first, 1, 0.1, cost_unit=0.01)  # a short epoch reported, then it vanishes
+        time.sleep(LEASE + 0.5)
+        second = next_trial(http, job_id)
+        assert second["batch_size"] == 64  # an abandon after a report says nothing bad
+        time.sleep(LEASE + 0.5)
+        third = next_trial(http, job_id)
+        assert third["batch_size"] == 64  # one silent abandon: under the limit of 2
+        time.sleep(LEASE + 0.5)
+        # Two runs of 64 died before their first report: 64 does not converge in this round.
+        fourth = next_trial(http, job_id)
+        assert fourth["batch_size"] != 64
+        trials = {t["trial_number"]: t for t in state(http, job_id)["trials"]}
+        assert [trials[t["trial_number"]]["status"] for t in (first, second, third)] == [
+            "abandoned"
+        ] * 3
+
+
 def test_heartbeat_keeps_a_trial_alive(short_lease: ServerProcess) -> None:
     with short_lease.client() as http:
         job_id = register(http)

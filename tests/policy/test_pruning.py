@@ -6,7 +6,7 @@ import pytest
 
 from tests.policy.helpers import explored, make_job
 from zeus_bso.errors import NoConvergedBatchSizeError
-from zeus_bso.policy import TrialStatus, next_pruning_step
+from zeus_bso.policy import Exploration, TrialStatus, next_pruning_step
 from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, PruningDone
 
 
@@ -78,6 +78,19 @@ def test_unreported_failures_are_bounded() -> None:
     two_failures = (*one_failure, explored(0, 64, 2, status=TrialStatus.FAILED))
     # 64 now counts as not converging: the down direction stops and the up direction begins.
     assert next_pruning_step(job, two_failures) == ExploreNext(batch_size=128, round=0)
+
+
+def test_runs_that_vanish_before_their_first_report_count_as_failures() -> None:
+    """An OOM kill or a lost node ends no trial: its lease runs out. Without a report it counts
+    toward max_unreported_failures like a failed trial; after a report it says nothing bad."""
+    job = make_job(max_unreported_failures=2)
+    silent = explored(0, 64, 1, status=TrialStatus.ABANDONED)
+    reported = Exploration(0, 64, 2, TrialStatus.ABANDONED, reported=True)
+    assert next_pruning_step(job, (silent, reported)) == ExploreNext(batch_size=64, round=0)
+    twice = (silent, reported, explored(0, 64, 3, status=TrialStatus.ABANDONED))
+    assert next_pruning_step(job, twice) == ExploreNext(batch_size=128, round=0)
+    mixed = (silent, explored(0, 64, 2, status=TrialStatus.FAILED))
+    assert next_pruning_step(job, mixed) == ExploreNext(batch_size=128, round=0)
 
 
 def test_first_report_in_a_round_decides() -> None:

@@ -61,7 +61,13 @@ def _outcome(
         return _Outcome.NOT_CONVERGED, None
     if any(r.status is TrialStatus.DISPATCHED for r in records):
         return _Outcome.IN_FLIGHT, None
-    failures = sum(r.status is TrialStatus.FAILED for r in records)
+    # A run that ended without a single report counts as a failure, whether its client ended
+    # it (failed: a crash caught by the client) or vanished before its first report (abandoned:
+    # an OOM kill, a lost node). A run that vanished after reporting says nothing bad.
+    failures = sum(
+        r.status is TrialStatus.FAILED or (r.status is TrialStatus.ABANDONED and not r.reported)
+        for r in records
+    )
     if failures >= max_unreported_failures:
         return _Outcome.NOT_CONVERGED, None
     return _Outcome.UNTRIED, None
@@ -71,9 +77,11 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
     """Walk the pruning rounds over the explorations so far and say what comes next.
 
     The first report of a batch size in a round decides its outcome there (a late report of an
-    abandoned trial can add a second one). Abandoned trials are ignored; trials that ended without
-    any report count as failures, and ``job.max_unreported_failures`` of them in one round mark the
-    batch size as not converging in that round.
+    abandoned trial can add a second one). Trials that ended without any report count as
+    failures: ended by their client (failed) or abandoned before their first report (their lease
+    ran out: an OOM kill, a lost node). ``job.max_unreported_failures`` of them in one round mark
+    the batch size as not converging in that round. A trial abandoned after it reported says
+    nothing bad and is ignored.
 
     Raises:
         NoConvergedBatchSizeError: a round ended with no converged batch size.

@@ -77,6 +77,8 @@ class Exploration:
     status: TrialStatus
     converged: bool | None = None
     cost: float | None = None
+    reported: bool = False
+    """Whether the run reported at least one epoch (a final report or a progress report)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ class InMemoryJob:
                     t.status,
                     t.converged,
                     t.cost,
+                    reported=t.epochs > 0,
                 )
                 for t in self.trials
                 if t.dispatch.kind is TrialKind.EXPLORATION

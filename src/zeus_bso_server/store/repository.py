@@ -93,6 +93,7 @@ _EXPLORATIONS = select(
     trials.c.status,
     trials.c.converged,
     trials.c.cost,
+    trials.c.epochs,
 ).where(trials.c.job_id == bindparam("job_id"), trials.c.kind == TrialKind.EXPLORATION.value)
 _EXPIRE = (
     update(trials)
@@ -231,6 +232,7 @@ def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
             status=TrialStatus(r.status),
             converged=r.converged,
             cost=r.cost,
+            reported=r.epochs is not None,
         )
         for r in conn.execute(_EXPLORATIONS, {"job_id": job_id})
     )
