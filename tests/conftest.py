@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -126,13 +129,32 @@ def mariadb() -> Iterator[MariaDBServer]:
 
 
 def _started(server_class: Callable[[], DatabaseServer]) -> Iterator[DatabaseServer]:
-    """A database server for a fixture's lifetime; the tests skip, saying why, without one."""
+    """A database server for a fixture's lifetime; the tests skip, saying why, without one.
+
+    It is stopped when the fixture ends, which an interrupted run reaches too (see
+    `pytest_configure`), and failing that when the interpreter exits."""
     try:
         server = server_class()
     except FileNotFoundError as err:
         pytest.skip(str(err))
-    yield server
-    server.stop()
+    stop_once = functools.cache(server.stop)
+    atexit.register(stop_once)
+    try:
+        yield server
+    finally:
+        stop_once()
+        atexit.unregister(stop_once)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI runner's timeout, ``kill``) ends the run as Ctrl-C does: pytest then tears
+    down the session's fixtures, stopping the database servers and containers they started."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def database_url(backend: str, tmp: Path, request: pytest.FixtureRequest) -> str:
