@@ -142,3 +142,29 @@ def _admin_sql(url: str, statement: str) -> int:
             return int(result.scalar_one()) if result.returns_rows else 0
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sqlite_file_deleted_or_replaced_under_the_server_refuses_writes(
+    tmp_path: Path, how: str
+) -> None:
+    """``rm zeus-bso.db*`` under a running server: its connections would keep writing to the
+    unlinked file and answer 200 for writes a restart loses. It answers 503 instead, and says
+    why in its log and in /readyz."""
+    path = tmp_path / "bso.db"
+    server = ServerProcess(sqlite_url(path), cwd=tmp_path)
+    try:
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(unique_id())).status_code == 201
+            for leftover in tmp_path.glob("bso.db*"):
+                leftover.unlink()
+            if how == "replaced":
+                sqlite3.connect(path).close()  # another, empty database at the same path
+            refused = http.post("/jobs", json=job_body(unique_id()))
+            assert refused.status_code == 503, refused.text
+            assert http.get("/readyz").status_code == 503
+            assert http.get("/healthz").status_code == 200
+        assert f"the SQLite database {path}" in server.log()
+        assert "deleted" in server.log() if how == "deleted" else "replaced" in server.log()
+    finally:
+        server.stop()

@@ -18,7 +18,8 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Engine, create_engine, event
@@ -110,6 +111,50 @@ def _cause(err: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
+class _SqliteFile:
+    """The SQLite file a server opened. Deleted or replaced under a running server (``rm
+    zeus-bso.db*``), its open connections would go on writing to the unlinked file, and every
+    answer would be a lie: each unit of work first checks that the path still names the file,
+    a ``stat`` of a few microseconds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._identity: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, url: URL) -> _SqliteFile | None:
+        database = url.database
+        if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+            return None
+        return cls(Path(database).resolve())
+
+    def check(self) -> None:
+        """Raises DatabaseUnavailableError when the file is gone or is another file now."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            if self._identity is None:
+                return  # not created yet: the first connection creates it
+            self._lost("was deleted")
+        identity = (stat.st_dev, stat.st_ino)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            self._lost("was replaced by another file")
+
+    def _lost(self, what: str) -> NoReturn:
+        logger.error(
+            "the SQLite database %s %s while the server was running: refusing requests so that "
+            "no answer claims a write that is lost; restore the file, or restart the server to "
+            "use the new one",
+            self.path,
+            what,
+        )
+        raise DatabaseUnavailableError(
+            "The database file is gone; nothing was written. The operator must restore it."
+        )
+
+
 class Database:
     """A synchronous engine and the units of work run on it, each in a worker thread."""
 
@@ -121,6 +166,7 @@ class Database:
         else:
             _install_idle_ping(self.engine)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
+        self._sqlite_file = _SqliteFile.of(url)
 
     @property
     def dialect(self) -> str:
@@ -147,6 +193,8 @@ class Database:
         Raises:
             DatabaseUnavailableError: as `write`.
         """
+        if self._sqlite_file is not None:
+            self._sqlite_file.check()
         try:
             with (self._writer if write else self.engine).begin() as connection:
                 return work(connection)
