@@ -61,8 +61,12 @@ def test_upstream_client_session(server: ServerProcess) -> None:
         answer = upstream_post(base + "/report", json.dumps(result))
         assert answer.status_code == 200, answer.text
         decision = answer.json()
-        assert set(decision) == {"stop_train", "converged", "message"}
+        # Upstream's three fields, and our optional cost, which upstream's clients ignore.
+        assert set(decision) == {"stop_train", "converged", "message", "cost"}
+    cost = decision.pop("cost")
     assert decision == {"stop_train": True, "converged": True, "message": "Train succeeded"}
+    assert isinstance(cost, float)
+    assert cost > 0
 
     ended = httpx.patch(base + "/trials", content=json.dumps(trial_id))
     assert ended.status_code == 200
