@@ -4,10 +4,12 @@ and connections or statements the database took away from a running server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -166,5 +168,45 @@ def test_a_sqlite_file_deleted_or_replaced_under_the_server_refuses_writes(
             assert http.get("/healthz").status_code == 200
         assert f"the SQLite database {path}" in server.log()
         assert "deleted" in server.log() if how == "deleted" else "replaced" in server.log()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB filesystem of its own (tmpfs; mounting needs root)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def test_readiness_says_no_while_the_sqlite_disk_is_full(small_disk: Path) -> None:
+    server = ServerProcess(sqlite_url(small_disk / "bso.db"), cwd=small_disk.parent)
+    try:
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(unique_id())).status_code == 201
+            assert http.get("/readyz").status_code == 200
+            filler = small_disk / "filler"
+            with filler.open("wb") as out, contextlib.suppress(OSError):
+                while True:  # until the disk is full
+                    out.write(b"\0" * 65536)
+                    out.flush()
+            not_ready = http.get("/readyz")
+            assert not_ready.status_code == 503
+            assert "full" in not_ready.json()["message"]
+            assert http.post("/jobs", json=job_body(unique_id())).status_code == 503
+            filler.unlink()
+            assert http.get("/readyz").status_code == 200
+            assert http.post("/jobs", json=job_body(unique_id())).status_code == 201
     finally:
         server.stop()

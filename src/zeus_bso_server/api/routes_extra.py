@@ -69,10 +69,11 @@ async def healthz() -> dict[str, str]:
 
 @health.get("/readyz", responses={503: {"description": "Database unreachable or schema outdated"}})
 async def readyz(db: Db) -> JSONResponse:
-    """The database answers and its schema is current."""
+    """The database answers, its schema is current and a write can succeed."""
     try:
         await db.read(lambda conn: conn.execute(_PING).scalar_one())
         await check_schema(db)
+        await db.check_writable()
     except (ServerError, SchemaError) as err:
         return JSONResponse({"status": "unavailable", "message": err.message}, status_code=503)
     except Exception:  # readiness must answer, whatever the database does

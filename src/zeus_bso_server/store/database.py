@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,6 +112,10 @@ def _cause(err: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
+MIN_FREE_BYTES = 1 << 20
+"""Free space below which a SQLite server says it is not ready: far more than a request writes."""
+
+
 class _SqliteFile:
     """The SQLite file a server opened. Deleted or replaced under a running server (``rm
     zeus-bso.db*``), its open connections would go on writing to the unlinked file, and every
@@ -141,6 +146,20 @@ class _SqliteFile:
             self._identity = identity
         elif identity != self._identity:
             self._lost("was replaced by another file")
+
+    def check_space(self) -> None:
+        """Raises DatabaseUnavailableError when the file's filesystem has less than
+        `MIN_FREE_BYTES` left: a write would fail (for readiness, whose probes come every few
+        seconds; a ``statvfs`` costs microseconds)."""
+        try:
+            fs = os.statvfs(self.path.parent)
+        except OSError:
+            return  # the directory is gone: `check` says so
+        free = fs.f_bavail * fs.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise DatabaseUnavailableError(
+                f"The disk of the database file is full ({free} bytes free); writes would fail."
+            )
 
     def _lost(self, what: str) -> NoReturn:
         logger.error(
@@ -218,6 +237,13 @@ class Database:
             raise DatabaseUnavailableError(
                 "The database is unreachable; nothing was written. Retry shortly."
             ) from err
+
+    async def check_writable(self) -> None:
+        """For readiness: raises DatabaseUnavailableError where a write cannot succeed that a
+        read would not notice (a SQLite file on a full disk). PostgreSQL and MySQL keep their
+        own disks; their errors answer 503 as they come."""
+        if self._sqlite_file is not None:
+            await anyio.to_thread.run_sync(self._sqlite_file.check_space)
 
     def dispose(self) -> None:
         """Close every pooled connection."""
