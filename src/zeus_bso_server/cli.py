@@ -183,6 +183,8 @@ def serve(
         log_level=settings.log_level.lower(),
         log_config=_log_config(settings.log_level),
         access_log=settings.log_level == "DEBUG",
+        timeout_keep_alive=settings.timeout_keep_alive,
+        limit_concurrency=settings.limit_concurrency,
     )
 
 

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     After a report, the lease is at least three times the run's mean epoch time."""
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    timeout_keep_alive: int = Field(default=5, ge=1, le=3600)
+    """Seconds an idle keep-alive connection stays open."""
+    limit_concurrency: int | None = Field(default=None, ge=1)
+    """Most connections and tasks a worker serves at once; past it, new ones get 503 (none by
+    default: a slow client holds only its own connection, and headers that never finish are
+    the reverse proxy's to time out)."""
     token: SecretStr | None = None
     """Bearer token every route but the health checks requires (``ZEUS_BSO_TOKEN``)."""
     token_file: Path | None = None
