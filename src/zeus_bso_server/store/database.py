@@ -206,8 +206,8 @@ class Database:
         return await anyio.to_thread.run_sync(functools.partial(self.run, work, write=False))
 
     def run(self, work: Callable[[Connection], T], *, write: bool) -> T:
-        """Run ``work`` in one transaction, in the calling thread (`write` and `read` call this
-        in a worker thread; the CLI's schema commands call it directly).
+        """Run ``work`` in one transaction, in the calling thread (`write` and `read` run this in
+        a worker thread).
 
         Raises:
             DatabaseUnavailableError: as `write`.
@@ -222,7 +222,7 @@ class Database:
             raise DatabaseUnavailableError(
                 "A concurrent request changed the same job; nothing was written. Retry."
             ) from err
-        except (OperationalError, DBAPIError, PoolTimeoutError) as err:
+        except (DBAPIError, PoolTimeoutError) as err:
             # Programming errors (a bad statement) are bugs, not unavailability: they go on.
             if isinstance(err, DBAPIError) and not (
                 isinstance(err, OperationalError) or err.connection_invalidated
