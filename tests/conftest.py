@@ -29,6 +29,12 @@ DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
 
 
+def environment_without_settings() -> dict[str, str]:
+    """This process's environment without any ``ZEUS_BSO_*`` setting, for a command whose
+    settings a test gives explicitly."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+
+
 class ServerProcess:
     """One server process; ``url`` is its base URL."""
 

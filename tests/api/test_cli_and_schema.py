@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import subprocess
 import time
@@ -16,7 +15,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
-from tests.conftest import BACKENDS, SERVER_BIN, ServerProcess, database_url, job_body, sqlite_url
+from tests.conftest import (
+    BACKENDS,
+    SERVER_BIN,
+    ServerProcess,
+    database_url,
+    environment_without_settings,
+    job_body,
+    sqlite_url,
+)
 from tests.ports import free_port
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
@@ -27,7 +34,7 @@ from zeus_bso_server.store.tables import Base
 def run_cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    full_env = environment_without_settings()
     full_env.update(env or {})
     return subprocess.run(
         [SERVER_BIN, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=60
@@ -159,7 +166,7 @@ def test_db_upgrade_waits_for_a_database_that_is_not_there_yet(tmp_path: Path) -
     assert refused.returncode == 2
     assert "cannot" in refused.stderr
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    env = environment_without_settings()
     proc = subprocess.Popen(
         [SERVER_BIN, "db", "upgrade", "--db", url, "--wait", "60"],
         cwd=tmp_path,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,15 @@ from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.engine import Connection
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.conftest import BACKENDS, SERVER_BIN, ServerProcess, database_url, job_body, unique_id
+from tests.conftest import (
+    BACKENDS,
+    SERVER_BIN,
+    ServerProcess,
+    database_url,
+    environment_without_settings,
+    job_body,
+    unique_id,
+)
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
@@ -201,7 +208,7 @@ def test_concurrent_upgrades_of_a_fresh_database_all_succeed(
     """Replicas that each migrate as they start (an init container per pod, `serve` without
     --no-upgrade) race on a fresh database: one migrates, the others wait and find it done."""
     url = database_url(backend, tmp_path, request)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    env = environment_without_settings()
     command = [SERVER_BIN, "db", "upgrade", "--db", url]
     procs = [
         subprocess.Popen(

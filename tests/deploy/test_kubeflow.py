@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ServerProcess, sqlite_url, unique_id
+from tests.conftest import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from tests.containers import REPO
 from tests.deploy.test_kubernetes import find, render, validate_strictly
 from tests.deploy.wire import job_state
@@ -79,7 +78,7 @@ def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Pa
     _script()
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
     job_id = unique_id("mnist")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+    env = environment_without_settings()
     try:
         for recurrence in (1, 2):
             run = subprocess.run(
