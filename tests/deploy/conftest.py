@@ -3,6 +3,9 @@ on a Debian bookworm base made here."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import pytest
 
 from tests.containers import BASE_IMAGE, REPO, Podman
@@ -28,3 +31,11 @@ def server_image(podman: Podman) -> str:
         PYTHON_IMAGE=BASE_IMAGE,
     )
     return SERVER_IMAGE
+
+
+@pytest.fixture
+def volume(podman: Podman) -> Iterator[str]:
+    name = f"zeus-bso-test-{uuid.uuid4().hex[:8]}"
+    podman.run("volume", "create", name)
+    yield name
+    podman.run("volume", "rm", "-f", name, check=False)

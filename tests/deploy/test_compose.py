@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import re
 import secrets
-import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +14,21 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.containers import POSTGRES_IMAGE, REPO, HealthTicker, Podman, wait_answers, wait_healthy
+from tests.containers import (
+    POSTGRES_IMAGE,
+    REPO,
+    HealthTicker,
+    Podman,
+    dev_tool,
+    wait_answers,
+    wait_healthy,
+)
 from tests.deploy.wire import job_state, run_recurrence
 from tests.ports import free_port
 
 COMPOSE = REPO / "integrations/compose/compose.yaml"
 COMPOSE_SQLITE = REPO / "integrations/compose/compose.sqlite.yaml"
-PODMAN_COMPOSE = shutil.which("podman-compose") or str(
-    Path(sys.executable).parent / "podman-compose"
-)
+PODMAN_COMPOSE = dev_tool("podman-compose")
 
 
 def _services(path: Path) -> dict[str, Any]:
@@ -84,6 +88,14 @@ class ComposeProject:
         return order
 
     def down(self) -> None:
+        """Remove the project: its containers with their anonymous volumes (the server image
+        declares /data, which the PostgreSQL setup does not mount, and podman-compose's ``down
+        -v`` leaves such volumes behind), then its named volumes and network."""
+        listed = self.podman.run(
+            "ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={self.name}"
+        )
+        if containers := listed.stdout.split():
+            self.podman.run("rm", "-f", "-v", "-t", "5", *containers, check=False)
         self("down", "-v", "-t", "5", check=False)
 
 

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.containers import Podman, container, wait_answers
 from tests.deploy.wire import job_state, run_recurrence
 from tests.ports import free_port
-
-
-@pytest.fixture
-def volume(podman: Podman) -> Iterator[str]:
-    name = f"zeus-bso-test-{uuid.uuid4().hex[:8]}"
-    podman.run("volume", "create", name)
-    yield name
-    podman.run("volume", "rm", "-f", name, check=False)
 
 
 def test_the_image_declares_a_non_root_user_a_volume_and_a_healthcheck(

