@@ -4,7 +4,8 @@
 
     ZeusBSOError                      every error this package raises
     ├── PolicyError                   the policy cannot decide with the job as configured
-    │   └── NoConvergedBatchSizeError a pruning round ended with no converged batch size
+    │   ├── NoConvergedBatchSizeError a pruning round ended with no converged batch size
+    │   └── ReportMismatchError       a report contradicts its trial's earlier reports
     ├── ServerConnectionError         the server cannot be reached (or timed out)
     ├── ServerRejectedError           the server answered with an error status
     ├── OperationOrderError           BatchSizeOptimizer methods called out of order (client.py)
@@ -38,6 +39,12 @@ class NoConvergedBatchSizeError(PolicyError):
             "Reconfigure the job: register a new job_id with other batch_sizes, a larger "
             "max_epochs or a reachable target_metric."
         )
+
+
+class ReportMismatchError(PolicyError):
+    """Raised when a report contradicts the trial it names: fewer epochs, or less time or
+    energy, than the trial already reported. Reports carry cumulative values since the run
+    began."""
 
 
 class ServerConnectionError(ZeusBSOError):

@@ -10,8 +10,10 @@
     ├── JobNotFoundError            the same, on routes where upstream answers 404
     ├── UnknownTrialError           a report for a trial that does not exist (400, as upstream)
     ├── TrialNotFoundError          the same, on routes where upstream answers 404
-    ├── JobConfigMismatchError      a job id registered again with a different config
-    └── ReportMismatchError         a report that contradicts the trial it names
+    └── JobConfigMismatchError      a job id registered again with a different config
+
+The policy's errors (`zeus_bso.errors.PolicyError`: no converged batch size, a report that
+contradicts its trial) pass through the service and are mapped by the API as well.
 """
 
 from __future__ import annotations
@@ -55,7 +57,3 @@ class TrialNotFoundError(UnknownTrialError):
 
 class JobConfigMismatchError(ServerError):
     """Raised when a job id is registered again with a different configuration."""
-
-
-class ReportMismatchError(ServerError):
-    """Raised when a report contradicts its trial (e.g. an epoch count that goes backwards)."""

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.policy import JobHistory, Stage, TrialKind, TrialStatus
+from zeus_bso.policy import Stage, TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
-    ReportMismatchError,
     TrialNotFoundError,
     UnknownJobError,
     UnknownTrialError,
@@ -162,53 +161,29 @@ class BatchSizeService:
     def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
-        history = self._history(conn, job, config)
-        number = job.next_trial_number
-        dispatch = policy.decide(config, history, policy.rng_for(config, number))
-        entering_bandit = dispatch.arms is not None and job.arms is None
-        repo.start_trial(
-            conn,
-            job_id,
-            number,
-            dispatch.batch_size,
-            dispatch.kind,
-            dispatch.round,
-            self.lease_seconds,
-            list(dispatch.arms or ()) if entering_bandit else None,
-        )
-        if entering_bandit:
-            logger.info("job %s enters the bandit stage with arms %s", job_id, dispatch.arms)
-        trial = TrialId(job_id=job_id, batch_size=dispatch.batch_size, trial_number=number)
-        return trial, dispatch, expired
-
-    @staticmethod
-    def _history(conn: Connection, job: Record, config: CreatedJob) -> JobHistory:
-        best = repo.best_run(job)
-        # Observations are needed in the pruning stage too: the decision that ends pruning
-        # is the bandit's first.
+        state = repo.job_state(job)
+        # Explorations matter only while pruning (the decision that ends it is the bandit's
+        # first); windowed costs only with a window.
+        explorations = repo.explorations(conn, job_id) if state.arms is None else ()
+        windowed = None
         if config.window_size > 0:
-            sizes = job.arms if job.arms is not None else config.batch_sizes
-            observations = repo.windowed_costs(conn, job.job_id, sizes, config.window_size)
-        else:
-            observations = {b: s.costs for b, s in repo.stats_of(job).items()}
-        if job.arms is None:
-            return JobHistory(
-                arms=None,
-                explorations=repo.explorations(conn, job.job_id),
-                observations=observations,
-                best=best,
-            )
-        pulls = job.next_trial_number - job.bandit_start if job.bandit_start else 0
-        return JobHistory(
-            arms=tuple(job.arms), observations=observations, best=best, bandit_pulls=pulls
+            sizes = state.arms if state.arms is not None else config.batch_sizes
+            windowed = repo.windowed_costs(conn, job_id, sizes, config.window_size)
+        step = policy.after_dispatch(config, state, explorations, windowed)
+        repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job)
+        if step.entered_bandit:
+            logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
+        trial = TrialId(
+            job_id=job_id, batch_size=step.trial.batch_size, trial_number=step.trial.trial_number
         )
+        return trial, step.dispatch, expired
 
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a report and say whether the run stops.
 
         Raises:
             UnknownJobError, UnknownTrialError: no such job or trial.
-            ReportMismatchError: the report contradicts the trial.
+            ReportMismatchError: the report contradicts the trial's earlier reports.
         """
         async with self._queue(result.job_id):
             answer, final = await self.db.write(lambda conn: self._report(conn, result))
@@ -217,70 +192,27 @@ class BatchSizeService:
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
-        row, trial = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
+        row, trial_row = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
         job, config = self._registered(row, result.job_id)
-        if trial is None or trial.batch_size != result.batch_size:
+        if trial_row is None or trial_row.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
-        if trial.status == TrialStatus.REPORTED.value:
-            repeated = ReportResponse(
-                stop_train=True,
-                converged=bool(trial.converged),
-                message=f"Result for this trial({trial.trial_number}) is already reported.",
-                cost=trial.cost,
-            )
-            return repeated, False
-        if trial.epochs is not None and result.current_epoch < trial.epochs:
-            raise ReportMismatchError(
-                f"current_epoch {result.current_epoch} is below the {trial.epochs} epochs "
-                f"already reported for trial {trial.trial_number}; report cumulative values"
-            )
-        for name, before in (("time", trial.time), ("energy", trial.energy)):
-            if before is not None and getattr(result, name) < before:
-                raise ReportMismatchError(
-                    f"{name} {getattr(result, name):g} is below the {before:g} already "
-                    f"reported for trial {trial.trial_number}; time and energy are cumulative "
-                    "since the run began"
-                )
-        best = repo.best_run(job)
-        verdict = policy.judge_report(
+        trial = repo.trial_state(trial_row)
+        step = policy.after_report(
             config,
-            batch_size=result.batch_size,
+            repo.job_state(job),
+            trial,
             time=result.time,
             energy=result.energy,
             metric=result.metric,
             current_epoch=result.current_epoch,
-            best_cost=best.cost if best else None,
-            exploring=trial.kind == TrialKind.EXPLORATION.value,
         )
-        measured = {
-            "epochs": result.current_epoch,
-            "time": result.time,
-            "energy": result.energy,
-            "metric": result.metric,
-            "cost": verdict.cost,
-        }
-        if not verdict.stop:
-            # A client that reports is alive: renew (or revive) its lease.
-            lease = self._lease(result.time, result.current_epoch)
-            repo.record_progress(conn, result.job_id, result.trial_number, measured, lease)
-        else:
-            repo.finish_trial(
-                conn,
-                job,
-                config,
-                result.trial_number,
-                result.batch_size,
-                measured,
-                verdict.converged,
-                verdict.message,
-            )
-        answer = ReportResponse(
-            stop_train=verdict.stop,
-            converged=verdict.converged,
-            message=verdict.message,
-            cost=verdict.cost,
-        )
-        return answer, verdict.stop
+        if step.final:
+            repo.finish_trial(conn, result.job_id, step.trial, step.job)
+        elif step.trial != trial:
+            # A client that reports is alive: its lease is renewed.
+            lease = self._lease(step.trial.time, step.trial.epochs)
+            repo.record_progress(conn, result.job_id, step.trial, lease)
+        return step.answer, step.final
 
     async def end_trial(self, trial_id: TrialId) -> None:
         """End a trial; one that never sent its final report becomes failed.

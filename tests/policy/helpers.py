@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zeus_bso.policy import Exploration, TrialStatus
+from zeus_bso.policy import TrialKind, TrialState, TrialStatus
 from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob
 
 
@@ -32,8 +32,16 @@ def explored(
     converged: bool | None = None,
     cost: float | None = None,
     status: TrialStatus | None = None,
-) -> Exploration:
+) -> TrialState:
     """An exploration record; reported unless ``status`` says otherwise."""
     if status is None:
         status = TrialStatus.REPORTED
-    return Exploration(round_index, batch_size, number, status, converged, cost)
+    return TrialState(
+        number,
+        batch_size,
+        TrialKind.EXPLORATION,
+        round_index,
+        status,
+        converged=converged,
+        cost=cost,
+    )

@@ -13,9 +13,9 @@ from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy import (
     BestRun,
     CostStats,
-    Exploration,
     JobHistory,
     TrialKind,
+    TrialState,
     TrialStatus,
     arm_posterior,
     conjugate_update,
@@ -53,7 +53,7 @@ OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight"]
 
 def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[dict[str, Any]]:
     """Drive the policy like the server does; returns one record per decision."""
-    explorations: list[Exploration] = []
+    explorations: list[TrialState] = []
     observations: dict[int, list[float]] = {}
     arms: tuple[int, ...] | None = None
     best: BestRun | None = None
@@ -90,13 +90,14 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
         if dispatch.kind is TrialKind.EXPLORATION:
             assert dispatch.round is not None
             explorations.append(
-                Exploration(
-                    dispatch.round,
-                    dispatch.batch_size,
+                TrialState(
                     number,
+                    dispatch.batch_size,
+                    TrialKind.EXPLORATION,
+                    dispatch.round,
                     status,
-                    converged if status is TrialStatus.REPORTED else None,
-                    cost if status is TrialStatus.REPORTED else None,
+                    converged=converged if status is TrialStatus.REPORTED else None,
+                    cost=cost if status is TrialStatus.REPORTED else None,
                 )
             )
     return records
@@ -201,13 +202,15 @@ def arbitrary_histories(draw: st.DrawFn, job: CreatedJob) -> JobHistory:
     explorations = draw(
         st.lists(
             st.builds(
-                Exploration,
-                st.integers(0, 3),
-                sizes,
+                TrialState,
                 st.integers(1, 10_000),
+                sizes,
+                st.just(TrialKind.EXPLORATION),
+                st.integers(0, 3),
                 st.sampled_from(list(TrialStatus)),
-                st.one_of(st.none(), st.booleans()),
-                st.one_of(st.none(), finite_costs),
+                epochs=st.one_of(st.none(), st.integers(1, 10)),
+                converged=st.one_of(st.none(), st.booleans()),
+                cost=st.one_of(st.none(), finite_costs),
             ),
             max_size=30,
         )

@@ -6,7 +6,7 @@ import pytest
 
 from tests.policy.helpers import explored, make_job
 from zeus_bso.errors import NoConvergedBatchSizeError
-from zeus_bso.policy import Exploration, TrialStatus, next_pruning_step
+from zeus_bso.policy import TrialKind, TrialState, TrialStatus, next_pruning_step
 from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, PruningDone
 
 
@@ -85,7 +85,7 @@ def test_runs_that_vanish_before_their_first_report_count_as_failures() -> None:
     toward max_unreported_failures like a failed trial; after a report it says nothing bad."""
     job = make_job(max_unreported_failures=2)
     silent = explored(0, 64, 1, status=TrialStatus.ABANDONED)
-    reported = Exploration(0, 64, 2, TrialStatus.ABANDONED, reported=True)
+    reported = TrialState(2, 64, TrialKind.EXPLORATION, 0, TrialStatus.ABANDONED, epochs=1)
     assert next_pruning_step(job, (silent, reported)) == ExploreNext(batch_size=64, round=0)
     twice = (silent, reported, explored(0, 64, 3, status=TrialStatus.ABANDONED))
     assert next_pruning_step(job, twice) == ExploreNext(batch_size=128, round=0)

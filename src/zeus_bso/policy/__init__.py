@@ -1,7 +1,8 @@
 """The batch size optimizer's algorithm, as pure functions of a job's config and history.
 
-No I/O, no clock, no async: the server loads a job's history under a lock, calls `decide` or
-`judge_report`, and stores the result; the simulator calls the same functions in-process.
+No I/O, no clock, no async. The job's state machine is in `machine`: the server loads a job's
+state under its row's lock, calls `after_dispatch`, `after_report` or `after_event`, and stores
+what they return; the simulator calls the same functions in-process.
 """
 
 from zeus_bso.policy.bandit import arm_posterior, arm_posteriors, choose_arm, conjugate_update
@@ -13,6 +14,18 @@ from zeus_bso.policy.cost import (
     zeus_cost,
 )
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.machine import (
+    LIFECYCLE,
+    OPEN,
+    Dispatched,
+    Event,
+    Reported,
+    StatusChange,
+    after_dispatch,
+    after_event,
+    after_report,
+    history_of,
+)
 from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
     BatchSizeStats,
@@ -20,28 +33,39 @@ from zeus_bso.policy.types import (
     ConvergedStats,
     CostStats,
     Dispatch,
-    Exploration,
     JobHistory,
+    JobState,
     Posterior,
     Stage,
     TrialKind,
+    TrialState,
     TrialStatus,
     Verdict,
 )
 
 __all__ = [
+    "LIFECYCLE",
+    "OPEN",
     "BatchSizeStats",
     "BestRun",
     "ConvergedStats",
     "CostStats",
     "Dispatch",
-    "Exploration",
+    "Dispatched",
+    "Event",
     "JobHistory",
+    "JobState",
     "Posterior",
+    "Reported",
     "Stage",
+    "StatusChange",
     "TrialKind",
+    "TrialState",
     "TrialStatus",
     "Verdict",
+    "after_dispatch",
+    "after_event",
+    "after_report",
     "arm_posterior",
     "arm_posteriors",
     "best_reference",
@@ -49,6 +73,7 @@ __all__ = [
     "conjugate_update",
     "decide",
     "fold_final_report",
+    "history_of",
     "judge_report",
     "next_pruning_step",
     "rng_for",

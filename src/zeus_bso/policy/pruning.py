@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from zeus_bso.errors import NoConvergedBatchSizeError
-from zeus_bso.policy.types import Exploration, TrialStatus
+from zeus_bso.policy.types import TrialState, TrialStatus
 from zeus_bso.spec import CreatedJob
 
 
@@ -51,7 +51,7 @@ PruningStep = ExploreNext | ExplorationInFlight | PruningDone
 
 
 def _outcome(
-    records: list[Exploration], max_unreported_failures: int
+    records: list[TrialState], max_unreported_failures: int
 ) -> tuple[_Outcome, float | None]:
     reported = [r for r in records if r.status is TrialStatus.REPORTED]
     if reported:
@@ -73,7 +73,7 @@ def _outcome(
     return _Outcome.UNTRIED, None
 
 
-def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) -> PruningStep:
+def next_pruning_step(job: CreatedJob, explorations: tuple[TrialState, ...]) -> PruningStep:
     """Walk the pruning rounds over the explorations so far and say what comes next.
 
     The first report of a batch size in a round decides its outcome there (a late report of an
@@ -86,9 +86,9 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[Exploration, ...]) ->
     Raises:
         NoConvergedBatchSizeError: a round ended with no converged batch size.
     """
-    by_round: dict[tuple[int, int], list[Exploration]] = defaultdict(list)
+    by_round: dict[tuple[int, int], list[TrialState]] = defaultdict(list)
     for record in explorations:
-        by_round[(record.round, record.batch_size)].append(record)
+        by_round[(record.round or 0, record.batch_size)].append(record)
 
     candidates = list(job.batch_sizes)
     pivot = job.default_batch_size

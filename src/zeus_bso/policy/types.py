@@ -68,17 +68,29 @@ class CostStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Exploration:
-    """One pruning-stage exploration trial as the policy sees it."""
+class TrialState:
+    """One trial (one run of the job) as the policy sees it: what it was dispatched for and what
+    its reports said. The server stores it as a trial row; the simulator keeps it in memory."""
 
-    round: int
-    batch_size: int
     trial_number: int
-    status: TrialStatus
-    converged: bool | None = None
+    batch_size: int
+    kind: TrialKind
+    round: int | None = None
+    """Pruning round of an exploration; ``None`` for other kinds."""
+    status: TrialStatus = TrialStatus.DISPATCHED
+    epochs: int | None = None
+    """Epochs reported so far; ``None`` before the first report."""
+    time: float | None = None
+    energy: float | None = None
+    metric: float | None = None
     cost: float | None = None
-    reported: bool = False
-    """Whether the run reported at least one epoch (a final report or a progress report)."""
+    converged: bool | None = None
+    message: str | None = None
+
+    @property
+    def reported(self) -> bool:
+        """Whether the run reported at least one epoch (a final report or a progress report)."""
+        return self.epochs is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +154,30 @@ class BatchSizeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class JobState:
+    """What a job carries from trial to trial besides its trials: the next trial number, the
+    bandit's arms once pruning is over, each batch size's statistics and the early-stop
+    reference. The server stores it on the job row; the simulator keeps it in memory."""
+
+    next_trial_number: int = 1
+    arms: tuple[int, ...] | None = None
+    bandit_start: int | None = None
+    """The number of the first trial dispatched in the bandit stage."""
+    stats: Mapping[int, BatchSizeStats] = field(default_factory=dict)
+    best: BestRun | None = None
+
+    @property
+    def stage(self) -> Stage:
+        """The job's stage."""
+        return Stage.PRUNING if self.arms is None else Stage.BANDIT
+
+    @property
+    def bandit_pulls(self) -> int:
+        """Trials dispatched in the bandit stage so far."""
+        return self.next_trial_number - self.bandit_start if self.bandit_start else 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobHistory:
     """What the policy needs to know of a job's past.
 
@@ -151,7 +187,8 @@ class JobHistory:
 
     arms: tuple[int, ...] | None = None
     """The bandit's arms once pruning is over; ``None`` while pruning."""
-    explorations: tuple[Exploration, ...] = ()
+    explorations: tuple[TrialState, ...] = ()
+    """The pruning explorations (trials of kind ``exploration``)."""
     observations: Mapping[int, CostStats] = field(default_factory=dict)
     best: BestRun | None = None
     bandit_pulls: int = 0

@@ -15,12 +15,11 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zeus_bso.errors import NoConvergedBatchSizeError, ZeusBSOError
+from zeus_bso.errors import NoConvergedBatchSizeError, ReportMismatchError, ZeusBSOError
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
     JobConfigMismatchError,
     JobNotFoundError,
-    ReportMismatchError,
     SchemaError,
     ServerError,
     TrialNotFoundError,

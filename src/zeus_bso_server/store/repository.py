@@ -27,15 +27,16 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Row
 
 from zeus_bso.policy import (
+    LIFECYCLE,
     BatchSizeStats,
     BestRun,
     CostStats,
-    Exploration,
+    Event,
+    JobState,
     TrialKind,
+    TrialState,
     TrialStatus,
-    fold_final_report,
 )
-from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -49,6 +50,35 @@ def stats_of(job: Record) -> dict[int, BatchSizeStats]:
     """The job's per-batch-size statistics, by batch size."""
     per_size = (BatchSizeStats(int(size), **values) for size, values in job.stats.items())
     return {s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)}
+
+
+def job_state(job: Record) -> JobState:
+    """The policy's view of a job row."""
+    return JobState(
+        next_trial_number=job.next_trial_number,
+        arms=tuple(job.arms) if job.arms is not None else None,
+        bandit_start=job.bandit_start,
+        stats=stats_of(job),
+        best=best_run(job),
+    )
+
+
+def trial_state(trial: Record) -> TrialState:
+    """The policy's view of a trial row."""
+    return TrialState(
+        trial_number=trial.trial_number,
+        batch_size=trial.batch_size,
+        kind=TrialKind(trial.kind),
+        round=trial.round,
+        status=TrialStatus(trial.status),
+        epochs=trial.epochs,
+        time=trial.time,
+        energy=trial.energy,
+        metric=trial.metric,
+        cost=trial.cost,
+        converged=trial.converged,
+        message=trial.message,
+    )
 
 
 def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]:
@@ -86,23 +116,28 @@ _JOB_FOR_UPDATE = _JOB.with_for_update()
 _TRIAL = select(trials).where(
     trials.c.job_id == bindparam("job_id"), trials.c.trial_number == bindparam("trial_number")
 )
-_EXPLORATIONS = select(
-    trials.c.round,
-    trials.c.batch_size,
-    trials.c.trial_number,
-    trials.c.status,
-    trials.c.converged,
-    trials.c.cost,
-    trials.c.epochs,
-).where(trials.c.job_id == bindparam("job_id"), trials.c.kind == TrialKind.EXPLORATION.value)
+_EXPLORATIONS = select(trials).where(
+    trials.c.job_id == bindparam("job_id"), trials.c.kind == TrialKind.EXPLORATION.value
+)
+
+
+def _change(event: Event) -> tuple[Any, dict[str, Any]]:
+    """The WHERE clause and the SET values of ``event``'s status change (the policy's
+    `LIFECYCLE`), for a set-based UPDATE of trials."""
+    change = LIFECYCLE[event]
+    sources = trials.c.status.in_(sorted(s.value for s in change.sources))
+    return sources, {"status": change.target.value, "updated_at": db_now()}
+
+
+_EXPIRES, _EXPIRED = _change(Event.EXPIRE)
 _EXPIRE = (
     update(trials)
     .where(
         trials.c.job_id == bindparam("expired_job_id"),
-        trials.c.status == TrialStatus.DISPATCHED.value,
+        _EXPIRES,
         trials.c.lease_expires_at < db_now(),
     )
-    .values(status=TrialStatus.ABANDONED.value, updated_at=db_now())
+    .values(**_EXPIRED)
 )
 
 
@@ -141,13 +176,6 @@ _ENTER_BANDIT = _ADVANCE.values(
     stage="bandit",
     bandit_start=bindparam("bandit_start"),
 )
-
-
-def _advance_params(job_id: str, next_trial_number: int, arms: list[int] | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"key_job_id": job_id, "next_trial_number": next_trial_number}
-    if arms is not None:
-        params.update(arms=arms, bandit_start=next_trial_number - 1)
-    return params
 
 
 def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Record]:
@@ -193,49 +221,26 @@ _SET_STATS = (
 )
 
 
-def finish_trial(
-    conn: Connection,
-    job: Record,
-    config: CreatedJob,
-    trial_number: int,
-    batch_size: int,
-    measured: dict[str, Any],
-    converged: bool,
-    message: str,
-) -> None:
-    """Store a trial's final report and fold its cost into the batch size's statistics and the
-    job's early-stop reference (`zeus_bso.policy.fold_final_report`). ``job`` is the locked
-    job row."""
-    per_size, best = fold_final_report(
-        config, stats_of(job), batch_size, float(measured["cost"]), converged
-    )
+def finish_trial(conn: Connection, job_id: str, trial: TrialState, job: JobState) -> None:
+    """Store a trial's final report and the job's statistics and early-stop reference after
+    it (both from `zeus_bso.policy.after_report`)."""
     params: dict[str, Any] = {
-        **_key(job.job_id, trial_number),
-        **measured,
-        "converged": converged,
-        "message": message,
-        "stats": _stats_json(per_size.values()),
-        "best_batch_size": best.batch_size if best else None,
-        "best_cost": best.cost if best else None,
+        **_key(job_id, trial.trial_number),
+        **_measured(trial),
+        "status": trial.status.value,
+        "converged": trial.converged,
+        "message": trial.message,
+        "stats": _stats_json(job.stats.values()),
+        "best_batch_size": job.best.batch_size if job.best else None,
+        "best_cost": job.best.cost if job.best else None,
     }
     conn.execute(_FINISH, params)
     conn.execute(_SET_STATS, params)
 
 
-def explorations(conn: Connection, job_id: str) -> tuple[Exploration, ...]:
+def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
     """The job's pruning explorations."""
-    return tuple(
-        Exploration(
-            round=r.round or 0,
-            batch_size=r.batch_size,
-            trial_number=r.trial_number,
-            status=TrialStatus(r.status),
-            converged=r.converged,
-            cost=r.cost,
-            reported=r.epochs is not None,
-        )
-        for r in conn.execute(_EXPLORATIONS, {"job_id": job_id})
-    )
+    return tuple(trial_state(r) for r in conn.execute(_EXPLORATIONS, {"job_id": job_id}))
 
 
 def windowed_costs(
@@ -272,34 +277,31 @@ _INSERT_TRIAL = insert(trials).values(
     batch_size=bindparam("new_batch_size"),
     kind=bindparam("new_kind"),
     round=bindparam("new_round"),
-    status=TrialStatus.DISPATCHED.value,
+    status=TrialStatus.DISPATCHED.value,  # a new trial's status (TrialState's default)
     lease_expires_at=db_now() + bindparam("new_lease", type_=Double()),
 )
 
 
 def start_trial(
-    conn: Connection,
-    job_id: str,
-    trial_number: int,
-    batch_size: int,
-    kind: TrialKind,
-    round_index: int | None,
-    lease: float,
-    arms: list[int] | None,
+    conn: Connection, job_id: str, trial: TrialState, lease: float, job: JobState
 ) -> None:
-    """Store a new dispatched trial whose lease runs ``lease`` seconds, and advance the job's
-    next trial number past it (entering the bandit stage with ``arms`` when they are given)."""
-    trial = {
+    """Store a new dispatched trial whose lease runs ``lease`` seconds, and the job after its
+    dispatch (`zeus_bso.policy.after_dispatch`): the next trial number and, from the decision
+    that ends pruning on, the arms."""
+    params = {
         "new_job_id": job_id,
-        "new_trial_number": trial_number,
-        "new_batch_size": batch_size,
-        "new_kind": kind.value,
-        "new_round": round_index,
+        "new_trial_number": trial.trial_number,
+        "new_batch_size": trial.batch_size,
+        "new_kind": trial.kind.value,
+        "new_round": trial.round,
         "new_lease": lease,
     }
-    advance = _advance_params(job_id, trial_number + 1, arms)
-    conn.execute(_INSERT_TRIAL, trial)
-    conn.execute(_ADVANCE if arms is None else _ENTER_BANDIT, advance)
+    conn.execute(_INSERT_TRIAL, params)
+    entering = job.bandit_start == trial.trial_number
+    advance = {"key_job_id": job_id, "next_trial_number": job.next_trial_number}
+    if entering:
+        advance.update(arms=list(job.arms or ()), bandit_start=job.bandit_start)
+    conn.execute(_ENTER_BANDIT if entering else _ADVANCE, advance)
 
 
 _THE_TRIAL = (
@@ -313,21 +315,27 @@ _MEASURED: dict[str, Any] = {
     "metric": bindparam("metric"),
     "cost": bindparam("cost"),
 }
+_RENEWS, _RENEWED = _change(Event.RENEW)
 _RENEW = (
+    update(trials)
+    .where(*_THE_TRIAL, _RENEWS)
+    .values(**_RENEWED, lease_expires_at=db_now() + bindparam("lease", type_=Double()))
+)
+_PROGRESS = (
     update(trials)
     .where(*_THE_TRIAL)
     .values(
-        status=TrialStatus.DISPATCHED.value,
+        status=bindparam("status"),
         lease_expires_at=db_now() + bindparam("lease", type_=Double()),
         updated_at=db_now(),
+        **_MEASURED,
     )
 )
-_PROGRESS = _RENEW.values(**_MEASURED)
 _FINISH = (
     update(trials)
     .where(*_THE_TRIAL)
     .values(
-        status=TrialStatus.REPORTED.value,
+        status=bindparam("status"),
         converged=bindparam("converged"),
         message=bindparam("message"),
         lease_expires_at=None,
@@ -335,16 +343,11 @@ _FINISH = (
         **_MEASURED,
     )
 )
-_IS_OPEN = trials.c.status.in_([TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value])
-_RENEW_OPEN = _RENEW.where(_IS_OPEN)
+_ENDS, _ENDED = _change(Event.END)
 _FAIL = (
     update(trials)
-    .where(
-        *_THE_TRIAL,
-        trials.c.batch_size == bindparam("key_bs"),
-        _IS_OPEN,
-    )
-    .values(status=TrialStatus.FAILED.value, lease_expires_at=None, updated_at=db_now())
+    .where(*_THE_TRIAL, trials.c.batch_size == bindparam("key_bs"), _ENDS)
+    .values(**_ENDED, lease_expires_at=None)
 )
 
 
@@ -352,17 +355,26 @@ def _key(job_id: str, trial_number: int) -> dict[str, Any]:
     return {"key_job_id": job_id, "key_number": trial_number}
 
 
-def record_progress(
-    conn: Connection, job_id: str, trial_number: int, measured: dict[str, Any], lease: float
-) -> None:
-    """Store a non-final report; the trial is (again) dispatched with a renewed lease."""
-    conn.execute(_PROGRESS, {**_key(job_id, trial_number), **measured, "lease": lease})
+def _measured(trial: TrialState) -> dict[str, Any]:
+    return {
+        "epochs": trial.epochs,
+        "time": trial.time,
+        "energy": trial.energy,
+        "metric": trial.metric,
+        "cost": trial.cost,
+    }
+
+
+def record_progress(conn: Connection, job_id: str, trial: TrialState, lease: float) -> None:
+    """Store a trial after a report that did not end it, with a lease of ``lease`` seconds."""
+    params = {**_key(job_id, trial.trial_number), **_measured(trial), "lease": lease}
+    conn.execute(_PROGRESS, {**params, "status": trial.status.value})
 
 
 def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) -> bool:
-    """Give a dispatched or abandoned trial a lease of ``lease`` seconds from now (it is
-    dispatched again). Returns whether the trial was open."""
-    result = conn.execute(_RENEW_OPEN, {**_key(job_id, trial_number), "lease": lease})
+    """Renew a trial (the policy's `Event.RENEW`): an open one is dispatched with a lease of
+    ``lease`` seconds from now. Returns whether it was open."""
+    result = conn.execute(_RENEW, {**_key(job_id, trial_number), "lease": lease})
     return bool(result.rowcount)
 
 
@@ -372,8 +384,8 @@ _THIS_TRIAL = select(trials.c.trial_number).where(
 
 
 def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
-    """Mark a trial that ended without a final report as failed. Returns whether it was open (a
-    reported or already failed trial is left as it is), or None if there is no such trial."""
+    """End a trial (the policy's `Event.END`: one without a final report becomes failed).
+    Returns whether it changed, or None if there is no such trial."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
     if conn.execute(_FAIL, params).rowcount:
         return True

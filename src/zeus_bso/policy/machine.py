@@ -1,0 +1,234 @@
+"""The job's state machine: what a dispatch, a report, the end of a run and the expiry of its
+lease do to a job and its trials.
+
+Pure functions over frozen states (`JobState`, `TrialState`) return the new states and the
+answer. The server loads the states under the job row's lock and stores what comes back; the
+simulator keeps them in memory. Neither holds a transition rule of its own.
+
+A trial's status::
+
+    dispatched ── final report ────────────────────> reported
+    dispatched ── progress report or renewal ──────> dispatched
+    dispatched ── lease ran out (EXPIRE) ──────────> abandoned
+    abandoned  ── progress report or renewal ──────> dispatched  (the run was alive after all)
+    dispatched, abandoned ── ended by client (END) > failed      (no final report came)
+
+A report on a failed trial is still judged (a client may end a trial before its last report
+reaches the server); a reported trial answers every later report with its final verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from types import MappingProxyType
+
+from zeus_bso.errors import ReportMismatchError
+from zeus_bso.policy.cost import fold_final_report, judge_report
+from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.types import (
+    CostStats,
+    Dispatch,
+    JobHistory,
+    JobState,
+    TrialKind,
+    TrialState,
+    TrialStatus,
+)
+from zeus_bso.spec import CreatedJob, ReportResponse
+
+
+class Event(StrEnum):
+    """What can happen to a trial besides a report."""
+
+    END = "end"
+    """The client ended the run (``PATCH /trials``)."""
+    EXPIRE = "expire"
+    """The trial's lease ran out: its client stopped reporting and renewing."""
+    RENEW = "renew"
+    """The client renewed the trial's lease (a heartbeat)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A trial in one of ``sources`` moves to ``target``; a trial in any other status stays."""
+
+    sources: frozenset[TrialStatus]
+    target: TrialStatus
+
+
+OPEN = frozenset({TrialStatus.DISPATCHED, TrialStatus.ABANDONED})
+"""Statuses of a run that may still be going: it has not sent its final report or been ended."""
+
+LIFECYCLE: Mapping[Event, StatusChange] = MappingProxyType(
+    {
+        Event.END: StatusChange(OPEN, TrialStatus.FAILED),
+        Event.EXPIRE: StatusChange(frozenset({TrialStatus.DISPATCHED}), TrialStatus.ABANDONED),
+        Event.RENEW: StatusChange(OPEN, TrialStatus.DISPATCHED),
+    }
+)
+"""The status changes that carry no measurement. The server's set-based updates are built from
+this table (`zeus_bso_server.store.repository`); `after_event` applies it to one trial."""
+
+
+def after_event(trial: TrialState, event: Event) -> TrialState:
+    """The trial after ``event``."""
+    change = LIFECYCLE[event]
+    if trial.status in change.sources:
+        return replace(trial, status=change.target)
+    return trial
+
+
+def history_of(
+    job: CreatedJob,
+    state: JobState,
+    explorations: Iterable[TrialState] = (),
+    windowed: Mapping[int, CostStats] | None = None,
+) -> JobHistory:
+    """What `decide` reads of a job.
+
+    ``explorations`` are the job's pruning explorations (needed while it prunes). With a
+    ``window_size``, ``windowed`` holds the statistics of each batch size's most recent
+    ``window_size`` final costs; without one the job's running statistics are used.
+    """
+    if job.window_size > 0:
+        if windowed is None:
+            raise ValueError(f"a job with window_size {job.window_size} needs windowed costs")
+        observations: Mapping[int, CostStats] = windowed
+    else:
+        observations = {b: s.costs for b, s in state.stats.items()}
+    if state.arms is None:
+        return JobHistory(
+            arms=None,
+            explorations=tuple(t for t in explorations if t.kind is TrialKind.EXPLORATION),
+            observations=observations,
+            best=state.best,
+        )
+    return JobHistory(
+        arms=state.arms,
+        observations=observations,
+        best=state.best,
+        bandit_pulls=state.bandit_pulls,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """A dispatch: the job after it, the new trial, and the policy's decision."""
+
+    job: JobState
+    trial: TrialState
+    dispatch: Dispatch
+
+    @property
+    def entered_bandit(self) -> bool:
+        """Whether this decision ended pruning (the job's arms are set from now on)."""
+        return self.job.bandit_start == self.trial.trial_number
+
+
+def after_dispatch(
+    job: CreatedJob,
+    state: JobState,
+    explorations: Iterable[TrialState] = (),
+    windowed: Mapping[int, CostStats] | None = None,
+) -> Dispatched:
+    """Start the job's next trial: choose its batch size (see `history_of` for the arguments).
+
+    Raises:
+        NoConvergedBatchSizeError: pruning found no batch size that converges.
+    """
+    history = history_of(job, state, explorations, windowed)
+    number = state.next_trial_number
+    dispatch = decide(job, history, rng_for(job, number))
+    arms, start = state.arms, state.bandit_start
+    if dispatch.arms is not None and arms is None:
+        arms, start = dispatch.arms, number
+    after = replace(state, next_trial_number=number + 1, arms=arms, bandit_start=start)
+    trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round)
+    return Dispatched(after, trial, dispatch)
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A report's outcome: the job and the trial after it, and the answer to the client."""
+
+    job: JobState
+    trial: TrialState
+    answer: ReportResponse
+    final: bool
+    """Whether this report ended the trial (its cost is now in the job's statistics)."""
+
+
+def _check_cumulative(trial: TrialState, *, time: float, energy: float, current_epoch: int) -> None:
+    if trial.epochs is not None and current_epoch < trial.epochs:
+        raise ReportMismatchError(
+            f"current_epoch {current_epoch} is below the {trial.epochs} epochs already "
+            f"reported for trial {trial.trial_number}; report cumulative values"
+        )
+    for name, value, before in (("time", time, trial.time), ("energy", energy, trial.energy)):
+        if before is not None and value < before:
+            raise ReportMismatchError(
+                f"{name} {value:g} is below the {before:g} already reported for trial "
+                f"{trial.trial_number}; time and energy are cumulative since the run began"
+            )
+
+
+def after_report(
+    job: CreatedJob,
+    state: JobState,
+    trial: TrialState,
+    *,
+    time: float,
+    energy: float,
+    metric: float,
+    current_epoch: int,
+) -> Reported:
+    """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began).
+
+    A report that ends the run folds its cost into the job's statistics and early-stop
+    reference; one that does not renews the run (an abandoned trial is dispatched again).
+
+    Raises:
+        ReportMismatchError: fewer epochs, or less time or energy, than already reported.
+    """
+    if trial.status is TrialStatus.REPORTED:
+        answer = ReportResponse(
+            stop_train=True,
+            converged=bool(trial.converged),
+            message=f"Result for this trial({trial.trial_number}) is already reported.",
+            cost=trial.cost,
+        )
+        return Reported(state, trial, answer, final=False)
+    _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
+    verdict = judge_report(
+        job,
+        batch_size=trial.batch_size,
+        time=time,
+        energy=energy,
+        metric=metric,
+        current_epoch=current_epoch,
+        best_cost=state.best.cost if state.best else None,
+        exploring=trial.kind is TrialKind.EXPLORATION,
+    )
+    answer = ReportResponse(
+        stop_train=verdict.stop,
+        converged=verdict.converged,
+        message=verdict.message,
+        cost=verdict.cost,
+    )
+    measured = replace(
+        trial, epochs=current_epoch, time=time, energy=energy, metric=metric, cost=verdict.cost
+    )
+    if not verdict.stop:
+        return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
+    ended = replace(
+        measured,
+        status=TrialStatus.REPORTED,
+        converged=verdict.converged,
+        message=verdict.message,
+    )
+    stats, best = fold_final_report(
+        job, state.stats, trial.batch_size, verdict.cost, verdict.converged
+    )
+    return Reported(replace(state, stats=stats, best=best), ended, answer, final=True)
