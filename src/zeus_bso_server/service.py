@@ -163,12 +163,9 @@ class BatchSizeService:
         job, config = self._registered(row, job_id)
         state = repo.job_state(job)
         # Explorations matter only while pruning (the decision that ends it is the bandit's
-        # first); windowed costs only with a window.
+        # first).
         explorations = repo.explorations(conn, job_id) if state.arms is None else ()
-        windowed = None
-        if config.window_size > 0:
-            sizes = state.arms if state.arms is not None else config.batch_sizes
-            windowed = repo.windowed_costs(conn, job_id, sizes, config.window_size)
+        windowed = repo.windowed(conn, job_id, config, state)
         step = policy.after_dispatch(config, state, explorations, windowed)
         repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job)
         if step.entered_bandit:

@@ -146,17 +146,14 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(row.config)
-    stats = repo.stats_of(row)
-    arms = tuple(row.arms) if row.arms is not None else ()
-    windowed = (
-        repo.windowed_costs(conn, job_id, arms, config.window_size)
-        if config.window_size > 0 and arms
-        else {}
-    )
-    # What the bandit decides with: the windowed or running statistics, the job's noise model.
-    used = {b: windowed.get(b, s.costs) for b, s in stats.items()}
-    posteriors = policy.arm_posteriors(config, arms, used)
-    best = repo.best_run(row)
+    state = repo.job_state(row)
+    stats = state.stats
+    # What the policy decides with: the same history (windowed or running statistics) and the
+    # job's noise model.
+    history = policy.history_of(config, state, (), repo.windowed(conn, job_id, config, state))
+    used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
+    posteriors = policy.arm_posteriors(config, state.arms or (), used)
+    best = state.best
     return JobState(
         job=config,
         stage=row.stage,

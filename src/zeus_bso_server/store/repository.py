@@ -37,6 +37,7 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
 )
+from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -241,6 +242,17 @@ def finish_trial(conn: Connection, job_id: str, trial: TrialState, job: JobState
 def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
     """The job's pruning explorations."""
     return tuple(trial_state(r) for r in conn.execute(_EXPLORATIONS, {"job_id": job_id}))
+
+
+def windowed(
+    conn: Connection, job_id: str, config: CreatedJob, job: JobState
+) -> dict[int, CostStats] | None:
+    """What `zeus_bso.policy.history_of` needs of a job with a ``window_size`` (None without
+    one): the windowed statistics of its arms, or of every batch size while it prunes."""
+    if config.window_size <= 0:
+        return None
+    sizes = job.arms if job.arms is not None else config.batch_sizes
+    return windowed_costs(conn, job_id, sizes, config.window_size)
 
 
 def windowed_costs(
