@@ -23,12 +23,13 @@ import hashlib
 import json
 import logging
 import threading
-import time
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
+from zeus_bso.progress import TrialProgress
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
     CreatedJob,
@@ -88,18 +89,25 @@ class BatchSizeOptimizer:
         self.job: CreatedJob
         self.job, created = self.client.register_job(spec)  # unreachable: a clear error now
         logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
-        self.trial: TrialId | None = None
+        self.progress = TrialProgress(self.meter)
         self.training_finished = False
         self.converged = False
-        self.current_epoch = 0
-        self._start_time = 0.0
-        self._start_energy = 0.0
         self._pending: TrainingResult | None = None
         self._heartbeat_seconds = heartbeat_seconds
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
         atexit.register(self.end)
+
+    @property
+    def trial(self) -> TrialId | None:
+        """This run's trial (after `get_batch_size` or `resume`)."""
+        return self.progress.trial
+
+    @property
+    def current_epoch(self) -> int:
+        """Epochs reported so far in this trial (a resumed run's included)."""
+        return self.progress.epochs
 
     @property
     def batch_size(self) -> int | None:
@@ -117,30 +125,37 @@ class BatchSizeOptimizer:
             raise OperationOrderError(
                 "only rank 0 asks the server for the batch size; broadcast it to the other ranks"
             )
-        if self.trial is None:
-            self.trial = self.client.next_trial(self.job.job_id)
+        trial = self.progress.trial
+        if trial is None:
+            trial = self.progress.trial = self.client.next_trial(self.job.job_id)
             logger.info(
                 "trial %d of job %s: batch size %d",
-                self.trial.trial_number,
+                trial.trial_number,
                 self.job.job_id,
-                self.trial.batch_size,
+                trial.batch_size,
             )
-        return self.trial.batch_size
+        return trial.batch_size
 
-    def resume(self, trial: TrialId, current_epoch: int, elapsed: float, energy: float) -> None:
-        """Continue a trial after a restart from a checkpoint (instead of `get_batch_size`)."""
-        self.trial = trial
-        self.current_epoch = current_epoch
-        self._start_time = time.monotonic() - elapsed
-        self._start_energy = self.meter.energy() - energy
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps so that a restarted run continues this trial (`resume`)."""
+        return self.progress.checkpoint()
+
+    def resume(self, saved: Mapping[str, Any]) -> int:
+        """Continue the trial of a `checkpoint` after a restart (instead of `get_batch_size`).
+        Returns its batch size.
+
+        Raises:
+            ZeusBSOError: ``saved`` is not a checkpoint of a trial.
+        """
+        trial = self.progress.resume(saved)
+        logger.info("trial %d of job %s resumed", trial.trial_number, self.job.job_id)
+        return trial.batch_size
 
     def on_train_begin(self) -> None:
         """Start measuring time and energy, and keep the trial's lease alive."""
         if self.trial is None:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")
-        if self.current_epoch == 0:
-            self._start_time = time.monotonic()
-            self._start_energy = self.meter.energy()
+        self.progress.begin()
         if self._heartbeat is None and self._heartbeat_seconds > 0:
             self._heartbeat = threading.Thread(
                 target=self._beat, daemon=True, name="zeus-bso-heartbeat"
@@ -148,8 +163,8 @@ class BatchSizeOptimizer:
             self._heartbeat.start()
 
     def elapsed(self) -> tuple[float, float]:
-        """Seconds and joules since training began."""
-        return time.monotonic() - self._start_time, self.meter.energy() - self._start_energy
+        """Seconds and joules (this process's meter) since training began."""
+        return self.progress.time(), self.progress.energy()
 
     def on_evaluate(self, metric: float, energy: float | None = None) -> ReportResponse:
         """Report the validation metric of the epoch just finished; says whether to stop.
@@ -164,16 +179,17 @@ class BatchSizeOptimizer:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
             )
-        self.current_epoch += 1
+        epoch = self.progress.epoch_done()
         time_s, energy_j = self.elapsed()
         if energy is not None:
             energy_j = energy
+        self.progress.reported(energy_j)
         result = TrainingResult(
             **self.trial.model_dump(),
             time=time_s,
             energy=energy_j,
             metric=metric,
-            current_epoch=self.current_epoch,
+            current_epoch=epoch,
         )
         try:
             answer = self.client.report(result)

@@ -13,6 +13,11 @@ batch size and the stop decision are broadcast and the energy of all ranks is ad
 
 Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
 (``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
+
+The server's cost of each report goes into the evaluation metrics (``bso_cost``, which
+``Trainer.evaluate`` returns) and into ``state.log_history`` (``trainer_state.json``). The
+bookkeeping (trial, epochs, time and energy, checkpoint) is `zeus_bso.progress`'s; this module
+maps the Trainer's events onto it.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
+from zeus_bso.progress import TrialProgress
+from zeus_bso.ranks import from_rank_zero
 from zeus_bso.spec import JobSpec, TrialId
 
 logger = logging.getLogger(__name__)
@@ -87,73 +96,65 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._meter = energy_meter
         self.rank = int(os.environ.get("RANK", "0"))
         self.optimizer: BatchSizeOptimizer | None = None
-        self._batch_size: int | None = None
-        self._energy_start = 0.0
-        self._energy_before = 0.0  # a resumed trial's energy before its checkpoint
+        """The world process zero's link to the server."""
+        self.progress: TrialProgress | None = None
+        """This process's trial, epochs, time and energy (from the first `batch_size` on)."""
+        self._training = False
 
     @property
     def batch_size(self) -> int:
         """This run's per-device batch size; the first access asks the server."""
-        if self._batch_size is None:
-            if self.rank == 0:
-                self.optimizer = BatchSizeOptimizer(
-                    self.server_url, self.job, energy_meter=self._meter, token=self.token
-                )
-                self._meter = self.optimizer.meter
-                value: int | None = self._resume_or_ask(self.optimizer)
-            elif _distributed() is None:
+        if self.progress is None:
+            if self.rank != 0 and _distributed() is None:
                 raise ZeusBSOError(
                     "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
                     "(e.g. accelerate.PartialState()) before reading callback.batch_size"
                 )
+            shared = from_rank_zero(_broadcast, self.rank == 0, self._trial_of_this_run)
+            if self.optimizer is not None:
+                self.progress = self.optimizer.progress
             else:
-                value = None
-            self._batch_size = int(_broadcast(value))
-        return self._batch_size
+                self.progress = TrialProgress(self._meter or auto_meter())
+                self.progress.trial = TrialId.model_validate(shared)
+        assert self.progress.trial is not None
+        return self.progress.trial.batch_size
 
-    def _resume_or_ask(self, optimizer: BatchSizeOptimizer) -> int:
+    def _trial_of_this_run(self) -> dict[str, Any]:
+        optimizer = self.optimizer = BatchSizeOptimizer(
+            self.server_url, self.job, energy_meter=self._meter, token=self.token
+        )
         if self.resume_from is None:
-            return optimizer.get_batch_size()
-        path = self.resume_from / STATE_FILE
-        try:
-            saved = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ZeusBSOError(
-                f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
-                "it is written into every checkpoint a run with this callback saves"
-            ) from err
-        trial = TrialId.model_validate(saved["trial"])
-        optimizer.resume(trial, saved["current_epoch"], saved["time"], saved["energy"])
-        self._energy_before = saved["energy"]
-        return trial.batch_size
-
-    def on_save(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
-    ) -> None:
-        if (
-            self.optimizer is None
-            or self.optimizer.trial is None
-            or not state.is_world_process_zero
-        ):
-            return
-        checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
-        if not checkpoint.is_dir():
-            return
-        assert self._meter is not None
-        saved = {
-            "trial": self.optimizer.trial.model_dump(),
-            "current_epoch": self.optimizer.current_epoch,
-            "time": self.optimizer.elapsed()[0],
-            # This process's energy (other ranks' is added at each report, not saved here).
-            "energy": self._meter.energy() - self._energy_start + self._energy_before,
-        }
-        (checkpoint / STATE_FILE).write_text(json.dumps(saved))
+            optimizer.get_batch_size()
+        else:
+            path = self.resume_from / STATE_FILE
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, ValueError) as err:
+                raise ZeusBSOError(
+                    f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
+                    "it is written into every checkpoint a run with this callback saves"
+                ) from err
+            optimizer.resume(saved)
+        assert optimizer.trial is not None
+        return optimizer.trial.model_dump()
 
     @property
     def trial_number(self) -> int | None:
         """The server's trial number for this run (world process zero)."""
         return self.optimizer.trial_number if self.optimizer else None
 
+    @override
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if self.optimizer is None or not state.is_world_process_zero:
+            return
+        checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
+        saved = self.optimizer.checkpoint()
+        if saved and checkpoint.is_dir():
+            (checkpoint / STATE_FILE).write_text(json.dumps(saved))
+
+    @override
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
@@ -165,12 +166,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
                 "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
             )
-        if self._meter is None:
-            self._meter = auto_meter()
-        self._energy_start = self._meter.energy()
-        if self.optimizer is not None and state.is_world_process_zero:
-            self.optimizer.on_train_begin()
+        self._training = True
+        if self.optimizer is not None:
+            self.optimizer.on_train_begin()  # opens the window and starts the heartbeat
+        elif self.progress is not None:
+            self.progress.begin()
 
+    @override
     def on_evaluate(
         self,
         args: TrainingArguments,
@@ -179,9 +181,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metrics: dict[str, float] | None = None,
         **_: Any,
     ) -> None:
-        if self._meter is None:
+        if not self._training or self.progress is None:
             return  # an evaluation outside of training
-        energy = self._meter.energy() - self._energy_start + self._energy_before
+        energy = self.progress.energy()
         dist = _distributed()
         if dist is not None:
             import torch
@@ -189,20 +191,38 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             total = torch.tensor(energy, dtype=torch.float64)
             dist.all_reduce(total)
             energy = float(total)
-        stop = False
-        if state.is_world_process_zero and self.optimizer is not None:
-            metrics = metrics or {}
+        metrics = metrics if metrics is not None else {}
+
+        def report() -> tuple[bool, float | None]:
+            assert self.optimizer is not None
             if self.metric not in metrics:
                 raise ZeusBSOError(
                     f"metric '{self.metric}' is not among the evaluation metrics "
                     f"{sorted(metrics)}; pass metric=... (with its 'eval_' prefix)"
                 )
-            stop = self.optimizer.on_evaluate(float(metrics[self.metric]), energy=energy).stop_train
-        if bool(_broadcast(stop)):
+            answer = self.optimizer.on_evaluate(float(metrics[self.metric]), energy=energy)
+            return answer.stop_train, answer.cost
+
+        stop, cost = from_rank_zero(_broadcast, state.is_world_process_zero, report)
+        if cost is not None:  # the server's figure (none while it is unreachable)
+            metrics["bso_cost"] = cost
+            if state.is_world_process_zero:
+                state.log_history.append(
+                    {
+                        "bso/cost": cost,
+                        "bso/energy_j": energy,
+                        "bso/batch_size": self.batch_size,
+                        "epoch": state.epoch,
+                        "step": state.global_step,
+                    }
+                )
+        if stop:
             control.should_training_stop = True
 
+    @override
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
+        self._training = False
         if self.optimizer is not None:
             self.optimizer.end()

@@ -1,11 +1,15 @@
 """``ZeusBSOCallback`` for PyTorch Lightning 2.x: ``Trainer(callbacks=[ZeusBSOCallback(...)])``.
 
-When the fit starts (``on_fit_start``, after a checkpoint's state is restored and before any
+When a fit starts (``on_fit_start``, after a checkpoint's state is restored and before any
 DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
-model, its hparams or the datamodule (``batch_arg_name``). After every
-validation (sanity checks excepted) rank 0 reports cumulative time, the energy of all ranks and
-the monitored metric, and every rank stops when the server says so. A fit resumed from a
-checkpoint continues the same trial.
+model, its hparams or the datamodule (``batch_arg_name``). After every validation of the fit
+(sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
+all ranks and the monitored metric, and every rank stops when the server says so. An error on
+rank 0 (an unreachable server, a metric that was not logged) is raised on every rank. A fit
+resumed from a checkpoint continues the same trial.
+
+The bookkeeping (trial, epochs, time and energy, checkpoint) is `zeus_bso.progress`'s; this
+module maps Lightning's hooks onto it.
 """
 
 from __future__ import annotations
@@ -13,9 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from typing_extensions import override
+
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
+from zeus_bso.progress import TrialProgress
+from zeus_bso.ranks import from_rank_zero
 from zeus_bso.spec import JobSpec, TrialId
 
 logger = logging.getLogger(__name__)
@@ -24,10 +32,12 @@ INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
 
 try:
     import lightning.pytorch as pl
+    from lightning.pytorch.trainer.states import TrainerFn
     from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
 except ImportError:  # the classic package name
     try:
         import pytorch_lightning as pl  # type: ignore[no-redef]
+        from pytorch_lightning.trainer.states import TrainerFn  # type: ignore[assignment]
         from pytorch_lightning.utilities.parsing import (  # type: ignore[assignment]
             lightning_hasattr,
             lightning_setattr,
@@ -67,19 +77,26 @@ class ZeusBSOCallback(pl.Callback):
         self.token = token
         self._meter = energy_meter
         self.optimizer: BatchSizeOptimizer | None = None
+        """Rank 0's link to the server (during a fit)."""
+        self.progress: TrialProgress | None = None
+        """This rank's trial, epochs, time and energy (during a fit)."""
         self.batch_size: int | None = None
         self.trial_number: int | None = None
-        self._energy_start = 0.0
-        self._energy_before = 0.0  # energy of a resumed trial before its checkpoint (rank 0)
         self._last: dict[str, float] = {}
         self._restored: dict[str, Any] | None = None
 
     @property
+    @override
     def state_key(self) -> str:
         return f"ZeusBSOCallback[{self.job.job_id_prefix}]"
 
+    @staticmethod
+    def _fitting(trainer: pl.Trainer) -> bool:
+        return trainer.state.fn == TrainerFn.FITTING
+
     # -- choose and set the batch size before the DataLoaders exist ---------------------------
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
@@ -92,48 +109,58 @@ class ZeusBSOCallback(pl.Callback):
         if self._meter is None:
             self._meter = auto_meter()
 
+    @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Here rather than in setup: a checkpoint's callback state is restored after setup, and
         # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
         # with Lightning's BatchSizeFinder).
-        trial: TrialId | None = None
-        if trainer.is_global_zero:
+        assert self._meter is not None
+
+        def trial_of_this_run() -> dict[str, Any]:
             self.optimizer = BatchSizeOptimizer(
                 self.server_url, self.job, energy_meter=self._meter, token=self.token
             )
-            restored = self._restored
-            if restored is not None:
-                trial = TrialId.model_validate(restored["trial"])
-                self.optimizer.resume(
-                    trial, restored["current_epoch"], restored["time"], restored["energy"]
-                )
-                self._energy_before = restored["energy"]
+            if self._restored is not None:
+                self.optimizer.resume(self._restored)
             else:
                 self.optimizer.get_batch_size()
-                trial = self.optimizer.trial
-        trial_data = trainer.strategy.broadcast(trial.model_dump() if trial else None, src=0)
-        trial = TrialId.model_validate(trial_data)
+            assert self.optimizer.trial is not None
+            return self.optimizer.trial.model_dump()
+
+        shared = from_rank_zero(
+            lambda value: trainer.strategy.broadcast(value, src=0),
+            trainer.is_global_zero,
+            trial_of_this_run,
+        )
+        trial = TrialId.model_validate(shared)
+        if self.optimizer is not None:
+            self.progress = self.optimizer.progress
+        else:
+            self.progress = TrialProgress(self._meter)
+            self.progress.trial = trial
         self.batch_size, self.trial_number = trial.batch_size, trial.trial_number
         lightning_setattr(pl_module, self.batch_arg_name, trial.batch_size)
         logger.info("batch size %d (trial %d)", trial.batch_size, trial.trial_number)
 
     # -- training -----------------------------------------------------------------------------
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        assert self._meter is not None
-        self._energy_start = self._meter.energy()
         if self.optimizer is not None:
-            self.optimizer.on_train_begin()
+            self.optimizer.on_train_begin()  # opens the window and starts the heartbeat
+        elif self.progress is not None:
+            self.progress.begin()
 
+    @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or self.trial_number is None:
+        progress = self.progress
+        if trainer.sanity_checking or not self._fitting(trainer) or progress is None:
             return
-        assert self._meter is not None
         # Every rank's own energy, added up (each rank measures the GPUs it trains on).
-        local = self._meter.energy() - self._energy_start + self._energy_before
-        total = float(trainer.strategy.reduce(_tensor(local), reduce_op="sum"))
-        stop = False
-        if trainer.is_global_zero and self.optimizer is not None:
+        total = float(trainer.strategy.reduce(_tensor(progress.energy()), reduce_op="sum"))
+
+        def report() -> bool:
+            assert self.optimizer is not None
             if self.monitor not in trainer.callback_metrics:
                 raise ZeusBSOError(
                     f"metric '{self.monitor}' was not logged; logged are "
@@ -142,13 +169,19 @@ class ZeusBSOCallback(pl.Callback):
                 )
             metric = float(trainer.callback_metrics[self.monitor])
             answer = self.optimizer.on_evaluate(metric, energy=total)
-            stop = answer.stop_train
             self._last = {"bso/batch_size": float(self.batch_size or 0), "bso/energy_j": total}
             if answer.cost is not None:  # the server's figure (none while it is unreachable)
                 self._last["bso/cost"] = answer.cost
-        stop = bool(trainer.strategy.broadcast(stop, src=0))
-        trainer.should_stop = trainer.should_stop or stop
+            return answer.stop_train
 
+        stop = from_rank_zero(
+            lambda value: trainer.strategy.broadcast(value, src=0),
+            trainer.is_global_zero,
+            report,
+        )
+        trainer.should_stop = trainer.should_stop or bool(stop)
+
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # self.log is not allowed in on_validation_end; the values are logged here.
         for name, value in self._last.items():
@@ -156,29 +189,30 @@ class ZeusBSOCallback(pl.Callback):
 
     # -- the end of a fit ---------------------------------------------------------------------
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.optimizer is not None:
-            self.optimizer.end()
+        if stage == "fit":
+            self._end()
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
+        if self._fitting(trainer):
+            self._end()
+
+    def _end(self) -> None:
         if self.optimizer is not None:
             self.optimizer.end()
+        self._restored = None  # a later fit with this callback starts a new trial
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        if self.optimizer is None or self.optimizer.trial is None:
-            return {}
-        time_s, energy_j = self.optimizer.elapsed()
-        return {
-            "trial": self.optimizer.trial.model_dump(),
-            "current_epoch": self.optimizer.current_epoch,
-            "time": time_s,
-            "energy": energy_j,
-        }
+        return self.optimizer.checkpoint() if self.optimizer is not None else {}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict) if state_dict.get("trial") else None
 

@@ -128,6 +128,9 @@ def train(
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
+    callback.log_history = trainer.state.log_history  # type: ignore[attr-defined]
+    # An evaluation after training is not part of the trial.
+    callback.later_metrics = trainer.evaluate()  # type: ignore[attr-defined]
     return callback
 
 
@@ -146,10 +149,15 @@ def job(job_id: str, target: float) -> JobSpec:
 def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) -> None:
     spec = job(unique_id("hf"), target=0.75)
     chosen = []
+    logged = []
     for _ in range(3):
         callback = train(server.url, spec, tmp_path, epochs=6)
         chosen.append(callback.batch_size)
         assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
+        history = callback.log_history  # type: ignore[attr-defined]
+        logged.append([entry["bso/cost"] for entry in history if "bso/cost" in entry])
+        assert "eval_accuracy" in callback.later_metrics  # type: ignore[attr-defined]
+        assert "bso_cost" not in callback.later_metrics  # type: ignore[attr-defined]
     assert chosen[0] == spec.default_batch_size
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
@@ -158,6 +166,9 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     assert all(t["status"] == "reported" for t in trials)
     stopped_early = [t for t in trials if t["converged"] and t["epochs"] < 6]
     assert stopped_early, trials  # the server's stop ended training before num_train_epochs
+    # One logged cost per report, the last the server's stored cost of the trial.
+    assert [len(costs) for costs in logged] == [t["epochs"] for t in trials]
+    assert [costs[-1] for costs in logged] == [t["cost"] for t in trials]
 
 
 def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,7 @@ torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
 from tests.conftest import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.lightning import ZeusBSOCallback  # noqa: E402
@@ -156,3 +161,98 @@ def test_ddp_on_two_cpu_processes(server: ServerProcess, tmp_path: Path) -> None
     assert trial["epochs"] == 2
     # Each rank's estimate meter reads 100 W x its own time: together about 200 W x time.
     assert trial["energy"] > 1.5 * 100 * trial["time"]
+
+
+def _start_nodes(server: ServerProcess, job_id: str, monitor: str, tmp_path: Path) -> list[Any]:
+    """Two independent processes that form one 2-node DDP fit (as on two machines)."""
+    root = Path(__file__).resolve().parents[2]
+    port = free_port()
+    processes = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(root),
+            "OMP_NUM_THREADS": "1",
+            "RANK": str(rank),
+            "GROUP_RANK": str(rank),
+            "NODE_RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        command = [
+            sys.executable,
+            str(Path(__file__).with_name("lightning_node_worker.py")),
+            server.url,
+            job_id,
+            monitor,
+            str(tmp_path / f"node{rank}"),
+        ]
+        processes.append(
+            subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    return processes
+
+
+@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
+def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Path) -> None:
+    """Rank 0 finds that the monitored metric was never logged: it raises, and rank 1, which
+    would otherwise wait for rank 0's broadcast, raises too, naming rank 0's error."""
+    job_id = unique_id("ddperr")
+    started = time.monotonic()
+    nodes = _start_nodes(server, job_id, "val_missing", tmp_path)
+    try:
+        outputs = [node.communicate(timeout=180) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    took = time.monotonic() - started
+    codes = [node.returncode for node in nodes]
+    assert codes[0] != 0, outputs[0][1][-3000:]
+    assert codes[1] != 0, outputs[1][1][-3000:]
+    assert "metric 'val_missing' was not logged" in outputs[0][1]
+    assert "rank 0 failed, so this rank stops too" in outputs[1][1], outputs[1][1][-3000:]
+    assert "val_missing" in outputs[1][1]
+    print(f"both ranks ended {took:.1f} s after they started")
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(job_id)["trials"]
+    assert trial["status"] == "failed"  # rank 0 ended its trial on the way out
+
+
+@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
+def test_two_nodes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:
+    """The same two processes with a metric that is logged: one trial, both ranks' energy."""
+    job_id = unique_id("ddpnode")
+    nodes = _start_nodes(server, job_id, "val_acc", tmp_path)
+    try:
+        outputs = [node.communicate(timeout=180) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    for node, (_, err) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, err[-3000:]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(job_id)["trials"]
+    assert trial["status"] == "reported"
+    assert trial["epochs"] == 2
+    assert trial["energy"] > 1.5 * 100 * trial["time"]
+
+
+def test_validation_outside_the_fit_reports_nothing(server: ServerProcess, tmp_path: Path) -> None:
+    """A fit that stops before the server says so (the Trainer's max_epochs) ends its trial as
+    failed; a trainer.validate afterwards is not an epoch of it."""
+    spec = job(unique_id("validate"), target=0.999, max_epochs=6)
+    pl.seed_everything(0, verbose=False)
+    model = TinyClassifier()
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=2, **quiet_trainer_options(tmp_path))
+    trainer.fit(model)
+    trainer.validate(model, verbose=False)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "failed"
+    assert trial["epochs"] == 2

@@ -1,0 +1,106 @@
+"""`TrialProgress`: a run's place in its trial, kept one way by the client and both callbacks.
+
+It holds the trial, the epochs reported, and the window of time and energy since the run began.
+A run restarted from a checkpoint goes on from what `checkpoint` saved. Every rank of a
+distributed run keeps one (each rank measures the GPUs it trains on); rank 0's reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.errors import ZeusBSOError
+from zeus_bso.spec import TrialId
+
+
+class TrialProgress:
+    """The trial of this run, its reported epochs and its time and energy so far."""
+
+    def __init__(self, meter: EnergyMeter) -> None:
+        self.meter = meter
+        self.trial: TrialId | None = None
+        self.epochs = 0
+        """Epochs reported so far (across restarts)."""
+        self._began = False
+        self._start_time = 0.0
+        self._start_energy = 0.0
+        self._time_before = 0.0
+        self._energy_before = 0.0
+        self._last_report: tuple[float, float] | None = None
+
+    def begin(self) -> None:
+        """Open the measuring window: training starts now. Later calls change nothing."""
+        if self._began:
+            return
+        self._began = True
+        self._start_time = time.monotonic()
+        self._start_energy = self.meter.energy()
+
+    def time(self) -> float:
+        """Seconds of training since the run began (before a restart included)."""
+        now = time.monotonic() - self._start_time if self._began else 0.0
+        return self._time_before + now
+
+    def energy(self) -> float:
+        """Joules this process's meter measured since the run began (plus, on the rank that
+        resumed from a checkpoint, the energy the checkpoint saved)."""
+        now = self.meter.energy() - self._start_energy if self._began else 0.0
+        return self._energy_before + now
+
+    def epoch_done(self) -> int:
+        """Count one more epoch; returns the run's epoch count."""
+        self.epochs += 1
+        return self.epochs
+
+    def reported(self, energy: float) -> None:
+        """Remember the energy a report carried (all ranks' together, in a distributed run)."""
+        self._last_report = (energy, self.energy())
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps to continue this trial ({} before the run has a trial).
+
+        Its energy is the last report's (every rank's) plus this process's since then.
+        """
+        if self.trial is None:
+            return {}
+        energy = self.energy()
+        if self._last_report is not None:
+            reported, local_then = self._last_report
+            energy = reported + (energy - local_then)
+        return {
+            "trial": self.trial.model_dump(),
+            "current_epoch": self.epochs,
+            "time": self.time(),
+            "energy": energy,
+        }
+
+    def resume(self, saved: Mapping[str, Any]) -> TrialId:
+        """Continue the trial a `checkpoint` saved (before `begin`). Returns the trial.
+
+        Raises:
+            ZeusBSOError: ``saved`` is not a checkpoint of a trial.
+        """
+        if self._began:
+            raise ZeusBSOError("resume a trial before training begins")
+        try:
+            trial = TrialId.model_validate(saved["trial"])
+            epochs, spent, energy = (
+                int(saved["current_epoch"]),
+                float(saved["time"]),
+                float(saved["energy"]),
+            )
+        except (KeyError, TypeError, ValueError, ValidationError) as err:
+            raise ZeusBSOError(
+                f"not a saved trial ({err!s}): expected the keys trial, current_epoch, time and "
+                "energy that TrialProgress.checkpoint() writes"
+            ) from err
+        if epochs < 0 or spent < 0 or energy < 0:
+            raise ZeusBSOError("a saved trial's current_epoch, time and energy are not negative")
+        self.trial, self.epochs = trial, epochs
+        self._time_before, self._energy_before = spent, energy
+        return trial

@@ -1,0 +1,91 @@
+"""TrialProgress: the window of time and energy, and checkpoints that continue a trial."""
+
+from __future__ import annotations
+
+import pytest
+
+from zeus_bso.errors import ZeusBSOError
+from zeus_bso.progress import TrialProgress
+from zeus_bso.spec import TrialId
+
+
+class CountingMeter:
+    """A meter whose reading the test sets (joules since some origin)."""
+
+    max_power = 300.0
+    device_count = 1
+    device_model = "test"
+
+    def __init__(self) -> None:
+        self.reading = 1000.0
+
+    def energy(self) -> float:
+        return self.reading
+
+    def close(self) -> None:
+        pass
+
+
+TRIAL = TrialId(job_id="job-1", batch_size=32, trial_number=4)
+
+
+def test_the_window_opens_at_begin_and_only_once() -> None:
+    meter = CountingMeter()
+    progress = TrialProgress(meter)
+    meter.reading = 1500.0  # before training: set-up, not the trial's
+    assert progress.energy() == 0.0
+    progress.begin()
+    meter.reading = 1600.0
+    progress.begin()  # a second begin (e.g. a second on_train_begin) changes nothing
+    meter.reading = 1750.0
+    assert progress.energy() == 250.0
+    assert progress.time() >= 0.0
+
+
+def test_a_checkpoint_continues_the_trial_with_all_ranks_energy() -> None:
+    meter = CountingMeter()
+    progress = TrialProgress(meter)
+    progress.trial = TRIAL
+    assert TrialProgress(meter).checkpoint() == {}  # no trial yet: nothing to keep
+    progress.begin()
+    meter.reading = 1100.0
+    assert progress.epoch_done() == 1
+    progress.reported(250.0)  # this rank's 100 J and another rank's 150 J
+    meter.reading = 1130.0
+    saved = progress.checkpoint()
+    assert saved["trial"] == TRIAL.model_dump()
+    assert saved["current_epoch"] == 1
+    assert saved["energy"] == pytest.approx(280.0)  # the report's 250 J + 30 J since
+
+    restarted = TrialProgress(CountingMeter())
+    assert restarted.resume(saved) == TRIAL
+    assert restarted.epochs == 1
+    assert restarted.energy() == pytest.approx(280.0)
+    assert restarted.time() == pytest.approx(saved["time"])
+    restarted.begin()
+    restarted.meter.reading += 20.0  # type: ignore[attr-defined]
+    assert restarted.energy() == pytest.approx(300.0)
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        {},
+        {"trial": TRIAL.model_dump(), "current_epoch": 1, "time": 2.0},
+        {"trial": {"job_id": "j"}, "current_epoch": 1, "time": 2.0, "energy": 3.0},
+        {"trial": TRIAL.model_dump(), "current_epoch": "x", "time": 2.0, "energy": 3.0},
+        {"trial": TRIAL.model_dump(), "current_epoch": 1, "time": -2.0, "energy": 3.0},
+    ],
+)
+def test_resuming_from_something_else_says_what_a_checkpoint_holds(saved: dict) -> None:
+    progress = TrialProgress(CountingMeter())
+    with pytest.raises(ZeusBSOError, match="current_epoch"):
+        progress.resume(saved)
+    assert progress.trial is None  # nothing half-restored
+
+
+def test_resume_after_training_began_is_refused() -> None:
+    progress = TrialProgress(CountingMeter())
+    progress.begin()
+    with pytest.raises(ZeusBSOError, match="before training begins"):
+        progress.resume({"trial": TRIAL.model_dump(), "current_epoch": 1, "time": 1, "energy": 1})
