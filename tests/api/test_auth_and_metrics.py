@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.conftest import ServerProcess, job_body, metric, sqlite_url, unique_id
+from tests.helpers import ServerProcess, job_body, metric, sqlite_url, unique_id
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.server_client import ServerClient
 from zeus_bso_server.errors import SettingsError

@@ -15,7 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
-from tests.conftest import (
+from tests.helpers import (
     BACKENDS,
     SERVER_BIN,
     ServerProcess,

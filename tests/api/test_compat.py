@@ -10,7 +10,7 @@ import json
 
 import httpx
 
-from tests.conftest import ServerProcess, unique_id
+from tests.helpers import ServerProcess, unique_id
 
 UPSTREAM_JOB = (
     '{{"job_id": {job_id}, "job_id_prefix": "{prefix}", "batch_sizes": [1024, 128, 256, 512], '

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ServerProcess, database_url, job_body, metric, unique_id
+from tests.helpers import ServerProcess, database_url, job_body, metric, unique_id
 
 CLIENTS = 32
 WORKERS = {"sqlite": 2, "postgresql": 4, "mysql": 2}

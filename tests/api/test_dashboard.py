@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess, job_body, sqlite_url, unique_id
+from tests.helpers import ServerProcess, job_body, sqlite_url, unique_id
 from zeus_bso_server.api.routes_dashboard import cost_chart
 from zeus_bso_server.views import TrialView
 

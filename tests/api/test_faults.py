@@ -15,14 +15,20 @@ import httpx
 import pytest
 
 from tests.api.test_concurrency import violations
-from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.helpers import (
+    BACKENDS,
+    ServerProcess,
+    age_leases,
+    database_url,
+    job_body,
+    sqlite_url,
+    unique_id,
+)
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import UPSTREAM_OPTIONS
-
-LEASE = 1.5
 
 CLIENT_SCRIPT = """
 import sys, time
@@ -38,9 +44,7 @@ time.sleep(600)  # training... until killed
 
 
 def test_killed_client_is_abandoned_and_exploration_moves_on(tmp_path: Path) -> None:
-    server = ServerProcess(
-        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)}
-    )
+    server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
     try:
         job_id = unique_id()
         with server.client() as http:
@@ -58,7 +62,9 @@ def test_killed_client_is_abandoned_and_exploration_moves_on(tmp_path: Path) -> 
         with server.client() as http:
             # While the lease runs, exploration waits: the next run is a concurrent one.
             waiting = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
-            time.sleep(LEASE + 1.0)  # the report renewed it for max(lease, 3 epoch times)
+            # Time passes with no word from the killed client: its lease (renewed by its report
+            # for max(lease, 3 epoch times)) runs out.
+            age_leases(sqlite_url(tmp_path / "bso.db"), job_id, 10 * 24 * 3600.0)
             retry = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
             state = http.get(f"/api/jobs/{job_id}").json()
             by_number = {t["trial_number"]: t for t in state["trials"]}

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, ServerProcess, job_body, serve_backend, unique_id
+from tests.helpers import ServerProcess, age_leases, job_body, unique_id
 from zeus_bso.spec import UPSTREAM_OPTIONS
 
-LEASE = 1.5
+PAST_ANY_LEASE = 10 * 24 * 3600.0
+"""How far the tests move a job's leases into the past: beyond the longest lease a trial gets."""
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def short_lease(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    yield from serve_backend(request, tmp_path_factory, env={"ZEUS_BSO_LEASE_SECONDS": str(LEASE)})
+def let_leases_run_out(server: ServerProcess, job_id: str) -> None:
+    """Every lease of the job runs out now (no sleeping: the leases are moved into the past)."""
+    assert server.db_url is not None
+    age_leases(server.db_url, job_id, PAST_ANY_LEASE)
 
 
 def register(http: httpx.Client, **overrides: Any) -> str:
@@ -74,18 +72,21 @@ def test_best_cost_counts_converged_runs_only(http: httpx.Client) -> None:
     assert state(http, job_id)["best_cost"] is None
 
 
-def test_expired_lease_is_abandoned_and_frees_exploration(short_lease: ServerProcess) -> None:
-    with short_lease.client() as http:
+def test_expired_lease_is_abandoned_and_frees_exploration(server: ServerProcess) -> None:
+    with server.client() as http:
         job_id = register(http)
         dead = next_trial(http, job_id)
         assert dead["batch_size"] == 64
         concurrent = next_trial(http, job_id)
         assert state(http, job_id)["trials"][0]["kind"] == "concurrent"
-        time.sleep(LEASE + 0.5)
+        still = next_trial(http, job_id)  # the leases still run: one more concurrent run
+        assert state(http, job_id)["trials"][0]["kind"] == "concurrent"
+        let_leases_run_out(server, job_id)
         retry = next_trial(http, job_id)
         trials = {t["trial_number"]: t for t in state(http, job_id)["trials"]}
         assert trials[dead["trial_number"]]["status"] == "abandoned"
         assert trials[concurrent["trial_number"]]["status"] == "abandoned"
+        assert trials[still["trial_number"]]["status"] == "abandoned"
         assert retry["batch_size"] == 64
         assert trials[retry["trial_number"]]["kind"] == "exploration"
 
@@ -98,22 +99,22 @@ def test_expired_lease_is_abandoned_and_frees_exploration(short_lease: ServerPro
 
 
 def test_a_batch_size_whose_runs_die_unreported_is_not_dispatched_forever(
-    short_lease: ServerProcess,
+    server: ServerProcess,
 ) -> None:
     """Runs killed after dispatch (OOM: no report, no PATCH) count as failures once their lease
     runs out; one that reported before it vanished does not."""
-    with short_lease.client() as http:
+    with server.client() as http:
         job_id = register(http, max_unreported_failures=2)
         first = next_trial(http, job_id)
         assert first["batch_size"] == 64
         report(http, first, 1, 0.1, cost_unit=0.01)  # a short epoch reported, then it vanishes
-        time.sleep(LEASE + 0.5)
+        let_leases_run_out(server, job_id)
         second = next_trial(http, job_id)
         assert second["batch_size"] == 64  # an abandon after a report says nothing bad
-        time.sleep(LEASE + 0.5)
+        let_leases_run_out(server, job_id)
         third = next_trial(http, job_id)
         assert third["batch_size"] == 64  # one silent abandon: under the limit of 2
-        time.sleep(LEASE + 0.5)
+        let_leases_run_out(server, job_id)
         # Two runs of 64 died before their first report: 64 does not converge in this round.
         fourth = next_trial(http, job_id)
         assert fourth["batch_size"] != 64
@@ -123,12 +124,12 @@ def test_a_batch_size_whose_runs_die_unreported_is_not_dispatched_forever(
         ] * 3
 
 
-def test_heartbeat_keeps_a_trial_alive(short_lease: ServerProcess) -> None:
-    with short_lease.client() as http:
+def test_heartbeat_keeps_a_trial_alive(server: ServerProcess) -> None:
+    with server.client() as http:
         job_id = register(http)
         alive = next_trial(http, job_id)
-        for _ in range(4):
-            time.sleep(LEASE / 3)
+        for _ in range(2):
+            let_leases_run_out(server, job_id)  # then a heartbeat comes: a lease from now on
             beat = http.post("/api/trials/heartbeat", json=alive)
             assert beat.status_code == 200
             assert beat.json()["status"] == "dispatched"

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.conftest import job_body
+from tests.helpers import job_body
 
 
 def test_ids_that_differ_only_in_case_space_or_accents_are_different_jobs(

@@ -13,7 +13,7 @@ from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.engine import Connection
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.conftest import (
+from tests.helpers import (
     BACKENDS,
     SERVER_BIN,
     ServerProcess,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import job_body, unique_id
+from tests.helpers import job_body, unique_id
 
 
 def _job_with_trial(http: httpx.Client, **overrides: object) -> dict[str, object]:

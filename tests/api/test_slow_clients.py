@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import ServerProcess, job_body, sqlite_url, unique_id
+from tests.helpers import ServerProcess, job_body, sqlite_url, unique_id
 
 SLOW_CLIENTS = 50
 

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tests.conftest import BACKENDS, ServerProcess, database_url, job_body, sqlite_url, unique_id
+from tests.helpers import BACKENDS, ServerProcess, database_url, job_body, sqlite_url, unique_id
 from tests.postgres import PostgresServer
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store import migrate

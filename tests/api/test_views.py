@@ -8,7 +8,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from tests.conftest import job_body, unique_id
+from tests.helpers import job_body, unique_id
 from zeus_bso import policy
 from zeus_bso.policy import CostStats
 from zeus_bso.spec import CreatedJob

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess, free_port, sqlite_url, unique_id
+from tests.helpers import ServerProcess, free_port, sqlite_url, unique_id
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import stable_job_id
 from zeus_bso.energy import EstimateMeter

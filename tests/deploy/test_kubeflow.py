@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from tests.containers import REPO
 from tests.deploy.test_kubernetes import find, render, validate_strictly
 from tests.deploy.wire import job_state
+from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
 
 KUBEFLOW = REPO / "integrations/kubeflow"
 SCRIPT = KUBEFLOW / "train_mnist.py"

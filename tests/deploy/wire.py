@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import job_body
+from tests.helpers import job_body
 
 
 def run_recurrence(url: str, token: str, job_id: str) -> dict[str, Any]:

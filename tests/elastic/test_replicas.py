@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 mp = pytest.importorskip("torch.multiprocessing")
 
-from tests.conftest import quiet_trainer_options  # noqa: E402
+from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 2500

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
-from tests.conftest import quiet_trainer_options  # noqa: E402
+from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 
-from tests.conftest import quiet_trainer_options
+from tests.helpers import quiet_trainer_options
 from tests.integrations.test_lightning import TinyClassifier, job
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.lightning import ZeusBSOCallback

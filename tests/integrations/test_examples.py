@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess, sqlite_url
+from tests.helpers import ServerProcess, sqlite_url
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="the HF tests need torch (pip instal
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
-from tests.conftest import ServerProcess, unique_id  # noqa: E402
+from tests.helpers import ServerProcess, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from tests.conftest import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
+from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402

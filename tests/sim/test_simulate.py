@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.helpers import ServerProcess
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import seed_result, summarize

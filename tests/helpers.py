@@ -1,0 +1,207 @@
+"""What the tests share besides fixtures: a real ``zeus-bso-server serve`` process on a free
+loopback port, databases of each backend, request bodies and small parsers. Fixtures are in
+conftest.py and use these."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.mariadb import MariaDBServer
+from tests.ports import free_port
+from tests.postgres import PostgresServer
+
+SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
+
+
+def environment_without_settings() -> dict[str, str]:
+    """This process's environment without any ``ZEUS_BSO_*`` setting, for a command whose
+    settings a test gives explicitly."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+
+
+class ServerProcess:
+    """One server process; ``url`` is its base URL."""
+
+    def __init__(
+        self,
+        db_url: str | None,
+        *,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db_url = db_url
+        self.log_path = Path(cwd or ".") / f"server-{self.port}.log"
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("ZEUS_BSO_DATABASE_URL", None)
+        args = [
+            SERVER_BIN,
+            "serve",
+            "--port",
+            str(self.port),
+            *(["--db", db_url] if db_url else []),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            *(extra_args or []),
+        ]
+        self._log = self.log_path.open("w")
+        # A session of its own: killing the group takes uvicorn's worker processes along.
+        self.proc = subprocess.Popen(
+            args,
+            env=full_env,
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._kill_group()
+        self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers at once, as a crash would."""
+        self._kill_group()
+        self.proc.wait()
+
+    def _kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def database_url(backend: str, tmp: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database of the given backend."""
+    if backend == "sqlite":
+        return sqlite_url(tmp / "bso.db")
+    server: PostgresServer | MariaDBServer = request.getfixturevalue(SERVERS[backend])
+    return server.new_database()
+
+
+SERVERS = {"postgresql": "postgres", "mysql": "mariadb"}
+BACKENDS = ["sqlite", "postgresql", "mysql"]
+
+
+def serve_backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, **options: Any
+) -> Iterator[ServerProcess]:
+    """Body of a fixture parametrised over BACKENDS: a server on a fresh database of that
+    backend, with ``options`` passed to `ServerProcess`; stopped when the fixture ends."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    proc = ServerProcess(database_url(request.param, tmp, request), cwd=tmp, **options)
+    yield proc
+    proc.stop()
+
+
+def quiet_trainer_options(root: Path) -> dict[str, Any]:
+    """Lightning ``Trainer`` options of the tests: on the CPU, nothing logged, saved or shown."""
+    return {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root,
+    }
+
+
+def unique_id(prefix: str = "job") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def job_body(
+    job_id: str | None = None, prefix: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """A valid ``JobSpecFromClient`` body (the prefix defaults to the id's part before '-')."""
+    if prefix is None:
+        prefix = job_id.split("-", 1)[0] if job_id else "job"
+    body: dict[str, Any] = {
+        "job_id": job_id,
+        "job_id_prefix": prefix,
+        "batch_sizes": [32, 64, 128, 256],
+        "default_batch_size": 64,
+        "max_power": 300.0,
+        "number_of_gpus": 1,
+        "gpu_model": "NVIDIA A100-SXM4-40GB",
+    }
+    body.update(overrides)
+    return body
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus' text format (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def age_leases(db_url: str, job_id: str, seconds: float) -> None:
+    """Move the job's trial leases ``seconds`` into the past, in the server's own database:
+    the clock of those leases jumps forward, as if that much time had passed without a
+    report or a heartbeat. Tests of lease expiry use this instead of sleeping."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE trials SET lease_expires_at = lease_expires_at - :seconds "
+                    "WHERE job_id = :job_id AND lease_expires_at IS NOT NULL"
+                ),
+                {"seconds": seconds, "job_id": job_id},
+            )
+    finally:
+        engine.dispose()
