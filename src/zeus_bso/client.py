@@ -28,7 +28,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
+from zeus_bso.errors import (
+    RouteMissingError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
 from zeus_bso.progress import TrialProgress
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
@@ -94,6 +99,8 @@ class BatchSizeOptimizer:
         self.converged = False
         self._pending: TrainingResult | None = None
         self._heartbeat_seconds = heartbeat_seconds
+        self.heartbeats_supported: bool | None = None
+        """False once the server turned out to have no heartbeat route; None until then."""
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
@@ -213,6 +220,14 @@ class BatchSizeOptimizer:
                 continue
             try:
                 self.client.heartbeat(self.trial)
+            except RouteMissingError:
+                logger.info(
+                    "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
+                    "its trials have no leases to keep",
+                    self.client.server_url,
+                )
+                self.heartbeats_supported = False
+                return
             except (ServerConnectionError, ServerRejectedError) as err:
                 if not warned:
                     logger.warning("heartbeat failed (training goes on): %s", err)

@@ -8,6 +8,7 @@
     │   └── ReportMismatchError       a report contradicts its trial's earlier reports
     ├── ServerConnectionError         the server cannot be reached (or timed out)
     ├── ServerRejectedError           the server answered with an error status
+    │   └── RouteMissingError         the server has no such route (e.g. upstream Zeus's)
     ├── OperationOrderError           BatchSizeOptimizer methods called out of order (client.py)
     ├── EnergyMeterError              a meter cannot measure here (energy/base.py)
     └── TraceError                    unknown workload or GPU in the simulator (sim/trace.py)
@@ -64,3 +65,8 @@ class ServerRejectedError(ZeusBSOError):
         self.status = status
         self.message = message
         super().__init__(f"{method} {path} answered {status}: {message}")
+
+
+class RouteMissingError(ServerRejectedError):
+    """Raised when the server has no route for a request: a 404 or 405 without the ``message``
+    every zeus-bso answer carries (upstream Zeus's server has none of our added routes)."""

@@ -13,7 +13,7 @@ from typing import Any, Self
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
-from zeus_bso.errors import ServerConnectionError, ServerRejectedError
+from zeus_bso.errors import RouteMissingError, ServerConnectionError, ServerRejectedError
 from zeus_bso.spec import (
     CreatedJob,
     JobSpecFromClient,
@@ -79,9 +79,13 @@ class ServerClient:
             ) from err
         if response.status_code >= 400:
             try:
-                message = str(response.json().get("message", response.text))
+                body = response.json()
             except ValueError:
-                message = response.text
+                body = None
+            ours = isinstance(body, dict) and "message" in body
+            message = str(body["message"]) if ours else response.text
+            if response.status_code in (404, 405) and not ours:
+                raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
         return response
 
@@ -105,7 +109,11 @@ class ServerClient:
         self._request("PATCH", "/trials", content=trial.model_dump_json())
 
     def heartbeat(self, trial: TrialId) -> dict[str, Any]:
-        """Renew a running trial's lease (zeus-bso servers only)."""
+        """Renew a running trial's lease.
+
+        Raises:
+            RouteMissingError: the server has no heartbeat route (upstream Zeus's server).
+        """
         response = self._request("POST", "/api/trials/heartbeat", content=trial.model_dump_json())
         return dict(response.json())
 

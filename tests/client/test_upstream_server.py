@@ -1,0 +1,65 @@
+"""Our client against upstream Zeus 0.16's own server: recurrences work, and heartbeats, a route
+upstream does not have, are given up after the first 404 with one message."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import unique_id
+from tests.upstream import upstream_missing, upstream_server
+from zeus_bso import BatchSizeOptimizer, JobSpec
+from zeus_bso.energy import EstimateMeter
+
+MISSING = upstream_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with upstream_server(tmp_path_factory.mktemp("upstream")) as url:
+        yield url
+
+
+def test_recurrences_against_upstream_without_heartbeats(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="zeus_bso")
+    spec = JobSpec(
+        job_id=unique_id("up"),
+        job_id_prefix="up",
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=4,
+    )
+    chosen = []
+    for _ in range(3):
+        with BatchSizeOptimizer(
+            upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0.05
+        ) as bso:
+            chosen.append(bso.get_batch_size())
+            bso.on_train_begin()
+            deadline = time.monotonic() + 10
+            while bso.heartbeats_supported is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert bso.heartbeats_supported is False
+            for epoch in range(1, 5):
+                answer = bso.on_evaluate(0.6 if epoch == 2 else 0.1)
+                if answer.stop_train:
+                    break
+            assert answer.stop_train
+            assert answer.converged
+            assert bso.current_epoch == 2
+    assert chosen[0] == 32
+    said = [r for r in caplog.records if "no heartbeat route" in r.getMessage()]
+    assert len(said) == 3  # once per run, then none
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith("zeus_bso.client")
+    ]
+    assert warned == []
