@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ServerProcess
+from tests.helpers import ServerProcess, sqlite_url
 
 SCHEMATHESIS = shutil.which("schemathesis") or str(Path(sys.executable).parent / "schemathesis")
 
@@ -36,3 +36,35 @@ def test_schemathesis_finds_no_failure(server: ServerProcess, tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stdout[-6000:]
     assert "[500]" not in result.stdout
+
+
+TOKEN = "schemathesis-secret-token"
+
+
+def test_schemathesis_with_a_token_finds_no_failure(tmp_path: Path) -> None:
+    """The whole API behind a bearer token: every request carries it, and schemathesis'
+    ``ignored_auth`` check also sends requests without it, which must be refused."""
+    if not Path(SCHEMATHESIS).exists():
+        pytest.skip("schemathesis is not installed (it is in the dev dependency group)")
+    server = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": TOKEN}
+    )
+    try:
+        result = subprocess.run(
+            [SCHEMATHESIS, "--no-color", "run", server.url + "/openapi.json"]
+            + ["--header", f"Authorization: Bearer {TOKEN}"]
+            + ["--checks", "all"]
+            + ["--exclude-checks", "positive_data_acceptance,negative_data_rejection"]
+            + ["--max-examples", "25", "--seed", "20261123", "--generation-deterministic"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "[500]" not in result.stdout
+    # Requests got past the token: no operation was answered 401 over and over.
+    assert "401" not in result.stdout.split("SUMMARY")[0].split("WARNINGS")[-1], result.stdout
+    assert "Tested: 11" in result.stdout, result.stdout[-3000:]
