@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, text
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
+from zeus_bso_server.settings import to_engine_url
 
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
 
@@ -193,7 +194,7 @@ def age_leases(db_url: str, job_id: str, seconds: float) -> None:
     """Move the job's trial leases ``seconds`` into the past, in the server's own database:
     the clock of those leases jumps forward, as if that much time had passed without a
     report or a heartbeat. Tests of lease expiry use this instead of sleeping."""
-    engine = create_engine(db_url)
+    engine = create_engine(to_engine_url(db_url))
     try:
         with engine.begin() as conn:
             conn.execute(

@@ -22,6 +22,7 @@ import atexit
 import hashlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -38,6 +39,7 @@ from zeus_bso.progress import TrialProgress
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
     CreatedJob,
+    DispatchedTrial,
     JobSpec,
     JobSpecFromClient,
     ReportResponse,
@@ -52,6 +54,22 @@ DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 class OperationOrderError(ZeusBSOError):
     """Raised when the optimizer's methods are called out of order (say what to call first)."""
+
+
+RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"
+
+
+def run_key_from_environment() -> str | None:
+    """This run's name from the environment: ``ZEUS_BSO_RUN_KEY``, else torchrun's run id
+    (``TORCHELASTIC_RUN_ID``, the same across the elastic restarts of one launch; its default
+    ``none`` is not a name). None without either."""
+    explicit = os.environ.get(RUN_KEY_VARIABLE)
+    if explicit:
+        return explicit
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchelastic:{run_id}"
+    return None
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
@@ -78,8 +96,11 @@ class BatchSizeOptimizer:
         *,
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         retry_seconds: float = 30.0,
+        run_key: str | None = None,
     ) -> None:
         self.rank = rank
+        self.run_key = run_key if run_key is not None else run_key_from_environment()
+        """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
         spec = JobSpecFromClient(
             **job.model_dump(exclude={"job_id"}),
@@ -104,7 +125,7 @@ class BatchSizeOptimizer:
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
-        atexit.register(self.end)
+        atexit.register(self.abort)
 
     @property
     def trial(self) -> TrialId | None:
@@ -134,13 +155,37 @@ class BatchSizeOptimizer:
             )
         trial = self.progress.trial
         if trial is None:
-            trial = self.progress.trial = self.client.next_trial(self.job.job_id)
-            logger.info(
-                "trial %d of job %s: batch size %d",
-                trial.trial_number,
-                self.job.job_id,
-                trial.batch_size,
-            )
+            if self.run_key is None:
+                dispatched = DispatchedTrial(**self.client.next_trial(self.job.job_id).model_dump())
+            else:
+                dispatched = self.client.trial_of_run(self.job.job_id, self.run_key)
+            trial = TrialId(**dispatched.model_dump(include=set(TrialId.model_fields)))
+            if dispatched.resumed:
+                # A restart of this run: its trial goes on from what it reported.
+                self.progress.resume(
+                    {
+                        "trial": trial.model_dump(),
+                        "current_epoch": dispatched.current_epoch,
+                        "time": dispatched.time,
+                        "energy": dispatched.energy,
+                    }
+                )
+                logger.info(
+                    "run %r continues trial %d of job %s after epoch %d: batch size %d",
+                    self.run_key,
+                    trial.trial_number,
+                    self.job.job_id,
+                    dispatched.current_epoch,
+                    trial.batch_size,
+                )
+            else:
+                self.progress.trial = trial
+                logger.info(
+                    "trial %d of job %s: batch size %d",
+                    trial.trial_number,
+                    self.job.job_id,
+                    trial.batch_size,
+                )
         return trial.batch_size
 
     def checkpoint(self) -> dict[str, Any]:
@@ -243,7 +288,7 @@ class BatchSizeOptimizer:
         if self._ended:
             return
         self._ended = True
-        atexit.unregister(self.end)  # ended: the exit hook need not keep this object alive
+        atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         self._stop_heartbeat.set()
         try:
             if self.trial is not None and self.rank == 0 and end_trial:
@@ -263,6 +308,15 @@ class BatchSizeOptimizer:
             self.meter.close()
             self.client.close()
 
+    def abort(self) -> None:
+        """End a run that is failing (an exception, or an exit without `end`).
+
+        Without a run key the trial ends (failed, unless its final report came). With one it is
+        left open for the run's restart, which continues it; if no restart comes, its lease
+        runs out and it is abandoned.
+        """
+        self.end(end_trial=self.run_key is None or self.training_finished)
+
     def __enter__(self) -> Self:
         return self
 
@@ -272,4 +326,7 @@ class BatchSizeOptimizer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.end()
+        if exc is None:
+            self.end()
+        else:
+            self.abort()

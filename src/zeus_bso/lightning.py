@@ -198,8 +198,9 @@ class ZeusBSOCallback(pl.Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if self._fitting(trainer):
-            self._end()
+        if self._fitting(trainer) and self.optimizer is not None:
+            self.optimizer.abort()  # with a run key the trial stays open for the restart
+            self._restored = None
 
     def _end(self) -> None:
         if self.optimizer is not None:

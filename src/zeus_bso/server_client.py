@@ -16,6 +16,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_ex
 from zeus_bso.errors import RouteMissingError, ServerConnectionError, ServerRejectedError
 from zeus_bso.spec import (
     CreatedJob,
+    DispatchedTrial,
     JobSpecFromClient,
     ReportResponse,
     TrainingResult,
@@ -98,6 +99,13 @@ class ServerClient:
         """Start a trial of the job: its batch size and trial number."""
         response = self._request("GET", "/jobs/batch_size", params={"job_id": job_id})
         return TrialId.model_validate(response.json())
+
+    def trial_of_run(self, job_id: str, run_key: str) -> DispatchedTrial:
+        """The trial of the run named ``run_key``: its open trial, with what it reported, if it
+        has one (``resumed``: a restart), else a new trial (a zeus-bso server extension)."""
+        params = {"job_id": job_id, "run_key": run_key}
+        response = self._request("GET", "/jobs/batch_size", params=params)
+        return DispatchedTrial.model_validate(response.json())
 
     def report(self, result: TrainingResult) -> ReportResponse:
         """Report an epoch's cumulative time, energy and metric."""

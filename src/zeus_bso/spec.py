@@ -181,6 +181,17 @@ class TrialId(WireModel):
     trial_number: PositiveInt
 
 
+class DispatchedTrial(TrialId):
+    """The answer to ``GET /jobs/batch_size``: a trial, and (an extension upstream clients
+    ignore) whether it is a restarted run's trial, resumed by its run key, with what that run
+    already reported."""
+
+    resumed: bool = False
+    current_epoch: NonNegativeInt = 0
+    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
+    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
+
+
 class TrainingResult(TrialId):
     """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
 
@@ -219,6 +230,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "UPSTREAM_OPTIONS",
     "CreatedJob",
+    "DispatchedTrial",
     "GpuConfig",
     "JobParams",
     "JobSpec",

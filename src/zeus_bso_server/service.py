@@ -17,8 +17,15 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.policy import Stage, TrialKind, TrialStatus
-from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
+from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
+from zeus_bso.spec import (
+    CreatedJob,
+    DispatchedTrial,
+    JobSpecFromClient,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
@@ -138,8 +145,12 @@ class BatchSizeService:
             raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
         return job, config_of(job)
 
-    async def next_trial(self, job_id: str) -> TrialId:
+    async def next_trial(self, job_id: str, run_key: str | None = None) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
+
+        With a ``run_key`` (a run's name, the same across its restarts) a run that asks again
+        continues its trial: the latest trial of that key is returned, with what it reported,
+        if it is still open (dispatched, or abandoned); otherwise a new trial gets the key.
 
         Raises:
             UnknownJobError: no such job.
@@ -147,33 +158,60 @@ class BatchSizeService:
         """
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
-                lambda conn: self._next_trial(conn, job_id)
+                lambda conn: self._next_trial(conn, job_id, run_key)
             )
         # Counted once committed, so that a rolled-back request counts nothing.
-        stage = Stage.BANDIT if dispatch.kind is TrialKind.BANDIT else Stage.PRUNING
-        self.metrics.decisions.labels(stage.value, dispatch.kind.value).inc()
-        self.metrics.trials.labels(TrialStatus.DISPATCHED.value).inc()
+        if dispatch is not None:
+            stage = Stage.BANDIT if dispatch.kind is TrialKind.BANDIT else Stage.PRUNING
+            self.metrics.decisions.labels(stage.value, dispatch.kind.value).inc()
+            self.metrics.trials.labels(TrialStatus.DISPATCHED.value).inc()
         if expired:
             self.metrics.expired_leases.inc(expired)
             self.metrics.trials.labels(TrialStatus.ABANDONED.value).inc(expired)
         return trial
 
-    def _next_trial(self, conn: Connection, job_id: str) -> tuple[TrialId, policy.Dispatch, int]:
+    def _next_trial(
+        self, conn: Connection, job_id: str, run_key: str | None
+    ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
+        if run_key is not None:
+            resumed = self._resume(conn, job_id, run_key)
+            if resumed is not None:
+                return resumed, None, expired
         state = repo.job_state(job)
         # Explorations matter only while pruning (the decision that ends it is the bandit's
         # first).
         explorations = repo.explorations(conn, job_id) if state.arms is None else ()
         windowed = repo.windowed(conn, job_id, config, state)
         step = policy.after_dispatch(config, state, explorations, windowed)
-        repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job)
+        repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job, run_key)
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
-        trial = TrialId(
+        trial = DispatchedTrial(
             job_id=job_id, batch_size=step.trial.batch_size, trial_number=step.trial.trial_number
         )
         return trial, step.dispatch, expired
+
+    def _resume(self, conn: Connection, job_id: str, run_key: str) -> DispatchedTrial | None:
+        found = repo.trial_of_run(conn, job_id, run_key)
+        if found is None:
+            return None
+        trial = repo.trial_state(found)
+        if trial.status not in policy.LIFECYCLE[Event.RENEW].sources:
+            return None  # that run's trial is over (reported or failed): a new one starts
+        lease = self._lease(trial.time, trial.epochs)
+        repo.renew_lease(conn, job_id, trial.trial_number, lease)
+        logger.info("run %r continues trial %d of job %s", run_key, trial.trial_number, job_id)
+        return DispatchedTrial(
+            job_id=job_id,
+            batch_size=trial.batch_size,
+            trial_number=trial.trial_number,
+            resumed=True,
+            current_epoch=trial.epochs or 0,
+            time=trial.time or 0.0,
+            energy=trial.energy or 0.0,
+        )
 
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a report and say whether the run stops.

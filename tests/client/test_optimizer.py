@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -9,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ServerProcess, free_port, sqlite_url, unique_id
+from tests.helpers import (
+    ServerProcess,
+    environment_without_settings,
+    free_port,
+    sqlite_url,
+    unique_id,
+)
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import stable_job_id
 from zeus_bso.energy import EstimateMeter
@@ -152,3 +159,41 @@ def test_a_report_the_server_missed_is_delivered_at_the_end(tmp_path: Path) -> N
         assert trial["converged"] is True
     finally:
         restarted.stop()
+
+
+def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
+    """torchrun restarts a worker that crashed after two epochs; the restart names the same run
+    (torchrun's run id), gets the same trial back and reports epochs 3 and 4 of it."""
+    pytest.importorskip("torch", reason="torchrun comes with torch (pip install torch)")
+    server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
+    try:
+        job_id = unique_id("elastic")
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=1",
+            "--max-restarts=1",
+            str(Path(__file__).with_name("elastic_restart_worker.py")),
+            server.url,
+            job_id,
+            str(tmp_path),
+        ]
+        env = {**environment_without_settings(), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        first, second = (json.loads((tmp_path / f"attempt{n}.json").read_text()) for n in (0, 1))
+        assert first["run_key"] == second["run_key"]
+        assert first["run_key"].startswith("torchelastic:")
+        assert (second["trial_number"], second["batch_size"]) == (1, first["batch_size"])
+        assert (first["epochs_before"], second["epochs_before"]) == (0, 2)
+        assert second["time_before"] > 0.2  # the crashed attempt's two epochs
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(job_id)["trials"]
+        assert trial["status"] == "reported"
+        assert trial["converged"] is True
+        assert trial["epochs"] == 4
+        assert trial["time"] > 0.4  # four epochs of about 0.1 s, over both attempts
+    finally:
+        server.stop()

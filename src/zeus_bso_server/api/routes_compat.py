@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from zeus_bso.spec import (
     MAX_ID_LENGTH,
+    DispatchedTrial,
     JobSpecFromClient,
     Printable,
     ReportResponse,
@@ -48,17 +49,36 @@ async def register_job(
     return registered.job
 
 
+RunKeyQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        description=(
+            "Extension: the run's name, the same across its restarts. A run that asks again "
+            "with it continues its open trial instead of starting a new one."
+        ),
+    ),
+    Printable,
+]
+
+
 @router.get(
     "/jobs/batch_size",
-    response_model=TrialId,
+    response_model=DispatchedTrial,
     responses={
         400: {"description": "Unknown job"},
         409: {"description": "No batch size converged"},
     },
 )
-async def next_batch_size(job_id: JobIdQuery, service: Service) -> Response:
-    """Start a trial: the batch size to train with and the trial's number."""
-    return _json(await service.next_trial(job_id))
+async def next_batch_size(
+    job_id: JobIdQuery, service: Service, run_key: RunKeyQuery = None
+) -> Response:
+    """Start a trial: the batch size to train with and the trial's number (or, for a run that
+    names itself with ``run_key``, continue its open trial)."""
+    trial = await service.next_trial(job_id, run_key)
+    # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported.
+    return Response(trial.model_dump_json(exclude_defaults=True), media_type="application/json")
 
 
 @router.post(

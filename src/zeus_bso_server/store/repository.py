@@ -276,6 +276,19 @@ def windowed_costs(
     return result
 
 
+_RUN = (
+    select(trials)
+    .where(trials.c.job_id == bindparam("job_id"), trials.c.run_key == bindparam("run_key"))
+    .order_by(trials.c.trial_number.desc())
+    .limit(1)
+)
+
+
+def trial_of_run(conn: Connection, job_id: str, run_key: str) -> Record | None:
+    """The latest trial the run named ``run_key`` started, if any."""
+    return conn.execute(_RUN, {"job_id": job_id, "run_key": run_key}).first()
+
+
 def get_trial(conn: Connection, job_id: str, trial_number: int) -> Record | None:
     """One trial."""
     return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
@@ -289,13 +302,19 @@ _INSERT_TRIAL = insert(trials).values(
     batch_size=bindparam("new_batch_size"),
     kind=bindparam("new_kind"),
     round=bindparam("new_round"),
+    run_key=bindparam("new_run_key"),
     status=TrialStatus.DISPATCHED.value,  # a new trial's status (TrialState's default)
     lease_expires_at=db_now() + bindparam("new_lease", type_=Double()),
 )
 
 
 def start_trial(
-    conn: Connection, job_id: str, trial: TrialState, lease: float, job: JobState
+    conn: Connection,
+    job_id: str,
+    trial: TrialState,
+    lease: float,
+    job: JobState,
+    run_key: str | None = None,
 ) -> None:
     """Store a new dispatched trial whose lease runs ``lease`` seconds, and the job after its
     dispatch (`zeus_bso.policy.after_dispatch`): the next trial number and, from the decision
@@ -307,6 +326,7 @@ def start_trial(
         "new_kind": trial.kind.value,
         "new_round": trial.round,
         "new_lease": lease,
+        "new_run_key": run_key,
     }
     conn.execute(_INSERT_TRIAL, params)
     entering = job.bandit_start == trial.trial_number

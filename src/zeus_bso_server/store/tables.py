@@ -103,8 +103,11 @@ class TrialRow(Base):
     cost: Mapped[float | None] = mapped_column(REAL, nullable=True)
     converged: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     message: Mapped[str | None] = mapped_column(MESSAGE, nullable=True)
+    run_key: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    """The client's name for the run (the same across its restarts), if it gave one."""
 
     __table_args__ = (
+        Index("ix_trials_job_run_key", "job_id", "run_key"),
         Index("ix_trials_job_status", "job_id", "status"),
         Index("ix_trials_job_kind", "job_id", "kind"),
         Index("ix_trials_job_bs_status_number", "job_id", "batch_size", "status", "trial_number"),
