@@ -7,6 +7,7 @@ tiny BERT built from a config (nothing is downloaded) on sequences it generates.
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import torch
@@ -50,6 +51,7 @@ def main() -> None:
         target_metric=0.98,
         max_epochs=8,
     )
+    output_dir = tempfile.mkdtemp(prefix="zeus-bso-hf-example-")
     for _ in range(args.recurrences):
         callback = ZeusBSOTrainerCallback(
             args.server, job, metric="eval_accuracy", token=args.token
@@ -64,7 +66,7 @@ def main() -> None:
             num_labels=2,
         )
         training = transformers.TrainingArguments(
-            output_dir="hf-example-output",
+            output_dir=output_dir,  # a temporary directory: nothing is saved (save_strategy)
             per_device_train_batch_size=callback.batch_size,  # chosen before the Trainer exists
             num_train_epochs=job.max_epochs,
             learning_rate=5e-3,
