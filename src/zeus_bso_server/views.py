@@ -71,7 +71,7 @@ class TrialView(BaseModel):
         return cls.model_validate(dict(row._mapping))
 
 
-class JobState(BaseModel):
+class JobView(BaseModel):
     """A job's config, stage, per-batch-size statistics and posterior, best batch size, trials."""
 
     job: CreatedJob
@@ -114,13 +114,13 @@ def _summary(row: Record) -> JobSummary:
     )
 
 
-async def job_state(db: Database, job_id: str, limit: int, before: int | None) -> JobState:
+async def job_view(db: Database, job_id: str, limit: int, before: int | None) -> JobView:
     """Everything the server knows of one job.
 
     Raises:
         JobNotFoundError: no such job.
     """
-    return await db.read(lambda conn: _job_state(conn, job_id, limit, before))
+    return await db.read(lambda conn: _job_view(conn, job_id, limit, before))
 
 
 def _batch_size_view(
@@ -141,7 +141,7 @@ def _batch_size_view(
     )
 
 
-def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) -> JobState:
+def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> JobView:
     row = repo.get_job(conn, job_id)
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")
@@ -154,7 +154,7 @@ def _job_state(conn: Connection, job_id: str, limit: int, before: int | None) ->
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
-    return JobState(
+    return JobView(
         job=config,
         stage=row.stage,
         arms=row.arms,

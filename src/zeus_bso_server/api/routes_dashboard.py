@@ -22,7 +22,7 @@ from starlette.datastructures import URL
 from zeus_bso.spec import MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import JobNotFoundError
-from zeus_bso_server.views import TrialView, job_state, job_summaries
+from zeus_bso_server.views import TrialView, job_summaries, job_view
 
 router = APIRouter(include_in_schema=False)
 
@@ -160,7 +160,7 @@ async def job_page(
 ) -> Response:
     """One job: its settings, batch sizes with their statistics and posterior, and trials."""
     try:
-        state = await job_state(db, job_id, TRIALS_SHOWN, before)
+        state = await job_view(db, job_id, TRIALS_SHOWN, before)
     except JobNotFoundError:
         return templates().TemplateResponse(
             request, "missing.html", {"job_id": job_id}, status_code=404

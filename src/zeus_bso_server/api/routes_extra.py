@@ -12,7 +12,7 @@ from zeus_bso.spec import MAX_ID_LENGTH, Printable, TrialId
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.errors import SchemaError, ServerError
 from zeus_bso_server.store.migrate import check_schema
-from zeus_bso_server.views import JobState, JobSummary, TrialView, job_state, job_summaries
+from zeus_bso_server.views import JobSummary, JobView, TrialView, job_summaries, job_view
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 health = APIRouter(tags=["health"])
@@ -30,17 +30,17 @@ async def list_jobs(
 
 
 @router.get(
-    "/jobs/{job_id:path}", response_model=JobState, responses={404: {"description": "No such job"}}
+    "/jobs/{job_id:path}", response_model=JobView, responses={404: {"description": "No such job"}}
 )
 async def get_job(
     db: Db,
     job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
     limit: Annotated[int, Query(ge=0, le=1000)] = 50,
     before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-) -> JobState:
+) -> JobView:
     """A job's config, stage, per-batch-size statistics and posterior, best batch size and its
     most recent trials (``limit`` of them, numbered below ``before`` when given)."""
-    return await job_state(db, job_id, limit, before)
+    return await job_view(db, job_id, limit, before)
 
 
 @router.post(
