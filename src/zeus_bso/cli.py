@@ -1,4 +1,5 @@
-"""``zeus-bso``: tools for users of the optimizer (trace-driven simulation)."""
+"""``zeus-bso``: tools for users of the optimizer: trace-driven simulation, and a running
+server's jobs (`zeus_bso.cli_jobs`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from zeus_bso.cli_jobs import jobs_app
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, seed_result, summarize
@@ -212,6 +214,7 @@ def _print_table(summaries: list[Summary]) -> None:
 
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
 app.command(name="simulate")(simulate_command)
+app.add_typer(jobs_app, name="jobs")
 
 
 def _expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:

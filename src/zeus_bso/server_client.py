@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
@@ -129,7 +130,32 @@ class ServerClient:
         """Delete a job and its history."""
         self._request("DELETE", "/jobs", params={"job_id": job_id})
 
+    def list_jobs(
+        self, prefix: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """Registered jobs ordered by id (``GET /api/jobs``), a page at a time."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if prefix:
+            params["prefix"] = prefix
+        return list(self._request("GET", "/api/jobs", params=params).json())
+
+    def trials(self, job_id: str) -> list[dict[str, Any]]:
+        """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page)."""
+        found: list[dict[str, Any]] = []
+        before: int | None = None
+        while True:
+            params: dict[str, Any] = {"limit": 1000}
+            if before is not None:
+                params["before"] = before
+            page = self._request("GET", f"/api/jobs/{quote(job_id, safe='')}", params=params)
+            trials = list(page.json()["trials"])
+            found.extend(trials)
+            if len(trials) < 1000:
+                return sorted(found, key=lambda t: int(t["trial_number"]))
+            before = min(int(t["trial_number"]) for t in trials)
+
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """Everything the server knows of a job (zeus-bso servers only)."""
-        response = self._request("GET", f"/api/jobs/{job_id}", params={"limit": limit})
+        path = f"/api/jobs/{quote(job_id, safe='')}"
+        response = self._request("GET", path, params={"limit": limit})
         return dict(response.json())

@@ -22,6 +22,11 @@ class JobSummary(BaseModel):
     job_id_prefix: str
     stage: str
     trials: int
+    gpu_model: str
+    number_of_gpus: int
+    best_batch_size: int | None
+    """The cheapest converged run's batch size (the early-stop reference), if any."""
+    best_cost: float | None
     created_at: float
     updated_at: float
 
@@ -109,6 +114,10 @@ def _summary(row: Record) -> JobSummary:
         job_id_prefix=row.job_id_prefix,
         stage=row.stage,
         trials=row.next_trial_number - 1,
+        gpu_model=row.config["gpu_model"],
+        number_of_gpus=row.config["number_of_gpus"],
+        best_batch_size=row.best_batch_size,
+        best_cost=row.best_cost,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

@@ -1,0 +1,208 @@
+"""``zeus-bso jobs``: the jobs of a running server, over its read API.
+
+The server is ``--server`` (or ``ZEUS_BSO_SERVER_URL``), its token ``ZEUS_BSO_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from zeus_bso.errors import ServerRejectedError, ZeusBSOError
+from zeus_bso.server_client import ServerClient
+
+jobs_app = typer.Typer(
+    help="The jobs of a running server: list, show, trials, delete.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+Server = Annotated[
+    str,
+    typer.Option("--server", envvar="ZEUS_BSO_SERVER_URL", help="The zeus-bso server's URL"),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="ZEUS_BSO_TOKEN", help="The server's bearer token", show_default=False
+    ),
+]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+TRIAL_COLUMNS = (
+    "trial_number",
+    "batch_size",
+    "kind",
+    "status",
+    "epochs",
+    "time",
+    "energy",
+    "metric",
+    "cost",
+    "converged",
+)
+
+
+def _client(server: str, token: str | None) -> ServerClient:
+    return ServerClient(server, token=token or None, retry_seconds=5.0)
+
+
+def _fail(error: ZeusBSOError) -> typer.Exit:
+    if isinstance(error, ServerRejectedError) and error.status == 401:
+        err.print("[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN (or --token)")
+    else:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+    return typer.Exit(1)
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+@jobs_app.command("list")
+def list_command(
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    prefix: Annotated[str | None, typer.Option(help="Only ids that start with this")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    offset: Annotated[int, typer.Option(min=0)] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+) -> None:
+    """The registered jobs, ordered by id."""
+    try:
+        with _client(server, token) as client:
+            jobs = client.list_jobs(prefix, limit, offset)
+    except ZeusBSOError as error:
+        raise _fail(error) from error
+    if as_json:
+        typer.echo(json.dumps(jobs, indent=2))
+        return
+    table = Table("job id", "stage", "trials", "GPU", "best batch size", "updated")
+    for job in jobs:
+        gpu = f"{job['number_of_gpus']} x {job['gpu_model']}"
+        table.add_row(
+            escape(job["job_id"]),
+            job["stage"],
+            str(job["trials"]),
+            escape(gpu),
+            _number(job["best_batch_size"]),
+            _when(job["updated_at"]),
+        )
+    console.print(table)
+    if not jobs:
+        err.print(escape("no jobs" + (f" whose id starts with {prefix!r}" if prefix else "")))
+
+
+@jobs_app.command("show")
+def show_command(
+    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
+) -> None:
+    """A job: its settings, stage, best batch size and each batch size's statistics."""
+    try:
+        with _client(server, token) as client:
+            state = client.job_state(job_id, limit=0)
+    except ZeusBSOError as error:
+        raise _fail(error) from error
+    if as_json:
+        typer.echo(json.dumps(state, indent=2))
+        return
+    job = state["job"]
+    trials = state["trial_count"]
+    console.print(f"[bold]{escape(job['job_id'])}[/]  stage {state['stage']}, {trials} trials")
+    console.print(
+        f"{job['number_of_gpus']} x {escape(job['gpu_model'])}, max power {job['max_power']:g} W, "
+        f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
+        f"default batch size {job['default_batch_size']}"
+    )
+    best = state["best_batch_size"]
+    if best is not None:
+        console.print(f"best converged batch size {best} (cost {_number(state['best_cost'])} J)")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
+    console.print(f"trials: {counts or 'none'}")
+    table = Table("batch size", "arm", "reports", "converged", "mean cost", "std", "posterior")
+    for row in state["batch_sizes"]:
+        posterior = "-"
+        if row["posterior_mean_reward"] is not None:
+            std = row["posterior_std"]
+            posterior = f"{-row['posterior_mean_reward']:.4g} ± {_number(std)}"
+        table.add_row(
+            str(row["batch_size"]),
+            "yes" if row["is_arm"] else "",
+            str(row["reports"]),
+            str(row["converged"]),
+            _number(row["mean_cost"]),
+            _number(row["cost_std"]),
+            posterior,
+        )
+    console.print(table)
+
+
+@jobs_app.command("trials")
+def trials_command(
+    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    output: Annotated[
+        str, typer.Option("--format", help="table, csv or json", case_sensitive=False)
+    ] = "table",
+) -> None:
+    """Every trial of a job, oldest first."""
+    if output.lower() not in ("table", "csv", "json"):
+        err.print(f"[red]error:[/] --format is table, csv or json, not {escape(repr(output))}")
+        raise typer.Exit(2)
+    try:
+        with _client(server, token) as client:
+            trials = client.trials(job_id)
+    except ZeusBSOError as error:
+        raise _fail(error) from error
+    if output.lower() == "json":
+        typer.echo(json.dumps(trials, indent=2))
+    elif output.lower() == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, TRIAL_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(trials)
+        typer.echo(buffer.getvalue(), nl=False)
+    else:
+        table = Table(*TRIAL_COLUMNS)
+        for trial in trials:
+            table.add_row(*(_number(trial[c]) for c in TRIAL_COLUMNS))
+        console.print(table)
+
+
+@jobs_app.command("delete")
+def delete_command(
+    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation")] = False,
+) -> None:
+    """Delete a job with all its trials (what it learned is lost)."""
+    if not yes and not typer.confirm(f"Delete job {job_id} and all its trials?"):
+        raise typer.Exit(1)
+    try:
+        with _client(server, token) as client:
+            client.delete_job(job_id)
+    except ZeusBSOError as error:
+        raise _fail(error) from error
+    console.print(f"deleted {escape(job_id)}")

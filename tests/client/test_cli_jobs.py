@@ -1,0 +1,133 @@
+"""``zeus-bso jobs`` against a real server with a token: list, show, trials (table, CSV, JSON),
+delete, and the errors a user meets (no token, unknown job)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from zeus_bso.server_client import ServerClient
+from zeus_bso.spec import JobSpecFromClient, TrainingResult
+
+ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
+TOKEN = "cli-test-token"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("cli")
+    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp, env={"ZEUS_BSO_TOKEN": TOKEN})
+    yield proc
+    proc.stop()
+
+
+def cli(
+    server: ServerProcess, *args: str, token: str | None = TOKEN
+) -> subprocess.CompletedProcess[str]:
+    env = {**environment_without_settings(), "ZEUS_BSO_SERVER_URL": server.url, "COLUMNS": "200"}
+    if token is not None:
+        env["ZEUS_BSO_TOKEN"] = token
+    return subprocess.run(
+        [ZEUS_BSO, "jobs", *args], env=env, capture_output=True, text=True, timeout=60, input=""
+    )
+
+
+def job_with_trials(server: ServerProcess, job_id: str, runs: int) -> None:
+    spec = JobSpecFromClient(
+        job_id=job_id,
+        job_id_prefix=job_id.split("-")[0],
+        batch_sizes=[32, 64, 128],
+        default_batch_size=64,
+        max_power=300.0,
+        number_of_gpus=2,
+        gpu_model="A40 [test]",
+        target_metric=0.5,
+        max_epochs=5,
+    )
+    with ServerClient(server.url, token=TOKEN) as client:
+        client.register_job(spec)
+        for run in range(runs):
+            trial = client.next_trial(job_id)
+            for epoch in (1, 2):
+                result = TrainingResult(
+                    **trial.model_dump(),
+                    time=10.0 * epoch * (run + 1),
+                    energy=900.0 * epoch * (run + 1),
+                    metric=0.3 * epoch,
+                    current_epoch=epoch,
+                )
+                if client.report(result).stop_train:
+                    break
+            client.end_trial(trial)
+
+
+def test_list_show_trials_and_delete(server: ServerProcess) -> None:
+    job_id = unique_id("clijob")
+    job_with_trials(server, job_id, runs=3)
+
+    listed = cli(server, "list", "--prefix", "clijob")
+    assert listed.returncode == 0, listed.stderr
+    assert job_id in listed.stdout
+    assert "2 x A40 [test]" in listed.stdout  # user text is not read as markup
+    as_json = json.loads(cli(server, "list", "--json").stdout)
+    (mine,) = [j for j in as_json if j["job_id"] == job_id]
+    assert mine["trials"] == 3
+    assert mine["best_batch_size"] == 64
+
+    shown = cli(server, "show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "best converged batch size 64" in shown.stdout
+    assert "3 reported" in shown.stdout
+
+    with ServerClient(server.url, token=TOKEN) as client:
+        stored = client.job_state(job_id, limit=100)["trials"]
+    rows = list(
+        csv.DictReader(io.StringIO(cli(server, "trials", job_id, "--format", "csv").stdout))
+    )
+    assert [int(r["trial_number"]) for r in rows] == [1, 2, 3]
+    by_number = {t["trial_number"]: t for t in stored}
+    for row in rows:
+        trial = by_number[int(row["trial_number"])]
+        assert int(row["batch_size"]) == trial["batch_size"]
+        assert float(row["cost"]) == pytest.approx(trial["cost"])
+        assert row["status"] == trial["status"]
+    dumped = json.loads(cli(server, "trials", job_id, "--format", "json").stdout)
+    assert dumped == sorted(stored, key=lambda t: t["trial_number"])
+    table = cli(server, "trials", job_id)
+    assert table.returncode == 0
+    assert "reported" in table.stdout
+
+    deleted = cli(server, "delete", job_id, "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    gone = cli(server, "show", job_id)
+    assert gone.returncode == 1
+    assert "404" in gone.stderr
+
+
+def test_errors_say_what_to_do(server: ServerProcess) -> None:
+    no_token = cli(server, "list", token=None)
+    assert no_token.returncode == 1
+    assert "ZEUS_BSO_TOKEN" in no_token.stderr
+    assert "Traceback" not in no_token.stderr
+    bad_format = cli(server, "trials", "x", "--format", "xml")
+    assert bad_format.returncode == 2
+    assert "table, csv or json" in bad_format.stderr
+    unreachable = subprocess.run(
+        [ZEUS_BSO, "jobs", "list", "--server", "http://127.0.0.1:9"],
+        env=environment_without_settings(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreachable.returncode == 1
+    assert "cannot reach" in unreachable.stderr
+    kept = cli(server, "delete", "some-job", token=TOKEN)  # no --yes and no answer: nothing happens
+    assert kept.returncode == 1
