@@ -16,7 +16,7 @@ from tests.containers import REPO
 
 INNER = """
 import pathlib, time
-from tests.helpers import postgres  # noqa: F401 (the fixture)
+from tests.conftest import postgres  # noqa: F401 (the fixture)
 
 def test_hold(postgres):
     pathlib.Path({marker!r}).write_text(str(postgres.data))
