@@ -118,27 +118,12 @@ class LightClient:
         self.close()
 
 
-UPSTREAM_SCHEMA = """
-import sys
-from sqlalchemy import create_engine
-from zeus.optimizer.batch_size.server.database.schema import Base
-Base.metadata.create_all(create_engine("sqlite:///" + sys.argv[1]))
-"""
-
-
 @contextmanager
 def upstream_server(python: str, tmp: str, workers: int) -> Iterator[str]:
     """Upstream Zeus 0.16's server (``python`` has ``zeus[bso-server]==0.16.0``) with
     ``workers`` workers on a fresh SQLite file in ``tmp``; yields its base URL."""
-    db = Path(tmp) / "upstream.db"
-    subprocess.run([python, "-c", UPSTREAM_SCHEMA, str(db)], check=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        "ZEUS_BSO_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
-        "ZEUS_BSO_LOG_LEVEL": "WARN",
-    }
-    app = "zeus.optimizer.batch_size.server.router:app"
-    command = [python, "-m", "uvicorn", app, "--port", str(port), "--workers", str(workers)]
-    with serving(command, port, ready_path="/docs", env=env) as url:
+    # The scripts put the repository root on sys.path (for tests/) after importing this module.
+    from tests.upstream import upstream_server as started
+
+    with started(Path(tmp), python, workers) as url:
         yield url

@@ -6,7 +6,9 @@ versions of our dependencies); ``ZEUS_BSO_UPSTREAM_PYTHON`` names another interp
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -48,10 +50,12 @@ def upstream_missing() -> str | None:
 
 
 @contextmanager
-def upstream_server(tmp: Path) -> Iterator[str]:
-    """Upstream's server on a fresh SQLite file in ``tmp``; yields its base URL."""
+def upstream_server(tmp: Path, python: str = UPSTREAM_PYTHON, workers: int = 1) -> Iterator[str]:
+    """Upstream's server (``python`` has ``zeus[bso-server]==0.16.0``) with ``workers``
+    workers on a fresh SQLite file in ``tmp``; yields its base URL. The tests and the
+    benchmarks start it with this."""
     db = tmp / "upstream.db"
-    subprocess.run([UPSTREAM_PYTHON, "-c", _SCHEMA, str(db)], check=True)
+    subprocess.run([python, "-c", _SCHEMA, str(db)], check=True)
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")},
@@ -61,10 +65,11 @@ def upstream_server(tmp: Path) -> Iterator[str]:
     app = "zeus.optimizer.batch_size.server.router:app"
     log = (tmp / "upstream.log").open("w")
     proc = subprocess.Popen(
-        [UPSTREAM_PYTHON, "-m", "uvicorn", app, "--port", str(port)],
+        [python, "-m", "uvicorn", app, "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: stopping it takes uvicorn's workers along
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -86,4 +91,6 @@ def upstream_server(tmp: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         log.close()
