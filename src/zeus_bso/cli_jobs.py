@@ -9,7 +9,8 @@ import csv
 import io
 import json
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,6 +19,8 @@ from rich.table import Table
 
 from zeus_bso.errors import ServerRejectedError, ZeusBSOError
 from zeus_bso.server_client import ServerClient
+
+T = TypeVar("T")
 
 jobs_app = typer.Typer(
     help="The jobs of a running server: list, show, trials, delete.",
@@ -52,16 +55,17 @@ TRIAL_COLUMNS = (
 )
 
 
-def _client(server: str, token: str | None) -> ServerClient:
-    return ServerClient(server, token=token or None, retry_seconds=5.0)
-
-
-def _fail(error: ZeusBSOError) -> typer.Exit:
-    if isinstance(error, ServerRejectedError) and error.status == 401:
-        err.print("[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN (or --token)")
-    else:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-    return typer.Exit(1)
+def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
+    """One request to the server; an error is printed, saying what to do, and exits 1."""
+    try:
+        with ServerClient(server, token=token or None, retry_seconds=5.0) as client:
+            return request(client)
+    except ZeusBSOError as error:
+        if isinstance(error, ServerRejectedError) and error.status == 401:
+            err.print("[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN (or --token)")
+        else:
+            err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(1) from error
 
 
 def _number(value: Any, digits: int = 4) -> str:
@@ -86,11 +90,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
-    try:
-        with _client(server, token) as client:
-            jobs = client.list_jobs(prefix, limit, offset)
-    except ZeusBSOError as error:
-        raise _fail(error) from error
+    jobs = _ask(server, token, lambda client: client.list_jobs(prefix, limit, offset))
     if as_json:
         typer.echo(json.dumps(jobs, indent=2))
         return
@@ -118,11 +118,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
 ) -> None:
     """A job: its settings, stage, best batch size and each batch size's statistics."""
-    try:
-        with _client(server, token) as client:
-            state = client.job_state(job_id, limit=0)
-    except ZeusBSOError as error:
-        raise _fail(error) from error
+    state = _ask(server, token, lambda client: client.job_state(job_id, limit=0))
     if as_json:
         typer.echo(json.dumps(state, indent=2))
         return
@@ -170,11 +166,7 @@ def trials_command(
     if output.lower() not in ("table", "csv", "json"):
         err.print(f"[red]error:[/] --format is table, csv or json, not {escape(repr(output))}")
         raise typer.Exit(2)
-    try:
-        with _client(server, token) as client:
-            trials = client.trials(job_id)
-    except ZeusBSOError as error:
-        raise _fail(error) from error
+    trials = _ask(server, token, lambda client: client.trials(job_id))
     if output.lower() == "json":
         typer.echo(json.dumps(trials, indent=2))
     elif output.lower() == "csv":
@@ -200,9 +192,5 @@ def delete_command(
     """Delete a job with all its trials (what it learned is lost)."""
     if not yes and not typer.confirm(f"Delete job {job_id} and all its trials?"):
         raise typer.Exit(1)
-    try:
-        with _client(server, token) as client:
-            client.delete_job(job_id)
-    except ZeusBSOError as error:
-        raise _fail(error) from error
+    _ask(server, token, lambda client: client.delete_job(job_id))
     console.print(f"deleted {escape(job_id)}")

@@ -191,8 +191,11 @@ class ZeusBSOCallback(pl.Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self._end()
+        if stage != "fit":
+            return
+        if self.optimizer is not None:
+            self.optimizer.end()
+        self._restored = None  # a later fit with this callback starts a new trial
 
     @override
     def on_exception(
@@ -201,11 +204,6 @@ class ZeusBSOCallback(pl.Callback):
         if self._fitting(trainer) and self.optimizer is not None:
             self.optimizer.abort()  # with a run key the trial stays open for the restart
             self._restored = None
-
-    def _end(self) -> None:
-        if self.optimizer is not None:
-            self.optimizer.end()
-        self._restored = None  # a later fit with this callback starts a new trial
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 

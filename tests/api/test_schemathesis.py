@@ -21,19 +21,26 @@ from tests.helpers import ServerProcess, sqlite_url
 SCHEMATHESIS = shutil.which("schemathesis") or str(Path(sys.executable).parent / "schemathesis")
 
 
-def test_schemathesis_finds_no_failure(server: ServerProcess, tmp_path: Path) -> None:
+def run_schemathesis(
+    url: str, cwd: Path, examples: int, seed: int, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """schemathesis over the server at ``url`` with every check but the two excluded above."""
     if not Path(SCHEMATHESIS).exists():
         pytest.skip("schemathesis is not installed (it is in the dev dependency group)")
-    result = subprocess.run(
-        [SCHEMATHESIS, "--no-color", "run", server.url + "/openapi.json"]
+    return subprocess.run(
+        [SCHEMATHESIS, "--no-color", "run", url + "/openapi.json", *options]
         + ["--checks", "all"]
         + ["--exclude-checks", "positive_data_acceptance,negative_data_rejection"]
-        + ["--max-examples", "40", "--seed", "20261122", "--generation-deterministic"],
+        + ["--max-examples", str(examples), "--seed", str(seed), "--generation-deterministic"],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=tmp_path,
+        cwd=cwd,
     )
+
+
+def test_schemathesis_finds_no_failure(server: ServerProcess, tmp_path: Path) -> None:
+    result = run_schemathesis(server.url, tmp_path, 40, 20261122)
     assert result.returncode == 0, result.stdout[-6000:]
     assert "[500]" not in result.stdout
 
@@ -50,17 +57,8 @@ def test_schemathesis_with_a_token_finds_no_failure(tmp_path: Path) -> None:
         sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": TOKEN}
     )
     try:
-        result = subprocess.run(
-            [SCHEMATHESIS, "--no-color", "run", server.url + "/openapi.json"]
-            + ["--header", f"Authorization: Bearer {TOKEN}"]
-            + ["--checks", "all"]
-            + ["--exclude-checks", "positive_data_acceptance,negative_data_rejection"]
-            + ["--max-examples", "25", "--seed", "20261123", "--generation-deterministic"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=tmp_path,
-        )
+        header = f"Authorization: Bearer {TOKEN}"
+        result = run_schemathesis(server.url, tmp_path, 25, 20261123, "--header", header)
     finally:
         server.stop()
     assert result.returncode == 0, result.stdout[-6000:]

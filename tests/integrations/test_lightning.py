@@ -163,8 +163,11 @@ def test_ddp_on_two_cpu_processes(server: ServerProcess, tmp_path: Path) -> None
     assert trial["energy"] > 1.5 * 100 * trial["time"]
 
 
-def _start_nodes(server: ServerProcess, job_id: str, monitor: str, tmp_path: Path) -> list[Any]:
-    """Two independent processes that form one 2-node DDP fit (as on two machines)."""
+def _run_nodes(
+    server: ServerProcess, job_id: str, monitor: str, tmp_path: Path
+) -> list[tuple[int, str]]:
+    """Two independent processes that form one 2-node DDP fit (as on two machines), run to
+    their end; each one's exit status and stderr."""
     root = Path(__file__).resolve().parents[2]
     port = free_port()
     processes = []
@@ -195,7 +198,12 @@ def _start_nodes(server: ServerProcess, job_id: str, monitor: str, tmp_path: Pat
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
-    return processes
+    try:
+        errors = [node.communicate(timeout=180)[1] for node in processes]
+    finally:
+        for node in processes:
+            node.kill()
+    return [(node.returncode, err) for node, err in zip(processes, errors, strict=True)]
 
 
 @pytest.mark.parametrize("server", ["sqlite"], indirect=True)
@@ -204,19 +212,13 @@ def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Pat
     would otherwise wait for rank 0's broadcast, raises too, naming rank 0's error."""
     job_id = unique_id("ddperr")
     started = time.monotonic()
-    nodes = _start_nodes(server, job_id, "val_missing", tmp_path)
-    try:
-        outputs = [node.communicate(timeout=180) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
+    (code0, err0), (code1, err1) = _run_nodes(server, job_id, "val_missing", tmp_path)
     took = time.monotonic() - started
-    codes = [node.returncode for node in nodes]
-    assert codes[0] != 0, outputs[0][1][-3000:]
-    assert codes[1] != 0, outputs[1][1][-3000:]
-    assert "metric 'val_missing' was not logged" in outputs[0][1]
-    assert "rank 0 failed, so this rank stops too" in outputs[1][1], outputs[1][1][-3000:]
-    assert "val_missing" in outputs[1][1]
+    assert code0 != 0, err0[-3000:]
+    assert code1 != 0, err1[-3000:]
+    assert "metric 'val_missing' was not logged" in err0
+    assert "rank 0 failed, so this rank stops too" in err1, err1[-3000:]
+    assert "val_missing" in err1
     print(f"both ranks ended {took:.1f} s after they started")
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(job_id)["trials"]
@@ -227,14 +229,8 @@ def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Pat
 def test_two_nodes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:
     """The same two processes with a metric that is logged: one trial, both ranks' energy."""
     job_id = unique_id("ddpnode")
-    nodes = _start_nodes(server, job_id, "val_acc", tmp_path)
-    try:
-        outputs = [node.communicate(timeout=180) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
-    for node, (_, err) in zip(nodes, outputs, strict=True):
-        assert node.returncode == 0, err[-3000:]
+    for code, err in _run_nodes(server, job_id, "val_acc", tmp_path):
+        assert code == 0, err[-3000:]
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(job_id)["trials"]
     assert trial["status"] == "reported"
