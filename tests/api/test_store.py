@@ -102,21 +102,24 @@ def test_connections_the_database_closed_are_replaced_without_an_error(
 def test_a_schema_change_under_a_running_server_costs_no_request(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    """Column types change under a running server (as an upgrade while serving would): its
-    requests go on, as it prepares no statements on the server."""
+    """Column types change under a running server (as an upgrade while serving would): the
+    statements it prepared on the server fail once ("cached plan must not change result
+    type"), and the request runs again on statements prepared anew."""
 
     def retype(url: str) -> None:
         _admin_sql(url, "ALTER TABLE trials ALTER COLUMN round TYPE bigint")
         _admin_sql(url, "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint")
 
-    _answered_across(retype, postgres, tmp_path)
+    log = _answered_across(retype, postgres, tmp_path)
+    assert "a column type changed under the server" in log  # the statements were prepared
 
 
 def _answered_across(
     disruption: Callable[[str], None], postgres: PostgresServer, tmp_path: Path
-) -> None:
+) -> str:
     """Six trials of a job on a server (enough for a driver to prepare its statements),
-    ``disruption(database URL)``, three more: every request answered, the numbers going on."""
+    ``disruption(database URL)``, three more: every request answered, the numbers going on.
+    Returns the server's log."""
     url = postgres.new_database()
     server = ServerProcess(url, cwd=tmp_path)
     try:
@@ -133,6 +136,7 @@ def _answered_across(
             assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 9
     finally:
         server.stop()
+    return server.log()
 
 
 def _admin_sql(url: str, statement: str) -> int:

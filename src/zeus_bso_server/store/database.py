@@ -93,10 +93,6 @@ def _dialect_options(url: URL, busy_timeout_ms: int) -> dict[str, Any]:
             "connect_args": {"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
         }
     options: dict[str, Any] = {"pool_size": 10, "max_overflow": 20}
-    if backend == "postgresql":
-        # No server-side prepared statements: a schema change under a running server would
-        # invalidate them ("cached plan must not change result type").
-        options["connect_args"] = {"prepare_threshold": None}
     if backend == "mysql":
         # InnoDB's default, REPEATABLE READ, locks the gaps between index records that a
         # statement scans: two requests on different jobs then lock each other's gaps in
@@ -104,6 +100,12 @@ def _dialect_options(url: URL, busy_timeout_ms: int) -> dict[str, Any]:
         # serialises requests on one job, as on PostgreSQL (whose default it is).
         options["isolation_level"] = "READ COMMITTED"
     return options
+
+
+def _stale_plan(err: DBAPIError) -> bool:
+    """Whether ``err`` is PostgreSQL refusing a statement that psycopg prepared on the server
+    before a column's type changed ("cached plan must not change result type")."""
+    return getattr(err.orig, "sqlstate", None) == "0A000"
 
 
 def _cause(err: BaseException) -> str:
@@ -214,9 +216,18 @@ class Database:
         """
         if self._sqlite_file is not None:
             self._sqlite_file.check()
+        engine = self._writer if write else self.engine
         try:
-            with (self._writer if write else self.engine).begin() as connection:
-                return work(connection)
+            try:
+                with engine.begin() as connection:
+                    return work(connection)
+            except DBAPIError as err:
+                if not _stale_plan(err):
+                    raise
+                # The rollback dropped the connection's prepared statements: once more.
+                logger.warning("a column type changed under the server; preparing statements anew")
+                with engine.begin() as connection:
+                    return work(connection)
         except IntegrityError as err:
             logger.warning("write conflict, rolled back: %s", _cause(err))
             raise DatabaseUnavailableError(
