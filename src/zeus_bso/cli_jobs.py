@@ -94,15 +94,17 @@ def list_command(
     if as_json:
         typer.echo(json.dumps(jobs, indent=2))
         return
-    table = Table("job id", "stage", "trials", "GPU", "best batch size", "updated")
+    table = Table("job id", "stage", "trials", "GPU", "recommended", "saved", "updated")
     for job in jobs:
         gpu = f"{job['number_of_gpus']} x {job['gpu_model']}"
+        recommended, savings = job["recommended"], job["savings"]
         table.add_row(
             escape(job["job_id"]),
             job["stage"],
             str(job["trials"]),
             escape(gpu),
-            _number(job["best_batch_size"]),
+            str(recommended["batch_size"]) if recommended else "-",
+            f"{100 * savings['fraction']:.1f}%" if savings else "-",
             _when(job["updated_at"]),
         )
     console.print(table)
@@ -117,7 +119,8 @@ def show_command(
     token: Token = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
 ) -> None:
-    """A job: its settings, stage, best batch size and each batch size's statistics."""
+    """A job: its settings, stage, recommended batch size, savings and each batch size's
+    statistics."""
     state = _ask(server, token, lambda client: client.job_state(job_id, limit=0))
     if as_json:
         typer.echo(json.dumps(state, indent=2))
@@ -130,9 +133,24 @@ def show_command(
         f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
         f"default batch size {job['default_batch_size']}"
     )
+    recommended, savings = state["recommended"], state["savings"]
+    if recommended is not None:
+        console.print(
+            f"recommended batch size {recommended['batch_size']} (expected cost "
+            f"{_number(recommended['expected_cost'])} J, from its {recommended['basis']})"
+        )
+    if savings is not None:
+        share, saved = 100 * savings["fraction"], savings["fraction"] >= 0
+        console.print(
+            f"against always running {savings['default_batch_size']}, over {savings['runs']} "
+            f"runs: {abs(share):.1f}% of the cost {'saved' if saved else 'spent more'}; "
+            f"{_number(savings['energy'])} J of energy and {_number(savings['time'])} s saved"
+        )
     best = state["best_batch_size"]
     if best is not None:
-        console.print(f"best converged batch size {best} (cost {_number(state['best_cost'])} J)")
+        console.print(
+            f"cheapest converged run: batch size {best} ({_number(state['best_cost'])} J)"
+        )
     counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
     console.print(f"trials: {counts or 'none'}")
     table = Table("batch size", "arm", "reports", "converged", "mean cost", "std", "posterior")

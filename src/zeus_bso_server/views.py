@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel
 from sqlalchemy.engine import Connection
@@ -13,6 +15,36 @@ from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Record
+
+
+class Recommendation(BaseModel):
+    """The batch size the optimizer would settle on now (`zeus_bso.policy.recommended`)."""
+
+    batch_size: int
+    expected_cost: float
+    """Its posterior mean cost (bandit stage) or the mean cost of its converged runs (pruning)."""
+    basis: Literal["posterior", "converged runs"]
+
+
+class Savings(BaseModel):
+    """What the job's runs saved against running the default batch size every time.
+
+    The baseline is ``runs`` times the mean energy and time of the default batch size's own
+    reported runs (``default_runs`` of them); what was spent is every ended trial's measured
+    energy and time, failed and abandoned ones included. Negative: the job spent more."""
+
+    default_batch_size: int
+    default_runs: int
+    runs: int
+    """Reported runs of the job, at any batch size."""
+    energy: float
+    """Joules saved."""
+    time: float
+    """Seconds saved."""
+    cost: float
+    """Cost saved, in the job's cost unit (`zeus_bso.policy.zeus_cost`)."""
+    fraction: float
+    """``cost`` over the baseline's cost."""
 
 
 class JobSummary(BaseModel):
@@ -27,6 +59,9 @@ class JobSummary(BaseModel):
     best_batch_size: int | None
     """The cheapest converged run's batch size (the early-stop reference), if any."""
     best_cost: float | None
+    recommended: Recommendation | None
+    savings: Savings | None
+    """None until a run of the default batch size and one other have reported."""
     created_at: float
     updated_at: float
 
@@ -84,6 +119,8 @@ class JobView(BaseModel):
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None
+    recommended: Recommendation | None
+    savings: Savings | None
     trial_count: int
     trials_by_status: dict[str, int]
     batch_sizes: list[BatchSizeView]
@@ -97,27 +134,87 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
+    """The job's savings against its default batch size from `repo.spent` rows (see `Savings`);
+    None until the default and some other batch size have a reported run."""
+    energy = time = 0.0
+    runs = 0
+    default = {"runs": 0, "energy": 0.0, "time": 0.0}
+    for row in spent:
+        energy += row.energy
+        time += row.time
+        if row.status == policy.TrialStatus.REPORTED:
+            runs += row.runs
+            if row.batch_size == job.default_batch_size:
+                default = {"runs": row.runs, "energy": row.energy, "time": row.time}
+    if not default["runs"] or runs == default["runs"]:
+        return None
+    base_energy = runs * default["energy"] / default["runs"]
+    base_time = runs * default["time"] / default["runs"]
+
+    def cost(joules: float, seconds: float) -> float:
+        return policy.zeus_cost(joules, seconds, job.eta_knob, job.max_power)
+
+    base_cost = cost(base_energy, base_time)
+    saved = cost(base_energy - energy, base_time - time)
+    return Savings(
+        default_batch_size=job.default_batch_size,
+        default_runs=int(default["runs"]),
+        runs=runs,
+        energy=base_energy - energy,
+        time=base_time - time,
+        cost=saved,
+        fraction=saved / base_cost if base_cost > 0 else 0.0,
+    )
+
+
+def _history(
+    conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState
+) -> policy.JobHistory:
+    """What the policy decides with: the same history (windowed or running statistics)."""
+    return policy.history_of(config, state, (), repo.windowed(conn, job_id, config, state))
+
+
+def _recommendation(
+    config: CreatedJob, state: policy.JobState, history: policy.JobHistory
+) -> Recommendation | None:
+    found = policy.recommended(config, state, history)
+    if found is None:
+        return None
+    basis = "posterior" if state.arms is not None else "converged runs"
+    return Recommendation(batch_size=found[0], expected_cost=found[1], basis=basis)
+
+
 async def job_summaries(
     db: Database, prefix: str | None, limit: int, offset: int
 ) -> list[JobSummary]:
     """Jobs ordered by id."""
 
     def work(conn: Connection) -> list[JobSummary]:
-        return [_summary(r) for r in repo.list_jobs(conn, prefix, limit, offset)]
+        rows = repo.list_jobs(conn, prefix, limit, offset)
+        spent: dict[str, list[Record]] = {row.job_id: [] for row in rows}
+        for used in repo.spent(conn, list(spent)):
+            spent[used.job_id].append(used)
+        return [_summary(conn, row, spent[row.job_id]) for row in rows]
 
     return await db.read(work)
 
 
-def _summary(row: Record) -> JobSummary:
+def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
+    config = CreatedJob.model_validate(row.config)
+    state = repo.job_state(row)
+    history = _history(conn, row.job_id, config, state)
     return JobSummary(
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
         stage=row.stage,
         trials=row.next_trial_number - 1,
-        gpu_model=row.config["gpu_model"],
-        number_of_gpus=row.config["number_of_gpus"],
+        gpu_model=config.gpu_model,
+        number_of_gpus=config.number_of_gpus,
         best_batch_size=row.best_batch_size,
         best_cost=row.best_cost,
+        recommended=_recommendation(config, state, history),
+        savings=savings_of(config, spent),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -157,9 +254,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     config = CreatedJob.model_validate(row.config)
     state = repo.job_state(row)
     stats = state.stats
-    # What the policy decides with: the same history (windowed or running statistics) and the
-    # job's noise model.
-    history = policy.history_of(config, state, (), repo.windowed(conn, job_id, config, state))
+    history = _history(conn, job_id, config, state)
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
@@ -169,6 +264,8 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         arms=row.arms,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
+        recommended=_recommendation(config, state, history),
+        savings=savings_of(config, repo.spent(conn, [job_id])),
         trial_count=row.next_trial_number - 1,
         trials_by_status=repo.count_trials_by_status(conn, job_id),
         batch_sizes=[

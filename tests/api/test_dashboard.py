@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.helpers import ServerProcess, job_body, sqlite_url, unique_id
+from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
 from zeus_bso_server.api.routes_dashboard import cost_chart
 from zeus_bso_server.views import TrialView
 
@@ -21,26 +21,6 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
     server.stop()
-
-
-def run_recurrences(http: httpx.Client, job_id: str, count: int) -> list[dict[str, object]]:
-    """``count`` recurrences, each reported after every epoch until told to stop."""
-    trials = []
-    for _ in range(count):
-        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
-        for epoch in range(1, 4):
-            result = {
-                **trial,
-                "time": 10.0 * epoch,
-                "energy": 1000.0 * epoch * trial["batch_size"] / 64,
-                "metric": 0.3 * epoch,
-                "current_epoch": epoch,
-            }
-            if http.post("/report", json=result).json()["stop_train"]:
-                break
-        http.patch("/trials", json=trial)
-        trials.append(trial)
-    return trials
 
 
 def test_the_home_page_leads_to_the_job_list(http: httpx.Client) -> None:
@@ -122,15 +102,29 @@ def test_the_cost_chart_scales_into_its_box() -> None:
     chart = cost_chart([trial(3, 50.0), trial(1, 10.0), trial(2, None), trial(5, 30.0, False)])
     assert [p.trial_number for p in chart.points] == [1, 3, 5]
     assert (chart.low, chart.high) == (10.0, 50.0)
+    inner_left, inner_right = chart.left + 8, chart.right - 8
+    inner_top, inner_bottom = chart.top + 8, chart.bottom - 8
     xs = [p.x for p in chart.points]
     ys = {p.trial_number: p.y for p in chart.points}
-    assert xs == [8.0, 360.0, 712.0]  # first and last trial at the margins
-    assert ys[1] == 192.0
-    assert ys[3] == 8.0
-    assert ys[5] == 100.0
+    assert xs == [inner_left, (inner_left + inner_right) / 2, inner_right]
+    assert ys[1] == inner_bottom  # the cheapest run at the bottom
+    assert ys[3] == inner_top
+    assert ys[5] == (inner_top + inner_bottom) / 2
     assert not chart.points[2].converged
+    # Labelled axes: every trial number from first to last, costs from low to high.
+    assert [t.label for t in chart.x_ticks] == ["1", "2", "3", "4", "5"]
+    assert [t.label for t in chart.y_ticks] == ["10", "20", "30", "40", "50"]
+    assert [t.at for t in chart.y_ticks][::2] == [ys[1], ys[5], ys[3]]
+
+    # A level beyond the runs' costs widens the cost axis to hold it.
+    levelled = cost_chart([trial(1, 10.0), trial(2, 30.0)], {"default": (64, 70.0)})
+    assert (levelled.low, levelled.high) == (10.0, 70.0)
+    (level,) = levelled.levels
+    assert (level.name, level.batch_size, level.y) == ("default", 64, inner_top)
+
     one = cost_chart([trial(7, 5.0)])
-    assert (one.points[0].x, one.points[0].y) == (360.0, 100.0)  # a single point sits centred
+    middle = ((inner_left + inner_right) / 2, (inner_top + inner_bottom) / 2)
+    assert (one.points[0].x, one.points[0].y) == middle  # a single point sits centred
     assert cost_chart([trial(1, None)]).points == []
 
 

@@ -48,3 +48,67 @@ def test_the_posteriors_shown_are_the_ones_the_bandit_samples_from(http: httpx.C
         shown[arm]["posterior_std"] > 0 and math.isfinite(shown[arm]["posterior_std"])
         for arm in single
     )
+
+
+def test_the_recommendation_and_savings_shown_follow_from_the_trials(http: httpx.Client) -> None:
+    """The recommended batch size is the arm of lowest posterior mean cost; the savings are the
+    default's mean energy and time per reported run times the runs, less every ended trial's
+    energy and time (a failed trial's included)."""
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    body |= {"num_pruning_rounds": 0, "mab_num_explorations": 2, "mab_seed": 5}
+    assert http.post("/jobs", json=body).status_code == 201
+    assert http.get(f"/api/jobs/{job_id}").json()["savings"] is None
+    crashed = False
+    for i in range(9):
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        size = trial["batch_size"]
+        time_s, energy = 100.0 - size / 4 + i, 9000.0 - 20.0 * size + 7.0 * i
+        if size == 128 and not crashed:  # one run crashes after an unconverged epoch
+            crashed = True
+            report = trial | {"time": 5.0, "energy": 60.0, "metric": 0.1, "current_epoch": 1}
+            assert not http.post("/report", json=report).json()["stop_train"]
+            assert http.patch("/trials", json=trial).status_code == 200
+            continue
+        report = trial | {"time": time_s, "energy": energy, "metric": 0.9, "current_epoch": 1}
+        assert http.post("/report", json=report).json()["stop_train"]
+        assert http.patch("/trials", json=trial).status_code == 200
+
+    state = http.get(f"/api/jobs/{job_id}").json()
+    config = CreatedJob.model_validate(state["job"])
+    trials = state["trials"]
+    assert {t["status"] for t in trials} == {"reported", "failed"}
+    reported = [t for t in trials if t["status"] == "reported"]
+    defaults = [t for t in reported if t["batch_size"] == 64]
+    assert defaults
+    assert len(defaults) < len(reported)
+    base_energy = len(reported) * sum(t["energy"] for t in defaults) / len(defaults)
+    base_time = len(reported) * sum(t["time"] for t in defaults) / len(defaults)
+    energy = base_energy - sum(t["energy"] for t in trials)
+    time_saved = base_time - sum(t["time"] for t in trials)
+    savings = state["savings"]
+    assert savings["runs"] == len(reported)
+    assert savings["default_runs"] == len(defaults)
+    assert savings["energy"] == pytest.approx(energy)
+    assert savings["time"] == pytest.approx(time_saved)
+    cost = policy.zeus_cost(energy, time_saved, config.eta_knob, config.max_power)
+    assert savings["cost"] == pytest.approx(cost)
+    base_cost = policy.zeus_cost(base_energy, base_time, config.eta_knob, config.max_power)
+    assert savings["fraction"] == pytest.approx(cost / base_cost)
+    assert savings["energy"] > 0  # larger batch sizes cost less in this job
+
+    costs: dict[int, list[float]] = defaultdict(list)
+    for trial in sorted(reported, key=lambda t: t["trial_number"]):
+        costs[trial["batch_size"]].append(trial["cost"])
+    arms = tuple(state["arms"])
+    posteriors = policy.arm_posteriors(config, arms, {b: CostStats.of(c) for b, c in costs.items()})
+    best = max((a for a in arms if costs[a]), key=lambda a: posteriors[a].mean)
+    assert state["recommended"] == {
+        "batch_size": best,
+        "expected_cost": pytest.approx(-posteriors[best].mean),
+        "basis": "posterior",
+    }
+    listed = http.get("/api/jobs", params={"prefix": job_id}).json()
+    (summary,) = [j for j in listed if j["job_id"] == job_id]
+    assert summary["recommended"] == state["recommended"]
+    assert summary["savings"] == pytest.approx(savings)

@@ -81,10 +81,16 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     (mine,) = [j for j in as_json if j["job_id"] == job_id]
     assert mine["trials"] == 3
     assert mine["best_batch_size"] == 64
+    assert mine["recommended"]["batch_size"] == 64
+    assert (mine["savings"]["runs"], mine["savings"]["default_runs"]) == (3, 1)
+    assert mine["savings"]["energy"] < 0  # later runs cost more here
 
     shown = cli(server, "show", job_id)
     assert shown.returncode == 0, shown.stderr
-    assert "best converged batch size 64" in shown.stdout
+    assert "recommended batch size 64 (expected cost" in shown.stdout
+    assert "cheapest converged run: batch size 64" in shown.stdout
+    assert "against always running 64, over 3 runs:" in shown.stdout
+    assert "of the cost spent more" in shown.stdout
     assert "3 reported" in shown.stdout
 
     with ServerClient(server.url, token=TOKEN) as client:

@@ -5,7 +5,13 @@ state under its row's lock, calls `after_dispatch`, `after_report` or `after_eve
 what they return; the simulator calls the same functions in-process.
 """
 
-from zeus_bso.policy.bandit import arm_posterior, arm_posteriors, choose_arm, conjugate_update
+from zeus_bso.policy.bandit import (
+    arm_posterior,
+    arm_posteriors,
+    choose_arm,
+    conjugate_update,
+    recommended,
+)
 from zeus_bso.policy.cost import (
     best_reference,
     fold_final_report,
@@ -76,6 +82,7 @@ __all__ = [
     "history_of",
     "judge_report",
     "next_pruning_step",
+    "recommended",
     "rng_for",
     "target_reached",
     "zeus_cost",

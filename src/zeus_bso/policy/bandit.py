@@ -17,7 +17,7 @@ import math
 import random
 from collections.abc import Mapping
 
-from zeus_bso.policy.types import CostStats, Posterior
+from zeus_bso.policy.types import CostStats, JobHistory, JobState, Posterior
 from zeus_bso.spec import CreatedJob
 
 
@@ -96,6 +96,26 @@ def arm_posteriors(
         arm: arm_posterior(stats, job.mab_prior_mean, job.mab_prior_precision, pooled)
         for arm, stats in seen.items()
     }
+
+
+def recommended(job: CreatedJob, state: JobState, history: JobHistory) -> tuple[int, float] | None:
+    """The batch size the optimizer would settle on now, and its expected cost: in the bandit
+    stage, the observed arm whose posterior (`arm_posteriors`, the job's noise model) has the
+    lowest mean cost; while pruning, the batch size whose converged runs cost least on average.
+    None before anything qualifies."""
+    if history.arms is not None:
+        posteriors = arm_posteriors(job, history.arms, history.observations)
+        seen = history.observations
+        observed = [arm for arm in history.arms if arm in seen and seen[arm].count]
+        if not observed:
+            return None
+        arm = max(observed, key=lambda a: (posteriors[a].mean, -a))  # ties: the smaller
+        return arm, -posteriors[arm].mean
+    converged = [s for s in state.stats.values() if s.converged_count]
+    if not converged:
+        return None
+    best = min(converged, key=lambda s: (s.converged_cost_sum / s.converged_count, s.batch_size))
+    return best.batch_size, best.converged_cost_sum / best.converged_count
 
 
 def _needs_exploration(job: CreatedJob, stats: CostStats) -> bool:

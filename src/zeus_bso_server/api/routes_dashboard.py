@@ -6,6 +6,7 @@ in with HTTP Basic auth: any user name, the token as the password (see `auth`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -49,12 +50,15 @@ def _utc(seconds: float | None) -> str:
 
 
 def _number(value: float | None) -> str:
-    """Four significant digits, no exponent below a million; empty for nothing."""
+    """Four significant digits below 1,000, whole numbers with thousands separators up to a
+    trillion, an exponent beyond; empty for nothing."""
     if value is None:
         return ""
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    if abs(value) < 1000:
+        return f"{value:.4g}"
+    return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
 
 
 def job_url(request: Request, job_id: str) -> str:
@@ -75,45 +79,100 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Tick:
+    """A labelled value on an axis, at ``at`` (x for the trial axis, y for the cost axis)."""
+
+    at: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Level:
+    """A horizontal line across the chart: the default's or the recommended batch size's cost."""
+
+    name: str
+    batch_size: int
+    cost: float
+    y: float
+
+
+@dataclass(frozen=True)
 class CostChart:
-    """The cost of each reported run against its trial number."""
+    """The cost of each reported run against its trial number, in a ``width`` x ``height`` box
+    whose plot area spans ``left``..``right`` and ``top``..``bottom``."""
 
     points: list[Point]
+    levels: list[Level]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
     low: float
     high: float
     width: int
     height: int
+    left: int = 72
+    right: int = 0
+    top: int = 12
+    bottom: int = 0
 
 
-def cost_chart(trials: list[TrialView], width: int = 720, height: int = 200) -> CostChart:
-    """Scale the reported trials' costs into a ``width`` x ``height`` box (8 px margins)."""
+def _ticks(low: float, high: float, count: int) -> list[float]:
+    if high <= low:
+        return [low]
+    return [low + (high - low) * i / (count - 1) for i in range(count)]
+
+
+def cost_chart(
+    trials: list[TrialView],
+    levels: dict[str, tuple[int, float]] | None = None,
+    width: int = 720,
+    height: int = 260,
+) -> CostChart:
+    """Place the reported trials' costs (y) by trial number (x), with ``levels`` (name: batch
+    size and cost) as horizontal lines; the cost axis spans the points and the levels."""
     reported = sorted(
         ((t, t.cost) for t in trials if t.cost is not None and math.isfinite(t.cost)),
         key=lambda pair: pair[0].trial_number,
     )
+    chart = CostChart([], [], [], [], 0.0, 0.0, width, height)
+    left, right, top, bottom = chart.left, width - 16, chart.top, height - 44
     if not reported:
-        return CostChart([], 0.0, 0.0, width, height)
-    low, high = min(cost for _, cost in reported), max(cost for _, cost in reported)
+        return dataclasses.replace(chart, right=right, bottom=bottom)
+    shown = {name: level for name, level in (levels or {}).items() if math.isfinite(level[1])}
+    costs = [cost for _, cost in reported] + [cost for _, cost in shown.values()]
+    low, high = min(costs), max(costs)
     first, last = reported[0][0].trial_number, reported[-1][0].trial_number
-    margin = 8.0
 
-    def scale(value: float, start: float, end: float, size: int) -> float:
-        span = end - start
-        share = (value - start) / span if span > 0 else 0.5
-        return round(margin + share * (size - 2 * margin), 1)
+    def x_of(number: float) -> float:
+        share = (number - first) / (last - first) if last > first else 0.5
+        return round(left + 8 + share * (right - left - 16), 1)
 
-    points = [
-        Point(
-            x=scale(t.trial_number, first, last, width),
-            y=round(height - scale(cost, low, high, height), 1),
-            trial_number=t.trial_number,
-            batch_size=t.batch_size,
-            cost=cost,
-            converged=bool(t.converged),
-        )
-        for t, cost in reported
-    ]
-    return CostChart(points, low, high, width, height)
+    def y_of(cost: float) -> float:
+        share = (cost - low) / (high - low) if high > low else 0.5
+        return round(bottom - 8 - share * (bottom - top - 16), 1)
+
+    numbers = sorted({round(n) for n in _ticks(first, last, min(last - first + 1, 8))})
+    return CostChart(
+        points=[
+            Point(
+                x=x_of(t.trial_number),
+                y=y_of(cost),
+                trial_number=t.trial_number,
+                batch_size=t.batch_size,
+                cost=cost,
+                converged=bool(t.converged),
+            )
+            for t, cost in reported
+        ],
+        levels=[Level(name, size, cost, y_of(cost)) for name, (size, cost) in shown.items()],
+        x_ticks=[Tick(x_of(n), str(n)) for n in numbers],
+        y_ticks=[Tick(y_of(c), _number(c)) for c in _ticks(low, high, 5)],
+        low=low,
+        high=high,
+        width=width,
+        height=height,
+        right=right,
+        bottom=bottom,
+    )
 
 
 @router.get("/")
@@ -166,6 +225,15 @@ async def job_page(
             request, "missing.html", {"job_id": job_id}, status_code=404
         )
     costs = [b.mean_cost for b in state.batch_sizes if b.mean_cost is not None]
+    levels = {}
+    default = state.job.default_batch_size
+    default_cost = next((b.mean_cost for b in state.batch_sizes if b.batch_size == default), None)
+    if default_cost is not None:
+        levels["default"] = (default, default_cost)
+    if state.recommended is not None:
+        recommended = state.recommended.batch_size
+        name = "default, recommended" if recommended == default else "recommended"
+        levels[name] = (recommended, state.recommended.expected_cost)
     oldest = state.trials[-1].trial_number if state.trials else None
     older = (
         str(URL(job_url(request, job_id)).include_query_params(before=oldest))
@@ -178,7 +246,7 @@ async def job_page(
         {
             "state": state,
             "max_cost": max(costs) if costs else None,
-            "chart": cost_chart(state.trials),
+            "chart": cost_chart(state.trials, levels),
             "older": older,
         },
     )

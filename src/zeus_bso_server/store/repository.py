@@ -435,6 +435,27 @@ def recent_trials(
     return conn.execute(stmt).all()
 
 
+_OVER = (TrialStatus.REPORTED.value, TrialStatus.FAILED.value, TrialStatus.ABANDONED.value)
+
+
+def spent(conn: Connection, job_ids: Sequence[str]) -> Sequence[Record]:
+    """What the jobs' ended trials used, per job, batch size and status: ``job_id``,
+    ``batch_size``, ``status``, ``runs``, ``energy`` and ``time`` (sums; unmeasured counts 0)."""
+    stmt = (
+        select(
+            trials.c.job_id,
+            trials.c.batch_size,
+            trials.c.status,
+            func.count().label("runs"),
+            func.coalesce(func.sum(trials.c.energy), 0.0).label("energy"),
+            func.coalesce(func.sum(trials.c.time), 0.0).label("time"),
+        )
+        .where(trials.c.job_id.in_(job_ids), trials.c.status.in_(_OVER))
+        .group_by(trials.c.job_id, trials.c.batch_size, trials.c.status)
+    )
+    return conn.execute(stmt).all()
+
+
 def count_trials_by_status(conn: Connection, job_id: str) -> dict[str, int]:
     """How many trials the job has in each status."""
     stmt = (

@@ -1,0 +1,231 @@
+"""The dashboard in a real browser: Chromium, driven by Playwright, against a real server with a
+token and real jobs. The browser signs in with HTTP Basic auth (the token as the password)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
+
+CHROMIUM = (
+    os.environ.get("ZEUS_BSO_CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium: apt-get install chromium (.ci/run does), or set ZEUS_BSO_CHROMIUM",
+)
+
+TOKEN = "browser-token-value"
+
+if CHROMIUM is not None:
+    from playwright.sync_api import Browser, Page, Response, sync_playwright
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import expect as playwright_expect
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("browser")
+    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp, env={"ZEUS_BSO_TOKEN": TOKEN})
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def api(server: ServerProcess) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert CHROMIUM is not None
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A page of a browser signed in with the token."""
+    context = browser.new_context(http_credentials={"username": "me", "password": TOKEN})
+    yield context.new_page()
+    context.close()
+
+
+def _job_with_runs(api: httpx.Client, recurrences: int) -> dict[str, Any]:
+    job_id = unique_id("browser")
+    body = job_body(job_id, prefix=job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    assert api.post("/jobs", json=body | {"max_epochs": 3}).status_code == 201
+    run_recurrences(api, job_id, recurrences)
+    state: dict[str, Any] = api.get(f"/api/jobs/{job_id}").json()
+    return state
+
+
+def test_signing_in_takes_the_token_as_the_password(
+    browser: Browser, server: ServerProcess
+) -> None:
+    # No credentials: the server's 401 asks for Basic auth; the headless browser, with nothing
+    # to answer, gives up.
+    context = browser.new_context()
+    page = context.new_page()
+    answers: list[Response] = []
+    page.on("response", lambda answer: answers.append(answer))
+    with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
+        page.goto(server.url + "/dashboard")
+    assert [answer.status for answer in answers] == [401]
+    assert answers[0].headers["www-authenticate"].startswith("Basic")
+    context.close()
+    # A wrong password: refused, with the reason.
+    context = browser.new_context(http_credentials={"username": "me", "password": "wrong"})
+    page = context.new_page()
+    response = page.goto(server.url + "/dashboard")
+    assert response is not None
+    assert response.status == 401
+    playwright_expect(page.locator("body")).to_contain_text("token")
+    context.close()
+    # The token as the password, under any user name: signed in.
+    context = browser.new_context(http_credentials={"username": "anyone", "password": TOKEN})
+    page = context.new_page()
+    response = page.goto(server.url + "/dashboard")
+    assert response is not None
+    assert response.status == 200
+    playwright_expect(page.locator("h1")).to_have_text("Jobs")
+    context.close()
+
+
+def test_the_job_list_shows_gpu_recommendation_and_savings_and_links_the_job(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    state = _job_with_runs(api, 10)
+    job_id = state["job"]["job_id"]
+    assert state["recommended"] is not None
+    assert state["savings"] is not None
+    page.goto(server.url + "/dashboard?prefix=" + job_id)
+    rows = page.locator("#jobs tbody tr")
+    playwright_expect(rows).to_have_count(1)
+    row = rows.first
+    gpus = f"1 \N{MULTIPLICATION SIGN} {state['job']['gpu_model']}"
+    playwright_expect(row.locator("td").nth(1)).to_have_text(gpus)
+    playwright_expect(row.locator(".recommended")).to_have_text(
+        str(state["recommended"]["batch_size"])
+    )
+    saved = round(100 * state["savings"]["fraction"], 1)
+    playwright_expect(row.locator(".savings")).to_contain_text(f"{saved}% of cost")
+    row.get_by_role("link", name=job_id).click()
+    playwright_expect(page.locator("h1")).to_have_text(job_id)
+
+
+def test_the_job_list_pages_forward_and_back(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    prefix = unique_id("pages")
+    for index in range(55):  # more than a page of 50
+        job_id = f"{prefix}-{index:02d}"
+        assert api.post("/jobs", json=job_body(job_id, prefix=prefix)).status_code == 201
+    page.goto(server.url + "/dashboard?prefix=" + prefix)
+    rows = page.locator("#jobs tbody tr")
+    playwright_expect(rows).to_have_count(50)
+    page.get_by_role("link", name="next →").click()
+    playwright_expect(rows).to_have_count(5)
+    playwright_expect(rows.last.locator("td").first).to_have_text(f"{prefix}-54")
+    playwright_expect(page.get_by_role("link", name="next →")).to_have_count(0)
+    page.get_by_role("link", name="← previous").click()
+    playwright_expect(rows).to_have_count(50)
+    playwright_expect(rows.first.locator("td").first).to_have_text(f"{prefix}-00")
+
+
+def test_an_unknown_job_is_a_404_page(page: Page, server: ServerProcess) -> None:
+    response = page.goto(server.url + "/dashboard/jobs/no-such-job")
+    assert response is not None
+    assert response.status == 404
+    playwright_expect(page.locator("h1")).to_have_text("No such job")
+    page.get_by_role("link", name="All jobs").click()
+    playwright_expect(page.locator("h1")).to_have_text("Jobs")
+
+
+def test_the_job_page_shows_recommendation_savings_posterior_and_the_runs_chart(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    state = _job_with_runs(api, 12)
+    job_id = state["job"]["job_id"]
+    page.goto(server.url + "/dashboard/jobs/" + job_id)
+
+    recommended = state["recommended"]
+    playwright_expect(page.locator("#recommended strong")).to_have_text(
+        str(recommended["batch_size"])
+    )
+    playwright_expect(page.locator("#recommended")).to_contain_text("lowest posterior mean cost")
+    savings = state["savings"]
+    shown = f"{round(100 * abs(savings['fraction']), 1)}%"
+    playwright_expect(page.locator("#savings strong")).to_have_text(shown)
+    playwright_expect(page.locator("#savings")).to_contain_text(f"over {savings['runs']} runs")
+
+    # The posterior column shows each arm's posterior mean cost and std, as the API gives them.
+    for size in state["batch_sizes"]:
+        cell = page.locator(f'#batch-sizes tr[data-batch-size="{size["batch_size"]}"] .posterior')
+        if size["posterior_mean_reward"] is None:
+            playwright_expect(cell).to_have_text("")
+            continue
+        text = cell.inner_text()
+        mean, std = (float(part.replace(",", "")) for part in text.split(" ± "))
+        assert mean == pytest.approx(-size["posterior_mean_reward"], rel=1e-3)
+        assert std == pytest.approx(size["posterior_std"], rel=1e-3, abs=1e-9)
+
+    # One point per reported run, carrying its trial's cost; higher costs drawn higher.
+    reported = {t["trial_number"]: t for t in state["trials"] if t["cost"] is not None}
+    points = page.locator("#cost-chart circle.point")
+    playwright_expect(points).to_have_count(len(reported))
+    chart_box = page.locator("#cost-chart").bounding_box()
+    assert chart_box is not None
+    drawn: list[tuple[float, float]] = []
+    for index in range(points.count()):
+        point = points.nth(index)
+        trial = reported[int(point.get_attribute("data-trial") or 0)]
+        assert float(point.get_attribute("data-cost") or "nan") == pytest.approx(trial["cost"])
+        assert int(point.get_attribute("data-batch-size") or 0) == trial["batch_size"]
+        box = point.bounding_box()
+        assert box is not None
+        assert chart_box["x"] <= box["x"]
+        assert box["x"] + box["width"] <= chart_box["x"] + chart_box["width"]
+        assert chart_box["y"] <= box["y"]
+        assert box["y"] + box["height"] <= chart_box["y"] + chart_box["height"]
+        drawn.append((trial["cost"], box["y"]))
+    cheapest, dearest = min(drawn), max(drawn)
+    assert dearest[0] > cheapest[0]
+    assert dearest[1] < cheapest[1]
+
+    # Labelled axes, and the default's and the recommendation's levels.
+    playwright_expect(page.locator("#cost-chart").get_by_text("trial number")).to_be_visible()
+    playwright_expect(page.locator("#cost-chart").get_by_text("cost (J)")).to_be_visible()
+    first, last = min(reported), max(reported)
+    x_labels = page.locator("#cost-chart text.x-tick").all_text_contents()
+    assert x_labels[0] == str(first)
+    assert x_labels[-1] == str(last)
+    y_ticks = page.locator("#cost-chart text.y-tick").all_text_contents()
+    y_labels = [float(v.replace(",", "")) for v in y_ticks]
+    assert len(y_labels) == 5
+    assert y_labels == sorted(y_labels)  # from the bottom of the axis up
+    levels = page.locator("#cost-chart line.level")
+    names = [levels.nth(i).get_attribute("data-level") for i in range(levels.count())]
+    default_sizes = [b for b in state["batch_sizes"] if b["batch_size"] == 64]
+    assert default_sizes[0]["mean_cost"] is not None
+    if recommended["batch_size"] == 64:
+        assert names == ["default", "default, recommended"]
+    else:
+        assert names == ["default", "recommended"]
+    labels = page.locator("#cost-chart text.level-label").all_text_contents()
+    assert labels[0].startswith("default 64:")
+    assert labels[-1].endswith(f"{recommended['batch_size']}: " + labels[-1].split(": ")[1])
+    assert all(math.isfinite(float(label.split(": ")[1].replace(",", ""))) for label in labels)
