@@ -36,9 +36,9 @@ try:
     from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
 except ImportError:  # the classic package name
     try:
-        import pytorch_lightning as pl  # type: ignore[no-redef]
-        from pytorch_lightning.trainer.states import TrainerFn  # type: ignore[assignment]
-        from pytorch_lightning.utilities.parsing import (  # type: ignore[assignment]
+        import pytorch_lightning as pl
+        from pytorch_lightning.trainer.states import TrainerFn
+        from pytorch_lightning.utilities.parsing import (
             lightning_hasattr,
             lightning_setattr,
         )
@@ -92,7 +92,7 @@ class ZeusBSOCallback(pl.Callback):
 
     @staticmethod
     def _fitting(trainer: pl.Trainer) -> bool:
-        return trainer.state.fn == TrainerFn.FITTING
+        return bool(trainer.state.fn == TrainerFn.FITTING)
 
     # -- choose and set the batch size before the DataLoaders exist ---------------------------
 

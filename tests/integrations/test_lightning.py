@@ -252,3 +252,35 @@ def test_validation_outside_the_fit_reports_nothing(server: ServerProcess, tmp_p
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["status"] == "failed"
     assert trial["epochs"] == 2
+
+
+SET_UP_SECONDS = 1.5
+
+
+class SlowToSetUp(TinyClassifier):
+    """A module whose one-time work at the start of a fit (loading data, compiling, say) takes
+    a second and a half, after the callbacks' ``on_fit_start``."""
+
+    def on_fit_start(self) -> None:
+        time.sleep(SET_UP_SECONDS)
+
+
+def test_one_time_set_up_is_outside_the_measured_window(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The window opens when training starts (``on_train_start``): one-time work before it (the
+    module's ``on_fit_start``, the sanity check) is not the batch size's cost."""
+    spec = job(unique_id("setup"), target=0.85)
+    pl.seed_everything(0, verbose=False)
+    model = SlowToSetUp()
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    options = {**quiet_trainer_options(tmp_path), "num_sanity_val_steps": 2}
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=spec.max_epochs, **options)
+    started = time.monotonic()
+    trainer.fit(model)
+    wall = time.monotonic() - started
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert wall > SET_UP_SECONDS
+    assert 0 < trial["time"] < wall - SET_UP_SECONDS
+    assert trial["energy"] == pytest.approx(100 * trial["time"], rel=0.05)
