@@ -7,11 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers import (
     ServerProcess,
+    age_leases,
     environment_without_settings,
     free_port,
     sqlite_url,
@@ -113,21 +115,29 @@ def test_order_and_rank_errors(server: ServerProcess) -> None:
 
 
 def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
-    server = ServerProcess(
-        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": "1.0"}
-    )
+    """The lease's clock jumps past its end (no report for that long); the client's heartbeat
+    thread renews it before the server expires it."""
+    db_url = sqlite_url(tmp_path / "bso.db")
+    server = ServerProcess(db_url, cwd=tmp_path, env={"ZEUS_BSO_LEASE_SECONDS": "30"})
     try:
         bso = BatchSizeOptimizer(
             server.url, spec("beat"), energy_meter=EstimateMeter(100), heartbeat_seconds=0.25
         )
         bso.get_batch_size()
         bso.on_train_begin()
-        time.sleep(2.5)  # no report for longer than the lease
+        age_leases(db_url, bso.job.job_id, 60.0)
         with ServerClient(server.url) as client:
+
+            def mine() -> dict[str, Any]:
+                trials = client.job_state(bso.job.job_id)["trials"]
+                return next(t for t in trials if t["trial_number"] == bso.trial_number)
+
+            assert mine()["lease_expires_at"] < time.time()  # expired, if nothing renews it
+            deadline = time.monotonic() + 10.0
+            while mine()["lease_expires_at"] < time.time() and time.monotonic() < deadline:
+                time.sleep(0.05)
             client.next_trial(bso.job.job_id)  # expires what has expired
-            trials = client.job_state(bso.job.job_id)["trials"]
-        mine = next(t for t in trials if t["trial_number"] == bso.trial_number)
-        assert mine["status"] == "dispatched"
+            assert mine()["status"] == "dispatched"
         bso.end()
     finally:
         server.stop()
