@@ -94,3 +94,44 @@ def test_cli_rejects_unknown_workload() -> None:
     )
     assert result.returncode == 2
     assert "unknown workload" in result.stderr
+
+
+class Recorder:
+    """An in-process backend that keeps every report's metric, by trial."""
+
+    def __init__(self, spec: object) -> None:
+        self.inner = in_process(spec)  # type: ignore[arg-type]
+        self.metrics: dict[int, list[float]] = {}
+
+    def next_trial(self) -> object:
+        return self.inner.next_trial()
+
+    def report(self, trial: object, **values: object) -> object:
+        number = trial.trial_number  # type: ignore[attr-defined]
+        self.metrics.setdefault(number, []).append(values["metric"])  # type: ignore[arg-type]
+        return self.inner.report(trial, **values)  # type: ignore[arg-type]
+
+    def end_trial(self, trial: object) -> None:
+        self.inner.end_trial(trial)  # type: ignore[arg-type]
+
+
+def test_runs_report_their_learning_curve_from_the_trace() -> None:
+    """A simulated run reports the metric its trace run had at each epoch, rising through the
+    thresholds, not a jump to the target at the end."""
+    recorder: Recorder | None = None
+
+    def factory(spec: object) -> Recorder:
+        nonlocal recorder
+        recorder = Recorder(spec)
+        return recorder
+
+    results = run(factory, "cifar100", seed=0, recurrences=5)
+    assert recorder is not None
+    trace = load_trace_job("cifar100", "v100")
+    outcomes = [t for r in results for t in r.trials]
+    assert len(outcomes) == len(recorder.metrics)
+    for outcome, metrics in zip(outcomes, recorder.metrics.values(), strict=True):
+        assert len(metrics) == outcome.epochs
+        assert metrics == sorted(metrics)  # accuracy: never worse
+        assert len(set(metrics)) > 3  # a curve through several thresholds
+        assert (metrics[-1] >= trace.workload.target_metric) == outcome.converged

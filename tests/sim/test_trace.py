@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -51,3 +52,23 @@ def test_unknown_names_are_clear_errors() -> None:
         load_trace_job("mnist", "v100")
     with pytest.raises(TraceError, match="unknown GPU"):
         load_trace_job("cifar100", "a100")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_learning_curves_reach_the_target_at_the_traced_epoch(workload: str, gpu: str) -> None:
+    """Each run's curve (the thresholds it reached, epoch by epoch) first meets the target at
+    the epoch the trace records for it, never if it records none within max_epochs; it never
+    gets worse, and it starts one threshold step below the trace's worst."""
+    trace = load_trace_job(workload, gpu)
+    w = trace.workload
+    better = max if w.higher_is_better else min
+    for profile in trace.profiles.values():
+        assert len(profile.curves) == len(profile.target_epochs)
+        for run, target_epoch in enumerate(profile.target_epochs):
+            curve = [profile.metric_at(run, e, w.higher_is_better) for e in range(w.max_epochs + 1)]
+            assert curve[0] == profile.start_metric
+            assert all(better(a, b) == b for a, b in itertools.pairwise(curve))
+            met = [e for e, m in enumerate(curve) if better(m, w.target_metric) == m]
+            expected = int(target_epoch) if trace.converges(target_epoch) else None
+            assert (met[0] if met else None) == expected

@@ -121,25 +121,22 @@ def simulate(
     """Run ``recurrences`` recurrences of ``trace`` against ``backend``."""
     rng = random.Random(seed)
     w = trace.workload
-    below = -1.0 if w.higher_is_better else 1.0
     results = []
     for index in range(recurrences):
         recurrence = Recurrence()
         for _ in range(MAX_TRIES):
             trial = backend.next_trial()
             profile = trace.profiles[trial.batch_size]
-            target_epoch = rng.choice(profile.target_epochs)
-            converges_at = int(target_epoch) if trace.converges(target_epoch) else None
+            run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
             epoch, answer = 0, None
             while answer is None or not answer.stop_train:
                 epoch += 1
                 time = epoch * profile.time_per_epoch
-                reached = converges_at is not None and epoch >= converges_at
                 answer = backend.report(
                     trial,
                     time=time,
                     energy=time * profile.average_power,
-                    metric=w.target_metric if reached else w.target_metric + below,
+                    metric=profile.metric_at(run, epoch, w.higher_is_better),
                     current_epoch=epoch,
                 )
             backend.end_trial(trial)

@@ -60,6 +60,19 @@ class BatchSizeProfile:
     average_power: float
     target_epochs: tuple[float, ...]
     """Per run, the epoch at which it reached the target (``nan``: never)."""
+    curves: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """Per run (in the order of ``target_epochs``), its learning curve as the trace records it:
+    ``(epoch, metric)`` for each metric threshold the run reached, in epoch order."""
+    start_metric: float = 0.0
+    """The metric before a run reaches the trace's first threshold: one threshold step worse."""
+
+    def metric_at(self, run: int, epoch: int, higher_is_better: bool) -> float:
+        """Run ``run``'s metric after ``epoch`` epochs: the best threshold it had reached by
+        then (the trace's resolution), or `start_metric` before the first."""
+        reached = [metric for at, metric in self.curves[run] if at <= epoch]
+        if not reached:
+            return self.start_metric
+        return max(reached) if higher_is_better else min(reached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,15 +159,29 @@ def load_trace_job(workload: str, gpu: str) -> TraceJob:
     max_power = max(float(r["power_limit"]) for r in _power_rows(gpu))
     at_max = {int(r["batch_size"]): r for r in power if float(r["power_limit"]) == max_power}
     runs: dict[int, list[float]] = {}
+    run_ids: dict[int, list[str]] = {}
+    curves: dict[tuple[int, str], list[tuple[int, float]]] = {}
+    thresholds: set[float] = set()
     for r in _train_rows():
-        if ours(r) and math.isclose(float(r["target_metric"]), w.target_metric):
-            runs.setdefault(int(r["batch_size"]), []).append(float(r["target_epoch"]))
+        if not ours(r):
+            continue
+        size, metric, epoch = int(r["batch_size"]), float(r["target_metric"]), r["target_epoch"]
+        thresholds.add(metric)
+        if math.isclose(metric, w.target_metric):
+            runs.setdefault(size, []).append(float(epoch))
+            run_ids.setdefault(size, []).append(r["run"])
+        if not math.isnan(float(epoch)):
+            curves.setdefault((size, r["run"]), []).append((int(float(epoch)), metric))
+    ordered = sorted(thresholds, reverse=not w.higher_is_better)  # worst first
+    step = ordered[1] - ordered[0] if len(ordered) > 1 else 0.0
     profiles = {
         b: BatchSizeProfile(
             batch_size=b,
             time_per_epoch=float(at_max[b]["time_per_epoch"]),
             average_power=float(at_max[b]["average_power"]),
             target_epochs=tuple(runs[b]),
+            curves=tuple(tuple(sorted(curves.get((b, run), []))) for run in run_ids[b]),
+            start_metric=ordered[0] - step,
         )
         for b in sorted(set(at_max) & set(runs))
     }
