@@ -4,7 +4,7 @@ For every workload it simulates the recurrences with the policy's defaults in-pr
 a real ``zeus-bso-server`` (they must agree), and in-process with upstream Zeus 0.16's options,
 then compares cumulative cost with the oracle's and with always using the default batch size.
 
-    .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 2 3 4] [--recurrences 50]
+    .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server]
 
 Writes benchmarks/results/regret_<gpu>.json and .md and prints the tables.
@@ -96,7 +96,7 @@ def markdown(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", nargs="+", default=["v100", "p100"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(20)))
     parser.add_argument("--recurrences", type=int, default=50)
     parser.add_argument("--no-server", action="store_true", help="skip the run through a server")
     args = parser.parse_args()

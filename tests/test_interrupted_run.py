@@ -40,6 +40,9 @@ def test_an_interrupted_run_stops_its_postgresql_server(tmp_path: Path, signum: 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As a terminal's Ctrl-C finds it: a run started in the background by a shell without
+        # job control inherits SIGINT ignored, and would ignore ours.
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
@@ -50,12 +53,25 @@ def test_an_interrupted_run_stops_its_postgresql_server(tmp_path: Path, signum: 
         data = Path(marker.read_text())
         pid = int((data / "postmaster.pid").read_text().split()[0])
         run.send_signal(signum)
-        output = run.communicate(timeout=120)[0]
+        try:
+            output = run.communicate(timeout=240)[0]
+        except subprocess.TimeoutExpired:
+            run.kill()
+            log = data.parent / "log"
+            pytest.fail(
+                f"the inner run did not end within 240 s of {signum!r}:\n"
+                f"{run.communicate()[0]}\nPostgreSQL's log:\n"
+                f"{log.read_text() if log.exists() else '(none)'}"
+            )
     finally:
         if run.poll() is None:
             run.kill()
     assert not _alive(pid), f"PostgreSQL (pid {pid}) still runs after {signum!r}:\n{output}"
     assert not data.exists(), "its data directory was left behind"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _alive(pid: int) -> bool:
