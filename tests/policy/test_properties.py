@@ -9,10 +9,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy import (
     BestRun,
     CostStats,
+    Event,
     JobHistory,
     TrialKind,
     TrialState,
@@ -20,8 +22,8 @@ from zeus_bso.policy import (
     arm_posterior,
     conjugate_update,
     decide,
-    rng_for,
 )
+from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob
 
 finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -52,54 +54,37 @@ OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight"]
 
 
 def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[dict[str, Any]]:
-    """Drive the policy like the server does; returns one record per decision."""
-    explorations: list[TrialState] = []
-    observations: dict[int, list[float]] = {}
-    arms: tuple[int, ...] | None = None
-    best: BestRun | None = None
-    records = []
-    for number, (outcome, cost) in enumerate(outcomes, start=1):
-        windowed = {
-            b: CostStats.of(c[-job.window_size :] if job.window_size else c)
-            for b, c in observations.items()
-        }
-        history = JobHistory(
-            arms=arms, explorations=tuple(explorations), observations=windowed, best=best
-        )
+    """Drive the policy's state machine as the server does, through the simulator's in-memory
+    job: each trial ends as its outcome says (a final report that costs ``cost``, converged or
+    not; ended without one; its lease expired; still running). Returns one record per
+    decision, with the decision the same state gives when asked again."""
+    memory = InMemoryJob(job)
+    records: list[dict[str, Any]] = []
+    for outcome, cost in outcomes:
+        explorations = memory.trials if memory.state.arms is None else ()
         try:
-            dispatch = decide(job, history, rng_for(job, number))
+            again = policy.after_dispatch(job, memory.state, explorations, memory.windowed())
         except NoConvergedBatchSizeError:
-            records.append({"error": True, "history": history})
+            records.append({"error": True})
             break
-        again = decide(job, history, rng_for(job, number))
-        records.append({"dispatch": dispatch, "again": again, "history": history})
-        if dispatch.arms is not None:
-            arms = dispatch.arms
-        status = {
-            "converged": TrialStatus.REPORTED,
-            "not_converged": TrialStatus.REPORTED,
-            "failed": TrialStatus.FAILED,
-            "abandoned": TrialStatus.ABANDONED,
-            "in_flight": TrialStatus.DISPATCHED,
-        }[outcome]
-        converged = outcome == "converged"
-        if status is TrialStatus.REPORTED:
-            observations.setdefault(dispatch.batch_size, []).append(cost)
-            if converged and (best is None or cost < best.cost):
-                best = BestRun(dispatch.batch_size, cost)
-        if dispatch.kind is TrialKind.EXPLORATION:
-            assert dispatch.round is not None
-            explorations.append(
-                TrialState(
-                    number,
-                    dispatch.batch_size,
-                    TrialKind.EXPLORATION,
-                    dispatch.round,
-                    status,
-                    converged=converged if status is TrialStatus.REPORTED else None,
-                    cost=cost if status is TrialStatus.REPORTED else None,
-                )
+        trial = memory.next_trial()
+        records.append({"dispatch": memory.last_dispatch, "again": again.dispatch})
+        if outcome in ("converged", "not_converged"):
+            # No time: the cost is all energy (eta x energy).
+            answer = memory.report(
+                trial,
+                time=0.0,
+                energy=cost / job.eta_knob,
+                metric=job.target_metric if outcome == "converged" else -1.0,
+                current_epoch=1 if outcome == "converged" else job.max_epochs,
             )
+            assert answer.stop_train
+            assert answer.converged == (outcome == "converged")
+        elif outcome == "failed":
+            memory.end_trial(trial)
+        elif outcome == "abandoned":
+            number = trial.trial_number
+            memory.trials[number - 1] = policy.after_event(memory.trials[number - 1], Event.EXPIRE)
     return records
 
 

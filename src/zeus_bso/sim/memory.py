@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zeus_bso import policy
-from zeus_bso.policy import CostStats, Event, JobState, TrialState
+from zeus_bso.policy import CostStats, Dispatch, Event, JobState, TrialState
 from zeus_bso.spec import CreatedJob, ReportResponse, TrialId
 
 
@@ -24,8 +24,12 @@ class InMemoryJob:
     trials: list[TrialState] = field(default_factory=list)
     costs: dict[int, list[float]] = field(default_factory=dict)
     """Each batch size's final costs, oldest first (for ``window_size``)."""
+    last_dispatch: Dispatch | None = None
+    """The policy's decision behind the latest `next_trial`."""
 
-    def _windowed(self) -> dict[int, CostStats] | None:
+    def windowed(self) -> dict[int, CostStats] | None:
+        """What the policy reads of a job with a ``window_size`` (None without one): each batch
+        size's statistics of its last ``window_size`` final costs."""
         window = self.job.window_size
         if not window:
             return None
@@ -40,9 +44,10 @@ class InMemoryJob:
     def next_trial(self) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``)."""
         explorations = self.trials if self.state.arms is None else ()
-        step = policy.after_dispatch(self.job, self.state, explorations, self._windowed())
+        step = policy.after_dispatch(self.job, self.state, explorations, self.windowed())
         self.state = step.job
         self.trials.append(step.trial)
+        self.last_dispatch = step.dispatch
         return TrialId(
             job_id=self.job.job_id,
             batch_size=step.trial.batch_size,
