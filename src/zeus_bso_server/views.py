@@ -139,18 +139,18 @@ def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
     None until the default and some other batch size have a reported run."""
     energy = time = 0.0
     runs = 0
-    default = {"runs": 0, "energy": 0.0, "time": 0.0}
+    default: Record | None = None
     for row in spent:
         energy += row.energy
         time += row.time
         if row.status == policy.TrialStatus.REPORTED:
             runs += row.runs
             if row.batch_size == job.default_batch_size:
-                default = {"runs": row.runs, "energy": row.energy, "time": row.time}
-    if not default["runs"] or runs == default["runs"]:
+                default = row
+    if default is None or runs == default.runs:
         return None
-    base_energy = runs * default["energy"] / default["runs"]
-    base_time = runs * default["time"] / default["runs"]
+    base_energy = runs * default.energy / default.runs
+    base_time = runs * default.time / default.runs
 
     def cost(joules: float, seconds: float) -> float:
         return policy.zeus_cost(joules, seconds, job.eta_knob, job.max_power)
@@ -159,7 +159,7 @@ def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
     saved = cost(base_energy - energy, base_time - time)
     return Savings(
         default_batch_size=job.default_batch_size,
-        default_runs=int(default["runs"]),
+        default_runs=default.runs,
         runs=runs,
         energy=base_energy - energy,
         time=base_time - time,

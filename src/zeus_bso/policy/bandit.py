@@ -111,11 +111,12 @@ def recommended(job: CreatedJob, state: JobState, history: JobHistory) -> tuple[
             return None
         arm = max(observed, key=lambda a: (posteriors[a].mean, -a))  # ties: the smaller
         return arm, -posteriors[arm].mean
-    converged = [s for s in state.stats.values() if s.converged_count]
+    means = [(s.converged.mean, s.batch_size) for s in state.stats.values()]
+    converged = [(mean, size) for mean, size in means if mean is not None]
     if not converged:
         return None
-    best = min(converged, key=lambda s: (s.converged_cost_sum / s.converged_count, s.batch_size))
-    return best.batch_size, best.converged_cost_sum / best.converged_count
+    mean, size = min(converged)
+    return size, mean
 
 
 def _needs_exploration(job: CreatedJob, stats: CostStats) -> bool:

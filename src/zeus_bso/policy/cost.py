@@ -84,9 +84,9 @@ def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> 
     """
     candidates: list[tuple[float, int]] = []
     for batch_size, stats in converged.items():
-        if stats.count == 0 or stats.best is None:
+        value = stats.best if job.early_stop_reference == "best_run" else stats.mean
+        if stats.count == 0 or value is None:
             continue
-        value = stats.best if job.early_stop_reference == "best_run" else stats.total / stats.count
         candidates.append((value, batch_size))
     if not candidates:
         return None

@@ -109,6 +109,11 @@ class ConvergedStats:
     total: float = 0.0
     best: float | None = None
 
+    @property
+    def mean(self) -> float | None:
+        """Their mean cost (None without any)."""
+        return self.total / self.count if self.count else None
+
 
 @dataclass(frozen=True, slots=True)
 class BatchSizeStats:
