@@ -189,11 +189,6 @@ class Database:
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
         self._sqlite_file = _SqliteFile.of(url)
 
-    @property
-    def dialect(self) -> str:
-        """The database's dialect name (``sqlite``, ``postgresql``, ``mysql``)."""
-        return str(self.url.get_backend_name())
-
     async def write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction: committed if it returns, rolled back if not.
 

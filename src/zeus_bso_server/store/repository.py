@@ -47,20 +47,15 @@ Record: TypeAlias = Row[Any]
 """A stored row; its columns read as attributes."""
 
 
-def stats_of(job: Record) -> dict[int, BatchSizeStats]:
-    """The job's per-batch-size statistics, by batch size."""
-    per_size = (BatchSizeStats(int(size), **values) for size, values in job.stats.items())
-    return {s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)}
-
-
 def job_state(job: Record) -> JobState:
     """The policy's view of a job row."""
+    per_size = (BatchSizeStats(int(size), **values) for size, values in job.stats.items())
     return JobState(
         next_trial_number=job.next_trial_number,
         arms=tuple(job.arms) if job.arms is not None else None,
         bandit_start=job.bandit_start,
-        stats=stats_of(job),
-        best=best_run(job),
+        stats={s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)},
+        best=BestRun(job.best_batch_size, job.best_cost) if job.best_cost is not None else None,
     )
 
 
@@ -164,7 +159,7 @@ def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Record | No
     job = get_job(conn, job_id, lock=True)
     if job is None:
         return None, 0
-    return job, expire_leases(conn, job_id)
+    return job, int(conn.execute(_EXPIRE, {"expired_job_id": job_id}).rowcount)
 
 
 _ADVANCE = (
@@ -196,19 +191,6 @@ def delete_job(conn: Connection, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
     conn.execute(delete(trials).where(trials.c.job_id == job_id))
     conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
-
-
-def expire_leases(conn: Connection, job_id: str) -> int:
-    """Mark the job's dispatched trials whose lease ran out as abandoned. Returns how many."""
-    result = conn.execute(_EXPIRE, {"expired_job_id": job_id})
-    return int(result.rowcount)
-
-
-def best_run(job: Record) -> BestRun | None:
-    """The job's cheapest converged run so far."""
-    if job.best_cost is None:
-        return None
-    return BestRun(job.best_batch_size, job.best_cost)
 
 
 _SET_STATS = (
@@ -248,19 +230,12 @@ def windowed(
     conn: Connection, job_id: str, config: CreatedJob, job: JobState
 ) -> dict[int, CostStats] | None:
     """What `zeus_bso.policy.history_of` needs of a job with a ``window_size`` (None without
-    one): the windowed statistics of its arms, or of every batch size while it prunes."""
+    one): statistics of the last ``window_size`` reported costs (oldest first) of its arms, or
+    of every batch size while it prunes."""
     if config.window_size <= 0:
         return None
-    sizes = job.arms if job.arms is not None else config.batch_sizes
-    return windowed_costs(conn, job_id, sizes, config.window_size)
-
-
-def windowed_costs(
-    conn: Connection, job_id: str, batch_sizes: Sequence[int], window: int
-) -> dict[int, CostStats]:
-    """Statistics of the last ``window`` reported costs of each batch size (oldest first)."""
     result: dict[int, CostStats] = {}
-    for batch_size in batch_sizes:
+    for batch_size in job.arms if job.arms is not None else config.batch_sizes:
         stmt = (
             select(trials.c.cost)
             .where(
@@ -269,7 +244,7 @@ def windowed_costs(
                 trials.c.status == TrialStatus.REPORTED.value,
             )
             .order_by(trials.c.trial_number.desc())
-            .limit(window)
+            .limit(config.window_size)
         )
         costs = [float(c) for c in conn.execute(stmt).scalars() if c is not None]
         result[batch_size] = CostStats.of(reversed(costs))
@@ -340,13 +315,8 @@ _THE_TRIAL = (
     trials.c.job_id == bindparam("key_job_id"),
     trials.c.trial_number == bindparam("key_number"),
 )
-_MEASURED: dict[str, Any] = {
-    "epochs": bindparam("epochs"),
-    "time": bindparam("time"),
-    "energy": bindparam("energy"),
-    "metric": bindparam("metric"),
-    "cost": bindparam("cost"),
-}
+_MEASURED_COLUMNS = ("epochs", "time", "energy", "metric", "cost")
+_MEASURED: dict[str, Any] = {c: bindparam(c) for c in _MEASURED_COLUMNS}
 _RENEWS, _RENEWED = _change(Event.RENEW)
 _RENEW = (
     update(trials)
@@ -388,13 +358,7 @@ def _key(job_id: str, trial_number: int) -> dict[str, Any]:
 
 
 def _measured(trial: TrialState) -> dict[str, Any]:
-    return {
-        "epochs": trial.epochs,
-        "time": trial.time,
-        "energy": trial.energy,
-        "metric": trial.metric,
-        "cost": trial.cost,
-    }
+    return {c: getattr(trial, c) for c in _MEASURED_COLUMNS}
 
 
 def record_progress(conn: Connection, job_id: str, trial: TrialState, lease: float) -> None:
@@ -410,18 +374,14 @@ def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) 
     return bool(result.rowcount)
 
 
-_THIS_TRIAL = select(trials.c.trial_number).where(
-    *_THE_TRIAL, trials.c.batch_size == bindparam("key_bs")
-)
-
-
 def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
     """End a trial (the policy's `Event.END`: one without a final report becomes failed).
     Returns whether it changed, or None if there is no such trial."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
     if conn.execute(_FAIL, params).rowcount:
         return True
-    return False if conn.execute(_THIS_TRIAL, params).first() else None
+    trial = get_trial(conn, job_id, trial_number)
+    return False if trial is not None and trial.batch_size == batch_size else None
 
 
 def recent_trials(
