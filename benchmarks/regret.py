@@ -4,15 +4,22 @@ For every workload it simulates the recurrences with the policy's defaults in-pr
 a real ``zeus-bso-server`` (they must agree), and in-process with upstream Zeus 0.16's options,
 then compares cumulative cost with the oracle's and with always using the default batch size.
 
-    .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
-                                          [--no-server]
+The transfer scenario (hardware profiles): one job runs ``recurrences`` recurrences on the first
+GPU, is registered again on the second and runs as many there (the batch sizes both GPUs have in
+the trace, the first GPU's default); its regret over the second phase, against the second GPU's
+oracle, stands beside a cold start on the second GPU with the same batch sizes and default.
 
-Writes benchmarks/results/regret_<gpu>.json and .md and prints the tables.
+    .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
+                                          [--no-server] [--no-transfer]
+
+Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md, and prints
+the tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -24,7 +31,8 @@ from _server import running_server
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, seed_result, summarize
-from zeus_bso.spec import UPSTREAM_OPTIONS
+from zeus_bso.sim.trace import TraceJob
+from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
 
 RESULTS = Path(__file__).parent / "results"
 ETA = 0.5
@@ -64,6 +72,62 @@ def run_all(
     return summaries
 
 
+def _shared(trace: TraceJob, sizes: set[int], default: int) -> TraceJob:
+    """``trace`` with only ``sizes`` and ``default`` as its default batch size."""
+    profiles = {b: p for b, p in trace.profiles.items() if b in sizes}
+    return dataclasses.replace(trace, profiles=profiles, default_batch_size=default)
+
+
+def run_transfer(
+    first: str, second: str, seeds: list[int], recurrences: int
+) -> list[tuple[list[int], Summary, Summary]]:
+    """Per workload: the batch sizes both GPUs have, the second phase of a job that moved from
+    ``first`` to ``second``, and a cold start on ``second``, both against its oracle."""
+    pairs = []
+    for name in WORKLOADS:
+        before, after = load_trace_job(name, first), load_trace_job(name, second)
+        sizes = set(before.batch_sizes) & set(after.batch_sizes)
+        default = max((b for b in sizes if b <= before.default_batch_size), default=min(sizes))
+        before, after = _shared(before, sizes, default), _shared(after, sizes, default)
+        moved, cold = [], []
+        for seed in seeds:
+            spec = job_spec(before, f"transfer-{name}-{seed}", mab_seed=seed)
+            job = in_process(spec)
+            simulate(before, job, recurrences=recurrences, seed=seed, eta_knob=ETA)
+            job.register(GpuConfig(max_power=after.max_power, number_of_gpus=1, gpu_model=second))
+            later = 10_000 + seed  # the second phase's runs: the same for both
+            recs = simulate(after, job, recurrences=recurrences, seed=later, eta_knob=ETA)
+            moved.append(seed_result(seed, recs))
+            fresh = in_process(job_spec(after, f"cold-{name}-{seed}", mab_seed=seed))
+            recs = simulate(after, fresh, recurrences=recurrences, seed=later, eta_knob=ETA)
+            cold.append(seed_result(seed, recs))
+        pairs.append(
+            (
+                sorted(sizes),
+                summarize(after, ETA, recurrences, moved),
+                summarize(after, ETA, recurrences, cold),
+            )
+        )
+    return pairs
+
+
+def transfer_markdown(pairs: list[tuple[list[int], Summary, Summary]]) -> str:
+    lines = [
+        "| workload | batch sizes | default bs | oracle bs | moved | cold start |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sizes, moved, cold in pairs:
+        lines.append(
+            f"| {moved.workload} | {', '.join(map(str, sizes))}"
+            f" | {moved.default_batch_size} | {moved.oracle_batch_size}"
+            f" | {moved.regret:.3f} | {cold.regret:.3f} |"
+        )
+    mean_moved = statistics.fmean(m.regret for _, m, _ in pairs)
+    mean_cold = statistics.fmean(c.regret for _, _, c in pairs)
+    lines.append(f"| **mean** | | | | **{mean_moved:.3f}** | {mean_cold:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(
     gpu: str, ours: list[Summary], served: list[Summary] | None, upstream: list[Summary]
 ) -> str:
@@ -99,8 +163,32 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(20)))
     parser.add_argument("--recurrences", type=int, default=50)
     parser.add_argument("--no-server", action="store_true", help="skip the run through a server")
+    parser.add_argument("--no-transfer", action="store_true", help="skip the transfer scenario")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
+
+    if not args.no_transfer and len(args.gpus) >= 2:
+        started = time.perf_counter()
+        first, second = args.gpus[:2]
+        sections, data = [], {}
+        for a, b in ((first, second), (second, first)):
+            pairs = run_transfer(a, b, args.seeds, args.recurrences)
+            sections.append(f"### {a.upper()} then {b.upper()}\n\n" + transfer_markdown(pairs))
+            data[f"{a}->{b}"] = [
+                {"batch_sizes": sizes, "moved": m.to_dict(), "cold": c.to_dict()}
+                for sizes, m, c in pairs
+            ]
+        note = (
+            f"Transfer: seeds {args.seeds}, {args.recurrences} recurrences on one GPU, then as "
+            "many on the other with the same job (registered again), eta 0.5, beta 2.0. Regret "
+            "over the second phase = its cumulative cost / the second GPU's oracle's; cold "
+            "start: a new job on the second GPU with the same batch sizes and default.\n\n"
+        )
+        text = note + "\n".join(sections)
+        (RESULTS / "regret_transfer.md").write_text(text)
+        (RESULTS / "regret_transfer.json").write_text(json.dumps(data, indent=1) + "\n")
+        print(text)
+        print(f"({time.perf_counter() - started:.0f} s)\n")
 
     for gpu in args.gpus:
         started = time.perf_counter()

@@ -133,6 +133,11 @@ def show_command(
         f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
         f"default batch size {job['default_batch_size']}"
     )
+    profiles = state.get("profiles") or []  # absent from servers that predate profiles
+    if len(profiles) > 1:
+        console.print(
+            f"hardware profiles {escape(', '.join(profiles))}; costs in the current one's units"
+        )
     recommended, savings = state["recommended"], state["savings"]
     if recommended is not None:
         console.print(

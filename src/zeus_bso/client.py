@@ -38,6 +38,7 @@ from zeus_bso.errors import (
 from zeus_bso.progress import TrialProgress
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
+    GPU_FIELDS,
     CreatedJob,
     DispatchedTrial,
     JobSpec,
@@ -45,6 +46,7 @@ from zeus_bso.spec import (
     ReportResponse,
     TrainingResult,
     TrialId,
+    gpu_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -73,8 +75,9 @@ def run_key_from_environment() -> str | None:
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
-    """The id of a job without one: its prefix and a hash of its whole configuration."""
-    config = spec.model_dump(mode="json", exclude={"job_id"})
+    """The id of a job without one: its prefix and a hash of its configuration but its GPUs (a
+    job on other GPUs is the same job on another hardware profile)."""
+    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS})
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return f"{spec.job_id_prefix}-{digest[:8]}"
 
@@ -111,6 +114,9 @@ class BatchSizeOptimizer:
         )
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
+        self.gpu = gpu_of(spec)
+        """The GPUs this run trains on (its hardware profile), sent with the batch size request
+        so that runs of one job on different hardware at once are told apart."""
         self.client = ServerClient(server_url, token=token, retry_seconds=retry_seconds)
         self.job: CreatedJob
         self.job, created = self.client.register_job(spec)  # unreachable: a clear error now
@@ -156,9 +162,10 @@ class BatchSizeOptimizer:
         trial = self.progress.trial
         if trial is None:
             if self.run_key is None:
-                dispatched = DispatchedTrial(**self.client.next_trial(self.job.job_id).model_dump())
+                found = self.client.next_trial(self.job.job_id, self.gpu)
+                dispatched = DispatchedTrial(**found.model_dump())
             else:
-                dispatched = self.client.trial_of_run(self.job.job_id, self.run_key)
+                dispatched = self.client.trial_of_run(self.job.job_id, self.run_key, self.gpu)
             trial = TrialId(**dispatched.model_dump(include=set(TrialId.model_fields)))
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.

@@ -18,6 +18,7 @@ from zeus_bso.errors import RouteMissingError, ServerConnectionError, ServerReje
 from zeus_bso.spec import (
     CreatedJob,
     DispatchedTrial,
+    GpuConfig,
     JobSpecFromClient,
     ReportResponse,
     TrainingResult,
@@ -27,6 +28,10 @@ from zeus_bso.spec import (
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_SECONDS = 30.0
 """How long a request answered 503 (server busy, nothing written) is retried."""
+
+
+def _gpu_params(gpu: GpuConfig | None) -> dict[str, str]:
+    return {} if gpu is None else {k: str(v) for k, v in gpu.model_dump().items()}
 
 
 class ServerClient:
@@ -96,15 +101,19 @@ class ServerClient:
         response = self._request("POST", "/jobs", content=job.model_dump_json())
         return CreatedJob.model_validate(response.json()), response.status_code == 201
 
-    def next_trial(self, job_id: str) -> TrialId:
-        """Start a trial of the job: its batch size and trial number."""
-        response = self._request("GET", "/jobs/batch_size", params={"job_id": job_id})
+    def next_trial(self, job_id: str, gpu: GpuConfig | None = None) -> TrialId:
+        """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
+        trains on those GPUs (a zeus-bso server extension that other servers ignore)."""
+        params = {"job_id": job_id, **_gpu_params(gpu)}
+        response = self._request("GET", "/jobs/batch_size", params=params)
         return TrialId.model_validate(response.json())
 
-    def trial_of_run(self, job_id: str, run_key: str) -> DispatchedTrial:
+    def trial_of_run(
+        self, job_id: str, run_key: str, gpu: GpuConfig | None = None
+    ) -> DispatchedTrial:
         """The trial of the run named ``run_key``: its open trial, with what it reported, if it
         has one (``resumed``: a restart), else a new trial (a zeus-bso server extension)."""
-        params = {"job_id": job_id, "run_key": run_key}
+        params = {"job_id": job_id, "run_key": run_key, **_gpu_params(gpu)}
         response = self._request("GET", "/jobs/batch_size", params=params)
         return DispatchedTrial.model_validate(response.json())
 

@@ -165,6 +165,21 @@ class GpuConfig(WireModel):
     gpu_model: Identifier
 
 
+def profile_key(gpu: GpuConfig) -> str:
+    """The name of a hardware profile, e.g. ``1xV100@250W``: GPU count, model and the sum of
+    their power limits. Runs on one profile cost alike per epoch; across profiles they do not."""
+    return f"{gpu.number_of_gpus}x{gpu.gpu_model}@{gpu.max_power:g}W"
+
+
+GPU_FIELDS = ("max_power", "number_of_gpus", "gpu_model")
+"""The fields of `GpuConfig`: those a job may change between runs (its hardware profile)."""
+
+
+def gpu_of(job: GpuConfig) -> GpuConfig:
+    """The `GpuConfig` part of a job (or of any model with its fields)."""
+    return GpuConfig(**{name: getattr(job, name) for name in GPU_FIELDS})
+
+
 class JobSpecFromClient(JobSpec, GpuConfig):
     """Request and response body of ``POST /jobs``."""
 
@@ -226,6 +241,7 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
 """Our options set to upstream Zeus 0.16's behaviour."""
 
 __all__ = [
+    "GPU_FIELDS",
     "MAX_BATCH_SIZES",
     "MAX_ID_LENGTH",
     "UPSTREAM_OPTIONS",
@@ -239,4 +255,6 @@ __all__ = [
     "TrainingResult",
     "TrialId",
     "WireModel",
+    "gpu_of",
+    "profile_key",
 ]

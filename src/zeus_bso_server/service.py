@@ -19,12 +19,16 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.spec import (
+    GPU_FIELDS,
     CreatedJob,
     DispatchedTrial,
+    GpuConfig,
     JobSpecFromClient,
     ReportResponse,
     TrainingResult,
     TrialId,
+    gpu_of,
+    profile_key,
 )
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
@@ -57,15 +61,15 @@ def config_of(job: Record) -> CreatedJob:
     return CreatedJob.model_validate(job.config)
 
 
-def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[str]:
-    """The fields the client sent that differ from the registered job's.
+def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[tuple[str, str]]:
+    """The fields the client sent that differ from the registered job's, each with a sentence.
 
     Fields the client left out are not compared: an older client that does not know an option
     of ours (or a newer default of it) still finds its job.
     """
     fields = sorted(sent.model_fields_set - {"job_id"})
     return [
-        f"{name}: {getattr(stored, name)!r} registered, {getattr(sent, name)!r} sent"
+        (name, f"{name}: {getattr(stored, name)!r} registered, {getattr(sent, name)!r} sent")
         for name in fields
         if getattr(stored, name) != getattr(sent, name)
     ]
@@ -117,18 +121,38 @@ class BatchSizeService:
                 if self._insert(conn, job):
                     logger.info("registered job %s", job.job_id)
                     return Registered(job, True)
-        if self._insert(conn, spec):
-            logger.info("registered job %s", spec.job_id)
-            return Registered(spec, True)
-        existing = repo.get_job(conn, spec.job_id)
+        # The row is locked before anything is written: a registration on other GPUs changes it.
+        existing = repo.get_job(conn, spec.job_id, lock=True)
+        if existing is None:
+            if self._insert(conn, spec):
+                logger.info("registered job %s", spec.job_id)
+                return Registered(spec, True)
+            # A concurrent registration created it. Not locked here: on MySQL the INSERT holds a
+            # shared lock on that row, and losers of the race that each upgraded it would
+            # deadlock; a change of GPUs below locks it (rare: a race between two hardwares).
+            existing = repo.get_job(conn, spec.job_id)
         assert existing is not None
-        differences = _differences(config_of(existing), spec)
-        if differences:
+        config = config_of(existing)
+        differences = _differences(config, spec)
+        if any(name not in GPU_FIELDS for name, _ in differences):
             raise JobConfigMismatchError(
                 "JobSpec doesn't match with existing jobSpec "
-                f"({'; '.join(differences)}). Use a new job_id for different configuration"
+                f"({'; '.join(text for _, text in differences)}). Use a new job_id for different"
+                " configuration (a job may change only its GPUs: max_power, number_of_gpus,"
+                " gpu_model)"
             )
-        return Registered(JobSpecFromClient.model_validate(existing.config), False)
+        if differences:  # the same job on other GPUs: their profile is the current one now
+            existing = repo.get_job(conn, spec.job_id, lock=True)  # again, if it was not locked
+            assert existing is not None
+            config = config_of(existing)
+            gpu = gpu_of(spec)
+            state = policy.with_profile(config, repo.job_state(existing), gpu)
+            config = config.model_copy(update=gpu.model_dump())
+            repo.set_profiles(
+                conn, spec.job_id, config.model_dump(mode="json"), list(state.profiles.values())
+            )
+            logger.info("job %s now runs on %s", spec.job_id, profile_key(gpu))
+        return Registered(JobSpecFromClient.model_validate(config.model_dump()), False)
 
     @staticmethod
     def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
@@ -145,12 +169,16 @@ class BatchSizeService:
             raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
         return job, config_of(job)
 
-    async def next_trial(self, job_id: str, run_key: str | None = None) -> DispatchedTrial:
+    async def next_trial(
+        self, job_id: str, run_key: str | None = None, gpu: GpuConfig | None = None
+    ) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
 
         With a ``run_key`` (a run's name, the same across its restarts) a run that asks again
         continues its trial: the latest trial of that key is returned, with what it reported,
         if it is still open (dispatched, or abandoned); otherwise a new trial gets the key.
+        With ``gpu`` the run trains on that hardware profile (the job learns it if it is new);
+        without, on the profile registered last.
 
         Raises:
             UnknownJobError: no such job.
@@ -158,7 +186,7 @@ class BatchSizeService:
         """
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
-                lambda conn: self._next_trial(conn, job_id, run_key)
+                lambda conn: self._next_trial(conn, job_id, run_key, gpu)
             )
         # Counted once committed, so that a rolled-back request counts nothing.
         if dispatch is not None:
@@ -171,7 +199,7 @@ class BatchSizeService:
         return trial
 
     def _next_trial(
-        self, conn: Connection, job_id: str, run_key: str | None
+        self, conn: Connection, job_id: str, run_key: str | None, gpu: GpuConfig | None
     ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
@@ -180,11 +208,22 @@ class BatchSizeService:
             if resumed is not None:
                 return resumed, None, expired
         state = repo.job_state(job)
+        if gpu is not None:
+            known = policy.with_profile(config, state, gpu)
+            if known != state:
+                repo.set_profiles(conn, job_id, job.config, list(known.profiles.values()))
+                state = known
         # Explorations matter only while pruning (the decision that ends it is the bandit's
         # first).
         explorations = repo.explorations(conn, job_id) if state.arms is None else ()
-        windowed = repo.windowed(conn, job_id, config, state)
-        step = policy.after_dispatch(config, state, explorations, windowed)
+        step = policy.after_dispatch(
+            config,
+            state,
+            explorations,
+            repo.windowed(conn, job_id, config, state),
+            profile=profile_key(gpu or config),
+            epoch_costs=repo.epoch_costs(conn, job_id, state),
+        )
         repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job, run_key)
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
@@ -232,14 +271,16 @@ class BatchSizeService:
         if trial_row is None or trial_row.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         trial = repo.trial_state(trial_row)
+        state = repo.job_state(job)
         step = policy.after_report(
             config,
-            repo.job_state(job),
+            state,
             trial,
             time=result.time,
             energy=result.energy,
             metric=result.metric,
             current_epoch=result.current_epoch,
+            epoch_costs=repo.epoch_costs(conn, result.job_id, state),
         )
         if step.final:
             repo.finish_trial(conn, result.job_id, step.trial, step.job)

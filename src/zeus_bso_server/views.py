@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.spec import CreatedJob
+from zeus_bso.spec import CreatedJob, profile_key
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
@@ -56,6 +56,9 @@ class JobSummary(BaseModel):
     trials: int
     gpu_model: str
     number_of_gpus: int
+    profiles: list[str]
+    """The hardware profiles the job ran on (`zeus_bso.spec.profile_key`), the first first; the
+    costs shown are in the units of the current one, the last registered (``gpu_model``...)."""
     best_batch_size: int | None
     """The cheapest converged run's batch size (the early-stop reference), if any."""
     best_cost: float | None
@@ -101,6 +104,8 @@ class TrialView(BaseModel):
     cost: float | None
     converged: bool | None
     message: str | None
+    profile: str | None = None
+    """The hardware profile the run trained on; null: the job's first."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None
@@ -115,6 +120,10 @@ class JobView(BaseModel):
     """A job's config, stage, per-batch-size statistics and posterior, best batch size, trials."""
 
     job: CreatedJob
+    """Its configuration, with the GPUs registered last: the current hardware profile, in whose
+    cost units every cost below but the trials' own is shown."""
+    profiles: list[str]
+    """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`)."""
     stage: str
     arms: list[int] | None
     best_batch_size: int | None
@@ -170,9 +179,21 @@ def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
 
 def _history(
     conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState
-) -> policy.JobHistory:
-    """What the policy decides with: the same history (windowed or running statistics)."""
-    return policy.history_of(config, state, (), repo.windowed(conn, job_id, config, state))
+) -> tuple[policy.JobState, policy.JobHistory]:
+    """What the policy decides with for a run on the job's current hardware profile: the job's
+    statistics and early-stop reference in its cost units, and the same history (windowed or
+    running statistics) as a decision reads."""
+    profiles = policy.profiles_of(state, repo.epoch_costs(conn, job_id, state))
+    profile = profile_key(config)
+    windowed = repo.windowed(conn, job_id, config, state)
+    return (
+        policy.state_on(config, state, profiles, profile),
+        policy.history_of(config, state, (), windowed, profiles, profile),
+    )
+
+
+def _profiles(config: CreatedJob, state: policy.JobState) -> list[str]:
+    return list(state.profiles) or [profile_key(config)]
 
 
 def _recommendation(
@@ -202,8 +223,7 @@ async def job_summaries(
 
 def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
     config = CreatedJob.model_validate(row.config)
-    state = repo.job_state(row)
-    history = _history(conn, row.job_id, config, state)
+    state, history = _history(conn, row.job_id, config, repo.job_state(row))
     return JobSummary(
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
@@ -211,8 +231,9 @@ def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
         trials=row.next_trial_number - 1,
         gpu_model=config.gpu_model,
         number_of_gpus=config.number_of_gpus,
-        best_batch_size=row.best_batch_size,
-        best_cost=row.best_cost,
+        profiles=_profiles(config, state),
+        best_batch_size=state.best.batch_size if state.best else None,
+        best_cost=state.best.cost if state.best else None,
         recommended=_recommendation(config, state, history),
         savings=savings_of(config, spent),
         created_at=row.created_at,
@@ -252,14 +273,14 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     if row is None:
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(row.config)
-    state = repo.job_state(row)
+    state, history = _history(conn, job_id, config, repo.job_state(row))
     stats = state.stats
-    history = _history(conn, job_id, config, state)
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
     return JobView(
         job=config,
+        profiles=_profiles(config, state),
         stage=row.stage,
         arms=row.arms,
         best_batch_size=best.batch_size if best else None,

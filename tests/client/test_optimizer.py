@@ -71,7 +71,7 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     assert all(t["energy"] > 0 for t in state["trials"])
 
 
-def test_job_id_depends_on_the_whole_configuration() -> None:
+def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
     from zeus_bso.spec import JobSpecFromClient
 
     base = {
@@ -84,7 +84,9 @@ def test_job_id_depends_on_the_whole_configuration() -> None:
     }
     first = stable_job_id(JobSpecFromClient(**base))
     assert first == stable_job_id(JobSpecFromClient(**base))
-    assert first != stable_job_id(JobSpecFromClient(**{**base, "gpu_model": "H100"}))
+    # Other GPUs are the same job on another hardware profile; another knob is another job.
+    other_gpus = {"gpu_model": "H100", "number_of_gpus": 8, "max_power": 5600.0}
+    assert first == stable_job_id(JobSpecFromClient(**{**base, **other_gpus}))
     assert first != stable_job_id(JobSpecFromClient(**{**base, "eta_knob": 0.2}))
 
 

@@ -24,7 +24,7 @@ from zeus_bso.policy import (
     decide,
 )
 from zeus_bso.sim import InMemoryJob
-from zeus_bso.spec import CreatedJob
+from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
 finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
 
@@ -50,20 +50,39 @@ def jobs(draw: st.DrawFn) -> CreatedJob:
     )
 
 
-OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight"]
+OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight", "move"]
+GPUS = [
+    GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="V100"),
+    GpuConfig(max_power=1000.0, number_of_gpus=4, gpu_model="V100"),
+    GpuConfig(max_power=300.0, number_of_gpus=1, gpu_model="A40"),
+]
+"""Hardware profiles a job moves between (outcome ``move``: registered again on other GPUs)."""
 
 
 def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[dict[str, Any]]:
     """Drive the policy's state machine as the server does, through the simulator's in-memory
     job: each trial ends as its outcome says (a final report that costs ``cost``, converged or
     not; ended without one; its lease expired; still running). Returns one record per
-    decision, with the decision the same state gives when asked again."""
+    decision, with the decision the same state gives when asked again. A ``move`` outcome
+    registers the job again on other GPUs (chosen by its cost) instead of starting a trial; its
+    record says only that."""
     memory = InMemoryJob(job)
     records: list[dict[str, Any]] = []
     for outcome, cost in outcomes:
+        if outcome == "move":
+            memory.register(GPUS[int(cost) % len(GPUS)])
+            records.append({"moved": True})
+            continue
         explorations = memory.trials if memory.state.arms is None else ()
         try:
-            again = policy.after_dispatch(job, memory.state, explorations, memory.windowed())
+            again = policy.after_dispatch(
+                memory.job,
+                memory.state,
+                explorations,
+                memory.windowed(),
+                profile=profile_key(memory.job),
+                epoch_costs=memory.epoch_costs(),
+            )
         except NoConvergedBatchSizeError:
             records.append({"error": True})
             break
@@ -123,6 +142,8 @@ def test_non_converged_batch_size_is_not_explored_again_in_that_round(
     failed_in_round: set[tuple[int, int]] = set()
     failures: dict[tuple[int, int], int] = {}
     for record, (outcome, _) in zip(run_recurrences(job, outcomes), outcomes, strict=False):
+        if "moved" in record:
+            continue
         if "dispatch" not in record:
             break
         dispatch = record["dispatch"]
@@ -143,6 +164,8 @@ def test_non_converged_batch_size_is_not_explored_again_in_that_round(
 def test_exploration_is_serial(job: CreatedJob, outcomes: list) -> None:
     in_flight = False
     for record, (outcome, _) in zip(run_recurrences(job, outcomes), outcomes, strict=False):
+        if "moved" in record:
+            continue
         if "dispatch" not in record:
             break
         dispatch = record["dispatch"]

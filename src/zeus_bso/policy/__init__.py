@@ -32,6 +32,7 @@ from zeus_bso.policy.machine import (
     after_report,
     history_of,
 )
+from zeus_bso.policy.profiles import Profiles, profiles_of, state_on, with_profile
 from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
     BatchSizeStats,
@@ -62,6 +63,7 @@ __all__ = [
     "JobHistory",
     "JobState",
     "Posterior",
+    "Profiles",
     "Reported",
     "Stage",
     "StatusChange",
@@ -82,8 +84,11 @@ __all__ = [
     "history_of",
     "judge_report",
     "next_pruning_step",
+    "profiles_of",
     "recommended",
     "rng_for",
+    "state_on",
     "target_reached",
+    "with_profile",
     "zeus_cost",
 ]

@@ -25,8 +25,18 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from zeus_bso.errors import ReportMismatchError
-from zeus_bso.policy.cost import fold_final_report, judge_report
+from zeus_bso.policy.cost import fold_final_report, judge_report, zeus_cost
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.profiles import (
+    EpochCosts,
+    Profiles,
+    WindowedCosts,
+    job_on,
+    profiles_of,
+    state_on,
+    trial_on,
+    windowed_on,
+)
 from zeus_bso.policy.types import (
     CostStats,
     Dispatch,
@@ -84,31 +94,39 @@ def history_of(
     job: CreatedJob,
     state: JobState,
     explorations: Iterable[TrialState] = (),
-    windowed: Mapping[int, CostStats] | None = None,
+    windowed: WindowedCosts | None = None,
+    profiles: Profiles | None = None,
+    profile: str | None = None,
 ) -> JobHistory:
-    """What `decide` reads of a job.
+    """What `decide` reads of a job, in the cost units of hardware ``profile`` (see
+    `zeus_bso.policy.profiles`; ``profiles`` None: the job has one).
 
     ``explorations`` are the job's pruning explorations (needed while it prunes). With a
-    ``window_size``, ``windowed`` holds the statistics of each batch size's most recent
-    ``window_size`` final costs; without one the job's running statistics are used.
+    ``window_size``, ``windowed`` holds each batch size's most recent ``window_size`` final
+    costs; without one the job's running statistics are used.
     """
+    seen = state_on(job, state, profiles, profile)
     if job.window_size > 0:
         if windowed is None:
             raise ValueError(f"a job with window_size {job.window_size} needs windowed costs")
-        observations: Mapping[int, CostStats] = windowed
+        observations: Mapping[int, CostStats] = windowed_on(windowed, profiles, profile)
     else:
-        observations = {b: s.costs for b, s in state.stats.items()}
+        observations = {b: s.costs for b, s in seen.stats.items()}
     if state.arms is None:
         return JobHistory(
             arms=None,
-            explorations=tuple(t for t in explorations if t.kind is TrialKind.EXPLORATION),
+            explorations=tuple(
+                trial_on(t, profiles, profile)
+                for t in explorations
+                if t.kind is TrialKind.EXPLORATION
+            ),
             observations=observations,
-            best=state.best,
+            best=seen.best,
         )
     return JobHistory(
         arms=state.arms,
         observations=observations,
-        best=state.best,
+        best=seen.best,
         bandit_pulls=state.bandit_pulls,
     )
 
@@ -131,21 +149,26 @@ def after_dispatch(
     job: CreatedJob,
     state: JobState,
     explorations: Iterable[TrialState] = (),
-    windowed: Mapping[int, CostStats] | None = None,
+    windowed: WindowedCosts | None = None,
+    *,
+    profile: str | None = None,
+    epoch_costs: EpochCosts | None = None,
 ) -> Dispatched:
-    """Start the job's next trial: choose its batch size (see `history_of` for the arguments).
+    """Start the job's next trial, on hardware ``profile``: choose its batch size (see
+    `history_of` for the arguments; ``epoch_costs`` matter once the job has two profiles).
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
-    history = history_of(job, state, explorations, windowed)
+    profiles = profiles_of(state, epoch_costs)
+    history = history_of(job, state, explorations, windowed, profiles, profile)
     number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
         arms, start = dispatch.arms, number
     after = replace(state, next_trial_number=number + 1, arms=arms, bandit_start=start)
-    trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round)
+    trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round, profile=profile)
     return Dispatched(after, trial, dispatch)
 
 
@@ -183,10 +206,13 @@ def after_report(
     energy: float,
     metric: float,
     current_epoch: int,
+    epoch_costs: EpochCosts | None = None,
 ) -> Reported:
     """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began).
 
-    A report that ends the run folds its cost into the job's statistics and early-stop
+    The run's cost is priced with its own profile's ``max_power`` and judged against the
+    early-stop reference in that profile's units (``epoch_costs``: see `after_dispatch`). A
+    report that ends the run folds its cost into the job's statistics and early-stop
     reference; one that does not renews the run (an abandoned trial is dispatched again).
 
     Raises:
@@ -201,14 +227,21 @@ def after_report(
         )
         return Reported(state, trial, answer, final=False)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
+    priced = job_on(job, state, trial.profile)
+    profiles = profiles_of(state, epoch_costs)
+    if profiles is not None:  # this report measures its profile's cost of an epoch too
+        cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
+        ran_on = trial.profile or profiles.base
+        profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
+    best = state_on(job, state, profiles, trial.profile).best
     verdict = judge_report(
-        job,
+        priced,
         batch_size=trial.batch_size,
         time=time,
         energy=energy,
         metric=metric,
         current_epoch=current_epoch,
-        best_cost=state.best.cost if state.best else None,
+        best_cost=best.cost if best else None,
         exploring=trial.kind is TrialKind.EXPLORATION,
     )
     answer = ReportResponse(
@@ -228,7 +261,10 @@ def after_report(
         converged=verdict.converged,
         message=verdict.message,
     )
-    stats, best = fold_final_report(
-        job, state.stats, trial.batch_size, verdict.cost, verdict.converged
+    base_cost = verdict.cost
+    if profiles is not None:
+        base_cost *= profiles.factor(trial.batch_size, trial.profile, profiles.base)
+    stats, base_best = fold_final_report(
+        job, state.stats, trial.batch_size, base_cost, verdict.converged
     )
-    return Reported(replace(state, stats=stats, best=best), ended, answer, final=True)
+    return Reported(replace(state, stats=stats, best=base_best), ended, answer, final=True)

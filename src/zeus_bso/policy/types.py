@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from zeus_bso.spec import GpuConfig
+
 
 class Stage(StrEnum):
     """Where a job is in its life."""
@@ -66,6 +68,10 @@ class CostStats:
         """Population variance (0 with fewer than two observations)."""
         return self.m2 / self.count if self.count > 1 else 0.0
 
+    def scaled(self, factor: float) -> CostStats:
+        """The statistics of the same costs, each multiplied by ``factor``."""
+        return CostStats(self.count, self.mean * factor, self.m2 * factor * factor)
+
 
 @dataclass(frozen=True, slots=True)
 class TrialState:
@@ -86,6 +92,9 @@ class TrialState:
     cost: float | None = None
     converged: bool | None = None
     message: str | None = None
+    profile: str | None = None
+    """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); ``None``: the job's
+    first profile."""
 
     @property
     def reported(self) -> bool:
@@ -141,6 +150,20 @@ class BatchSizeStats:
             self.converged_count, self.converged_cost_sum, self.best_converged_cost
         )
 
+    def scaled(self, factor: float) -> BatchSizeStats:
+        """The statistics of the same runs, each cost multiplied by ``factor``."""
+        costs = self.costs.scaled(factor)
+        best = self.best_converged_cost
+        return BatchSizeStats(
+            self.batch_size,
+            reports=costs.count,
+            mean_cost=costs.mean,
+            m2_cost=costs.m2,
+            converged_count=self.converged_count,
+            converged_cost_sum=self.converged_cost_sum * factor,
+            best_converged_cost=None if best is None else best * factor,
+        )
+
     def add(self, cost: float, converged: bool) -> BatchSizeStats:
         """These statistics with one more final report."""
         running = self.costs.add(cost)
@@ -169,7 +192,11 @@ class JobState:
     bandit_start: int | None = None
     """The number of the first trial dispatched in the bandit stage."""
     stats: Mapping[int, BatchSizeStats] = field(default_factory=dict)
+    """In the cost units of the job's first hardware profile (see `zeus_bso.policy.profiles`)."""
     best: BestRun | None = None
+    profiles: Mapping[str, GpuConfig] = field(default_factory=dict)
+    """The hardware profiles the job ran on, by `zeus_bso.spec.profile_key`, the first first.
+    Empty while the job knows one profile: the one in its configuration."""
 
     @property
     def stage(self) -> Stage:

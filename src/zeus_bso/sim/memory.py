@@ -8,11 +8,13 @@ no concurrent runs.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from zeus_bso import policy
-from zeus_bso.policy import CostStats, Dispatch, Event, JobState, TrialState
-from zeus_bso.spec import CreatedJob, ReportResponse, TrialId
+from zeus_bso.policy import Dispatch, Event, JobState, TrialState
+from zeus_bso.policy.profiles import EpochCosts, WindowedCosts, with_profile
+from zeus_bso.spec import CreatedJob, GpuConfig, ReportResponse, TrialId, profile_key
 
 
 @dataclass
@@ -22,18 +24,37 @@ class InMemoryJob:
     job: CreatedJob
     state: JobState = field(default_factory=JobState)
     trials: list[TrialState] = field(default_factory=list)
-    costs: dict[int, list[float]] = field(default_factory=dict)
-    """Each batch size's final costs, oldest first (for ``window_size``)."""
+    costs: dict[int, list[tuple[float, str | None]]] = field(default_factory=dict)
+    """Each batch size's final costs with their trials' profiles, oldest first (for
+    ``window_size``)."""
     last_dispatch: Dispatch | None = None
     """The policy's decision behind the latest `next_trial`."""
 
-    def windowed(self) -> dict[int, CostStats] | None:
+    def windowed(self) -> WindowedCosts | None:
         """What the policy reads of a job with a ``window_size`` (None without one): each batch
-        size's statistics of its last ``window_size`` final costs."""
+        size's last ``window_size`` final costs."""
         window = self.job.window_size
         if not window:
             return None
-        return {b: CostStats.of(c[-window:]) for b, c in self.costs.items()}
+        return {b: c[-window:] for b, c in self.costs.items()}
+
+    def epoch_costs(self) -> EpochCosts | None:
+        """The mean cost of an epoch by (profile, batch size) over the trials at their latest
+        report, once the job has two profiles (as `zeus_bso_server.store.repository`)."""
+        if len(self.state.profiles) < 2:
+            return None
+        base = next(iter(self.state.profiles))
+        per_epoch: dict[tuple[str, int], list[float]] = defaultdict(list)
+        for t in self.trials:
+            if t.epochs and t.cost is not None:
+                per_epoch[(t.profile or base, t.batch_size)].append(t.cost / t.epochs)
+        return {key: sum(costs) / len(costs) for key, costs in per_epoch.items()}
+
+    def register(self, gpu: GpuConfig) -> None:
+        """Register the job again on other GPUs (``POST /jobs``): their profile is the job's
+        current one from now on."""
+        self.state = with_profile(self.job, self.state, gpu)
+        self.job = self.job.model_copy(update=gpu.model_dump())
 
     def _trial(self, trial_id: TrialId) -> TrialState:
         trial = self.trials[trial_id.trial_number - 1]
@@ -44,7 +65,14 @@ class InMemoryJob:
     def next_trial(self) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``)."""
         explorations = self.trials if self.state.arms is None else ()
-        step = policy.after_dispatch(self.job, self.state, explorations, self.windowed())
+        step = policy.after_dispatch(
+            self.job,
+            self.state,
+            explorations,
+            self.windowed(),
+            profile=profile_key(self.job),
+            epoch_costs=self.epoch_costs(),
+        )
         self.state = step.job
         self.trials.append(step.trial)
         self.last_dispatch = step.dispatch
@@ -67,12 +95,13 @@ class InMemoryJob:
             energy=energy,
             metric=metric,
             current_epoch=current_epoch,
+            epoch_costs=self.epoch_costs(),
         )
         self.state = step.job
         self.trials[trial.trial_number - 1] = step.trial
         if step.final:
             assert step.trial.cost is not None
-            self.costs.setdefault(trial.batch_size, []).append(step.trial.cost)
+            self.costs.setdefault(trial.batch_size, []).append((step.trial.cost, trial.profile))
         return step.answer
 
     def end_trial(self, trial_id: TrialId) -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from zeus_bso.spec import (
+    GPU_FIELDS,
     MAX_ID_LENGTH,
+    MAX_POWER_W,
     DispatchedTrial,
+    GpuConfig,
+    Identifier,
     JobSpecFromClient,
     Printable,
     ReportResponse,
@@ -63,6 +68,39 @@ RunKeyQuery = Annotated[
 ]
 
 
+GPU_QUERY = (
+    "Extension, with the other two GPU fields or none: the run trains on these GPUs (a hardware "
+    "profile; the job learns it if it is new). Without them, on those registered last."
+)
+GpuModelQuery = Annotated[Identifier | None, Query(description=GPU_QUERY)]
+GpuCountQuery = Annotated[int | None, Query(gt=0, description=GPU_QUERY)]
+MaxPowerQuery = Annotated[
+    float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
+]
+
+
+def _gpu_of(
+    gpu_model: str | None, number_of_gpus: int | None, max_power: float | None
+) -> GpuConfig | None:
+    values = {"gpu_model": gpu_model, "number_of_gpus": number_of_gpus, "max_power": max_power}
+    given = {name: value for name, value in values.items() if value is not None}
+    if not given:
+        return None
+    if len(given) < len(GPU_FIELDS):
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", name),
+                    "msg": "give all three GPU fields or none: " + ", ".join(GPU_FIELDS),
+                    "type": "missing",
+                }
+                for name in GPU_FIELDS
+                if name not in given
+            ]
+        )
+    return GpuConfig.model_validate(given)
+
+
 @router.get(
     "/jobs/batch_size",
     response_model=DispatchedTrial,
@@ -72,11 +110,17 @@ RunKeyQuery = Annotated[
     },
 )
 async def next_batch_size(
-    job_id: JobIdQuery, service: Service, run_key: RunKeyQuery = None
+    job_id: JobIdQuery,
+    service: Service,
+    run_key: RunKeyQuery = None,
+    gpu_model: GpuModelQuery = None,
+    number_of_gpus: GpuCountQuery = None,
+    max_power: MaxPowerQuery = None,
 ) -> Response:
     """Start a trial: the batch size to train with and the trial's number (or, for a run that
     names itself with ``run_key``, continue its open trial)."""
-    trial = await service.next_trial(job_id, run_key)
+    gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
+    trial = await service.next_trial(job_id, run_key, gpu)
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported.
     return Response(trial.model_dump_json(exclude_defaults=True), media_type="application/json")
 

@@ -30,14 +30,14 @@ from zeus_bso.policy import (
     LIFECYCLE,
     BatchSizeStats,
     BestRun,
-    CostStats,
     Event,
     JobState,
     TrialKind,
     TrialState,
     TrialStatus,
 )
-from zeus_bso.spec import CreatedJob
+from zeus_bso.policy.profiles import EpochCosts, WindowedCosts
+from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -56,6 +56,7 @@ def job_state(job: Record) -> JobState:
         bandit_start=job.bandit_start,
         stats={s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)},
         best=BestRun(job.best_batch_size, job.best_cost) if job.best_cost is not None else None,
+        profiles={profile_key(g): g for g in map(GpuConfig.model_validate, job.profiles or ())},
     )
 
 
@@ -74,6 +75,7 @@ def trial_state(trial: Record) -> TrialState:
         cost=trial.cost,
         converged=trial.converged,
         message=trial.message,
+        profile=trial.profile,
     )
 
 
@@ -228,16 +230,16 @@ def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
 
 def windowed(
     conn: Connection, job_id: str, config: CreatedJob, job: JobState
-) -> dict[int, CostStats] | None:
+) -> WindowedCosts | None:
     """What `zeus_bso.policy.history_of` needs of a job with a ``window_size`` (None without
-    one): statistics of the last ``window_size`` reported costs (oldest first) of its arms, or
-    of every batch size while it prunes."""
+    one): the last ``window_size`` reported costs (oldest first), with their trials' profiles,
+    of its arms, or of every batch size while it prunes."""
     if config.window_size <= 0:
         return None
-    result: dict[int, CostStats] = {}
+    result: dict[int, list[tuple[float, str | None]]] = {}
     for batch_size in job.arms if job.arms is not None else config.batch_sizes:
         stmt = (
-            select(trials.c.cost)
+            select(trials.c.cost, trials.c.profile)
             .where(
                 trials.c.job_id == job_id,
                 trials.c.batch_size == batch_size,
@@ -246,9 +248,49 @@ def windowed(
             .order_by(trials.c.trial_number.desc())
             .limit(config.window_size)
         )
-        costs = [float(c) for c in conn.execute(stmt).scalars() if c is not None]
-        result[batch_size] = CostStats.of(reversed(costs))
+        rows = conn.execute(stmt).all()
+        result[batch_size] = [(float(c), p) for c, p in reversed(rows) if c is not None]
     return result
+
+
+def epoch_costs(conn: Connection, job_id: str, job: JobState) -> EpochCosts | None:
+    """The mean cost of an epoch by (profile, batch size) over the job's trials at their latest
+    report, for a job with two or more profiles (None for one with one: nothing to convert)."""
+    if len(job.profiles) < 2:
+        return None
+    base = next(iter(job.profiles))
+    stmt = (
+        select(
+            trials.c.profile,
+            trials.c.batch_size,
+            func.count(),
+            func.sum(trials.c.cost / trials.c.epochs),
+        )
+        .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.cost.is_not(None))
+        .group_by(trials.c.profile, trials.c.batch_size)
+    )
+    sums: dict[tuple[str, int], tuple[int, float]] = {}
+    for profile, size, count, total in conn.execute(stmt).all():
+        key = (profile or base, int(size))  # NULL: a trial from before profiles, on the first
+        before = sums.get(key, (0, 0.0))
+        sums[key] = (before[0] + int(count), before[1] + float(total))
+    return {key: total / count for key, (count, total) in sums.items()}
+
+
+def set_profiles(
+    conn: Connection, job_id: str, config: dict[str, Any], profiles: Sequence[GpuConfig]
+) -> None:
+    """Store the job's configuration (its GPUs: the profile registered last) and profiles."""
+    stmt = (
+        update(jobs)
+        .where(jobs.c.job_id == job_id)
+        .values(
+            config=config,
+            profiles=[p.model_dump(mode="json") for p in profiles],
+            updated_at=db_now(),
+        )
+    )
+    conn.execute(stmt)
 
 
 _RUN = (
@@ -278,6 +320,7 @@ _INSERT_TRIAL = insert(trials).values(
     kind=bindparam("new_kind"),
     round=bindparam("new_round"),
     run_key=bindparam("new_run_key"),
+    profile=bindparam("new_profile"),
     status=TrialStatus.DISPATCHED.value,  # a new trial's status (TrialState's default)
     lease_expires_at=db_now() + bindparam("new_lease", type_=Double()),
 )
@@ -302,6 +345,7 @@ def start_trial(
         "new_round": trial.round,
         "new_lease": lease,
         "new_run_key": run_key,
+        "new_profile": trial.profile,
     }
     conn.execute(_INSERT_TRIAL, params)
     entering = job.bandit_start == trial.trial_number

@@ -76,6 +76,9 @@ class JobRow(Base):
     `zeus_bso.policy.BatchSizeStats`), updated with every final report. Kept on the row that every
     request locks, they come with the lock: a request's cost does not depend on how many
     trials the job has, and the statistics take no reads of their own."""
+    profiles: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    """The hardware profiles (`GpuConfig`) the job ran on, the first first (see
+    `zeus_bso.policy.JobState.profiles`); NULL while it knows one, the configuration's."""
     created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
 
@@ -105,6 +108,9 @@ class TrialRow(Base):
     message: Mapped[str | None] = mapped_column(MESSAGE, nullable=True)
     run_key: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     """The client's name for the run (the same across its restarts), if it gave one."""
+    profile: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); NULL: the job's
+    first."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

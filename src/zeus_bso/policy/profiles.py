@@ -1,0 +1,146 @@
+"""Hardware profiles: one job trained on several kinds or numbers of GPUs.
+
+What a batch size needs to reach the target (how many epochs, whether it converges at all) is a
+property of the model, the data and the optimizer; what an epoch costs is a property of the
+hardware, and of its power limit, which prices time in the cost. So a job keeps one set of
+statistics, in the cost units of its first profile (the base), and converts a cost between two
+profiles by the ratio of their costs per epoch for that batch size: measured (the mean over
+trials of cost / epochs at their latest report) where both profiles ran it, and otherwise the
+profiles' speed ratio, the geometric mean of the measured ratios over the batch sizes both ran.
+Before two profiles share any batch size the ratio is taken as 1: the arms keep their order,
+only the scale of costs is off, and the first report of a run on the new profile measures it.
+
+A job with one profile converts nothing: its decisions are those of a job without profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from statistics import fmean
+from typing import TypeAlias
+
+from zeus_bso.policy.cost import best_reference
+from zeus_bso.policy.types import CostStats, JobState, TrialState
+from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
+
+EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
+"""The mean cost of an epoch by (profile, batch size), from the trials' reports."""
+
+WindowedCosts: TypeAlias = Mapping[int, Sequence[tuple[float, "str | None"]]]
+"""Each batch size's most recent final costs, oldest first, each with its trial's profile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profiles:
+    """A job's profiles as the conversion of costs needs them: the base and the measured cost
+    of an epoch of each (profile, batch size) that reported."""
+
+    base: str
+    epoch_costs: EpochCosts = field(default_factory=dict)
+
+    def speed_ratio(self, dst: str, src: str) -> float | None:
+        """How many times an epoch on ``dst`` costs what one on ``src`` does: the geometric mean
+        over the batch sizes both measured (None where they share none)."""
+        ratios = [
+            cost / self.epoch_costs[(src, size)]
+            for (profile, size), cost in self.epoch_costs.items()
+            if profile == dst and (src, size) in self.epoch_costs
+        ]
+        logs = [math.log(r) for r in ratios if _usable(r)]
+        return _usable_or_none(math.exp(fmean(logs))) if logs else None
+
+    def factor(self, batch_size: int, src: str | None, dst: str | None) -> float:
+        """What a cost of ``batch_size`` on ``src`` is multiplied by to be one on ``dst``
+        (``None``: the base)."""
+        src, dst = src or self.base, dst or self.base
+        if src == dst:
+            return 1.0
+        measured_src = self.epoch_costs.get((src, batch_size))
+        measured_dst = self.epoch_costs.get((dst, batch_size))
+        if measured_src and measured_dst and _usable(measured_dst / measured_src):
+            return measured_dst / measured_src
+        ratio = self.speed_ratio(dst, src)
+        return 1.0 if ratio is None else ratio
+
+    def measuring(self, profile: str, batch_size: int, epoch_cost: float) -> Profiles:
+        """These profiles with ``epoch_cost`` as the measured cost of an epoch of
+        ``batch_size`` on ``profile``, unless one is measured already."""
+        key = (profile, batch_size)
+        if key in self.epoch_costs or not epoch_cost > 0.0:
+            return self
+        return replace(self, epoch_costs={**self.epoch_costs, key: epoch_cost})
+
+
+def _usable(ratio: float) -> bool:
+    """Whether a ratio of costs can convert costs: positive and finite both ways."""
+    return 0.0 < ratio < math.inf and 0.0 < 1.0 / ratio < math.inf
+
+
+def _usable_or_none(ratio: float) -> float | None:
+    return ratio if _usable(ratio) else None
+
+
+def with_profile(job: CreatedJob, state: JobState, gpu: GpuConfig) -> JobState:
+    """The job's state knowing ``gpu``'s profile. A job's first profile is its configuration's;
+    a job that knows only that one keeps ``profiles`` empty."""
+    key = profile_key(gpu)
+    if key in state.profiles or (not state.profiles and key == profile_key(job)):
+        return state
+    known = dict(state.profiles) or {profile_key(job): gpu_of(job)}
+    known[key] = gpu
+    return replace(state, profiles=known)
+
+
+def profiles_of(state: JobState, epoch_costs: EpochCosts | None = None) -> Profiles | None:
+    """The job's profiles for converting costs; None while it has one (nothing to convert)."""
+    if len(state.profiles) < 2:
+        return None
+    positive = {key: cost for key, cost in (epoch_costs or {}).items() if cost > 0.0}
+    return Profiles(next(iter(state.profiles)), positive)
+
+
+def job_on(job: CreatedJob, state: JobState, profile: str | None) -> CreatedJob:
+    """The job's configuration with ``profile``'s GPUs (``None``: the first), whose
+    ``max_power`` prices a run's time (the configuration holds the profile registered last)."""
+    if profile is None:
+        profile = next(iter(state.profiles), None)
+    gpu = state.profiles.get(profile) if profile is not None else None
+    if gpu is None or profile == profile_key(job):
+        return job
+    return job.model_copy(update=gpu.model_dump())
+
+
+def state_on(
+    job: CreatedJob, state: JobState, profiles: Profiles | None, profile: str | None
+) -> JobState:
+    """The job's statistics and early-stop reference in ``profile``'s cost units."""
+    if profiles is None or profile in (None, profiles.base):
+        return state
+    stats = {
+        size: entry.scaled(profiles.factor(size, profiles.base, profile))
+        for size, entry in state.stats.items()
+    }
+    best = best_reference(job, {size: entry.converged for size, entry in stats.items()})
+    return replace(state, stats=stats, best=best)
+
+
+def trial_on(trial: TrialState, profiles: Profiles | None, profile: str | None) -> TrialState:
+    """The trial with its cost in ``profile``'s units."""
+    if profiles is None or trial.cost is None:
+        return trial
+    factor = profiles.factor(trial.batch_size, trial.profile, profile)
+    return trial if factor == 1.0 else replace(trial, cost=trial.cost * factor)
+
+
+def windowed_on(
+    windowed: WindowedCosts, profiles: Profiles | None, profile: str | None
+) -> dict[int, CostStats]:
+    """The statistics of each batch size's windowed costs in ``profile``'s units."""
+    if profiles is None:
+        return {size: CostStats.of(cost for cost, _ in costs) for size, costs in windowed.items()}
+    return {
+        size: CostStats.of(cost * profiles.factor(size, ran_on, profile) for cost, ran_on in costs)
+        for size, costs in windowed.items()
+    }

@@ -1,0 +1,151 @@
+"""Hardware profiles in the policy: costs convert between profiles by their measured cost of an
+epoch, so a job that moves to other GPUs keeps what it learned (`zeus_bso.policy.profiles`)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from zeus_bso.policy import JobState, Profiles, with_profile
+from zeus_bso.sim import InMemoryJob
+from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
+
+V100 = GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="V100")
+FOUR_V100 = GpuConfig(max_power=1000.0, number_of_gpus=4, gpu_model="V100")
+TWO_V100 = GpuConfig(max_power=500.0, number_of_gpus=2, gpu_model="V100")
+A40 = GpuConfig(max_power=300.0, number_of_gpus=1, gpu_model="A40")
+
+
+def make_job(seed: int = 1, **options: object) -> CreatedJob:
+    values: dict[str, object] = {
+        "job_id": "job-1",
+        "job_id_prefix": "job",
+        "batch_sizes": [16, 32, 64, 128],
+        "default_batch_size": 32,
+        "mab_seed": seed,
+        **V100.model_dump(),
+        **options,
+    }
+    return CreatedJob.model_validate(values)
+
+
+def test_profile_keys_name_model_count_and_power() -> None:
+    assert profile_key(V100) == "1xV100@250W"
+    assert profile_key(FOUR_V100) == "4xV100@1000W"
+
+
+def test_a_job_on_its_own_gpus_knows_no_profiles_and_another_makes_two() -> None:
+    job = make_job()
+    assert with_profile(job, JobState(), V100) == JobState()
+    moved = with_profile(job, JobState(), A40)
+    assert list(moved.profiles) == ["1xV100@250W", "1xA40@300W"]
+    assert with_profile(job, moved, V100) == moved  # known already: nothing changes
+
+
+def test_factor_is_measured_where_both_ran_else_the_speed_ratio_else_one() -> None:
+    profiles = Profiles(
+        "a",
+        {("a", 16): 10.0, ("a", 32): 20.0, ("a", 64): 30.0, ("b", 16): 40.0, ("b", 32): 60.0},
+    )
+    assert profiles.factor(16, "a", "b") == 4.0  # measured on both
+    assert profiles.factor(32, "b", "a") == pytest.approx(1 / 3)
+    # 64 ran on a only: the speed ratio of b to a, the geometric mean of 4 and 3.
+    assert profiles.factor(64, "a", "b") == pytest.approx(math.sqrt(12.0))
+    assert profiles.factor(64, None, "b") == profiles.factor(64, "a", "b")  # None: the base
+    assert profiles.factor(16, "a", "c") == 1.0  # c shares no batch size with a: unknown
+    assert profiles.factor(16, "b", "b") == 1.0
+    # A measurement is added once, where there was none.
+    assert profiles.measuring("b", 64, 99.0).factor(64, "a", "b") == pytest.approx(3.3)
+    assert profiles.measuring("b", 16, 99.0) is profiles
+
+
+def epochs_to_target(batch_size: int, rng: random.Random) -> int:
+    """A workload: small batch sizes need fewer epochs, with noise; 128 rarely converges."""
+    base = {16: 6, 32: 5, 64: 7, 128: 14}[batch_size]
+    return base + rng.randint(0, 2)
+
+
+def epoch_cost(batch_size: int, gpu: GpuConfig) -> tuple[float, float]:
+    """Time and energy of an epoch: larger batches run faster per epoch; two V100s (a slow
+    interconnect) take one's time at twice its power."""
+    time = 100.0 * (16 / batch_size) ** 0.5
+    power = 200.0 * gpu.number_of_gpus
+    if gpu.gpu_model == "A40":
+        time *= 0.7 if batch_size >= 64 else 0.9
+        power = 260.0
+    return time, time * power
+
+
+def recur(memory: InMemoryJob, gpu: GpuConfig, rng: random.Random) -> tuple[int, bool, int]:
+    """One recurrence of the job on ``gpu``: the batch size, whether it converged, its epochs."""
+    trial = memory.next_trial()
+    needed = epochs_to_target(trial.batch_size, rng)
+    time, energy = epoch_cost(trial.batch_size, gpu)
+    for epoch in range(1, memory.job.max_epochs + 1):
+        metric = 1.0 if epoch >= needed else 0.0
+        answer = memory.report(
+            trial, time=time * epoch, energy=energy * epoch, metric=metric, current_epoch=epoch
+        )
+        if answer.stop_train:
+            return trial.batch_size, answer.converged, epoch
+    raise AssertionError("a run always stops by max_epochs")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_moving_to_proportionally_costlier_hardware_changes_no_decision(seed: int) -> None:
+    # Two V100s cost exactly twice what one does per epoch (the same time at twice the power,
+    # and twice the max_power), in every batch size: every choice and every early stop after
+    # the move must be the one the job would have made without it, judged in its own units.
+    stay, move = InMemoryJob(make_job(seed)), InMemoryJob(make_job(seed))
+    workload_stay, workload_move = random.Random(seed), random.Random(seed)
+    for recurrence in range(30):
+        if recurrence == 12:
+            move.register(TWO_V100)
+        gpu = TWO_V100 if recurrence >= 12 else V100
+        assert recur(stay, V100, workload_stay) == recur(move, gpu, workload_move)
+    assert list(move.state.profiles) == ["1xV100@250W", "2xV100@500W"]
+    # Its statistics stay in the first profile's units: those of the job that never moved.
+    for size, entry in stay.state.stats.items():
+        assert move.state.stats[size].mean_cost == pytest.approx(entry.mean_cost)
+
+
+def test_a_run_on_costlier_hardware_is_judged_in_its_own_units() -> None:
+    # One batch size that needs 3 epochs. On V100 an epoch costs c; on the A40 (its own
+    # max_power) more. The early-stop bound (beta 2 x best) must be in the A40's units: a run
+    # that needs the same 3 epochs converges there too.
+    job = make_job(batch_sizes=[32], default_batch_size=32, beta_knob=2.0)
+    memory = InMemoryJob(job)
+    for _ in range(3):
+        trial = memory.next_trial()
+        for epoch in (1, 2, 3):
+            answer = memory.report(
+                trial,
+                time=10.0 * epoch,
+                energy=1000.0 * epoch,
+                metric=1.0 if epoch == 3 else 0.0,
+                current_epoch=epoch,
+            )
+        assert answer.converged
+    v100_epoch = memory.trials[0].cost / 3  # type: ignore[operator]
+    memory.register(A40)
+    trial = memory.next_trial()
+    assert memory.trials[-1].profile == "1xA40@300W"
+    a40_epoch = 0.5 * 3000.0 + 0.5 * 300.0 * 30.0  # eta 0.5: energy and max_power x time
+    assert a40_epoch > 2.5 * v100_epoch  # judged in V100 units the run would stop at epoch 2
+    for epoch in (1, 2, 3):
+        answer = memory.report(
+            trial,
+            time=30.0 * epoch,
+            energy=3000.0 * epoch,
+            metric=1.0 if epoch == 3 else 0.0,
+            current_epoch=epoch,
+        )
+        assert answer.cost == pytest.approx(a40_epoch * epoch)  # priced with the A40's power
+    assert answer.converged
+    assert answer.stop_train
+    # Folded into the job's statistics in the first profile's units: 3 V100 epochs again.
+    stats = memory.state.stats[32]
+    assert stats.reports == 4
+    assert stats.mean_cost == pytest.approx(3 * v100_epoch)
