@@ -71,6 +71,28 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     assert all(t["energy"] > 0 for t in state["trials"])
 
 
+def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
+    server: ServerProcess,
+) -> None:
+    prefix = unique_id("twohw").replace("-", "")
+    a100 = EstimateMeter(400, device_model="A100")
+    v100 = EstimateMeter(250, device_model="V100")
+    with (
+        BatchSizeOptimizer(server.url, spec(prefix), energy_meter=a100) as on_a100,
+        BatchSizeOptimizer(server.url, spec(prefix), energy_meter=v100) as on_v100,
+    ):
+        assert on_a100.job.job_id == on_v100.job.job_id  # one job on two profiles
+        # The V100 run registered last; the A100 run's trial is still the A100's.
+        on_a100.get_batch_size()
+        on_v100.get_batch_size()
+        with ServerClient(server.url) as client:
+            state = client.job_state(on_a100.job.job_id)
+    assert state["profiles"] == ["1xA100@400W", "1xV100@250W"]
+    assert state["job"]["gpu_model"] == "V100"
+    by_number = {t["trial_number"]: t["profile"] for t in state["trials"]}
+    assert by_number == {on_a100.trial_number: "1xA100@400W", on_v100.trial_number: "1xV100@250W"}
+
+
 def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
     from zeus_bso.spec import JobSpecFromClient
 
