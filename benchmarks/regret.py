@@ -10,7 +10,7 @@ the trace, the first GPU's default); its regret over the second phase, against t
 oracle, stands beside a cold start on the second GPU with the same batch sizes and default.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
-                                          [--no-server] [--no-transfer]
+                                          [--no-server] [--no-transfer | --transfer-only]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md, and prints
 the tables.
@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--recurrences", type=int, default=50)
     parser.add_argument("--no-server", action="store_true", help="skip the run through a server")
     parser.add_argument("--no-transfer", action="store_true", help="skip the transfer scenario")
+    parser.add_argument("--transfer-only", action="store_true", help="only the transfer scenario")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
 
@@ -190,7 +191,7 @@ def main() -> None:
         print(text)
         print(f"({time.perf_counter() - started:.0f} s)\n")
 
-    for gpu in args.gpus:
+    for gpu in [] if args.transfer_only else args.gpus:
         started = time.perf_counter()
         ours = run_all(gpu, args.seeds, args.recurrences, {}, None)
         upstream = run_all(gpu, args.seeds, args.recurrences, UPSTREAM_OPTIONS, None)

@@ -216,13 +216,15 @@ class BatchSizeService:
         # Explorations matter only while pruning (the decision that ends it is the bandit's
         # first).
         explorations = repo.explorations(conn, job_id) if state.arms is None else ()
+        profile = profile_key(gpu or config)
         step = policy.after_dispatch(
             config,
             state,
             explorations,
             repo.windowed(conn, job_id, config, state),
-            profile=profile_key(gpu or config),
+            profile=profile,
             epoch_costs=repo.epoch_costs(conn, job_id, state),
+            pulls_on_profile=repo.pulls_on(conn, job_id, state, profile),
         )
         repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job, run_key)
         if step.entered_bandit:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
-from zeus_bso.policy import JobState, Profiles, with_profile
+from zeus_bso.policy import BatchSizeStats, BestRun, JobState, Profiles, state_on, with_profile
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -93,22 +94,68 @@ def recur(memory: InMemoryJob, gpu: GpuConfig, rng: random.Random) -> tuple[int,
     raise AssertionError("a run always stops by max_epochs")
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_moving_to_proportionally_costlier_hardware_changes_no_decision(seed: int) -> None:
-    # Two V100s cost exactly twice what one does per epoch (the same time at twice the power,
-    # and twice the max_power), in every batch size: every choice and every early stop after
-    # the move must be the one the job would have made without it, judged in its own units.
-    stay, move = InMemoryJob(make_job(seed)), InMemoryJob(make_job(seed))
-    workload_stay, workload_move = random.Random(seed), random.Random(seed)
-    for recurrence in range(30):
+def epochs_after_move(seed: int, gpu: GpuConfig) -> tuple[int, int, int]:
+    """Epochs trained, runs that failed and early stops in recurrences 12 to 39 of a job that
+    moved to ``gpu`` at recurrence 12."""
+    job = InMemoryJob(make_job(seed))
+    workload = random.Random(seed)
+    epochs = failures = 0
+    for recurrence in range(40):
         if recurrence == 12:
-            move.register(TWO_V100)
-        gpu = TWO_V100 if recurrence >= 12 else V100
-        assert recur(stay, V100, workload_stay) == recur(move, gpu, workload_move)
-    assert list(move.state.profiles) == ["1xV100@250W", "2xV100@500W"]
-    # Its statistics stay in the first profile's units: those of the job that never moved.
-    for size, entry in stay.state.stats.items():
-        assert move.state.stats[size].mean_cost == pytest.approx(entry.mean_cost)
+            job.register(gpu)
+        _, converged, ran = recur(job, gpu if recurrence >= 12 else V100, workload)
+        if recurrence >= 12:
+            epochs += ran
+            failures += not converged
+    stops = sum(1 for t in job.trials[12:] if t.message and "upper bound" in t.message)
+    return epochs, failures, stops
+
+
+def test_moving_to_proportionally_costlier_hardware_costs_what_staying_does() -> None:
+    # Two V100s cost exactly twice what one does per epoch (the same time at twice the power,
+    # and twice the max_power), in every batch size. After the move the job must go on as if
+    # it had stayed: no run stopped early for costs judged in the wrong units, about the same
+    # epochs. (Judged in one V100's units, runs on two would be stopped at half their bound.)
+    moved = [epochs_after_move(seed, TWO_V100) for seed in range(6)]
+    stayed = [epochs_after_move(seed, V100) for seed in range(6)]
+    assert sum(m[2] for m in moved) <= sum(s[2] for s in stayed) + 1
+    assert sum(m[1] for m in moved) <= sum(s[1] for s in stayed) + 1
+    assert sum(m[0] for m in moved) <= 1.05 * sum(s[0] for s in stayed)
+
+
+def test_a_prediction_counts_as_one_observation_until_it_runs_there() -> None:
+    job = make_job()
+    state = with_profile(job, JobState(), A40)
+    stats = {
+        16: BatchSizeStats(16).add(100.0, True).add(120.0, True).add(110.0, True),
+        32: BatchSizeStats(32).add(200.0, True).add(220.0, True),
+    }
+    state = replace(state, stats=stats)
+    base, a40 = "1xV100@250W", "1xA40@300W"
+    profiles = Profiles(base, {(base, 16): 10.0, (base, 32): 20.0, (a40, 16): 30.0})
+    seen = state_on(job, state, profiles, a40)
+    assert seen.stats[16].reports == 3  # measured on the A40: every observation counts
+    assert seen.stats[16].mean_cost == pytest.approx(3 * 110.0)
+    assert seen.stats[32].reports == 1  # predicted (speed ratio 3): one observation's weight
+    assert seen.stats[32].mean_cost == pytest.approx(3 * 210.0)
+    # The same spread (M2 per observation), which the pooled noise model reads.
+    assert seen.stats[32].m2_cost == pytest.approx(9 * stats[32].costs.variance)
+    assert seen.best == BestRun(16, 300.0)  # the cheapest converged run, in A40 units
+    assert state_on(job, state, profiles, base) is state
+
+
+def test_bandit_trials_are_counted_per_profile() -> None:
+    job = InMemoryJob(make_job(3))
+    workload = random.Random(3)
+    for _ in range(20):
+        recur(job, V100, workload)
+    on_v100 = job.pulls_on("1xV100@250W")
+    assert on_v100 == sum(1 for t in job.trials if t.kind.value == "bandit") > 5
+    job.register(A40)
+    assert job.pulls_on("1xA40@300W") == 0  # the bandit samples again on the new hardware
+    recur(job, A40, workload)
+    assert job.pulls_on("1xA40@300W") == 1
+    assert job.pulls_on("1xV100@250W") == on_v100
 
 
 def test_a_run_on_costlier_hardware_is_judged_in_its_own_units() -> None:

@@ -10,6 +10,12 @@ profiles' speed ratio, the geometric mean of the measured ratios over the batch 
 Before two profiles share any batch size the ratio is taken as 1: the arms keep their order,
 only the scale of costs is off, and the first report of a run on the new profile measures it.
 
+A converted cost is a prediction until its batch size has run on the profile: in the bandit it
+counts as one observation, not as all it was converted from, and the bandit samples again for
+``bandit_exploit_after`` trials on each profile before it only exploits. So a batch size whose
+ratio differs from the others' is found on the new hardware at the price of a few runs, not
+the whole exploration again.
+
 A job with one profile converts nothing: its decisions are those of a job without profiles.
 """
 
@@ -112,16 +118,25 @@ def job_on(job: CreatedJob, state: JobState, profile: str | None) -> CreatedJob:
     return job.model_copy(update=gpu.model_dump())
 
 
+UNMEASURED_WEIGHT = 1
+"""How many observations a batch size's converted costs count as on a profile it has not run on
+(chosen on the transfer scenario of ``benchmarks/regret.py``)."""
+
+
 def state_on(
     job: CreatedJob, state: JobState, profiles: Profiles | None, profile: str | None
 ) -> JobState:
     """The job's statistics and early-stop reference in ``profile``'s cost units."""
     if profiles is None or profile in (None, profiles.base):
         return state
-    stats = {
-        size: entry.scaled(profiles.factor(size, profiles.base, profile))
-        for size, entry in state.stats.items()
-    }
+    stats = {}
+    for size, entry in state.stats.items():
+        scaled = entry.scaled(profiles.factor(size, profiles.base, profile))
+        if (profile, size) not in profiles.epoch_costs and scaled.reports > UNMEASURED_WEIGHT:
+            weight = UNMEASURED_WEIGHT  # the same mean and spread, fewer observations
+            m2 = scaled.costs.variance * weight
+            scaled = replace(scaled, reports=weight, m2_cost=m2)
+        stats[size] = scaled
     best = best_reference(job, {size: entry.converged for size, entry in stats.items()})
     return replace(state, stats=stats, best=best)
 
@@ -140,7 +155,9 @@ def windowed_on(
     """The statistics of each batch size's windowed costs in ``profile``'s units."""
     if profiles is None:
         return {size: CostStats.of(cost for cost, _ in costs) for size, costs in windowed.items()}
-    return {
-        size: CostStats.of(cost * profiles.factor(size, ran_on, profile) for cost, ran_on in costs)
-        for size, costs in windowed.items()
-    }
+    result = {}
+    for size, costs in windowed.items():
+        if profile not in (None, profiles.base) and (profile, size) not in profiles.epoch_costs:
+            costs = costs[-UNMEASURED_WEIGHT:]  # a prediction: see `state_on`
+        result[size] = CostStats.of(c * profiles.factor(size, p, profile) for c, p in costs)
+    return result

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from zeus_bso import policy
-from zeus_bso.policy import Dispatch, Event, JobState, TrialState
+from zeus_bso.policy import Dispatch, Event, JobState, TrialKind, TrialState
 from zeus_bso.policy.profiles import EpochCosts, WindowedCosts, with_profile
 from zeus_bso.spec import CreatedJob, GpuConfig, ReportResponse, TrialId, profile_key
 
@@ -50,6 +50,13 @@ class InMemoryJob:
                 per_epoch[(t.profile or base, t.batch_size)].append(t.cost / t.epochs)
         return {key: sum(costs) / len(costs) for key, costs in per_epoch.items()}
 
+    def pulls_on(self, profile: str) -> int:
+        """The job's bandit trials on ``profile`` (as `zeus_bso_server.store.repository`)."""
+        base = next(iter(self.state.profiles), profile)
+        return sum(
+            1 for t in self.trials if t.kind is TrialKind.BANDIT and (t.profile or base) == profile
+        )
+
     def register(self, gpu: GpuConfig) -> None:
         """Register the job again on other GPUs (``POST /jobs``): their profile is the job's
         current one from now on."""
@@ -65,13 +72,15 @@ class InMemoryJob:
     def next_trial(self) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``)."""
         explorations = self.trials if self.state.arms is None else ()
+        profile = profile_key(self.job)
         step = policy.after_dispatch(
             self.job,
             self.state,
             explorations,
             self.windowed(),
-            profile=profile_key(self.job),
+            profile=profile,
             epoch_costs=self.epoch_costs(),
+            pulls_on_profile=self.pulls_on(profile),
         )
         self.state = step.job
         self.trials.append(step.trial)

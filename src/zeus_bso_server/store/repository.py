@@ -277,6 +277,20 @@ def epoch_costs(conn: Connection, job_id: str, job: JobState) -> EpochCosts | No
     return {key: total / count for key, (count, total) in sums.items()}
 
 
+def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int:
+    """The job's bandit trials on ``profile``, for a job with two or more profiles (0 for one
+    with one: the policy counts its bandit trials itself)."""
+    if len(job.profiles) < 2:
+        return 0
+    on_profile = trials.c.profile == profile
+    if profile == next(iter(job.profiles)):
+        on_profile = on_profile | trials.c.profile.is_(None)  # from before profiles
+    stmt = select(func.count()).where(
+        trials.c.job_id == job_id, trials.c.kind == TrialKind.BANDIT.value, on_profile
+    )
+    return int(conn.execute(stmt).scalar_one())
+
+
 def set_profiles(
     conn: Connection, job_id: str, config: dict[str, Any], profiles: Sequence[GpuConfig]
 ) -> None:
