@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from tests.helpers import ServerProcess
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import seed_result, summarize
-from zeus_bso.spec import UPSTREAM_OPTIONS
+from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
@@ -39,6 +41,35 @@ def test_same_results_in_process_and_through_a_server(
         remote = run(lambda spec: ServerBackend(client, spec), workload, 3, 12, **options)
         client.delete_job(f"sim-{workload}-3")
     assert [r.trials for r in remote] == [r.trials for r in local]
+
+
+def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_a_server(
+    server: ServerProcess,
+) -> None:
+    # 15 recurrences of librispeech on a V100, then 15 on a P100 with the same job (registered
+    # again), on the batch sizes both GPUs have: the server's profiles are the policy's.
+    before, after = load_trace_job("librispeech", "v100"), load_trace_job("librispeech", "p100")
+    sizes = set(before.batch_sizes) & set(after.batch_sizes)
+    phases = [
+        dataclasses.replace(t, profiles={b: p for b, p in t.profiles.items() if b in sizes})
+        for t in (before, after)
+    ]
+    default = max(b for b in sizes if b <= before.default_batch_size)
+    spec = job_spec(phases[0], "move-librispeech-1", mab_seed=1, default_batch_size=default)
+    p100 = GpuConfig(max_power=after.max_power, number_of_gpus=1, gpu_model="p100")
+
+    def both_phases(backend: Any) -> list[Any]:
+        first = simulate(phases[0], backend, recurrences=15, seed=1, eta_knob=0.5)
+        backend.register(p100)
+        return first + simulate(phases[1], backend, recurrences=15, seed=2, eta_knob=0.5)
+
+    local = both_phases(in_process(spec))
+    with ServerClient(server.url) as client:
+        remote = both_phases(ServerBackend(client, spec))
+        state = client.job_state(spec.job_id or "")
+        client.delete_job(spec.job_id or "")
+    assert [r.trials for r in remote] == [r.trials for r in local]
+    assert state["profiles"] == ["1xv100@250W", "1xp100@250W"]
 
 
 def test_recurrences_end_with_a_converged_trial_and_costs_add_up() -> None:

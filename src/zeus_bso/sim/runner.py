@@ -19,7 +19,14 @@ from zeus_bso.policy import zeus_cost
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim.memory import InMemoryJob
 from zeus_bso.sim.trace import TraceJob
-from zeus_bso.spec import CreatedJob, JobSpecFromClient, ReportResponse, TrainingResult, TrialId
+from zeus_bso.spec import (
+    CreatedJob,
+    GpuConfig,
+    JobSpecFromClient,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
 
 MAX_TRIES = 20
 
@@ -41,8 +48,14 @@ class ServerBackend:
 
     def __init__(self, client: ServerClient, job: JobSpecFromClient) -> None:
         self.client = client
+        self.spec = job
         created, _ = client.register_job(job)
         self.job_id = created.job_id
+
+    def register(self, gpu: GpuConfig) -> None:
+        """Register the job again on other GPUs (as `InMemoryJob.register`)."""
+        moved = self.spec.model_copy(update={"job_id": self.job_id, **gpu.model_dump()})
+        self.client.register_job(moved)
 
     def next_trial(self) -> TrialId:
         return self.client.next_trial(self.job_id)
