@@ -268,8 +268,9 @@ class BatchSizeService:
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
-        row, trial_row = repo.lock_job_with_trial(conn, result.job_id, result.trial_number)
-        job, config = self._registered(row, result.job_id)
+        job, config = self._registered(repo.get_job(conn, result.job_id, lock=True), result.job_id)
+        # Read after the lock: the version the lock's previous holder committed.
+        trial_row = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial_row is None or trial_row.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
         trial = repo.trial_state(trial_row)

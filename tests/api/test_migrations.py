@@ -56,6 +56,13 @@ def _store_0001_job(conn: Connection, job_id: str) -> None:
         ).bindparams(bindparam("c", type_=JSON())),
         {"j": job_id, "p": body["job_id_prefix"], "c": config},
     )
+    conn.execute(
+        text(
+            "INSERT INTO trials (job_id, trial_number, batch_size, kind, status)"
+            " VALUES (:j, 3, 64, 'exploration', 'reported')"
+        ),
+        {"j": job_id},
+    )
     for size, values in STATS_0001.items():
         names = ("j", "b", "r", "m", "m2", "c", "cs", "best")
         conn.execute(
@@ -91,6 +98,8 @@ def test_statistics_survive_the_move_onto_the_job_row_and_back(
         assert by_size[128]["converged"] == 0
         assert by_size[32]["reports"] == 0
         assert state["best_batch_size"] == 64
+        # 0005: a trial from before profiles is on the job's one profile.
+        assert [t["profile"] for t in state["trials"]] == ["1xNVIDIA A100-SXM4-40GB@300W"]
         # The job goes on where it was.
         trial = httpx.get(f"{proc.url}/jobs/batch_size", params={"job_id": job_id}).json()
         assert trial["trial_number"] == 4
@@ -190,6 +199,8 @@ def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
             assert kept.status_code == 200, kept.text
             assert kept.json()["job"]["job_id"] == old_id
             assert kept.json()["trials"][0]["trial_number"] == 1
+            # 0005: the trials from before profiles are on the job's one profile.
+            assert kept.json()["trials"][0]["profile"] == "1xNVIDIA A100-SXM4-40GB@300W"
             for new_id in (old_id[:-4] + "CASE", old_id + " ", old_id + "-😀"):
                 created = http.post("/jobs", json=job_body(new_id, prefix="jöb"))
                 assert created.status_code == 201, (new_id, created.text)

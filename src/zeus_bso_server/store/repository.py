@@ -144,16 +144,6 @@ def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Record | No
     return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
 
 
-def lock_job_with_trial(
-    conn: Connection, job_id: str, trial_number: int
-) -> tuple[Record | None, Record | None]:
-    """Lock the job row for the rest of the transaction, then read one of its trials. Returns
-    both rows (None for either that does not exist). The trial is read after the lock, so it
-    is the version the lock's previous holder committed."""
-    job = get_job(conn, job_id, lock=True)
-    return job, get_trial(conn, job_id, trial_number) if job is not None else None
-
-
 def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Record | None, int]:
     """Lock the job row for the rest of the transaction and mark its dispatched trials whose
     lease ran out as abandoned. Returns the row (None if there is no such job) and how many
@@ -258,23 +248,12 @@ def epoch_costs(conn: Connection, job_id: str, job: JobState) -> EpochCosts | No
     report, for a job with two or more profiles (None for one with one: nothing to convert)."""
     if len(job.profiles) < 2:
         return None
-    base = next(iter(job.profiles))
     stmt = (
-        select(
-            trials.c.profile,
-            trials.c.batch_size,
-            func.count(),
-            func.sum(trials.c.cost / trials.c.epochs),
-        )
+        select(trials.c.profile, trials.c.batch_size, func.avg(trials.c.cost / trials.c.epochs))
         .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.cost.is_not(None))
         .group_by(trials.c.profile, trials.c.batch_size)
     )
-    sums: dict[tuple[str, int], tuple[int, float]] = {}
-    for profile, size, count, total in conn.execute(stmt).all():
-        key = (profile or base, int(size))  # NULL: a trial from before profiles, on the first
-        before = sums.get(key, (0, 0.0))
-        sums[key] = (before[0] + int(count), before[1] + float(total))
-    return {key: total / count for key, (count, total) in sums.items()}
+    return {(str(p), int(b)): float(c) for p, b, c in conn.execute(stmt).all()}
 
 
 def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int:
@@ -282,11 +261,10 @@ def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int:
     with one: the policy counts its bandit trials itself)."""
     if len(job.profiles) < 2:
         return 0
-    on_profile = trials.c.profile == profile
-    if profile == next(iter(job.profiles)):
-        on_profile = on_profile | trials.c.profile.is_(None)  # from before profiles
     stmt = select(func.count()).where(
-        trials.c.job_id == job_id, trials.c.kind == TrialKind.BANDIT.value, on_profile
+        trials.c.job_id == job_id,
+        trials.c.kind == TrialKind.BANDIT.value,
+        trials.c.profile == profile,
     )
     return int(conn.execute(stmt).scalar_one())
 

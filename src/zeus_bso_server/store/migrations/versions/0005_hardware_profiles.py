@@ -1,7 +1,7 @@
 """Hardware profiles: a job remembers the GPUs it ran on, and each trial the one it ran on.
 
 ``jobs.profiles`` stays empty (NULL) while a job knows one profile, the one in its
-configuration; ``trials.profile`` is NULL for trials from before (the job's first profile).
+configuration; the trials from before get that profile's name.
 
 Revision ID: 0005
 Revises: 0004
@@ -9,6 +9,9 @@ Create Date: 2026-11-24
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -19,11 +22,25 @@ branch_labels = None
 depends_on = None
 
 
+def _profile_key(config: dict[str, Any]) -> str:
+    """`zeus_bso.spec.profile_key` of a job's configuration as this revision knows it."""
+    gpus, model, power = config["number_of_gpus"], config["gpu_model"], config["max_power"]
+    return f"{gpus}x{model}@{float(power):g}W"
+
+
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("profiles", sa.JSON(), nullable=True))
     with op.batch_alter_table("trials") as batch:
         batch.add_column(sa.Column("profile", sa.String(255), nullable=True))
+    conn = op.get_bind()
+    jobs = sa.table("jobs", sa.column("job_id", sa.String()), sa.column("config", sa.JSON()))
+    trials = sa.table("trials", sa.column("job_id", sa.String()), sa.column("profile"))
+    for job_id, config in conn.execute(sa.select(jobs.c.job_id, jobs.c.config)).all():
+        if isinstance(config, str):  # a driver that hands JSON back as text
+            config = json.loads(config)
+        key = _profile_key(config)
+        conn.execute(sa.update(trials).where(trials.c.job_id == job_id).values(profile=key))
 
 
 def downgrade() -> None:
