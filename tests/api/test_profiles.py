@@ -4,9 +4,11 @@ server process on each backend."""
 
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -71,6 +73,11 @@ def test_registering_on_other_gpus_changes_the_profile_and_keeps_the_job(
     assert view(http, job_id)["profiles"] == [A100_KEY, FOUR_A40_KEY]
     listed = http.get("/api/jobs", params={"prefix": job_id}).json()
     assert listed[0]["profiles"] == [A100_KEY, FOUR_A40_KEY]
+    # The dashboard lists them too: on the job's page, and as a count in the job list.
+    page = http.get("/dashboard/jobs/" + quote(job_id, safe="")).text
+    assert re.search(r'id="profiles">[^<]*' + re.escape(f"{A100_KEY}, {FOUR_A40_KEY}"), page)
+    listing = http.get("/dashboard", params={"prefix": job_id}).text
+    assert "(+1 other profile)" in listing
 
     # Anything but the GPUs is still another job.
     other = http.post("/jobs", json=job_body(job_id, **FOUR_A40, eta_knob=0.2))
