@@ -82,6 +82,7 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
                 memory.windowed(),
                 profile=profile_key(memory.job),
                 epoch_costs=memory.epoch_costs(),
+                pulls_on_profile=memory.pulls_on(profile_key(memory.job)),
             )
         except NoConvergedBatchSizeError:
             records.append({"error": True})

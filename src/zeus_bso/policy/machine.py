@@ -153,12 +153,12 @@ def after_dispatch(
     *,
     profile: str | None = None,
     epoch_costs: EpochCosts | None = None,
-    pulls_on_profile: int = 0,
+    pulls_on_profile: int | None = None,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
     `history_of` for the arguments). Once the job has two profiles, ``epoch_costs`` convert its
-    costs and ``pulls_on_profile`` (its bandit trials on ``profile``) stand for its bandit
-    trials (see `zeus_bso.policy.profiles`).
+    costs and ``pulls_on_profile`` (its bandit trials on ``profile``, required then) stand for
+    its bandit trials (see `zeus_bso.policy.profiles`).
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -166,6 +166,8 @@ def after_dispatch(
     profiles = profiles_of(state, epoch_costs)
     history = history_of(job, state, explorations, windowed, profiles, profile)
     if profiles is not None:
+        if pulls_on_profile is None:
+            raise ValueError("a job with two hardware profiles needs its pulls on the profile")
         history = replace(history, bandit_pulls=pulls_on_profile)
     number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))

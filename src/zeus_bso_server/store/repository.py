@@ -256,11 +256,11 @@ def epoch_costs(conn: Connection, job_id: str, job: JobState) -> EpochCosts | No
     return {(str(p), int(b)): float(c) for p, b, c in conn.execute(stmt).all()}
 
 
-def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int:
-    """The job's bandit trials on ``profile``, for a job with two or more profiles (0 for one
-    with one: the policy counts its bandit trials itself)."""
+def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int | None:
+    """The job's bandit trials on ``profile``, for a job with two or more profiles (None for
+    one with one: the policy counts its bandit trials itself)."""
     if len(job.profiles) < 2:
-        return 0
+        return None
     stmt = select(func.count()).where(
         trials.c.job_id == job_id,
         trials.c.kind == TrialKind.BANDIT.value,
