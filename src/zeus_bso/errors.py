@@ -5,7 +5,8 @@
     ZeusBSOError                      every error this package raises
     ├── PolicyError                   the policy cannot decide with the job as configured
     │   ├── NoConvergedBatchSizeError a pruning round ended with no converged batch size
-    │   └── ReportMismatchError       a report contradicts its trial's earlier reports
+    │   ├── ReportMismatchError       a report contradicts its trial's earlier reports
+    │   └── TooManyProfilesError      a job would have more hardware profiles than it may
     ├── ServerConnectionError         the server cannot be reached (or timed out)
     ├── ServerRejectedError           the server answered with an error status
     │   └── RouteMissingError         the server has no such route (e.g. upstream Zeus's)
@@ -46,6 +47,12 @@ class ReportMismatchError(PolicyError):
     """Raised when a report contradicts the trial it names: fewer epochs, or less time or
     energy, than the trial already reported. Reports carry cumulative values since the run
     began."""
+
+
+class TooManyProfilesError(PolicyError):
+    """Raised when a job would get more hardware profiles (distinct GPU model, count and power
+    limit) than `zeus_bso.policy.profiles.MAX_PROFILES`: most likely a client that reports a
+    different ``max_power`` for every run."""
 
 
 class ServerConnectionError(ZeusBSOError):

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, unique_id
+from zeus_bso.policy.profiles import MAX_PROFILES
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
 A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
@@ -170,3 +171,20 @@ def test_simultaneous_registrations_on_new_gpus_lose_no_profile(server: ServerPr
         profiles = view(http, job_id)["profiles"]
     assert profiles[0] == A100_KEY
     assert sorted(profiles[1:]) == ["2xA40@600W", FOUR_A40_KEY]
+
+
+def test_a_job_has_at_most_max_profiles_and_one_more_is_refused(http: httpx.Client) -> None:
+    job_id = unique_id("hw")
+    register(http, job_id, A100, 201)
+    for watts in range(1, MAX_PROFILES):  # a client whose max_power changes with every run
+        register(http, job_id, {**A100, "max_power": 300.0 + watts}, 200)
+    refused = http.post("/jobs", json=job_body(job_id, **{**A100, "max_power": 999.0}))
+    assert refused.status_code == 409
+    assert "hardware profiles already" in refused.json()["message"]
+    asked = http.get("/jobs/batch_size", params={"job_id": job_id, **A100, "max_power": 998.0})
+    assert asked.status_code == 409
+    state = view(http, job_id)
+    assert len(state["profiles"]) == MAX_PROFILES  # nothing written
+    assert state["job"]["max_power"] == 300.0 + MAX_PROFILES - 1
+    assert state["trial_count"] == 0
+    assert register(http, job_id, A100, 200)["max_power"] == 300.0  # known ones still are

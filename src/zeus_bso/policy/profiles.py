@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import TypeAlias
 
+from zeus_bso.errors import TooManyProfilesError
 from zeus_bso.policy.cost import best_reference
 from zeus_bso.policy.types import CostStats, JobState, TrialState
 from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
@@ -88,13 +89,27 @@ def _usable_or_none(ratio: float) -> float | None:
     return ratio if _usable(ratio) else None
 
 
+MAX_PROFILES = 32
+"""The most hardware profiles one job may have."""
+
+
 def with_profile(job: CreatedJob, state: JobState, gpu: GpuConfig) -> JobState:
     """The job's state knowing ``gpu``'s profile. A job's first profile is its configuration's;
-    a job that knows only that one keeps ``profiles`` empty."""
+    a job that knows only that one keeps ``profiles`` empty.
+
+    Raises:
+        TooManyProfilesError: the job has `MAX_PROFILES` profiles already.
+    """
     key = profile_key(gpu)
     if key in state.profiles or (not state.profiles and key == profile_key(job)):
         return state
     known = dict(state.profiles) or {profile_key(job): gpu_of(job)}
+    if len(known) >= MAX_PROFILES:
+        raise TooManyProfilesError(
+            f"job {job.job_id} has {len(known)} hardware profiles already, the most a job may "
+            f"have; {key} would be another. Is max_power the same for every run on the same "
+            "GPUs? (It is the sum of the GPUs' power limits.) Otherwise use a new job_id."
+        )
     known[key] = gpu
     return replace(state, profiles=known)
 

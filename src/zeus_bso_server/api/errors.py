@@ -15,7 +15,12 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zeus_bso.errors import NoConvergedBatchSizeError, ReportMismatchError, ZeusBSOError
+from zeus_bso.errors import (
+    NoConvergedBatchSizeError,
+    ReportMismatchError,
+    TooManyProfilesError,
+    ZeusBSOError,
+)
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
     JobConfigMismatchError,
@@ -38,6 +43,7 @@ STATUS_OF: list[tuple[type[Exception], int]] = [
     (JobConfigMismatchError, 409),
     (ReportMismatchError, 409),
     (NoConvergedBatchSizeError, 409),
+    (TooManyProfilesError, 409),
     (DatabaseUnavailableError, 503),
     (SchemaError, 503),
 ]
