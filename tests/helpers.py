@@ -76,7 +76,9 @@ class ServerProcess:
         )
         self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 30.0) -> None:
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        # Generous: a 2-core CI machine still busy with the deployment tests' containers once
+        # took over 30 s to start a server (it returns as soon as the server is ready).
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
