@@ -52,7 +52,9 @@ def arm_posterior(
     reward variance is ``pooled_cv2 * mean**2`` instead of its own sample variance.
     """
     if pooled_cv2 is not None:
-        variance = pooled_cv2 * stats.mean**2
+        # A product, not ``**``: a huge mean (a cost converted between hardware profiles by an
+        # extreme ratio) gives an infinite variance, where ``**`` raises OverflowError.
+        variance = pooled_cv2 * (stats.mean * stats.mean)
         reward_precision = math.inf if variance <= 0.0 else 1.0 / variance
     else:
         variance = stats.variance
