@@ -123,6 +123,7 @@ class BatchSizeService:
                     return Registered(job, True)
         # The row is locked before anything is written: a registration on other GPUs changes it.
         existing = repo.get_job(conn, spec.job_id, lock=True)
+        locked = existing is not None
         if existing is None:
             if self._insert(conn, spec):
                 logger.info("registered job %s", spec.job_id)
@@ -142,12 +143,12 @@ class BatchSizeService:
                 " gpu_model)"
             )
         if differences:  # the same job on other GPUs: their profile is the current one now
-            existing = repo.get_job(conn, spec.job_id, lock=True)  # again, if it was not locked
-            assert existing is not None
-            config = config_of(existing)
+            if not locked:  # read it again, under the lock
+                existing = repo.get_job(conn, spec.job_id, lock=True)
+                assert existing is not None
+                config = config_of(existing)
             gpu = gpu_of(spec)
-            state = policy.with_profile(config, repo.job_state(existing), gpu)
-            config = config.model_copy(update=gpu.model_dump())
+            config, state = policy.registered_on(config, repo.job_state(existing), gpu)
             repo.set_profiles(
                 conn, spec.job_id, config.model_dump(mode="json"), list(state.profiles.values())
             )

@@ -32,7 +32,13 @@ from zeus_bso.policy.machine import (
     after_report,
     history_of,
 )
-from zeus_bso.policy.profiles import Profiles, profiles_of, state_on, with_profile
+from zeus_bso.policy.profiles import (
+    Profiles,
+    profiles_of,
+    registered_on,
+    state_on,
+    with_profile,
+)
 from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
     BatchSizeStats,
@@ -86,6 +92,7 @@ __all__ = [
     "next_pruning_step",
     "profiles_of",
     "recommended",
+    "registered_on",
     "rng_for",
     "state_on",
     "target_reached",

@@ -114,6 +114,16 @@ def with_profile(job: CreatedJob, state: JobState, gpu: GpuConfig) -> JobState:
     return replace(state, profiles=known)
 
 
+def registered_on(job: CreatedJob, state: JobState, gpu: GpuConfig) -> tuple[CreatedJob, JobState]:
+    """The job and its state after a registration on ``gpu``: its configuration holds those
+    GPUs (the current profile from now on) and its state knows their profile.
+
+    Raises:
+        TooManyProfilesError: see `with_profile`.
+    """
+    return job.model_copy(update=gpu.model_dump()), with_profile(job, state, gpu)
+
+
 def profiles_of(state: JobState, epoch_costs: EpochCosts | None = None) -> Profiles | None:
     """The job's profiles for converting costs; None while it has one (nothing to convert)."""
     if len(state.profiles) < 2:

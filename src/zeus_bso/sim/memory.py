@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from zeus_bso import policy
 from zeus_bso.policy import Dispatch, Event, JobState, TrialKind, TrialState
-from zeus_bso.policy.profiles import EpochCosts, WindowedCosts, with_profile
+from zeus_bso.policy.profiles import EpochCosts, WindowedCosts, registered_on
 from zeus_bso.spec import CreatedJob, GpuConfig, ReportResponse, TrialId, profile_key
 
 
@@ -52,16 +52,12 @@ class InMemoryJob:
 
     def pulls_on(self, profile: str) -> int:
         """The job's bandit trials on ``profile`` (as `zeus_bso_server.store.repository`)."""
-        base = next(iter(self.state.profiles), profile)
-        return sum(
-            1 for t in self.trials if t.kind is TrialKind.BANDIT and (t.profile or base) == profile
-        )
+        return sum(1 for t in self.trials if t.kind is TrialKind.BANDIT and t.profile == profile)
 
     def register(self, gpu: GpuConfig) -> None:
         """Register the job again on other GPUs (``POST /jobs``): their profile is the job's
         current one from now on."""
-        self.state = with_profile(self.job, self.state, gpu)
-        self.job = self.job.model_copy(update=gpu.model_dump())
+        self.job, self.state = registered_on(self.job, self.state, gpu)
 
     def _trial(self, trial_id: TrialId) -> TrialState:
         trial = self.trials[trial_id.trial_number - 1]

@@ -109,8 +109,8 @@ class TrialRow(Base):
     run_key: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     """The client's name for the run (the same across its restarts), if it gave one."""
     profile: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
-    """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); NULL: the job's
-    first."""
+    """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); revision 0005 gave
+    the trials from before their job's profile."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),
