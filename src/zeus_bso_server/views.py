@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
@@ -150,6 +151,8 @@ def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
     runs = 0
     default: Record | None = None
     for row in spent:
+        if row.status in policy.OPEN:
+            continue  # a run in progress: counted when it ends
         energy += row.energy
         time += row.time
         if row.status == policy.TrialStatus.REPORTED:
@@ -274,6 +277,10 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(row.config)
     state, history = _history(conn, job_id, config, repo.job_state(row))
+    spent = repo.spent(conn, [job_id])
+    trials_by_status: Counter[str] = Counter()
+    for group in spent:
+        trials_by_status[group.status] += group.runs
     stats = state.stats
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
@@ -286,9 +293,9 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
         recommended=_recommendation(config, state, history),
-        savings=savings_of(config, repo.spent(conn, [job_id])),
+        savings=savings_of(config, spent),
         trial_count=row.next_trial_number - 1,
-        trials_by_status=repo.count_trials_by_status(conn, job_id),
+        trials_by_status=dict(trials_by_status),
         batch_sizes=[
             _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size))
             for s in stats.values()

@@ -112,3 +112,11 @@ def test_the_recommendation_and_savings_shown_follow_from_the_trials(http: httpx
     (summary,) = [j for j in listed if j["job_id"] == job_id]
     assert summary["recommended"] == state["recommended"]
     assert summary["savings"] == pytest.approx(savings)
+
+    # A run in progress is counted by its status, and its energy so far is not spent yet.
+    running = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    progress = running | {"time": 3.0, "energy": 500.0, "metric": 0.1, "current_epoch": 1}
+    assert not http.post("/report", json=progress).json()["stop_train"]
+    after = http.get(f"/api/jobs/{job_id}").json()
+    assert after["trials_by_status"] == {"reported": len(reported), "failed": 1, "dispatched": 1}
+    assert after["savings"] == pytest.approx(savings)

@@ -8,12 +8,13 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
     JSON,
     Double,
+    Integer,
     Table,
     bindparam,
     delete,
@@ -60,31 +61,21 @@ def job_state(job: Record) -> JobState:
     )
 
 
+_TRIAL_COLUMNS = tuple(f.name for f in fields(TrialState))
+"""A trial row's columns that are `TrialState`'s fields, named alike (``kind`` and ``status``
+store their enums' values)."""
+
+
 def trial_state(trial: Record) -> TrialState:
     """The policy's view of a trial row."""
-    return TrialState(
-        trial_number=trial.trial_number,
-        batch_size=trial.batch_size,
-        kind=TrialKind(trial.kind),
-        round=trial.round,
-        status=TrialStatus(trial.status),
-        epochs=trial.epochs,
-        time=trial.time,
-        energy=trial.energy,
-        metric=trial.metric,
-        cost=trial.cost,
-        converged=trial.converged,
-        message=trial.message,
-        profile=trial.profile,
-    )
+    values = {c: getattr(trial, c) for c in _TRIAL_COLUMNS}
+    values.update(kind=TrialKind(trial.kind), status=TrialStatus(trial.status))
+    return TrialState(**values)
 
 
 def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]:
-    result = {}
-    for entry in per_size:
-        values = asdict(entry)
-        result[str(values.pop("batch_size"))] = values
-    return result
+    values = ((str(s.batch_size), asdict(s).items()) for s in per_size)
+    return {size: {k: v for k, v in items if k != "batch_size"} for size, items in values}
 
 
 def insert_job_if_absent(
@@ -170,9 +161,8 @@ def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> 
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         stmt = stmt.where(
-            jobs.c.job_id.like(f"{escaped}%", escape="\\"),  # can use the primary key's index
+            jobs.c.job_id.startswith(prefix, autoescape=True),  # can use the primary key's index
             # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
             func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
         )
@@ -218,6 +208,18 @@ def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
     return tuple(trial_state(r) for r in conn.execute(_EXPLORATIONS, {"job_id": job_id}))
 
 
+_LATEST_REPORTED = (
+    select(trials.c.cost, trials.c.profile)
+    .where(
+        trials.c.job_id == bindparam("job_id"),
+        trials.c.batch_size == bindparam("batch_size"),
+        trials.c.status == TrialStatus.REPORTED.value,
+    )
+    .order_by(trials.c.trial_number.desc())
+    .limit(bindparam("window", type_=Integer()))
+)
+
+
 def windowed(
     conn: Connection, job_id: str, config: CreatedJob, job: JobState
 ) -> WindowedCosts | None:
@@ -228,17 +230,8 @@ def windowed(
         return None
     result: dict[int, list[tuple[float, str | None]]] = {}
     for batch_size in job.arms if job.arms is not None else config.batch_sizes:
-        stmt = (
-            select(trials.c.cost, trials.c.profile)
-            .where(
-                trials.c.job_id == job_id,
-                trials.c.batch_size == batch_size,
-                trials.c.status == TrialStatus.REPORTED.value,
-            )
-            .order_by(trials.c.trial_number.desc())
-            .limit(config.window_size)
-        )
-        rows = conn.execute(stmt).all()
+        params = {"job_id": job_id, "batch_size": batch_size, "window": config.window_size}
+        rows = conn.execute(_LATEST_REPORTED, params).all()
         result[batch_size] = [(float(c), p) for c, p in reversed(rows) if c is not None]
     return result
 
@@ -273,16 +266,9 @@ def set_profiles(
     conn: Connection, job_id: str, config: dict[str, Any], profiles: Sequence[GpuConfig]
 ) -> None:
     """Store the job's configuration (its GPUs: the profile registered last) and profiles."""
-    stmt = (
-        update(jobs)
-        .where(jobs.c.job_id == job_id)
-        .values(
-            config=config,
-            profiles=[p.model_dump(mode="json") for p in profiles],
-            updated_at=db_now(),
-        )
-    )
-    conn.execute(stmt)
+    values = [p.model_dump(mode="json") for p in profiles]
+    stmt = update(jobs).where(jobs.c.job_id == job_id)
+    conn.execute(stmt.values(config=config, profiles=values, updated_at=db_now()))
 
 
 _RUN = (
@@ -303,18 +289,9 @@ def get_trial(conn: Connection, job_id: str, trial_number: int) -> Record | None
     return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
 
 
-# Parameter names that are not the updated table's column names: a parameter named after a
-# column of an UPDATE's table would be added to what it sets.
+# Its parameters named after columns are the values of those columns.
 _INSERT_TRIAL = insert(trials).values(
-    job_id=bindparam("new_job_id"),
-    trial_number=bindparam("new_trial_number"),
-    batch_size=bindparam("new_batch_size"),
-    kind=bindparam("new_kind"),
-    round=bindparam("new_round"),
-    run_key=bindparam("new_run_key"),
-    profile=bindparam("new_profile"),
-    status=TrialStatus.DISPATCHED.value,  # a new trial's status (TrialState's default)
-    lease_expires_at=db_now() + bindparam("new_lease", type_=Double()),
+    lease_expires_at=db_now() + bindparam("lease", type_=Double())
 )
 
 
@@ -329,17 +306,8 @@ def start_trial(
     """Store a new dispatched trial whose lease runs ``lease`` seconds, and the job after its
     dispatch (`zeus_bso.policy.after_dispatch`): the next trial number and, from the decision
     that ends pruning on, the arms."""
-    params = {
-        "new_job_id": job_id,
-        "new_trial_number": trial.trial_number,
-        "new_batch_size": trial.batch_size,
-        "new_kind": trial.kind.value,
-        "new_round": trial.round,
-        "new_lease": lease,
-        "new_run_key": run_key,
-        "new_profile": trial.profile,
-    }
-    conn.execute(_INSERT_TRIAL, params)
+    row = {**asdict(trial), "kind": trial.kind.value, "status": trial.status.value}
+    conn.execute(_INSERT_TRIAL, {**row, "job_id": job_id, "run_key": run_key, "lease": lease})
     entering = job.bandit_start == trial.trial_number
     advance = {"key_job_id": job_id, "next_trial_number": job.next_trial_number}
     if entering:
@@ -431,11 +399,8 @@ def recent_trials(
     return conn.execute(stmt).all()
 
 
-_OVER = (TrialStatus.REPORTED.value, TrialStatus.FAILED.value, TrialStatus.ABANDONED.value)
-
-
 def spent(conn: Connection, job_ids: Sequence[str]) -> Sequence[Record]:
-    """What the jobs' ended trials used, per job, batch size and status: ``job_id``,
+    """What the jobs' trials used so far, per job, batch size and status: ``job_id``,
     ``batch_size``, ``status``, ``runs``, ``energy`` and ``time`` (sums; unmeasured counts 0)."""
     stmt = (
         select(
@@ -446,17 +411,7 @@ def spent(conn: Connection, job_ids: Sequence[str]) -> Sequence[Record]:
             func.coalesce(func.sum(trials.c.energy), 0.0).label("energy"),
             func.coalesce(func.sum(trials.c.time), 0.0).label("time"),
         )
-        .where(trials.c.job_id.in_(job_ids), trials.c.status.in_(_OVER))
+        .where(trials.c.job_id.in_(job_ids))
         .group_by(trials.c.job_id, trials.c.batch_size, trials.c.status)
     )
     return conn.execute(stmt).all()
-
-
-def count_trials_by_status(conn: Connection, job_id: str) -> dict[str, int]:
-    """How many trials the job has in each status."""
-    stmt = (
-        select(trials.c.status, func.count())
-        .where(trials.c.job_id == job_id)
-        .group_by(trials.c.status)
-    )
-    return {str(status): int(n) for status, n in conn.execute(stmt).all()}
