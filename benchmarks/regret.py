@@ -129,10 +129,15 @@ def transfer_markdown(pairs: list[tuple[list[int], Summary, Summary]]) -> str:
 
 
 def markdown(
-    gpu: str, ours: list[Summary], served: list[Summary] | None, upstream: list[Summary]
+    gpu: str,
+    ours: list[Summary],
+    served: list[Summary] | None,
+    upstream: list[Summary],
+    curves: list[Summary],
 ) -> str:
     published = gpu == "v100"
-    header = "| workload | default bs | oracle bs | ours | ours via server | upstream options"
+    header = "| workload | default bs | oracle bs | ours | ours via server | with curve stop"
+    header += " | upstream options"
     header += " | published upstream |" if published else " |"
     header += " ours vs default | upstream vs default |"
     columns = header.count("|") - 1
@@ -140,7 +145,7 @@ def markdown(
     for i, s in enumerate(ours):
         via = f"{served[i].regret:.3f}" if served else "n/a"
         row = f"| {s.workload} | {s.default_batch_size} | {s.oracle_batch_size}"
-        row += f" | {s.regret:.3f} | {via}"
+        row += f" | {s.regret:.3f} | {via} | {curves[i].regret:.3f}"
         row += f" | {upstream[i].regret:.3f}"
         if published:
             row += f" | {PUBLISHED_UPSTREAM_V100[s.workload][0]:.3f}"
@@ -149,7 +154,9 @@ def markdown(
     mean = statistics.fmean(s.regret for s in ours)
     mean_served = f"{statistics.fmean(s.regret for s in served):.3f}" if served else "n/a"
     mean_upstream = statistics.fmean(s.regret for s in upstream)
-    row = f"| **mean** | | | **{mean:.3f}** | {mean_served} | {mean_upstream:.3f}"
+    mean_curves = statistics.fmean(s.regret for s in curves)
+    row = f"| **mean** | | | **{mean:.3f}** | {mean_served} | {mean_curves:.3f}"
+    row += f" | {mean_upstream:.3f}"
     if published:
         row += f" | {statistics.fmean(v[0] for v in PUBLISHED_UPSTREAM_V100.values()):.3f}"
     row += " | | |"
@@ -195,6 +202,7 @@ def main() -> None:
         started = time.perf_counter()
         ours = run_all(gpu, args.seeds, args.recurrences, {}, None)
         upstream = run_all(gpu, args.seeds, args.recurrences, UPSTREAM_OPTIONS, None)
+        curves = run_all(gpu, args.seeds, args.recurrences, {"learning_curve_stop": True}, None)
         served = None
         if not args.no_server:
             with (
@@ -205,12 +213,13 @@ def main() -> None:
             for a, b in zip(ours, served, strict=True):
                 if [s.costs for s in a.seeds] != [s.costs for s in b.seeds]:
                     raise SystemExit(f"{a.workload}: in-process and server results differ")
-        table = markdown(gpu, ours, served, upstream)
+        table = markdown(gpu, ours, served, upstream, curves)
         note = (
             f"{gpu.upper()}, seeds {args.seeds}, {args.recurrences} recurrences, eta 0.5, "
             "beta 2.0. Regret = cumulative cost / oracle cumulative cost; "
             "'vs default' = cumulative cost against always using the default batch size "
-            "(negative: cheaper).\n\n"
+            "(negative: cheaper). 'with curve stop': ours with learning_curve_stop, "
+            "in-process.\n\n"
         )
         (RESULTS / f"regret_{gpu}.md").write_text(note + table)
         (RESULTS / f"regret_{gpu}.json").write_text(
@@ -222,6 +231,7 @@ def main() -> None:
                     "ours": [s.to_dict() for s in ours],
                     "ours_via_server": [s.to_dict() for s in served] if served else None,
                     "upstream_options": [s.to_dict() for s in upstream],
+                    "learning_curve_stop": [s.to_dict() for s in curves],
                     "published_upstream_v100": PUBLISHED_UPSTREAM_V100 if gpu == "v100" else None,
                 },
                 indent=1,

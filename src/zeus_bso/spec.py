@@ -117,6 +117,10 @@ class _JobOptions(WireModel):
     early_stop_predictive: bool = False
     """Stop before an epoch that would take the run over the early-stop bound (the cost of an
     epoch is known after the first)."""
+    learning_curve_stop: bool = False
+    """Also stop a run whose learning curve predicts it will end over the early-stop bound: its
+    cost so far plus its cost per epoch times the fewest epochs one of its batch size's latest
+    converged runs took from the same metric to the target (see `zeus_bso.policy.curves`)."""
 
     @field_validator("batch_sizes")
     @classmethod
@@ -237,6 +241,7 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
     "bandit_exploit_after": None,
     "early_stop_reference": "best_run",
     "early_stop_predictive": False,
+    "learning_curve_stop": False,
 }
 """Our options set to upstream Zeus 0.16's behaviour."""
 

@@ -107,6 +107,9 @@ class TrialView(BaseModel):
     message: str | None
     profile: str | None = None
     """The hardware profile the run trained on; null: the job's first."""
+    curve: list[tuple[int, float]] | None = None
+    """Its learning curve: ``[epoch, metric]`` where its best metric improved (null: a trial
+    from before the server stored curves)."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None

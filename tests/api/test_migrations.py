@@ -100,6 +100,8 @@ def test_statistics_survive_the_move_onto_the_job_row_and_back(
         assert state["best_batch_size"] == 64
         # 0005: a trial from before profiles is on the job's one profile.
         assert [t["profile"] for t in state["trials"]] == ["1xNVIDIA A100-SXM4-40GB@300W"]
+        # 0006: it has no stored learning curve.
+        assert [t["curve"] for t in state["trials"]] == [None]
         # The job goes on where it was.
         trial = httpx.get(f"{proc.url}/jobs/batch_size", params={"job_id": job_id}).json()
         assert trial["trial_number"] == 4
@@ -174,7 +176,7 @@ def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
 
     result = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "0002 -> 0005" in result.stdout
+    assert "0002 -> 0006" in result.stdout
 
     def columns(conn: Connection) -> Any:
         return conn.execute(

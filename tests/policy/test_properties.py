@@ -43,6 +43,7 @@ def jobs(draw: st.DrawFn) -> CreatedJob:
         mab_prior_precision=draw(st.sampled_from([0.0, 1e-6, 1.0])),
         max_unreported_failures=draw(st.integers(1, 3)),
         window_size=draw(st.integers(0, 3)),
+        learning_curve_stop=draw(st.booleans()),
         mab_seed=draw(st.one_of(st.none(), st.integers(0, 2**32))),
         max_power=250.0,
         number_of_gpus=1,
@@ -50,7 +51,7 @@ def jobs(draw: st.DrawFn) -> CreatedJob:
     )
 
 
-OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight", "move"]
+OUTCOMES = ["converged", "not_converged", "failed", "abandoned", "in_flight", "move", "progress"]
 GPUS = [
     GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="V100"),
     GpuConfig(max_power=1000.0, number_of_gpus=4, gpu_model="V100"),
@@ -62,12 +63,14 @@ GPUS = [
 def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[dict[str, Any]]:
     """Drive the policy's state machine as the server does, through the simulator's in-memory
     job: each trial ends as its outcome says (a final report that costs ``cost``, converged or
-    not; ended without one; its lease expired; still running). Returns one record per
+    not; ended without one; its lease expired; still running; a report of its first epoch,
+    halfway to the target, which may stop it). Returns one record per
     decision, with the decision the same state gives when asked again. A ``move`` outcome
     registers the job again on other GPUs (chosen by its cost) instead of starting a trial; its
     record says only that."""
     memory = InMemoryJob(job)
     records: list[dict[str, Any]] = []
+    halfway = job.target_metric / 2 - 1.0
     for outcome, cost in outcomes:
         if outcome == "move":
             memory.register(GPUS[int(cost) % len(GPUS)])
@@ -90,16 +93,28 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
         trial = memory.next_trial()
         records.append({"dispatch": memory.last_dispatch, "again": again.dispatch})
         if outcome in ("converged", "not_converged"):
+            epochs = 1
+            if outcome == "converged" and int(cost) % 2:  # a learning curve: a free first epoch
+                memory.report(trial, time=0.0, energy=0.0, metric=halfway, current_epoch=1)
+                epochs = 3
             # No time: the cost is all energy (eta x energy).
             answer = memory.report(
                 trial,
                 time=0.0,
                 energy=cost / job.eta_knob,
                 metric=job.target_metric if outcome == "converged" else -1.0,
-                current_epoch=1 if outcome == "converged" else job.max_epochs,
+                current_epoch=epochs if outcome == "converged" else job.max_epochs,
             )
             assert answer.stop_train
             assert answer.converged == (outcome == "converged")
+        elif outcome == "progress":
+            memory.report(
+                trial,
+                time=0.0,
+                energy=cost / job.eta_knob,
+                metric=halfway,
+                current_epoch=1,
+            )
         elif outcome == "failed":
             memory.end_trial(trial)
         elif outcome == "abandoned":

@@ -30,17 +30,26 @@ def run(
 
 
 @pytest.mark.parametrize(
-    ("workload", "options"),
-    [("squad", {}), ("movielens-1m", {}), ("sentiment140", UPSTREAM_OPTIONS)],
+    ("workload", "seed", "options"),
+    [
+        ("squad", 3, {}),
+        ("movielens-1m", 3, {}),
+        ("sentiment140", 3, UPSTREAM_OPTIONS),
+        # Seed 6 has runs the learning-curve stop ends (charged their predicted cost).
+        ("movielens-1m", 6, {"learning_curve_stop": True}),
+    ],
 )
 def test_same_results_in_process_and_through_a_server(
-    server: ServerProcess, workload: str, options: dict
+    server: ServerProcess, workload: str, seed: int, options: dict
 ) -> None:
-    local = run(in_process, workload, seed=3, recurrences=12, **options)
+    local = run(in_process, workload, seed=seed, recurrences=12, **options)
     with ServerClient(server.url) as client:
-        remote = run(lambda spec: ServerBackend(client, spec), workload, 3, 12, **options)
-        client.delete_job(f"sim-{workload}-3")
+        remote = run(lambda spec: ServerBackend(client, spec), workload, seed, 12, **options)
+        state = client.job_state(f"sim-{workload}-{seed}")
+        client.delete_job(f"sim-{workload}-{seed}")
     assert [r.trials for r in remote] == [r.trials for r in local]
+    stopped = [t for t in state["trials"] if "learning curve" in (t["message"] or "")]
+    assert bool(stopped) == bool(options.get("learning_curve_stop"))
 
 
 def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_a_server(

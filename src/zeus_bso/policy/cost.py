@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
 from zeus_bso.spec import CreatedJob
 
@@ -30,6 +31,7 @@ def judge_report(
     current_epoch: int,
     best_cost: float | None,
     exploring: bool = False,
+    epochs_left: int | None = None,
 ) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
 
@@ -42,6 +44,8 @@ def judge_report(
     The bound is ``beta_knob * best_cost``. A pruning exploration (``exploring``) that would be
     dropped for costing more than ``prune_cost_ratio`` times the best is stopped at that ratio.
     With ``early_stop_predictive`` the run also stops when one more epoch would cross the bound.
+    With ``epochs_left`` (the learning-curve stop's prediction of the epochs the run still needs
+    to converge) it also stops when that many more epochs at its cost per epoch would.
     """
     cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
     if target_reached(job, metric):
@@ -60,6 +64,19 @@ def judge_report(
     if ratio is not None and best_cost is not None:
         bound = ratio * best_cost
         next_epoch = cost / current_epoch if job.early_stop_predictive else 0.0
+        predicted = cost + cost / current_epoch * (epochs_left or 0)
+        if predicted > bound and cost + next_epoch <= bound:
+            return Verdict(
+                stop=True,
+                converged=False,
+                cost=cost,
+                charged=predicted,
+                message=(
+                    f"Batch Size({batch_size}) is predicted by its learning curve to exceed the"
+                    f" cost upper bound: cost at convergence({predicted}) after {epochs_left} more"
+                    f" epochs > {knob}({ratio})*min_cost({best_cost})"
+                ),
+            )
         if cost + next_epoch > bound:
             return Verdict(
                 stop=True,
@@ -100,11 +117,12 @@ def fold_final_report(
     batch_size: int,
     cost: float,
     converged: bool,
+    curve: Curve | None = None,
 ) -> tuple[dict[int, BatchSizeStats], BestRun | None]:
     """A job's per-batch-size statistics after a run's final report, and the early-stop
-    reference they give (see `best_reference`). The server and the simulator both record a
-    final report with this."""
+    reference they give (see `best_reference`); ``curve``, the run's learning curve, is kept if it
+    converged. The server and the simulator both record a final report with this."""
     per_size = dict(stats)
     entry = per_size.get(batch_size, BatchSizeStats(batch_size))
-    per_size[batch_size] = entry.add(cost, converged)
+    per_size[batch_size] = entry.add(cost, converged, curve)
     return per_size, best_reference(job, {b: s.converged for b, s in per_size.items()})

@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy.cost import fold_final_report, judge_report, zeus_cost
+from zeus_bso.policy.curves import epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.profiles import (
     EpochCosts,
@@ -241,6 +242,12 @@ def after_report(
         ran_on = trial.profile or profiles.base
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
     best = state_on(job, state, profiles, trial.profile).best
+    higher_is_better = job.higher_is_better_metric
+    curve = extended(trial.curve, current_epoch, metric, higher_is_better)
+    kept = state.stats.get(trial.batch_size)
+    left = None
+    if job.learning_curve_stop and kept is not None:
+        left = epochs_left(kept.curves, metric, higher_is_better)
     verdict = judge_report(
         priced,
         batch_size=trial.batch_size,
@@ -250,6 +257,7 @@ def after_report(
         current_epoch=current_epoch,
         best_cost=best.cost if best else None,
         exploring=trial.kind is TrialKind.EXPLORATION,
+        epochs_left=left,
     )
     answer = ReportResponse(
         stop_train=verdict.stop,
@@ -258,7 +266,13 @@ def after_report(
         cost=verdict.cost,
     )
     measured = replace(
-        trial, epochs=current_epoch, time=time, energy=energy, metric=metric, cost=verdict.cost
+        trial,
+        epochs=current_epoch,
+        time=time,
+        energy=energy,
+        metric=metric,
+        cost=verdict.cost if verdict.charged is None else verdict.charged,
+        curve=curve,
     )
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
@@ -268,10 +282,16 @@ def after_report(
         converged=verdict.converged,
         message=verdict.message,
     )
-    base_cost = verdict.cost
+    base_cost = ended.cost
+    assert base_cost is not None
     if profiles is not None:
         base_cost *= profiles.factor(trial.batch_size, trial.profile, profiles.base)
     stats, base_best = fold_final_report(
-        job, state.stats, trial.batch_size, base_cost, verdict.converged
+        job,
+        state.stats,
+        trial.batch_size,
+        base_cost,
+        verdict.converged,
+        curve if job.learning_curve_stop else None,
     )
     return Reported(replace(state, stats=stats, best=base_best), ended, answer, final=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from zeus_bso.policy.curves import CURVES_KEPT, Curve, as_curve
 from zeus_bso.spec import GpuConfig
 
 
@@ -95,6 +96,11 @@ class TrialState:
     profile: str | None = None
     """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); ``None``: the job's
     first profile."""
+    curve: Curve = ()
+    """Its learning curve so far (see `zeus_bso.policy.curves`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "curve", as_curve(self.curve))
 
     @property
     def reported(self) -> bool:
@@ -137,6 +143,12 @@ class BatchSizeStats:
     converged_count: int = 0
     converged_cost_sum: float = 0.0
     best_converged_cost: float | None = None
+    curves: tuple[Curve, ...] = ()
+    """The learning curves of its latest converged runs (at most `CURVES_KEPT`), kept for a job
+    with ``learning_curve_stop``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "curves", tuple(as_curve(c) for c in self.curves))
 
     @property
     def costs(self) -> CostStats:
@@ -154,8 +166,8 @@ class BatchSizeStats:
         """The statistics of the same runs, each cost multiplied by ``factor``."""
         costs = self.costs.scaled(factor)
         best = self.best_converged_cost
-        return BatchSizeStats(
-            self.batch_size,
+        return replace(
+            self,
             reports=costs.count,
             mean_cost=costs.mean,
             m2_cost=costs.m2,
@@ -164,14 +176,19 @@ class BatchSizeStats:
             best_converged_cost=None if best is None else best * factor,
         )
 
-    def add(self, cost: float, converged: bool) -> BatchSizeStats:
-        """These statistics with one more final report."""
+    def add(self, cost: float, converged: bool, curve: Curve | None = None) -> BatchSizeStats:
+        """These statistics with one more final report (and its run's ``curve``, to keep if it
+        converged)."""
         running = self.costs.add(cost)
         best = self.best_converged_cost
         if converged and (best is None or cost < best):
             best = cost
+        curves = self.curves
+        if converged and curve:
+            curves = (*curves, curve)[-CURVES_KEPT:]
         return BatchSizeStats(
             self.batch_size,
+            curves=curves,
             reports=running.count,
             mean_cost=running.mean,
             m2_cost=running.m2,
@@ -252,6 +269,10 @@ class Verdict:
     converged: bool
     cost: float
     message: str
+    charged: float | None = None
+    """For a run the learning-curve stop ended: its predicted cost at convergence, which the job
+    counts for it (what the run would have cost; its cost so far would make a batch size look
+    cheap for being stopped early). None: the job counts ``cost``."""
 
 
 @dataclass(frozen=True, slots=True)

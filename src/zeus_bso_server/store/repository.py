@@ -319,8 +319,8 @@ _THE_TRIAL = (
     trials.c.job_id == bindparam("key_job_id"),
     trials.c.trial_number == bindparam("key_number"),
 )
-_MEASURED_COLUMNS = ("epochs", "time", "energy", "metric", "cost")
-_MEASURED: dict[str, Any] = {c: bindparam(c) for c in _MEASURED_COLUMNS}
+_MEASURED_COLUMNS = ("epochs", "time", "energy", "metric", "cost", "curve")
+_MEASURED: dict[str, Any] = {c: bindparam(c, type_=trials.c[c].type) for c in _MEASURED_COLUMNS}
 _RENEWS, _RENEWED = _change(Event.RENEW)
 _RENEW = (
     update(trials)

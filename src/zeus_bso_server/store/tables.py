@@ -111,6 +111,8 @@ class TrialRow(Base):
     profile: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
     """The hardware profile the run trains on (`zeus_bso.spec.profile_key`); revision 0005 gave
     the trials from before their job's profile."""
+    curve: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
+    """Its learning curve (`zeus_bso.policy.curves`); NULL for trials from before 0006."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

@@ -1,0 +1,58 @@
+"""The learning-curve stop through the API: trials store their curves, a run that cannot
+converge within the bound stops at its first epoch and counts its predicted cost."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.helpers import job_body, unique_id
+
+
+def _epochs(http: httpx.Client, job_id: str, curve: list[tuple[float, float]]) -> dict:
+    """Run one trial: report ``(energy per epoch, metric)`` epoch by epoch until it stops."""
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    energy = 0.0
+    for epoch, (per_epoch, metric) in enumerate(curve, start=1):
+        energy += per_epoch
+        report = trial | {"time": 0.0, "energy": energy, "metric": metric, "current_epoch": epoch}
+        answer = http.post("/report", json=report).json()
+        if answer["stop_train"]:
+            break
+    assert http.patch("/trials", json=trial).status_code == 200
+    return answer
+
+
+@pytest.mark.parametrize("stop_on_curves", [True, False])
+def test_a_hopeless_run_stops_at_its_first_epoch_and_counts_its_prediction(
+    http: httpx.Client, stop_on_curves: bool
+) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[64], default_batch_size=64)
+    body |= {"eta_knob": 1.0, "target_metric": 0.5, "learning_curve_stop": stop_on_curves}
+    assert http.post("/jobs", json=body).status_code == 201
+    # The first run converges in 3 epochs of 30 J: the bound is 2 x 90 J.
+    first = _epochs(http, job_id, [(30.0, 0.2), (30.0, 0.4), (30.0, 0.5)])
+    assert first["converged"]
+    # 100 J for an epoch at 0.0: the curve says 2 more epochs, 300 J in all.
+    second = _epochs(http, job_id, [(100.0, 0.0), (10.0, 0.5)])
+    # On track (0.2 after 30 J): left alone, it converges.
+    third = _epochs(http, job_id, [(30.0, 0.2), (30.0, 0.45), (30.0, 0.5)])
+    assert third["converged"]
+
+    state = http.get(f"/api/jobs/{job_id}").json()
+    trials = {t["trial_number"]: t for t in state["trials"]}
+    assert trials[1]["curve"] == [[1, 0.2], [2, 0.4], [3, 0.5]]
+    (stats,) = state["batch_sizes"]
+    if stop_on_curves:
+        assert not second["converged"]
+        assert "learning curve" in second["message"]
+        assert second["cost"] == pytest.approx(100.0)  # what it cost
+        assert trials[2]["energy"] == pytest.approx(100.0)
+        assert trials[2]["cost"] == pytest.approx(300.0)  # what the job counts for it
+        assert trials[2]["curve"] == [[1, 0.0]]
+        assert stats["mean_cost"] == pytest.approx((90.0 + 300.0 + 90.0) / 3)
+    else:
+        assert second["converged"]  # 110 J: within the bound
+        assert trials[2]["curve"] == [[1, 0.0], [2, 0.5]]
+        assert stats["mean_cost"] == pytest.approx((90.0 + 110.0 + 90.0) / 3)
