@@ -224,7 +224,7 @@ class BatchSizeService:
             explorations,
             repo.windowed(conn, job_id, config, state),
             profile=profile,
-            epoch_costs=repo.epoch_costs(conn, job_id, state),
+            epoch_readings=repo.epoch_readings(conn, job_id, state),
             pulls_on_profile=repo.pulls_on(conn, job_id, state, profile),
         )
         repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job, run_key)
@@ -284,7 +284,7 @@ class BatchSizeService:
             energy=result.energy,
             metric=result.metric,
             current_epoch=result.current_epoch,
-            epoch_costs=repo.epoch_costs(conn, result.job_id, state),
+            epoch_readings=repo.epoch_readings(conn, result.job_id, state),
         )
         if step.final:
             repo.finish_trial(conn, result.job_id, step.trial, step.job)

@@ -189,7 +189,7 @@ def _history(
     """What the policy decides with for a run on the job's current hardware profile: the job's
     statistics and early-stop reference in its cost units, and the same history (windowed or
     running statistics) as a decision reads."""
-    profiles = policy.profiles_of(state, repo.epoch_costs(conn, job_id, state))
+    profiles = policy.profiles_of(config, state, repo.epoch_readings(conn, job_id, state))
     profile = profile_key(config)
     windowed = repo.windowed(conn, job_id, config, state)
     return (

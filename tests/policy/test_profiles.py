@@ -9,7 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from zeus_bso.policy import BatchSizeStats, BestRun, JobState, Profiles, state_on, with_profile
+from zeus_bso.policy import (
+    BatchSizeStats,
+    BestRun,
+    JobState,
+    Profiles,
+    profiles_of,
+    state_on,
+    with_profile,
+)
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -196,3 +204,40 @@ def test_a_run_on_costlier_hardware_is_judged_in_its_own_units() -> None:
     stats = memory.state.stats[32]
     assert stats.reports == 4
     assert stats.mean_cost == pytest.approx(3 * v100_epoch)
+
+
+def test_an_epoch_is_priced_from_its_energy_and_time_with_its_own_profiles_power() -> None:
+    job = make_job(eta_knob=0.5)
+    state = with_profile(job, JobState(), A40)
+    base, a40 = "1xV100@250W", "1xA40@300W"
+    readings = {(base, 16): (100.0, 1.0), (a40, 16): (100.0, 1.0), (a40, 32): (0.0, 0.0)}
+    profiles = profiles_of(job, state, readings)
+    assert profiles is not None
+    # eta x energy + (1 - eta) x max_power x time: 250 W on the V100, 300 W on the A40.
+    assert profiles.epoch_costs == {(base, 16): 175.0, (a40, 16): 200.0}  # nothing: unmeasured
+    assert profiles_of(job, JobState(), readings) is None  # one profile: nothing to convert
+
+
+def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -> None:
+    """Its trial counts its predicted cost, but the conversion between profiles reads what its
+    epochs used."""
+    memory = InMemoryJob(
+        make_job(learning_curve_stop=True, batch_sizes=[16], default_batch_size=16)
+    )
+    memory.register(A40)
+    first = memory.next_trial()
+    for epoch, metric in ((1, 0.2), (2, 0.4), (3, 0.5)):
+        energy, time = 30.0 * epoch, 1.0 * epoch
+        memory.report(first, time=time, energy=energy, metric=metric, current_epoch=epoch)
+    hopeless = memory.next_trial()
+    answer = memory.report(hopeless, time=1.0, energy=1000.0, metric=0.0, current_epoch=1)
+    assert answer.stop_train
+    assert "learning curve" in (answer.message or "")
+    stopped = memory.trials[hopeless.trial_number - 1]
+    assert stopped.cost is not None
+    assert answer.cost is not None
+    assert stopped.cost > answer.cost  # counted at its prediction
+    readings = memory.epoch_readings()
+    assert readings is not None
+    # The mean of the two runs' energy and time per epoch (30 J, 1 s and 1000 J, 1 s).
+    assert readings[("1xA40@300W", 16)] == pytest.approx((515.0, 1.0))

@@ -84,7 +84,7 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
                 explorations,
                 memory.windowed(),
                 profile=profile_key(memory.job),
-                epoch_costs=memory.epoch_costs(),
+                epoch_readings=memory.epoch_readings(),
                 pulls_on_profile=memory.pulls_on(profile_key(memory.job)),
             )
         except NoConvergedBatchSizeError:

@@ -29,7 +29,7 @@ from zeus_bso.policy.cost import fold_final_report, judge_report, zeus_cost
 from zeus_bso.policy.curves import epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.profiles import (
-    EpochCosts,
+    EpochReadings,
     Profiles,
     WindowedCosts,
     job_on,
@@ -153,18 +153,18 @@ def after_dispatch(
     windowed: WindowedCosts | None = None,
     *,
     profile: str | None = None,
-    epoch_costs: EpochCosts | None = None,
+    epoch_readings: EpochReadings | None = None,
     pulls_on_profile: int | None = None,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
-    `history_of` for the arguments). Once the job has two profiles, ``epoch_costs`` convert its
+    `history_of` for the arguments). Once the job has two profiles, ``epoch_readings`` convert its
     costs and ``pulls_on_profile`` (its bandit trials on ``profile``, required then) stand for
     its bandit trials (see `zeus_bso.policy.profiles`).
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
-    profiles = profiles_of(state, epoch_costs)
+    profiles = profiles_of(job, state, epoch_readings)
     history = history_of(job, state, explorations, windowed, profiles, profile)
     if profiles is not None:
         if pulls_on_profile is None:
@@ -214,12 +214,12 @@ def after_report(
     energy: float,
     metric: float,
     current_epoch: int,
-    epoch_costs: EpochCosts | None = None,
+    epoch_readings: EpochReadings | None = None,
 ) -> Reported:
     """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began).
 
     The run's cost is priced with its own profile's ``max_power`` and judged against the
-    early-stop reference in that profile's units (``epoch_costs``: see `after_dispatch`). A
+    early-stop reference in that profile's units (``epoch_readings``: see `after_dispatch`). A
     report that ends the run folds its cost into the job's statistics and early-stop
     reference; one that does not renews the run (an abandoned trial is dispatched again).
 
@@ -236,7 +236,7 @@ def after_report(
         return Reported(state, trial, answer, final=False)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
     priced = job_on(job, state, trial.profile)
-    profiles = profiles_of(state, epoch_costs)
+    profiles = profiles_of(job, state, epoch_readings)
     if profiles is not None:  # this report measures its profile's cost of an epoch too
         cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
         ran_on = trial.profile or profiles.base

@@ -4,8 +4,9 @@ What a batch size needs to reach the target (how many epochs, whether it converg
 property of the model, the data and the optimizer; what an epoch costs is a property of the
 hardware, and of its power limit, which prices time in the cost. So a job keeps one set of
 statistics, in the cost units of its first profile (the base), and converts a cost between two
-profiles by the ratio of their costs per epoch for that batch size: measured (the mean over
-trials of cost / epochs at their latest report) where both profiles ran it, and otherwise the
+profiles by the ratio of their costs per epoch for that batch size: measured (the mean energy
+and time per epoch over trials at their latest report, priced with the profile's power limit)
+where both profiles ran it, and otherwise the
 profiles' speed ratio, the geometric mean of the measured ratios over the batch sizes both ran.
 Before two profiles share any batch size the ratio is taken as 1: the arms keep their order,
 only the scale of costs is off, and the first report of a run on the new profile measures it.
@@ -28,12 +29,16 @@ from statistics import fmean
 from typing import TypeAlias
 
 from zeus_bso.errors import TooManyProfilesError
-from zeus_bso.policy.cost import best_reference
+from zeus_bso.policy.cost import best_reference, zeus_cost
 from zeus_bso.policy.types import CostStats, JobState, TrialState
 from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
 
 EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
 """The mean cost of an epoch by (profile, batch size), from the trials' reports."""
+
+EpochReadings: TypeAlias = Mapping[tuple[str, int], tuple[float, float]]
+"""The mean energy and time of an epoch by (profile, batch size), over the trials' latest
+reports: what `profiles_of` prices into `EpochCosts`."""
 
 WindowedCosts: TypeAlias = Mapping[int, Sequence[tuple[float, "str | None"]]]
 """Each batch size's most recent final costs, oldest first, each with its trial's profile."""
@@ -124,12 +129,20 @@ def registered_on(job: CreatedJob, state: JobState, gpu: GpuConfig) -> tuple[Cre
     return job.model_copy(update=gpu.model_dump()), with_profile(job, state, gpu)
 
 
-def profiles_of(state: JobState, epoch_costs: EpochCosts | None = None) -> Profiles | None:
-    """The job's profiles for converting costs; None while it has one (nothing to convert)."""
+def profiles_of(
+    job: CreatedJob, state: JobState, readings: EpochReadings | None = None
+) -> Profiles | None:
+    """The job's profiles for converting costs, each epoch reading priced with its profile's
+    ``max_power``; None while it has one (nothing to convert)."""
     if len(state.profiles) < 2:
         return None
-    positive = {key: cost for key, cost in (epoch_costs or {}).items() if cost > 0.0}
-    return Profiles(next(iter(state.profiles)), positive)
+    costs = {}
+    for (profile, size), (energy, time) in (readings or {}).items():
+        priced = job_on(job, state, profile)
+        cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
+        if cost > 0.0:
+            costs[(profile, size)] = cost
+    return Profiles(next(iter(state.profiles)), costs)
 
 
 def job_on(job: CreatedJob, state: JobState, profile: str | None) -> CreatedJob:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from zeus_bso import policy
 from zeus_bso.policy import Dispatch, Event, JobState, TrialKind, TrialState
-from zeus_bso.policy.profiles import EpochCosts, WindowedCosts, registered_on
+from zeus_bso.policy.profiles import EpochReadings, WindowedCosts, registered_on
 from zeus_bso.spec import CreatedJob, GpuConfig, ReportResponse, TrialId, profile_key
 
 
@@ -38,17 +38,22 @@ class InMemoryJob:
             return None
         return {b: c[-window:] for b, c in self.costs.items()}
 
-    def epoch_costs(self) -> EpochCosts | None:
-        """The mean cost of an epoch by (profile, batch size) over the trials at their latest
-        report, once the job has two profiles (as `zeus_bso_server.store.repository`)."""
+    def epoch_readings(self) -> EpochReadings | None:
+        """The mean energy and time of an epoch by (profile, batch size) over the trials at
+        their latest report, once the job has two profiles (as
+        `zeus_bso_server.store.repository`)."""
         if len(self.state.profiles) < 2:
             return None
         base = next(iter(self.state.profiles))
-        per_epoch: dict[tuple[str, int], list[float]] = defaultdict(list)
+        per_epoch: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
         for t in self.trials:
-            if t.epochs and t.cost is not None:
-                per_epoch[(t.profile or base, t.batch_size)].append(t.cost / t.epochs)
-        return {key: sum(costs) / len(costs) for key, costs in per_epoch.items()}
+            if t.epochs and t.energy is not None and t.time is not None:
+                key = (t.profile or base, t.batch_size)
+                per_epoch[key].append((t.energy / t.epochs, t.time / t.epochs))
+        return {
+            key: (sum(e for e, _ in got) / len(got), sum(t for _, t in got) / len(got))
+            for key, got in per_epoch.items()
+        }
 
     def pulls_on(self, profile: str) -> int:
         """The job's bandit trials on ``profile`` (as `zeus_bso_server.store.repository`)."""
@@ -75,7 +80,7 @@ class InMemoryJob:
             explorations,
             self.windowed(),
             profile=profile,
-            epoch_costs=self.epoch_costs(),
+            epoch_readings=self.epoch_readings(),
             pulls_on_profile=self.pulls_on(profile),
         )
         self.state = step.job
@@ -100,7 +105,7 @@ class InMemoryJob:
             energy=energy,
             metric=metric,
             current_epoch=current_epoch,
-            epoch_costs=self.epoch_costs(),
+            epoch_readings=self.epoch_readings(),
         )
         self.state = step.job
         self.trials[trial.trial_number - 1] = step.trial

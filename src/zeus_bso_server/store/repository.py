@@ -37,7 +37,7 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
 )
-from zeus_bso.policy.profiles import EpochCosts, WindowedCosts
+from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
@@ -236,17 +236,18 @@ def windowed(
     return result
 
 
-def epoch_costs(conn: Connection, job_id: str, job: JobState) -> EpochCosts | None:
-    """The mean cost of an epoch by (profile, batch size) over the job's trials at their latest
-    report, for a job with two or more profiles (None for one with one: nothing to convert)."""
+def epoch_readings(conn: Connection, job_id: str, job: JobState) -> EpochReadings | None:
+    """The mean energy and time of an epoch by (profile, batch size) over the job's trials at
+    their latest report, for a job with two or more profiles (None for one with one)."""
     if len(job.profiles) < 2:
         return None
+    energy, time = (func.avg(c / trials.c.epochs) for c in (trials.c.energy, trials.c.time))
     stmt = (
-        select(trials.c.profile, trials.c.batch_size, func.avg(trials.c.cost / trials.c.epochs))
-        .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.cost.is_not(None))
+        select(trials.c.profile, trials.c.batch_size, energy, time)
+        .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.energy.is_not(None))
         .group_by(trials.c.profile, trials.c.batch_size)
     )
-    return {(str(p), int(b)): float(c) for p, b, c in conn.execute(stmt).all()}
+    return {(str(p), int(b)): (float(e), float(t)) for p, b, e, t in conn.execute(stmt).all()}
 
 
 def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int | None:
