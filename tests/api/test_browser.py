@@ -229,3 +229,26 @@ def test_the_job_page_shows_recommendation_savings_posterior_and_the_runs_chart(
     assert labels[0].startswith("default 64:")
     assert labels[-1].endswith(f"{recommended['batch_size']}: " + labels[-1].split(": ")[1])
     assert all(math.isfinite(float(label.split(": ")[1].replace(",", ""))) for label in labels)
+
+
+def test_the_default_and_the_recommendation_at_one_cost_keep_their_labels_apart(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    job_id = unique_id("levels")
+    body = job_body(job_id, batch_sizes=[64], default_batch_size=64, eta_knob=1.0)
+    assert api.post("/jobs", json=body).status_code == 201
+    for _ in range(3):  # every run costs 100 J: the default's mean and the expected cost agree
+        trial = api.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        report = trial | {"time": 1.0, "energy": 100.0, "metric": 0.9, "current_epoch": 1}
+        assert api.post("/report", json=report).json()["converged"]
+        assert api.patch("/trials", json=trial).status_code == 200
+    page.goto(server.url + "/dashboard/jobs/" + job_id)
+    lines = page.locator("#cost-chart line.level")
+    assert lines.count() == 2
+    assert lines.nth(0).get_attribute("y1") == lines.nth(1).get_attribute("y1")
+    texts = page.locator("#cost-chart text.level-label")
+    first, second = (texts.nth(i).bounding_box() for i in range(2))
+    assert first is not None
+    assert second is not None
+    above, below = sorted((first, second), key=lambda box: box["y"])
+    assert above["y"] + above["height"] <= below["y"]

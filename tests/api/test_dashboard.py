@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
-from zeus_bso_server.api.routes_dashboard import cost_chart
+from zeus_bso_server.api.routes_dashboard import cost_chart, sparkline
 from zeus_bso_server.views import TrialView
 
 
@@ -137,3 +137,29 @@ def test_the_pages_need_no_network() -> None:
         assert "<script" not in text
         assert "http://" not in text
         assert "https://" not in text
+
+
+def test_a_trial_shows_its_learning_curve_as_a_sparkline(http: httpx.Client) -> None:
+    job_id = unique_id("curves")
+    body = job_body(job_id, batch_sizes=[64], default_batch_size=64, target_metric=0.5)
+    assert http.post("/jobs", json=body).status_code == 201
+    for metrics in ([0.2, 0.4, 0.5], [0.5]):  # a curve, then a run done in one epoch
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        for epoch, metric in enumerate(metrics, start=1):
+            report = trial | {"time": epoch, "energy": 10.0 * epoch, "metric": metric}
+            http.post("/report", json=report | {"current_epoch": epoch})
+        assert http.patch("/trials", json=trial).status_code == 200
+    html = http.get("/dashboard/jobs/" + quote(job_id, safe="")).text
+    (line,) = re.findall(r'<polyline points="([^"]+)"', html)  # one point: nothing to draw
+    assert line == sparkline([(1, 0.2), (2, 0.4), (3, 0.5)])
+    assert "learning curve: 0.2 at epoch 1, 0.4 at epoch 2, 0.5 at epoch 3" in html
+
+
+def test_a_sparkline_steps_up_to_the_better_metric() -> None:
+    # 64 x 16 px: epochs 0..3 across, the worst metric at y 15, the best at y 1.
+    assert sparkline([(1, 0.2), (2, 0.4), (3, 0.5)]) == (
+        "0,15 21.33,15 42.67,15 42.67,5.67 64,5.67 64,1"
+    )
+    assert sparkline([(2, 0.9), (4, 0.5)], higher_is_better=False) == "0,15 32,15 64,15 64,1"
+    assert sparkline([(1, 0.2)]) == ""
+    assert sparkline(None) == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -39,6 +40,7 @@ def templates() -> Jinja2Templates:
     pages = Jinja2Templates(directory=str(files("zeus_bso_server.api") / "templates"))
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = _number
+    pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
     return pages
 
@@ -59,6 +61,34 @@ def _number(value: float | None) -> str:
     if abs(value) < 1000:
         return f"{value:.4g}"
     return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 64, 16
+"""The box of a trial's learning-curve sparkline, in pixels."""
+
+
+def sparkline(curve: Sequence[tuple[int, float]] | None, higher_is_better: bool = True) -> str:
+    """SVG polyline points of a trial's learning curve (``[epoch, best metric]`` where it
+    improved) as steps in a `SPARK_WIDTH` x `SPARK_HEIGHT` box: epochs from 0 at the left to the
+    last at the right, the better metric up. Empty for fewer than two points (nothing to draw)."""
+    if not curve or len(curve) < 2:
+        return ""
+    last = max(epoch for epoch, _ in curve) or 1
+    metrics = [metric for _, metric in curve]
+    low, high = min(metrics), max(metrics)
+    span = (high - low) or 1.0
+
+    def y(metric: float) -> float:
+        better = (metric - low) / span if higher_is_better else (high - metric) / span
+        return round((1.0 - better) * (SPARK_HEIGHT - 2) + 1, 2)
+
+    points = [(0.0, y(curve[0][1]))]
+    for epoch, metric in curve:
+        x = round(epoch / last * SPARK_WIDTH, 2)
+        for point in ((x, points[-1][1]), (x, y(metric))):
+            if point != points[-1]:
+                points.append(point)
+    return " ".join(f"{x:g},{v:g}" for x, v in points)
 
 
 def job_url(request: Request, job_id: str) -> str:
