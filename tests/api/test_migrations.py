@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -234,3 +235,36 @@ def test_concurrent_upgrades_of_a_fresh_database_all_succeed(
     current = run_cli("db", "current", "--db", url, cwd=tmp_path).stdout
     revision = current.split()[1]
     assert current.split()[-1] == revision, current
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_downgrading_below_curves_drops_them_and_leaves_a_job_the_older_server_reads(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = database_url(backend, tmp_path, request)
+    job_id = unique_id("curved")
+    proc = ServerProcess(url, cwd=tmp_path)
+    try:
+        with proc.client() as http:
+            body = job_body(job_id, batch_sizes=[64], default_batch_size=64)
+            body |= {"learning_curve_stop": True, "target_metric": 0.5}
+            assert http.post("/jobs", json=body).status_code == 201
+            trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+            for epoch, metric in ((1, 0.3), (2, 0.5)):
+                report = trial | {"time": 1.0 * epoch, "energy": 10.0 * epoch, "metric": metric}
+                http.post("/report", json=report | {"current_epoch": epoch})
+    finally:
+        proc.stop()
+
+    def stats(conn: Connection) -> Any:
+        found = conn.execute(text("SELECT stats FROM jobs WHERE job_id = :j"), {"j": job_id})
+        value = found.scalar_one()
+        return json.loads(value) if isinstance(value, str) else value
+
+    assert _run_sql(url, stats)["64"]["curves"] == [[[1, 0.3], [2, 0.5]]]
+    down = run_cli("db", "downgrade", "0005", "--db", url, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    kept = _run_sql(url, stats)["64"]
+    assert "curves" not in kept  # what the server of 0005 reads: BatchSizeStats(**entry)
+    assert kept["reports"] == 1
+    assert kept["converged_count"] == 1

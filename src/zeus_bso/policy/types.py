@@ -100,7 +100,8 @@ class TrialState:
     """Its learning curve so far (see `zeus_bso.policy.curves`)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "curve", as_curve(self.curve))
+        if type(self.curve) is not tuple:  # stored points (JSON lists); tuples are curves
+            object.__setattr__(self, "curve", as_curve(self.curve))
 
     @property
     def reported(self) -> bool:
@@ -148,7 +149,8 @@ class BatchSizeStats:
     with ``learning_curve_stop``."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "curves", tuple(as_curve(c) for c in self.curves))
+        if type(self.curves) is not tuple:  # stored points (JSON lists); tuples are curves
+            object.__setattr__(self, "curves", tuple(as_curve(c) for c in self.curves))
 
     @property
     def costs(self) -> CostStats:

@@ -75,7 +75,10 @@ def trial_state(trial: Record) -> TrialState:
 
 def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]:
     values = ((str(s.batch_size), asdict(s).items()) for s in per_size)
-    return {size: {k: v for k, v in items if k != "batch_size"} for size, items in values}
+    return {
+        size: {k: v for k, v in items if k != "batch_size" and (v or k != "curves")}
+        for size, items in values
+    }
 
 
 def insert_job_if_absent(
