@@ -51,6 +51,12 @@ def test_a_hopeless_run_stops_at_its_first_epoch_and_counts_its_prediction(
         assert trials[2]["energy"] == pytest.approx(100.0)
         assert trials[2]["cost"] == pytest.approx(300.0)  # what the job counts for it
         assert trials[2]["curve"] == [[1, 0.0]]
+        # A report after the final one is answered with what the run cost, as the first was.
+        late = {k: trials[2][k] for k in ("job_id", "batch_size", "trial_number")}
+        late |= {"time": 0.0, "energy": 100.0, "metric": 0.0, "current_epoch": 1}
+        again = http.post("/report", json=late).json()
+        assert again["stop_train"]
+        assert again["cost"] == pytest.approx(100.0)
         assert stats["mean_cost"] == pytest.approx((90.0 + 300.0 + 90.0) / 3)
     else:
         assert second["converged"]  # 110 J: within the bound

@@ -226,16 +226,19 @@ def after_report(
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
+    priced = job_on(job, state, trial.profile)
     if trial.status is TrialStatus.REPORTED:
+        spent = trial.cost  # what it cost, as its final answer said (not a predicted cost)
+        if trial.energy is not None and trial.time is not None:
+            spent = zeus_cost(trial.energy, trial.time, priced.eta_knob, priced.max_power)
         answer = ReportResponse(
             stop_train=True,
             converged=bool(trial.converged),
             message=f"Result for this trial({trial.trial_number}) is already reported.",
-            cost=trial.cost,
+            cost=spent,
         )
         return Reported(state, trial, answer, final=False)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
-    priced = job_on(job, state, trial.profile)
     profiles = profiles_of(job, state, epoch_readings)
     if profiles is not None:  # this report measures its profile's cost of an epoch too
         cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
