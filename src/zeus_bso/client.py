@@ -74,15 +74,16 @@ def run_key_from_environment() -> str | None:
     return None
 
 
-_HASHED_ONLY_IF_SET = {"learning_curve_stop": False}
-"""Options added after ids were first hashed: a job id hashes them only away from their default."""
+_HASHED_ONLY_OFF_DEFAULT = {"learning_curve_stop": True}
+"""Options added after ids were first hashed, with their defaults: a job id hashes them only
+away from their default, so a job's id stays what it was before the option existed."""
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
     """The id of a job without one: its prefix and a hash of its configuration but its GPUs (a
     job on other GPUs is the same job on another hardware profile)."""
     config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS})
-    for name, default in _HASHED_ONLY_IF_SET.items():
+    for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
         if config.get(name) == default:
             del config[name]  # ids from before the option existed stay the same
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

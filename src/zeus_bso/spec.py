@@ -117,10 +117,11 @@ class _JobOptions(WireModel):
     early_stop_predictive: bool = False
     """Stop before an epoch that would take the run over the early-stop bound (the cost of an
     epoch is known after the first)."""
-    learning_curve_stop: bool = False
+    learning_curve_stop: bool = True
     """Also stop a run whose learning curve predicts it will end over the early-stop bound: its
-    cost so far plus its cost per epoch times the fewest epochs one of its batch size's latest
-    converged runs took from the same metric to the target (see `zeus_bso.policy.curves`)."""
+    cost so far plus its cost per epoch times the epochs it still needs, predicted from the
+    latest converged runs of its batch size, or of the smaller ones for a batch size's first
+    runs (see `zeus_bso.policy.curves`)."""
 
     @field_validator("batch_sizes")
     @classmethod

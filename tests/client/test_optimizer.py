@@ -113,7 +113,7 @@ def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
     # The id this configuration had before options were added: an option at its default keeps
     # it, so a job without an explicit id goes on after an upgrade; set, it is another job.
     assert first == "x-a8fa24e7"
-    assert first != stable_job_id(JobSpecFromClient(**{**base, "learning_curve_stop": True}))
+    assert first != stable_job_id(JobSpecFromClient(**{**base, "learning_curve_stop": False}))
 
 
 def test_unreachable_server_at_start_is_a_clear_error() -> None:

@@ -4,6 +4,8 @@ bound stops early and is charged its predicted cost; a run on track is left alon
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from zeus_bso.policy import (
@@ -15,9 +17,10 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
     after_report,
+    with_profile,
 )
 from zeus_bso.policy.curves import CURVES_KEPT, epochs_left, extended
-from zeus_bso.spec import CreatedJob
+from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
 # A converged run of batch size 64: metric 0.2 after 1 epoch, 0.4 after 2, the target 0.5 at 6.
 SLOW_START: tuple[tuple[int, float], ...] = ((1, 0.2), (2, 0.4), (6, 0.5))
@@ -47,8 +50,8 @@ def state_with(*curves: tuple[tuple[int, float], ...], best: float = 100.0) -> J
     """A job in its bandit stage whose cheapest run cost ``best``; 64 had a run of 150 J, and
     ``curves``."""
     stats = {
-        32: BatchSizeStats(32, reports=1, mean_cost=best, converged_count=1),
-        64: BatchSizeStats(64, reports=1, mean_cost=150.0, converged_count=1, curves=curves),
+        32: BatchSizeStats(32).add(best, converged=True),
+        64: replace(BatchSizeStats(64).add(150.0, converged=True), curves=curves),
     }
     return JobState(next_trial_number=5, arms=(32, 64), stats=stats, best=BestRun(32, best))
 
@@ -71,14 +74,33 @@ def test_a_curve_keeps_the_points_where_the_best_metric_improved() -> None:
     assert extended(((1, 0.9),), 2, 0.7, False) == ((1, 0.9), (2, 0.7))  # lower is better
 
 
-def test_epochs_left_is_the_most_optimistic_of_the_converged_curves() -> None:
-    assert epochs_left((), 0.3, True) is None
+def test_epochs_left_is_the_most_optimistic_of_the_batch_sizes_converged_curves() -> None:
+    assert epochs_left({}, 64, ((1, 0.3),), True) is None
     # At 0.3: the slow run first had 0.4 (at least 0.3) at epoch 2 and met the target at 6: 4
     # left; the fast one had 0.3 at epoch 1 and the target at 3: 2 left.
-    assert epochs_left([SLOW_START], 0.3, True) == 4
-    assert epochs_left([SLOW_START, FAST], 0.3, True) == 2
+    assert epochs_left({64: [SLOW_START]}, 64, ((1, 0.3),), True) == 4
+    assert epochs_left({64: [SLOW_START, FAST]}, 64, ((1, 0.3),), True) == 2
     # Behind every curve's first point: from that point on.
-    assert epochs_left([SLOW_START], 0.0, True) == 5
+    assert epochs_left({64: [SLOW_START]}, 64, ((1, 0.0),), True) == 5
+    # The run's best metric counts, not a worse last report (its curve keeps the best).
+    assert epochs_left({64: [SLOW_START]}, 64, ((1, 0.1), (2, 0.4)), True) == 4
+    # Its own batch size's curves go first; smaller or larger batch sizes' do not count then.
+    assert epochs_left({32: [FAST], 64: [SLOW_START], 128: [FAST]}, 64, ((2, 0.3),), True) == 4
+
+
+def test_a_first_run_of_a_batch_size_goes_by_the_smaller_ones_scaled_by_its_pace() -> None:
+    kept = {32: [FAST], 64: [SLOW_START], 256: [((1, 0.5),)]}
+    # 128 has no curve: 32's and 64's count (256's do not: a larger batch size may be slower).
+    # At 0.3 after 1 epoch: as fast as 32 (2 left), faster than 64 (4 left, scaled by 1).
+    assert epochs_left(kept, 128, ((1, 0.3),), True) == 2
+    # At 0.3 only after 4 epochs: 4 times as slow as 32 (2 x 4 = 8 left); 64 reached 0.4 (at
+    # least 0.3) at epoch 2: twice as slow (4 x 2 = 8).
+    assert epochs_left(kept, 128, ((4, 0.3),), True) == 8
+    # At 0.45 after 3 epochs: 32 had it at 3 (0 left), 64 at 6 (0 left).
+    assert epochs_left(kept, 128, ((3, 0.45),), True) == 0
+    assert epochs_left(kept, 16, ((1, 0.3),), True) is None  # no smaller batch size converged
+    # Lower is better: 64 went from 0.9 at epoch 1 to its target 0.5 at 4; twice as slow: 6.
+    assert epochs_left({64: [((1, 0.9), (4, 0.5))]}, 128, ((2, 0.9),), False) == 6
 
 
 def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_prediction() -> None:
@@ -132,3 +154,53 @@ def test_a_batch_size_keeps_its_latest_converged_curves_only() -> None:
     assert [c[0][0] for c in stats.curves] == list(range(3, CURVES_KEPT + 3))
     # Stored as JSON lists, read back as the same curves.
     assert BatchSizeStats(64, curves=[[[3, 0.5]]]).curves == (((3, 0.5),),)  # type: ignore[arg-type]
+
+
+def test_a_first_run_of_a_larger_batch_size_that_falls_behind_stops_early() -> None:
+    job = make_job(batch_sizes=[32, 64, 128])
+    state = state_with(SLOW_START)  # 64 converged along SLOW_START; 128 never ran
+
+    def run(metrics: list[float]) -> list[bool]:
+        trial, stops = TrialState(5, 128, TrialKind.BANDIT), []
+        for epoch, metric in enumerate(metrics, start=1):
+            # 20 J an epoch: the bound (2 x 100 J) allows 10 epochs.
+            step = after_report(
+                job, state, trial, time=0, energy=20 * epoch, metric=metric, current_epoch=epoch
+            )
+            trial = step.trial
+            stops.append(step.answer.stop_train)
+        return stops
+
+    # 0.2 after 1 epoch, as 64 did: 5 epochs left, 20 + 100 J: goes on.
+    assert run([0.2, 0.4]) == [False, False]
+    # 0.2 only after 2 epochs: twice as slow as 64, so 10 epochs left, 40 + 200 J > 200 J: stops
+    # (without the pace, 40 + 100 J would not).
+    assert run([0.1, 0.2]) == [False, True]
+
+
+def test_the_stop_is_the_same_on_gpus_that_cost_twice_as_much() -> None:
+    job = make_job()
+    two = GpuConfig(max_power=600.0, number_of_gpus=2, gpu_model="V100")
+    state = with_profile(job, state_with(SLOW_START), two)
+    moved = job.model_copy(update=two.model_dump())  # the job registered last on two V100s
+    base = profile_key(job)
+    readings = {(base, 64): (30.0, 0.0), (profile_key(two), 64): (60.0, 0.0)}
+    decisions = []
+    for profile, scale in ((base, 1.0), (profile_key(two), 2.0)):
+        trial, stops = TrialState(5, 64, TrialKind.BANDIT, profile=profile), []
+        for epoch, metric in ((1, 0.05), (2, 0.1)):
+            step = after_report(
+                moved,
+                state,
+                trial,
+                time=0.0,
+                energy=30.0 * scale * epoch,
+                metric=metric,
+                current_epoch=epoch,
+                epoch_readings=readings,
+            )
+            trial = step.trial
+            stops.append(step.answer.stop_train)
+        decisions.append(stops)
+    # On one V100: 30 + 5 x 30 J <= 2 x 100 J, then 60 + 5 x 30 J > 200 J. On two, all doubled.
+    assert decisions == [[False, True], [False, True]]

@@ -33,10 +33,10 @@ def run(
     ("workload", "seed", "options"),
     [
         ("squad", 3, {}),
-        ("movielens-1m", 3, {}),
+        ("movielens-1m", 3, {"learning_curve_stop": False}),
         ("sentiment140", 3, UPSTREAM_OPTIONS),
         # Seed 6 has runs the learning-curve stop ends (charged their predicted cost).
-        ("movielens-1m", 6, {"learning_curve_stop": True}),
+        ("movielens-1m", 6, {}),
     ],
 )
 def test_same_results_in_process_and_through_a_server(
@@ -49,7 +49,10 @@ def test_same_results_in_process_and_through_a_server(
         client.delete_job(f"sim-{workload}-{seed}")
     assert [r.trials for r in remote] == [r.trials for r in local]
     stopped = [t for t in state["trials"] if "learning curve" in (t["message"] or "")]
-    assert bool(stopped) == bool(options.get("learning_curve_stop"))
+    if seed == 6:
+        assert stopped
+    if not options.get("learning_curve_stop", True):
+        assert not stopped
 
 
 def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_a_server(
@@ -170,8 +173,12 @@ def test_runs_report_their_learning_curve_from_the_trace() -> None:
     trace = load_trace_job("cifar100", "v100")
     outcomes = [t for r in results for t in r.trials]
     assert len(outcomes) == len(recorder.metrics)
+    long_runs = 0
     for outcome, metrics in zip(outcomes, recorder.metrics.values(), strict=True):
         assert len(metrics) == outcome.epochs
         assert metrics == sorted(metrics)  # accuracy: never worse
-        assert len(set(metrics)) > 3  # a curve through several thresholds
+        if outcome.epochs >= 10:  # (the learning-curve stop ends some runs sooner)
+            long_runs += 1
+            assert len(set(metrics)) > 3  # a curve through several thresholds
         assert (metrics[-1] >= trace.workload.target_metric) == outcome.converged
+    assert long_runs > 0

@@ -9,7 +9,8 @@ every hardware profile.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 Curve: TypeAlias = tuple[tuple[int, float], ...]
@@ -31,16 +32,40 @@ def extended(curve: Curve, epoch: int, metric: float, higher_is_better: bool) ->
     return (*curve, (epoch, metric))
 
 
-def epochs_left(curves: Iterable[Curve], metric: float, higher_is_better: bool) -> int | None:
-    """The fewest epochs one of the converged ``curves`` took from first reaching ``metric`` (or
-    better) to its target: an optimistic prediction of what a run at ``metric`` still needs.
-    None without curves."""
+def epochs_left(
+    kept: Mapping[int, Sequence[Curve]], batch_size: int, curve: Curve, higher_is_better: bool
+) -> int | None:
+    """An optimistic prediction of the epochs a run of ``batch_size`` still needs to reach the
+    target, from its learning curve so far (``curve``, not empty) and the batch sizes' ``kept``
+    converged curves; None with nothing to go by.
+
+    With curves of its own batch size: the fewest epochs one of them took from first reaching
+    the run's best metric to the target. Without (a batch size's first run): the same over the
+    curves of every smaller batch size, each scaled by how many times as many epochs this run
+    took to reach that metric (at least once as many): a larger batch size takes at least as
+    many epochs as a smaller one to get as far, and a run that got there slower goes on slower.
+    """
+    reached_at, metric = curve[-1]
+    own = kept.get(batch_size, ())
+    if own:
+        return _fewest(own, metric, higher_is_better, None)
+    smaller = [c for size, curves in kept.items() if size < batch_size for c in curves]
+    return _fewest(smaller, metric, higher_is_better, reached_at)
+
+
+def _fewest(
+    curves: Iterable[Curve], metric: float, higher_is_better: bool, reached_at: int | None
+) -> int | None:
     left = None
     for curve in curves:
         target_epoch = curve[-1][0]
         reached = next((e for e, m in curve if not better(metric, m, higher_is_better)), None)
-        if reached is not None and (left is None or target_epoch - reached < left):
-            left = target_epoch - reached
+        if reached is None:
+            continue
+        needs = target_epoch - reached
+        if reached_at is not None:
+            needs = math.floor(needs * max(1.0, reached_at / max(reached, 1)))
+        left = needs if left is None else min(left, needs)
     return left
 
 

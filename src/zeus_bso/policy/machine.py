@@ -247,10 +247,10 @@ def after_report(
     best = state_on(job, state, profiles, trial.profile).best
     higher_is_better = job.higher_is_better_metric
     curve = extended(trial.curve, current_epoch, metric, higher_is_better)
-    kept = state.stats.get(trial.batch_size)
     left = None
-    if job.learning_curve_stop and kept is not None:
-        left = epochs_left(kept.curves, metric, higher_is_better)
+    if job.learning_curve_stop:
+        kept = {size: entry.curves for size, entry in state.stats.items()}
+        left = epochs_left(kept, trial.batch_size, curve, higher_is_better)
     verdict = judge_report(
         priced,
         batch_size=trial.batch_size,
