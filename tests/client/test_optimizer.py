@@ -32,6 +32,9 @@ def spec(prefix: str, **overrides: object) -> JobSpec:
         "default_batch_size": 32,
         "target_metric": 0.8,
         "max_epochs": 5,
+        # Epochs of microseconds: their estimated energy is timing noise, which the
+        # learning-curve stop would extrapolate (it is tested in tests/policy and tests/api).
+        "learning_curve_stop": False,
     }
     fields.update(overrides)
     return JobSpec(**fields)  # type: ignore[arg-type]

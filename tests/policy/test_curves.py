@@ -204,3 +204,24 @@ def test_the_stop_is_the_same_on_gpus_that_cost_twice_as_much() -> None:
         decisions.append(stops)
     # On one V100: 30 + 5 x 30 J <= 2 x 100 J, then 60 + 5 x 30 J > 200 J. On two, all doubled.
     assert decisions == [[False, True], [False, True]]
+
+
+def test_a_slow_first_epoch_is_not_extrapolated() -> None:
+    """A first epoch may hold one-off start-up work: nothing is predicted from it alone, and
+    then the cheaper of the mean epoch and the epochs since the last report counts."""
+    job = make_job()
+    state = state_with(SLOW_START)  # the bound: 2 x 100 J
+    trial = TrialState(5, 64, TrialKind.BANDIT)
+    first = after_report(job, state, trial, time=0, energy=90.0, metric=0.2, current_epoch=1)
+    assert not first.answer.stop_train  # 90 + 5 x 90 J would be over, but it is one epoch
+    # Epoch 2 cost 20 J: 4 epochs left at 20 J, 110 + 80 J <= 200 J (at the mean, 55 J, over).
+    second = after_report(
+        job, first.job, first.trial, time=0, energy=110.0, metric=0.4, current_epoch=2
+    )
+    assert not second.answer.stop_train
+    # Epoch 3 cost 60 J and no better: 4 epochs left at 56.7 J (the mean), 170 + 227 J > 200 J.
+    third = after_report(
+        job, second.job, second.trial, time=0, energy=170.0, metric=0.4, current_epoch=3
+    )
+    assert third.answer.stop_train
+    assert "learning curve" in (third.answer.message or "")

@@ -232,7 +232,10 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
         energy, time = 30.0 * epoch, 1.0 * epoch
         memory.report(first, time=time, energy=energy, metric=metric, current_epoch=epoch)
     hopeless = memory.next_trial()
-    answer = memory.report(hopeless, time=1.0, energy=1000.0, metric=0.0, current_epoch=1)
+    for epoch in (1, 2):  # 300 J and 1 s an epoch; the stop goes by a second report
+        answer = memory.report(
+            hopeless, time=1.0 * epoch, energy=300.0 * epoch, metric=0.0, current_epoch=epoch
+        )
     assert answer.stop_train
     assert "learning curve" in (answer.message or "")
     stopped = memory.trials[hopeless.trial_number - 1]
@@ -241,5 +244,5 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
     assert stopped.cost > answer.cost  # counted at its prediction
     readings = memory.epoch_readings()
     assert readings is not None
-    # The mean of the two runs' energy and time per epoch (30 J, 1 s and 1000 J, 1 s).
-    assert readings[("1xA40@300W", 16)] == pytest.approx((515.0, 1.0))
+    # The mean of the two runs' energy and time per epoch (30 J, 1 s and 300 J, 1 s).
+    assert readings[("1xA40@300W", 16)] == pytest.approx((165.0, 1.0))

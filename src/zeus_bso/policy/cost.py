@@ -32,6 +32,7 @@ def judge_report(
     best_cost: float | None,
     exploring: bool = False,
     epochs_left: int | None = None,
+    epoch_cost: float | None = None,
 ) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
 
@@ -45,7 +46,8 @@ def judge_report(
     dropped for costing more than ``prune_cost_ratio`` times the best is stopped at that ratio.
     With ``early_stop_predictive`` the run also stops when one more epoch would cross the bound.
     With ``epochs_left`` (the learning-curve stop's prediction of the epochs the run still needs
-    to converge) it also stops when that many more epochs at its cost per epoch would.
+    to converge) it also stops when that many more epochs at ``epoch_cost`` (default: its mean
+    cost per epoch) would.
     """
     cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
     if target_reached(job, metric):
@@ -64,7 +66,8 @@ def judge_report(
     if ratio is not None and best_cost is not None:
         bound = ratio * best_cost
         next_epoch = cost / current_epoch if job.early_stop_predictive else 0.0
-        predicted = cost + cost / current_epoch * (epochs_left or 0)
+        per_epoch = cost / current_epoch if epoch_cost is None else epoch_cost
+        predicted = cost + per_epoch * (epochs_left or 0)
         if predicted > bound and cost + next_epoch <= bound:
             return Verdict(
                 stop=True,

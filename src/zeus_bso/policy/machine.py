@@ -247,10 +247,16 @@ def after_report(
     best = state_on(job, state, profiles, trial.profile).best
     higher_is_better = job.higher_is_better_metric
     curve = extended(trial.curve, current_epoch, metric, higher_is_better)
-    left = None
-    if job.learning_curve_stop:
+    left = epoch_cost = None
+    if job.learning_curve_stop and trial.epochs and trial.cost is not None:
+        # From a run's second report on: its first epoch may hold one-off start-up work (a
+        # compile, warm caches), so the prediction goes by the cheaper of its mean epoch and its
+        # epochs since the last report.
         kept = {size: entry.curves for size, entry in state.stats.items()}
         left = epochs_left(kept, trial.batch_size, curve, higher_is_better)
+        now = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
+        since = (now - trial.cost) / max(current_epoch - trial.epochs, 1)
+        epoch_cost = min(now / current_epoch, since)
     verdict = judge_report(
         priced,
         batch_size=trial.batch_size,
@@ -261,6 +267,7 @@ def after_report(
         best_cost=best.cost if best else None,
         exploring=trial.kind is TrialKind.EXPLORATION,
         epochs_left=left,
+        epoch_cost=epoch_cost,
     )
     answer = ReportResponse(
         stop_train=verdict.stop,
