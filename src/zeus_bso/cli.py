@@ -82,8 +82,10 @@ def simulate_command(
     prune_cost_ratio: Annotated[str | None, typer.Option(help="A ratio > 1, or 'none'")] = None,
     bandit_noise: Annotated[str | None, typer.Option(help="per_arm or pooled")] = None,
     bandit_exploit_after: Annotated[str | None, typer.Option(help="Trials, or 'none'")] = None,
+    bandit_exploit_optimism: Annotated[float | None, typer.Option(min=0.0, max=10.0)] = None,
     early_stop_reference: Annotated[str | None, typer.Option(help="best_run or best_mean")] = None,
     early_stop_predictive: Annotated[bool | None, typer.Option()] = None,
+    learning_curve_stop: Annotated[bool | None, typer.Option()] = None,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default."""
     options: dict[str, Any] = dict(UPSTREAM_OPTIONS) if upstream else {}
@@ -99,8 +101,10 @@ def simulate_command(
         "prune_up_first": prune_up_first,
         "prune_skip_other_direction": prune_skip_other_direction,
         "bandit_noise": bandit_noise,
+        "bandit_exploit_optimism": bandit_exploit_optimism,
         "early_stop_reference": early_stop_reference,
         "early_stop_predictive": early_stop_predictive,
+        "learning_curve_stop": learning_curve_stop,
     }
     options.update({k: v for k, v in given.items() if v is not None or k == "beta_knob"})
     if prune_cost_ratio is not None:

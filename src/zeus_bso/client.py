@@ -74,7 +74,7 @@ def run_key_from_environment() -> str | None:
     return None
 
 
-_HASHED_ONLY_OFF_DEFAULT = {"learning_curve_stop": True}
+_HASHED_ONLY_OFF_DEFAULT = {"learning_curve_stop": True, "bandit_exploit_optimism": 0.5}
 """Options added after ids were first hashed, with their defaults: a job id hashes them only
 away from their default, so a job's id stays what it was before the option existed."""
 

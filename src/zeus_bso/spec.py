@@ -109,8 +109,12 @@ class _JobOptions(WireModel):
     """``per_arm``: each arm's reward precision is 1 / its own sample variance. ``pooled``: one
     coefficient of variation, estimated from every arm, scales every arm's noise."""
     bandit_exploit_after: Annotated[int, Field(ge=0, le=1_000_000)] | None = 5
-    """After this many bandit-stage trials, choose the arm with the lowest mean cost instead of
-    sampling (``None``: always sample)."""
+    """After this many bandit-stage trials, choose the arm with the lowest optimistic cost
+    (``bandit_exploit_optimism``) instead of sampling (``None``: always sample)."""
+    bandit_exploit_optimism: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)] = 0.5
+    """Once exploiting, an arm's optimistic cost is its posterior mean cost less this many
+    posterior standard deviations (the job's noise model): an arm seen once, unluckily, gets a
+    second run when it could still be the cheapest. 0: the lowest mean cost."""
     early_stop_reference: Literal["best_run", "best_mean"] = "best_run"
     """What ``beta_knob`` multiplies: the cheapest converged run, or the lowest mean cost of a
     batch size's converged runs."""
@@ -240,6 +244,7 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
     "prune_cost_ratio": None,
     "bandit_noise": "per_arm",
     "bandit_exploit_after": None,
+    "bandit_exploit_optimism": 0.0,
     "early_stop_reference": "best_run",
     "early_stop_predictive": False,
     "learning_curve_stop": False,

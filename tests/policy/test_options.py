@@ -17,7 +17,7 @@ from zeus_bso.policy import (
     judge_report,
     next_pruning_step,
 )
-from zeus_bso.policy.bandit import POOLED_CV_PRIOR, pooled_cv2
+from zeus_bso.policy.bandit import POOLED_CV_PRIOR, POOLED_CV_PRIOR_DOF, pooled_cv2
 from zeus_bso.policy.pruning import ExploreNext, PruningDone
 
 SIZES = [16, 32, 64, 128, 256]
@@ -104,11 +104,24 @@ def test_pooled_noise_shares_one_coefficient_of_variation() -> None:
         128: CostStats.of([50.0]),
     }
     cv2 = pooled_cv2(observations)
-    assert cv2 == pytest.approx((200.0 / 100.0**2) / 3)
+    prior = POOLED_CV_PRIOR_DOF * POOLED_CV_PRIOR**2  # the prior, as that many dof
+    assert cv2 == pytest.approx((prior + 200.0 / 100.0**2) / (POOLED_CV_PRIOR_DOF + 3))
     single = arm_posterior(observations[128], 0.0, 0.0, cv2)
-    assert single.mean == -50.0
+    assert single.mean == pytest.approx(-50.0)
     assert single.std == pytest.approx(math.sqrt(cv2) * 50.0)
-    assert pooled_cv2({128: observations[128]}) == POOLED_CV_PRIOR**2
+    assert pooled_cv2({128: observations[128]}) == pytest.approx(POOLED_CV_PRIOR**2)
+
+
+def test_pooled_noise_does_not_collapse_on_an_arm_that_always_costs_the_same() -> None:
+    # 32 ran 10 times at exactly 100 (its runs always take the same epochs); 48 ran once, at 101.
+    observations = {32: CostStats.of([100.0] * 10), 48: CostStats.of([101.0])}
+    cv2 = pooled_cv2(observations)
+    assert 0.0 < cv2 < POOLED_CV_PRIOR**2  # the evidence lowers it, towards zero only in the limit
+    prior = POOLED_CV_PRIOR_DOF * POOLED_CV_PRIOR**2
+    assert cv2 == pytest.approx(prior / (POOLED_CV_PRIOR_DOF + 9))
+    job = make_job(bandit_exploit_after=0, bandit_noise="pooled", bandit_exploit_optimism=0.5)
+    # 48's one run is 1% dearer, well within its posterior's spread: it runs again.
+    assert choose_arm(job, (32, 48), observations, random.Random(0), pulls=1) == 48
 
 
 def test_exploit_after_picks_the_lowest_mean() -> None:
@@ -122,6 +135,27 @@ def test_exploit_after_picks_the_lowest_mean() -> None:
         choose_arm(job, (32, 64, 128), observations, random.Random(s), pulls=3) for s in range(50)
     }
     assert exploited == {128}
+
+
+def test_exploit_optimism_gives_an_arm_seen_once_a_second_run_while_it_may_be_cheapest() -> None:
+    # 64: six runs, mean 100, spread enough for a pooled coefficient of variation of about 0.14;
+    # 128: one run. Its posterior is wide (sqrt(cv2) * its cost), 64's narrow (/ sqrt(6)).
+    steady = CostStats.of([80.0, 120.0, 90.0, 110.0, 100.0, 100.0])
+
+    def exploited(once: float, optimism: float) -> int:
+        job = make_job(
+            bandit_exploit_after=0,
+            bandit_noise="pooled",
+            mab_num_explorations=1,
+            bandit_exploit_optimism=optimism,
+        )
+        observations = {64: steady, 128: CostStats.of([once])}
+        return choose_arm(job, (64, 128), observations, random.Random(0), pulls=1)
+
+    assert exploited(108.0, 0.0) == 64  # the lowest mean: 128's one unlucky run settles it
+    assert exploited(108.0, 1.0) == 128  # 108 - 1 sd (about 15) is below 100 - 1 sd (about 6)
+    assert exploited(130.0, 1.0) == 64  # too far behind to be the cheapest
+    assert exploited(108.0, 0.5) == 64  # less optimism: 108 - 7.6 is above 100 - 2.9
 
 
 def test_best_reference_run_or_mean() -> None:

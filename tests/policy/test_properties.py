@@ -44,6 +44,8 @@ def jobs(draw: st.DrawFn) -> CreatedJob:
         max_unreported_failures=draw(st.integers(1, 3)),
         window_size=draw(st.integers(0, 3)),
         learning_curve_stop=draw(st.booleans()),
+        bandit_exploit_after=draw(st.sampled_from([None, 0, 2, 5])),
+        bandit_exploit_optimism=draw(st.sampled_from([0.0, 0.5, 3.0])),
         mab_seed=draw(st.one_of(st.none(), st.integers(0, 2**32))),
         max_power=250.0,
         number_of_gpus=1,

@@ -6,6 +6,10 @@ reward precision = 1 / variance (infinite with one observation or zero variance)
 precision = prior precision + n * reward precision, posterior mean = (prior precision * prior
 mean + reward precision * sum of rewards) / posterior precision.
 
+After ``bandit_exploit_after`` bandit trials the job stops sampling and runs the arm with the
+lowest optimistic cost: its mean cost less ``bandit_exploit_optimism`` posterior standard
+deviations (`optimistic_cost`).
+
 A consequence worth knowing: because the noise is estimated, an observation far from the others
 raises the variance and can lower the posterior precision. More of the same evidence (an
 observation at the sample mean, or the sample repeated) never does.
@@ -65,16 +69,22 @@ def arm_posterior(
 
 
 POOLED_CV_PRIOR = 0.1
-"""Coefficient of variation assumed for pooled noise until some arm has two observations."""
+"""Coefficient of variation the pooled noise starts from (before any arm has two observations)."""
+
+POOLED_CV_PRIOR_DOF = 5
+"""Degrees of freedom the prior counts for in the pooled estimate. Without it one arm whose runs
+all cost the same (the same number of epochs every time) drives the pooled noise to zero, and
+then no arm seen once ever gets a second run."""
 
 
 def pooled_cv2(observations: Mapping[int, CostStats]) -> float:
     """Squared coefficient of variation pooled over the arms with two or more observations.
 
-    Each arm contributes its relative variance weighted by its degrees of freedom; the result is
-    the noise model of ``bandit_noise="pooled"``.
+    Each arm contributes its relative variance weighted by its degrees of freedom, and the prior
+    (`POOLED_CV_PRIOR`) with `POOLED_CV_PRIOR_DOF`; the result is the noise model of
+    ``bandit_noise="pooled"``.
     """
-    weighted, dof = 0.0, 0
+    weighted, dof = POOLED_CV_PRIOR_DOF * POOLED_CV_PRIOR**2, POOLED_CV_PRIOR_DOF
     for stats in observations.values():
         mean_squared = stats.mean * stats.mean
         if stats.count < 2 or mean_squared <= 0.0:
@@ -83,7 +93,7 @@ def pooled_cv2(observations: Mapping[int, CostStats]) -> float:
         if math.isfinite(relative):
             weighted += relative
             dof += stats.count - 1
-    return weighted / dof if dof else POOLED_CV_PRIOR**2
+    return weighted / dof
 
 
 def arm_posteriors(
@@ -121,6 +131,13 @@ def recommended(job: CreatedJob, state: JobState, history: JobHistory) -> tuple[
     return size, mean
 
 
+def optimistic_cost(stats: CostStats, posterior: Posterior, optimism: float) -> float:
+    """An observed arm's mean cost less ``optimism`` standard deviations of its ``posterior``."""
+    if optimism == 0.0:
+        return stats.mean
+    return stats.mean - optimism * posterior.std
+
+
 def _needs_exploration(job: CreatedJob, stats: CostStats) -> bool:
     if stats.count < job.mab_num_explorations:
         return True
@@ -138,7 +155,8 @@ def choose_arm(
     """Pick the next arm: a random under-explored arm first, else the best posterior sample.
 
     Each arm's sample is drawn independently from ``rng``. After ``job.bandit_exploit_after``
-    bandit-stage trials (``pulls``), the arm with the lowest mean cost is chosen instead.
+    bandit-stage trials (``pulls``), the observed arm with the lowest optimistic cost is chosen
+    instead (`optimistic_cost`).
     """
     empty = CostStats()
     unexplored = [arm for arm in arms if _needs_exploration(job, observations.get(arm, empty))]
@@ -147,7 +165,12 @@ def choose_arm(
     if job.bandit_exploit_after is not None and pulls >= job.bandit_exploit_after:
         observed = [arm for arm in arms if observations.get(arm, empty).count]
         if observed:
-            return min(observed, key=lambda arm: (observations[arm].mean, arm))
+            posteriors = arm_posteriors(job, arms, observations)
+            optimism = job.bandit_exploit_optimism
+            return min(
+                observed,
+                key=lambda a: (optimistic_cost(observations[a], posteriors[a], optimism), a),
+            )
     samples: dict[int, float] = {}
     for arm, posterior in arm_posteriors(job, arms, observations).items():
         std = posterior.std
