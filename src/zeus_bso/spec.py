@@ -38,14 +38,15 @@ MAX_TIME_S = 1e9
 MAX_ENERGY_J = 1e15
 """Most cumulative ``energy`` a report may carry: 1 PJ, about 280 GWh."""
 
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
+"""The largest integer a job field takes (a 32-bit signed integer, as every database stores)."""
 _INT64_MAX = 2**63 - 1
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegativeFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[int, Field(gt=0, le=_INT32_MAX)]
-NonNegativeInt = Annotated[int, Field(ge=0, le=_INT32_MAX)]
+PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
 def no_control_characters(value: str) -> str:

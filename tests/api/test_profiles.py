@@ -107,7 +107,12 @@ def test_runs_belong_to_the_gpus_they_name_or_else_to_the_last_registered(
     assert "number_of_gpus" in partial.json()["message"]
     bad = http.get("/jobs/batch_size", params={"job_id": job_id, **FOUR_A40, "max_power": -1})
     assert bad.status_code == 422
-    assert view(http, job_id)["trial_count"] == 2  # neither started a trial
+    huge = http.get(
+        "/jobs/batch_size", params={"job_id": job_id, **FOUR_A40, "number_of_gpus": 2**100}
+    )
+    assert huge.status_code == 422
+    assert "number_of_gpus" in huge.json()["message"]
+    assert view(http, job_id)["trial_count"] == 2  # none started a trial
 
 
 def test_costs_convert_between_profiles(http: httpx.Client) -> None:

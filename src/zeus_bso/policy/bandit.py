@@ -40,6 +40,8 @@ def conjugate_update(
     precision = prior_precision + count * reward_precision
     if precision == 0.0:
         return Posterior(prior_mean, 0.0)
+    if prior_precision == 0.0:  # the same, without the rounding of a product and a quotient
+        return Posterior(reward_sum / count, precision)
     mean = (prior_precision * prior_mean + reward_precision * reward_sum) / precision
     return Posterior(mean, precision)
 

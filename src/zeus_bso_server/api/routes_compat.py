@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from zeus_bso.spec import (
     GPU_FIELDS,
+    INT32_MAX,
     MAX_ID_LENGTH,
     MAX_POWER_W,
     DispatchedTrial,
@@ -73,7 +74,7 @@ GPU_QUERY = (
     "profile; the job learns it if it is new). Without them, on those registered last."
 )
 GpuModelQuery = Annotated[Identifier | None, Query(description=GPU_QUERY)]
-GpuCountQuery = Annotated[int | None, Query(gt=0, description=GPU_QUERY)]
+GpuCountQuery = Annotated[int | None, Query(gt=0, le=INT32_MAX, description=GPU_QUERY)]
 MaxPowerQuery = Annotated[
     float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
 ]
