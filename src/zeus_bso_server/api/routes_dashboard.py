@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import URL
 
-from zeus_bso.spec import MAX_ID_LENGTH, Printable
+from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.views import TrialView, job_summaries, job_view
@@ -216,7 +216,7 @@ async def jobs_page(
     request: Request,
     db: Db,
     prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
-    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> Response:
     """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
     found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset)
@@ -245,7 +245,7 @@ async def job_page(
     request: Request,
     db: Db,
     job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
-    before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
 ) -> Response:
     """One job: its settings, batch sizes with their statistics and posterior, and trials."""
     try:

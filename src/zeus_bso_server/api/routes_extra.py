@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from zeus_bso.spec import MAX_ID_LENGTH, Printable, TrialId
+from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable, TrialId
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.errors import SchemaError, ServerError
 from zeus_bso_server.store.migrate import check_schema
@@ -23,7 +23,7 @@ async def list_jobs(
     db: Db,
     prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> list[JobSummary]:
     """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it."""
     return await job_summaries(db, prefix, limit, offset)
@@ -36,7 +36,7 @@ async def get_job(
     db: Db,
     job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
     limit: Annotated[int, Query(ge=0, le=1000)] = 50,
-    before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
 ) -> JobView:
     """A job's config, stage, per-batch-size statistics and posterior, best batch size and its
     most recent trials (``limit`` of them, numbered below ``before`` when given)."""
