@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from zeus_bso.elastic import callbacks_in_flight
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
@@ -278,8 +279,6 @@ class ElasticBatchSize:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             raise ZeusBSOError("attach(ddp_model=...) needs torch.distributed to be initialised")
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
         world = dist.get_world_size()
         if world != self.replicas:
             self.update_scale(self.scale, replicas=world)
@@ -289,12 +288,21 @@ class ElasticBatchSize:
         def hook(state: Any, bucket: Any) -> Any:
             # Before the all-reduce the bucket holds this replica's gradient. The all-reduce
             # then averages the same buffer in place, and it keeps the mean until the next
-            # backward: the step reads it there (no callback on the communication thread).
+            # backward: the step reads it there (our callback only hands DDP the tensor).
             buffer = bucket.buffer()
             self._buckets.append(bucket.index())
             self._replica_sqr.append(buffer.detach().pow(2).sum())
             self._reduced_buffers.append(buffer)
-            return allreduce_hook(state, bucket)
+            group = state if state is not None else dist.group.WORLD
+            buffer.div_(dist.get_world_size(group))
+            work = dist.all_reduce(buffer, group=group, async_op=True)
+
+            def mean(fut: Any) -> Any:
+                return fut.value()[0]
+
+            # The process group's thread runs `mean` and then drops it, which takes the GIL:
+            # tracked, so that a fit's end waits for it (see callbacks_in_flight).
+            return work.get_future().then(callbacks_in_flight.track(mean))
 
         # DDP checks the hook's annotations against its own types; ours are strings here.
         hook.__annotations__ = {}
@@ -306,6 +314,16 @@ class ElasticBatchSize:
                 "needs the model's only hook, registered before the first backward"
             ) from err
         self._ddp = True
+
+    def settle(self, timeout: float = callbacks_in_flight.DRAIN_TIMEOUT_S) -> bool:
+        """Wait until the process group's threads have let go of the DDP hook's callbacks.
+
+        Call it when training ends (`ElasticBatchSizeCallback` does; interpreter exit does it
+        too): a callback still held by a thread of a gloo process group when the interpreter
+        finalizes makes the process abort or hang after a successful run. Returns whether they
+        all went within ``timeout`` seconds.
+        """
+        return callbacks_in_flight.drain(timeout)
 
     def _observe_step(self) -> None:
         if self._ddp:

@@ -91,6 +91,15 @@ class ElasticBatchSizeCallback(pl.Callback):
         lightning_setattr(pl_module, self.batch_arg_name, local_bsz)
         trainer.accumulate_grad_batches = self.elastic.accumulation_steps
 
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self.elastic.settle()  # before the program may end: see callbacks_in_flight
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.elastic.settle()
+
     def state_dict(self) -> dict[str, Any]:
         return self.elastic.state_dict()
 

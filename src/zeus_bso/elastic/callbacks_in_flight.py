@@ -1,0 +1,77 @@
+"""Python callbacks handed to a process group's worker threads, and waiting until they are gone.
+
+A DDP communication hook returns ``work.get_future().then(fn)``. The process group's worker
+thread runs ``fn`` when the all-reduce completes, completes the hook's future (which wakes the
+training thread), and only then drops ``fn``, which takes the GIL. If the training thread
+reaches the end of the program first, the interpreter is finalizing when the worker asks for the
+GIL, and CPython (before 3.14) ends that thread with ``pthread_exit``; its forced unwind crosses
+a ``noexcept`` destructor in ``libtorch_python`` and the process dies with SIGABRT ("terminate
+called without an active exception") after a successful fit. Where the training thread instead
+frees the process group while holding the GIL, it waits for a worker that waits for the GIL:
+the process hangs.
+
+`track` counts each callback until the worker lets go of it (a weak reference's callback), and
+`drain` waits, with the GIL released, until every tracked callback is gone. `drain` runs at the
+end of a fit and at interpreter exit (``atexit`` handlers run before the interpreter starts
+finalizing).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 30.0
+"""How long `drain` waits for the workers (a process group whose peer died never finishes)."""
+
+_lock = threading.Lock()
+_alive: set[weakref.ref[Callable[..., Any]]] = set()
+_registered = False
+
+
+def track(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """Count ``callback`` as held by a worker thread until its last reference goes; returns it."""
+    global _registered
+
+    def gone(ref: weakref.ref[Callable[..., Any]]) -> None:
+        with _lock:
+            _alive.discard(ref)
+
+    with _lock:
+        _alive.add(weakref.ref(callback, gone))
+        if not _registered:
+            atexit.register(drain)
+            _registered = True
+    return callback
+
+
+def in_flight() -> int:
+    """How many tracked callbacks a worker thread still holds."""
+    with _lock:
+        return len(_alive)
+
+
+def drain(timeout: float = DRAIN_TIMEOUT_S) -> bool:
+    """Wait until the worker threads have let go of every tracked callback.
+
+    Sleeps in short steps, which releases the GIL the workers need. Returns whether they all
+    did within ``timeout`` seconds (if not, a warning says how many are left).
+    """
+    deadline = time.monotonic() + timeout
+    while (left := in_flight()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if left:
+        logger.warning(
+            "%d DDP communication hook callback(s) still held by the process group's threads "
+            "after %.0f s; the process may not exit cleanly",
+            left,
+            timeout,
+        )
+    return not left
