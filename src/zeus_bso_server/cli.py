@@ -89,10 +89,15 @@ def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -
 
 def _migrate_schema(
     settings: Settings, revision: str = "head", *, down: bool = False
-) -> tuple[str | None, str | None]:
-    return _on_database(
-        settings, lambda db: downgrade(db, revision) if down else upgrade(db, revision)
-    )
+) -> tuple[str | None, str | None, list[str]]:
+    """Migrate; returns the revisions before and after, and a downgrade's notices."""
+
+    async def migrate(db: Database) -> tuple[str | None, str | None, list[str]]:
+        if down:
+            return await downgrade(db, revision)
+        return (*await upgrade(db, revision), [])
+
+    return _on_database(settings, migrate)
 
 
 def _database_settings(db: str | None) -> Settings:
@@ -145,7 +150,7 @@ def serve(
         )
         logging.getLogger("alembic").setLevel(logging.WARNING)
         if not no_upgrade:
-            before, after = _migrate_schema(settings)
+            before, after, _ = _migrate_schema(settings)
             if before != after:
                 err.print(
                     f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}",
@@ -255,9 +260,11 @@ def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float =
     )
     try:
         settings = _database_settings(db)
-        before, after = retrying(_migrate_schema, settings, revision, down=down)
+        before, after, notices = retrying(_migrate_schema, settings, revision, down=down)
     except ServerError as error:
         raise _fail(error) from None
+    for notice in notices:
+        err.print(f"note: {notice}", markup=False, highlight=False)
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
 
 

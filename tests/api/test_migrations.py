@@ -26,7 +26,7 @@ from tests.helpers import (
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import upgrade
+from zeus_bso_server.store.migrate import head_revision, upgrade
 
 # Batch size -> reports, mean cost, m2, converged runs, their cost sum, cheapest converged cost.
 STATS_0001: dict[int, tuple[Any, ...]] = {
@@ -268,3 +268,131 @@ def test_downgrading_below_curves_drops_them_and_leaves_a_job_the_older_server_r
     assert "curves" not in kept  # what the server of 0005 reads: BatchSizeStats(**entry)
     assert kept["reports"] == 1
     assert kept["converged_count"] == 1
+
+
+A40_PROFILE = {"gpu_model": "A40", "number_of_gpus": 2, "max_power": 600.0}
+
+
+def _fill_at_head(url: str, tmp_path: Path) -> dict[str, str]:
+    """Jobs as a server at head leaves them: reported and converged runs with curves, an open
+    trial with a run key, and (``two``) a job that ran on two hardware profiles."""
+    ids = {name: unique_id(f"trip{name}") for name in ("curves", "plain", "two")}
+    proc = ServerProcess(url, cwd=tmp_path)
+    try:
+        with proc.client() as http:
+            for name, job_id in ids.items():
+                body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+                body |= {"target_metric": 0.5, "learning_curve_stop": name == "curves"}
+                assert http.post("/jobs", json=body).status_code == 201
+                for recurrence in range(3):
+                    if name == "two" and recurrence == 2:  # the last run on other GPUs
+                        again = http.post("/jobs", json=body | A40_PROFILE)
+                        assert again.status_code == 200, again.text
+                    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+                    for epoch, metric in ((1, 0.3), (2, 0.5 if recurrence != 1 else 0.4)):
+                        seconds = 10.0 * epoch * (1 + recurrence)
+                        report = trial | {"time": seconds, "energy": 30.0 * seconds}
+                        answer = http.post(
+                            "/report", json=report | {"metric": metric, "current_epoch": epoch}
+                        )
+                        assert answer.status_code == 200, answer.text
+                    http.request("PATCH", "/trials", json=trial)
+            params = {"job_id": ids["plain"], "run_key": "relaunch-7"}
+            assert http.get("/jobs/batch_size", params=params).status_code == 200
+    finally:
+        proc.stop()
+    return ids
+
+
+TRIAL_IDENTITY = ("trial_number", "batch_size", "kind", "status", "epochs", "converged", "profile")
+
+
+def _views(url: str, tmp_path: Path, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """What the read API shows of each job that counts for a decision (curves excepted)."""
+    proc = ServerProcess(url, cwd=tmp_path)
+    try:
+        with proc.client() as http:
+            shown = {}
+            for name, job_id in ids.items():
+                view = http.get(f"/api/jobs/{job_id}")
+                assert view.status_code == 200, view.text
+                state = view.json()
+                recommended = state["recommended"]
+                shown[name] = {
+                    "recommended": recommended and recommended["batch_size"],
+                    "expected_cost": recommended and pytest.approx(recommended["expected_cost"]),
+                    "best": (state["best_batch_size"], pytest.approx(state["best_cost"])),
+                    "profiles": state["profiles"],
+                    "trial_count": state["trial_count"],
+                    "by_status": state["trials_by_status"],
+                    "sizes": [
+                        {k: v for k, v in size.items() if k != "curves"}
+                        for size in state["batch_sizes"]
+                    ],
+                    # Below 0003, MySQL keeps times and metrics in single precision.
+                    "trials": [
+                        {k: t[k] for k in TRIAL_IDENTITY} | {"cost": pytest.approx(t["cost"])}
+                        for t in state["trials"]
+                    ],
+                }
+            return shown
+    finally:
+        proc.stop()
+
+
+def _counts(url: str) -> tuple[int, int]:
+    def count(conn: Connection) -> tuple[int, int]:
+        jobs = conn.execute(text("SELECT count(*) FROM jobs")).scalar_one()
+        trials = conn.execute(text("SELECT count(*) FROM trials")).scalar_one()
+        return jobs, trials
+
+    return _run_sql(url, count)  # type: ignore[no-any-return]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_round_trip_down_to_the_first_revision_and_back_loses_no_job_or_trial(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = database_url(backend, tmp_path, request)
+    ids = _fill_at_head(url, tmp_path)
+    before = _views(url, tmp_path, ids)
+    counts = _counts(url)
+    assert counts[1] >= 10
+
+    # A job on two hardware profiles cannot go below 0005: refused, before anything changes.
+    refused = run_cli("db", "downgrade", "0001", "--db", url, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "below revision 0005" in refused.stderr
+    assert ids["two"] in refused.stderr
+    assert "nothing was changed" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    current = run_cli("db", "current", "--db", url, cwd=tmp_path)
+    assert f"current: {head_revision()}" in current.stdout
+    assert _counts(url) == counts
+    assert _views(url, tmp_path, ids) == before
+
+    # Without it, every revision down to the first, one at a time, and back up.
+    proc = ServerProcess(url, cwd=tmp_path)
+    try:
+        gone = httpx.delete(f"{proc.url}/jobs", params={"job_id": ids.pop("two")})
+        assert gone.status_code == 200, gone.text
+    finally:
+        proc.stop()
+    del before["two"]
+    counts = _counts(url)
+    revision = head_revision()
+    while revision != "0001":
+        lower = f"{int(revision) - 1:04d}"
+        down = run_cli("db", "downgrade", lower, "--db", url, cwd=tmp_path)
+        assert down.returncode == 0, down.stderr
+        if lower == "0002" and backend == "mysql":  # converts, and says so
+            assert "note: below revision 0003: MySQL and MariaDB store single" in down.stderr
+        else:
+            assert "note:" not in down.stderr
+        assert _counts(url) == counts, f"rows lost going down to {lower}"
+        revision = lower
+    up = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    assert _counts(url) == counts
+    assert _views(url, tmp_path, ids) == before

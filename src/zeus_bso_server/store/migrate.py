@@ -46,7 +46,7 @@ def _current(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def _migrate(connection: Connection, revision: str, *, down: bool) -> None:
+def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
     """Migrate under a database-wide lock: replicas that upgrade as they start (an init
     container in every pod) take turns, and those after the first find nothing left to do,
     because Alembic reads the current revision only once it holds the lock. On SQLite the
@@ -65,11 +65,66 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> None:
                 f"another process held the schema lock for {_LOCK_WAIT_SECONDS} s; "
                 "is a migration stuck?"
             )
+    notices: list[str] = []
     try:
+        if down:
+            notices = _check_downgrade(connection, config, revision)
         (command.downgrade if down else command.upgrade)(config, revision)
     finally:
         if dialect == "mysql":
             connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _LOCK_NAME})
+    return notices
+
+
+def _revisions_undone(script: ScriptDirectory, current: str | None, target: str) -> list[str]:
+    """The revisions a downgrade from ``current`` to ``target`` undoes, newest first
+    (``target``: a revision, ``base``, or ``-N``; an unknown one undoes nothing here, and
+    Alembic refuses it)."""
+    steps: int | None = None
+    stop: str | None = None
+    if target.startswith("-") and target[1:].isdigit():
+        steps = int(target[1:])
+    elif target != "base":
+        try:
+            found = script.get_revision(target)
+        except Exception:  # Alembic's own error for an unknown revision comes later
+            return []
+        if found is None:
+            return []
+        stop = found.revision
+    undone: list[str] = []
+    while current is not None and current != stop and (steps is None or len(undone) < steps):
+        undone.append(current)
+        down = script.get_revision(current).down_revision
+        current = down if isinstance(down, str) or down is None else down[0]
+    return undone
+
+
+def _check_downgrade(connection: Connection, config: Config, target: str) -> list[str]:
+    """Ask each revision a downgrade would undo whether it can keep the stored data's meaning,
+    before any is undone (on MySQL, DDL commits at once, so a refusal halfway would leave a
+    schema between revisions). A revision module may define ``refuse_downgrade(connection)``
+    (a reason to refuse, or None) and ``downgrade_notice(connection)`` (what the older schema
+    keeps less precisely, or None). Returns the notices.
+
+    Raises:
+        SchemaError: a revision refuses; its words say why and what to do. Nothing changed.
+    """
+    script = ScriptDirectory.from_config(config)
+    notices = []
+    for revision in _revisions_undone(script, _current(connection), target):
+        module = script.get_revision(revision).module
+        refuse = getattr(module, "refuse_downgrade", None)
+        reason = refuse(connection) if refuse is not None else None
+        if reason:
+            raise SchemaError(
+                f"cannot downgrade below revision {revision}: {reason}; nothing was changed"
+            )
+        notice = getattr(module, "downgrade_notice", None)
+        said = notice(connection) if notice is not None else None
+        if said:
+            notices.append(f"below revision {revision}: {said}")
+    return notices
 
 
 async def on_connection(
@@ -80,10 +135,43 @@ async def on_connection(
     start. The driver's errors are not translated: the CLI shows their own words."""
 
     def run() -> T:
-        with db.engine.execution_options(**{WRITE_OPTION: exclusive}).begin() as connection:
-            return work(connection)
+        with db.engine.connect() as connection:
+            connection = connection.execution_options(**{WRITE_OPTION: exclusive})
+            if not (exclusive and connection.dialect.name == "sqlite"):
+                with connection.begin():
+                    return work(connection)
+            return _without_sqlite_foreign_keys(connection, work)
 
     return await anyio.to_thread.run_sync(run)
+
+
+def _without_sqlite_foreign_keys(connection: Connection, work: Callable[[Connection], T]) -> T:
+    """Run schema ``work`` on SQLite with foreign keys off, and check them before committing.
+
+    Alembic's batch mode rebuilds a table (copy, ``DROP TABLE``, rename); with foreign keys on,
+    dropping ``jobs`` deletes every trial (``ON DELETE CASCADE``). The pragma is a no-op inside a
+    transaction, so it is set before ``BEGIN``, on the driver's connection (which runs outside
+    any transaction), and set back afterwards, before the connection returns to the pool.
+
+    Raises:
+        SchemaError: the migrated tables break a foreign key (nothing is committed).
+    """
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    driver.execute("PRAGMA foreign_keys = OFF")
+    try:
+        with connection.begin():
+            result = work(connection)
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+            if broken:
+                raise SchemaError(
+                    f"the migration would leave {len(broken)} row(s) whose foreign key points "
+                    f"nowhere (first: table {broken[0][0]}, row {broken[0][1]}); nothing was "
+                    "changed"
+                )
+        return result
+    finally:
+        driver.execute("PRAGMA foreign_keys = ON")
 
 
 async def current_revision(db: Database) -> str | None:
@@ -99,12 +187,19 @@ async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str
     return before, await current_revision(db)
 
 
-async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None]:
+async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None, list[str]]:
     """Take the database's schema back to ``revision`` (``base``: no schema), keeping the
-    stored data. Returns the revisions before and after."""
+    stored data. Returns the revisions before and after, and what the older schema keeps less
+    precisely (see `_check_downgrade`).
+
+    Raises:
+        SchemaError: the older schema cannot hold some of the data; nothing changed.
+    """
     before = await current_revision(db)
-    await on_connection(db, lambda conn: _migrate(conn, revision, down=True), exclusive=True)
-    return before, await current_revision(db)
+    notices = await on_connection(
+        db, lambda conn: _migrate(conn, revision, down=True), exclusive=True
+    )
+    return before, await current_revision(db), notices
 
 
 async def check_schema(db: Database) -> None:

@@ -93,6 +93,16 @@ def upgrade() -> None:
         )
 
 
+def downgrade_notice(conn: sa.Connection) -> str | None:
+    """What the schema before this revision keeps less precisely on MySQL and MariaDB."""
+    if conn.dialect.name != "mysql":
+        return None
+    return (
+        "MySQL and MariaDB store single-precision numbers: times to within about two minutes "
+        "(leases may expire late), metrics and costs to about seven significant digits"
+    )
+
+
 def downgrade() -> None:
     if _on_mysql():
         _retype(sa.Float(), sa.Double())

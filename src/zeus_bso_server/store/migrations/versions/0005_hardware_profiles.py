@@ -43,6 +43,25 @@ def upgrade() -> None:
         conn.execute(sa.update(trials).where(trials.c.job_id == job_id).values(profile=key))
 
 
+def refuse_downgrade(conn: sa.Connection) -> str | None:
+    """Below 0005 a job has one profile: the statistics of a job that ran on several are kept
+    in its first profile's units, and its trials' profiles would be lost (an upgrade again would
+    put every trial on the last one). Such a downgrade is refused."""
+    jobs = sa.table("jobs", sa.column("job_id", sa.String()), sa.column("profiles", sa.JSON()))
+    found = conn.execute(
+        sa.select(jobs.c.job_id).where(jobs.c.profiles.is_not(None)).order_by(jobs.c.job_id)
+    ).scalars()
+    ids = list(found)
+    if not ids:
+        return None
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return (
+        f"{len(ids)} job(s) ran on more than one hardware profile ({shown}), which the schema "
+        "before 0005 cannot hold without reading their costs in the wrong GPUs' units; delete "
+        "those jobs (zeus-bso jobs delete) or keep revision 0005 or later"
+    )
+
+
 def downgrade() -> None:
     with op.batch_alter_table("trials") as batch:
         batch.drop_column("profile")
