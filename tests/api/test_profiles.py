@@ -193,3 +193,27 @@ def test_a_job_has_at_most_max_profiles_and_one_more_is_refused(http: httpx.Clie
     assert state["job"]["max_power"] == 300.0 + MAX_PROFILES - 1
     assert state["trial_count"] == 0
     assert register(http, job_id, A100, 200)["max_power"] == 300.0  # known ones still are
+
+
+def test_a_near_zero_reading_on_new_gpus_stores_only_finite_numbers(http: httpx.Client) -> None:
+    # The first run on the new GPUs measures an epoch at 1e-300 of the old GPUs' cost; a
+    # later run there reports a real cost. Converted by that ratio it was inf: stored as
+    # Infinity/NaN on SQLite, a 500 on every retry on PostgreSQL.
+    job_id = unique_id("tiny")
+    register(http, job_id, A100 | {"batch_sizes": [64], "default_batch_size": 64}, 201)
+    run(http, ask(http, job_id), epochs=1)
+    register(http, job_id, FOUR_A40 | {"batch_sizes": [64], "default_batch_size": 64}, 200)
+    for power in (1e-300, 1.0):
+        trial = ask(http, job_id)
+        answer = http.post(
+            "/report",
+            json=trial
+            | {"time": 10.0 * power, "energy": 1000.0 * power, "metric": 0.9, "current_epoch": 1},
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["stop_train"]
+    size = view(http, job_id)["batch_sizes"][0]
+    assert size["reports"] == 3
+    assert size["converged"] == 3
+    assert size["mean_cost"] is not None  # a non-finite mean is shown as null
+    assert size["mean_cost"] > 0

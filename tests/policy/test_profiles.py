@@ -246,3 +246,39 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
     assert readings is not None
     # The mean of the two runs' energy and time per epoch (30 J, 1 s and 300 J, 1 s).
     assert readings[("1xA40@300W", 16)] == pytest.approx((165.0, 1.0))
+
+
+def test_a_ratio_beyond_the_plausible_counts_as_unmeasured() -> None:
+    from zeus_bso.policy.profiles import MAX_PROFILE_FACTOR
+
+    costs = {("a", 16): 10.0, ("b", 16): 10.0 * MAX_PROFILE_FACTOR, ("a", 32): 1.0}
+    assert Profiles("a", costs).factor(16, "a", "b") == MAX_PROFILE_FACTOR  # still plausible
+    costs |= {("b", 16): 10.0 * MAX_PROFILE_FACTOR * 1.01, ("b", 32): 1e-300}
+    profiles = Profiles("a", costs)
+    assert profiles.factor(16, "a", "b") == 1.0  # neither measured nor speed ratio usable
+    assert profiles.factor(32, "b", "a") == 1.0
+
+
+def test_a_near_zero_reading_on_new_gpus_leaves_every_statistic_finite() -> None:
+    # The first run on the A40 reports (almost) no energy or time, so its cost of an epoch is
+    # 1e300 times smaller than on the V100; a later run there costs what it should. Converted
+    # by that ratio its cost was inf in the job's statistics (a 500 on PostgreSQL).
+    job = make_job(batch_sizes=[32], default_batch_size=32)
+    memory = InMemoryJob(job)
+    for _ in range(2):
+        trial = memory.next_trial()
+        memory.report(trial, time=10.0, energy=1000.0, metric=1.0, current_epoch=1)
+    memory.register(A40)
+    for reading in (1e-300, 10.0):
+        trial = memory.next_trial()
+        answer = memory.report(
+            trial, time=reading, energy=100.0 * reading, metric=1.0, current_epoch=1
+        )
+        assert answer.cost is not None
+        assert math.isfinite(answer.cost)
+    stats = memory.state.stats[32]
+    assert stats.reports == 4
+    for value in (stats.mean_cost, stats.costs.m2, stats.converged_cost_sum):
+        assert math.isfinite(value), stats
+    assert memory.state.best is not None
+    assert math.isfinite(memory.state.best.cost)

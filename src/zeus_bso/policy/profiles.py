@@ -85,9 +85,17 @@ class Profiles:
         return replace(self, epoch_costs={**self.epoch_costs, key: epoch_cost})
 
 
+MAX_PROFILE_FACTOR = 1e3
+"""The largest ratio of two profiles' costs per epoch that converts costs (and its inverse the
+smallest). Real GPUs differ by far less; a ratio beyond it comes from a broken reading (a
+near-zero energy) and would carry a cost past the largest float (inf, or a 500 on PostgreSQL):
+it counts as unmeasured. With the physical bounds on reports (`zeus_bso.spec`), every converted
+cost and its square stay finite."""
+
+
 def _usable(ratio: float) -> bool:
-    """Whether a ratio of costs can convert costs: positive and finite both ways."""
-    return 0.0 < ratio < math.inf and 0.0 < 1.0 / ratio < math.inf
+    """Whether a ratio of costs can convert costs: within `MAX_PROFILE_FACTOR` both ways."""
+    return 1.0 / MAX_PROFILE_FACTOR <= ratio <= MAX_PROFILE_FACTOR
 
 
 def _usable_or_none(ratio: float) -> float | None:
