@@ -7,7 +7,7 @@ The main thread holds the GIL (a long switch interval, a busy wait) while the al
 completes, so the worker thread is left waiting for the GIL with the hook's callback still to
 run and drop; the program then ends. An object freed while the interpreter finalizes releases
 the GIL (as a library's destructor that blocks does), so a worker still waiting then wakes into
-a finalizing interpreter. ``untracked`` turns off `callbacks_in_flight.track`, to show what
+a finalizing interpreter. ``untracked`` turns off `callbacks_in_flight.then`, to show what
 happens without it.
 """
 
@@ -54,7 +54,7 @@ class _BlocksWhenFreed:
 def main() -> None:
     rank, store, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     if mode == "untracked":
-        callbacks_in_flight.track = lambda callback: callback  # type: ignore[assignment]
+        callbacks_in_flight.then = lambda future, callback: future.then(callback)  # type: ignore[assignment]
     dist.init_process_group(
         "gloo",
         init_method=f"file://{store}",

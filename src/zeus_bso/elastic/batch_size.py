@@ -302,7 +302,7 @@ class ElasticBatchSize:
 
             # The process group's thread runs `mean` and then drops it, which takes the GIL:
             # tracked, so that a fit's end waits for it (see callbacks_in_flight).
-            return work.get_future().then(callbacks_in_flight.track(mean))
+            return callbacks_in_flight.then(work.get_future(), mean)
 
         # DDP checks the hook's annotations against its own types; ours are strings here.
         hook.__annotations__ = {}

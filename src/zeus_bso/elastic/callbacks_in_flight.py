@@ -10,10 +10,12 @@ called without an active exception") after a successful fit. Where the training 
 frees the process group while holding the GIL, it waits for a worker that waits for the GIL:
 the process hangs.
 
-`track` counts each callback until the worker lets go of it (a weak reference's callback), and
-`drain` waits, with the GIL released, until every tracked callback is gone. `drain` runs at the
-end of a fit and at interpreter exit (``atexit`` handlers run before the interpreter starts
-finalizing).
+`then` chains a callback as ``future.then`` does, counting it until the worker lets go of it (a
+weak reference's callback) and keeping the future it returns until then: that future's value
+is a Python object too, and the worker must not be the one to free it. `drain` waits, with the
+GIL released, until every such callback is gone, and then frees the futures on the calling
+thread. It runs at the end of a fit and at interpreter exit (``atexit`` handlers run before the
+interpreter starts finalizing).
 """
 
 from __future__ import annotations
@@ -33,23 +35,39 @@ DRAIN_TIMEOUT_S = 30.0
 
 _lock = threading.Lock()
 _alive: set[weakref.ref[Callable[..., Any]]] = set()
+_children: list[tuple[weakref.ref[Callable[..., Any]], Any]] = []
+"""Each chained future, kept until its callback is gone."""
 _registered = False
 
 
-def track(callback: Callable[..., Any]) -> Callable[..., Any]:
-    """Count ``callback`` as held by a worker thread until its last reference goes; returns it."""
+def then(future: Any, callback: Callable[..., Any]) -> Any:
+    """``future.then(callback)`` (a ``torch.futures.Future``), tracked until the thread that
+    completes ``future`` has let go of ``callback`` and of the returned future."""
     global _registered
+    _forget_finished()
 
     def gone(ref: weakref.ref[Callable[..., Any]]) -> None:
         with _lock:
             _alive.discard(ref)
 
+    ref = weakref.ref(callback, gone)
     with _lock:
-        _alive.add(weakref.ref(callback, gone))
+        _alive.add(ref)
         if not _registered:
             atexit.register(drain)
             _registered = True
-    return callback
+    child = future.then(callback)
+    with _lock:
+        _children.append((ref, child))
+    return child
+
+
+def _forget_finished() -> None:
+    """Drop the futures whose callbacks are gone, on this thread (it may take the GIL)."""
+    with _lock:
+        finished = [entry for entry in _children if entry[0]() is None]
+        _children[:] = [entry for entry in _children if entry[0]() is not None]
+    del finished  # freed here, outside the lock
 
 
 def in_flight() -> int:
@@ -67,6 +85,7 @@ def drain(timeout: float = DRAIN_TIMEOUT_S) -> bool:
     deadline = time.monotonic() + timeout
     while (left := in_flight()) and time.monotonic() < deadline:
         time.sleep(0.001)
+    _forget_finished()
     if left:
         logger.warning(
             "%d DDP communication hook callback(s) still held by the process group's threads "
