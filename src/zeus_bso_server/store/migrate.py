@@ -12,6 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -76,30 +77,6 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
     return notices
 
 
-def _revisions_undone(script: ScriptDirectory, current: str | None, target: str) -> list[str]:
-    """The revisions a downgrade from ``current`` to ``target`` undoes, newest first
-    (``target``: a revision, ``base``, or ``-N``; an unknown one undoes nothing here, and
-    Alembic refuses it)."""
-    steps: int | None = None
-    stop: str | None = None
-    if target.startswith("-") and target[1:].isdigit():
-        steps = int(target[1:])
-    elif target != "base":
-        try:
-            found = script.get_revision(target)
-        except Exception:  # Alembic's own error for an unknown revision comes later
-            return []
-        if found is None:
-            return []
-        stop = found.revision
-    undone: list[str] = []
-    while current is not None and current != stop and (steps is None or len(undone) < steps):
-        undone.append(current)
-        down = script.get_revision(current).down_revision
-        current = down if isinstance(down, str) or down is None else down[0]
-    return undone
-
-
 def _check_downgrade(connection: Connection, config: Config, target: str) -> list[str]:
     """Ask each revision a downgrade would undo whether it can keep the stored data's meaning,
     before any is undone (on MySQL, DDL commits at once, so a refusal halfway would leave a
@@ -111,9 +88,14 @@ def _check_downgrade(connection: Connection, config: Config, target: str) -> lis
         SchemaError: a revision refuses; its words say why and what to do. Nothing changed.
     """
     script = ScriptDirectory.from_config(config)
+    current = _current(connection)
+    try:  # newest first: the revisions the downgrade undoes (target: a revision, base, -N)
+        undone = list(script.iterate_revisions(current, target)) if current else []
+    except RevisionError:
+        return []  # an unknown target: Alembic's downgrade refuses it with its own words
     notices = []
-    for revision in _revisions_undone(script, _current(connection), target):
-        module = script.get_revision(revision).module
+    for script_revision in undone:
+        revision, module = script_revision.revision, script_revision.module
         refuse = getattr(module, "refuse_downgrade", None)
         reason = refuse(connection) if refuse is not None else None
         if reason:
