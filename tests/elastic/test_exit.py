@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import environment_without_settings
+
 pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
 WORKER = Path(__file__).with_name("exit_worker.py")
@@ -26,7 +28,7 @@ def _pair(store: Path) -> list[subprocess.CompletedProcess[str]]:
         subprocess.Popen(
             [sys.executable, str(WORKER), str(rank), str(store), "tracked"],
             cwd=ROOT,
-            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            env=environment_without_settings() | {"PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
