@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from zeus_bso import clean_exit
 from zeus_bso.errors import ZeusBSOError
 
 T = TypeVar("T")
@@ -17,6 +18,7 @@ def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callabl
     framework's broadcast). An error on rank 0 is sent too: rank 0 raises it and every other
     rank raises a `ZeusBSOError` naming it, instead of waiting in the next collective.
     """
+    clean_exit.register_at_exit()  # the broadcast's tensors may outlive it on gloo's threads
     value: Any = None
     error: Exception | None = None
     if is_zero:

@@ -1,14 +1,16 @@
-"""One rank of a two-process gloo group whose process ends right after ElasticBatchSize's DDP
-communication hook handed its callback to a worker thread (started by test_exit.py).
+"""One rank of a two-process gloo group whose process ends while a gloo worker thread still
+holds Python work (started by test_exit.py).
 
-    python tests/elastic/exit_worker.py RANK STORE_FILE tracked|untracked
+    python tests/elastic/exit_worker.py RANK STORE_FILE hook|collective on|off
 
-The main thread holds the GIL (a long switch interval, a busy wait) while the all-reduce
-completes, so the worker thread is left waiting for the GIL with the hook's callback still to
-run and drop; the program then ends. An object freed while the interpreter finalizes releases
-the GIL (as a library's destructor that blocks does), so a worker still waiting then wakes into
-a finalizing interpreter. ``untracked`` turns off `callbacks_in_flight.then`, to show what
-happens without it.
+``hook``: ElasticBatchSize's DDP communication hook has handed its callback to the worker.
+``collective``: an all-reduce whose tensor the caller dropped, which the worker then frees, as
+``broadcast_object_list`` does with its own tensors. The main thread holds the GIL (a long switch
+interval, a busy wait) while the all-reduce completes, so the worker is left waiting for the GIL;
+the program then ends. An object freed while the interpreter finalizes releases the GIL (as a
+library's destructor that blocks does), so a worker still waiting then wakes into a finalizing
+interpreter. ``off`` turns `zeus_bso.clean_exit` and `callbacks_in_flight.then` off, to show
+what happens without them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from zeus_bso import clean_exit
 from zeus_bso.elastic import ElasticBatchSize, callbacks_in_flight
+from zeus_bso.ranks import from_rank_zero
 
 
 class _Bucket:
@@ -46,14 +50,21 @@ class _Model:
         self.hook = hook
 
 
+def _broadcast(value: Any) -> Any:
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 class _BlocksWhenFreed:
     def __del__(self) -> None:
         time.sleep(0.2)  # releases the GIL while the interpreter finalizes
 
 
 def main() -> None:
-    rank, store, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    if mode == "untracked":
+    rank, store, scenario, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    if mode == "off":
+        clean_exit.register_at_exit = lambda: None  # type: ignore[assignment]
         callbacks_in_flight.then = lambda future, callback: future.then(callback)  # type: ignore[assignment]
     dist.init_process_group(
         "gloo",
@@ -62,12 +73,18 @@ def main() -> None:
         world_size=2,
         timeout=timedelta(seconds=60),
     )
-    ebs = ElasticBatchSize(16, min_accumulation=1)
     model = _Model()
-    ebs.attach(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), ddp_model=model)
+    if scenario == "hook":
+        ebs = ElasticBatchSize(16, min_accumulation=1)
+        ebs.attach(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), ddp_model=model)
+    else:  # shares a decision as our callbacks do, which registers clean_exit
+        from_rank_zero(_broadcast, rank == 0, lambda: "go")
     dist.barrier()
     sys.setswitchinterval(1000.0)  # the worker cannot ask the main thread for the GIL
-    model.hook(None, _Bucket(torch.ones(8) * (rank + 1)))
+    if scenario == "hook":
+        model.hook(None, _Bucket(torch.ones(8) * (rank + 1)))
+    else:
+        dist.all_reduce(torch.ones(8) * (rank + 1), async_op=True)  # the tensor is dropped
     until = time.monotonic() + 0.5
     while time.monotonic() < until:  # holds the GIL while the all-reduce completes
         pass

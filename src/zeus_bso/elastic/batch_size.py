@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from zeus_bso import clean_exit
 from zeus_bso.elastic import callbacks_in_flight
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
@@ -279,6 +280,7 @@ class ElasticBatchSize:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             raise ZeusBSOError("attach(ddp_model=...) needs torch.distributed to be initialised")
+        clean_exit.register_at_exit()
         world = dist.get_world_size()
         if world != self.replicas:
             self.update_scale(self.scale, replicas=world)
@@ -315,15 +317,16 @@ class ElasticBatchSize:
             ) from err
         self._ddp = True
 
-    def settle(self, timeout: float = callbacks_in_flight.DRAIN_TIMEOUT_S) -> bool:
-        """Wait until the process group's threads have let go of the DDP hook's callbacks.
+    def settle(self, timeout: float = clean_exit.SETTLE_TIMEOUT_S) -> bool:
+        """Wait until the process group's threads hold no Python work (the DDP hook's
+        callbacks, tensors of finished collectives).
 
         Call it when training ends (`ElasticBatchSizeCallback` does; interpreter exit does it
-        too): a callback still held by a thread of a gloo process group when the interpreter
-        finalizes makes the process abort or hang after a successful run. Returns whether they
-        all went within ``timeout`` seconds.
+        too): such work still held by a gloo thread when the interpreter finalizes makes the
+        process abort or hang after a successful run (see `zeus_bso.clean_exit`). Returns
+        whether the threads went idle within ``timeout`` seconds.
         """
-        return callbacks_in_flight.drain(timeout)
+        return clean_exit.settle(timeout)
 
     def _observe_step(self) -> None:
         if self._ddp:
@@ -389,6 +392,7 @@ def _same_on_every_rank(choice: Choice) -> Choice:
         return choice
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return choice
+    clean_exit.register_at_exit()
     shared: list[Any] = [[choice.local_bsz, choice.accumulation, choice.replicas]]
     dist.broadcast_object_list(shared, src=0)
     local, accumulation, replicas = shared[0]

@@ -14,19 +14,19 @@ the process hangs.
 weak reference's callback) and keeping the future it returns until then: that future's value
 is a Python object too, and the worker must not be the one to free it. `drain` waits, with the
 GIL released, until every such callback is gone, and then frees the futures on the calling
-thread. It runs at the end of a fit and at interpreter exit (``atexit`` handlers run before the
-interpreter starts finalizing).
+thread. It runs at the end of a fit and, through `zeus_bso.clean_exit`, at interpreter exit.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from zeus_bso import clean_exit
 
 logger = logging.getLogger(__name__)
 
@@ -37,25 +37,21 @@ _lock = threading.Lock()
 _alive: set[weakref.ref[Callable[..., Any]]] = set()
 _children: list[tuple[weakref.ref[Callable[..., Any]], Any]] = []
 """Each chained future, kept until its callback is gone."""
-_registered = False
 
 
 def then(future: Any, callback: Callable[..., Any]) -> Any:
     """``future.then(callback)`` (a ``torch.futures.Future``), tracked until the thread that
     completes ``future`` has let go of ``callback`` and of the returned future."""
-    global _registered
     _forget_finished()
 
     def gone(ref: weakref.ref[Callable[..., Any]]) -> None:
         with _lock:
             _alive.discard(ref)
 
+    clean_exit.register_at_exit()  # which waits for these at interpreter exit
     ref = weakref.ref(callback, gone)
     with _lock:
         _alive.add(ref)
-        if not _registered:
-            atexit.register(drain)
-            _registered = True
     child = future.then(callback)
     with _lock:
         _children.append((ref, child))
