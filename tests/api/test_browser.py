@@ -3,16 +3,27 @@ token and real jobs. The browser signs in with HTTP Basic auth (the token as the
 
 from __future__ import annotations
 
+import http.server
+import json
 import math
 import os
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
+from tests.helpers import (
+    ServerProcess,
+    job_body,
+    metric,
+    run_recurrences,
+    sqlite_url,
+    unique_id,
+)
 
 CHROMIUM = (
     os.environ.get("ZEUS_BSO_CHROMIUM")
@@ -252,3 +263,152 @@ def test_the_default_and_the_recommendation_at_one_cost_keep_their_labels_apart(
     assert second is not None
     above, below = sorted((first, second), key=lambda box: box["y"])
     assert above["y"] + above["height"] <= below["y"]
+
+
+ATTACK_PAGE = """<!doctype html>
+<html><head><title>loading</title></head><body>
+<iframe name="sink"></iframe>
+<form id="form" method="POST" enctype="text/plain" action="{target}/jobs" target="sink">
+<input name='{form_head}' value='{form_tail}'>
+</form>
+<script>
+const target = {target_json};
+const waits = [];
+// An image: GET /jobs/batch_size starts a trial and registers a hardware profile.
+waits.push(new Promise((done) => {{
+  const image = new Image();
+  image.onload = image.onerror = done;
+  image.src = target + "/jobs/batch_size?" + new URLSearchParams({profile_query});
+}}));
+// fetch without CORS: an untyped body (a Blob with no type) and a text/plain one.
+for (const [path, body] of [["/jobs", new Blob([{forged_job}])], ["/report", {forged_report}]]) {{
+  waits.push(fetch(target + path, {{method: "POST", mode: "no-cors", credentials: "include",
+                                    body}}).catch(() => null));
+}}
+// A form with a text/plain body, which reads as JSON: name + "=" + value.
+waits.push(new Promise((done) => {{
+  const sink = document.querySelector("iframe");
+  sink.addEventListener("load", done);
+  document.getElementById("form").submit();
+}}));
+Promise.all(waits).then(() => {{ document.title = "done"; }});
+</script>
+</body></html>
+"""
+
+
+class _AttackSite:
+    """A page of another origin (another port of this host), served by a real HTTP server."""
+
+    def __init__(self, html: str) -> None:
+        body = html.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/attack.html"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _refused(api: httpx.Client) -> float:
+    """Requests the server refused with 403 before routing them."""
+    return metric(
+        api.get("/metrics").text, "zeus_bso_http_requests_total", route="unmatched", status="403"
+    )
+
+
+def _attack(page: Page, target: str, victim: str, forged: str) -> None:
+    """Opens another origin's page that tries every request a page can send without a preflight:
+    register a job (form, untyped fetch), start a trial on new GPUs (image), report a
+    near-zero-cost converged run (text/plain fetch)."""
+    job = job_body(forged)
+    text = json.dumps(job)
+    cut = text.index('"job_id": "') + len('"job_id": "') + len(forged) // 2
+    report = {"job_id": victim, "trial_number": 1, "batch_size": 64, "time": 0.001,
+              "energy": 0.001, "metric": 0.99, "current_epoch": 1}  # fmt: skip
+    profile = {"job_id": victim, "gpu_model": "Forged GPU", "number_of_gpus": "1",
+               "max_power": "100"}  # fmt: skip
+    html = ATTACK_PAGE.format(
+        target=target,
+        target_json=json.dumps(target),
+        # The form sends name + "=" + value: the job id gets an "=" in its middle.
+        form_head=text[:cut].replace("'", "&#39;"),
+        form_tail=text[cut:].replace("'", "&#39;"),
+        profile_query=json.dumps(profile),
+        forged_job=json.dumps(json.dumps(job_body(forged + "-blob"))),
+        forged_report=json.dumps(json.dumps(report)),
+    )
+    site = _AttackSite(html)
+    try:
+        page.goto(site.url)
+        playwright_expect(page).to_have_title("done", timeout=15_000)
+    finally:
+        site.close()
+
+
+@pytest.mark.parametrize("signed_in", [True, False], ids=["token-signed-in", "no-token"])
+def test_a_page_of_another_origin_changes_nothing(
+    browser: Browser,
+    server: ServerProcess,
+    api: httpx.Client,
+    tmp_path_factory: pytest.TempPathFactory,
+    signed_in: bool,
+) -> None:
+    """Every request a page of another origin can make a browser send without a preflight, with
+    the dashboard's sign-in attached where there is one: each reaches the server and is refused
+    (403), and nothing is stored. The dashboard, signed in, keeps working."""
+    if signed_in:
+        target, client = server, api
+        # Signed in to the dashboard, the browser attaches the sign-in to later requests to the
+        # server by itself, those another site's page makes it send included.
+        context = browser.new_context(http_credentials={"username": "me", "password": TOKEN})
+        signed = context.new_page().goto(server.url + "/dashboard")
+        assert signed is not None
+        assert signed.status == 200
+    else:
+        target = ServerProcess(
+            sqlite_url(tmp_path_factory.mktemp("open") / "bso.db"),
+            cwd=tmp_path_factory.getbasetemp(),
+        )
+        client = httpx.Client(base_url=target.url, timeout=30.0)
+        context = browser.new_context()
+    try:
+        victim = unique_id("victim")
+        assert client.post("/jobs", json=job_body(victim)).status_code == 201
+        assert client.get("/jobs/batch_size", params={"job_id": victim}).status_code == 200
+        before = client.get(f"/api/jobs/{victim}").json()
+        refused = _refused(client)
+        forged = unique_id("forged")
+        page = context.new_page()
+        _attack(page, target.url, victim, forged)
+        # All four requests arrived and were refused (polled: a no-cors answer is opaque).
+        deadline = time.monotonic() + 10
+        while _refused(client) < refused + 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _refused(client) == refused + 4
+        assert client.get(f"/api/jobs/{victim}").json() == before
+        listed = {job["job_id"] for job in client.get("/api/jobs", params={"limit": 1000}).json()}
+        assert not {job_id for job_id in listed if job_id.startswith(forged)}
+        if signed_in:
+            shown = page.goto(server.url + f"/dashboard/jobs/{victim}")
+            assert shown is not None
+            assert shown.status == 200
+            playwright_expect(page.locator("h1")).to_have_text(victim)
+    finally:
+        context.close()
+        if not signed_in:
+            client.close()
+            target.stop()

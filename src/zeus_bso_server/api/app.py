@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from zeus_bso import __version__
 from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
+from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.routes_compat import router as compat_router
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
@@ -68,5 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
     if resolved.token is not None:
         app.add_middleware(TokenMiddleware, token=resolved.token.get_secret_value())
+    # Before the token: a forged request is refused whether or not the browser attached
+    # credentials.
+    app.add_middleware(CrossSiteMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app

@@ -1,8 +1,11 @@
 """Token authentication for every route but the health checks (ASGI middleware).
 
-Programs send ``Authorization: Bearer <token>``. A browser cannot, so the dashboard also takes
-HTTP Basic auth with the token as the password (any user name): its 401 asks the browser for
-them.
+Programs send ``Authorization: Bearer <token>``. A browser cannot, so the dashboard's pages also
+take HTTP Basic auth with the token as the password (any user name): their 401 asks the browser
+for them. Only the pages: a browser re-sends Basic credentials by itself, with requests that a page
+of another site makes it send (an ``<img src>``), so Basic credentials open nothing that reads
+jobs for a program or changes state. A bearer token is never sent without a script asking, and a
+script of another origin cannot ask for it without a CORS preflight, which this server refuses.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ class TokenMiddleware:
         self.app = app
         self._token = token.encode()
 
-    def _authorized(self, given: bytes) -> bool:
+    def _authorized(self, given: bytes, page: bool) -> bool:
         # The scheme is case-insensitive (RFC 9110, section 11.1): "bearer" is "Bearer".
         scheme, _, credentials = given.partition(b" ")
         scheme = scheme.lower()
         if scheme == b"bearer":
             return secrets.compare_digest(credentials.strip(b" "), self._token)
-        if scheme != b"basic":
+        if scheme != b"basic" or not page:
             return False
         try:
             decoded = base64.b64decode(credentials.strip(), validate=True)
@@ -50,16 +53,19 @@ class TokenMiddleware:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if self._authorized(given):
+        page = _is_page(path)
+        if self._authorized(given, page):
             await self.app(scope, receive, send)
             return
-        if _is_page(path):
+        if page:
             challenge = b'Basic realm="zeus-bso", charset="UTF-8"'
             hint = "sign in with the server's token as the password"
         else:
             challenge = b"Bearer"
             hint = "send 'Authorization: Bearer <token>'"
         problem = "missing token" if not given else "invalid token"
+        if given[:6].lower() == b"basic " and not page:
+            problem = "Basic credentials are taken by the dashboard's pages only"
         body = json.dumps({"message": f"{problem}: {hint}"}).encode()
         await send(
             {
