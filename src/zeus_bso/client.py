@@ -41,6 +41,7 @@ from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
     DispatchedTrial,
+    GpuConfig,
     JobSpec,
     JobSpecFromClient,
     ReportResponse,
@@ -108,17 +109,20 @@ class BatchSizeOptimizer:
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         retry_seconds: float = 30.0,
         run_key: str | None = None,
+        gpus: GpuConfig | None = None,
     ) -> None:
         self.rank = rank
         self.run_key = run_key if run_key is not None else run_key_from_environment()
         """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
+        if gpus is None:
+            gpus = GpuConfig(
+                max_power=self.meter.max_power,
+                number_of_gpus=self.meter.device_count,
+                gpu_model=self.meter.device_model,
+            )
         spec = JobSpecFromClient(
-            **job.model_dump(exclude={"job_id"}),
-            job_id=job.job_id,
-            max_power=self.meter.max_power,
-            number_of_gpus=self.meter.device_count,
-            gpu_model=self.meter.device_model,
+            **job.model_dump(exclude={"job_id"}), job_id=job.job_id, **gpus.model_dump()
         )
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})

@@ -12,6 +12,8 @@
     │   └── RouteMissingError         the server has no such route (e.g. upstream Zeus's)
     ├── OperationOrderError           BatchSizeOptimizer methods called out of order (client.py)
     ├── EnergyMeterError              a meter cannot measure here (energy/base.py)
+    │   ├── MixedGpuModelsError       the run's GPUs are of more than one model
+    │   └── UnmeasurableDeviceError   the device has no reading of its own (a MIG slice)
     └── TraceError                    unknown workload or GPU in the simulator (sim/trace.py)
 """
 

@@ -4,9 +4,9 @@ When a fit starts (``on_fit_start``, after a checkpoint's state is restored and 
 DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
 model, its hparams or the datamodule (``batch_arg_name``). After every validation of the fit
 (sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
-all ranks and the monitored metric, and every rank stops when the server says so. An error on
-rank 0 (an unreachable server, a metric that was not logged) is raised on every rank. A fit
-resumed from a checkpoint continues the same trial.
+the run (every rank's GPUs, each GPU once) and the monitored metric, and every rank stops when
+the server says so. An error on rank 0 (an unreachable server, a metric that was not logged) is
+raised on every rank. A fit resumed from a checkpoint continues the same trial.
 
 The bookkeeping (trial, epochs, time and energy, checkpoint) is `zeus_bso.progress`'s; this
 module maps Lightning's hooks onto it.
@@ -20,6 +20,7 @@ from typing import Any
 from typing_extensions import override
 
 from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.progress import TrialProgress
@@ -115,10 +116,12 @@ class ZeusBSOCallback(pl.Callback):
         # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
         # with Lightning's BatchSizeFinder).
         assert self._meter is not None
+        # Every rank's GPUs, each once: the job's GPU count and power are the whole run's.
+        gpus = gpus_of_the_run(self._meter)
 
         def trial_of_this_run() -> dict[str, Any]:
             self.optimizer = BatchSizeOptimizer(
-                self.server_url, self.job, energy_meter=self._meter, token=self.token
+                self.server_url, self.job, energy_meter=self._meter, token=self.token, gpus=gpus
             )
             if self._restored is not None:
                 self.optimizer.resume(self._restored)
@@ -156,8 +159,8 @@ class ZeusBSOCallback(pl.Callback):
         progress = self.progress
         if trainer.sanity_checking or not self._fitting(trainer) or progress is None:
             return
-        # Every rank's own energy, added up (each rank measures the GPUs it trains on).
-        total = float(trainer.strategy.reduce(_tensor(progress.energy()), reduce_op="sum"))
+        # Every rank's readings, each GPU once (ranks of one node may all see every GPU).
+        total = energy_of_the_run(progress)
 
         def report() -> bool:
             assert self.optimizer is not None
@@ -214,9 +217,3 @@ class ZeusBSOCallback(pl.Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict) if state_dict.get("trial") else None
-
-
-def _tensor(value: float) -> Any:
-    import torch
-
-    return torch.tensor(value, dtype=torch.float64)

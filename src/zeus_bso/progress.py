@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from zeus_bso.energy import EnergyMeter
+from zeus_bso.energy.devices import readings_of
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import TrialId
 
@@ -29,6 +30,7 @@ class TrialProgress:
         self._began = False
         self._start_time = 0.0
         self._start_energy = 0.0
+        self._start_readings: dict[str, float] = {}
         self._time_before = 0.0
         self._energy_before = 0.0
         self._last_report: tuple[float, float] | None = None
@@ -39,7 +41,8 @@ class TrialProgress:
             return
         self._began = True
         self._start_time = time.monotonic()
-        self._start_energy = self.meter.energy()
+        self._start_readings = readings_of(self.meter)
+        self._start_energy = sum(self._start_readings.values())
 
     def time(self) -> float:
         """Seconds of training since the run began (before a restart included)."""
@@ -51,6 +54,18 @@ class TrialProgress:
         resumed from a checkpoint, the energy the checkpoint saved)."""
         now = self.meter.energy() - self._start_energy if self._began else 0.0
         return self._energy_before + now
+
+    def readings(self) -> dict[str, float]:
+        """Joules per device since the run began (`zeus_bso.energy.devices`), and under
+        ``"checkpoint"`` the energy a checkpoint this process resumed from saved. A distributed
+        run adds up every rank's, each device once (`zeus_bso.distributed.energy_of_the_run`)."""
+        readings: dict[str, float] = {}
+        if self._energy_before:
+            readings["checkpoint"] = self._energy_before
+        if self._began:
+            for key, joules in readings_of(self.meter).items():
+                readings[key] = joules - self._start_readings.get(key, 0.0)
+        return readings
 
     def epoch_done(self) -> int:
         """Count one more epoch; returns the run's epoch count."""

@@ -101,6 +101,8 @@ def train(
     batch_size: int | None = None,
     save: bool = False,
     resume: Path | None = None,
+    ahead: list[Any] | None = None,
+    **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
     model = tiny_bert()
@@ -117,6 +119,7 @@ def train(
         batch_size or callback.batch_size,
         epochs,
         save_strategy="epoch" if save or resume else "no",
+        **options,
     )
     trainer = transformers.Trainer(
         model=model,
@@ -124,7 +127,7 @@ def train(
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),
         compute_metrics=accuracy,
-        callbacks=[callback, spy],
+        callbacks=[*(ahead or []), callback, spy],
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
@@ -172,6 +175,46 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     # One logged cost per report, the last the server's stored cost of the trial.
     assert [len(costs) for costs in logged] == [t["epochs"] for t in trials]
     assert [costs[-1] for costs in logged] == [t["cost"] for t in trials]
+
+
+class LogRecorder(transformers.TrainerCallback):  # type: ignore[misc]
+    """Logs what the Trainer hands its callbacks' ``on_log``, as the ``report_to`` integrations
+    (W&B, MLflow, TensorBoard) do; like them, it comes before the callbacks given after it."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, float]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+        self.logs.append(dict(logs or {}))
+
+
+def test_the_cost_reaches_the_logging_integrations_ahead_of_the_callback(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = job(unique_id("hflog"), target=0.999)
+    recorder = LogRecorder()
+    callback = train(server.url, spec, tmp_path, epochs=3, ahead=[recorder])
+    evaluations = [logs for logs in recorder.logs if "eval_accuracy" in logs]
+    during = evaluations[:-1]  # the last one is the evaluation after training
+    assert len(during) == 3
+    costs = [e["bso/cost"] for e in callback.log_history if "bso/cost" in e]  # type: ignore[attr-defined]
+    assert [logs["bso_cost"] for logs in during] == costs
+    assert all(logs["bso_energy_j"] > 0 for logs in during)
+    assert "bso_cost" not in evaluations[-1]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert costs[-1] == trial["cost"]
+
+
+def test_auto_find_batch_size_is_refused(server: ServerProcess, tmp_path: Path) -> None:
+    """It would shrink the batch size under the trial, which records the server's."""
+    spec = job(unique_id("hfauto"), target=0.99)
+    with pytest.raises(ZeusBSOError, match="auto_find_batch_size"):
+        train(server.url, spec, tmp_path, epochs=1, auto_find_batch_size=True)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] is None  # nothing trained, nothing reported
+    assert trial["status"] != "failed"  # not the batch size's fault
 
 
 def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:

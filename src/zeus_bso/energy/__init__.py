@@ -4,16 +4,27 @@ All share `EnergyMeter`; `auto_meter` picks the first that works here.
 """
 
 from zeus_bso.energy.auto import auto_meter
-from zeus_bso.energy.base import EnergyMeter, EnergyMeterError
+from zeus_bso.energy.base import (
+    EnergyMeter,
+    EnergyMeterError,
+    MixedGpuModelsError,
+    UnmeasurableDeviceError,
+)
+from zeus_bso.energy.devices import Device, run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
 
 __all__ = [
+    "Device",
     "EnergyMeter",
     "EnergyMeterError",
     "EstimateMeter",
+    "MixedGpuModelsError",
     "NVMLMeter",
     "RAPLMeter",
+    "UnmeasurableDeviceError",
     "auto_meter",
+    "run_energy",
+    "run_gpus",
 ]

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from zeus_bso.energy.base import EnergyMeter, EnergyMeterError
+from zeus_bso.energy.base import (
+    EnergyMeter,
+    EnergyMeterError,
+    MixedGpuModelsError,
+    UnmeasurableDeviceError,
+)
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
@@ -17,15 +22,15 @@ def auto_meter(
 ) -> EnergyMeter:
     """The first meter that works here: NVML on NVIDIA GPUs, RAPL on the CPU, else an estimate.
 
-    Mixed GPU models are an error, not a reason to fall back.
+    Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
     reasons = []
     for make in (lambda: NVMLMeter(gpu_indices), RAPLMeter):
         try:
             meter: EnergyMeter = make()
+        except (MixedGpuModelsError, UnmeasurableDeviceError):
+            raise
         except EnergyMeterError as err:
-            if "different models" in str(err):
-                raise
             reasons.append(str(err))
             continue
         logger.info("measuring energy with %s (%s)", meter.name, meter.device_model)

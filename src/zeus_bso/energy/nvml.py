@@ -1,7 +1,8 @@
 """NVIDIA GPU energy through NVML (the ``nvidia-ml-py`` package).
 
 The total-energy counter is used where the GPU has one (Volta and newer); otherwise a thread
-samples power and integrates it. Only the GPUs this process trains on are measured.
+samples power and integrates it. The GPUs measured are those ``CUDA_VISIBLE_DEVICES`` leaves
+visible (indices or UUIDs, as CUDA reads it), or the NVML indices given.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import threading
 import time
 from typing import Any
 
-from zeus_bso.energy.base import EnergyMeterError
+from zeus_bso.energy.base import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
+from zeus_bso.energy.devices import Device
 
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"
 
@@ -24,19 +26,59 @@ def _pynvml() -> Any:
     return pynvml
 
 
+def _text(value: Any) -> str:
+    """NVML strings: ``str`` from nvidia-ml-py 11.5 on, ``bytes`` before."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def visible_gpu_indices() -> list[int] | None:
-    """NVML indices of ``CUDA_VISIBLE_DEVICES`` when it lists indices (``None``: all GPUs)."""
+    """NVML indices of ``CUDA_VISIBLE_DEVICES`` when it lists indices only (``None``: not set,
+    or it names GPUs by UUID; `NVMLMeter` resolves those)."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None or not value.strip():
         return None
     try:
         return [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        return None  # UUIDs or MIG names: measure what NVML shows
+        return None
+
+
+def _visible_handles(nvml: Any) -> list[Any]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, as CUDA reads it: indices, or UUIDs
+    (``GPU-...``, a unique prefix is enough), up to the first entry that names no GPU; all GPUs
+    when it is not set. A MIG slice (``MIG-...``) is an `UnmeasurableDeviceError`."""
+    count = nvml.nvmlDeviceGetCount()
+    every = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return every
+    uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in every]
+    chosen: list[Any] = []
+    for entry in (e.strip() for e in value.split(",")):
+        if entry.startswith("MIG-"):
+            raise UnmeasurableDeviceError(
+                f"CUDA_VISIBLE_DEVICES names a MIG slice ({entry}); NVML has no energy reading "
+                "of a slice, only of the whole GPU, which other jobs share. Measure the whole "
+                "GPU knowingly (energy_meter=NVMLMeter(gpu_indices=[<its index>])) or pass "
+                "energy_meter=EstimateMeter(<watts>)"
+            )
+        if entry.lstrip("-").isdigit():
+            index = int(entry)
+            if not 0 <= index < count:
+                break
+            chosen.append(every[index])
+            continue
+        matches = [i for i, uuid in enumerate(uuids) if entry and uuid.startswith(entry)]
+        if len(matches) != 1:
+            break  # CUDA ignores this entry and every one after it
+        chosen.append(every[matches[0]])
+    return chosen
 
 
 class NVMLMeter:
-    """Energy of the given GPUs (NVML indices; default: the visible ones)."""
+    """Energy of the given GPUs (NVML indices; default: those ``CUDA_VISIBLE_DEVICES`` leaves
+    visible, by index or UUID). Its devices are named by GPU UUID (`devices`, `readings`), so a
+    run whose ranks see the same GPUs counts each once."""
 
     name = "nvml"
     is_estimate = False
@@ -49,29 +91,31 @@ class NVMLMeter:
             raise EnergyMeterError(f"NVML is not available here: {err}") from err
         self._nvml = nvml
         try:
-            indices = gpu_indices or visible_gpu_indices()
-            if indices is None:
-                indices = list(range(nvml.nvmlDeviceGetCount()))
-            if not indices:
-                raise EnergyMeterError("NVML sees no GPU")
-            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-            models = {str(nvml.nvmlDeviceGetName(h)) for h in self._handles}
-            if len(models) > 1:
-                raise EnergyMeterError(
-                    f"the GPUs {indices} are of different models {sorted(models)}; train on one "
-                    "model (set CUDA_VISIBLE_DEVICES) so that one batch size fits them all"
-                )
-            self.device_model = models.pop()
-            self.device_count = len(self._handles)
+            if gpu_indices:
+                self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
+            else:
+                self._handles = _visible_handles(nvml)
+            if not self._handles:
+                raise EnergyMeterError("NVML sees no GPU (or CUDA_VISIBLE_DEVICES names none)")
+            names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+            if len(set(names)) > 1:
+                raise MixedGpuModelsError(sorted(set(names)), "the GPUs this process sees")
             limits = [
-                nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[1] for h in self._handles
+                nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[1] / 1000.0
+                for h in self._handles
             ]
-            self.max_power = sum(limits) / 1000.0
+            self.devices = [
+                Device(_text(nvml.nvmlDeviceGetUUID(h)), name, limit)
+                for h, name, limit in zip(self._handles, names, limits, strict=True)
+            ]
+            self.device_model = names[0]
+            self.device_count = len(self._handles)
+            self.max_power = sum(limits)
             self._counter = all(self._has_counter(h) for h in self._handles)
             self._start_mj = [self._counter_mj(h) for h in self._handles] if self._counter else []
         except nvml.NVMLError as err:
             raise EnergyMeterError(f"NVML query failed: {err}") from err
-        self._sampled_j = 0.0
+        self._sampled_j = [0.0] * len(self._handles)
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         if not self._counter:
@@ -95,10 +139,11 @@ class NVMLMeter:
         while not self._stop.wait(interval):
             now = time.monotonic()
             try:
-                watts = sum(self._nvml.nvmlDeviceGetPowerUsage(h) for h in self._handles) / 1000
+                watts = [self._nvml.nvmlDeviceGetPowerUsage(h) / 1000 for h in self._handles]
             except self._nvml.NVMLError:
                 continue
-            self._sampled_j += watts * (now - last)
+            for i, w in enumerate(watts):
+                self._sampled_j[i] += w * (now - last)
             last = now
 
     @property
@@ -106,12 +151,18 @@ class NVMLMeter:
         """Whether the GPUs' total-energy counter is used (else sampled power)."""
         return self._counter
 
+    def readings(self) -> dict[str, float]:
+        """Joules since the meter was created, per GPU UUID."""
+        if not self._counter:
+            joules = list(self._sampled_j)
+        else:
+            now = [self._counter_mj(h) for h in self._handles]
+            joules = [(n - s) / 1000.0 for n, s in zip(now, self._start_mj, strict=True)]
+        return {d.key: j for d, j in zip(self.devices, joules, strict=True)}
+
     def energy(self) -> float:
         """Joules since the meter was created, over its GPUs."""
-        if not self._counter:
-            return self._sampled_j
-        now = [self._counter_mj(h) for h in self._handles]
-        return sum(n - s for n, s in zip(now, self._start_mj, strict=True)) / 1000.0
+        return sum(self.readings().values())
 
     def close(self) -> None:
         """Stop sampling."""

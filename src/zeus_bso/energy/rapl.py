@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from zeus_bso.energy.base import EnergyMeterError
+from zeus_bso.energy.devices import Device
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -52,10 +54,24 @@ class RAPLMeter:
                 limit = domain.path / "constraint_0_power_limit_uw"
             limits.append(int(limit.read_text()) / 1e6 if limit.exists() else 0.0)
         self.max_power = sum(limits) or 100.0 * self.device_count
+        # Every process of this host reads the same packages: named by host and domain.
+        host = socket.gethostname()
+        share = self.max_power / self.device_count
+        self.devices = [
+            Device(f"rapl@{host}:{d.path.name}", self.device_model, limit or share)
+            for d, limit in zip(self._domains, limits, strict=True)
+        ]
+
+    def readings(self) -> dict[str, float]:
+        """Joules since the meter was created, per package."""
+        return {
+            device.key: domain.read_uj() / 1e6
+            for device, domain in zip(self.devices, self._domains, strict=True)
+        }
 
     def energy(self) -> float:
         """Joules since the meter was created, over all packages."""
-        return sum(d.read_uj() for d in self._domains) / 1e6
+        return sum(self.readings().values())
 
     def close(self) -> None:
         """Nothing to release."""

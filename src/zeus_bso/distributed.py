@@ -1,0 +1,64 @@
+"""The object collectives the training side needs, over ``torch.distributed`` when a process
+group is initialised, and the identity in a single process.
+
+Object collectives pickle their value into a tensor on the process group's device (the current
+CUDA device under NCCL, the CPU under gloo), so they work under every backend; the callbacks
+use them rather than reducing a CPU tensor, which NCCL rejects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from zeus_bso import clean_exit
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.energy.devices import devices_of, run_energy, run_gpus
+from zeus_bso.progress import TrialProgress
+from zeus_bso.spec import GpuConfig
+
+T = TypeVar("T")
+
+
+def torch_distributed() -> Any | None:
+    """``torch.distributed`` when a process group is initialised here, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def broadcast_object(value: T) -> T:
+    """Rank 0's ``value`` on every rank."""
+    dist = torch_distributed()
+    if dist is None:
+        return value
+    clean_exit.register_at_exit()  # the collective's tensors may outlive it on gloo's threads
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[no-any-return]
+
+
+def all_gather_object(value: T) -> list[T]:
+    """Every rank's ``value``, in rank order, on every rank."""
+    dist = torch_distributed()
+    if dist is None:
+        return [value]
+    clean_exit.register_at_exit()
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
+    """The GPUs of the whole run (every rank, every node), each once. Every rank must call it.
+
+    Raises:
+        MixedGpuModelsError: on every rank alike, when the run's GPUs are of several models.
+    """
+    return run_gpus(all_gather_object(devices_of(meter)))
+
+
+def energy_of_the_run(progress: TrialProgress) -> float:
+    """Joules of the whole run since training began, each device once. Every rank must call it."""
+    return run_energy(all_gather_object(progress.readings()))

@@ -1,0 +1,162 @@
+"""Devices named alike in every process: which GPUs a process measures (``CUDA_VISIBLE_DEVICES`` by
+index, UUID or MIG name), and how a run counts each device once over its ranks.
+
+NVML is the test double in ``tests/gpu_double`` (nvidia-ml-py's API, GPUs described by the test);
+``tests/integrations/test_topology.py`` runs real multi-process fits over it, and
+``tests/energy/test_meters.py`` reads a real GPU where there is one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zeus_bso.energy import (
+    Device,
+    EnergyMeterError,
+    EstimateMeter,
+    MixedGpuModelsError,
+    NVMLMeter,
+    UnmeasurableDeviceError,
+    auto_meter,
+    run_energy,
+    run_gpus,
+)
+from zeus_bso.energy.devices import devices_of, readings_of
+
+DOUBLE = Path(__file__).resolve().parents[1] / "gpu_double" / "pynvml.py"
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def gpus(*watts: float, name: str = A100, counter: bool = True) -> list[dict[str, Any]]:
+    return [
+        {"uuid": f"GPU-{i}{i}{i}{i}aaaa-0000-0000-0000-00000000000{i}", "name": name,
+         "watts": w, "limit_w": 400, "counter": counter}
+        for i, w in enumerate(watts)
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The double as ``pynvml`` for this test; describe GPUs with ``nvml.describe(...)``."""
+    spec = importlib.util.spec_from_file_location("pynvml", DOUBLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def describe(described: list[dict[str, Any]]) -> None:
+        monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps(described))
+
+    module.describe = describe
+    return module
+
+
+def test_a_run_counts_each_device_once_and_adds_up_the_power_of_all_its_nodes() -> None:
+    a = Device("GPU-a", A100, 400.0)
+    b = Device("GPU-b", A100, 400.0)
+    c = Device("GPU-c", A100, 300.0)
+    # One node, two ranks that both see both GPUs; another node with one GPU.
+    gpus_of_run = run_gpus([[a, b], [a, b], [c]])
+    assert (gpus_of_run.number_of_gpus, gpus_of_run.max_power) == (3, 1100.0)
+    assert gpus_of_run.gpu_model == A100
+    # Each device's joules once: the lowest rank's reading.
+    assert run_energy([{"GPU-a": 10.0, "GPU-b": 20.0}, {"GPU-a": 11.0, "GPU-b": 21.0}]) == 30.0
+    assert run_energy([{"GPU-a": 10.0}, {"GPU-b": 20.0}, {"checkpoint": 5.0}]) == 35.0
+
+
+def test_mixed_models_over_the_run_are_refused_by_type() -> None:
+    a = Device("GPU-a", A100, 400.0)
+    h = Device("GPU-h", "NVIDIA H100 80GB HBM3", 700.0)
+    with pytest.raises(MixedGpuModelsError) as caught:
+        run_gpus([[a], [h]])
+    assert caught.value.models == [A100, "NVIDIA H100 80GB HBM3"]
+    assert isinstance(caught.value, EnergyMeterError)
+
+
+def test_a_meter_that_names_no_devices_counts_once_per_process() -> None:
+    meter = EstimateMeter(100.0)
+    (device,) = devices_of(meter)
+    assert device.key.startswith("estimate@")
+    assert (device.model, device.max_power) == ("estimate", 100.0)
+    assert list(readings_of(meter)) == [device.key]
+
+
+def test_every_visible_gpu_is_named_by_its_uuid_and_read_from_its_counter(nvml: Any) -> None:
+    nvml.describe(gpus(100, 50))
+    meter = NVMLMeter()
+    assert [d.key for d in meter.devices] == [g["uuid"] for g in gpus(100, 50)]
+    assert (meter.device_count, meter.max_power, meter.device_model) == (2, 800.0, A100)
+    assert meter.uses_energy_counter
+    time.sleep(0.2)
+    first, second = meter.readings().values()
+    assert first == pytest.approx(2 * second, rel=0.05)  # 100 W against 50 W
+    assert meter.energy() == pytest.approx(first + second, rel=0.01)
+
+
+def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:
+    nvml.describe(gpus(100, 50, counter=False))
+    meter = NVMLMeter(sample_interval=0.01)
+    try:
+        assert not meter.uses_energy_counter
+        time.sleep(0.3)
+        first, second = meter.readings().values()
+    finally:
+        meter.close()
+    assert first == pytest.approx(2 * second, rel=0.1)
+    assert first == pytest.approx(100 * 0.3, rel=0.35)
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [
+        ("1", [1]),
+        ("1,0", [1, 0]),
+        ("GPU-2222aaaa-0000-0000-0000-000000000002,GPU-0000", [2, 0]),  # a unique prefix does
+        ("0,7,1", [0]),  # CUDA ignores the entry that names no GPU and every one after it
+        ("GPU-", []),  # a prefix of every UUID names none
+    ],
+)
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(
+    nvml: Any, monkeypatch: pytest.MonkeyPatch, visible: str, expected: list[int]
+) -> None:
+    described = gpus(100, 100, 100)
+    nvml.describe(described)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if not expected:
+        with pytest.raises(EnergyMeterError, match="names none"):
+            NVMLMeter()
+        return
+    meter = NVMLMeter()
+    assert [d.key for d in meter.devices] == [described[i]["uuid"] for i in expected]
+
+
+def test_a_mig_slice_is_a_clear_error_not_the_whole_gpu(
+    nvml: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml.describe(gpus(100))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f3c1a2b-0000-5000-8000-000000000000")
+    with pytest.raises(UnmeasurableDeviceError, match="MIG slice"):
+        NVMLMeter()
+    with pytest.raises(UnmeasurableDeviceError):
+        auto_meter()  # not a reason to fall back to another meter: the choice is the user's
+    whole = NVMLMeter(gpu_indices=[0])  # measuring the whole GPU, knowingly
+    assert whole.device_count == 1
+
+
+def test_mixed_models_in_one_process_are_refused_by_type_and_not_fallen_back_from(
+    nvml: Any,
+) -> None:
+    described = gpus(100, 100)
+    described[1]["name"] = "Tesla V100-SXM2-32GB"
+    nvml.describe(described)
+    with pytest.raises(MixedGpuModelsError):
+        auto_meter()

@@ -1,0 +1,167 @@
+"""GPU energy, count and power on every topology: real multi-process fits (gloo on the CPU) with
+the callbacks' default meter, NVML, over the test double of ``tests/gpu_double``. Its GPUs draw
+100 W each, always, and every process reads one GPU's counter alike, so the energy a run reports
+is 100 W x its time for each GPU it trains on, counted once however many ranks see it.
+
+The double stands in for the hardware only; ``benchmarks/gpu_check.py`` checks the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="the topology tests need torch (pip install torch)")
+pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+from tests.helpers import ServerProcess, sqlite_url, unique_id
+from tests.ports import free_port
+from zeus_bso.server_client import ServerClient
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+A100 = "NVIDIA A100-SXM4-40GB"
+WATTS = 100.0
+LIMIT_W = 400.0
+
+
+def gpu(index: int, name: str = A100) -> dict[str, Any]:
+    return {"uuid": f"GPU-{index:08x}-1111-2222-3333-444444444444", "name": name,
+            "watts": WATTS, "limit_w": LIMIT_W}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("topology")
+    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
+    yield proc
+    proc.stop()
+
+
+def environment(gpus: list[dict[str, Any]], **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "gpu_double"), str(ROOT)]),
+        "OMP_NUM_THREADS": "1",
+        "ZEUS_BSO_TEST_GPUS": json.dumps(gpus),
+        **extra,
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def run(command: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            "--nnodes=1", f"--master_port={free_port()}"]  # fmt: skip
+
+
+def lightning_worker(server: ServerProcess, job_id: str, out: Path, *args: str) -> list[str]:
+    worker = str(HERE / "lightning_topology_worker.py")
+    return [worker, server.url, job_id, str(out), *args]
+
+
+def recorded(server: ServerProcess, job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job as registered, and its one trial."""
+    with ServerClient(server.url) as client:
+        state = client.job_state(job_id)
+    (trial,) = state["trials"]
+    return state["job"], trial
+
+
+def assert_counted_once(job: dict[str, Any], trial: dict[str, Any], gpus: int) -> None:
+    assert (job["number_of_gpus"], job["gpu_model"]) == (gpus, A100)
+    assert job["max_power"] == pytest.approx(gpus * LIMIT_W)
+    assert trial["status"] == "reported"
+    # Each GPU's energy once: gpus x 100 W over the measured time (N x that if counted per rank).
+    assert trial["energy"] / trial["time"] == pytest.approx(gpus * WATTS, rel=0.1)
+
+
+def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    job_id = unique_id("launcher")
+    command = [sys.executable, *lightning_worker(server, job_id, tmp_path, "2", "1")]
+    run(command, environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port())))
+    assert_counted_once(*recorded(server, job_id), gpus=2)
+
+
+@pytest.mark.parametrize("narrow", [False, True], ids=["both-visible", "one-gpu-a-process"])
+def test_torchrun_on_one_node_with_two_gpus(
+    server: ServerProcess, tmp_path: Path, narrow: bool
+) -> None:
+    job_id = unique_id("torchrun")
+    args = ["2", "1", *(["narrow"] if narrow else [])]
+    command = [*torchrun(2), *lightning_worker(server, job_id, tmp_path, *args)]
+    run(command, environment([gpu(0), gpu(1)]))
+    assert_counted_once(*recorded(server, job_id), gpus=2)
+
+
+def _two_nodes(
+    server: ServerProcess, job_id: str, tmp_path: Path, node_gpus: list[list[dict[str, Any]]]
+) -> list[subprocess.CompletedProcess[str]]:
+    """Two single-process nodes, each with its own GPUs, started as torchrun starts them."""
+    port = free_port()
+    processes = []
+    for rank, gpus in enumerate(node_gpus):
+        env = environment(
+            gpus, RANK=str(rank), GROUP_RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        )  # fmt: skip
+        command = [sys.executable, *lightning_worker(server, job_id, tmp_path, "1", "2")]
+        processes.append(
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        )  # fmt: skip
+    results = []
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=240)
+            results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    finally:
+        for process in processes:
+            process.kill()
+    return results
+
+
+def test_two_nodes_register_the_gpus_of_both(server: ServerProcess, tmp_path: Path) -> None:
+    job_id = unique_id("nodes")
+    for done in _two_nodes(server, job_id, tmp_path, [[gpu(0)], [gpu(1)]]):
+        assert done.returncode == 0, done.stderr[-4000:]
+    assert_counted_once(*recorded(server, job_id), gpus=2)
+
+
+def test_two_nodes_with_different_gpu_models_are_refused_on_both(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    job_id = unique_id("mixed")
+    nodes = [[gpu(0)], [gpu(1, name="Tesla V100-SXM2-32GB")]]
+    for done in _two_nodes(server, job_id, tmp_path, nodes):
+        assert done.returncode != 0
+        assert "MixedGpuModelsError" in done.stderr, done.stderr[-4000:]
+        assert "Tesla V100-SXM2-32GB" in done.stderr
+    with ServerClient(server.url) as client:
+        assert not [j for j in client.list_jobs() if j["job_id"] == job_id]
+
+
+def test_hugging_face_under_torchrun_with_two_gpus_both_visible(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    job_id = unique_id("hftopo")
+    command = [*torchrun(2), str(HERE / "hf_ddp_worker.py"), server.url, job_id, str(tmp_path),
+               "auto"]  # fmt: skip
+    run(command, environment([gpu(0), gpu(1)]))
+    job, trial = recorded(server, job_id)
+    assert (job["number_of_gpus"], job["max_power"]) == (2, 2 * LIMIT_W)
+    assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
