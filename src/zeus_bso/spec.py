@@ -71,24 +71,45 @@ class WireModel(BaseModel):
 
 
 class _JobOptions(WireModel):
-    """Every job parameter except the id (shared by `JobParams` and `JobSpec`)."""
+    """Every job parameter except the id (shared by `JobParams` and `JobSpec`).
+
+    Each field's docstring is its description (in the OpenAPI schema and the documentation's
+    policy options page, both generated from here)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True)
 
     job_id_prefix: Annotated[
         str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH), Printable
     ]
+    """The start of the job's id; a job without an id gets this and a hash of its options."""
     batch_sizes: Annotated[list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
+    """The batch sizes to choose from."""
     default_batch_size: PositiveInt
+    """The batch size the job trains with today: the first to try, and the savings' reference."""
     eta_knob: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """The cost's weight of energy against time: ``eta * energy + (1 - eta) * max_power *
+    time``."""
     beta_knob: PositiveFinite | None = 2.0
+    """Stop a run once its cost passes this many times the reference cost
+    (``early_stop_reference``); ``None``: never stop early."""
     target_metric: FiniteFloat = 0.5
+    """The validation metric a run must reach to converge."""
     higher_is_better_metric: bool = True
+    """Whether a higher metric is better (accuracy) or a lower one (loss)."""
     max_epochs: PositiveInt = 100
+    """Epochs a run may train before it counts as not converging."""
     num_pruning_rounds: Annotated[int, Field(ge=0, le=100)] = 1
+    """Pruning rounds before the bandit."""
     window_size: NonNegativeInt = 0
+    """The bandit's window: the latest this many costs of each arm (0: all)."""
     mab_prior_mean: FiniteFloat = 0.0
+    """The mean of the prior over an arm's mean reward (the negative cost)."""
     mab_prior_precision: NonNegativeFinite = 0.0
+    """The precision of that prior (0: uninformative)."""
     mab_num_explorations: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Observations an arm needs before Thompson sampling."""
     mab_seed: Annotated[int, Field(ge=-_INT64_MAX, le=_INT64_MAX)] | None = None
+    """Makes the bandit's draws reproducible: trial *n*'s depends only on the seed and *n*."""
 
     # Options of ours (not in upstream), and the defaults of num_pruning_rounds (upstream: 2) and
     # mab_num_explorations (upstream: 2) above: chosen on the trace benchmark (README, Benchmarks).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import os
 import tempfile
@@ -211,6 +212,15 @@ def _log_config(level: str) -> dict[str, Any]:
     config["loggers"]["zeus_bso_server"] = {"handlers": ["app"], "level": level, "propagate": False}
     config["loggers"]["alembic"] = {"handlers": ["default"], "level": "WARNING"}
     return config
+
+
+@app.command("openapi")
+def openapi_command() -> None:
+    """Print the server's OpenAPI schema (JSON; the repository keeps it as docs/openapi.json)."""
+    from zeus_bso_server.api.app import create_app
+
+    schema = create_app(Settings(database_url="sqlite:///unused.db")).openapi()
+    typer.echo(json.dumps(schema, indent=2, sort_keys=True))
 
 
 @db_app.command("upgrade")

@@ -1,0 +1,137 @@
+"""Generates the reference pages from the code at every build (mkdocs-gen-files): both command
+lines from their Typer apps, the HTTP endpoints from the app's OpenAPI schema, and the policy
+options from the job model's fields. Nothing here is written by hand, so nothing can drift."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+import mkdocs_gen_files
+import typer
+import typer.core
+
+from zeus_bso.cli import app as client_app
+from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpec
+from zeus_bso_server.api.app import create_app
+from zeus_bso_server.cli import app as server_app
+from zeus_bso_server.settings import Settings
+
+
+def _commands(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
+    found = [(path, command)]
+    if isinstance(command, click.Group):
+        for name in sorted(command.commands):
+            found += _commands(command.commands[name], [*path, name])
+    return found
+
+
+def cli_page() -> str:
+    typer.core.HAS_RICH = False  # click's plain help, not a terminal's boxes
+    lines = [
+        "# Command line",
+        "",
+        "Both commands' help, generated from their definitions. `zeus-bso` is the client side's",
+        "(simulate, list and manage jobs); `zeus-bso-server` runs the server and manages its",
+        "database.",
+        "",
+    ]
+    for name, app in (("zeus-bso", client_app), ("zeus-bso-server", server_app)):
+        root = typer.main.get_command(app)
+        for path, command in _commands(root, [name]):
+            with click.Context(command, info_name=" ".join(path)) as ctx:
+                text = command.get_help(ctx)
+            heading = "##" if len(path) == 1 else "###"
+            lines += [f"{heading} `{' '.join(path)}`", "", "```text", text, "```", ""]
+    return "\n".join(lines)
+
+
+def _schema_name(schema: dict[str, Any]) -> str:
+    ref = schema.get("$ref") or schema.get("items", {}).get("$ref")
+    if ref:
+        name = ref.rsplit("/", 1)[-1]
+        return f"`{name}`" if "$ref" in schema else f"list of `{name}`"
+    return f"`{schema.get('type', 'object')}`"
+
+
+def endpoints_page() -> str:
+    app = create_app(Settings(database_url="sqlite:///unused.db"))
+    schema = app.openapi()
+    lines = [
+        "# HTTP endpoints",
+        "",
+        "Every route of the server's OpenAPI schema, generated from the app (the server serves the",
+        "same schema at `/openapi.json` and an explorer at `/docs`). The",
+        "[HTTP API](http-api.md) page says how they are used.",
+        "",
+    ]
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            lines += [f"## `{method.upper()} {path}`", ""]
+            if operation.get("description"):
+                lines += [operation["description"].strip(), ""]
+            elif operation.get("summary"):
+                lines += [operation["summary"], ""]
+            parameters = operation.get("parameters", [])
+            if parameters:
+                lines += ["| parameter | in | required | description |", "|---|---|---|---|"]
+                for parameter in parameters:
+                    text = " ".join(parameter.get("description", "").split())
+                    required = "yes" if parameter.get("required") else "no"
+                    lines.append(
+                        f"| `{parameter['name']}` | {parameter['in']} | {required} | {text} |"
+                    )
+                lines.append("")
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body:
+                lines += [f"Body: {_schema_name(body['schema'])}.", ""]
+            answers = ", ".join(
+                f"{code} ({answer.get('description', '')})"
+                for code, answer in operation.get("responses", {}).items()
+            )
+            lines += [f"Answers: {answers}.", ""]
+    lines += ["## Schemas", ""]
+    for name, model in sorted(schema.get("components", {}).get("schemas", {}).items()):
+        lines += [f"### `{name}`", ""]
+        if model.get("description"):
+            lines += [" ".join(model["description"].split()), ""]
+        properties = model.get("properties", {})
+        if properties:
+            required = set(model.get("required", []))
+            lines += ["| field | required | description |", "|---|---|---|"]
+            for field, spec in properties.items():
+                text = " ".join(spec.get("description", "").split()).replace("|", "\\|")
+                lines.append(f"| `{field}` | {'yes' if field in required else 'no'} | {text} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def options_page() -> str:
+    lines = [
+        "# Policy options",
+        "",
+        "Every field of a job (`zeus_bso.spec.JobSpec`, the body of `POST /jobs`), generated from",
+        "its definition. *Upstream* is the value that reproduces upstream Zeus 0.16's decisions",
+        "(`zeus_bso.spec.UPSTREAM_OPTIONS`, or `zeus-bso simulate --upstream`); options without",
+        "one behave as upstream's at their default. Upstream clients send `num_pruning_rounds`",
+        "and `mab_num_explorations` themselves (2 and 2).",
+        "",
+        "| option | default | upstream | what it does |",
+        "|---|---|---|---|",
+    ]
+    for name, field in JobSpec.model_fields.items():
+        default = "required" if field.is_required() else f"`{json.dumps(field.default)}`"
+        upstream = f"`{json.dumps(UPSTREAM_OPTIONS[name])}`" if name in UPSTREAM_OPTIONS else ""
+        text = " ".join((field.description or "").split()).replace("|", "\\|")
+        lines.append(f"| `{name}` | {default} | {upstream} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+for page, content in (
+    ("reference/cli.md", cli_page()),
+    ("reference/http-endpoints.md", endpoints_page()),
+    ("reference/policy-options.md", options_page()),
+):
+    with mkdocs_gen_files.open(page, "w") as out:
+        out.write(content)
