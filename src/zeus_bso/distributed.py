@@ -50,6 +50,29 @@ def all_gather_object(value: T) -> list[T]:
     return gathered
 
 
+def barrier() -> None:
+    """Wait until every rank is here (nothing in a single process)."""
+    dist = torch_distributed()
+    if dist is None:
+        return
+    clean_exit.register_at_exit()
+    if dist.get_backend() == "nccl":
+        import torch
+
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def open_window(progress: TrialProgress) -> None:
+    """Open the measuring window on every rank at once. Every rank must call it.
+
+    Each rank reads its own devices from its own window; opened together, a device that one
+    rank reads is measured over the same time as the run's (rank 0's) clock."""
+    barrier()
+    progress.begin()
+
+
 def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
     """The GPUs of the whole run (every rank, every node), each once. Every rank must call it.
 
@@ -60,5 +83,8 @@ def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
 
 
 def energy_of_the_run(progress: TrialProgress) -> float:
-    """Joules of the whole run since training began, each device once. Every rank must call it."""
+    """Joules of the whole run since training began, each device once. Every rank must call it.
+
+    The ranks read their devices together (after a barrier), as they opened their windows."""
+    barrier()
     return run_energy(all_gather_object(progress.readings()))

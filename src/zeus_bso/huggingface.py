@@ -39,6 +39,7 @@ from zeus_bso.distributed import (
     broadcast_object,
     energy_of_the_run,
     gpus_of_the_run,
+    open_window,
     torch_distributed,
 )
 from zeus_bso.energy import EnergyMeter, auto_meter
@@ -205,10 +206,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
             )
         self._training = True
+        if self.progress is not None:
+            open_window(self.progress)  # on every rank at once
         if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # opens the window and starts the heartbeat
-        elif self.progress is not None:
-            self.progress.begin()
+            self.optimizer.on_train_begin()  # starts the heartbeat
 
     @override
     def on_log(

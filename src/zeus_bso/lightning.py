@@ -20,7 +20,7 @@ from typing import Any
 from typing_extensions import override
 
 from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run
+from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run, open_window
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.progress import TrialProgress
@@ -149,10 +149,10 @@ class ZeusBSOCallback(pl.Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.progress is not None:
+            open_window(self.progress)  # on every rank at once
         if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # opens the window and starts the heartbeat
-        elif self.progress is not None:
-            self.progress.begin()
+            self.optimizer.on_train_begin()  # starts the heartbeat
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
