@@ -163,3 +163,27 @@ def test_a_sparkline_steps_up_to_the_better_metric() -> None:
     assert sparkline([(2, 0.9), (4, 0.5)], higher_is_better=False) == "0,15 32,15 64,15 64,1"
     assert sparkline([(1, 0.2)]) == ""
     assert sparkline(None) == ""
+
+
+def test_a_sparkline_of_extreme_metrics_stays_in_its_box() -> None:
+    line = sparkline([(1, -1.7e308), (2, 0.0), (3, 1.7e308)])
+    assert "nan" not in line
+    assert "inf" not in line
+    points = [tuple(map(float, point.split(","))) for point in line.split()]
+    assert all(0 <= x <= 64 and 1 <= y <= 15 for x, y in points)
+    assert points[0][1] == 15
+    assert points[-1][1] == 1  # the best metric at the top
+    assert [y for _, y in points].count(8) == 2  # 0 halfway between the extremes
+
+
+def test_the_host_header_is_not_echoed_into_redirects_or_links(http: httpx.Client) -> None:
+    job_id = unique_id("host")
+    assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+    evil = {"Host": "evil.example"}
+    home = http.get("/", headers=evil, follow_redirects=False)
+    assert home.status_code == 307
+    assert home.headers["location"] == "/dashboard"
+    for path in ("/dashboard", "/dashboard/jobs/" + quote(job_id, safe=""), "/dashboard/jobs/x"):
+        page = http.get(path, headers=evil)
+        assert "evil.example" not in page.text, path
+        assert 'href="/dashboard' in page.text, path

@@ -106,7 +106,11 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return JSONResponse({"message": "Internal server error"}, status_code=500)
+    # The server closes this connection after the answer (the error is raised on to uvicorn):
+    # say so, or the client's next request on it meets a reset.
+    return JSONResponse(
+        {"message": "Internal server error"}, status_code=500, headers={"Connection": "close"}
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

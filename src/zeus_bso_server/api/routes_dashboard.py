@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
+import jinja2
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -42,7 +43,20 @@ def templates() -> Jinja2Templates:
     pages.env.filters["number"] = _number
     pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
+    pages.env.globals["url_for"] = _path_for_template  # paths, never the Host header's name
     return pages
+
+
+def path_for(request: Request, name: str) -> str:
+    """The path of a route (below the app's root path), never an absolute URL: the ``Host``
+    header, which any client can set, is not echoed into redirects or links."""
+    root: str = request.scope.get("root_path", "")
+    return root + str(request.app.url_path_for(name))
+
+
+@jinja2.pass_context
+def _path_for_template(context: dict[str, Any], name: str) -> str:
+    return path_for(context["request"], name)
 
 
 def _utc(seconds: float | None) -> str:
@@ -75,12 +89,14 @@ def sparkline(curve: Sequence[tuple[int, float]] | None, higher_is_better: bool 
         return ""
     last = max(epoch for epoch, _ in curve) or 1
     metrics = [metric for _, metric in curve]
-    low, high = min(metrics), max(metrics)
+    # Halved, so that the span of metrics near the float range's ends stays finite.
+    low, high = min(metrics) / 2, max(metrics) / 2
     span = (high - low) or 1.0
 
     def y(metric: float) -> float:
-        better = (metric - low) / span if higher_is_better else (high - metric) / span
-        return round((1.0 - better) * (SPARK_HEIGHT - 2) + 1, 2)
+        half = metric / 2
+        better = (half - low) / span if higher_is_better else (high - half) / span
+        return round((1.0 - min(max(better, 0.0), 1.0)) * (SPARK_HEIGHT - 2) + 1, 2)
 
     points = [(0.0, y(curve[0][1]))]
     for epoch, metric in curve:
@@ -93,7 +109,7 @@ def sparkline(curve: Sequence[tuple[int, float]] | None, higher_is_better: bool 
 
 def job_url(request: Request, job_id: str) -> str:
     """The address of a job's page, its id percent-encoded whole (``/`` and ``?`` included)."""
-    return f"{request.url_for('dashboard_jobs')}/jobs/{quote(job_id, safe='')}"
+    return f"{path_for(request, 'dashboard_jobs')}/jobs/{quote(job_id, safe='')}"
 
 
 @dataclass(frozen=True)
@@ -208,7 +224,7 @@ def cost_chart(
 @router.get("/")
 async def root(request: Request) -> RedirectResponse:
     """The dashboard is the home page."""
-    return RedirectResponse(request.url_for("dashboard_jobs"), status_code=307)
+    return RedirectResponse(path_for(request, "dashboard_jobs"), status_code=307)
 
 
 @router.get("/dashboard", response_class=HTMLResponse, name="dashboard_jobs")
@@ -220,7 +236,7 @@ async def jobs_page(
 ) -> Response:
     """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
     found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset)
-    base = request.url_for("dashboard_jobs")
+    base = URL(path_for(request, "dashboard_jobs"))
 
     def page_url(start: int) -> str:
         query = {"offset": str(max(start, 0)), **({"prefix": prefix} if prefix else {})}
