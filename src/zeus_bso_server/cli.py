@@ -26,6 +26,7 @@ from tenacity import (
 
 from zeus_bso import __version__
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
+from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import current_revision, downgrade, head_revision, upgrade
@@ -123,6 +124,9 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="CRITICAL, ERROR, WARNING, INFO or DEBUG [default: INFO]")
     ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(help="text, or json: one JSON object a line [default: text]")
+    ] = None,
     no_upgrade: Annotated[
         bool, typer.Option("--no-upgrade", help="Refuse an outdated schema instead of upgrading it")
     ] = False,
@@ -144,19 +148,29 @@ def serve(
             database_url=db,
             workers=workers,
             log_level=log_level,
+            log_format=log_format,
             allow_unauthenticated=allow_unauthenticated or None,
         )
-        logging.basicConfig(
-            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        handler = logging.StreamHandler()
+        if settings.log_format == "json":
+            handler.setFormatter(JsonFormatter())
+        else:
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            )
+        logging.basicConfig(level=settings.log_level, handlers=[handler])
         logging.getLogger("alembic").setLevel(logging.WARNING)
+
+        def announce(message: str) -> None:
+            if settings.log_format == "json":  # every line of stderr a JSON object
+                logging.getLogger("zeus_bso_server").warning(message)
+            else:
+                err.print(message, highlight=False, markup=False)
+
         if not no_upgrade:
             before, after, _ = _migrate_schema(settings)
             if before != after:
-                err.print(
-                    f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}",
-                    markup=False,
-                )
+                announce(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
     except ServerError as error:
         raise _fail(error) from None
 
@@ -168,17 +182,16 @@ def serve(
             "ZEUS_BSO_PORT": str(settings.port),
             "ZEUS_BSO_WORKERS": str(settings.workers),
             "ZEUS_BSO_LOG_LEVEL": settings.log_level,
+            "ZEUS_BSO_LOG_FORMAT": settings.log_format,
             "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
         }
     )
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Every worker writes its metrics here; /metrics in any worker adds them all up.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
-    err.print(
+    announce(
         f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
-        f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)",
-        highlight=False,
-        markup=False,
+        f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)"
     )
     uvicorn.run(
         "zeus_bso_server.api.app:create_app",
@@ -187,14 +200,14 @@ def serve(
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level.lower(),
-        log_config=_log_config(settings.log_level),
+        log_config=_log_config(settings.log_level, settings.log_format),
         access_log=settings.log_level == "DEBUG",
         timeout_keep_alive=settings.timeout_keep_alive,
         limit_concurrency=settings.limit_concurrency,
     )
 
 
-def _log_config(level: str) -> dict[str, Any]:
+def _log_config(level: str, log_format: str = "text") -> dict[str, Any]:
     """uvicorn's logging configuration, plus our loggers (applied in every worker process)."""
     from uvicorn.config import LOGGING_CONFIG
 
@@ -203,6 +216,9 @@ def _log_config(level: str) -> dict[str, Any]:
     config["formatters"]["app"] = {
         "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
     }
+    if log_format == "json":
+        for name in ("app", "default", "access"):
+            config["formatters"][name] = {"()": "zeus_bso_server.observability.JsonFormatter"}
     config["handlers"]["app"] = {
         "class": "logging.StreamHandler",
         "stream": "ext://sys.stderr",

@@ -7,12 +7,14 @@ workers through prometheus-client's multiprocess collector.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import time
 import uuid
 from contextvars import ContextVar
+from datetime import UTC, datetime
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,6 +30,23 @@ request_id: ContextVar[str] = ContextVar("zeus_bso_request_id", default="-")
 """The id of the request being served (``-`` outside a request)."""
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line (``--log-format json``): time (UTC, ISO 8601), level, logger,
+    message, the request id, and the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or request_id.get(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 class RequestIdFilter(logging.Filter):

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
     log_level: LogLevel = "INFO"
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object a log line (time, level, logger, message, request id), as log
+    stacks of clusters expect."""
     echo_sql: bool = False
     lease_seconds: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
     """How long a dispatched trial lives without a report or heartbeat before it is abandoned.

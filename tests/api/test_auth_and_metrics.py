@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,3 +150,24 @@ def test_a_browser_signs_in_to_the_dashboard_with_the_token_as_password(
     # Only the pages take Basic: a browser re-sends it by itself (tests/api/test_cross_site.py).
     assert httpx.get(base + "/api/jobs", auth=("anyone", TOKEN)).status_code == 401
     assert TOKEN not in guarded.log()
+
+
+def test_json_logs_are_one_object_a_line_with_the_request_id(tmp_path: Path) -> None:
+    proc = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"),
+        cwd=tmp_path,
+        extra_args=["--log-level", "info", "--log-format", "json"],
+    )
+    try:
+        job_id = unique_id("json")
+        headers = {"X-Request-ID": "req-json-1"}
+        answer = httpx.post(proc.url + "/jobs", json=job_body(job_id), headers=headers)
+        assert answer.status_code == 201
+    finally:
+        proc.stop()
+    entries = [json.loads(line) for line in proc.log().splitlines() if line.strip()]
+    assert {"time", "level", "logger", "message", "request_id"} <= set(entries[0])
+    (registered,) = [e for e in entries if f"registered job {job_id}" in e["message"]]
+    assert registered["request_id"] == "req-json-1"
+    assert registered["level"] == "INFO"
+    assert any("zeus-bso" in e["message"] and "worker(s)" in e["message"] for e in entries)
