@@ -247,6 +247,80 @@ def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
     )
 
 
+class FleetSummary(BaseModel):
+    """Every job's spending and savings together (those whose id starts with a prefix, if any).
+
+    Energy and cost are joules (every job's cost is), so they add up across jobs."""
+
+    jobs: int
+    runs: int
+    """Ended runs (reported, failed and abandoned)."""
+    energy: float
+    """Joules spent by ended runs."""
+    time: float
+    """Seconds spent by ended runs."""
+    jobs_with_savings: int
+    """Jobs whose savings are known (a run of the default and one of another reported)."""
+    energy_saved: float
+    """Joules saved against running each of those jobs' default every time."""
+    energy_saved_fraction: float
+    """``energy_saved`` over those jobs' baseline energy."""
+    cost_saved: float
+    cost_saved_fraction: float
+
+
+_FLEET_CHUNK = 500
+"""Jobs a query of their trials' sums names at once (databases bound the parameters)."""
+
+
+async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
+    """Spending and savings over every job (whose id starts with ``prefix``)."""
+
+    def work(conn: Connection) -> FleetSummary:
+        configs = {
+            row.job_id: CreatedJob.model_validate(row.config)
+            for row in repo.list_jobs(conn, prefix, 2**31 - 1, 0)
+        }
+        spent: dict[str, list[Record]] = {job_id: [] for job_id in configs}
+        ids = list(configs)
+        for start in range(0, len(ids), _FLEET_CHUNK):
+            for used in repo.spent(conn, ids[start : start + _FLEET_CHUNK]):
+                spent[used.job_id].append(used)
+        runs = 0
+        energy = time = 0.0
+        with_savings = 0
+        saved_energy = base_energy = saved_cost = base_cost = 0.0
+        for job_id, config in configs.items():
+            ended = [row for row in spent[job_id] if row.status not in policy.OPEN]
+            runs += sum(row.runs for row in ended)
+            job_energy = sum(row.energy for row in ended)
+            job_time = sum(row.time for row in ended)
+            energy += job_energy
+            time += job_time
+            savings = savings_of(config, spent[job_id])
+            if savings is None:
+                continue
+            with_savings += 1
+            saved_energy += savings.energy
+            base_energy += savings.energy + job_energy
+            saved_cost += savings.cost
+            spent_cost = policy.zeus_cost(job_energy, job_time, config.eta_knob, config.max_power)
+            base_cost += savings.cost + spent_cost
+        return FleetSummary(
+            jobs=len(configs),
+            runs=runs,
+            energy=energy,
+            time=time,
+            jobs_with_savings=with_savings,
+            energy_saved=saved_energy,
+            energy_saved_fraction=saved_energy / base_energy if base_energy > 0 else 0.0,
+            cost_saved=saved_cost,
+            cost_saved_fraction=saved_cost / base_cost if base_cost > 0 else 0.0,
+        )
+
+    return await db.read(work)
+
+
 async def job_view(db: Database, job_id: str, limit: int, before: int | None) -> JobView:
     """Everything the server knows of one job.
 

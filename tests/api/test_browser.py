@@ -412,3 +412,41 @@ def test_a_page_of_another_origin_changes_nothing(
         if not signed_in:
             client.close()
             target.stop()
+
+
+def test_the_job_list_sums_up_every_jobs_spending_and_savings_in_kwh(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    prefix = unique_id("fleet")
+    states = []
+    for name, recurrences in (("a", 8), ("b", 6), ("c", 0)):
+        job_id = f"{prefix}-{name}"
+        body = job_body(job_id, prefix=prefix, batch_sizes=[32, 64, 128], default_batch_size=64)
+        assert api.post("/jobs", json=body | {"max_epochs": 3}).status_code == 201
+        run_recurrences(api, job_id, recurrences)
+        states.append(api.get(f"/api/jobs/{job_id}").json())
+    ended = [t for s in states for t in s["trials"] if t["status"] not in ("dispatched", "running")]
+    spent = sum(t["energy"] or 0.0 for t in ended)
+    known = [s for s in states if s["savings"] is not None]
+    assert len(known) == 2  # the job without runs has no savings
+    saved = sum(s["savings"]["energy"] for s in known)
+    spent_known = sum(
+        t["energy"] or 0.0
+        for s in known
+        for t in s["trials"]
+        if t["status"] not in ("dispatched", "running")
+    )
+
+    page.goto(server.url + "/dashboard?prefix=" + prefix)
+    fleet = page.locator("#fleet")
+    playwright_expect(fleet).to_contain_text("3 jobs")
+    playwright_expect(fleet.locator(".runs")).to_have_text(str(len(ended)))
+    playwright_expect(fleet.locator(".energy")).to_have_text(f"{spent / 3.6e6:,.3g} kWh")
+    playwright_expect(fleet.locator(".energy-saved")).to_have_text(f"{saved / 3.6e6:,.3g} kWh")
+    percent = round(100 * saved / (saved + spent_known), 1)
+    playwright_expect(fleet.locator(".energy-saved-percent")).to_have_text(f"{percent}%")
+    playwright_expect(fleet).to_contain_text("2 of them saved")
+    # Each job's own saving, in kWh too.
+    row = page.locator("#jobs tbody tr", has_text=f"{prefix}-a")
+    energy = states[0]["savings"]["energy"]
+    playwright_expect(row.locator(".savings")).to_contain_text(f"{energy / 3.6e6:,.3g} kWh")

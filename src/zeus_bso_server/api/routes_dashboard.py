@@ -25,7 +25,7 @@ from starlette.datastructures import URL
 from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import JobNotFoundError
-from zeus_bso_server.views import TrialView, job_summaries, job_view
+from zeus_bso_server.views import TrialView, fleet_summary, job_summaries, job_view
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,6 +41,8 @@ def templates() -> Jinja2Templates:
     pages = Jinja2Templates(directory=str(files("zeus_bso_server.api") / "templates"))
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = _number
+    pages.env.filters["kwh"] = kwh
+    pages.env.filters["hours"] = hours
     pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
     pages.env.globals["url_for"] = _path_for_template  # paths, never the Host header's name
@@ -75,6 +77,20 @@ def _number(value: float | None) -> str:
     if abs(value) < 1000:
         return f"{value:.4g}"
     return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
+
+
+def kwh(joules: float | None) -> str:
+    """Joules as kilowatt-hours, three significant digits (``0.922 kWh``)."""
+    if joules is None or not math.isfinite(joules):
+        return ""
+    return f"{joules / 3.6e6:,.3g} kWh" if abs(joules) < 3.6e15 else f"{joules / 3.6e6:.3e} kWh"
+
+
+def hours(seconds: float | None) -> str:
+    """Seconds as hours, three significant digits (``1.25 h``)."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    return f"{seconds / 3600:,.3g} h" if abs(seconds) < 3.6e15 else f"{seconds / 3600:.3e} h"
 
 
 SPARK_WIDTH, SPARK_HEIGHT = 64, 16
@@ -236,6 +252,7 @@ async def jobs_page(
 ) -> Response:
     """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
     found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset)
+    fleet = await fleet_summary(db, prefix or None)
     base = URL(path_for(request, "dashboard_jobs"))
 
     def page_url(start: int) -> str:
@@ -247,6 +264,7 @@ async def jobs_page(
         "jobs.html",
         {
             "jobs": found[:PAGE_SIZE],
+            "fleet": fleet,
             "more": len(found) > PAGE_SIZE,
             "prefix": prefix,
             "offset": offset,
