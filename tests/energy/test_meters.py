@@ -88,3 +88,32 @@ def test_nvml_on_a_gpu() -> None:
         assert meter.energy() >= first
     finally:
         meter.close()
+
+
+def test_rapl_reads_often_enough_to_count_every_wrap(tmp_path: Path) -> None:
+    """A counter that wraps several times between two readings of the meter: its poller saw
+    each wrap (a reader that only compared the two readings would count one at most)."""
+    range_uj = 1_000_000  # 1 J, then the counter starts again from 0
+    fake_powercap(tmp_path, {0: (0, range_uj - 1, 95_000_000)})
+    meter = RAPLMeter(tmp_path, poll_seconds=0.005)
+    try:
+        counter = tmp_path / "intel-rapl:0" / "energy_uj"
+        value = 0
+        for _ in range(10):  # 0.4 J a step: 4 J in all, four wraps
+            value = (value + 400_000) % range_uj
+            counter.write_text(f"{value}\n")
+            time.sleep(0.05)  # ten polls a step
+        assert meter.energy() == pytest.approx(4.0)
+    finally:
+        meter.close()
+
+
+def test_rapl_polls_at_least_four_times_a_wrap_and_once_a_minute(tmp_path: Path) -> None:
+    fake_powercap(tmp_path, {0: (0, 262_143_328_850, 200_000_000)})  # 262 kJ at 200 W: 22 min
+    meter = RAPLMeter(tmp_path)
+    assert meter.poll_seconds == 60.0
+    meter.close()
+    fake_powercap(tmp_path / "small", {0: (0, 2_000_000_000, 200_000_000)})  # 10 s to a wrap
+    meter = RAPLMeter(tmp_path / "small")
+    assert meter.poll_seconds == pytest.approx(2.5)
+    meter.close()
