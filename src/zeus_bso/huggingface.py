@@ -205,6 +205,16 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
                 "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
             )
+        strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+        if strategy == "steps" and state.is_world_process_zero:
+            logger.warning(
+                "eval_strategy='steps': every evaluation (every %s steps) is reported as an epoch, "
+                "so the job's max_epochs (%d) counts evaluations, and its learning curves and "
+                "costs are per evaluation; evaluate once an epoch (eval_strategy='epoch') for "
+                "epochs",
+                args.eval_steps,
+                self.job.max_epochs,
+            )
         self._training = True
         if self.progress is not None:
             open_window(self.progress)  # on every rank at once

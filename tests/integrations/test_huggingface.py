@@ -78,19 +78,19 @@ def tiny_bert() -> Any:
 
 def training_arguments(output_dir: Path, batch_size: int, epochs: int, **options: Any) -> Any:
     """The tests' TrainingArguments: CPU, evaluation every epoch, no logging or progress bars."""
-    return transformers.TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=batch_size,
-        per_device_eval_batch_size=64,
-        num_train_epochs=epochs,
-        learning_rate=5e-3,
-        eval_strategy="epoch",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        **options,
-    )
+    settings: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": batch_size,
+        "per_device_eval_batch_size": 64,
+        "num_train_epochs": epochs,
+        "learning_rate": 5e-3,
+        "eval_strategy": "epoch",
+        "logging_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "disable_tqdm": True,
+    }
+    return transformers.TrainingArguments(**(settings | options))
 
 
 def train(
@@ -215,6 +215,20 @@ def test_auto_find_batch_size_is_refused(server: ServerProcess, tmp_path: Path) 
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["epochs"] is None  # nothing trained, nothing reported
     assert trial["status"] != "failed"  # not the batch size's fault
+
+
+def test_evaluating_every_n_steps_says_what_max_epochs_then_counts(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = job(unique_id("hfsteps"), target=0.999)
+    with caplog.at_level("WARNING", logger="zeus_bso.huggingface"):
+        train(server.url, spec, tmp_path, epochs=1, eval_strategy="steps", eval_steps=4)
+    (warning,) = [r.getMessage() for r in caplog.records if "eval_strategy" in r.getMessage()]
+    assert "every 4 steps" in warning
+    assert "max_epochs (6) counts evaluations" in warning
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 4  # 16 steps of 16 samples, an evaluation every 4: four reports
 
 
 def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:
