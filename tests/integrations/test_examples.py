@@ -29,6 +29,7 @@ def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         ("plain_pytorch.py", "torch"),
         ("lightning_trainer.py", "lightning"),
         ("hf_trainer.py", "transformers"),
+        ("accelerate_loop.py", "accelerate"),
     ],
 )
 def test_example_runs_recurrences(
