@@ -7,11 +7,13 @@ import argparse
 from zeus_bso.server_client import ServerClient
 
 
-def arguments(description: str, recurrences: int = 5) -> argparse.Namespace:
+def arguments(description: str, recurrences: int = 5, devices: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--server", default="http://127.0.0.1:8000", help="zeus-bso server URL")
     parser.add_argument("--recurrences", type=int, default=recurrences)
     parser.add_argument("--token", default=None, help="the server's bearer token, if any")
+    if devices:
+        parser.add_argument("--devices", type=int, default=1, help="processes to train on")
     return parser.parse_args()
 
 

@@ -12,32 +12,17 @@
             if bso.report(validate(...)):  # every process, after every validation
                 break
 
-Every process calls every method; the main process alone talks to the server, and every
-process gets its answers (the batch size, whether to stop) or its error. Energy is every
-process's GPUs, each GPU once (`zeus_bso.distributed`); the server's cost, the energy and the
-batch size of each report go to the Accelerator's trackers (``accelerator.log``). A failing run
-leaves its trial to be ended as failed (or, with a run key, open for its restart).
+Every process calls every method (see `zeus_bso.session.TrialSession`); the server's cost, the
+energy and the batch size of each report go to the Accelerator's trackers (``accelerator.log``).
 """
 
 from __future__ import annotations
 
-import logging
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from zeus_bso.client import BatchSizeOptimizer, OperationOrderError
-from zeus_bso.distributed import (
-    broadcast_object,
-    energy_of_the_run,
-    gpus_of_the_run,
-    open_window,
-)
-from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.progress import TrialProgress
-from zeus_bso.ranks import from_rank_zero
-from zeus_bso.spec import JobSpec, TrialId
-
-logger = logging.getLogger(__name__)
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.session import TrialSession
+from zeus_bso.spec import JobSpec
 
 INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
 
@@ -47,7 +32,7 @@ except ImportError as err:
     raise ImportError(f"ZeusBSOAccelerate needs Accelerate: {INSTALL_HINT}") from err
 
 
-class ZeusBSOAccelerate:
+class ZeusBSOAccelerate(TrialSession):
     """Chooses the batch size of an Accelerate training loop and says when to stop.
 
     Args:
@@ -70,100 +55,12 @@ class ZeusBSOAccelerate:
         resume: dict[str, Any] | None = None,
     ) -> None:
         self.accelerator = accelerator
-        self.meter = energy_meter if energy_meter is not None else auto_meter()
-        self.optimizer: BatchSizeOptimizer | None = None
-        """The main process's link to the server."""
-        is_main = bool(accelerator.is_main_process)
-        # Every process's GPUs, each once: the job's GPU count and power are the whole run's.
-        gpus = gpus_of_the_run(self.meter)
-
-        def trial_of_this_run() -> dict[str, Any]:
-            optimizer = self.optimizer = BatchSizeOptimizer(
-                server_url, job, energy_meter=self.meter, token=token, gpus=gpus
-            )
-            if resume:
-                optimizer.resume(resume)
-            else:
-                optimizer.get_batch_size()
-            assert optimizer.trial is not None
-            return optimizer.trial.model_dump()
-
-        shared = from_rank_zero(broadcast_object, is_main, trial_of_this_run)
-        self.progress: TrialProgress
-        """This process's trial, epochs, time and energy."""
-        if self.optimizer is not None:
-            self.progress = self.optimizer.progress
-        else:
-            self.progress = TrialProgress(self.meter)
-            self.progress.trial = TrialId.model_validate(shared)
-        self.trial = TrialId.model_validate(shared)
-        self._began = False
-        self._stopped = False
-
-    @property
-    def batch_size(self) -> int:
-        """The batch size of this run, per process (what each process's DataLoader takes)."""
-        return self.trial.batch_size
-
-    @property
-    def trial_number(self) -> int:
-        return self.trial.trial_number
-
-    def train_begin(self) -> None:
-        """Training starts now: open the measuring window on every process at once."""
-        open_window(self.progress)
-        if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # starts the heartbeat
-        self._began = True
-
-    def report(self, metric: float) -> bool:
-        """Report the validation metric of the epoch just finished; True: stop training.
-
-        The main process's metric is reported (compute it over the whole validation set, e.g.
-        with ``accelerator.gather_for_metrics``)."""
-        if not self._began:
-            raise OperationOrderError("call train_begin() before report()")
-        energy = energy_of_the_run(self.progress)
-
-        def send() -> tuple[bool, float | None, int]:
-            assert self.optimizer is not None
-            answer = self.optimizer.on_evaluate(float(metric), energy=energy)
-            return answer.stop_train, answer.cost, self.optimizer.current_epoch
-
-        stop, cost, epoch = from_rank_zero(
-            broadcast_object, bool(self.accelerator.is_main_process), send
+        super().__init__(
+            bool(accelerator.is_main_process),
+            lambda values, step: accelerator.log(values, step=step),
+            server_url,
+            job,
+            energy_meter=energy_meter,
+            token=token,
+            resume=resume,
         )
-        values: dict[str, float] = {
-            "bso/batch_size": float(self.batch_size),
-            "bso/energy_j": energy,
-        }
-        if cost is not None:  # the server's figure (none while it is unreachable)
-            values["bso/cost"] = cost
-        self.accelerator.log(values, step=epoch)
-        self._stopped = bool(stop)
-        return self._stopped
-
-    def checkpoint(self) -> dict[str, Any]:
-        """What to save with a checkpoint to continue this trial after a restart (main process;
-        {} elsewhere). Pass it back as ``resume=``."""
-        return self.optimizer.checkpoint() if self.optimizer is not None else {}
-
-    def end(self) -> None:
-        """The run is over: deliver what is pending and end the trial (main process)."""
-        if self.optimizer is not None:
-            self.optimizer.end()
-        self.meter.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.end()
-        elif self.optimizer is not None:
-            self.optimizer.abort()  # with a run key the trial stays open for the restart

@@ -30,6 +30,7 @@ def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         ("lightning_trainer.py", "lightning"),
         ("hf_trainer.py", "transformers"),
         ("accelerate_loop.py", "accelerate"),
+        ("fabric_loop.py", "lightning"),
     ],
 )
 def test_example_runs_recurrences(

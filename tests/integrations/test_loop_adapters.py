@@ -1,5 +1,6 @@
-"""ZeusBSOAccelerate in a real Accelerate loop (examples/accelerate_loop.py) on two CPU processes
-under torchrun, against a real server, with NVML's test double: one trial a recurrence for both
+"""The loop adapters on two CPU processes against a real server, with NVML's test double:
+ZeusBSOAccelerate in examples/accelerate_loop.py under torchrun, and ZeusBSOFabric in
+examples/fabric_loop.py started by Fabric's own launcher. One trial a recurrence for both
 processes, each GPU's energy once, and the main process alone prints (and talks)."""
 
 from __future__ import annotations
@@ -11,34 +12,42 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("accelerate", reason="pip install 'zeus-bso[accelerate]'")
+pytest.importorskip("torch", reason="pip install torch")
 
 from tests.helpers import ServerProcess, sqlite_url
 from tests.integrations.test_topology import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
 from zeus_bso.server_client import ServerClient
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "accelerate_loop.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_the_accelerate_example_on_two_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("adapter", ["accelerate", "fabric"])
+def test_a_loop_example_on_two_processes(tmp_path: Path, adapter: str) -> None:
+    module, extra = {"accelerate": ("accelerate", "accelerate"),
+                     "fabric": ("lightning.fabric", "lightning")}[adapter]  # fmt: skip
+    pytest.importorskip(module, reason=f"pip install 'zeus-bso[{extra}]'")
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
-    try:
+    env = environment([gpu(0), gpu(1)])
+    common = ["--server", server.url, "--recurrences", "2"]
+    if adapter == "accelerate":
         command = [
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-            f"--master_port={free_port()}", str(EXAMPLE), "--server", server.url,
-            "--recurrences", "2",
+            f"--master_port={free_port()}", str(EXAMPLES / "accelerate_loop.py"), *common,
         ]  # fmt: skip
+    else:  # Fabric's launcher starts the second process
+        command = [sys.executable, str(EXAMPLES / "fabric_loop.py"), *common, "--devices", "2"]
+        env["MASTER_PORT"] = str(free_port())
+    try:
         done = subprocess.run(
-            command, env=environment([gpu(0), gpu(1)]), capture_output=True, text=True,
-            timeout=300, cwd=tmp_path,
-        )  # fmt: skip
+            command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr[-4000:]
         printed = [line for line in done.stdout.splitlines() if line.startswith("trial")]
         assert len(printed) == 2, done.stdout  # the main process's lines only
         assert all(re.search(r"batch size +\d+, \d+ epochs, cost [\d.]+ J", p) for p in printed)
         with ServerClient(server.url) as client:
-            (job,) = [j for j in client.list_jobs() if j["job_id"].startswith("example-accel")]
+            (job,) = client.list_jobs(prefix=f"example-{adapter}")
             state = client.job_state(job["job_id"])
     finally:
         server.stop()

@@ -1,0 +1,70 @@
+"""A Lightning Fabric training loop that lets zeus-bso choose its batch size, recurrence after
+recurrence. CPU-only, on data it generates; one process, or several (Fabric starts them):
+
+    zeus-bso-server serve            # in another terminal
+    python examples/fabric_loop.py --recurrences 5 [--devices 2]
+
+The cost, energy and batch size of every report go to Fabric's loggers (here none is
+configured; pass ``loggers=[...]`` to log them).
+"""
+
+from __future__ import annotations
+
+import torch
+from _common import arguments, print_trial
+from lightning.fabric import Fabric
+
+from zeus_bso import JobSpec
+from zeus_bso.fabric import ZeusBSOFabric
+
+
+def data(n: int, seed: int) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 16, generator=g)
+    y = (x[:, :4].sum(dim=1) > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0], devices=True)
+    fabric = Fabric(accelerator="cpu", devices=args.devices, strategy="ddp")
+    fabric.launch()
+    job = JobSpec(
+        job_id_prefix="example-fabric",
+        batch_sizes=[8, 16, 32, 64, 128],
+        default_batch_size=32,
+        target_metric=0.95,
+        max_epochs=15,
+    )
+    train, val = data(2048, 0), data(512, 1)
+    for _ in range(args.recurrences):
+        with ZeusBSOFabric(fabric, args.server, job, token=args.token) as bso:
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
+            )
+            scale = bso.batch_size * fabric.world_size / 32
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * scale)
+            model, optimizer = fabric.setup(model, optimizer)
+            loader = fabric.setup_dataloaders(
+                torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
+            )
+            bso.train_begin()
+            for _epoch in range(job.max_epochs):
+                model.train()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+                with torch.no_grad():
+                    predicted = model(val.tensors[0]).argmax(1)
+                    accuracy = (predicted == val.tensors[1]).float().mean()
+                if bso.report(float(accuracy)):  # every process: the answer is shared
+                    break
+        if fabric.is_global_zero:
+            print_trial(args.server, bso.trial.job_id, bso.trial_number, args.token)
+        fabric.barrier()
+
+
+if __name__ == "__main__":
+    main()
