@@ -1,0 +1,292 @@
+"""The training side on a real NVIDIA GPU: energy the server records against NVML read
+independently, the callbacks' overhead per epoch, and the energy sum through NCCL.
+
+    .venv/bin/pip install -e '.[server,nvml,lightning,hf]'   # with a CUDA build of torch
+    .venv/bin/python benchmarks/gpu_check.py [--epochs 6] [--repeats 3]
+
+Runs, against a local server on a temporary SQLite database:
+
+1. A Lightning fit on ``cuda:0`` under ZeusBSOCallback (its default meter: NVML). An independent
+   reader takes GPU 0's total-energy counter at the callback's own window (training start, and
+   the end of each validation); the server's figure for the trial is compared with it
+   (goal: within 2%).
+2. The same fit without the callback, ``--repeats`` times each way: the median epoch time with
+   and without it (goal: overhead at most 1% of an epoch).
+3. A Hugging Face Trainer run on ``cuda:0`` under ZeusBSOTrainerCallback, compared as in 1.
+4. ``zeus_bso.distributed`` through an ``nccl`` process group of world size 1: the run's GPUs
+   and energy gathered as the callbacks gather them.
+
+Writes benchmarks/results/gpu_check.{json,md}. Exits with a message where there is no CUDA GPU
+or NVML. CI never runs it; the test suite checks the same paths on the CPU with a test double.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _server import running_server
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def requirements() -> tuple[Any, Any]:
+    try:
+        import pynvml
+        import torch
+    except ImportError as err:
+        raise SystemExit(f"needs torch (a CUDA build) and nvidia-ml-py: {err}") from err
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA GPU here: run this on a machine with an NVIDIA GPU")
+    pynvml.nvmlInit()
+    return torch, pynvml
+
+
+def counter_mj(pynvml: Any, torch: Any) -> int:
+    """GPU 0's (the one training) total-energy counter, found by its UUID."""
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+
+
+def make_data(torch: Any, n: int, seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 512, generator=g)
+    y = (x[:, :16].sum(dim=1) > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def lightning_fit(server: str, with_callback: bool, epochs: int) -> dict[str, Any]:
+    import lightning.pytorch as pl
+    import pynvml
+    import torch
+
+    from zeus_bso import JobSpec
+    from zeus_bso.lightning import ZeusBSOCallback
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batch_size = 256
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
+                torch.nn.ReLU(), torch.nn.Linear(2048, 2),
+            )  # fmt: skip
+
+        def training_step(self, batch: Any, _: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def validation_step(self, batch: Any, _: int) -> None:
+            x, y = batch
+            self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self) -> Any:
+            data = make_data(torch, 200_000, 0)
+            return torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=True)
+
+        def val_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(make_data(torch, 20_000, 1), batch_size=1024)
+
+    class Probe(pl.Callback):
+        """Reads the counter where the callback opens and closes its window; times epochs."""
+
+        def __init__(self) -> None:
+            self.start_mj = 0
+            self.last_mj = 0
+            self.epoch_started = 0.0
+            self.epochs: list[float] = []
+
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            self.start_mj = counter_mj(pynvml, torch)
+
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            torch.cuda.synchronize()
+            self.epoch_started = time.perf_counter()
+
+        def on_validation_end(self, trainer: Any, module: Any) -> None:
+            if not trainer.sanity_checking:
+                torch.cuda.synchronize()
+                self.last_mj = counter_mj(pynvml, torch)
+                self.epochs.append(time.perf_counter() - self.epoch_started)
+
+    job = JobSpec(job_id_prefix="gpu-check", batch_sizes=[256], default_batch_size=256,
+                  target_metric=2.0, max_epochs=epochs)  # fmt: skip  # never converges early
+    probe = Probe()
+    callbacks: list[Any] = [probe]
+    bso = None
+    if with_callback:
+        bso = ZeusBSOCallback(server, job, monitor="val_acc")
+        callbacks.insert(0, bso)  # its window opens first, the probe's right after
+    trainer = pl.Trainer(
+        accelerator="cuda", devices=1, max_epochs=epochs, callbacks=callbacks,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(Model())
+    return {"probe_j": (probe.last_mj - probe.start_mj) / 1000.0, "epochs_s": probe.epochs,
+            "job_id": bso.optimizer.job.job_id if bso and bso.optimizer else None,
+            "trial": bso.trial_number if bso else None}  # fmt: skip
+
+
+def hf_run(server: str, epochs: int) -> dict[str, Any]:
+    import pynvml
+    import torch
+    import transformers
+
+    from zeus_bso import JobSpec
+    from zeus_bso.huggingface import ZeusBSOTrainerCallback
+
+    class Data(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __init__(self, n: int, seed: int) -> None:
+            g = torch.Generator().manual_seed(seed)
+            self.ids = torch.randint(0, 1000, (n, 64), generator=g)
+            self.labels = (self.ids[:, 0] > 500).long()
+
+        def __len__(self) -> int:
+            return len(self.ids)
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+    class Probe(transformers.TrainerCallback):  # type: ignore[misc]
+        start_mj = 0
+        last_mj = 0
+
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.start_mj = counter_mj(pynvml, torch)
+
+        def on_evaluate(self, *args: Any, **kwargs: Any) -> None:
+            torch.cuda.synchronize()
+            self.last_mj = counter_mj(pynvml, torch)
+
+    job = JobSpec(job_id_prefix="gpu-check-hf", batch_sizes=[64], default_batch_size=64,
+                  target_metric=2.0, max_epochs=epochs)  # fmt: skip
+    callback = ZeusBSOTrainerCallback(server, job, metric="eval_accuracy")
+    probe = Probe()
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=4,
+                                     num_attention_heads=4, intermediate_size=1024,
+                                     max_position_embeddings=64, num_labels=2)  # fmt: skip
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(
+            out, per_device_train_batch_size=callback.batch_size, num_train_epochs=epochs,
+            eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[],
+            disable_tqdm=True,
+        )  # fmt: skip
+        trainer = transformers.Trainer(
+            model=transformers.BertForSequenceClassification(config), args=args,
+            train_dataset=Data(20_000, 0), eval_dataset=Data(2_000, 1),
+            compute_metrics=lambda p: {"accuracy": float((p.predictions.argmax(-1)
+                                                          == p.label_ids).mean())},
+            callbacks=[callback, probe],
+        )  # fmt: skip
+        trainer.train()
+    return {"probe_j": (probe.last_mj - probe.start_mj) / 1000.0,
+            "job_id": callback.optimizer.job.job_id if callback.optimizer else None,
+            "trial": callback.trial_number}  # fmt: skip
+
+
+def nccl_check() -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run, open_window
+    from zeus_bso.energy import NVMLMeter
+    from zeus_bso.progress import TrialProgress
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        meter = NVMLMeter()
+        gpus = gpus_of_the_run(meter)
+        progress = TrialProgress(meter)
+        open_window(progress)
+        x = torch.randn(4096, 4096, device="cuda")
+        for _ in range(50):
+            x = x @ x / 4096
+        torch.cuda.synchronize()
+        energy = energy_of_the_run(progress)
+        meter.close()
+    finally:
+        dist.destroy_process_group()
+    return {"backend": "nccl", "gpus": gpus.model_dump(), "energy_j": energy}
+
+
+def trial_energy(server: str, job_id: str, trial: int) -> float:
+    from zeus_bso.server_client import ServerClient
+
+    with ServerClient(server) as client:
+        state = client.job_state(job_id)
+    return float(next(t for t in state["trials"] if t["trial_number"] == trial)["energy"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch, _ = requirements()
+
+    gpu = torch.cuda.get_device_name(0)
+    results: dict[str, Any] = {"gpu": gpu, "torch": torch.__version__, "epochs": args.epochs}
+    with tempfile.TemporaryDirectory() as tmp, running_server(f"sqlite:///{tmp}/bso.db") as url:
+        # 1 and 2: energy against NVML, and the overhead per epoch.
+        with_cb, without_cb = [], []
+        for _ in range(args.repeats):
+            with_cb.append(lightning_fit(url, True, args.epochs))
+            without_cb.append(lightning_fit(url, False, args.epochs))
+        first = with_cb[0]
+        recorded = trial_energy(url, first["job_id"], first["trial"])
+        epoch_with = statistics.median(t for run in with_cb for t in run["epochs_s"][1:])
+        epoch_without = statistics.median(t for run in without_cb for t in run["epochs_s"][1:])
+        results["lightning"] = {
+            "recorded_j": recorded, "nvml_j": first["probe_j"],
+            "energy_error": recorded / first["probe_j"] - 1,
+            "epoch_s_with": epoch_with, "epoch_s_without": epoch_without,
+            "overhead": epoch_with / epoch_without - 1,
+        }  # fmt: skip
+        # 3: the HF Trainer.
+        hf = hf_run(url, args.epochs)
+        recorded = trial_energy(url, hf["job_id"], hf["trial"])
+        results["huggingface"] = {"recorded_j": recorded, "nvml_j": hf["probe_j"],
+                                  "energy_error": recorded / hf["probe_j"] - 1}  # fmt: skip
+    # 4: NCCL.
+    results["nccl"] = nccl_check()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "gpu_check.json").write_text(json.dumps(results, indent=2) + "\n")
+    lightning, hf_result = results["lightning"], results["huggingface"]
+    lines = [
+        f"# GPU check on {gpu}",
+        "",
+        "| check | server | NVML, read independently | difference | goal |",
+        "|---|---:|---:|---:|---|",
+        f"| Lightning energy (J) | {lightning['recorded_j']:.1f} | {lightning['nvml_j']:.1f} | "
+        f"{100 * lightning['energy_error']:+.2f}% | within 2% |",
+        f"| HF Trainer energy (J) | {hf_result['recorded_j']:.1f} | {hf_result['nvml_j']:.1f} | "
+        f"{100 * hf_result['energy_error']:+.2f}% | within 2% |",
+        "",
+        f"Epoch time with the callback {lightning['epoch_s_with']:.3f} s, without "
+        f"{lightning['epoch_s_without']:.3f} s (medians over {args.repeats} fits of "
+        f"{args.epochs} epochs, the first epoch left out): overhead "
+        f"{100 * lightning['overhead']:+.2f}% (goal: at most 1%).",
+        "",
+        f"NCCL (world size 1): the run's GPUs {results['nccl']['gpus']}, energy gathered "
+        f"{results['nccl']['energy_j']:.1f} J.",
+    ]
+    (RESULTS / "gpu_check.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
