@@ -30,6 +30,10 @@ DEFAULT_RETRY_SECONDS = 30.0
 """How long a request answered 503 (server busy, nothing written) is retried."""
 
 
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+"""Methods whose request may be sent again (RFC 9110, section 9.2.2)."""
+
+
 def _gpu_params(gpu: GpuConfig | None) -> dict[str, str]:
     return {} if gpu is None else {k: str(v) for k, v in gpu.model_dump().items()}
 
@@ -44,13 +48,16 @@ class ServerClient:
         token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retry_seconds = retry_seconds
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.server_url, timeout=timeout, headers=headers)
+        self._http = httpx.Client(
+            base_url=self.server_url, timeout=timeout, headers=headers, transport=transport
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -67,7 +74,21 @@ class ServerClient:
         """Close the HTTP session."""
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, idempotent: bool, **kwargs: Any) -> httpx.Response:
+        """One request; an idempotent one is sent once more when its connection is reset or
+        closed before any answer (a kept-alive connection the server had just closed)."""
+        try:
+            return self._http.request(method, path, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            if not idempotent:
+                raise
+            return self._http.request(method, path, **kwargs)
+
+    def _request(
+        self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        if idempotent is None:
+            idempotent = method in _IDEMPOTENT
         # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
         # every request may be repeated then, with backoff, for a bounded time.
         retrying = Retrying(
@@ -78,7 +99,7 @@ class ServerClient:
             reraise=True,
         )
         try:
-            response: httpx.Response = retrying(self._http.request, method, path, **kwargs)
+            response: httpx.Response = retrying(self._send, method, path, idempotent, **kwargs)
         except httpx.TransportError as err:
             raise ServerConnectionError(
                 f"cannot reach the batch size optimizer at {self.server_url} ({err}); "
@@ -105,7 +126,8 @@ class ServerClient:
         """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
         trains on those GPUs (a zeus-bso server extension that other servers ignore)."""
         params = {"job_id": job_id, **_gpu_params(gpu)}
-        response = self._request("GET", "/jobs/batch_size", params=params)
+        # Not sent twice: each request starts a trial.
+        response = self._request("GET", "/jobs/batch_size", params=params, idempotent=False)
         return TrialId.model_validate(response.json())
 
     def trial_of_run(
