@@ -9,7 +9,8 @@ batch size is chosen first, through the callback::
     Trainer(model, args, ..., callbacks=[callback]).train()
 
 Only the world process zero talks to the server; with ``torch.distributed`` initialised the
-batch size and the stop decision are broadcast and the energy of all ranks is added up.
+batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
+each GPU once.
 
 Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
 (``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
@@ -19,8 +20,8 @@ The server's cost of each report and the run's energy go into the evaluation met
 its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into what
 ``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``).
 ``auto_find_batch_size=True`` is refused: it would change the batch size under the trial. The
-bookkeeping (trial, epochs, time and energy, checkpoint) is `zeus_bso.progress`'s; this module
-maps the Trainer's events onto it.
+trial in every process (the server, the shared answers, each GPU's energy once, checkpoints) is
+`zeus_bso.session.TrialSession`'s; this module maps the Trainer's events onto it.
 """
 
 from __future__ import annotations
@@ -35,18 +36,12 @@ from typing import Any
 from typing_extensions import override
 
 from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.distributed import (
-    broadcast_object,
-    energy_of_the_run,
-    gpus_of_the_run,
-    open_window,
-    torch_distributed,
-)
-from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.distributed import torch_distributed
+from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.progress import TrialProgress
-from zeus_bso.ranks import from_rank_zero
-from zeus_bso.spec import GpuConfig, JobSpec, TrialId
+from zeus_bso.session import TrialSession
+from zeus_bso.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -89,54 +84,54 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.token = token
         self._meter = energy_meter
         self.rank = int(os.environ.get("RANK", "0"))
-        self.optimizer: BatchSizeOptimizer | None = None
-        """The world process zero's link to the server."""
-        self.progress: TrialProgress | None = None
-        """This process's trial, epochs, time and energy (from the first `batch_size` on)."""
+        self.session: TrialSession | None = None
+        """This run's trial in this process (`zeus_bso.session.TrialSession`), from the first
+        `batch_size` on."""
         self._training = False
-        self._gpus: GpuConfig | None = None
         self._reported_step: int | None = None
 
     @property
     def batch_size(self) -> int:
         """This run's per-device batch size; the first access asks the server."""
-        if self.progress is None:
+        if self.session is None:
             if self.rank != 0 and torch_distributed() is None:
                 raise ZeusBSOError(
                     "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
                     "(e.g. accelerate.PartialState()) before reading callback.batch_size"
                 )
-            if self._meter is None:
-                self._meter = auto_meter()
-            # Every rank's GPUs, each once: the job's GPU count and power are the whole run's.
-            self._gpus = gpus_of_the_run(self._meter)
-            shared = from_rank_zero(broadcast_object, self.rank == 0, self._trial_of_this_run)
-            if self.optimizer is not None:
-                self.progress = self.optimizer.progress
-            else:
-                self.progress = TrialProgress(self._meter)
-                self.progress.trial = TrialId.model_validate(shared)
-        assert self.progress.trial is not None
-        return self.progress.trial.batch_size
+            self.session = TrialSession(
+                self.rank == 0,
+                lambda values, step: None,  # into the evaluation's metrics (_report)
+                self.server_url,
+                self.job,
+                energy_meter=self._meter,
+                token=self.token,
+                resume=self._saved_trial if self.resume_from is not None else None,
+            )
+        return self.session.batch_size
 
-    def _trial_of_this_run(self) -> dict[str, Any]:
-        optimizer = self.optimizer = BatchSizeOptimizer(
-            self.server_url, self.job, energy_meter=self._meter, token=self.token, gpus=self._gpus
-        )
-        if self.resume_from is None:
-            optimizer.get_batch_size()
-        else:
-            path = self.resume_from / STATE_FILE
-            try:
-                saved = json.loads(path.read_text())
-            except (OSError, ValueError) as err:
-                raise ZeusBSOError(
-                    f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
-                    "it is written into every checkpoint a run with this callback saves"
-                ) from err
-            optimizer.resume(saved)
-        assert optimizer.trial is not None
-        return optimizer.trial.model_dump()
+    def _saved_trial(self) -> dict[str, Any]:
+        """What the checkpoint to resume from saved (read on the world process zero)."""
+        assert self.resume_from is not None
+        path = self.resume_from / STATE_FILE
+        try:
+            saved: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ZeusBSOError(
+                f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
+                "it is written into every checkpoint a run with this callback saves"
+            ) from err
+        return saved
+
+    @property
+    def optimizer(self) -> BatchSizeOptimizer | None:
+        """The world process zero's link to the server."""
+        return self.session.optimizer if self.session is not None else None
+
+    @property
+    def progress(self) -> TrialProgress | None:
+        """This process's trial, epochs, time and energy (from the first `batch_size` on)."""
+        return self.session.progress if self.session is not None else None
 
     @property
     def trial_number(self) -> int | None:
@@ -190,16 +185,16 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         self._run_first()  # also when added after the Trainer was built (add_callback)
         if args.auto_find_batch_size:
-            if self.optimizer is not None:
-                self.optimizer.end(end_trial=False)  # not this batch size's fault
+            if self.session is not None:
+                self.session.end(end_trial=False)  # not this batch size's fault
             raise ZeusBSOError(
                 "TrainingArguments(auto_find_batch_size=True) would shrink the batch size the "
                 "optimizer chose while the trial records it; leave it False: a batch size that "
                 "does not fit is the optimizer's to learn (its run fails and is reported so)"
             )
         if args.per_device_train_batch_size != self.batch_size:
-            if self.optimizer is not None:
-                self.optimizer.end(end_trial=False)  # not this batch size's fault
+            if self.session is not None:
+                self.session.end(end_trial=False)  # not this batch size's fault
             raise ZeusBSOError(
                 f"TrainingArguments.per_device_train_batch_size is "
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
@@ -216,10 +211,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job.max_epochs,
             )
         self._training = True
-        if self.progress is not None:
-            open_window(self.progress)  # on every rank at once
-        if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # starts the heartbeat
+        assert self.session is not None  # batch_size above made it
+        self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
 
     @override
     def on_log(
@@ -255,34 +248,25 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     def _report(
         self, state: TrainerState, control: TrainerControl, metrics: dict[str, float]
     ) -> None:
-        assert self.progress is not None
+        assert self.session is not None
         self._reported_step = state.global_step
-        # Every rank's readings, each GPU once (ranks of one node may all see every GPU).
-        energy = energy_of_the_run(self.progress)
 
-        def report() -> tuple[bool, float | None]:
-            assert self.optimizer is not None
+        def metric() -> float:  # on the world process zero; its error reaches every process
             if self.metric not in metrics:
                 raise ZeusBSOError(
                     f"metric '{self.metric}' is not among the evaluation metrics "
                     f"{sorted(metrics)}; pass metric=... (with its 'eval_' prefix)"
                 )
-            answer = self.optimizer.on_evaluate(float(metrics[self.metric]), energy=energy)
-            return answer.stop_train, answer.cost
+            return float(metrics[self.metric])
 
-        stop, cost = from_rank_zero(broadcast_object, state.is_world_process_zero, report)
-        if cost is not None:  # the server's figure (none while it is unreachable)
-            metrics["bso_cost"] = cost
-            metrics["bso_energy_j"] = energy
+        stop = self.session.report(metric)
+        values = self.session.last
+        if "bso/cost" in values:  # the server's figure (none while it is unreachable)
+            metrics["bso_cost"] = values["bso/cost"]
+            metrics["bso_energy_j"] = values["bso/energy_j"]
             if state.is_world_process_zero:
                 state.log_history.append(
-                    {
-                        "bso/cost": cost,
-                        "bso/energy_j": energy,
-                        "bso/batch_size": self.batch_size,
-                        "epoch": state.epoch,
-                        "step": state.global_step,
-                    }
+                    {**values, "epoch": state.epoch, "step": state.global_step}
                 )
         if stop:
             control.should_training_stop = True
@@ -292,5 +276,5 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         self._training = False
-        if self.optimizer is not None:
-            self.optimizer.end()
+        if self.session is not None:
+            self.session.end()

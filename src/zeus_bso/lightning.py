@@ -8,8 +8,8 @@ the run (every rank's GPUs, each GPU once) and the monitored metric, and every r
 the server says so. An error on rank 0 (an unreachable server, a metric that was not logged) is
 raised on every rank. A fit resumed from a checkpoint continues the same trial.
 
-The bookkeeping (trial, epochs, time and energy, checkpoint) is `zeus_bso.progress`'s; this
-module maps Lightning's hooks onto it.
+The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
+is `zeus_bso.session.TrialSession`'s; this module maps Lightning's hooks onto it.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from typing import Any
 from typing_extensions import override
 
 from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run, open_window
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.progress import TrialProgress
-from zeus_bso.ranks import from_rank_zero
-from zeus_bso.spec import JobSpec, TrialId
+from zeus_bso.session import TrialSession
+from zeus_bso.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +76,10 @@ class ZeusBSOCallback(pl.Callback):
         self.batch_arg_name = batch_arg_name
         self.token = token
         self._meter = energy_meter
-        self.optimizer: BatchSizeOptimizer | None = None
-        """Rank 0's link to the server (during a fit)."""
-        self.progress: TrialProgress | None = None
-        """This rank's trial, epochs, time and energy (during a fit)."""
+        self.session: TrialSession | None = None
+        """This fit's trial on this rank (`zeus_bso.session.TrialSession`), from its start."""
         self.batch_size: int | None = None
         self.trial_number: int | None = None
-        self._last: dict[str, float] = {}
         self._restored: dict[str, Any] | None = None
 
     @property
@@ -115,79 +111,61 @@ class ZeusBSOCallback(pl.Callback):
         # Here rather than in setup: a checkpoint's callback state is restored after setup, and
         # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
         # with Lightning's BatchSizeFinder).
-        assert self._meter is not None
-        # Every rank's GPUs, each once: the job's GPU count and power are the whole run's.
-        gpus = gpus_of_the_run(self._meter)
-
-        def trial_of_this_run() -> dict[str, Any]:
-            self.optimizer = BatchSizeOptimizer(
-                self.server_url, self.job, energy_meter=self._meter, token=self.token, gpus=gpus
-            )
-            if self._restored is not None:
-                self.optimizer.resume(self._restored)
-            else:
-                self.optimizer.get_batch_size()
-            assert self.optimizer.trial is not None
-            return self.optimizer.trial.model_dump()
-
-        shared = from_rank_zero(
-            lambda value: trainer.strategy.broadcast(value, src=0),
+        self.session = TrialSession(
             trainer.is_global_zero,
-            trial_of_this_run,
+            lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
+            self.server_url,
+            self.job,
+            energy_meter=self._meter,
+            token=self.token,
+            resume=self._restored,
+            broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
         )
-        trial = TrialId.model_validate(shared)
-        if self.optimizer is not None:
-            self.progress = self.optimizer.progress
-        else:
-            self.progress = TrialProgress(self._meter)
-            self.progress.trial = trial
-        self.batch_size, self.trial_number = trial.batch_size, trial.trial_number
-        lightning_setattr(pl_module, self.batch_arg_name, trial.batch_size)
-        logger.info("batch size %d (trial %d)", trial.batch_size, trial.trial_number)
+        self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
+        lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
+        logger.info("batch size %d (trial %d)", self.batch_size, self.trial_number)
+
+    @property
+    def optimizer(self) -> BatchSizeOptimizer | None:
+        """Rank 0's link to the server (during a fit)."""
+        return self.session.optimizer if self.session is not None else None
+
+    @property
+    def progress(self) -> TrialProgress | None:
+        """This rank's trial, epochs, time and energy (during a fit)."""
+        return self.session.progress if self.session is not None else None
 
     # -- training -----------------------------------------------------------------------------
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.progress is not None:
-            open_window(self.progress)  # on every rank at once
-        if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # starts the heartbeat
+        if self.session is not None:
+            self.session.train_begin()  # on every rank at once; rank 0's heartbeat
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        progress = self.progress
-        if trainer.sanity_checking or not self._fitting(trainer) or progress is None:
+        session = self.session
+        if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
-        # Every rank's readings, each GPU once (ranks of one node may all see every GPU).
-        total = energy_of_the_run(progress)
 
-        def report() -> bool:
-            assert self.optimizer is not None
+        def metric() -> float:  # on rank 0; its error reaches every rank
             if self.monitor not in trainer.callback_metrics:
                 raise ZeusBSOError(
                     f"metric '{self.monitor}' was not logged; logged are "
                     f"{sorted(trainer.callback_metrics)} (log it in validation_step or "
                     "on_validation_epoch_end, or pass monitor=...)"
                 )
-            metric = float(trainer.callback_metrics[self.monitor])
-            answer = self.optimizer.on_evaluate(metric, energy=total)
-            self._last = {"bso/batch_size": float(self.batch_size or 0), "bso/energy_j": total}
-            if answer.cost is not None:  # the server's figure (none while it is unreachable)
-                self._last["bso/cost"] = answer.cost
-            return answer.stop_train
+            return float(trainer.callback_metrics[self.monitor])
 
-        stop = from_rank_zero(
-            lambda value: trainer.strategy.broadcast(value, src=0),
-            trainer.is_global_zero,
-            report,
-        )
-        trainer.should_stop = trainer.should_stop or bool(stop)
+        stop = session.report(metric)
+        trainer.should_stop = trainer.should_stop or stop
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # self.log is not allowed in on_validation_end; the values are logged here.
-        for name, value in self._last.items():
+        if self.session is None:
+            return
+        for name, value in self.session.last.items():
             pl_module.log(name, value, rank_zero_only=True)
 
     # -- the end of a fit ---------------------------------------------------------------------
@@ -196,23 +174,23 @@ class ZeusBSOCallback(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if self.optimizer is not None:
-            self.optimizer.end()
+        if self.session is not None:
+            self.session.end()
         self._restored = None  # a later fit with this callback starts a new trial
 
     @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if self._fitting(trainer) and self.optimizer is not None:
-            self.optimizer.abort()  # with a run key the trial stays open for the restart
+        if self._fitting(trainer) and self.session is not None:
+            self.session.abort()  # with a run key the trial stays open for the restart
             self._restored = None
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.checkpoint() if self.optimizer is not None else {}
+        return self.session.checkpoint() if self.session is not None else {}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

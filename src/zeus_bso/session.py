@@ -12,7 +12,7 @@ whether this process is the main one and how the framework logs; `zeus_bso.accel
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -42,7 +42,10 @@ class TrialSession:
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
-        resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
+        resume: what `checkpoint` returned in an earlier, interrupted run of this trial, or a
+            function that reads it (called on the main process only).
+        broadcast: sends a picklable object from the main process to every process and returns
+            it there (default: `zeus_bso.distributed.broadcast_object`).
     """
 
     def __init__(
@@ -53,10 +56,15 @@ class TrialSession:
         job: JobSpec,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
-        resume: dict[str, Any] | None = None,
+        resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        broadcast: Callable[[Any], Any] = broadcast_object,
     ) -> None:
         self.is_main = is_main
         self._log = log
+        self._broadcast = broadcast
+        self.last: dict[str, float] = {}
+        """What the latest report logged: ``bso/batch_size``, ``bso/energy_j`` and, when the
+        server answered, ``bso/cost``."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
         self.optimizer: BatchSizeOptimizer | None = None
         """The main process's link to the server."""
@@ -67,14 +75,15 @@ class TrialSession:
             optimizer = self.optimizer = BatchSizeOptimizer(
                 server_url, job, energy_meter=self.meter, token=token, gpus=gpus
             )
-            if resume:
-                optimizer.resume(resume)
+            saved = resume() if callable(resume) else resume
+            if saved:
+                optimizer.resume(saved)
             else:
                 optimizer.get_batch_size()
             assert optimizer.trial is not None
             return optimizer.trial.model_dump()
 
-        shared = from_rank_zero(broadcast_object, is_main, trial_of_this_run)
+        shared = from_rank_zero(broadcast, is_main, trial_of_this_run)
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
         if self.optimizer is not None:
@@ -102,27 +111,35 @@ class TrialSession:
             self.optimizer.on_train_begin()  # starts the heartbeat
         self._began = True
 
-    def report(self, metric: float) -> bool:
+    @property
+    def began(self) -> bool:
+        """Whether training began (`train_begin`)."""
+        return self._began
+
+    def report(self, metric: float | Callable[[], float]) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
 
         The main process's metric is reported: compute it over the whole validation set (e.g.
-        gathered from every process by the framework)."""
+        gathered from every process by the framework). A function is called on the main process
+        only; its error, like the server's, is raised on every process."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
         energy = energy_of_the_run(self.progress)
 
         def send() -> tuple[bool, float | None, int]:
             assert self.optimizer is not None
-            answer = self.optimizer.on_evaluate(float(metric), energy=energy)
+            value = metric() if callable(metric) else metric
+            answer = self.optimizer.on_evaluate(float(value), energy=energy)
             return answer.stop_train, answer.cost, self.optimizer.current_epoch
 
-        stop, cost, epoch = from_rank_zero(broadcast_object, self.is_main, send)
+        stop, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)
         values: dict[str, float] = {
             "bso/batch_size": float(self.batch_size),
             "bso/energy_j": energy,
         }
         if cost is not None:  # the server's figure (none while it is unreachable)
             values["bso/cost"] = cost
+        self.last = values
         self._log(values, epoch)
         self._stopped = bool(stop)
         return self._stopped
@@ -132,11 +149,18 @@ class TrialSession:
         {} elsewhere). Pass it back as ``resume=``."""
         return self.optimizer.checkpoint() if self.optimizer is not None else {}
 
-    def end(self) -> None:
-        """The run is over: deliver what is pending and end the trial (main process)."""
+    def end(self, *, end_trial: bool = True) -> None:
+        """The run is over: deliver what is pending and end the trial (main process; with
+        ``end_trial=False`` the trial stays open, for a failure that is not its batch size's)."""
         if self.optimizer is not None:
-            self.optimizer.end()
+            self.optimizer.end(end_trial=end_trial)
         self.meter.close()
+
+    def abort(self) -> None:
+        """The run failed: its trial ends as failed, or, with a run key, stays open for the
+        restart (main process)."""
+        if self.optimizer is not None:
+            self.optimizer.abort()
 
     def __enter__(self) -> Self:
         return self
@@ -149,5 +173,5 @@ class TrialSession:
     ) -> None:
         if exc_type is None:
             self.end()
-        elif self.optimizer is not None:
-            self.optimizer.abort()  # with a run key the trial stays open for the restart
+        else:
+            self.abort()
