@@ -204,16 +204,16 @@ class BatchSizeService:
     ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
-        if run_key is not None:
-            resumed = self._resume(conn, job_id, run_key)
-            if resumed is not None:
-                return resumed, None, expired
         state = repo.job_state(job)
-        if gpu is not None:
+        if gpu is not None:  # a resumed run's too: it may have restarted on other GPUs
             known = policy.with_profile(config, state, gpu)
             if known != state:
                 repo.set_profiles(conn, job_id, job.config, list(known.profiles.values()))
                 state = known
+        if run_key is not None:
+            resumed = self._resume(conn, job_id, run_key, gpu)
+            if resumed is not None:
+                return resumed, None, expired
         # Explorations matter only while pruning (the decision that ends it is the bandit's
         # first).
         explorations = repo.explorations(conn, job_id) if state.arms is None else ()
@@ -235,7 +235,9 @@ class BatchSizeService:
         )
         return trial, step.dispatch, expired
 
-    def _resume(self, conn: Connection, job_id: str, run_key: str) -> DispatchedTrial | None:
+    def _resume(
+        self, conn: Connection, job_id: str, run_key: str, gpu: GpuConfig | None
+    ) -> DispatchedTrial | None:
         found = repo.trial_of_run(conn, job_id, run_key)
         if found is None:
             return None
@@ -244,6 +246,13 @@ class BatchSizeService:
             return None  # that run's trial is over (reported or failed): a new one starts
         lease = self._lease(trial.time, trial.epochs)
         repo.renew_lease(conn, job_id, trial.trial_number, lease)
+        if gpu is not None and profile_key(gpu) != trial.profile:
+            # Restarted on other GPUs: the run goes on, and ends, on them; it is priced (its
+            # time at their power) and judged on that profile.
+            repo.move_trial(conn, job_id, trial.trial_number, profile_key(gpu))
+            logger.info(
+                "run %r continues trial %d on %s", run_key, trial.trial_number, profile_key(gpu)
+            )
         logger.info("run %r continues trial %d of job %s", run_key, trial.trial_number, job_id)
         return DispatchedTrial(
             job_id=job_id,

@@ -217,3 +217,23 @@ def test_a_near_zero_reading_on_new_gpus_stores_only_finite_numbers(http: httpx.
     assert size["converged"] == 3
     assert size["mean_cost"] is not None  # a non-finite mean is shown as null
     assert size["mean_cost"] > 0
+
+
+def test_a_run_resumed_by_its_run_key_on_other_gpus_goes_on_there(http: httpx.Client) -> None:
+    """Restarted on other GPUs, a run continues its trial: the job learns those GPUs, and the
+    run is priced at their power and ends on their profile."""
+    job_id = unique_id("moved")
+    register(http, job_id, A100, 201)
+    first = ask(http, job_id, run_key="run-1", **A100)
+    report = {**first, "time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1}
+    assert http.post("/report", json=report).status_code == 200
+    again = ask(http, job_id, run_key="run-1", **FOUR_A40)
+    assert again["resumed"] is True
+    assert again["trial_number"] == first["trial_number"]
+    assert view(http, job_id)["profiles"] == [A100_KEY, FOUR_A40_KEY]
+    final = {**report, "time": 20.0, "energy": 2000.0, "metric": 0.9, "current_epoch": 2}
+    answer = http.post("/report", json=final).json()
+    eta = 0.5  # job_body's default eta_knob
+    assert answer["cost"] == pytest.approx(eta * 2000.0 + (1 - eta) * FOUR_A40["max_power"] * 20)
+    (trial,) = view(http, job_id)["trials"]
+    assert trial["profile"] == FOUR_A40_KEY

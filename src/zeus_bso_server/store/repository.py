@@ -382,6 +382,12 @@ def renew_lease(conn: Connection, job_id: str, trial_number: int, lease: float) 
     return bool(result.rowcount)
 
 
+def move_trial(conn: Connection, job_id: str, trial_number: int, profile: str) -> None:
+    """Put a trial on another hardware profile (a run restarted on other GPUs)."""
+    stmt = update(trials).where(trials.c.job_id == job_id, trials.c.trial_number == trial_number)
+    conn.execute(stmt.values(profile=profile))
+
+
 def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
     """End a trial (the policy's `Event.END`: one without a final report becomes failed).
     Returns whether it changed, or None if there is no such trial."""
