@@ -22,6 +22,24 @@ def upgrade() -> None:
     op.create_index("ix_trials_job_run_key", "trials", ["job_id", "run_key"])
 
 
+def downgrade_notice(conn: sa.Connection) -> str | None:
+    """Below 0004 trials have no run key: an open trial's run, restarted, starts a new trial
+    instead of continuing it (the open one is abandoned when its lease runs out)."""
+    trials = sa.table("trials", sa.column("run_key", sa.String()), sa.column("status", sa.String()))
+    open_with_key = (
+        sa.select(sa.func.count())
+        .select_from(trials)
+        .where(trials.c.run_key.is_not(None), trials.c.status.in_(("dispatched", "abandoned")))
+    )
+    count = conn.execute(open_with_key).scalar_one()
+    if not count:
+        return None
+    return (
+        f"{count} open trial(s) lose their run key: restarted, their runs start new trials "
+        "instead of continuing them (the open ones are abandoned when their leases run out)"
+    )
+
+
 def downgrade() -> None:
     op.drop_index("ix_trials_job_run_key", table_name="trials")
     with op.batch_alter_table("trials") as batch:
