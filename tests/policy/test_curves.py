@@ -19,7 +19,7 @@ from zeus_bso.policy import (
     after_report,
     with_profile,
 )
-from zeus_bso.policy.curves import CURVES_KEPT, epochs_left, extended
+from zeus_bso.policy.curves import CURVES_KEPT, MAX_CURVE_POINTS, epochs_left, extended, thinned
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
 # A converged run of batch size 64: metric 0.2 after 1 epoch, 0.4 after 2, the target 0.5 at 6.
@@ -225,3 +225,32 @@ def test_a_slow_first_epoch_is_not_extrapolated() -> None:
     )
     assert third.answer.stop_train
     assert "learning curve" in (third.answer.message or "")
+
+
+def test_a_curve_of_twenty_thousand_improving_epochs_stays_short_and_keeps_its_ends() -> None:
+    curve: tuple[tuple[int, float], ...] = ()
+    for epoch in range(1, 20_001):
+        curve = extended(curve, epoch, epoch / 20_000, higher_is_better=True)
+        assert len(curve) <= MAX_CURVE_POINTS
+    assert curve[0] == (1, 1 / 20_000)
+    assert curve[-1] == (20_000, 1.0)
+    epochs = [e for e, _ in curve]
+    assert epochs == sorted(set(epochs))
+    assert len(curve) > MAX_CURVE_POINTS // 2  # thinned by half at a time, not to nothing
+
+
+def test_a_thinned_curve_never_predicts_more_epochs_left_than_the_whole_one() -> None:
+    whole = tuple((e, 1 - 0.9**e) for e in range(1, 300))
+    short = thinned(thinned(whole))
+    for reached in range(1, 299, 7):
+        run = ((reached, 1 - 0.9**reached),)
+        full = epochs_left({64: [whole]}, 64, run, higher_is_better=True)
+        thin = epochs_left({64: [short]}, 64, run, higher_is_better=True)
+        assert full is not None
+        assert thin is not None
+        assert thin <= full
+        first = epochs_left({32: [whole]}, 64, ((reached * 2, 1 - 0.9**reached),), True)
+        first_thin = epochs_left({32: [short]}, 64, ((reached * 2, 1 - 0.9**reached),), True)
+        assert first is not None
+        assert first_thin is not None
+        assert first_thin <= first

@@ -24,12 +24,28 @@ def better(metric: float, than: float, higher_is_better: bool) -> bool:
     return metric > than if higher_is_better else metric < than
 
 
+MAX_CURVE_POINTS = 128
+"""The most points a curve keeps: every request reads the job's kept curves, so a run of
+thousands of epochs must not make them long. The trace's runs (at most 100 epochs) stay whole."""
+
+
 def extended(curve: Curve, epoch: int, metric: float, higher_is_better: bool) -> Curve:
     """``curve`` after a report of ``metric`` at ``epoch``: one more point if it improves on the
-    run's best so far."""
+    run's best so far, thinned (`thinned`) past `MAX_CURVE_POINTS`."""
     if curve and not better(metric, curve[-1][1], higher_is_better):
         return curve
-    return (*curve, (epoch, metric))
+    longer = (*curve, (epoch, metric))
+    return thinned(longer) if len(longer) > MAX_CURVE_POINTS else longer
+
+
+def thinned(curve: Curve) -> Curve:
+    """Every other point between the first and the last dropped. The last (where the run
+    stands, or met its target) is what a prediction starts from, and it is kept; a dropped point
+    can only make a kept curve seem to reach a metric later, so predictions from it need no
+    more epochs than before: the stop stays optimistic and never stops a run sooner."""
+    if len(curve) <= 2:
+        return curve
+    return (curve[0], *curve[1:-1][1::2], curve[-1])
 
 
 def epochs_left(
