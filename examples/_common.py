@@ -1,10 +1,35 @@
-"""Shared bits of the examples: arguments and the line printed after each recurrence."""
+"""Shared bits of the examples: arguments, the loops' data and job, and the line printed after
+each recurrence."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from zeus_bso import JobSpec
 from zeus_bso.server_client import ServerClient
+
+
+def data(n: int, seed: int) -> Any:
+    """A classification task the loop examples generate: 16 features, the label is whether
+    the first four add up to more than 0 (a ``torch.utils.data.TensorDataset``)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 16, generator=g)
+    y = (x[:, :4].sum(dim=1) > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def loop_job(prefix: str) -> JobSpec:
+    """The recurring job of the loop examples (on `data`)."""
+    return JobSpec(
+        job_id_prefix=prefix,
+        batch_sizes=[8, 16, 32, 64, 128],
+        default_batch_size=32,
+        target_metric=0.95,
+        max_epochs=15,
+    )
 
 
 def arguments(description: str, recurrences: int = 5, devices: bool = False) -> argparse.Namespace:

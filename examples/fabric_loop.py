@@ -11,31 +11,17 @@ configured; pass ``loggers=[...]`` to log them).
 from __future__ import annotations
 
 import torch
-from _common import arguments, print_trial
+from _common import arguments, data, loop_job, print_trial
 from lightning.fabric import Fabric
 
-from zeus_bso import JobSpec
 from zeus_bso.fabric import ZeusBSOFabric
-
-
-def data(n: int, seed: int) -> torch.utils.data.TensorDataset:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 16, generator=g)
-    y = (x[:, :4].sum(dim=1) > 0).long()
-    return torch.utils.data.TensorDataset(x, y)
 
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0], devices=True)
     fabric = Fabric(accelerator="cpu", devices=args.devices, strategy="ddp")
     fabric.launch()
-    job = JobSpec(
-        job_id_prefix="example-fabric",
-        batch_sizes=[8, 16, 32, 64, 128],
-        default_batch_size=32,
-        target_metric=0.95,
-        max_epochs=15,
-    )
+    job = loop_job("example-fabric")
     train, val = data(2048, 0), data(512, 1)
     for _ in range(args.recurrences):
         with ZeusBSOFabric(fabric, args.server, job, token=args.token) as bso:

@@ -8,28 +8,15 @@ recurrence. CPU-only, on data it generates.
 from __future__ import annotations
 
 import torch
-from _common import arguments, print_trial
+from _common import arguments, data, loop_job, print_trial
 
-from zeus_bso import BatchSizeOptimizer, JobSpec
+from zeus_bso import BatchSizeOptimizer
 from zeus_bso.energy import auto_meter
-
-
-def data(n: int, seed: int) -> torch.utils.data.TensorDataset:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 16, generator=g)
-    y = (x[:, :4].sum(dim=1) > 0).long()
-    return torch.utils.data.TensorDataset(x, y)
 
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0])
-    job = JobSpec(
-        job_id_prefix="example-plain",
-        batch_sizes=[8, 16, 32, 64, 128],
-        default_batch_size=32,
-        target_metric=0.95,
-        max_epochs=15,
-    )
+    job = loop_job("example-plain")
     train, val = data(2048, 0), data(512, 1)
     for _ in range(args.recurrences):
         with BatchSizeOptimizer(

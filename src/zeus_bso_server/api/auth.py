@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import secrets
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from zeus_bso_server.api.asgi import answer_json
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
@@ -66,16 +67,5 @@ class TokenMiddleware:
         problem = "missing token" if not given else "invalid token"
         if given[:6].lower() == b"basic " and not page:
             problem = "Basic credentials are taken by the dashboard's pages only"
-        body = json.dumps({"message": f"{problem}: {hint}"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", challenge),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = {"message": f"{problem}: {hint}"}
+        await answer_json(send, 401, message, [(b"www-authenticate", challenge)])

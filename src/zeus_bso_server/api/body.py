@@ -6,9 +6,9 @@ form. No route here takes anything but JSON, so such bodies are read as JSON.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from zeus_bso_server.api.asgi import answer_json
 
 _READ_AS_JSON = {b"", b"application/x-www-form-urlencoded", b"text/plain"}
 
@@ -52,7 +52,7 @@ class BodyMiddleware:
             try:
                 body.decode("utf-8")
             except UnicodeDecodeError:
-                await _answer(send, 422, {"message": "body: not UTF-8 encoded JSON"})
+                await answer_json(send, 422, {"message": "body: not UTF-8 encoded JSON"})
                 return
         replayed = False
 
@@ -66,19 +66,6 @@ class BodyMiddleware:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send: Send) -> None:
-        await _answer(send, 413, {"message": f"request body larger than {self.max_bytes} bytes"})
-
-
-async def _answer(send: Send, status: int, content: dict[str, str]) -> None:
-    body = json.dumps(content).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+        await answer_json(
+            send, 413, {"message": f"request body larger than {self.max_bytes} bytes"}
+        )

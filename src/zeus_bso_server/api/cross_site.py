@@ -19,10 +19,11 @@ is refused with 403 when
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from zeus_bso_server.api.asgi import answer_json
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 STATE_CHANGING_GETS = frozenset({"/jobs/batch_size"})
@@ -75,16 +76,4 @@ class CrossSiteMiddleware:
             f"cross-site request refused: {reason}. Requests that change state are taken from "
             "programs and from this server's own pages only"
         )
-        body = json.dumps({"message": message}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"vary", b"Origin, Sec-Fetch-Site"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await answer_json(send, 403, {"message": message}, [(b"vary", b"Origin, Sec-Fetch-Site")])
