@@ -15,6 +15,7 @@ and numeric strings are accepted where an int is expected (pydantic's lax mode).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from typing import Annotated, Any, Literal, Self
 
@@ -198,8 +199,18 @@ class GpuConfig(WireModel):
 
 def profile_key(gpu: GpuConfig) -> str:
     """The name of a hardware profile, e.g. ``1xV100@250W``: GPU count, model and the sum of
-    their power limits. Runs on one profile cost alike per epoch; across profiles they do not."""
-    return f"{gpu.number_of_gpus}x{gpu.gpu_model}@{gpu.max_power:g}W"
+    their power limits. Runs on one profile cost alike per epoch; across profiles they do not.
+
+    At most `MAX_ID_LENGTH` characters, as ids (a trial stores its profile's name): past that,
+    the model is shortened and a hash of the whole name keeps names of different profiles
+    apart."""
+    key = f"{gpu.number_of_gpus}x{gpu.gpu_model}@{gpu.max_power:g}W"
+    if len(key) <= MAX_ID_LENGTH:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    tail = f"~{digest}@{gpu.max_power:g}W"
+    head = f"{gpu.number_of_gpus}x{gpu.gpu_model}"
+    return head[: MAX_ID_LENGTH - len(tail)] + tail
 
 
 GPU_FIELDS = ("max_power", "number_of_gpus", "gpu_model")

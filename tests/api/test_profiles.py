@@ -237,3 +237,21 @@ def test_a_run_resumed_by_its_run_key_on_other_gpus_goes_on_there(http: httpx.Cl
     assert answer["cost"] == pytest.approx(eta * 2000.0 + (1 - eta) * FOUR_A40["max_power"] * 20)
     (trial,) = view(http, job_id)["trials"]
     assert trial["profile"] == FOUR_A40_KEY
+
+
+def test_a_profile_with_the_longest_model_name_is_stored_on_every_backend(
+    http: httpx.Client,
+) -> None:
+    """Its name would be longer than an id (a trial stores it): shortened, and told apart."""
+    job_id = unique_id("longname")
+    register(http, job_id, A100, 201)
+    longest = {"gpu_model": "G" * 255, "number_of_gpus": 2147483647, "max_power": 5e-324}
+    other = longest | {"gpu_model": "G" * 254 + "H"}
+    first = ask(http, job_id, run_key="run-long", **longest)
+    again = ask(http, job_id, run_key="run-long", **other)  # resumed, moved to the other
+    assert again["trial_number"] == first["trial_number"]
+    profiles = view(http, job_id)["profiles"]
+    assert len(profiles) == 3
+    assert all(len(name) <= 255 for name in profiles)
+    (trial,) = view(http, job_id)["trials"]
+    assert trial["profile"] == profiles[2]
