@@ -83,7 +83,8 @@ def write(results: dict[str, Any]) -> None:
     lines = [
         "# Multi-process tests, run again and again",
         "",
-        f"{results['rounds']} rounds, one pytest session each, on {results['machine']}"
+        f"{results['rounds']} rounds at commit {results['commit']}, one pytest session each, on "
+        f"{results['machine']}"
         f"{', beside a busy-looping Python process' if results['hog'] else ''};"
         f" {results['seconds']:.0f} s in all.",
         "",
@@ -104,8 +105,12 @@ def main() -> int:
     args = parser.parse_args()
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     results: dict[str, Any] = {
-        "machine": machine, "hog": args.hog, "rounds": 0, "seconds": 0.0,
+        "commit": commit or "unknown", "machine": machine, "hog": args.hog, "rounds": 0,
+        "seconds": 0.0,
         "tests": {test: {} for test in TESTS if "::" in test}, "failed_rounds": [],
     }  # fmt: skip
     start = time.monotonic()
