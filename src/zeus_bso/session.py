@@ -11,7 +11,6 @@ whether this process is the main one and how the framework logs; `zeus_bso.accel
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -27,8 +26,6 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.progress import TrialProgress
 from zeus_bso.ranks import from_rank_zero
 from zeus_bso.spec import JobSpec, TrialId
-
-logger = logging.getLogger(__name__)
 
 
 class TrialSession:
@@ -83,17 +80,15 @@ class TrialSession:
             assert optimizer.trial is not None
             return optimizer.trial.model_dump()
 
-        shared = from_rank_zero(broadcast, is_main, trial_of_this_run)
+        self.trial = TrialId.model_validate(from_rank_zero(broadcast, is_main, trial_of_this_run))
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
         if self.optimizer is not None:
             self.progress = self.optimizer.progress
         else:
             self.progress = TrialProgress(self.meter)
-            self.progress.trial = TrialId.model_validate(shared)
-        self.trial = TrialId.model_validate(shared)
+            self.progress.trial = self.trial
         self._began = False
-        self._stopped = False
 
     @property
     def batch_size(self) -> int:
@@ -110,11 +105,6 @@ class TrialSession:
         if self.optimizer is not None:
             self.optimizer.on_train_begin()  # starts the heartbeat
         self._began = True
-
-    @property
-    def began(self) -> bool:
-        """Whether training began (`train_begin`)."""
-        return self._began
 
     def report(self, metric: float | Callable[[], float]) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
@@ -141,8 +131,7 @@ class TrialSession:
             values["bso/cost"] = cost
         self.last = values
         self._log(values, epoch)
-        self._stopped = bool(stop)
-        return self._stopped
+        return bool(stop)
 
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;

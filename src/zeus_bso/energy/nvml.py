@@ -31,18 +31,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def visible_gpu_indices() -> list[int] | None:
-    """NVML indices of ``CUDA_VISIBLE_DEVICES`` when it lists indices only (``None``: not set,
-    or it names GPUs by UUID; `NVMLMeter` resolves those)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None or not value.strip():
-        return None
-    try:
-        return [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        return None
-
-
 def _visible_handles(nvml: Any) -> list[Any]:
     """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, as CUDA reads it: indices, or UUIDs
     (``GPU-...``, a unique prefix is enough), up to the first entry that names no GPU; all GPUs
