@@ -219,9 +219,7 @@ async def job_summaries(
 
     def work(conn: Connection) -> list[JobSummary]:
         rows = repo.list_jobs(conn, prefix, limit, offset)
-        spent: dict[str, list[Record]] = {row.job_id: [] for row in rows}
-        for used in repo.spent(conn, list(spent)):
-            spent[used.job_id].append(used)
+        spent = _spent_by_job(conn, [row.job_id for row in rows])
         return [_summary(conn, row, spent[row.job_id]) for row in rows]
 
     return await db.read(work)
@@ -269,8 +267,17 @@ class FleetSummary(BaseModel):
     cost_saved_fraction: float
 
 
-_FLEET_CHUNK = 500
+_SPENT_CHUNK = 500
 """Jobs a query of their trials' sums names at once (databases bound the parameters)."""
+
+
+def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Record]]:
+    """Each job's `repo.spent` rows (what its trials used), every job of ``job_ids`` a key."""
+    spent: dict[str, list[Record]] = {job_id: [] for job_id in job_ids}
+    for start in range(0, len(job_ids), _SPENT_CHUNK):
+        for used in repo.spent(conn, job_ids[start : start + _SPENT_CHUNK]):
+            spent[used.job_id].append(used)
+    return spent
 
 
 async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
@@ -281,11 +288,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
             row.job_id: CreatedJob.model_validate(row.config)
             for row in repo.list_jobs(conn, prefix, 2**31 - 1, 0)
         }
-        spent: dict[str, list[Record]] = {job_id: [] for job_id in configs}
-        ids = list(configs)
-        for start in range(0, len(ids), _FLEET_CHUNK):
-            for used in repo.spent(conn, ids[start : start + _FLEET_CHUNK]):
-                spent[used.job_id].append(used)
+        spent = _spent_by_job(conn, list(configs))
         runs = 0
         energy = time = 0.0
         with_savings = 0

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from zeus_bso import clean_exit
+from zeus_bso.distributed import broadcast_object, torch_distributed
 from zeus_bso.elastic import callbacks_in_flight
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
@@ -386,16 +387,11 @@ class ElasticBatchSize:
 
 def _same_on_every_rank(choice: Choice) -> Choice:
     """Rank 0's choice, on every rank of an initialised process group (else ``choice``)."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
+    dist = torch_distributed()
+    if dist is None or dist.get_world_size() < 2:
         return choice
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return choice
-    clean_exit.register_at_exit()
-    shared: list[Any] = [[choice.local_bsz, choice.accumulation, choice.replicas]]
-    dist.broadcast_object_list(shared, src=0)
-    local, accumulation, replicas = shared[0]
+    shared = broadcast_object([choice.local_bsz, choice.accumulation, choice.replicas])
+    local, accumulation, replicas = shared
     return Choice(int(local), int(accumulation), int(replicas))
 
 

@@ -79,18 +79,23 @@ def _number(value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
 
 
+def _in_unit(value: float | None, per_unit: float, unit: str) -> str:
+    """``value`` in a larger unit (``per_unit`` of its own to one), three significant digits;
+    empty when there is no finite value."""
+    if value is None or not math.isfinite(value):
+        return ""
+    scaled = value / per_unit
+    return f"{scaled:,.3g} {unit}" if abs(value) < 3.6e15 else f"{scaled:.3e} {unit}"
+
+
 def kwh(joules: float | None) -> str:
     """Joules as kilowatt-hours, three significant digits (``0.922 kWh``)."""
-    if joules is None or not math.isfinite(joules):
-        return ""
-    return f"{joules / 3.6e6:,.3g} kWh" if abs(joules) < 3.6e15 else f"{joules / 3.6e6:.3e} kWh"
+    return _in_unit(joules, 3.6e6, "kWh")
 
 
 def hours(seconds: float | None) -> str:
     """Seconds as hours, three significant digits (``1.25 h``)."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    return f"{seconds / 3600:,.3g} h" if abs(seconds) < 3.6e15 else f"{seconds / 3600:.3e} h"
+    return _in_unit(seconds, 3600.0, "h")
 
 
 SPARK_WIDTH, SPARK_HEIGHT = 64, 16
