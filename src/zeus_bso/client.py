@@ -237,12 +237,16 @@ class BatchSizeOptimizer:
         """Seconds and joules (this process's meter) since training began."""
         return self.progress.time(), self.progress.energy()
 
-    def on_evaluate(self, metric: float, energy: float | None = None) -> ReportResponse:
+    def on_evaluate(
+        self, metric: float, energy: float | None = None, epoch: int | None = None
+    ) -> ReportResponse:
         """Report the validation metric of the epoch just finished; says whether to stop.
 
         ``energy`` (J since training began) replaces this process's meter reading, for a
-        framework that adds up the energy of all ranks. If the server cannot be reached,
-        training goes on (a warning is logged) and the report is sent again at `end`.
+        framework that adds up the energy of all ranks. ``epoch`` (from 1) is the run's epoch
+        count for a loop that validates every few epochs (default: one more than reported).
+        If the server cannot be reached, training goes on (a warning is logged) and the report
+        is sent again at `end`.
         """
         if self.trial is None:
             raise OperationOrderError("call get_batch_size() and on_train_begin() first")
@@ -250,7 +254,7 @@ class BatchSizeOptimizer:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
             )
-        epoch = self.progress.epoch_done()
+        epoch = self.progress.epoch_done(epoch)
         time_s, energy_j = self.elapsed()
         if energy is not None:
             energy_j = energy

@@ -14,6 +14,8 @@ each GPU once.
 
 Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
 (``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
+``resume_from_checkpoint=True`` with ``output_dir=...`` takes the last checkpoint in that
+directory, as ``Trainer.train(resume_from_checkpoint=True)`` does.
 
 The server's cost of each report and the run's energy go into the evaluation metrics
 (``eval_...`` keys' neighbours ``bso_cost`` and ``bso_energy_j``) before the Trainer hands them to
@@ -50,8 +52,32 @@ STATE_FILE = "zeus_bso_trial.json"
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
 except ImportError as err:
     raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
+
+
+def _checkpoint_to_resume(
+    resume_from_checkpoint: str | os.PathLike[str] | bool | None,
+    output_dir: str | os.PathLike[str] | None,
+) -> Path | None:
+    """The checkpoint directory a run resumes from (None: a fresh run)."""
+    if resume_from_checkpoint is True:
+        if output_dir is None:
+            raise ZeusBSOError(
+                "resume_from_checkpoint=True resumes from the last checkpoint in the Trainer's "
+                "output_dir: pass output_dir=... to the callback too (or a checkpoint's path)"
+            )
+        last = get_last_checkpoint(os.fspath(output_dir)) if Path(output_dir).is_dir() else None
+        if last is None:
+            raise ZeusBSOError(
+                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint "
+                "(checkpoint-<step> directory); leave it out for a fresh run"
+            )
+        return Path(last)
+    if resume_from_checkpoint is False or resume_from_checkpoint is None:
+        return None
+    return Path(resume_from_checkpoint)
 
 
 class ZeusBSOTrainerCallback(TrainerCallback):
@@ -65,7 +91,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
         resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
-            trial: the run continues that trial (and its batch size).
+            trial: the run continues that trial (and its batch size). ``True``: the last
+            checkpoint in ``output_dir`` (the Trainer's convention).
+        output_dir: the Trainer's ``output_dir``, where ``resume_from_checkpoint=True`` looks.
     """
 
     def __init__(
@@ -75,10 +103,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metric: str = "eval_accuracy",
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
-        resume_from_checkpoint: str | os.PathLike[str] | None = None,
+        resume_from_checkpoint: str | os.PathLike[str] | bool | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.server_url = server_url
-        self.resume_from = Path(resume_from_checkpoint) if resume_from_checkpoint else None
+        self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = job
         self.metric = metric
         self.token = token

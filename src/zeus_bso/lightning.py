@@ -5,7 +5,11 @@ DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and
 model, its hparams or the datamodule (``batch_arg_name``). After every validation of the fit
 (sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
 the run (every rank's GPUs, each GPU once) and the monitored metric, and every rank stops when
-the server says so. An error on rank 0 (an unreachable server, a metric that was not logged) is
+the server says so. A fit that validates every few epochs (``check_val_every_n_epoch``) reports
+its epoch count; one that validates within epochs (``val_check_interval`` below 1) reports each
+validation as an epoch, and says so when training starts. The server's figures of an epoch's
+last report are logged once, at the epoch's end (``bso/cost``, ``bso/energy_j``,
+``bso/batch_size``). An error on rank 0 (an unreachable server, a metric that was not logged) is
 raised on every rank. A fit resumed from a checkpoint continues the same trial.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
@@ -81,6 +85,7 @@ class ZeusBSOCallback(pl.Callback):
         self.batch_size: int | None = None
         self.trial_number: int | None = None
         self._restored: dict[str, Any] | None = None
+        self._unlogged: dict[str, float] = {}
 
     @property
     @override
@@ -137,10 +142,28 @@ class ZeusBSOCallback(pl.Callback):
 
     # -- training -----------------------------------------------------------------------------
 
+    @staticmethod
+    def _validates_at_epoch_ends(trainer: pl.Trainer) -> bool:
+        """Whether the fit validates at the end of an epoch only (every epoch, or every
+        ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
+        (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
+        interval = trainer.val_check_interval
+        return isinstance(interval, float) and interval == 1.0
+
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.session is not None:
-            self.session.train_begin()  # on every rank at once; rank 0's heartbeat
+        if self.session is None:
+            return
+        if not self._validates_at_epoch_ends(trainer) and trainer.is_global_zero:
+            logger.warning(
+                "val_check_interval=%s: every validation is reported as an epoch, so the job's "
+                "max_epochs (%d) counts validations, and its learning curves and costs are per "
+                "validation; validate at the end of epochs (val_check_interval=1.0, and "
+                "check_val_every_n_epoch as you like) for epochs",
+                trainer.val_check_interval,
+                self.job.max_epochs,
+            )
+        self.session.train_begin()  # on every rank at once; rank 0's heartbeat
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -157,16 +180,18 @@ class ZeusBSOCallback(pl.Callback):
                 )
             return float(trainer.callback_metrics[self.monitor])
 
-        stop = session.report(metric)
+        epoch = trainer.current_epoch + 1 if self._validates_at_epoch_ends(trainer) else None
+        stop = session.report(metric, epoch=epoch)
+        self._unlogged = dict(session.last)
         trainer.should_stop = trainer.should_stop or stop
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # self.log is not allowed in on_validation_end; the values are logged here.
-        if self.session is None:
-            return
-        for name, value in self.session.last.items():
+        # self.log is not allowed in on_validation_end; the epoch's last report is logged here,
+        # once (an epoch without a validation logs nothing).
+        for name, value in self._unlogged.items():
             pl_module.log(name, value, rank_zero_only=True)
+        self._unlogged = {}
 
     # -- the end of a fit ---------------------------------------------------------------------
 

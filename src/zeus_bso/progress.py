@@ -67,9 +67,17 @@ class TrialProgress:
                 readings[key] = joules - self._start_readings.get(key, 0.0)
         return readings
 
-    def epoch_done(self) -> int:
-        """Count one more epoch; returns the run's epoch count."""
-        self.epochs += 1
+    def epoch_done(self, epoch: int | None = None) -> int:
+        """Count one more epoch, or the run's epochs up to ``epoch`` (a loop that validates
+        every few epochs); returns the run's epoch count."""
+        if epoch is None:
+            epoch = self.epochs + 1
+        elif epoch <= self.epochs:
+            raise ZeusBSOError(
+                f"epoch {epoch} is not after the {self.epochs} epochs already reported; "
+                "report each epoch once, counting from 1"
+            )
+        self.epochs = epoch
         return self.epochs
 
     def reported(self, energy: float) -> None:

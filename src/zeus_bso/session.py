@@ -106,12 +106,14 @@ class TrialSession:
             self.optimizer.on_train_begin()  # starts the heartbeat
         self._began = True
 
-    def report(self, metric: float | Callable[[], float]) -> bool:
+    def report(self, metric: float | Callable[[], float], epoch: int | None = None) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
 
         The main process's metric is reported: compute it over the whole validation set (e.g.
         gathered from every process by the framework). A function is called on the main process
-        only; its error, like the server's, is raised on every process."""
+        only; its error, like the server's, is raised on every process. ``epoch`` (from 1): the
+        run's epochs so far, for a loop that validates every few epochs (default: one more than
+        reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
         energy = energy_of_the_run(self.progress)
@@ -119,7 +121,7 @@ class TrialSession:
         def send() -> tuple[bool, float | None, int]:
             assert self.optimizer is not None
             value = metric() if callable(metric) else metric
-            answer = self.optimizer.on_evaluate(float(value), energy=energy)
+            answer = self.optimizer.on_evaluate(float(value), energy=energy, epoch=epoch)
             return answer.stop_train, answer.cost, self.optimizer.current_epoch
 
         stop, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)

@@ -89,3 +89,14 @@ def test_resume_after_training_began_is_refused() -> None:
     progress.begin()
     with pytest.raises(ZeusBSOError, match="before training begins"):
         progress.resume({"trial": TRIAL.model_dump(), "current_epoch": 1, "time": 1, "energy": 1})
+
+
+def test_epochs_count_one_by_one_or_up_to_a_given_epoch() -> None:
+    progress = TrialProgress(CountingMeter())
+    assert progress.epoch_done() == 1
+    assert progress.epoch_done(3) == 3  # a loop that validates every second epoch
+    assert progress.epoch_done() == 4
+    for epoch in (4, 2):
+        with pytest.raises(ZeusBSOError, match=f"epoch {epoch} is not after the 4 epochs"):
+            progress.epoch_done(epoch)
+    assert progress.epochs == 4

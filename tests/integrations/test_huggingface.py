@@ -100,7 +100,7 @@ def train(
     epochs: int,
     batch_size: int | None = None,
     save: bool = False,
-    resume: Path | None = None,
+    resume: Path | bool | None = None,
     ahead: list[Any] | None = None,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
@@ -112,6 +112,7 @@ def train(
         metric="eval_accuracy",
         energy_meter=EstimateMeter(100),
         resume_from_checkpoint=resume,
+        output_dir=tmp_path / "out",
     )
     spy = BatchSizeSpy()
     args = training_arguments(
@@ -129,7 +130,7 @@ def train(
         compute_metrics=accuracy,
         callbacks=[*(ahead or []), callback, spy],
     )
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    trainer.train(resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
     callback.log_history = trainer.state.log_history  # type: ignore[attr-defined]
     # An evaluation after training is not part of the trial.
@@ -251,6 +252,26 @@ def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["epochs"] == 4  # 1-2 in the first run, 3-4 after resuming
+
+
+def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = job(unique_id("hfresumelast"), target=0.999)
+    with pytest.raises(ZeusBSOError, match="holds no checkpoint"):
+        train(server.url, spec, tmp_path, epochs=2, resume=True)
+    first = train(server.url, spec, tmp_path, epochs=2, save=True)
+    # An earlier checkpoint without the callback's file: the last one is taken by step (the
+    # default batch size's run saved checkpoint-16 and checkpoint-32), not by name.
+    assert first.batch_size == 16
+    (tmp_path / "out" / "checkpoint-9").mkdir()
+    second = train(server.url, spec, tmp_path, epochs=3, resume=True)
+    assert second.trial_number == first.trial_number
+    with ServerClient(server.url) as client:
+        trials = client.job_state(spec.job_id or "")["trials"]
+    assert [t["epochs"] for t in trials] == [3]
+    with pytest.raises(ZeusBSOError, match="pass output_dir"):
+        ZeusBSOTrainerCallback(server.url, spec, resume_from_checkpoint=True)
 
 
 def test_two_processes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
@@ -239,6 +243,53 @@ def test_two_nodes_share_one_trial(server: ServerProcess, tmp_path: Path) -> Non
     assert trial["status"] == "reported"
     assert trial["epochs"] == 2
     assert trial["energy"] > 1.5 * 100 * trial["time"]
+
+
+def logged_rows(root: Path, name: str) -> list[dict[str, str]]:
+    """The rows of a CSVLogger's metrics file that hold ``name``."""
+    (path,) = root.glob("**/metrics.csv")
+    with path.open() as rows:
+        return [row for row in csv.DictReader(rows) if row.get(name)]
+
+
+def test_validating_every_second_epoch_reports_the_fits_epochs_and_logs_once(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = job(unique_id("litevery2"), target=0.999, max_epochs=6)  # never converges
+    logs = tmp_path / "logs"
+    model, _ = fit(
+        server.url,
+        spec,
+        tmp_path,
+        max_epochs=8,
+        check_val_every_n_epoch=2,
+        logger=CSVLogger(logs),
+    )
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    # Reports after epochs 2, 4 and 6: the job's max_epochs counted the fit's epochs, and the
+    # server stopped the fit there (counted as validations, it would have run all 8).
+    assert trial["epochs"] == 6
+    assert model.trainer.current_epoch == 6
+    # One row per report: epochs without a validation log nothing.
+    assert len(logged_rows(logs, "bso/cost")) == 3
+
+
+def test_validating_twice_an_epoch_counts_validations_and_says_so(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = job(unique_id("lithalf"), target=0.999, max_epochs=4)
+    logs = tmp_path / "logs"
+    with caplog.at_level(logging.WARNING, logger="zeus_bso.lightning"):
+        model, _ = fit(
+            server.url, spec, tmp_path, max_epochs=8, val_check_interval=0.5, logger=CSVLogger(logs)
+        )
+    assert "max_epochs (4) counts validations" in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 4  # four validations, in two epochs
+    assert model.trainer.current_epoch == 2
+    assert len(logged_rows(logs, "bso/cost")) == 2  # each epoch's last report, once
 
 
 def test_validation_outside_the_fit_reports_nothing(server: ServerProcess, tmp_path: Path) -> None:
