@@ -13,7 +13,7 @@ import typer
 import typer.core
 
 from zeus_bso.cli import app as client_app
-from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpec
+from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpec, policy_options
 from zeus_bso_server.api.app import create_app
 from zeus_bso_server.cli import app as server_app
 from zeus_bso_server.settings import Settings
@@ -115,15 +115,21 @@ def options_page() -> str:
         "its definition. *Upstream* is the value that reproduces upstream Zeus 0.16's decisions",
         "(`zeus_bso.spec.UPSTREAM_OPTIONS`, or `zeus-bso simulate --upstream`); options without",
         "one behave as upstream's at their default. Upstream clients send `num_pruning_rounds`",
-        "and `mab_num_explorations` themselves (2 and 2).",
+        "and `mab_num_explorations` themselves (2 and 2). Each policy option is declared once, in",
+        "`zeus_bso.spec` (`PolicyOption`): this table, the upstream preset, the job-id hashing",
+        "rule and the `zeus-bso simulate` flags are derived from the declaration.",
         "",
         "| option | default | upstream | what it does |",
         "|---|---|---|---|",
     ]
+    options = policy_options()
     for name, field in JobSpec.model_fields.items():
         default = "required" if field.is_required() else f"`{json.dumps(field.default)}`"
         upstream = f"`{json.dumps(UPSTREAM_OPTIONS[name])}`" if name in UPSTREAM_OPTIONS else ""
         text = " ".join((field.description or "").split()).replace("|", "\\|")
+        if name in options:
+            flag = options[name].flag or f"--{name.replace('_', '-')}"
+            text += f" (`zeus-bso simulate {flag.split('/')[0]}`)"
         lines.append(f"| `{name}` | {default} | {upstream} | {text} |")
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@ server's jobs (`zeus_bso.cli_jobs`)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import secrets
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -18,7 +20,7 @@ from zeus_bso.cli_jobs import jobs_app
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, seed_result, summarize
-from zeus_bso.spec import UPSTREAM_OPTIONS
+from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
 app = typer.Typer(
     help="zeus-bso: learn the cheapest batch size of recurring training jobs.",
@@ -32,18 +34,6 @@ err = Console(stderr=True, soft_wrap=True)
 @app.callback()
 def _main() -> None:
     """zeus-bso: learn the cheapest batch size of recurring training jobs."""
-
-
-def _optional_float(value: str | None) -> float | None:
-    if value is None or value.lower() == "none":
-        return None
-    return float(value)
-
-
-def _optional_int(value: str | None) -> int | None:
-    if value is None or value.lower() == "none":
-        return None
-    return int(value)
 
 
 def simulate_command(
@@ -65,52 +55,17 @@ def simulate_command(
     upstream: Annotated[
         bool, typer.Option(help="Start from upstream Zeus 0.16's policy options")
     ] = False,
-    eta_knob: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
-    beta_knob: Annotated[str, typer.Option(help="Early-stop factor, or 'none'")] = "2.0",
-    num_pruning_rounds: Annotated[int | None, typer.Option(min=0)] = None,
-    window_size: Annotated[int | None, typer.Option(min=0)] = None,
-    mab_prior_mean: Annotated[float | None, typer.Option()] = None,
-    mab_prior_precision: Annotated[float | None, typer.Option(min=0.0)] = None,
-    mab_num_explorations: Annotated[int | None, typer.Option(min=0)] = None,
-    max_unreported_failures: Annotated[int | None, typer.Option(min=1)] = None,
-    prune_up_first: Annotated[
-        bool | None, typer.Option("--prune-up-first/--prune-down-first")
-    ] = None,
-    prune_skip_other_direction: Annotated[
-        bool | None, typer.Option("--prune-skip-other-direction/--prune-both-directions")
-    ] = None,
-    prune_cost_ratio: Annotated[str | None, typer.Option(help="A ratio > 1, or 'none'")] = None,
-    bandit_noise: Annotated[str | None, typer.Option(help="per_arm or pooled")] = None,
-    bandit_exploit_after: Annotated[str | None, typer.Option(help="Trials, or 'none'")] = None,
-    bandit_exploit_optimism: Annotated[float | None, typer.Option(min=0.0, max=10.0)] = None,
-    early_stop_reference: Annotated[str | None, typer.Option(help="best_run or best_mean")] = None,
-    early_stop_predictive: Annotated[bool | None, typer.Option()] = None,
-    learning_curve_stop: Annotated[bool | None, typer.Option()] = None,
+    **given: Any,
 ) -> None:
-    """Simulate recurrences of a trace workload and compare with the oracle and the default."""
+    """Simulate recurrences of a trace workload and compare with the oracle and the default.
+
+    Every policy option of a job is a flag (generated from `zeus_bso.spec.policy_options`)."""
     options: dict[str, Any] = dict(UPSTREAM_OPTIONS) if upstream else {}
-    given: dict[str, Any] = {
-        "eta_knob": eta_knob,
-        "beta_knob": _optional_float(beta_knob),
-        "num_pruning_rounds": num_pruning_rounds,
-        "window_size": window_size,
-        "mab_prior_mean": mab_prior_mean,
-        "mab_prior_precision": mab_prior_precision,
-        "mab_num_explorations": mab_num_explorations,
-        "max_unreported_failures": max_unreported_failures,
-        "prune_up_first": prune_up_first,
-        "prune_skip_other_direction": prune_skip_other_direction,
-        "bandit_noise": bandit_noise,
-        "bandit_exploit_optimism": bandit_exploit_optimism,
-        "early_stop_reference": early_stop_reference,
-        "early_stop_predictive": early_stop_predictive,
-        "learning_curve_stop": learning_curve_stop,
-    }
-    options.update({k: v for k, v in given.items() if v is not None or k == "beta_knob"})
-    if prune_cost_ratio is not None:
-        options["prune_cost_ratio"] = _optional_float(prune_cost_ratio)
-    if bandit_exploit_after is not None:
-        options["bandit_exploit_after"] = _optional_int(bandit_exploit_after)
+    try:
+        options.update(_policy_option_values(given))
+    except ValueError as error:
+        err.print(f"[bold red]error:[/] {error}", highlight=False)
+        raise typer.Exit(code=2) from None
     names = list(WORKLOADS) if workload == "all" else [workload]
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
@@ -131,6 +86,62 @@ def simulate_command(
 
         plot_cumulative(summaries, plot)
         console.print(f"wrote {plot}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _option_parameters() -> list[inspect.Parameter]:
+    """A ``simulate`` flag for each policy option: booleans as ``--on/--off`` pairs, the rest as
+    values (``none`` for an option that may be None), each validated as the job validates it."""
+    parameters = []
+    for name, option in policy_options().items():
+        field = JobSpec.model_fields[name]
+        sentence = " ".join((field.description or "").split()).split(". ")[0].rstrip(".")
+        upstream = "" if option.upstream is NOT_UPSTREAM else f" Upstream: {option.upstream!r}."
+        text = f"{sentence}. Default: {field.default!r}.{upstream}".replace("``", "'")
+        if field.annotation is bool:
+            flag = option.flag or f"{_flag(name)}/--no-{_flag(name)[2:]}"
+            info = typer.Option(flag, help=text, show_default=False)
+            annotation: Any = Annotated[bool | None, info]
+        else:
+            info = typer.Option(_flag(name), help=text, show_default=False, metavar="VALUE")
+            annotation = Annotated[str | None, info]
+        parameters.append(
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+            )
+        )
+    return parameters
+
+
+def _policy_option_values(given: dict[str, Any]) -> dict[str, Any]:
+    """The options given on the command line, validated as a job's fields.
+
+    Raises:
+        ValueError: a value the job would refuse (says which flag and why).
+    """
+    values: dict[str, Any] = {}
+    for name, raw in given.items():
+        if raw is None:
+            continue
+        field = JobSpec.model_fields[name]
+        value = None if isinstance(raw, str) and raw.lower() == "none" else raw
+        declared: Any = Annotated[(field.annotation, *field.metadata)]
+        adapter: TypeAdapter[Any] = TypeAdapter(declared)
+        try:
+            values[name] = adapter.validate_python(value)
+        except ValidationError as error:
+            reason = "; ".join(e["msg"] for e in error.errors())
+            raise ValueError(f"{_flag(name)} {raw}: {reason}") from None
+    return values
+
+
+_fixed = list(inspect.signature(simulate_command, eval_str=True).parameters.values())[:-1]
+simulate_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [*_fixed, *_option_parameters()]
+)
 
 
 def _simulate_one(

@@ -48,6 +48,7 @@ from zeus_bso.spec import (
     TrainingResult,
     TrialId,
     gpu_of,
+    policy_options,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,9 +76,14 @@ def run_key_from_environment() -> str | None:
     return None
 
 
-_HASHED_ONLY_OFF_DEFAULT = {"learning_curve_stop": True, "bandit_exploit_optimism": 0.5}
-"""Options added after ids were first hashed, with their defaults: a job id hashes them only
-away from their default, so a job's id stays what it was before the option existed."""
+_HASHED_ONLY_OFF_DEFAULT = {
+    name: JobSpec.model_fields[name].default
+    for name, option in policy_options().items()
+    if option.hashed_off_default
+}
+"""Options added after ids were first hashed, with their defaults (`PolicyOption`): a job id
+hashes them only away from their default, so a job's id stays what it was before the option
+existed."""
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:

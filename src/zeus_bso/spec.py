@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -65,6 +66,47 @@ Printable = AfterValidator(no_control_characters)
 Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), Printable]
 
 
+class _NotUpstream:
+    """`PolicyOption.upstream` of an option that upstream Zeus 0.16 has too (its default is
+    upstream's) or that does not change upstream's decisions at its default."""
+
+    def __repr__(self) -> str:
+        return "NOT_UPSTREAM"
+
+
+NOT_UPSTREAM: Any = _NotUpstream()
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOption:
+    """Marks a job field as a policy option, and says once what the rest derives from it.
+
+    Put in the field's ``Annotated`` metadata. From it come `UPSTREAM_OPTIONS` (the upstream
+    preset), the job-id hashing rule (`hashed_off_default`), the ``zeus-bso simulate`` flags
+    (`zeus_bso.cli`) and the documentation's policy options table. A job field without it
+    describes the job (its batch sizes, target, ...), which a simulation takes from the trace.
+    """
+
+    upstream: Any = NOT_UPSTREAM
+    """The value that reproduces upstream Zeus 0.16's decisions, if not the default."""
+    hashed_off_default: bool = False
+    """True for an option added after job ids were first hashed: an id hashes it only away from
+    its default, so that a job's id stays what it was before the option existed. A new option
+    must set it (a test says so), or every existing job without an id gets a new one."""
+    flag: str | None = None
+    """The ``simulate`` flag of a boolean, as ``--on/--off`` (default: ``--name/--no-name``)."""
+
+
+def policy_options() -> dict[str, PolicyOption]:
+    """Every policy option of a job, by field name, in declaration order."""
+    found: dict[str, PolicyOption] = {}
+    for name, info in _JobOptions.model_fields.items():
+        for marker in info.metadata:
+            if isinstance(marker, PolicyOption):
+                found[name] = marker
+    return found
+
+
 class WireModel(BaseModel):
     """Base of every wire model: unknown fields are ignored, non-finite floats rejected."""
 
@@ -87,10 +129,10 @@ class _JobOptions(WireModel):
     """The batch sizes to choose from."""
     default_batch_size: PositiveInt
     """The batch size the job trains with today: the first to try, and the savings' reference."""
-    eta_knob: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    eta_knob: Annotated[float, Field(ge=0.0, le=1.0), PolicyOption()] = 0.5
     """The cost's weight of energy against time: ``eta * energy + (1 - eta) * max_power *
     time``."""
-    beta_knob: PositiveFinite | None = 2.0
+    beta_knob: Annotated[PositiveFinite | None, PolicyOption()] = 2.0
     """Stop a run once its cost passes this many times the reference cost
     (``early_stop_reference``); ``None``: never stop early."""
     target_metric: FiniteFloat = 0.5
@@ -99,52 +141,71 @@ class _JobOptions(WireModel):
     """Whether a higher metric is better (accuracy) or a lower one (loss)."""
     max_epochs: PositiveInt = 100
     """Epochs a run may train before it counts as not converging."""
-    num_pruning_rounds: Annotated[int, Field(ge=0, le=100)] = 1
+    num_pruning_rounds: Annotated[int, Field(ge=0, le=100), PolicyOption(upstream=2)] = 1
     """Pruning rounds before the bandit."""
-    window_size: NonNegativeInt = 0
+    window_size: Annotated[NonNegativeInt, PolicyOption()] = 0
     """The bandit's window: the latest this many costs of each arm (0: all)."""
-    mab_prior_mean: FiniteFloat = 0.0
+    mab_prior_mean: Annotated[FiniteFloat, PolicyOption()] = 0.0
     """The mean of the prior over an arm's mean reward (the negative cost)."""
-    mab_prior_precision: NonNegativeFinite = 0.0
+    mab_prior_precision: Annotated[NonNegativeFinite, PolicyOption()] = 0.0
     """The precision of that prior (0: uninformative)."""
-    mab_num_explorations: Annotated[int, Field(ge=0, le=1000)] = 1
+    mab_num_explorations: Annotated[int, Field(ge=0, le=1000), PolicyOption(upstream=2)] = 1
     """Observations an arm needs before Thompson sampling."""
     mab_seed: Annotated[int, Field(ge=-_INT64_MAX, le=_INT64_MAX)] | None = None
     """Makes the bandit's draws reproducible: trial *n*'s depends only on the seed and *n*."""
 
     # Options of ours (not in upstream), and the defaults of num_pruning_rounds (upstream: 2) and
-    # mab_num_explorations (upstream: 2) above: chosen on the trace benchmark (README, Benchmarks).
-    # `UPSTREAM_OPTIONS` holds the values that reproduce upstream's decisions. Upstream clients
-    # send every JobParams field, so they keep their 2 and 2.
-    max_unreported_failures: Annotated[int, Field(ge=1, le=1000)] = 3
+    # mab_num_explorations (upstream: 2) above: chosen on the trace benchmark. Each policy option
+    # says in its PolicyOption what reproduces upstream's decisions (`UPSTREAM_OPTIONS`) and how
+    # job ids hash it. Upstream clients send every JobParams field, so they keep their 2 and 2.
+    max_unreported_failures: Annotated[int, Field(ge=1, le=1000), PolicyOption()] = 3
     """Dispatches of one batch size in one pruning round that may end without any report (a
     crash its client caught, or an OOM kill or lost node whose lease ran out before the first
     report) before the batch size counts as not converging in that round."""
-    prune_up_first: bool = True
+    prune_up_first: Annotated[
+        bool, PolicyOption(upstream=False, flag="--prune-up-first/--prune-down-first")
+    ] = True
     """Explore larger batch sizes before smaller ones in each pruning round."""
-    prune_skip_other_direction: bool = True
+    prune_skip_other_direction: Annotated[
+        bool,
+        PolicyOption(upstream=False, flag="--prune-skip-other-direction/--prune-both-directions"),
+    ] = True
     """Skip a round's second direction when the first one found a batch size cheaper than the
     pivot (cost is roughly unimodal in the batch size)."""
-    prune_cost_ratio: Annotated[float, Field(gt=1.0, allow_inf_nan=False)] | None = 1.5
+    prune_cost_ratio: Annotated[
+        Annotated[float, Field(gt=1.0, allow_inf_nan=False)] | None, PolicyOption(upstream=None)
+    ] = 1.5
     """Stop a pruning direction at a converged batch size costing more than this times the
     round's cheapest, and drop it (``None``: stop only at a batch size that did not converge)."""
-    bandit_noise: Literal["per_arm", "pooled"] = "pooled"
+    bandit_noise: Annotated[Literal["per_arm", "pooled"], PolicyOption(upstream="per_arm")] = (
+        "pooled"
+    )
     """``per_arm``: each arm's reward precision is 1 / its own sample variance. ``pooled``: one
     coefficient of variation, estimated from every arm, scales every arm's noise."""
-    bandit_exploit_after: Annotated[int, Field(ge=0, le=1_000_000)] | None = 5
+    bandit_exploit_after: Annotated[
+        Annotated[int, Field(ge=0, le=1_000_000)] | None, PolicyOption(upstream=None)
+    ] = 5
     """After this many bandit-stage trials, choose the arm with the lowest optimistic cost
     (``bandit_exploit_optimism``) instead of sampling (``None``: always sample)."""
-    bandit_exploit_optimism: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)] = 0.5
+    bandit_exploit_optimism: Annotated[
+        float,
+        Field(ge=0.0, le=10.0, allow_inf_nan=False),
+        PolicyOption(upstream=0.0, hashed_off_default=True),
+    ] = 0.5
     """Once exploiting, an arm's optimistic cost is its posterior mean cost less this many
     posterior standard deviations (the job's noise model): an arm seen once, unluckily, gets a
     second run when it could still be the cheapest. 0: the lowest mean cost."""
-    early_stop_reference: Literal["best_run", "best_mean"] = "best_run"
+    early_stop_reference: Annotated[
+        Literal["best_run", "best_mean"], PolicyOption(upstream="best_run")
+    ] = "best_run"
     """What ``beta_knob`` multiplies: the cheapest converged run, or the lowest mean cost of a
     batch size's converged runs."""
-    early_stop_predictive: bool = False
+    early_stop_predictive: Annotated[bool, PolicyOption(upstream=False)] = False
     """Stop before an epoch that would take the run over the early-stop bound (the cost of an
     epoch is known after the first)."""
-    learning_curve_stop: bool = True
+    learning_curve_stop: Annotated[bool, PolicyOption(upstream=False, hashed_off_default=True)] = (
+        True
+    )
     """Also stop a run whose learning curve predicts it will end over the early-stop bound: its
     cost so far plus its cost per epoch times the epochs it still needs, predicted from the
     latest converged runs of its batch size, or of the smaller ones for a batch size's first
@@ -270,17 +331,9 @@ class ReportResponse(WireModel):
 
 
 UPSTREAM_OPTIONS: dict[str, Any] = {
-    "num_pruning_rounds": 2,
-    "mab_num_explorations": 2,
-    "prune_up_first": False,
-    "prune_skip_other_direction": False,
-    "prune_cost_ratio": None,
-    "bandit_noise": "per_arm",
-    "bandit_exploit_after": None,
-    "bandit_exploit_optimism": 0.0,
-    "early_stop_reference": "best_run",
-    "early_stop_predictive": False,
-    "learning_curve_stop": False,
+    name: option.upstream
+    for name, option in policy_options().items()
+    if option.upstream is not NOT_UPSTREAM
 }
 """Our options set to upstream Zeus 0.16's behaviour."""
 
@@ -288,6 +341,7 @@ __all__ = [
     "GPU_FIELDS",
     "MAX_BATCH_SIZES",
     "MAX_ID_LENGTH",
+    "NOT_UPSTREAM",
     "UPSTREAM_OPTIONS",
     "CreatedJob",
     "DispatchedTrial",
@@ -295,10 +349,12 @@ __all__ = [
     "JobParams",
     "JobSpec",
     "JobSpecFromClient",
+    "PolicyOption",
     "ReportResponse",
     "TrainingResult",
     "TrialId",
     "WireModel",
     "gpu_of",
+    "policy_options",
     "profile_key",
 ]

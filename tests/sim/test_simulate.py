@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tests.helpers import ServerProcess
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import seed_result, summarize
-from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
+from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, policy_options
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
@@ -137,6 +138,45 @@ def test_cli_rejects_unknown_workload() -> None:
     )
     assert result.returncode == 2
     assert "unknown workload" in result.stderr
+
+
+def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_it(
+    tmp_path: Path,
+) -> None:
+    shown = subprocess.run(
+        [ZEUS_BSO, "simulate", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+    ).stdout
+    for name, option in policy_options().items():
+        flag = option.flag or "--" + name.replace("_", "-")
+        assert flag.split("/")[0] in shown, name
+    out = tmp_path / "r.json"
+    given = ["--bandit-exploit-after", "none", "--num-pruning-rounds", "2", "--prune-down-first"]
+    result = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "squad", "--recurrences", "2", "--seeds", "0"]
+        + [*given, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    options = json.loads(out.read_text())["options"]
+    assert options == {
+        "bandit_exploit_after": None,
+        "num_pruning_rounds": 2,
+        "prune_up_first": False,
+    }
+    refused = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "squad", "--prune-cost-ratio", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "--prune-cost-ratio 0.5: Input should be greater than 1" in refused.stderr
 
 
 class Recorder:
