@@ -52,17 +52,15 @@ def test_an_option_added_since_ids_were_first_hashed_keeps_existing_ids() -> Non
 def test_the_upstream_preset_reproduces_upstream_zeus() -> None:
     # Upstream Zeus 0.16: two pruning rounds and two explorations per arm (its clients send
     # them), pruning down from the default first and then up, both directions, stopping only
-    # at a batch size that does not converge; Thompson sampling on each arm's own variance,
-    # never exploiting; the early-stop bound on the cheapest run, checked after each epoch.
+    # at a batch size that does not converge; its Thompson sampling (each arm's own variance,
+    # never exploiting); the early-stop bound on the cheapest run, checked after each epoch.
     assert UPSTREAM_OPTIONS == {
         "num_pruning_rounds": 2,
         "mab_num_explorations": 2,
         "prune_up_first": False,
         "prune_skip_other_direction": False,
         "prune_cost_ratio": None,
-        "bandit_noise": "per_arm",
-        "bandit_exploit_after": None,
-        "bandit_exploit_optimism": 0.0,
+        "bandit": "zeus-0.16",
         "early_stop_reference": "best_run",
         "early_stop_predictive": False,
         "learning_curve_stop": False,

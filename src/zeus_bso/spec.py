@@ -113,6 +113,20 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
+def _known_bandit(name: str) -> str:
+    from zeus_bso.policy.bandits import BANDITS  # the policy imports this module
+
+    if name not in BANDITS:
+        raise ValueError(f"unknown bandit {name!r}; one of {', '.join(BANDITS)}")
+    return name
+
+
+def _bandit_names(schema: dict[str, Any]) -> None:
+    from zeus_bso.policy.bandits import BANDITS
+
+    schema["enum"] = list(BANDITS)
+
+
 class _JobOptions(WireModel):
     """Every job parameter except the id (shared by `JobParams` and `JobSpec`).
 
@@ -177,24 +191,33 @@ class _JobOptions(WireModel):
     ] = 1.5
     """Stop a pruning direction at a converged batch size costing more than this times the
     round's cheapest, and drop it (``None``: stop only at a batch size that did not converge)."""
-    bandit_noise: Annotated[Literal["per_arm", "pooled"], PolicyOption(upstream="per_arm")] = (
-        "pooled"
-    )
+    bandit: Annotated[
+        str,
+        AfterValidator(_known_bandit),
+        Field(json_schema_extra=_bandit_names),
+        PolicyOption(upstream="zeus-0.16", hashed_off_default=True),
+    ] = "thompson"
+    """The bandit stage's algorithm (`zeus_bso.policy.bandits`): ``thompson``, Gaussian Thompson
+    sampling with the ``bandit_*`` settings below; ``zeus-0.16``, upstream Zeus 0.16's Thompson
+    sampling (each arm's own variance, never exploiting: the ``bandit_*`` settings do not
+    apply); ``ucb``, the lowest confidence bound on cost."""
+    bandit_noise: Annotated[Literal["per_arm", "pooled"], PolicyOption()] = "pooled"
     """``per_arm``: each arm's reward precision is 1 / its own sample variance. ``pooled``: one
-    coefficient of variation, estimated from every arm, scales every arm's noise."""
-    bandit_exploit_after: Annotated[
-        Annotated[int, Field(ge=0, le=1_000_000)] | None, PolicyOption(upstream=None)
-    ] = 5
+    coefficient of variation, estimated from every arm, scales every arm's noise (``thompson``
+    only)."""
+    bandit_exploit_after: Annotated[int | None, Field(ge=0, le=1_000_000), PolicyOption()] = 5
     """After this many bandit-stage trials, choose the arm with the lowest optimistic cost
-    (``bandit_exploit_optimism``) instead of sampling (``None``: always sample)."""
+    (``bandit_exploit_optimism``) instead of sampling (``None``: always sample; ``thompson``
+    only)."""
     bandit_exploit_optimism: Annotated[
         float,
         Field(ge=0.0, le=10.0, allow_inf_nan=False),
-        PolicyOption(upstream=0.0, hashed_off_default=True),
+        PolicyOption(hashed_off_default=True),
     ] = 0.5
     """Once exploiting, an arm's optimistic cost is its posterior mean cost less this many
     posterior standard deviations (the job's noise model): an arm seen once, unluckily, gets a
-    second run when it could still be the cheapest. 0: the lowest mean cost."""
+    second run when it could still be the cheapest. 0: the lowest mean cost (``thompson``
+    only)."""
     early_stop_reference: Annotated[
         Literal["best_run", "best_mean"], PolicyOption(upstream="best_run")
     ] = "best_run"

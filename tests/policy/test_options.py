@@ -17,7 +17,7 @@ from zeus_bso.policy import (
     judge_report,
     next_pruning_step,
 )
-from zeus_bso.policy.bandit import POOLED_CV_PRIOR, POOLED_CV_PRIOR_DOF, pooled_cv2
+from zeus_bso.policy.posteriors import POOLED_CV_PRIOR, POOLED_CV_PRIOR_DOF, pooled_cv2
 from zeus_bso.policy.pruning import ExploreNext, PruningDone
 
 SIZES = [16, 32, 64, 128, 256]
@@ -119,13 +119,20 @@ def test_pooled_noise_does_not_collapse_on_an_arm_that_always_costs_the_same() -
     assert 0.0 < cv2 < POOLED_CV_PRIOR**2  # the evidence lowers it, towards zero only in the limit
     prior = POOLED_CV_PRIOR_DOF * POOLED_CV_PRIOR**2
     assert cv2 == pytest.approx(prior / (POOLED_CV_PRIOR_DOF + 9))
-    job = make_job(bandit_exploit_after=0, bandit_noise="pooled", bandit_exploit_optimism=0.5)
+    job = make_job(
+        bandit="thompson",
+        bandit_exploit_after=0,
+        bandit_noise="pooled",
+        bandit_exploit_optimism=0.5,
+    )
     # 48's one run is 1% dearer, well within its posterior's spread: it runs again.
     assert choose_arm(job, (32, 48), observations, random.Random(0), pulls=1) == 48
 
 
 def test_exploit_after_picks_the_lowest_mean() -> None:
-    job = make_job(bandit_exploit_after=3, mab_num_explorations=1, bandit_noise="pooled")
+    job = make_job(
+        bandit="thompson", bandit_exploit_after=3, mab_num_explorations=1, bandit_noise="pooled"
+    )
     observations = {32: CostStats.of([100.0]), 64: CostStats.of([104.0]), 128: CostStats.of([99.0])}
     sampled = {
         choose_arm(job, (32, 64, 128), observations, random.Random(s), pulls=0) for s in range(200)
@@ -144,6 +151,7 @@ def test_exploit_optimism_gives_an_arm_seen_once_a_second_run_while_it_may_be_ch
 
     def exploited(once: float, optimism: float) -> int:
         job = make_job(
+            bandit="thompson",
             bandit_exploit_after=0,
             bandit_noise="pooled",
             mab_num_explorations=1,

@@ -23,6 +23,7 @@ from zeus_bso.policy import (
     conjugate_update,
     decide,
 )
+from zeus_bso.policy.bandits import BANDITS
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -44,6 +45,7 @@ def jobs(draw: st.DrawFn) -> CreatedJob:
         max_unreported_failures=draw(st.integers(1, 3)),
         window_size=draw(st.integers(0, 3)),
         learning_curve_stop=draw(st.booleans()),
+        bandit=draw(st.sampled_from(sorted(BANDITS))),
         bandit_exploit_after=draw(st.sampled_from([None, 0, 2, 5])),
         bandit_exploit_optimism=draw(st.sampled_from([0.0, 0.5, 3.0])),
         mab_seed=draw(st.one_of(st.none(), st.integers(0, 2**32))),

@@ -40,7 +40,7 @@ def test_defaults() -> None:
     upstream = JobSpecFromClient(**body(), **UPSTREAM_OPTIONS)
     assert (upstream.num_pruning_rounds, upstream.mab_num_explorations) == (2, 2)
     assert upstream.prune_cost_ratio is None
-    assert upstream.bandit_noise == "per_arm"
+    assert upstream.bandit == "zeus-0.16"
 
 
 def test_unknown_fields_are_ignored_and_whole_numbers_coerced() -> None:

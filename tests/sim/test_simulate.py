@@ -36,6 +36,7 @@ def run(
         ("squad", 3, {}),
         ("movielens-1m", 3, {"learning_curve_stop": False}),
         ("sentiment140", 3, UPSTREAM_OPTIONS),
+        ("librispeech", 2, {"bandit": "ucb"}),
         # Seed 6 has runs the learning-curve stop ends (charged their predicted cost).
         ("movielens-1m", 6, {}),
     ],
@@ -125,7 +126,7 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "sentiment140" in result.stdout
     data = json.loads(out.read_text())
-    assert data["options"]["bandit_noise"] == "per_arm"
+    assert data["options"]["bandit"] == "zeus-0.16"
     (summary,) = data["results"]
     assert [s["seed"] for s in summary["seeds"]] == [0, 1]
     assert all(len(s["costs"]) == 8 for s in summary["seeds"])

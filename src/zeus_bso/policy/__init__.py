@@ -5,11 +5,12 @@ state under its row's lock, calls `after_dispatch`, `after_report` or `after_eve
 what they return; the simulator calls the same functions in-process.
 """
 
-from zeus_bso.policy.bandit import (
-    arm_posterior,
+from zeus_bso.policy.bandits import (
+    BANDITS,
+    Bandit,
     arm_posteriors,
+    bandit_for,
     choose_arm,
-    conjugate_update,
     recommended,
 )
 from zeus_bso.policy.cost import (
@@ -32,6 +33,7 @@ from zeus_bso.policy.machine import (
     after_report,
     history_of,
 )
+from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.profiles import (
     Profiles,
     profiles_of,
@@ -57,8 +59,10 @@ from zeus_bso.policy.types import (
 )
 
 __all__ = [
+    "BANDITS",
     "LIFECYCLE",
     "OPEN",
+    "Bandit",
     "BatchSizeStats",
     "BestRun",
     "ConvergedStats",
@@ -82,6 +86,7 @@ __all__ = [
     "after_report",
     "arm_posterior",
     "arm_posteriors",
+    "bandit_for",
     "best_reference",
     "choose_arm",
     "conjugate_update",

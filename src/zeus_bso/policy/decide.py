@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from zeus_bso.policy.bandit import choose_arm
+from zeus_bso.policy.bandits import choose_arm
 from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, next_pruning_step
 from zeus_bso.policy.types import Dispatch, JobHistory, TrialKind
 from zeus_bso.spec import CreatedJob

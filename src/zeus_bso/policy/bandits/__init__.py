@@ -1,0 +1,107 @@
+"""The bandit stage's algorithms: which of the arms that survived pruning the next run uses.
+
+A bandit is built once from a job (`bandit_for`, by the job's ``bandit`` option) and holds its
+settings; it sees only the arms, each arm's cost statistics (`zeus_bso.policy.types.CostStats`,
+in the units of the profile the run trains on), a random source and how many bandit-stage trials
+came before. Adding one is a module here, an entry in `BANDITS` and its tests (see the
+documentation's "Extending zeus-bso" page).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from zeus_bso.policy.bandits.thompson import ThompsonSampling
+from zeus_bso.policy.bandits.ucb import LowerConfidenceBound
+from zeus_bso.policy.types import CostStats, JobHistory, JobState, Posterior
+
+if TYPE_CHECKING:
+    from zeus_bso.spec import CreatedJob
+
+
+class Bandit(Protocol):
+    """Chooses among the arms from their observed costs."""
+
+    def choose(
+        self,
+        arms: tuple[int, ...],
+        observations: Mapping[int, CostStats],
+        rng: random.Random,
+        pulls: int,
+    ) -> int:
+        """The arm the next run uses (``pulls``: bandit-stage trials so far)."""
+        ...
+
+    def posteriors(
+        self, arms: tuple[int, ...], observations: Mapping[int, CostStats]
+    ) -> dict[int, Posterior]:
+        """What the bandit believes of each arm's mean reward (reward = -cost): the
+        recommendation and the dashboard read it."""
+        ...
+
+
+BANDITS: Mapping[str, Callable[[CreatedJob], Bandit]] = {
+    "thompson": ThompsonSampling.of,
+    "zeus-0.16": ThompsonSampling.of_upstream,
+    "ucb": LowerConfidenceBound.of,
+}
+"""The bandits a job may choose (its ``bandit`` option), by name."""
+
+
+def bandit_for(job: CreatedJob) -> Bandit:
+    """The bandit of ``job``, with its settings."""
+    return BANDITS[job.bandit](job)
+
+
+def choose_arm(
+    job: CreatedJob,
+    arms: tuple[int, ...],
+    observations: Mapping[int, CostStats],
+    rng: random.Random,
+    pulls: int = 0,
+) -> int:
+    """The arm the job's bandit chooses for the next run (``pulls``: bandit trials so far)."""
+    return bandit_for(job).choose(arms, observations, rng, pulls)
+
+
+def arm_posteriors(
+    job: CreatedJob, arms: tuple[int, ...], observations: Mapping[int, CostStats]
+) -> dict[int, Posterior]:
+    """Each arm's posterior over its mean reward, as the job's bandit believes it: what a reader
+    of the job's state is shown."""
+    return bandit_for(job).posteriors(arms, observations)
+
+
+def recommended(job: CreatedJob, state: JobState, history: JobHistory) -> tuple[int, float] | None:
+    """The batch size the optimizer would settle on now, and its expected cost: in the bandit
+    stage, the observed arm whose posterior (`arm_posteriors`) has the lowest mean cost; while
+    pruning, the batch size whose converged runs cost least on average. None before anything
+    qualifies."""
+    if history.arms is not None:
+        posteriors = arm_posteriors(job, history.arms, history.observations)
+        seen = history.observations
+        observed = [arm for arm in history.arms if arm in seen and seen[arm].count]
+        if not observed:
+            return None
+        arm = max(observed, key=lambda a: (posteriors[a].mean, -a))  # ties: the smaller
+        return arm, -posteriors[arm].mean
+    means = [(s.converged.mean, s.batch_size) for s in state.stats.values()]
+    converged = [(mean, size) for mean, size in means if mean is not None]
+    if not converged:
+        return None
+    mean, size = min(converged)
+    return size, mean
+
+
+__all__ = [
+    "BANDITS",
+    "Bandit",
+    "LowerConfidenceBound",
+    "ThompsonSampling",
+    "arm_posteriors",
+    "bandit_for",
+    "choose_arm",
+    "recommended",
+]

@@ -1,0 +1,107 @@
+"""The bandit interface (`zeus_bso.policy.bandits`): each registered bandit, chosen by the job's
+``bandit`` option."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tests.policy.helpers import make_job
+from zeus_bso.policy import BANDITS, CostStats, bandit_for, choose_arm, recommended
+from zeus_bso.policy.bandits import LowerConfidenceBound, ThompsonSampling
+from zeus_bso.policy.types import JobHistory, JobState
+
+
+def random_observations(rng: random.Random, arms: tuple[int, ...]) -> dict[int, CostStats]:
+    return {
+        arm: CostStats.of(rng.gauss(100.0 + arm, 15.0) for _ in range(rng.randint(0, 4)))
+        for arm in arms
+    }
+
+
+def test_the_option_chooses_the_bandit_and_an_unknown_one_is_refused() -> None:
+    assert isinstance(bandit_for(make_job(bandit="thompson")), ThompsonSampling)
+    assert isinstance(bandit_for(make_job(bandit="ucb")), LowerConfidenceBound)
+    assert set(BANDITS) == {"thompson", "zeus-0.16", "ucb"}
+    with pytest.raises(
+        ValueError, match=r"unknown bandit .greedy.; one of thompson, zeus-0\.16, ucb"
+    ):
+        make_job(bandit="greedy")
+
+
+def test_upstreams_bandit_is_thompson_sampling_without_our_settings() -> None:
+    # Whatever bandit_noise and bandit_exploit_* say, zeus-0.16 decides as Thompson sampling on
+    # each arm's own variance that never exploits, draw for draw.
+    upstream = make_job(
+        bandit="zeus-0.16",
+        bandit_noise="pooled",
+        bandit_exploit_after=0,
+        bandit_exploit_optimism=2.0,
+        mab_num_explorations=1,
+    )
+    plain = make_job(
+        bandit="thompson",
+        bandit_noise="per_arm",
+        bandit_exploit_after=None,
+        bandit_exploit_optimism=0.0,
+        mab_num_explorations=1,
+    )
+    arms = (16, 32, 64, 128)
+    differs = 0
+    for seed in range(300):
+        observations = random_observations(random.Random(seed), arms)
+        ours = choose_arm(upstream, arms, observations, random.Random(seed), pulls=10)
+        assert ours == choose_arm(plain, arms, observations, random.Random(seed), pulls=10)
+        pooled = make_job(bandit="thompson", bandit_exploit_after=0, mab_num_explorations=1)
+        differs += ours != choose_arm(pooled, arms, observations, random.Random(seed), pulls=10)
+    assert differs  # and our settings do change decisions
+
+
+def test_ucb_runs_every_arm_then_the_lowest_bound() -> None:
+    job = make_job(bandit="ucb", mab_num_explorations=1)
+    arms = (32, 64, 128)
+    rng = random.Random(0)
+    assert choose_arm(job, arms, {32: CostStats.of([100.0])}, rng) in (64, 128)
+    # Seen alike often: the cheapest mean has the lowest bound.
+    seen = {32: CostStats.of([100, 104]), 64: CostStats.of([90, 94]), 128: CostStats.of([120, 118])}
+    assert choose_arm(job, arms, seen, rng) == 64
+    # An arm seen once, a little dearer than one seen thirty times, has the wider bonus.
+    steady = CostStats.of([90.0 + (i % 5) for i in range(30)])
+    bounds = LowerConfidenceBound.of(job).bounds(arms, {32: steady, 64: CostStats.of([95.0])})
+    assert set(bounds) == {32, 64}
+    assert bounds[64] < bounds[32]
+    assert choose_arm(job, (32, 64), {32: steady, 64: CostStats.of([95.0])}, rng) == 64
+    # Deterministic: the random source is not drawn from once every arm was run.
+    draws = random.Random(5)
+    state = draws.getstate()
+    choose_arm(job, arms, seen, draws)
+    assert draws.getstate() == state
+
+
+def test_ucb_settles_on_the_cheapest_arm_of_a_noisy_bandit() -> None:
+    job = make_job(bandit="ucb", mab_num_explorations=1)
+    means = {32: 100.0, 64: 80.0, 128: 90.0}
+    arms = tuple(means)
+    noise = random.Random(1)
+    costs: dict[int, list[float]] = {arm: [] for arm in arms}
+    for pull in range(300):
+        observations = {arm: CostStats.of(c) for arm, c in costs.items() if c}
+        arm = choose_arm(job, arms, observations, random.Random(pull), pulls=pull)
+        costs[arm].append(max(noise.gauss(means[arm], 8.0), 1.0))
+    assert len(costs[64]) > 200
+    assert all(costs[arm] for arm in arms)  # every arm was tried
+
+
+def test_the_recommendation_reads_the_bandits_posterior() -> None:
+    arms = (32, 64)
+    observations = {32: CostStats.of([100.0, 140.0]), 64: CostStats.of([110.0, 111.0])}
+    history = JobHistory(arms=arms, observations=observations)
+    for name in BANDITS:
+        job = make_job(bandit=name)
+        arm, cost = recommended(job, JobState(arms=arms), history) or (0, 0.0)
+        posteriors = bandit_for(job).posteriors(arms, observations)
+        assert arm == 64
+        assert cost == pytest.approx(-posteriors[64].mean)
+        assert math.isfinite(posteriors[32].std)
