@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
+from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
@@ -41,6 +42,7 @@ from zeus_bso_server.observability import Metrics
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,10 @@ class BatchSizeService:
     def _lease(self, time: float | None, epochs: int | None) -> float:
         epoch_time = (time or 0.0) / epochs if epochs else 0.0
         return max(self.lease_seconds, LEASE_EPOCHS * epoch_time)
+
+    def _trial_lease(self, trial: policy.TrialState) -> float:
+        """A stored trial's lease: a report renews it (a client that reports is alive)."""
+        return self._lease(trial.time, trial.epochs)
 
     async def register(self, spec: JobSpecFromClient) -> Registered:
         """Register a job, or confirm that an identical one exists.
@@ -214,20 +220,8 @@ class BatchSizeService:
             resumed = self._resume(conn, job_id, run_key, gpu)
             if resumed is not None:
                 return resumed, None, expired
-        # Explorations matter only while pruning (the decision that ends it is the bandit's
-        # first).
-        explorations = repo.explorations(conn, job_id) if state.arms is None else ()
-        profile = profile_key(gpu or config)
-        step = policy.after_dispatch(
-            config,
-            state,
-            explorations,
-            repo.windowed(conn, job_id, config, state),
-            profile=profile,
-            epoch_readings=repo.epoch_readings(conn, job_id, state),
-            pulls_on_profile=repo.pulls_on(conn, job_id, state, profile),
-        )
-        repo.start_trial(conn, job_id, step.trial, self.lease_seconds, step.job, run_key)
+        store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
+        step = orchestrate.dispatch(store, config, profile_key(gpu or config))
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
         trial = DispatchedTrial(
@@ -283,24 +277,15 @@ class BatchSizeService:
         trial_row = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial_row is None or trial_row.batch_size != result.batch_size:
             raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
-        trial = repo.trial_state(trial_row)
-        state = repo.job_state(job)
-        step = policy.after_report(
+        step = orchestrate.report(
+            SqlJobStore.of(conn, job, self._trial_lease),
             config,
-            state,
-            trial,
+            repo.trial_state(trial_row),
             time=result.time,
             energy=result.energy,
             metric=result.metric,
             current_epoch=result.current_epoch,
-            epoch_readings=repo.epoch_readings(conn, result.job_id, state),
         )
-        if step.final:
-            repo.finish_trial(conn, result.job_id, step.trial, step.job)
-        elif step.trial != trial:
-            # A client that reports is alive: its lease is renewed.
-            lease = self._lease(step.trial.time, step.trial.epochs)
-            repo.record_progress(conn, result.job_id, step.trial, lease)
         return step.answer, step.final
 
     async def end_trial(self, trial_id: TrialId) -> None:

@@ -11,11 +11,13 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
+from zeus_bso.policy.orchestration import decision_view
 from zeus_bso.spec import CreatedJob, profile_key
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.sql_store import SqlJobStore
 
 
 class Recommendation(BaseModel):
@@ -186,16 +188,9 @@ def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
 def _history(
     conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState
 ) -> tuple[policy.JobState, policy.JobHistory]:
-    """What the policy decides with for a run on the job's current hardware profile: the job's
-    statistics and early-stop reference in its cost units, and the same history (windowed or
-    running statistics) as a decision reads."""
-    profiles = policy.profiles_of(config, state, repo.epoch_readings(conn, job_id, state))
-    profile = profile_key(config)
-    windowed = repo.windowed(conn, job_id, config, state)
-    return (
-        policy.state_on(config, state, profiles, profile),
-        policy.history_of(config, state, (), windowed, profiles, profile),
-    )
+    """What the policy decides with for a run on the job's current hardware profile (see
+    `zeus_bso.policy.orchestration.decision_view`)."""
+    return decision_view(SqlJobStore(conn, job_id, state), config, state)
 
 
 def _profiles(config: CreatedJob, state: policy.JobState) -> list[str]:

@@ -159,13 +159,15 @@ def test_bandit_trials_are_counted_per_profile() -> None:
     workload = random.Random(3)
     for _ in range(20):
         recur(job, V100, workload)
-    on_v100 = job.pulls_on("1xV100@250W")
+    on_v100 = job.store.bandit_trials_on("1xV100@250W")
     assert on_v100 == sum(1 for t in job.trials if t.kind.value == "bandit") > 5
     job.register(A40)
-    assert job.pulls_on("1xA40@300W") == 0  # the bandit samples again on the new hardware
+    assert (
+        job.store.bandit_trials_on("1xA40@300W") == 0
+    )  # the bandit samples again on the new hardware
     recur(job, A40, workload)
-    assert job.pulls_on("1xA40@300W") == 1
-    assert job.pulls_on("1xV100@250W") == on_v100
+    assert job.store.bandit_trials_on("1xA40@300W") == 1
+    assert job.store.bandit_trials_on("1xV100@250W") == on_v100
 
 
 def test_a_run_on_costlier_hardware_is_judged_in_its_own_units() -> None:
@@ -242,8 +244,7 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
     assert stopped.cost is not None
     assert answer.cost is not None
     assert stopped.cost > answer.cost  # counted at its prediction
-    readings = memory.epoch_readings()
-    assert readings is not None
+    readings = memory.store.epoch_readings("1xV100@250W")
     # The mean of the two runs' energy and time per epoch (30 J, 1 s and 300 J, 1 s).
     assert readings[("1xA40@300W", 16)] == pytest.approx((165.0, 1.0))
 

@@ -24,6 +24,7 @@ from zeus_bso.policy import (
     decide,
 )
 from zeus_bso.policy.bandits import BANDITS
+from zeus_bso.policy.orchestration import inputs
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -80,16 +81,17 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
             memory.register(GPUS[int(cost) % len(GPUS)])
             records.append({"moved": True})
             continue
-        explorations = memory.trials if memory.state.arms is None else ()
+        profile = profile_key(memory.job)
+        read = inputs(memory.store, memory.job, memory.state, profile)
         try:
             again = policy.after_dispatch(
                 memory.job,
                 memory.state,
-                explorations,
-                memory.windowed(),
-                profile=profile_key(memory.job),
-                epoch_readings=memory.epoch_readings(),
-                pulls_on_profile=memory.pulls_on(profile_key(memory.job)),
+                read.explorations,
+                read.windowed,
+                profile=profile,
+                epoch_readings=read.epoch_readings,
+                pulls_on_profile=read.pulls_on_profile,
             )
         except NoConvergedBatchSizeError:
             records.append({"error": True})

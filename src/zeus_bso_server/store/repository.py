@@ -14,13 +14,13 @@ from typing import Any, TypeAlias, cast
 from sqlalchemy import (
     JSON,
     Double,
-    Integer,
     Table,
     bindparam,
     delete,
     func,
     insert,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -38,7 +38,7 @@ from zeus_bso.policy import (
     TrialStatus,
 )
 from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
-from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
+from zeus_bso.spec import GpuConfig, profile_key
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -211,53 +211,52 @@ def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
     return tuple(trial_state(r) for r in conn.execute(_EXPLORATIONS, {"job_id": job_id}))
 
 
-_LATEST_REPORTED = (
-    select(trials.c.cost, trials.c.profile)
-    .where(
-        trials.c.job_id == bindparam("job_id"),
-        trials.c.batch_size == bindparam("batch_size"),
-        trials.c.status == TrialStatus.REPORTED.value,
-    )
-    .order_by(trials.c.trial_number.desc())
-    .limit(bindparam("window", type_=Integer()))
-)
-
-
-def windowed(
-    conn: Connection, job_id: str, config: CreatedJob, job: JobState
-) -> WindowedCosts | None:
-    """What `zeus_bso.policy.history_of` needs of a job with a ``window_size`` (None without
-    one): the last ``window_size`` reported costs (oldest first), with their trials' profiles,
-    of its arms, or of every batch size while it prunes."""
-    if config.window_size <= 0:
-        return None
-    result: dict[int, list[tuple[float, str | None]]] = {}
-    for batch_size in job.arms if job.arms is not None else config.batch_sizes:
-        params = {"job_id": job_id, "batch_size": batch_size, "window": config.window_size}
-        rows = conn.execute(_LATEST_REPORTED, params).all()
-        result[batch_size] = [(float(c), p) for c, p in reversed(rows) if c is not None]
+def latest_costs(
+    conn: Connection, job_id: str, batch_sizes: Iterable[int], window: int
+) -> WindowedCosts:
+    """For each of ``batch_sizes``: the costs of its latest ``window`` reported trials, oldest
+    first, with their trials' profiles. One statement: a UNION ALL of one indexed, limited read
+    per batch size (``ix_trials_job_bs_status_number``), so its cost does not grow with the
+    job's trials."""
+    sizes = list(batch_sizes)
+    result: dict[int, list[tuple[float, str | None]]] = {size: [] for size in sizes}
+    if not sizes or window <= 0:
+        return result
+    newest = [
+        select(trials.c.batch_size, trials.c.trial_number, trials.c.cost, trials.c.profile)
+        .where(
+            trials.c.job_id == job_id,
+            trials.c.batch_size == size,
+            trials.c.status == TrialStatus.REPORTED.value,
+        )
+        .order_by(trials.c.trial_number.desc())
+        .limit(window)
+        .subquery()
+        for size in sizes
+    ]
+    stmt = union_all(*(select(part) for part in newest))
+    rows = sorted(conn.execute(stmt).all(), key=lambda row: (row[0], row[1]))
+    for size, _, cost, profile in rows:
+        if cost is not None:
+            result[int(size)].append((float(cost), profile))
     return result
 
 
-def epoch_readings(conn: Connection, job_id: str, job: JobState) -> EpochReadings | None:
+def epoch_readings(conn: Connection, job_id: str, base: str) -> EpochReadings:
     """The mean energy and time of an epoch by (profile, batch size) over the job's trials at
-    their latest report, for a job with two or more profiles (None for one with one)."""
-    if len(job.profiles) < 2:
-        return None
+    their latest report (``base``: the profile of a trial stored without one)."""
     energy, time = (func.avg(c / trials.c.epochs) for c in (trials.c.energy, trials.c.time))
+    profile = func.coalesce(trials.c.profile, base)
     stmt = (
-        select(trials.c.profile, trials.c.batch_size, energy, time)
+        select(profile, trials.c.batch_size, energy, time)
         .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.energy.is_not(None))
-        .group_by(trials.c.profile, trials.c.batch_size)
+        .group_by(profile, trials.c.batch_size)
     )
     return {(str(p), int(b)): (float(e), float(t)) for p, b, e, t in conn.execute(stmt).all()}
 
 
-def pulls_on(conn: Connection, job_id: str, job: JobState, profile: str) -> int | None:
-    """The job's bandit trials on ``profile``, for a job with two or more profiles (None for
-    one with one: the policy counts its bandit trials itself)."""
-    if len(job.profiles) < 2:
-        return None
+def bandit_trials_on(conn: Connection, job_id: str, profile: str) -> int:
+    """The job's bandit trials on ``profile``."""
     stmt = select(func.count()).where(
         trials.c.job_id == job_id,
         trials.c.kind == TrialKind.BANDIT.value,

@@ -1,0 +1,125 @@
+"""One orchestration of the policy over a `JobStore`: gather what a decision reads, call the pure
+state machine (`zeus_bso.policy.machine`), write what comes back.
+
+The server (inside its transaction, with the job row locked), the simulator and the read views
+all go through here, so they read the same history the same way; the rules of what to read
+(the explorations only while pruning, the windowed costs only with a ``window_size``, the
+per-profile readings only once a job has two hardware profiles) live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zeus_bso.policy.machine import Dispatched, Reported, after_dispatch, after_report, history_of
+from zeus_bso.policy.profiles import EpochReadings, WindowedCosts, profiles_of, state_on
+from zeus_bso.policy.store import JobStore
+from zeus_bso.policy.types import JobHistory, JobState, TrialState
+from zeus_bso.spec import CreatedJob, profile_key
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What the state machine reads of a job's stored trials besides its `JobState`."""
+
+    explorations: Sequence[TrialState] = ()
+    """The pruning explorations (while the job prunes)."""
+    windowed: WindowedCosts | None = None
+    """With a ``window_size``: the latest costs of each arm (each batch size while pruning)."""
+    epoch_readings: EpochReadings | None = None
+    """Once the job has two or more hardware profiles: each (profile, batch size)'s epoch."""
+    pulls_on_profile: int | None = None
+    """Once the job has two or more profiles: its bandit trials on the run's profile."""
+
+
+def inputs(
+    store: JobStore,
+    job: CreatedJob,
+    state: JobState,
+    profile: str,
+    *,
+    explorations: bool = True,
+) -> Inputs:
+    """Read what a decision for a run on ``profile`` needs (``explorations=False``: all but the
+    explorations, for a reader that does not decide)."""
+    several = len(state.profiles) >= 2
+    windowed = None
+    if job.window_size > 0:
+        sizes = state.arms if state.arms is not None else job.batch_sizes
+        windowed = store.latest_costs(sizes, job.window_size)
+    return Inputs(
+        explorations=store.explorations() if explorations and state.arms is None else (),
+        windowed=windowed,
+        epoch_readings=store.epoch_readings(next(iter(state.profiles))) if several else None,
+        pulls_on_profile=store.bandit_trials_on(profile) if several else None,
+    )
+
+
+def dispatch(store: JobStore, job: CreatedJob, profile: str) -> Dispatched:
+    """Start the job's next trial, for a run on hardware ``profile``, and store it.
+
+    Raises:
+        NoConvergedBatchSizeError: pruning found no batch size that converges.
+    """
+    state = store.state()
+    read = inputs(store, job, state, profile)
+    step = after_dispatch(
+        job,
+        state,
+        read.explorations,
+        read.windowed,
+        profile=profile,
+        epoch_readings=read.epoch_readings,
+        pulls_on_profile=read.pulls_on_profile,
+    )
+    store.add_trial(step.trial, step.job)
+    return step
+
+
+def report(
+    store: JobStore,
+    job: CreatedJob,
+    trial: TrialState,
+    *,
+    time: float,
+    energy: float,
+    metric: float,
+    current_epoch: int,
+) -> Reported:
+    """Judge a report of ``trial`` and store what changed: the trial, and after its final
+    report the job's statistics too.
+
+    Raises:
+        ReportMismatchError: fewer epochs, or less time or energy, than already reported.
+    """
+    state = store.state()
+    several = len(state.profiles) >= 2
+    step = after_report(
+        job,
+        state,
+        trial,
+        time=time,
+        energy=energy,
+        metric=metric,
+        current_epoch=current_epoch,
+        epoch_readings=store.epoch_readings(next(iter(state.profiles))) if several else None,
+    )
+    if step.final:
+        store.save_trial(step.trial, step.job)
+    elif step.trial != trial:
+        store.save_trial(step.trial)
+    return step
+
+
+def decision_view(store: JobStore, job: CreatedJob, state: JobState) -> tuple[JobState, JobHistory]:
+    """What a decision for a run on the job's current profile reads, for a reader: the job's
+    statistics and early-stop reference in that profile's cost units, and its history (windowed
+    or running statistics)."""
+    profile = profile_key(job)
+    read = inputs(store, job, state, profile, explorations=False)
+    profiles = profiles_of(job, state, read.epoch_readings)
+    return (
+        state_on(job, state, profiles, profile),
+        history_of(job, state, (), read.windowed, profiles, profile),
+    )

@@ -1,0 +1,75 @@
+"""`SqlJobStore`: the server's `zeus_bso.policy.store.JobStore`, one job's rows in SQL.
+
+It works inside the caller's transaction, on a job row the caller read (and, for a request that
+changes the job, locked); `zeus_bso_server.store.repository` holds its statements. What the
+server adds to the contract: each trial it stores gets a lease (``lease``, in seconds, from the
+trial), and a dispatched trial the run key of the run that asked for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+
+from zeus_bso.policy import JobState, TrialState
+from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
+from zeus_bso_server.store import repository as repo
+from zeus_bso_server.store.repository import Record
+
+
+@dataclass
+class SqlJobStore:
+    """One job's rows, inside the caller's transaction."""
+
+    conn: Connection
+    job_id: str
+    job: JobState
+    """The job's state, as the caller read it from its (locked) row; kept up to date by the
+    writes through this store."""
+    lease: Callable[[TrialState], float] = lambda trial: 0.0
+    """The lease, in seconds from now, of a trial being stored."""
+    run_key: str | None = None
+    """The run key a dispatched trial is stored with."""
+
+    @classmethod
+    def of(
+        cls,
+        conn: Connection,
+        row: Record,
+        lease: Callable[[TrialState], float] = lambda trial: 0.0,
+        run_key: str | None = None,
+    ) -> SqlJobStore:
+        """The store of the job whose row the caller read (and, to change the job, locked)."""
+        return cls(conn, str(row.job_id), repo.job_state(row), lease, run_key)
+
+    def state(self) -> JobState:
+        return self.job
+
+    def trial(self, number: int) -> TrialState | None:
+        found = repo.get_trial(self.conn, self.job_id, number)
+        return repo.trial_state(found) if found is not None else None
+
+    def explorations(self) -> Sequence[TrialState]:
+        return repo.explorations(self.conn, self.job_id)
+
+    def latest_costs(self, batch_sizes: Iterable[int], window: int) -> WindowedCosts:
+        return repo.latest_costs(self.conn, self.job_id, batch_sizes, window)
+
+    def epoch_readings(self, base: str) -> EpochReadings:
+        return repo.epoch_readings(self.conn, self.job_id, base)
+
+    def bandit_trials_on(self, profile: str) -> int:
+        return repo.bandit_trials_on(self.conn, self.job_id, profile)
+
+    def add_trial(self, trial: TrialState, job: JobState) -> None:
+        repo.start_trial(self.conn, self.job_id, trial, self.lease(trial), job, self.run_key)
+        self.job = job
+
+    def save_trial(self, trial: TrialState, job: JobState | None = None) -> None:
+        if job is None:
+            repo.record_progress(self.conn, self.job_id, trial, self.lease(trial))
+            return
+        repo.finish_trial(self.conn, self.job_id, trial, job)
+        self.job = job
