@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from zeus_bso.policy import TrialKind, TrialState, TrialStatus
+from zeus_bso.policy import (
+    Report,
+    TrialKind,
+    TrialState,
+    TrialStatus,
+    Verdict,
+    judge_report,
+    zeus_cost,
+)
 from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob
 
 
@@ -45,3 +53,23 @@ def explored(
         converged=converged,
         cost=cost,
     )
+
+
+def judged(
+    job: CreatedJob,
+    *,
+    batch_size: int,
+    time: float,
+    energy: float,
+    metric: float,
+    current_epoch: int,
+    best_cost: float | None,
+    exploring: bool = False,
+    epochs_left: int | None = None,
+    epoch_cost: float | None = None,
+) -> Verdict:
+    """The stop rules' verdict on a report of cumulative ``time`` and ``energy``, priced on the
+    job's GPUs."""
+    cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
+    report = Report(batch_size, cost, metric, current_epoch, exploring, epochs_left, epoch_cost)
+    return judge_report(job, report, best_cost)

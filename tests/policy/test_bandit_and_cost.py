@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tests.policy.helpers import make_job
+from tests.policy.helpers import judged, make_job
 from zeus_bso.policy import (
     BestRun,
     CostStats,
@@ -16,7 +16,6 @@ from zeus_bso.policy import (
     arm_posterior,
     choose_arm,
     decide,
-    judge_report,
     rng_for,
     zeus_cost,
 )
@@ -105,7 +104,7 @@ def _judge(job_overrides: dict | None = None, **report: float) -> object:
     job = make_job(**(job_overrides or {}))
     args = {"time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1, "best_cost": None}
     args.update(report)
-    return judge_report(job, batch_size=64, **args)  # type: ignore[arg-type]
+    return judged(job, batch_size=64, **args)  # type: ignore[arg-type]
 
 
 def test_stop_rules() -> None:

@@ -7,14 +7,13 @@ import random
 
 import pytest
 
-from tests.policy.helpers import explored, make_job
+from tests.policy.helpers import explored, judged, make_job
 from zeus_bso.policy import (
     ConvergedStats,
     CostStats,
     arm_posterior,
     best_reference,
     choose_arm,
-    judge_report,
     next_pruning_step,
 )
 from zeus_bso.policy.posteriors import POOLED_CV_PRIOR, POOLED_CV_PRIOR_DOF, pooled_cv2
@@ -80,17 +79,17 @@ def test_explorations_stop_at_the_cost_ratio() -> None:
     job = make_job(prune_cost_ratio=1.5, beta_knob=2.0, max_power=100.0)
     # cost = 0.5 * energy + 0.5 * 100 * time = 1750 for time 10, energy 2500
     args = {"batch_size": 64, "time": 10.0, "energy": 2500.0, "metric": 0.1, "current_epoch": 1}
-    assert not judge_report(job, **args, best_cost=1000.0).stop  # beta bound: 2000
-    explore = judge_report(job, **args, best_cost=1000.0, exploring=True)  # bound: 1500
+    assert not judged(job, **args, best_cost=1000.0).stop  # beta bound: 2000
+    explore = judged(job, **args, best_cost=1000.0, exploring=True)  # bound: 1500
     assert (explore.stop, explore.converged) == (True, False)
 
 
 def test_predictive_early_stop() -> None:
     # After 2 epochs the cost is 1750 (875 an epoch): a third would reach 2625 > 2 * 1200.
     args = {"batch_size": 64, "time": 10.0, "energy": 2500.0, "metric": 0.1, "current_epoch": 2}
-    plain = judge_report(make_job(max_power=100.0), **args, best_cost=1200.0)
+    plain = judged(make_job(max_power=100.0), **args, best_cost=1200.0)
     assert not plain.stop
-    predictive = judge_report(
+    predictive = judged(
         make_job(max_power=100.0, early_stop_predictive=True), **args, best_cost=1200.0
     )
     assert predictive.stop

@@ -14,6 +14,7 @@ from zeus_bso.policy.bandits import (
     recommended,
 )
 from zeus_bso.policy.cost import (
+    Report,
     best_reference,
     fold_final_report,
     judge_report,
@@ -74,6 +75,7 @@ __all__ = [
     "JobState",
     "Posterior",
     "Profiles",
+    "Report",
     "Reported",
     "Stage",
     "StatusChange",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
@@ -21,79 +22,101 @@ def target_reached(job: CreatedJob, metric: float) -> bool:
     return metric <= job.target_metric
 
 
-def judge_report(
-    job: CreatedJob,
-    *,
-    batch_size: int,
-    time: float,
-    energy: float,
-    metric: float,
-    current_epoch: int,
-    best_cost: float | None,
-    exploring: bool = False,
-    epochs_left: int | None = None,
-    epoch_cost: float | None = None,
-) -> Verdict:
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One report of a run, as the stop rules read it: its cost priced once, on the run's own
+    hardware profile."""
+
+    batch_size: int
+    cost: float
+    """The run's cost so far (J, `zeus_cost`)."""
+    metric: float
+    epoch: int
+    """The epochs the run has trained (cumulative)."""
+    exploring: bool = False
+    """Whether the run is a pruning exploration."""
+    epochs_left: int | None = None
+    """The learning-curve stop's prediction of the epochs it still needs to converge."""
+    epoch_cost: float | None = None
+    """What one more epoch costs, for that prediction (default: its mean epoch)."""
+
+
+def judge_report(job: CreatedJob, report: Report, best_cost: float | None) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
 
     ``best_cost`` is the early-stop reference: the lowest cost of a *converged* run of this job
     so far, or the lowest mean of a batch size's converged runs (``early_stop_reference``);
     upstream lets a cheap failed run lower it, we do not. The rules, in order: target reached
-    (stop, converged); ``current_epoch >= max_epochs`` (stop, not converged); cost above the
-    bound (stop, not converged); otherwise keep training.
-
-    The bound is ``beta_knob * best_cost``. A pruning exploration (``exploring``) that would be
-    dropped for costing more than ``prune_cost_ratio`` times the best is stopped at that ratio.
-    With ``early_stop_predictive`` the run also stops when one more epoch would cross the bound.
-    With ``epochs_left`` (the learning-curve stop's prediction of the epochs the run still needs
-    to converge) it also stops when that many more epochs at ``epoch_cost`` (default: its mean
-    cost per epoch) would.
+    (stop, converged); ``max_epochs`` reached (stop, not converged); cost above the bound
+    (`early_stop_bound`, `over_bound`: stop, not converged); otherwise keep training.
     """
-    cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
-    if target_reached(job, metric):
+    cost = report.cost
+    if target_reached(job, report.metric):
         return Verdict(stop=True, converged=True, cost=cost, message="Train succeeded")
-    if current_epoch >= job.max_epochs:
+    if report.epoch >= job.max_epochs:
         return Verdict(
             stop=True,
             converged=False,
             cost=cost,
             message=f"Train failed to converge within max_epoch({job.max_epochs})",
         )
+    bound = early_stop_bound(job, report.exploring)
+    if bound is not None and best_cost is not None:
+        verdict = over_bound(job, report, bound, best_cost)
+        if verdict is not None:
+            return verdict
+    return Verdict(
+        stop=False, converged=False, cost=cost, message="Stop condition not met, keep training"
+    )
+
+
+def early_stop_bound(job: CreatedJob, exploring: bool) -> tuple[str, float] | None:
+    """The option that bounds a run's cost and its ratio to the reference: ``beta_knob``, or
+    for a pruning exploration ``prune_cost_ratio`` where it is lower (the run would be dropped
+    at that ratio anyway). None: no bound."""
     knob, ratio = "beta_knob", job.beta_knob
     prune = job.prune_cost_ratio if exploring else None
     if prune is not None and (ratio is None or prune < ratio):
         knob, ratio = "prune_cost_ratio", prune
-    if ratio is not None and best_cost is not None:
-        bound = ratio * best_cost
-        next_epoch = cost / current_epoch if job.early_stop_predictive else 0.0
-        per_epoch = cost / current_epoch if epoch_cost is None else epoch_cost
-        predicted = cost + per_epoch * (epochs_left or 0)
-        if predicted > bound and cost + next_epoch <= bound:
-            return Verdict(
-                stop=True,
-                converged=False,
-                cost=cost,
-                charged=predicted,
-                message=(
-                    f"Batch Size({batch_size}) is predicted by its learning curve to exceed the"
-                    f" cost upper bound: cost at convergence({predicted}) after {epochs_left} more"
-                    f" epochs > {knob}({ratio})*min_cost({best_cost})"
-                ),
-            )
-        if cost + next_epoch > bound:
-            return Verdict(
-                stop=True,
-                converged=False,
-                cost=cost,
-                message=(
-                    f"Batch Size({batch_size}) exceeded the cost upper bound: current cost({cost})"
-                    f" > {knob}({ratio})*min_cost({best_cost})"
-                    + (" (predicted for the next epoch)" if cost <= bound else "")
-                ),
-            )
-    return Verdict(
-        stop=False, converged=False, cost=cost, message="Stop condition not met, keep training"
-    )
+    return None if ratio is None else (knob, ratio)
+
+
+def over_bound(
+    job: CreatedJob, report: Report, bound: tuple[str, float], best_cost: float
+) -> Verdict | None:
+    """The stop of a run over ``bound`` times ``best_cost``, or None if it may go on: its cost
+    now, with ``early_stop_predictive`` its cost after one more epoch, and with a learning-curve
+    prediction its cost at convergence (charged, not paid: the run would have cost that)."""
+    knob, ratio = bound
+    cost, epoch = report.cost, report.epoch
+    limit = ratio * best_cost
+    next_epoch = cost / epoch if job.early_stop_predictive else 0.0
+    per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
+    predicted = cost + per_epoch * (report.epochs_left or 0)
+    if predicted > limit and cost + next_epoch <= limit:
+        return Verdict(
+            stop=True,
+            converged=False,
+            cost=cost,
+            charged=predicted,
+            message=(
+                f"Batch Size({report.batch_size}) is predicted by its learning curve to exceed"
+                f" the cost upper bound: cost at convergence({predicted}) after"
+                f" {report.epochs_left} more epochs > {knob}({ratio})*min_cost({best_cost})"
+            ),
+        )
+    if cost + next_epoch > limit:
+        return Verdict(
+            stop=True,
+            converged=False,
+            cost=cost,
+            message=(
+                f"Batch Size({report.batch_size}) exceeded the cost upper bound: current"
+                f" cost({cost}) > {knob}({ratio})*min_cost({best_cost})"
+                + (" (predicted for the next epoch)" if cost <= limit else "")
+            ),
+        )
+    return None
 
 
 def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> BestRun | None:

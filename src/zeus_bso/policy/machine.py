@@ -25,8 +25,8 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from zeus_bso.errors import ReportMismatchError
-from zeus_bso.policy.cost import fold_final_report, judge_report, zeus_cost
-from zeus_bso.policy.curves import epochs_left, extended
+from zeus_bso.policy.cost import Report, fold_final_report, judge_report, zeus_cost
+from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.profiles import (
     EpochReadings,
@@ -46,6 +46,7 @@ from zeus_bso.policy.types import (
     TrialKind,
     TrialState,
     TrialStatus,
+    Verdict,
 )
 from zeus_bso.spec import CreatedJob, ReportResponse
 
@@ -221,60 +222,26 @@ def after_report(
     The run's cost is priced with its own profile's ``max_power`` and judged against the
     early-stop reference in that profile's units (``epoch_readings``: see `after_dispatch`). A
     report that ends the run folds its cost into the job's statistics and early-stop
-    reference; one that does not renews the run (an abandoned trial is dispatched again).
+    reference (`_ended`); one that does not renews the run (an abandoned trial is dispatched
+    again).
 
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
     priced = job_on(job, state, trial.profile)
     if trial.status is TrialStatus.REPORTED:
-        spent = trial.cost  # what it cost, as its final answer said (not a predicted cost)
-        if trial.energy is not None and trial.time is not None:
-            spent = zeus_cost(trial.energy, trial.time, priced.eta_knob, priced.max_power)
-        answer = ReportResponse(
-            stop_train=True,
-            converged=bool(trial.converged),
-            message=f"Result for this trial({trial.trial_number}) is already reported.",
-            cost=spent,
-        )
-        return Reported(state, trial, answer, final=False)
+        return _already_reported(priced, state, trial)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
+    cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
     profiles = profiles_of(job, state, epoch_readings)
     if profiles is not None:  # this report measures its profile's cost of an epoch too
-        cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
         ran_on = trial.profile or profiles.base
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
     best = state_on(job, state, profiles, trial.profile).best
-    higher_is_better = job.higher_is_better_metric
-    curve = extended(trial.curve, current_epoch, metric, higher_is_better)
-    left = epoch_cost = None
-    if job.learning_curve_stop and trial.epochs and trial.cost is not None:
-        # From a run's second report on: its first epoch may hold one-off start-up work (a
-        # compile, warm caches), so the prediction goes by the cheaper of its mean epoch and its
-        # epochs since the last report.
-        kept = {size: entry.curves for size, entry in state.stats.items()}
-        left = epochs_left(kept, trial.batch_size, curve, higher_is_better)
-        now = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
-        since = (now - trial.cost) / max(current_epoch - trial.epochs, 1)
-        epoch_cost = min(now / current_epoch, since)
-    verdict = judge_report(
-        priced,
-        batch_size=trial.batch_size,
-        time=time,
-        energy=energy,
-        metric=metric,
-        current_epoch=current_epoch,
-        best_cost=best.cost if best else None,
-        exploring=trial.kind is TrialKind.EXPLORATION,
-        epochs_left=left,
-        epoch_cost=epoch_cost,
-    )
-    answer = ReportResponse(
-        stop_train=verdict.stop,
-        converged=verdict.converged,
-        message=verdict.message,
-        cost=verdict.cost,
-    )
+    curve = extended(trial.curve, current_epoch, metric, job.higher_is_better_metric)
+    report = _report_of(job, state, trial, curve, cost, metric, current_epoch)
+    verdict = judge_report(priced, report, best.cost if best else None)
+    answer = _answer(verdict)
     measured = replace(
         trial,
         epochs=current_epoch,
@@ -286,6 +253,65 @@ def after_report(
     )
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
+    return _ended(job, state, measured, verdict, answer, profiles)
+
+
+def _answer(verdict: Verdict) -> ReportResponse:
+    return ReportResponse(
+        stop_train=verdict.stop,
+        converged=verdict.converged,
+        message=verdict.message,
+        cost=verdict.cost,
+    )
+
+
+def _already_reported(priced: CreatedJob, state: JobState, trial: TrialState) -> Reported:
+    """The answer to a report of a trial that already ended: its final verdict again."""
+    spent = trial.cost  # what it cost, as its final answer said (not a predicted cost)
+    if trial.energy is not None and trial.time is not None:
+        spent = zeus_cost(trial.energy, trial.time, priced.eta_knob, priced.max_power)
+    answer = ReportResponse(
+        stop_train=True,
+        converged=bool(trial.converged),
+        message=f"Result for this trial({trial.trial_number}) is already reported.",
+        cost=spent,
+    )
+    return Reported(state, trial, answer, final=False)
+
+
+def _report_of(
+    job: CreatedJob,
+    state: JobState,
+    trial: TrialState,
+    curve: Curve,
+    cost: float,
+    metric: float,
+    current_epoch: int,
+) -> Report:
+    """The report as the stop rules read it. With ``learning_curve_stop``, from a run's second
+    report on, it carries the epochs the run still needs (predicted from the kept curves) and
+    what an epoch costs: its first epoch may hold one-off start-up work (a compile, warm
+    caches), so the cheaper of its mean epoch and its epochs since the last report."""
+    left = epoch_cost = None
+    if job.learning_curve_stop and trial.epochs and trial.cost is not None:
+        kept = {size: entry.curves for size, entry in state.stats.items()}
+        left = epochs_left(kept, trial.batch_size, curve, job.higher_is_better_metric)
+        since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
+        epoch_cost = min(cost / current_epoch, since)
+    exploring = trial.kind is TrialKind.EXPLORATION
+    return Report(trial.batch_size, cost, metric, current_epoch, exploring, left, epoch_cost)
+
+
+def _ended(
+    job: CreatedJob,
+    state: JobState,
+    measured: TrialState,
+    verdict: Verdict,
+    answer: ReportResponse,
+    profiles: Profiles | None,
+) -> Reported:
+    """A run's final report: the trial ends, and its cost (in the job's first profile's units)
+    joins the job's statistics and early-stop reference."""
     ended = replace(
         measured,
         status=TrialStatus.REPORTED,
@@ -295,13 +321,13 @@ def after_report(
     base_cost = ended.cost
     assert base_cost is not None
     if profiles is not None:
-        base_cost *= profiles.factor(trial.batch_size, trial.profile, profiles.base)
+        base_cost *= profiles.factor(measured.batch_size, measured.profile, profiles.base)
     stats, base_best = fold_final_report(
         job,
         state.stats,
-        trial.batch_size,
+        measured.batch_size,
         base_cost,
         verdict.converged,
-        curve if job.learning_curve_stop else None,
+        measured.curve if job.learning_curve_stop else None,
     )
     return Reported(replace(state, stats=stats, best=base_best), ended, answer, final=True)
