@@ -217,7 +217,7 @@ class BatchSizeService:
                 repo.set_profiles(conn, job_id, job.config, list(known.profiles.values()))
                 state = known
         if run_key is not None:
-            resumed = self._resume(conn, job_id, run_key, gpu)
+            resumed = self._resume(conn, job_id, state, run_key, gpu)
             if resumed is not None:
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
@@ -230,7 +230,12 @@ class BatchSizeService:
         return trial, step.dispatch, expired
 
     def _resume(
-        self, conn: Connection, job_id: str, run_key: str, gpu: GpuConfig | None
+        self,
+        conn: Connection,
+        job_id: str,
+        state: policy.JobState,
+        run_key: str,
+        gpu: GpuConfig | None,
     ) -> DispatchedTrial | None:
         found = repo.trial_of_run(conn, job_id, run_key)
         if found is None:
@@ -243,7 +248,10 @@ class BatchSizeService:
         if gpu is not None and profile_key(gpu) != trial.profile:
             # Restarted on other GPUs: the run goes on, and ends, on them; it is priced (its
             # time at their power) and judged on that profile.
+            after, _ = policy.moved(state, trial, profile_key(gpu))
             repo.move_trial(conn, job_id, trial.trial_number, profile_key(gpu))
+            if after.by_profile is not None and after.by_profile != state.by_profile:
+                repo.set_by_profile(conn, job_id, after.by_profile)
             logger.info(
                 "run %r continues trial %d on %s", run_key, trial.trial_number, profile_key(gpu)
             )

@@ -12,9 +12,12 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from tests.helpers import ServerProcess, job_body, unique_id
-from zeus_bso.policy.profiles import MAX_PROFILES
+from zeus_bso.policy.profiles import MAX_PROFILES, count_by_profile
+from zeus_bso_server.settings import to_engine_url
+from zeus_bso_server.store import repository as repo
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
 A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
@@ -255,3 +258,51 @@ def test_a_profile_with_the_longest_model_name_is_stored_on_every_backend(
     assert all(len(name) <= 255 for name in profiles)
     (trial,) = view(http, job_id)["trials"]
     assert trial["profile"] == profiles[2]
+
+
+def kept_and_recounted(server: ServerProcess, job_id: str) -> tuple[Any, Any]:
+    """The job's counts by profile as the server kept them (its row) and as its trials give
+    them counted afresh."""
+    engine = sa.create_engine(to_engine_url(server.db_url))
+    try:
+        with engine.connect() as conn:
+            row = repo.get_job(conn, job_id)
+            assert row is not None
+            state = repo.job_state(row)
+            trials = repo.trials_of(conn, job_id)
+    finally:
+        engine.dispose()
+    if not state.profiles:
+        return state.by_profile, None
+    return state.by_profile, count_by_profile(trials, next(iter(state.profiles)))
+
+
+def test_a_two_profile_job_keeps_its_counts_by_profile_as_its_trials_give_them(
+    server: ServerProcess, http: httpx.Client
+) -> None:
+    """Every request of a job on two profiles reads its counts by profile from the job row
+    instead of all its trials: they are kept with every dispatch, report and move to other GPUs,
+    and stay what a count of the trials gives."""
+    job_id = unique_id("kept")
+    register(http, job_id, A100, 201)
+    run(http, ask(http, job_id), epochs=2)
+    assert kept_and_recounted(server, job_id)[0] is None  # one profile: nothing kept
+    register(http, job_id, FOUR_A40, 200)
+    for number in range(8):
+        gpus = A100 if number % 2 else FOUR_A40
+        run(http, ask(http, job_id, **gpus), epochs=2 + number % 3, power=1.5 if number % 2 else 1)
+    # A run that reported on the A40s and goes on, restarted, on the A100.
+    moving = ask(http, job_id, run_key="moving", **FOUR_A40)
+    report = {**moving, "time": 10.0, "energy": 900.0, "metric": 0.1, "current_epoch": 1}
+    assert http.post("/report", json=report).status_code == 200
+    assert ask(http, job_id, run_key="moving", **A100)["resumed"] is True
+    kept, recounted = kept_and_recounted(server, job_id)
+    assert kept is not None
+    assert kept.bandit_trials == recounted.bandit_trials
+    assert kept.epochs.keys() == recounted.epochs.keys()
+    for key, sums in kept.epochs.items():
+        again = recounted.epochs[key]
+        assert sums.trials == again.trials, key
+        assert (sums.energy, sums.time) == pytest.approx((again.energy, again.time)), key
+    moved_epoch = (A100_KEY, moving["batch_size"])
+    assert kept.epochs[moved_epoch].trials >= 1  # the moved run's epoch counts on the A100

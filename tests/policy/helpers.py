@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from zeus_bso.policy import (
+    ByProfile,
+    EpochSums,
+    JobState,
     Report,
     TrialKind,
     TrialState,
@@ -73,3 +78,12 @@ def judged(
     cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
     report = Report(batch_size, cost, metric, current_epoch, exploring, epochs_left, epoch_cost)
     return judge_report(job, report, best_cost)
+
+
+def with_readings(
+    state: JobState, readings: Mapping[tuple[str, int], tuple[float, float]]
+) -> JobState:
+    """The job's state keeping ``readings`` (a mean epoch's energy and time by profile and batch
+    size, each from one trial) as its epochs by profile."""
+    epochs = {key: EpochSums(energy, time, 1) for key, (energy, time) in readings.items()}
+    return replace(state, by_profile=ByProfile(epochs))

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.policy.helpers import with_readings
 from zeus_bso.policy import (
     BatchSizeStats,
     BestRun,
@@ -181,10 +182,10 @@ def test_a_first_run_of_a_larger_batch_size_that_falls_behind_stops_early() -> N
 def test_the_stop_is_the_same_on_gpus_that_cost_twice_as_much() -> None:
     job = make_job()
     two = GpuConfig(max_power=600.0, number_of_gpus=2, gpu_model="V100")
-    state = with_profile(job, state_with(SLOW_START), two)
-    moved = job.model_copy(update=two.model_dump())  # the job registered last on two V100s
     base = profile_key(job)
     readings = {(base, 64): (30.0, 0.0), (profile_key(two), 64): (60.0, 0.0)}
+    state = with_readings(with_profile(job, state_with(SLOW_START), two), readings)
+    moved = job.model_copy(update=two.model_dump())  # the job registered last on two V100s
     decisions = []
     for profile, scale in ((base, 1.0), (profile_key(two), 2.0)):
         trial, stops = TrialState(5, 64, TrialKind.BANDIT, profile=profile), []
@@ -197,7 +198,6 @@ def test_the_stop_is_the_same_on_gpus_that_cost_twice_as_much() -> None:
                 energy=30.0 * scale * epoch,
                 metric=metric,
                 current_epoch=epoch,
-                epoch_readings=readings,
             )
             trial = step.trial
             stops.append(step.answer.stop_train)

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.policy.helpers import with_readings
 from zeus_bso.policy import (
     BatchSizeStats,
     BestRun,
@@ -154,20 +155,30 @@ def test_a_prediction_counts_as_one_observation_until_it_runs_there() -> None:
     assert state_on(job, state, profiles, base) is state
 
 
-def test_bandit_trials_are_counted_per_profile() -> None:
+def test_bandit_trials_and_epochs_are_kept_per_profile_as_a_recount_gives_them() -> None:
     job = InMemoryJob(make_job(3))
     workload = random.Random(3)
     for _ in range(20):
         recur(job, V100, workload)
-    on_v100 = job.store.bandit_trials_on("1xV100@250W")
-    assert on_v100 == sum(1 for t in job.trials if t.kind.value == "bandit") > 5
+    assert job.state.by_profile is None  # one profile: nothing to keep
+    on_v100 = sum(1 for t in job.trials if t.kind.value == "bandit")
+    assert on_v100 > 5
     job.register(A40)
-    assert (
-        job.store.bandit_trials_on("1xA40@300W") == 0
-    )  # the bandit samples again on the new hardware
-    recur(job, A40, workload)
-    assert job.store.bandit_trials_on("1xA40@300W") == 1
-    assert job.store.bandit_trials_on("1xV100@250W") == on_v100
+    for _ in range(6):  # the first dispatch on the A40 counts the trials by profile, once
+        recur(job, A40, workload)
+        kept = job.state.by_profile
+        assert kept is not None
+        recount = job.store.by_profile("1xV100@250W")
+        assert kept.bandit_trials == recount.bandit_trials
+        assert kept.epochs.keys() == recount.epochs.keys()
+        for key, sums in kept.epochs.items():
+            again = recount.epochs[key]
+            assert (sums.energy, sums.time) == pytest.approx((again.energy, again.time))
+            assert sums.trials == again.trials
+    # The bandit samples again on the new hardware: its trials there are counted apart.
+    assert kept.bandit_trials["1xV100@250W"] == on_v100
+    a40 = sum(1 for t in job.trials if t.kind.value == "bandit" and t.profile == "1xA40@300W")
+    assert kept.bandit_trials.get("1xA40@300W", 0) == a40 > 0
 
 
 def test_a_run_on_costlier_hardware_is_judged_in_its_own_units() -> None:
@@ -215,11 +226,11 @@ def test_an_epoch_is_priced_from_its_energy_and_time_with_its_own_profiles_power
     state = with_profile(job, JobState(), A40)
     base, a40 = "1xV100@250W", "1xA40@300W"
     readings = {(base, 16): (100.0, 1.0), (a40, 16): (100.0, 1.0), (a40, 32): (0.0, 0.0)}
-    profiles = profiles_of(job, state, readings)
+    profiles = profiles_of(job, with_readings(state, readings))
     assert profiles is not None
     # eta x energy + (1 - eta) x max_power x time: 250 W on the V100, 300 W on the A40.
     assert profiles.epoch_costs == {(base, 16): 175.0, (a40, 16): 200.0}  # nothing: unmeasured
-    assert profiles_of(job, JobState(), readings) is None  # one profile: nothing to convert
+    assert profiles_of(job, with_readings(JobState(), readings)) is None  # nothing to convert
 
 
 def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -> None:
@@ -244,7 +255,8 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
     assert stopped.cost is not None
     assert answer.cost is not None
     assert stopped.cost > answer.cost  # counted at its prediction
-    readings = memory.store.epoch_readings("1xV100@250W")
+    assert memory.state.by_profile is not None
+    readings = memory.state.by_profile.readings()
     # The mean of the two runs' energy and time per epoch (30 J, 1 s and 300 J, 1 s).
     assert readings[("1xA40@300W", 16)] == pytest.approx((165.0, 1.0))
 

@@ -24,7 +24,7 @@ from zeus_bso.policy import (
     decide,
 )
 from zeus_bso.policy.bandits import BANDITS
-from zeus_bso.policy.orchestration import inputs
+from zeus_bso.policy.orchestration import counted, inputs
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -82,16 +82,15 @@ def run_recurrences(job: CreatedJob, outcomes: list[tuple[str, float]]) -> list[
             records.append({"moved": True})
             continue
         profile = profile_key(memory.job)
-        read = inputs(memory.store, memory.job, memory.state, profile)
+        state = counted(memory.store, memory.state)
+        read = inputs(memory.store, memory.job, state)
         try:
             again = policy.after_dispatch(
                 memory.job,
-                memory.state,
+                state,
                 read.explorations,
                 read.windowed,
                 profile=profile,
-                epoch_readings=read.epoch_readings,
-                pulls_on_profile=read.pulls_on_profile,
             )
         except NoConvergedBatchSizeError:
             records.append({"error": True})

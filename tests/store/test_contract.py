@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import BACKENDS, database_url, unique_id
-from zeus_bso.policy import BatchSizeStats, BestRun, JobState, TrialKind, TrialState, TrialStatus
+from zeus_bso.policy import (
+    BatchSizeStats,
+    BestRun,
+    ByProfile,
+    EpochSums,
+    JobState,
+    TrialKind,
+    TrialState,
+    TrialStatus,
+)
 from zeus_bso.policy.store import JobStore
 from zeus_bso.sim.memory import MemoryStore
 from zeus_bso_server.settings import to_engine_url
@@ -116,8 +125,7 @@ def test_a_new_job_has_its_state_and_no_trials(opened: Opener) -> None:
         assert store.trial(1) is None
         assert list(store.explorations()) == []
         assert store.latest_costs(SIZES, 3) == {size: [] for size in SIZES}
-        assert store.epoch_readings(V100) == {}
-        assert store.bandit_trials_on(V100) == 0
+        assert store.by_profile(V100) == ByProfile()
 
 
 def test_a_dispatch_keeps_the_trial_and_the_job_after_it(opened: Opener) -> None:
@@ -149,7 +157,7 @@ def test_a_report_keeps_the_trial_and_a_final_one_the_jobs_statistics(opened: Op
             cost=617.125,
             curve=((1, 0.125),),
         )
-        store.save_trial(running)
+        store.save_trial(running, store.state())
     with opened() as store:
         assert store.trial(1) == running
         assert store.state().stats == new_job().stats  # progress changes no statistic
@@ -189,7 +197,8 @@ def test_latest_costs_are_the_last_reported_in_a_window_oldest_first(opened: Ope
     # Runs that did not end with a report count for nothing.
     dispatched(opened, trial(number + 1, 16), trial(number + 2, 16))
     with opened() as store:
-        store.save_trial(replace(stored(store, number + 2), status=TrialStatus.FAILED))
+        failed = replace(stored(store, number + 2), status=TrialStatus.FAILED)
+        store.save_trial(failed, store.state())
     with opened() as store:
         assert store.latest_costs((16, 32, 64), 3) == {
             16: [(11.0, A40), (12.0, V100), (13.0, A40)],
@@ -200,45 +209,55 @@ def test_latest_costs_are_the_last_reported_in_a_window_oldest_first(opened: Ope
         assert store.latest_costs((16,), 1) == {16: [(13.0, A40)]}
 
 
-def test_epoch_readings_are_each_profile_and_batch_sizes_mean_epoch(opened: Opener) -> None:
-    dispatched(
-        opened,
-        trial(1, 32, profile=V100),
-        trial(2, 32, profile=V100),
-        trial(3, 32, profile=None),  # stored without a profile: the job's first
-        trial(4, 32, profile=A40),
-        trial(5, 16, profile=A40),  # not reported yet: no reading
-    )
-    readings = {1: (2, 100.0, 10.0), 2: (4, 400.0, 20.0), 3: (1, 130.0, 3.0), 4: (5, 250.0, 5.0)}
-    for number, (epochs, energy, time) in readings.items():
-        with opened() as store:
-            progress = replace(
-                stored(store, number),
-                epochs=epochs,
-                energy=energy,
-                time=time,
-                metric=0.1,
-                cost=energy,
-            )
-            store.save_trial(progress)
-    with opened() as store:
-        got = store.epoch_readings(V100)
-    # V100, 32: per epoch (50 J, 5 s), (100 J, 5 s) and (130 J, 3 s).
-    assert got.keys() == {(V100, 32), (A40, 32)}
-    assert got[(V100, 32)] == pytest.approx((280.0 / 3, 13.0 / 3))
-    assert got[(A40, 32)] == pytest.approx((50.0, 1.0))
-
-
-def test_bandit_trials_are_counted_per_profile(opened: Opener) -> None:
+def test_by_profile_sums_each_trials_latest_epoch_and_counts_bandit_trials(
+    opened: Opener,
+) -> None:
     dispatched(
         opened,
         trial(1, 32, profile=V100),
         trial(2, 32, TrialKind.BANDIT, profile=V100),
-        trial(3, 16, TrialKind.BANDIT, profile=V100),
-        trial(4, 16, TrialKind.BANDIT, profile=A40),
-        trial(5, 16, TrialKind.CONCURRENT, profile=A40),
+        trial(3, 32, profile=None),  # stored without a profile: the job's first
+        trial(4, 32, TrialKind.BANDIT, profile=A40),
+        trial(5, 16, TrialKind.BANDIT, profile=A40),  # not reported yet: no epoch
+        trial(6, 16, TrialKind.CONCURRENT, profile=A40),
     )
+    readings = {1: (2, 100.0, 10.0), 2: (4, 400.0, 20.0), 3: (1, 130.0, 3.0), 4: (5, 250.0, 5.0)}
+    for number, (epochs, energy, time) in readings.items():
+        with opened() as store:
+            # An earlier report, replaced by the latest: only the latest counts.
+            for seen in (1, epochs):
+                progress = replace(
+                    stored(store, number),
+                    epochs=seen,
+                    energy=energy * seen / epochs,
+                    time=time,
+                    metric=0.1,
+                    cost=energy,
+                )
+                store.save_trial(progress, store.state())
     with opened() as store:
-        assert store.bandit_trials_on(V100) == 2
-        assert store.bandit_trials_on(A40) == 1
-        assert store.bandit_trials_on("8xH100@5600W") == 0
+        got = store.by_profile(V100)
+    # V100, 32: per epoch (50 J, 5 s), (100 J, 5 s) and (130 J, 3 s).
+    assert got.epochs.keys() == {(V100, 32), (A40, 32)}
+    assert got.epochs[(V100, 32)].trials == 3
+    assert (got.epochs[(V100, 32)].energy, got.epochs[(V100, 32)].time) == pytest.approx(
+        (280.0, 13.0)
+    )
+    assert got.readings()[(A40, 32)] == pytest.approx((50.0, 1.0))
+    assert got.bandit_trials == {V100: 1, A40: 2}
+
+
+def test_the_counts_by_profile_are_kept_with_the_job(opened: Opener) -> None:
+    counts = ByProfile({(V100, 32): EpochSums(50.0, 5.0, 1)}, {V100: 1})
+    with opened() as store:
+        job = replace(store.state(), next_trial_number=2, by_profile=counts)
+        store.add_trial(trial(1, 32, TrialKind.BANDIT, profile=V100), job)
+    with opened() as store:
+        assert store.state().by_profile == counts
+        more = counts.with_epoch((V100, 32, 50.0, 5.0), (V100, 32, 40.0, 4.0))
+        store.save_trial(
+            replace(stored(store, 1), epochs=2), replace(store.state(), by_profile=more)
+        )
+    with opened() as store:
+        assert store.state().by_profile == more
+        assert more.epochs[(V100, 32)] == EpochSums(40.0, 4.0, 1)

@@ -33,6 +33,7 @@ from zeus_bso.policy.machine import (
     after_event,
     after_report,
     history_of,
+    moved,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.profiles import (
@@ -46,9 +47,11 @@ from zeus_bso.policy.pruning import next_pruning_step
 from zeus_bso.policy.types import (
     BatchSizeStats,
     BestRun,
+    ByProfile,
     ConvergedStats,
     CostStats,
     Dispatch,
+    EpochSums,
     JobHistory,
     JobState,
     Posterior,
@@ -66,10 +69,12 @@ __all__ = [
     "Bandit",
     "BatchSizeStats",
     "BestRun",
+    "ByProfile",
     "ConvergedStats",
     "CostStats",
     "Dispatch",
     "Dispatched",
+    "EpochSums",
     "Event",
     "JobHistory",
     "JobState",
@@ -96,6 +101,7 @@ __all__ = [
     "fold_final_report",
     "history_of",
     "judge_report",
+    "moved",
     "next_pruning_step",
     "profiles_of",
     "recommended",

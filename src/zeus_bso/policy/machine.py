@@ -29,9 +29,9 @@ from zeus_bso.policy.cost import Report, fold_final_report, judge_report, zeus_c
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.profiles import (
-    EpochReadings,
     Profiles,
     WindowedCosts,
+    counted_anew,
     job_on,
     profiles_of,
     state_on,
@@ -154,31 +154,37 @@ def after_dispatch(
     windowed: WindowedCosts | None = None,
     *,
     profile: str | None = None,
-    epoch_readings: EpochReadings | None = None,
-    pulls_on_profile: int | None = None,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
-    `history_of` for the arguments). Once the job has two profiles, ``epoch_readings`` convert its
-    costs and ``pulls_on_profile`` (its bandit trials on ``profile``, required then) stand for
-    its bandit trials (see `zeus_bso.policy.profiles`).
+    `history_of` for the arguments). Once the job has two profiles, its epochs by profile
+    (`JobState.by_profile`) convert its costs, and its bandit trials on ``profile`` stand for its
+    bandit trials (see `zeus_bso.policy.profiles`).
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
-    profiles = profiles_of(job, state, epoch_readings)
+    profiles = profiles_of(job, state)
     history = history_of(job, state, explorations, windowed, profiles, profile)
-    if profiles is not None:
-        if pulls_on_profile is None:
-            raise ValueError("a job with two hardware profiles needs its pulls on the profile")
-        history = replace(history, bandit_pulls=pulls_on_profile)
+    ran_on = profile or next(iter(state.profiles), None)
+    if profiles is not None and state.by_profile is not None and ran_on is not None:
+        history = replace(history, bandit_pulls=state.by_profile.bandit_trials.get(ran_on, 0))
     number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
         arms, start = dispatch.arms, number
     after = replace(state, next_trial_number=number + 1, arms=arms, bandit_start=start)
+    if after.by_profile is not None and ran_on is not None and dispatch.kind is TrialKind.BANDIT:
+        after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
     trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round, profile=profile)
     return Dispatched(after, trial, dispatch)
+
+
+def moved(state: JobState, trial: TrialState, profile: str) -> tuple[JobState, TrialState]:
+    """A run that goes on on hardware ``profile`` (restarted on other GPUs): its trial there, and
+    the job counting it there."""
+    after = replace(trial, profile=profile)
+    return counted_anew(state, trial, after), after
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +221,14 @@ def after_report(
     energy: float,
     metric: float,
     current_epoch: int,
-    epoch_readings: EpochReadings | None = None,
 ) -> Reported:
     """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began).
 
     The run's cost is priced with its own profile's ``max_power`` and judged against the
-    early-stop reference in that profile's units (``epoch_readings``: see `after_dispatch`). A
-    report that ends the run folds its cost into the job's statistics and early-stop
-    reference (`_ended`); one that does not renews the run (an abandoned trial is dispatched
-    again).
+    early-stop reference in that profile's units (see `after_dispatch`). A report that ends the
+    run folds its cost into the job's statistics and early-stop reference (`_ended`); one that
+    does not renews the run (an abandoned trial is dispatched again). A job with two profiles
+    counts the report's epoch in its `JobState.by_profile`.
 
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
@@ -233,7 +238,7 @@ def after_report(
         return _already_reported(priced, state, trial)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
     cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
-    profiles = profiles_of(job, state, epoch_readings)
+    profiles = profiles_of(job, state)
     if profiles is not None:  # this report measures its profile's cost of an epoch too
         ran_on = trial.profile or profiles.base
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
@@ -251,6 +256,7 @@ def after_report(
         cost=verdict.cost if verdict.charged is None else verdict.charged,
         curve=curve,
     )
+    state = counted_anew(state, trial, measured)
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
     return _ended(job, state, measured, verdict, answer, profiles)

@@ -4,16 +4,17 @@ state machine (`zeus_bso.policy.machine`), write what comes back.
 The server (inside its transaction, with the job row locked), the simulator and the read views
 all go through here, so they read the same history the same way; the rules of what to read
 (the explorations only while pruning, the windowed costs only with a ``window_size``, the
-per-profile readings only once a job has two hardware profiles) live here and nowhere else.
+count of a job's epochs by profile once, when it has two hardware profiles and none kept yet)
+live here and nowhere else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zeus_bso.policy.machine import Dispatched, Reported, after_dispatch, after_report, history_of
-from zeus_bso.policy.profiles import EpochReadings, WindowedCosts, profiles_of, state_on
+from zeus_bso.policy.profiles import WindowedCosts, profiles_of, state_on
 from zeus_bso.policy.store import JobStore
 from zeus_bso.policy.types import JobHistory, JobState, TrialState
 from zeus_bso.spec import CreatedJob, profile_key
@@ -27,23 +28,13 @@ class Inputs:
     """The pruning explorations (while the job prunes)."""
     windowed: WindowedCosts | None = None
     """With a ``window_size``: the latest costs of each arm (each batch size while pruning)."""
-    epoch_readings: EpochReadings | None = None
-    """Once the job has two or more hardware profiles: each (profile, batch size)'s epoch."""
-    pulls_on_profile: int | None = None
-    """Once the job has two or more profiles: its bandit trials on the run's profile."""
 
 
 def inputs(
-    store: JobStore,
-    job: CreatedJob,
-    state: JobState,
-    profile: str,
-    *,
-    explorations: bool = True,
+    store: JobStore, job: CreatedJob, state: JobState, *, explorations: bool = True
 ) -> Inputs:
-    """Read what a decision for a run on ``profile`` needs (``explorations=False``: all but the
+    """Read what a decision needs besides the job's state (``explorations=False``: all but the
     explorations, for a reader that does not decide)."""
-    several = len(state.profiles) >= 2
     windowed = None
     if job.window_size > 0:
         sizes = state.arms if state.arms is not None else job.batch_sizes
@@ -51,9 +42,17 @@ def inputs(
     return Inputs(
         explorations=store.explorations() if explorations and state.arms is None else (),
         windowed=windowed,
-        epoch_readings=store.epoch_readings(next(iter(state.profiles))) if several else None,
-        pulls_on_profile=store.bandit_trials_on(profile) if several else None,
     )
+
+
+def counted(store: JobStore, state: JobState) -> JobState:
+    """The job's state with its epochs and bandit trials by profile (`JobState.by_profile`),
+    counted from its trials if it has two profiles and keeps none yet: once, when its second
+    profile comes (or after an upgrade from a version that did not keep them); from then on
+    the state machine keeps them with every report."""
+    if len(state.profiles) < 2 or state.by_profile is not None:
+        return state
+    return replace(state, by_profile=store.by_profile(next(iter(state.profiles))))
 
 
 def dispatch(store: JobStore, job: CreatedJob, profile: str) -> Dispatched:
@@ -62,17 +61,9 @@ def dispatch(store: JobStore, job: CreatedJob, profile: str) -> Dispatched:
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
-    state = store.state()
-    read = inputs(store, job, state, profile)
-    step = after_dispatch(
-        job,
-        state,
-        read.explorations,
-        read.windowed,
-        profile=profile,
-        epoch_readings=read.epoch_readings,
-        pulls_on_profile=read.pulls_on_profile,
-    )
+    state = counted(store, store.state())
+    read = inputs(store, job, state)
+    step = after_dispatch(job, state, read.explorations, read.windowed, profile=profile)
     store.add_trial(step.trial, step.job)
     return step
 
@@ -93,22 +84,17 @@ def report(
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
-    state = store.state()
-    several = len(state.profiles) >= 2
     step = after_report(
         job,
-        state,
+        counted(store, store.state()),
         trial,
         time=time,
         energy=energy,
         metric=metric,
         current_epoch=current_epoch,
-        epoch_readings=store.epoch_readings(next(iter(state.profiles))) if several else None,
     )
-    if step.final:
+    if step.final or step.trial != trial:
         store.save_trial(step.trial, step.job)
-    elif step.trial != trial:
-        store.save_trial(step.trial)
     return step
 
 
@@ -117,8 +103,9 @@ def decision_view(store: JobStore, job: CreatedJob, state: JobState) -> tuple[Jo
     statistics and early-stop reference in that profile's cost units, and its history (windowed
     or running statistics)."""
     profile = profile_key(job)
-    read = inputs(store, job, state, profile, explorations=False)
-    profiles = profiles_of(job, state, read.epoch_readings)
+    state = counted(store, state)
+    read = inputs(store, job, state, explorations=False)
+    profiles = profiles_of(job, state)
     return (
         state_on(job, state, profiles, profile),
         history_of(job, state, (), read.windowed, profiles, profile),

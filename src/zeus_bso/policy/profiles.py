@@ -23,14 +23,14 @@ A job with one profile converts nothing: its decisions are those of a job withou
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import TypeAlias
 
 from zeus_bso.errors import TooManyProfilesError
 from zeus_bso.policy.cost import best_reference, zeus_cost
-from zeus_bso.policy.types import CostStats, JobState, TrialState
+from zeus_bso.policy.types import ByProfile, CostStats, JobState, TrialKind, TrialState
 from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
 
 EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
@@ -137,20 +137,61 @@ def registered_on(job: CreatedJob, state: JobState, gpu: GpuConfig) -> tuple[Cre
     return job.model_copy(update=gpu.model_dump()), with_profile(job, state, gpu)
 
 
-def profiles_of(
-    job: CreatedJob, state: JobState, readings: EpochReadings | None = None
-) -> Profiles | None:
-    """The job's profiles for converting costs, each epoch reading priced with its profile's
-    ``max_power``; None while it has one (nothing to convert)."""
+def profiles_of(job: CreatedJob, state: JobState) -> Profiles | None:
+    """The job's profiles for converting costs, each (profile, batch size)'s mean epoch
+    (`JobState.by_profile`) priced with its profile's ``max_power``; None while it has one
+    (nothing to convert).
+
+    Raises:
+        ValueError: the job has two profiles but nobody counted its epochs (see
+            `zeus_bso.policy.orchestration`).
+    """
     if len(state.profiles) < 2:
         return None
+    if state.by_profile is None:
+        raise ValueError("a job with two hardware profiles needs its epochs by profile counted")
     costs = {}
-    for (profile, size), (energy, time) in (readings or {}).items():
+    for (profile, size), (energy, time) in state.by_profile.readings().items():
         priced = job_on(job, state, profile)
         cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
         if cost > 0.0:
             costs[(profile, size)] = cost
     return Profiles(next(iter(state.profiles)), costs)
+
+
+def epoch_of(trial: TrialState, base: str) -> tuple[str, int, float, float] | None:
+    """A trial's epoch as `ByProfile` sums it: its profile (``base`` for one stored without),
+    batch size, and the energy and time of its mean epoch at its latest report (None before it
+    reported an epoch with energy)."""
+    if not trial.epochs or trial.energy is None or trial.time is None:
+        return None
+    profile = trial.profile or base
+    return profile, trial.batch_size, trial.energy / trial.epochs, trial.time / trial.epochs
+
+
+def count_by_profile(trials: Iterable[TrialState], base: str) -> ByProfile:
+    """A job's `ByProfile` counted from its trials, in the order given (by number, so that every
+    store adds the same numbers in the same order)."""
+    counted = ByProfile()
+    for trial in trials:
+        counted = counted.with_epoch(None, epoch_of(trial, base))
+        if trial.kind is TrialKind.BANDIT:
+            counted = counted.with_bandit_trial(trial.profile or base)
+    return counted
+
+
+def counted_anew(state: JobState, before: TrialState, after: TrialState) -> JobState:
+    """The job's `ByProfile` with a trial changed from ``before`` to ``after`` (a report, or a
+    run moved to other GPUs); unchanged for a job that keeps none."""
+    by = state.by_profile
+    if by is None or not state.profiles:
+        return state
+    base = next(iter(state.profiles))
+    by = by.with_epoch(epoch_of(before, base), epoch_of(after, base))
+    if before.kind is TrialKind.BANDIT and before.profile != after.profile:
+        by = by.with_bandit_trial(before.profile or base, -1)
+        by = by.with_bandit_trial(after.profile or base)
+    return replace(state, by_profile=by)
 
 
 def job_on(job: CreatedJob, state: JobState, profile: str | None) -> CreatedJob:

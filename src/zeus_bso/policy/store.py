@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
-from zeus_bso.policy.types import JobState, TrialState
+from zeus_bso.policy.profiles import WindowedCosts
+from zeus_bso.policy.types import ByProfile, JobState, TrialState
 
 
 class JobStore(Protocol):
@@ -40,21 +40,18 @@ class JobStore(Protocol):
         oldest first, each with its trial's profile (every listed size is a key)."""
         ...
 
-    def epoch_readings(self, base: str) -> EpochReadings:
-        """The mean energy and time of an epoch, by (profile, batch size), over the trials that
-        reported an epoch with energy, at their latest report (``base``: the profile of a trial
-        stored without one)."""
-        ...
-
-    def bandit_trials_on(self, profile: str) -> int:
-        """The job's trials of kind ``bandit`` on ``profile``."""
+    def by_profile(self, base: str) -> ByProfile:
+        """Count the job's epochs and bandit trials by profile from its trials (``base``: the
+        profile of a trial stored without one): each (profile, batch size)'s trials that
+        reported an epoch with energy, with the energy and time of their mean epoch at their
+        latest report summed; each profile's trials of kind ``bandit``."""
         ...
 
     def add_trial(self, trial: TrialState, job: JobState) -> None:
         """Store a dispatched trial and the job after its dispatch."""
         ...
 
-    def save_trial(self, trial: TrialState, job: JobState | None = None) -> None:
-        """Store a trial after a report: one that did not end it (``job`` None), or its final
-        one with the job after it."""
+    def save_trial(self, trial: TrialState, job: JobState) -> None:
+        """Store a trial after a report (or an event) and the job after it: a trial that ended
+        with its final report (``reported``) with the job's statistics."""
         ...

@@ -201,6 +201,68 @@ class BatchSizeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class EpochSums:
+    """A (profile, batch size)'s epochs: the energy and time of an epoch of each of its trials
+    at their latest report, summed, and how many trials."""
+
+    energy: float = 0.0
+    time: float = 0.0
+    trials: int = 0
+
+    def changed(
+        self, before: tuple[float, float] | None, after: tuple[float, float] | None
+    ) -> EpochSums:
+        """The sums with one trial's epoch ``before`` replaced by ``after`` (None: the trial
+        had none, or has none any more)."""
+        energy, time, trials = self.energy, self.time, self.trials
+        if before is not None:
+            energy, time, trials = energy - before[0], time - before[1], trials - 1
+        if after is not None:
+            energy, time, trials = energy + after[0], time + after[1], trials + 1
+        return EpochSums(energy, time, trials)
+
+
+@dataclass(frozen=True, slots=True)
+class ByProfile:
+    """What a job with two or more hardware profiles keeps per profile, so that no request
+    reads all its trials: each (profile, batch size)'s epoch sums (see
+    `zeus_bso.policy.profiles`) and each profile's bandit trials."""
+
+    epochs: Mapping[tuple[str, int], EpochSums] = field(default_factory=dict)
+    bandit_trials: Mapping[str, int] = field(default_factory=dict)
+
+    def readings(self) -> dict[tuple[str, int], tuple[float, float]]:
+        """The mean energy and time of an epoch by (profile, batch size)."""
+        return {
+            key: (sums.energy / sums.trials, sums.time / sums.trials)
+            for key, sums in self.epochs.items()
+            if sums.trials > 0
+        }
+
+    def with_epoch(
+        self,
+        before: tuple[str, int, float, float] | None,
+        after: tuple[str, int, float, float] | None,
+    ) -> ByProfile:
+        """With one trial's epoch (profile, batch size, energy, time) ``before`` replaced by
+        ``after``."""
+        epochs = dict(self.epochs)
+        if before is not None:
+            key = (before[0], before[1])
+            epochs[key] = epochs.get(key, EpochSums()).changed(before[2:], None)
+        if after is not None:
+            key = (after[0], after[1])
+            epochs[key] = epochs.get(key, EpochSums()).changed(None, after[2:])
+        return ByProfile({k: v for k, v in epochs.items() if v.trials > 0}, self.bandit_trials)
+
+    def with_bandit_trial(self, profile: str, count: int = 1) -> ByProfile:
+        """With ``count`` more bandit trials on ``profile`` (negative: fewer)."""
+        trials = dict(self.bandit_trials)
+        trials[profile] = trials.get(profile, 0) + count
+        return ByProfile(self.epochs, {k: v for k, v in trials.items() if v > 0})
+
+
+@dataclass(frozen=True, slots=True)
 class JobState:
     """What a job carries from trial to trial besides its trials: the next trial number, the
     bandit's arms once pruning is over, each batch size's statistics and the early-stop
@@ -216,6 +278,9 @@ class JobState:
     profiles: Mapping[str, GpuConfig] = field(default_factory=dict)
     """The hardware profiles the job ran on, by `zeus_bso.spec.profile_key`, the first first.
     Empty while the job knows one profile: the one in its configuration."""
+    by_profile: ByProfile | None = None
+    """Kept once the job has two or more profiles (None before, and until a store has counted
+    them: see `zeus_bso.policy.orchestration`)."""
 
     @property
     def stage(self) -> Stage:

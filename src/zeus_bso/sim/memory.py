@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from zeus_bso.policy import Dispatch, Event, JobState, TrialKind, TrialState, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.policy.machine import after_event
-from zeus_bso.policy.profiles import EpochReadings, WindowedCosts, registered_on
+from zeus_bso.policy.profiles import WindowedCosts, count_by_profile, registered_on
+from zeus_bso.policy.types import ByProfile
 from zeus_bso.spec import CreatedJob, GpuConfig, ReportResponse, TrialId, profile_key
 
 
@@ -43,19 +44,8 @@ class MemoryStore:
                 reported[t.batch_size].append((t.cost, t.profile))
         return {size: reported[size][-window:] for size in batch_sizes}
 
-    def epoch_readings(self, base: str) -> EpochReadings:
-        per_epoch: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
-        for t in self.trials:
-            if t.epochs and t.energy is not None and t.time is not None:
-                key = (t.profile or base, t.batch_size)
-                per_epoch[key].append((t.energy / t.epochs, t.time / t.epochs))
-        return {
-            key: (sum(e for e, _ in got) / len(got), sum(t for _, t in got) / len(got))
-            for key, got in per_epoch.items()
-        }
-
-    def bandit_trials_on(self, profile: str) -> int:
-        return sum(1 for t in self.trials if t.kind is TrialKind.BANDIT and t.profile == profile)
+    def by_profile(self, base: str) -> ByProfile:
+        return count_by_profile(self.trials, base)
 
     def add_trial(self, trial: TrialState, job: JobState) -> None:
         if trial.trial_number != len(self.trials) + 1:
@@ -63,12 +53,11 @@ class MemoryStore:
         self.trials.append(trial)
         self.job = job
 
-    def save_trial(self, trial: TrialState, job: JobState | None = None) -> None:
+    def save_trial(self, trial: TrialState, job: JobState) -> None:
         if self.trial(trial.trial_number) is None:
             raise ValueError(f"no trial {trial.trial_number} to save")
         self.trials[trial.trial_number - 1] = trial
-        if job is not None:
-            self.job = job
+        self.job = job
 
 
 @dataclass
@@ -130,4 +119,4 @@ class InMemoryJob:
 
     def end_trial(self, trial_id: TrialId) -> None:
         """End a trial (``PATCH /trials``): one without a final report becomes failed."""
-        self.store.save_trial(after_event(self._trial(trial_id), Event.END))
+        self.store.save_trial(after_event(self._trial(trial_id), Event.END), self.state)

@@ -31,13 +31,15 @@ from zeus_bso.policy import (
     LIFECYCLE,
     BatchSizeStats,
     BestRun,
+    ByProfile,
+    EpochSums,
     Event,
     JobState,
     TrialKind,
     TrialState,
     TrialStatus,
 )
-from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
+from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso.spec import GpuConfig, profile_key
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
@@ -58,7 +60,39 @@ def job_state(job: Record) -> JobState:
         stats={s.batch_size: s for s in sorted(per_size, key=lambda s: s.batch_size)},
         best=BestRun(job.best_batch_size, job.best_cost) if job.best_cost is not None else None,
         profiles={profile_key(g): g for g in map(GpuConfig.model_validate, job.profiles or ())},
+        by_profile=_by_profile(job.by_profile) if job.by_profile is not None else None,
     )
+
+
+def _by_profile(stored: dict[str, Any]) -> ByProfile:
+    epochs = {
+        (str(p), int(b)): EpochSums(float(e), float(t), int(n))
+        for p, b, e, t, n in stored["epochs"]
+    }
+    return ByProfile(epochs, {str(p): int(n) for p, n in stored["bandit_trials"].items()})
+
+
+def _by_profile_json(by: ByProfile) -> dict[str, Any]:
+    epochs = [[p, b, s.energy, s.time, s.trials] for (p, b), s in sorted(by.epochs.items())]
+    return {"epochs": epochs, "bandit_trials": dict(sorted(by.bandit_trials.items()))}
+
+
+_SET_BY_PROFILE = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("key_job_id"))
+    .values(by_profile=bindparam("by_profile", type_=JSON()))
+)
+
+
+def set_by_profile(conn: Connection, job_id: str, by: ByProfile) -> None:
+    """Store the job's epochs and bandit trials by profile."""
+    conn.execute(_SET_BY_PROFILE, {"key_job_id": job_id, "by_profile": _by_profile_json(by)})
+
+
+def trials_of(conn: Connection, job_id: str) -> list[TrialState]:
+    """Every trial of the job, by number (read once, to count a job's trials by profile)."""
+    stmt = select(trials).where(trials.c.job_id == job_id).order_by(trials.c.trial_number)
+    return [trial_state(row) for row in conn.execute(stmt)]
 
 
 _TRIAL_COLUMNS = tuple(f.name for f in fields(TrialState))
@@ -240,29 +274,6 @@ def latest_costs(
         if cost is not None:
             result[int(size)].append((float(cost), profile))
     return result
-
-
-def epoch_readings(conn: Connection, job_id: str, base: str) -> EpochReadings:
-    """The mean energy and time of an epoch by (profile, batch size) over the job's trials at
-    their latest report (``base``: the profile of a trial stored without one)."""
-    energy, time = (func.avg(c / trials.c.epochs) for c in (trials.c.energy, trials.c.time))
-    profile = func.coalesce(trials.c.profile, base)
-    stmt = (
-        select(profile, trials.c.batch_size, energy, time)
-        .where(trials.c.job_id == job_id, trials.c.epochs > 0, trials.c.energy.is_not(None))
-        .group_by(profile, trials.c.batch_size)
-    )
-    return {(str(p), int(b)): (float(e), float(t)) for p, b, e, t in conn.execute(stmt).all()}
-
-
-def bandit_trials_on(conn: Connection, job_id: str, profile: str) -> int:
-    """The job's bandit trials on ``profile``."""
-    stmt = select(func.count()).where(
-        trials.c.job_id == job_id,
-        trials.c.kind == TrialKind.BANDIT.value,
-        trials.c.profile == profile,
-    )
-    return int(conn.execute(stmt).scalar_one())
 
 
 def set_profiles(

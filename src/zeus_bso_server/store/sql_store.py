@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
-from zeus_bso.policy import JobState, TrialState
-from zeus_bso.policy.profiles import EpochReadings, WindowedCosts
+from zeus_bso.policy import ByProfile, JobState, TrialState, TrialStatus
+from zeus_bso.policy.profiles import WindowedCosts, count_by_profile
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.repository import Record
 
@@ -57,19 +57,23 @@ class SqlJobStore:
     def latest_costs(self, batch_sizes: Iterable[int], window: int) -> WindowedCosts:
         return repo.latest_costs(self.conn, self.job_id, batch_sizes, window)
 
-    def epoch_readings(self, base: str) -> EpochReadings:
-        return repo.epoch_readings(self.conn, self.job_id, base)
-
-    def bandit_trials_on(self, profile: str) -> int:
-        return repo.bandit_trials_on(self.conn, self.job_id, profile)
+    def by_profile(self, base: str) -> ByProfile:
+        return count_by_profile(repo.trials_of(self.conn, self.job_id), base)
 
     def add_trial(self, trial: TrialState, job: JobState) -> None:
         repo.start_trial(self.conn, self.job_id, trial, self.lease(trial), job, self.run_key)
-        self.job = job
+        self._kept(job)
 
-    def save_trial(self, trial: TrialState, job: JobState | None = None) -> None:
-        if job is None:
+    def save_trial(self, trial: TrialState, job: JobState) -> None:
+        if trial.status is TrialStatus.REPORTED:
+            repo.finish_trial(self.conn, self.job_id, trial, job)
+        else:
             repo.record_progress(self.conn, self.job_id, trial, self.lease(trial))
-            return
-        repo.finish_trial(self.conn, self.job_id, trial, job)
+        self._kept(job)
+
+    def _kept(self, job: JobState) -> None:
+        """The job's state is ``job`` now; its counts by profile are written where they
+        changed."""
+        if job.by_profile is not None and job.by_profile != self.job.by_profile:
+            repo.set_by_profile(self.conn, self.job_id, job.by_profile)
         self.job = job

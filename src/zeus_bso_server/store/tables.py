@@ -79,6 +79,9 @@ class JobRow(Base):
     profiles: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     """The hardware profiles (`GpuConfig`) the job ran on, the first first (see
     `zeus_bso.policy.JobState.profiles`); NULL while it knows one, the configuration's."""
+    by_profile: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """A job with two or more profiles: its epochs and bandit trials by profile (see
+    `zeus_bso.policy.ByProfile`), kept with every report; NULL before they were counted."""
     created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
 
