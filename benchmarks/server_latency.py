@@ -11,7 +11,9 @@ beforehand, to show that a request's cost does not grow with a job's history.
         [--backend sqlite|postgresql] [--upstream-python /tmp/upstream/bin/python]
 
 With ``--upstream-python`` (an environment with ``zeus[bso-server]==0.16.0``; see
-server_load.py), upstream's server (1 worker, SQLite) is measured on a fresh job in the same run.
+server_load.py), upstream's server (1 worker, SQLite) is measured on a fresh job in the same run,
+in ``--pairs`` alternated pairs (ours on a fresh server and database, then upstream's, and again):
+the ratios are medians over the pairs, so that a slow minute of the machine weighs on both.
 
 Prints a table and writes benchmarks/results/server_latency.{json,md} (SQLite) or
 server_latency_postgresql.{json,md}.
@@ -187,6 +189,25 @@ def drive(http: httpx.Client, job_id: str, recurrences: int) -> dict[str, list[f
     return latencies
 
 
+def fresh_job(http: httpx.Client, warmup: int, recurrences: int) -> dict[str, list[float]]:
+    """Warm a server up on one job, then drive a fresh job; its latencies (ms) per route."""
+    for job_id in ("bench-fresh", "bench-warmup"):
+        http.post("/jobs", json=job_body(job_id)).raise_for_status()
+    drive(http, "bench-warmup", warmup)
+    return drive(http, "bench-fresh", recurrences)
+
+
+def ratio_medians(pairs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The medians over alternated pairs of ours / upstream's p50 and p99."""
+    if not pairs:
+        return None
+    medians = {}
+    for q in ("p50", "p99"):
+        ratios = [p["ours"][f"{q}_ms"] / p["upstream"][f"{q}_ms"] for p in pairs]
+        medians[q] = round(statistics.median(ratios), 3)
+    return medians
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
@@ -233,6 +254,7 @@ def main() -> None:
         default="sqlite",
         help="SQLite file (default) or a throwaway PostgreSQL 15 server (initdb/pg_ctl)",
     )
+    parser.add_argument("--pairs", type=int, default=5, help="alternated pairs with upstream")
     parser.add_argument(
         "--upstream-python",
         help="Python of an environment with zeus[bso-server]==0.16.0: measure upstream too",
@@ -251,17 +273,22 @@ def main() -> None:
         fresh = summarise(drive(http, "bench-fresh", args.recurrences))
         long = summarise(drive(http, "bench-long", args.recurrences))
     upstream = None
+    pairs: list[dict[str, Any]] = []
     if args.upstream_python:
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            upstream_server(args.upstream_python, tmp, workers=1) as server,
-            httpx.Client(base_url=server, timeout=30) as http,
-        ):
-            for job_id in ("bench-fresh", "bench-warmup"):
-                http.post("/jobs", json=job_body(job_id)).raise_for_status()
-            drive(http, "bench-warmup", args.warmup)
-            upstream = summarise(drive(http, "bench-fresh", args.recurrences))
-
+        for _ in range(args.pairs):
+            with (
+                database("sqlite") as (pair_url, _),
+                running_server(pair_url) as server,
+                httpx.Client(base_url=server, timeout=30) as http,
+            ):
+                ours = summarise(fresh_job(http, args.warmup, args.recurrences))
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                upstream_server(args.upstream_python, tmp, workers=1) as server,
+                httpx.Client(base_url=server, timeout=30) as http,
+            ):
+                upstream = summarise(fresh_job(http, args.warmup, args.recurrences))
+            pairs.append({"ours": ours["overall"], "upstream": upstream["overall"]})
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
@@ -274,6 +301,8 @@ def main() -> None:
         "fresh_job": fresh,
         "job_with_history": long,
         "upstream_zeus_0_16_sqlite_fresh_job": upstream,
+        "alternated_pairs": pairs,
+        "ratio_medians": ratio_medians(pairs),
     }
     RESULTS.mkdir(exist_ok=True)
     name = "server_latency" if args.backend == "sqlite" else f"server_latency_{args.backend}"
@@ -290,14 +319,29 @@ def main() -> None:
             f"| {route} | {fresh[route]['p50_ms']:.2f} | {fresh[route]['p99_ms']:.2f} "
             f"| {long[route]['p50_ms']:.2f} | {long[route]['p99_ms']:.2f} |"
         )
-    if upstream is not None:
-        ours, theirs = fresh["overall"], upstream["overall"]
+    medians = ratio_medians(pairs)
+    if medians is not None:
         lines += [
             "",
-            f"Upstream Zeus 0.16 (SQLite, 1 worker), fresh job, overall: p50 "
-            f"{theirs['p50_ms']:.2f} ms, p99 {theirs['p99_ms']:.2f} ms; ours/upstream: p50 "
-            f"{ours['p50_ms'] / theirs['p50_ms']:.2f}x, "
-            f"p99 {ours['p99_ms'] / theirs['p99_ms']:.2f}x.",
+            f"Against upstream Zeus 0.16 (SQLite, 1 worker), fresh job, overall, {len(pairs)} "
+            "alternated pairs (ours, then upstream, each on a fresh server and database):",
+            "",
+            "| pair | ours p50 (ms) | ours p99 (ms) | upstream p50 (ms) | upstream p99 (ms) "
+            "| p50 ratio | p99 ratio |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for number, pair in enumerate(pairs, 1):
+            ours, theirs = pair["ours"], pair["upstream"]
+            lines.append(
+                f"| {number} | {ours['p50_ms']:.2f} | {ours['p99_ms']:.2f} "
+                f"| {theirs['p50_ms']:.2f} | {theirs['p99_ms']:.2f} "
+                f"| {ours['p50_ms'] / theirs['p50_ms']:.2f}x "
+                f"| {ours['p99_ms'] / theirs['p99_ms']:.2f}x |"
+            )
+        lines += [
+            "",
+            f"Medians over the pairs: p50 {medians['p50']:.2f}x, p99 {medians['p99']:.2f}x "
+            "upstream's.",
         ]
     markdown = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(markdown)

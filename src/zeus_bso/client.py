@@ -40,7 +40,6 @@ from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
-    DispatchedTrial,
     GpuConfig,
     JobSpec,
     JobSpecFromClient,
@@ -179,21 +178,12 @@ class BatchSizeOptimizer:
             )
         trial = self.progress.trial
         if trial is None:
-            if self.run_key is None:
-                found = self.client.next_trial(self.job.job_id, self.gpu)
-                dispatched = DispatchedTrial(**found.model_dump())
-            else:
-                dispatched = self.client.trial_of_run(self.job.job_id, self.run_key, self.gpu)
-            trial = TrialId(**dispatched.model_dump(include=set(TrialId.model_fields)))
+            dispatched = self.client.dispatch(self.job.job_id, self.gpu, self.run_key)
+            trial = dispatched.trial
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
-                self.progress.resume(
-                    {
-                        "trial": trial.model_dump(),
-                        "current_epoch": dispatched.current_epoch,
-                        "time": dispatched.time,
-                        "energy": dispatched.energy,
-                    }
+                self.progress.go_on(
+                    trial, dispatched.current_epoch, dispatched.time, dispatched.energy
                 )
                 logger.info(
                     "run %r continues trial %d of job %s after epoch %d: batch size %d",

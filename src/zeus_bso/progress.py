@@ -124,6 +124,13 @@ class TrialProgress:
             ) from err
         if epochs < 0 or spent < 0 or energy < 0:
             raise ZeusBSOError("a saved trial's current_epoch, time and energy are not negative")
-        self.trial, self.epochs = trial, epochs
-        self._time_before, self._energy_before = spent, energy
+        self.go_on(trial, epochs, spent, energy)
         return trial
+
+    def go_on(self, trial: TrialId, epochs: int, time: float, energy: float) -> None:
+        """Continue ``trial`` after ``epochs`` epochs that took ``time`` seconds and ``energy``
+        joules (before `begin`)."""
+        if self._began:
+            raise ZeusBSOError("resume a trial before training begins")
+        self.trial, self.epochs = trial, epochs
+        self._time_before, self._energy_before = time, energy

@@ -122,21 +122,21 @@ class ServerClient:
         response = self._request("POST", "/jobs", content=job.model_dump_json())
         return CreatedJob.model_validate(response.json()), response.status_code == 201
 
-    def next_trial(self, job_id: str, gpu: GpuConfig | None = None) -> TrialId:
-        """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
-        trains on those GPUs (a zeus-bso server extension that other servers ignore)."""
-        params = {"job_id": job_id, **_gpu_params(gpu)}
-        # Not sent twice: each request starts a trial.
-        response = self._request("GET", "/jobs/batch_size", params=params, idempotent=False)
-        return TrialId.model_validate(response.json())
-
-    def trial_of_run(
-        self, job_id: str, run_key: str, gpu: GpuConfig | None = None
+    def dispatch(
+        self, job_id: str, gpu: GpuConfig | None = None, run_key: str | None = None
     ) -> DispatchedTrial:
-        """The trial of the run named ``run_key``: its open trial, with what it reported, if it
-        has one (``resumed``: a restart), else a new trial (a zeus-bso server extension)."""
-        params = {"job_id": job_id, "run_key": run_key, **_gpu_params(gpu)}
-        response = self._request("GET", "/jobs/batch_size", params=params)
+        """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
+        trains on those GPUs; with ``run_key`` (a run's name, the same across its restarts) a
+        restarted run gets its open trial back, with what it reported (``resumed``). Both are
+        zeus-bso server extensions that other servers ignore."""
+        params = {"job_id": job_id, **_gpu_params(gpu)}
+        if run_key is not None:
+            params["run_key"] = run_key
+        # Without a run key each request starts a trial: it is not sent twice. With one, asking
+        # again answers the same trial.
+        response = self._request(
+            "GET", "/jobs/batch_size", params=params, idempotent=run_key is not None
+        )
         return DispatchedTrial.model_validate(response.json())
 
     def report(self, result: TrainingResult) -> ReportResponse:

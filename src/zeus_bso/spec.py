@@ -332,6 +332,13 @@ class DispatchedTrial(TrialId):
     time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
     energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
 
+    @property
+    def trial(self) -> TrialId:
+        """The trial alone."""
+        return TrialId(
+            job_id=self.job_id, batch_size=self.batch_size, trial_number=self.trial_number
+        )
+
 
 class TrainingResult(TrialId):
     """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""

@@ -13,28 +13,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from zeus_bso_server.errors import SettingsError
+from zeus_bso_server.store.dialects import dialect_named
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
-
-# The URL's scheme -> the driver we use. Asyncio drivers named by older configurations are
-# taken as their database's plain scheme.
-_DRIVERS = {
-    "sqlite": "sqlite+pysqlite",
-    "sqlite+pysqlite": "sqlite+pysqlite",
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",
-    "postgresql+psycopg": "postgresql+psycopg",
-    "postgresql+asyncpg": "postgresql+psycopg",
-    "mysql": "mysql+pymysql",
-    "mariadb": "mysql+pymysql",
-    "mysql+pymysql": "mysql+pymysql",
-    "mysql+aiomysql": "mysql+pymysql",
-}
-# Driver -> (module, what installs it).
-_DRIVER_PACKAGES = {
-    "psycopg": ("psycopg", "pip install 'zeus-bso[server,postgres]'"),
-    "pymysql": ("pymysql", "pip install 'zeus-bso[server,mysql]'"),
-}
 
 
 def to_engine_url(raw: str, user: str | None = None, password: str | None = None) -> URL:
@@ -52,21 +33,17 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
             f"database URL {raw!r} cannot be parsed; write it as sqlite:///path/to/file.db "
             "or postgresql://user:password@host:5432/dbname"
         ) from err
-    drivername = _DRIVERS.get(url.drivername)
-    if drivername is None:
+    dialect = dialect_named(url.drivername)
+    if dialect is None:
         raise SettingsError(
             f"database driver {url.drivername!r} is not supported; use sqlite:///..., "
             "postgresql://... (psycopg) or mysql://... (PyMySQL)"
         )
-    url = url.set(drivername=drivername)
-    module, install = _DRIVER_PACKAGES.get(url.get_driver_name(), (None, ""))
-    if module is not None and importlib.util.find_spec(module) is None:
+    if dialect.module is not None and importlib.util.find_spec(dialect.module) is None:
         raise SettingsError(
-            f"the {url.get_backend_name()} driver {module} is not installed; {install}"
+            f"the {dialect.backend} driver {dialect.module} is not installed; {dialect.install}"
         )
-    if url.get_backend_name() == "mysql" and "charset" not in url.query:
-        # Every Unicode character, astral ones included; the tables are utf8mb4 too (0003).
-        url = url.update_query_dict({"charset": "utf8mb4"})
+    url = dialect.url(url)
     if user is not None:
         url = url.set(username=user)
     if password is not None:

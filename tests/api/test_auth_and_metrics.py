@@ -70,7 +70,7 @@ def test_client_sends_the_token(guarded: ServerProcess) -> None:
     with ServerClient(guarded.url, token=TOKEN) as client:
         created, new = client.register_job(spec)
         assert new
-        assert client.next_trial(created.job_id).trial_number == 1
+        assert client.dispatch(created.job_id).trial_number == 1
     with ServerClient(guarded.url) as anonymous, pytest.raises(ServerRejectedError) as info:
         anonymous.register_job(spec)
     assert info.value.status == 401

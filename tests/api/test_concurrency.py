@@ -165,19 +165,20 @@ UNLOCK = '''
 """Test-only patch: write transactions start with a plain BEGIN and take no row lock."""
 from sqlalchemy import event
 
-import zeus_bso_server.store.database as database
 import zeus_bso_server.store.repository as repository
+from zeus_bso_server.store.dialects import DIALECTS
 
 repository._JOB_FOR_UPDATE = repository._JOB
-_original = database._install_sqlite_hooks
+sqlite = type(DIALECTS["sqlite"])
+_original = sqlite.install_hooks
 
 
-def _without_immediate(engine, busy_timeout_ms):
-    _original(engine, busy_timeout_ms)
+def _without_immediate(self, engine, busy_timeout_ms):
+    _original(self, engine, busy_timeout_ms)
     for listener in list(engine.dispatch.begin):
         event.remove(engine, "begin", listener)
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
 
 
-database._install_sqlite_hooks = _without_immediate
+sqlite.install_hooks = _without_immediate
 '''

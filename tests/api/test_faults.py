@@ -35,7 +35,7 @@ import sys, time
 from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import TrainingResult
 client = ServerClient(sys.argv[1])
-trial = client.next_trial(sys.argv[2])
+trial = client.dispatch(sys.argv[2]).trial
 client.report(TrainingResult(**trial.model_dump(), time=0.2, energy=50.0, metric=0.1,
                              current_epoch=1))
 print(trial.model_dump_json(), flush=True)
@@ -162,7 +162,7 @@ def test_database_outage_answers_503_and_the_server_recovers(backend: str, tmp_p
             assert http.get("/healthz").status_code == 200
             db_server.resume()
             with ServerClient(server.url, retry_seconds=20) as client:
-                assert client.next_trial(job_id).trial_number == 1
+                assert client.dispatch(job_id).trial_number == 1
             assert http.get("/readyz").status_code == 200
     finally:
         if server is not None:
@@ -189,12 +189,12 @@ def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> N
             assert "nothing was written" in busy.json()["message"]
             with ServerClient(server.url, retry_seconds=0.5) as impatient:
                 with pytest.raises(ServerRejectedError) as info:
-                    impatient.next_trial(job_id)
+                    impatient.dispatch(job_id)
                 assert info.value.status == 503
             timer = threading.Timer(1.0, holder.execute, args=("COMMIT",))
             timer.start()
             with ServerClient(server.url, retry_seconds=20) as patient:
-                trial = patient.next_trial(job_id)
+                trial = patient.dispatch(job_id)
             timer.join()
         finally:
             holder.close()

@@ -22,7 +22,8 @@ from tests.postgres import PostgresServer
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store import migrate
 from zeus_bso_server.store import repository as repo
-from zeus_bso_server.store.database import IDLE_PING_SECONDS, Database
+from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.dialects import IDLE_PING_SECONDS
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -55,7 +55,7 @@ def job_with_trials(server: ServerProcess, job_id: str, runs: int) -> None:
     with ServerClient(server.url, token=TOKEN) as client:
         client.register_job(spec)
         for run in range(runs):
-            trial = client.next_trial(job_id)
+            trial = client.dispatch(job_id).trial
             for epoch in (1, 2):
                 result = TrainingResult(
                     **trial.model_dump(),

@@ -69,9 +69,9 @@ def test_a_request_that_starts_a_trial_is_not_sent_twice(server: ServerProcess) 
         client.register_job(_job(job_id))
         transport.resets = 1
         with pytest.raises(ServerConnectionError):
-            client.next_trial(job_id)
+            client.dispatch(job_id)
         assert client.job_state(job_id)["trials"] == []
         # With a run key the same request is idempotent (it continues the run's trial).
         transport.resets = 1
-        trial = client.trial_of_run(job_id, "run-1")
-        assert client.trial_of_run(job_id, "run-1").trial_number == trial.trial_number
+        trial = client.dispatch(job_id, run_key="run-1")
+        assert client.dispatch(job_id, run_key="run-1").trial_number == trial.trial_number

@@ -171,7 +171,7 @@ def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
             deadline = time.monotonic() + 10.0
             while mine()["lease_expires_at"] < time.time() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            client.next_trial(bso.job.job_id)  # expires what has expired
+            client.dispatch(bso.job.job_id)  # expires what has expired
             assert mine()["status"] == "dispatched"
         bso.end()
     finally:

@@ -58,7 +58,7 @@ class ServerBackend:
         self.client.register_job(moved)
 
     def next_trial(self) -> TrialId:
-        return self.client.next_trial(self.job_id)
+        return self.client.dispatch(self.job_id).trial
 
     def report(
         self, trial: TrialId, *, time: float, energy: float, metric: float, current_epoch: int

@@ -8,8 +8,8 @@ process's SQLite write, a PostgreSQL row lock) holds up only itself.
 The job row is the lock: ``SELECT ... FOR UPDATE`` on PostgreSQL and MySQL; on SQLite a write
 transaction starts with ``BEGIN IMMEDIATE`` (WAL mode, a busy timeout), so it holds the
 database's write lock from its first statement. Either way two requests on one job, in any
-process, are serialised before either reads. What differs between the databases is set up here,
-in `_dialect_options`, and in the one statement of the repository that needs it.
+process, are serialised before either reads. What differs between the databases is in
+`zeus_bso_server.store.dialects`.
 """
 
 from __future__ import annotations
@@ -17,89 +17,22 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from zeus_bso_server.errors import DatabaseUnavailableError
+from zeus_bso_server.store.dialects import DIALECTS, WRITE_OPTION
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Execution option: on SQLite the transaction starts with BEGIN IMMEDIATE (the write lock).
-WRITE_OPTION = "zeus_bso_write"
-
-
-def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Take over transaction control from the driver, so that we can say BEGIN IMMEDIATE.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    def on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    event.listen(engine, "connect", on_connect)
-    event.listen(engine, "begin", on_begin)
-
-
-IDLE_PING_SECONDS = 1.0
-"""A pooled connection idle longer than this is pinged before use."""
-
-
-def _install_idle_ping(engine: Engine) -> None:
-    """A pooled connection that sat idle (the database may have closed it since: a restart, an
-    idle timeout) is pinged when checked out, and replaced if the ping fails, instead of failing
-    the request. A busy server reuses its connections within milliseconds and pings none:
-    SQLAlchemy's ``pool_pre_ping`` would cost every request a round trip."""
-
-    def on_checkin(_dbapi_connection: Any, record: Any) -> None:
-        record.info["idle_since"] = time.monotonic()
-
-    def on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        idle_since = record.info.get("idle_since")
-        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
-            return
-        try:
-            alive = engine.dialect.do_ping(dbapi_connection)
-        except Exception as err:  # the driver's own error for a dead connection
-            raise DisconnectionError("a pooled connection failed its ping") from err
-        if not alive:
-            raise DisconnectionError("a pooled connection failed its ping")
-
-    event.listen(engine, "checkin", on_checkin)
-    event.listen(engine, "checkout", on_checkout)
-
-
-def _dialect_options(url: URL, busy_timeout_ms: int) -> dict[str, Any]:
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return {
-            "pool_size": 8,
-            "connect_args": {"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
-        }
-    options: dict[str, Any] = {"pool_size": 10, "max_overflow": 20}
-    if backend == "mysql":
-        # InnoDB's default, REPEATABLE READ, locks the gaps between index records that a
-        # statement scans: two requests on different jobs then lock each other's gaps in
-        # trials and deadlock. READ COMMITTED takes no such locks; the job row lock
-        # serialises requests on one job, as on PostgreSQL (whose default it is).
-        options["isolation_level"] = "READ COMMITTED"
-    return options
 
 
 def _stale_plan(err: DBAPIError) -> bool:
@@ -181,11 +114,9 @@ class Database:
 
     def __init__(self, url: URL, *, busy_timeout_ms: int = 30_000, echo: bool = False) -> None:
         self.url = url
-        self.engine = create_engine(url, echo=echo, **_dialect_options(url, busy_timeout_ms))
-        if url.get_backend_name() == "sqlite":
-            _install_sqlite_hooks(self.engine, busy_timeout_ms)
-        else:
-            _install_idle_ping(self.engine)
+        dialect = DIALECTS[url.get_backend_name()]
+        self.engine = create_engine(url, echo=echo, **dialect.engine_options(busy_timeout_ms))
+        dialect.install_hooks(self.engine, busy_timeout_ms)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
         self._sqlite_file = _SqliteFile.of(url)
 

@@ -13,19 +13,16 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from zeus_bso_server.errors import SchemaError
-from zeus_bso_server.store.database import WRITE_OPTION, Database
+from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.dialects import WRITE_OPTION, dialect_of
 
 T = TypeVar("T")
 
 UPGRADE_COMMAND = "zeus-bso-server db upgrade --db <URL>"
 # Names the database-wide lock that schema changes take (PostgreSQL wants a number).
-_LOCK_NAME = "zeus_bso_schema"
-_LOCK_KEY = 0x7A657573_62736F00  # "zeusbso\0"
-_LOCK_WAIT_SECONDS = 600
 
 
 def alembic_config() -> Config:
@@ -54,26 +51,15 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
     transaction's BEGIN IMMEDIATE is that lock (see `on_connection`)."""
     config = alembic_config()
     config.attributes["connection"] = connection
-    dialect = connection.dialect.name
-    if dialect == "postgresql":  # released when the transaction ends
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-    elif dialect == "mysql":  # DDL commits on MySQL: a session lock, released below
-        got = connection.execute(
-            text("SELECT GET_LOCK(:name, :wait)"), {"name": _LOCK_NAME, "wait": _LOCK_WAIT_SECONDS}
-        ).scalar()
-        if got != 1:
-            raise SchemaError(
-                f"another process held the schema lock for {_LOCK_WAIT_SECONDS} s; "
-                "is a migration stuck?"
-            )
+    dialect = dialect_of(connection)
+    dialect.lock_schema(connection)
     notices: list[str] = []
     try:
         if down:
             notices = _check_downgrade(connection, config, revision)
         (command.downgrade if down else command.upgrade)(config, revision)
     finally:
-        if dialect == "mysql":
-            connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _LOCK_NAME})
+        dialect.unlock_schema(connection)
     return notices
 
 
@@ -119,7 +105,7 @@ async def on_connection(
     def run() -> T:
         with db.engine.connect() as connection:
             connection = connection.execution_options(**{WRITE_OPTION: exclusive})
-            if not (exclusive and connection.dialect.name == "sqlite"):
+            if not (exclusive and dialect_of(connection).rebuilds_tables):
                 with connection.begin():
                     return work(connection)
             return _without_sqlite_foreign_keys(connection, work)

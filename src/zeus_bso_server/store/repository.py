@@ -23,8 +23,6 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Row
 
 from zeus_bso.policy import (
@@ -41,6 +39,7 @@ from zeus_bso.policy import (
 )
 from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso.spec import GpuConfig, profile_key
+from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
@@ -127,13 +126,7 @@ def insert_job_if_absent(
         "next_trial_number": 1,
         "stats": _stats_json(BatchSizeStats(b) for b in config["batch_sizes"]),
     }
-    # The one statement whose SQL differs between the databases.
-    dialect = conn.dialect.name
-    if dialect == "mysql":  # no RETURNING; its row count is exact here
-        return bool(conn.execute(insert(jobs).prefix_with("IGNORE").values(values)).rowcount)
-    upsert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = upsert(jobs).values(values).on_conflict_do_nothing().returning(jobs.c.job_id)
-    return conn.execute(stmt).first() is not None
+    return dialect_of(conn).insert_if_absent(conn, jobs, values)
 
 
 # The statements every request runs are built once; only their parameters change.

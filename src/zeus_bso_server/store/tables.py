@@ -21,6 +21,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from zeus_bso_server.store.dialects import DIALECTS
+
 ID_LENGTH = 255
 
 REAL = Float().with_variant(Double(), "mysql")
@@ -36,19 +38,9 @@ class db_now(FunctionElement[float]):  # noqa: N801 (reads as a SQL function)
     inherit_cache = True
 
 
-@compiles(db_now, "sqlite")
-def _db_now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "((julianday('now') - 2440587.5) * 86400.0)"
-
-
-@compiles(db_now, "postgresql")
-def _db_now_postgresql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "extract(epoch from clock_timestamp())"
-
-
-@compiles(db_now, "mysql")
-def _db_now_mysql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "unix_timestamp(now(6))"
+@compiles(db_now)
+def _db_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return DIALECTS[compiler.dialect.name].now_sql
 
 
 class Base(DeclarativeBase):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.tables import Base
 
 connection = context.config.attributes.get("connection")
@@ -15,7 +16,7 @@ if connection is None:
 context.configure(
     connection=connection,
     target_metadata=Base.metadata,
-    render_as_batch=connection.dialect.name == "sqlite",
+    render_as_batch=dialect_of(connection).rebuilds_tables,
     compare_type=True,
 )
 with context.begin_transaction():

@@ -1,0 +1,208 @@
+"""What differs between the databases, in one place: one `Dialect` per backend.
+
+Each says which URL schemes name it and the driver the server uses for them (with what installs
+it), the engine's options and connection hooks, how to insert a row unless its key exists, how
+to take and release the schema lock migrations run under, the database's clock, and whether
+Alembic must rebuild a table to change it. The engine (`database`), the repository, the tables
+and the migrations read them here instead of asking for a backend by name.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sqlalchemy import Engine, Table, event, insert, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DisconnectionError
+
+from zeus_bso_server.errors import SchemaError
+
+WRITE_OPTION = "zeus_bso_write"
+"""Execution option: on SQLite the transaction starts with BEGIN IMMEDIATE (the write lock)."""
+
+IDLE_PING_SECONDS = 1.0
+"""A pooled connection idle longer than this is pinged before use."""
+
+SCHEMA_LOCK_KEY = 0x7A657573_62736F00  # "zeusbso\0"
+SCHEMA_LOCK_NAME = "zeus_bso_schema"
+SCHEMA_LOCK_WAIT_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One backend: SQLite, PostgreSQL or MySQL (MariaDB)."""
+
+    backend: str
+    """SQLAlchemy's backend name (``url.get_backend_name()``, ``dialect.name``)."""
+    schemes: tuple[str, ...]
+    """The URL schemes that name it (asyncio drivers of older configurations included)."""
+    driver: str
+    """The SQLAlchemy driver name the server uses."""
+    module: str | None = None
+    """The driver's module, to check that it is installed (None: the standard library's)."""
+    install: str = ""
+    """What installs the driver."""
+    now_sql: ClassVar[str] = ""
+    """SQL for the database's clock, in seconds since the epoch (every replica agrees)."""
+    rebuilds_tables: ClassVar[bool] = False
+    """Whether Alembic changes a table by rebuilding it (batch mode)."""
+
+    def url(self, url: URL) -> URL:
+        """The URL with the server's driver and the connection options it needs."""
+        return url.set(drivername=self.driver)
+
+    def engine_options(self, busy_timeout_ms: int) -> dict[str, Any]:
+        """Keyword arguments of `create_engine`."""
+        return {"pool_size": 10, "max_overflow": 20}
+
+    def install_hooks(self, engine: Engine, busy_timeout_ms: int) -> None:
+        """Connection hooks: a pooled connection that sat idle is pinged when checked out (the
+        database may have closed it since: a restart, an idle timeout) and replaced if the ping
+        fails. A busy server reuses its connections within milliseconds and pings none:
+        SQLAlchemy's ``pool_pre_ping`` would cost every request a round trip."""
+
+        def on_checkin(_dbapi_connection: Any, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        def on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            idle_since = record.info.get("idle_since")
+            if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+                return
+            try:
+                alive = engine.dialect.do_ping(dbapi_connection)
+            except Exception as err:  # the driver's own error for a dead connection
+                raise DisconnectionError("a pooled connection failed its ping") from err
+            if not alive:
+                raise DisconnectionError("a pooled connection failed its ping")
+
+        event.listen(engine, "checkin", on_checkin)
+        event.listen(engine, "checkout", on_checkout)
+
+    def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+        """Insert a row unless its primary key exists; returns whether it did."""
+        key = next(iter(table.primary_key.columns))
+        upsert = pg_insert if self.backend == "postgresql" else sqlite_insert
+        stmt = upsert(table).values(values).on_conflict_do_nothing().returning(key)
+        return conn.execute(stmt).first() is not None
+
+    def lock_schema(self, conn: Connection) -> None:
+        """Take the database-wide lock migrations run under (replicas that upgrade as they
+        start take turns)."""
+
+    def unlock_schema(self, conn: Connection) -> None:
+        """Release what `lock_schema` took, where the transaction's end does not."""
+
+
+class _SQLite(Dialect):
+    now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+    rebuilds_tables = True
+
+    def engine_options(self, busy_timeout_ms: int) -> dict[str, Any]:
+        return {
+            "pool_size": 8,
+            "connect_args": {"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
+        }
+
+    def install_hooks(self, engine: Engine, busy_timeout_ms: int) -> None:
+        """WAL mode, a busy timeout and foreign keys on every connection, and transactions the
+        server begins itself: a write starts with BEGIN IMMEDIATE, which takes the database's
+        write lock before its first read (the job row lock of the other databases). A file on
+        this machine needs no idle ping."""
+
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take over transaction control from the driver, so that we can say BEGIN IMMEDIATE.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.close()
+
+        def on_begin(conn: Connection) -> None:
+            immediate = conn.get_execution_options().get(WRITE_OPTION, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        event.listen(engine, "connect", on_connect)
+        event.listen(engine, "begin", on_begin)
+
+    # The schema lock is the migration's BEGIN IMMEDIATE (`migrate.on_connection`).
+
+
+class _PostgreSQL(Dialect):
+    now_sql = "extract(epoch from clock_timestamp())"
+
+    def lock_schema(self, conn: Connection) -> None:
+        # Released when the transaction ends.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+
+
+class _MySQL(Dialect):
+    now_sql = "unix_timestamp(now(6))"
+
+    def url(self, url: URL) -> URL:
+        url = super().url(url)
+        if "charset" not in url.query:
+            # Every Unicode character, astral ones included; the tables are utf8mb4 too (0003).
+            url = url.update_query_dict({"charset": "utf8mb4"})
+        return url
+
+    def engine_options(self, busy_timeout_ms: int) -> dict[str, Any]:
+        # InnoDB's default, REPEATABLE READ, locks the gaps between index records that a
+        # statement scans: two requests on different jobs then lock each other's gaps in
+        # trials and deadlock. READ COMMITTED takes no such locks; the job row lock serialises
+        # requests on one job, as on PostgreSQL (whose default it is).
+        return {**super().engine_options(busy_timeout_ms), "isolation_level": "READ COMMITTED"}
+
+    def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+        # No RETURNING; INSERT IGNORE's row count is exact here.
+        return bool(conn.execute(insert(table).prefix_with("IGNORE").values(values)).rowcount)
+
+    def lock_schema(self, conn: Connection) -> None:
+        # DDL commits on MySQL: a session lock, released by `unlock_schema`.
+        params = {"name": SCHEMA_LOCK_NAME, "wait": SCHEMA_LOCK_WAIT_SECONDS}
+        if conn.execute(text("SELECT GET_LOCK(:name, :wait)"), params).scalar() != 1:
+            raise SchemaError(
+                f"another process held the schema lock for {SCHEMA_LOCK_WAIT_SECONDS} s; "
+                "is a migration stuck?"
+            )
+
+    def unlock_schema(self, conn: Connection) -> None:
+        conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
+
+
+DIALECTS: dict[str, Dialect] = {
+    d.backend: d
+    for d in (
+        _SQLite("sqlite", ("sqlite", "sqlite+pysqlite"), "sqlite+pysqlite"),
+        _PostgreSQL(
+            "postgresql",
+            ("postgresql", "postgres", "postgresql+psycopg", "postgresql+asyncpg"),
+            "postgresql+psycopg",
+            module="psycopg",
+            install="pip install 'zeus-bso[server,postgres]'",
+        ),
+        _MySQL(
+            "mysql",
+            ("mysql", "mariadb", "mysql+pymysql", "mysql+aiomysql"),
+            "mysql+pymysql",
+            module="pymysql",
+            install="pip install 'zeus-bso[server,mysql]'",
+        ),
+    )
+}
+"""Every backend the server runs on, by SQLAlchemy's backend name."""
+
+
+def dialect_named(scheme: str) -> Dialect | None:
+    """The backend a URL scheme names (None: not one the server runs on)."""
+    return next((d for d in DIALECTS.values() if scheme in d.schemes), None)
+
+
+def dialect_of(conn_or_engine: Connection | Engine) -> Dialect:
+    """The backend of a connection or an engine."""
+    return DIALECTS[conn_or_engine.dialect.name]
