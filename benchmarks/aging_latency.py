@@ -12,7 +12,7 @@ sequential keep-alive client, the way training runs use it:
 Goal: late within 1.5x of early, for every route. Prints a table and writes
 benchmarks/results/aging_latency.{json,md}.
 
-    .venv/bin/python benchmarks/aging_latency.py [--trials 20000] [--epochs 20000] [--window 50]
+    .venv/bin/python benchmarks/aging_latency.py [--trials 20000] [--epochs 20000] [--window 200]
 """
 
 from __future__ import annotations
@@ -95,24 +95,29 @@ def two_profile_job(http: httpx.Client, trials: int, window: int) -> dict[str, l
 
 def long_run(http: httpx.Client, epochs: int, window: int) -> dict[str, list[float]]:
     """One run of ``epochs`` epochs whose metric keeps improving slowly (its learning curve
-    grows with every report); report latencies around epoch 10 and the last ``window``."""
-    body = job_body("aging-epochs", max_epochs=epochs + 1, beta_knob=None, target_metric=2.0)
-    http.post("/jobs", json=body).raise_for_status()
-    _, trial = timed(http, "GET", "/jobs/batch_size", params={"job_id": "aging-epochs"})
-    latencies: dict[str, list[float]] = {"early POST /report": [], "late POST /report": []}
-    for epoch in range(1, epochs + 1):
-        report = {
-            **trial,
-            "time": 10.0 * epoch,
-            "energy": 1000.0 * epoch,
-            "metric": 1.0 - 1.0 / (1 + epoch),
-            "current_epoch": epoch,
-        }
-        elapsed, _ = timed(http, "POST", "/report", json=report)
-        if 10 <= epoch < 10 + window:
-            latencies["early POST /report"].append(elapsed)
-        elif epoch > epochs - window:
-            latencies["late POST /report"].append(elapsed)
+    grows with every report); report latencies around epoch 10 and the last ``window``. Then,
+    as a control for the machine's drift, a second such run's first epochs on the same server
+    (``control``): late against control is the growth of the run, not of the minute."""
+    latencies: dict[str, list[float]] = {}
+    for name, length, phases in (
+        ("aging-epochs", epochs, (("early", 10, 10 + window), ("late", epochs - window, epochs))),
+        ("aging-control", 10 + window, (("control", 10, 10 + window),)),
+    ):
+        body = job_body(name, max_epochs=epochs + 1, beta_knob=None, target_metric=2.0)
+        http.post("/jobs", json=body).raise_for_status()
+        _, trial = timed(http, "GET", "/jobs/batch_size", params={"job_id": name})
+        for epoch in range(1, length + 1):
+            report = {
+                **trial,
+                "time": 10.0 * epoch,
+                "energy": 1000.0 * epoch,
+                "metric": 1.0 - 1.0 / (1 + epoch),
+                "current_epoch": epoch,
+            }
+            elapsed, _ = timed(http, "POST", "/report", json=report)
+            for phase, first, last in phases:
+                if first <= epoch < last:
+                    latencies.setdefault(f"{phase} POST /report", []).append(elapsed)
     return latencies
 
 
@@ -138,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20_000)
     parser.add_argument("--epochs", type=int, default=20_000)
-    parser.add_argument("--window", type=int, default=50)
+    parser.add_argument("--window", type=int, default=200)
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -158,6 +163,11 @@ def main() -> None:
             early, late = measured[f"early {route}"], measured[f"late {route}"]
             ratio = late["median_ms"] / early["median_ms"]
             rows.append((workload, route, at, early["median_ms"], late["median_ms"], ratio))
+            control = measured.get(f"control {route}")
+            if control is not None:
+                again = late["median_ms"] / control["median_ms"]
+                row = (f"{workload}, against a fresh run after it", route, (10, at[1]))
+                rows.append((*row, control["median_ms"], late["median_ms"], again))
     result = {
         "commit": commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "

@@ -20,7 +20,14 @@ from zeus_bso.policy import (
     after_report,
     with_profile,
 )
-from zeus_bso.policy.curves import CURVES_KEPT, MAX_CURVE_POINTS, epochs_left, extended, thinned
+from zeus_bso.policy.curves import (
+    CURVES_KEPT,
+    MAX_CURVE_POINTS,
+    as_curve,
+    epochs_left,
+    extended,
+    thinned,
+)
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
 # A converged run of batch size 64: metric 0.2 after 1 epoch, 0.4 after 2, the target 0.5 at 6.
@@ -154,7 +161,7 @@ def test_a_batch_size_keeps_its_latest_converged_curves_only() -> None:
     stats = stats.add(99.0, converged=False, curve=((1, 0.1),))
     assert [c[0][0] for c in stats.curves] == list(range(3, CURVES_KEPT + 3))
     # Stored as JSON lists, read back as the same curves.
-    assert BatchSizeStats(64, curves=[[[3, 0.5]]]).curves == (((3, 0.5),),)  # type: ignore[arg-type]
+    assert as_curve([[3, 0.5]]) == ((3, 0.5),)
 
 
 def test_a_first_run_of_a_larger_batch_size_that_falls_behind_stops_early() -> None:

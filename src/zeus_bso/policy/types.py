@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from zeus_bso.policy.curves import CURVES_KEPT, Curve, as_curve
+from zeus_bso.policy.curves import CURVES_KEPT, Curve
 from zeus_bso.spec import GpuConfig
 
 
@@ -99,10 +99,6 @@ class TrialState:
     curve: Curve = ()
     """Its learning curve so far (see `zeus_bso.policy.curves`)."""
 
-    def __post_init__(self) -> None:
-        if type(self.curve) is not tuple:  # stored points (JSON lists); tuples are curves
-            object.__setattr__(self, "curve", as_curve(self.curve))
-
     @property
     def reported(self) -> bool:
         """Whether the run reported at least one epoch (a final report or a progress report)."""
@@ -147,10 +143,6 @@ class BatchSizeStats:
     curves: tuple[Curve, ...] = ()
     """The learning curves of its latest converged runs (at most `CURVES_KEPT`), kept for a job
     with ``learning_curve_stop``."""
-
-    def __post_init__(self) -> None:
-        if type(self.curves) is not tuple:  # stored points (JSON lists); tuples are curves
-            object.__setattr__(self, "curves", tuple(as_curve(c) for c in self.curves))
 
     @property
     def costs(self) -> CostStats:

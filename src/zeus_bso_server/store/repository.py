@@ -8,7 +8,7 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
@@ -37,6 +37,7 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
 )
+from zeus_bso.policy.curves import as_curve
 from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso.spec import GpuConfig, profile_key
 from zeus_bso_server.store.dialects import dialect_of
@@ -51,7 +52,7 @@ Record: TypeAlias = Row[Any]
 
 def job_state(job: Record) -> JobState:
     """The policy's view of a job row."""
-    per_size = (BatchSizeStats(int(size), **values) for size, values in job.stats.items())
+    per_size = (_batch_size_stats(size, values) for size, values in job.stats.items())
     return JobState(
         next_trial_number=job.next_trial_number,
         arms=tuple(job.arms) if job.arms is not None else None,
@@ -94,16 +95,38 @@ def trials_of(conn: Connection, job_id: str) -> list[TrialState]:
     return [trial_state(row) for row in conn.execute(stmt)]
 
 
-_TRIAL_COLUMNS = tuple(f.name for f in fields(TrialState))
-"""A trial row's columns that are `TrialState`'s fields, named alike (``kind`` and ``status``
-store their enums' values)."""
-
-
 def trial_state(trial: Record) -> TrialState:
-    """The policy's view of a trial row."""
-    values = {c: getattr(trial, c) for c in _TRIAL_COLUMNS}
-    values.update(kind=TrialKind(trial.kind), status=TrialStatus(trial.status))
-    return TrialState(**values)
+    """The policy's view of a trial row (each field from its column, by name)."""
+    return TrialState(
+        trial_number=trial.trial_number,
+        batch_size=trial.batch_size,
+        kind=TrialKind(trial.kind),
+        round=trial.round,
+        status=TrialStatus(trial.status),
+        epochs=trial.epochs,
+        time=trial.time,
+        energy=trial.energy,
+        metric=trial.metric,
+        cost=trial.cost,
+        converged=trial.converged,
+        message=trial.message,
+        profile=trial.profile,
+        curve=as_curve(trial.curve),
+    )
+
+
+def _batch_size_stats(size: str, stored: dict[str, Any]) -> BatchSizeStats:
+    """A batch size's statistics from the job row's ``stats`` entry (see `_stats_json`)."""
+    return BatchSizeStats(
+        int(size),
+        reports=stored["reports"],
+        mean_cost=stored["mean_cost"],
+        m2_cost=stored["m2_cost"],
+        converged_count=stored["converged_count"],
+        converged_cost_sum=stored["converged_cost_sum"],
+        best_converged_cost=stored["best_converged_cost"],
+        curves=tuple(as_curve(curve) for curve in stored.get("curves", ())),
+    )
 
 
 def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]:
@@ -313,8 +336,8 @@ def start_trial(
     """Store a new dispatched trial whose lease runs ``lease`` seconds, and the job after its
     dispatch (`zeus_bso.policy.after_dispatch`): the next trial number and, from the decision
     that ends pruning on, the arms."""
-    row = {**asdict(trial), "kind": trial.kind.value, "status": trial.status.value}
-    conn.execute(_INSERT_TRIAL, {**row, "job_id": job_id, "run_key": run_key, "lease": lease})
+    row = {**_trial_row(trial), "job_id": job_id, "run_key": run_key, "lease": lease}
+    conn.execute(_INSERT_TRIAL, row)
     entering = job.bandit_start == trial.trial_number
     advance = {"key_job_id": job_id, "next_trial_number": job.next_trial_number}
     if entering:
@@ -362,6 +385,26 @@ _FAIL = (
     .where(*_THE_TRIAL, trials.c.batch_size == bindparam("key_bs"), _ENDS)
     .values(**_ENDED, lease_expires_at=None)
 )
+
+
+def _trial_row(trial: TrialState) -> dict[str, Any]:
+    """A trial's columns (the inverse of `trial_state`)."""
+    return {
+        "trial_number": trial.trial_number,
+        "batch_size": trial.batch_size,
+        "kind": trial.kind.value,
+        "round": trial.round,
+        "status": trial.status.value,
+        "epochs": trial.epochs,
+        "time": trial.time,
+        "energy": trial.energy,
+        "metric": trial.metric,
+        "cost": trial.cost,
+        "converged": trial.converged,
+        "message": trial.message,
+        "profile": trial.profile,
+        "curve": [list(point) for point in trial.curve],
+    }
 
 
 def _key(job_id: str, trial_number: int) -> dict[str, Any]:
