@@ -1,4 +1,5 @@
-"""Exceptions raised by ``zeus_bso_server``. The API maps each to an HTTP status in one place.
+"""Exceptions raised by ``zeus_bso_server``, named for what happened. The API chooses each one's
+HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the route.
 
 ::
 
@@ -6,10 +7,8 @@
     ├── SettingsError               invalid settings; the server does not start
     ├── SchemaError                 the database schema is missing or outdated
     ├── DatabaseUnavailableError    the database cannot be reached or stayed locked (retry)
-    ├── UnknownJobError             a job id that is not registered (400, as upstream)
-    ├── JobNotFoundError            the same, on routes where upstream answers 404
-    ├── UnknownTrialError           a report for a trial that does not exist (400, as upstream)
-    ├── TrialNotFoundError          the same, on routes where upstream answers 404
+    ├── JobNotFoundError            a job id that is not registered
+    ├── TrialNotFoundError          a trial that does not exist
     └── JobConfigMismatchError      a job id registered again with a different config
 
 The policy's errors (`zeus_bso.errors.PolicyError`: no converged batch size, a report that
@@ -39,20 +38,12 @@ class DatabaseUnavailableError(ServerError):
     """Raised when the database cannot be reached or stays locked; the request can be retried."""
 
 
-class UnknownJobError(ServerError):
+class JobNotFoundError(ServerError):
     """Raised when a request names a job that is not registered."""
 
 
-class JobNotFoundError(UnknownJobError):
-    """Raised when a job to read or delete does not exist."""
-
-
-class UnknownTrialError(ServerError):
-    """Raised when a report names a trial that does not exist."""
-
-
-class TrialNotFoundError(UnknownTrialError):
-    """Raised when a trial to end or renew does not exist."""
+class TrialNotFoundError(ServerError):
+    """Raised when a request names a trial that does not exist."""
 
 
 class JobConfigMismatchError(ServerError):

@@ -35,8 +35,6 @@ from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
     TrialNotFoundError,
-    UnknownJobError,
-    UnknownTrialError,
 )
 from zeus_bso_server.observability import Metrics
 from zeus_bso_server.store import repository as repo
@@ -171,9 +169,9 @@ class BatchSizeService:
 
     @staticmethod
     def _registered(job: Record | None, job_id: str) -> tuple[Record, CreatedJob]:
-        """The (locked) job row and its configuration; raises UnknownJobError without a row."""
+        """The (locked) job row and its configuration; raises JobNotFoundError without a row."""
         if job is None:
-            raise UnknownJobError(f"Unknown job({job_id}). Please register the job first")
+            raise JobNotFoundError(f"Unknown job({job_id}). Please register the job first")
         return job, config_of(job)
 
     async def next_trial(
@@ -188,7 +186,7 @@ class BatchSizeService:
         without, on the profile registered last.
 
         Raises:
-            UnknownJobError: no such job.
+            JobNotFoundError: no such job.
             NoConvergedBatchSizeError: pruning found no batch size that converges.
         """
         async with self._queue(job_id):
@@ -270,7 +268,7 @@ class BatchSizeService:
         """Record a report and say whether the run stops.
 
         Raises:
-            UnknownJobError, UnknownTrialError: no such job or trial.
+            JobNotFoundError, TrialNotFoundError: no such job or trial.
             ReportMismatchError: the report contradicts the trial's earlier reports.
         """
         async with self._queue(result.job_id):
@@ -284,7 +282,7 @@ class BatchSizeService:
         # Read after the lock: the version the lock's previous holder committed.
         trial_row = repo.get_trial(conn, result.job_id, result.trial_number)
         if trial_row is None or trial_row.batch_size != result.batch_size:
-            raise UnknownTrialError(f"Unknown trial {result.model_dump_json()}")
+            raise TrialNotFoundError(f"Unknown trial {result.model_dump_json()}")
         step = orchestrate.report(
             SqlJobStore.of(conn, job, self._trial_lease),
             config,

@@ -13,7 +13,7 @@ from tests.helpers import ServerProcess, job_body, sqlite_url, unique_id
 
 BUG = '''
 """Test-only patch: reading a job whose id starts with "bug" raises, as a server bug would."""
-import zeus_bso_server.api.routes_extra as routes
+import zeus_bso_server.api.routes_jobs as routes
 
 _original = routes.job_view
 

@@ -14,10 +14,10 @@ from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
-from zeus_bso_server.api.routes_compat import router as compat_router
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
-from zeus_bso_server.api.routes_extra import health
-from zeus_bso_server.api.routes_extra import router as extra_router
+from zeus_bso_server.api.routes_health import health
+from zeus_bso_server.api.routes_jobs import router as jobs_router
+from zeus_bso_server.api.routes_protocol import router as protocol_router
 from zeus_bso_server.observability import Metrics, RequestContextMiddleware
 from zeus_bso_server.service import BatchSizeService
 from zeus_bso_server.settings import Settings, load_settings
@@ -58,8 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = resolved
     install_error_handlers(app)
-    app.include_router(compat_router)
-    app.include_router(extra_router)
+    app.include_router(protocol_router)
+    app.include_router(jobs_router)
     app.include_router(health)
     app.include_router(dashboard_router)
 

@@ -1,6 +1,8 @@
 """Every error becomes a JSON answer here, and nowhere else.
 
-Domain errors carry a message written for the client. Validation errors list what is wrong
+Domain errors are named for what happened and carry a message written for the client; their
+status is chosen here, by the error and, where upstream Zeus's protocol answers otherwise, by
+the route (`status_of`). Validation errors list what is wrong
 without echoing the input (an echoed NaN would not even serialise). Anything unexpected is logged
 with its traceback and answered with a generic 500: no exception text reaches a client.
 """
@@ -28,8 +30,6 @@ from zeus_bso_server.errors import (
     SchemaError,
     ServerError,
     TrialNotFoundError,
-    UnknownJobError,
-    UnknownTrialError,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,8 +38,6 @@ logger = logging.getLogger(__name__)
 STATUS_OF: list[tuple[type[Exception], int]] = [
     (JobNotFoundError, 404),
     (TrialNotFoundError, 404),
-    (UnknownJobError, 400),
-    (UnknownTrialError, 400),
     (JobConfigMismatchError, 409),
     (ReportMismatchError, 409),
     (NoConvergedBatchSizeError, 409),
@@ -48,10 +46,17 @@ STATUS_OF: list[tuple[type[Exception], int]] = [
     (SchemaError, 503),
 ]
 
+PROTOCOL_STATUS_OF: dict[tuple[str, str], list[tuple[type[Exception], int]]] = {
+    ("GET", "/jobs/batch_size"): [(JobNotFoundError, 400)],
+    ("POST", "/report"): [(JobNotFoundError, 400), (TrialNotFoundError, 400)],
+}
+"""Where upstream Zeus's protocol answers an unknown job or trial with 400, so do we (its
+clients read the status)."""
 
-def status_of(error: Exception) -> int:
-    """The HTTP status for a domain error."""
-    for cls, status in STATUS_OF:
+
+def status_of(error: Exception, method: str = "", path: str = "") -> int:
+    """The HTTP status for a domain error raised by the route at ``method`` and ``path``."""
+    for cls, status in [*PROTOCOL_STATUS_OF.get((method, path), []), *STATUS_OF]:
         if isinstance(error, cls):
             return status
     return 500
@@ -63,7 +68,9 @@ def _message_of(error: ServerError | ZeusBSOError) -> str:
 
 async def _domain_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, ServerError | ZeusBSOError)
-    status = status_of(error)
+    route = request.scope.get("route")
+    path = route.path if isinstance(route, APIRoute) else request.url.path
+    status = status_of(error, request.method, path)
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"message": _message_of(error)}, status_code=status, headers=headers)
 

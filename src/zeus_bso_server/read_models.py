@@ -1,0 +1,158 @@
+"""What the added read routes and the dashboard show of jobs: their response models (not part
+of the upstream protocol). `zeus_bso_server.queries` fills them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from zeus_bso.spec import CreatedJob
+from zeus_bso_server.store.repository import Record
+
+
+class Recommendation(BaseModel):
+    """The batch size the optimizer would settle on now (`zeus_bso.policy.recommended`)."""
+
+    batch_size: int
+    expected_cost: float
+    """Its posterior mean cost (bandit stage) or the mean cost of its converged runs (pruning)."""
+    basis: Literal["posterior", "converged runs"]
+
+
+class Savings(BaseModel):
+    """What the job's runs saved against running the default batch size every time.
+
+    The baseline is ``runs`` times the mean energy and time of the default batch size's own
+    reported runs (``default_runs`` of them); what was spent is every ended trial's measured
+    energy and time, failed and abandoned ones included. Negative: the job spent more."""
+
+    default_batch_size: int
+    default_runs: int
+    runs: int
+    """Reported runs of the job, at any batch size."""
+    energy: float
+    """Joules saved."""
+    time: float
+    """Seconds saved."""
+    cost: float
+    """Cost saved, in the job's cost unit (`zeus_bso.policy.zeus_cost`)."""
+    fraction: float
+    """``cost`` over the baseline's cost."""
+
+
+class JobSummary(BaseModel):
+    """One line of the job list."""
+
+    job_id: str
+    job_id_prefix: str
+    stage: str
+    trials: int
+    gpu_model: str
+    number_of_gpus: int
+    profiles: list[str]
+    """The hardware profiles the job ran on (`zeus_bso.spec.profile_key`), the first first; the
+    costs shown are in the units of the current one, the last registered (``gpu_model``...)."""
+    best_batch_size: int | None
+    """The cheapest converged run's batch size (the early-stop reference), if any."""
+    best_cost: float | None
+    recommended: Recommendation | None
+    savings: Savings | None
+    """None until a run of the default batch size and one other have reported."""
+    created_at: float
+    updated_at: float
+
+
+class BatchSizeView(BaseModel):
+    """What the server knows of one batch size of a job."""
+
+    batch_size: int
+    is_arm: bool
+    reports: int
+    """Final reports of runs with this batch size (all time)."""
+    converged: int
+    mean_cost: float | None
+    cost_std: float | None
+    best_converged_cost: float | None
+    observations: int
+    """Observations the bandit uses (the last ``window_size`` reports with a window)."""
+    posterior_mean_reward: float | None
+    """Mean of the posterior over the mean reward (reward = -cost); arms only."""
+    posterior_std: float | None
+    """Its standard deviation (0: a single or constant observation; null: no information)."""
+
+
+class TrialView(BaseModel):
+    """One trial."""
+
+    job_id: str
+    trial_number: int
+    batch_size: int
+    kind: str
+    round: int | None
+    status: str
+    epochs: int | None
+    time: float | None
+    energy: float | None
+    metric: float | None
+    cost: float | None
+    converged: bool | None
+    message: str | None
+    profile: str | None = None
+    """The hardware profile the run trained on; null: the job's first."""
+    curve: list[tuple[int, float]] | None = None
+    """Its learning curve: ``[epoch, metric]`` where its best metric improved (null: a trial
+    from before the server stored curves)."""
+    created_at: float
+    updated_at: float
+    lease_expires_at: float | None
+
+    @classmethod
+    def of(cls, row: Record) -> TrialView:
+        """View of a trial row."""
+        return cls.model_validate(dict(row._mapping))
+
+
+class JobView(BaseModel):
+    """A job's config, stage, per-batch-size statistics and posterior, best batch size, trials."""
+
+    job: CreatedJob
+    """Its configuration, with the GPUs registered last: the current hardware profile, in whose
+    cost units every cost below but the trials' own is shown."""
+    profiles: list[str]
+    """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`)."""
+    stage: str
+    arms: list[int] | None
+    best_batch_size: int | None
+    best_cost: float | None
+    recommended: Recommendation | None
+    savings: Savings | None
+    trial_count: int
+    trials_by_status: dict[str, int]
+    batch_sizes: list[BatchSizeView]
+    trials: list[TrialView]
+    """The most recent trials, newest first (see the ``limit`` and ``before`` parameters)."""
+    created_at: float
+    updated_at: float
+
+
+class FleetSummary(BaseModel):
+    """Every job's spending and savings together (those whose id starts with a prefix, if any).
+
+    Energy and cost are joules (every job's cost is), so they add up across jobs."""
+
+    jobs: int
+    runs: int
+    """Ended runs (reported, failed and abandoned)."""
+    energy: float
+    """Joules spent by ended runs."""
+    time: float
+    """Seconds spent by ended runs."""
+    jobs_with_savings: int
+    """Jobs whose savings are known (a run of the default and one of another reported)."""
+    energy_saved: float
+    """Joules saved against running each of those jobs' default every time."""
+    energy_saved_fraction: float
+    """``energy_saved`` over those jobs' baseline energy."""
+    cost_saved: float
+    cost_saved_fraction: float
