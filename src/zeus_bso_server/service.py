@@ -246,10 +246,8 @@ class BatchSizeService:
         if gpu is not None and profile_key(gpu) != trial.profile:
             # Restarted on other GPUs: the run goes on, and ends, on them; it is priced (its
             # time at their power) and judged on that profile.
-            after, _ = policy.moved(state, trial, profile_key(gpu))
-            repo.move_trial(conn, job_id, trial.trial_number, profile_key(gpu))
-            if after.by_profile is not None and after.by_profile != state.by_profile:
-                repo.set_by_profile(conn, job_id, after.by_profile)
+            after, there = policy.moved(state, trial, profile_key(gpu))
+            SqlJobStore(conn, job_id, state).move_trial(there, after)
             logger.info(
                 "run %r continues trial %d on %s", run_key, trial.trial_number, profile_key(gpu)
             )

@@ -19,6 +19,10 @@ from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.repository import Record
 
 
+def _no_lease(trial: TrialState) -> float:
+    return 0.0
+
+
 @dataclass
 class SqlJobStore:
     """One job's rows, inside the caller's transaction."""
@@ -28,7 +32,7 @@ class SqlJobStore:
     job: JobState
     """The job's state, as the caller read it from its (locked) row; kept up to date by the
     writes through this store."""
-    lease: Callable[[TrialState], float] = lambda trial: 0.0
+    lease: Callable[[TrialState], float] = _no_lease
     """The lease, in seconds from now, of a trial being stored."""
     run_key: str | None = None
     """The run key a dispatched trial is stored with."""
@@ -38,7 +42,7 @@ class SqlJobStore:
         cls,
         conn: Connection,
         row: Record,
-        lease: Callable[[TrialState], float] = lambda trial: 0.0,
+        lease: Callable[[TrialState], float] = _no_lease,
         run_key: str | None = None,
     ) -> SqlJobStore:
         """The store of the job whose row the caller read (and, to change the job, locked)."""
@@ -69,6 +73,13 @@ class SqlJobStore:
             repo.finish_trial(self.conn, self.job_id, trial, job)
         else:
             repo.record_progress(self.conn, self.job_id, trial, self.lease(trial))
+        self._kept(job)
+
+    def move_trial(self, trial: TrialState, job: JobState) -> None:
+        """Store a trial's new profile (a run restarted on other GPUs) and the job counting it
+        there (`zeus_bso.policy.moved`)."""
+        assert trial.profile is not None
+        repo.move_trial(self.conn, self.job_id, trial.trial_number, trial.profile)
         self._kept(job)
 
     def _kept(self, job: JobState) -> None:
