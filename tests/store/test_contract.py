@@ -199,6 +199,8 @@ def test_latest_costs_are_the_last_reported_in_a_window_oldest_first(opened: Ope
     with opened() as store:
         failed = replace(stored(store, number + 2), status=TrialStatus.FAILED)
         store.save_trial(failed, store.state())
+    with opened() as store:  # a reported trial saved again (ended after its final report)
+        store.save_trial(stored(store, 1), store.state())
     with opened() as store:
         assert store.latest_costs((16, 32, 64), 3) == {
             16: [(11.0, A40), (12.0, V100), (13.0, A40)],
@@ -207,6 +209,8 @@ def test_latest_costs_are_the_last_reported_in_a_window_oldest_first(opened: Ope
         }
         assert store.latest_costs((32,), 3) == {32: [(20.0, V100)]}
         assert store.latest_costs((16,), 1) == {16: [(13.0, A40)]}
+        every = [(10.0, V100), (11.0, A40), (12.0, V100), (13.0, A40)]
+        assert store.latest_costs((16,), 10) == {16: every}
 
 
 def test_by_profile_sums_each_trials_latest_epoch_and_counts_bandit_trials(

@@ -8,7 +8,7 @@ the same seed. Trials are sequential here: there are no leases and no concurrent
 
 from __future__ import annotations
 
-from collections import defaultdict
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +27,11 @@ class MemoryStore:
     job: JobState = field(default_factory=JobState)
     trials: list[TrialState] = field(default_factory=list)
     """By number: trial *n* at index *n - 1*."""
+    _reported: dict[int, list[tuple[int, float, str | None]]] = field(
+        default_factory=dict, repr=False
+    )
+    """Each batch size's reported trials (number, cost, profile), by number: what
+    `latest_costs` reads without going through every trial."""
 
     def state(self) -> JobState:
         return self.job
@@ -38,11 +43,10 @@ class MemoryStore:
         return tuple(t for t in self.trials if t.kind is TrialKind.EXPLORATION)
 
     def latest_costs(self, batch_sizes: Iterable[int], window: int) -> WindowedCosts:
-        reported: dict[int, list[tuple[float, str | None]]] = defaultdict(list)
-        for t in self.trials:
-            if t.status is TrialStatus.REPORTED and t.cost is not None:
-                reported[t.batch_size].append((t.cost, t.profile))
-        return {size: reported[size][-window:] for size in batch_sizes}
+        return {
+            size: [(cost, profile) for _, cost, profile in self._reported.get(size, [])[-window:]]
+            for size in batch_sizes
+        }
 
     def by_profile(self, base: str) -> ByProfile:
         return count_by_profile(self.trials, base)
@@ -56,8 +60,13 @@ class MemoryStore:
     def save_trial(self, trial: TrialState, job: JobState) -> None:
         if self.trial(trial.trial_number) is None:
             raise ValueError(f"no trial {trial.trial_number} to save")
+        before = self.trials[trial.trial_number - 1]
         self.trials[trial.trial_number - 1] = trial
         self.job = job
+        ended = trial.status is TrialStatus.REPORTED and before.status is not TrialStatus.REPORTED
+        if ended and trial.cost is not None:
+            entry = (trial.trial_number, trial.cost, trial.profile)
+            bisect.insort(self._reported.setdefault(trial.batch_size, []), entry)
 
 
 @dataclass
