@@ -13,6 +13,7 @@ import typer
 import typer.core
 
 from zeus_bso.cli import app as client_app
+from zeus_bso.cli import simulate_flags
 from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpec, policy_options
 from zeus_bso_server.api.app import create_app
 from zeus_bso_server.cli import app as server_app
@@ -128,8 +129,7 @@ def options_page() -> str:
         upstream = f"`{json.dumps(UPSTREAM_OPTIONS[name])}`" if name in UPSTREAM_OPTIONS else ""
         text = " ".join((field.description or "").split()).replace("|", "\\|")
         if name in options:
-            flag = options[name].flag or f"--{name.replace('_', '-')}"
-            text += f" (`zeus-bso simulate {flag.split('/')[0]}`)"
+            text += f" (`zeus-bso simulate {simulate_flags(name).split('/')[0]}`)"
         lines.append(f"| `{name}` | {default} | {upstream} | {text} |")
     return "\n".join(lines) + "\n"
 

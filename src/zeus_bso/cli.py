@@ -92,6 +92,15 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def simulate_flags(name: str) -> str:
+    """The ``simulate`` flag of policy option ``name``: ``--on/--off`` for a boolean (its
+    `PolicyOption.flag`, or ``--name/--no-name``), else ``--name``."""
+    option = policy_options()[name]
+    if JobSpec.model_fields[name].annotation is not bool:
+        return _flag(name)
+    return option.flag or f"{_flag(name)}/--no-{_flag(name)[2:]}"
+
+
 def _option_parameters() -> list[inspect.Parameter]:
     """A ``simulate`` flag for each policy option: booleans as ``--on/--off`` pairs, the rest as
     values (``none`` for an option that may be None), each validated as the job validates it."""
@@ -102,11 +111,12 @@ def _option_parameters() -> list[inspect.Parameter]:
         upstream = "" if option.upstream is NOT_UPSTREAM else f" Upstream: {option.upstream!r}."
         text = f"{sentence}. Default: {field.default!r}.{upstream}".replace("``", "'")
         if field.annotation is bool:
-            flag = option.flag or f"{_flag(name)}/--no-{_flag(name)[2:]}"
-            info = typer.Option(flag, help=text, show_default=False)
+            info = typer.Option(simulate_flags(name), help=text, show_default=False)
             annotation: Any = Annotated[bool | None, info]
         else:
-            info = typer.Option(_flag(name), help=text, show_default=False, metavar="VALUE")
+            info = typer.Option(
+                simulate_flags(name), help=text, show_default=False, metavar="VALUE"
+            )
             annotation = Annotated[str | None, info]
         parameters.append(
             inspect.Parameter(
