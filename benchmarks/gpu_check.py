@@ -199,7 +199,7 @@ def nccl_check() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from zeus_bso.distributed import energy_of_the_run, gpus_of_the_run, open_window
+    from zeus_bso.distributed import elapsed_of_the_run, gpus_of_the_run, open_window
     from zeus_bso.energy import NVMLMeter
     from zeus_bso.progress import TrialProgress
 
@@ -216,7 +216,7 @@ def nccl_check() -> dict[str, Any]:
         for _ in range(50):
             x = x @ x / 4096
         torch.cuda.synchronize()
-        energy = energy_of_the_run(progress)
+        _, energy = elapsed_of_the_run(progress)
         meter.close()
     finally:
         dist.destroy_process_group()

@@ -234,13 +234,19 @@ class BatchSizeOptimizer:
         return self.progress.time(), self.progress.energy()
 
     def on_evaluate(
-        self, metric: float, energy: float | None = None, epoch: int | None = None
+        self,
+        metric: float,
+        energy: float | None = None,
+        epoch: int | None = None,
+        time: float | None = None,
     ) -> ReportResponse:
         """Report the validation metric of the epoch just finished; says whether to stop.
 
         ``energy`` (J since training began) replaces this process's meter reading, for a
-        framework that adds up the energy of all ranks. ``epoch`` (from 1) is the run's epoch
-        count for a loop that validates every few epochs (default: one more than reported).
+        framework that adds up the energy of all ranks; ``time`` (s since training began), the
+        seconds read with that energy, so that both span one window. ``epoch`` (from 1) is the
+        run's epoch count for a loop that validates every few epochs (default: one more than
+        reported).
         If the server cannot be reached, training goes on (a warning is logged) and the report
         is sent again at `end`.
         """
@@ -254,6 +260,8 @@ class BatchSizeOptimizer:
         time_s, energy_j = self.elapsed()
         if energy is not None:
             energy_j = energy
+        if time is not None:
+            time_s = time
         self.progress.reported(energy_j)
         result = TrainingResult(
             **self.trial.model_dump(),

@@ -82,9 +82,14 @@ def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
     return run_gpus(all_gather_object(devices_of(meter)))
 
 
-def energy_of_the_run(progress: TrialProgress) -> float:
-    """Joules of the whole run since training began, each device once. Every rank must call it.
+def elapsed_of_the_run(progress: TrialProgress) -> tuple[float, float]:
+    """Seconds and joules of the whole run since training began, each device once. Every rank
+    must call it.
 
-    The ranks read their devices together (after a barrier), as they opened their windows."""
+    The ranks read their devices together (after a barrier), as they opened their windows, and
+    the seconds are read at that moment too, so that a run's time and energy span one window
+    (rank 0's seconds are the run's; gathering the readings takes time that neither counts)."""
     barrier()
-    return run_energy(all_gather_object(progress.readings()))
+    seconds = progress.time()
+    readings = progress.readings()
+    return seconds, run_energy(all_gather_object(readings))

@@ -58,7 +58,7 @@ class TrialProgress:
     def readings(self) -> dict[str, float]:
         """Joules per device since the run began (`zeus_bso.energy.devices`), and under
         ``"checkpoint"`` the energy a checkpoint this process resumed from saved. A distributed
-        run adds up every rank's, each device once (`zeus_bso.distributed.energy_of_the_run`)."""
+        run adds up every rank's, each device once (`zeus_bso.distributed.elapsed_of_the_run`)."""
         readings: dict[str, float] = {}
         if self._energy_before:
             readings["checkpoint"] = self._energy_before

@@ -18,7 +18,7 @@ from typing import Any, Self
 from zeus_bso.client import BatchSizeOptimizer, OperationOrderError
 from zeus_bso.distributed import (
     broadcast_object,
-    energy_of_the_run,
+    elapsed_of_the_run,
     gpus_of_the_run,
     open_window,
 )
@@ -116,12 +116,14 @@ class TrialSession:
         reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
-        energy = energy_of_the_run(self.progress)
+        seconds, energy = elapsed_of_the_run(self.progress)
 
         def send() -> tuple[bool, float | None, int]:
             assert self.optimizer is not None
             value = metric() if callable(metric) else metric
-            answer = self.optimizer.on_evaluate(float(value), energy=energy, epoch=epoch)
+            answer = self.optimizer.on_evaluate(
+                float(value), energy=energy, epoch=epoch, time=seconds
+            )
             return answer.stop_train, answer.cost, self.optimizer.current_epoch
 
         stop, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)

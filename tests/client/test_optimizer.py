@@ -23,6 +23,7 @@ from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerCon
 from zeus_bso.client import stable_job_id
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.server_client import ServerClient
+from zeus_bso.session import TrialSession
 
 
 def spec(prefix: str, **overrides: object) -> JobSpec:
@@ -76,6 +77,31 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
         state = client.job_state(job_id)
     assert [t["status"] for t in state["trials"]] == ["reported"] * 3
     assert all(t["energy"] > 0 for t in state["trials"])
+
+
+def test_a_reports_seconds_are_read_with_its_energy(server: ServerProcess) -> None:
+    """A report's time and energy span one window: a validation metric computed after the
+    readings (a slow gather over the ranks, say) counts in neither. With a meter of 100 W, the
+    trial's joules per second are 100 W; its seconds read after the metric gave about 25 W."""
+    job = spec(unique_id("window").replace("-", ""))
+
+    def slow_metric() -> float:
+        time.sleep(0.3)
+        return 0.9
+
+    def log(values: dict[str, float], step: int) -> None:
+        pass
+
+    meter = EstimateMeter(100)
+    with TrialSession(True, log, server.url, job, energy_meter=meter) as session:
+        session.train_begin()
+        time.sleep(0.1)
+        assert session.report(slow_metric)  # 0.9 reaches the target: the trial is done
+        job_id = session.trial.job_id
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(job_id)["trials"]
+    assert trial["time"] >= 0.1
+    assert trial["energy"] / trial["time"] == pytest.approx(100.0, rel=0.01)
 
 
 def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
