@@ -30,7 +30,7 @@ from typing import Any
 from _server import running_server
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.report import Summary, seed_result, summarize
+from zeus_bso.sim.report import Summary, causes_markdown, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
 
@@ -214,6 +214,11 @@ def main() -> None:
                 if [s.costs for s in a.seeds] != [s.costs for s in b.seeds]:
                     raise SystemExit(f"{a.workload}: in-process and server results differ")
         table = markdown(gpu, ours, served, upstream, curves)
+        table += (
+            "\nWhere our regret goes: points of excess cost (% of the oracle's cumulative "
+            "cost) by cause, mean over seeds (`zeus_bso.sim.report.CAUSES`); floor: the regret "
+            "of running the default once, then the oracle.\n\n" + causes_markdown(ours)
+        )
         note = (
             f"{gpu.upper()}, seeds {args.seeds}, {args.recurrences} recurrences, eta 0.5, "
             "beta 2.0. Regret = cumulative cost / oracle cumulative cost; "

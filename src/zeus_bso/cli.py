@@ -19,7 +19,7 @@ from rich.table import Table
 from zeus_bso.cli_jobs import jobs_app
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.report import Summary, seed_result, summarize
+from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
 from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
 app = typer.Typer(
@@ -235,6 +235,17 @@ def _print_table(summaries: list[Summary]) -> None:
         mean = sum(s.regret for s in summaries) / len(summaries)
         table.add_row("mean", "", "", "", f"{mean:.3f}", "", "")
     console.print(table)
+    header, rows = causes_rows(summaries)
+    causes = Table(
+        title="Where the regret goes: points of excess cost (% of the oracle's cumulative cost)",
+        caption="floor: the regret of running the default once, then the oracle; expl.: "
+        "pruning explorations; stopped: before the target; noise: the trace's spread",
+    )
+    for i, column in enumerate(header):
+        causes.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for row in rows:
+        causes.add_row(*row)
+    console.print(causes)
 
 
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.

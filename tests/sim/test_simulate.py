@@ -14,8 +14,15 @@ import pytest
 
 from tests.helpers import ServerProcess
 from zeus_bso.server_client import ServerClient
-from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.report import seed_result, summarize
+from zeus_bso.sim import (
+    ServerBackend,
+    TrialOutcome,
+    in_process,
+    job_spec,
+    load_trace_job,
+    simulate,
+)
+from zeus_bso.sim.report import causes_of, seed_result, summarize
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, policy_options
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
@@ -113,6 +120,51 @@ def test_defaults_beat_upstream_options_on_the_trace() -> None:
     assert upstream > 1.2  # upstream explores down from the default, far from the oracle
 
 
+def test_each_run_is_charged_to_one_cause() -> None:
+    """A hand-made history: the first run, a stopped exploration, a converged exploration off
+    the oracle, bandit runs at and off the oracle, a stopped bandit run, and a recurrence that
+    never converged (it owes no converged run: one oracle run less)."""
+    oracle = 100.0
+
+    def run_of(size: int, cost: float, converged: bool, kind: str) -> TrialOutcome:
+        return TrialOutcome(size, 5, cost, converged, kind=kind)
+
+    history = [
+        [run_of(64, 300.0, True, "exploration")],  # the default, first
+        [run_of(32, 150.0, False, "exploration"), run_of(16, 180.0, True, "exploration")],
+        [run_of(8, 90.0, True, "bandit")],  # the oracle size, cheaper than its mean
+        [run_of(16, 40.0, False, "bandit"), run_of(16, 120.0, True, "bandit")],
+        [run_of(16, 70.0, False, "bandit"), run_of(8, 60.0, False, "bandit")],
+    ]
+    charged = causes_of(history, oracle_batch_size=8, oracle_cost=oracle)
+    assert charged == {
+        "first_run": 200.0,
+        "stopped_exploration": 150.0,
+        "converged_exploration": 80.0,
+        "bandit_off_oracle": 20.0,
+        "stopped_bandit": 40.0 + 70.0 + 60.0 - 100.0,
+        "oracle_noise": -10.0,
+    }
+    total = sum(t.cost for r in history for t in r)
+    assert sum(charged.values()) == pytest.approx(total - len(history) * oracle)
+
+
+def test_the_causes_add_up_to_the_regret_and_the_floor_is_the_defaults_first_run() -> None:
+    trace = load_trace_job("cifar100", "v100")
+    seeds = [seed_result(s, run(in_process, "cifar100", s, 20)) for s in range(2)]
+    summary = summarize(trace, 0.5, 20, seeds)
+    causes = summary.causes()
+    assert 1 + sum(causes.values()) / 100 == pytest.approx(summary.regret)
+    excess = trace.expected_cost(trace.default_batch_size, 0.5) / summary.oracle_cost - 1
+    assert summary.floor == pytest.approx(1 + excess / 20)
+    # The first run is the default's, at its drawn cost: near the floor's excess.
+    assert causes["first_run"] == pytest.approx(100 * excess / 20, rel=0.5)
+    assert summary.regret > summary.floor
+    data = summary.to_dict()
+    assert data["causes"] == causes
+    assert data["floor"] == summary.floor
+
+
 def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
@@ -197,6 +249,9 @@ class Recorder:
 
     def end_trial(self, trial: object) -> None:
         self.inner.end_trial(trial)  # type: ignore[arg-type]
+
+    def kinds(self) -> dict[int, str]:
+        return self.inner.kinds()
 
 
 def test_runs_report_their_learning_curve_from_the_trace() -> None:

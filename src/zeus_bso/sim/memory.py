@@ -126,6 +126,10 @@ class InMemoryJob:
         )
         return step.answer
 
+    def kinds(self) -> dict[int, str]:
+        """Why each trial was dispatched, by trial number."""
+        return {t.trial_number: t.kind.value for t in self.trials}
+
     def end_trial(self, trial_id: TrialId) -> None:
         """End a trial (``PATCH /trials``): one without a final report becomes failed."""
         self.store.save_trial(after_event(self._trial(trial_id), Event.END), self.state)

@@ -1,13 +1,58 @@
-"""Regret and savings of simulated recurrences against the oracle and the default batch size."""
+"""Regret and savings of simulated recurrences against the oracle and the default batch size,
+the floor of a policy without prior knowledge, and where the regret goes (`CAUSES`)."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import accumulate
+from types import MappingProxyType
 
-from zeus_bso.sim.runner import Recurrence
+from zeus_bso.sim.runner import Recurrence, TrialOutcome
 from zeus_bso.sim.trace import TraceJob
+
+CAUSES = MappingProxyType(
+    {
+        "first_run": "first run",
+        "stopped_exploration": "stopped expl.",
+        "converged_exploration": "converged expl.",
+        "bandit_off_oracle": "bandit off oracle",
+        "stopped_bandit": "stopped bandit",
+        "oracle_noise": "oracle noise",
+    }
+)
+"""Where a simulation's excess cost over the oracle's goes, by cause (and its column's label):
+the job's first run (the default's, in a cold start); explorations stopped before the target;
+explorations that converged at sizes other than the oracle's; bandit runs that converged at such
+sizes; bandit runs stopped before the target; runs at the oracle size (the trace's spread,
+negative when luckier than its mean). Each run is charged to one cause: a stopped run, all its
+cost; a converged run, its cost above the oracle's expected cost (a recurrence that never
+converged owes one oracle run less, charged to its last run)."""
+
+
+def causes_of(
+    recurrences: Sequence[Sequence[TrialOutcome]], oracle_batch_size: int, oracle_cost: float
+) -> dict[str, float]:
+    """The excess cost (J) of one simulation charged to each of `CAUSES`; they add up to its
+    cumulative cost minus as many oracle runs as recurrences."""
+    charged = dict.fromkeys(CAUSES, 0.0)
+    for index, trials in enumerate(recurrences):
+        for position, trial in enumerate(trials):
+            excess = trial.cost - oracle_cost if trial.converged else trial.cost
+            if position == len(trials) - 1 and not trial.converged:
+                excess -= oracle_cost  # the recurrence owes no converged run
+            exploring = trial.kind == "exploration"
+            if index == 0 and position == 0:
+                cause = "first_run"
+            elif not trial.converged:
+                cause = "stopped_exploration" if exploring else "stopped_bandit"
+            elif trial.batch_size == oracle_batch_size:
+                cause = "oracle_noise"
+            else:
+                cause = "converged_exploration" if exploring else "bandit_off_oracle"
+            charged[cause] += excess
+    return charged
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +65,8 @@ class SeedResult:
     batch_sizes: list[int]
     """Batch size of each recurrence's last (successful) trial."""
     tries: int
+    trials: tuple[tuple[TrialOutcome, ...], ...] = field(default=(), repr=False)
+    """Each recurrence's runs."""
 
     @property
     def total(self) -> float:
@@ -54,6 +101,22 @@ class Summary:
             1.0 - s.total / (self.recurrences * self.default_cost) for s in self.seeds
         )
 
+    @property
+    def floor(self) -> float:
+        """The regret of a policy that runs the default once and then knows the oracle: what no
+        policy without prior knowledge of the job can beat (in expectation)."""
+        excess = self.default_cost - self.oracle_cost
+        return 1.0 + excess / (self.recurrences * self.oracle_cost)
+
+    def causes(self) -> dict[str, float]:
+        """Points of regret by cause (`CAUSES`): excess cost in % of the oracle's cumulative
+        cost, mean over seeds; with 1, they add up to `regret` x 100."""
+        total = self.recurrences * self.oracle_cost
+        per_seed = [
+            causes_of(s.trials, self.oracle_batch_size, self.oracle_cost) for s in self.seeds
+        ]
+        return {c: statistics.fmean(100 * p[c] / total for p in per_seed) for c in CAUSES}
+
     def mean_cumulative(self) -> list[float]:
         """Cumulative cost after each recurrence, averaged over seeds."""
         series = [list(accumulate(s.costs)) for s in self.seeds]
@@ -70,6 +133,8 @@ class Summary:
             "default_batch_size": self.default_batch_size,
             "default_cost": self.default_cost,
             "regret": self.regret,
+            "floor": self.floor,
+            "causes": self.causes(),
             "savings": self.savings,
             "seeds": [
                 {
@@ -92,6 +157,7 @@ def seed_result(seed: int, recurrences: list[Recurrence]) -> SeedResult:
         costs=[r.cost for r in recurrences],
         batch_sizes=[r.trials[-1].batch_size for r in recurrences],
         tries=sum(len(r.trials) for r in recurrences),
+        trials=tuple(tuple(r.trials) for r in recurrences),
     )
 
 
@@ -110,3 +176,31 @@ def summarize(
         default_cost=trace.expected_cost(trace.default_batch_size, eta_knob),
         seeds=seeds,
     )
+
+
+def causes_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
+    """Where the regret goes, as a table: a header, then per workload its regret, its floor and
+    its points by cause (`Summary.causes`), and with several workloads their mean."""
+    header = ["workload", "regret", "floor", *CAUSES.values()]
+    rows, columns = [], []
+    for s in summaries:
+        values = [s.regret, s.floor, *s.causes().values()]
+        columns.append(values)
+        rows.append([s.workload, *_formatted(values)])
+    if len(summaries) > 1:
+        means = [statistics.fmean(c) for c in zip(*columns, strict=True)]
+        rows.append(["mean", *_formatted(means)])
+    return header, rows
+
+
+def _formatted(values: Sequence[float]) -> list[str]:
+    regret, floor, *points = values
+    return [f"{regret:.3f}", f"{floor:.3f}", *(f"{p:.2f}" for p in points)]
+
+
+def causes_markdown(summaries: Sequence[Summary]) -> str:
+    """`causes_rows` as a Markdown table."""
+    header, rows = causes_rows(summaries)
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

@@ -11,8 +11,8 @@ retries with a new trial until one converges, at most `MAX_TRIES` times; every t
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from zeus_bso.policy import zeus_cost
@@ -41,6 +41,10 @@ class Backend(Protocol):
     ) -> ReportResponse: ...
 
     def end_trial(self, trial: TrialId) -> None: ...
+
+    def kinds(self) -> Mapping[int, str]:
+        """Why each trial was dispatched (its `TrialKind`), by trial number."""
+        ...
 
 
 class ServerBackend:
@@ -75,6 +79,10 @@ class ServerBackend:
     def end_trial(self, trial: TrialId) -> None:
         self.client.end_trial(trial)
 
+    def kinds(self) -> Mapping[int, str]:
+        trials = self.client.job_state(self.job_id)["trials"]
+        return {int(t["trial_number"]): str(t["kind"]) for t in trials}
+
 
 @dataclass(frozen=True, slots=True)
 class TrialOutcome:
@@ -84,6 +92,9 @@ class TrialOutcome:
     epochs: int
     cost: float
     converged: bool
+    trial_number: int = 0
+    kind: str = ""
+    """Why the policy dispatched it (`TrialKind`: exploration, bandit, concurrent)."""
 
 
 @dataclass
@@ -159,10 +170,17 @@ def simulate(
                 eta_knob,
                 trace.max_power,
             )
-            recurrence.trials.append(TrialOutcome(trial.batch_size, epoch, cost, answer.converged))
+            recurrence.trials.append(
+                TrialOutcome(trial.batch_size, epoch, cost, answer.converged, trial.trial_number)
+            )
             if answer.converged:
                 break
         results.append(recurrence)
         if on_recurrence is not None:
             on_recurrence(index, recurrence)
+    kinds = backend.kinds()
+    for recurrence in results:
+        recurrence.trials = [
+            replace(t, kind=kinds.get(t.trial_number, "")) for t in recurrence.trials
+        ]
     return results
