@@ -53,7 +53,8 @@ def test_the_upstream_preset_reproduces_upstream_zeus() -> None:
     # Upstream Zeus 0.16: two pruning rounds and two explorations per arm (its clients send
     # them), pruning down from the default first and then up, both directions, stopping only
     # at a batch size that does not converge; its Thompson sampling (each arm's own variance,
-    # never exploiting); the early-stop bound on the cheapest run, checked after each epoch.
+    # never exploiting); the early-stop bound on the cheapest run, checked after each epoch;
+    # every batch size walked in turn.
     assert UPSTREAM_OPTIONS == {
         "num_pruning_rounds": 2,
         "mab_num_explorations": 2,
@@ -64,5 +65,7 @@ def test_the_upstream_preset_reproduces_upstream_zeus() -> None:
         "early_stop_reference": "best_run",
         "early_stop_predictive": False,
         "learning_curve_stop": False,
+        "stop_on_cost_to_go": False,
+        "prune_stride": 1,
     }
     JobSpec(job_id_prefix="x", batch_sizes=[8], default_batch_size=8, **UPSTREAM_OPTIONS)

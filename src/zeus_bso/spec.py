@@ -231,8 +231,26 @@ class _JobOptions(WireModel):
     )
     """Also stop a run whose learning curve predicts it will end over the early-stop bound: its
     cost so far plus its cost per epoch times the epochs it still needs, predicted from the
-    latest converged runs of its batch size, or of the smaller ones for a batch size's first
+    latest converged runs of its batch size, or of the other ones for a batch size's first
     runs (see `zeus_bso.policy.curves`)."""
+    stop_on_cost_to_go: Annotated[
+        bool,
+        PolicyOption(
+            upstream=False,
+            hashed_off_default=True,
+            flag="--stop-on-cost-to-go/--stop-on-total-cost",
+        ),
+    ] = True
+    """With a learning-curve prediction, let a run predicted over the early-stop bound go on
+    while what it still has to pay is no more than a fresh run at the cheapest batch size, up
+    to ``beta_knob`` times the reference (stopping it would cost the recurrence a whole run
+    more); ``False``: stop it at the prediction."""
+    prune_stride: Annotated[
+        int, Field(ge=1, le=8), PolicyOption(upstream=1, hashed_off_default=True)
+    ] = 2
+    """Pruning walks each direction in steps of this many batch sizes (the farthest one
+    included), then tries the skipped neighbours of the round's cheapest until it has none
+    untried: fewer full runs at sizes far from the cheapest. 1: every batch size in turn."""
 
     @field_validator("batch_sizes")
     @classmethod

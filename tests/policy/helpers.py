@@ -72,11 +72,14 @@ def judged(
     exploring: bool = False,
     epochs_left: int | None = None,
     epoch_cost: float | None = None,
+    fresh_cost: float | None = None,
 ) -> Verdict:
     """The stop rules' verdict on a report of cumulative ``time`` and ``energy``, priced on the
     job's GPUs."""
     cost = zeus_cost(energy, time, job.eta_knob, job.max_power)
-    report = Report(batch_size, cost, metric, current_epoch, exploring, epochs_left, epoch_cost)
+    report = Report(
+        batch_size, cost, metric, current_epoch, exploring, epochs_left, epoch_cost, fresh_cost
+    )
     return judge_report(job, report, best_cost)
 
 

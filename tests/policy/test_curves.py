@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.policy.helpers import with_readings
+from tests.policy.helpers import judged, with_readings
 from zeus_bso.policy import (
     BatchSizeStats,
     BestRun,
@@ -97,18 +97,44 @@ def test_epochs_left_is_the_most_optimistic_of_the_batch_sizes_converged_curves(
 
 
 def test_a_first_run_of_a_batch_size_goes_by_the_smaller_ones_scaled_by_its_pace() -> None:
-    kept = {32: [FAST], 64: [SLOW_START], 256: [((1, 0.5),)]}
-    # 128 has no curve: 32's and 64's count (256's do not: a larger batch size may be slower).
-    # At 0.3 after 1 epoch: as fast as 32 (2 left), faster than 64 (4 left, scaled by 1).
+    kept = {32: [FAST], 64: [SLOW_START]}
+    # 128 has no curve: 32's and 64's count, each at least once as many epochs (a larger batch
+    # size needs at least as many epochs to get as far). At 0.3 after 1 epoch: as fast as 32
+    # (2 left), faster than 64 (4 left, scaled by 1).
     assert epochs_left(kept, 128, ((1, 0.3),), True) == 2
     # At 0.3 only after 4 epochs: 4 times as slow as 32 (2 x 4 = 8 left); 64 reached 0.4 (at
     # least 0.3) at epoch 2: twice as slow (4 x 2 = 8).
     assert epochs_left(kept, 128, ((4, 0.3),), True) == 8
     # At 0.45 after 3 epochs: 32 had it at 3 (0 left), 64 at 6 (0 left).
     assert epochs_left(kept, 128, ((3, 0.45),), True) == 0
-    assert epochs_left(kept, 16, ((1, 0.3),), True) is None  # no smaller batch size converged
     # Lower is better: 64 went from 0.9 at epoch 1 to its target 0.5 at 4; twice as slow: 6.
     assert epochs_left({64: [((1, 0.9), (4, 0.5))]}, 128, ((2, 0.9),), False) == 6
+
+
+def test_a_first_run_goes_by_larger_batch_sizes_within_the_step_bound() -> None:
+    """A walk down is predicted too: a smaller batch size needs at least as many optimizer steps
+    as a larger one to get as far, so at least ``small / large`` as many epochs."""
+    assert epochs_left({}, 64, ((1, 0.3),), True) is None
+    kept = {256: [((4, 0.3), (12, 0.5))]}  # 256 took 8 epochs from 0.3 to the target
+    # At 0.3 after 4 epochs, as 256: the same pace, 8 left.
+    assert epochs_left(kept, 128, ((4, 0.3),), True) == 8
+    # After 1 epoch: four times as fast, but 128 needs at least half of 256's epochs: 4 left.
+    assert epochs_left(kept, 128, ((1, 0.3),), True) == 4
+    # 64 at least a quarter of them (2 left); 32 an eighth, but its pace says a quarter: 2.
+    assert epochs_left(kept, 64, ((1, 0.3),), True) == 2
+    assert epochs_left(kept, 32, ((1, 0.3),), True) == 2
+
+
+def test_a_run_that_stalls_is_predicted_slower_the_longer_it_stalls() -> None:
+    """A run still at 0.3 after ``epoch`` epochs, where 256 got past it at epoch 12, is at least
+    ``epoch / 12`` times as slow."""
+    kept = {256: [((4, 0.3), (12, 0.5))]}
+    assert epochs_left(kept, 128, ((4, 0.3),), True, epoch=4) == 8
+    assert epochs_left(kept, 128, ((4, 0.3),), True, epoch=12) == 8
+    assert epochs_left(kept, 128, ((4, 0.3),), True, epoch=24) == 16
+    assert epochs_left(kept, 512, ((4, 0.3),), True, epoch=36) == 24
+    # The own batch size's curves are not scaled: a run of 256 is predicted by them as it is.
+    assert epochs_left(kept, 256, ((4, 0.3),), True, epoch=36) == 8
 
 
 def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_prediction() -> None:
@@ -128,6 +154,60 @@ def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_pre
     assert second.trial.status is TrialStatus.REPORTED
     assert second.job.stats[64].mean_cost == pytest.approx((150.0 + 210.0) / 2)
     assert second.trial.curve == ((1, 0.05), (2, 0.1))
+
+
+@pytest.mark.parametrize(
+    ("energy", "left", "stops", "charged", "says"),
+    [
+        # 140 J and 3 epochs of 20 J left: 200 J > 1.5 x 100 J, but the 60 J still to pay are
+        # less than a fresh run's 110 J: finishing is the cheaper way to a converged run.
+        (140.0, 3, False, None, ""),
+        # 6 epochs left: 120 J still to pay, more than a fresh run: it stops, charged 260 J.
+        (140.0, 6, True, 260.0, "still to pay(120.0) > a fresh run's(110.0)"),
+        # Over the cap (beta_knob x 100 J), whatever the curve says.
+        (205.0, 1, True, None, "beta_knob(2.0)*min_cost(100.0)"),
+        # Within the bound: it goes on, as it did before.
+        (100.0, 2, False, None, ""),
+    ],
+)
+def test_an_exploration_goes_on_while_what_it_still_has_to_pay_is_less_than_a_fresh_run(
+    energy: float, left: int, stops: bool, charged: float | None, says: str
+) -> None:
+    verdict = judged(
+        make_job(),
+        batch_size=64,
+        time=0.0,
+        energy=energy,
+        metric=0.3,
+        current_epoch=7,
+        best_cost=100.0,
+        exploring=True,
+        epochs_left=left,
+        epoch_cost=20.0,
+        fresh_cost=110.0,
+    )
+    assert verdict.stop is stops
+    assert not verdict.converged
+    assert verdict.charged == charged
+    assert says in verdict.message
+
+
+def test_without_stop_on_cost_to_go_a_run_stops_at_its_prediction() -> None:
+    verdict = judged(
+        make_job(stop_on_cost_to_go=False),
+        batch_size=64,
+        time=0.0,
+        energy=140.0,
+        metric=0.3,
+        current_epoch=7,
+        best_cost=100.0,
+        exploring=True,
+        epochs_left=3,
+        epoch_cost=20.0,
+        fresh_cost=110.0,
+    )
+    assert verdict.stop
+    assert verdict.charged == 200.0  # 140 + 3 x 20 J > prune_cost_ratio(1.5) x 100 J
 
 
 def test_a_run_on_track_is_left_alone_and_its_curve_kept_when_it_converges() -> None:

@@ -139,3 +139,75 @@ def test_first_bandit_decision_uses_the_pruning_observations() -> None:
     dispatch = decide(job, history, random.Random(0))
     assert dispatch.kind is TrialKind.BANDIT
     assert picks == {128}  # one exact observation each: the cheapest arm, never a random one
+
+
+def walk(job: object, costs: dict[int, float | None]) -> list[int]:
+    """The explorations of one round, in order, each converging at ``costs`` (None: not
+    converging); the walk ends when pruning is done."""
+    history: list[TrialState] = []
+    order = []
+    while True:
+        step = next_pruning_step(job, tuple(history))  # type: ignore[arg-type]
+        if not isinstance(step, ExploreNext):
+            return order
+        cost = costs[step.batch_size]
+        order.append(step.batch_size)
+        history.append(
+            explored(
+                step.round,
+                step.batch_size,
+                len(history) + 1,
+                converged=cost is not None,
+                cost=cost,
+            )
+        )
+
+
+STRIDED = {
+    "num_pruning_rounds": 1,
+    "prune_up_first": True,
+    "prune_skip_other_direction": True,
+    "prune_cost_ratio": 1.5,
+}
+
+
+def test_a_strided_walk_steps_over_batch_sizes_then_tries_the_cheapests_neighbours() -> None:
+    sizes = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    job = make_job(batch_sizes=sizes, default_batch_size=1024, prune_stride=2, **STRIDED)
+    # Cost falls all the way up to 16384 (movielens-like): up by two, 4096 then 16384, then
+    # 16384's untried neighbour 8192; the way down is skipped (up found a cheaper one).
+    costs: dict[int, float | None] = {1024: 100.0, 2048: 80.0, 4096: 70.0, 8192: 55.0}
+    costs[16384] = 50.0
+    assert walk(job, costs) == [1024, 4096, 16384, 8192]
+    assert next_pruning_step(job, ()) == ExploreNext(1024, 0)
+    # Every batch size in turn with stride 1: one more full run.
+    one = make_job(batch_sizes=sizes, default_batch_size=1024, prune_stride=1, **STRIDED)
+    assert walk(one, costs) == [1024, 2048, 4096, 8192, 16384]
+
+
+def test_a_strided_walk_follows_the_cheapest_through_its_neighbours() -> None:
+    sizes = [8, 16, 32, 48, 64, 96, 128, 192]
+    job = make_job(batch_sizes=sizes, default_batch_size=192, prune_stride=2, **STRIDED)
+    # Down from 192 by two: 96, 48, 16 (2x the cheapest: the direction ends); 8 is never
+    # tried. Then the cheapest's neighbours: 48's smaller one, 32, is cheaper still, and its own
+    # neighbours (16, 48) are tried already: 64 is not, since 48 is no longer the cheapest.
+    costs: dict[int, float | None] = {192: 140.0, 128: 130.0, 96: 110.0, 64: 105.0, 48: 100.0}
+    costs |= {32: 95.0, 16: 200.0, 8: None}
+    assert walk(job, costs) == [192, 96, 48, 16, 32]
+    done = next_pruning_step(job, tuple(_history(costs, [192, 96, 48, 16, 32])))
+    assert done == PruningDone(arms=(32, 48, 96, 192))  # 16 was over the cost ratio
+
+
+def _history(costs: dict[int, float | None], order: list[int]) -> list[TrialState]:
+    return [
+        explored(0, b, i, converged=costs[b] is not None, cost=costs[b])
+        for i, b in enumerate(order, start=1)
+    ]
+
+
+def test_a_strided_walk_that_cannot_converge_past_a_size_still_tries_its_neighbour() -> None:
+    sizes = [16, 32, 64, 128, 256]
+    job = make_job(batch_sizes=sizes, default_batch_size=256, prune_stride=2, **STRIDED)
+    # Down by two: 64 converges cheaper, 16 does not; 64's neighbours 32 and 128 are tried.
+    costs: dict[int, float | None] = {256: 100.0, 128: 90.0, 64: 80.0, 32: 85.0, 16: None}
+    assert walk(job, costs) == [256, 64, 16, 32, 128]

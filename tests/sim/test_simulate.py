@@ -44,8 +44,8 @@ def run(
         ("movielens-1m", 3, {"learning_curve_stop": False}),
         ("sentiment140", 3, UPSTREAM_OPTIONS),
         ("librispeech", 2, {"bandit": "ucb"}),
-        # Seed 6 has runs the learning-curve stop ends (charged their predicted cost).
-        ("movielens-1m", 6, {}),
+        # Seed 8 has a run the learning-curve stop ends (charged its predicted cost).
+        ("movielens-1m", 8, {}),
     ],
 )
 def test_same_results_in_process_and_through_a_server(
@@ -58,7 +58,7 @@ def test_same_results_in_process_and_through_a_server(
         client.delete_job(f"sim-{workload}-{seed}")
     assert [r.trials for r in remote] == [r.trials for r in local]
     stopped = [t for t in state["trials"] if "learning curve" in (t["message"] or "")]
-    if seed == 6:
+    if seed == 8:
         assert stopped
     if not options.get("learning_curve_stop", True):
         assert not stopped

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
@@ -39,6 +39,9 @@ class Report:
     """The learning-curve stop's prediction of the epochs it still needs to converge."""
     epoch_cost: float | None = None
     """What one more epoch costs, for that prediction (default: its mean epoch)."""
+    fresh_cost: float | None = None
+    """What a fresh run costs at the batch size whose converged runs cost least on average (the
+    alternative to finishing this run; `fresh_run_cost`)."""
 
 
 def judge_report(job: CreatedJob, report: Report, best_cost: float | None) -> Verdict:
@@ -86,37 +89,86 @@ def over_bound(
 ) -> Verdict | None:
     """The stop of a run over ``bound`` times ``best_cost``, or None if it may go on: its cost
     now, with ``early_stop_predictive`` its cost after one more epoch, and with a learning-curve
-    prediction its cost at convergence (charged, not paid: the run would have cost that)."""
+    prediction its cost at convergence (charged, not paid: the run would have cost that); with
+    ``stop_on_cost_to_go`` too, see `over_cost_to_go`."""
     knob, ratio = bound
     cost, epoch = report.cost, report.epoch
     limit = ratio * best_cost
     next_epoch = cost / epoch if job.early_stop_predictive else 0.0
+    if report.epochs_left is not None and job.stop_on_cost_to_go:
+        return over_cost_to_go(job, report, bound, best_cost)
     per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
     predicted = cost + per_epoch * (report.epochs_left or 0)
     if predicted > limit and cost + next_epoch <= limit:
-        return Verdict(
-            stop=True,
-            converged=False,
-            cost=cost,
-            charged=predicted,
-            message=(
-                f"Batch Size({report.batch_size}) is predicted by its learning curve to exceed"
-                f" the cost upper bound: cost at convergence({predicted}) after"
-                f" {report.epochs_left} more epochs > {knob}({ratio})*min_cost({best_cost})"
-            ),
-        )
+        return _predicted_over(report, knob, ratio, best_cost, predicted)
     if cost + next_epoch > limit:
-        return Verdict(
-            stop=True,
-            converged=False,
-            cost=cost,
-            message=(
-                f"Batch Size({report.batch_size}) exceeded the cost upper bound: current"
-                f" cost({cost}) > {knob}({ratio})*min_cost({best_cost})"
-                + (" (predicted for the next epoch)" if cost <= limit else "")
-            ),
-        )
+        return _over(report, knob, ratio, best_cost, next_epoch)
     return None
+
+
+def over_cost_to_go(
+    job: CreatedJob, report: Report, bound: tuple[str, float], best_cost: float
+) -> Verdict | None:
+    """The stop of a run whose learning curve predicts the epochs it still needs: it goes on
+    while its predicted cost at convergence is within ``bound``, or while what it still has to
+    pay is no more than a fresh run at the cheapest batch size (`Report.fresh_cost`; finishing
+    is then the cheaper way to a converged run); it stops over the cap, ``beta_knob`` times
+    ``best_cost`` (or ``bound`` without one), which ends a run whose optimistic prediction
+    never comes true."""
+    knob, ratio = bound
+    cost, epoch = report.cost, report.epoch
+    cap_knob, cap_ratio = (knob, ratio) if job.beta_knob is None else ("beta_knob", job.beta_knob)
+    if cap_ratio < ratio:
+        cap_knob, cap_ratio = knob, ratio
+    next_epoch = cost / epoch if job.early_stop_predictive else 0.0
+    if cost + next_epoch > cap_ratio * best_cost:
+        return _over(report, cap_knob, cap_ratio, best_cost, next_epoch)
+    per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
+    still = per_epoch * (report.epochs_left or 0)
+    predicted = cost + still
+    fresh = best_cost if report.fresh_cost is None else report.fresh_cost
+    if predicted <= ratio * best_cost or still <= fresh:
+        return None
+    verdict = _predicted_over(report, knob, ratio, best_cost, predicted)
+    message = f"{verdict.message}, and the cost still to pay({still}) > a fresh run's({fresh})"
+    return replace(verdict, message=message)
+
+
+def _predicted_over(
+    report: Report, knob: str, ratio: float, best_cost: float, predicted: float
+) -> Verdict:
+    return Verdict(
+        stop=True,
+        converged=False,
+        cost=report.cost,
+        charged=predicted,
+        message=(
+            f"Batch Size({report.batch_size}) is predicted by its learning curve to exceed"
+            f" the cost upper bound: cost at convergence({predicted}) after"
+            f" {report.epochs_left} more epochs > {knob}({ratio})*min_cost({best_cost})"
+        ),
+    )
+
+
+def _over(report: Report, knob: str, ratio: float, best_cost: float, next_epoch: float) -> Verdict:
+    cost = report.cost
+    return Verdict(
+        stop=True,
+        converged=False,
+        cost=cost,
+        message=(
+            f"Batch Size({report.batch_size}) exceeded the cost upper bound: current"
+            f" cost({cost}) > {knob}({ratio})*min_cost({best_cost})"
+            + (" (predicted for the next epoch)" if cost <= ratio * best_cost else "")
+        ),
+    )
+
+
+def fresh_run_cost(stats: Mapping[int, BatchSizeStats]) -> float | None:
+    """The mean cost of the converged runs of the batch size where it is lowest: what a fresh
+    run is expected to cost (None before any run converged)."""
+    means = [s.converged.mean for s in stats.values()]
+    return min((m for m in means if m is not None), default=None)
 
 
 def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> BestRun | None:

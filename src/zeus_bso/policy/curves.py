@@ -49,29 +49,53 @@ def thinned(curve: Curve) -> Curve:
 
 
 def epochs_left(
-    kept: Mapping[int, Sequence[Curve]], batch_size: int, curve: Curve, higher_is_better: bool
+    kept: Mapping[int, Sequence[Curve]],
+    batch_size: int,
+    curve: Curve,
+    higher_is_better: bool,
+    epoch: int | None = None,
 ) -> int | None:
     """An optimistic prediction of the epochs a run of ``batch_size`` still needs to reach the
-    target, from its learning curve so far (``curve``, not empty) and the batch sizes' ``kept``
-    converged curves; None with nothing to go by.
+    target, from its learning curve so far (``curve``, not empty; ``epoch``, the epochs it has
+    run, default: its last point's) and the batch sizes' ``kept`` converged curves; None with
+    nothing to go by.
 
     With curves of its own batch size: the fewest epochs one of them took from first reaching
-    the run's best metric to the target. Without (a batch size's first run): the same over the
-    curves of every smaller batch size, each scaled by how many times as many epochs this run
-    took to reach that metric (at least once as many): a larger batch size takes at least as
-    many epochs as a smaller one to get as far, and a run that got there slower goes on slower.
+    the run's best metric to the target. Without (a batch size's first runs): the fewest over
+    every other batch size's curves, each scaled by the bound on epochs across batch sizes
+    (`epoch_bound`) or by the run's pace where it is slower (`_pace`).
     """
     reached_at, metric = curve[-1]
     own = kept.get(batch_size, ())
     if own:
-        return _fewest(own, metric, higher_is_better, None)
-    smaller = [c for size, curves in kept.items() if size < batch_size for c in curves]
-    return _fewest(smaller, metric, higher_is_better, reached_at)
+        return _fewest(own, metric, higher_is_better, None, 1.0)
+    run = (reached_at, max(epoch or reached_at, reached_at))
+    left = None
+    for size, curves in kept.items():
+        needs = _fewest(curves, metric, higher_is_better, run, epoch_bound(batch_size, size))
+        if needs is not None:
+            left = needs if left is None else min(left, needs)
+    return left
+
+
+def epoch_bound(batch_size: int, other: int) -> float:
+    """The least a run of ``batch_size`` needs, in epochs, for each epoch a run of ``other``
+    needs to get as far: a larger batch size needs at least as many epochs as a smaller one (1),
+    and a smaller one at least as many optimizer steps as a larger one (``batch_size / other``
+    as many epochs)."""
+    return 1.0 if batch_size > other else batch_size / other
 
 
 def _fewest(
-    curves: Iterable[Curve], metric: float, higher_is_better: bool, reached_at: int | None
+    curves: Iterable[Curve],
+    metric: float,
+    higher_is_better: bool,
+    run: tuple[int, int] | None,
+    bound: float,
 ) -> int | None:
+    """The fewest epochs one of ``curves`` took from first reaching ``metric`` to the target,
+    scaled for a run of another batch size (``run``: the epoch it reached ``metric`` at and the
+    epochs it has run) by ``bound`` or its pace."""
     left = None
     for curve in curves:
         target_epoch = curve[-1][0]
@@ -79,10 +103,24 @@ def _fewest(
         if reached is None:
             continue
         needs = target_epoch - reached
-        if reached_at is not None:
-            needs = math.floor(needs * max(1.0, reached_at / max(reached, 1)))
+        if run is not None:
+            needs = math.floor(needs * max(bound, _pace(curve, metric, higher_is_better, run)))
         left = needs if left is None else min(left, needs)
     return left
+
+
+def _pace(curve: Curve, metric: float, higher_is_better: bool, run: tuple[int, int]) -> float:
+    """How many times as many epochs as ``curve`` a run needs to get as far, at least: it
+    reached ``metric`` at ``run[0]`` where the curve first did at its epoch ``reached``, and it
+    has not got past ``metric`` in ``run[1]`` epochs where the curve had by its epoch ``past``
+    (a run that stalls is slower the longer it stalls)."""
+    reached_at, epochs = run
+    reached = next((e for e, m in curve if not better(metric, m, higher_is_better)), 1)
+    past = next((e for e, m in curve if better(m, metric, higher_is_better)), None)
+    pace = reached_at / max(reached, 1)
+    if past is not None:
+        pace = max(pace, epochs / past)
+    return pace
 
 
 def as_curve(points: Iterable[Iterable[float]] | None) -> Curve:

@@ -25,7 +25,13 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from zeus_bso.errors import ReportMismatchError
-from zeus_bso.policy.cost import Report, fold_final_report, judge_report, zeus_cost
+from zeus_bso.policy.cost import (
+    Report,
+    fold_final_report,
+    fresh_run_cost,
+    judge_report,
+    zeus_cost,
+)
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.profiles import (
@@ -242,9 +248,12 @@ def after_report(
     if profiles is not None:  # this report measures its profile's cost of an epoch too
         ran_on = trial.profile or profiles.base
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
-    best = state_on(job, state, profiles, trial.profile).best
+    seen = state_on(job, state, profiles, trial.profile)
+    best = seen.best
     curve = extended(trial.curve, current_epoch, metric, job.higher_is_better_metric)
     report = _report_of(job, state, trial, curve, cost, metric, current_epoch)
+    if report.epochs_left is not None:
+        report = replace(report, fresh_cost=fresh_run_cost(seen.stats))
     verdict = judge_report(priced, report, best.cost if best else None)
     answer = _answer(verdict)
     measured = replace(
@@ -301,7 +310,8 @@ def _report_of(
     left = epoch_cost = None
     if job.learning_curve_stop and trial.epochs and trial.cost is not None:
         kept = {size: entry.curves for size, entry in state.stats.items()}
-        left = epochs_left(kept, trial.batch_size, curve, job.higher_is_better_metric)
+        hib = job.higher_is_better_metric
+        left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch)
         since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
         epoch_cost = min(cost / current_epoch, since)
     exploring = trial.kind is TrialKind.EXPLORATION

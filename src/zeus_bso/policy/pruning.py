@@ -3,9 +3,11 @@
 Round 0 pivots on the default batch size. Each round tries the pivot, then the smaller batch
 sizes in descending order, then the larger ones in ascending order (``prune_up_first``: larger
 ones first); in each direction it stops at the first batch size that did not converge (or, with
-``prune_cost_ratio``, that cost clearly more than the round's best). The next round tries only
-the batch sizes that converged, pivoting on the cheapest. After the last round the converged
-batch sizes become the arms.
+``prune_cost_ratio``, that cost clearly more than the round's best). With a ``prune_stride``
+above 1 a direction steps over batch sizes (every ``prune_stride``-th, the farthest included),
+and the round then tries the untried neighbours of its cheapest batch size until the cheapest
+has none. The next round tries only the batch sizes that converged, pivoting on the cheapest.
+After the last round the converged batch sizes become the arms.
 """
 
 from __future__ import annotations
@@ -93,40 +95,94 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[TrialState, ...]) -> 
     candidates = list(job.batch_sizes)
     pivot = job.default_batch_size
     for round_index in range(job.num_pruning_rounds):
-        lower = sorted((b for b in candidates if b < pivot), reverse=True)
-        higher = sorted(b for b in candidates if b > pivot)
+        walk = _Round(job, round_index, by_round)
+        lower = _strided(sorted((b for b in candidates if b < pivot), reverse=True), job)
+        higher = _strided(sorted(b for b in candidates if b > pivot), job)
         # Upstream walks [pivot, smaller...] then [larger...]: a pivot that does not converge
         # also ends the downward walk. Up-first walks the pivot on its own, then [larger...],
         # then [smaller...]: the pivot's outcome says nothing about either direction.
         walks = ([pivot], higher, lower) if job.prune_up_first else ([pivot, *lower], higher)
-        converged: dict[int, float] = {}
-        tried: list[int] = []
         for index, direction in enumerate(walks):
             last = index == len(walks) - 1
-            if last and job.prune_skip_other_direction and _improved(converged, pivot):
+            if last and job.prune_skip_other_direction and _improved(walk.converged, pivot):
                 break
             for batch_size in direction:
-                outcome, cost = _outcome(
-                    by_round.get((round_index, batch_size), []), job.max_unreported_failures
-                )
-                if outcome is _Outcome.IN_FLIGHT:
-                    return ExplorationInFlight()
-                if outcome is _Outcome.UNTRIED:
-                    return ExploreNext(batch_size=batch_size, round=round_index)
-                tried.append(batch_size)
-                if outcome is _Outcome.NOT_CONVERGED:
+                went = walk.step(batch_size)
+                if went is False:
                     break
-                # A converged report always carries its cost; without one it can't be a pivot.
-                cost = math.inf if cost is None else cost
-                ratio = job.prune_cost_ratio
-                if ratio is not None and converged and cost > ratio * min(converged.values()):
-                    break  # clearly costlier than the round's best: the direction ends here
-                converged[batch_size] = cost
-        if not converged:
-            raise NoConvergedBatchSizeError(round_index, sorted(tried))
-        candidates = sorted(converged)
-        pivot = min(converged, key=lambda b: (converged[b], b))
+                if went is not True:
+                    return went
+        while job.prune_stride > 1 and walk.converged:
+            untried = [b for b in _neighbours(candidates, walk.cheapest()) if b not in walk.tried]
+            if not untried:
+                break
+            went = walk.step(untried[0])
+            if not isinstance(went, bool):
+                return went
+        if not walk.converged:
+            raise NoConvergedBatchSizeError(round_index, sorted(walk.tried))
+        candidates = sorted(walk.converged)
+        pivot = walk.cheapest()
     return PruningDone(arms=tuple(candidates))
+
+
+class _Round:
+    """One pruning round replayed over its explorations: the batch sizes tried and the costs
+    of those that converged."""
+
+    def __init__(
+        self,
+        job: CreatedJob,
+        round_index: int,
+        by_round: dict[tuple[int, int], list[TrialState]],
+    ) -> None:
+        self.job = job
+        self.round = round_index
+        self.by_round = by_round
+        self.converged: dict[int, float] = {}
+        self.tried: list[int] = []
+
+    def cheapest(self) -> int:
+        return min(self.converged, key=lambda b: (self.converged[b], b))
+
+    def step(self, batch_size: int) -> ExploreNext | ExplorationInFlight | bool:
+        """The exploration ``batch_size`` needs next, or its outcome in this round: True, the
+        walk goes on past it; False, its direction ends there (it did not converge, or cost
+        clearly more than the round's cheapest)."""
+        outcome, cost = _outcome(
+            self.by_round.get((self.round, batch_size), []), self.job.max_unreported_failures
+        )
+        if outcome is _Outcome.IN_FLIGHT:
+            return ExplorationInFlight()
+        if outcome is _Outcome.UNTRIED:
+            return ExploreNext(batch_size=batch_size, round=self.round)
+        self.tried.append(batch_size)
+        if outcome is _Outcome.NOT_CONVERGED:
+            return False
+        # A converged report always carries its cost; without one it can't be a pivot.
+        cost = math.inf if cost is None else cost
+        ratio = self.job.prune_cost_ratio
+        if ratio is not None and self.converged and cost > ratio * min(self.converged.values()):
+            return False  # clearly costlier than the round's best: the direction ends here
+        self.converged[batch_size] = cost
+        return True
+
+
+def _strided(direction: list[int], job: CreatedJob) -> list[int]:
+    """Every ``prune_stride``-th batch size of a direction, the farthest one included."""
+    stride = job.prune_stride
+    if stride <= 1 or not direction:
+        return direction
+    picked = direction[stride - 1 :: stride]
+    if direction[-1] not in picked:
+        picked.append(direction[-1])
+    return picked
+
+
+def _neighbours(candidates: list[int], batch_size: int) -> list[int]:
+    """The batch sizes next to ``batch_size`` among the round's candidates (sorted)."""
+    at = candidates.index(batch_size)
+    return [candidates[i] for i in (at - 1, at + 1) if 0 <= i < len(candidates)]
 
 
 def _improved(converged: dict[int, float], pivot: int) -> bool:
