@@ -4,6 +4,10 @@ For every workload it simulates the recurrences with the policy's defaults in-pr
 a real ``zeus-bso-server`` (they must agree), and in-process with upstream Zeus 0.16's options,
 then compares cumulative cost with the oracle's and with always using the default batch size.
 
+Held out (``--held-out``): the same workloads at every lower power limit the traces measured,
+each a slower GPU whose maximum power is that limit, which the policy's defaults were not tuned
+on: ours and the upstream preset, in-process.
+
 The transfer scenario (hardware profiles): one job runs ``recurrences`` recurrences on the first
 GPU, is registered again on the second and runs as many there (the batch sizes both GPUs have in
 the trace, the first GPU's default); its regret over the second phase, against the second GPU's
@@ -11,9 +15,10 @@ oracle, stands beside a cold start on the second GPU with the same batch sizes a
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
+                                          [--held-out]
 
-Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md, and prints
-the tables.
+Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
+--held-out, regret_heldout.json and .md only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from _server import running_server
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_markdown, seed_result, summarize
-from zeus_bso.sim.trace import TraceJob
+from zeus_bso.sim.trace import TraceJob, power_limits
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
 
 RESULTS = Path(__file__).parent / "results"
@@ -49,11 +54,16 @@ PUBLISHED_UPSTREAM_V100 = {
 
 
 def run_all(
-    gpu: str, seeds: list[int], recurrences: int, options: dict[str, Any], server: str | None
+    gpu: str,
+    seeds: list[int],
+    recurrences: int,
+    options: dict[str, Any],
+    server: str | None,
+    power_limit: float | None = None,
 ) -> list[Summary]:
     summaries = []
     for name in WORKLOADS:
-        trace = load_trace_job(name, gpu)
+        trace = load_trace_job(name, gpu, power_limit)
         results = []
         for seed in seeds:
             spec = job_spec(trace, f"regret-{name}-{gpu}-{seed}", mab_seed=seed, **options)
@@ -109,6 +119,52 @@ def run_transfer(
             )
         )
     return pairs
+
+
+def run_held_out(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Ours and the upstream preset at every power limit below each GPU's highest."""
+    started = time.perf_counter()
+    lines = [
+        "| GPU | power limit (W) | oracle bs | ours | upstream options | ours worst vs default"
+        " | workloads where ours >= upstream |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    data = []
+    for gpu in gpus:
+        for limit in power_limits(gpu)[:-1]:
+            ours = run_all(gpu, seeds, recurrences, {}, None, limit)
+            upstream = run_all(gpu, seeds, recurrences, UPSTREAM_OPTIONS, None, limit)
+            worst = max(-s.savings for s in ours)
+            pairs = zip(ours, upstream, strict=True)
+            behind = [o.workload for o, u in pairs if o.regret >= u.regret]
+            oracles = ", ".join(str(s.oracle_batch_size) for s in ours)
+            lines.append(
+                f"| {gpu.upper()} | {limit:g} | {oracles}"
+                f" | {statistics.fmean(s.regret for s in ours):.3f}"
+                f" | {statistics.fmean(s.regret for s in upstream):.3f}"
+                f" | {worst * 100:+.1f}% | {', '.join(behind) or 'none'} |"
+            )
+            data.append(
+                {
+                    "gpu": gpu,
+                    "power_limit": limit,
+                    "ours": [s.to_dict() for s in ours],
+                    "upstream_options": [s.to_dict() for s in upstream],
+                }
+            )
+    note = (
+        f"Held out: seeds {seeds}, {recurrences} recurrences, eta 0.5, beta 2.0, in-process; each "
+        "row is the six workloads at a lower power limit of the trace, a slower GPU whose maximum "
+        "power is that limit (oracle batch sizes in workload order: "
+        + ", ".join(WORKLOADS)
+        + "). 'worst vs default': the highest cumulative cost of a workload against always using "
+        "its default batch size.\n\n"
+    )
+    text = note + "\n".join(lines) + "\n"
+    (RESULTS / "regret_heldout.md").write_text(text)
+    (RESULTS / "regret_heldout.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(text)
+    print(f"({time.perf_counter() - started:.0f} s)\n")
 
 
 def transfer_markdown(pairs: list[tuple[list[int], Summary, Summary]]) -> str:
@@ -172,8 +228,14 @@ def main() -> None:
     parser.add_argument("--no-server", action="store_true", help="skip the run through a server")
     parser.add_argument("--no-transfer", action="store_true", help="skip the transfer scenario")
     parser.add_argument("--transfer-only", action="store_true", help="only the transfer scenario")
+    parser.add_argument(
+        "--held-out", action="store_true", help="only the lower power limits, held out"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
+    if args.held_out:
+        run_held_out(args.gpus, args.seeds, args.recurrences)
+        return
 
     if not args.no_transfer and len(args.gpus) >= 2:
         started = time.perf_counter()

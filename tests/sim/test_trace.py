@@ -9,6 +9,7 @@ import pytest
 
 from zeus_bso.policy import zeus_cost
 from zeus_bso.sim import GPUS, WORKLOADS, TraceError, load_trace_job
+from zeus_bso.sim.trace import power_limits
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -45,6 +46,17 @@ def test_epoch_cost_uses_the_maximum_power_limit_row() -> None:
     assert job.epoch_cost(1024, 0.5) == zeus_cost(
         p.time_per_epoch * p.average_power, p.time_per_epoch, 0.5, 250.0
     )
+
+
+def test_a_lower_power_limit_is_a_slower_gpu_with_that_maximum_power() -> None:
+    assert power_limits("v100") == [100.0, 125.0, 150.0, 175.0, 200.0, 225.0, 250.0]
+    full, capped = load_trace_job("cifar100", "v100"), load_trace_job("cifar100", "v100", 150)
+    assert (full.max_power, capped.max_power) == (250.0, 150.0)
+    assert capped.profiles[1024].time_per_epoch > full.profiles[1024].time_per_epoch
+    assert capped.profiles[1024].average_power < full.profiles[1024].average_power
+    assert capped.profiles[1024].target_epochs == full.profiles[1024].target_epochs
+    with pytest.raises(TraceError, match="no power limit 160 W; it has 100, 125"):
+        load_trace_job("cifar100", "v100", 160)
 
 
 def test_unknown_names_are_clear_errors() -> None:

@@ -136,11 +136,18 @@ def _power_rows(gpu: str) -> list[dict[str, str]]:
     return _data(f"summary_power_{gpu}.csv")
 
 
-def load_trace_job(workload: str, gpu: str) -> TraceJob:
-    """The trace job of ``workload`` on ``gpu``.
+def power_limits(gpu: str) -> list[float]:
+    """The power limits (W) the trace of ``gpu`` measured, lowest first."""
+    return sorted({float(r["power_limit"]) for r in _power_rows(gpu)})
+
+
+def load_trace_job(workload: str, gpu: str, power_limit: float | None = None) -> TraceJob:
+    """The trace job of ``workload`` on ``gpu``, at its highest power limit, or at
+    ``power_limit`` (W, one the trace measured): a slower GPU whose maximum power is that limit,
+    for checking the policy on speeds and powers it was not tuned on.
 
     Raises:
-        TraceError: unknown workload or GPU.
+        TraceError: unknown workload or GPU, or a power limit the trace does not have.
     """
     if workload not in WORKLOADS:
         raise TraceError(f"unknown workload {workload!r}; choose one of {sorted(WORKLOADS)}")
@@ -156,7 +163,13 @@ def load_trace_job(workload: str, gpu: str) -> TraceJob:
         )
 
     power = [r for r in _power_rows(gpu) if ours(r)]
-    max_power = max(float(r["power_limit"]) for r in _power_rows(gpu))
+    limits = power_limits(gpu)
+    if power_limit is not None and power_limit not in limits:
+        raise TraceError(
+            f"the {gpu} trace has no power limit {power_limit:g} W; it has "
+            + ", ".join(f"{limit:g}" for limit in limits)
+        )
+    max_power = limits[-1] if power_limit is None else float(power_limit)
     at_max = {int(r["batch_size"]): r for r in power if float(r["power_limit"]) == max_power}
     runs: dict[int, list[float]] = {}
     run_ids: dict[int, list[str]] = {}
