@@ -17,13 +17,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from zeus_bso.cli_jobs import jobs_app
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
 from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
 app = typer.Typer(
     help="zeus-bso: learn the cheapest batch size of recurring training jobs.",
+    epilog=EXIT_STATUSES,
     no_args_is_help=True,
     add_completion=False,
 )
@@ -63,18 +64,18 @@ def simulate_command(
     options: dict[str, Any] = dict(UPSTREAM_OPTIONS) if upstream else {}
     try:
         options.update(_policy_option_values(given))
-    except ValueError as error:
+    except ConfigurationError as error:
         err.print(f"[bold red]error:[/] {error}", highlight=False)
-        raise typer.Exit(code=2) from None
+        raise typer.Exit(code=error.exit_code) from None
     names = list(WORKLOADS) if workload == "all" else [workload]
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
         summaries = [
             _simulate_one(name, gpu, recurrences, seed_list, options, server) for name in names
         ]
-    except (ZeusBSOError, ValueError) as error:
+    except (ZeusBSOError, ValueError) as error:  # ValueError: a job the options make invalid
         err.print(f"[bold red]error:[/] {error}", highlight=False)
-        raise typer.Exit(code=2) from None
+        raise typer.Exit(code=getattr(error, "exit_code", EXIT_USAGE)) from None
     _print_table(summaries)
     if json_path is not None:
         json_path.write_text(
@@ -130,7 +131,7 @@ def _policy_option_values(given: dict[str, Any]) -> dict[str, Any]:
     """The options given on the command line, validated as a job's fields.
 
     Raises:
-        ValueError: a value the job would refuse (says which flag and why).
+        ConfigurationError: a value the job would refuse (says which flag and why).
     """
     values: dict[str, Any] = {}
     for name, raw in given.items():
@@ -144,7 +145,7 @@ def _policy_option_values(given: dict[str, Any]) -> dict[str, Any]:
             values[name] = adapter.validate_python(value)
         except ValidationError as error:
             reason = "; ".join(e["msg"] for e in error.errors())
-            raise ValueError(f"{_flag(name)} {raw}: {reason}") from None
+            raise ConfigurationError(f"{_flag(name)} {raw}: {reason}") from None
     return values
 
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zeus_bso.errors import ServerRejectedError, ZeusBSOError
+from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 from zeus_bso.server_client import ServerClient
 
 T = TypeVar("T")
@@ -56,7 +56,8 @@ TRIAL_COLUMNS = (
 
 
 def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
-    """One request to the server; an error is printed, saying what to do, and exits 1."""
+    """One request to the server; an error is printed, saying what to do, and the command exits
+    with its ``exit_code`` (1: the server could not be reached or refused the request)."""
     try:
         with ServerClient(server, token=token or None, retry_seconds=5.0) as client:
             return request(client)
@@ -65,7 +66,7 @@ def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -
             err.print("[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN (or --token)")
         else:
             err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(1) from error
+        raise typer.Exit(error.exit_code) from error
 
 
 def _number(value: Any, digits: int = 4) -> str:
@@ -188,7 +189,7 @@ def trials_command(
     """Every trial of a job, oldest first."""
     if output.lower() not in ("table", "csv", "json"):
         err.print(f"[red]error:[/] --format is table, csv or json, not {escape(repr(output))}")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     trials = _ask(server, token, lambda client: client.trials(job_id))
     if output.lower() == "json":
         typer.echo(json.dumps(trials, indent=2))

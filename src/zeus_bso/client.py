@@ -212,7 +212,7 @@ class BatchSizeOptimizer:
         Returns its batch size.
 
         Raises:
-            ZeusBSOError: ``saved`` is not a checkpoint of a trial.
+            ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
         trial = self.progress.resume(saved)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job.job_id)

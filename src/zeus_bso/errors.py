@@ -2,7 +2,9 @@
 
 ::
 
-    ZeusBSOError                      every error this package raises
+    ZeusBSOError                      every error this package raises (exit status 1)
+    ├── ConfigurationError            a usage error: an argument or setting to change (exit 2)
+    │   └── TraceError                unknown workload, GPU or power limit (sim/trace.py)
     ├── PolicyError                   the policy cannot decide with the job as configured
     │   ├── NoConvergedBatchSizeError a pruning round ended with no converged batch size
     │   ├── ReportMismatchError       a report contradicts its trial's earlier reports
@@ -14,14 +16,39 @@
     ├── EnergyMeterError              a meter cannot measure here (energy/base.py)
     │   ├── MixedGpuModelsError       the run's GPUs are of more than one model
     │   └── UnmeasurableDeviceError   the device has no reading of its own (a MIG slice)
-    └── TraceError                    unknown workload or GPU in the simulator (sim/trace.py)
+    └── ...
+
+Usage errors (`ConfigurationError`) are apart from failures at run time: both CLIs exit with
+``exit_code``, 2 for a usage error and 1 for a failure (``zeus_bso_server`` follows the same
+convention), and a `ConfigurationError` is a ``ValueError`` too, as Python's own argument
+errors are.
 """
 
 from __future__ import annotations
 
+EXIT_FAILURE = 1
+"""Exit status of a command that failed at run time (a server that cannot be reached or refused
+the request, a run that could not go on): trying again later may work."""
+EXIT_USAGE = 2
+"""Exit status of a command given a bad argument or setting: the message says what to change."""
+EXIT_STATUSES = (
+    "Exit status: 0 done; 1 failed at run time (a server or database that cannot be reached, "
+    "or a request refused); 2 a usage error (the message says what to change)."
+)
+"""The convention, as both commands' help says it."""
+
 
 class ZeusBSOError(Exception):
     """Base of every error raised by ``zeus_bso``."""
+
+    exit_code: int = EXIT_FAILURE
+    """The exit status of a command that ends with this error."""
+
+
+class ConfigurationError(ZeusBSOError, ValueError):
+    """Raised for an argument or setting that cannot work; the message says what to change."""
+
+    exit_code = EXIT_USAGE
 
 
 class PolicyError(ZeusBSOError):

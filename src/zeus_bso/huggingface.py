@@ -40,7 +40,7 @@ from typing_extensions import override
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.distributed import torch_distributed
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.progress import TrialProgress
 from zeus_bso.session import TrialSession
 from zeus_bso.spec import JobSpec
@@ -64,13 +64,13 @@ def _checkpoint_to_resume(
     """The checkpoint directory a run resumes from (None: a fresh run)."""
     if resume_from_checkpoint is True:
         if output_dir is None:
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 "resume_from_checkpoint=True resumes from the last checkpoint in the Trainer's "
                 "output_dir: pass output_dir=... to the callback too (or a checkpoint's path)"
             )
         last = get_last_checkpoint(os.fspath(output_dir)) if Path(output_dir).is_dir() else None
         if last is None:
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"resume_from_checkpoint=True but {output_dir} holds no checkpoint "
                 "(checkpoint-<step> directory); leave it out for a fresh run"
             )
@@ -124,7 +124,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         """This run's per-device batch size; the first access asks the server."""
         if self.session is None:
             if self.rank != 0 and torch_distributed() is None:
-                raise ZeusBSOError(
+                raise ConfigurationError(
                     "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
                     "(e.g. accelerate.PartialState()) before reading callback.batch_size"
                 )
@@ -146,7 +146,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         try:
             saved: dict[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
                 "it is written into every checkpoint a run with this callback saves"
             ) from err
@@ -216,7 +216,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if args.auto_find_batch_size:
             if self.session is not None:
                 self.session.end(end_trial=False)  # not this batch size's fault
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 "TrainingArguments(auto_find_batch_size=True) would shrink the batch size the "
                 "optimizer chose while the trial records it; leave it False: a batch size that "
                 "does not fit is the optimizer's to learn (its run fails and is reported so)"
@@ -224,7 +224,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if args.per_device_train_batch_size != self.batch_size:
             if self.session is not None:
                 self.session.end(end_trial=False)  # not this batch size's fault
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"TrainingArguments.per_device_train_batch_size is "
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
                 "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
@@ -282,7 +282,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
 
         def metric() -> float:  # on the world process zero; its error reaches every process
             if self.metric not in metrics:
-                raise ZeusBSOError(
+                raise ConfigurationError(
                     f"metric '{self.metric}' is not among the evaluation metrics "
                     f"{sorted(metrics)}; pass metric=... (with its 'eval_' prefix)"
                 )

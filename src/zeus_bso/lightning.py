@@ -25,7 +25,7 @@ from typing_extensions import override
 
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.progress import TrialProgress
 from zeus_bso.session import TrialSession
 from zeus_bso.spec import JobSpec
@@ -73,7 +73,7 @@ class ZeusBSOCallback(pl.Callback):
     ) -> None:
         super().__init__()
         if not monitor:
-            raise ValueError("monitor must name a logged validation metric, e.g. 'val_acc'")
+            raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url
         self.job = job
         self.monitor = monitor
@@ -103,7 +103,7 @@ class ZeusBSOCallback(pl.Callback):
         if stage != "fit":
             return
         if not lightning_hasattr(pl_module, self.batch_arg_name):
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
@@ -173,7 +173,7 @@ class ZeusBSOCallback(pl.Callback):
 
         def metric() -> float:  # on rank 0; its error reaches every rank
             if self.monitor not in trainer.callback_metrics:
-                raise ZeusBSOError(
+                raise ConfigurationError(
                     f"metric '{self.monitor}' was not logged; logged are "
                     f"{sorted(trainer.callback_metrics)} (log it in validation_step or "
                     "on_validation_epoch_end, or pass monitor=...)"

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.energy.devices import readings_of
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import TrialId
 
 
@@ -73,7 +73,7 @@ class TrialProgress:
         if epoch is None:
             epoch = self.epochs + 1
         elif epoch <= self.epochs:
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"epoch {epoch} is not after the {self.epochs} epochs already reported; "
                 "report each epoch once, counting from 1"
             )
@@ -106,10 +106,10 @@ class TrialProgress:
         """Continue the trial a `checkpoint` saved (before `begin`). Returns the trial.
 
         Raises:
-            ZeusBSOError: ``saved`` is not a checkpoint of a trial.
+            ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
         if self._began:
-            raise ZeusBSOError("resume a trial before training begins")
+            raise ConfigurationError("resume a trial before training begins")
         try:
             trial = TrialId.model_validate(saved["trial"])
             epochs, spent, energy = (
@@ -118,12 +118,14 @@ class TrialProgress:
                 float(saved["energy"]),
             )
         except (KeyError, TypeError, ValueError, ValidationError) as err:
-            raise ZeusBSOError(
+            raise ConfigurationError(
                 f"not a saved trial ({err!s}): expected the keys trial, current_epoch, time and "
                 "energy that TrialProgress.checkpoint() writes"
             ) from err
         if epochs < 0 or spent < 0 or energy < 0:
-            raise ZeusBSOError("a saved trial's current_epoch, time and energy are not negative")
+            raise ConfigurationError(
+                "a saved trial's current_epoch, time and energy are not negative"
+            )
         self.go_on(trial, epochs, spent, energy)
         return trial
 
@@ -131,6 +133,6 @@ class TrialProgress:
         """Continue ``trial`` after ``epochs`` epochs that took ``time`` seconds and ``energy``
         joules (before `begin`)."""
         if self._began:
-            raise ZeusBSOError("resume a trial before training begins")
+            raise ConfigurationError("resume a trial before training begins")
         self.trial, self.epochs = trial, epochs
         self._time_before, self._energy_before = time, energy

@@ -25,14 +25,22 @@ from tenacity import (
 )
 
 from zeus_bso import __version__
+from zeus_bso.errors import EXIT_STATUSES
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
 from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import current_revision, downgrade, head_revision, upgrade
+from zeus_bso_server.store.migrate import (
+    check_schema,
+    current_revision,
+    downgrade,
+    head_revision,
+    upgrade,
+)
 
 app = typer.Typer(
     help="zeus-bso server: learns the cheapest batch size of recurring training jobs.",
+    epilog=EXIT_STATUSES,
     no_args_is_help=True,
     add_completion=False,
 )
@@ -54,7 +62,7 @@ DbOption = Annotated[
 def _fail(error: ServerError) -> typer.Exit:
     # The message is text, not markup: "pip install 'zeus-bso[server]'" keeps its brackets.
     err.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
-    return typer.Exit(code=2)
+    return typer.Exit(code=error.exit_code)
 
 
 T = TypeVar("T")
@@ -171,6 +179,8 @@ def serve(
             before, after, _ = _migrate_schema(settings)
             if before != after:
                 announce(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
+        else:  # refused here, with its exit status, rather than by the app as it starts
+            _on_database(settings, check_schema)
     except ServerError as error:
         raise _fail(error) from None
 

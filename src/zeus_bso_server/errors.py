@@ -3,23 +3,31 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
 
 ::
 
-    ServerError                     every error this package raises on purpose
-    ├── SettingsError               invalid settings; the server does not start
-    ├── SchemaError                 the database schema is missing or outdated
+    ServerError                     every error this package raises on purpose (exit status 1)
+    ├── SettingsError               invalid settings; the server does not start (exit 2)
+    ├── SchemaError                 the database schema is missing or outdated (exit 2)
     ├── DatabaseUnavailableError    the database cannot be reached or stayed locked (retry)
     ├── JobNotFoundError            a job id that is not registered
     ├── TrialNotFoundError          a trial that does not exist
     └── JobConfigMismatchError      a job id registered again with a different config
 
 The policy's errors (`zeus_bso.errors.PolicyError`: no converged batch size, a report that
-contradicts its trial) pass through the service and are mapped by the API as well.
+contradicts its trial) pass through the service and are mapped by the API as well. The
+command exits with an error's ``exit_code``, by the convention of both CLIs
+(`zeus_bso.errors.EXIT_USAGE`: what to change is in the message; `EXIT_FAILURE`: it failed at
+run time, e.g. the database could not be reached).
 """
 
 from __future__ import annotations
 
+from zeus_bso.errors import EXIT_FAILURE, EXIT_USAGE
+
 
 class ServerError(Exception):
     """Base of the errors ``zeus_bso_server`` raises on purpose. ``message`` is safe to show."""
+
+    exit_code: int = EXIT_FAILURE
+    """The exit status of a command that ends with this error."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -29,9 +37,14 @@ class ServerError(Exception):
 class SettingsError(ServerError):
     """Raised at start when a setting is invalid; the message says which and what to change."""
 
+    exit_code = EXIT_USAGE
+
 
 class SchemaError(ServerError):
-    """Raised when the database schema is not at the version this server needs."""
+    """Raised when the database schema is not at the version this server needs, or a migration
+    asked for cannot be made (an unknown revision, a downgrade that would lose meaning)."""
+
+    exit_code = EXIT_USAGE
 
 
 class DatabaseUnavailableError(ServerError):

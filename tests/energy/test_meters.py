@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from zeus_bso.energy import EnergyMeterError, EstimateMeter, NVMLMeter, RAPLMeter, auto_meter
+from zeus_bso.errors import ConfigurationError, ZeusBSOError
 
 
 def test_estimate_is_time_times_watts_and_says_so_once(
@@ -24,8 +25,12 @@ def test_estimate_is_time_times_watts_and_says_so_once(
     assert 250.0 * 0.05 <= energy < 250.0 * 2.0
     assert meter.is_estimate
     assert meter.max_power == 250.0
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ConfigurationError, match="positive") as refused:
         EstimateMeter(0)
+    # A usage error: of ours (ZeusBSOError) and, as Python's argument errors are, a ValueError.
+    assert isinstance(refused.value, ValueError)
+    assert isinstance(refused.value, ZeusBSOError)
+    assert refused.value.exit_code == 2
 
 
 def fake_powercap(root: Path, packages: dict[int, tuple[int, int, int]]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import ServerProcess
+from tests.ports import free_port
 from zeus_bso.server_client import ServerClient
 from zeus_bso.sim import (
     ServerBackend,
@@ -191,6 +192,31 @@ def test_cli_rejects_unknown_workload() -> None:
     )
     assert result.returncode == 2
     assert "unknown workload" in result.stderr
+
+
+def test_cli_exit_status_tells_a_usage_error_from_a_failure() -> None:
+    """2: what to change is in the message; 1: it failed at run time (as both CLIs do)."""
+    unreachable = subprocess.run(
+        [ZEUS_BSO, "simulate", "--recurrences", "1", "--seeds", "0"]
+        + ["--server", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert unreachable.returncode == 1, unreachable.stderr
+    assert "cannot reach" in unreachable.stderr.lower() or "connect" in unreachable.stderr.lower()
+    assert "Traceback" not in unreachable.stderr
+    usage = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "squad", "--gpu", "a100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert usage.returncode == 2
+    assert "unknown GPU" in usage.stderr
+    assert "Exit status: 0 done; 1 failed at run time" in " ".join(
+        subprocess.run([ZEUS_BSO, "--help"], capture_output=True, text=True).stdout.split()
+    )
 
 
 def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_it(

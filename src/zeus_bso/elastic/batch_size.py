@@ -53,7 +53,7 @@ from zeus_bso.elastic import callbacks_in_flight
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError, ZeusBSOError
 
 logger = logging.getLogger(__name__)
 
@@ -77,17 +77,21 @@ class ElasticBatchSize:
         max_change: float = 2.0,
     ) -> None:
         if initial_batch_size <= 0:
-            raise ValueError("initial_batch_size must be positive")
+            raise ConfigurationError("initial_batch_size must be positive")
         if max_batch_size is not None and max_batch_size < initial_batch_size:
-            raise ValueError("max_batch_size must be at least initial_batch_size")
+            raise ConfigurationError("max_batch_size must be at least initial_batch_size")
         if local_bsz_bounds is not None and not 0 < local_bsz_bounds[0] <= local_bsz_bounds[1]:
-            raise ValueError("local_bsz_bounds must be (low, high) with 0 < low <= high")
+            raise ConfigurationError("local_bsz_bounds must be (low, high) with 0 < low <= high")
         if lr_rule not in ("adascale", "sqrt", "linear", "none"):
-            raise ValueError(f"lr_rule must be adascale, sqrt, linear or none, not {lr_rule!r}")
+            raise ConfigurationError(
+                f"lr_rule must be adascale, sqrt, linear or none, not {lr_rule!r}"
+            )
         if replicas < 1:
-            raise ValueError("replicas must be at least 1")
+            raise ConfigurationError("replicas must be at least 1")
         if max_change <= 1.0:
-            raise ValueError("max_change must be above 1 (the largest factor of one change)")
+            raise ConfigurationError(
+                "max_change must be above 1 (the largest factor of one change)"
+            )
         self.initial_batch_size = initial_batch_size
         self.max_batch_size = max_batch_size
         self.local_bsz_bounds = local_bsz_bounds

@@ -17,6 +17,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from zeus_bso.errors import ConfigurationError
+
 
 @dataclass
 class _Ema:
@@ -42,7 +44,7 @@ class GradientNoiseEstimator:
 
     def __init__(self, smoothing: float = 0.9) -> None:
         if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+            raise ConfigurationError(f"smoothing must be in [0, 1), got {smoothing}")
         self._sqr = _Ema(smoothing)
         self._var = _Ema(smoothing)
 

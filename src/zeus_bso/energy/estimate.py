@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+from zeus_bso.errors import ConfigurationError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_WATTS = 300.0
@@ -19,7 +21,7 @@ class EstimateMeter:
 
     def __init__(self, watts: float = DEFAULT_WATTS, *, device_model: str = "estimate") -> None:
         if not watts > 0:
-            raise ValueError(f"watts must be positive, got {watts}")
+            raise ConfigurationError(f"watts must be positive, got {watts}")
         self.watts = watts
         self.device_model = device_model
         self.device_count = 1

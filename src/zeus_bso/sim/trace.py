@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.policy import zeus_cost
 
 GPUS = ("v100", "p100")
 
 
-class TraceError(ZeusBSOError):
-    """Raised when a workload or GPU is not in the shipped traces."""
+class TraceError(ConfigurationError):
+    """Raised when a workload, GPU or power limit is not in the shipped traces."""
 
 
 @dataclass(frozen=True, slots=True)
