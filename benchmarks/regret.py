@@ -88,14 +88,35 @@ def _shared(trace: TraceJob, sizes: set[int], default: int) -> TraceJob:
     return dataclasses.replace(trace, profiles=profiles, default_batch_size=default)
 
 
+SKEW = 0.5
+"""The skewed GPU's time per epoch of batch size b is its own times (largest / b) ** SKEW."""
+
+
+def skewed(trace: TraceJob) -> TraceJob:
+    """``trace`` on a GPU where smaller batch sizes are relatively slower (time per epoch times
+    (largest / b) ** `SKEW`): the oracle moves to larger batch sizes, so the costs converted from
+    the first GPU rank the batch sizes wrongly."""
+    largest = max(trace.profiles)
+    profiles = {
+        b: dataclasses.replace(p, time_per_epoch=p.time_per_epoch * (largest / b) ** SKEW)
+        for b, p in trace.profiles.items()
+    }
+    return dataclasses.replace(trace, profiles=profiles, gpu=f"{trace.gpu}-skewed")
+
+
 def run_transfer(
     first: str, second: str, seeds: list[int], recurrences: int
 ) -> list[tuple[list[int], Summary, Summary]]:
     """Per workload: the batch sizes both GPUs have, the second phase of a job that moved from
-    ``first`` to ``second``, and a cold start on ``second``, both against its oracle."""
+    ``first`` to ``second`` (``<gpu>-skewed``: `skewed`), and a cold start on ``second``, both
+    against its oracle."""
     pairs = []
     for name in WORKLOADS:
-        before, after = load_trace_job(name, first), load_trace_job(name, second)
+        before = load_trace_job(name, first)
+        if second.endswith("-skewed"):
+            after = skewed(load_trace_job(name, second.removesuffix("-skewed")))
+        else:
+            after = load_trace_job(name, second)
         sizes = set(before.batch_sizes) & set(after.batch_sizes)
         default = max((b for b in sizes if b <= before.default_batch_size), default=min(sizes))
         before, after = _shared(before, sizes, default), _shared(after, sizes, default)
@@ -241,7 +262,7 @@ def main() -> None:
         started = time.perf_counter()
         first, second = args.gpus[:2]
         sections, data = [], {}
-        for a, b in ((first, second), (second, first)):
+        for a, b in ((first, second), (second, first), (first, f"{first}-skewed")):
             pairs = run_transfer(a, b, args.seeds, args.recurrences)
             sections.append(f"### {a.upper()} then {b.upper()}\n\n" + transfer_markdown(pairs))
             data[f"{a}->{b}"] = [
@@ -252,7 +273,9 @@ def main() -> None:
             f"Transfer: seeds {args.seeds}, {args.recurrences} recurrences on one GPU, then as "
             "many on the other with the same job (registered again), eta 0.5, beta 2.0. Regret "
             "over the second phase = its cumulative cost / the second GPU's oracle's; cold "
-            "start: a new job on the second GPU with the same batch sizes and default.\n\n"
+            "start: a new job on the second GPU with the same batch sizes and default. "
+            f"{first.upper()}-SKEWED: {first.upper()} with the time per epoch of batch size b "
+            f"times (largest / b) ** {SKEW}, a GPU change that moves the oracle.\n\n"
         )
         text = note + "\n".join(sections)
         (RESULTS / "regret_transfer.md").write_text(text)
