@@ -11,6 +11,7 @@ from zeus_bso.policy import (
     EpochSums,
     JobState,
     Report,
+    StopRules,
     TrialKind,
     TrialState,
     TrialStatus,
@@ -80,7 +81,7 @@ def judged(
     report = Report(
         batch_size, cost, metric, current_epoch, exploring, epochs_left, epoch_cost, fresh_cost
     )
-    return judge_report(job, report, best_cost)
+    return judge_report(StopRules.of(job), report, best_cost)
 
 
 def with_readings(

@@ -11,13 +11,14 @@ from tests.policy.helpers import explored, judged, make_job
 from zeus_bso.policy import (
     ConvergedStats,
     CostStats,
+    StopRules,
     arm_posterior,
     best_reference,
     choose_arm,
     next_pruning_step,
 )
 from zeus_bso.policy.posteriors import POOLED_CV_PRIOR, POOLED_CV_PRIOR_DOF, pooled_cv2
-from zeus_bso.policy.pruning import ExploreNext, PruningDone
+from zeus_bso.policy.pruning import ExploreNext, PruningDone, PruningSettings
 
 SIZES = [16, 32, 64, 128, 256]
 
@@ -28,7 +29,7 @@ def walk(job_overrides: dict, costs: dict[int, float | None]) -> tuple[list[int]
     history: tuple = ()
     order = []
     while True:
-        step = next_pruning_step(job, history)
+        step = next_pruning_step(PruningSettings.of(job), history)
         if not isinstance(step, ExploreNext):
             return order, step
         order.append(step.batch_size)
@@ -171,8 +172,8 @@ def test_best_reference_run_or_mean() -> None:
         64: ConvergedStats(count=2, total=240.0, best=110.0),  # mean 120
         128: ConvergedStats(),
     }
-    run = best_reference(make_job(early_stop_reference="best_run"), converged)
-    mean = best_reference(make_job(early_stop_reference="best_mean"), converged)
+    run = best_reference(StopRules.of(make_job(early_stop_reference="best_run")), converged)
+    mean = best_reference(StopRules.of(make_job(early_stop_reference="best_mean")), converged)
     assert (run.batch_size, run.cost) == (32, 100.0)  # type: ignore[union-attr]
     assert (mean.batch_size, mean.cost) == (64, 120.0)  # type: ignore[union-attr]
-    assert best_reference(make_job(), {}) is None
+    assert best_reference(StopRules.of(make_job()), {}) is None

@@ -7,7 +7,8 @@ import pytest
 from tests.policy.helpers import explored, make_job
 from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy import TrialKind, TrialState, TrialStatus, next_pruning_step
-from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, PruningDone
+from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, PruningDone, PruningSettings
+from zeus_bso.spec import CreatedJob
 
 
 def test_round_zero_starts_at_default_then_goes_down_then_up() -> None:
@@ -16,7 +17,7 @@ def test_round_zero_starts_at_default_then_goes_down_then_up() -> None:
     order = []
     costs = {16: 50.0, 32: 40.0, 64: 30.0, 128: 20.0, 256: 25.0}
     for number in range(1, 6):
-        step = next_pruning_step(job, tuple(history))
+        step = next_pruning_step(PruningSettings.of(job), tuple(history))
         assert isinstance(step, ExploreNext)
         assert step.round == 0
         order.append(step.batch_size)
@@ -32,11 +33,13 @@ def test_direction_stops_at_first_non_converging_batch_size() -> None:
         explored(0, 64, 1, converged=True, cost=10.0),
         explored(0, 32, 2, converged=False, cost=99.0),
     )
-    step = next_pruning_step(job, history)
+    step = next_pruning_step(PruningSettings.of(job), history)
     assert step == ExploreNext(batch_size=128, round=0)  # 16 is skipped: 32 did not converge
     history += (explored(0, 128, 3, converged=False, cost=99.0),)
     # 256 is skipped too; round 1 pivots on the only converged size, 64.
-    assert next_pruning_step(job, history) == ExploreNext(batch_size=64, round=1)
+    assert next_pruning_step(PruningSettings.of(job), history) == ExploreNext(
+        batch_size=64, round=1
+    )
 
 
 def test_next_round_pivots_on_cheapest_and_keeps_only_converged() -> None:
@@ -50,34 +53,42 @@ def test_next_round_pivots_on_cheapest_and_keeps_only_converged() -> None:
     )
     order = []
     for number in range(6, 10):
-        step = next_pruning_step(job, history)
+        step = next_pruning_step(PruningSettings.of(job), history)
         assert isinstance(step, ExploreNext)
         assert step.round == 1
         order.append(step.batch_size)
         history += (explored(1, step.batch_size, number, converged=True, cost=1.0),)
     assert order == [128, 64, 32, 256]
-    assert next_pruning_step(job, history) == PruningDone(arms=(32, 64, 128, 256))
+    assert next_pruning_step(PruningSettings.of(job), history) == PruningDone(
+        arms=(32, 64, 128, 256)
+    )
 
 
 def test_in_flight_exploration_makes_the_next_run_concurrent() -> None:
     job = make_job()
     history = (explored(0, 64, 1, status=TrialStatus.DISPATCHED),)
-    assert next_pruning_step(job, history) == ExplorationInFlight()
+    assert next_pruning_step(PruningSettings.of(job), history) == ExplorationInFlight()
 
 
 def test_abandoned_exploration_frees_its_slot() -> None:
     job = make_job()
     history = (explored(0, 64, 1, status=TrialStatus.ABANDONED),)
-    assert next_pruning_step(job, history) == ExploreNext(batch_size=64, round=0)
+    assert next_pruning_step(PruningSettings.of(job), history) == ExploreNext(
+        batch_size=64, round=0
+    )
 
 
 def test_unreported_failures_are_bounded() -> None:
     job = make_job(max_unreported_failures=2)
     one_failure = (explored(0, 64, 1, status=TrialStatus.FAILED),)
-    assert next_pruning_step(job, one_failure) == ExploreNext(batch_size=64, round=0)
+    assert next_pruning_step(PruningSettings.of(job), one_failure) == ExploreNext(
+        batch_size=64, round=0
+    )
     two_failures = (*one_failure, explored(0, 64, 2, status=TrialStatus.FAILED))
     # 64 now counts as not converging: the down direction stops and the up direction begins.
-    assert next_pruning_step(job, two_failures) == ExploreNext(batch_size=128, round=0)
+    assert next_pruning_step(PruningSettings.of(job), two_failures) == ExploreNext(
+        batch_size=128, round=0
+    )
 
 
 def test_runs_that_vanish_before_their_first_report_count_as_failures() -> None:
@@ -86,11 +97,13 @@ def test_runs_that_vanish_before_their_first_report_count_as_failures() -> None:
     job = make_job(max_unreported_failures=2)
     silent = explored(0, 64, 1, status=TrialStatus.ABANDONED)
     reported = TrialState(2, 64, TrialKind.EXPLORATION, 0, TrialStatus.ABANDONED, epochs=1)
-    assert next_pruning_step(job, (silent, reported)) == ExploreNext(batch_size=64, round=0)
+    assert next_pruning_step(PruningSettings.of(job), (silent, reported)) == ExploreNext(
+        batch_size=64, round=0
+    )
     twice = (silent, reported, explored(0, 64, 3, status=TrialStatus.ABANDONED))
-    assert next_pruning_step(job, twice) == ExploreNext(batch_size=128, round=0)
+    assert next_pruning_step(PruningSettings.of(job), twice) == ExploreNext(batch_size=128, round=0)
     mixed = (silent, explored(0, 64, 2, status=TrialStatus.FAILED))
-    assert next_pruning_step(job, mixed) == ExploreNext(batch_size=128, round=0)
+    assert next_pruning_step(PruningSettings.of(job), mixed) == ExploreNext(batch_size=128, round=0)
 
 
 def test_first_report_in_a_round_decides() -> None:
@@ -100,21 +113,23 @@ def test_first_report_in_a_round_decides() -> None:
         explored(0, 64, 1, converged=False),  # late report of an abandoned trial
     )
     with pytest.raises(NoConvergedBatchSizeError):
-        next_pruning_step(job, history)
+        next_pruning_step(PruningSettings.of(job), history)
 
 
 def test_round_without_converged_batch_size_is_a_clear_error() -> None:
     job = make_job(batch_sizes=[32, 64, 128], default_batch_size=64)
     history = (explored(0, 64, 1, converged=False), explored(0, 128, 2, converged=False))
     with pytest.raises(NoConvergedBatchSizeError) as info:
-        next_pruning_step(job, history)
+        next_pruning_step(PruningSettings.of(job), history)
     assert info.value.tried == [64, 128]
     assert "Reconfigure" in str(info.value)
 
 
 def test_zero_rounds_makes_every_batch_size_an_arm() -> None:
     job = make_job(num_pruning_rounds=0)
-    assert next_pruning_step(job, ()) == PruningDone(arms=(16, 32, 64, 128, 256))
+    assert next_pruning_step(PruningSettings.of(job), ()) == PruningDone(
+        arms=(16, 32, 64, 128, 256)
+    )
 
 
 def test_first_bandit_decision_uses_the_pruning_observations() -> None:
@@ -141,13 +156,13 @@ def test_first_bandit_decision_uses_the_pruning_observations() -> None:
     assert picks == {128}  # one exact observation each: the cheapest arm, never a random one
 
 
-def walk(job: object, costs: dict[int, float | None]) -> list[int]:
+def walk(job: CreatedJob, costs: dict[int, float | None]) -> list[int]:
     """The explorations of one round, in order, each converging at ``costs`` (None: not
     converging); the walk ends when pruning is done."""
     history: list[TrialState] = []
     order = []
     while True:
-        step = next_pruning_step(job, tuple(history))  # type: ignore[arg-type]
+        step = next_pruning_step(PruningSettings.of(job), tuple(history))
         if not isinstance(step, ExploreNext):
             return order
         cost = costs[step.batch_size]
@@ -179,7 +194,7 @@ def test_a_strided_walk_steps_over_batch_sizes_then_tries_the_cheapests_neighbou
     costs: dict[int, float | None] = {1024: 100.0, 2048: 80.0, 4096: 70.0, 8192: 55.0}
     costs[16384] = 50.0
     assert walk(job, costs) == [1024, 4096, 16384, 8192]
-    assert next_pruning_step(job, ()) == ExploreNext(1024, 0)
+    assert next_pruning_step(PruningSettings.of(job), ()) == ExploreNext(1024, 0)
     # Every batch size in turn with stride 1: one more full run.
     one = make_job(batch_sizes=sizes, default_batch_size=1024, prune_stride=1, **STRIDED)
     assert walk(one, costs) == [1024, 2048, 4096, 8192, 16384]
@@ -194,7 +209,7 @@ def test_a_strided_walk_follows_the_cheapest_through_its_neighbours() -> None:
     costs: dict[int, float | None] = {192: 140.0, 128: 130.0, 96: 110.0, 64: 105.0, 48: 100.0}
     costs |= {32: 95.0, 16: 200.0, 8: None}
     assert walk(job, costs) == [192, 96, 48, 16, 32]
-    done = next_pruning_step(job, tuple(_history(costs, [192, 96, 48, 16, 32])))
+    done = next_pruning_step(PruningSettings.of(job), tuple(_history(costs, [192, 96, 48, 16, 32])))
     assert done == PruningDone(arms=(32, 48, 96, 192))  # 16 was over the cost ratio
 
 

@@ -15,6 +15,7 @@ from zeus_bso.policy.bandits import (
 )
 from zeus_bso.policy.cost import (
     Report,
+    StopRules,
     best_reference,
     fold_final_report,
     judge_report,
@@ -43,7 +44,7 @@ from zeus_bso.policy.profiles import (
     state_on,
     with_profile,
 )
-from zeus_bso.policy.pruning import next_pruning_step
+from zeus_bso.policy.pruning import PruningSettings, next_pruning_step
 from zeus_bso.policy.types import (
     BatchSizeStats,
     BestRun,
@@ -80,10 +81,12 @@ __all__ = [
     "JobState",
     "Posterior",
     "Profiles",
+    "PruningSettings",
     "Report",
     "Reported",
     "Stage",
     "StatusChange",
+    "StopRules",
     "TrialKind",
     "TrialState",
     "TrialStatus",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
-from zeus_bso.spec import CreatedJob
+
+if TYPE_CHECKING:
+    from zeus_bso.spec import CreatedJob
 
 
 def zeus_cost(energy: float, time: float, eta_knob: float, max_power: float) -> float:
@@ -15,11 +18,47 @@ def zeus_cost(energy: float, time: float, eta_knob: float, max_power: float) -> 
     return eta_knob * energy + (1.0 - eta_knob) * max_power * time
 
 
-def target_reached(job: CreatedJob, metric: float) -> bool:
+@dataclass(frozen=True, slots=True)
+class StopRules:
+    """When a job's runs stop, and what their costs are judged against (from its options:
+    `of`)."""
+
+    target_metric: float
+    higher_is_better: bool
+    max_epochs: int
+    beta_knob: float | None
+    prune_cost_ratio: float | None
+    reference: Literal["best_run", "best_mean"]
+    """``early_stop_reference``."""
+    predictive: bool
+    """``early_stop_predictive``."""
+    learning_curve: bool
+    """``learning_curve_stop``."""
+    cost_to_go: bool
+    """``stop_on_cost_to_go``."""
+
+    @classmethod
+    def of(cls, job: CreatedJob) -> StopRules:
+        """The job's stop rules (its target, ``max_epochs``, ``beta_knob``, ``prune_cost_ratio``,
+        ``early_stop_*``, ``learning_curve_stop`` and ``stop_on_cost_to_go``)."""
+        return cls(
+            job.target_metric,
+            job.higher_is_better_metric,
+            job.max_epochs,
+            job.beta_knob,
+            job.prune_cost_ratio,
+            job.early_stop_reference,
+            job.early_stop_predictive,
+            job.learning_curve_stop,
+            job.stop_on_cost_to_go,
+        )
+
+
+def target_reached(rules: StopRules, metric: float) -> bool:
     """Whether ``metric`` meets the job's target."""
-    if job.higher_is_better_metric:
-        return metric >= job.target_metric
-    return metric <= job.target_metric
+    if rules.higher_is_better:
+        return metric >= rules.target_metric
+    return metric <= rules.target_metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +83,7 @@ class Report:
     alternative to finishing this run; `fresh_run_cost`)."""
 
 
-def judge_report(job: CreatedJob, report: Report, best_cost: float | None) -> Verdict:
+def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
 
     ``best_cost`` is the early-stop reference: the lowest cost of a *converged* run of this job
@@ -54,18 +93,18 @@ def judge_report(job: CreatedJob, report: Report, best_cost: float | None) -> Ve
     (`early_stop_bound`, `over_bound`: stop, not converged); otherwise keep training.
     """
     cost = report.cost
-    if target_reached(job, report.metric):
+    if target_reached(rules, report.metric):
         return Verdict(stop=True, converged=True, cost=cost, message="Train succeeded")
-    if report.epoch >= job.max_epochs:
+    if report.epoch >= rules.max_epochs:
         return Verdict(
             stop=True,
             converged=False,
             cost=cost,
-            message=f"Train failed to converge within max_epoch({job.max_epochs})",
+            message=f"Train failed to converge within max_epoch({rules.max_epochs})",
         )
-    bound = early_stop_bound(job, report.exploring)
+    bound = early_stop_bound(rules, report.exploring)
     if bound is not None and best_cost is not None:
-        verdict = over_bound(job, report, bound, best_cost)
+        verdict = over_bound(rules, report, bound, best_cost)
         if verdict is not None:
             return verdict
     return Verdict(
@@ -73,19 +112,19 @@ def judge_report(job: CreatedJob, report: Report, best_cost: float | None) -> Ve
     )
 
 
-def early_stop_bound(job: CreatedJob, exploring: bool) -> tuple[str, float] | None:
+def early_stop_bound(rules: StopRules, exploring: bool) -> tuple[str, float] | None:
     """The option that bounds a run's cost and its ratio to the reference: ``beta_knob``, or
     for a pruning exploration ``prune_cost_ratio`` where it is lower (the run would be dropped
     at that ratio anyway). None: no bound."""
-    knob, ratio = "beta_knob", job.beta_knob
-    prune = job.prune_cost_ratio if exploring else None
+    knob, ratio = "beta_knob", rules.beta_knob
+    prune = rules.prune_cost_ratio if exploring else None
     if prune is not None and (ratio is None or prune < ratio):
         knob, ratio = "prune_cost_ratio", prune
     return None if ratio is None else (knob, ratio)
 
 
 def over_bound(
-    job: CreatedJob, report: Report, bound: tuple[str, float], best_cost: float
+    rules: StopRules, report: Report, bound: tuple[str, float], best_cost: float
 ) -> Verdict | None:
     """The stop of a run over ``bound`` times ``best_cost``, or None if it may go on: its cost
     now, with ``early_stop_predictive`` its cost after one more epoch, and with a learning-curve
@@ -94,9 +133,9 @@ def over_bound(
     knob, ratio = bound
     cost, epoch = report.cost, report.epoch
     limit = ratio * best_cost
-    next_epoch = cost / epoch if job.early_stop_predictive else 0.0
-    if report.epochs_left is not None and job.stop_on_cost_to_go:
-        return over_cost_to_go(job, report, bound, best_cost)
+    next_epoch = cost / epoch if rules.predictive else 0.0
+    if report.epochs_left is not None and rules.cost_to_go:
+        return over_cost_to_go(rules, report, bound, best_cost)
     per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
     predicted = cost + per_epoch * (report.epochs_left or 0)
     if predicted > limit and cost + next_epoch <= limit:
@@ -107,7 +146,7 @@ def over_bound(
 
 
 def over_cost_to_go(
-    job: CreatedJob, report: Report, bound: tuple[str, float], best_cost: float
+    rules: StopRules, report: Report, bound: tuple[str, float], best_cost: float
 ) -> Verdict | None:
     """The stop of a run whose learning curve predicts the epochs it still needs: it goes on
     while its predicted cost at convergence is within ``bound``, or while what it still has to
@@ -117,10 +156,11 @@ def over_cost_to_go(
     never comes true."""
     knob, ratio = bound
     cost, epoch = report.cost, report.epoch
-    cap_knob, cap_ratio = (knob, ratio) if job.beta_knob is None else ("beta_knob", job.beta_knob)
+    beta = rules.beta_knob
+    cap_knob, cap_ratio = (knob, ratio) if beta is None else ("beta_knob", beta)
     if cap_ratio < ratio:
         cap_knob, cap_ratio = knob, ratio
-    next_epoch = cost / epoch if job.early_stop_predictive else 0.0
+    next_epoch = cost / epoch if rules.predictive else 0.0
     if cost + next_epoch > cap_ratio * best_cost:
         return _over(report, cap_knob, cap_ratio, best_cost, next_epoch)
     per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
@@ -171,7 +211,7 @@ def fresh_run_cost(stats: Mapping[int, BatchSizeStats]) -> float | None:
     return min((m for m in means if m is not None), default=None)
 
 
-def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> BestRun | None:
+def best_reference(rules: StopRules, converged: Mapping[int, ConvergedStats]) -> BestRun | None:
     """The early-stop reference of a job from its batch sizes' converged runs.
 
     ``early_stop_reference="best_run"``: the cheapest converged run (upstream). ``"best_mean"``:
@@ -179,7 +219,7 @@ def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> 
     """
     candidates: list[tuple[float, int]] = []
     for batch_size, stats in converged.items():
-        value = stats.best if job.early_stop_reference == "best_run" else stats.mean
+        value = stats.best if rules.reference == "best_run" else stats.mean
         if stats.count == 0 or value is None:
             continue
         candidates.append((value, batch_size))
@@ -190,7 +230,7 @@ def best_reference(job: CreatedJob, converged: Mapping[int, ConvergedStats]) -> 
 
 
 def fold_final_report(
-    job: CreatedJob,
+    rules: StopRules,
     stats: Mapping[int, BatchSizeStats],
     batch_size: int,
     cost: float,
@@ -203,4 +243,4 @@ def fold_final_report(
     per_size = dict(stats)
     entry = per_size.get(batch_size, BatchSizeStats(batch_size))
     per_size[batch_size] = entry.add(cost, converged, curve)
-    return per_size, best_reference(job, {b: s.converged for b, s in per_size.items()})
+    return per_size, best_reference(rules, {b: s.converged for b, s in per_size.items()})

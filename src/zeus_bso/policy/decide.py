@@ -5,7 +5,12 @@ from __future__ import annotations
 import random
 
 from zeus_bso.policy.bandits import choose_arm
-from zeus_bso.policy.pruning import ExplorationInFlight, ExploreNext, next_pruning_step
+from zeus_bso.policy.pruning import (
+    ExplorationInFlight,
+    ExploreNext,
+    PruningSettings,
+    next_pruning_step,
+)
 from zeus_bso.policy.types import Dispatch, JobHistory, TrialKind
 from zeus_bso.spec import CreatedJob
 
@@ -30,7 +35,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
     """
     arms = history.arms
     if arms is None:
-        step = next_pruning_step(job, history.explorations)
+        step = next_pruning_step(PruningSettings.of(job), history.explorations)
         if isinstance(step, ExploreNext):
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):

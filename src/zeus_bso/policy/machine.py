@@ -27,6 +27,7 @@ from types import MappingProxyType
 from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy.cost import (
     Report,
+    StopRules,
     fold_final_report,
     fresh_run_cost,
     judge_report,
@@ -249,12 +250,10 @@ def after_report(
         ran_on = trial.profile or profiles.base
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
     seen = state_on(job, state, profiles, trial.profile)
-    best = seen.best
-    curve = extended(trial.curve, current_epoch, metric, job.higher_is_better_metric)
-    report = _report_of(job, state, trial, curve, cost, metric, current_epoch)
-    if report.epochs_left is not None:
-        report = replace(report, fresh_cost=fresh_run_cost(seen.stats))
-    verdict = judge_report(priced, report, best.cost if best else None)
+    rules = StopRules.of(job)
+    curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
+    report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
+    verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
     answer = _answer(verdict)
     measured = replace(
         trial,
@@ -268,7 +267,7 @@ def after_report(
     state = counted_anew(state, trial, measured)
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
-    return _ended(job, state, measured, verdict, answer, profiles)
+    return _ended(rules, state, measured, verdict, answer, profiles)
 
 
 def _answer(verdict: Verdict) -> ReportResponse:
@@ -295,31 +294,33 @@ def _already_reported(priced: CreatedJob, state: JobState, trial: TrialState) ->
 
 
 def _report_of(
-    job: CreatedJob,
+    rules: StopRules,
     state: JobState,
+    seen: JobState,
     trial: TrialState,
-    curve: Curve,
-    cost: float,
-    metric: float,
-    current_epoch: int,
+    reported: tuple[Curve, float, float, int],
 ) -> Report:
-    """The report as the stop rules read it. With ``learning_curve_stop``, from a run's second
-    report on, it carries the epochs the run still needs (predicted from the kept curves) and
-    what an epoch costs: its first epoch may hold one-off start-up work (a compile, warm
-    caches), so the cheaper of its mean epoch and its epochs since the last report."""
-    left = epoch_cost = None
-    if job.learning_curve_stop and trial.epochs and trial.cost is not None:
+    """The report (its curve, cost, metric and epoch) as the stop rules read it. With
+    ``learning_curve_stop``, from a run's second report on, it carries the epochs the run still
+    needs (predicted from the kept curves), what an epoch costs (its first epoch may hold
+    one-off start-up work, a compile or cold caches, so the cheaper of its mean epoch and its
+    epochs since the last report) and what a fresh run costs (`fresh_run_cost`, from ``seen``,
+    the job's statistics in the run's profile's units)."""
+    curve, cost, metric, current_epoch = reported
+    left = epoch_cost = fresh = None
+    if rules.learning_curve and trial.epochs and trial.cost is not None:
         kept = {size: entry.curves for size, entry in state.stats.items()}
-        hib = job.higher_is_better_metric
+        hib = rules.higher_is_better
         left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch)
         since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
         epoch_cost = min(cost / current_epoch, since)
+        fresh = None if left is None else fresh_run_cost(seen.stats)
     exploring = trial.kind is TrialKind.EXPLORATION
-    return Report(trial.batch_size, cost, metric, current_epoch, exploring, left, epoch_cost)
+    return Report(trial.batch_size, cost, metric, current_epoch, exploring, left, epoch_cost, fresh)
 
 
 def _ended(
-    job: CreatedJob,
+    rules: StopRules,
     state: JobState,
     measured: TrialState,
     verdict: Verdict,
@@ -339,11 +340,11 @@ def _ended(
     if profiles is not None:
         base_cost *= profiles.factor(measured.batch_size, measured.profile, profiles.base)
     stats, base_best = fold_final_report(
-        job,
+        rules,
         state.stats,
         measured.batch_size,
         base_cost,
         verdict.converged,
-        measured.curve if job.learning_curve_stop else None,
+        measured.curve if rules.learning_curve else None,
     )
     return Reported(replace(state, stats=stats, best=base_best), ended, answer, final=True)

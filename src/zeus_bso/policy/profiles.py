@@ -29,7 +29,7 @@ from statistics import fmean
 from typing import TypeAlias
 
 from zeus_bso.errors import TooManyProfilesError
-from zeus_bso.policy.cost import best_reference, zeus_cost
+from zeus_bso.policy.cost import StopRules, best_reference, zeus_cost
 from zeus_bso.policy.types import ByProfile, CostStats, JobState, TrialKind, TrialState
 from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
 
@@ -224,7 +224,9 @@ def state_on(
             m2 = scaled.costs.variance * weight
             scaled = replace(scaled, reports=weight, m2_cost=m2)
         stats[size] = scaled
-    best = best_reference(job, {size: entry.converged for size, entry in stats.items()})
+    best = best_reference(
+        StopRules.of(job), {size: entry.converged for size, entry in stats.items()}
+    )
     return replace(state, stats=stats, best=best)
 
 

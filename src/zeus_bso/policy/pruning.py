@@ -16,10 +16,43 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy.types import TrialState, TrialStatus
-from zeus_bso.spec import CreatedJob
+
+if TYPE_CHECKING:
+    from zeus_bso.spec import CreatedJob
+
+
+@dataclass(frozen=True, slots=True)
+class PruningSettings:
+    """How a job prunes (from its options: `of`)."""
+
+    batch_sizes: tuple[int, ...]
+    """The batch sizes, ascending."""
+    default_batch_size: int
+    """Round 0's pivot."""
+    rounds: int
+    up_first: bool
+    skip_other_direction: bool
+    cost_ratio: float | None
+    stride: int
+    max_unreported_failures: int
+
+    @classmethod
+    def of(cls, job: CreatedJob) -> PruningSettings:
+        """The job's pruning (``num_pruning_rounds``, ``prune_*``, ``max_unreported_failures``)."""
+        return cls(
+            tuple(job.batch_sizes),
+            job.default_batch_size,
+            job.num_pruning_rounds,
+            job.prune_up_first,
+            job.prune_skip_other_direction,
+            job.prune_cost_ratio,
+            job.prune_stride,
+            job.max_unreported_failures,
+        )
 
 
 class _Outcome(Enum):
@@ -75,13 +108,15 @@ def _outcome(
     return _Outcome.UNTRIED, None
 
 
-def next_pruning_step(job: CreatedJob, explorations: tuple[TrialState, ...]) -> PruningStep:
+def next_pruning_step(
+    settings: PruningSettings, explorations: tuple[TrialState, ...]
+) -> PruningStep:
     """Walk the pruning rounds over the explorations so far and say what comes next.
 
     The first report of a batch size in a round decides its outcome there (a late report of an
     abandoned trial can add a second one). Trials that ended without any report count as
     failures: ended by their client (failed) or abandoned before their first report (their lease
-    ran out: an OOM kill, a lost node). ``job.max_unreported_failures`` of them in one round mark
+    ran out: an OOM kill, a lost node). ``max_unreported_failures`` of them in one round mark
     the batch size as not converging in that round. A trial abandoned after it reported says
     nothing bad and is ignored.
 
@@ -92,19 +127,19 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[TrialState, ...]) -> 
     for record in explorations:
         by_round[(record.round or 0, record.batch_size)].append(record)
 
-    candidates = list(job.batch_sizes)
-    pivot = job.default_batch_size
-    for round_index in range(job.num_pruning_rounds):
-        walk = _Round(job, round_index, by_round)
-        lower = _strided(sorted((b for b in candidates if b < pivot), reverse=True), job)
-        higher = _strided(sorted(b for b in candidates if b > pivot), job)
+    candidates = list(settings.batch_sizes)
+    pivot = settings.default_batch_size
+    for round_index in range(settings.rounds):
+        walk = _Round(settings, round_index, by_round)
+        lower = _strided(sorted((b for b in candidates if b < pivot), reverse=True), settings)
+        higher = _strided(sorted(b for b in candidates if b > pivot), settings)
         # Upstream walks [pivot, smaller...] then [larger...]: a pivot that does not converge
         # also ends the downward walk. Up-first walks the pivot on its own, then [larger...],
         # then [smaller...]: the pivot's outcome says nothing about either direction.
-        walks = ([pivot], higher, lower) if job.prune_up_first else ([pivot, *lower], higher)
+        walks = ([pivot], higher, lower) if settings.up_first else ([pivot, *lower], higher)
         for index, direction in enumerate(walks):
             last = index == len(walks) - 1
-            if last and job.prune_skip_other_direction and _improved(walk.converged, pivot):
+            if last and settings.skip_other_direction and _improved(walk.converged, pivot):
                 break
             for batch_size in direction:
                 went = walk.step(batch_size)
@@ -112,7 +147,7 @@ def next_pruning_step(job: CreatedJob, explorations: tuple[TrialState, ...]) -> 
                     break
                 if went is not True:
                     return went
-        while job.prune_stride > 1 and walk.converged:
+        while settings.stride > 1 and walk.converged:
             untried = [b for b in _neighbours(candidates, walk.cheapest()) if b not in walk.tried]
             if not untried:
                 break
@@ -132,11 +167,11 @@ class _Round:
 
     def __init__(
         self,
-        job: CreatedJob,
+        settings: PruningSettings,
         round_index: int,
         by_round: dict[tuple[int, int], list[TrialState]],
     ) -> None:
-        self.job = job
+        self.settings = settings
         self.round = round_index
         self.by_round = by_round
         self.converged: dict[int, float] = {}
@@ -150,7 +185,7 @@ class _Round:
         walk goes on past it; False, its direction ends there (it did not converge, or cost
         clearly more than the round's cheapest)."""
         outcome, cost = _outcome(
-            self.by_round.get((self.round, batch_size), []), self.job.max_unreported_failures
+            self.by_round.get((self.round, batch_size), []), self.settings.max_unreported_failures
         )
         if outcome is _Outcome.IN_FLIGHT:
             return ExplorationInFlight()
@@ -161,16 +196,16 @@ class _Round:
             return False
         # A converged report always carries its cost; without one it can't be a pivot.
         cost = math.inf if cost is None else cost
-        ratio = self.job.prune_cost_ratio
+        ratio = self.settings.cost_ratio
         if ratio is not None and self.converged and cost > ratio * min(self.converged.values()):
             return False  # clearly costlier than the round's best: the direction ends here
         self.converged[batch_size] = cost
         return True
 
 
-def _strided(direction: list[int], job: CreatedJob) -> list[int]:
+def _strided(direction: list[int], settings: PruningSettings) -> list[int]:
     """Every ``prune_stride``-th batch size of a direction, the farthest one included."""
-    stride = job.prune_stride
+    stride = settings.stride
     if stride <= 1 or not direction:
         return direction
     picked = direction[stride - 1 :: stride]
