@@ -17,6 +17,7 @@ from zeus_bso.policy import (
     TrialKind,
     TrialState,
     TrialStatus,
+    Verdict,
     after_report,
     with_profile,
 )
@@ -156,6 +157,24 @@ def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_pre
     assert second.trial.curve == ((1, 0.05), (2, 0.1))
 
 
+def exploration_at_epoch_7(job: CreatedJob, energy: float, left: int) -> Verdict:
+    """The verdict on an exploration of 64 at epoch 7, ``energy`` J so far (cost = energy) and
+    ``left`` epochs of 20 J predicted, against a best run of 100 J and a fresh run of 110 J."""
+    return judged(
+        job,
+        batch_size=64,
+        time=0.0,
+        energy=energy,
+        metric=0.3,
+        current_epoch=7,
+        best_cost=100.0,
+        exploring=True,
+        epochs_left=left,
+        epoch_cost=20.0,
+        fresh_cost=110.0,
+    )
+
+
 @pytest.mark.parametrize(
     ("energy", "left", "stops", "charged", "says"),
     [
@@ -173,19 +192,7 @@ def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_pre
 def test_an_exploration_goes_on_while_what_it_still_has_to_pay_is_less_than_a_fresh_run(
     energy: float, left: int, stops: bool, charged: float | None, says: str
 ) -> None:
-    verdict = judged(
-        make_job(),
-        batch_size=64,
-        time=0.0,
-        energy=energy,
-        metric=0.3,
-        current_epoch=7,
-        best_cost=100.0,
-        exploring=True,
-        epochs_left=left,
-        epoch_cost=20.0,
-        fresh_cost=110.0,
-    )
+    verdict = exploration_at_epoch_7(make_job(), energy, left)
     assert verdict.stop is stops
     assert not verdict.converged
     assert verdict.charged == charged
@@ -193,19 +200,7 @@ def test_an_exploration_goes_on_while_what_it_still_has_to_pay_is_less_than_a_fr
 
 
 def test_without_stop_on_cost_to_go_a_run_stops_at_its_prediction() -> None:
-    verdict = judged(
-        make_job(stop_on_cost_to_go=False),
-        batch_size=64,
-        time=0.0,
-        energy=140.0,
-        metric=0.3,
-        current_epoch=7,
-        best_cost=100.0,
-        exploring=True,
-        epochs_left=3,
-        epoch_cost=20.0,
-        fresh_cost=110.0,
-    )
+    verdict = exploration_at_epoch_7(make_job(stop_on_cost_to_go=False), 140.0, 3)
     assert verdict.stop
     assert verdict.charged == 200.0  # 140 + 3 x 20 J > prune_cost_ratio(1.5) x 100 J
 
