@@ -130,12 +130,12 @@ def over_bound(
     now, with ``early_stop_predictive`` its cost after one more epoch, and with a learning-curve
     prediction its cost at convergence (charged, not paid: the run would have cost that); with
     ``stop_on_cost_to_go`` too, see `over_cost_to_go`."""
+    if report.epochs_left is not None and rules.cost_to_go:
+        return over_cost_to_go(rules, report, bound, best_cost)
     knob, ratio = bound
     cost, epoch = report.cost, report.epoch
     limit = ratio * best_cost
     next_epoch = cost / epoch if rules.predictive else 0.0
-    if report.epochs_left is not None and rules.cost_to_go:
-        return over_cost_to_go(rules, report, bound, best_cost)
     per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
     predicted = cost + per_epoch * (report.epochs_left or 0)
     if predicted > limit and cost + next_epoch <= limit:
