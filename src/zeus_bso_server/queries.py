@@ -25,7 +25,7 @@ from zeus_bso_server.read_models import (
 )
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.repository import Spent, StoredJob
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 
@@ -33,12 +33,12 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def savings_of(job: CreatedJob, spent: Iterable[Record]) -> Savings | None:
+def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | None:
     """The job's savings against its default batch size from `repo.spent` rows (see `Savings`);
     None until the default and some other batch size have a reported run."""
     energy = time = 0.0
     runs = 0
-    default: Record | None = None
+    default: Spent | None = None
     for row in spent:
         if row.status in policy.OPEN:
             continue  # a run in progress: counted when it ends
@@ -97,21 +97,21 @@ async def job_summaries(
     """Jobs ordered by id."""
 
     def work(conn: Connection) -> list[JobSummary]:
-        rows = repo.list_jobs(conn, prefix, limit, offset)
-        spent = _spent_by_job(conn, [row.job_id for row in rows])
-        return [_summary(conn, row, spent[row.job_id]) for row in rows]
+        stored = repo.list_jobs(conn, prefix, limit, offset)
+        spent = _spent_by_job(conn, [job.job_id for job in stored])
+        return [_summary(conn, job, spent[job.job_id]) for job in stored]
 
     return await db.read(work)
 
 
-def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
-    config = CreatedJob.model_validate(row.config)
-    state, history = _history(conn, row.job_id, config, repo.job_state(row))
+def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary:
+    config = CreatedJob.model_validate(job.config)
+    state, history = _history(conn, job.job_id, config, job.state)
     return JobSummary(
-        job_id=row.job_id,
-        job_id_prefix=row.job_id_prefix,
-        stage=row.stage,
-        trials=row.next_trial_number - 1,
+        job_id=job.job_id,
+        job_id_prefix=job.job_id_prefix,
+        stage=job.stage,
+        trials=job.state.next_trial_number - 1,
         gpu_model=config.gpu_model,
         number_of_gpus=config.number_of_gpus,
         profiles=_profiles(config, state),
@@ -119,8 +119,8 @@ def _summary(conn: Connection, row: Record, spent: list[Record]) -> JobSummary:
         best_cost=state.best.cost if state.best else None,
         recommended=_recommendation(config, state, history),
         savings=savings_of(config, spent),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
     )
 
 
@@ -128,9 +128,9 @@ _SPENT_CHUNK = 500
 """Jobs a query of their trials' sums names at once (databases bound the parameters)."""
 
 
-def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Record]]:
-    """Each job's `repo.spent` rows (what its trials used), every job of ``job_ids`` a key."""
-    spent: dict[str, list[Record]] = {job_id: [] for job_id in job_ids}
+def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Spent]]:
+    """What each job's trials used (`repo.spent`), every job of ``job_ids`` a key."""
+    spent: dict[str, list[Spent]] = {job_id: [] for job_id in job_ids}
     for start in range(0, len(job_ids), _SPENT_CHUNK):
         for used in repo.spent(conn, job_ids[start : start + _SPENT_CHUNK]):
             spent[used.job_id].append(used)
@@ -142,8 +142,8 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
 
     def work(conn: Connection) -> FleetSummary:
         configs = {
-            row.job_id: CreatedJob.model_validate(row.config)
-            for row in repo.list_jobs(conn, prefix, 2**31 - 1, 0)
+            job.job_id: CreatedJob.model_validate(job.config)
+            for job in repo.list_jobs(conn, prefix, 2**31 - 1, 0)
         }
         spent = _spent_by_job(conn, list(configs))
         runs = 0
@@ -209,11 +209,11 @@ def _batch_size_view(
 
 
 def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> JobView:
-    row = repo.get_job(conn, job_id)
-    if row is None:
+    job = repo.get_job(conn, job_id)
+    if job is None:
         raise JobNotFoundError(f"Job {job_id} not found")
-    config = CreatedJob.model_validate(row.config)
-    state, history = _history(conn, job_id, config, repo.job_state(row))
+    config = CreatedJob.model_validate(job.config)
+    state, history = _history(conn, job_id, config, job.state)
     spent = repo.spent(conn, [job_id])
     trials_by_status: Counter[str] = Counter()
     for group in spent:
@@ -225,19 +225,19 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     return JobView(
         job=config,
         profiles=_profiles(config, state),
-        stage=row.stage,
-        arms=row.arms,
+        stage=job.stage,
+        arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
         recommended=_recommendation(config, state, history),
         savings=savings_of(config, spent),
-        trial_count=row.next_trial_number - 1,
+        trial_count=job.state.next_trial_number - 1,
         trials_by_status=dict(trials_by_status),
         batch_sizes=[
             _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size))
             for s in stats.values()
         ],
         trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
     )

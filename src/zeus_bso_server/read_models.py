@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from zeus_bso.spec import CreatedJob
-from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.repository import StoredTrial
 
 
 class Recommendation(BaseModel):
@@ -108,9 +108,29 @@ class TrialView(BaseModel):
     lease_expires_at: float | None
 
     @classmethod
-    def of(cls, row: Record) -> TrialView:
-        """View of a trial row."""
-        return cls.model_validate(dict(row._mapping))
+    def of(cls, stored: StoredTrial) -> TrialView:
+        """View of a stored trial."""
+        trial = stored.trial
+        return cls(
+            job_id=stored.job_id,
+            trial_number=trial.trial_number,
+            batch_size=trial.batch_size,
+            kind=trial.kind.value,
+            round=trial.round,
+            status=trial.status.value,
+            epochs=trial.epochs,
+            time=trial.time,
+            energy=trial.energy,
+            metric=trial.metric,
+            cost=trial.cost,
+            converged=trial.converged,
+            message=trial.message,
+            profile=trial.profile,
+            curve=list(trial.curve) if stored.curve_kept else None,
+            created_at=stored.created_at,
+            updated_at=stored.updated_at,
+            lease_expires_at=stored.lease_expires_at,
+        )
 
 
 class JobView(BaseModel):

@@ -39,7 +39,7 @@ from zeus_bso_server.errors import (
 from zeus_bso_server.observability import Metrics
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.repository import StoredJob, StoredTrial
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
@@ -56,8 +56,8 @@ class Registered:
     created: bool
 
 
-def config_of(job: Record) -> CreatedJob:
-    """The validated configuration stored with a job row."""
+def config_of(job: StoredJob) -> CreatedJob:
+    """The validated configuration stored with a job."""
     return CreatedJob.model_validate(job.config)
 
 
@@ -152,7 +152,7 @@ class BatchSizeService:
                 assert existing is not None
                 config = config_of(existing)
             gpu = gpu_of(spec)
-            config, state = policy.registered_on(config, repo.job_state(existing), gpu)
+            config, state = policy.registered_on(config, existing.state, gpu)
             repo.set_profiles(
                 conn, spec.job_id, config.model_dump(mode="json"), list(state.profiles.values())
             )
@@ -168,8 +168,8 @@ class BatchSizeService:
         )
 
     @staticmethod
-    def _registered(job: Record | None, job_id: str) -> tuple[Record, CreatedJob]:
-        """The (locked) job row and its configuration; raises JobNotFoundError without a row."""
+    def _registered(job: StoredJob | None, job_id: str) -> tuple[StoredJob, CreatedJob]:
+        """The (locked) job and its configuration; raises JobNotFoundError without one."""
         if job is None:
             raise JobNotFoundError(f"Unknown job({job_id}). Please register the job first")
         return job, config_of(job)
@@ -208,7 +208,7 @@ class BatchSizeService:
     ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
-        state = repo.job_state(job)
+        state = job.state
         if gpu is not None:  # a resumed run's too: it may have restarted on other GPUs
             known = policy.with_profile(config, state, gpu)
             if known != state:
@@ -238,7 +238,7 @@ class BatchSizeService:
         found = repo.trial_of_run(conn, job_id, run_key)
         if found is None:
             return None
-        trial = repo.trial_state(found)
+        trial = found.trial
         if trial.status not in policy.LIFECYCLE[Event.RENEW].sources:
             return None  # that run's trial is over (reported or failed): a new one starts
         lease = self._lease(trial.time, trial.epochs)
@@ -278,13 +278,13 @@ class BatchSizeService:
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
         job, config = self._registered(repo.get_job(conn, result.job_id, lock=True), result.job_id)
         # Read after the lock: the version the lock's previous holder committed.
-        trial_row = repo.get_trial(conn, result.job_id, result.trial_number)
-        if trial_row is None or trial_row.batch_size != result.batch_size:
+        stored = repo.get_trial(conn, result.job_id, result.trial_number)
+        if stored is None or stored.trial.batch_size != result.batch_size:
             raise TrialNotFoundError(f"Unknown trial {result.model_dump_json()}")
         step = orchestrate.report(
             SqlJobStore.of(conn, job, self._trial_lease),
             config,
-            repo.trial_state(trial_row),
+            stored.trial,
             time=result.time,
             energy=result.energy,
             metric=result.metric,
@@ -310,7 +310,7 @@ class BatchSizeService:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return failed
 
-    async def heartbeat(self, trial_id: TrialId) -> Record:
+    async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
 
         Raises:
@@ -318,21 +318,21 @@ class BatchSizeService:
         """
         return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
 
-    def _heartbeat(self, conn: Connection, trial_id: TrialId) -> Record:
+    def _heartbeat(self, conn: Connection, trial_id: TrialId) -> StoredTrial:
         # Like ending a trial, renewing a lease touches only the trial's row.
         # renew_lease only touches an open (dispatched or abandoned) trial.
-        trial = self._trial(conn, trial_id)
-        lease = self._lease(trial.time, trial.epochs)
-        if repo.renew_lease(conn, trial.job_id, trial.trial_number, lease):
-            trial = self._trial(conn, trial_id)
-        return trial
+        stored = self._trial(conn, trial_id)
+        lease = self._lease(stored.trial.time, stored.trial.epochs)
+        if repo.renew_lease(conn, trial_id.job_id, trial_id.trial_number, lease):
+            stored = self._trial(conn, trial_id)
+        return stored
 
     @staticmethod
-    def _trial(conn: Connection, trial_id: TrialId) -> Record:
-        trial = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number)
-        if trial is None or trial.batch_size != trial_id.batch_size:
+    def _trial(conn: Connection, trial_id: TrialId) -> StoredTrial:
+        stored = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number)
+        if stored is None or stored.trial.batch_size != trial_id.batch_size:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
-        return trial
+        return stored
 
     async def delete_job(self, job_id: str) -> None:
         """Delete a job and everything stored for it.

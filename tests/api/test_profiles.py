@@ -261,14 +261,14 @@ def test_a_profile_with_the_longest_model_name_is_stored_on_every_backend(
 
 
 def kept_and_recounted(server: ServerProcess, job_id: str) -> tuple[Any, Any]:
-    """The job's counts by profile as the server kept them (its row) and as its trials give
+    """The job's counts by profile as the server kept them (on its row) and as its trials give
     them counted afresh."""
     engine = sa.create_engine(to_engine_url(server.db_url))
     try:
         with engine.connect() as conn:
-            row = repo.get_job(conn, job_id)
-            assert row is not None
-            state = repo.job_state(row)
+            stored = repo.get_job(conn, job_id)
+            assert stored is not None
+            state = stored.state
             trials = repo.trials_of(conn, job_id)
     finally:
         engine.dispose()

@@ -68,9 +68,9 @@ def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     @contextmanager
     def in_sql() -> Iterator[JobStore]:
         with db.engine.begin() as conn:
-            row = repo.get_job(conn, job_id, lock=True)
-            assert row is not None
-            yield SqlJobStore.of(conn, row)
+            stored = repo.get_job(conn, job_id, lock=True)
+            assert stored is not None
+            yield SqlJobStore.of(conn, stored)
 
     try:
         yield in_sql

@@ -8,7 +8,7 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
@@ -47,7 +47,72 @@ jobs = cast(Table, JobRow.__table__)
 trials = cast(Table, TrialRow.__table__)
 
 Record: TypeAlias = Row[Any]
-"""A stored row; its columns read as attributes."""
+"""A stored row; its columns read as attributes. Rows stay in this module: what it returns are
+`StoredJob`, `StoredTrial` and `Spent`, mapped column by column."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredJob:
+    """A job as stored: its identity, configuration and stage, the policy's state, and when it
+    was created and last changed."""
+
+    job_id: str
+    job_id_prefix: str
+    config: dict[str, Any]
+    """The configuration as stored (JSON; validated by the service)."""
+    stage: str
+    state: JobState
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTrial:
+    """A trial as stored: the policy's view, its job, its times and its lease."""
+
+    job_id: str
+    trial: TrialState
+    curve_kept: bool
+    """Whether the row holds a curve (a trial stored before curves were has none)."""
+    created_at: float
+    updated_at: float
+    lease_expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a job's trials of one batch size and status used: how many, and their energy and
+    time (sums; unmeasured counts 0)."""
+
+    job_id: str
+    batch_size: int
+    status: str
+    runs: int
+    energy: float
+    time: float
+
+
+def _stored_job(row: Record) -> StoredJob:
+    return StoredJob(
+        job_id=row.job_id,
+        job_id_prefix=row.job_id_prefix,
+        config=row.config,
+        stage=row.stage,
+        state=job_state(row),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _stored_trial(row: Record) -> StoredTrial:
+    return StoredTrial(
+        job_id=row.job_id,
+        trial=trial_state(row),
+        curve_kept=row.curve is not None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        lease_expires_at=row.lease_expires_at,
+    )
 
 
 def job_state(job: Record) -> JobState:
@@ -183,14 +248,15 @@ _EXPIRE = (
 )
 
 
-def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> Record | None:
-    """The job row, locked for the rest of the transaction when ``lock`` is set."""
-    return conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
+def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> StoredJob | None:
+    """The job, its row locked for the rest of the transaction when ``lock`` is set."""
+    row = conn.execute(_JOB_FOR_UPDATE if lock else _JOB, {"job_id": job_id}).first()
+    return _stored_job(row) if row is not None else None
 
 
-def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[Record | None, int]:
+def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[StoredJob | None, int]:
     """Lock the job row for the rest of the transaction and mark its dispatched trials whose
-    lease ran out as abandoned. Returns the row (None if there is no such job) and how many
+    lease ran out as abandoned. Returns the job (None if there is no such job) and how many
     trials were abandoned."""
     job = get_job(conn, job_id, lock=True)
     if job is None:
@@ -210,7 +276,7 @@ _ENTER_BANDIT = _ADVANCE.values(
 )
 
 
-def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> Sequence[Record]:
+def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> list[StoredJob]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
     if prefix:
@@ -219,7 +285,7 @@ def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> 
             # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
             func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
         )
-    return conn.execute(stmt).all()
+    return [_stored_job(row) for row in conn.execute(stmt)]
 
 
 def delete_job(conn: Connection, job_id: str) -> None:
@@ -309,14 +375,16 @@ _RUN = (
 )
 
 
-def trial_of_run(conn: Connection, job_id: str, run_key: str) -> Record | None:
+def trial_of_run(conn: Connection, job_id: str, run_key: str) -> StoredTrial | None:
     """The latest trial the run named ``run_key`` started, if any."""
-    return conn.execute(_RUN, {"job_id": job_id, "run_key": run_key}).first()
+    row = conn.execute(_RUN, {"job_id": job_id, "run_key": run_key}).first()
+    return _stored_trial(row) if row is not None else None
 
 
-def get_trial(conn: Connection, job_id: str, trial_number: int) -> Record | None:
+def get_trial(conn: Connection, job_id: str, trial_number: int) -> StoredTrial | None:
     """One trial."""
-    return conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
+    row = conn.execute(_TRIAL, {"job_id": job_id, "trial_number": trial_number}).first()
+    return _stored_trial(row) if row is not None else None
 
 
 # Its parameters named after columns are the values of those columns.
@@ -440,24 +508,23 @@ def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: in
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
     if conn.execute(_FAIL, params).rowcount:
         return True
-    trial = get_trial(conn, job_id, trial_number)
-    return False if trial is not None and trial.batch_size == batch_size else None
+    stored = get_trial(conn, job_id, trial_number)
+    return False if stored is not None and stored.trial.batch_size == batch_size else None
 
 
 def recent_trials(
     conn: Connection, job_id: str, limit: int, before: int | None
-) -> Sequence[Record]:
+) -> list[StoredTrial]:
     """The job's trials, newest first, optionally only those numbered below ``before``."""
     stmt = select(trials).where(trials.c.job_id == job_id)
     if before is not None:
         stmt = stmt.where(trials.c.trial_number < before)
     stmt = stmt.order_by(trials.c.trial_number.desc()).limit(limit)
-    return conn.execute(stmt).all()
+    return [_stored_trial(row) for row in conn.execute(stmt)]
 
 
-def spent(conn: Connection, job_ids: Sequence[str]) -> Sequence[Record]:
-    """What the jobs' trials used so far, per job, batch size and status: ``job_id``,
-    ``batch_size``, ``status``, ``runs``, ``energy`` and ``time`` (sums; unmeasured counts 0)."""
+def spent(conn: Connection, job_ids: Sequence[str]) -> list[Spent]:
+    """What the jobs' trials used so far, per job, batch size and status (`Spent`)."""
     stmt = (
         select(
             trials.c.job_id,
@@ -470,4 +537,7 @@ def spent(conn: Connection, job_ids: Sequence[str]) -> Sequence[Record]:
         .where(trials.c.job_id.in_(job_ids))
         .group_by(trials.c.job_id, trials.c.batch_size, trials.c.status)
     )
-    return conn.execute(stmt).all()
+    return [
+        Spent(row.job_id, row.batch_size, row.status, row.runs, row.energy, row.time)
+        for row in conn.execute(stmt)
+    ]

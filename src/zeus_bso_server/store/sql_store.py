@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from zeus_bso.policy import ByProfile, JobState, TrialState, TrialStatus
 from zeus_bso.policy.profiles import WindowedCosts, count_by_profile
 from zeus_bso_server.store import repository as repo
-from zeus_bso_server.store.repository import Record
+from zeus_bso_server.store.repository import StoredJob
 
 
 def _no_lease(trial: TrialState) -> float:
@@ -41,19 +41,19 @@ class SqlJobStore:
     def of(
         cls,
         conn: Connection,
-        row: Record,
+        job: StoredJob,
         lease: Callable[[TrialState], float] = _no_lease,
         run_key: str | None = None,
     ) -> SqlJobStore:
-        """The store of the job whose row the caller read (and, to change the job, locked)."""
-        return cls(conn, str(row.job_id), repo.job_state(row), lease, run_key)
+        """The store of the job the caller read (and, to change the job, locked)."""
+        return cls(conn, job.job_id, job.state, lease, run_key)
 
     def state(self) -> JobState:
         return self.job
 
     def trial(self, number: int) -> TrialState | None:
         found = repo.get_trial(self.conn, self.job_id, number)
-        return repo.trial_state(found) if found is not None else None
+        return found.trial if found is not None else None
 
     def explorations(self) -> Sequence[TrialState]:
         return repo.explorations(self.conn, self.job_id)
