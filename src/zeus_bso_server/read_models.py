@@ -3,6 +3,7 @@ of the upstream protocol). `zeus_bso_server.queries` fills them."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel
@@ -109,24 +110,17 @@ class TrialView(BaseModel):
 
     @classmethod
     def of(cls, stored: StoredTrial) -> TrialView:
-        """View of a stored trial."""
+        """View of a stored trial: the policy's trial (`TrialState`, each field by its name),
+        its job, times and lease."""
         trial = stored.trial
         return cls(
+            **asdict(trial)
+            | {
+                "kind": trial.kind.value,
+                "status": trial.status.value,
+                "curve": list(trial.curve) if stored.curve_kept else None,
+            },
             job_id=stored.job_id,
-            trial_number=trial.trial_number,
-            batch_size=trial.batch_size,
-            kind=trial.kind.value,
-            round=trial.round,
-            status=trial.status.value,
-            epochs=trial.epochs,
-            time=trial.time,
-            energy=trial.energy,
-            metric=trial.metric,
-            cost=trial.cost,
-            converged=trial.converged,
-            message=trial.message,
-            profile=trial.profile,
-            curve=list(trial.curve) if stored.curve_kept else None,
             created_at=stored.created_at,
             updated_at=stored.updated_at,
             lease_expires_at=stored.lease_expires_at,

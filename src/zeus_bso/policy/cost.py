@@ -82,6 +82,11 @@ class Report:
     """What a fresh run costs at the batch size whose converged runs cost least on average (the
     alternative to finishing this run; `fresh_run_cost`)."""
 
+    @property
+    def next_epoch_cost(self) -> float:
+        """What one more epoch costs, for a prediction: `epoch_cost`, or the mean epoch."""
+        return self.cost / self.epoch if self.epoch_cost is None else self.epoch_cost
+
 
 def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> Verdict:
     """Decide whether a run stops after this report, and whether it converged.
@@ -136,8 +141,7 @@ def over_bound(
     cost, epoch = report.cost, report.epoch
     limit = ratio * best_cost
     next_epoch = cost / epoch if rules.predictive else 0.0
-    per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
-    predicted = cost + per_epoch * (report.epochs_left or 0)
+    predicted = cost + report.next_epoch_cost * (report.epochs_left or 0)
     if predicted > limit and cost + next_epoch <= limit:
         return _predicted_over(report, knob, ratio, best_cost, predicted)
     if cost + next_epoch > limit:
@@ -163,8 +167,7 @@ def over_cost_to_go(
     next_epoch = cost / epoch if rules.predictive else 0.0
     if cost + next_epoch > cap_ratio * best_cost:
         return _over(report, cap_knob, cap_ratio, best_cost, next_epoch)
-    per_epoch = cost / epoch if report.epoch_cost is None else report.epoch_cost
-    still = per_epoch * (report.epochs_left or 0)
+    still = report.next_epoch_cost * (report.epochs_left or 0)
     predicted = cost + still
     fresh = best_cost if report.fresh_cost is None else report.fresh_cost
     if predicted <= ratio * best_cost or still <= fresh:

@@ -104,18 +104,20 @@ def _fewest(
             continue
         needs = target_epoch - reached
         if run is not None:
-            needs = math.floor(needs * max(bound, _pace(curve, metric, higher_is_better, run)))
+            pace = _pace(curve, reached, metric, higher_is_better, run)
+            needs = math.floor(needs * max(bound, pace))
         left = needs if left is None else min(left, needs)
     return left
 
 
-def _pace(curve: Curve, metric: float, higher_is_better: bool, run: tuple[int, int]) -> float:
+def _pace(
+    curve: Curve, reached: int, metric: float, higher_is_better: bool, run: tuple[int, int]
+) -> float:
     """How many times as many epochs as ``curve`` a run needs to get as far, at least: it
     reached ``metric`` at ``run[0]`` where the curve first did at its epoch ``reached``, and it
     has not got past ``metric`` in ``run[1]`` epochs where the curve had by its epoch ``past``
     (a run that stalls is slower the longer it stalls)."""
     reached_at, epochs = run
-    reached = next((e for e, m in curve if not better(metric, m, higher_is_better)), 1)
     past = next((e for e, m in curve if better(m, metric, higher_is_better)), None)
     pace = reached_at / max(reached, 1)
     if past is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from types import MappingProxyType
 
+from zeus_bso.policy.types import TrialKind
 from zeus_bso.sim.runner import Recurrence, TrialOutcome
 from zeus_bso.sim.trace import TraceJob
 
@@ -42,7 +43,7 @@ def causes_of(
             excess = trial.cost - oracle_cost if trial.converged else trial.cost
             if position == len(trials) - 1 and not trial.converged:
                 excess -= oracle_cost  # the recurrence owes no converged run
-            exploring = trial.kind == "exploration"
+            exploring = trial.kind == TrialKind.EXPLORATION
             if index == 0 and position == 0:
                 cause = "first_run"
             elif not trial.converged:
