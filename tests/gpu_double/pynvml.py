@@ -7,7 +7,11 @@ first on ``PYTHONPATH`` and describe the GPUs in ``ZEUS_BSO_TEST_GPUS`` (JSON)::
 It stands in for the hardware only. Its functions have nvidia-ml-py's names, arguments, units
 (mW, mJ) and errors. Each GPU draws ``watts`` all the time: its total-energy counter is one
 function of the wall clock, so that every process reading one GPU reads the same counter, as
-with real GPUs. ``counter: false`` is a GPU older than Volta, without the counter.
+with real GPUs. ``counter: false`` is a GPU older than Volta, without the counter; ``c2c: true``
+is a Grace Hopper superchip (its chip-to-chip link enabled).
+
+Upstream Zeus's device layer runs over it too: it has the constants and functions Zeus reads
+(error codes with nvidia-ml-py's values, the architecture, the C2C mode).
 """
 
 from __future__ import annotations
@@ -17,10 +21,36 @@ import os
 import time
 from typing import Any
 
+NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_UNKNOWN = 999
+
+NVML_DEVICE_ARCH_PASCAL = 4
+NVML_DEVICE_ARCH_VOLTA = 5
+NVML_DEVICE_ARCH_HOPPER = 9
+
+NVML_FI_DEV_POWER_AVERAGE = 185
+NVML_FI_DEV_POWER_INSTANT = 186
+NVML_POWER_SCOPE_GPU = 0
+NVML_POWER_SCOPE_MODULE = 1
 
 _EPOCH = 1.7e9  # the counters' zero, the same in every process
 
@@ -110,3 +140,49 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
     return int(handle.gpu["watts"] * (time.time() - _EPOCH) * 1000)
+
+
+def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 (nvidia-ml-py's name)
+    """nvidia-ml-py's loader; Zeus checks that it exists (the official bindings)."""
+    raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+def nvmlDeviceGetArchitecture(handle: _Handle) -> int:  # noqa: N802
+    """Hopper for a GPU with the energy counter, Pascal (older than Volta) for one without."""
+    return NVML_DEVICE_ARCH_HOPPER if handle.gpu.get("counter", True) else NVML_DEVICE_ARCH_PASCAL
+
+
+class _C2cModeInfo:
+    def __init__(self, enabled: bool) -> None:
+        self.isC2cEnabled = int(enabled)
+
+
+def nvmlDeviceGetC2cModeInfoV(handle: _Handle) -> _C2cModeInfo:  # noqa: N802
+    if not handle.gpu.get("c2c", False):
+        raise NVMLError_NotSupported()
+    return _C2cModeInfo(True)
+
+
+class _Value:
+    def __init__(self, milliwatts: int) -> None:
+        self.uiVal = milliwatts
+
+
+class _FieldValue:
+    def __init__(self, field_id: int, scope_id: int, milliwatts: int) -> None:
+        self.fieldId = field_id
+        self.scopeId = scope_id
+        self.nvmlReturn = NVML_SUCCESS
+        self.value = _Value(milliwatts)
+
+
+def nvmlDeviceGetFieldValues(  # noqa: N802
+    handle: _Handle, field_ids: list[tuple[int, int]]
+) -> list[_FieldValue]:
+    """The power fields (average or instant, GPU or module scope): the GPU's ``watts``."""
+    values = []
+    for field_id, scope_id in field_ids:
+        if field_id not in (NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        values.append(_FieldValue(field_id, scope_id, int(handle.gpu["watts"] * 1000)))
+    return values

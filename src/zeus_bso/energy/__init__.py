@@ -1,4 +1,5 @@
-"""Energy meters: NVML (NVIDIA GPUs), RAPL (CPU package energy), and a labelled estimate.
+"""Energy meters: NVML (NVIDIA GPUs), upstream Zeus's devices (AMD, Jetson, Apple Silicon, Grace
+Hopper; the ``zeus`` extra), RAPL (CPU package energy), and a labelled estimate.
 
 All share `EnergyMeter`; `auto_meter` picks the first that works here.
 """
@@ -14,6 +15,7 @@ from zeus_bso.energy.devices import Device, run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
+from zeus_bso.energy.upstream_zeus import ZeusMeter
 
 __all__ = [
     "Device",
@@ -24,6 +26,7 @@ __all__ = [
     "NVMLMeter",
     "RAPLMeter",
     "UnmeasurableDeviceError",
+    "ZeusMeter",
     "auto_meter",
     "run_energy",
     "run_gpus",

@@ -1,4 +1,5 @@
-"""Choose an energy meter: NVML, else RAPL, else a labelled estimate."""
+"""Choose an energy meter: NVML, else upstream Zeus's devices (AMD, Jetson, Apple Silicon; when
+the ``zeus`` extra is installed), else RAPL, else a labelled estimate."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from zeus_bso.energy.base import (
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
+from zeus_bso.energy.upstream_zeus import ZeusMeter
 
 logger = logging.getLogger(__name__)
 
@@ -20,12 +22,13 @@ logger = logging.getLogger(__name__)
 def auto_meter(
     gpu_indices: list[int] | None = None, estimate_watts: float = DEFAULT_WATTS
 ) -> EnergyMeter:
-    """The first meter that works here: NVML on NVIDIA GPUs, RAPL on the CPU, else an estimate.
+    """The first meter that works here: NVML on NVIDIA GPUs; upstream Zeus's devices (AMD GPUs,
+    Jetson, Apple Silicon) where ``zeus`` is installed; RAPL on the CPU; else an estimate.
 
     Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
     reasons = []
-    for make in (lambda: NVMLMeter(gpu_indices), RAPLMeter):
+    for make in (lambda: NVMLMeter(gpu_indices), lambda: ZeusMeter(gpu_indices), RAPLMeter):
         try:
             meter: EnergyMeter = make()
         except (MixedGpuModelsError, UnmeasurableDeviceError):
