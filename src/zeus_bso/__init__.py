@@ -4,9 +4,10 @@ What a training script imports. Importing this package pulls in neither torch, L
 transformers.
 """
 
-from zeus_bso.client import BatchSizeOptimizer, OperationOrderError
+from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.errors import (
     NoConvergedBatchSizeError,
+    OperationOrderError,
     PolicyError,
     ServerConnectionError,
     ServerRejectedError,

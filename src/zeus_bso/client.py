@@ -30,6 +30,7 @@ from typing import Any, Self
 
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
+    OperationOrderError,
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
@@ -53,10 +54,6 @@ from zeus_bso.spec import (
 logger = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_SECONDS = 60.0
-
-
-class OperationOrderError(ZeusBSOError):
-    """Raised when the optimizer's methods are called out of order (say what to call first)."""
 
 
 RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"

@@ -4,7 +4,7 @@
 
     ZeusBSOError                      every error this package raises (exit status 1)
     ├── ConfigurationError            a usage error: an argument or setting to change (exit 2)
-    │   └── TraceError                unknown workload, GPU or power limit (sim/trace.py)
+    │   └── TraceError                unknown workload, GPU or power limit
     ├── PolicyError                   the policy cannot decide with the job as configured
     │   ├── NoConvergedBatchSizeError a pruning round ended with no converged batch size
     │   ├── ReportMismatchError       a report contradicts its trial's earlier reports
@@ -12,8 +12,8 @@
     ├── ServerConnectionError         the server cannot be reached (or timed out)
     ├── ServerRejectedError           the server answered with an error status
     │   └── RouteMissingError         the server has no such route (e.g. upstream Zeus's)
-    ├── OperationOrderError           BatchSizeOptimizer methods called out of order (client.py)
-    ├── EnergyMeterError              a meter cannot measure here (energy/base.py)
+    ├── OperationOrderError           BatchSizeOptimizer methods called out of order
+    ├── EnergyMeterError              a meter cannot measure here
     │   ├── MixedGpuModelsError       the run's GPUs are of more than one model
     │   └── UnmeasurableDeviceError   the device has no reading of its own (a MIG slice)
     └── ...
@@ -49,6 +49,10 @@ class ConfigurationError(ZeusBSOError, ValueError):
     """Raised for an argument or setting that cannot work; the message says what to change."""
 
     exit_code = EXIT_USAGE
+
+
+class TraceError(ConfigurationError):
+    """Raised when a workload, GPU or power limit is not in the shipped traces."""
 
 
 class PolicyError(ZeusBSOError):
@@ -106,3 +110,27 @@ class ServerRejectedError(ZeusBSOError):
 class RouteMissingError(ServerRejectedError):
     """Raised when the server has no route for a request: a 404 or 405 without the ``message``
     every zeus-bso answer carries (upstream Zeus's server has none of our added routes)."""
+
+
+class OperationOrderError(ZeusBSOError):
+    """Raised when the optimizer's methods are called out of order (say what to call first)."""
+
+
+class EnergyMeterError(ZeusBSOError):
+    """Raised when a meter cannot measure here (no device, no permission, mixed GPU models)."""
+
+
+class MixedGpuModelsError(EnergyMeterError):
+    """Raised when a run would train on GPUs of more than one model: no one batch size fits."""
+
+    def __init__(self, models: list[str], where: str = "the run's GPUs") -> None:
+        self.models = models
+        super().__init__(
+            f"{where} are of different models {models}; train on one model (set "
+            "CUDA_VISIBLE_DEVICES on every node) so that one batch size fits them all"
+        )
+
+
+class UnmeasurableDeviceError(EnergyMeterError):
+    """Raised when the device a process trains on has no energy reading of its own (a MIG
+    slice). Not a reason to fall back to another meter: the choice is the user's."""

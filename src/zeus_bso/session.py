@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from zeus_bso.client import BatchSizeOptimizer, OperationOrderError
+from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.distributed import (
     broadcast_object,
     elapsed_of_the_run,
@@ -23,6 +23,7 @@ from zeus_bso.distributed import (
     open_window,
 )
 from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import OperationOrderError
 from zeus_bso.progress import TrialProgress
 from zeus_bso.ranks import from_rank_zero
 from zeus_bso.spec import JobSpec, TrialId

@@ -5,17 +5,13 @@ All share `EnergyMeter`; `auto_meter` picks the first that works here.
 """
 
 from zeus_bso.energy.auto import auto_meter
-from zeus_bso.energy.base import (
-    EnergyMeter,
-    EnergyMeterError,
-    MixedGpuModelsError,
-    UnmeasurableDeviceError,
-)
+from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.devices import Device, run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
 from zeus_bso.energy.upstream_zeus import ZeusMeter
+from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 __all__ = [
     "Device",

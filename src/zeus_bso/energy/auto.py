@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import logging
 
-from zeus_bso.energy.base import (
-    EnergyMeter,
-    EnergyMeterError,
-    MixedGpuModelsError,
-    UnmeasurableDeviceError,
-)
+from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
 from zeus_bso.energy.upstream_zeus import ZeusMeter
+from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 logger = logging.getLogger(__name__)
 

@@ -4,27 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
-
-class EnergyMeterError(ZeusBSOError):
-    """Raised when a meter cannot measure here (no device, no permission, mixed GPU models)."""
-
-
-class MixedGpuModelsError(EnergyMeterError):
-    """Raised when a run would train on GPUs of more than one model: no one batch size fits."""
-
-    def __init__(self, models: list[str], where: str = "the run's GPUs") -> None:
-        self.models = models
-        super().__init__(
-            f"{where} are of different models {models}; train on one model (set "
-            "CUDA_VISIBLE_DEVICES on every node) so that one batch size fits them all"
-        )
-
-
-class UnmeasurableDeviceError(EnergyMeterError):
-    """Raised when the device a process trains on has no energy reading of its own (a MIG
-    slice). Not a reason to fall back to another meter: the choice is the user's."""
+__all__ = ["EnergyMeter", "EnergyMeterError", "MixedGpuModelsError", "UnmeasurableDeviceError"]
 
 
 class EnergyMeter(Protocol):

@@ -16,7 +16,8 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from zeus_bso.energy.base import EnergyMeter, MixedGpuModelsError
+from zeus_bso.energy.base import EnergyMeter
+from zeus_bso.errors import MixedGpuModelsError
 from zeus_bso.spec import GpuConfig
 
 

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Any
 
-from zeus_bso.energy.base import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 from zeus_bso.energy.devices import Device
+from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"
 

@@ -12,8 +12,8 @@ import socket
 import threading
 from pathlib import Path
 
-from zeus_bso.energy.base import EnergyMeterError
 from zeus_bso.energy.devices import Device
+from zeus_bso.errors import EnergyMeterError
 
 POWERCAP = Path("/sys/class/powercap")
 MAX_POLL_SECONDS = 60.0

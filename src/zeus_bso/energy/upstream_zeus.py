@@ -29,9 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from zeus_bso.energy.base import EnergyMeterError, MixedGpuModelsError
 from zeus_bso.energy.devices import Device
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import ConfigurationError, EnergyMeterError, MixedGpuModelsError
 
 logger = logging.getLogger(__name__)
 

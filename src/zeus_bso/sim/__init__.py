@@ -1,5 +1,6 @@
 """Trace-driven simulation of recurring jobs against the policy (in-process or over HTTP)."""
 
+from zeus_bso.errors import TraceError
 from zeus_bso.sim.memory import InMemoryJob
 from zeus_bso.sim.runner import (
     MAX_TRIES,
@@ -11,7 +12,7 @@ from zeus_bso.sim.runner import (
     job_spec,
     simulate,
 )
-from zeus_bso.sim.trace import GPUS, WORKLOADS, TraceError, TraceJob, Workload, load_trace_job
+from zeus_bso.sim.trace import GPUS, WORKLOADS, TraceJob, Workload, load_trace_job
 
 __all__ = [
     "GPUS",

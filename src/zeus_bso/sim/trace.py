@@ -14,14 +14,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import TraceError
 from zeus_bso.policy import zeus_cost
 
 GPUS = ("v100", "p100")
-
-
-class TraceError(ConfigurationError):
-    """Raised when a workload, GPU or power limit is not in the shipped traces."""
 
 
 @dataclass(frozen=True, slots=True)
