@@ -62,6 +62,20 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+PODMAN_GROUP = "podman"
+"""The deployment tests share images and a podman store under fixed names: one worker runs them."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``, as ``scripts/test`` runs it) a test module runs on
+    one worker, so its module-scoped servers start once; the deployment tests run on one worker
+    together (`PODMAN_GROUP`). Without xdist the marks change nothing."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = PODMAN_GROUP if path.startswith("tests/deploy/") else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
