@@ -92,14 +92,20 @@ def test_a_meter_that_names_no_devices_counts_once_per_process() -> None:
 
 def test_every_visible_gpu_is_named_by_its_uuid_and_read_from_its_counter(nvml: Any) -> None:
     nvml.describe(gpus(100, 50))
+    start = time.monotonic()
     meter = NVMLMeter()
     assert [d.key for d in meter.devices] == [g["uuid"] for g in gpus(100, 50)]
     assert (meter.device_count, meter.max_power, meter.device_model) == (2, 800.0, A100)
     assert meter.uses_energy_counter
     time.sleep(0.2)
     first, second = meter.readings().values()
-    assert first == pytest.approx(2 * second, rel=0.05)  # 100 W against 50 W
-    assert meter.energy() == pytest.approx(first + second, rel=0.01)
+    total = meter.energy()
+    elapsed = time.monotonic() - start
+    # Each GPU's counter at its own power (100 W, 50 W) over the meter's life: at least the
+    # sleep, at most the test (bounds, not a ratio: the two are read one after the other).
+    assert 100 * 0.2 <= first <= 100 * elapsed
+    assert 50 * 0.2 <= second <= 50 * elapsed
+    assert first + second <= total <= 150 * elapsed
 
 
 def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:

@@ -75,17 +75,19 @@ def test_each_visible_gpu_is_read_from_its_counter_and_named_by_host_and_physica
     nvml: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nvml.describe(gpus(100, 50))
+    start = time.monotonic()
     meter = ZeusMeter()
     host = socket.gethostname()
     assert [d.key for d in meter.devices] == [f"zeus-nvidia@{host}:0", f"zeus-nvidia@{host}:1"]
     assert (meter.device_count, meter.max_power, meter.device_model) == (2, 800.0, A100)
     assert (meter.scope, meter.uses_energy_counter, meter.is_estimate) == ("gpu", True, False)
-    start = time.monotonic()
     time.sleep(0.3)
     first, second = meter.readings().values()
     elapsed = time.monotonic() - start
-    assert first == pytest.approx(2 * second, rel=0.05)  # 100 W against 50 W
-    assert 100 * 0.3 * 0.95 <= first <= 100 * elapsed * 1.05
+    # Each GPU's counter at its own power over the meter's life: at least the sleep, at most
+    # the test (bounds, not a ratio: the two are read one after the other).
+    assert 100 * 0.3 <= first <= 100 * elapsed
+    assert 50 * 0.3 <= second <= 50 * elapsed
     # A rank that sees only the second GPU names it as the first rank does: counted once.
     nvml.fresh()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

@@ -8,11 +8,10 @@ visible (indices or UUIDs, as CUDA reads it), or the NVML indices given.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from typing import Any
 
 from zeus_bso.energy.devices import Device
+from zeus_bso.energy.sampling import PowerSampler
 from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"
@@ -103,14 +102,15 @@ class NVMLMeter:
             self._start_mj = [self._counter_mj(h) for h in self._handles] if self._counter else []
         except nvml.NVMLError as err:
             raise EnergyMeterError(f"NVML query failed: {err}") from err
-        self._sampled_j = [0.0] * len(self._handles)
-        self._stop = threading.Event()
-        self._sampler: threading.Thread | None = None
+        self._sampler: PowerSampler | None = None
         if not self._counter:
-            self._sampler = threading.Thread(
-                target=self._sample, args=(sample_interval,), daemon=True, name="zeus-bso-nvml"
+            self._sampler = PowerSampler(
+                lambda: [nvml.nvmlDeviceGetPowerUsage(h) / 1000 for h in self._handles],
+                len(self._handles),
+                sample_interval,
+                (nvml.NVMLError,),
+                "zeus-bso-nvml",
             )
-            self._sampler.start()
 
     def _has_counter(self, handle: Any) -> bool:
         try:
@@ -122,18 +122,6 @@ class NVMLMeter:
     def _counter_mj(self, handle: Any) -> int:
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
-    def _sample(self, interval: float) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(interval):
-            now = time.monotonic()
-            try:
-                watts = [self._nvml.nvmlDeviceGetPowerUsage(h) / 1000 for h in self._handles]
-            except self._nvml.NVMLError:
-                continue
-            for i, w in enumerate(watts):
-                self._sampled_j[i] += w * (now - last)
-            last = now
-
     @property
     def uses_energy_counter(self) -> bool:
         """Whether the GPUs' total-energy counter is used (else sampled power)."""
@@ -141,8 +129,8 @@ class NVMLMeter:
 
     def readings(self) -> dict[str, float]:
         """Joules since the meter was created, per GPU UUID."""
-        if not self._counter:
-            joules = list(self._sampled_j)
+        if self._sampler is not None:
+            joules = self._sampler.joules()
         else:
             now = [self._counter_mj(h) for h in self._handles]
             joules = [(n - s) / 1000.0 for n, s in zip(now, self._start_mj, strict=True)]
@@ -154,6 +142,5 @@ class NVMLMeter:
 
     def close(self) -> None:
         """Stop sampling."""
-        self._stop.set()
         if self._sampler is not None:
-            self._sampler.join(timeout=1.0)
+            self._sampler.close()

@@ -24,12 +24,11 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from zeus_bso.energy.devices import Device
+from zeus_bso.energy.sampling import PowerSampler
 from zeus_bso.errors import ConfigurationError, EnergyMeterError, MixedGpuModelsError
 
 logger = logging.getLogger(__name__)
@@ -165,14 +164,16 @@ class ZeusMeter:
         self.device_count = len(self.devices)
         self.max_power = sum(device.max_power for device in self.devices)
         self._error = zeus_error
-        self._sampled_j = [0.0] * len(self._indices)
-        self._stop = threading.Event()
-        self._sampler: threading.Thread | None = None
+        self._sampler: PowerSampler | None = None
         if not self._counter:
-            self._sampler = threading.Thread(
-                target=self._sample, args=(sample_interval,), daemon=True, name="zeus-bso-zeus"
+            gpus, indices = self._gpus, self._indices
+            self._sampler = PowerSampler(
+                lambda: [gpus.get_instant_power_usage(i) / 1000.0 for i in indices],
+                len(indices),
+                sample_interval,
+                (zeus_error,),
+                "zeus-bso-zeus",
             )
-            self._sampler.start()
         if self.scope != "gpu":
             logger.info("upstream Zeus measures %s", SCOPE_LABELS[self.scope])
 
@@ -202,18 +203,6 @@ class ZeusMeter:
             return [soc_joules(self._soc.get_total_energy_consumption())]
         return [self._gpus.get_total_energy_consumption(i) / 1000.0 for i in self._indices]
 
-    def _sample(self, interval: float) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(interval):
-            now = time.monotonic()
-            try:
-                watts = [self._gpus.get_instant_power_usage(i) / 1000.0 for i in self._indices]
-            except self._error:
-                continue
-            for i, w in enumerate(watts):
-                self._sampled_j[i] += w * (now - last)
-            last = now
-
     @property
     def uses_energy_counter(self) -> bool:
         """Whether the devices' cumulative counters are read (else sampled power)."""
@@ -221,8 +210,8 @@ class ZeusMeter:
 
     def readings(self) -> dict[str, float]:
         """Joules since the meter was created, per device."""
-        if not self._counter:
-            joules = list(self._sampled_j)
+        if self._sampler is not None:
+            joules = self._sampler.joules()
         else:
             try:
                 now = self._read_raw()
@@ -237,6 +226,5 @@ class ZeusMeter:
 
     def close(self) -> None:
         """Stop sampling."""
-        self._stop.set()
         if self._sampler is not None:
-            self._sampler.join(timeout=1.0)
+            self._sampler.close()
