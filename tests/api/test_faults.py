@@ -120,7 +120,12 @@ def test_server_killed_mid_request_loses_nothing_committed(
     threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
-    time.sleep(1.5)
+    # Killed once some runs have finished, while the others are mid-request: waiting for those
+    # runs rather than a fixed time keeps the test meaningful on a busy machine.
+    deadline = time.monotonic() + 60
+    while len(seen) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
     server.kill()
     stop.set()
     for t in threads:
