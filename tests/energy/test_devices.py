@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.energy.sampled import assert_sampled_apart_at_100_and_50_watts
 from zeus_bso.energy import (
     Device,
     EnergyMeterError,
@@ -110,15 +111,7 @@ def test_every_visible_gpu_is_named_by_its_uuid_and_read_from_its_counter(nvml: 
 
 def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:
     nvml.describe(gpus(100, 50, counter=False))
-    meter = NVMLMeter(sample_interval=0.01)
-    try:
-        assert not meter.uses_energy_counter
-        time.sleep(0.3)
-        first, second = meter.readings().values()
-    finally:
-        meter.close()
-    assert first == pytest.approx(2 * second, rel=0.1)
-    assert first == pytest.approx(100 * 0.3, rel=0.35)
+    assert_sampled_apart_at_100_and_50_watts(NVMLMeter(sample_interval=0.01))
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.energy.sampled import assert_sampled_apart_at_100_and_50_watts
 from zeus_bso.energy import EnergyMeterError, MixedGpuModelsError, auto_meter, run_gpus
 from zeus_bso.energy.upstream_zeus import (
     INSTALL_HINT,
@@ -109,15 +110,7 @@ def test_gpu_indices_pick_visible_gpus_and_a_gpu_it_cannot_see_is_a_usage_error(
 
 def test_a_gpu_without_a_counter_is_sampled(nvml: Any) -> None:
     nvml.describe(gpus(100, 50, counter=False))
-    meter = ZeusMeter(sample_interval=0.01)
-    try:
-        assert not meter.uses_energy_counter
-        time.sleep(0.3)
-        first, second = meter.readings().values()
-    finally:
-        meter.close()
-    assert first == pytest.approx(2 * second, rel=0.1)
-    assert first == pytest.approx(100 * 0.3, rel=0.35)
+    assert_sampled_apart_at_100_and_50_watts(ZeusMeter(sample_interval=0.01))
 
 
 def test_a_grace_hopper_reading_is_labelled_as_the_whole_module(nvml: Any) -> None:

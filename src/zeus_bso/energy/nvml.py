@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zeus_bso.energy.device_meter import DeviceMeter, PowerSampler
 from zeus_bso.energy.devices import Device
-from zeus_bso.energy.sampling import PowerSampler
 from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"
@@ -62,7 +62,7 @@ def _visible_handles(nvml: Any) -> list[Any]:
     return chosen
 
 
-class NVMLMeter:
+class NVMLMeter(DeviceMeter):
     """Energy of the given GPUs (NVML indices; default: those ``CUDA_VISIBLE_DEVICES`` leaves
     visible, by index or UUID). Its devices are named by GPU UUID (`devices`, `readings`), so a
     run whose ranks see the same GPUs counts each once."""
@@ -98,12 +98,11 @@ class NVMLMeter:
             self.device_model = names[0]
             self.device_count = len(self._handles)
             self.max_power = sum(limits)
-            self._counter = all(self._has_counter(h) for h in self._handles)
-            self._start_mj = [self._counter_mj(h) for h in self._handles] if self._counter else []
+            counter = all(self._has_counter(h) for h in self._handles)
+            self._start_mj = [self._counter_mj(h) for h in self._handles] if counter else []
         except nvml.NVMLError as err:
             raise EnergyMeterError(f"NVML query failed: {err}") from err
-        self._sampler: PowerSampler | None = None
-        if not self._counter:
+        if not counter:
             self._sampler = PowerSampler(
                 lambda: [nvml.nvmlDeviceGetPowerUsage(h) / 1000 for h in self._handles],
                 len(self._handles),
@@ -122,25 +121,6 @@ class NVMLMeter:
     def _counter_mj(self, handle: Any) -> int:
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
-    @property
-    def uses_energy_counter(self) -> bool:
-        """Whether the GPUs' total-energy counter is used (else sampled power)."""
-        return self._counter
-
-    def readings(self) -> dict[str, float]:
-        """Joules since the meter was created, per GPU UUID."""
-        if self._sampler is not None:
-            joules = self._sampler.joules()
-        else:
-            now = [self._counter_mj(h) for h in self._handles]
-            joules = [(n - s) / 1000.0 for n, s in zip(now, self._start_mj, strict=True)]
-        return {d.key: j for d, j in zip(self.devices, joules, strict=True)}
-
-    def energy(self) -> float:
-        """Joules since the meter was created, over its GPUs."""
-        return sum(self.readings().values())
-
-    def close(self) -> None:
-        """Stop sampling."""
-        if self._sampler is not None:
-            self._sampler.close()
+    def _counter_joules(self) -> list[float]:
+        now = [self._counter_mj(h) for h in self._handles]
+        return [(n - s) / 1000.0 for n, s in zip(now, self._start_mj, strict=True)]

@@ -27,8 +27,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from zeus_bso.energy.device_meter import DeviceMeter, PowerSampler
 from zeus_bso.energy.devices import Device
-from zeus_bso.energy.sampling import PowerSampler
 from zeus_bso.errors import ConfigurationError, EnergyMeterError, MixedGpuModelsError
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def soc_joules(measurement: Any) -> float:
     return sum(float(part) for part in parts if part is not None) / 1000.0
 
 
-class ZeusMeter:
+class ZeusMeter(DeviceMeter):
     """Energy of the accelerators upstream Zeus sees here: the GPUs this process sees (or the
     visible indices given), else the system on a chip. Devices are named by host and physical
     GPU index (or the host's SoC), so ranks on one node that see the same GPUs count each once.
@@ -132,12 +132,12 @@ class ZeusMeter:
                         f"gpu_indices {gpu_indices} name GPUs this process cannot see: it sees "
                         f"{count} (indices 0 to {count - 1}, after CUDA_VISIBLE_DEVICES)"
                     )
-                self.devices, self.scope = self._gpu_devices(host)
-                counters = [
+                vendor = "amd" if isinstance(self._gpus, zeus_gpu.AMDGPUs) else "nvidia"
+                self.devices, self.scope = self._gpu_devices(host, vendor)
+                counter = all(
                     self._gpus.supports_get_total_energy_consumption(i) for i in self._indices
-                ]
-                self._counter = all(counters)
-                self._start = self._read_raw() if self._counter else []
+                )
+                self._start = self._read_raw() if counter else []
             else:
                 try:
                     self._soc = zeus_soc.get_soc()
@@ -156,7 +156,7 @@ class ZeusMeter:
                     )
                 model = f"{type(self._soc).__name__} ({SCOPE_LABELS['soc']})"
                 self.devices = [Device(f"zeus-soc@{host}", model, watts)]
-                self._counter = True
+                counter = True
                 self._start = self._read_raw()
         except zeus_error as err:
             raise EnergyMeterError(f"upstream Zeus cannot measure here: {err}") from err
@@ -164,8 +164,7 @@ class ZeusMeter:
         self.device_count = len(self.devices)
         self.max_power = sum(device.max_power for device in self.devices)
         self._error = zeus_error
-        self._sampler: PowerSampler | None = None
-        if not self._counter:
+        if not counter:
             gpus, indices = self._gpus, self._indices
             self._sampler = PowerSampler(
                 lambda: [gpus.get_instant_power_usage(i) / 1000.0 for i in indices],
@@ -177,9 +176,8 @@ class ZeusMeter:
         if self.scope != "gpu":
             logger.info("upstream Zeus measures %s", SCOPE_LABELS[self.scope])
 
-    def _gpu_devices(self, host: str) -> tuple[list[Device], str]:
+    def _gpu_devices(self, host: str, vendor: str) -> tuple[list[Device], str]:
         gpus = self._gpus
-        vendor = "amd" if type(gpus).__name__.startswith("AMD") else "nvidia"
         physical = visible_indices(vendor, os.environ) or list(range(len(gpus)))
         names = [gpus.get_name(i) for i in self._indices]
         if len(set(names)) > 1:
@@ -203,28 +201,9 @@ class ZeusMeter:
             return [soc_joules(self._soc.get_total_energy_consumption())]
         return [self._gpus.get_total_energy_consumption(i) / 1000.0 for i in self._indices]
 
-    @property
-    def uses_energy_counter(self) -> bool:
-        """Whether the devices' cumulative counters are read (else sampled power)."""
-        return self._counter
-
-    def readings(self) -> dict[str, float]:
-        """Joules since the meter was created, per device."""
-        if self._sampler is not None:
-            joules = self._sampler.joules()
-        else:
-            try:
-                now = self._read_raw()
-            except self._error as err:
-                raise EnergyMeterError(f"upstream Zeus's reading failed: {err}") from err
-            joules = [n - s for n, s in zip(now, self._start, strict=True)]
-        return {d.key: j for d, j in zip(self.devices, joules, strict=True)}
-
-    def energy(self) -> float:
-        """Joules since the meter was created, over its devices."""
-        return sum(self.readings().values())
-
-    def close(self) -> None:
-        """Stop sampling."""
-        if self._sampler is not None:
-            self._sampler.close()
+    def _counter_joules(self) -> list[float]:
+        try:
+            now = self._read_raw()
+        except self._error as err:
+            raise EnergyMeterError(f"upstream Zeus's reading failed: {err}") from err
+        return [n - s for n, s in zip(now, self._start, strict=True)]

@@ -1,11 +1,14 @@
-"""Energy from sampled power, for devices without a cumulative energy counter (NVIDIA GPUs older
-than Volta, some AMD GPUs): a thread reads every device's power at an interval and integrates."""
+"""What the meters of named devices share (NVML's GPUs, upstream Zeus's devices): readings from
+each device's cumulative energy counter, or, where a device has none (NVIDIA GPUs older than
+Volta, some AMD GPUs), from its power, sampled by a thread and integrated."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+
+from zeus_bso.energy.devices import Device
 
 
 class PowerSampler:
@@ -48,3 +51,34 @@ class PowerSampler:
         """Stop sampling (waits for the thread, at most a second)."""
         self._stop.set()
         self._thread.join(timeout=1.0)
+
+
+class DeviceMeter:
+    """A meter of `devices` read from their counters (`_counter_joules`), or from a
+    `PowerSampler` where the meter started one (`_sampler`)."""
+
+    devices: list[Device]
+    _sampler: PowerSampler | None = None
+
+    def _counter_joules(self) -> list[float]:
+        """Each device's joules since the meter was created, from its counter."""
+        raise NotImplementedError
+
+    @property
+    def uses_energy_counter(self) -> bool:
+        """Whether the devices' cumulative counters are read (else sampled power)."""
+        return self._sampler is None
+
+    def readings(self) -> dict[str, float]:
+        """Joules since the meter was created, per device key."""
+        joules = self._sampler.joules() if self._sampler is not None else self._counter_joules()
+        return {d.key: j for d, j in zip(self.devices, joules, strict=True)}
+
+    def energy(self) -> float:
+        """Joules since the meter was created, over its devices."""
+        return sum(self.readings().values())
+
+    def close(self) -> None:
+        """Stop sampling."""
+        if self._sampler is not None:
+            self._sampler.close()
