@@ -84,6 +84,16 @@ def server(
     yield from serve_backend(request, tmp_path_factory)
 
 
+@pytest.fixture(scope="module", params=["sqlite"])
+def sqlite_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server on a fresh SQLite database, shared by one test module: for the tests of the
+    training side and the client, whose subject is not the database (every backend is tested by
+    tests/api and tests/store). Their test ids keep the ``[sqlite]`` of `server`'s."""
+    yield from serve_backend(request, tmp_path_factory)
+
+
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
     with server.client() as client:

@@ -26,6 +26,12 @@ from zeus_bso.server_client import ServerClient
 from zeus_bso.session import TrialSession
 
 
+@pytest.fixture(scope="module")
+def server(sqlite_server: ServerProcess) -> ServerProcess:
+    """SQLite only: the subject here is the client, not the database."""
+    return sqlite_server
+
+
 def spec(prefix: str, **overrides: object) -> JobSpec:
     fields: dict[str, object] = {
         "job_id_prefix": prefix,

@@ -24,6 +24,12 @@ from zeus_bso.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 from zeus_bso.server_client import ServerClient  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def server(sqlite_server: ServerProcess) -> ServerProcess:
+    """SQLite only: the subject here is the Hugging Face callback, not the database."""
+    return sqlite_server
+
+
 class TokenDataset(torch.utils.data.Dataset):  # type: ignore[misc]
     """Sequences whose label says whether token 7 occurs in them."""
 

@@ -27,6 +27,12 @@ from zeus_bso.lightning import ZeusBSOCallback  # noqa: E402
 from zeus_bso.server_client import ServerClient  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def server(sqlite_server: ServerProcess) -> ServerProcess:
+    """SQLite only: the subject here is the Lightning callback, not the database."""
+    return sqlite_server
+
+
 def make_data(n: int = 512, seed: int = 0) -> Any:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 8, generator=g)
@@ -213,7 +219,6 @@ def _run_nodes(
     return [(node.returncode, err) for node, err in zip(processes, errors, strict=True)]
 
 
-@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
 def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Path) -> None:
     """Rank 0 finds that the monitored metric was never logged: it raises, and rank 1, which
     would otherwise wait for rank 0's broadcast, raises too, naming rank 0's error."""
@@ -232,7 +237,6 @@ def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Pat
     assert trial["status"] == "failed"  # rank 0 ended its trial on the way out
 
 
-@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
 def test_two_nodes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:
     """The same two processes with a metric that is logged: one trial, both ranks' energy."""
     job_id = unique_id("ddpnode")
