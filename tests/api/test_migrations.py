@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -273,71 +275,71 @@ def test_downgrading_below_curves_drops_them_and_leaves_a_job_the_older_server_r
 A40_PROFILE = {"gpu_model": "A40", "number_of_gpus": 2, "max_power": 600.0}
 
 
-def _fill_at_head(url: str, tmp_path: Path) -> dict[str, str]:
-    """Jobs as a server at head leaves them: reported and converged runs with curves, an open
-    trial with a run key, and (``two``) a job that ran on two hardware profiles."""
-    ids = {name: unique_id(f"trip{name}") for name in ("curves", "plain", "two")}
+@contextlib.contextmanager
+def _served(url: str, tmp_path: Path) -> Iterator[httpx.Client]:
+    """A client of a server on ``url``, which is stopped afterwards."""
     proc = ServerProcess(url, cwd=tmp_path)
     try:
         with proc.client() as http:
-            for name, job_id in ids.items():
-                body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
-                body |= {"target_metric": 0.5, "learning_curve_stop": name == "curves"}
-                assert http.post("/jobs", json=body).status_code == 201
-                for recurrence in range(3):
-                    if name == "two" and recurrence == 2:  # the last run on other GPUs
-                        again = http.post("/jobs", json=body | A40_PROFILE)
-                        assert again.status_code == 200, again.text
-                    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
-                    for epoch, metric in ((1, 0.3), (2, 0.5 if recurrence != 1 else 0.4)):
-                        seconds = 10.0 * epoch * (1 + recurrence)
-                        report = trial | {"time": seconds, "energy": 30.0 * seconds}
-                        answer = http.post(
-                            "/report", json=report | {"metric": metric, "current_epoch": epoch}
-                        )
-                        assert answer.status_code == 200, answer.text
-                    http.request("PATCH", "/trials", json=trial)
-            params = {"job_id": ids["plain"], "run_key": "relaunch-7"}
-            assert http.get("/jobs/batch_size", params=params).status_code == 200
+            yield http
     finally:
         proc.stop()
+
+
+def _fill_at_head(http: httpx.Client) -> dict[str, str]:
+    """Jobs as a server at head leaves them: reported and converged runs with curves, an open
+    trial with a run key, and (``two``) a job that ran on two hardware profiles."""
+    ids = {name: unique_id(f"trip{name}") for name in ("curves", "plain", "two")}
+    for name, job_id in ids.items():
+        body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+        body |= {"target_metric": 0.5, "learning_curve_stop": name == "curves"}
+        assert http.post("/jobs", json=body).status_code == 201
+        for recurrence in range(3):
+            if name == "two" and recurrence == 2:  # the last run on other GPUs
+                again = http.post("/jobs", json=body | A40_PROFILE)
+                assert again.status_code == 200, again.text
+            trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+            for epoch, metric in ((1, 0.3), (2, 0.5 if recurrence != 1 else 0.4)):
+                seconds = 10.0 * epoch * (1 + recurrence)
+                report = trial | {"time": seconds, "energy": 30.0 * seconds}
+                answer = http.post(
+                    "/report", json=report | {"metric": metric, "current_epoch": epoch}
+                )
+                assert answer.status_code == 200, answer.text
+            http.request("PATCH", "/trials", json=trial)
+    params = {"job_id": ids["plain"], "run_key": "relaunch-7"}
+    assert http.get("/jobs/batch_size", params=params).status_code == 200
     return ids
 
 
 TRIAL_IDENTITY = ("trial_number", "batch_size", "kind", "status", "epochs", "converged", "profile")
 
 
-def _views(url: str, tmp_path: Path, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
+def _views(http: httpx.Client, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
     """What the read API shows of each job that counts for a decision (curves excepted)."""
-    proc = ServerProcess(url, cwd=tmp_path)
-    try:
-        with proc.client() as http:
-            shown = {}
-            for name, job_id in ids.items():
-                view = http.get(f"/api/jobs/{job_id}")
-                assert view.status_code == 200, view.text
-                state = view.json()
-                recommended = state["recommended"]
-                shown[name] = {
-                    "recommended": recommended and recommended["batch_size"],
-                    "expected_cost": recommended and pytest.approx(recommended["expected_cost"]),
-                    "best": (state["best_batch_size"], pytest.approx(state["best_cost"])),
-                    "profiles": state["profiles"],
-                    "trial_count": state["trial_count"],
-                    "by_status": state["trials_by_status"],
-                    "sizes": [
-                        {k: v for k, v in size.items() if k != "curves"}
-                        for size in state["batch_sizes"]
-                    ],
-                    # Below 0003, MySQL keeps times and metrics in single precision.
-                    "trials": [
-                        {k: t[k] for k in TRIAL_IDENTITY} | {"cost": pytest.approx(t["cost"])}
-                        for t in state["trials"]
-                    ],
-                }
-            return shown
-    finally:
-        proc.stop()
+    shown = {}
+    for name, job_id in ids.items():
+        view = http.get(f"/api/jobs/{job_id}")
+        assert view.status_code == 200, view.text
+        state = view.json()
+        recommended = state["recommended"]
+        shown[name] = {
+            "recommended": recommended and recommended["batch_size"],
+            "expected_cost": recommended and pytest.approx(recommended["expected_cost"]),
+            "best": (state["best_batch_size"], pytest.approx(state["best_cost"])),
+            "profiles": state["profiles"],
+            "trial_count": state["trial_count"],
+            "by_status": state["trials_by_status"],
+            "sizes": [
+                {k: v for k, v in size.items() if k != "curves"} for size in state["batch_sizes"]
+            ],
+            # Below 0003, MySQL keeps times and metrics in single precision.
+            "trials": [
+                {k: t[k] for k in TRIAL_IDENTITY} | {"cost": pytest.approx(t["cost"])}
+                for t in state["trials"]
+            ],
+        }
+    return shown
 
 
 def _counts(url: str) -> tuple[int, int]:
@@ -355,8 +357,9 @@ def test_a_round_trip_down_to_the_first_revision_and_back_loses_no_job_or_trial(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = database_url(backend, tmp_path, request)
-    ids = _fill_at_head(url, tmp_path)
-    before = _views(url, tmp_path, ids)
+    with _served(url, tmp_path) as http:
+        ids = _fill_at_head(http)
+        before = _views(http, ids)
     counts = _counts(url)
     assert counts[1] >= 10
 
@@ -370,15 +373,11 @@ def test_a_round_trip_down_to_the_first_revision_and_back_loses_no_job_or_trial(
     current = run_cli("db", "current", "--db", url, cwd=tmp_path)
     assert f"current: {head_revision()}" in current.stdout
     assert _counts(url) == counts
-    assert _views(url, tmp_path, ids) == before
-
-    # Without it, every revision down to the first, one at a time, and back up.
-    proc = ServerProcess(url, cwd=tmp_path)
-    try:
-        gone = httpx.delete(f"{proc.url}/jobs", params={"job_id": ids.pop("two")})
+    with _served(url, tmp_path) as http:
+        assert _views(http, ids) == before
+        # Without it, every revision down to the first, one at a time, and back up.
+        gone = http.delete("/jobs", params={"job_id": ids.pop("two")})
         assert gone.status_code == 200, gone.text
-    finally:
-        proc.stop()
     del before["two"]
     counts = _counts(url)
     revision = head_revision()
@@ -397,4 +396,5 @@ def test_a_round_trip_down_to_the_first_revision_and_back_loses_no_job_or_trial(
     up = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     assert _counts(url) == counts
-    assert _views(url, tmp_path, ids) == before
+    with _served(url, tmp_path) as http:
+        assert _views(http, ids) == before
