@@ -7,11 +7,14 @@ pytest session per round, ``--runs`` times in a row, with a busy-looping Python 
 them (``--no-hog`` to leave it out), and counts passes and failures per test. Each test runs
 against SQLite only: the database is not what these tests stress.
 
-    .venv/bin/python benchmarks/soak_multiprocess.py [--runs 100] [--no-hog]
+    .venv/bin/python benchmarks/soak_multiprocess.py [--runs 100] [--no-hog] [--resume]
 
 Writes benchmarks/results/soak_multiprocess.{json,md} after every round, so an interrupted soak
 still leaves its figures; a failing round's pytest output is kept beside them as
-soak_multiprocess.failure-<round>.log.
+soak_multiprocess.failure-<round>.log. ``--resume`` goes on from those figures, up to ``--runs``
+rounds in all, when they are of the same commit and the same hog setting: a hundred rounds take
+longer than one sitting, so a soak of one commit can be spread over several, in a worktree of
+that commit (``git worktree add /tmp/soak <commit>``, with its results file copied in).
 """
 
 from __future__ import annotations
@@ -102,8 +105,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--no-hog", dest="hog", action="store_false")
+    parser.add_argument(
+        "--resume", action="store_true", help="go on from the saved figures of this commit"
+    )
     args = parser.parse_args()
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -113,10 +118,19 @@ def main() -> int:
         "seconds": 0.0,
         "tests": {test: {} for test in TESTS if "::" in test}, "failed_rounds": [],
     }  # fmt: skip
-    start = time.monotonic()
+    if args.resume:
+        saved = json.loads((RESULTS / "soak_multiprocess.json").read_text())
+        if (saved["commit"], saved["hog"]) != (results["commit"], args.hog):
+            parser.error(
+                f"the saved figures are of commit {saved['commit']} (hog: {saved['hog']}), "
+                f"this is {results['commit']} (hog: {args.hog}): start afresh without --resume"
+            )
+        results = saved
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.hog else None
+    start = time.monotonic() - results["seconds"]
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for round_ in range(1, args.runs + 1):
+            for round_ in range(results["rounds"] + 1, args.runs + 1):
                 log = Path(tmp) / "round.log"
                 outcomes = one_round(Path(tmp) / "junit.xml", log)
                 for test, verdict in outcomes.items():
