@@ -19,6 +19,7 @@ from zeus_bso.policy import (
     state_on,
     with_profile,
 )
+from zeus_bso.policy.profiles import MAX_RATIO_EXPONENT
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -54,21 +55,53 @@ def test_a_job_on_its_own_gpus_knows_no_profiles_and_another_makes_two() -> None
     assert with_profile(job, moved, V100) == moved  # known already: nothing changes
 
 
-def test_factor_is_measured_where_both_ran_else_the_speed_ratio_else_one() -> None:
+def test_factor_is_measured_where_both_ran_else_predicted_else_one() -> None:
     profiles = Profiles(
         "a",
         {("a", 16): 10.0, ("a", 32): 20.0, ("a", 64): 30.0, ("b", 16): 40.0, ("b", 32): 60.0},
     )
     assert profiles.factor(16, "a", "b") == 4.0  # measured on both
     assert profiles.factor(32, "b", "a") == pytest.approx(1 / 3)
-    # 64 ran on a only: the speed ratio of b to a, the geometric mean of 4 and 3.
-    assert profiles.factor(64, "a", "b") == pytest.approx(math.sqrt(12.0))
+    # 64 ran on a only: the power law through 4 at 16 and 3 at 32 (x 3/4 a doubling) says 2.25.
+    assert profiles.factor(64, "a", "b") == pytest.approx(2.25)
     assert profiles.factor(64, None, "b") == profiles.factor(64, "a", "b")  # None: the base
     assert profiles.factor(16, "a", "c") == 1.0  # c shares no batch size with a: unknown
     assert profiles.factor(16, "b", "b") == 1.0
     # A measurement is added once, where there was none.
     assert profiles.measuring("b", 64, 99.0).factor(64, "a", "b") == pytest.approx(3.3)
     assert profiles.measuring("b", 16, 99.0) is profiles
+
+
+def test_a_ratio_that_follows_a_power_law_is_predicted_at_every_batch_size() -> None:
+    """b gains more from large batches than a: its epochs cost 2 x (128 / b) ** 0.5 times a's.
+    Two measured sizes give the law; a constant ratio would misjudge every other size."""
+
+    def ratio(size: int) -> float:
+        return 2.0 * (128 / size) ** 0.5
+
+    costs = {("a", size): 10.0 * size for size in (8, 16, 32, 64, 128, 256, 512)}
+    costs |= {("b", size): 10.0 * size * ratio(size) for size in (32, 64)}
+    profiles = Profiles("a", costs)
+    for size in (8, 16, 128, 512):
+        assert profiles.factor(size, "a", "b") == pytest.approx(ratio(size))
+        assert profiles.factor(size, "b", "a") == pytest.approx(1 / ratio(size))
+    # Noisy readings: the least-squares law through them, which passes through their means.
+    noisy = costs | {("b", 128): 10.0 * 128 * ratio(128) * 1.1}
+    fitted = [Profiles("a", noisy).factor(size, "a", "b") for size in (32, 64, 128)]
+    assert math.prod(fitted) == pytest.approx(ratio(32) * ratio(64) * ratio(128) * 1.1)
+    # One shared size: its ratio at every size.
+    one = Profiles("a", {("a", 32): 10.0, ("b", 32): 30.0, ("a", 512): 5.0})
+    assert one.factor(512, "a", "b") == pytest.approx(3.0)
+
+
+def test_the_power_law_of_a_ratio_is_at_most_proportional_to_the_batch_size() -> None:
+    """Ratios 1 at 16 and 100 at 32 (an exponent of 6.6, from broken readings): the law through
+    their mean is bounded at `MAX_RATIO_EXPONENT`, so a size further off is not carried away."""
+    profiles = Profiles("a", {("a", 16): 1.0, ("a", 32): 1.0, ("b", 16): 1.0, ("b", 32): 100.0})
+    middle = 16 * math.sqrt(2)  # the geometric mean of the two sizes, where the law gives 10
+    assert MAX_RATIO_EXPONENT == 1.0
+    assert profiles.factor(64, "a", "b") == pytest.approx(10.0 * 64 / middle)
+    assert profiles.factor(8, "a", "b") == pytest.approx(10.0 * 8 / middle)
 
 
 def epochs_to_target(batch_size: int, rng: random.Random) -> int:

@@ -6,10 +6,11 @@ hardware, and of its power limit, which prices time in the cost. So a job keeps 
 statistics, in the cost units of its first profile (the base), and converts a cost between two
 profiles by the ratio of their costs per epoch for that batch size: measured (the mean energy
 and time per epoch over trials at their latest report, priced with the profile's power limit)
-where both profiles ran it, and otherwise the
-profiles' speed ratio, the geometric mean of the measured ratios over the batch sizes both ran.
-Before two profiles share any batch size the ratio is taken as 1: the arms keep their order,
-only the scale of costs is off, and the first report of a run on the new profile measures it.
+where both profiles ran it, and otherwise predicted from the ratios measured at the batch sizes
+both ran, as a power law in the batch size (`Profiles.ratio_at`): one GPU may gain more than
+another from large batches, which moves the cheapest batch size. Before two profiles share any
+batch size the ratio is taken as 1: the arms keep their order, only the scale of costs is off,
+and the first report of a run on the new profile measures it.
 
 A converted cost is a prediction until its batch size has run on the profile: in the bandit it
 counts as one observation, not as all it was converted from, and the bandit samples again for
@@ -52,16 +53,29 @@ class Profiles:
     base: str
     epoch_costs: EpochCosts = field(default_factory=dict)
 
-    def speed_ratio(self, dst: str, src: str) -> float | None:
-        """How many times an epoch on ``dst`` costs what one on ``src`` does: the geometric mean
-        over the batch sizes both measured (None where they share none)."""
-        ratios = [
-            cost / self.epoch_costs[(src, size)]
+    def ratio_at(self, batch_size: int, dst: str, src: str) -> float | None:
+        """How many times an epoch of ``batch_size`` on ``dst`` is predicted to cost what one on
+        ``src`` does, from the ratios measured at the batch sizes both ran (None where they share
+        none): the least-squares power law through them (the log of the ratio linear in the log
+        of the batch size), its exponent within +-`MAX_RATIO_EXPONENT`. With one shared batch
+        size, that size's ratio at every size."""
+        points = [
+            (math.log(size), math.log(ratio))
             for (profile, size), cost in self.epoch_costs.items()
-            if profile == dst and (src, size) in self.epoch_costs
+            if profile == dst
+            and (src, size) in self.epoch_costs
+            and _usable(ratio := cost / self.epoch_costs[(src, size)])
         ]
-        logs = [math.log(r) for r in ratios if _usable(r)]
-        return _usable_or_none(math.exp(fmean(logs))) if logs else None
+        if not points:
+            return None
+        mean_x = fmean(x for x, _ in points)
+        mean_y = fmean(y for _, y in points)
+        spread = sum((x - mean_x) ** 2 for x, _ in points)
+        exponent = 0.0
+        if spread > 0.0:
+            exponent = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+            exponent = max(-MAX_RATIO_EXPONENT, min(MAX_RATIO_EXPONENT, exponent))
+        return _usable_or_none(math.exp(mean_y + exponent * (math.log(batch_size) - mean_x)))
 
     def factor(self, batch_size: int, src: str | None, dst: str | None) -> float:
         """What a cost of ``batch_size`` on ``src`` is multiplied by to be one on ``dst``
@@ -73,7 +87,7 @@ class Profiles:
         measured_dst = self.epoch_costs.get((dst, batch_size))
         if measured_src and measured_dst and _usable(measured_dst / measured_src):
             return measured_dst / measured_src
-        ratio = self.speed_ratio(dst, src)
+        ratio = self.ratio_at(batch_size, dst, src)
         return 1.0 if ratio is None else ratio
 
     def measuring(self, profile: str, batch_size: int, epoch_cost: float) -> Profiles:
@@ -84,6 +98,14 @@ class Profiles:
             return self
         return replace(self, epoch_costs={**self.epoch_costs, key: epoch_cost})
 
+
+MAX_RATIO_EXPONENT = 1.0
+"""The steepest power law in the batch size that `Profiles.ratio_at` fits to two profiles' cost
+ratios. An epoch of a batch size b costs (steps per epoch, 1/b) x (cost of a step); between a
+GPU whose step costs the same at every b (latency-bound) and one whose step costs in proportion
+to b (throughput-bound) the ratio changes as b itself: exponent 1, the physical extreme. Fitted
+to nothing: no scenario of ``benchmarks/regret.py`` reaches it (0.5 and no bound at all give the
+same figures)."""
 
 MAX_PROFILE_FACTOR = 1e3
 """The largest ratio of two profiles' costs per epoch that converts costs (and its inverse the
