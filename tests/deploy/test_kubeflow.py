@@ -98,7 +98,9 @@ def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Pa
                 for line in run.stdout.splitlines()
                 if line.startswith("ZEUS_BSO_RANK_RESULT ")
             ]
-            assert sorted(r["rank"] for r in ranks) == [0, 1]
+            # A run that exits 0 without both ranks' results: what it printed tells why.
+            said = run.stdout[-3000:] + run.stderr[-3000:]
+            assert sorted(r["rank"] for r in ranks) == [0, 1], said
             state = job_state(server.url, None, job_id)
             trials = state["trials"]
             assert len(trials) == recurrence  # one trial per run: only rank 0 asked
