@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,8 +31,11 @@ def free_port() -> int:
 def running_server(database_url: str, workers: int = 1) -> Iterator[str]:
     """A server on the database; yields its base URL and stops it (and its workers) after."""
     port = free_port()
-    server = Path(sys.executable).parent / "zeus-bso-server"
-    command = [str(server), "serve", "--db", database_url, "--port", str(port)]
+    beside = Path(sys.executable).parent / "zeus-bso-server"
+    server = str(beside) if beside.exists() else shutil.which("zeus-bso-server")
+    if server is None:
+        raise SystemExit("zeus-bso-server is not installed: pip install -e '.[server]'")
+    command = [server, "serve", "--db", database_url, "--port", str(port)]
     command += ["--workers", str(workers), "--log-level", "warning"]
     with serving(command, port, ready_path="/readyz") as url:
         yield url

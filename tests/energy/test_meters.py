@@ -80,7 +80,10 @@ def test_auto_meter_always_gives_a_meter() -> None:
     assert meter.max_power > 0
 
 
+@pytest.mark.gpu
 def test_nvml_on_a_gpu() -> None:
+    """The real NVML: every visible GPU named by its UUID, a power limit, a counter that only
+    grows, and readings per GPU that add up to the meter's energy."""
     try:
         meter = NVMLMeter()
     except EnergyMeterError as err:
@@ -88,9 +91,16 @@ def test_nvml_on_a_gpu() -> None:
     try:
         assert meter.device_count >= 1
         assert meter.max_power > 0
+        assert len(meter.devices) == meter.device_count
+        assert all(device.key.startswith("GPU-") for device in meter.devices)
+        assert len({device.key for device in meter.devices}) == meter.device_count
+        assert sum(device.max_power for device in meter.devices) == meter.max_power
         first = meter.energy()
         time.sleep(0.5)
-        assert meter.energy() >= first
+        readings = meter.readings()
+        assert set(readings) == {device.key for device in meter.devices}
+        assert all(joules >= 0 for joules in readings.values())
+        assert meter.energy() >= sum(readings.values()) >= first
     finally:
         meter.close()
 
