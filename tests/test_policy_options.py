@@ -67,5 +67,6 @@ def test_the_upstream_preset_reproduces_upstream_zeus() -> None:
         "learning_curve_stop": False,
         "stop_on_cost_to_go": False,
         "prune_stride": 1,
+        "profile_probe": False,
     }
     JobSpec(job_id_prefix="x", batch_sizes=[8], default_batch_size=8, **UPSTREAM_OPTIONS)

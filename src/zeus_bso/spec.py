@@ -251,6 +251,11 @@ class _JobOptions(WireModel):
     """Pruning walks each direction in steps of this many batch sizes (the farthest one
     included), then tries the skipped neighbours of the round's cheapest until it has none
     untried: fewer full runs at sizes far from the cheapest. 1: every batch size in turn."""
+    profile_probe: Annotated[bool, PolicyOption(upstream=False, hashed_off_default=True)] = True
+    """On GPUs new to the job, the run after the first there (once that one has reported) takes
+    the arm nearest the first's (in log batch size): a second measured cost ratio says whether
+    the new GPUs reorder the batch sizes, which converted costs alone cannot
+    (`zeus_bso.policy.profiles.probe_arm`). ``False``: the bandit alone chooses."""
 
     @field_validator("batch_sizes")
     @classmethod

@@ -19,7 +19,7 @@ from zeus_bso.policy import (
     state_on,
     with_profile,
 )
-from zeus_bso.policy.profiles import MAX_RATIO_EXPONENT
+from zeus_bso.policy.profiles import MAX_RATIO_EXPONENT, probe_arm
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -141,7 +141,9 @@ def epochs_after_move(seed: int, gpu: GpuConfig) -> tuple[int, int, int]:
     moved to ``gpu`` at recurrence 12."""
     # Without the learning-curve stop: its stops depend on which batch sizes the bandit samples
     # again on the new profile, not on cost units (`test_curves` checks its units on a move).
-    job = InMemoryJob(make_job(seed, learning_curve_stop=False))
+    # Without the probe, whose one run of another arm is the price of finding out whether new
+    # GPUs reorder the arms (tested below), not a matter of units.
+    job = InMemoryJob(make_job(seed, learning_curve_stop=False, profile_probe=False))
     workload = random.Random(seed)
     epochs = failures = 0
     for recurrence in range(40):
@@ -328,3 +330,117 @@ def test_a_near_zero_reading_on_new_gpus_leaves_every_statistic_finite() -> None
         assert math.isfinite(value), stats
     assert memory.state.best is not None
     assert math.isfinite(memory.state.best.cost)
+
+
+def test_the_probe_is_the_arm_nearest_the_one_size_measured_on_new_gpus() -> None:
+    base, new = "1xV100@250W", "1xA40@300W"
+    on_base = {(base, size): float(size) for size in (16, 32, 64, 128)}
+    arms = (16, 32, 128)
+    # Nothing measured on the new GPUs yet: the bandit's choice runs first and measures one.
+    assert probe_arm(Profiles(base, on_base), new, arms) is None
+    # One size measured there: the arm nearest it in log batch size (ties: the larger).
+    assert probe_arm(Profiles(base, on_base | {(new, 16): 9.0}), new, arms) == 32
+    assert probe_arm(Profiles(base, on_base | {(new, 128): 9.0}), new, arms) == 32
+    assert probe_arm(Profiles(base, on_base | {(new, 32): 9.0}), new, (16, 32, 64)) == 64
+    assert probe_arm(Profiles(base, on_base | {(new, 64): 9.0}), new, (16, 32, 256)) == 32
+    # Two measured sizes give the power law its slope: no probe. Nor on the base, with one
+    # arm, or with one profile.
+    two = Profiles(base, on_base | {(new, 16): 9.0, (new, 64): 20.0})
+    assert probe_arm(two, new, arms) is None
+    assert probe_arm(Profiles(base, on_base | {(new, 16): 9.0}), base, arms) is None
+    assert probe_arm(Profiles(base, on_base | {(new, 16): 9.0}), new, (16,)) is None
+    assert probe_arm(None, new, arms) is None
+
+
+REORDERING = GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="H100")
+"""Hardware on which an epoch's time falls in proportion to the batch size (a GPU that large
+batches fill), where on the V100 it hardly falls: it reorders the batch sizes."""
+
+
+def reordering_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, float]:
+    """One recurrence of a workload whose cheapest batch size is 16 on the V100 and 64 on
+    `REORDERING`: the batch size that converged, and what the recurrence cost."""
+    needed = {16: 5, 32: 7, 64: 9}
+    spent = 0.0
+    while True:
+        trial = memory.next_trial()
+        size = trial.batch_size
+        time = 100.0 * (16 / size) ** (1.0 if gpu == REORDERING else 0.1)
+        for epoch in range(1, memory.job.max_epochs + 1):
+            metric = min(1.0, epoch / needed[size])
+            answer = memory.report(
+                trial, time=time * epoch, energy=150.0 * time * epoch, metric=metric,
+                current_epoch=epoch,
+            )  # fmt: skip
+            if answer.stop_train:
+                break
+        assert answer.cost is not None
+        spent += answer.cost
+        if answer.converged:
+            return size, spent
+
+
+def after_reordering_move(seed: int, **options: object) -> tuple[list[int], float]:
+    """The batch sizes and total cost of 20 recurrences on `REORDERING` after 15 on the V100."""
+    memory = InMemoryJob(make_job(seed, batch_sizes=[16, 32, 64], default_batch_size=32,
+                                  target_metric=1.0, **options))  # fmt: skip
+    for _ in range(15):
+        reordering_recurrence(memory, V100)
+    assert memory.state.arms is not None
+    assert len(memory.state.arms) >= 2
+    memory.register(REORDERING)
+    sizes, total = [], 0.0
+    for _ in range(20):
+        size, cost = reordering_recurrence(memory, REORDERING)
+        sizes.append(size)
+        total += cost
+    return sizes, total
+
+
+def test_new_gpus_that_reorder_the_batch_sizes_are_found_out_by_one_probe() -> None:
+    """On the V100 16 is cheapest; on the new GPUs 64 costs under half as much. Converted costs
+    keep 16 first (one measured ratio predicts the same ratio everywhere), so without the probe
+    the bandit stays there; one probe run of 32 measures a second ratio, the power law through
+    the two predicts 64 cheapest, and the job moves there."""
+    never_left = 0
+    for seed in range(6):
+        sizes, total = after_reordering_move(seed)
+        assert sizes[-10:].count(64) >= 8, sizes
+        unprobed, unprobed_total = after_reordering_move(seed, profile_probe=False)
+        assert total <= unprobed_total, (sizes, unprobed)
+        never_left += 64 not in unprobed
+    assert never_left >= 4  # without it, most seeds never run 64 on the new GPUs
+
+
+def test_where_new_gpus_keep_the_order_the_probe_costs_one_run_of_the_next_arm() -> None:
+    """Two V100s cost exactly twice one (`TWO_V100`): the probe runs the arm next to the first
+    one run there, once, and the job goes back to its cheapest arm."""
+    for seed in range(4):
+        memory = InMemoryJob(make_job(seed, batch_sizes=[16, 32, 64], default_batch_size=32,
+                                      target_metric=1.0))  # fmt: skip
+        for _ in range(15):
+            reordering_recurrence(memory, V100)
+        memory.register(TWO_V100)
+        for _ in range(8):
+            reordering_recurrence(memory, TWO_V100)
+        moved = [t for t in memory.trials if t.profile == profile_key(TWO_V100)]
+        first, probe = moved[0], moved[1]
+        assert abs(probe.batch_size - first.batch_size) in (16, 32), (first, probe)
+        assert probe.batch_size != first.batch_size
+        assert [t.batch_size for t in moved[-4:]] == [16] * 4, moved
+
+
+def test_a_probe_that_ends_without_a_report_is_not_dispatched_again() -> None:
+    """A batch size the new GPUs cannot run (out of memory before its first report): the probe
+    takes it once; the runs after it are the bandit's."""
+    memory = InMemoryJob(make_job(0, batch_sizes=[16, 32, 64], default_batch_size=32,
+                                  target_metric=1.0))  # fmt: skip
+    for _ in range(15):
+        reordering_recurrence(memory, V100)
+    memory.register(REORDERING)
+    size, _ = reordering_recurrence(memory, REORDERING)
+    probe = memory.next_trial()
+    assert probe.batch_size != size
+    memory.end_trial(probe)  # its client caught the crash; nothing was reported
+    after = [memory.next_trial() for _ in range(3)]
+    assert all(trial.batch_size != probe.batch_size for trial in after)

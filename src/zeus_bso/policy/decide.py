@@ -28,7 +28,8 @@ def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
 
 
 def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch:
-    """Choose the batch size of the next run of ``job``.
+    """Choose the batch size of the next run of ``job``: pruning's next exploration, the arm
+    that probes new hardware (`JobHistory.probe`), or the bandit's choice.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -42,5 +43,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
             best = history.best.batch_size if history.best else job.default_batch_size
             return Dispatch(best, TrialKind.CONCURRENT)
         arms = step.arms
+    elif history.probe is not None and history.probe in arms:
+        return Dispatch(history.probe, TrialKind.BANDIT, arms=arms)
     batch_size = choose_arm(job, arms, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)

@@ -40,6 +40,7 @@ from zeus_bso.policy.profiles import (
     WindowedCosts,
     counted_anew,
     job_on,
+    probe_arm,
     profiles_of,
     state_on,
     trial_on,
@@ -174,7 +175,12 @@ def after_dispatch(
     history = history_of(job, state, explorations, windowed, profiles, profile)
     ran_on = profile or next(iter(state.profiles), None)
     if profiles is not None and state.by_profile is not None and ran_on is not None:
-        history = replace(history, bandit_pulls=state.by_profile.bandit_trials.get(ran_on, 0))
+        pulls = state.by_profile.bandit_trials.get(ran_on, 0)
+        history = replace(history, bandit_pulls=pulls)
+        if job.profile_probe and state.arms is not None and pulls <= 1:
+            # The profile's second bandit run at most: a probe that ends without a report (a
+            # batch size the new GPUs cannot run) is not dispatched again.
+            history = replace(history, probe=probe_arm(profiles, ran_on, state.arms))
     number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start

@@ -99,6 +99,33 @@ class Profiles:
         return replace(self, epoch_costs={**self.epoch_costs, key: epoch_cost})
 
 
+def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int]) -> int | None:
+    """The arm a run on ``profile`` should take to measure how costs convert there, or None.
+
+    While a profile's cost ratio to the base is measured at one batch size, `Profiles.ratio_at`
+    predicts that ratio at every size: the arms keep the order they had on the base. A GPU that
+    gains more than the base from large batches (or less) reorders them, and the bandit, which
+    ranks the arms by their converted costs, would not run another arm to find out. One run of
+    the arm nearest the measured size (in log batch size; of two, the larger) measures a second
+    ratio, which gives the power law its slope. The nearest, because it is the likeliest to be
+    cheap where the order holds (a neighbour of the best): on the trace's transfers the farthest
+    cost more for the same finding (``benchmarks/regret.py``). It is judged as any bandit run."""
+    if profiles is None or profile is None or profile == profiles.base or len(arms) < 2:
+        return None
+    shared = {
+        size
+        for (on, size) in profiles.epoch_costs
+        if on == profile and (profiles.base, size) in profiles.epoch_costs
+    }
+    if len(shared) != 1:
+        return None
+    (measured,) = shared
+    others = [arm for arm in arms if arm != measured]
+    if not others:
+        return None
+    return min(others, key=lambda arm: (abs(math.log(arm / measured)), -arm))
+
+
 MAX_RATIO_EXPONENT = 1.0
 """The steepest power law in the batch size that `Profiles.ratio_at` fits to two profiles' cost
 ratios. An epoch of a batch size b costs (steps per epoch, 1/b) x (cost of a step); between a

@@ -301,6 +301,9 @@ class JobHistory:
     best: BestRun | None = None
     bandit_pulls: int = 0
     """Trials dispatched in the bandit stage so far."""
+    probe: int | None = None
+    """An arm the next run takes to measure how costs convert to its hardware profile
+    (`zeus_bso.policy.profiles.probe_arm`); None: the bandit chooses."""
 
     @property
     def stage(self) -> Stage:
