@@ -120,9 +120,7 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
     if len(shared) != 1:
         return None
     (measured,) = shared
-    others = [arm for arm in arms if arm != measured]
-    if not others:
-        return None
+    others = [arm for arm in arms if arm != measured]  # not empty: two arms or more
     return min(others, key=lambda arm: (abs(math.log(arm / measured)), -arm))
 
 
