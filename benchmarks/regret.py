@@ -89,32 +89,40 @@ def _shared(trace: TraceJob, sizes: set[int], default: int) -> TraceJob:
 
 
 SKEW = 0.5
-"""The skewed GPU's time per epoch of batch size b is its own times (largest / b) ** SKEW."""
+"""The skewed GPU's time per epoch of batch size b is its own times (largest / b) ** SKEW, or
+for the one skewed down (b / smallest) ** SKEW."""
 
 
-def skewed(trace: TraceJob) -> TraceJob:
+def skewed(trace: TraceJob, down: bool = False) -> TraceJob:
     """``trace`` on a GPU where smaller batch sizes are relatively slower (time per epoch times
     (largest / b) ** `SKEW`): the oracle moves to larger batch sizes, so the costs converted from
-    the first GPU rank the batch sizes wrongly."""
-    largest = max(trace.profiles)
+    the first GPU rank the batch sizes wrongly. ``down``: larger batch sizes are relatively
+    slower ((b / smallest) ** `SKEW`), and the oracle moves to smaller ones."""
+    largest, smallest = max(trace.profiles), min(trace.profiles)
+
+    def factor(b: int) -> float:
+        return float((b / smallest) ** SKEW if down else (largest / b) ** SKEW)
+
     profiles = {
-        b: dataclasses.replace(p, time_per_epoch=p.time_per_epoch * (largest / b) ** SKEW)
+        b: dataclasses.replace(p, time_per_epoch=p.time_per_epoch * factor(b))
         for b, p in trace.profiles.items()
     }
-    return dataclasses.replace(trace, profiles=profiles, gpu=f"{trace.gpu}-skewed")
+    suffix = "-skewed-down" if down else "-skewed"
+    return dataclasses.replace(trace, profiles=profiles, gpu=f"{trace.gpu}{suffix}")
 
 
 def run_transfer(
     first: str, second: str, seeds: list[int], recurrences: int
 ) -> list[tuple[list[int], Summary, Summary]]:
     """Per workload: the batch sizes both GPUs have, the second phase of a job that moved from
-    ``first`` to ``second`` (``<gpu>-skewed``: `skewed`), and a cold start on ``second``, both
-    against its oracle."""
+    ``first`` to ``second`` (``<gpu>-skewed`` and ``<gpu>-skewed-down``: `skewed`), and a cold
+    start on ``second``, both against its oracle."""
     pairs = []
     for name in WORKLOADS:
         before = load_trace_job(name, first)
-        if second.endswith("-skewed"):
-            after = skewed(load_trace_job(name, second.removesuffix("-skewed")))
+        if "-skewed" in second:
+            gpu, _, how = second.partition("-skewed")
+            after = skewed(load_trace_job(name, gpu), down=how == "-down")
         else:
             after = load_trace_job(name, second)
         sizes = set(before.batch_sizes) & set(after.batch_sizes)
@@ -262,7 +270,9 @@ def main() -> None:
         started = time.perf_counter()
         first, second = args.gpus[:2]
         sections, data = [], {}
-        for a, b in ((first, second), (second, first), (first, f"{first}-skewed")):
+        scenarios = [(first, second), (second, first)]
+        scenarios += [(first, f"{first}-skewed"), (first, f"{first}-skewed-down")]
+        for a, b in scenarios:
             pairs = run_transfer(a, b, args.seeds, args.recurrences)
             sections.append(f"### {a.upper()} then {b.upper()}\n\n" + transfer_markdown(pairs))
             data[f"{a}->{b}"] = [
@@ -275,7 +285,9 @@ def main() -> None:
             "over the second phase = its cumulative cost / the second GPU's oracle's; cold "
             "start: a new job on the second GPU with the same batch sizes and default. "
             f"{first.upper()}-SKEWED: {first.upper()} with the time per epoch of batch size b "
-            f"times (largest / b) ** {SKEW}, a GPU change that moves the oracle.\n\n"
+            f"times (largest / b) ** {SKEW}, a GPU change that moves the oracle to larger batch "
+            f"sizes; {first.upper()}-SKEWED-DOWN: times (b / smallest) ** {SKEW}, one that moves "
+            "it to smaller ones.\n\n"
         )
         text = note + "\n".join(sections)
         (RESULTS / "regret_transfer.md").write_text(text)
