@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -160,7 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         "epochs": trainer.current_epoch,
         "trial_number": callback.trial_number,
     }
-    print(RESULT_MARKER, json.dumps(result), flush=True)
+    # One write of the whole line: the ranks share torchrun's stdout, and a line printed in
+    # pieces can be split by another rank's (a soak round beside a CPU hog saw it).
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), f"{RESULT_MARKER} {json.dumps(result)}\n".encode())
 
 
 if __name__ == "__main__":
