@@ -53,6 +53,14 @@ class Profiles:
     base: str
     epoch_costs: EpochCosts = field(default_factory=dict)
 
+    def shared_sizes(self, dst: str, src: str) -> list[int]:
+        """The batch sizes whose cost of an epoch both profiles measured."""
+        return [
+            size
+            for (profile, size) in self.epoch_costs
+            if profile == dst and (src, size) in self.epoch_costs
+        ]
+
     def ratio_at(self, batch_size: int, dst: str, src: str) -> float | None:
         """How many times an epoch of ``batch_size`` on ``dst`` is predicted to cost what one on
         ``src`` does, from the ratios measured at the batch sizes both ran (None where they share
@@ -61,10 +69,8 @@ class Profiles:
         size, that size's ratio at every size."""
         points = [
             (math.log(size), math.log(ratio))
-            for (profile, size), cost in self.epoch_costs.items()
-            if profile == dst
-            and (src, size) in self.epoch_costs
-            and _usable(ratio := cost / self.epoch_costs[(src, size)])
+            for size in self.shared_sizes(dst, src)
+            if _usable(ratio := self.epoch_costs[(dst, size)] / self.epoch_costs[(src, size)])
         ]
         if not points:
             return None
@@ -112,11 +118,7 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
     cost more for the same finding (``benchmarks/regret.py``). It is judged as any bandit run."""
     if profiles is None or profile is None or profile == profiles.base or len(arms) < 2:
         return None
-    shared = {
-        size
-        for (on, size) in profiles.epoch_costs
-        if on == profile and (profiles.base, size) in profiles.epoch_costs
-    }
+    shared = profiles.shared_sizes(profile, profiles.base)
     if len(shared) != 1:
         return None
     (measured,) = shared
