@@ -223,67 +223,64 @@ def hf_run(server: str, epochs: int) -> dict[str, Any]:
             "trial": callback.trial_number}  # fmt: skip
 
 
-def nccl_check() -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
-    from zeus_bso.distributed import elapsed_of_the_run, gpus_of_the_run, open_window
-    from zeus_bso.energy import NVMLMeter
-    from zeus_bso.progress import TrialProgress
-
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    try:
-        meter = NVMLMeter()
-        gpus = gpus_of_the_run(meter)
-        progress = TrialProgress(meter)
-        open_window(progress)
-        x = torch.randn(4096, 4096, device="cuda")
-        for _ in range(50):
-            x = x @ x / 4096
-        torch.cuda.synchronize()
-        _, energy = elapsed_of_the_run(progress)
-        meter.close()
-    finally:
-        dist.destroy_process_group()
-    return {"backend": "nccl", "gpus": gpus.model_dump(), "energy_j": energy}
-
-
-def _two_ranks_worker(rank: int, port: int, out: str) -> None:
-    """One of two ranks that both train on GPU 0; rank 0 writes what the run measured."""
+def measured_run(steps: int) -> dict[str, Any]:
+    """Matrix products on GPU 0 inside this process's group, measured as the callbacks measure a
+    run (`zeus_bso.distributed`: the run's GPUs, its seconds and energy gathered over the ranks),
+    and GPU 0's counter read independently over the same window. Every rank must call it."""
     import pynvml
     import torch
-    import torch.distributed as dist
 
     from zeus_bso.distributed import elapsed_of_the_run, gpus_of_the_run, open_window
     from zeus_bso.energy import NVMLMeter
     from zeus_bso.progress import TrialProgress
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    meter = NVMLMeter()  # every GPU of the node, as torchrun leaves CUDA_VISIBLE_DEVICES
     try:
-        torch.cuda.set_device(0)
-        meter = NVMLMeter()  # every GPU of the node, as torchrun leaves CUDA_VISIBLE_DEVICES
         gpus = gpus_of_the_run(meter)
         progress = TrialProgress(meter)
         open_window(progress)
         start_mj = counter_mj(pynvml, torch)
         a = torch.randn(4096, 4096, device="cuda")
         b = torch.randn(4096, 4096, device="cuda")
-        for _ in range(1500):
+        for _ in range(steps):
             torch.mm(a, b)
         torch.cuda.synchronize()
         seconds, energy = elapsed_of_the_run(progress)
         end_mj = counter_mj(pynvml, torch)
+    finally:
         meter.close()
+    return {"gpus": gpus.model_dump(), "seconds": seconds, "recorded_j": energy,
+            "nvml_j": (end_mj - start_mj) / 1000.0}  # fmt: skip
+
+
+def nccl_check() -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        run = measured_run(50)
+    finally:
+        dist.destroy_process_group()
+    return {"backend": "nccl", "gpus": run["gpus"], "energy_j": run["recorded_j"]}
+
+
+def _two_ranks_worker(rank: int, port: int, out: str) -> None:
+    """One of two ranks that both train on GPU 0; rank 0 writes what the run measured."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.cuda.set_device(0)
+        run = measured_run(1500)
         if rank == 0:
-            result = {"backend": "gloo", "ranks": 2, "gpus": gpus.model_dump(),
-                      "seconds": seconds, "recorded_j": energy,
-                      "nvml_j": (end_mj - start_mj) / 1000.0}  # fmt: skip
-            Path(out).write_text(json.dumps(result))
+            Path(out).write_text(json.dumps({"backend": "gloo", "ranks": 2, **run}))
     finally:
         dist.destroy_process_group()
 
