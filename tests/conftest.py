@@ -13,6 +13,8 @@ from typing import TypeVar
 
 import httpx
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.helpers import BACKENDS, ServerProcess, serve_backend
 from tests.mariadb import MariaDBServer
@@ -65,15 +67,57 @@ def _interrupt(_signum: int, _frame: object) -> None:
 PODMAN_GROUP = "podman"
 """The deployment tests share images and a podman store under fixed names: one worker runs them."""
 
+LONGEST_GROUPS = (
+    PODMAN_GROUP,
+    "tests/api/test_migrations.py",
+    "tests/integrations/test_topology.py",
+    "tests/api/test_concurrency.py",
+    "tests/api/test_schemathesis.py",
+    "tests/integrations/test_examples.py",
+    "tests/integrations/test_huggingface.py",
+    "tests/integrations/test_lightning.py",
+    "tests/api/test_faults.py",
+    "tests/elastic/test_replicas.py",
+    "tests/integrations/test_loop_adapters.py",
+    "tests/api/test_cli_and_schema.py",
+    "tests/sim/test_simulate.py",
+)
+"""The groups that take longest (most of a minute of a worker's time or more each, on two cores),
+longest first. They are collected first, and a worker takes the next group in the order of
+collection, so they start first and the short ones fill in around them. Which groups they are only
+orders the run."""
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``, as ``scripts/test`` runs it) a test module runs on
-    one worker, so its module-scoped servers start once; the deployment tests run on one worker
-    together (`PODMAN_GROUP`). Without xdist the marks change nothing."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = PODMAN_GROUP if path.startswith("tests/deploy/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
+
+def group_of(nodeid: str) -> str:
+    """The group a test runs in under pytest-xdist: its module, or `PODMAN_GROUP`."""
+    path = nodeid.split("::", 1)[0]
+    return PODMAN_GROUP if path.startswith("tests/deploy/") else path
+
+
+class ModuleScheduling(LoadScopeScheduling):
+    """pytest-xdist's scheduling by scope, with the scope of a test its `group_of`: a module runs
+    on one worker, so its module-scoped servers start once, and the deployment tests run on one
+    worker together. Groups go to workers in the order of collection.
+
+    (pytest-xdist's own ``--dist loadgroup`` cannot do this under pytest 9.2: it tags a test's
+    group onto ``item._nodeid``, which pytest no longer reads, so every test is scheduled alone.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling | None:
+    """`ModuleScheduling` for ``--dist loadgroup`` (as ``scripts/test`` runs the suite)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    config.option.loadscopereorder = False  # the order of collection, not the size of a group
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `LONGEST_GROUPS` first, longest first; the rest as collected."""
+    rank = {group: index for index, group in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

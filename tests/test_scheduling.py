@@ -1,0 +1,73 @@
+"""How ``scripts/test`` spreads the suite over pytest-xdist workers (`tests.conftest`): a module on
+one worker, the deployment tests on one worker together, the longest groups first."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from tests.conftest import LONGEST_GROUPS, PODMAN_GROUP, group_of
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ("tests/policy/test_spec.py", "tests/policy/test_bandits.py")
+
+
+def test_each_module_runs_on_one_worker() -> None:
+    """Two workers, two modules of many tests: had each test been scheduled alone (as pytest-xdist's
+    ``loadgroup`` does under pytest 9.2), both workers would have run tests of both."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            *MODULES,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers: dict[str, set[str]] = defaultdict(set)
+    for worker, module in re.findall(r"^\[(gw\d+)\].*PASSED (tests/\S+?\.py)::", run.stdout, re.M):
+        workers[module].add(worker)
+    assert set(workers) == set(MODULES), run.stdout
+    assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)
+
+
+def test_the_deployment_tests_are_one_group_and_the_longest_groups_come_first() -> None:
+    assert group_of("tests/deploy/test_image.py::test_x") == PODMAN_GROUP
+    assert group_of("tests/deploy/test_compose.py::test_y[a::b]") == PODMAN_GROUP
+    assert group_of("tests/api/test_store.py::test_z[sqlite]") == "tests/api/test_store.py"
+    collected = ("tests/policy/test_spec.py", "tests/api/test_migrations.py", "tests/deploy")
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *collected,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    groups = [group_of(line) for line in listed.stdout.splitlines() if "::" in line]
+    in_order = list(dict.fromkeys(groups))  # each group once, in the order collected
+    assert in_order == [PODMAN_GROUP, "tests/api/test_migrations.py", "tests/policy/test_spec.py"]
+    assert LONGEST_GROUPS.index(PODMAN_GROUP) < LONGEST_GROUPS.index(in_order[1])
