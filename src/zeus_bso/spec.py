@@ -255,7 +255,11 @@ class _JobOptions(WireModel):
     """On GPUs new to the job, the run after the first there (once that one has reported) takes
     the arm nearest the first's (in log batch size): a second measured cost ratio says whether
     the new GPUs reorder the batch sizes, which converted costs alone cannot
-    (`zeus_bso.policy.profiles.probe_arm`). ``False``: the bandit alone chooses."""
+    (`zeus_bso.policy.profiles.probe_arm`). From then on, while the arm cheapest there has a
+    neighbour among the batch sizes that is no arm, one run explores it there, and it joins the
+    arms if it converges (`zeus_bso.policy.profiles.extension`): the cheapest batch size on the
+    new GPUs may be one that pruning on the first never kept. ``False``: the bandit alone
+    chooses among the arms."""
 
     @field_validator("batch_sizes")
     @classmethod

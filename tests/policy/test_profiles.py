@@ -13,13 +13,14 @@ from tests.policy.helpers import with_readings
 from zeus_bso.policy import (
     BatchSizeStats,
     BestRun,
+    CostStats,
     JobState,
     Profiles,
     profiles_of,
     state_on,
     with_profile,
 )
-from zeus_bso.policy.profiles import MAX_RATIO_EXPONENT, probe_arm
+from zeus_bso.policy.profiles import MAX_RATIO_EXPONENT, extension, probe_arm
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
@@ -444,3 +445,119 @@ def test_a_probe_that_ends_without_a_report_is_not_dispatched_again() -> None:
     memory.end_trial(probe)  # its client caught the crash; nothing was reported
     after = [memory.next_trial() for _ in range(3)]
     assert all(trial.batch_size != probe.batch_size for trial in after)
+
+
+def test_an_extension_is_a_neighbour_of_the_best_arm_outside_the_arms_favoured_first() -> None:
+    base, new = "1xV100@250W", "1xL4@72W"
+    sizes = (8, 16, 32, 64, 128)
+    on_base = {(base, size): 100.0 for size in sizes}
+    # On the new GPUs larger batch sizes cost relatively more: the ratio grows with the size.
+    two = Profiles(base, on_base | {(new, 32): 50.0, (new, 64): 80.0})
+    arms = (32, 64, 128)
+    seen = {32: CostStats(3, 400.0), 64: CostStats(3, 640.0), 128: CostStats(3, 1000.0)}
+    stats = {size: BatchSizeStats(size) for size in sizes}
+
+    def found(
+        profiles: Profiles | None = two,
+        profile: str = new,
+        observations: dict[int, CostStats] = seen,
+        tried: tuple[int, ...] = (),
+        known: dict[int, BatchSizeStats] = stats,
+    ) -> int | None:
+        return extension(profiles, profile, arms, sizes, known, observations, tried)
+
+    assert found() == 16  # the best arm, 32, has one neighbour that is no arm
+    assert found(tried=(16,)) is None  # explored there once already
+    # A size that ran and never converged (on any GPU) is not explored again.
+    never = stats | {16: BatchSizeStats(16).add(900.0, False)}
+    assert found(known=never) is None
+    # One that converged: explored if its converted cost is below the best arm's (400 here).
+    converged = stats | {16: BatchSizeStats(16).add(900.0, True)}
+    assert found(known=converged, observations=seen | {16: CostStats(1, 300.0)}) == 16
+    assert found(known=converged, observations=seen | {16: CostStats(1, 500.0)}) is None
+    # The best arm's two neighbours outside the arms: the one the ratios favour first.
+    wider = extension(two, new, (16, 64), sizes, stats, seen | {16: CostStats(1, 300.0)}, ())
+    assert wider is None  # 16, the best, was not measured on the new GPUs: the bandit runs it
+    measured = Profiles(base, two.epoch_costs | {(new, 16): 40.0})
+    assert extension(measured, new, (16, 64), sizes, stats, {16: CostStats(1, 300.0)}, ()) == 8
+    assert extension(measured, new, (16,), (8, 16, 32), stats, {16: CostStats(1, 1.0)}, ()) == 8
+    # One measured ratio has no slope yet (the probe comes first); none on the base profile or
+    # for a job with one profile.
+    assert found(profiles=Profiles(base, on_base | {(new, 32): 50.0})) is None
+    assert found(profile=base) is None
+    assert found(profiles=None) is None
+
+
+DOWN = GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="L4")
+"""Hardware on which an epoch's time grows with the batch size, where on the V100 it falls in
+proportion to it: the cheapest batch size moves from the largest to the smallest."""
+
+
+def skewed_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, float]:
+    """One recurrence of a workload that needs 5 epochs at every batch size, on the V100 (an
+    epoch's time falls in proportion to the batch size) or on `DOWN` (it grows as its square
+    root): the batch size that converged, and what the recurrence cost."""
+    spent = 0.0
+    while True:
+        trial = memory.next_trial()
+        time = 100.0 * (16 / trial.batch_size) ** (1.0 if gpu == V100 else -0.5)
+        for epoch in range(1, memory.job.max_epochs + 1):
+            answer = memory.report(
+                trial, time=time * epoch, energy=150.0 * time * epoch,
+                metric=min(1.0, epoch / 5), current_epoch=epoch,
+            )  # fmt: skip
+            if answer.stop_train:
+                break
+        assert answer.cost is not None
+        spent += answer.cost
+        if answer.converged:
+            return trial.batch_size, spent
+
+
+def moved_down(seed: int, **options: object) -> tuple[InMemoryJob, tuple[int, ...], list[int]]:
+    """A job of batch sizes 8 to 64 that ran 15 recurrences on the V100 (pruning kept 32 and 64:
+    the walk down stopped at 16, which cost twice what 32 did), then 15 on `DOWN`: the job, its
+    arms on the V100 and the batch size that converged in each recurrence on `DOWN`."""
+    memory = InMemoryJob(make_job(seed, batch_sizes=[8, 16, 32, 64], default_batch_size=32,
+                                  target_metric=1.0, **options))  # fmt: skip
+    for _ in range(15):
+        skewed_recurrence(memory, V100)
+    arms = memory.state.arms
+    assert arms is not None
+    memory.register(DOWN)
+    return memory, arms, [skewed_recurrence(memory, DOWN)[0] for _ in range(15)]
+
+
+def test_new_gpus_whose_cheapest_batch_size_pruning_left_out_are_walked_to_it() -> None:
+    """On `DOWN` 8 is cheapest; the V100's pruning never ran it and kept only 32 and 64. The
+    probe measures 32 after 64; the power law through the two ratios puts the cheapest at the
+    smaller end; 16 and then 8 are explored there, converge and join the arms."""
+    for seed in range(3):
+        memory, arms, sizes = moved_down(seed)
+        assert arms == (32, 64)
+        assert sizes[:4] == [64, 32, 16, 8], sizes
+        assert sizes[-8:] == [8] * 8, sizes
+        assert memory.state.arms == (8, 16, 32, 64)
+        explored = [t for t in memory.trials if t.profile == profile_key(DOWN) and t.round is None
+                    and t.kind.value == "exploration"]  # fmt: skip
+        assert [t.batch_size for t in explored] == [16, 8]
+        _, _, stuck = moved_down(seed, profile_probe=False)
+        assert set(stuck) == {64}  # without the probe the job never leaves its old best
+
+
+def test_an_extension_that_ends_without_a_report_is_not_explored_again_nor_an_arm() -> None:
+    """On `DOWN` the extension to 16 ends without a report (out of memory, say): the runs after
+    it are the bandit's, on the arms it had."""
+    memory = InMemoryJob(make_job(0, batch_sizes=[8, 16, 32, 64], default_batch_size=32,
+                                  target_metric=1.0))  # fmt: skip
+    for _ in range(15):
+        skewed_recurrence(memory, V100)
+    memory.register(DOWN)
+    skewed_recurrence(memory, DOWN)  # 64
+    skewed_recurrence(memory, DOWN)  # the probe, 32
+    extension_trial = memory.next_trial()
+    assert extension_trial.batch_size == 16
+    memory.end_trial(extension_trial)  # its client caught the crash; nothing was reported
+    after = [memory.next_trial() for _ in range(3)]
+    assert all(trial.batch_size in (32, 64) for trial in after), after
+    assert memory.state.arms == (32, 64)

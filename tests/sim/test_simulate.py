@@ -94,6 +94,39 @@ def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_
     assert state["profiles"] == ["1xv100@250W", "1xp100@250W"]
 
 
+def test_a_job_that_explores_beyond_its_arms_on_other_gpus_decides_the_same_through_a_server(
+    server: ServerProcess,
+) -> None:
+    # sentiment140: 12 recurrences on a V100 (pruning keeps 32, 64 and 128), then 8 on a GPU
+    # where larger batch sizes are relatively slower (time per epoch x (b / 8) ** 0.5): the job
+    # explores 16 there, which joins its arms (`zeus_bso.policy.profiles.extension`).
+    before = load_trace_job("sentiment140", "v100")
+    slower = {
+        b: dataclasses.replace(p, time_per_epoch=p.time_per_epoch * (b / 8) ** 0.5)
+        for b, p in before.profiles.items()
+    }
+    after = dataclasses.replace(before, gpu="down", profiles=slower)
+    spec = job_spec(before, "extend-sentiment140-0", mab_seed=0)
+    down = GpuConfig(max_power=after.max_power, number_of_gpus=1, gpu_model="down")
+
+    def both_phases(backend: Any) -> list[Any]:
+        first = simulate(before, backend, recurrences=12, seed=1, eta_knob=0.5)
+        backend.register(down)
+        return first + simulate(after, backend, recurrences=8, seed=2, eta_knob=0.5)
+
+    local = both_phases(in_process(spec))
+    with ServerClient(server.url) as client:
+        remote = both_phases(ServerBackend(client, spec))
+        state = client.job_state(spec.job_id or "")
+        client.delete_job(spec.job_id or "")
+    assert [r.trials for r in remote] == [r.trials for r in local]
+    explored = [(t.batch_size, t.kind) for r in local[12:] for t in r.trials]
+    assert (16, "exploration") in explored, explored
+    # 8 ran on the V100 (pruning left it out for its cost): converted, it costs more than 16.
+    assert 8 not in [size for size, _ in explored], explored
+    assert state["arms"] == [16, 32, 64, 128]
+
+
 def test_recurrences_end_with_a_converged_trial_and_costs_add_up() -> None:
     results = run(in_process, "cifar100", seed=0, recurrences=10)
     trace = load_trace_job("cifar100", "v100")

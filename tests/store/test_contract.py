@@ -173,6 +173,27 @@ def test_a_report_keeps_the_trial_and_a_final_one_the_jobs_statistics(opened: Op
         assert store.state().stats[32].curves == (ended.curve,)
 
 
+def test_a_final_report_keeps_the_arms_an_extension_added(opened: Opener) -> None:
+    """An exploration on new hardware after pruning (`zeus_bso.policy.profiles.extension`) that
+    converged joins the arms: the job after its final report keeps them."""
+    dispatched(opened, trial(1, 32, profile=V100))
+    with opened() as store:
+        entering = replace(store.state(), next_trial_number=3, arms=(32, 64), bandit_start=2)
+        store.add_trial(trial(2, 32, TrialKind.BANDIT, profile=V100), entering)
+    extension = TrialState(3, 16, TrialKind.EXPLORATION, round=None, profile=A40)
+    dispatched(opened, extension)
+    with opened() as store:
+        assert list(store.explorations()) == [trial(1, 32, profile=V100), extension]
+        ended = reported(extension, cost=250.0)
+        stats = dict(store.state().stats)
+        stats[16] = stats[16].add(250.0, True, ended.curve)
+        job = replace(store.state(), stats=stats, arms=(16, 32, 64))
+        store.save_trial(ended, job)
+    with opened() as store:
+        assert store.state() == job
+        assert store.state().arms == (16, 32, 64)
+
+
 def test_explorations_are_the_pruning_trials_by_number(opened: Opener) -> None:
     trials = [
         trial(1, 32),

@@ -45,5 +45,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         arms = step.arms
     elif history.probe is not None and history.probe in arms:
         return Dispatch(history.probe, TrialKind.BANDIT, arms=arms)
+    elif history.extension is not None and history.extension not in arms:
+        return Dispatch(history.extension, TrialKind.EXPLORATION, arms=arms)
     batch_size = choose_arm(job, arms, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)

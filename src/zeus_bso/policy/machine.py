@@ -39,6 +39,7 @@ from zeus_bso.policy.profiles import (
     Profiles,
     WindowedCosts,
     counted_anew,
+    extension,
     job_on,
     probe_arm,
     profiles_of,
@@ -171,6 +172,7 @@ def after_dispatch(
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
+    explorations = tuple(explorations)
     profiles = profiles_of(job, state)
     history = history_of(job, state, explorations, windowed, profiles, profile)
     ran_on = profile or next(iter(state.profiles), None)
@@ -181,6 +183,18 @@ def after_dispatch(
             # The profile's second bandit run at most: a probe that ends without a report (a
             # batch size the new GPUs cannot run) is not dispatched again.
             history = replace(history, probe=probe_arm(profiles, ran_on, state.arms))
+        if job.profile_probe and state.arms is not None and history.probe is None:
+            tried = [t.batch_size for t in explorations if is_extension(t) and t.profile == ran_on]
+            found = extension(
+                profiles,
+                ran_on,
+                state.arms,
+                job.batch_sizes,
+                state.stats,
+                history.observations,
+                tried,
+            )
+            history = replace(history, extension=found)
     number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
@@ -191,6 +205,13 @@ def after_dispatch(
         after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
     trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round, profile=profile)
     return Dispatched(after, trial, dispatch)
+
+
+def is_extension(trial: TrialState) -> bool:
+    """Whether ``trial`` explored a batch size outside the arms on new hardware
+    (`zeus_bso.policy.profiles.extension`): an exploration outside the pruning rounds. One
+    that converges joins the arms."""
+    return trial.kind is TrialKind.EXPLORATION and trial.round is None
 
 
 def moved(state: JobState, trial: TrialState, profile: str) -> tuple[JobState, TrialState]:
@@ -353,4 +374,8 @@ def _ended(
         verdict.converged,
         measured.curve if rules.learning_curve else None,
     )
-    return Reported(replace(state, stats=stats, best=base_best), ended, answer, final=True)
+    arms = state.arms
+    if arms is not None and is_extension(ended) and verdict.converged:
+        arms = tuple(sorted({*arms, ended.batch_size}))
+    after = replace(state, stats=stats, best=base_best, arms=arms)
+    return Reported(after, ended, answer, final=True)

@@ -40,9 +40,15 @@ def inputs(
         sizes = state.arms if state.arms is not None else job.batch_sizes
         windowed = store.latest_costs(sizes, job.window_size)
     return Inputs(
-        explorations=store.explorations() if explorations and state.arms is None else (),
+        explorations=store.explorations() if explorations and _explores(job, state) else (),
         windowed=windowed,
     )
+
+
+def _explores(job: CreatedJob, state: JobState) -> bool:
+    """Whether a decision reads the job's explorations: while it prunes, and once it has two
+    hardware profiles, what it explored on each (`zeus_bso.policy.profiles.extension`)."""
+    return state.arms is None or (job.profile_probe and len(state.profiles) >= 2)
 
 
 def counted(store: JobStore, state: JobState) -> JobState:

@@ -31,7 +31,14 @@ from typing import TypeAlias
 
 from zeus_bso.errors import TooManyProfilesError
 from zeus_bso.policy.cost import StopRules, best_reference, zeus_cost
-from zeus_bso.policy.types import ByProfile, CostStats, JobState, TrialKind, TrialState
+from zeus_bso.policy.types import (
+    BatchSizeStats,
+    ByProfile,
+    CostStats,
+    JobState,
+    TrialKind,
+    TrialState,
+)
 from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
 
 EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
@@ -124,6 +131,67 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
     (measured,) = shared
     others = [arm for arm in arms if arm != measured]  # not empty: two arms or more
     return min(others, key=lambda arm: (abs(math.log(arm / measured)), -arm))
+
+
+def extension(
+    profiles: Profiles | None,
+    profile: str | None,
+    arms: Sequence[int],
+    batch_sizes: Sequence[int],
+    stats: Mapping[int, BatchSizeStats],
+    observations: Mapping[int, CostStats],
+    tried: Iterable[int],
+) -> int | None:
+    """A batch size outside the arms that a run on ``profile`` should explore, or None.
+
+    The arms are what pruning kept on the job's first GPUs; on others the cheapest batch size
+    may be one it never ran (a stride stepped over it) or stopped for its cost there. Once a
+    profile's costs are measured at two batch sizes (`probe_arm`), and once the arm cheapest
+    there by the converted costs has run there, its neighbours among the job's batch sizes are
+    explored there, one run each, the one the measured ratios favour most first: a neighbour
+    that is not an arm, not ``tried`` on the profile, not known never to converge (it ran and
+    never did, on any GPU: how many epochs a batch size needs does not depend on the hardware),
+    and that the new GPUs favour over the best arm (a lower predicted cost ratio: only there
+    can they have made a batch size cheaper than what the first GPUs showed). One that converges
+    joins the arms (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest."""
+    if profiles is None or profile is None or profile == profiles.base:
+        return None
+    if len(profiles.shared_sizes(profile, profiles.base)) < 2:
+        return None
+    seen = [arm for arm in arms if arm in observations and observations[arm].count]
+    if not seen:
+        return None
+    best = min(seen, key=lambda arm: (observations[arm].mean, arm))
+    if (profile, best) not in profiles.epoch_costs:
+        return None  # the bandit runs it first
+    sizes = sorted(batch_sizes)
+    at = sizes.index(best)
+    done = set(tried)
+
+    def ratio(size: int) -> float:
+        predicted = profiles.ratio_at(size, profile, profiles.base)
+        return math.inf if predicted is None else predicted
+
+    candidates = [
+        size
+        for size in (sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes))
+        if size not in arms
+        and size not in done
+        and _may_beat(stats.get(size), observations.get(size), observations[best].mean)
+    ]
+    return min(candidates, key=lambda size: (ratio(size), size), default=None)
+
+
+def _may_beat(entry: BatchSizeStats | None, seen: CostStats | None, best: float) -> bool:
+    """Whether a batch size outside the arms may cost less than ``best`` on a profile, from
+    its statistics (``entry``, any profile's runs) and its costs converted to the profile
+    (``seen``): not if it ran and never converged; if it converged, whether its converted mean
+    is below; if it never ran (or only runs stopped early), it may."""
+    if entry is None or not entry.reports:
+        return True
+    if not entry.converged_count:
+        return False
+    return seen is None or not seen.count or seen.mean < best
 
 
 MAX_RATIO_EXPONENT = 1.0

@@ -304,6 +304,9 @@ class JobHistory:
     probe: int | None = None
     """An arm the next run takes to measure how costs convert to its hardware profile
     (`zeus_bso.policy.profiles.probe_arm`); None: the bandit chooses."""
+    extension: int | None = None
+    """A batch size outside the arms the next run explores on its hardware profile
+    (`zeus_bso.policy.profiles.extension`); None: the bandit chooses."""
 
     @property
     def stage(self) -> Stage:

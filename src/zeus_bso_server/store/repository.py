@@ -301,13 +301,15 @@ _SET_STATS = (
         stats=bindparam("stats", type_=JSON()),
         best_batch_size=bindparam("best_batch_size"),
         best_cost=bindparam("best_cost"),
+        arms=bindparam("arms", type_=jobs.c.arms.type),
     )
 )
 
 
 def finish_trial(conn: Connection, job_id: str, trial: TrialState, job: JobState) -> None:
-    """Store a trial's final report and the job's statistics and early-stop reference after
-    it (both from `zeus_bso.policy.after_report`)."""
+    """Store a trial's final report and the job's statistics, early-stop reference and arms
+    after it (from `zeus_bso.policy.after_report`: an exploration on new hardware that
+    converged joins the arms)."""
     params: dict[str, Any] = {
         **_key(job_id, trial.trial_number),
         **_measured(trial),
@@ -317,6 +319,7 @@ def finish_trial(conn: Connection, job_id: str, trial: TrialState, job: JobState
         "stats": _stats_json(job.stats.values()),
         "best_batch_size": job.best.batch_size if job.best else None,
         "best_cost": job.best.cost if job.best else None,
+        "arms": list(job.arms) if job.arms is not None else None,
     }
     conn.execute(_FINISH, params)
     conn.execute(_SET_STATS, params)
