@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -358,20 +359,21 @@ REORDERING = GpuConfig(max_power=250.0, number_of_gpus=1, gpu_model="H100")
 batches fill), where on the V100 it hardly falls: it reorders the batch sizes."""
 
 
-def reordering_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, float]:
-    """One recurrence of a workload whose cheapest batch size is 16 on the V100 and 64 on
-    `REORDERING`: the batch size that converged, and what the recurrence cost."""
-    needed = {16: 5, 32: 7, 64: 9}
+def recurrence(
+    memory: InMemoryJob, epoch_time: Callable[[int], float], needed: Callable[[int], int]
+) -> tuple[int, float]:
+    """One recurrence: runs until one converges, a run of batch size b taking ``epoch_time(b)``
+    an epoch at 150 W and reaching the target after ``needed(b)`` epochs. Returns the batch
+    size that converged and what the recurrence cost."""
     spent = 0.0
     while True:
         trial = memory.next_trial()
         size = trial.batch_size
-        time = 100.0 * (16 / size) ** (1.0 if gpu == REORDERING else 0.1)
+        time = epoch_time(size)
         for epoch in range(1, memory.job.max_epochs + 1):
-            metric = min(1.0, epoch / needed[size])
             answer = memory.report(
-                trial, time=time * epoch, energy=150.0 * time * epoch, metric=metric,
-                current_epoch=epoch,
+                trial, time=time * epoch, energy=150.0 * time * epoch,
+                metric=min(1.0, epoch / needed(size)), current_epoch=epoch,
             )  # fmt: skip
             if answer.stop_train:
                 break
@@ -379,6 +381,14 @@ def reordering_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, flo
         spent += answer.cost
         if answer.converged:
             return size, spent
+
+
+def reordering_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, float]:
+    """One recurrence of a workload whose cheapest batch size is 16 on the V100 and 64 on
+    `REORDERING`: the batch size that converged, and what the recurrence cost."""
+    exponent = 1.0 if gpu == REORDERING else 0.1
+    needed = {16: 5, 32: 7, 64: 9}
+    return recurrence(memory, lambda size: 100.0 * (16 / size) ** exponent, needed.__getitem__)
 
 
 def after_reordering_move(seed: int, **options: object) -> tuple[list[int], float]:
@@ -497,21 +507,8 @@ def skewed_recurrence(memory: InMemoryJob, gpu: GpuConfig) -> tuple[int, float]:
     """One recurrence of a workload that needs 5 epochs at every batch size, on the V100 (an
     epoch's time falls in proportion to the batch size) or on `DOWN` (it grows as its square
     root): the batch size that converged, and what the recurrence cost."""
-    spent = 0.0
-    while True:
-        trial = memory.next_trial()
-        time = 100.0 * (16 / trial.batch_size) ** (1.0 if gpu == V100 else -0.5)
-        for epoch in range(1, memory.job.max_epochs + 1):
-            answer = memory.report(
-                trial, time=time * epoch, energy=150.0 * time * epoch,
-                metric=min(1.0, epoch / 5), current_epoch=epoch,
-            )  # fmt: skip
-            if answer.stop_train:
-                break
-        assert answer.cost is not None
-        spent += answer.cost
-        if answer.converged:
-            return trial.batch_size, spent
+    exponent = 1.0 if gpu == V100 else -0.5
+    return recurrence(memory, lambda size: 100.0 * (16 / size) ** exponent, lambda _: 5)
 
 
 def moved_down(seed: int, **options: object) -> tuple[InMemoryJob, tuple[int, ...], list[int]]:

@@ -24,7 +24,8 @@ from zeus_bso.sim import (
     simulate,
 )
 from zeus_bso.sim.report import causes_of, seed_result, summarize
-from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, policy_options
+from zeus_bso.sim.trace import TraceJob
+from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, JobSpecFromClient, policy_options
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
@@ -65,25 +66,24 @@ def test_same_results_in_process_and_through_a_server(
         assert not stopped
 
 
-def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_a_server(
+def moved_alike(
     server: ServerProcess,
-) -> None:
-    # 15 recurrences of librispeech on a V100, then 15 on a P100 with the same job (registered
-    # again), on the batch sizes both GPUs have: the server's profiles are the policy's.
-    before, after = load_trace_job("librispeech", "v100"), load_trace_job("librispeech", "p100")
-    sizes = set(before.batch_sizes) & set(after.batch_sizes)
-    phases = [
-        dataclasses.replace(t, profiles={b: p for b, p in t.profiles.items() if b in sizes})
-        for t in (before, after)
-    ]
-    default = max(b for b in sizes if b <= before.default_batch_size)
-    spec = job_spec(phases[0], "move-librispeech-1", mab_seed=1, default_batch_size=default)
-    p100 = GpuConfig(max_power=after.max_power, number_of_gpus=1, gpu_model="p100")
+    spec: JobSpecFromClient,
+    phases: tuple[TraceJob, TraceJob],
+    recurrences: tuple[int, int],
+) -> tuple[list[Any], dict[str, Any]]:
+    """A job that runs ``recurrences[0]`` recurrences of ``phases[0]``, is registered again on
+    the GPUs of ``phases[1]`` and runs ``recurrences[1]`` of it, in-process and through
+    ``server``: checks that both made the same decisions, and returns the in-process
+    recurrences and the server's view of the job."""
+    gpu = GpuConfig(max_power=phases[1].max_power, number_of_gpus=1, gpu_model=phases[1].gpu)
 
     def both_phases(backend: Any) -> list[Any]:
-        first = simulate(phases[0], backend, recurrences=15, seed=1, eta_knob=0.5)
-        backend.register(p100)
-        return first + simulate(phases[1], backend, recurrences=15, seed=2, eta_knob=0.5)
+        first = simulate(phases[0], backend, recurrences=recurrences[0], seed=1, eta_knob=0.5)
+        backend.register(gpu)
+        return first + simulate(
+            phases[1], backend, recurrences=recurrences[1], seed=2, eta_knob=0.5
+        )
 
     local = both_phases(in_process(spec))
     with ServerClient(server.url) as client:
@@ -91,6 +91,23 @@ def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_
         state = client.job_state(spec.job_id or "")
         client.delete_job(spec.job_id or "")
     assert [r.trials for r in remote] == [r.trials for r in local]
+    return local, state
+
+
+def test_a_job_that_moves_to_other_gpus_decides_the_same_in_process_and_through_a_server(
+    server: ServerProcess,
+) -> None:
+    # 15 recurrences of librispeech on a V100, then 15 on a P100 with the same job (registered
+    # again), on the batch sizes both GPUs have: the server's profiles are the policy's.
+    before, after = load_trace_job("librispeech", "v100"), load_trace_job("librispeech", "p100")
+    sizes = set(before.batch_sizes) & set(after.batch_sizes)
+    v100, p100 = (
+        dataclasses.replace(t, profiles={b: p for b, p in t.profiles.items() if b in sizes})
+        for t in (before, after)
+    )
+    default = max(b for b in sizes if b <= before.default_batch_size)
+    spec = job_spec(v100, "move-librispeech-1", mab_seed=1, default_batch_size=default)
+    _, state = moved_alike(server, spec, (v100, p100), (15, 15))
     assert state["profiles"] == ["1xv100@250W", "1xp100@250W"]
 
 
@@ -107,19 +124,7 @@ def test_a_job_that_explores_beyond_its_arms_on_other_gpus_decides_the_same_thro
     }
     after = dataclasses.replace(before, gpu="down", profiles=slower)
     spec = job_spec(before, "extend-sentiment140-0", mab_seed=0)
-    down = GpuConfig(max_power=after.max_power, number_of_gpus=1, gpu_model="down")
-
-    def both_phases(backend: Any) -> list[Any]:
-        first = simulate(before, backend, recurrences=12, seed=1, eta_knob=0.5)
-        backend.register(down)
-        return first + simulate(after, backend, recurrences=8, seed=2, eta_knob=0.5)
-
-    local = both_phases(in_process(spec))
-    with ServerClient(server.url) as client:
-        remote = both_phases(ServerBackend(client, spec))
-        state = client.job_state(spec.job_id or "")
-        client.delete_job(spec.job_id or "")
-    assert [r.trials for r in remote] == [r.trials for r in local]
+    local, state = moved_alike(server, spec, (before, after), (12, 8))
     explored = [(t.batch_size, t.kind) for r in local[12:] for t in r.trials]
     assert (16, "exploration") in explored, explored
     # 8 ran on the V100 (pruning left it out for its cost): converted, it costs more than 16.
