@@ -3,6 +3,7 @@ one worker, the deployment tests on one worker together, the longest groups firs
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -16,10 +17,13 @@ MODULES = ("tests/policy/test_spec.py", "tests/policy/test_bandits.py")
 
 
 def pytest_run(*args: str) -> str:
-    """The output of a pytest run of this suite with ``args``, which must pass."""
+    """The output of a pytest run of this suite with ``args``, which must pass (outside this
+    run's pytest-xdist worker, whose variables it does not inherit)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=240,
