@@ -148,12 +148,12 @@ def extension(
     may be one it never ran (a stride stepped over it) or stopped for its cost there. Once a
     profile's costs are measured at two batch sizes (`probe_arm`), and once the arm cheapest
     there by the converted costs has run there, its neighbours among the job's batch sizes are
-    explored there, one run each, the one the measured ratios favour most first: a neighbour
-    that is not an arm, not ``tried`` on the profile, not known never to converge (it ran and
-    never did, on any GPU: how many epochs a batch size needs does not depend on the hardware),
-    and that the new GPUs favour over the best arm (a lower predicted cost ratio: only there
-    can they have made a batch size cheaper than what the first GPUs showed). One that converges
-    joins the arms (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest."""
+    explored there, one run each, the one the measured ratios favour most (the lower predicted
+    cost ratio) first: a neighbour that is not an arm, not ``tried`` on the profile, and may
+    cost less than the best there (`_may_beat`: not one that ran and never converged, on any
+    GPU, since how many epochs a batch size needs does not depend on the hardware; not one
+    whose converged runs, converted, cost more). One that converges joins the arms
+    (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest."""
     if profiles is None or profile is None or profile == profiles.base:
         return None
     if len(profiles.shared_sizes(profile, profiles.base)) < 2:
