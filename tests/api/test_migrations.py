@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.engine import Connection
+from typer.testing import CliRunner
 
-from tests.api.test_cli_and_schema import run_cli
 from tests.helpers import (
     BACKENDS,
     SERVER_BIN,
@@ -26,6 +27,7 @@ from tests.helpers import (
     unique_id,
 )
 from zeus_bso.spec import CreatedJob
+from zeus_bso_server.cli import app
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import head_revision, upgrade
@@ -36,6 +38,17 @@ STATS_0001: dict[int, tuple[Any, ...]] = {
     64: (2, 110.0, 200.0, 2, 220.0, 100.0),
     128: (1, 90.0, 0.0, 0, 0.0, None),
 }
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``zeus-bso-server`` with ``args``, run in this process (``tests/api/test_cli_and_schema``
+    runs the command as its own process): the same code, commands and output, without starting
+    a Python process that imports SQLAlchemy and Alembic for each of a round trip's steps.
+    ``cwd`` is where the command runs."""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("ZEUS_BSO_")}
+    with contextlib.chdir(cwd):
+        result = CliRunner().invoke(app, list(args), env=unset, catch_exceptions=False)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def _run_sql(url: str, work: Any) -> Any:
