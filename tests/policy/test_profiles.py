@@ -340,10 +340,10 @@ def test_the_probe_is_the_arm_nearest_the_one_size_measured_on_new_gpus() -> Non
     arms = (16, 32, 128)
     # Nothing measured on the new GPUs yet: the bandit's choice runs first and measures one.
     assert probe_arm(Profiles(base, on_base), new, arms) is None
-    # One size measured there: the arm nearest it in log batch size (ties: the larger).
+    # One size measured there: the arm nearest it in log batch size (ties: the smaller).
     assert probe_arm(Profiles(base, on_base | {(new, 16): 9.0}), new, arms) == 32
     assert probe_arm(Profiles(base, on_base | {(new, 128): 9.0}), new, arms) == 32
-    assert probe_arm(Profiles(base, on_base | {(new, 32): 9.0}), new, (16, 32, 64)) == 64
+    assert probe_arm(Profiles(base, on_base | {(new, 32): 9.0}), new, (16, 32, 64)) == 16
     assert probe_arm(Profiles(base, on_base | {(new, 64): 9.0}), new, (16, 32, 256)) == 32
     # Two measured sizes give the power law its slope: no probe. Nor on the base, with one
     # arm, or with one profile.

@@ -119,10 +119,12 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
     predicts that ratio at every size: the arms keep the order they had on the base. A GPU that
     gains more than the base from large batches (or less) reorders them, and the bandit, which
     ranks the arms by their converted costs, would not run another arm to find out. One run of
-    the arm nearest the measured size (in log batch size; of two, the larger) measures a second
-    ratio, which gives the power law its slope. The nearest, because it is the likeliest to be
-    cheap where the order holds (a neighbour of the best): on the trace's transfers the farthest
-    cost more for the same finding (``benchmarks/regret.py``). It is judged as any bandit run."""
+    the arm nearest the measured size (in log batch size) measures a second ratio, which gives
+    the power law its slope. The nearest, because it is the likeliest to be cheap where the
+    order holds (a neighbour of the best): on the trace's transfers the farthest cost more for
+    the same finding (``benchmarks/regret.py``). Of two as near, the smaller: new GPUs may have
+    less memory, and a batch size they cannot run wastes the probe. It is judged as any bandit
+    run."""
     if profiles is None or profile is None or profile == profiles.base or len(arms) < 2:
         return None
     shared = profiles.shared_sizes(profile, profiles.base)
@@ -130,7 +132,7 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
         return None
     (measured,) = shared
     others = [arm for arm in arms if arm != measured]  # not empty: two arms or more
-    return min(others, key=lambda arm: (abs(math.log(arm / measured)), -arm))
+    return min(others, key=lambda arm: (abs(math.log(arm / measured)), arm))
 
 
 def extension(
