@@ -20,8 +20,11 @@ def pytest_run(*args: str) -> str:
     """The output of a pytest run of this suite with ``args``, which must pass (outside this
     run's pytest-xdist worker, whose variables it does not inherit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+    # Without the plugins these modules do not use (schemathesis' imports Hypothesis, 2 s a
+    # process).
+    plugins = ["-p", "no:cacheprovider", "-p", "no:schemathesis", "-p", "no:anyio"]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", *plugins, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
