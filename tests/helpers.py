@@ -28,6 +28,11 @@ from zeus_bso_server.settings import to_engine_url
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
 
 
+NESTED_PYTEST_PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:schemathesis", "-p", "no:anyio"]
+"""Options of a pytest run inside a test: without the cache and the plugins the suite's own
+modules do not use (schemathesis' imports Hypothesis, some 2 CPU seconds a process)."""
+
+
 def environment_without_settings() -> dict[str, str]:
     """This process's environment without any ``ZEUS_BSO_*`` setting, for a command whose
     settings a test gives explicitly."""
@@ -193,10 +198,11 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def age_leases(db_url: str, job_id: str, seconds: float) -> None:
+def age_leases(db_url: str, job_id: str, seconds: float) -> list[float]:
     """Move the job's trial leases ``seconds`` into the past, in the server's own database:
     the clock of those leases jumps forward, as if that much time had passed without a
-    report or a heartbeat. Tests of lease expiry use this instead of sleeping."""
+    report or a heartbeat. Tests of lease expiry use this instead of sleeping. Returns the
+    leases' ends as the same transaction left them (a heartbeat may renew them right after)."""
     engine = create_engine(to_engine_url(db_url))
     try:
         with engine.begin() as conn:
@@ -207,6 +213,14 @@ def age_leases(db_url: str, job_id: str, seconds: float) -> None:
                 ),
                 {"seconds": seconds, "job_id": job_id},
             )
+            ends = conn.execute(
+                text(
+                    "SELECT lease_expires_at FROM trials "
+                    "WHERE job_id = :job_id AND lease_expires_at IS NOT NULL"
+                ),
+                {"job_id": job_id},
+            )
+            return [float(end) for (end,) in ends]
     finally:
         engine.dispose()
 
