@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.containers import REPO
+from tests.helpers import NESTED_PYTEST_PLUGINS_OFF
 
 INNER = """
 import pathlib, time
@@ -32,9 +33,7 @@ def test_an_interrupted_run_stops_its_postgresql_server(tmp_path: Path, signum: 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = subprocess.Popen(
         # The project's conftest loaded as the test command loads it (the file is elsewhere).
-        # Without the plugins it does not use (schemathesis' imports Hypothesis, 2 s).
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"]
-        + ["-p", "no:schemathesis", "-p", "no:anyio"]
+        [sys.executable, "-m", "pytest", "-q", *NESTED_PYTEST_PLUGINS_OFF, "-p", "tests.conftest"]
         + ["--rootdir", str(REPO)]
         + ["-c", str(REPO / "pyproject.toml"), str(inner)],
         cwd=REPO,

@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tests.conftest import LONGEST_GROUPS, PODMAN_GROUP, group_of
+from tests.helpers import NESTED_PYTEST_PLUGINS_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("tests/policy/test_spec.py", "tests/policy/test_bandits.py")
@@ -20,11 +21,8 @@ def pytest_run(*args: str) -> str:
     """The output of a pytest run of this suite with ``args``, which must pass (outside this
     run's pytest-xdist worker, whose variables it does not inherit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
-    # Without the plugins these modules do not use (schemathesis' imports Hypothesis, 2 s a
-    # process).
-    plugins = ["-p", "no:cacheprovider", "-p", "no:schemathesis", "-p", "no:anyio"]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugins, *args],
+        [sys.executable, "-m", "pytest", *NESTED_PYTEST_PLUGINS_OFF, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

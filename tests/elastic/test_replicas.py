@@ -4,9 +4,6 @@ and Lightning's DDP strategy."""
 
 from __future__ import annotations
 
-import datetime
-import faulthandler
-import gc
 import json
 import math
 from pathlib import Path
@@ -17,84 +14,23 @@ import pytest
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 mp = pytest.importorskip("torch.multiprocessing")
 
+from tests.elastic.replica_bodies import (  # noqa: E402
+    DELTA,
+    SIGMA,
+    D,
+    least_squares,
+    run_rank,
+    unsynced,
+)
 from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
-
-D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 2500
-DELTA = [0.3, -0.2, 0.1, 0.0, 0.4]
-
-
-def _init(rank: int, world: int, store: str) -> Any:
-    # A stuck collective fails after a minute with its stack, instead of hanging the suite.
-    faulthandler.dump_traceback_later(90, exit=True)
-    dist = torch.distributed
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    return dist
-
-
-def _rank(rank: int, body: Any, world: int, store: str, out: str) -> None:
-    """Run ``body(rank, world)`` in a process group and write what it returns to a file.
-
-    The DDP model, its communication hook and the optimizer live only inside ``body``, so they
-    are freed while the group is still alive. Freed after ``destroy_process_group``, the last
-    reference to the Gloo group goes with the DDP reducer, whose destructor waits for Gloo's
-    worker threads while holding the GIL; a worker that still has a Python callback to drop
-    needs the GIL, and the rank hangs on exit (seen once in CI).
-    """
-    dist = _init(rank, world, store)
-    try:
-        result = body(rank, world)
-        gc.collect()
-        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _least_squares(rank: int, world: int) -> dict[str, Any]:
-    g = torch.Generator().manual_seed(100 + rank)  # each replica its own samples
-    w_star = torch.zeros(D, 1)
-    model = torch.nn.Linear(D, 1, bias=False)
-    with torch.no_grad():
-        model.weight.copy_(torch.tensor([DELTA]))  # w = w* + delta, held still (lr 0)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.0)
-    ebs = ElasticBatchSize(
-        LOCAL_BATCH * world, min_accumulation=1, smoothing=0.998, max_batch_size=1024
-    )
-    ebs.attach(optimizer, ddp_model=ddp)
-    assert ebs.choice.local_bsz == LOCAL_BATCH
-    assert ebs.replicas == world
-    for _ in range(STEPS):
-        x = torch.randn(LOCAL_BATCH, D, generator=g)
-        y = x @ w_star + SIGMA * torch.randn(LOCAL_BATCH, 1, generator=g)
-        loss = 0.5 * (ddp(x) - y).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    # Each rank measured a different speed, so each would choose differently on its own.
-    for local, seconds in ((8, 0.001 * (1 + rank)), (16, 0.0012 * (1 + 3 * rank))):
-        for _ in range(3):
-            ebs.throughput.observe(local, seconds)
-    choice = ebs.get_local_bsz()
-    return {
-        "sqr": ebs.noise.sqr,
-        "var": ebs.noise.var,
-        "choice": [choice, ebs.accumulation_steps, ebs.replicas],
-    }
 
 
 @pytest.mark.timeout(180)
 def test_replicas_recover_the_closed_form_noise_and_agree(tmp_path: Path) -> None:
     # Per-sample gradient (x.delta - eps) x:
     # |G|^2 = |delta|^2, tr(S) = d (|delta|^2 + sigma^2) + |delta|^2.
-    mp.spawn(_rank, args=(_least_squares, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    mp.spawn(run_rank, args=(least_squares, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     sqr_true = sum(v * v for v in DELTA)
     var_true = D * (sqr_true + SIGMA**2) + sqr_true
@@ -110,23 +46,9 @@ def test_replicas_recover_the_closed_form_noise_and_agree(tmp_path: Path) -> Non
 def test_without_no_sync_every_micro_batch_is_all_reduced_and_nothing_is_measured(
     tmp_path: Path,
 ) -> None:
-    mp.spawn(_rank, args=(_unsynced, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    mp.spawn(run_rank, args=(unsynced, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
     for r in range(2):
         assert json.loads((tmp_path / f"rank{r}.json").read_text())["var"] is None
-
-
-def _unsynced(rank: int, world: int) -> dict[str, Any]:
-    torch.manual_seed(rank)
-    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    ebs = ElasticBatchSize(16, min_accumulation=2)
-    ebs.attach(optimizer, ddp_model=ddp)
-    for _ in range(5):
-        for _ in range(ebs.accumulation_steps):  # no ddp.no_sync(): each backward syncs
-            ddp(torch.randn(4, 4)).pow(2).mean().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return {"var": ebs.noise.var}
 
 
 def test_attach_with_a_ddp_model_needs_a_process_group() -> None:

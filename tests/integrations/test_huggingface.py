@@ -297,7 +297,7 @@ def test_two_processes_share_one_trial(server: ServerProcess, tmp_path: Path) ->
         job_id,
         str(tmp_path),
     ]
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -188,7 +188,6 @@ def _run_nodes(
         env = {
             **os.environ,
             "PYTHONPATH": str(root),
-            "OMP_NUM_THREADS": "1",
             "RANK": str(rank),
             "GROUP_RANK": str(rank),
             "NODE_RANK": str(rank),

@@ -48,7 +48,6 @@ def environment(gpus: list[dict[str, Any]], **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE.parent / "gpu_double"), str(ROOT)]),
-        "OMP_NUM_THREADS": "1",
         "ZEUS_BSO_TEST_GPUS": json.dumps(gpus),
         **extra,
     }
