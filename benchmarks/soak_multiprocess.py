@@ -36,8 +36,6 @@ RESULTS = Path(__file__).parent / "results"
 
 TESTS = (
     "tests/integrations/test_lightning.py::test_ddp_on_two_cpu_processes[sqlite]",
-    "tests/integrations/test_lightning.py::test_two_nodes_share_one_trial[sqlite]",
-    "tests/integrations/test_huggingface.py::test_two_processes_share_one_trial[sqlite]",
     "tests/deploy/test_kubeflow.py::test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows",
     "tests/elastic/test_replicas.py::test_replicas_recover_the_closed_form_noise_and_agree",
     "tests/elastic/test_replicas.py::"

@@ -79,8 +79,8 @@ def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Pa
     One recurrence: the first run is at the default batch size, which no cost bound stops, so
     its outcome does not depend on how fast the machine is. A later run would be stopped as soon
     as its cost (here its time) went over a bound set by the first run's, which a busy machine
-    can make it do; the recurrences themselves are tested with Lightning's own launcher in
-    tests/integrations.
+    can make it do; recurrences are tested with Lightning's Trainer in
+    tests/integrations/test_lightning.py.
     """
     _script()
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)

@@ -1,13 +1,11 @@
 """One rank of a two-process Hugging Face Trainer run with ZeusBSOTrainerCallback (gloo, CPU).
 
-Started by ``torch.distributed.run`` from test_huggingface.py; writes what this rank saw to
-``<out>/rank<RANK>.json``.
+Started by ``torch.distributed.run`` from test_topology.py; writes what this rank saw to
+``<out>/rank<RANK>.json``. The callback measures with its default meter (there: NVML's test
+double).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/integrations/hf_ddp_worker.py \
-        SERVER_URL JOB_ID OUT_DIR [auto]
-
-``auto``: the callback's default meter (test_topology.py: NVML's test double), else an
-estimate of 100 W a process.
+        SERVER_URL JOB_ID OUT_DIR
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ from tests.integrations.test_huggingface import (
     tiny_bert,
     training_arguments,
 )
-from zeus_bso.energy import EstimateMeter
 from zeus_bso.huggingface import ZeusBSOTrainerCallback
 
 
@@ -37,7 +34,7 @@ def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     # Rank 1 reads the batch size from rank 0: the process group must exist first.
     state = PartialState(cpu=True, backend="gloo")
-    seen = train(server_url, job_id, out, auto_meter=sys.argv[4:] == ["auto"])
+    seen = train(server_url, job_id, out)
     # The Trainer and its DDP model are gone before the group is: freed after it, the DDP
     # reducer's destructor can wait on Gloo's worker threads while holding the GIL.
     gc.collect()
@@ -46,13 +43,12 @@ def main() -> None:
     state.destroy_process_group()
 
 
-def train(server_url: str, job_id: str, out: Path, auto_meter: bool) -> dict[str, object]:
+def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
     """Train under the callback; what this rank saw."""
     callback = ZeusBSOTrainerCallback(
         server_url,
         job(job_id, target=0.999),
         metric="eval_accuracy",
-        energy_meter=None if auto_meter else EstimateMeter(100),
     )
     spy = BatchSizeSpy()
     args = training_arguments(

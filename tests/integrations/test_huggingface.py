@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +12,6 @@ transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso
 pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
 from tests.helpers import ServerProcess, unique_id  # noqa: E402
-from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ZeusBSOError  # noqa: E402
@@ -278,41 +273,3 @@ def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
     assert [t["epochs"] for t in trials] == [3]
     with pytest.raises(ZeusBSOError, match="pass output_dir"):
         ZeusBSOTrainerCallback(server.url, spec, resume_from_checkpoint=True)
-
-
-def test_two_processes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:
-    """A Trainer on two CPU processes (gloo): rank 0 alone talks to the server, both ranks train
-    with its batch size, the energy of both is reported, and the server's stop ends both."""
-    job_id = unique_id("hfddp")
-    root = Path(__file__).resolve().parents[2]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--nnodes=1",
-        f"--master_port={free_port()}",
-        str(Path(__file__).with_name("hf_ddp_worker.py")),
-        server.url,
-        job_id,
-        str(tmp_path),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    spec = job(job_id, target=0.999)
-    assert ranks[0]["batch_size"] == ranks[1]["batch_size"] == spec.default_batch_size
-    # Each rank's loader gives it batch_size samples a step: 2 x batch_size a step in all.
-    per_step = [2 * spec.default_batch_size]
-    assert ranks[0]["loader_batch_sizes"] == ranks[1]["loader_batch_sizes"] == per_step
-    assert ranks[0]["trial_number"] == 1
-    assert ranks[1]["trial_number"] is None  # rank 1 never talked to the server
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(job_id)["trials"]
-    assert trial["status"] == "reported"
-    # Both ranks stopped where the server said so, before the Trainer's num_train_epochs (10).
-    assert ranks[0]["epochs"] == ranks[1]["epochs"] == trial["epochs"] <= spec.max_epochs
-    # Each rank's estimate meter reads 100 W x its own time: together about 200 W x time.
-    assert trial["energy"] > 1.5 * 100 * trial["time"]

@@ -236,18 +236,6 @@ def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Pat
     assert trial["status"] == "failed"  # rank 0 ended its trial on the way out
 
 
-def test_two_nodes_share_one_trial(server: ServerProcess, tmp_path: Path) -> None:
-    """The same two processes with a metric that is logged: one trial, both ranks' energy."""
-    job_id = unique_id("ddpnode")
-    for code, err in _run_nodes(server, job_id, "val_acc", tmp_path):
-        assert code == 0, err[-3000:]
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(job_id)["trials"]
-    assert trial["status"] == "reported"
-    assert trial["epochs"] == 2
-    assert trial["energy"] > 1.5 * 100 * trial["time"]
-
-
 def logged_rows(root: Path, name: str) -> list[dict[str, str]]:
     """The rows of a CSVLogger's metrics file that hold ``name``."""
     (path,) = root.glob("**/metrics.csv")

@@ -134,10 +134,14 @@ def _two_nodes(
 
 
 def test_two_nodes_register_the_gpus_of_both(server: ServerProcess, tmp_path: Path) -> None:
+    """Two nodes of one process each form one fit: one trial, which both end together after
+    the fit's two epochs, with the GPUs of both."""
     job_id = unique_id("nodes")
     for done in _two_nodes(server, job_id, tmp_path, [[gpu(0)], [gpu(1)]]):
         assert done.returncode == 0, done.stderr[-4000:]
-    assert_counted_once(*recorded(server, job_id), gpus=2)
+    job_row, trial = recorded(server, job_id)
+    assert trial["epochs"] == 2
+    assert_counted_once(job_row, trial, gpus=2)
 
 
 def test_two_nodes_with_different_gpu_models_are_refused_on_both(
@@ -156,11 +160,26 @@ def test_two_nodes_with_different_gpu_models_are_refused_on_both(
 def test_hugging_face_under_torchrun_with_two_gpus_both_visible(
     server: ServerProcess, tmp_path: Path
 ) -> None:
+    """A Trainer on two processes (gloo) under torchrun: rank 0 alone talks to the server, both
+    ranks train with its batch size, the server's stop ends both, and each GPU's energy is
+    counted once."""
     pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    from tests.integrations.test_huggingface import job
+
     job_id = unique_id("hftopo")
-    command = [*torchrun(2), str(HERE / "hf_ddp_worker.py"), server.url, job_id, str(tmp_path),
-               "auto"]  # fmt: skip
+    command = [*torchrun(2), str(HERE / "hf_ddp_worker.py"), server.url, job_id, str(tmp_path)]
     run(command, environment([gpu(0), gpu(1)]))
-    job, trial = recorded(server, job_id)
-    assert (job["number_of_gpus"], job["max_power"]) == (2, 2 * LIMIT_W)
+    job_row, trial = recorded(server, job_id)
+    assert (job_row["number_of_gpus"], job_row["max_power"]) == (2, 2 * LIMIT_W)
     assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    spec = job(job_id, target=0.999)
+    assert ranks[0]["batch_size"] == ranks[1]["batch_size"] == spec.default_batch_size
+    # Each rank's loader gives it batch_size samples a step: 2 x batch_size a step in all.
+    per_step = [2 * spec.default_batch_size]
+    assert ranks[0]["loader_batch_sizes"] == ranks[1]["loader_batch_sizes"] == per_step
+    assert ranks[0]["trial_number"] == 1
+    assert ranks[1]["trial_number"] is None  # rank 1 never talked to the server
+    # Both ranks stopped where the server said so, before the Trainer's num_train_epochs (10).
+    assert ranks[0]["epochs"] == ranks[1]["epochs"] == trial["epochs"] <= spec.max_epochs
