@@ -18,7 +18,11 @@ import torch
 
 from zeus_bso.elastic import ElasticBatchSize
 
-D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 2500
+# The estimates' spread comes mostly from the smoothing (0.998: about a thousand steps' worth), not
+# the number of steps past it: over 24 seeds of both ranks' samples, 1000 steps put |G|^2 within
+# 13% and tr(S) within 5% of the closed form (2500 steps, over 8 of those seeds: 12% and 2%); the
+# test allows 20% and 15%.
+D, SIGMA, LOCAL_BATCH, STEPS = 5, 1.0, 8, 1000
 DELTA = [0.3, -0.2, 0.1, 0.0, 0.4]
 
 
