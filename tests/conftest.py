@@ -17,7 +17,7 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
-from tests.helpers import BACKENDS, ServerProcess, serve_backend
+from tests.helpers import BACKENDS, ServerProcess, database_url
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 
@@ -128,22 +128,67 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def server(
+def _shared_server(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp(f"shared-{backend}")
+    proc = ServerProcess(database_url(backend, tmp, request), cwd=tmp)
+    yield proc
+    proc.stop()
+
+
+# One server of each backend for a whole worker's run (a server start, migrations included, costs
+# about two CPU-seconds, and a worker runs many modules). Each is stopped before the database
+# server under it (it asks for that fixture, so pytest tears it down first).
+@pytest.fixture(scope="session")
+def shared_sqlite_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """A server on a fresh database of each backend, shared by one test module."""
-    yield from serve_backend(request, tmp_path_factory)
+    yield from _shared_server("sqlite", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def shared_postgresql_server(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres: PostgresServer,
+) -> Iterator[ServerProcess]:
+    yield from _shared_server("postgresql", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def shared_mysql_server(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    mariadb: MariaDBServer,
+) -> Iterator[ServerProcess]:
+    yield from _shared_server("mysql", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(request: pytest.FixtureRequest) -> ServerProcess:
+    """A server of each backend, one for all the modules a worker runs that ask for it.
+
+    The tests that use it make jobs of ids of their own (`tests.helpers.unique_id`) and look only
+    at those, or at what changes while they run (a worker runs one test at a time); nor do they
+    stop the server or change its database's schema. A test that needs a server of its own, or a
+    fresh database, starts one (`serve_backend`, `ServerProcess`)."""
+    return shared(request, request.param)
 
 
 @pytest.fixture(scope="module", params=["sqlite"])
-def sqlite_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    """A server on a fresh SQLite database, shared by one test module: for the tests of the
-    training side and the client, whose subject is not the database (every backend is tested by
-    tests/api and tests/store). Their test ids keep the ``[sqlite]`` of `server`'s."""
-    yield from serve_backend(request, tmp_path_factory)
+def sqlite_server(request: pytest.FixtureRequest) -> ServerProcess:
+    """`server` on SQLite only: for the tests of the training side and the client, whose subject
+    is not the database (every backend is tested by tests/api and tests/store). Their test ids
+    keep the ``[sqlite]`` of `server`'s."""
+    return shared(request, "sqlite")
+
+
+def shared(request: pytest.FixtureRequest, backend: str) -> ServerProcess:
+    proc: ServerProcess = request.getfixturevalue(f"shared_{backend}_server")
+    if proc.proc.poll() is not None:  # a test ended it: say so here, not in the next module
+        raise RuntimeError(f"the shared {backend} server has exited:\n{proc.log()}")
+    return proc
 
 
 @pytest.fixture

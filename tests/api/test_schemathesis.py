@@ -19,11 +19,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ServerProcess, sqlite_url
+from tests.helpers import BACKENDS, ServerProcess, serve_backend, sqlite_url
 
 SCHEMATHESIS = shutil.which("schemathesis") or str(Path(sys.executable).parent / "schemathesis")
 
@@ -44,6 +45,15 @@ def run_schemathesis(
         timeout=600,
         cwd=cwd,
     )
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server of its own on each backend: schemathesis makes jobs of any ids it likes, which
+    the tests sharing `tests.conftest.server` should never meet."""
+    yield from serve_backend(request, tmp_path_factory)
 
 
 ALL_PHASES = "examples,coverage,fuzzing,stateful"

@@ -104,3 +104,9 @@ def unsynced(rank: int, world: int) -> dict[str, Any]:
         optimizer.step()
         optimizer.zero_grad()
     return {"var": ebs.noise.var}
+
+
+def both(rank: int, world: int) -> dict[str, Any]:
+    """`least_squares`, then `unsynced`, in one process group: two more processes, each
+    importing torch, would repeat what this one has done."""
+    return {"least_squares": least_squares(rank, world), "unsynced": unsynced(rank, world)}

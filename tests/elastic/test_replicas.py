@@ -18,20 +18,28 @@ from tests.elastic.replica_bodies import (  # noqa: E402
     DELTA,
     SIGMA,
     D,
-    least_squares,
+    both,
     run_rank,
-    unsynced,
 )
 from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def replica_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """What each rank of one two-process gloo group returned from `both` bodies."""
+    out = tmp_path_factory.mktemp("replicas")
+    mp.spawn(run_rank, args=(both, 2, str(out / "store"), str(out)), nprocs=2)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
 @pytest.mark.timeout(180)
-def test_replicas_recover_the_closed_form_noise_and_agree(tmp_path: Path) -> None:
+def test_replicas_recover_the_closed_form_noise_and_agree(
+    replica_runs: list[dict[str, Any]],
+) -> None:
     # Per-sample gradient (x.delta - eps) x:
     # |G|^2 = |delta|^2, tr(S) = d (|delta|^2 + sigma^2) + |delta|^2.
-    mp.spawn(run_rank, args=(least_squares, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = [run["least_squares"] for run in replica_runs]
     sqr_true = sum(v * v for v in DELTA)
     var_true = D * (sqr_true + SIGMA**2) + sqr_true
     assert ranks[0]["sqr"] == ranks[1]["sqr"]  # one estimate, the same on both ranks
@@ -42,13 +50,12 @@ def test_replicas_recover_the_closed_form_noise_and_agree(tmp_path: Path) -> Non
     assert ranks[0]["choice"][2] == 2
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_without_no_sync_every_micro_batch_is_all_reduced_and_nothing_is_measured(
-    tmp_path: Path,
+    replica_runs: list[dict[str, Any]],
 ) -> None:
-    mp.spawn(run_rank, args=(unsynced, 2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
-    for r in range(2):
-        assert json.loads((tmp_path / f"rank{r}.json").read_text())["var"] is None
+    for run in replica_runs:
+        assert run["unsynced"]["var"] is None
 
 
 def test_attach_with_a_ddp_model_needs_a_process_group() -> None:
