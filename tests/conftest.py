@@ -186,7 +186,7 @@ def sqlite_server(request: pytest.FixtureRequest) -> ServerProcess:
 
 def shared(request: pytest.FixtureRequest, backend: str) -> ServerProcess:
     proc: ServerProcess = request.getfixturevalue(f"shared_{backend}_server")
-    if proc.proc.poll() is not None:  # a test ended it: say so here, not in the next module
+    if proc.proc.poll() is not None:  # a test ended it: fail saying so, not with refused requests
         raise RuntimeError(f"the shared {backend} server has exited:\n{proc.log()}")
     return proc
 
