@@ -159,16 +159,44 @@ def test_negative_control_without_the_job_lock(
         server.stop()
     errors = [s for s in statuses if s != 200]
     assert errors or broken, "the race went unnoticed"
+    print(f"without the lock: {Counter(errors)} of {len(statuses)} requests failed, {broken}")
 
 
 UNLOCK = '''
-"""Test-only patch: write transactions start with a plain BEGIN and take no row lock."""
+"""Test-only patch: write transactions start with a plain BEGIN and take no row lock. So that
+the race cannot pass by chance, a process no longer queues its own requests on one job (it
+would serialise them all when every client's connection lands on one worker, as can happen on a
+loaded machine while the second worker is still starting), and every read of the job that would
+have locked it waits a moment before the first write (otherwise a window of microseconds)."""
+import contextlib
+import time
+
 from sqlalchemy import event
 
+import zeus_bso_server.service as service
 import zeus_bso_server.store.repository as repository
 from zeus_bso_server.store.dialects import DIALECTS
 
 repository._JOB_FOR_UPDATE = repository._JOB
+_get_job = repository.get_job
+
+
+def _get_job_and_wait(conn, job_id, *, lock=False):
+    job = _get_job(conn, job_id, lock=lock)
+    if lock:
+        time.sleep(0.02)
+    return job
+
+
+repository.get_job = _get_job_and_wait
+
+
+@contextlib.asynccontextmanager
+async def _no_queue(self, job_id):
+    yield
+
+
+service.BatchSizeService._queue = _no_queue
 sqlite = type(DIALECTS["sqlite"])
 _original = sqlite.install_hooks
 
