@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,6 +58,13 @@ class ServerProcess:
         self.log_path = Path(cwd or ".") / f"server-{self.port}.log"
         full_env = {**os.environ, **(env or {})}
         full_env.pop("ZEUS_BSO_DATABASE_URL", None)
+        self.workers = workers
+        self.metrics_dir: Path | None = None
+        if workers > 1:
+            # Every worker writes its metrics here, a histogram file once it has served a request:
+            # how the test knows that each worker serves (see _wait_ready).
+            self.metrics_dir = Path(tempfile.mkdtemp(prefix="metrics-", dir=cwd))
+            full_env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir)
         args = [
             SERVER_BIN,
             "serve",
@@ -84,18 +92,28 @@ class ServerProcess:
     def _wait_ready(self, timeout: float = 60.0) -> None:
         # Generous: a 2-core CI machine still busy with the deployment tests' containers once
         # took over 30 s to start a server (it returns as soon as the server is ready).
+        # With several workers, /readyz answers as soon as one of them serves; until every one
+        # has served a request (each probe is a new connection, taken by whichever worker
+        # accepts first), clients that connect could all land on the first.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return
+                ready = httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
             except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+                ready = False
+            if ready and self.serving_workers() >= self.workers:
+                return
+            time.sleep(0.02 if ready else 0.1)
         self.stop()
         raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def serving_workers(self) -> int:
+        """How many worker processes have served a request (one when there is one worker)."""
+        if self.metrics_dir is None:
+            return 1
+        return len({f.stem.rsplit("_", 1)[1] for f in self.metrics_dir.glob("histogram_*.db")})
 
     def log(self) -> str:
         if not self._log.closed:
