@@ -67,6 +67,11 @@ def endpoints_page() -> str:
         "[HTTP API](http-api.md) page says how they are used.",
         "",
     ]
+    routes = {
+        operation["operationId"]: f"{method.upper()} {path}"
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+    }
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             lines += [f"## `{method.upper()} {path}`", ""]
@@ -92,11 +97,20 @@ def endpoints_page() -> str:
                 for code, answer in operation.get("responses", {}).items()
             )
             lines += [f"Answers: {answers}.", ""]
+            leads = {
+                f"`{routes[link['operationId']]}` ({link.get('description', '').rstrip('.')})"
+                for answer in operation.get("responses", {}).values()
+                for link in answer.get("links", {}).values()
+            }
+            if leads:
+                lines += [f"Its answer's ids lead to: {', '.join(sorted(leads))}.", ""]
     lines += ["## Schemas", ""]
     for name, model in sorted(schema.get("components", {}).get("schemas", {}).items()):
         lines += [f"### `{name}`", ""]
         if model.get("description"):
             lines += [" ".join(model["description"].split()), ""]
+        for example in model.get("examples", []):
+            lines += ["Example:", "", "```json", json.dumps(example, indent=2), "```", ""]
         properties = model.get("properties", {})
         if properties:
             required = set(model.get("required", []))

@@ -20,7 +20,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 MAX_ID_LENGTH = 255
 """Longest job id, prefix or GPU model name accepted."""
@@ -62,7 +73,28 @@ def no_control_characters(value: str) -> str:
     return value
 
 
-Printable = AfterValidator(no_control_characters)
+PRINTABLE_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+"""`no_control_characters` as a JSON Schema pattern, so that the API's schema says it too."""
+
+
+class _Printable:
+    """A string without control characters: validated by `no_control_characters` (whose error
+    says which character is where), described in JSON Schema by `PRINTABLE_PATTERN`."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(no_control_characters, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        described = handler(schema)
+        described["pattern"] = PRINTABLE_PATTERN
+        return described
+
+
+Printable = _Printable()
 Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), Printable]
 
 
@@ -335,6 +367,25 @@ def gpu_of(job: GpuConfig) -> GpuConfig:
 
 class JobSpecFromClient(JobSpec, GpuConfig):
     """Request and response body of ``POST /jobs``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id_prefix": "resnet50-imagenet",
+                    "batch_sizes": [64, 128, 256, 512, 1024],
+                    "default_batch_size": 256,
+                    "target_metric": 0.75,
+                    "max_epochs": 90,
+                    "eta_knob": 0.5,
+                    "beta_knob": 2.0,
+                    "max_power": 2800.0,
+                    "number_of_gpus": 4,
+                    "gpu_model": "NVIDIA-A100-SXM4-40GB",
+                }
+            ]
+        }
+    )
 
 
 class CreatedJob(JobParams, GpuConfig):

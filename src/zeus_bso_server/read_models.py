@@ -4,9 +4,9 @@ of the upstream protocol). `zeus_bso_server.queries` fills them."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, WithJsonSchema
 
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.repository import StoredTrial
@@ -83,6 +83,18 @@ class BatchSizeView(BaseModel):
     """Its standard deviation (0: a single or constant observation; null: no information)."""
 
 
+_CURVE_POINT = {
+    "type": "array",
+    "items": {"type": "number"},
+    "minItems": 2,
+    "maxItems": 2,
+    "description": "[epoch, metric]",
+}
+"""A learning curve's point in the schema: an array of two numbers rather than a tuple's
+``prefixItems``, which schemathesis (4.32) rewrites into the older ``items`` list that OpenAPI
+3.1 refuses, so that it stops testing (its issues #3842 and #4099)."""
+
+
 class TrialView(BaseModel):
     """One trial."""
 
@@ -101,7 +113,7 @@ class TrialView(BaseModel):
     message: str | None
     profile: str | None = None
     """The hardware profile the run trained on; null: the job's first."""
-    curve: list[tuple[int, float]] | None = None
+    curve: list[Annotated[tuple[int, float], WithJsonSchema(_CURVE_POINT)]] | None = None
     """Its learning curve: ``[epoch, metric]`` where its best metric improved (null: a trial
     from before the server stored curves)."""
     created_at: float

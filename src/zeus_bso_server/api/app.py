@@ -14,6 +14,7 @@ from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
+from zeus_bso_server.api.openapi import openapi_of
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
 from zeus_bso_server.api.routes_health import health
 from zeus_bso_server.api.routes_jobs import router as jobs_router
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Batch size optimizer for recurring training jobs (Zeus-compatible API)",
         lifespan=lifespan,
     )
+    app.openapi = openapi_of(app)  # type: ignore[method-assign]  # FastAPI's documented way
     app.state.settings = resolved
     install_error_handlers(app)
     app.include_router(protocol_router)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +29,51 @@ router = APIRouter(tags=["zeus protocol"])
 JobIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_LENGTH), Printable]
 
 
+# OpenAPI links: how an answer's ids feed the next requests, from a registered job to its
+# trials. The API reference shows them; property-based testing follows them (a request made of
+# random ids finds no job or trial). They name the operation ids FastAPI derives from the routes.
+_JOB_ID = {"job_id": "$response.body#/job_id"}
+_TRIAL_ID = {
+    **_JOB_ID,
+    "trial_number": "$response.body#/trial_number",
+    "batch_size": "$response.body#/batch_size",
+}
+JOB_LINKS: dict[str, Any] = {
+    "NextBatchSize": {
+        "operationId": "next_batch_size_jobs_batch_size_get",
+        "parameters": _JOB_ID,
+        "description": "Start a trial of this job.",
+    },
+    "GetJob": {
+        "operationId": "get_job_api_jobs__job_id__get",
+        "parameters": _JOB_ID,
+        "description": "This job's state.",
+    },
+    "DeleteJob": {
+        "operationId": "delete_job_jobs_delete",
+        "parameters": _JOB_ID,
+        "description": "Delete this job.",
+    },
+}
+TRIAL_LINKS: dict[str, Any] = {
+    "Report": {
+        "operationId": "report_report_post",
+        "requestBody": _TRIAL_ID,
+        "description": "Report this trial's progress (the body's other fields are the run's).",
+    },
+    "Heartbeat": {
+        "operationId": "heartbeat_api_trials_heartbeat_post",
+        "requestBody": _TRIAL_ID,
+        "description": "Renew this trial's lease.",
+    },
+    "EndTrial": {
+        "operationId": "end_trial_trials_patch",
+        "requestBody": _TRIAL_ID,
+        "description": "End this trial.",
+    },
+}
+
+
 def _json(model: BaseModel) -> Response:
     # The hot routes serialise their (already validated) answer directly; the declared
     # response_model still documents it in the OpenAPI schema.
@@ -40,8 +85,11 @@ def _json(model: BaseModel) -> Response:
     response_model=JobSpecFromClient,
     status_code=status.HTTP_201_CREATED,
     responses={
-        200: {"description": "A job with this id and the same configuration exists"},
-        201: {"description": "The job was registered"},
+        200: {
+            "description": "A job with this id and the same configuration exists",
+            "links": JOB_LINKS,
+        },
+        201: {"description": "The job was registered", "links": JOB_LINKS},
         409: {"description": "A job with this id exists with another configuration"},
     },
 )
@@ -106,6 +154,7 @@ def _gpu_of(
     "/jobs/batch_size",
     response_model=DispatchedTrial,
     responses={
+        200: {"description": "The trial to run", "links": TRIAL_LINKS},
         400: {"description": "Unknown job"},
         409: {"description": "No batch size converged"},
     },
