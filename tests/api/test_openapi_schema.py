@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, unique_id
@@ -87,7 +86,7 @@ def test_the_registration_example_registers(sqlite_server: ServerProcess) -> Non
     (example,) = JobSpecFromClient.model_json_schema()["examples"]
     assert SCHEMA["components"]["schemas"]["JobSpecFromClient"]["examples"] == [example]
     prefix = unique_id("example")
-    with httpx.Client(base_url=sqlite_server.url, timeout=30) as http:
+    with sqlite_server.client() as http:
         job = http.post("/jobs", json={**example, "job_id_prefix": prefix})
         assert job.status_code == 201, job.text
         assert job.json()["job_id"].startswith(prefix)
@@ -104,7 +103,7 @@ def test_the_registration_example_registers(sqlite_server: ServerProcess) -> Non
 def test_an_optional_parameter_sent_as_null_is_refused_clearly(
     sqlite_server: ServerProcess, value: str
 ) -> None:
-    with httpx.Client(base_url=sqlite_server.url, timeout=30) as http:
+    with sqlite_server.client() as http:
         job_id = unique_id("nulls")
         assert http.post("/jobs", json=job_body(job_id)).status_code == 201
         answer = http.get("/jobs/batch_size", params={"job_id": job_id, "number_of_gpus": value})
