@@ -15,8 +15,8 @@ Runs, against a local server on a temporary SQLite database:
    1%), timed directly, and the median epoch time of ``--repeats`` fits each way with and
    without it (a figure the data loader's noise dominates; both are reported).
 3. A Hugging Face Trainer run on ``cuda:0`` under ZeusBSOTrainerCallback, compared as in 1.
-4. ``zeus_bso.distributed`` through an ``nccl`` process group of world size 1: the run's GPUs
-   and energy gathered as the callbacks gather them.
+4. ``zeus_bso.training.collectives`` through an ``nccl`` process group of world size 1: the
+   run's GPUs and energy gathered as the callbacks gather them.
 5. Two ranks (a ``gloo`` process group) that both train on GPU 0, as N processes on one node
    see all of its GPUs: the run's GPU count and energy gathered as the callbacks gather them,
    against GPU 0's counter read independently over the same window (goal: one GPU, within 2%;
@@ -92,7 +92,7 @@ def lightning_fit(server: str, with_callback: bool, epochs: int, repeat: int) ->
     import torch
 
     from zeus_bso import JobSpec
-    from zeus_bso.lightning import ZeusBSOCallback
+    from zeus_bso.integrations.lightning import ZeusBSOCallback
 
     class Model(pl.LightningModule):
         def __init__(self) -> None:
@@ -172,7 +172,7 @@ def hf_run(server: str, epochs: int) -> dict[str, Any]:
     import transformers
 
     from zeus_bso import JobSpec
-    from zeus_bso.huggingface import ZeusBSOTrainerCallback
+    from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
     class Data(torch.utils.data.Dataset):  # type: ignore[misc]
         def __init__(self, n: int, seed: int) -> None:
@@ -225,14 +225,14 @@ def hf_run(server: str, epochs: int) -> dict[str, Any]:
 
 def measured_run(steps: int) -> dict[str, Any]:
     """Matrix products on GPU 0 inside this process's group, measured as the callbacks measure a
-    run (`zeus_bso.distributed`: the run's GPUs, its seconds and energy gathered over the ranks),
-    and GPU 0's counter read independently over the same window. Every rank must call it."""
+    run (`zeus_bso.training.collectives`: the run's GPUs, its seconds and energy gathered over the
+    ranks), and GPU 0's counter read independently over the same window. Every rank must call it."""
     import pynvml
     import torch
 
-    from zeus_bso.distributed import elapsed_of_the_run, gpus_of_the_run, open_window
+    from zeus_bso.client.progress import TrialProgress
     from zeus_bso.energy import NVMLMeter
-    from zeus_bso.progress import TrialProgress
+    from zeus_bso.training.collectives import elapsed_of_the_run, gpus_of_the_run, open_window
 
     meter = NVMLMeter()  # every GPU of the node, as torchrun leaves CUDA_VISIBLE_DEVICES
     try:
@@ -245,11 +245,11 @@ def measured_run(steps: int) -> dict[str, Any]:
         for _ in range(steps):
             torch.mm(a, b)
         torch.cuda.synchronize()
-        seconds, energy = elapsed_of_the_run(progress)
+        elapsed = elapsed_of_the_run(progress)
         end_mj = counter_mj(pynvml, torch)
     finally:
         meter.close()
-    return {"gpus": gpus.model_dump(), "seconds": seconds, "recorded_j": energy,
+    return {"gpus": gpus.model_dump(), "seconds": elapsed.seconds, "recorded_j": elapsed.joules,
             "nvml_j": (end_mj - start_mj) / 1000.0}  # fmt: skip
 
 
@@ -297,7 +297,7 @@ def two_ranks_check() -> dict[str, Any]:
 
 
 def trial_energy(server: str, job_id: str, trial: int) -> float:
-    from zeus_bso.server_client import ServerClient
+    from zeus_bso.client import ServerClient
 
     with ServerClient(server) as client:
         state = client.job_state(job_id)

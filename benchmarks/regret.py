@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import running_server
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_markdown, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob, power_limits

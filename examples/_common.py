@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from zeus_bso import JobSpec
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 
 
 def data(n: int, seed: int) -> Any:

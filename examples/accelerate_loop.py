@@ -15,7 +15,7 @@ import torch
 from _common import arguments, data, loop_job, print_trial
 from accelerate import Accelerator
 
-from zeus_bso.accelerate import ZeusBSOAccelerate
+from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import torch
 from _common import arguments, data, loop_job, print_trial
 from lightning.fabric import Fabric
 
-from zeus_bso.fabric import ZeusBSOFabric
+from zeus_bso.integrations.fabric import ZeusBSOFabric
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import transformers
 from _common import arguments, print_trial
 
 from zeus_bso import JobSpec
-from zeus_bso.huggingface import ZeusBSOTrainerCallback
+from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
 class Sequences(torch.utils.data.Dataset[dict[str, torch.Tensor]]):

@@ -12,7 +12,7 @@ import torch
 from _common import arguments, print_trial
 
 from zeus_bso import JobSpec
-from zeus_bso.lightning import ZeusBSOCallback
+from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
 class Classifier(pl.LightningModule):

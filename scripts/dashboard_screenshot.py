@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 from zeus_bso.sim import ServerBackend, job_spec, load_trace_job, simulate
 
 

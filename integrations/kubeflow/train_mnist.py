@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from zeus_bso import JobSpec
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.lightning import ZeusBSOCallback
+from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 RESULT_MARKER = "ZEUS_BSO_RANK_RESULT"
 

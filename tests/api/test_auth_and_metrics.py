@@ -12,8 +12,8 @@ import pytest
 
 from tests.api.test_cli_and_schema import run_cli
 from tests.helpers import ServerProcess, job_body, metric, sqlite_url, unique_id
+from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
-from zeus_bso.server_client import ServerClient
 from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
 

@@ -44,7 +44,7 @@ def run_cli(
 def test_the_server_imports_neither_the_client_nor_its_meters() -> None:
     """Every server and CLI start would pay for them (the server needs only the wire models and
     the policy of `zeus_bso`); a script still gets `zeus_bso.BatchSizeOptimizer`."""
-    client_side = {"zeus_bso.client", "zeus_bso.energy", "zeus_bso.server_client", "httpx"}
+    client_side = {"zeus_bso.client", "zeus_bso.energy", "zeus_bso.client.http", "httpx"}
     code = (
         "import sys, zeus_bso_server.cli, zeus_bso_server.api.app\n"
         f"print(sorted({sorted(client_side)!r} & sys.modules.keys()))\n"
@@ -52,7 +52,7 @@ def test_the_server_imports_neither_the_client_nor_its_meters() -> None:
         "print(zeus_bso.BatchSizeOptimizer.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["[]", "zeus_bso.client"]
+    assert out.stdout.split() == ["[]", "zeus_bso.client.optimizer"]
 
 
 def test_db_upgrade_and_current(tmp_path: Path) -> None:

@@ -26,13 +26,13 @@ from tests.helpers import (
 )
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
+from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
-from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import UPSTREAM_OPTIONS
 
 CLIENT_SCRIPT = """
 import sys, time
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 from zeus_bso.spec import TrainingResult
 client = ServerClient(sys.argv[1])
 trial = client.dispatch(sys.argv[2]).trial

@@ -36,7 +36,7 @@ def main() -> None:
         "batch_size": batch_size,
         "trial_number": bso.trial_number,
         "epochs_before": bso.current_epoch,
-        "time_before": bso.elapsed()[0],
+        "time_before": bso.elapsed().seconds,
     }
     (out / f"attempt{attempt}.json").write_text(json.dumps(seen))
     bso.on_train_begin()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 from zeus_bso.spec import JobSpecFromClient, TrainingResult
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, sqlite_url, unique_id
+from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerConnectionError
-from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import JobSpecFromClient
 
 

@@ -20,10 +20,9 @@ from tests.helpers import (
     unique_id,
 )
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
-from zeus_bso.client import stable_job_id
+from zeus_bso.client import ServerClient, stable_job_id
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.server_client import ServerClient
-from zeus_bso.session import TrialSession
+from zeus_bso.training.session import TrialSession
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from zeus_bso.client.progress import TrialProgress
 from zeus_bso.errors import ZeusBSOError
-from zeus_bso.progress import TrialProgress
 from zeus_bso.spec import TrialId
 
 

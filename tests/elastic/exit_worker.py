@@ -9,7 +9,7 @@ holds Python work (started by test_exit.py).
 interval, a busy wait) while the all-reduce completes, so the worker is left waiting for the GIL;
 the program then ends. An object freed while the interpreter finalizes releases the GIL (as a
 library's destructor that blocks does), so a worker still waiting then wakes into a finalizing
-interpreter. ``off`` turns `zeus_bso.clean_exit` and `callbacks_in_flight.then` off, to show
+interpreter. ``off`` turns `zeus_bso.training.clean_exit` and `clean_exit.then` off, to show
 what happens without them.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zeus_bso import clean_exit
-from zeus_bso.elastic import ElasticBatchSize, callbacks_in_flight
-from zeus_bso.ranks import from_rank_zero
+from zeus_bso.elastic import ElasticBatchSize
+from zeus_bso.training import clean_exit
+from zeus_bso.training.collectives import from_rank_zero
 
 
 class _Bucket:
@@ -65,7 +65,7 @@ def main() -> None:
     rank, store, scenario, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     if mode == "off":
         clean_exit.register_at_exit = lambda: None  # type: ignore[assignment]
-        callbacks_in_flight.then = lambda future, callback: future.then(callback)  # type: ignore[assignment]
+        clean_exit.then = lambda future, callback: future.then(callback)  # type: ignore[assignment]
     dist.init_process_group(
         "gloo",
         init_method=f"file://{store}",

@@ -1,6 +1,6 @@
 """A process that ends while a gloo worker thread still holds Python work exits 0: the DDP hook's
 chained callback, or the tensor of a collective whose caller dropped it (see
-zeus_bso.clean_exit and zeus_bso.elastic.callbacks_in_flight).
+zeus_bso.training.clean_exit and zeus_bso.training.clean_exit).
 
 With both turned off (exit_worker.py ... off), on a 2-core machine beside a CPU-bound process,
 every rank of 8 pairs died with SIGABRT ("terminate called without an active exception") in the

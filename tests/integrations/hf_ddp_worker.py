@@ -27,7 +27,7 @@ from tests.integrations.test_huggingface import (
     tiny_bert,
     training_arguments,
 )
-from zeus_bso.huggingface import ZeusBSOTrainerCallback
+from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
 def main() -> None:

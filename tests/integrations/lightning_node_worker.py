@@ -21,7 +21,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from tests.helpers import quiet_trainer_options
 from tests.integrations.test_lightning import TinyClassifier, job
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.lightning import ZeusBSOCallback
+from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
 def main() -> None:

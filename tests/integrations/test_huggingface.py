@@ -13,10 +13,10 @@ pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
 from tests.helpers import ServerProcess, unique_id  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
+from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ZeusBSOError  # noqa: E402
-from zeus_bso.huggingface import ZeusBSOTrainerCallback  # noqa: E402
-from zeus_bso.server_client import ServerClient  # noqa: E402
+from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def test_evaluating_every_n_steps_says_what_max_epochs_then_counts(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spec = job(unique_id("hfsteps"), target=0.999)
-    with caplog.at_level("WARNING", logger="zeus_bso.huggingface"):
+    with caplog.at_level("WARNING", logger="zeus_bso.integrations.huggingface"):
         train(server.url, spec, tmp_path, epochs=1, eval_strategy="steps", eval_steps=4)
     (warning,) = [r.getMessage() for r in caplog.records if "eval_strategy" in r.getMessage()]
     assert "every 4 steps" in warning

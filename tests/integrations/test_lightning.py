@@ -22,9 +22,9 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
+from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
-from zeus_bso.lightning import ZeusBSOCallback  # noqa: E402
-from zeus_bso.server_client import ServerClient  # noqa: E402
+from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +271,7 @@ def test_validating_twice_an_epoch_counts_validations_and_says_so(
 ) -> None:
     spec = job(unique_id("lithalf"), target=0.999, max_epochs=4)
     logs = tmp_path / "logs"
-    with caplog.at_level(logging.WARNING, logger="zeus_bso.lightning"):
+    with caplog.at_level(logging.WARNING, logger="zeus_bso.integrations.lightning"):
         model, _ = fit(
             server.url, spec, tmp_path, max_epochs=8, val_check_interval=0.5, logger=CSVLogger(logs)
         )

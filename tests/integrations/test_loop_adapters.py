@@ -17,7 +17,7 @@ pytest.importorskip("torch", reason="pip install torch")
 from tests.helpers import ServerProcess, sqlite_url
 from tests.integrations.test_topology import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

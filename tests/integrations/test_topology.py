@@ -22,7 +22,7 @@ pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning
 
 from tests.helpers import ServerProcess, sqlite_url, unique_id
 from tests.ports import free_port
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import ServerProcess
 from tests.ports import free_port
-from zeus_bso.server_client import ServerClient
+from zeus_bso.client import ServerClient
 from zeus_bso.sim import (
     ServerBackend,
     TrialOutcome,

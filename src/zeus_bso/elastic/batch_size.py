@@ -47,13 +47,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from zeus_bso import clean_exit
-from zeus_bso.distributed import broadcast_object, torch_distributed
-from zeus_bso.elastic import callbacks_in_flight
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
+from zeus_bso.training import clean_exit
+from zeus_bso.training.collectives import broadcast_object, torch_distributed
 
 logger = logging.getLogger(__name__)
 
@@ -308,8 +307,8 @@ class ElasticBatchSize:
                 return fut.value()[0]
 
             # The process group's thread runs `mean` and then drops it, which takes the GIL:
-            # tracked, so that a fit's end waits for it (see callbacks_in_flight).
-            return callbacks_in_flight.then(work.get_future(), mean)
+            # tracked, so that a fit's end waits for it (see zeus_bso.training.clean_exit).
+            return clean_exit.then(work.get_future(), mean)
 
         # DDP checks the hook's annotations against its own types; ours are strings here.
         hook.__annotations__ = {}
@@ -328,7 +327,7 @@ class ElasticBatchSize:
 
         Call it when training ends (`ElasticBatchSizeCallback` does; interpreter exit does it
         too): such work still held by a gloo thread when the interpreter finalizes makes the
-        process abort or hang after a successful run (see `zeus_bso.clean_exit`). Returns
+        process abort or hang after a successful run (see `zeus_bso.training.clean_exit`). Returns
         whether the threads went idle within ``timeout`` seconds.
         """
         return clean_exit.settle(timeout)

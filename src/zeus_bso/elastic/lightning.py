@@ -93,7 +93,7 @@ class ElasticBatchSizeCallback(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
-            self.elastic.settle()  # before the program may end: see callbacks_in_flight
+            self.elastic.settle()  # before the program may end: see training.clean_exit
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException

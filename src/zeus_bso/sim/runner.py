@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from zeus_bso.client.http import ServerClient
 from zeus_bso.policy import zeus_cost
-from zeus_bso.server_client import ServerClient
 from zeus_bso.sim.memory import InMemoryJob
 from zeus_bso.sim.trace import TraceJob
 from zeus_bso.spec import (

@@ -3,7 +3,8 @@
 A bandit is built once from a job (`bandit_for`, by the job's ``bandit`` option) and holds its
 settings; it sees only the arms, each arm's cost statistics (`zeus_bso.policy.types.CostStats`,
 in the units of the profile the run trains on), a random source and how many bandit-stage trials
-came before. Adding one is a module here, an entry in `BANDITS` and its tests (see the
+came before. Adding one is a module here, its name in `zeus_bso.spec.BanditName`, an entry in
+`BANDITS`, and a test that subclasses `zeus_bso.testing.BanditContract` (see the
 documentation's "Extending zeus-bso" page).
 """
 
@@ -18,7 +19,7 @@ from zeus_bso.policy.bandits.ucb import LowerConfidenceBound
 from zeus_bso.policy.types import CostStats, JobHistory, JobState, Posterior
 
 if TYPE_CHECKING:
-    from zeus_bso.spec import CreatedJob
+    from zeus_bso.spec import BanditName, CreatedJob
 
 
 class Bandit(Protocol):
@@ -42,12 +43,12 @@ class Bandit(Protocol):
         ...
 
 
-BANDITS: Mapping[str, Callable[[CreatedJob], Bandit]] = {
+BANDITS: Mapping[BanditName, Callable[[CreatedJob], Bandit]] = {
     "thompson": ThompsonSampling.of,
     "zeus-0.16": ThompsonSampling.of_upstream,
     "ucb": LowerConfidenceBound.of,
 }
-"""The bandits a job may choose (its ``bandit`` option), by name."""
+"""Each bandit a job may choose (its ``bandit`` option, `zeus_bso.spec.BanditName`), by name."""
 
 
 def bandit_for(job: CreatedJob) -> Bandit:

@@ -1,5 +1,6 @@
 """The object collectives the training side needs, over ``torch.distributed`` when a process
-group is initialised, and the identity in a single process.
+group is initialised, and the identity in a single process; and `from_rank_zero`, the one way a
+decision made on rank 0 (the one process that talks to the server) reaches every rank.
 
 Object collectives pickle their value into a tensor on the process group's device (the current
 CUDA device under NCCL, the CPU under gloo), so they work under every backend; the callbacks
@@ -8,13 +9,15 @@ use them rather than reducing a CPU tensor, which NCCL rejects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from zeus_bso import clean_exit
+from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.energy.devices import devices_of, run_energy, run_gpus
-from zeus_bso.progress import TrialProgress
+from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import GpuConfig
+from zeus_bso.training import clean_exit
 
 T = TypeVar("T")
 
@@ -82,7 +85,7 @@ def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
     return run_gpus(all_gather_object(devices_of(meter)))
 
 
-def elapsed_of_the_run(progress: TrialProgress) -> tuple[float, float]:
+def elapsed_of_the_run(progress: TrialProgress) -> Elapsed:
     """Seconds and joules of the whole run since training began, each device once. Every rank
     must call it.
 
@@ -90,6 +93,29 @@ def elapsed_of_the_run(progress: TrialProgress) -> tuple[float, float]:
     the seconds are read at that moment too, so that a run's time and energy span one window
     (rank 0's seconds are the run's; gathering the readings takes time that neither counts)."""
     barrier()
-    seconds = progress.time()
-    readings = progress.readings()
-    return seconds, run_energy(all_gather_object(readings))
+    seconds, readings = progress.sample()
+    return Elapsed(seconds, run_energy(all_gather_object(readings)))
+
+
+def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callable[[], T]) -> T:
+    """Run ``work`` on rank 0 and give every rank its result, or its error.
+
+    ``broadcast`` sends a picklable object from rank 0 to every rank and returns it there (the
+    framework's broadcast). An error on rank 0 is sent too: rank 0 raises it and every other
+    rank raises a `ZeusBSOError` naming it, instead of waiting in the next collective.
+    """
+    clean_exit.register_at_exit()  # the broadcast's tensors may outlive it on gloo's threads
+    value: Any = None
+    error: Exception | None = None
+    if is_zero:
+        try:
+            value = work()
+        except Exception as err:  # every error is shared, then raised again
+            error = err
+    sent = f"{type(error).__name__}: {error}" if error is not None else None
+    value, message = broadcast((value, sent))
+    if error is not None:
+        raise error
+    if message is not None:
+        raise ZeusBSOError(f"rank 0 failed, so this rank stops too: {message}")
+    return value  # type: ignore[no-any-return]

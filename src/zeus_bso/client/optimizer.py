@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
+from zeus_bso.client.http import ServerClient
+from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     OperationOrderError,
@@ -36,8 +38,6 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
 )
-from zeus_bso.progress import TrialProgress
-from zeus_bso.server_client import ServerClient
 from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
@@ -226,24 +226,20 @@ class BatchSizeOptimizer:
             )
             self._heartbeat.start()
 
-    def elapsed(self) -> tuple[float, float]:
+    def elapsed(self) -> Elapsed:
         """Seconds and joules (this process's meter) since training began."""
-        return self.progress.time(), self.progress.energy()
+        return self.progress.elapsed()
 
     def on_evaluate(
-        self,
-        metric: float,
-        energy: float | None = None,
-        epoch: int | None = None,
-        time: float | None = None,
+        self, metric: float, epoch: int | None = None, elapsed: Elapsed | None = None
     ) -> ReportResponse:
         """Report the validation metric of the epoch just finished; says whether to stop.
 
-        ``energy`` (J since training began) replaces this process's meter reading, for a
-        framework that adds up the energy of all ranks; ``time`` (s since training began), the
-        seconds read with that energy, so that both span one window. ``epoch`` (from 1) is the
-        run's epoch count for a loop that validates every few epochs (default: one more than
-        reported).
+        ``epoch`` (from 1) is the run's epoch count, for a loop that validates every few epochs
+        (default: one more than reported). ``elapsed``: the run's seconds and joules since
+        training began, for a distributed run that adds up every rank's devices
+        (`zeus_bso.training.collectives.elapsed_of_the_run`); by default this process's clock
+        and meter, read once here.
         If the server cannot be reached, training goes on (a warning is logged) and the report
         is sent again at `end`.
         """
@@ -254,16 +250,13 @@ class BatchSizeOptimizer:
                 stop_train=True, converged=self.converged, message="training already finished"
             )
         epoch = self.progress.epoch_done(epoch)
-        time_s, energy_j = self.elapsed()
-        if energy is not None:
-            energy_j = energy
-        if time is not None:
-            time_s = time
-        self.progress.reported(energy_j)
+        if elapsed is None:
+            elapsed = self.progress.elapsed()
+        self.progress.reported(elapsed.joules)
         result = TrainingResult(
             **self.trial.model_dump(),
-            time=time_s,
-            energy=energy_j,
+            time=elapsed.seconds,
+            energy=elapsed.joules,
             metric=metric,
             current_epoch=epoch,
         )

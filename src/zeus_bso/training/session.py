@@ -2,11 +2,11 @@
 
 It holds what the training side guarantees: the main process (global rank 0) alone talks to the
 server, and every process gets its answers (the batch size, whether to stop) or its error; each
-physical GPU's energy is measured once over every process and node (`zeus_bso.distributed`); a
+physical GPU's energy is measured once over every process and node (`collectives`); a
 failing run leaves its trial to be ended as failed, or, with a run key, open for its restart; a
 run resumes its trial from what `TrialSession.checkpoint` saved. A framework adapter gives it
-whether this process is the main one and how the framework logs; `zeus_bso.accelerate` and
-`zeus_bso.fabric` are such adapters.
+whether this process is the main one and how the framework logs; the modules of
+`zeus_bso.integrations` are such adapters.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from types import TracebackType
 from typing import Any, Self
 
 from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.distributed import (
+from zeus_bso.client.progress import TrialProgress
+from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import OperationOrderError
+from zeus_bso.spec import JobSpec, TrialId
+from zeus_bso.training.collectives import (
     broadcast_object,
     elapsed_of_the_run,
+    from_rank_zero,
     gpus_of_the_run,
     open_window,
 )
-from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import OperationOrderError
-from zeus_bso.progress import TrialProgress
-from zeus_bso.ranks import from_rank_zero
-from zeus_bso.spec import JobSpec, TrialId
 
 
 class TrialSession:
@@ -43,7 +43,7 @@ class TrialSession:
         resume: what `checkpoint` returned in an earlier, interrupted run of this trial, or a
             function that reads it (called on the main process only).
         broadcast: sends a picklable object from the main process to every process and returns
-            it there (default: `zeus_bso.distributed.broadcast_object`).
+            it there (default: `zeus_bso.training.collectives.broadcast_object`).
     """
 
     def __init__(
@@ -117,20 +117,18 @@ class TrialSession:
         reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
-        seconds, energy = elapsed_of_the_run(self.progress)
+        elapsed = elapsed_of_the_run(self.progress)
 
         def send() -> tuple[bool, float | None, int]:
             assert self.optimizer is not None
             value = metric() if callable(metric) else metric
-            answer = self.optimizer.on_evaluate(
-                float(value), energy=energy, epoch=epoch, time=seconds
-            )
+            answer = self.optimizer.on_evaluate(float(value), epoch=epoch, elapsed=elapsed)
             return answer.stop_train, answer.cost, self.optimizer.current_epoch
 
         stop, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)
         values: dict[str, float] = {
             "bso/batch_size": float(self.batch_size),
-            "bso/energy_j": energy,
+            "bso/energy_j": elapsed.joules,
         }
         if cost is not None:  # the server's figure (none while it is unreachable)
             values["bso/cost"] = cost

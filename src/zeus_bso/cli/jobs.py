@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
-from zeus_bso.server_client import ServerClient
 
 T = TypeVar("T")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,6 +18,15 @@ from zeus_bso.energy import EnergyMeter
 from zeus_bso.energy.devices import readings_of
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import TrialId
+
+
+@dataclass(frozen=True)
+class Elapsed:
+    """A run's seconds and joules since training began, read together so that both span one
+    window. In a distributed run the joules are every rank's, each device once."""
+
+    seconds: float
+    joules: float
 
 
 class TrialProgress:
@@ -34,6 +44,7 @@ class TrialProgress:
         self._time_before = 0.0
         self._energy_before = 0.0
         self._last_report: tuple[float, float] | None = None
+        self._sampled = 0.0
 
     def begin(self) -> None:
         """Open the measuring window: training starts now. Later calls change nothing."""
@@ -55,17 +66,25 @@ class TrialProgress:
         now = self.meter.energy() - self._start_energy if self._began else 0.0
         return self._energy_before + now
 
-    def readings(self) -> dict[str, float]:
-        """Joules per device since the run began (`zeus_bso.energy.devices`), and under
-        ``"checkpoint"`` the energy a checkpoint this process resumed from saved. A distributed
-        run adds up every rank's, each device once (`zeus_bso.distributed.elapsed_of_the_run`)."""
+    def sample(self) -> tuple[float, dict[str, float]]:
+        """Seconds since the run began, and joules per device (`zeus_bso.energy.devices`) with,
+        under ``"checkpoint"``, the energy a checkpoint this process resumed from saved: one
+        reading of the meter, which `reported` remembers. A distributed run adds up every rank's
+        readings, each device once (`zeus_bso.training.collectives.elapsed_of_the_run`)."""
+        seconds = self.time()
         readings: dict[str, float] = {}
         if self._energy_before:
             readings["checkpoint"] = self._energy_before
         if self._began:
             for key, joules in readings_of(self.meter).items():
                 readings[key] = joules - self._start_readings.get(key, 0.0)
-        return readings
+        self._sampled = sum(readings.values())
+        return seconds, readings
+
+    def elapsed(self) -> Elapsed:
+        """This process's seconds and joules since the run began, from one meter reading."""
+        seconds, readings = self.sample()
+        return Elapsed(seconds, sum(readings.values()))
 
     def epoch_done(self, epoch: int | None = None) -> int:
         """Count one more epoch, or the run's epochs up to ``epoch`` (a loop that validates
@@ -81,8 +100,9 @@ class TrialProgress:
         return self.epochs
 
     def reported(self, energy: float) -> None:
-        """Remember the energy a report carried (all ranks' together, in a distributed run)."""
-        self._last_report = (energy, self.energy())
+        """Remember the energy a report carried (all ranks' together, in a distributed run),
+        beside this process's own joules in the `sample` the report was made of."""
+        self._last_report = (energy, self._sampled)
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps to continue this trial ({} before the run has a trial).

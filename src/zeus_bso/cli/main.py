@@ -1,5 +1,5 @@
 """``zeus-bso``: tools for users of the optimizer: trace-driven simulation, and a running
-server's jobs (`zeus_bso.cli_jobs`)."""
+server's jobs (`zeus_bso.cli.jobs`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from zeus_bso.cli_jobs import jobs_app
+from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
@@ -197,7 +197,7 @@ def _run(
             eta_knob=eta,
             on_recurrence=advance,
         )
-    from zeus_bso.server_client import ServerClient
+    from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend
 
     with ServerClient(server) as client:

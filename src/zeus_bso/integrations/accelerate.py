@@ -1,0 +1,66 @@
+"""`ZeusBSOAccelerate`: zeus-bso in a hand-written Hugging Face Accelerate training loop.
+
+::
+
+    accelerator = Accelerator(log_with="tensorboard", project_dir="runs")
+    with ZeusBSOAccelerate(accelerator, server_url=..., job=JobSpec(...)) as bso:
+        loader = DataLoader(train, batch_size=bso.batch_size, shuffle=True)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        bso.train_begin()
+        for epoch in range(job.max_epochs):
+            train_one_epoch(...)
+            if bso.report(validate(...)):  # every process, after every validation
+                break
+
+Every process calls every method (see `zeus_bso.training.TrialSession`); the server's cost, the
+energy and the batch size of each report go to the Accelerator's trackers (``accelerator.log``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.spec import JobSpec
+from zeus_bso.training.session import TrialSession
+
+INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
+
+try:
+    import accelerate  # noqa: F401 (the hint, before the Accelerator is used)
+except ImportError as err:
+    raise ImportError(f"ZeusBSOAccelerate needs Accelerate: {INSTALL_HINT}") from err
+
+
+class ZeusBSOAccelerate(TrialSession):
+    """Chooses the batch size of an Accelerate training loop and says when to stop.
+
+    Args:
+        accelerator: the loop's ``accelerate.Accelerator`` (its process group, if several
+            processes, exists once it is built).
+        server_url: the zeus-bso server.
+        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        energy_meter: how to measure energy in this process (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+        resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
+    """
+
+    def __init__(
+        self,
+        accelerator: Any,
+        server_url: str,
+        job: JobSpec,
+        energy_meter: EnergyMeter | None = None,
+        token: str | None = None,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
+        self.accelerator = accelerator
+        super().__init__(
+            bool(accelerator.is_main_process),
+            lambda values, step: accelerator.log(values, step=step),
+            server_url,
+            job,
+            energy_meter=energy_meter,
+            token=token,
+            resume=resume,
+        )

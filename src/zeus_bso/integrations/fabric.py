@@ -1,0 +1,66 @@
+"""`ZeusBSOFabric`: zeus-bso in a Lightning Fabric training loop.
+
+::
+
+    fabric = Fabric(accelerator="cuda", devices=4, strategy="ddp", loggers=[...])
+    fabric.launch()
+    with ZeusBSOFabric(fabric, server_url=..., job=JobSpec(...)) as bso:
+        loader = fabric.setup_dataloaders(DataLoader(train, batch_size=bso.batch_size))
+        model, optimizer = fabric.setup(model, optimizer)
+        bso.train_begin()
+        for epoch in range(job.max_epochs):
+            train_one_epoch(...)
+            if bso.report(validate(...)):  # every process, after every validation
+                break
+
+Every process calls every method (see `zeus_bso.training.TrialSession`); the server's cost, the
+energy and the batch size of each report go to Fabric's loggers (``fabric.log_dict``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.spec import JobSpec
+from zeus_bso.training.session import TrialSession
+
+INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
+
+try:
+    import lightning.fabric  # noqa: F401 (the hint, before Fabric is used)
+except ImportError as err:
+    raise ImportError(f"ZeusBSOFabric needs Lightning Fabric: {INSTALL_HINT}") from err
+
+
+class ZeusBSOFabric(TrialSession):
+    """Chooses the batch size of a Lightning Fabric training loop and says when to stop.
+
+    Args:
+        fabric: the loop's ``lightning.fabric.Fabric``, launched (``fabric.launch()``).
+        server_url: the zeus-bso server.
+        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        energy_meter: how to measure energy in this process (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+        resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
+    """
+
+    def __init__(
+        self,
+        fabric: Any,
+        server_url: str,
+        job: JobSpec,
+        energy_meter: EnergyMeter | None = None,
+        token: str | None = None,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
+        self.fabric = fabric
+        super().__init__(
+            bool(fabric.is_global_zero),
+            lambda values, step: fabric.log_dict(values, step=step),
+            server_url,
+            job,
+            energy_meter=energy_meter,
+            token=token,
+            resume=resume,
+        )

@@ -1,0 +1,309 @@
+"""``ZeusBSOTrainerCallback`` for the Hugging Face ``Trainer``.
+
+The Trainer builds its DataLoader from ``TrainingArguments`` before any callback runs, so the
+batch size is chosen first, through the callback::
+
+    callback = ZeusBSOTrainerCallback(server_url=..., job=JobSpec(...), metric="eval_accuracy")
+    args = TrainingArguments(..., per_device_train_batch_size=callback.batch_size,
+                             eval_strategy="epoch")
+    Trainer(model, args, ..., callbacks=[callback]).train()
+
+Only the world process zero talks to the server; with ``torch.distributed`` initialised the
+batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
+each GPU once.
+
+Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
+(``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
+``resume_from_checkpoint=True`` with ``output_dir=...`` takes the last checkpoint in that
+directory, as ``Trainer.train(resume_from_checkpoint=True)`` does.
+
+The server's cost of each report and the run's energy go into the evaluation metrics
+(``eval_...`` keys' neighbours ``bso_cost`` and ``bso_energy_j``) before the Trainer hands them to
+its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into what
+``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``).
+``auto_find_batch_size=True`` is refused: it would change the batch size under the trial. The
+trial in every process (the server, the shared answers, each GPU's energy once, checkpoints) is
+`zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's events onto it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import override
+
+from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client.progress import TrialProgress
+from zeus_bso.energy import EnergyMeter
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import JobSpec
+from zeus_bso.training.collectives import torch_distributed
+from zeus_bso.training.session import TrialSession
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'zeus-bso[hf]'"
+STATE_FILE = "zeus_bso_trial.json"
+
+try:
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+except ImportError as err:
+    raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
+
+
+def _checkpoint_to_resume(
+    resume_from_checkpoint: str | os.PathLike[str] | bool | None,
+    output_dir: str | os.PathLike[str] | None,
+) -> Path | None:
+    """The checkpoint directory a run resumes from (None: a fresh run)."""
+    if resume_from_checkpoint is True:
+        if output_dir is None:
+            raise ConfigurationError(
+                "resume_from_checkpoint=True resumes from the last checkpoint in the Trainer's "
+                "output_dir: pass output_dir=... to the callback too (or a checkpoint's path)"
+            )
+        last = get_last_checkpoint(os.fspath(output_dir)) if Path(output_dir).is_dir() else None
+        if last is None:
+            raise ConfigurationError(
+                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint "
+                "(checkpoint-<step> directory); leave it out for a fresh run"
+            )
+        return Path(last)
+    if resume_from_checkpoint is False or resume_from_checkpoint is None:
+        return None
+    return Path(resume_from_checkpoint)
+
+
+class ZeusBSOTrainerCallback(TrainerCallback):
+    """Chooses the batch size of a Hugging Face training run and stops it when told.
+
+    Args:
+        server_url: the zeus-bso server.
+        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        metric: the evaluation metric to report (a key of the Trainer's metrics, with its
+            ``eval_`` prefix).
+        energy_meter: how to measure energy in this process (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+        resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
+            trial: the run continues that trial (and its batch size). ``True``: the last
+            checkpoint in ``output_dir`` (the Trainer's convention).
+        output_dir: the Trainer's ``output_dir``, where ``resume_from_checkpoint=True`` looks.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        job: JobSpec,
+        metric: str = "eval_accuracy",
+        energy_meter: EnergyMeter | None = None,
+        token: str | None = None,
+        resume_from_checkpoint: str | os.PathLike[str] | bool | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.server_url = server_url
+        self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
+        self.job = job
+        self.metric = metric
+        self.token = token
+        self._meter = energy_meter
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.session: TrialSession | None = None
+        """This run's trial in this process (`zeus_bso.training.TrialSession`), from the first
+        `batch_size` on."""
+        self._training = False
+        self._reported_step: int | None = None
+
+    @property
+    def batch_size(self) -> int:
+        """This run's per-device batch size; the first access asks the server."""
+        if self.session is None:
+            if self.rank != 0 and torch_distributed() is None:
+                raise ConfigurationError(
+                    "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
+                    "(e.g. accelerate.PartialState()) before reading callback.batch_size"
+                )
+            self.session = TrialSession(
+                self.rank == 0,
+                lambda values, step: None,  # into the evaluation's metrics (_report)
+                self.server_url,
+                self.job,
+                energy_meter=self._meter,
+                token=self.token,
+                resume=self._saved_trial if self.resume_from is not None else None,
+            )
+        return self.session.batch_size
+
+    def _saved_trial(self) -> dict[str, Any]:
+        """What the checkpoint to resume from saved (read on the world process zero)."""
+        assert self.resume_from is not None
+        path = self.resume_from / STATE_FILE
+        try:
+            saved: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigurationError(
+                f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
+                "it is written into every checkpoint a run with this callback saves"
+            ) from err
+        return saved
+
+    @property
+    def optimizer(self) -> BatchSizeOptimizer | None:
+        """The world process zero's link to the server."""
+        return self.session.optimizer if self.session is not None else None
+
+    @property
+    def progress(self) -> TrialProgress | None:
+        """This process's trial, epochs, time and energy (from the first `batch_size` on)."""
+        return self.session.progress if self.session is not None else None
+
+    @property
+    def trial_number(self) -> int | None:
+        """The server's trial number for this run (world process zero)."""
+        return self.optimizer.trial_number if self.optimizer else None
+
+    @override
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if self.optimizer is None or not state.is_world_process_zero:
+            return
+        checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
+        saved = self.optimizer.checkpoint()
+        if saved and checkpoint.is_dir():
+            (checkpoint / STATE_FILE).write_text(json.dumps(saved))
+
+    def _run_first(self) -> None:
+        """Move this callback to the front of its Trainer's callbacks.
+
+        The Trainer puts the reporting integrations (W&B, MLflow, TensorBoard, ...) before the
+        callbacks it is given, and hands an evaluation's metrics to every callback's ``on_log``
+        before ``on_evaluate``. Run first, this callback adds the cost to those metrics before
+        the integrations log them. The list is the ``CallbackHandler``'s that holds this
+        callback (callbacks are not handed the Trainer); moving it within the list the Trainer
+        is walking calls every other callback once still.
+        """
+        for holder in gc.get_referrers(self):
+            if (
+                isinstance(holder, list)
+                and holder
+                and holder[0] is not self
+                and all(isinstance(item, TrainerCallback) for item in holder)
+                and any(
+                    getattr(owner, "callbacks", None) is holder
+                    for owner in gc.get_referrers(holder)
+                )
+            ):
+                holder.remove(self)
+                holder.insert(0, self)
+
+    @override
+    def on_init_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        self._run_first()
+
+    @override
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        self._run_first()  # also when added after the Trainer was built (add_callback)
+        if args.auto_find_batch_size:
+            if self.session is not None:
+                self.session.end(end_trial=False)  # not this batch size's fault
+            raise ConfigurationError(
+                "TrainingArguments(auto_find_batch_size=True) would shrink the batch size the "
+                "optimizer chose while the trial records it; leave it False: a batch size that "
+                "does not fit is the optimizer's to learn (its run fails and is reported so)"
+            )
+        if args.per_device_train_batch_size != self.batch_size:
+            if self.session is not None:
+                self.session.end(end_trial=False)  # not this batch size's fault
+            raise ConfigurationError(
+                f"TrainingArguments.per_device_train_batch_size is "
+                f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
+                "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
+            )
+        strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+        if strategy == "steps" and state.is_world_process_zero:
+            logger.warning(
+                "eval_strategy='steps': every evaluation (every %s steps) is reported as an epoch, "
+                "so the job's max_epochs (%d) counts evaluations, and its learning curves and "
+                "costs are per evaluation; evaluate once an epoch (eval_strategy='epoch') for "
+                "epochs",
+                args.eval_steps,
+                self.job.max_epochs,
+            )
+        self._training = True
+        assert self.session is not None  # batch_size above made it
+        self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
+
+    @override
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **_: Any,
+    ) -> None:
+        # An evaluation's metrics reach on_log before on_evaluate; this callback runs first
+        # (_run_first), so the cost it adds reaches every integration after it.
+        if not self._training or self.progress is None or not logs or self.metric not in logs:
+            return
+        self._report(state, control, logs)
+
+    @override
+    def on_evaluate(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        metrics: dict[str, float] | None = None,
+        **_: Any,
+    ) -> None:
+        if not self._training or self.progress is None:
+            return  # an evaluation outside of training
+        if self._reported_step == state.global_step:
+            return  # reported from its logs
+        metrics = metrics if metrics is not None else {}
+        self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
+
+    def _report(
+        self, state: TrainerState, control: TrainerControl, metrics: dict[str, float]
+    ) -> None:
+        assert self.session is not None
+        self._reported_step = state.global_step
+
+        def metric() -> float:  # on the world process zero; its error reaches every process
+            if self.metric not in metrics:
+                raise ConfigurationError(
+                    f"metric '{self.metric}' is not among the evaluation metrics "
+                    f"{sorted(metrics)}; pass metric=... (with its 'eval_' prefix)"
+                )
+            return float(metrics[self.metric])
+
+        stop = self.session.report(metric)
+        values = self.session.last
+        if "bso/cost" in values:  # the server's figure (none while it is unreachable)
+            metrics["bso_cost"] = values["bso/cost"]
+            metrics["bso_energy_j"] = values["bso/energy_j"]
+            if state.is_world_process_zero:
+                state.log_history.append(
+                    {**values, "epoch": state.epoch, "step": state.global_step}
+                )
+        if stop:
+            control.should_training_stop = True
+
+    @override
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        self._training = False
+        if self.session is not None:
+            self.session.end()

@@ -1,0 +1,222 @@
+"""``ZeusBSOCallback`` for PyTorch Lightning 2.x: ``Trainer(callbacks=[ZeusBSOCallback(...)])``.
+
+When a fit starts (``on_fit_start``, after a checkpoint's state is restored and before any
+DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
+model, its hparams or the datamodule (``batch_arg_name``). After every validation of the fit
+(sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
+the run (every rank's GPUs, each GPU once) and the monitored metric, and every rank stops when
+the server says so. A fit that validates every few epochs (``check_val_every_n_epoch``) reports
+its epoch count; one that validates within epochs (``val_check_interval`` below 1) reports each
+validation as an epoch, and says so when training starts. The server's figures of an epoch's
+last report are logged once, at the epoch's end (``bso/cost``, ``bso/energy_j``,
+``bso/batch_size``). An error on rank 0 (an unreachable server, a metric that was not logged) is
+raised on every rank. A fit resumed from a checkpoint continues the same trial.
+
+The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
+is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from typing_extensions import override
+
+from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client.progress import TrialProgress
+from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import JobSpec
+from zeus_bso.training.session import TrialSession
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.trainer.states import TrainerFn
+    from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
+except ImportError:  # the classic package name
+    try:
+        import pytorch_lightning as pl
+        from pytorch_lightning.trainer.states import TrainerFn
+        from pytorch_lightning.utilities.parsing import (
+            lightning_hasattr,
+            lightning_setattr,
+        )
+    except ImportError as err:
+        raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
+
+
+class ZeusBSOCallback(pl.Callback):
+    """Chooses the batch size of a Lightning fit and stops it when the optimizer says so.
+
+    Args:
+        server_url: the zeus-bso server.
+        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
+        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
+        energy_meter: how to measure energy on this rank (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        job: JobSpec,
+        monitor: str = "val_acc",
+        batch_arg_name: str = "batch_size",
+        energy_meter: EnergyMeter | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not monitor:
+            raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
+        self.server_url = server_url
+        self.job = job
+        self.monitor = monitor
+        self.batch_arg_name = batch_arg_name
+        self.token = token
+        self._meter = energy_meter
+        self.session: TrialSession | None = None
+        """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
+        self.batch_size: int | None = None
+        self.trial_number: int | None = None
+        self._restored: dict[str, Any] | None = None
+        self._unlogged: dict[str, float] = {}
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return f"ZeusBSOCallback[{self.job.job_id_prefix}]"
+
+    @staticmethod
+    def _fitting(trainer: pl.Trainer) -> bool:
+        return bool(trainer.state.fn == TrainerFn.FITTING)
+
+    # -- choose and set the batch size before the DataLoaders exist ---------------------------
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not lightning_hasattr(pl_module, self.batch_arg_name):
+            raise ConfigurationError(
+                f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
+                "give the LightningModule or LightningDataModule that attribute and build the "
+                "DataLoader from it (or pass batch_arg_name=...)"
+            )
+        if self._meter is None:
+            self._meter = auto_meter()
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Here rather than in setup: a checkpoint's callback state is restored after setup, and
+        # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
+        # with Lightning's BatchSizeFinder).
+        self.session = TrialSession(
+            trainer.is_global_zero,
+            lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
+            self.server_url,
+            self.job,
+            energy_meter=self._meter,
+            token=self.token,
+            resume=self._restored,
+            broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
+        )
+        self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
+        lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
+        logger.info("batch size %d (trial %d)", self.batch_size, self.trial_number)
+
+    @property
+    def optimizer(self) -> BatchSizeOptimizer | None:
+        """Rank 0's link to the server (during a fit)."""
+        return self.session.optimizer if self.session is not None else None
+
+    @property
+    def progress(self) -> TrialProgress | None:
+        """This rank's trial, epochs, time and energy (during a fit)."""
+        return self.session.progress if self.session is not None else None
+
+    # -- training -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _validates_at_epoch_ends(trainer: pl.Trainer) -> bool:
+        """Whether the fit validates at the end of an epoch only (every epoch, or every
+        ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
+        (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
+        interval = trainer.val_check_interval
+        return isinstance(interval, float) and interval == 1.0
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.session is None:
+            return
+        if not self._validates_at_epoch_ends(trainer) and trainer.is_global_zero:
+            logger.warning(
+                "val_check_interval=%s: every validation is reported as an epoch, so the job's "
+                "max_epochs (%d) counts validations, and its learning curves and costs are per "
+                "validation; validate at the end of epochs (val_check_interval=1.0, and "
+                "check_val_every_n_epoch as you like) for epochs",
+                trainer.val_check_interval,
+                self.job.max_epochs,
+            )
+        self.session.train_begin()  # on every rank at once; rank 0's heartbeat
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        session = self.session
+        if trainer.sanity_checking or not self._fitting(trainer) or session is None:
+            return
+
+        def metric() -> float:  # on rank 0; its error reaches every rank
+            if self.monitor not in trainer.callback_metrics:
+                raise ConfigurationError(
+                    f"metric '{self.monitor}' was not logged; logged are "
+                    f"{sorted(trainer.callback_metrics)} (log it in validation_step or "
+                    "on_validation_epoch_end, or pass monitor=...)"
+                )
+            return float(trainer.callback_metrics[self.monitor])
+
+        epoch = trainer.current_epoch + 1 if self._validates_at_epoch_ends(trainer) else None
+        stop = session.report(metric, epoch=epoch)
+        self._unlogged = dict(session.last)
+        trainer.should_stop = trainer.should_stop or stop
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # self.log is not allowed in on_validation_end; the epoch's last report is logged here,
+        # once (an epoch without a validation logs nothing).
+        for name, value in self._unlogged.items():
+            pl_module.log(name, value, rank_zero_only=True)
+        self._unlogged = {}
+
+    # -- the end of a fit ---------------------------------------------------------------------
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if self.session is not None:
+            self.session.end()
+        self._restored = None  # a later fit with this callback starts a new trial
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if self._fitting(trainer) and self.session is not None:
+            self.session.abort()  # with a run key the trial stays open for the restart
+            self._restored = None
+
+    # -- checkpoints: a resumed fit continues the same trial ------------------------------------
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return self.session.checkpoint() if self.session is not None else {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = dict(state_dict) if state_dict.get("trial") else None
