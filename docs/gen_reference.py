@@ -1,10 +1,13 @@
 """Generates the reference pages from the code at every build (mkdocs-gen-files): both command
-lines from their Typer apps, the HTTP endpoints from the app's OpenAPI schema, and the policy
-options from the job model's fields. Nothing here is written by hand, so nothing can drift."""
+lines from their Typer apps, the HTTP endpoints from the app's OpenAPI schema, the policy
+options from the job model's fields, and one page per module of both packages (with its
+navigation, through mkdocs-literate-nav), as upstream Zeus's ``docs/gen_ref_pages.py`` does.
+Nothing here is written by hand, so nothing can drift."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -155,3 +158,31 @@ for page, content in (
 ):
     with mkdocs_gen_files.open(page, "w") as out:
         out.write(content)
+
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+MODULES_DIR = "reference/modules"
+
+
+def module_pages() -> None:
+    """One page per public module (``::: module``), and the section's navigation. Alembic's
+    migration scripts are not an API."""
+    nav = mkdocs_gen_files.Nav()
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if "migrations" in parts or any(
+            part.startswith("_") and part != "__init__" for part in parts
+        ):
+            continue
+        doc = Path(*parts).with_suffix(".md")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+            doc = doc.with_name("index.md")
+        nav[parts] = doc.as_posix()
+        with mkdocs_gen_files.open(f"{MODULES_DIR}/{doc.as_posix()}", "w") as out:
+            out.write(f"::: {'.'.join(parts)}\n")
+    with mkdocs_gen_files.open(f"{MODULES_DIR}/SUMMARY.md", "w") as out:
+        out.writelines(nav.build_literate_nav())
+
+
+module_pages()

@@ -160,7 +160,7 @@ def test_unreachable_server_at_start_is_a_clear_error() -> None:
         BatchSizeOptimizer(url, spec("nobody"), energy_meter=EstimateMeter(100), retry_seconds=0)
 
 
-def test_order_and_rank_errors(server: ServerProcess) -> None:
+def test_order_errors(server: ServerProcess) -> None:
     bso = BatchSizeOptimizer(
         server.url, spec(unique_id("order").replace("-", "")), energy_meter=EstimateMeter(100)
     )
@@ -169,15 +169,6 @@ def test_order_and_rank_errors(server: ServerProcess) -> None:
     with pytest.raises(OperationOrderError, match="get_batch_size"):
         bso.on_evaluate(0.5)
     bso.end()
-    other = BatchSizeOptimizer(
-        server.url,
-        spec(unique_id("rank").replace("-", "")),
-        energy_meter=EstimateMeter(100),
-        rank=1,
-    )
-    with pytest.raises(OperationOrderError, match="only rank 0"):
-        other.get_batch_size()
-    other.end()
 
 
 def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 
 from zeus_bso.client.progress import TrialProgress
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.energy import ProcessMeter
+from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.spec import TrialId
 
 
-class CountingMeter:
+class CountingMeter(ProcessMeter):
     """A meter whose reading the test sets (joules since some origin)."""
 
+    name = "counting"
+    is_estimate = False
     max_power = 300.0
     device_count = 1
     device_model = "test"
@@ -21,9 +24,6 @@ class CountingMeter:
 
     def energy(self) -> float:
         return self.reading
-
-    def close(self) -> None:
-        pass
 
 
 TRIAL = TrialId(job_id="job-1", batch_size=32, trial_number=4)
@@ -50,6 +50,8 @@ def test_a_checkpoint_continues_the_trial_with_all_ranks_energy() -> None:
     progress.begin()
     meter.reading = 1100.0
     assert progress.epoch_done() == 1
+    assert progress.elapsed().joules == 100.0  # the reading the report is made of
+    meter.reading = 1105.0  # read after the sample: not what the report stands for
     progress.reported(250.0)  # this rank's 100 J and another rank's 150 J
     meter.reading = 1130.0
     saved = progress.checkpoint()
@@ -100,3 +102,24 @@ def test_epochs_count_one_by_one_or_up_to_a_given_epoch() -> None:
         with pytest.raises(ZeusBSOError, match=f"epoch {epoch} is not after the 4 epochs"):
             progress.epoch_done(epoch)
     assert progress.epochs == 4
+
+
+class NotAMeter:
+    """A meter written before meters declared their devices: no ``devices``, no ``readings``."""
+
+    name = "old"
+    is_estimate = False
+    max_power = 300.0
+    device_count = 1
+    device_model = "test"
+
+    def energy(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_meter_without_devices_and_readings_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ConfigurationError, match=r"has no devices, readings .*ProcessMeter"):
+        TrialProgress(NotAMeter())  # type: ignore[arg-type]

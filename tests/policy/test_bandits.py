@@ -11,9 +11,10 @@ import pytest
 
 from tests.policy.helpers import make_job
 from zeus_bso.policy import BANDITS, CostStats, bandit_for, choose_arm, recommended
-from zeus_bso.policy.bandits import LowerConfidenceBound, ThompsonSampling
+from zeus_bso.policy.bandits import Bandit, LowerConfidenceBound, ThompsonSampling
 from zeus_bso.policy.types import JobHistory, JobState
 from zeus_bso.spec import BanditName
+from zeus_bso.testing import BanditContract
 
 
 def random_observations(rng: random.Random, arms: tuple[int, ...]) -> dict[int, CostStats]:
@@ -85,20 +86,6 @@ def test_ucb_runs_every_arm_then_the_lowest_bound() -> None:
     assert draws.getstate() == state
 
 
-def test_ucb_settles_on_the_cheapest_arm_of_a_noisy_bandit() -> None:
-    job = make_job(bandit="ucb", mab_num_explorations=1)
-    means = {32: 100.0, 64: 80.0, 128: 90.0}
-    arms = tuple(means)
-    noise = random.Random(1)
-    costs: dict[int, list[float]] = {arm: [] for arm in arms}
-    for pull in range(300):
-        observations = {arm: CostStats.of(c) for arm, c in costs.items() if c}
-        arm = choose_arm(job, arms, observations, random.Random(pull), pulls=pull)
-        costs[arm].append(max(noise.gauss(means[arm], 8.0), 1.0))
-    assert len(costs[64]) > 200
-    assert all(costs[arm] for arm in arms)  # every arm was tried
-
-
 def test_the_recommendation_reads_the_bandits_posterior() -> None:
     arms = (32, 64)
     observations = {32: CostStats.of([100.0, 140.0]), 64: CostStats.of([110.0, 111.0])}
@@ -110,3 +97,9 @@ def test_the_recommendation_reads_the_bandits_posterior() -> None:
         assert arm == 64
         assert cost == pytest.approx(-posteriors[64].mean)
         assert math.isfinite(posteriors[32].std)
+
+
+class TestEveryRegisteredBandit(BanditContract):
+    @pytest.fixture(params=list(BANDITS))
+    def bandit(self, request: pytest.FixtureRequest) -> Bandit:
+        return bandit_for(make_job(bandit=request.param, mab_num_explorations=1))

@@ -96,8 +96,8 @@ def stable_job_id(spec: JobSpecFromClient) -> str:
 class BatchSizeOptimizer:
     """Gets this run's batch size from the server and reports its progress after every epoch.
 
-    Only rank 0 talks about the trial (``rank``); other ranks may register (idempotent) but
-    receive the batch size and the stop decision from their framework's broadcast.
+    One process of a run talks to the server (in a distributed run, global rank 0:
+    `zeus_bso.training.TrialSession` gives every rank its answers).
     """
 
     def __init__(
@@ -105,7 +105,6 @@ class BatchSizeOptimizer:
         server_url: str,
         job: JobSpec,
         energy_meter: EnergyMeter | None = None,
-        rank: int = 0,
         token: str | None = None,
         *,
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
@@ -113,7 +112,6 @@ class BatchSizeOptimizer:
         run_key: str | None = None,
         gpus: GpuConfig | None = None,
     ) -> None:
-        self.rank = rank
         self.run_key = run_key if run_key is not None else run_key_from_environment()
         """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
@@ -140,8 +138,6 @@ class BatchSizeOptimizer:
         self.converged = False
         self._pending: TrainingResult | None = None
         self._heartbeat_seconds = heartbeat_seconds
-        self.heartbeats_supported: bool | None = None
-        """False once the server turned out to have no heartbeat route; None until then."""
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
@@ -168,11 +164,7 @@ class BatchSizeOptimizer:
         return self.trial.trial_number if self.trial else None
 
     def get_batch_size(self) -> int:
-        """Ask the server for this run's batch size (rank 0 only; once per run)."""
-        if self.rank != 0:
-            raise OperationOrderError(
-                "only rank 0 asks the server for the batch size; broadcast it to the other ranks"
-            )
+        """Ask the server for this run's batch size (once per run)."""
         trial = self.progress.trial
         if trial is None:
             dispatched = self.client.dispatch(self.job.job_id, self.gpu, self.run_key)
@@ -288,7 +280,6 @@ class BatchSizeOptimizer:
                     "its trials have no leases to keep",
                     self.client.server_url,
                 )
-                self.heartbeats_supported = False
                 return
             except (ServerConnectionError, ServerRejectedError) as err:
                 if not warned:
@@ -308,7 +299,7 @@ class BatchSizeOptimizer:
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         self._stop_heartbeat.set()
         try:
-            if self.trial is not None and self.rank == 0 and end_trial:
+            if self.trial is not None and end_trial:
                 if self._pending is not None:
                     try:
                         self.client.report(self._pending)

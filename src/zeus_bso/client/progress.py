@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.energy.devices import readings_of
+from zeus_bso.energy.base import check_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import TrialId
 
@@ -33,7 +33,7 @@ class TrialProgress:
     """The trial of this run, its reported epochs and its time and energy so far."""
 
     def __init__(self, meter: EnergyMeter) -> None:
-        self.meter = meter
+        self.meter = check_meter(meter)
         self.trial: TrialId | None = None
         self.epochs = 0
         """Epochs reported so far (across restarts)."""
@@ -52,7 +52,7 @@ class TrialProgress:
             return
         self._began = True
         self._start_time = time.monotonic()
-        self._start_readings = readings_of(self.meter)
+        self._start_readings = self.meter.readings()
         self._start_energy = sum(self._start_readings.values())
 
     def time(self) -> float:
@@ -76,7 +76,7 @@ class TrialProgress:
         if self._energy_before:
             readings["checkpoint"] = self._energy_before
         if self._began:
-            for key, joules in readings_of(self.meter).items():
+            for key, joules in self.meter.readings().items():
                 readings[key] = joules - self._start_readings.get(key, 0.0)
         self._sampled = sum(readings.values())
         return seconds, readings

@@ -1,12 +1,10 @@
-"""Energy meters: NVML (NVIDIA GPUs), upstream Zeus's devices (AMD, Jetson, Apple Silicon, Grace
-Hopper; the ``zeus`` extra), RAPL (CPU package energy), and a labelled estimate.
-
-All share `EnergyMeter`; `auto_meter` picks the first that works here.
+"""Energy meters, one module each, all sharing `EnergyMeter`; `auto_meter` picks the first of
+`zeus_bso.energy.auto.METERS` that works here, else a labelled estimate (`EstimateMeter`).
 """
 
 from zeus_bso.energy.auto import auto_meter
-from zeus_bso.energy.base import EnergyMeter
-from zeus_bso.energy.devices import Device, run_energy, run_gpus
+from zeus_bso.energy.base import Device, EnergyMeter, ProcessMeter
+from zeus_bso.energy.devices import run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
 from zeus_bso.energy.nvml import NVMLMeter
 from zeus_bso.energy.rapl import RAPLMeter
@@ -20,6 +18,7 @@ __all__ = [
     "EstimateMeter",
     "MixedGpuModelsError",
     "NVMLMeter",
+    "ProcessMeter",
     "RAPLMeter",
     "UnmeasurableDeviceError",
     "ZeusMeter",

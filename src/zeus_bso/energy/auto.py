@@ -1,9 +1,9 @@
-"""Choose an energy meter: NVML, else upstream Zeus's devices (AMD, Jetson, Apple Silicon; when
-the ``zeus`` extra is installed), else RAPL, else a labelled estimate."""
+"""Choose an energy meter: the first of `METERS` that measures here, else a labelled estimate."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
@@ -14,19 +14,26 @@ from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableD
 
 logger = logging.getLogger(__name__)
 
+METERS: tuple[Callable[[list[int] | None], EnergyMeter], ...] = (
+    lambda gpu_indices: NVMLMeter(gpu_indices),  # NVIDIA GPUs
+    lambda gpu_indices: ZeusMeter(gpu_indices),  # AMD, Jetson, Apple Silicon: the zeus extra
+    lambda gpu_indices: RAPLMeter(),  # CPU packages
+)
+"""The meters `auto_meter` tries, in order: each is built from the GPU indices to measure, and
+raises `EnergyMeterError` where it cannot measure."""
+
 
 def auto_meter(
     gpu_indices: list[int] | None = None, estimate_watts: float = DEFAULT_WATTS
 ) -> EnergyMeter:
-    """The first meter that works here: NVML on NVIDIA GPUs; upstream Zeus's devices (AMD GPUs,
-    Jetson, Apple Silicon) where ``zeus`` is installed; RAPL on the CPU; else an estimate.
+    """The first meter of `METERS` that works here, else an estimate of ``estimate_watts``.
 
     Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
     reasons = []
-    for make in (lambda: NVMLMeter(gpu_indices), lambda: ZeusMeter(gpu_indices), RAPLMeter):
+    for make in METERS:
         try:
-            meter: EnergyMeter = make()
+            meter = make(gpu_indices)
         except (MixedGpuModelsError, UnmeasurableDeviceError):
             raise
         except EnergyMeterError as err:

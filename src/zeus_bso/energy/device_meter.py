@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from zeus_bso.energy.devices import Device
+from zeus_bso.energy.base import Device
 
 
 class PowerSampler:
@@ -63,11 +63,6 @@ class DeviceMeter:
     def _counter_joules(self) -> list[float]:
         """Each device's joules since the meter was created, from its counter."""
         raise NotImplementedError
-
-    @property
-    def uses_energy_counter(self) -> bool:
-        """Whether the devices' cumulative counters are read (else sampled power)."""
-        return self._sampler is None
 
     def readings(self) -> dict[str, float]:
         """Joules since the meter was created, per device key."""

@@ -11,45 +11,11 @@ Pure functions over what the ranks gathered; the collectives are the caller's.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-from zeus_bso.energy.base import EnergyMeter
+from zeus_bso.energy.base import Device
 from zeus_bso.errors import MixedGpuModelsError
 from zeus_bso.spec import GpuConfig
-
-
-@dataclass(frozen=True)
-class Device:
-    """One measured device: its name in every process, its model and its power limit (W)."""
-
-    key: str
-    model: str
-    max_power: float
-
-
-def devices_of(meter: EnergyMeter) -> list[Device]:
-    """The devices a meter measures. A meter that does not name them (one of your own) is taken
-    as devices of this process alone, counted once per rank."""
-    named = getattr(meter, "devices", None)
-    if named is not None:
-        return list(named)
-    return [Device(_process_key(meter), meter.device_model, meter.max_power)]
-
-
-def readings_of(meter: EnergyMeter) -> dict[str, float]:
-    """Joules per device since the meter was created (see `devices_of`)."""
-    readings = getattr(meter, "readings", None)
-    if readings is not None:
-        return dict(readings())
-    return {_process_key(meter): meter.energy()}
-
-
-def _process_key(meter: EnergyMeter) -> str:
-    name = getattr(meter, "name", type(meter).__name__)
-    return f"{name}@{socket.gethostname()}:{os.getpid()}"
 
 
 def run_gpus(per_rank: Iterable[Sequence[Device]]) -> GpuConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from zeus_bso.energy.base import ProcessMeter
 from zeus_bso.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -13,7 +14,7 @@ DEFAULT_WATTS = 300.0
 _announced = False  # the estimate is announced once per process
 
 
-class EstimateMeter:
+class EstimateMeter(ProcessMeter):
     """Energy = elapsed time x ``watts``. Announced once per process, as a warning."""
 
     name = "estimate"
@@ -39,6 +40,3 @@ class EstimateMeter:
     def energy(self) -> float:
         """Estimated joules since the meter was created."""
         return (time.monotonic() - self._start) * self.watts
-
-    def close(self) -> None:
-        """Nothing to release."""

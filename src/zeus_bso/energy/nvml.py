@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zeus_bso.energy.base import Device
 from zeus_bso.energy.device_meter import DeviceMeter, PowerSampler
-from zeus_bso.energy.devices import Device
 from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"

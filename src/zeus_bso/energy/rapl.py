@@ -12,7 +12,7 @@ import socket
 import threading
 from pathlib import Path
 
-from zeus_bso.energy.devices import Device
+from zeus_bso.energy.base import Device
 from zeus_bso.errors import EnergyMeterError
 
 POWERCAP = Path("/sys/class/powercap")

@@ -27,8 +27,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from zeus_bso.energy.base import Device
 from zeus_bso.energy.device_meter import DeviceMeter, PowerSampler
-from zeus_bso.energy.devices import Device
 from zeus_bso.errors import ConfigurationError, EnergyMeterError, MixedGpuModelsError
 
 logger = logging.getLogger(__name__)

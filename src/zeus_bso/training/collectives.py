@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.energy.devices import devices_of, run_energy, run_gpus
+from zeus_bso.energy.devices import run_energy, run_gpus
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import GpuConfig
 from zeus_bso.training import clean_exit
@@ -82,7 +82,7 @@ def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
     Raises:
         MixedGpuModelsError: on every rank alike, when the run's GPUs are of several models.
     """
-    return run_gpus(all_gather_object(devices_of(meter)))
+    return run_gpus(all_gather_object(list(meter.devices)))
 
 
 def elapsed_of_the_run(progress: TrialProgress) -> Elapsed:

@@ -1,0 +1,21 @@
+"""Contract test classes, as Optuna ships ``optuna.testing``: a store, a bandit or an energy
+meter (in this repository or in a plug-in of yours) subclasses the matching class in its test
+module and defines one fixture, and pytest runs every test of the contract on it.
+
+- `StoreContract`: a `zeus_bso.policy.store.JobStore` (fixture ``opened``);
+- `BanditContract`: a `zeus_bso.policy.bandits.Bandit` (fixture ``bandit``);
+- `MeterContract`: a `zeus_bso.energy.EnergyMeter` (fixture ``meter``).
+
+Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
+"""
+
+try:
+    import pytest  # noqa: F401 (the hint, before the contracts import it)
+except ImportError as err:
+    raise ImportError("zeus_bso.testing needs pytest: pip install pytest") from err
+
+from zeus_bso.testing.bandits import BanditContract
+from zeus_bso.testing.meters import MeterContract
+from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
+
+__all__ = ["SIZES", "BanditContract", "MeterContract", "Opener", "StoreContract", "new_job"]
