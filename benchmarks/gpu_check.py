@@ -162,7 +162,7 @@ def lightning_fit(server: str, with_callback: bool, epochs: int, repeat: int) ->
     trainer.fit(Model())
     return {"probe_j": (probe.last_mj - probe.start_mj) / 1000.0, "epochs_s": probe.epochs,
             "hook_s_per_epoch": sum(in_hooks) / epochs,
-            "job_id": bso.optimizer.job.job_id if bso and bso.optimizer else None,
+            "job_id": bso.job_id if bso else None,
             "trial": bso.trial_number if bso else None}  # fmt: skip
 
 
@@ -206,7 +206,7 @@ def hf_run(server: str, epochs: int) -> dict[str, Any]:
                                      max_position_embeddings=64, num_labels=2)  # fmt: skip
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(
-            out, per_device_train_batch_size=callback.batch_size, num_train_epochs=epochs,
+            out, per_device_train_batch_size=callback.start(), num_train_epochs=epochs,
             eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[],
             disable_tqdm=True,
         )  # fmt: skip
@@ -219,7 +219,7 @@ def hf_run(server: str, epochs: int) -> dict[str, Any]:
         )  # fmt: skip
         trainer.train()
     return {"probe_j": (probe.last_mj - probe.start_mj) / 1000.0,
-            "job_id": callback.optimizer.job.job_id if callback.optimizer else None,
+            "job_id": callback.job_id,
             "trial": callback.trial_number}  # fmt: skip
 
 

@@ -67,7 +67,7 @@ def main() -> None:
         )
         training = transformers.TrainingArguments(
             output_dir=output_dir,  # a temporary directory: nothing is saved (save_strategy)
-            per_device_train_batch_size=callback.batch_size,  # chosen before the Trainer exists
+            per_device_train_batch_size=callback.start(),  # chosen before the Trainer exists
             num_train_epochs=job.max_epochs,
             learning_rate=5e-3,
             eval_strategy="epoch",
@@ -85,8 +85,8 @@ def main() -> None:
             compute_metrics=accuracy,
             callbacks=[callback],
         ).train()
-        assert callback.optimizer is not None
-        print_trial(args.server, callback.optimizer.job.job_id, callback.trial_number, args.token)
+        assert callback.job_id is not None
+        print_trial(args.server, callback.job_id, callback.trial_number, args.token)
 
 
 if __name__ == "__main__":

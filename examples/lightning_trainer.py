@@ -67,8 +67,8 @@ def main() -> None:
             enable_model_summary=False,
         )
         trainer.fit(Classifier())
-        assert callback.optimizer is not None
-        print_trial(args.server, callback.optimizer.job.job_id, callback.trial_number, args.token)
+        assert callback.job_id is not None
+        print_trial(args.server, callback.job_id, callback.trial_number, args.token)
 
 
 if __name__ == "__main__":

@@ -205,6 +205,28 @@ def job_body(
     return body
 
 
+def run_one(
+    http: httpx.Client, job_id: str, metrics: dict[int, float], energy: float = 1000.0
+) -> tuple[int, dict[str, object]]:
+    """One run: dispatch, report each epoch's metric (its batch size's, 0.1 if not given) until
+    the server stops it, end it. Returns the batch size and the last answer."""
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    size = trial["batch_size"]
+    answer: dict[str, object] = {}
+    for epoch in range(1, 10):
+        report = trial | {
+            "time": 10.0 * epoch,
+            "energy": energy * epoch,
+            "metric": metrics.get(size, 0.1),
+            "current_epoch": epoch,
+        }
+        answer = http.post("/report", json=report).json()
+        if answer["stop_train"]:
+            break
+    assert http.patch("/trials", json=trial).status_code == 200
+    return size, answer
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """The value of one sample in Prometheus' text format (0 when absent)."""
     total = 0.0

@@ -15,9 +15,11 @@ and numeric strings are accepted where an int is expected (pydantic's lax mode).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -306,9 +308,31 @@ class JobParams(_JobOptions):
 
 
 class JobSpec(_JobOptions):
-    """What a user specifies for a job. Without ``job_id`` the server makes one from the prefix."""
+    """What a user specifies for a job. Without ``job_id`` the server makes one from the prefix.
+
+    A field it does not have is refused, naming the nearest one (the server's wire model,
+    `JobSpecFromClient`, keeps ignoring what upstream clients send)."""
 
     job_id: Identifier | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields(cls, data: Any) -> Any:
+        if cls is not JobSpec or not isinstance(data, dict):
+            return data
+        known = set(cls.model_fields)
+        unknown = sorted(str(name) for name in data if name not in known)
+        if unknown:
+            hints = []
+            for name in unknown:
+                near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+            raise ValueError(
+                f"JobSpec has no field {', '.join(hints)}; its fields are on the policy options "
+                "page, and job_id, job_id_prefix, batch_sizes, default_batch_size, "
+                "target_metric and max_epochs"
+            )
+        return data
 
     @model_validator(mode="after")
     def _id_has_prefix(self) -> Self:
@@ -415,6 +439,30 @@ class TrainingResult(TrialId):
     current_epoch: PositiveInt
 
 
+class StopReason(StrEnum):
+    """Why a run stopped (or, for the last three, ended without the server's stop)."""
+
+    CONVERGED = "converged"
+    """It reached the target metric."""
+    MAX_EPOCHS = "max_epochs"
+    """It trained the job's ``max_epochs`` without reaching the target."""
+    COST_BOUND = "cost_bound"
+    """Its cost (or its cost after one more epoch) passed the bound: ``beta_knob`` (or, while
+    pruning, ``prune_cost_ratio``) times the cheapest converged run's."""
+    PREDICTED_COST = "predicted_cost"
+    """Its learning curve predicts a cost at convergence past that bound."""
+    ENDED_EARLY = "ended_early"
+    """Training ended before the server said stop (e.g. the framework's own epoch limit)."""
+    NOT_TRAINED = "not_trained"
+    """The run failed before it trained (e.g. misconfigured): not counted against its batch
+    size."""
+    FAILED = "failed"
+    """The run raised while training."""
+    OFFLINE = "offline"
+    """The server could not be reached at start: the run trained at a fallback batch size and
+    reported nothing."""
+
+
 class ReportResponse(WireModel):
     """The server's answer to a report."""
 
@@ -424,6 +472,10 @@ class ReportResponse(WireModel):
     cost: float | None = None
     """The run's cost so far (J), as the server computes it (an addition to upstream's answer,
     which its clients ignore; absent from servers that predate it)."""
+    reason: StopReason | None = None
+    """Why the run stops (``null`` while it goes on, and from servers that predate it)."""
+    why: str | None = None
+    """The reason in words, with rounded figures, for a person (an addition, as ``reason``)."""
 
 
 UPSTREAM_OPTIONS: dict[str, Any] = {
@@ -447,6 +499,7 @@ __all__ = [
     "JobSpecFromClient",
     "PolicyOption",
     "ReportResponse",
+    "StopReason",
     "TrainingResult",
     "TrialId",
     "WireModel",

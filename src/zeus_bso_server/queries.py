@@ -11,14 +11,17 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.policy.orchestration import decision_view
+from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.policy.orchestration import decision_view, next_run
 from zeus_bso.spec import CreatedJob, profile_key
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
+    JobStage,
     JobSummary,
     JobView,
+    NextRun,
     Recommendation,
     Savings,
     TrialView,
@@ -33,25 +36,39 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | None:
-    """The job's savings against its default batch size from `repo.spent` rows (see `Savings`);
-    None until the default and some other batch size have a reported run."""
+def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | str:
+    """The job's savings against delivering its models at the default batch size, from
+    `repo.spent` rows (see `Savings`), or why there is no figure yet, in words."""
     energy = time = 0.0
-    runs = 0
-    default: Spent | None = None
+    ended = delivered = 0
+    default_energy = default_time = 0.0
+    default_ended = default_delivered = 0
     for row in spent:
         if row.status in policy.OPEN:
             continue  # a run in progress: counted when it ends
+        converged = row.status == policy.TrialStatus.REPORTED and row.converged
         energy += row.energy
         time += row.time
-        if row.status == policy.TrialStatus.REPORTED:
-            runs += row.runs
-            if row.batch_size == job.default_batch_size:
-                default = row
-    if default is None or runs == default.runs:
-        return None
-    base_energy = runs * default.energy / default.runs
-    base_time = runs * default.time / default.runs
+        ended += row.runs
+        delivered += row.runs if converged else 0
+        if row.batch_size == job.default_batch_size:
+            default_energy += row.energy
+            default_time += row.time
+            default_ended += row.runs
+            default_delivered += row.runs if converged else 0
+    default = job.default_batch_size
+    if default_delivered == 0:
+        if default_ended:
+            return (
+                f"the default batch size ({default}) never converged in its {default_ended} "
+                f"run{'' if default_ended == 1 else 's'}: there is no model at the default to "
+                "compare with"
+            )
+        return f"not known until a run of the default batch size ({default}) converges"
+    if delivered == default_delivered and ended == default_ended:
+        return f"every run so far used the default batch size ({default})"
+    base_energy = delivered * default_energy / default_delivered
+    base_time = delivered * default_time / default_delivered
 
     def cost(joules: float, seconds: float) -> float:
         return policy.zeus_cost(joules, seconds, job.eta_knob, job.max_power)
@@ -59,14 +76,20 @@ def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | None:
     base_cost = cost(base_energy, base_time)
     saved = cost(base_energy - energy, base_time - time)
     return Savings(
-        default_batch_size=job.default_batch_size,
-        default_runs=default.runs,
-        runs=runs,
+        default_batch_size=default,
+        default_runs=default_delivered,
+        runs=delivered,
+        ended_runs=ended,
         energy=base_energy - energy,
         time=base_time - time,
         cost=saved,
         fraction=saved / base_cost if base_cost > 0 else 0.0,
     )
+
+
+def _savings_and_why(job: CreatedJob, spent: Iterable[Spent]) -> tuple[Savings | None, str | None]:
+    found = savings_of(job, spent)
+    return (found, None) if isinstance(found, Savings) else (None, found)
 
 
 def _history(
@@ -75,6 +98,43 @@ def _history(
     """What the policy decides with for a run on the job's current hardware profile (see
     `zeus_bso.policy.orchestration.decision_view`)."""
     return decision_view(SqlJobStore(conn, job_id, state), config, state)
+
+
+def _next_run(conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState) -> NextRun:
+    """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
+    found = next_run(SqlJobStore(conn, job_id, state), config, profile_key(config))
+    if isinstance(found, NoConvergedBatchSizeError):
+        return NextRun(
+            batch_size=None,
+            kind=None,
+            arms=None,
+            refused=True,
+            why=(
+                f"refused: {found}. Change the job: lower target_metric, raise max_epochs, or add "
+                "batch sizes (a new job_id, or delete this one with `zeus-bso jobs delete`)"
+            ),
+        )
+    decided = found.dispatch
+    if decided.kind is policy.TrialKind.BANDIT:
+        arms = list(decided.arms or ())
+        return NextRun(
+            batch_size=None,
+            kind=decided.kind,
+            arms=arms,
+            refused=False,
+            why=f"the bandit ({config.bandit}) draws it among {', '.join(map(str, arms))}",
+        )
+    if decided.kind is policy.TrialKind.CONCURRENT:
+        why = "the best batch size so far, while an exploration runs"
+    else:
+        why = f"pruning round {(decided.round or 0) + 1} explores it"
+    return NextRun(
+        batch_size=decided.batch_size,
+        kind=decided.kind,
+        arms=list(decided.arms) if decided.arms is not None else None,
+        refused=False,
+        why=why,
+    )
 
 
 def _profiles(config: CreatedJob, state: policy.JobState) -> list[str]:
@@ -106,6 +166,7 @@ async def job_summaries(
 
 def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary:
     config = CreatedJob.model_validate(job.config)
+    savings, savings_unknown = _savings_and_why(config, spent)
     state, history = _history(conn, job.job_id, config, job.state)
     return JobSummary(
         job_id=job.job_id,
@@ -118,7 +179,8 @@ def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary
         best_batch_size=state.best.batch_size if state.best else None,
         best_cost=state.best.cost if state.best else None,
         recommended=_recommendation(config, state, history),
-        savings=savings_of(config, spent),
+        savings=savings,
+        savings_unknown=savings_unknown,
         created_at=job.created_at,
         updated_at=job.updated_at,
     )
@@ -158,7 +220,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
             energy += job_energy
             time += job_time
             savings = savings_of(config, spent[job_id])
-            if savings is None:
+            if not isinstance(savings, Savings):
                 continue
             with_savings += 1
             saved_energy += savings.energy
@@ -215,6 +277,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     config = CreatedJob.model_validate(job.config)
     state, history = _history(conn, job_id, config, job.state)
     spent = repo.spent(conn, [job_id])
+    savings, savings_unknown = _savings_and_why(config, spent)
     trials_by_status: Counter[str] = Counter()
     for group in spent:
         trials_by_status[group.status] += group.runs
@@ -222,15 +285,18 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
+    upcoming = _next_run(conn, job_id, config, job.state)
     return JobView(
         job=config,
         profiles=_profiles(config, state),
-        stage=job.stage,
+        stage=JobStage.BLOCKED if upcoming.refused else JobStage(job.stage),
+        next_run=upcoming,
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
         recommended=_recommendation(config, state, history),
-        savings=savings_of(config, spent),
+        savings=savings,
+        savings_unknown=savings_unknown,
         trial_count=job.state.next_trial_number - 1,
         trials_by_status=dict(trials_by_status),
         batch_sizes=[

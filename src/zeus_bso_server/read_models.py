@@ -4,10 +4,12 @@ of the upstream protocol). `zeus_bso_server.queries` fills them."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, WithJsonSchema
 
+from zeus_bso.policy import Stage, TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob
 from zeus_bso_server.store.repository import StoredTrial
 
@@ -22,16 +24,21 @@ class Recommendation(BaseModel):
 
 
 class Savings(BaseModel):
-    """What the job's runs saved against running the default batch size every time.
+    """What the job's delivered models cost against delivering as many at the default batch size.
 
-    The baseline is ``runs`` times the mean energy and time of the default batch size's own
-    reported runs (``default_runs`` of them); what was spent is every ended trial's measured
-    energy and time, failed and abandoned ones included. Negative: the job spent more."""
+    A model is delivered by a run that converged. The baseline is ``runs`` (the converged runs,
+    at any batch size) times what a delivered model costs at the default: everything the
+    default batch size's ended runs spent over the ``default_runs`` of them that converged.
+    What was spent is every ended trial's measured energy and time, unconverged, failed and
+    abandoned ones included. Negative: the job spent more than the default would have."""
 
     default_batch_size: int
     default_runs: int
+    """The default batch size's converged runs."""
     runs: int
-    """Reported runs of the job, at any batch size."""
+    """Converged runs of the job (delivered models), at any batch size."""
+    ended_runs: int
+    """Every ended run of the job, converged or not."""
     energy: float
     """Joules saved."""
     time: float
@@ -47,7 +54,7 @@ class JobSummary(BaseModel):
 
     job_id: str
     job_id_prefix: str
-    stage: str
+    stage: Stage
     trials: int
     gpu_model: str
     number_of_gpus: int
@@ -58,6 +65,8 @@ class JobSummary(BaseModel):
     """The cheapest converged run's batch size (the early-stop reference), if any."""
     best_cost: float | None
     recommended: Recommendation | None
+    savings_unknown: str | None = None
+    """Why there is no savings figure (``savings`` is null), in words."""
     savings: Savings | None
     """None until a run of the default batch size and one other have reported."""
     created_at: float
@@ -101,9 +110,9 @@ class TrialView(BaseModel):
     job_id: str
     trial_number: int
     batch_size: int
-    kind: str
+    kind: TrialKind
     round: int | None
-    status: str
+    status: TrialStatus
     epochs: int | None
     time: float | None
     energy: float | None
@@ -128,8 +137,6 @@ class TrialView(BaseModel):
         return cls(
             **asdict(trial)
             | {
-                "kind": trial.kind.value,
-                "status": trial.status.value,
                 "curve": list(trial.curve) if stored.curve_kept else None,
             },
             job_id=stored.job_id,
@@ -137,6 +144,30 @@ class TrialView(BaseModel):
             updated_at=stored.updated_at,
             lease_expires_at=stored.lease_expires_at,
         )
+
+
+class JobStage(StrEnum):
+    """Where a job is, as a reader sees it: the policy's stage, or ``blocked`` when its next run
+    would be refused (no batch size converged: see `NextRun.why`)."""
+
+    PRUNING = "pruning"
+    BANDIT = "bandit"
+    BLOCKED = "blocked"
+
+
+class NextRun(BaseModel):
+    """What the next run of the job will get, and why, as the policy decides it now."""
+
+    batch_size: int | None
+    """Its batch size; null when the bandit draws it among ``arms``, or when it is refused."""
+    kind: TrialKind | None
+    """Why it is dispatched (null: refused)."""
+    arms: list[int] | None
+    """The bandit's arms (bandit stage)."""
+    refused: bool
+    """Whether the next run is refused (409) until the job changes: the stage is ``blocked``."""
+    why: str
+    """The reason in words, with what to change when it is refused."""
 
 
 class JobView(BaseModel):
@@ -147,11 +178,15 @@ class JobView(BaseModel):
     cost units every cost below but the trials' own is shown."""
     profiles: list[str]
     """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`)."""
-    stage: str
+    stage: JobStage
+    next_run: NextRun
+    """What its next run on the current hardware profile will get, and why."""
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None
     recommended: Recommendation | None
+    savings_unknown: str | None = None
+    """Why there is no savings figure (``savings`` is null), in words."""
     savings: Savings | None
     trial_count: int
     trials_by_status: dict[str, int]

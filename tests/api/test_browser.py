@@ -20,6 +20,7 @@ from tests.helpers import (
     ServerProcess,
     job_body,
     metric,
+    run_one,
     run_recurrences,
     sqlite_url,
     unique_id,
@@ -181,7 +182,9 @@ def test_the_job_page_shows_recommendation_savings_posterior_and_the_runs_chart(
     savings = state["savings"]
     shown = f"{round(100 * abs(savings['fraction']), 1)}%"
     playwright_expect(page.locator("#savings strong")).to_have_text(shown)
-    playwright_expect(page.locator("#savings")).to_contain_text(f"over {savings['runs']} runs")
+    playwright_expect(page.locator("#savings")).to_contain_text(
+        f"for the {savings['runs']} models delivered"
+    )
 
     # The posterior column shows each arm's posterior mean cost and std, as the API gives them.
     for size in state["batch_sizes"]:
@@ -450,3 +453,47 @@ def test_the_job_list_sums_up_every_jobs_spending_and_savings_in_kwh(
     row = page.locator("#jobs tbody tr", has_text=f"{prefix}-a")
     energy = states[0]["savings"]["energy"]
     playwright_expect(row.locator(".savings")).to_contain_text(f"{energy / 3.6e6:,.3g} kWh")
+
+
+def test_savings_count_unconverged_runs_and_a_blocked_job_says_so(
+    page: Page, api: httpx.Client, server: ServerProcess
+) -> None:
+    """A run that did not converge delivered nothing: the job that paid for it spent more than
+    its default would have, and says "more", not a negative saving. A default that never
+    converged leaves no figure, and a job where nothing converges is blocked."""
+    prefix = unique_id("honest")
+    job_id = f"{prefix}-a"
+    body = job_body(job_id, prefix=prefix, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert api.post("/jobs", json=body).status_code == 201
+    run_one(api, job_id, {64: 0.9})
+    run_one(api, job_id, {64: 0.9}, energy=400.0)  # 32: unconverged
+    savings = api.get(f"/api/jobs/{job_id}").json()["savings"]
+    assert savings["fraction"] < 0
+    page.goto(server.url + "/dashboard/jobs/" + job_id)
+    shown = f"{round(-100 * savings['fraction'], 1)}%"
+    playwright_expect(page.locator("#savings strong")).to_have_text(shown)
+    playwright_expect(page.locator("#savings")).to_contain_text("more cost than the default")
+    playwright_expect(page.locator("#savings")).to_contain_text("for the 1 model delivered")
+    playwright_expect(page.locator("#savings")).not_to_contain_text("-")
+
+    blocked = f"{prefix}-b"
+    body = job_body(blocked, prefix=prefix, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert api.post("/jobs", json=body).status_code == 201
+    run_one(api, blocked, {})
+    run_one(api, blocked, {})
+    page.goto(server.url + "/dashboard/jobs/" + blocked)
+    playwright_expect(page.locator(".badge").first).to_have_text("blocked")
+    playwright_expect(page.locator("#next-run")).to_contain_text("refused")
+    playwright_expect(page.locator("#next-run")).to_contain_text("lower target_metric")
+    playwright_expect(page.locator("#savings")).to_contain_text(
+        "the default batch size (64) never converged"
+    )
+
+    page.goto(server.url + "/dashboard?prefix=" + prefix)
+    fleet = page.locator("#fleet")
+    playwright_expect(fleet).to_contain_text("1 of them spent")
+    playwright_expect(fleet).to_contain_text("more energy")
+    row = page.locator("#jobs tbody tr", has_text=job_id)
+    playwright_expect(row.locator(".savings")).to_contain_text("more cost")

@@ -8,7 +8,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from tests.helpers import job_body, unique_id
+from tests.helpers import job_body, run_one, unique_id
 from zeus_bso import policy
 from zeus_bso.policy import CostStats
 from zeus_bso.spec import CreatedJob
@@ -120,3 +120,68 @@ def test_the_recommendation_and_savings_shown_follow_from_the_trials(http: httpx
     after = http.get(f"/api/jobs/{job_id}").json()
     assert after["trials_by_status"] == {"reported": len(reported), "failed": 1, "dispatched": 1}
     assert after["savings"] == pytest.approx(savings)
+
+
+def test_savings_count_only_delivered_models(http: httpx.Client) -> None:
+    """An unconverged run spent energy and delivered nothing: against the default, which
+    delivered its model, the job spent more (a negative figure, shown as "more cost")."""
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    size, answer = run_one(http, job_id, {64: 0.9})
+    assert (size, answer["converged"], answer["reason"]) == (64, True, "converged")
+    assert "reached the target" in str(answer["why"])
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["savings"] is None
+    assert "every run so far used the default batch size (64)" in state["savings_unknown"]
+    size, answer = run_one(http, job_id, {64: 0.9}, energy=400.0)  # 32 never converges
+    assert (size, answer["converged"]) == (32, False)
+    assert answer["reason"] in ("max_epochs", "cost_bound")
+    state = http.get(f"/api/jobs/{job_id}").json()
+    savings = state["savings"]
+    assert (savings["runs"], savings["ended_runs"], savings["default_runs"]) == (1, 2, 1)
+    other = next(t for t in state["trials"] if t["batch_size"] == 32)
+    assert savings["energy"] == pytest.approx(-other["energy"])  # one model, both runs paid
+    assert savings["fraction"] < 0
+    listed = http.get("/api/jobs", params={"prefix": job_id}).json()
+    assert listed[0]["savings"] == pytest.approx(savings)
+
+
+def test_a_default_that_never_converged_has_no_savings_figure(http: httpx.Client) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    sizes = [run_one(http, job_id, {32: 0.9})[0] for _ in range(2)]
+    assert sizes == [64, 32]
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["savings"] is None
+    assert "the default batch size (64) never converged in its 1 run" in state["savings_unknown"]
+
+
+def test_a_job_no_batch_size_converges_on_is_blocked_and_says_what_to_change(
+    http: httpx.Client,
+) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["stage"] == "pruning"
+    assert state["next_run"] == {
+        "batch_size": 64,
+        "kind": "exploration",
+        "arms": None,
+        "refused": False,
+        "why": "pruning round 1 explores it",
+    }
+    for _ in range(2):
+        run_one(http, job_id, {})
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["stage"] == "blocked"
+    assert state["next_run"]["refused"]
+    assert "lower target_metric" in state["next_run"]["why"]
+    assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 409
+    # Reading the job decided nothing: no trial was added by the views.
+    assert state["trial_count"] == 2

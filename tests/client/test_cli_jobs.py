@@ -89,8 +89,9 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "recommended batch size 64 (expected cost" in shown.stdout
     assert "cheapest converged run: batch size 64" in shown.stdout
-    assert "against always running 64, over 3 runs:" in shown.stdout
-    assert "of the cost spent more" in shown.stdout
+    assert "against delivering its 3 models (converged runs, of 3 ended) at 64:" in shown.stdout
+    assert "% more cost;" in shown.stdout
+    assert "next run: " in shown.stdout
     assert "3 reported" in shown.stdout
 
     with ServerClient(server.url, token=TOKEN) as client:

@@ -53,7 +53,7 @@ def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
     spy = BatchSizeSpy()
     args = training_arguments(
         out / "trainer",
-        callback.batch_size,
+        callback.start(),
         10,  # more than the job's max_epochs (6): the server's stop ends it
         save_strategy="no",
         ddp_backend="gloo",

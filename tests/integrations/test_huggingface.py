@@ -118,7 +118,7 @@ def train(
     spy = BatchSizeSpy()
     args = training_arguments(
         tmp_path / "out",
-        batch_size or callback.batch_size,
+        batch_size or callback.start(),
         epochs,
         save_strategy="epoch" if save or resume else "no",
         **options,
@@ -237,6 +237,31 @@ def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path)
     spec = job(unique_id("hfbad"), target=0.99)
     with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):
         train(server.url, spec, tmp_path, epochs=1, batch_size=5)
+
+
+def test_the_server_is_asked_in_start_and_not_in_an_attribute(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = job(unique_id("hfstart"), target=0.999)
+    callback = ZeusBSOTrainerCallback(server.url, spec, energy_meter=EstimateMeter(100))
+    with pytest.raises(ZeusBSOError, match=r"call callback.start\(\) before reading"):
+        _ = callback.batch_size
+    with ServerClient(server.url) as client:
+        assert client.list_jobs(prefix=spec.job_id_prefix) == []  # nothing was asked
+    args = training_arguments(tmp_path / "out", 16, 1, save_strategy="no")
+    trainer = transformers.Trainer(
+        model=tiny_bert(),
+        args=args,
+        train_dataset=TokenDataset(64, 0),
+        eval_dataset=TokenDataset(32, 1),
+        callbacks=[callback],
+    )
+    with pytest.raises(ZeusBSOError, match=r"call callback.start\(\) before building"):
+        trainer.train()
+    assert callback.start() == callback.start() == callback.batch_size == 16
+    assert callback.job_id == spec.job_id
+    assert callback.session is not None
+    callback.session.end(end_trial=False)
 
 
 def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path) -> None:

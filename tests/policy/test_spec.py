@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from zeus_bso.spec import MAX_ID_LENGTH, UPSTREAM_OPTIONS, JobSpecFromClient, TrainingResult
+from zeus_bso.spec import (
+    MAX_ID_LENGTH,
+    UPSTREAM_OPTIONS,
+    JobSpec,
+    JobSpecFromClient,
+    TrainingResult,
+)
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -120,3 +126,16 @@ def test_json_with_nan_literal_is_rejected() -> None:
     raw += '"metric": 1, "current_epoch": 1}'
     with pytest.raises(ValidationError):
         TrainingResult.model_validate(json.loads(raw))
+
+
+def test_a_typo_in_a_job_spec_is_refused_naming_the_nearest_field() -> None:
+    fields = {"job_id_prefix": "mnist", "batch_sizes": [32, 64], "default_batch_size": 32}
+    with pytest.raises(ValidationError, match=r"'max_epoch' \(did you mean 'max_epochs'\?\)"):
+        JobSpec(**fields, max_epoch=10)
+    with pytest.raises(ValidationError, match=r"JobSpec has no field 'zzz';"):
+        JobSpec(**fields, zzz=1)
+    # The server's wire model keeps ignoring what upstream clients send.
+    wire = JobSpecFromClient(
+        **fields, max_epoch=10, max_power=300.0, number_of_gpus=1, gpu_model="V100"
+    )
+    assert wire.max_epochs == JobSpec(**fields).max_epochs

@@ -77,6 +77,12 @@ def _number(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _saved(savings: dict[str, Any]) -> str:
+    """A job's savings in words: ``12.5% of the cost saved``, or ``3.1% more cost``."""
+    share = 100 * savings["fraction"]
+    return f"{share:.1f}% of the cost saved" if share >= 0 else f"{-share:.1f}% more cost"
+
+
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
@@ -105,7 +111,7 @@ def list_command(
             str(job["trials"]),
             escape(gpu),
             str(recommended["batch_size"]) if recommended else "-",
-            f"{100 * savings['fraction']:.1f}%" if savings else "-",
+            _saved(savings) if savings else "-",
             _when(job["updated_at"]),
         )
     console.print(table)
@@ -145,13 +151,21 @@ def show_command(
             f"recommended batch size {recommended['batch_size']} (expected cost "
             f"{_number(recommended['expected_cost'])} J, from its {recommended['basis']})"
         )
+    upcoming = state.get("next_run")  # absent from servers that predate it
+    if upcoming is not None:
+        size = upcoming["batch_size"]
+        first = "refused" if upcoming["refused"] else (str(size) if size is not None else "")
+        console.print(f"next run: {escape(first + ': ' if first else '')}{escape(upcoming['why'])}")
     if savings is not None:
-        share, saved = 100 * savings["fraction"], savings["fraction"] >= 0
+        more = savings["cost"] < 0
         console.print(
-            f"against always running {savings['default_batch_size']}, over {savings['runs']} "
-            f"runs: {abs(share):.1f}% of the cost {'saved' if saved else 'spent more'}; "
-            f"{_number(savings['energy'])} J of energy and {_number(savings['time'])} s saved"
+            f"against delivering its {savings['runs']} models (converged runs, of "
+            f"{savings['ended_runs']} ended) at {savings['default_batch_size']}: "
+            f"{_saved(savings)}; {_number(abs(savings['energy']))} J of energy and "
+            f"{_number(abs(savings['time']))} s {'more' if more else 'saved'}"
         )
+    elif state.get("savings_unknown"):
+        console.print(f"savings: {escape(state['savings_unknown'])}")
     best = state["best_batch_size"]
     if best is not None:
         console.print(

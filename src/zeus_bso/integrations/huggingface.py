@@ -1,10 +1,10 @@
 """``ZeusBSOTrainerCallback`` for the Hugging Face ``Trainer``.
 
 The Trainer builds its DataLoader from ``TrainingArguments`` before any callback runs, so the
-batch size is chosen first, through the callback::
+batch size is chosen first, by the callback's `start` (which asks the server)::
 
     callback = ZeusBSOTrainerCallback(server_url=..., job=JobSpec(...), metric="eval_accuracy")
-    args = TrainingArguments(..., per_device_train_batch_size=callback.batch_size,
+    args = TrainingArguments(..., per_device_train_batch_size=callback.start(),
                              eval_strategy="epoch")
     Trainer(model, args, ..., callbacks=[callback]).train()
 
@@ -37,10 +37,8 @@ from typing import Any
 
 from typing_extensions import override
 
-from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.spec import JobSpec
 from zeus_bso.training.collectives import torch_distributed
 from zeus_bso.training.session import TrialSession
@@ -80,6 +78,20 @@ def _checkpoint_to_resume(
     return Path(resume_from_checkpoint)
 
 
+def _is_world_process_zero() -> bool:
+    """Whether this process talks to the server: global rank 0 of the process group, or of the
+    launcher's ``RANK`` before one exists (then a process other than 0 cannot get its answer)."""
+    dist = torch_distributed()
+    if dist is not None:
+        return bool(dist.get_rank() == 0)
+    if int(os.environ.get("RANK", "0")) != 0:
+        raise ConfigurationError(
+            "a process of rank != 0 gets the batch size from rank 0: initialise torch.distributed "
+            "(e.g. accelerate.PartialState()) before callback.start()"
+        )
+    return True
+
+
 class ZeusBSOTrainerCallback(TrainerCallback):
     """Chooses the batch size of a Hugging Face training run and stops it when told.
 
@@ -112,30 +124,40 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.metric = metric
         self.token = token
         self._meter = energy_meter
-        self.rank = int(os.environ.get("RANK", "0"))
         self.session: TrialSession | None = None
-        """This run's trial in this process (`zeus_bso.training.TrialSession`), from the first
-        `batch_size` on."""
+        """This run's trial in this process (`zeus_bso.training.TrialSession`), from `start`
+        on."""
         self._training = False
         self._reported_step: int | None = None
 
-    @property
-    def batch_size(self) -> int:
-        """This run's per-device batch size; the first access asks the server."""
+    def start(self) -> int:
+        """Register the job and get this run's trial from the server (or continue the
+        checkpoint's), on the world process zero, and share it with every process: returns the
+        run's per-device batch size, for ``TrainingArguments(per_device_train_batch_size=...)``.
+
+        Every process calls it, before the Trainer is built; in a distributed run, once
+        ``torch.distributed`` is initialised (e.g. ``accelerate.PartialState()``). A second call
+        returns the same batch size.
+        """
         if self.session is None:
-            if self.rank != 0 and torch_distributed() is None:
-                raise ConfigurationError(
-                    "rank != 0 gets the batch size from rank 0: initialise torch.distributed "
-                    "(e.g. accelerate.PartialState()) before reading callback.batch_size"
-                )
             self.session = TrialSession(
-                self.rank == 0,
+                _is_world_process_zero(),
                 lambda values, step: None,  # into the evaluation's metrics (_report)
                 self.server_url,
                 self.job,
                 energy_meter=self._meter,
                 token=self.token,
                 resume=self._saved_trial if self.resume_from is not None else None,
+            )
+        return self.session.batch_size
+
+    @property
+    def batch_size(self) -> int:
+        """This run's per-device batch size (after `start`)."""
+        if self.session is None:
+            raise OperationOrderError(
+                "call callback.start() before reading callback.batch_size: it registers the job "
+                "and asks the server for this run's batch size (on every process)"
             )
         return self.session.batch_size
 
@@ -153,28 +175,23 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         return saved
 
     @property
-    def optimizer(self) -> BatchSizeOptimizer | None:
-        """The world process zero's link to the server."""
-        return self.session.optimizer if self.session is not None else None
-
-    @property
-    def progress(self) -> TrialProgress | None:
-        """This process's trial, epochs, time and energy (from the first `batch_size` on)."""
-        return self.session.progress if self.session is not None else None
-
-    @property
     def trial_number(self) -> int | None:
-        """The server's trial number for this run (world process zero)."""
-        return self.optimizer.trial_number if self.optimizer else None
+        """The server's trial number for this run (after `start`)."""
+        return self.session.trial_number if self.session is not None else None
+
+    @property
+    def job_id(self) -> str | None:
+        """The job this run is a recurrence of (after `start`)."""
+        return self.session.job_id if self.session is not None else None
 
     @override
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
-        if self.optimizer is None or not state.is_world_process_zero:
+        if self.session is None or not self.session.is_main:
             return
         checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
-        saved = self.optimizer.checkpoint()
+        saved = self.session.checkpoint()
         if saved and checkpoint.is_dir():
             (checkpoint / STATE_FILE).write_text(json.dumps(saved))
 
@@ -221,6 +238,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "optimizer chose while the trial records it; leave it False: a batch size that "
                 "does not fit is the optimizer's to learn (its run fails and is reported so)"
             )
+        if self.session is None:
+            raise ConfigurationError(
+                "call callback.start() before building TrainingArguments, and pass "
+                "per_device_train_batch_size=callback.start(): the optimizer chooses it"
+            )
         if args.per_device_train_batch_size != self.batch_size:
             if self.session is not None:
                 self.session.end(end_trial=False)  # not this batch size's fault
@@ -230,7 +252,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
             )
         strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-        if strategy == "steps" and state.is_world_process_zero:
+        if strategy == "steps" and self.session.is_main:
             logger.warning(
                 "eval_strategy='steps': every evaluation (every %s steps) is reported as an epoch, "
                 "so the job's max_epochs (%d) counts evaluations, and its learning curves and "
@@ -240,7 +262,6 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job.max_epochs,
             )
         self._training = True
-        assert self.session is not None  # batch_size above made it
         self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
 
     @override
@@ -254,7 +275,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         # An evaluation's metrics reach on_log before on_evaluate; this callback runs first
         # (_run_first), so the cost it adds reaches every integration after it.
-        if not self._training or self.progress is None or not logs or self.metric not in logs:
+        if not self._training or self.session is None or not logs or self.metric not in logs:
             return
         self._report(state, control, logs)
 
@@ -267,7 +288,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metrics: dict[str, float] | None = None,
         **_: Any,
     ) -> None:
-        if not self._training or self.progress is None:
+        if not self._training or self.session is None:
             return  # an evaluation outside of training
         if self._reported_step == state.global_step:
             return  # reported from its logs
@@ -293,7 +314,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if "bso/cost" in values:  # the server's figure (none while it is unreachable)
             metrics["bso_cost"] = values["bso/cost"]
             metrics["bso_energy_j"] = values["bso/energy_j"]
-            if state.is_world_process_zero:
+            if self.session.is_main:
                 state.log_history.append(
                     {**values, "epoch": state.epoch, "step": state.global_step}
                 )

@@ -23,8 +23,6 @@ from typing import Any
 
 from typing_extensions import override
 
-from zeus_bso.client import BatchSizeOptimizer
-from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import JobSpec
@@ -83,7 +81,10 @@ class ZeusBSOCallback(pl.Callback):
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
         self.batch_size: int | None = None
+        """This fit's batch size, from its start."""
         self.trial_number: int | None = None
+        self.job_id: str | None = None
+        """The job this fit is a recurrence of, from its start."""
         self._restored: dict[str, Any] | None = None
         self._unlogged: dict[str, float] = {}
 
@@ -127,18 +128,9 @@ class ZeusBSOCallback(pl.Callback):
             broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
         )
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
+        self.job_id = self.session.job_id
         lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
         logger.info("batch size %d (trial %d)", self.batch_size, self.trial_number)
-
-    @property
-    def optimizer(self) -> BatchSizeOptimizer | None:
-        """Rank 0's link to the server (during a fit)."""
-        return self.session.optimizer if self.session is not None else None
-
-    @property
-    def progress(self) -> TrialProgress | None:
-        """This rank's trial, epochs, time and energy (during a fit)."""
-        return self.session.progress if self.session is not None else None
 
     # -- training -----------------------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
 from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
+from zeus_bso.spec import StopReason
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
@@ -99,13 +102,23 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
     """
     cost = report.cost
     if target_reached(rules, report.metric):
-        return Verdict(stop=True, converged=True, cost=cost, message="Train succeeded")
+        side = ">=" if rules.higher_is_better else "<="
+        return Verdict(
+            stop=True,
+            converged=True,
+            cost=cost,
+            message="Train succeeded",
+            reason=StopReason.CONVERGED,
+            why=f"it reached the target ({report.metric:.4g} {side} {rules.target_metric:g})",
+        )
     if report.epoch >= rules.max_epochs:
         return Verdict(
             stop=True,
             converged=False,
             cost=cost,
             message=f"Train failed to converge within max_epoch({rules.max_epochs})",
+            reason=StopReason.MAX_EPOCHS,
+            why=f"it trained the job's max_epochs ({rules.max_epochs}) without reaching the target",
         )
     bound = early_stop_bound(rules, report.exploring)
     if bound is not None and best_cost is not None:
@@ -117,19 +130,26 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
     )
 
 
-def early_stop_bound(rules: StopRules, exploring: bool) -> tuple[str, float] | None:
+class CostBound(StrEnum):
+    """The option whose ratio to the early-stop reference bounds a run's cost."""
+
+    BETA_KNOB = "beta_knob"
+    PRUNE_COST_RATIO = "prune_cost_ratio"
+
+
+def early_stop_bound(rules: StopRules, exploring: bool) -> tuple[CostBound, float] | None:
     """The option that bounds a run's cost and its ratio to the reference: ``beta_knob``, or
     for a pruning exploration ``prune_cost_ratio`` where it is lower (the run would be dropped
     at that ratio anyway). None: no bound."""
-    knob, ratio = "beta_knob", rules.beta_knob
+    knob, ratio = CostBound.BETA_KNOB, rules.beta_knob
     prune = rules.prune_cost_ratio if exploring else None
     if prune is not None and (ratio is None or prune < ratio):
-        knob, ratio = "prune_cost_ratio", prune
+        knob, ratio = CostBound.PRUNE_COST_RATIO, prune
     return None if ratio is None else (knob, ratio)
 
 
 def over_bound(
-    rules: StopRules, report: Report, bound: tuple[str, float], best_cost: float
+    rules: StopRules, report: Report, bound: tuple[CostBound, float], best_cost: float
 ) -> Verdict | None:
     """The stop of a run over ``bound`` times ``best_cost``, or None if it may go on: its cost
     now, with ``early_stop_predictive`` its cost after one more epoch, and with a learning-curve
@@ -150,7 +170,7 @@ def over_bound(
 
 
 def over_cost_to_go(
-    rules: StopRules, report: Report, bound: tuple[str, float], best_cost: float
+    rules: StopRules, report: Report, bound: tuple[CostBound, float], best_cost: float
 ) -> Verdict | None:
     """The stop of a run whose learning curve predicts the epochs it still needs: it goes on
     while its predicted cost at convergence is within ``bound``, or while what it still has to
@@ -161,7 +181,7 @@ def over_cost_to_go(
     knob, ratio = bound
     cost, epoch = report.cost, report.epoch
     beta = rules.beta_knob
-    cap_knob, cap_ratio = (knob, ratio) if beta is None else ("beta_knob", beta)
+    cap_knob, cap_ratio = (knob, ratio) if beta is None else (CostBound.BETA_KNOB, beta)
     if cap_ratio < ratio:
         cap_knob, cap_ratio = knob, ratio
     next_epoch = cost / epoch if rules.predictive else 0.0
@@ -174,11 +194,12 @@ def over_cost_to_go(
         return None
     verdict = _predicted_over(report, knob, ratio, best_cost, predicted)
     message = f"{verdict.message}, and the cost still to pay({still}) > a fresh run's({fresh})"
-    return replace(verdict, message=message)
+    why = f"{verdict.why}, and what it still has to pay is more than a fresh run costs"
+    return replace(verdict, message=message, why=why)
 
 
 def _predicted_over(
-    report: Report, knob: str, ratio: float, best_cost: float, predicted: float
+    report: Report, knob: CostBound, ratio: float, best_cost: float, predicted: float
 ) -> Verdict:
     return Verdict(
         stop=True,
@@ -190,10 +211,18 @@ def _predicted_over(
             f" the cost upper bound: cost at convergence({predicted}) after"
             f" {report.epochs_left} more epochs > {knob}({ratio})*min_cost({best_cost})"
         ),
+        reason=StopReason.PREDICTED_COST,
+        why=(
+            f"its learning curve predicts a cost at convergence, {report.epochs_left} more"
+            f" epochs on, of {_times(predicted, best_cost)} the cheapest run's"
+            f" (the bound: {knob} = {ratio:g})"
+        ),
     )
 
 
-def _over(report: Report, knob: str, ratio: float, best_cost: float, next_epoch: float) -> Verdict:
+def _over(
+    report: Report, knob: CostBound, ratio: float, best_cost: float, next_epoch: float
+) -> Verdict:
     cost = report.cost
     return Verdict(
         stop=True,
@@ -204,7 +233,25 @@ def _over(report: Report, knob: str, ratio: float, best_cost: float, next_epoch:
             f" cost({cost}) > {knob}({ratio})*min_cost({best_cost})"
             + (" (predicted for the next epoch)" if cost <= ratio * best_cost else "")
         ),
+        reason=StopReason.COST_BOUND,
+        why=(
+            f"its cost is {_times(cost, best_cost)} the cheapest run's"
+            + (
+                f", {_times(cost + next_epoch, best_cost)} after one more epoch"
+                if cost <= ratio * best_cost
+                else ""
+            )
+            + f" (the bound: {knob} = {ratio:g})"
+        ),
     )
+
+
+def _times(cost: float, best_cost: float) -> str:
+    """``cost`` as a multiple of ``best_cost``, rounded for a person (``2.2x``)."""
+    if best_cost > 0 and math.isfinite(cost / best_cost):
+        ratio = cost / best_cost
+        return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
+    return f"{cost:.3g} J against {best_cost:.3g} J,"
 
 
 def fresh_run_cost(stats: Mapping[int, BatchSizeStats]) -> float | None:

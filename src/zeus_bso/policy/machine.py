@@ -303,6 +303,8 @@ def _answer(verdict: Verdict) -> ReportResponse:
         converged=verdict.converged,
         message=verdict.message,
         cost=verdict.cost,
+        reason=verdict.reason,
+        why=verdict.why,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy.machine import Dispatched, Reported, after_dispatch, after_report, history_of
 from zeus_bso.policy.profiles import WindowedCosts, profiles_of, state_on
 from zeus_bso.policy.store import JobStore
@@ -72,6 +73,20 @@ def dispatch(store: JobStore, job: CreatedJob, profile: str) -> Dispatched:
     step = after_dispatch(job, state, read.explorations, read.windowed, profile=profile)
     store.add_trial(step.trial, step.job)
     return step
+
+
+def next_run(
+    store: JobStore, job: CreatedJob, profile: str
+) -> Dispatched | NoConvergedBatchSizeError:
+    """What the job's next dispatch for a run on ``profile`` would decide now, for a reader: the
+    dispatch (stored nowhere), or the error that would refuse it (no batch size converges). In
+    the bandit stage the arm is one draw of the next trial's random source."""
+    state = counted(store, store.state())
+    read = inputs(store, job, state)
+    try:
+        return after_dispatch(job, state, read.explorations, read.windowed, profile=profile)
+    except NoConvergedBatchSizeError as err:
+        return err
 
 
 def report(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from zeus_bso.policy.curves import CURVES_KEPT, Curve
-from zeus_bso.spec import GpuConfig
+from zeus_bso.spec import GpuConfig, StopReason
 
 
 class Stage(StrEnum):
@@ -334,10 +334,15 @@ class Verdict:
     converged: bool
     cost: float
     message: str
+    """Upstream Zeus's message (its clients show it)."""
     charged: float | None = None
     """For a run the learning-curve stop ended: its predicted cost at convergence, which the job
     counts for it (what the run would have cost; its cost so far would make a batch size look
     cheap for being stopped early). None: the job counts ``cost``."""
+    reason: StopReason | None = None
+    """Why the run stops (None: it goes on)."""
+    why: str | None = None
+    """``reason`` in words, with rounded figures."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,13 @@ class TrialSession:
 
     @property
     def trial_number(self) -> int:
+        """The server's number of this run's trial."""
         return self.trial.trial_number
+
+    @property
+    def job_id(self) -> str:
+        """The job this run is a recurrence of."""
+        return self.trial.job_id
 
     def train_begin(self) -> None:
         """Training starts now: open the measuring window on every process at once."""

@@ -2,7 +2,7 @@
 
 Domain errors are named for what happened and carry a message written for the client; their
 status is chosen here, by the error and, where upstream Zeus's protocol answers otherwise, by
-the route (`status_of`). Validation errors list what is wrong
+what the route declares with `answers` (`status_of`). Validation errors list what is wrong
 without echoing the input (an echoed NaN would not even serialise). Anything unexpected is logged
 with its traceback and answered with a generic 500: no exception text reaches a client.
 """
@@ -10,6 +10,8 @@ with its traceback and answered with a generic 500: no exception text reaches a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,17 +48,26 @@ STATUS_OF: list[tuple[type[Exception], int]] = [
     (SchemaError, 503),
 ]
 
-PROTOCOL_STATUS_OF: dict[tuple[str, str], list[tuple[type[Exception], int]]] = {
-    ("GET", "/jobs/batch_size"): [(JobNotFoundError, 400)],
-    ("POST", "/report"): [(JobNotFoundError, 400), (TrialNotFoundError, 400)],
-}
-"""Where upstream Zeus's protocol answers an unknown job or trial with 400, so do we (its
-clients read the status)."""
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+_ROUTE_STATUS: dict[Callable[..., Any], tuple[tuple[type[Exception], int], ...]] = {}
 
 
-def status_of(error: Exception, method: str = "", path: str = "") -> int:
-    """The HTTP status for a domain error raised by the route at ``method`` and ``path``."""
-    for cls, status in [*PROTOCOL_STATUS_OF.get((method, path), []), *STATUS_OF]:
+def answers(*statuses: tuple[type[Exception], int]) -> Callable[[Endpoint], Endpoint]:
+    """Declares on a route's function the statuses it answers where they differ from
+    `STATUS_OF`: where upstream Zeus's protocol answers an unknown job or trial with 400, so do
+    we (its clients read the status)."""
+
+    def declare(endpoint: Endpoint) -> Endpoint:
+        _ROUTE_STATUS[endpoint] = statuses
+        return endpoint
+
+    return declare
+
+
+def status_of(error: Exception, endpoint: Callable[..., Any] | None = None) -> int:
+    """The HTTP status for a domain error raised by the route whose function is ``endpoint``."""
+    declared = _ROUTE_STATUS.get(endpoint, ()) if endpoint is not None else ()
+    for cls, status in [*declared, *STATUS_OF]:
         if isinstance(error, cls):
             return status
     return 500
@@ -69,8 +80,7 @@ def _message_of(error: ServerError | ZeusBSOError) -> str:
 async def _domain_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, ServerError | ZeusBSOError)
     route = request.scope.get("route")
-    path = route.path if isinstance(route, APIRoute) else request.url.path
-    status = status_of(error, request.method, path)
+    status = status_of(error, route.endpoint if isinstance(route, APIRoute) else None)
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"message": _message_of(error)}, status_code=status, headers=headers)
 

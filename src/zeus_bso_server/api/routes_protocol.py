@@ -23,6 +23,8 @@ from zeus_bso.spec import (
     TrialId,
 )
 from zeus_bso_server.api.deps import Service
+from zeus_bso_server.api.errors import answers
+from zeus_bso_server.errors import JobNotFoundError, TrialNotFoundError
 
 router = APIRouter(tags=["zeus protocol"])
 
@@ -159,6 +161,7 @@ def _gpu_of(
         409: {"description": "No batch size converged"},
     },
 )
+@answers((JobNotFoundError, 400))
 async def next_batch_size(
     job_id: JobIdQuery,
     service: Service,
@@ -180,6 +183,7 @@ async def next_batch_size(
     response_model=ReportResponse,
     responses={400: {"description": "Unknown job or trial"}},
 )
+@answers((JobNotFoundError, 400), (TrialNotFoundError, 400))
 async def report(result: TrainingResult, service: Service) -> Response:
     """Report cumulative time, energy and the metric after an epoch; says whether to stop."""
     return _json(await service.report(result))

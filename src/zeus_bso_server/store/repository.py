@@ -87,6 +87,8 @@ class Spent:
     job_id: str
     batch_size: int
     status: str
+    converged: bool
+    """Whether these runs reached the target (a reported run's verdict; False for the rest)."""
     runs: int
     energy: float
     time: float
@@ -533,14 +535,23 @@ def spent(conn: Connection, job_ids: Sequence[str]) -> list[Spent]:
             trials.c.job_id,
             trials.c.batch_size,
             trials.c.status,
+            trials.c.converged,
             func.count().label("runs"),
             func.coalesce(func.sum(trials.c.energy), 0.0).label("energy"),
             func.coalesce(func.sum(trials.c.time), 0.0).label("time"),
         )
         .where(trials.c.job_id.in_(job_ids))
-        .group_by(trials.c.job_id, trials.c.batch_size, trials.c.status)
+        .group_by(trials.c.job_id, trials.c.batch_size, trials.c.status, trials.c.converged)
     )
     return [
-        Spent(row.job_id, row.batch_size, row.status, row.runs, row.energy, row.time)
+        Spent(
+            row.job_id,
+            row.batch_size,
+            row.status,
+            bool(row.converged),
+            row.runs,
+            row.energy,
+            row.time,
+        )
         for row in conn.execute(stmt)
     ]
