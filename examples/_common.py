@@ -1,5 +1,4 @@
-"""Shared bits of the examples: arguments, the loops' data and job, and the line printed after
-each recurrence."""
+"""Shared bits of the examples: arguments, and the loops' data and job."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import argparse
 from typing import Any
 
 from zeus_bso import JobSpec
-from zeus_bso.client import ServerClient
 
 
 def data(n: int, seed: int) -> Any:
@@ -40,17 +38,3 @@ def arguments(description: str, recurrences: int = 5, devices: bool = False) -> 
     if devices:
         parser.add_argument("--devices", type=int, default=1, help="processes to train on")
     return parser.parse_args()
-
-
-def print_trial(server: str, job_id: str, trial_number: int | None, token: str | None) -> None:
-    """What the server recorded for this run."""
-    with ServerClient(server, token=token) as client:
-        state = client.job_state(job_id, limit=1000)
-    trial = next(t for t in state["trials"] if t["trial_number"] == trial_number)
-    print(
-        f"trial {trial['trial_number']:3d}: batch size {trial['batch_size']:4d}, "
-        f"{trial['epochs']} epochs, cost {trial['cost']:.1f} J, "
-        f"{'converged' if trial['converged'] else 'did not converge'} "
-        f"(best so far: batch size {state['best_batch_size']})",
-        flush=True,
-    )

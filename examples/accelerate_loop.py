@@ -12,7 +12,7 @@ configured; pass ``log_with=...`` to log them).
 from __future__ import annotations
 
 import torch
-from _common import arguments, data, loop_job, print_trial
+from _common import arguments, data, loop_job
 from accelerate import Accelerator
 
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
@@ -46,8 +46,6 @@ def main() -> None:
                 if bso.report(float(accuracy)):  # every process: the answer is shared
                     break
             accelerator.free_memory()
-        if accelerator.is_main_process:
-            print_trial(args.server, bso.trial.job_id, bso.trial_number, args.token)
         accelerator.wait_for_everyone()
     accelerator.end_training()
 

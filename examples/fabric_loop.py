@@ -11,7 +11,7 @@ configured; pass ``loggers=[...]`` to log them).
 from __future__ import annotations
 
 import torch
-from _common import arguments, data, loop_job, print_trial
+from _common import arguments, data, loop_job
 from lightning.fabric import Fabric
 
 from zeus_bso.integrations.fabric import ZeusBSOFabric
@@ -47,8 +47,6 @@ def main() -> None:
                     accuracy = (predicted == val.tensors[1]).float().mean()
                 if bso.report(float(accuracy)):  # every process: the answer is shared
                     break
-        if fabric.is_global_zero:
-            print_trial(args.server, bso.trial.job_id, bso.trial_number, args.token)
         fabric.barrier()
 
 

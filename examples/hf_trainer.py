@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 import transformers
-from _common import arguments, print_trial
+from _common import arguments
 
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -52,7 +52,8 @@ def main() -> None:
         max_epochs=8,
     )
     output_dir = tempfile.mkdtemp(prefix="zeus-bso-hf-example-")
-    for _ in range(args.recurrences):
+
+    def one_run() -> RunOutcome | None:
         callback = ZeusBSOTrainerCallback(
             args.server, job, metric="eval_accuracy", token=args.token
         )
@@ -85,8 +86,12 @@ def main() -> None:
             compute_metrics=accuracy,
             callbacks=[callback],
         ).train()
-        assert callback.job_id is not None
-        print_trial(args.server, callback.job_id, callback.trial_number, args.token)
+        return callback.outcome  # its line is on stderr already
+
+    for _ in range(args.recurrences):
+        # A recurrence delivers a model: a run that stops short is followed by another, at the
+        # next batch size the server gives, up to three runs.
+        until_converged(one_run, attempts=3)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
-from _common import arguments, print_trial
+from _common import arguments
 
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
@@ -55,7 +55,8 @@ def main() -> None:
         target_metric=0.9,
         max_epochs=15,
     )
-    for _ in range(args.recurrences):
+
+    def one_run() -> RunOutcome | None:
         callback = ZeusBSOCallback(args.server, job, monitor="val_acc", token=args.token)
         trainer = pl.Trainer(
             max_epochs=job.max_epochs,
@@ -67,8 +68,12 @@ def main() -> None:
             enable_model_summary=False,
         )
         trainer.fit(Classifier())
-        assert callback.job_id is not None
-        print_trial(args.server, callback.job_id, callback.trial_number, args.token)
+        return callback.outcome  # its line is on the console already
+
+    for _ in range(args.recurrences):
+        # A recurrence delivers a model: a run that stops short is followed by another, at the
+        # next batch size the server gives, up to three runs.
+        until_converged(one_run, attempts=3)
 
 
 if __name__ == "__main__":

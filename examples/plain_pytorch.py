@@ -8,9 +8,9 @@ recurrence. CPU-only, on data it generates.
 from __future__ import annotations
 
 import torch
-from _common import arguments, data, loop_job, print_trial
+from _common import arguments, data, loop_job
 
-from zeus_bso import BatchSizeOptimizer
+from zeus_bso import BatchSizeOptimizer, RunOutcome, until_converged
 from zeus_bso.energy import auto_meter
 
 
@@ -18,7 +18,8 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0])
     job = loop_job("example-plain")
     train, val = data(2048, 0), data(512, 1)
-    for _ in range(args.recurrences):
+
+    def one_run() -> RunOutcome | None:
         with BatchSizeOptimizer(
             args.server, job, energy_meter=auto_meter(), token=args.token
         ) as bso:
@@ -38,8 +39,12 @@ def main() -> None:
                     accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
                 if bso.on_evaluate(float(accuracy)).stop_train:
                     break
-            trial = bso.trial_number
-        print_trial(args.server, bso.job.job_id, trial, args.token)
+        return bso.outcome  # its line is on stderr already
+
+    for _ in range(args.recurrences):
+        # A recurrence delivers a model: a run that stops short is followed by another, at the
+        # next batch size the server gives, up to three runs.
+        until_converged(one_run, attempts=3)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from zeus_bso.errors import (
     ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
+    ZeusBSOTrainFailError,
 )
 from zeus_bso.spec import (
     CreatedJob,
@@ -21,24 +22,28 @@ from zeus_bso.spec import (
     JobSpec,
     JobSpecFromClient,
     ReportResponse,
+    StopReason,
     TrainingResult,
     TrialId,
 )
 
 if TYPE_CHECKING:
-    from zeus_bso.client import BatchSizeOptimizer
+    from zeus_bso.client import BatchSizeOptimizer, RunOutcome, until_converged
 
 __version__ = "0.1.0"
 
 
+_CLIENT = frozenset({"BatchSizeOptimizer", "RunOutcome", "until_converged"})
+
+
 def __getattr__(name: str) -> object:
-    """`BatchSizeOptimizer` is imported when first asked for: the server, which imports this
+    """The client's names are imported when first asked for: the server, which imports this
     package for its wire models and policy, has no use for the client, its HTTP library and the
     energy meters."""
-    if name == "BatchSizeOptimizer":
-        from zeus_bso.client import BatchSizeOptimizer
+    if name in _CLIENT:
+        import zeus_bso.client
 
-        return BatchSizeOptimizer
+        return getattr(zeus_bso.client, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -53,10 +58,14 @@ __all__ = [
     "OperationOrderError",
     "PolicyError",
     "ReportResponse",
+    "RunOutcome",
     "ServerConnectionError",
     "ServerRejectedError",
+    "StopReason",
     "TrainingResult",
     "TrialId",
     "ZeusBSOError",
+    "ZeusBSOTrainFailError",
     "__version__",
+    "until_converged",
 ]

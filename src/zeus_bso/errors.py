@@ -13,6 +13,8 @@
     ├── ServerRejectedError           the server answered with an error status
     │   └── RouteMissingError         the server has no such route (e.g. upstream Zeus's)
     ├── OperationOrderError           BatchSizeOptimizer methods called out of order
+    ├── ZeusBSOTrainFailError         a run ended without reaching its target (opt-in:
+    │                                 raise_if_unconverged=True), as upstream Zeus raises
     ├── EnergyMeterError              a meter cannot measure here
     │   ├── MixedGpuModelsError       the run's GPUs are of more than one model
     │   └── UnmeasurableDeviceError   the device has no reading of its own (a MIG slice)
@@ -114,6 +116,18 @@ class RouteMissingError(ServerRejectedError):
 
 class OperationOrderError(ZeusBSOError):
     """Raised when the optimizer's methods are called out of order (say what to call first)."""
+
+
+class ZeusBSOTrainFailError(ZeusBSOError):
+    """Raised at the end of a run that did not reach its target, by an entry point given
+    ``raise_if_unconverged=True`` (upstream Zeus's name, whose client raises it so): the week's
+    model is not delivered; re-launch the training, which gets the next batch size.
+
+    ``outcome`` is the run's `zeus_bso.client.RunOutcome`."""
+
+    def __init__(self, message: str, outcome: object = None) -> None:
+        self.outcome = outcome
+        super().__init__(message)
 
 
 class EnergyMeterError(ZeusBSOError):

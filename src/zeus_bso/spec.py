@@ -440,7 +440,8 @@ class TrainingResult(TrialId):
 
 
 class StopReason(StrEnum):
-    """Why a run stopped (or, for the last three, ended without the server's stop)."""
+    """Why a run stopped (or, for the last three, ended without the server's stop; a run without
+    the server judges the first two itself)."""
 
     CONVERGED = "converged"
     """It reached the target metric."""
@@ -458,9 +459,6 @@ class StopReason(StrEnum):
     size."""
     FAILED = "failed"
     """The run raised while training."""
-    OFFLINE = "offline"
-    """The server could not be reached at start: the run trained at a fallback batch size and
-    reported nothing."""
 
 
 class ReportResponse(WireModel):

@@ -83,7 +83,7 @@ class Metrics:
         )
         self.trials = Counter(
             "zeus_bso_trial_transitions",
-            "Trials entering a state (dispatched, reported, failed, abandoned).",
+            "Trials entering a state (dispatched, reported, failed, abandoned, released).",
             ["state"],
             registry=self.registry,
         )

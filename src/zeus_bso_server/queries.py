@@ -31,6 +31,10 @@ from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Spent, StoredJob
 from zeus_bso_server.store.sql_store import SqlJobStore
 
+NOT_ENDED = policy.OPEN | {policy.TrialStatus.RELEASED}
+"""Runs not counted as spending: in progress (counted when they end), or released (never
+trained)."""
+
 
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
@@ -44,8 +48,8 @@ def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | str:
     default_energy = default_time = 0.0
     default_ended = default_delivered = 0
     for row in spent:
-        if row.status in policy.OPEN:
-            continue  # a run in progress: counted when it ends
+        if row.status in NOT_ENDED:
+            continue  # a run in progress (counted when it ends), or one that never trained
         converged = row.status == policy.TrialStatus.REPORTED and row.converged
         energy += row.energy
         time += row.time
@@ -213,7 +217,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
         with_savings = 0
         saved_energy = base_energy = saved_cost = base_cost = 0.0
         for job_id, config in configs.items():
-            ended = [row for row in spent[job_id] if row.status not in policy.OPEN]
+            ended = [row for row in spent[job_id] if row.status not in NOT_ENDED]
             runs += sum(row.runs for row in ended)
             job_energy = sum(row.energy for row in ended)
             job_time = sum(row.time for row in ended)

@@ -310,6 +310,28 @@ class BatchSizeService:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return failed
 
+    async def release_trial(self, trial_id: TrialId) -> StoredTrial:
+        """Release an open trial whose run ended for a reason that is not its batch size's: it
+        says nothing about it. Returns the trial.
+
+        Raises:
+            TrialNotFoundError: no such trial.
+        """
+
+        def work(conn: Connection) -> StoredTrial:
+            if (
+                repo.release_trial(
+                    conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size
+                )
+                is None
+            ):
+                raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
+            return self._trial(conn, trial_id)
+
+        stored = await self.db.write(work)
+        self.metrics.trials.labels(stored.trial.status.value).inc()
+        return stored
+
     async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
 

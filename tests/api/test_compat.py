@@ -61,9 +61,13 @@ def test_upstream_client_session(server: ServerProcess) -> None:
         answer = upstream_post(base + "/report", json.dumps(result))
         assert answer.status_code == 200, answer.text
         decision = answer.json()
-        # Upstream's three fields, and our optional cost, which upstream's clients ignore.
-        assert set(decision) == {"stop_train", "converged", "message", "cost"}
+        # Upstream's three fields, and our optional ones, which upstream's clients ignore.
+        assert set(decision) == {"stop_train", "converged", "message", "cost", "reason", "why"}
     cost = decision.pop("cost")
+    assert (decision.pop("reason"), decision.pop("why")) == (
+        "converged",
+        "it reached the target (0.55 >= 0.5)",
+    )
     assert decision == {"stop_train": True, "converged": True, "message": "Train succeeded"}
     assert isinstance(cost, float)
     assert cost > 0

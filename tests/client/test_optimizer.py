@@ -20,8 +20,10 @@ from tests.helpers import (
     unique_id,
 )
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
-from zeus_bso.client import ServerClient, stable_job_id
+from zeus_bso.client import ServerClient, fallback, stable_job_id
 from zeus_bso.energy import EstimateMeter
+from zeus_bso.errors import ServerRejectedError
+from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
 
 
@@ -64,7 +66,7 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     job = spec(prefix, beta_knob=None, prune_cost_ratio=None)
     for _recurrence in range(3):
         with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
-            ids.add(bso.job.job_id)
+            ids.add(bso.job_id)
             sizes.append(bso.get_batch_size())
             bso.on_train_begin()
             for epoch in range(1, 6):
@@ -119,12 +121,12 @@ def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
         BatchSizeOptimizer(server.url, spec(prefix), energy_meter=a100) as on_a100,
         BatchSizeOptimizer(server.url, spec(prefix), energy_meter=v100) as on_v100,
     ):
-        assert on_a100.job.job_id == on_v100.job.job_id  # one job on two profiles
+        assert on_a100.job_id == on_v100.job_id  # one job on two profiles
         # The V100 run registered last; the A100 run's trial is still the A100's.
         on_a100.get_batch_size()
         on_v100.get_batch_size()
         with ServerClient(server.url) as client:
-            state = client.job_state(on_a100.job.job_id)
+            state = client.job_state(on_a100.job_id)
     assert state["profiles"] == ["1xA100@400W", "1xV100@250W"]
     assert state["job"]["gpu_model"] == "V100"
     by_number = {t["trial_number"]: t["profile"] for t in state["trials"]}
@@ -154,10 +156,57 @@ def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
     assert first != stable_job_id(JobSpecFromClient(**{**base, "learning_curve_stop": False}))
 
 
-def test_unreachable_server_at_start_is_a_clear_error() -> None:
+def test_unreachable_server_at_start_is_a_clear_error_when_asked_to_raise() -> None:
     url = f"http://127.0.0.1:{free_port()}"
+    bso = BatchSizeOptimizer(
+        url,
+        spec("nobody"),
+        energy_meter=EstimateMeter(100),
+        retry_seconds=0,
+        on_server_unavailable="raise",
+    )  # nothing is asked yet
     with pytest.raises(ServerConnectionError, match="cannot reach the batch size optimizer"):
-        BatchSizeOptimizer(url, spec("nobody"), energy_meter=EstimateMeter(100), retry_seconds=0)
+        bso.get_batch_size()
+    bso.abort()
+
+
+def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run trains at the default batch size (or, once a recommendation was seen on this
+    machine, at that), stops at its target locally, reports nothing and says so."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"http://127.0.0.1:{free_port()}"
+    shown: list[str] = []
+    job = spec("offline")
+    bso = BatchSizeOptimizer(
+        url, job, energy_meter=EstimateMeter(100), retry_seconds=0, show=shown.append
+    )
+    assert bso.get_batch_size() == job.default_batch_size
+    assert bso.offline
+    assert bso.trial is None
+    assert "training at the job's default batch size" in caplog.text
+    bso.on_train_begin()
+    assert not bso.on_evaluate(0.5).stop_train
+    answer = bso.on_evaluate(0.95)
+    assert answer.stop_train
+    assert answer.converged
+    bso.end()
+    assert bso.outcome is not None
+    assert (bso.outcome.reason, bso.outcome.offline, bso.outcome.epochs) == (
+        StopReason.CONVERGED,
+        True,
+        2,
+    )
+    (line,) = shown
+    assert line.startswith("zeus-bso: batch size 32 reached the target at epoch 2 of 5")
+    assert "it trained without the server, which learned nothing from it" in line
+    # A recommendation this machine saw for the job is the fallback from then on.
+    fallback.remember(bso.job_id, 64)
+    again = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(100), retry_seconds=0)
+    assert again.get_batch_size() == 64
+    assert "the last recommendation seen on this machine" in caplog.text
+    again.release("not trained in this test")
 
 
 def test_order_errors(server: ServerProcess) -> None:
@@ -182,19 +231,19 @@ def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
         )
         bso.get_batch_size()
         bso.on_train_begin()
-        (aged,) = age_leases(db_url, bso.job.job_id, 60.0)
+        (aged,) = age_leases(db_url, bso.job_id, 60.0)
         assert aged < time.time()  # expired, if nothing renews it
         with ServerClient(server.url) as client:
 
             def mine() -> dict[str, Any]:
-                trials = client.job_state(bso.job.job_id)["trials"]
+                trials = client.job_state(bso.job_id)["trials"]
                 return next(t for t in trials if t["trial_number"] == bso.trial_number)
 
             # The heartbeat (every 0.25 s) renews it; it may have done so already.
             deadline = time.monotonic() + 10.0
             while mine()["lease_expires_at"] < time.time() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            client.dispatch(bso.job.job_id)  # expires what has expired
+            client.dispatch(bso.job_id)  # expires what has expired
             assert mine()["status"] == "dispatched"
         bso.end()
     finally:
@@ -222,7 +271,7 @@ def test_a_report_the_server_missed_is_delivered_at_the_end(tmp_path: Path) -> N
         bso.client._http.base_url = restarted.url  # the server came back on another port
         bso.end()
         with ServerClient(restarted.url) as client:
-            (trial,) = client.job_state(bso.job.job_id)["trials"]
+            (trial,) = client.job_state(bso.job_id)["trials"]
         assert trial["status"] == "reported"
         assert trial["converged"] is True
     finally:
@@ -265,3 +314,11 @@ def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
         assert trial["time"] > 0.4  # four epochs of about 0.1 s, over both attempts
     finally:
         server.stop()
+
+
+def test_a_server_url_with_a_path_gets_a_hint(server: ServerProcess) -> None:
+    with (
+        ServerClient(server.url + "/jobs") as client,
+        pytest.raises(ServerRejectedError, match=r"give the server's root, http://127\.0\.0\.1:"),
+    ):
+        client.list_jobs()

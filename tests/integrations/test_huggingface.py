@@ -12,10 +12,11 @@ transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso
 pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
 from tests.helpers import ServerProcess, unique_id  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
-from zeus_bso.errors import ZeusBSOError  # noqa: E402
+from zeus_bso.errors import ZeusBSOError, ZeusBSOTrainFailError  # noqa: E402
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 
 
@@ -103,6 +104,7 @@ def train(
     save: bool = False,
     resume: Path | bool | None = None,
     ahead: list[Any] | None = None,
+    callback_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
@@ -110,10 +112,10 @@ def train(
     callback = ZeusBSOTrainerCallback(
         server_url,
         spec,
-        metric="eval_accuracy",
         energy_meter=EstimateMeter(100),
         resume_from_checkpoint=resume,
         output_dir=tmp_path / "out",
+        **{"metric": "eval_accuracy", **(callback_options or {})},
     )
     spy = BatchSizeSpy()
     args = training_arguments(
@@ -298,3 +300,44 @@ def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
     assert [t["epochs"] for t in trials] == [3]
     with pytest.raises(ZeusBSOError, match="pass output_dir"):
         ZeusBSOTrainerCallback(server.url, spec, resume_from_checkpoint=True)
+
+
+def test_misconfigured_runs_leave_the_default_batch_size_untouched(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Three runs whose metric is not among the evaluation's raise at their first report and
+    release their trials: the default is still what the next run gets."""
+    spec = job(unique_id("hfmisconf"), target=0.999)
+    for attempt in range(3):
+        with pytest.raises(ZeusBSOError, match="metric 'eval_acc' is not among"):
+            train(
+                server.url,
+                spec,
+                tmp_path / str(attempt),
+                epochs=1,
+                callback_options={"metric": "eval_acc"},
+            )
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [t["status"] for t in state["trials"]] == ["released"] * 3
+    assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    spec = job(unique_id("hfnoserver"), target=0.999)
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ZeusBSOTrainFailError, match="did not reach the target") as raised:
+        train(url, spec, tmp_path, epochs=2, callback_options={"raise_if_unconverged": True})
+    outcome = raised.value.outcome
+    assert outcome is not None
+    # Its 2 epochs end before the job's max_epochs (6): it ended early, and without a server.
+    assert (outcome.reason, outcome.offline, outcome.batch_size, outcome.trial_number) == (
+        "ended_early",
+        True,
+        spec.default_batch_size,
+        None,
+    )
+    assert "zeus-bso: batch size 16 ended at epoch 2 of 6" in capfd.readouterr().err

@@ -12,14 +12,17 @@ from zeus_bso.client.optimizer import (
     run_key_from_environment,
     stable_job_id,
 )
+from zeus_bso.client.outcome import RunOutcome, until_converged
 from zeus_bso.client.progress import Elapsed, TrialProgress
 
 __all__ = [
     "RUN_KEY_VARIABLE",
     "BatchSizeOptimizer",
     "Elapsed",
+    "RunOutcome",
     "ServerClient",
     "TrialProgress",
     "run_key_from_environment",
     "stable_job_id",
+    "until_converged",
 ]

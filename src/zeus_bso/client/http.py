@@ -112,6 +112,12 @@ class ServerClient:
                 body = None
             ours = isinstance(body, dict) and "message" in body
             message = str(body["message"]) if ours else response.text
+            root = httpx.URL(self.server_url)
+            if response.status_code in (404, 405) and root.path not in ("", "/"):
+                message += (
+                    f" (the server URL has a path, {root.path!r}: give the server's root, "
+                    f"{root.scheme}://{root.netloc.decode()})"
+                )
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
@@ -147,6 +153,15 @@ class ServerClient:
     def end_trial(self, trial: TrialId) -> None:
         """End a trial."""
         self._request("PATCH", "/trials", content=trial.model_dump_json())
+
+    def release(self, trial: TrialId) -> dict[str, Any]:
+        """Release a trial whose run never trained (it counts nothing against its batch size).
+
+        Raises:
+            RouteMissingError: the server has no release route (upstream Zeus's server).
+        """
+        response = self._request("POST", "/api/trials/release", content=trial.model_dump_json())
+        return dict(response.json())
 
     def heartbeat(self, trial: TrialId) -> dict[str, Any]:
         """Renew a running trial's lease.

@@ -3,13 +3,18 @@
 One object per training run::
 
     bso = BatchSizeOptimizer("http://127.0.0.1:8000", JobSpec(job_id_prefix="mnist", ...))
-    batch_size = bso.get_batch_size()          # build the DataLoader with it
+    batch_size = bso.get_batch_size()          # registers the job; build the DataLoader with it
     bso.on_train_begin()
     for epoch in ...:
         train(); metric = validate()
         if bso.on_evaluate(metric).stop_train:  # reports cumulative time and energy
             break
     bso.end()                                    # also at exit, or use it as a context manager
+    bso.outcome                                  # how the run ended; a line says it on stderr
+
+Nothing talks to the server before `get_batch_size` (or `resume`). When the server cannot be
+reached there, the run trains at the job's default batch size (or the last recommendation
+this machine saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
 
 The job id: when the spec has none, it is ``<prefix>-<8 hex>`` from a hash of the whole job
 configuration (GPU model, count and power included), so every recurrence of the same job finds
@@ -24,19 +29,23 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
+from zeus_bso.client import fallback
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
+    ConfigurationError,
     OperationOrderError,
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
+    ZeusBSOTrainFailError,
 )
 from zeus_bso.spec import (
     GPU_FIELDS,
@@ -45,6 +54,7 @@ from zeus_bso.spec import (
     JobSpec,
     JobSpecFromClient,
     ReportResponse,
+    StopReason,
     TrainingResult,
     TrialId,
     gpu_of,
@@ -98,6 +108,25 @@ class BatchSizeOptimizer:
 
     One process of a run talks to the server (in a distributed run, global rank 0:
     `zeus_bso.training.TrialSession` gives every rank its answers).
+
+    Args:
+        server_url: the zeus-bso server's root (``http://host:8000``).
+        job: the recurring job (its ``job_id`` may be left out: see `stable_job_id`).
+        energy_meter: how to measure energy (default: `auto_meter`).
+        token: the server's bearer token, if it has one.
+        heartbeat_seconds: how often a training run renews its trial's lease (0: never).
+        retry_seconds: how long a request is retried while the server answers 503 or cannot
+            be reached.
+        run_key: this run's name, the same across its restarts (default: from the
+            environment, `run_key_from_environment`).
+        gpus: the whole run's GPUs (default: this process's meter's).
+        on_server_unavailable: ``"fallback"``: when the server cannot be reached at start,
+            train at the job's default batch size (or the last recommendation saved on this
+            machine) with a warning; ``"raise"``: raise `ServerConnectionError`.
+        raise_if_unconverged: raise `ZeusBSOTrainFailError` at `end` when the run did not
+            reach its target, as upstream Zeus's client does.
+        show: where the one-line summary of the run goes at `end` (default: standard error;
+            None: nowhere).
     """
 
     def __init__(
@@ -111,7 +140,14 @@ class BatchSizeOptimizer:
         retry_seconds: float = 30.0,
         run_key: str | None = None,
         gpus: GpuConfig | None = None,
+        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
+        raise_if_unconverged: bool = False,
+        show: Callable[[str], None] | None = show_on_stderr,
     ) -> None:
+        if on_server_unavailable not in ("fallback", "raise"):
+            raise ConfigurationError(
+                f"on_server_unavailable is 'fallback' or 'raise', not {on_server_unavailable!r}"
+            )
         self.run_key = run_key if run_key is not None else run_key_from_environment()
         """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
@@ -126,16 +162,32 @@ class BatchSizeOptimizer:
         )
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
+        self._spec = spec
+        self.job_id: str = spec.job_id or ""
+        """The job's id (the spec's, or `stable_job_id`'s)."""
         self.gpu = gpu_of(spec)
         """The GPUs this run trains on (its hardware profile), sent with the batch size request
         so that runs of one job on different hardware at once are told apart."""
         self.client = ServerClient(server_url, token=token, retry_seconds=retry_seconds)
-        self.job: CreatedJob
-        self.job, created = self.client.register_job(spec)  # unreachable: a clear error now
-        logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+        self.job: CreatedJob | None = None
+        """The job as the server registered it (from `get_batch_size` or `resume` on)."""
         self.progress = TrialProgress(self.meter)
         self.training_finished = False
+        """Whether the server said stop (the run converged, or will not)."""
         self.converged = False
+        """Whether the run reached its target (after the server's stop)."""
+        self.offline = False
+        """Whether the run trains without the server (it could not be reached at start)."""
+        self.outcome: RunOutcome | None = None
+        """How the run ended (after `end`)."""
+        self._on_server_unavailable = on_server_unavailable
+        self._raise_if_unconverged = raise_if_unconverged
+        self._show = show
+        self._offline_batch_size: int | None = None
+        self._offline_why = ""
+        self._answer: ReportResponse | None = None
+        self._reported: Elapsed | None = None
+        self._final: Elapsed | None = None
         self._pending: TrainingResult | None = None
         self._heartbeat_seconds = heartbeat_seconds
         self._stop_heartbeat = threading.Event()
@@ -145,7 +197,7 @@ class BatchSizeOptimizer:
 
     @property
     def trial(self) -> TrialId | None:
-        """This run's trial (after `get_batch_size` or `resume`)."""
+        """This run's trial (after `get_batch_size` or `resume`; None while offline)."""
         return self.progress.trial
 
     @property
@@ -156,18 +208,60 @@ class BatchSizeOptimizer:
     @property
     def batch_size(self) -> int | None:
         """The batch size of this run (after `get_batch_size`)."""
+        if self.offline:
+            return self._offline_batch_size
         return self.trial.batch_size if self.trial else None
 
     @property
     def trial_number(self) -> int | None:
-        """The trial number of this run (after `get_batch_size`)."""
+        """The trial number of this run (after `get_batch_size`; None while offline)."""
         return self.trial.trial_number if self.trial else None
 
+    def _register(self) -> CreatedJob:
+        if self.job is None:
+            self.job, created = self.client.register_job(self._spec)
+            logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+        return self.job
+
+    def _unavailable(self, err: ZeusBSOError, batch_size: int | None = None) -> int:
+        """Train without the server, at ``batch_size`` or the fallback (or raise ``err``)."""
+        transient = isinstance(err, ServerConnectionError) or (
+            isinstance(err, ServerRejectedError) and err.status == 503
+        )
+        if not transient or self._on_server_unavailable == "raise":
+            raise err
+        saved = fallback.recalled(self.job_id)
+        size = batch_size or saved or self._spec.default_batch_size
+        source = (
+            "the checkpoint's"
+            if batch_size
+            else "the last recommendation seen on this machine"
+            if saved
+            else "the job's default"
+        )
+        self.offline, self._offline_batch_size = True, size
+        self._offline_why = f"the server could not be reached at start ({err})"
+        logger.warning(
+            "zeus-bso: %s; training at %s batch size, %d, without the server (nothing is "
+            "reported; pass on_server_unavailable='raise' to fail instead)",
+            self._offline_why,
+            source,
+            size,
+        )
+        return size
+
     def get_batch_size(self) -> int:
-        """Ask the server for this run's batch size (once per run)."""
+        """Register the job and ask the server for this run's batch size (once per run)."""
+        if self.offline:
+            assert self._offline_batch_size is not None
+            return self._offline_batch_size
         trial = self.progress.trial
         if trial is None:
-            dispatched = self.client.dispatch(self.job.job_id, self.gpu, self.run_key)
+            try:
+                job = self._register()
+                dispatched = self.client.dispatch(job.job_id, self.gpu, self.run_key)
+            except (ServerConnectionError, ServerRejectedError) as err:
+                return self._unavailable(err)
             trial = dispatched.trial
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
@@ -178,7 +272,7 @@ class BatchSizeOptimizer:
                     "run %r continues trial %d of job %s after epoch %d: batch size %d",
                     self.run_key,
                     trial.trial_number,
-                    self.job.job_id,
+                    self.job_id,
                     dispatched.current_epoch,
                     trial.batch_size,
                 )
@@ -187,7 +281,7 @@ class BatchSizeOptimizer:
                 logger.info(
                     "trial %d of job %s: batch size %d",
                     trial.trial_number,
-                    self.job.job_id,
+                    self.job_id,
                     trial.batch_size,
                 )
         return trial.batch_size
@@ -204,15 +298,19 @@ class BatchSizeOptimizer:
             ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
         trial = self.progress.resume(saved)
-        logger.info("trial %d of job %s resumed", trial.trial_number, self.job.job_id)
+        try:
+            self._register()
+        except (ServerConnectionError, ServerRejectedError) as err:
+            return self._unavailable(err, trial.batch_size)
+        logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
 
     def on_train_begin(self) -> None:
         """Start measuring time and energy, and keep the trial's lease alive."""
-        if self.trial is None:
+        if self.trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")
         self.progress.begin()
-        if self._heartbeat is None and self._heartbeat_seconds > 0:
+        if self._heartbeat is None and self._heartbeat_seconds > 0 and not self.offline:
             self._heartbeat = threading.Thread(
                 target=self._beat, daemon=True, name="zeus-bso-heartbeat"
             )
@@ -233,9 +331,10 @@ class BatchSizeOptimizer:
         (`zeus_bso.training.collectives.elapsed_of_the_run`); by default this process's clock
         and meter, read once here.
         If the server cannot be reached, training goes on (a warning is logged) and the report
-        is sent again at `end`.
+        is sent again at `end`. Without the server from the start (`offline`), the run stops at
+        its target or at ``max_epochs``.
         """
-        if self.trial is None:
+        if self.trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() and on_train_begin() first")
         if self.training_finished:
             return ReportResponse(
@@ -245,6 +344,10 @@ class BatchSizeOptimizer:
         if elapsed is None:
             elapsed = self.progress.elapsed()
         self.progress.reported(elapsed.joules)
+        self._reported = elapsed
+        if self.offline:
+            return self._judged_here(metric, epoch, elapsed)
+        assert self.trial is not None
         result = TrainingResult(
             **self.trial.model_dump(),
             time=elapsed.seconds,
@@ -254,17 +357,53 @@ class BatchSizeOptimizer:
         )
         try:
             answer = self.client.report(result)
-        except ServerConnectionError as err:
+        except (ServerConnectionError, ServerRejectedError) as err:
+            if isinstance(err, ServerRejectedError) and err.status != 503:
+                raise
             self._pending = result
             logger.warning(
                 "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
             )
             return ReportResponse(stop_train=False, converged=False, message=str(err))
         self._pending = None
+        self._answer = answer
         if answer.stop_train:
             self.training_finished = True
             self.converged = answer.converged
             logger.info("trial %d done: %s", self.trial.trial_number, answer.message)
+        return answer
+
+    def _judged_here(self, metric: float, epoch: int, elapsed: Elapsed) -> ReportResponse:
+        """A report without the server: stop at the target or at ``max_epochs``."""
+        spec = self._spec
+        reached = (
+            metric >= spec.target_metric
+            if spec.higher_is_better_metric
+            else metric <= spec.target_metric
+        )
+        answer = ReportResponse(stop_train=False, converged=False, message="trained offline")
+        if reached:
+            side = ">=" if spec.higher_is_better_metric else "<="
+            why = f"it reached the target ({metric:.4g} {side} {spec.target_metric:g})"
+            answer = ReportResponse(
+                stop_train=True,
+                converged=True,
+                message="Train succeeded",
+                reason=StopReason.CONVERGED,
+                why=why,
+            )
+        elif epoch >= spec.max_epochs:
+            answer = ReportResponse(
+                stop_train=True,
+                converged=False,
+                message=f"Train failed to converge within max_epoch({spec.max_epochs})",
+                reason=StopReason.MAX_EPOCHS,
+                why=f"it trained the job's max_epochs ({spec.max_epochs}) without reaching the "
+                "target",
+            )
+        self._answer = answer
+        if answer.stop_train:
+            self.training_finished, self.converged = True, answer.converged
         return answer
 
     def _beat(self) -> None:
@@ -286,23 +425,81 @@ class BatchSizeOptimizer:
                     logger.warning("heartbeat failed (training goes on): %s", err)
                     warned = True
 
-    def end(self, *, end_trial: bool = True) -> None:
-        """End the trial: deliver an undelivered report, then tell the server the run is over.
+    def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
+        """End the trial: deliver an undelivered report, then tell the server the run is over;
+        then say how the run went (`outcome`, and a line through ``show``).
 
-        ``end_trial=False`` leaves the trial to its lease instead (it becomes abandoned, which
-        says nothing bad about its batch size): for a run that never trained, e.g. because the
-        script was misconfigured.
+        ``end_trial=False`` leaves the trial to its lease instead (with a run key, a restart
+        continues it). ``why``: for a run that ended before the server said stop, the reason
+        in words (e.g. the framework's own epoch limit).
+
+        Raises:
+            ZeusBSOTrainFailError: with ``raise_if_unconverged``, the run did not reach its
+                target.
         """
+        self._finish(end_trial=end_trial)
+        if self.outcome is None:
+            if self.training_finished:
+                self._conclude(None, None)
+            else:
+                self._conclude(
+                    StopReason.ENDED_EARLY, why or "training ended before it was told to stop"
+                )
+        self._raise_unless_converged()
+
+    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
+        """End a run that stopped for a reason that is not its batch size's (a misconfigured
+        script, the framework's own epoch limit): its trial is released, which counts nothing
+        against its batch size, and the outcome says ``reason`` and ``why``."""
+        if self._ended:
+            return
+        released = False
+        if self.trial is not None and not self.offline:
+            try:
+                self.client.release(self.trial)
+                released = True
+            except RouteMissingError:
+                logger.info("the server has no release route (upstream Zeus?): trial left open")
+            except ZeusBSOError as err:
+                logger.warning("could not release trial %s: %s", self.trial, err)
+        self._finish(end_trial=False)
+        note = "" if released or self.trial is None else " (its trial is left to its lease)"
+        self._conclude(reason, why + note)
+
+    def abort(self, why: str | None = None) -> None:
+        """End a run that is failing (an exception, or an exit without `end`).
+
+        Without a run key the trial ends (failed, unless its final report came). With one it is
+        left open for the run's restart, which continues it; if no restart comes, its lease
+        runs out and it is abandoned.
+        """
+        if self._ended:
+            return
+        started = self.trial is not None or self.offline
+        self._finish(end_trial=self.run_key is None or self.training_finished)
+        if not started:
+            self.client.close()  # it never asked for a batch size: nothing to say
+        elif self.training_finished:
+            self._conclude(None, None)
+        else:
+            self._conclude(StopReason.FAILED, why or "the run raised or exited without end()")
+
+    def _finish(self, *, end_trial: bool) -> None:
         if self._ended:
             return
         self._ended = True
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
+        # The run's figures: its last report's (every rank's energy), else this process's.
+        self._final = self._reported or self.progress.elapsed()
         self._stop_heartbeat.set()
         try:
-            if self.trial is not None and end_trial:
+            if self.trial is not None and end_trial and not self.offline:
                 if self._pending is not None:
                     try:
-                        self.client.report(self._pending)
+                        self._answer = self.client.report(self._pending)
+                        if self._answer.stop_train:
+                            self.training_finished = True
+                            self.converged = self._answer.converged
                     except ZeusBSOError as err:
                         logger.error(
                             "the last report could not be delivered and is lost: %s (%s)",
@@ -314,16 +511,60 @@ class BatchSizeOptimizer:
             logger.warning("could not end trial %s: %s", self.trial, err)
         finally:
             self.meter.close()
-            self.client.close()
 
-    def abort(self) -> None:
-        """End a run that is failing (an exception, or an exit without `end`).
+    def _conclude(self, reason: StopReason | None, why: str | None) -> None:
+        """Set `outcome` (``reason`` None: the server's answer says it) and show its line."""
+        if self.outcome is not None:
+            return
+        answer = self._answer
+        if reason is None:
+            assert answer is not None
+            reason = answer.reason or (
+                StopReason.CONVERGED if answer.converged else StopReason.MAX_EPOCHS
+            )
+            why = answer.why or answer.message
+        elapsed = self._final if reason is not StopReason.NOT_TRAINED else None
+        self.outcome = RunOutcome(
+            job_id=self.job_id,
+            batch_size=self.batch_size or self._spec.default_batch_size,
+            trial_number=self.trial_number,
+            converged=self.converged,
+            reason=reason,
+            why=why or "",
+            epochs=self.progress.epochs,
+            max_epochs=self._spec.max_epochs,
+            seconds=elapsed.seconds if elapsed else 0.0,
+            joules=elapsed.joules if elapsed else 0.0,
+            cost=answer.cost if answer is not None else None,
+            next_run=self._next_run() if not self.offline else None,
+            offline=self.offline,
+        )
+        self.client.close()
+        if self._show is not None:
+            self._show(self.outcome.summary())
 
-        Without a run key the trial ends (failed, unless its final report came). With one it is
-        left open for the run's restart, which continues it; if no restart comes, its lease
-        runs out and it is abandoned.
-        """
-        self.end(end_trial=self.run_key is None or self.training_finished)
+    def _next_run(self) -> str | None:
+        """What the server says the job's next run gets (None where it cannot say)."""
+        if self.job is None:
+            return None
+        try:
+            state = self.client.job_state(self.job_id, limit=0)
+        except ZeusBSOError:
+            return None  # upstream Zeus's server, or a server that went away
+        recommended = (state.get("recommended") or {}).get("batch_size")
+        if recommended is not None:
+            fallback.remember(self.job_id, int(recommended))
+        upcoming = state.get("next_run")
+        if not upcoming:
+            return None
+        if upcoming.get("refused"):
+            return f"refused ({upcoming['why']})"
+        size = upcoming.get("batch_size")
+        return f"{size} ({upcoming['why']})" if size is not None else str(upcoming["why"])
+
+    def _raise_unless_converged(self) -> None:
+        if self._raise_if_unconverged and self.outcome is not None and not self.outcome.converged:
+            raise ZeusBSOTrainFailError(self.outcome.summary(), self.outcome)
 
     def __enter__(self) -> Self:
         return self
@@ -337,4 +578,4 @@ class BatchSizeOptimizer:
         if exc is None:
             self.end()
         else:
-            self.abort()
+            self.abort(f"{type(exc).__name__}: {exc}")

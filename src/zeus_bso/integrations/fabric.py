@@ -19,7 +19,7 @@ energy and the batch size of each report go to Fabric's loggers (``fabric.log_di
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.spec import JobSpec
@@ -43,6 +43,14 @@ class ZeusBSOFabric(TrialSession):
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
         resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
+        on_server_unavailable: ``"fallback"`` (train at the job's default batch size, or the
+            last recommendation saved on this machine, when the server cannot be reached at
+            start) or ``"raise"``.
+        raise_if_unconverged: `end` (the ``with`` block's exit) raises
+            `ZeusBSOTrainFailError` on every process when the run did not reach its target.
+
+    The run's one-line summary is printed at the end through ``fabric.print`` (the main
+    process's).
     """
 
     def __init__(
@@ -53,6 +61,8 @@ class ZeusBSOFabric(TrialSession):
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         resume: dict[str, Any] | None = None,
+        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
+        raise_if_unconverged: bool = False,
     ) -> None:
         self.fabric = fabric
         super().__init__(
@@ -63,4 +73,7 @@ class ZeusBSOFabric(TrialSession):
             energy_meter=energy_meter,
             token=token,
             resume=resume,
+            on_server_unavailable=on_server_unavailable,
+            raise_if_unconverged=raise_if_unconverged,
+            show=fabric.print,
         )

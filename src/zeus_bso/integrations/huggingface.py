@@ -33,13 +33,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NoReturn
 
 from typing_extensions import override
 
+from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError, OperationOrderError
-from zeus_bso.spec import JobSpec
+from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.training.collectives import torch_distributed
 from zeus_bso.training.session import TrialSession
 
@@ -106,6 +107,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             trial: the run continues that trial (and its batch size). ``True``: the last
             checkpoint in ``output_dir`` (the Trainer's convention).
         output_dir: the Trainer's ``output_dir``, where ``resume_from_checkpoint=True`` looks.
+        on_server_unavailable: ``"fallback"``: train at the job's default batch size (or the
+            last recommendation saved on this machine) when the server cannot be reached at
+            `start`; ``"raise"``: fail.
+        raise_if_unconverged: ``trainer.train()`` raises `ZeusBSOTrainFailError` at its end
+            when the run did not reach its target (upstream Zeus's failure signal).
     """
 
     def __init__(
@@ -117,6 +123,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         token: str | None = None,
         resume_from_checkpoint: str | os.PathLike[str] | bool | None = None,
         output_dir: str | os.PathLike[str] | None = None,
+        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
+        raise_if_unconverged: bool = False,
     ) -> None:
         self.server_url = server_url
         self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
@@ -124,9 +132,14 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.metric = metric
         self.token = token
         self._meter = energy_meter
+        self.on_server_unavailable = on_server_unavailable
+        self.raise_if_unconverged = raise_if_unconverged
+        self.outcome: RunOutcome | None = None
+        """How the run ended (the world process zero, after ``trainer.train()``)."""
         self.session: TrialSession | None = None
         """This run's trial in this process (`zeus_bso.training.TrialSession`), from `start`
         on."""
+        self._ended = False
         self._training = False
         self._reported_step: int | None = None
 
@@ -148,6 +161,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 energy_meter=self._meter,
                 token=self.token,
                 resume=self._saved_trial if self.resume_from is not None else None,
+                on_server_unavailable=self.on_server_unavailable,
+                raise_if_unconverged=self.raise_if_unconverged,
             )
         return self.session.batch_size
 
@@ -231,9 +246,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         self._run_first()  # also when added after the Trainer was built (add_callback)
         if args.auto_find_batch_size:
-            if self.session is not None:
-                self.session.end(end_trial=False)  # not this batch size's fault
-            raise ConfigurationError(
+            self._refuse(
                 "TrainingArguments(auto_find_batch_size=True) would shrink the batch size the "
                 "optimizer chose while the trial records it; leave it False: a batch size that "
                 "does not fit is the optimizer's to learn (its run fails and is reported so)"
@@ -244,12 +257,20 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "per_device_train_batch_size=callback.start(): the optimizer chooses it"
             )
         if args.per_device_train_batch_size != self.batch_size:
-            if self.session is not None:
-                self.session.end(end_trial=False)  # not this batch size's fault
-            raise ConfigurationError(
+            self._refuse(
                 f"TrainingArguments.per_device_train_batch_size is "
                 f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
-                "build TrainingArguments with per_device_train_batch_size=callback.batch_size"
+                "build TrainingArguments with per_device_train_batch_size=callback.start()"
+            )
+        epochs = args.num_train_epochs if args.max_steps <= 0 else None
+        if epochs is not None and epochs < self.job.max_epochs and self.session.is_main:
+            logger.warning(
+                "TrainingArguments(num_train_epochs=%s) is below the job's max_epochs (%d): a run "
+                "that needs more epochs ends before the server can judge it, and delivers no "
+                "model; set num_train_epochs=%d (the server stops the run)",
+                epochs,
+                self.job.max_epochs,
+                self.job.max_epochs,
             )
         strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
         if strategy == "steps" and self.session.is_main:
@@ -295,6 +316,15 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metrics = metrics if metrics is not None else {}
         self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
 
+    def _refuse(self, message: str) -> NoReturn:
+        """Release the trial (a misconfiguration is not its batch size's fault) and raise."""
+        session = self.session
+        if session is not None and not self._ended:
+            self._ended = True
+            session.release(message)
+            self.outcome = session.outcome
+        raise ConfigurationError(message)
+
     def _report(
         self, state: TrainerState, control: TrainerControl, metrics: dict[str, float]
     ) -> None:
@@ -309,7 +339,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 )
             return float(metrics[self.metric])
 
-        stop = self.session.report(metric)
+        try:
+            stop = self.session.report(metric)
+        except ConfigurationError as err:
+            self._refuse(str(err))
+            raise  # _refuse raised already
         values = self.session.last
         if "bso/cost" in values:  # the server's figure (none while it is unreachable)
             metrics["bso_cost"] = values["bso/cost"]
@@ -326,5 +360,19 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         self._training = False
-        if self.session is not None:
-            self.session.end()
+        session = self.session
+        if session is None or self._ended:
+            return
+        self._ended = True
+        try:
+            if session.stopped:
+                session.end()
+            else:  # the Trainer's own limits ended the run first
+                session.release(
+                    f"the Trainer stopped at epoch {session.progress.epochs} (num_train_epochs="
+                    f"{args.num_train_epochs}, max_steps={args.max_steps}) before the server's "
+                    f"stop (the job's max_epochs is {self.job.max_epochs})",
+                    StopReason.ENDED_EARLY,
+                )
+        finally:
+            self.outcome = session.outcome

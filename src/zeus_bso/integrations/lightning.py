@@ -9,8 +9,12 @@ the server says so. A fit that validates every few epochs (``check_val_every_n_e
 its epoch count; one that validates within epochs (``val_check_interval`` below 1) reports each
 validation as an epoch, and says so when training starts. The server's figures of an epoch's
 last report are logged once, at the epoch's end (``bso/cost``, ``bso/energy_j``,
-``bso/batch_size``). An error on rank 0 (an unreachable server, a metric that was not logged) is
-raised on every rank. A fit resumed from a checkpoint continues the same trial.
+``bso/batch_size``). An error on rank 0 (a metric that was not logged) is raised on every rank. A
+fit resumed from a checkpoint continues the same trial. At the fit's end a line through
+Lightning's console (``rank_zero_info``) says how the run went (`outcome`). A fit that fails
+before its first optimizer step (out of memory excepted), or with a `ConfigurationError`, and
+one that the Trainer's own limits end before the server's stop, release their trial: nothing is
+counted against the batch size.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
 is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
@@ -19,14 +23,15 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import override
 
+from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.spec import JobSpec
-from zeus_bso.training.session import TrialSession
+from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.training.session import TrialSession, not_charged
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +41,7 @@ try:
     import lightning.pytorch as pl
     from lightning.pytorch.trainer.states import TrainerFn
     from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
 except ImportError:  # the classic package name
     try:
         import pytorch_lightning as pl
@@ -44,6 +50,7 @@ except ImportError:  # the classic package name
             lightning_hasattr,
             lightning_setattr,
         )
+        from pytorch_lightning.utilities.rank_zero import rank_zero_info
     except ImportError as err:
         raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
 
@@ -58,6 +65,11 @@ class ZeusBSOCallback(pl.Callback):
         batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
         energy_meter: how to measure energy on this rank (default: `auto_meter`).
         token: the server's bearer token, if it has one.
+        on_server_unavailable: ``"fallback"``: train at the job's default batch size (or the
+            last recommendation saved on this machine) when the server cannot be reached at
+            the fit's start; ``"raise"``: fail.
+        raise_if_unconverged: the fit raises `ZeusBSOTrainFailError` at its end when the run
+            did not reach its target (upstream Zeus's failure signal).
     """
 
     def __init__(
@@ -68,6 +80,8 @@ class ZeusBSOCallback(pl.Callback):
         batch_arg_name: str = "batch_size",
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
+        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
+        raise_if_unconverged: bool = False,
     ) -> None:
         super().__init__()
         if not monitor:
@@ -77,6 +91,8 @@ class ZeusBSOCallback(pl.Callback):
         self.monitor = monitor
         self.batch_arg_name = batch_arg_name
         self.token = token
+        self.on_server_unavailable = on_server_unavailable
+        self.raise_if_unconverged = raise_if_unconverged
         self._meter = energy_meter
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
@@ -85,6 +101,8 @@ class ZeusBSOCallback(pl.Callback):
         self.trial_number: int | None = None
         self.job_id: str | None = None
         """The job this fit is a recurrence of, from its start."""
+        self.outcome: RunOutcome | None = None
+        """How the last fit ended (rank 0, after it)."""
         self._restored: dict[str, Any] | None = None
         self._unlogged: dict[str, float] = {}
 
@@ -126,11 +144,24 @@ class ZeusBSOCallback(pl.Callback):
             token=self.token,
             resume=self._restored,
             broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
+            on_server_unavailable=self.on_server_unavailable,
+            raise_if_unconverged=self.raise_if_unconverged,
+            show=rank_zero_info,
         )
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         self.job_id = self.session.job_id
         lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
-        logger.info("batch size %d (trial %d)", self.batch_size, self.trial_number)
+        logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
+        limit = trainer.max_epochs
+        if limit is not None and 0 <= limit < self.job.max_epochs and trainer.is_global_zero:
+            logger.warning(
+                "Trainer(max_epochs=%d) is below the job's max_epochs (%d): a fit that needs "
+                "more epochs ends before the server can judge it, and delivers no model; give "
+                "the Trainer max_epochs=%d (the server stops the fit)",
+                limit,
+                self.job.max_epochs,
+                self.job.max_epochs,
+            )
 
     # -- training -----------------------------------------------------------------------------
 
@@ -191,17 +222,42 @@ class ZeusBSOCallback(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if self.session is not None:
-            self.session.end()
+        session, self.session = self.session, None
         self._restored = None  # a later fit with this callback starts a new trial
+        if session is None:
+            return
+        try:
+            if session.stopped:
+                session.end()
+            else:  # the Trainer's own limits (or another callback) ended the fit first
+                session.release(self._ended_early(trainer), StopReason.ENDED_EARLY)
+        finally:
+            self.outcome = session.outcome
+
+    def _ended_early(self, trainer: pl.Trainer) -> str:
+        limit = trainer.max_epochs
+        if limit is not None and 0 <= limit < self.job.max_epochs:
+            return (
+                f"the Trainer's max_epochs ({limit}) is below the job's ({self.job.max_epochs}), "
+                "so it ended before the server's stop"
+            )
+        return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
 
     @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if self._fitting(trainer) and self.session is not None:
-            self.session.abort()  # with a run key the trial stays open for the restart
-            self._restored = None
+        session = self.session
+        if not self._fitting(trainer) or session is None:
+            return
+        self.session = None  # Lightning calls no teardown after an exception
+        why = f"{type(exception).__name__}: {exception}"
+        if not_charged(exception, trained=trainer.global_step > 0):
+            session.release(why)  # not this batch size's fault
+        else:
+            session.abort(why)  # with a run key the trial stays open for the restart
+        self.outcome = session.outcome
+        self._restored = None
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 

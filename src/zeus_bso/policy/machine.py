@@ -69,6 +69,8 @@ class Event(StrEnum):
     """The trial's lease ran out: its client stopped reporting and renewing."""
     RENEW = "renew"
     """The client renewed the trial's lease (a heartbeat)."""
+    RELEASE = "release"
+    """The client released the trial (``POST /api/trials/release``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ LIFECYCLE: Mapping[Event, StatusChange] = MappingProxyType(
         Event.END: StatusChange(OPEN, TrialStatus.FAILED),
         Event.EXPIRE: StatusChange(frozenset({TrialStatus.DISPATCHED}), TrialStatus.ABANDONED),
         Event.RENEW: StatusChange(OPEN, TrialStatus.DISPATCHED),
+        Event.RELEASE: StatusChange(OPEN, TrialStatus.RELEASED),
     }
 )
 """The status changes that carry no measurement. The server's set-based updates are built from

@@ -39,6 +39,10 @@ class TrialStatus(StrEnum):
     """The client ended the trial without a final report (the run crashed or was stopped)."""
     ABANDONED = "abandoned"
     """The trial's lease expired: the client vanished. Says nothing about the batch size."""
+    RELEASED = "released"
+    """The client released the trial: the run ended for a reason that is not its batch size's
+    (a misconfigured script; the framework's own epoch limit below the job's). Says nothing
+    about the batch size, whose exploration is tried again."""
 
 
 @dataclass(frozen=True, slots=True)

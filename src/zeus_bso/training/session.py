@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import OperationOrderError
-from zeus_bso.spec import JobSpec, TrialId
+from zeus_bso.errors import ConfigurationError, OperationOrderError, ZeusBSOTrainFailError
+from zeus_bso.spec import JobSpec, StopReason, TrialId
 from zeus_bso.training.collectives import (
     broadcast_object,
     elapsed_of_the_run,
@@ -31,7 +32,7 @@ from zeus_bso.training.collectives import (
 
 class TrialSession:
     """One run's trial on every process of a training loop: the batch size, the reports, the
-    stop, each GPU's energy once, and the framework's logging.
+    stop, each GPU's energy once, the framework's logging, and the run's outcome.
 
     Args:
         is_main: whether this is the process that talks to the server (global rank 0).
@@ -44,6 +45,13 @@ class TrialSession:
             function that reads it (called on the main process only).
         broadcast: sends a picklable object from the main process to every process and returns
             it there (default: `zeus_bso.training.collectives.broadcast_object`).
+        on_server_unavailable: ``"fallback"`` (train at the default batch size, or the last
+            recommendation saved on this machine, when the server cannot be reached at start)
+            or ``"raise"`` (see `BatchSizeOptimizer`).
+        raise_if_unconverged: `end` raises `ZeusBSOTrainFailError` on every process when the
+            run did not reach its target.
+        show: how the main process shows the run's one-line summary at the end (the
+            framework's console; default: standard error; None: not shown).
     """
 
     def __init__(
@@ -56,13 +64,21 @@ class TrialSession:
         token: str | None = None,
         resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         broadcast: Callable[[Any], Any] = broadcast_object,
+        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
+        raise_if_unconverged: bool = False,
+        show: Callable[[str], None] | None = show_on_stderr,
     ) -> None:
         self.is_main = is_main
         self._log = log
         self._broadcast = broadcast
+        self._raise_if_unconverged = raise_if_unconverged
         self.last: dict[str, float] = {}
         """What the latest report logged: ``bso/batch_size``, ``bso/energy_j`` and, when the
         server answered, ``bso/cost``."""
+        self.converged = False
+        """Whether the run reached its target (on every process, from the server's stop)."""
+        self.stopped = False
+        """Whether the server said stop (on every process)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
         self.optimizer: BatchSizeOptimizer | None = None
         """The main process's link to the server."""
@@ -71,17 +87,26 @@ class TrialSession:
 
         def trial_of_this_run() -> dict[str, Any]:
             optimizer = self.optimizer = BatchSizeOptimizer(
-                server_url, job, energy_meter=self.meter, token=token, gpus=gpus
+                server_url,
+                job,
+                energy_meter=self.meter,
+                token=token,
+                gpus=gpus,
+                on_server_unavailable=on_server_unavailable,
+                show=show,
             )
             saved = resume() if callable(resume) else resume
-            if saved:
-                optimizer.resume(saved)
-            else:
-                optimizer.get_batch_size()
-            assert optimizer.trial is not None
-            return optimizer.trial.model_dump()
+            size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
+            trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
+            return {"batch_size": size, "trial": trial, "job_id": optimizer.job_id}
 
-        self.trial = TrialId.model_validate(from_rank_zero(broadcast, is_main, trial_of_this_run))
+        shared = from_rank_zero(broadcast, is_main, trial_of_this_run)
+        self._batch_size: int = shared["batch_size"]
+        self._job_id: str = shared["job_id"]
+        self.trial: TrialId | None = (
+            TrialId.model_validate(shared["trial"]) if shared["trial"] is not None else None
+        )
+        """The server's trial of this run (None: it trains without the server)."""
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
         if self.optimizer is not None:
@@ -94,17 +119,22 @@ class TrialSession:
     @property
     def batch_size(self) -> int:
         """The batch size of this run, per process (what each process's DataLoader takes)."""
-        return self.trial.batch_size
+        return self._batch_size
 
     @property
-    def trial_number(self) -> int:
-        """The server's number of this run's trial."""
-        return self.trial.trial_number
+    def trial_number(self) -> int | None:
+        """The server's number of this run's trial (None: it trains without the server)."""
+        return self.trial.trial_number if self.trial is not None else None
 
     @property
     def job_id(self) -> str:
         """The job this run is a recurrence of."""
-        return self.trial.job_id
+        return self._job_id
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        """How the run ended (after `end`, `release` or `abort`; on the main process)."""
+        return self.optimizer.outcome if self.optimizer is not None else None
 
     def train_begin(self) -> None:
         """Training starts now: open the measuring window on every process at once."""
@@ -125,13 +155,15 @@ class TrialSession:
             raise OperationOrderError("call train_begin() before report()")
         elapsed = elapsed_of_the_run(self.progress)
 
-        def send() -> tuple[bool, float | None, int]:
+        def send() -> tuple[bool, bool, float | None, int]:
             assert self.optimizer is not None
             value = metric() if callable(metric) else metric
             answer = self.optimizer.on_evaluate(float(value), epoch=epoch, elapsed=elapsed)
-            return answer.stop_train, answer.cost, self.optimizer.current_epoch
+            return answer.stop_train, answer.converged, answer.cost, self.optimizer.current_epoch
 
-        stop, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)
+        stop, converged, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)
+        self.converged = bool(stop and converged)
+        self.stopped = self.stopped or bool(stop)
         values: dict[str, float] = {
             "bso/batch_size": float(self.batch_size),
             "bso/energy_j": elapsed.joules,
@@ -147,18 +179,49 @@ class TrialSession:
         {} elsewhere). Pass it back as ``resume=``."""
         return self.optimizer.checkpoint() if self.optimizer is not None else {}
 
-    def end(self, *, end_trial: bool = True) -> None:
-        """The run is over: deliver what is pending and end the trial (main process; with
-        ``end_trial=False`` the trial stays open, for a failure that is not its batch size's)."""
-        if self.optimizer is not None:
-            self.optimizer.end(end_trial=end_trial)
-        self.meter.close()
+    def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
+        """The run is over: deliver what is pending and end the trial, and show how it went
+        (main process; with ``end_trial=False`` the trial stays open, for its restart). ``why``:
+        for a run that ended before the server said stop, the reason in words.
 
-    def abort(self) -> None:
+        Raises:
+            ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, the run did
+                not reach its target.
+        """
+        if self.optimizer is not None:
+            self.optimizer.end(end_trial=end_trial, why=why)
+        self.meter.close()
+        self._raise_unless_converged()
+
+    def _raise_unless_converged(self) -> None:
+        if self._raise_if_unconverged and not self.converged:
+            outcome = self.outcome
+            message = outcome.summary() if outcome is not None else "the run did not converge"
+            raise ZeusBSOTrainFailError(
+                f"{message} (rank 0's run did not reach its target: re-launch the training)",
+                outcome,
+            )
+
+    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
+        """The run stopped for a reason that is not its batch size's (a misconfiguration, the
+        framework's own epoch limit): its trial is released, counting nothing against its batch
+        size, and the outcome says ``reason`` and ``why`` (main process).
+
+        Raises:
+            ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, for a run
+                that trained (``reason`` is not ``not_trained``) without reaching its target.
+        """
+        if self.optimizer is not None:
+            self.optimizer.release(why, reason)
+        self.meter.close()
+        if reason is not StopReason.NOT_TRAINED:
+            self._raise_unless_converged()
+
+    def abort(self, why: str | None = None) -> None:
         """The run failed: its trial ends as failed, or, with a run key, stays open for the
         restart (main process)."""
         if self.optimizer is not None:
-            self.optimizer.abort()
+            self.optimizer.abort(why)
 
     def __enter__(self) -> Self:
         return self
@@ -169,7 +232,24 @@ class TrialSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is None:
+        if exc is None:
             self.end()
+        elif not_charged(exc, trained=self.progress.epochs > 0):
+            self.release(f"{type(exc).__name__}: {exc}")
         else:
-            self.abort()
+            self.abort(f"{type(exc).__name__}: {exc}")
+
+
+def not_charged(error: BaseException, *, trained: bool) -> bool:
+    """Whether a run that raised ``error`` says nothing about its batch size: a usage error of
+    ours (`ConfigurationError`), or any error before the run trained that is not out of
+    memory (which is the batch size's)."""
+    if isinstance(error, ConfigurationError):
+        return True
+    return not trained and not out_of_memory(error)
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an accelerator running out of memory."""
+    name = type(error).__name__
+    return name == "OutOfMemoryError" or "out of memory" in str(error).lower()

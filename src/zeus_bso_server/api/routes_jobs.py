@@ -45,3 +45,14 @@ async def get_job(
 async def heartbeat(trial: TrialId, service: Service) -> TrialView:
     """Renew a running trial's lease; a client calls it while it trains."""
     return TrialView.of(await service.heartbeat(trial))
+
+
+@router.post(
+    "/trials/release", response_model=TrialView, responses={404: {"description": "No such trial"}}
+)
+async def release(trial: TrialId, service: Service) -> TrialView:
+    """Release a trial whose run ended for a reason that is not its batch size's (a
+    misconfigured script, the framework's own epoch limit below the job's): an open trial
+    becomes ``released`` and counts nothing against its batch size; an ended one is left as it
+    is."""
+    return TrialView.of(await service.release_trial(trial))

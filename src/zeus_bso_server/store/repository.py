@@ -458,6 +458,16 @@ _FAIL = (
     .where(*_THE_TRIAL, trials.c.batch_size == bindparam("key_bs"), _ENDS)
     .values(**_ENDED, lease_expires_at=None)
 )
+_RELEASES, _RELEASED = _change(Event.RELEASE)
+_RELEASE = (
+    update(trials)
+    .where(
+        *_THE_TRIAL,
+        trials.c.batch_size == bindparam("key_bs"),
+        _RELEASES,
+    )
+    .values(**_RELEASED, lease_expires_at=None)
+)
 
 
 def _trial_row(trial: TrialState) -> dict[str, Any]:
@@ -512,6 +522,16 @@ def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: in
     Returns whether it changed, or None if there is no such trial."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size}
     if conn.execute(_FAIL, params).rowcount:
+        return True
+    stored = get_trial(conn, job_id, trial_number)
+    return False if stored is not None and stored.trial.batch_size == batch_size else None
+
+
+def release_trial(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
+    """Release an open trial (the policy's `Event.RELEASE`). Returns whether it changed, or None
+    if there is no such trial."""
+    params = {**_key(job_id, trial_number), "key_bs": batch_size}
+    if conn.execute(_RELEASE, params).rowcount:
         return True
     stored = get_trial(conn, job_id, trial_number)
     return False if stored is not None and stored.trial.batch_size == batch_size else None

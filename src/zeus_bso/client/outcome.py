@@ -1,0 +1,115 @@
+"""`RunOutcome`: how a run ended, for the script that ran it (``.converged``, ``.reason``) and for
+the person who reads its output (`RunOutcome.summary`, one line with rounded figures)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import StopReason
+
+SHOWN_PREFIX = "zeus-bso: "
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one run of a job ended."""
+
+    job_id: str
+    batch_size: int
+    trial_number: int | None
+    """The server's trial (None: the run trained without the server)."""
+    converged: bool
+    """Whether the run reached the job's target: a model is delivered."""
+    reason: StopReason
+    why: str
+    """The reason in words."""
+    epochs: int
+    """Epochs reported (a restarted run's included)."""
+    max_epochs: int
+    seconds: float
+    joules: float
+    cost: float | None
+    """The server's cost of the run (None: not known)."""
+    next_run: str | None = None
+    """What the job's next run gets, as the server says it (None: not known)."""
+    offline: bool = False
+    """Whether the run trained without the server (it could not be reached at start)."""
+
+    def summary(self) -> str:
+        """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
+        the cheapest run's; the model did not reach the target. Next run: 64.``"""
+        size = f"batch size {self.batch_size}"
+        spent = f"{_duration(self.seconds)}, {_energy(self.joules)}"
+        if self.reason is StopReason.NOT_TRAINED:
+            line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
+        elif self.reason is StopReason.FAILED:
+            line = f"{size} failed at epoch {self.epochs} of {self.max_epochs}: {self.why}"
+        elif self.converged:
+            line = (
+                f"{size} reached the target at epoch {self.epochs} of {self.max_epochs} ({spent})"
+            )
+        else:
+            stopped = "ended" if self.reason is StopReason.ENDED_EARLY else "stopped"
+            line = (
+                f"{size} {stopped} at epoch {self.epochs} of {self.max_epochs}: {self.why};"
+                f" the model did not reach the target ({spent})"
+            )
+        if self.offline:
+            line += "; it trained without the server, which learned nothing from it"
+        line += "."
+        if self.next_run:
+            line += f" Next run: {self.next_run}."
+        if not self.converged and self.reason is not StopReason.NOT_TRAINED:
+            line += " Run it again for a model."
+        return SHOWN_PREFIX + line
+
+
+def show_on_stderr(line: str) -> None:
+    """Print ``line`` to standard error (shown whatever logging is set up)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _energy(joules: float) -> str:
+    if joules < 1e3:
+        return f"{joules:.0f} J"
+    if joules < 3.6e5:
+        return f"{joules / 1e3:.1f} kJ"
+    return f"{joules / 3.6e6:.2f} kWh"
+
+
+def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> RunOutcome | None:
+    """Run one recurrence of a job again and again, in this process, until a run delivers a
+    model: ``run`` builds a fresh model and trainer, trains it with zeus-bso (each call gets the
+    next batch size the server gives) and returns the run's outcome. Stops after a converged
+    run, after a run that was not trained (a misconfiguration: trying again changes nothing),
+    after a run without the server, or after ``attempts`` runs; returns the last outcome (None
+    if ``run`` returned none, e.g. on a process other than the main one)::
+
+        def recurrence() -> RunOutcome | None:
+            callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
+            Trainer(max_epochs=job.max_epochs, callbacks=[callback]).fit(Model(), dm)
+            return callback.outcome
+
+        outcome = until_converged(recurrence, attempts=3)
+    """
+    if attempts < 1:
+        raise ConfigurationError(f"attempts must be at least 1, got {attempts}")
+    outcome: RunOutcome | None = None
+    for _ in range(attempts):
+        outcome = run()
+        if outcome is None or outcome.converged:
+            break
+        if outcome.reason is StopReason.NOT_TRAINED or outcome.offline:
+            break
+    return outcome
