@@ -9,7 +9,9 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ├── DatabaseUnavailableError    the database cannot be reached or stayed locked (retry)
     ├── JobNotFoundError            a job id that is not registered
     ├── TrialNotFoundError          a trial that does not exist
-    └── JobConfigMismatchError      a job id registered again with a different config
+    ├── JobConfigMismatchError      a job id registered again with a different config
+    └── PinError                    a pin that cannot be: a batch size the job does not have,
+                                    or no recommendation to pin yet
 
 The policy's errors (`zeus_bso.errors.PolicyError`: no converged batch size, a report that
 contradicts its trial) pass through the service and are mapped by the API as well. The
@@ -61,3 +63,8 @@ class TrialNotFoundError(ServerError):
 
 class JobConfigMismatchError(ServerError):
     """Raised when a job id is registered again with a different configuration."""
+
+
+class PinError(ServerError):
+    """Raised when a job cannot be pinned as asked: the batch size is not one of the job's, or
+    none was given and the job has no recommendation yet."""

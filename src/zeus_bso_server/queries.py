@@ -128,7 +128,9 @@ def _next_run(conn: Connection, job_id: str, config: CreatedJob, state: policy.J
             refused=False,
             why=f"the bandit ({config.bandit}) draws it among {', '.join(map(str, arms))}",
         )
-    if decided.kind is policy.TrialKind.CONCURRENT:
+    if decided.kind is policy.TrialKind.PINNED:
+        why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
+    elif decided.kind is policy.TrialKind.CONCURRENT:
         why = "the best batch size so far, while an exploration runs"
     else:
         why = f"pruning round {(decided.round or 0) + 1} explores it"
@@ -293,7 +295,14 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     return JobView(
         job=config,
         profiles=_profiles(config, state),
-        stage=JobStage.BLOCKED if upcoming.refused else JobStage(job.stage),
+        stage=(
+            JobStage.PINNED
+            if job.state.pinned is not None
+            else JobStage.BLOCKED
+            if upcoming.refused
+            else JobStage(job.stage)
+        ),
+        pinned=job.state.pinned,
         next_run=upcoming,
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, WithJsonSchema
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from zeus_bso.policy import Stage, TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob
@@ -146,13 +146,30 @@ class TrialView(BaseModel):
         )
 
 
+class PinRequest(BaseModel):
+    """What to pin a job to."""
+
+    batch_size: Annotated[int, Field(gt=0)] | None = None
+    """One of the job's batch sizes (null: the one recommended now)."""
+
+
+class Pin(BaseModel):
+    """A job's pin."""
+
+    job_id: str
+    batch_size: int
+    """The batch size every run gets until the job is unpinned."""
+
+
 class JobStage(StrEnum):
-    """Where a job is, as a reader sees it: the policy's stage, or ``blocked`` when its next run
-    would be refused (no batch size converged: see `NextRun.why`)."""
+    """Where a job is, as a reader sees it: the policy's stage, ``pinned`` while every run gets
+    the pinned batch size, or ``blocked`` when its next run would be refused (no batch size
+    converged: see `NextRun.why`)."""
 
     PRUNING = "pruning"
     BANDIT = "bandit"
     BLOCKED = "blocked"
+    PINNED = "pinned"
 
 
 class NextRun(BaseModel):
@@ -179,6 +196,8 @@ class JobView(BaseModel):
     profiles: list[str]
     """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`)."""
     stage: JobStage
+    pinned: int | None = None
+    """The batch size the job is pinned to (null: not pinned)."""
     next_run: NextRun
     """What its next run on the current hardware profile will get, and why."""
     arms: list[int] | None

@@ -34,6 +34,7 @@ from zeus_bso.spec import (
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
+    PinError,
     TrialNotFoundError,
 )
 from zeus_bso_server.observability import Metrics
@@ -331,6 +332,51 @@ class BatchSizeService:
         stored = await self.db.write(work)
         self.metrics.trials.labels(stored.trial.status.value).inc()
         return stored
+
+    async def pin(self, job_id: str, batch_size: int | None) -> int:
+        """Pin the job: every run gets ``batch_size`` (None: the batch size recommended now) and
+        nothing is explored, until `unpin`. Pinned runs still report. Returns the batch size.
+
+        Raises:
+            JobNotFoundError: no such job.
+            PinError: the job has no such batch size, or no recommendation yet.
+        """
+
+        def work(conn: Connection) -> int:
+            job, config = self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            size = batch_size
+            if size is None:
+                store = SqlJobStore(conn, job_id, job.state)
+                state, history = orchestrate.decision_view(store, config, job.state)
+                found = policy.recommended(config, state, history)
+                if found is None:
+                    raise PinError(
+                        f"Job {job_id} has no recommendation yet (no run converged): give the "
+                        "batch size to pin"
+                    )
+                size = found[0]
+            elif size not in config.batch_sizes:
+                raise PinError(
+                    f"Job {job_id} has no batch size {size}; it has "
+                    f"{', '.join(map(str, config.batch_sizes))}"
+                )
+            repo.pin_job(conn, job_id, size)
+            return size
+
+        return await self.db.write(work)
+
+    async def unpin(self, job_id: str) -> None:
+        """Unpin the job: the optimizer chooses its runs' batch sizes again.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+        def work(conn: Connection) -> None:
+            self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            repo.pin_job(conn, job_id, None)
+
+        await self.db.write(work)
 
     async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.

@@ -185,3 +185,44 @@ def test_a_job_no_batch_size_converges_on_is_blocked_and_says_what_to_change(
     assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 409
     # Reading the job decided nothing: no trial was added by the views.
     assert state["trial_count"] == 2
+
+
+def test_a_pinned_job_gives_every_run_its_batch_size_until_unpinned(http: httpx.Client) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 3, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    refused = http.put(f"/api/jobs/{job_id}/pin", json={})
+    assert refused.status_code == 409
+    assert "no recommendation yet" in refused.json()["message"]
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 48}).status_code == 409
+    assert http.put("/api/jobs/nobody-x/pin", json={"batch_size": 32}).status_code == 404
+    run_one(http, job_id, {64: 0.9})  # the default converges: the recommendation
+    pinned = http.put(f"/api/jobs/{job_id}/pin", json={})
+    assert pinned.json() == {"job_id": job_id, "batch_size": 64}
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 32}).status_code == 200
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert (state["stage"], state["pinned"]) == ("pinned", 32)
+    assert (state["next_run"]["batch_size"], state["next_run"]["kind"]) == (32, "pinned")
+    # A pinned run is never stopped for its cost, only at its target or max_epochs, and still
+    # reports: 100 times the default's energy goes on to epoch 3.
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    assert trial["batch_size"] == 32
+    for epoch in (1, 2, 3):
+        report = trial | {
+            "time": 10.0 * epoch,
+            "energy": 100_000.0 * epoch,
+            "metric": 0.1,
+            "current_epoch": epoch,
+        }
+        answer = http.post("/report", json=report).json()
+        assert answer["stop_train"] is (epoch == 3)
+    assert answer["reason"] == "max_epochs"
+    assert http.patch("/trials", json=trial).status_code == 200
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["trials"][0]["kind"] == "pinned"
+    assert state["trials"][0]["status"] == "reported"
+    assert http.delete(f"/api/jobs/{job_id}/pin").status_code == 204
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert (state["stage"], state["pinned"]) == ("pruning", None)
+    assert state["next_run"]["kind"] == "exploration"

@@ -138,3 +138,19 @@ def test_errors_say_what_to_do(server: ServerProcess) -> None:
     assert "cannot reach" in unreachable.stderr
     kept = cli(server, "delete", "some-job", token=TOKEN)  # no --yes and no answer: nothing happens
     assert kept.returncode == 1
+
+
+def test_pin_and_unpin(server: ServerProcess) -> None:
+    job_id = unique_id("clipin")
+    job_with_trials(server, job_id, runs=3)
+    pinned = cli(server, "pin", job_id)
+    assert pinned.returncode == 0, pinned.stderr
+    assert f"pinned {job_id} to batch size 64" in pinned.stdout
+    shown = cli(server, "show", job_id)
+    assert "stage pinned" in shown.stdout
+    assert "next run: 64: the job is pinned to it" in shown.stdout
+    wrong = cli(server, "pin", job_id, "7")
+    assert wrong.returncode == 1
+    assert "has no batch size 7" in wrong.stderr
+    assert cli(server, "unpin", job_id).returncode == 0
+    assert "stage pinned" not in cli(server, "show", job_id).stdout

@@ -399,7 +399,8 @@ def test_an_unconverged_fit_says_so_and_raises_when_asked(
         "zeus-bso: batch size 32 stopped at epoch 2 of 2: it trained the job's max_epochs (2)"
         in (shown)
     )
-    assert "Next run: 16 (pruning round 1 explores it). Run it again for a model." in shown
+    assert "the model did not reach the target" in shown
+    assert shown.endswith("Next run: 64 (pruning round 1 explores it). Run it again for a model.")
 
 
 def test_a_recurrence_retries_until_a_run_converges(server: ServerProcess, tmp_path: Path) -> None:

@@ -220,6 +220,34 @@ def trials_command(
         console.print(table)
 
 
+@jobs_app.command("pin")
+def pin_command(
+    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    batch_size: Annotated[
+        int | None,
+        typer.Argument(help="The batch size every run gets (default: the recommended one)"),
+    ] = None,
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Pin a job for runs that must deliver a model (a release week): every run gets the batch
+    size and nothing is explored; its runs stop only at the target or max_epochs. Pinned runs
+    still report, so learning goes on after `unpin`."""
+    size = _ask(server, token, lambda client: client.pin(job_id, batch_size))
+    console.print(f"pinned {escape(job_id)} to batch size {size}")
+
+
+@jobs_app.command("unpin")
+def unpin_command(
+    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Unpin a job: the optimizer chooses its runs' batch sizes again."""
+    _ask(server, token, lambda client: client.unpin(job_id))
+    console.print(f"unpinned {escape(job_id)}")
+
+
 @jobs_app.command("delete")
 def delete_command(
     job_id: Annotated[str, typer.Argument(help="The job's id")],

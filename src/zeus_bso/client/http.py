@@ -200,6 +200,16 @@ class ServerClient:
                 return sorted(found, key=lambda t: int(t["trial_number"]))
             before = min(int(t["trial_number"]) for t in trials)
 
+    def pin(self, job_id: str, batch_size: int | None = None) -> int:
+        """Pin the job to ``batch_size`` (None: the one recommended now); returns it."""
+        path = f"/api/jobs/{quote(job_id, safe='')}/pin"
+        response = self._request("PUT", path, json={"batch_size": batch_size})
+        return int(response.json()["batch_size"])
+
+    def unpin(self, job_id: str) -> None:
+        """Unpin the job: the optimizer chooses its runs' batch sizes again."""
+        self._request("DELETE", f"/api/jobs/{quote(job_id, safe='')}/pin")
+
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """Everything the server knows of a job (zeus-bso servers only)."""
         path = f"/api/jobs/{quote(job_id, safe='')}"

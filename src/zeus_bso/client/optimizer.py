@@ -398,8 +398,7 @@ class BatchSizeOptimizer:
                 converged=False,
                 message=f"Train failed to converge within max_epoch({spec.max_epochs})",
                 reason=StopReason.MAX_EPOCHS,
-                why=f"it trained the job's max_epochs ({spec.max_epochs}) without reaching the "
-                "target",
+                why=f"it trained the job's max_epochs ({spec.max_epochs})",
             )
         self._answer = answer
         if answer.stop_train:

@@ -118,7 +118,7 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
             cost=cost,
             message=f"Train failed to converge within max_epoch({rules.max_epochs})",
             reason=StopReason.MAX_EPOCHS,
-            why=f"it trained the job's max_epochs ({rules.max_epochs}) without reaching the target",
+            why=f"it trained the job's max_epochs ({rules.max_epochs})",
         )
     bound = early_stop_bound(rules, report.exploring)
     if bound is not None and best_cost is not None:

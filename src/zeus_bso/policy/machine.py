@@ -172,9 +172,16 @@ def after_dispatch(
     (`JobState.by_profile`) convert its costs, and its bandit trials on ``profile`` stand for its
     bandit trials (see `zeus_bso.policy.profiles`).
 
+    A pinned job's run gets the pinned batch size, and nothing is explored.
+
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
+    number = state.next_trial_number
+    if state.pinned is not None:
+        pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
+        trial = TrialState(number, state.pinned, TrialKind.PINNED, None, profile=profile)
+        return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
     explorations = tuple(explorations)
     profiles = profiles_of(job, state)
     history = history_of(job, state, explorations, windowed, profiles, profile)
@@ -198,7 +205,6 @@ def after_dispatch(
                 tried,
             )
             history = replace(history, extension=found)
-    number = state.next_trial_number
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
@@ -281,6 +287,8 @@ def after_report(
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
     seen = state_on(job, state, profiles, trial.profile)
     rules = StopRules.of(job)
+    if trial.kind is TrialKind.PINNED:  # a run that must deliver: no stop on cost
+        rules = replace(rules, beta_knob=None, prune_cost_ratio=None)
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)

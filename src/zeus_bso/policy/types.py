@@ -27,6 +27,9 @@ class TrialKind(StrEnum):
     """A run started while an exploration was in flight; it gets the best batch size so far."""
     BANDIT = "bandit"
     """A run chosen by Thompson sampling."""
+    PINNED = "pinned"
+    """A run of a pinned job: the pinned batch size, nothing explored; stopped only at its
+    target or ``max_epochs`` (a run that must deliver a model)."""
 
 
 class TrialStatus(StrEnum):
@@ -277,6 +280,8 @@ class JobState:
     by_profile: ByProfile | None = None
     """Kept once the job has two or more profiles (None before, and until a store has counted
     them: see `zeus_bso.policy.orchestration`)."""
+    pinned: int | None = None
+    """The batch size every run gets while the job is pinned (None: not pinned)."""
 
     @property
     def stage(self) -> Stage:

@@ -196,11 +196,12 @@ class TrialSession:
     def _raise_unless_converged(self) -> None:
         if self._raise_if_unconverged and not self.converged:
             outcome = self.outcome
-            message = outcome.summary() if outcome is not None else "the run did not converge"
-            raise ZeusBSOTrainFailError(
-                f"{message} (rank 0's run did not reach its target: re-launch the training)",
-                outcome,
+            message = (
+                outcome.summary()
+                if outcome is not None
+                else "rank 0's run did not reach its target: re-launch the training"
             )
+            raise ZeusBSOTrainFailError(message, outcome)
 
     def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
         """The run stopped for a reason that is not its batch size's (a misconfiguration, the

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable, TrialId
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.queries import job_summaries, job_view
-from zeus_bso_server.read_models import JobSummary, JobView, TrialView
+from zeus_bso_server.read_models import JobSummary, JobView, Pin, PinRequest, TrialView
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 
@@ -23,6 +23,30 @@ async def list_jobs(
 ) -> list[JobSummary]:
     """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it."""
     return await job_summaries(db, prefix, limit, offset)
+
+
+JobIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable]
+
+
+@router.put(
+    "/jobs/{job_id:path}/pin",
+    response_model=Pin,
+    responses={404: {"description": "No such job"}, 409: {"description": "Cannot pin so"}},
+)
+async def pin(job_id: JobIdPath, service: Service, body: PinRequest | None = None) -> Pin:
+    """Pin the job: every run gets the batch size (by default the one recommended now) and
+    nothing is explored, until it is unpinned; pinned runs stop only at their target or at
+    ``max_epochs``, and still report, so learning goes on afterwards."""
+    size = await service.pin(job_id, body.batch_size if body is not None else None)
+    return Pin(job_id=job_id, batch_size=size)
+
+
+@router.delete(
+    "/jobs/{job_id:path}/pin", status_code=204, responses={404: {"description": "No such job"}}
+)
+async def unpin(job_id: JobIdPath, service: Service) -> None:
+    """Unpin the job: the optimizer chooses its runs' batch sizes again."""
+    await service.unpin(job_id)
 
 
 @router.get(

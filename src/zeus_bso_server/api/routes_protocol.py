@@ -56,6 +56,16 @@ JOB_LINKS: dict[str, Any] = {
         "parameters": _JOB_ID,
         "description": "Delete this job.",
     },
+    "PinJob": {
+        "operationId": "pin_api_jobs__job_id__pin_put",
+        "parameters": _JOB_ID,
+        "description": "Pin this job to a batch size.",
+    },
+    "UnpinJob": {
+        "operationId": "unpin_api_jobs__job_id__pin_delete",
+        "parameters": _JOB_ID,
+        "description": "Unpin this job.",
+    },
 }
 TRIAL_LINKS: dict[str, Any] = {
     "Report": {
@@ -72,6 +82,11 @@ TRIAL_LINKS: dict[str, Any] = {
         "operationId": "end_trial_trials_patch",
         "requestBody": _TRIAL_ID,
         "description": "End this trial.",
+    },
+    "ReleaseTrial": {
+        "operationId": "release_api_trials_release_post",
+        "requestBody": _TRIAL_ID,
+        "description": "Release this trial (its run ended for a reason not its batch size's).",
     },
 }
 

@@ -128,6 +128,7 @@ def job_state(job: Record) -> JobState:
         best=BestRun(job.best_batch_size, job.best_cost) if job.best_cost is not None else None,
         profiles={profile_key(g): g for g in map(GpuConfig.model_validate, job.profiles or ())},
         by_profile=_by_profile(job.by_profile) if job.by_profile is not None else None,
+        pinned=job.pinned_batch_size,
     )
 
 
@@ -535,6 +536,12 @@ def release_trial(conn: Connection, job_id: str, trial_number: int, batch_size: 
         return True
     stored = get_trial(conn, job_id, trial_number)
     return False if stored is not None and stored.trial.batch_size == batch_size else None
+
+
+def pin_job(conn: Connection, job_id: str, batch_size: int | None) -> None:
+    """Pin the job to ``batch_size`` (None: unpin)."""
+    stmt = update(jobs).where(jobs.c.job_id == job_id)
+    conn.execute(stmt.values(pinned_batch_size=batch_size, updated_at=db_now()))
 
 
 def recent_trials(

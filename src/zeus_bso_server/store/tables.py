@@ -74,6 +74,8 @@ class JobRow(Base):
     by_profile: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """A job with two or more profiles: its epochs and bandit trials by profile (see
     `zeus_bso.policy.ByProfile`), kept with every report; NULL before they were counted."""
+    pinned_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The batch size every run gets while the job is pinned; NULL: not pinned."""
     created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
 
