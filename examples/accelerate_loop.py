@@ -23,14 +23,24 @@ def main() -> None:
     accelerator = Accelerator(cpu=True)
     job = loop_job("example-accelerate")
     train, val = data(2048, 0), data(512, 1)
+    # The rate, 0.01, was tuned at 32 samples a step in all: 32 / processes per process. The
+    # linear rule (SGD) scales it to the batch size the server gives.
+    tuned_at = max(1, 32 // accelerator.num_processes)
     for _ in range(args.recurrences):
-        with ZeusBSOAccelerate(accelerator, args.server, job, token=args.token) as bso:
+        with ZeusBSOAccelerate(
+            accelerator,
+            args.server,
+            job,
+            token=args.token,
+            lr_rule="linear",
+            reference_batch_size=tuned_at,
+        ) as bso:
             torch.manual_seed(0)
             model = torch.nn.Sequential(
                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
             )
-            scale = bso.batch_size * accelerator.num_processes / 32
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * scale)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            bso.scale(optimizer)
             loader = torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
             model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
             bso.train_begin()

@@ -23,14 +23,24 @@ def main() -> None:
     fabric.launch()
     job = loop_job("example-fabric")
     train, val = data(2048, 0), data(512, 1)
+    # The rate, 0.01, was tuned at 32 samples a step in all: 32 / processes per process. The
+    # linear rule (SGD) scales it to the batch size the server gives.
+    tuned_at = max(1, 32 // fabric.world_size)
     for _ in range(args.recurrences):
-        with ZeusBSOFabric(fabric, args.server, job, token=args.token) as bso:
+        with ZeusBSOFabric(
+            fabric,
+            args.server,
+            job,
+            token=args.token,
+            lr_rule="linear",
+            reference_batch_size=tuned_at,
+        ) as bso:
             torch.manual_seed(0)
             model = torch.nn.Sequential(
                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
             )
-            scale = bso.batch_size * fabric.world_size / 32
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * scale)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            bso.scale(optimizer)
             model, optimizer = fabric.setup(model, optimizer)
             loader = fabric.setup_dataloaders(
                 torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)

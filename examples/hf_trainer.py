@@ -54,8 +54,10 @@ def main() -> None:
     output_dir = tempfile.mkdtemp(prefix="zeus-bso-hf-example-")
 
     def one_run() -> RunOutcome | None:
+        # learning_rate was tuned at the default batch size (16); 'auto' scales AdamW's by the
+        # square root of the batch size's ratio to it.
         callback = ZeusBSOTrainerCallback(
-            args.server, job, metric="eval_accuracy", token=args.token
+            args.server, job, metric="eval_accuracy", token=args.token, lr_rule="auto"
         )
         config = transformers.BertConfig(
             vocab_size=24,

@@ -43,7 +43,8 @@ class Classifier(pl.LightningModule):
         self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01 * self.batch_size / 32)
+        # Tuned at the default batch size (32); the callback's linear rule scales it.
+        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 def main() -> None:
@@ -57,7 +58,9 @@ def main() -> None:
     )
 
     def one_run() -> RunOutcome | None:
-        callback = ZeusBSOCallback(args.server, job, monitor="val_acc", token=args.token)
+        callback = ZeusBSOCallback(
+            args.server, job, monitor="val_acc", token=args.token, lr_rule="linear"
+        )
         trainer = pl.Trainer(
             max_epochs=job.max_epochs,
             accelerator="cpu",

@@ -21,13 +21,14 @@ def main() -> None:
 
     def one_run() -> RunOutcome | None:
         with BatchSizeOptimizer(
-            args.server, job, energy_meter=auto_meter(), token=args.token
+            args.server, job, energy_meter=auto_meter(), token=args.token, lr_rule="linear"
         ) as bso:
             batch_size = bso.get_batch_size()
             model = torch.nn.Sequential(
                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
             )
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * batch_size / 32)
+            # 0.01 was tuned at the default batch size (32); the linear rule (SGD) scales it.
+            optimizer = torch.optim.SGD(model.parameters(), lr=bso.learning_rate(0.01))
             loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True)
             bso.on_train_begin()
             for _epoch in range(job.max_epochs):

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
     frozenset({"spec"}),
-    frozenset({"policy", "energy"}),
+    frozenset({"policy", "energy", "scaling"}),
     frozenset({"client"}),
     frozenset({"training", "sim"}),
     frozenset({"integrations", "elastic", "cli", "testing"}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +342,48 @@ def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
         None,
     )
     assert "zeus-bso: batch size 16 ended at epoch 2 of 6" in capfd.readouterr().err
+
+
+class RateRecorder(transformers.TrainerCallback):  # type: ignore[misc]
+    """The schedule's base rates the run trained with."""
+
+    def __init__(self) -> None:
+        self.base_lrs: list[float] = []
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.base_lrs = list(kwargs["lr_scheduler"].base_lrs)
+
+
+def test_the_trainers_learning_rate_and_warm_up_follow_the_batch_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batch size 16 against the reference 4, square root (AdamW): the schedule's rates are
+    twice TrainingArguments.learning_rate, and a fixed warm-up is told the steps that keep its
+    samples."""
+    spec = job(unique_id("hflr"), target=0.999)
+    recorder = RateRecorder()
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        train(
+            server.url,
+            spec,
+            tmp_path,
+            epochs=1,
+            ahead=[recorder],
+            callback_options={"lr_rule": "auto", "reference_batch_size": 4},
+            learning_rate=1e-3,
+            warmup_steps=8,
+        )
+    assert recorder.base_lrs
+    assert recorder.base_lrs == pytest.approx([2e-3] * len(recorder.base_lrs))
+    assert "set warmup_steps=2 (or warmup_ratio)" in caplog.text
+
+
+def test_a_resumed_run_keeps_its_scaled_rates(server: ServerProcess, tmp_path: Path) -> None:
+    spec = job(unique_id("hflrresume"), target=0.999)
+    scaled = {"lr_rule": "sqrt", "reference_batch_size": 4}
+    first, again = RateRecorder(), RateRecorder()
+    train(server.url, spec, tmp_path, 2, save=True, ahead=[first], callback_options=scaled)
+    last = max((tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    train(server.url, spec, tmp_path, 3, resume=last, ahead=[again], callback_options=scaled)
+    assert first.base_lrs == pytest.approx([1e-2] * len(first.base_lrs))  # 5e-3 x 2
+    assert again.base_lrs == first.base_lrs  # restored from the checkpoint, not scaled again

@@ -445,3 +445,65 @@ def test_without_a_server_the_fit_trains_at_the_default(tmp_path: Path, monkeypa
     trainer = pl.Trainer(max_epochs=1, callbacks=[strict], **quiet_trainer_options(tmp_path))
     with pytest.raises(Exception, match="cannot reach"):
         trainer.fit(TinyClassifier())
+
+
+def test_a_fit_that_never_validates_is_warned_about_and_not_charged(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = job(unique_id("lnoval"))
+    for attempt in range(3):  # fast_dev_run debugging fits
+        callback = callback_for(server.url, spec)
+        options = quiet_trainer_options(tmp_path / str(attempt))
+        trainer = pl.Trainer(callbacks=[callback], fast_dev_run=True, **options)
+        with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+            trainer.fit(TinyClassifier())
+    assert "this fit never validates" in caplog.text
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [t["status"] for t in state["trials"]] == ["released"] * 3
+    assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+class ScheduledClassifier(TinyClassifier):
+    """SGD at 0.1, tuned at batch size 16, with a step schedule; records the rates it trains at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rates: list[tuple[float, float]] = []
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
+
+    def on_train_epoch_start(self) -> None:
+        (optimizer,) = self.trainer.optimizers
+        (config,) = self.trainer.lr_scheduler_configs
+        self.rates.append((optimizer.param_groups[0]["lr"], config.scheduler.base_lrs[0]))
+
+
+def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Batch size 32 against the reference 16, linear: the optimizer and its schedule train at
+    0.2; a fit resumed from the checkpoint keeps 0.2 (its optimizer's state), not 0.4."""
+    spec = job(unique_id("llr"), target=0.999, max_epochs=4)
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    first = ScheduledClassifier()
+    callback = callback_for(server.url, spec, lr_rule="linear", reference_batch_size=16)
+    options = {**quiet_trainer_options(tmp_path), "enable_checkpointing": True}
+    logs = tmp_path / "logs"
+    trainer = pl.Trainer(
+        max_epochs=2, callbacks=[callback, checkpoints], **{**options, "logger": CSVLogger(logs)}
+    )
+    trainer.fit(first)
+    assert first.rates == [(0.2, 0.2), (0.2, 0.2)]
+    assert [float(row["bso/lr"]) for row in logged_rows(logs, "bso/lr")] == pytest.approx(
+        [0.2, 0.2]
+    )
+    resumed = ScheduledClassifier()
+    again = callback_for(server.url, spec, lr_rule="linear", reference_batch_size=16)
+    trainer = pl.Trainer(max_epochs=4, callbacks=[again], **quiet_trainer_options(tmp_path))
+    trainer.fit(resumed, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.rates == [(0.2, 0.2), (0.2, 0.2)]
+    assert again.trial_number == callback.trial_number  # the same trial, continued

@@ -9,15 +9,19 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("torch", reason="pip install torch")
 
-from tests.helpers import ServerProcess, sqlite_url
+from tests.helpers import ServerProcess, sqlite_url, unique_id
 from tests.integrations.test_topology import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
+from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
+from zeus_bso.errors import ConfigurationError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -59,3 +63,82 @@ def test_a_loop_example_on_two_processes(tmp_path: Path, adapter: str) -> None:
     for trial in trials:
         assert trial["status"] == "reported"
         assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
+
+
+def adapter_of(kind: str) -> tuple[Any, Any]:
+    """The adapter class and its framework object, in this one process on the CPU."""
+    if kind == "accelerate":
+        accelerate = pytest.importorskip("accelerate", reason="pip install 'zeus-bso[accelerate]'")
+        from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
+
+        return ZeusBSOAccelerate, accelerate.Accelerator(cpu=True)
+    fabric = pytest.importorskip("lightning.fabric", reason="pip install 'zeus-bso[lightning]'")
+    from zeus_bso.integrations.fabric import ZeusBSOFabric
+
+    return ZeusBSOFabric, fabric.Fabric(accelerator="cpu", devices=1)
+
+
+def loop_spec(prefix: str) -> JobSpec:
+    return JobSpec(
+        job_id_prefix=prefix,
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.9,
+        max_epochs=3,
+        learning_curve_stop=False,
+    )
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_misconfigured_loops_leave_the_default_untouched(
+    sqlite_server: ServerProcess, kind: str
+) -> None:
+    """A loop that raises a ConfigurationError releases its trial, three times over: the
+    default batch size is still what the next run gets."""
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(unique_id(f"mis{kind}").replace("-", ""))
+    made: list[Any] = []
+
+    def misconfigured() -> None:
+        with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            made.append(bso)
+            bso.train_begin()
+            raise ConfigurationError("a wrong setting of the script's")
+
+    for _ in range(3):
+        with pytest.raises(ConfigurationError, match="wrong setting"):
+            misconfigured()
+        bso = made[-1]
+        assert bso.outcome is not None
+        assert bso.outcome.reason == "not_trained"
+    with ServerClient(sqlite_server.url) as client:
+        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
+        state = client.job_state(job["job_id"])
+    assert [t["status"] for t in state["trials"]] == ["released"] * 3
+    assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_loop_without_a_server_trains_at_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(f"noserver{kind}")
+    url = f"http://127.0.0.1:{free_port()}"
+    options = {"lr_rule": "linear", "reference_batch_size": 16}
+    with adapter(framework, url, spec, energy_meter=EstimateMeter(100), **options) as bso:
+        assert (bso.batch_size, bso.trial_number) == (spec.default_batch_size, None)
+        # The loop builds its optimizer at the rate tuned at 16; at 32 it trains at twice it.
+        import torch
+
+        assert bso.learning_rate(0.1) == 0.2
+        optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        assert bso.scale(optimizer) == 2.0
+        assert bso.scale(optimizer) == 2.0  # once: the second call changes nothing
+        assert optimizer.param_groups[0]["lr"] == 0.2
+        bso.train_begin()
+        assert not bso.report(0.5)
+        assert bso.report(0.95)  # its target, judged here
+    assert bso.outcome is not None
+    assert (bso.outcome.converged, bso.outcome.offline) == (True, True)

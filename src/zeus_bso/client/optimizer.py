@@ -47,6 +47,7 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
+from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
 from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
@@ -127,6 +128,11 @@ class BatchSizeOptimizer:
             reach its target, as upstream Zeus's client does.
         show: where the one-line summary of the run goes at `end` (default: standard error;
             None: nowhere).
+        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
+            ``none``, the default, ``linear``, ``sqrt`` or ``auto``), for `learning_rate` and
+            `scale`.
+        reference_batch_size: the batch size the learning rate was tuned at (default: the
+            job's ``default_batch_size``).
     """
 
     def __init__(
@@ -143,7 +149,11 @@ class BatchSizeOptimizer:
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
         show: Callable[[str], None] | None = show_on_stderr,
+        lr_rule: LrRule = "none",
+        reference_batch_size: int | None = None,
     ) -> None:
+        self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
+        """The learning-rate rule and its reference batch size."""
         if on_server_unavailable not in ("fallback", "raise"):
             raise ConfigurationError(
                 f"on_server_unavailable is 'fallback' or 'raise', not {on_server_unavailable!r}"
@@ -285,6 +295,23 @@ class BatchSizeOptimizer:
                     trial.batch_size,
                 )
         return trial.batch_size
+
+    def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
+        """``base_lr``, tuned at the reference batch size, at this run's batch size by the
+        ``lr_rule`` (``auto`` looks at ``optimizer``, an instance or a class name)."""
+        return self.lr.learning_rate(base_lr, self._chosen_batch_size(), optimizer)
+
+    def scale(self, optimizer: Any, *schedulers: Any) -> float:
+        """Scale a built optimizer and its schedulers to this run's batch size by the
+        ``lr_rule``, once (a second call, or a resumed optimizer marked so, changes nothing).
+        Returns the factor."""
+        return self.lr.scale(optimizer, self._chosen_batch_size(), schedulers)
+
+    def _chosen_batch_size(self) -> int:
+        size = self.batch_size
+        if size is None:
+            raise OperationOrderError("call get_batch_size() before scaling the learning rate")
+        return size
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps so that a restarted run continues this trial (`resume`)."""

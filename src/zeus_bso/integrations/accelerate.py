@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from zeus_bso.energy import EnergyMeter
+from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import JobSpec
 from zeus_bso.training.session import TrialSession
 
@@ -48,6 +49,10 @@ class ZeusBSOAccelerate(TrialSession):
             start) or ``"raise"``.
         raise_if_unconverged: `end` (the ``with`` block's exit) raises
             `ZeusBSOTrainFailError` on every process when the run did not reach its target.
+        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`), for
+            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``.
+        reference_batch_size: the per-process batch size the learning rate was tuned at
+            (default: the job's ``default_batch_size``).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).
@@ -63,6 +68,8 @@ class ZeusBSOAccelerate(TrialSession):
         resume: dict[str, Any] | None = None,
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
+        lr_rule: LrRule = "none",
+        reference_batch_size: int | None = None,
     ) -> None:
         self.accelerator = accelerator
         super().__init__(
@@ -76,4 +83,6 @@ class ZeusBSOAccelerate(TrialSession):
             on_server_unavailable=on_server_unavailable,
             raise_if_unconverged=raise_if_unconverged,
             show=accelerator.print,
+            lr_rule=lr_rule,
+            reference_batch_size=reference_batch_size,
         )

@@ -40,6 +40,7 @@ from typing_extensions import override
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError, OperationOrderError
+from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.training.collectives import torch_distributed
 from zeus_bso.training.session import TrialSession
@@ -112,6 +113,14 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             `start`; ``"raise"``: fail.
         raise_if_unconverged: ``trainer.train()`` raises `ZeusBSOTrainFailError` at its end
             when the run did not reach its target (upstream Zeus's failure signal).
+        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
+            ``none``, the default, ``linear``, ``sqrt`` or ``auto``): the Trainer's optimizer and
+            its schedule, built at ``TrainingArguments.learning_rate`` tuned at
+            ``reference_batch_size``, are scaled when training starts (not again when the run
+            resumes from a checkpoint); a fixed ``warmup_steps`` gets a warning with the steps
+            that keep its samples (``warmup_ratio`` needs none).
+        reference_batch_size: the per-device batch size the learning rate was tuned at
+            (default: the job's ``default_batch_size``).
     """
 
     def __init__(
@@ -125,7 +134,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         output_dir: str | os.PathLike[str] | None = None,
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
+        lr_rule: LrRule = "none",
+        reference_batch_size: int | None = None,
     ) -> None:
+        check_rule(lr_rule)
         self.server_url = server_url
         self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = job
@@ -134,6 +146,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._meter = energy_meter
         self.on_server_unavailable = on_server_unavailable
         self.raise_if_unconverged = raise_if_unconverged
+        self.lr_rule: LrRule = lr_rule
+        self.reference_batch_size = reference_batch_size
         self.outcome: RunOutcome | None = None
         """How the run ended (the world process zero, after ``trainer.train()``)."""
         self.session: TrialSession | None = None
@@ -163,6 +177,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 resume=self._saved_trial if self.resume_from is not None else None,
                 on_server_unavailable=self.on_server_unavailable,
                 raise_if_unconverged=self.raise_if_unconverged,
+                lr_rule=self.lr_rule,
+                reference_batch_size=self.reference_batch_size,
             )
         return self.session.batch_size
 
@@ -242,7 +258,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
 
     @override
     def on_train_begin(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        **_: Any,
     ) -> None:
         self._run_first()  # also when added after the Trainer was built (add_callback)
         if args.auto_find_batch_size:
@@ -273,6 +295,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job.max_epochs,
             )
         strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+        if strategy == "no" and self.session.is_main:
+            logger.warning(
+                "eval_strategy='no': this run never evaluates, so nothing is reported and the "
+                "server cannot judge batch size %d; the trial is released at the end, not "
+                "charged (evaluate every epoch: eval_strategy='epoch')",
+                self.batch_size,
+            )
         if strategy == "steps" and self.session.is_main:
             logger.warning(
                 "eval_strategy='steps': every evaluation (every %s steps) is reported as an epoch, "
@@ -282,6 +311,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 args.eval_steps,
                 self.job.max_epochs,
             )
+        if self.lr_rule != "none" and optimizer is not None:
+            self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
 
@@ -315,6 +346,27 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return  # reported from its logs
         metrics = metrics if metrics is not None else {}
         self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
+
+    def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
+        """Scale the Trainer's optimizer and schedule to the run's batch size, once: a run
+        that resumes from a checkpoint loaded its rates, scaled already."""
+        assert self.session is not None
+        if self.resume_from is not None:
+            self.session.resumed_scaled(optimizer)
+            return
+        self.session.scale(optimizer, scheduler)
+        fixed = int(args.warmup_steps or 0)
+        steps = self.session.warmup_steps(fixed)
+        if fixed and steps != fixed and self.session.is_main:
+            logger.warning(
+                "warmup_steps=%d warms up over the samples of %d steps at the reference batch "
+                "size %d; at batch size %d, set warmup_steps=%d (or warmup_ratio) to keep them",
+                fixed,
+                fixed,
+                self.session.lr.reference,
+                self.session.batch_size,
+                steps,
+            )
 
     def _refuse(self, message: str) -> NoReturn:
         """Release the trial (a misconfiguration is not its batch size's fault) and raise."""

@@ -30,6 +30,7 @@ from typing_extensions import override
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.training.session import TrialSession, not_charged
 
@@ -40,12 +41,14 @@ INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
 try:
     import lightning.pytorch as pl
     from lightning.pytorch.trainer.states import TrainerFn
+    from lightning.pytorch.utilities.model_helpers import is_overridden
     from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
     from lightning.pytorch.utilities.rank_zero import rank_zero_info
 except ImportError:  # the classic package name
     try:
         import pytorch_lightning as pl
         from pytorch_lightning.trainer.states import TrainerFn
+        from pytorch_lightning.utilities.model_helpers import is_overridden
         from pytorch_lightning.utilities.parsing import (
             lightning_hasattr,
             lightning_setattr,
@@ -70,6 +73,13 @@ class ZeusBSOCallback(pl.Callback):
             the fit's start; ``"raise"``: fail.
         raise_if_unconverged: the fit raises `ZeusBSOTrainFailError` at its end when the run
             did not reach its target (upstream Zeus's failure signal).
+        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
+            ``none``, the default, ``linear``, ``sqrt`` or ``auto``): the optimizers and
+            schedulers that ``configure_optimizers`` builds at the rate tuned at
+            ``reference_batch_size`` are scaled when training starts (once: a resumed fit keeps
+            its checkpoint's rates), and ``bso/lr`` is logged.
+        reference_batch_size: the batch size the learning rate was tuned at (default: the
+            job's ``default_batch_size``).
     """
 
     def __init__(
@@ -82,8 +92,11 @@ class ZeusBSOCallback(pl.Callback):
         token: str | None = None,
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
+        lr_rule: LrRule = "none",
+        reference_batch_size: int | None = None,
     ) -> None:
         super().__init__()
+        check_rule(lr_rule)
         if not monitor:
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url
@@ -93,6 +106,8 @@ class ZeusBSOCallback(pl.Callback):
         self.token = token
         self.on_server_unavailable = on_server_unavailable
         self.raise_if_unconverged = raise_if_unconverged
+        self.lr_rule: LrRule = lr_rule
+        self.reference_batch_size = reference_batch_size
         self._meter = energy_meter
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
@@ -104,6 +119,7 @@ class ZeusBSOCallback(pl.Callback):
         self.outcome: RunOutcome | None = None
         """How the last fit ended (rank 0, after it)."""
         self._restored: dict[str, Any] | None = None
+        self._resumed = False
         self._unlogged: dict[str, float] = {}
 
     @property
@@ -147,7 +163,10 @@ class ZeusBSOCallback(pl.Callback):
             on_server_unavailable=self.on_server_unavailable,
             raise_if_unconverged=self.raise_if_unconverged,
             show=rank_zero_info,
+            lr_rule=self.lr_rule,
+            reference_batch_size=self.reference_batch_size,
         )
+        self._resumed = self._restored is not None
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         self.job_id = self.session.job_id
         lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
@@ -173,6 +192,28 @@ class ZeusBSOCallback(pl.Callback):
         interval = trainer.val_check_interval
         return isinstance(interval, float) and interval == 1.0
 
+    def _scale_learning_rates(self, trainer: pl.Trainer) -> None:
+        """Scale every optimizer (and its schedulers) to the fit's batch size; a resumed fit's
+        optimizers and schedulers hold its checkpoint's rates, scaled already."""
+        assert self.session is not None
+        for optimizer in trainer.optimizers:
+            schedulers = [
+                config.scheduler
+                for config in trainer.lr_scheduler_configs
+                if getattr(config.scheduler, "optimizer", None) is optimizer
+            ]
+            if self._resumed:
+                self.session.resumed_scaled(optimizer)
+            else:
+                self.session.scale(optimizer, *schedulers)
+
+    @staticmethod
+    def _validates(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+        """Whether the fit runs validations (each one a report)."""
+        if trainer.fast_dev_run or trainer.limit_val_batches == 0:
+            return False
+        return bool(is_overridden("validation_step", pl_module))
+
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is None:
@@ -186,6 +227,15 @@ class ZeusBSOCallback(pl.Callback):
                 trainer.val_check_interval,
                 self.job.max_epochs,
             )
+        if trainer.is_global_zero and not self._validates(trainer, pl_module):
+            logger.warning(
+                "this fit never validates (fast_dev_run, limit_val_batches=0, or no "
+                "validation_step): nothing is reported, so the server cannot judge batch size "
+                "%d; the trial is released at the end, not charged",
+                self.batch_size,
+            )
+        if self.lr_rule != "none":
+            self._scale_learning_rates(trainer)
         self.session.train_begin()  # on every rank at once; rank 0's heartbeat
 
     @override

@@ -20,6 +20,7 @@ from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError, OperationOrderError, ZeusBSOTrainFailError
+from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule, scale_optimizer, warmup_steps
 from zeus_bso.spec import JobSpec, StopReason, TrialId
 from zeus_bso.training.collectives import (
     broadcast_object,
@@ -52,6 +53,10 @@ class TrialSession:
             run did not reach its target.
         show: how the main process shows the run's one-line summary at the end (the
             framework's console; default: standard error; None: not shown).
+        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`), for
+            `learning_rate` and `scale`.
+        reference_batch_size: the batch size the learning rate was tuned at (default: the
+            job's ``default_batch_size``).
     """
 
     def __init__(
@@ -67,7 +72,12 @@ class TrialSession:
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
         show: Callable[[str], None] | None = show_on_stderr,
+        lr_rule: LrRule = "none",
+        reference_batch_size: int | None = None,
     ) -> None:
+        self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
+        """The learning-rate rule and its reference batch size."""
+        self._scaled: Any = None
         self.is_main = is_main
         self._log = log
         self._broadcast = broadcast
@@ -136,6 +146,33 @@ class TrialSession:
         """How the run ended (after `end`, `release` or `abort`; on the main process)."""
         return self.optimizer.outcome if self.optimizer is not None else None
 
+    def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
+        """``base_lr``, tuned at the reference batch size, at this run's batch size by the
+        ``lr_rule`` (``auto`` looks at ``optimizer``, an instance or a class name)."""
+        return self.lr.learning_rate(base_lr, self.batch_size, optimizer)
+
+    def scale(self, optimizer: Any, *schedulers: Any) -> float:
+        """Scale a built optimizer and its schedulers to this run's batch size by the
+        ``lr_rule``, once; every process calls it. Returns the factor; the reports log the
+        optimizer's rate as ``bso/lr`` from then on."""
+        factor = self.lr.scale(optimizer, self.batch_size, schedulers)
+        self._scaled = optimizer
+        return factor
+
+    def resumed_scaled(self, optimizer: Any) -> None:
+        """``optimizer`` holds the rates of a checkpoint of this run, scaled already: it is
+        marked so (a later `scale` leaves it), and logged as ``bso/lr``."""
+        scale_optimizer(optimizer, 1.0)
+        self._scaled = optimizer
+
+    def warmup_steps(self, steps: int) -> int:
+        """Warm-up steps at this run's batch size that see the samples ``steps`` saw at the
+        reference batch size (warm-up stays constant in samples; with ``lr_rule='none'``, the
+        rate is the script's, and so is its warm-up: ``steps``)."""
+        if self.lr.rule == "none":
+            return steps
+        return warmup_steps(steps, self.batch_size, self.lr.reference)
+
     def train_begin(self) -> None:
         """Training starts now: open the measuring window on every process at once."""
         open_window(self.progress)
@@ -170,6 +207,8 @@ class TrialSession:
         }
         if cost is not None:  # the server's figure (none while it is unreachable)
             values["bso/cost"] = cost
+        if self._scaled is not None:
+            values["bso/lr"] = float(self._scaled.param_groups[0]["lr"])
         self.last = values
         self._log(values, epoch)
         return bool(stop)
