@@ -22,7 +22,7 @@ from tests.helpers import (
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.errors import ServerRejectedError
+from zeus_bso.errors import ConfigurationError, ServerRejectedError
 from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
 
@@ -322,3 +322,20 @@ def test_a_server_url_with_a_path_gets_a_hint(server: ServerProcess) -> None:
         pytest.raises(ServerRejectedError, match=r"give the server's root, http://127\.0\.0\.1:"),
     ):
         client.list_jobs()
+
+
+def test_the_server_and_token_come_from_the_environment(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ZEUS_BSO_SERVER_URL", raising=False)
+    monkeypatch.delenv("ZEUS_BSO_TOKEN", raising=False)
+    with pytest.raises(ConfigurationError, match=r"ZEUS_BSO_SERVER_URL .*ZEUS_BSO_TOKEN"):
+        BatchSizeOptimizer(job=spec("envless"), energy_meter=EstimateMeter(100))
+    with pytest.raises(ConfigurationError, match=r"job=\.\.\. is required"):
+        BatchSizeOptimizer(server.url)
+    monkeypatch.setenv("ZEUS_BSO_SERVER_URL", server.url)
+    monkeypatch.setenv("ZEUS_BSO_TOKEN", "from-the-environment")
+    bso = BatchSizeOptimizer(job=spec("fromenv"), energy_meter=EstimateMeter(100))
+    assert bso.client.server_url == server.url
+    assert bso.client._http.headers["Authorization"] == "Bearer from-the-environment"
+    bso.abort()

@@ -37,6 +37,7 @@ from zeus_bso.client import fallback
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import Elapsed, TrialProgress
+from zeus_bso.client.settings import required_job, server_url_from, token_from
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     ConfigurationError,
@@ -111,10 +112,11 @@ class BatchSizeOptimizer:
     `zeus_bso.training.TrialSession` gives every rank its answers).
 
     Args:
-        server_url: the zeus-bso server's root (``http://host:8000``).
+        server_url: the zeus-bso server's root (``http://host:8000``; default:
+            ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `stable_job_id`).
         energy_meter: how to measure energy (default: `auto_meter`).
-        token: the server's bearer token, if it has one.
+        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         heartbeat_seconds: how often a training run renews its trial's lease (0: never).
         retry_seconds: how long a request is retried while the server answers 503 or cannot
             be reached.
@@ -137,8 +139,8 @@ class BatchSizeOptimizer:
 
     def __init__(
         self,
-        server_url: str,
-        job: JobSpec,
+        server_url: str | None = None,
+        job: JobSpec | None = None,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         *,
@@ -152,6 +154,8 @@ class BatchSizeOptimizer:
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
     ) -> None:
+        job = required_job(job)
+        server_url, token = server_url_from(server_url), token_from(token)
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         if on_server_unavailable not in ("fallback", "raise"):

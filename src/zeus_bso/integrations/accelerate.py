@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from zeus_bso.client.settings import required_job
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import JobSpec
@@ -39,10 +40,10 @@ class ZeusBSOAccelerate(TrialSession):
     Args:
         accelerator: the loop's ``accelerate.Accelerator`` (its process group, if several
             processes, exists once it is built).
-        server_url: the zeus-bso server.
+        server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
-        token: the server's bearer token, if it has one.
+        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
         on_server_unavailable: ``"fallback"`` (train at the job's default batch size, or the
             last recommendation saved on this machine, when the server cannot be reached at
@@ -61,8 +62,8 @@ class ZeusBSOAccelerate(TrialSession):
     def __init__(
         self,
         accelerator: Any,
-        server_url: str,
-        job: JobSpec,
+        server_url: str | None = None,
+        job: JobSpec | None = None,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         resume: dict[str, Any] | None = None,
@@ -76,7 +77,7 @@ class ZeusBSOAccelerate(TrialSession):
             bool(accelerator.is_main_process),
             lambda values, step: accelerator.log(values, step=step),
             server_url,
-            job,
+            required_job(job),
             energy_meter=energy_meter,
             token=token,
             resume=resume,

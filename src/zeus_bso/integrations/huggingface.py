@@ -38,6 +38,7 @@ from typing import Any, Literal, NoReturn
 from typing_extensions import override
 
 from zeus_bso.client.outcome import RunOutcome
+from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.scaling.lr import LrRule, check_rule
@@ -98,12 +99,12 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     """Chooses the batch size of a Hugging Face training run and stops it when told.
 
     Args:
-        server_url: the zeus-bso server.
+        server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
         metric: the evaluation metric to report (a key of the Trainer's metrics, with its
             ``eval_`` prefix).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
-        token: the server's bearer token, if it has one.
+        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
             trial: the run continues that trial (and its batch size). ``True``: the last
             checkpoint in ``output_dir`` (the Trainer's convention).
@@ -125,8 +126,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
 
     def __init__(
         self,
-        server_url: str,
-        job: JobSpec,
+        server_url: str | None = None,
+        job: JobSpec | None = None,
         metric: str = "eval_accuracy",
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
@@ -138,9 +139,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         reference_batch_size: int | None = None,
     ) -> None:
         check_rule(lr_rule)
-        self.server_url = server_url
+        self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
-        self.job = job
+        self.job = required_job(job)
         self.metric = metric
         self.token = token
         self._meter = energy_meter

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from zeus_bso.client.outcome import RunOutcome
+from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.scaling.lr import LrRule, check_rule
@@ -62,12 +63,12 @@ class ZeusBSOCallback(pl.Callback):
     """Chooses the batch size of a Lightning fit and stops it when the optimizer says so.
 
     Args:
-        server_url: the zeus-bso server.
+        server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
         monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
         batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
         energy_meter: how to measure energy on this rank (default: `auto_meter`).
-        token: the server's bearer token, if it has one.
+        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         on_server_unavailable: ``"fallback"``: train at the job's default batch size (or the
             last recommendation saved on this machine) when the server cannot be reached at
             the fit's start; ``"raise"``: fail.
@@ -84,8 +85,8 @@ class ZeusBSOCallback(pl.Callback):
 
     def __init__(
         self,
-        server_url: str,
-        job: JobSpec,
+        server_url: str | None = None,
+        job: JobSpec | None = None,
         monitor: str = "val_acc",
         batch_arg_name: str = "batch_size",
         energy_meter: EnergyMeter | None = None,
@@ -99,8 +100,8 @@ class ZeusBSOCallback(pl.Callback):
         check_rule(lr_rule)
         if not monitor:
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
-        self.server_url = server_url
-        self.job = job
+        self.server_url = server_url_from(server_url)  # no network: a clear error now
+        self.job = required_job(job)
         self.monitor = monitor
         self.batch_arg_name = batch_arg_name
         self.token = token

@@ -38,7 +38,7 @@ class TrialSession:
     Args:
         is_main: whether this is the process that talks to the server (global rank 0).
         log: how the framework logs values at a step (its trackers), on every process.
-        server_url: the zeus-bso server.
+        server_url: the zeus-bso server (None: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
@@ -63,7 +63,7 @@ class TrialSession:
         self,
         is_main: bool,
         log: Callable[[dict[str, float], int], None],
-        server_url: str,
+        server_url: str | None,
         job: JobSpec,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
