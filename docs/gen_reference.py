@@ -142,7 +142,12 @@ def options_page() -> str:
     ]
     options = policy_options()
     for name, field in JobSpec.model_fields.items():
-        default = "required" if field.is_required() else f"`{json.dumps(field.default)}`"
+        if field.is_required():
+            default = "required"
+        elif field.default_factory is not None:
+            default = f"`{json.dumps(field.default_factory())}`"  # type: ignore[call-arg]
+        else:
+            default = f"`{json.dumps(field.default)}`"
         upstream = f"`{json.dumps(UPSTREAM_OPTIONS[name])}`" if name in UPSTREAM_OPTIONS else ""
         text = " ".join((field.description or "").split()).replace("|", "\\|")
         if name in options:

@@ -152,6 +152,35 @@ option's vocabulary; `zeus_bso.policy.bandits.BANDITS` implements each (a test h
 each other)."""
 
 
+def batch_sizes_in(bounds: Any, steps: str = "pow2") -> list[int]:
+    """The batch sizes ``batch_size_range`` ``bounds`` makes by ``steps`` (see `_JobOptions`).
+
+    Raises:
+        ValueError: bounds that are not two positive integers, low first; steps that are not
+            ``pow2`` or ``pow2_half``; a range that makes no size, or too many.
+    """
+    try:
+        low, high = (int(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError("batch_size_range is [min, max], two positive integers") from None
+    if not 0 < low <= high:
+        raise ValueError(f"batch_size_range [{low}, {high}] is [min, max] with 0 < min <= max")
+    if steps not in ("pow2", "pow2_half"):
+        raise ValueError(f"batch_size_steps is 'pow2' or 'pow2_half', not {steps!r}")
+    sizes: set[int] = set()
+    power = 1
+    while power <= high:
+        for size in (power, power * 3 // 2) if steps == "pow2_half" and power > 1 else (power,):
+            if low <= size <= high:
+                sizes.add(size)
+        power *= 2
+    if not sizes:
+        raise ValueError(f"batch_size_range [{low}, {high}] holds no size of its steps ({steps})")
+    if len(sizes) > MAX_BATCH_SIZES:
+        raise ValueError(f"batch_size_range makes {len(sizes)} sizes, more than {MAX_BATCH_SIZES}")
+    return sorted(sizes)
+
+
 class _JobOptions(WireModel):
     """Every job parameter except the id (shared by `JobParams` and `JobSpec`).
 
@@ -164,10 +193,19 @@ class _JobOptions(WireModel):
         str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH), Printable
     ]
     """The start of the job's id; a job without an id gets this and a hash of its options."""
-    batch_sizes: Annotated[list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
-    """The batch sizes to choose from."""
+    batch_sizes: Annotated[
+        list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES, default_factory=list)
+    ]
+    """The batch sizes to choose from (or give ``batch_size_range``, from which they are made)."""
     default_batch_size: PositiveInt
     """The batch size the job trains with today: the first to try, and the savings' reference."""
+    batch_size_range: tuple[PositiveInt, PositiveInt] | None = None
+    """Instead of ``batch_sizes``: ``[min, max]``, from which ``batch_sizes`` are made at
+    registration by ``batch_size_steps`` (the default batch size is added if the steps miss it).
+    Upstream clients see the batch sizes alone."""
+    batch_size_steps: Literal["pow2", "pow2_half"] = "pow2"
+    """The sizes ``batch_size_range`` makes: ``pow2``, the powers of two in it; ``pow2_half``,
+    those and the sizes 1.5x between them (24, 48, 96, ...)."""
     eta_knob: Annotated[float, Field(ge=0.0, le=1.0), PolicyOption()] = 0.5
     """The cost's weight of energy against time: ``eta * energy + (1 - eta) * max_power *
     time``."""
@@ -282,6 +320,28 @@ class _JobOptions(WireModel):
     arms if it converges (`zeus_bso.policy.profiles.extension`): the cheapest batch size on the
     new GPUs may be one that pruning on the first never kept. ``False``: the bandit alone
     chooses among the arms."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sizes_from_the_range(cls, data: Any) -> Any:
+        """``batch_sizes`` made from ``batch_size_range``, when it is given instead."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("batch_size_range") is None:
+            if not data.get("batch_sizes") and "batch_sizes" not in data:
+                raise ValueError("give batch_sizes, or batch_size_range to make them from")
+            return data
+        sizes = batch_sizes_in(data["batch_size_range"], data.get("batch_size_steps", "pow2"))
+        default = data.get("default_batch_size")
+        if isinstance(default, int) and default not in sizes:
+            sizes = sorted([*sizes, default])
+        given = data.get("batch_sizes")
+        if given and sorted(given) != sizes:  # a registered job's config holds both, alike
+            raise ValueError(
+                f"give batch_sizes or batch_size_range, not both: the range makes {sizes}, "
+                f"batch_sizes lists {sorted(given)}"
+            )
+        return {**data, "batch_sizes": sizes}
 
     @field_validator("batch_sizes")
     @classmethod

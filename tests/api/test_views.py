@@ -226,3 +226,22 @@ def test_a_pinned_job_gives_every_run_its_batch_size_until_unpinned(http: httpx.
     state = http.get(f"/api/jobs/{job_id}").json()
     assert (state["stage"], state["pinned"]) == ("pruning", None)
     assert state["next_run"]["kind"] == "exploration"
+
+
+def test_a_job_registered_with_a_range_has_its_sizes_made_once(http: httpx.Client) -> None:
+    job_id = unique_id()
+    body = job_body(job_id, batch_size_range=[16, 256], default_batch_size=48)
+    del body["batch_sizes"]
+    created = http.post("/jobs", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["batch_sizes"] == [16, 32, 48, 64, 128, 256]
+    again = http.post("/jobs", json=body)  # the same job, registered again
+    assert again.status_code == 200, again.text
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    assert set(trial) == {"job_id", "batch_size", "trial_number"}  # upstream's answer
+    assert trial["batch_size"] == 48
+    neither = job_body(unique_id(), default_batch_size=48)
+    del neither["batch_sizes"]
+    refused = http.post("/jobs", json=neither)
+    assert refused.status_code == 422
+    assert "give batch_sizes, or batch_size_range" in refused.json()["message"]

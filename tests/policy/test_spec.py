@@ -139,3 +139,55 @@ def test_a_typo_in_a_job_spec_is_refused_naming_the_nearest_field() -> None:
         **fields, max_epoch=10, max_power=300.0, number_of_gpus=1, gpu_model="V100"
     )
     assert wire.max_epochs == JobSpec(**fields).max_epochs
+
+
+@pytest.mark.parametrize(
+    ("bounds", "steps", "default", "sizes"),
+    [
+        ((16, 256), "pow2", 64, [16, 32, 64, 128, 256]),
+        ((16, 256), "pow2", 48, [16, 32, 48, 64, 128, 256]),  # the default is added
+        ((20, 100), "pow2_half", 32, [24, 32, 48, 64, 96]),
+        ((1, 4), "pow2_half", 1, [1, 2, 3, 4]),
+    ],
+)
+def test_a_batch_size_range_makes_the_batch_sizes(
+    bounds: tuple[int, int], steps: str, default: int, sizes: list[int]
+) -> None:
+    spec = JobSpec(
+        job_id_prefix="r",
+        batch_size_range=bounds,
+        batch_size_steps=steps,  # type: ignore[arg-type]
+        default_batch_size=default,
+    )
+    assert spec.batch_sizes == sizes
+    # A registered job's config holds both, and validates again alike.
+    assert JobSpec.model_validate(spec.model_dump()).batch_sizes == sizes
+
+
+def test_a_range_that_makes_nothing_or_contradicts_the_sizes_is_refused() -> None:
+    with pytest.raises(ValidationError, match="holds no size of its steps"):
+        JobSpec(job_id_prefix="r", batch_size_range=(5, 7), default_batch_size=6)
+    with pytest.raises(ValidationError, match=r"0 < min <= max"):
+        JobSpec(job_id_prefix="r", batch_size_range=(64, 8), default_batch_size=8)
+    with pytest.raises(ValidationError, match="give batch_sizes or batch_size_range, not both"):
+        JobSpec(
+            job_id_prefix="r",
+            batch_sizes=[8, 16],
+            batch_size_range=(8, 64),
+            default_batch_size=8,
+        )
+
+
+def test_a_range_is_hashed_into_the_job_id_and_ids_without_one_stay() -> None:
+    from zeus_bso.client import stable_job_id
+
+    gpu = {"max_power": 300.0, "number_of_gpus": 1, "gpu_model": "A100"}
+    listed = JobSpecFromClient(job_id_prefix="x", batch_sizes=[8, 16], default_batch_size=8, **gpu)
+    ranged = JobSpecFromClient(
+        job_id_prefix="x", batch_size_range=(8, 16), default_batch_size=8, **gpu
+    )
+    assert ranged.batch_sizes == listed.batch_sizes
+    assert stable_job_id(ranged) != stable_job_id(listed)  # the range is part of the job
+    assert stable_job_id(listed) == stable_job_id(
+        JobSpecFromClient.model_validate(listed.model_dump(exclude={"batch_size_range"}))
+    )

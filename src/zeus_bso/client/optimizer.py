@@ -92,6 +92,7 @@ _HASHED_ONLY_OFF_DEFAULT = {
 """Options added after ids were first hashed, with their defaults (`PolicyOption`): a job id
 hashes them only away from their default, so a job's id stays what it was before the option
 existed."""
+_HASHED_ONLY_OFF_DEFAULT.update(batch_size_range=None, batch_size_steps="pow2")  # job fields too
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
