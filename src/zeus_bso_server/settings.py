@@ -89,6 +89,15 @@ class Settings(BaseSettings):
     """A file holding the token (its first line), instead of ``ZEUS_BSO_TOKEN``."""
     allow_unauthenticated: bool = False
     """Listen on a non-loopback address without a token anyway."""
+    allowed_hosts: str = ""
+    """Host names (comma-separated) a server without a token answers besides the loopback
+    names, e.g. the name a reverse proxy on this machine forwards in ``Host``. Others are
+    refused, which keeps web pages whose names resolve to this machine out (DNS rebinding)."""
+
+    @property
+    def host_names(self) -> frozenset[str]:
+        """`allowed_hosts`, each name lower-case."""
+        return frozenset(n.strip().lower() for n in self.allowed_hosts.split(",") if n.strip())
 
     @model_validator(mode="after")
     def _token_and_exposure(self) -> Self:

@@ -14,6 +14,7 @@ from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
+from zeus_bso_server.api.host_check import LoopbackHostMiddleware
 from zeus_bso_server.api.openapi import openapi_of
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
 from zeus_bso_server.api.routes_health import health
@@ -74,5 +75,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Before the token: a forged request is refused whether or not the browser attached
     # credentials.
     app.add_middleware(CrossSiteMiddleware)
+    if resolved.token is None and resolved.is_loopback:
+        # Tokenless on loopback: a page whose name is rebound to 127.0.0.1 is same-origin.
+        app.add_middleware(LoopbackHostMiddleware, allowed={resolved.host, *resolved.host_names})
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
