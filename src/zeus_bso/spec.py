@@ -199,7 +199,7 @@ class _JobOptions(WireModel):
     """The batch sizes to choose from (or give ``batch_size_range``, from which they are made)."""
     default_batch_size: PositiveInt
     """The batch size the job trains with today: the first to try, and the savings' reference."""
-    batch_size_range: tuple[PositiveInt, PositiveInt] | None = None
+    batch_size_range: Annotated[list[PositiveInt], Field(min_length=2, max_length=2)] | None = None
     """Instead of ``batch_sizes``: ``[min, max]``, from which ``batch_sizes`` are made at
     registration by ``batch_size_steps`` (the default batch size is added if the steps miss it).
     Upstream clients see the batch sizes alone."""
@@ -336,11 +336,14 @@ class _JobOptions(WireModel):
         if isinstance(default, int) and default not in sizes:
             sizes = sorted([*sizes, default])
         given = data.get("batch_sizes")
-        if given and sorted(given) != sizes:  # a registered job's config holds both, alike
-            raise ValueError(
-                f"give batch_sizes or batch_size_range, not both: the range makes {sizes}, "
-                f"batch_sizes lists {sorted(given)}"
-            )
+        if given:  # a registered job's config holds both, alike
+            if not isinstance(given, list) or not all(type(b) is int for b in given):
+                return data  # the field's own validation says what is wrong
+            if sorted(given) != sizes:
+                raise ValueError(
+                    f"give batch_sizes or batch_size_range, not both: the range makes {sizes}, "
+                    f"batch_sizes lists {sorted(given)}"
+                )
         return {**data, "batch_sizes": sizes}
 
     @field_validator("batch_sizes")

@@ -18,13 +18,13 @@ energy and the batch size of each report go to the Accelerator's trackers (``acc
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
+
+from typing_extensions import Unpack
 
 from zeus_bso.client.settings import required_job
-from zeus_bso.energy import EnergyMeter
-from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import JobSpec
-from zeus_bso.training.session import TrialSession
+from zeus_bso.training.session import SessionOptions, TrialSession
 
 INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
 
@@ -42,18 +42,11 @@ class ZeusBSOAccelerate(TrialSession):
             processes, exists once it is built).
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
-        energy_meter: how to measure energy in this process (default: `auto_meter`).
-        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
-        resume: what `checkpoint` returned in an earlier, interrupted run of this trial.
-        on_server_unavailable: ``"fallback"`` (train at the job's default batch size, or the
-            last recommendation saved on this machine, when the server cannot be reached at
-            start) or ``"raise"``.
-        raise_if_unconverged: `end` (the ``with`` block's exit) raises
-            `ZeusBSOTrainFailError` on every process when the run did not reach its target.
-        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`), for
-            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``.
-        reference_batch_size: the per-process batch size the learning rate was tuned at
-            (default: the job's ``default_batch_size``).
+        options: `zeus_bso.training.TrialSession`'s ``energy_meter``, ``token``, ``resume``,
+            ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
+            exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
+            its target), ``lr_rule`` and ``reference_batch_size`` (for
+            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).
@@ -64,13 +57,7 @@ class ZeusBSOAccelerate(TrialSession):
         accelerator: Any,
         server_url: str | None = None,
         job: JobSpec | None = None,
-        energy_meter: EnergyMeter | None = None,
-        token: str | None = None,
-        resume: dict[str, Any] | None = None,
-        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
-        raise_if_unconverged: bool = False,
-        lr_rule: LrRule = "none",
-        reference_batch_size: int | None = None,
+        **options: Unpack[SessionOptions],
     ) -> None:
         self.accelerator = accelerator
         super().__init__(
@@ -78,12 +65,6 @@ class ZeusBSOAccelerate(TrialSession):
             lambda values, step: accelerator.log(values, step=step),
             server_url,
             required_job(job),
-            energy_meter=energy_meter,
-            token=token,
-            resume=resume,
-            on_server_unavailable=on_server_unavailable,
-            raise_if_unconverged=raise_if_unconverged,
             show=accelerator.print,
-            lr_rule=lr_rule,
-            reference_batch_size=reference_batch_size,
+            **options,
         )

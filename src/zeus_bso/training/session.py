@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
@@ -29,6 +29,18 @@ from zeus_bso.training.collectives import (
     gpus_of_the_run,
     open_window,
 )
+
+
+class SessionOptions(TypedDict, total=False):
+    """What a loop adapter passes on to `TrialSession` unchanged (see its arguments)."""
+
+    energy_meter: EnergyMeter | None
+    token: str | None
+    resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
+    on_server_unavailable: Literal["fallback", "raise"]
+    raise_if_unconverged: bool
+    lr_rule: LrRule
+    reference_batch_size: int | None
 
 
 class TrialSession:

@@ -18,6 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from zeus_bso_server.api.asgi import answer_json
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
+"""Answered whatever the name: they say only whether the server is up (probes use any name)."""
 
 
 def host_name(header: str) -> str:
@@ -47,7 +49,7 @@ class LoopbackHostMiddleware:
         self.allowed = frozenset(host_name(name) for name in allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in HEALTH_PATHS:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
