@@ -26,7 +26,9 @@ from tests.helpers import (
 )
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
+from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.spec import UPSTREAM_OPTIONS
 
@@ -206,5 +208,44 @@ def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> N
         assert trial.trial_number == 1  # the refused attempts left nothing behind
         with server.client() as http:
             assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 1
+    finally:
+        server.stop()
+
+
+def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> None:
+    """The database stays locked past the client's retries: the report is kept, training goes
+    on, and the report is delivered at the end, when the database is back."""
+    db = tmp_path / "bso.db"
+    server = ServerProcess(
+        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
+    )
+    try:
+        spec = JobSpec(
+            job_id=unique_id("outage"),
+            job_id_prefix="outage",
+            batch_sizes=[16, 32],
+            default_batch_size=32,
+            target_metric=0.8,
+            max_epochs=5,
+        )
+        bso = BatchSizeOptimizer(
+            server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
+            assert answer.stop_train is False
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        bso.end()
+        assert bso.outcome is not None
+        assert bso.outcome.converged
+        with server.client() as http:
+            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 1)
     finally:
         server.stop()
