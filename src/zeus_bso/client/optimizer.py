@@ -48,6 +48,8 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
+from zeus_bso.policy.cost import Report, StopRules, judge_report
+from zeus_bso.policy.machine import answer_of
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
 from zeus_bso.spec import (
     GPU_FIELDS,
@@ -378,7 +380,7 @@ class BatchSizeOptimizer:
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
         if self.offline:
-            return self._judged_here(metric, epoch, elapsed)
+            return self._judged_here(metric, epoch)
         assert self.trial is not None
         result = TrainingResult(
             **self.trial.model_dump(),
@@ -398,43 +400,36 @@ class BatchSizeOptimizer:
             )
             return ReportResponse(stop_train=False, converged=False, message=str(err))
         self._pending = None
-        self._answer = answer
+        self._answered(answer)
         if answer.stop_train:
-            self.training_finished = True
-            self.converged = answer.converged
             logger.info("trial %d done: %s", self.trial.trial_number, answer.message)
         return answer
 
-    def _judged_here(self, metric: float, epoch: int, elapsed: Elapsed) -> ReportResponse:
-        """A report without the server: stop at the target or at ``max_epochs``."""
-        spec = self._spec
-        reached = (
-            metric >= spec.target_metric
-            if spec.higher_is_better_metric
-            else metric <= spec.target_metric
-        )
-        answer = ReportResponse(stop_train=False, converged=False, message="trained offline")
-        if reached:
-            side = ">=" if spec.higher_is_better_metric else "<="
-            why = f"it reached the target ({metric:.4g} {side} {spec.target_metric:g})"
-            answer = ReportResponse(
-                stop_train=True,
-                converged=True,
-                message="Train succeeded",
-                reason=StopReason.CONVERGED,
-                why=why,
-            )
-        elif epoch >= spec.max_epochs:
-            answer = ReportResponse(
-                stop_train=True,
-                converged=False,
-                message=f"Train failed to converge within max_epoch({spec.max_epochs})",
-                reason=StopReason.MAX_EPOCHS,
-                why=f"it trained the job's max_epochs ({spec.max_epochs})",
-            )
+    def _answered(self, answer: ReportResponse) -> None:
+        """Keep the latest answer, and the server's stop if it says so."""
         self._answer = answer
         if answer.stop_train:
             self.training_finished, self.converged = True, answer.converged
+
+    def _judged_here(self, metric: float, epoch: int) -> ReportResponse:
+        """A report without the server, judged by the policy's own rules without a cost bound
+        (no run to compare with): stop at the target or at ``max_epochs``."""
+        spec = self._spec
+        rules = StopRules(
+            spec.target_metric,
+            spec.higher_is_better_metric,
+            spec.max_epochs,
+            beta_knob=None,
+            prune_cost_ratio=None,
+            reference="best_run",
+            predictive=False,
+            learning_curve=False,
+            cost_to_go=False,
+        )
+        report = Report(batch_size=self.batch_size or spec.default_batch_size, cost=0.0,
+                        metric=metric, epoch=epoch)  # fmt: skip
+        answer = answer_of(judge_report(rules, report, None)).model_copy(update={"cost": None})
+        self._answered(answer)
         return answer
 
     def _beat(self) -> None:
@@ -527,10 +522,7 @@ class BatchSizeOptimizer:
             if self.trial is not None and end_trial and not self.offline:
                 if self._pending is not None:
                     try:
-                        self._answer = self.client.report(self._pending)
-                        if self._answer.stop_train:
-                            self.training_finished = True
-                            self.converged = self._answer.converged
+                        self._answered(self.client.report(self._pending))
                     except ZeusBSOError as err:
                         logger.error(
                             "the last report could not be delivered and is lost: %s (%s)",

@@ -369,13 +369,17 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 steps,
             )
 
-    def _refuse(self, message: str) -> NoReturn:
-        """Release the trial (a misconfiguration is not its batch size's fault) and raise."""
+    def _release(self, why: str) -> None:
+        """Release the trial: a misconfiguration is not its batch size's fault."""
         session = self.session
         if session is not None and not self._ended:
             self._ended = True
-            session.release(message)
+            session.release(why)
             self.outcome = session.outcome
+
+    def _refuse(self, message: str) -> NoReturn:
+        """Release the trial and raise ``message`` as a `ConfigurationError`."""
+        self._release(message)
         raise ConfigurationError(message)
 
     def _report(
@@ -395,8 +399,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         try:
             stop = self.session.report(metric)
         except ConfigurationError as err:
-            self._refuse(str(err))
-            raise  # _refuse raised already
+            self._release(str(err))
+            raise
         values = self.session.last
         if "bso/cost" in values:  # the server's figure (none while it is unreachable)
             metrics["bso_cost"] = values["bso/cost"]

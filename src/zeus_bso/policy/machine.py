@@ -292,7 +292,7 @@ def after_report(
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
-    answer = _answer(verdict)
+    answer = answer_of(verdict)
     measured = replace(
         trial,
         epochs=current_epoch,
@@ -308,7 +308,8 @@ def after_report(
     return _ended(rules, state, measured, verdict, answer, profiles)
 
 
-def _answer(verdict: Verdict) -> ReportResponse:
+def answer_of(verdict: Verdict) -> ReportResponse:
+    """The answer to a report that ``verdict`` judged."""
     return ReportResponse(
         stop_train=verdict.stop,
         converged=verdict.converged,
