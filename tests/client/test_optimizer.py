@@ -185,7 +185,7 @@ def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(
     assert bso.get_batch_size() == job.default_batch_size
     assert bso.offline
     assert bso.trial is None
-    assert "training at the job's default batch size" in caplog.text
+    assert "training at batch size 32, the job's default, without the server" in caplog.text
     bso.on_train_begin()
     assert not bso.on_evaluate(0.5).stop_train
     answer = bso.on_evaluate(0.95)
@@ -205,7 +205,7 @@ def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(
     fallback.remember(bso.job_id, 64)
     again = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(100), retry_seconds=0)
     assert again.get_batch_size() == 64
-    assert "the last recommendation seen on this machine" in caplog.text
+    assert "training at batch size 64, the last recommendation seen on this machine" in caplog.text
     again.release("not trained in this test")
 
 

@@ -259,11 +259,11 @@ class BatchSizeOptimizer:
         self.offline, self._offline_batch_size = True, size
         self._offline_why = f"the server could not be reached at start ({err})"
         logger.warning(
-            "zeus-bso: %s; training at %s batch size, %d, without the server (nothing is "
+            "zeus-bso: %s; training at batch size %d, %s, without the server (nothing is "
             "reported; pass on_server_unavailable='raise' to fail instead)",
             self._offline_why,
-            source,
             size,
+            source,
         )
         return size
 
