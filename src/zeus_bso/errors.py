@@ -78,6 +78,28 @@ class NoConvergedBatchSizeError(PolicyError):
         )
 
 
+class NoFittingBatchSizeError(NoConvergedBatchSizeError):
+    """Raised when no batch size that is left fits in the accelerator memory of the hardware
+    profile a run asks for: every one the job could offer ran out of memory there (or is at or
+    above a size that did).
+
+    Register the job again with smaller batch sizes, or give the client a
+    ``max_micro_batch_size`` so that large batch sizes are reached by accumulation.
+    """
+
+    def __init__(self, round_index: int, tried: list[int], cap: int, profile: str) -> None:
+        self.cap = cap
+        self.profile = profile
+        PolicyError.__init__(
+            self,
+            f"No batch size fits in memory on {profile}: {cap} and above ran out of memory "
+            f"there (tried {tried}). Register a new job_id with smaller batch_sizes, or train "
+            "with max_micro_batch_size so that large batch sizes accumulate micro-batches.",
+        )
+        self.round_index = round_index
+        self.tried = tried
+
+
 class ReportMismatchError(PolicyError):
     """Raised when a report contradicts the trial it names: fewer epochs, or less time or
     energy, than the trial already reported. Reports carry cumulative values since the run

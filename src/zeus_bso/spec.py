@@ -481,6 +481,11 @@ class DispatchedTrial(TrialId):
     already reported."""
 
     resumed: bool = False
+    memory_unknown: bool = False
+    """Whether no run of this batch size has reported on the run's hardware profile yet (an
+    extension, answered to a request that names its GPUs, as zeus-bso's client does): a client
+    tries a few steps first, and a batch size that runs out of memory is marked ``infeasible``
+    before the run trains."""
     current_epoch: NonNegativeInt = 0
     time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
     energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
@@ -522,6 +527,9 @@ class StopReason(StrEnum):
     size."""
     FAILED = "failed"
     """The run raised while training."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """The run ran out of accelerator memory at its batch size: the size is ``infeasible`` on
+    its hardware profile, and no run there gets it (or a larger one) again."""
 
 
 class ReportResponse(WireModel):

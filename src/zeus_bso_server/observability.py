@@ -83,7 +83,8 @@ class Metrics:
         )
         self.trials = Counter(
             "zeus_bso_trial_transitions",
-            "Trials entering a state (dispatched, reported, failed, abandoned, released).",
+            "Trials entering a state (dispatched, reported, failed, abandoned, released, "
+            "infeasible).",
             ["state"],
             registry=self.registry,
         )

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import decision_view, next_run
 from zeus_bso.spec import CreatedJob, profile_key
 from zeus_bso_server.errors import JobNotFoundError
@@ -107,6 +107,8 @@ def _history(
 def _next_run(conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState) -> NextRun:
     """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
     found = next_run(SqlJobStore(conn, job_id, state), config, profile_key(config))
+    if isinstance(found, NoFittingBatchSizeError):
+        return NextRun(batch_size=None, kind=None, arms=None, refused=True, why=f"refused: {found}")
     if isinstance(found, NoConvergedBatchSizeError):
         return NextRun(
             batch_size=None,
@@ -303,6 +305,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
             else JobStage(job.stage)
         ),
         pinned=job.state.pinned,
+        memory_caps=dict(job.state.memory_caps),
         next_run=upcoming,
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,

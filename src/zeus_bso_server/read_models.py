@@ -198,6 +198,9 @@ class JobView(BaseModel):
     stage: JobStage
     pinned: int | None = None
     """The batch size the job is pinned to (null: not pinned)."""
+    memory_caps: dict[str, int] = {}
+    """By hardware profile: the smallest batch size that ran out of memory there; no run on
+    that profile gets it or a larger one (other profiles keep them)."""
     next_run: NextRun
     """What its next run on the current hardware profile will get, and why."""
     arms: list[int] | None

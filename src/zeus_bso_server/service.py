@@ -220,11 +220,15 @@ class BatchSizeService:
             if resumed is not None:
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
-        step = orchestrate.dispatch(store, config, profile_key(gpu or config))
+        profile = profile_key(gpu or config)
+        step = orchestrate.dispatch(store, config, profile)
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
         trial = DispatchedTrial(
-            job_id=job_id, batch_size=step.trial.batch_size, trial_number=step.trial.trial_number
+            job_id=job_id,
+            batch_size=step.trial.batch_size,
+            trial_number=step.trial.trial_number,
+            memory_unknown=not step.job.measured(profile, step.trial.batch_size),
         )
         return trial, step.dispatch, expired
 
@@ -331,6 +335,37 @@ class BatchSizeService:
 
         stored = await self.db.write(work)
         self.metrics.trials.labels(stored.trial.status.value).inc()
+        return stored
+
+    async def trial_out_of_memory(self, trial_id: TrialId) -> StoredTrial:
+        """The run of a trial ran out of memory at its batch size: an open trial becomes
+        infeasible, and its hardware profile's memory cap comes down to that size (the policy's
+        `Event.OUT_OF_MEMORY`). Returns the trial.
+
+        Raises:
+            JobNotFoundError, TrialNotFoundError: no such job or trial.
+        """
+
+        def work(conn: Connection) -> tuple[StoredTrial, bool]:
+            job, config = self._registered(
+                repo.get_job(conn, trial_id.job_id, lock=True), trial_id.job_id
+            )
+            before = self._trial(conn, trial_id)
+            after = orchestrate.ran_out_of_memory(SqlJobStore.of(conn, job), config, before.trial)
+            if after.status is not before.trial.status:
+                logger.info(
+                    "job %s: batch size %d ran out of memory on %s (trial %d)",
+                    trial_id.job_id,
+                    after.batch_size,
+                    after.profile,
+                    after.trial_number,
+                )
+            return self._trial(conn, trial_id), after.status is not before.trial.status
+
+        async with self._queue(trial_id.job_id):
+            stored, changed = await self.db.write(work)
+        if changed:
+            self.metrics.trials.labels(TrialStatus.INFEASIBLE.value).inc()
         return stored
 
     async def pin(self, job_id: str, batch_size: int | None) -> int:

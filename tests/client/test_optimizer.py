@@ -339,3 +339,57 @@ def test_the_server_and_token_come_from_the_environment(
     assert bso.client.server_url == server.url
     assert bso.client._http.headers["Authorization"] == "Bearer from-the-environment"
     bso.abort()
+
+
+def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
+    server: ServerProcess,
+) -> None:
+    """The plain client's helper: sizes that run out of memory in the steps tried are marked
+    ``infeasible`` and the server's next size is tried; a size known to fit is not tried."""
+    job = spec("plainoom", batch_sizes=[8, 16, 32, 64], default_batch_size=32, prune_stride=1)
+    tried: list[int] = []
+
+    def try_steps(size: int) -> None:
+        tried.append(size)
+        if size > 8:
+            raise RuntimeError(f"CUDA out of memory. Tried to allocate {size} MiB")
+
+    bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+    size = bso.fit_in_memory(try_steps)
+    assert (size, tried) == (8, [32, 16, 8])
+    assert not bso.memory_unknown
+    bso.on_train_begin()
+    assert bso.on_evaluate(0.99).stop_train
+    bso.end()
+    with ServerClient(server.url) as client:
+        trials = client.trials(bso.job_id)
+    statuses = {t["batch_size"]: t["status"] for t in trials}
+    assert statuses == {32: "infeasible", 16: "infeasible", 8: "reported"}
+
+    again = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+    tried.clear()
+    assert again.fit_in_memory(try_steps) == 8
+    assert tried == []  # 8 ran on this profile already: nothing is tried
+    again.abort()
+
+
+def test_fit_in_memory_raises_other_errors_and_refuses_after_training(
+    server: ServerProcess,
+) -> None:
+    job = spec("plainoomerr", batch_sizes=[8, 16], default_batch_size=16)
+    bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+
+    def broken(size: int) -> None:
+        raise ValueError("a bug in the training step")
+
+    with pytest.raises(ValueError, match="a bug"):
+        bso.fit_in_memory(broken)
+    bso.on_train_begin()
+    with pytest.raises(OperationOrderError, match="end_out_of_memory"):
+        bso.out_of_memory("too late")
+    bso.end_out_of_memory("CUDA out of memory in epoch 2")
+    assert bso.outcome is not None
+    assert bso.outcome.reason is StopReason.OUT_OF_MEMORY
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert trial["status"] == "infeasible"

@@ -507,3 +507,127 @@ def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
     trainer.fit(resumed, ckpt_path=str(tmp_path / "last.ckpt"))
     assert resumed.rates == [(0.2, 0.2), (0.2, 0.2)]
     assert again.trial_number == callback.trial_number  # the same trial, continued
+
+
+class RunsOutOfMemoryAbove(TinyClassifier):
+    """A model whose training step runs out of (CUDA) memory above ``limit`` samples, on
+    every rank, or on ``rank`` alone."""
+
+    def __init__(self, limit: int, rank: int | None = None, batch_size: int = 4) -> None:
+        super().__init__(batch_size)
+        self.limit, self.oom_rank = limit, rank
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        x, _ = batch
+        if len(x) > self.limit and self.oom_rank in (None, self.global_rank):
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {len(x)} MiB (a test's limit)"
+            )
+        self.log("train_loss_seen", 1.0)  # dropped while sizes are tried; kept in the fit
+        return super().training_step(batch, index)
+
+
+def oom_job(job_id: str) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        job_id_prefix=job_id.split("-")[0],
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.85,
+        max_epochs=4,
+        mab_seed=1,
+        learning_curve_stop=False,
+    )
+
+
+def test_out_of_memory_is_infeasible_and_the_fit_goes_on_at_a_size_that_fits(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = oom_job(unique_id("litoom"))
+    sizes = []
+    for recurrence in range(3):
+        pl.seed_everything(0, verbose=False)
+        model = RunsOutOfMemoryAbove(limit=16)
+        before = [p.detach().clone() for p in model.parameters()]
+        callback = ZeusBSOCallback(
+            server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100)
+        )
+        trainer = pl.Trainer(
+            callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)
+        )
+        if recurrence == 0:
+            # What the steps tried change is undone before the fit trains.
+            callback_start = callback.on_fit_start
+
+            def checked(
+                trainer: Any, module: Any, start: Any = callback_start, was_: Any = before
+            ) -> None:
+                start(trainer, module)
+                for was, now in zip(was_, module.parameters(), strict=True):
+                    assert torch.equal(was, now.detach())
+
+            callback.on_fit_start = checked  # type: ignore[method-assign]
+        trainer.fit(model)  # the same fit() call finishes, at a size that fits
+        sizes.append(callback.batch_size)
+        assert max(model.seen_batch_sizes) <= 16
+        assert callback.outcome is not None
+        assert callback.outcome.reason is not None
+        assert "train_loss_seen" in trainer.callback_metrics
+    assert sizes == [16, 16, 16]
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert [(t["batch_size"], t["status"]) for t in trials[:2]] == [
+        (32, "infeasible"),
+        (16, "reported"),
+    ]
+    # Never dispatched again on this profile: 32, or 64 above it.
+    assert all(t["batch_size"] == 16 for t in trials[1:])
+    assert list(state["memory_caps"].values()) == [32]
+
+
+def test_out_of_memory_while_training_ends_the_fit_as_infeasible(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """With no steps tried first, the error comes in the fit: it ends, and the trial is
+    ``infeasible`` (not failed); the next fit gets a smaller size."""
+    spec = oom_job(unique_id("litoomlate"))
+    model = RunsOutOfMemoryAbove(limit=16)
+    callback = ZeusBSOCallback(
+        server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100), memory_check_steps=0
+    )
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        trainer.fit(model)
+    assert callback.outcome is not None
+    assert callback.outcome.reason == "out_of_memory"
+    assert "ran out of memory" in callback.outcome.summary()
+    _, callback = fit(server.url, spec, tmp_path)
+    assert callback.batch_size == 16
+    with ServerClient(server.url) as client:
+        statuses = [t["status"] for t in client.job_state(spec.job_id or "")["trials"]]
+    assert sorted(statuses) == ["infeasible", "reported"]
+
+
+def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_path: Path) -> None:
+    """Rank 1 alone runs out of memory while sizes are tried: neither rank hangs, both go on at
+    the next size together, and the trial is marked once."""
+    spec = oom_job(unique_id("ddpoom"))
+    pl.seed_everything(0, verbose=False)
+    model = RunsOutOfMemoryAbove(limit=16, rank=1)
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        callbacks=[callback],
+        max_epochs=2,
+        devices=2,
+        strategy="ddp_spawn",
+        **quiet_trainer_options(tmp_path),
+    )
+    trainer.fit(model)
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert [(t["batch_size"], t["status"]) for t in trials] == [
+        (32, "infeasible"),
+        (16, "released"),  # the Trainer's max_epochs (2) ended it before the server's stop
+    ]

@@ -145,6 +145,11 @@ def show_command(
         console.print(
             f"hardware profiles {escape(', '.join(profiles))}; costs in the current one's units"
         )
+    for profile, size in sorted((state.get("memory_caps") or {}).items()):
+        console.print(
+            f"out of memory: batch size {size} and above on {escape(profile)} (not dispatched "
+            "there again)"
+        )
     recommended, savings = state["recommended"], state["savings"]
     if recommended is not None:
         console.print(

@@ -163,6 +163,15 @@ class ServerClient:
         response = self._request("POST", "/api/trials/release", content=trial.model_dump_json())
         return dict(response.json())
 
+    def infeasible(self, trial: TrialId) -> dict[str, Any]:
+        """Mark a trial whose run ran out of memory at its batch size (``infeasible``).
+
+        Raises:
+            RouteMissingError: the server has no such route (upstream Zeus's server).
+        """
+        response = self._request("POST", "/api/trials/infeasible", content=trial.model_dump_json())
+        return dict(response.json())
+
     def heartbeat(self, trial: TrialId) -> dict[str, Any]:
         """Renew a running trial's lease.
 

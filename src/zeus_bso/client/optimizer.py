@@ -35,6 +35,7 @@ from typing import Any, Literal, Self
 
 from zeus_bso.client import fallback
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.settings import required_job, server_url_from, token_from
@@ -201,6 +202,8 @@ class BatchSizeOptimizer:
         self._raise_if_unconverged = raise_if_unconverged
         self._show = show
         self._offline_batch_size: int | None = None
+        self._memory_unknown = False
+        self._out_of_memory: list[int] = []
         self._offline_why = ""
         self._answer: ReportResponse | None = None
         self._reported: Elapsed | None = None
@@ -295,6 +298,7 @@ class BatchSizeOptimizer:
                 )
             else:
                 self.progress.trial = trial
+                self._memory_unknown = dispatched.memory_unknown
                 logger.info(
                     "trial %d of job %s: batch size %d",
                     trial.trial_number,
@@ -302,6 +306,94 @@ class BatchSizeOptimizer:
                     trial.batch_size,
                 )
         return trial.batch_size
+
+    @property
+    def memory_unknown(self) -> bool:
+        """Whether no run of this batch size has reported on this run's hardware profile yet:
+        whether it fits in memory is not known (see `fit_in_memory`)."""
+        return self._memory_unknown and not self.offline and self.trial is not None
+
+    def out_of_memory(self, why: str | None = None) -> int:
+        """The run ran out of accelerator memory at its batch size, before it trained: the
+        trial is marked ``infeasible`` on this hardware profile (neither that size nor a larger
+        one is dispatched there again), and a new trial starts. Returns its batch size; build
+        the DataLoader again with it.
+
+        Raises:
+            OperationOrderError: the run trains already (use `end_out_of_memory`), or has no
+                trial (it trains without the server: no other batch size can be chosen).
+            NoConvergedBatchSizeError: (through the server: `ServerRejectedError` 409) no
+                batch size left fits on this profile.
+        """
+        trial = self.trial
+        if trial is None or self.offline:
+            raise OperationOrderError(
+                "out of memory without a trial (training without the server): lower the job's "
+                "default_batch_size, or train with max_micro_batch_size"
+            )
+        if self.progress.began:
+            raise OperationOrderError(
+                "out_of_memory() is for a batch size tried before training; a run that trains "
+                "already ends with end_out_of_memory()"
+            )
+        self._mark_infeasible(trial, why)
+        self._out_of_memory.append(trial.batch_size)
+        self.progress.trial = None
+        self._memory_unknown = False
+        return self.get_batch_size()
+
+    def end_out_of_memory(self, why: str | None = None) -> None:
+        """End a run that ran out of accelerator memory while it trained: its trial is marked
+        ``infeasible`` on this hardware profile (neither its batch size nor a larger one is
+        dispatched there again), and the outcome says so."""
+        if self._ended:
+            return
+        trial = self.trial
+        marked = trial is not None and not self.offline and self._mark_infeasible(trial, why)
+        self._finish(end_trial=not marked and self.run_key is None)
+        self._conclude(
+            StopReason.OUT_OF_MEMORY,
+            f"batch size {self.batch_size} ran out of memory" + (f" ({why})" if why else ""),
+        )
+
+    def _mark_infeasible(self, trial: TrialId, why: str | None) -> bool:
+        """Tell the server that ``trial``'s batch size ran out of memory; whether it heard."""
+        try:
+            self.client.infeasible(trial)
+        except RouteMissingError:
+            logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
+            self.client.end_trial(trial)
+            return False
+        except ZeusBSOError as err:
+            logger.warning("could not mark trial %s infeasible: %s", trial, err)
+            return False
+        logger.warning(
+            "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
+            trial.batch_size,
+            self.gpu.gpu_model,
+            f" ({why})" if why else "",
+        )
+        return True
+
+    def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
+        """Find, before training, a batch size that fits: while whether this run's batch size
+        fits is not known (`memory_unknown`), ``try_steps(batch_size)`` runs a few training
+        steps at it (and undoes them); one that runs out of memory is marked ``infeasible``
+        and the server's next batch size is tried. Returns the batch size to train at.
+
+        Other errors of ``try_steps`` are raised."""
+        size = self.get_batch_size()
+        while self.memory_unknown:
+            try:
+                try_steps(size)
+            except Exception as err:
+                if not out_of_memory(err):
+                    raise
+                free_accelerator_memory()
+                size = self.out_of_memory(f"{type(err).__name__}: {err}")
+            else:
+                self._memory_unknown = False
+        return size
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the

@@ -46,6 +46,11 @@ class TrialProgress:
         self._last_report: tuple[float, float] | None = None
         self._sampled = 0.0
 
+    @property
+    def began(self) -> bool:
+        """Whether training began (`begin`)."""
+        return self._began
+
     def begin(self) -> None:
         """Open the measuring window: training starts now. Later calls change nothing."""
         if self._began:

@@ -22,6 +22,7 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any, Literal
 
@@ -33,7 +34,7 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.training.session import TrialSession, not_charged
+from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ class ZeusBSOCallback(pl.Callback):
             its checkpoint's rates), and ``bso/lr`` is logged.
         reference_batch_size: the batch size the learning rate was tuned at (default: the
             job's ``default_batch_size``).
+        memory_check_steps: at a batch size that never ran on these GPUs, this many training
+            steps are tried when the fit starts, and undone (the weights, the optimizers' state
+            and the random state are restored); one that runs out of memory is marked
+            ``infeasible`` and the fit goes on at the server's next batch size (0: none tried;
+            a fit that runs out of memory later ends, its trial marked ``infeasible``).
     """
 
     def __init__(
@@ -95,9 +101,13 @@ class ZeusBSOCallback(pl.Callback):
         raise_if_unconverged: bool = False,
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
+        memory_check_steps: int = 3,
     ) -> None:
         super().__init__()
         check_rule(lr_rule)
+        if memory_check_steps < 0:
+            raise ConfigurationError(f"memory_check_steps is 0 or more, not {memory_check_steps}")
+        self.memory_check_steps = memory_check_steps
         if not monitor:
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url_from(server_url)  # no network: a clear error now
@@ -168,9 +178,12 @@ class ZeusBSOCallback(pl.Callback):
             reference_batch_size=self.reference_batch_size,
         )
         self._resumed = self._restored is not None
+        lightning_setattr(pl_module, self.batch_arg_name, self.session.batch_size)
+        if self._checks_memory(pl_module):
+            self.session.fit_in_memory(lambda size: self._try_steps(trainer, pl_module, size))
+            lightning_setattr(pl_module, self.batch_arg_name, self.session.batch_size)
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         self.job_id = self.session.job_id
-        lightning_setattr(pl_module, self.batch_arg_name, self.batch_size)
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         limit = trainer.max_epochs
         if limit is not None and 0 <= limit < self.job.max_epochs and trainer.is_global_zero:
@@ -182,6 +195,59 @@ class ZeusBSOCallback(pl.Callback):
                 self.job.max_epochs,
                 self.job.max_epochs,
             )
+
+    def _checks_memory(self, pl_module: pl.LightningModule) -> bool:
+        """Whether the fit tries a few steps first: the batch size never ran on these GPUs, and
+        the module optimizes automatically (a manual step's collectives cannot be tried
+        alone)."""
+        assert self.session is not None
+        return (
+            self.memory_check_steps > 0
+            and not self._resumed
+            and self.session.memory_unknown
+            and pl_module.automatic_optimization
+        )
+
+    def _try_steps(self, trainer: pl.Trainer, pl_module: pl.LightningModule, size: int) -> None:
+        """Run ``memory_check_steps`` training steps at batch ``size`` on this rank alone (the
+        module unwrapped: no collective), then undo them: the weights, the optimizers' state
+        and the random state are restored. An out-of-memory error is raised."""
+        import torch
+
+        lightning_setattr(pl_module, self.batch_arg_name, size)
+        holder = trainer.datamodule if trainer.datamodule is not None else pl_module
+        loader = holder.train_dataloader()
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
+        states = [copy.deepcopy(optimizer.state_dict()) for optimizer in trainer.optimizers]
+        devices = [pl_module.device] if pl_module.device.type == "cuda" else []
+        was_training = pl_module.training
+        quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
+        for name in quiet:  # the steps tried are not the fit's: nothing they log is kept
+            setattr(pl_module, name, lambda *args, **kwargs: None)
+        try:
+            with torch.random.fork_rng(devices=devices):
+                pl_module.train()
+                for index, batch in zip(range(self.memory_check_steps), loader, strict=False):
+                    batch = trainer.strategy.batch_to_device(batch)
+                    with trainer.precision_plugin.train_step_context():
+                        out = pl_module.training_step(batch, index)
+                    loss = out["loss"] if isinstance(out, dict) else out
+                    if loss is None:
+                        continue
+                    loss.backward()
+                    for optimizer in trainer.optimizers:
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+        finally:
+            for name in quiet:
+                delattr(pl_module, name)
+            for optimizer in trainer.optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            for optimizer, state in zip(trainer.optimizers, states, strict=True):
+                optimizer.load_state_dict(state)
+            pl_module.load_state_dict(weights)
+            pl_module.train(was_training)
+            del loader
 
     # -- training -----------------------------------------------------------------------------
 
@@ -302,11 +368,9 @@ class ZeusBSOCallback(pl.Callback):
         if not self._fitting(trainer) or session is None:
             return
         self.session = None  # Lightning calls no teardown after an exception
-        why = f"{type(exception).__name__}: {exception}"
-        if not_charged(exception, trained=trainer.global_step > 0):
-            session.release(why)  # not this batch size's fault
-        else:
-            session.abort(why)  # with a run key the trial stays open for the restart
+        # Out of memory: infeasible on these GPUs; not the batch size's fault: released; else
+        # failed (with a run key the trial stays open for the restart).
+        session.failed(exception, trained=trainer.global_step > 0)
         self.outcome = session.outcome
         self._restored = None
 

@@ -35,6 +35,7 @@ from zeus_bso.policy.machine import (
     after_report,
     history_of,
     moved,
+    out_of_memory,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.profiles import (
@@ -106,6 +107,7 @@ __all__ = [
     "judge_report",
     "moved",
     "next_pruning_step",
+    "out_of_memory",
     "profiles_of",
     "recommended",
     "registered_on",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from zeus_bso.errors import NoFittingBatchSizeError
 from zeus_bso.policy.bandits import choose_arm
 from zeus_bso.policy.pruning import (
     ExplorationInFlight,
@@ -29,23 +30,48 @@ def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
 
 def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch:
     """Choose the batch size of the next run of ``job``: pruning's next exploration, the arm
-    that probes new hardware (`JobHistory.probe`), or the bandit's choice.
+    that probes new hardware (`JobHistory.probe`), or the bandit's choice; never one at or
+    above the run's profile's memory cap (`JobHistory.memory_cap`).
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
+        NoFittingBatchSizeError: none of the batch sizes left fits on the run's profile.
     """
     arms = history.arms
     if arms is None:
-        step = next_pruning_step(PruningSettings.of(job), history.explorations)
+        settings = PruningSettings.of(job, history.memory_cap, history.profile)
+        step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext):
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):
             best = history.best.batch_size if history.best else job.default_batch_size
-            return Dispatch(best, TrialKind.CONCURRENT)
+            return Dispatch(_fitting(job, history, best), TrialKind.CONCURRENT)
         arms = step.arms
-    elif history.probe is not None and history.probe in arms:
+    elif history.probe is not None and history.probe in arms and history.fits(history.probe):
         return Dispatch(history.probe, TrialKind.BANDIT, arms=arms)
-    elif history.extension is not None and history.extension not in arms:
+    elif (
+        history.extension is not None
+        and history.extension not in arms
+        and history.fits(history.extension)
+    ):
         return Dispatch(history.extension, TrialKind.EXPLORATION, arms=arms)
-    batch_size = choose_arm(job, arms, history.observations, rng, history.bandit_pulls)
+    fitting = tuple(arm for arm in arms if history.fits(arm))
+    if not fitting:
+        assert history.memory_cap is not None
+        raise NoFittingBatchSizeError(
+            job.num_pruning_rounds, [], history.memory_cap, history.profile
+        )
+    batch_size = choose_arm(job, fitting, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
+
+
+def _fitting(job: CreatedJob, history: JobHistory, batch_size: int) -> int:
+    """``batch_size``, or the largest of the job's batch sizes below the memory cap if it is not
+    below it."""
+    if history.fits(batch_size):
+        return batch_size
+    below = [size for size in job.batch_sizes if history.fits(size)]
+    if not below:
+        assert history.memory_cap is not None
+        raise NoFittingBatchSizeError(0, [], history.memory_cap, history.profile)
+    return max(below)

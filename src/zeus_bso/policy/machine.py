@@ -12,6 +12,9 @@ A trial's status::
     dispatched ── lease ran out (EXPIRE) ──────────> abandoned
     abandoned  ── progress report or renewal ──────> dispatched  (the run was alive after all)
     dispatched, abandoned ── ended by client (END) > failed      (no final report came)
+    dispatched, abandoned ── released (RELEASE) ───> released    (says nothing of its size)
+    dispatched, abandoned ── out of memory (OOM) ──> infeasible  (its size, and larger ones,
+                                                                  do not fit on its profile)
 
 A report on a failed trial is still judged (a client may end a trial before its last report
 reaches the server); a reported trial answers every later report with its final verdict.
@@ -57,7 +60,7 @@ from zeus_bso.policy.types import (
     TrialStatus,
     Verdict,
 )
-from zeus_bso.spec import CreatedJob, ReportResponse
+from zeus_bso.spec import CreatedJob, ReportResponse, profile_key
 
 
 class Event(StrEnum):
@@ -71,6 +74,9 @@ class Event(StrEnum):
     """The client renewed the trial's lease (a heartbeat)."""
     RELEASE = "release"
     """The client released the trial (``POST /api/trials/release``)."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """The run ran out of accelerator memory at the trial's batch size
+    (``POST /api/trials/infeasible``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,7 @@ LIFECYCLE: Mapping[Event, StatusChange] = MappingProxyType(
         Event.EXPIRE: StatusChange(frozenset({TrialStatus.DISPATCHED}), TrialStatus.ABANDONED),
         Event.RENEW: StatusChange(OPEN, TrialStatus.DISPATCHED),
         Event.RELEASE: StatusChange(OPEN, TrialStatus.RELEASED),
+        Event.OUT_OF_MEMORY: StatusChange(OPEN, TrialStatus.INFEASIBLE),
     }
 )
 """The status changes that carry no measurement. The server's set-based updates are built from
@@ -102,6 +109,23 @@ def after_event(trial: TrialState, event: Event) -> TrialState:
     if trial.status in change.sources:
         return replace(trial, status=change.target)
     return trial
+
+
+def out_of_memory(
+    job: CreatedJob, state: JobState, trial: TrialState
+) -> tuple[JobState, TrialState]:
+    """The job and the trial after its run ran out of memory: an open trial becomes
+    ``infeasible``, and its profile's memory cap (`JobState.memory_caps`) comes down to its batch
+    size. A trial that is not open is left, and so is the job."""
+    after = after_event(trial, Event.OUT_OF_MEMORY)
+    if after.status is trial.status:
+        return state, trial
+    profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
+    cap = state.memory_caps.get(profile)
+    if cap is not None and cap <= trial.batch_size:
+        return state, after
+    caps = {**state.memory_caps, profile: trial.batch_size}
+    return replace(state, memory_caps=caps), after
 
 
 def history_of(
@@ -186,6 +210,8 @@ def after_dispatch(
     profiles = profiles_of(job, state)
     history = history_of(job, state, explorations, windowed, profiles, profile)
     ran_on = profile or next(iter(state.profiles), None)
+    if ran_on is not None:
+        history = replace(history, memory_cap=state.memory_caps.get(ran_on), profile=ran_on)
     if profiles is not None and state.by_profile is not None and ran_on is not None:
         pulls = state.by_profile.bandit_trials.get(ran_on, 0)
         history = replace(history, bandit_pulls=pulls)

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from zeus_bso.errors import NoConvergedBatchSizeError
-from zeus_bso.policy.machine import Dispatched, Reported, after_dispatch, after_report, history_of
+from zeus_bso.policy.machine import (
+    Dispatched,
+    Reported,
+    after_dispatch,
+    after_report,
+    history_of,
+    out_of_memory,
+)
 from zeus_bso.policy.profiles import WindowedCosts, profiles_of, state_on
 from zeus_bso.policy.store import JobStore
 from zeus_bso.policy.types import JobHistory, JobState, TrialState
@@ -117,6 +124,16 @@ def report(
     if step.final or step.trial != trial:
         store.save_trial(step.trial, step.job)
     return step
+
+
+def ran_out_of_memory(store: JobStore, job: CreatedJob, trial: TrialState) -> TrialState:
+    """The run of ``trial`` ran out of memory: store the trial (``infeasible`` if it was open)
+    and its profile's memory cap. Returns the trial."""
+    state = store.state()
+    after_state, after = out_of_memory(job, state, trial)
+    if after != trial or after_state != state:
+        store.save_trial(after, after_state)
+    return after
 
 
 def decision_view(store: JobStore, job: CreatedJob, state: JobState) -> tuple[JobState, JobHistory]:

@@ -8,6 +8,11 @@ above 1 a direction steps over batch sizes (every ``prune_stride``-th, the farth
 and the round then tries the untried neighbours of its cheapest batch size until the cheapest
 has none. The next round tries only the batch sizes that converged, pivoting on the cheapest.
 After the last round the converged batch sizes become the arms.
+
+A batch size that ran out of memory (an ``infeasible`` exploration, or one at or above the
+dispatching profile's memory cap) is passed over, and so is every larger one in that round: a
+direction walking down goes on past it, one walking up ends there. It is not counted as
+"did not converge".
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.types import TrialState, TrialStatus
 
 if TYPE_CHECKING:
@@ -39,10 +44,17 @@ class PruningSettings:
     cost_ratio: float | None
     stride: int
     max_unreported_failures: int
+    memory_cap: int | None = None
+    """The dispatching profile's memory cap (`zeus_bso.policy.JobState.memory_caps`)."""
+    profile: str = ""
+    """The dispatching profile (for an error's message)."""
 
     @classmethod
-    def of(cls, job: CreatedJob) -> PruningSettings:
-        """The job's pruning (``num_pruning_rounds``, ``prune_*``, ``max_unreported_failures``)."""
+    def of(
+        cls, job: CreatedJob, memory_cap: int | None = None, profile: str = ""
+    ) -> PruningSettings:
+        """The job's pruning (``num_pruning_rounds``, ``prune_*``, ``max_unreported_failures``)
+        for a run on ``profile``, whose memory cap is ``memory_cap``."""
         return cls(
             tuple(job.batch_sizes),
             job.default_batch_size,
@@ -52,6 +64,8 @@ class PruningSettings:
             job.prune_cost_ratio,
             job.prune_stride,
             job.max_unreported_failures,
+            memory_cap,
+            profile,
         )
 
 
@@ -60,6 +74,7 @@ class _Outcome(Enum):
     IN_FLIGHT = "in_flight"
     CONVERGED = "converged"
     NOT_CONVERGED = "not_converged"
+    INFEASIBLE = "infeasible"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +103,8 @@ PruningStep = ExploreNext | ExplorationInFlight | PruningDone
 def _outcome(
     records: list[TrialState], max_unreported_failures: int
 ) -> tuple[_Outcome, float | None]:
+    if any(r.status is TrialStatus.INFEASIBLE for r in records):
+        return _Outcome.INFEASIBLE, None
     reported = [r for r in records if r.status is TrialStatus.REPORTED]
     if reported:
         first = min(reported, key=lambda r: r.trial_number)
@@ -148,13 +165,21 @@ def next_pruning_step(
                 if went is not True:
                     return went
         while settings.stride > 1 and walk.converged:
-            untried = [b for b in _neighbours(candidates, walk.cheapest()) if b not in walk.tried]
+            untried = [
+                b
+                for b in _neighbours(candidates, walk.cheapest())
+                if b not in walk.tried and (walk.cap is None or b < walk.cap)
+            ]
             if not untried:
                 break
             went = walk.step(untried[0])
             if not isinstance(went, bool):
                 return went
         if not walk.converged:
+            if walk.cap is not None and not walk.tried:
+                raise NoFittingBatchSizeError(
+                    round_index, sorted(walk.out_of_memory), walk.cap, settings.profile
+                )
             raise NoConvergedBatchSizeError(round_index, sorted(walk.tried))
         candidates = sorted(walk.converged)
         pivot = walk.cheapest()
@@ -176,6 +201,9 @@ class _Round:
         self.by_round = by_round
         self.converged: dict[int, float] = {}
         self.tried: list[int] = []
+        self.cap: int | None = settings.memory_cap
+        """The smallest batch size known not to fit: it and larger ones are passed over."""
+        self.out_of_memory: list[int] = []
 
     def cheapest(self) -> int:
         return min(self.converged, key=lambda b: (self.converged[b], b))
@@ -183,7 +211,10 @@ class _Round:
     def step(self, batch_size: int) -> ExploreNext | ExplorationInFlight | bool:
         """The exploration ``batch_size`` needs next, or its outcome in this round: True, the
         walk goes on past it; False, its direction ends there (it did not converge, or cost
-        clearly more than the round's cheapest)."""
+        clearly more than the round's cheapest). A batch size at or above one that ran out of
+        memory is passed over (True: the walk down goes on; the walk up tries nothing more)."""
+        if self.cap is not None and batch_size >= self.cap:
+            return True
         outcome, cost = _outcome(
             self.by_round.get((self.round, batch_size), []), self.settings.max_unreported_failures
         )
@@ -191,6 +222,10 @@ class _Round:
             return ExplorationInFlight()
         if outcome is _Outcome.UNTRIED:
             return ExploreNext(batch_size=batch_size, round=self.round)
+        if outcome is _Outcome.INFEASIBLE:
+            self.cap = batch_size if self.cap is None else min(self.cap, batch_size)
+            self.out_of_memory.append(batch_size)
+            return True
         self.tried.append(batch_size)
         if outcome is _Outcome.NOT_CONVERGED:
             return False

@@ -46,6 +46,10 @@ class TrialStatus(StrEnum):
     """The client released the trial: the run ended for a reason that is not its batch size's
     (a misconfigured script; the framework's own epoch limit below the job's). Says nothing
     about the batch size, whose exploration is tried again."""
+    INFEASIBLE = "infeasible"
+    """The run ran out of accelerator memory at its batch size: neither that size nor a larger
+    one fits on the trial's hardware profile (`JobState.memory_caps`). Says nothing about
+    whether the size converges, and nothing about other profiles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +286,23 @@ class JobState:
     them: see `zeus_bso.policy.orchestration`)."""
     pinned: int | None = None
     """The batch size every run gets while the job is pinned (None: not pinned)."""
+    memory_caps: Mapping[str, int] = field(default_factory=dict)
+    """By hardware profile (`zeus_bso.spec.profile_key`): the smallest batch size that ran out
+    of memory there. No run on that profile is dispatched at it or above (an ``infeasible``
+    trial sets it); other profiles keep those sizes."""
+
+    def measured(self, profile: str, batch_size: int) -> bool:
+        """Whether a run of ``batch_size`` has reported on ``profile``: with two or more
+        profiles, an epoch counted there (`ByProfile`); with one, a final report."""
+        if len(self.profiles) >= 2 and self.by_profile is not None:
+            return (profile, batch_size) in self.by_profile.epochs
+        stats = self.stats.get(batch_size)
+        return stats is not None and stats.reports > 0
+
+    def fits(self, profile: str | None, batch_size: int) -> bool:
+        """Whether ``batch_size`` is below ``profile``'s memory cap (None: no cap is known)."""
+        cap = self.memory_caps.get(profile) if profile is not None else None
+        return cap is None or batch_size < cap
 
     @property
     def stage(self) -> Stage:
@@ -316,6 +337,15 @@ class JobHistory:
     extension: int | None = None
     """A batch size outside the arms the next run explores on its hardware profile
     (`zeus_bso.policy.profiles.extension`); None: the bandit chooses."""
+    memory_cap: int | None = None
+    """The next run's hardware profile's memory cap (`JobState.memory_caps`): nothing at or
+    above it is dispatched. None: none known."""
+    profile: str = ""
+    """The next run's hardware profile (for an error's message)."""
+
+    def fits(self, batch_size: int) -> bool:
+        """Whether ``batch_size`` is below the memory cap."""
+        return self.memory_cap is None or batch_size < self.memory_cap
 
     @property
     def stage(self) -> Stage:

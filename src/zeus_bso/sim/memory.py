@@ -130,6 +130,10 @@ class InMemoryJob:
         """Why each trial was dispatched, by trial number."""
         return {t.trial_number: t.kind.value for t in self.trials}
 
+    def out_of_memory(self, trial_id: TrialId) -> None:
+        """The run of a trial ran out of memory (``POST /api/trials/infeasible``)."""
+        orchestrate.ran_out_of_memory(self.store, self.job, self._trial(trial_id))
+
     def end_trial(self, trial_id: TrialId) -> None:
         """End a trial (``PATCH /trials``): one without a final report becomes failed."""
         self.store.save_trial(after_event(self._trial(trial_id), Event.END), self.state)

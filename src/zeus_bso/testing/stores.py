@@ -271,3 +271,20 @@ class StoreContract:
         with opened() as store:
             assert store.state().by_profile == more
             assert more.epochs[(V100, 32)] == EpochSums(40.0, 4.0, 1)
+
+    def test_an_infeasible_trial_and_the_memory_caps_are_kept(self, opened: Opener) -> None:
+        """A trial whose run ran out of memory ends ``infeasible``; the job keeps each profile's
+        memory cap (`JobState.memory_caps`), and a lower cap replaces a higher one."""
+        dispatched(opened, trial(1, 64, profile=V100), trial(2, 32, profile=A40))
+        with opened() as store:
+            job = replace(store.state(), memory_caps={V100: 64})
+            store.save_trial(replace(stored(store, 1), status=TrialStatus.INFEASIBLE), job)
+        with opened() as store:
+            assert stored(store, 1).status is TrialStatus.INFEASIBLE
+            assert store.state().memory_caps == {V100: 64}
+            job = replace(store.state(), memory_caps={V100: 64, A40: 32})
+            store.save_trial(replace(stored(store, 2), status=TrialStatus.INFEASIBLE), job)
+        with opened() as store:
+            assert store.state().memory_caps == {V100: 64, A40: 32}
+            assert stored(store, 2).status is TrialStatus.INFEASIBLE
+            assert store.state() == job

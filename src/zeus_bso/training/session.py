@@ -16,13 +16,20 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ConfigurationError, OperationOrderError, ZeusBSOTrainFailError
+from zeus_bso.errors import (
+    ConfigurationError,
+    OperationOrderError,
+    ZeusBSOError,
+    ZeusBSOTrainFailError,
+)
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule, scale_optimizer, warmup_steps
 from zeus_bso.spec import JobSpec, StopReason, TrialId
 from zeus_bso.training.collectives import (
+    all_gather_object,
     broadcast_object,
     elapsed_of_the_run,
     from_rank_zero,
@@ -119,16 +126,14 @@ class TrialSession:
             )
             saved = resume() if callable(resume) else resume
             size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
-            trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
-            return {"batch_size": size, "trial": trial, "job_id": optimizer.job_id}
+            return self._shared(size)
 
-        shared = from_rank_zero(broadcast, is_main, trial_of_this_run)
-        self._batch_size: int = shared["batch_size"]
-        self._job_id: str = shared["job_id"]
-        self.trial: TrialId | None = (
-            TrialId.model_validate(shared["trial"]) if shared["trial"] is not None else None
-        )
+        self._batch_size = 0
+        self._job_id = ""
+        self.trial: TrialId | None = None
         """The server's trial of this run (None: it trains without the server)."""
+        self._memory_unknown = False
+        self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
         if self.optimizer is not None:
@@ -138,9 +143,82 @@ class TrialSession:
             self.progress.trial = self.trial
         self._began = False
 
+    def _shared(self, size: int) -> dict[str, Any]:
+        """What rank 0 tells every rank of its trial (main process)."""
+        optimizer = self.optimizer
+        assert optimizer is not None
+        trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
+        return {
+            "batch_size": size,
+            "trial": trial,
+            "job_id": optimizer.job_id,
+            "memory_unknown": optimizer.memory_unknown,
+        }
+
+    def _took(self, shared: Mapping[str, Any]) -> None:
+        """Take rank 0's trial (`_shared`) on this rank."""
+        self._batch_size = int(shared["batch_size"])
+        self._job_id = str(shared["job_id"])
+        trial = shared["trial"]
+        self.trial = TrialId.model_validate(trial) if trial is not None else None
+        self._memory_unknown = bool(shared["memory_unknown"])
+        if self.optimizer is None and hasattr(self, "progress"):
+            self.progress.trial = self.trial
+
     @property
     def batch_size(self) -> int:
         """The batch size of this run, per process (what each process's DataLoader takes)."""
+        return self._batch_size
+
+    @property
+    def memory_unknown(self) -> bool:
+        """Whether no run of this batch size has reported on this hardware profile yet (see
+        `fit_in_memory`)."""
+        return self._memory_unknown
+
+    def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
+        """Find, before training, a batch size that fits in memory on every process; every
+        process calls it. While the batch size's fit is not known (`memory_unknown`), each
+        process runs ``try_steps(batch_size)`` (a few training steps, undone; it must not wait
+        in a collective); if any process ran out of memory, the trial is marked
+        ``infeasible`` and every process tries the server's next batch size. Returns the batch
+        size to train at.
+
+        Raises:
+            ZeusBSOError: on every process, when any process's ``try_steps`` failed otherwise
+                (that process raises its own error), or no batch size left fits (409).
+        """
+        while self._memory_unknown:
+            size = self._batch_size
+            oom: str | None = None
+            failed: Exception | None = None
+            try:
+                try_steps(size)
+            except Exception as err:
+                if out_of_memory(err):
+                    oom = f"{type(err).__name__}: {err}"
+                    free_accelerator_memory()
+                else:
+                    failed = err
+            said = None if failed is None else f"{type(failed).__name__}: {failed}"
+            results = all_gather_object((oom, said))
+            if failed is not None:
+                raise failed
+            errors = [message for _, message in results if message is not None]
+            if errors:
+                raise ZeusBSOError(
+                    f"another process failed while trying batch size {size}: {errors[0]}"
+                )
+            ooms = [message for message, _ in results if message is not None]
+            if not ooms:
+                self._memory_unknown = False
+                break
+
+            def next_size(why: str = ooms[0]) -> dict[str, Any]:
+                assert self.optimizer is not None
+                return self._shared(self.optimizer.out_of_memory(why))
+
+            self._took(from_rank_zero(self._broadcast, self.is_main, next_size))
         return self._batch_size
 
     @property
@@ -275,6 +353,24 @@ class TrialSession:
         if self.optimizer is not None:
             self.optimizer.abort(why)
 
+    def end_out_of_memory(self, why: str | None = None) -> None:
+        """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
+        this hardware profile (main process)."""
+        if self.optimizer is not None:
+            self.optimizer.end_out_of_memory(why)
+        self.meter.close()
+
+    def failed(self, error: BaseException, *, trained: bool) -> None:
+        """The run raised ``error``: it ran out of memory (`end_out_of_memory`), failed for a
+        reason that is not its batch size's (`release`), or failed (`abort`)."""
+        why = f"{type(error).__name__}: {error}"
+        if out_of_memory(error):
+            self.end_out_of_memory(why)
+        elif not_charged(error, trained=trained):
+            self.release(why)
+        else:
+            self.abort(why)
+
     def __enter__(self) -> Self:
         return self
 
@@ -286,10 +382,8 @@ class TrialSession:
     ) -> None:
         if exc is None:
             self.end()
-        elif not_charged(exc, trained=self.progress.epochs > 0):
-            self.release(f"{type(exc).__name__}: {exc}")
         else:
-            self.abort(f"{type(exc).__name__}: {exc}")
+            self.failed(exc, trained=self.progress.epochs > 0)
 
 
 def not_charged(error: BaseException, *, trained: bool) -> bool:
@@ -299,9 +393,3 @@ def not_charged(error: BaseException, *, trained: bool) -> bool:
     if isinstance(error, ConfigurationError):
         return True
     return not trained and not out_of_memory(error)
-
-
-def out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is an accelerator running out of memory."""
-    name = type(error).__name__
-    return name == "OutOfMemoryError" or "out of memory" in str(error).lower()

@@ -80,3 +80,16 @@ async def release(trial: TrialId, service: Service) -> TrialView:
     becomes ``released`` and counts nothing against its batch size; an ended one is left as it
     is."""
     return TrialView.of(await service.release_trial(trial))
+
+
+@router.post(
+    "/trials/infeasible",
+    response_model=TrialView,
+    responses={404: {"description": "No such trial"}},
+)
+async def infeasible(trial: TrialId, service: Service) -> TrialView:
+    """Mark a trial whose run ran out of accelerator memory at its batch size: an open trial
+    becomes ``infeasible``, and no run on its hardware profile is dispatched at that batch size
+    or above again (other profiles keep them); nothing is counted against the batch size's
+    convergence. An ended trial is left as it is."""
+    return TrialView.of(await service.trial_out_of_memory(trial))

@@ -88,6 +88,11 @@ TRIAL_LINKS: dict[str, Any] = {
         "requestBody": _TRIAL_ID,
         "description": "Release this trial (its run ended for a reason not its batch size's).",
     },
+    "TrialInfeasible": {
+        "operationId": "infeasible_api_trials_infeasible_post",
+        "requestBody": _TRIAL_ID,
+        "description": "Mark this trial infeasible (its run ran out of memory).",
+    },
 }
 
 
@@ -189,8 +194,11 @@ async def next_batch_size(
     names itself with ``run_key``, continue its open trial)."""
     gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
     trial = await service.next_trial(job_id, run_key, gpu)
-    # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported.
-    return Response(trial.model_dump_json(exclude_defaults=True), media_type="application/json")
+    # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
+    # and one to a client that names its GPUs (ours) whether the size ran on them.
+    left_out = None if gpu is not None else {"memory_unknown"}
+    body = trial.model_dump_json(exclude_defaults=True, exclude=left_out)
+    return Response(body, media_type="application/json")
 
 
 @router.post(

@@ -129,6 +129,7 @@ def job_state(job: Record) -> JobState:
         profiles={profile_key(g): g for g in map(GpuConfig.model_validate, job.profiles or ())},
         by_profile=_by_profile(job.by_profile) if job.by_profile is not None else None,
         pinned=job.pinned_batch_size,
+        memory_caps={str(p): int(b) for p, b in (job.memory_caps or {}).items()},
     )
 
 
@@ -155,6 +156,20 @@ _SET_BY_PROFILE = (
 def set_by_profile(conn: Connection, job_id: str, by: ByProfile) -> None:
     """Store the job's epochs and bandit trials by profile."""
     conn.execute(_SET_BY_PROFILE, {"key_job_id": job_id, "by_profile": _by_profile_json(by)})
+
+
+_SET_MEMORY_CAPS = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("key_job_id"))
+    .values(memory_caps=bindparam("memory_caps", type_=JSON()), updated_at=db_now())
+)
+
+
+def set_memory_caps(conn: Connection, job_id: str, caps: dict[str, int]) -> None:
+    """Store the job's memory caps by profile."""
+    conn.execute(
+        _SET_MEMORY_CAPS, {"key_job_id": job_id, "memory_caps": dict(sorted(caps.items()))}
+    )
 
 
 def trials_of(conn: Connection, job_id: str) -> list[TrialState]:
@@ -469,6 +484,19 @@ _RELEASE = (
     )
     .values(**_RELEASED, lease_expires_at=None)
 )
+
+
+_OUT_OF_MEMORY = (
+    update(trials)
+    .where(*_THE_TRIAL)
+    .values(status=bindparam("status"), lease_expires_at=None, updated_at=db_now())
+)
+
+
+def end_trial_as(conn: Connection, job_id: str, trial: TrialState) -> None:
+    """Store the terminal status of a trial that ended without a measurement of its own (an
+    ``infeasible`` one); its lease ends."""
+    conn.execute(_OUT_OF_MEMORY, {**_key(job_id, trial.trial_number), "status": trial.status.value})
 
 
 def _trial_row(trial: TrialState) -> dict[str, Any]:

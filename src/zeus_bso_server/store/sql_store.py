@@ -71,6 +71,8 @@ class SqlJobStore:
     def save_trial(self, trial: TrialState, job: JobState) -> None:
         if trial.status is TrialStatus.REPORTED:
             repo.finish_trial(self.conn, self.job_id, trial, job)
+        elif trial.status is TrialStatus.INFEASIBLE:
+            repo.end_trial_as(self.conn, self.job_id, trial)
         else:
             repo.record_progress(self.conn, self.job_id, trial, self.lease(trial))
         self._kept(job)
@@ -87,4 +89,6 @@ class SqlJobStore:
         changed."""
         if job.by_profile is not None and job.by_profile != self.job.by_profile:
             repo.set_by_profile(self.conn, self.job_id, job.by_profile)
+        if job.memory_caps != self.job.memory_caps:
+            repo.set_memory_caps(self.conn, self.job_id, dict(job.memory_caps))
         self.job = job

@@ -76,6 +76,9 @@ class JobRow(Base):
     `zeus_bso.policy.ByProfile`), kept with every report; NULL before they were counted."""
     pinned_batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """The batch size every run gets while the job is pinned; NULL: not pinned."""
+    memory_caps: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
+    """By hardware profile: the smallest batch size that ran out of memory there (see
+    `zeus_bso.policy.JobState.memory_caps`); NULL: none known."""
     created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
     updated_at: Mapped[float] = mapped_column(REAL, server_default=db_now())
 

@@ -1,0 +1,114 @@
+"""Out of memory over HTTP (``POST /api/trials/infeasible``), on each backend: the trial ends
+``infeasible``, its profile's runs never get that batch size or a larger one again, other
+profiles keep them, and the read API, the dashboard and the CLI say so. Real server process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.helpers import ServerProcess, job_body, unique_id
+
+A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
+A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
+H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "number_of_gpus": 1, "max_power": 700.0}
+
+
+def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
+    response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def trial_id(trial: dict[str, Any]) -> dict[str, Any]:
+    return {k: trial[k] for k in ("job_id", "batch_size", "trial_number")}
+
+
+def converge(http: httpx.Client, trial: dict[str, Any]) -> None:
+    """One epoch that reaches the target; larger batch sizes are cheaper."""
+    energy = 64_000.0 / trial["batch_size"]
+    body = {**trial_id(trial), "time": 1.0, "energy": energy, "metric": 0.99, "current_epoch": 1}
+    assert http.post("/report", json=body).json()["stop_train"]
+    assert http.patch("/trials", json=trial_id(trial)).status_code == 200
+
+
+def test_an_infeasible_size_is_never_dispatched_again_on_its_profile(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    job_id = unique_id("oom")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    upstream = dispatch(http, job_id)
+    assert set(upstream) == {"job_id", "batch_size", "trial_number"}  # upstream's, to its clients
+    assert http.post("/api/trials/release", json=upstream).is_success
+    first = dispatch(http, job_id, **A100)
+    assert first["batch_size"] == 128
+    assert first["memory_unknown"] is True  # never ran on this profile: the client tries it
+    answer = http.post("/api/trials/infeasible", json=trial_id(first))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "infeasible"
+    again = http.post("/api/trials/infeasible", json=trial_id(first))  # idempotent
+    assert again.json()["status"] == "infeasible"
+
+    sizes = []
+    for _ in range(8):
+        trial = dispatch(http, job_id)
+        sizes.append(trial["batch_size"])
+        converge(http, trial)
+    assert max(sizes) < 128, sizes
+    later = dispatch(http, job_id, **A100)
+    # Left out when false (the answer keeps upstream's shape where it can).
+    assert later.get("memory_unknown", False) is (later["batch_size"] not in sizes)
+    converge(http, later)
+
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert view["memory_caps"] == {A100_KEY: 128}
+    assert view["trials_by_status"]["infeasible"] == 1
+    assert view["savings"] is None or view["savings"]["default_batch_size"] == 128
+    page = http.get(f"/dashboard/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "128 and above on" in page.text
+    assert "status-infeasible" in page.text
+
+    # Another profile keeps 128 and 256: the job explores them there (the cheapest arm's
+    # neighbour, once the profile's costs are measured).
+    h100 = dispatch(http, job_id, **H100)
+    seen = {h100["batch_size"]}
+    converge(http, h100)
+    for _ in range(20):
+        trial = dispatch(http, job_id, **H100)
+        seen.add(trial["batch_size"])
+        converge(http, trial)
+        if trial["batch_size"] >= 128:
+            break
+    assert max(seen) >= 128, seen
+
+
+def test_a_profile_where_nothing_fits_is_refused_with_what_to_change(http: httpx.Client) -> None:
+    job_id = unique_id("oomall")
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    assert http.post("/jobs", json=body).status_code == 201
+    for _ in range(2):
+        assert http.post("/api/trials/infeasible", json=trial_id(dispatch(http, job_id))).is_success
+    refused = http.get("/jobs/batch_size", params={"job_id": job_id})
+    assert refused.status_code == 409
+    assert "No batch size fits in memory" in refused.text
+    assert "max_micro_batch_size" in refused.text
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert view["stage"] == "blocked"
+    assert view["next_run"]["refused"]
+    assert "fits in memory" in view["next_run"]["why"]
+
+
+def test_an_unknown_or_ended_trial(http: httpx.Client) -> None:
+    job_id = unique_id("oomend")
+    assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+    trial = dispatch(http, job_id)
+    converge(http, trial)
+    ended = http.post("/api/trials/infeasible", json=trial_id(trial))
+    assert ended.json()["status"] == "reported"  # an ended trial is left as it is
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {}
+    missing = http.post("/api/trials/infeasible", json={**trial_id(trial), "trial_number": 99})
+    assert missing.status_code == 404
+    assert "trial" in missing.text.lower()

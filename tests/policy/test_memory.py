@@ -1,0 +1,129 @@
+"""Out of memory is infeasible on that hardware profile: the policy never dispatches that batch
+size, or a larger one, there again; other profiles keep them; convergence is not judged."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.policy.helpers import explored, make_job
+from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
+from zeus_bso.policy import JobState, TrialKind, TrialState, TrialStatus, out_of_memory
+from zeus_bso.policy.pruning import ExploreNext, PruningDone, PruningSettings, next_pruning_step
+from zeus_bso.sim.memory import InMemoryJob
+from zeus_bso.spec import GpuConfig, TrialId, profile_key
+
+A40 = GpuConfig(gpu_model="A40", number_of_gpus=1, max_power=300.0)
+
+
+def converge(job: InMemoryJob, trial: TrialId, cost_per_epoch: float = 100.0) -> None:
+    """Report one epoch that reaches the target."""
+    job.report(trial, time=1.0, energy=cost_per_epoch, metric=0.99, current_epoch=1)
+
+
+def test_a_default_that_does_not_fit_sends_the_walk_down_and_never_up() -> None:
+    job = InMemoryJob(make_job(batch_sizes=[16, 32, 64, 128, 256], default_batch_size=64))
+    sizes = []
+    for _ in range(4):
+        trial = job.next_trial()
+        sizes.append(trial.batch_size)
+        if trial.batch_size >= 64:
+            job.out_of_memory(trial)
+        else:
+            converge(job, trial)
+    # 64 ran out of memory; 32 and 16 are explored; 128 and 256 are never tried (larger).
+    assert sizes[:3] == [64, 32, 16]
+    assert all(size < 64 for size in sizes[1:])
+    assert job.trials[0].status is TrialStatus.INFEASIBLE
+    assert job.state.memory_caps == {profile_key(job.job): 64}
+    assert 64 not in {s for s, st in job.state.stats.items() if st.reports}  # not judged
+
+
+def test_the_walk_up_ends_at_the_first_size_that_does_not_fit() -> None:
+    job = InMemoryJob(make_job(batch_sizes=[16, 32, 64, 128, 256], default_batch_size=32))
+    dispatched = []
+    for _ in range(8):
+        trial = job.next_trial()
+        dispatched.append(trial.batch_size)
+        if trial.batch_size >= 128:
+            job.out_of_memory(trial)
+        else:
+            converge(job, trial)
+    assert 256 not in dispatched
+    assert dispatched.count(128) == 1  # one wasted start, then never again
+    assert job.state.arms is not None
+    assert 128 not in job.state.arms
+
+
+def test_the_cap_holds_in_the_bandit_stage_and_only_on_its_profile() -> None:
+    job = InMemoryJob(
+        make_job(batch_sizes=[16, 32, 64], default_batch_size=32, num_pruning_rounds=1, mab_seed=3)
+    )
+    for _ in range(3):  # prune: every size converges, 64 cheapest
+        trial = job.next_trial()
+        converge(job, trial, cost_per_epoch={16: 300.0, 32: 200.0, 64: 100.0}[trial.batch_size])
+    trial = job.next_trial()  # the decision that ends pruning
+    assert job.state.arms is not None
+    assert 64 in job.state.arms
+    while trial.batch_size != 64:  # the bandit favours 64
+        converge(job, trial, 500.0)
+        trial = job.next_trial()
+    job.out_of_memory(trial)  # on this profile 64 does not fit after all (a new data set?)
+    assert job.trials[-1].status is TrialStatus.INFEASIBLE
+    base = profile_key(job.job)
+    later = [job.next_trial() for _ in range(20)]
+    for t in later:
+        job.end_trial(t)
+    assert all(t.batch_size < 64 for t in later)
+    # Another profile keeps 64.
+    job.register(A40)
+    other = []
+    for _ in range(30):
+        t = job.next_trial()
+        other.append(t.batch_size)
+        converge(job, t, 100.0)
+    assert 64 in other
+    assert job.state.memory_caps == {base: 64}
+
+
+def test_nothing_fits_is_said_with_the_profile() -> None:
+    job = InMemoryJob(make_job(batch_sizes=[16, 32], default_batch_size=32))
+    job.out_of_memory(job.next_trial())
+    job.out_of_memory(job.next_trial())
+    with pytest.raises(NoFittingBatchSizeError, match=r"No batch size fits in memory on .*V100"):
+        job.next_trial()
+    # A subclass of the error a refused dispatch already raises (a 409 for the server).
+    assert issubclass(NoFittingBatchSizeError, NoConvergedBatchSizeError)
+
+
+def test_a_pruning_replay_passes_over_an_infeasible_exploration() -> None:
+    job = make_job(batch_sizes=[16, 32, 64, 128], default_batch_size=64)
+    history = (
+        explored(0, 64, 1, converged=True, cost=10.0),
+        explored(0, 32, 2, converged=True, cost=12.0),
+        explored(0, 16, 3, converged=True, cost=14.0),
+        explored(0, 128, 4, status=TrialStatus.INFEASIBLE),
+    )
+    assert next_pruning_step(PruningSettings.of(job), history) == ExploreNext(64, round=1)
+    # With the dispatching profile's cap at 64, 64 and 128 are passed over from the start.
+    settings = PruningSettings.of(job, memory_cap=64, profile="1xV100@250W")
+    assert next_pruning_step(settings, ()) == ExploreNext(32, round=0)
+    done = next_pruning_step(
+        PruningSettings.of(
+            make_job(batch_sizes=[16, 32, 64, 128], default_batch_size=64, num_pruning_rounds=1)
+        ),
+        history,
+    )
+    assert done == PruningDone(arms=(16, 32, 64))
+
+
+def test_only_an_open_trial_becomes_infeasible_and_a_cap_only_comes_down() -> None:
+    job = make_job()
+    state = JobState(memory_caps={"1xV100@250W": 64})
+    open_trial = TrialState(1, 128, TrialKind.BANDIT, profile="1xV100@250W")
+    after_state, after = out_of_memory(job, state, open_trial)
+    assert after.status is TrialStatus.INFEASIBLE
+    assert after_state.memory_caps == {"1xV100@250W": 64}  # 128 is above the cap already
+    smaller = TrialState(2, 32, TrialKind.BANDIT, profile="1xV100@250W")
+    assert out_of_memory(job, state, smaller)[0].memory_caps == {"1xV100@250W": 32}
+    reported = TrialState(3, 16, TrialKind.BANDIT, status=TrialStatus.REPORTED, profile="x")
+    assert out_of_memory(job, state, reported) == (state, reported)
