@@ -1,0 +1,284 @@
+"""Real training, not the trace: a recurring job on the CPU, through a real server, with the
+Lightning callback, in three setups, against a brute-force oracle.
+
+The job: scikit-learn's handwritten digits (1,797 8x8 images, shipped with the package), a
+small MLP trained with plain SGD whose learning rate was tuned at the default batch size (32).
+A run converges when its validation accuracy reaches the target. Each run's cost is the job's
+cost (``eta`` x energy + (1 - eta) x max power x time) of its real CPU time, with energy
+estimated at a fixed power (`EstimateMeter`): what it is priced by is its compute.
+
+Setups, each ``--recurrences`` runs of the job through its own server:
+
+- ``none``: the callback with ``lr_rule="none"`` (the rate stays the one tuned at 32);
+- ``linear``: the recommended rule for SGD (``lr_rule="linear"``);
+- ``default``: always the default batch size, without the optimizer.
+
+The oracle: every batch size's cost to reach the target, with each rule, measured by brute
+force (``--oracle-seeds`` runs each, their mean); the oracle pays the cheapest mean every
+recurrence. Prints and saves (``benchmarks/results/real_training.json``) each setup's chosen
+batch sizes and cumulative time, energy and cost, and each against the oracle.
+
+Needs the lightning extra and scikit-learn::
+
+    pip install -e '.[server,lightning]' scikit-learn
+    python benchmarks/real_training.py --recurrences 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import lightning.pytorch as pl
+    import torch
+    from sklearn.datasets import load_digits
+except ImportError as err:  # pragma: no cover - a benchmark's own requirement
+    raise SystemExit(
+        f"{err.name} is missing: pip install -e '.[server,lightning]' scikit-learn"
+    ) from err
+
+from _server import running_server
+from zeus_bso import JobSpec
+from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+from zeus_bso.policy import zeus_cost
+
+BATCH_SIZES = [8, 16, 32, 64, 128, 256, 512]
+DEFAULT = 32
+LR = 0.1
+"""Tuned at the default batch size: the cheapest rate that reaches the target there reliably."""
+TARGET = 0.95
+MAX_EPOCHS = 30
+WATTS = 100.0
+ETA = 0.5
+RESULTS = Path(__file__).parent / "results" / "real_training.json"
+
+
+def digits() -> tuple[Any, Any]:
+    """The digits as (train, validation) datasets: a fixed 80/20 split, scaled to [0, 1]."""
+    data = load_digits()
+    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(data.target, dtype=torch.long)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    x, y = x[order], y[order]
+    cut = int(0.8 * len(x))
+    dataset = torch.utils.data.TensorDataset
+    return dataset(x[:cut], y[:cut]), dataset(x[cut:], y[cut:])
+
+
+TRAIN, VAL = digits()
+
+
+class DigitsMLP(pl.LightningModule):
+    def __init__(self, batch_size: int = DEFAULT) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        )
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(TRAIN, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(VAL, batch_size=512)
+
+    def training_step(self, batch: Any, _: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch: Any, _: int) -> None:
+        x, y = batch
+        self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+class StopAtTarget(pl.Callback):
+    """Without the server: stop at the target, and keep the run's time and whether it got there."""
+
+    def __init__(self) -> None:
+        self.converged = False
+        self.started = 0.0
+        self.seconds = 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.started = time.monotonic()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        if float(trainer.callback_metrics["val_acc"]) >= TARGET:
+            self.converged = True
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.seconds = time.monotonic() - self.started
+
+
+def trainer(callbacks: list[Any], root: Path) -> pl.Trainer:
+    return pl.Trainer(
+        callbacks=callbacks,
+        max_epochs=MAX_EPOCHS,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(root),
+    )
+
+
+def cost_of(seconds: float) -> float:
+    return zeus_cost(WATTS * seconds, seconds, ETA, WATTS)
+
+
+def run_alone(batch_size: int, rule: str, seed: int, root: Path) -> tuple[bool, float]:
+    """One run at ``batch_size`` without the server (``rule`` scales the rate from 32):
+    whether it reached the target, and its seconds."""
+    pl.seed_everything(seed, verbose=False)
+    model = DigitsMLP(batch_size)
+    factor = {"none": 1.0, "linear": batch_size / DEFAULT}[rule]
+    model.configure_optimizers = lambda: torch.optim.SGD(  # type: ignore[method-assign]
+        model.parameters(), lr=LR * factor
+    )
+    stop = StopAtTarget()
+    trainer([stop], root).fit(model)
+    return stop.converged, stop.seconds
+
+
+@dataclass
+class Setup:
+    name: str
+    batch_sizes: list[int] = field(default_factory=list)
+    converged: list[bool] = field(default_factory=list)
+    time: float = 0.0
+    energy: float = 0.0
+    cost: float = 0.0
+
+
+def recurrences_through_a_server(rule: str, count: int, root: Path) -> Setup:
+    setup = Setup(rule)
+    with tempfile.TemporaryDirectory() as db, running_server(f"sqlite:///{db}/bso.db") as url:
+        spec = JobSpec(
+            job_id_prefix=f"digits-{rule}",
+            batch_sizes=BATCH_SIZES,
+            default_batch_size=DEFAULT,
+            target_metric=TARGET,
+            max_epochs=MAX_EPOCHS,
+            eta_knob=ETA,
+            mab_seed=7,
+        )
+        for index in range(count):
+            pl.seed_everything(1000 + index, verbose=False)
+            callback = ZeusBSOCallback(
+                url, spec, monitor="val_acc", energy_meter=EstimateMeter(WATTS), lr_rule=rule
+            )
+            trainer([callback], root).fit(DigitsMLP())
+            assert callback.job_id is not None
+            assert callback.batch_size is not None
+            setup.batch_sizes.append(callback.batch_size)
+            outcome = callback.outcome
+            setup.converged.append(bool(outcome is not None and outcome.converged))
+            print(f"  {rule:>7} #{index + 1:>2}: batch size {callback.batch_size:>4}", flush=True)
+        with ServerClient(url) as client:
+            trials = client.trials(callback.job_id)
+        for trial in trials:  # every run's measured spending, as the server recorded it
+            setup.time += trial.get("time") or 0.0
+            setup.energy += trial.get("energy") or 0.0
+        setup.cost = zeus_cost(setup.energy, setup.time, ETA, WATTS)
+    return setup
+
+
+def always_the_default(count: int, root: Path) -> Setup:
+    setup = Setup("default")
+    for index in range(count):
+        converged, seconds = run_alone(DEFAULT, "none", 1000 + index, root)
+        setup.batch_sizes.append(DEFAULT)
+        setup.converged.append(converged)
+        setup.time += seconds
+        setup.energy += WATTS * seconds
+    setup.cost = zeus_cost(setup.energy, setup.time, ETA, WATTS)
+    return setup
+
+
+def oracle(seeds: int, root: Path) -> dict[str, dict[int, float]]:
+    """Each rule's mean cost to reach the target at each batch size (inf: a seed missed it)."""
+    table: dict[str, dict[int, float]] = {}
+    for rule in ("none", "linear"):
+        table[rule] = {}
+        for size in BATCH_SIZES:
+            costs = []
+            for seed in range(seeds):
+                converged, seconds = run_alone(size, rule, 2000 + seed, root)
+                costs.append(cost_of(seconds) if converged else math.inf)
+            table[rule][size] = statistics.fmean(costs)
+            print(f"  oracle {rule:>6} {size:>4}: {table[rule][size]:.1f}", flush=True)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recurrences", type=int, default=20)
+    parser.add_argument("--oracle-seeds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        print("oracle (brute force)", flush=True)
+        table = oracle(args.oracle_seeds, root)
+        setups = [
+            recurrences_through_a_server("linear", args.recurrences, root),
+            recurrences_through_a_server("none", args.recurrences, root),
+            always_the_default(args.recurrences, root),
+        ]
+    best = min(min(row.values()) for row in table.values())
+    best_at = [(rule, size) for rule, row in table.items() for size, c in row.items() if c == best]
+    oracle_cost = best * args.recurrences
+    print(f"\noracle: {best_at[0]} at {best:.1f} per run; {oracle_cost:.1f} for all")
+    print(f"{'setup':>8} {'cost':>9} {'x oracle':>9} {'time s':>8} {'converged':>10}  batch sizes")
+    for s in setups:
+        print(
+            f"{s.name:>8} {s.cost:>9.1f} {s.cost / oracle_cost:>9.2f} {s.time:>8.1f} "
+            f"{sum(s.converged):>6}/{len(s.converged):<3}  {s.batch_sizes}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "recurrences": args.recurrences,
+                "target": TARGET,
+                "eta": ETA,
+                "watts": WATTS,
+                "batch_sizes": BATCH_SIZES,
+                "default": DEFAULT,
+                "oracle": {r: {str(b): c for b, c in row.items()} for r, row in table.items()},
+                "oracle_cost": oracle_cost,
+                "setups": [asdict(s) | {"x_oracle": s.cost / oracle_cost} for s in setups],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()
