@@ -121,11 +121,8 @@ def out_of_memory(
     if after.status is trial.status:
         return state, trial
     profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
-    cap = state.memory_caps.get(profile)
-    if cap is not None and cap <= trial.batch_size:
-        return state, after
-    caps = {**state.memory_caps, profile: trial.batch_size}
-    return replace(state, memory_caps=caps), after
+    cap = min(state.memory_caps.get(profile, trial.batch_size), trial.batch_size)
+    return replace(state, memory_caps={**state.memory_caps, profile: cap}), after
 
 
 def history_of(

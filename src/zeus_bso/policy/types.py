@@ -299,11 +299,6 @@ class JobState:
         stats = self.stats.get(batch_size)
         return stats is not None and stats.reports > 0
 
-    def fits(self, profile: str | None, batch_size: int) -> bool:
-        """Whether ``batch_size`` is below ``profile``'s memory cap (None: no cap is known)."""
-        cap = self.memory_caps.get(profile) if profile is not None else None
-        return cap is None or batch_size < cap
-
     @property
     def stage(self) -> Stage:
         """The job's stage."""

@@ -162,8 +162,6 @@ class TrialSession:
         trial = shared["trial"]
         self.trial = TrialId.model_validate(trial) if trial is not None else None
         self._memory_unknown = bool(shared["memory_unknown"])
-        if self.optimizer is None and hasattr(self, "progress"):
-            self.progress.trial = self.trial
 
     @property
     def batch_size(self) -> int:
@@ -219,6 +217,8 @@ class TrialSession:
                 return self._shared(self.optimizer.out_of_memory(why))
 
             self._took(from_rank_zero(self._broadcast, self.is_main, next_size))
+            if self.optimizer is None:  # the main process's progress is its optimizer's
+                self.progress.trial = self.trial
         return self._batch_size
 
     @property

@@ -486,7 +486,7 @@ _RELEASE = (
 )
 
 
-_OUT_OF_MEMORY = (
+_END_AS = (
     update(trials)
     .where(*_THE_TRIAL)
     .values(status=bindparam("status"), lease_expires_at=None, updated_at=db_now())
@@ -496,7 +496,7 @@ _OUT_OF_MEMORY = (
 def end_trial_as(conn: Connection, job_id: str, trial: TrialState) -> None:
     """Store the terminal status of a trial that ended without a measurement of its own (an
     ``infeasible`` one); its lease ends."""
-    conn.execute(_OUT_OF_MEMORY, {**_key(job_id, trial.trial_number), "status": trial.status.value})
+    conn.execute(_END_AS, {**_key(job_id, trial.trial_number), "status": trial.status.value})
 
 
 def _trial_row(trial: TrialState) -> dict[str, Any]:
