@@ -63,18 +63,46 @@ PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 
+REFUSED_CHARACTERS: tuple[tuple[int, int], ...] = (
+    (0x0000, 0x001F),  # C0 controls
+    (0x007F, 0x009F),  # DEL and C1 controls
+    (0x061C, 0x061C),  # Arabic letter mark
+    (0x180E, 0x180E),  # Mongolian vowel separator
+    (0x200B, 0x200F),  # zero-width space, non-joiner, joiner; left-to-right and right-to-left marks
+    (0x2028, 0x202E),  # line and paragraph separators; bidi embeddings and overrides
+    (0x2060, 0x2064),  # word joiner and invisible operators
+    (0x2066, 0x2069),  # bidi isolates
+    (0xFEFF, 0xFEFF),  # byte order mark (zero-width no-break space)
+)
+"""Code points refused in ids, names and run keys (inclusive ranges): control characters, which
+PostgreSQL cannot store (NUL) or a person cannot read, and characters that hide or reorder text
+(``x\\u202egnp.exe`` would show as ``xexe.png``)."""
+
+
+def _refused(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in REFUSED_CHARACTERS)
+
+
 def no_control_characters(value: str) -> str:
-    """Refuse control characters (U+0000 to U+001F, U+007F to U+009F) in an id or a name:
-    PostgreSQL cannot store NUL, and none of them belongs in a name a person reads."""
+    """Refuse `REFUSED_CHARACTERS` in an id or a name, saying which character is where."""
     for position, char in enumerate(value):
-        if ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F:
+        if _refused(char):
+            kind = "control" if ord(char) <= 0x9F else "invisible or text-reordering"
             raise ValueError(
-                f"must not contain control characters (U+{ord(char):04X} at position {position})"
+                f"must not contain {kind} characters (U+{ord(char):04X} at position {position})"
             )
     return value
 
 
-PRINTABLE_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+PRINTABLE_PATTERN = (
+    "^[^"
+    + "".join(
+        f"\\u{low:04x}" + (f"-\\u{high:04x}" if high != low else "")
+        for low, high in REFUSED_CHARACTERS
+    )
+    + "]*$"
+)
 """`no_control_characters` as a JSON Schema pattern, so that the API's schema says it too."""
 
 

@@ -7,6 +7,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -25,7 +26,7 @@ from tenacity import (
 )
 
 from zeus_bso import __version__
-from zeus_bso.errors import EXIT_STATUSES
+from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
 from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings
@@ -59,9 +60,15 @@ DbOption = Annotated[
 ]
 
 
-def _fail(error: ServerError) -> typer.Exit:
-    # The message is text, not markup: "pip install 'zeus-bso[server]'" keeps its brackets.
-    err.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
+def _fail(error: ServerError, *, json_lines: bool = False) -> typer.Exit:
+    if json_lines:  # --log-format json: this line too is a JSON object
+        record = logging.LogRecord(
+            "zeus_bso_server", logging.CRITICAL, __file__, 0, error.message, None, None
+        )
+        print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+    else:
+        # The message is text, not markup: "pip install 'zeus-bso[server]'" keeps its brackets.
+        err.print(f"[bold red]error:[/] {escape(error.message)}", highlight=False)
     return typer.Exit(code=error.exit_code)
 
 
@@ -149,6 +156,9 @@ def serve(
     """Start the server (creating or upgrading the database schema first)."""
     import uvicorn
 
+    # Known before the settings load, so that an error in them is a JSON line too.
+    wants_json = (log_format or os.environ.get("ZEUS_BSO_LOG_FORMAT", "")).strip().lower()
+    json_lines = wants_json == "json"
     try:
         settings = load_settings(
             host=host,
@@ -159,6 +169,7 @@ def serve(
             log_format=log_format,
             allow_unauthenticated=allow_unauthenticated or None,
         )
+        json_lines = settings.log_format == "json"  # a .env file may say so too
         handler = logging.StreamHandler()
         if settings.log_format == "json":
             handler.setFormatter(JsonFormatter())
@@ -182,7 +193,7 @@ def serve(
         else:  # refused here, with its exit status, rather than by the app as it starts
             _on_database(settings, check_schema)
     except ServerError as error:
-        raise _fail(error) from None
+        raise _fail(error, json_lines=json_lines) from None
 
     # Worker processes build their settings from the environment: hand them the resolved ones.
     os.environ.update(
@@ -315,6 +326,30 @@ def db_current(db: DbOption = None) -> None:
     typer.echo(f"current: {current or 'empty'}  needed: {head_revision()}")
 
 
+def _asks_json_logs(args: list[str]) -> bool:
+    """Whether ``serve`` is asked for JSON logs on its command line or in the environment."""
+    for index, arg in enumerate(args):
+        if arg == "--log-format" and index + 1 < len(args):
+            return args[index + 1].strip().lower() == "json"
+        if arg.startswith("--log-format="):
+            return arg.partition("=")[2].strip().lower() == "json"
+    return os.environ.get("ZEUS_BSO_LOG_FORMAT", "").strip().lower() == "json"
+
+
 def main() -> None:
     """Entry point of the ``zeus-bso-server`` command."""
-    app()
+    args = sys.argv[1:]
+    if not (args[:1] == ["serve"] and _asks_json_logs(args)):
+        app()
+        return
+    # JSON logs: a usage error is a JSON line too (click would draw a box).
+    try:
+        status = app(standalone_mode=False)  # the status of a typer.Exit, else None
+    except typer.Abort:  # Ctrl-C before the server started
+        raise SystemExit(EXIT_FAILURE) from None
+    except typer.TyperException as error:  # a usage error
+        format_message = getattr(error, "format_message", None)
+        message = format_message() if callable(format_message) else str(error)
+        _fail(ServerError(str(message)), json_lines=True)
+        raise SystemExit(getattr(error, "exit_code", EXIT_USAGE)) from None
+    raise SystemExit(status if isinstance(status, int) else 0)

@@ -171,3 +171,31 @@ def test_json_logs_are_one_object_a_line_with_the_request_id(tmp_path: Path) -> 
     assert registered["request_id"] == "req-json-1"
     assert registered["level"] == "INFO"
     assert any("zeus-bso" in e["message"] and "worker(s)" in e["message"] for e in entries)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "status", "words"),
+    [
+        (["--db", "sqlite:////nonexistent/dir/bso.db"], {}, 1, "cannot use the database"),
+        (["--port", "abc"], {}, 2, "--port"),
+        (["--bogus"], {}, 2, "No such option: --bogus"),
+        ([], {"ZEUS_BSO_PORT": "99999"}, 2, "ZEUS_BSO_PORT"),
+    ],
+)
+def test_with_json_logs_a_server_that_cannot_start_says_why_in_json(
+    tmp_path: Path, args: list[str], env: dict[str, str], status: int, words: str
+) -> None:
+    """Every line on stderr is a JSON object, fatal start-up errors included, whether JSON is
+    asked for on the command line or in the environment."""
+    for how in ("option", "environment"):
+        if how == "option":
+            done = run_cli("serve", "--log-format", "json", *args, cwd=tmp_path, env=env)
+        else:
+            json_env = {**env, "ZEUS_BSO_LOG_FORMAT": "json"}
+            done = run_cli("serve", *args, cwd=tmp_path, env=json_env)
+        assert done.returncode == status, (how, done.stderr)
+        lines = done.stderr.splitlines()
+        assert lines, how
+        entries = [json.loads(line) for line in lines]  # each line a JSON object
+        assert entries[-1]["level"] == "CRITICAL"
+        assert words in entries[-1]["message"], (how, entries)

@@ -185,6 +185,15 @@ def test_the_host_header_is_not_echoed_into_redirects_or_links(http: httpx.Clien
     home = http.get("/", headers=evil, follow_redirects=False)
     assert home.status_code == 307
     assert home.headers["location"] == "/dashboard"
+    # The framework's trailing-slash redirects too, with their query.
+    for path, target in (
+        ("/dashboard/", "/dashboard"),
+        ("/dashboard/?prefix=a", "/dashboard?prefix=a"),
+        ("/jobs/batch_size/?job_id=a", "/jobs/batch_size?job_id=a"),
+    ):
+        slash = http.get(path, headers=evil, follow_redirects=False)
+        assert slash.status_code == 307, path
+        assert slash.headers["location"] == target, path
     for path in ("/dashboard", "/dashboard/jobs/" + quote(job_id, safe=""), "/dashboard/jobs/x"):
         page = http.get(path, headers=evil)
         assert "127.9.9.9" not in page.text, path

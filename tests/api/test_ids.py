@@ -46,12 +46,22 @@ def test_ids_that_differ_only_in_case_space_or_accents_are_different_jobs(
         assert {job["job_id"][len(prefix) :] for job in listed} == expected, narrower
 
 
-@pytest.mark.parametrize("char", ["\x00", "\x07", "\n", "\x1f", "\x7f", "\x85"])
+@pytest.mark.parametrize(
+    "char",
+    [
+        *["\x00", "\x07", "\n", "\x1f", "\x7f", "\x85"],
+        # Characters that hide or reorder text: bidi overrides and isolates, zero-width ones,
+        # line and paragraph separators, the byte order mark.
+        *["\u202e", "\u202a", "\u2066", "\u2069", "\u200b", "\u200d", "\u2028", "\u2029"],
+        "\ufeff",
+    ],
+)
 def test_control_characters_in_ids_and_names_are_refused_everywhere(
     http: httpx.Client, char: str
 ) -> None:
-    """422 naming the character, on every backend (PostgreSQL cannot store NUL), and nothing
-    stored; a lookup of such an id is refused the same way."""
+    """422 naming the character, on every backend (PostgreSQL cannot store NUL; the dashboard
+    would show ``x\\u202egnp.exe`` as ``xexe.png``), and nothing stored; a lookup of such an id
+    is refused the same way."""
     prefix = f"ctl{uuid.uuid4().hex[:8]}"
     for body in (
         job_body(f"{prefix}-a{char}b", prefix=prefix),
@@ -68,6 +78,14 @@ def test_control_characters_in_ids_and_names_are_refused_everywhere(
     ):
         answer = http.get(path, params=params)
         assert answer.status_code == 422, (path, answer.text)
+    # A run key is a name too.
+    registered = http.post("/jobs", json=job_body(f"{prefix}-ok", prefix=prefix))
+    assert registered.status_code == 201, registered.text
+    keyed = http.get(
+        "/jobs/batch_size", params={"job_id": f"{prefix}-ok", "run_key": f"run{char}1"}
+    )
+    assert keyed.status_code == 422, keyed.text
+    assert f"U+{ord(char):04X}" in keyed.text
     # In a path, a line break does not match the route at all: 404 rather than 422.
     in_path = http.get("/api/jobs/" + quote(f"{prefix}-a{char}b", safe=""))
     assert in_path.status_code in (404, 422), in_path.text

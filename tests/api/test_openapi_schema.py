@@ -68,7 +68,7 @@ def test_optional_parameters_are_absent_or_a_value_never_null() -> None:
 
 def test_the_printable_pattern_is_the_validators_rule() -> None:
     pattern = re.compile(PRINTABLE_PATTERN)
-    for code in [*range(0x00, 0x200), 0x2028, 0xFEFF, 0x1F600]:
+    for code in [*range(0x00, 0x200), 0x061C, 0x180E, *range(0x2000, 0x2070), 0xFEFF, 0x1F600]:
         text = f"a{chr(code)}b"
         try:
             no_control_characters(text)

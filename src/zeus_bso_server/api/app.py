@@ -16,6 +16,7 @@ from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.host_check import LoopbackHostMiddleware
 from zeus_bso_server.api.openapi import openapi_of
+from zeus_bso_server.api.redirects import PathRedirectMiddleware
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
 from zeus_bso_server.api.routes_health import health
 from zeus_bso_server.api.routes_jobs import router as jobs_router
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     app.state.metrics = metrics
     # Outermost last: every answer, a 401 or 413 too, gets a request id and is counted.
+    app.add_middleware(PathRedirectMiddleware)
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
     if resolved.token is not None:
         app.add_middleware(TokenMiddleware, token=resolved.token.get_secret_value())
