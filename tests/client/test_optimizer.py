@@ -393,3 +393,30 @@ def test_fit_in_memory_raises_other_errors_and_refuses_after_training(
     with ServerClient(server.url) as client:
         (trial,) = client.trials(bso.job_id)
     assert trial["status"] == "infeasible"
+
+
+def test_end_without_ending_the_trial_charges_nothing_to_a_run_that_never_reported(
+    server: ServerProcess,
+) -> None:
+    """``end(end_trial=False)`` before any report, without a run key that a restart would
+    continue, releases the trial: more such runs than ``max_unreported_failures`` leave the
+    job at its default. A run that reported is left open for its lease, its reports kept."""
+    job = spec(unique_id("notended"), max_unreported_failures=1)
+    for _ in range(3):
+        bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100))
+        assert bso.get_batch_size() == 32  # still the default: nothing was charged
+        bso.on_train_begin()
+        bso.end(end_trial=False)
+        assert bso.outcome is not None
+        assert bso.outcome.reason is StopReason.NOT_TRAINED
+    reported = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100))
+    assert reported.get_batch_size() == 32
+    reported.on_train_begin()
+    assert not reported.on_evaluate(0.5).stop_train
+    reported.end(end_trial=False)
+    with ServerClient(server.url) as client:
+        trials = client.job_state(reported.job_id)["trials"]
+    statuses = sorted(trial["status"] for trial in trials)
+    assert statuses == ["dispatched", "released", "released", "released"]
+    (open_trial,) = [trial for trial in trials if trial["status"] == "dispatched"]
+    assert open_trial["epochs"] == 1

@@ -547,15 +547,22 @@ class BatchSizeOptimizer:
         """End the trial: deliver an undelivered report, then tell the server the run is over;
         then say how the run went (`outcome`, and a line through ``show``).
 
-        ``end_trial=False`` leaves the trial to its lease instead (with a run key, a restart
-        continues it). ``why``: for a run that ended before the server said stop, the reason
-        in words (e.g. the framework's own epoch limit).
+        ``end_trial=False`` leaves the trial open for a restart that continues it (with the
+        same run key) instead; its reports are delivered. Without a run key nothing can
+        continue it, so a trial that has no report yet is released (nothing is charged to its
+        batch size), and one with reports is left to its lease. ``why``: for a run that ended
+        before the server said stop, the reason in words (e.g. the framework's own epoch limit).
 
         Raises:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, the run did not reach its
                 target.
         """
-        self._finish(end_trial=end_trial)
+        unreported = self._reported is None and self._pending is None
+        if not end_trial and self.run_key is None and unreported and self.trial is not None:
+            self.release(why or "ended with end_trial=False before any report")
+            self._raise_unless_converged()
+            return
+        self._finish(end_trial=end_trial, deliver=True)
         if self.outcome is None:
             if self.training_finished:
                 self._conclude(None, None)
@@ -602,7 +609,9 @@ class BatchSizeOptimizer:
         else:
             self._conclude(StopReason.FAILED, why or "the run raised or exited without end()")
 
-    def _finish(self, *, end_trial: bool) -> None:
+    def _finish(self, *, end_trial: bool, deliver: bool | None = None) -> None:
+        """Stop the heartbeat and the meter; deliver a pending report (``deliver``, by default
+        when the trial ends) and end the trial (``end_trial``)."""
         if self._ended:
             return
         self._ended = True
@@ -610,8 +619,9 @@ class BatchSizeOptimizer:
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()
         self._stop_heartbeat.set()
+        deliver = end_trial if deliver is None else deliver
         try:
-            if self.trial is not None and end_trial and not self.offline:
+            if self.trial is not None and deliver and not self.offline:
                 if self._pending is not None:
                     try:
                         self._answered(self.client.report(self._pending))
@@ -621,6 +631,7 @@ class BatchSizeOptimizer:
                             self._pending.model_dump_json(),
                             err,
                         )
+            if self.trial is not None and end_trial and not self.offline:
                 self.client.end_trial(self.trial)
         except ZeusBSOError as err:
             logger.warning("could not end trial %s: %s", self.trial, err)

@@ -310,7 +310,8 @@ class TrialSession:
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """The run is over: deliver what is pending and end the trial, and show how it went
-        (main process; with ``end_trial=False`` the trial stays open, for its restart). ``why``:
+        (main process; with ``end_trial=False`` the trial stays open for a restart with the
+        same run key, and without one a trial with no report yet is released). ``why``:
         for a run that ended before the server said stop, the reason in words.
 
         Raises:
