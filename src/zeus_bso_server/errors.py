@@ -49,6 +49,11 @@ class SchemaError(ServerError):
     exit_code = EXIT_USAGE
 
 
+class MigrationFailedError(ServerError):
+    """Raised when a schema migration fails partway; the message says at which revision the
+    database is left and what to do."""
+
+
 class DatabaseUnavailableError(ServerError):
     """Raised when the database cannot be reached or stays locked; the request can be retried."""
 

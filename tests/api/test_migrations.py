@@ -301,10 +301,13 @@ def _served(url: str, tmp_path: Path) -> Iterator[httpx.Client]:
 
 def _fill_at_head(http: httpx.Client) -> dict[str, str]:
     """Jobs as a server at head leaves them: reported and converged runs with curves, an open
-    trial with a run key, and (``two``) a job that ran on two hardware profiles."""
-    ids = {name: unique_id(f"trip{name}") for name in ("curves", "plain", "two")}
+    trial with a run key, (``two``) a job that ran on two hardware profiles, and (``long``) one
+    whose GPU model is so long that its profile's name is shortened."""
+    ids = {name: unique_id(f"trip{name}") for name in ("curves", "plain", "two", "long")}
     for name, job_id in ids.items():
         body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+        if name == "long":
+            body["gpu_model"] = "NVIDIA " + "X" * 243  # 250 characters
         body |= {"target_metric": 0.5, "learning_curve_stop": name == "curves"}
         assert http.post("/jobs", json=body).status_code == 201
         for recurrence in range(3):
@@ -411,3 +414,38 @@ def test_a_round_trip_down_to_the_first_revision_and_back_loses_no_job_or_trial(
     assert _counts(url) == counts
     with _served(url, tmp_path) as http:
         assert _views(http, ids) == before
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failed_upgrade_says_where_the_database_is_left_and_what_to_do(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Revision 0005 adds ``jobs.profiles``; a column of that name added by hand makes it fail.
+    PostgreSQL and SQLite roll the whole upgrade back; MySQL and MariaDB cannot, and the
+    message says so. Without the column, the same command finishes the upgrade."""
+    url = database_url(backend, tmp_path, request)
+
+    async def upgrade_to_0004() -> None:
+        db = Database(to_engine_url(url))
+        try:
+            await upgrade(db, "0004")
+        finally:
+            db.dispose()
+
+    asyncio.run(upgrade_to_0004())
+    _run_sql(url, lambda conn: conn.execute(text("ALTER TABLE jobs ADD COLUMN profiles TEXT")))
+    failed = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    assert "the schema upgrade from revision 0004 failed:" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    if backend == "mysql":
+        assert "perhaps partly applied: restore the backup" in failed.stderr
+    else:
+        assert "nothing was changed (the database is still at revision 0004" in failed.stderr
+    current = run_cli("db", "current", "--db", url, cwd=tmp_path)
+    assert "current: 0004" in current.stdout
+    _run_sql(url, lambda conn: conn.execute(text("ALTER TABLE jobs DROP COLUMN profiles")))
+    done = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with _served(url, tmp_path) as http:
+        assert http.post("/jobs", json=job_body(unique_id("afterfail"))).status_code == 201

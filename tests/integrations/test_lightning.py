@@ -267,6 +267,38 @@ def test_validating_every_second_epoch_reports_the_fits_epochs_and_logs_once(
     assert len(logged_rows(logs, "bso/cost")) == 3
 
 
+class LogsNowAndThen(TinyClassifier):
+    """Logs its metric at the validations of epochs 1 and 4 only."""
+
+    def validation_step(self, batch: Any, _: int) -> None:
+        if self.current_epoch in (0, 3):
+            super().validation_step(batch, _)
+
+
+def test_a_validation_that_did_not_log_the_metric_reports_nothing(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning keeps the last logged value in callback_metrics: the validations of epochs 2
+    and 3 must not report epoch 1's value as theirs."""
+    spec = job(unique_id("litstale"), target=0.999, max_epochs=4)
+    logs = tmp_path / "logs"
+    pl.seed_everything(0, verbose=False)
+    model = LogsNowAndThen()
+    callback = callback_for(server.url, spec)
+    options = {**quiet_trainer_options(tmp_path), "logger": CSVLogger(logs)}
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=6, **options)
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        trainer.fit(model)
+    assert "'val_acc' was not logged at this validation (epoch 2)" in caplog.text
+    assert "(epoch 3)" in caplog.text
+    assert "(epoch 4)" not in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 4  # the job's max_epochs, reached at the second report
+    rows = logged_rows(logs, "bso/cost")
+    assert [int(row["epoch"]) for row in rows] == [0, 3]  # one row per report
+
+
 def test_validating_twice_an_epoch_counts_validations_and_says_so(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

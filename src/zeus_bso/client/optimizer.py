@@ -621,16 +621,16 @@ class BatchSizeOptimizer:
         self._stop_heartbeat.set()
         deliver = end_trial if deliver is None else deliver
         try:
-            if self.trial is not None and deliver and not self.offline:
-                if self._pending is not None:
-                    try:
-                        self._answered(self.client.report(self._pending))
-                    except ZeusBSOError as err:
-                        logger.error(
-                            "the last report could not be delivered and is lost: %s (%s)",
-                            self._pending.model_dump_json(),
-                            err,
-                        )
+            pending = self._pending
+            if self.trial is not None and deliver and not self.offline and pending is not None:
+                try:
+                    self._answered(self.client.report(pending))
+                except ZeusBSOError as err:
+                    logger.error(
+                        "the last report could not be delivered and is lost: %s (%s)",
+                        pending.model_dump_json(),
+                        err,
+                    )
             if self.trial is not None and end_trial and not self.offline:
                 self.client.end_trial(self.trial)
         except ZeusBSOError as err:

@@ -132,6 +132,7 @@ class ZeusBSOCallback(pl.Callback):
         self._restored: dict[str, Any] | None = None
         self._resumed = False
         self._unlogged: dict[str, float] = {}
+        self._reported_value: object = None  # the monitored value last reported (rank 0)
 
     @property
     @override
@@ -162,6 +163,7 @@ class ZeusBSOCallback(pl.Callback):
         # Here rather than in setup: a checkpoint's callback state is restored after setup, and
         # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
         # with Lightning's BatchSizeFinder).
+        self._reported_value = None
         self.session = TrialSession(
             trainer.is_global_zero,
             lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
@@ -311,18 +313,34 @@ class ZeusBSOCallback(pl.Callback):
         if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
 
-        def metric() -> float:  # on rank 0; its error reaches every rank
-            if self.monitor not in trainer.callback_metrics:
+        epoch = trainer.current_epoch + 1 if self._validates_at_epoch_ends(trainer) else None
+
+        def metric() -> float | None:  # on rank 0; its error reaches every rank
+            metrics = trainer.callback_metrics
+            if self.monitor not in metrics:
                 raise ConfigurationError(
                     f"metric '{self.monitor}' was not logged; logged are "
-                    f"{sorted(trainer.callback_metrics)} (log it in validation_step or "
+                    f"{sorted(metrics)} (log it in validation_step or "
                     "on_validation_epoch_end, or pass monitor=...)"
                 )
-            return float(trainer.callback_metrics[self.monitor])
+            value = metrics[self.monitor]
+            # Lightning keeps a metric's last value until it is logged again, and a value
+            # logged anew is a new tensor: the one reported last time is a stale value.
+            if value is self._reported_value:
+                logger.warning(
+                    "zeus-bso: '%s' was not logged at this validation (%s): nothing is reported "
+                    "for it (its value is an earlier validation's)",
+                    self.monitor,
+                    f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}",
+                )
+                return None
+            self._reported_value = value
+            return float(value)
 
-        epoch = trainer.current_epoch + 1 if self._validates_at_epoch_ends(trainer) else None
+        before = session.last
         stop = session.report(metric, epoch=epoch)
-        self._unlogged = dict(session.last)
+        if session.last is not before:  # reported (on every rank)
+            self._unlogged = dict(session.last)
         trainer.should_stop = trainer.should_stop or stop
 
     @override

@@ -270,25 +270,32 @@ class TrialSession:
             self.optimizer.on_train_begin()  # starts the heartbeat
         self._began = True
 
-    def report(self, metric: float | Callable[[], float], epoch: int | None = None) -> bool:
+    def report(
+        self, metric: float | Callable[[], float | None], epoch: int | None = None
+    ) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
 
         The main process's metric is reported: compute it over the whole validation set (e.g.
         gathered from every process by the framework). A function is called on the main process
-        only; its error, like the server's, is raised on every process. ``epoch`` (from 1): the
+        only; its error, like the server's, is raised on every process, and its ``None`` (the
+        metric was not measured at this validation) reports nothing. ``epoch`` (from 1): the
         run's epochs so far, for a loop that validates every few epochs (default: one more than
         reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
         elapsed = elapsed_of_the_run(self.progress)
 
-        def send() -> tuple[bool, bool, float | None, int]:
+        def send() -> tuple[bool, bool, float | None, int | None]:
             assert self.optimizer is not None
             value = metric() if callable(metric) else metric
+            if value is None:
+                return False, False, None, None
             answer = self.optimizer.on_evaluate(float(value), epoch=epoch, elapsed=elapsed)
             return answer.stop_train, answer.converged, answer.cost, self.optimizer.current_epoch
 
-        stop, converged, cost, epoch = from_rank_zero(self._broadcast, self.is_main, send)
+        stop, converged, cost, reported_epoch = from_rank_zero(self._broadcast, self.is_main, send)
+        if reported_epoch is None:  # not measured at this validation: nothing reported
+            return False
         self.converged = bool(stop and converged)
         self.stopped = self.stopped or bool(stop)
         values: dict[str, float] = {
@@ -300,7 +307,7 @@ class TrialSession:
         if self._scaled is not None:
             values["bso/lr"] = float(self._scaled.param_groups[0]["lr"])
         self.last = values
-        self._log(values, epoch)
+        self._log(values, reported_epoch)
         return bool(stop)
 
     def checkpoint(self) -> dict[str, Any]:

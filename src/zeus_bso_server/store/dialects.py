@@ -50,6 +50,8 @@ class Dialect:
     """SQL for the database's clock, in seconds since the epoch (every replica agrees)."""
     rebuilds_tables: ClassVar[bool] = False
     """Whether Alembic changes a table by rebuilding it (batch mode)."""
+    transactional_ddl: ClassVar[bool] = True
+    """Whether a schema change rolls back with its transaction (MySQL commits each at once)."""
 
     def url(self, url: URL) -> URL:
         """The URL with the server's driver and the connection options it needs."""
@@ -143,6 +145,7 @@ class _PostgreSQL(Dialect):
 
 class _MySQL(Dialect):
     now_sql = "unix_timestamp(now(6))"
+    transactional_ddl = False
 
     def url(self, url: URL) -> URL:
         url = super().url(url)

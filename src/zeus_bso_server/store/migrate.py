@@ -14,8 +14,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
-from zeus_bso_server.errors import SchemaError
+from zeus_bso_server.errors import MigrationFailedError, SchemaError
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.dialects import WRITE_OPTION, dialect_of
 
@@ -151,8 +152,39 @@ async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str
     """Bring the database to the current schema (or to ``revision``). Returns the revisions
     before and after."""
     before = await current_revision(db)
-    await on_connection(db, lambda conn: _migrate(conn, revision, down=False), exclusive=True)
+    try:
+        await on_connection(db, lambda conn: _migrate(conn, revision, down=False), exclusive=True)
+    except (SQLAlchemyError, ValueError, KeyError, TypeError) as error:  # a revision's own step
+        failed = await _failed_upgrade(db, before, error)
+        if failed is None:
+            raise
+        raise failed from error
     return before, await current_revision(db)
+
+
+async def _failed_upgrade(
+    db: Database, before: str | None, error: Exception
+) -> MigrationFailedError | None:
+    """What a failed upgrade left, and what to do (None: the database cannot be read now, and
+    the error says so itself)."""
+    words = str(getattr(error, "orig", None) or error)
+    try:
+        after = await current_revision(db)
+    except SQLAlchemyError:
+        return None
+    failed = f"the schema upgrade from revision {before or 'empty'} failed: {words}"
+    if dialect_of(db.engine).transactional_ddl:
+        return MigrationFailedError(
+            f"{failed}; nothing was changed (the database is still at revision "
+            f"{after or 'none'}, where the server version that wrote it starts); report this "
+            "error with its message"
+        )
+    return MigrationFailedError(
+        f"{failed}; MySQL and MariaDB commit each schema change at once, so the database is at "
+        f"revision {after or 'none'} with the next revision perhaps partly applied: restore the "
+        "backup taken before the upgrade (or undo that revision's changes by hand, as its file "
+        "in zeus_bso_server/store/migrations/versions says) and run `db upgrade` again"
+    )
 
 
 async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None, list[str]]:

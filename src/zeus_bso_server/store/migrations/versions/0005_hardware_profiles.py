@@ -10,6 +10,7 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -22,10 +23,20 @@ branch_labels = None
 depends_on = None
 
 
+_MAX_KEY_LENGTH = 255
+
+
 def _profile_key(config: dict[str, Any]) -> str:
-    """`zeus_bso.spec.profile_key` of a job's configuration as this revision knows it."""
-    gpus, model, power = config["number_of_gpus"], config["gpu_model"], config["max_power"]
-    return f"{gpus}x{model}@{float(power):g}W"
+    """`zeus_bso.spec.profile_key` of a job's configuration as this revision knows it: past
+    255 characters (a long GPU model), the model is shortened and a hash of the whole name
+    keeps profiles apart, exactly as the server names it."""
+    gpus, model, power = config["number_of_gpus"], config["gpu_model"], float(config["max_power"])
+    key = f"{gpus}x{model}@{power:g}W"
+    if len(key) <= _MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    tail = f"~{digest}@{power:g}W"
+    return f"{gpus}x{model}"[: _MAX_KEY_LENGTH - len(tail)] + tail
 
 
 def upgrade() -> None:
