@@ -270,9 +270,7 @@ class TrialSession:
             self.optimizer.on_train_begin()  # starts the heartbeat
         self._began = True
 
-    def report(
-        self, metric: float | Callable[[], float | None], epoch: int | None = None
-    ) -> bool:
+    def report(self, metric: float | Callable[[], float | None], epoch: int | None = None) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
 
         The main process's metric is reported: compute it over the whole validation set (e.g.
