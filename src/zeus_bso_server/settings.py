@@ -90,9 +90,10 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = False
     """Listen on a non-loopback address without a token anyway."""
     allowed_hosts: str = ""
-    """Host names (comma-separated) a server without a token answers besides the loopback
-    names, e.g. the name a reverse proxy on this machine forwards in ``Host``. Others are
-    refused, which keeps web pages whose names resolve to this machine out (DNS rebinding)."""
+    """Host names (comma-separated) the server answers besides the loopback names and its own:
+    every request on a tokenless loopback server, and browsers' requests on any other (e.g. the
+    name a dashboard is reached by, or that a reverse proxy forwards in ``Host``). Others are
+    refused, which keeps web pages whose names resolve to the server out (DNS rebinding)."""
 
     @property
     def host_names(self) -> frozenset[str]:

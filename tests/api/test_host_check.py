@@ -64,3 +64,89 @@ def test_names_a_proxy_forwards_can_be_allowed(tmp_path: Path) -> None:
                 assert http.get("/api/jobs", headers={"Host": host}).status_code == status
     finally:
         server.stop()
+
+
+def test_with_a_token_a_browser_must_name_the_server_and_programs_need_not(
+    tmp_path: Path,
+) -> None:
+    """With a token, a browser's request (Fetch Metadata or Origin) must name the server by
+    an address, a loopback name or an allowed name; a program's request is not checked."""
+    token = "host-check-token"
+    server = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"),
+        cwd=tmp_path,
+        env={"ZEUS_BSO_TOKEN": token, "ZEUS_BSO_ALLOWED_HOSTS": "bso.example.org"},
+    )
+    bearer = {"Authorization": f"Bearer {token}"}
+    browser = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}
+    try:
+        with httpx.Client(base_url=server.url, headers=bearer) as http:
+            for host, headers, status in (
+                ("evil.test", browser, 403),
+                ("evil.test", {"Origin": "http://evil.test"}, 403),
+                ("evil.test", {}, 200),  # a program behind any name
+                ("10.1.2.3:8000", browser, 200),  # an address cannot be rebound
+                ("bso.example.org", browser, 200),
+                ("localhost", browser, 200),
+            ):
+                answer = http.get("/api/jobs", headers={"Host": host, **headers})
+                assert answer.status_code == status, (host, headers, answer.text)
+            refused = http.get("/api/jobs", headers={"Host": "evil.test", **browser})
+            assert "add the name to ZEUS_BSO_ALLOWED_HOSTS" in refused.json()["message"]
+    finally:
+        server.stop()
+
+
+def test_a_rebound_page_in_chromium_reads_and_changes_nothing(
+    sqlite_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Chromium resolves evil.test to 127.0.0.1, as a rebound name would: a page of that
+    origin (on the server's port, so same-origin with it) reads and changes nothing, without a
+    token and with one, while the same requests from a loopback origin are answered."""
+    from tests.api.test_browser import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("no Chromium: apt-get install chromium (.ci/run does), or ZEUS_BSO_CHROMIUM")
+    from playwright.sync_api import sync_playwright
+
+    token = "rebind-token"
+    guarded = ServerProcess(
+        sqlite_url(tmp_path / "guarded.db"), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": token}
+    )
+    script = """async ([jobId, token]) => {
+        const headers = {"Content-Type": "application/json"};
+        if (token) headers["Authorization"] = "Bearer " + token;
+        const body = JSON.stringify({job_id: jobId, job_id_prefix: jobId.split("-")[0],
+            batch_sizes: [32, 64], default_batch_size: 32, max_power: 300,
+            number_of_gpus: 1, gpu_model: "A100"});
+        const read = await fetch("/api/jobs", {headers});
+        const wrote = await fetch("/jobs", {method: "POST", headers, body});
+        return [read.status, wrote.status];
+    }"""
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=["--host-resolver-rules=MAP evil.test 127.0.0.1"]
+            )
+            try:
+                for target, secret in ((sqlite_server, None), (guarded, token)):
+                    port = target.url.rsplit(":", 1)[1]
+                    page = chromium.new_page()
+                    job_id = unique_id("rebound")
+                    page.goto(f"http://evil.test:{port}/healthz")
+                    # The rebound page has no token. Its read carries no Origin or Fetch
+                    # Metadata (a same-origin GET from a plain-HTTP page), so with a token it is
+                    # the token that refuses it (401); its write carries an Origin: 403.
+                    expected = [403, 403] if secret is None else [401, 403]
+                    assert page.evaluate(script, [job_id, None]) == expected
+                    with httpx.Client(base_url=target.url) as http:
+                        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+                        gone = http.get(f"/api/jobs/{job_id}", headers=headers)
+                        assert gone.status_code == 404  # nothing was registered
+                    page.goto(f"http://localhost:{port}/healthz")
+                    assert page.evaluate(script, [job_id, secret]) == [200, 201]
+                    page.close()
+            finally:
+                chromium.close()
+    finally:
+        guarded.stop()

@@ -324,6 +324,20 @@ def test_misconfigured_runs_leave_the_default_batch_size_untouched(
     assert state["next_run"]["batch_size"] == spec.default_batch_size
 
 
+def test_a_run_that_never_evaluates_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    spec = job(unique_id("hfnoeval"), target=0.999)
+    with pytest.raises(ZeusBSOError, match="eval_strategy='no': this run never evaluates"):
+        train(server.url, spec, tmp_path, epochs=1, eval_strategy="no")
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    (trial,) = state["trials"]
+    assert trial["status"] == "released"
+    assert trial["epochs"] is None  # refused before it trained
+    assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
 def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

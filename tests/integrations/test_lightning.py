@@ -24,6 +24,7 @@ from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
+from zeus_bso.errors import ConfigurationError  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
 
 
@@ -479,21 +480,54 @@ def test_without_a_server_the_fit_trains_at_the_default(tmp_path: Path, monkeypa
         trainer.fit(TinyClassifier())
 
 
-def test_a_fit_that_never_validates_is_warned_about_and_not_charged(
+class NeverValidates(pl.LightningModule):
+    """TinyClassifier without a validation_step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_size = 4
+        self.layer = torch.nn.Linear(8, 2)
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(make_data(64, 0), batch_size=self.batch_size)
+
+    def training_step(self, batch: Any, _: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def test_fast_dev_run_leaves_the_server_alone_and_a_fit_that_never_validates_is_refused(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spec = job(unique_id("lnoval"))
-    for attempt in range(3):  # fast_dev_run debugging fits
+    for attempt in range(3):  # fast_dev_run debugging fits: no server contact at all
         callback = callback_for(server.url, spec)
         options = quiet_trainer_options(tmp_path / str(attempt))
         trainer = pl.Trainer(callbacks=[callback], fast_dev_run=True, **options)
         with caplog.at_level(logging.WARNING, logger="zeus_bso"):
             trainer.fit(TinyClassifier())
-    assert "this fit never validates" in caplog.text
+        assert callback.batch_size is None
+    assert "fast_dev_run: this fit runs without the batch size optimizer" in caplog.text
     with ServerClient(server.url) as client:
-        state = client.job_state(spec.job_id or "")
-    assert [t["status"] for t in state["trials"]] == ["released"] * 3
-    assert state["next_run"]["batch_size"] == spec.default_batch_size
+        assert client.list_jobs(prefix=spec.job_id_prefix) == []
+    # Known before a trial is dispatched: refused, and nothing is asked of the server.
+    for module, options in (
+        (TinyClassifier(), {"limit_val_batches": 0}),
+        (NeverValidates(), {}),
+    ):
+        trainer = pl.Trainer(
+            callbacks=[callback_for(server.url, spec)],
+            max_epochs=spec.max_epochs,
+            **quiet_trainer_options(tmp_path / "refused"),
+            **options,
+        )
+        with pytest.raises(ConfigurationError, match="this fit never validates"):
+            trainer.fit(module)
+    with ServerClient(server.url) as client:
+        assert client.list_jobs(prefix=spec.job_id_prefix) == []
 
 
 class ScheduledClassifier(TinyClassifier):

@@ -296,12 +296,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job.max_epochs,
             )
         strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-        if strategy == "no" and self.session.is_main:
-            logger.warning(
-                "eval_strategy='no': this run never evaluates, so nothing is reported and the "
-                "server cannot judge batch size %d; the trial is released at the end, not "
-                "charged (evaluate every epoch: eval_strategy='epoch')",
-                self.batch_size,
+        if strategy == "no":
+            self._refuse(
+                "eval_strategy='no': this run never evaluates, so the server could not judge "
+                f"batch size {self.batch_size} (its trial is released, not charged); evaluate "
+                "every epoch (eval_strategy='epoch'), or train without ZeusBSOTrainerCallback"
             )
         if strategy == "steps" and self.session.is_main:
             logger.warning(

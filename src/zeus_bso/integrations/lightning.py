@@ -164,6 +164,20 @@ class ZeusBSOCallback(pl.Callback):
         # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
         # with Lightning's BatchSizeFinder).
         self._reported_value = None
+        if trainer.fast_dev_run:
+            self.session = None
+            if trainer.is_global_zero:
+                logger.warning(
+                    "zeus-bso: fast_dev_run: this fit runs without the batch size optimizer "
+                    "(nothing is asked of the server or reported to it)"
+                )
+            return
+        if not self._validates(trainer, pl_module):
+            raise ConfigurationError(
+                "this fit never validates (limit_val_batches=0, or the module has no "
+                "validation_step), so the server could not judge its batch size: validate, "
+                f"logging '{self.monitor}', or fit without ZeusBSOCallback"
+            )
         self.session = TrialSession(
             trainer.is_global_zero,
             lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
@@ -279,7 +293,7 @@ class ZeusBSOCallback(pl.Callback):
     @staticmethod
     def _validates(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
         """Whether the fit runs validations (each one a report)."""
-        if trainer.fast_dev_run or trainer.limit_val_batches == 0:
+        if trainer.limit_val_batches == 0:
             return False
         return bool(is_overridden("validation_step", pl_module))
 
@@ -295,13 +309,6 @@ class ZeusBSOCallback(pl.Callback):
                 "check_val_every_n_epoch as you like) for epochs",
                 trainer.val_check_interval,
                 self.job.max_epochs,
-            )
-        if trainer.is_global_zero and not self._validates(trainer, pl_module):
-            logger.warning(
-                "this fit never validates (fast_dev_run, limit_val_batches=0, or no "
-                "validation_step): nothing is reported, so the server cannot judge batch size "
-                "%d; the trial is released at the end, not charged",
-                self.batch_size,
             )
         if self.lr_rule != "none":
             self._scale_learning_rates(trainer)

@@ -14,7 +14,7 @@ from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware
 from zeus_bso_server.api.errors import install_error_handlers
-from zeus_bso_server.api.host_check import LoopbackHostMiddleware
+from zeus_bso_server.api.host_check import HostCheckMiddleware
 from zeus_bso_server.api.openapi import openapi_of
 from zeus_bso_server.api.redirects import PathRedirectMiddleware
 from zeus_bso_server.api.routes_dashboard import router as dashboard_router
@@ -77,8 +77,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Before the token: a forged request is refused whether or not the browser attached
     # credentials.
     app.add_middleware(CrossSiteMiddleware)
-    if resolved.token is None and resolved.is_loopback:
-        # Tokenless on loopback: a page whose name is rebound to 127.0.0.1 is same-origin.
-        app.add_middleware(LoopbackHostMiddleware, allowed={resolved.host, *resolved.host_names})
+    # A page whose name is rebound to the server's address is same-origin with it. Tokenless
+    # on loopback, every request must name the server; otherwise every browser request.
+    app.add_middleware(
+        HostCheckMiddleware,
+        allowed={resolved.host, *resolved.host_names},
+        every_request=resolved.token is None and resolved.is_loopback,
+    )
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
