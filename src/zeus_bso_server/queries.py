@@ -208,44 +208,25 @@ def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Spent]
 
 
 async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
-    """Spending and savings over every job (whose id starts with ``prefix``)."""
+    """Spending and savings over every job (whose id starts with ``prefix``): one aggregate
+    query (`repo.fleet_totals`), whatever the size of the fleet."""
 
     def work(conn: Connection) -> FleetSummary:
-        configs = {
-            job.job_id: CreatedJob.model_validate(job.config)
-            for job in repo.list_jobs(conn, prefix, 2**31 - 1, 0)
-        }
-        spent = _spent_by_job(conn, list(configs))
-        runs = 0
-        energy = time = 0.0
-        with_savings = 0
-        saved_energy = base_energy = saved_cost = base_cost = 0.0
-        for job_id, config in configs.items():
-            ended = [row for row in spent[job_id] if row.status not in NOT_ENDED]
-            runs += sum(row.runs for row in ended)
-            job_energy = sum(row.energy for row in ended)
-            job_time = sum(row.time for row in ended)
-            energy += job_energy
-            time += job_time
-            savings = savings_of(config, spent[job_id])
-            if not isinstance(savings, Savings):
-                continue
-            with_savings += 1
-            saved_energy += savings.energy
-            base_energy += savings.energy + job_energy
-            saved_cost += savings.cost
-            spent_cost = policy.zeus_cost(job_energy, job_time, config.eta_knob, config.max_power)
-            base_cost += savings.cost + spent_cost
+        totals = repo.fleet_totals(conn, prefix, {str(status) for status in NOT_ENDED})
         return FleetSummary(
-            jobs=len(configs),
-            runs=runs,
-            energy=energy,
-            time=time,
-            jobs_with_savings=with_savings,
-            energy_saved=saved_energy,
-            energy_saved_fraction=saved_energy / base_energy if base_energy > 0 else 0.0,
-            cost_saved=saved_cost,
-            cost_saved_fraction=saved_cost / base_cost if base_cost > 0 else 0.0,
+            jobs=totals.jobs,
+            runs=totals.runs,
+            energy=totals.energy,
+            time=totals.time,
+            jobs_with_savings=totals.jobs_with_savings,
+            energy_saved=totals.energy_saved,
+            energy_saved_fraction=(
+                totals.energy_saved / totals.energy_baseline if totals.energy_baseline > 0 else 0.0
+            ),
+            cost_saved=totals.cost_saved,
+            cost_saved_fraction=(
+                totals.cost_saved / totals.cost_baseline if totals.cost_baseline > 0 else 0.0
+            ),
         )
 
     return await db.read(work)

@@ -249,3 +249,80 @@ def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> Non
         assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 1)
     finally:
         server.stop()
+
+
+class _GatewayDown:
+    """A reverse proxy in front of a server that answers 502 to every report while ``down``
+    is set, as a proxy does while the server behind it restarts."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+
+        self.down = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if outer.down.is_set() and self.path.startswith("/report"):
+                    status, content, kind = 502, b"<html>502 Bad Gateway</html>", "text/html"
+                else:
+                    headers = {"Content-Type": self.headers.get("Content-Type", "")}
+                    answer = httpx.request(
+                        self.command, upstream + self.path, content=body, headers=headers
+                    )
+                    status, content = answer.status_code, answer.content
+                    kind = answer.headers.get("content-type", "application/json")
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward  # noqa: N815
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
+    sqlite_server: ServerProcess,
+) -> None:
+    """Every 5xx is kept like a 503: a report answered 502 by a reverse proxy (the server behind
+    it restarting) does not raise into the training loop and is delivered at the end."""
+    proxy = _GatewayDown(sqlite_server.url)
+    try:
+        spec = JobSpec(
+            job_id=unique_id("gateway"),
+            job_id_prefix="gateway",
+            batch_sizes=[16, 32],
+            default_batch_size=32,
+            target_metric=0.8,
+            max_epochs=5,
+        )
+        bso = BatchSizeOptimizer(
+            proxy.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        proxy.down.set()
+        assert bso.on_evaluate(0.5).stop_train is False  # 502: kept, training goes on
+        assert bso.on_evaluate(0.9).stop_train is False
+        proxy.down.clear()
+        bso.end()
+        assert bso.outcome is not None
+        assert bso.outcome.converged
+        with sqlite_server.client() as http:
+            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 2)
+    finally:
+        proxy.close()

@@ -484,7 +484,9 @@ class BatchSizeOptimizer:
         try:
             answer = self.client.report(result)
         except (ServerConnectionError, ServerRejectedError) as err:
-            if isinstance(err, ServerRejectedError) and err.status != 503:
+            # A 5xx (the database away past the retries; a proxy's 502 or 504 while the server
+            # restarts) says nothing about the report: keep it; training goes on.
+            if isinstance(err, ServerRejectedError) and err.status < 500:
                 raise
             self._pending = result
             logger.warning(

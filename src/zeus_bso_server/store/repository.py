@@ -7,19 +7,24 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeAlias, cast
 
 from sqlalchemy import (
     JSON,
     Double,
+    Select,
     Table,
+    and_,
     bindparam,
+    case,
     delete,
     func,
     insert,
+    or_,
     select,
+    true,
     union_all,
     update,
 )
@@ -294,16 +299,117 @@ _ENTER_BANDIT = _ADVANCE.values(
 )
 
 
+def _with_prefix(stmt: Select[Any], prefix: str | None) -> Select[Any]:
+    """``stmt`` restricted to the jobs whose id starts with ``prefix`` (None: every job)."""
+    if not prefix:
+        return stmt
+    return stmt.where(
+        jobs.c.job_id.startswith(prefix, autoescape=True),  # can use the primary key's index
+        # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
+        func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
+    )
+
+
 def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> list[StoredJob]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
-    if prefix:
-        stmt = stmt.where(
-            jobs.c.job_id.startswith(prefix, autoescape=True),  # can use the primary key's index
-            # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
-            func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
+    return [_stored_job(row) for row in conn.execute(_with_prefix(stmt, prefix))]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTotals:
+    """Every job's ended runs and savings together (see `fleet_totals`); joules and seconds."""
+
+    jobs: int
+    runs: int
+    energy: float
+    time: float
+    jobs_with_savings: int
+    energy_saved: float
+    energy_baseline: float
+    cost_saved: float
+    cost_baseline: float
+
+
+def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str]) -> FleetTotals:
+    """Totals over the jobs (whose id starts with ``prefix``), in one aggregate query: the runs
+    ended (status not in ``not_ended``) and their energy and time, and the savings of the jobs
+    whose savings are known, against delivering their models at the default batch size.
+
+    Per job, as `zeus_bso_server.queries.savings_of` computes them: with ``d`` the runs of the
+    default batch size, savings are known when one of them converged and some run was not
+    one; the baseline is the converged runs times what a converged run cost at the default
+    (everything the default's runs spent over its converged runs)."""
+    default_size = jobs.c.config["default_batch_size"].as_integer()
+    ended = trials.c.status.not_in(sorted(not_ended))
+    delivered = and_(ended, trials.c.status == "reported", trials.c.converged == true())
+    at_default = trials.c.batch_size == default_size
+
+    def count(condition: Any) -> Any:
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    def total(condition: Any, column: Any) -> Any:
+        return func.coalesce(
+            func.sum(case((condition, func.coalesce(column, 0.0)), else_=0.0)), 0.0
         )
-    return [_stored_job(row) for row in conn.execute(stmt)]
+
+    per_job = _with_prefix(
+        select(
+            func.max(jobs.c.config["eta_knob"].as_float()).label("eta"),
+            func.max(jobs.c.config["max_power"].as_float()).label("power"),
+            count(ended).label("ended"),
+            count(delivered).label("delivered"),
+            total(ended, trials.c.energy).label("energy"),
+            total(ended, trials.c.time).label("time"),
+            count(and_(ended, at_default)).label("d_ended"),
+            count(and_(delivered, at_default)).label("d_delivered"),
+            total(and_(ended, at_default), trials.c.energy).label("d_energy"),
+            total(and_(ended, at_default), trials.c.time).label("d_time"),
+        )
+        .select_from(jobs.outerjoin(trials, trials.c.job_id == jobs.c.job_id))
+        .group_by(jobs.c.job_id),
+        prefix,
+    ).subquery()
+    job = per_job.c
+    known = and_(
+        job.d_delivered > 0,
+        or_(job.delivered != job.d_delivered, job.ended != job.d_ended),
+    )
+    share = job.delivered * 1.0 / func.nullif(job.d_delivered, 0)
+    base_energy = share * job.d_energy
+    base_time = share * job.d_time
+    saved_cost = job.eta * (base_energy - job.energy) + (1.0 - job.eta) * job.power * (
+        base_time - job.time
+    )
+    spent_cost = job.eta * job.energy + (1.0 - job.eta) * job.power * job.time
+
+    def when_known(value: Any) -> Any:
+        return func.coalesce(func.sum(case((known, value), else_=0.0)), 0.0)
+
+    row = conn.execute(
+        select(
+            func.count().label("jobs"),
+            func.coalesce(func.sum(job.ended), 0).label("runs"),
+            func.coalesce(func.sum(job.energy), 0.0).label("energy"),
+            func.coalesce(func.sum(job.time), 0.0).label("time"),
+            func.coalesce(func.sum(case((known, 1), else_=0)), 0).label("with_savings"),
+            when_known(base_energy - job.energy).label("energy_saved"),
+            when_known(base_energy).label("energy_baseline"),
+            when_known(saved_cost).label("cost_saved"),
+            when_known(saved_cost + spent_cost).label("cost_baseline"),
+        )
+    ).one()
+    return FleetTotals(
+        jobs=int(row.jobs),
+        runs=int(row.runs),
+        energy=float(row.energy),
+        time=float(row.time),
+        jobs_with_savings=int(row.with_savings),
+        energy_saved=float(row.energy_saved),
+        energy_baseline=float(row.energy_baseline),
+        cost_saved=float(row.cost_saved),
+        cost_baseline=float(row.cost_baseline),
+    )
 
 
 def delete_job(conn: Connection, job_id: str) -> None:

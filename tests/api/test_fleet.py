@@ -1,0 +1,103 @@
+"""The fleet's totals (the dashboard's summary above the job list) come from one aggregate query;
+they equal the sums of every job's own figures (`GET /api/jobs/{id}`), on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import ServerProcess, job_body, run_one, run_recurrences, unique_id
+from zeus_bso.policy import zeus_cost
+from zeus_bso_server.queries import fleet_summary
+from zeus_bso_server.read_models import FleetSummary
+from zeus_bso_server.settings import to_engine_url
+from zeus_bso_server.store.database import Database
+
+ENDED = {"reported", "failed", "infeasible"}
+
+
+def _fleet(server: ServerProcess, prefix: str) -> FleetSummary:
+    async def read() -> FleetSummary:
+        db = Database(to_engine_url(server.db_url))
+        try:
+            return await fleet_summary(db, prefix)
+        finally:
+            db.dispose()
+
+    return asyncio.run(read())
+
+
+def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
+    """The totals, summed in Python from each job's view (its savings are `savings_of`'s)."""
+    runs = with_savings = 0
+    energy = time = saved_energy = base_energy = saved_cost = base_cost = 0.0
+    for job_id in job_ids:
+        view = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
+        config = view["job"]
+        ended = [t for t in view["trials"] if t["status"] in ENDED]
+        job_energy = sum(t["energy"] or 0.0 for t in ended)
+        job_time = sum(t["time"] or 0.0 for t in ended)
+        runs += len(ended)
+        energy += job_energy
+        time += job_time
+        savings = view["savings"]
+        if savings is None:
+            continue
+        with_savings += 1
+        saved_energy += savings["energy"]
+        base_energy += savings["energy"] + job_energy
+        saved_cost += savings["cost"]
+        spent = zeus_cost(job_energy, job_time, config["eta_knob"], config["max_power"])
+        base_cost += savings["cost"] + spent
+    return {
+        "jobs": len(job_ids),
+        "runs": runs,
+        "energy": pytest.approx(energy),
+        "time": pytest.approx(time),
+        "jobs_with_savings": with_savings,
+        "energy_saved": pytest.approx(saved_energy),
+        "energy_saved_fraction": pytest.approx(saved_energy / base_energy if base_energy else 0.0),
+        "cost_saved": pytest.approx(saved_cost),
+        "cost_saved_fraction": pytest.approx(saved_cost / base_cost if base_cost else 0.0),
+    }
+
+
+def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    prefix = unique_id("fleetsum")
+    jobs: list[str] = []
+
+    def register(name: str, **options: Any) -> str:
+        job_id = f"{prefix}-{name}"
+        body = job_body(job_id, prefix=prefix, max_epochs=3) | options
+        assert http.post("/jobs", json=body).status_code == 201
+        jobs.append(job_id)
+        return job_id
+
+    # Explores, so its savings are known (a converged default, and other sizes).
+    run_recurrences(http, register("explores"), 8)
+    # Another eta and power: the totals weigh each job by its own.
+    run_recurrences(http, register("energy", eta_knob=0.9, max_power=700.0), 6)
+    # Only the default ran: no figure ("every run used the default").
+    run_one(http, register("default-only"), {64: 0.95})
+    # The default never converged: no figure.
+    never = register("never", target_metric=0.99)
+    for _ in range(3):
+        run_one(http, never, {})
+    register("idle")  # no run at all
+    # A run still going and one released: not counted as spent.
+    going = register("going")
+    http.get("/jobs/batch_size", params={"job_id": going}).raise_for_status()
+    released = http.get("/jobs/batch_size", params={"job_id": going}).json()
+    assert http.post("/api/trials/release", json=released).status_code == 200
+
+    fleet = _fleet(server, prefix)
+    assert fleet.model_dump() == _expected(http, jobs)
+    assert fleet.jobs_with_savings == 2
+    # A prefix keeps its jobs only; another prefix sees none of them.
+    assert _fleet(server, f"{prefix}-explores").model_dump() == _expected(http, jobs[:1])
+    assert _fleet(server, unique_id("nofleet")).jobs == 0
