@@ -420,3 +420,37 @@ def test_end_without_ending_the_trial_charges_nothing_to_a_run_that_never_report
     assert statuses == ["dispatched", "released", "released", "released"]
     (open_trial,) = [trial for trial in trials if trial["status"] == "dispatched"]
     assert open_trial["epochs"] == 1
+
+
+def test_a_script_that_dies_of_out_of_memory_marks_its_batch_size_infeasible(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """No ``with`` and no hook: the out-of-memory error reaches the interpreter, and the exit
+    hook marks the trial infeasible (not failed); another error leaves it failed."""
+    outcomes = []
+    for error in ("RuntimeError('CUDA out of memory. Tried to allocate 2 GiB')", "KeyError('x')"):
+        job = spec(unique_id("dies").replace("-", ""))
+        script = (
+            "from zeus_bso import BatchSizeOptimizer, JobSpec\n"
+            "from zeus_bso.energy import EstimateMeter\n"
+            f"job = JobSpec.model_validate_json({job.model_dump_json()!r})\n"
+            f"bso = BatchSizeOptimizer({server.url!r}, job, energy_meter=EstimateMeter(100))\n"
+            "bso.get_batch_size()\n"
+            "bso.on_train_begin()\n"
+            "bso.on_evaluate(0.1)\n"
+            f"raise {error}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=environment_without_settings(),
+        )
+        assert done.returncode == 1, done.stderr
+        with ServerClient(server.url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            (trial,) = client.job_state(listed["job_id"])["trials"]
+        outcomes.append(trial["status"])
+    assert outcomes == ["infeasible", "failed"]

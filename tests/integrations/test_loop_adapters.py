@@ -142,3 +142,59 @@ def test_a_loop_without_a_server_trains_at_the_default(
         assert bso.report(0.95)  # its target, judged here
     assert bso.outcome is not None
     assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_out_of_memory_in_a_loop_is_infeasible_and_the_loop_goes_on_at_a_size_that_fits(
+    sqlite_server: ServerProcess, kind: str
+) -> None:
+    """Batches above 16 run out of memory: ``fit_in_memory`` marks the dispatched 32 infeasible
+    and the loop trains at the server's next size; a later run that runs out of memory while
+    training (64 never fits either) ends as infeasible when it leaves the ``with``."""
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(unique_id(f"oom{kind}").replace("-", ""))
+    tried: list[int] = []
+
+    def try_steps(size: int) -> None:
+        tried.append(size)
+        if size > 16:
+            raise RuntimeError(f"CUDA out of memory. Tried to allocate {size} MiB")
+
+    with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+        assert bso.memory_unknown
+        size = bso.fit_in_memory(try_steps)
+        assert (size, bso.batch_size, tried) == (16, 16, [32, 16])
+        bso.train_begin()
+        while not bso.report(0.95):
+            pass
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+    with ServerClient(sqlite_server.url) as client:
+        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
+        state = client.job_state(job["job_id"])
+    assert sorted((t["batch_size"], t["status"]) for t in state["trials"]) == [
+        (16, "reported"),
+        (32, "infeasible"),
+    ]
+    assert list(state["memory_caps"].values()) == [32]
+
+    # Out of memory while training, at a size the server still dispatches (none above 32 is:
+    # every later run gets 16 here), ends the run as infeasible and re-raises.
+    def runs_out_of_memory() -> Any:
+        with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            assert bso.batch_size == 16
+            assert not bso.memory_unknown  # 16 ran on these GPUs: nothing to try
+            bso.train_begin()
+            made.append(bso)
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    made: list[Any] = []
+    with pytest.raises(RuntimeError, match="out of memory"):
+        runs_out_of_memory()
+    bso = made[-1]
+    assert bso.outcome is not None
+    assert bso.outcome.reason == "out_of_memory"
+    with ServerClient(sqlite_server.url) as client:
+        state = client.job_state(job["job_id"])
+    assert [t["status"] for t in state["trials"]].count("infeasible") == 2
+    assert list(state["memory_caps"].values()) == [16]

@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -598,9 +599,22 @@ class BatchSizeOptimizer:
 
         Without a run key the trial ends (failed, unless its final report came). With one it is
         left open for the run's restart, which continues it; if no restart comes, its lease
-        runs out and it is abandoned.
+        runs out and it is abandoned. At exit after an uncaught out-of-memory error, the trial
+        is marked ``infeasible`` instead (`end_out_of_memory`).
         """
         if self._ended:
+            return
+        # At exit after an uncaught exception, the interpreter has set it aside: a run that
+        # ran out of memory (a script without `with`, or a framework that calls no hook on
+        # errors) ends as infeasible rather than failed.
+        uncaught = getattr(sys, "last_value", None) if why is None else None
+        if (
+            uncaught is not None
+            and out_of_memory(uncaught)
+            and self.trial is not None
+            and not self.training_finished
+        ):
+            self.end_out_of_memory(f"{type(uncaught).__name__}: {uncaught}")
             return
         started = self.trial is not None or self.offline
         self._finish(end_trial=self.run_key is None or self.training_finished)
