@@ -13,12 +13,18 @@ GPU, is registered again on the second and runs as many there (the batch sizes b
 the trace, the first GPU's default); its regret over the second phase, against the second GPU's
 oracle, stands beside a cold start on the second GPU with the same batch sizes and default.
 
+Memory caps (``--memory-caps``): the same workloads on a GPU where every batch size from a
+multiple of the default on runs out of memory at its first step (`zeus_bso.sim.simulate`'s
+``memory_cap``), against the oracle below the cap: what the out-of-memory path costs (starts
+at sizes that did not fit: at most one per size) and the regret that is left.
+
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out]
+                                          [--held-out | --memory-caps]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
---held-out, regret_heldout.json and .md only), and prints the tables.
+--held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
+only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -60,16 +66,20 @@ def run_all(
     options: dict[str, Any],
     server: str | None,
     power_limit: float | None = None,
+    cap_factor: int | None = None,
 ) -> list[Summary]:
     summaries = []
     for name in WORKLOADS:
         trace = load_trace_job(name, gpu, power_limit)
+        cap = None if cap_factor is None else cap_factor * trace.default_batch_size
         results = []
         for seed in seeds:
             spec = job_spec(trace, f"regret-{name}-{gpu}-{seed}", mab_seed=seed, **options)
             if server is None:
                 backend: Any = in_process(spec)
-                recs = simulate(trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA)
+                recs = simulate(
+                    trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA, memory_cap=cap
+                )
             else:
                 with ServerClient(server) as client:
                     backend = ServerBackend(client, spec)
@@ -78,8 +88,46 @@ def run_all(
                     )
                     client.delete_job(backend.job_id)
             results.append(seed_result(seed, recs))
-        summaries.append(summarize(trace, ETA, recurrences, results))
+        summaries.append(summarize(trace, ETA, recurrences, results, cap))
     return summaries
+
+
+CAP_FACTORS = (2, 4)
+"""The memory caps of ``--memory-caps``: every batch size from this multiple of the default on
+runs out of memory."""
+
+
+def run_memory_caps(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Per GPU and cap: regret against the oracle below the cap, and the starts that ran out of
+    memory. Writes regret_memory.json and .md."""
+    lines = [
+        f"Memory caps: seeds {seeds}, {recurrences} recurrences, eta 0.5, beta 2.0, in-process. "
+        "Every batch size from the cap on runs out of memory at its first step; regret against "
+        "the oracle below the cap. Starts: runs that ran out of memory, per seed (mean; most "
+        "at one size over every seed).",
+        "",
+        "| GPU | workload | default | cap | oracle below it | regret | floor | OOM starts a seed "
+        "| most at one size |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    data: dict[str, Any] = {}
+    for gpu in gpus:
+        for factor in CAP_FACTORS:
+            summaries = run_all(gpu, seeds, recurrences, {}, None, cap_factor=factor)
+            data[f"{gpu}-{factor}x"] = [s.to_dict() for s in summaries]
+            for s in summaries:
+                starts = s.out_of_memory_starts()
+                most = max((n for seed in starts for n in seed.values()), default=0)
+                mean = statistics.fmean(sum(seed.values()) for seed in starts)
+                lines.append(
+                    f"| {gpu.upper()} | {s.workload} | {s.default_batch_size} | {s.memory_cap} "
+                    f"({factor}x) | {s.oracle_batch_size} | {s.regret:.3f} | {s.floor:.3f} "
+                    f"| {mean:.1f} | {most} |"
+                )
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "regret_memory.md").write_text(text)
+    (RESULTS / "regret_memory.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(text)
 
 
 def _shared(trace: TraceJob, sizes: set[int], default: int) -> TraceJob:
@@ -260,8 +308,12 @@ def main() -> None:
     parser.add_argument(
         "--held-out", action="store_true", help="only the lower power limits, held out"
     )
+    parser.add_argument("--memory-caps", action="store_true", help="only the GPUs with memory caps")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
+    if args.memory_caps:
+        run_memory_caps(args.gpus, args.seeds, args.recurrences)
+        return
     if args.held_out:
         run_held_out(args.gpus, args.seeds, args.recurrences)
         return

@@ -7,6 +7,7 @@ transformers.
 from typing import TYPE_CHECKING
 
 from zeus_bso.errors import (
+    BatchSizeDoesNotFitError,
     NoConvergedBatchSizeError,
     OperationOrderError,
     PolicyError,
@@ -48,6 +49,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BatchSizeDoesNotFitError",
     "BatchSizeOptimizer",
     "CreatedJob",
     "GpuConfig",

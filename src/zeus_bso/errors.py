@@ -152,6 +152,13 @@ class ZeusBSOTrainFailError(ZeusBSOError):
         super().__init__(message)
 
 
+class BatchSizeDoesNotFitError(ZeusBSOError):
+    """Raised on every process of a run whose batch size ran out of accelerator memory where
+    the framework cannot change the batch size of a run under way (the HF Trainer): the size is
+    ``infeasible`` on these GPUs now, and the next run gets one that fits (`until_converged`
+    starts it in the same process)."""
+
+
 class EnergyMeterError(ZeusBSOError):
     """Raised when a meter cannot measure here (no device, no permission, mixed GPU models)."""
 

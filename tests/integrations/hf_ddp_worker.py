@@ -5,7 +5,10 @@ Started by ``torch.distributed.run`` from test_topology.py; writes what this ran
 double).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/integrations/hf_ddp_worker.py \
-        SERVER_URL JOB_ID OUT_DIR
+        SERVER_URL JOB_ID OUT_DIR [OOM_ABOVE]
+
+With OOM_ABOVE, rank 1's model runs out of memory on a training batch of more than that many
+samples, and the recurrence runs under `until_converged`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,31 @@ from tests.integrations.test_huggingface import (
     TokenDataset,
     accuracy,
     job,
+    runs_out_of_memory_above,
     tiny_bert,
     training_arguments,
 )
+from zeus_bso import RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
 def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    oom_above = int(sys.argv[4]) if len(sys.argv) > 4 else None
     # Rank 1 reads the batch size from rank 0: the process group must exist first.
     state = PartialState(cpu=True, backend="gloo")
-    seen = train(server_url, job_id, out)
+    if oom_above is None:
+        seen, _ = train(server_url, job_id, out)
+    else:
+        attempts: list[dict[str, object]] = []
+
+        def recurrence() -> RunOutcome | None:
+            attempts.append({})
+            attempts[-1], outcome = train(server_url, job_id, out, oom_above)
+            return outcome
+
+        until_converged(recurrence, attempts=2)
+        seen = {**attempts[-1], "attempts": len(attempts)}
     # The Trainer and its DDP model are gone before the group is: freed after it, the DDP
     # reducer's destructor can wait on Gloo's worker threads while holding the GIL.
     gc.collect()
@@ -43,8 +60,10 @@ def main() -> None:
     state.destroy_process_group()
 
 
-def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
-    """Train under the callback; what this rank saw."""
+def train(
+    server_url: str, job_id: str, out: Path, oom_above: int | None = None
+) -> tuple[dict[str, object], RunOutcome | None]:
+    """Train under the callback; what this rank saw, and the run's outcome."""
     callback = ZeusBSOTrainerCallback(
         server_url,
         job(job_id, target=0.999),
@@ -59,8 +78,11 @@ def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
         ddp_backend="gloo",
     )
     transformers.set_seed(0)
+    model = tiny_bert()
+    if oom_above is not None and os.environ["RANK"] == "1":
+        model = runs_out_of_memory_above(model, oom_above)
     trainer = transformers.Trainer(
-        model=tiny_bert(),
+        model=model,
         args=args,
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),
@@ -74,7 +96,7 @@ def train(server_url: str, job_id: str, out: Path) -> dict[str, object]:
         "loader_batch_sizes": spy.sizes,
         "epochs": trainer.state.epoch,
         "trial_number": callback.trial_number,
-    }
+    }, callback.outcome
 
 
 if __name__ == "__main__":

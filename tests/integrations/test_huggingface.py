@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
 from tests.helpers import ServerProcess, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
-from zeus_bso import JobSpec  # noqa: E402
+from zeus_bso import JobSpec, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ZeusBSOError, ZeusBSOTrainFailError  # noqa: E402
@@ -140,6 +141,22 @@ def train(
     # An evaluation after training is not part of the trial.
     callback.later_metrics = trainer.evaluate()  # type: ignore[attr-defined]
     return callback
+
+
+def runs_out_of_memory_above(model: Any, limit: int) -> Any:
+    """``model``, whose forward runs out of memory on a training batch of more than ``limit``
+    samples (as CUDA would raise it)."""
+    forward = model.forward
+
+    @functools.wraps(forward)  # the Trainer keeps the dataset columns its signature names
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        batch = kwargs["input_ids"].shape[0]
+        if model.training and batch > limit:
+            raise RuntimeError(f"CUDA out of memory. Tried to allocate {batch} MiB")
+        return forward(*args, **kwargs)
+
+    model.forward = limited
+    return model
 
 
 def job(job_id: str, target: float) -> JobSpec:
@@ -336,6 +353,50 @@ def test_a_run_that_never_evaluates_is_refused_before_it_trains(
     assert trial["status"] == "released"
     assert trial["epochs"] is None  # refused before it trained
     assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+def test_out_of_memory_is_infeasible_and_the_next_run_fits(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Batches above 8 run out of memory: the dispatched 16 is tried before training, marked
+    infeasible, and `until_converged` starts the next run, at 8, which trains; 16 is never
+    dispatched on these GPUs again."""
+    spec = job(unique_id("hfoom"), target=0.5)
+    callbacks: list[ZeusBSOTrainerCallback] = []
+
+    def recurrence() -> Any:
+        callback = ZeusBSOTrainerCallback(
+            server.url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+        )
+        callbacks.append(callback)
+        torch.manual_seed(0)
+        args = training_arguments(tmp_path / f"out{len(callbacks)}", callback.start(), 6)
+        trainer = transformers.Trainer(
+            model=runs_out_of_memory_above(tiny_bert(), 8),
+            args=args,
+            train_dataset=TokenDataset(256, 0),
+            eval_dataset=TokenDataset(128, 1),
+            compute_metrics=accuracy,
+            callbacks=[callback],
+        )
+        trainer.train()
+        return callback.outcome
+
+    outcome = until_converged(recurrence, attempts=2)
+    assert outcome is not None
+    assert outcome.batch_size == 8
+    first = callbacks[0].outcome
+    assert first is not None
+    assert (first.batch_size, first.reason) == (16, "out_of_memory")
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert sorted((t["batch_size"], t["status"]) for t in state["trials"]) == [
+        (8, "reported"),
+        (16, "infeasible"),
+    ]
+    assert list(state["memory_caps"].values()) == [16]
+    next_run = state["next_run"]
+    assert 16 not in (next_run["arms"] or [next_run["batch_size"]]), next_run
 
 
 def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(

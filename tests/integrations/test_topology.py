@@ -183,3 +183,26 @@ def test_hugging_face_under_torchrun_with_two_gpus_both_visible(
     assert ranks[0]["trial_number"] == ranks[1]["trial_number"] == trial["trial_number"] == 1
     # Both ranks stopped where the server said so, before the Trainer's num_train_epochs (10).
     assert ranks[0]["epochs"] == ranks[1]["epochs"] == trial["epochs"] <= spec.max_epochs
+
+
+def test_hugging_face_out_of_memory_on_one_rank_of_two_moves_both(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Rank 1 alone runs out of memory above 8 samples a batch: the memory check before
+    training gathers it, both ranks raise together (neither waits in a collective), the
+    default 16 is infeasible, and the next run, started by `until_converged` on both ranks,
+    trains at 8 on both."""
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    job_id = unique_id("hfoomtopo")
+    worker = str(HERE / "hf_ddp_worker.py")
+    run([*torchrun(2), worker, server.url, job_id, str(tmp_path), "8"], environment([gpu(0)]))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["attempts"] for r in ranks] == [2, 2]
+    assert [r["batch_size"] for r in ranks] == [8, 8]
+    assert ranks[0]["trial_number"] == ranks[1]["trial_number"] == 2
+    with ServerClient(server.url) as client:
+        state = client.job_state(job_id)
+    assert sorted((t["batch_size"], t["status"]) for t in state["trials"]) == [
+        (8, "reported"),
+        (16, "infeasible"),
+    ]

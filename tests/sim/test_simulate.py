@@ -342,3 +342,56 @@ def test_runs_report_their_learning_curve_from_the_trace() -> None:
             assert len(set(metrics)) > 3  # a curve through several thresholds
         assert (metrics[-1] >= trace.workload.target_metric) == outcome.converged
     assert long_runs > 0
+
+
+def test_a_memory_cap_costs_at_most_one_start_per_size_in_process_and_through_a_server(
+    server: ServerProcess,
+) -> None:
+    """movielens-1m's cheapest size on the V100 is 16384: with every size from 4096 on running
+    out of memory, the walk up meets 4096 once, marks it infeasible and never dispatches it (or
+    a larger one) again; the oracle is the cheapest size below the cap, and the server agrees
+    with the policy in-process."""
+    trace = load_trace_job("movielens-1m", "v100")
+    spec = job_spec(trace, "sim-capped-3", mab_seed=3)
+    local = simulate(trace, in_process(spec), recurrences=20, seed=3, eta_knob=0.5, memory_cap=4096)
+    with ServerClient(server.url) as client:
+        backend = ServerBackend(client, spec)
+        remote = simulate(trace, backend, recurrences=20, seed=3, eta_knob=0.5, memory_cap=4096)
+        state = client.job_state(backend.job_id, limit=1000)
+        client.delete_job(backend.job_id)
+    assert [r.trials for r in remote] == [r.trials for r in local]
+    starved = [t for r in local for t in r.trials if t.out_of_memory]
+    assert [(t.batch_size, t.cost) for t in starved] == [(4096, 0.0)]
+    assert all(t.batch_size < 4096 for r in local for t in r.trials if not t.out_of_memory)
+    assert all(r.trials[-1].converged for r in local)
+    assert [t["status"] for t in state["trials"]].count("infeasible") == 1
+    assert list(state["memory_caps"].values()) == [4096]
+    summary = summarize(trace, 0.5, 20, [seed_result(3, local)], memory_cap=4096)
+    assert summary.oracle_batch_size == trace.oracle_batch_size(0.5, memory_cap=4096) == 2048
+    assert summary.out_of_memory_starts() == [{4096: 1}]
+    assert summary.to_dict()["memory_cap"] == 4096
+    # Without a cap, nothing of it shows.
+    plain = summarize(trace, 0.5, 20, [seed_result(3, local)])
+    assert "memory_cap" not in plain.to_dict()
+    assert plain.oracle_batch_size == 16384
+
+
+def test_cli_takes_a_memory_cap_as_a_size_or_a_multiple_of_the_default(tmp_path: Path) -> None:
+    out = tmp_path / "capped.json"
+    common = [ZEUS_BSO, "simulate", "--workload", "movielens-1m", "--recurrences", "10"]
+    done = subprocess.run(
+        [*common, "--seeds", "0", "--memory-cap", "4x", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Out of memory" in done.stdout
+    (summary,) = json.loads(out.read_text())["results"]
+    assert (summary["memory_cap"], summary["oracle_batch_size"]) == (4096, 2048)
+    for bad, words in (("512", "leaves out movielens-1m's default"), ("big", "a batch size")):
+        refused = subprocess.run(
+            [*common, "--memory-cap", bad], capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert words in refused.stderr

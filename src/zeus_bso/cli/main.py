@@ -56,6 +56,14 @@ def simulate_command(
     upstream: Annotated[
         bool, typer.Option(help="Start from upstream Zeus 0.16's policy options")
     ] = False,
+    memory_cap: Annotated[
+        str | None,
+        typer.Option(
+            help="The smallest batch size that runs out of memory on the GPU (e.g. 2048, or 4x: "
+            "four times each workload's default): runs at or above it fail at their first step "
+            "(infeasible); the oracle is the cheapest size below it",
+        ),
+    ] = None,
     **given: Any,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default.
@@ -71,12 +79,15 @@ def simulate_command(
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
         summaries = [
-            _simulate_one(name, gpu, recurrences, seed_list, options, server) for name in names
+            _simulate_one(name, gpu, recurrences, seed_list, options, server, memory_cap)
+            for name in names
         ]
     except (ZeusBSOError, ValueError) as error:  # ValueError: a job the options make invalid
         err.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(code=getattr(error, "exit_code", EXIT_USAGE)) from None
     _print_table(summaries)
+    if memory_cap is not None:
+        _print_out_of_memory(summaries)
     if json_path is not None:
         json_path.write_text(
             json.dumps({"options": options, "results": [s.to_dict() for s in summaries]}, indent=2)
@@ -162,17 +173,39 @@ def _simulate_one(
     seeds: list[int],
     options: dict[str, Any],
     server: str | None,
+    memory_cap: str | None = None,
 ) -> Summary:
     trace = load_trace_job(name, gpu)
+    cap = None if memory_cap is None else _memory_cap(memory_cap, trace.default_batch_size)
+    if cap is not None and cap <= trace.default_batch_size:
+        raise ConfigurationError(
+            f"--memory-cap {memory_cap} leaves out {name}'s default batch size "
+            f"({trace.default_batch_size}), which its users train at: give one above it"
+        )
     eta = float(options.get("eta_knob", 0.5))
     results = []
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"{name} on {gpu}", total=recurrences * len(seeds))
         for seed in seeds:
             spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
-            recurrence_results = _run(trace, spec, server, recurrences, seed, eta, progress, task)
+            recurrence_results = _run(
+                trace, spec, server, recurrences, seed, eta, progress, task, cap
+            )
             results.append(seed_result(seed, recurrence_results))
-    return summarize(trace, eta, recurrences, results)
+    return summarize(trace, eta, recurrences, results, cap)
+
+
+def _memory_cap(value: str, default_batch_size: int) -> int:
+    """``--memory-cap``: a batch size, or ``<factor>x`` the default's."""
+    text = value.strip().lower()
+    try:
+        if text.endswith("x"):
+            return int(float(text[:-1]) * default_batch_size)
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--memory-cap {value!r}: give a batch size (2048) or a multiple of the default (4x)"
+        ) from None
 
 
 def _run(
@@ -184,6 +217,7 @@ def _run(
     eta: float,
     progress: Progress,
     task: Any,
+    memory_cap: int | None = None,
 ) -> list[Any]:
     def advance(_: int, __: object) -> None:
         progress.advance(task)
@@ -196,6 +230,7 @@ def _run(
             seed=seed,
             eta_knob=eta,
             on_recurrence=advance,
+            memory_cap=memory_cap,
         )
     from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend
@@ -210,6 +245,7 @@ def _run(
                 seed=seed,
                 eta_knob=eta,
                 on_recurrence=advance,
+                memory_cap=memory_cap,
             )
         finally:
             client.delete_job(backend.job_id)
@@ -247,6 +283,27 @@ def _print_table(summaries: list[Summary]) -> None:
     for row in rows:
         causes.add_row(*row)
     console.print(causes)
+
+
+def _print_out_of_memory(summaries: list[Summary]) -> None:
+    """What running out of memory cost: the starts at sizes that did not fit, per seed."""
+    table = Table(
+        title="Out of memory: starts at sizes that did not fit (each costs one start)",
+        caption="at most one start per size and GPU: after it, the size is infeasible there",
+    )
+    for column in ("workload", "memory cap", "oracle below it", "starts per seed", "most a size"):
+        table.add_column(column)
+    for s in summaries:
+        starts = s.out_of_memory_starts()
+        most = max((count for seed in starts for count in seed.values()), default=0)
+        table.add_row(
+            s.workload,
+            str(s.memory_cap),
+            str(s.oracle_batch_size),
+            " ".join(str(sum(seed.values())) for seed in starts),
+            str(most),
+        )
+    console.print(table)
 
 
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.

@@ -3,12 +3,15 @@ the person who reads its output (`RunOutcome.summary`, one line with rounded fig
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
 from zeus_bso.spec import StopReason
+
+logger = logging.getLogger(__name__)
 
 SHOWN_PREFIX = "zeus-bso: "
 
@@ -94,7 +97,9 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     next batch size the server gives) and returns the run's outcome. Stops after a converged
     run, after a run that was not trained (a misconfiguration: trying again changes nothing),
     after a run without the server, or after ``attempts`` runs; returns the last outcome (None
-    if ``run`` returned none, e.g. on a process other than the main one)::
+    if ``run`` returned none, e.g. on a process other than the main one). A run that raised
+    `BatchSizeDoesNotFitError` (the HF Trainer's batch size ran out of memory before it
+    trained) counts as an attempt, and the next gets a size that fits::
 
         def recurrence() -> RunOutcome | None:
             callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
@@ -106,8 +111,14 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     if attempts < 1:
         raise ConfigurationError(f"attempts must be at least 1, got {attempts}")
     outcome: RunOutcome | None = None
-    for _ in range(attempts):
-        outcome = run()
+    for attempt in range(1, attempts + 1):
+        try:
+            outcome = run()
+        except BatchSizeDoesNotFitError as err:  # infeasible now; the next run's size fits
+            if attempt == attempts:
+                raise
+            logger.warning("zeus-bso: %s; starting the run again", err)
+            continue
         if outcome is None or outcome.converged:
             break
         if outcome.reason is StopReason.NOT_TRAINED or outcome.offline:

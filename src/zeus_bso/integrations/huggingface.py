@@ -28,6 +28,7 @@ trial in every process (the server, the shared answers, each GPU's energy once, 
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 import logging
@@ -40,7 +41,7 @@ from typing_extensions import override
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.errors import ConfigurationError, OperationOrderError
+from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.training.collectives import torch_distributed
@@ -122,6 +123,12 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             that keep its samples (``warmup_ratio`` needs none).
         reference_batch_size: the per-device batch size the learning rate was tuned at
             (default: the job's ``default_batch_size``).
+        memory_check_steps: at a batch size that never ran on these GPUs, this many training
+            steps are tried (and undone) on every process when training starts; if one runs
+            out of memory, the size is marked ``infeasible`` on these GPUs and
+            `BatchSizeDoesNotFitError` is raised on every process before the run trains (the
+            Trainer cannot change its batch size: `until_converged` starts the next run, which
+            gets a size that fits). 0: no check.
     """
 
     def __init__(
@@ -137,6 +144,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         raise_if_unconverged: bool = False,
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
+        memory_check_steps: int = 3,
     ) -> None:
         check_rule(lr_rule)
         self.server_url = server_url_from(server_url)  # no network: a clear error now
@@ -149,6 +157,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.raise_if_unconverged = raise_if_unconverged
         self.lr_rule: LrRule = lr_rule
         self.reference_batch_size = reference_batch_size
+        if memory_check_steps < 0:
+            raise ConfigurationError(
+                f"memory_check_steps must be 0 or more, not {memory_check_steps}"
+            )
+        self.memory_check_steps = memory_check_steps
         self.outcome: RunOutcome | None = None
         """How the run ended (the world process zero, after ``trainer.train()``)."""
         self.session: TrialSession | None = None
@@ -263,16 +276,19 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         args: TrainingArguments,
         state: TrainerState,
         control: TrainerControl,
+        model: Any = None,
         optimizer: Any = None,
         lr_scheduler: Any = None,
-        **_: Any,
+        **kwargs: Any,
     ) -> None:
         self._run_first()  # also when added after the Trainer was built (add_callback)
         if args.auto_find_batch_size:
             self._refuse(
-                "TrainingArguments(auto_find_batch_size=True) would shrink the batch size the "
-                "optimizer chose while the trial records it; leave it False: a batch size that "
-                "does not fit is the optimizer's to learn (its run fails and is reported so)"
+                "TrainingArguments(auto_find_batch_size=True) shrinks the batch by a tenth at "
+                "each out-of-memory error, to sizes the job does not have, under the trial that "
+                "records the server's; leave it False: the callback tries a batch size new to "
+                "these GPUs before training (memory_check_steps), marks one that does not fit "
+                "infeasible there, and until_converged starts the next run at one that fits"
             )
         if self.session is None:
             raise ConfigurationError(
@@ -311,10 +327,54 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 args.eval_steps,
                 self.job.max_epochs,
             )
+        loader = kwargs.get("train_dataloader")
+        if (
+            self.memory_check_steps > 0
+            and self.resume_from is None
+            and None not in (model, optimizer, loader)
+        ):
+            try:
+                self.session.check_memory(lambda _: self._try_steps(model, optimizer, loader))
+            except BatchSizeDoesNotFitError:
+                self._ended = True
+                self.outcome = self.session.outcome
+                raise
         if self.lr_rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
+
+    def _try_steps(self, model: Any, optimizer: Any, loader: Any) -> None:
+        """Run ``memory_check_steps`` training steps of the Trainer's model on this process
+        alone (unwrapped: no collective), with the Trainer's optimizer and batches, then undo
+        them: the weights, the optimizer's state and the random state are restored. An
+        out-of-memory error is raised."""
+        import torch
+
+        device = next(model.parameters()).device
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        state = copy.deepcopy(optimizer.state_dict())
+        was_training = model.training
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                model.train()
+                for _, batch in zip(range(self.memory_check_steps), loader, strict=False):
+                    inputs = {
+                        k: v.to(device) if isinstance(v, torch.Tensor) else v
+                        for k, v in batch.items()
+                    }
+                    outputs = model(**inputs)
+                    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs[0]
+                    if loss is None:  # the Trainer's compute_loss makes it: forward alone
+                        continue
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+            optimizer.load_state_dict(state)
+            model.load_state_dict(weights)
+            model.train(was_training)
 
     @override
     def on_log(

@@ -4,6 +4,7 @@ the floor of a policy without prior knowledge, and where the regret goes (`CAUSE
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -89,6 +90,9 @@ class Summary:
     default_cost: float
     """Expected cost of one recurrence with the default batch size."""
     seeds: list[SeedResult]
+    memory_cap: int | None = None
+    """The smallest batch size that ran out of memory (None: every size fit); the oracle is
+    the cheapest size below it."""
 
     @property
     def regret(self) -> float:
@@ -118,6 +122,13 @@ class Summary:
         ]
         return {c: statistics.fmean(100 * p[c] / total for p in per_seed) for c in CAUSES}
 
+    def out_of_memory_starts(self) -> list[dict[int, int]]:
+        """Per seed, the starts that ran out of memory, by batch size."""
+        return [
+            dict(Counter(t.batch_size for runs in s.trials for t in runs if t.out_of_memory))
+            for s in self.seeds
+        ]
+
     def mean_cumulative(self) -> list[float]:
         """Cumulative cost after each recurrence, averaged over seeds."""
         series = [list(accumulate(s.costs)) for s in self.seeds]
@@ -125,7 +136,17 @@ class Summary:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form."""
+        capped: dict[str, object] = {}
+        if self.memory_cap is not None:  # absent without one: those figures stay as they were
+            capped = {
+                "memory_cap": self.memory_cap,
+                "out_of_memory_starts": [
+                    {str(size): count for size, count in sorted(starts.items())}
+                    for starts in self.out_of_memory_starts()
+                ],
+            }
         return {
+            **capped,
             "workload": self.workload,
             "gpu": self.gpu,
             "recurrences": self.recurrences,
@@ -163,11 +184,17 @@ def seed_result(seed: int, recurrences: list[Recurrence]) -> SeedResult:
 
 
 def summarize(
-    trace: TraceJob, eta_knob: float, recurrences: int, seeds: list[SeedResult]
+    trace: TraceJob,
+    eta_knob: float,
+    recurrences: int,
+    seeds: list[SeedResult],
+    memory_cap: int | None = None,
 ) -> Summary:
-    """Compare the seeds' costs with the oracle and the default batch size."""
-    oracle = trace.oracle_batch_size(eta_knob)
+    """Compare the seeds' costs with the oracle (the cheapest size below ``memory_cap``) and
+    the default batch size."""
+    oracle = trace.oracle_batch_size(eta_knob, memory_cap)
     return Summary(
+        memory_cap=memory_cap,
         workload=trace.workload.name,
         gpu=trace.gpu,
         recurrences=recurrences,

@@ -6,6 +6,11 @@ reaches the target at that run's ``target_epoch`` (never if ``nan`` or beyond ``
 After epoch ``e`` it reports cumulative time ``e * time_per_epoch`` and energy ``time *
 average_power``. The policy decides after every epoch; every epoch run is paid for. A recurrence
 retries with a new trial until one converges, at most `MAX_TRIES` times; every try's cost counts.
+
+With a memory cap (the smallest batch size that does not fit on the GPU), a trial at or above it
+runs out of memory at its first step, as a client's check before training finds: it is marked
+infeasible, costs nothing but the start, and the recurrence goes on with the next trial (the run
+goes on at a size that fits). Without one, nothing changes.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ class Backend(Protocol):
     ) -> ReportResponse: ...
 
     def end_trial(self, trial: TrialId) -> None: ...
+
+    def out_of_memory(self, trial: TrialId) -> None:
+        """The trial's run ran out of memory: infeasible on its hardware profile."""
+        ...
 
     def kinds(self) -> Mapping[int, str]:
         """Why each trial was dispatched (its `TrialKind`), by trial number."""
@@ -79,6 +88,9 @@ class ServerBackend:
     def end_trial(self, trial: TrialId) -> None:
         self.client.end_trial(trial)
 
+    def out_of_memory(self, trial: TrialId) -> None:
+        self.client.infeasible(trial)
+
     def kinds(self) -> Mapping[int, str]:
         trials = self.client.job_state(self.job_id)["trials"]
         return {int(t["trial_number"]): str(t["kind"]) for t in trials}
@@ -95,6 +107,8 @@ class TrialOutcome:
     trial_number: int = 0
     kind: str = ""
     """Why the policy dispatched it (`TrialKind`: exploration, bandit, concurrent)."""
+    out_of_memory: bool = False
+    """It ran out of memory at its first step (above the simulation's memory cap)."""
 
 
 @dataclass
@@ -141,15 +155,27 @@ def simulate(
     seed: int,
     eta_knob: float,
     on_recurrence: Callable[[int, Recurrence], None] | None = None,
+    memory_cap: int | None = None,
 ) -> list[Recurrence]:
-    """Run ``recurrences`` recurrences of ``trace`` against ``backend``."""
+    """Run ``recurrences`` recurrences of ``trace`` against ``backend``; with ``memory_cap``,
+    batch sizes at or above it run out of memory at their first step."""
     rng = random.Random(seed)
     w = trace.workload
     results = []
     for index in range(recurrences):
         recurrence = Recurrence()
-        for _ in range(MAX_TRIES):
+        tries = 0
+        while tries < MAX_TRIES:
             trial = backend.next_trial()
+            if memory_cap is not None and trial.batch_size >= memory_cap:
+                backend.out_of_memory(trial)  # found before training: not a try
+                recurrence.trials.append(
+                    TrialOutcome(
+                        trial.batch_size, 0, 0.0, False, trial.trial_number, out_of_memory=True
+                    )
+                )
+                continue
+            tries += 1
             profile = trace.profiles[trial.batch_size]
             run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
             epoch, answer = 0, None

@@ -112,9 +112,11 @@ class TraceJob:
         mean = sum(converging) / len(converging) * cost
         return mean + (1 - p) / p * self.workload.max_epochs * cost
 
-    def oracle_batch_size(self, eta_knob: float) -> int:
-        """The batch size with the lowest expected cost."""
-        return min(self.batch_sizes, key=lambda b: (self.expected_cost(b, eta_knob), b))
+    def oracle_batch_size(self, eta_knob: float, memory_cap: int | None = None) -> int:
+        """The batch size with the lowest expected cost (below ``memory_cap``, the smallest
+        that does not fit, if given)."""
+        sizes = [b for b in self.batch_sizes if memory_cap is None or b < memory_cap]
+        return min(sizes, key=lambda b: (self.expected_cost(b, eta_knob), b))
 
 
 def _data(name: str) -> list[dict[str, str]]:

@@ -21,6 +21,7 @@ from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
+    BatchSizeDoesNotFitError,
     ConfigurationError,
     OperationOrderError,
     ZeusBSOError,
@@ -188,31 +189,12 @@ class TrialSession:
         """
         while self._memory_unknown:
             size = self._batch_size
-            oom: str | None = None
-            failed: Exception | None = None
-            try:
-                try_steps(size)
-            except Exception as err:
-                if out_of_memory(err):
-                    oom = f"{type(err).__name__}: {err}"
-                    free_accelerator_memory()
-                else:
-                    failed = err
-            said = None if failed is None else f"{type(failed).__name__}: {failed}"
-            results = all_gather_object((oom, said))
-            if failed is not None:
-                raise failed
-            errors = [message for _, message in results if message is not None]
-            if errors:
-                raise ZeusBSOError(
-                    f"another process failed while trying batch size {size}: {errors[0]}"
-                )
-            ooms = [message for message, _ in results if message is not None]
-            if not ooms:
+            oom = self._try_everywhere(size, try_steps)
+            if oom is None:
                 self._memory_unknown = False
                 break
 
-            def next_size(why: str = ooms[0]) -> dict[str, Any]:
+            def next_size(why: str = oom) -> dict[str, Any]:
                 assert self.optimizer is not None
                 return self._shared(self.optimizer.out_of_memory(why))
 
@@ -220,6 +202,56 @@ class TrialSession:
             if self.optimizer is None:  # the main process's progress is its optimizer's
                 self.progress.trial = self.trial
         return self._batch_size
+
+    def check_memory(self, try_steps: Callable[[int], None]) -> None:
+        """For a framework that cannot change the batch size of a run under way (the HF
+        Trainer): while the batch size's fit is not known (`memory_unknown`), each process runs
+        ``try_steps(batch_size)`` (a few training steps, undone; no collective); if any ran out
+        of memory, the trial is marked ``infeasible`` and every process raises
+        `BatchSizeDoesNotFitError` (the next run gets a size that fits: `until_converged`
+        starts it).
+
+        Raises:
+            BatchSizeDoesNotFitError: on every process, the batch size ran out of memory on one.
+            ZeusBSOError: on every process, when one process's ``try_steps`` failed otherwise
+                (that process raises its own error).
+        """
+        if not self._memory_unknown:
+            return
+        oom = self._try_everywhere(self._batch_size, try_steps)
+        if oom is None:
+            self._memory_unknown = False
+            return
+        self.end_out_of_memory(oom)
+        raise BatchSizeDoesNotFitError(
+            f"batch size {self._batch_size} ran out of memory on these GPUs ({oom}); it is "
+            "infeasible on them now, and the next run gets a batch size that fits"
+        )
+
+    def _try_everywhere(self, size: int, try_steps: Callable[[int], None]) -> str | None:
+        """Run ``try_steps(size)`` on every process; the first out-of-memory error's words (any
+        process's), or None when it fit everywhere. Another error is raised on every process."""
+        oom: str | None = None
+        failed: Exception | None = None
+        try:
+            try_steps(size)
+        except Exception as err:
+            if out_of_memory(err):
+                oom = f"{type(err).__name__}: {err}"
+                free_accelerator_memory()
+            else:
+                failed = err
+        said = None if failed is None else f"{type(failed).__name__}: {failed}"
+        results = all_gather_object((oom, said))
+        if failed is not None:
+            raise failed
+        errors = [message for _, message in results if message is not None]
+        if errors:
+            raise ZeusBSOError(
+                f"another process failed while trying batch size {size}: {errors[0]}"
+            )
+        ooms = [message for message, _ in results if message is not None]
+        return ooms[0] if ooms else None
 
     @property
     def trial_number(self) -> int | None:
