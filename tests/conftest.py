@@ -8,6 +8,7 @@ import atexit
 import functools
 import os
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -29,6 +30,9 @@ DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 # CPU time and their measured energy, time x watts, were up to twice as high with one thread a
 # core).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The client's files on this machine (fallback recommendations, the outbox of runs that ended
+# while the server was away) go to a folder of this run's, not the home directory's.
+os.environ.setdefault("ZEUS_BSO_CACHE_DIR", tempfile.mkdtemp(prefix="zeus-bso-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -326,3 +326,53 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
         assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 2)
     finally:
         proxy.close()
+
+
+def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database stays locked past the end of a run: its last report and the end of its
+    trial are kept on this machine, and the next run of any job on that server delivers them
+    before it asks for its batch size; the first run's result arrives, converged."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    db = tmp_path / "bso.db"
+    server = ServerProcess(
+        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
+    )
+    try:
+        spec = JobSpec(
+            job_id=unique_id("longoutage"),
+            job_id_prefix="longoutage",
+            batch_sizes=[16, 32],
+            default_batch_size=32,
+            target_metric=0.8,
+            max_epochs=5,
+        )
+        bso = BatchSizeOptimizer(
+            server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
+            bso.end()  # still down: kept on this machine
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        assert len(list((tmp_path / "cache" / "outbox").glob("*.json"))) == 1
+        with server.client() as http:
+            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        assert (trial["status"], trial["epochs"]) == ("dispatched", None)
+        # The next run (here, of the same job) delivers it first.
+        later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+        later.get_batch_size()
+        later.release("not trained in this test")
+        assert list((tmp_path / "cache" / "outbox").glob("*.json")) == []
+        with server.client() as http:
+            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        first = next(t for t in trials if t["trial_number"] == 1)
+        assert (first["status"], first["converged"], first["epochs"]) == ("reported", True, 1)
+    finally:
+        server.stop()

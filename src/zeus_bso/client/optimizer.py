@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from zeus_bso.client import fallback
+from zeus_bso.client import fallback, outbox
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
@@ -108,6 +108,14 @@ def stable_job_id(spec: JobSpecFromClient) -> str:
             del config[name]  # ids from before the option existed stay the same
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return f"{spec.job_id_prefix}-{digest[:8]}"
+
+
+def _for_later(err: ZeusBSOError) -> bool:
+    """Whether a request failed because the server is away for now (unreachable, or a 5xx):
+    what it carried can be delivered later."""
+    return isinstance(err, ServerConnectionError) or (
+        isinstance(err, ServerRejectedError) and err.status >= 500
+    )
 
 
 class BatchSizeOptimizer:
@@ -280,6 +288,7 @@ class BatchSizeOptimizer:
         if trial is None:
             try:
                 job = self._register()
+                outbox.deliver(self.client)  # what earlier runs could not say, first
                 dispatched = self.client.dispatch(job.job_id, self.gpu, self.run_key)
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)
@@ -637,20 +646,41 @@ class BatchSizeOptimizer:
         self._stop_heartbeat.set()
         deliver = end_trial if deliver is None else deliver
         try:
-            pending = self._pending
-            if self.trial is not None and deliver and not self.offline and pending is not None:
+            trial = self.trial
+            if trial is None or self.offline:
+                return
+            pending = self._pending if deliver else None
+            if pending is not None:
+                report = pending
                 try:
-                    self._answered(self.client.report(pending))
+                    self._answered(self.client.report(report))
+                    pending = None
                 except ZeusBSOError as err:
-                    logger.error(
-                        "the last report could not be delivered and is lost: %s (%s)",
-                        pending.model_dump_json(),
-                        err,
-                    )
-            if self.trial is not None and end_trial and not self.offline:
-                self.client.end_trial(self.trial)
-        except ZeusBSOError as err:
-            logger.warning("could not end trial %s: %s", self.trial, err)
+                    if not _for_later(err):
+                        logger.error(
+                            "the last report could not be delivered and is lost: %s (%s)",
+                            report.model_dump_json(),
+                            err,
+                        )
+                        pending = None
+            ended = not end_trial
+            if end_trial and pending is None:  # a report kept for later goes first
+                try:
+                    self.client.end_trial(trial)
+                    ended = True
+                except ZeusBSOError as err:
+                    if not _for_later(err):
+                        logger.warning("could not end trial %s: %s", trial, err)
+                        ended = True
+            if (pending is not None or not ended) and outbox.keep(
+                self.client.server_url, trial, pending, end=end_trial
+            ):
+                logger.warning(
+                    "zeus-bso: the server could not be reached as trial %d ended; its %s kept "
+                    "on this machine and delivered by the next run that reaches the server",
+                    trial.trial_number,
+                    "last report is" if pending is not None else "end is",
+                )
         finally:
             self.meter.close()
 

@@ -1,0 +1,95 @@
+"""What a run could not tell the server as it ended, kept on this machine until a later run
+reaches the server: its last report and the end of its trial. A database outage of any length
+then loses no run's result. One small file a trial (``$ZEUS_BSO_CACHE_DIR/outbox``, else
+``~/.cache/zeus-bso/outbox``); keeping or delivering them never fails a run."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from zeus_bso.client.fallback import cache_dir
+from zeus_bso.client.http import ServerClient
+from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
+from zeus_bso.spec import TrainingResult, TrialId
+
+logger = logging.getLogger(__name__)
+
+
+def outbox_dir() -> Path:
+    """Where undelivered ends of runs wait."""
+    return cache_dir() / "outbox"
+
+
+def _path(server_url: str, trial: TrialId) -> Path:
+    key = f"{server_url.rstrip('/')}\n{trial.job_id}\n{trial.trial_number}"
+    return outbox_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def keep(server_url: str, trial: TrialId, report: TrainingResult | None, *, end: bool) -> bool:
+    """Keep ``report`` (the run's last, or None) and whether to end ``trial``, for a later run
+    to deliver to the server at ``server_url``. Returns whether it was kept."""
+    path = _path(server_url, trial)
+    entry = {
+        "server_url": server_url.rstrip("/"),
+        "trial": trial.model_dump(mode="json"),
+        "report": None if report is None else report.model_dump(mode="json"),
+        "end": end,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(entry))
+        temporary.replace(path)
+    except OSError as err:
+        logger.warning("could not keep the end of trial %s in %s: %s", trial, path, err)
+        return False
+    return True
+
+
+def deliver(client: ServerClient) -> int:
+    """Deliver what runs kept for ``client``'s server (reports first, then the trials' ends);
+    returns how many were delivered. Stops at the first the server cannot take now (it is
+    unreachable or answers 5xx); one it refuses for good (a 4xx: the job was deleted, say) is
+    dropped with a warning."""
+    delivered = 0
+    folder = outbox_dir()
+    try:
+        paths = sorted(folder.glob("*.json"))
+    except OSError:
+        return 0
+    for path in paths:
+        try:
+            entry = json.loads(path.read_text())
+            if entry.get("server_url") != client.server_url:
+                continue
+            trial = TrialId.model_validate(entry["trial"])
+            report = entry.get("report")
+            end = bool(entry.get("end"))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            logger.debug("skipping unreadable outbox entry %s: %s", path, err)
+            continue
+        try:
+            if report is not None:
+                client.report(TrainingResult.model_validate(report))
+            if end:
+                client.end_trial(trial)
+        except ServerConnectionError:
+            break
+        except ServerRejectedError as err:
+            if err.status >= 500:
+                break
+            logger.warning("the kept end of trial %s was refused and is dropped: %s", trial, err)
+        except ZeusBSOError as err:
+            logger.warning("the kept end of trial %s could not be delivered: %s", trial, err)
+            break
+        else:
+            delivered += 1
+            logger.info("delivered the kept end of trial %s", trial)
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return delivered
