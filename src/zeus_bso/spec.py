@@ -514,6 +514,10 @@ class DispatchedTrial(TrialId):
     extension, answered to a request that names its GPUs, as zeus-bso's client does): a client
     tries a few steps first, and a batch size that runs out of memory is marked ``infeasible``
     before the run trains."""
+    memory_cap: PositiveInt | None = None
+    """The smallest batch size that ran out of memory on the run's hardware profile (an
+    extension, answered to a request that names its GPUs): a run that accumulates gradients
+    keeps its micro-batches below it."""
     current_epoch: NonNegativeInt = 0
     time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
     energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
@@ -533,6 +537,18 @@ class TrainingResult(TrialId):
     energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
     metric: FiniteFloat
     current_epoch: PositiveInt
+    accumulation_steps: PositiveInt | None = None
+    """An extension: the micro-batches the run accumulates an optimizer step (its batch size
+    reached by gradient accumulation); absent: one."""
+
+
+class InfeasibleTrial(TrialId):
+    """``POST /api/trials/infeasible``: a trial whose run ran out of accelerator memory."""
+
+    micro_batch_size: PositiveInt | None = None
+    """For a run that accumulates gradients: the micro-batch that ran out of memory. The
+    profile's memory cap comes down to it, and the trial goes on with smaller micro-batches
+    (absent: the batch size ran out, and the trial is ``infeasible``)."""
 
 
 class StopReason(StrEnum):

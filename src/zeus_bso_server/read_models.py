@@ -125,6 +125,8 @@ class TrialView(BaseModel):
     curve: list[Annotated[tuple[int, float], WithJsonSchema(_CURVE_POINT)]] | None = None
     """Its learning curve: ``[epoch, metric]`` where its best metric improved (null: a trial
     from before the server stored curves)."""
+    accumulation_steps: int | None = None
+    """Micro-batches its run accumulated an optimizer step (null: one, or not said)."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None

@@ -12,7 +12,7 @@ import secrets
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 
@@ -176,7 +176,11 @@ class BatchSizeService:
         return job, config_of(job)
 
     async def next_trial(
-        self, job_id: str, run_key: str | None = None, gpu: GpuConfig | None = None
+        self,
+        job_id: str,
+        run_key: str | None = None,
+        gpu: GpuConfig | None = None,
+        accumulates: bool = False,
     ) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -184,7 +188,8 @@ class BatchSizeService:
         continues its trial: the latest trial of that key is returned, with what it reported,
         if it is still open (dispatched, or abandoned); otherwise a new trial gets the key.
         With ``gpu`` the run trains on that hardware profile (the job learns it if it is new);
-        without, on the profile registered last.
+        without, on the profile registered last. A run that ``accumulates`` gradients may get a
+        batch size at or above the profile's memory cap.
 
         Raises:
             JobNotFoundError: no such job.
@@ -192,7 +197,7 @@ class BatchSizeService:
         """
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
-                lambda conn: self._next_trial(conn, job_id, run_key, gpu)
+                lambda conn: self._next_trial(conn, job_id, run_key, gpu, accumulates)
             )
         # Counted once committed, so that a rolled-back request counts nothing.
         if dispatch is not None:
@@ -205,7 +210,12 @@ class BatchSizeService:
         return trial
 
     def _next_trial(
-        self, conn: Connection, job_id: str, run_key: str | None, gpu: GpuConfig | None
+        self,
+        conn: Connection,
+        job_id: str,
+        run_key: str | None,
+        gpu: GpuConfig | None,
+        accumulates: bool = False,
     ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
@@ -221,7 +231,7 @@ class BatchSizeService:
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
         profile = profile_key(gpu or config)
-        step = orchestrate.dispatch(store, config, profile)
+        step = orchestrate.dispatch(store, config, profile, accumulates=accumulates)
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
         trial = DispatchedTrial(
@@ -229,6 +239,7 @@ class BatchSizeService:
             batch_size=step.trial.batch_size,
             trial_number=step.trial.trial_number,
             memory_unknown=not step.job.measured(profile, step.trial.batch_size),
+            memory_cap=step.job.memory_caps.get(profile),
         )
         return trial, step.dispatch, expired
 
@@ -286,10 +297,14 @@ class BatchSizeService:
         stored = repo.get_trial(conn, result.job_id, result.trial_number)
         if stored is None or stored.trial.batch_size != result.batch_size:
             raise TrialNotFoundError(f"Unknown trial {result.model_dump_json()}")
+        trial = stored.trial
+        if result.accumulation_steps is not None:
+            steps = None if result.accumulation_steps == 1 else result.accumulation_steps
+            trial = replace(trial, accumulation_steps=steps)
         step = orchestrate.report(
             SqlJobStore.of(conn, job, self._trial_lease),
             config,
-            stored.trial,
+            trial,
             time=result.time,
             energy=result.energy,
             metric=result.metric,
@@ -337,10 +352,13 @@ class BatchSizeService:
         self.metrics.trials.labels(stored.trial.status.value).inc()
         return stored
 
-    async def trial_out_of_memory(self, trial_id: TrialId) -> StoredTrial:
+    async def trial_out_of_memory(
+        self, trial_id: TrialId, micro_batch_size: int | None = None
+    ) -> StoredTrial:
         """The run of a trial ran out of memory at its batch size: an open trial becomes
         infeasible, and its hardware profile's memory cap comes down to that size (the policy's
-        `Event.OUT_OF_MEMORY`). Returns the trial.
+        `Event.OUT_OF_MEMORY`). A run that accumulates gradients ran out at
+        ``micro_batch_size``: the cap comes down to it and the trial goes on. Returns the trial.
 
         Raises:
             JobNotFoundError, TrialNotFoundError: no such job or trial.
@@ -351,7 +369,20 @@ class BatchSizeService:
                 repo.get_job(conn, trial_id.job_id, lock=True), trial_id.job_id
             )
             before = self._trial(conn, trial_id)
-            after = orchestrate.ran_out_of_memory(SqlJobStore.of(conn, job), config, before.trial)
+            store = SqlJobStore.of(conn, job, self._trial_lease)
+            if micro_batch_size is not None:
+                if orchestrate.micro_batch_ran_out_of_memory(
+                    store, config, before.trial, micro_batch_size
+                ):
+                    logger.info(
+                        "job %s: micro-batches of %d ran out of memory on %s (trial %d)",
+                        trial_id.job_id,
+                        micro_batch_size,
+                        before.trial.profile,
+                        before.trial.trial_number,
+                    )
+                return self._trial(conn, trial_id), False
+            after = orchestrate.ran_out_of_memory(store, config, before.trial)
             if after.status is not before.trial.status:
                 logger.info(
                     "job %s: batch size %d ran out of memory on %s (trial %d)",

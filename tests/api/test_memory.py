@@ -112,3 +112,43 @@ def test_an_unknown_or_ended_trial(http: httpx.Client) -> None:
     missing = http.post("/api/trials/infeasible", json={**trial_id(trial), "trial_number": 99})
     assert missing.status_code == 404
     assert "trial" in missing.text.lower()
+
+
+def test_a_run_that_accumulates_lowers_the_cap_and_goes_on_and_gets_any_size(
+    http: httpx.Client,
+) -> None:
+    """Extensions for gradient accumulation: micro-batches that ran out of memory lower the
+    profile's cap and leave the trial open; a dispatch that says it accumulates may get a size
+    at or above the cap (and is told the cap), one that does not never does; the reports'
+    accumulation steps are kept on the trial."""
+    job_id = unique_id("accum")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    first = dispatch(http, job_id, accumulate="true", **A100)
+    assert (first["batch_size"], first.get("memory_cap")) == (128, None)
+    lowered = http.post("/api/trials/infeasible", json={**trial_id(first), "micro_batch_size": 64})
+    assert lowered.status_code == 200, lowered.text
+    assert lowered.json()["status"] == "dispatched"  # it goes on, as two micro-batches of 32
+    report = {**trial_id(first), "time": 1.0, "energy": 500.0, "metric": 0.99, "current_epoch": 1}
+    answer = http.post("/report", json={**report, "accumulation_steps": 4})
+    assert answer.json()["stop_train"]
+    assert http.patch("/trials", json=trial_id(first)).status_code == 200
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["memory_caps"] == {A100_KEY: 64}
+    (trial,) = state["trials"]
+    assert (trial["status"], trial["accumulation_steps"]) == ("reported", 4)
+    # A run that does not accumulate never gets 64 or more here; one that does may.
+    plain, accumulating = set(), set()
+    for _ in range(10):
+        trial = dispatch(http, job_id, **A100)
+        assert trial["memory_cap"] == 64
+        plain.add(trial["batch_size"])
+        converge(http, trial)
+        trial = dispatch(http, job_id, accumulate="true", **A100)
+        accumulating.add(trial["batch_size"])
+        converge(http, trial)
+    assert max(plain) < 64, plain
+    assert max(accumulating) >= 64, accumulating
+    # An upstream client is told neither extension.
+    upstream = dispatch(http, job_id)
+    assert set(upstream) == {"job_id", "batch_size", "trial_number"}

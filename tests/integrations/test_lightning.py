@@ -697,3 +697,77 @@ def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_
         (32, "infeasible"),
         (16, "released"),  # the Trainer's max_epochs (2) ended it before the server's stop
     ]
+
+
+def accumulation_job(job_id: str, batch_sizes: list[int]) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        job_id_prefix=job_id.split("-")[0],
+        batch_sizes=batch_sizes,
+        default_batch_size=32,
+        target_metric=0.999,  # never reached: the job's max_epochs ends each fit
+        max_epochs=2,
+        mab_seed=1,
+        learning_curve_stop=False,
+    )
+
+
+def test_accumulated_micro_batches_give_the_large_batchs_updates(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Batch size 32 trained as two micro-batches of 16 (``max_micro_batch_size=16``) takes the
+    same optimizer steps as 32 at once: the weights after the fit agree within float error."""
+    weights, fits = [], []
+    for name, options in (("native", {}), ("accumulated", {"max_micro_batch_size": 16})):
+        spec = accumulation_job(unique_id(f"litacc{name}"), [32])
+        pl.seed_everything(0, verbose=False)
+        model = TinyClassifier()
+        callback = ZeusBSOCallback(
+            server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100), **options
+        )
+        options_ = quiet_trainer_options(tmp_path / name)
+        trainer = pl.Trainer(callbacks=[callback], max_epochs=spec.max_epochs, **options_)
+        trainer.fit(model)
+        weights.append([p.detach().clone() for p in model.parameters()])
+        fits.append((set(model.seen_batch_sizes), trainer.accumulate_grad_batches))
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(spec.job_id or "")["trials"]
+        assert (trial["batch_size"], trial["epochs"]) == (32, 2)
+        fits[-1] += (trial["accumulation_steps"],)
+    assert fits == [({32}, 1, None), ({16}, 2, 2)]
+    for native, accumulated in zip(*weights, strict=True):
+        assert torch.allclose(native, accumulated, rtol=1e-5, atol=1e-6)
+
+
+def test_out_of_memory_with_accumulation_lowers_the_micro_batch_not_the_batch_size(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Above 16 samples a step runs out of memory: with ``max_micro_batch_size`` the dispatched
+    32 is tried, runs out, and trains as two micro-batches of 16 in the same fit; the trial is
+    reported (not infeasible), and 64 stays a candidate, reached as four of 16."""
+    spec = oom_job(unique_id("litaccoom"))
+    seen = []
+    for _ in range(6):
+        pl.seed_everything(0, verbose=False)
+        model = RunsOutOfMemoryAbove(limit=16)
+        callback = ZeusBSOCallback(
+            server.url,
+            spec,
+            monitor="val_acc",
+            energy_meter=EstimateMeter(100),
+            max_micro_batch_size=64,
+        )
+        trainer = pl.Trainer(
+            callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)
+        )
+        trainer.fit(model)
+        assert max(model.seen_batch_sizes) <= 16
+        seen.append((callback.batch_size, trainer.accumulate_grad_batches))
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert seen[0] == (32, 2)
+    assert {"infeasible", "failed"}.isdisjoint(t["status"] for t in state["trials"])
+    assert list(state["memory_caps"].values()) == [32]
+    assert (64, 4) in seen  # pruning walks up past the cap, by accumulation
+    steps = {t["batch_size"]: t["accumulation_steps"] for t in state["trials"]}
+    assert steps == {16: None, 32: 2, 64: 4}

@@ -129,15 +129,22 @@ class ServerClient:
         return CreatedJob.model_validate(response.json()), response.status_code == 201
 
     def dispatch(
-        self, job_id: str, gpu: GpuConfig | None = None, run_key: str | None = None
+        self,
+        job_id: str,
+        gpu: GpuConfig | None = None,
+        run_key: str | None = None,
+        accumulate: bool = False,
     ) -> DispatchedTrial:
         """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
         trains on those GPUs; with ``run_key`` (a run's name, the same across its restarts) a
-        restarted run gets its open trial back, with what it reported (``resumed``). Both are
-        zeus-bso server extensions that other servers ignore."""
+        restarted run gets its open trial back, with what it reported (``resumed``); with
+        ``accumulate`` the run accumulates gradients, and may get a batch size at or above its
+        GPUs' memory cap. All are zeus-bso server extensions that other servers ignore."""
         params = {"job_id": job_id, **_gpu_params(gpu)}
         if run_key is not None:
             params["run_key"] = run_key
+        if accumulate:
+            params["accumulate"] = "true"
         # Without a run key each request starts a trial: it is not sent twice. With one, asking
         # again answers the same trial.
         response = self._request(
@@ -147,7 +154,10 @@ class ServerClient:
 
     def report(self, result: TrainingResult) -> ReportResponse:
         """Report an epoch's cumulative time, energy and metric."""
-        response = self._request("POST", "/report", content=result.model_dump_json())
+        # An unset extension stays off the wire: the report is upstream's exactly.
+        response = self._request(
+            "POST", "/report", content=result.model_dump_json(exclude_none=True)
+        )
         return ReportResponse.model_validate(response.json())
 
     def end_trial(self, trial: TrialId) -> None:
@@ -163,13 +173,17 @@ class ServerClient:
         response = self._request("POST", "/api/trials/release", content=trial.model_dump_json())
         return dict(response.json())
 
-    def infeasible(self, trial: TrialId) -> dict[str, Any]:
-        """Mark a trial whose run ran out of memory at its batch size (``infeasible``).
+    def infeasible(self, trial: TrialId, micro_batch_size: int | None = None) -> dict[str, Any]:
+        """Mark a trial whose run ran out of memory at its batch size (``infeasible``), or, for a
+        run that accumulates gradients, at ``micro_batch_size`` (the trial goes on).
 
         Raises:
             RouteMissingError: the server has no such route (upstream Zeus's server).
         """
-        response = self._request("POST", "/api/trials/infeasible", content=trial.model_dump_json())
+        body = trial.model_dump(mode="json")
+        if micro_batch_size is not None:
+            body["micro_batch_size"] = micro_batch_size
+        response = self._request("POST", "/api/trials/infeasible", json=body)
         return dict(response.json())
 
     def heartbeat(self, trial: TrialId) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from zeus_bso.client import fallback, outbox
+from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
@@ -148,6 +149,11 @@ class BatchSizeOptimizer:
             `scale`.
         reference_batch_size: the batch size the learning rate was tuned at (default: the
             job's ``default_batch_size``).
+        max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at or
+            above the smallest that ran out of memory on these GPUs, is trained as
+            `accumulation_steps` micro-batches of `micro_batch_size` (the server may then give
+            any of the job's batch sizes; out of memory lowers the micro-batch instead of
+            making the size infeasible). None, the default: no accumulation.
     """
 
     def __init__(
@@ -166,8 +172,12 @@ class BatchSizeOptimizer:
         show: Callable[[str], None] | None = show_on_stderr,
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
+        max_micro_batch_size: int | None = None,
     ) -> None:
         job = required_job(job)
+        self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
+        """Opts into gradient accumulation (see `accumulation`); None: none."""
+        self._memory_cap: int | None = None
         server_url, token = server_url_from(server_url), token_from(token)
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
@@ -289,10 +299,16 @@ class BatchSizeOptimizer:
             try:
                 job = self._register()
                 outbox.deliver(self.client)  # what earlier runs could not say, first
-                dispatched = self.client.dispatch(job.job_id, self.gpu, self.run_key)
+                dispatched = self.client.dispatch(
+                    job.job_id,
+                    self.gpu,
+                    self.run_key,
+                    accumulate=self.max_micro_batch_size is not None,
+                )
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)
             trial = dispatched.trial
+            self._memory_cap = dispatched.memory_cap
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
                 self.progress.go_on(
@@ -308,7 +324,9 @@ class BatchSizeOptimizer:
                 )
             else:
                 self.progress.trial = trial
-                self._memory_unknown = dispatched.memory_unknown
+                # Micro-batches of a size new to these GPUs are tried too.
+                accumulated = self.accumulation.steps > 1
+                self._memory_unknown = dispatched.memory_unknown or accumulated
                 logger.info(
                     "trial %d of job %s: batch size %d",
                     trial.trial_number,
@@ -316,6 +334,27 @@ class BatchSizeOptimizer:
                     trial.batch_size,
                 )
         return trial.batch_size
+
+    @property
+    def accumulation(self) -> Accumulation:
+        """How this run trains its batch size: with ``max_micro_batch_size`` set, a batch size
+        above it, or at or above the smallest that ran out of memory on these GPUs, is trained
+        as micro-batches whose gradients accumulate before each optimizer step (the batch per
+        step is the server's). Without, one micro-batch of the whole batch."""
+        size = self.batch_size
+        if size is None:
+            raise OperationOrderError("call get_batch_size() before reading the accumulation")
+        return plan(size, self.max_micro_batch_size, self._memory_cap)
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples a forward and backward pass: what the DataLoader gives (`accumulation`)."""
+        return self.accumulation.micro_batch_size
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches an optimizer step (`accumulation`; 1: none)."""
+        return self.accumulation.steps
 
     @property
     def memory_unknown(self) -> bool:
@@ -387,23 +426,55 @@ class BatchSizeOptimizer:
 
     def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
         """Find, before training, a batch size that fits: while whether this run's batch size
-        fits is not known (`memory_unknown`), ``try_steps(batch_size)`` runs a few training
-        steps at it (and undoes them); one that runs out of memory is marked ``infeasible``
-        and the server's next batch size is tried. Returns the batch size to train at.
+        fits is not known (`memory_unknown`), ``try_steps(size)`` runs a few training steps of
+        ``size`` samples (the `micro_batch_size`: the batch size itself without accumulation)
+        and undoes them; one that runs out of memory is marked ``infeasible`` and the server's
+        next batch size is tried, or, with ``max_micro_batch_size``, smaller micro-batches
+        (`micro_batch_out_of_memory`). Returns the micro-batch size to train at (the
+        DataLoader's; `accumulation_steps` of them make an optimizer step).
 
         Other errors of ``try_steps`` are raised."""
-        size = self.get_batch_size()
+        self.get_batch_size()
         while self.memory_unknown:
+            micro = self.micro_batch_size
             try:
-                try_steps(size)
+                try_steps(micro)
             except Exception as err:
                 if not out_of_memory(err):
                     raise
                 free_accelerator_memory()
-                size = self.out_of_memory(f"{type(err).__name__}: {err}")
+                self.micro_batch_out_of_memory(f"{type(err).__name__}: {err}")
             else:
                 self._memory_unknown = False
-        return size
+        return self.micro_batch_size
+
+    def micro_batch_out_of_memory(self, why: str | None = None) -> int:
+        """Micro-batches of `micro_batch_size` ran out of memory before the run trained. A run
+        that accumulates (``max_micro_batch_size``) takes smaller micro-batches for the same
+        batch size (the server lowers these GPUs' memory cap, and the trial goes on); one that
+        does not, or whose micro-batch is one sample, is `out_of_memory`. Returns the new
+        micro-batch size (build the DataLoader again with it)."""
+        trial = self.trial
+        micro = self.micro_batch_size
+        if self.max_micro_batch_size is None or micro == 1 or trial is None or self.offline:
+            self.out_of_memory(why)
+            return self.micro_batch_size
+        try:
+            self.client.infeasible(trial, micro_batch_size=micro)
+        except ZeusBSOError as err:
+            logger.warning("could not tell the server of micro-batches of %d: %s", micro, err)
+        self._memory_cap = micro if self._memory_cap is None else min(self._memory_cap, micro)
+        logger.warning(
+            "zeus-bso: micro-batches of %d ran out of memory on %s%s: batch size %d goes on "
+            "as %d micro-batches of %d",
+            micro,
+            self.gpu.gpu_model,
+            f" ({why})" if why else "",
+            trial.batch_size,
+            self.accumulation_steps,
+            self.micro_batch_size,
+        )
+        return self.micro_batch_size
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
@@ -484,12 +555,14 @@ class BatchSizeOptimizer:
         if self.offline:
             return self._judged_here(metric, epoch)
         assert self.trial is not None
+        steps = self.accumulation_steps
         result = TrainingResult(
             **self.trial.model_dump(),
             time=elapsed.seconds,
             energy=elapsed.joules,
             metric=metric,
             current_epoch=epoch,
+            accumulation_steps=steps if steps > 1 else None,
         )
         try:
             answer = self.client.report(result)

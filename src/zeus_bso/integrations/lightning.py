@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
+from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter, auto_meter
@@ -87,6 +88,12 @@ class ZeusBSOCallback(pl.Callback):
             and the random state are restored); one that runs out of memory is marked
             ``infeasible`` and the fit goes on at the server's next batch size (0: none tried;
             a fit that runs out of memory later ends, its trial marked ``infeasible``).
+        max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at
+            or above the smallest that ran out of memory on these GPUs, trains as micro-batches
+            of at most that many samples (``batch_arg_name``) with the Trainer's
+            ``accumulate_grad_batches`` set so that each optimizer step takes the server's
+            batch size; out of memory then lowers the micro-batch (None, the default: no
+            accumulation; the Trainer's own ``accumulate_grad_batches`` is left alone).
     """
 
     def __init__(
@@ -102,12 +109,14 @@ class ZeusBSOCallback(pl.Callback):
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
         memory_check_steps: int = 3,
+        max_micro_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         check_rule(lr_rule)
         if memory_check_steps < 0:
             raise ConfigurationError(f"memory_check_steps is 0 or more, not {memory_check_steps}")
         self.memory_check_steps = memory_check_steps
+        self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         if not monitor:
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url_from(server_url)  # no network: a clear error now
@@ -192,12 +201,13 @@ class ZeusBSOCallback(pl.Callback):
             show=rank_zero_info,
             lr_rule=self.lr_rule,
             reference_batch_size=self.reference_batch_size,
+            max_micro_batch_size=self.max_micro_batch_size,
         )
         self._resumed = self._restored is not None
-        lightning_setattr(pl_module, self.batch_arg_name, self.session.batch_size)
+        self._set_batch(trainer, pl_module)
         if self._checks_memory(pl_module):
             self.session.fit_in_memory(lambda size: self._try_steps(trainer, pl_module, size))
-            lightning_setattr(pl_module, self.batch_arg_name, self.session.batch_size)
+            self._set_batch(trainer, pl_module)
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         self.job_id = self.session.job_id
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
@@ -211,6 +221,15 @@ class ZeusBSOCallback(pl.Callback):
                 self.job.max_epochs,
                 self.job.max_epochs,
             )
+
+    def _set_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Give the module the session's batch: its micro-batches, accumulated to the batch
+        size when the fit accumulates."""
+        session = self.session
+        assert session is not None
+        lightning_setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
+        if self.max_micro_batch_size is not None:
+            trainer.accumulate_grad_batches = session.accumulation_steps
 
     def _checks_memory(self, pl_module: pl.LightningModule) -> bool:
         """Whether the fit tries a few steps first: the batch size never ran on these GPUs, and

@@ -125,6 +125,20 @@ def out_of_memory(
     return replace(state, memory_caps={**state.memory_caps, profile: cap}), after
 
 
+def micro_batch_out_of_memory(
+    job: CreatedJob, state: JobState, trial: TrialState, micro_batch_size: int
+) -> JobState:
+    """The job after the run of an open ``trial``, which accumulates gradients, ran out of
+    memory at ``micro_batch_size`` samples a micro-batch: its profile's memory cap comes down
+    to that size, and the trial goes on (with smaller micro-batches). An ended trial changes
+    nothing."""
+    if trial.status not in OPEN:
+        return state
+    profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
+    cap = min(state.memory_caps.get(profile, micro_batch_size), micro_batch_size)
+    return replace(state, memory_caps={**state.memory_caps, profile: cap})
+
+
 def history_of(
     job: CreatedJob,
     state: JobState,
@@ -187,11 +201,13 @@ def after_dispatch(
     windowed: WindowedCosts | None = None,
     *,
     profile: str | None = None,
+    accumulates: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
     `history_of` for the arguments). Once the job has two profiles, its epochs by profile
     (`JobState.by_profile`) convert its costs, and its bandit trials on ``profile`` stand for its
-    bandit trials (see `zeus_bso.policy.profiles`).
+    bandit trials (see `zeus_bso.policy.profiles`). A run that ``accumulates`` gradients reaches
+    any batch size with micro-batches: the profile's memory cap holds none back.
 
     A pinned job's run gets the pinned batch size, and nothing is explored.
 
@@ -208,7 +224,8 @@ def after_dispatch(
     history = history_of(job, state, explorations, windowed, profiles, profile)
     ran_on = profile or next(iter(state.profiles), None)
     if ran_on is not None:
-        history = replace(history, memory_cap=state.memory_caps.get(ran_on), profile=ran_on)
+        cap = None if accumulates else state.memory_caps.get(ran_on)
+        history = replace(history, memory_cap=cap, profile=ran_on)
     if profiles is not None and state.by_profile is not None and ran_on is not None:
         pulls = state.by_profile.bandit_trials.get(ran_on, 0)
         history = replace(history, bandit_pulls=pulls)

@@ -20,6 +20,7 @@ from zeus_bso.policy.machine import (
     after_dispatch,
     after_report,
     history_of,
+    micro_batch_out_of_memory,
     out_of_memory,
 )
 from zeus_bso.policy.profiles import WindowedCosts, profiles_of, state_on
@@ -69,15 +70,20 @@ def counted(store: JobStore, state: JobState) -> JobState:
     return replace(state, by_profile=store.by_profile(next(iter(state.profiles))))
 
 
-def dispatch(store: JobStore, job: CreatedJob, profile: str) -> Dispatched:
-    """Start the job's next trial, for a run on hardware ``profile``, and store it.
+def dispatch(
+    store: JobStore, job: CreatedJob, profile: str, *, accumulates: bool = False
+) -> Dispatched:
+    """Start the job's next trial, for a run on hardware ``profile`` (that ``accumulates``
+    gradients: no size is held back by the profile's memory cap), and store it.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
     """
     state = counted(store, store.state())
     read = inputs(store, job, state)
-    step = after_dispatch(job, state, read.explorations, read.windowed, profile=profile)
+    step = after_dispatch(
+        job, state, read.explorations, read.windowed, profile=profile, accumulates=accumulates
+    )
     store.add_trial(step.trial, step.job)
     return step
 
@@ -134,6 +140,20 @@ def ran_out_of_memory(store: JobStore, job: CreatedJob, trial: TrialState) -> Tr
     if after != trial or after_state != state:
         store.save_trial(after, after_state)
     return after
+
+
+def micro_batch_ran_out_of_memory(
+    store: JobStore, job: CreatedJob, trial: TrialState, micro_batch_size: int
+) -> bool:
+    """The run of ``trial``, which accumulates gradients, ran out of memory at
+    ``micro_batch_size``: store its profile's lower memory cap (the trial goes on). Returns
+    whether the cap changed."""
+    state = store.state()
+    after = micro_batch_out_of_memory(job, state, trial, micro_batch_size)
+    if after == state:
+        return False
+    store.save_trial(trial, after)
+    return True
 
 
 def decision_view(store: JobStore, job: CreatedJob, state: JobState) -> tuple[JobState, JobHistory]:

@@ -109,6 +109,9 @@ class TrialState:
     first profile."""
     curve: Curve = ()
     """Its learning curve so far (see `zeus_bso.policy.curves`)."""
+    accumulation_steps: int | None = None
+    """Micro-batches its run accumulated an optimizer step (None: one, or not said): the
+    batch size was reached by gradient accumulation, at the micro-batch's speed."""
 
     @property
     def reported(self) -> bool:

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import TrialProgress
@@ -49,6 +50,7 @@ class SessionOptions(TypedDict, total=False):
     raise_if_unconverged: bool
     lr_rule: LrRule
     reference_batch_size: int | None
+    max_micro_batch_size: int | None
 
 
 class TrialSession:
@@ -77,6 +79,9 @@ class TrialSession:
             `learning_rate` and `scale`.
         reference_batch_size: the batch size the learning rate was tuned at (default: the
             job's ``default_batch_size``).
+        max_micro_batch_size: opts into gradient accumulation (see
+            `BatchSizeOptimizer.accumulation`): `micro_batch_size` and `accumulation_steps` say
+            how every process trains the batch size.
     """
 
     def __init__(
@@ -94,7 +99,9 @@ class TrialSession:
         show: Callable[[str], None] | None = show_on_stderr,
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
+        max_micro_batch_size: int | None = None,
     ) -> None:
+        self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
@@ -124,6 +131,7 @@ class TrialSession:
                 gpus=gpus,
                 on_server_unavailable=on_server_unavailable,
                 show=show,
+                max_micro_batch_size=max_micro_batch_size,
             )
             saved = resume() if callable(resume) else resume
             size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
@@ -134,6 +142,7 @@ class TrialSession:
         self.trial: TrialId | None = None
         """The server's trial of this run (None: it trains without the server)."""
         self._memory_unknown = False
+        self._accumulation = Accumulation.none(1)
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
@@ -149,11 +158,15 @@ class TrialSession:
         optimizer = self.optimizer
         assert optimizer is not None
         trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
+        accumulation = (
+            optimizer.accumulation if optimizer.batch_size is not None else Accumulation.none(size)
+        )
         return {
             "batch_size": size,
             "trial": trial,
             "job_id": optimizer.job_id,
             "memory_unknown": optimizer.memory_unknown,
+            "accumulation": (accumulation.micro_batch_size, accumulation.steps),
         }
 
     def _took(self, shared: Mapping[str, Any]) -> None:
@@ -163,11 +176,25 @@ class TrialSession:
         trial = shared["trial"]
         self.trial = TrialId.model_validate(trial) if trial is not None else None
         self._memory_unknown = bool(shared["memory_unknown"])
+        micro, steps = shared["accumulation"]
+        self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
 
     @property
     def batch_size(self) -> int:
-        """The batch size of this run, per process (what each process's DataLoader takes)."""
+        """The batch size of this run, per process and optimizer step (what each process's
+        DataLoader takes, unless the run accumulates: `micro_batch_size`)."""
         return self._batch_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples a forward and backward pass on each process: the DataLoader's batch size
+        (the batch size itself, unless the run accumulates gradients)."""
+        return self._accumulation.micro_batch_size
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches whose gradients add up before each optimizer step (1: none)."""
+        return self._accumulation.steps
 
     @property
     def memory_unknown(self) -> bool:
@@ -188,15 +215,16 @@ class TrialSession:
                 (that process raises its own error), or no batch size left fits (409).
         """
         while self._memory_unknown:
-            size = self._batch_size
-            oom = self._try_everywhere(size, try_steps)
+            oom = self._try_everywhere(self.micro_batch_size, try_steps)
             if oom is None:
                 self._memory_unknown = False
                 break
 
             def next_size(why: str = oom) -> dict[str, Any]:
-                assert self.optimizer is not None
-                return self._shared(self.optimizer.out_of_memory(why))
+                optimizer = self.optimizer
+                assert optimizer is not None
+                optimizer.micro_batch_out_of_memory(why)
+                return self._shared(optimizer.get_batch_size())
 
             self._took(from_rank_zero(self._broadcast, self.is_main, next_size))
             if self.optimizer is None:  # the main process's progress is its optimizer's
@@ -218,10 +246,21 @@ class TrialSession:
         """
         if not self._memory_unknown:
             return
-        oom = self._try_everywhere(self._batch_size, try_steps)
+        micro = self.micro_batch_size
+        oom = self._try_everywhere(micro, try_steps)
         if oom is None:
             self._memory_unknown = False
             return
+        if self._max_micro_batch_size is not None and micro > 1:
+            # Smaller micro-batches reach the batch size: the next run takes them.
+            def lower() -> None:
+                assert self.optimizer is not None
+                self.optimizer.micro_batch_out_of_memory(oom)
+
+            from_rank_zero(self._broadcast, self.is_main, lower)
+            why = f"micro-batches of {micro} ran out of memory on these GPUs ({oom})"
+            self.release(f"{why}; the next run takes smaller ones")  # before it trained
+            raise BatchSizeDoesNotFitError(f"{why}; the next run takes smaller ones")
         self.end_out_of_memory(oom)
         raise BatchSizeDoesNotFitError(
             f"batch size {self._batch_size} ran out of memory on these GPUs ({oom}); it is "

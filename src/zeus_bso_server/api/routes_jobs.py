@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable, TrialId
+from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, InfeasibleTrial, Printable, TrialId
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.queries import job_summaries, job_view
 from zeus_bso_server.read_models import JobSummary, JobView, Pin, PinRequest, TrialView
@@ -87,9 +87,15 @@ async def release(trial: TrialId, service: Service) -> TrialView:
     response_model=TrialView,
     responses={404: {"description": "No such trial"}},
 )
-async def infeasible(trial: TrialId, service: Service) -> TrialView:
+async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     """Mark a trial whose run ran out of accelerator memory at its batch size: an open trial
     becomes ``infeasible``, and no run on its hardware profile is dispatched at that batch size
-    or above again (other profiles keep them); nothing is counted against the batch size's
-    convergence. An ended trial is left as it is."""
-    return TrialView.of(await service.trial_out_of_memory(trial))
+    or above again (other profiles keep them), except to runs that accumulate gradients;
+    nothing is counted against the batch size's convergence. An ended trial is left as it is.
+
+    With ``micro_batch_size`` (a run that accumulates gradients ran out at that micro-batch),
+    the profile's memory cap comes down to it and the trial goes on."""
+    trial_id = TrialId(
+        job_id=trial.job_id, batch_size=trial.batch_size, trial_number=trial.trial_number
+    )
+    return TrialView.of(await service.trial_out_of_memory(trial_id, trial.micro_batch_size))

@@ -144,6 +144,15 @@ GPU_QUERY = (
     "profile; the job learns it if it is new). Without them, on those registered last."
 )
 GpuModelQuery = Annotated[Identifier | None, Query(description=GPU_QUERY)]
+AccumulateQuery = Annotated[
+    bool,
+    Query(
+        description=(
+            "Extension: the run accumulates gradients, so it may get a batch size at or above "
+            "its hardware profile's memory cap (it trains it in micro-batches below the cap)."
+        )
+    ),
+]
 GpuCountQuery = Annotated[int | None, Query(gt=0, le=INT32_MAX, description=GPU_QUERY)]
 MaxPowerQuery = Annotated[
     float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
@@ -189,14 +198,15 @@ async def next_batch_size(
     gpu_model: GpuModelQuery = None,
     number_of_gpus: GpuCountQuery = None,
     max_power: MaxPowerQuery = None,
+    accumulate: AccumulateQuery = False,
 ) -> Response:
     """Start a trial: the batch size to train with and the trial's number (or, for a run that
     names itself with ``run_key``, continue its open trial)."""
     gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
-    trial = await service.next_trial(job_id, run_key, gpu)
+    trial = await service.next_trial(job_id, run_key, gpu, accumulate)
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
     # and one to a client that names its GPUs (ours) whether the size ran on them.
-    left_out = None if gpu is not None else {"memory_unknown"}
+    left_out = None if gpu is not None else {"memory_unknown", "memory_cap"}
     body = trial.model_dump_json(exclude_defaults=True, exclude=left_out)
     return Response(body, media_type="application/json")
 

@@ -200,6 +200,7 @@ def trial_state(trial: Record) -> TrialState:
         message=trial.message,
         profile=trial.profile,
         curve=as_curve(trial.curve),
+        accumulation_steps=trial.accumulation_steps,
     )
 
 
@@ -544,7 +545,7 @@ _THE_TRIAL = (
     trials.c.job_id == bindparam("key_job_id"),
     trials.c.trial_number == bindparam("key_number"),
 )
-_MEASURED_COLUMNS = ("epochs", "time", "energy", "metric", "cost", "curve")
+_MEASURED_COLUMNS = ("epochs", "time", "energy", "metric", "cost", "curve", "accumulation_steps")
 _MEASURED: dict[str, Any] = {c: bindparam(c, type_=trials.c[c].type) for c in _MEASURED_COLUMNS}
 _RENEWS, _RENEWED = _change(Event.RENEW)
 _RENEW = (

@@ -113,6 +113,8 @@ class TrialRow(Base):
     the trials from before their job's profile."""
     curve: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
     """Its learning curve (`zeus_bso.policy.curves`); NULL for trials from before 0006."""
+    accumulation_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Micro-batches its run accumulated a step (reported; NULL: one, or not said)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),
