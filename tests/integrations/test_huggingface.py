@@ -399,6 +399,57 @@ def test_out_of_memory_is_infeasible_and_the_next_run_fits(
     assert 16 not in (next_run["arms"] or [next_run["batch_size"]]), next_run
 
 
+def test_with_accumulation_out_of_memory_lowers_the_micro_batch_for_the_next_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Batches above 8 run out of memory; with ``max_micro_batch_size`` the dispatched 16 is not
+    infeasible: the first run, tried before training, lowers these GPUs' cap and is released,
+    and the next, started by `until_converged`, trains 16 as two micro-batches of 8
+    (``gradient_accumulation_steps=2``)."""
+    spec = job(unique_id("hfaccum"), target=0.5)
+    callbacks: list[ZeusBSOTrainerCallback] = []
+
+    def recurrence() -> Any:
+        callback = ZeusBSOTrainerCallback(
+            server.url,
+            spec,
+            metric="eval_accuracy",
+            energy_meter=EstimateMeter(100),
+            max_micro_batch_size=16,
+        )
+        callbacks.append(callback)
+        torch.manual_seed(0)
+        micro = callback.start()
+        args = training_arguments(
+            tmp_path / f"out{len(callbacks)}",
+            micro,
+            6,
+            gradient_accumulation_steps=callback.accumulation_steps,
+        )
+        trainer = transformers.Trainer(
+            model=runs_out_of_memory_above(tiny_bert(), 8),
+            args=args,
+            train_dataset=TokenDataset(256, 0),
+            eval_dataset=TokenDataset(128, 1),
+            compute_metrics=accuracy,
+            callbacks=[callback],
+        )
+        trainer.train()
+        return callback.outcome
+
+    outcome = until_converged(recurrence, attempts=2)
+    assert outcome is not None
+    assert (outcome.batch_size, callbacks[-1].accumulation_steps) == (16, 2)
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert [(t["batch_size"], t["status"], t["accumulation_steps"]) for t in trials] == [
+        (16, "released", None),
+        (16, "reported", 2),
+    ]
+    assert list(state["memory_caps"].values()) == [16]
+
+
 def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

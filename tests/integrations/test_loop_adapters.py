@@ -198,3 +198,27 @@ def test_out_of_memory_in_a_loop_is_infeasible_and_the_loop_goes_on_at_a_size_th
         state = client.job_state(job["job_id"])
     assert [t["status"] for t in state["trials"]].count("infeasible") == 2
     assert list(state["memory_caps"].values()) == [16]
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_loop_that_accumulates_trains_its_batch_size_in_micro_batches(
+    sqlite_server: ServerProcess, kind: str
+) -> None:
+    """``max_micro_batch_size=16``: batch size 32 is two micro-batches of 16 (Accelerate's
+    accumulation steps set to match), and the server keeps that the run accumulated."""
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(unique_id(f"acc{kind}").replace("-", ""))
+    options = {"energy_meter": EstimateMeter(100), "max_micro_batch_size": 16}
+    with adapter(framework, sqlite_server.url, spec, **options) as bso:
+        assert (bso.batch_size, bso.micro_batch_size, bso.accumulation_steps) == (32, 16, 2)
+        if kind == "accelerate":
+            assert framework.gradient_accumulation_steps == 2
+        assert bso.fit_in_memory(lambda size: None) == 16
+        bso.train_begin()
+        while not bso.report(0.95):
+            pass
+    with ServerClient(sqlite_server.url) as client:
+        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
+        (trial,) = client.job_state(job["job_id"])["trials"]
+    summary = (trial["batch_size"], trial["accumulation_steps"], trial["status"])
+    assert summary == (32, 2, "reported")

@@ -18,6 +18,7 @@ energy and the batch size of each report go to the Accelerator's trackers (``acc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from typing_extensions import Unpack
@@ -46,7 +47,11 @@ class ZeusBSOAccelerate(TrialSession):
             ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
             exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
             its target), ``lr_rule`` and ``reference_batch_size`` (for
-            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``).
+            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``), and
+            ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
+            ``bso.micro_batch_size``, and the accelerator's ``gradient_accumulation_steps`` is
+            set to ``bso.accumulation_steps``; wrap each step in
+            ``accelerator.accumulate(model)``).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).
@@ -68,3 +73,16 @@ class ZeusBSOAccelerate(TrialSession):
             show=accelerator.print,
             **options,
         )
+        self._accumulate()
+
+    def _accumulate(self) -> None:
+        """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`
+        micro-batches a step (the loop wraps its step in ``accelerator.accumulate(model)``)."""
+        if self._max_micro_batch_size is not None:
+            self.accelerator.gradient_accumulation_steps = self.accumulation_steps
+
+    def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
+        """`TrialSession.fit_in_memory`, and the accelerator's accumulation steps after it."""
+        size = super().fit_in_memory(try_steps)
+        self._accumulate()
+        return size

@@ -46,7 +46,11 @@ class ZeusBSOFabric(TrialSession):
             ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
             exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
             its target), ``lr_rule`` and ``reference_batch_size`` (for
-            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``).
+            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``), and
+            ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
+            ``bso.micro_batch_size``, and the loop steps the optimizer every
+            ``bso.accumulation_steps`` micro-batches, the others under
+            ``fabric.no_sync(model)``, dividing the loss by that number).
 
     The run's one-line summary is printed at the end through ``fabric.print`` (the main
     process's).

@@ -38,6 +38,7 @@ from typing import Any, Literal, NoReturn
 
 from typing_extensions import override
 
+from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
@@ -129,6 +130,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             `BatchSizeDoesNotFitError` is raised on every process before the run trains (the
             Trainer cannot change its batch size: `until_converged` starts the next run, which
             gets a size that fits). 0: no check.
+        max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at or
+            above the smallest that ran out of memory on these GPUs, trains as
+            ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
+            both to ``TrainingArguments``); micro-batches that run out of memory are lowered for
+            the next run instead of the batch size becoming infeasible.
     """
 
     def __init__(
@@ -145,6 +151,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
         memory_check_steps: int = 3,
+        max_micro_batch_size: int | None = None,
     ) -> None:
         check_rule(lr_rule)
         self.server_url = server_url_from(server_url)  # no network: a clear error now
@@ -162,6 +169,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 f"memory_check_steps must be 0 or more, not {memory_check_steps}"
             )
         self.memory_check_steps = memory_check_steps
+        self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         self.outcome: RunOutcome | None = None
         """How the run ended (the world process zero, after ``trainer.train()``)."""
         self.session: TrialSession | None = None
@@ -174,7 +182,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
         checkpoint's), on the world process zero, and share it with every process: returns the
-        run's per-device batch size, for ``TrainingArguments(per_device_train_batch_size=...)``.
+        run's per-device batch size, for ``TrainingArguments(per_device_train_batch_size=...)``
+        (with ``max_micro_batch_size``, the micro-batch: pass
+        ``gradient_accumulation_steps=callback.accumulation_steps`` too).
 
         Every process calls it, before the Trainer is built; in a distributed run, once
         ``torch.distributed`` is initialised (e.g. ``accelerate.PartialState()``). A second call
@@ -193,8 +203,17 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 raise_if_unconverged=self.raise_if_unconverged,
                 lr_rule=self.lr_rule,
                 reference_batch_size=self.reference_batch_size,
+                max_micro_batch_size=self.max_micro_batch_size,
             )
-        return self.session.batch_size
+        return self.session.micro_batch_size
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches an optimizer step, for ``TrainingArguments(gradient_accumulation_steps=
+        ...)`` (after `start`; 1 without ``max_micro_batch_size``)."""
+        if self.session is None:
+            raise OperationOrderError("call callback.start() before reading accumulation_steps")
+        return self.session.accumulation_steps
 
     @property
     def batch_size(self) -> int:
@@ -295,11 +314,20 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "call callback.start() before building TrainingArguments, and pass "
                 "per_device_train_batch_size=callback.start(): the optimizer chooses it"
             )
-        if args.per_device_train_batch_size != self.batch_size:
+        if args.per_device_train_batch_size != self.session.micro_batch_size:
             self._refuse(
                 f"TrainingArguments.per_device_train_batch_size is "
-                f"{args.per_device_train_batch_size} but the optimizer chose {self.batch_size}: "
-                "build TrainingArguments with per_device_train_batch_size=callback.start()"
+                f"{args.per_device_train_batch_size} but the optimizer chose "
+                f"{self.session.micro_batch_size}: build TrainingArguments with "
+                "per_device_train_batch_size=callback.start()"
+            )
+        steps = self.session.accumulation_steps
+        if self.max_micro_batch_size is not None and args.gradient_accumulation_steps != steps:
+            self._refuse(
+                f"TrainingArguments.gradient_accumulation_steps is "
+                f"{args.gradient_accumulation_steps} but batch size {self.batch_size} trains as "
+                f"{steps} micro-batches of {self.session.micro_batch_size}: build "
+                "TrainingArguments with gradient_accumulation_steps=callback.accumulation_steps"
             )
         epochs = args.num_train_epochs if args.max_steps <= 0 else None
         if epochs is not None and epochs < self.job.max_epochs and self.session.is_main:

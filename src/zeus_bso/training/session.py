@@ -207,8 +207,9 @@ class TrialSession:
         process calls it. While the batch size's fit is not known (`memory_unknown`), each
         process runs ``try_steps(batch_size)`` (a few training steps, undone; it must not wait
         in a collective); if any process ran out of memory, the trial is marked
-        ``infeasible`` and every process tries the server's next batch size. Returns the batch
-        size to train at.
+        ``infeasible`` and every process tries the server's next batch size (a run that
+        accumulates tries smaller micro-batches first). Returns the size each process's
+        DataLoader takes: the batch size, or the `micro_batch_size` of a run that accumulates.
 
         Raises:
             ZeusBSOError: on every process, when any process's ``try_steps`` failed otherwise
@@ -229,7 +230,7 @@ class TrialSession:
             self._took(from_rank_zero(self._broadcast, self.is_main, next_size))
             if self.optimizer is None:  # the main process's progress is its optimizer's
                 self.progress.trial = self.trial
-        return self._batch_size
+        return self.micro_batch_size
 
     def check_memory(self, try_steps: Callable[[int], None]) -> None:
         """For a framework that cannot change the batch size of a run under way (the HF
