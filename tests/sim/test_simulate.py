@@ -395,3 +395,35 @@ def test_cli_takes_a_memory_cap_as_a_size_or_a_multiple_of_the_default(tmp_path:
         )
         assert refused.returncode == 2, refused.stderr
         assert words in refused.stderr
+
+
+def test_accumulating_runs_reach_sizes_above_the_cap_in_process_and_through_a_server(
+    server: ServerProcess,
+) -> None:
+    """movielens-1m with every size from 2048 on out of memory, and runs that accumulate: the
+    walk up (every other size) meets 4096, whose run tries 4096 and then 2048 a micro-batch,
+    each once (a start that lowers the cap), and trains in micro-batches of 1024 at 1024's
+    pace; nothing is infeasible, and the server agrees with the policy in-process."""
+    trace = load_trace_job("movielens-1m", "v100")
+    spec = job_spec(trace, "sim-accumulating-3", mab_seed=3)
+    options: dict[str, Any] = {"memory_cap": 2048, "accumulate": True}
+    local = simulate(trace, in_process(spec), recurrences=20, seed=3, eta_knob=0.5, **options)
+    with ServerClient(server.url) as client:
+        backend = ServerBackend(client, spec)
+        remote = simulate(trace, backend, recurrences=20, seed=3, eta_knob=0.5, **options)
+        state = client.job_state(backend.job_id, limit=1000)
+        client.delete_job(backend.job_id)
+    assert [r.trials for r in remote] == [r.trials for r in local]
+    runs = [t for r in local for t in r.trials]
+    assert [t.batch_size for t in runs if t.out_of_memory] == [4096, 2048]
+    accumulated = {t.batch_size: t.accumulation_steps for t in runs if t.accumulation_steps > 1}
+    assert accumulated
+    assert all(size >= 2048 and size // steps == 1024 for size, steps in accumulated.items())
+    assert "infeasible" not in {t["status"] for t in state["trials"]}
+    assert list(state["memory_caps"].values()) == [2048]
+    paced = trace.accumulated(2048)
+    assert paced.profiles[4096].time_per_epoch == trace.profiles[1024].time_per_epoch
+    assert paced.profiles[4096].target_epochs == trace.profiles[4096].target_epochs
+    summary = summarize(trace, 0.5, 20, [seed_result(3, local)], 2048, accumulate=True)
+    assert summary.oracle_batch_size == paced.oracle_batch_size(0.5)
+    assert summary.to_dict()["accumulate"] is True

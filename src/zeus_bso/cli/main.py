@@ -64,6 +64,13 @@ def simulate_command(
             "(infeasible); the oracle is the cheapest size below it",
         ),
     ] = None,
+    accumulate: Annotated[
+        bool,
+        typer.Option(
+            help="With --memory-cap: runs accumulate gradients, so sizes from the cap on train "
+            "in micro-batches below it (at the micro-batch's speed) instead of being infeasible"
+        ),
+    ] = False,
     **given: Any,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default.
@@ -79,7 +86,9 @@ def simulate_command(
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
         summaries = [
-            _simulate_one(name, gpu, recurrences, seed_list, options, server, memory_cap)
+            _simulate_one(
+                name, gpu, recurrences, seed_list, options, server, memory_cap, accumulate
+            )
             for name in names
         ]
     except (ZeusBSOError, ValueError) as error:  # ValueError: a job the options make invalid
@@ -174,8 +183,11 @@ def _simulate_one(
     options: dict[str, Any],
     server: str | None,
     memory_cap: str | None = None,
+    accumulate: bool = False,
 ) -> Summary:
     trace = load_trace_job(name, gpu)
+    if accumulate and memory_cap is None:
+        raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
     cap = None if memory_cap is None else _memory_cap(memory_cap, trace.default_batch_size)
     if cap is not None and cap <= trace.default_batch_size:
         raise ConfigurationError(
@@ -189,10 +201,10 @@ def _simulate_one(
         for seed in seeds:
             spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
             recurrence_results = _run(
-                trace, spec, server, recurrences, seed, eta, progress, task, cap
+                trace, spec, server, recurrences, seed, eta, progress, task, cap, accumulate
             )
             results.append(seed_result(seed, recurrence_results))
-    return summarize(trace, eta, recurrences, results, cap)
+    return summarize(trace, eta, recurrences, results, cap, accumulate)
 
 
 def _memory_cap(value: str, default_batch_size: int) -> int:
@@ -218,6 +230,7 @@ def _run(
     progress: Progress,
     task: Any,
     memory_cap: int | None = None,
+    accumulate: bool = False,
 ) -> list[Any]:
     def advance(_: int, __: object) -> None:
         progress.advance(task)
@@ -231,6 +244,7 @@ def _run(
             eta_knob=eta,
             on_recurrence=advance,
             memory_cap=memory_cap,
+            accumulate=accumulate,
         )
     from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend
@@ -246,6 +260,7 @@ def _run(
                 eta_knob=eta,
                 on_recurrence=advance,
                 memory_cap=memory_cap,
+                accumulate=accumulate,
             )
         finally:
             client.delete_job(backend.job_id)
@@ -289,16 +304,17 @@ def _print_out_of_memory(summaries: list[Summary]) -> None:
     """What running out of memory cost: the starts at sizes that did not fit, per seed."""
     table = Table(
         title="Out of memory: starts at sizes that did not fit (each costs one start)",
-        caption="at most one start per size and GPU: after it, the size is infeasible there",
+        caption="at most one start per size and GPU: after it, the size is infeasible there "
+        "(accumulating: micro-batches stay below it)",
     )
-    for column in ("workload", "memory cap", "oracle below it", "starts per seed", "most a size"):
+    for column in ("workload", "memory cap", "oracle", "starts per seed", "most a size"):
         table.add_column(column)
     for s in summaries:
         starts = s.out_of_memory_starts()
         most = max((count for seed in starts for count in seed.values()), default=0)
         table.add_row(
             s.workload,
-            str(s.memory_cap),
+            f"{s.memory_cap}{' (accumulating)' if s.accumulate else ''}",
             str(s.oracle_batch_size),
             " ".join(str(sum(seed.values())) for seed in starts),
             str(most),

@@ -101,9 +101,12 @@ class InMemoryJob:
             )
         return trial
 
-    def next_trial(self) -> TrialId:
-        """Start a trial (``GET /jobs/batch_size``)."""
-        step = orchestrate.dispatch(self.store, self.job, profile_key(self.job))
+    def next_trial(self, accumulate: bool = False) -> TrialId:
+        """Start a trial (``GET /jobs/batch_size``; ``accumulate``: for a run that accumulates
+        gradients, which may get a size at or above the memory cap)."""
+        step = orchestrate.dispatch(
+            self.store, self.job, profile_key(self.job), accumulates=accumulate
+        )
         self.last_dispatch = step.dispatch
         return TrialId(
             job_id=self.job.job_id,
@@ -133,6 +136,13 @@ class InMemoryJob:
     def out_of_memory(self, trial_id: TrialId) -> None:
         """The run of a trial ran out of memory (``POST /api/trials/infeasible``)."""
         orchestrate.ran_out_of_memory(self.store, self.job, self._trial(trial_id))
+
+    def micro_out_of_memory(self, trial_id: TrialId, micro_batch_size: int) -> None:
+        """The run of a trial, which accumulates, ran out of memory at ``micro_batch_size``
+        (``POST /api/trials/infeasible`` with ``micro_batch_size``): the cap comes down."""
+        orchestrate.micro_batch_ran_out_of_memory(
+            self.store, self.job, self._trial(trial_id), micro_batch_size
+        )
 
     def end_trial(self, trial_id: TrialId) -> None:
         """End a trial (``PATCH /trials``): one without a final report becomes failed."""

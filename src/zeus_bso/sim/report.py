@@ -92,7 +92,9 @@ class Summary:
     seeds: list[SeedResult]
     memory_cap: int | None = None
     """The smallest batch size that ran out of memory (None: every size fit); the oracle is
-    the cheapest size below it."""
+    the cheapest size below it, or, with `accumulate`, the cheapest with sizes from the cap on
+    reached by gradient accumulation."""
+    accumulate: bool = False
 
     @property
     def regret(self) -> float:
@@ -140,6 +142,7 @@ class Summary:
         if self.memory_cap is not None:  # absent without one: those figures stay as they were
             capped = {
                 "memory_cap": self.memory_cap,
+                "accumulate": self.accumulate,
                 "out_of_memory_starts": [
                     {str(size): count for size, count in sorted(starts.items())}
                     for starts in self.out_of_memory_starts()
@@ -189,12 +192,18 @@ def summarize(
     recurrences: int,
     seeds: list[SeedResult],
     memory_cap: int | None = None,
+    accumulate: bool = False,
 ) -> Summary:
-    """Compare the seeds' costs with the oracle (the cheapest size below ``memory_cap``) and
-    the default batch size."""
-    oracle = trace.oracle_batch_size(eta_knob, memory_cap)
+    """Compare the seeds' costs with the oracle (the cheapest size below ``memory_cap``, or with
+    ``accumulate`` the cheapest with sizes from the cap on accumulated) and the default."""
+    if accumulate and memory_cap is not None:
+        trace, memory_cap_of_oracle = trace.accumulated(memory_cap), None
+    else:
+        memory_cap_of_oracle = memory_cap
+    oracle = trace.oracle_batch_size(eta_knob, memory_cap_of_oracle)
     return Summary(
         memory_cap=memory_cap,
+        accumulate=accumulate and memory_cap is not None,
         workload=trace.workload.name,
         gpu=trace.gpu,
         recurrences=recurrences,

@@ -39,7 +39,9 @@ MAX_TRIES = 20
 class Backend(Protocol):
     """Where the policy runs: the three operations of a training run."""
 
-    def next_trial(self) -> TrialId: ...
+    def next_trial(self, accumulate: bool = False) -> TrialId:
+        """Start a trial (for a run that ``accumulate``s gradients: any batch size)."""
+        ...
 
     def report(
         self, trial: TrialId, *, time: float, energy: float, metric: float, current_epoch: int
@@ -49,6 +51,10 @@ class Backend(Protocol):
 
     def out_of_memory(self, trial: TrialId) -> None:
         """The trial's run ran out of memory: infeasible on its hardware profile."""
+        ...
+
+    def micro_out_of_memory(self, trial: TrialId, micro_batch_size: int) -> None:
+        """The trial's run, which accumulates, ran out of memory at ``micro_batch_size``."""
         ...
 
     def kinds(self) -> Mapping[int, str]:
@@ -70,8 +76,8 @@ class ServerBackend:
         moved = self.spec.model_copy(update={"job_id": self.job_id, **gpu.model_dump()})
         self.client.register_job(moved)
 
-    def next_trial(self) -> TrialId:
-        return self.client.dispatch(self.job_id).trial
+    def next_trial(self, accumulate: bool = False) -> TrialId:
+        return self.client.dispatch(self.job_id, accumulate=accumulate).trial
 
     def report(
         self, trial: TrialId, *, time: float, energy: float, metric: float, current_epoch: int
@@ -91,6 +97,9 @@ class ServerBackend:
     def out_of_memory(self, trial: TrialId) -> None:
         self.client.infeasible(trial)
 
+    def micro_out_of_memory(self, trial: TrialId, micro_batch_size: int) -> None:
+        self.client.infeasible(trial, micro_batch_size=micro_batch_size)
+
     def kinds(self) -> Mapping[int, str]:
         trials = self.client.job_state(self.job_id)["trials"]
         return {int(t["trial_number"]): str(t["kind"]) for t in trials}
@@ -109,6 +118,8 @@ class TrialOutcome:
     """Why the policy dispatched it (`TrialKind`: exploration, bandit, concurrent)."""
     out_of_memory: bool = False
     """It ran out of memory at its first step (above the simulation's memory cap)."""
+    accumulation_steps: int = 1
+    """Micro-batches it accumulated a step (a run at or above the cap that accumulates)."""
 
 
 @dataclass
@@ -156,18 +167,38 @@ def simulate(
     eta_knob: float,
     on_recurrence: Callable[[int, Recurrence], None] | None = None,
     memory_cap: int | None = None,
+    accumulate: bool = False,
 ) -> list[Recurrence]:
     """Run ``recurrences`` recurrences of ``trace`` against ``backend``; with ``memory_cap``,
-    batch sizes at or above it run out of memory at their first step."""
+    batch sizes at or above it run out of memory at their first step, or, with
+    ``accumulate``, train by gradient accumulation (`TraceJob.accumulated`) once the
+    micro-batches that ran out of memory have shown where the cap is."""
     rng = random.Random(seed)
     w = trace.workload
+    paced = trace.accumulated(memory_cap) if accumulate and memory_cap is not None else trace
+    learned: int | None = None  # the cap the server knows (accumulating runs)
     results = []
     for index in range(recurrences):
         recurrence = Recurrence()
         tries = 0
         while tries < MAX_TRIES:
-            trial = backend.next_trial()
-            if memory_cap is not None and trial.batch_size >= memory_cap:
+            trial = backend.next_trial(accumulate) if accumulate else backend.next_trial()
+            steps = 1
+            if memory_cap is not None and trial.batch_size >= memory_cap and accumulate:
+                # The client tries micro-batches below what the server knows; each that runs
+                # out of memory lowers it (a start wasted), and the trial goes on.
+                limit = trial.batch_size if learned is None else learned - 1
+                micro = trace.micro_batch_size(trial.batch_size, limit)
+                while micro is not None and micro >= memory_cap:
+                    backend.micro_out_of_memory(trial, micro)
+                    recurrence.trials.append(
+                        TrialOutcome(micro, 0, 0.0, False, trial.trial_number, out_of_memory=True)
+                    )
+                    learned = micro if learned is None else min(learned, micro)
+                    micro = trace.micro_batch_size(trial.batch_size, micro - 1)
+                if micro is not None:
+                    steps = trial.batch_size // micro
+            if memory_cap is not None and trial.batch_size >= memory_cap and steps == 1:
                 backend.out_of_memory(trial)  # found before training: not a try
                 recurrence.trials.append(
                     TrialOutcome(
@@ -176,7 +207,7 @@ def simulate(
                 )
                 continue
             tries += 1
-            profile = trace.profiles[trial.batch_size]
+            profile = paced.profiles[trial.batch_size]
             run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
             epoch, answer = 0, None
             while answer is None or not answer.stop_train:
@@ -197,7 +228,14 @@ def simulate(
                 trace.max_power,
             )
             recurrence.trials.append(
-                TrialOutcome(trial.batch_size, epoch, cost, answer.converged, trial.trial_number)
+                TrialOutcome(
+                    trial.batch_size,
+                    epoch,
+                    cost,
+                    answer.converged,
+                    trial.trial_number,
+                    accumulation_steps=steps,
+                )
             )
             if answer.converged:
                 break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib.resources import files
 
@@ -111,6 +111,31 @@ class TraceJob:
         cost = self.epoch_cost(batch_size, eta_knob)
         mean = sum(converging) / len(converging) * cost
         return mean + (1 - p) / p * self.workload.max_epochs * cost
+
+    def micro_batch_size(self, batch_size: int, limit: int) -> int | None:
+        """The largest of the trace's batch sizes at most ``limit`` that divides ``batch_size``
+        (the micro-batch that accumulates to it), or None."""
+        fitting = [b for b in self.batch_sizes if b <= limit and batch_size % b == 0]
+        return max(fitting) if fitting else None
+
+    def accumulated(self, memory_cap: int) -> TraceJob:
+        """This job on a GPU where batch sizes from ``memory_cap`` on train by gradient
+        accumulation: each such size keeps its runs (epochs to the target, learning curves)
+        and takes the time per epoch and power of its micro-batch (`micro_batch_size` below the
+        cap), which processes the epoch's samples. A size without such a micro-batch is left
+        out."""
+        profiles: dict[int, BatchSizeProfile] = {}
+        for size, profile in self.profiles.items():
+            if size < memory_cap:
+                profiles[size] = profile
+                continue
+            micro = self.micro_batch_size(size, memory_cap - 1)
+            if micro is not None:
+                pace = self.profiles[micro]
+                profiles[size] = replace(
+                    profile, time_per_epoch=pace.time_per_epoch, average_power=pace.average_power
+                )
+        return replace(self, profiles=profiles)
 
     def oracle_batch_size(self, eta_knob: float, memory_cap: int | None = None) -> int:
         """The batch size with the lowest expected cost (below ``memory_cap``, the smallest
