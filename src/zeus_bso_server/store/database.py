@@ -63,10 +63,8 @@ class _SqliteFile:
 
     @classmethod
     def of(cls, url: URL) -> _SqliteFile | None:
-        database = url.database
-        if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
-            return None
-        return cls(Path(database).resolve())
+        path = DIALECTS[url.get_backend_name()].database_file(url)
+        return None if path is None else cls(path)
 
     def check(self) -> None:
         """Raises DatabaseUnavailableError when the file is gone or is another file now."""

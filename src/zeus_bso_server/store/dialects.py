@@ -2,8 +2,9 @@
 
 Each says which URL schemes name it and the driver the server uses for them (with what installs
 it), the engine's options and connection hooks, how to insert a row unless its key exists, how
-to take and release the schema lock migrations run under, the database's clock, and whether
-Alembic must rebuild a table to change it. The engine (`database`), the repository, the tables
+to take and release the schema lock migrations run under, the database's clock, whether
+Alembic must rebuild a table to change it and whether its schema changes roll back, its own
+column types, and the file a database lives in. The engine (`database`), the repository, the tables
 and the migrations read them here instead of asking for a backend by name.
 """
 
@@ -11,13 +12,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from sqlalchemy import Engine, Table, event, insert, text
+from sqlalchemy import Double, Engine, Table, event, insert, text
+from sqlalchemy.dialects.mysql import MEDIUMTEXT
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.types import TypeEngine
 
 from zeus_bso_server.errors import SchemaError
 
@@ -52,6 +56,14 @@ class Dialect:
     """Whether Alembic changes a table by rebuilding it (batch mode)."""
     transactional_ddl: ClassVar[bool] = True
     """Whether a schema change rolls back with its transaction (MySQL commits each at once)."""
+    double_type: ClassVar[TypeEngine[Any] | None] = None
+    """The column type of a double-precision float where ``FLOAT`` is not one (None: it is)."""
+    long_text_type: ClassVar[TypeEngine[Any] | None] = None
+    """The column type of a message where ``TEXT`` holds too few characters (None: it holds)."""
+
+    def database_file(self, url: URL) -> Path | None:
+        """The file the database lives in, on this machine (None: a server's database)."""
+        return None
 
     def url(self, url: URL) -> URL:
         """The URL with the server's driver and the connection options it needs."""
@@ -103,6 +115,12 @@ class _SQLite(Dialect):
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
     rebuilds_tables = True
 
+    def database_file(self, url: URL) -> Path | None:
+        database = url.database
+        if not database or database == ":memory:":
+            return None
+        return Path(database).resolve()
+
     def engine_options(self, busy_timeout_ms: int) -> dict[str, Any]:
         return {
             "pool_size": 8,
@@ -146,6 +164,8 @@ class _PostgreSQL(Dialect):
 class _MySQL(Dialect):
     now_sql = "unix_timestamp(now(6))"
     transactional_ddl = False
+    double_type = Double()  # its FLOAT is single precision
+    long_text_type = MEDIUMTEXT()  # utf8mb4 makes TEXT hold a quarter as many characters
 
     def url(self, url: URL) -> URL:
         url = super().url(url)
@@ -204,6 +224,16 @@ DIALECTS: dict[str, Dialect] = {
 def dialect_named(scheme: str) -> Dialect | None:
     """The backend a URL scheme names (None: not one the server runs on)."""
     return next((d for d in DIALECTS.values() if scheme in d.schemes), None)
+
+
+def column_type(base: TypeEngine[Any], variant: str) -> TypeEngine[Any]:
+    """``base``, with each dialect's own type where it declares one (its ``variant``
+    attribute: ``double_type``, ``long_text_type``)."""
+    for dialect in DIALECTS.values():
+        own = getattr(dialect, variant)
+        if own is not None:
+            base = base.with_variant(own, dialect.backend)
+    return base
 
 
 def dialect_of(conn_or_engine: Connection | Engine) -> Dialect:

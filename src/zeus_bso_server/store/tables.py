@@ -15,19 +15,18 @@ from sqlalchemy import (
     String,
     Text,
 )
-from sqlalchemy.dialects.mysql import MEDIUMTEXT
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from zeus_bso_server.store.dialects import DIALECTS
+from zeus_bso_server.store.dialects import DIALECTS, column_type
 
 ID_LENGTH = 255
 
-REAL = Float().with_variant(Double(), "mysql")
+REAL = column_type(Float(), "double_type")
 """Double precision everywhere: ``FLOAT`` is that on PostgreSQL and SQLite, single on MySQL."""
-MESSAGE = Text().with_variant(MEDIUMTEXT(), "mysql")
+MESSAGE = column_type(Text(), "long_text_type")
 """Converting to utf8mb4 makes MySQL's ``TEXT`` a ``MEDIUMTEXT``, to hold as many characters."""
 
 
