@@ -771,3 +771,34 @@ def test_out_of_memory_with_accumulation_lowers_the_micro_batch_not_the_batch_si
     assert (64, 4) in seen  # pruning walks up past the cap, by accumulation
     steps = {t["batch_size"]: t["accumulation_steps"] for t in state["trials"]}
     assert steps == {16: None, 32: 2, 64: 4}
+
+
+def test_the_environment_turns_the_callback_on_without_changing_the_script(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning's ``callbacks_factory`` entry point: a Trainer built without the callback gets
+    one where ``ZEUS_BSO_LIGHTNING_JOB`` names the job (here a JSON file), with the server and
+    the other settings from the environment, and none where it is unset."""
+    spec = job(unique_id("litenv"), target=0.8)
+    plain = pl.Trainer(max_epochs=1, **quiet_trainer_options(tmp_path / "plain"))
+    assert not [c for c in plain.callbacks if isinstance(c, ZeusBSOCallback)]
+    job_file = tmp_path / "job.json"
+    job_file.write_text(spec.model_dump_json())
+    monkeypatch.setenv("ZEUS_BSO_LIGHTNING_JOB", str(job_file))
+    monkeypatch.setenv("ZEUS_BSO_SERVER_URL", server.url)
+    monkeypatch.setenv("ZEUS_BSO_MONITOR", "val_acc")
+    monkeypatch.setenv("ZEUS_BSO_LR_RULE", "linear")
+    pl.seed_everything(0, verbose=False)
+    model = TinyClassifier()
+    trainer = pl.Trainer(max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path / "env"))
+    (callback,) = [c for c in trainer.callbacks if isinstance(c, ZeusBSOCallback)]
+    assert (callback.monitor, callback.lr_rule) == ("val_acc", "linear")
+    trainer.fit(model)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "reported"
+    assert set(model.seen_batch_sizes) == {trial["batch_size"]}
+    # A job that cannot be read says so when the Trainer is built.
+    monkeypatch.setenv("ZEUS_BSO_LIGHTNING_JOB", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigurationError, match="neither a job as JSON nor a readable"):
+        pl.Trainer(max_epochs=1, **quiet_trainer_options(tmp_path / "bad"))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from typing_extensions import override
@@ -427,3 +429,55 @@ class ZeusBSOCallback(pl.Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict) if state_dict.get("trial") else None
+
+
+JOB_VARIABLE = "ZEUS_BSO_LIGHTNING_JOB"
+"""The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
+file holding one (see `callbacks_from_environment`)."""
+
+
+def callbacks_from_environment() -> list[pl.Callback]:
+    """Lightning's ``callbacks_factory`` entry point: a `ZeusBSOCallback` for every Trainer when
+    ``ZEUS_BSO_LIGHTNING_JOB`` names the job (JSON, or a JSON file's path), so that a cluster
+    image turns zeus-bso on without changing the training scripts; none otherwise.
+
+    The rest comes from the environment too: ``ZEUS_BSO_SERVER_URL`` and ``ZEUS_BSO_TOKEN``,
+    ``ZEUS_BSO_MONITOR`` (the validation metric, default ``val_acc``), ``ZEUS_BSO_LR_RULE``
+    (default ``none``) and ``ZEUS_BSO_MAX_MICRO_BATCH_SIZE``. A script that adds the callback
+    itself must not run where the variable is set (Lightning refuses two).
+
+    Raises:
+        ConfigurationError: the job or a setting cannot be read; the message says which.
+    """
+    given = os.environ.get(JOB_VARIABLE, "").strip()
+    if not given:
+        return []
+    text = given
+    if not given.startswith("{"):
+        try:
+            text = Path(given).read_text()
+        except OSError as err:
+            raise ConfigurationError(
+                f"{JOB_VARIABLE}={given!r} is neither a job as JSON nor a readable JSON file: "
+                f"{err.strerror}"
+            ) from None
+    try:
+        job = JobSpec.model_validate_json(text)
+    except ValueError as err:
+        raise ConfigurationError(f"{JOB_VARIABLE} does not hold a valid job: {err}") from None
+    micro = os.environ.get("ZEUS_BSO_MAX_MICRO_BATCH_SIZE", "").strip()
+    try:
+        max_micro = int(micro) if micro else None
+    except ValueError:
+        raise ConfigurationError(
+            f"ZEUS_BSO_MAX_MICRO_BATCH_SIZE={micro!r} is not a whole number"
+        ) from None
+    rule = os.environ.get("ZEUS_BSO_LR_RULE", "none").strip() or "none"
+    return [
+        ZeusBSOCallback(
+            job=job,
+            monitor=os.environ.get("ZEUS_BSO_MONITOR", "val_acc").strip() or "val_acc",
+            lr_rule=rule,  # type: ignore[arg-type]  # checked by check_rule
+            max_micro_batch_size=max_micro,
+        )
+    ]
