@@ -20,11 +20,11 @@ at sizes that did not fit: at most one per size) and the regret that is left.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out | --memory-caps]
+                                          [--held-out | --memory-caps | --power-limits]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
 --held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
-only), and prints the tables.
+only; with --power-limits, regret_power.json and .md only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -68,8 +69,12 @@ def run_all(
     power_limit: float | None = None,
     cap_factor: int | None = None,
     accumulate: bool = False,
+    eta: float = ETA,
+    power_limits: bool = False,
 ) -> list[Summary]:
     summaries = []
+    if eta != ETA:
+        options = {**options, "eta_knob": eta}
     for name in WORKLOADS:
         trace = load_trace_job(name, gpu, power_limit)
         cap = None if cap_factor is None else cap_factor * trace.default_batch_size
@@ -83,9 +88,10 @@ def run_all(
                     backend,
                     recurrences=recurrences,
                     seed=seed,
-                    eta_knob=ETA,
+                    eta_knob=eta,
                     memory_cap=cap,
                     accumulate=accumulate,
+                    power_limits=power_limits,
                 )
             else:
                 with ServerClient(server) as client:
@@ -95,8 +101,54 @@ def run_all(
                     )
                     client.delete_job(backend.job_id)
             results.append(seed_result(seed, recs))
-        summaries.append(summarize(trace, ETA, recurrences, results, cap, accumulate))
+        summaries.append(summarize(trace, eta, recurrences, results, cap, accumulate, power_limits))
     return summaries
+
+
+POWER_ETAS = (0.0, 0.5, 1.0)
+"""The cost knobs of ``--power-limits``: time only, the default, energy only."""
+
+
+def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Per GPU and eta: regret of today's policy, of the same policy with each batch size's
+    first run profiling the power limits, and of the joint oracle, all against the
+    batch-size-only oracle at the maximum power. Writes regret_power.json and .md."""
+    lines = [
+        f"Power limits: seeds {seeds}, {recurrences} recurrences, beta 2.0, in-process. "
+        "Cumulative cost / the batch-size-only oracle's at the GPU's maximum power. Profiling: "
+        "each batch size's first run pays its first epoch at the mean over the trace's power "
+        "limits and trains at the cheapest limit after (never at eta 0); the joint oracle runs "
+        "the best batch size at its best limit every recurrence.",
+        "",
+        "| GPU | eta | workload | today | with profiling | joint oracle |",
+        "|---|---|---|---|---|---|",
+    ]
+    data: dict[str, Any] = {}
+    for gpu in gpus:
+        for eta in POWER_ETAS:
+            today = run_all(gpu, seeds, recurrences, {}, None, eta=eta)
+            profiled = run_all(gpu, seeds, recurrences, {}, None, eta=eta, power_limits=True)
+            data[f"{gpu}-eta{eta:g}"] = {
+                "today": [s.to_dict() for s in today],
+                "power_limits": [s.to_dict() for s in profiled],
+            }
+            rows = []
+            for before, after in zip(today, profiled, strict=True):
+                joint = after.joint_oracle_regret or math.nan
+                rows.append((before.regret, after.regret, joint))
+                lines.append(
+                    f"| {gpu.upper()} | {eta:g} | {after.workload} | {before.regret:.3f} "
+                    f"| {after.regret:.3f} | {joint:.3f} |"
+                )
+            means = [statistics.fmean(column) for column in zip(*rows, strict=True)]
+            lines.append(
+                f"| {gpu.upper()} | {eta:g} | **mean** | {means[0]:.3f} | **{means[1]:.3f}** "
+                f"| {means[2]:.3f} |"
+            )
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "regret_power.md").write_text(text)
+    (RESULTS / "regret_power.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(text)
 
 
 CAP_FACTORS = (2, 4)
@@ -323,8 +375,12 @@ def main() -> None:
         "--held-out", action="store_true", help="only the lower power limits, held out"
     )
     parser.add_argument("--memory-caps", action="store_true", help="only the GPUs with memory caps")
+    parser.add_argument("--power-limits", action="store_true", help="only power-limit profiling")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
+    if args.power_limits:
+        run_power_limits(args.gpus, args.seeds, args.recurrences)
+        return
     if args.memory_caps:
         run_memory_caps(args.gpus, args.seeds, args.recurrences)
         return

@@ -24,7 +24,7 @@ from zeus_bso.sim import (
     simulate,
 )
 from zeus_bso.sim.report import causes_of, seed_result, summarize
-from zeus_bso.sim.trace import TraceJob
+from zeus_bso.sim.trace import TraceJob, read_power_trace
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, JobSpecFromClient, policy_options
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
@@ -427,3 +427,82 @@ def test_accumulating_runs_reach_sizes_above_the_cap_in_process_and_through_a_se
     summary = summarize(trace, 0.5, 20, [seed_result(3, local)], 2048, accumulate=True)
     assert summary.oracle_batch_size == paced.oracle_batch_size(0.5)
     assert summary.to_dict()["accumulate"] is True
+
+
+def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
+    server: ServerProcess,
+) -> None:
+    """Each batch size's first run pays a profiling epoch at the mean over the power limits and
+    trains at the cheapest limit after; the server, which sees only the reports, decides as the
+    policy in-process; at eta 0 nothing is profiled and the runs are today's exactly."""
+    trace = load_trace_job("cifar100", "v100")
+    spec = job_spec(trace, "sim-power-1", mab_seed=1, eta_knob=1.0)
+    options: dict[str, Any] = {"recurrences": 12, "seed": 1, "eta_knob": 1.0}
+    local = simulate(trace, in_process(spec), power_limits=True, **options)
+    with ServerClient(server.url) as client:
+        backend = ServerBackend(client, spec)
+        remote = simulate(trace, backend, power_limits=True, **options)
+        client.delete_job(backend.job_id)
+    assert [r.trials for r in remote] == [r.trials for r in local]
+    runs = [t for r in local for t in r.trials]
+    for run in runs:
+        assert run.power_limit == trace.best_pace(run.batch_size, 1.0).power_limit
+    assert any(run.power_limit != trace.max_power for run in runs)  # energy alone: lower limits
+    plain = simulate(trace, in_process(spec), **options)
+    assert sum(r.cost for r in local) < sum(r.cost for r in plain)
+    # The first run of a batch size pays its profiling epoch: dearer than a later run's epochs.
+    first = next(t for t in runs if t.epochs > 1)
+    best = trace.best_pace(first.batch_size, 1.0)
+    profiling = trace.profiling_pace(first.batch_size)
+    assert trace.pace_cost(profiling, 1.0) > trace.pace_cost(best, 1.0)
+    summary = summarize(trace, 1.0, 12, [seed_result(1, local)], power_limits=True)
+    assert summary.joint_oracle_regret is not None
+    assert summary.joint_oracle_regret < 1.0
+    assert summary.to_dict()["power_limits"] is True
+    # Time alone: the maximum limit is the fastest, nothing is profiled, today's runs exactly.
+    spec0 = job_spec(trace, "sim-power-0", mab_seed=1, eta_knob=0.0)
+    at_zero = {"recurrences": 12, "seed": 1, "eta_knob": 0.0}
+    profiled = simulate(trace, in_process(spec0), power_limits=True, **at_zero)
+    assert [r.trials for r in profiled] == [
+        r.trials for r in simulate(trace, in_process(spec0), **at_zero)
+    ]
+
+
+def test_a_power_trace_of_ones_own_gpus(tmp_path: Path) -> None:
+    """``--power-trace``: the shipped columns, one's own numbers (here the V100's at half the
+    time per epoch); a file without a column is refused, saying which."""
+    shipped = (
+        Path(__file__).parents[2] / "src/zeus_bso/sim/data/summary_power_v100.csv"
+    ).read_text()
+    header, *rows = shipped.splitlines()
+    columns = header.split(",")
+    faster = [header]
+    for row in rows:
+        values = row.split(",")
+        at = columns.index("time_per_epoch")
+        values[at] = str(float(values[at]) / 2)
+        faster.append(",".join(values))
+    own = tmp_path / "power.csv"
+    own.write_text("\n".join(faster) + "\n")
+    trace = load_trace_job("cifar100", "v100", power_rows=read_power_trace(str(own)))
+    shipped_trace = load_trace_job("cifar100", "v100")
+    assert trace.profiles[1024].time_per_epoch == shipped_trace.profiles[1024].time_per_epoch / 2
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "cifar100", "--recurrences", "5", "--seeds", "0"]
+        + ["--power-limits", "--power-trace", str(own), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Power limits" in done.stdout
+    (summary,) = json.loads(out.read_text())["results"]
+    assert summary["power_limits"] is True
+    broken = tmp_path / "broken.csv"
+    broken.write_text("dataset,network,batch_size\ncifar100,shufflenetv2,1024\n")
+    refused = subprocess.run(
+        [ZEUS_BSO, "simulate", "--power-trace", str(broken)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "lacks the column(s)" in refused.stderr

@@ -20,6 +20,7 @@ from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
+from zeus_bso.sim.trace import read_power_trace
 from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
 app = typer.Typer(
@@ -71,6 +72,20 @@ def simulate_command(
             "in micro-batches below it (at the micro-batch's speed) instead of being infeasible"
         ),
     ] = False,
+    power_limits: Annotated[
+        bool,
+        typer.Option(
+            help="Each batch size's first run profiles the GPU's power limits in its first "
+            "epoch (paid at their mean) and trains at the cheapest after; never at eta 0"
+        ),
+    ] = False,
+    power_trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="A power trace of your own GPUs, in the shipped one's columns (dataset, "
+            "network, batch_size, optimizer, power_limit, time_per_epoch, average_power)"
+        ),
+    ] = None,
     **given: Any,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default.
@@ -87,7 +102,16 @@ def simulate_command(
     try:
         summaries = [
             _simulate_one(
-                name, gpu, recurrences, seed_list, options, server, memory_cap, accumulate
+                name,
+                gpu,
+                recurrences,
+                seed_list,
+                options,
+                server,
+                memory_cap,
+                accumulate,
+                power_limits,
+                power_trace,
             )
             for name in names
         ]
@@ -97,6 +121,8 @@ def simulate_command(
     _print_table(summaries)
     if memory_cap is not None:
         _print_out_of_memory(summaries)
+    if power_limits:
+        _print_power(summaries)
     if json_path is not None:
         json_path.write_text(
             json.dumps({"options": options, "results": [s.to_dict() for s in summaries]}, indent=2)
@@ -184,10 +210,15 @@ def _simulate_one(
     server: str | None,
     memory_cap: str | None = None,
     accumulate: bool = False,
+    power_limits: bool = False,
+    power_trace: Path | None = None,
 ) -> Summary:
-    trace = load_trace_job(name, gpu)
+    rows = read_power_trace(str(power_trace)) if power_trace is not None else None
+    trace = load_trace_job(name, gpu, power_rows=rows)
     if accumulate and memory_cap is None:
         raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
+    if power_limits and memory_cap is not None:
+        raise ConfigurationError("--power-limits and --memory-cap are simulated one at a time")
     cap = None if memory_cap is None else _memory_cap(memory_cap, trace.default_batch_size)
     if cap is not None and cap <= trace.default_batch_size:
         raise ConfigurationError(
@@ -201,10 +232,20 @@ def _simulate_one(
         for seed in seeds:
             spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
             recurrence_results = _run(
-                trace, spec, server, recurrences, seed, eta, progress, task, cap, accumulate
+                trace,
+                spec,
+                server,
+                recurrences,
+                seed,
+                eta,
+                progress,
+                task,
+                cap,
+                accumulate,
+                power_limits,
             )
             results.append(seed_result(seed, recurrence_results))
-    return summarize(trace, eta, recurrences, results, cap, accumulate)
+    return summarize(trace, eta, recurrences, results, cap, accumulate, power_limits)
 
 
 def _memory_cap(value: str, default_batch_size: int) -> int:
@@ -231,6 +272,7 @@ def _run(
     task: Any,
     memory_cap: int | None = None,
     accumulate: bool = False,
+    power_limits: bool = False,
 ) -> list[Any]:
     def advance(_: int, __: object) -> None:
         progress.advance(task)
@@ -245,6 +287,7 @@ def _run(
             on_recurrence=advance,
             memory_cap=memory_cap,
             accumulate=accumulate,
+            power_limits=power_limits,
         )
     from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend
@@ -261,6 +304,7 @@ def _run(
                 on_recurrence=advance,
                 memory_cap=memory_cap,
                 accumulate=accumulate,
+                power_limits=power_limits,
             )
         finally:
             client.delete_job(backend.job_id)
@@ -319,6 +363,21 @@ def _print_out_of_memory(summaries: list[Summary]) -> None:
             " ".join(str(sum(seed.values())) for seed in starts),
             str(most),
         )
+    console.print(table)
+
+
+def _print_power(summaries: list[Summary]) -> None:
+    """Power limits: regret against the batch-size-only oracle at the maximum power, beside
+    the joint oracle's."""
+    table = Table(
+        title="Power limits: cumulative cost / the batch-size-only oracle's at maximum power",
+        caption="joint oracle: the best batch size and power limit together, every recurrence",
+    )
+    for column in ("workload", "gpu", "with profiling", "joint oracle"):
+        table.add_column(column, justify="left" if column in ("workload", "gpu") else "right")
+    for s in summaries:
+        joint = s.joint_oracle_regret
+        table.add_row(s.workload, s.gpu, f"{s.regret:.3f}", "" if joint is None else f"{joint:.3f}")
     console.print(table)
 
 

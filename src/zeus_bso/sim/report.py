@@ -95,6 +95,12 @@ class Summary:
     the cheapest size below it, or, with `accumulate`, the cheapest with sizes from the cap on
     reached by gradient accumulation."""
     accumulate: bool = False
+    power_limits: bool = False
+    """Whether runs profiled the GPU's power limits and trained at the cheapest; the regret is
+    still against the batch-size-only oracle at the maximum power (`oracle_cost`)."""
+    joint_oracle_cost: float | None = None
+    """With `power_limits`: the expected cost of a recurrence at the best batch size and power
+    limit together."""
 
     @property
     def regret(self) -> float:
@@ -124,6 +130,13 @@ class Summary:
         ]
         return {c: statistics.fmean(100 * p[c] / total for p in per_seed) for c in CAUSES}
 
+    @property
+    def joint_oracle_regret(self) -> float | None:
+        """The joint oracle's cost over the batch-size-only oracle's (None: not simulated)."""
+        if self.joint_oracle_cost is None:
+            return None
+        return self.joint_oracle_cost / self.oracle_cost
+
     def out_of_memory_starts(self) -> list[dict[int, int]]:
         """Per seed, the starts that ran out of memory, by batch size."""
         return [
@@ -139,8 +152,12 @@ class Summary:
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready form."""
         capped: dict[str, object] = {}
+        if self.power_limits:  # absent without them, as the memory cap's figures
+            capped["power_limits"] = True
+            capped["joint_oracle_cost"] = self.joint_oracle_cost
+            capped["joint_oracle_regret"] = self.joint_oracle_regret
         if self.memory_cap is not None:  # absent without one: those figures stay as they were
-            capped = {
+            capped |= {
                 "memory_cap": self.memory_cap,
                 "accumulate": self.accumulate,
                 "out_of_memory_starts": [
@@ -193,6 +210,7 @@ def summarize(
     seeds: list[SeedResult],
     memory_cap: int | None = None,
     accumulate: bool = False,
+    power_limits: bool = False,
 ) -> Summary:
     """Compare the seeds' costs with the oracle (the cheapest size below ``memory_cap``, or with
     ``accumulate`` the cheapest with sizes from the cap on accumulated) and the default."""
@@ -201,7 +219,10 @@ def summarize(
     else:
         memory_cap_of_oracle = memory_cap
     oracle = trace.oracle_batch_size(eta_knob, memory_cap_of_oracle)
+    joint = trace.joint_oracle(eta_knob)[1] if power_limits else None
     return Summary(
+        power_limits=power_limits,
+        joint_oracle_cost=joint,
         memory_cap=memory_cap,
         accumulate=accumulate and memory_cap is not None,
         workload=trace.workload.name,

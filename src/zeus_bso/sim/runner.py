@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from zeus_bso.client.http import ServerClient
 from zeus_bso.policy import zeus_cost
 from zeus_bso.sim.memory import InMemoryJob
-from zeus_bso.sim.trace import TraceJob
+from zeus_bso.sim.trace import Pace, TraceJob
 from zeus_bso.spec import (
     CreatedJob,
     GpuConfig,
@@ -120,6 +120,8 @@ class TrialOutcome:
     """It ran out of memory at its first step (above the simulation's memory cap)."""
     accumulation_steps: int = 1
     """Micro-batches it accumulated a step (a run at or above the cap that accumulates)."""
+    power_limit: float | None = None
+    """The GPU power limit it trained at after profiling (None: the maximum, unprofiled)."""
 
 
 @dataclass
@@ -158,6 +160,15 @@ def in_process(job: JobSpecFromClient) -> InMemoryJob:
     return InMemoryJob(CreatedJob.model_validate(job.model_dump()))
 
 
+def _spent(epochs: int, first: Pace, rest: Pace) -> tuple[float, float]:
+    """Seconds and joules of ``epochs`` epochs: the first at ``first``, the rest at ``rest``."""
+    later = epochs - 1
+    seconds = first.time_per_epoch + later * rest.time_per_epoch
+    joules = first.time_per_epoch * first.average_power
+    joules += later * rest.time_per_epoch * rest.average_power
+    return seconds, joules
+
+
 def simulate(
     trace: TraceJob,
     backend: Backend,
@@ -168,15 +179,20 @@ def simulate(
     on_recurrence: Callable[[int, Recurrence], None] | None = None,
     memory_cap: int | None = None,
     accumulate: bool = False,
+    power_limits: bool = False,
 ) -> list[Recurrence]:
     """Run ``recurrences`` recurrences of ``trace`` against ``backend``; with ``memory_cap``,
     batch sizes at or above it run out of memory at their first step, or, with
     ``accumulate``, train by gradient accumulation (`TraceJob.accumulated`) once the
-    micro-batches that ran out of memory have shown where the cap is."""
+    micro-batches that ran out of memory have shown where the cap is. With ``power_limits``
+    (and ``eta_knob`` above 0), each batch size's first run profiles the GPU's power limits in
+    its first epoch, paid at their mean, and every later epoch runs at the limit that costs
+    least (`TraceJob.best_pace`)."""
     rng = random.Random(seed)
     w = trace.workload
     paced = trace.accumulated(memory_cap) if accumulate and memory_cap is not None else trace
     learned: int | None = None  # the cap the server knows (accumulating runs)
+    chosen: dict[int, Pace] = {}  # each batch size's power limit, once profiled
     results = []
     for index in range(recurrences):
         recurrence = Recurrence()
@@ -209,24 +225,41 @@ def simulate(
             tries += 1
             profile = paced.profiles[trial.batch_size]
             run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
+            # Power limits: a batch size's first run profiles every limit in its first epoch
+            # (at their mean), and every epoch after runs at the limit that costs least.
+            pace = first = None
+            if power_limits and eta_knob > 0:
+                profiling = trial.batch_size not in chosen
+                pace = chosen.setdefault(
+                    trial.batch_size, trace.best_pace(trial.batch_size, eta_knob)
+                )
+                first = trace.profiling_pace(trial.batch_size) if profiling else pace
             epoch, answer = 0, None
             while answer is None or not answer.stop_train:
                 epoch += 1
-                time = epoch * profile.time_per_epoch
+                if pace is None or first is None:
+                    time = epoch * profile.time_per_epoch
+                    energy = time * profile.average_power
+                else:
+                    time, energy = _spent(epoch, first, pace)
                 answer = backend.report(
                     trial,
                     time=time,
-                    energy=time * profile.average_power,
+                    energy=energy,
                     metric=profile.metric_at(run, epoch, w.higher_is_better),
                     current_epoch=epoch,
                 )
             backend.end_trial(trial)
-            cost = zeus_cost(
-                epoch * profile.time_per_epoch * profile.average_power,
-                epoch * profile.time_per_epoch,
-                eta_knob,
-                trace.max_power,
-            )
+            if pace is None or first is None:
+                cost = zeus_cost(
+                    epoch * profile.time_per_epoch * profile.average_power,
+                    epoch * profile.time_per_epoch,
+                    eta_knob,
+                    trace.max_power,
+                )
+            else:
+                seconds, joules = _spent(epoch, first, pace)
+                cost = zeus_cost(joules, seconds, eta_knob, trace.max_power)
             recurrence.trials.append(
                 TrialOutcome(
                     trial.batch_size,
@@ -235,6 +268,7 @@ def simulate(
                     answer.converged,
                     trial.trial_number,
                     accumulation_steps=steps,
+                    power_limit=None if pace is None else pace.power_limit,
                 )
             )
             if answer.converged:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
 
@@ -72,6 +72,15 @@ class BatchSizeProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class Pace:
+    """An epoch of one batch size at one GPU power limit, as the power trace measured it."""
+
+    power_limit: float
+    time_per_epoch: float
+    average_power: float
+
+
+@dataclass(frozen=True, slots=True)
 class TraceJob:
     """A workload on a GPU: its batch sizes, their epoch costs and training runs."""
 
@@ -80,6 +89,39 @@ class TraceJob:
     max_power: float
     default_batch_size: int
     profiles: dict[int, BatchSizeProfile]
+    paces: dict[int, tuple[Pace, ...]] = field(default_factory=dict)
+    """Per batch size, its epoch at every power limit the trace measured, lowest first (the
+    power-limit dimension; `profiles` are at `max_power`)."""
+
+    def pace_cost(self, pace: Pace, eta_knob: float) -> float:
+        """Cost of one epoch at ``pace`` (in the GPU's units: its maximum power prices time)."""
+        return zeus_cost(
+            pace.time_per_epoch * pace.average_power, pace.time_per_epoch, eta_knob, self.max_power
+        )
+
+    def best_pace(self, batch_size: int, eta_knob: float) -> Pace:
+        """The power limit whose epoch of ``batch_size`` costs least (the highest on a tie)."""
+        paces = self.paces[batch_size]
+        return min(paces, key=lambda p: (self.pace_cost(p, eta_knob), -p.power_limit))
+
+    def profiling_pace(self, batch_size: int) -> Pace:
+        """An epoch spent profiling every power limit: the mean time and the mean energy over
+        the limits (a power that gives that energy over that time)."""
+        paces = self.paces[batch_size]
+        seconds = sum(p.time_per_epoch for p in paces) / len(paces)
+        joules = sum(p.time_per_epoch * p.average_power for p in paces) / len(paces)
+        return Pace(math.nan, seconds, joules / seconds)
+
+    def joint_oracle(self, eta_knob: float) -> tuple[int, float]:
+        """The batch size and power limit with the lowest expected cost, and that cost."""
+
+        def cost(b: int) -> float:
+            return self.expected_cost(
+                b, eta_knob, self.pace_cost(self.best_pace(b, eta_knob), eta_knob)
+            )
+
+        best = min(self.batch_sizes, key=lambda b: (cost(b), b))
+        return best, cost(best)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -97,8 +139,11 @@ class TraceJob:
         """Whether a run that reaches the target at ``target_epoch`` converges in time."""
         return not math.isnan(target_epoch) and target_epoch <= self.workload.max_epochs
 
-    def expected_cost(self, batch_size: int, eta_knob: float) -> float:
-        """Expected cost of one recurrence that always uses ``batch_size``, retrying failures.
+    def expected_cost(
+        self, batch_size: int, eta_knob: float, epoch_cost: float | None = None
+    ) -> float:
+        """Expected cost of one recurrence that always uses ``batch_size``, retrying failures
+        (an epoch costing ``epoch_cost``, by default `epoch_cost`'s at the maximum power).
 
         Mean over converging runs of their cost, plus ``(1 - p) / p`` failed runs of
         ``max_epochs`` each; infinite when no run converges.
@@ -108,7 +153,7 @@ class TraceJob:
         if not converging:
             return math.inf
         p = len(converging) / len(epochs)
-        cost = self.epoch_cost(batch_size, eta_knob)
+        cost = self.epoch_cost(batch_size, eta_knob) if epoch_cost is None else epoch_cost
         mean = sum(converging) / len(converging) * cost
         return mean + (1 - p) / p * self.workload.max_epochs * cost
 
@@ -164,10 +209,39 @@ def power_limits(gpu: str) -> list[float]:
     return sorted({float(r["power_limit"]) for r in _power_rows(gpu)})
 
 
-def load_trace_job(workload: str, gpu: str, power_limit: float | None = None) -> TraceJob:
+def read_power_trace(path: str) -> list[dict[str, str]]:
+    """A power trace of one's own GPUs, in the shipped one's columns (dataset, network,
+    batch_size, optimizer, power_limit, time_per_epoch, average_power).
+
+    Raises:
+        TraceError: the file cannot be read or lacks a column.
+    """
+    needed = {"dataset", "network", "batch_size", "optimizer", "power_limit"}
+    needed |= {"time_per_epoch", "average_power"}
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as err:
+        raise TraceError(f"cannot read the power trace {path}: {err.strerror}") from None
+    missing = needed - set(rows[0] if rows else {})
+    if missing:
+        raise TraceError(
+            f"the power trace {path} lacks the column(s) {', '.join(sorted(missing))}; it needs "
+            + ", ".join(sorted(needed))
+        )
+    return rows
+
+
+def load_trace_job(
+    workload: str,
+    gpu: str,
+    power_limit: float | None = None,
+    power_rows: list[dict[str, str]] | None = None,
+) -> TraceJob:
     """The trace job of ``workload`` on ``gpu``, at its highest power limit, or at
     ``power_limit`` (W, one the trace measured): a slower GPU whose maximum power is that limit,
-    for checking the policy on speeds and powers it was not tuned on.
+    for checking the policy on speeds and powers it was not tuned on. ``power_rows``: a power
+    trace of one's own (`read_power_trace`) in place of the shipped one of ``gpu``.
 
     Raises:
         TraceError: unknown workload or GPU, or a power limit the trace does not have.
@@ -185,8 +259,15 @@ def load_trace_job(workload: str, gpu: str, power_limit: float | None = None) ->
             w.optimizer,
         )
 
-    power = [r for r in _power_rows(gpu) if ours(r)]
-    limits = power_limits(gpu)
+    power = [r for r in (_power_rows(gpu) if power_rows is None else power_rows) if ours(r)]
+    if power_rows is None:
+        limits = power_limits(gpu)
+    else:
+        limits = sorted({float(r["power_limit"]) for r in power})
+        if not limits:
+            raise TraceError(
+                f"the power trace has no rows of {workload} ({w.dataset}, {w.network})"
+            )
     if power_limit is not None and power_limit not in limits:
         raise TraceError(
             f"the {gpu} trace has no power limit {power_limit:g} W; it has "
@@ -221,6 +302,23 @@ def load_trace_job(workload: str, gpu: str, power_limit: float | None = None) ->
         )
         for b in sorted(set(at_max) & set(runs))
     }
+    paces = {
+        b: tuple(
+            sorted(
+                (
+                    Pace(
+                        float(r["power_limit"]),
+                        float(r["time_per_epoch"]),
+                        float(r["average_power"]),
+                    )
+                    for r in power
+                    if int(r["batch_size"]) == b and float(r["power_limit"]) <= max_power
+                ),
+                key=lambda pace: pace.power_limit,
+            )
+        )
+        for b in profiles
+    }
     # The largest batch size the GPU's trace has caps the default (as in the paper).
     default = max((b for b in profiles if b <= w.default_batch_size), default=min(profiles))
-    return TraceJob(w, gpu, max_power, default, profiles)
+    return TraceJob(w, gpu, max_power, default, profiles, paces)
