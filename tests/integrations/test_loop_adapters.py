@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("torch", reason="pip install torch")
 
-from tests.helpers import ServerProcess, sqlite_url, unique_id
+from tests.helpers import ServerProcess, sqlite_url
 from tests.integrations.test_topology import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
 from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.testing import LoopAdapterContract, MakeAdapter, loop_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -90,36 +90,7 @@ def loop_spec(prefix: str) -> JobSpec:
 
 
 @pytest.mark.parametrize("kind", ["accelerate", "fabric"])
-def test_misconfigured_loops_leave_the_default_untouched(
-    sqlite_server: ServerProcess, kind: str
-) -> None:
-    """A loop that raises a ConfigurationError releases its trial, three times over: the
-    default batch size is still what the next run gets."""
-    adapter, framework = adapter_of(kind)
-    spec = loop_spec(unique_id(f"mis{kind}").replace("-", ""))
-    made: list[Any] = []
-
-    def misconfigured() -> None:
-        with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
-            made.append(bso)
-            bso.train_begin()
-            raise ConfigurationError("a wrong setting of the script's")
-
-    for _ in range(3):
-        with pytest.raises(ConfigurationError, match="wrong setting"):
-            misconfigured()
-        bso = made[-1]
-        assert bso.outcome is not None
-        assert bso.outcome.reason == "not_trained"
-    with ServerClient(sqlite_server.url) as client:
-        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
-        state = client.job_state(job["job_id"])
-    assert [t["status"] for t in state["trials"]] == ["released"] * 3
-    assert state["next_run"]["batch_size"] == spec.default_batch_size
-
-
-@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
-def test_a_loop_without_a_server_trains_at_the_default(
+def test_a_loops_learning_rate_follows_the_batch_size_without_the_server_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
@@ -144,81 +115,37 @@ def test_a_loop_without_a_server_trains_at_the_default(
     assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
 
 
-@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
-def test_out_of_memory_in_a_loop_is_infeasible_and_the_loop_goes_on_at_a_size_that_fits(
-    sqlite_server: ServerProcess, kind: str
-) -> None:
-    """Batches above 16 run out of memory: ``fit_in_memory`` marks the dispatched 32 infeasible
-    and the loop trains at the server's next size; a later run that runs out of memory while
-    training (64 never fits either) ends as infeasible when it leaves the ``with``."""
-    adapter, framework = adapter_of(kind)
-    spec = loop_spec(unique_id(f"oom{kind}").replace("-", ""))
-    tried: list[int] = []
+class TestAccelerate(LoopAdapterContract):
+    """`ZeusBSOAccelerate` on one CPU process passes the loop adapters' contract; Accelerate's
+    own accumulation steps follow the session's."""
 
-    def try_steps(size: int) -> None:
-        tried.append(size)
-        if size > 16:
-            raise RuntimeError(f"CUDA out of memory. Tried to allocate {size} MiB")
+    @pytest.fixture
+    def adapter(self) -> MakeAdapter:
+        adapter, accelerator = adapter_of("accelerate")
+        return lambda url, job, **options: adapter(accelerator, url, job, **options)
 
-    with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
-        assert bso.memory_unknown
-        size = bso.fit_in_memory(try_steps)
-        assert (size, bso.batch_size, tried) == (16, 16, [32, 16])
-        bso.train_begin()
-        while not bso.report(0.95):
-            pass
-    assert bso.outcome is not None
-    assert bso.outcome.converged
-    with ServerClient(sqlite_server.url) as client:
-        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
-        state = client.job_state(job["job_id"])
-    assert sorted((t["batch_size"], t["status"]) for t in state["trials"]) == [
-        (16, "reported"),
-        (32, "infeasible"),
-    ]
-    assert list(state["memory_caps"].values()) == [32]
+    @pytest.fixture
+    def server_url(self, sqlite_server: ServerProcess) -> str:
+        return sqlite_server.url
 
-    # Out of memory while training, at a size the server still dispatches (none above 32 is:
-    # every later run gets 16 here), ends the run as infeasible and re-raises.
-    def runs_out_of_memory() -> Any:
-        with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
-            assert bso.batch_size == 16
-            assert not bso.memory_unknown  # 16 ran on these GPUs: nothing to try
-            bso.train_begin()
-            made.append(bso)
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-    made: list[Any] = []
-    with pytest.raises(RuntimeError, match="out of memory"):
-        runs_out_of_memory()
-    bso = made[-1]
-    assert bso.outcome is not None
-    assert bso.outcome.reason == "out_of_memory"
-    with ServerClient(sqlite_server.url) as client:
-        state = client.job_state(job["job_id"])
-    assert [t["status"] for t in state["trials"]].count("infeasible") == 2
-    assert list(state["memory_caps"].values()) == [16]
+    def test_the_accelerator_accumulates_as_the_session_says(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("accsteps")
+        options = {"energy_meter": EstimateMeter(100), "max_micro_batch_size": 16}
+        with adapter(server_url, job, **options) as bso:
+            assert bso.accelerator.gradient_accumulation_steps == bso.accumulation_steps == 2
+            bso.release("not trained in this test")
 
 
-@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
-def test_a_loop_that_accumulates_trains_its_batch_size_in_micro_batches(
-    sqlite_server: ServerProcess, kind: str
-) -> None:
-    """``max_micro_batch_size=16``: batch size 32 is two micro-batches of 16 (Accelerate's
-    accumulation steps set to match), and the server keeps that the run accumulated."""
-    adapter, framework = adapter_of(kind)
-    spec = loop_spec(unique_id(f"acc{kind}").replace("-", ""))
-    options = {"energy_meter": EstimateMeter(100), "max_micro_batch_size": 16}
-    with adapter(framework, sqlite_server.url, spec, **options) as bso:
-        assert (bso.batch_size, bso.micro_batch_size, bso.accumulation_steps) == (32, 16, 2)
-        if kind == "accelerate":
-            assert framework.gradient_accumulation_steps == 2
-        assert bso.fit_in_memory(lambda size: None) == 16
-        bso.train_begin()
-        while not bso.report(0.95):
-            pass
-    with ServerClient(sqlite_server.url) as client:
-        (job,) = client.list_jobs(prefix=spec.job_id_prefix)
-        (trial,) = client.job_state(job["job_id"])["trials"]
-    summary = (trial["batch_size"], trial["accumulation_steps"], trial["status"])
-    assert summary == (32, 2, "reported")
+class TestFabric(LoopAdapterContract):
+    """`ZeusBSOFabric` on one CPU process passes the loop adapters' contract."""
+
+    @pytest.fixture
+    def adapter(self) -> MakeAdapter:
+        adapter, fabric = adapter_of("fabric")
+        return lambda url, job, **options: adapter(fabric, url, job, **options)
+
+    @pytest.fixture
+    def server_url(self, sqlite_server: ServerProcess) -> str:
+        return sqlite_server.url

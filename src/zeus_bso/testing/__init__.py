@@ -4,7 +4,9 @@ module and defines one fixture, and pytest runs every test of the contract on it
 
 - `StoreContract`: a `zeus_bso.policy.store.JobStore` (fixture ``opened``);
 - `BanditContract`: a `zeus_bso.policy.bandits.Bandit` (fixture ``bandit``);
-- `MeterContract`: a `zeus_bso.energy.EnergyMeter` (fixture ``meter``).
+- `MeterContract`: a `zeus_bso.energy.EnergyMeter` (fixture ``meter``);
+- `LoopAdapterContract`: a training framework's loop adapter, a `zeus_bso.training.TrialSession`
+  (fixtures ``adapter`` and ``server_url``).
 
 Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
 """
@@ -14,8 +16,19 @@ try:
 except ImportError as err:
     raise ImportError("zeus_bso.testing needs pytest: pip install pytest") from err
 
+from zeus_bso.testing.adapters import LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
 
-__all__ = ["SIZES", "BanditContract", "MeterContract", "Opener", "StoreContract", "new_job"]
+__all__ = [
+    "SIZES",
+    "BanditContract",
+    "LoopAdapterContract",
+    "MakeAdapter",
+    "MeterContract",
+    "Opener",
+    "StoreContract",
+    "loop_job",
+    "new_job",
+]

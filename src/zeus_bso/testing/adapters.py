@@ -1,0 +1,163 @@
+"""The contract every loop adapter passes: a `zeus_bso.training.TrialSession` of a training
+framework (as `zeus_bso.integrations.accelerate.ZeusBSOAccelerate` and
+`zeus_bso.integrations.fabric.ZeusBSOFabric` are), as a class that an adapter's test module
+subclasses, defining the ``adapter`` and ``server_url`` fixtures. The tests run one process,
+on the CPU, against a real server."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.training.session import TrialSession
+
+MakeAdapter = Callable[..., TrialSession]
+"""``make(server_url, job, **options)``: the adapter of one run (a `TrialSession` that is a
+context manager), built on the framework's object for one process."""
+
+
+def loop_job(prefix: str) -> JobSpec:
+    """A job of the contract's: batch sizes 16, 32 and 64, default 32."""
+    return JobSpec(
+        job_id_prefix=f"{prefix}{secrets.token_hex(4)}",
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.9,
+        max_epochs=3,
+        learning_curve_stop=False,
+    )
+
+
+class LoopAdapterContract:
+    """What every loop adapter does through its session: a recurrence reports to the server
+    and converges; a misconfigured run releases its trial; out of memory is infeasible (before
+    training, the run goes on at a size that fits); accumulation gives every process its
+    micro-batch; a server that cannot be reached leaves the run training at the default.
+
+    Subclass it and define two fixtures::
+
+        class TestRayTrain(LoopAdapterContract):
+            @pytest.fixture
+            def adapter(self) -> MakeAdapter:
+                return lambda url, job, **options: ZeusBSORay(ray_context(), url, job, **options)
+
+            @pytest.fixture
+            def server_url(self, sqlite_server: ServerProcess) -> str:
+                return sqlite_server.url
+    """
+
+    @pytest.fixture
+    def adapter(self) -> MakeAdapter:
+        raise NotImplementedError("a LoopAdapterContract subclass defines the `adapter` fixture")
+
+    @pytest.fixture
+    def server_url(self) -> str:
+        raise NotImplementedError("a LoopAdapterContract subclass defines `server_url`")
+
+    @staticmethod
+    def _trials(server_url: str, job: JobSpec) -> list[dict[str, Any]]:
+        with ServerClient(server_url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            trials: list[dict[str, Any]] = client.job_state(listed["job_id"])["trials"]
+        return sorted(trials, key=lambda t: int(t["trial_number"]))
+
+    def test_a_recurrence_reports_and_converges(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("contract")
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            assert bso.batch_size == job.default_batch_size
+            assert bso.trial_number == 1
+            bso.train_begin()
+            assert not bso.report(0.5)
+            assert bso.report(0.95)
+        assert bso.outcome is not None
+        assert bso.outcome.converged
+        (trial,) = self._trials(server_url, job)
+        assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 2, True)
+
+    def test_a_misconfigured_run_releases_its_trial(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("contractmis")
+        made: list[TrialSession] = []
+
+        def misconfigured() -> None:
+            with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+                made.append(bso)
+                bso.train_begin()
+                raise ConfigurationError("a wrong setting of the script's")
+
+        for _ in range(3):
+            with pytest.raises(ConfigurationError, match="wrong setting"):
+                misconfigured()
+            outcome = made[-1].outcome
+            assert outcome is not None
+            assert outcome.reason is StopReason.NOT_TRAINED
+        assert [t["status"] for t in self._trials(server_url, job)] == ["released"] * 3
+
+    def test_out_of_memory_is_infeasible_and_the_run_goes_on_at_a_size_that_fits(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("contractoom")
+        tried: list[int] = []
+
+        def try_steps(size: int) -> None:
+            tried.append(size)
+            if size > 16:
+                raise RuntimeError(f"CUDA out of memory. Tried to allocate {size} MiB")
+
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            assert bso.memory_unknown
+            assert bso.fit_in_memory(try_steps) == 16
+            assert (bso.batch_size, tried) == (16, [32, 16])
+            bso.train_begin()
+            assert bso.report(0.95)
+        statuses = [(t["batch_size"], t["status"]) for t in self._trials(server_url, job)]
+        assert statuses == [(32, "infeasible"), (16, "reported")]
+        made: list[TrialSession] = []
+
+        def runs_out_while_training() -> None:
+            with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+                made.append(bso)
+                bso.train_begin()
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        with pytest.raises(RuntimeError, match="out of memory"):
+            runs_out_while_training()
+        outcome = made[-1].outcome
+        assert outcome is not None
+        assert outcome.reason is StopReason.OUT_OF_MEMORY
+
+    def test_accumulation_gives_every_process_its_micro_batch(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("contractacc")
+        options = {"energy_meter": EstimateMeter(100), "max_micro_batch_size": 16}
+        with adapter(server_url, job, **options) as bso:
+            assert (bso.batch_size, bso.micro_batch_size, bso.accumulation_steps) == (32, 16, 2)
+            bso.train_begin()
+            assert bso.report(0.95)
+        (trial,) = self._trials(server_url, job)
+        assert (trial["batch_size"], trial["accumulation_steps"]) == (32, 2)
+
+    def test_without_the_server_the_run_trains_at_the_default(
+        self, adapter: MakeAdapter, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+        job = loop_job("contractoffline")
+        unreachable = "http://127.0.0.1:9"  # the discard port: nothing answers
+        with adapter(unreachable, job, energy_meter=EstimateMeter(100)) as bso:
+            assert (bso.batch_size, bso.trial_number) == (job.default_batch_size, None)
+            bso.train_begin()
+            assert not bso.report(0.5)
+            assert bso.report(0.95)  # its target, judged here
+        assert bso.outcome is not None
+        assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
