@@ -3,12 +3,14 @@ database."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -212,6 +214,36 @@ def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> N
         server.stop()
 
 
+@contextlib.contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another process holds the SQLite file's write lock meanwhile: a database outage."""
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+
+
+def training_run(server: ServerProcess, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
+    """A run of a new job that trains (retrying 503s for half a second)."""
+    spec = JobSpec(
+        job_id=unique_id(prefix),
+        job_id_prefix=prefix,
+        batch_sizes=[16, 32],
+        default_batch_size=32,
+        target_metric=0.8,
+        max_epochs=5,
+    )
+    bso = BatchSizeOptimizer(
+        server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
+    )
+    bso.get_batch_size()
+    bso.on_train_begin()
+    return spec, bso
+
+
 def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> None:
     """The database stays locked past the client's retries: the report is kept, training goes
     on, and the report is delivered at the end, when the database is back."""
@@ -220,27 +252,10 @@ def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> Non
         sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
     )
     try:
-        spec = JobSpec(
-            job_id=unique_id("outage"),
-            job_id_prefix="outage",
-            batch_sizes=[16, 32],
-            default_batch_size=32,
-            target_metric=0.8,
-            max_epochs=5,
-        )
-        bso = BatchSizeOptimizer(
-            server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
-        )
-        bso.get_batch_size()
-        bso.on_train_begin()
-        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        holder.execute("BEGIN EXCLUSIVE")
-        try:
+        spec, bso = training_run(server, "outage")
+        with locked(db):
             answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
             assert answer.stop_train is False
-        finally:
-            holder.execute("COMMIT")
-            holder.close()
         bso.end()
         assert bso.outcome is not None
         assert bso.outcome.converged
@@ -340,27 +355,10 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
         sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
     )
     try:
-        spec = JobSpec(
-            job_id=unique_id("longoutage"),
-            job_id_prefix="longoutage",
-            batch_sizes=[16, 32],
-            default_batch_size=32,
-            target_metric=0.8,
-            max_epochs=5,
-        )
-        bso = BatchSizeOptimizer(
-            server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
-        )
-        bso.get_batch_size()
-        bso.on_train_begin()
-        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        holder.execute("BEGIN EXCLUSIVE")
-        try:
+        spec, bso = training_run(server, "longoutage")
+        with locked(db):
             assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
             bso.end()  # still down: kept on this machine
-        finally:
-            holder.execute("COMMIT")
-            holder.close()
         assert len(list((tmp_path / "cache" / "outbox").glob("*.json"))) == 1
         with server.client() as http:
             (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]

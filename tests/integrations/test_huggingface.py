@@ -355,22 +355,26 @@ def test_a_run_that_never_evaluates_is_refused_before_it_trains(
     assert state["next_run"]["batch_size"] == spec.default_batch_size
 
 
-def test_out_of_memory_is_infeasible_and_the_next_run_fits(
-    server: ServerProcess, tmp_path: Path
-) -> None:
-    """Batches above 8 run out of memory: the dispatched 16 is tried before training, marked
-    infeasible, and `until_converged` starts the next run, at 8, which trains; 16 is never
-    dispatched on these GPUs again."""
-    spec = job(unique_id("hfoom"), target=0.5)
+def oom_recurrences(
+    server_url: str, spec: JobSpec, tmp_path: Path, **options: Any
+) -> list[ZeusBSOTrainerCallback]:
+    """Recurrences of a model that runs out of memory above 8 samples a training batch, under
+    `until_converged` (two attempts at most); each attempt's callback."""
     callbacks: list[ZeusBSOTrainerCallback] = []
 
     def recurrence() -> Any:
         callback = ZeusBSOTrainerCallback(
-            server.url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+            server_url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100), **options
         )
         callbacks.append(callback)
         torch.manual_seed(0)
-        args = training_arguments(tmp_path / f"out{len(callbacks)}", callback.start(), 6)
+        micro = callback.start()
+        args = training_arguments(
+            tmp_path / f"out{len(callbacks)}",
+            micro,
+            6,
+            gradient_accumulation_steps=callback.accumulation_steps,
+        )
         trainer = transformers.Trainer(
             model=runs_out_of_memory_above(tiny_bert(), 8),
             args=args,
@@ -383,6 +387,20 @@ def test_out_of_memory_is_infeasible_and_the_next_run_fits(
         return callback.outcome
 
     outcome = until_converged(recurrence, attempts=2)
+    assert outcome is not None
+    assert outcome is callbacks[-1].outcome
+    return callbacks
+
+
+def test_out_of_memory_is_infeasible_and_the_next_run_fits(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Batches above 8 run out of memory: the dispatched 16 is tried before training, marked
+    infeasible, and `until_converged` starts the next run, at 8, which trains; 16 is never
+    dispatched on these GPUs again."""
+    spec = job(unique_id("hfoom"), target=0.5)
+    callbacks = oom_recurrences(server.url, spec, tmp_path)
+    outcome = callbacks[-1].outcome
     assert outcome is not None
     assert outcome.batch_size == 8
     first = callbacks[0].outcome
@@ -407,37 +425,8 @@ def test_with_accumulation_out_of_memory_lowers_the_micro_batch_for_the_next_run
     and the next, started by `until_converged`, trains 16 as two micro-batches of 8
     (``gradient_accumulation_steps=2``)."""
     spec = job(unique_id("hfaccum"), target=0.5)
-    callbacks: list[ZeusBSOTrainerCallback] = []
-
-    def recurrence() -> Any:
-        callback = ZeusBSOTrainerCallback(
-            server.url,
-            spec,
-            metric="eval_accuracy",
-            energy_meter=EstimateMeter(100),
-            max_micro_batch_size=16,
-        )
-        callbacks.append(callback)
-        torch.manual_seed(0)
-        micro = callback.start()
-        args = training_arguments(
-            tmp_path / f"out{len(callbacks)}",
-            micro,
-            6,
-            gradient_accumulation_steps=callback.accumulation_steps,
-        )
-        trainer = transformers.Trainer(
-            model=runs_out_of_memory_above(tiny_bert(), 8),
-            args=args,
-            train_dataset=TokenDataset(256, 0),
-            eval_dataset=TokenDataset(128, 1),
-            compute_metrics=accuracy,
-            callbacks=[callback],
-        )
-        trainer.train()
-        return callback.outcome
-
-    outcome = until_converged(recurrence, attempts=2)
+    callbacks = oom_recurrences(server.url, spec, tmp_path, max_micro_batch_size=16)
+    outcome = callbacks[-1].outcome
     assert outcome is not None
     assert (outcome.batch_size, callbacks[-1].accumulation_steps) == (16, 2)
     with ServerClient(server.url) as client:
