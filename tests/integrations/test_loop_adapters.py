@@ -5,6 +5,7 @@ processes, each GPU's energy once, and the main process alone prints (and talks)
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -24,6 +25,17 @@ from zeus_bso.energy import EstimateMeter
 from zeus_bso.testing import LoopAdapterContract, MakeAdapter, loop_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def loop_job_of_examples() -> JobSpec:
+    """The loop examples' job (`examples/_common.py`)."""
+    spec = importlib.util.spec_from_file_location("examples_common", EXAMPLES / "_common.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    job: JobSpec = module.loop_job("example")
+    return job
 
 
 @pytest.mark.parametrize("adapter", ["accelerate", "fabric"])
@@ -50,7 +62,9 @@ def test_a_loop_example_on_two_processes(tmp_path: Path, adapter: str) -> None:
         printed = [line for line in done.stdout.splitlines() if line.startswith("zeus-bso: ")]
         assert len(printed) == 2, done.stdout  # the main process's lines only
         # Each run's line, through the framework's print (the main process's).
-        assert all(re.search(r"batch size \d+ \w+.* at epoch \d+ of 15", p) for p in printed)
+        max_epochs = loop_job_of_examples().max_epochs
+        pattern = rf"batch size \d+ \w+.* at epoch \d+ of {max_epochs}"
+        assert all(re.search(pattern, p) for p in printed)
         with ServerClient(server.url) as client:
             (job,) = client.list_jobs(prefix=f"example-{adapter}")
             state = client.job_state(job["job_id"])
