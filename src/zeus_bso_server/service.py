@@ -201,8 +201,8 @@ class BatchSizeService:
             )
         # Counted once committed, so that a rolled-back request counts nothing.
         if dispatch is not None:
-            stage = Stage.BANDIT if dispatch.kind is TrialKind.BANDIT else Stage.PRUNING
-            self.metrics.decisions.labels(stage.value, dispatch.kind.value).inc()
+            stage, decided = dispatch
+            self.metrics.decisions.labels(stage, decided.kind.value).inc()
             self.metrics.trials.labels(TrialStatus.DISPATCHED.value).inc()
         if expired:
             self.metrics.expired_leases.inc(expired)
@@ -216,7 +216,7 @@ class BatchSizeService:
         run_key: str | None,
         gpu: GpuConfig | None,
         accumulates: bool = False,
-    ) -> tuple[DispatchedTrial, policy.Dispatch | None, int]:
+    ) -> tuple[DispatchedTrial, tuple[str, policy.Dispatch] | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
         state = job.state
@@ -241,7 +241,12 @@ class BatchSizeService:
             memory_unknown=not step.job.measured(profile, step.trial.batch_size),
             memory_cap=step.job.memory_caps.get(profile),
         )
-        return trial, step.dispatch, expired
+        # The job's stage when it decided (a pinned job's runs are neither stage's).
+        if step.dispatch.kind is TrialKind.PINNED:
+            stage = "pinned"
+        else:
+            stage = (Stage.BANDIT if step.job.arms is not None else Stage.PRUNING).value
+        return trial, (stage, step.dispatch), expired
 
     def _resume(
         self,

@@ -106,6 +106,10 @@ def test_metrics_count_requests_decisions_and_trials(http: httpx.Client) -> None
     http.post("/jobs", json=job_body(job_id))
     trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
     http.patch("/trials", json=trial)
+    # A pinned job's run is counted as the pinned stage's, not pruning's.
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}).status_code == 200
+    pinned = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    http.patch("/trials", json=pinned)
     after = http.get("/metrics")
     assert after.headers["content-type"].startswith("text/plain")
     text = after.text
@@ -113,11 +117,13 @@ def test_metrics_count_requests_decisions_and_trials(http: httpx.Client) -> None
     def grew(name: str, **labels: str) -> float:
         return metric(text, name, **labels) - metric(before, name, **labels)
 
-    assert grew("zeus_bso_http_requests_total", route="/jobs/batch_size", status="200") == 1
-    assert grew("zeus_bso_http_request_duration_seconds_count", route="/trials") == 1
+    assert grew("zeus_bso_http_requests_total", route="/jobs/batch_size", status="200") == 2
+    assert grew("zeus_bso_http_request_duration_seconds_count", route="/trials") == 2
     assert grew("zeus_bso_decisions_total", stage="pruning", kind="exploration") == 1
-    assert grew("zeus_bso_trial_transitions_total", state="dispatched") == 1
-    assert grew("zeus_bso_trial_transitions_total", state="failed") == 1
+    assert grew("zeus_bso_decisions_total", stage="pinned", kind="pinned") == 1
+    assert grew("zeus_bso_decisions_total", stage="pruning", kind="pinned") == 0
+    assert grew("zeus_bso_trial_transitions_total", state="dispatched") == 2
+    assert grew("zeus_bso_trial_transitions_total", state="failed") == 2
 
 
 def test_request_ids(http: httpx.Client) -> None:
