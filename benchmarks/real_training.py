@@ -11,12 +11,14 @@ Setups, each ``--recurrences`` runs of the job through its own server:
 
 - ``none``: the callback with ``lr_rule="none"`` (the rate stays the one tuned at 32);
 - ``linear``: the recommended rule for SGD (``lr_rule="linear"``);
-- ``default``: always the default batch size, without the optimizer.
+- ``default``: always the default batch size (a job pinned to it: the same callback and
+  reports, no optimizer).
 
 The oracle: every batch size's expected cost to deliver a model, with each rule, measured by
-brute force (``--oracle-seeds`` runs each: the converged runs' mean cost plus, for the share
-that missed the target, the failed runs it takes, as the simulator prices the trace); the
-oracle pays the cheapest every recurrence. Prints and saves
+brute force (``--oracle-seeds`` runs each, of a job pinned to the size, through the server with
+the callback, so that they pay the same per-epoch reports as the setups; the converged runs'
+mean cost plus, for the share that missed the target, the failed runs it takes, as the
+simulator prices the trace); the oracle pays the cheapest every recurrence. Prints and saves
 (``benchmarks/results/real_training.json``) each setup's chosen batch sizes and cumulative
 time, energy and cost, and each against the oracle.
 
@@ -34,7 +36,6 @@ import logging
 import math
 import statistics
 import tempfile
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ except ImportError as err:  # pragma: no cover - a benchmark's own requirement
     ) from err
 
 from _server import running_server
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, JobSpecFromClient
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -108,28 +109,6 @@ class DigitsMLP(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=LR)
 
 
-class StopAtTarget(pl.Callback):
-    """Without the server: stop at the target, and keep the run's time and whether it got there."""
-
-    def __init__(self) -> None:
-        self.converged = False
-        self.started = 0.0
-        self.seconds = 0.0
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.started = time.monotonic()
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        if float(trainer.callback_metrics["val_acc"]) >= TARGET:
-            self.converged = True
-            trainer.should_stop = True
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.seconds = time.monotonic() - self.started
-
-
 def trainer(callbacks: list[Any], root: Path) -> pl.Trainer:
     return pl.Trainer(
         callbacks=callbacks,
@@ -143,24 +122,6 @@ def trainer(callbacks: list[Any], root: Path) -> pl.Trainer:
         num_sanity_val_steps=0,
         default_root_dir=str(root),
     )
-
-
-def cost_of(seconds: float) -> float:
-    return zeus_cost(WATTS * seconds, seconds, ETA, WATTS)
-
-
-def run_alone(batch_size: int, rule: str, seed: int, root: Path) -> tuple[bool, float]:
-    """One run at ``batch_size`` without the server (``rule`` scales the rate from 32):
-    whether it reached the target, and its seconds."""
-    pl.seed_everything(seed, verbose=False)
-    model = DigitsMLP(batch_size)
-    factor = {"none": 1.0, "linear": batch_size / DEFAULT}[rule]
-    model.configure_optimizers = lambda: torch.optim.SGD(  # type: ignore[method-assign]
-        model.parameters(), lr=LR * factor
-    )
-    stop = StopAtTarget()
-    trainer([stop], root).fit(model)
-    return stop.converged, stop.seconds
 
 
 @dataclass
@@ -206,14 +167,58 @@ def recurrences_through_a_server(rule: str, count: int, root: Path) -> Setup:
     return setup
 
 
+def pinned_runs(
+    url: str, size: int, rule: str, seeds: list[int], root: Path
+) -> list[tuple[bool, float, float]]:
+    """Runs of a job pinned to ``size`` through the server, with the callback (the same
+    per-epoch reports as the optimized setups): whether each converged, and its seconds and
+    joules as the server recorded them. A pinned run stops at its target or ``max_epochs``."""
+    meter = EstimateMeter(WATTS)
+    job_id = f"digits-pinned-{rule}-{size}"
+    spec = JobSpec(
+        job_id=job_id,
+        job_id_prefix="digits-pinned",
+        batch_sizes=BATCH_SIZES,
+        default_batch_size=DEFAULT,
+        target_metric=TARGET,
+        max_epochs=MAX_EPOCHS,
+        eta_knob=ETA,
+    )
+    gpus = {
+        "max_power": meter.max_power,
+        "number_of_gpus": meter.device_count,
+        "gpu_model": meter.device_model,
+    }
+    with ServerClient(url) as client:
+        client.register_job(JobSpecFromClient(**spec.model_dump(), **gpus))
+        client.pin(job_id, size)
+    runs = []
+    for seed in seeds:
+        pl.seed_everything(seed, verbose=False)
+        callback = ZeusBSOCallback(url, spec, monitor="val_acc", energy_meter=meter, lr_rule=rule)
+        trainer([callback], root).fit(DigitsMLP())
+        assert callback.batch_size == size
+        outcome = callback.outcome
+        runs.append((bool(outcome is not None and outcome.converged), outcome))
+    with ServerClient(url) as client:
+        trials = sorted(client.trials(job_id), key=lambda t: int(t["trial_number"]))
+    return [
+        (converged, float(trial.get("time") or 0.0), float(trial.get("energy") or 0.0))
+        for (converged, _), trial in zip(runs, trials, strict=True)
+    ]
+
+
 def always_the_default(count: int, root: Path) -> Setup:
+    """The default batch size every recurrence, through the server with the callback (a job
+    pinned to it), so that it pays the same reports as the other setups."""
     setup = Setup("default")
-    for index in range(count):
-        converged, seconds = run_alone(DEFAULT, "none", 1000 + index, root)
-        setup.batch_sizes.append(DEFAULT)
-        setup.converged.append(converged)
-        setup.time += seconds
-        setup.energy += WATTS * seconds
+    with tempfile.TemporaryDirectory() as db, running_server(f"sqlite:///{db}/bso.db") as url:
+        seeds = [1000 + index for index in range(count)]
+        for converged, seconds, joules in pinned_runs(url, DEFAULT, "none", seeds, root):
+            setup.batch_sizes.append(DEFAULT)
+            setup.converged.append(converged)
+            setup.time += seconds
+            setup.energy += joules
     setup.cost = zeus_cost(setup.energy, setup.time, ETA, WATTS)
     return setup
 
@@ -233,17 +238,17 @@ def expected_cost(runs: list[tuple[bool, float]]) -> float:
 
 def oracle(seeds: int, root: Path) -> dict[str, dict[int, float]]:
     """Each rule's expected cost to deliver a model at each batch size (`expected_cost` of
-    ``seeds`` runs)."""
+    ``seeds`` runs), the runs made as the setups' are: through the server, with the callback
+    (a job pinned to the size), so that every setup and the oracle pay the same reports."""
     table: dict[str, dict[int, float]] = {}
-    for rule in ("none", "linear"):
-        table[rule] = {}
-        for size in BATCH_SIZES:
-            runs = []
-            for seed in range(seeds):
-                converged, seconds = run_alone(size, rule, 2000 + seed, root)
-                runs.append((converged, cost_of(seconds)))
-            table[rule][size] = expected_cost(runs)
-            print(f"  oracle {rule:>6} {size:>4}: {table[rule][size]:.1f}", flush=True)
+    with tempfile.TemporaryDirectory() as db, running_server(f"sqlite:///{db}/bso.db") as url:
+        for rule in ("none", "linear"):
+            table[rule] = {}
+            for size in BATCH_SIZES:
+                runs = pinned_runs(url, size, rule, [2000 + seed for seed in range(seeds)], root)
+                priced = [(ok, zeus_cost(j, t, ETA, WATTS)) for ok, t, j in runs]
+                table[rule][size] = expected_cost(priced)
+                print(f"  oracle {rule:>6} {size:>4}: {table[rule][size]:.1f}", flush=True)
     return table
 
 
