@@ -164,9 +164,7 @@ class BatchSizeService:
     def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
         assert job.job_id is not None
         config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
-        return repo.insert_job_if_absent(
-            conn, job.job_id, job.job_id_prefix, config, Stage.PRUNING.value
-        )
+        return repo.insert_job_if_absent(conn, job.job_id, job.job_id_prefix, config)
 
     @staticmethod
     def _registered(job: StoredJob | None, job_id: str) -> tuple[StoredJob, CreatedJob]:

@@ -24,6 +24,7 @@ from tests.helpers import (
     database_url,
     environment_without_settings,
     job_body,
+    run_recurrences,
     unique_id,
 )
 from zeus_bso.spec import CreatedJob
@@ -449,3 +450,31 @@ def test_a_failed_upgrade_says_where_the_database_is_left_and_what_to_do(
     assert done.returncode == 0, done.stderr
     with _served(url, tmp_path) as http:
         assert http.post("/jobs", json=job_body(unique_id("afterfail"))).status_code == 201
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_below_0011_the_stage_column_comes_back_from_the_arms(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """0011 drops ``jobs.stage`` (the arms say it); a downgrade computes it back."""
+    url = database_url(backend, tmp_path, request)
+    ids = {"bandit": unique_id("stagebandit"), "pruning": unique_id("stagepruning")}
+    with _served(url, tmp_path) as http:
+        for job_id in ids.values():
+            assert http.post("/jobs", json=job_body(job_id, max_epochs=3)).status_code == 201
+        run_recurrences(http, ids["bandit"], 12)
+        assert http.get(f"/api/jobs/{ids['bandit']}").json()["stage"] == "bandit"
+    down = run_cli("db", "downgrade", "0010", "--db", url, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+
+    def stages(conn: Connection) -> dict[str, str]:
+        rows = conn.execute(text("SELECT job_id, stage FROM jobs")).all()
+        return {job_id: stage for job_id, stage in rows}
+
+    stored = _run_sql(url, stages)
+    assert {name: stored[job_id] for name, job_id in ids.items()} == {
+        "bandit": "bandit",
+        "pruning": "pruning",
+    }
+    up = run_cli("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr

@@ -35,7 +35,7 @@ def test_a_failed_unit_of_work_leaves_nothing(
     config = {"batch_sizes": [32]}
 
     def insert_then_fail(conn: Connection) -> None:
-        repo.insert_job_if_absent(conn, job_id, "job", config, "pruning")
+        repo.insert_job_if_absent(conn, job_id, "job", config)
         raise RuntimeError("the unit of work failed")
 
     async def scenario() -> object:

@@ -43,7 +43,7 @@ class TestSqlStore(StoreContract):
         job_id = unique_id("contract")
         config = {"batch_sizes": list(SIZES)}
         db.run(
-            lambda c: repo.insert_job_if_absent(c, job_id, "contract", config, "pruning"),
+            lambda c: repo.insert_job_if_absent(c, job_id, "contract", config),
             write=True,
         )
 

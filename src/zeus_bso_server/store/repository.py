@@ -65,10 +65,14 @@ class StoredJob:
     job_id_prefix: str
     config: dict[str, Any]
     """The configuration as stored (JSON; validated by the service)."""
-    stage: str
     state: JobState
     created_at: float
     updated_at: float
+
+    @property
+    def stage(self) -> str:
+        """``bandit`` once the job has arms, ``pruning`` before."""
+        return "pruning" if self.state.arms is None else "bandit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,6 @@ def _stored_job(row: Record) -> StoredJob:
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
         config=row.config,
-        stage=row.stage,
         state=job_state(row),
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -227,14 +230,13 @@ def _stats_json(per_size: Iterable[BatchSizeStats]) -> dict[str, dict[str, Any]]
 
 
 def insert_job_if_absent(
-    conn: Connection, job_id: str, prefix: str, config: dict[str, Any], stage: str
+    conn: Connection, job_id: str, prefix: str, config: dict[str, Any]
 ) -> bool:
     """Insert a job row (and its statistics rows) unless the id exists. Returns whether it did."""
     values = {
         "job_id": job_id,
         "job_id_prefix": prefix,
         "config": config,
-        "stage": stage,
         "next_trial_number": 1,
         "stats": _stats_json(BatchSizeStats(b) for b in config["batch_sizes"]),
     }
@@ -295,7 +297,6 @@ _ADVANCE = (
 )
 _ENTER_BANDIT = _ADVANCE.values(
     arms=bindparam("arms", type_=jobs.c.arms.type),
-    stage="bandit",
     bandit_start=bindparam("bandit_start"),
 )
 

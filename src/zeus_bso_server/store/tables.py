@@ -54,7 +54,6 @@ class JobRow(Base):
     job_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     job_id_prefix: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    stage: Mapped[str] = mapped_column(String(16))
     arms: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     bandit_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Number of the job's first bandit-stage trial."""
