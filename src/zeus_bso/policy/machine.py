@@ -319,6 +319,8 @@ def after_report(
     priced = job_on(job, state, trial.profile)
     if trial.status is TrialStatus.REPORTED:
         return _already_reported(priced, state, trial)
+    if trial.status in NOT_MEASURED:
+        return _not_counted(state, trial)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
     cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
     profiles = profiles_of(job, state)
@@ -358,6 +360,24 @@ def answer_of(verdict: Verdict) -> ReportResponse:
         reason=verdict.reason,
         why=verdict.why,
     )
+
+
+NOT_MEASURED = frozenset({TrialStatus.INFEASIBLE, TrialStatus.RELEASED})
+"""Ended statuses that say the run measured nothing of its batch size: a late report of such a
+trial (a rank that went on, a delivery that came after) is answered, and not counted."""
+
+
+def _not_counted(state: JobState, trial: TrialState) -> Reported:
+    """The answer to a late report of a trial that ended ``infeasible`` or ``released``: stop;
+    the trial stays as it ended and nothing is counted."""
+    answer = ReportResponse(
+        stop_train=True,
+        converged=False,
+        message=(
+            f"Trial({trial.trial_number}) ended as {trial.status.value}; its report is not counted."
+        ),
+    )
+    return Reported(state, trial, answer, final=False)
 
 
 def _already_reported(priced: CreatedJob, state: JobState, trial: TrialState) -> Reported:
