@@ -100,6 +100,20 @@ class NoFittingBatchSizeError(NoConvergedBatchSizeError):
         self.tried = tried
 
 
+class PinnedOutOfMemoryError(NoFittingBatchSizeError):
+    """Raised when a job is pinned to a batch size that ran out of memory on the hardware
+    profile a run asks for (one that does not accumulate gradients)."""
+
+    def __init__(self, pinned: int, cap: int, profile: str) -> None:
+        NoFittingBatchSizeError.__init__(self, 0, [pinned], cap, profile)
+        PolicyError.__init__(
+            self,
+            f"The job is pinned to batch size {pinned}, which does not fit in memory on "
+            f"{profile} ({cap} and above ran out of memory there): pin a smaller one "
+            "(zeus-bso jobs pin JOB SIZE), unpin it, or train with max_micro_batch_size.",
+        )
+
+
 class ReportMismatchError(PolicyError):
     """Raised when a report contradicts the trial it names: fewer epochs, or less time or
     energy, than the trial already reported. Reports carry cumulative values since the run

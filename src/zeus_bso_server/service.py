@@ -408,7 +408,8 @@ class BatchSizeService:
 
         Raises:
             JobNotFoundError: no such job.
-            PinError: the job has no such batch size, or no recommendation yet.
+            PinError: the job has no such batch size, it ran out of memory on the job's
+                current GPUs, or there is no recommendation yet.
         """
 
         def work(conn: Connection) -> int:
@@ -428,6 +429,13 @@ class BatchSizeService:
                 raise PinError(
                     f"Job {job_id} has no batch size {size}; it has "
                     f"{', '.join(map(str, config.batch_sizes))}"
+                )
+            profile = profile_key(config)
+            cap = job.state.memory_caps.get(profile)
+            if cap is not None and size >= cap:
+                raise PinError(
+                    f"Batch size {size} does not fit in memory on {profile} ({cap} and above "
+                    "ran out of memory there): pin a smaller one"
                 )
             repo.pin_job(conn, job_id, size)
             return size

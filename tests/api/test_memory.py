@@ -176,3 +176,27 @@ def test_a_late_report_does_not_revive_an_infeasible_or_released_trial(
     assert all(t["epochs"] is None for t in state["trials"])
     assert state["trials_by_status"].get("reported", 0) == 0
     assert all(size["reports"] == 0 for size in state["batch_sizes"])
+
+
+def test_a_pinned_job_never_gets_a_size_that_ran_out_of_memory(http: httpx.Client) -> None:
+    """Pinning to a size at or above the GPUs' memory cap is refused; a pinned size that runs
+    out of memory later refuses the next run (409, saying what to change) instead of dispatching
+    it again, except to a run that accumulates."""
+    job_id = unique_id("pinoom")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    first = dispatch(http, job_id, **A100)
+    assert http.post("/api/trials/infeasible", json=trial_id(first)).status_code == 200
+    refused = http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 128})
+    assert refused.status_code == 409, refused.text
+    assert "does not fit in memory" in refused.json()["message"]
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}).status_code == 200
+    pinned = dispatch(http, job_id, **A100)
+    assert pinned["batch_size"] == 64
+    assert http.post("/api/trials/infeasible", json=trial_id(pinned)).status_code == 200
+    again = http.get("/jobs/batch_size", params={"job_id": job_id, **A100})
+    assert again.status_code == 409, again.text
+    assert "pinned to batch size 64, which does not fit" in again.json()["message"]
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert view["next_run"]["refused"] is True
+    assert dispatch(http, job_id, accumulate="true", **A100)["batch_size"] == 64

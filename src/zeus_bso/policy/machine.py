@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from zeus_bso.errors import ReportMismatchError
+from zeus_bso.errors import PinnedOutOfMemoryError, ReportMismatchError
 from zeus_bso.policy.cost import (
     Report,
     StopRules,
@@ -216,6 +216,10 @@ def after_dispatch(
     """
     number = state.next_trial_number
     if state.pinned is not None:
+        pinned_on = profile or next(iter(state.profiles), None) or profile_key(job)
+        cap = None if accumulates else state.memory_caps.get(pinned_on)
+        if cap is not None and state.pinned >= cap:
+            raise PinnedOutOfMemoryError(state.pinned, cap, pinned_on)
         pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
         trial = TrialState(number, state.pinned, TrialKind.PINNED, None, profile=profile)
         return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
