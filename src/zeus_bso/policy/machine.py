@@ -366,14 +366,15 @@ def answer_of(verdict: Verdict) -> ReportResponse:
     )
 
 
-NOT_MEASURED = frozenset({TrialStatus.INFEASIBLE, TrialStatus.RELEASED})
-"""Ended statuses that say the run measured nothing of its batch size: a late report of such a
-trial (a rank that went on, a delivery that came after) is answered, and not counted."""
+NOT_MEASURED = frozenset({TrialStatus.INFEASIBLE})
+"""Ended statuses whose batch size cannot train on the run's GPUs: a late report of such a
+trial (a rank that went on, a delivery that came after) is answered, and not counted. (A
+``released`` trial is different: a run resumed from a checkpoint continues it and reports.)"""
 
 
 def _not_counted(state: JobState, trial: TrialState) -> Reported:
-    """The answer to a late report of a trial that ended ``infeasible`` or ``released``: stop;
-    the trial stays as it ended and nothing is counted."""
+    """The answer to a late report of a trial that ended ``infeasible``: stop; the trial stays
+    as it ended and nothing is counted."""
     answer = ReportResponse(
         stop_train=True,
         converged=False,
