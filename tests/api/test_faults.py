@@ -226,8 +226,9 @@ def locked(db: Path) -> Iterator[None]:
         holder.close()
 
 
-def training_run(server: ServerProcess, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
-    """A run of a new job that trains (retrying 503s for half a second)."""
+def training_run(url: str, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
+    """A run of a new job on the server at ``url`` that trains (retrying 503s for half a
+    second)."""
     spec = JobSpec(
         job_id=unique_id(prefix),
         job_id_prefix=prefix,
@@ -236,9 +237,8 @@ def training_run(server: ServerProcess, prefix: str) -> tuple[JobSpec, BatchSize
         target_metric=0.8,
         max_epochs=5,
     )
-    bso = BatchSizeOptimizer(
-        server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
-    )
+    meter = EstimateMeter(100)
+    bso = BatchSizeOptimizer(url, spec, energy_meter=meter, retry_seconds=0.5, show=None)
     bso.get_batch_size()
     bso.on_train_begin()
     return spec, bso
@@ -252,7 +252,7 @@ def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> Non
         sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
     )
     try:
-        spec, bso = training_run(server, "outage")
+        spec, bso = training_run(server.url, "outage")
         with locked(db):
             answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
             assert answer.stop_train is False
@@ -316,19 +316,7 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
     it restarting) does not raise into the training loop and is delivered at the end."""
     proxy = _GatewayDown(sqlite_server.url)
     try:
-        spec = JobSpec(
-            job_id=unique_id("gateway"),
-            job_id_prefix="gateway",
-            batch_sizes=[16, 32],
-            default_batch_size=32,
-            target_metric=0.8,
-            max_epochs=5,
-        )
-        bso = BatchSizeOptimizer(
-            proxy.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
-        )
-        bso.get_batch_size()
-        bso.on_train_begin()
+        spec, bso = training_run(proxy.url, "gateway")
         proxy.down.set()
         assert bso.on_evaluate(0.5).stop_train is False  # 502: kept, training goes on
         assert bso.on_evaluate(0.9).stop_train is False
@@ -355,7 +343,7 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
         sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
     )
     try:
-        spec, bso = training_run(server, "longoutage")
+        spec, bso = training_run(server.url, "longoutage")
         with locked(db):
             assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
             bso.end()  # still down: kept on this machine

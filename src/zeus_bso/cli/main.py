@@ -3,10 +3,13 @@ server's jobs (`zeus_bso.cli.jobs`)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import secrets
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,19 +103,18 @@ def simulate_command(
     names = list(WORKLOADS) if workload == "all" else [workload]
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
+        if accumulate and memory_cap is None:
+            raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
+        if power_limits and memory_cap is not None:
+            raise ConfigurationError("--power-limits and --memory-cap are simulated one at a time")
+        simulated = SimulatedGpu(
+            memory_cap,
+            accumulate,
+            power_limits,
+            read_power_trace(str(power_trace)) if power_trace is not None else None,
+        )
         summaries = [
-            _simulate_one(
-                name,
-                gpu,
-                recurrences,
-                seed_list,
-                options,
-                server,
-                memory_cap,
-                accumulate,
-                power_limits,
-                power_trace,
-            )
+            _simulate_one(name, gpu, recurrences, seed_list, options, server, simulated)
             for name in names
         ]
     except (ZeusBSOError, ValueError) as error:  # ValueError: a job the options make invalid
@@ -201,6 +203,18 @@ simulate_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined
 )
 
 
+@dataclass(frozen=True)
+class SimulatedGpu:
+    """What ``simulate``'s flags say of the GPU beyond the trace's (the flags checked)."""
+
+    memory_cap: str | None = None
+    """``--memory-cap`` as given (a batch size, or a multiple of the default)."""
+    accumulate: bool = False
+    power_limits: bool = False
+    power_rows: list[dict[str, str]] | None = None
+    """``--power-trace``'s rows (read once)."""
+
+
 def _simulate_one(
     name: str,
     gpu: str,
@@ -208,44 +222,42 @@ def _simulate_one(
     seeds: list[int],
     options: dict[str, Any],
     server: str | None,
-    memory_cap: str | None = None,
-    accumulate: bool = False,
-    power_limits: bool = False,
-    power_trace: Path | None = None,
+    simulated: SimulatedGpu,
 ) -> Summary:
-    rows = read_power_trace(str(power_trace)) if power_trace is not None else None
-    trace = load_trace_job(name, gpu, power_rows=rows)
-    if accumulate and memory_cap is None:
-        raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
-    if power_limits and memory_cap is not None:
-        raise ConfigurationError("--power-limits and --memory-cap are simulated one at a time")
-    cap = None if memory_cap is None else _memory_cap(memory_cap, trace.default_batch_size)
+    trace = load_trace_job(name, gpu, power_rows=simulated.power_rows)
+    given = simulated.memory_cap
+    cap = None if given is None else _memory_cap(given, trace.default_batch_size)
     if cap is not None and cap <= trace.default_batch_size:
         raise ConfigurationError(
-            f"--memory-cap {memory_cap} leaves out {name}'s default batch size "
+            f"--memory-cap {given} leaves out {name}'s default batch size "
             f"({trace.default_batch_size}), which its users train at: give one above it"
         )
     eta = float(options.get("eta_knob", 0.5))
     results = []
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"{name} on {gpu}", total=recurrences * len(seeds))
+
+        def advance(_: int, __: object) -> None:
+            progress.advance(task)
+
         for seed in seeds:
             spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
-            recurrence_results = _run(
-                trace,
-                spec,
-                server,
-                recurrences,
-                seed,
-                eta,
-                progress,
-                task,
-                cap,
-                accumulate,
-                power_limits,
-            )
+            with _backend(spec, server) as backend:
+                recurrence_results = simulate(
+                    trace,
+                    backend,
+                    recurrences=recurrences,
+                    seed=seed,
+                    eta_knob=eta,
+                    on_recurrence=advance,
+                    memory_cap=cap,
+                    accumulate=simulated.accumulate,
+                    power_limits=simulated.power_limits,
+                )
             results.append(seed_result(seed, recurrence_results))
-    return summarize(trace, eta, recurrences, results, cap, accumulate, power_limits)
+    return summarize(
+        trace, eta, recurrences, results, cap, simulated.accumulate, simulated.power_limits
+    )
 
 
 def _memory_cap(value: str, default_batch_size: int) -> int:
@@ -261,51 +273,19 @@ def _memory_cap(value: str, default_batch_size: int) -> int:
         ) from None
 
 
-def _run(
-    trace: Any,
-    spec: Any,
-    server: str | None,
-    recurrences: int,
-    seed: int,
-    eta: float,
-    progress: Progress,
-    task: Any,
-    memory_cap: int | None = None,
-    accumulate: bool = False,
-    power_limits: bool = False,
-) -> list[Any]:
-    def advance(_: int, __: object) -> None:
-        progress.advance(task)
-
+@contextlib.contextmanager
+def _backend(spec: Any, server: str | None) -> Iterator[Any]:
+    """Where the policy runs: in this process, or on ``server`` (the job deleted after)."""
     if server is None:
-        return simulate(
-            trace,
-            in_process(spec),
-            recurrences=recurrences,
-            seed=seed,
-            eta_knob=eta,
-            on_recurrence=advance,
-            memory_cap=memory_cap,
-            accumulate=accumulate,
-            power_limits=power_limits,
-        )
+        yield in_process(spec)
+        return
     from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend
 
     with ServerClient(server) as client:
         backend = ServerBackend(client, spec)
         try:
-            return simulate(
-                trace,
-                backend,
-                recurrences=recurrences,
-                seed=seed,
-                eta_knob=eta,
-                on_recurrence=advance,
-                memory_cap=memory_cap,
-                accumulate=accumulate,
-                power_limits=power_limits,
-            )
+            yield backend
         finally:
             client.delete_job(backend.job_id)
 

@@ -569,7 +569,7 @@ class BatchSizeOptimizer:
         except (ServerConnectionError, ServerRejectedError) as err:
             # A 5xx (the database away past the retries; a proxy's 502 or 504 while the server
             # restarts) says nothing about the report: keep it; training goes on.
-            if isinstance(err, ServerRejectedError) and err.status < 500:
+            if not _for_later(err):
                 raise
             self._pending = result
             logger.warning(

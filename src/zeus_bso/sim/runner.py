@@ -198,6 +198,7 @@ def simulate(
         recurrence = Recurrence()
         tries = 0
         while tries < MAX_TRIES:
+            # Asked only when it matters: a backend written before accumulation takes no flag.
             trial = backend.next_trial(accumulate) if accumulate else backend.next_trial()
             steps = 1
             if memory_cap is not None and trial.batch_size >= memory_cap and accumulate:

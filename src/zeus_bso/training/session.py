@@ -158,9 +158,7 @@ class TrialSession:
         optimizer = self.optimizer
         assert optimizer is not None
         trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
-        accumulation = (
-            optimizer.accumulation if optimizer.batch_size is not None else Accumulation.none(size)
-        )
+        accumulation = optimizer.accumulation  # of ``size``: the optimizer's batch size
         return {
             "batch_size": size,
             "trial": trial,
