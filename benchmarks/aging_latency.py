@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from _figures import commit
 from _server import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,13 +130,6 @@ def summary(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:
         }
         for name, values in latencies.items()
     }
-
-
-def commit() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return found.stdout.strip() or "unknown"
 
 
 def main() -> None:

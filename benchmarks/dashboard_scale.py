@@ -24,7 +24,6 @@ import os
 import platform
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from _figures import commit
 from _server import running_server
 
 RESULTS = Path(__file__).parent / "results"
@@ -164,11 +164,6 @@ def measure(size: int, seeded: int, repeats: int) -> dict[str, Any]:
         key: round(value, 2) if isinstance(value, float) else value
         for key, value in figures.items()
     }
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from _figures import percentile
 from _server import running_server, upstream_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -206,11 +207,6 @@ def ratio_medians(pairs: list[dict[str, Any]]) -> dict[str, float] | None:
         ratios = [p["ours"][f"{q}_ms"] / p["upstream"][f"{q}_ms"] for p in pairs]
         medians[q] = round(statistics.median(ratios), 3)
     return medians
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def summarise(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:

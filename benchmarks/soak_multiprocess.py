@@ -31,6 +31,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import _figures as figures
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 
@@ -108,9 +110,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    commit = figures.commit()
     results: dict[str, Any] = {
         "commit": commit or "unknown", "machine": machine, "hog": args.hog, "rounds": 0,
         "seconds": 0.0,

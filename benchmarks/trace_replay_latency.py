@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from _figures import commit, percentile
 from _server import running_server, upstream_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -91,27 +91,17 @@ def replay(url: str) -> dict[str, list[float]]:
     return latencies
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     every = [v for values in latencies.values() for v in values]
     routes = {**latencies, "overall": every}
     return {
         route: {
             "requests": len(values),
-            "p50_ms": round(statistics.median(values), 3),
-            "p99_ms": round(percentile(values, 0.99), 3),
+            "p50_ms": round(percentile(values, 50), 3),
+            "p99_ms": round(percentile(values, 99), 3),
         }
         for route, values in routes.items()
     }
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
 
 
 def main() -> None:

@@ -157,8 +157,7 @@ def serve(
     import uvicorn
 
     # Known before the settings load, so that an error in them is a JSON line too.
-    wants_json = (log_format or os.environ.get("ZEUS_BSO_LOG_FORMAT", "")).strip().lower()
-    json_lines = wants_json == "json"
+    json_lines = _is_json(log_format)
     try:
         settings = load_settings(
             host=host,
@@ -326,14 +325,20 @@ def db_current(db: DbOption = None) -> None:
     typer.echo(f"current: {current or 'empty'}  needed: {head_revision()}")
 
 
+def _is_json(log_format: str | None) -> bool:
+    """Whether ``log_format`` (or, when not given, ``ZEUS_BSO_LOG_FORMAT``) asks for JSON."""
+    given = log_format if log_format is not None else os.environ.get("ZEUS_BSO_LOG_FORMAT", "")
+    return given.strip().lower() == "json"
+
+
 def _asks_json_logs(args: list[str]) -> bool:
     """Whether ``serve`` is asked for JSON logs on its command line or in the environment."""
     for index, arg in enumerate(args):
         if arg == "--log-format" and index + 1 < len(args):
-            return args[index + 1].strip().lower() == "json"
+            return _is_json(args[index + 1])
         if arg.startswith("--log-format="):
-            return arg.partition("=")[2].strip().lower() == "json"
-    return os.environ.get("ZEUS_BSO_LOG_FORMAT", "").strip().lower() == "json"
+            return _is_json(arg.partition("=")[2])
+    return _is_json(None)
 
 
 def main() -> None:
