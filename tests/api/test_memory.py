@@ -154,6 +154,34 @@ def test_a_run_that_accumulates_lowers_the_cap_and_goes_on_and_gets_any_size(
     assert set(upstream) == {"job_id", "batch_size", "trial_number"}
 
 
+def test_an_infeasible_trials_run_that_went_on_smaller_lowers_the_cap(
+    http: httpx.Client,
+) -> None:
+    """A run whose trial ended infeasible and went on at smaller sizes of its framework's
+    (the HF Trainer's ``auto_find_batch_size``) tells each one that ran out too: the profile's
+    cap comes down to it, and the trial stays infeasible. A reported trial's run cannot."""
+    job_id = unique_id("oomless")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    first = dispatch(http, job_id, **A100)
+    assert http.post("/api/trials/infeasible", json=trial_id(first)).is_success
+    for size in (115, 103, 92):
+        answer = http.post(
+            "/api/trials/infeasible", json={**trial_id(first), "micro_batch_size": size}
+        )
+        assert answer.json()["status"] == "infeasible"
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {A100_KEY: 92}
+    assert dispatch(http, job_id, **A100)["batch_size"] < 92
+
+    other = unique_id("oomdone")
+    assert http.post("/jobs", json=job_body(other)).status_code == 201
+    trial = dispatch(http, other, **A100)
+    converge(http, trial)
+    done = http.post("/api/trials/infeasible", json={**trial_id(trial), "micro_batch_size": 8})
+    assert done.json()["status"] == "reported"
+    assert http.get(f"/api/jobs/{other}").json()["memory_caps"] == {}
+
+
 def test_a_late_report_does_not_revive_an_infeasible_trial(http: httpx.Client) -> None:
     """A report that comes after the trial ended infeasible (a rank that went on, a delivery
     that came late) is answered with a stop, and counts nothing: the trial stays infeasible and

@@ -7,6 +7,8 @@ heartbeats and retries belong to the layers built on it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -55,9 +57,14 @@ class ServerClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.server_url, timeout=timeout, headers=headers, transport=transport
+        self._connect: Callable[[], httpx.Client] = functools.partial(
+            httpx.Client,
+            base_url=self.server_url,
+            timeout=timeout,
+            headers=headers,
+            transport=transport,
         )
+        self._http = self._connect()
 
     def __enter__(self) -> Self:
         return self
@@ -71,12 +78,14 @@ class ServerClient:
         self.close()
 
     def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session (a later request opens a new one)."""
         self._http.close()
 
     def _send(self, method: str, path: str, idempotent: bool, **kwargs: Any) -> httpx.Response:
         """One request; an idempotent one is sent once more when its connection is reset or
         closed before any answer (a kept-alive connection the server had just closed)."""
+        if self._http.is_closed:
+            self._http = self._connect()
         try:
             return self._http.request(method, path, **kwargs)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):

@@ -476,6 +476,26 @@ class BatchSizeOptimizer:
         )
         return self.micro_batch_size
 
+    def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
+        """After its trial ran out of memory (`end_out_of_memory`), the run went on at a
+        smaller size of its framework's choosing (the HF Trainer's ``auto_find_batch_size``),
+        and ``size`` ran out of memory too: the server brings these GPUs' memory cap down to it,
+        so that no size from it up is dispatched there."""
+        trial = self.trial
+        if trial is None or self.offline:
+            return
+        try:
+            self.client.infeasible(trial, micro_batch_size=size)
+        except ZeusBSOError as err:
+            logger.warning("could not tell the server that %d ran out of memory: %s", size, err)
+            return
+        logger.warning(
+            "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
+            size,
+            self.gpu.gpu_model,
+            f" ({why})" if why else "",
+        )
+
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
         ``lr_rule`` (``auto`` looks at ``optimizer``, an instance or a class name)."""

@@ -21,8 +21,10 @@ The server's cost of each report and the run's energy go into the evaluation met
 (``eval_...`` keys' neighbours ``bso_cost`` and ``bso_energy_j``) before the Trainer hands them to
 its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into what
 ``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``).
-``auto_find_batch_size=True`` is refused: it would change the batch size under the trial. The
-trial in every process (the server, the shared answers, each GPU's energy once, checkpoints) is
+With ``auto_find_batch_size=True``, a batch size that runs out of memory is ``infeasible`` on
+these GPUs, as without it, and so is each smaller size the Trainer then tries that runs out too;
+the run goes on at the Trainer's size, outside the optimizer. The trial in every process (the
+server, the shared answers, each GPU's energy once, checkpoints) is
 `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's events onto it.
 """
 
@@ -129,7 +131,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             out of memory, the size is marked ``infeasible`` on these GPUs and
             `BatchSizeDoesNotFitError` is raised on every process before the run trains (the
             Trainer cannot change its batch size: `until_converged` starts the next run, which
-            gets a size that fits). 0: no check.
+            gets a size that fits); with ``auto_find_batch_size=True``, an out-of-memory error,
+            at which the Trainer shrinks the batch (see `_went_on_smaller`). 0: no check.
         max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at or
             above the smallest that ran out of memory on these GPUs, trains as
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
@@ -178,6 +181,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._ended = False
         self._training = False
         self._reported_step: int | None = None
+        self._trainer_batch: int | None = None  # with auto_find_batch_size: the Trainer's
 
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
@@ -301,19 +305,23 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         self._run_first()  # also when added after the Trainer was built (add_callback)
-        if args.auto_find_batch_size:
-            self._refuse(
-                "TrainingArguments(auto_find_batch_size=True) shrinks the batch by a tenth at "
-                "each out-of-memory error, to sizes the job does not have, under the trial that "
-                "records the server's; leave it False: the callback tries a batch size new to "
-                "these GPUs before training (memory_check_steps), marks one that does not fit "
-                "infeasible there, and until_converged starts the next run at one that fits"
-            )
         if self.session is None:
             raise ConfigurationError(
                 "call callback.start() before building TrainingArguments, and pass "
                 "per_device_train_batch_size=callback.start(): the optimizer chooses it"
             )
+        if args.auto_find_batch_size:
+            if self.max_micro_batch_size is not None:
+                self._refuse(
+                    "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
+                    "out-of-memory error, while max_micro_batch_size keeps it and accumulates "
+                    "smaller micro-batches: choose one (leave auto_find_batch_size False to "
+                    "accumulate)"
+                )
+            size, self._trainer_batch = self._trainer_batch, state.train_batch_size
+            if size is not None and state.train_batch_size < size:
+                self._went_on_smaller(args, size, state.train_batch_size, optimizer, lr_scheduler)
+                return
         if args.per_device_train_batch_size != self.session.micro_batch_size:
             self._refuse(
                 f"TrainingArguments.per_device_train_batch_size is "
@@ -363,14 +371,56 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         ):
             try:
                 self.session.check_memory(lambda _: self._try_steps(model, optimizer, loader))
-            except BatchSizeDoesNotFitError:
+            except BatchSizeDoesNotFitError as err:
                 self._ended = True
                 self.outcome = self.session.outcome
+                if args.auto_find_batch_size:  # in words the Trainer shrinks the batch at
+                    raise RuntimeError(f"zeus-bso: {err}. out of memory.") from err
                 raise
         if self.lr_rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
+
+    def _went_on_smaller(
+        self,
+        args: TrainingArguments,
+        before: int,
+        now: int,
+        optimizer: Any,
+        lr_scheduler: Any,
+    ) -> None:
+        """The Trainer's ``auto_find_batch_size`` caught an out-of-memory error at ``before``
+        (the Trainer's batch, of every device of this process) and trains again at ``now``, a
+        smaller size of its own. The first time, the trial's batch size ran out of memory: it is
+        ``infeasible`` on these GPUs (the server dispatches neither it nor a larger size there
+        again); later, a size of the Trainer's ran out too: the server's memory cap of these
+        GPUs comes down to it. The run goes on outside the optimizer: not measured, reported or
+        stopped; its learning rate follows the new size by the ``lr_rule``."""
+        session = self.session
+        assert session is not None
+        devices = max(1, args.n_gpu)
+        old, new = before // devices, now // devices
+        why = (
+            f"the Trainer's auto_find_batch_size caught an out-of-memory error at batch size "
+            f"{old} and trains at {new}"
+        )
+        self._training = False
+        if not self._ended:  # the trial's size ran out of memory as it trained
+            self._ended = True
+            session.end_out_of_memory(why)
+            self.outcome = session.outcome
+        elif old < session.micro_batch_size:
+            session.smaller_size_out_of_memory(old, why)
+        if self.lr_rule != "none" and optimizer is not None:
+            session.lr.rescale(optimizer, new, [lr_scheduler])
+        if session.is_main:
+            logger.warning(
+                "zeus-bso: %s, a size the optimizer did not choose: this run goes on outside "
+                "the optimizer (not measured, reported or stopped: it trains for "
+                "num_train_epochs), and the next run gets a batch size that fits on these GPUs",
+                why,
+            )
 
     def _try_steps(self, model: Any, optimizer: Any, loader: Any) -> None:
         """Run ``memory_check_steps`` training steps of the Trainer's model on this process

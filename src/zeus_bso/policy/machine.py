@@ -130,9 +130,11 @@ def micro_batch_out_of_memory(
 ) -> JobState:
     """The job after the run of an open ``trial``, which accumulates gradients, ran out of
     memory at ``micro_batch_size`` samples a micro-batch: its profile's memory cap comes down
-    to that size, and the trial goes on (with smaller micro-batches). An ended trial changes
-    nothing."""
-    if trial.status not in OPEN:
+    to that size, and the trial goes on (with smaller micro-batches). The run of an
+    ``infeasible`` trial may go on at smaller sizes of its own (the HF Trainer's
+    ``auto_find_batch_size``): one that ran out of memory too brings the cap down the same way.
+    Another ended trial changes nothing."""
+    if trial.status not in OPEN and trial.status is not TrialStatus.INFEASIBLE:
         return state
     profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
     cap = min(state.memory_caps.get(profile, micro_batch_size), micro_batch_size)

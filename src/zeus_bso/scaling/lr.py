@@ -207,3 +207,18 @@ class LrScaling:
                 self.reference,
             )
         return factor
+
+    def rescale(self, optimizer: Any, batch_size: int, schedulers: Iterable[Any] = ()) -> float:
+        """Scale ``optimizer`` and ``schedulers`` to ``batch_size`` when the batch size
+        changed under a built optimizer (the HF Trainer's ``auto_find_batch_size`` keeps it
+        and builds a new schedule): the rates scaled for the earlier size (or never scaled) are
+        brought to ``batch_size``'s. Returns the factor against the reference."""
+        target = _innermost(optimizer)
+        before = getattr(target, SCALED_ATTRIBUTE, None)
+        factor = lr_factor(resolved(self.rule, optimizer), batch_size, self.reference)
+        if before is None:
+            return self.scale(optimizer, batch_size, schedulers)
+        delattr(target, SCALED_ATTRIBUTE)
+        scale_optimizer(optimizer, factor / float(before), schedulers)
+        setattr(target, SCALED_ATTRIBUTE, factor)
+        return factor

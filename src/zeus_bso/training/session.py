@@ -436,6 +436,13 @@ class TrialSession:
             self.optimizer.end_out_of_memory(why)
         self.meter.close()
 
+    def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
+        """After `end_out_of_memory`, the framework went on at a smaller size of its own, and
+        ``size`` ran out of memory too: the server's memory cap of these GPUs comes down to it
+        (main process; see `BatchSizeOptimizer.smaller_size_out_of_memory`)."""
+        if self.optimizer is not None:
+            self.optimizer.smaller_size_out_of_memory(size, why)
+
     def failed(self, error: BaseException, *, trained: bool) -> None:
         """The run raised ``error``: it ran out of memory (`end_out_of_memory`), failed for a
         reason that is not its batch size's (`release`), or failed (`abort`)."""
