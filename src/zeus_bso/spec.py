@@ -348,6 +348,14 @@ class _JobOptions(WireModel):
     arms if it converges (`zeus_bso.policy.profiles.extension`): the cheapest batch size on the
     new GPUs may be one that pruning on the first never kept. ``False``: the bandit alone
     chooses among the arms."""
+    power_profiling: Annotated[
+        bool,
+        PolicyOption(hashed_off_default=True, flag="--power-profiling/--no-power-profiling"),
+    ] = True
+    """Runs that opt into power limits (the client's ``power_limit="optimize"``) profile the
+    GPU's power limits in the first epoch of a batch size new to their hardware profile, once,
+    and train at the limit whose epoch costs least (never with ``eta_knob`` 0, where the
+    maximum is cheapest). ``False``: this job's runs train at the GPUs' own limits."""
 
     @model_validator(mode="before")
     @classmethod
@@ -518,6 +526,13 @@ class DispatchedTrial(TrialId):
     """The smallest batch size that ran out of memory on the run's hardware profile (an
     extension, answered to a request that names its GPUs): a run that accumulates gradients
     keeps its micro-batches below it."""
+    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)] | None = None
+    """To a run that opted into power limits: the GPU power limit (W, each GPU's) to train at,
+    from this batch size's power profile on the run's hardware profile (an extension)."""
+    power_profiling: bool = False
+    """To a run that opted into power limits: no power profile of this batch size on its
+    hardware profile yet, so the run profiles the limits in its first epoch and sends them
+    (``POST /api/trials/power_profile``) before it trains on (an extension)."""
     current_epoch: NonNegativeInt = 0
     time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
     energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
@@ -549,6 +564,49 @@ class InfeasibleTrial(TrialId):
     """For a run that accumulates gradients: the micro-batch that ran out of memory. The
     profile's memory cap comes down to it, and the trial goes on with smaller micro-batches
     (absent: the batch size ran out, and the trial is ``infeasible``)."""
+
+
+class PowerMeasurement(WireModel):
+    """One power limit's epoch, as a run measured it: its time and its energy (of all the run's
+    GPUs, like a report's), extrapolated from the steps it profiled."""
+
+    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)]
+    """The limit each GPU ran at (W)."""
+    time_per_epoch: Annotated[float, Field(gt=0, le=MAX_TIME_S, allow_inf_nan=False)]
+    energy_per_epoch: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
+
+
+MAX_POWER_LIMITS = 64
+"""Most power limits one profile measures."""
+
+
+class PowerProfileReport(TrialId):
+    """``POST /api/trials/power_profile``: what a run measured at each power limit in the first
+    epoch of its batch size on its hardware profile."""
+
+    measurements: Annotated[
+        list[PowerMeasurement], Field(min_length=1, max_length=MAX_POWER_LIMITS)
+    ]
+
+    @field_validator("measurements")
+    @classmethod
+    def _one_per_limit(cls, measurements: list[PowerMeasurement]) -> list[PowerMeasurement]:
+        limits = [m.power_limit for m in measurements]
+        if len(set(limits)) != len(limits):
+            raise ValueError(f"each power limit is measured once: {limits}")
+        return sorted(measurements, key=lambda m: m.power_limit)
+
+
+class PowerProfileView(WireModel):
+    """A batch size's power profile on one hardware profile, and the limit its runs train at."""
+
+    profile: str
+    batch_size: PositiveInt
+    power_limit: float
+    """The limit whose epoch costs least at the job's ``eta_knob`` (the highest on a tie)."""
+    measurements: list[PowerMeasurement]
+    trial_number: PositiveInt
+    """The trial whose run measured it."""
 
 
 class StopReason(StrEnum):

@@ -10,6 +10,7 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ├── JobNotFoundError            a job id that is not registered
     ├── TrialNotFoundError          a trial that does not exist
     ├── JobConfigMismatchError      a job id registered again with a different config
+    ├── PowerProfilingOffError      a power profile for a job that does not profile power limits
     └── PinError                    a pin that cannot be: a batch size the job does not have,
                                     or no recommendation to pin yet
 
@@ -68,6 +69,11 @@ class TrialNotFoundError(ServerError):
 
 class JobConfigMismatchError(ServerError):
     """Raised when a job id is registered again with a different configuration."""
+
+
+class PowerProfilingOffError(ServerError):
+    """Raised when a run sends a power profile for a job that does not profile power limits
+    (``power_profiling`` off, or ``eta_knob`` 0)."""
 
 
 class PinError(ServerError):

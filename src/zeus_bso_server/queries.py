@@ -13,7 +13,8 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import decision_view, next_run
-from zeus_bso.spec import CreatedJob, profile_key
+from zeus_bso.policy.power import best_power_limit
+from zeus_bso.spec import CreatedJob, PowerProfileView, profile_key
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.read_models import (
     BatchSizeView,
@@ -28,7 +29,7 @@ from zeus_bso_server.read_models import (
 )
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Spent, StoredJob
+from zeus_bso_server.store.repository import Spent, StoredJob, StoredPowerProfile
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 NOT_ENDED = policy.OPEN | {policy.TrialStatus.RELEASED}
@@ -287,6 +288,9 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         ),
         pinned=job.state.pinned,
         memory_caps=dict(job.state.memory_caps),
+        power_profiles=[
+            power_view(config, job.state, p) for p in repo.power_profiles_of(conn, job_id)
+        ],
         next_run=upcoming,
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
@@ -303,4 +307,26 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=job.created_at,
         updated_at=job.updated_at,
+    )
+
+
+def max_power_of(config: CreatedJob, state: policy.JobState, profile: str) -> float:
+    """The maximum power of hardware ``profile`` (its GPUs' limits together): what prices time
+    in its costs."""
+    gpu = state.profiles.get(profile)
+    return gpu.max_power if gpu is not None else config.max_power
+
+
+def power_view(
+    config: CreatedJob, state: policy.JobState, stored: StoredPowerProfile
+) -> PowerProfileView:
+    """A stored power profile, with the limit its runs train at: the one whose epoch costs
+    least at the job's ``eta_knob``, in its profile's units."""
+    max_power = max_power_of(config, state, stored.profile)
+    return PowerProfileView(
+        profile=stored.profile,
+        batch_size=stored.batch_size,
+        power_limit=best_power_limit(stored.measurements, config.eta_knob, max_power),
+        measurements=list(stored.measurements),
+        trial_number=stored.trial_number,
     )

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from zeus_bso.policy import Stage, TrialKind, TrialStatus
-from zeus_bso.spec import CreatedJob
+from zeus_bso.spec import CreatedJob, PowerProfileView
 from zeus_bso_server.store.repository import StoredTrial
 
 
@@ -203,6 +203,9 @@ class JobView(BaseModel):
     memory_caps: dict[str, int] = {}
     """By hardware profile: the smallest batch size that ran out of memory there; no run on
     that profile gets it or a larger one (other profiles keep them)."""
+    power_profiles: list[PowerProfileView] = []
+    """By hardware profile and batch size: the power profile a run measured there, and the GPU
+    power limit its runs train at (runs that opted into power limits)."""
     next_run: NextRun
     """What its next run on the current hardware profile will get, and why."""
     arms: list[int] | None

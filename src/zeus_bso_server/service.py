@@ -19,12 +19,15 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
+from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
     GPU_FIELDS,
     CreatedJob,
     DispatchedTrial,
     GpuConfig,
     JobSpecFromClient,
+    PowerProfileReport,
+    PowerProfileView,
     ReportResponse,
     TrainingResult,
     TrialId,
@@ -35,9 +38,11 @@ from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
     PinError,
+    PowerProfilingOffError,
     TrialNotFoundError,
 )
 from zeus_bso_server.observability import Metrics
+from zeus_bso_server.queries import power_view
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import StoredJob, StoredTrial
@@ -179,6 +184,7 @@ class BatchSizeService:
         run_key: str | None = None,
         gpu: GpuConfig | None = None,
         accumulates: bool = False,
+        power_limits: bool = False,
     ) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -187,7 +193,8 @@ class BatchSizeService:
         if it is still open (dispatched, or abandoned); otherwise a new trial gets the key.
         With ``gpu`` the run trains on that hardware profile (the job learns it if it is new);
         without, on the profile registered last. A run that ``accumulates`` gradients may get a
-        batch size at or above the profile's memory cap.
+        batch size at or above the profile's memory cap. A run that opted into ``power_limits``
+        (and names its GPUs) is told the limit to train at, or to profile the limits first.
 
         Raises:
             JobNotFoundError: no such job.
@@ -195,7 +202,7 @@ class BatchSizeService:
         """
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
-                lambda conn: self._next_trial(conn, job_id, run_key, gpu, accumulates)
+                lambda conn: self._next_trial(conn, job_id, run_key, gpu, accumulates, power_limits)
             )
         # Counted once committed, so that a rolled-back request counts nothing.
         if dispatch is not None:
@@ -214,6 +221,7 @@ class BatchSizeService:
         run_key: str | None,
         gpu: GpuConfig | None,
         accumulates: bool = False,
+        power_limits: bool = False,
     ) -> tuple[DispatchedTrial, tuple[str, policy.Dispatch] | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
@@ -226,6 +234,8 @@ class BatchSizeService:
         if run_key is not None:
             resumed = self._resume(conn, job_id, state, run_key, gpu)
             if resumed is not None:
+                if power_limits and gpu is not None:
+                    resumed = self._with_power(conn, config, state, resumed, profile_key(gpu))
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
         profile = profile_key(gpu or config)
@@ -239,12 +249,78 @@ class BatchSizeService:
             memory_unknown=not step.job.measured(profile, step.trial.batch_size),
             memory_cap=step.job.memory_caps.get(profile),
         )
+        if power_limits and gpu is not None:
+            trial = self._with_power(conn, config, step.job, trial, profile)
         # The job's stage when it decided (a pinned job's runs are neither stage's).
         if step.dispatch.kind is TrialKind.PINNED:
             stage = "pinned"
         else:
             stage = (Stage.BANDIT if step.job.arms is not None else Stage.PRUNING).value
         return trial, (stage, step.dispatch), expired
+
+    @staticmethod
+    def _with_power(
+        conn: Connection,
+        config: CreatedJob,
+        state: policy.JobState,
+        trial: DispatchedTrial,
+        profile: str,
+    ) -> DispatchedTrial:
+        """``trial`` with what a run that opted into power limits is told: the limit of its
+        batch size's power profile on ``profile``, or to profile the limits (none yet)."""
+        if not profiles_power(config.eta_knob, config.power_profiling):
+            return trial
+        stored = repo.power_profile(conn, trial.job_id, profile, trial.batch_size)
+        if stored is None:
+            return trial.model_copy(update={"power_profiling": True})
+        limit = power_view(config, state, stored).power_limit
+        return trial.model_copy(update={"power_limit": limit})
+
+    async def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
+        """Store what a run measured at each power limit in the first epoch of its batch size
+        on its hardware profile, unless a run measured that (profile, batch size) before (the
+        first profile stays), and answer the limit to train at: the one whose epoch costs least
+        at the job's ``eta_knob``, priced in the profile's units.
+
+        Raises:
+            JobNotFoundError, TrialNotFoundError: no such job or trial.
+            PowerProfilingOffError: the job does not profile power limits.
+        """
+
+        def work(conn: Connection) -> PowerProfileView:
+            job, config = self._registered(
+                repo.get_job(conn, report.job_id, lock=True), report.job_id
+            )
+            trial = self._trial(conn, report).trial
+            if not profiles_power(config.eta_knob, config.power_profiling):
+                raise PowerProfilingOffError(
+                    f"job {report.job_id} does not profile power limits ("
+                    + (
+                        "eta_knob is 0: time alone, where the maximum limit is cheapest"
+                        if config.eta_knob == 0
+                        else "power_profiling is false"
+                    )
+                    + "): its runs train at the GPUs' own limits"
+                )
+            profile = trial.profile or profile_key(config)
+            stored = repo.power_profile(conn, report.job_id, profile, trial.batch_size)
+            if stored is None:
+                stored = repo.StoredPowerProfile(
+                    profile, trial.batch_size, trial.trial_number, tuple(report.measurements)
+                )
+                repo.insert_power_profile(conn, report.job_id, stored)
+            view = power_view(config, job.state, stored)
+            logger.info(
+                "job %s: batch size %d trains at %g W on %s",
+                report.job_id,
+                trial.batch_size,
+                view.power_limit,
+                profile,
+            )
+            return view
+
+        async with self._queue(report.job_id):
+            return await self.db.write(work)
 
     def _resume(
         self,

@@ -206,10 +206,11 @@ def test_mysql_tables_become_utf8mb4_and_double_precision_keeping_their_rows(
 
     described = {(t.lower(), c.lower()): (d, coll) for t, c, d, coll in _run_sql(url, columns)}
     reals = [key for key, (kind, _) in described.items() if kind in ("float", "double")]
-    assert len(reals) == 10
+    assert len(reals) == 14  # 10 in jobs and trials, 4 in power_profiles (0012)
     assert all(described[key][0] == "double" for key in reals)
-    assert described[("jobs", "job_id")][1] == "utf8mb4_nopad_bin"
-    assert described[("trials", "job_id")][1] == "utf8mb4_nopad_bin"
+    for table in ("jobs", "trials", "power_profiles"):
+        assert described[(table, "job_id")][1] == "utf8mb4_nopad_bin"
+    assert described[("power_profiles", "profile")][1] == "utf8mb4_nopad_bin"
 
     proc = ServerProcess(url, cwd=tmp_path)
     try:

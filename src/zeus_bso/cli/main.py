@@ -252,7 +252,7 @@ def _simulate_one(
                     on_recurrence=advance,
                     memory_cap=cap,
                     accumulate=simulated.accumulate,
-                    power_limits=simulated.power_limits,
+                    power_limits=simulated.power_limits and spec.power_profiling,
                 )
             results.append(seed_result(seed, recurrence_results))
     return summarize(

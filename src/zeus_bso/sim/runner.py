@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from zeus_bso.client.http import ServerClient
 from zeus_bso.policy import zeus_cost
+from zeus_bso.policy.power import profiles_power
 from zeus_bso.sim.memory import InMemoryJob
 from zeus_bso.sim.trace import Pace, TraceJob
 from zeus_bso.spec import (
@@ -229,7 +230,7 @@ def simulate(
             # Power limits: a batch size's first run profiles every limit in its first epoch
             # (at their mean), and every epoch after runs at the limit that costs least.
             pace = first = None
-            if power_limits and eta_knob > 0:
+            if profiles_power(eta_knob, power_limits):
                 profiling = trial.batch_size not in chosen
                 pace = chosen.setdefault(
                     trial.batch_size, trace.best_pace(trial.batch_size, eta_knob)

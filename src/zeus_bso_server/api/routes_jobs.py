@@ -6,7 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, InfeasibleTrial, Printable, TrialId
+from zeus_bso.spec import (
+    INT32_MAX,
+    MAX_ID_LENGTH,
+    InfeasibleTrial,
+    PowerProfileReport,
+    PowerProfileView,
+    Printable,
+    TrialId,
+)
 from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.queries import job_summaries, job_view
 from zeus_bso_server.read_models import JobSummary, JobView, Pin, PinRequest, TrialView
@@ -101,3 +109,19 @@ async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
         job_id=trial.job_id, batch_size=trial.batch_size, trial_number=trial.trial_number
     )
     return TrialView.of(await service.trial_out_of_memory(trial_id, trial.micro_batch_size))
+
+
+@router.post(
+    "/trials/power_profile",
+    response_model=PowerProfileView,
+    responses={
+        404: {"description": "No such trial"},
+        409: {"description": "The job does not profile power limits"},
+    },
+)
+async def power_profile(report: PowerProfileReport, service: Service) -> PowerProfileView:
+    """Send what a run measured at each GPU power limit in the first epoch of its batch size
+    (the dispatch answered ``power_profiling``): the first profile of a (hardware profile, batch
+    size) is kept, and the answer says the limit to train at, whose epoch costs least at the
+    job's ``eta_knob``."""
+    return await service.power_profile(report)

@@ -153,6 +153,16 @@ AccumulateQuery = Annotated[
         )
     ),
 ]
+PowerLimitsQuery = Annotated[
+    bool,
+    Query(
+        description=(
+            "Extension: the run opted into GPU power limits (it names its GPUs too): the answer "
+            "says the limit to train at (power_limit), or to profile the limits in the first "
+            "epoch (power_profiling) and send them to POST /api/trials/power_profile."
+        )
+    ),
+]
 GpuCountQuery = Annotated[int | None, Query(gt=0, le=INT32_MAX, description=GPU_QUERY)]
 MaxPowerQuery = Annotated[
     float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
@@ -199,11 +209,12 @@ async def next_batch_size(
     number_of_gpus: GpuCountQuery = None,
     max_power: MaxPowerQuery = None,
     accumulate: AccumulateQuery = False,
+    power_limits: PowerLimitsQuery = False,
 ) -> Response:
     """Start a trial: the batch size to train with and the trial's number (or, for a run that
     names itself with ``run_key``, continue its open trial)."""
     gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
-    trial = await service.next_trial(job_id, run_key, gpu, accumulate)
+    trial = await service.next_trial(job_id, run_key, gpu, accumulate, power_limits)
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
     # and one to a client that names its GPUs (ours) whether the size ran on them.
     left_out = None if gpu is not None else {"memory_unknown", "memory_cap"}

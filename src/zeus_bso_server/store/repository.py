@@ -44,12 +44,13 @@ from zeus_bso.policy import (
 )
 from zeus_bso.policy.curves import as_curve
 from zeus_bso.policy.profiles import WindowedCosts
-from zeus_bso.spec import GpuConfig, profile_key
+from zeus_bso.spec import GpuConfig, PowerMeasurement, profile_key
 from zeus_bso_server.store.dialects import dialect_of
-from zeus_bso_server.store.tables import JobRow, TrialRow, db_now
+from zeus_bso_server.store.tables import JobRow, PowerProfileRow, TrialRow, db_now
 
 jobs = cast(Table, JobRow.__table__)
 trials = cast(Table, TrialRow.__table__)
+power_profiles = cast(Table, PowerProfileRow.__table__)
 
 Record: TypeAlias = Row[Any]
 """A stored row; its columns read as attributes. Rows stay in this module: what it returns are
@@ -417,6 +418,7 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
 def delete_job(conn: Connection, job_id: str) -> None:
     """Delete a job with its trials and statistics."""
     conn.execute(delete(trials).where(trials.c.job_id == job_id))
+    conn.execute(delete(power_profiles).where(power_profiles.c.job_id == job_id))
     conn.execute(delete(jobs).where(jobs.c.job_id == job_id))
 
 
@@ -718,3 +720,73 @@ def spent(conn: Connection, job_ids: Sequence[str]) -> list[Spent]:
         )
         for row in conn.execute(stmt)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPowerProfile:
+    """A batch size's power profile on a hardware profile, and the trial that measured it."""
+
+    profile: str
+    batch_size: int
+    trial_number: int
+    measurements: tuple[PowerMeasurement, ...]
+
+
+def _power_profiles(rows: Iterable[Record]) -> list[StoredPowerProfile]:
+    grouped: dict[tuple[str, int], list[Record]] = {}
+    for row in rows:
+        grouped.setdefault((row.profile, row.batch_size), []).append(row)
+    return [
+        StoredPowerProfile(
+            profile,
+            batch_size,
+            limits[0].trial_number,
+            tuple(
+                PowerMeasurement(
+                    power_limit=r.power_limit,
+                    time_per_epoch=r.time_per_epoch,
+                    energy_per_epoch=r.energy_per_epoch,
+                )
+                for r in sorted(limits, key=lambda r: r.power_limit)
+            ),
+        )
+        for (profile, batch_size), limits in sorted(grouped.items())
+    ]
+
+
+def power_profile(
+    conn: Connection, job_id: str, profile: str, batch_size: int
+) -> StoredPowerProfile | None:
+    """The power profile of ``batch_size`` on ``profile``, if a run measured it."""
+    rows = conn.execute(
+        select(power_profiles).where(
+            power_profiles.c.job_id == job_id,
+            power_profiles.c.profile == profile,
+            power_profiles.c.batch_size == batch_size,
+        )
+    ).all()
+    found = _power_profiles(rows)
+    return found[0] if found else None
+
+
+def power_profiles_of(conn: Connection, job_id: str) -> list[StoredPowerProfile]:
+    """Every power profile of the job, by hardware profile and batch size."""
+    rows = conn.execute(select(power_profiles).where(power_profiles.c.job_id == job_id)).all()
+    return _power_profiles(rows)
+
+
+def insert_power_profile(conn: Connection, job_id: str, stored: StoredPowerProfile) -> None:
+    """Store a power profile (the caller, holding the job's lock, checked there is none)."""
+    conn.execute(
+        insert(power_profiles),
+        [
+            {
+                "job_id": job_id,
+                "profile": stored.profile,
+                "batch_size": stored.batch_size,
+                "trial_number": stored.trial_number,
+                **m.model_dump(),
+            }
+            for m in stored.measurements
+        ],
+    )

@@ -120,3 +120,20 @@ class TrialRow(Base):
         Index("ix_trials_job_kind", "job_id", "kind"),
         Index("ix_trials_job_bs_status_number", "job_id", "batch_size", "status", "trial_number"),
     )
+
+
+class PowerProfileRow(Base):
+    """One power limit of a batch size's power profile on a hardware profile: its epoch as the
+    run of ``trial_number`` measured it, in the first epoch of the size's first run there."""
+
+    __tablename__ = "power_profiles"
+
+    job_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    """Its job's (deleted with it, by `repository.delete_job`)."""
+    profile: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    batch_size: Mapped[int] = mapped_column(Integer, primary_key=True)
+    power_limit: Mapped[float] = mapped_column(REAL, primary_key=True)
+    time_per_epoch: Mapped[float] = mapped_column(REAL)
+    energy_per_epoch: Mapped[float] = mapped_column(REAL)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(REAL, server_default=db_now())

@@ -1,0 +1,39 @@
+"""GPU power limits: which limit a batch size trains at, from its power profile (the Zeus
+paper's first-epoch profiling). Pure functions, like the rest of the policy.
+
+A job's runs that opt into power limits profile each (hardware profile, batch size) once, in the
+first epoch of its first run there, and train at the limit whose epoch costs least at the job's
+``eta_knob``; the cost is the job's, priced in its profile's units (``max_power``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zeus_bso.policy.cost import zeus_cost
+from zeus_bso.spec import PowerMeasurement
+
+
+def profiles_power(eta_knob: float, power_profiling: bool) -> bool:
+    """Whether a job's runs that opt in profile power limits: not with ``eta_knob`` 0 (time
+    alone: the maximum limit is the fastest, so profiling would only cost), nor when the job
+    turned it off."""
+    return power_profiling and eta_knob > 0
+
+
+def epoch_cost(measurement: PowerMeasurement, eta_knob: float, max_power: float) -> float:
+    """The cost of an epoch at ``measurement``'s limit."""
+    return zeus_cost(measurement.energy_per_epoch, measurement.time_per_epoch, eta_knob, max_power)
+
+
+def best_power_limit(
+    measurements: Sequence[PowerMeasurement], eta_knob: float, max_power: float
+) -> float:
+    """The limit whose epoch costs least (the highest on a tie: the faster one).
+
+    Raises:
+        ValueError: no measurement.
+    """
+    if not measurements:
+        raise ValueError("a power profile has at least one measurement")
+    best = min(measurements, key=lambda m: (epoch_cost(m, eta_knob, max_power), -m.power_limit))
+    return best.power_limit

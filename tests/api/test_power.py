@@ -1,0 +1,150 @@
+"""Power limits over HTTP, on each backend: a run that opts in (``power_limits=true``, naming
+its GPUs) profiles a batch size's limits once per hardware profile
+(``POST /api/trials/power_profile``), and every later run of that size there is told the limit
+whose epoch costs least at the job's ``eta_knob``; never with ``eta_knob`` 0 or when the job
+turned profiling off. Upstream clients see none of it. Real server process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import job_body, unique_id
+from zeus_bso.policy import zeus_cost
+
+A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
+A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
+H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "number_of_gpus": 1, "max_power": 700.0}
+
+# An epoch at each limit: lower limits are slower and use less energy.
+MEASURED = [
+    {"power_limit": 150.0, "time_per_epoch": 20.0, "energy_per_epoch": 2400.0},
+    {"power_limit": 200.0, "time_per_epoch": 12.0, "energy_per_epoch": 2100.0},
+    {"power_limit": 300.0, "time_per_epoch": 10.0, "energy_per_epoch": 2800.0},
+]
+
+
+def best(eta: float, max_power: float) -> float:
+    """The limit the job's cost makes cheapest, worked out here from the cost's definition."""
+    costs = {
+        m["power_limit"]: zeus_cost(m["energy_per_epoch"], m["time_per_epoch"], eta, max_power)
+        for m in MEASURED
+    }
+    return min(costs, key=lambda limit: (costs[limit], -limit))
+
+
+def register(http: httpx.Client, job_id: str, **options: Any) -> None:
+    body = job_body(job_id, batch_sizes=[128], default_batch_size=128, **options)
+    assert http.post("/jobs", json=body).status_code == 201
+
+
+def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
+    response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def trial_id(trial: dict[str, Any]) -> dict[str, Any]:
+    return {k: trial[k] for k in ("job_id", "batch_size", "trial_number")}
+
+
+def release(http: httpx.Client, trial: dict[str, Any]) -> None:
+    assert http.post("/api/trials/release", json=trial_id(trial)).is_success
+
+
+@pytest.mark.parametrize("eta", [0.5, 1.0])
+def test_a_batch_size_is_profiled_once_per_hardware_profile(http: httpx.Client, eta: float) -> None:
+    job_id = unique_id("power")
+    register(http, job_id, eta_knob=eta)
+    upstream = dispatch(http, job_id)
+    assert set(upstream) == {"job_id", "batch_size", "trial_number"}
+    release(http, upstream)
+    not_opted = dispatch(http, job_id, **A100)
+    assert {"power_profiling", "power_limit"}.isdisjoint(not_opted)
+    release(http, not_opted)
+
+    first = dispatch(http, job_id, power_limits="true", **A100)
+    assert first["power_profiling"] is True
+    assert "power_limit" not in first
+    answer = http.post(
+        "/api/trials/power_profile", json={**trial_id(first), "measurements": MEASURED[::-1]}
+    )
+    assert answer.status_code == 200, answer.text
+    chosen = answer.json()
+    assert chosen["power_limit"] == best(eta, 300.0)
+    assert (chosen["profile"], chosen["batch_size"]) == (A100_KEY, 128)
+    assert [m["power_limit"] for m in chosen["measurements"]] == [150.0, 200.0, 300.0]
+    release(http, first)
+
+    later = dispatch(http, job_id, power_limits="true", **A100)
+    assert later["power_limit"] == best(eta, 300.0)
+    assert "power_profiling" not in later
+    # A second profile of the same size there changes nothing: the first stays.
+    other = [{**m, "energy_per_epoch": 1.0} if m["power_limit"] == 300.0 else m for m in MEASURED]
+    again = http.post("/api/trials/power_profile", json={**trial_id(later), "measurements": other})
+    assert again.json()["power_limit"] == best(eta, 300.0)
+    assert again.json()["trial_number"] == first["trial_number"]
+    release(http, later)
+
+    # Other GPUs profile anew, and their maximum power prices their time.
+    h100 = dispatch(http, job_id, power_limits="true", **H100)
+    assert h100["power_profiling"] is True
+    answer = http.post(
+        "/api/trials/power_profile", json={**trial_id(h100), "measurements": MEASURED}
+    )
+    assert answer.json()["power_limit"] == best(eta, 700.0)
+
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert [(p["profile"], p["power_limit"]) for p in view["power_profiles"]] == sorted(
+        [(A100_KEY, best(eta, 300.0)), ("1xNVIDIA H100 80GB HBM3@700W", best(eta, 700.0))]
+    )
+    page = http.get(f"/dashboard/jobs/{job_id}")
+    assert 'id="power-limits"' in page.text
+    assert f"trains at <strong>{best(eta, 300.0):g} W" in page.text
+
+
+def test_the_cost_chooses_the_limit() -> None:
+    """The figures above make energy and time disagree, so each eta tests a different limit."""
+    assert best(1.0, 300.0) == 200.0  # least energy
+    assert best(0.5, 300.0) == 200.0
+    assert best(0.5, 700.0) == 300.0  # dear time: the fastest
+    assert best(0.0, 300.0) == 300.0
+
+
+@pytest.mark.parametrize("options", [{"eta_knob": 0.0}, {"power_profiling": False}])
+def test_no_profiling_at_eta_0_or_when_the_job_says_so(
+    http: httpx.Client, options: dict[str, Any]
+) -> None:
+    job_id = unique_id("nopower")
+    register(http, job_id, **options)
+    trial = dispatch(http, job_id, power_limits="true", **A100)
+    assert {"power_profiling", "power_limit"}.isdisjoint(trial)
+    refused = http.post(
+        "/api/trials/power_profile", json={**trial_id(trial), "measurements": MEASURED}
+    )
+    assert refused.status_code == 409
+    assert "does not profile power limits" in refused.text
+    assert http.get(f"/api/jobs/{job_id}").json()["power_profiles"] == []
+
+
+def test_bad_profiles_are_refused_and_store_nothing(http: httpx.Client) -> None:
+    job_id = unique_id("badpower")
+    register(http, job_id)
+    trial = dispatch(http, job_id, power_limits="true", **A100)
+    path = "/api/trials/power_profile"
+    for measurements in ([], [MEASURED[0], MEASURED[0]], [{**MEASURED[0], "time_per_epoch": 0}]):
+        answer = http.post(path, json={**trial_id(trial), "measurements": measurements})
+        assert answer.status_code == 422, answer.text
+    missing = http.post(
+        path, json={**trial_id(trial), "trial_number": 99, "measurements": MEASURED}
+    )
+    assert missing.status_code == 404
+    assert http.get(f"/api/jobs/{job_id}").json()["power_profiles"] == []
+    # Deleting the job deletes its profiles: the id registered again profiles anew.
+    answer = http.post(path, json={**trial_id(trial), "measurements": MEASURED})
+    assert answer.status_code == 200
+    assert http.delete("/jobs", params={"job_id": job_id}).status_code == 200
+    register(http, job_id)
+    assert dispatch(http, job_id, power_limits="true", **A100)["power_profiling"] is True
