@@ -18,6 +18,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
     frozenset({"spec"}),
     frozenset({"policy", "energy", "scaling"}),
+    frozenset({"power"}),
     frozenset({"client"}),
     frozenset({"training", "sim"}),
     frozenset({"integrations", "elastic", "cli", "testing"}),

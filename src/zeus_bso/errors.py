@@ -18,6 +18,8 @@
     ├── EnergyMeterError              a meter cannot measure here
     │   ├── MixedGpuModelsError       the run's GPUs are of more than one model
     │   └── UnmeasurableDeviceError   the device has no reading of its own (a MIG slice)
+    ├── PowerLimitError               GPU power limits cannot be optimized here (a MIG slice,
+    │                                 a GPU other processes compute on, no NVML)
     └── ...
 
 Usage errors (`ConfigurationError`) are apart from failures at run time: both CLIs exit with
@@ -191,3 +193,9 @@ class MixedGpuModelsError(EnergyMeterError):
 class UnmeasurableDeviceError(EnergyMeterError):
     """Raised when the device a process trains on has no energy reading of its own (a MIG
     slice). Not a reason to fall back to another meter: the choice is the user's."""
+
+
+class PowerLimitError(ConfigurationError):
+    """Raised when a run asked to optimize GPU power limits (``power_limit="optimize"``) where
+    they cannot be: a GPU in MIG mode or one other processes compute on (its limit is theirs
+    too), or no NVML. The message says what to change."""

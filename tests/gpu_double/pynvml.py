@@ -12,13 +12,25 @@ is a Grace Hopper superchip (its chip-to-chip link enabled).
 
 Upstream Zeus's device layer runs over it too: it has the constants and functions Zeus reads
 (error codes with nvidia-ml-py's values, the architecture, the C2C mode).
+
+Power limits: with ``ZEUS_BSO_TEST_GPU_STATE`` (a directory), a GPU's limit can be set, and the
+setting is shared by every process, as a real GPU's is (a file per GPU holds the limit and the
+history of every change; ``sets`` counts the calls that changed it, ``calls`` every call).
+``settable: false`` answers ``NVML_ERROR_NO_PERMISSION`` (no ``SYS_ADMIN``); ``mig: true`` is a
+GPU in MIG mode; ``processes: [pid, ...]`` are other processes computing on it. ``paces``, by
+limit in watts, give the GPU's draw and a training step's seconds at that limit, as a power
+trace measured them (``{"250": {"watts": 240, "step_s": 0.01}, ...}``): the energy counter
+integrates the draw of the limit in force, and `_step_seconds` says how long a test's step
+takes at it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 NVML_SUCCESS = 0
@@ -47,6 +59,9 @@ NVML_DEVICE_ARCH_PASCAL = 4
 NVML_DEVICE_ARCH_VOLTA = 5
 NVML_DEVICE_ARCH_HOPPER = 9
 
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+
 NVML_FI_DEV_POWER_AVERAGE = 185
 NVML_FI_DEV_POWER_INSTANT = 186
 NVML_POWER_SCOPE_GPU = 0
@@ -66,6 +81,7 @@ class NVMLError(Exception):
             NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
             NVML_ERROR_NOT_SUPPORTED: "Not Supported",
             NVML_ERROR_NOT_FOUND: "Not Found",
+            NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
         }.get(self.value, f"NVML error {self.value}")
 
 
@@ -127,19 +143,114 @@ def nvmlDeviceGetName(handle: _Handle) -> str:  # noqa: N802
     return str(handle.gpu["name"])
 
 
+def _max_mw(handle: _Handle) -> int:
+    return int(handle.gpu.get("limit_w", 400) * 1000)
+
+
+def _min_mw(handle: _Handle) -> int:
+    paces = handle.gpu.get("paces")
+    if paces:
+        return int(min(float(w) for w in paces) * 1000)
+    return _max_mw(handle) // 4
+
+
 def nvmlDeviceGetPowerManagementLimitConstraints(handle: _Handle) -> list[int]:  # noqa: N802
-    limit_mw = int(handle.gpu.get("limit_w", 400) * 1000)
-    return [limit_mw // 4, limit_mw]
+    return [_min_mw(handle), _max_mw(handle)]
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: _Handle) -> int:  # noqa: N802
+    return _max_mw(handle)
+
+
+def _state_file(handle: _Handle) -> Path | None:
+    folder = os.environ.get("ZEUS_BSO_TEST_GPU_STATE")
+    return Path(folder) / f"{handle.gpu['uuid']}.json" if folder else None
+
+
+def _state(handle: _Handle) -> dict[str, Any]:
+    """The GPU's limit and its changes ``[[time, mW], ...]`` (shared by every process)."""
+    path = _state_file(handle)
+    if path is None or not path.exists():
+        return {"limit_mw": _max_mw(handle), "changes": [], "sets": 0}
+    return dict(json.loads(path.read_text()))
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: _Handle) -> int:  # noqa: N802
+    return int(_state(handle)["limit_mw"])
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle: _Handle) -> int:  # noqa: N802
+    return int(_state(handle)["limit_mw"])
+
+
+def nvmlDeviceSetPowerManagementLimit(handle: _Handle, limit_mw: int) -> None:  # noqa: N802
+    path = _state_file(handle)
+    if path is None or not handle.gpu.get("settable", True):
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    if not _min_mw(handle) <= int(limit_mw) <= _max_mw(handle):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = _state(handle)
+        state["calls"] = state.get("calls", 0) + 1
+        if int(limit_mw) != state["limit_mw"]:
+            state["changes"].append([time.time(), int(limit_mw)])
+            state["sets"] += 1
+        state["limit_mw"] = int(limit_mw)
+        path.with_suffix(".tmp").write_text(json.dumps(state))
+        path.with_suffix(".tmp").replace(path)
+
+
+def _pace(handle: _Handle, limit_mw: int) -> dict[str, float] | None:
+    paces = handle.gpu.get("paces")
+    if not paces:
+        return None
+    return dict(paces[min(paces, key=lambda w: abs(float(w) * 1000 - limit_mw))])
+
+
+def _watts(handle: _Handle, limit_mw: int) -> float:
+    pace = _pace(handle, limit_mw)
+    if pace is not None:
+        return float(pace["watts"])
+    return min(float(handle.gpu["watts"]), limit_mw / 1000)
+
+
+def _step_seconds(handle: _Handle) -> float:
+    """A test's training step at the limit in force: ``paces``' ``step_s`` (default 0.01)."""
+    pace = _pace(handle, nvmlDeviceGetPowerManagementLimit(handle))
+    return float(pace["step_s"]) if pace is not None else 0.01
 
 
 def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:  # noqa: N802
-    return int(handle.gpu["watts"] * 1000)
+    return int(_watts(handle, nvmlDeviceGetPowerManagementLimit(handle)) * 1000)
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
-    return int(handle.gpu["watts"] * (time.time() - _EPOCH) * 1000)
+    now = time.time()
+    limit, since, joules = _max_mw(handle), _EPOCH, 0.0
+    for at, changed_to in _state(handle)["changes"]:
+        joules += _watts(handle, limit) * (at - since)
+        limit, since = changed_to, at
+    joules += _watts(handle, limit) * (now - since)
+    return int(joules * 1000)
+
+
+def nvmlDeviceGetMigMode(handle: _Handle) -> list[int]:  # noqa: N802
+    mode = NVML_DEVICE_MIG_ENABLE if handle.gpu.get("mig", False) else NVML_DEVICE_MIG_DISABLE
+    return [mode, mode]
+
+
+class _Process:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.usedGpuMemory = 0
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[_Process]:  # noqa: N802
+    return [_Process(int(pid)) for pid in handle.gpu.get("processes", [])]
 
 
 def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 (nvidia-ml-py's name)

@@ -22,6 +22,8 @@ from zeus_bso.spec import (
     DispatchedTrial,
     GpuConfig,
     JobSpecFromClient,
+    PowerProfileReport,
+    PowerProfileView,
     ReportResponse,
     TrainingResult,
     TrialId,
@@ -143,17 +145,22 @@ class ServerClient:
         gpu: GpuConfig | None = None,
         run_key: str | None = None,
         accumulate: bool = False,
+        power_limits: bool = False,
     ) -> DispatchedTrial:
         """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
         trains on those GPUs; with ``run_key`` (a run's name, the same across its restarts) a
         restarted run gets its open trial back, with what it reported (``resumed``); with
         ``accumulate`` the run accumulates gradients, and may get a batch size at or above its
-        GPUs' memory cap. All are zeus-bso server extensions that other servers ignore."""
+        GPUs' memory cap; with ``power_limits`` the run opted into GPU power limits, and is
+        told the limit to train at or to profile them. All are zeus-bso server extensions that
+        other servers ignore."""
         params = {"job_id": job_id, **_gpu_params(gpu)}
         if run_key is not None:
             params["run_key"] = run_key
         if accumulate:
             params["accumulate"] = "true"
+        if power_limits:
+            params["power_limits"] = "true"
         # Without a run key each request starts a trial: it is not sent twice. With one, asking
         # again answers the same trial.
         response = self._request(
@@ -194,6 +201,17 @@ class ServerClient:
             body["micro_batch_size"] = micro_batch_size
         response = self._request("POST", "/api/trials/infeasible", json=body)
         return dict(response.json())
+
+    def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
+        """Send a batch size's power profile; the answer says the limit to train at.
+
+        Raises:
+            RouteMissingError: the server has no such route (upstream Zeus's server).
+        """
+        response = self._request(
+            "POST", "/api/trials/power_profile", content=report.model_dump_json()
+        )
+        return PowerProfileView.model_validate(response.json())
 
     def heartbeat(self, trial: TrialId) -> dict[str, Any]:
         """Renew a running trial's lease.

@@ -40,7 +40,12 @@ from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.progress import Elapsed, TrialProgress
-from zeus_bso.client.settings import required_job, server_url_from, token_from
+from zeus_bso.client.settings import (
+    heartbeat_seconds_from,
+    required_job,
+    server_url_from,
+    token_from,
+)
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     ConfigurationError,
@@ -60,6 +65,8 @@ from zeus_bso.spec import (
     GpuConfig,
     JobSpec,
     JobSpecFromClient,
+    PowerMeasurement,
+    PowerProfileReport,
     ReportResponse,
     StopReason,
     TrainingResult,
@@ -69,9 +76,6 @@ from zeus_bso.spec import (
 )
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_HEARTBEAT_SECONDS = 60.0
-
 
 RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"
 
@@ -131,7 +135,8 @@ class BatchSizeOptimizer:
         job: the recurring job (its ``job_id`` may be left out: see `stable_job_id`).
         energy_meter: how to measure energy (default: `auto_meter`).
         token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
-        heartbeat_seconds: how often a training run renews its trial's lease (0: never).
+        heartbeat_seconds: how often a training run renews its trial's lease (0: never;
+            default: ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60).
         retry_seconds: how long a request is retried while the server answers 503 or cannot
             be reached.
         run_key: this run's name, the same across its restarts (default: from the
@@ -154,6 +159,11 @@ class BatchSizeOptimizer:
             `accumulation_steps` micro-batches of `micro_batch_size` (the server may then give
             any of the job's batch sizes; out of memory lowers the micro-batch instead of
             making the size infeasible). None, the default: no accumulation.
+        power_limits: ask the server for the GPU power limit to train at (`power_limit`, or
+            `power_profiling`: profile them first and `send_power_profile`); setting the limits
+            is `zeus_bso.training.TrialSession`'s (``power_limit="optimize"``).
+        on_lease_lost: called (from the heartbeat's thread) when the server says the trial is
+            no longer this run's.
     """
 
     def __init__(
@@ -163,7 +173,7 @@ class BatchSizeOptimizer:
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         *,
-        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+        heartbeat_seconds: float | None = None,
         retry_seconds: float = 30.0,
         run_key: str | None = None,
         gpus: GpuConfig | None = None,
@@ -173,8 +183,17 @@ class BatchSizeOptimizer:
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
         max_micro_batch_size: int | None = None,
+        power_limits: bool = False,
+        on_lease_lost: Callable[[], None] | None = None,
     ) -> None:
         job = required_job(job)
+        self._power_limits = power_limits
+        self.power_limit: float | None = None
+        """The GPU power limit the server says to train at (W; with ``power_limits``)."""
+        self.power_profiling = False
+        """Whether the server asks this run to profile the power limits (with
+        ``power_limits``): no profile of its batch size on these GPUs yet."""
+        self._on_lease_lost = on_lease_lost
         self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         """Opts into gradient accumulation (see `accumulation`); None: none."""
         self._memory_cap: int | None = None
@@ -228,7 +247,7 @@ class BatchSizeOptimizer:
         self._reported: Elapsed | None = None
         self._final: Elapsed | None = None
         self._pending: TrainingResult | None = None
-        self._heartbeat_seconds = heartbeat_seconds
+        self._heartbeat_seconds = heartbeat_seconds_from(heartbeat_seconds)
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
@@ -304,11 +323,14 @@ class BatchSizeOptimizer:
                     self.gpu,
                     self.run_key,
                     accumulate=self.max_micro_batch_size is not None,
+                    power_limits=self._power_limits,
                 )
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)
             trial = dispatched.trial
             self._memory_cap = dispatched.memory_cap
+            self.power_limit = dispatched.power_limit
+            self.power_profiling = dispatched.power_profiling
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
                 self.progress.go_on(
@@ -476,6 +498,22 @@ class BatchSizeOptimizer:
         )
         return self.micro_batch_size
 
+    def send_power_profile(self, measurements: list[PowerMeasurement]) -> float | None:
+        """Send what this run measured at each power limit in its batch size's first epoch;
+        returns the limit to train at (None: the server could not take it, said in a
+        warning)."""
+        trial = self.trial
+        if trial is None or self.offline:
+            return None
+        report = PowerProfileReport(**trial.model_dump(), measurements=measurements)
+        try:
+            chosen = self.client.power_profile(report)
+        except ZeusBSOError as err:
+            logger.warning("zeus-bso: the power profile could not be sent: %s", err)
+            return None
+        self.power_limit, self.power_profiling = chosen.power_limit, False
+        return chosen.power_limit
+
     def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
         """After its trial ran out of memory (`end_out_of_memory`), the run went on at a
         smaller size of its framework's choosing (the HF Trainer's ``auto_find_batch_size``),
@@ -635,7 +673,7 @@ class BatchSizeOptimizer:
             if self.trial is None or self.training_finished:
                 continue
             try:
-                self.client.heartbeat(self.trial)
+                status = self.client.heartbeat(self.trial).get("status")
             except RouteMissingError:
                 logger.info(
                     "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
@@ -647,6 +685,15 @@ class BatchSizeOptimizer:
                 if not warned:
                     logger.warning("heartbeat failed (training goes on): %s", err)
                     warned = True
+                continue
+            if status not in (None, "dispatched") and self._on_lease_lost is not None:
+                logger.warning(
+                    "zeus-bso: trial %s is %s on the server: no longer this run's",
+                    self.trial,
+                    status,
+                )
+                self._on_lease_lost()
+                self._on_lease_lost = None
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """End the trial: deliver an undelivered report, then tell the server the run is over;

@@ -11,6 +11,8 @@ from zeus_bso.spec import JobSpec
 
 SERVER_URL_VARIABLE = "ZEUS_BSO_SERVER_URL"
 TOKEN_VARIABLE = "ZEUS_BSO_TOKEN"
+HEARTBEAT_VARIABLE = "ZEUS_BSO_HEARTBEAT_SECONDS"
+DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 
 def server_url_from(given: str | None) -> str:
@@ -31,6 +33,25 @@ def server_url_from(given: str | None) -> str:
 def token_from(given: str | None) -> str | None:
     """``given``, else ``$ZEUS_BSO_TOKEN`` (None: no token)."""
     return given if given is not None else os.environ.get(TOKEN_VARIABLE) or None
+
+
+def heartbeat_seconds_from(given: float | None) -> float:
+    """``given``, else ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60 s (0: no heartbeat).
+
+    Raises:
+        ConfigurationError: the setting is not a number of seconds, 0 or more.
+    """
+    if given is None:
+        text = os.environ.get(HEARTBEAT_VARIABLE, "").strip()
+        try:
+            given = float(text) if text else DEFAULT_HEARTBEAT_SECONDS
+        except ValueError:
+            raise ConfigurationError(
+                f"{HEARTBEAT_VARIABLE}={text!r} is not a number of seconds"
+            ) from None
+    if not given >= 0 or given == float("inf"):
+        raise ConfigurationError(f"heartbeat_seconds is 0 (none) or more seconds, not {given}")
+    return given
 
 
 def required_job(job: JobSpec | None) -> JobSpec:

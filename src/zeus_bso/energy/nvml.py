@@ -17,7 +17,7 @@ from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableD
 INSTALL_HINT = "pip install 'zeus-bso[nvml]'"
 
 
-def _pynvml() -> Any:
+def pynvml_module() -> Any:
     try:
         import pynvml
     except ImportError as err:
@@ -25,12 +25,12 @@ def _pynvml() -> Any:
     return pynvml
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
     """NVML strings: ``str`` from nvidia-ml-py 11.5 on, ``bytes`` before."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _visible_handles(nvml: Any) -> list[Any]:
+def visible_handles(nvml: Any) -> list[Any]:
     """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible, as CUDA reads it: indices, or UUIDs
     (``GPU-...``, a unique prefix is enough), up to the first entry that names no GPU; all GPUs
     when it is not set. A MIG slice (``MIG-...``) is an `UnmeasurableDeviceError`."""
@@ -39,7 +39,7 @@ def _visible_handles(nvml: Any) -> list[Any]:
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return every
-    uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in every]
+    uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in every]
     chosen: list[Any] = []
     for entry in (e.strip() for e in value.split(",")):
         if entry.startswith("MIG-"):
@@ -71,7 +71,7 @@ class NVMLMeter(DeviceMeter):
     is_estimate = False
 
     def __init__(self, gpu_indices: list[int] | None = None, sample_interval: float = 0.1) -> None:
-        nvml = _pynvml()
+        nvml = pynvml_module()
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as err:
@@ -81,10 +81,10 @@ class NVMLMeter(DeviceMeter):
             if gpu_indices:
                 self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
             else:
-                self._handles = _visible_handles(nvml)
+                self._handles = visible_handles(nvml)
             if not self._handles:
                 raise EnergyMeterError("NVML sees no GPU (or CUDA_VISIBLE_DEVICES names none)")
-            names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+            names = [nvml_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
             if len(set(names)) > 1:
                 raise MixedGpuModelsError(sorted(set(names)), "the GPUs this process sees")
             limits = [
@@ -92,7 +92,7 @@ class NVMLMeter(DeviceMeter):
                 for h in self._handles
             ]
             self.devices = [
-                Device(_text(nvml.nvmlDeviceGetUUID(h)), name, limit)
+                Device(nvml_text(nvml.nvmlDeviceGetUUID(h)), name, limit)
                 for h, name, limit in zip(self._handles, names, limits, strict=True)
             ]
             self.device_model = names[0]

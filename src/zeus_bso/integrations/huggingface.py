@@ -48,6 +48,7 @@ from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, Operat
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.training.collectives import torch_distributed
+from zeus_bso.training.power import PowerLimitMode, check_power_limit
 from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
             both to ``TrainingArguments``); micro-batches that run out of memory are lowered for
             the next run instead of the batch size becoming infeasible.
+        power_limit: ``"optimize"`` opts into GPU power limits: a batch size's first run on
+            these GPUs profiles the limits in its first training steps, and runs train at the
+            limit the server chooses; each GPU's own limit is restored when training ends, on
+            an exception, on SIGTERM, and by the next run after a SIGKILL (see
+            `zeus_bso.training.power`). ``"off"``, the default: limits are left alone.
     """
 
     def __init__(
@@ -155,8 +161,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         reference_batch_size: int | None = None,
         memory_check_steps: int = 3,
         max_micro_batch_size: int | None = None,
+        power_limit: PowerLimitMode = "off",
     ) -> None:
         check_rule(lr_rule)
+        self.power_limit: PowerLimitMode = check_power_limit(power_limit)
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
@@ -208,6 +216,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 lr_rule=self.lr_rule,
                 reference_batch_size=self.reference_batch_size,
                 max_micro_batch_size=self.max_micro_batch_size,
+                power_limit=self.power_limit,
             )
         return self.session.micro_batch_size
 
@@ -380,7 +389,25 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if self.lr_rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
-        self.session.train_begin()  # on every rank at once; the heartbeat on rank 0
+        epochs = max(1.0, float(args.num_train_epochs))
+        per_epoch = (
+            int(state.max_steps / epochs) if state.max_steps and args.max_steps <= 0 else None
+        )
+        self.session.train_begin(per_epoch)  # on every rank at once; the heartbeat on rank 0
+
+    @override
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if self._training and self.session is not None:
+            self.session.step_begin()
+
+    @override
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if self._training and self.session is not None:
+            self.session.step_end()
 
     def _went_on_smaller(
         self,

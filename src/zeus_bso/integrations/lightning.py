@@ -37,6 +37,7 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.training.power import PowerLimitMode, check_power_limit
 from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,11 @@ class ZeusBSOCallback(pl.Callback):
             ``accumulate_grad_batches`` set so that each optimizer step takes the server's
             batch size; out of memory then lowers the micro-batch (None, the default: no
             accumulation; the Trainer's own ``accumulate_grad_batches`` is left alone).
+        power_limit: ``"optimize"`` opts into GPU power limits: a batch size's first fit on
+            these GPUs profiles the limits in its first training batches, and fits train at the
+            limit the server chooses; each GPU's own limit is restored when the fit ends, on an
+            exception, on SIGTERM, and by the next run after a SIGKILL (see
+            `zeus_bso.training.power`). ``"off"``, the default: limits are left alone.
     """
 
     def __init__(
@@ -112,9 +118,11 @@ class ZeusBSOCallback(pl.Callback):
         reference_batch_size: int | None = None,
         memory_check_steps: int = 3,
         max_micro_batch_size: int | None = None,
+        power_limit: PowerLimitMode = "off",
     ) -> None:
         super().__init__()
         check_rule(lr_rule)
+        self.power_limit: PowerLimitMode = check_power_limit(power_limit)
         if memory_check_steps < 0:
             raise ConfigurationError(f"memory_check_steps is 0 or more, not {memory_check_steps}")
         self.memory_check_steps = memory_check_steps
@@ -204,6 +212,7 @@ class ZeusBSOCallback(pl.Callback):
             lr_rule=self.lr_rule,
             reference_batch_size=self.reference_batch_size,
             max_micro_batch_size=self.max_micro_batch_size,
+            power_limit=self.power_limit,
         )
         self._resumed = self._restored is not None
         self._set_batch(trainer, pl_module)
@@ -333,7 +342,28 @@ class ZeusBSOCallback(pl.Callback):
             )
         if self.lr_rule != "none":
             self._scale_learning_rates(trainer)
-        self.session.train_begin()  # on every rank at once; rank 0's heartbeat
+        batches = trainer.num_training_batches
+        steps = int(batches) if batches not in (None, float("inf")) else None
+        self.session.train_begin(steps)  # on every rank at once; rank 0's heartbeat
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.session is not None and self._fitting(trainer):
+            self.session.step_begin()
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.session is not None and self._fitting(trainer):
+            self.session.step_end()
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -473,11 +503,13 @@ def callbacks_from_environment() -> list[pl.Callback]:
             f"ZEUS_BSO_MAX_MICRO_BATCH_SIZE={micro!r} is not a whole number"
         ) from None
     rule = os.environ.get("ZEUS_BSO_LR_RULE", "none").strip() or "none"
+    power = os.environ.get("ZEUS_BSO_POWER_LIMIT", "off").strip() or "off"
     return [
         ZeusBSOCallback(
             job=job,
             monitor=os.environ.get("ZEUS_BSO_MONITOR", "val_acc").strip() or "val_acc",
             lr_rule=rule,  # type: ignore[arg-type]  # checked by check_rule
             max_micro_batch_size=max_micro,
+            power_limit=check_power_limit(power),
         )
     ]

@@ -29,7 +29,7 @@ from zeus_bso.errors import (
     ZeusBSOTrainFailError,
 )
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule, scale_optimizer, warmup_steps
-from zeus_bso.spec import JobSpec, StopReason, TrialId
+from zeus_bso.spec import JobSpec, PowerMeasurement, StopReason, TrialId
 from zeus_bso.training.collectives import (
     all_gather_object,
     broadcast_object,
@@ -37,6 +37,12 @@ from zeus_bso.training.collectives import (
     from_rank_zero,
     gpus_of_the_run,
     open_window,
+)
+from zeus_bso.training.power import (
+    PowerLimitMode,
+    PowerLimitRun,
+    check_power_limit,
+    restore_left_over,
 )
 
 
@@ -51,6 +57,7 @@ class SessionOptions(TypedDict, total=False):
     lr_rule: LrRule
     reference_batch_size: int | None
     max_micro_batch_size: int | None
+    power_limit: PowerLimitMode
 
 
 class TrialSession:
@@ -82,6 +89,11 @@ class TrialSession:
         max_micro_batch_size: opts into gradient accumulation (see
             `BatchSizeOptimizer.accumulation`): `micro_batch_size` and `accumulation_steps` say
             how every process trains the batch size.
+        power_limit: ``"optimize"`` opts into GPU power limits (`zeus_bso.training.power`):
+            a batch size's first run on these GPUs profiles the limits in its first steps (call
+            `step_begin` and `step_end` around every training step), and runs train at the
+            limit the server chooses; each GPU's own limit is restored on every exit path.
+            ``"off"``, the default: the limits are left alone.
     """
 
     def __init__(
@@ -100,8 +112,14 @@ class TrialSession:
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
         max_micro_batch_size: int | None = None,
+        power_limit: PowerLimitMode = "off",
     ) -> None:
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
+        optimize_power = check_power_limit(power_limit) == "optimize"
+        restore_left_over()  # what a run killed on this node left changed
+        self.power: PowerLimitRun | None = None
+        """This process's GPU power limits (with ``power_limit="optimize"``)."""
+        self._power_answer: tuple[float | None, bool] = (None, False)
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
@@ -132,6 +150,8 @@ class TrialSession:
                 on_server_unavailable=on_server_unavailable,
                 show=show,
                 max_micro_batch_size=max_micro_batch_size,
+                power_limits=optimize_power,
+                on_lease_lost=self._restore_power,
             )
             saved = resume() if callable(resume) else resume
             size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
@@ -144,6 +164,12 @@ class TrialSession:
         self._memory_unknown = False
         self._accumulation = Accumulation.none(1)
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
+        if optimize_power:
+            try:
+                self.power = PowerLimitRun.of_this_process(is_main, broadcast, gpus.number_of_gpus)
+            except ConfigurationError as err:
+                self.release(str(err))  # not the batch size's fault
+                raise
         self.progress: TrialProgress
         """This process's trial, epochs, time and energy."""
         if self.optimizer is not None:
@@ -165,6 +191,7 @@ class TrialSession:
             "job_id": optimizer.job_id,
             "memory_unknown": optimizer.memory_unknown,
             "accumulation": (accumulation.micro_batch_size, accumulation.steps),
+            "power": (optimizer.power_limit, optimizer.power_profiling),
         }
 
     def _took(self, shared: Mapping[str, Any]) -> None:
@@ -176,6 +203,8 @@ class TrialSession:
         self._memory_unknown = bool(shared["memory_unknown"])
         micro, steps = shared["accumulation"]
         self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
+        limit, profiling = shared.get("power", (None, False))
+        self._power_answer = (limit, bool(profiling))
 
     @property
     def batch_size(self) -> int:
@@ -333,12 +362,36 @@ class TrialSession:
             return steps
         return warmup_steps(steps, self.batch_size, self.lr.reference)
 
-    def train_begin(self) -> None:
-        """Training starts now: open the measuring window on every process at once."""
+    def train_begin(self, steps_per_epoch: int | None = None) -> None:
+        """Training starts now: open the measuring window on every process at once (and, with
+        ``power_limit="optimize"``, set the GPUs' limit or start profiling them: an epoch's
+        ``steps_per_epoch`` make a profile's epoch of its steps)."""
         open_window(self.progress)
         if self.optimizer is not None:
             self.optimizer.on_train_begin()  # starts the heartbeat
+        if self.power is not None and not self._began:
+            limit, profiling = self._power_answer
+            self.power.begin(limit, profiling, self._send_power_profile, steps_per_epoch)
         self._began = True
+
+    def _send_power_profile(self, measurements: list[PowerMeasurement]) -> float | None:
+        return self.optimizer.send_power_profile(measurements) if self.optimizer else None
+
+    def step_begin(self) -> None:
+        """Before each training step, on every process (profiles power limits, with
+        ``power_limit="optimize"``; nothing otherwise)."""
+        if self.power is not None:
+            self.power.step_begin()
+
+    def step_end(self) -> None:
+        """After each training step, on every process (see `step_begin`)."""
+        if self.power is not None:
+            self.power.step_end()
+
+    def _restore_power(self) -> None:
+        """The GPUs' own power limits back (every exit path; again: nothing)."""
+        if self.power is not None:
+            self.power.restore()
 
     def report(self, metric: float | Callable[[], float | None], epoch: int | None = None) -> bool:
         """Report the validation metric of the epoch just finished; True: stop training.
@@ -393,6 +446,7 @@ class TrialSession:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, the run did
                 not reach its target.
         """
+        self._restore_power()
         if self.optimizer is not None:
             self.optimizer.end(end_trial=end_trial, why=why)
         self.meter.close()
@@ -417,6 +471,7 @@ class TrialSession:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, for a run
                 that trained (``reason`` is not ``not_trained``) without reaching its target.
         """
+        self._restore_power()
         if self.optimizer is not None:
             self.optimizer.release(why, reason)
         self.meter.close()
@@ -426,12 +481,14 @@ class TrialSession:
     def abort(self, why: str | None = None) -> None:
         """The run failed: its trial ends as failed, or, with a run key, stays open for the
         restart (main process)."""
+        self._restore_power()
         if self.optimizer is not None:
             self.optimizer.abort(why)
 
     def end_out_of_memory(self, why: str | None = None) -> None:
         """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
         this hardware profile (main process)."""
+        self._restore_power()
         if self.optimizer is not None:
             self.optimizer.end_out_of_memory(why)
         self.meter.close()

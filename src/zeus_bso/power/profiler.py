@@ -1,0 +1,96 @@
+"""Profiling a batch size's power limits in its first epoch, step by step (the Zeus paper's
+first-epoch profiling): each limit in turn, from the highest, gets a few steps to settle and a
+few measured steps; an epoch at a limit is its measured step times the steps of an epoch.
+
+The clock, the energy reading and the setting of a limit are given, so that the sequence is the
+same on every process of a run (each sets its own GPUs at the same step) and testable alone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from zeus_bso.spec import PowerMeasurement
+
+SETTLE_STEPS = 2
+"""Steps at a new limit before its measurement starts (the GPU's clocks settle)."""
+MEASURED_STEPS = 5
+"""Steps measured at each limit."""
+
+
+@dataclass
+class _Window:
+    seconds: float
+    joules: float
+
+
+@dataclass
+class PowerProfiler:
+    """Steps through ``limits`` (W, highest first) as training steps: `step_begin` and
+    `step_end` around every step. ``set_limit`` sets this process's GPUs; ``joules`` reads their
+    energy counter; ``sync`` waits for the device's queued work (at measurement edges)."""
+
+    limits: Sequence[float]
+    set_limit: Callable[[float], None]
+    joules: Callable[[], float]
+    sync: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = time.monotonic
+    settle_steps: int = SETTLE_STEPS
+    measured_steps: int = MEASURED_STEPS
+    _index: int = 0
+    _steps: int = 0
+    _start: _Window | None = None
+    _measured: dict[float, _Window] = field(default_factory=dict)
+
+    @property
+    def steps_needed(self) -> int:
+        """Steps the whole profile takes."""
+        return len(self.limits) * (self.settle_steps + self.measured_steps)
+
+    @property
+    def done(self) -> bool:
+        """Whether every limit is measured."""
+        return self._index >= len(self.limits)
+
+    def step_begin(self) -> None:
+        """Before a training step: the first step at a limit sets it; the first measured step
+        opens its window."""
+        if self.done:
+            return
+        if self._steps == 0:
+            self.set_limit(self.limits[self._index])
+        if self._steps == self.settle_steps:
+            self.sync()
+            self._start = _Window(self.clock(), self.joules())
+
+    def step_end(self) -> None:
+        """After a training step: the last measured step closes the limit's window."""
+        if self.done:
+            return
+        self._steps += 1
+        if self._steps == self.settle_steps + self.measured_steps:
+            self.sync()
+            start = self._start
+            assert start is not None
+            self._measured[self.limits[self._index]] = _Window(
+                (self.clock() - start.seconds) / self.measured_steps,
+                (self.joules() - start.joules) / self.measured_steps,
+            )
+            self._index += 1
+            self._steps = 0
+            self._start = None
+
+    def measurements(
+        self, steps_per_epoch: int, gpus_factor: float = 1.0
+    ) -> list[PowerMeasurement]:
+        """Each measured limit's epoch: its step's time and energy times ``steps_per_epoch``
+        (the energy of the whole run's GPUs: this process's times ``gpus_factor``)."""
+        return [
+            PowerMeasurement(
+                power_limit=limit,
+                time_per_epoch=max(window.seconds, 1e-9) * steps_per_epoch,
+                energy_per_epoch=max(window.joules, 0.0) * gpus_factor * steps_per_epoch,
+            )
+            for limit, window in sorted(self._measured.items())
+        ]

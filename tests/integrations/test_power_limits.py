@@ -1,0 +1,462 @@
+"""GPU power limits (``power_limit="optimize"``) with real Lightning and HF runs on the CPU,
+against a real server, on the NVML test double of ``tests/gpu_double`` (never a real GPU's
+settings). The double's GPU takes a limit from 200 to 300 W; at each limit it draws a power and
+takes a time a step as ``PACES`` say (a power trace's shape), and the tests' training steps
+sleep that long. The paces make each eta choose another limit, by a margin well above timing
+noise: 300 W at eta 0 (never profiled), 275 W at eta 0.5, 250 W at eta 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the power-limit tests need torch")
+pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+from tests.helpers import ServerProcess, quiet_trainer_options, unique_id  # noqa: E402
+from zeus_bso import JobSpec  # noqa: E402
+from zeus_bso.client import ServerClient  # noqa: E402
+from zeus_bso.errors import PowerLimitError  # noqa: E402
+from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
+from zeus_bso.policy import zeus_cost  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = ROOT / "tests" / "gpu_double" / "pynvml.py"
+UUID = "GPU-0000beef-1111-2222-3333-444444444444"
+PACES = {  # W: the GPU's draw and a step's seconds at that limit
+    "300": {"watts": 300.0, "step_s": 0.040},
+    "275": {"watts": 230.0, "step_s": 0.042},
+    "250": {"watts": 170.0, "step_s": 0.053},
+    "225": {"watts": 150.0, "step_s": 0.065},
+    "200": {"watts": 130.0, "step_s": 0.090},
+}
+STEPS = 40  # training batches an epoch: room for the profile's 5 x 7 steps
+BATCH = 8
+
+
+def gpu(**options: Any) -> dict[str, Any]:
+    return {"uuid": UUID, "name": "NVIDIA A100-SXM4-40GB", "watts": 300.0, "limit_w": 300.0,
+            "paces": PACES, **options}  # fmt: skip
+
+
+def cheapest(eta: float) -> float:
+    """The limit the paces make cheapest at ``eta`` (the job's one GPU: 300 W maximum)."""
+    costs = {
+        float(w): zeus_cost(p["watts"] * p["step_s"], p["step_s"], eta, 300.0)
+        for w, p in PACES.items()
+    }
+    return min(costs, key=lambda w: (costs[w], -w))
+
+
+@pytest.fixture(scope="module")
+def server(sqlite_server: ServerProcess) -> ServerProcess:
+    return sqlite_server
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The double as ``pynvml``, its state and the run records in this test's folder."""
+    spec = importlib.util.spec_from_file_location("pynvml", DOUBLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+
+    def describe(**options: Any) -> None:
+        monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu(**options)]))
+
+    describe()
+    module.describe = describe
+    return module
+
+
+def state(tmp_path: Path) -> dict[str, Any]:
+    """The double's GPU: its limit now, and every change (W)."""
+    path = tmp_path / "gpu" / f"{UUID}.json"
+    if not path.exists():
+        return {"limit": 300.0, "changes": [], "calls": 0}
+    saved = json.loads(path.read_text())
+    return {
+        "limit": saved["limit_mw"] / 1000,
+        "changes": [mw / 1000 for _, mw in saved["changes"]],
+        "calls": saved.get("calls", 0),
+    }
+
+
+def job(job_id: str, eta: float, **options: Any) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        job_id_prefix=job_id.split("-")[0],
+        batch_sizes=[BATCH],
+        default_batch_size=BATCH,
+        target_metric=0.0,  # reached at the first validation: one epoch a run
+        max_epochs=2,
+        eta_knob=eta,
+        learning_curve_stop=False,
+        **options,
+    )
+
+
+class Paced(pl.LightningModule):  # type: ignore[misc]
+    """A linear model whose every training step takes the double GPU's time at its limit;
+    ``then(step)`` runs after each step (a test's interruption)."""
+
+    def __init__(self, then: Any = None) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+        self.batch_size = BATCH
+        self.then = then
+        self.steps = 0
+
+    def train_dataloader(self) -> Any:
+        data = torch.utils.data.TensorDataset(
+            torch.randn(STEPS * BATCH, 4), torch.zeros(STEPS * BATCH, dtype=torch.long)
+        )
+        return torch.utils.data.DataLoader(data, batch_size=self.batch_size)
+
+    def val_dataloader(self) -> Any:
+        data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.zeros(16, dtype=torch.long))
+        return torch.utils.data.DataLoader(data, batch_size=16)
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        nvml = sys.modules["pynvml"]
+        time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
+        self.steps += 1
+        if self.then is not None:
+            self.then(self.steps)
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def validation_step(self, batch: Any, index: int) -> None:
+        self.log("val_acc", 1.0)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(server: ServerProcess, spec: JobSpec, tmp_path: Path, **options: Any) -> ZeusBSOCallback:
+    model = Paced(options.pop("then", None))
+    callback = ZeusBSOCallback(server.url, spec, "val_acc", power_limit="optimize", **options)
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=2, **quiet_trainer_options(tmp_path))
+    trainer.fit(model)
+    return callback
+
+
+def profiles(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
+    with ServerClient(server.url) as client:
+        return list(client.job_state(job_id)["power_profiles"])
+
+
+@pytest.mark.parametrize("eta", [0.5, 1.0])
+def test_the_first_run_profiles_and_every_run_trains_at_the_chosen_limit(
+    server: ServerProcess, nvml: Any, tmp_path: Path, eta: float
+) -> None:
+    spec = job(unique_id("plfit"), eta)
+    fit(server, spec, tmp_path)
+    (profile,) = profiles(server, spec.job_id or "")
+    assert [m["power_limit"] for m in profile["measurements"]] == [
+        200.0,
+        225.0,
+        250.0,
+        275.0,
+        300.0,
+    ]
+    # Measured, not told: each limit's step as the double paced it (energy over time: its draw).
+    for m in profile["measurements"]:
+        assert m["energy_per_epoch"] / m["time_per_epoch"] == pytest.approx(
+            PACES[f"{m['power_limit']:g}"]["watts"], rel=0.05
+        )
+    assert profile["power_limit"] == cheapest(eta)
+    # The sequence: every limit from the highest down, the chosen one, and back at the end.
+    first = state(tmp_path)
+    assert first["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(eta), 300.0]
+    # The next run is told the limit: no profiling, the GPU at it while it trains, then back.
+    seen: list[float] = []
+    fit(server, spec, tmp_path, then=lambda step: seen.append(state(tmp_path)["limit"]))
+    assert set(seen) == {cheapest(eta)}
+    assert state(tmp_path)["changes"][len(first["changes"]) :] == [cheapest(eta), 300.0]
+    assert len(profiles(server, spec.job_id or "")) == 1
+
+
+def test_at_eta_0_nothing_is_profiled_or_set(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    spec = job(unique_id("pleta0"), 0.0)
+    fit(server, spec, tmp_path)
+    assert profiles(server, spec.job_id or "") == []
+    assert state(tmp_path)["calls"] == 0
+
+
+def test_without_permission_the_recommended_limit_is_logged_and_nothing_set(
+    server: ServerProcess, nvml: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = job(unique_id("pladvice"), 0.5)
+    fit(server, spec, tmp_path)  # profiled, where the process may set limits
+    before = state(tmp_path)
+    nvml.describe(settable=False)
+    with caplog.at_level(logging.WARNING):
+        fit(server, spec, tmp_path)
+    assert state(tmp_path) == before
+    assert f"recommended GPU power limit is {cheapest(0.5):g} W" in caplog.text
+    assert "CAP_SYS_ADMIN" in caplog.text
+    # A first run without permission profiles nothing, and says so.
+    caplog.clear()
+    other = job(unique_id("pladvice"), 0.5)
+    with caplog.at_level(logging.WARNING):
+        fit(server, other, tmp_path)
+    assert profiles(server, other.job_id or "") == []
+    assert "power limits were not profiled" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("options", "words"), [({"mig": True}, "MIG mode"), ({"processes": [1]}, "is shared")]
+)
+def test_a_mig_or_shared_gpu_is_refused_and_the_trial_released(
+    server: ServerProcess, nvml: Any, tmp_path: Path, options: dict[str, Any], words: str
+) -> None:
+    nvml.describe(**options)
+    spec = job(unique_id("plrefused"), 0.5)
+    with pytest.raises(PowerLimitError, match=words):
+        fit(server, spec, tmp_path)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "released"
+    assert state(tmp_path)["calls"] == 0
+
+
+def test_an_exception_restores_the_limit(server: ServerProcess, nvml: Any, tmp_path: Path) -> None:
+    spec = job(unique_id("plraise"), 0.5)
+
+    def fail(step: int) -> None:
+        if step == 40:  # profiled (3 memory-check steps, then 35): at the chosen limit
+            assert state(tmp_path)["limit"] == cheapest(0.5)
+            raise RuntimeError("the script failed")
+
+    with pytest.raises(RuntimeError, match="the script failed"):
+        fit(server, spec, tmp_path, then=fail)
+    assert state(tmp_path)["limit"] == 300.0
+    assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
+
+
+def test_a_lost_lease_restores_the_limit_and_training_goes_on(
+    server: ServerProcess, nvml: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEUS_BSO_HEARTBEAT_SECONDS", "0.05")
+    spec = job(unique_id("pllease"), 0.5)
+    limits: list[float] = []
+
+    def lose(step: int) -> None:
+        if step in (39, 42):  # profiled after 3 memory-check steps and 35 more
+            limits.append(state(tmp_path)["limit"])
+        if step == 39:
+            with ServerClient(server.url) as client:  # the server ends the trial
+                (trial,) = client.job_state(spec.job_id or "")["trials"]
+                body = {k: trial[k] for k in ("batch_size", "trial_number")}
+                client._request("PATCH", "/trials", json={"job_id": spec.job_id, **body})
+            time.sleep(0.5)
+
+    fit(server, spec, tmp_path, then=lose)
+    assert limits == [cheapest(0.5), 300.0]
+
+
+WORKER = """
+import os, signal, sys
+sys.path[:0] = [{double!r}, {root!r}]
+from tests.integrations.test_power_limits import Paced, job
+import lightning.pytorch as pl
+from tests.helpers import quiet_trainer_options
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+def then(step):
+    if step == 40:
+        os.kill(os.getpid(), signal.{signal})
+
+spec = job({job_id!r}, 0.5)
+callback = ZeusBSOCallback({url!r}, spec, "val_acc", power_limit="optimize")
+pl.Trainer(callbacks=[callback], max_epochs=2, **quiet_trainer_options({out!r})).fit(Paced(then))
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_killed_run_has_its_limit_restored(
+    server: ServerProcess, nvml: Any, tmp_path: Path, how: str
+) -> None:
+    """SIGTERM: the run restores before it ends. SIGKILL: it cannot; its record stays, and the
+    next run on the node restores the GPU when it starts."""
+    job_id = unique_id("plkill")
+    script = WORKER.format(double=str(DOUBLE.parent), root=str(ROOT), signal=how,
+                           job_id=job_id, url=server.url, out=str(tmp_path / "out"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    # Lightning turns SIGTERM into an exception that ends the fit (status 0); without it,
+    # the signal ends the process once the limits are back.
+    expected = (0, -signal.SIGTERM) if how == "SIGTERM" else (-signal.SIGKILL,)
+    assert done.returncode in expected, done.stderr[-3000:]
+    records = list((tmp_path / "cache" / "power_limits").glob("*.json"))
+    if how == "SIGTERM":
+        assert state(tmp_path)["limit"] == 300.0
+        assert not records
+        return
+    assert state(tmp_path)["limit"] == cheapest(0.5)  # left as the killed run set it
+    assert [r.stem for r in records] == [UUID]
+    fit(server, job(unique_id("plnext"), 0.0), tmp_path)  # any next run: eta 0 sets nothing
+    assert state(tmp_path)["limit"] == 300.0
+    assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
+
+
+TWO_RANKS = """
+import sys
+from datetime import timedelta
+sys.path[:0] = [{double!r}, {root!r}]
+from tests.integrations.test_power_limits import Paced, job
+import lightning.pytorch as pl
+from lightning.pytorch.strategies import DDPStrategy
+from tests.helpers import quiet_trainer_options
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+callback = ZeusBSOCallback({url!r}, job({job_id!r}, 0.5), "val_acc", power_limit="optimize")
+strategy = DDPStrategy(process_group_backend="gloo", timeout=timedelta(minutes=5))
+trainer = pl.Trainer(callbacks=[callback], max_epochs=2, devices=2, strategy=strategy,
+                     **quiet_trainer_options({out!r}))
+trainer.fit(Paced())
+"""
+
+
+def test_two_ranks_on_one_node_set_their_gpu_once(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """Two processes (torchrun, gloo) train on the node's one GPU: one of them owns its limit,
+    and every limit is set once. Each rank's epoch has 20 steps: room for two limits, the
+    highest and the lowest."""
+    from tests.ports import free_port
+
+    job_id = unique_id("pltwo")
+    script = TWO_RANKS.format(double=str(DOUBLE.parent), root=str(ROOT), job_id=job_id,
+                              url=server.url, out=str(tmp_path / "out"))  # fmt: skip
+    (tmp_path / "two.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--nnodes=1", f"--master_port={free_port()}", str(tmp_path / "two.py")]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    (profile,) = profiles(server, job_id)
+    assert [m["power_limit"] for m in profile["measurements"]] == [200.0, 300.0]
+    chosen = profile["power_limit"]
+    after = state(tmp_path)
+    applied = [300.0, 200.0, chosen, 300.0]  # each a change where it differs from the last
+    assert after["changes"] == [b for a, b in itertools.pairwise(applied) if a != b]
+    assert after["calls"] == 4  # 300, 200, the chosen one, 300 again: once each, not twice
+    assert after["limit"] == 300.0
+
+
+HF_SIGTERM = """
+import os, signal, sys
+sys.path[:0] = [{double!r}, {root!r}]
+from tests.integrations.test_power_limits import hf_run
+
+def then(step):
+    if step == 40:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+hf_run({url!r}, {job_id!r}, 0.5, {out!r}, then)
+"""
+
+
+def hf_run(url: str, job_id: str, eta: float, out: str, then: Any = None) -> Any:
+    """An HF Trainer run of a paced model under ZeusBSOTrainerCallback(power_limit="optimize")."""
+    transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
+
+    class Model(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+            self.steps = 0
+
+        def forward(self, x: Any, labels: Any = None) -> Any:
+            if self.training:
+                nvml = sys.modules["pynvml"]
+                time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
+                self.steps += 1
+                if then is not None:
+                    then(self.steps)
+            logits = self.layer(x)
+            return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+    class Data(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __init__(self, n: int) -> None:
+            self.x = torch.randn(n, 4)
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"x": self.x[i], "labels": torch.tensor(0)}
+
+    callback = ZeusBSOTrainerCallback(url, job(job_id, eta), metric="eval_loss",
+                                      power_limit="optimize")  # fmt: skip
+    args = transformers.TrainingArguments(
+        output_dir=out, per_device_train_batch_size=callback.start(), num_train_epochs=2,
+        eval_strategy="epoch", logging_strategy="no", save_strategy="no", report_to=[],
+        use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = transformers.Trainer(model=Model(), args=args, train_dataset=Data(STEPS * BATCH),
+                                   eval_dataset=Data(16), callbacks=[callback])  # fmt: skip
+    trainer.train()
+    return callback
+
+
+def test_an_hf_run_profiles_and_trains_at_the_chosen_limit(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    job_id = unique_id("plhf")
+    limits: list[float] = []
+    hf_run(server.url, job_id, 0.5, str(tmp_path / "out"),
+           then=lambda step: limits.append(state(tmp_path)["limit"]))  # fmt: skip
+    (profile,) = profiles(server, job_id)
+    assert [m["power_limit"] for m in profile["measurements"]] == [
+        200.0,
+        225.0,
+        250.0,
+        275.0,
+        300.0,
+    ]
+    assert profile["power_limit"] == cheapest(0.5)
+    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
+    assert limits[-1] == cheapest(0.5)  # the rest of the run, at the chosen limit
+
+
+def test_sigterm_without_a_framework_handler_restores_then_ends_the_process(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """The HF Trainer leaves SIGTERM alone: ours restores the limit, then the signal ends the
+    process as it would have."""
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    script = HF_SIGTERM.format(double=str(DOUBLE.parent), root=str(ROOT), url=server.url,
+                               job_id=unique_id("plhfterm"), out=str(tmp_path / "out"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
+    assert state(tmp_path)["changes"][-1:] == [300.0]
+    assert state(tmp_path)["limit"] == 300.0
+    assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
