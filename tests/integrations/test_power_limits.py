@@ -460,3 +460,27 @@ def test_sigterm_without_a_framework_handler_restores_then_ends_the_process(
     assert state(tmp_path)["changes"][-1:] == [300.0]
     assert state(tmp_path)["limit"] == 300.0
     assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
+
+
+def test_a_fabric_loop_profiles_through_its_step_calls(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """A loop adapter's entry point: the loop calls ``step_begin`` and ``step_end``."""
+    from lightning.fabric import Fabric
+
+    from zeus_bso.integrations.fabric import ZeusBSOFabric
+
+    spec = job(unique_id("plfabric"), 1.0)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with ZeusBSOFabric(fabric, server.url, spec, power_limit="optimize") as bso:
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)  # NVML is up
+        bso.train_begin(STEPS)
+        for _ in range(STEPS):
+            bso.step_begin()
+            time.sleep(nvml._step_seconds(handle))
+            bso.step_end()
+        during = state(tmp_path)["limit"]
+        assert bso.report(1.0)
+    (profile,) = profiles(server, spec.job_id or "")
+    assert profile["power_limit"] == during == cheapest(1.0)
+    assert state(tmp_path)["limit"] == 300.0

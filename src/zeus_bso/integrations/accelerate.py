@@ -51,7 +51,9 @@ class ZeusBSOAccelerate(TrialSession):
             ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
             ``bso.micro_batch_size``, and the accelerator's ``gradient_accumulation_steps`` is
             set to ``bso.accumulation_steps``; wrap each step in
-            ``accelerator.accumulate(model)``).
+            ``accelerator.accumulate(model)``), and ``power_limit="optimize"`` (GPU power
+            limits: pass ``bso.train_begin(len(loader))`` the steps of an epoch, and call
+            ``bso.step_begin()`` and ``bso.step_end()`` around every training step).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).

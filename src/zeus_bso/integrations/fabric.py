@@ -50,7 +50,10 @@ class ZeusBSOFabric(TrialSession):
             ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
             ``bso.micro_batch_size``, and the loop steps the optimizer every
             ``bso.accumulation_steps`` micro-batches, the others under
-            ``fabric.no_sync(model)``, dividing the loss by that number).
+            ``fabric.no_sync(model)``, dividing the loss by that number), and
+            ``power_limit="optimize"`` (GPU power limits: pass ``bso.train_begin(len(loader))``
+            the steps of an epoch, and call ``bso.step_begin()`` and ``bso.step_end()`` around
+            every training step).
 
     The run's one-line summary is printed at the end through ``fabric.print`` (the main
     process's).

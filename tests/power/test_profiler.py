@@ -1,0 +1,60 @@
+"""`PowerProfiler` alone: the sequence of limits over the steps, and what it measures, with a
+clock and an energy reading that the test drives."""
+
+from __future__ import annotations
+
+import pytest
+
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.power import PowerProfiler
+from zeus_bso.training.power import check_power_limit
+
+
+class Gpu:
+    """A GPU whose step at each limit takes ``seconds[limit]`` and draws ``watts[limit]``."""
+
+    def __init__(self) -> None:
+        self.seconds = {300.0: 1.0, 250.0: 1.5}
+        self.watts = {300.0: 300.0, 250.0: 150.0}
+        self.limit = 300.0
+        self.now = 0.0
+        self.joules = 0.0
+        self.set_calls: list[float] = []
+
+    def set(self, limit: float) -> None:
+        self.set_calls.append(limit)
+        self.limit = limit
+
+    def step(self) -> None:
+        self.now += self.seconds[self.limit]
+        self.joules += self.seconds[self.limit] * self.watts[self.limit]
+
+
+def test_each_limit_settles_then_is_measured_and_an_epoch_is_its_step_times_the_steps() -> None:
+    gpu = Gpu()
+    profiler = PowerProfiler(
+        [300.0, 250.0], gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
+        settle_steps=1, measured_steps=2,
+    )  # fmt: skip
+    assert profiler.steps_needed == 6
+    steps = 0
+    while not profiler.done:
+        profiler.step_begin()
+        gpu.step()
+        profiler.step_end()
+        steps += 1
+    assert steps == 6
+    assert gpu.set_calls == [300.0, 250.0]
+    low, high = profiler.measurements(steps_per_epoch=100, gpus_factor=2.0)
+    assert (low.power_limit, low.time_per_epoch, low.energy_per_epoch) == (250.0, 150.0, 45000.0)
+    assert (high.power_limit, high.time_per_epoch, high.energy_per_epoch) == (300.0, 100.0, 60000.0)
+    profiler.step_begin()  # done: nothing more is set
+    profiler.step_end()
+    assert gpu.set_calls == [300.0, 250.0]
+
+
+def test_the_mode_is_checked() -> None:
+    assert check_power_limit("optimize") == "optimize"
+    assert check_power_limit("off") == "off"
+    with pytest.raises(ConfigurationError, match="'off' or 'optimize'"):
+        check_power_limit("max")
