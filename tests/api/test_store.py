@@ -215,3 +215,80 @@ def test_readiness_says_no_while_the_sqlite_disk_is_full(small_disk: Path) -> No
             assert http.post("/jobs", json=job_body(unique_id())).status_code == 201
     finally:
         server.stop()
+
+
+def test_a_sqlite_write_runs_on_the_loop_unless_another_holds_the_lock(tmp_path: Path) -> None:
+    """A SQLite write that gets the lock at once runs on the event loop's thread (no hop to a
+    worker thread and back); one that finds another connection's lock waits in a worker thread,
+    and the loop goes on meanwhile."""
+    path = tmp_path / "bso.db"
+    db = Database(to_engine_url(sqlite_url(path)))
+
+    def where(_: Connection) -> int:
+        return threading.get_ident()
+
+    async def scenario() -> tuple[int, int, int, float]:
+        await migrate.upgrade(db)
+        loop_thread = threading.get_ident()
+        free = await db.write(where)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        ticks: list[float] = []
+
+        async def tick() -> None:
+            for _ in range(5):
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        async def release() -> None:
+            await asyncio.sleep(0.4)
+            holder.execute("COMMIT")
+            holder.close()
+
+        began = time.monotonic()
+        locked, *_ = await asyncio.gather(db.write(where), tick(), release())
+        return loop_thread, free, locked, ticks[-1] - began
+
+    try:
+        loop_thread, free, locked, ticking = asyncio.run(scenario())
+    finally:
+        db.dispose()
+    assert free == loop_thread
+    assert locked != loop_thread
+    assert ticking < 0.4  # the loop ticked on while the write waited for the lock
+
+
+def test_a_servers_sqlite_log_is_checkpointed_in_the_background(tmp_path: Path) -> None:
+    """The server's connections never checkpoint in a request: `Database.checkpoint` copies
+    the log into the database (PASSIVE), and the log starts over at the next write; past the
+    bound it waits for the writers (RESTART)."""
+    path = tmp_path / "bso.db"
+    db = Database(to_engine_url(sqlite_url(path)), background_checkpoints=True)
+
+    def insert(conn: Connection) -> None:
+        conn.exec_driver_sql("INSERT INTO x VALUES (randomblob(3000))")
+
+    async def scenario() -> list[tuple[int, int]]:
+        await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE x (a)"))
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+        for _ in range(50):
+            await db.write(insert)
+        seen = [db.checkpoint()]
+        await db.write(insert)
+        seen.append(db.checkpoint())
+        for _ in range(50):
+            await db.write(insert)
+        seen.append(db.checkpoint(max_wal_frames=10))
+        await db.write(insert)
+        seen.append(db.checkpoint())
+        return seen
+
+    try:
+        (many, restarted, bounded, after) = asyncio.run(scenario())
+    finally:
+        db.dispose()
+    assert many[0] == many[1] >= 50  # every frame copied
+    assert restarted[0] < 10  # the log started over at the next write
+    assert bounded[0] == bounded[1]
+    assert after[0] < 10

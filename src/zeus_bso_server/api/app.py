@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -27,6 +29,9 @@ from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import check_schema
 
+CHECKPOINT_SECONDS = 1.0
+"""How often a SQLite server copies its write-ahead log into the database, off the requests."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -40,7 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             resolved.engine_url,
             busy_timeout_ms=resolved.sqlite_busy_timeout_ms,
             echo=resolved.echo_sql,
+            background_checkpoints=True,
         )
+        checkpoints = asyncio.create_task(db.checkpoint_every(CHECKPOINT_SECONDS))
         try:
             await check_schema(db)
             app.state.db = db
@@ -51,6 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             gc.freeze()
             yield
         finally:
+            checkpoints.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checkpoints
             db.dispose()
 
     app = FastAPI(
