@@ -114,8 +114,7 @@ def history(job_id: str, start: int, trials: int) -> tuple[list[tuple[Any, ...]]
         "best_batch_size": best_batch_size,
         "best_cost": min(costs[best_batch_size]),
         "next_trial_number": start + trials,
-        "stage": "bandit",
-        "arms": json.dumps(BATCH_SIZES),
+        "arms": json.dumps(BATCH_SIZES),  # arms: the bandit stage (migration 0011)
     }
     return rows, job
 
