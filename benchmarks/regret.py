@@ -116,9 +116,10 @@ def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> Non
     lines = [
         f"Power limits: seeds {seeds}, {recurrences} recurrences, beta 2.0, in-process. "
         "Cumulative cost / the batch-size-only oracle's at the GPU's maximum power. Profiling: "
-        "each batch size's first run pays its first epoch at the mean over the trace's power "
-        "limits and trains at the cheapest limit after (never at eta 0); the joint oracle runs "
-        "the best batch size at its best limit every recurrence.",
+        "each batch size's first run pays its first epoch at the mean over the power limits it "
+        "profiles (the trace's, from the highest down, until three in a row cost more than the "
+        "cheapest) and trains at the cheapest of them after (never at eta 0); the joint oracle "
+        "runs the best batch size at its best limit every recurrence.",
         "",
         "| GPU | eta | workload | today | with profiling | joint oracle |",
         "|---|---|---|---|---|---|",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import PowerProfiler
 from zeus_bso.training.power import check_power_limit
 
@@ -58,3 +59,34 @@ def test_the_mode_is_checked() -> None:
     assert check_power_limit("off") == "off"
     with pytest.raises(ConfigurationError, match="'off' or 'optimize'"):
         check_power_limit("max")
+
+
+def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() -> None:
+    gpu = Gpu()
+    gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3, 225.0: 1.6, 200.0: 2.0, 175.0: 2.5}
+    gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 230.0, 225.0: 200.0, 200.0: 180.0, 175.0: 150.0}
+    asked: list[list[float]] = []
+
+    def goes_on(costs: list[float]) -> bool:
+        asked.append(costs)
+        return profile_goes_on(costs)
+
+    profiler = PowerProfiler(
+        sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
+        settle_steps=1, measured_steps=1, goes_on=goes_on,
+    )  # fmt: skip
+    while not profiler.done:
+        profiler.step_begin()
+        gpu.step()
+        profiler.step_end()
+    # Energy a step: 300, 275, 299, 320, 360: 275 W is cheapest, the three below it cost more.
+    assert gpu.set_calls == [300.0, 275.0, 250.0, 225.0, 200.0]
+    assert [m.power_limit for m in profiler.measurements(1)] == [200.0, 225.0, 250.0, 275.0, 300.0]
+    assert asked[-1] == pytest.approx([300.0, 275.0, 299.0, 320.0, 360.0])
+
+
+def test_profile_goes_on_until_patience_runs_out() -> None:
+    assert profile_goes_on([10.0, 9.0, 9.5, 9.8])  # two above the cheapest: on
+    assert not profile_goes_on([10.0, 9.0, 9.5, 9.8, 9.9])  # three: stop
+    assert profile_goes_on([10.0, 9.0, 9.5, 9.8, 8.0])  # a new cheapest: on
+    assert profile_goes_on([10.0])

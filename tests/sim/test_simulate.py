@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import ServerProcess
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
+from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.sim import (
     ServerBackend,
     TrialOutcome,
@@ -432,9 +433,10 @@ def test_accumulating_runs_reach_sizes_above_the_cap_in_process_and_through_a_se
 def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
     server: ServerProcess,
 ) -> None:
-    """Each batch size's first run pays a profiling epoch at the mean over the power limits and
-    trains at the cheapest limit after; the server, which sees only the reports, decides as the
-    policy in-process; at eta 0 nothing is profiled and the runs are today's exactly."""
+    """Each batch size's first run pays a profiling epoch at the mean over the power limits it
+    profiles (from the highest down, until three in a row cost more than the cheapest) and
+    trains at the cheapest of them after; the server, which sees only the reports, decides as
+    the policy in-process; at eta 0 nothing is profiled and the runs are today's exactly."""
     trace = load_trace_job("cifar100", "v100")
     spec = job_spec(trace, "sim-power-1", mab_seed=1, eta_knob=1.0)
     options: dict[str, Any] = {"recurrences": 12, "seed": 1, "eta_knob": 1.0}
@@ -445,16 +447,29 @@ def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
         client.delete_job(backend.job_id)
     assert [r.trials for r in remote] == [r.trials for r in local]
     runs = [t for r in local for t in r.trials]
+
+    def cheapest(size: int) -> float:
+        profiled = trace.profiled(size, 1.0)
+        costs = [trace.pace_cost(p, 1.0) for p in profiled]
+        assert len(profiled) == len(trace.paces[size]) or not profile_goes_on(costs)
+        return min(profiled, key=lambda p: (trace.pace_cost(p, 1.0), -p.power_limit)).power_limit
+
     for run in runs:
-        assert run.power_limit == trace.best_pace(run.batch_size, 1.0).power_limit
+        assert run.power_limit == cheapest(run.batch_size)
     assert any(run.power_limit != trace.max_power for run in runs)  # energy alone: lower limits
     plain = simulate(trace, in_process(spec), **options)
     assert sum(r.cost for r in local) < sum(r.cost for r in plain)
     # The first run of a batch size pays its profiling epoch: dearer than a later run's epochs.
     first = next(t for t in runs if t.epochs > 1)
     best = trace.best_pace(first.batch_size, 1.0)
-    profiling = trace.profiling_pace(first.batch_size)
+    profiling = trace.profiling_pace(first.batch_size, 1.0)
     assert trace.pace_cost(profiling, 1.0) > trace.pace_cost(best, 1.0)
+    # A profile runs from the highest limit down; some stop before the lowest.
+    for size in trace.batch_sizes:
+        limits = [p.power_limit for p in trace.profiled(size, 1.0)]
+        every = sorted((p.power_limit for p in trace.paces[size]), reverse=True)
+        assert limits == every[: len(limits)]
+    assert any(len(trace.profiled(b, 1.0)) < len(trace.paces[b]) for b in trace.batch_sizes)
     summary = summarize(trace, 1.0, 12, [seed_result(1, local)], power_limits=True)
     assert summary.joint_oracle_regret is not None
     assert summary.joint_oracle_regret < 1.0

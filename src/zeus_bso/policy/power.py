@@ -37,3 +37,19 @@ def best_power_limit(
         raise ValueError("a power profile has at least one measurement")
     best = min(measurements, key=lambda m: (epoch_cost(m, eta_knob, max_power), -m.power_limit))
     return best.power_limit
+
+
+PATIENCE = 3
+"""Limits in a row, from the highest down, that cost no less than the cheapest so far, after
+which a profile stops: a GPU's cost over its limits falls to one lowest and rises after it, so
+the limits below cost more still, and profiling them would only spend."""
+
+
+def profile_goes_on(costs: Sequence[float], patience: int = PATIENCE) -> bool:
+    """Whether a profile that measured ``costs`` (an epoch's, at its limits from the highest
+    down) goes on to the next limit: not once the last ``patience`` cost no less than the
+    cheapest before them."""
+    if len(costs) <= patience:
+        return True
+    cheapest = min(costs[:-patience])
+    return any(cost < cheapest for cost in costs[-patience:])

@@ -1,6 +1,8 @@
 """Profiling a batch size's power limits in its first epoch, step by step (the Zeus paper's
 first-epoch profiling): each limit in turn, from the highest, gets a few steps to settle and a
-few measured steps; an epoch at a limit is its measured step times the steps of an epoch.
+few measured steps; an epoch at a limit is its measured step times the steps of an epoch. The
+profile may stop early, when ``goes_on`` says the limits below cannot be cheaper
+(`zeus_bso.policy.power.profile_goes_on`).
 
 The clock, the energy reading and the setting of a limit are given, so that the sequence is the
 same on every process of a run (each sets its own GPUs at the same step) and testable alone."""
@@ -36,6 +38,11 @@ class PowerProfiler:
     joules: Callable[[], float]
     sync: Callable[[], None] = lambda: None
     clock: Callable[[], float] = time.monotonic
+    goes_on: Callable[[list[float]], bool] | None = None
+    """Given each measured limit's cost of a step (highest limit first), whether to measure
+    the next; every process must get the same answer (the main process's). None: every limit."""
+    cost: Callable[[float, float], float] = lambda seconds, joules: joules
+    """A step's cost from its seconds and joules (what ``goes_on`` compares)."""
     settle_steps: int = SETTLE_STEPS
     measured_steps: int = MEASURED_STEPS
     _index: int = 0
@@ -80,6 +87,13 @@ class PowerProfiler:
             self._index += 1
             self._steps = 0
             self._start = None
+            if self.goes_on is not None and not self.done:
+                costs = [
+                    self.cost(w.seconds, w.joules)
+                    for _, w in sorted(self._measured.items(), reverse=True)
+                ]
+                if not self.goes_on(costs):
+                    self._index = len(self.limits)
 
     def measurements(
         self, steps_per_epoch: int, gpus_factor: float = 1.0

@@ -233,9 +233,13 @@ def simulate(
             if profiles_power(eta_knob, power_limits):
                 profiling = trial.batch_size not in chosen
                 pace = chosen.setdefault(
-                    trial.batch_size, trace.best_pace(trial.batch_size, eta_knob)
+                    trial.batch_size,
+                    min(
+                        trace.profiled(trial.batch_size, eta_knob),
+                        key=lambda p: (trace.pace_cost(p, eta_knob), -p.power_limit),
+                    ),
                 )
-                first = trace.profiling_pace(trial.batch_size) if profiling else pace
+                first = trace.profiling_pace(trial.batch_size, eta_knob) if profiling else pace
             epoch, answer = 0, None
             while answer is None or not answer.stop_train:
                 epoch += 1

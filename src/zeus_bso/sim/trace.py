@@ -16,6 +16,7 @@ from importlib.resources import files
 
 from zeus_bso.errors import TraceError
 from zeus_bso.policy import zeus_cost
+from zeus_bso.policy.power import profile_goes_on
 
 GPUS = ("v100", "p100")
 
@@ -104,10 +105,21 @@ class TraceJob:
         paces = self.paces[batch_size]
         return min(paces, key=lambda p: (self.pace_cost(p, eta_knob), -p.power_limit))
 
-    def profiling_pace(self, batch_size: int) -> Pace:
-        """An epoch spent profiling every power limit: the mean time and the mean energy over
-        the limits (a power that gives that energy over that time)."""
-        paces = self.paces[batch_size]
+    def profiled(self, batch_size: int, eta_knob: float) -> tuple[Pace, ...]:
+        """The limits a client profiles, as it does: from the highest down, while
+        `profile_goes_on`."""
+        kept: list[Pace] = []
+        for pace in sorted(self.paces[batch_size], key=lambda p: -p.power_limit):
+            kept.append(pace)
+            if not profile_goes_on([self.pace_cost(p, eta_knob) for p in kept]):
+                break
+        return tuple(kept)
+
+    def profiling_pace(self, batch_size: int, eta_knob: float | None = None) -> Pace:
+        """An epoch spent profiling the power limits: the mean time and the mean energy over
+        the limits profiled (a power that gives that energy over that time): with ``eta_knob``
+        those a client profiles (`profiled`), without every one."""
+        paces = self.paces[batch_size] if eta_knob is None else self.profiled(batch_size, eta_knob)
         seconds = sum(p.time_per_epoch for p in paces) / len(paces)
         joules = sum(p.time_per_epoch * p.average_power for p in paces) / len(paces)
         return Pace(math.nan, seconds, joules / seconds)

@@ -21,8 +21,10 @@ from typing import Any, Literal
 
 from zeus_bso.client.fallback import cache_dir
 from zeus_bso.errors import ConfigurationError, PowerLimitError
+from zeus_bso.policy import zeus_cost
+from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import GpuPowerLimits, PowerProfiler, restore_orphaned
-from zeus_bso.spec import PowerMeasurement
+from zeus_bso.spec import GpuConfig, PowerMeasurement
 from zeus_bso.training.collectives import all_gather_object
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,8 @@ class PowerLimitRun:
         limits: this process's GPUs.
         broadcast: sends the main process's object to every process.
         gpus_factor: the run's GPUs over the main process's (its energy scaled to the run's).
+        eta_knob: the job's weight of energy in the cost.
+        max_power: the run's GPUs' maximum power (W), which prices time in the cost.
     """
 
     def __init__(
@@ -79,8 +83,12 @@ class PowerLimitRun:
         limits: GpuPowerLimits,
         broadcast: Callable[[Any], Any],
         gpus_factor: float,
+        eta_knob: float = 0.5,
+        max_power: float = 1.0,
     ) -> None:
         self._is_main = is_main
+        self._eta = eta_knob
+        self._max_power = max_power
         self._limits = limits
         self._broadcast = broadcast
         self._gpus_factor = gpus_factor
@@ -93,7 +101,11 @@ class PowerLimitRun:
 
     @classmethod
     def of_this_process(
-        cls, is_main: bool, broadcast: Callable[[Any], Any], run_gpus: int
+        cls,
+        is_main: bool,
+        broadcast: Callable[[Any], Any],
+        run_gpus: GpuConfig,
+        eta_knob: float,
     ) -> PowerLimitRun:
         """This process's part of the run (every process calls it at once)."""
         pids = [int(p) for p in all_gather_object(os.getpid())]
@@ -107,7 +119,8 @@ class PowerLimitRun:
         if said:  # on every process, so that none waits for the others in a collective
             raise PowerLimitError(said[0] if refused is None else refused)
         assert limits is not None
-        return cls(is_main, limits, broadcast, run_gpus / max(1, len(limits.uuids)))
+        factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
+        return cls(is_main, limits, broadcast, factor, eta_knob, run_gpus.max_power)
 
     def begin(
         self,
@@ -121,7 +134,14 @@ class PowerLimitRun:
         self._send = send
         self._steps_per_epoch = steps_per_epoch or 1
         if profiling:
-            profiler = PowerProfiler(self._limits.limits(), self._set, self._limits.joules, _sync)
+            profiler = PowerProfiler(
+                self._limits.limits(),
+                self._set,
+                self._limits.joules,
+                _sync,
+                goes_on=self._goes_on,
+                cost=lambda s, j: zeus_cost(j * self._gpus_factor, s, self._eta, self._max_power),
+            )
             per_limit = profiler.settle_steps + profiler.measured_steps
             if steps_per_epoch is not None and steps_per_epoch < profiler.steps_needed:
                 # The first epoch has room for fewer: evenly spread, the highest kept.
@@ -150,6 +170,10 @@ class PowerLimitRun:
                 )
         elif limit is not None:
             self._apply(limit)
+
+    def _goes_on(self, costs: list[float]) -> bool:
+        """The main process's answer, on every process (a collective at the same step)."""
+        return bool(self._broadcast(profile_goes_on(costs) if self._is_main else None))
 
     def _set(self, limit: float) -> None:
         self._limits.set(limit)

@@ -166,7 +166,7 @@ class TrialSession:
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
         if optimize_power:
             try:
-                self.power = PowerLimitRun.of_this_process(is_main, broadcast, gpus.number_of_gpus)
+                self.power = PowerLimitRun.of_this_process(is_main, broadcast, gpus, job.eta_knob)
             except ConfigurationError as err:
                 self.release(str(err))  # not the batch size's fault
                 raise
