@@ -484,3 +484,27 @@ def test_a_fabric_loop_profiles_through_its_step_calls(
     (profile,) = profiles(server, spec.job_id or "")
     assert profile["power_limit"] == during == cheapest(1.0)
     assert state(tmp_path)["limit"] == 300.0
+
+
+def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """`BatchSizeOptimizer`, the plain loop's entry point, with ``power_limit="optimize"``."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+
+    spec = job(unique_id("plplain"), 0.5)
+    bso = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
+    assert bso.get_batch_size() == BATCH
+    bso.on_train_begin(STEPS)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    for _ in range(STEPS):
+        bso.on_step_begin()
+        time.sleep(nvml._step_seconds(handle))
+        bso.on_step_end()
+    during = state(tmp_path)["limit"]
+    bso.on_evaluate(1.0)
+    bso.end()
+    (profile,) = profiles(server, spec.job_id or "")
+    assert profile["power_limit"] == during == cheapest(0.5)
+    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]

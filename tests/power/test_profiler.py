@@ -8,7 +8,7 @@ import pytest
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import PowerProfiler
-from zeus_bso.training.power import check_power_limit
+from zeus_bso.power.run import check_power_limit
 
 
 class Gpu:

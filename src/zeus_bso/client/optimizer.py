@@ -39,6 +39,7 @@ from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_siz
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
+from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.settings import (
     heartbeat_seconds_from,
@@ -50,6 +51,7 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     ConfigurationError,
     OperationOrderError,
+    PowerLimitError,
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
@@ -58,6 +60,8 @@ from zeus_bso.errors import (
 )
 from zeus_bso.policy.cost import Report, StopRules, judge_report
 from zeus_bso.policy.machine import answer_of
+from zeus_bso.power import GpuPowerLimits
+from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
 from zeus_bso.spec import (
     GPU_FIELDS,
@@ -159,9 +163,17 @@ class BatchSizeOptimizer:
             `accumulation_steps` micro-batches of `micro_batch_size` (the server may then give
             any of the job's batch sizes; out of memory lowers the micro-batch instead of
             making the size infeasible). None, the default: no accumulation.
-        power_limits: ask the server for the GPU power limit to train at (`power_limit`, or
-            `power_profiling`: profile them first and `send_power_profile`); setting the limits
-            is `zeus_bso.training.TrialSession`'s (``power_limit="optimize"``).
+        power_limit: ``"optimize"`` opts a single-process loop into GPU power limits: the first
+            run of a batch size on these GPUs profiles the limits in its first steps (call
+            `on_train_begin` with the steps of an epoch, and `on_step_begin` and `on_step_end`
+            around every step), and runs train at the limit the server chooses; each GPU's own
+            limit is restored when the run ends, on an exception, a lost lease or SIGTERM, and
+            after a SIGKILL by the next run (see the power limits guide; in a distributed run,
+            `zeus_bso.training.TrialSession` or an adapter). ``"off"``, the default.
+        power_limits: only ask the server for the limit to train at (`power_limit`, or
+            `power_profiling`: profile them first and `send_power_profile`), leaving the GPUs
+            alone: what `zeus_bso.training.TrialSession` does on the main process, setting
+            every process's GPUs itself.
         on_lease_lost: called (from the heartbeat's thread) when the server says the trial is
             no longer this run's.
     """
@@ -183,17 +195,32 @@ class BatchSizeOptimizer:
         lr_rule: LrRule = "none",
         reference_batch_size: int | None = None,
         max_micro_batch_size: int | None = None,
+        power_limit: PowerLimitMode = "off",
         power_limits: bool = False,
         on_lease_lost: Callable[[], None] | None = None,
     ) -> None:
         job = required_job(job)
-        self._power_limits = power_limits
+        self._manages_power = check_power_limit(power_limit) == "optimize"
+        self._power_limits = power_limits or self._manages_power
+        self.power: PowerLimitRun | None = None
+        """This run's GPU power limits (with ``power_limit="optimize"``, from `on_train_begin`)."""
+        if self._manages_power:
+            restore_left_over()
         self.power_limit: float | None = None
         """The GPU power limit the server says to train at (W; with ``power_limits``)."""
         self.power_profiling = False
         """Whether the server asks this run to profile the power limits (with
         ``power_limits``): no profile of its batch size on these GPUs yet."""
         self._on_lease_lost = on_lease_lost
+        if self._manages_power:
+            given = on_lease_lost
+
+            def lost() -> None:
+                self._restore_power()
+                if given is not None:
+                    given()
+
+            self._on_lease_lost = lost
         self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         """Opts into gradient accumulation (see `accumulation`); None: none."""
         self._memory_cap: int | None = None
@@ -570,16 +597,50 @@ class BatchSizeOptimizer:
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
 
-    def on_train_begin(self) -> None:
-        """Start measuring time and energy, and keep the trial's lease alive."""
+    def on_train_begin(self, steps_per_epoch: int | None = None) -> None:
+        """Start measuring time and energy, and keep the trial's lease alive (with
+        ``power_limit="optimize"``: set the GPUs' limit, or start profiling them; an epoch's
+        ``steps_per_epoch`` make a profile's epoch of its steps).
+
+        Raises:
+            PowerLimitError: the GPUs' limits cannot be optimized here (the trial is released).
+        """
         if self.trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")
+        if self._manages_power and self.power is None and not self.offline:
+            try:
+                limits = GpuPowerLimits(records_folder())
+            except PowerLimitError as err:
+                self.release(str(err))
+                raise
+            factor = self.gpu.number_of_gpus / max(1, len(limits.uuids))
+            self.power = PowerLimitRun(
+                True, limits, lambda value: value, factor, self._spec.eta_knob, self.gpu.max_power
+            )
+            self.power.begin(
+                self.power_limit, self.power_profiling, self.send_power_profile, steps_per_epoch
+            )
         self.progress.begin()
         if self._heartbeat is None and self._heartbeat_seconds > 0 and not self.offline:
             self._heartbeat = threading.Thread(
                 target=self._beat, daemon=True, name="zeus-bso-heartbeat"
             )
             self._heartbeat.start()
+
+    def on_step_begin(self) -> None:
+        """Before each training step (profiles power limits with ``power_limit="optimize"``;
+        nothing otherwise)."""
+        if self.power is not None:
+            self.power.step_begin()
+
+    def on_step_end(self) -> None:
+        """After each training step (see `on_step_begin`)."""
+        if self.power is not None:
+            self.power.step_end()
+
+    def _restore_power(self) -> None:
+        if self.power is not None:
+            self.power.restore()
 
     def elapsed(self) -> Elapsed:
         """Seconds and joules (this process's meter) since training began."""
@@ -780,6 +841,7 @@ class BatchSizeOptimizer:
         if self._ended:
             return
         self._ended = True
+        self._restore_power()
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()

@@ -35,9 +35,9 @@ from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.training.power import PowerLimitMode, check_power_limit
 from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)

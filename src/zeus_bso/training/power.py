@@ -1,229 +1,37 @@
-"""A run's GPU power limits on every process (opt-in: ``power_limit="optimize"``).
-
-The main process asks the server (`BatchSizeOptimizer` with ``power_limits``) and every process
-gets its answer: train at a limit, or profile the limits in the first epoch. Every process sets
-the GPUs it trains on (`zeus_bso.power.GpuPowerLimits`, each GPU of a node once) at the same
-steps, so the profile's steps run at one limit on every GPU of the run; the main process
-measures its GPUs, scales their energy to the run's, sends the profile, and every process
-trains on at the limit the server chose. Without the permission to set limits, nothing is set
-and the recommended limit is logged. Limits are restored on every exit path (`restore`).
-"""
+"""A run's GPU power limits on every process of a distributed run (`PowerLimitRun` on each,
+built at once: `power_limit_run`)."""
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from zeus_bso.client.fallback import cache_dir
-from zeus_bso.errors import ConfigurationError, PowerLimitError
-from zeus_bso.policy import zeus_cost
-from zeus_bso.policy.power import profile_goes_on
-from zeus_bso.power import GpuPowerLimits, PowerProfiler, restore_orphaned
-from zeus_bso.spec import GpuConfig, PowerMeasurement
+from zeus_bso.client.power import records_folder
+from zeus_bso.errors import PowerLimitError
+from zeus_bso.power import GpuPowerLimits
+from zeus_bso.power.run import PowerLimitRun
+from zeus_bso.spec import GpuConfig
 from zeus_bso.training.collectives import all_gather_object
 
-logger = logging.getLogger(__name__)
 
-PowerLimitMode = Literal["off", "optimize"]
-"""``off``: the GPUs' limits are left alone (the default); ``optimize``: profile and train at
-the limit the server chooses."""
-
-
-def check_power_limit(mode: str) -> PowerLimitMode:
-    """``mode``, checked.
-
-    Raises:
-        ConfigurationError: an unknown mode.
-    """
-    if mode not in ("off", "optimize"):
-        raise ConfigurationError(f"power_limit is 'off' or 'optimize', not {mode!r}")
-    return "optimize" if mode == "optimize" else "off"
-
-
-def records_folder() -> Path:
-    """Where this node keeps the records of the power limits runs changed."""
-    return cache_dir() / "power_limits"
-
-
-def restore_left_over() -> None:
-    """Restore what runs killed on this node left changed (at every run's start; nothing to do
-    without records)."""
+def power_limit_run(
+    is_main: bool,
+    broadcast: Callable[[Any], Any],
+    run_gpus: GpuConfig,
+    eta_knob: float,
+) -> PowerLimitRun:
+    """This process's part of the run (every process calls it at once)."""
+    pids = [int(p) for p in all_gather_object(os.getpid())]
+    limits: GpuPowerLimits | None = None
+    refused: str | None = None
     try:
-        restore_orphaned(records_folder())
-    except Exception as err:  # never a reason to stop a run
-        logger.warning("zeus-bso: power limits left by an earlier run were not restored: %s", err)
-
-
-def _sync() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-class PowerLimitRun:
-    """One run's power limits on this process (see the module).
-
-    Args:
-        is_main: whether this process talks to the server.
-        limits: this process's GPUs.
-        broadcast: sends the main process's object to every process.
-        gpus_factor: the run's GPUs over the main process's (its energy scaled to the run's).
-        eta_knob: the job's weight of energy in the cost.
-        max_power: the run's GPUs' maximum power (W), which prices time in the cost.
-    """
-
-    def __init__(
-        self,
-        is_main: bool,
-        limits: GpuPowerLimits,
-        broadcast: Callable[[Any], Any],
-        gpus_factor: float,
-        eta_knob: float = 0.5,
-        max_power: float = 1.0,
-    ) -> None:
-        self._is_main = is_main
-        self._eta = eta_knob
-        self._max_power = max_power
-        self._limits = limits
-        self._broadcast = broadcast
-        self._gpus_factor = gpus_factor
-        self._profiler: PowerProfiler | None = None
-        self._send: Callable[[list[PowerMeasurement]], float | None] | None = None
-        self._steps_per_epoch = 1
-        self.limit: float | None = None
-        """The limit the run trains at once chosen (None: the GPUs' own)."""
-        atexit.register(self.restore)
-
-    @classmethod
-    def of_this_process(
-        cls,
-        is_main: bool,
-        broadcast: Callable[[Any], Any],
-        run_gpus: GpuConfig,
-        eta_knob: float,
-    ) -> PowerLimitRun:
-        """This process's part of the run (every process calls it at once)."""
-        pids = [int(p) for p in all_gather_object(os.getpid())]
-        limits: GpuPowerLimits | None = None
-        refused: str | None = None
-        try:
-            limits = GpuPowerLimits(records_folder(), run_pids=pids)
-        except PowerLimitError as err:
-            refused = str(err)
-        said = [why for why in all_gather_object(refused) if why is not None]
-        if said:  # on every process, so that none waits for the others in a collective
-            raise PowerLimitError(said[0] if refused is None else refused)
-        assert limits is not None
-        factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
-        return cls(is_main, limits, broadcast, factor, eta_knob, run_gpus.max_power)
-
-    def begin(
-        self,
-        limit: float | None,
-        profiling: bool,
-        send: Callable[[list[PowerMeasurement]], float | None],
-        steps_per_epoch: int | None = None,
-    ) -> None:
-        """Training starts: at ``limit`` (the server's), or profiling the limits in the first
-        steps (``profiling``); ``send`` sends the profile and returns the limit (main)."""
-        self._send = send
-        self._steps_per_epoch = steps_per_epoch or 1
-        if profiling:
-            profiler = PowerProfiler(
-                self._limits.limits(),
-                self._set,
-                self._limits.joules,
-                _sync,
-                goes_on=self._goes_on,
-                cost=lambda s, j: zeus_cost(j * self._gpus_factor, s, self._eta, self._max_power),
-            )
-            per_limit = profiler.settle_steps + profiler.measured_steps
-            if steps_per_epoch is not None and steps_per_epoch < profiler.steps_needed:
-                # The first epoch has room for fewer: evenly spread, the highest kept.
-                room = steps_per_epoch // per_limit
-                every = profiler.limits
-                profiler.limits = (
-                    [every[round(i * (len(every) - 1) / max(1, room - 1))] for i in range(room)]
-                    if room > 1
-                    else every[:room]
-                )
-            if not profiler.limits:
-                if self._is_main:
-                    logger.warning(
-                        "zeus-bso: an epoch of %d steps is too short to profile power limits "
-                        "(%d steps a limit): the GPUs keep their own",
-                        steps_per_epoch,
-                        per_limit,
-                    )
-                return
-            self._profiler = profiler
-            if self._is_main:
-                logger.info(
-                    "zeus-bso: profiling power limits %s W in the first %d steps",
-                    ", ".join(f"{w:g}" for w in self._profiler.limits),
-                    self._profiler.steps_needed,
-                )
-        elif limit is not None:
-            self._apply(limit)
-
-    def _goes_on(self, costs: list[float]) -> bool:
-        """The main process's answer, on every process (a collective at the same step)."""
-        return bool(self._broadcast(profile_goes_on(costs) if self._is_main else None))
-
-    def _set(self, limit: float) -> None:
-        self._limits.set(limit)
-
-    def _apply(self, limit: float) -> None:
-        self.limit = limit
-        if self._limits.set(limit):
-            if self._is_main:
-                logger.info("zeus-bso: the GPUs train at %g W", limit)
-        elif self._is_main:
-            logger.warning(
-                "zeus-bso: the recommended GPU power limit is %g W, but this process may not set "
-                "it (it needs CAP_SYS_ADMIN: run as root, or the container with --cap-add "
-                "SYS_ADMIN); nothing was set (advisory mode)",
-                limit,
-            )
-
-    def step_begin(self) -> None:
-        """Before each training step (every process)."""
-        if self._profiler is not None:
-            self._profiler.step_begin()
-
-    def step_end(self) -> None:
-        """After each training step (every process): the step that ends the profile sends it
-        (main) and every process trains on at the chosen limit."""
-        profiler = self._profiler
-        if profiler is None:
-            return
-        profiler.step_end()
-        if not profiler.done:
-            return
-        self._profiler = None
-
-        def chosen() -> float | None:
-            if self._limits.advisory:
-                logger.warning(
-                    "zeus-bso: power limits were not profiled: this process may not set them "
-                    "(it needs CAP_SYS_ADMIN); the GPUs keep their own"
-                )
-                return None
-            assert self._send is not None
-            return self._send(profiler.measurements(self._steps_per_epoch, self._gpus_factor))
-
-        limit = self._broadcast(chosen() if self._is_main else None)
-        if limit is not None:
-            self._apply(float(limit))
-        else:
-            self._limits.restore()
-
-    def restore(self) -> None:
-        """Put the GPUs back to their own limits (every exit path; again: nothing)."""
-        self._profiler = None
-        self._limits.restore()
+        limits = GpuPowerLimits(records_folder(), run_pids=pids)
+    except PowerLimitError as err:
+        refused = str(err)
+    said = [why for why in all_gather_object(refused) if why is not None]
+    if said:  # on every process, so that none waits for the others in a collective
+        raise PowerLimitError(said[0] if refused is None else refused)
+    assert limits is not None
+    factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
+    return PowerLimitRun(is_main, limits, broadcast, factor, eta_knob, run_gpus.max_power)

@@ -19,6 +19,7 @@ from zeus_bso.client import BatchSizeOptimizer
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
+from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
@@ -28,6 +29,7 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
+from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule, scale_optimizer, warmup_steps
 from zeus_bso.spec import JobSpec, PowerMeasurement, StopReason, TrialId
 from zeus_bso.training.collectives import (
@@ -38,12 +40,7 @@ from zeus_bso.training.collectives import (
     gpus_of_the_run,
     open_window,
 )
-from zeus_bso.training.power import (
-    PowerLimitMode,
-    PowerLimitRun,
-    check_power_limit,
-    restore_left_over,
-)
+from zeus_bso.training.power import power_limit_run
 
 
 class SessionOptions(TypedDict, total=False):
@@ -166,7 +163,7 @@ class TrialSession:
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
         if optimize_power:
             try:
-                self.power = PowerLimitRun.of_this_process(is_main, broadcast, gpus, job.eta_knob)
+                self.power = power_limit_run(is_main, broadcast, gpus, job.eta_knob)
             except ConfigurationError as err:
                 self.release(str(err))  # not the batch size's fault
                 raise

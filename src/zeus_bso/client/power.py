@@ -1,0 +1,26 @@
+"""Where a node keeps the records of the GPU power limits runs changed, and restoring what a
+killed run left changed (`zeus_bso.power.restore_orphaned`), at every run's start."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from zeus_bso.client.fallback import cache_dir
+from zeus_bso.power import restore_orphaned
+
+logger = logging.getLogger(__name__)
+
+
+def records_folder() -> Path:
+    """Where this node keeps the records of the power limits runs changed."""
+    return cache_dir() / "power_limits"
+
+
+def restore_left_over() -> None:
+    """Restore what runs killed on this node left changed (at every run's start; nothing to do
+    without records)."""
+    try:
+        restore_orphaned(records_folder())
+    except Exception as err:  # never a reason to stop a run
+        logger.warning("zeus-bso: power limits left by an earlier run were not restored: %s", err)
