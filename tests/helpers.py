@@ -5,6 +5,7 @@ conftest.py and use these."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -143,6 +144,22 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, timeout=30.0)
 
 
+GPU_DOUBLE = Path(__file__).resolve().parent / "gpu_double" / "pynvml.py"
+"""The NVML test double (nvidia-ml-py's API over GPUs a test describes)."""
+
+
+def nvml_double(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The NVML test double as ``pynvml`` for this test, every GPU visible."""
+    spec = importlib.util.spec_from_file_location("pynvml", GPU_DOUBLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return module
+
+
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
@@ -203,6 +220,18 @@ def job_body(
     }
     body.update(overrides)
     return body
+
+
+def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
+    """``GET /jobs/batch_size`` (``params``: the extensions, the GPUs), checked to answer 200."""
+    response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def trial_id(trial: dict[str, Any]) -> dict[str, Any]:
+    """A dispatched trial's id: what the trial routes take."""
+    return {k: trial[k] for k in ("job_id", "batch_size", "trial_number")}
 
 
 def run_one(

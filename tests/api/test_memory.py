@@ -8,21 +8,11 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import ServerProcess, job_body, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, trial_id, unique_id
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
 A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "number_of_gpus": 1, "max_power": 700.0}
-
-
-def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
-    response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def trial_id(trial: dict[str, Any]) -> dict[str, Any]:
-    return {k: trial[k] for k in ("job_id", "batch_size", "trial_number")}
 
 
 def converge(http: httpx.Client, trial: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import job_body, unique_id
+from tests.helpers import dispatch, job_body, trial_id, unique_id
 from zeus_bso.policy import zeus_cost
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
@@ -38,16 +38,6 @@ def best(eta: float, max_power: float) -> float:
 def register(http: httpx.Client, job_id: str, **options: Any) -> None:
     body = job_body(job_id, batch_sizes=[128], default_batch_size=128, **options)
     assert http.post("/jobs", json=body).status_code == 201
-
-
-def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
-    response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def trial_id(trial: dict[str, Any]) -> dict[str, Any]:
-    return {k: trial[k] for k in ("job_id", "batch_size", "trial_number")}
 
 
 def release(http: httpx.Client, trial: dict[str, Any]) -> None:

@@ -8,16 +8,14 @@ NVML is the test double in ``tests/gpu_double`` (nvidia-ml-py's API, GPUs descri
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.energy.sampled import assert_sampled_apart_at_100_and_50_watts
+from tests.helpers import nvml_double
 from zeus_bso.energy import (
     Device,
     EnergyMeterError,
@@ -30,7 +28,6 @@ from zeus_bso.energy import (
     run_gpus,
 )
 
-DOUBLE = Path(__file__).resolve().parents[1] / "gpu_double" / "pynvml.py"
 A100 = "NVIDIA A100-SXM4-40GB"
 
 
@@ -45,13 +42,7 @@ def gpus(*watts: float, name: str = A100, counter: bool = True) -> list[dict[str
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The double as ``pynvml`` for this test; describe GPUs with ``nvml.describe(...)``."""
-    spec = importlib.util.spec_from_file_location("pynvml", DOUBLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    module = nvml_double(monkeypatch)
 
     def describe(described: list[dict[str, Any]]) -> None:
         monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps(described))

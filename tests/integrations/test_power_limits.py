@@ -8,7 +8,6 @@ noise: 300 W at eta 0 (never profiled), 275 W at eta 0.5, 250 W at eta 1.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import logging
@@ -25,7 +24,13 @@ import pytest
 torch = pytest.importorskip("torch", reason="the power-limit tests need torch")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from tests.helpers import ServerProcess, quiet_trainer_options, unique_id  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    GPU_DOUBLE,
+    ServerProcess,
+    nvml_double,
+    quiet_trainer_options,
+    unique_id,
+)
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
@@ -33,7 +38,7 @@ from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
 from zeus_bso.policy import zeus_cost  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-DOUBLE = ROOT / "tests" / "gpu_double" / "pynvml.py"
+DOUBLE = GPU_DOUBLE
 UUID = "GPU-0000beef-1111-2222-3333-444444444444"
 PACES = {  # W: the GPU's draw and a step's seconds at that limit
     "300": {"watts": 300.0, "step_s": 0.040},
@@ -68,13 +73,7 @@ def server(sqlite_server: ServerProcess) -> ServerProcess:
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """The double as ``pynvml``, its state and the run records in this test's folder."""
-    spec = importlib.util.spec_from_file_location("pynvml", DOUBLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    module = nvml_double(monkeypatch)
     monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
 
