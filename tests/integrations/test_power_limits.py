@@ -47,6 +47,7 @@ PACES = {  # W: the GPU's draw and a step's seconds at that limit
     "225": {"watts": 150.0, "step_s": 0.065},
     "200": {"watts": 130.0, "step_s": 0.090},
 }
+EVERY_LIMIT = sorted(float(w) for w in PACES)
 STEPS = 40  # training batches an epoch: room for the profile's 5 x 7 steps
 BATCH = 8
 
@@ -169,13 +170,7 @@ def test_the_first_run_profiles_and_every_run_trains_at_the_chosen_limit(
     spec = job(unique_id("plfit"), eta)
     fit(server, spec, tmp_path)
     (profile,) = profiles(server, spec.job_id or "")
-    assert [m["power_limit"] for m in profile["measurements"]] == [
-        200.0,
-        225.0,
-        250.0,
-        275.0,
-        300.0,
-    ]
+    assert [m["power_limit"] for m in profile["measurements"]] == EVERY_LIMIT
     # Measured, not told: each limit's step as the double paced it (energy over time: its draw).
     for m in profile["measurements"]:
         assert m["energy_per_epoch"] / m["time_per_epoch"] == pytest.approx(
@@ -431,13 +426,7 @@ def test_an_hf_run_profiles_and_trains_at_the_chosen_limit(
     hf_run(server.url, job_id, 0.5, str(tmp_path / "out"),
            then=lambda step: limits.append(state(tmp_path)["limit"]))  # fmt: skip
     (profile,) = profiles(server, job_id)
-    assert [m["power_limit"] for m in profile["measurements"]] == [
-        200.0,
-        225.0,
-        250.0,
-        275.0,
-        300.0,
-    ]
+    assert [m["power_limit"] for m in profile["measurements"]] == EVERY_LIMIT
     assert profile["power_limit"] == cheapest(0.5)
     assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
     assert limits[-1] == cheapest(0.5)  # the rest of the run, at the chosen limit
