@@ -311,7 +311,11 @@ def test_a_killed_run_has_its_limit_restored(
         return
     assert state(tmp_path)["limit"] == cheapest(0.5)  # left as the killed run set it
     assert [r.stem for r in records] == [UUID]
-    fit(server, job(unique_id("plnext"), 0.0), tmp_path)  # any next run: eta 0 sets nothing
+    # The next run on the node, even one that does not opt in, restores it as it starts.
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+
+    BatchSizeOptimizer(server.url, job(unique_id("plnext"), 0.5), EstimateMeter(300)).end()
     assert state(tmp_path)["limit"] == 300.0
     assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
 

@@ -204,8 +204,7 @@ class BatchSizeOptimizer:
         self._power_limits = power_limits or self._manages_power
         self.power: PowerLimitRun | None = None
         """This run's GPU power limits (with ``power_limit="optimize"``, from `on_train_begin`)."""
-        if self._manages_power:
-            restore_left_over()
+        restore_left_over()  # what a run killed on this node left changed
         self.power_limit: float | None = None
         """The GPU power limit the server says to train at (W; with ``power_limits``)."""
         self.power_profiling = False
