@@ -159,6 +159,18 @@ def runs_out_of_memory_above(model: Any, limit: int) -> Any:
     return model
 
 
+def oom_trainer(args: Any, callback: ZeusBSOTrainerCallback) -> Any:
+    """A Trainer of the tiny model that runs out of memory above 8 samples a training batch."""
+    return transformers.Trainer(
+        model=runs_out_of_memory_above(tiny_bert(), 8),
+        args=args,
+        train_dataset=TokenDataset(256, 0),
+        eval_dataset=TokenDataset(128, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+
+
 def job(job_id: str, target: float) -> JobSpec:
     return JobSpec(
         job_id=job_id,
@@ -249,14 +261,7 @@ def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
     )
     torch.manual_seed(0)
     args = training_arguments(tmp_path / "out", callback.start(), 2, auto_find_batch_size=True)
-    trainer = transformers.Trainer(
-        model=runs_out_of_memory_above(tiny_bert(), 8),
-        args=args,
-        train_dataset=TokenDataset(256, 0),
-        eval_dataset=TokenDataset(128, 1),
-        compute_metrics=accuracy,
-        callbacks=[callback],
-    )
+    trainer = oom_trainer(args, callback)
     trainer.train()
     assert trainer.state.train_batch_size == 8
     assert trainer.state.epoch == 2  # trained on, to num_train_epochs
@@ -429,14 +434,7 @@ def oom_recurrences(
             6,
             gradient_accumulation_steps=callback.accumulation_steps,
         )
-        trainer = transformers.Trainer(
-            model=runs_out_of_memory_above(tiny_bert(), 8),
-            args=args,
-            train_dataset=TokenDataset(256, 0),
-            eval_dataset=TokenDataset(128, 1),
-            compute_metrics=accuracy,
-            callbacks=[callback],
-        )
+        trainer = oom_trainer(args, callback)
         trainer.train()
         return callback.outcome
 

@@ -448,14 +448,11 @@ def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
     assert [r.trials for r in remote] == [r.trials for r in local]
     runs = [t for r in local for t in r.trials]
 
-    def cheapest(size: int) -> float:
-        profiled = trace.profiled(size, 1.0)
-        costs = [trace.pace_cost(p, 1.0) for p in profiled]
-        assert len(profiled) == len(trace.paces[size]) or not profile_goes_on(costs)
-        return min(profiled, key=lambda p: (trace.pace_cost(p, 1.0), -p.power_limit)).power_limit
-
     for run in runs:
-        assert run.power_limit == cheapest(run.batch_size)
+        profiled = trace.profiled(run.batch_size, 1.0)
+        costs = [trace.pace_cost(p, 1.0) for p in profiled]
+        assert len(profiled) == len(trace.paces[run.batch_size]) or not profile_goes_on(costs)
+        assert run.power_limit == trace.best_pace(run.batch_size, 1.0, profiled).power_limit
     assert any(run.power_limit != trace.max_power for run in runs)  # energy alone: lower limits
     plain = simulate(trace, in_process(spec), **options)
     assert sum(r.cost for r in local) < sum(r.cost for r in plain)

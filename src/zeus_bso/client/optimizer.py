@@ -612,9 +612,8 @@ class BatchSizeOptimizer:
             except PowerLimitError as err:
                 self.release(str(err))
                 raise
-            factor = self.gpu.number_of_gpus / max(1, len(limits.uuids))
             self.power = PowerLimitRun(
-                True, limits, lambda value: value, factor, self._spec.eta_knob, self.gpu.max_power
+                True, limits, lambda value: value, self.gpu, self._spec.eta_knob
             )
             self.power.begin(
                 self.power_limit, self.power_profiling, self.send_power_profile, steps_per_epoch

@@ -45,10 +45,10 @@ class PowerProfiler:
     """A step's cost from its seconds and joules (what ``goes_on`` compares)."""
     settle_steps: int = SETTLE_STEPS
     measured_steps: int = MEASURED_STEPS
-    _index: int = 0
-    _steps: int = 0
-    _start: _Window | None = None
-    _measured: dict[float, _Window] = field(default_factory=dict)
+    _index: int = field(default=0, init=False)
+    _steps: int = field(default=0, init=False)
+    _start: _Window | None = field(default=None, init=False)
+    _measured: dict[float, _Window] = field(default_factory=dict, init=False)
 
     @property
     def steps_needed(self) -> int:

@@ -22,7 +22,7 @@ from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
 from zeus_bso.power.profiler import PowerProfiler
-from zeus_bso.spec import PowerMeasurement
+from zeus_bso.spec import GpuConfig, PowerMeasurement
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ class PowerLimitRun:
         is_main: whether this process talks to the server.
         limits: this process's GPUs.
         broadcast: sends the main process's object to every process.
-        gpus_factor: the run's GPUs over the main process's (its energy scaled to the run's).
+        run_gpus: the whole run's GPUs: the main process's energy is scaled to theirs, and
+            their maximum power prices time in the cost.
         eta_knob: the job's weight of energy in the cost.
-        max_power: the run's GPUs' maximum power (W), which prices time in the cost.
     """
 
     def __init__(
@@ -65,16 +65,15 @@ class PowerLimitRun:
         is_main: bool,
         limits: GpuPowerLimits,
         broadcast: Callable[[Any], Any],
-        gpus_factor: float,
-        eta_knob: float = 0.5,
-        max_power: float = 1.0,
+        run_gpus: GpuConfig,
+        eta_knob: float,
     ) -> None:
         self._is_main = is_main
         self._eta = eta_knob
-        self._max_power = max_power
+        self._max_power = run_gpus.max_power
         self._limits = limits
         self._broadcast = broadcast
-        self._gpus_factor = gpus_factor
+        self._gpus_factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
         self._profiler: PowerProfiler | None = None
         self._send: Callable[[list[PowerMeasurement]], float | None] | None = None
         self._steps_per_epoch = 1

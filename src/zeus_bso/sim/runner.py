@@ -188,7 +188,7 @@ def simulate(
     micro-batches that ran out of memory have shown where the cap is. With ``power_limits``
     (and ``eta_knob`` above 0), each batch size's first run profiles the GPU's power limits in
     its first epoch, paid at their mean, and every later epoch runs at the limit that costs
-    least (`TraceJob.best_pace`)."""
+    least of those it profiled (`TraceJob.chosen_pace`)."""
     rng = random.Random(seed)
     w = trace.workload
     paced = trace.accumulated(memory_cap) if accumulate and memory_cap is not None else trace
@@ -233,11 +233,7 @@ def simulate(
             if profiles_power(eta_knob, power_limits):
                 profiling = trial.batch_size not in chosen
                 pace = chosen.setdefault(
-                    trial.batch_size,
-                    min(
-                        trace.profiled(trial.batch_size, eta_knob),
-                        key=lambda p: (trace.pace_cost(p, eta_knob), -p.power_limit),
-                    ),
+                    trial.batch_size, trace.chosen_pace(trial.batch_size, eta_knob)
                 )
                 first = trace.profiling_pace(trial.batch_size, eta_knob) if profiling else pace
             epoch, answer = 0, None

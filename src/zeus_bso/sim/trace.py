@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
@@ -100,10 +101,17 @@ class TraceJob:
             pace.time_per_epoch * pace.average_power, pace.time_per_epoch, eta_knob, self.max_power
         )
 
-    def best_pace(self, batch_size: int, eta_knob: float) -> Pace:
-        """The power limit whose epoch of ``batch_size`` costs least (the highest on a tie)."""
-        paces = self.paces[batch_size]
-        return min(paces, key=lambda p: (self.pace_cost(p, eta_knob), -p.power_limit))
+    def best_pace(
+        self, batch_size: int, eta_knob: float, paces: Sequence[Pace] | None = None
+    ) -> Pace:
+        """The power limit whose epoch of ``batch_size`` costs least (the highest on a tie),
+        among ``paces`` (default: every limit the trace measured)."""
+        candidates = self.paces[batch_size] if paces is None else paces
+        return min(candidates, key=lambda p: (self.pace_cost(p, eta_knob), -p.power_limit))
+
+    def chosen_pace(self, batch_size: int, eta_knob: float) -> Pace:
+        """The limit a client trains ``batch_size`` at: the cheapest it profiled (`profiled`)."""
+        return self.best_pace(batch_size, eta_knob, self.profiled(batch_size, eta_knob))
 
     def profiled(self, batch_size: int, eta_knob: float) -> tuple[Pace, ...]:
         """The limits a client profiles, as it does: from the highest down, while

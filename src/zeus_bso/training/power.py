@@ -33,5 +33,4 @@ def power_limit_run(
     if said:  # on every process, so that none waits for the others in a collective
         raise PowerLimitError(said[0] if refused is None else refused)
     assert limits is not None
-    factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
-    return PowerLimitRun(is_main, limits, broadcast, factor, eta_knob, run_gpus.max_power)
+    return PowerLimitRun(is_main, limits, broadcast, run_gpus, eta_knob)

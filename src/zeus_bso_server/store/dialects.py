@@ -239,3 +239,13 @@ def column_type(base: TypeEngine[Any], variant: str) -> TypeEngine[Any]:
 def dialect_of(conn_or_engine: Connection | Engine) -> Dialect:
     """The backend of a connection or an engine."""
     return DIALECTS[conn_or_engine.dialect.name]
+
+
+def mysql_binary_collation(dialect: Any) -> str:
+    """The utf8mb4 collation under which MySQL and MariaDB compare ids as the exact strings
+    they are, as PostgreSQL and SQLite do: binary, and without padding where the server has one
+    (``dialect``: a connection's SQLAlchemy dialect, whose server version it reads)."""
+    if getattr(dialect, "is_mariadb", False):
+        return "utf8mb4_nopad_bin"
+    version = dialect.server_version_info or (0,)
+    return "utf8mb4_0900_bin" if version >= (8,) else "utf8mb4_bin"

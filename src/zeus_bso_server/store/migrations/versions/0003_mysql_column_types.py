@@ -22,6 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from zeus_bso_server.store.dialects import mysql_binary_collation
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -61,19 +63,11 @@ def _retype(to: sa.types.TypeEngine[float], was: sa.types.TypeEngine[float]) -> 
         )
 
 
-def _binary_collation() -> str:
-    dialect = op.get_bind().dialect
-    if getattr(dialect, "is_mariadb", False):
-        return "utf8mb4_nopad_bin"
-    version = dialect.server_version_info or (0,)
-    return "utf8mb4_0900_bin" if version >= (8,) else "utf8mb4_bin"
-
-
 def upgrade() -> None:
     if not _on_mysql():
         return
     _retype(sa.Double(), sa.Float())
-    collation = _binary_collation()
+    collation = mysql_binary_collation(op.get_bind().dialect)
     # A column a foreign key joins cannot change its character set: trials.job_id's key to
     # jobs.job_id goes while both tables convert, and comes back as it was.
     keys = sa.inspect(op.get_bind()).get_foreign_keys("trials")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from zeus_bso_server.store.dialects import mysql_binary_collation
 from zeus_bso_server.store.tables import ID_LENGTH, REAL, db_now
 
 revision = "0012"
@@ -34,11 +35,7 @@ def upgrade() -> None:
     )
     dialect = op.get_bind().dialect
     if dialect.name == "mysql":  # ids compare as the exact strings, as in jobs and trials (0003)
-        if getattr(dialect, "is_mariadb", False):
-            collation = "utf8mb4_nopad_bin"
-        else:
-            version = dialect.server_version_info or (0,)
-            collation = "utf8mb4_0900_bin" if version >= (8,) else "utf8mb4_bin"
+        collation = mysql_binary_collation(dialect)
         op.execute(
             f"ALTER TABLE power_profiles CONVERT TO CHARACTER SET utf8mb4 COLLATE {collation}"
         )
