@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
-from zeus_bso.errors import PowerLimitError
+from zeus_bso.errors import EnergyMeterError, PowerLimitError
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +59,20 @@ def _alive(pid: int) -> bool:
 
 
 def _nvml() -> Any:
-    nvml = pynvml_module()
+    """NVML, initialised; a `PowerLimitError` (a usage error, raised alike on every process)
+    where it is missing or cannot start."""
+    try:
+        nvml = pynvml_module()
+    except EnergyMeterError as err:
+        raise PowerLimitError(
+            f"power limits need NVML: {err}; or train without power_limit='optimize'"
+        ) from err
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
         raise PowerLimitError(
-            f"power limits need NVML, which is not available here: {err}"
+            f"power limits need NVML, which cannot start here ({err}): on a machine with "
+            "NVIDIA GPUs and their driver, or train without power_limit='optimize'"
         ) from err
     return nvml
 
