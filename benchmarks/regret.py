@@ -111,7 +111,7 @@ POWER_ETAS = (0.0, 0.5, 1.0)
 
 def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     """Per GPU and eta: regret of today's policy, of the same policy with each batch size's
-    first run profiling the power limits, and of the joint oracle, all against the
+    first run profiling the power limits, its floor, and of the joint oracle, all against the
     batch-size-only oracle at the maximum power. Writes regret_power.json and .md."""
     lines = [
         f"Power limits: seeds {seeds}, {recurrences} recurrences, beta 2.0, in-process. "
@@ -119,10 +119,13 @@ def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> Non
         "each batch size's first run pays its first epoch at the mean over the power limits it "
         "profiles (the trace's, from the highest down, until three in a row cost more than the "
         "cheapest) and trains at the cheapest of them after (never at eta 0); the joint oracle "
-        "runs the best batch size at its best limit every recurrence.",
+        "runs the best batch size at its best limit every recurrence. Floor: a policy that must "
+        "start at the default but knows the rest (the default's first run profiles, then the "
+        "cheapest batch size at its chosen limit, whose first run profiles too; "
+        "`TraceJob.power_floor`): no policy that learns the job beats it in expectation.",
         "",
-        "| GPU | eta | workload | today | with profiling | joint oracle |",
-        "|---|---|---|---|---|---|",
+        "| GPU | eta | workload | today | with profiling | floor | joint oracle |",
+        "|---|---|---|---|---|---|---|",
     ]
     data: dict[str, Any] = {}
     for gpu in gpus:
@@ -136,15 +139,15 @@ def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> Non
             rows = []
             for before, after in zip(today, profiled, strict=True):
                 joint = after.joint_oracle_regret or math.nan
-                rows.append((before.regret, after.regret, joint))
+                rows.append((before.regret, after.regret, after.floor, joint))
                 lines.append(
                     f"| {gpu.upper()} | {eta:g} | {after.workload} | {before.regret:.3f} "
-                    f"| {after.regret:.3f} | {joint:.3f} |"
+                    f"| {after.regret:.3f} | {after.floor:.3f} | {joint:.3f} |"
                 )
             means = [statistics.fmean(column) for column in zip(*rows, strict=True)]
             lines.append(
                 f"| {gpu.upper()} | {eta:g} | **mean** | {means[0]:.3f} | **{means[1]:.3f}** "
-                f"| {means[2]:.3f} |"
+                f"| {means[2]:.3f} | {means[3]:.3f} |"
             )
     text = "\n".join(lines) + "\n"
     (RESULTS / "regret_power.md").write_text(text)

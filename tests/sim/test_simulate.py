@@ -480,6 +480,43 @@ def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
     ]
 
 
+def test_with_power_limits_the_floor_is_the_cold_start_that_profiles() -> None:
+    """The floor with power limits: the default's first run profiles, then the batch size
+    that costs least at its chosen limit, whose first run profiles too; below today's floor,
+    above the joint oracle, and under the policy's own regret; at eta 0 today's floor."""
+    trace = load_trace_job("cifar100", "p100")
+    seeds = [seed_result(s, run(in_process, "cifar100", s, 20)) for s in range(2)]
+    plain = summarize(trace, 1.0, 20, seeds)
+    spec = job_spec(trace, "sim-floor", mab_seed=0, eta_knob=1.0)
+    profiled = simulate(
+        trace, in_process(spec), recurrences=20, seed=0, eta_knob=1.0, power_limits=True
+    )
+    summary = summarize(trace, 1.0, 20, [seed_result(0, profiled)], power_limits=True)
+
+    def trained(b: int) -> float:
+        return trace.expected_cost(b, 1.0, trace.pace_cost(trace.chosen_pace(b, 1.0), 1.0))
+
+    def profiling(b: int) -> float:
+        chosen = trace.pace_cost(trace.chosen_pace(b, 1.0), 1.0)
+        return trace.pace_cost(trace.profiling_pace(b, 1.0), 1.0) - chosen
+
+    best = min(trace.batch_sizes, key=trained)
+    default = trace.default_batch_size
+    assert best != default  # cifar100: 128 at energy alone, the default 1024
+    expected = trained(default) + profiling(default) + profiling(best) + 19 * trained(best)
+    assert summary.power_floor_cost == pytest.approx(expected)
+    assert summary.floor == pytest.approx(expected / (20 * summary.oracle_cost))
+    assert summary.joint_oracle_regret is not None
+    assert summary.joint_oracle_regret < summary.floor < plain.floor
+    assert summary.floor < summary.regret
+    assert summary.to_dict()["floor"] == summary.floor
+    # One recurrence: the default's profiling run alone.
+    assert trace.power_floor(1.0, 1) == pytest.approx(trained(default) + profiling(default))
+    at_zero = summarize(trace, 0.0, 20, seeds, power_limits=True)
+    assert at_zero.power_floor_cost is None
+    assert at_zero.floor == summarize(trace, 0.0, 20, seeds).floor
+
+
 def test_a_power_trace_of_ones_own_gpus(tmp_path: Path) -> None:
     """``--power-trace``: the shipped columns, one's own numbers (here the V100's at half the
     time per epoch); a file without a column is refused, saying which."""

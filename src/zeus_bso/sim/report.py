@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from types import MappingProxyType
 
+from zeus_bso.policy.power import profiles_power
 from zeus_bso.policy.types import TrialKind
 from zeus_bso.sim.runner import Recurrence, TrialOutcome
 from zeus_bso.sim.trace import TraceJob
@@ -101,6 +102,9 @@ class Summary:
     joint_oracle_cost: float | None = None
     """With `power_limits`: the expected cost of a recurrence at the best batch size and power
     limit together."""
+    power_floor_cost: float | None = None
+    """With `power_limits`: the expected cumulative cost of the cold start with them
+    (`TraceJob.power_floor`), which `floor` is then."""
 
     @property
     def regret(self) -> float:
@@ -117,7 +121,10 @@ class Summary:
     @property
     def floor(self) -> float:
         """The regret of a policy that runs the default once and then knows the oracle: what no
-        policy without prior knowledge of the job can beat (in expectation)."""
+        policy without prior knowledge of the job can beat (in expectation). With
+        `power_limits`, the oracle is the joint one, and both first runs profile."""
+        if self.power_floor_cost is not None:
+            return self.power_floor_cost / (self.recurrences * self.oracle_cost)
         excess = self.default_cost - self.oracle_cost
         return 1.0 + excess / (self.recurrences * self.oracle_cost)
 
@@ -220,9 +227,13 @@ def summarize(
         memory_cap_of_oracle = memory_cap
     oracle = trace.oracle_batch_size(eta_knob, memory_cap_of_oracle)
     joint = trace.joint_oracle(eta_knob)[1] if power_limits else None
+    # Where nothing is profiled (at eta 0), the batch-size-only floor holds.
+    profiling = profiles_power(eta_knob, power_limits)
+    floor = trace.power_floor(eta_knob, recurrences) if profiling else None
     return Summary(
         power_limits=power_limits,
         joint_oracle_cost=joint,
+        power_floor_cost=floor,
         memory_cap=memory_cap,
         accumulate=accumulate and memory_cap is not None,
         workload=trace.workload.name,

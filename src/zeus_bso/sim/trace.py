@@ -143,6 +143,32 @@ class TraceJob:
         best = min(self.batch_sizes, key=lambda b: (cost(b), b))
         return best, cost(best)
 
+    def power_floor(self, eta_knob: float, recurrences: int) -> float:
+        """The expected cost of ``recurrences`` recurrences for a policy that must start at the
+        default batch size but knows everything else, with power limits: the default's first
+        run profiles (`profiling_pace`), then every run is at the batch size that costs least
+        at its chosen limit (`chosen_pace`), whose own first run profiles too; it stays at the
+        default if that is cheaper. No policy that learns the job can beat it in expectation
+        (`Summary.floor`)."""
+
+        def trained(b: int) -> float:
+            return self.expected_cost(
+                b, eta_knob, self.pace_cost(self.chosen_pace(b, eta_knob), eta_knob)
+            )
+
+        def first(b: int) -> float:
+            extra = self.pace_cost(self.profiling_pace(b, eta_knob), eta_knob)
+            return trained(b) + extra - self.pace_cost(self.chosen_pace(b, eta_knob), eta_knob)
+
+        if recurrences < 1:
+            return 0.0
+        default = self.default_batch_size
+        stay = first(default) + (recurrences - 1) * trained(default)
+        best = min(self.batch_sizes, key=lambda b: (trained(b), b))
+        if recurrences == 1 or best == default:
+            return stay
+        return min(stay, first(default) + first(best) + (recurrences - 2) * trained(best))
+
     @property
     def batch_sizes(self) -> list[int]:
         """The batch sizes offered to the optimizer."""
