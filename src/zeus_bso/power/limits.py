@@ -17,6 +17,7 @@ refused with `PowerLimitError`: its limit is not this run's alone.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -25,7 +26,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -48,14 +49,29 @@ class _Gpu:
     max_w: float
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, from ``/proc``), or None where that
+    cannot be read (no such process, or no ``/proc``): it tells a process from a later one that
+    was given the same PID."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` runs, and is the one that started at ``started`` (if given and
+    readable): a PID reused by another process is not the owner."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
-    return True
+        pass
+    now = _started(pid) if started is not None else None
+    return now is None or now == started
 
 
 def _nvml() -> Any:
@@ -150,6 +166,8 @@ class GpuPowerLimits:
             raise PowerLimitError("this process sees no GPU whose power limit it could set")
         self._gpus = gpus
         self._previous_sigterm: Any = None
+        self._on_sigterm: Callable[[int, FrameType | None], None] | None = None
+        self._at_exit = False
 
     @property
     def uuids(self) -> list[str]:
@@ -203,7 +221,7 @@ class GpuPowerLimits:
                     raise PowerLimitError(
                         f"NVML could not set GPU {gpu.uuid} to {limit_w:g} W: {err}"
                     ) from err
-        self._catch_sigterm()
+        self._guard()
         return True
 
     def _own(self, gpu: _Gpu) -> bool:
@@ -211,7 +229,12 @@ class GpuPowerLimits:
         self._records.mkdir(parents=True, exist_ok=True)
         path = self._records / f"{gpu.uuid}.json"
         original = self._nvml.nvmlDeviceGetPowerManagementLimit(gpu.handle) / 1000.0
-        record = {"original_w": original, "pid": os.getpid(), "host": socket.gethostname()}
+        record = {
+            "original_w": original,
+            "pid": os.getpid(),
+            "started": _started(os.getpid()),
+            "host": socket.gethostname(),
+        }
         try:
             with open(path, "x") as file:
                 json.dump(record, file)
@@ -246,19 +269,24 @@ class GpuPowerLimits:
             with contextlib.suppress(FileNotFoundError):
                 (self._records / f"{gpu.uuid}.json").unlink()
             logger.info("GPU %s is back at %g W", gpu.uuid, original)
+        if not self._owned:
+            self._unguard()
 
-    def _catch_sigterm(self) -> None:
-        """On SIGTERM, restore first, then do what was to be done (the handler before ours, or
-        the default: end the process). Only the main thread can install it."""
-        if self._previous_sigterm is not None:
+    def _guard(self) -> None:
+        """While this process owns a GPU's limit: restore at interpreter exit, and on SIGTERM
+        restore first, then do what was to be done (the handler before ours, or the default:
+        end the process). Only the main thread can install a signal handler."""
+        if not self._at_exit:
+            atexit.register(self.restore)
+            self._at_exit = True
+        if self._on_sigterm is not None:
             return
         if threading.current_thread() is not threading.main_thread():
             return
-        self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+        previous = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
             self.restore()
-            previous = self._previous_sigterm
             signal.signal(signal.SIGTERM, previous)
             if callable(previous):
                 previous(signum, frame)
@@ -266,6 +294,21 @@ class GpuPowerLimits:
                 os.kill(os.getpid(), signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, on_sigterm)
+        self._on_sigterm, self._previous_sigterm = on_sigterm, previous
+
+    def _unguard(self) -> None:
+        """Nothing owned any more: take back what `_guard` installed, so that a process that
+        goes on (a notebook, the next recurrence) keeps neither; a SIGTERM handler installed
+        after ours stays. From another thread the handler stays, harmless: restoring again
+        does nothing, and it hands the signal on."""
+        if self._at_exit:
+            atexit.unregister(self.restore)
+            self._at_exit = False
+        if self._on_sigterm is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._on_sigterm = self._previous_sigterm = None
 
 
 def _mig_enabled(nvml: Any, handle: Any) -> bool:
@@ -292,7 +335,9 @@ def restore_orphaned(records: Path) -> list[str]:
             pid, original = int(record["pid"]), float(record["original_w"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if record.get("host") not in (None, socket.gethostname()) or _alive(pid):
+        started = record.get("started")
+        owner_runs = _alive(pid, started if isinstance(started, str) else None)
+        if record.get("host") not in (None, socket.gethostname()) or owner_runs:
             continue
         if nvml is None:
             nvml = _nvml()

@@ -11,7 +11,6 @@ and the recommended limit is logged. Limits are restored on every exit path (`re
 
 from __future__ import annotations
 
-import atexit
 import logging
 import sys
 from collections.abc import Callable
@@ -79,7 +78,6 @@ class PowerLimitRun:
         self._steps_per_epoch = 1
         self.limit: float | None = None
         """The limit the run trains at once chosen (None: the GPUs' own)."""
-        atexit.register(self.restore)
 
     def begin(
         self,
