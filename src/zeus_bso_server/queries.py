@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
-from zeus_bso.policy.orchestration import decision_view, next_run
+from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
 from zeus_bso.policy.power import best_power_limit
 from zeus_bso.spec import CreatedJob, PowerProfileView, profile_key
 from zeus_bso_server.errors import JobNotFoundError
@@ -105,9 +105,9 @@ def _history(
     return decision_view(SqlJobStore(conn, job_id, state), config, state)
 
 
-def _next_run(conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState) -> NextRun:
+def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
     """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
-    found = next_run(SqlJobStore(conn, job_id, state), config, profile_key(config))
+    found = next_run(store, config, profile_key(config), read)
     if isinstance(found, NoFittingBatchSizeError):
         return NextRun(batch_size=None, kind=None, arms=None, refused=True, why=f"refused: {found}")
     if isinstance(found, NoConvergedBatchSizeError):
@@ -265,7 +265,9 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     if job is None:
         raise JobNotFoundError(f"Job {job_id} not found")
     config = CreatedJob.model_validate(job.config)
-    state, history = _history(conn, job_id, config, job.state)
+    store = SqlJobStore(conn, job_id, job.state)
+    read = reading(store, config, job.state)  # once, for the history and the next run
+    state, history = decision_view(store, config, job.state, read)
     spent = repo.spent(conn, [job_id])
     savings, savings_unknown = _savings_and_why(config, spent)
     trials_by_status: Counter[str] = Counter()
@@ -275,7 +277,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
-    upcoming = _next_run(conn, job_id, config, job.state)
+    upcoming = _next_run(store, config, read)
     return JobView(
         job=config,
         profiles=_profiles(config, state),

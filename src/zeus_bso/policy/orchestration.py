@@ -54,6 +54,21 @@ def inputs(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A job's state (`counted`) and the `Inputs` of a decision, read once: the views of a
+    reader that shows several (`decision_view`, `next_run`) share it."""
+
+    state: JobState
+    inputs: Inputs
+
+
+def reading(store: JobStore, job: CreatedJob, state: JobState | None = None) -> Reading:
+    """Read a job's state (``state``: the one already read) and a decision's inputs, once."""
+    found = counted(store, store.state() if state is None else state)
+    return Reading(found, inputs(store, job, found))
+
+
 def _explores(job: CreatedJob, state: JobState) -> bool:
     """Whether a decision reads the job's explorations: while it prunes, and once it has two
     hardware profiles, what it explored on each (`zeus_bso.policy.profiles.extension`)."""
@@ -89,15 +104,17 @@ def dispatch(
 
 
 def next_run(
-    store: JobStore, job: CreatedJob, profile: str
+    store: JobStore, job: CreatedJob, profile: str, read: Reading | None = None
 ) -> Dispatched | NoConvergedBatchSizeError:
     """What the job's next dispatch for a run on ``profile`` would decide now, for a reader: the
     dispatch (stored nowhere), or the error that would refuse it (no batch size converges). In
-    the bandit stage the arm is one draw of the next trial's random source."""
-    state = counted(store, store.state())
-    read = inputs(store, job, state)
+    the bandit stage the arm is one draw of the next trial's random source. ``read``: the job
+    as already read (`reading`)."""
+    if read is None:
+        read = reading(store, job)
+    state, given = read.state, read.inputs
     try:
-        return after_dispatch(job, state, read.explorations, read.windowed, profile=profile)
+        return after_dispatch(job, state, given.explorations, given.windowed, profile=profile)
     except NoConvergedBatchSizeError as err:
         return err
 
@@ -156,15 +173,21 @@ def micro_batch_ran_out_of_memory(
     return True
 
 
-def decision_view(store: JobStore, job: CreatedJob, state: JobState) -> tuple[JobState, JobHistory]:
+def decision_view(
+    store: JobStore, job: CreatedJob, state: JobState, read: Reading | None = None
+) -> tuple[JobState, JobHistory]:
     """What a decision for a run on the job's current profile reads, for a reader: the job's
     statistics and early-stop reference in that profile's cost units, and its history (windowed
-    or running statistics)."""
+    or running statistics). ``read``: the job as already read (`reading`), in place of
+    ``state``."""
     profile = profile_key(job)
-    state = counted(store, state)
-    read = inputs(store, job, state, explorations=False)
+    if read is None:
+        state = counted(store, state)
+        windowed = inputs(store, job, state, explorations=False).windowed
+    else:
+        state, windowed = read.state, read.inputs.windowed
     profiles = profiles_of(job, state)
     return (
         state_on(job, state, profiles, profile),
-        history_of(job, state, (), read.windowed, profiles, profile),
+        history_of(job, state, (), windowed, profiles, profile),
     )
