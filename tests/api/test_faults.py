@@ -4,6 +4,9 @@ database."""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import os
 import signal
 import sqlite3
 import subprocess
@@ -29,10 +32,10 @@ from tests.helpers import (
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso import BatchSizeOptimizer, JobSpec
-from zeus_bso.client import ServerClient
+from zeus_bso.client import ServerClient, outbox
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ServerRejectedError
-from zeus_bso.spec import UPSTREAM_OPTIONS
+from zeus_bso.spec import UPSTREAM_OPTIONS, TrialId
 
 CLIENT_SCRIPT = """
 import sys, time
@@ -362,3 +365,31 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
         assert (first["status"], first["converged"], first["epochs"]) == ("reported", True, 1)
     finally:
         server.stop()
+
+
+def test_what_is_kept_for_a_server_no_run_reaches_is_dropped_after_kept_days(
+    sqlite_server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run delivers what is kept for its own server; an entry for another one (the server
+    moved) stays until it is `outbox.KEPT_DAYS` old, then the delivering run drops it and
+    says which trial of which job it was."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    moved = "http://bso.moved.example:8000"
+    old, recent = (TrialId(job_id="gone-1", trial_number=n, batch_size=64) for n in (3, 4))
+    assert outbox.keep(moved, old, None, end=True)
+    assert outbox.keep(moved, recent, None, end=True)
+    kept = {json.loads(p.read_text())["trial"]["trial_number"]: p for p in outbox_files(tmp_path)}
+    month_ago = time.time() - (outbox.KEPT_DAYS + 1) * 86400
+    os.utime(kept[3], (month_ago, month_ago))
+    with ServerClient(sqlite_server.url) as client, caplog.at_level(logging.WARNING):
+        assert outbox.deliver(client) == 0
+    assert outbox_files(tmp_path) == [kept[4]]
+    assert "trial 3 of job gone-1" in caplog.text
+    assert moved in caplog.text
+
+
+def outbox_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache" / "outbox").glob("*.json"))

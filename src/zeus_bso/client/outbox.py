@@ -1,7 +1,9 @@
 """What a run could not tell the server as it ended, kept on this machine until a later run
 reaches the server: its last report and the end of its trial. A database outage of any length
 then loses no run's result. One small file a trial (``$ZEUS_BSO_CACHE_DIR/outbox``, else
-``~/.cache/zeus-bso/outbox``); keeping or delivering them never fails a run."""
+``~/.cache/zeus-bso/outbox``); keeping or delivering them never fails a run. One kept for a
+server that no run here has reached for `KEPT_DAYS` (it moved to another address, or was
+retired) is dropped, with a warning, by the next run that delivers."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import hashlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 from zeus_bso.client.fallback import cache_dir
 from zeus_bso.client.http import ServerClient
@@ -18,6 +22,10 @@ from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOE
 from zeus_bso.spec import TrainingResult, TrialId
 
 logger = logging.getLogger(__name__)
+
+KEPT_DAYS = 30
+"""Days an entry for another server waits before a delivering run drops it: long past any
+lease, so the server has long ended that trial as abandoned."""
 
 
 def outbox_dir() -> Path:
@@ -66,6 +74,7 @@ def deliver(client: ServerClient) -> int:
         try:
             entry = json.loads(path.read_text())
             if entry.get("server_url") != client.server_url:
+                _drop_if_stale(path, entry)
                 continue
             trial = TrialId.model_validate(entry["trial"])
             report = entry.get("report")
@@ -93,3 +102,24 @@ def deliver(client: ServerClient) -> int:
         with contextlib.suppress(OSError):
             path.unlink()
     return delivered
+
+
+def _drop_if_stale(path: Path, entry: dict[str, Any]) -> None:
+    """Drop ``path``, an entry for another server, once it is `KEPT_DAYS` old."""
+    try:
+        age_days = (time.time() - path.stat().st_mtime) / 86400
+    except OSError:
+        return
+    if age_days < KEPT_DAYS:
+        return
+    with contextlib.suppress(OSError):
+        path.unlink()
+        trial = entry.get("trial") or {}
+        logger.warning(
+            "dropped the end of trial %s of job %s, kept %d days ago for %s, which no run here "
+            "has reached since (a run against a server delivers what is kept for it)",
+            trial.get("trial_number"),
+            trial.get("job_id"),
+            int(age_days),
+            entry.get("server_url"),
+        )
