@@ -21,6 +21,17 @@ Runs, against a local server on a temporary SQLite database:
    see all of its GPUs: the run's GPU count and energy gathered as the callbacks gather them,
    against GPU 0's counter read independently over the same window (goal: one GPU, within 2%;
    each rank counting what it sees would give +100%).
+6. Out of memory and the learning rate (``gpu_trainable.py``): a Lightning fit whose default
+   batch size (16384 of a model that keeps about 24 MiB a sample) runs out of CUDA memory: it
+   must be reported ``infeasible``, the same ``fit()`` must finish at a size that fits with the
+   learning rate scaled by the linear rule, and the server's next run must be another size.
+7. Gradient accumulation: a run of 1024 in micro-batches of 256 (``max_micro_batch_size``), its
+   energy on the server against GPU 0's counter over the same window (goal: within 2%).
+8. Power limits, read only: GPU 0's constraints, its limit, and the limits a profile would
+   measure, through ``GpuPowerLimits``; nothing is set (the limit is the same after).
+
+``--parts`` runs some of them (e.g. ``--parts oom accumulation power``: the device's minutes
+are few).
 
 Each part that fails is reported as failed, with its error, and the others still run. Writes
 gpu_check.{json,md} under ``--out`` (benchmarks/results); ``--report-only`` rewrites the .md
@@ -43,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import free_port, running_server
+from gpu_trainable import accumulation_check, oom_and_lr_check, power_read_check
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -342,13 +354,49 @@ def attempt(part: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def energy_row(check: str, result: dict[str, Any]) -> str:
     if "failed" in result:
-        return f"| {check} | failed: {result['failed']} | | | within 2% |"
+        why = result["failed"]
+        return f"| {check} | {why if why == NOT_RUN else f'failed: {why}'} | | | within 2% |"
     return (f"| {check} | {result['recorded_j']:.1f} | {result['nvml_j']:.1f} | "
             f"{100 * result['energy_error']:+.2f}% | within 2% |")  # fmt: skip
 
 
+NOT_RUN = "not run (--parts)"
+PARTS = ("lightning", "huggingface", "nccl", "two_ranks", "oom", "accumulation", "power")
+
+
+def trainable_lines(results: dict[str, Any]) -> list[str]:
+    """Parts 6 to 8, each as run, failed or left out."""
+    lines: list[str] = []
+    oom = results.get("oom")
+    if oom is not None and "failed" not in oom:
+        lines += [
+            f"Out of memory: trials {oom['trials']} (memory caps {oom['memory_caps']}); the fit "
+            f"finished at {oom['trained_batch_size']} (largest step {oom['largest_step_batch']}), "
+            f"learning rate {oom['lr']:g} (linear rule: {oom['lr_expected']:g}), parameters on "
+            f"{oom['parameters_on']}, peak memory {oom['peak_memory_gib']} GiB; next run "
+            f"{oom['next_run']['batch_size']}: {'passed' if oom['passed'] else 'FAILED'}.",
+            "",
+        ]
+    elif oom is not None:
+        lines += [f"Out of memory: failed: {oom['failed']}", ""]
+    power = results.get("power")
+    if power is not None and "failed" not in power:
+        lines += [
+            f"Power limits, read only: GPU {power['uuid']} allows {power['min_w']:g} to "
+            f"{power['max_w']:g} W (default {power['default_w']}), at {power['limit_w']:g} W; a "
+            f"profile would measure {', '.join(f'{w:g}' for w in power['profiled_w'])} W; "
+            f"nothing set: {'passed' if power['passed'] else 'FAILED'}.",
+            "",
+        ]
+    elif power is not None:
+        lines += [f"Power limits, read only: failed: {power['failed']}", ""]
+    return lines
+
+
 def report(results: dict[str, Any], repeats: int) -> list[str]:
-    lightning, nccl, two = results["lightning"], results["nccl"], results["two_ranks"]
+    left_out = {"failed": NOT_RUN}
+    lightning = results.get("lightning", left_out)
+    nccl, two = results.get("nccl", left_out), results.get("two_ranks", left_out)
     lines = [
         f"# GPU check on {results['gpu']}",
         "",
@@ -357,12 +405,14 @@ def report(results: dict[str, Any], repeats: int) -> list[str]:
         "| check | server | NVML, read independently | difference | goal |",
         "|---|---:|---:|---:|---|",
         energy_row("Lightning energy (J)", lightning),
-        energy_row("HF Trainer energy (J)", results["huggingface"]),
+        energy_row("HF Trainer energy (J)", results.get("huggingface", left_out)),
         energy_row("Two ranks on GPU 0, energy gathered (J)", two),
+        energy_row("Accumulated run (4 x 256), energy (J)", results.get("accumulation", left_out)),
         "",
+        *trainable_lines(results),
     ]
     if "failed" in lightning:
-        lines.append("Epoch time: not measured (the Lightning part failed).")
+        lines.append(f"Epoch time: not measured (the Lightning part: {lightning['failed']}).")
     else:
         without = [t for run in lightning["epochs_s_without"] for t in run[1:]]
         spread = (max(without) - min(without)) / lightning["epoch_s_without"]
@@ -396,6 +446,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the figures go")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="the parts to run (default: all)")  # fmt: skip
     parser.add_argument(
         "--report-only", action="store_true",
         help="rewrite gpu_check.md from the gpu_check.json in --out; run nothing",
@@ -414,18 +466,32 @@ def main() -> None:
         "driver": str(pynvml.nvmlSystemGetDriverVersion()), "epochs": args.epochs,
         "repeats": args.repeats,
     }  # fmt: skip
+    parts = set(args.parts)
     with tempfile.TemporaryDirectory() as tmp, running_server(f"sqlite:///{tmp}/bso.db") as url:
-        results["lightning"] = attempt(lambda: lightning_check(url, args.epochs, args.repeats))
-        results["huggingface"] = attempt(lambda: hf_check(url, args.epochs))
-    results["nccl"] = attempt(nccl_check)
-    results["two_ranks"] = attempt(two_ranks_check)
+        served: dict[str, Callable[[], dict[str, Any]]] = {
+            "lightning": lambda: lightning_check(url, args.epochs, args.repeats),
+            "huggingface": lambda: hf_check(url, args.epochs),
+            "oom": lambda: oom_and_lr_check(url, "cuda"),
+            "accumulation": lambda: accumulation_check(url, "cuda"),
+        }
+        for part, run in served.items():
+            if part in parts:
+                results[part] = attempt(run)
+    alone: dict[str, Callable[[], dict[str, Any]]] = {
+        "nccl": nccl_check, "two_ranks": two_ranks_check, "power": power_read_check,
+    }  # fmt: skip
+    for part, run in alone.items():
+        if part in parts:
+            results[part] = attempt(run)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_check.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = report(results, args.repeats)
     (args.out / "gpu_check.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    if any("failed" in results[part] for part in ("lightning", "huggingface", "nccl", "two_ranks")):
-        raise SystemExit(1)
+    failed = [p for p in PARTS if p in results and ("failed" in results[p]
+              or results[p].get("passed") is False)]  # fmt: skip
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

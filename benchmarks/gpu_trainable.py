@@ -1,0 +1,269 @@
+"""What makes a batch size trainable, on a real GPU: the parts of ``gpu_check.py`` for
+out-of-memory, learning-rate scaling, gradient accumulation and power limits (read only).
+
+Each part takes ``accelerator``: ``"cuda"`` on the GPU machine (a real CUDA out-of-memory error,
+NVML's real counter and limits), ``"cpu"`` for the dry run the test suite makes of this script
+(``tests/integrations/test_gpu_check_parts.py``): there a model raises
+``torch.cuda.OutOfMemoryError`` above ``oom_above`` samples, and NVML is the test double. No part
+ever sets a GPU's power limit.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+OOM_SIZE = 16384
+"""The batch size that cannot fit: ``Wide`` keeps about 24 MiB a sample on the GPU (384 GiB)."""
+REFERENCE = 128
+"""The batch size the learning rate (0.01) was tuned at: the fit's is two or four times it."""
+ROWS_ON_GPU = 1024
+"""``Wide``'s rows a sample on the GPU (8 MiB a sample in each of its large tensors)."""
+
+
+def counter_mj(pynvml: Any, accelerator: str) -> int:
+    """The training GPU's total-energy counter: ``cuda:0`` by its UUID (the double's first GPU
+    on the CPU)."""
+    if accelerator == "cuda":
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    else:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+
+
+def _synchronize(accelerator: str) -> None:
+    if accelerator == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _data(n: int, seed: int) -> Any:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 512, generator=g)
+    return torch.utils.data.TensorDataset(x, (x[:, :16].sum(dim=1) > 0).long())
+
+
+def _model(rows: int, oom_above: int | None, batch_size: int, samples: int = 2 * OOM_SIZE) -> Any:
+    """A classifier whose every sample spreads over ``rows`` rows of 2048 (its memory grows
+    with the batch as a convolutional net's does); the batch sizes its steps saw; above
+    ``oom_above`` samples (the CPU's dry run) it raises CUDA's out-of-memory error."""
+    import lightning.pytorch as pl
+    import torch
+
+    class Wide(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+            self.up = torch.nn.Linear(512, 2048)
+            self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
+            self.out = torch.nn.Linear(2048, 2)
+            self.seen: set[int] = set()
+
+        def forward(self, x: Any) -> Any:
+            wide = (self.up(x).unsqueeze(1) * self.spread).relu()
+            return self.out(wide.mean(dim=1))
+
+        def training_step(self, batch: Any, _: int) -> Any:
+            x, y = batch
+            if oom_above is not None and len(x) > oom_above:
+                raise torch.cuda.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {len(x)} MiB (the dry run's limit)"
+                )
+            loss = torch.nn.functional.cross_entropy(self(x), y)
+            self.seen.add(len(x))  # a step that fitted (on the GPU, its forward did)
+            return loss
+
+        def validation_step(self, batch: Any, _: int) -> None:
+            x, y = batch
+            self.log("val_acc", (self(x).argmax(1) == y).float().mean())
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def train_dataloader(self) -> Any:
+            data = _data(samples, 0)
+            return torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=True)
+
+        def val_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(_data(2048, 1), batch_size=256)
+
+    return Wide()
+
+
+def _trainer(accelerator: str, epochs: int, callbacks: list[Any]) -> Any:
+    import lightning.pytorch as pl
+
+    return pl.Trainer(
+        accelerator=accelerator, devices=1, max_epochs=epochs, callbacks=callbacks,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=2,
+    )  # fmt: skip
+
+
+def _fresh(prefix: str) -> str:
+    """A job of its own for each call (a check that runs again starts from nothing)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def _job_state(url: str, job_id: str) -> dict[str, Any]:
+    from zeus_bso.client import ServerClient
+
+    with ServerClient(url) as client:
+        state: dict[str, Any] = client.job_state(job_id)
+    return state
+
+
+def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -> dict[str, Any]:
+    """#43 part 7, the first two: a Lightning fit whose default batch size runs out of memory
+    on this GPU. It must be caught before training (the memory check's steps), reported
+    ``infeasible``, and the same ``fit()`` must finish at a size that fits, its learning rate
+    scaled by the linear rule (from 0.01 at 128) on the GPU; the server's next run must not be
+    that size again."""
+    import torch
+
+    from zeus_bso import JobSpec
+    from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+    rows = ROWS_ON_GPU if accelerator == "cuda" else 4
+    job = JobSpec(job_id=_fresh("gpu-oom"), job_id_prefix="gpu-oom",
+                  batch_sizes=[256, 512, OOM_SIZE], default_batch_size=OOM_SIZE,
+                  target_metric=0.75, max_epochs=3, learning_curve_stop=False)  # fmt: skip
+    callback = ZeusBSOCallback(url, job, monitor="val_acc", lr_rule="linear",
+                               reference_batch_size=REFERENCE)  # fmt: skip
+    model = _model(rows, oom_above, OOM_SIZE)
+    trainer = _trainer(accelerator, job.max_epochs, [callback])
+    if accelerator == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    trainer.fit(model)
+    assert callback.job_id is not None
+    state = _job_state(url, callback.job_id)
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    lr = float(trainer.optimizers[0].param_groups[0]["lr"])
+    parameter = next(model.parameters())
+    return {
+        "trials": [(t["batch_size"], t["status"]) for t in trials],
+        "memory_caps": state["memory_caps"],
+        "next_run": state["next_run"],
+        "trained_batch_size": callback.batch_size,
+        "largest_step_batch": max(model.seen),
+        "lr": lr,
+        "lr_expected": 0.01 * (callback.batch_size or 0) / REFERENCE,
+        "parameters_on": str(parameter.device),
+        "peak_memory_gib": (
+            torch.cuda.max_memory_allocated() / 2**30 if accelerator == "cuda" else None
+        ),
+        "passed": (
+            [t["status"] for t in trials] == ["infeasible", "reported"]
+            and trials[0]["batch_size"] == OOM_SIZE
+            and callback.batch_size in (256, 512)
+            and max(model.seen) <= 512
+            and abs(lr - 0.01 * (callback.batch_size or 0) / REFERENCE) < 1e-12
+            and not state["next_run"]["refused"]
+            and state["next_run"]["batch_size"] != OOM_SIZE
+        ),
+    }
+
+
+def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str, Any]:
+    """#43 part 7, the third: a run of 1024 that accumulates micro-batches of 256
+    (``max_micro_batch_size``): the energy the server records for it against the GPU's
+    counter, read independently over the callback's window (goal: within 2%)."""
+    import lightning.pytorch as pl
+    import pynvml
+
+    from zeus_bso import JobSpec
+    from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+    pynvml.nvmlInit()
+
+    class Probe(pl.Callback):  # type: ignore[misc]
+        """Reads the counter right after the callback opens its window (placed after it) or
+        right before each of its reports (placed before it): the same window, without the
+        report's time inside it."""
+
+        def __init__(self) -> None:
+            self.start_mj = self.last_mj = 0
+
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            if self is opens:
+                self.start_mj = counter_mj(pynvml, accelerator)
+
+        def on_validation_end(self, trainer: Any, module: Any) -> None:
+            if self is closes:
+                _synchronize(accelerator)
+                self.last_mj = counter_mj(pynvml, accelerator)
+
+    opens, closes = Probe(), Probe()
+    job = JobSpec(job_id=_fresh("gpu-accumulate"), job_id_prefix="gpu-accumulate",
+                  batch_sizes=[1024], default_batch_size=1024, target_metric=2.0,
+                  max_epochs=epochs)  # fmt: skip  # never converges: every epoch runs
+    callback = ZeusBSOCallback(url, job, monitor="val_acc", max_micro_batch_size=256)
+    on_gpu = accelerator == "cuda"
+    model = _model(ROWS_ON_GPU if on_gpu else 4, None, 1024, 4 * OOM_SIZE if on_gpu else 8192)
+    trainer = _trainer(accelerator, epochs, [closes, callback, opens])
+    trainer.fit(model)
+    assert callback.job_id is not None
+    (trial,) = _job_state(url, callback.job_id)["trials"]
+    recorded, measured = float(trial["energy"]), (closes.last_mj - opens.start_mj) / 1000.0
+    return {
+        "micro_batch_sizes": sorted(model.seen),
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "recorded_j": recorded,
+        "nvml_j": measured,
+        "energy_error": recorded / measured - 1 if measured else None,
+        "passed": (
+            max(model.seen) == 256
+            and trainer.accumulate_grad_batches == 4
+            and measured > 0
+            and abs(recorded / measured - 1) <= 0.02
+        ),
+    }
+
+
+def power_read_check() -> dict[str, Any]:
+    """#45 on a real GPU: read GPU 0's power-limit constraints, its limit now and by default,
+    and the limits a profile would measure, through `GpuPowerLimits`, and set nothing: the
+    limit is the same after, and no record of a change is written."""
+    import pynvml
+
+    from zeus_bso.power import GpuPowerLimits
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    before = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
+    low, high = (w / 1000.0 for w in pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle))
+    try:
+        default: float | None = pynvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000.0
+    except pynvml.NVMLError:
+        default = None
+    with tempfile.TemporaryDirectory() as records:
+        limits = GpuPowerLimits(Path(records), gpu_indices=[0])
+        profiled = limits.limits()
+        current = limits.current()
+        written = sorted(p.name for p in Path(records).iterdir())
+    after = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
+    return {
+        "uuid": limits.uuids[0],
+        "min_w": low,
+        "max_w": high,
+        "default_w": default,
+        "limit_w": before,
+        "profiled_w": profiled,
+        "passed": (
+            after == before
+            and current == [before]
+            and not written
+            and bool(profiled)
+            and profiled[0] == high
+            and all(low <= w <= high for w in profiled)
+        ),
+    }

@@ -1,0 +1,72 @@
+"""The dry run of ``benchmarks/gpu_trainable.py`` (``gpu_check.py``'s out-of-memory, learning
+rate, accumulation and power-limit parts) on the CPU, against a real server: the NVML test
+double stands in for the GPU, and the model raises CUDA's out-of-memory error above 512
+samples. It checks the script, so that the GPU machine's few minutes go to the hardware: there
+the error is real (``accelerator="cuda"``), and so are the counter and the limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+from tests.helpers import ServerProcess, nvml_double
+
+UUID = "GPU-0000d00d-1111-2222-3333-444444444444"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trainable.py"
+
+
+@pytest.fixture(scope="module")
+def parts() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_trainable", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One GPU of the double: 300 W drawn, limits from 75 to 300 W, its state in this test."""
+    nvml_double(monkeypatch)
+    described = {"uuid": UUID, "name": "NVIDIA H100 80GB HBM3", "watts": 300.0, "limit_w": 300.0}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([described]))
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_out_of_memory_and_the_learning_rate_part(
+    parts: Any, gpu: None, sqlite_server: ServerProcess
+) -> None:
+    result = parts.oom_and_lr_check(sqlite_server.url, "cpu", oom_above=512)
+    assert result["trials"][0] == (parts.OOM_SIZE, "infeasible")
+    assert result["trials"][1][1] == "reported"
+    assert result["next_run"]["batch_size"] in (256, 512)  # the job explores on, never 16384
+    assert result["trained_batch_size"] in (256, 512)
+    assert result["lr"] == pytest.approx(0.01 * result["trained_batch_size"] / 128)
+    assert result["passed"], result
+
+
+def test_the_accumulation_part(parts: Any, gpu: None, sqlite_server: ServerProcess) -> None:
+    result = parts.accumulation_check(sqlite_server.url, "cpu")
+    assert result["micro_batch_sizes"] == [256]
+    assert result["accumulate_grad_batches"] == 4
+    assert result["passed"], result
+
+
+def test_the_power_limit_part_reads_and_sets_nothing(parts: Any, gpu: None, tmp_path: Path) -> None:
+    result = parts.power_read_check()
+    assert (result["uuid"], result["min_w"], result["max_w"]) == (UUID, 75.0, 300.0)
+    assert result["profiled_w"] == [300.0 - 25 * i for i in range(10)]
+    assert result["passed"], result
+    pynvml = sys.modules["pynvml"]
+    assert pynvml.nvmlDeviceGetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0)) == 300_000
+    state = tmp_path / "gpu" / f"{UUID}.json"  # the double's record of every change
+    assert not state.exists() or json.loads(state.read_text()).get("changes", []) == []
