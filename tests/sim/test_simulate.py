@@ -483,7 +483,8 @@ def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(
 def test_with_power_limits_the_floor_is_the_cold_start_that_profiles() -> None:
     """The floor with power limits: the default's first run profiles, then the batch size
     that costs least at its chosen limit, whose first run profiles too; below today's floor,
-    above the joint oracle, and under the policy's own regret; at eta 0 today's floor."""
+    above the joint oracle, and under the policy's own regret; at eta 0 today's floor. The
+    causes of the regret are then charged over that batch size's runs at their limit."""
     trace = load_trace_job("cifar100", "p100")
     seeds = [seed_result(s, run(in_process, "cifar100", s, 20)) for s in range(2)]
     plain = summarize(trace, 1.0, 20, seeds)
@@ -510,6 +511,12 @@ def test_with_power_limits_the_floor_is_the_cold_start_that_profiles() -> None:
     assert summary.joint_oracle_regret < summary.floor < plain.floor
     assert summary.floor < summary.regret
     assert summary.to_dict()["floor"] == summary.floor
+    # The causes are charged over the oracle of runs that profile, and add up from its regret.
+    assert summary.power_oracle == (best, trained(best))
+    assert summary.charged_from == pytest.approx(trained(best) / summary.oracle_cost)
+    causes = summary.causes()
+    assert summary.charged_from + sum(causes.values()) / 100 == pytest.approx(summary.regret)
+    assert abs(causes["oracle_noise"]) < 2.0  # the trace's spread, not what the limits save
     # One recurrence: the default's profiling run alone.
     assert trace.power_floor(1.0, 1) == pytest.approx(trained(default) + profiling(default))
     at_zero = summarize(trace, 0.0, 20, seeds, power_limits=True)

@@ -312,10 +312,19 @@ def _print_table(summaries: list[Summary]) -> None:
         table.add_row("mean", "", "", "", f"{mean:.3f}", "", "")
     console.print(table)
     header, rows = causes_rows(summaries)
+    caption = (
+        "floor: the regret of running the default once, then the oracle; expl.: "
+        "pruning explorations; stopped: before the target; noise: the trace's spread"
+    )
+    if any(s.power_oracle is not None for s in summaries):
+        caption += (
+            "; with power limits, the points are over the oracle of runs that profile (the "
+            "cheapest batch size at its chosen limit: its regret in the power table), and the "
+            "floor starts at the default's profiling run"
+        )
     causes = Table(
         title="Where the regret goes: points of excess cost (% of the oracle's cumulative cost)",
-        caption="floor: the regret of running the default once, then the oracle; expl.: "
-        "pruning explorations; stopped: before the target; noise: the trace's spread",
+        caption=caption,
     )
     for i, column in enumerate(header):
         causes.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
@@ -351,13 +360,22 @@ def _print_power(summaries: list[Summary]) -> None:
     the joint oracle's."""
     table = Table(
         title="Power limits: cumulative cost / the batch-size-only oracle's at maximum power",
-        caption="joint oracle: the best batch size and power limit together, every recurrence",
+        caption="profiling oracle: the cheapest batch size at the limit its profile chose; "
+        "joint oracle: the best batch size and power limit together, every recurrence",
     )
-    for column in ("workload", "gpu", "with profiling", "joint oracle"):
+    columns = ("workload", "gpu", "with profiling", "floor", "profiling oracle", "joint oracle")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("workload", "gpu") else "right")
     for s in summaries:
         joint = s.joint_oracle_regret
-        table.add_row(s.workload, s.gpu, f"{s.regret:.3f}", "" if joint is None else f"{joint:.3f}")
+        table.add_row(
+            s.workload,
+            s.gpu,
+            f"{s.regret:.3f}",
+            f"{s.floor:.3f}",
+            f"{s.charged_from:.3f}",
+            "" if joint is None else f"{joint:.3f}",
+        )
     console.print(table)
 
 

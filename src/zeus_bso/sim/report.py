@@ -103,8 +103,12 @@ class Summary:
     """With `power_limits`: the expected cost of a recurrence at the best batch size and power
     limit together."""
     power_floor_cost: float | None = None
-    """With `power_limits`: the expected cumulative cost of the cold start with them
-    (`TraceJob.power_floor`), which `floor` is then."""
+    """With `power_limits` (where runs profile): the expected cumulative cost of the cold start
+    with them (`TraceJob.power_floor`), which `floor` is then."""
+    power_oracle: tuple[int, float] | None = None
+    """With `power_limits` (where runs profile): the batch size and the expected cost of a
+    recurrence of the oracle of runs that profile (`TraceJob.power_oracle`), which `causes`
+    charge against then."""
 
     @property
     def regret(self) -> float:
@@ -130,12 +134,18 @@ class Summary:
 
     def causes(self) -> dict[str, float]:
         """Points of regret by cause (`CAUSES`): excess cost in % of the oracle's cumulative
-        cost, mean over seeds; with 1, they add up to `regret` x 100."""
+        cost, mean over seeds; with `charged_from` (1 without `power_oracle`), they add up to
+        `regret` x 100. With `power_oracle`, the excess is over that oracle's runs."""
         total = self.recurrences * self.oracle_cost
-        per_seed = [
-            causes_of(s.trials, self.oracle_batch_size, self.oracle_cost) for s in self.seeds
-        ]
+        size, cost = self.power_oracle or (self.oracle_batch_size, self.oracle_cost)
+        per_seed = [causes_of(s.trials, size, cost) for s in self.seeds]
         return {c: statistics.fmean(100 * p[c] / total for p in per_seed) for c in CAUSES}
+
+    @property
+    def charged_from(self) -> float:
+        """The regret the `causes` start from: 1, or with `power_oracle`, its cost over the
+        batch-size-only oracle's."""
+        return 1.0 if self.power_oracle is None else self.power_oracle[1] / self.oracle_cost
 
     @property
     def joint_oracle_regret(self) -> float | None:
@@ -163,6 +173,9 @@ class Summary:
             capped["power_limits"] = True
             capped["joint_oracle_cost"] = self.joint_oracle_cost
             capped["joint_oracle_regret"] = self.joint_oracle_regret
+            if self.power_oracle is not None:
+                capped["power_oracle_batch_size"] = self.power_oracle[0]
+                capped["power_oracle_cost"] = self.power_oracle[1]
         if self.memory_cap is not None:  # absent without one: those figures stay as they were
             capped |= {
                 "memory_cap": self.memory_cap,
@@ -234,6 +247,7 @@ def summarize(
         power_limits=power_limits,
         joint_oracle_cost=joint,
         power_floor_cost=floor,
+        power_oracle=trace.power_oracle(eta_knob) if profiling else None,
         memory_cap=memory_cap,
         accumulate=accumulate and memory_cap is not None,
         workload=trace.workload.name,

@@ -151,23 +151,36 @@ class TraceJob:
         default if that is cheaper. No policy that learns the job can beat it in expectation
         (`Summary.floor`)."""
 
-        def trained(b: int) -> float:
-            return self.expected_cost(
-                b, eta_knob, self.pace_cost(self.chosen_pace(b, eta_knob), eta_knob)
-            )
-
         def first(b: int) -> float:
             extra = self.pace_cost(self.profiling_pace(b, eta_knob), eta_knob)
-            return trained(b) + extra - self.pace_cost(self.chosen_pace(b, eta_knob), eta_knob)
+            return self.trained_cost(b, eta_knob) + extra - self.chosen_epoch_cost(b, eta_knob)
 
         if recurrences < 1:
             return 0.0
         default = self.default_batch_size
-        stay = first(default) + (recurrences - 1) * trained(default)
-        best = min(self.batch_sizes, key=lambda b: (trained(b), b))
+        stay = first(default) + (recurrences - 1) * self.trained_cost(default, eta_knob)
+        best, cost = self.power_oracle(eta_knob)
         if recurrences == 1 or best == default:
             return stay
-        return min(stay, first(default) + first(best) + (recurrences - 2) * trained(best))
+        return min(stay, first(default) + first(best) + (recurrences - 2) * cost)
+
+    def chosen_epoch_cost(self, batch_size: int, eta_knob: float) -> float:
+        """The cost of an epoch of ``batch_size`` at the limit a client trains it at."""
+        return self.pace_cost(self.chosen_pace(batch_size, eta_knob), eta_knob)
+
+    def trained_cost(self, batch_size: int, eta_knob: float) -> float:
+        """The expected cost of a recurrence of ``batch_size`` at the limit a client trains it
+        at (`chosen_pace`), once profiled."""
+        return self.expected_cost(
+            batch_size, eta_knob, self.chosen_epoch_cost(batch_size, eta_knob)
+        )
+
+    def power_oracle(self, eta_knob: float) -> tuple[int, float]:
+        """The batch size that costs least at the limit a client trains it at, and that cost:
+        the oracle of runs that profile (the `joint_oracle` may pick a limit below where the
+        profile stopped)."""
+        best = min(self.batch_sizes, key=lambda b: (self.trained_cost(b, eta_knob), b))
+        return best, self.trained_cost(best, eta_knob)
 
     @property
     def batch_sizes(self) -> list[int]:
