@@ -364,33 +364,29 @@ NOT_RUN = "not run (--parts)"
 PARTS = ("lightning", "huggingface", "nccl", "two_ranks", "oom", "accumulation", "power")
 
 
+def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], str]) -> list[str]:
+    """A part that passes or fails its own checks (``says``: what it found), or failed to
+    run; nothing for one left out."""
+    if result is None:
+        return []
+    if "failed" in result:
+        return [f"{label}: failed: {result['failed']}", ""]
+    return [f"{label}: {says(result)}: {'passed' if result['passed'] else 'FAILED'}.", ""]
+
+
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6 to 8, each as run, failed or left out."""
-    lines: list[str] = []
-    oom = results.get("oom")
-    if oom is not None and "failed" not in oom:
-        lines += [
-            f"Out of memory: trials {oom['trials']} (memory caps {oom['memory_caps']}); the fit "
-            f"finished at {oom['trained_batch_size']} (largest step {oom['largest_step_batch']}), "
-            f"learning rate {oom['lr']:g} (linear rule: {oom['lr_expected']:g}), parameters on "
-            f"{oom['parameters_on']}, peak memory {oom['peak_memory_gib']} GiB; next run "
-            f"{oom['next_run']['batch_size']}: {'passed' if oom['passed'] else 'FAILED'}.",
-            "",
-        ]
-    elif oom is not None:
-        lines += [f"Out of memory: failed: {oom['failed']}", ""]
-    power = results.get("power")
-    if power is not None and "failed" not in power:
-        lines += [
-            f"Power limits, read only: GPU {power['uuid']} allows {power['min_w']:g} to "
-            f"{power['max_w']:g} W (default {power['default_w']}), at {power['limit_w']:g} W; a "
-            f"profile would measure {', '.join(f'{w:g}' for w in power['profiled_w'])} W; "
-            f"nothing set: {'passed' if power['passed'] else 'FAILED'}.",
-            "",
-        ]
-    elif power is not None:
-        lines += [f"Power limits, read only: failed: {power['failed']}", ""]
-    return lines
+    """Parts 6 and 8 (part 7 is a row of the energy table)."""
+    oom = part_lines("Out of memory", results.get("oom"), lambda r: (
+        f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
+        f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
+        f"{r['lr']:g} (linear rule: {r['lr_expected']:g}), parameters on {r['parameters_on']}, "
+        f"peak memory {r['peak_memory_gib']} GiB; next run "
+        f"{r['next_run']['batch_size']}"))  # fmt: skip
+    power = part_lines("Power limits, read only", results.get("power"), lambda r: (
+        f"GPU {r['uuid']} allows {r['min_w']:g} to {r['max_w']:g} W (default {r['default_w']}), "
+        f"at {r['limit_w']:g} W; a profile would measure "
+        f"{', '.join(f'{w:g}' for w in r['profiled_w'])} W; nothing set"))  # fmt: skip
+    return oom + power
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -148,15 +149,33 @@ GPU_DOUBLE = Path(__file__).resolve().parent / "gpu_double" / "pynvml.py"
 """The NVML test double (nvidia-ml-py's API over GPUs a test describes)."""
 
 
-def nvml_double(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The NVML test double as ``pynvml`` for this test, every GPU visible."""
-    spec = importlib.util.spec_from_file_location("pynvml", GPU_DOUBLE)
+def load_module(name: str, path: Path) -> Any:
+    """The Python file at ``path`` (a script, an example, the double), loaded as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def nvml_double(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The NVML test double as ``pynvml`` for this test, every GPU visible."""
+    module = load_module("pynvml", GPU_DOUBLE)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return module
+
+
+def one_settable_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, uuid: str, name: str = "NVIDIA A100-SXM4-40GB"
+) -> Any:
+    """The NVML double as ``pynvml`` with one GPU ``uuid`` that draws 300 W and whose limit
+    (300 W, down to 75 W) can be set, its state in ``tmp_path / "gpu"``."""
+    module = nvml_double(monkeypatch)
+    gpu = {"uuid": uuid, "name": name, "watts": 300.0, "limit_w": 300.0}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
     return module
 
 

@@ -3,7 +3,6 @@ same training run locally with DDP on two CPU processes (torchrun, gloo) against
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,7 +16,13 @@ import yaml
 from tests.containers import REPO
 from tests.deploy.test_kubernetes import find, render, validate_strictly
 from tests.deploy.wire import job_state
-from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from tests.helpers import (
+    ServerProcess,
+    environment_without_settings,
+    load_module,
+    sqlite_url,
+    unique_id,
+)
 
 KUBEFLOW = REPO / "integrations/kubeflow"
 SCRIPT = KUBEFLOW / "train_mnist.py"
@@ -26,11 +31,7 @@ WATTS = 50.0
 
 def _script() -> ModuleType:
     pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
-    spec = importlib.util.spec_from_file_location("train_mnist", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module: ModuleType = load_module("train_mnist", SCRIPT)
     return module
 
 

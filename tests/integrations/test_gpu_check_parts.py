@@ -6,7 +6,6 @@ the error is real (``accelerator="cuda"``), and so are the counter and the limit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from tests.helpers import ServerProcess, nvml_double
+from tests.helpers import ServerProcess, load_module, one_settable_gpu
 
 UUID = "GPU-0000d00d-1111-2222-3333-444444444444"
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trainable.py"
@@ -24,21 +23,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trainable.py"
 
 @pytest.fixture(scope="module")
 def parts() -> Any:
-    spec = importlib.util.spec_from_file_location("gpu_trainable", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("gpu_trainable", SCRIPT)
 
 
 @pytest.fixture
 def gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """One GPU of the double: 300 W drawn, limits from 75 to 300 W, its state in this test."""
-    nvml_double(monkeypatch)
-    described = {"uuid": UUID, "name": "NVIDIA H100 80GB HBM3", "watts": 300.0, "limit_w": 300.0}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([described]))
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    one_settable_gpu(monkeypatch, tmp_path, UUID, "NVIDIA H100 80GB HBM3")
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
 
 

@@ -5,7 +5,6 @@ processes, each GPU's energy once, and the main process alone prints (and talks)
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch", reason="pip install torch")
 
-from tests.helpers import ServerProcess, sqlite_url
+from tests.helpers import ServerProcess, load_module, sqlite_url
 from tests.integrations.test_topology import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
 from zeus_bso import JobSpec
@@ -29,11 +28,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def loop_job_of_examples() -> JobSpec:
     """The loop examples' job (`examples/_common.py`)."""
-    spec = importlib.util.spec_from_file_location("examples_common", EXAMPLES / "_common.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("examples_common", EXAMPLES / "_common.py")
     job: JobSpec = module.loop_job("example")
     return job
 

@@ -13,7 +13,7 @@ from types import FrameType
 
 import pytest
 
-from tests.helpers import nvml_double
+from tests.helpers import one_settable_gpu
 from zeus_bso.errors import PowerLimitError
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.limits import restore_orphaned
@@ -33,10 +33,7 @@ UUID = "GPU-0000cafe-1111-2222-3333-444444444444"
 @pytest.fixture
 def double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """One settable GPU of the NVML double (300 W); returns the run records' folder."""
-    nvml_double(monkeypatch)
-    gpu = {"uuid": UUID, "name": "NVIDIA A100-SXM4-40GB", "watts": 300.0, "limit_w": 300.0}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
     return tmp_path / "records"
 
 
