@@ -385,7 +385,10 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
     power = part_lines("Power limits, read only", results.get("power"), lambda r: (
         f"GPU {r['uuid']} allows {r['min_w']:g} to {r['max_w']:g} W (default {r['default_w']}), "
         f"at {r['limit_w']:g} W; a profile would measure "
-        f"{', '.join(f'{w:g}' for w in r['profiled_w'])} W; nothing set"))  # fmt: skip
+        f"{', '.join(f'{w:g}' for w in r['profiled_w'])} W; its energy counter changes "
+        + ("never" if r["counter_update_ms"] is None
+           else f"every {r['counter_update_ms']:.3g} ms (median)")
+        + "; nothing set"))  # fmt: skip
     return oom + power
 
 

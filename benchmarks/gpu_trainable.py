@@ -10,7 +10,10 @@ ever sets a GPU's power limit.
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -229,10 +232,25 @@ def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str,
     }
 
 
+def counter_update_ms(pynvml: Any, handle: Any, seconds: float = 2.0) -> float | None:
+    """The median time between changes of the GPU's total-energy counter, read in a tight loop
+    for ``seconds``: the shortest window a profile's measurement can resolve (the profiler
+    measures 5 to 40 steps a limit: `zeus_bso.power.profiler.measured_steps_for`)."""
+    changes, last, end = [], None, time.monotonic() + seconds
+    while time.monotonic() < end:
+        value = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        if value != last:
+            changes.append(time.monotonic())
+            last = value
+    gaps = [1000 * (b - a) for a, b in itertools.pairwise(changes[1:])]  # the first: a read
+    return statistics.median(gaps) if gaps else None
+
+
 def power_read_check() -> dict[str, Any]:
     """#45 on a real GPU: read GPU 0's power-limit constraints, its limit now and by default,
-    and the limits a profile would measure, through `GpuPowerLimits`, and set nothing: the
-    limit is the same after, and no record of a change is written."""
+    the limits a profile would measure (through `GpuPowerLimits`) and how often its energy
+    counter changes, and set nothing: the limit is the same after, and no record of a change
+    is written."""
     import pynvml
 
     from zeus_bso.power import GpuPowerLimits
@@ -252,6 +270,7 @@ def power_read_check() -> dict[str, Any]:
         written = sorted(p.name for p in Path(records).iterdir())
     after = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
     return {
+        "counter_update_ms": counter_update_ms(pynvml, handle),
         "uuid": limits.uuids[0],
         "min_w": low,
         "max_w": high,

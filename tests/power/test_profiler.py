@@ -8,6 +8,12 @@ import pytest
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import PowerProfiler
+from zeus_bso.power.profiler import (
+    MAX_MEASURED_STEPS,
+    MEASURED_STEPS,
+    SETTLE_STEPS,
+    measured_steps_for,
+)
 from zeus_bso.power.run import check_power_limit
 
 
@@ -90,3 +96,13 @@ def test_profile_goes_on_until_patience_runs_out() -> None:
     assert not profile_goes_on([10.0, 9.0, 9.5, 9.8, 9.9])  # three: stop
     assert profile_goes_on([10.0, 9.0, 9.5, 9.8, 8.0])  # a new cheapest: on
     assert profile_goes_on([10.0])
+
+
+def test_a_long_first_epoch_measures_each_limit_longer() -> None:
+    """Half the first epoch's steps, spread over the limits after settling, from 5 to 40 a
+    limit; 5 where the epoch's steps are not known."""
+    assert measured_steps_for(None, 10) == MEASURED_STEPS == 5
+    assert measured_steps_for(40, 5) == 5  # 20 steps for 5 limits: the least
+    assert measured_steps_for(200, 10) == 100 // 10 - SETTLE_STEPS == 8
+    assert measured_steps_for(10_000, 10) == MAX_MEASURED_STEPS == 40
+    assert measured_steps_for(10_000, 0) == 5

@@ -1,6 +1,7 @@
 """Profiling a batch size's power limits in its first epoch, step by step (the Zeus paper's
 first-epoch profiling): each limit in turn, from the highest, gets a few steps to settle and a
-few measured steps; an epoch at a limit is its measured step times the steps of an epoch. The
+few measured steps (more in a long epoch: `measured_steps_for`); an epoch at a limit is its
+measured step times the steps of an epoch. The
 profile may stop early, when ``goes_on`` says the limits below cannot be cheaper
 (`zeus_bso.policy.power.profile_goes_on`).
 
@@ -18,7 +19,25 @@ from zeus_bso.spec import PowerMeasurement
 SETTLE_STEPS = 2
 """Steps at a new limit before its measurement starts (the GPU's clocks settle)."""
 MEASURED_STEPS = 5
-"""Steps measured at each limit."""
+"""Steps measured at each limit, at least (and where the epoch's steps are not known)."""
+MAX_MEASURED_STEPS = 40
+"""Steps measured at each limit, at most (upstream Zeus's default): more steps average out the
+jitter of a step's time and the update period of the GPUs' energy counters."""
+PROFILE_SHARE = 0.5
+"""The share of the first epoch's steps a profile may take to measure longer."""
+
+
+def measured_steps_for(
+    steps_per_epoch: int | None, limits: int, settle_steps: int = SETTLE_STEPS
+) -> int:
+    """Steps to measure at each of ``limits`` limits: as many as `PROFILE_SHARE` of the first
+    epoch's steps leave after each limit's settling, from `MEASURED_STEPS` to
+    `MAX_MEASURED_STEPS`. The same on every process of a run, which all have the epoch's
+    steps."""
+    if steps_per_epoch is None or limits < 1:
+        return MEASURED_STEPS
+    room = int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps
+    return max(MEASURED_STEPS, min(MAX_MEASURED_STEPS, room))
 
 
 @dataclass

@@ -20,7 +20,7 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
-from zeus_bso.power.profiler import PowerProfiler
+from zeus_bso.power.profiler import PowerProfiler, measured_steps_for
 from zeus_bso.spec import GpuConfig, PowerMeasurement
 
 logger = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class PowerLimitRun:
                 goes_on=self._goes_on,
                 cost=lambda s, j: zeus_cost(j * self._gpus_factor, s, self._eta, self._max_power),
             )
+            profiler.measured_steps = measured_steps_for(steps_per_epoch, len(profiler.limits))
             per_limit = profiler.settle_steps + profiler.measured_steps
             if steps_per_epoch is not None and steps_per_epoch < profiler.steps_needed:
                 # The first epoch has room for fewer: evenly spread, the highest kept.
