@@ -22,8 +22,9 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"client"}),
     frozenset({"training", "sim"}),
     frozenset({"integrations", "elastic", "cli", "testing"}),
-    # The package's front door and the adapters' first import paths: re-exports of what is below.
-    frozenset({"", "lightning", "huggingface", "accelerate", "fabric"}),
+    # The package's front door, the command's entry point and the adapters' first import paths:
+    # re-exports of what is below.
+    frozenset({"", "entry", "lightning", "huggingface", "accelerate", "fabric"}),
 )
 """The client package's parts, lowest first: a part imports only from its own or lower floors."""
 

@@ -4,6 +4,7 @@ What a training script imports. Importing this package pulls in neither torch, L
 transformers.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
 from zeus_bso.errors import (
@@ -16,36 +17,54 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
-from zeus_bso.spec import (
-    CreatedJob,
-    GpuConfig,
-    JobParams,
-    JobSpec,
-    JobSpecFromClient,
-    ReportResponse,
-    StopReason,
-    TrainingResult,
-    TrialId,
-)
 
 if TYPE_CHECKING:
     from zeus_bso.client import BatchSizeOptimizer, RunOutcome, until_converged
+    from zeus_bso.spec import (
+        CreatedJob,
+        GpuConfig,
+        JobParams,
+        JobSpec,
+        JobSpecFromClient,
+        ReportResponse,
+        StopReason,
+        TrainingResult,
+        TrialId,
+    )
 
 __version__ = "0.1.0"
 
 
-_CLIENT = frozenset({"BatchSizeOptimizer", "RunOutcome", "until_converged"})
+_LAZY = {
+    **dict.fromkeys(("BatchSizeOptimizer", "RunOutcome", "until_converged"), "zeus_bso.client"),
+    **dict.fromkeys(
+        (
+            "CreatedJob",
+            "GpuConfig",
+            "JobParams",
+            "JobSpec",
+            "JobSpecFromClient",
+            "ReportResponse",
+            "StopReason",
+            "TrainingResult",
+            "TrialId",
+        ),
+        "zeus_bso.spec",
+    ),
+}
 
 
 def __getattr__(name: str) -> object:
-    """The client's names are imported when first asked for: the server, which imports this
-    package for its wire models and policy, has no use for the client, its HTTP library and the
-    energy meters."""
-    if name in _CLIENT:
-        import zeus_bso.client
-
-        return getattr(zeus_bso.client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Names are imported when first asked for: the server, which imports this package for its
+    wire models and policy, has no use for the client, its HTTP library and the energy meters;
+    and importing the package alone (its errors, the commands' entry point) stays quick, so that
+    Ctrl-C while a command loads ends it cleanly (`zeus_bso.entry`)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
