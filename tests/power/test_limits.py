@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -93,3 +94,24 @@ def test_a_record_whose_pid_another_process_reuses_is_restored(double: Path) -> 
     assert not record.exists()
     limits.restore()  # what it owned goes back to the same 300 W
     assert limit_now() == 300.0
+
+
+def test_sigterm_in_the_middle_of_setting_a_limit_still_restores(double: Path) -> None:
+    """The handler runs on the main thread, which the signal may have stopped while it holds
+    the limits' lock (inside `set` or `restore`): it restores all the same."""
+    handed_on = []
+
+    def before(signum: int, frame: FrameType | None) -> None:
+        handed_on.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, before)
+    try:
+        limits = GpuPowerLimits(double)
+        assert limits.set(250.0)
+        with limits._lock:  # as inside `set`, when the signal comes
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)  # the handler runs here, on this thread
+        assert handed_on == [signal.SIGTERM]
+        assert limit_now() == 300.0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

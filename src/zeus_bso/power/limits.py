@@ -134,7 +134,9 @@ class GpuPowerLimits:
         nvml = self._nvml = _nvml()
         self._records = records
         self._owned: dict[str, float] = {}  # uuid: the limit to restore (W)
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM handler restores on the main thread, which the signal may
+        # have interrupted inside `set` or `restore`, holding the lock.
+        self._lock = threading.RLock()
         self.advisory = False
         """True once setting a limit was refused for want of permission: nothing is set."""
         ours = {os.getpid(), *run_pids}
