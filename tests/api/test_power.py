@@ -70,7 +70,7 @@ def test_a_batch_size_is_profiled_once_per_hardware_profile(http: httpx.Client, 
 
     later = dispatch(http, job_id, power_limits="true", **A100)
     assert later["power_limit"] == best(eta, 300.0)
-    assert "power_profiling" not in later
+    assert later["power_profiling"] is False  # said, to a run that opted in
     # A second profile of the same size there changes nothing: the first stays.
     other = [{**m, "energy_per_epoch": 1.0} if m["power_limit"] == 300.0 else m for m in MEASURED]
     again = http.post("/api/trials/power_profile", json={**trial_id(later), "measurements": other})
@@ -110,7 +110,8 @@ def test_no_profiling_at_eta_0_or_when_the_job_says_so(
     job_id = unique_id("nopower")
     register(http, job_id, **options)
     trial = dispatch(http, job_id, power_limits="true", **A100)
-    assert {"power_profiling", "power_limit"}.isdisjoint(trial)
+    assert "power_limit" not in trial
+    assert trial["power_profiling"] is False  # said: this server chooses, and does not profile
     refused = http.post(
         "/api/trials/power_profile", json={**trial_id(trial), "measurements": MEASURED}
     )

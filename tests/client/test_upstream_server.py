@@ -6,15 +6,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import unique_id
+from tests.helpers import one_settable_gpu, unique_id
 from tests.upstream import upstream_missing, upstream_server
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.energy import EstimateMeter
 
 MISSING = upstream_missing()
+UUID = "GPU-0000f00d-1111-2222-3333-444444444444"
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
@@ -66,3 +68,40 @@ def test_recurrences_against_upstream_without_heartbeats(
         if r.levelno >= logging.WARNING and r.name.startswith("zeus_bso.client")
     ]
     assert warned == []
+
+
+def test_power_limits_against_upstream_warn_and_leave_the_gpus_alone(
+    upstream: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Upstream's server does not choose power limits: a run that opts in says so once, trains,
+    and never touches the GPUs (nor refuses them: nothing of theirs is this run's to set)."""
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    caplog.set_level(logging.WARNING, logger="zeus_bso")
+    spec = JobSpec(
+        job_id=unique_id("uppower"),
+        job_id_prefix="uppower",
+        batch_sizes=[16, 32],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=2,
+        eta_knob=1.0,
+    )
+    with BatchSizeOptimizer(
+        upstream, spec, energy_meter=EstimateMeter(100), power_limit="optimize"
+    ) as bso:
+        assert bso.get_batch_size() == 32
+        bso.on_train_begin(steps_per_epoch=100)
+        for _ in range(10):
+            bso.on_step_begin()
+            bso.on_step_end()
+        assert bso.on_evaluate(0.6).stop_train
+    warned = [m for r in caplog.records if "does not choose GPU power" in (m := r.getMessage())]
+    assert len(warned) == 1
+    assert upstream in warned[0]
+    assert bso.power is None
+    assert not (tmp_path / "gpu").exists() or not list((tmp_path / "gpu").glob("*.json"))
+    assert not list((tmp_path / "cache").rglob("power_limits/*.json"))

@@ -210,6 +210,9 @@ class BatchSizeOptimizer:
         self.power_profiling = False
         """Whether the server asks this run to profile the power limits (with
         ``power_limits``): no profile of its batch size on these GPUs yet."""
+        self.server_chooses_power = False
+        """Whether the server answered the dispatch with power limits (with ``power_limits``;
+        upstream Zeus's server, or an older one, does not: the GPUs then keep their own)."""
         self._on_lease_lost = on_lease_lost
         if self._manages_power:
             given = on_lease_lost
@@ -357,6 +360,14 @@ class BatchSizeOptimizer:
             self._memory_cap = dispatched.memory_cap
             self.power_limit = dispatched.power_limit
             self.power_profiling = dispatched.power_profiling
+            self.server_chooses_power = "power_profiling" in dispatched.model_fields_set
+            if self._power_limits and not self.server_chooses_power:
+                logger.warning(
+                    "zeus-bso: the server at %s does not choose GPU power limits (upstream "
+                    "Zeus's server, or a zeus-bso server older than power limits): this run's "
+                    "GPUs keep their own; upgrade the server for power_limit='optimize'",
+                    self.client.server_url,
+                )
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
                 self.progress.go_on(
@@ -593,6 +604,9 @@ class BatchSizeOptimizer:
             self._register()
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
+        # The server is not asked again: a resumed run's GPUs keep their own limits (checked,
+        # and restored on every exit path as any run's).
+        self.server_chooses_power = self._power_limits
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
 
@@ -606,7 +620,7 @@ class BatchSizeOptimizer:
         """
         if self.trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")
-        if self._manages_power and self.power is None and not self.offline:
+        if self._manages_power and self.power is None and self.server_chooses_power:
             try:
                 limits = GpuPowerLimits(records_folder())
             except PowerLimitError as err:

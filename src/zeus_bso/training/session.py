@@ -160,8 +160,9 @@ class TrialSession:
         """The server's trial of this run (None: it trains without the server)."""
         self._memory_unknown = False
         self._accumulation = Accumulation.none(1)
+        self._server_chooses_power = False
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
-        if optimize_power:
+        if optimize_power and self._server_chooses_power:  # not offline, nor upstream's server
             try:
                 self.power = power_limit_run(is_main, broadcast, gpus, job.eta_knob)
             except ConfigurationError as err:
@@ -189,6 +190,7 @@ class TrialSession:
             "memory_unknown": optimizer.memory_unknown,
             "accumulation": (accumulation.micro_batch_size, accumulation.steps),
             "power": (optimizer.power_limit, optimizer.power_profiling),
+            "server_chooses_power": optimizer.server_chooses_power,
         }
 
     def _took(self, shared: Mapping[str, Any]) -> None:
@@ -202,6 +204,7 @@ class TrialSession:
         self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
         limit, profiling = shared.get("power", (None, False))
         self._power_answer = (limit, bool(profiling))
+        self._server_chooses_power = bool(shared.get("server_chooses_power", False))
 
     @property
     def batch_size(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
@@ -218,6 +219,12 @@ async def next_batch_size(
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
     # and one to a client that names its GPUs (ours) whether the size ran on them.
     left_out = None if gpu is not None else {"memory_unknown", "memory_cap"}
+    if power_limits:
+        # ``power_profiling`` said even when false: a run that opted in tells this server from
+        # one that does not choose power limits (upstream's), whose answer lacks it.
+        answer = trial.model_dump(mode="json", exclude_defaults=True, exclude=left_out)
+        answer["power_profiling"] = trial.power_profiling
+        return Response(json.dumps(answer), media_type="application/json")
     body = trial.model_dump_json(exclude_defaults=True, exclude=left_out)
     return Response(body, media_type="application/json")
 
