@@ -500,3 +500,36 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     (profile,) = profiles(server, spec.job_id or "")
     assert profile["power_limit"] == during == cheapest(0.5)
     assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
+
+
+def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """A restarted run that resumes its trial from a checkpoint is not dispatched again: it
+    reads its batch size's limit on these GPUs from the job's power profiles and trains at
+    it (it used to train at the GPUs' own)."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+
+    spec = job(unique_id("plresume"), 0.5)
+    first = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
+    assert first.get_batch_size() == BATCH
+    first.on_train_begin(STEPS)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    for _ in range(STEPS):
+        first.on_step_begin()
+        time.sleep(nvml._step_seconds(handle))
+        first.on_step_end()
+    saved = first.checkpoint()
+    assert first.power is not None
+    first.power.restore()  # the run stops here (a preemption that restored on SIGTERM)
+    assert state(tmp_path)["limit"] == 300.0
+
+    again = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
+    assert again.resume(saved) == BATCH
+    again.on_train_begin(STEPS)
+    assert state(tmp_path)["limit"] == cheapest(0.5)  # not profiled again: the chosen limit
+    again.on_evaluate(1.0)
+    again.end()
+    assert state(tmp_path)["limit"] == 300.0
+    first.release("the test's first run, resumed by the second")

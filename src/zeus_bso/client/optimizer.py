@@ -77,6 +77,7 @@ from zeus_bso.spec import (
     TrialId,
     gpu_of,
     policy_options,
+    profile_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -604,11 +605,30 @@ class BatchSizeOptimizer:
             self._register()
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
-        # The server is not asked again: a resumed run's GPUs keep their own limits (checked,
-        # and restored on every exit path as any run's).
-        self.server_chooses_power = self._power_limits
+        if self._power_limits:
+            self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
+
+    def _resumed_power(self, trial: TrialId) -> None:
+        """A run resumed from a checkpoint is not dispatched again: the limit its batch size
+        trains at on these GPUs comes from the job's power profiles (the read API); without
+        one yet (the run stopped while it profiled), its GPUs keep their own."""
+        try:
+            profiles = self.client.job_state(self.job_id, limit=1).get("power_profiles", [])
+        except (ServerConnectionError, ServerRejectedError) as err:
+            logger.warning(
+                "zeus-bso: the power limit of resumed trial %d is not known (%s): its GPUs "
+                "keep their own",
+                trial.trial_number,
+                err,
+            )
+            return
+        self.server_chooses_power = True
+        key = profile_key(self.gpu)
+        for found in profiles:
+            if found.get("profile") == key and found.get("batch_size") == trial.batch_size:
+                self.power_limit = float(found["power_limit"])
 
     def on_train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Start measuring time and energy, and keep the trial's lease alive (with
