@@ -28,8 +28,9 @@ FLOORS: tuple[frozenset[str], ...] = (
 )
 """The client package's parts, lowest first: a part imports only from its own or lower floors."""
 
-SERVER_MAY_IMPORT = frozenset({"errors", "spec", "policy"})
-"""What the server uses of the client package: the wire models and the algorithm."""
+SERVER_MAY_IMPORT = frozenset({"errors", "spec", "policy", "entry"})
+"""What the server uses of the client package: the wire models, the algorithm, and how a
+command is loaded."""
 
 
 def modules(package: str) -> dict[str, Path]:

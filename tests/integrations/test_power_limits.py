@@ -478,6 +478,17 @@ def test_a_fabric_loop_profiles_through_its_step_calls(
     assert state(tmp_path)["limit"] == 300.0
 
 
+def steps_of_an_epoch(bso: Any, nvml: Any) -> None:
+    """A plain loop's first epoch under ``bso`` (a `BatchSizeOptimizer`): each step takes the
+    double GPU's time at its limit."""
+    bso.on_train_begin(STEPS)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    for _ in range(STEPS):
+        bso.on_step_begin()
+        time.sleep(nvml._step_seconds(handle))
+        bso.on_step_end()
+
+
 def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     server: ServerProcess, nvml: Any, tmp_path: Path
 ) -> None:
@@ -488,12 +499,7 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     spec = job(unique_id("plplain"), 0.5)
     bso = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
     assert bso.get_batch_size() == BATCH
-    bso.on_train_begin(STEPS)
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    for _ in range(STEPS):
-        bso.on_step_begin()
-        time.sleep(nvml._step_seconds(handle))
-        bso.on_step_end()
+    steps_of_an_epoch(bso, nvml)
     during = state(tmp_path)["limit"]
     bso.on_evaluate(1.0)
     bso.end()
@@ -514,12 +520,7 @@ def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
     spec = job(unique_id("plresume"), 0.5)
     first = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
     assert first.get_batch_size() == BATCH
-    first.on_train_begin(STEPS)
-    handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    for _ in range(STEPS):
-        first.on_step_begin()
-        time.sleep(nvml._step_seconds(handle))
-        first.on_step_end()
+    steps_of_an_epoch(first, nvml)
     saved = first.checkpoint()
     assert first.power is not None
     first.power.restore()  # the run stops here (a preemption that restored on SIGTERM)
