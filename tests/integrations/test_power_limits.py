@@ -478,12 +478,12 @@ def test_a_fabric_loop_profiles_through_its_step_calls(
     assert state(tmp_path)["limit"] == 300.0
 
 
-def steps_of_an_epoch(bso: Any, nvml: Any) -> None:
-    """A plain loop's first epoch under ``bso`` (a `BatchSizeOptimizer`): each step takes the
-    double GPU's time at its limit."""
+def steps_of_an_epoch(bso: Any, nvml: Any, steps: int = STEPS) -> None:
+    """A plain loop's first epoch under ``bso`` (a `BatchSizeOptimizer`), or its first
+    ``steps``: each step takes the double GPU's time at its limit."""
     bso.on_train_begin(STEPS)
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    for _ in range(STEPS):
+    for _ in range(steps):
         bso.on_step_begin()
         time.sleep(nvml._step_seconds(handle))
         bso.on_step_end()
@@ -508,28 +508,36 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
 
 
+@pytest.mark.parametrize("stopped", ["after its profile", "while it profiled"])
 def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
-    server: ServerProcess, nvml: Any, tmp_path: Path
+    server: ServerProcess, nvml: Any, tmp_path: Path, stopped: str
 ) -> None:
     """A restarted run that resumes its trial from a checkpoint is not dispatched again: it
     reads its batch size's limit on these GPUs from the job's power profiles and trains at
-    it (it used to train at the GPUs' own)."""
+    it (it used to train at the GPUs' own); if the first run stopped before its profile was
+    sent, the resumed one profiles."""
     from zeus_bso import BatchSizeOptimizer
     from zeus_bso.energy import EstimateMeter
 
     spec = job(unique_id("plresume"), 0.5)
     first = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
     assert first.get_batch_size() == BATCH
-    steps_of_an_epoch(first, nvml)
+    steps_of_an_epoch(first, nvml, STEPS if stopped == "after its profile" else 3)
     saved = first.checkpoint()
     assert first.power is not None
     first.power.restore()  # the run stops here (a preemption that restored on SIGTERM)
     assert state(tmp_path)["limit"] == 300.0
+    assert len(profiles(server, spec.job_id or "")) == (stopped == "after its profile")
 
     again = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
     assert again.resume(saved) == BATCH
-    again.on_train_begin(STEPS)
-    assert state(tmp_path)["limit"] == cheapest(0.5)  # not profiled again: the chosen limit
+    if stopped == "after its profile":
+        again.on_train_begin(STEPS)
+        assert state(tmp_path)["limit"] == cheapest(0.5)  # not profiled again: the chosen one
+    else:
+        steps_of_an_epoch(again, nvml)
+        (profile,) = profiles(server, spec.job_id or "")
+        assert profile["power_limit"] == state(tmp_path)["limit"] == cheapest(0.5)
     again.on_evaluate(1.0)
     again.end()
     assert state(tmp_path)["limit"] == 300.0

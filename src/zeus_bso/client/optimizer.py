@@ -60,6 +60,7 @@ from zeus_bso.errors import (
 )
 from zeus_bso.policy.cost import Report, StopRules, judge_report
 from zeus_bso.policy.machine import answer_of
+from zeus_bso.policy.power import profiles_power
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
@@ -613,7 +614,8 @@ class BatchSizeOptimizer:
     def _resumed_power(self, trial: TrialId) -> None:
         """A run resumed from a checkpoint is not dispatched again: the limit its batch size
         trains at on these GPUs comes from the job's power profiles (the read API); without
-        one yet (the run stopped while it profiled), its GPUs keep their own."""
+        one yet (the run stopped before its profile was sent), it profiles, as the server would
+        have said."""
         try:
             profiles = self.client.job_state(self.job_id, limit=1).get("power_profiles", [])
         except (ServerConnectionError, ServerRejectedError) as err:
@@ -629,6 +631,9 @@ class BatchSizeOptimizer:
         for found in profiles:
             if found.get("profile") == key and found.get("batch_size") == trial.batch_size:
                 self.power_limit = float(found["power_limit"])
+                return
+        job = self.job
+        self.power_profiling = job is not None and profiles_power(job.eta_knob, job.power_profiling)
 
     def on_train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Start measuring time and energy, and keep the trial's lease alive (with
