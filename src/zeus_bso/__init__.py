@@ -67,6 +67,11 @@ def __getattr__(name: str) -> object:
     return value
 
 
+def __dir__() -> list[str]:
+    """Every public name, those not imported yet included (a REPL's or an editor's completion)."""
+    return sorted({*globals(), *__all__})
+
+
 __all__ = [
     "BatchSizeDoesNotFitError",
     "BatchSizeOptimizer",

@@ -57,6 +57,28 @@ def test_importing_zeus_bso_pulls_in_no_framework() -> None:
     assert out.stdout.strip() == "set()"
 
 
+def test_the_package_names_what_it_exports_and_loads_it_when_asked() -> None:
+    """``import zeus_bso`` is quick (its errors alone; a command's Ctrl-C while it loads
+    depends on that); each exported name loads when first asked for, and completion sees all."""
+    code = (
+        "import sys, zeus_bso\n"
+        "print('zeus_bso.spec' in sys.modules, 'zeus_bso.client' in sys.modules)\n"
+        "from zeus_bso import JobSpec, BatchSizeOptimizer\n"
+        "print(JobSpec.__module__, BatchSizeOptimizer.__module__)\n"
+        "print(set(zeus_bso.__all__) <= set(dir(zeus_bso)))\n"
+        "print(all(getattr(zeus_bso, name) is not None for name in zeus_bso.__all__))\n"
+        "print(hasattr(zeus_bso, 'Nope'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:5] == [
+        "False False",
+        "zeus_bso.spec zeus_bso.client.optimizer",
+        "True",
+        "True",
+        "False",
+    ]
+
+
 def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     prefix = unique_id("loop").replace("-", "")
     ids, sizes = set(), []
