@@ -215,9 +215,9 @@ class LrScaling:
         brought to ``batch_size``'s. Returns the factor against the reference."""
         target = _innermost(optimizer)
         before = getattr(target, SCALED_ATTRIBUTE, None)
-        factor = lr_factor(resolved(self.rule, optimizer), batch_size, self.reference)
         if before is None:
             return self.scale(optimizer, batch_size, schedulers)
+        factor = lr_factor(resolved(self.rule, optimizer), batch_size, self.reference)
         delattr(target, SCALED_ATTRIBUTE)
         scale_optimizer(optimizer, factor / float(before), schedulers)
         setattr(target, SCALED_ATTRIBUTE, factor)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
@@ -134,14 +134,17 @@ class TraceJob:
 
     def joint_oracle(self, eta_knob: float) -> tuple[int, float]:
         """The batch size and power limit with the lowest expected cost, and that cost."""
+        return self._cheapest(lambda b: self.paced_cost(b, eta_knob, self.best_pace(b, eta_knob)))
 
-        def cost(b: int) -> float:
-            return self.expected_cost(
-                b, eta_knob, self.pace_cost(self.best_pace(b, eta_knob), eta_knob)
-            )
+    def _cheapest(self, cost: Callable[[int], float]) -> tuple[int, float]:
+        """The batch size whose ``cost`` is lowest (the smallest on a tie), and that cost."""
+        costs = {b: cost(b) for b in self.batch_sizes}
+        best = min(costs, key=lambda b: (costs[b], b))
+        return best, costs[best]
 
-        best = min(self.batch_sizes, key=lambda b: (cost(b), b))
-        return best, cost(best)
+    def paced_cost(self, batch_size: int, eta_knob: float, pace: Pace) -> float:
+        """The expected cost of a recurrence of ``batch_size`` whose epochs run at ``pace``."""
+        return self.expected_cost(batch_size, eta_knob, self.pace_cost(pace, eta_knob))
 
     def power_floor(self, eta_knob: float, recurrences: int) -> float:
         """The expected cost of ``recurrences`` recurrences for a policy that must start at the
@@ -171,16 +174,13 @@ class TraceJob:
     def trained_cost(self, batch_size: int, eta_knob: float) -> float:
         """The expected cost of a recurrence of ``batch_size`` at the limit a client trains it
         at (`chosen_pace`), once profiled."""
-        return self.expected_cost(
-            batch_size, eta_knob, self.chosen_epoch_cost(batch_size, eta_knob)
-        )
+        return self.paced_cost(batch_size, eta_knob, self.chosen_pace(batch_size, eta_knob))
 
     def power_oracle(self, eta_knob: float) -> tuple[int, float]:
         """The batch size that costs least at the limit a client trains it at, and that cost:
         the oracle of runs that profile (the `joint_oracle` may pick a limit below where the
         profile stopped)."""
-        best = min(self.batch_sizes, key=lambda b: (self.trained_cost(b, eta_knob), b))
-        return best, self.trained_cost(best, eta_knob)
+        return self._cheapest(lambda b: self.trained_cost(b, eta_knob))
 
     @property
     def batch_sizes(self) -> list[int]:

@@ -116,7 +116,9 @@ class TrialSession:
         restore_left_over()  # what a run killed on this node left changed
         self.power: PowerLimitRun | None = None
         """This process's GPU power limits (with ``power_limit="optimize"``)."""
-        self._power_answer: tuple[float | None, bool] = (None, False)
+        self._power_answer: tuple[float | None, bool] | None = None
+        """The server's limit and whether to profile (None: it chooses no power limits: it
+        was not reached, or it is upstream's)."""
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
@@ -160,9 +162,8 @@ class TrialSession:
         """The server's trial of this run (None: it trains without the server)."""
         self._memory_unknown = False
         self._accumulation = Accumulation.none(1)
-        self._server_chooses_power = False
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
-        if optimize_power and self._server_chooses_power:  # not offline, nor upstream's server
+        if optimize_power and self._power_answer is not None:  # not offline, nor upstream's
             try:
                 self.power = power_limit_run(is_main, broadcast, gpus, job.eta_knob)
             except ConfigurationError as err:
@@ -189,8 +190,11 @@ class TrialSession:
             "job_id": optimizer.job_id,
             "memory_unknown": optimizer.memory_unknown,
             "accumulation": (accumulation.micro_batch_size, accumulation.steps),
-            "power": (optimizer.power_limit, optimizer.power_profiling),
-            "server_chooses_power": optimizer.server_chooses_power,
+            "power": (
+                (optimizer.power_limit, optimizer.power_profiling)
+                if optimizer.server_chooses_power
+                else None
+            ),
         }
 
     def _took(self, shared: Mapping[str, Any]) -> None:
@@ -202,9 +206,8 @@ class TrialSession:
         self._memory_unknown = bool(shared["memory_unknown"])
         micro, steps = shared["accumulation"]
         self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
-        limit, profiling = shared.get("power", (None, False))
-        self._power_answer = (limit, bool(profiling))
-        self._server_chooses_power = bool(shared.get("server_chooses_power", False))
+        power = shared.get("power")
+        self._power_answer = None if power is None else (power[0], bool(power[1]))
 
     @property
     def batch_size(self) -> int:
@@ -369,7 +372,7 @@ class TrialSession:
         open_window(self.progress)
         if self.optimizer is not None:
             self.optimizer.on_train_begin()  # starts the heartbeat
-        if self.power is not None and not self._began:
+        if self.power is not None and self._power_answer is not None and not self._began:
             limit, profiling = self._power_answer
             self.power.begin(limit, profiling, self._send_power_profile, steps_per_epoch)
         self._began = True
