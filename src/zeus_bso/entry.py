@@ -1,22 +1,83 @@
 """The commands' entry points. Loading a command takes a moment (its models, tables, web
 framework); Ctrl-C then ends it as it does later, with ``Aborted!`` and status 1, not with a
 traceback from the middle of an import. Importing this package stays quick for that
-(`zeus_bso.__getattr__`), and this module imports nothing of the project."""
+(`zeus_bso.__getattr__`), and this module imports nothing of the project.
+
+While a command loads, and while the server prepares its database, Ctrl-C is recorded rather
+than raised (`deferred_interrupt`): a ``KeyboardInterrupt`` raised at an arbitrary moment can
+land in a garbage collector's callback, where Python prints it and carries on, or in an event
+loop that takes it for a cancellation; the command then went on as if never stopped (a server
+started and served). A second Ctrl-C stops at once."""
 
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Interrupt:
+    """Whether Ctrl-C came while `deferred_interrupt` held it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def hand_over(self, handler: Callable[[int, FrameType | None], None]) -> None:
+        """Let ``handler`` take Ctrl-C from now on (``Aborted!`` if one came already); the
+        handler from before `deferred_interrupt` is back when its block ends."""
+        signal.signal(signal.SIGINT, handler)  # first: a Ctrl-C after the check is not lost
+        self.abort_if_requested()
+
+    def abort_if_requested(self) -> None:
+        """End the command as click does after Ctrl-C: ``Aborted!``, status 1."""
+        if self.requested:
+            abort()
+
+
+def abort() -> None:
+    sys.stderr.write("\nAborted!\n")
+    raise SystemExit(1) from None
+
+
+@contextmanager
+def deferred_interrupt() -> Iterator[Interrupt]:
+    """Record the first Ctrl-C (SIGINT) of the block instead of raising it; a second one raises
+    ``KeyboardInterrupt`` at once. The handler from before is back when the block ends, so check
+    `Interrupt.abort_if_requested` after it. Outside the main thread, signals cannot be handled:
+    the block runs as it is."""
+    interrupt = Interrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupt
+        return
+
+    def record(signum: int, frame: FrameType | None) -> None:
+        if interrupt.requested:
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        interrupt.requested = True
+
+    previous = signal.signal(signal.SIGINT, record)
+    if previous is None:  # a handler set outside Python: Python's own is the nearest
+        previous = signal.default_int_handler
+    try:
+        yield interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_command(module: str) -> None:
     """Import ``module`` and call its ``main``; Ctrl-C while it loads says ``Aborted!``."""
     try:
-        command = importlib.import_module(module).main
-    except KeyboardInterrupt:
-        sys.stderr.write("\nAborted!\n")
-        raise SystemExit(1) from None
-    command()
+        with deferred_interrupt() as interrupt:
+            command = importlib.import_module(module).main
+        interrupt.abort_if_requested()
+        command()
+    except KeyboardInterrupt:  # a second Ctrl-C while it loaded, or one before click's own guard
+        abort()
 
 
 def main() -> None:

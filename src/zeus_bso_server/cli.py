@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -26,6 +27,7 @@ from tenacity import (
 )
 
 from zeus_bso import __version__
+from zeus_bso.entry import Interrupt, deferred_interrupt
 from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
 from zeus_bso_server.observability import JsonFormatter
@@ -48,6 +50,9 @@ app = typer.Typer(
 db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 err = Console(stderr=True, soft_wrap=True)
+
+APP = "zeus_bso_server.api.app:create_app"
+STARTUP_FAILURE = 3  # uvicorn's status when the server cannot start (e.g. the port is taken)
 
 DbOption = Annotated[
     str | None,
@@ -154,77 +159,99 @@ def serve(
     ] = False,
 ) -> None:
     """Start the server (creating or upgrading the database schema first)."""
-    import uvicorn
-
     # Known before the settings load, so that an error in them is a JSON line too.
     json_lines = _is_json(log_format)
-    try:
-        settings = load_settings(
-            host=host,
-            port=port,
-            database_url=db,
-            workers=workers,
-            log_level=log_level,
-            log_format=log_format,
-            allow_unauthenticated=allow_unauthenticated or None,
-        )
-        json_lines = settings.log_format == "json"  # a .env file may say so too
-        handler = logging.StreamHandler()
-        if settings.log_format == "json":
-            handler.setFormatter(JsonFormatter())
-        else:
-            handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Ctrl-C while the database is prepared stops the server before it starts (a migration
+    # ends or rolls back first); from uvicorn's start on, uvicorn handles it.
+    with deferred_interrupt() as interrupt:
+        try:
+            settings = load_settings(
+                host=host,
+                port=port,
+                database_url=db,
+                workers=workers,
+                log_level=log_level,
+                log_format=log_format,
+                allow_unauthenticated=allow_unauthenticated or None,
             )
-        logging.basicConfig(level=settings.log_level, handlers=[handler])
-        logging.getLogger("alembic").setLevel(logging.WARNING)
-
-        def announce(message: str) -> None:
-            if settings.log_format == "json":  # every line of stderr a JSON object
-                logging.getLogger("zeus_bso_server").warning(message)
+            json_lines = settings.log_format == "json"  # a .env file may say so too
+            handler = logging.StreamHandler()
+            if settings.log_format == "json":
+                handler.setFormatter(JsonFormatter())
             else:
-                err.print(message, highlight=False, markup=False)
+                handler.setFormatter(
+                    logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+                )
+            logging.basicConfig(level=settings.log_level, handlers=[handler])
+            logging.getLogger("alembic").setLevel(logging.WARNING)
 
-        if not no_upgrade:
-            before, after, _ = _migrate_schema(settings)
-            if before != after:
-                announce(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
-        else:  # refused here, with its exit status, rather than by the app as it starts
-            _on_database(settings, check_schema)
-    except ServerError as error:
-        raise _fail(error, json_lines=json_lines) from None
+            def announce(message: str) -> None:
+                if settings.log_format == "json":  # every line of stderr a JSON object
+                    logging.getLogger("zeus_bso_server").warning(message)
+                else:
+                    err.print(message, highlight=False, markup=False)
 
-    # Worker processes build their settings from the environment: hand them the resolved ones.
-    os.environ.update(
-        {
-            "ZEUS_BSO_DATABASE_URL": settings.database_url,
-            "ZEUS_BSO_HOST": settings.host,
-            "ZEUS_BSO_PORT": str(settings.port),
-            "ZEUS_BSO_WORKERS": str(settings.workers),
-            "ZEUS_BSO_LOG_LEVEL": settings.log_level,
-            "ZEUS_BSO_LOG_FORMAT": settings.log_format,
-            "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
-        }
-    )
-    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Every worker writes its metrics here; /metrics in any worker adds them all up.
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
-    announce(
-        f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
-        f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)"
-    )
-    uvicorn.run(
-        "zeus_bso_server.api.app:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=settings.log_level.lower(),
-        log_config=_log_config(settings.log_level, settings.log_format),
-        access_log=settings.log_level == "DEBUG",
-        timeout_keep_alive=settings.timeout_keep_alive,
-        limit_concurrency=settings.limit_concurrency,
-    )
+            if not no_upgrade:
+                before, after, _ = _migrate_schema(settings)
+                if before != after:
+                    announce(f"schema of {_display_url(settings)}: {before or 'empty'} -> {after}")
+            else:  # refused here, with its exit status, rather than by the app as it starts
+                _on_database(settings, check_schema)
+        except ServerError as error:
+            raise _fail(error, json_lines=json_lines) from None
+        interrupt.abort_if_requested()
+
+        # Worker processes build their settings from the environment: hand them the resolved ones.
+        os.environ.update(
+            {
+                "ZEUS_BSO_DATABASE_URL": settings.database_url,
+                "ZEUS_BSO_HOST": settings.host,
+                "ZEUS_BSO_PORT": str(settings.port),
+                "ZEUS_BSO_WORKERS": str(settings.workers),
+                "ZEUS_BSO_LOG_LEVEL": settings.log_level,
+                "ZEUS_BSO_LOG_FORMAT": settings.log_format,
+                "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
+            }
+        )
+        if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            # Every worker writes its metrics here; /metrics in any worker adds them all up.
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
+        announce(
+            f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
+            f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)"
+        )
+        _run_uvicorn(settings, interrupt)
+
+
+def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
+    """``uvicorn.run``, with Ctrl-C handed from ``interrupt`` to uvicorn without a moment when
+    it is lost: one process loads the app before uvicorn handles signals, and a Ctrl-C in
+    between would otherwise raise wherever the import happened to be."""
+    import uvicorn
+
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": settings.host,
+        "port": settings.port,
+        "workers": settings.workers,
+        "log_level": settings.log_level.lower(),
+        "log_config": _log_config(settings.log_level, settings.log_format),
+        "access_log": settings.log_level == "DEBUG",
+        "timeout_keep_alive": settings.timeout_keep_alive,
+        "limit_concurrency": settings.limit_concurrency,
+    }
+    if settings.workers > 1:  # the parent loads no app: its supervisor handles signals at once
+        interrupt.abort_if_requested()
+        uvicorn.run(APP, **options)
+        return
+    config = uvicorn.Config(APP, **options)
+    server = uvicorn.Server(config)
+    interrupt.hand_over(server.handle_exit)  # a Ctrl-C from now on stops the server
+    config.load_app()
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run
+        server.run()
+    if not server.started:  # it could not listen: uvicorn.run's status
+        sys.exit(STARTUP_FAILURE)
 
 
 def _log_config(level: str, log_format: str = "text") -> dict[str, Any]:
