@@ -240,16 +240,22 @@ def test_the_cost_reaches_the_logging_integrations_ahead_of_the_callback(
     assert costs[-1] == trial["cost"]
 
 
-@pytest.mark.parametrize("memory_check_steps", [3, 0])
+@pytest.mark.parametrize(("memory_check_steps", "target", "epochs"), [(3, 0.99, 2), (0, 0.05, 1)])
 def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
-    server: ServerProcess, tmp_path: Path, memory_check_steps: int
+    server: ServerProcess,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    memory_check_steps: int,
+    target: float,
+    epochs: int,
 ) -> None:
     """Batches above 8 run out of memory. The dispatched 16 runs out (in the memory check, or
     in training without it) and is marked infeasible; the Trainer shrinks it by a tenth at each
     error (16, 14, 12, 10, 9, 8), and each of its own sizes that ran out brings these GPUs'
     memory cap down, so the next run gets 8. The run trains on at 8, outside the optimizer, at
-    the learning rate of 8 by the linear rule."""
-    spec = job(unique_id("hfauto"), target=0.99)
+    the learning rate of 8 by the linear rule, until the job's target (0.05: the first
+    evaluation reaches it) or its max_epochs (6), or num_train_epochs (2) first."""
+    spec = job(unique_id("hfauto"), target=target)
     callback = ZeusBSOTrainerCallback(
         server.url,
         spec,
@@ -262,9 +268,16 @@ def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
     torch.manual_seed(0)
     args = training_arguments(tmp_path / "out", callback.start(), 2, auto_find_batch_size=True)
     trainer = oom_trainer(args, callback)
-    trainer.train()
+    with caplog.at_level("WARNING", logger="zeus_bso.integrations.huggingface"):
+        trainer.train()
     assert trainer.state.train_batch_size == 8
-    assert trainer.state.epoch == 2  # trained on, to num_train_epochs
+    assert trainer.state.epoch == epochs  # trained on, to the target or num_train_epochs
+    stopped = [r.getMessage() for r in caplog.records if "training stops" in r.getMessage()]
+    if epochs == 1:
+        (message,) = stopped
+        assert "batch size 8, outside the optimizer, reached the job's target 0.05" in message
+    else:
+        assert stopped == []
     rates = [g["initial_lr"] for g in trainer.optimizer.param_groups]
     assert rates == pytest.approx([1e-2] * len(rates))  # 5e-3 tuned at 4, twice that at 8
     assert trainer.lr_scheduler.base_lrs == pytest.approx(rates)

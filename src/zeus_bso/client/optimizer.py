@@ -745,23 +745,9 @@ class BatchSizeOptimizer:
             self.training_finished, self.converged = True, answer.converged
 
     def _judged_here(self, metric: float, epoch: int) -> ReportResponse:
-        """A report without the server, judged by the policy's own rules without a cost bound
-        (no run to compare with): stop at the target or at ``max_epochs``."""
-        spec = self._spec
-        rules = StopRules(
-            spec.target_metric,
-            spec.higher_is_better_metric,
-            spec.max_epochs,
-            beta_knob=None,
-            prune_cost_ratio=None,
-            reference="best_run",
-            predictive=False,
-            learning_curve=False,
-            cost_to_go=False,
-        )
-        report = Report(batch_size=self.batch_size or spec.default_batch_size, cost=0.0,
-                        metric=metric, epoch=epoch)  # fmt: skip
-        answer = answer_of(judge_report(rules, report, None)).model_copy(update={"cost": None})
+        """A report without the server (`judged_without_server`)."""
+        size = self.batch_size or self._spec.default_batch_size
+        answer = judged_without_server(self._spec, size, metric, epoch)
         self._answered(answer)
         return answer
 
@@ -990,3 +976,24 @@ class BatchSizeOptimizer:
             self.end()
         else:
             self.abort(f"{type(exc).__name__}: {exc}")
+
+
+def judged_without_server(
+    spec: JobSpec, batch_size: int, metric: float, epoch: int
+) -> ReportResponse:
+    """A report that no server judges (the server is down, or the run trains at a size the
+    optimizer did not choose), by the policy's own rules without a cost bound (no run to compare
+    with): stop at the job's target or at its ``max_epochs``."""
+    rules = StopRules(
+        spec.target_metric,
+        spec.higher_is_better_metric,
+        spec.max_epochs,
+        beta_knob=None,
+        prune_cost_ratio=None,
+        reference="best_run",
+        predictive=False,
+        learning_curve=False,
+        cost_to_go=False,
+    )
+    report = Report(batch_size=batch_size, cost=0.0, metric=metric, epoch=epoch)
+    return answer_of(judge_report(rules, report, None)).model_copy(update={"cost": None})

@@ -23,9 +23,10 @@ its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into 
 ``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``).
 With ``auto_find_batch_size=True``, a batch size that runs out of memory is ``infeasible`` on
 these GPUs, as without it, and so is each smaller size the Trainer then tries that runs out too;
-the run goes on at the Trainer's size, outside the optimizer. The trial in every process (the
-server, the shared answers, each GPU's energy once, checkpoints) is
-`zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's events onto it.
+the run goes on at the Trainer's size, outside the optimizer, until the job's target or
+``max_epochs``. The trial in every process (the server, the shared answers, each GPU's energy
+once, checkpoints) is `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's
+events onto it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any, Literal, NoReturn
 from typing_extensions import override
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
+from zeus_bso.client.optimizer import judged_without_server
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
@@ -190,6 +192,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._training = False
         self._reported_step: int | None = None
         self._trainer_batch: int | None = None  # with auto_find_batch_size: the Trainer's
+        # After auto_find_batch_size went on at a size of its own: that size, and evaluations.
+        self._outside: int | None = None
+        self._outside_evaluations = 0
 
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
@@ -423,7 +428,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         ``infeasible`` on these GPUs (the server dispatches neither it nor a larger size there
         again); later, a size of the Trainer's ran out too: the server's memory cap of these
         GPUs comes down to it. The run goes on outside the optimizer: not measured, reported or
-        stopped; its learning rate follows the new size by the ``lr_rule``."""
+        stopped by the server, but at the job's target or ``max_epochs`` (`_judge_outside`); its
+        learning rate follows the new size by the ``lr_rule``."""
         session = self.session
         assert session is not None
         devices = max(1, args.n_gpu)
@@ -433,6 +439,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             f"{old} and trains at {new}"
         )
         self._training = False
+        self._outside, self._outside_evaluations = new, 0
         if not self._ended:  # the trial's size ran out of memory as it trained
             self._ended = True
             session.end_out_of_memory(why)
@@ -444,8 +451,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if session.is_main:
             logger.warning(
                 "zeus-bso: %s, a size the optimizer did not choose: this run goes on outside "
-                "the optimizer (not measured, reported or stopped: it trains for "
-                "num_train_epochs), and the next run gets a batch size that fits on these GPUs",
+                "the optimizer (not measured or reported; it stops at the job's target or "
+                "max_epochs), and the next run gets a batch size that fits on these GPUs",
                 why,
             )
 
@@ -505,12 +512,43 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metrics: dict[str, float] | None = None,
         **_: Any,
     ) -> None:
+        if self._outside is not None and metrics:
+            self._judge_outside(control, metrics)
         if not self._training or self.session is None:
-            return  # an evaluation outside of training
+            return  # an evaluation outside of training, or of the optimizer
         if self._reported_step == state.global_step:
             return  # reported from its logs
         metrics = metrics if metrics is not None else {}
         self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
+
+    def _judge_outside(self, control: TrainerControl, metrics: dict[str, float]) -> None:
+        """An evaluation of the run that went on at the Trainer's own size
+        (`_went_on_smaller`), judged here by the job's rules without a cost bound: it stops at
+        the target or at ``max_epochs``, where a run of the optimizer's would, instead of
+        training on to ``num_train_epochs``. Every process has the same metrics (the Trainer
+        gathers them), so all stop together."""
+        size = self._outside
+        if size is None or self.metric not in metrics:
+            return
+        self._outside_evaluations += 1
+        value = float(metrics[self.metric])
+        answer = judged_without_server(self.job, size, value, self._outside_evaluations)
+        if not answer.stop_train:
+            return
+        control.should_training_stop = True
+        self._outside = None
+        if self.session is not None and self.session.is_main:
+            logger.warning(
+                "zeus-bso: the run at batch size %d, outside the optimizer, %s: training stops "
+                "(%s %.4g after %d evaluations)",
+                size,
+                f"reached the job's target {self.job.target_metric}"
+                if answer.converged
+                else f"trained the job's max_epochs ({self.job.max_epochs}) without its target",
+                self.metric,
+                value,
+                self._outside_evaluations,
+            )
 
     def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
         """Scale the Trainer's optimizer and schedule to the run's batch size, once: a run
@@ -581,6 +619,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         self._training = False
+        self._outside = None
         session = self.session
         if session is None or self._ended:
             return
