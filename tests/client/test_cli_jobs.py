@@ -30,9 +30,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def cli(
-    server: ServerProcess, *args: str, token: str | None = TOKEN
+    server: ServerProcess, *args: str, token: str | None = TOKEN, columns: int = 200
 ) -> subprocess.CompletedProcess[str]:
-    env = {**environment_without_settings(), "ZEUS_BSO_SERVER_URL": server.url, "COLUMNS": "200"}
+    env = {
+        **environment_without_settings(),
+        "ZEUS_BSO_SERVER_URL": server.url,
+        "COLUMNS": str(columns),
+    }
     if token is not None:
         env["ZEUS_BSO_TOKEN"] = token
     return subprocess.run(
@@ -76,6 +80,8 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     listed = cli(server, "list", "--prefix", "clijob")
     assert listed.returncode == 0, listed.stderr
     assert job_id in listed.stdout
+    narrow = cli(server, "list", "--prefix", "clijob", columns=80)
+    assert job_id in narrow.stdout  # whole, to copy into `show`, in an 80-column terminal
     assert "2 x A40 [test]" in listed.stdout  # user text is not read as markup
     as_json = json.loads(cli(server, "list", "--json").stdout)
     (mine,) = [j for j in as_json if j["job_id"] == job_id]

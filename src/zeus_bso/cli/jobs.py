@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
@@ -53,6 +54,21 @@ TRIAL_COLUMNS = (
     "cost",
     "converged",
 )
+# Tables without vertical lines: a job's trials (ten columns) fit an 80-column terminal.
+COMPACT: dict[str, Any] = {
+    "box": box.SIMPLE_HEAD,
+    "show_edge": False,
+    "collapse_padding": True,
+    "pad_edge": False,
+}
+# The trials table's headers: short enough for an 80-column terminal (CSV and JSON keep the names).
+TRIAL_HEADERS = {
+    "trial_number": "#",
+    "batch_size": "batch",
+    "time": "time s",
+    "energy": "energy J",
+    "converged": "conv.",
+}
 
 
 def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
@@ -101,7 +117,18 @@ def list_command(
     if as_json:
         typer.echo(json.dumps(jobs, indent=2))
         return
-    table = Table("job id", "stage", "trials", "GPU", "recommended", "saved", "updated")
+    # The id is what `show` takes: whole, on one line, however narrow the terminal.
+    longest = max((len(job["job_id"]) for job in jobs), default=len("job id"))
+    table = Table(
+        Column("job id", no_wrap=True, min_width=longest),
+        "stage",
+        "trials",
+        "GPU",
+        Column("recommended", no_wrap=True),
+        Column("saved", no_wrap=True),  # of the cost, against the default
+        "updated",
+        **COMPACT,
+    )
     for job in jobs:
         gpu = f"{job['number_of_gpus']} x {job['gpu_model']}"
         recommended, savings = job["recommended"], job["savings"]
@@ -111,7 +138,7 @@ def list_command(
             str(job["trials"]),
             escape(gpu),
             str(recommended["batch_size"]) if recommended else "-",
-            _saved(savings) if savings else "-",
+            f"{100 * savings['fraction']:.1f}%" if savings else "-",
             _when(job["updated_at"]),
         )
     console.print(table)
@@ -178,7 +205,9 @@ def show_command(
         )
     counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
     console.print(f"trials: {counts or 'none'}")
-    table = Table("batch size", "arm", "reports", "converged", "mean cost", "std", "posterior")
+    table = Table(
+        "batch size", "arm", "reports", "converged", "mean cost", "std", "posterior", **COMPACT
+    )
     for row in state["batch_sizes"]:
         posterior = "-"
         if row["posterior_mean_reward"] is not None:
@@ -219,7 +248,10 @@ def trials_command(
         writer.writerows(trials)
         typer.echo(buffer.getvalue(), nl=False)
     else:
-        table = Table(*TRIAL_COLUMNS)
+        table = Table(
+            *(TRIAL_HEADERS.get(c, c) for c in TRIAL_COLUMNS),
+            **COMPACT,
+        )
         for trial in trials:
             table.add_row(*(_number(trial[c]) for c in TRIAL_COLUMNS))
         console.print(table)
