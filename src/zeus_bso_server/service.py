@@ -209,6 +209,13 @@ class BatchSizeService:
             stage, decided = dispatch
             self.metrics.decisions.labels(stage, decided.kind.value).inc()
             self.metrics.trials.labels(TrialStatus.DISPATCHED.value).inc()
+            logger.info(
+                "job %s: trial %d at batch size %d (%s)",
+                job_id,
+                trial.trial_number,
+                trial.batch_size,
+                stage if decided.kind.value == stage else f"{stage}: {decided.kind.value}",
+            )
         if expired:
             self.metrics.expired_leases.inc(expired)
             self.metrics.trials.labels(TrialStatus.ABANDONED.value).inc(expired)
@@ -368,6 +375,16 @@ class BatchSizeService:
             answer, final = await self.db.write(lambda conn: self._report(conn, result))
         if final:
             self.metrics.trials.labels(TrialStatus.REPORTED.value).inc()
+            logger.info(
+                "job %s: trial %d at batch size %d %s after %d epochs, cost %.4g%s",
+                result.job_id,
+                result.trial_number,
+                result.batch_size,
+                "converged" if answer.converged else f"stopped ({answer.reason or 'unconverged'})",
+                result.current_epoch,
+                answer.cost if answer.cost is not None else float("nan"),
+                f": {answer.why}" if answer.why else "",
+            )
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.helpers import ServerProcess, job_body, metric, sqlite_url, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, metric, sqlite_url, unique_id
 from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso_server.errors import SettingsError
@@ -50,6 +50,23 @@ def test_every_route_but_health_needs_the_token(guarded: ServerProcess) -> None:
     log = guarded.log()
     assert TOKEN not in log
     assert f"[req-123] registered job {job_id}" in log  # the logs carry the request id
+
+
+def test_the_log_says_what_each_trial_got_and_how_it_ended(guarded: ServerProcess) -> None:
+    job_id = unique_id()
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=guarded.url, headers=headers) as http:
+        body = job_body(job_id, target_metric=0.5, max_epochs=3)
+        assert http.post("/jobs", json=body).status_code == 201
+        trial = dispatch(http, job_id)
+        result = {**trial, "time": 10.0, "energy": 3000.0, "metric": 0.8, "current_epoch": 2}
+        answer = http.post("/report", json=result).json()
+    assert answer["converged"]
+    log = guarded.log()
+    size = trial["batch_size"]
+    assert f"job {job_id}: trial 1 at batch size {size} (pruning: " in log
+    ended = rf"job {re.escape(job_id)}: trial 1 at batch size {size} converged after 2 epochs, "
+    assert re.search(ended + r"cost \S+: it reached the target \(0\.8 >= 0\.5\)", log), log
 
 
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
