@@ -376,12 +376,13 @@ class BatchSizeService:
         if final:
             self.metrics.trials.labels(TrialStatus.REPORTED.value).inc()
             logger.info(
-                "job %s: trial %d at batch size %d %s after %d epochs, cost %.4g%s",
+                "job %s: trial %d at batch size %d %s after %d epoch%s, cost %.4g%s",
                 result.job_id,
                 result.trial_number,
                 result.batch_size,
                 "converged" if answer.converged else f"stopped ({answer.reason or 'unconverged'})",
                 result.current_epoch,
+                "" if result.current_epoch == 1 else "s",
                 answer.cost if answer.cost is not None else float("nan"),
                 f": {answer.why}" if answer.why else "",
             )
