@@ -1,5 +1,6 @@
 """``zeus-bso jobs`` against a real server with a token: list, show, trials (table, CSV, JSON),
-delete, and the errors a user meets (no token, unknown job)."""
+delete, and the errors a user meets (no token, unknown job). And ``zeus-bso check`` against it:
+the server and its token, the energy meter (none here; NVML's test double), power limits."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.client import ServerClient
 from zeus_bso.spec import JobSpecFromClient, TrainingResult
 
@@ -30,17 +32,28 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def cli(
-    server: ServerProcess, *args: str, token: str | None = TOKEN, columns: int = 200
+    server: ServerProcess,
+    *args: str,
+    token: str | None = TOKEN,
+    columns: int = 200,
+    command: str = "jobs",
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {
+    environment = {
         **environment_without_settings(),
         "ZEUS_BSO_SERVER_URL": server.url,
         "COLUMNS": str(columns),
+        **(env or {}),
     }
     if token is not None:
-        env["ZEUS_BSO_TOKEN"] = token
+        environment["ZEUS_BSO_TOKEN"] = token
     return subprocess.run(
-        [ZEUS_BSO, "jobs", *args], env=env, capture_output=True, text=True, timeout=60, input=""
+        [ZEUS_BSO, command, *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="",
     )
 
 
@@ -160,3 +173,63 @@ def test_pin_and_unpin(server: ServerProcess) -> None:
     assert "has no batch size 7" in wrong.stderr
     assert cli(server, "unpin", job_id).returncode == 0
     assert "stage pinned" not in cli(server, "show", job_id).stdout
+
+
+def test_check_says_what_a_run_here_would_find(server: ServerProcess) -> None:
+    checked = cli(server, command="check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"ok server: {server.url} answers, and takes the token" in checked.stdout
+    assert "packages: torch " in checked.stdout  # the test environment has the extras
+    # No GPU or RAPL here: a note, not a failure; each meter says why it cannot measure.
+    assert "note energy: no counter measures here, so a run's energy is ESTIMATED" in (
+        checked.stdout
+    )
+    assert "NVML" in checked.stdout
+    assert 'note power limits: power_limit="optimize" needs NVIDIA GPUs' in checked.stdout
+    found = json.loads(cli(server, "--json", command="check").stdout)
+    assert found["failed"] is False
+    assert [c["what"] for c in found["checks"]] == ["energy", "power limits", "server"]
+    assert found["packages"]["torch"] is not None
+
+    no_token = cli(server, command="check", token=None)
+    assert no_token.returncode == 1
+    assert f"FAIL server: {server.url} wants a token: set ZEUS_BSO_TOKEN" in no_token.stdout
+    wrong = cli(server, command="check", token="not-the-token")
+    assert wrong.returncode == 1
+    assert "refused the token" in wrong.stdout
+    assert "not-the-token" not in wrong.stdout
+    down = cli(server, "--server", "http://127.0.0.1:9", command="check")
+    assert down.returncode == 1
+    assert "FAIL server: cannot reach" in down.stdout
+    assert "runs would train at the default batch size" in down.stdout
+
+
+def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess) -> None:
+    """On NVML's test double: the GPUs it would measure, and whether it could set limits."""
+    double = str(Path(__file__).parents[1] / "gpu_double")
+    a100 = {"name": "NVIDIA A100-SXM4-40GB", "watts": 100, "limit_w": 400, "counter": True}
+    gpus = [{**a100, "uuid": f"GPU-{i}"} for i in range(2)]
+    env = {"PYTHONPATH": double, "ZEUS_BSO_TEST_GPUS": json.dumps(gpus)}
+    checked = cli(server, command="check", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok energy: measured by nvml: 2 x NVIDIA A100-SXM4-40GB, 800 W" in checked.stdout
+    assert 'power limits: power_limit="optimize" ' in checked.stdout
+    assert "needs NVIDIA GPUs" not in checked.stdout
+    mixed = [gpus[0], {**gpus[1], "name": "NVIDIA H100 80GB HBM3"}]
+    env["ZEUS_BSO_TEST_GPUS"] = json.dumps(mixed)
+    refused = cli(server, command="check", env=env)
+    assert refused.returncode == 1
+    assert "FAIL energy: " in refused.stdout
+    assert "note power limits: not checked: see energy" in refused.stdout
+
+
+@pytest.mark.parametrize(
+    ("effective", "has"), [("00000000a80425fb", False), ("000001ffffffffff", True)]
+)
+def test_the_capability_is_read_from_the_process_status(
+    tmp_path: Path, effective: str, has: bool
+) -> None:
+    status = tmp_path / "status"
+    status.write_text(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{effective}\n")
+    assert has_capability(CAP_SYS_ADMIN, status) is has
+    assert has_capability(CAP_SYS_ADMIN, tmp_path / "missing") is False

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
@@ -382,6 +383,7 @@ def _print_power(summaries: list[Summary]) -> None:
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
 app.command(name="simulate")(simulate_command)
 app.add_typer(jobs_app, name="jobs")
+app.command(name="check")(check_command)
 
 
 def _expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:

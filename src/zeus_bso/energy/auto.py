@@ -30,16 +30,27 @@ def auto_meter(
 
     Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
-    reasons = []
+    meter, reasons = choose_meter(gpu_indices)
+    if meter is None:
+        logger.info("no energy counter: %s", "; ".join(reasons))
+        return EstimateMeter(estimate_watts)
+    logger.info("measuring energy with %s (%s)", meter.name, meter.device_model)
+    return meter
+
+
+def choose_meter(gpu_indices: list[int] | None = None) -> tuple[EnergyMeter | None, list[str]]:
+    """The first meter of `METERS` that works here (None: none does), and why each one before
+    it cannot measure here.
+
+    Raises:
+        MixedGpuModelsError, UnmeasurableDeviceError: as `auto_meter`.
+    """
+    reasons: list[str] = []
     for make in METERS:
         try:
-            meter = make(gpu_indices)
+            return make(gpu_indices), reasons
         except (MixedGpuModelsError, UnmeasurableDeviceError):
             raise
         except EnergyMeterError as err:
             reasons.append(str(err))
-            continue
-        logger.info("measuring energy with %s (%s)", meter.name, meter.device_model)
-        return meter
-    logger.info("no energy counter: %s", "; ".join(reasons))
-    return EstimateMeter(estimate_watts)
+    return None, reasons

@@ -1,0 +1,233 @@
+"""``zeus-bso check``: what a training run here would find, before one runs: the frameworks
+installed, the energy meter it would use (and why the others cannot measure here), whether it
+could set GPU power limits, and whether the server answers and takes the token. Nothing is
+changed: no job is registered and no GPU setting is touched.
+
+The server is ``--server`` (or ``ZEUS_BSO_SERVER_URL``), its token ``ZEUS_BSO_TOKEN``, as for
+the training callbacks and ``zeus-bso jobs``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from zeus_bso.errors import (
+    EXIT_FAILURE,
+    RouteMissingError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
+
+FRAMEWORKS = ("torch", "lightning", "transformers", "accelerate", "nvidia-ml-py", "zeus")
+"""The packages a training run may use, by their distribution names."""
+CAP_SYS_ADMIN = 21  # the capability NVML needs to set a power limit (linux/capability.h)
+
+console = Console(soft_wrap=True, highlight=False)
+
+
+@dataclass
+class Finding:
+    """One thing checked: ``ok`` False is a problem a run would meet; ``None``, a note."""
+
+    what: str
+    ok: bool | None
+    says: str
+
+
+@dataclass
+class Findings:
+    version: str
+    python: str
+    packages: dict[str, str | None]
+    checks: list[Finding] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(check.ok is False for check in self.checks)
+
+
+def check_command(
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="ZEUS_BSO_SERVER_URL", help="The zeus-bso server's URL"),
+    ] = "http://127.0.0.1:8000",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="ZEUS_BSO_TOKEN",
+            help="The server's bearer token",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of lines")] = False,
+) -> None:
+    """Check what a training run here would find: the frameworks, the energy meter, power-limit
+    permission, and the server and its token. Changes nothing. Exit status 1 if a run would
+    fail (the server cannot be reached or refuses the token, the GPUs cannot be measured)."""
+    findings = Findings(
+        version=_version("zeus-bso") or "unknown",
+        python=platform.python_version(),
+        packages={name: _version(name) for name in FRAMEWORKS},
+    )
+    gpus = _energy(findings)
+    _power_limits(findings, gpus)
+    _server(findings, server, token)
+    if as_json:
+        typer.echo(json.dumps(asdict(findings) | {"failed": findings.failed}, indent=2))
+    else:
+        _print(findings)
+    if findings.failed:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _energy(findings: Findings) -> bool | None:
+    """The meter a run would use here; returns whether it measures NVIDIA GPUs (None: the GPUs
+    cannot be measured)."""
+    from zeus_bso.energy.auto import choose_meter
+
+    try:
+        meter, reasons = choose_meter()
+    except ZeusBSOError as error:  # mixed GPU models, a MIG slice: a run would stop
+        findings.checks.append(Finding("energy", False, str(error)))
+        return None
+    if meter is None:
+        findings.checks.append(
+            Finding(
+                "energy",
+                None,
+                "no counter measures here, so a run's energy is ESTIMATED as time x 300 W "
+                f"(energy_meter=EstimateMeter(<watts>) to say otherwise): {'; '.join(reasons)}",
+            )
+        )
+        return False
+    try:
+        devices = ", ".join(sorted({device.model for device in meter.devices}))
+        findings.checks.append(
+            Finding(
+                "energy",
+                True,
+                f"measured by {meter.name}: {meter.device_count} x {devices}, "
+                f"{meter.max_power:g} W of power limits in all",
+            )
+        )
+        return meter.name == "nvml"
+    finally:
+        meter.close()
+
+
+def _power_limits(findings: Findings, gpus: bool | None) -> None:
+    """Whether ``power_limit="optimize"`` could set limits here (read, never tried)."""
+    if gpus is None:
+        findings.checks.append(Finding("power limits", None, "not checked: see energy"))
+    elif not gpus:
+        findings.checks.append(
+            Finding("power limits", None, 'power_limit="optimize" needs NVIDIA GPUs (NVML)')
+        )
+    elif has_capability(CAP_SYS_ADMIN):
+        findings.checks.append(
+            Finding(
+                "power limits",
+                True,
+                'power_limit="optimize" may set limits here (this process has CAP_SYS_ADMIN, '
+                "which NVML asks for)",
+            )
+        )
+    else:
+        findings.checks.append(
+            Finding(
+                "power limits",
+                None,
+                'power_limit="optimize" would be advisory here: this process lacks '
+                "CAP_SYS_ADMIN (run as root, or the container with --cap-add SYS_ADMIN); runs "
+                "would log the recommended limit and set nothing",
+            )
+        )
+
+
+def has_capability(bit: int, status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process's effective capabilities (Linux) include ``bit``."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> bit & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _server(findings: Findings, server: str, token: str | None) -> None:
+    """Whether the server answers, is zeus-bso's, and takes the token (a read, nothing
+    registered)."""
+    from zeus_bso.client.http import ServerClient
+
+    try:
+        with ServerClient(server, token=token or None, timeout=10.0, retry_seconds=0.0) as client:
+            client.list_jobs(limit=1)
+    except RouteMissingError:
+        findings.checks.append(
+            Finding(
+                "server",
+                True,
+                f"{server} answers, but has no read API: upstream Zeus's server? Its protocol "
+                "works; zeus-bso's additions (out-of-memory as infeasible, power limits, "
+                "leases) do not",
+            )
+        )
+    except ServerRejectedError as error:
+        if error.status == 401:
+            says = (
+                f"{server} refused the token: check ZEUS_BSO_TOKEN (or --token)"
+                if token
+                else f"{server} wants a token: set ZEUS_BSO_TOKEN (or --token)"
+            )
+        else:
+            says = f"{server} answered {error.status}: {error.message}"
+        findings.checks.append(Finding("server", False, says))
+    except ServerConnectionError as error:
+        findings.checks.append(
+            Finding(
+                "server",
+                False,
+                f"{error} (runs would train at the default batch size, or stop with "
+                "on_server_unavailable='raise')",
+            )
+        )
+    else:
+        findings.checks.append(
+            Finding(
+                "server",
+                True,
+                f"{server} answers"
+                + (", and takes the token" if token else " (it needs no token)"),
+            )
+        )
+
+
+def _print(findings: Findings) -> None:
+    installed = ", ".join(
+        f"{name} {version}" if version else f"{name} -"
+        for name, version in findings.packages.items()
+    )
+    console.print(f"zeus-bso {findings.version}, Python {findings.python}")
+    console.print(escape(f"packages: {installed} (-: not installed)"))
+    marks = {True: "[green]ok[/]", None: "[yellow]note[/]", False: "[red]FAIL[/]"}
+    for check in findings.checks:
+        console.print(f"{marks[check.ok]} {check.what}: {escape(check.says)}")
