@@ -29,8 +29,10 @@ Runs, against a local server on a temporary SQLite database:
    energy on the server against GPU 0's counter over the same window (goal: within 2%).
 8. Power limits, read only: GPU 0's constraints, its limit, and the limits a profile would
    measure, through ``GpuPowerLimits``; nothing is set (the limit is the same after).
+9. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
+   server (it reads only).
 
-``--parts`` runs some of them (e.g. ``--parts oom accumulation power``: the device's minutes
+``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
 are few).
 
 Each part that fails is reported as failed, with its error, and the others still run. Writes
@@ -54,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import free_port, running_server
-from gpu_trainable import accumulation_check, oom_and_lr_check, power_read_check
+from gpu_trainable import accumulation_check, command_check, oom_and_lr_check, power_read_check
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -361,7 +363,9 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 
 
 NOT_RUN = "not run (--parts)"
-PARTS = ("lightning", "huggingface", "nccl", "two_ranks", "oom", "accumulation", "power")
+PARTS = (
+    "lightning", "huggingface", "nccl", "two_ranks", "oom", "accumulation", "power", "check",
+)  # fmt: skip
 
 
 def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], str]) -> list[str]:
@@ -389,7 +393,10 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
         + ("never" if r["counter_update_ms"] is None
            else f"every {r['counter_update_ms']:.3g} ms (median)")
         + "; nothing set"))  # fmt: skip
-    return oom + power
+    check = part_lines("zeus-bso check", results.get("check"), lambda r: (
+        f"energy: {r['checks']['energy']['says']}; power limits: "
+        f"{r['checks']['power limits']['says']}"))  # fmt: skip
+    return oom + power + check
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -472,6 +479,7 @@ def main() -> None:
             "huggingface": lambda: hf_check(url, args.epochs),
             "oom": lambda: oom_and_lr_check(url, "cuda"),
             "accumulation": lambda: accumulation_check(url, "cuda"),
+            "check": lambda: command_check(url),
         }
         for part, run in served.items():
             if part in parts:

@@ -11,7 +11,10 @@ ever sets a GPU's power limit.
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -285,4 +288,26 @@ def power_read_check() -> dict[str, Any]:
             and profiled[0] == high
             and all(low <= w <= high for w in profiled)
         ),
+    }
+
+
+def command_check(url: str) -> dict[str, Any]:
+    """``zeus-bso check`` where the runs train: it must measure the GPUs through NVML and reach
+    the server (it reads; it sets nothing)."""
+    command = Path(sys.executable).with_name("zeus-bso")
+    done = subprocess.run(
+        [str(command), "check", "--json", "--server", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    checks = {check["what"]: check for check in json.loads(done.stdout)["checks"]}
+    energy, server = checks["energy"], checks["server"]
+    return {
+        "status": done.returncode,
+        "checks": checks,
+        "passed": done.returncode == 0
+        and energy["ok"] is True
+        and "measured by nvml" in energy["says"]
+        and server["ok"] is True,
     }

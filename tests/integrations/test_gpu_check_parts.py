@@ -61,3 +61,17 @@ def test_the_power_limit_part_reads_and_sets_nothing(parts: Any, gpu: None, tmp_
     assert pynvml.nvmlDeviceGetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0)) == 300_000
     state = tmp_path / "gpu" / f"{UUID}.json"  # the double's record of every change
     assert not state.exists() or json.loads(state.read_text()).get("changes", []) == []
+
+
+def test_the_check_part_runs_the_command_where_runs_train(
+    parts: Any, gpu: None, monkeypatch: pytest.MonkeyPatch, sqlite_server: ServerProcess
+) -> None:
+    double = Path(__file__).resolve().parents[1] / "gpu_double"
+    monkeypatch.setenv("PYTHONPATH", str(double))  # the command's NVML is the double too
+    result = parts.command_check(sqlite_server.url)
+    assert result["checks"]["energy"]["says"].startswith("measured by nvml: 1 x NVIDIA H100")
+    assert result["checks"]["server"]["ok"] is True
+    assert result["passed"], result
+    down = parts.command_check("http://127.0.0.1:9")
+    assert down["status"] == 1
+    assert not down["passed"]
