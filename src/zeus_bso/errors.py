@@ -199,3 +199,17 @@ class PowerLimitError(ConfigurationError):
     """Raised when a run asked to optimize GPU power limits (``power_limit="optimize"``) where
     they cannot be: a GPU in MIG mode or one other processes compute on (its limit is theirs
     too), or no NVML. The message says what to change."""
+
+
+def validation_words(error: ValueError) -> str:
+    """A pydantic ``ValidationError`` in one line (``field: what is wrong; ...``), without its
+    links to pydantic's site; any other error as it says itself."""
+    described = getattr(error, "errors", None)
+    if not callable(described):
+        return str(error)
+    return "; ".join(
+        (".".join(str(part) for part in e.get("loc", ())) or "the job")
+        + ": "
+        + str(e.get("msg", "")).removeprefix("Value error, ")  # a validator's own words
+        for e in described()
+    )

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.client import ServerClient
-from zeus_bso.spec import JobSpecFromClient, TrainingResult
+from zeus_bso.spec import JobSpec, JobSpecFromClient, TrainingResult
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "cli-test-token"
@@ -233,3 +233,29 @@ def test_the_capability_is_read_from_the_process_status(
     status.write_text(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{effective}\n")
     assert has_capability(CAP_SYS_ADMIN, status) is has
     assert has_capability(CAP_SYS_ADMIN, tmp_path / "missing") is False
+
+
+def test_check_builds_the_callback_a_cluster_image_turns_on(server: ServerProcess) -> None:
+    """``ZEUS_BSO_LIGHTNING_JOB`` set: the entry point Lightning would find, the callback it
+    would add (from the environment alone), and a job that cannot be read."""
+    job = JobSpec(job_id_prefix="image", batch_sizes=[32, 64], default_batch_size=32)
+    variable = job.model_dump_json(include={"job_id_prefix", "batch_sizes", "default_batch_size"})
+    env = {"ZEUS_BSO_LIGHTNING_JOB": variable, "ZEUS_BSO_LR_RULE": "sqrt"}
+    checked = cli(server, command="check", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (
+        "ok Lightning (ZEUS_BSO_LIGHTNING_JOB): every Trainer gets a ZeusBSOCallback: job "
+        "image-*, monitor 'val_acc', lr_rule 'sqrt'"
+    ) in checked.stdout
+    env["ZEUS_BSO_LIGHTNING_JOB"] = variable.replace(
+        '"default_batch_size":32', '"default_batch_size":48'
+    )
+    refused = cli(server, command="check", env=env)
+    assert refused.returncode == 1
+    assert (
+        "FAIL Lightning (ZEUS_BSO_LIGHTNING_JOB): ZEUS_BSO_LIGHTNING_JOB does not hold a valid "
+        "job: the job: default_batch_size 48 is not one of batch_sizes [32, 64]" in refused.stdout
+    )
+    assert "ok server" in refused.stdout  # the rest is still checked
+    plain = cli(server, command="check")
+    assert "Lightning" not in plain.stdout  # unset: nothing to check

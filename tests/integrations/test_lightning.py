@@ -802,3 +802,13 @@ def test_the_environment_turns_the_callback_on_without_changing_the_script(
     monkeypatch.setenv("ZEUS_BSO_LIGHTNING_JOB", str(tmp_path / "missing.json"))
     with pytest.raises(ConfigurationError, match="neither a job as JSON nor a readable"):
         pl.Trainer(max_epochs=1, **quiet_trainer_options(tmp_path / "bad"))
+    # An invalid one names what is wrong, on one line.
+    monkeypatch.setenv(
+        "ZEUS_BSO_LIGHTNING_JOB", spec.model_dump_json().replace('"max_epochs":6', '"max_epochs":0')
+    )
+    with pytest.raises(ConfigurationError) as invalid:
+        pl.Trainer(max_epochs=1, **quiet_trainer_options(tmp_path / "bad"))
+    assert str(invalid.value) == (
+        "ZEUS_BSO_LIGHTNING_JOB does not hold a valid job: max_epochs: Input should be greater "
+        "than 0"
+    )

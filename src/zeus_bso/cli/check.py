@@ -10,6 +10,7 @@ the training callbacks and ``zeus-bso jobs``.
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -20,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE
 from zeus_bso.errors import (
     EXIT_FAILURE,
     RouteMissingError,
@@ -82,6 +84,7 @@ def check_command(
     )
     gpus = _energy(findings)
     _power_limits(findings, gpus)
+    _lightning_from_environment(findings)
     _server(findings, server, token)
     if as_json:
         typer.echo(json.dumps(asdict(findings) | {"failed": findings.failed}, indent=2))
@@ -160,6 +163,37 @@ def _power_limits(findings: Findings, gpus: bool | None) -> None:
                 "would log the recommended limit and set nothing",
             )
         )
+
+
+def _lightning_from_environment(findings: Findings) -> None:
+    """Where ``ZEUS_BSO_LIGHTNING_JOB`` is set (a cluster image that turns zeus-bso on for every
+    Lightning Trainer): whether Lightning would find the entry point, and the callback it would
+    add from the environment (built, not run: nothing is asked of the server)."""
+    if not os.environ.get(LIGHTNING_JOB_VARIABLE, "").strip():
+        return
+    what = f"Lightning ({LIGHTNING_JOB_VARIABLE})"
+    hooks = metadata.entry_points(group="lightning.pytorch.callbacks_factory")
+    if not any(hook.value.startswith("zeus_bso.") for hook in hooks):
+        findings.checks.append(
+            Finding(what, False, "zeus-bso's callbacks_factory entry point is not installed")
+        )
+        return
+    try:
+        from zeus_bso.integrations.lightning import callbacks_from_environment
+
+        (callback,) = callbacks_from_environment()
+    except (ImportError, ZeusBSOError) as error:  # Lightning missing (the hint), a bad setting
+        findings.checks.append(Finding(what, False, str(error)))
+        return
+    job = callback.job
+    findings.checks.append(
+        Finding(
+            what,
+            True,
+            f"every Trainer gets a ZeusBSOCallback: job {job.job_id or job.job_id_prefix + '-*'}, "
+            f"monitor {callback.monitor!r}, lr_rule {callback.lr_rule!r}",
+        )
+    )
 
 
 def has_capability(bit: int, status: Path = Path("/proc/self/status")) -> bool:

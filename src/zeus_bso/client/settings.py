@@ -12,6 +12,8 @@ from zeus_bso.spec import JobSpec
 SERVER_URL_VARIABLE = "ZEUS_BSO_SERVER_URL"
 TOKEN_VARIABLE = "ZEUS_BSO_TOKEN"
 HEARTBEAT_VARIABLE = "ZEUS_BSO_HEARTBEAT_SECONDS"
+LIGHTNING_JOB_VARIABLE = "ZEUS_BSO_LIGHTNING_JOB"
+"""The job (JSON, or a JSON file's path) for which every Lightning Trainer gets a callback."""
 DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 

@@ -32,9 +32,9 @@ from typing_extensions import override
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.client.settings import required_job, server_url_from
+from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE, required_job, server_url_from
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import ConfigurationError, validation_words
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
@@ -461,7 +461,7 @@ class ZeusBSOCallback(pl.Callback):
         self._restored = dict(state_dict) if state_dict.get("trial") else None
 
 
-JOB_VARIABLE = "ZEUS_BSO_LIGHTNING_JOB"
+JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 """The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
 file holding one (see `callbacks_from_environment`)."""
 
@@ -494,7 +494,9 @@ def callbacks_from_environment() -> list[pl.Callback]:
     try:
         job = JobSpec.model_validate_json(text)
     except ValueError as err:
-        raise ConfigurationError(f"{JOB_VARIABLE} does not hold a valid job: {err}") from None
+        raise ConfigurationError(
+            f"{JOB_VARIABLE} does not hold a valid job: {validation_words(err)}"
+        ) from None
     micro = os.environ.get("ZEUS_BSO_MAX_MICRO_BATCH_SIZE", "").strip()
     try:
         max_micro = int(micro) if micro else None
