@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from zeus_bso.cli.jobs import DEFAULT_SERVER, Server, Token
 from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE
 from zeus_bso.errors import (
     EXIT_FAILURE,
@@ -59,19 +60,8 @@ class Findings:
 
 
 def check_command(
-    server: Annotated[
-        str,
-        typer.Option("--server", envvar="ZEUS_BSO_SERVER_URL", help="The zeus-bso server's URL"),
-    ] = "http://127.0.0.1:8000",
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="ZEUS_BSO_TOKEN",
-            help="The server's bearer token",
-            show_default=False,
-        ),
-    ] = None,
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of lines")] = False,
 ) -> None:
     """Check what a training run here would find: the frameworks, the energy meter, power-limit
