@@ -9,6 +9,7 @@ the training callbacks and ``zeus-bso jobs``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from zeus_bso.cli.jobs import DEFAULT_SERVER, Server, Token
-from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE
+from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE, lightning_settings
 from zeus_bso.errors import (
     EXIT_FAILURE,
     RouteMissingError,
@@ -157,8 +158,9 @@ def _power_limits(findings: Findings, gpus: bool | None) -> None:
 
 def _lightning_from_environment(findings: Findings) -> None:
     """Where ``ZEUS_BSO_LIGHTNING_JOB`` is set (a cluster image that turns zeus-bso on for every
-    Lightning Trainer): whether Lightning would find the entry point, and the callback it would
-    add from the environment (built, not run: nothing is asked of the server)."""
+    Lightning Trainer): whether Lightning would find the entry point, and the settings of the
+    callback it would add (read as the entry point reads them; nothing is asked of the
+    server)."""
     if not os.environ.get(LIGHTNING_JOB_VARIABLE, "").strip():
         return
     what = f"Lightning ({LIGHTNING_JOB_VARIABLE})"
@@ -169,19 +171,23 @@ def _lightning_from_environment(findings: Findings) -> None:
         )
         return
     try:
-        from zeus_bso.integrations.lightning import callbacks_from_environment
-
-        (callback,) = callbacks_from_environment()
-    except (ImportError, ZeusBSOError) as error:  # Lightning missing (the hint), a bad setting
+        settings = lightning_settings()
+    except ZeusBSOError as error:
         findings.checks.append(Finding(what, False, str(error)))
         return
-    job = callback.job
+    assert settings is not None  # the variable is set
+    if importlib.util.find_spec("lightning") is None:
+        findings.checks.append(
+            Finding(what, False, "Lightning is not installed: pip install 'zeus-bso[lightning]'")
+        )
+        return
+    job = settings.job
     findings.checks.append(
         Finding(
             what,
             True,
             f"every Trainer gets a ZeusBSOCallback: job {job.job_id or job.job_id_prefix + '-*'}, "
-            f"monitor {callback.monitor!r}, lr_rule {callback.lr_rule!r}",
+            f"monitor {settings.monitor!r}, lr_rule {settings.lr_rule!r}",
         )
     )
 

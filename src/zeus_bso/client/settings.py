@@ -5,8 +5,13 @@ training script."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.client.accumulation import check_max_micro_batch_size
+from zeus_bso.errors import ConfigurationError, validation_words
+from zeus_bso.power.run import PowerLimitMode, check_power_limit
+from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec
 
 SERVER_URL_VARIABLE = "ZEUS_BSO_SERVER_URL"
@@ -65,3 +70,62 @@ def required_job(job: JobSpec | None) -> JobSpec:
     if job is None:
         raise ConfigurationError("job=... is required: the recurring job, a zeus_bso.JobSpec")
     return job
+
+
+@dataclass(frozen=True)
+class LightningSettings:
+    """What `lightning_settings` reads from the environment: the callback's arguments."""
+
+    job: JobSpec
+    monitor: str
+    lr_rule: LrRule
+    max_micro_batch_size: int | None
+    power_limit: PowerLimitMode
+
+
+def lightning_settings() -> LightningSettings | None:
+    """The callback every Lightning Trainer gets in this environment (`LIGHTNING_JOB_VARIABLE`
+    names the job, as JSON or a JSON file's path; None: it is unset), with
+    ``ZEUS_BSO_MONITOR`` (default ``val_acc``), ``ZEUS_BSO_LR_RULE`` (default ``none``),
+    ``ZEUS_BSO_MAX_MICRO_BATCH_SIZE`` and ``ZEUS_BSO_POWER_LIMIT`` (default ``off``). The server
+    comes from ``ZEUS_BSO_SERVER_URL`` (required) and ``ZEUS_BSO_TOKEN``.
+
+    Raises:
+        ConfigurationError: the job or a setting cannot be read, or no server is set; the
+            message says which.
+    """
+    given = os.environ.get(LIGHTNING_JOB_VARIABLE, "").strip()
+    if not given:
+        return None
+    text = given
+    if not given.startswith("{"):
+        try:
+            text = Path(given).read_text()
+        except OSError as err:
+            raise ConfigurationError(
+                f"{LIGHTNING_JOB_VARIABLE}={given!r} is neither a job as JSON nor a readable "
+                f"JSON file: {err.strerror}"
+            ) from None
+    try:
+        job = JobSpec.model_validate_json(text)
+    except ValueError as err:
+        raise ConfigurationError(
+            f"{LIGHTNING_JOB_VARIABLE} does not hold a valid job: {validation_words(err)}"
+        ) from None
+    micro = os.environ.get("ZEUS_BSO_MAX_MICRO_BATCH_SIZE", "").strip()
+    try:
+        max_micro = int(micro) if micro else None
+    except ValueError:
+        raise ConfigurationError(
+            f"ZEUS_BSO_MAX_MICRO_BATCH_SIZE={micro!r} is not a whole number"
+        ) from None
+    server_url_from(None)  # the callback's server: an error now, naming both settings
+    return LightningSettings(
+        job=job,
+        monitor=os.environ.get("ZEUS_BSO_MONITOR", "val_acc").strip() or "val_acc",
+        lr_rule=check_rule(os.environ.get("ZEUS_BSO_LR_RULE", "none").strip() or "none"),
+        max_micro_batch_size=check_max_micro_batch_size(max_micro),
+        power_limit=check_power_limit(
+            os.environ.get("ZEUS_BSO_POWER_LIMIT", "off").strip() or "off"
+        ),
+    )

@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
-from pathlib import Path
 from typing import Any, Literal
 
 from typing_extensions import override
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE, required_job, server_url_from
+from zeus_bso.client.settings import (
+    LIGHTNING_JOB_VARIABLE,
+    lightning_settings,
+    required_job,
+    server_url_from,
+)
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ConfigurationError, validation_words
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec, StopReason
@@ -479,39 +482,15 @@ def callbacks_from_environment() -> list[pl.Callback]:
     Raises:
         ConfigurationError: the job or a setting cannot be read; the message says which.
     """
-    given = os.environ.get(JOB_VARIABLE, "").strip()
-    if not given:
+    settings = lightning_settings()
+    if settings is None:
         return []
-    text = given
-    if not given.startswith("{"):
-        try:
-            text = Path(given).read_text()
-        except OSError as err:
-            raise ConfigurationError(
-                f"{JOB_VARIABLE}={given!r} is neither a job as JSON nor a readable JSON file: "
-                f"{err.strerror}"
-            ) from None
-    try:
-        job = JobSpec.model_validate_json(text)
-    except ValueError as err:
-        raise ConfigurationError(
-            f"{JOB_VARIABLE} does not hold a valid job: {validation_words(err)}"
-        ) from None
-    micro = os.environ.get("ZEUS_BSO_MAX_MICRO_BATCH_SIZE", "").strip()
-    try:
-        max_micro = int(micro) if micro else None
-    except ValueError:
-        raise ConfigurationError(
-            f"ZEUS_BSO_MAX_MICRO_BATCH_SIZE={micro!r} is not a whole number"
-        ) from None
-    rule = os.environ.get("ZEUS_BSO_LR_RULE", "none").strip() or "none"
-    power = os.environ.get("ZEUS_BSO_POWER_LIMIT", "off").strip() or "off"
     return [
         ZeusBSOCallback(
-            job=job,
-            monitor=os.environ.get("ZEUS_BSO_MONITOR", "val_acc").strip() or "val_acc",
-            lr_rule=rule,  # type: ignore[arg-type]  # checked by check_rule
-            max_micro_batch_size=max_micro,
-            power_limit=check_power_limit(power),
+            job=settings.job,
+            monitor=settings.monitor,
+            lr_rule=settings.lr_rule,
+            max_micro_batch_size=settings.max_micro_batch_size,
+            power_limit=settings.power_limit,
         )
     ]
