@@ -50,6 +50,9 @@ class RunOutcome:
             line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
         elif self.reason is StopReason.FAILED:
             line = f"{size} failed at epoch {self.epochs} of {self.max_epochs}: {self.why}"
+        elif self.reason is StopReason.OUT_OF_MEMORY and self.converged:
+            # The framework went on at a size of its own, and that run reached the target.
+            line = f"{size} ran out of memory: {self.why}"
         elif self.converged:
             line = (
                 f"{size} reached the target at epoch {self.epochs} of {self.max_epochs} ({spent})"

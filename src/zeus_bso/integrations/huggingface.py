@@ -32,6 +32,7 @@ events onto it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import json
 import logging
@@ -537,6 +538,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         control.should_training_stop = True
         self._outside = None
+        if answer.converged and self.outcome is not None:  # a model is delivered after all
+            self.outcome = dataclasses.replace(
+                self.outcome,
+                converged=True,
+                why=f"the Trainer went on at {size}, outside the optimizer, and reached the "
+                f"target at its evaluation {self._outside_evaluations}",
+            )
         if self.session is not None and self.session.is_main:
             logger.warning(
                 "zeus-bso: the run at batch size %d, outside the optimizer, %s: training stops "
