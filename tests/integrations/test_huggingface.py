@@ -278,13 +278,20 @@ def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
         assert "batch size 8, outside the optimizer, reached the job's target 0.05" in message
     else:
         assert stopped == []
-    assert callback.outcome is not None
-    assert callback.outcome.converged is (epochs == 1)  # a model delivered: no run again
+    outcome = callback.outcome
+    assert outcome is not None
+    assert outcome.went_on
+    assert outcome.converged is (epochs == 1)  # a model delivered: no run again
+    summary = outcome.summary()
+    assert summary.startswith("zeus-bso: batch size 16 stopped at epoch 0 of 6: batch size 16 ")
+    assert "Run it again" not in summary
     if epochs == 1:
-        assert callback.outcome.summary().startswith(
-            "zeus-bso: batch size 16 ran out of memory: the Trainer went on at 8, outside the "
-            "optimizer, and reached the target at its evaluation 1."
-        )
+        assert (
+            "; the Trainer went on at 8, outside the optimizer, and reached the target at its "
+            "evaluation 1. Next run: 8"
+        ) in summary
+    else:
+        assert "; the run goes on outside the optimizer (" in summary
     rates = [g["initial_lr"] for g in trainer.optimizer.param_groups]
     assert rates == pytest.approx([1e-2] * len(rates))  # 5e-3 tuned at 4, twice that at 8
     assert trainer.lr_scheduler.base_lrs == pytest.approx(rates)

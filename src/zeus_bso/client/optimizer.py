@@ -452,10 +452,11 @@ class BatchSizeOptimizer:
         self._memory_unknown = False
         return self.get_batch_size()
 
-    def end_out_of_memory(self, why: str | None = None) -> None:
+    def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """End a run that ran out of accelerator memory while it trained: its trial is marked
         ``infeasible`` on this hardware profile (neither its batch size nor a larger one is
-        dispatched there again), and the outcome says so."""
+        dispatched there again), and the outcome says so (``goes_on``: the framework trains on
+        at a size of its own, outside the optimizer; `RunOutcome.went_on`)."""
         if self._ended:
             return
         trial = self.trial
@@ -464,6 +465,7 @@ class BatchSizeOptimizer:
         self._conclude(
             StopReason.OUT_OF_MEMORY,
             f"batch size {self.batch_size} ran out of memory" + (f" ({why})" if why else ""),
+            went_on=goes_on,
         )
 
     def _mark_infeasible(self, trial: TrialId, why: str | None) -> bool:
@@ -909,7 +911,9 @@ class BatchSizeOptimizer:
         finally:
             self.meter.close()
 
-    def _conclude(self, reason: StopReason | None, why: str | None) -> None:
+    def _conclude(
+        self, reason: StopReason | None, why: str | None, *, went_on: bool = False
+    ) -> None:
         """Set `outcome` (``reason`` None: the server's answer says it) and show its line."""
         if self.outcome is not None:
             return
@@ -935,6 +939,7 @@ class BatchSizeOptimizer:
             cost=answer.cost if answer is not None else None,
             next_run=self._next_run() if not self.offline else None,
             offline=self.offline,
+            went_on=went_on,
         )
         self.client.close()
         if self._show is not None:

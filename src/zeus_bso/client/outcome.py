@@ -40,6 +40,10 @@ class RunOutcome:
     """What the job's next run gets, as the server says it (None: not known)."""
     offline: bool = False
     """Whether the run trained without the server (it could not be reached at start)."""
+    went_on: bool = False
+    """Whether, its batch size out of memory, the run went on at a size of its framework's own
+    (the HF Trainer's ``auto_find_batch_size``), outside the optimizer; ``converged`` then says
+    whether that run reached the target."""
 
     def summary(self) -> str:
         """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
@@ -50,9 +54,10 @@ class RunOutcome:
             line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
         elif self.reason is StopReason.FAILED:
             line = f"{size} failed at epoch {self.epochs} of {self.max_epochs}: {self.why}"
-        elif self.reason is StopReason.OUT_OF_MEMORY and self.converged:
-            # The framework went on at a size of its own, and that run reached the target.
-            line = f"{size} ran out of memory: {self.why}"
+        elif self.went_on:
+            line = f"{size} stopped at epoch {self.epochs} of {self.max_epochs}: {self.why}"
+            if not self.converged:
+                line += f"; the run goes on outside the optimizer ({spent} so far)"
         elif self.converged:
             line = (
                 f"{size} reached the target at epoch {self.epochs} of {self.max_epochs} ({spent})"
@@ -68,7 +73,7 @@ class RunOutcome:
         line += "."
         if self.next_run:
             line += f" Next run: {self.next_run}."
-        if not self.converged and self.reason is not StopReason.NOT_TRAINED:
+        if not self.converged and self.reason is not StopReason.NOT_TRAINED and not self.went_on:
             line += " Run it again for a model."
         return SHOWN_PREFIX + line
 

@@ -385,7 +385,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             and None not in (model, optimizer, loader)
         ):
             try:
-                self.session.check_memory(lambda _: self._try_steps(model, optimizer, loader))
+                self.session.check_memory(
+                    lambda _: self._try_steps(model, optimizer, loader),
+                    goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
+                )
             except BatchSizeDoesNotFitError as err:
                 self._ended = True
                 self.outcome = self.session.outcome
@@ -443,7 +446,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._outside, self._outside_evaluations = new, 0
         if not self._ended:  # the trial's size ran out of memory as it trained
             self._ended = True
-            session.end_out_of_memory(why)
+            session.end_out_of_memory(why, goes_on=True)
             self.outcome = session.outcome
         elif old < session.micro_batch_size:
             session.smaller_size_out_of_memory(old, why)
@@ -542,8 +545,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             self.outcome = dataclasses.replace(
                 self.outcome,
                 converged=True,
-                why=f"the Trainer went on at {size}, outside the optimizer, and reached the "
-                f"target at its evaluation {self._outside_evaluations}",
+                why=f"{self.outcome.why}; the Trainer went on at {size}, outside the optimizer, "
+                f"and reached the target at its evaluation {self._outside_evaluations}",
             )
         if self.session is not None and self.session.is_main:
             logger.warning(

@@ -262,13 +262,14 @@ class TrialSession:
                 self.progress.trial = self.trial
         return self.micro_batch_size
 
-    def check_memory(self, try_steps: Callable[[int], None]) -> None:
+    def check_memory(self, try_steps: Callable[[int], None], *, goes_on: bool = False) -> None:
         """For a framework that cannot change the batch size of a run under way (the HF
         Trainer): while the batch size's fit is not known (`memory_unknown`), each process runs
         ``try_steps(batch_size)`` (a few training steps, undone; no collective); if any ran out
         of memory, the trial is marked ``infeasible`` and every process raises
         `BatchSizeDoesNotFitError` (the next run gets a size that fits: `until_converged`
-        starts it).
+        starts it; ``goes_on``: the framework catches it and trains on at a size of its own,
+        the HF Trainer's ``auto_find_batch_size``).
 
         Raises:
             BatchSizeDoesNotFitError: on every process, the batch size ran out of memory on one.
@@ -292,7 +293,7 @@ class TrialSession:
             why = f"micro-batches of {micro} ran out of memory on these GPUs ({oom})"
             self.release(f"{why}; the next run takes smaller ones")  # before it trained
             raise BatchSizeDoesNotFitError(f"{why}; the next run takes smaller ones")
-        self.end_out_of_memory(oom)
+        self.end_out_of_memory(oom, goes_on=goes_on)
         raise BatchSizeDoesNotFitError(
             f"batch size {self._batch_size} ran out of memory on these GPUs ({oom}); it is "
             "infeasible on them now, and the next run gets a batch size that fits"
@@ -488,12 +489,13 @@ class TrialSession:
         if self.optimizer is not None:
             self.optimizer.abort(why)
 
-    def end_out_of_memory(self, why: str | None = None) -> None:
+    def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
-        this hardware profile (main process)."""
+        this hardware profile (main process; ``goes_on``: the framework trains on at a size of
+        its own)."""
         self._restore_power()
         if self.optimizer is not None:
-            self.optimizer.end_out_of_memory(why)
+            self.optimizer.end_out_of_memory(why, goes_on=goes_on)
         self.meter.close()
 
     def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
