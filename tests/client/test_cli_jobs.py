@@ -17,7 +17,14 @@ import pytest
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.client import ServerClient
-from zeus_bso.spec import JobSpec, JobSpecFromClient, TrainingResult
+from zeus_bso.spec import (
+    GpuConfig,
+    JobSpec,
+    JobSpecFromClient,
+    PowerMeasurement,
+    PowerProfileReport,
+    TrainingResult,
+)
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "cli-test-token"
@@ -259,3 +266,39 @@ def test_check_builds_the_callback_a_cluster_image_turns_on(server: ServerProces
     assert "ok server" in refused.stdout  # the rest is still checked
     plain = cli(server, command="check")
     assert "Lightning" not in plain.stdout  # unset: nothing to check
+
+
+def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
+    job_id = unique_id("clipower")
+    gpu = GpuConfig(max_power=300.0, number_of_gpus=2, gpu_model="A40 [test]")
+    spec = JobSpecFromClient(
+        job_id=job_id,
+        job_id_prefix="clipower",
+        batch_sizes=[32, 64],
+        default_batch_size=64,
+        eta_knob=1.0,  # energy alone: the limit whose epoch takes least energy
+        **gpu.model_dump(),
+    )
+    measured = [
+        PowerMeasurement(power_limit=watts, time_per_epoch=time, energy_per_epoch=energy)
+        for watts, time, energy in ((150.0, 12.0, 900.0), (200.0, 10.0, 800.0), (300.0, 9.0, 950.0))
+    ]
+    with ServerClient(server.url, token=TOKEN) as client:
+        client.register_job(spec)
+        trial = client.dispatch(job_id, gpu=gpu, power_limits=True)
+        assert trial.power_profiling
+        chosen = client.power_profile(
+            PowerProfileReport(
+                job_id=job_id,
+                batch_size=trial.batch_size,
+                trial_number=trial.trial_number,
+                measurements=measured,
+            )
+        )
+    assert chosen.power_limit == 200.0
+    shown = cli(server, "show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"power limit: batch size 64 trains at 200 W on 2xA40 [test]@300W (trial "
+        f"{trial.trial_number} measured 150, 200, 300 W)"
+    ) in shown.stdout

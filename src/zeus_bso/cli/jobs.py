@@ -177,6 +177,12 @@ def show_command(
             f"out of memory: batch size {size} and above on {escape(profile)} (not dispatched "
             "there again)"
         )
+    for power in state.get("power_profiles") or []:  # absent from servers that predate them
+        limits = ", ".join(f"{m['power_limit']:g}" for m in power["measurements"])
+        console.print(
+            f"power limit: batch size {power['batch_size']} trains at {power['power_limit']:g} W "
+            f"on {escape(power['profile'])} (trial {power['trial_number']} measured {limits} W)"
+        )
     recommended, savings = state["recommended"], state["savings"]
     if recommended is not None:
         console.print(
