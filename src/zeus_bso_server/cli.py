@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -241,7 +242,7 @@ def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
         "limit_concurrency": settings.limit_concurrency,
     }
     if settings.workers > 1:  # the parent loads no app: its supervisor handles signals at once
-        interrupt.abort_if_requested()
+        interrupt.hand_over(signal.default_int_handler)  # until then, Ctrl-C raises as usual
         uvicorn.run(APP, **options)
         return
     config = uvicorn.Config(APP, **options)
