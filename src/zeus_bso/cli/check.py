@@ -96,6 +96,7 @@ def _energy(findings: Findings) -> bool | None:
     """The meter a run would use here; returns whether it measures NVIDIA GPUs (None: the GPUs
     cannot be measured)."""
     from zeus_bso.energy.auto import choose_meter
+    from zeus_bso.energy.estimate import DEFAULT_WATTS
 
     try:
         meter, reasons = choose_meter()
@@ -107,7 +108,8 @@ def _energy(findings: Findings) -> bool | None:
             Finding(
                 "energy",
                 None,
-                "no counter measures here, so a run's energy is ESTIMATED as time x 300 W "
+                f"no counter measures here, so a run's energy is ESTIMATED as time x "
+                f"{DEFAULT_WATTS:g} W "
                 f"(energy_meter=EstimateMeter(<watts>) to say otherwise): {'; '.join(reasons)}",
             )
         )
