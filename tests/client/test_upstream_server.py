@@ -1,16 +1,19 @@
 """Our client against upstream Zeus 0.16's own server: recurrences work, and heartbeats, a route
-upstream does not have, are given up after the first 404 with one message."""
+upstream does not have, are given up after the first 404 with one message; ``zeus-bso check``
+tells that server apart."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import one_settable_gpu, unique_id
+from tests.helpers import environment_without_settings, one_settable_gpu, unique_id
 from tests.upstream import upstream_missing, upstream_server
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.energy import EstimateMeter
@@ -105,3 +108,17 @@ def test_power_limits_against_upstream_warn_and_leave_the_gpus_alone(
     assert bso.power is None
     assert not (tmp_path / "gpu").exists() or not list((tmp_path / "gpu").glob("*.json"))
     assert not list((tmp_path / "cache").rglob("power_limits/*.json"))
+
+
+def test_check_tells_upstreams_server_apart(upstream: str) -> None:
+    checked = subprocess.run(
+        [str(Path(sys.executable).parent / "zeus-bso"), "check", "--server", upstream],
+        env=environment_without_settings(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # its protocol works
+    assert f"ok server: {upstream} answers, but has no read API: upstream Zeus's server?" in (
+        checked.stdout
+    )
