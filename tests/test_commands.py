@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,3 +76,24 @@ def test_a_ctrl_c_before_the_hand_over_aborts_one_after_it_goes_to_the_new_handl
             interrupt.hand_over(lambda signum, frame: received.append(signum))
     assert signal.getsignal(signal.SIGINT) is before
     assert received == [signal.SIGINT]
+
+
+def test_outside_the_main_thread_nothing_is_held_or_handed_over() -> None:
+    """Signals are the main thread's: a command run from another thread (an embedding) runs as
+    it is, and handing Ctrl-C over there changes nothing (it used to raise ValueError)."""
+    before = signal.getsignal(signal.SIGINT)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with deferred_interrupt() as interrupt:
+                assert not interrupt.held
+                interrupt.hand_over(lambda signum, frame: None)
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert signal.getsignal(signal.SIGINT) is before

@@ -23,13 +23,17 @@ from types import FrameType
 class Interrupt:
     """Whether Ctrl-C came while `deferred_interrupt` held it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, held: bool) -> None:
         self.requested = False
+        self.held = held
+        """Whether the block holds Ctrl-C (only the main thread can handle signals)."""
 
     def hand_over(self, handler: Callable[[int, FrameType | None], None]) -> None:
         """Let ``handler`` take Ctrl-C from now on (``Aborted!`` if one came already); the
-        handler from before `deferred_interrupt` is back when its block ends."""
-        signal.signal(signal.SIGINT, handler)  # first: a Ctrl-C after the check is not lost
+        handler from before `deferred_interrupt` is back when its block ends. Outside the main
+        thread, nothing is handed."""
+        if self.held:
+            signal.signal(signal.SIGINT, handler)  # first: a Ctrl-C after the check is not lost
         self.abort_if_requested()
 
     def abort_if_requested(self) -> None:
@@ -49,8 +53,8 @@ def deferred_interrupt() -> Iterator[Interrupt]:
     ``KeyboardInterrupt`` at once. The handler from before is back when the block ends, so check
     `Interrupt.abort_if_requested` after it. Outside the main thread, signals cannot be handled:
     the block runs as it is."""
-    interrupt = Interrupt()
-    if threading.current_thread() is not threading.main_thread():
+    interrupt = Interrupt(held=threading.current_thread() is threading.main_thread())
+    if not interrupt.held:
         yield interrupt
         return
 
