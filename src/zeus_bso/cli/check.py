@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -23,7 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from zeus_bso.cli.jobs import DEFAULT_SERVER, Server, Token
-from zeus_bso.client.settings import LIGHTNING_JOB_VARIABLE, lightning_settings
+from zeus_bso.client.settings import (
+    LIGHTNING_JOB_VARIABLE,
+    environment_setting,
+    lightning_settings,
+)
 from zeus_bso.errors import (
     EXIT_FAILURE,
     RouteMissingError,
@@ -163,7 +166,7 @@ def _lightning_from_environment(findings: Findings) -> None:
     Lightning Trainer): whether Lightning would find the entry point, and the settings of the
     callback it would add (read as the entry point reads them; nothing is asked of the
     server)."""
-    if not os.environ.get(LIGHTNING_JOB_VARIABLE, "").strip():
+    if not environment_setting(LIGHTNING_JOB_VARIABLE):
         return
     what = f"Lightning ({LIGHTNING_JOB_VARIABLE})"
     hooks = metadata.entry_points(group="lightning.pytorch.callbacks_factory")

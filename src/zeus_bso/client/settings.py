@@ -22,6 +22,11 @@ LIGHTNING_JOB_VARIABLE = "ZEUS_BSO_LIGHTNING_JOB"
 DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 
+def environment_setting(name: str, default: str = "") -> str:
+    """``$name`` without surrounding blanks; ``default`` where it is unset or blank."""
+    return os.environ.get(name, "").strip() or default
+
+
 def server_url_from(given: str | None) -> str:
     """``given``, else ``$ZEUS_BSO_SERVER_URL``.
 
@@ -49,7 +54,7 @@ def heartbeat_seconds_from(given: float | None) -> float:
         ConfigurationError: the setting is not a number of seconds, 0 or more.
     """
     if given is None:
-        text = os.environ.get(HEARTBEAT_VARIABLE, "").strip()
+        text = environment_setting(HEARTBEAT_VARIABLE)
         try:
             given = float(text) if text else DEFAULT_HEARTBEAT_SECONDS
         except ValueError:
@@ -94,7 +99,7 @@ def lightning_settings() -> LightningSettings | None:
         ConfigurationError: the job or a setting cannot be read, or no server is set; the
             message says which.
     """
-    given = os.environ.get(LIGHTNING_JOB_VARIABLE, "").strip()
+    given = environment_setting(LIGHTNING_JOB_VARIABLE)
     if not given:
         return None
     text = given
@@ -112,7 +117,7 @@ def lightning_settings() -> LightningSettings | None:
         raise ConfigurationError(
             f"{LIGHTNING_JOB_VARIABLE} does not hold a valid job: {validation_words(err)}"
         ) from None
-    micro = os.environ.get("ZEUS_BSO_MAX_MICRO_BATCH_SIZE", "").strip()
+    micro = environment_setting("ZEUS_BSO_MAX_MICRO_BATCH_SIZE")
     try:
         max_micro = int(micro) if micro else None
     except ValueError:
@@ -122,10 +127,8 @@ def lightning_settings() -> LightningSettings | None:
     server_url_from(None)  # the callback's server: an error now, naming both settings
     return LightningSettings(
         job=job,
-        monitor=os.environ.get("ZEUS_BSO_MONITOR", "val_acc").strip() or "val_acc",
-        lr_rule=check_rule(os.environ.get("ZEUS_BSO_LR_RULE", "none").strip() or "none"),
+        monitor=environment_setting("ZEUS_BSO_MONITOR", "val_acc"),
+        lr_rule=check_rule(environment_setting("ZEUS_BSO_LR_RULE", "none")),
         max_micro_batch_size=check_max_micro_batch_size(max_micro),
-        power_limit=check_power_limit(
-            os.environ.get("ZEUS_BSO_POWER_LIMIT", "off").strip() or "off"
-        ),
+        power_limit=check_power_limit(environment_setting("ZEUS_BSO_POWER_LIMIT", "off")),
     )
