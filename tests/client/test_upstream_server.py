@@ -73,6 +73,28 @@ def test_recurrences_against_upstream_without_heartbeats(
     assert warned == []
 
 
+def test_a_changed_setting_against_upstream_registers_a_new_job_quietly(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's server has no read API to compare the new job with: the run goes on."""
+    caplog.set_level(logging.DEBUG, logger="zeus_bso")
+    prefix = unique_id("upnew")
+    ids = []
+    for target in (0.5, 0.6):
+        spec = JobSpec(
+            job_id_prefix=prefix, batch_sizes=[16, 32], default_batch_size=32,
+            target_metric=target, max_epochs=2,
+        )  # fmt: skip
+        with BatchSizeOptimizer(
+            upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+        ) as bso:
+            assert bso.get_batch_size() == 32
+            ids.append(bso.job_id)
+    assert ids[0] != ids[1]
+    assert not [r for r in caplog.records if "is new: it learns" in r.getMessage()]
+    assert [r for r in caplog.records if "were not read" in r.getMessage()]
+
+
 def test_power_limits_against_upstream_warn_and_leave_the_gpus_alone(
     upstream: str,
     caplog: pytest.LogCaptureFixture,

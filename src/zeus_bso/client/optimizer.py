@@ -16,9 +16,11 @@ Nothing talks to the server before `get_batch_size` (or `resume`). When the serv
 reached there, the run trains at the job's default batch size (or the last recommendation
 this machine saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
 
-The job id: when the spec has none, it is ``<prefix>-<8 hex>`` from a hash of the whole job
-configuration (GPU model, count and power included), so every recurrence of the same job finds
-the same history without copying ids around; change any setting and it is a new job.
+The job id: when the spec has none, it is ``<prefix>-<8 hex>`` from a hash of the job's settings
+(not its GPUs: on others it is the same job on another hardware profile), so every recurrence of
+the same job finds the same history without copying ids around; change any setting and it is a
+new job, which learns from scratch: the run says so, naming the settings that changed
+(`zeus_bso.client.new_job`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from zeus_bso.client import fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
+from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -247,6 +250,7 @@ class BatchSizeOptimizer:
         spec = JobSpecFromClient(
             **job.model_dump(exclude={"job_id"}), job_id=job.job_id, **gpus.model_dump()
         )
+        self._id_from_settings = spec.job_id is None
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
         self._spec = spec
@@ -310,6 +314,10 @@ class BatchSizeOptimizer:
         if self.job is None:
             self.job, created = self.client.register_job(self._spec)
             logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+            if created and self._id_from_settings:
+                notice = new_job_notice(self.client, self._spec)
+                if notice is not None:
+                    logger.warning("%s", notice)
         return self.job
 
     def _unavailable(self, err: ZeusBSOError, batch_size: int | None = None) -> int:

@@ -84,6 +84,8 @@ def show_on_stderr(line: str) -> None:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 9.95:  # a short run (a CPU example) reads "0.2 s", not "0 s"
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -92,6 +94,8 @@ def _duration(seconds: float) -> str:
 
 
 def _energy(joules: float) -> str:
+    if joules < 9.95:
+        return f"{joules:.1f} J"
     if joules < 1e3:
         return f"{joules:.0f} J"
     if joules < 3.6e5:
