@@ -221,8 +221,13 @@ class _JobOptions(WireModel):
         str, Field(min_length=1, max_length=MAX_ID_LENGTH - JOB_ID_SUFFIX_LENGTH), Printable
     ]
     """The start of the job's id; a job without an id gets this and a hash of its options."""
+    # Not Field(min_length=1): the default (when batch_size_range is given instead) would break
+    # its own constraint, which tools that read the signature check (LightningCLI refused a
+    # ZeusBSOCallback's job from its config); `_sorted_unique` refuses an empty list, and the
+    # schema still says so.
     batch_sizes: Annotated[
-        list[PositiveInt], Field(min_length=1, max_length=MAX_BATCH_SIZES, default_factory=list)
+        list[PositiveInt],
+        Field(max_length=MAX_BATCH_SIZES, default_factory=list, json_schema_extra={"minItems": 1}),
     ]
     """The batch sizes to choose from (or give ``batch_size_range``, from which they are made)."""
     default_batch_size: PositiveInt
@@ -385,6 +390,8 @@ class _JobOptions(WireModel):
     @field_validator("batch_sizes")
     @classmethod
     def _sorted_unique(cls, batch_sizes: list[int]) -> list[int]:
+        if not batch_sizes:
+            raise ValueError("batch_sizes is empty: list at least one, or give batch_size_range")
         duplicates = sorted(b for b, n in Counter(batch_sizes).items() if n > 1)
         if duplicates:
             raise ValueError(f"batch_sizes lists {duplicates} more than once; list each once")

@@ -812,3 +812,60 @@ def test_the_environment_turns_the_callback_on_without_changing_the_script(
         "ZEUS_BSO_LIGHTNING_JOB does not hold a valid job: max_epochs: Input should be greater "
         "than 0"
     )
+
+
+def test_a_lightning_cli_config_file_configures_the_callback(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """LightningCLI builds ZeusBSOCallback, its job included, from a YAML config: the job's
+    signature must hold its own defaults (an empty ``batch_sizes`` default once broke its
+    ``min_length``, and the CLI refused every config that named a job)."""
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse[signatures]")
+    from lightning.pytorch.cli import LightningCLI
+
+    prefix = unique_id("cli").replace("-", "")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""\
+seed_everything: 0
+trainer:
+  max_epochs: 6
+  accelerator: cpu
+  logger: false
+  enable_checkpointing: false
+  enable_progress_bar: false
+  enable_model_summary: false
+  default_root_dir: {tmp_path}
+  callbacks:
+    - class_path: zeus_bso.integrations.lightning.ZeusBSOCallback
+      init_args:
+        server_url: {server.url}
+        monitor: val_acc
+        lr_rule: linear
+        job:
+          job_id_prefix: {prefix}
+          batch_sizes: [16, 32, 64]
+          default_batch_size: 32
+          target_metric: 0.9
+          max_epochs: 6
+          learning_curve_stop: false
+"""
+    )
+    sizes, rates = [], []
+    for _ in range(2):
+        cli = LightningCLI(
+            TinyClassifier, args=["fit", "--config", str(config)], save_config_callback=None
+        )
+        (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ZeusBSOCallback)]
+        assert callback.outcome is not None
+        sizes.append(callback.outcome.batch_size)
+        rates.append(cli.trainer.optimizers[0].param_groups[0]["lr"])
+        assert set(cli.model.seen_batch_sizes) == {sizes[-1]}
+    assert sizes[0] == 32  # the job's default: the server's first run
+    assert sizes[1] != 32
+    # lr_rule from the file: SGD's 0.05 tuned at 32, linear in the batch size.
+    assert rates == pytest.approx([0.05 * size / 32 for size in sizes])
+    with ServerClient(server.url) as client:
+        (listed,) = client.list_jobs(prefix=f"{prefix}-")
+        registered = client.job_state(listed["job_id"], limit=0)["job"]
+    assert (registered["batch_sizes"], registered["target_metric"]) == ([16, 32, 64], 0.9)

@@ -67,7 +67,7 @@ def test_unknown_fields_are_ignored_and_whole_numbers_coerced() -> None:
         ({"batch_sizes": [32, 64, 64]}, "more than once"),
         ({"batch_sizes": [0, 64]}, "greater than 0"),
         ({"batch_sizes": [-32, 64]}, "greater than 0"),
-        ({"batch_sizes": []}, "at least 1"),
+        ({"batch_sizes": []}, "batch_sizes is empty: list at least one"),
         ({"default_batch_size": 48}, "not one of batch_sizes"),
         ({"eta_knob": 1.5}, "less than or equal to 1"),
         ({"beta_knob": 0}, "greater than 0"),
