@@ -476,3 +476,30 @@ def test_a_script_that_dies_of_out_of_memory_marks_its_batch_size_infeasible(
             (trial,) = client.job_state(listed["job_id"])["trials"]
         outcomes.append(trial["status"])
     assert outcomes == ["infeasible", "failed"]
+
+
+def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProcess) -> None:
+    """Every entry point takes the job's fields as a mapping too (a config file's, or Hydra's
+    ``DictConfig``, as a ``dict`` here; `tests/integrations` runs Hydra's): checked at once, and
+    said in one line when they do not make a job."""
+    prefix = unique_id("mapping").replace("-", "")
+    fields = spec(prefix).model_dump(exclude={"job_id"})
+    fields["batch_sizes"] = (16, 32, 64)  # any sequence
+    with BatchSizeOptimizer(server.url, fields, energy_meter=EstimateMeter(100)) as bso:
+        assert bso.job_id == stable_job_id_of(spec(prefix))  # the same job as its JobSpec
+        assert bso.get_batch_size() == 32
+    with pytest.raises(ConfigurationError) as invalid:
+        BatchSizeOptimizer(server.url, {**fields, "max_epochs": 0, "batch_sizes": [16, 16]})
+    assert str(invalid.value) == (
+        "job=... is not a valid job: batch_sizes: batch_sizes lists [16] more than once; list "
+        "each once; max_epochs: Input should be greater than 0"
+    )
+    with pytest.raises(ConfigurationError, match=r"job is a zeus_bso\.JobSpec or a mapping"):
+        BatchSizeOptimizer(server.url, "resnet-daily")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"job=\.\.\. is required"):
+        BatchSizeOptimizer(server.url)
+
+
+def stable_job_id_of(job: JobSpec) -> str:
+    with BatchSizeOptimizer("http://127.0.0.1:1", job, energy_meter=EstimateMeter(100)) as bso:
+        return bso.job_id

@@ -869,3 +869,39 @@ trainer:
         (listed,) = client.list_jobs(prefix=f"{prefix}-")
         registered = client.job_state(listed["job_id"], limit=0)["job"]
     assert (registered["batch_sizes"], registered["target_metric"]) == ([16, 32, 64], 0.9)
+
+
+def test_a_hydra_config_instantiates_the_callback_with_its_job(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Hydra's ``instantiate`` passes a job without ``_target_`` as a ``DictConfig`` (its lists
+    as ``ListConfig``): the callback takes it as the job's fields."""
+    pytest.importorskip("hydra", reason="pip install hydra-core")
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    prefix = unique_id("hydra").replace("-", "")
+    config = OmegaConf.create(
+        {
+            "_target_": "zeus_bso.integrations.lightning.ZeusBSOCallback",
+            "server_url": server.url,
+            "monitor": "val_acc",
+            "job": {
+                "job_id_prefix": prefix,
+                "batch_sizes": [16, 32, 64],
+                "default_batch_size": 32,
+                "target_metric": 0.8,
+                "max_epochs": 6,
+            },
+        }
+    )
+    callback = instantiate(config)
+    assert isinstance(callback.job, JobSpec)
+    model = TinyClassifier()
+    pl.Trainer(max_epochs=6, callbacks=[callback], **quiet_trainer_options(tmp_path)).fit(model)
+    assert callback.outcome is not None
+    assert callback.outcome.batch_size == 32
+    assert set(model.seen_batch_sizes) == {32}
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(callback.outcome.job_id)
+    assert trial["status"] == "reported"

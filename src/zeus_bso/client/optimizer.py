@@ -45,6 +45,7 @@ from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.settings import (
+    JobLike,
     heartbeat_seconds_from,
     required_job,
     server_url_from,
@@ -141,7 +142,8 @@ class BatchSizeOptimizer:
     Args:
         server_url: the zeus-bso server's root (``http://host:8000``; default:
             ``$ZEUS_BSO_SERVER_URL``).
-        job: the recurring job (its ``job_id`` may be left out: see `stable_job_id`).
+        job: the recurring job, a `JobSpec` or a mapping of its fields (a ``dict``, or a
+            Hydra ``DictConfig``; its ``job_id`` may be left out: see `stable_job_id`).
         energy_meter: how to measure energy (default: `auto_meter`).
         token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         heartbeat_seconds: how often a training run renews its trial's lease (0: never;
@@ -186,7 +188,7 @@ class BatchSizeOptimizer:
     def __init__(
         self,
         server_url: str | None = None,
-        job: JobSpec | None = None,
+        job: JobLike | None = None,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         *,

@@ -5,8 +5,10 @@ training script."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.errors import ConfigurationError, validation_words
@@ -66,15 +68,39 @@ def heartbeat_seconds_from(given: float | None) -> float:
     return given
 
 
-def required_job(job: JobSpec | None) -> JobSpec:
-    """``job``, which every entry point needs.
+JobLike = JobSpec | Mapping[str, Any]
+"""A job as every entry point takes it: a `JobSpec`, or its fields as a mapping (a ``dict``, or
+the ``DictConfig`` that Hydra's ``instantiate`` passes for a job without ``_target_``)."""
+
+
+def required_job(job: JobLike | None) -> JobSpec:
+    """``job``, which every entry point needs, as a `JobSpec`.
 
     Raises:
-        ConfigurationError: it was not given.
+        ConfigurationError: it was not given, or its fields do not make a valid job.
     """
     if job is None:
         raise ConfigurationError("job=... is required: the recurring job, a zeus_bso.JobSpec")
-    return job
+    if isinstance(job, JobSpec):
+        return job
+    if not isinstance(job, Mapping):
+        raise ConfigurationError(
+            f"job is a zeus_bso.JobSpec or a mapping of its fields, not a {type(job).__name__}"
+        )
+    try:
+        return JobSpec.model_validate(_plain(job))
+    except ValueError as err:
+        raise ConfigurationError(f"job=... is not a valid job: {validation_words(err)}") from None
+
+
+def _plain(value: object) -> object:
+    """``value`` with its mappings as dicts and its sequences as lists, all the way down (a
+    config library's own containers are neither, for pydantic)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from zeus_bso.client.settings import required_job
-from zeus_bso.spec import JobSpec
+from zeus_bso.client.settings import JobLike, required_job
 from zeus_bso.training.session import SessionOptions, TrialSession
 
 INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
@@ -41,7 +40,8 @@ class ZeusBSOFabric(TrialSession):
     Args:
         fabric: the loop's ``lightning.fabric.Fabric``, launched (``fabric.launch()``).
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
-        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
+            left out: see `BatchSizeOptimizer`).
         options: `zeus_bso.training.TrialSession`'s ``energy_meter``, ``token``, ``resume``,
             ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
             exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
@@ -63,7 +63,7 @@ class ZeusBSOFabric(TrialSession):
         self,
         fabric: Any,
         server_url: str | None = None,
-        job: JobSpec | None = None,
+        job: JobLike | None = None,
         **options: Unpack[SessionOptions],
     ) -> None:
         self.fabric = fabric

@@ -45,12 +45,12 @@ from typing_extensions import override
 from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.optimizer import judged_without_server
 from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.client.settings import required_job, server_url_from
+from zeus_bso.client.settings import JobLike, required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
-from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.spec import StopReason
 from zeus_bso.training.collectives import torch_distributed
 from zeus_bso.training.session import TrialSession
 
@@ -108,7 +108,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
 
     Args:
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
-        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
+            left out: see `BatchSizeOptimizer`).
         metric: the evaluation metric to report (a key of the Trainer's metrics, with its
             ``eval_`` prefix).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
@@ -152,7 +153,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     def __init__(
         self,
         server_url: str | None = None,
-        job: JobSpec | None = None,
+        job: JobLike | None = None,
         metric: str = "eval_accuracy",
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,

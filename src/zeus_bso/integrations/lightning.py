@@ -32,6 +32,7 @@ from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import (
     LIGHTNING_JOB_VARIABLE,
+    JobLike,
     lightning_settings,
     required_job,
     server_url_from,
@@ -40,7 +41,7 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
-from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ class ZeusBSOCallback(pl.Callback):
 
     Args:
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
-        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
+            left out: see `BatchSizeOptimizer`).
         monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
         batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
         energy_meter: how to measure energy on this rank (default: `auto_meter`).
@@ -110,7 +112,7 @@ class ZeusBSOCallback(pl.Callback):
     def __init__(
         self,
         server_url: str | None = None,
-        job: JobSpec | None = None,
+        job: JobLike | None = None,
         monitor: str = "val_acc",
         batch_arg_name: str = "batch_size",
         energy_meter: EnergyMeter | None = None,
