@@ -30,10 +30,17 @@ from tenacity import (
 from zeus_bso import __version__
 from zeus_bso.entry import Interrupt, deferred_interrupt
 from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
-from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError, ServerError
+from zeus_bso_server.errors import (
+    DatabaseUnavailableError,
+    SchemaError,
+    ServerError,
+    SettingsError,
+)
 from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings
+from zeus_bso_server.store.copy import Copied, copy_database
 from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.dialects import DIALECTS
 from zeus_bso_server.store.migrate import (
     check_schema,
     current_revision,
@@ -340,6 +347,44 @@ def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float =
     for notice in notices:
         err.print(f"note: {notice}", markup=False, highlight=False)
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
+
+
+@db_app.command("copy")
+def db_copy(
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="The database to copy into, empty or new (postgresql://user:pw@host/db, "
+            "sqlite:///path.db); it gets the current schema",
+            show_default=False,
+        ),
+    ],
+    db: DbOption = None,
+) -> None:
+    """Copy the whole database (every job, trial and power profile) into another, empty one:
+    from SQLite to PostgreSQL when one machine is no longer enough, or a backup. The source
+    stays as it is; a server may keep serving it (what it writes meanwhile is not copied)."""
+    try:
+        source, target = _database_settings(db), _database_settings(to)
+        if source.engine_url == target.engine_url:
+            raise SettingsError(f"--to names the source database, {_display_url(source)}")
+        path = DIALECTS[source.engine_url.get_backend_name()].database_file(source.engine_url)
+        if path is not None and not path.is_file():
+            raise SettingsError(f"no database to copy: {path} does not exist (see --db)")
+
+        async def copy_into(db: Database) -> Copied:
+            into = Database(target.engine_url, busy_timeout_ms=target.sqlite_busy_timeout_ms)
+            try:
+                return await copy_database(db, into)
+            finally:
+                into.dispose()
+
+        copied = _on_database(source, copy_into)
+    except ServerError as error:
+        raise _fail(error) from None
+    counts = ", ".join(f"{rows} {table}" for table, rows in copied.rows.items())
+    typer.echo(f"{_display_url(source)} -> {_display_url(target)}: copied {counts}")
 
 
 @db_app.command("current")

@@ -60,6 +60,9 @@ class Dialect:
     """The column type of a double-precision float where ``FLOAT`` is not one (None: it is)."""
     long_text_type: ClassVar[TypeEngine[Any] | None] = None
     """The column type of a message where ``TEXT`` holds too few characters (None: it holds)."""
+    snapshot: ClassVar[dict[str, Any]] = {"isolation_level": "REPEATABLE READ"}
+    """Execution options of a read transaction that sees one snapshot of the whole database
+    throughout (`zeus_bso_server.store.copy`)."""
 
     def database_file(self, url: URL) -> Path | None:
         """The file the database lives in, on this machine (None: a server's database)."""
@@ -113,6 +116,7 @@ class Dialect:
 
 class _SQLite(Dialect):
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+    snapshot: ClassVar[dict[str, Any]] = {}  # WAL: a read transaction's first read fixes it
     rebuilds_tables = True
 
     def database_file(self, url: URL) -> Path | None:

@@ -1,0 +1,97 @@
+"""Copy a server's whole database into another, empty one: the move from the embedded SQLite
+file to PostgreSQL (or MySQL) when one machine is no longer enough, or a copy kept as a backup.
+
+Everything the server knows is in its tables (`zeus_bso_server.store.tables`): every row of
+each is copied, in one transaction on the target, from one snapshot of the source (a read
+transaction: SQLite's WAL, REPEATABLE READ elsewhere), so a server may keep serving the source
+while it runs, and what it writes meanwhile is not in the copy. The target gets the current
+schema first; both must be at it (upgrade the source with ``db upgrade``). Either every row is
+copied, or (the target refused one, or went away) none is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table, func, select
+
+from zeus_bso_server.errors import SchemaError
+from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.dialects import DIALECTS
+from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
+from zeus_bso_server.store.tables import Base, JobRow
+
+CHUNK_ROWS = 1000
+"""Rows read and inserted at a time: a large database is never held in memory whole."""
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What a copy moved: rows by table name, the tables in the order they were copied."""
+
+    rows: dict[str, int]
+
+
+def _rows(source: Connection, table: Table) -> Iterator[list[dict[str, Any]]]:
+    """The rows of ``table`` in primary-key order, a chunk at a time."""
+    query = select(table).order_by(*table.primary_key.columns)
+    result = source.execution_options(yield_per=CHUNK_ROWS).execute(query)
+    for chunk in result.mappings().partitions():
+        yield [dict(row) for row in chunk]
+
+
+def _copy_rows(source: Connection, target: Connection) -> Copied:
+    """Insert every row of the source's tables into the target's (parents first); checks that
+    the target then holds as many rows of each table as the source did."""
+    rows: dict[str, int] = {}
+    for table in Base.metadata.sorted_tables:  # jobs before the trials that refer to them
+        copied = 0
+        for chunk in _rows(source, table):
+            target.execute(table.insert(), chunk)
+            copied += len(chunk)
+        held = target.execute(select(func.count()).select_from(table)).scalar_one()
+        if held != copied:  # the target's own rows in a table: refused before, never here
+            raise SchemaError(
+                f"the target's table {table.name} holds {held} rows after {copied} were copied"
+            )
+        rows[table.name] = copied
+    return Copied(rows)
+
+
+async def _checked_source(source: Database) -> None:
+    current, head = await current_revision(source), head_revision()
+    if current is None:
+        raise SchemaError("the source database has no zeus-bso schema: nothing to copy")
+    if current != head:
+        raise SchemaError(
+            f"the source database's schema is at revision {current}, this version copies {head}: "
+            "upgrade the source first (`zeus-bso-server db upgrade --db SOURCE`), or copy with "
+            "the version that wrote it"
+        )
+
+
+def _jobs_in(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(JobRow.__table__)).scalar_one())
+
+
+async def copy_database(source: Database, target: Database) -> Copied:
+    """Copy every row of ``source`` into ``target``, which gets the current schema first and
+    must hold no job.
+
+    Raises:
+        SchemaError: the source is not at the current schema, or the target holds jobs.
+        DatabaseUnavailableError: either database cannot be reached; nothing was copied.
+    """
+    await _checked_source(source)
+    await upgrade(target)
+    held = target.run(_jobs_in, write=False)
+    if held:
+        raise SchemaError(
+            f"the target database holds {held} job{'s' if held != 1 else ''}: copy into an empty "
+            "database (a copy does not merge two servers' histories)"
+        )
+    snapshot = source.engine.execution_options(**DIALECTS[source.url.get_backend_name()].snapshot)
+    with snapshot.connect() as reading, reading.begin():
+        return target.run(lambda writing: _copy_rows(reading, writing), write=True)
