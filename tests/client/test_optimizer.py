@@ -503,3 +503,104 @@ def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProc
 def stable_job_id_of(job: JobSpec) -> str:
     with BatchSizeOptimizer("http://127.0.0.1:1", job, energy_meter=EstimateMeter(100)) as bso:
         return bso.job_id
+
+
+def raising_run(
+    url: str, job: JobSpec, error: BaseException, *, trains: bool = True, **options: Any
+) -> BatchSizeOptimizer:
+    """A run in ``with``, that reports an epoch (``trains``) and raises ``error``; returns its
+    optimizer, whose ``outcome`` says how it ended."""
+    bso = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(100), **options)
+    try:
+        with bso:
+            bso.get_batch_size()
+            if trains:
+                bso.on_train_begin()
+                bso.on_evaluate(0.1)
+            raise error
+    except type(error):
+        pass
+    return bso
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason"),
+    [
+        (RuntimeError("CUDA out of memory."), "infeasible", "out_of_memory"),
+        (KeyboardInterrupt(), "released", "ended_early"),
+        (ValueError("a bug in the loop"), "failed", "failed"),
+    ],
+)
+def test_a_loop_that_raises_in_with_is_charged_only_for_what_its_batch_size_did(
+    server: ServerProcess, error: BaseException, status: str, reason: str
+) -> None:
+    """``with BatchSizeOptimizer(...)``: out of memory makes the size infeasible on these GPUs
+    (it failed, and took three such runs per round to drop); Ctrl-C is released (it failed,
+    and counted against the size); another error while training fails the run."""
+    bso = raising_run(server.url, spec(unique_id("raises").replace("-", "")), error)
+    assert bso.outcome is not None
+    assert bso.outcome.reason == reason
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert (trial["status"], trial["epochs"]) == (status, 1)
+
+
+def test_an_interrupted_run_with_a_run_key_leaves_its_trial_to_the_restart(
+    server: ServerProcess,
+) -> None:
+    job = spec(unique_id("restart").replace("-", ""))
+    bso = raising_run(server.url, job, KeyboardInterrupt(), run_key="node-7")
+    assert bso.outcome is not None
+    assert "the run's restart (run key node-7) continues its trial" in bso.outcome.why
+    with BatchSizeOptimizer(
+        server.url, job, energy_meter=EstimateMeter(100), run_key="node-7"
+    ) as again:
+        assert again.get_batch_size() == bso.batch_size
+        assert again.trial_number == bso.trial_number
+        assert again.current_epoch == 1  # it continues from the reported epoch
+        again.on_train_begin()
+        assert again.on_evaluate(0.9).converged
+
+
+def test_an_error_before_training_is_not_charged(server: ServerProcess) -> None:
+    job = spec(unique_id("early").replace("-", ""))
+    bso = raising_run(server.url, job, ValueError("bad data path"), trains=False)
+    assert bso.outcome is not None
+    assert bso.outcome.reason == "not_trained"
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert trial["status"] == "released"
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [("KeyboardInterrupt()", "released"), ("RuntimeError('CUDA out of memory.')", "infeasible")],
+)
+def test_an_uncaught_error_without_with_is_judged_at_exit(
+    server: ServerProcess, raised: str, status: str
+) -> None:
+    """A script without ``with`` that dies of an uncaught Ctrl-C or out-of-memory error: the
+    exit hook reads the error the interpreter set aside and judges it as ``with`` would."""
+    prefix = unique_id("atexit").replace("-", "")
+    code = (
+        "from zeus_bso import BatchSizeOptimizer, JobSpec\n"
+        "from zeus_bso.energy import EstimateMeter\n"
+        f"job = JobSpec(job_id_prefix={prefix!r}, batch_sizes=[16, 32], default_batch_size=32)\n"
+        f"bso = BatchSizeOptimizer({server.url!r}, job, energy_meter=EstimateMeter(100))\n"
+        "bso.get_batch_size()\n"
+        "bso.on_train_begin()\n"
+        "bso.on_evaluate(0.1)\n"
+        f"raise {raised}\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment_without_settings(),
+    )
+    assert ran.returncode != 0
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        (trial,) = client.trials(job["job_id"])
+    assert (trial["status"], trial["epochs"]) == (status, 1), ran.stderr

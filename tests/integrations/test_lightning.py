@@ -414,6 +414,49 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     assert (trial["status"], trial["epochs"]) == ("released", 2)
 
 
+class InterruptedClassifier(TinyClassifier):
+    """Interrupted in its second epoch, as Ctrl-C or a SIGTERM would (Lightning raises its
+    ``SIGTERMException`` from the loop when the signal came)."""
+
+    def __init__(self, interruption: type[BaseException]) -> None:
+        super().__init__()
+        self.interruption = interruption
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        if self.current_epoch == 1 and index == 2:
+            raise self.interruption()
+        return super().training_step(batch, index)
+
+
+@pytest.mark.parametrize("interruption", ["KeyboardInterrupt", "SIGTERMException"])
+def test_an_interrupted_fit_is_not_charged_to_its_batch_size(
+    server: ServerProcess, tmp_path: Path, interruption: str
+) -> None:
+    """Ctrl-C or a preemption's SIGTERM says nothing about the batch size: the trial is
+    released (it counted as a failed run, three of which drop a size while pruning)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    error = KeyboardInterrupt if interruption == "KeyboardInterrupt" else SIGTERMException
+    spec = job(unique_id("lint"), target=0.999)
+    callback = callback_for(server.url, spec)
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    sigint = signal.getsignal(signal.SIGINT)
+    try:  # on Ctrl-C Lightning ignores SIGINT from then on, and exits with status 1
+        with pytest.raises(SystemExit):
+            trainer.fit(InterruptedClassifier(error))
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.epochs) == ("ended_early", 1)
+    assert f"interrupted ({interruption}); not counted against it" in outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", 1)
+
+
 def test_an_unconverged_fit_says_so_and_raises_when_asked(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from zeus_bso.client import fallback, outbox
+from zeus_bso.client import failure, fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
@@ -839,6 +839,47 @@ class BatchSizeOptimizer:
         note = "" if released or self.trial is None else " (its trial is left to its lease)"
         self._conclude(reason, why + note)
 
+    def failed(self, error: BaseException, *, trained: bool | None = None) -> None:
+        """End a run that raised ``error``, charging its batch size only with what it did (see
+        `zeus_bso.client.failure`): out of memory ends it as infeasible (`end_out_of_memory`);
+        an interruption (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the
+        restart of a run with a run key (`end_interrupted`); an error that is not the batch
+        size's (a usage error of ours, or any before training, ``trained`` False) releases it;
+        any other fails it (`abort`). ``trained`` defaults to whether training began."""
+        why = failure.described(error)
+        if self._ended:
+            return
+        if self.training_finished or self.trial is None or self.offline:
+            self.abort(why)  # the server's stop came first (or none can come): as it said
+        elif out_of_memory(error):
+            self.end_out_of_memory(why)
+        elif failure.interrupted(error):
+            self.end_interrupted(why)
+        elif failure.not_charged(
+            error, trained=self.progress.began if trained is None else trained
+        ):
+            self.release(why)
+        else:
+            self.abort(why)
+
+    def end_interrupted(self, why: str) -> None:
+        """End a run interrupted from outside (``why``: Ctrl-C, a SIGTERM such as a
+        preemption), which says nothing about its batch size: its trial is released, or, for a
+        run with a run key, left open for the run's restart to continue."""
+        if self._ended:
+            return
+        if self.run_key is None or self.trial is None:
+            self.release(
+                f"interrupted ({why}); not counted against it",
+                StopReason.ENDED_EARLY,
+            )
+            return
+        self._finish(end_trial=False)
+        self._conclude(
+            StopReason.ENDED_EARLY,
+            f"interrupted ({why}); the run's restart (run key {self.run_key}) continues its trial",
+        )
+
     def abort(self, why: str | None = None) -> None:
         """End a run that is failing (an exception, or an exit without `end`).
 
@@ -851,15 +892,10 @@ class BatchSizeOptimizer:
             return
         # At exit after an uncaught exception, the interpreter has set it aside: a run that
         # ran out of memory (a script without `with`, or a framework that calls no hook on
-        # errors) ends as infeasible rather than failed.
+        # errors) ends as infeasible rather than failed, an interrupted one is not charged.
         uncaught = getattr(sys, "last_value", None) if why is None else None
-        if (
-            uncaught is not None
-            and out_of_memory(uncaught)
-            and self.trial is not None
-            and not self.training_finished
-        ):
-            self.end_out_of_memory(f"{type(uncaught).__name__}: {uncaught}")
+        if uncaught is not None and (out_of_memory(uncaught) or failure.interrupted(uncaught)):
+            self.failed(uncaught)
             return
         started = self.trial is not None or self.offline
         self._finish(end_trial=self.run_key is None or self.training_finished)
@@ -990,7 +1026,7 @@ class BatchSizeOptimizer:
         if exc is None:
             self.end()
         else:
-            self.abort(f"{type(exc).__name__}: {exc}")
+            self.failed(exc)
 
 
 def judged_without_server(

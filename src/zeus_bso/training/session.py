@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
-from zeus_bso.client import BatchSizeOptimizer
+from zeus_bso.client import BatchSizeOptimizer, failure
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
@@ -506,12 +506,17 @@ class TrialSession:
             self.optimizer.smaller_size_out_of_memory(size, why)
 
     def failed(self, error: BaseException, *, trained: bool) -> None:
-        """The run raised ``error``: it ran out of memory (`end_out_of_memory`), failed for a
-        reason that is not its batch size's (`release`), or failed (`abort`)."""
-        why = f"{type(error).__name__}: {error}"
+        """The run raised ``error``: it ran out of memory (`end_out_of_memory`), was
+        interrupted (Ctrl-C, a SIGTERM), failed for a reason that is not its batch size's
+        (`release`), or failed (`abort`); see `zeus_bso.client.failure`."""
+        why = failure.described(error)
         if out_of_memory(error):
             self.end_out_of_memory(why)
-        elif not_charged(error, trained=trained):
+        elif failure.interrupted(error):
+            self._restore_power()
+            if self.optimizer is not None:
+                self.optimizer.end_interrupted(why)
+        elif failure.not_charged(error, trained=trained):
             self.release(why)
         else:
             self.abort(why)
@@ -529,12 +534,3 @@ class TrialSession:
             self.end()
         else:
             self.failed(exc, trained=self.progress.epochs > 0)
-
-
-def not_charged(error: BaseException, *, trained: bool) -> bool:
-    """Whether a run that raised ``error`` says nothing about its batch size: a usage error of
-    ours (`ConfigurationError`), or any error before the run trained that is not out of
-    memory (which is the batch size's)."""
-    if isinstance(error, ConfigurationError):
-        return True
-    return not trained and not out_of_memory(error)

@@ -1,0 +1,44 @@
+"""A run that raised: whose doing it was, so that only what the batch size did is charged to it.
+
+- Out of memory is the batch size's: infeasible on the run's hardware profile
+  (`zeus_bso.client.memory.out_of_memory`).
+- An interruption is nobody's: Ctrl-C (``KeyboardInterrupt``), or a SIGTERM turned into an
+  exception (Lightning's ``SIGTERMException``: a preemption, a ``kill``, a cluster's time
+  limit). The trial is released, or left open for the restart of a run with a run key.
+- A usage error of ours (`ConfigurationError`), or any error before the run trained, is the
+  script's: released.
+- Any other error while training is the run's: failed, which counts against the batch size
+  (``max_unreported_failures`` failed runs of a size in a pruning round drop it).
+"""
+
+from __future__ import annotations
+
+from zeus_bso.client.memory import out_of_memory
+from zeus_bso.errors import ConfigurationError
+
+SIGTERM_EXCEPTIONS = ("SIGTERMException",)
+"""``SystemExit`` subclasses that frameworks raise on SIGTERM (Lightning's), by name: the
+framework need not be installed to tell them."""
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` interrupted the run from outside: Ctrl-C or a SIGTERM."""
+    return isinstance(error, KeyboardInterrupt) or (
+        isinstance(error, SystemExit) and type(error).__name__ in SIGTERM_EXCEPTIONS
+    )
+
+
+def not_charged(error: BaseException, *, trained: bool) -> bool:
+    """Whether a run that raised ``error`` says nothing about its batch size: an interruption,
+    a usage error of ours (`ConfigurationError`), or any error before the run trained that is
+    not out of memory (which is the batch size's)."""
+    if interrupted(error) or isinstance(error, ConfigurationError):
+        return True
+    return not trained and not out_of_memory(error)
+
+
+def described(error: BaseException) -> str:
+    """``error`` in words: its type, and its message where it has one (``KeyboardInterrupt``,
+    not ``KeyboardInterrupt: ``)."""
+    words = str(error)
+    return f"{type(error).__name__}: {words}" if words else type(error).__name__
