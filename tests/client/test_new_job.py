@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from tests.client.test_optimizer import spec as job
 from tests.helpers import ServerProcess, unique_id
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
@@ -20,18 +21,6 @@ NOTICE = "is new: it learns from scratch"
 @pytest.fixture(scope="module")
 def server(sqlite_server: ServerProcess) -> ServerProcess:
     return sqlite_server
-
-
-def job(prefix: str, **overrides: object) -> JobSpec:
-    fields: dict[str, object] = {
-        "job_id_prefix": prefix,
-        "batch_sizes": [16, 32, 64],
-        "default_batch_size": 32,
-        "target_metric": 0.8,
-        "max_epochs": 5,
-    }
-    fields.update(overrides)
-    return JobSpec(**fields)  # type: ignore[arg-type]
 
 
 def run(url: str, spec: JobSpec, watts: float = 200.0) -> str:

@@ -444,13 +444,15 @@ def test_end_without_ending_the_trial_charges_nothing_to_a_run_that_never_report
     assert open_trial["epochs"] == 1
 
 
-def test_a_script_that_dies_of_out_of_memory_marks_its_batch_size_infeasible(
+def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
     server: ServerProcess, tmp_path: Path
 ) -> None:
     """No ``with`` and no hook: the out-of-memory error reaches the interpreter, and the exit
-    hook marks the trial infeasible (not failed); another error leaves it failed."""
+    hook marks the trial infeasible (not failed); Ctrl-C releases it (nobody's doing); another
+    error leaves it failed."""
     outcomes = []
-    for error in ("RuntimeError('CUDA out of memory. Tried to allocate 2 GiB')", "KeyError('x')"):
+    errors = ("RuntimeError('CUDA out of memory.')", "KeyboardInterrupt()", "KeyError('x')")
+    for error in errors:
         job = spec(unique_id("dies").replace("-", ""))
         script = (
             "from zeus_bso import BatchSizeOptimizer, JobSpec\n"
@@ -470,12 +472,12 @@ def test_a_script_that_dies_of_out_of_memory_marks_its_batch_size_infeasible(
             cwd=tmp_path,
             env=environment_without_settings(),
         )
-        assert done.returncode == 1, done.stderr
+        assert done.returncode != 0, done.stderr
         with ServerClient(server.url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
             (trial,) = client.job_state(listed["job_id"])["trials"]
         outcomes.append(trial["status"])
-    assert outcomes == ["infeasible", "failed"]
+    assert outcomes == ["infeasible", "released", "failed"]
 
 
 def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProcess) -> None:
@@ -570,37 +572,3 @@ def test_an_error_before_training_is_not_charged(server: ServerProcess) -> None:
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(bso.job_id)["trials"]
     assert trial["status"] == "released"
-
-
-@pytest.mark.parametrize(
-    ("raised", "status"),
-    [("KeyboardInterrupt()", "released"), ("RuntimeError('CUDA out of memory.')", "infeasible")],
-)
-def test_an_uncaught_error_without_with_is_judged_at_exit(
-    server: ServerProcess, raised: str, status: str
-) -> None:
-    """A script without ``with`` that dies of an uncaught Ctrl-C or out-of-memory error: the
-    exit hook reads the error the interpreter set aside and judges it as ``with`` would."""
-    prefix = unique_id("atexit").replace("-", "")
-    code = (
-        "from zeus_bso import BatchSizeOptimizer, JobSpec\n"
-        "from zeus_bso.energy import EstimateMeter\n"
-        f"job = JobSpec(job_id_prefix={prefix!r}, batch_sizes=[16, 32], default_batch_size=32)\n"
-        f"bso = BatchSizeOptimizer({server.url!r}, job, energy_meter=EstimateMeter(100))\n"
-        "bso.get_batch_size()\n"
-        "bso.on_train_begin()\n"
-        "bso.on_evaluate(0.1)\n"
-        f"raise {raised}\n"
-    )
-    ran = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=environment_without_settings(),
-    )
-    assert ran.returncode != 0
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        (trial,) = client.trials(job["job_id"])
-    assert (trial["status"], trial["epochs"]) == (status, 1), ran.stderr
