@@ -164,6 +164,12 @@ def test_errors_say_what_to_do(server: ServerProcess) -> None:
     assert "cannot reach" in unreachable.stderr
     kept = cli(server, "delete", "some-job", token=TOKEN)  # no --yes and no answer: nothing happens
     assert kept.returncode == 1
+    for command in ("show", "trials", "delete", "pin", "unpin"):
+        empty = cli(server, command, " ")  # a usage error, said before any request
+        assert empty.returncode == 2, command
+        assert "it is empty; `zeus-bso jobs list` shows the jobs' ids" in " ".join(
+            empty.stderr.replace("│", " ").split()
+        )
 
 
 def test_pin_and_unpin(server: ServerProcess) -> None:

@@ -41,6 +41,16 @@ Token = Annotated[
         "--token", envvar="ZEUS_BSO_TOKEN", help="The server's bearer token", show_default=False
     ),
 ]
+
+
+def _job_id(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("it is empty; `zeus-bso jobs list` shows the jobs' ids")
+    return value
+
+
+JobId = Annotated[str, typer.Argument(help="The job's id", callback=_job_id)]
+
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 TRIAL_COLUMNS = (
     "trial_number",
@@ -148,7 +158,7 @@ def list_command(
 
 @jobs_app.command("show")
 def show_command(
-    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    job_id: JobId,
     server: Server = DEFAULT_SERVER,
     token: Token = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
@@ -233,7 +243,7 @@ def show_command(
 
 @jobs_app.command("trials")
 def trials_command(
-    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    job_id: JobId,
     server: Server = DEFAULT_SERVER,
     token: Token = None,
     output: Annotated[
@@ -265,7 +275,7 @@ def trials_command(
 
 @jobs_app.command("pin")
 def pin_command(
-    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    job_id: JobId,
     batch_size: Annotated[
         int | None,
         typer.Argument(help="The batch size every run gets (default: the recommended one)"),
@@ -282,7 +292,7 @@ def pin_command(
 
 @jobs_app.command("unpin")
 def unpin_command(
-    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    job_id: JobId,
     server: Server = DEFAULT_SERVER,
     token: Token = None,
 ) -> None:
@@ -293,7 +303,7 @@ def unpin_command(
 
 @jobs_app.command("delete")
 def delete_command(
-    job_id: Annotated[str, typer.Argument(help="The job's id")],
+    job_id: JobId,
     server: Server = DEFAULT_SERVER,
     token: Token = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation")] = False,
