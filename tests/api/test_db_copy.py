@@ -88,6 +88,17 @@ def test_a_copy_serves_and_decides_as_the_original(
     assert (trials, limits) == (9, 2)  # what populate made (six runs and three)
     counts = f"copied 2 jobs, {limits} power_profiles, {trials} trials"
     assert copied.stdout.strip().endswith(counts)
+    if not empty_target.startswith("sqlite"):  # and back, from a database server's snapshot
+        back = sqlite_url(tmp_path / "back.db")
+        returned = run_cli("db", "copy", "--db", empty_target, "--to", back, cwd=tmp_path)
+        assert returned.returncode == 0, returned.stderr
+        assert returned.stdout.strip().endswith(counts)
+        served = ServerProcess(back, cwd=tmp_path, extra_args=["--no-upgrade"])
+        try:
+            with served.client() as http:
+                assert views(http) == said
+        finally:
+            served.stop()
     server = ServerProcess(empty_target, cwd=tmp_path, extra_args=["--no-upgrade"])
     try:
         with server.client() as http:
