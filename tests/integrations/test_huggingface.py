@@ -581,3 +581,33 @@ def test_a_resumed_run_keeps_its_scaled_rates(server: ServerProcess, tmp_path: P
     train(server.url, spec, tmp_path, 3, resume=last, ahead=[again], callback_options=scaled)
     assert first.base_lrs == pytest.approx([1e-2] * len(first.base_lrs))  # 5e-3 x 2
     assert again.base_lrs == first.base_lrs  # restored from the checkpoint, not scaled again
+
+
+class CtrlC(transformers.TrainerCallback):  # type: ignore[misc]
+    """Ctrl-C in the second epoch, as in a notebook's cell (IPython catches it; the Trainer
+    calls no callback on it)."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.epoch is not None and state.epoch > 1.2:
+            raise KeyboardInterrupt
+
+
+def test_a_run_interrupted_in_a_notebook_is_ended_by_the_next_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Nothing ends a Trainer run that Ctrl-C stopped in a notebook, and its heartbeat would
+    keep its trial open (an exploration in flight) until the kernel exits: the next run of the
+    job in the process ends it as interrupted, which charges its batch size nothing."""
+    spec = job(unique_id("hfnotebook"), target=0.999)
+    with pytest.raises(KeyboardInterrupt):
+        train(server.url, spec, tmp_path / "first", epochs=6, ahead=[CtrlC()])
+    with ServerClient(server.url) as client:
+        (first,) = client.trials(spec.job_id or "")
+    assert (first["status"], first["epochs"]) == ("dispatched", 1)  # left open, as in a notebook
+    second = train(server.url, spec, tmp_path / "second", epochs=6)
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [t["status"] for t in trials] == ["released", "reported"]
+    assert trials[0]["epochs"] == 1
+    assert trials[1]["batch_size"] == first["batch_size"]  # nothing was charged: the default
+    assert second.outcome is not None

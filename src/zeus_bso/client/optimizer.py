@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -112,6 +113,10 @@ _HASHED_ONLY_OFF_DEFAULT = {
 hashes them only away from their default, so a job's id stays what it was before the option
 existed."""
 _HASHED_ONLY_OFF_DEFAULT.update(batch_size_range=None, batch_size_steps="pow2")  # job fields too
+
+
+_OPEN_RUNS: weakref.WeakSet[BatchSizeOptimizer] = weakref.WeakSet()
+"""This process's runs whose trial is open: from their dispatch (or resume) to their end."""
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
@@ -288,6 +293,7 @@ class BatchSizeOptimizer:
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._ended = False
+        self._thread = threading.get_ident()
         atexit.register(self.abort)
 
     @property
@@ -356,6 +362,7 @@ class BatchSizeOptimizer:
             return self._offline_batch_size
         trial = self.progress.trial
         if trial is None:
+            self._supersede()
             try:
                 job = self._register()
                 outbox.deliver(self.client)  # what earlier runs could not say, first
@@ -369,6 +376,7 @@ class BatchSizeOptimizer:
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)
             trial = dispatched.trial
+            _OPEN_RUNS.add(self)
             self._memory_cap = dispatched.memory_cap
             self.power_limit = dispatched.power_limit
             self.power_profiling = dispatched.power_profiling
@@ -614,14 +622,32 @@ class BatchSizeOptimizer:
             ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
         trial = self.progress.resume(saved)
+        self._supersede()
         try:
             self._register()
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
+        _OPEN_RUNS.add(self)
         if self._power_limits:
             self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
+
+    def _supersede(self) -> None:
+        """End this process's earlier runs of the job, started on this thread, that never
+        ended, as interrupted: nothing ends a run that Ctrl-C stopped in a notebook's cell
+        (IPython catches the ``KeyboardInterrupt``; a framework without an exception hook, such
+        as the HF Trainer, never hears of it), and its heartbeat would keep its trial open,
+        an exploration in flight, until the kernel exits. A new run of the job from the same
+        thread means the earlier one is over."""
+        for other in list(_OPEN_RUNS):
+            if (
+                other is not self
+                and other.job_id == self.job_id
+                and other._thread == self._thread
+                and not other._ended
+            ):
+                other.end_interrupted("a later run of the job started in this process")
 
     def _resumed_power(self, trial: TrialId) -> None:
         """A run resumed from a checkpoint is not dispatched again: the limit its batch size
@@ -912,6 +938,7 @@ class BatchSizeOptimizer:
         if self._ended:
             return
         self._ended = True
+        _OPEN_RUNS.discard(self)
         self._restore_power()
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         # The run's figures: its last report's (every rank's energy), else this process's.
