@@ -37,7 +37,7 @@ from zeus_bso_server.errors import (
     SettingsError,
 )
 from zeus_bso_server.observability import JsonFormatter
-from zeus_bso_server.settings import Settings, load_settings
+from zeus_bso_server.settings import Settings, load_settings, to_engine_url
 from zeus_bso_server.store.copy import Copied, copy_database
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.dialects import DIALECTS
@@ -366,15 +366,20 @@ def db_copy(
     from SQLite to PostgreSQL when one machine is no longer enough, or a backup. The source
     stays as it is; a server may keep serving it (what it writes meanwhile is not copied)."""
     try:
-        source, target = _database_settings(db), _database_settings(to)
-        if source.engine_url == target.engine_url:
-            raise SettingsError(f"--to names the source database, {_display_url(source)}")
+        source = _database_settings(db)
+        try:
+            target = to_engine_url(to)
+        except SettingsError as error:
+            raise SettingsError(f"--to: {error.message}") from None
+        shown = target.render_as_string(hide_password=True)
+        if source.engine_url == target:
+            raise SettingsError(f"--to names the source database, {shown}")
         path = DIALECTS[source.engine_url.get_backend_name()].database_file(source.engine_url)
         if path is not None and not path.is_file():
             raise SettingsError(f"no database to copy: {path} does not exist (see --db)")
 
         async def copy_into(db: Database) -> Copied:
-            into = Database(target.engine_url, busy_timeout_ms=target.sqlite_busy_timeout_ms)
+            into = Database(target, busy_timeout_ms=source.sqlite_busy_timeout_ms)
             try:
                 return await copy_database(db, into)
             finally:
@@ -384,7 +389,7 @@ def db_copy(
     except ServerError as error:
         raise _fail(error) from None
     counts = ", ".join(f"{rows} {table}" for table, rows in copied.rows.items())
-    typer.echo(f"{_display_url(source)} -> {_display_url(target)}: copied {counts}")
+    typer.echo(f"{_display_url(source)} -> {shown}: copied {counts}")
 
 
 @db_app.command("current")

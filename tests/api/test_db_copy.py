@@ -147,6 +147,15 @@ def test_a_copy_is_refused_where_it_would_lose_or_merge_something(
     assert f"no database to copy: {missing} does not exist" in absent.stderr
     assert not missing.exists()
     assert not (tmp_path / "new.db").exists()
+    nowhere = run_cli(
+        "db", "copy", "--db", url, "--to", sqlite_url(tmp_path / "no" / "dir.db"), cwd=tmp_path
+    )
+    assert nowhere.returncode == 1
+    assert "cannot use the target database" in nowhere.stderr
+    assert "; nothing was copied" in nowhere.stderr
+    unknown = run_cli("db", "copy", "--db", url, "--to", "oracle://x/y", cwd=tmp_path)
+    assert unknown.returncode == 2
+    assert "--to: database driver 'oracle' is not supported" in unknown.stderr
     # A source at an older schema is not read: it is upgraded first, by the user.
     older = sqlite_url(tmp_path / "older.db")
     assert run_cli("db", "copy", "--db", url, "--to", older, cwd=tmp_path).returncode == 0

@@ -11,13 +11,15 @@ copied, or (the target refused one, or went away) none is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, select
+from sqlalchemy.exc import DBAPIError
 
-from zeus_bso_server.errors import SchemaError
+from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.dialects import DIALECTS
 from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
@@ -82,16 +84,36 @@ async def copy_database(source: Database, target: Database) -> Copied:
 
     Raises:
         SchemaError: the source is not at the current schema, or the target holds jobs.
-        DatabaseUnavailableError: either database cannot be reached; nothing was copied.
+        DatabaseUnavailableError: either database cannot be reached (the message says which);
+            nothing was copied.
     """
-    await _checked_source(source)
-    await upgrade(target)
-    held = target.run(_jobs_in, write=False)
+    async with _naming(f"cannot use the source database {_shown(source)}"):
+        await _checked_source(source)
+    async with _naming(f"cannot use the target database {_shown(target)}"):
+        await upgrade(target)
+        held = target.run(_jobs_in, write=False)
     if held:
         raise SchemaError(
             f"the target database holds {held} job{'s' if held != 1 else ''}: copy into an empty "
             "database (a copy does not merge two servers' histories)"
         )
     snapshot = source.engine.execution_options(**DIALECTS[source.url.get_backend_name()].snapshot)
-    with snapshot.connect() as reading, reading.begin():
-        return target.run(lambda writing: _copy_rows(reading, writing), write=True)
+    async with _naming(f"cannot use the source database {_shown(source)}"):
+        reading = snapshot.connect()
+    with reading, reading.begin():
+        async with _naming("the copy failed"):
+            return target.run(lambda writing: _copy_rows(reading, writing), write=True)
+
+
+def _shown(db: Database) -> str:
+    return db.url.render_as_string(hide_password=True)
+
+
+@asynccontextmanager
+async def _naming(what: str) -> AsyncIterator[None]:
+    """A database error inside, as one that says ``what`` failed, in the driver's words."""
+    try:
+        yield
+    except (DBAPIError, DatabaseUnavailableError) as error:
+        cause = " ".join(str(getattr(error, "orig", None) or error).split())
+        raise DatabaseUnavailableError(f"{what}: {cause}; nothing was copied") from None
