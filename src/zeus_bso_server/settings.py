@@ -51,6 +51,27 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
     return url
 
 
+def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretStr | None:
+    """The token ``name`` sets, or its file (``<name>_FILE``: the first line), or None.
+
+    Raises:
+        ValueError: both are set, the file cannot be read, or the token is empty.
+    """
+    if file is not None:
+        if given is not None:
+            raise ValueError(f"set {name} or {name}_FILE, not both")
+        try:
+            lines = file.read_text().splitlines()
+        except OSError as err:
+            raise ValueError(f"cannot read the token file {file}: {err.strerror}") from None
+        if not lines or not lines[0].strip():
+            raise ValueError(f"the token file {file} is empty")
+        given = SecretStr(lines[0].strip())
+    if given is not None and not given.get_secret_value().strip():
+        raise ValueError(f"{name} is empty")
+    return given
+
+
 class Settings(BaseSettings):
     """Every server setting. Environment: ``ZEUS_BSO_<NAME>``; also read from ``./.env``."""
 
@@ -87,6 +108,12 @@ class Settings(BaseSettings):
     """Bearer token every route but the health checks requires (``ZEUS_BSO_TOKEN``)."""
     token_file: Path | None = None
     """A file holding the token (its first line), instead of ``ZEUS_BSO_TOKEN``."""
+    read_token: SecretStr | None = None
+    """A second token that reads only (``ZEUS_BSO_READ_TOKEN``): the dashboard, the read API,
+    ``/metrics``; anything that changes state (a registration, a trial, a report, a pin, a
+    deletion) is refused with 403. For those who look, not train. Needs ``ZEUS_BSO_TOKEN``."""
+    read_token_file: Path | None = None
+    """A file holding the read-only token (its first line), instead of ``ZEUS_BSO_READ_TOKEN``."""
     allow_unauthenticated: bool = False
     """Listen on a non-loopback address without a token anyway."""
     allowed_hosts: str = ""
@@ -102,19 +129,16 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _token_and_exposure(self) -> Self:
-        if self.token_file is not None:
-            if self.token is not None:
-                raise ValueError("set ZEUS_BSO_TOKEN or ZEUS_BSO_TOKEN_FILE, not both")
-            try:
-                lines = self.token_file.read_text().splitlines()
-            except OSError as err:
-                message = f"cannot read the token file {self.token_file}: {err.strerror}"
-                raise ValueError(message) from None
-            if not lines or not lines[0].strip():
-                raise ValueError(f"the token file {self.token_file} is empty")
-            self.token = SecretStr(lines[0].strip())
-        if self.token is not None and not self.token.get_secret_value().strip():
-            raise ValueError("ZEUS_BSO_TOKEN is empty")
+        self.token = _token_of(self.token, self.token_file, "ZEUS_BSO_TOKEN")
+        self.read_token = _token_of(self.read_token, self.read_token_file, "ZEUS_BSO_READ_TOKEN")
+        if self.read_token is not None:
+            if self.token is None:
+                raise ValueError(
+                    "ZEUS_BSO_READ_TOKEN needs ZEUS_BSO_TOKEN: without it every request is "
+                    "let in, so a read-only token limits nothing"
+                )
+            if self.read_token.get_secret_value() == self.token.get_secret_value():
+                raise ValueError("ZEUS_BSO_READ_TOKEN must differ from ZEUS_BSO_TOKEN")
         if self.token is None and not self.is_loopback and not self.allow_unauthenticated:
             raise ValueError(
                 f"refusing to listen on {self.host} without a token: set ZEUS_BSO_TOKEN (or "

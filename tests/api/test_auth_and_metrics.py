@@ -11,7 +11,15 @@ import httpx
 import pytest
 
 from tests.api.test_cli_and_schema import run_cli
-from tests.helpers import ServerProcess, dispatch, job_body, metric, sqlite_url, unique_id
+from tests.helpers import (
+    ServerProcess,
+    dispatch,
+    job_body,
+    metric,
+    sqlite_url,
+    trial_id,
+    unique_id,
+)
 from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso_server.errors import SettingsError
@@ -222,3 +230,67 @@ def test_with_json_logs_a_server_that_cannot_start_says_why_in_json(
         entries = [json.loads(line) for line in lines]  # each line a JSON object
         assert entries[-1]["level"] == "CRITICAL"
         assert words in entries[-1]["message"], (how, entries)
+
+
+READ_TOKEN = "look-but-do-not-touch"
+
+
+def test_a_read_only_token_reads_and_changes_nothing(tmp_path: Path) -> None:
+    """``ZEUS_BSO_READ_TOKEN`` opens the dashboard, the read API and the metrics, and gets 403
+    (with what to send instead) for everything that changes state, starting a trial included;
+    the server's token still opens everything."""
+    proc = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"),
+        cwd=tmp_path,
+        env={"ZEUS_BSO_TOKEN": TOKEN, "ZEUS_BSO_READ_TOKEN": READ_TOKEN},
+    )
+    try:
+        full = {"Authorization": f"Bearer {TOKEN}"}
+        read = {"Authorization": f"Bearer {READ_TOKEN}"}
+        job_id = unique_id("readonly")
+        with httpx.Client(base_url=proc.url, headers=full) as admin:
+            assert admin.post("/jobs", json=job_body(job_id)).status_code == 201
+            trial = dispatch(admin, job_id)
+        with httpx.Client(base_url=proc.url, headers=read) as viewer:
+            for path in ("/api/jobs", f"/api/jobs/{job_id}", "/metrics", "/openapi.json"):
+                assert viewer.get(path).status_code == 200, path
+            refused = [
+                viewer.post("/jobs", json=job_body(unique_id("readonly"))),
+                viewer.get("/jobs/batch_size", params={"job_id": job_id}),
+                viewer.post("/report", json={**trial, "time": 1.0, "energy": 1.0, "metric": 0.1,
+                                             "current_epoch": 1}),
+                viewer.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}),
+                viewer.post("/api/trials/release", json=trial_id(trial)),
+                viewer.delete("/jobs", params={"job_id": job_id}),
+            ]  # fmt: skip
+            for answer in refused:
+                assert answer.status_code == 403, answer.request.url
+                assert "this token reads only (ZEUS_BSO_READ_TOKEN)" in answer.json()["message"]
+            (kept,) = viewer.get(f"/api/jobs/{job_id}").json()["trials"]
+        assert (kept["status"], kept["epochs"]) == ("dispatched", None)  # nothing changed
+        for token in (TOKEN, READ_TOKEN):  # the dashboard's sign-in takes either
+            assert httpx.get(proc.url + "/dashboard", auth=("me", token)).status_code == 200
+        assert (
+            httpx.get(proc.url + "/api/jobs", headers={"Authorization": "Bearer no"}).status_code
+            == 401
+        )
+        client = ServerClient(proc.url, token=READ_TOKEN)  # what `zeus-bso jobs` gets
+        with client, pytest.raises(ServerRejectedError, match="reads only"):
+            client.delete_job(job_id)
+        assert READ_TOKEN not in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_a_read_only_token_needs_the_servers_and_differs_from_it(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="ZEUS_BSO_READ_TOKEN needs ZEUS_BSO_TOKEN"):
+        load_settings(read_token=READ_TOKEN)
+    with pytest.raises(SettingsError, match="must differ"):
+        load_settings(token=TOKEN, read_token=TOKEN)
+    path = tmp_path / "read-token"
+    path.write_text(READ_TOKEN + "\n")
+    settings = load_settings(token=TOKEN, read_token_file=str(path))
+    assert settings.read_token is not None
+    assert settings.read_token.get_secret_value() == READ_TOKEN
+    with pytest.raises(SettingsError, match="ZEUS_BSO_READ_TOKEN or ZEUS_BSO_READ_TOKEN_FILE"):
+        load_settings(token=TOKEN, read_token=READ_TOKEN, read_token_file=str(path))

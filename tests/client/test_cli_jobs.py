@@ -28,12 +28,14 @@ from zeus_bso.spec import (
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "cli-test-token"
+READ_TOKEN = "cli-read-token"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("cli")
-    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp, env={"ZEUS_BSO_TOKEN": TOKEN})
+    tokens = {"ZEUS_BSO_TOKEN": TOKEN, "ZEUS_BSO_READ_TOKEN": READ_TOKEN}
+    proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp, env=tokens)
     yield proc
     proc.stop()
 
@@ -211,6 +213,13 @@ def test_check_says_what_a_run_here_would_find(server: ServerProcess) -> None:
     assert wrong.returncode == 1
     assert "refused the token" in wrong.stdout
     assert "not-the-token" not in wrong.stdout
+    reader = cli(server, command="check", token=READ_TOKEN)  # found without writing anything
+    assert reader.returncode == 1
+    assert "takes the token, but it reads only (ZEUS_BSO_READ_TOKEN)" in reader.stdout
+    assert cli(server, "list", token=READ_TOKEN).returncode == 0
+    refused = cli(server, "delete", "some-job", "--yes", token=READ_TOKEN)
+    assert refused.returncode == 1
+    assert "this token reads only" in refused.stderr
     down = cli(server, "--server", "http://127.0.0.1:9", command="check")
     assert down.returncode == 1
     assert "FAIL server: cannot reach" in down.stdout

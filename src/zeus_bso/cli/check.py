@@ -216,6 +216,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     try:
         with ServerClient(server, token=token or None, timeout=10.0, retry_seconds=0.0) as client:
             client.list_jobs(limit=1)
+            writes = client.may_write()
     except RouteMissingError:
         findings.checks.append(
             Finding(
@@ -246,6 +247,16 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
             )
         )
     else:
+        if not writes:
+            findings.checks.append(
+                Finding(
+                    "server",
+                    False,
+                    f"{server} takes the token, but it reads only (ZEUS_BSO_READ_TOKEN): a run "
+                    "could not register, start a trial or report; use the server's token",
+                )
+            )
+            return
         findings.checks.append(
             Finding(
                 "server",

@@ -134,6 +134,24 @@ class ServerClient:
             raise ServerRejectedError(response.status_code, message, method, path)
         return response
 
+    def may_write(self) -> bool:
+        """Whether the token lets a run register and report, found without changing anything:
+        an empty registration, which the server refuses as invalid (422) after the token let
+        it through, and with 403 when the token reads only (``ZEUS_BSO_READ_TOKEN``).
+
+        Raises:
+            ServerRejectedError: the token was refused (401), or another answer came.
+        """
+        try:
+            self._request("POST", "/jobs", json={}, idempotent=True)
+        except ServerRejectedError as err:
+            if err.status == 422:
+                return True
+            if err.status == 403:
+                return False
+            raise
+        raise ServerRejectedError(200, "an empty job was accepted", "POST", "/jobs")
+
     def register_job(self, job: JobSpecFromClient) -> tuple[CreatedJob, bool]:
         """Register ``job``; returns the registered job and whether it was newly created."""
         response = self._request("POST", "/jobs", content=job.model_dump_json())

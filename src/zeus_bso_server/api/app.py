@@ -83,7 +83,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(PathRedirectMiddleware)
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
     if resolved.token is not None:
-        app.add_middleware(TokenMiddleware, token=resolved.token.get_secret_value())
+        read = resolved.read_token.get_secret_value() if resolved.read_token else None
+        app.add_middleware(
+            TokenMiddleware, token=resolved.token.get_secret_value(), read_token=read
+        )
     # Before the token: a forged request is refused whether or not the browser attached
     # credentials.
     app.add_middleware(CrossSiteMiddleware)

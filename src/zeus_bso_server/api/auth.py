@@ -1,5 +1,10 @@
 """Token authentication for every route but the health checks (ASGI middleware).
 
+Two tokens: the server's (``ZEUS_BSO_TOKEN``) opens everything; an optional read-only one
+(``ZEUS_BSO_READ_TOKEN``) opens what changes no state (the dashboard, the read API,
+``/metrics``) and gets 403 for the rest, so that those who only look need no token that can
+register, report, pin or delete.
+
 Programs send ``Authorization: Bearer <token>``. A browser cannot, so the dashboard's pages also
 take HTTP Basic auth with the token as the password (any user name): their 401 asks the browser
 for them. Only the pages: a browser re-sends Basic credentials by itself, with requests that a page
@@ -17,6 +22,7 @@ import secrets
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from zeus_bso_server.api.asgi import answer_json
+from zeus_bso_server.api.cross_site import changes_state
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
@@ -27,26 +33,39 @@ def _is_page(path: str) -> bool:
 
 
 class TokenMiddleware:
-    """Answers 401 unless the request carries the token, as a bearer token or a Basic password."""
+    """Answers 401 unless the request carries a token, as a bearer token or a Basic password;
+    403 when it carries the read-only one and would change state."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, read_token: str | None = None) -> None:
         self.app = app
-        self._token = token.encode()
+        self._tokens = {"full": token.encode()}
+        if read_token is not None:
+            self._tokens["read"] = read_token.encode()
 
-    def _authorized(self, given: bytes, page: bool) -> bool:
+    def _matching(self, secret: bytes) -> str | None:
+        """Which token ``secret`` is (``full`` or ``read``), comparing with each in constant
+        time."""
+        found = None
+        for level, token in self._tokens.items():
+            if secrets.compare_digest(secret, token):
+                found = level
+        return found
+
+    def _authorized(self, given: bytes, page: bool) -> str | None:
+        """The access ``given`` (the Authorization header) opens: ``full``, ``read`` or None."""
         # The scheme is case-insensitive (RFC 9110, section 11.1): "bearer" is "Bearer".
         scheme, _, credentials = given.partition(b" ")
         scheme = scheme.lower()
         if scheme == b"bearer":
-            return secrets.compare_digest(credentials.strip(b" "), self._token)
+            return self._matching(credentials.strip(b" "))
         if scheme != b"basic" or not page:
-            return False
+            return None
         try:
             decoded = base64.b64decode(credentials.strip(), validate=True)
         except (binascii.Error, ValueError):
-            return False
+            return None
         _user, colon, password = decoded.partition(b":")
-        return bool(colon) and secrets.compare_digest(password, self._token)
+        return self._matching(password) if colon else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -55,8 +74,16 @@ class TokenMiddleware:
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         page = _is_page(path)
-        if self._authorized(given, page):
+        access = self._authorized(given, page)
+        if access == "full" or (access == "read" and not changes_state(scope["method"], path)):
             await self.app(scope, receive, send)
+            return
+        if access == "read":
+            message = {
+                "message": f"this token reads only (ZEUS_BSO_READ_TOKEN): {scope['method']} "
+                f"{path} changes state; send the server's token (ZEUS_BSO_TOKEN)"
+            }
+            await answer_json(send, 403, message)
             return
         if page:
             challenge = b'Basic realm="zeus-bso", charset="UTF-8"'
