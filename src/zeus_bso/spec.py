@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -476,6 +477,22 @@ def profile_key(gpu: GpuConfig) -> str:
 
 GPU_FIELDS = ("max_power", "number_of_gpus", "gpu_model")
 """The fields of `GpuConfig`: those a job may change between runs (its hardware profile)."""
+
+
+def differing_settings(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """The settings whose values differ between two jobs' configurations (as JSON: a spec's
+    ``model_dump(mode="json")``, or a registered job's), in the order of the job's fields: not
+    the id, the prefix or the GPUs (another hardware profile of the same job). Where both give
+    ``batch_size_range``, their batch sizes are made from it, which is compared instead; a
+    setting one of them lacks (an older configuration) is not compared."""
+    skipped = {"job_id", "job_id_prefix", *GPU_FIELDS}
+    if one.get("batch_size_range") is not None and other.get("batch_size_range") is not None:
+        skipped.add("batch_sizes")
+    return [
+        name
+        for name in _JobOptions.model_fields
+        if name not in skipped and name in one and name in other and one[name] != other[name]
+    ]
 
 
 def gpu_of(job: GpuConfig) -> GpuConfig:

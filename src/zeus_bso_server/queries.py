@@ -14,7 +14,7 @@ from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
 from zeus_bso.policy.power import best_power_limit
-from zeus_bso.spec import CreatedJob, PowerProfileView, profile_key
+from zeus_bso.spec import CreatedJob, PowerProfileView, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.read_models import (
     BatchSizeView,
@@ -25,6 +25,8 @@ from zeus_bso_server.read_models import (
     NextRun,
     Recommendation,
     Savings,
+    SettingDifference,
+    SiblingJob,
     TrialView,
 )
 from zeus_bso_server.store import repository as repo
@@ -294,6 +296,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
             power_view(config, job.state, p) for p in repo.power_profiles_of(conn, job_id)
         ],
         next_run=upcoming,
+        siblings=_siblings(conn, job),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -310,6 +313,26 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         created_at=job.created_at,
         updated_at=job.updated_at,
     )
+
+
+SIBLINGS_SHOWN = 5
+"""Other jobs of a prefix a job's view names."""
+
+
+def _siblings(conn: Connection, job: repo.StoredJob) -> list[SiblingJob]:
+    """The other jobs of ``job``'s prefix, the last changed first, and how they differ."""
+    return [
+        SiblingJob(
+            job_id=other.job_id,
+            trials=other.state.next_trial_number - 1,
+            updated_at=other.updated_at,
+            differences=[
+                SettingDifference(name=name, here=job.config[name], there=other.config[name])
+                for name in differing_settings(job.config, other.config)
+            ],
+        )
+        for other in repo.jobs_of_prefix(conn, job.job_id_prefix, job.job_id, SIBLINGS_SHOWN)
+    ]
 
 
 def max_power_of(config: CreatedJob, state: policy.JobState, profile: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
@@ -174,6 +174,27 @@ class JobStage(StrEnum):
     PINNED = "pinned"
 
 
+class SettingDifference(BaseModel):
+    """One setting in which another job of the prefix differs from this one."""
+
+    name: str
+    here: Any
+    """This job's value."""
+    there: Any
+    """The other job's value."""
+
+
+class SiblingJob(BaseModel):
+    """Another job registered with the same ``job_id_prefix``: a changed setting makes a new
+    job (the client's ids hash the settings), which learns from scratch."""
+
+    job_id: str
+    trials: int
+    updated_at: float
+    differences: list[SettingDifference]
+    """The settings in which it differs (`zeus_bso.spec.differing_settings`)."""
+
+
 class NextRun(BaseModel):
     """What the next run of the job will get, and why, as the policy decides it now."""
 
@@ -208,6 +229,9 @@ class JobView(BaseModel):
     power limit its runs train at (runs that opted into power limits)."""
     next_run: NextRun
     """What its next run on the current hardware profile will get, and why."""
+    siblings: list[SiblingJob] = []
+    """Other jobs of its ``job_id_prefix`` (the last changed first, at most five), and the
+    settings in which each differs from it."""
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None

@@ -82,6 +82,27 @@ def test_a_job_page_shows_its_batch_sizes_chart_and_trials(http: httpx.Client) -
         assert f"{state['best_batch_size']} (cost" in html
 
 
+def test_a_job_page_links_the_other_jobs_of_its_prefix_and_how_they_differ(
+    http: httpx.Client,
+) -> None:
+    prefix = unique_id("sib").replace("-", "")
+    first, second = f"{prefix}-aaaa", f"{prefix}-bbbb<i>"
+    assert http.post("/jobs", json=job_body(first, prefix=prefix)).status_code == 201
+    changed = job_body(second, prefix=prefix, target_metric=0.9, max_epochs=7)
+    assert http.post("/jobs", json=changed).status_code == 201
+    html = http.get("/dashboard/jobs/" + quote(second, safe="")).text
+    (siblings,) = re.findall(r'<dd id="siblings">(.*?)</dd>', html)
+    assert f'<a href="/dashboard/jobs/{first}">{first}</a> (0 trials;' in siblings
+    assert "target_metric 0.5 there, 0.9 here, max_epochs 100 there, 7 here" in siblings
+    back = http.get("/dashboard/jobs/" + quote(first, safe="")).text
+    (listed,) = re.findall(r'<dd id="siblings">(.*?)</dd>', back)
+    assert "bbbb&lt;i&gt;" in listed  # escaped
+    assert f'href="/dashboard/jobs/{quote(second, safe="")}"' in listed
+    lone = unique_id("lone")
+    assert http.post("/jobs", json=job_body(lone)).status_code == 201
+    assert 'id="siblings"' not in http.get(f"/dashboard/jobs/{lone}").text
+
+
 def test_an_unknown_job_is_a_404_page(http: httpx.Client) -> None:
     page = http.get("/dashboard/jobs/no-such-job")
     assert page.status_code == 404

@@ -113,8 +113,16 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert (mine["savings"]["runs"], mine["savings"]["default_runs"]) == (3, 1)
     assert mine["savings"]["energy"] < 0  # later runs cost more here
 
+    sibling = unique_id("clijob")
+    with ServerClient(server.url, token=TOKEN) as client:
+        spec = JobSpecFromClient(**{**client.job_state(job_id, limit=0)["job"], "job_id": sibling})
+        client.register_job(spec.model_copy(update={"target_metric": 0.9}))
     shown = cli(server, "show", job_id)
     assert shown.returncode == 0, shown.stderr
+    assert (
+        f"other job of this prefix: {sibling} (0 trials): target_metric 0.9 there, 0.5 here"
+        in shown.stdout
+    )
     assert "recommended batch size 64 (expected cost" in shown.stdout
     assert "cheapest converged run: batch size 64" in shown.stdout
     assert "against delivering its 3 models (converged runs, of 3 ended) at 64:" in shown.stdout

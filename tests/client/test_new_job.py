@@ -11,9 +11,7 @@ from tests.client.test_optimizer import spec as job
 from tests.helpers import ServerProcess, unique_id
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
-from zeus_bso.client.new_job import changed_settings, new_job_notice
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.spec import GpuConfig, JobSpecFromClient
 
 NOTICE = "is new: it learns from scratch"
 
@@ -73,45 +71,35 @@ def test_other_gpus_a_given_id_or_another_prefix_say_nothing(
     assert notices(caplog) == []
 
 
-def spec_from(prefix: str, **overrides: object) -> JobSpecFromClient:
-    gpu = GpuConfig(max_power=300.0, number_of_gpus=1, gpu_model="test")
-    return JobSpecFromClient(
-        **job(prefix, **overrides).model_dump(exclude={"job_id"}),
-        job_id=f"{prefix}-0000",
-        **gpu.model_dump(),
-    )
-
-
-def test_changed_settings_compares_the_settings_alone() -> None:
-    previous = spec_from("p").model_dump(mode="json")
-    previous.update(job_id="p-1234", gpu_model="other", max_power=900.0)
-    assert changed_settings(previous, spec_from("p")) == []  # the id and GPUs are not settings
-    changed = spec_from("p", eta_knob=1.0, beta_knob=None, target_metric=0.7, max_epochs=9)
-    assert changed_settings(previous, changed) == [
-        "eta_knob: 0.5 there, 1.0 here",
-        "beta_knob: 2.0 there, None here",
-        "target_metric: 0.8 there, 0.7 here",
-        "max_epochs: 5 there, 9 here",
-    ]
-
-
-def test_a_range_is_compared_as_the_range_it_makes_the_sizes_from() -> None:
-    ranged = {"batch_sizes": [], "batch_size_range": [16, 256]}
-    previous = spec_from("p", **ranged).model_dump(mode="json")
-    previous["batch_sizes"] = [16, 32, 64, 128, 256]  # the server expanded it
-    assert changed_settings(previous, spec_from("p", **ranged)) == []
-    wider = spec_from("p", batch_sizes=[], batch_size_range=[16, 512])
-    assert changed_settings(previous, wider) == [
-        "batch_size_range: [16, 256] there, [16, 512] here"
-    ]
-
-
-def test_more_than_three_changes_are_counted(server: ServerProcess) -> None:
+def test_more_than_three_changes_are_counted(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
     prefix = unique_id("many")
+    caplog.set_level(logging.WARNING, logger="zeus_bso")
     run(server.url, job(prefix))
-    changed = spec_from(prefix, eta_knob=1.0, target_metric=0.7, max_epochs=9, window_size=3)
-    with ServerClient(server.url) as client:
-        line = new_job_notice(client, changed)
-    assert line is not None
+    run(server.url, job(prefix, eta_knob=1.0, target_metric=0.7, max_epochs=9, window_size=3))
+    (line,) = notices(caplog)
+    assert "eta_knob: 0.5 there, 1.0 here;" in line
     assert "max_epochs: 5 there, 9 here; and 1 more." in line
     assert "window_size" not in line
+
+
+def test_the_job_view_names_the_other_jobs_of_its_prefix(server: ServerProcess) -> None:
+    """``GET /api/jobs/{id}`` lists the other jobs of the prefix, the last changed first, with
+    the settings in which each differs (what the notice, the dashboard and `jobs show` say)."""
+    prefix = unique_id("view")
+    first = run(server.url, job(prefix))
+    second = run(server.url, job(prefix, target_metric=0.9))
+    unrelated = run(server.url, job(f"{prefix}-x"))
+    third = run(server.url, job(prefix, max_epochs=7, beta_knob=None))
+    with ServerClient(server.url) as client:
+        siblings = client.job_state(third, limit=0)["siblings"]
+        alone = client.job_state(unrelated, limit=0)["siblings"]
+    assert [s["job_id"] for s in siblings] == [second, first]  # the last changed first
+    assert [s["trials"] for s in siblings] == [1, 1]
+    assert siblings[0]["differences"] == [
+        {"name": "beta_knob", "here": None, "there": 2.0},
+        {"name": "target_metric", "here": 0.8, "there": 0.9},
+        {"name": "max_epochs", "here": 7, "there": 5},
+    ]
+    assert alone == []  # its prefix is another: prefix + "-x"

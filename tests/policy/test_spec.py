@@ -15,6 +15,7 @@ from zeus_bso.spec import (
     JobSpec,
     JobSpecFromClient,
     TrainingResult,
+    differing_settings,
 )
 
 
@@ -191,3 +192,24 @@ def test_a_range_is_hashed_into_the_job_id_and_ids_without_one_stay() -> None:
     assert stable_job_id(listed) == stable_job_id(
         JobSpecFromClient.model_validate(listed.model_dump(exclude={"batch_size_range"}))
     )
+
+
+def test_differing_settings_are_the_settings_alone() -> None:
+    base = JobSpecFromClient(**body()).model_dump(mode="json")
+    other = {**base, "job_id": "job-1234", "gpu_model": "other", "max_power": 900.0}
+    assert differing_settings(base, other) == []  # the id and the GPUs are not settings
+    changed = {**base, "max_epochs": 9, "eta_knob": 1.0, "beta_knob": None}
+    assert differing_settings(base, changed) == ["eta_knob", "beta_knob", "max_epochs"]
+    older = {k: v for k, v in changed.items() if k != "beta_knob"}  # a setting it predates
+    assert differing_settings(base, older) == ["eta_knob", "max_epochs"]
+
+
+def test_differing_settings_compare_ranges_not_the_sizes_they_make() -> None:
+    ranged = JobSpecFromClient(
+        **body(batch_sizes=[], batch_size_range=[16, 256], default_batch_size=64)
+    ).model_dump(mode="json")
+    assert ranged["batch_sizes"] == [16, 32, 64, 128, 256]
+    wider = {**ranged, "batch_size_range": [16, 512], "batch_sizes": [16, 32, 64, 128, 256, 512]}
+    assert differing_settings(ranged, wider) == ["batch_size_range"]
+    listed = {**ranged, "batch_size_range": None, "batch_sizes": [16, 64]}
+    assert differing_settings(ranged, listed) == ["batch_sizes", "batch_size_range"]

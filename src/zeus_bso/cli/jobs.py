@@ -199,6 +199,17 @@ def show_command(
             f"recommended batch size {recommended['batch_size']} (expected cost "
             f"{_number(recommended['expected_cost'])} J, from its {recommended['basis']})"
         )
+    for other in state.get("siblings") or []:  # absent from servers that predate them
+        differs = ", ".join(
+            f"{d['name']} {json.dumps(d['there'])} there, {json.dumps(d['here'])} here"
+            for d in other["differences"]
+        )
+        console.print(
+            f"other job of this prefix: {escape(other['job_id'])} ({other['trials']} trial"
+            + ("" if other["trials"] == 1 else "s")
+            + ")"
+            + (f": {escape(differs)}" if differs else ": the same settings")
+        )
     upcoming = state.get("next_run")  # absent from servers that predate it
     if upcoming is not None:
         size = upcoming["batch_size"]

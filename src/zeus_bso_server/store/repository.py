@@ -313,6 +313,19 @@ def _with_prefix(stmt: Select[Any], prefix: str | None) -> Select[Any]:
     )
 
 
+def jobs_of_prefix(
+    conn: Connection, job_id_prefix: str, other_than: str, limit: int
+) -> list[StoredJob]:
+    """The jobs registered with ``job_id_prefix`` but ``other_than``, the last changed first."""
+    stmt = (
+        select(jobs)
+        .where(jobs.c.job_id_prefix == job_id_prefix, jobs.c.job_id != other_than)
+        .order_by(jobs.c.updated_at.desc(), jobs.c.job_id)
+        .limit(limit)
+    )
+    return [_stored_job(row) for row in conn.execute(stmt)]
+
+
 def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> list[StoredJob]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
