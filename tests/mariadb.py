@@ -44,9 +44,15 @@ class MariaDBServer:
         self.port = free_port()
         # mariadbd refuses to run as root unless told a user: run it as 'mysql' when we are root.
         user = ["--user=mysql"] if os.geteuid() == 0 else []
+        # Its temporary tables in a folder of its own, not /tmp: another MariaDB on this machine
+        # (a second test run) must not touch them (one failed to start with "Error on delete
+        # of '/tmp/#sql-temptable-...'").
+        tmp = self.root / "tmp"
+        tmp.mkdir()
         if user:
             account = pwd.getpwnam("mysql")
-            os.chown(self.root, account.pw_uid, account.pw_gid)
+            for folder in (self.root, tmp):
+                os.chown(folder, account.pw_uid, account.pw_gid)
         subprocess.run(
             [install, *user, f"--datadir={self.data}", "--skip-test-db", "--skip-name-resolve"],
             check=True,
@@ -63,6 +69,7 @@ class MariaDBServer:
             "--bind-address=127.0.0.1",
             f"--socket={self.root / 'sock'}",
             f"--pid-file={self.root / 'pid'}",
+            f"--tmpdir={tmp}",
             f"--log-error={self._log}",
             "--skip-grant-tables",
             "--skip-name-resolve",
