@@ -489,6 +489,15 @@ class TrialSession:
         if self.optimizer is not None:
             self.optimizer.abort(why)
 
+    def end_interrupted(self, why: str) -> None:
+        """The run was interrupted from outside (Ctrl-C, a SIGTERM): its trial is released, or
+        left open for the restart of a run with a run key (main process; see
+        `BatchSizeOptimizer.end_interrupted`). Raises nothing: the interruption goes on."""
+        self._restore_power()
+        if self.optimizer is not None:
+            self.optimizer.end_interrupted(why)
+        self.meter.close()
+
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
         this hardware profile (main process; ``goes_on``: the framework trains on at a size of
@@ -513,9 +522,7 @@ class TrialSession:
         if out_of_memory(error):
             self.end_out_of_memory(why)
         elif failure.interrupted(error):
-            self._restore_power()
-            if self.optimizer is not None:
-                self.optimizer.end_interrupted(why)
+            self.end_interrupted(why)
         elif failure.not_charged(error, trained=trained):
             self.release(why)
         else:
