@@ -94,10 +94,18 @@ def test_a_job_page_links_the_other_jobs_of_its_prefix_and_how_they_differ(
     (siblings,) = re.findall(r'<dd id="siblings">(.*?)</dd>', html)
     assert f'<a href="/dashboard/jobs/{first}">{first}</a> (0 trials;' in siblings
     assert "target_metric 0.5 there, 0.9 here, max_epochs 100 there, 7 here" in siblings
+    assert "learn apart" not in siblings
     back = http.get("/dashboard/jobs/" + quote(first, safe="")).text
     (listed,) = re.findall(r'<dd id="siblings">(.*?)</dd>', back)
     assert "bbbb&lt;i&gt;" in listed  # escaped
     assert f'href="/dashboard/jobs/{quote(second, safe="")}"' in listed
+    # The same settings under another id (upstream's client draws one at every registration).
+    twin = f"{prefix}-cccc"
+    assert http.post("/jobs", json=job_body(twin, prefix=prefix)).status_code == 201
+    (same,) = re.findall(r'<dd id="siblings">(.*?)</dd>', http.get(f"/dashboard/jobs/{twin}").text)
+    assert f"{first}</a> (0 trials; last change" in same
+    assert "the same settings" in same
+    assert "learn apart (upstream Zeus's client draws a new id" in same
     lone = unique_id("lone")
     assert http.post("/jobs", json=job_body(lone)).status_code == 201
     assert 'id="siblings"' not in http.get(f"/dashboard/jobs/{lone}").text
