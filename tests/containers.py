@@ -112,8 +112,13 @@ class Podman:
     def build(
         self, tag: str, context: Path, *, containerfile: Path | None = None, **build_args: str
     ) -> None:
-        """``podman build`` in Docker format (OCI images drop HEALTHCHECK)."""
-        args = ["build", "--format", "docker", "-t", tag]
+        """``podman build`` in Docker format (OCI images drop HEALTHCHECK). Each build replaces
+        the image of ``tag`` and keeps nothing else: no cached stage images (``--layers=false``)
+        and not the image it replaces, which would be left untagged. Kept, they filled the
+        disk of a machine that runs the suite again and again (22 GB of podman storage)."""
+        before = self.run("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+        previous = before.stdout.strip() if before.returncode == 0 else ""
+        args = ["build", "--format", "docker", "--layers=false", "-t", tag]
         if containerfile is not None:
             args += ["-f", str(containerfile)]
         for name, value in build_args.items():
@@ -122,6 +127,9 @@ class Podman:
             if Path(path).exists():
                 args += ["-v", f"{path}:{path}:ro"]
         self.run(*args, str(context), timeout=1200)
+        after = self.run("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
+        if previous and previous != after:
+            self.run("rmi", previous, check=False)  # in use by a container: it stays
 
     def ensure_postgres_image(self) -> None:
         """PostgreSQL 15 from Debian's package, with the official image's conventions."""
