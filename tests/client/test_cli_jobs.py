@@ -123,6 +123,12 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
         f"other job of this prefix: {sibling} (0 trials): target_metric 0.9 there, 0.5 here"
         in shown.stdout
     )
+    assert "learned apart" not in shown.stdout
+    twin = unique_id("clijob")
+    with ServerClient(server.url, token=TOKEN) as client:
+        client.register_job(spec.model_copy(update={"job_id": twin}))
+    same = cli(server, "show", twin).stdout
+    assert f"other job of this prefix: {job_id} (3 trials): the same settings, learned" in same
     assert "recommended batch size 64 (expected cost" in shown.stdout
     assert "cheapest converged run: batch size 64" in shown.stdout
     assert "against delivering its 3 models (converged runs, of 3 ended) at 64:" in shown.stdout

@@ -208,7 +208,12 @@ def show_command(
             f"other job of this prefix: {escape(other['job_id'])} ({other['trials']} trial"
             + ("" if other["trials"] == 1 else "s")
             + ")"
-            + (f": {escape(differs)}" if differs else ": the same settings")
+            + (
+                f": {escape(differs)}"
+                if differs
+                else ": the same settings, learned apart (upstream Zeus's client draws a new id "
+                "at every registration unless given a fixed job_id)"
+            )
         )
     upcoming = state.get("next_run")  # absent from servers that predate it
     if upcoming is not None:
