@@ -485,7 +485,7 @@ def differing_settings(one: Mapping[str, Any], other: Mapping[str, Any]) -> list
     the id, the prefix or the GPUs (another hardware profile of the same job). Where both give
     ``batch_size_range``, their batch sizes are made from it, which is compared instead; a
     setting one of them lacks (an older configuration) is not compared."""
-    skipped = {"job_id", "job_id_prefix", *GPU_FIELDS}
+    skipped = {"job_id_prefix"}  # the id and the GPUs are not options (`_JobOptions`)
     if one.get("batch_size_range") is not None and other.get("batch_size_range") is not None:
         skipped.add("batch_sizes")
     return [

@@ -39,7 +39,7 @@ from zeus_bso_server.errors import (
 from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings, to_engine_url
 from zeus_bso_server.store.copy import Copied, copy_database
-from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
 from zeus_bso_server.store.migrate import (
     check_schema,
@@ -138,7 +138,7 @@ def _database_settings(db: str | None) -> Settings:
 
 
 def _display_url(settings: Settings) -> str:
-    return settings.engine_url.render_as_string(hide_password=True)
+    return shown_url(settings.engine_url)
 
 
 @app.command()
@@ -371,7 +371,7 @@ def db_copy(
             target = to_engine_url(to)
         except SettingsError as error:
             raise SettingsError(f"--to: {error.message}") from None
-        shown = target.render_as_string(hide_password=True)
+        shown = shown_url(target)
         if source.engine_url == target:
             raise SettingsError(f"--to names the source database, {shown}")
         path = DIALECTS[source.engine_url.get_backend_name()].database_file(source.engine_url)

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from zeus_bso.client.memory import out_of_memory
 from zeus_bso.errors import ConfigurationError
 
@@ -28,13 +30,28 @@ def interrupted(error: BaseException) -> bool:
     )
 
 
-def not_charged(error: BaseException, *, trained: bool) -> bool:
-    """Whether a run that raised ``error`` says nothing about its batch size: an interruption,
-    a usage error of ours (`ConfigurationError`), or any error before the run trained that is
-    not out of memory (which is the batch size's)."""
-    if interrupted(error) or isinstance(error, ConfigurationError):
-        return True
-    return not trained and not out_of_memory(error)
+class Verdict(StrEnum):
+    """Whose doing a run's error was (`verdict`), and so how its trial ends."""
+
+    OUT_OF_MEMORY = "out_of_memory"
+    """The batch size's: infeasible on the run's hardware profile."""
+    INTERRUPTED = "interrupted"
+    """Nobody's: released, or left open for the restart of a run with a run key."""
+    NOT_CHARGED = "not_charged"
+    """The script's: released."""
+    FAILED = "failed"
+    """The run's: failed, which counts against the batch size."""
+
+
+def verdict(error: BaseException, *, trained: bool) -> Verdict:
+    """Whose doing ``error`` was, for a run that raised it (``trained``: after it trained)."""
+    if out_of_memory(error):
+        return Verdict.OUT_OF_MEMORY
+    if interrupted(error):
+        return Verdict.INTERRUPTED
+    if isinstance(error, ConfigurationError) or not trained:
+        return Verdict.NOT_CHARGED
+    return Verdict.FAILED
 
 
 def described(error: BaseException) -> str:

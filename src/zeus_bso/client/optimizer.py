@@ -877,13 +877,13 @@ class BatchSizeOptimizer:
             return
         if self.training_finished or self.trial is None or self.offline:
             self.abort(why)  # the server's stop came first (or none can come): as it said
-        elif out_of_memory(error):
+            return
+        judged = failure.verdict(error, trained=self.progress.began if trained is None else trained)
+        if judged is failure.Verdict.OUT_OF_MEMORY:
             self.end_out_of_memory(why)
-        elif failure.interrupted(error):
+        elif judged is failure.Verdict.INTERRUPTED:
             self.end_interrupted(why)
-        elif failure.not_charged(
-            error, trained=self.progress.began if trained is None else trained
-        ):
+        elif judged is failure.Verdict.NOT_CHARGED:
             self.release(why)
         else:
             self.abort(why)

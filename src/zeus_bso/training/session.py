@@ -519,11 +519,12 @@ class TrialSession:
         interrupted (Ctrl-C, a SIGTERM), failed for a reason that is not its batch size's
         (`release`), or failed (`abort`); see `zeus_bso.client.failure`."""
         why = failure.described(error)
-        if out_of_memory(error):
+        judged = failure.verdict(error, trained=trained)
+        if judged is failure.Verdict.OUT_OF_MEMORY:
             self.end_out_of_memory(why)
-        elif failure.interrupted(error):
+        elif judged is failure.Verdict.INTERRUPTED:
             self.end_interrupted(why)
-        elif failure.not_charged(error, trained=trained):
+        elif judged is failure.Verdict.NOT_CHARGED:
             self.release(why)
         else:
             self.abort(why)

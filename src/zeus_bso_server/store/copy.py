@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, FromClause, Table, func, select
 from sqlalchemy.exc import DBAPIError
 
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
-from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
 from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
 from zeus_bso_server.store.tables import Base, JobRow
@@ -53,7 +53,7 @@ def _copy_rows(source: Connection, target: Connection) -> Copied:
         for chunk in _rows(source, table):
             target.execute(table.insert(), chunk)
             copied += len(chunk)
-        held = target.execute(select(func.count()).select_from(table)).scalar_one()
+        held = _count(target, table)
         if held != copied:  # the target's own rows in a table: refused before, never here
             raise SchemaError(
                 f"the target's table {table.name} holds {held} rows after {copied} were copied"
@@ -74,8 +74,9 @@ async def _checked_source(source: Database) -> None:
         )
 
 
-def _jobs_in(conn: Connection) -> int:
-    return int(conn.execute(select(func.count()).select_from(JobRow.__table__)).scalar_one())
+def _count(conn: Connection, table: FromClause) -> int:
+    """Rows ``table`` holds."""
+    return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
 async def copy_database(source: Database, target: Database) -> Copied:
@@ -87,26 +88,22 @@ async def copy_database(source: Database, target: Database) -> Copied:
         DatabaseUnavailableError: either database cannot be reached (the message says which);
             nothing was copied.
     """
-    async with _naming(f"cannot use the source database {_shown(source)}"):
+    async with _naming(f"cannot use the source database {shown_url(source.url)}"):
         await _checked_source(source)
-    async with _naming(f"cannot use the target database {_shown(target)}"):
+    async with _naming(f"cannot use the target database {shown_url(target.url)}"):
         await upgrade(target)
-        held = target.run(_jobs_in, write=False)
+        held = target.run(lambda conn: _count(conn, JobRow.__table__), write=False)
     if held:
         raise SchemaError(
             f"the target database holds {held} job{'s' if held != 1 else ''}: copy into an empty "
             "database (a copy does not merge two servers' histories)"
         )
     snapshot = source.engine.execution_options(**DIALECTS[source.url.get_backend_name()].snapshot)
-    async with _naming(f"cannot use the source database {_shown(source)}"):
+    async with _naming(f"cannot use the source database {shown_url(source.url)}"):
         reading = snapshot.connect()
     with reading, reading.begin():
         async with _naming("the copy failed"):
             return target.run(lambda writing: _copy_rows(reading, writing), write=True)
-
-
-def _shown(db: Database) -> str:
-    return db.url.render_as_string(hide_password=True)
 
 
 @asynccontextmanager

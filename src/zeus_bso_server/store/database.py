@@ -114,6 +114,11 @@ class _SqliteFile:
         )
 
 
+def shown_url(url: URL) -> str:
+    """``url`` as it may be shown or logged: without its password."""
+    return url.render_as_string(hide_password=True)
+
+
 class _LockedError(Exception):
     """The SQLite write lock is another connection's: the write did not start."""
 
