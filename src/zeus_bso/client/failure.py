@@ -3,8 +3,9 @@
 - Out of memory is the batch size's: infeasible on the run's hardware profile
   (`zeus_bso.client.memory.out_of_memory`).
 - An interruption is nobody's: Ctrl-C (``KeyboardInterrupt``), or a SIGTERM turned into an
-  exception (Lightning's ``SIGTERMException``: a preemption, a ``kill``, a cluster's time
-  limit). The trial is released, or left open for the restart of a run with a run key.
+  exception (a preemption, a ``kill``, a cluster's time limit: our `Terminated`, or
+  Lightning's ``SIGTERMException``). The trial is released, or left open for the restart of a
+  run with a run key.
 - A usage error of ours (`ConfigurationError`), or any error before the run trained, is the
   script's: released.
 - Any other error while training is the run's: failed, which counts against the batch size
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import signal
 from enum import StrEnum
 
 from zeus_bso.client.memory import out_of_memory
@@ -23,9 +25,24 @@ SIGTERM_EXCEPTIONS = ("SIGTERMException",)
 framework need not be installed to tell them."""
 
 
+TERMINATED_STATUS = 128 + signal.SIGTERM
+"""The exit status of a process that SIGTERM ended (143), as a shell reports it."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in a run's main thread (`zeus_bso.client.sigterm`): the process ends
+    with status 143, as SIGTERM would have ended it, after its run's trial was released."""
+
+    def __init__(self) -> None:
+        super().__init__(TERMINATED_STATUS)
+
+    def __str__(self) -> str:
+        return "SIGTERM"
+
+
 def interrupted(error: BaseException) -> bool:
     """Whether ``error`` interrupted the run from outside: Ctrl-C or a SIGTERM."""
-    return isinstance(error, KeyboardInterrupt) or (
+    return isinstance(error, KeyboardInterrupt | Terminated) or (
         isinstance(error, SystemExit) and type(error).__name__ in SIGTERM_EXCEPTIONS
     )
 
@@ -56,6 +73,8 @@ def verdict(error: BaseException, *, trained: bool) -> Verdict:
 
 def described(error: BaseException) -> str:
     """``error`` in words: its type, and its message where it has one (``KeyboardInterrupt``,
-    not ``KeyboardInterrupt: ``)."""
+    not ``KeyboardInterrupt: ``); `Terminated` is ``SIGTERM``."""
+    if isinstance(error, Terminated):
+        return "SIGTERM"
     words = str(error)
     return f"{type(error).__name__}: {words}" if words else type(error).__name__

@@ -52,6 +52,7 @@ from zeus_bso.client.settings import (
     server_url_from,
     token_from,
 )
+from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     ConfigurationError,
@@ -188,6 +189,11 @@ class BatchSizeOptimizer:
             every process's GPUs itself.
         on_lease_lost: called (from the heartbeat's thread) when the server says the trial is
             no longer this run's.
+        handle_sigterm: while the trial is open, turn SIGTERM (a preemption, a scheduler's
+            time limit, ``kill``) into `zeus_bso.client.failure.Terminated`, a ``SystemExit``
+            with status 143, so that the trial is released rather than left to its lease and
+            charged to its batch size (`zeus_bso.client.sigterm`; a handler of the script's own
+            is called first). False leaves SIGTERM alone.
     """
 
     def __init__(
@@ -210,6 +216,7 @@ class BatchSizeOptimizer:
         power_limit: PowerLimitMode = "off",
         power_limits: bool = False,
         on_lease_lost: Callable[[], None] | None = None,
+        handle_sigterm: bool = True,
     ) -> None:
         job = required_job(job)
         self._manages_power = check_power_limit(power_limit) == "optimize"
@@ -294,6 +301,8 @@ class BatchSizeOptimizer:
         self._heartbeat: threading.Thread | None = None
         self._ended = False
         self._thread = threading.get_ident()
+        self._sigterm = SigtermGuard()
+        self._handle_sigterm = handle_sigterm
         atexit.register(self.abort)
 
     @property
@@ -377,6 +386,8 @@ class BatchSizeOptimizer:
                 return self._unavailable(err)
             trial = dispatched.trial
             _OPEN_RUNS.add(self)
+            if self._handle_sigterm:
+                self._sigterm.install()
             self._memory_cap = dispatched.memory_cap
             self.power_limit = dispatched.power_limit
             self.power_profiling = dispatched.power_profiling
@@ -628,6 +639,8 @@ class BatchSizeOptimizer:
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
         _OPEN_RUNS.add(self)
+        if self._handle_sigterm:
+            self._sigterm.install()
         if self._power_limits:
             self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
@@ -831,6 +844,10 @@ class BatchSizeOptimizer:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, the run did not reach its
                 target.
         """
+        if end_trial and self._sigterm.received and not self.training_finished:
+            self.end_interrupted("SIGTERM")  # a handler of the script's own stopped it
+            self._raise_unless_converged()
+            return
         unreported = self._reported is None and self._pending is None
         if not end_trial and self.run_key is None and unreported and self.trial is not None:
             self.release(why or "ended with end_trial=False before any report")
@@ -879,6 +896,8 @@ class BatchSizeOptimizer:
             self.abort(why)  # the server's stop came first (or none can come): as it said
             return
         judged = failure.verdict(error, trained=self.progress.began if trained is None else trained)
+        if self._sigterm.received and judged is not failure.Verdict.OUT_OF_MEMORY:
+            judged = failure.Verdict.INTERRUPTED  # e.g. a handler of the script's own exited
         if judged is failure.Verdict.OUT_OF_MEMORY:
             self.end_out_of_memory(why)
         elif judged is failure.Verdict.INTERRUPTED:
@@ -923,6 +942,9 @@ class BatchSizeOptimizer:
         if uncaught is not None and (out_of_memory(uncaught) or failure.interrupted(uncaught)):
             self.failed(uncaught)
             return
+        if self._sigterm.received and not self.training_finished:
+            self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
+            return
         started = self.trial is not None or self.offline
         self._finish(end_trial=self.run_key is None or self.training_finished)
         if not started:
@@ -940,6 +962,7 @@ class BatchSizeOptimizer:
         self._ended = True
         _OPEN_RUNS.discard(self)
         self._restore_power()
+        self._sigterm.uninstall()
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()

@@ -218,6 +218,7 @@ class ZeusBSOCallback(pl.Callback):
             reference_batch_size=self.reference_batch_size,
             max_micro_batch_size=self.max_micro_batch_size,
             power_limit=self.power_limit,
+            handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
         )
         self._resumed = self._restored is not None
         self._set_batch(trainer, pl_module)

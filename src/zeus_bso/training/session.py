@@ -91,6 +91,9 @@ class TrialSession:
             `step_begin` and `step_end` around every training step), and runs train at the
             limit the server chooses; each GPU's own limit is restored on every exit path.
             ``"off"``, the default: the limits are left alone.
+        handle_sigterm: on the main process, SIGTERM releases the run's trial (see
+            `BatchSizeOptimizer`); False for a framework that handles SIGTERM itself
+            (Lightning).
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class TrialSession:
         reference_batch_size: int | None = None,
         max_micro_batch_size: int | None = None,
         power_limit: PowerLimitMode = "off",
+        handle_sigterm: bool = True,
     ) -> None:
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         optimize_power = check_power_limit(power_limit) == "optimize"
@@ -151,6 +155,7 @@ class TrialSession:
                 max_micro_batch_size=max_micro_batch_size,
                 power_limits=optimize_power,
                 on_lease_lost=self._restore_power,
+                handle_sigterm=handle_sigterm,
             )
             saved = resume() if callable(resume) else resume
             size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
