@@ -390,6 +390,17 @@ def db_copy(
         raise _fail(error) from None
     counts = ", ".join(f"{rows} {table}" for table, rows in copied.rows.items())
     typer.echo(f"{_display_url(source)} -> {shown}: copied {counts}")
+    if copied.running:
+        running = sum(copied.running.values())
+        jobs = ", ".join(f"{job} ({count})" for job, count in copied.running.items())
+        err.print(
+            f"note: {running} trial{'s' if running != 1 else ''} still running in the copy "
+            f"({jobs}): a server that goes on serving the source takes their later reports. "
+            "To move a server, stop it, copy, and start the new one at its address: the runs "
+            "keep their reports until it answers, and deliver them there",
+            markup=False,
+            highlight=False,
+        )
 
 
 @db_app.command("current")

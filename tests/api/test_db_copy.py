@@ -88,6 +88,10 @@ def test_a_copy_serves_and_decides_as_the_original(
     assert (trials, limits) == (9, 2)  # what populate made (six runs and three)
     counts = f"copied 2 jobs, {limits} power_profiles, {trials} trials"
     assert copied.stdout.strip().endswith(counts)
+    # populate's running trial, and the profiling one that never reported
+    assert "note: 2 trials still running in the copy (learned-1 (1), pinned-1 (1))" in (
+        " ".join(copied.stderr.split())
+    )
     if not empty_target.startswith("sqlite"):  # and back, from a database server's snapshot
         back = sqlite_url(tmp_path / "back.db")
         returned = run_cli("db", "copy", "--db", empty_target, "--to", back, cwd=tmp_path)

@@ -19,11 +19,12 @@ from typing import Any
 from sqlalchemy import Connection, FromClause, Table, func, select
 from sqlalchemy.exc import DBAPIError
 
+from zeus_bso.policy.types import TrialStatus
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
 from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
 from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
-from zeus_bso_server.store.tables import Base, JobRow
+from zeus_bso_server.store.tables import Base, JobRow, TrialRow
 
 CHUNK_ROWS = 1000
 """Rows read and inserted at a time: a large database is never held in memory whole."""
@@ -34,6 +35,9 @@ class Copied:
     """What a copy moved: rows by table name, the tables in the order they were copied."""
 
     rows: dict[str, int]
+    running: dict[str, int]
+    """Trials still running in the snapshot (dispatched, or abandoned, which a report revives),
+    by job: a server that goes on serving the source takes their later reports."""
 
 
 def _rows(source: Connection, table: Table) -> Iterator[list[dict[str, Any]]]:
@@ -59,7 +63,14 @@ def _copy_rows(source: Connection, target: Connection) -> Copied:
                 f"the target's table {table.name} holds {held} rows after {copied} were copied"
             )
         rows[table.name] = copied
-    return Copied(rows)
+    open_ = (TrialStatus.DISPATCHED.value, TrialStatus.ABANDONED.value)
+    running = source.execute(
+        select(TrialRow.job_id, func.count())
+        .where(TrialRow.status.in_(open_))
+        .group_by(TrialRow.job_id)
+        .order_by(TrialRow.job_id)
+    )
+    return Copied(rows, {job_id: int(count) for job_id, count in running})
 
 
 async def _checked_source(source: Database) -> None:
