@@ -115,3 +115,30 @@ def test_sigterm_in_the_middle_of_setting_a_limit_still_restores(double: Path) -
         assert limit_now() == 300.0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_forked_child_sent_sigterm_leaves_the_owner_s_limits_alone(double: Path) -> None:
+    """A scheduler that cancels a job signals every process of it (``scancel``, ``kill -TERM
+    -PGID``), DataLoader workers included, which inherit the handler: a worker owns no GPU, so
+    it ends as by default, and the GPU stays at the run's limit until the run restores it."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        limits = GpuPowerLimits(double)
+        assert limits.set(250.0)
+        started, up = os.pipe()
+        child = os.fork()
+        if child == 0:  # the worker
+            os.write(up, b"1")  # after the fork's own work (Python drops signals that came in it)
+            signal.pause()
+            os._exit(0)
+        os.read(started, 1)
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        assert os.WIFSIGNALED(status)
+        assert os.WTERMSIG(status) == signal.SIGTERM
+        assert limit_now() == 250.0  # the run's, still
+        assert list(double.glob("*.json"))  # and its record
+        limits.restore()
+        assert limit_now() == 300.0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -277,7 +277,9 @@ class GpuPowerLimits:
     def _guard(self) -> None:
         """While this process owns a GPU's limit: restore at interpreter exit, and on SIGTERM
         restore first, then do what was to be done (the handler before ours, or the default:
-        end the process). Only the main thread can install a signal handler."""
+        end the process). A process forked from this one (a DataLoader worker, which inherits
+        the handler, and gets SIGTERM too when a scheduler signals the whole job) owns nothing:
+        it does only the latter. Only the main thread can install a signal handler."""
         if not self._at_exit:
             atexit.register(self.restore)
             self._at_exit = True
@@ -286,9 +288,11 @@ class GpuPowerLimits:
         if threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGTERM)
+        pid = os.getpid()
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            self.restore()
+            if os.getpid() == pid:  # not in a forked child (a DataLoader worker): no owner
+                self.restore()
             signal.signal(signal.SIGTERM, previous)
             if callable(previous):
                 previous(signum, frame)
