@@ -165,6 +165,13 @@ def serve(
             help="Listen on a non-loopback address without ZEUS_BSO_TOKEN anyway",
         ),
     ] = False,
+    root_path: Annotated[
+        str | None,
+        typer.Option(
+            help="The path prefix a reverse proxy serves the server below and strips "
+            "(/zeus-bso) [default: none]"
+        ),
+    ] = None,
 ) -> None:
     """Start the server (creating or upgrading the database schema first)."""
     # Known before the settings load, so that an error in them is a JSON line too.
@@ -181,6 +188,7 @@ def serve(
                 log_level=log_level,
                 log_format=log_format,
                 allow_unauthenticated=allow_unauthenticated or None,
+                root_path=root_path,
             )
             json_lines = settings.log_format == "json"  # a .env file may say so too
             handler = logging.StreamHandler()
@@ -219,14 +227,17 @@ def serve(
                 "ZEUS_BSO_LOG_LEVEL": settings.log_level,
                 "ZEUS_BSO_LOG_FORMAT": settings.log_format,
                 "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
+                "ZEUS_BSO_ROOT_PATH": settings.root_path,
             }
         )
         if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             # Every worker writes its metrics here; /metrics in any worker adds them all up.
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
+        below = f", served below {settings.root_path}" if settings.root_path else ""
         announce(
-            f"zeus-bso {__version__} on http://{settings.host}:{settings.port} "
-            f"(docs at /docs), database {_display_url(settings)}, {settings.workers} worker(s)"
+            f"zeus-bso {__version__} on http://{settings.host}:{settings.port}{below} (docs at "
+            f"{settings.root_path}/docs), database {_display_url(settings)}, "
+            f"{settings.workers} worker(s)"
         )
         _run_uvicorn(settings, interrupt)
 
@@ -247,6 +258,7 @@ def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
         "access_log": settings.log_level == "DEBUG",
         "timeout_keep_alive": settings.timeout_keep_alive,
         "limit_concurrency": settings.limit_concurrency,
+        "root_path": settings.root_path,
     }
     if settings.workers > 1:  # the parent loads no app: its supervisor handles signals at once
         interrupt.hand_over(signal.default_int_handler)  # until then, Ctrl-C raises as usual

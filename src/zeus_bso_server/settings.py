@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import re
 from pathlib import Path
 from typing import Literal, Self
 
@@ -72,6 +73,10 @@ def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretSt
     return given
 
 
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
+"""A segment of a root path: URL characters that need no escaping (RFC 3986's unreserved)."""
+
+
 class Settings(BaseSettings):
     """Every server setting. Environment: ``ZEUS_BSO_<NAME>``; also read from ``./.env``."""
 
@@ -116,6 +121,11 @@ class Settings(BaseSettings):
     """A file holding the read-only token (its first line), instead of ``ZEUS_BSO_READ_TOKEN``."""
     allow_unauthenticated: bool = False
     """Listen on a non-loopback address without a token anyway."""
+    root_path: str = ""
+    """The path prefix a reverse proxy serves the server below (``/zeus-bso`` for
+    ``https://tools.example.com/zeus-bso/``), which the proxy strips before it forwards; the
+    dashboard's links and redirects and the API docs then carry it. Empty by default: the
+    server is served at the root."""
     allowed_hosts: str = ""
     """Host names (comma-separated) the server answers besides the loopback names and its own:
     every request on a tokenless loopback server, and browsers' requests on any other (e.g. the
@@ -156,6 +166,23 @@ class Settings(BaseSettings):
     def _host(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("host must not be empty")
+        return value
+
+    @field_validator("root_path")
+    @classmethod
+    def _root_path(cls, value: str) -> str:
+        if not value:
+            return value
+        segments = value.split("/")
+        if (
+            segments[0]
+            or not all(segments[1:])
+            or not all(_PATH_SEGMENT.fullmatch(segment) for segment in segments[1:])
+        ):
+            raise ValueError(
+                f"{value!r} is not a path prefix: give one like /zeus-bso (a leading '/', no "
+                "trailing '/', letters, digits and -._~ between the slashes)"
+            )
         return value
 
     @field_validator("database_url")

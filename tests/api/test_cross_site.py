@@ -141,7 +141,8 @@ def test_reading_is_not_refused_across_sites(open_server: ServerProcess) -> None
 def test_the_dashboards_basic_sign_in_opens_the_pages_only(guarded: ServerProcess) -> None:
     """A browser re-sends Basic credentials by itself; bearer tokens only when a script asks."""
     basic = ("anyone", TOKEN)
-    assert httpx.get(guarded.url + "/dashboard", auth=basic).status_code == 200
+    for page in ("/dashboard", "/docs", "/openapi.json"):  # the API docs the dashboard links
+        assert httpx.get(guarded.url + page, auth=basic).status_code == 200, page
     for method, path in [("GET", "/api/jobs"), ("GET", "/jobs/batch_size?job_id=x"),
                          ("POST", "/jobs"), ("GET", "/metrics")]:  # fmt: skip
         answer = httpx.request(method, guarded.url + path, auth=basic, json=job_body())

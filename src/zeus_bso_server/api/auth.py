@@ -21,15 +21,19 @@ import secrets
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from zeus_bso_server.api.asgi import answer_json
+from zeus_bso_server.api.asgi import answer_json, route_path
 from zeus_bso_server.api.cross_site import changes_state
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
+DOCS_PAGES = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+"""The API's docs, which the dashboard links: read-only, as its pages are."""
+
+
 def _is_page(path: str) -> bool:
-    """A path a browser opens: the dashboard, and the home page leading to it."""
-    return path == "/" or path == "/dashboard" or path.startswith("/dashboard/")
+    """A path a browser opens: the dashboard, the home page leading to it, the API docs."""
+    return path in ("/", "/dashboard") or path.startswith("/dashboard/") or path in DOCS_PAGES
 
 
 class TokenMiddleware:
@@ -68,7 +72,7 @@ class TokenMiddleware:
         return self._matching(password) if colon else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
+        path = route_path(scope)
         if scope["type"] != "http" or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from zeus_bso_server.api.asgi import answer_json
+from zeus_bso_server.api.asgi import answer_json, route_path
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 STATE_CHANGING_GETS = frozenset({"/jobs/batch_size"})
@@ -65,7 +65,7 @@ class CrossSiteMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not changes_state(scope["method"], scope.get("path", "")):
+        if scope["type"] != "http" or not changes_state(scope["method"], route_path(scope)):
             await self.app(scope, receive, send)
             return
         reason = cross_site_reason(dict(scope["headers"]))

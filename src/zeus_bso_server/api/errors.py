@@ -25,6 +25,7 @@ from zeus_bso.errors import (
     TooManyProfilesError,
     ZeusBSOError,
 )
+from zeus_bso_server.api.asgi import route_path
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
     JobConfigMismatchError,
@@ -113,7 +114,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
             {
                 method
                 for route in request.app.routes
-                if isinstance(route, APIRoute) and route.path == request.url.path
+                if isinstance(route, APIRoute) and route.path == route_path(request.scope)
                 for method in route.methods or ()
             }
         )

@@ -19,7 +19,7 @@ import ipaddress
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from zeus_bso_server.api.asgi import answer_json
+from zeus_bso_server.api.asgi import answer_json, route_path
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
@@ -73,7 +73,7 @@ class HostCheckMiddleware:
         self.every_request = every_request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in HEALTH_PATHS:
+        if scope["type"] != "http" or route_path(scope) in HEALTH_PATHS:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
