@@ -168,6 +168,24 @@ def test_the_pages_need_no_network() -> None:
         assert "https://" not in text
 
 
+def test_the_api_docs_it_links_load_nothing_from_another_site(http: httpx.Client) -> None:
+    """Swagger UI and ReDoc come from the server itself, not a CDN: they work on a cluster
+    without a way out, as the dashboard does."""
+    dashboard = http.get("/dashboard").text
+    assert 'href="/docs"' in dashboard
+    for page in ("/docs", "/redoc"):
+        text = http.get(page).text
+        assert "http://" not in text
+        assert "https://" not in text
+        loaded = re.findall(r"""(?:href|src|url)[=:] ?["']([^"']+)["']""", text)
+        assert len(loaded) >= 2, (page, loaded)  # its script and the schema, at least
+        for url in loaded:
+            assert url.startswith("/"), (page, url)
+            answer = http.get(url)
+            assert answer.status_code == 200, (page, url)
+            assert answer.content, (page, url)
+
+
 def test_a_trial_shows_its_learning_curve_as_a_sparkline(http: httpx.Client) -> None:
     job_id = unique_id("curves")
     body = job_body(job_id, batch_sizes=[64], default_batch_size=64, target_metric=0.5)

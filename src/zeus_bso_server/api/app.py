@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from zeus_bso import __version__
 from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware
+from zeus_bso_server.api.docs_pages import DOCS_URL, OPENAPI_URL, REDOC_URL, STATIC_URL
 from zeus_bso_server.api.errors import install_error_handlers
 from zeus_bso_server.api.host_check import HostCheckMiddleware
 from zeus_bso_server.api.openapi import openapi_of
@@ -63,7 +65,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await checkpoints
             db.dispose()
 
-    app = FastAPI(
+    # FastAPI's own docs pages, with Swagger UI and ReDoc served from here (`docs_pages`).
+    app = FastAPIOffline(
+        docs_url=DOCS_URL,
+        redoc_url=REDOC_URL,
+        static_url=STATIC_URL,
+        openapi_url=OPENAPI_URL,
         title="zeus-bso",
         version=__version__,
         summary="Batch size optimizer for recurring training jobs (Zeus-compatible API)",

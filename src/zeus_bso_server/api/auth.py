@@ -23,17 +23,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from zeus_bso_server.api.asgi import answer_json, route_path
 from zeus_bso_server.api.cross_site import changes_state
+from zeus_bso_server.api.docs_pages import is_docs_path
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-DOCS_PAGES = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-"""The API's docs, which the dashboard links: read-only, as its pages are."""
-
-
 def _is_page(path: str) -> bool:
-    """A path a browser opens: the dashboard, the home page leading to it, the API docs."""
-    return path in ("/", "/dashboard") or path.startswith("/dashboard/") or path in DOCS_PAGES
+    """A path a browser opens: the dashboard, the home page leading to it, and the API docs
+    it links (read-only, as its pages are)."""
+    return path in ("/", "/dashboard") or path.startswith("/dashboard/") or is_docs_path(path)
 
 
 class TokenMiddleware:

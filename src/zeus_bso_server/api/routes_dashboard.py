@@ -21,6 +21,7 @@ from starlette.datastructures import URL
 from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.charts import cost_chart, hours, kwh, number, sparkline
 from zeus_bso_server.api.deps import Db
+from zeus_bso_server.api.docs_pages import DOCS_URL
 from zeus_bso_server.errors import JobNotFoundError
 from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
 
@@ -43,6 +44,7 @@ def templates() -> Jinja2Templates:
     pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
     pages.env.globals["url_for"] = _path_for_template  # paths, never the Host header's name
+    pages.env.globals["api_docs_url"] = _api_docs_url
     return pages
 
 
@@ -56,6 +58,11 @@ def path_for(request: Request, name: str) -> str:
 @jinja2.pass_context
 def _path_for_template(context: dict[str, Any], name: str) -> str:
     return path_for(context["request"], name)
+
+
+@jinja2.pass_context
+def _api_docs_url(context: dict[str, Any]) -> str:
+    return str(context["request"].scope.get("root_path", "")) + DOCS_URL
 
 
 def _utc(seconds: float | None) -> str:
