@@ -13,6 +13,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
@@ -23,7 +24,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 request_id: ContextVar[str] = ContextVar("zeus_bso_request_id", default="-")
@@ -101,6 +104,54 @@ class Metrics:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+FLEET_GAUGES = (
+    ("zeus_bso_jobs", "jobs", "Jobs registered."),
+    ("zeus_bso_runs_ended", "runs", "Ended runs (reported, failed, abandoned, infeasible)."),
+    ("zeus_bso_runs_energy_joules", "energy", "Energy ended runs spent."),
+    ("zeus_bso_runs_time_seconds", "time", "Time ended runs took."),
+    (
+        "zeus_bso_jobs_with_savings",
+        "jobs_with_savings",
+        "Jobs whose savings are known (their default and another batch size delivered models).",
+    ),
+    (
+        "zeus_bso_energy_saved_joules",
+        "energy_saved",
+        "Energy saved against delivering those jobs' models at their default batch sizes.",
+    ),
+    ("zeus_bso_energy_saved_ratio", "energy_saved_fraction", "Energy saved over that baseline."),
+    ("zeus_bso_cost_saved", "cost_saved", "Cost saved (joules: every job's cost unit)."),
+    ("zeus_bso_cost_saved_ratio", "cost_saved_fraction", "Cost saved over that baseline."),
+)
+"""The fleet's totals as gauges (name, `zeus_bso_server.read_models.FleetSummary` field,
+help): what the dashboard's summary says, for a chart of savings over time."""
+
+
+class _Fleet(Collector):
+    def __init__(self, totals: Mapping[str, float] | None) -> None:
+        self.totals = totals
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "zeus_bso_fleet_up",
+            "Whether the database answered for the fleet's totals (0: the zeus_bso_jobs... "
+            "gauges are left out).",
+            value=0 if self.totals is None else 1,
+        )
+        if self.totals is not None:
+            for name, field, text in FLEET_GAUGES:
+                yield GaugeMetricFamily(name, text, value=self.totals[field])
+
+
+def fleet_exposition(totals: Mapping[str, float] | None) -> bytes:
+    """The fleet's totals (a `FleetSummary`'s fields; None: the database did not answer) in
+    Prometheus' text format: read from the database at each scrape, whichever worker answers,
+    so they are the same from every worker."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Fleet(totals))
+    return generate_latest(registry)
 
 
 class RequestContextMiddleware:

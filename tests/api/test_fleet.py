@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import ServerProcess, job_body, run_one, run_recurrences, unique_id
 from zeus_bso.policy import zeus_cost
+from zeus_bso_server.observability import FLEET_GAUGES
 from zeus_bso_server.queries import fleet_summary
 from zeus_bso_server.read_models import FleetSummary
 from zeus_bso_server.settings import to_engine_url
@@ -98,6 +99,36 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     fleet = _fleet(server, prefix)
     assert fleet.model_dump() == _expected(http, jobs)
     assert fleet.jobs_with_savings == 2
+    # The same through the read API, for reports and the tools that chart them.
+    assert http.get("/api/summary", params={"prefix": prefix}).json() == _expected(http, jobs)
     # A prefix keeps its jobs only; another prefix sees none of them.
     assert _fleet(server, f"{prefix}-explores").model_dump() == _expected(http, jobs[:1])
     assert _fleet(server, unique_id("nofleet")).jobs == 0
+
+
+def test_metrics_carry_the_fleets_totals(http: httpx.Client) -> None:
+    """``/metrics`` gives the fleet's totals as gauges (savings over time, in a chart), read at
+    each scrape: the same figures as ``GET /api/summary``."""
+    run_recurrences(http, _registered(http, unique_id("fleetmetrics")), 8)
+    whole = http.get("/api/summary").json()
+    scraped = _gauges(http.get("/metrics").text)
+    assert whole["energy_saved"] != 0  # a fleet with savings: the figures are not all zeros
+    assert scraped["zeus_bso_fleet_up"] == 1
+    for name, field, _ in FLEET_GAUGES:
+        assert scraped[name] == pytest.approx(whole[field]), name
+
+
+def _registered(http: httpx.Client, job_id: str) -> str:
+    body = job_body(job_id, prefix=job_id.split("-")[0], max_epochs=3)
+    assert http.post("/jobs", json=body).status_code == 201
+    return job_id
+
+
+def _gauges(text: str) -> dict[str, float]:
+    """The unlabelled samples of a Prometheus exposition, by name."""
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if line and not line.startswith("#") and "{" not in name:
+            found[name] = float(value)
+    return found

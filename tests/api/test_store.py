@@ -171,6 +171,11 @@ def test_a_sqlite_file_deleted_or_replaced_under_the_server_refuses_writes(
             assert refused.status_code == 503, refused.text
             assert http.get("/readyz").status_code == 503
             assert http.get("/healthz").status_code == 200
+            metrics = http.get("/metrics")  # still answers: without the fleet's totals
+            assert metrics.status_code == 200
+            assert "zeus_bso_fleet_up 0.0" in metrics.text
+            assert "zeus_bso_http_requests_total" in metrics.text
+            assert "zeus_bso_energy_saved_joules" not in metrics.text
         assert f"the SQLite database {path}" in server.log()
         assert "deleted" in server.log() if how == "deleted" else "replaced" in server.log()
     finally:

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import SchemaError, ServerError
+from zeus_bso_server.observability import fleet_exposition
+from zeus_bso_server.queries import fleet_summary
 from zeus_bso_server.store.migrate import check_schema
+
+logger = logging.getLogger(__name__)
 
 health = APIRouter(tags=["health"])
 
 
 @health.get("/metrics", tags=["observability"], response_class=Response)
-async def metrics(request: Request) -> Response:
-    """Prometheus metrics (all worker processes)."""
+async def metrics(request: Request, db: Db) -> Response:
+    """Prometheus metrics (all worker processes), and the fleet's totals (`GET /api/summary`)
+    read from the database at each scrape."""
     body, content_type = request.app.state.metrics.exposition()
-    return Response(body, media_type=content_type)
+    try:
+        totals: dict[str, float] | None = (await fleet_summary(db, None)).model_dump()
+    except ServerError as err:
+        logger.warning("/metrics without the fleet's totals: %s", err.message)
+        totals = None
+    return Response(body + fleet_exposition(totals), media_type=content_type)
 
 
 _PING = text("SELECT 1")

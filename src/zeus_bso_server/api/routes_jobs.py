@@ -1,4 +1,5 @@
-"""Routes of ours on top of the upstream protocol: the job list, one job, a trial's heartbeat."""
+"""Routes of ours on top of the upstream protocol: the job list, the fleet's totals, one job, a
+trial's heartbeat."""
 
 from __future__ import annotations
 
@@ -16,8 +17,15 @@ from zeus_bso.spec import (
     TrialId,
 )
 from zeus_bso_server.api.deps import Db, Service
-from zeus_bso_server.queries import job_summaries, job_view
-from zeus_bso_server.read_models import JobSummary, JobView, Pin, PinRequest, TrialView
+from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
+from zeus_bso_server.read_models import (
+    FleetSummary,
+    JobSummary,
+    JobView,
+    Pin,
+    PinRequest,
+    TrialView,
+)
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 
@@ -31,6 +39,16 @@ async def list_jobs(
 ) -> list[JobSummary]:
     """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it."""
     return await job_summaries(db, prefix, limit, offset)
+
+
+@router.get("/summary", response_model=FleetSummary)
+async def summary(
+    db: Db,
+    prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
+) -> FleetSummary:
+    """Every job's spending and savings together (the dashboard's totals), or those of the jobs
+    whose id starts with ``prefix``: for reports and for tools that chart them."""
+    return await fleet_summary(db, prefix)
 
 
 JobIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable]
