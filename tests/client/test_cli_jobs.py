@@ -161,6 +161,28 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert "404" in gone.stderr
 
 
+def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:
+    """The dashboard's totals, in words and as JSON; a read-only token may ask."""
+    job_id = unique_id("clisum")
+    job_with_trials(server, job_id, runs=3)
+    with ServerClient(server.url, token=TOKEN) as client:
+        totals = client.summary(job_id)
+    assert (totals["jobs"], totals["runs"], totals["energy"], totals["time"]) == (1, 3, 10800, 120)
+    as_json = cli(server, "summary", "--prefix", job_id, "--json", token=READ_TOKEN)
+    assert json.loads(as_json.stdout) == totals
+    words = cli(server, "summary", "--prefix", job_id, token=READ_TOKEN)
+    assert words.returncode == 0, words.stderr
+    assert words.stdout.startswith(
+        f"1 job whose id starts with '{job_id}', 3 ended runs: 0.003 kWh of energy and 0.0333 h "
+        "of training spent. Against delivering their models at their default batch sizes, 1 of "
+        "them spent "
+    )
+    share = 100 * totals["energy_saved_fraction"]
+    assert f"({-share:.1f}% more energy)" in words.stdout  # later runs cost more here
+    nothing = cli(server, "summary", "--prefix", unique_id("nojobs"))
+    assert nothing.stdout.startswith("no jobs whose id starts with")
+
+
 def test_errors_say_what_to_do(server: ServerProcess) -> None:
     no_token = cli(server, "list", token=None)
     assert no_token.returncode == 1

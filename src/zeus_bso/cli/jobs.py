@@ -156,6 +156,58 @@ def list_command(
         err.print(escape("no jobs" + (f" whose id starts with {prefix!r}" if prefix else "")))
 
 
+@jobs_app.command("summary")
+def summary_command(
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    prefix: Annotated[str | None, typer.Option(help="Only ids that start with this")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of words")] = False,
+) -> None:
+    """Every job's spending and savings together (the dashboard's totals)."""
+    totals = _ask(server, token, lambda client: client.summary(prefix))
+    if as_json:
+        typer.echo(json.dumps(totals, indent=2))
+        return
+    typer.echo(totals_in_words(totals, prefix))
+
+
+def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
+    """The fleet's totals as the dashboard says them."""
+    jobs, runs = totals["jobs"], totals["runs"]
+    if not jobs:
+        return "no jobs" + (f" whose id starts with {prefix!r}" if prefix else "")
+    where = f" whose id starts with {prefix!r}" if prefix else ""
+    text = (
+        f"{jobs} job{'' if jobs == 1 else 's'}{where}, {runs} ended run{'' if runs == 1 else 's'}: "
+        f"{_kwh(totals['energy'])} of energy and {_hours(totals['time'])} of training spent."
+    )
+    if not totals["jobs_with_savings"]:
+        return text + (
+            " Savings are known once a job has a converged run at its default batch size and "
+            "runs at another."
+        )
+    energy, cost = totals["energy_saved"], totals["cost_saved"]
+    energy_share = abs(100 * totals["energy_saved_fraction"])
+    cost_share = abs(100 * totals["cost_saved_fraction"])
+    return text + (
+        f" Against delivering their models at their default batch sizes, "
+        f"{totals['jobs_with_savings']} of them "
+        + (f"saved {_kwh(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
+           f"spent {_kwh(-energy)} ({energy_share:.1f}% more energy)")
+        + " and "
+        + (f"saved {cost_share:.1f}% of the cost." if cost >= 0 else
+           f"spent {cost_share:.1f}% more cost.")
+    )  # fmt: skip
+
+
+def _kwh(joules: float) -> str:
+    return f"{joules / 3.6e6:.3g} kWh"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
+
+
 @jobs_app.command("show")
 def show_command(
     job_id: JobId,

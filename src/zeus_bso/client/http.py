@@ -253,6 +253,12 @@ class ServerClient:
             params["prefix"] = prefix
         return list(self._request("GET", "/api/jobs", params=params).json())
 
+    def summary(self, prefix: str | None = None) -> dict[str, Any]:
+        """Every job's spending and savings together, or those of the jobs whose id starts with
+        ``prefix`` (``GET /api/summary``)."""
+        params = {"prefix": prefix} if prefix else {}
+        return dict(self._request("GET", "/api/summary", params=params).json())
+
     def trials(self, job_id: str) -> list[dict[str, Any]]:
         """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page)."""
         found: list[dict[str, Any]] = []
