@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from zeus_bso.spec import CreatedJob
 from zeus_bso_server.cli import app
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
+from zeus_bso_server.store.dialects import SCHEMA_LOCK_NAME
 from zeus_bso_server.store.migrate import head_revision, upgrade
 
 # Batch size -> reports, mean cost, m2, converged runs, their cost sum, cheapest converged cost.
@@ -252,6 +255,51 @@ def test_concurrent_upgrades_of_a_fresh_database_all_succeed(
     current = run_cli("db", "current", "--db", url, cwd=tmp_path).stdout
     revision = current.split()[1]
     assert current.split()[-1] == revision, current
+
+
+def test_the_next_to_take_mysqls_schema_lock_finds_the_migration_committed(
+    request: pytest.FixtureRequest,
+) -> None:
+    """MySQL's schema lock belongs to the session: released before the migration's transaction
+    committed, the next replica to take it read the revision before the last step (its version
+    row not yet committed) and ran that step again: "Table 'power_profiles' already exists" (a
+    concurrent start of four replicas failed so in CI). A session that waits on the lock
+    while a fresh database is upgraded must, once it holds it, read the head revision."""
+    url = request.getfixturevalue("mariadb").new_database()
+    engine = Database(to_engine_url(url)).engine
+    lock = {"name": SCHEMA_LOCK_NAME, "wait": 60}
+    seen: list[Any] = []
+    with engine.connect() as waiting:
+        taken = threading.Event()
+
+        def wait_then_read() -> None:
+            taken.set()
+            assert waiting.execute(text("SELECT GET_LOCK(:name, :wait)"), lock).scalar() == 1
+            seen.append(waiting.execute(text("SELECT version_num FROM alembic_version")).all())
+            waiting.execute(text("SELECT RELEASE_LOCK(:name)"), lock)
+
+        async def migrate() -> None:
+            db = Database(to_engine_url(url))
+            try:
+                await upgrade(db)
+            finally:
+                db.dispose()
+
+        # The migration first: it takes the lock, then the waiting session asks for it.
+        with engine.connect() as holder:
+            assert holder.execute(text("SELECT GET_LOCK(:name, :wait)"), lock).scalar() == 1
+            reader = threading.Thread(target=wait_then_read)
+            migration = threading.Thread(target=lambda: asyncio.run(migrate()))
+            migration.start()
+            time.sleep(0.5)  # the migration waits on the lock first
+            reader.start()
+            taken.wait()
+            time.sleep(0.5)  # and the reader behind it
+            holder.execute(text("SELECT RELEASE_LOCK(:name)"), lock)
+            migration.join(120)
+            reader.join(120)
+    engine.dispose()
+    assert seen == [[(head_revision(),)]]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

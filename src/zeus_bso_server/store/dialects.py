@@ -106,6 +106,11 @@ class Dialect:
         stmt = upsert(table).values(values).on_conflict_do_nothing().returning(key)
         return conn.execute(stmt).first() is not None
 
+    session_schema_lock: ClassVar[bool] = False
+    """Whether `lock_schema` takes a lock of the session, not of the transaction: it is then
+    taken before a migration's transaction begins and released after it commits
+    (`zeus_bso_server.store.migrate.on_connection`)."""
+
     def lock_schema(self, conn: Connection) -> None:
         """Take the database-wide lock migrations run under (replicas that upgrade as they
         start take turns)."""
@@ -188,6 +193,8 @@ class _MySQL(Dialect):
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         # No RETURNING; INSERT IGNORE's row count is exact here.
         return bool(conn.execute(insert(table).prefix_with("IGNORE").values(values)).rowcount)
+
+    session_schema_lock = True
 
     def lock_schema(self, conn: Connection) -> None:
         # DDL commits on MySQL: a session lock, released by `unlock_schema`.

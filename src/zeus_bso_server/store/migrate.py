@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.resources import files
 from typing import TypeVar
 
@@ -53,14 +54,17 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
     config = alembic_config()
     config.attributes["connection"] = connection
     dialect = dialect_of(connection)
-    dialect.lock_schema(connection)
+    in_transaction = not dialect.session_schema_lock  # else `on_connection` holds it
+    if in_transaction:
+        dialect.lock_schema(connection)
     notices: list[str] = []
     try:
         if down:
             notices = _check_downgrade(connection, config, revision)
         (command.downgrade if down else command.upgrade)(config, revision)
     finally:
-        dialect.unlock_schema(connection)
+        if in_transaction:
+            dialect.unlock_schema(connection)
     return notices
 
 
@@ -100,18 +104,44 @@ async def on_connection(
     db: Database, work: Callable[[Connection], T], *, exclusive: bool = False
 ) -> T:
     """Run ``work`` (schema work: Alembic, reflection) on a SQLAlchemy `Connection` of ``db``,
-    in a transaction, in a worker thread; ``exclusive`` takes SQLite's write lock from the
-    start. The driver's errors are not translated: the CLI shows their own words."""
+    in a transaction, in a worker thread; ``exclusive`` (a migration) takes SQLite's write lock
+    from the start, and a dialect's session lock on the schema around the transaction. The
+    driver's errors are not translated: the CLI shows their own words."""
 
     def run() -> T:
         with db.engine.connect() as connection:
             connection = connection.execution_options(**{WRITE_OPTION: exclusive})
-            if not (exclusive and dialect_of(connection).rebuilds_tables):
-                with connection.begin():
-                    return work(connection)
-            return _without_sqlite_foreign_keys(connection, work)
+            dialect = dialect_of(connection)
+            with _session_schema_lock(connection) if exclusive else contextlib.nullcontext():
+                if not (exclusive and dialect.rebuilds_tables):
+                    with connection.begin():
+                        return work(connection)
+                return _without_sqlite_foreign_keys(connection, work)
 
     return await anyio.to_thread.run_sync(run)
+
+
+@contextlib.contextmanager
+def _session_schema_lock(connection: Connection) -> Iterator[None]:
+    """Hold a dialect's session lock on the schema (MySQL's) from before the migration's
+    transaction until after it commits. Released inside it, the next process to take the lock
+    read the revision before the migration's last step, whose version row was not committed
+    yet, and ran that step again ("Table 'power_profiles' already exists"). A connection whose
+    lock cannot be released is closed, which releases it."""
+    dialect = dialect_of(connection)
+    if not dialect.session_schema_lock:
+        yield
+        return
+    dialect.lock_schema(connection)
+    connection.commit()
+    try:
+        yield
+    finally:
+        try:
+            dialect.unlock_schema(connection)
+            connection.commit()
+        except SQLAlchemyError:
+            connection.invalidate()
 
 
 def _without_sqlite_foreign_keys(connection: Connection, work: Callable[[Connection], T]) -> T:
