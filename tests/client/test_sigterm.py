@@ -185,7 +185,7 @@ def test_handle_sigterm_false_leaves_sigterm_to_the_default(
 
 
 FORKED = """
-import os, signal, sys
+import os, signal, sys, time
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.energy import EstimateMeter
 job = JobSpec.model_validate_json({job!r})
@@ -196,8 +196,8 @@ with BatchSizeOptimizer({url!r}, job, energy_meter=EstimateMeter(100)) as bso:
     child = os.fork()  # as a DataLoader worker is: it inherits the handler
     if child == 0:
         os.write(up, b"1")  # after the fork's own work (Python drops signals that came in it)
-        signal.pause()
-        os._exit(0)
+        while True:  # not signal.pause(), which waits on if the signal came just before it
+            time.sleep(0.01)
     os.read(started, 1)
     os.kill(child, signal.SIGTERM)
     _, status = os.waitpid(child, 0)
