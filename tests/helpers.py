@@ -332,3 +332,18 @@ def run_recurrences(http: httpx.Client, job_id: str, count: int) -> list[dict[st
         http.patch("/trials", json=trial)
         trials.append(trial)
     return trials
+
+
+def sigterm_a_forked_child() -> int:
+    """Fork a child that waits (as a DataLoader worker does: it inherits the signal handlers),
+    send it SIGTERM, and return the signal that ended it (0: it exited)."""
+    started, up = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(up, b"1")  # after the fork's own work (Python drops signals that came in it)
+        while True:  # not signal.pause(), which waits on if the signal came just before it
+            time.sleep(0.01)
+    os.read(started, 1)
+    os.kill(child, signal.SIGTERM)
+    _, status = os.waitpid(child, 0)
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0

@@ -185,23 +185,15 @@ def test_handle_sigterm_false_leaves_sigterm_to_the_default(
 
 
 FORKED = """
-import os, signal, sys, time
+import signal
+from tests.helpers import sigterm_a_forked_child
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.energy import EstimateMeter
 job = JobSpec.model_validate_json({job!r})
 with BatchSizeOptimizer({url!r}, job, energy_meter=EstimateMeter(100)) as bso:
     bso.get_batch_size()
     bso.on_train_begin()
-    started, up = os.pipe()
-    child = os.fork()  # as a DataLoader worker is: it inherits the handler
-    if child == 0:
-        os.write(up, b"1")  # after the fork's own work (Python drops signals that came in it)
-        while True:  # not signal.pause(), which waits on if the signal came just before it
-            time.sleep(0.01)
-    os.read(started, 1)
-    os.kill(child, signal.SIGTERM)
-    _, status = os.waitpid(child, 0)
-    print("child", os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
+    print("child", sigterm_a_forked_child() == signal.SIGTERM)  # a DataLoader worker's end
     bso.on_evaluate(0.9)
 print("after", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, bso.outcome.converged)
 """

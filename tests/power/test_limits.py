@@ -14,7 +14,7 @@ from types import FrameType
 
 import pytest
 
-from tests.helpers import one_settable_gpu
+from tests.helpers import one_settable_gpu, sigterm_a_forked_child
 from zeus_bso.errors import PowerLimitError
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.limits import restore_orphaned
@@ -125,17 +125,7 @@ def test_a_forked_child_sent_sigterm_leaves_the_owner_s_limits_alone(double: Pat
     try:
         limits = GpuPowerLimits(double)
         assert limits.set(250.0)
-        started, up = os.pipe()
-        child = os.fork()
-        if child == 0:  # the worker
-            os.write(up, b"1")  # after the fork's own work (Python drops signals that came in it)
-            while True:  # not signal.pause(), which waits on if the signal came just before it
-                time.sleep(0.01)
-        os.read(started, 1)
-        os.kill(child, signal.SIGTERM)
-        _, status = os.waitpid(child, 0)
-        assert os.WIFSIGNALED(status)
-        assert os.WTERMSIG(status) == signal.SIGTERM
+        assert sigterm_a_forked_child() == signal.SIGTERM  # the worker ends as by default
         assert limit_now() == 250.0  # the run's, still
         assert list(double.glob("*.json"))  # and its record
         limits.restore()
