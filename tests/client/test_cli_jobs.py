@@ -5,18 +5,24 @@ the server and its token, the energy meter (none here; NVML's test double), powe
 from __future__ import annotations
 
 import csv
+import functools
+import http.server
 import io
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from zeus_bso import BatchSizeOptimizer
 from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
+from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import (
     GpuConfig,
     JobSpec,
@@ -260,6 +266,40 @@ def test_check_says_what_a_run_here_would_find(server: ServerProcess) -> None:
     assert down.returncode == 1
     assert "FAIL server: cannot reach" in down.stdout
     assert "runs would train at the default batch size" in down.stdout
+
+
+@pytest.fixture
+def another_web_server(tmp_path: Path) -> Iterator[str]:
+    """A web server that is no batch size optimizer (what a wrong URL or path prefix finds):
+    Python's own, serving an empty folder (404 pages, 501 for a POST)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{web.server_address[1]}"
+    web.shutdown()
+    web.server_close()
+
+
+def test_a_url_where_no_batch_size_optimizer_answers_is_said_in_a_line(
+    server: ServerProcess, another_web_server: str
+) -> None:
+    """Not taken for upstream Zeus's server (which publishes the protocol in its OpenAPI
+    schema), and no error page is dumped: the run and the check say what answered."""
+    url = another_web_server + "/zeus-bso"
+    checked = cli(server, "--server", url, command="check")
+    assert checked.returncode == 1
+    assert f"FAIL server: no batch size optimizer answers at {url}: GET /api/jobs answered 404" in (
+        checked.stdout
+    )
+    assert "an HTML page (Error response), not a zeus-bso server's answer" in checked.stdout
+    assert "<html" not in checked.stdout.lower()
+    spec = JobSpec(job_id_prefix="wrongurl", batch_sizes=[16, 32], default_batch_size=32)
+    with pytest.raises(ZeusBSOError) as raised:
+        BatchSizeOptimizer(url, spec, energy_meter=EstimateMeter(100)).get_batch_size()
+    said = str(raised.value)
+    assert said.startswith("POST /jobs answered 501: an HTML page (Error response), not a ")
+    assert f"(is {url} the zeus-bso server's address?)" in said
+    assert "\n" not in said
 
 
 def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess) -> None:

@@ -213,11 +213,26 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     registered)."""
     from zeus_bso.client.http import ServerClient
 
+    upstream = False  # a server without our read API that speaks the protocol
     try:
         with ServerClient(server, token=token or None, timeout=10.0, retry_seconds=0.0) as client:
-            client.list_jobs(limit=1)
+            try:
+                client.list_jobs(limit=1)
+            except RouteMissingError:
+                upstream = client.speaks_protocol()
+                raise
             writes = client.may_write()
-    except RouteMissingError:
+    except RouteMissingError as error:
+        if not upstream:
+            findings.checks.append(
+                Finding(
+                    "server",
+                    False,
+                    f"no batch size optimizer answers at {server}: {error}; check the URL (and "
+                    "the path prefix of a server behind a reverse proxy)",
+                )
+            )
+            return
         findings.checks.append(
             Finding(
                 "server",

@@ -8,6 +8,7 @@ heartbeats and retries belong to the layers built on it.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
@@ -16,7 +17,12 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
-from zeus_bso.errors import RouteMissingError, ServerConnectionError, ServerRejectedError
+from zeus_bso.errors import (
+    RouteMissingError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
 from zeus_bso.spec import (
     CreatedJob,
     DispatchedTrial,
@@ -40,6 +46,23 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 def _gpu_params(gpu: GpuConfig | None) -> dict[str, str]:
     return {} if gpu is None else {k: str(v) for k, v in gpu.model_dump().items()}
+
+
+def not_ours(response: httpx.Response) -> str:
+    """An answer that is not a zeus-bso server's JSON, in a line: an HTML page's title, or a
+    text's first line (a reverse proxy's or another server's error page, whole, said nothing
+    more)."""
+    text = response.text.strip()
+    kind = response.headers.get("content-type", "")
+    if "html" in kind or text.startswith("<"):
+        title = _TITLE.search(text)
+        words = " ".join(title.group(1).split()) if title else ""
+        return f"an HTML page{f' ({words})' if words else ''}, not a zeus-bso server's answer"
+    first = text.splitlines()[0][:200] if text else ""
+    return f"{first!r}, not a zeus-bso server's answer" if first else "an empty answer"
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 class ServerClient:
@@ -122,17 +145,30 @@ class ServerClient:
             except ValueError:
                 body = None
             ours = isinstance(body, dict) and "message" in body
-            message = str(body["message"]) if ours else response.text
+            message = str(body["message"]) if ours else not_ours(response)
             root = httpx.URL(self.server_url)
             if response.status_code in (404, 405) and root.path not in ("", "/"):
                 message += (
                     f" (the server URL has a path, {root.path!r}: give the server's root, "
-                    f"{root.scheme}://{root.netloc.decode()})"
+                    f"{root.scheme}://{root.netloc.decode()}, or the path prefix a reverse proxy "
+                    "serves it below)"
                 )
+            elif not ours and (response.status_code < 500 or response.status_code == 501):
+                message += f" (is {self.server_url} the zeus-bso server's address?)"
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
         return response
+
+    def speaks_protocol(self) -> bool:
+        """Whether the server describes the batch size optimizer's protocol (``GET /jobs/
+        batch_size`` in its OpenAPI schema, which upstream Zeus's server publishes too): how a
+        server without zeus-bso's read API is told from no batch size optimizer at all."""
+        try:
+            schema = self._request("GET", "/openapi.json").json()
+        except (ZeusBSOError, ValueError):
+            return False
+        return isinstance(schema, dict) and "/jobs/batch_size" in (schema.get("paths") or {})
 
     def may_write(self) -> bool:
         """Whether the token lets a run register and report, found without changing anything:
