@@ -299,3 +299,55 @@ def test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler(
     with ServerClient(server.url) as client:
         (trial,) = client.trials(spec_.job_id or "")
     assert (trial["status"], trial["epochs"]) == ("released", 1)
+
+
+LOOP_ADAPTER_RUN = """
+import pathlib, time
+from zeus_bso import JobSpec
+from zeus_bso.energy import EstimateMeter
+{setup}
+job = JobSpec.model_validate_json({job!r})
+ready = pathlib.Path({ready!r})
+with Adapter(framework, {url!r}, job, energy_meter=EstimateMeter(100)) as bso:
+    bso.train_begin()
+    assert not bso.report(0.1)  # epoch 1, reported
+    ready.write_text("training")
+    while True:  # epoch 2, which the signal interrupts
+        time.sleep(0.01)
+"""
+
+ADAPTERS = {
+    "accelerate": (
+        "accelerate",
+        "from accelerate import Accelerator\n"
+        "from zeus_bso.integrations.accelerate import ZeusBSOAccelerate as Adapter\n"
+        "framework = Accelerator(cpu=True)",
+    ),
+    "fabric": (
+        "lightning",
+        "from lightning.fabric import Fabric\n"
+        "from zeus_bso.integrations.fabric import ZeusBSOFabric as Adapter\n"
+        "framework = Fabric(accelerator='cpu', devices=1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_a_terminated_loop_adapter_run_releases_its_trial(
+    server: ServerProcess, tmp_path: Path, adapter: str
+) -> None:
+    """Accelerate and Fabric leave SIGTERM alone, as the HF Trainer does: the adapter's session
+    turns it into `Terminated`, and its ``with`` block releases the trial."""
+    module, setup = ADAPTERS[adapter]
+    pytest.importorskip(module, reason=f"pip install 'zeus-bso[{module}]'")
+    job = spec(adapter)
+    ready = tmp_path / "ready"
+    script = LOOP_ADAPTER_RUN.format(
+        setup=setup, job=job.model_dump_json(), ready=str(ready), url=server.url
+    )
+    done = terminated(script, ready, tmp_path, wait_s=180)
+    assert done.returncode == TERMINATED, done.stderr
+    # The adapter shows the outcome through the framework's print (standard output).
+    assert "interrupted (SIGTERM); not counted against it" in done.stdout
+    (trial,) = trials_of(server, job)
+    assert (trial["status"], trial["epochs"]) == ("released", 1)
