@@ -179,7 +179,7 @@ def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:
     words = cli(server, "summary", "--prefix", job_id, token=READ_TOKEN)
     assert words.returncode == 0, words.stderr
     assert words.stdout.startswith(
-        f"1 job whose id starts with '{job_id}', 3 ended runs: 0.003 kWh of energy and 0.0333 h "
+        f"1 job whose id starts with '{job_id}', 3 ended runs: 10.8 kJ of energy and 2.0 min "
         "of training spent. Against delivering their models at their default batch sizes, 1 of "
         "them spent "
     )

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.outcome import duration_text, energy_text
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 
 T = TypeVar("T")
@@ -179,7 +180,8 @@ def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     where = f" whose id starts with {prefix!r}" if prefix else ""
     text = (
         f"{jobs} job{'' if jobs == 1 else 's'}{where}, {runs} ended run{'' if runs == 1 else 's'}: "
-        f"{_kwh(totals['energy'])} of energy and {_hours(totals['time'])} of training spent."
+        f"{energy_text(totals['energy'])} of energy and {duration_text(totals['time'])} of "
+        "training spent."
     )
     if not totals["jobs_with_savings"]:
         return text + (
@@ -192,20 +194,12 @@ def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     return text + (
         f" Against delivering their models at their default batch sizes, "
         f"{totals['jobs_with_savings']} of them "
-        + (f"saved {_kwh(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
-           f"spent {_kwh(-energy)} ({energy_share:.1f}% more energy)")
+        + (f"saved {energy_text(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
+           f"spent {energy_text(-energy)} ({energy_share:.1f}% more energy)")
         + " and "
         + (f"saved {cost_share:.1f}% of the cost." if cost >= 0 else
            f"spent {cost_share:.1f}% more cost.")
     )  # fmt: skip
-
-
-def _kwh(joules: float) -> str:
-    return f"{joules / 3.6e6:.3g} kWh"
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.3g} h"
 
 
 @jobs_app.command("show")

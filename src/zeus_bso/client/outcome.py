@@ -49,7 +49,7 @@ class RunOutcome:
         """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
         the cheapest run's; the model did not reach the target. Next run: 64.``"""
         size = f"batch size {self.batch_size}"
-        spent = f"{_duration(self.seconds)}, {_energy(self.joules)}"
+        spent = f"{duration_text(self.seconds)}, {energy_text(self.joules)}"
         if self.reason is StopReason.NOT_TRAINED:
             line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
         elif self.reason is StopReason.FAILED:
@@ -83,7 +83,8 @@ def show_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """Seconds as a run's line says them: ``0.2 s``, ``42 s``, ``61.7 min``, ``2.5 h``."""
     if seconds < 9.95:  # a short run (a CPU example) reads "0.2 s", not "0 s"
         return f"{seconds:.1f} s"
     if seconds < 90:
@@ -93,7 +94,8 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _energy(joules: float) -> str:
+def energy_text(joules: float) -> str:
+    """Joules as a run's line says them: ``0.5 J``, ``52 J``, ``4.2 kJ``, ``10.00 kWh``."""
     if joules < 9.95:
         return f"{joules:.1f} J"
     if joules < 1e3:
