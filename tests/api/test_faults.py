@@ -270,10 +270,11 @@ def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> Non
 
 
 class _GatewayDown:
-    """A reverse proxy in front of a server that answers 502 to every report while ``down``
-    is set, as a proxy does while the server behind it restarts."""
+    """A reverse proxy in front of a server that answers 502 to every request to ``down_on``
+    (a path prefix) while ``down`` is set, as a proxy does while the server behind it
+    restarts."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, down_on: str = "/report") -> None:
         import http.server
 
         self.down = threading.Event()
@@ -286,7 +287,7 @@ class _GatewayDown:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                if outer.down.is_set() and self.path.startswith("/report"):
+                if outer.down.is_set() and self.path.startswith(down_on):
                     status, content, kind = 502, b"<html>502 Bad Gateway</html>", "text/html"
                 else:
                     headers = {"Content-Type": self.headers.get("Content-Type", "")}
@@ -332,6 +333,32 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
         assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 2)
     finally:
         proxy.close()
+
+
+def test_a_proxys_bad_gateway_at_start_trains_at_the_default(
+    sqlite_server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Behind a reverse proxy, a server that is down at start answers 502 (the proxy's): the run
+    trains at the default batch size without the server, as when it cannot be reached, rather
+    than failing (a 502 raised into the script)."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    proxy = _GatewayDown(sqlite_server.url, down_on="/")
+    proxy.down.set()
+    try:
+        spec, bso = training_run(proxy.url, "gatewaystart")
+        assert (bso.offline, bso.batch_size) == (True, spec.default_batch_size)
+        assert "the server could not be reached at start (POST /jobs answered 502" in caplog.text
+        assert bso.on_evaluate(0.9).stop_train  # judged here, at the target
+        bso.end()
+        assert bso.outcome is not None
+        assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
+    finally:
+        proxy.close()
+    with sqlite_server.client() as http:  # nothing reached the server
+        assert http.get(f"/api/jobs/{spec.job_id}").status_code == 404
 
 
 def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(

@@ -339,8 +339,10 @@ class BatchSizeOptimizer:
 
     def _unavailable(self, err: ZeusBSOError, batch_size: int | None = None) -> int:
         """Train without the server, at ``batch_size`` or the fallback (or raise ``err``)."""
+        # Away for now: unreachable, busy (503), or a reverse proxy's gateway errors while the
+        # server behind it is down or restarting (502, 504). Anything else is a usage error.
         transient = isinstance(err, ServerConnectionError) or (
-            isinstance(err, ServerRejectedError) and err.status == 503
+            isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
         )
         if not transient or self._on_server_unavailable == "raise":
             raise err
