@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 from enum import StrEnum
+from typing import Protocol
 
 from zeus_bso.client.memory import out_of_memory
 from zeus_bso.errors import ConfigurationError
@@ -69,6 +70,31 @@ def verdict(error: BaseException, *, trained: bool) -> Verdict:
     if isinstance(error, ConfigurationError) or not trained:
         return Verdict.NOT_CHARGED
     return Verdict.FAILED
+
+
+class Ending(Protocol):
+    """A run's ways to end (`zeus_bso.client.BatchSizeOptimizer`'s, and
+    `zeus_bso.training.TrialSession`'s on every process), one a verdict."""
+
+    def end_out_of_memory(self, why: str | None = None) -> None: ...
+
+    def end_interrupted(self, why: str) -> None: ...
+
+    def release(self, why: str) -> None: ...
+
+    def abort(self, why: str | None = None) -> None: ...
+
+
+def end_as(run: Ending, judged: Verdict, why: str) -> None:
+    """End ``run`` as ``judged``: infeasible, interrupted, released or failed."""
+    if judged is Verdict.OUT_OF_MEMORY:
+        run.end_out_of_memory(why)
+    elif judged is Verdict.INTERRUPTED:
+        run.end_interrupted(why)
+    elif judged is Verdict.NOT_CHARGED:
+        run.release(why)
+    else:
+        run.abort(why)
 
 
 def described(error: BaseException) -> str:

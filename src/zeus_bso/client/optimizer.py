@@ -387,9 +387,7 @@ class BatchSizeOptimizer:
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)
             trial = dispatched.trial
-            _OPEN_RUNS.add(self)
-            if self._handle_sigterm:
-                self._sigterm.install()
+            self._opened()
             self._memory_cap = dispatched.memory_cap
             self.power_limit = dispatched.power_limit
             self.power_profiling = dispatched.power_profiling
@@ -640,13 +638,18 @@ class BatchSizeOptimizer:
             self._register()
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
-        _OPEN_RUNS.add(self)
-        if self._handle_sigterm:
-            self._sigterm.install()
+        self._opened()
         if self._power_limits:
             self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
+
+    def _opened(self) -> None:
+        """The run's trial is open (dispatched or resumed) until `_finish`: a later run of the
+        job in this thread supersedes it, and SIGTERM releases it (``handle_sigterm``)."""
+        _OPEN_RUNS.add(self)
+        if self._handle_sigterm:
+            self._sigterm.install()
 
     def _supersede(self) -> None:
         """End this process's earlier runs of the job, started on this thread, that never
@@ -900,14 +903,7 @@ class BatchSizeOptimizer:
         judged = failure.verdict(error, trained=self.progress.began if trained is None else trained)
         if self._sigterm.received and judged is not failure.Verdict.OUT_OF_MEMORY:
             judged = failure.Verdict.INTERRUPTED  # e.g. a handler of the script's own exited
-        if judged is failure.Verdict.OUT_OF_MEMORY:
-            self.end_out_of_memory(why)
-        elif judged is failure.Verdict.INTERRUPTED:
-            self.end_interrupted(why)
-        elif judged is failure.Verdict.NOT_CHARGED:
-            self.release(why)
-        else:
-            self.abort(why)
+        failure.end_as(self, judged, why)
 
     def end_interrupted(self, why: str) -> None:
         """End a run interrupted from outside (``why``: Ctrl-C, a SIGTERM such as a

@@ -523,16 +523,7 @@ class TrialSession:
         """The run raised ``error``: it ran out of memory (`end_out_of_memory`), was
         interrupted (Ctrl-C, a SIGTERM), failed for a reason that is not its batch size's
         (`release`), or failed (`abort`); see `zeus_bso.client.failure`."""
-        why = failure.described(error)
-        judged = failure.verdict(error, trained=trained)
-        if judged is failure.Verdict.OUT_OF_MEMORY:
-            self.end_out_of_memory(why)
-        elif judged is failure.Verdict.INTERRUPTED:
-            self.end_interrupted(why)
-        elif judged is failure.Verdict.NOT_CHARGED:
-            self.release(why)
-        else:
-            self.abort(why)
+        failure.end_as(self, failure.verdict(error, trained=trained), failure.described(error))
 
     def __enter__(self) -> Self:
         return self
