@@ -97,3 +97,21 @@ def test_outside_the_main_thread_nothing_is_held_or_handed_over() -> None:
     thread.join()
     assert errors == []
     assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[ZEUS_BSO], [ZEUS_BSO, "jobs"], [SERVER_BIN], [SERVER_BIN, "db"]],
+    ids=["zeus-bso", "zeus-bso jobs", "zeus-bso-server", "zeus-bso-server db"],
+)
+def test_each_command_is_listed_in_one_line(argv: list[str]) -> None:
+    """A group's help lists each command with a summary on one line, at any width wide enough:
+    a docstring's line breaks showed in the list (Typer keeps them there)."""
+    env = {**environment_without_settings(), "COLUMNS": "200"}
+    shown = subprocess.run(
+        [*argv, "--help"], capture_output=True, text=True, env=env, timeout=60
+    ).stdout
+    panel = shown.split("Commands")[1].split("╰")[0].splitlines()[1:]
+    assert len(panel) >= 3
+    for line in panel:
+        assert not line.startswith("│  "), f"a summary goes on over lines:\n{shown}"

@@ -361,7 +361,9 @@ def _migrate_command(db: str | None, revision: str, *, down: bool, wait: float =
     typer.echo(f"{_display_url(settings)}: {before or 'empty'} -> {after or 'empty'}")
 
 
-@db_app.command("copy")
+@db_app.command(
+    "copy", short_help="Copy the whole database into another, empty one (a move or a backup)."
+)
 def db_copy(
     to: Annotated[
         str,

@@ -25,7 +25,7 @@ from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 T = TypeVar("T")
 
 jobs_app = typer.Typer(
-    help="The jobs of a running server: list, show, trials, delete.",
+    help="The jobs of a running server: list, summary, show, trials, pin, unpin, delete.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -209,8 +209,7 @@ def show_command(
     token: Token = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
 ) -> None:
-    """A job: its settings, stage, recommended batch size, savings and each batch size's
-    statistics."""
+    """A job: its settings, stage, recommended batch size, savings and batch sizes."""
     state = _ask(server, token, lambda client: client.job_state(job_id, limit=0))
     if as_json:
         typer.echo(json.dumps(state, indent=2))
@@ -335,7 +334,10 @@ def trials_command(
         console.print(table)
 
 
-@jobs_app.command("pin")
+@jobs_app.command(
+    "pin",
+    short_help="Pin a job to one batch size, for runs that must deliver a model (a release week).",
+)
 def pin_command(
     job_id: JobId,
     batch_size: Annotated[

@@ -383,7 +383,9 @@ def _print_power(summaries: list[Summary]) -> None:
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
 app.command(name="simulate")(simulate_command)
 app.add_typer(jobs_app, name="jobs")
-app.command(name="check")(check_command)
+app.command(name="check", short_help="Check what a training run here would find; changes nothing.")(
+    check_command
+)
 
 
 def _expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:
