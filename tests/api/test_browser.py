@@ -25,6 +25,8 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from zeus_bso.units import energy_text
+from zeus_bso_server.api.charts import number
 
 CHROMIUM = (
     os.environ.get("ZEUS_BSO_CHROMIUM")
@@ -417,7 +419,7 @@ def test_a_page_of_another_origin_changes_nothing(
             target.stop()
 
 
-def test_the_job_list_sums_up_every_jobs_spending_and_savings_in_kwh(
+def test_the_job_list_sums_up_every_jobs_spending_and_savings(
     page: Page, api: httpx.Client, server: ServerProcess
 ) -> None:
     prefix = unique_id("fleet")
@@ -444,15 +446,17 @@ def test_the_job_list_sums_up_every_jobs_spending_and_savings_in_kwh(
     fleet = page.locator("#fleet")
     playwright_expect(fleet).to_contain_text("3 jobs")
     playwright_expect(fleet.locator(".runs")).to_have_text(str(len(ended)))
-    playwright_expect(fleet.locator(".energy")).to_have_text(f"{spent / 3.6e6:,.3g} kWh")
-    playwright_expect(fleet.locator(".energy-saved")).to_have_text(f"{saved / 3.6e6:,.3g} kWh")
+    # In the unit a run's line uses (these test runs spend some kJ), the joules in the tooltip.
+    playwright_expect(fleet.locator(".energy")).to_have_text(energy_text(spent))
+    playwright_expect(fleet.locator(".energy")).to_have_attribute("title", f"{number(spent)} J")
+    playwright_expect(fleet.locator(".energy-saved")).to_have_text(energy_text(saved))
     percent = round(100 * saved / (saved + spent_known), 1)
     playwright_expect(fleet.locator(".energy-saved-percent")).to_have_text(f"{percent}%")
     playwright_expect(fleet).to_contain_text("2 of them saved")
-    # Each job's own saving, in kWh too.
+    # Each job's own saving, in the same unit.
     row = page.locator("#jobs tbody tr", has_text=f"{prefix}-a")
     energy = states[0]["savings"]["energy"]
-    playwright_expect(row.locator(".savings")).to_contain_text(f"{energy / 3.6e6:,.3g} kWh")
+    playwright_expect(row.locator(".savings")).to_contain_text(energy_text(abs(energy)))
 
 
 def test_savings_count_unconverged_runs_and_a_blocked_job_says_so(

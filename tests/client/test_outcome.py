@@ -6,6 +6,7 @@ import pytest
 
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.spec import StopReason
+from zeus_bso.units import duration_text, energy_text
 
 
 def outcome(seconds: float, joules: float) -> RunOutcome:
@@ -40,3 +41,35 @@ def test_the_summary_rounds_time_and_energy_to_what_reads(
     line = outcome(seconds, joules).summary()
     assert line.startswith("zeus-bso: batch size 64 reached the target at epoch 4 of 20 ")
     assert spent in line
+
+
+@pytest.mark.parametrize(
+    ("joules", "text"),
+    [
+        (0.0, "0.0 J"),
+        (9.96, "10 J"),  # rounds into the next form, not "10.0 J"
+        (999.4, "999 J"),
+        (999.6, "1.0 kJ"),
+        (3.59e5, "359.0 kJ"),
+        (3.6e5, "0.10 kWh"),
+        (4.444e9, "1,234.44 kWh"),  # a fleet's total
+        (-4200.0, "-4.2 kJ"),  # a saving that was a loss: the sign, then the unit of its size
+        (float("nan"), "nan J"),
+    ],
+)
+def test_energy_reads_in_the_unit_of_its_size(joules: float, text: str) -> None:
+    assert energy_text(joules) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.04, "0.0 s"),
+        (89.4, "89 s"),
+        (5399.0, "90.0 min"),
+        (4.5e6, "1,250.0 h"),
+        (-120.0, "-2.0 min"),
+    ],
+)
+def test_time_reads_in_the_unit_of_its_size(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text

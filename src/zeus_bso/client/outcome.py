@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
 from zeus_bso.spec import StopReason
+from zeus_bso.units import duration_text, energy_text
 
 logger = logging.getLogger(__name__)
 
@@ -81,28 +82,6 @@ class RunOutcome:
 def show_on_stderr(line: str) -> None:
     """Print ``line`` to standard error (shown whatever logging is set up)."""
     print(line, file=sys.stderr, flush=True)
-
-
-def duration_text(seconds: float) -> str:
-    """Seconds as a run's line says them: ``0.2 s``, ``42 s``, ``61.7 min``, ``2.5 h``."""
-    if seconds < 9.95:  # a short run (a CPU example) reads "0.2 s", not "0 s"
-        return f"{seconds:.1f} s"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def energy_text(joules: float) -> str:
-    """Joules as a run's line says them: ``0.5 J``, ``52 J``, ``4.2 kJ``, ``10.00 kWh``."""
-    if joules < 9.95:
-        return f"{joules:.1f} J"
-    if joules < 1e3:
-        return f"{joules:.0f} J"
-    if joules < 3.6e5:
-        return f"{joules / 1e3:.1f} kJ"
-    return f"{joules / 3.6e6:.2f} kWh"
 
 
 def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> RunOutcome | None:

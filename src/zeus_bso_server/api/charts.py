@@ -1,5 +1,6 @@
 """What the dashboard draws and how it writes numbers: SVG geometry of a job's cost chart and of
-a trial's learning-curve sparkline, and energy and time in kWh and hours. Pure functions."""
+a trial's learning-curve sparkline, and numbers, energy and time as people read them. Pure
+functions."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from zeus_bso.units import duration_text, energy_text
 from zeus_bso_server.read_models import TrialView
 
 
@@ -23,23 +25,16 @@ def number(value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
 
 
-def _in_unit(value: float | None, per_unit: float, unit: str) -> str:
-    """``value`` in a larger unit (``per_unit`` of its own to one), three significant digits;
-    empty when there is no finite value."""
-    if value is None or not math.isfinite(value):
-        return ""
-    scaled = value / per_unit
-    return f"{scaled:,.3g} {unit}" if abs(value) < 3.6e15 else f"{scaled:.3e} {unit}"
+def energy(joules: float | None) -> str:
+    """Joules as people read them (`zeus_bso.units.energy_text`: ``52 J``, ``4.2 kJ``,
+    ``0.31 kWh``); empty for nothing."""
+    return "" if joules is None else energy_text(joules)
 
 
-def kwh(joules: float | None) -> str:
-    """Joules as kilowatt-hours, three significant digits (``0.922 kWh``)."""
-    return _in_unit(joules, 3.6e6, "kWh")
-
-
-def hours(seconds: float | None) -> str:
-    """Seconds as hours, three significant digits (``1.25 h``)."""
-    return _in_unit(seconds, 3600.0, "h")
+def duration(seconds: float | None) -> str:
+    """Seconds as people read them (`zeus_bso.units.duration_text`: ``0.2 s``, ``61.7 min``,
+    ``2.5 h``); empty for nothing."""
+    return "" if seconds is None else duration_text(seconds)
 
 
 SPARK_WIDTH, SPARK_HEIGHT = 64, 16

@@ -19,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.datastructures import URL
 
 from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
-from zeus_bso_server.api.charts import cost_chart, hours, kwh, number, sparkline
+from zeus_bso_server.api.charts import cost_chart, duration, energy, number, sparkline
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.api.docs_pages import DOCS_URL
 from zeus_bso_server.errors import JobNotFoundError
@@ -39,8 +39,8 @@ def templates() -> Jinja2Templates:
     pages = Jinja2Templates(directory=str(files("zeus_bso_server.api") / "templates"))
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = number
-    pages.env.filters["kwh"] = kwh
-    pages.env.filters["hours"] = hours
+    pages.env.filters["energy"] = energy
+    pages.env.filters["duration"] = duration
     pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
     pages.env.globals["url_for"] = _path_for_template  # paths, never the Host header's name

@@ -1,0 +1,35 @@
+"""How energy and time are written for people, the same everywhere: a run's line, ``zeus-bso
+jobs summary`` and the dashboard. Rounded to what reads (``0.2 s``, ``4.2 kJ``, ``2.5 h``,
+``10.00 kWh``); the exact figures stay in the data (JSON, the dashboard's tooltips)."""
+
+from __future__ import annotations
+
+import math
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as ``0.2 s``, ``42 s``, ``61.7 min``, ``2.5 h`` or ``1,250.0 h``."""
+    if not math.isfinite(seconds):
+        return f"{seconds} s"
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    if seconds < 9.95:  # a short run (a CPU example) reads "0.2 s", not "0 s"
+        return f"{sign}{seconds:.1f} s"
+    if seconds < 90:
+        return f"{sign}{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{sign}{seconds / 60:.1f} min"
+    return f"{sign}{seconds / 3600:,.1f} h"
+
+
+def energy_text(joules: float) -> str:
+    """Joules as ``0.5 J``, ``52 J``, ``4.2 kJ``, ``0.31 kWh`` or ``1,234.57 kWh``."""
+    if not math.isfinite(joules):
+        return f"{joules} J"
+    sign, joules = ("-" if joules < 0 else ""), abs(joules)
+    if joules < 9.95:
+        return f"{sign}{joules:.1f} J"
+    if joules < 999.5:  # not "1000 J"
+        return f"{sign}{joules:.0f} J"
+    if joules < 3.6e5:
+        return f"{sign}{joules / 1e3:.1f} kJ"
+    return f"{sign}{joules / 3.6e6:,.2f} kWh"
