@@ -27,6 +27,16 @@ def test_the_home_page_leads_to_the_job_list(http: httpx.Client) -> None:
     home = http.get("/", follow_redirects=False)
     assert home.status_code == 307
     assert home.headers["location"].endswith("/dashboard")
+    # So does a job's address without the job (it answered a JSON validation error).
+    for path in ("/dashboard/jobs", "/dashboard/jobs/"):
+        there = http.get(path, follow_redirects=False)
+        assert there.status_code == 307, path
+        assert there.headers["location"] == "/dashboard", path
+    assert (
+        http.get("/dashboard/jobs/", follow_redirects=True)
+        .headers["content-type"]
+        .startswith("text/html")
+    )
 
 
 def test_the_job_list_links_every_job_and_escapes_ids(http: httpx.Client) -> None:

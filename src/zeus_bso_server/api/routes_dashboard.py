@@ -77,8 +77,11 @@ def job_url(request: Request, job_id: str) -> str:
 
 
 @router.get("/")
+@router.get("/dashboard/jobs")
+@router.get("/dashboard/jobs/")
 async def root(request: Request) -> RedirectResponse:
-    """The dashboard is the home page."""
+    """The dashboard is the home page, and the list of jobs is where a job's address without
+    the job leads (it answered a JSON validation error)."""
     return RedirectResponse(path_for(request, "dashboard_jobs"), status_code=307)
 
 
