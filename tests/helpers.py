@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -53,9 +54,13 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         extra_args: list[str] | None = None,
+        https_ca: ssl.SSLContext | None = None,
     ) -> None:
+        """``https_ca``: the server answers HTTPS (its certificate in ``env`` or
+        ``extra_args``), and this context trusts it."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = https_ca or True
+        self.url = f"{'https' if https_ca else 'http'}://127.0.0.1:{self.port}"
         self.db_url = db_url
         self.log_path = Path(cwd or ".") / f"server-{self.port}.log"
         full_env = {**os.environ, **(env or {})}
@@ -102,7 +107,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
             try:
-                ready = httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
+                answer = httpx.get(self.url + "/readyz", timeout=1.0, verify=self.verify)
+                ready = answer.status_code == 200
             except httpx.TransportError:
                 ready = False
             if ready and self.serving_workers() >= self.workers:
@@ -142,7 +148,7 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30.0)
+        return httpx.Client(base_url=self.url, timeout=30.0, verify=self.verify)
 
 
 GPU_DOUBLE = Path(__file__).resolve().parent / "gpu_double" / "pynvml.py"

@@ -135,6 +135,13 @@ class ServerConnectionError(ZeusBSOError):
     """
 
 
+class ServerCertificateError(ServerConnectionError):
+    """Raised when a TLS connection to the server fails on its certificate (not trusted here,
+    issued for another name, expired) or the server does not speak TLS; the message says what
+    to change (``ZEUS_BSO_CA_BUNDLE`` for a CA of one's own). A run that cannot reach the server
+    at its start trains without it, as for any connection error, and says why."""
+
+
 class ServerRejectedError(ZeusBSOError):
     """Raised when the server answers a request with an error status.
 

@@ -12,6 +12,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -172,6 +173,13 @@ def serve(
             "(/zeus-bso) [default: none]"
         ),
     ] = None,
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate: answer HTTPS (with --tls-key-file) [default: none]"),
+    ] = None,
+    tls_key_file: Annotated[
+        Path | None, typer.Option(help="PEM private key of --tls-cert-file [default: none]")
+    ] = None,
 ) -> None:
     """Start the server (creating or upgrading the database schema first)."""
     # Known before the settings load, so that an error in them is a JSON line too.
@@ -189,6 +197,8 @@ def serve(
                 log_format=log_format,
                 allow_unauthenticated=allow_unauthenticated or None,
                 root_path=root_path,
+                tls_cert_file=tls_cert_file,
+                tls_key_file=tls_key_file,
             )
             json_lines = settings.log_format == "json"  # a .env file may say so too
             handler = logging.StreamHandler()
@@ -228,6 +238,8 @@ def serve(
                 "ZEUS_BSO_LOG_FORMAT": settings.log_format,
                 "ZEUS_BSO_ALLOW_UNAUTHENTICATED": str(settings.allow_unauthenticated).lower(),
                 "ZEUS_BSO_ROOT_PATH": settings.root_path,
+                "ZEUS_BSO_TLS_CERT_FILE": str(settings.tls_cert_file or ""),
+                "ZEUS_BSO_TLS_KEY_FILE": str(settings.tls_key_file or ""),
             }
         )
         if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -235,8 +247,8 @@ def serve(
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
         below = f", served below {settings.root_path}" if settings.root_path else ""
         announce(
-            f"zeus-bso {__version__} on http://{settings.host}:{settings.port}{below} (docs at "
-            f"{settings.root_path}/docs), database {_display_url(settings)}, "
+            f"zeus-bso {__version__} on {settings.scheme}://{settings.host}:{settings.port}"
+            f"{below} (docs at {settings.root_path}/docs), database {_display_url(settings)}, "
             f"{settings.workers} worker(s)"
         )
         _run_uvicorn(settings, interrupt)
@@ -259,6 +271,8 @@ def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
         "timeout_keep_alive": settings.timeout_keep_alive,
         "limit_concurrency": settings.limit_concurrency,
         "root_path": settings.root_path,
+        "ssl_certfile": settings.tls_cert_file,
+        "ssl_keyfile": settings.tls_key_file,
     }
     if settings.workers > 1:  # the parent loads no app: its supervisor handles signals at once
         interrupt.hand_over(signal.default_int_handler)  # until then, Ctrl-C raises as usual

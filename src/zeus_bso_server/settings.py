@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import re
+import ssl
 from pathlib import Path
 from typing import Literal, Self
 
@@ -73,6 +74,35 @@ def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretSt
     return given
 
 
+def _check_tls(cert: Path | None, key: Path | None) -> None:
+    """That the certificate and its key are both given or neither, and load together (each
+    file readable, the key the certificate's), so a mistake stops the start with what to fix.
+
+    Raises:
+        ValueError: they do not.
+    """
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        given, missing = ("CERT", "KEY") if key is None else ("KEY", "CERT")
+        raise ValueError(
+            f"ZEUS_BSO_TLS_{given}_FILE needs ZEUS_BSO_TLS_{missing}_FILE (--tls-cert-file "
+            "and --tls-key-file): HTTPS takes a certificate and its private key"
+        )
+    for name, path in (("certificate", cert), ("key", key)):
+        try:
+            path.read_bytes()
+        except OSError as err:
+            raise ValueError(f"cannot read the TLS {name} file {path}: {err.strerror}") from None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        raise ValueError(
+            f"the TLS certificate {cert} and key {key} do not load together ({err.reason or err}):"
+            " give the PEM certificate and its own unencrypted private key"
+        ) from None
+
+
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 """A segment of a root path: URL characters that need no escaping (RFC 3986's unreserved)."""
 
@@ -126,6 +156,13 @@ class Settings(BaseSettings):
     ``https://tools.example.com/zeus-bso/``), which the proxy strips before it forwards; the
     dashboard's links and redirects and the API docs then carry it. Empty by default: the
     server is served at the root."""
+    tls_cert_file: Path | None = None
+    """A PEM file with the server's TLS certificate (and any intermediates after it): the server
+    answers HTTPS only. Needs ``ZEUS_BSO_TLS_KEY_FILE``. A renewed certificate is read at the
+    next start."""
+    tls_key_file: Path | None = None
+    """The PEM file of the certificate's private key (unencrypted), readable by the server
+    only."""
     allowed_hosts: str = ""
     """Host names (comma-separated) the server answers besides the loopback names and its own:
     every request on a tokenless loopback server, and browsers' requests on any other (e.g. the
@@ -149,6 +186,7 @@ class Settings(BaseSettings):
                 )
             if self.read_token.get_secret_value() == self.token.get_secret_value():
                 raise ValueError("ZEUS_BSO_READ_TOKEN must differ from ZEUS_BSO_TOKEN")
+        _check_tls(self.tls_cert_file, self.tls_key_file)
         if self.token is None and not self.is_loopback and not self.allow_unauthenticated:
             raise ValueError(
                 f"refusing to listen on {self.host} without a token: set ZEUS_BSO_TOKEN (or "
@@ -199,6 +237,16 @@ class Settings(BaseSettings):
         """The database URL with its driver and any user/password override."""
         password = self.db_password.get_secret_value() if self.db_password else None
         return to_engine_url(self.database_url, self.db_user, password)
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with a TLS certificate, else ``http``."""
+        return "https" if self.tls_cert_file is not None else "http"
+
+    @field_validator("tls_cert_file", "tls_key_file", mode="before")
+    @classmethod
+    def _unset_if_blank(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def is_loopback(self) -> bool:

@@ -29,6 +29,7 @@ from zeus_bso.client.settings import (
 )
 from zeus_bso.errors import (
     EXIT_FAILURE,
+    ConfigurationError,
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
@@ -222,6 +223,8 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
                 upstream = client.speaks_protocol()
                 raise
             writes = client.may_write()
+    except ConfigurationError as error:  # a setting of the client's (ZEUS_BSO_CA_BUNDLE)
+        findings.checks.append(Finding("server", False, str(error)))
     except RouteMissingError as error:
         if not upstream:
             findings.checks.append(

@@ -8,6 +8,7 @@ heartbeats and retries belong to the layers built on it.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable
 from types import TracebackType
@@ -17,8 +18,10 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
+from zeus_bso.client.tls import certificate_problem, trusted_context
 from zeus_bso.errors import (
     RouteMissingError,
+    ServerCertificateError,
     ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
@@ -76,18 +79,27 @@ class ServerClient:
         timeout: float = DEFAULT_TIMEOUT,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
         transport: httpx.BaseTransport | None = None,
+        ca_bundle: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``ca_bundle`` (else ``$ZEUS_BSO_CA_BUNDLE``): CA certificates trusted for an
+        ``https://`` server besides certifi's and the system's (`zeus_bso.client.tls`).
+
+        Raises:
+            ConfigurationError: the CA bundle cannot be read.
+        """
         self.retry_seconds = retry_seconds
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
+        secure = httpx.URL(self.server_url).scheme == "https"
         self._connect: Callable[[], httpx.Client] = functools.partial(
             httpx.Client,
             base_url=self.server_url,
             timeout=timeout,
             headers=headers,
             transport=transport,
+            verify=trusted_context(ca_bundle) if secure else True,
         )
         self._http = self._connect()
 
@@ -135,6 +147,9 @@ class ServerClient:
         try:
             response: httpx.Response = retrying(self._send, method, path, idempotent, **kwargs)
         except httpx.TransportError as err:
+            problem = certificate_problem(err, self.server_url)
+            if problem is not None:
+                raise ServerCertificateError(problem) from err
             raise ServerConnectionError(
                 f"cannot reach the batch size optimizer at {self.server_url} ({err}); "
                 "check the URL and that `zeus-bso-server serve` runs there"
