@@ -292,8 +292,10 @@ def test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler(
     ready = tmp_path / "ready"
     script = LIGHTNING_RUN.format(ready=str(ready), url=server.url, job=spec_.model_dump_json())
     done = terminated(script, ready, tmp_path, wait_s=180)
-    # Lightning's own handler took it; its exit status is Lightning's (0 until its fix of
-    # Lightning-AI/pytorch-lightning#19916, 143 after: as ours).
+    # Lightning's own handler took it; the status is SIGTERM's, as Lightning's fix of
+    # Lightning-AI/pytorch-lightning#19916 gives it (before it, the callback sets it: a
+    # preempted fit exited 0, as if it had finished).
+    assert done.returncode == TERMINATED, done.stderr
     assert "Received SIGTERM" in done.stderr, done.stderr
     assert "interrupted (SIGTERMException)" in done.stderr
     with ServerClient(server.url) as client:
