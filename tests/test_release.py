@@ -4,6 +4,7 @@ OpenAPI schema that changes only with a reviewed snapshot."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -49,3 +50,18 @@ def test_the_wheel_ships_licence_changelog_metadata_and_one_version(tmp_path: Pa
     assert "Version 2.0, January 2004" in licence
     assert "## [0.1.0]" in changelog
     assert "zeus_bso_server/api/app.py" in names
+
+
+def test_the_readme_stays_a_short_front_door() -> None:
+    """The README opens with the two commands and stays at most 150 lines; the manual is the
+    documentation site (its pages exist where the README links them)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert first_block == [
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[server]' && "
+        ".venv/bin/zeus-bso-server serve",
+        "scripts/test",
+    ]
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / link).is_file(), link
