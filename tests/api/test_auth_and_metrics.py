@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from tests.api.test_cli_and_schema import run_cli
 from tests.helpers import (
     ServerProcess,
     dispatch,
+    environment_without_settings,
     job_body,
     metric,
     sqlite_url,
@@ -26,6 +29,7 @@ from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
 
 TOKEN = "s3cret-token-value"
+ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
 
 @pytest.fixture(scope="module")
@@ -294,3 +298,47 @@ def test_a_read_only_token_needs_the_servers_and_differs_from_it(tmp_path: Path)
     assert settings.read_token.get_secret_value() == READ_TOKEN
     with pytest.raises(SettingsError, match="ZEUS_BSO_READ_TOKEN or ZEUS_BSO_READ_TOKEN_FILE"):
         load_settings(token=TOKEN, read_token=READ_TOKEN, read_token_file=str(path))
+
+
+def test_a_client_reads_its_token_from_a_file(
+    guarded: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ZEUS_BSO_TOKEN_FILE``, a secret mounted as a file, for every entry point and the
+    ``zeus-bso`` command, as the server reads its own; a file that cannot work is refused with
+    what to change."""
+    from zeus_bso import BatchSizeOptimizer, JobSpec
+    from zeus_bso.energy import EstimateMeter
+    from zeus_bso.errors import ConfigurationError
+
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\n")
+    monkeypatch.delenv("ZEUS_BSO_TOKEN", raising=False)
+    monkeypatch.setenv("ZEUS_BSO_TOKEN_FILE", str(secret))
+    job = JobSpec(
+        job_id=unique_id("tokenfile"),
+        job_id_prefix="tokenfile",
+        batch_sizes=[8, 16],
+        default_batch_size=16,
+        target_metric=0.5,
+        max_epochs=2,
+    )
+    bso = BatchSizeOptimizer(guarded.url, job, EstimateMeter(100), show=None)
+    assert bso.get_batch_size() in (8, 16)  # registered and dispatched: the server took it
+    bso.abort()
+    listed = subprocess.run(
+        [ZEUS_BSO, "jobs", "list", "--server", guarded.url, "--json"],
+        env=environment_without_settings() | {"ZEUS_BSO_TOKEN_FILE": str(secret)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert job.job_id in listed.stdout
+    # Both, an empty file, a missing one: each said, nothing sent.
+    monkeypatch.setenv("ZEUS_BSO_TOKEN", TOKEN)
+    with pytest.raises(ConfigurationError, match="set ZEUS_BSO_TOKEN or ZEUS_BSO_TOKEN_FILE"):
+        BatchSizeOptimizer(guarded.url, job, EstimateMeter(100), show=None)
+    monkeypatch.delenv("ZEUS_BSO_TOKEN")
+    (tmp_path / "empty").write_text("\n")
+    for path, words in ((tmp_path / "empty", "the file is empty"), (tmp_path / "no", "cannot")):
+        monkeypatch.setenv("ZEUS_BSO_TOKEN_FILE", str(path))
+        with pytest.raises(ConfigurationError, match=words):
+            BatchSizeOptimizer(guarded.url, job, EstimateMeter(100), show=None)

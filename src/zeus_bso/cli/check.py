@@ -213,9 +213,11 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     """Whether the server answers, is zeus-bso's, and takes the token (a read, nothing
     registered)."""
     from zeus_bso.client.http import ServerClient
+    from zeus_bso.client.settings import token_from
 
     upstream = False  # a server without our read API that speaks the protocol
     try:
+        token = token_from(token)  # --token, ZEUS_BSO_TOKEN or ZEUS_BSO_TOKEN_FILE
         with ServerClient(server, token=token or None, timeout=10.0, retry_seconds=0.0) as client:
             try:
                 client.list_jobs(limit=1)
@@ -223,7 +225,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
                 upstream = client.speaks_protocol()
                 raise
             writes = client.may_write()
-    except ConfigurationError as error:  # a setting of the client's (ZEUS_BSO_CA_BUNDLE)
+    except ConfigurationError as error:  # the client's settings (ZEUS_BSO_CA_BUNDLE, the token)
         findings.checks.append(Finding("server", False, str(error)))
     except RouteMissingError as error:
         if not upstream:

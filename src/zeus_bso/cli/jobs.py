@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.settings import token_from
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 from zeus_bso.units import duration_text, energy_text
 
@@ -86,11 +87,14 @@ def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -
     """One request to the server; an error is printed, saying what to do, and the command exits
     with its ``exit_code`` (1: the server could not be reached or refused the request)."""
     try:
-        with ServerClient(server, token=token or None, retry_seconds=5.0) as client:
+        with ServerClient(server, token=token_from(token) or None, retry_seconds=5.0) as client:
             return request(client)
     except ZeusBSOError as error:
         if isinstance(error, ServerRejectedError) and error.status == 401:
-            err.print("[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN (or --token)")
+            err.print(
+                "[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN or "
+                "ZEUS_BSO_TOKEN_FILE (or --token)"
+            )
         else:
             err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(error.exit_code) from error

@@ -18,6 +18,8 @@ from zeus_bso.spec import JobSpec
 
 SERVER_URL_VARIABLE = "ZEUS_BSO_SERVER_URL"
 TOKEN_VARIABLE = "ZEUS_BSO_TOKEN"
+TOKEN_FILE_VARIABLE = "ZEUS_BSO_TOKEN_FILE"
+"""A file whose first line is the token (a mounted secret), instead of ``ZEUS_BSO_TOKEN``."""
 HEARTBEAT_VARIABLE = "ZEUS_BSO_HEARTBEAT_SECONDS"
 LIGHTNING_JOB_VARIABLE = "ZEUS_BSO_LIGHTNING_JOB"
 """The job (JSON, or a JSON file's path) for which every Lightning Trainer gets a callback."""
@@ -45,8 +47,29 @@ def server_url_from(given: str | None) -> str:
 
 
 def token_from(given: str | None) -> str | None:
-    """``given``, else ``$ZEUS_BSO_TOKEN`` (None: no token)."""
-    return given if given is not None else os.environ.get(TOKEN_VARIABLE) or None
+    """``given``, else ``$ZEUS_BSO_TOKEN``, else the first line of the file
+    ``$ZEUS_BSO_TOKEN_FILE`` names (a secret mounted as a file, as the server reads its own);
+    None: no token.
+
+    Raises:
+        ConfigurationError: both variables are set, or the file cannot be read or is empty.
+    """
+    if given is not None:
+        return given
+    token, file = os.environ.get(TOKEN_VARIABLE) or None, environment_setting(TOKEN_FILE_VARIABLE)
+    if not file:
+        return token
+    if token is not None:
+        raise ConfigurationError(f"set {TOKEN_VARIABLE} or {TOKEN_FILE_VARIABLE}, not both")
+    try:
+        lines = Path(file).expanduser().read_text().splitlines()
+    except OSError as err:
+        raise ConfigurationError(
+            f"{TOKEN_FILE_VARIABLE}={file!r}: cannot read it ({err.strerror})"
+        ) from None
+    if not lines or not lines[0].strip():
+        raise ConfigurationError(f"{TOKEN_FILE_VARIABLE}={file!r}: the file is empty")
+    return lines[0].strip()
 
 
 def heartbeat_seconds_from(given: float | None) -> float:
