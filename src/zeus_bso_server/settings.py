@@ -95,7 +95,8 @@ def _check_tls(cert: Path | None, key: Path | None) -> None:
         except OSError as err:
             raise ValueError(f"cannot read the TLS {name} file {path}: {err.strerror}") from None
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        # An encrypted key gets an empty password, not OpenSSL's prompt on the terminal.
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key, b"")
     except ssl.SSLError as err:
         raise ValueError(
             f"the TLS certificate {cert} and key {key} do not load together ({err.reason or err}):"

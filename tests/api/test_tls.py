@@ -227,6 +227,18 @@ def test_the_server_refuses_tls_settings_that_cannot_work(pki: Pki, tmp_path: Pa
     other = trustme.CA().issue_cert("127.0.0.1")
     wrong_key = tmp_path / "other.key"
     other.private_key_pem.write_to_path(str(wrong_key))
+    # The right key, encrypted: refused, without a prompt for its password on the terminal.
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki.key.read_bytes(), None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"a passphrase"),
+        )
+    )
     cases = [
         ({"tls_cert_file": pki.cert}, "ZEUS_BSO_TLS_CERT_FILE needs ZEUS_BSO_TLS_KEY_FILE"),
         ({"tls_key_file": pki.key}, "ZEUS_BSO_TLS_KEY_FILE needs ZEUS_BSO_TLS_CERT_FILE"),
@@ -235,6 +247,7 @@ def test_the_server_refuses_tls_settings_that_cannot_work(pki: Pki, tmp_path: Pa
             "cannot read the TLS certificate file",
         ),
         ({"tls_cert_file": pki.cert, "tls_key_file": wrong_key}, "do not load together"),
+        ({"tls_cert_file": pki.cert, "tls_key_file": encrypted}, "unencrypted private key"),
     ]
     for overrides, words in cases:
         with pytest.raises(SettingsError, match=words):
