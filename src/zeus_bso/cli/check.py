@@ -26,6 +26,7 @@ from zeus_bso.client.settings import (
     LIGHTNING_JOB_VARIABLE,
     environment_setting,
     lightning_settings,
+    token_from,
 )
 from zeus_bso.errors import (
     EXIT_FAILURE,
@@ -213,7 +214,6 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     """Whether the server answers, is zeus-bso's, and takes the token (a read, nothing
     registered)."""
     from zeus_bso.client.http import ServerClient
-    from zeus_bso.client.settings import token_from
 
     upstream = False  # a server without our read API that speaks the protocol
     try:

@@ -179,9 +179,9 @@ def summary_command(
 def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     """The fleet's totals as the dashboard says them."""
     jobs, runs = totals["jobs"], totals["runs"]
-    if not jobs:
-        return "no jobs" + (f" whose id starts with {prefix!r}" if prefix else "")
     where = f" whose id starts with {prefix!r}" if prefix else ""
+    if not jobs:
+        return "no jobs" + where
     text = (
         f"{jobs} job{'' if jobs == 1 else 's'}{where}, {runs} ended run{'' if runs == 1 else 's'}: "
         f"{energy_text(totals['energy'])} of energy and {duration_text(totals['time'])} of "

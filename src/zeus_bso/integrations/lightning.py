@@ -29,6 +29,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
+from zeus_bso.client.failure import SIGTERM_EXCEPTIONS, TERMINATED_STATUS
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.settings import (
     LIGHTNING_JOB_VARIABLE,
@@ -450,11 +451,11 @@ class ZeusBSOCallback(pl.Callback):
         if not self._fitting(trainer) or session is None:
             return
         self.session = None  # Lightning calls no teardown after an exception
-        if type(exception).__name__ == "SIGTERMException" and getattr(exception, "code", 0) is None:
+        if type(exception).__name__ in SIGTERM_EXCEPTIONS and getattr(exception, "code", 0) is None:
             # Lightning's SIGTERMException is a SystemExit without a status before its fix of
             # Lightning-AI/pytorch-lightning#19916, so a preempted fit exited 0, as if it had
             # finished, and a scheduler would not run the recurrence again: SIGTERM's status.
-            exception.code = 143  # type: ignore[attr-defined]
+            exception.code = TERMINATED_STATUS  # type: ignore[attr-defined]
         # Out of memory: infeasible on these GPUs; not the batch size's fault: released; else
         # failed (with a run key the trial stays open for the restart).
         session.failed(exception, trained=trainer.global_step > 0)
