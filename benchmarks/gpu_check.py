@@ -25,11 +25,15 @@ Runs, against a local server on a temporary SQLite database:
    batch size (16384 of a model that keeps about 24 MiB a sample) runs out of CUDA memory: it
    must be reported ``infeasible``, the same ``fit()`` must finish at a size that fits with the
    learning rate scaled by the linear rule, and the server's next run must be another size.
-7. Gradient accumulation: a run of 1024 in micro-batches of 256 (``max_micro_batch_size``), its
+7. Out of memory in the HF Trainer (``hf_oom``): a run with ``auto_find_batch_size=True`` at the
+   same size: the size must be reported ``infeasible``, each size the Trainer shrinks to that
+   runs out too must lower the GPU type's memory cap, and the Trainer must go on at the size it
+   found with that size's learning rate (linear rule); the next run must be a size under the cap.
+8. Gradient accumulation: a run of 1024 in micro-batches of 256 (``max_micro_batch_size``), its
    energy on the server against GPU 0's counter over the same window (goal: within 2%).
-8. Power limits, read only: GPU 0's constraints, its limit, and the limits a profile would
+9. Power limits, read only: GPU 0's constraints, its limit, and the limits a profile would
    measure, through ``GpuPowerLimits``; nothing is set (the limit is the same after).
-9. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
+10. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
    server (it reads only).
 
 ``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
@@ -56,7 +60,13 @@ from pathlib import Path
 from typing import Any
 
 from _server import free_port, running_server
-from gpu_trainable import accumulation_check, command_check, oom_and_lr_check, power_read_check
+from gpu_trainable import (
+    accumulation_check,
+    command_check,
+    hf_oom_check,
+    oom_and_lr_check,
+    power_read_check,
+)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -364,7 +374,8 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 
 NOT_RUN = "not run (--parts)"
 PARTS = (
-    "lightning", "huggingface", "nccl", "two_ranks", "oom", "accumulation", "power", "check",
+    "lightning", "huggingface", "nccl", "two_ranks", "oom", "hf_oom", "accumulation", "power",
+    "check",
 )  # fmt: skip
 
 
@@ -379,12 +390,19 @@ def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], 
 
 
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6 and 8 (part 7 is a row of the energy table)."""
+    """Parts 6, 7, 9 and 10 (part 8 is a row of the energy table)."""
     oom = part_lines("Out of memory", results.get("oom"), lambda r: (
         f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
         f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
-        f"{r['lr']:g} (linear rule: {r['lr_expected']:g}), parameters on {r['parameters_on']}, "
-        f"peak memory {r['peak_memory_gib']} GiB; next run "
+        f"{r['lr']:g} (linear rule: {r['lr_expected']:g}), trained on {r['trained_on']}, "
+        f"peak memory {r['peak_memory_gib']:.1f} GiB; next run "
+        f"{r['next_run']['batch_size']}"))  # fmt: skip
+    hf_oom = part_lines("Out of memory, HF auto_find_batch_size", results.get("hf_oom"),
+                        lambda r: (
+        f"trials {r['trials']} (memory caps {r['memory_caps']}); the Trainer went on at "
+        f"{r['trainer_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
+        f"{r['lr']:g} (linear rule: {r['lr_expected']:g}), trained on {r['trained_on']}, "
+        f"peak memory {r['peak_memory_gib']:.1f} GiB; next run "
         f"{r['next_run']['batch_size']}"))  # fmt: skip
     power = part_lines("Power limits, read only", results.get("power"), lambda r: (
         f"GPU {r['uuid']} allows {r['min_w']:g} to {r['max_w']:g} W (default {r['default_w']}), "
@@ -396,7 +414,7 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
     check = part_lines("zeus-bso check", results.get("check"), lambda r: (
         f"energy: {r['checks']['energy']['says']}; power limits: "
         f"{r['checks']['power limits']['says']}"))  # fmt: skip
-    return oom + power + check
+    return oom + hf_oom + power + check
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -478,6 +496,7 @@ def main() -> None:
             "lightning": lambda: lightning_check(url, args.epochs, args.repeats),
             "huggingface": lambda: hf_check(url, args.epochs),
             "oom": lambda: oom_and_lr_check(url, "cuda"),
+            "hf_oom": lambda: hf_oom_check(url, "cuda"),
             "accumulation": lambda: accumulation_check(url, "cuda"),
             "check": lambda: command_check(url),
         }

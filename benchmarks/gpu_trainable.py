@@ -1,5 +1,6 @@
 """What makes a batch size trainable, on a real GPU: the parts of ``gpu_check.py`` for
-out-of-memory, learning-rate scaling, gradient accumulation and power limits (read only).
+out-of-memory (in Lightning and in the HF Trainer's ``auto_find_batch_size``), learning-rate
+scaling, gradient accumulation and power limits (read only).
 
 Each part takes ``accelerator``: ``"cuda"`` on the GPU machine (a real CUDA out-of-memory error,
 NVML's real counter and limits), ``"cpu"`` for the dry run the test suite makes of this script
@@ -73,6 +74,8 @@ def _model(rows: int, oom_above: int | None, batch_size: int, samples: int = 2 *
             self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
             self.out = torch.nn.Linear(2048, 2)
             self.seen: set[int] = set()
+            self.trained_on = ""  # the device of its training batches (Lightning moves the
+            # parameters back to the CPU when the fit ends)
 
         def forward(self, x: Any) -> Any:
             wide = (self.up(x).unsqueeze(1) * self.spread).relu()
@@ -86,6 +89,7 @@ def _model(rows: int, oom_above: int | None, batch_size: int, samples: int = 2 *
                 )
             loss = torch.nn.functional.cross_entropy(self(x), y)
             self.seen.add(len(x))  # a step that fitted (on the GPU, its forward did)
+            self.trained_on = str(x.device)
             return loss
 
         def validation_step(self, batch: Any, _: int) -> None:
@@ -154,7 +158,6 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
     state = _job_state(url, callback.job_id)
     trials = sorted(state["trials"], key=lambda t: t["trial_number"])
     lr = float(trainer.optimizers[0].param_groups[0]["lr"])
-    parameter = next(model.parameters())
     return {
         "trials": [(t["batch_size"], t["status"]) for t in trials],
         "memory_caps": state["memory_caps"],
@@ -163,7 +166,7 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
         "largest_step_batch": max(model.seen),
         "lr": lr,
         "lr_expected": 0.01 * (callback.batch_size or 0) / REFERENCE,
-        "parameters_on": str(parameter.device),
+        "trained_on": model.trained_on,
         "peak_memory_gib": (
             torch.cuda.max_memory_allocated() / 2**30 if accelerator == "cuda" else None
         ),
@@ -172,9 +175,108 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
             and trials[0]["batch_size"] == OOM_SIZE
             and callback.batch_size in (256, 512)
             and max(model.seen) <= 512
+            and model.trained_on.startswith(accelerator)
             and abs(lr - 0.01 * (callback.batch_size or 0) / REFERENCE) < 1e-12
             and not state["next_run"]["refused"]
             and state["next_run"]["batch_size"] != OOM_SIZE
+        ),
+    }
+
+
+def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> dict[str, Any]:
+    """#43 part 2 on a real GPU: an HF Trainer run with ``auto_find_batch_size=True`` whose
+    dispatched batch size runs out of memory. The dispatched size must be reported
+    ``infeasible``, each of the Trainer's own sizes that ran out must bring the profile's memory
+    cap down, the Trainer must train on at the size it found (below the cap) at the learning
+    rate of that size by the linear rule, and the server's next run must be a size under the
+    cap."""
+    import torch
+    import transformers
+
+    from zeus_bso import JobSpec
+    from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
+
+    on_gpu = accelerator == "cuda"
+    rows = ROWS_ON_GPU if on_gpu else 1
+
+    class Samples(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __init__(self, n: int, seed: int) -> None:
+            self.data = _data(n, seed).tensors
+
+        def __len__(self) -> int:
+            return len(self.data[0])
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"x": self.data[0][i], "labels": self.data[1][i]}
+
+    class Wide(torch.nn.Module):
+        """``_model``'s classifier, as the HF Trainer calls a model."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = torch.nn.Linear(512, 2048)
+            self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
+            self.out = torch.nn.Linear(2048, 2)
+            self.trained_on = ""
+            self.largest = 0
+
+        def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
+            if self.training and oom_above is not None and len(x) > oom_above:
+                raise torch.cuda.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {len(x)} MiB (the dry run's limit)"
+                )
+            logits = self.out((self.up(x).unsqueeze(1) * self.spread).relu().mean(dim=1))
+            if self.training:
+                self.trained_on, self.largest = str(x.device), max(self.largest, len(x))
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+            return {"loss": loss, "logits": logits}
+
+    job = JobSpec(job_id=_fresh("gpu-hf-oom"), job_id_prefix="gpu-hf-oom",
+                  batch_sizes=[256, 512, OOM_SIZE], default_batch_size=OOM_SIZE,
+                  target_metric=2.0, max_epochs=2, learning_curve_stop=False)  # fmt: skip
+    callback = ZeusBSOTrainerCallback(url, job, metric="eval_accuracy", lr_rule="linear",
+                                      reference_batch_size=REFERENCE)  # fmt: skip
+    model = Wide()
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(
+            out, per_device_train_batch_size=callback.start(), per_device_eval_batch_size=256,
+            num_train_epochs=2, learning_rate=0.01, auto_find_batch_size=True,
+            eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[],
+            disable_tqdm=True, use_cpu=not on_gpu,
+        )  # fmt: skip
+        trainer = transformers.Trainer(
+            model=model, args=args, train_dataset=Samples(2 * OOM_SIZE if on_gpu else 12_000, 0),
+            eval_dataset=Samples(2048, 1), callbacks=[callback],
+            compute_metrics=lambda p: {"accuracy": float((p.predictions.argmax(-1)
+                                                          == p.label_ids).mean())},
+        )  # fmt: skip
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+    assert callback.job_id is not None
+    state = _job_state(url, callback.job_id)
+    found = int(trainer.state.train_batch_size)
+    (cap,) = state["memory_caps"].values() or [None]
+    rates = [float(group["initial_lr"]) for group in trainer.optimizer.param_groups]
+    return {
+        "trials": [(t["batch_size"], t["status"]) for t in state["trials"]],
+        "memory_caps": state["memory_caps"],
+        "next_run": state["next_run"],
+        "trainer_batch_size": found,
+        "largest_step_batch": model.largest,
+        "lr": rates[0],
+        "lr_expected": 0.01 * found / REFERENCE,
+        "trained_on": model.trained_on,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None,
+        "passed": (
+            [(t["batch_size"], t["status"]) for t in state["trials"]] == [(OOM_SIZE, "infeasible")]
+            and cap is not None
+            and found < cap < OOM_SIZE
+            and model.largest == found
+            and all(abs(rate - 0.01 * found / REFERENCE) < 1e-12 for rate in rates)
+            and model.trained_on.startswith(accelerator)
+            and not state["next_run"]["refused"]
+            and state["next_run"]["batch_size"] in (256, 512)
         ),
     }
 

@@ -45,6 +45,18 @@ def test_out_of_memory_and_the_learning_rate_part(
     assert result["passed"], result
 
 
+def test_the_hf_out_of_memory_part(parts: Any, gpu: None, sqlite_server: ServerProcess) -> None:
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    result = parts.hf_oom_check(sqlite_server.url, "cpu", oom_above=9000)
+    assert result["trials"] == [(parts.OOM_SIZE, "infeasible")]
+    # The Trainer shrinks by a tenth at each error: 14745, ..., 10748, 9673 ran out; 8705 fits.
+    assert result["trainer_batch_size"] == 8705
+    assert list(result["memory_caps"].values()) == [9673]
+    assert result["lr"] == pytest.approx(0.01 * 8705 / 128)
+    assert result["next_run"]["batch_size"] in (256, 512)
+    assert result["passed"], result
+
+
 def test_the_accumulation_part(parts: Any, gpu: None, sqlite_server: ServerProcess) -> None:
     result = parts.accumulation_check(sqlite_server.url, "cpu")
     assert result["micro_batch_sizes"] == [256]
