@@ -218,7 +218,8 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
             self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
             self.out = torch.nn.Linear(2048, 2)
             self.trained_on = ""
-            self.largest = 0
+            self.last = 0  # the size of its latest training batch
+            self.stepped: set[int] = set()  # the sizes of batches whose optimizer step ran
 
         def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
             if self.training and oom_above is not None and len(x) > oom_above:
@@ -226,10 +227,14 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
                     f"CUDA out of memory. Tried to allocate {len(x)} MiB (the dry run's limit)"
                 )
             logits = self.out((self.up(x).unsqueeze(1) * self.spread).relu().mean(dim=1))
-            if self.training:
-                self.trained_on, self.largest = str(x.device), max(self.largest, len(x))
+            if self.training:  # a forward that fitted may still run out in its backward
+                self.trained_on, self.last = str(x.device), len(x)
             loss = torch.nn.functional.cross_entropy(logits, labels)
             return {"loss": loss, "logits": logits}
+
+    class Steps(transformers.TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            model.stepped.add(model.last)
 
     job = JobSpec(job_id=_fresh("gpu-hf-oom"), job_id_prefix="gpu-hf-oom",
                   batch_sizes=[256, 512, OOM_SIZE], default_batch_size=OOM_SIZE,
@@ -246,7 +251,7 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
         )  # fmt: skip
         trainer = transformers.Trainer(
             model=model, args=args, train_dataset=Samples(2 * OOM_SIZE if on_gpu else 12_000, 0),
-            eval_dataset=Samples(2048, 1), callbacks=[callback],
+            eval_dataset=Samples(2048, 1), callbacks=[callback, Steps()],
             compute_metrics=lambda p: {"accuracy": float((p.predictions.argmax(-1)
                                                           == p.label_ids).mean())},
         )  # fmt: skip
@@ -263,7 +268,7 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
         "memory_caps": state["memory_caps"],
         "next_run": state["next_run"],
         "trainer_batch_size": found,
-        "largest_step_batch": model.largest,
+        "largest_step_batch": max(model.stepped, default=0),
         "lr": rates[0],
         "lr_expected": 0.01 * found / REFERENCE,
         "trained_on": model.trained_on,
@@ -272,7 +277,7 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
             [(t["batch_size"], t["status"]) for t in state["trials"]] == [(OOM_SIZE, "infeasible")]
             and cap is not None
             and found < cap < OOM_SIZE
-            and model.largest == found
+            and max(model.stepped, default=0) == found
             and all(abs(rate - 0.01 * found / REFERENCE) < 1e-12 for rate in rates)
             and model.trained_on.startswith(accelerator)
             and not state["next_run"]["refused"]
