@@ -7,7 +7,8 @@ first on ``PYTHONPATH`` and describe the GPUs in ``ZEUS_BSO_TEST_GPUS`` (JSON)::
 It stands in for the hardware only. Its functions have nvidia-ml-py's names, arguments, units
 (mW, mJ) and errors. Each GPU draws ``watts`` all the time: its total-energy counter is one
 function of the wall clock, so that every process reading one GPU reads the same counter, as
-with real GPUs. ``counter: false`` is a GPU older than Volta, without the counter; ``c2c: true``
+with real GPUs (updated every ``counter_period_s`` seconds where given: an H200's is every
+0.1 s). ``counter: false`` is a GPU older than Volta, without the counter; ``c2c: true``
 is a Grace Hopper superchip (its chip-to-chip link enabled).
 
 Upstream Zeus's device layer runs over it too: it has the constants and functions Zeus reads
@@ -230,8 +231,13 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
     now = time.time()
+    period = handle.gpu.get("counter_period_s")
+    if period:  # updated every ``period`` seconds, as a real GPU's counter is
+        now = _EPOCH + (now - _EPOCH) // period * period
     limit, since, joules = _max_mw(handle), _EPOCH, 0.0
     for at, changed_to in _state(handle)["changes"]:
+        if at > now:
+            break
         joules += _watts(handle, limit) * (at - since)
         limit, since = changed_to, at
     joules += _watts(handle, limit) * (now - since)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,41 @@ def test_a_forked_child_sent_sigterm_leaves_the_owner_s_limits_alone(double: Pat
         assert limit_now() == 300.0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_quick_steps_are_profiled_over_many_updates_of_the_energy_counter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The GPU's counter updates every 20 ms (an H200's: every 100 ms) and a step takes about
+    1 ms: the 40 steps a limit of a long epoch gets span two updates, and could read half its
+    energy or one and a half times it. Each limit is measured over 20 updates instead, and
+    reads the GPU's power at that limit within 10%."""
+    from zeus_bso.power.run import PowerLimitRun
+    from zeus_bso.spec import GpuConfig
+
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    paces = {"300": {"watts": 300.0}, "275": {"watts": 240.0}, "250": {"watts": 180.0}}
+    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0]
+    gpu |= {"counter_period_s": 0.02, "paces": paces}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
+    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
+    assert limits.counter_period_s() == pytest.approx(0.02, rel=0.2)
+    sent: list[Any] = []
+    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
+    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
+    with caplog.at_level("INFO", logger="zeus_bso.power.run"):
+        run.begin(None, True, lambda profile: sent.append(profile) or 250.0, steps_per_epoch=5000)
+        for _ in range(5000):
+            run.step_begin()
+            time.sleep(0.001)
+            run.step_end()
+            if sent:
+                break
+    run.restore()
+    (profile,) = sent
+    assert [m.power_limit for m in profile] == [250.0, 275.0, 300.0]
+    for measured in profile:
+        watts = measured.energy_per_epoch / measured.time_per_epoch
+        assert watts == pytest.approx(paces[f"{measured.power_limit:g}"]["watts"], rel=0.1)
+    (lengthened,) = [r.getMessage() for r in caplog.records if "instead of 40" in r.getMessage()]
+    assert "spans 20 updates of the GPUs' energy counter (every 20 ms)" in lengthened

@@ -12,7 +12,10 @@ from zeus_bso.power.profiler import (
     MAX_MEASURED_STEPS,
     MEASURED_STEPS,
     SETTLE_STEPS,
+    UNKNOWN_EPOCH_STEPS,
+    counter_period_s,
     measured_steps_for,
+    room_steps,
 )
 from zeus_bso.power.run import check_power_limit
 
@@ -106,3 +109,85 @@ def test_a_long_first_epoch_measures_each_limit_longer() -> None:
     assert measured_steps_for(200, 10) == 100 // 10 - SETTLE_STEPS == 8
     assert measured_steps_for(10_000, 10) == MAX_MEASURED_STEPS == 40
     assert measured_steps_for(10_000, 0) == 5
+
+
+class QuickGpu(Gpu):
+    """Steps of 10 ms at 300 W, 12 ms at 250 W."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = {300.0: 0.010, 250.0: 0.012}
+
+
+def run_profile(profiler: PowerProfiler, gpu: Gpu) -> int:
+    """Every step of ``profiler``'s profile on ``gpu``; returns how many it took."""
+    steps = 0
+    while not profiler.done:
+        profiler.step_begin()
+        gpu.step()
+        profiler.step_end()
+        steps += 1
+    return steps
+
+
+def test_steps_too_quick_for_the_energy_counter_are_measured_longer() -> None:
+    """Five steps of 10 ms span 50 ms: a counter updated every 100 ms could read none of their
+    energy, or twice it. With a 2 s window the first limit's measurement goes on to 200 steps
+    (2 s), and so does every limit after it."""
+    gpu, asked = QuickGpu(), []
+
+    def agree(steps: int) -> int:
+        asked.append(steps)
+        return steps
+
+    profiler = PowerProfiler(
+        [300.0, 250.0], gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
+        min_window_s=2.0, max_measured_steps=500, agree=agree,
+    )  # fmt: skip
+    steps = run_profile(profiler, gpu)
+    assert asked == [200]  # asked once, at the end of the first limit's 5 steps
+    assert profiler.measured_steps == 200
+    assert steps == 2 * (SETTLE_STEPS + 200)
+    assert profiler.window_s == pytest.approx(2.0)
+    measured = {m.power_limit: m for m in profiler.measurements(steps_per_epoch=1)}
+    assert measured[250.0].time_per_epoch == pytest.approx(0.012)
+    assert measured[250.0].energy_per_epoch == pytest.approx(0.012 * 150.0)
+
+
+def test_the_main_process_s_steps_are_every_process_s_and_the_room_caps_them() -> None:
+    """``agree`` is the main process's answer (a collective): this process measures what it
+    says, whatever it asked. Without room for the window, the steps stop at the room."""
+    gpu = QuickGpu()
+    profiler = PowerProfiler([300.0, 250.0], gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
+                             agree=lambda steps: 30)  # fmt: skip
+    assert run_profile(profiler, gpu) == 2 * (SETTLE_STEPS + 30)
+    quick = QuickGpu()
+    capped = PowerProfiler([300.0, 250.0], quick.set, lambda: quick.joules,
+                           clock=lambda: quick.now, min_window_s=2.0,
+                           max_measured_steps=40)  # fmt: skip
+    assert run_profile(capped, quick) == 2 * (SETTLE_STEPS + 40)
+    assert capped.window_s == pytest.approx(0.4)  # short of 2 s: the caller says so
+
+
+def test_steps_long_enough_are_not_lengthened() -> None:
+    profiler = PowerProfiler([300.0, 250.0], (gpu := Gpu()).set, lambda: gpu.joules,
+                             clock=lambda: gpu.now, min_window_s=2.0)  # fmt: skip
+    assert run_profile(profiler, gpu) == 2 * (SETTLE_STEPS + MEASURED_STEPS)  # 5 s a window
+
+
+def test_a_limit_may_measure_as_many_steps_as_half_the_first_epoch_leaves() -> None:
+    assert room_steps(10_000, 10) == 5000 // 10 - SETTLE_STEPS
+    assert room_steps(40, 10) == MEASURED_STEPS  # no fewer than the least
+    assert room_steps(None, 10) == UNKNOWN_EPOCH_STEPS
+
+
+def test_the_counter_s_update_period_is_the_median_gap_between_its_changes() -> None:
+    """A counter that changes every 100 ms, read every millisecond of a driven clock."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.001
+        return now[0]
+
+    assert counter_period_s(lambda: now[0] // 0.1, clock) == pytest.approx(0.1, abs=0.002)
+    assert counter_period_s(lambda: 7.0, clock) is None  # no counter: never changes

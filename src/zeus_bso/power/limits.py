@@ -34,6 +34,7 @@ from typing import Any
 
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError
+from zeus_bso.power.profiler import counter_period_s
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +203,19 @@ class GpuPowerLimits:
             except self._nvml.NVMLError:
                 return 0.0
         return total
+
+    def counter_period_s(self) -> float | None:
+        """How often the first GPU's energy counter changes (s; None: it has none). One GPU:
+        several update at their own moments, and their sum changes more often than each."""
+        gpu = self._gpus[0]
+
+        def read() -> float:
+            try:
+                return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
+            except self._nvml.NVMLError:
+                return 0.0
+
+        return counter_period_s(read)
 
     def set(self, limit_w: float) -> bool:
         """Set every owned GPU's limit to ``limit_w``, taking ownership of those no process of

@@ -1,7 +1,9 @@
 """Profiling a batch size's power limits in its first epoch, step by step (the Zeus paper's
 first-epoch profiling): each limit in turn, from the highest, gets a few steps to settle and a
 few measured steps (more in a long epoch: `measured_steps_for`); an epoch at a limit is its
-measured step times the steps of an epoch. The
+measured step times the steps of an epoch. Where those steps are too quick for the GPUs' energy
+counter (NVML updates it every 100 ms on an H200), the first limit's measurement is lengthened
+to span `COUNTER_PERIODS` of its updates, and so is every limit's after it. The
 profile may stop early, when ``goes_on`` says the limits below cannot be cheaper
 (`zeus_bso.policy.power.profile_goes_on`).
 
@@ -10,6 +12,9 @@ same on every process of a run (each sets its own GPUs at the same step) and tes
 
 from __future__ import annotations
 
+import itertools
+import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +30,22 @@ MAX_MEASURED_STEPS = 40
 jitter of a step's time and the update period of the GPUs' energy counters."""
 PROFILE_SHARE = 0.5
 """The share of the first epoch's steps a profile may take to measure longer."""
+COUNTER_PERIODS = 20
+"""A limit's measurement spans at least this many updates of the GPUs' energy counter where the
+epoch has room: the counter is read at the window's two ends, each reading up to one update
+behind, so the window's energy is then off by at most about 5%."""
+UNKNOWN_EPOCH_STEPS = 10 * MAX_MEASURED_STEPS
+"""The most steps a limit's measurement may be lengthened to where the epoch's steps are not
+known."""
+
+
+def room_steps(steps_per_epoch: int | None, limits: int, settle_steps: int = SETTLE_STEPS) -> int:
+    """The most steps each of ``limits`` limits may measure: what `PROFILE_SHARE` of the first
+    epoch's steps leave after each limit's settling (`MEASURED_STEPS` at least;
+    `UNKNOWN_EPOCH_STEPS` where the epoch's steps are not known)."""
+    if steps_per_epoch is None or limits < 1:
+        return UNKNOWN_EPOCH_STEPS
+    return max(MEASURED_STEPS, int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps)
 
 
 def measured_steps_for(
@@ -36,8 +57,23 @@ def measured_steps_for(
     steps."""
     if steps_per_epoch is None or limits < 1:
         return MEASURED_STEPS
-    room = int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps
-    return max(MEASURED_STEPS, min(MAX_MEASURED_STEPS, room))
+    return min(MAX_MEASURED_STEPS, room_steps(steps_per_epoch, limits, settle_steps))
+
+
+def counter_period_s(
+    read: Callable[[], float], clock: Callable[[], float] = time.monotonic, seconds: float = 0.5
+) -> float | None:
+    """How often an energy counter changes (s, the median of the gaps between changes), read in
+    a tight loop for up to ``seconds``; None where it did not change twice (no counter)."""
+    changes: list[float] = []
+    last, end = read(), clock() + seconds
+    while clock() < end and len(changes) < 6:
+        value = read()
+        if value != last:
+            changes.append(clock())
+            last = value
+    gaps = [b - a for a, b in itertools.pairwise(changes)]
+    return statistics.median(gaps) if gaps else None
 
 
 @dataclass
@@ -64,7 +100,16 @@ class PowerProfiler:
     """A step's cost from its seconds and joules (what ``goes_on`` compares)."""
     settle_steps: int = SETTLE_STEPS
     measured_steps: int = MEASURED_STEPS
+    min_window_s: float = 0.0
+    """The shortest a limit's measurement may span (s): where the first limit's
+    ``measured_steps`` span less, they are lengthened, up to ``max_measured_steps``, for it and
+    every limit after it (0: never)."""
+    max_measured_steps: int = MAX_MEASURED_STEPS
+    agree: Callable[[int], int] = lambda steps: steps
+    """The main process's steps to measure, on every process (a collective: every process calls
+    it once, at the end of the first limit's measured steps)."""
     _index: int = field(default=0, init=False)
+    _lengthened: bool = field(default=False, init=False)
     _steps: int = field(default=0, init=False)
     _start: _Window | None = field(default=None, init=False)
     _measured: dict[float, _Window] = field(default_factory=dict, init=False)
@@ -99,6 +144,12 @@ class PowerProfiler:
             self.sync()
             start = self._start
             assert start is not None
+            if not self._lengthened:  # the first limit: are its steps long enough to measure?
+                self._lengthened = True
+                steps = self.agree(self._steps_spanning(self.clock() - start.seconds))
+                if steps > self.measured_steps:
+                    self.measured_steps = steps
+                    return
             self._measured[self.limits[self._index]] = _Window(
                 (self.clock() - start.seconds) / self.measured_steps,
                 (self.joules() - start.joules) / self.measured_steps,
@@ -113,6 +164,22 @@ class PowerProfiler:
                 ]
                 if not self.goes_on(costs):
                     self._index = len(self.limits)
+
+    def _steps_spanning(self, seconds: float) -> int:
+        """The steps whose measurement spans `min_window_s`, given that ``measured_steps``
+        spanned ``seconds`` (between ``measured_steps`` and ``max_measured_steps``)."""
+        if self.min_window_s <= 0 or seconds >= self.min_window_s:
+            return self.measured_steps
+        per_step = max(seconds, 1e-9) / self.measured_steps
+        needed = math.ceil(self.min_window_s / per_step)
+        return max(self.measured_steps, min(self.max_measured_steps, needed))
+
+    @property
+    def window_s(self) -> float | None:
+        """How long the highest limit's measurement spanned (s; None before it was measured)."""
+        if not self.limits or self.limits[0] not in self._measured:
+            return None
+        return self._measured[self.limits[0]].seconds * self.measured_steps
 
     def measurements(
         self, steps_per_epoch: int, gpus_factor: float = 1.0

@@ -20,7 +20,12 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
-from zeus_bso.power.profiler import PowerProfiler, measured_steps_for
+from zeus_bso.power.profiler import (
+    COUNTER_PERIODS,
+    PowerProfiler,
+    measured_steps_for,
+    room_steps,
+)
 from zeus_bso.spec import GpuConfig, PowerMeasurement
 
 logger = logging.getLogger(__name__)
@@ -76,6 +81,7 @@ class PowerLimitRun:
         self._profiler: PowerProfiler | None = None
         self._send: Callable[[list[PowerMeasurement]], float | None] | None = None
         self._steps_per_epoch = 1
+        self._counter_period: float | None = None  # s, the main process's GPUs'
         self.limit: float | None = None
         """The limit the run trains at once chosen (None: the GPUs' own)."""
 
@@ -110,6 +116,11 @@ class PowerLimitRun:
                     if room > 1
                     else every[:room]
                 )
+            profiler.max_measured_steps = room_steps(steps_per_epoch, len(profiler.limits))
+            profiler.agree = self._agree
+            if self._is_main:  # the main process's window is every process's (`_agree`)
+                self._counter_period = self._limits.counter_period_s() if profiler.limits else None
+                profiler.min_window_s = COUNTER_PERIODS * (self._counter_period or 0.0)
             if not profiler.limits:
                 if self._is_main:
                     logger.warning(
@@ -128,6 +139,22 @@ class PowerLimitRun:
                 )
         elif limit is not None:
             self._apply(limit)
+
+    def _agree(self, steps: int) -> int:
+        """The main process's steps to measure each limit, on every process (a collective at
+        the same step)."""
+        agreed = int(self._broadcast(steps if self._is_main else None))
+        profiler = self._profiler
+        if self._is_main and profiler is not None and agreed > profiler.measured_steps:
+            logger.info(
+                "zeus-bso: measuring each power limit over %d steps instead of %d, so that a "
+                "limit's measurement spans %d updates of the GPUs' energy counter (every %.0f ms)",
+                agreed,
+                profiler.measured_steps,
+                COUNTER_PERIODS,
+                1000 * (self._counter_period or 0.0),
+            )
+        return agreed
 
     def _goes_on(self, costs: list[float]) -> bool:
         """The main process's answer, on every process (a collective at the same step)."""
@@ -164,6 +191,16 @@ class PowerLimitRun:
         if not profiler.done:
             return
         self._profiler = None
+        window = profiler.window_s
+        if self._is_main and window is not None and window < 0.9 * profiler.min_window_s:
+            logger.warning(
+                "zeus-bso: each power limit was measured over %.2f s, less than the %.1f s "
+                "(%d updates of the GPUs' energy counter) that read its energy within about 5%%: "
+                "the first epoch had no room for more steps, and the profile is coarse",
+                window,
+                profiler.min_window_s,
+                COUNTER_PERIODS,
+            )
 
         def chosen() -> float | None:
             if self._limits.advisory:
