@@ -33,7 +33,11 @@ Runs, against a local server on a temporary SQLite database:
    energy on the server against GPU 0's counter over the same window (goal: within 2%).
 9. Power limits, read only: GPU 0's constraints, its limit, and the limits a profile would
    measure, through ``GpuPowerLimits``; nothing is set (the limit is the same after).
-10. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
+10. Power profile windows (``window``), setting nothing: quick steps measured as a profile
+   measures a limit, three windows of 40 steps against three the profiler lengthens to 20
+   updates of the energy counter; the spread of a step's energy over the windows (goal: at
+   most 10% lengthened).
+11. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
    server (it reads only).
 
 ``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
@@ -66,6 +70,7 @@ from gpu_trainable import (
     hf_oom_check,
     oom_and_lr_check,
     power_read_check,
+    profile_window_check,
 )
 
 RESULTS = Path(__file__).parent / "results"
@@ -375,7 +380,7 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 NOT_RUN = "not run (--parts)"
 PARTS = (
     "lightning", "huggingface", "nccl", "two_ranks", "oom", "hf_oom", "accumulation", "power",
-    "check",
+    "window", "check",
 )  # fmt: skip
 
 
@@ -390,7 +395,7 @@ def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], 
 
 
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6, 7, 9 and 10 (part 8 is a row of the energy table)."""
+    """Parts 6, 7, 9, 10 and 11 (part 8 is a row of the energy table)."""
     oom = part_lines("Out of memory", results.get("oom"), lambda r: (
         f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
         f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
@@ -411,10 +416,17 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
         + ("never" if r["counter_update_ms"] is None
            else f"every {r['counter_update_ms']:.3g} ms (median)")
         + "; nothing set"))  # fmt: skip
+    window = part_lines("Power profile windows, nothing set", results.get("window"), lambda r: (
+        f"the energy counter updates every {r['counter_period_ms']:.3g} ms; a step's energy over "
+        f"{len(r['short_j_per_step'])} windows of {r['short_steps']} steps: "
+        f"{', '.join(f'{j:.3g}' for j in r['short_j_per_step'])} J (spread "
+        f"{100 * r['short_spread']:.0f}%); lengthened to {r['lengthened_steps']} steps: "
+        f"{', '.join(f'{j:.3g}' for j in r['lengthened_j_per_step'])} J (spread "
+        f"{100 * r['lengthened_spread']:.1f}%, goal: at most 10%)"))  # fmt: skip
     check = part_lines("zeus-bso check", results.get("check"), lambda r: (
         f"energy: {r['checks']['energy']['says']}; power limits: "
         f"{r['checks']['power limits']['says']}"))  # fmt: skip
-    return oom + hf_oom + power + check
+    return oom + hf_oom + power + window + check
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -505,6 +517,7 @@ def main() -> None:
                 results[part] = attempt(run)
     alone: dict[str, Callable[[], dict[str, Any]]] = {
         "nccl": nccl_check, "two_ranks": two_ranks_check, "power": power_read_check,
+        "window": lambda: profile_window_check("cuda"),
     }  # fmt: skip
     for part, run in alone.items():
         if part in parts:

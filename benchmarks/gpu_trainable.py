@@ -356,6 +356,75 @@ def counter_update_ms(pynvml: Any, handle: Any, seconds: float = 2.0) -> float |
     return statistics.median(gaps) if gaps else None
 
 
+def profile_window_check(accelerator: str, windows: int = 3) -> dict[str, Any]:
+    """#45's profiler on a real GPU's energy counter, setting nothing: quick steps (a matrix
+    product of a few milliseconds) measured as a profile measures a limit, ``windows`` times
+    each way, every window at the GPU's own limit (the profiler's ``set_limit`` does nothing).
+    The 40 steps a limit of a long first epoch gets, against the steps the profiler lengthens
+    them to (20 updates of the counter, `GpuPowerLimits.counter_period_s`): each window's energy
+    a step, whose spread over the windows is the measurement's error (goal: at most 10%
+    lengthened)."""
+    import torch
+
+    from zeus_bso.power import GpuPowerLimits, PowerProfiler
+    from zeus_bso.power.profiler import COUNTER_PERIODS, MAX_MEASURED_STEPS
+
+    on_gpu = accelerator == "cuda"
+    if on_gpu:
+        a = torch.randn(4096, 4096, device="cuda")
+
+        def step() -> None:
+            a @ a
+    else:  # the dry run: a step's time, on the double's counter
+
+        def step() -> None:
+            time.sleep(0.001)
+
+    with tempfile.TemporaryDirectory() as records:
+        limits = GpuPowerLimits(Path(records), gpu_indices=[0])
+        period = limits.counter_period_s()
+        before = limits.current()
+
+        def measure(min_window_s: float) -> tuple[int, list[float]]:
+            """Each window's joules a step, and the steps measured a window."""
+            profiler = PowerProfiler(
+                [float(w) for w in range(windows, 0, -1)], lambda _: None, limits.joules,
+                lambda: _synchronize(accelerator), measured_steps=MAX_MEASURED_STEPS,
+                min_window_s=min_window_s, max_measured_steps=5000,
+            )  # fmt: skip
+            while not profiler.done:
+                profiler.step_begin()
+                step()
+                profiler.step_end()
+            measured = profiler.measurements(steps_per_epoch=1)
+            return profiler.measured_steps, [m.energy_per_epoch for m in measured]
+
+        for _ in range(50):  # the GPU's clocks up before either is measured
+            step()
+        short_steps, short = measure(0.0)
+        long_steps, long = measure(COUNTER_PERIODS * (period or 0.0))
+        after = limits.current()
+
+    def spread(joules: list[float]) -> float:
+        return (max(joules) - min(joules)) / statistics.median(joules) if min(joules) > 0 else 1.0
+
+    return {
+        "counter_period_ms": 1000 * period if period else None,
+        "short_steps": short_steps,
+        "short_j_per_step": short,
+        "short_spread": spread(short),
+        "lengthened_steps": long_steps,
+        "lengthened_j_per_step": long,
+        "lengthened_spread": spread(long),
+        "passed": (
+            period is not None
+            and long_steps > short_steps
+            and spread(long) <= 0.10
+            and after == before
+        ),
+    }
+
+
 def power_read_check() -> dict[str, Any]:
     """#45 on a real GPU: read GPU 0's power-limit constraints, its limit now and by default,
     the limits a profile would measure (through `GpuPowerLimits`) and how often its energy

@@ -7,6 +7,7 @@ the error is real (``accelerator="cuda"``), and so are the counter and the limit
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,25 @@ def test_the_power_limit_part_reads_and_sets_nothing(parts: Any, gpu: None, tmp_
     assert pynvml.nvmlDeviceGetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0)) == 300_000
     state = tmp_path / "gpu" / f"{UUID}.json"  # the double's record of every change
     assert not state.exists() or json.loads(state.read_text()).get("changes", []) == []
+
+
+def test_the_profile_window_part_lengthens_quick_steps_and_sets_nothing(
+    parts: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On the double, whose counter updates every 20 ms here: steps of about 1 ms, 40 a window
+    (two updates), are lengthened to span 20 updates. The spread of a step's energy is not
+    checked on the CPU: there a step's time (a sleep) varies more than on a GPU."""
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
+    result = parts.profile_window_check("cpu")
+    assert result["counter_period_ms"] == pytest.approx(20, rel=0.2)
+    assert result["short_steps"] == 40
+    assert result["lengthened_steps"] > 200  # 0.4 s of steps of about 1 ms
+    assert len(result["lengthened_j_per_step"]) == 3
+    assert all(j > 0 for j in result["lengthened_j_per_step"])
+    pynvml = sys.modules["pynvml"]
+    assert pynvml.nvmlDeviceGetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0)) == 300_000
 
 
 def test_the_check_part_runs_the_command_where_runs_train(
