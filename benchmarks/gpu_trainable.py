@@ -390,7 +390,7 @@ def profile_window_check(accelerator: str, windows: int = 3) -> dict[str, Any]:
             profiler = PowerProfiler(
                 [float(w) for w in range(windows, 0, -1)], lambda _: None, limits.joules,
                 lambda: _synchronize(accelerator), measured_steps=MAX_MEASURED_STEPS,
-                min_window_s=min_window_s, max_measured_steps=5000,
+                min_window_s=min_window_s, room=windows * 5000,
             )  # fmt: skip
             while not profiler.done:
                 profiler.step_begin()

@@ -171,3 +171,38 @@ def test_quick_steps_are_profiled_over_many_updates_of_the_energy_counter(
         assert watts == pytest.approx(paces[f"{measured.power_limit:g}"]["watts"], rel=0.1)
     (lengthened,) = [r.getMessage() for r in caplog.records if "instead of 40" in r.getMessage()]
     assert "spans 20 updates of the GPUs' energy counter (every 20 ms)" in lengthened
+
+
+def test_a_short_first_epoch_measures_fewer_limits_each_long_enough(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ten limits (300 W down to 75 W), a counter that updates every 20 ms and steps of about
+    1 ms: each limit needs some 360 steps, and half of a 3000-step epoch has room for four such
+    limits, not ten. Four are measured, evenly spread, each reading its power within 10%."""
+    from zeus_bso.power.run import PowerLimitRun
+    from zeus_bso.spec import GpuConfig
+
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
+    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
+    sent: list[Any] = []
+    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
+    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
+    with caplog.at_level("INFO", logger="zeus_bso.power.run"):
+        run.begin(None, True, lambda profile: sent.append(profile) or 75.0, steps_per_epoch=3000)
+        taken = 0
+        while not sent and taken < 3000:
+            run.step_begin()
+            time.sleep(0.001)
+            run.step_end()
+            taken += 1
+    run.restore()
+    (profile,) = sent
+    assert taken <= 1500  # inside the half of the epoch a profile may take
+    assert [m.power_limit for m in profile] == [75.0, 150.0, 225.0, 300.0]
+    for measured in profile:
+        watts = measured.energy_per_epoch / measured.time_per_epoch
+        assert watts == pytest.approx(min(300.0, measured.power_limit), rel=0.1)
+    (said,) = [r.getMessage() for r in caplog.records if "instead of" in r.getMessage()]
+    assert "(300, 225, 150, 75 W)" in said

@@ -15,7 +15,7 @@ from zeus_bso.power.profiler import (
     UNKNOWN_EPOCH_STEPS,
     counter_period_s,
     measured_steps_for,
-    room_steps,
+    spread,
 )
 from zeus_bso.power.run import check_power_limit
 
@@ -142,7 +142,7 @@ def test_steps_too_quick_for_the_energy_counter_are_measured_longer() -> None:
 
     profiler = PowerProfiler(
         [300.0, 250.0], gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
-        min_window_s=2.0, max_measured_steps=500, agree=agree,
+        min_window_s=2.0, room=1000, agree=agree,
     )  # fmt: skip
     steps = run_profile(profiler, gpu)
     assert asked == [200]  # asked once, at the end of the first limit's 5 steps
@@ -163,8 +163,7 @@ def test_the_main_process_s_steps_are_every_process_s_and_the_room_caps_them() -
     assert run_profile(profiler, gpu) == 2 * (SETTLE_STEPS + 30)
     quick = QuickGpu()
     capped = PowerProfiler([300.0, 250.0], quick.set, lambda: quick.joules,
-                           clock=lambda: quick.now, min_window_s=2.0,
-                           max_measured_steps=40)  # fmt: skip
+                           clock=lambda: quick.now, min_window_s=2.0, room=84)  # fmt: skip
     assert run_profile(capped, quick) == 2 * (SETTLE_STEPS + 40)
     assert capped.window_s == pytest.approx(0.4)  # short of 2 s: the caller says so
 
@@ -175,10 +174,47 @@ def test_steps_long_enough_are_not_lengthened() -> None:
     assert run_profile(profiler, gpu) == 2 * (SETTLE_STEPS + MEASURED_STEPS)  # 5 s a window
 
 
-def test_a_limit_may_measure_as_many_steps_as_half_the_first_epoch_leaves() -> None:
-    assert room_steps(10_000, 10) == 5000 // 10 - SETTLE_STEPS
-    assert room_steps(40, 10) == MEASURED_STEPS  # no fewer than the least
-    assert room_steps(None, 10) == UNKNOWN_EPOCH_STEPS
+class TenLimitGpu(Gpu):
+    """Limits from 300 W down to 75 W; a step of 10 ms at 300 W, longer below."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = {300.0 - 25 * i: 0.010 * 300 / (300.0 - 25 * i) for i in range(10)}
+        self.watts = {limit: limit * 0.8 for limit in self.seconds}
+
+
+@pytest.mark.parametrize(
+    ("room", "kept", "steps"),
+    [
+        (5000, [300.0 - 25 * i for i in range(10)], 100),  # room for every limit's second
+        (500, [300.0, 225.0, 150.0, 75.0], 100),  # four limits of 102 steps fit in 500
+        (200, [300.0, 200.0, 75.0], 64),  # three at least, each as long as the room allows
+        (None, [300.0 - 25 * i for i in range(10)], 100),  # unknown epoch: up to 400 steps
+    ],
+)
+def test_without_room_to_measure_every_limit_long_enough_fewer_are_measured(
+    room: int | None, kept: list[float], steps: int
+) -> None:
+    """Steps of 10 ms and a window of 1 s: 100 steps a limit."""
+    gpu = TenLimitGpu()
+    profiler = PowerProfiler(sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules,
+                             clock=lambda: gpu.now, min_window_s=1.0, room=room)  # fmt: skip
+    taken = run_profile(profiler, gpu)
+    assert (list(profiler.limits), profiler.measured_steps) == (kept, steps)
+    assert gpu.set_calls == kept
+    assert taken == len(kept) * (SETTLE_STEPS + steps)
+    assert taken <= (room or len(kept) * (SETTLE_STEPS + UNKNOWN_EPOCH_STEPS))
+    for measured in profiler.measurements(steps_per_epoch=1):
+        limit = measured.power_limit
+        assert measured.energy_per_epoch == pytest.approx(gpu.seconds[limit] * gpu.watts[limit])
+
+
+def test_limits_are_spread_evenly_the_first_and_last_kept() -> None:
+    limits = [300.0 - 25 * i for i in range(10)]
+    assert spread(limits, 3) == [300.0, 200.0, 75.0]
+    assert spread(limits, 10) == spread(limits, 12) == limits
+    assert spread(limits, 1) == [300.0]
+    assert spread(limits, 0) == []
 
 
 def test_the_counter_s_update_period_is_the_median_gap_between_its_changes() -> None:

@@ -34,18 +34,21 @@ COUNTER_PERIODS = 20
 """A limit's measurement spans at least this many updates of the GPUs' energy counter where the
 epoch has room: the counter is read at the window's two ends, each reading up to one update
 behind, so the window's energy is then off by at most about 5%."""
+FEWEST_LIMITS = 3
+"""Where the first epoch has no room to measure every limit long enough, the limits are thinned
+to as many as it has room for, but no fewer than this (the highest, the lowest, and between)."""
 UNKNOWN_EPOCH_STEPS = 10 * MAX_MEASURED_STEPS
 """The most steps a limit's measurement may be lengthened to where the epoch's steps are not
 known."""
 
 
-def room_steps(steps_per_epoch: int | None, limits: int, settle_steps: int = SETTLE_STEPS) -> int:
-    """The most steps each of ``limits`` limits may measure: what `PROFILE_SHARE` of the first
-    epoch's steps leave after each limit's settling (`MEASURED_STEPS` at least;
-    `UNKNOWN_EPOCH_STEPS` where the epoch's steps are not known)."""
-    if steps_per_epoch is None or limits < 1:
-        return UNKNOWN_EPOCH_STEPS
-    return max(MEASURED_STEPS, int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps)
+def spread(limits: Sequence[float], count: int) -> list[float]:
+    """``count`` of ``limits``, evenly spread, the first and the last kept."""
+    if count >= len(limits):
+        return list(limits)
+    if count <= 1:
+        return list(limits[:count])
+    return [limits[round(i * (len(limits) - 1) / (count - 1))] for i in range(count)]
 
 
 def measured_steps_for(
@@ -57,7 +60,8 @@ def measured_steps_for(
     steps."""
     if steps_per_epoch is None or limits < 1:
         return MEASURED_STEPS
-    return min(MAX_MEASURED_STEPS, room_steps(steps_per_epoch, limits, settle_steps))
+    room = int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps
+    return max(MEASURED_STEPS, min(MAX_MEASURED_STEPS, room))
 
 
 def counter_period_s(
@@ -102,9 +106,12 @@ class PowerProfiler:
     measured_steps: int = MEASURED_STEPS
     min_window_s: float = 0.0
     """The shortest a limit's measurement may span (s): where the first limit's
-    ``measured_steps`` span less, they are lengthened, up to ``max_measured_steps``, for it and
-    every limit after it (0: never)."""
-    max_measured_steps: int = MAX_MEASURED_STEPS
+    ``measured_steps`` span less, they are lengthened for it and every limit after it, as far
+    as ``room`` allows; where it does not, the limits left are thinned (`FEWEST_LIMITS` at
+    least) so that each gets the steps (0: never lengthened)."""
+    room: int | None = None
+    """The most steps the whole profile may take (None: not known; a limit's measurement is
+    then lengthened to `UNKNOWN_EPOCH_STEPS` at most)."""
     agree: Callable[[int], int] = lambda steps: steps
     """The main process's steps to measure, on every process (a collective: every process calls
     it once, at the end of the first limit's measured steps)."""
@@ -146,9 +153,7 @@ class PowerProfiler:
             assert start is not None
             if not self._lengthened:  # the first limit: are its steps long enough to measure?
                 self._lengthened = True
-                steps = self.agree(self._steps_spanning(self.clock() - start.seconds))
-                if steps > self.measured_steps:
-                    self.measured_steps = steps
+                if self._lengthen(self.agree(self._steps_spanning(self.clock() - start.seconds))):
                     return
             self._measured[self.limits[self._index]] = _Window(
                 (self.clock() - start.seconds) / self.measured_steps,
@@ -167,12 +172,30 @@ class PowerProfiler:
 
     def _steps_spanning(self, seconds: float) -> int:
         """The steps whose measurement spans `min_window_s`, given that ``measured_steps``
-        spanned ``seconds`` (between ``measured_steps`` and ``max_measured_steps``)."""
+        spanned ``seconds`` (``measured_steps`` at least)."""
         if self.min_window_s <= 0 or seconds >= self.min_window_s:
             return self.measured_steps
         per_step = max(seconds, 1e-9) / self.measured_steps
-        needed = math.ceil(self.min_window_s / per_step)
-        return max(self.measured_steps, min(self.max_measured_steps, needed))
+        return max(self.measured_steps, math.ceil(self.min_window_s / per_step))
+
+    def _lengthen(self, steps: int) -> bool:
+        """Measure ``steps`` a limit (the same on every process: ``steps`` is the main
+        process's, and the rest follows from what every process has), thinning the limits left
+        where ``room`` is short of them. Returns whether the first limit measures on."""
+        if steps <= self.measured_steps:
+            return False
+        if self.room is None:
+            self.measured_steps = min(steps, UNKNOWN_EPOCH_STEPS)
+            return self.measured_steps > self._steps - self.settle_steps
+        room = max(self.room, self.steps_needed)  # never less than the profile had
+        keep = len(self.limits)
+        while keep > FEWEST_LIMITS and keep * (self.settle_steps + steps) > room:
+            keep -= 1
+        self.limits = spread(self.limits, keep)
+        self.measured_steps = max(
+            self.measured_steps, min(steps, room // len(self.limits) - self.settle_steps)
+        )
+        return self.measured_steps > self._steps - self.settle_steps
 
     @property
     def window_s(self) -> float | None:

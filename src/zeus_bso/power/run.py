@@ -22,9 +22,10 @@ from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
 from zeus_bso.power.profiler import (
     COUNTER_PERIODS,
+    PROFILE_SHARE,
     PowerProfiler,
     measured_steps_for,
-    room_steps,
+    spread,
 )
 from zeus_bso.spec import GpuConfig, PowerMeasurement
 
@@ -109,14 +110,9 @@ class PowerLimitRun:
             per_limit = profiler.settle_steps + profiler.measured_steps
             if steps_per_epoch is not None and steps_per_epoch < profiler.steps_needed:
                 # The first epoch has room for fewer: evenly spread, the highest kept.
-                room = steps_per_epoch // per_limit
-                every = profiler.limits
-                profiler.limits = (
-                    [every[round(i * (len(every) - 1) / max(1, room - 1))] for i in range(room)]
-                    if room > 1
-                    else every[:room]
-                )
-            profiler.max_measured_steps = room_steps(steps_per_epoch, len(profiler.limits))
+                profiler.limits = spread(profiler.limits, steps_per_epoch // per_limit)
+            if steps_per_epoch is not None:
+                profiler.room = int(steps_per_epoch * PROFILE_SHARE)
             profiler.agree = self._agree
             if self._is_main:  # the main process's window is every process's (`_agree`)
                 self._counter_period = self._limits.counter_period_s() if profiler.limits else None
@@ -143,18 +139,21 @@ class PowerLimitRun:
     def _agree(self, steps: int) -> int:
         """The main process's steps to measure each limit, on every process (a collective at
         the same step)."""
-        agreed = int(self._broadcast(steps if self._is_main else None))
-        profiler = self._profiler
-        if self._is_main and profiler is not None and agreed > profiler.measured_steps:
-            logger.info(
-                "zeus-bso: measuring each power limit over %d steps instead of %d, so that a "
-                "limit's measurement spans %d updates of the GPUs' energy counter (every %.0f ms)",
-                agreed,
-                profiler.measured_steps,
-                COUNTER_PERIODS,
-                1000 * (self._counter_period or 0.0),
-            )
-        return agreed
+        return int(self._broadcast(steps if self._is_main else None))
+
+    def _say_lengthened(self, profiler: PowerProfiler, before: tuple[int, int]) -> None:
+        """Log where the profiler lengthened its measurements (main process)."""
+        if not self._is_main or (profiler.measured_steps, len(profiler.limits)) == before:
+            return
+        logger.info(
+            "zeus-bso: measuring each power limit over %d steps instead of %d (%s W), so that a "
+            "limit's measurement spans %d updates of the GPUs' energy counter (every %.0f ms)",
+            profiler.measured_steps,
+            before[0],
+            ", ".join(f"{w:g}" for w in profiler.limits),
+            COUNTER_PERIODS,
+            1000 * (self._counter_period or 0.0),
+        )
 
     def _goes_on(self, costs: list[float]) -> bool:
         """The main process's answer, on every process (a collective at the same step)."""
@@ -187,7 +186,9 @@ class PowerLimitRun:
         profiler = self._profiler
         if profiler is None:
             return
+        before = (profiler.measured_steps, len(profiler.limits))
         profiler.step_end()
+        self._say_lengthened(profiler, before)
         if not profiler.done:
             return
         self._profiler = None
@@ -196,10 +197,12 @@ class PowerLimitRun:
             logger.warning(
                 "zeus-bso: each power limit was measured over %.2f s, less than the %.1f s "
                 "(%d updates of the GPUs' energy counter) that read its energy within about 5%%: "
-                "the first epoch had no room for more steps, and the profile is coarse",
+                "the first epoch had no room for more steps, even for %d limits, and the profile "
+                "is coarse",
                 window,
                 profiler.min_window_s,
                 COUNTER_PERIODS,
+                len(profiler.limits),
             )
 
         def chosen() -> float | None:
