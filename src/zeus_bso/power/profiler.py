@@ -3,7 +3,8 @@ first-epoch profiling): each limit in turn, from the highest, gets a few steps t
 few measured steps (more in a long epoch: `measured_steps_for`); an epoch at a limit is its
 measured step times the steps of an epoch. Where those steps are too quick for the GPUs' energy
 counter (NVML updates it every 100 ms on an H200), the first limit's measurement is lengthened
-to span `COUNTER_PERIODS` of its updates, and so is every limit's after it. The
+to span `COUNTER_PERIODS` of its updates, and so is every limit's after it (fewer limits where
+the first epoch has no room for them all: `FEWEST_LIMITS` at least). The
 profile may stop early, when ``goes_on`` says the limits below cannot be cheaper
 (`zeus_bso.policy.power.profile_goes_on`).
 
