@@ -60,10 +60,19 @@ def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path
         assert args.devices == container["resources"]["limits"]["nvidia.com/gpu"]
         port = service["spec"]["ports"][0]["port"]
         assert args.server == f"http://{service['metadata']['name']}:{port}"
-        token = {e["name"]: e for e in container["env"]}["ZEUS_BSO_TOKEN"]
-        ref = token["valueFrom"]["secretKeyRef"]
-        assert ref["name"] == secret["metadata"]["name"]
-        assert ref["key"] in secret["stringData"]
+        env = {e["name"]: e for e in container["env"]}
+        assert "ZEUS_BSO_TOKEN" not in env  # the token is a file of the Secret
+        token_file = Path(env["ZEUS_BSO_TOKEN_FILE"]["value"])
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "zeus-bso-token"]
+        assert mount["readOnly"]
+        assert token_file.parent == Path(mount["mountPath"])
+        volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+        volume = volumes["zeus-bso-token"]["secret"]
+        assert volume["secretName"] == secret["metadata"]["name"]
+        (item,) = volume["items"]
+        assert item["key"] in secret["stringData"]
+        assert item["path"] == token_file.name
+        assert volume["defaultMode"] == 0o400  # the runAsUser reads it; nobody else
     # The pods themselves pass strict validation (the PyTorchJob kind is a CRD's).
     as_pods = [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role.lower()}} | spec["template"]
