@@ -72,7 +72,12 @@ def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path
         (item,) = volume["items"]
         assert item["key"] in secret["stringData"]
         assert item["path"] == token_file.name
-        assert volume["defaultMode"] == 0o400  # the runAsUser reads it; nobody else
+        # A Secret volume's files are root's: the pod's user reads the token through the
+        # group that fsGroup gives them (0400 would leave it unreadable to a non-root user).
+        pod = spec["template"]["spec"]["securityContext"]
+        assert pod["runAsUser"] != 0
+        assert pod["fsGroup"] == pod["runAsUser"]
+        assert volume["defaultMode"] == 0o440
     # The pods themselves pass strict validation (the PyTorchJob kind is a CRD's).
     as_pods = [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role.lower()}} | spec["template"]
