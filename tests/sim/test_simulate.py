@@ -217,6 +217,9 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "sentiment140" in result.stdout
+    # Captured, the console is 80 columns wide: the nine causes' headers are whole there.
+    assert all(label in result.stdout for label in ("off oracle", "converged", "noise"))
+    assert "…" not in result.stdout
     data = json.loads(out.read_text())
     assert data["options"]["bandit"] == "zeus-0.16"
     (summary,) = data["results"]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import TypeAdapter, ValidationError
+from rich import box
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -326,9 +327,13 @@ def _print_table(summaries: list[Summary]) -> None:
     causes = Table(
         title="Where the regret goes: points of excess cost (% of the oracle's cumulative cost)",
         caption=caption,
+        box=box.SIMPLE_HEAD,  # nine columns: within 80 columns of a terminal, headers whole
+        show_edge=False,
+        padding=(0, 0),
     )
     for i, column in enumerate(header):
-        causes.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        label = column.replace(" ", "\n", 1)  # "bandit off oracle": "bandit", "off oracle"
+        causes.add_column(label, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
         causes.add_row(*row)
     console.print(causes)
