@@ -272,6 +272,18 @@ def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
         trainer.train()
     assert trainer.state.train_batch_size == 8
     assert trainer.state.epoch == epochs  # trained on, to the target or num_train_epochs
+    shrank = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "zeus_bso.integrations.huggingface" and "auto_find" in r.getMessage()
+    ]
+    assert len(shrank) == 5  # 16, 14, 12, 10 and 9 ran out: the long story once, a line after
+    assert ["did not choose" in m for m in shrank] == [True, False, False, False, False]
+    assert shrank[-1] == (
+        "zeus-bso: the Trainer's auto_find_batch_size caught an out-of-memory error at batch "
+        "size 9 and trains at 8 (outside the optimizer; no size from 9 up is dispatched on "
+        "these GPUs)"
+    )
     stopped = [r.getMessage() for r in caplog.records if "training stops" in r.getMessage()]
     if epochs == 1:
         (message,) = stopped

@@ -597,11 +597,11 @@ class BatchSizeOptimizer:
         except ZeusBSOError as err:
             logger.warning("could not tell the server that %d ran out of memory: %s", size, err)
             return
-        logger.warning(
-            "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
+        logger.info(  # the framework's own size: the framework says it shrank (a warning)
+            "zeus-bso: batch size %d ran out of memory on %s too: no size from it up is "
+            "dispatched there",
             size,
             self.gpu.gpu_model,
-            f" ({why})" if why else "",
         )
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:

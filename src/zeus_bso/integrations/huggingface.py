@@ -191,6 +191,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         """This run's trial in this process (`zeus_bso.training.TrialSession`), from `start`
         on."""
         self._ended = False
+        self._said_outside = False  # whether a shrink said what going on outside means
         self._training = False
         self._reported_step: int | None = None
         self._trainer_batch: int | None = None  # with auto_find_batch_size: the Trainer's
@@ -453,12 +454,22 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             session.smaller_size_out_of_memory(old, why)
         if self.lr_rule != "none" and optimizer is not None:
             session.lr.rescale(optimizer, new, [lr_scheduler])
-        if session.is_main:
+        if not session.is_main:
+            return
+        if not self._said_outside:
+            self._said_outside = True
             logger.warning(
                 "zeus-bso: %s, a size the optimizer did not choose: this run goes on outside "
                 "the optimizer (not measured or reported; it stops at the job's target or "
                 "max_epochs), and the next run gets a batch size that fits on these GPUs",
                 why,
+            )
+        else:  # each shrink after the first: one line (a real GPU's run shrank twelve times)
+            logger.warning(
+                "zeus-bso: %s (outside the optimizer; no size from %d up is dispatched on these "
+                "GPUs)",
+                why,
+                old,
             )
 
     def _try_steps(self, model: Any, optimizer: Any, loader: Any) -> None:
