@@ -18,7 +18,7 @@ import signal
 from enum import StrEnum
 from typing import Protocol
 
-from zeus_bso.client.memory import out_of_memory
+from zeus_bso.client.memory import out_of_memory, out_of_memory_words
 from zeus_bso.errors import ConfigurationError
 
 SIGTERM_EXCEPTIONS = ("SIGTERMException",)
@@ -102,5 +102,7 @@ def described(error: BaseException) -> str:
     not ``KeyboardInterrupt: ``); `Terminated` is ``SIGTERM``."""
     if isinstance(error, Terminated):
         return "SIGTERM"
+    if out_of_memory(error):
+        return out_of_memory_words(error)  # without PyTorch's allocator breakdown and advice
     words = str(error)
     return f"{type(error).__name__}: {words}" if words else type(error).__name__

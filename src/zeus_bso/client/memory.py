@@ -30,6 +30,27 @@ def out_of_memory(error: BaseException) -> bool:
     return any(text in message for text in OUT_OF_MEMORY_MESSAGES)
 
 
+ALLOCATOR_DETAIL = (
+    " Including non-PyTorch memory",
+    " Of the allocated memory",
+    " If reserved but unallocated",
+    " See documentation for Memory Management",
+)
+"""Where PyTorch's CUDA out-of-memory message goes on, after what was asked and what is free,
+to the allocator's breakdown and its advice (``expandable_segments``, which cannot help a
+batch that needs more than the GPU has)."""
+
+
+def out_of_memory_words(error: BaseException) -> str:
+    """``error``'s type and message, an out-of-memory message cut before the allocator's
+    breakdown and advice: "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 GiB.
+    GPU 0 has a total capacity of 139.80 GiB of which 10.86 GiB is free." (an H200's)."""
+    words = str(error)
+    cut = min((at for text in ALLOCATOR_DETAIL if (at := words.find(text)) >= 0), default=None)
+    words = words[:cut].strip()
+    return f"{type(error).__name__}: {words}" if words else type(error).__name__
+
+
 def free_accelerator_memory() -> None:
     """Free what an out-of-memory attempt left behind: unreachable tensors, and the CUDA
     allocator's cached blocks (when torch is loaded and CUDA is up)."""

@@ -40,7 +40,7 @@ from typing import Any, Literal, Self
 from zeus_bso.client import failure, fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
 from zeus_bso.client.http import ServerClient
-from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
+from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
@@ -535,7 +535,7 @@ class BatchSizeOptimizer:
                 if not out_of_memory(err):
                     raise
                 free_accelerator_memory()
-                self.micro_batch_out_of_memory(f"{type(err).__name__}: {err}")
+                self.micro_batch_out_of_memory(out_of_memory_words(err))
             else:
                 self._memory_unknown = False
         return self.micro_batch_size

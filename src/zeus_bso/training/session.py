@@ -17,7 +17,7 @@ from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer, failure
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
-from zeus_bso.client.memory import free_accelerator_memory, out_of_memory
+from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import TrialProgress
@@ -313,7 +313,7 @@ class TrialSession:
             try_steps(size)
         except Exception as err:
             if out_of_memory(err):
-                oom = f"{type(err).__name__}: {err}"
+                oom = out_of_memory_words(err)
                 free_accelerator_memory()
             else:
                 failed = err
