@@ -40,6 +40,17 @@ class Gpu:
         self.joules += self.seconds[self.limit] * self.watts[self.limit]
 
 
+def run_profile(profiler: PowerProfiler, gpu: Gpu) -> int:
+    """Every step of ``profiler``'s profile on ``gpu``; returns how many it took."""
+    steps = 0
+    while not profiler.done:
+        profiler.step_begin()
+        gpu.step()
+        profiler.step_end()
+        steps += 1
+    return steps
+
+
 def test_each_limit_settles_then_is_measured_and_an_epoch_is_its_step_times_the_steps() -> None:
     gpu = Gpu()
     profiler = PowerProfiler(
@@ -47,13 +58,7 @@ def test_each_limit_settles_then_is_measured_and_an_epoch_is_its_step_times_the_
         settle_steps=1, measured_steps=2,
     )  # fmt: skip
     assert profiler.steps_needed == 6
-    steps = 0
-    while not profiler.done:
-        profiler.step_begin()
-        gpu.step()
-        profiler.step_end()
-        steps += 1
-    assert steps == 6
+    assert run_profile(profiler, gpu) == 6
     assert gpu.set_calls == [300.0, 250.0]
     low, high = profiler.measurements(steps_per_epoch=100, gpus_factor=2.0)
     assert (low.power_limit, low.time_per_epoch, low.energy_per_epoch) == (250.0, 150.0, 45000.0)
@@ -84,10 +89,7 @@ def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() 
         sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
         settle_steps=1, measured_steps=1, goes_on=goes_on,
     )  # fmt: skip
-    while not profiler.done:
-        profiler.step_begin()
-        gpu.step()
-        profiler.step_end()
+    run_profile(profiler, gpu)
     # Energy a step: 300, 275, 299, 320, 360: 275 W is cheapest, the three below it cost more.
     assert gpu.set_calls == [300.0, 275.0, 250.0, 225.0, 200.0]
     assert [m.power_limit for m in profiler.measurements(1)] == [200.0, 225.0, 250.0, 275.0, 300.0]
@@ -117,17 +119,6 @@ class QuickGpu(Gpu):
     def __init__(self) -> None:
         super().__init__()
         self.seconds = {300.0: 0.010, 250.0: 0.012}
-
-
-def run_profile(profiler: PowerProfiler, gpu: Gpu) -> int:
-    """Every step of ``profiler``'s profile on ``gpu``; returns how many it took."""
-    steps = 0
-    while not profiler.done:
-        profiler.step_begin()
-        gpu.step()
-        profiler.step_end()
-        steps += 1
-    return steps
 
 
 def test_steps_too_quick_for_the_energy_counter_are_measured_longer() -> None:
