@@ -163,6 +163,22 @@ class Pin(BaseModel):
     """The batch size every run gets until the job is unpinned."""
 
 
+class ForgottenPowerProfile(BaseModel):
+    """One power profile forgotten."""
+
+    profile: str
+    """The hardware profile (GPU count, model and power), e.g. ``1xNVIDIA H200@700W``."""
+    batch_size: int
+
+
+class ForgottenPowerProfiles(BaseModel):
+    """The power profiles a job forgot: the next run at each of those batch sizes on those GPUs
+    profiles its power limits again."""
+
+    job_id: str
+    forgotten: list[ForgottenPowerProfile]
+
+
 class JobStage(StrEnum):
     """Where a job is, as a reader sees it: the policy's stage, ``pinned`` while every run gets
     the pinned batch size, or ``blocked`` when its next run would be refused (no batch size

@@ -549,6 +549,29 @@ class BatchSizeService:
 
         await self.db.write(work)
 
+    async def forget_power_profiles(
+        self, job_id: str, profile: str | None, batch_size: int | None
+    ) -> list[tuple[str, int]]:
+        """Forget the job's power profiles on ``profile`` of ``batch_size`` (None: every one):
+        the next run at each of those batch sizes on those GPUs profiles its power limits
+        again (a profile measured badly, or GPUs whose power curve changed: a new driver, other
+        cooling). Runs training at a limit now keep it. Returns the (hardware profile, batch
+        size) pairs forgotten.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+        def work(conn: Connection) -> list[tuple[str, int]]:
+            self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            forgotten = repo.delete_power_profiles(conn, job_id, profile, batch_size)
+            for key, size in forgotten:
+                logger.info("job %s: the power profile of batch size %d on %s forgotten",
+                            job_id, size, key)  # fmt: skip
+            return forgotten
+
+        return await self.db.write(work)
+
     async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
 

@@ -139,3 +139,62 @@ def test_bad_profiles_are_refused_and_store_nothing(http: httpx.Client) -> None:
     assert http.delete("/jobs", params={"job_id": job_id}).status_code == 200
     register(http, job_id)
     assert dispatch(http, job_id, power_limits="true", **A100)["power_profiling"] is True
+
+
+def profile_once(http: httpx.Client, job_id: str, gpus: dict[str, Any]) -> None:
+    """A run on ``gpus`` that profiles the job's batch size, then is released."""
+    trial = dispatch(http, job_id, power_limits="true", **gpus)
+    assert trial["power_profiling"] is True
+    answer = http.post(
+        "/api/trials/power_profile", json={**trial_id(trial), "measurements": MEASURED}
+    )
+    assert answer.status_code == 200, answer.text
+    release(http, trial)
+
+
+def test_forgotten_profiles_are_measured_again_on_their_gpus_alone(http: httpx.Client) -> None:
+    """``DELETE /api/jobs/{id}/power_profiles``: by hardware profile and batch size, or all;
+    the next run there profiles again, other GPUs keep their limit."""
+    job_id = unique_id("reprofile")
+    register(http, job_id, eta_knob=1.0)
+    profile_once(http, job_id, A100)
+    profile_once(http, job_id, H100)
+    path = f"/api/jobs/{job_id}/power_profiles"
+
+    none = http.delete(path, params={"profile": A100_KEY, "batch_size": 256})
+    assert none.json() == {"job_id": job_id, "forgotten": []}  # no such batch size there
+    one = http.delete(path, params={"profile": A100_KEY, "batch_size": 128})
+    assert one.status_code == 200, one.text
+    assert one.json()["forgotten"] == [{"profile": A100_KEY, "batch_size": 128}]
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert [p["profile"] for p in view["power_profiles"]] == ["1xNVIDIA H100 80GB HBM3@700W"]
+    again = dispatch(http, job_id, power_limits="true", **A100)
+    assert again["power_profiling"] is True  # measured anew
+    release(http, again)
+    kept = dispatch(http, job_id, power_limits="true", **H100)
+    assert kept["power_limit"] == best(1.0, 700.0)
+    release(http, kept)
+
+    every = http.delete(path)
+    assert every.json()["forgotten"] == [
+        {"profile": "1xNVIDIA H100 80GB HBM3@700W", "batch_size": 128}
+    ]
+    assert http.get(f"/api/jobs/{job_id}").json()["power_profiles"] == []
+
+
+@pytest.mark.parametrize(
+    ("job", "params", "status"),
+    [("nosuchjob", {}, 404), (None, {"batch_size": 0}, 422), (None, {"profile": ""}, 422)],
+)
+def test_forgetting_profiles_of_no_job_or_with_bad_filters_is_refused(
+    http: httpx.Client, job: str | None, params: dict[str, Any], status: int
+) -> None:
+    job_id = job or unique_id("reprofilebad")
+    if job is None:
+        register(http, job_id, eta_knob=1.0)
+        profile_once(http, job_id, A100)
+    answer = http.delete(f"/api/jobs/{job_id}/power_profiles", params=params)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["message"]  # what to change
+    if job is None:  # nothing lost
+        assert len(http.get(f"/api/jobs/{job_id}").json()["power_profiles"]) == 1

@@ -393,3 +393,19 @@ def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
         f"power limit: batch size 64 trains at 200 W on 2xA40 [test]@300W (trial "
         f"{trial.trial_number} measured 150, 200, 300 W)"
     ) in shown.stdout
+    # Forgotten, the next run there profiles again; the read-only token may not.
+    refused = cli(server, "reprofile", job_id, token=READ_TOKEN)
+    assert refused.returncode == 1
+    assert "this token reads only" in refused.stderr
+    forgot = cli(server, "reprofile", job_id, "--gpu", "2xA40 [test]@300W", "--batch-size", "64")
+    assert forgot.returncode == 0, forgot.stderr
+    assert forgot.stdout.splitlines() == [
+        "forgot the power profile of batch size 64 on 2xA40 [test]@300W",
+        "the next run at each profiles its power limits again",
+    ]
+    assert "power limit:" not in cli(server, "show", job_id).stdout
+    nothing = cli(server, "reprofile", job_id)
+    assert nothing.returncode == 0, nothing.stderr
+    assert f"{job_id} has no power profile to forget there" in nothing.stdout
+    with ServerClient(server.url, token=TOKEN) as client:
+        assert client.dispatch(job_id, gpu=gpu, power_limits=True).power_profiling

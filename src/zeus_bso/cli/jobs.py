@@ -26,7 +26,8 @@ from zeus_bso.units import duration_text, energy_text
 T = TypeVar("T")
 
 jobs_app = typer.Typer(
-    help="The jobs of a running server: list, summary, show, trials, pin, unpin, delete.",
+    help="The jobs of a running server: list, summary, show, trials, pin, unpin, reprofile, "
+    "delete.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -367,6 +368,45 @@ def unpin_command(
     """Unpin a job: the optimizer chooses its runs' batch sizes again."""
     _ask(server, token, lambda client: client.unpin(job_id))
     console.print(f"unpinned {escape(job_id)}")
+
+
+@jobs_app.command(
+    "reprofile",
+    short_help="Forget a job's power profiles: the next runs profile the GPUs' limits again.",
+)
+def reprofile_command(
+    job_id: JobId,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="The hardware profile, as `jobs show` names it (e.g. '1xNVIDIA H200@700W'); "
+            "default: every one",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", min=1, help="The batch size (default: every one)"),
+    ] = None,
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Forget a job's power profiles (power_limit="optimize"), so that the next run at each of
+    those batch sizes on those GPUs profiles the limits again: for a profile measured badly (a
+    run warned that its profile is coarse), or GPUs whose power curve changed (a new driver,
+    other cooling). Runs that train at a limit now keep it."""
+    forgotten = _ask(
+        server, token, lambda client: client.forget_power_profiles(job_id, gpu, batch_size)
+    )
+    if not forgotten:
+        console.print(f"{escape(job_id)} has no power profile to forget there")
+        return
+    for each in forgotten:
+        console.print(
+            f"forgot the power profile of batch size {each['batch_size']} on "
+            f"{escape(each['profile'])}"
+        )
+    console.print("the next run at each profiles its power limits again")
 
 
 @jobs_app.command("delete")

@@ -335,6 +335,19 @@ class ServerClient:
         """Unpin the job: the optimizer chooses its runs' batch sizes again."""
         self._request("DELETE", f"/api/jobs/{quote(job_id, safe='')}/pin")
 
+    def forget_power_profiles(
+        self, job_id: str, profile: str | None = None, batch_size: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Forget the job's power profiles on ``profile`` of ``batch_size`` (None: every one);
+        the next run at each of those sizes on those GPUs profiles again. Returns those
+        forgotten (``profile``, ``batch_size``)."""
+        path = f"/api/jobs/{quote(job_id, safe='')}/power_profiles"
+        params = {"profile": profile, "batch_size": batch_size}
+        response = self._request(
+            "DELETE", path, params={k: v for k, v in params.items() if v is not None}
+        )
+        return list(response.json()["forgotten"])
+
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """Everything the server knows of a job (zeus-bso servers only)."""
         path = f"/api/jobs/{quote(job_id, safe='')}"

@@ -20,6 +20,8 @@ from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
 from zeus_bso_server.read_models import (
     FleetSummary,
+    ForgottenPowerProfile,
+    ForgottenPowerProfiles,
     JobSummary,
     JobView,
     Pin,
@@ -73,6 +75,31 @@ async def pin(job_id: JobIdPath, service: Service, body: PinRequest | None = Non
 async def unpin(job_id: JobIdPath, service: Service) -> None:
     """Unpin the job: the optimizer chooses its runs' batch sizes again."""
     await service.unpin(job_id)
+
+
+@router.delete(
+    "/jobs/{job_id:path}/power_profiles",
+    response_model=ForgottenPowerProfiles,
+    responses={404: {"description": "No such job"}},
+)
+async def forget_power_profiles(
+    job_id: JobIdPath,
+    service: Service,
+    profile: Annotated[
+        Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
+    ] = None,
+    batch_size: Annotated[int | None, Query(gt=0)] = None,
+) -> ForgottenPowerProfiles:
+    """Forget the job's power profiles (``power_limit="optimize"``): those of ``batch_size``
+    on the hardware ``profile`` (e.g. ``1xNVIDIA H200@700W``), or every one where either is
+    left out. The next run at each of those batch sizes on those GPUs profiles the limits
+    again: for a profile measured badly, or GPUs whose power curve changed (a new driver, other
+    cooling). Runs that train at a limit now keep it."""
+    forgotten = await service.forget_power_profiles(job_id, profile, batch_size)
+    return ForgottenPowerProfiles(
+        job_id=job_id,
+        forgotten=[ForgottenPowerProfile(profile=p, batch_size=b) for p, b in forgotten],
+    )
 
 
 @router.get(

@@ -788,6 +788,23 @@ def power_profiles_of(conn: Connection, job_id: str) -> list[StoredPowerProfile]
     return _power_profiles(rows)
 
 
+def delete_power_profiles(
+    conn: Connection, job_id: str, profile: str | None, batch_size: int | None
+) -> list[tuple[str, int]]:
+    """Delete the job's power profiles on ``profile`` of ``batch_size`` (None: any); returns
+    the (hardware profile, batch size) pairs deleted."""
+    where = [power_profiles.c.job_id == job_id]
+    if profile is not None:
+        where.append(power_profiles.c.profile == profile)
+    if batch_size is not None:
+        where.append(power_profiles.c.batch_size == batch_size)
+    found = conn.execute(
+        select(power_profiles.c.profile, power_profiles.c.batch_size).where(*where).distinct()
+    ).all()
+    conn.execute(delete(power_profiles).where(*where))
+    return sorted((str(row.profile), int(row.batch_size)) for row in found)
+
+
 def insert_power_profile(conn: Connection, job_id: str, stored: StoredPowerProfile) -> None:
     """Store a power profile (the caller, holding the job's lock, checked there is none)."""
     conn.execute(
