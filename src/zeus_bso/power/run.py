@@ -198,7 +198,8 @@ class PowerLimitRun:
                 "zeus-bso: each power limit was measured over %.2f s, less than the %.1f s "
                 "(%d updates of the GPUs' energy counter) that read its energy within about 5%%: "
                 "the first epoch had no room for more steps, even for %d limits, and the profile "
-                "is coarse",
+                "is coarse (`zeus-bso jobs reprofile` measures it again, in a run whose first "
+                "epoch has more steps)",
                 window,
                 profiler.min_window_s,
                 COUNTER_PERIODS,
