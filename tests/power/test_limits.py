@@ -206,3 +206,36 @@ def test_a_short_first_epoch_measures_fewer_limits_each_long_enough(
         assert watts == pytest.approx(min(300.0, measured.power_limit), rel=0.1)
     (said,) = [r.getMessage() for r in caplog.records if "instead of" in r.getMessage()]
     assert "(300, 225, 150, 75 W)" in said
+
+
+def test_a_first_epoch_too_short_for_three_limits_warns_that_the_profile_is_coarse(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 60-step epoch has room for 8 of the ten limits at 2 + 5 steps (56 steps); a 20 ms
+    counter wants 0.4 s a limit, some 360 steps: three limits of 2 + 16 steps are measured,
+    each window some 20 ms."""
+    from zeus_bso.power.run import PowerLimitRun
+    from zeus_bso.spec import GpuConfig
+
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
+    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
+    sent: list[Any] = []
+    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
+    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
+    with caplog.at_level("WARNING", logger="zeus_bso.power.run"):
+        run.begin(None, True, lambda profile: sent.append(profile) or 75.0, steps_per_epoch=60)
+        taken = 0
+        while not sent and taken < 60:
+            run.step_begin()
+            time.sleep(0.001)
+            run.step_end()
+            taken += 1
+    run.restore()
+    (profile,) = sent
+    assert [m.power_limit for m in profile] == [75.0, 175.0, 300.0]
+    assert taken == 3 * (2 + 16)
+    (coarse,) = [r.getMessage() for r in caplog.records if "coarse" in r.getMessage()]
+    assert "even for 3 limits" in coarse
+    assert "zeus-bso jobs reprofile" in coarse
