@@ -453,6 +453,12 @@ def test_the_job_list_sums_up_every_jobs_spending_and_savings(
     percent = round(100 * saved / (saved + spent_known), 1)
     playwright_expect(fleet.locator(".energy-saved-percent")).to_have_text(f"{percent}%")
     playwright_expect(fleet).to_contain_text("2 of them saved")
+    # One verb where the energy and the cost went the same way ("saved 4 kJ (..) and 12% of
+    # the cost"), a second where they did not.
+    totals = api.get("/api/summary", params={"prefix": prefix}).json()
+    agree = (totals["energy_saved"] >= 0) == (totals["cost_saved"] >= 0)
+    said = fleet.inner_text()
+    assert (") and saved " in said or ") and spent " in said) is not agree, said
     # Each job's own saving, in the same unit.
     row = page.locator("#jobs tbody tr", has_text=f"{prefix}-a")
     energy = states[0]["savings"]["energy"]

@@ -409,3 +409,25 @@ def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
     assert f"{job_id} has no power profile to forget there" in nothing.stdout
     with ServerClient(server.url, token=TOKEN) as client:
         assert client.dispatch(job_id, gpu=gpu, power_limits=True).power_profiling
+
+
+@pytest.mark.parametrize(
+    ("energy", "cost", "said"),
+    [
+        (73.0, 0.28, "saved 73 J (28.2% of the energy) and 28.0% of the cost."),
+        (-73.0, -0.28, "spent 73 J (28.2% more energy) and 28.0% more cost."),
+        (73.0, -0.28, "saved 73 J (28.2% of the energy) and spent 28.0% more cost."),
+        (-73.0, 0.28, "spent 73 J (28.2% more energy) and saved 28.0% of the cost."),
+    ],
+)
+def test_the_totals_name_one_verb_where_energy_and_cost_agree(
+    energy: float, cost: float, said: str
+) -> None:
+    from zeus_bso.cli.jobs import totals_in_words
+
+    totals = {
+        "jobs": 1, "runs": 3, "energy": 185.0, "time": 0.6, "jobs_with_savings": 1,
+        "energy_saved": energy, "energy_saved_fraction": 0.282 if energy > 0 else -0.282,
+        "cost_saved": cost, "cost_saved_fraction": cost,
+    }  # fmt: skip
+    assert totals_in_words(totals).endswith(f"1 of them {said}")

@@ -196,15 +196,19 @@ def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     energy, cost = totals["energy_saved"], totals["cost_saved"]
     energy_share = abs(100 * totals["energy_saved_fraction"])
     cost_share = abs(100 * totals["cost_saved_fraction"])
-    return text + (
-        f" Against delivering their models at their default batch sizes, "
-        f"{totals['jobs_with_savings']} of them "
-        + (f"saved {energy_text(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
-           f"spent {energy_text(-energy)} ({energy_share:.1f}% more energy)")
-        + " and "
-        + (f"saved {cost_share:.1f}% of the cost." if cost >= 0 else
-           f"spent {cost_share:.1f}% more cost.")
+    energy_words = (
+        f"saved {energy_text(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
+        f"spent {energy_text(-energy)} ({energy_share:.1f}% more energy)"
     )  # fmt: skip
+    if (energy >= 0) == (cost >= 0):  # one verb for both
+        cost_words = f"{cost_share:.1f}% " + ("of the cost" if cost >= 0 else "more cost")
+    else:
+        cost_words = (f"saved {cost_share:.1f}% of the cost" if cost >= 0 else
+                      f"spent {cost_share:.1f}% more cost")  # fmt: skip
+    return (
+        f"{text} Against delivering their models at their default batch sizes, "
+        f"{totals['jobs_with_savings']} of them {energy_words} and {cost_words}."
+    )
 
 
 @jobs_app.command("show")
