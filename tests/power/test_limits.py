@@ -135,6 +135,39 @@ def test_a_forked_child_sent_sigterm_leaves_the_owner_s_limits_alone(double: Pat
         signal.signal(signal.SIGTERM, previous)
 
 
+def profile_quick_steps(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, steps_per_epoch: int, **gpu: Any
+) -> tuple[list[Any], int]:
+    """A profiling run on the double's GPU, whose counter updates every 20 ms (``gpu``: more of
+    its settings), in steps of about 1 ms: the profile it sends, and the steps it took."""
+    from zeus_bso.power.run import PowerLimitRun
+    from zeus_bso.spec import GpuConfig
+
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    described = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([described | gpu]))
+    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
+    assert limits.counter_period_s() == pytest.approx(0.02, rel=0.2)
+    sent: list[Any] = []
+    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
+    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
+
+    def chosen(profile: list[Any]) -> float:  # the server's answer: the lowest limit
+        sent.append(profile)
+        return float(min(m.power_limit for m in profile))
+
+    run.begin(None, True, chosen, steps_per_epoch)
+    taken = 0
+    while not sent and taken < steps_per_epoch:
+        run.step_begin()
+        time.sleep(0.001)
+        run.step_end()
+        taken += 1
+    run.restore()
+    (profile,) = sent
+    return profile, taken
+
+
 def test_quick_steps_are_profiled_over_many_updates_of_the_energy_counter(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -142,29 +175,9 @@ def test_quick_steps_are_profiled_over_many_updates_of_the_energy_counter(
     1 ms: the 40 steps a limit of a long epoch gets span two updates, and could read half its
     energy or one and a half times it. Each limit is measured over 20 updates instead, and
     reads the GPU's power at that limit within 10%."""
-    from zeus_bso.power.run import PowerLimitRun
-    from zeus_bso.spec import GpuConfig
-
-    one_settable_gpu(monkeypatch, tmp_path, UUID)
     paces = {"300": {"watts": 300.0}, "275": {"watts": 240.0}, "250": {"watts": 180.0}}
-    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0]
-    gpu |= {"counter_period_s": 0.02, "paces": paces}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
-    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
-    assert limits.counter_period_s() == pytest.approx(0.02, rel=0.2)
-    sent: list[Any] = []
-    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
-    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
     with caplog.at_level("INFO", logger="zeus_bso.power.run"):
-        run.begin(None, True, lambda profile: sent.append(profile) or 250.0, steps_per_epoch=5000)
-        for _ in range(5000):
-            run.step_begin()
-            time.sleep(0.001)
-            run.step_end()
-            if sent:
-                break
-    run.restore()
-    (profile,) = sent
+        profile, _ = profile_quick_steps(monkeypatch, tmp_path, 5000, paces=paces)
     assert [m.power_limit for m in profile] == [250.0, 275.0, 300.0]
     for measured in profile:
         watts = measured.energy_per_epoch / measured.time_per_epoch
@@ -179,26 +192,8 @@ def test_a_short_first_epoch_measures_fewer_limits_each_long_enough(
     """Ten limits (300 W down to 75 W), a counter that updates every 20 ms and steps of about
     1 ms: each limit needs some 360 steps, and half of a 3000-step epoch has room for four such
     limits, not ten. Four are measured, evenly spread, each reading its power within 10%."""
-    from zeus_bso.power.run import PowerLimitRun
-    from zeus_bso.spec import GpuConfig
-
-    one_settable_gpu(monkeypatch, tmp_path, UUID)
-    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
-    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
-    sent: list[Any] = []
-    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
-    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
     with caplog.at_level("INFO", logger="zeus_bso.power.run"):
-        run.begin(None, True, lambda profile: sent.append(profile) or 75.0, steps_per_epoch=3000)
-        taken = 0
-        while not sent and taken < 3000:
-            run.step_begin()
-            time.sleep(0.001)
-            run.step_end()
-            taken += 1
-    run.restore()
-    (profile,) = sent
+        profile, taken = profile_quick_steps(monkeypatch, tmp_path, 3000)
     assert taken <= 1500  # inside the half of the epoch a profile may take
     assert [m.power_limit for m in profile] == [75.0, 150.0, 225.0, 300.0]
     for measured in profile:
@@ -214,26 +209,8 @@ def test_a_first_epoch_too_short_for_three_limits_warns_that_the_profile_is_coar
     """A 60-step epoch has room for 8 of the ten limits at 2 + 5 steps (56 steps); a 20 ms
     counter wants 0.4 s a limit, some 360 steps: three limits of 2 + 16 steps are measured,
     each window some 20 ms."""
-    from zeus_bso.power.run import PowerLimitRun
-    from zeus_bso.spec import GpuConfig
-
-    one_settable_gpu(monkeypatch, tmp_path, UUID)
-    gpu = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter_period_s": 0.02}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
-    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
-    sent: list[Any] = []
-    run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
-    run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
     with caplog.at_level("WARNING", logger="zeus_bso.power.run"):
-        run.begin(None, True, lambda profile: sent.append(profile) or 75.0, steps_per_epoch=60)
-        taken = 0
-        while not sent and taken < 60:
-            run.step_begin()
-            time.sleep(0.001)
-            run.step_end()
-            taken += 1
-    run.restore()
-    (profile,) = sent
+        profile, taken = profile_quick_steps(monkeypatch, tmp_path, 60)
     assert [m.power_limit for m in profile] == [75.0, 175.0, 300.0]
     assert taken == 3 * (2 + 16)
     (coarse,) = [r.getMessage() for r in caplog.records if "coarse" in r.getMessage()]
