@@ -88,7 +88,7 @@ def test_the_profile_window_part_lengthens_quick_steps_and_sets_nothing(
     result = parts.profile_window_check("cpu")
     assert result["counter_period_ms"] == pytest.approx(20, rel=0.2)
     assert result["short_steps"] == 40
-    assert result["lengthened_steps"] > 200  # 0.4 s of steps of about 1 ms
+    assert result["lengthened_steps"] > 100  # 0.4 s of steps of about 1 ms (4 ms on a busy machine)
     assert len(result["lengthened_j_per_step"]) == 3
     assert all(j > 0 for j in result["lengthened_j_per_step"])
     pynvml = sys.modules["pynvml"]
