@@ -11,7 +11,6 @@ ever sets a GPU's power limit.
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 import subprocess
@@ -342,20 +341,6 @@ def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str,
     }
 
 
-def counter_update_ms(pynvml: Any, handle: Any, seconds: float = 2.0) -> float | None:
-    """The median time between changes of the GPU's total-energy counter, read in a tight loop
-    for ``seconds``: the shortest window a profile's measurement can resolve (the profiler
-    measures 5 to 40 steps a limit: `zeus_bso.power.profiler.measured_steps_for`)."""
-    changes, last, end = [], None, time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        if value != last:
-            changes.append(time.monotonic())
-            last = value
-    gaps = [1000 * (b - a) for a, b in itertools.pairwise(changes[1:])]  # the first: a read
-    return statistics.median(gaps) if gaps else None
-
-
 def profile_window_check(accelerator: str, windows: int = 3) -> dict[str, Any]:
     """#45's profiler on a real GPU's energy counter, setting nothing: quick steps (a matrix
     product of a few milliseconds) measured as a profile measures a limit, ``windows`` times
@@ -446,10 +431,11 @@ def power_read_check() -> dict[str, Any]:
         limits = GpuPowerLimits(Path(records), gpu_indices=[0])
         profiled = limits.limits()
         current = limits.current()
+        period = limits.counter_period_s()  # what a profile lengthens its windows by
         written = sorted(p.name for p in Path(records).iterdir())
     after = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
     return {
-        "counter_update_ms": counter_update_ms(pynvml, handle),
+        "counter_update_ms": None if period is None else 1000 * period,
         "uuid": limits.uuids[0],
         "min_w": low,
         "max_w": high,

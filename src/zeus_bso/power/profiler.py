@@ -59,10 +59,16 @@ def measured_steps_for(
     epoch's steps leave after each limit's settling, from `MEASURED_STEPS` to
     `MAX_MEASURED_STEPS`. The same on every process of a run, which all have the epoch's
     steps."""
-    if steps_per_epoch is None or limits < 1:
+    room = profile_room(steps_per_epoch)
+    if room is None or limits < 1:
         return MEASURED_STEPS
-    room = int(steps_per_epoch * PROFILE_SHARE) // limits - settle_steps
-    return max(MEASURED_STEPS, min(MAX_MEASURED_STEPS, room))
+    return max(MEASURED_STEPS, min(MAX_MEASURED_STEPS, room // limits - settle_steps))
+
+
+def profile_room(steps_per_epoch: int | None) -> int | None:
+    """The most steps a profile may take: `PROFILE_SHARE` of the first epoch's (None: the
+    epoch's steps are not known)."""
+    return None if steps_per_epoch is None else int(steps_per_epoch * PROFILE_SHARE)
 
 
 def counter_period_s(
@@ -187,15 +193,15 @@ class PowerProfiler:
             return False
         if self.room is None:
             self.measured_steps = min(steps, UNKNOWN_EPOCH_STEPS)
-            return self.measured_steps > self._steps - self.settle_steps
-        room = max(self.room, self.steps_needed)  # never less than the profile had
-        keep = len(self.limits)
-        while keep > FEWEST_LIMITS and keep * (self.settle_steps + steps) > room:
-            keep -= 1
-        self.limits = spread(self.limits, keep)
-        self.measured_steps = max(
-            self.measured_steps, min(steps, room // len(self.limits) - self.settle_steps)
-        )
+        else:
+            room = max(self.room, self.steps_needed)  # never less than the profile had
+            keep = len(self.limits)
+            while keep > FEWEST_LIMITS and keep * (self.settle_steps + steps) > room:
+                keep -= 1
+            self.limits = spread(self.limits, keep)
+            self.measured_steps = max(
+                self.measured_steps, min(steps, room // len(self.limits) - self.settle_steps)
+            )
         return self.measured_steps > self._steps - self.settle_steps
 
     @property

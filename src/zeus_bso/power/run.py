@@ -22,9 +22,9 @@ from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
 from zeus_bso.power.profiler import (
     COUNTER_PERIODS,
-    PROFILE_SHARE,
     PowerProfiler,
     measured_steps_for,
+    profile_room,
     spread,
 )
 from zeus_bso.spec import GpuConfig, PowerMeasurement
@@ -111,8 +111,7 @@ class PowerLimitRun:
             if steps_per_epoch is not None and steps_per_epoch < profiler.steps_needed:
                 # The first epoch has room for fewer: evenly spread, the highest kept.
                 profiler.limits = spread(profiler.limits, steps_per_epoch // per_limit)
-            if steps_per_epoch is not None:
-                profiler.room = int(steps_per_epoch * PROFILE_SHARE)
+            profiler.room = profile_room(steps_per_epoch)
             profiler.agree = self._agree
             if self._is_main:  # the main process's window is every process's (`_agree`)
                 self._counter_period = self._limits.counter_period_s() if profiler.limits else None
