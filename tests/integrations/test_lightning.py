@@ -363,7 +363,10 @@ def test_one_time_set_up_is_outside_the_measured_window(
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert wall > SET_UP_SECONDS
     assert 0 < trial["time"] < wall - SET_UP_SECONDS
-    assert trial["energy"] == pytest.approx(100 * trial["time"], rel=0.05)
+    # The energy window is the time window: it leaves out the set-up's 150 J. The two are read
+    # one after the other, so a busy machine may put some milliseconds between them (a window
+    # of 0.15 s differed by 8 ms): the margin is a tenth of the set-up, not a share of the window.
+    assert trial["energy"] == pytest.approx(100 * trial["time"], abs=10 * SET_UP_SECONDS)
 
 
 def callback_for(server_url: str, spec: JobSpec, **options: Any) -> ZeusBSOCallback:
