@@ -130,7 +130,9 @@ def test_a_reports_seconds_are_read_with_its_energy(server: ServerProcess) -> No
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(job_id)["trials"]
     assert trial["time"] >= 0.1
-    assert trial["energy"] / trial["time"] == pytest.approx(100.0, rel=0.01)
+    # Read one after the other, the clock and the meter may be some milliseconds apart on a busy
+    # machine: a tenth of the 0.1 s window is the margin (a window that took the metric in: 25 W).
+    assert trial["energy"] / trial["time"] == pytest.approx(100.0, rel=0.1)
 
 
 def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
