@@ -26,6 +26,7 @@ from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ConfigurationError  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
+from zeus_bso.spec import StopReason  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -165,9 +166,10 @@ def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
 
 
 def test_ddp_on_two_cpu_processes(server: ServerProcess, tmp_path: Path) -> None:
-    """Two ranks (gloo): one trial, the same batch size on both, energy of both added up."""
+    """Two ranks (gloo): one trial, the same batch size on both, energy of both added up. The
+    ranks are processes ddp_spawn started: the outcome reaches the process that called fit."""
     spec = job(unique_id("ddp"), target=0.999, max_epochs=2)
-    fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
+    _, callback = fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
     (trial,) = state["trials"]
@@ -175,6 +177,16 @@ def test_ddp_on_two_cpu_processes(server: ServerProcess, tmp_path: Path) -> None
     assert trial["epochs"] == 2
     # Each rank's estimate meter reads 100 W x its own time: together about 200 W x time.
     assert trial["energy"] > 1.5 * 100 * trial["time"]
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.job_id, outcome.trial_number, outcome.batch_size) == (
+        spec.job_id,
+        trial["trial_number"],
+        trial["batch_size"],
+    )
+    assert (outcome.epochs, outcome.converged) == (2, False)
+    assert outcome.reason is StopReason.MAX_EPOCHS
+    assert callback.outcome == outcome  # read once, kept
 
 
 def _run_nodes(

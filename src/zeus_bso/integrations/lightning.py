@@ -40,6 +40,7 @@ from zeus_bso.client.settings import (
 )
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
@@ -152,8 +153,8 @@ class ZeusBSOCallback(pl.Callback):
         self.trial_number: int | None = None
         self.job_id: str | None = None
         """The job this fit is a recurrence of, from its start."""
-        self.outcome: RunOutcome | None = None
-        """How the last fit ended (rank 0, after it)."""
+        self._outcome: RunOutcome | None = None
+        self._handoff = OutcomeHandoff()
         self._restored: dict[str, Any] | None = None
         self._resumed = False
         self._unlogged: dict[str, float] = {}
@@ -432,7 +433,22 @@ class ZeusBSOCallback(pl.Callback):
             else:  # the Trainer's own limits (or another callback) ended the fit first
                 session.release(self._ended_early(trainer), StopReason.ENDED_EARLY)
         finally:
-            self.outcome = session.outcome
+            self._ended(trainer, session.outcome)
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        """How the last fit ended (rank 0, after it). Where the strategy trained in processes
+        it started (``ddp_spawn``, ``ddp_notebook``), also in the process that called ``fit``:
+        the main rank hands it back (`zeus_bso.integrations.handoff`)."""
+        received = self._handoff.receive()
+        if received is not None:
+            self._outcome = received
+        return self._outcome
+
+    def _ended(self, trainer: pl.Trainer, outcome: RunOutcome | None) -> None:
+        self._outcome = outcome
+        if outcome is not None and trainer.is_global_zero:
+            self._handoff.send(outcome)
 
     def _ended_early(self, trainer: pl.Trainer) -> str:
         limit = trainer.max_epochs
@@ -459,7 +475,7 @@ class ZeusBSOCallback(pl.Callback):
         # Out of memory: infeasible on these GPUs; not the batch size's fault: released; else
         # failed (with a run key the trial stays open for the restart).
         session.failed(exception, trained=trainer.global_step > 0)
-        self.outcome = session.outcome
+        self._ended(trainer, session.outcome)
         self._restored = None
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------

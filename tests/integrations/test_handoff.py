@@ -1,0 +1,77 @@
+"""The outcome of a run trained in processes a launcher started reaches the process that built
+the callback (`zeus_bso.integrations.handoff`), across a real fork and a real spawn."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from zeus_bso import RunOutcome
+from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.spec import StopReason
+
+OUTCOME = RunOutcome(
+    job_id="handoff-1",
+    batch_size=64,
+    trial_number=3,
+    converged=True,
+    reason=StopReason.CONVERGED,
+    why="it reached the target",
+    epochs=4,
+    max_epochs=10,
+    seconds=12.5,
+    joules=1250.0,
+    cost=1300.0,
+    next_run="64 (the bandit's choice)",
+)
+
+
+def send(handoff: OutcomeHandoff, outcome: RunOutcome) -> None:
+    handoff.send(outcome)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_started_process_hands_its_outcome_back_once(method: str) -> None:
+    handoff = OutcomeHandoff()
+    assert handoff.receive() is None  # nothing yet
+    process = multiprocessing.get_context(method).Process(target=send, args=(handoff, OUTCOME))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    assert handoff.receive() == OUTCOME
+    assert handoff.receive() is None  # read once: the file is gone
+
+
+def test_the_process_that_built_it_sends_nothing() -> None:
+    """``strategy="ddp"`` or ``torchrun``: every process built its own callback."""
+    handoff = OutcomeHandoff()
+    handoff.send(OUTCOME)
+    assert not handoff._path.exists()
+    assert handoff.receive() is None
+
+
+def test_the_file_is_its_owners_alone_and_goes_with_the_handoff() -> None:
+    handoff = OutcomeHandoff()
+    process = multiprocessing.get_context("fork").Process(target=send, args=(handoff, OUTCOME))
+    process.start()
+    process.join(60)
+    path: Path = handoff._path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.stat().st_uid == os.getuid()
+    del handoff  # never read: removed with its callback
+    assert not path.exists()
+
+
+def test_a_later_fits_outcome_replaces_the_unread_one() -> None:
+    handoff = OutcomeHandoff()
+    later = replace(OUTCOME, trial_number=4, converged=False)
+    for outcome in (OUTCOME, later):
+        process = multiprocessing.get_context("fork").Process(target=send, args=(handoff, outcome))
+        process.start()
+        process.join(60)
+    assert handoff.receive() == later
