@@ -221,3 +221,23 @@ def test_a_first_epoch_too_short_for_three_limits_warns_that_the_profile_is_coar
     (coarse,) = [r.getMessage() for r in caplog.records if "coarse" in r.getMessage()]
     assert "even for 3 limits" in coarse
     assert "zeus-bso jobs reprofile" in coarse
+
+
+def test_a_gpu_without_an_energy_counter_has_no_period_at_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU older than Volta has no counter: nothing to wait half a second for."""
+    nvml = one_settable_gpu(monkeypatch, tmp_path, UUID)
+    described = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])[0] | {"counter": False}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([described]))
+    limits = GpuPowerLimits(tmp_path / "records", gpu_indices=[0])
+    reads = []
+    read = nvml.nvmlDeviceGetTotalEnergyConsumption
+
+    def counted(handle: Any) -> int:
+        reads.append(handle)
+        return int(read(handle))
+
+    monkeypatch.setattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", counted)
+    assert limits.counter_period_s() is None
+    assert len(reads) == 1  # not a loop of reads for half a second

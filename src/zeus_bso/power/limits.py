@@ -208,6 +208,10 @@ class GpuPowerLimits:
         """How often the first GPU's energy counter changes (s; None: it has none). One GPU:
         several update at their own moments, and their sum changes more often than each."""
         gpu = self._gpus[0]
+        try:
+            self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle)
+        except self._nvml.NVMLError:
+            return None  # none (older than Volta): nothing to wait for
 
         def read() -> float:
             try:
