@@ -412,9 +412,12 @@ class ZeusBSOCallback(pl.Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # self.log is not allowed in on_validation_end; the epoch's last report is logged here,
-        # once (an epoch without a validation logs nothing).
+        # once (an epoch without a validation logs nothing). The values are the same on every
+        # rank (the report's shared answer): with rank_zero_only, Lightning reduces nothing
+        # whatever sync_dist says, and sync_dist=True keeps its advice to sync (a warning a
+        # value, on every rank of a distributed fit) off.
         for name, value in self._unlogged.items():
-            pl_module.log(name, value, rank_zero_only=True)
+            pl_module.log(name, value, rank_zero_only=True, sync_dist=True)
         self._unlogged = {}
 
     # -- the end of a fit ---------------------------------------------------------------------
