@@ -362,6 +362,13 @@ class _JobOptions(WireModel):
     GPU's power limits in the first epoch of a batch size new to their hardware profile, once,
     and train at the limit whose epoch costs least (never with ``eta_knob`` 0, where the
     maximum is cheapest). ``False``: this job's runs train at the GPUs' own limits."""
+    power_max_slowdown: Annotated[
+        Annotated[float, Field(ge=1.0, le=100.0, allow_inf_nan=False)] | None,
+        PolicyOption(hashed_off_default=True),
+    ] = None
+    """With power limits: runs train at the cheapest limit whose epoch takes at most this many
+    times the epoch at the highest limit profiled (1.1: at most 10% slower; upstream Zeus's
+    ``MaxSlowdownConstraint``). ``None``: the cheapest limit, however much slower."""
 
     @model_validator(mode="before")
     @classmethod
@@ -627,7 +634,8 @@ class PowerProfileView(WireModel):
     profile: str
     batch_size: PositiveInt
     power_limit: float
-    """The limit whose epoch costs least at the job's ``eta_knob`` (the highest on a tie)."""
+    """The limit whose epoch costs least at the job's ``eta_knob`` (the highest on a tie), among
+    those within the job's ``power_max_slowdown``."""
     measurements: list[PowerMeasurement]
     trial_number: PositiveInt
     """The trial whose run measured it."""

@@ -346,12 +346,15 @@ def power_view(
     config: CreatedJob, state: policy.JobState, stored: StoredPowerProfile
 ) -> PowerProfileView:
     """A stored power profile, with the limit its runs train at: the one whose epoch costs
-    least at the job's ``eta_knob``, in its profile's units."""
+    least at the job's ``eta_knob``, in its profile's units, within its ``power_max_slowdown``."""
     max_power = max_power_of(config, state, stored.profile)
+    limit = best_power_limit(
+        stored.measurements, config.eta_knob, max_power, config.power_max_slowdown
+    )
     return PowerProfileView(
         profile=stored.profile,
         batch_size=stored.batch_size,
-        power_limit=best_power_limit(stored.measurements, config.eta_knob, max_power),
+        power_limit=limit,
         measurements=list(stored.measurements),
         trial_number=stored.trial_number,
     )

@@ -103,6 +103,37 @@ def test_the_cost_chooses_the_limit() -> None:
     assert best(0.0, 300.0) == 300.0
 
 
+@pytest.mark.parametrize(("slowdown", "chosen"), [(1.1, 300.0), (1.2, 200.0), (2.0, 200.0)])
+def test_a_slowdown_bound_leaves_out_the_slower_limits(
+    http: httpx.Client, slowdown: float, chosen: float
+) -> None:
+    """At eta 1, 200 W costs least, and its epoch is 20% slower than at 300 W (150 W: 100%):
+    a bound of 1.1 keeps only 300 W, one of 1.2 admits 200 W. The profile's answer, later
+    dispatches and the job view say the same limit."""
+    job_id = unique_id("slowpower")
+    register(http, job_id, eta_knob=1.0, power_max_slowdown=slowdown)
+    assert http.get(f"/api/jobs/{job_id}").json()["job"]["power_max_slowdown"] == slowdown
+    first = dispatch(http, job_id, power_limits="true", **A100)
+    answer = http.post(
+        "/api/trials/power_profile", json={**trial_id(first), "measurements": MEASURED}
+    )
+    assert answer.json()["power_limit"] == chosen
+    release(http, first)
+    assert dispatch(http, job_id, power_limits="true", **A100)["power_limit"] == chosen
+    (profile,) = http.get(f"/api/jobs/{job_id}").json()["power_profiles"]
+    assert profile["power_limit"] == chosen
+
+
+@pytest.mark.parametrize("slowdown", [0.9, 0, -1, "fast", 101])
+def test_a_slowdown_bound_below_1_is_refused(http: httpx.Client, slowdown: Any) -> None:
+    job_id = unique_id("badslow")
+    body = job_body(job_id, batch_sizes=[128], default_batch_size=128)
+    refused = http.post("/jobs", json={**body, "power_max_slowdown": slowdown})
+    assert refused.status_code == 422
+    assert "power_max_slowdown" in refused.text
+    assert http.get(f"/api/jobs/{job_id}").status_code == 404
+
+
 @pytest.mark.parametrize("options", [{"eta_knob": 0.0}, {"power_profiling": False}])
 def test_no_profiling_at_eta_0_or_when_the_job_says_so(
     http: httpx.Client, options: dict[str, Any]

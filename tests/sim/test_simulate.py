@@ -565,3 +565,45 @@ def test_a_power_trace_of_ones_own_gpus(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2, refused.stderr
     assert "lacks the column(s)" in refused.stderr
+
+
+def test_a_slowdown_bound_keeps_every_run_within_it(tmp_path: Path) -> None:
+    """``--power-max-slowdown``: every run trains at a limit whose epoch takes at most that
+    many times the epoch at the highest limit, and a tighter bound chooses other limits; the
+    command line simulates what the job's option does in-process."""
+    loose = load_trace_job("cifar100", "v100")
+    tight = dataclasses.replace(loose, max_slowdown=1.02)
+    options: dict[str, Any] = {"recurrences": 8, "seed": 0, "eta_knob": 1.0}
+    chosen = {}
+    for trace in (loose, tight):
+        spec = job_spec(trace, "sim-slow-0", mab_seed=0, eta_knob=1.0)
+        runs = [
+            t
+            for r in simulate(trace, in_process(spec), power_limits=True, **options)
+            for t in r.trials
+        ]
+        chosen[trace.max_slowdown] = {(t.batch_size, t.power_limit) for t in runs}
+    for size, limit in chosen[1.02]:
+        paces = {p.power_limit: p.time_per_epoch for p in loose.paces[size]}
+        assert paces[limit] <= 1.02 * paces[loose.max_power]
+    assert any(
+        {p.power_limit: p.time_per_epoch for p in loose.paces[size]}[limit]
+        > 1.02 * loose.profiles[size].time_per_epoch
+        for size, limit in chosen[None]
+    )  # unbound, some run trains slower than the bound allows
+    out = tmp_path / "r.json"
+    command = ["simulate", "--workload", "cifar100", "--gpu", "v100", "--recurrences", "8"]
+    done = subprocess.run(
+        [ZEUS_BSO, *command, "--seeds", "0", "--eta-knob", "1", "--power-limits"]
+        + ["--power-max-slowdown", "1.02", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text())
+    assert written["options"]["power_max_slowdown"] == 1.02
+    spec = job_spec(tight, "sim-slow-0", mab_seed=0, eta_knob=1.0)
+    in_process_runs = simulate(tight, in_process(spec), power_limits=True, **options)
+    expected = summarize(tight, 1.0, 8, [seed_result(0, in_process_runs)], power_limits=True)
+    assert written["results"][0]["regret"] == pytest.approx(expected.regret)

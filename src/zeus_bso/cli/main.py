@@ -9,7 +9,7 @@ import json
 import secrets
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -227,6 +227,7 @@ def _simulate_one(
     simulated: SimulatedGpu,
 ) -> Summary:
     trace = load_trace_job(name, gpu, power_rows=simulated.power_rows)
+    trace = replace(trace, max_slowdown=options.get("power_max_slowdown"))
     given = simulated.memory_cap
     cap = None if given is None else _memory_cap(given, trace.default_batch_size)
     if cap is not None and cap <= trace.default_batch_size:

@@ -8,6 +8,7 @@ first epoch of its first run there, and train at the limit whose epoch costs lea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from zeus_bso.policy.cost import zeus_cost
 from zeus_bso.spec import PowerMeasurement
@@ -25,17 +26,45 @@ def epoch_cost(measurement: PowerMeasurement, eta_knob: float, max_power: float)
     return zeus_cost(measurement.energy_per_epoch, measurement.time_per_epoch, eta_knob, max_power)
 
 
+class Timed(Protocol):
+    """An epoch at a power limit: a run's measurement, or the trace's."""
+
+    @property
+    def power_limit(self) -> float: ...
+    @property
+    def time_per_epoch(self) -> float: ...
+
+
+TimedT = TypeVar("TimedT", bound=Timed)
+
+
+def within_slowdown(epochs: Sequence[TimedT], max_slowdown: float | None) -> list[TimedT]:
+    """The ``epochs`` that take at most ``max_slowdown`` times the epoch at the highest limit
+    among them (all of them with None; the highest limit's always)."""
+    if max_slowdown is None or not epochs:
+        return list(epochs)
+    fastest = max(epochs, key=lambda e: e.power_limit).time_per_epoch
+    return [e for e in epochs if e.time_per_epoch <= max_slowdown * fastest]
+
+
 def best_power_limit(
-    measurements: Sequence[PowerMeasurement], eta_knob: float, max_power: float
+    measurements: Sequence[PowerMeasurement],
+    eta_knob: float,
+    max_power: float,
+    max_slowdown: float | None = None,
 ) -> float:
-    """The limit whose epoch costs least (the highest on a tie: the faster one).
+    """The limit whose epoch costs least (the highest on a tie: the faster one), among those at
+    most ``max_slowdown`` times slower than the highest limit measured (`within_slowdown`).
 
     Raises:
         ValueError: no measurement.
     """
     if not measurements:
         raise ValueError("a power profile has at least one measurement")
-    best = min(measurements, key=lambda m: (epoch_cost(m, eta_knob, max_power), -m.power_limit))
+    best = min(
+        within_slowdown(measurements, max_slowdown),
+        key=lambda m: (epoch_cost(m, eta_knob, max_power), -m.power_limit),
+    )
     return best.power_limit
 
 

@@ -17,7 +17,7 @@ from importlib.resources import files
 
 from zeus_bso.errors import TraceError
 from zeus_bso.policy import zeus_cost
-from zeus_bso.policy.power import profile_goes_on
+from zeus_bso.policy.power import profile_goes_on, within_slowdown
 
 GPUS = ("v100", "p100")
 
@@ -94,6 +94,9 @@ class TraceJob:
     paces: dict[int, tuple[Pace, ...]] = field(default_factory=dict)
     """Per batch size, its epoch at every power limit the trace measured, lowest first (the
     power-limit dimension; `profiles` are at `max_power`)."""
+    max_slowdown: float | None = None
+    """The job's ``power_max_slowdown``: a limit is chosen only if its epoch takes at most this
+    many times the epoch at the highest limit (None: any)."""
 
     def pace_cost(self, pace: Pace, eta_knob: float) -> float:
         """Cost of one epoch at ``pace`` (in the GPU's units: its maximum power prices time)."""
@@ -105,8 +108,10 @@ class TraceJob:
         self, batch_size: int, eta_knob: float, paces: Sequence[Pace] | None = None
     ) -> Pace:
         """The power limit whose epoch of ``batch_size`` costs least (the highest on a tie),
-        among ``paces`` (default: every limit the trace measured)."""
-        candidates = self.paces[batch_size] if paces is None else paces
+        among ``paces`` (default: every limit the trace measured) within `max_slowdown`."""
+        candidates = within_slowdown(
+            self.paces[batch_size] if paces is None else paces, self.max_slowdown
+        )
         return min(candidates, key=lambda p: (self.pace_cost(p, eta_knob), -p.power_limit))
 
     def chosen_pace(self, batch_size: int, eta_knob: float) -> Pace:
