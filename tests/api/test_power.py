@@ -122,6 +122,9 @@ def test_a_slowdown_bound_leaves_out_the_slower_limits(
     assert dispatch(http, job_id, power_limits="true", **A100)["power_limit"] == chosen
     (profile,) = http.get(f"/api/jobs/{job_id}").json()["power_profiles"]
     assert profile["power_limit"] == chosen
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert f"takes at most {slowdown:g}\u00d7 the highest limit's" in page
+    assert f"trains at <strong>{chosen:g} W" in page
 
 
 @pytest.mark.parametrize("slowdown", [0.9, 0, -1, "fast", 101])

@@ -368,6 +368,7 @@ def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
         batch_sizes=[32, 64],
         default_batch_size=64,
         eta_knob=1.0,  # energy alone: the limit whose epoch takes least energy
+        power_max_slowdown=1.2,  # 150 W's epoch is a third slower than 300 W's
         **gpu.model_dump(),
     )
     measured = [
@@ -389,6 +390,7 @@ def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
     assert chosen.power_limit == 200.0
     shown = cli(server, "show", job_id)
     assert shown.returncode == 0, shown.stderr
+    assert "power limits: the cheapest whose epoch takes at most 1.2x the highest" in shown.stdout
     assert (
         f"power limit: batch size 64 trains at 200 W on 2xA40 [test]@300W (trial "
         f"{trial.trial_number} measured 150, 200, 300 W)"

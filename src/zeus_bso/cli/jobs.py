@@ -241,6 +241,12 @@ def show_command(
             f"out of memory: batch size {size} and above on {escape(profile)} (not dispatched "
             "there again)"
         )
+    slowdown = job.get("power_max_slowdown")
+    if slowdown and state.get("power_profiles"):
+        console.print(
+            f"power limits: the cheapest whose epoch takes at most {slowdown:g}x the highest "
+            "limit's"
+        )
     for power in state.get("power_profiles") or []:  # absent from servers that predate them
         limits = ", ".join(f"{m['power_limit']:g}" for m in power["measurements"])
         console.print(
