@@ -20,11 +20,13 @@ at sizes that did not fit: at most one per size) and the regret that is left.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out | --memory-caps | --power-limits]
+                                          [--held-out | --memory-caps | --power-limits
+                                           | --power-slowdowns]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
 --held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
-only; with --power-limits, regret_power.json and .md only), and prints the tables.
+only; with --power-limits, regret_power.json and .md only; with --power-slowdowns,
+regret_power_slowdown.json and .md only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -71,12 +73,16 @@ def run_all(
     accumulate: bool = False,
     eta: float = ETA,
     power_limits: bool = False,
+    max_slowdown: float | None = None,
 ) -> list[Summary]:
     summaries = []
     if eta != ETA:
         options = {**options, "eta_knob": eta}
+    if max_slowdown is not None:
+        options = {**options, "power_max_slowdown": max_slowdown}
     for name in WORKLOADS:
         trace = load_trace_job(name, gpu, power_limit)
+        trace = dataclasses.replace(trace, max_slowdown=max_slowdown)
         cap = None if cap_factor is None else cap_factor * trace.default_batch_size
         results = []
         for seed in seeds:
@@ -152,6 +158,46 @@ def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> Non
     text = "\n".join(lines) + "\n"
     (RESULTS / "regret_power.md").write_text(text)
     (RESULTS / "regret_power.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(text)
+
+
+SLOWDOWNS = (None, 1.1, 1.05)
+"""The bounds of ``--power-slowdowns`` (``power_max_slowdown``; None: none)."""
+
+
+def run_power_slowdowns(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Per GPU, at eta 1 (energy alone, where lower limits pay most and slow most): the policy
+    with power-limit profiling, its floor and the joint oracle, without a bound on the slowdown
+    and with each of `SLOWDOWNS`, against the batch-size-only oracle at the maximum power.
+    Writes regret_power_slowdown.json and .md."""
+    lines = [
+        f"Power limits with a bound on the slowdown (`power_max_slowdown`): seeds {seeds}, "
+        f"{recurrences} recurrences, eta 1, in-process, the six workloads' mean. Cumulative cost "
+        "/ the batch-size-only oracle's at the GPU's maximum power; profiling as in "
+        "regret_power.md. A bound keeps the limits whose epoch takes at most that many times the "
+        "epoch at the highest limit; the floor and the joint oracle obey it too.",
+        "",
+        "| GPU | power_max_slowdown | with profiling | floor | joint oracle |",
+        "|---|---|---|---|---|",
+    ]
+    data: dict[str, Any] = {}
+    for gpu in gpus:
+        for bound in SLOWDOWNS:
+            runs = run_all(gpu, seeds, recurrences, {}, None, eta=1.0, power_limits=True,
+                           max_slowdown=bound)  # fmt: skip
+            data[f"{gpu}-{bound}"] = [s.to_dict() for s in runs]
+            means = [
+                statistics.fmean(s.regret for s in runs),
+                statistics.fmean(s.floor for s in runs),
+                statistics.fmean(s.joint_oracle_regret or math.nan for s in runs),
+            ]
+            lines.append(
+                f"| {gpu.upper()} | {'none' if bound is None else f'{bound:g}'} "
+                f"| **{means[0]:.3f}** | {means[1]:.3f} | {means[2]:.3f} |"
+            )
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "regret_power_slowdown.md").write_text(text)
+    (RESULTS / "regret_power_slowdown.json").write_text(json.dumps(data, indent=1) + "\n")
     print(text)
 
 
@@ -380,10 +426,16 @@ def main() -> None:
     )
     parser.add_argument("--memory-caps", action="store_true", help="only the GPUs with memory caps")
     parser.add_argument("--power-limits", action="store_true", help="only power-limit profiling")
+    parser.add_argument(
+        "--power-slowdowns", action="store_true", help="only power limits with slowdown bounds"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     if args.power_limits:
         run_power_limits(args.gpus, args.seeds, args.recurrences)
+        return
+    if args.power_slowdowns:
+        run_power_slowdowns(args.gpus, args.seeds, args.recurrences)
         return
     if args.memory_caps:
         run_memory_caps(args.gpus, args.seeds, args.recurrences)

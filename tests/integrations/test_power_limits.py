@@ -191,6 +191,21 @@ def test_the_first_run_profiles_and_every_run_trains_at_the_chosen_limit(
     assert len(profiles(server, spec.job_id or "")) == 1
 
 
+def test_a_slowdown_bound_ends_the_profile_and_chooses_within_it(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """Energy alone would choose 250 W, whose step takes 1.5 times 300 W's; the job allows 1.2:
+    the profile ends at 250 W (the limits below are slower still, and not measured), and the
+    run trains at 275 W (1.05 times), the cheapest within the bound."""
+    spec = job(unique_id("plslow"), 1.0, power_max_slowdown=1.2)
+    assert cheapest(1.0) == 250.0
+    fit(server, spec, tmp_path)
+    (profile,) = profiles(server, spec.job_id or "")
+    assert [m["power_limit"] for m in profile["measurements"]] == [250.0, 275.0, 300.0]
+    assert profile["power_limit"] == 275.0
+    assert state(tmp_path)["changes"] == [275.0, 250.0, 275.0, 300.0]
+
+
 def test_at_eta_0_nothing_is_profiled_or_set(
     server: ServerProcess, nvml: Any, tmp_path: Path
 ) -> None:
@@ -494,14 +509,27 @@ def steps_of_an_epoch(bso: Any, nvml: Any, steps: int = STEPS) -> None:
         bso.on_step_end()
 
 
+@pytest.mark.parametrize(
+    ("eta", "bound", "changes"),
+    [
+        (0.5, None, [275.0, 250.0, 225.0, 200.0, 275.0, 300.0]),
+        (1.0, 1.2, [275.0, 250.0, 275.0, 300.0]),
+    ],
+)
 def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
-    server: ServerProcess, nvml: Any, tmp_path: Path
+    server: ServerProcess,
+    nvml: Any,
+    tmp_path: Path,
+    eta: float,
+    bound: float | None,
+    changes: list[float],
 ) -> None:
-    """`BatchSizeOptimizer`, the plain loop's entry point, with ``power_limit="optimize"``."""
+    """`BatchSizeOptimizer`, the plain loop's entry point, with ``power_limit="optimize"``
+    (and with a bound on the slowdown, which ends the profile at 250 W: 1.5 times slower)."""
     from zeus_bso import BatchSizeOptimizer
     from zeus_bso.energy import EstimateMeter
 
-    spec = job(unique_id("plplain"), 0.5)
+    spec = job(unique_id("plplain"), eta, power_max_slowdown=bound)
     bso = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
     assert bso.get_batch_size() == BATCH
     steps_of_an_epoch(bso, nvml)
@@ -509,8 +537,9 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     bso.on_evaluate(1.0)
     bso.end()
     (profile,) = profiles(server, spec.job_id or "")
-    assert profile["power_limit"] == during == cheapest(0.5)
-    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
+    chosen = cheapest(eta) if bound is None else 275.0  # 1.05 times 300 W's step: within 1.2
+    assert profile["power_limit"] == during == chosen
+    assert state(tmp_path)["changes"] == changes
 
 
 @pytest.mark.parametrize("stopped", ["after its profile", "while it profiled"])

@@ -3,6 +3,8 @@ clock and an energy reading that the test drives."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from zeus_bso.errors import ConfigurationError
@@ -96,11 +98,36 @@ def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() 
     assert asked[-1] == pytest.approx([300.0, 275.0, 299.0, 320.0, 360.0])
 
 
+def test_a_profile_ends_at_the_first_limit_slower_than_the_jobs_bound() -> None:
+    """``power_max_slowdown`` 1.2: 250 W's step takes 1.3 times 300 W's, so the server could
+    not choose it, nor any limit below it (slower still): the profile ends there, though its
+    energy is the lowest yet; 275 W (1.1 times) counts at its cost."""
+    gpu = Gpu()
+    gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3, 225.0: 1.6}
+    gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 150.0, 225.0: 100.0}
+    asked: list[list[float]] = []
+
+    def goes_on(costs: list[float]) -> bool:
+        asked.append(costs)
+        return profile_goes_on(costs)
+
+    profiler = PowerProfiler(
+        sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
+        settle_steps=1, measured_steps=1, goes_on=goes_on, max_slowdown=1.2,
+    )  # fmt: skip
+    run_profile(profiler, gpu)
+    assert gpu.set_calls == [300.0, 275.0, 250.0]
+    assert asked[-1] == pytest.approx([300.0, 275.0, math.inf])
+    # Measured, it is sent: the server applies the same bound to what it keeps.
+    assert [m.power_limit for m in profiler.measurements(1)] == [250.0, 275.0, 300.0]
+
+
 def test_profile_goes_on_until_patience_runs_out() -> None:
     assert profile_goes_on([10.0, 9.0, 9.5, 9.8])  # two above the cheapest: on
     assert not profile_goes_on([10.0, 9.0, 9.5, 9.8, 9.9])  # three: stop
     assert profile_goes_on([10.0, 9.0, 9.5, 9.8, 8.0])  # a new cheapest: on
     assert profile_goes_on([10.0])
+    assert not profile_goes_on([10.0, math.inf])  # too slow to be chosen: the rest are slower
 
 
 def test_a_long_first_epoch_measures_each_limit_longer() -> None:

@@ -708,7 +708,12 @@ class BatchSizeOptimizer:
                 self.release(str(err))
                 raise
             self.power = PowerLimitRun(
-                True, limits, lambda value: value, self.gpu, self._spec.eta_knob
+                True,
+                limits,
+                lambda value: value,
+                self.gpu,
+                self._spec.eta_knob,
+                self._spec.power_max_slowdown,
             )
             self.power.begin(
                 self.power_limit, self.power_profiling, self.send_power_profile, steps_per_epoch

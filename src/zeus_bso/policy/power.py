@@ -7,6 +7,7 @@ first epoch of its first run there, and train at the limit whose epoch costs lea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
@@ -77,7 +78,10 @@ the limits below cost more still, and profiling them would only spend."""
 def profile_goes_on(costs: Sequence[float], patience: int = PATIENCE) -> bool:
     """Whether a profile that measured ``costs`` (an epoch's, at its limits from the highest
     down) goes on to the next limit: not once the last ``patience`` cost no less than the
-    cheapest before them."""
+    cheapest before them, nor once the last is infinite (too slow to be chosen: the job's
+    ``power_max_slowdown``; the limits below are slower still)."""
+    if costs and math.isinf(costs[-1]):
+        return False
     if len(costs) <= patience:
         return True
     cheapest = min(costs[:-patience])

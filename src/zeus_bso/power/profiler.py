@@ -109,6 +109,9 @@ class PowerProfiler:
     the next; every process must get the same answer (the main process's). None: every limit."""
     cost: Callable[[float, float], float] = lambda seconds, joules: joules
     """A step's cost from its seconds and joules (what ``goes_on`` compares)."""
+    max_slowdown: float | None = None
+    """The job's ``power_max_slowdown``: a limit whose step takes longer than this many times
+    the highest limit's costs infinitely much to ``goes_on`` (it cannot be chosen)."""
     settle_steps: int = SETTLE_STEPS
     measured_steps: int = MEASURED_STEPS
     min_window_s: float = 0.0
@@ -170,9 +173,13 @@ class PowerProfiler:
             self._steps = 0
             self._start = None
             if self.goes_on is not None and not self.done:
+                windows = [w for _, w in sorted(self._measured.items(), reverse=True)]
+                slowest = math.inf if self.max_slowdown is None else self.max_slowdown
                 costs = [
                     self.cost(w.seconds, w.joules)
-                    for _, w in sorted(self._measured.items(), reverse=True)
+                    if w.seconds <= slowest * windows[0].seconds
+                    else math.inf
+                    for w in windows
                 ]
                 if not self.goes_on(costs):
                     self._index = len(self.limits)

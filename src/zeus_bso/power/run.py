@@ -63,6 +63,8 @@ class PowerLimitRun:
         run_gpus: the whole run's GPUs: the main process's energy is scaled to theirs, and
             their maximum power prices time in the cost.
         eta_knob: the job's weight of energy in the cost.
+        max_slowdown: the job's ``power_max_slowdown``: a profile ends at the first limit
+            slower than that (the server would not choose it, nor any below it).
     """
 
     def __init__(
@@ -72,9 +74,11 @@ class PowerLimitRun:
         broadcast: Callable[[Any], Any],
         run_gpus: GpuConfig,
         eta_knob: float,
+        max_slowdown: float | None = None,
     ) -> None:
         self._is_main = is_main
         self._eta = eta_knob
+        self._max_slowdown = max_slowdown
         self._max_power = run_gpus.max_power
         self._limits = limits
         self._broadcast = broadcast
@@ -105,6 +109,7 @@ class PowerLimitRun:
                 _sync,
                 goes_on=self._goes_on,
                 cost=lambda s, j: zeus_cost(j * self._gpus_factor, s, self._eta, self._max_power),
+                max_slowdown=self._max_slowdown,
             )
             profiler.measured_steps = measured_steps_for(steps_per_epoch, len(profiler.limits))
             per_limit = profiler.settle_steps + profiler.measured_steps

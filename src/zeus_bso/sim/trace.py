@@ -120,11 +120,13 @@ class TraceJob:
 
     def profiled(self, batch_size: int, eta_knob: float) -> tuple[Pace, ...]:
         """The limits a client profiles, as it does: from the highest down, while
-        `profile_goes_on`."""
+        `profile_goes_on` (a limit slower than `max_slowdown` allows ends it)."""
         kept: list[Pace] = []
         for pace in sorted(self.paces[batch_size], key=lambda p: -p.power_limit):
             kept.append(pace)
-            if not profile_goes_on([self.pace_cost(p, eta_knob) for p in kept]):
+            fast_enough = within_slowdown(kept, self.max_slowdown)
+            costs = [self.pace_cost(p, eta_knob) if p in fast_enough else math.inf for p in kept]
+            if not profile_goes_on(costs):
                 break
         return tuple(kept)
 

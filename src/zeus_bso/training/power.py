@@ -20,6 +20,7 @@ def power_limit_run(
     broadcast: Callable[[Any], Any],
     run_gpus: GpuConfig,
     eta_knob: float,
+    max_slowdown: float | None = None,
 ) -> PowerLimitRun:
     """This process's part of the run (every process calls it at once)."""
     pids = [int(p) for p in all_gather_object(os.getpid())]
@@ -33,4 +34,4 @@ def power_limit_run(
     if said:  # on every process, so that none waits for the others in a collective
         raise PowerLimitError(said[0] if refused is None else refused)
     assert limits is not None
-    return PowerLimitRun(is_main, limits, broadcast, run_gpus, eta_knob)
+    return PowerLimitRun(is_main, limits, broadcast, run_gpus, eta_knob, max_slowdown)

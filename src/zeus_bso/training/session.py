@@ -170,7 +170,9 @@ class TrialSession:
         self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
         if optimize_power and self._power_answer is not None:  # not offline, nor upstream's
             try:
-                self.power = power_limit_run(is_main, broadcast, gpus, job.eta_knob)
+                self.power = power_limit_run(
+                    is_main, broadcast, gpus, job.eta_knob, job.power_max_slowdown
+                )
             except ConfigurationError as err:
                 self.release(str(err))  # not the batch size's fault
                 raise
