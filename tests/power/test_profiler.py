@@ -77,10 +77,11 @@ def test_the_mode_is_checked() -> None:
         check_power_limit("max")
 
 
-def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() -> None:
-    gpu = Gpu()
-    gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3, 225.0: 1.6, 200.0: 2.0, 175.0: 2.5}
-    gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 230.0, 225.0: 200.0, 200.0: 180.0, 175.0: 150.0}
+def stopping_profiler(
+    gpu: Gpu, max_slowdown: float | None = None
+) -> tuple[PowerProfiler, list[list[float]]]:
+    """A profile of ``gpu``'s limits, one step each, that stops as `profile_goes_on` says, and
+    the costs it asked about each time."""
     asked: list[list[float]] = []
 
     def goes_on(costs: list[float]) -> bool:
@@ -89,8 +90,16 @@ def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() 
 
     profiler = PowerProfiler(
         sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
-        settle_steps=1, measured_steps=1, goes_on=goes_on,
+        settle_steps=1, measured_steps=1, goes_on=goes_on, max_slowdown=max_slowdown,
     )  # fmt: skip
+    return profiler, asked
+
+
+def test_a_profile_stops_once_the_limits_below_cost_more_three_times_in_a_row() -> None:
+    gpu = Gpu()
+    gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3, 225.0: 1.6, 200.0: 2.0, 175.0: 2.5}
+    gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 230.0, 225.0: 200.0, 200.0: 180.0, 175.0: 150.0}
+    profiler, asked = stopping_profiler(gpu)
     run_profile(profiler, gpu)
     # Energy a step: 300, 275, 299, 320, 360: 275 W is cheapest, the three below it cost more.
     assert gpu.set_calls == [300.0, 275.0, 250.0, 225.0, 200.0]
@@ -105,16 +114,7 @@ def test_a_profile_ends_at_the_first_limit_slower_than_the_jobs_bound() -> None:
     gpu = Gpu()
     gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3, 225.0: 1.6}
     gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 150.0, 225.0: 100.0}
-    asked: list[list[float]] = []
-
-    def goes_on(costs: list[float]) -> bool:
-        asked.append(costs)
-        return profile_goes_on(costs)
-
-    profiler = PowerProfiler(
-        sorted(gpu.seconds, reverse=True), gpu.set, lambda: gpu.joules, clock=lambda: gpu.now,
-        settle_steps=1, measured_steps=1, goes_on=goes_on, max_slowdown=1.2,
-    )  # fmt: skip
+    profiler, asked = stopping_profiler(gpu, max_slowdown=1.2)
     run_profile(profiler, gpu)
     assert gpu.set_calls == [300.0, 275.0, 250.0]
     assert asked[-1] == pytest.approx([300.0, 275.0, math.inf])
