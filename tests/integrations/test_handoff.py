@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,3 +76,33 @@ def test_a_later_fits_outcome_replaces_the_unread_one() -> None:
         process.start()
         process.join(60)
     assert handoff.receive() == later
+
+
+def test_without_a_writable_temporary_folder_the_callback_is_built_and_hands_off_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read-only container: building the callback must not fail; the caller's outcome then
+    stays None, as it did before the hand-off existed."""
+
+    def no_folder() -> str:
+        raise FileNotFoundError("No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "gettempdir", no_folder)
+    handoff = OutcomeHandoff()
+    process = multiprocessing.get_context("fork").Process(target=send, args=(handoff, OUTCOME))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    assert handoff.receive() is None
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
+    handoff = OutcomeHandoff()
+    handoff._path = tmp_path / "outcome.json"
+    handoff._path.mkdir()  # the staged file is written, and cannot replace a folder
+    process = multiprocessing.get_context("fork").Process(target=send, args=(handoff, OUTCOME))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0  # logged, not raised
+    assert handoff.receive() is None
+    assert [p.name for p in tmp_path.iterdir()] == ["outcome.json"]  # no staged file left

@@ -50,7 +50,13 @@ class OutcomeHandoff:
 
     def __init__(self) -> None:
         self._pid = os.getpid()
-        self._path = Path(tempfile.gettempdir()) / f"zeus-bso-outcome-{secrets.token_hex(12)}.json"
+        try:
+            folder = tempfile.gettempdir()
+        except OSError as err:  # no writable temporary folder (a read-only container)
+            logger.debug("zeus-bso: no outcome hand-off: %s", err)
+            self._path: Path | None = None
+            return
+        self._path = Path(folder) / f"zeus-bso-outcome-{secrets.token_hex(12)}.json"
         # An outcome that nobody asked for goes with the callback (or with this process).
         weakref.finalize(self, _remove, self._path)
 
@@ -63,8 +69,9 @@ class OutcomeHandoff:
         """In a process a launcher started, leave ``outcome`` for the caller (a later fit's
         replaces it); elsewhere, nothing. A failure to write is logged, never raised: the run's
         own work is done."""
-        if not self.in_child:
+        if not self.in_child or self._path is None:
             return
+        staged: str | None = None
         try:
             descriptor, staged = tempfile.mkstemp(
                 prefix=self._path.stem + "-", suffix=".part", dir=self._path.parent
@@ -73,6 +80,8 @@ class OutcomeHandoff:
                 json.dump(outcome_fields(outcome), file)
             os.replace(staged, self._path)
         except OSError as err:
+            if staged is not None:
+                _remove(Path(staged))
             logger.warning(
                 "zeus-bso: could not hand the run's outcome to the process that started it "
                 "(%s); callback.outcome stays None there",
@@ -82,7 +91,7 @@ class OutcomeHandoff:
     def receive(self) -> RunOutcome | None:
         """In the process that built the callback, the outcome a started process left (once:
         the file is removed); None if there is none."""
-        if self.in_child:
+        if self.in_child or self._path is None:
             return None
         try:
             text = self._path.read_text(encoding="utf-8")
