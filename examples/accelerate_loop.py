@@ -1,7 +1,8 @@
 """A hand-written Hugging Face Accelerate training loop that lets zeus-bso choose its batch size,
 recurrence after recurrence. CPU-only, on data it generates; one process, or several:
 
-    zeus-bso-server serve            # in another terminal
+    zeus-bso-server serve                      # in another terminal: 'zeus-bso[server]'
+    pip install torch 'zeus-bso[accelerate]'   # where it trains (a CPU torch will do)
     python examples/accelerate_loop.py --recurrences 5
     accelerate launch --cpu --num_processes 2 examples/accelerate_loop.py --recurrences 5
 

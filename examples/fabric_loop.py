@@ -1,7 +1,8 @@
 """A Lightning Fabric training loop that lets zeus-bso choose its batch size, recurrence after
 recurrence. CPU-only, on data it generates; one process, or several (Fabric starts them):
 
-    zeus-bso-server serve            # in another terminal
+    zeus-bso-server serve                      # in another terminal: 'zeus-bso[server]'
+    pip install torch 'zeus-bso[lightning]'    # where it trains (a CPU torch will do)
     python examples/fabric_loop.py --recurrences 5 [--devices 2]
 
 The cost, energy and batch size of every report go to Fabric's loggers (here none is

@@ -1,7 +1,8 @@
 """A Hugging Face Trainer with ZeusBSOTrainerCallback, recurrence after recurrence. CPU-only: a
 tiny BERT built from a config (nothing is downloaded) on sequences it generates.
 
-    zeus-bso-server serve            # in another terminal
+    zeus-bso-server serve                      # in another terminal: 'zeus-bso[server]'
+    pip install torch 'zeus-bso[hf]'           # where it trains (a CPU torch will do)
     python examples/hf_trainer.py --recurrences 5
 """
 

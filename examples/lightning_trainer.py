@@ -1,7 +1,8 @@
 """A Lightning Trainer with ZeusBSOCallback, recurrence after recurrence. CPU-only, on data it
 generates.
 
-    zeus-bso-server serve            # in another terminal
+    zeus-bso-server serve                      # in another terminal: 'zeus-bso[server]'
+    pip install torch 'zeus-bso[lightning]'    # where it trains (a CPU torch will do)
     python examples/lightning_trainer.py --recurrences 5
 """
 

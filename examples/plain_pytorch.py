@@ -1,7 +1,8 @@
 """A plain PyTorch training loop that lets zeus-bso choose its batch size, recurrence after
 recurrence. CPU-only, on data it generates.
 
-    zeus-bso-server serve            # in another terminal
+    zeus-bso-server serve                      # in another terminal: 'zeus-bso[server]'
+    pip install torch zeus-bso                 # where it trains (a CPU torch will do)
     python examples/plain_pytorch.py --recurrences 5
 """
 
