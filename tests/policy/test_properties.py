@@ -25,8 +25,9 @@ from zeus_bso.policy import (
 )
 from zeus_bso.policy.bandits import BANDITS
 from zeus_bso.policy.orchestration import counted, inputs
+from zeus_bso.policy.power import best_power_limit, epoch_cost
 from zeus_bso.sim import InMemoryJob
-from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
+from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, profile_key
 
 finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
 
@@ -269,3 +270,35 @@ def test_no_exception_on_any_finite_input(data: st.DataObject) -> None:
     for stats in history.observations.values():
         posterior = arm_posterior(stats, job.mab_prior_mean, job.mab_prior_precision)
         assert not math.isnan(posterior.precision)
+
+
+profiles = st.lists(
+    st.tuples(
+        st.sampled_from([100.0 + 25 * i for i in range(9)]),
+        st.floats(1.0, 1e4, allow_nan=False),
+        st.floats(0.0, 1e7, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=9,
+    unique_by=lambda m: m[0],
+)
+
+
+@given(profiles, st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(1.0, 3.0)))
+def test_the_chosen_power_limit_is_the_cheapest_within_the_slowdown_bound(
+    measured: list[tuple[float, float, float]], eta: float, bound: float | None
+) -> None:
+    """Whatever the profile: the limit is one measured, its epoch within the bound of the
+    highest limit's (which is always within), and none within the bound costs less."""
+    measurements = [
+        PowerMeasurement(power_limit=w, time_per_epoch=t, energy_per_epoch=e)
+        for w, t, e in measured
+    ]
+    chosen = best_power_limit(measurements, eta, 400.0, bound)
+    by_limit = {m.power_limit: m for m in measurements}
+    fastest = by_limit[max(by_limit)].time_per_epoch
+    slowest = math.inf if bound is None else bound * fastest
+    allowed = [m for m in measurements if m.time_per_epoch <= slowest]
+    assert by_limit[chosen] in allowed
+    cost = epoch_cost(by_limit[chosen], eta, 400.0)
+    assert all(cost <= epoch_cost(m, eta, 400.0) for m in allowed)
