@@ -159,7 +159,7 @@ def list_command(
         )
     console.print(table)
     if not jobs:
-        err.print(escape("no jobs" + (f" whose id starts with {prefix!r}" if prefix else "")))
+        err.print(escape("no jobs" + _whose_id(prefix)))
 
 
 @jobs_app.command("summary")
@@ -177,10 +177,15 @@ def summary_command(
     typer.echo(totals_in_words(totals, prefix))
 
 
+def _whose_id(prefix: str | None) -> str:
+    """Which jobs a listing covers, after "jobs" (nothing: every job)."""
+    return f" whose id starts with {prefix!r}" if prefix else ""
+
+
 def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     """The fleet's totals as the dashboard says them."""
     jobs, runs = totals["jobs"], totals["runs"]
-    where = f" whose id starts with {prefix!r}" if prefix else ""
+    where = _whose_id(prefix)
     if not jobs:
         return "no jobs" + where
     text = (
