@@ -485,14 +485,20 @@ def profile_key(gpu: GpuConfig) -> str:
 GPU_FIELDS = ("max_power", "number_of_gpus", "gpu_model")
 """The fields of `GpuConfig`: those a job may change between runs (its hardware profile)."""
 
+POWER_SETTINGS = ("power_profiling", "power_max_slowdown")
+"""How a job's runs use the GPUs' power limits: settings a job may change by registering again,
+as its GPUs, and which do not make it another job (a job id made from the settings leaves them
+out): what it learned of its batch sizes holds whatever limit its runs train at."""
+
 
 def differing_settings(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
     """The settings whose values differ between two jobs' configurations (as JSON: a spec's
     ``model_dump(mode="json")``, or a registered job's), in the order of the job's fields: not
-    the id, the prefix or the GPUs (another hardware profile of the same job). Where both give
+    the id, the prefix, the GPUs (another hardware profile of the same job) or the power
+    settings (`POWER_SETTINGS`: the same job at other limits). Where both give
     ``batch_size_range``, their batch sizes are made from it, which is compared instead; a
     setting one of them lacks (an older configuration) is not compared."""
-    skipped = {"job_id_prefix"}  # the id and the GPUs are not options (`_JobOptions`)
+    skipped = {"job_id_prefix", *POWER_SETTINGS}  # the id and the GPUs are not options
     if one.get("batch_size_range") is not None and other.get("batch_size_range") is not None:
         skipped.add("batch_sizes")
     return [

@@ -22,6 +22,7 @@ from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
     GPU_FIELDS,
+    POWER_SETTINGS,
     CreatedJob,
     DispatchedTrial,
     GpuConfig,
@@ -145,24 +146,31 @@ class BatchSizeService:
         assert existing is not None
         config = config_of(existing)
         differences = _differences(config, spec)
-        if any(name not in GPU_FIELDS for name, _ in differences):
+        if any(name not in (*GPU_FIELDS, *POWER_SETTINGS) for name, _ in differences):
             raise JobConfigMismatchError(
                 "JobSpec doesn't match with existing jobSpec "
                 f"({'; '.join(text for _, text in differences)}). Use a new job_id for different"
                 " configuration (a job may change only its GPUs: max_power, number_of_gpus,"
-                " gpu_model)"
+                " gpu_model; and its power settings: power_profiling, power_max_slowdown)"
             )
-        if differences:  # the same job on other GPUs: their profile is the current one now
+        if differences:  # the same job on other GPUs, or with other power settings
             if not locked:  # read it again, under the lock
                 existing = repo.get_job(conn, spec.job_id, lock=True)
                 assert existing is not None
                 config = config_of(existing)
+            state = existing.state
+            changed = {name for name, _ in differences if name in POWER_SETTINGS}
+            if changed:  # the ones the client sent (an older client's defaults change nothing)
+                settings = {name: getattr(spec, name) for name in sorted(changed)}
+                config = config.model_copy(update=settings)
+                logger.info("job %s now has %s", spec.job_id, settings)
             gpu = gpu_of(spec)
-            config, state = policy.registered_on(config, existing.state, gpu)
+            if gpu != gpu_of(config):  # their profile is the current one now
+                config, state = policy.registered_on(config, state, gpu)
+                logger.info("job %s now runs on %s", spec.job_id, profile_key(gpu))
             repo.set_profiles(
                 conn, spec.job_id, config.model_dump(mode="json"), list(state.profiles.values())
             )
-            logger.info("job %s now runs on %s", spec.job_id, profile_key(gpu))
         return Registered(JobSpecFromClient.model_validate(config.model_dump()), False)
 
     @staticmethod

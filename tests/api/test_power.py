@@ -127,6 +127,39 @@ def test_a_slowdown_bound_leaves_out_the_slower_limits(
     assert f"trains at <strong>{chosen:g} W" in page
 
 
+def test_registering_again_with_other_power_settings_changes_them_and_keeps_the_job(
+    http: httpx.Client,
+) -> None:
+    """A bound set later (or profiling turned off) is the same job: its profiles and trials
+    stay, and the limit its runs are told follows the new bound at once. A client that does
+    not send the settings changes nothing; any other setting is still another job."""
+    job_id = unique_id("repower")
+    register(http, job_id, eta_knob=1.0)
+    first = dispatch(http, job_id, power_limits="true", **A100)
+    http.post("/api/trials/power_profile", json={**trial_id(first), "measurements": MEASURED})
+    release(http, first)
+    assert dispatch(http, job_id, power_limits="true", **A100)["power_limit"] == 200.0
+
+    body = job_body(job_id, batch_sizes=[128], default_batch_size=128, eta_knob=1.0)
+    again = http.post("/jobs", json={**body, "power_max_slowdown": 1.1})
+    assert again.status_code == 200, again.text
+    assert again.json()["power_max_slowdown"] == 1.1
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["job"]["power_max_slowdown"] == 1.1
+    assert state["trial_count"] == 2  # the history is the job's still
+    assert [p["power_limit"] for p in state["power_profiles"]] == [300.0]  # 200 W: 20% slower
+    assert dispatch(http, job_id, power_limits="true", **A100)["power_limit"] == 300.0
+
+    assert http.post("/jobs", json=body).status_code == 200  # the settings not sent: kept
+    assert http.get(f"/api/jobs/{job_id}").json()["job"]["power_max_slowdown"] == 1.1
+    off = http.post("/jobs", json={**body, "power_profiling": False, "power_max_slowdown": None})
+    assert off.status_code == 200, off.text
+    assert "power_limit" not in dispatch(http, job_id, power_limits="true", **A100)
+    other = http.post("/jobs", json={**body, "eta_knob": 0.5})
+    assert other.status_code == 409
+    assert "power_profiling, power_max_slowdown" in other.json()["message"]
+
+
 @pytest.mark.parametrize("slowdown", [0.9, 0, -1, "fast", 101])
 def test_a_slowdown_bound_below_1_is_refused(http: httpx.Client, slowdown: Any) -> None:
     job_id = unique_id("badslow")

@@ -157,7 +157,7 @@ def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
     assert by_number == {on_a100.trial_number: "1xA100@400W", on_v100.trial_number: "1xV100@250W"}
 
 
-def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
+def test_job_id_depends_on_the_configuration_but_not_the_gpus_or_power_settings() -> None:
     from zeus_bso.spec import JobSpecFromClient
 
     base = {
@@ -173,6 +173,9 @@ def test_job_id_depends_on_the_configuration_but_not_the_gpus() -> None:
     # Other GPUs are the same job on another hardware profile; another knob is another job.
     other_gpus = {"gpu_model": "H100", "number_of_gpus": 8, "max_power": 5600.0}
     assert first == stable_job_id(JobSpecFromClient(**{**base, **other_gpus}))
+    # So are its runs at other power limits: what it learned of its batch sizes holds.
+    power = {"power_profiling": False, "power_max_slowdown": 1.1}
+    assert first == stable_job_id(JobSpecFromClient(**{**base, **power}))
     assert first != stable_job_id(JobSpecFromClient(**{**base, "eta_knob": 0.2}))
     # The id this configuration had before options were added: an option at its default keeps
     # it, so a job without an explicit id goes on after an upgrade; set, it is another job.

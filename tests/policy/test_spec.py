@@ -198,6 +198,8 @@ def test_differing_settings_are_the_settings_alone() -> None:
     base = JobSpecFromClient(**body()).model_dump(mode="json")
     other = {**base, "job_id": "job-1234", "gpu_model": "other", "max_power": 900.0}
     assert differing_settings(base, other) == []  # the id and the GPUs are not settings
+    power = {**base, "power_profiling": False, "power_max_slowdown": 1.1}
+    assert differing_settings(base, power) == []  # nor the power settings: the same job
     changed = {**base, "max_epochs": 9, "eta_knob": 1.0, "beta_knob": None}
     assert differing_settings(base, changed) == ["eta_knob", "beta_knob", "max_epochs"]
     older = {k: v for k, v in changed.items() if k != "beta_knob"}  # a setting it predates

@@ -72,6 +72,7 @@ from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
 from zeus_bso.spec import (
     GPU_FIELDS,
+    POWER_SETTINGS,
     CreatedJob,
     GpuConfig,
     JobSpec,
@@ -121,11 +122,12 @@ _OPEN_RUNS: weakref.WeakSet[BatchSizeOptimizer] = weakref.WeakSet()
 
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
-    """The id of a job without one: its prefix and a hash of its configuration but its GPUs (a
-    job on other GPUs is the same job on another hardware profile)."""
-    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS})
+    """The id of a job without one: its prefix and a hash of its configuration but its GPUs and
+    its power settings (a job on other GPUs is the same job on another hardware profile, and a
+    job whose runs train at other power limits the same job)."""
+    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS, *POWER_SETTINGS})
     for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
-        if config.get(name) == default:
+        if name in config and config[name] == default:
             del config[name]  # ids from before the option existed stay the same
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return f"{spec.job_id_prefix}-{digest[:8]}"
