@@ -4,6 +4,7 @@ conftest.py and use these."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import json
@@ -41,6 +42,18 @@ def environment_without_settings() -> dict[str, str]:
     """This process's environment without any ``ZEUS_BSO_*`` setting, for a command whose
     settings a test gives explicitly."""
     return {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
+
+
+_RUNNING: set[ServerProcess] = set()
+"""Servers started and not stopped: a test that fails before it stops its server (the server
+runs in a session of its own, so it outlives the test process) has it stopped at exit."""
+
+
+@atexit.register
+def _stop_the_rest() -> None:
+    for server in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            server.stop()
 
 
 class ServerProcess:
@@ -94,6 +107,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        _RUNNING.add(self)
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
@@ -129,6 +143,7 @@ class ServerProcess:
         return self.log_path.read_text()
 
     def stop(self) -> None:
+        _RUNNING.discard(self)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -280,16 +280,18 @@ def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
 def test_a_report_the_server_missed_is_delivered_at_the_end(tmp_path: Path) -> None:
     db = tmp_path / "bso.db"
     server = ServerProcess(sqlite_url(db), cwd=tmp_path)
-    bso = BatchSizeOptimizer(
-        server.url,
-        spec("pending"),
-        energy_meter=EstimateMeter(100),
-        heartbeat_seconds=0,
-        retry_seconds=0,
-    )
-    bso.get_batch_size()
-    bso.on_train_begin()
-    server.stop()
+    try:
+        bso = BatchSizeOptimizer(
+            server.url,
+            spec("pending"),
+            energy_meter=EstimateMeter(100),
+            heartbeat_seconds=0,
+            retry_seconds=0,
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+    finally:
+        server.stop()  # also when the test fails before: no server left running
     answer = bso.on_evaluate(0.9)  # the server is down: training goes on
     assert answer.stop_train is False
     restarted = ServerProcess(sqlite_url(db), cwd=tmp_path)
