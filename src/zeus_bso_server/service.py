@@ -150,8 +150,8 @@ class BatchSizeService:
             raise JobConfigMismatchError(
                 "JobSpec doesn't match with existing jobSpec "
                 f"({'; '.join(text for _, text in differences)}). Use a new job_id for different"
-                " configuration (a job may change only its GPUs: max_power, number_of_gpus,"
-                " gpu_model; and its power settings: power_profiling, power_max_slowdown)"
+                f" configuration (a job may change only its GPUs: {', '.join(GPU_FIELDS)}; and"
+                f" its power settings: {', '.join(POWER_SETTINGS)})"
             )
         if differences:  # the same job on other GPUs, or with other power settings
             if not locked:  # read it again, under the lock

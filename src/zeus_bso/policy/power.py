@@ -39,13 +39,19 @@ class Timed(Protocol):
 TimedT = TypeVar("TimedT", bound=Timed)
 
 
+def too_slow(seconds: float, at_highest: float, max_slowdown: float | None) -> bool:
+    """Whether an epoch (or a step) of ``seconds`` at a limit is past the job's bound: more than
+    ``max_slowdown`` times ``at_highest``, the same at the highest limit (never with None)."""
+    return max_slowdown is not None and seconds > max_slowdown * at_highest
+
+
 def within_slowdown(epochs: Sequence[TimedT], max_slowdown: float | None) -> list[TimedT]:
-    """The ``epochs`` that take at most ``max_slowdown`` times the epoch at the highest limit
-    among them (all of them with None; the highest limit's always)."""
+    """The ``epochs`` that are not `too_slow` against the epoch at the highest limit among them
+    (all of them with None; the highest limit's always)."""
     if max_slowdown is None or not epochs:
         return list(epochs)
-    fastest = max(epochs, key=lambda e: e.power_limit).time_per_epoch
-    return [e for e in epochs if e.time_per_epoch <= max_slowdown * fastest]
+    at_highest = max(epochs, key=lambda e: e.power_limit).time_per_epoch
+    return [e for e in epochs if not too_slow(e.time_per_epoch, at_highest, max_slowdown)]
 
 
 def best_power_limit(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from zeus_bso.policy.power import too_slow
 from zeus_bso.spec import PowerMeasurement
 
 SETTLE_STEPS = 2
@@ -174,11 +175,10 @@ class PowerProfiler:
             self._start = None
             if self.goes_on is not None and not self.done:
                 windows = [w for _, w in sorted(self._measured.items(), reverse=True)]
-                slowest = math.inf if self.max_slowdown is None else self.max_slowdown
                 costs = [
-                    self.cost(w.seconds, w.joules)
-                    if w.seconds <= slowest * windows[0].seconds
-                    else math.inf
+                    math.inf
+                    if too_slow(w.seconds, windows[0].seconds, self.max_slowdown)
+                    else self.cost(w.seconds, w.joules)
                     for w in windows
                 ]
                 if not self.goes_on(costs):

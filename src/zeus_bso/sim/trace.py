@@ -17,7 +17,7 @@ from importlib.resources import files
 
 from zeus_bso.errors import TraceError
 from zeus_bso.policy import zeus_cost
-from zeus_bso.policy.power import profile_goes_on, within_slowdown
+from zeus_bso.policy.power import profile_goes_on, too_slow, within_slowdown
 
 GPUS = ("v100", "p100")
 
@@ -124,8 +124,12 @@ class TraceJob:
         kept: list[Pace] = []
         for pace in sorted(self.paces[batch_size], key=lambda p: -p.power_limit):
             kept.append(pace)
-            fast_enough = within_slowdown(kept, self.max_slowdown)
-            costs = [self.pace_cost(p, eta_knob) if p in fast_enough else math.inf for p in kept]
+            costs = [
+                math.inf
+                if too_slow(p.time_per_epoch, kept[0].time_per_epoch, self.max_slowdown)
+                else self.pace_cost(p, eta_knob)
+                for p in kept
+            ]
             if not profile_goes_on(costs):
                 break
         return tuple(kept)
