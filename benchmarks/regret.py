@@ -62,6 +62,14 @@ PUBLISHED_UPSTREAM_V100 = {
 }
 
 
+def save(name: str, text: str, data: Any) -> None:
+    """Write ``text`` to ``results/<name>.md`` and ``data`` to ``<name>.json``, and print
+    ``text``."""
+    (RESULTS / f"{name}.md").write_text(text)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(text)
+
+
 def run_all(
     gpu: str,
     seeds: list[int],
@@ -156,9 +164,7 @@ def run_power_limits(gpus: list[str], seeds: list[int], recurrences: int) -> Non
                 f"| {means[2]:.3f} | {means[3]:.3f} |"
             )
     text = "\n".join(lines) + "\n"
-    (RESULTS / "regret_power.md").write_text(text)
-    (RESULTS / "regret_power.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(text)
+    save("regret_power", text, data)
 
 
 SLOWDOWNS = (None, 1.1, 1.05)
@@ -196,9 +202,7 @@ def run_power_slowdowns(gpus: list[str], seeds: list[int], recurrences: int) -> 
                 f"| **{means[0]:.3f}** | {means[1]:.3f} | {means[2]:.3f} |"
             )
     text = "\n".join(lines) + "\n"
-    (RESULTS / "regret_power_slowdown.md").write_text(text)
-    (RESULTS / "regret_power_slowdown.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(text)
+    save("regret_power_slowdown", text, data)
 
 
 CAP_FACTORS = (2, 4)
@@ -241,9 +245,7 @@ def run_memory_caps(gpus: list[str], seeds: list[int], recurrences: int) -> None
                         f"| {mean:.1f} | {most} |"
                     )
     text = "\n".join(lines) + "\n"
-    (RESULTS / "regret_memory.md").write_text(text)
-    (RESULTS / "regret_memory.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(text)
+    save("regret_memory", text, data)
 
 
 def _shared(trace: TraceJob, sizes: set[int], default: int) -> TraceJob:
@@ -354,9 +356,7 @@ def run_held_out(gpus: list[str], seeds: list[int], recurrences: int) -> None:
         "its default batch size.\n\n"
     )
     text = note + "\n".join(lines) + "\n"
-    (RESULTS / "regret_heldout.md").write_text(text)
-    (RESULTS / "regret_heldout.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(text)
+    save("regret_heldout", text, data)
     print(f"({time.perf_counter() - started:.0f} s)\n")
 
 
@@ -468,9 +468,7 @@ def main() -> None:
             "it to smaller ones.\n\n"
         )
         text = note + "\n".join(sections)
-        (RESULTS / "regret_transfer.md").write_text(text)
-        (RESULTS / "regret_transfer.json").write_text(json.dumps(data, indent=1) + "\n")
-        print(text)
+        save("regret_transfer", text, data)
         print(f"({time.perf_counter() - started:.0f} s)\n")
 
     for gpu in [] if args.transfer_only else args.gpus:
