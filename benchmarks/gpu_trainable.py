@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from zeus_bso.scaling.lr import step_factor, stepped_rate
+
 OOM_SIZE = 16384
 """The batch size that cannot fit: ``Wide`` keeps about 24 MiB a sample on the GPU (384 GiB)."""
 REFERENCE = 128
@@ -156,7 +158,7 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
     assert callback.job_id is not None
     state = _job_state(url, callback.job_id)
     trials = sorted(state["trials"], key=lambda t: t["trial_number"])
-    lr = float(trainer.optimizers[0].param_groups[0]["lr"])
+    lr = stepped_rate(trainer.optimizers[0])  # the rate its steps take: the schedule's x factor
     return {
         "trials": [(t["batch_size"], t["status"]) for t in trials],
         "memory_caps": state["memory_caps"],
@@ -261,7 +263,8 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
     state = _job_state(url, callback.job_id)
     found = int(trainer.state.train_batch_size)
     (cap,) = state["memory_caps"].values() or [None]
-    rates = [float(group["initial_lr"]) for group in trainer.optimizer.param_groups]
+    factor = step_factor(trainer.optimizer) or 1.0  # the steps take the schedule's rates x it
+    rates = [float(group["initial_lr"]) * factor for group in trainer.optimizer.param_groups]
     return {
         "trials": [(t["batch_size"], t["status"]) for t in state["trials"]],
         "memory_caps": state["memory_caps"],

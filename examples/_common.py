@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from typing import Any
 
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 
 
 def data(n: int, seed: int) -> Any:
@@ -42,3 +44,23 @@ def arguments(description: str, recurrences: int = 5, devices: bool = False) -> 
     if devices:
         parser.add_argument("--devices", type=int, default=1, help="processes to train on")
     return parser.parse_args()
+
+
+def recurrences(one_run: Callable[[], RunOutcome | None], count: int) -> int:
+    """Run ``count`` recurrences of a job, each until a run delivers a model (up to three runs,
+    at the next batch size the server gives: `until_converged`); the exit status: 1 when a
+    recurrence delivered no model (a scheduler sees the job fail), else 0."""
+    missed = 0
+    for recurrence in range(1, count + 1):
+        outcome = until_converged(one_run, attempts=3)
+        if outcome is not None and not outcome.converged:
+            missed += 1
+            print(
+                f"zeus-bso: recurrence {recurrence} of {count} delivered no model", file=sys.stderr
+            )
+    return 1 if missed else 0
+
+
+def no_model(recurrence: int, count: int) -> str:
+    """The line that says a recurrence delivered no model."""
+    return f"zeus-bso: recurrence {recurrence} of {count} delivered no model"

@@ -12,8 +12,10 @@ configured; pass ``log_with=...`` to log them).
 
 from __future__ import annotations
 
+import sys
+
 import torch
-from _common import arguments, data, loop_job
+from _common import arguments, data, loop_job, no_model
 from accelerate import Accelerator
 
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
@@ -27,7 +29,8 @@ def main() -> None:
     # The rate, 0.01, was tuned at 32 samples a step in all: 32 / processes per process. The
     # linear rule (SGD) scales it to the batch size the server gives.
     tuned_at = max(1, 32 // accelerator.num_processes)
-    for _ in range(args.recurrences):
+    missed = 0
+    for recurrence in range(1, args.recurrences + 1):
         with ZeusBSOAccelerate(
             accelerator,
             args.server,
@@ -57,8 +60,12 @@ def main() -> None:
                 if bso.report(float(accuracy)):  # every process: the answer is shared
                     break
             accelerator.free_memory()
+        if not bso.converged:  # the same on every process: the server's answer is shared
+            missed += 1
+            accelerator.print(no_model(recurrence, args.recurrences))
         accelerator.wait_for_everyone()
     accelerator.end_training()
+    sys.exit(1 if missed else 0)  # a recurrence without a model: a scheduler sees the job fail
 
 
 if __name__ == "__main__":

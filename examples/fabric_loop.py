@@ -11,8 +11,10 @@ configured; pass ``loggers=[...]`` to log them).
 
 from __future__ import annotations
 
+import sys
+
 import torch
-from _common import arguments, data, loop_job
+from _common import arguments, data, loop_job, no_model
 from lightning.fabric import Fabric
 
 from zeus_bso.integrations.fabric import ZeusBSOFabric
@@ -27,7 +29,8 @@ def main() -> None:
     # The rate, 0.01, was tuned at 32 samples a step in all: 32 / processes per process. The
     # linear rule (SGD) scales it to the batch size the server gives.
     tuned_at = max(1, 32 // fabric.world_size)
-    for _ in range(args.recurrences):
+    missed = 0
+    for recurrence in range(1, args.recurrences + 1):
         with ZeusBSOFabric(
             fabric,
             args.server,
@@ -58,7 +61,11 @@ def main() -> None:
                     accuracy = (predicted == val.tensors[1]).float().mean()
                 if bso.report(float(accuracy)):  # every process: the answer is shared
                     break
+        if not bso.converged:  # the same on every process: the server's answer is shared
+            missed += 1
+            fabric.print(no_model(recurrence, args.recurrences))
         fabric.barrier()
+    sys.exit(1 if missed else 0)  # a recurrence without a model: a scheduler sees the job fail
 
 
 if __name__ == "__main__":

@@ -8,14 +8,15 @@ tiny BERT built from a config (nothing is downloaded) on sequences it generates.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from typing import Any
 
 import torch
 import transformers
-from _common import arguments
+from _common import arguments, recurrences
 
-from zeus_bso import JobSpec, RunOutcome, until_converged
+from zeus_bso import JobSpec, RunOutcome
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -91,10 +92,9 @@ def main() -> None:
         ).train()
         return callback.outcome  # its line is on stderr already
 
-    for _ in range(args.recurrences):
-        # A recurrence delivers a model: a run that stops short is followed by another, at the
-        # next batch size the server gives, up to three runs.
-        until_converged(one_run, attempts=3)
+    # A recurrence delivers a model: a run that stops short is followed by another, at the next
+    # batch size the server gives, up to three runs; the script exits 1 if one delivered none.
+    sys.exit(recurrences(one_run, args.recurrences))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ generates.
 
 from __future__ import annotations
 
+import sys
+
 import lightning.pytorch as pl
 import torch
-from _common import arguments
+from _common import arguments, recurrences
 
-from zeus_bso import JobSpec, RunOutcome, until_converged
+from zeus_bso import JobSpec, RunOutcome
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
@@ -74,10 +76,9 @@ def main() -> None:
         trainer.fit(Classifier())
         return callback.outcome  # its line is on the console already
 
-    for _ in range(args.recurrences):
-        # A recurrence delivers a model: a run that stops short is followed by another, at the
-        # next batch size the server gives, up to three runs.
-        until_converged(one_run, attempts=3)
+    # A recurrence delivers a model: a run that stops short is followed by another, at the next
+    # batch size the server gives, up to three runs; the script exits 1 if one delivered none.
+    sys.exit(recurrences(one_run, args.recurrences))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ recurrence. CPU-only, on data it generates.
 
 from __future__ import annotations
 
-import torch
-from _common import arguments, data, loop_job
+import sys
 
-from zeus_bso import BatchSizeOptimizer, RunOutcome, until_converged
+import torch
+from _common import arguments, data, loop_job, recurrences
+
+from zeus_bso import BatchSizeOptimizer, RunOutcome
 from zeus_bso.energy import auto_meter
 
 
@@ -43,10 +45,9 @@ def main() -> None:
                     break
         return bso.outcome  # its line is on stderr already
 
-    for _ in range(args.recurrences):
-        # A recurrence delivers a model: a run that stops short is followed by another, at the
-        # next batch size the server gives, up to three runs.
-        until_converged(one_run, attempts=3)
+    # A recurrence delivers a model: a run that stops short is followed by another, at the next
+    # batch size the server gives, up to three runs; the script exits 1 if one delivered none.
+    sys.exit(recurrences(one_run, args.recurrences))
 
 
 if __name__ == "__main__":

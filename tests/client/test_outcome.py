@@ -73,3 +73,27 @@ def test_energy_reads_in_the_unit_of_its_size(joules: float, text: str) -> None:
 )
 def test_time_reads_in_the_unit_of_its_size(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+def test_a_refused_next_run_reads_as_one_sentence_without_run_it_again() -> None:
+    outcome = RunOutcome(
+        job_id="j",
+        batch_size=64,
+        trial_number=2,
+        converged=False,
+        reason=StopReason.MAX_EPOCHS,
+        why="it trained the job's max_epochs (2)",
+        epochs=2,
+        max_epochs=2,
+        seconds=3.0,
+        joules=900.0,
+        cost=900.0,
+        next_run="refused: no batch size converged in pruning round 1 (tried [32, 64]); "
+        "change the job: lower target_metric",
+        next_refused=True,
+    )
+    line = outcome.summary()
+    assert line.endswith("Next run: refused: no batch size converged in pruning round 1 (tried "
+                         "[32, 64]); change the job: lower target_metric.")  # fmt: skip
+    assert "Run it again" not in line
+    assert "refused (refused" not in line

@@ -20,6 +20,7 @@ from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ZeusBSOError, ZeusBSOTrainFailError  # noqa: E402
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
+from zeus_bso.scaling.lr import step_factor  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -304,9 +305,11 @@ def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
         ) in summary
     else:
         assert "; the run goes on outside the optimizer (" in summary
-    rates = [g["initial_lr"] for g in trainer.optimizer.param_groups]
-    assert rates == pytest.approx([1e-2] * len(rates))  # 5e-3 tuned at 4, twice that at 8
-    assert trainer.lr_scheduler.base_lrs == pytest.approx(rates)
+    # 5e-3 tuned at 4: the schedule's, which the steps take twice of at 8.
+    assert step_factor(trainer.optimizer) == pytest.approx(2.0)
+    assert trainer.lr_scheduler.base_lrs == pytest.approx(
+        [5e-3] * len(trainer.lr_scheduler.base_lrs)
+    )
     assert callback.outcome is not None
     assert (callback.outcome.batch_size, callback.outcome.reason) == (16, "out_of_memory")
     with ServerClient(server.url) as client:
@@ -551,21 +554,33 @@ def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
 
 
 class RateRecorder(transformers.TrainerCallback):  # type: ignore[misc]
-    """The schedule's base rates the run trained with."""
+    """The rate each optimizer step took (a step hook registered after zeus-bso's) over the
+    schedule's rate then (what the param group holds): the factor each step trained at."""
 
     def __init__(self) -> None:
-        self.base_lrs: list[float] = []
+        self.taken: list[float] = []
+        self.schedule: list[float] = []
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.base_lrs = list(kwargs["lr_scheduler"].base_lrs)
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        inner = getattr(kwargs["optimizer"], "optimizer", kwargs["optimizer"])
+        if not self.schedule:
+            inner.register_step_pre_hook(
+                lambda stepped, *_: self.taken.append(stepped.param_groups[0]["lr"])
+            )
+        self.schedule.append(inner.param_groups[0]["lr"])
+
+    @property
+    def factors(self) -> list[float]:
+        pairs = zip(self.taken, self.schedule, strict=False)  # a step the Trainer skipped
+        return [taken / rate for taken, rate in pairs if rate]
 
 
 def test_the_trainers_learning_rate_and_warm_up_follow_the_batch_size(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Batch size 16 against the reference 4, square root (AdamW): the schedule's rates are
-    twice TrainingArguments.learning_rate, and a fixed warm-up is told the steps that keep its
-    samples."""
+    """Batch size 16 against the reference 4, square root (AdamW): every step takes twice the
+    rate of the schedule (a warm-up, then linear decay) of TrainingArguments.learning_rate,
+    and a fixed warm-up is told the steps that keep its samples."""
     spec = job(unique_id("hflr"), target=0.999)
     recorder = RateRecorder()
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
@@ -579,8 +594,8 @@ def test_the_trainers_learning_rate_and_warm_up_follow_the_batch_size(
             learning_rate=1e-3,
             warmup_steps=8,
         )
-    assert recorder.base_lrs
-    assert recorder.base_lrs == pytest.approx([2e-3] * len(recorder.base_lrs))
+    assert len(recorder.factors) > 5  # every step but the warm-up's first, at rate 0
+    assert recorder.factors == pytest.approx([2.0] * len(recorder.factors))
     assert "set warmup_steps=2 (or warmup_ratio)" in caplog.text
 
 
@@ -591,8 +606,9 @@ def test_a_resumed_run_keeps_its_scaled_rates(server: ServerProcess, tmp_path: P
     train(server.url, spec, tmp_path, 2, save=True, ahead=[first], callback_options=scaled)
     last = max((tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     train(server.url, spec, tmp_path, 3, resume=last, ahead=[again], callback_options=scaled)
-    assert first.base_lrs == pytest.approx([1e-2] * len(first.base_lrs))  # 5e-3 x 2
-    assert again.base_lrs == first.base_lrs  # restored from the checkpoint, not scaled again
+    assert first.factors == pytest.approx([2.0] * len(first.factors))  # sqrt(16 / 4)
+    assert again.factors  # the resumed steps, at the factor once, not twice
+    assert again.factors == pytest.approx([2.0] * len(again.factors))
 
 
 class CtrlC(transformers.TrainerCallback):  # type: ignore[misc]

@@ -26,6 +26,7 @@ from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import ConfigurationError  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
+from zeus_bso.scaling.lr import stepped_rate  # noqa: E402
 from zeus_bso.spec import StopReason  # noqa: E402
 
 
@@ -142,9 +143,12 @@ def test_a_resumed_fit_continues_its_trial(server: ServerProcess, tmp_path: Path
     assert callback.trial_number == 1
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
-    (trial,) = state["trials"]
+    # The fit's setup asked for a trial before the checkpoint was read; it was released.
+    trial, withdrawn = sorted(state["trials"], key=lambda t: t["trial_number"])
     assert trial["epochs"] == 5  # epochs 1-2, then 3-5 of the same trial
     assert trial["status"] == "reported"
+    assert withdrawn["status"] == "released"
+    assert not withdrawn["epochs"]
 
 
 def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
@@ -418,6 +422,31 @@ def test_misconfigured_fits_leave_the_default_batch_size_untouched(
     assert state["stage"] == "pruning"
 
 
+class FixedBatchClassifier(TinyClassifier):
+    """Has a ``batch_size`` attribute, but its DataLoader takes a fixed size."""
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.train_data, batch_size=8, shuffle=True)
+
+
+def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The server's 32 is set on the module, but its DataLoader trains 8: the fit stops at its
+    first batch, saying what to change, and its trial is released."""
+    spec = job(unique_id("fixedbatch"))
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    with pytest.raises(ConfigurationError, match="first training batch has 8 samples") as raised:
+        trainer.fit(FixedBatchClassifier())
+    assert "batch_size=self.batch_size" in str(raised.value)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -598,7 +627,8 @@ def test_fast_dev_run_leaves_the_server_alone_and_a_fit_that_never_validates_is_
 
 
 class ScheduledClassifier(TinyClassifier):
-    """SGD at 0.1, tuned at batch size 16, with a step schedule; records the rates it trains at."""
+    """SGD at 0.1, tuned at batch size 16, with a step schedule; records, at each epoch's first
+    step, the rate the step takes and the schedule's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -609,17 +639,18 @@ class ScheduledClassifier(TinyClassifier):
         schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100, gamma=0.5)
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 
-    def on_train_epoch_start(self) -> None:
-        (optimizer,) = self.trainer.optimizers
-        (config,) = self.trainer.lr_scheduler_configs
-        self.rates.append((optimizer.param_groups[0]["lr"], config.scheduler.base_lrs[0]))
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        # Called inside the optimizer's step, after its step hooks: the rate the step takes.
+        if self.trainer.fit_loop.epoch_loop.batch_progress.current.ready == 1:
+            (config,) = self.trainer.lr_scheduler_configs
+            self.rates.append((optimizer.param_groups[0]["lr"], config.scheduler.get_last_lr()[0]))
 
 
 def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """Batch size 32 against the reference 16, linear: the optimizer and its schedule train at
-    0.2; a fit resumed from the checkpoint keeps 0.2 (its optimizer's state), not 0.4."""
+    """Batch size 32 against the reference 16, linear: the steps take 0.2 of the schedule's
+    0.1; a fit resumed from the checkpoint keeps 0.2, not 0.4."""
     spec = job(unique_id("llr"), target=0.999, max_epochs=4)
     checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
     first = ScheduledClassifier()
@@ -630,7 +661,7 @@ def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
         max_epochs=2, callbacks=[callback, checkpoints], **{**options, "logger": CSVLogger(logs)}
     )
     trainer.fit(first)
-    assert first.rates == [(0.2, 0.2), (0.2, 0.2)]
+    assert first.rates == [(0.2, 0.1), (0.2, 0.1)]
     assert [float(row["bso/lr"]) for row in logged_rows(logs, "bso/lr")] == pytest.approx(
         [0.2, 0.2]
     )
@@ -638,7 +669,7 @@ def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
     again = callback_for(server.url, spec, lr_rule="linear", reference_batch_size=16)
     trainer = pl.Trainer(max_epochs=4, callbacks=[again], **quiet_trainer_options(tmp_path))
     trainer.fit(resumed, ckpt_path=str(tmp_path / "last.ckpt"))
-    assert resumed.rates == [(0.2, 0.2), (0.2, 0.2)]
+    assert resumed.rates == [(0.2, 0.1), (0.2, 0.1)]
     assert again.trial_number == callback.trial_number  # the same trial, continued
 
 
@@ -926,7 +957,7 @@ trainer:
         (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ZeusBSOCallback)]
         assert callback.outcome is not None
         sizes.append(callback.outcome.batch_size)
-        rates.append(cli.trainer.optimizers[0].param_groups[0]["lr"])
+        rates.append(stepped_rate(cli.trainer.optimizers[0]))
         assert set(cli.model.seen_batch_sizes) == {sizes[-1]}
     assert sizes[0] == 32  # the job's default: the server's first run
     assert sizes[1] != 32

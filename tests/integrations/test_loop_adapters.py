@@ -21,6 +21,7 @@ from tests.ports import free_port
 from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
+from zeus_bso.scaling.lr import stepped_rate
 from zeus_bso.testing import LoopAdapterContract, MakeAdapter, loop_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -116,7 +117,8 @@ def test_a_loops_learning_rate_follows_the_batch_size_without_the_server_too(
         optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
         assert bso.scale(optimizer) == 2.0
         assert bso.scale(optimizer) == 2.0  # once: the second call changes nothing
-        assert optimizer.param_groups[0]["lr"] == 0.2
+        assert optimizer.param_groups[0]["lr"] == 0.1  # the schedule's; its steps take 0.2
+        assert stepped_rate(optimizer) == 0.2
         bso.train_begin()
         assert not bso.report(0.5)
         assert bso.report(0.95)  # its target, judged here

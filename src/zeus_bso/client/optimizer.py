@@ -164,8 +164,9 @@ class BatchSizeOptimizer:
         on_server_unavailable: ``"fallback"``: when the server cannot be reached at start,
             train at the job's default batch size (or the last recommendation saved on this
             machine) with a warning; ``"raise"``: raise `ServerConnectionError`.
-        raise_if_unconverged: raise `ZeusBSOTrainFailError` at `end` when the run did not
-            reach its target, as upstream Zeus's client does.
+        raise_if_unconverged: raise `ZeusBSOTrainFailError`, once, when the run ends without
+            reaching its target: from the `on_evaluate` whose answer ends it, as upstream Zeus's
+            client does, or else from `end` (and the ``with`` block's exit).
         show: where the one-line summary of the run goes at `end` (default: standard error;
             None: nowhere).
         lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
@@ -289,6 +290,8 @@ class BatchSizeOptimizer:
         """How the run ended (after `end`)."""
         self._on_server_unavailable = on_server_unavailable
         self._raise_if_unconverged = raise_if_unconverged
+        self._raised_unconverged = False
+        self._next_refused = False
         self._show = show
         self._offline_batch_size: int | None = None
         self._memory_unknown = False
@@ -772,7 +775,9 @@ class BatchSizeOptimizer:
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
         if self.offline:
-            return self._judged_here(metric, epoch)
+            answer = self._judged_here(metric, epoch)
+            self._end_if_unconverged()
+            return answer
         assert self.trial is not None
         steps = self.accumulation_steps
         result = TrainingResult(
@@ -799,7 +804,19 @@ class BatchSizeOptimizer:
         self._answered(answer)
         if answer.stop_train:
             logger.info("trial %d done: %s", self.trial.trial_number, answer.message)
+            self._end_if_unconverged()
         return answer
+
+    def _end_if_unconverged(self) -> None:
+        """With ``raise_if_unconverged``, the report that ends the run unconverged ends it and
+        raises `ZeusBSOTrainFailError`, as upstream Zeus's ``on_evaluate`` does: a loop of
+        upstream's shape (no ``with``, no `end`) gets the failure signal too.
+
+        Raises:
+            ZeusBSOTrainFailError: the server said stop, and the run did not converge.
+        """
+        if self._raise_if_unconverged and self.training_finished and not self.converged:
+            self.end()
 
     def _answered(self, answer: ReportResponse) -> None:
         """Keep the latest answer, and the server's stop if it says so."""
@@ -930,6 +947,17 @@ class BatchSizeOptimizer:
             f"interrupted ({why}); the run's restart (run key {self.run_key}) continues its trial",
         )
 
+    def withdraw(self, why: str) -> None:
+        """Take back this run's dispatch, which it will not train (a framework found, after
+        asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
+        with a run key, left open for the resume to continue; no outcome is shown."""
+        show, self._show = self._show, None
+        try:
+            self.end_interrupted(why)
+        finally:
+            self._show = show
+        self.outcome = None
+
     def abort(self, why: str | None = None) -> None:
         """End a run that is failing (an exception, or an exit without `end`).
 
@@ -1039,6 +1067,7 @@ class BatchSizeOptimizer:
             joules=elapsed.joules if elapsed else 0.0,
             cost=answer.cost if answer is not None else None,
             next_run=self._next_run() if not self.offline else None,
+            next_refused=self._next_refused,
             offline=self.offline,
             went_on=went_on,
         )
@@ -1061,12 +1090,20 @@ class BatchSizeOptimizer:
         if not upcoming:
             return None
         if upcoming.get("refused"):
-            return f"refused ({upcoming['why']})"
+            why = str(upcoming["why"]).removeprefix("refused: ")  # an older server's words
+            self._next_refused = True
+            return f"refused: {why}"
         size = upcoming.get("batch_size")
         return f"{size} ({upcoming['why']})" if size is not None else str(upcoming["why"])
 
     def _raise_unless_converged(self) -> None:
+        """Raise `ZeusBSOTrainFailError` for an unconverged run, once (with
+        ``raise_if_unconverged``): the report that ended the run raised it, so the ``with``
+        block's exit, or an `end` after it, does not raise it again."""
         if self._raise_if_unconverged and self.outcome is not None and not self.outcome.converged:
+            if self._raised_unconverged:
+                return
+            self._raised_unconverged = True
             raise ZeusBSOTrainFailError(self.outcome.summary(), self.outcome)
 
     def __enter__(self) -> Self:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
+from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
 from zeus_bso.units import duration_text, energy_text
 
@@ -39,6 +39,9 @@ class RunOutcome:
     """The server's cost of the run (None: not known)."""
     next_run: str | None = None
     """What the job's next run gets, as the server says it (None: not known)."""
+    next_refused: bool = False
+    """Whether the server refuses the job's next run until the job changes (`next_run` says
+    what to change)."""
     offline: bool = False
     """Whether the run trained without the server (it could not be reached at start)."""
     went_on: bool = False
@@ -74,7 +77,8 @@ class RunOutcome:
         line += "."
         if self.next_run:
             line += f" Next run: {self.next_run}."
-        if not self.converged and self.reason is not StopReason.NOT_TRAINED and not self.went_on:
+        again = not self.converged and self.reason is not StopReason.NOT_TRAINED
+        if again and not self.went_on and not self.next_refused:
             line += " Run it again for a model."
         return SHOWN_PREFIX + line
 
@@ -92,7 +96,8 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     after a run without the server, or after ``attempts`` runs; returns the last outcome (None
     if ``run`` returned none, e.g. on a process other than the main one). A run that raised
     `BatchSizeDoesNotFitError` (the HF Trainer's batch size ran out of memory before it
-    trained) counts as an attempt, and the next gets a size that fits::
+    trained) counts as an attempt, and the next gets a size that fits; so does a run that
+    raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``)::
 
         def recurrence() -> RunOutcome | None:
             callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
@@ -100,6 +105,13 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             return callback.outcome
 
         outcome = until_converged(recurrence, attempts=3)
+        if outcome is not None and not outcome.converged:
+            sys.exit(1)  # no model this recurrence: the scheduler sees a failed job
+
+    Raises:
+        ZeusBSOTrainFailError: the last run raised it: no attempt delivered a model (its
+            ``outcome`` is the last run's).
+        BatchSizeDoesNotFitError: the last attempt raised it.
     """
     if attempts < 1:
         raise ConfigurationError(f"attempts must be at least 1, got {attempts}")
@@ -112,8 +124,19 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
                 raise
             logger.warning("zeus-bso: %s; starting the run again", err)
             continue
-        if outcome is None or outcome.converged:
-            break
-        if outcome.reason is StopReason.NOT_TRAINED or outcome.offline:
+        except ZeusBSOTrainFailError as err:  # the run's own failure signal: an attempt
+            failed = err.outcome if isinstance(err.outcome, RunOutcome) else None
+            if attempt == attempts or failed is None or _last_attempt(failed):
+                raise
+            logger.warning("zeus-bso: no model from this run (%s); starting it again", failed.why)
+            outcome = failed
+            continue
+        if outcome is None or outcome.converged or _last_attempt(outcome):
             break
     return outcome
+
+
+def _last_attempt(outcome: RunOutcome) -> bool:
+    """Whether trying again cannot help: a run that was not trained (a misconfiguration) or
+    trained without the server."""
+    return outcome.reason is StopReason.NOT_TRAINED or outcome.offline

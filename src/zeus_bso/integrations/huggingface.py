@@ -225,6 +225,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 reference_batch_size=self.reference_batch_size,
                 max_micro_batch_size=self.max_micro_batch_size,
                 power_limit=self.power_limit,
+                raise_from_report=False,  # at the end of training, after its checkpoints
             )
         return self.session.micro_batch_size
 
@@ -347,6 +348,15 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "per_device_train_batch_size=callback.start()"
             )
         steps = self.session.accumulation_steps
+        if self.max_micro_batch_size is None and args.gradient_accumulation_steps != 1:
+            self._refuse(
+                f"TrainingArguments.gradient_accumulation_steps is "
+                f"{args.gradient_accumulation_steps}: each optimizer step would take "
+                f"{args.gradient_accumulation_steps} x {self.session.micro_batch_size} samples "
+                f"while the server charges batch size {self.batch_size}; to accumulate, pass "
+                "ZeusBSOTrainerCallback(max_micro_batch_size=...) and build TrainingArguments "
+                "with gradient_accumulation_steps=callback.accumulation_steps"
+            )
         if self.max_micro_batch_size is not None and args.gradient_accumulation_steps != steps:
             self._refuse(
                 f"TrainingArguments.gradient_accumulation_steps is "
@@ -574,13 +584,12 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             )
 
     def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
-        """Scale the Trainer's optimizer and schedule to the run's batch size, once: a run
-        that resumes from a checkpoint loaded its rates, scaled already."""
+        """Have the Trainer's optimizer step at its schedule's rates at the run's batch size
+        (the schedule is left as it is; a run that resumes keeps its checkpoint's factor)."""
         assert self.session is not None
-        if self.resume_from is not None:
-            self.session.resumed_scaled(optimizer)
-            return
         self.session.scale(optimizer, scheduler)
+        if self.resume_from is not None:
+            return
         fixed = int(args.warmup_steps or 0)
         steps = self.session.warmup_steps(fixed)
         if fixed and steps != fixed and self.session.is_main:

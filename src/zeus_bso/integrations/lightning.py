@@ -1,8 +1,12 @@
-"""``ZeusBSOCallback`` for PyTorch Lightning 2.x: ``Trainer(callbacks=[ZeusBSOCallback(...)])``.
+"""``ZeusBSOCallback`` for PyTorch Lightning 2.x: ``Trainer(callbacks=[ZeusBSOCallback(...)])``,
+with ``import lightning.pytorch`` or the classic ``import pytorch_lightning``, either package or
+both installed (the callback is a Callback of each; it uses the helpers of its Trainer's).
 
-When a fit starts (``on_fit_start``, after a checkpoint's state is restored and before any
-DataLoader exists) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
-model, its hparams or the datamodule (``batch_arg_name``). After every validation of the fit
+When a fit is set up (the ``setup`` hook, before ``configure_optimizers`` and before any
+DataLoader is built) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
+model, its hparams or the datamodule (``batch_arg_name``), so that a schedule sized from the data
+(``trainer.estimated_stepping_batches``) is sized for it; the fit's first training batch is
+checked against it. After every validation of the fit
 (sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
 the run (every rank's GPUs, each GPU once) and the monitored metric, and every rank stops when
 the server says so. A fit that validates every few epochs (``check_val_every_n_epoch``) reports
@@ -10,11 +14,12 @@ its epoch count; one that validates within epochs (``val_check_interval`` below 
 validation as an epoch, and says so when training starts. The server's figures of an epoch's
 last report are logged once, at the epoch's end (``bso/cost``, ``bso/energy_j``,
 ``bso/batch_size``). An error on rank 0 (a metric that was not logged) is raised on every rank. A
-fit resumed from a checkpoint continues the same trial. At the fit's end a line through
-Lightning's console (``rank_zero_info``) says how the run went (`outcome`). A fit that fails
-before its first optimizer step (out of memory excepted), or with a `ConfigurationError`, and
-one that the Trainer's own limits end before the server's stop, release their trial: nothing is
-counted against the batch size.
+fit resumed from a checkpoint continues the same trial. The learning rate follows the batch
+size by ``lr_rule`` at every step of whatever schedule ``configure_optimizers`` builds. At the
+fit's end a line through Lightning's console (``rank_zero_info``) says how the run went
+(`outcome`). A fit that fails before its first optimizer step (out of memory excepted), or with a
+`ConfigurationError`, and one that the Trainer's own limits end before the server's stop,
+release their trial: nothing is counted against the batch size.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
 is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
@@ -23,7 +28,10 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from typing_extensions import override
@@ -50,27 +58,72 @@ logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
 
-try:
-    import lightning.pytorch as pl
-    from lightning.pytorch.trainer.states import TrainerFn
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-    from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
-    from lightning.pytorch.utilities.rank_zero import rank_zero_info
-except ImportError:  # the classic package name
+
+@dataclass(frozen=True)
+class _Namespace:
+    """What the callback uses of one of Lightning's two packages: ``lightning.pytorch`` (the
+    ``lightning`` package) or ``pytorch_lightning`` (the classic one). Their Trainers take only
+    their own package's callbacks, modules and helpers: the callback subclasses the Callback of
+    every package installed, and uses the helpers of the package of the Trainer that runs it."""
+
+    name: str
+    callback: type
+    fitting: Any
+    is_overridden: Callable[..., bool]
+    hasattr: Callable[[Any, str], bool]
+    setattr: Callable[[Any, str, Any], None]
+    info: Callable[[str], None]
+    batch_size_of: Callable[[Any], int]
+
+
+def _namespace(name: str) -> _Namespace | None:
+    """The package ``name`` (``lightning.pytorch`` or ``pytorch_lightning``), or None where it
+    is not installed."""
     try:
-        import pytorch_lightning as pl
-        from pytorch_lightning.trainer.states import TrainerFn
-        from pytorch_lightning.utilities.model_helpers import is_overridden
-        from pytorch_lightning.utilities.parsing import (
-            lightning_hasattr,
-            lightning_setattr,
-        )
-        from pytorch_lightning.utilities.rank_zero import rank_zero_info
-    except ImportError as err:
-        raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
+        package = importlib.import_module(name)
+        states = importlib.import_module(f"{name}.trainer.states")
+        helpers = importlib.import_module(f"{name}.utilities.model_helpers")
+        parsing = importlib.import_module(f"{name}.utilities.parsing")
+        rank_zero = importlib.import_module(f"{name}.utilities.rank_zero")
+        data = importlib.import_module(f"{name}.utilities.data")
+    except ImportError:
+        return None
+    return _Namespace(
+        name=name,
+        callback=package.Callback,
+        fitting=states.TrainerFn.FITTING,
+        is_overridden=helpers.is_overridden,
+        hasattr=parsing.lightning_hasattr,
+        setattr=parsing.lightning_setattr,
+        info=rank_zero.rank_zero_info,
+        batch_size_of=data.extract_batch_size,
+    )
 
 
-class ZeusBSOCallback(pl.Callback):
+_NAMESPACES = tuple(
+    found for found in map(_namespace, ("lightning.pytorch", "pytorch_lightning")) if found
+)
+if not _NAMESPACES:
+    raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}")
+
+
+def _namespace_of(trainer: Any) -> _Namespace:
+    """The Lightning package of ``trainer`` (its class's module)."""
+    module = type(trainer).__module__
+    for found in _NAMESPACES:
+        if module == found.name or module.startswith(f"{found.name}."):
+            return found
+    return _NAMESPACES[0]
+
+
+Trainer = Any
+"""A Trainer of either Lightning package."""
+Module = Any
+"""A LightningModule of either Lightning package."""
+_Callbacks: tuple[type, ...] = tuple(found.callback for found in _NAMESPACES)
+
+
+class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
     """Chooses the batch size of a Lightning fit and stops it when the optimizer says so.
 
     Args:
@@ -146,6 +199,7 @@ class ZeusBSOCallback(pl.Callback):
         self.lr_rule: LrRule = lr_rule
         self.reference_batch_size = reference_batch_size
         self._meter = energy_meter
+        self._own_meter = energy_meter is None
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
         self.batch_size: int | None = None
@@ -157,6 +211,9 @@ class ZeusBSOCallback(pl.Callback):
         self._handoff = OutcomeHandoff()
         self._restored: dict[str, Any] | None = None
         self._resumed = False
+        self._first_batch_checked = False
+        self._trainer: Trainer | None = None
+        self._module: Module | None = None
         self._unlogged: dict[str, float] = {}
         self._reported_value: object = None  # the monitored value last reported (rank 0)
 
@@ -165,31 +222,32 @@ class ZeusBSOCallback(pl.Callback):
     def state_key(self) -> str:
         return f"ZeusBSOCallback[{self.job.job_id_prefix}]"
 
-    @staticmethod
-    def _fitting(trainer: pl.Trainer) -> bool:
-        return bool(trainer.state.fn == TrainerFn.FITTING)
+    def _fitting(self, trainer: Trainer) -> bool:
+        return bool(trainer.state.fn == _namespace_of(trainer).fitting)
 
-    # -- choose and set the batch size before the DataLoaders exist ---------------------------
+    # -- choose and set the batch size before anything reads the data --------------------------
 
     @override
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+        # Here, before configure_optimizers and before any DataLoader is built: a schedule sized
+        # there (trainer.estimated_stepping_batches, len(self.train_dataloader())) sees the
+        # server's batch size. A fit resumed from a checkpoint gets its trial back when the
+        # checkpoint's callback state is loaded (load_state_dict), which on most strategies is
+        # still before configure_optimizers.
         if stage != "fit":
             return
-        if not lightning_hasattr(pl_module, self.batch_arg_name):
+        self._reported_value = None
+        self._first_batch_checked = False
+        self._trainer, self._module = trainer, pl_module
+        namespace = _namespace_of(trainer)
+        if not namespace.hasattr(pl_module, self.batch_arg_name):
             raise ConfigurationError(
                 f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
             )
-        if self._meter is None:
+        if self._own_meter:  # a meter a fit closed does not measure the next fit
             self._meter = auto_meter()
-
-    @override
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Here rather than in setup: a checkpoint's callback state is restored after setup, and
-        # a resumed fit must continue its trial. The DataLoaders are built after this hook (as
-        # with Lightning's BatchSizeFinder).
-        self._reported_value = None
         if trainer.fast_dev_run:
             self.session = None
             if trainer.is_global_zero:
@@ -204,6 +262,12 @@ class ZeusBSOCallback(pl.Callback):
                 "validation_step), so the server could not judge its batch size: validate, "
                 f"logging '{self.monitor}', or fit without ZeusBSOCallback"
             )
+        self._start_session(trainer, pl_module, self._restored)
+
+    def _start_session(
+        self, trainer: Trainer, pl_module: Module, resume: dict[str, Any] | None
+    ) -> None:
+        """This fit's trial on every rank (a new one, or ``resume``'s), its batch size set."""
         self.session = TrialSession(
             trainer.is_global_zero,
             lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
@@ -211,24 +275,35 @@ class ZeusBSOCallback(pl.Callback):
             self.job,
             energy_meter=self._meter,
             token=self.token,
-            resume=self._restored,
+            resume=resume,
             broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
             on_server_unavailable=self.on_server_unavailable,
             raise_if_unconverged=self.raise_if_unconverged,
-            show=rank_zero_info,
+            show=_namespace_of(trainer).info,
             lr_rule=self.lr_rule,
             reference_batch_size=self.reference_batch_size,
             max_micro_batch_size=self.max_micro_batch_size,
             power_limit=self.power_limit,
             handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
+            raise_from_report=False,  # at the fit's end (teardown), after its checkpoints
         )
-        self._resumed = self._restored is not None
+        self._resumed = resume is not None
         self._set_batch(trainer, pl_module)
-        if self._checks_memory(pl_module):
-            self.session.fit_in_memory(lambda size: self._try_steps(trainer, pl_module, size))
-            self._set_batch(trainer, pl_module)
         self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         self.job_id = self.session.job_id
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
+        # The optimizers exist from here: the memory check tries steps with them.
+        if self.session is None:
+            return
+        if self._checks_memory(pl_module):
+            before = self.session.micro_batch_size
+            self.session.fit_in_memory(lambda size: self._try_steps(trainer, pl_module, size))
+            self._set_batch(trainer, pl_module)
+            if self.session.micro_batch_size != before:
+                self._rebuild_for_the_batch_size(trainer)
+            self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         limit = trainer.max_epochs
         if limit is not None and 0 <= limit < self.job.max_epochs and trainer.is_global_zero:
@@ -241,16 +316,29 @@ class ZeusBSOCallback(pl.Callback):
                 self.job.max_epochs,
             )
 
-    def _set_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    @staticmethod
+    def _rebuild_for_the_batch_size(trainer: Trainer) -> None:
+        """The batch size changed after the strategy's setup (the memory check moved it, or a
+        strategy that restores checkpoints late resumed another trial): a train DataLoader
+        built at the old size is built again, and so are the optimizers and schedules
+        (``configure_optimizers`` may have sized a schedule from the data, as
+        ``estimated_stepping_batches`` does). As Lightning's batch size finder resets them."""
+        loop = trainer.fit_loop
+        if getattr(loop, "_combined_loader", None) is None:
+            return  # nothing read the data yet: it is built at the new size
+        loop._combined_loader = None
+        trainer.strategy.setup_optimizers(trainer)
+
+    def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
         """Give the module the session's batch: its micro-batches, accumulated to the batch
         size when the fit accumulates."""
         session = self.session
         assert session is not None
-        lightning_setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
+        _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
         if self.max_micro_batch_size is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
 
-    def _checks_memory(self, pl_module: pl.LightningModule) -> bool:
+    def _checks_memory(self, pl_module: Module) -> bool:
         """Whether the fit tries a few steps first: the batch size never ran on these GPUs, and
         the module optimizes automatically (a manual step's collectives cannot be tried
         alone)."""
@@ -262,13 +350,15 @@ class ZeusBSOCallback(pl.Callback):
             and pl_module.automatic_optimization
         )
 
-    def _try_steps(self, trainer: pl.Trainer, pl_module: pl.LightningModule, size: int) -> None:
+    def _try_steps(self, trainer: Trainer, pl_module: Module, size: int) -> None:
         """Run ``memory_check_steps`` training steps at batch ``size`` on this rank alone (the
         module unwrapped: no collective), then undo them: the weights, the optimizers' state
         and the random state are restored. An out-of-memory error is raised."""
         import torch
 
-        lightning_setattr(pl_module, self.batch_arg_name, size)
+        _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, size)
+        if self.lr_rule != "none":  # the steps tried take the rate the fit's would
+            self._scale_learning_rates(trainer)
         holder = trainer.datamodule if trainer.datamodule is not None else pl_module
         loader = holder.train_dataloader()
         weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
@@ -306,16 +396,16 @@ class ZeusBSOCallback(pl.Callback):
     # -- training -----------------------------------------------------------------------------
 
     @staticmethod
-    def _validates_at_epoch_ends(trainer: pl.Trainer) -> bool:
+    def _validates_at_epoch_ends(trainer: Trainer) -> bool:
         """Whether the fit validates at the end of an epoch only (every epoch, or every
         ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
         (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
         interval = trainer.val_check_interval
         return isinstance(interval, float) and interval == 1.0
 
-    def _scale_learning_rates(self, trainer: pl.Trainer) -> None:
-        """Scale every optimizer (and its schedulers) to the fit's batch size; a resumed fit's
-        optimizers and schedulers hold its checkpoint's rates, scaled already."""
+    def _scale_learning_rates(self, trainer: Trainer) -> None:
+        """Every optimizer's steps take its schedule's rates at the fit's batch size (the
+        schedule is left as it is; a resumed fit keeps its checkpoint's factor)."""
         assert self.session is not None
         for optimizer in trainer.optimizers:
             schedulers = [
@@ -323,20 +413,17 @@ class ZeusBSOCallback(pl.Callback):
                 for config in trainer.lr_scheduler_configs
                 if getattr(config.scheduler, "optimizer", None) is optimizer
             ]
-            if self._resumed:
-                self.session.resumed_scaled(optimizer)
-            else:
-                self.session.scale(optimizer, *schedulers)
+            self.session.scale(optimizer, *schedulers)
 
     @staticmethod
-    def _validates(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+    def _validates(trainer: Trainer, pl_module: Module) -> bool:
         """Whether the fit runs validations (each one a report)."""
         if trainer.limit_val_batches == 0:
             return False
-        return bool(is_overridden("validation_step", pl_module))
+        return bool(_namespace_of(trainer).is_overridden("validation_step", pl_module))
 
     @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
         if not self._validates_at_epoch_ends(trainer) and trainer.is_global_zero:
@@ -356,16 +443,45 @@ class ZeusBSOCallback(pl.Callback):
 
     @override
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int
     ) -> None:
         if self.session is not None and self._fitting(trainer):
+            if not self._first_batch_checked:
+                self._first_batch_checked = True
+                self._check_batch(trainer, batch)
             self.session.step_begin()
+
+    def _check_batch(self, trainer: Trainer, batch: Any) -> None:
+        """The fit's first training batch has the size the server gave (or the micro-batch of
+        a fit that accumulates); a DataLoader that ignores ``batch_arg_name`` would train at
+        another size while the server charges this one.
+
+        Raises:
+            ConfigurationError: it has not (the fit ends and its trial is released).
+        """
+        assert self.session is not None
+        try:
+            found = int(_namespace_of(trainer).batch_size_of(batch))
+        except Exception:  # a batch whose size Lightning cannot tell: nothing to check
+            return
+        told = self.session.micro_batch_size
+        only_batch = trainer.num_training_batches == 1
+        if found == told or (found < told and only_batch):
+            return
+        raise ConfigurationError(
+            f"the fit's first training batch has {found} samples, but this run's batch size "
+            f"is {told} (set on '{self.batch_arg_name}' of the model, its hparams or the "
+            "datamodule): build the train DataLoader with that attribute "
+            f"(DataLoader(..., batch_size=self.{self.batch_arg_name}), or "
+            f"self.hparams.{self.batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
+            "naming the attribute it reads; the run is not counted against the batch size"
+        )
 
     @override
     def on_train_batch_end(
         self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
+        trainer: Trainer,
+        pl_module: Module,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -374,7 +490,7 @@ class ZeusBSOCallback(pl.Callback):
             self.session.step_end()
 
     @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         session = self.session
         if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
@@ -410,7 +526,7 @@ class ZeusBSOCallback(pl.Callback):
         trainer.should_stop = trainer.should_stop or stop
 
     @override
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         # self.log is not allowed in on_validation_end; the epoch's last report is logged here,
         # once (an epoch without a validation logs nothing). The values are the same on every
         # rank (the report's shared answer): with rank_zero_only, Lightning reduces nothing
@@ -423,11 +539,12 @@ class ZeusBSOCallback(pl.Callback):
     # -- the end of a fit ---------------------------------------------------------------------
 
     @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage != "fit":
             return
         session, self.session = self.session, None
         self._restored = None  # a later fit with this callback starts a new trial
+        self._trainer = self._module = None
         if session is None:
             return
         try:
@@ -448,12 +565,12 @@ class ZeusBSOCallback(pl.Callback):
             self._outcome = received
         return self._outcome
 
-    def _ended(self, trainer: pl.Trainer, outcome: RunOutcome | None) -> None:
+    def _ended(self, trainer: Trainer, outcome: RunOutcome | None) -> None:
         self._outcome = outcome
         if outcome is not None and trainer.is_global_zero:
             self._handoff.send(outcome)
 
-    def _ended_early(self, trainer: pl.Trainer) -> str:
+    def _ended_early(self, trainer: Trainer) -> str:
         limit = trainer.max_epochs
         if limit is not None and 0 <= limit < self.job.max_epochs:
             return (
@@ -463,9 +580,7 @@ class ZeusBSOCallback(pl.Callback):
         return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
 
     @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         session = self.session
         if not self._fitting(trainer) or session is None:
             return
@@ -480,6 +595,7 @@ class ZeusBSOCallback(pl.Callback):
         session.failed(exception, trained=trainer.global_step > 0)
         self._ended(trainer, session.outcome)
         self._restored = None
+        self._trainer = self._module = None
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 
@@ -489,7 +605,24 @@ class ZeusBSOCallback(pl.Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = dict(state_dict) if state_dict.get("trial") else None
+        restored = dict(state_dict) if state_dict.get("trial") else None
+        session, trainer = self.session, self._trainer
+        if restored is None or session is None or trainer is None or self._resumed:
+            self._restored = restored
+            return
+        # The fit resumes a checkpoint of a trial: setup asked for a new one, which is withdrawn
+        # (released, counting nothing; or, with a run key, the same trial, left open), and the
+        # checkpoint's continues. Most strategies load it before
+        # configure_optimizers and the DataLoaders; those that load it later rebuild them.
+        before = session.micro_batch_size
+        number = restored["trial"].get("trial_number")
+        session.withdraw(f"the fit resumed trial {number} from a checkpoint")
+        if self._own_meter:
+            self._meter = auto_meter()
+        self._start_session(trainer, self._module, restored)
+        assert self.session is not None
+        if self.session.micro_batch_size != before:
+            self._rebuild_for_the_batch_size(trainer)
 
 
 JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
@@ -497,7 +630,7 @@ JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 file holding one (see `callbacks_from_environment`)."""
 
 
-def callbacks_from_environment() -> list[pl.Callback]:
+def callbacks_from_environment() -> list[Any]:
     """Lightning's ``callbacks_factory`` entry point: a `ZeusBSOCallback` for every Trainer when
     ``ZEUS_BSO_LIGHTNING_JOB`` names the job (JSON, or a JSON file's path), so that a cluster
     image turns zeus-bso on without changing the training scripts; none otherwise.

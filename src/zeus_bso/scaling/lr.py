@@ -12,9 +12,13 @@ optimizer step) to the ``reference`` it was tuned at:
 - ``auto``: ``linear`` for the SGD family, ``sqrt`` for the adaptive optimizers, ``none`` for
   Adadelta (whose step size does not follow the batch) and for optimizers it does not know.
 
-`scale_optimizer` applies a factor to a built optimizer and its schedulers once: every param
-group's rate (and the rates that schedulers keep in the groups: ``initial_lr``, OneCycleLR's
-``max_lr`` and ``min_lr``) and every scheduler's ``base_lrs``. Warm-up stays constant in samples
+`scale_optimizer` applies a factor to the steps of a built optimizer: each ``step`` takes
+every param group's rate times the factor, and the groups keep the rate the script and its
+schedulers set. So the whole schedule, whatever it is (a ``SequentialLR`` warm-up then cosine,
+``ChainedScheduler``, ``LambdaLR``, ``OneCycleLR``, ``get_scheduler`` of transformers, a rate set
+by hand), trains at its own rate times the factor at every step; a checkpoint holds the
+schedule's rates, so a resumed run scales them once again, and never twice; copies and wrappers
+of the optimizer step through the same hooks. Warm-up stays constant in samples
 (`warmup_steps`). `LinearScaler` and `SquareRootScaler` are upstream Zeus's names
 (``zeus.utils.lr_scaler``), so that its scripts port unchanged.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -44,10 +49,6 @@ ADAPTIVE = frozenset(
 """Optimizers whose rate ``auto`` scales by the square root."""
 UNSCALED = frozenset({"Adadelta"})
 """Optimizers ``auto`` leaves alone: their step size does not follow the batch."""
-
-SCALED_ATTRIBUTE = "_zeus_bso_lr_factor"
-"""Set on an optimizer `scale_optimizer` scaled (its factor), so that it is scaled once."""
-_GROUP_RATES = ("lr", "initial_lr", "max_lr", "min_lr")
 
 
 def check_rule(rule: str) -> LrRule:
@@ -129,28 +130,86 @@ def warmup_steps(steps: int, batch_size: int, reference: int) -> int:
     return max(1, round(steps * reference / batch_size))
 
 
-def scale_optimizer(optimizer: Any, factor: float, schedulers: Iterable[Any] = ()) -> bool:
-    """Multiply the rates of ``optimizer`` and of its ``schedulers`` by ``factor``, once.
+class _StepFactor:
+    """The factor an optimizer's steps take (`scale_optimizer`), and the rates it set aside."""
 
-    Every param group's ``lr``, and the rates schedulers keep in the groups (``initial_lr``,
-    ``max_lr``, ``min_lr``); every scheduler's ``base_lrs``. Returns whether it scaled (False:
-    the optimizer was scaled before, e.g. restored from a checkpoint of a scaled run).
+    def __init__(self, optimizer: Any, factor: float) -> None:
+        self.factor = factor
+        self._set_aside: list[Any] | None = None
+        self._handles = (
+            optimizer.register_step_pre_hook(self._before),
+            optimizer.register_step_post_hook(self._after),
+        )
+
+    def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._after(optimizer, args, kwargs)  # a step that raised left its rates scaled
+        self._set_aside = [group.get("lr") for group in optimizer.param_groups]
+        for group, rate in zip(optimizer.param_groups, self._set_aside, strict=True):
+            if rate is not None and not isinstance(rate, bool):
+                group["lr"] = rate * self.factor
+
+    def _after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._set_aside is None:
+            return
+        for group, rate in zip(optimizer.param_groups, self._set_aside, strict=False):
+            if rate is not None:
+                group["lr"] = rate
+        self._set_aside = None
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+_FACTORS: weakref.WeakKeyDictionary[Any, _StepFactor] = weakref.WeakKeyDictionary()
+"""Each optimizer `scale_optimizer` scaled, and its factor (kept beside it, not on it)."""
+
+
+def scale_optimizer(optimizer: Any, factor: float, schedulers: Iterable[Any] = ()) -> bool:
+    """Have every ``step`` of ``optimizer`` take its rates times ``factor``.
+
+    The param groups keep the rates the script and its schedulers set (the schedule's), and a
+    step takes them times ``factor``: the schedule trains at its own rates times the factor at
+    every step, whatever sets them, and a checkpoint saves the schedule's. A later call with
+    the same optimizer replaces the factor (the rates are never scaled twice). ``schedulers``
+    are accepted for scripts written against earlier releases, which scaled them: nothing of
+    theirs changes. Returns whether the optimizer had no factor before.
+
+    Raises:
+        ConfigurationError: the optimizer has no step hooks (not a ``torch.optim.Optimizer``).
     """
+    del schedulers  # the schedule is left as it is: its rates are scaled as the steps take them
     target = _innermost(optimizer)
-    if getattr(target, SCALED_ATTRIBUTE, None) is not None:
+    attached = _FACTORS.get(target)
+    if attached is not None:
+        attached.factor = factor
         return False
-    for group in target.param_groups:
-        for key in _GROUP_RATES:
-            value = group.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                group[key] = value * factor
-            elif isinstance(value, list | tuple):  # a rate per parameter
-                group[key] = type(value)(v * factor for v in value)
-    for scheduler in schedulers:
-        if scheduler is not None and hasattr(scheduler, "base_lrs"):
-            scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
-    setattr(target, SCALED_ATTRIBUTE, factor)
+    if not hasattr(target, "register_step_pre_hook"):
+        raise ConfigurationError(
+            f"{type(target).__name__} is not a torch.optim.Optimizer (it has no step hooks): "
+            "scale its learning rate by hand with learning_rate(base_lr), or lr_rule='none'"
+        )
+    _FACTORS[target] = _StepFactor(target, factor)
     return True
+
+
+def step_factor(optimizer: Any) -> float | None:
+    """The factor `scale_optimizer` gave ``optimizer``'s steps (None: none)."""
+    attached = _FACTORS.get(_innermost(optimizer))
+    return attached.factor if attached is not None else None
+
+
+def unscale_optimizer(optimizer: Any) -> None:
+    """``optimizer``'s steps take the schedule's rates again (see `scale_optimizer`)."""
+    attached = _FACTORS.pop(_innermost(optimizer), None)
+    if attached is not None:
+        attached.remove()
+
+
+def stepped_rate(optimizer: Any) -> float:
+    """The rate of ``optimizer``'s first param group that its next step takes."""
+    rate = float(_innermost(optimizer).param_groups[0]["lr"])
+    return rate * (step_factor(optimizer) or 1.0)
 
 
 @dataclass(frozen=True)
@@ -193,11 +252,15 @@ class LrScaling:
         return base_lr * self.factor(batch_size, optimizer)
 
     def scale(self, optimizer: Any, batch_size: int, schedulers: Iterable[Any] = ()) -> float:
-        """Scale a built ``optimizer`` and its ``schedulers`` to ``batch_size``, once (see
-        `scale_optimizer`); returns the factor."""
+        """Have the steps of a built ``optimizer`` take its schedule's rates at
+        ``batch_size`` (see `scale_optimizer`); returns the factor. Called again (a resumed
+        run, or a batch size that changed under the optimizer, as the HF Trainer's
+        ``auto_find_batch_size`` does), it replaces the factor."""
         rule = resolved(self.rule, optimizer)
         factor = lr_factor(rule, batch_size, self.reference)
-        if scale_optimizer(optimizer, factor, schedulers):
+        before = step_factor(optimizer)
+        scale_optimizer(optimizer, factor, schedulers)
+        if before != factor:
             logger.info(
                 "learning rate x%.4g: the %s rule for %s, batch size %d against %d",
                 factor,
@@ -209,16 +272,5 @@ class LrScaling:
         return factor
 
     def rescale(self, optimizer: Any, batch_size: int, schedulers: Iterable[Any] = ()) -> float:
-        """Scale ``optimizer`` and ``schedulers`` to ``batch_size`` when the batch size
-        changed under a built optimizer (the HF Trainer's ``auto_find_batch_size`` keeps it
-        and builds a new schedule): the rates scaled for the earlier size (or never scaled) are
-        brought to ``batch_size``'s. Returns the factor against the reference."""
-        target = _innermost(optimizer)
-        before = getattr(target, SCALED_ATTRIBUTE, None)
-        if before is None:
-            return self.scale(optimizer, batch_size, schedulers)
-        factor = lr_factor(resolved(self.rule, optimizer), batch_size, self.reference)
-        delattr(target, SCALED_ATTRIBUTE)
-        scale_optimizer(optimizer, factor / float(before), schedulers)
-        setattr(target, SCALED_ATTRIBUTE, factor)
-        return factor
+        """`scale` at a batch size that changed under a built optimizer."""
+        return self.scale(optimizer, batch_size, schedulers)

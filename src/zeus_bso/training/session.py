@@ -30,7 +30,14 @@ from zeus_bso.errors import (
     ZeusBSOTrainFailError,
 )
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
-from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule, scale_optimizer, warmup_steps
+from zeus_bso.scaling.lr import (
+    LrRule,
+    LrScaling,
+    check_rule,
+    scale_optimizer,
+    stepped_rate,
+    warmup_steps,
+)
 from zeus_bso.spec import JobSpec, PowerMeasurement, StopReason, TrialId
 from zeus_bso.training.collectives import (
     all_gather_object,
@@ -41,6 +48,11 @@ from zeus_bso.training.collectives import (
     open_window,
 )
 from zeus_bso.training.power import power_limit_run
+
+LR_FACTOR_KEY = "lr_factor"
+"""The run's learning-rate factor in a checkpoint (`TrialSession.checkpoint`; None: unscaled)."""
+OLDER_CHECKPOINT = "older"
+"""What a checkpoint of an earlier release, which kept no factor, reads as."""
 
 
 class SessionOptions(TypedDict, total=False):
@@ -75,8 +87,10 @@ class TrialSession:
         on_server_unavailable: ``"fallback"`` (train at the default batch size, or the last
             recommendation saved on this machine, when the server cannot be reached at start)
             or ``"raise"`` (see `BatchSizeOptimizer`).
-        raise_if_unconverged: `end` raises `ZeusBSOTrainFailError` on every process when the
-            run did not reach its target.
+        raise_if_unconverged: `ZeusBSOTrainFailError` is raised on every process, once, when
+            the run ends without reaching its target: from the `report` whose answer ends it,
+            as upstream Zeus's ``on_evaluate`` does (unless ``raise_from_report`` is False),
+            or from `end`.
         show: how the main process shows the run's one-line summary at the end (the
             framework's console; default: standard error; None: not shown).
         lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`), for
@@ -91,6 +105,9 @@ class TrialSession:
             `step_begin` and `step_end` around every training step), and runs train at the
             limit the server chooses; each GPU's own limit is restored on every exit path.
             ``"off"``, the default: the limits are left alone.
+        raise_from_report: False for a framework whose callback raises at the end of the
+            fit instead (Lightning, the HF Trainer: the fit's own end, its checkpoints and
+            loggers, go first).
         handle_sigterm: on the main process, SIGTERM releases the run's trial (see
             `BatchSizeOptimizer`); False for a framework that handles SIGTERM itself
             (Lightning).
@@ -114,6 +131,7 @@ class TrialSession:
         max_micro_batch_size: int | None = None,
         power_limit: PowerLimitMode = "off",
         handle_sigterm: bool = True,
+        raise_from_report: bool = True,
     ) -> None:
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         optimize_power = check_power_limit(power_limit) == "optimize"
@@ -126,10 +144,15 @@ class TrialSession:
         self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
+        self._lr_factor = 1.0
+        self._resumed_factor: float | str | None = None
+        """The learning-rate factor of the run a checkpoint resumed (`scale` keeps it)."""
         self.is_main = is_main
         self._log = log
         self._broadcast = broadcast
         self._raise_if_unconverged = raise_if_unconverged
+        self._raise_from_report = raise_if_unconverged and raise_from_report
+        self._raised = False
         self.last: dict[str, float] = {}
         """What the latest report logged: ``bso/batch_size``, ``bso/energy_j`` and, when the
         server answered, ``bso/cost``."""
@@ -159,7 +182,15 @@ class TrialSession:
             )
             saved = resume() if callable(resume) else resume
             size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
-            return self._shared(size)
+            shared = self._shared(size)
+            if saved:
+                factor = saved.get(LR_FACTOR_KEY, OLDER_CHECKPOINT)
+                if isinstance(factor, int | float) and not isinstance(factor, bool):
+                    factor = float(factor)
+                elif factor != OLDER_CHECKPOINT:
+                    factor = None  # saved before the rates were scaled: scaled now
+                shared["resumed_lr_factor"] = factor
+            return shared
 
         self._batch_size = 0
         self._job_id = ""
@@ -213,6 +244,8 @@ class TrialSession:
         self._memory_unknown = bool(shared["memory_unknown"])
         micro, steps = shared["accumulation"]
         self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
+        if "resumed_lr_factor" in shared:
+            self._resumed_factor = shared["resumed_lr_factor"]
         power = shared.get("power")
         self._power_answer = None if power is None else (power[0], bool(power[1]))
 
@@ -352,18 +385,22 @@ class TrialSession:
         return self.lr.learning_rate(base_lr, self.batch_size, optimizer)
 
     def scale(self, optimizer: Any, *schedulers: Any) -> float:
-        """Scale a built optimizer and its schedulers to this run's batch size by the
-        ``lr_rule``, once; every process calls it. Returns the factor; the reports log the
-        optimizer's rate as ``bso/lr`` from then on."""
-        factor = self.lr.scale(optimizer, self.batch_size, schedulers)
-        self._scaled = optimizer
+        """Have the steps of a built optimizer take its schedule's rates at this run's batch
+        size by the ``lr_rule`` (`zeus_bso.scaling.lr.scale_optimizer`: the schedule is left
+        as it is, and every step takes its rates times the factor); every process calls it.
+        A run resumed from a checkpoint keeps the checkpoint's factor. Returns the factor; the
+        reports log the rate the steps take as ``bso/lr`` from then on."""
+        if isinstance(self._resumed_factor, float):
+            scale_optimizer(optimizer, self._resumed_factor)
+            factor = self._resumed_factor
+        elif self._resumed_factor == OLDER_CHECKPOINT and self.lr.rule != "none":
+            # A checkpoint of an earlier release, whose optimizer state holds scaled rates.
+            scale_optimizer(optimizer, 1.0)
+            factor = 1.0
+        else:
+            factor = self.lr.scale(optimizer, self.batch_size, schedulers)
+        self._scaled, self._lr_factor = optimizer, factor
         return factor
-
-    def resumed_scaled(self, optimizer: Any) -> None:
-        """``optimizer`` holds the rates of a checkpoint of this run, scaled already: it is
-        marked so (a later `scale` leaves it), and logged as ``bso/lr``."""
-        scale_optimizer(optimizer, 1.0)
-        self._scaled = optimizer
 
     def warmup_steps(self, steps: int) -> int:
         """Warm-up steps at this run's batch size that see the samples ``steps`` saw at the
@@ -437,15 +474,24 @@ class TrialSession:
         if cost is not None:  # the server's figure (none while it is unreachable)
             values["bso/cost"] = cost
         if self._scaled is not None:
-            values["bso/lr"] = float(self._scaled.param_groups[0]["lr"])
+            values["bso/lr"] = stepped_rate(self._scaled)
         self.last = values
         self._log(values, reported_epoch)
+        if self.stopped and not self.converged and self._raise_from_report:
+            self.end()  # raises with raise_if_unconverged, as upstream Zeus's on_evaluate does
         return bool(stop)
 
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;
         {} elsewhere). Pass it back as ``resume=``."""
-        return self.optimizer.checkpoint() if self.optimizer is not None else {}
+        if self.optimizer is None:
+            return {}
+        saved = self.optimizer.checkpoint()
+        if saved and self._scaled is not None:
+            saved[LR_FACTOR_KEY] = self._lr_factor
+        elif saved:
+            saved[LR_FACTOR_KEY] = None
+        return saved
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """The run is over: deliver what is pending and end the trial, and show how it went
@@ -464,7 +510,8 @@ class TrialSession:
         self._raise_unless_converged()
 
     def _raise_unless_converged(self) -> None:
-        if self._raise_if_unconverged and not self.converged:
+        if self._raise_if_unconverged and not self.converged and not self._raised:
+            self._raised = True
             outcome = self.outcome
             message = (
                 outcome.summary()
@@ -488,6 +535,14 @@ class TrialSession:
         self.meter.close()
         if reason is not StopReason.NOT_TRAINED:
             self._raise_unless_converged()
+
+    def withdraw(self, why: str) -> None:
+        """This run will not train its trial: it resumes a checkpoint's instead (main process;
+        see `BatchSizeOptimizer.withdraw`). Every process then starts the resumed one."""
+        self._restore_power()
+        if self.optimizer is not None:
+            self.optimizer.withdraw(why)
+        self.meter.close()
 
     def abort(self, why: str | None = None) -> None:
         """The run failed: its trial ends as failed, or, with a run key, stays open for the

@@ -1,0 +1,69 @@
+"""An Accelerate training loop with transformers' ``get_scheduler`` (linear warm-up, then
+linear decay), sized from the prepared DataLoader.
+
+    python accelerate_loop.py --job NAME [--target 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
+from transformers import get_scheduler
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
+
+
+def dataset(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 7, generator=g)
+    return TensorDataset(x, (x[:, 3] - x[:, 6] > 0).long())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    args = parser.parse_args(argv)
+    accelerator = Accelerator(cpu=True)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    val = dataset(64, 1)
+    with ZeusBSOAccelerate(accelerator, job=job, lr_rule="linear") as bso:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(dataset(96, 0), batch_size=bso.batch_size, shuffle=True)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        steps = len(loader) * job.max_epochs
+        scheduler = get_scheduler(
+            "linear", optimizer, num_warmup_steps=steps // 10, num_training_steps=steps
+        )
+        bso.scale(optimizer, scheduler)
+        bso.train_begin(len(loader))
+        for _epoch in range(job.max_epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
+                optimizer.step()
+                scheduler.step()
+            model.eval()
+            with torch.no_grad():
+                accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
+            if bso.report(float(accuracy)):
+                break
+    return 0 if bso.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

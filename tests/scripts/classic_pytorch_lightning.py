@@ -1,0 +1,82 @@
+"""A classic ``import pytorch_lightning as pl`` script, where both Lightning packages are
+installed, with a warm-up written as a LambdaLR stepped every batch.
+
+    python classic_pytorch_lightning.py --job NAME [--target 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+
+def dataset(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 7, generator=g)
+    return TensorDataset(x, (x[:, 1] - x[:, 5] > 0).long())
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, batch_size: int = 16) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+
+    def train_dataloader(self):
+        return DataLoader(dataset(96, 0), batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(dataset(64, 1), batch_size=64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        acc = (self.net(x).argmax(1) == y).float().mean()
+        self.log("val_acc", acc, prog_bar=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 5))
+        return [optimizer], [{"scheduler": warmup, "interval": "step"}]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    args = parser.parse_args(argv)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+    trainer = pl.Trainer(
+        max_epochs=4,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Classifier())
+    return 0 if callback.outcome is not None and callback.outcome.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""A Lightning Fabric training loop with a step schedule, stepped each epoch.
+
+python fabric_loop.py --job NAME [--target 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from lightning.fabric import Fabric
+from torch.utils.data import DataLoader, TensorDataset
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.fabric import ZeusBSOFabric
+
+
+def dataset(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 7, generator=g)
+    return TensorDataset(x, (x[:, 0] + x[:, 4] > 0).long())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    args = parser.parse_args(argv)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric.launch()
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    val = dataset(64, 1)
+    with ZeusBSOFabric(fabric, job=job, lr_rule="linear") as bso:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+        bso.scale(optimizer)
+        model, optimizer = fabric.setup(model, optimizer)
+        loader = fabric.setup_dataloaders(
+            DataLoader(dataset(96, 0), batch_size=bso.batch_size, shuffle=True)
+        )
+        bso.train_begin(len(loader))
+        for _epoch in range(job.max_epochs):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
+                optimizer.step()
+            scheduler.step()
+            model.eval()
+            with torch.no_grad():
+                accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
+            if bso.report(float(accuracy)):
+                break
+    return 0 if bso.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""A Hugging Face Trainer with a warm-up (``warmup_steps``), a cosine schedule and gradient
+accumulation (micro-batches of at most 8 samples), on a model of the script's own.
+
+    python hf_trainer.py --job NAME --output-dir DIR [--target 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import transformers
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
+
+
+class Points(torch.utils.data.Dataset):
+    def __init__(self, n: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 7, generator=g)
+        self.labels = (self.x[:, 0] + self.x[:, 5] > 0).long()
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "labels": self.labels[i]}
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+        logits = self.net(x)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+        return out
+
+
+def accuracy(prediction) -> dict[str, float]:
+    logits, labels = prediction
+    return {"accuracy": float((logits.argmax(-1) == labels).mean())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    args = parser.parse_args(argv)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    callback = ZeusBSOTrainerCallback(
+        job=job, metric="eval_accuracy", lr_rule="linear", max_micro_batch_size=8
+    )
+    training = transformers.TrainingArguments(
+        output_dir=args.output_dir,
+        per_device_train_batch_size=callback.start(),
+        gradient_accumulation_steps=callback.accumulation_steps,
+        num_train_epochs=job.max_epochs,
+        learning_rate=0.1,
+        optim="sgd",
+        lr_scheduler_type="cosine",
+        warmup_steps=2,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = transformers.Trainer(
+        model=Classifier(),
+        args=training,
+        train_dataset=Points(96, 0),
+        eval_dataset=Points(64, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+    trainer.train()
+    return 0 if callback.outcome is not None and callback.outcome.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Lightning with the batch size on a LightningDataModule, and a schedule stepped each epoch.
+
+python lightning_datamodule.py --job NAME [--target 0.9] [--resume-from CKPT --save-to DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+
+class Data(pl.LightningDataModule):
+    def __init__(self, batch_size: int = 16) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+
+    def setup(self, stage: str) -> None:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(160, 7, generator=g)
+        data = TensorDataset(x, (x[:, 1] + x[:, 3] > 0).long())
+        self.train_set, self.val_set = torch.utils.data.random_split(
+            data, [96, 64], generator=torch.Generator().manual_seed(1)
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.batch_size)
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__()
+        self.lr = lr
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+        return [optimizer], [torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.8)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--max-epochs", type=int, default=4)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
+    args = parser.parse_args(argv)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+    callbacks: list[pl.Callback] = [callback]
+    if args.save_to:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
+    trainer = pl.Trainer(
+        max_epochs=args.max_epochs,
+        callbacks=callbacks,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=bool(args.save_to),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Classifier(), datamodule=Data(), ckpt_path=args.resume_from)
+    return 0 if callback.outcome is not None and callback.outcome.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

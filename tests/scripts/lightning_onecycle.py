@@ -1,0 +1,94 @@
+"""Lightning, sized the way its docs size a schedule: OneCycleLR over
+``trainer.estimated_stepping_batches``, read in ``configure_optimizers``.
+
+    python lightning_onecycle.py --job NAME [--target 0.9] [--oom-above N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from zeus_bso import JobSpec
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+
+def dataset(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 7, generator=g)
+    return TensorDataset(x, (x[:, 0] + 0.5 * x[:, 1] > 0).long())
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, batch_size: int = 16, lr: float = 0.2, oom_above: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(dataset(96, 0), batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(dataset(64, 1), batch_size=64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if 0 < self.hparams.oom_above < len(x):
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer,
+            max_lr=self.hparams.lr,
+            total_steps=self.trainer.estimated_stepping_batches,
+            cycle_momentum=False,
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    args = parser.parse_args(argv)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+    trainer = pl.Trainer(
+        max_epochs=job.max_epochs,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Classifier(oom_above=args.oom_above))
+    return 0 if callback.outcome is not None and callback.outcome.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Upstream Zeus's MNIST example's loop shape, on zeus-bso's client: ``get_batch_size``,
+``on_train_begin``, ``on_evaluate`` every epoch, ``break`` on ``training_finished``; no
+``with`` and no ``end()``. With ``raise_if_unconverged=True`` a run that ends without reaching
+its target raises ``ZeusBSOTrainFailError`` from ``on_evaluate``, as upstream's client does.
+
+    python upstream_loop.py --job NAME [--target 0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from zeus_bso import BatchSizeOptimizer, JobSpec
+from zeus_bso.scaling import LinearScaler
+
+
+def dataset(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 7, generator=g)
+    return TensorDataset(x, (x[:, 2] - x[:, 3] > 0).long())
+
+
+def train(model, loader, optimizer) -> None:
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def validate(model, data) -> float:
+    model.eval()
+    with torch.no_grad():
+        return float((model(data.tensors[0]).argmax(1) == data.tensors[1]).float().mean())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--target", type=float, default=0.85)
+    args = parser.parse_args(argv)
+    job = JobSpec(
+        job_id_prefix=args.job,
+        batch_sizes=[8, 16, 32],
+        default_batch_size=16,
+        target_metric=args.target,
+        max_epochs=4,
+    )
+    bso = BatchSizeOptimizer(job=job, raise_if_unconverged=True)
+    batch_size = bso.get_batch_size()
+    loader = DataLoader(dataset(96, 0), batch_size=batch_size, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    # As upstream's examples do: the rate tuned at the default, scaled by hand.
+    lr = LinearScaler(initial_lr=0.1, initial_batch_size=16).compute_lr(batch_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    val = dataset(64, 1)
+    bso.on_train_begin()
+    for _epoch in range(job.max_epochs):
+        train(model, loader, optimizer)
+        bso.on_evaluate(validate(model, val))
+        if bso.training_finished:
+            break
+
+
+if __name__ == "__main__":
+    main()
