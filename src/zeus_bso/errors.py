@@ -74,7 +74,7 @@ class NoConvergedBatchSizeError(PolicyError):
         self.round_index = round_index
         self.tried = tried
         super().__init__(
-            f"No batch size converged in pruning round {round_index} (tried {tried}). "
+            f"No batch size converged in pruning round {round_index + 1} (tried {tried}). "
             "Reconfigure the job: register a new job_id with other batch_sizes, a larger "
             "max_epochs or a reachable target_metric."
         )

@@ -99,19 +99,13 @@ def _savings_and_why(job: CreatedJob, spent: Iterable[Spent]) -> tuple[Savings |
     return (found, None) if isinstance(found, Savings) else (None, found)
 
 
-def _history(
-    conn: Connection, job_id: str, config: CreatedJob, state: policy.JobState
-) -> tuple[policy.JobState, policy.JobHistory]:
-    """What the policy decides with for a run on the job's current hardware profile (see
-    `zeus_bso.policy.orchestration.decision_view`)."""
-    return decision_view(SqlJobStore(conn, job_id, state), config, state)
-
-
 def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
     """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
     found = next_run(store, config, profile_key(config), read)
     if isinstance(found, NoFittingBatchSizeError):
-        return NextRun(batch_size=None, kind=None, arms=None, refused=True, why=f"refused: {found}")
+        return NextRun(
+            batch_size=None, kind=None, arms=None, refused=True, why=str(found).rstrip(".")
+        )
     if isinstance(found, NoConvergedBatchSizeError):
         return NextRun(
             batch_size=None,
@@ -119,7 +113,8 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
             arms=None,
             refused=True,
             why=(
-                f"refused: {found}. Change the job: lower target_metric, raise max_epochs, or add "
+                f"no batch size converged in pruning round {found.round_index + 1} (tried "
+                f"{found.tried}); change the job: lower target_metric, raise max_epochs, or add "
                 "batch sizes (a new job_id, or delete this one with `zeus-bso jobs delete`)"
             ),
         )
@@ -175,14 +170,27 @@ async def job_summaries(
     return await db.read(work)
 
 
+def shown_stage(job: StoredJob, upcoming: NextRun) -> JobStage:
+    """The stage a reader sees of ``job`` (the one place it is decided: the job view, the job
+    list, the dashboard and the CLI show this): ``pinned`` while it is pinned, ``blocked``
+    while its next run is refused, else the policy's stage."""
+    if job.state.pinned is not None:
+        return JobStage.PINNED
+    if upcoming.refused:
+        return JobStage.BLOCKED
+    return JobStage(job.stage)
+
+
 def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary:
     config = CreatedJob.model_validate(job.config)
     savings, savings_unknown = _savings_and_why(config, spent)
-    state, history = _history(conn, job.job_id, config, job.state)
+    store = SqlJobStore(conn, job.job_id, job.state)
+    read = reading(store, config, job.state)  # once, for the history and the next run
+    state, history = decision_view(store, config, job.state, read)
     return JobSummary(
         job_id=job.job_id,
         job_id_prefix=job.job_id_prefix,
-        stage=job.stage,
+        stage=shown_stage(job, _next_run(store, config, read)),
         trials=job.state.next_trial_number - 1,
         gpu_model=config.gpu_model,
         number_of_gpus=config.number_of_gpus,
@@ -283,13 +291,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     return JobView(
         job=config,
         profiles=_profiles(config, state),
-        stage=(
-            JobStage.PINNED
-            if job.state.pinned is not None
-            else JobStage.BLOCKED
-            if upcoming.refused
-            else JobStage(job.stage)
-        ),
+        stage=shown_stage(job, upcoming),
         pinned=job.state.pinned,
         memory_caps=dict(job.state.memory_caps),
         power_profiles=[

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-from zeus_bso.policy import Stage, TrialKind, TrialStatus
+from zeus_bso.policy import TrialKind, TrialStatus
 from zeus_bso.spec import CreatedJob, PowerProfileView
 from zeus_bso_server.store.repository import StoredTrial
 
@@ -49,12 +49,24 @@ class Savings(BaseModel):
     """``cost`` over the baseline's cost."""
 
 
+class JobStage(StrEnum):
+    """Where a job is, as a reader sees it: the policy's stage, ``pinned`` while every run gets
+    the pinned batch size, or ``blocked`` when its next run would be refused (no batch size
+    converged: see `NextRun.why`)."""
+
+    PRUNING = "pruning"
+    BANDIT = "bandit"
+    BLOCKED = "blocked"
+    PINNED = "pinned"
+
+
 class JobSummary(BaseModel):
     """One line of the job list."""
 
     job_id: str
     job_id_prefix: str
-    stage: Stage
+    stage: JobStage
+    """Where the job is, as the job view says it (`JobStage`)."""
     trials: int
     gpu_model: str
     number_of_gpus: int
@@ -171,23 +183,20 @@ class ForgottenPowerProfile(BaseModel):
     batch_size: int
 
 
+class ForgottenMemoryCaps(BaseModel):
+    """The memory caps a job forgot: runs on those GPUs get every batch size again."""
+
+    job_id: str
+    forgotten: dict[str, int]
+    """By hardware profile, the cap forgotten (the smallest batch size that ran out there)."""
+
+
 class ForgottenPowerProfiles(BaseModel):
     """The power profiles a job forgot: the next run at each of those batch sizes on those GPUs
     profiles its power limits again."""
 
     job_id: str
     forgotten: list[ForgottenPowerProfile]
-
-
-class JobStage(StrEnum):
-    """Where a job is, as a reader sees it: the policy's stage, ``pinned`` while every run gets
-    the pinned batch size, or ``blocked`` when its next run would be refused (no batch size
-    converged: see `NextRun.why`)."""
-
-    PRUNING = "pruning"
-    BANDIT = "bandit"
-    BLOCKED = "blocked"
-    PINNED = "pinned"
 
 
 class SettingDifference(BaseModel):

@@ -580,6 +580,29 @@ class BatchSizeService:
 
         return await self.db.write(work)
 
+    async def forget_memory_caps(self, job_id: str, profile: str | None) -> dict[str, int]:
+        """Forget the job's memory caps on ``profile`` (None: every one): runs there are
+        dispatched at every batch size again, and the next that runs out of memory sets the
+        cap anew (an out-of-memory error that was a bug, now fixed; a GPU with more memory under
+        the same name). Returns the caps forgotten, by hardware profile.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+
+        def work(conn: Connection) -> dict[str, int]:
+            job, _ = self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            caps = dict(job.state.memory_caps)
+            forgotten = {k: v for k, v in caps.items() if profile is None or k == profile}
+            if forgotten:
+                kept = {k: v for k, v in caps.items() if k not in forgotten}
+                repo.set_memory_caps(conn, job_id, kept)
+            for key, cap in forgotten.items():
+                logger.info("job %s: the memory cap %d on %s forgotten", job_id, cap, key)
+            return forgotten
+
+        return await self.db.write(work)
+
     async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
 

@@ -266,6 +266,8 @@ def test_a_read_only_token_reads_and_changes_nothing(tmp_path: Path) -> None:
                 viewer.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}),
                 viewer.post("/api/trials/release", json=trial_id(trial)),
                 viewer.delete("/jobs", params={"job_id": job_id}),
+                viewer.delete(f"/api/jobs/{job_id}/memory_caps"),
+                viewer.delete(f"/api/jobs/{job_id}/power_profiles"),
             ]  # fmt: skip
             for answer in refused:
                 assert answer.status_code == 403, answer.request.url

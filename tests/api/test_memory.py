@@ -91,6 +91,34 @@ def test_a_profile_where_nothing_fits_is_refused_with_what_to_change(http: httpx
     assert "fits in memory" in view["next_run"]["why"]
 
 
+def test_forgotten_memory_caps_give_back_every_batch_size(http: httpx.Client) -> None:
+    """An out-of-memory error that was a bug blocked the job on its GPUs (every size ran out);
+    once it is fixed, forgetting the cap unblocks it, and the trials stay in the history."""
+    job_id = unique_id("oomforget")
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    assert http.post("/jobs", json=body).status_code == 201
+    for _ in range(2):
+        out = dispatch(http, job_id, **A100)
+        assert http.post("/api/trials/infeasible", json=trial_id(out)).is_success
+    assert http.get(f"/api/jobs/{job_id}").json()["stage"] == "blocked"
+    path = f"/api/jobs/{job_id}/memory_caps"
+    other = http.delete(path, params={"profile": "1xNVIDIA H100 80GB HBM3@700W"})
+    assert other.json() == {"job_id": job_id, "forgotten": {}}
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {A100_KEY: 32}
+    forgot = http.delete(path, params={"profile": A100_KEY})
+    assert forgot.status_code == 200, forgot.text
+    assert forgot.json() == {"job_id": job_id, "forgotten": {A100_KEY: 32}}
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert (view["memory_caps"], view["stage"]) == ({}, "pruning"), view["next_run"]
+    assert view["trials_by_status"]["infeasible"] == 2
+    again = dispatch(http, job_id, **A100)
+    assert again["batch_size"] == 64
+    assert again["memory_unknown"] is True  # the client tries it again
+    assert http.delete(path).json()["forgotten"] == {}  # nothing left: not an error
+    assert http.delete(f"/api/jobs/{unique_id('none')}/memory_caps").status_code == 404
+    assert http.delete(path, params={"profile": ""}).status_code == 422
+
+
 def test_an_unknown_or_ended_trial(http: httpx.Client) -> None:
     job_id = unique_id("oomend")
     assert http.post("/jobs", json=job_body(job_id)).status_code == 201

@@ -30,6 +30,7 @@ from tests.helpers import (
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
 from zeus_bso.client.tls import CA_BUNDLE_VARIABLE, trusted_context
+from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError, ServerCertificateError
 from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
@@ -201,9 +202,28 @@ def test_https_to_a_server_without_tls_says_to_use_http(sqlite_server: ServerPro
     url = sqlite_server.url.replace("http://", "https://")
     with (
         ServerClient(url, retry_seconds=0) as client,
-        pytest.raises(ServerCertificateError, match="a server without TLS is reached with http://"),
+        pytest.raises(ConfigurationError, match=f"use {sqlite_server.url}$"),
     ):
         client.list_jobs(limit=1)
+
+
+def test_a_wrong_scheme_is_refused_at_start_not_taken_for_an_outage(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A run that falls back to the job's default while the server is away must not do so for
+    a URL that can never work: it would train for good without the server learning."""
+    job = JobSpec(job_id_prefix="scheme", batch_sizes=[8, 16], default_batch_size=8,
+                  target_metric=0.5, max_epochs=2)  # fmt: skip
+    https = sqlite_server.url.replace("http://", "https://")
+    bso = BatchSizeOptimizer(https, job, energy_meter=EstimateMeter(100), retry_seconds=0)
+    with pytest.raises(ConfigurationError, match="a server without TLS is reached with http://"):
+        bso.get_batch_size()
+    assert not bso.offline
+    bare = sqlite_server.url.removeprefix("http://")
+    with pytest.raises(ConfigurationError, match=f"no scheme: use 'http://{bare}'"):
+        BatchSizeOptimizer(bare, job, energy_meter=EstimateMeter(100))
+    with pytest.raises(ConfigurationError, match="is not an HTTP one: use 'http://"):
+        BatchSizeOptimizer(f"tcp://{bare}", job, energy_meter=EstimateMeter(100))
 
 
 @pytest.mark.parametrize(

@@ -181,7 +181,13 @@ def test_a_job_no_batch_size_converges_on_is_blocked_and_says_what_to_change(
     state = http.get(f"/api/jobs/{job_id}").json()
     assert state["stage"] == "blocked"
     assert state["next_run"]["refused"]
-    assert "lower target_metric" in state["next_run"]["why"]
+    why = state["next_run"]["why"]
+    assert why.startswith("no batch size converged in pruning round 1 (tried [32, 64]); change")
+    assert "lower target_metric" in why
+    assert "refused" not in why  # the flag says it: shown as "refused: <why>"
+    # The list of jobs, which the dashboard's list and `zeus-bso jobs list` show, says the same.
+    (listed,) = [j for j in http.get("/api/jobs").json() if j["job_id"] == job_id]
+    assert listed["stage"] == "blocked"
     assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 409
     # Reading the job decided nothing: no trial was added by the views.
     assert state["trial_count"] == 2

@@ -413,6 +413,30 @@ def test_show_says_each_batch_sizes_power_limit(server: ServerProcess) -> None:
         assert client.dispatch(job_id, gpu=gpu, power_limits=True).power_profiling
 
 
+def test_forget_memory_gives_a_profile_every_batch_size_again(server: ServerProcess) -> None:
+    job_id = unique_id("climem")
+    job_with_trials(server, job_id, 0)
+    gpu = GpuConfig(max_power=300.0, number_of_gpus=2, gpu_model="A40 [test]")
+    with ServerClient(server.url, token=TOKEN) as client:
+        trial = client.dispatch(job_id, gpu=gpu).trial
+        client.infeasible(trial)
+        assert client.job_state(job_id)["memory_caps"] == {"2xA40 [test]@300W": 64}
+    refused = cli(server, "forget-memory", job_id, token=READ_TOKEN)
+    assert refused.returncode == 1
+    assert "this token reads only" in refused.stderr
+    forgot = cli(server, "forget-memory", job_id, "--gpu", "2xA40 [test]@300W")
+    assert forgot.returncode == 0, forgot.stderr
+    assert forgot.stdout.splitlines() == [
+        "forgot the memory cap of 2xA40 [test]@300W (64 and above)",
+        "runs there get every batch size again",
+    ]
+    nothing = cli(server, "forget-memory", job_id)
+    assert nothing.returncode == 0, nothing.stderr
+    assert f"{job_id} has no memory cap to forget there" in nothing.stdout
+    with ServerClient(server.url, token=TOKEN) as client:
+        assert client.job_state(job_id)["memory_caps"] == {}
+
+
 @pytest.mark.parametrize(
     ("energy", "cost", "said"),
     [

@@ -8,7 +8,13 @@ import pytest
 from tests.policy.helpers import explored, make_job
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy import JobState, TrialKind, TrialState, TrialStatus, out_of_memory
-from zeus_bso.policy.pruning import ExploreNext, PruningDone, PruningSettings, next_pruning_step
+from zeus_bso.policy.pruning import (
+    ExplorationInFlight,
+    ExploreNext,
+    PruningDone,
+    PruningSettings,
+    next_pruning_step,
+)
 from zeus_bso.sim.memory import InMemoryJob
 from zeus_bso.spec import GpuConfig, TrialId, profile_key
 
@@ -103,17 +109,21 @@ def test_a_pruning_replay_passes_over_an_infeasible_exploration() -> None:
         explored(0, 16, 3, converged=True, cost=14.0),
         explored(0, 128, 4, status=TrialStatus.INFEASIBLE),
     )
-    assert next_pruning_step(PruningSettings.of(job), history) == ExploreNext(64, round=1)
+    # On the profile where 128 ran out (its cap: 128), 128 is passed over.
+    capped = PruningSettings.of(job, memory_cap=128, profile="1xV100@250W")
+    assert next_pruning_step(capped, history) == ExploreNext(64, round=1)
     # With the dispatching profile's cap at 64, 64 and 128 are passed over from the start.
     settings = PruningSettings.of(job, memory_cap=64, profile="1xV100@250W")
     assert next_pruning_step(settings, ()) == ExploreNext(32, round=0)
-    done = next_pruning_step(
-        PruningSettings.of(
-            make_job(batch_sizes=[16, 32, 64, 128], default_batch_size=64, num_pruning_rounds=1)
-        ),
-        history,
-    )
+    one_round = make_job(batch_sizes=[16, 32, 64, 128], default_batch_size=64, num_pruning_rounds=1)
+    done = next_pruning_step(PruningSettings.of(one_round, memory_cap=128), history)
     assert done == PruningDone(arms=(16, 32, 64))
+    # Where no cap covers it (another profile's GPUs, or the cap was forgotten), the
+    # exploration that ran out says nothing of this profile's memory: 128 is tried again, and
+    # the exploration of it that is in flight then is waited for.
+    assert next_pruning_step(PruningSettings.of(job), history) == ExploreNext(128, round=0)
+    in_flight = (*history, explored(0, 128, 5, status=TrialStatus.DISPATCHED))
+    assert isinstance(next_pruning_step(PruningSettings.of(job), in_flight), ExplorationInFlight)
 
 
 def test_only_an_open_trial_becomes_infeasible_and_a_cap_only_comes_down() -> None:

@@ -424,6 +424,35 @@ def reprofile_command(
     console.print("the next run at each profiles its power limits again")
 
 
+@jobs_app.command(
+    "forget-memory",
+    short_help="Forget a job's memory caps: runs get every batch size again.",
+)
+def forget_memory_command(
+    job_id: JobId,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="The hardware profile, as `jobs show` names it (e.g. '1xNVIDIA H200@700W'); "
+            "default: every one",
+        ),
+    ] = None,
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Forget a job's memory caps, so that runs on those GPUs are dispatched at every batch size
+    again (the next that runs out of memory sets the cap anew): for an out-of-memory error that
+    was a bug of the script's, fixed since. The trials that ran out stay in the history."""
+    forgotten = _ask(server, token, lambda client: client.forget_memory_caps(job_id, gpu))
+    if not forgotten:
+        console.print(f"{escape(job_id)} has no memory cap to forget there")
+        return
+    for profile, cap in forgotten.items():
+        console.print(f"forgot the memory cap of {escape(profile)} ({cap} and above)")
+    console.print("runs there get every batch size again")
+
+
 @jobs_app.command("delete")
 def delete_command(
     job_id: JobId,

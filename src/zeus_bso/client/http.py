@@ -18,8 +18,9 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
-from zeus_bso.client.tls import certificate_problem, trusted_context
+from zeus_bso.client.tls import certificate_problem, no_tls, no_tls_words, trusted_context
 from zeus_bso.errors import (
+    ConfigurationError,
     RouteMissingError,
     ServerCertificateError,
     ServerConnectionError,
@@ -147,6 +148,8 @@ class ServerClient:
         try:
             response: httpx.Response = retrying(self._send, method, path, idempotent, **kwargs)
         except httpx.TransportError as err:
+            if no_tls(err):  # the URL's scheme is wrong: no outage, a misconfiguration
+                raise ConfigurationError(no_tls_words(self.server_url, err)) from err
             problem = certificate_problem(err, self.server_url)
             if problem is not None:
                 raise ServerCertificateError(problem) from err
@@ -347,6 +350,14 @@ class ServerClient:
             "DELETE", path, params={k: v for k, v in params.items() if v is not None}
         )
         return list(response.json()["forgotten"])
+
+    def forget_memory_caps(self, job_id: str, profile: str | None = None) -> dict[str, int]:
+        """Forget the job's memory cap on ``profile`` (None: every one): runs there get every
+        batch size again. Returns the caps forgotten, by hardware profile."""
+        path = f"/api/jobs/{quote(job_id, safe='')}/memory_caps"
+        params = {"profile": profile} if profile is not None else {}
+        response = self._request("DELETE", path, params=params)
+        return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
 
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """Everything the server knows of a job (zeus-bso servers only)."""

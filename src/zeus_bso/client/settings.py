@@ -43,6 +43,33 @@ def server_url_from(given: str | None) -> str:
             f"no zeus-bso server: pass server_url=... or set {SERVER_URL_VARIABLE} (and "
             f"{TOKEN_VARIABLE} for a server with a token)"
         )
+    return checked_server_url(url.strip())
+
+
+def checked_server_url(url: str) -> str:
+    """``url``, if it names an HTTP server: a URL without a scheme (``host:8000``) or with
+    another would otherwise fail at every request, and a run would take that for an outage
+    and train for good without the server.
+
+    Raises:
+        ConfigurationError: it has no ``http://`` or ``https://`` scheme, or no host; the
+            message gives the URL to use.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        raise ConfigurationError(
+            f"the server URL {url!r} has no scheme: use 'http://{url}' (or 'https://{url}' for "
+            "a server with TLS)"
+        )
+    if scheme.lower() not in ("http", "https"):
+        raise ConfigurationError(
+            f"the server URL {url!r} is not an HTTP one: use 'http://{rest}' (or "
+            f"'https://{rest}' for a server with TLS)"
+        )
+    if not rest.split("/", 1)[0]:
+        raise ConfigurationError(
+            f"the server URL {url!r} names no host: e.g. 'http://127.0.0.1:8000'"
+        )
     return url
 
 

@@ -73,14 +73,33 @@ def certificate_problem(error: BaseException, server_url: str) -> str | None:
                 f"{CA_BUNDLE_VARIABLE} to the PEM file of the CA that signed it (trusted now: "
                 "certifi's CAs and this system's)"
             )
-        if isinstance(seen, ssl.SSLError) and seen.reason in (
+        if no_tls(seen):
+            return no_tls_words(server_url, seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def no_tls(error: BaseException | None) -> bool:
+    """Whether ``error``, or one of its causes, says the server does not speak TLS (an
+    ``https://`` URL for a plain-HTTP server)."""
+    for _ in range(16):
+        if error is None:
+            return False
+        if isinstance(error, ssl.SSLError) and error.reason in (
             "WRONG_VERSION_NUMBER",
             "RECORD_LAYER_FAILURE",
             "PACKET_LENGTH_TOO_LONG",
         ):
-            return (
-                f"no TLS at {server_url} ({seen.reason}): a server without TLS is reached "
-                "with http://"
-            )
-        seen = seen.__cause__ or seen.__context__
-    return None
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def no_tls_words(server_url: str, error: BaseException) -> str:
+    """What to change where ``server_url`` is ``https://`` and the server speaks plain HTTP."""
+    reason = getattr(error, "reason", None) or type(error).__name__
+    plain = "http://" + server_url.split("://", 1)[-1]
+    return (
+        f"no TLS at {server_url} ({reason}): a server without TLS is reached with http://: "
+        f"use {plain}"
+    )

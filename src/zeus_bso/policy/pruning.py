@@ -9,10 +9,11 @@ and the round then tries the untried neighbours of its cheapest batch size until
 has none. The next round tries only the batch sizes that converged, pivoting on the cheapest.
 After the last round the converged batch sizes become the arms.
 
-A batch size that ran out of memory (an ``infeasible`` exploration, or one at or above the
-dispatching profile's memory cap) is passed over, and so is every larger one in that round: a
-direction walking down goes on past it, one walking up ends there. It is not counted as
-"did not converge".
+A batch size at or above the dispatching profile's memory cap (the smallest that ran out of
+memory there) is passed over, and so is every larger one in that round: a direction walking
+down goes on past it, one walking up ends there. It is not counted as "did not converge". An
+``infeasible`` exploration below the cap (another profile's, or one whose cap was forgotten)
+says nothing of the dispatching profile's memory: the size is explored again.
 """
 
 from __future__ import annotations
@@ -215,9 +216,13 @@ class _Round:
         memory is passed over (True: the walk down goes on; the walk up tries nothing more)."""
         if self.cap is not None and batch_size >= self.cap:
             return True
-        outcome, cost = _outcome(
-            self.by_round.get((self.round, batch_size), []), self.settings.max_unreported_failures
-        )
+        records = self.by_round.get((self.round, batch_size), [])
+        if self.settings.memory_cap is None or batch_size < self.settings.memory_cap:
+            # An exploration that ran out of memory where the dispatching profile keeps no cap
+            # over it (another profile's GPUs, or a cap forgotten since): it says nothing of
+            # whether the size fits here, so it is explored again.
+            records = [r for r in records if r.status is not TrialStatus.INFEASIBLE]
+        outcome, cost = _outcome(records, self.settings.max_unreported_failures)
         if outcome is _Outcome.IN_FLIGHT:
             return ExplorationInFlight()
         if outcome is _Outcome.UNTRIED:

@@ -20,6 +20,7 @@ from zeus_bso_server.api.deps import Db, Service
 from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
 from zeus_bso_server.read_models import (
     FleetSummary,
+    ForgottenMemoryCaps,
     ForgottenPowerProfile,
     ForgottenPowerProfiles,
     JobSummary,
@@ -100,6 +101,27 @@ async def forget_power_profiles(
         job_id=job_id,
         forgotten=[ForgottenPowerProfile(profile=p, batch_size=b) for p, b in forgotten],
     )
+
+
+@router.delete(
+    "/jobs/{job_id:path}/memory_caps",
+    response_model=ForgottenMemoryCaps,
+    responses={404: {"description": "No such job"}},
+)
+async def forget_memory_caps(
+    job_id: JobIdPath,
+    service: Service,
+    profile: Annotated[
+        Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
+    ] = None,
+) -> ForgottenMemoryCaps:
+    """Forget the job's memory caps: the one of the hardware ``profile`` (e.g.
+    ``1xNVIDIA H200@700W``), or every one where it is left out. Runs there are dispatched at
+    every batch size again; the next that runs out of memory sets the cap anew. For an
+    out-of-memory error that was a bug of the script's, fixed since. The trials that ran out
+    stay ``infeasible`` in the history."""
+    forgotten = await service.forget_memory_caps(job_id, profile)
+    return ForgottenMemoryCaps(job_id=job_id, forgotten=forgotten)
 
 
 @router.get(
