@@ -88,6 +88,7 @@ LONGEST_GROUPS = (
     "tests/integrations/test_examples.py",
     "tests/integrations/test_huggingface.py",
     "tests/integrations/test_lightning.py",
+    "tests/scripts/test_corpus.py",
     "tests/api/test_faults.py",
     "tests/elastic/test_replicas.py",
     "tests/integrations/test_loop_adapters.py",

@@ -182,6 +182,15 @@ class BatchSizeDoesNotFitError(ZeusBSOError):
     starts it in the same process)."""
 
 
+class OutOfMemoryNotTheBatchSizeError(ZeusBSOError):
+    """Raised on every process of a run that ran out of accelerator memory whatever its batch
+    size: even the job's smallest batch size (or micro-batches of one sample) ran out when the
+    memory check tried it. It is the script's, or the machine's, doing (a bug that allocates
+    regardless of the batch, another process holding the GPU's memory, a model that does not
+    fit on this GPU at all): the run's trial is released, nothing is counted against a batch
+    size, and no memory cap is set."""
+
+
 class EnergyMeterError(ZeusBSOError):
     """Raised when a meter cannot measure here (no device, no permission, mixed GPU models)."""
 

@@ -369,6 +369,13 @@ class _JobOptions(WireModel):
     """With power limits: runs train at the cheapest limit whose epoch takes at most this many
     times the epoch at the highest limit profiled (1.1: at most 10% slower; upstream Zeus's
     ``MaxSlowdownConstraint``). ``None``: the cheapest limit, however much slower."""
+    lr_rule: Literal["linear", "sqrt", "auto"] | None = None
+    """How the runs' learning rate follows the batch size (`zeus_bso.scaling.LrRule`): the
+    client sends the ``lr_rule`` its run trains with (or takes it from here). Part of the job's
+    history: a batch size's costs at one rule say little of it at another, so runs that switch
+    rules are another job (a job id made from the settings includes it; a fixed ``job_id``
+    registered with another rule is refused, 409). ``None``: the rate as the script gives it
+    (``lr_rule="none"``, and upstream clients)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -22,7 +22,11 @@ from tests.helpers import (
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.errors import ConfigurationError, ServerRejectedError
+from zeus_bso.errors import (
+    ConfigurationError,
+    OutOfMemoryNotTheBatchSizeError,
+    ServerRejectedError,
+)
 from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
 
@@ -385,7 +389,8 @@ def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
 
     bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
     size = bso.fit_in_memory(try_steps)
-    assert (size, tried) == (8, [32, 16, 8])
+    # After each size that ran out, the smallest is tried: it fits, so the size was to blame.
+    assert (size, tried) == (8, [32, 8, 16, 8, 8])
     assert not bso.memory_unknown
     bso.on_train_begin()
     assert bso.on_evaluate(0.99).stop_train
@@ -400,6 +405,51 @@ def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
     assert again.fit_in_memory(try_steps) == 8
     assert tried == []  # 8 ran on this profile already: nothing is tried
     again.abort()
+
+
+def test_out_of_memory_at_every_size_is_not_charged_to_any(server: ServerProcess) -> None:
+    """A bug that allocates whatever the batch: the size tried and the smallest both run out,
+    so the run raises, its trial released, and no cap is set."""
+    job = spec("plainoombug", batch_sizes=[8, 16, 32], default_batch_size=32)
+    tried: list[int] = []
+
+    def try_steps(size: int) -> None:
+        tried.append(size)
+        raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 TiB")
+
+    bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+    with pytest.raises(OutOfMemoryNotTheBatchSizeError, match="even at 8 samples a step"):
+        bso.fit_in_memory(try_steps)
+    assert tried == [32, 8]
+    assert bso.outcome is not None
+    assert bso.outcome.reason is StopReason.NOT_TRAINED
+    with ServerClient(server.url) as client:
+        state = client.job_state(bso.job_id)
+    assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "released")]
+    assert state["memory_caps"] == {}
+
+
+def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
+    """Runs at another learning-rate rule are another job; the job may say the rule itself."""
+    job = spec("lrrule", batch_sizes=[8, 16], default_batch_size=16)
+    plain = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+    linear = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None, lr_rule="linear")
+    assert plain.job_id != linear.job_id
+    said = job.model_copy(update={"job_id": None, "lr_rule": "linear"})
+    by_job = BatchSizeOptimizer(server.url, said, EstimateMeter(100), show=None)
+    assert (by_job.job_id, by_job.lr.rule) == (linear.job_id, "linear")
+    with pytest.raises(ConfigurationError, match="but the job says lr_rule='linear'"):
+        BatchSizeOptimizer(server.url, said, EstimateMeter(100), lr_rule="sqrt")
+    # A fixed job_id registered with another rule is refused, naming it.
+    fixed = job.model_copy(update={"job_id": unique_id("lrrule")})
+    first = BatchSizeOptimizer(server.url, fixed, EstimateMeter(100), show=None, lr_rule="sqrt")
+    first.get_batch_size()
+    first.abort()
+    other = BatchSizeOptimizer(server.url, fixed, EstimateMeter(100), show=None)
+    with pytest.raises(ServerRejectedError, match="lr_rule"):
+        other.get_batch_size()
+    for made in (plain, linear, by_job, other):
+        made.abort()
 
 
 def test_fit_in_memory_raises_other_errors_and_refuses_after_training(

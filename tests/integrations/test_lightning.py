@@ -24,7 +24,7 @@ from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
-from zeus_bso.errors import ConfigurationError  # noqa: E402
+from zeus_bso.errors import ConfigurationError, OutOfMemoryNotTheBatchSizeError  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
 from zeus_bso.scaling.lr import stepped_rate  # noqa: E402
 from zeus_bso.spec import StopReason  # noqa: E402
@@ -771,6 +771,41 @@ def test_out_of_memory_while_training_ends_the_fit_as_infeasible(
     with ServerClient(server.url) as client:
         statuses = [t["status"] for t in client.job_state(spec.job_id or "")["trials"]]
     assert sorted(statuses) == ["infeasible", "reported"]
+
+
+def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A training step that runs out of memory at any size (a bug that allocates regardless of
+    the batch): the memory check tries the smallest size too, which runs out as well, so the
+    fit ends with an error that says so, its trial released and no memory cap set; after the
+    bug is fixed, the next fit trains the default. And a size that trained on these GPUs
+    before, running out while it trains, is not made infeasible either."""
+    spec = oom_job(unique_id("litoombug"))
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
+    with pytest.raises(OutOfMemoryNotTheBatchSizeError, match="out of memory even at 16 samples"):
+        trainer.fit(RunsOutOfMemoryAbove(limit=0))
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "released")]
+    assert state["memory_caps"] == {}
+    _, fixed = fit(server.url, spec, tmp_path)
+    assert fixed.batch_size == 32  # the default again: nothing was charged
+    # 32 trained here: running out at it now is not its doing either.
+    with ServerClient(server.url) as client:
+        client.pin(spec.job_id or "", 32)
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        trainer.fit(RunsOutOfMemoryAbove(limit=16))
+    assert callback.outcome is not None
+    assert "although it trained on" in callback.outcome.why
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    newest = max(state["trials"], key=lambda t: t["trial_number"])
+    assert newest["status"] == "released"
+    assert state["memory_caps"] == {}
 
 
 def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_path: Path) -> None:

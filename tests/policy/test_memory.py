@@ -3,11 +3,20 @@ size, or a larger one, there again; other profiles keep them; convergence is not
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.policy.helpers import explored, make_job
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
-from zeus_bso.policy import JobState, TrialKind, TrialState, TrialStatus, out_of_memory
+from zeus_bso.policy import (
+    BatchSizeStats,
+    JobState,
+    TrialKind,
+    TrialState,
+    TrialStatus,
+    out_of_memory,
+)
 from zeus_bso.policy.pruning import (
     ExplorationInFlight,
     ExploreNext,
@@ -60,7 +69,11 @@ def test_the_walk_up_ends_at_the_first_size_that_does_not_fit() -> None:
     assert 128 not in job.state.arms
 
 
-def test_the_cap_holds_in_the_bandit_stage_and_only_on_its_profile() -> None:
+def test_a_bandit_size_that_trained_on_its_profile_is_not_capped_there() -> None:
+    """64 converged on this profile in pruning; a bandit run of 64 that runs out of memory is
+    not the size's doing (a leak, another process on the GPU): the trial is infeasible, but no
+    cap is set, and 64 is still drawn. Another profile's own out-of-memory error caps it there
+    alone."""
     job = InMemoryJob(
         make_job(batch_sizes=[16, 32, 64], default_batch_size=32, num_pruning_rounds=1, mab_seed=3)
     )
@@ -73,22 +86,24 @@ def test_the_cap_holds_in_the_bandit_stage_and_only_on_its_profile() -> None:
     while trial.batch_size != 64:  # the bandit favours 64
         converge(job, trial, 500.0)
         trial = job.next_trial()
-    job.out_of_memory(trial)  # on this profile 64 does not fit after all (a new data set?)
+    job.out_of_memory(trial)
     assert job.trials[-1].status is TrialStatus.INFEASIBLE
-    base = profile_key(job.job)
-    later = [job.next_trial() for _ in range(20)]
-    for t in later:
-        job.end_trial(t)
-    assert all(t.batch_size < 64 for t in later)
-    # Another profile keeps 64.
-    job.register(A40)
-    other = []
-    for _ in range(30):
+    assert job.state.memory_caps == {}
+    later = []
+    for _ in range(20):
         t = job.next_trial()
-        other.append(t.batch_size)
+        later.append(t.batch_size)
+        converge(job, t, 100.0 if t.batch_size == 64 else 500.0)
+    assert 64 in later
+    # On another profile 64 never ran: running out there caps it there.
+    job.register(A40)
+    for _ in range(40):
+        t = job.next_trial()
+        if t.batch_size == 64:
+            job.out_of_memory(t)
+            break
         converge(job, t, 100.0)
-    assert 64 in other
-    assert job.state.memory_caps == {base: 64}
+    assert job.state.memory_caps == {profile_key(A40): 64}
 
 
 def test_nothing_fits_is_said_with_the_profile() -> None:
@@ -137,3 +152,55 @@ def test_only_an_open_trial_becomes_infeasible_and_a_cap_only_comes_down() -> No
     assert out_of_memory(job, state, smaller)[0].memory_caps == {"1xV100@250W": 32}
     reported = TrialState(3, 16, TrialKind.BANDIT, status=TrialStatus.REPORTED, profile="x")
     assert out_of_memory(job, state, reported) == (state, reported)
+
+
+def test_no_cap_is_set_at_or_below_a_size_known_to_fit() -> None:
+    """A run of 64 reported on the profile: an out-of-memory error at 64 (or below) is not the
+    batch size's, and leaves the cap alone; one at 128 still sets it."""
+    job = make_job(batch_sizes=[32, 64, 128])
+    profile = profile_key(job)
+    state = JobState(stats={64: BatchSizeStats(64, reports=1, mean_cost=10.0)})
+    assert state.measured(profile, 64)
+    at_64 = TrialState(2, 64, TrialKind.BANDIT, profile=profile)
+    after_state, after = out_of_memory(job, state, at_64)
+    assert after.status is TrialStatus.INFEASIBLE
+    assert after_state.memory_caps == {}
+    assert out_of_memory(job, state, replace(at_64, batch_size=32))[0].memory_caps == {}
+    at_128 = TrialState(3, 128, TrialKind.BANDIT, profile=profile)
+    assert out_of_memory(job, state, at_128)[0].memory_caps == {profile: 128}
+
+
+def explored_sizes(job: InMemoryJob, fits_up_to: int, cost: dict[int, float]) -> list[int]:
+    """The batch sizes pruning explores until it is done, every size above ``fits_up_to``
+    running out of memory at its first step and the rest converging at ``cost``."""
+    sizes = []
+    while job.state.arms is None:
+        trial = job.next_trial()
+        if job.state.arms is not None:  # the decision that ended pruning dispatched an arm
+            break
+        sizes.append(trial.batch_size)
+        if trial.batch_size > fits_up_to:
+            job.out_of_memory(trial)
+        else:
+            converge(job, trial, cost_per_epoch=cost[trial.batch_size])
+    return sizes
+
+
+def test_a_stride_that_jumps_into_out_of_memory_tries_the_sizes_it_skipped() -> None:
+    """Sizes 32 to 4096, default 256, out of memory above 512 (the cheapest that fits): the
+    walk up jumps from 256 to 1024, which runs out; 512 is unknown, not costly, so it is tried
+    before the walk turns, and it is an arm. It used to go downward only, and the bandit chose
+    between 32 and 256."""
+    sizes = [32, 64, 128, 256, 512, 1024, 2048, 4096]
+    cost = {32: 400.0, 64: 150.0, 128: 250.0, 256: 200.0, 512: 100.0}
+    job = InMemoryJob(
+        make_job(batch_sizes=sizes, default_batch_size=256, prune_stride=2, num_pruning_rounds=1)
+    )
+    explored = explored_sizes(job, 512, cost)
+    # Down first (256, 64, 32), then up: 1024 runs out, and 512 comes next. Before, the walk
+    # turned there, and the cheapest so far (64) had no untried neighbour above 128.
+    assert explored.index(512) == explored.index(1024) + 1, explored
+    assert 2048 not in explored  # above the cap: never dispatched
+    assert 4096 not in explored
+    assert job.state.arms is not None
+    assert 512 in job.state.arms

@@ -35,7 +35,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, NoReturn, Self
 
 from zeus_bso.client import failure, fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
@@ -48,6 +48,7 @@ from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.settings import (
     JobLike,
     heartbeat_seconds_from,
+    job_lr_rule,
     required_job,
     server_url_from,
     token_from,
@@ -57,6 +58,7 @@ from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     ConfigurationError,
     OperationOrderError,
+    OutOfMemoryNotTheBatchSizeError,
     PowerLimitError,
     RouteMissingError,
     ServerConnectionError,
@@ -69,7 +71,7 @@ from zeus_bso.policy.machine import answer_of
 from zeus_bso.policy.power import profiles_power
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
-from zeus_bso.scaling.lr import LrRule, LrScaling, check_rule
+from zeus_bso.scaling.lr import LrRule, LrScaling
 from zeus_bso.spec import (
     GPU_FIELDS,
     POWER_SETTINGS,
@@ -114,7 +116,9 @@ _HASHED_ONLY_OFF_DEFAULT = {
 """Options added after ids were first hashed, with their defaults (`PolicyOption`): a job id
 hashes them only away from their default, so a job's id stays what it was before the option
 existed."""
-_HASHED_ONLY_OFF_DEFAULT.update(batch_size_range=None, batch_size_steps="pow2")  # job fields too
+_HASHED_ONLY_OFF_DEFAULT.update(  # job fields too
+    batch_size_range=None, batch_size_steps="pow2", lr_rule=None
+)
 
 
 _OPEN_RUNS: weakref.WeakSet[BatchSizeOptimizer] = weakref.WeakSet()
@@ -249,7 +253,8 @@ class BatchSizeOptimizer:
         """Opts into gradient accumulation (see `accumulation`); None: none."""
         self._memory_cap: int | None = None
         server_url, token = server_url_from(server_url), token_from(token)
-        self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
+        rule = job_lr_rule(job, lr_rule)
+        self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         if on_server_unavailable not in ("fallback", "raise"):
             raise ConfigurationError(
@@ -265,7 +270,10 @@ class BatchSizeOptimizer:
                 gpu_model=self.meter.device_model,
             )
         spec = JobSpecFromClient(
-            **job.model_dump(exclude={"job_id"}), job_id=job.job_id, **gpus.model_dump()
+            **job.model_dump(exclude={"job_id", "lr_rule"}),
+            job_id=job.job_id,
+            lr_rule=None if rule == "none" else rule,  # the rule is part of the job's history
+            **gpus.model_dump(),
         )
         self._id_from_settings = spec.job_id is None
         if spec.job_id is None:
@@ -292,6 +300,7 @@ class BatchSizeOptimizer:
         self._raise_if_unconverged = raise_if_unconverged
         self._raised_unconverged = False
         self._next_refused = False
+        self._fit_before = False
         self._show = show
         self._offline_batch_size: int | None = None
         self._memory_unknown = False
@@ -422,6 +431,7 @@ class BatchSizeOptimizer:
                 # Micro-batches of a size new to these GPUs are tried too.
                 accumulated = self.accumulation.steps > 1
                 self._memory_unknown = dispatched.memory_unknown or accumulated
+                self._fit_before = not dispatched.memory_unknown
                 logger.info(
                     "trial %d of job %s: batch size %d",
                     trial.trial_number,
@@ -493,6 +503,16 @@ class BatchSizeOptimizer:
         at a size of its own, outside the optimizer; `RunOutcome.went_on`)."""
         if self._ended:
             return
+        if self._fit_before and not goes_on and self.trial is not None and not self.offline:
+            # Runs of this size reported on these GPUs before: it fits; this is not its doing.
+            self.release(
+                f"batch size {self.batch_size} ran out of memory although it trained on "
+                f"{self.gpu.gpu_model} before, so the error is not the batch size's (a leak, "
+                "another process on the GPU, a bug of the script's); not counted against it, "
+                "and no memory cap is set" + (f" ({why})" if why else ""),
+                StopReason.FAILED,
+            )
+            return
         trial = self.trial
         marked = trial is not None and not self.offline and self._mark_infeasible(trial, why)
         self._finish(end_trial=not marked and self.run_key is None)
@@ -540,10 +560,52 @@ class BatchSizeOptimizer:
                 if not out_of_memory(err):
                     raise
                 free_accelerator_memory()
-                self.micro_batch_out_of_memory(out_of_memory_words(err))
+                why = out_of_memory_words(err)
+                self._check_any_size_fits(why, lambda size: _out_of_memory_at(try_steps, size))
+                self.micro_batch_out_of_memory(why)
             else:
                 self._memory_unknown = False
         return self.micro_batch_size
+
+    def smallest_to_try(self) -> int | None:
+        """After the memory check's size ran out of memory: the size that tells whether any
+        fits (the job's smallest batch size, or micro-batches of one sample where the run
+        accumulates), or None where the size that ran out was that one."""
+        accumulates = self.max_micro_batch_size is not None
+        smallest = 1 if accumulates else min(self._spec.batch_sizes)
+        return smallest if self.micro_batch_size > smallest else None
+
+    def _check_any_size_fits(self, why: str, runs_out_at: Callable[[int], str | None]) -> None:
+        """The memory check's size ran out of memory (``why``): unless the smallest size fits
+        (``runs_out_at(size)``: its out-of-memory words, or None where it fits), it is not the
+        batch size's doing: the trial is released, and `OutOfMemoryNotTheBatchSizeError`
+        raised.
+
+        Raises:
+            OutOfMemoryNotTheBatchSizeError: the smallest size ran out of memory too.
+        """
+        smallest = self.smallest_to_try()
+        smaller_why = runs_out_at(smallest) if smallest is not None else why
+        if smaller_why is None:
+            return
+        self.not_the_batch_size(why, smallest)
+
+    def not_the_batch_size(self, why: str, smallest: int | None) -> NoReturn:
+        """Even the smallest size ran out of memory: release the trial, raise the error that
+        says so (see `_check_any_size_fits`).
+
+        Raises:
+            OutOfMemoryNotTheBatchSizeError: always.
+        """
+        size = self.micro_batch_size if smallest is None else smallest
+        message = (
+            f"out of memory even at {size} sample{'s' if size > 1 else ''} a step on "
+            f"{self.gpu.gpu_model} ({why}): not the batch size's doing (a bug that allocates "
+            "whatever the batch, another process holding the GPU's memory, or a model that "
+            "does not fit on this GPU); not counted against any batch size, no memory cap set"
+        )
+        self.release(message)
+        raise OutOfMemoryNotTheBatchSizeError(message)
 
     def micro_batch_out_of_memory(self, why: str | None = None) -> int:
         """Micro-batches of `micro_batch_size` ran out of memory before the run trained. A run
@@ -1119,6 +1181,19 @@ class BatchSizeOptimizer:
             self.end()
         else:
             self.failed(exc)
+
+
+def _out_of_memory_at(try_steps: Callable[[int], None], size: int) -> str | None:
+    """Run ``try_steps(size)``: its out-of-memory error's words, or None where it fit (another
+    error is raised)."""
+    try:
+        try_steps(size)
+    except Exception as err:
+        if not out_of_memory(err):
+            raise
+        free_accelerator_memory()
+        return out_of_memory_words(err)
+    return None
 
 
 def judged_without_server(

@@ -73,6 +73,24 @@ def checked_server_url(url: str) -> str:
     return url
 
 
+def job_lr_rule(job: JobSpec, given: str) -> LrRule:
+    """The learning-rate rule a run of ``job`` trains with: ``given`` (the client's
+    ``lr_rule``), or the job's own ``lr_rule`` where ``given`` is ``"none"`` (the default).
+
+    Raises:
+        ConfigurationError: ``given`` is not a rule, or the two name different rules.
+    """
+    rule = check_rule(given)
+    if job.lr_rule is None or rule == job.lr_rule:
+        return rule
+    if rule == "none":
+        return job.lr_rule
+    raise ConfigurationError(
+        f"lr_rule={rule!r}, but the job says lr_rule={job.lr_rule!r}: give one (the job's "
+        "rule is part of its history)"
+    )
+
+
 def token_from(given: str | None) -> str | None:
     """``given``, else ``$ZEUS_BSO_TOKEN``, else the first line of the file
     ``$ZEUS_BSO_TOKEN_FILE`` names (a secret mounted as a file, as the server reads its own);

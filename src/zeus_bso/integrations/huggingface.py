@@ -398,7 +398,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         ):
             try:
                 self.session.check_memory(
-                    lambda _: self._try_steps(model, optimizer, loader),
+                    lambda size: self._try_steps(model, optimizer, loader, size),
                     goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
                 )
             except BatchSizeDoesNotFitError as err:
@@ -407,7 +407,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 if args.auto_find_batch_size:  # in words the Trainer shrinks the batch at
                     raise RuntimeError(f"zeus-bso: {err}. out of memory.") from err
                 raise
-        if self.lr_rule != "none" and optimizer is not None:
+        if self.session.lr.rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         epochs = max(1.0, float(args.num_train_epochs))
@@ -462,7 +462,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             self.outcome = session.outcome
         elif old < session.micro_batch_size:
             session.smaller_size_out_of_memory(old, why)
-        if self.lr_rule != "none" and optimizer is not None:
+        if session.lr.rule != "none" and optimizer is not None:
             session.lr.rescale(optimizer, new, [lr_scheduler])
         if not session.is_main:
             return
@@ -482,12 +482,18 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 old,
             )
 
-    def _try_steps(self, model: Any, optimizer: Any, loader: Any) -> None:
+    def _try_steps(self, model: Any, optimizer: Any, loader: Any, size: int) -> None:
         """Run ``memory_check_steps`` training steps of the Trainer's model on this process
-        alone (unwrapped: no collective), with the Trainer's optimizer and batches, then undo
-        them: the weights, the optimizer's state and the random state are restored. An
-        out-of-memory error is raised."""
+        alone (unwrapped: no collective), with the Trainer's optimizer and batches (of ``size``
+        samples: the Trainer's, or a smaller size's from the same data), then undo them: the
+        weights, the optimizer's state and the random state are restored. An out-of-memory
+        error is raised."""
         import torch
+
+        if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
+            loader = torch.utils.data.DataLoader(
+                loader.dataset, batch_size=size, collate_fn=loader.collate_fn
+            )
 
         device = next(model.parameters()).device
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}

@@ -357,8 +357,11 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         import torch
 
         _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, size)
-        if self.lr_rule != "none":  # the steps tried take the rate the fit's would
-            self._scale_learning_rates(trainer)
+        session = self.session
+        if session is not None and session.lr.rule != "none":  # the rate a fit of it would take
+            batch = size if self.max_micro_batch_size is None else session.batch_size
+            for optimizer in trainer.optimizers:
+                session.lr.scale(optimizer, batch)
         holder = trainer.datamodule if trainer.datamodule is not None else pl_module
         loader = holder.train_dataloader()
         weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
@@ -435,7 +438,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
                 trainer.val_check_interval,
                 self.job.max_epochs,
             )
-        if self.lr_rule != "none":
+        if self.session.lr.rule != "none":  # the callback's rule, or the job's
             self._scale_learning_rates(trainer)
         batches = trainer.num_training_batches
         steps = int(batches) if batches not in (None, float("inf")) else None

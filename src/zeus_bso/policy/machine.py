@@ -116,11 +116,15 @@ def out_of_memory(
 ) -> tuple[JobState, TrialState]:
     """The job and the trial after its run ran out of memory: an open trial becomes
     ``infeasible``, and its profile's memory cap (`JobState.memory_caps`) comes down to its batch
-    size. A trial that is not open is left, and so is the job."""
+    size, unless a run of that size or a larger one reported on the profile (it fits there: the
+    error was not the batch size's, and no cap is set at or below a size known to fit). A trial
+    that is not open is left, and so is the job."""
     after = after_event(trial, Event.OUT_OF_MEMORY)
     if after.status is trial.status:
         return state, trial
     profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
+    if any(state.measured(profile, b) for b in job.batch_sizes if b >= trial.batch_size):
+        return state, after
     cap = min(state.memory_caps.get(profile, trial.batch_size), trial.batch_size)
     return replace(state, memory_caps={**state.memory_caps, profile: cap}), after
 

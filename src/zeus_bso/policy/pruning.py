@@ -11,7 +11,8 @@ After the last round the converged batch sizes become the arms.
 
 A batch size at or above the dispatching profile's memory cap (the smallest that ran out of
 memory there) is passed over, and so is every larger one in that round: a direction walking
-down goes on past it, one walking up ends there. It is not counted as "did not converge". An
+down goes on past it, one walking up ends there, once it has tried the sizes its stride
+skipped on the way (their cost is unknown, not high). It is not counted as "did not converge". An
 ``infeasible`` exploration below the cap (another profile's, or one whose cap was forgotten)
 says nothing of the dispatching profile's memory: the size is explored again.
 """
@@ -149,22 +150,26 @@ def next_pruning_step(
     pivot = settings.default_batch_size
     for round_index in range(settings.rounds):
         walk = _Round(settings, round_index, by_round)
-        lower = _strided(sorted((b for b in candidates if b < pivot), reverse=True), settings)
-        higher = _strided(sorted(b for b in candidates if b > pivot), settings)
+        lower = sorted((b for b in candidates if b < pivot), reverse=True)
+        higher = sorted(b for b in candidates if b > pivot)
         # Upstream walks [pivot, smaller...] then [larger...]: a pivot that does not converge
         # also ends the downward walk. Up-first walks the pivot on its own, then [larger...],
         # then [smaller...]: the pivot's outcome says nothing about either direction.
-        walks = ([pivot], higher, lower) if settings.up_first else ([pivot, *lower], higher)
-        for index, direction in enumerate(walks):
+        went = walk.step(pivot)
+        if not isinstance(went, bool):
+            return went
+        walks = [(higher, True), (lower, False)] if settings.up_first else [(lower, False)]
+        if not settings.up_first and went is False:
+            walks = []  # the pivot did not converge: nor does the walk down go on
+        if not settings.up_first:
+            walks.append((higher, True))
+        for index, (direction, up) in enumerate(walks):
             last = index == len(walks) - 1
             if last and settings.skip_other_direction and _improved(walk.converged, pivot):
                 break
-            for batch_size in direction:
-                went = walk.step(batch_size)
-                if went is False:
-                    break
-                if went is not True:
-                    return went
+            needed = _direction(walk, direction, up, settings.stride)
+            if needed is not None:
+                return needed
         while settings.stride > 1 and walk.converged:
             untried = [
                 b
@@ -243,15 +248,42 @@ class _Round:
         return True
 
 
-def _strided(direction: list[int], settings: PruningSettings) -> list[int]:
-    """Every ``prune_stride``-th batch size of a direction, the farthest one included."""
-    stride = settings.stride
-    if stride <= 1 or not direction:
-        return direction
-    picked = direction[stride - 1 :: stride]
-    if direction[-1] not in picked:
-        picked.append(direction[-1])
-    return picked
+def _direction(
+    walk: _Round, sizes: list[int], up: bool, stride: int
+) -> ExploreNext | ExplorationInFlight | None:
+    """Walk one direction of a round: ``sizes`` in walking order (away from the pivot), every
+    ``stride``-th (the farthest one included). The exploration it needs next, or None once the
+    direction is over (a size that did not converge, or the last).
+
+    Walking up, a size that ran out of memory (at or above the memory cap) has an unknown
+    cost, not a high one: the sizes the stride skipped on the way to it, below the cap, are
+    tried one by one before the walk turns (every larger one runs out too), so the stride
+    applies to sizes known to fit. Without a cap the walk is what it always was."""
+    index = stride - 1
+    stepped = -1  # the index of the last size stepped
+    while True:
+        if index >= len(sizes):
+            if stepped >= len(sizes) - 1:
+                return None
+            index = len(sizes) - 1  # the farthest one, which the stride stepped over
+        size = sizes[index]
+        went = walk.step(size)
+        if not isinstance(went, bool):
+            return went
+        if walk.cap is not None and size >= walk.cap:  # it ran out of memory (now or before)
+            if up:
+                for skipped in sizes[stepped + 1 : index]:
+                    if skipped >= walk.cap:
+                        break
+                    went = walk.step(skipped)
+                    if not isinstance(went, bool):
+                        return went
+                    if went is False:
+                        break
+                return None  # every larger size runs out too
+        elif went is False:
+            return None
+        stepped, index = index, index + stride
 
 
 def _neighbours(candidates: list[int], batch_size: int) -> list[int]:

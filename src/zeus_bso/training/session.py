@@ -21,11 +21,13 @@ from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_o
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import TrialProgress
+from zeus_bso.client.settings import job_lr_rule
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     BatchSizeDoesNotFitError,
     ConfigurationError,
     OperationOrderError,
+    OutOfMemoryNotTheBatchSizeError,
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
@@ -33,7 +35,6 @@ from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import (
     LrRule,
     LrScaling,
-    check_rule,
     scale_optimizer,
     stepped_rate,
     warmup_steps,
@@ -134,6 +135,7 @@ class TrialSession:
         raise_from_report: bool = True,
     ) -> None:
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
+        self._smallest_batch_size = min(job.batch_sizes)
         optimize_power = check_power_limit(power_limit) == "optimize"
         restore_left_over()  # what a run killed on this node left changed
         self.power: PowerLimitRun | None = None
@@ -141,7 +143,8 @@ class TrialSession:
         self._power_answer: tuple[float | None, bool] | None = None
         """The server's limit and whether to profile (None: it chooses no power limits: it
         was not reached, or it is upstream's)."""
-        self.lr = LrScaling(check_rule(lr_rule), reference_batch_size or job.default_batch_size)
+        rule = job_lr_rule(job, lr_rule)
+        self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
         self._lr_factor = 1.0
@@ -176,6 +179,7 @@ class TrialSession:
                 on_server_unavailable=on_server_unavailable,
                 show=show,
                 max_micro_batch_size=max_micro_batch_size,
+                lr_rule=rule,  # for the job's settings: this process scales the rates itself
                 power_limits=optimize_power,
                 on_lease_lost=self._restore_power,
                 handle_sigterm=handle_sigterm,
@@ -290,6 +294,7 @@ class TrialSession:
             if oom is None:
                 self._memory_unknown = False
                 break
+            self._check_any_size_fits(oom, try_steps)
 
             def next_size(why: str = oom) -> dict[str, Any]:
                 optimizer = self.optimizer
@@ -323,6 +328,7 @@ class TrialSession:
         if oom is None:
             self._memory_unknown = False
             return
+        self._check_any_size_fits(oom, try_steps)
         if self._max_micro_batch_size is not None and micro > 1:
             # Smaller micro-batches reach the batch size: the next run takes them.
             def lower() -> None:
@@ -338,6 +344,32 @@ class TrialSession:
             f"batch size {self._batch_size} ran out of memory on these GPUs ({oom}); it is "
             "infeasible on them now, and the next run gets a batch size that fits"
         )
+
+    def _check_any_size_fits(self, oom: str, try_steps: Callable[[int], None]) -> None:
+        """The memory check's size ran out of memory (``oom``) on some process: the smallest
+        size (the job's smallest batch size, or micro-batches of one sample where the run
+        accumulates) is tried on every process; where it runs out too, the out-of-memory error
+        is not the batch size's doing: the trial is released, no memory cap is set, and every
+        process raises.
+
+        Raises:
+            OutOfMemoryNotTheBatchSizeError: on every process, the smallest size ran out too.
+        """
+        smallest = 1 if self._max_micro_batch_size is not None else self._smallest_batch_size
+        if self.micro_batch_size > smallest:
+            if self._try_everywhere(smallest, try_steps) is None:
+                return  # a smaller size fits: this one is the batch size's
+        else:
+            smallest = self.micro_batch_size
+
+        def give_up() -> None:
+            if self.optimizer is None:  # offline: nothing to release
+                raise OutOfMemoryNotTheBatchSizeError(
+                    f"out of memory even at {smallest} samples a step ({oom})"
+                )
+            self.optimizer.not_the_batch_size(oom, smallest)
+
+        from_rank_zero(self._broadcast, self.is_main, give_up)  # raises on every process
 
     def _try_everywhere(self, size: int, try_steps: Callable[[int], None]) -> str | None:
         """Run ``try_steps(size)`` on every process; the first out-of-memory error's words (any
