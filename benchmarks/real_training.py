@@ -190,7 +190,10 @@ def pinned_runs(
         "gpu_model": meter.device_model,
     }
     with ServerClient(url) as client:
-        client.register_job(JobSpecFromClient(**spec.model_dump(), **gpus))
+        # The rule is part of the job's settings: registered with it, as the callback sends it.
+        lr_rule = None if rule == "none" else rule
+        fields = spec.model_dump(exclude={"lr_rule"})
+        client.register_job(JobSpecFromClient(**fields, lr_rule=lr_rule, **gpus))
         client.pin(job_id, size)
     runs = []
     for seed in seeds:

@@ -429,6 +429,20 @@ def test_out_of_memory_at_every_size_is_not_charged_to_any(server: ServerProcess
     assert state["memory_caps"] == {}
 
 
+def test_a_first_batch_of_another_size_releases_the_trial(server: ServerProcess) -> None:
+    import torch
+
+    job = spec("plainbatch")
+    bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
+    assert bso.get_batch_size() == 32
+    bso.on_train_begin()
+    with pytest.raises(ConfigurationError, match="first training batch has 64 samples"):
+        bso.on_step_begin([torch.zeros(64, 3), torch.zeros(64)])
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert trial["status"] == "released"
+
+
 def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
     """Runs at another learning-rate rule are another job; the job may say the rule itself."""
     job = spec("lrrule", batch_sizes=[8, 16], default_batch_size=16)

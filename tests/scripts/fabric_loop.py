@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         for _epoch in range(job.max_epochs):
             model.train()
             for x, y in loader:
+                bso.step_begin(x)  # its first batch is checked against the batch size
                 optimizer.zero_grad()
                 fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
                 optimizer.step()

@@ -39,6 +39,7 @@ from typing import Any, Literal, NoReturn, Self
 
 from zeus_bso.client import failure, fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
+from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.client.new_job import new_job_notice
@@ -301,6 +302,7 @@ class BatchSizeOptimizer:
         self._raised_unconverged = False
         self._next_refused = False
         self._fit_before = False
+        self._batch_checked = False
         self._show = show
         self._offline_batch_size: int | None = None
         self._memory_unknown = False
@@ -792,9 +794,21 @@ class BatchSizeOptimizer:
             )
             self._heartbeat.start()
 
-    def on_step_begin(self) -> None:
-        """Before each training step (profiles power limits with ``power_limit="optimize"``;
-        nothing otherwise)."""
+    def on_step_begin(self, batch: Any = None) -> None:
+        """Before each training step (profiles power limits with ``power_limit="optimize"``).
+        Given the step's ``batch``, the first one is checked against `micro_batch_size`: a
+        DataLoader of another size would train one size while the server charges another.
+
+        Raises:
+            ConfigurationError: the first batch has another size (the trial is released).
+        """
+        if batch is not None and not self._batch_checked and self.batch_size is not None:
+            self._batch_checked = True
+            try:
+                check_first_batch(batch, self.micro_batch_size)
+            except ConfigurationError as err:
+                self.release(str(err))
+                raise
         if self.power is not None:
             self.power.step_begin()
 

@@ -103,6 +103,26 @@ class LoopAdapterContract:
             assert outcome.reason is StopReason.NOT_TRAINED
         assert [t["status"] for t in self._trials(server_url, job)] == ["released"] * 3
 
+    def test_a_first_batch_of_another_size_is_refused_and_not_charged(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        """A DataLoader built at a size of the script's own: the first ``step_begin(batch)``
+        refuses it, and the trial is released."""
+        import torch
+
+        job = loop_job("contractbatch")
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            bso.train_begin()
+            bso.step_begin((torch.zeros(bso.micro_batch_size, 2), torch.zeros(8)))  # its size
+            bso.step_begin((torch.zeros(8, 2), torch.zeros(8)))  # only the first is checked
+            assert bso.report(0.95)
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            bso.train_begin()
+            with pytest.raises(ConfigurationError, match="first training batch has 8 samples"):
+                bso.step_begin({"x": torch.zeros(8, 2)})
+        statuses = [t["status"] for t in self._trials(server_url, job)]
+        assert statuses == ["reported", "released"]
+
     def test_out_of_memory_is_infeasible_and_the_run_goes_on_at_a_size_that_fits(
         self, adapter: MakeAdapter, server_url: str
     ) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer, failure
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
+from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
@@ -219,6 +220,7 @@ class TrialSession:
             self.progress = TrialProgress(self.meter)
             self.progress.trial = self.trial
         self._began = False
+        self._batch_checked = False
 
     def _shared(self, size: int) -> dict[str, Any]:
         """What rank 0 tells every rank of its trial (main process)."""
@@ -457,9 +459,22 @@ class TrialSession:
     def _send_power_profile(self, measurements: list[PowerMeasurement]) -> float | None:
         return self.optimizer.send_power_profile(measurements) if self.optimizer else None
 
-    def step_begin(self) -> None:
+    def step_begin(self, batch: Any = None) -> None:
         """Before each training step, on every process (profiles power limits, with
-        ``power_limit="optimize"``; nothing otherwise)."""
+        ``power_limit="optimize"``). Given the step's ``batch``, the first one is checked
+        against `micro_batch_size`: a DataLoader of another size would train one size while the
+        server charges another.
+
+        Raises:
+            ConfigurationError: the first batch has another size (the trial is released).
+        """
+        if batch is not None and not self._batch_checked:
+            self._batch_checked = True
+            try:
+                check_first_batch(batch, self.micro_batch_size)
+            except ConfigurationError as err:
+                self.release(str(err))
+                raise
         if self.power is not None:
             self.power.step_begin()
 

@@ -1,0 +1,45 @@
+"""The size of a training batch, whatever shape the script gives it, and the check that the
+first batch a run trains has the size the server dispatched."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zeus_bso.errors import ConfigurationError
+
+
+def samples_in(batch: Any) -> int | None:
+    """How many samples ``batch`` holds: the first dimension of its first tensor (a tensor, or
+    one in a tuple, list or mapping, as DataLoaders collate them); None where it has none."""
+    if isinstance(batch, Mapping):
+        items: Any = list(batch.values())
+    elif isinstance(batch, tuple | list):
+        items = list(batch)
+    else:
+        items = [batch]
+    for item in items:
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return None
+
+
+def check_first_batch(batch: Any, told: int) -> None:
+    """``batch`` has the size a run was told to train at (its DataLoader's ``told``: the batch
+    size, or the micro-batch of a run that accumulates); a smaller one is taken for the last,
+    short batch of a small data set.
+
+    Raises:
+        ConfigurationError: it has more samples, or fewer where the data set holds more; the
+            message says what to change.
+    """
+    found = samples_in(batch)
+    if found is None or found == told:
+        return
+    raise ConfigurationError(
+        f"the run's first training batch has {found} samples, but its batch size is {told}: "
+        f"build the DataLoader with batch_size=bso.micro_batch_size (bso.batch_size without "
+        "accumulation), not a size of the script's own; the run is not counted against the "
+        "batch size"
+    )
