@@ -1,7 +1,7 @@
 """A Hugging Face Trainer with a warm-up (``warmup_steps``), a cosine schedule and gradient
 accumulation (micro-batches of at most 8 samples), on a model of the script's own.
 
-    python hf_trainer.py --job NAME --output-dir DIR [--target 0.9]
+    python hf_trainer.py --job NAME --output-dir DIR [--target 0.9] [--oom-above N --attempts 2]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import torch
 import transformers
 
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -30,13 +30,16 @@ class Points(torch.utils.data.Dataset):
 
 
 class Classifier(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, oom_above: int = 0) -> None:
         super().__init__()
+        self.oom_above = oom_above
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+        if self.training and 0 < self.oom_above < len(x):
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
         logits = self.net(x)
         out = {"logits": logits}
         if labels is not None:
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -62,14 +67,26 @@ def main(argv: list[str] | None = None) -> int:
         target_metric=args.target,
         max_epochs=4,
     )
-    callback = ZeusBSOTrainerCallback(
-        job=job, metric="eval_accuracy", lr_rule="linear", max_micro_batch_size=8
-    )
+
+    def one_run() -> RunOutcome | None:
+        callback = ZeusBSOTrainerCallback(
+            job=job, metric="eval_accuracy", lr_rule="linear", max_micro_batch_size=8
+        )
+        train(callback, args.output_dir, job.max_epochs, args.oom_above)
+        return callback.outcome
+
+    # A run whose micro-batches ran out of memory before it trained is followed by another,
+    # with smaller ones; one without a model by another at the next batch size.
+    outcome = until_converged(one_run, attempts=args.attempts)
+    return 0 if outcome is not None and outcome.converged else 1
+
+
+def train(callback: ZeusBSOTrainerCallback, output_dir: str, epochs: int, oom_above: int) -> None:
     training = transformers.TrainingArguments(
-        output_dir=args.output_dir,
+        output_dir=output_dir,
         per_device_train_batch_size=callback.start(),
         gradient_accumulation_steps=callback.accumulation_steps,
-        num_train_epochs=job.max_epochs,
+        num_train_epochs=epochs,
         learning_rate=0.1,
         optim="sgd",
         lr_scheduler_type="cosine",
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         disable_tqdm=True,
     )
     trainer = transformers.Trainer(
-        model=Classifier(),
+        model=Classifier(oom_above),
         args=training,
         train_dataset=Points(96, 0),
         eval_dataset=Points(64, 1),
@@ -90,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[callback],
     )
     trainer.train()
-    return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 
 if __name__ == "__main__":

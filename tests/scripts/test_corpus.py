@@ -220,6 +220,29 @@ def test_out_of_memory_in_the_memory_check_moves_the_fit_and_its_schedule(
     assert statuses == [(16, "infeasible"), (8, "reported"), (8, "reported")]
 
 
+def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """The HF Trainer cannot change its batch size under way: micro-batches of 8 run out of
+    memory in the check before training, the run stops uncharged, and `until_converged` starts
+    the next, which takes 16 as four micro-batches of 4: every optimizer step still takes 16
+    samples, at 16's rate."""
+    prefix = unique_id("corpushfoom").replace("-", "")
+    argv = ["--job", prefix, "--output-dir", str(tmp_path), "--oom-above", "4", "--attempts", "2"]
+    assert run_script("hf_trainer.py", *argv) in (0, 1)
+    steps = probe.take()
+    first, second = trials_of(server, prefix)
+    assert (first["batch_size"], first["status"]) == (16, "released")
+    # The checks' steps, undone: after 8 ran out, one sample (does anything fit? it does, so
+    # the size is to blame); then, in the next run, micro-batches of 4. Then the run's.
+    tried = [s.samples for s in steps[: 2 * MEMORY_CHECK_STEPS]]
+    assert tried == [1] * MEMORY_CHECK_STEPS + [4] * MEMORY_CHECK_STEPS
+    check_run(steps[2 * MEMORY_CHECK_STEPS :], second)
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        assert list(client.job_state(job["job_id"])["memory_caps"].values()) == [8]
+
+
 def test_a_resumed_fit_trains_its_trials_size_at_the_factor_once(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
