@@ -27,11 +27,12 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from tests.ports import free_port
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
 from zeus_bso.client.tls import CA_BUNDLE_VARIABLE, trusted_context
 from zeus_bso.energy import EstimateMeter
-from zeus_bso.errors import ConfigurationError, ServerCertificateError
+from zeus_bso.errors import ConfigurationError, ServerCertificateError, ServerConnectionError
 from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
 
@@ -203,6 +204,21 @@ def test_https_to_a_server_without_tls_says_to_use_http(sqlite_server: ServerPro
     with (
         ServerClient(url, retry_seconds=0) as client,
         pytest.raises(ConfigurationError, match=f"use {sqlite_server.url}$"),
+    ):
+        client.list_jobs(limit=1)
+
+
+def test_http_to_a_server_with_tls_says_to_use_https(https_server: ServerProcess) -> None:
+    plain = https_server.url.replace("https://", "http://")
+    with (
+        ServerClient(plain, retry_seconds=0) as client,
+        pytest.raises(ConfigurationError, match=f"speaks TLS: .* use {https_server.url}$"),
+    ):
+        client.list_jobs(limit=1)
+    # Nothing listening is an outage, as it was.
+    with (
+        ServerClient(f"http://127.0.0.1:{free_port()}", retry_seconds=0) as client,
+        pytest.raises(ServerConnectionError, match="cannot reach"),
     ):
         client.list_jobs(limit=1)
 

@@ -18,7 +18,14 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
-from zeus_bso.client.tls import certificate_problem, no_tls, no_tls_words, trusted_context
+from zeus_bso.client.tls import (
+    certificate_problem,
+    https_words,
+    no_tls,
+    no_tls_words,
+    speaks_tls,
+    trusted_context,
+)
 from zeus_bso.errors import (
     ConfigurationError,
     RouteMissingError,
@@ -148,8 +155,11 @@ class ServerClient:
         try:
             response: httpx.Response = retrying(self._send, method, path, idempotent, **kwargs)
         except httpx.TransportError as err:
-            if no_tls(err):  # the URL's scheme is wrong: no outage, a misconfiguration
+            # A URL of the wrong scheme is no outage but a misconfiguration.
+            if no_tls(err):
                 raise ConfigurationError(no_tls_words(self.server_url, err)) from err
+            if self.server_url.startswith("http://") and speaks_tls(self.server_url):
+                raise ConfigurationError(https_words(self.server_url)) from err
             problem = certificate_problem(err, self.server_url)
             if problem is not None:
                 raise ServerCertificateError(problem) from err

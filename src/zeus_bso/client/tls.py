@@ -8,8 +8,10 @@ PEM file or a directory of them, for a CA of one's own that the machine does not
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import certifi
 
@@ -102,4 +104,33 @@ def no_tls_words(server_url: str, error: BaseException) -> str:
     return (
         f"no TLS at {server_url} ({reason}): a server without TLS is reached with http://: "
         f"use {plain}"
+    )
+
+
+def speaks_tls(server_url: str, timeout: float = 2.0) -> bool:
+    """Whether the server an ``http://`` URL names completes a TLS handshake: it wants
+    ``https://`` (a plain request to it is dropped, which reads like an outage). No
+    certificate is checked: only whether TLS is spoken."""
+    parts = urlsplit(server_url)
+    if parts.hostname is None:
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=parts.hostname),
+        ):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+
+
+def https_words(server_url: str) -> str:
+    """What to change where ``server_url`` is ``http://`` and the server speaks TLS."""
+    secure = "https://" + server_url.split("://", 1)[-1]
+    return (
+        f"the server at {server_url} speaks TLS: a server with TLS is reached with https://: "
+        f"use {secure}"
     )
