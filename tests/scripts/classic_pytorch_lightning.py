@@ -1,7 +1,8 @@
 """A classic ``import pytorch_lightning as pl`` script, where both Lightning packages are
 installed, with a warm-up written as a LambdaLR stepped every batch.
 
-    python classic_pytorch_lightning.py --job NAME [--target 0.9]
+    python classic_pytorch_lightning.py --job NAME [--target 0.9] [--oom-above N]
+        [--max-epochs N --save-to DIR] [--resume-from CKPT]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def dataset(n: int, seed: int) -> TensorDataset:
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, batch_size: int = 16) -> None:
+    def __init__(self, batch_size: int = 16, oom_above: int = 0) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = torch.nn.Sequential(
@@ -39,6 +40,8 @@ class Classifier(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        if 0 < self.hparams.oom_above < len(x):
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):
@@ -56,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--max-epochs", type=int, default=4)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -64,17 +71,21 @@ def main(argv: list[str] | None = None) -> int:
         target_metric=args.target,
         max_epochs=4,
     )
+    pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+    callbacks: list[pl.Callback] = [callback]
+    if args.save_to:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(
-        max_epochs=4,
-        callbacks=[callback],
+        max_epochs=args.max_epochs,
+        callbacks=callbacks,
         accelerator="cpu",
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Classifier())
+    trainer.fit(Classifier(oom_above=args.oom_above), ckpt_path=args.resume_from)
     return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         target_metric=args.target,
         max_epochs=4,
     )
+    pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
     trainer = pl.Trainer(
         max_epochs=job.max_epochs,

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         target_metric=args.target,
         max_epochs=4,
     )
+    torch.manual_seed(0)
     bso = BatchSizeOptimizer(job=job, raise_if_unconverged=True)
     batch_size = bso.get_batch_size()
     loader = DataLoader(dataset(96, 0), batch_size=batch_size, shuffle=True)
