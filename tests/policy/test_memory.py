@@ -112,6 +112,9 @@ def test_nothing_fits_is_said_with_the_profile() -> None:
     job.out_of_memory(job.next_trial())
     with pytest.raises(NoFittingBatchSizeError, match=r"No batch size fits in memory on .*V100"):
         job.next_trial()
+    # It names the sizes that ran out (the explorations passed over at the profile's cap).
+    with pytest.raises(NoFittingBatchSizeError, match=r"16 and above .* \(tried \[16, 32\]\)"):
+        job.next_trial()
     # A subclass of the error a refused dispatch already raises (a 409 for the server).
     assert issubclass(NoFittingBatchSizeError, NoConvergedBatchSizeError)
 

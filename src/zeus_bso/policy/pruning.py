@@ -76,7 +76,6 @@ class _Outcome(Enum):
     IN_FLIGHT = "in_flight"
     CONVERGED = "converged"
     NOT_CONVERGED = "not_converged"
-    INFEASIBLE = "infeasible"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +104,6 @@ PruningStep = ExploreNext | ExplorationInFlight | PruningDone
 def _outcome(
     records: list[TrialState], max_unreported_failures: int
 ) -> tuple[_Outcome, float | None]:
-    if any(r.status is TrialStatus.INFEASIBLE for r in records):
-        return _Outcome.INFEASIBLE, None
     reported = [r for r in records if r.status is TrialStatus.REPORTED]
     if reported:
         first = min(reported, key=lambda r: r.trial_number)
@@ -210,6 +207,7 @@ class _Round:
         self.cap: int | None = settings.memory_cap
         """The smallest batch size known not to fit: it and larger ones are passed over."""
         self.out_of_memory: list[int] = []
+        """The batch sizes passed over at the cap whose explorations in the round ran out."""
 
     def cheapest(self) -> int:
         return min(self.converged, key=lambda b: (self.converged[b], b))
@@ -219,23 +217,20 @@ class _Round:
         walk goes on past it; False, its direction ends there (it did not converge, or cost
         clearly more than the round's cheapest). A batch size at or above one that ran out of
         memory is passed over (True: the walk down goes on; the walk up tries nothing more)."""
-        if self.cap is not None and batch_size >= self.cap:
-            return True
         records = self.by_round.get((self.round, batch_size), [])
-        if self.settings.memory_cap is None or batch_size < self.settings.memory_cap:
-            # An exploration that ran out of memory where the dispatching profile keeps no cap
-            # over it (another profile's GPUs, or a cap forgotten since): it says nothing of
-            # whether the size fits here, so it is explored again.
-            records = [r for r in records if r.status is not TrialStatus.INFEASIBLE]
+        if self.cap is not None and batch_size >= self.cap:
+            if any(r.status is TrialStatus.INFEASIBLE for r in records):
+                self.out_of_memory.append(batch_size)
+            return True
+        # An exploration that ran out of memory below the dispatching profile's cap (on another
+        # profile's GPUs, or before its cap was forgotten) says nothing of whether the size fits
+        # here: it is explored again.
+        records = [r for r in records if r.status is not TrialStatus.INFEASIBLE]
         outcome, cost = _outcome(records, self.settings.max_unreported_failures)
         if outcome is _Outcome.IN_FLIGHT:
             return ExplorationInFlight()
         if outcome is _Outcome.UNTRIED:
             return ExploreNext(batch_size=batch_size, round=self.round)
-        if outcome is _Outcome.INFEASIBLE:
-            self.cap = batch_size if self.cap is None else min(self.cap, batch_size)
-            self.out_of_memory.append(batch_size)
-            return True
         self.tried.append(batch_size)
         if outcome is _Outcome.NOT_CONVERGED:
             return False
