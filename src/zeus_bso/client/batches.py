@@ -3,7 +3,7 @@ first batch a run trains has the size the server dispatched."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
@@ -25,21 +25,24 @@ def samples_in(batch: Any) -> int | None:
     return None
 
 
-def check_first_batch(batch: Any, told: int) -> None:
-    """``batch`` has the size a run was told to train at (its DataLoader's ``told``: the batch
-    size, or the micro-batch of a run that accumulates); a smaller one is taken for the last,
-    short batch of a small data set.
+def check_first_batch(batch: Any, told: int, release: Callable[[str], object]) -> None:
+    """``batch``, a run's first, has the size it was told to train at (its DataLoader's
+    ``told``: the batch size, or the micro-batch of a run that accumulates); a batch whose size
+    cannot be read is not checked.
 
     Raises:
-        ConfigurationError: it has more samples, or fewer where the data set holds more; the
-            message says what to change.
+        ConfigurationError: it has another size; the run was ended first with ``release(why)``
+            (a misconfiguration is not the batch size's doing), and the message says what to
+            change.
     """
     found = samples_in(batch)
     if found is None or found == told:
         return
-    raise ConfigurationError(
+    message = (
         f"the run's first training batch has {found} samples, but its batch size is {told}: "
         f"build the DataLoader with batch_size=bso.micro_batch_size (bso.batch_size without "
         "accumulation), not a size of the script's own; the run is not counted against the "
         "batch size"
     )
+    release(message)
+    raise ConfigurationError(message)

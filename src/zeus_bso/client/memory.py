@@ -58,3 +58,11 @@ def free_accelerator_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def smallest_to_try(micro_batch_size: int, batch_sizes: list[int], accumulates: bool) -> int | None:
+    """After micro-batches of ``micro_batch_size`` ran out of memory in the memory check: the
+    size whose steps tell whether any fits (the job's smallest batch size, or micro-batches of
+    one sample where the run accumulates), or None where the size that ran out was that one."""
+    smallest = 1 if accumulates else min(batch_sizes)
+    return smallest if micro_batch_size > smallest else None

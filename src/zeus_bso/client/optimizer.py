@@ -41,7 +41,12 @@ from zeus_bso.client import failure, fallback, outbox
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
 from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.http import ServerClient
-from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
+from zeus_bso.client.memory import (
+    free_accelerator_memory,
+    out_of_memory,
+    out_of_memory_words,
+    smallest_to_try,
+)
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
@@ -555,46 +560,22 @@ class BatchSizeOptimizer:
         Other errors of ``try_steps`` are raised."""
         self.get_batch_size()
         while self.memory_unknown:
-            micro = self.micro_batch_size
-            try:
-                try_steps(micro)
-            except Exception as err:
-                if not out_of_memory(err):
-                    raise
-                free_accelerator_memory()
-                why = out_of_memory_words(err)
-                self._check_any_size_fits(why, lambda size: _out_of_memory_at(try_steps, size))
-                self.micro_batch_out_of_memory(why)
-            else:
+            why = _out_of_memory_at(try_steps, self.micro_batch_size)
+            if why is None:
                 self._memory_unknown = False
+                break
+            # Unless the smallest size fits, running out is not this size's doing.
+            accumulates = self.max_micro_batch_size is not None
+            smallest = smallest_to_try(self.micro_batch_size, self._spec.batch_sizes, accumulates)
+            if smallest is None or _out_of_memory_at(try_steps, smallest) is not None:
+                self.not_the_batch_size(why, smallest)
+            self.micro_batch_out_of_memory(why)
         return self.micro_batch_size
 
-    def smallest_to_try(self) -> int | None:
-        """After the memory check's size ran out of memory: the size that tells whether any
-        fits (the job's smallest batch size, or micro-batches of one sample where the run
-        accumulates), or None where the size that ran out was that one."""
-        accumulates = self.max_micro_batch_size is not None
-        smallest = 1 if accumulates else min(self._spec.batch_sizes)
-        return smallest if self.micro_batch_size > smallest else None
-
-    def _check_any_size_fits(self, why: str, runs_out_at: Callable[[int], str | None]) -> None:
-        """The memory check's size ran out of memory (``why``): unless the smallest size fits
-        (``runs_out_at(size)``: its out-of-memory words, or None where it fits), it is not the
-        batch size's doing: the trial is released, and `OutOfMemoryNotTheBatchSizeError`
-        raised.
-
-        Raises:
-            OutOfMemoryNotTheBatchSizeError: the smallest size ran out of memory too.
-        """
-        smallest = self.smallest_to_try()
-        smaller_why = runs_out_at(smallest) if smallest is not None else why
-        if smaller_why is None:
-            return
-        self.not_the_batch_size(why, smallest)
-
     def not_the_batch_size(self, why: str, smallest: int | None) -> NoReturn:
-        """Even the smallest size ran out of memory: release the trial, raise the error that
-        says so (see `_check_any_size_fits`).
+        """Even the smallest size (``smallest``; None: the size that ran out was that one) ran
+        out of memory in the memory check (``why``), so it is not the batch size's doing:
+        release the trial, raise the error that says so.
 
         Raises:
             OutOfMemoryNotTheBatchSizeError: always.
@@ -804,11 +785,7 @@ class BatchSizeOptimizer:
         """
         if batch is not None and not self._batch_checked and self.batch_size is not None:
             self._batch_checked = True
-            try:
-                check_first_batch(batch, self.micro_batch_size)
-            except ConfigurationError as err:
-                self.release(str(err))
-                raise
+            check_first_batch(batch, self.micro_batch_size, self.release)
         if self.power is not None:
             self.power.step_begin()
 

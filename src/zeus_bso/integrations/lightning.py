@@ -28,6 +28,7 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import logging
 from collections.abc import Callable
@@ -108,8 +109,12 @@ if not _NAMESPACES:
 
 
 def _namespace_of(trainer: Any) -> _Namespace:
-    """The Lightning package of ``trainer`` (its class's module)."""
-    module = type(trainer).__module__
+    """The Lightning package of ``trainer`` (its class's module; asked at every batch)."""
+    return _namespace_of_module(type(trainer).__module__)
+
+
+@functools.cache
+def _namespace_of_module(module: str) -> _Namespace:
     for found in _NAMESPACES:
         if module == found.name or module.startswith(f"{found.name}."):
             return found
@@ -411,12 +416,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         schedule is left as it is; a resumed fit keeps its checkpoint's factor)."""
         assert self.session is not None
         for optimizer in trainer.optimizers:
-            schedulers = [
-                config.scheduler
-                for config in trainer.lr_scheduler_configs
-                if getattr(config.scheduler, "optimizer", None) is optimizer
-            ]
-            self.session.scale(optimizer, *schedulers)
+            self.session.scale(optimizer)
 
     @staticmethod
     def _validates(trainer: Trainer, pl_module: Module) -> bool:

@@ -17,8 +17,9 @@ every param group's rate times the factor, and the groups keep the rate the scri
 schedulers set. So the whole schedule, whatever it is (a ``SequentialLR`` warm-up then cosine,
 ``ChainedScheduler``, ``LambdaLR``, ``OneCycleLR``, ``get_scheduler`` of transformers, a rate set
 by hand), trains at its own rate times the factor at every step; a checkpoint holds the
-schedule's rates, so a resumed run scales them once again, and never twice; copies and wrappers
-of the optimizer step through the same hooks. Warm-up stays constant in samples
+schedule's rates, so a resumed run scales them once again, and never twice; the wrappers of
+Lightning, Accelerate and Fabric step through the same hooks (a copy of the optimizer, as
+``copy.deepcopy`` makes, has none: scale it again). Warm-up stays constant in samples
 (`warmup_steps`). `LinearScaler` and `SquareRootScaler` are upstream Zeus's names
 (``zeus.utils.lr_scaler``), so that its scripts port unchanged.
 """

@@ -18,7 +18,12 @@ from typing import Any, Literal, Self, TypedDict
 from zeus_bso.client import BatchSizeOptimizer, failure
 from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
 from zeus_bso.client.batches import check_first_batch
-from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
+from zeus_bso.client.memory import (
+    free_accelerator_memory,
+    out_of_memory,
+    out_of_memory_words,
+    smallest_to_try,
+)
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import TrialProgress
@@ -37,6 +42,7 @@ from zeus_bso.scaling.lr import (
     LrRule,
     LrScaling,
     scale_optimizer,
+    step_factor,
     stepped_rate,
     warmup_steps,
 )
@@ -136,7 +142,7 @@ class TrialSession:
         raise_from_report: bool = True,
     ) -> None:
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
-        self._smallest_batch_size = min(job.batch_sizes)
+        self._batch_sizes = list(job.batch_sizes)
         optimize_power = check_power_limit(power_limit) == "optimize"
         restore_left_over()  # what a run killed on this node left changed
         self.power: PowerLimitRun | None = None
@@ -148,7 +154,6 @@ class TrialSession:
         self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._scaled: Any = None
-        self._lr_factor = 1.0
         self._resumed_factor: float | str | None = None
         """The learning-rate factor of the run a checkpoint resumed (`scale` keeps it)."""
         self.is_main = is_main
@@ -357,17 +362,16 @@ class TrialSession:
         Raises:
             OutOfMemoryNotTheBatchSizeError: on every process, the smallest size ran out too.
         """
-        smallest = 1 if self._max_micro_batch_size is not None else self._smallest_batch_size
-        if self.micro_batch_size > smallest:
-            if self._try_everywhere(smallest, try_steps) is None:
-                return  # a smaller size fits: this one is the batch size's
-        else:
-            smallest = self.micro_batch_size
+        accumulates = self._max_micro_batch_size is not None
+        smallest = smallest_to_try(self.micro_batch_size, self._batch_sizes, accumulates)
+        if smallest is not None and self._try_everywhere(smallest, try_steps) is None:
+            return  # a smaller size fits: this one is the batch size's
 
         def give_up() -> None:
             if self.optimizer is None:  # offline: nothing to release
+                size = self.micro_batch_size if smallest is None else smallest
                 raise OutOfMemoryNotTheBatchSizeError(
-                    f"out of memory even at {smallest} samples a step ({oom})"
+                    f"out of memory even at {size} samples a step ({oom})"
                 )
             self.optimizer.not_the_batch_size(oom, smallest)
 
@@ -433,7 +437,7 @@ class TrialSession:
             factor = 1.0
         else:
             factor = self.lr.scale(optimizer, self.batch_size, schedulers)
-        self._scaled, self._lr_factor = optimizer, factor
+        self._scaled = optimizer
         return factor
 
     def warmup_steps(self, steps: int) -> int:
@@ -470,11 +474,7 @@ class TrialSession:
         """
         if batch is not None and not self._batch_checked:
             self._batch_checked = True
-            try:
-                check_first_batch(batch, self.micro_batch_size)
-            except ConfigurationError as err:
-                self.release(str(err))
-                raise
+            check_first_batch(batch, self.micro_batch_size, self.release)
         if self.power is not None:
             self.power.step_begin()
 
@@ -534,10 +534,8 @@ class TrialSession:
         if self.optimizer is None:
             return {}
         saved = self.optimizer.checkpoint()
-        if saved and self._scaled is not None:
-            saved[LR_FACTOR_KEY] = self._lr_factor
-        elif saved:
-            saved[LR_FACTOR_KEY] = None
+        if saved:
+            saved[LR_FACTOR_KEY] = step_factor(self._scaled) if self._scaled is not None else None
         return saved
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
