@@ -643,3 +643,43 @@ def test_an_error_before_training_is_not_charged(server: ServerProcess) -> None:
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(bso.job_id)["trials"]
     assert trial["status"] == "released"
+
+
+def test_a_checkpoint_behind_the_servers_reports_resumes_without_going_back(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run saved a checkpoint after epoch 1 (every few epochs, as many do), reported two more,
+    and was killed. The run resumed from that checkpoint trains epochs 2 and 3 again: its
+    reports say no fewer epochs than the server has (its check that epochs and time never go
+    back holds, where the report was refused with a 409 and the run charged as failed), and the
+    time and energy of the lost epochs count."""
+    job = spec(unique_id("behind").replace("-", ""), beta_knob=None, prune_cost_ratio=None)
+    first = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200))
+    first.get_batch_size()
+    first.on_train_begin()
+    first.on_evaluate(0.1)
+    saved = first.checkpoint()  # after epoch 1
+    first.on_evaluate(0.2)
+    first.on_evaluate(0.3)
+    first.end(end_trial=False)  # it stops here, its trial left open, as a kill leaves it
+    assert first.trial is not None
+    with ServerClient(server.url) as client:
+        killed = client.heartbeat(first.trial)
+    assert killed["epochs"] == 3
+
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as again:
+        assert again.resume(saved) == first.trial.batch_size
+        assert "the checkpoint of trial 1 is from epoch 1, and 3 epochs were reported" in (
+            caplog.text
+        )
+        again.on_train_begin()
+        time.sleep(0.01)
+        answers = [again.on_evaluate(metric) for metric in (0.2, 0.3, 0.9)]
+    assert [a.stop_train for a in answers] == [False, False, True]
+    assert answers[-1].converged
+    assert again.current_epoch == 4  # the model's epochs: 1 saved, 3 trained after
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(again.job_id)["trials"]
+    assert (trial["status"], trial["epochs"]) == ("reported", 4)
+    assert trial["time"] > killed["time"]
+    assert trial["energy"] > killed["energy"]

@@ -1,21 +1,29 @@
 """An Accelerate training loop with transformers' ``get_scheduler`` (linear warm-up, then
-linear decay), sized from the prepared DataLoader.
+linear decay), sized from the prepared DataLoader, saved and resumed with
+``accelerator.save_state`` and ``accelerator.load_state``.
 
-    python accelerate_loop.py --job NAME [--target 0.9]
+    python accelerate_loop.py --job NAME [--target 0.9] [--oom-above N]
+        [--save-to DIR] [--resume-from DIR] [--kill-at-epoch N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 from transformers import get_scheduler
 
+from tests.scripts.faults import kill_at_epoch, out_of_memory_above
 from zeus_bso import JobSpec
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
+
+PROGRESS = "progress.json"
+"""Beside the accelerator's state in a checkpoint: the epochs done and zeus-bso's trial."""
 
 
 def dataset(n: int, seed: int) -> TensorDataset:
@@ -28,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     accelerator = Accelerator(cpu=True)
     job = JobSpec(
@@ -38,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         max_epochs=4,
     )
     val = dataset(64, 1)
-    with ZeusBSOAccelerate(accelerator, job=job, lr_rule="linear") as bso:
+    progress = {}
+    if args.resume_from:
+        progress = json.loads((Path(args.resume_from) / PROGRESS).read_text())
+    with ZeusBSOAccelerate(
+        accelerator, job=job, lr_rule="linear", resume=progress.get("bso")
+    ) as bso:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -48,12 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         scheduler = get_scheduler(
             "linear", optimizer, num_warmup_steps=steps // 10, num_training_steps=steps
         )
+        accelerator.register_for_checkpointing(scheduler)
+        if args.resume_from:
+            accelerator.load_state(args.resume_from)
         bso.scale(optimizer, scheduler)
         bso.train_begin(len(loader))
-        for _epoch in range(job.max_epochs):
+        for epoch in range(progress.get("epoch", 0), job.max_epochs):
+            kill_at_epoch(args.kill_at_epoch, epoch)
             model.train()
             for x, y in loader:
                 bso.step_begin(x)  # its first batch is checked against the batch size
+                out_of_memory_above(args.oom_above, x)
                 optimizer.zero_grad()
                 accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
                 optimizer.step()
@@ -61,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
             model.eval()
             with torch.no_grad():
                 accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
-            if bso.report(float(accuracy)):
+            stop = bso.report(float(accuracy))
+            if args.save_to:
+                accelerator.save_state(args.save_to)
+                saved = {"epoch": epoch + 1, "bso": bso.checkpoint()}
+                (Path(args.save_to) / PROGRESS).write_text(json.dumps(saved))
+            if stop:
                 break
     return 0 if bso.converged else 1
 

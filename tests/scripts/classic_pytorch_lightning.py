@@ -2,7 +2,7 @@
 installed, with a warm-up written as a LambdaLR stepped every batch.
 
     python classic_pytorch_lightning.py --job NAME [--target 0.9] [--oom-above N]
-        [--max-epochs N --save-to DIR] [--resume-from CKPT]
+        [--max-epochs N] [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N]
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import out_of_memory_above
+from tests.scripts.lightning_faults import classic_kill_at_epoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -40,8 +42,7 @@ class Classifier(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        if 0 < self.hparams.oom_above < len(x):
-            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
+        out_of_memory_above(self.hparams.oom_above, x)
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs", type=int, default=4)
     parser.add_argument("--save-to", default=None)
     parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
-    callbacks: list[pl.Callback] = [callback]
+    callbacks: list[pl.Callback] = [callback, classic_kill_at_epoch(args.kill_at_epoch)]
     if args.save_to:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(

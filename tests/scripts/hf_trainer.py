@@ -2,6 +2,7 @@
 accumulation (micro-batches of at most 8 samples), on a model of the script's own.
 
     python hf_trainer.py --job NAME --output-dir DIR [--target 0.9] [--oom-above N --attempts 2]
+        [--save] [--resume] [--kill-at-epoch N [--kill-after-report]]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import torch
 import transformers
 
+from tests.scripts.faults import hf_kill_at_epoch, out_of_memory_above
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
@@ -38,8 +40,8 @@ class Classifier(torch.nn.Module):
         )
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
-        if self.training and 0 < self.oom_above < len(x):
-            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
+        if self.training:
+            out_of_memory_above(self.oom_above, x)
         logits = self.net(x)
         out = {"logits": logits}
         if labels is not None:
@@ -59,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--attempts", type=int, default=1)
+    parser.add_argument("--save", action="store_true", help="a checkpoint every epoch")
+    parser.add_argument("--resume", action="store_true", help="from the last checkpoint")
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
+    parser.add_argument("--kill-after-report", action="store_true")
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -70,9 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def one_run() -> RunOutcome | None:
         callback = ZeusBSOTrainerCallback(
-            job=job, metric="eval_accuracy", lr_rule="linear", max_micro_batch_size=8
+            job=job,
+            metric="eval_accuracy",
+            lr_rule="linear",
+            max_micro_batch_size=8,
+            resume_from_checkpoint=args.resume or None,
+            output_dir=args.output_dir,
         )
-        train(callback, args.output_dir, job.max_epochs, args.oom_above)
+        train(callback, args, job.max_epochs)
         return callback.outcome
 
     # A run whose micro-batches ran out of memory before it trained is followed by another,
@@ -81,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if outcome is not None and outcome.converged else 1
 
 
-def train(callback: ZeusBSOTrainerCallback, output_dir: str, epochs: int, oom_above: int) -> None:
+def train(callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: int) -> None:
     training = transformers.TrainingArguments(
-        output_dir=output_dir,
+        output_dir=args.output_dir,
         per_device_train_batch_size=callback.start(),
         gradient_accumulation_steps=callback.accumulation_steps,
         num_train_epochs=epochs,
@@ -92,21 +103,21 @@ def train(callback: ZeusBSOTrainerCallback, output_dir: str, epochs: int, oom_ab
         lr_scheduler_type="cosine",
         warmup_steps=2,
         eval_strategy="epoch",
-        save_strategy="no",
+        save_strategy="epoch" if args.save else "no",
         logging_strategy="no",
         report_to=[],
         use_cpu=True,
         disable_tqdm=True,
     )
     trainer = transformers.Trainer(
-        model=Classifier(oom_above),
+        model=Classifier(args.oom_above),
         args=training,
         train_dataset=Points(96, 0),
         eval_dataset=Points(64, 1),
         compute_metrics=accuracy,
-        callbacks=[callback],
+        callbacks=[callback, hf_kill_at_epoch(args.kill_at_epoch, args.kill_after_report)],
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=args.resume or None)
 
 
 if __name__ == "__main__":

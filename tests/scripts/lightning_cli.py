@@ -1,6 +1,6 @@
 """LightningCLI, configured from a YAML file that adds ZeusBSOCallback:
 
-python lightning_cli.py fit --config lightning_cli.yaml
+python lightning_cli.py fit --config lightning_cli.yaml [--model.oom_above N] [--ckpt_path CKPT]
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import torch
 from lightning.pytorch.cli import LightningCLI
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import out_of_memory_above
+
 
 def dataset(n: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
@@ -18,7 +20,9 @@ def dataset(n: int, seed: int) -> TensorDataset:
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, batch_size: int = 16, lr: float = 0.1, step_size: int = 2) -> None:
+    def __init__(
+        self, batch_size: int = 16, lr: float = 0.1, step_size: int = 2, oom_above: int = 0
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = torch.nn.Sequential(
@@ -33,6 +37,7 @@ class Classifier(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        out_of_memory_above(self.hparams.oom_above, x)
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):

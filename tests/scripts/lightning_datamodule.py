@@ -1,6 +1,7 @@
 """Lightning with the batch size on a LightningDataModule, and a schedule stepped each epoch.
 
-python lightning_datamodule.py --job NAME [--target 0.9] [--resume-from CKPT --save-to DIR]
+python lightning_datamodule.py --job NAME [--target 0.9] [--oom-above N] [--max-epochs N]
+    [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N [--kill-after-report]]
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import out_of_memory_above
+from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -37,15 +40,17 @@ class Data(pl.LightningDataModule):
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, lr: float = 0.1) -> None:
+    def __init__(self, lr: float = 0.1, oom_above: int = 0) -> None:
         super().__init__()
         self.lr = lr
+        self.oom_above = oom_above
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        out_of_memory_above(self.oom_above, x)
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):
@@ -64,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs", type=int, default=4)
     parser.add_argument("--save-to", default=None)
     parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
+    parser.add_argument("--kill-after-report", action="store_true")
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -74,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
-    callbacks: list[pl.Callback] = [callback]
+    callbacks: list[pl.Callback] = [
+        callback,
+        KillAtEpoch(args.kill_at_epoch, args.kill_after_report),
+    ]
     if args.save_to:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(
@@ -86,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Classifier(), datamodule=Data(), ckpt_path=args.resume_from)
+    trainer.fit(Classifier(oom_above=args.oom_above), datamodule=Data(), ckpt_path=args.resume_from)
     return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 

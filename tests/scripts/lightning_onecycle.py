@@ -2,6 +2,7 @@
 ``trainer.estimated_stepping_batches``, read in ``configure_optimizers``.
 
     python lightning_onecycle.py --job NAME [--target 0.9] [--oom-above N]
+        [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N] [--restores-late]
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import out_of_memory_above
+from tests.scripts.lightning_faults import KillAtEpoch, RestoresLate
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -39,8 +42,7 @@ class Classifier(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        if 0 < self.hparams.oom_above < len(x):
-            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)} MiB")
+        out_of_memory_above(self.hparams.oom_above, x)
         loss = torch.nn.functional.cross_entropy(self.net(x), y)
         self.log("train_loss", loss)
         return loss
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
+    parser.add_argument("--restores-late", action="store_true", help="as FSDP restores")
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -78,16 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+    callbacks: list[pl.Callback] = [callback, KillAtEpoch(args.kill_at_epoch)]
+    if args.save_to:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(
         max_epochs=job.max_epochs,
-        callbacks=[callback],
+        callbacks=callbacks,
         accelerator="cpu",
+        strategy=RestoresLate() if args.restores_late else "auto",
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Classifier(oom_above=args.oom_above))
+    trainer.fit(Classifier(oom_above=args.oom_above), ckpt_path=args.resume_from)
     return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 

@@ -1,7 +1,8 @@
 """Lightning with the most common warm-up: a LinearLR warm-up chained to cosine decay by
 SequentialLR, stepped every batch, its length from ``len(self.train_dataloader())``.
 
-    python lightning_warmup_cosine.py --job NAME [--target 0.9]
+    python lightning_warmup_cosine.py --job NAME [--target 0.9] [--oom-above N]
+        [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N]
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import out_of_memory_above
+from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -27,10 +30,11 @@ def dataset(n: int, seed: int) -> TensorDataset:
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, batch_size: int = 16, lr: float = 0.1) -> None:
+    def __init__(self, batch_size: int = 16, lr: float = 0.1, oom_above: int = 0) -> None:
         super().__init__()
         self.batch_size = batch_size
         self.lr = lr
+        self.oom_above = oom_above
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
@@ -43,6 +47,7 @@ class Classifier(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        out_of_memory_above(self.oom_above, x)
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):
@@ -68,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -78,16 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     pl.seed_everything(0, verbose=False)
     callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="auto")
+    callbacks: list[pl.Callback] = [callback, KillAtEpoch(args.kill_at_epoch)]
+    if args.save_to:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(
         max_epochs=EPOCHS,
-        callbacks=[callback],
+        callbacks=callbacks,
         accelerator="cpu",
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Classifier())
+    trainer.fit(Classifier(oom_above=args.oom_above), ckpt_path=args.resume_from)
     return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 

@@ -10,7 +10,10 @@ outside the scripts, through PyTorch's global hooks.
 
 from __future__ import annotations
 
+import os
 import runpy
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,8 @@ pytest.importorskip("torch", reason="the corpus needs torch (pip install torch)"
 pytest.importorskip("lightning", reason="pip install 'zeus-bso[lightning]'")
 pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 
+import torch
+
 from tests.helpers import ServerProcess, unique_id
 from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
@@ -29,6 +34,7 @@ from zeus_bso.client import ServerClient
 from zeus_bso.errors import ZeusBSOTrainFailError
 
 SCRIPTS = Path(__file__).parent
+ROOT = SCRIPTS.parent.parent
 REFERENCE = 16
 """The batch size every script's rate was tuned at (its job's default)."""
 MEMORY_CHECK_STEPS = 3
@@ -65,6 +71,44 @@ def run_script(name: str, *argv: str, failure_signal: bool = False) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+def run_killed(name: str, *argv: str) -> None:
+    """Run ``tests/scripts/<name>`` in a child process that its ``--kill-at-epoch`` fault
+    SIGKILLs (forked from this one, whose imports it shares: it starts at once, and nothing of
+    it runs after the kill)."""
+    pid = os.fork()
+    if pid == 0:  # the child, which never returns into the tests
+        status = 3  # it raised
+        try:
+            status = 4 + run_script(name, *argv, failure_signal=True)  # it was not killed
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status), f"not killed: exit status {os.waitstatus_to_exitcode(status)}"
+    assert os.WTERMSIG(status) == signal.SIGKILL
+
+
+def cli_config(
+    path: Path,
+    prefix: str,
+    *,
+    target: float | str | None = None,
+    callbacks: str = "",
+    **more: str,
+) -> Path:
+    """``lightning_cli.yaml`` for the job ``prefix``, at ``path``: with another ``target``,
+    more ``callbacks`` (YAML list items), and more of the callback's init arguments."""
+    text = (SCRIPTS / "lightning_cli.yaml").read_text().replace("corpus-cli", prefix)
+    if target is not None:
+        text = text.replace("target_metric: 0.85", f"target_metric: {target}")
+    for name, value in more.items():
+        text = text.replace("lr_rule: linear", f"lr_rule: linear\n        {name}: {value}")
+    if callbacks:
+        text = text.replace("enable_checkpointing: false", "enable_checkpointing: true")
+        text += callbacks
+    path.write_text(text)
+    return path
 
 
 def trials_of(server: ServerProcess, prefix: str) -> list[dict[str, Any]]:
@@ -141,8 +185,7 @@ def test_a_lightning_cli_yaml_file_trains_what_the_server_dispatched(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
     prefix = unique_id("corpuscli").replace("-", "")
-    config = tmp_path / "config.yaml"
-    config.write_text((SCRIPTS / "lightning_cli.yaml").read_text().replace("corpus-cli", prefix))
+    config = cli_config(tmp_path / "config.yaml", prefix)
     runs = []
     for _ in range(3):
         assert run_script("lightning_cli.py", "fit", "--config", str(config)) == 0
@@ -162,12 +205,8 @@ def test_a_target_never_reached_reaches_the_caller(
     nothing, through raise_if_unconverged in its YAML file)."""
     prefix = unique_id("corpusfail").replace("-", "")
     if script == "lightning_cli.py":
-        config = tmp_path / "config.yaml"
-        text = (SCRIPTS / "lightning_cli.yaml").read_text().replace("corpus-cli", prefix)
-        text = text.replace("target_metric: 0.85", "target_metric: 0.999")
-        config.write_text(
-            text.replace("lr_rule: linear", "lr_rule: linear\n        raise_if_unconverged: true")
-        )
+        path = tmp_path / "config.yaml"
+        config = cli_config(path, prefix, target=0.999, raise_if_unconverged="true")
         with pytest.raises(ZeusBSOTrainFailError, match="did not reach the target"):
             run_script(script, "fit", "--config", str(config))
     else:
@@ -203,23 +242,75 @@ def test_upstreams_loop_shape_gets_the_failure_signal_from_on_evaluate(
     assert [(t["status"], t["converged"]) for t in trials] == [("reported", False)] * 3
 
 
-@pytest.mark.parametrize("script", ["lightning_onecycle.py", "classic_pytorch_lightning.py"])
+LIGHTNING = [
+    "lightning_onecycle.py",
+    "lightning_warmup_cosine.py",
+    "lightning_datamodule.py",
+    "classic_pytorch_lightning.py",
+    "lightning_cli.py",
+]
+
+
+def lightning_run(script: str, prefix: str, tmp_path: Path, *argv: str) -> int:
+    """Run a Lightning script of the job ``prefix`` at a target of 0.6, which its fits at
+    batch size 8 reach (the LightningCLI one from its YAML file; ``argv``: the CLI's own
+    arguments)."""
+    if script != "lightning_cli.py":
+        return run_script(script, "--job", prefix, "--target", "0.6", *argv)
+    config = cli_config(tmp_path / "config.yaml", prefix, target=0.6)
+    return run_script(script, "fit", "--config", str(config), *argv)
+
+
+@pytest.mark.parametrize("script", LIGHTNING)
 def test_out_of_memory_in_the_memory_check_moves_the_fit_and_its_schedule(
-    script: str, probe: Probe, server: ServerProcess
+    script: str, probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
     """The default, 16, runs out of memory when tried: the fit goes on at 8 with its DataLoader
     and schedule built for 8 (OneCycleLR sized from estimated_stepping_batches at 16's length
     would crash half-way, stepped more times than its total; the classic package's Trainer
     takes the callback as the new one's does)."""
     prefix = unique_id("corpusoom").replace("-", "")
+    oom = ["--model.oom_above", "8"] if script == "lightning_cli.py" else ["--oom-above", "8"]
     for _ in range(2):
-        assert run_script(script, "--job", prefix, "--oom-above", "8", "--target", "0.6") == 0
+        assert lightning_run(script, prefix, tmp_path, *oom) == 0
         steps = probe.take()
         trial = trials_of(server, prefix)[-1]
         assert trial["batch_size"] == 8
         check_run(steps, trial)
     statuses = [(t["batch_size"], t["status"]) for t in trials_of(server, prefix)]
     assert statuses == [(16, "infeasible"), (8, "reported"), (8, "reported")]
+
+
+@pytest.mark.parametrize("script", ["accelerate_loop.py", "fabric_loop.py", "upstream_loop.py"])
+def test_out_of_memory_while_a_loop_trains_is_infeasible_and_the_next_run_fits(
+    script: str, probe: Probe, server: ServerProcess
+) -> None:
+    """A hand-written loop has no memory check: its first step at 16 runs out of memory, and
+    the error ends the run (the adapter's ``with``; upstream's loop shape has none, and dies of
+    it, uncaught: the trial is marked at exit, in a process of its own). The trial is marked
+    infeasible, not failed, and the next run trains at 8."""
+    prefix = unique_id("corpusloopoom").replace("-", "")
+    argv = ["--job", prefix, "--oom-above", "8", "--target", "0.6"]
+    if script == "upstream_loop.py":
+        died = subprocess.run(
+            [sys.executable, str(SCRIPTS / script), *argv],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert died.returncode == 1, died.stderr
+        assert "OutOfMemoryError: CUDA out of memory" in died.stderr
+    else:
+        with pytest.raises(torch.OutOfMemoryError):
+            run_script(script, *argv)
+    probe.take()
+    assert run_script(script, *argv, failure_signal=True) == 0
+    infeasible, trial = trials_of(server, prefix)
+    assert (infeasible["batch_size"], infeasible["status"]) == (16, "infeasible")
+    assert trial["batch_size"] == 8
+    check_run(probe.take(), trial, CORPUS[script][1])
 
 
 def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
@@ -263,3 +354,113 @@ def test_a_resumed_fit_trains_its_trials_size_at_the_factor_once(
     assert trial["epochs"] == 4  # two, then two more of the same trial
     check_run(first, trial)
     check_run(resumed, trial)
+
+
+KILL_AT = 2
+"""The epoch (from 0) whose start the kill tests' second run is killed at: two were reported."""
+TRAIN_SAMPLES = 96
+"""The samples every script trains on, an epoch."""
+CLI_KILLS = f"""\
+    - class_path: tests.scripts.lightning_faults.KillAtEpoch
+      init_args:
+        epoch: {KILL_AT}
+"""
+CLI_SAVES = """\
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        dirpath: {dir}
+        save_last: true
+"""
+AFTER_REPORT = ("--kill-after-report",)
+
+
+def three_runs(
+    script: str, prefix: str, tmp_path: Path, more: tuple[str, ...], kill_more: tuple[str, ...]
+) -> tuple[list[str], ...]:
+    """The arguments of ``script``'s three runs for the kill tests: a first run, one killed at
+    `KILL_AT` that saves its checkpoints, and that one resumed from the last of them
+    (upstream's loop shape saves none: its run is launched again with the same run key);
+    ``more``: every run's arguments, ``kill_more``: the killed one's."""
+    saves = tmp_path / "saves"
+    job = ["--job", prefix, "--target", "0.999", *more]
+    kill = ["--kill-at-epoch", str(KILL_AT), *kill_more]
+    if script == "lightning_cli.py":  # the failure signal from the fit, which returns nothing
+        saving = CLI_SAVES.format(dir=saves)
+        config = {"target": "0.999", "raise_if_unconverged": "true"}
+        first = cli_config(tmp_path / "first.yaml", prefix, **config)
+        killed = cli_config(tmp_path / "k.yaml", prefix, callbacks=saving + CLI_KILLS, **config)
+        resumed = cli_config(tmp_path / "r.yaml", prefix, callbacks=saving, **config)
+        return (
+            ["fit", "--config", str(first)],
+            ["fit", "--config", str(killed)],
+            ["fit", "--config", str(resumed), "--ckpt_path", str(saves / "last.ckpt")],
+        )
+    if script == "hf_trainer.py":
+        run = [*job, "--output-dir", str(saves), "--save"]
+        return [*job, "--output-dir", str(tmp_path / "first")], [*run, *kill], [*run, "--resume"]
+    if script == "upstream_loop.py":
+        return job, [*job, *kill], job
+    run = [*job, "--save-to", str(saves)]
+    last = saves if script == "accelerate_loop.py" else saves / "last.ckpt"
+    return job, [*run, *kill], [*run, "--resume-from", str(last)]
+
+
+@pytest.mark.parametrize(
+    ("script", "more", "kill_more"),
+    [
+        *(
+            pytest.param(script, (), (), id=script)
+            for script in sorted({*CORPUS, "lightning_cli.py"})
+        ),
+        # FSDP's order: the optimizers built before the checkpoint is read
+        pytest.param("lightning_onecycle.py", ("--restores-late",), (), id="restores-late"),
+        # The checkpoint an epoch behind the server
+        *(
+            pytest.param(script, (), AFTER_REPORT, id=f"{script}-after-report")
+            for script in ("lightning_datamodule.py", "hf_trainer.py", "fabric_loop.py")
+        ),
+    ],
+)
+def test_a_run_killed_then_resumed_continues_its_trial_at_the_factor_once(
+    script: str,
+    more: tuple[str, ...],
+    kill_more: tuple[str, ...],
+    probe: Probe,
+    server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job's second run, at a size other than the default (a factor other than 1), is
+    SIGKILLed at the start of its third epoch, after two were reported and checkpointed; then
+    the run resumed from the checkpoint (or, for upstream's loop shape, launched again with its
+    run key) trains the two epochs left of the same trial, at its batch size and at the factor
+    once, and the trial is charged for its four epochs once. Also where the checkpoint is read
+    after the strategy's setup (FSDP, DeepSpeed, ModelParallel): the fit's new trial is
+    withdrawn after its optimizers were built; and where the kill came after the third epoch's
+    report, before its checkpoint: the epoch is trained again, and the lost one's time and
+    energy count."""
+    prefix = unique_id("corpuskill").replace("-", "")
+    first, killed, resumed = three_runs(script, prefix, tmp_path, more, kill_more)
+    assert run_script(script, *first, failure_signal=True) == 1
+    monkeypatch.setenv("ZEUS_BSO_RUN_KEY", f"{prefix}-run")  # what upstream's shape resumes by
+    run_killed(script, *killed)
+    trial = trials_of(server, prefix)[-1]
+    reported = KILL_AT + (1 if kill_more == AFTER_REPORT else 0)
+    assert (trial["status"], trial["epochs"]) == ("dispatched", reported)  # nothing sent since
+    assert trial["batch_size"] != REFERENCE
+    if script != "upstream_loop.py":  # the others resume from their checkpoints
+        monkeypatch.delenv("ZEUS_BSO_RUN_KEY")
+    probe.take()
+    assert run_script(script, *resumed, failure_signal=True) == 1  # no model
+    steps = probe.take()
+    trials = trials_of(server, prefix)[1:]
+    assert trials[0]["trial_number"] == trial["trial_number"]
+    trained = trials[0]
+    assert (trained["epochs"], trained["status"], trained["converged"]) == (4, "reported", False)
+    assert trained["time"] > trial["time"]
+    assert trained["energy"] > trial["energy"]
+    # Lightning's fit asks for a trial before it reads the checkpoint, and gives it back.
+    assert [t["status"] for t in trials[1:]] in ([], ["released"])
+    size = trained["batch_size"]
+    assert len(steps) == (4 - KILL_AT) * (TRAIN_SAMPLES // size)  # the epochs left, not four
+    check_run(steps, trained, CORPUS.get(script, ((), "linear"))[1])

@@ -3,7 +3,10 @@
 ``with`` and no ``end()``. With ``raise_if_unconverged=True`` a run that ends without reaching
 its target raises ``ZeusBSOTrainFailError`` from ``on_evaluate``, as upstream's client does.
 
-    python upstream_loop.py --job NAME [--target 0.9]
+    python upstream_loop.py --job NAME [--target 0.9] [--oom-above N] [--kill-at-epoch N]
+
+A run killed and launched again with the same ``ZEUS_BSO_RUN_KEY`` (as a Kubernetes Job restarts
+its pod) continues its trial, as upstream's examples, which save no checkpoint, can.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.scripts.faults import kill_at_epoch, out_of_memory_above
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.scaling import LinearScaler
 
@@ -23,9 +27,10 @@ def dataset(n: int, seed: int) -> TensorDataset:
     return TensorDataset(x, (x[:, 2] - x[:, 3] > 0).long())
 
 
-def train(model, loader, optimizer) -> None:
+def train(model, loader, optimizer, oom_above: int) -> None:
     model.train()
     for x, y in loader:
+        out_of_memory_above(oom_above, x)
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
@@ -41,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -59,8 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     val = dataset(64, 1)
     bso.on_train_begin()
-    for _epoch in range(job.max_epochs):
-        train(model, loader, optimizer)
+    for epoch in range(job.max_epochs):
+        kill_at_epoch(args.kill_at_epoch, epoch)
+        train(model, loader, optimizer, args.oom_above)
         bso.on_evaluate(validate(model, val))
         if bso.training_finished:
             break

@@ -688,11 +688,37 @@ class BatchSizeOptimizer:
             self._register()
         except (ServerConnectionError, ServerRejectedError) as err:
             return self._unavailable(err, trial.batch_size)
+        self._caught_up(trial)
         self._opened()
         if self._power_limits:
             self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
+
+    def _caught_up(self, trial: TrialId) -> None:
+        """Take what the server has of a trial resumed from a checkpoint: a run killed after a
+        report and before its next checkpoint left the server ahead of it (the heartbeat answers
+        the trial as it is, and renews its lease; upstream's server has none, and is not
+        asked)."""
+        try:
+            seen = self.client.heartbeat(trial)
+        except RouteMissingError:
+            return
+        except (ServerConnectionError, ServerRejectedError) as err:
+            logger.warning("zeus-bso: resumed trial %d not read (%s)", trial.trial_number, err)
+            return
+        epochs, time, energy = (seen.get(name) or 0 for name in ("epochs", "time", "energy"))
+        checkpoint = self.progress.epochs
+        if self.progress.caught_up(int(epochs), float(time), float(energy)):
+            logger.warning(
+                "zeus-bso: the checkpoint of trial %d is from epoch %d, and %d epochs were "
+                "reported before the restart: the work after the checkpoint was lost, and its "
+                "time and energy count; the epochs trained again are reported as epoch %d",
+                trial.trial_number,
+                checkpoint,
+                epochs,
+                epochs,
+            )
 
     def _opened(self) -> None:
         """The run's trial is open (dispatched or resumed) until `_finish`: a later run of the
@@ -838,7 +864,7 @@ class BatchSizeOptimizer:
             time=elapsed.seconds,
             energy=elapsed.joules,
             metric=metric,
-            current_epoch=epoch,
+            current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
         )
         try:

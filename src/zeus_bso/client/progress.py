@@ -37,6 +37,9 @@ class TrialProgress:
         self.trial: TrialId | None = None
         self.epochs = 0
         """Epochs reported so far (across restarts)."""
+        self.server_epochs = 0
+        """Epochs the server had of the trial when this run resumed it from a checkpoint
+        (`caught_up`): reports say no fewer (`epoch_to_report`)."""
         self._began = False
         self._start_time = 0.0
         self._start_energy = 0.0
@@ -153,6 +156,23 @@ class TrialProgress:
             )
         self.go_on(trial, epochs, spent, energy)
         return trial
+
+    def caught_up(self, epochs: int, time: float, energy: float) -> bool:
+        """What the server had reported of the trial this run resumed from a checkpoint (before
+        `begin`). A run killed after a report and before its next checkpoint left the server
+        ahead of the checkpoint: the work after the checkpoint was spent, so time and energy go
+        on from the server's, and the epochs trained again are reported as no fewer than the
+        server's (`epoch_to_report`). Returns whether the checkpoint was behind."""
+        behind = epochs > self.epochs
+        self.server_epochs = max(self.server_epochs, epochs)
+        self._time_before = max(self._time_before, time)
+        self._energy_before = max(self._energy_before, energy)
+        return behind
+
+    def epoch_to_report(self, epoch: int) -> int:
+        """The epoch a report of ``epoch`` says: no fewer than the server had (`caught_up`),
+        whose check that epochs never go back holds."""
+        return max(epoch, self.server_epochs)
 
     def go_on(self, trial: TrialId, epochs: int, time: float, energy: float) -> None:
         """Continue ``trial`` after ``epochs`` epochs that took ``time`` seconds and ``energy``
