@@ -33,6 +33,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The client's files on this machine (fallback recommendations, the outbox of runs that ended
 # while the server was away) go to a folder of this run's, not the home directory's.
 os.environ.setdefault("ZEUS_BSO_CACHE_DIR", tempfile.mkdtemp(prefix="zeus-bso-cache-"))
+# The node's power-limit records too (a test that sets limits, on the NVML double, has its own).
+os.environ.setdefault(
+    "ZEUS_BSO_POWER_RECORDS", os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits")
+)
 
 
 @pytest.fixture(scope="session")

@@ -179,3 +179,22 @@ def _pod_args(
         else:
             args.append(f"--volume={volume}:{mount['mountPath']}")
     return args + [f"--env={key}={value}" for key, value in env.items()]
+
+
+def test_the_training_pod_example_restores_power_limits_before_it_stops(tmp_path: Path) -> None:
+    """``power-restore-prestop.yaml``: valid, its preStop hook runs ``zeus-bso power restore``,
+    and the records folder it mounts from the node is the one the run and the hook use."""
+    docs = [
+        doc
+        for doc in yaml.safe_load_all((KUSTOMIZE_ROOT / "power-restore-prestop.yaml").read_text())
+        if doc
+    ]
+    validate_strictly(docs, tmp_path / "pod.yaml")
+    (pod,) = docs
+    (container,) = pod["spec"]["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["zeus-bso", "power", "restore"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    (mount,) = container["volumeMounts"]
+    (volume,) = pod["spec"]["volumes"]
+    assert env["ZEUS_BSO_POWER_RECORDS"] == mount["mountPath"] == volume["hostPath"]["path"]
+    assert "SYS_ADMIN" in container["securityContext"]["capabilities"]["add"]

@@ -80,6 +80,7 @@ def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     module = nvml_double(monkeypatch)
     monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(tmp_path / "cache" / "power_limits"))
 
     def describe(**options: Any) -> None:
         monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu(**options)]))
@@ -309,8 +310,8 @@ pl.Trainer(callbacks=[callback], max_epochs=2, **quiet_trainer_options({out!r}))
 def test_a_killed_run_has_its_limit_restored(
     server: ServerProcess, nvml: Any, tmp_path: Path, how: str
 ) -> None:
-    """SIGTERM: the run restores before it ends. SIGKILL: it cannot; its record stays, and the
-    next run on the node restores the GPU when it starts."""
+    """SIGTERM: the run restores before it ends. SIGKILL: it cannot; its watchdog restores the
+    GPU as soon as it is gone (it stayed capped until the node's next run)."""
     job_id = unique_id("plkill")
     script = WORKER.format(double=str(DOUBLE.parent), root=str(ROOT), signal=how,
                            job_id=job_id, url=server.url, out=str(tmp_path / "out"))  # fmt: skip
@@ -322,20 +323,13 @@ def test_a_killed_run_has_its_limit_restored(
     # the callback gives it); without it, the signal ends the process once the limits are back.
     expected = (128 + signal.SIGTERM, -signal.SIGTERM) if how == "SIGTERM" else (-signal.SIGKILL,)
     assert done.returncode in expected, done.stderr[-3000:]
-    records = list((tmp_path / "cache" / "power_limits").glob("*.json"))
-    if how == "SIGTERM":
-        assert state(tmp_path)["limit"] == 300.0
-        assert not records
-        return
-    assert state(tmp_path)["limit"] == cheapest(0.5)  # left as the killed run set it
-    assert [r.stem for r in records] == [UUID]
-    # The next run on the node, even one that does not opt in, restores it as it starts.
-    from zeus_bso import BatchSizeOptimizer
-    from zeus_bso.energy import EstimateMeter
-
-    BatchSizeOptimizer(server.url, job(unique_id("plnext"), 0.5), EstimateMeter(300)).end()
-    assert state(tmp_path)["limit"] == 300.0
-    assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
+    records = tmp_path / "cache" / "power_limits"
+    deadline = time.monotonic() + 10
+    while state(tmp_path)["limit"] != 300.0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state(tmp_path)["limit"] == 300.0, done.stderr[-3000:]
+    assert not list(records.glob("*.json"))
+    assert state(tmp_path)["changes"][-2:] == [cheapest(0.5), 300.0]  # trained at it, restored
 
 
 TWO_RANKS = """

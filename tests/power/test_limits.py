@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import one_settable_gpu, sigterm_a_forked_child
+from tests.helpers import GPU_DOUBLE, one_settable_gpu, sigterm_a_forked_child
 from zeus_bso.errors import PowerLimitError
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.limits import restore_orphaned
@@ -245,3 +246,129 @@ def test_a_gpu_without_an_energy_counter_has_no_period_at_once(
     monkeypatch.setattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", counted)
     assert limits.counter_period_s() is None
     assert len(reads) == 1  # not a loop of reads for half a second
+
+
+KILLED = """
+import os, signal, sys, time
+from pathlib import Path
+from zeus_bso.power import GpuPowerLimits
+
+limits = GpuPowerLimits(Path(sys.argv[1]))
+assert limits.set(250.0)
+print("set", flush=True)
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGABRT"])
+def test_a_process_killed_by_any_signal_leaves_no_cap(double: Path, how: str) -> None:
+    """SIGKILL (and the out-of-memory killer, and an abort in C) ends the process before any
+    handler: its watchdog restores the GPU as soon as it is gone, not the node's next run. The
+    other signals whose default ends a process restore in the process, then end it so."""
+    root = GPU_DOUBLE.parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(GPU_DOUBLE.parent), str(root)])}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(double), how],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -getattr(signal, how), done.stderr
+    assert done.stdout.startswith("set")
+    sys.modules["pynvml"].nvmlInit()  # this process's look at the GPU
+    deadline = time.monotonic() + 10
+    while (limit_now() != 300.0 or list(double.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert limit_now() == 300.0, done.stderr
+    assert not list(double.glob("*.json"))
+    changes = json.loads((double.parent / "gpu" / f"{UUID}.json").read_text())["changes"]
+    assert [mw / 1000 for _, mw in changes] == [250.0, 300.0]  # set, and put back once
+
+
+def capped_before(double: Path, watts: float) -> None:
+    """The double's GPU found at ``watts`` (a cap some earlier process left, or an
+    operator's)."""
+    state = double.parent / "gpu" / f"{UUID}.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"limit_mw": int(watts * 1000), "changes": [], "sets": 0}))
+
+
+def test_a_gpu_found_capped_goes_back_to_its_default_not_to_the_cap(
+    double: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A GPU left at 250 W (a run killed by an older release, another tool) with no record: the
+    run says so, and puts it back at its default (300 W), not at the cap it found; with the
+    operator's limit in the node's records (``operator.json``), at that."""
+    capped_before(double, 250.0)
+    limits = GpuPowerLimits(double)
+    assert limits.set(275.0)
+    assert "is at 250 W, below the 300 W it goes back to (its default)" in caplog.text
+    limits.restore()
+    assert limit_now() == 300.0
+
+    double.mkdir(parents=True, exist_ok=True)
+    (double / "operator.json").write_text(json.dumps({UUID: 225.0}))
+    caplog.clear()
+    limits = GpuPowerLimits(double)
+    assert limits.set(275.0)
+    assert "below" not in caplog.text  # found at 300 W: above the operator's 225 W
+    limits.restore()
+    assert limit_now() == 225.0
+
+
+def test_an_unreadable_record_is_reported_and_the_gpu_set_and_restored(
+    double: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record left empty (a kill or a full disk while it was written, before 0.2 wrote them
+    whole): the run that finds it says so, owns the GPU, sets it and restores it (it skipped
+    the GPU for good, and profiled a limit it never set); the node's next run does the same for
+    a GPU whose record alone is left."""
+    double.mkdir(parents=True, exist_ok=True)
+    (double / f"{UUID}.json").write_text("")
+    limits = GpuPowerLimits(double)
+    assert limits.set(250.0)
+    assert "is not a readable record" in caplog.text
+    assert limit_now() == 250.0
+    limits.restore()
+    assert limit_now() == 300.0
+    assert not list(double.glob("*.json"))
+
+    capped_before(double, 250.0)
+    (double / f"{UUID}.json").write_text("{")
+    assert restore_orphaned(double) == [UUID]
+    assert limit_now() == 300.0
+    assert not list(double.glob("*.json"))
+
+
+def test_power_restore_puts_every_gpu_back_for_an_epilog(
+    double: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``zeus-bso power restore``: a GPU left capped with its record (its run and watchdog both
+    killed, as a container's end does) goes back at the record's limit, one with none at its
+    default; a GPU the node lacks is a usage error."""
+    from typer.testing import CliRunner
+
+    from zeus_bso.cli.main import app
+    from zeus_bso.power import records as node
+
+    capped_before(double, 200.0)
+    node.create(double, node.Record(UUID, 300.0, 300.0, 1, "1", None))
+    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(double))
+    runner = CliRunner()
+    result = runner.invoke(app, ["power", "restore"])
+    assert result.exit_code == 0, result.output
+    assert f"{UUID}: 200 W -> 300 W (the record of process 1)" in result.output
+    assert limit_now() == 300.0
+    assert not list(double.glob("*.json"))
+
+    capped_before(double, 250.0)
+    result = runner.invoke(app, ["power", "restore", "--gpu", UUID])
+    assert f"{UUID}: 250 W -> 300 W (its default)" in result.output
+    assert (
+        runner.invoke(app, ["power", "restore"]).output.strip() == f"{UUID}: at 300 W (its default)"
+    )
+    wrong = runner.invoke(app, ["power", "restore", "--gpu", "GPU-nope"])
+    assert wrong.exit_code == 2
+    assert "no GPU GPU-nope on this node" in wrong.output

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app
+from zeus_bso.cli.power import power_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
@@ -389,6 +390,7 @@ def _print_power(summaries: list[Summary]) -> None:
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
 app.command(name="simulate")(simulate_command)
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(power_app, name="power")
 app.command(name="check", short_help="Check what a training run here would find; changes nothing.")(
     check_command
 )

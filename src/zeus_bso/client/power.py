@@ -8,13 +8,16 @@ from pathlib import Path
 
 from zeus_bso.client.fallback import cache_dir
 from zeus_bso.power import restore_orphaned
+from zeus_bso.power.records import records_folder as node_records_folder
 
 logger = logging.getLogger(__name__)
 
 
 def records_folder() -> Path:
-    """Where this node keeps the records of the power limits runs changed."""
-    return cache_dir() / "power_limits"
+    """Where this node keeps the records of the power limits runs changed
+    (`zeus_bso.power.records.records_folder`; the user's cache folder where the node's cannot
+    be made)."""
+    return node_records_folder(cache_dir())
 
 
 def restore_left_over() -> None:

@@ -1,11 +1,37 @@
 """GPU power limits (opt-in: ``power_limit="optimize"``): the Zeus paper's first-epoch
 profiling. `GpuPowerLimits` reads and sets the limits of a process's GPUs through NVML and
-restores them, recording each change on the node so that a run killed before it could restore
-is put right by the next one; `PowerProfiler` steps through the limits in a batch size's first
-epoch and measures each one's step. Which limit to train at is the server's choice
-(`zeus_bso.policy.power`)."""
+restores them, recording each change on the node (`zeus_bso.power.records`) and leaving a
+watchdog (`zeus_bso.power.watchdog`) to restore them if the process is killed; `PowerProfiler`
+steps through the limits in a batch size's first epoch and measures each one's step. Which limit
+to train at is the server's choice (`zeus_bso.policy.power`).
 
-from zeus_bso.power.limits import GpuPowerLimits, restore_orphaned
-from zeus_bso.power.profiler import PowerProfiler
+Names are imported when first asked for: the watchdog, a process of its own, starts with none of
+them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zeus_bso.power.limits import GpuPowerLimits, restore_orphaned
+    from zeus_bso.power.profiler import PowerProfiler
+
+_LAZY = {
+    "GpuPowerLimits": "zeus_bso.power.limits",
+    "restore_orphaned": "zeus_bso.power.limits",
+    "PowerProfiler": "zeus_bso.power.profiler",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["GpuPowerLimits", "PowerProfiler", "restore_orphaned"]

@@ -1,13 +1,17 @@
 """The power limits of a process's GPUs, through NVML: read, set, and always restored.
 
-Before a GPU's limit is first changed, a record of its limit is written on the node (a file per
-GPU, in ``records``, created exclusively): the process that creates it owns that GPU's limit
-for the run, and another process of the node that trains on the same GPU leaves it alone (a
-node's GPU is set once). `GpuPowerLimits.restore` puts every owned GPU back and deletes its
-record; it runs at the end of a run, on an exception, when the trial's lease is lost, on
-SIGTERM and at interpreter exit. A process killed outright (SIGKILL) cannot: its records stay,
-and `restore_orphaned`, at the start of the next run on the node, restores the GPUs whose
-owner is gone.
+Before a GPU's limit is first changed, a record of it is written in the node's folder
+(`zeus_bso.power.records`: one file per GPU, written whole and exclusively): the process that
+creates it owns that GPU's limit for the run, and another process of the node that trains on the
+same GPU leaves it alone (a node's GPU is set once). A GPU goes back to the operator's limit, else
+its default, never to a cap found on it. `GpuPowerLimits.restore` puts every owned GPU back and
+deletes its record; it runs at the end of a run, on an exception, when the trial's lease is lost,
+on SIGTERM, on every other signal whose default would end the process (SIGHUP, SIGQUIT, SIGUSR1,
+SIGUSR2, SIGALRM, SIGABRT), and at interpreter exit. What kills the process outright (SIGKILL,
+the out-of-memory killer, an abort in C) is the run's watchdog's (`zeus_bso.power.watchdog`),
+which restores as soon as the process is gone; what takes the watchdog down too (a container's
+end) is for ``zeus-bso power restore`` on the node, and for `restore_orphaned` at the start of
+the node's next run.
 
 Without the permission to set limits (NVML's ``NO_PERMISSION``: the process lacks
 ``CAP_SYS_ADMIN``) nothing is set and `GpuPowerLimits.advisory` is True: the caller logs the
@@ -18,12 +22,11 @@ refused with `PowerLimitError`: its limit is not this run's alone.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
 import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Collection
@@ -34,12 +37,21 @@ from typing import Any
 
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError
+from zeus_bso.power import records as node
 from zeus_bso.power.profiler import counter_period_s
 
 logger = logging.getLogger(__name__)
 
 LIMIT_STEP_W = 25.0
 """Watts between the limits profiled, from the maximum down (upstream Zeus's default)."""
+ENDING_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGABRT")
+    if hasattr(signal, name)
+)
+"""Signals besides SIGTERM whose default ends the process: where nothing else handles them,
+the limits are restored first (SIGINT raises ``KeyboardInterrupt``, which every exit path
+restores on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,28 +62,37 @@ class _Gpu:
     max_w: float
 
 
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks after boot, from ``/proc``), or None where that
-    cannot be read (no such process, or no ``/proc``): it tells a process from a later one that
-    was given the same PID."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the process's name (None where that cannot be
+    read: no such process, or no ``/proc``)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold spaces
-    return fields[19] if len(fields) > 19 else None
+    return stat.rsplit(")", 1)[-1].split()  # the name, in parentheses, may hold spaces
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, from ``/proc``), or None where that
+    cannot be read: it tells a process from a later one that was given the same PID."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether process ``pid`` runs, and is the one that started at ``started`` (if given and
-    readable): a PID reused by another process is not the owner."""
+    """Whether process ``pid`` runs (a zombie, ended and not yet reaped, does not), and is the
+    one that started at ``started`` (if given and readable): a PID reused by another process is
+    not the owner."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         pass
-    now = _started(pid) if started is not None else None
+    fields = _stat(pid)
+    if fields and fields[0] in ("Z", "X"):  # ended: its parent has not reaped it yet
+        return False
+    now = fields[19] if started is not None and fields is not None and len(fields) > 19 else None
     return now is None or now == started
 
 
@@ -170,7 +191,11 @@ class GpuPowerLimits:
         self._gpus = gpus
         self._previous_sigterm: Any = None
         self._on_sigterm: Callable[[int, FrameType | None], None] | None = None
+        self._on_ending: dict[int, Callable[[int, FrameType | None], None]] = {}
         self._at_exit = False
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        # Now, before training: its start (a Python process) would slow a profiled step.
+        self._start_watchdog()
 
     @property
     def uuids(self) -> list[str]:
@@ -223,8 +248,8 @@ class GpuPowerLimits:
 
     def set(self, limit_w: float) -> bool:
         """Set every owned GPU's limit to ``limit_w``, taking ownership of those no process of
-        the node owns (a record of each one's limit first). Returns False in advisory mode
-        (no permission: nothing set)."""
+        the node owns (a record of each one first, and the run's watchdog). Returns False in
+        advisory mode (no permission: nothing set)."""
         if self.advisory:
             return False
         with self._lock:
@@ -245,27 +270,114 @@ class GpuPowerLimits:
         return True
 
     def _own(self, gpu: _Gpu) -> bool:
-        """Write the record of ``gpu``'s limit, exclusively; whether this process owns it."""
-        self._records.mkdir(parents=True, exist_ok=True)
-        path = self._records / f"{gpu.uuid}.json"
-        original = self._nvml.nvmlDeviceGetPowerManagementLimit(gpu.handle) / 1000.0
-        record = {
-            "original_w": original,
-            "pid": os.getpid(),
-            "started": _started(os.getpid()),
-            "host": socket.gethostname(),
-        }
+        """Write the record of ``gpu``, exclusively; whether this process owns it. A record
+        whose owner is gone, or that cannot be read, is reported and taken over."""
+        found = self._nvml.nvmlDeviceGetPowerManagementLimit(gpu.handle) / 1000.0
+        target = self._target(gpu)
+        if found < target - 0.5:
+            logger.warning(
+                "zeus-bso: GPU %s is at %g W, below the %g W it goes back to (%s), with no run "
+                "of this node owning it: something left it capped; it goes back to %g W at the "
+                "end of this run",
+                gpu.uuid,
+                found,
+                target,
+                "the operator's limit" if self._operator_says(gpu) else "its default",
+                target,
+            )
+        me = os.getpid()
+        record = node.Record(gpu.uuid, target, found, me, _started(me), socket.gethostname())
+        self._start_watchdog()  # (again, after a restore) before the record
+        for _attempt in range(2):
+            if node.create(self._records, record):
+                self._owned[gpu.uuid] = target
+                return True
+            if not self._take_over(gpu):
+                return False
+        return False
+
+    def _target(self, gpu: _Gpu) -> float:
+        """The limit ``gpu`` goes back to: the operator's (within its range), else its
+        default."""
+        target = node.target_of(
+            self._nvml, gpu.handle, gpu.uuid, node.operator_limits(self._records)
+        )
+        if not gpu.min_w <= target <= gpu.max_w:
+            default = self._nvml.nvmlDeviceGetPowerManagementDefaultLimit(gpu.handle) / 1000.0
+            logger.warning(
+                "zeus-bso: the operator's limit of GPU %s, %g W, is outside its range "
+                "(%g-%g W): it goes back to its default, %g W",
+                gpu.uuid,
+                target,
+                gpu.min_w,
+                gpu.max_w,
+                default,
+            )
+            return float(default)
+        return target
+
+    def _operator_says(self, gpu: _Gpu) -> bool:
+        operator = node.operator_limits(self._records)
+        return gpu.uuid in operator or "all" in operator
+
+    def _take_over(self, gpu: _Gpu) -> bool:
+        """A record of ``gpu`` exists: whether it was left (its owner is gone, or it cannot be
+        read) and is now removed, for this process to own the GPU."""
+        path = node.path_of(self._records, gpu.uuid)
         try:
-            with open(path, "x") as file:
-                json.dump(record, file)
-        except FileExistsError:
+            record = node.read(path)
+        except FileNotFoundError:
+            return True  # its owner restored in between
+        except node.UnreadableRecordError as err:
+            logger.warning(
+                "zeus-bso: %s: this run sets GPU %s and profiles it, and puts it back at the end",
+                err,
+                gpu.uuid,
+            )
+            node.remove(self._records, gpu.uuid)
+            return True
+        if record.mine() and _alive(record.pid, record.started):
             return False
-        self._owned[gpu.uuid] = original
+        node.remove(self._records, gpu.uuid)  # left by a run that ended: this one's now
         return True
 
+    def _start_watchdog(self) -> None:
+        """Start the run's watchdog (once), which restores the GPUs this process owns when it
+        ends by any means (`zeus_bso.power.watchdog`)."""
+        if self._watchdog is not None:
+            return
+        command = [sys.executable, "-m", "zeus_bso.power.watchdog", "--pid", str(os.getpid())]
+        try:
+            self._watchdog = subprocess.Popen(
+                [*command, "--records", str(self._records)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # a signal to the job's process group is not its
+                close_fds=True,
+            )
+        except OSError as err:
+            logger.warning(
+                "zeus-bso: the power-limit watchdog did not start (%s): if this process is "
+                "killed, its GPUs are restored by the node's next run or `zeus-bso power "
+                "restore`",
+                err,
+            )
+
+    def _stop_watchdog(self) -> None:
+        """Everything is restored: the watchdog is told, and ends."""
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is None or watchdog.stdin is None:
+            return
+        try:
+            watchdog.stdin.write(b"done\n")
+            watchdog.stdin.close()
+            watchdog.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            watchdog.kill()
+
     def restore(self) -> None:
-        """Put every owned GPU back to its limit from before the run and delete its record
-        (again: nothing to do)."""
+        """Put every owned GPU back to its target (the operator's limit, else its default) and
+        delete its record (again: nothing to do)."""
         with self._lock:
             self._restore_locked()
 
@@ -279,15 +391,14 @@ class GpuPowerLimits:
             except self._nvml.NVMLError as err:
                 if getattr(err, "value", None) != self._nvml.NVML_ERROR_NO_PERMISSION:
                     logger.error(
-                        "could not restore GPU %s to %g W (%s): its record stays, for the next "
-                        "run to restore",
+                        "could not restore GPU %s to %g W (%s): its record stays, for the "
+                        "watchdog, the next run or `zeus-bso power restore`",
                         gpu.uuid,
                         original,
                         err,
                     )
                     continue
-            with contextlib.suppress(FileNotFoundError):
-                (self._records / f"{gpu.uuid}.json").unlink()
+            node.remove(self._records, gpu.uuid)
             logger.info("GPU %s is back at %g W", gpu.uuid, original)
         if not self._owned:
             self._unguard()
@@ -295,9 +406,11 @@ class GpuPowerLimits:
     def _guard(self) -> None:
         """While this process owns a GPU's limit: restore at interpreter exit, and on SIGTERM
         restore first, then do what was to be done (the handler before ours, or the default:
-        end the process). A process forked from this one (a DataLoader worker, which inherits
-        the handler, and gets SIGTERM too when a scheduler signals the whole job) owns nothing:
-        it does only the latter. Only the main thread can install a signal handler."""
+        end the process); on the other signals that would end the process by default and that
+        nothing else handles (`ENDING_SIGNALS`), restore, then end it so. A process forked from
+        this one (a DataLoader worker, which inherits the handlers, and gets SIGTERM too when a
+        scheduler signals the whole job) owns nothing: it does only the latter. Only the main
+        thread can install a signal handler."""
         if not self._at_exit:
             atexit.register(self.restore)
             self._at_exit = True
@@ -317,14 +430,25 @@ class GpuPowerLimits:
             elif previous != signal.SIG_IGN:
                 os.kill(os.getpid(), signal.SIGTERM)
 
+        def on_ending(signum: int, frame: FrameType | None) -> None:
+            if os.getpid() == pid:
+                self.restore()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
         signal.signal(signal.SIGTERM, on_sigterm)
         self._on_sigterm, self._previous_sigterm = on_sigterm, previous
+        for signum in ENDING_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                signal.signal(signum, on_ending)
+                self._on_ending[signum] = on_ending
 
     def _unguard(self) -> None:
         """Nothing owned any more: take back what `_guard` installed, so that a process that
-        goes on (a notebook, the next recurrence) keeps neither; a SIGTERM handler installed
-        after ours stays. From another thread the handler stays, harmless: restoring again
-        does nothing, and it hands the signal on."""
+        goes on (a notebook, the next recurrence) keeps neither, and stop the watchdog; a
+        handler installed after ours stays. From another thread the handlers stay, harmless:
+        restoring again does nothing, and they hand the signal on."""
+        self._stop_watchdog()
         if self._at_exit:
             atexit.unregister(self.restore)
             self._at_exit = False
@@ -332,6 +456,10 @@ class GpuPowerLimits:
             return
         if signal.getsignal(signal.SIGTERM) is self._on_sigterm:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
+        for signum, handler in self._on_ending.items():
+            if signal.getsignal(signum) is handler:
+                signal.signal(signum, signal.SIG_DFL)
+        self._on_ending = {}
         self._on_sigterm = self._previous_sigterm = None
 
 
@@ -343,41 +471,117 @@ def _mig_enabled(nvml: Any, handle: Any) -> bool:
     return bool(current)
 
 
-def restore_orphaned(records: Path) -> list[str]:
+def restore_orphaned(records: Path, owner: int | None = None) -> list[str]:
     """Restore the GPUs of this node whose records' owners are gone (killed before they could
-    restore), and delete those records. Returns their UUIDs."""
+    restore; ``owner``: only that process's), and delete those records; a record that cannot be
+    read is reported, and its GPU restored too. Returns their UUIDs."""
     if not records.is_dir():
         return []
-    found = sorted(records.glob("*.json"))
+    found = sorted(p for p in records.glob("*.json") if p.name != node.OPERATOR_FILE)
     if not found:
         return []
     restored = []
     nvml: Any = None
     for path in found:
         try:
-            record = json.loads(path.read_text())
-            pid, original = int(record["pid"]), float(record["original_w"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        started = record.get("started")
-        owner_runs = _alive(pid, started if isinstance(started, str) else None)
-        if record.get("host") not in (None, socket.gethostname()) or owner_runs:
-            continue
+            record: node.Record | None = node.read(path)
+        except FileNotFoundError:
+            continue  # its owner restored in between
+        except node.UnreadableRecordError as err:
+            if owner is not None:
+                continue  # a watchdog restores its own run's
+            logger.warning("zeus-bso: %s: its GPU goes back to its target", err)
+            record = None
+        if record is not None:
+            if owner is not None and record.pid != owner:
+                continue
+            if not record.mine() or _alive(record.pid, record.started):
+                continue
         if nvml is None:
             nvml = _nvml()
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(path.stem)
-            nvml.nvmlDeviceSetPowerManagementLimit(handle, round(original * 1000))
+            target = (
+                record.target_w
+                if record is not None
+                else node.target_of(nvml, handle, path.stem, node.operator_limits(records))
+            )
+            nvml.nvmlDeviceSetPowerManagementLimit(handle, round(target * 1000))
         except nvml.NVMLError as err:
-            logger.error("could not restore GPU %s to %g W: %s", path.stem, original, err)
+            logger.error("could not restore GPU %s: %s", path.stem, err)
             continue
         path.unlink(missing_ok=True)
         logger.warning(
-            "zeus-bso: GPU %s is back at %g W: process %d changed its power limit and ended "
-            "without restoring it",
+            "zeus-bso: GPU %s is back at %g W: %s changed its power limit and ended without "
+            "restoring it",
             path.stem,
-            original,
-            pid,
+            target,
+            f"process {record.pid}" if record is not None else "a run",
         )
         restored.append(path.stem)
     return restored
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What `restore_gpus` did to one GPU."""
+
+    uuid: str
+    before_w: float
+    after_w: float
+    why: str
+    """Where the limit it went back to came from (its record, the operator's, its default)."""
+    error: str | None = None
+
+
+def restore_gpus(records: Path, uuids: Collection[str] | None = None) -> list[Restored]:
+    """Put GPUs of this node back at their targets (their record's, else the operator's limit,
+    else their default) and delete their records, whoever set them: for a scheduler's epilog
+    or a container's preStop hook, after the runs. ``uuids``: those GPUs (default: every GPU of
+    the node, whatever ``CUDA_VISIBLE_DEVICES`` says).
+
+    Raises:
+        PowerLimitError: no NVML, or ``uuids`` names a GPU the node does not have.
+    """
+    nvml = _nvml()
+    handles = {}
+    try:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            handles[nvml_text(nvml.nvmlDeviceGetUUID(handle))] = handle
+    except nvml.NVMLError as err:
+        raise PowerLimitError(f"NVML could not list the GPUs: {err}") from err
+    chosen = list(handles) if uuids is None else list(uuids)
+    unknown = [uuid for uuid in chosen if uuid not in handles]
+    if unknown:
+        raise PowerLimitError(
+            f"no GPU {', '.join(unknown)} on this node; it has {', '.join(handles) or 'none'}"
+        )
+    operator = node.operator_limits(records)
+    done = []
+    for uuid in chosen:
+        handle = handles[uuid]
+        why = "its default"
+        if uuid in operator or "all" in operator:
+            why = "the operator's limit"
+        target = node.target_of(nvml, handle, uuid, operator)
+        try:
+            record = node.read(node.path_of(records, uuid))
+            target, why = record.target_w, f"the record of process {record.pid}"
+        except FileNotFoundError:
+            pass
+        except node.UnreadableRecordError as err:
+            logger.warning("zeus-bso: %s: GPU %s goes back to %s", err, uuid, why)
+        try:
+            before = nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
+            if round(before * 1000) != round(target * 1000):
+                nvml.nvmlDeviceSetPowerManagementLimit(handle, round(target * 1000))
+        except nvml.NVMLError as err:
+            hint = ""
+            if getattr(err, "value", None) == nvml.NVML_ERROR_NO_PERMISSION:
+                hint = " (setting a power limit needs root: CAP_SYS_ADMIN)"
+            done.append(Restored(uuid, float("nan"), target, why, f"{err}{hint}"))
+            continue
+        node.remove(records, uuid)
+        done.append(Restored(uuid, before, target, why))
+    return done
