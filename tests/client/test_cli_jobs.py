@@ -302,6 +302,13 @@ def test_a_url_where_no_batch_size_optimizer_answers_is_said_in_a_line(
     assert "\n" not in said
 
 
+def test_check_never_prints_a_password_in_the_server_url(server: ServerProcess) -> None:
+    host = server.url.split("://", 1)[1]
+    checked = cli(server, command="check", env={"ZEUS_BSO_SERVER_URL": f"http://bob:pa55@{host}"})
+    assert f"bob:***@{host}" in checked.stdout
+    assert "pa55" not in checked.stdout + checked.stderr
+
+
 def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess) -> None:
     """On NVML's test double: the GPUs it would measure, and whether it could set limits."""
     double = str(Path(__file__).parents[1] / "gpu_double")

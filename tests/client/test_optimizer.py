@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -199,6 +200,27 @@ def test_unreachable_server_at_start_is_a_clear_error_when_asked_to_raise() -> N
     with pytest.raises(ServerConnectionError, match="cannot reach the batch size optimizer"):
         bso.get_batch_size()
     bso.abort()
+
+
+def test_a_server_urls_password_is_never_printed(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A URL with credentials (a proxy's basic auth): the unreachable-server error shows
+    ``user:***@``, and httpx's request log, which names every URL, stays quiet at INFO."""
+    caplog.set_level(logging.DEBUG)
+    url = f"http://alice:s3cret@127.0.0.1:{free_port()}"
+    bso = BatchSizeOptimizer(
+        url, spec("nobody"), EstimateMeter(100), retry_seconds=0, on_server_unavailable="raise"
+    )
+    with pytest.raises(ServerConnectionError) as raised:
+        bso.get_batch_size()
+    bso.abort()
+    assert "alice:***@127.0.0.1" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+    host = server.url.split("://", 1)[1]
+    with ServerClient(f"http://alice:s3cret@{host}") as client:
+        client.list_jobs()
+    assert "s3cret" not in caplog.text
 
 
 def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(

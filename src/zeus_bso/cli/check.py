@@ -214,6 +214,9 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     """Whether the server answers, is zeus-bso's, and takes the token (a read, nothing
     registered)."""
     from zeus_bso.client.http import ServerClient
+    from zeus_bso.client.settings import shown_url
+
+    shown = shown_url(server)  # no password in what is printed
 
     upstream = False  # a server without our read API that speaks the protocol
     try:
@@ -233,7 +236,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
                 Finding(
                     "server",
                     False,
-                    f"no batch size optimizer answers at {server}: {error}; check the URL (and "
+                    f"no batch size optimizer answers at {shown}: {error}; check the URL (and "
                     "the path prefix of a server behind a reverse proxy)",
                 )
             )
@@ -242,7 +245,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
             Finding(
                 "server",
                 True,
-                f"{server} answers, but has no read API: upstream Zeus's server? Its protocol "
+                f"{shown} answers, but has no read API: upstream Zeus's server? Its protocol "
                 "works; zeus-bso's additions (out-of-memory as infeasible, power limits, "
                 "leases) do not",
             )
@@ -250,12 +253,12 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     except ServerRejectedError as error:
         if error.status == 401:
             says = (
-                f"{server} refused the token: check ZEUS_BSO_TOKEN (or --token)"
+                f"{shown} refused the token: check ZEUS_BSO_TOKEN (or --token)"
                 if token
-                else f"{server} wants a token: set ZEUS_BSO_TOKEN (or --token)"
+                else f"{shown} wants a token: set ZEUS_BSO_TOKEN (or --token)"
             )
         else:
-            says = f"{server} answered {error.status}: {error.message}"
+            says = f"{shown} answered {error.status}: {error.message}"
         findings.checks.append(Finding("server", False, says))
     except ServerConnectionError as error:
         findings.checks.append(
@@ -272,7 +275,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
                 Finding(
                     "server",
                     False,
-                    f"{server} takes the token, but it reads only (ZEUS_BSO_READ_TOKEN): a run "
+                    f"{shown} takes the token, but it reads only (ZEUS_BSO_READ_TOKEN): a run "
                     "could not register, start a trial or report; use the server's token",
                 )
             )
@@ -281,8 +284,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
             Finding(
                 "server",
                 True,
-                f"{server} answers"
-                + (", and takes the token" if token else " (it needs no token)"),
+                f"{shown} answers" + (", and takes the token" if token else " (it needs no token)"),
             )
         )
 

@@ -8,6 +8,7 @@ heartbeats and retries belong to the layers built on it.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
+from zeus_bso.client.settings import shown_url
 from zeus_bso.client.tls import (
     certificate_problem,
     https_words,
@@ -57,6 +59,12 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 def _gpu_params(gpu: GpuConfig | None) -> dict[str, str]:
     return {} if gpu is None else {k: str(v) for k, v in gpu.model_dump().items()}
+
+
+# httpx logs every request at INFO with its URL, credentials included: quiet unless the user
+# sets the "httpx" logger's level (after importing this).
+if logging.getLogger("httpx").level == logging.NOTSET:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def not_ours(response: httpx.Response) -> str:
@@ -100,6 +108,8 @@ class ServerClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
+        self.shown_url = shown_url(self.server_url)
+        """The URL as messages show it (no password)."""
         secure = httpx.URL(self.server_url).scheme == "https"
         self._connect: Callable[[], httpx.Client] = functools.partial(
             httpx.Client,
@@ -157,14 +167,14 @@ class ServerClient:
         except httpx.TransportError as err:
             # A URL of the wrong scheme is no outage but a misconfiguration.
             if no_tls(err):
-                raise ConfigurationError(no_tls_words(self.server_url, err)) from err
+                raise ConfigurationError(no_tls_words(self.shown_url, err)) from err
             if self.server_url.startswith("http://") and speaks_tls(self.server_url):
-                raise ConfigurationError(https_words(self.server_url)) from err
-            problem = certificate_problem(err, self.server_url)
+                raise ConfigurationError(https_words(self.shown_url)) from err
+            problem = certificate_problem(err, self.shown_url)
             if problem is not None:
                 raise ServerCertificateError(problem) from err
             raise ServerConnectionError(
-                f"cannot reach the batch size optimizer at {self.server_url} ({err}); "
+                f"cannot reach the batch size optimizer at {self.shown_url} ({err}); "
                 "check the URL and that `zeus-bso-server serve` runs there"
             ) from err
         if response.status_code >= 400:
@@ -182,7 +192,7 @@ class ServerClient:
                     "serves it below)"
                 )
             elif not ours and (response.status_code < 500 or response.status_code == 501):
-                message += f" (is {self.server_url} the zeus-bso server's address?)"
+                message += f" (is {self.shown_url} the zeus-bso server's address?)"
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)

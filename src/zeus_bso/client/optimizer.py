@@ -418,7 +418,7 @@ class BatchSizeOptimizer:
                     "zeus-bso: the server at %s does not choose GPU power limits (upstream "
                     "Zeus's server, or a zeus-bso server older than power limits): this run's "
                     "GPUs keep their own; upgrade the server for power_limit='optimize'",
-                    self.client.server_url,
+                    self.client.shown_url,
                 )
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
@@ -921,7 +921,7 @@ class BatchSizeOptimizer:
                 logger.info(
                     "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
                     "its trials have no leases to keep",
-                    self.client.server_url,
+                    self.client.shown_url,
                 )
                 return
             except (ServerConnectionError, ServerRejectedError) as err:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.errors import ConfigurationError, validation_words
@@ -226,3 +227,13 @@ def lightning_settings() -> LightningSettings | None:
         max_micro_batch_size=check_max_micro_batch_size(max_micro),
         power_limit=check_power_limit(environment_setting("ZEUS_BSO_POWER_LIMIT", "off")),
     )
+
+
+def shown_url(url: str) -> str:
+    """``url`` as errors, checks and logs show it: credentials in it as ``user:***@``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

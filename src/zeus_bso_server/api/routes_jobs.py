@@ -89,7 +89,7 @@ async def forget_power_profiles(
     profile: Annotated[
         Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
     ] = None,
-    batch_size: Annotated[int | None, Query(gt=0)] = None,
+    batch_size: Annotated[int | None, Query(gt=0, le=INT32_MAX)] = None,
 ) -> ForgottenPowerProfiles:
     """Forget the job's power profiles (``power_limit="optimize"``): those of ``batch_size``
     on the hardware ``profile`` (e.g. ``1xNVIDIA H200@700W``), or every one where either is
