@@ -3,6 +3,7 @@ the callback (`zeus_bso.integrations.handoff`), across a real fork and a real sp
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import stat
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from zeus_bso import RunOutcome
-from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.integrations.handoff import OutcomeHandoff, outcome_fields
 from zeus_bso.spec import StopReason
 
 OUTCOME = RunOutcome(
@@ -64,8 +65,36 @@ def test_the_file_is_its_owners_alone_and_goes_with_the_handoff() -> None:
     path: Path = handoff._path
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.stat().st_uid == os.getuid()
-    del handoff  # never read: removed with its callback
-    assert not path.exists()
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # a folder of its own
+    assert path.parent.name.startswith("zeus-bso-outcome-")
+    del handoff  # never read: removed with its callback, folder and all
+    assert not path.parent.exists()
+
+
+def forge(path: Path) -> None:
+    """What another local user would do: put a converged outcome where the caller reads."""
+    path.write_text(json.dumps(outcome_fields(OUTCOME)))
+
+
+def test_an_outcome_that_is_not_the_owners_alone_is_not_believed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The staging file and its name used to be in the shared temporary folder, and another
+    local user's watcher created the final file first: the caller read a forged "converged"
+    outcome. In a private folder nobody else can; a folder or file that is not private, or a
+    link in the file's place, is not read."""
+    handoff = OutcomeHandoff()
+    path: Path = handoff._path
+    path.parent.chmod(0o777)  # as if it were shared
+    forge(path)
+    assert handoff.receive() is None
+    assert "is not this user's alone" in caplog.text
+    path.parent.chmod(0o700)
+    elsewhere = path.parent.with_name(path.parent.name + "-forged.json")
+    forge(elsewhere)
+    path.symlink_to(elsewhere)
+    assert handoff.receive() is None
+    elsewhere.unlink()
 
 
 def test_a_later_fits_outcome_replaces_the_unread_one() -> None:

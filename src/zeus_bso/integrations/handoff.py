@@ -4,10 +4,12 @@ called ``fit``.
 Lightning's ``ddp_spawn`` and ``ddp_notebook`` strategies train in processes they start (spawned
 or forked), each with a copy of the callback: the copy in the caller never sees the fit, so its
 ``outcome`` stayed None (and `zeus_bso.until_converged` stopped after one run). The main rank's
-copy writes the outcome, as JSON, to a file whose name the caller's callback drew when it was
-built (an unguessable name in the temporary folder, readable by its owner only); the caller reads
-it, and removes it, when it is asked for the outcome. Processes that built their own callback
-(``strategy="ddp"``, ``torchrun``: each process runs the script) write nothing.
+copy writes the outcome, as JSON, into a private folder the caller's callback made when it was
+built (a random name in the temporary folder, created exclusively, mode 0700: no other user can
+create, replace or read a file in it); the caller reads it, after checking that the folder and
+the file are its own and private, and removes it, when it is asked for the outcome. Processes
+that built their own callback (``strategy="ddp"``, ``torchrun``: each process runs the script)
+write nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import dataclasses
 import json
 import logging
 import os
-import secrets
+import shutil
+import stat
 import tempfile
 import weakref
 from pathlib import Path
@@ -39,9 +42,17 @@ def outcome_from(fields: dict[str, Any]) -> RunOutcome:
     return RunOutcome(**{**fields, "reason": StopReason(fields["reason"])})
 
 
+OUTCOME_FILE = "outcome.json"
+
+
 def _remove(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
+
+
+def _private(info: os.stat_result) -> bool:
+    """Whether a file or folder is this user's and no one else's."""
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
 
 
 class OutcomeHandoff:
@@ -51,14 +62,14 @@ class OutcomeHandoff:
     def __init__(self) -> None:
         self._pid = os.getpid()
         try:
-            folder = tempfile.gettempdir()
+            folder = Path(tempfile.mkdtemp(prefix="zeus-bso-outcome-"))  # 0700, made exclusively
         except OSError as err:  # no writable temporary folder (a read-only container)
             logger.debug("zeus-bso: no outcome hand-off: %s", err)
             self._path: Path | None = None
             return
-        self._path = Path(folder) / f"zeus-bso-outcome-{secrets.token_hex(12)}.json"
+        self._path = folder / OUTCOME_FILE
         # An outcome that nobody asked for goes with the callback (or with this process).
-        weakref.finalize(self, _remove, self._path)
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
 
     @property
     def in_child(self) -> bool:
@@ -90,14 +101,31 @@ class OutcomeHandoff:
 
     def receive(self) -> RunOutcome | None:
         """In the process that built the callback, the outcome a started process left (once:
-        the file is removed); None if there is none."""
+        the file is removed); None if there is none, or if the folder or the file is not this
+        user's alone (then nothing in it is believed)."""
         if self.in_child or self._path is None:
             return None
         try:
-            text = self._path.read_text(encoding="utf-8")
+            folder = os.lstat(self._path.parent)
+            descriptor = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return None
-        _remove(self._path)
+        try:
+            with os.fdopen(descriptor, encoding="utf-8") as file:
+                own = stat.S_ISDIR(folder.st_mode) and _private(folder)
+                own = own and stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+                own = own and _private(os.fstat(file.fileno()))
+                text = file.read() if own else ""
+        except OSError:
+            return None
+        finally:
+            _remove(self._path)
+        if not own:
+            logger.warning(
+                "zeus-bso: the run's outcome at %s is not this user's alone: not read",
+                self._path,
+            )
+            return None
         try:
             return outcome_from(json.loads(text))
         except (ValueError, TypeError, KeyError) as err:
