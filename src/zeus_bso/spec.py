@@ -631,6 +631,15 @@ class PowerProfileReport(TrialId):
     measurements: Annotated[
         list[PowerMeasurement], Field(min_length=1, max_length=MAX_POWER_LIMITS)
     ]
+    limit_range_w: (
+        tuple[
+            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
+            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
+        ]
+        | None
+    ) = None
+    """The lowest and highest limit every GPU of the run takes (W): each measurement's limit
+    lies within it (absent: a client that does not say)."""
 
     @field_validator("measurements")
     @classmethod
@@ -639,6 +648,20 @@ class PowerProfileReport(TrialId):
         if len(set(limits)) != len(limits):
             raise ValueError(f"each power limit is measured once: {limits}")
         return sorted(measurements, key=lambda m: m.power_limit)
+
+    @model_validator(mode="after")
+    def _within_range(self) -> Self:
+        if self.limit_range_w is None:
+            return self
+        low, high = self.limit_range_w
+        if low > high:
+            raise ValueError(f"limit_range_w {low:g}-{high:g} W: the lowest comes first")
+        outside = [m.power_limit for m in self.measurements if not low <= m.power_limit <= high]
+        if outside:
+            raise ValueError(
+                f"power limits {outside} W lie outside the GPUs' range, {low:g}-{high:g} W"
+            )
+        return self
 
 
 class PowerProfileView(WireModel):

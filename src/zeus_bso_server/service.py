@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
+from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.policy.power import profiles_power
@@ -27,6 +29,7 @@ from zeus_bso.spec import (
     DispatchedTrial,
     GpuConfig,
     JobSpecFromClient,
+    PowerMeasurement,
     PowerProfileReport,
     PowerProfileView,
     ReportResponse,
@@ -53,6 +56,30 @@ logger = logging.getLogger(__name__)
 
 LEASE_EPOCHS = 3.0
 """After a report, a trial's lease covers at least this many of its mean epoch times."""
+
+
+PROFILE_SENDERS_ENDED = frozenset(
+    {TrialStatus.REPORTED, TrialStatus.FAILED, TrialStatus.INFEASIBLE}
+)
+"""Trials whose run is over: a power profile from them is refused."""
+
+
+def _same_measurements(
+    stored: Sequence[PowerMeasurement], sent: Sequence[PowerMeasurement]
+) -> bool:
+    """Whether a profile sent again is the one stored (a retry), to a float column's
+    precision."""
+    if len(stored) != len(sent):
+        return False
+    return all(
+        math.isclose(a, b, rel_tol=1e-5)
+        for s, t in zip(stored, sent, strict=True)
+        for a, b in (
+            (s.power_limit, t.power_limit),
+            (s.time_per_epoch, t.time_per_epoch),
+            (s.energy_per_epoch, t.energy_per_epoch),
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,8 +345,16 @@ class BatchSizeService:
                     + "): its runs train at the GPUs' own limits"
                 )
             profile = trial.profile or profile_key(config)
+            known = config if profile_key(config) == profile else None
+            self._check_profile_sender(trial, report, known)
             stored = repo.power_profile(conn, report.job_id, profile, trial.batch_size)
-            if stored is None:
+            if stored is not None and stored.trial_number == trial.trial_number:
+                if not _same_measurements(stored.measurements, report.measurements):
+                    raise ReportMismatchError(
+                        f"trial {trial.trial_number} sent its power profile already, with other "
+                        "measurements: a run profiles once"
+                    )
+            elif stored is None:
                 stored = repo.StoredPowerProfile(
                     profile, trial.batch_size, trial.trial_number, tuple(report.measurements)
                 )
@@ -336,6 +371,32 @@ class BatchSizeService:
 
         async with self._queue(report.job_id):
             return await self.db.write(work)
+
+    @staticmethod
+    def _check_profile_sender(
+        trial: policy.TrialState, report: PowerProfileReport, gpus: GpuConfig | None
+    ) -> None:
+        """A profile comes from its trial's run, while it runs (a released trial may be resumed
+        from a checkpoint), at limits its GPUs take (``gpus``: the trial's hardware profile,
+        where known: no limit above one GPU's share of its power).
+
+        Raises:
+            ReportMismatchError: the trial ended, or a limit is above its GPUs' power.
+        """
+        if trial.status in PROFILE_SENDERS_ENDED:
+            raise ReportMismatchError(
+                f"trial {trial.trial_number} ended ({trial.status.value}): a power profile "
+                "comes from its run while it runs"
+            )
+        if gpus is None:
+            return
+        per_gpu = gpus.max_power / gpus.number_of_gpus
+        above = [m.power_limit for m in report.measurements if m.power_limit > per_gpu + 0.5]
+        if above:
+            raise ReportMismatchError(
+                f"power limits {above} W are above the {per_gpu:g} W of a GPU of the trial's "
+                f"hardware profile ({profile_key(gpus)})"
+            )
 
     def _resume(
         self,

@@ -270,3 +270,38 @@ def test_forgetting_profiles_of_no_job_or_with_bad_filters_is_refused(
     assert answer.json()["message"]  # what to change
     if job is None:  # nothing lost
         assert len(http.get(f"/api/jobs/{job_id}").json()["power_profiles"]) == 1
+
+
+def test_a_power_profile_is_taken_only_from_its_run_while_it_runs(http: httpx.Client) -> None:
+    """Any limit from any trial was stored, the first for good: a profile now comes from a
+    trial still running, once (the same again, a client's retry, is answered alike), at limits
+    within the GPUs' range that the run sends and no higher than a GPU of the trial's hardware
+    profile draws; nothing refused is stored."""
+    job_id = unique_id("powercheck")
+    register(http, job_id, eta_knob=1.0)
+    trial = dispatch(http, job_id, power_limits="true", **A100)
+    url = "/api/trials/power_profile"
+
+    outside = {**trial_id(trial), "measurements": MEASURED, "limit_range_w": [175.0, 300.0]}
+    refused = http.post(url, json=outside)
+    assert refused.status_code == 422, refused.text
+    assert "outside the GPUs' range, 175-300 W" in refused.json()["message"]
+    too_high = [*MEASURED, {"power_limit": 1e6, "time_per_epoch": 1.0, "energy_per_epoch": 1.0}]
+    refused = http.post(url, json={**trial_id(trial), "measurements": too_high})
+    assert refused.status_code == 409, refused.text
+    assert "above the 300 W of a GPU" in refused.json()["message"]
+    assert http.get(f"/api/jobs/{job_id}").json()["power_profiles"] == []
+
+    body = {**trial_id(trial), "measurements": MEASURED, "limit_range_w": [150.0, 300.0]}
+    assert http.post(url, json=body).status_code == 200
+    assert http.post(url, json=body).json()["power_limit"] == best(1.0, 300.0)  # a retry
+    other = [{**m, "energy_per_epoch": 1.0} for m in MEASURED]
+    refused = http.post(url, json={**trial_id(trial), "measurements": other})
+    assert refused.status_code == 409
+    assert "sent its power profile already" in refused.json()["message"]
+
+    report = {**trial_id(trial), "time": 10.0, "energy": 2000.0, "metric": 0.99, "current_epoch": 1}
+    assert http.post("/report", json=report).json()["stop_train"]  # ended: it converged
+    refused = http.post(url, json={**trial_id(trial), "measurements": MEASURED})
+    assert refused.status_code == 409
+    assert "ended (reported)" in refused.json()["message"]

@@ -570,3 +570,39 @@ def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
     again.end()
     assert state(tmp_path)["limit"] == 300.0
     first.release("the test's first run, resumed by the second")
+
+
+def test_a_limit_outside_the_gpus_range_is_refused_and_the_run_released(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """A profile that names 100 W (sent by a run on other GPUs, or wrong) for GPUs that take
+    200 to 300 W: the next run there refuses the limit before it touches the GPU, says what to
+    do, and its trial is released, not charged as a failure of the batch size (every run at it
+    died at start with an NVML error, each charged)."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+    from zeus_bso.spec import PowerMeasurement
+
+    spec = job(unique_id("plrange"), 1.0)
+    first = BatchSizeOptimizer(server.url, spec, EstimateMeter(300), power_limit="optimize")
+    assert first.get_batch_size() == BATCH
+    wrong = [
+        PowerMeasurement(power_limit=w, time_per_epoch=1.0, energy_per_epoch=w)
+        for w in (100.0, 300.0)
+    ]
+    assert first.send_power_profile(wrong) == 100.0
+    first.release("the test's profile, sent by hand")
+
+    def next_run() -> None:
+        with BatchSizeOptimizer(
+            server.url, spec, EstimateMeter(300), power_limit="optimize"
+        ) as bso:
+            assert bso.get_batch_size() == BATCH
+            bso.on_train_begin(STEPS)
+
+    with pytest.raises(PowerLimitError, match=r"100 W, lies outside these GPUs' range \(200-300"):
+        next_run()
+    assert state(tmp_path)["changes"] == []  # the GPU untouched
+    with ServerClient(server.url) as client:
+        trials = client.job_state(spec.job_id or "")["trials"]
+    assert [t["status"] for t in trials] == ["released", "released"]

@@ -618,14 +618,20 @@ class BatchSizeOptimizer:
         )
         return self.micro_batch_size
 
-    def send_power_profile(self, measurements: list[PowerMeasurement]) -> float | None:
-        """Send what this run measured at each power limit in its batch size's first epoch;
-        returns the limit to train at (None: the server could not take it, said in a
-        warning)."""
+    def send_power_profile(
+        self,
+        measurements: list[PowerMeasurement],
+        limit_range_w: tuple[float, float] | None = None,
+    ) -> float | None:
+        """Send what this run measured at each power limit in its batch size's first epoch
+        (``limit_range_w``: the lowest and highest limit its GPUs take); returns the limit to
+        train at (None: the server could not take it, said in a warning)."""
         trial = self.trial
         if trial is None or self.offline:
             return None
-        report = PowerProfileReport(**trial.model_dump(), measurements=measurements)
+        report = PowerProfileReport(
+            **trial.model_dump(), measurements=measurements, limit_range_w=limit_range_w
+        )
         try:
             chosen = self.client.power_profile(report)
         except ZeusBSOError as err:

@@ -202,6 +202,10 @@ class GpuPowerLimits:
         """The GPUs, by UUID."""
         return [gpu.uuid for gpu in self._gpus]
 
+    def range_w(self) -> tuple[float, float]:
+        """The lowest and highest limit every GPU takes (W)."""
+        return max(gpu.min_w for gpu in self._gpus), min(gpu.max_w for gpu in self._gpus)
+
     def limits(self) -> list[float]:
         """The limits a profile measures: from the GPUs' maximum down to their minimum, in
         steps of `LIMIT_STEP_W` (the range every GPU allows)."""

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
-from zeus_bso.errors import ConfigurationError
+from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits
@@ -28,6 +28,10 @@ from zeus_bso.power.profiler import (
     spread,
 )
 from zeus_bso.spec import GpuConfig, PowerMeasurement
+
+Send = Callable[[list[PowerMeasurement], tuple[float, float]], float | None]
+"""Sends a profile, with the range of limits the GPUs take (W); returns the limit to train at
+(None: the server could not take it)."""
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +88,7 @@ class PowerLimitRun:
         self._broadcast = broadcast
         self._gpus_factor = run_gpus.number_of_gpus / max(1, len(limits.uuids))
         self._profiler: PowerProfiler | None = None
-        self._send: Callable[[list[PowerMeasurement]], float | None] | None = None
+        self._send: Send | None = None
         self._steps_per_epoch = 1
         self._counter_period: float | None = None  # s, the main process's GPUs'
         self.limit: float | None = None
@@ -94,11 +98,17 @@ class PowerLimitRun:
         self,
         limit: float | None,
         profiling: bool,
-        send: Callable[[list[PowerMeasurement]], float | None],
+        send: Send,
         steps_per_epoch: int | None = None,
     ) -> None:
         """Training starts: at ``limit`` (the server's), or profiling the limits in the first
-        steps (``profiling``); ``send`` sends the profile and returns the limit (main)."""
+        steps (``profiling``); ``send`` sends the profile with the GPUs' range and returns the
+        limit (main).
+
+        Raises:
+            PowerLimitError: the server's limit lies outside these GPUs' range (the run is not
+                the batch size's to charge).
+        """
         self._send = send
         self._steps_per_epoch = steps_per_epoch or 1
         if profiling:
@@ -138,7 +148,7 @@ class PowerLimitRun:
                     self._profiler.steps_needed,
                 )
         elif limit is not None:
-            self._apply(limit)
+            self._apply(self._within_range(limit))
 
     def _agree(self, steps: int) -> int:
         """The main process's steps to measure each limit, on every process (a collective at
@@ -165,6 +175,22 @@ class PowerLimitRun:
 
     def _set(self, limit: float) -> None:
         self._limits.set(limit)
+
+    def _within_range(self, limit: float) -> float:
+        """``limit``, the server's, if these GPUs take it.
+
+        Raises:
+            PowerLimitError: they do not.
+        """
+        low, high = self._limits.range_w()
+        if low - 0.5 <= limit <= high + 0.5:
+            return limit
+        raise PowerLimitError(
+            f"the server's power limit for this batch size, {limit:g} W, lies outside these "
+            f"GPUs' range ({low:g}-{high:g} W): its profile was measured on other GPUs, or sent "
+            "wrong; `zeus-bso jobs reprofile JOB` has the next run measure it again. This run "
+            "is not counted against its batch size"
+        )
 
     def _apply(self, limit: float) -> None:
         self.limit = limit
@@ -218,11 +244,12 @@ class PowerLimitRun:
                 )
                 return None
             assert self._send is not None
-            return self._send(profiler.measurements(self._steps_per_epoch, self._gpus_factor))
+            measured = profiler.measurements(self._steps_per_epoch, self._gpus_factor)
+            return self._send(measured, self._limits.range_w())
 
         limit = self._broadcast(chosen() if self._is_main else None)
         if limit is not None:
-            self._apply(float(limit))
+            self._apply(self._within_range(float(limit)))
         else:
             self._limits.restore()
 

@@ -460,8 +460,12 @@ class TrialSession:
             self.power.begin(limit, profiling, self._send_power_profile, steps_per_epoch)
         self._began = True
 
-    def _send_power_profile(self, measurements: list[PowerMeasurement]) -> float | None:
-        return self.optimizer.send_power_profile(measurements) if self.optimizer else None
+    def _send_power_profile(
+        self, measurements: list[PowerMeasurement], limit_range_w: tuple[float, float]
+    ) -> float | None:
+        if self.optimizer is None:
+            return None
+        return self.optimizer.send_power_profile(measurements, limit_range_w)
 
     def step_begin(self, batch: Any = None) -> None:
         """Before each training step, on every process (profiles power limits, with
