@@ -196,8 +196,32 @@ def test_an_infeasible_trials_run_that_went_on_smaller_lowers_the_cap(
     trial = dispatch(http, other, **A100)
     converge(http, trial)
     done = http.post("/api/trials/infeasible", json={**trial_id(trial), "micro_batch_size": 8})
-    assert done.json()["status"] == "reported"
+    assert done.status_code == 409
+    assert "ended (reported)" in done.json()["message"]
     assert http.get(f"/api/jobs/{other}").json()["memory_caps"] == {}
+
+
+def test_a_micro_batch_above_the_batch_size_sets_no_cap(http: httpx.Client) -> None:
+    """``micro_batch_size`` says which micro-batch of an accumulating run ran out: one above
+    the trial's batch size is refused (it set any cap for good)."""
+    job_id = unique_id("oombad")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    trial = dispatch(http, job_id, accumulate="true", **A100)
+    for size in (129, 4096):
+        answer = http.post(
+            "/api/trials/infeasible", json={**trial_id(trial), "micro_batch_size": size}
+        )
+        assert answer.status_code == 409, answer.text
+        assert "is above trial" in answer.json()["message"]
+    for size in (0, 2**40):
+        answer = http.post(
+            "/api/trials/infeasible", json={**trial_id(trial), "micro_batch_size": size}
+        )
+        assert answer.status_code == 422, answer.text
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert state["memory_caps"] == {}
+    assert state["trials"][0]["status"] == "dispatched"
 
 
 def test_a_late_report_does_not_revive_an_infeasible_trial(http: httpx.Client) -> None:

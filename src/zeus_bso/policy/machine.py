@@ -137,9 +137,22 @@ def micro_batch_out_of_memory(
     to that size, and the trial goes on (with smaller micro-batches). The run of an
     ``infeasible`` trial may go on at smaller sizes of its own (the HF Trainer's
     ``auto_find_batch_size``): one that ran out of memory too brings the cap down the same way.
-    Another ended trial changes nothing."""
+
+    Raises:
+        ReportMismatchError: ``micro_batch_size`` is above the trial's batch size (a
+            micro-batch is a part of it), or the trial ended otherwise (its run is over:
+            nothing it says moves the cap).
+    """
+    if micro_batch_size > trial.batch_size:
+        raise ReportMismatchError(
+            f"micro_batch_size {micro_batch_size} is above trial {trial.trial_number}'s batch "
+            f"size, {trial.batch_size}: a micro-batch is a part of the batch"
+        )
     if trial.status not in OPEN and trial.status is not TrialStatus.INFEASIBLE:
-        return state
+        raise ReportMismatchError(
+            f"trial {trial.trial_number} ended ({trial.status.value}): a micro-batch that ran "
+            "out of memory is said by its run while it runs"
+        )
     profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
     cap = min(state.memory_caps.get(profile, micro_batch_size), micro_batch_size)
     return replace(state, memory_caps={**state.memory_caps, profile: cap})
