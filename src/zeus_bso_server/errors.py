@@ -8,6 +8,7 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ├── SchemaError                 the database schema is missing or outdated (exit 2)
     ├── DatabaseUnavailableError    the database cannot be reached or stayed locked (retry)
     ├── JobNotFoundError            a job id that is not registered
+    ├── UnreadableJobError          a job whose stored state cannot be read (a corrupt row)
     ├── TrialNotFoundError          a trial that does not exist
     ├── JobConfigMismatchError      a job id registered again with a different config
     ├── PowerProfilingOffError      a power profile for a job that does not profile power limits
@@ -53,6 +54,19 @@ class SchemaError(ServerError):
 class MigrationFailedError(ServerError):
     """Raised when a schema migration fails partway; the message says at which revision the
     database is left and what to do."""
+
+
+class UnreadableJobError(ServerError):
+    """Raised for a job whose stored state cannot be read (a row corrupted outside the server):
+    its own requests answer with this, lists and other jobs' views go on without it."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(
+            f"job {job_id}'s stored state cannot be read ({reason}): restore the database from "
+            f"a backup, or delete the job (DELETE /jobs?job_id={job_id}, `zeus-bso jobs delete "
+            f"{job_id}`), which loses its history"
+        )
+        self.job_id = job_id
 
 
 class DatabaseUnavailableError(ServerError):

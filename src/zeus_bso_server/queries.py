@@ -4,10 +4,13 @@ its statistics, posterior and recommendation, savings against the default, the f
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
@@ -15,7 +18,7 @@ from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
 from zeus_bso.policy.power import best_power_limit
 from zeus_bso.spec import CreatedJob, PowerProfileView, differing_settings, profile_key
-from zeus_bso_server.errors import JobNotFoundError
+from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
@@ -33,6 +36,8 @@ from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Spent, StoredJob, StoredPowerProfile
 from zeus_bso_server.store.sql_store import SqlJobStore
+
+logger = logging.getLogger(__name__)
 
 NOT_ENDED = policy.OPEN | {policy.TrialStatus.RELEASED}
 """Runs not counted as spending: in progress (counted when they end), or released (never
@@ -157,15 +162,29 @@ def _recommendation(
     return Recommendation(batch_size=found[0], expected_cost=found[1], basis=basis)
 
 
-async def job_summaries(
-    db: Database, prefix: str | None, limit: int, offset: int
-) -> list[JobSummary]:
+@dataclass(frozen=True, slots=True)
+class JobList:
+    """A page of job summaries, and the ids of its jobs whose stored state cannot be read
+    (left out, each logged: one corrupt row harms only its own job)."""
+
+    jobs: list[JobSummary]
+    unreadable: list[str]
+
+
+async def job_summaries(db: Database, prefix: str | None, limit: int, offset: int) -> JobList:
     """Jobs ordered by id."""
 
-    def work(conn: Connection) -> list[JobSummary]:
-        stored = repo.list_jobs(conn, prefix, limit, offset)
+    def work(conn: Connection) -> JobList:
+        stored, unreadable = repo.list_jobs(conn, prefix, limit, offset)
         spent = _spent_by_job(conn, [job.job_id for job in stored])
-        return [_summary(conn, job, spent[job.job_id]) for job in stored]
+        summaries = []
+        for job in stored:
+            try:
+                summaries.append(_summary(conn, job, spent[job.job_id]))
+            except ValidationError as err:  # its configuration, corrupt
+                logger.error("%s", UnreadableJobError(job.job_id, str(err)).message)
+                unreadable.append(job.job_id)
+        return JobList(summaries, unreadable)
 
     return await db.read(work)
 
@@ -274,7 +293,10 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     job = repo.get_job(conn, job_id)
     if job is None:
         raise JobNotFoundError(f"Job {job_id} not found")
-    config = CreatedJob.model_validate(job.config)
+    try:
+        config = CreatedJob.model_validate(job.config)
+    except ValidationError as err:
+        raise UnreadableJobError(job_id, str(err)) from err
     store = SqlJobStore(conn, job_id, job.state)
     read = reading(store, config, job.state)  # once, for the history and the next run
     state, history = decision_view(store, config, job.state, read)

@@ -698,7 +698,7 @@ class BatchSizeService:
 
     @staticmethod
     def _delete_job(conn: Connection, job_id: str) -> None:
-        if repo.get_job(conn, job_id, lock=True) is None:
+        if not repo.lock_job_row(conn, job_id):  # its state unread: a corrupt one goes too
             raise JobNotFoundError("No job was deleted.")
         repo.delete_job(conn, job_id)
         logger.info("deleted job %s", job_id)

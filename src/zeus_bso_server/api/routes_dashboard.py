@@ -22,7 +22,7 @@ from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
 from zeus_bso_server.api.charts import cost_chart, duration, energy, number, sparkline
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.api.docs_pages import DOCS_URL
-from zeus_bso_server.errors import JobNotFoundError
+from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
 
 router = APIRouter(include_in_schema=False)
@@ -105,9 +105,10 @@ async def jobs_page(
         request,
         "jobs.html",
         {
-            "jobs": found[:PAGE_SIZE],
+            "jobs": found.jobs[:PAGE_SIZE],
+            "unreadable": found.unreadable,
             "fleet": fleet,
-            "more": len(found) > PAGE_SIZE,
+            "more": len(found.jobs) + len(found.unreadable) > PAGE_SIZE,
             "prefix": prefix,
             "offset": offset,
             "page_size": PAGE_SIZE,
@@ -129,6 +130,13 @@ async def job_page(
     except JobNotFoundError:
         return templates().TemplateResponse(
             request, "missing.html", {"job_id": job_id}, status_code=404
+        )
+    except UnreadableJobError as err:
+        return templates().TemplateResponse(
+            request,
+            "unreadable.html",
+            {"job_id": job_id, "message": err.message},
+            status_code=500,
         )
     costs = [b.mean_cost for b in state.batch_sizes if b.mean_cost is not None]
     levels = {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import TypeAdapter
 
 from zeus_bso.spec import (
     INT32_MAX,
@@ -32,16 +33,24 @@ from zeus_bso_server.read_models import (
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 
+UNREADABLE_HEADER = "Zeus-BSO-Unreadable-Jobs"
+"""Names the jobs a list left out because their stored state cannot be read."""
 
-@router.get("/jobs", response_model=list[JobSummary])
+
+@router.get("/jobs", response_model=list[JobSummary])  # the schema; the body is made below
 async def list_jobs(
     db: Db,
     prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
-) -> list[JobSummary]:
-    """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it."""
-    return await job_summaries(db, prefix, limit, offset)
+) -> Response:
+    """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it. A job
+    whose stored state cannot be read is left out, and named in the ``Zeus-BSO-Unreadable-Jobs``
+    header (its own view says what is wrong)."""
+    found = await job_summaries(db, prefix, limit, offset)
+    body = TypeAdapter(list[JobSummary]).dump_json(found.jobs)
+    headers = {UNREADABLE_HEADER: ",".join(found.unreadable)} if found.unreadable else None
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/summary", response_model=FleetSummary)
@@ -160,7 +169,10 @@ async def release(trial: TrialId, service: Service) -> TrialView:
 @router.post(
     "/trials/infeasible",
     response_model=TrialView,
-    responses={404: {"description": "No such trial"}},
+    responses={
+        404: {"description": "No such trial"},
+        409: {"description": "A micro-batch above the batch size, or a trial that ended"},
+    },
 )
 async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     """Mark a trial whose run ran out of accelerator memory at its batch size: an open trial
@@ -183,7 +195,10 @@ async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     response_model=PowerProfileView,
     responses={
         404: {"description": "No such trial"},
-        409: {"description": "The job does not profile power limits"},
+        409: {
+            "description": "The job does not profile power limits, the trial ended or sent "
+            "another profile, or a limit is above its GPUs' power"
+        },
     },
 )
 async def power_profile(report: PowerProfileReport, service: Service) -> PowerProfileView:

@@ -7,10 +7,12 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeAlias, cast
 
+from pydantic import ValidationError
 from sqlalchemy import (
     JSON,
     Double,
@@ -45,8 +47,11 @@ from zeus_bso.policy import (
 from zeus_bso.policy.curves import as_curve
 from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso.spec import GpuConfig, PowerMeasurement, profile_key
+from zeus_bso_server.errors import UnreadableJobError
 from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.tables import JobRow, PowerProfileRow, TrialRow, db_now
+
+logger = logging.getLogger(__name__)
 
 jobs = cast(Table, JobRow.__table__)
 trials = cast(Table, TrialRow.__table__)
@@ -105,14 +110,37 @@ class Spent:
 
 
 def _stored_job(row: Record) -> StoredJob:
+    """The job of ``row``.
+
+    Raises:
+        UnreadableJobError: its stored state cannot be read.
+    """
+    try:
+        state = job_state(row)
+        if not isinstance(row.config, dict):
+            raise TypeError(f"its configuration is a {type(row.config).__name__}")
+    except (TypeError, ValueError, KeyError, AttributeError, ValidationError) as err:
+        raise UnreadableJobError(row.job_id, f"{type(err).__name__}: {err}") from err
     return StoredJob(
         job_id=row.job_id,
         job_id_prefix=row.job_id_prefix,
         config=row.config,
-        state=job_state(row),
+        state=state,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+def _readable_jobs(rows: Iterable[Record]) -> tuple[list[StoredJob], list[str]]:
+    """The jobs of ``rows`` that can be read, and the ids of those that cannot (each logged)."""
+    found, unreadable = [], []
+    for row in rows:
+        try:
+            found.append(_stored_job(row))
+        except UnreadableJobError as err:
+            logger.error("%s", err.message)
+            unreadable.append(err.job_id)
+    return found, unreadable
 
 
 def _stored_trial(row: Record) -> StoredTrial:
@@ -281,6 +309,12 @@ def get_job(conn: Connection, job_id: str, *, lock: bool = False) -> StoredJob |
     return _stored_job(row) if row is not None else None
 
 
+def lock_job_row(conn: Connection, job_id: str) -> bool:
+    """Lock the job's row for the rest of the transaction, without reading its state (a job
+    whose state cannot be read can still be deleted). Returns whether it exists."""
+    return conn.execute(_JOB_FOR_UPDATE, {"job_id": job_id}).first() is not None
+
+
 def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[StoredJob | None, int]:
     """Lock the job row for the rest of the transaction and mark its dispatched trials whose
     lease ran out as abandoned. Returns the job (None if there is no such job) and how many
@@ -323,13 +357,16 @@ def jobs_of_prefix(
         .order_by(jobs.c.updated_at.desc(), jobs.c.job_id)
         .limit(limit)
     )
-    return [_stored_job(row) for row in conn.execute(stmt)]
+    return _readable_jobs(conn.execute(stmt))[0]  # an unreadable one is its own view's
 
 
-def list_jobs(conn: Connection, prefix: str | None, limit: int, offset: int) -> list[StoredJob]:
-    """Jobs ordered by id, optionally only those whose id starts with ``prefix``."""
+def list_jobs(
+    conn: Connection, prefix: str | None, limit: int, offset: int
+) -> tuple[list[StoredJob], list[str]]:
+    """Jobs ordered by id, optionally only those whose id starts with ``prefix``; and the ids of
+    those among them whose stored state cannot be read (left out)."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
-    return [_stored_job(row) for row in conn.execute(_with_prefix(stmt, prefix))]
+    return _readable_jobs(conn.execute(_with_prefix(stmt, prefix)))
 
 
 @dataclass(frozen=True, slots=True)
