@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "units"}),
+    frozenset({"errors", "units", "lazy"}),
     frozenset({"spec"}),
     frozenset({"policy", "energy", "scaling"}),
     frozenset({"power"}),

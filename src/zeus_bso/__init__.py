@@ -4,7 +4,6 @@ What a training script imports. Importing this package pulls in neither torch, L
 transformers.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
 from zeus_bso.errors import (
@@ -18,6 +17,7 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
+from zeus_bso.lazy import lazy_names
 
 if TYPE_CHECKING:
     from zeus_bso.client import BatchSizeOptimizer, RunOutcome, until_converged
@@ -55,17 +55,11 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Names are imported when first asked for: the server, which imports this package for its
-    wire models and policy, has no use for the client, its HTTP library and the energy meters;
-    and importing the package alone (its errors, the commands' entry point) stays quick, so that
-    Ctrl-C while a command loads ends it cleanly (`zeus_bso.entry`)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+# Names are imported when first asked for: the server, which imports this package for its wire
+# models and policy, has no use for the client, its HTTP library and the energy meters; and
+# importing the package alone (its errors, the commands' entry point) stays quick, so that Ctrl-C
+# while a command loads ends it cleanly (`zeus_bso.entry`).
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -155,7 +155,8 @@ def profile_quick_steps(
     run_gpus = GpuConfig(max_power=300, number_of_gpus=1, gpu_model="NVIDIA A100-SXM4-40GB")
     run = PowerLimitRun(True, limits, lambda value: value, run_gpus, eta_knob=1.0)
 
-    def chosen(profile: list[Any]) -> float:  # the server's answer: the lowest limit
+    def chosen(profile: list[Any], limit_range_w: tuple[float, float]) -> float:
+        # The server's answer: the lowest limit.
         sent.append(profile)
         return float(min(m.power_limit for m in profile))
 

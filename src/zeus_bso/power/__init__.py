@@ -11,8 +11,9 @@ them.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from zeus_bso.lazy import lazy_names
 
 if TYPE_CHECKING:
     from zeus_bso.power.limits import GpuPowerLimits, restore_orphaned
@@ -25,13 +26,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 __all__ = ["GpuPowerLimits", "PowerProfiler", "restore_orphaned"]

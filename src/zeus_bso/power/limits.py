@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 LIMIT_STEP_W = 25.0
 """Watts between the limits profiled, from the maximum down (upstream Zeus's default)."""
+WATCHDOG_START_S = 10.0
+"""How long a run waits for its watchdog to say it watches (it goes on regardless)."""
 ENDING_SIGNALS = tuple(
     getattr(signal, name)
     for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGABRT")
@@ -355,10 +358,15 @@ class GpuPowerLimits:
             self._watchdog = subprocess.Popen(
                 [*command, "--records", str(self._records)],
                 stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 start_new_session=True,  # a signal to the job's process group is not its
                 close_fds=True,
             )
+            # Its start (a Python process) is over before this one goes on to measure steps.
+            assert self._watchdog.stdout is not None
+            ready, _, _ = select.select([self._watchdog.stdout], [], [], WATCHDOG_START_S)
+            if ready:
+                self._watchdog.stdout.readline()
         except OSError as err:
             logger.warning(
                 "zeus-bso: the power-limit watchdog did not start (%s): if this process is "
@@ -378,6 +386,8 @@ class GpuPowerLimits:
             watchdog.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             watchdog.kill()
+        if watchdog.stdout is not None:
+            watchdog.stdout.close()
 
     def restore(self) -> None:
         """Put every owned GPU back to its target (the operator's limit, else its default) and

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+READY = "ready"
+"""What the watchdog says on its standard output once it watches."""
 POLL_S = 0.25
 """How often the trainer is looked for where no ``pidfd`` tells its end."""
 
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in IGNORED:
         signal.signal(signum, signal.SIG_IGN)
     logging.basicConfig(format="%(message)s", level=logging.INFO, stream=sys.stderr)
+    print(READY, flush=True)  # the trainer goes on once it reads this
     if not wait_for_end(args.pid, sys.stdin.fileno()):
         return 0
     from zeus_bso.power.limits import restore_orphaned
