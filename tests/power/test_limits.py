@@ -264,9 +264,10 @@ time.sleep(30)
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGABRT"])
 def test_a_process_killed_by_any_signal_leaves_no_cap(double: Path, how: str) -> None:
-    """SIGKILL (and the out-of-memory killer, and an abort in C) ends the process before any
-    handler: its watchdog restores the GPU as soon as it is gone, not the node's next run. The
-    other signals whose default ends a process restore in the process, then end it so."""
+    """SIGKILL (and the out-of-memory killer) and SIGABRT (an abort in C, which never returns
+    to Python) end the process before any handler of its own: its watchdog restores the GPU as
+    soon as it is gone, not the node's next run. The other signals whose default ends a process
+    restore in the process, then end it so."""
     root = GPU_DOUBLE.parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(GPU_DOUBLE.parent), str(root)])}
     done = subprocess.run(
@@ -373,3 +374,24 @@ def test_power_restore_puts_every_gpu_back_for_an_epilog(
     wrong = runner.invoke(app, ["power", "restore", "--gpu", "GPU-nope"])
     assert wrong.exit_code == 2
     assert "no GPU GPU-nope on this node" in wrong.output
+
+
+def test_the_records_live_in_one_folder_per_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``$ZEUS_BSO_POWER_RECORDS`` first; else the node's folder where this process could make
+    it (it is not made until a record is written); else the user's cache folder."""
+    from zeus_bso.power import records as node
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(tmp_path / "chosen"))
+    assert node.records_folder(cache) == tmp_path / "chosen"
+    monkeypatch.delenv("ZEUS_BSO_POWER_RECORDS")
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setattr(node, "NODE_FOLDER", run / "zeus-bso" / "power-limits")
+    assert node.records_folder(cache) == run / "zeus-bso" / "power-limits"
+    assert not (run / "zeus-bso").exists()
+    (tmp_path / "a-file").write_text("")  # a folder that cannot be made under it
+    monkeypatch.setattr(node, "NODE_FOLDER", tmp_path / "a-file" / "power-limits")
+    assert node.records_folder(cache) == cache / "power_limits"

@@ -7,7 +7,7 @@ same GPU leaves it alone (a node's GPU is set once). A GPU goes back to the oper
 its default, never to a cap found on it. `GpuPowerLimits.restore` puts every owned GPU back and
 deletes its record; it runs at the end of a run, on an exception, when the trial's lease is lost,
 on SIGTERM, on every other signal whose default would end the process (SIGHUP, SIGQUIT, SIGUSR1,
-SIGUSR2, SIGALRM, SIGABRT), and at interpreter exit. What kills the process outright (SIGKILL,
+SIGUSR2, SIGALRM), and at interpreter exit. What kills the process outright (SIGKILL,
 the out-of-memory killer, an abort in C) is the run's watchdog's (`zeus_bso.power.watchdog`),
 which restores as soon as the process is gone; what takes the watchdog down too (a container's
 end) is for ``zeus-bso power restore`` on the node, and for `restore_orphaned` at the start of
@@ -49,12 +49,13 @@ WATCHDOG_START_S = 10.0
 """How long a run waits for its watchdog to say it watches (it goes on regardless)."""
 ENDING_SIGNALS = tuple(
     getattr(signal, name)
-    for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGABRT")
+    for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
     if hasattr(signal, name)
 )
 """Signals besides SIGTERM whose default ends the process: where nothing else handles them,
 the limits are restored first (SIGINT raises ``KeyboardInterrupt``, which every exit path
-restores on)."""
+restores on). SIGABRT is left to the watchdog: an abort in C never returns to Python, and a
+handler here would take it from ``faulthandler``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,16 +39,22 @@ OPERATOR_FILE = "operator.json"
 
 def records_folder(cache: Path | None = None) -> Path:
     """The node's folder of records: ``$ZEUS_BSO_POWER_RECORDS``, else `NODE_FOLDER` where it
-    exists or can be made, else ``cache``'s ``power_limits`` (a user's own)."""
+    exists or this process could make it (it is made when a record is first written), else
+    ``cache``'s ``power_limits`` (a user's own)."""
     chosen = os.environ.get(RECORDS_VARIABLE, "").strip()
     if chosen:
         return Path(chosen)
-    try:
-        NODE_FOLDER.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        if cache is not None:
-            return cache / "power_limits"
-    return NODE_FOLDER
+    if cache is None or _could_make(NODE_FOLDER):
+        return NODE_FOLDER
+    return cache / "power_limits"
+
+
+def _could_make(folder: Path) -> bool:
+    """Whether ``folder`` exists and is writable, or its nearest existing parent is."""
+    for existing in (folder, *folder.parents):
+        if existing.exists():
+            return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
