@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import httpx
 from sqlalchemy import create_engine, update
+from typer.testing import CliRunner
 
 from tests.helpers import ServerProcess, dispatch, job_body, unique_id
+from zeus_bso.cli.main import app
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.tables import JobRow
 
@@ -62,6 +64,12 @@ def test_a_corrupt_job_row_harms_only_its_own_job(
     assert board.status_code == 200
     assert 'id="unreadable"' in board.text
     assert bad in board.text
+    listing = CliRunner().invoke(app, ["jobs", "list", "--server", server.url, "--prefix", prefix])
+    assert listing.exit_code == 0, listing.output
+    assert good in listing.output
+    assert f"left out: 1 job(s) whose stored state the server cannot read ({bad})" in (
+        listing.output
+    )
 
     assert http.delete("/jobs", params={"job_id": bad}).status_code == 200
     listed = http.get("/api/jobs", params={"prefix": prefix})

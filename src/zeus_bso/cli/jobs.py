@@ -129,7 +129,14 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
-    jobs = _ask(server, token, lambda client: client.list_jobs(prefix, limit, offset))
+    jobs, unreadable = _ask(server, token, lambda client: client.jobs_page(prefix, limit, offset))
+    if unreadable:
+        err.print(
+            escape(
+                f"left out: {len(unreadable)} job(s) whose stored state the server cannot read "
+                f"({', '.join(unreadable)}); `zeus-bso jobs show JOB` says what to do"
+            )
+        )
     if as_json:
         typer.echo(json.dumps(jobs, indent=2))
         return

@@ -322,10 +322,19 @@ class ServerClient:
         self, prefix: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[dict[str, Any]]:
         """Registered jobs ordered by id (``GET /api/jobs``), a page at a time."""
+        return self.jobs_page(prefix, limit, offset)[0]
+
+    def jobs_page(
+        self, prefix: str | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
+        read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if prefix:
             params["prefix"] = prefix
-        return list(self._request("GET", "/api/jobs", params=params).json())
+        response = self._request("GET", "/api/jobs", params=params)
+        unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
+        return list(response.json()), [i for i in unreadable.split(",") if i]
 
     def summary(self, prefix: str | None = None) -> dict[str, Any]:
         """Every job's spending and savings together, or those of the jobs whose id starts with
