@@ -378,7 +378,8 @@ class BatchSizeService:
     ) -> None:
         """A profile comes from its trial's run, while it runs (a released trial may be resumed
         from a checkpoint), at limits its GPUs take (``gpus``: the trial's hardware profile,
-        where known: no limit above one GPU's share of its power).
+        where known: no limit above its power, its GPUs' limits together; the run's own range
+        is checked with the report, `PowerProfileReport.limit_range_w`).
 
         Raises:
             ReportMismatchError: the trial ended, or a limit is above its GPUs' power.
@@ -390,12 +391,11 @@ class BatchSizeService:
             )
         if gpus is None:
             return
-        per_gpu = gpus.max_power / gpus.number_of_gpus
-        above = [m.power_limit for m in report.measurements if m.power_limit > per_gpu + 0.5]
+        above = [m.power_limit for m in report.measurements if m.power_limit > gpus.max_power]
         if above:
             raise ReportMismatchError(
-                f"power limits {above} W are above the {per_gpu:g} W of a GPU of the trial's "
-                f"hardware profile ({profile_key(gpus)})"
+                f"power limits {above} W are above the {gpus.max_power:g} W of the trial's "
+                f"hardware profile ({profile_key(gpus)}), its GPUs' limits together"
             )
 
     def _resume(

@@ -275,8 +275,8 @@ def test_forgetting_profiles_of_no_job_or_with_bad_filters_is_refused(
 def test_a_power_profile_is_taken_only_from_its_run_while_it_runs(http: httpx.Client) -> None:
     """Any limit from any trial was stored, the first for good: a profile now comes from a
     trial still running, once (the same again, a client's retry, is answered alike), at limits
-    within the GPUs' range that the run sends and no higher than a GPU of the trial's hardware
-    profile draws; nothing refused is stored."""
+    within the GPUs' range that the run sends and no higher than the trial's hardware profile's
+    power; nothing refused is stored."""
     job_id = unique_id("powercheck")
     register(http, job_id, eta_knob=1.0)
     trial = dispatch(http, job_id, power_limits="true", **A100)
@@ -289,7 +289,7 @@ def test_a_power_profile_is_taken_only_from_its_run_while_it_runs(http: httpx.Cl
     too_high = [*MEASURED, {"power_limit": 1e6, "time_per_epoch": 1.0, "energy_per_epoch": 1.0}]
     refused = http.post(url, json={**trial_id(trial), "measurements": too_high})
     assert refused.status_code == 409, refused.text
-    assert "above the 300 W of a GPU" in refused.json()["message"]
+    assert "above the 300 W of the trial's hardware profile" in refused.json()["message"]
     assert http.get(f"/api/jobs/{job_id}").json()["power_profiles"] == []
 
     body = {**trial_id(trial), "measurements": MEASURED, "limit_range_w": [150.0, 300.0]}
