@@ -281,7 +281,8 @@ class GpuPowerLimits:
         """Write the record of ``gpu``, exclusively; whether this process owns it. A record
         whose owner is gone, or that cannot be read, is reported and taken over."""
         found = self._nvml.nvmlDeviceGetPowerManagementLimit(gpu.handle) / 1000.0
-        target = self._target(gpu)
+        operator = node.operator_limits(self._records)
+        target, why = node.target_of(self._nvml, gpu.handle, gpu.uuid, operator)
         if found < target - 0.5:
             logger.warning(
                 "zeus-bso: GPU %s is at %g W, below the %g W it goes back to (%s), with no run "
@@ -290,7 +291,7 @@ class GpuPowerLimits:
                 gpu.uuid,
                 found,
                 target,
-                "the operator's limit" if self._operator_says(gpu) else "its default",
+                why,
                 target,
             )
         me = os.getpid()
@@ -303,30 +304,6 @@ class GpuPowerLimits:
             if not self._take_over(gpu):
                 return False
         return False
-
-    def _target(self, gpu: _Gpu) -> float:
-        """The limit ``gpu`` goes back to: the operator's (within its range), else its
-        default."""
-        target = node.target_of(
-            self._nvml, gpu.handle, gpu.uuid, node.operator_limits(self._records)
-        )
-        if not gpu.min_w <= target <= gpu.max_w:
-            default = self._nvml.nvmlDeviceGetPowerManagementDefaultLimit(gpu.handle) / 1000.0
-            logger.warning(
-                "zeus-bso: the operator's limit of GPU %s, %g W, is outside its range "
-                "(%g-%g W): it goes back to its default, %g W",
-                gpu.uuid,
-                target,
-                gpu.min_w,
-                gpu.max_w,
-                default,
-            )
-            return float(default)
-        return target
-
-    def _operator_says(self, gpu: _Gpu) -> bool:
-        operator = node.operator_limits(self._records)
-        return gpu.uuid in operator or "all" in operator
 
     def _take_over(self, gpu: _Gpu) -> bool:
         """A record of ``gpu`` exists: whether it was left (its owner is gone, or it cannot be
@@ -519,7 +496,7 @@ def restore_orphaned(records: Path, owner: int | None = None) -> list[str]:
             target = (
                 record.target_w
                 if record is not None
-                else node.target_of(nvml, handle, path.stem, node.operator_limits(records))
+                else node.target_of(nvml, handle, path.stem, node.operator_limits(records))[0]
             )
             nvml.nvmlDeviceSetPowerManagementLimit(handle, round(target * 1000))
         except nvml.NVMLError as err:
@@ -576,10 +553,7 @@ def restore_gpus(records: Path, uuids: Collection[str] | None = None) -> list[Re
     done = []
     for uuid in chosen:
         handle = handles[uuid]
-        why = "its default"
-        if uuid in operator or "all" in operator:
-            why = "the operator's limit"
-        target = node.target_of(nvml, handle, uuid, operator)
+        target, why = node.target_of(nvml, handle, uuid, operator)
         try:
             record = node.read(node.path_of(records, uuid))
             target, why = record.target_w, f"the record of process {record.pid}"

@@ -164,10 +164,23 @@ def operator_limits(records: Path) -> dict[str, float]:
         return {}
 
 
-def target_of(nvml: Any, handle: Any, uuid: str, operator: dict[str, float]) -> float:
-    """The limit a GPU goes back to (W): the operator's, else its default."""
-    if uuid in operator:
-        return operator[uuid]
-    if "all" in operator:
-        return operator["all"]
-    return float(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)) / 1000.0
+def target_of(nvml: Any, handle: Any, uuid: str, operator: dict[str, float]) -> tuple[float, str]:
+    """The limit a GPU goes back to (W), and where it comes from: the operator's, within the
+    GPU's range, else its default."""
+    default = float(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)) / 1000.0
+    chosen = operator.get(uuid, operator.get("all"))
+    if chosen is None:
+        return default, "its default"
+    low, high = (mw / 1000.0 for mw in nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle))
+    if low <= chosen <= high:
+        return chosen, "the operator's limit"
+    logger.warning(
+        "zeus-bso: the operator's limit of GPU %s, %g W, is outside its range (%g-%g W): it "
+        "goes back to its default, %g W",
+        uuid,
+        chosen,
+        low,
+        high,
+        default,
+    )
+    return default, "its default"
