@@ -276,6 +276,8 @@ class BatchSizeService:
         if run_key is not None:
             resumed = self._resume(conn, job_id, state, run_key, gpu)
             if resumed is not None:
+                if accumulates:  # restarted on fewer GPUs, say: it may accumulate now
+                    repo.set_dispatched_for(conn, job_id, resumed.trial_number, accumulates=True)
                 if power_limits and gpu is not None:
                     resumed = self._with_power(conn, config, state, resumed, profile_key(gpu))
                 return resumed, None, expired
@@ -314,6 +316,7 @@ class BatchSizeService:
             return trial
         stored = repo.power_profile(conn, trial.job_id, profile, trial.batch_size)
         if stored is None:
+            repo.set_dispatched_for(conn, trial.job_id, trial.trial_number, power_profiling=True)
             return trial.model_copy(update={"power_profiling": True})
         limit = power_view(config, state, stored).power_limit
         return trial.model_copy(update={"power_limit": limit})
@@ -382,12 +385,19 @@ class BatchSizeService:
         is checked with the report, `PowerProfileReport.limit_range_w`).
 
         Raises:
-            ReportMismatchError: the trial ended, or a limit is above its GPUs' power.
+            ReportMismatchError: the trial ended, its run was not told to profile power limits,
+                or a limit is above its GPUs' power.
         """
         if trial.status in PROFILE_SENDERS_ENDED:
             raise ReportMismatchError(
                 f"trial {trial.trial_number} ended ({trial.status.value}): a power profile "
                 "comes from its run while it runs"
+            )
+        if trial.power_profiling is False:
+            raise ReportMismatchError(
+                f"trial {trial.trial_number}'s run was not told to profile power limits (its "
+                "batch size's profile was known, or the run did not ask with power_limits=true): "
+                "it trains at the limit it was told"
             )
         if gpus is None:
             return

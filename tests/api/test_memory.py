@@ -190,6 +190,9 @@ def test_an_infeasible_trials_run_that_went_on_smaller_lowers_the_cap(
         assert answer.json()["status"] == "infeasible"
     assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {A100_KEY: 92}
     assert dispatch(http, job_id, **A100)["batch_size"] < 92
+    again = http.post("/api/trials/infeasible", json={**trial_id(first), "micro_batch_size": 128})
+    assert again.status_code == 409, again.text  # its batch size ran out already
+    assert "which ran out of memory already" in again.json()["message"]
 
     other = unique_id("oomdone")
     assert http.post("/jobs", json=job_body(other)).status_code == 201
@@ -222,6 +225,29 @@ def test_a_micro_batch_above_the_batch_size_sets_no_cap(http: httpx.Client) -> N
     state = http.get(f"/api/jobs/{job_id}").json()
     assert state["memory_caps"] == {}
     assert state["trials"][0]["status"] == "dispatched"
+
+
+def test_only_a_run_that_accumulates_says_which_micro_batch_ran_out(http: httpx.Client) -> None:
+    """One micro_batch_size from a trial whose run trains whole batches set the job's cap on
+    those GPUs to any size (1: every later run refused): only a run that said it accumulates,
+    when it asked for its batch size or resumed its trial, sends one."""
+    job_id = unique_id("oomwhole")
+    body = job_body(job_id, batch_sizes=[32, 64, 128, 256], default_batch_size=128)
+    assert http.post("/jobs", json=body).status_code == 201
+    whole = dispatch(http, job_id, run_key="whole-batches", **A100)
+    refused = http.post("/api/trials/infeasible", json={**trial_id(whole), "micro_batch_size": 1})
+    assert refused.status_code == 409, refused.text
+    assert "did not say it accumulates gradients" in refused.json()["message"]
+    state = http.get(f"/api/jobs/{job_id}").json()
+    assert (state["memory_caps"], state["trials"][0]["status"]) == ({}, "dispatched")
+
+    # Restarted on fewer GPUs, the run accumulates now: it says so when it resumes.
+    resumed = dispatch(http, job_id, run_key="whole-batches", accumulate="true", **A100)
+    assert (resumed["trial_number"], resumed["resumed"]) == (whole["trial_number"], True)
+    answer = http.post("/api/trials/infeasible", json={**trial_id(whole), "micro_batch_size": 64})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "dispatched"  # the trial goes on, in smaller micro-batches
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {A100_KEY: 64}
 
 
 def test_a_late_report_does_not_revive_an_infeasible_trial(http: httpx.Client) -> None:

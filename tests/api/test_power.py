@@ -56,7 +56,8 @@ def test_a_batch_size_is_profiled_once_per_hardware_profile(http: httpx.Client, 
     release(http, not_opted)
 
     first = dispatch(http, job_id, power_limits="true", **A100)
-    assert first["power_profiling"] is True
+    twin = dispatch(http, job_id, power_limits="true", **A100)  # before the first sent it
+    assert first["power_profiling"] is twin["power_profiling"] is True
     assert "power_limit" not in first
     answer = http.post(
         "/api/trials/power_profile", json={**trial_id(first), "measurements": MEASURED[::-1]}
@@ -68,14 +69,15 @@ def test_a_batch_size_is_profiled_once_per_hardware_profile(http: httpx.Client, 
     assert [m["power_limit"] for m in chosen["measurements"]] == [150.0, 200.0, 300.0]
     release(http, first)
 
+    # A second profile of the same size there changes nothing: the first stays.
+    other = [{**m, "energy_per_epoch": 1.0} if m["power_limit"] == 300.0 else m for m in MEASURED]
+    again = http.post("/api/trials/power_profile", json={**trial_id(twin), "measurements": other})
+    assert again.json()["power_limit"] == best(eta, 300.0)
+    assert again.json()["trial_number"] == first["trial_number"]
+    release(http, twin)
     later = dispatch(http, job_id, power_limits="true", **A100)
     assert later["power_limit"] == best(eta, 300.0)
     assert later["power_profiling"] is False  # said, to a run that opted in
-    # A second profile of the same size there changes nothing: the first stays.
-    other = [{**m, "energy_per_epoch": 1.0} if m["power_limit"] == 300.0 else m for m in MEASURED]
-    again = http.post("/api/trials/power_profile", json={**trial_id(later), "measurements": other})
-    assert again.json()["power_limit"] == best(eta, 300.0)
-    assert again.json()["trial_number"] == first["trial_number"]
     release(http, later)
 
     # Other GPUs profile anew, and their maximum power prices their time.
@@ -305,3 +307,18 @@ def test_a_power_profile_is_taken_only_from_its_run_while_it_runs(http: httpx.Cl
     refused = http.post(url, json={**trial_id(trial), "measurements": MEASURED})
     assert refused.status_code == 409
     assert "ended (reported)" in refused.json()["message"]
+
+    # Only a run told to profile sends one: not a run that did not opt in, nor one told the
+    # limit (its batch size's profile was known).
+    other_job = unique_id("powerunasked")
+    register(http, other_job, eta_knob=1.0)
+    not_opted = dispatch(http, other_job, **A100)
+    profile_once(http, other_job, A100)
+    told_the_limit = dispatch(http, other_job, power_limits="true", **A100)
+    assert told_the_limit["power_limit"] == best(1.0, 300.0)
+    for unasked in (not_opted, told_the_limit):
+        refused = http.post(url, json={**trial_id(unasked), "measurements": MEASURED})
+        assert refused.status_code == 409, refused.text
+        assert "was not told to profile power limits" in refused.json()["message"]
+    (kept,) = http.get(f"/api/jobs/{other_job}").json()["power_profiles"]
+    assert kept["trial_number"] == not_opted["trial_number"] + 1

@@ -21,6 +21,7 @@ from zeus_bso.policy import (
     after_report,
     history_of,
 )
+from zeus_bso.policy.machine import micro_batch_out_of_memory
 
 # The cost of a report below is eta * energy + (1 - eta) * max_power * time.
 JOB = make_job(eta_knob=0.5, max_power=100.0, target_metric=0.9, max_epochs=10, beta_knob=2.0)
@@ -33,7 +34,9 @@ def _cost(time: float, energy: float) -> float:
 def test_dispatch_numbers_trials_and_enters_the_bandit_once() -> None:
     state = JobState()
     first = after_dispatch(JOB, state)
-    assert first.trial == TrialState(1, 64, TrialKind.EXPLORATION, 0)
+    assert first.trial == TrialState(
+        1, 64, TrialKind.EXPLORATION, 0, accumulates=False, power_profiling=False
+    )
     assert first.job.next_trial_number == 2
     assert first.job.arms is None
     assert not first.entered_bandit
@@ -163,3 +166,20 @@ def test_lifecycle_rules() -> None:
 def test_history_with_a_window_needs_windowed_costs() -> None:
     with pytest.raises(ValueError, match="window_size"):
         history_of(make_job(window_size=3), JobState())
+
+
+@pytest.mark.parametrize(
+    ("accumulates", "lowers"),
+    [(True, True), (None, True), (False, False)],  # None: a trial stored before it was kept
+)
+def test_a_micro_batch_lowers_the_cap_only_for_a_run_that_accumulates(
+    accumulates: bool | None, lowers: bool
+) -> None:
+    state = JobState()
+    trial = replace(after_dispatch(JOB, state).trial, accumulates=accumulates)
+    if not lowers:
+        with pytest.raises(ReportMismatchError, match="did not say it accumulates"):
+            micro_batch_out_of_memory(JOB, state, trial, 16)
+        return
+    after = micro_batch_out_of_memory(JOB, state, trial, 16)
+    assert set(after.memory_caps.values()) == {16}

@@ -140,18 +140,32 @@ def micro_batch_out_of_memory(
 
     Raises:
         ReportMismatchError: ``micro_batch_size`` is above the trial's batch size (a
-            micro-batch is a part of it), or the trial ended otherwise (its run is over:
-            nothing it says moves the cap).
+            micro-batch is a part of it; an ``infeasible`` trial's smaller size is below it),
+            the open trial's run did not say it accumulates gradients (`TrialState.accumulates`),
+            or the trial ended otherwise (its run is over: nothing it says moves the cap).
     """
-    if micro_batch_size > trial.batch_size:
+    infeasible = trial.status is TrialStatus.INFEASIBLE
+    if micro_batch_size > trial.batch_size or (infeasible and micro_batch_size == trial.batch_size):
         raise ReportMismatchError(
-            f"micro_batch_size {micro_batch_size} is above trial {trial.trial_number}'s batch "
-            f"size, {trial.batch_size}: a micro-batch is a part of the batch"
+            f"micro_batch_size {micro_batch_size} is "
+            + (
+                f"trial {trial.trial_number}'s batch size, which ran out of memory already: a "
+                "smaller size of its run's own is below it"
+                if micro_batch_size == trial.batch_size
+                else f"above trial {trial.trial_number}'s batch size, {trial.batch_size}: a "
+                "micro-batch is a part of the batch"
+            )
         )
-    if trial.status not in OPEN and trial.status is not TrialStatus.INFEASIBLE:
+    if trial.status not in OPEN and not infeasible:
         raise ReportMismatchError(
             f"trial {trial.trial_number} ended ({trial.status.value}): a micro-batch that ran "
             "out of memory is said by its run while it runs"
+        )
+    if not infeasible and trial.accumulates is False:
+        raise ReportMismatchError(
+            f"trial {trial.trial_number}'s run did not say it accumulates gradients (accumulate="
+            "true when it asked for its batch size): it trains whole batches, so an out-of-memory"
+            " error makes the trial infeasible (send no micro_batch_size)"
         )
     profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
     cap = min(state.memory_caps.get(profile, micro_batch_size), micro_batch_size)
@@ -240,7 +254,15 @@ def after_dispatch(
         if cap is not None and state.pinned >= cap:
             raise PinnedOutOfMemoryError(state.pinned, cap, pinned_on)
         pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
-        trial = TrialState(number, state.pinned, TrialKind.PINNED, None, profile=profile)
+        trial = TrialState(
+            number,
+            state.pinned,
+            TrialKind.PINNED,
+            None,
+            profile=profile,
+            accumulates=accumulates,
+            power_profiling=False,
+        )
         return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
     explorations = tuple(explorations)
     profiles = profiles_of(job, state)
@@ -275,7 +297,15 @@ def after_dispatch(
     after = replace(state, next_trial_number=number + 1, arms=arms, bandit_start=start)
     if after.by_profile is not None and ran_on is not None and dispatch.kind is TrialKind.BANDIT:
         after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
-    trial = TrialState(number, dispatch.batch_size, dispatch.kind, dispatch.round, profile=profile)
+    trial = TrialState(
+        number,
+        dispatch.batch_size,
+        dispatch.kind,
+        dispatch.round,
+        profile=profile,
+        accumulates=accumulates,
+        power_profiling=False,
+    )
     return Dispatched(after, trial, dispatch)
 
 

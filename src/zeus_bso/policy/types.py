@@ -112,6 +112,13 @@ class TrialState:
     accumulation_steps: int | None = None
     """Micro-batches its run accumulated an optimizer step (None: one, or not said): the
     batch size was reached by gradient accumulation, at the micro-batch's speed."""
+    accumulates: bool | None = None
+    """Whether its run said it accumulates gradients when it was dispatched or resumed: only
+    such a run sends a micro-batch that ran out of memory. ``None``: not known (a trial stored
+    before the server kept it)."""
+    power_profiling: bool | None = None
+    """Whether its run was told to profile power limits: only such a run sends a power
+    profile. ``None``: not known (a trial stored before the server kept it)."""
 
     @property
     def reported(self) -> bool:

@@ -233,6 +233,8 @@ def trial_state(trial: Record) -> TrialState:
         profile=trial.profile,
         curve=as_curve(trial.curve),
         accumulation_steps=trial.accumulation_steps,
+        accumulates=trial.accumulates,
+        power_profiling=trial.power_profiling,
     )
 
 
@@ -676,6 +678,8 @@ def _trial_row(trial: TrialState) -> dict[str, Any]:
         "message": trial.message,
         "profile": trial.profile,
         "curve": [list(point) for point in trial.curve],
+        "accumulates": trial.accumulates,
+        "power_profiling": trial.power_profiling,
     }
 
 
@@ -704,6 +708,28 @@ def move_trial(conn: Connection, job_id: str, trial_number: int, profile: str) -
     """Put a trial on another hardware profile (a run restarted on other GPUs)."""
     stmt = update(trials).where(trials.c.job_id == job_id, trials.c.trial_number == trial_number)
     conn.execute(stmt.values(profile=profile))
+
+
+def set_dispatched_for(
+    conn: Connection,
+    job_id: str,
+    trial_number: int,
+    *,
+    accumulates: bool | None = None,
+    power_profiling: bool | None = None,
+) -> None:
+    """Store what a trial's run was dispatched (or resumed) for: that it accumulates
+    gradients, that it was told to profile power limits (None: left as stored)."""
+    values = {
+        name: value
+        for name, value in (("accumulates", accumulates), ("power_profiling", power_profiling))
+        if value is not None
+    }
+    if values:
+        stmt = update(trials).where(
+            trials.c.job_id == job_id, trials.c.trial_number == trial_number
+        )
+        conn.execute(stmt.values(**values))
 
 
 def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:

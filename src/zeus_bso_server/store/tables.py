@@ -113,6 +113,12 @@ class TrialRow(Base):
     """Its learning curve (`zeus_bso.policy.curves`); NULL for trials from before 0006."""
     accumulation_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Micro-batches its run accumulated a step (reported; NULL: one, or not said)."""
+    accumulates: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """Whether its run said, when dispatched or resumed, that it accumulates gradients (only
+    such a run sends a micro-batch that ran out of memory); NULL for trials from before 0013."""
+    power_profiling: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """Whether its run was told to profile power limits (only such a run sends a power
+    profile); NULL for trials from before 0013."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),
