@@ -53,7 +53,8 @@ def main() -> None:
         target_metric=0.98,
         max_epochs=8,
     )
-    output_dir = tempfile.mkdtemp(prefix="zeus-bso-hf-example-")
+    output = tempfile.TemporaryDirectory(prefix="zeus-bso-hf-example-")  # removed at exit
+    output_dir = output.name
 
     def one_run() -> RunOutcome | None:
         # learning_rate was tuned at the default batch size (16); 'auto' scales AdamW's by the
@@ -94,7 +95,9 @@ def main() -> None:
 
     # A recurrence delivers a model: a run that stops short is followed by another, at the next
     # batch size the server gives, up to three runs; the script exits 1 if one delivered none.
-    sys.exit(recurrences(one_run, args.recurrences))
+    with output:
+        code = recurrences(one_run, args.recurrences)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -32,7 +33,9 @@ DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The client's files on this machine (fallback recommendations, the outbox of runs that ended
 # while the server was away) go to a folder of this run's, not the home directory's.
-os.environ.setdefault("ZEUS_BSO_CACHE_DIR", tempfile.mkdtemp(prefix="zeus-bso-cache-"))
+if "ZEUS_BSO_CACHE_DIR" not in os.environ:
+    os.environ["ZEUS_BSO_CACHE_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-cache-")
+    atexit.register(shutil.rmtree, os.environ["ZEUS_BSO_CACHE_DIR"], ignore_errors=True)
 # The node's power-limit records too (a test that sets limits, on the NVML double, has its own).
 os.environ.setdefault(
     "ZEUS_BSO_POWER_RECORDS", os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits")

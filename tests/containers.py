@@ -9,6 +9,7 @@ Without systemd nothing runs a container's healthcheck on a timer, so `HealthTic
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import resource
@@ -157,7 +158,9 @@ def _write_containers_conf() -> str:
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 20000)
     # runc could not set the host's own nproc hard limit here; a server needs few processes.
     nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 4096)
-    path = Path(tempfile.mkdtemp(prefix="zeus-bso-podman-")) / "containers.conf"
+    folder = tempfile.mkdtemp(prefix="zeus-bso-podman-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / "containers.conf"
     path.write_text(
         "[containers]\n"
         f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'

@@ -68,9 +68,11 @@ class ServerProcess:
         cwd: Path | None = None,
         extra_args: list[str] | None = None,
         https_ca: ssl.SSLContext | None = None,
+        own_metrics_dir: bool = False,
     ) -> None:
         """``https_ca``: the server answers HTTPS (its certificate in ``env`` or
-        ``extra_args``), and this context trusts it."""
+        ``extra_args``), and this context trusts it. ``own_metrics_dir``: with several workers,
+        the server makes the folder their metrics go to (under ``tmp_dir``, its TMPDIR)."""
         self.port = free_port()
         self.verify: ssl.SSLContext | bool = https_ca or True
         self.url = f"{'https' if https_ca else 'http'}://127.0.0.1:{self.port}"
@@ -80,7 +82,12 @@ class ServerProcess:
         full_env.pop("ZEUS_BSO_DATABASE_URL", None)
         self.workers = workers
         self.metrics_dir: Path | None = None
-        if workers > 1:
+        self.tmp_dir: Path | None = None
+        if workers > 1 and own_metrics_dir:
+            self.tmp_dir = Path(tempfile.mkdtemp(prefix="tmp-", dir=cwd))
+            full_env["TMPDIR"] = str(self.tmp_dir)
+            full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        elif workers > 1:
             # Every worker writes its metrics here, a histogram file once it has served a request:
             # how the test knows that each worker serves (see _wait_ready).
             self.metrics_dir = Path(tempfile.mkdtemp(prefix="metrics-", dir=cwd))
@@ -133,9 +140,13 @@ class ServerProcess:
 
     def serving_workers(self) -> int:
         """How many worker processes have served a request (one when there is one worker)."""
-        if self.metrics_dir is None:
+        if self.tmp_dir is not None:
+            found = self.tmp_dir.glob("zeus-bso-metrics-*/histogram_*.db")
+        elif self.metrics_dir is not None:
+            found = self.metrics_dir.glob("histogram_*.db")
+        else:
             return 1
-        return len({f.stem.rsplit("_", 1)[1] for f in self.metrics_dir.glob("histogram_*.db")})
+        return len({f.stem.rsplit("_", 1)[1] for f in found})
 
     def log(self) -> str:
         if not self._log.closed:

@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -242,16 +243,22 @@ def serve(
                 "ZEUS_BSO_TLS_KEY_FILE": str(settings.tls_key_file or ""),
             }
         )
+        metrics: str | None = None
         if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             # Every worker writes its metrics here; /metrics in any worker adds them all up.
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
+            metrics = tempfile.mkdtemp(prefix="zeus-bso-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics
         below = f", served below {settings.root_path}" if settings.root_path else ""
         announce(
             f"zeus-bso {__version__} on {settings.scheme}://{settings.host}:{settings.port}"
             f"{below} (docs at {settings.root_path}/docs), database {_display_url(settings)}, "
             f"{settings.workers} worker(s)"
         )
-        _run_uvicorn(settings, interrupt)
+        try:
+            _run_uvicorn(settings, interrupt)
+        finally:
+            if metrics is not None:  # this server's alone: the next one counts from zero
+                shutil.rmtree(metrics, ignore_errors=True)
 
 
 def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:

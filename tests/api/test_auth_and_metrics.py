@@ -155,6 +155,30 @@ def test_metrics_count_requests_decisions_and_trials(http: httpx.Client) -> None
     assert grew("zeus_bso_trial_transitions_total", state="failed") == 2
 
 
+def test_several_workers_metrics_add_up_and_their_folder_goes_with_the_server(
+    tmp_path: Path,
+) -> None:
+    """With several workers the server keeps their metrics in a temporary folder of its own:
+    /metrics in any worker adds every worker's up, and the folder is removed when the server
+    stops (each restart left one behind)."""
+    server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, workers=2,
+                           own_metrics_dir=True)  # fmt: skip
+    try:
+        assert server.tmp_dir is not None
+        (folder,) = server.tmp_dir.glob("zeus-bso-metrics-*")
+        with server.client() as http:
+            for _ in range(10):
+                assert http.get("/api/jobs").status_code == 200
+            counted = metric(http.get("/metrics").text, "zeus_bso_http_requests_total",
+                             route="/api/jobs", status="200")  # fmt: skip
+        assert counted == 10  # both workers' requests, whichever worker answered
+        assert folder.is_dir()
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+    assert not folder.exists()
+
+
 def test_request_ids(http: httpx.Client) -> None:
     generated = http.get("/healthz").headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", generated)

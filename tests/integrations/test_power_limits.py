@@ -377,6 +377,75 @@ def test_two_ranks_on_one_node_set_their_gpu_once(
     assert after["limit"] == 300.0
 
 
+CTRL_C_DDP = """
+import os, sys, time
+from datetime import timedelta
+from pathlib import Path
+sys.path[:0] = [{double!r}, {root!r}]
+from tests.integrations.test_power_limits import Paced, job
+import lightning.pytorch as pl
+from lightning.pytorch.strategies import DDPStrategy
+from tests.helpers import quiet_trainer_options
+from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+def then(step):
+    if step == 18:  # of 20: past the profile, at the chosen limit; wait for Ctrl+C
+        Path({ready!r}, os.environ.get("LOCAL_RANK", "0")).touch()
+        time.sleep(60)
+
+callback = ZeusBSOCallback({url!r}, job({job_id!r}, 1.0), "val_acc", power_limit="optimize")
+strategy = DDPStrategy(process_group_backend="gloo", timeout=timedelta(minutes=5))
+trainer = pl.Trainer(callbacks=[callback], max_epochs=2, devices=2, strategy=strategy,
+                     **quiet_trainer_options({out!r}))
+trainer.fit(Paced(then))
+"""
+
+
+def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """Lightning's DDP launcher starts rank 1 itself; on Ctrl+C rank 0 shuts down and
+    SIGKILLs rank 1 (`_SubprocessScriptLauncher.kill`), which runs nothing: rank 1's GPU
+    stayed capped. Its watchdog restores it now. Rank 1 is in a step when rank 0 alone gets
+    SIGINT, so it is killed there, as when its own shutdown waits on a collective."""
+    second = "GPU-0000beef-1111-2222-3333-555555555555"
+    gpus = [gpu(), gpu(uuid=second)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)]),
+           "ZEUS_BSO_TEST_GPUS": json.dumps(gpus)}  # fmt: skip
+    job_id, ready = unique_id("plctrlc"), tmp_path / "ready"
+    ready.mkdir()
+    script = CTRL_C_DDP.format(double=str(DOUBLE.parent), root=str(ROOT), job_id=job_id,
+                               url=server.url, out=str(tmp_path / "out"),
+                               ready=str(ready))  # fmt: skip
+    (tmp_path / "ddp.py").write_text(script)
+    main = subprocess.Popen(
+        [sys.executable, str(tmp_path / "ddp.py")], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < 2 and main.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert main.poll() is None, main.communicate()[1][-4000:]
+    main.send_signal(signal.SIGINT)
+    _, err = main.communicate(timeout=60)
+    assert main.returncode != 0, err[-4000:]
+    assert "KeyboardInterrupt" in err, err[-4000:]
+    (profile,) = profiles(server, job_id)
+    assert profile["power_limit"] == 200.0  # energy alone: the lowest of the two measured
+    records = tmp_path / "cache" / "power_limits"
+    for uuid in (UUID, second):
+        path = tmp_path / "gpu" / f"{uuid}.json"
+        deadline = time.monotonic() + 10
+        while json.loads(path.read_text())["limit_mw"] != 300_000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        changes = [mw / 1000 for _, mw in json.loads(path.read_text())["changes"]]
+        assert changes == [200.0, 300.0], (uuid, changes, err[-3000:])  # trained capped
+    assert not list(records.glob("*.json"))
+    # Each rank owned its own GPU (Lightning's launcher says no LOCAL_WORLD_SIZE): rank 1's
+    # watchdog put the second back, after the SIGKILL.
+    assert f"{second} is back at 300 W" in err, err[-3000:]
+    assert f"{UUID} is back" not in err, err[-3000:]
+
+
 HF_SIGTERM = """
 import os, signal, sys
 sys.path[:0] = [{double!r}, {root!r}]

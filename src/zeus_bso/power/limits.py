@@ -121,8 +121,9 @@ def _nvml() -> Any:
 
 def _own_handles(nvml: Any, gpu_indices: list[int] | None) -> list[Any]:
     """The GPUs this process trains on: those given (NVML indices); else, with CUDA up, its
-    current device; else, in a multi-process launch, the visible GPU of its local rank; else
-    every visible GPU."""
+    current device; else, in a multi-process launch, the visible GPU of its local rank (a
+    launcher that does not say how many processes a node runs, Lightning's, is taken as one
+    process a GPU where the world has several); else every visible GPU."""
     if gpu_indices:
         return [nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
     visible = visible_handles(nvml)
@@ -132,7 +133,7 @@ def _own_handles(nvml: Any, gpu_indices: list[int] | None) -> list[Any]:
         if 0 <= index < len(visible):
             return [visible[index]]
     local = os.environ.get("LOCAL_RANK")
-    several = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1
+    several = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1) > 1
     if local is not None and several and 0 <= int(local) < len(visible):
         return [visible[int(local)]]
     return visible
