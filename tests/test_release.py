@@ -21,6 +21,9 @@ def test_the_openapi_schema_matches_its_committed_snapshot() -> None:
         [SERVER_BIN, "openapi"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     snapshot = (ROOT / "docs" / "openapi.json").read_text()
+    # The server reads the installed version (it imports nothing of the client's face): the one
+    # written in __init__.py.
+    assert json.loads(served)["info"]["version"] == __version__
     assert json.loads(served) == json.loads(snapshot), (
         "the server's OpenAPI schema changed: review the change, then record it with "
         "`zeus-bso-server openapi > docs/openapi.json`"

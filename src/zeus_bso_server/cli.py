@@ -29,9 +29,9 @@ from tenacity import (
     wait_fixed,
 )
 
-from zeus_bso import __version__
 from zeus_bso.entry import Interrupt, deferred_interrupt
 from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
+from zeus_bso_server import __version__
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
     SchemaError,

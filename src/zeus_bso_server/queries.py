@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
-from zeus_bso.policy.power import best_power_limit
+from zeus_bso.policy.power import trained_limit
 from zeus_bso.spec import CreatedJob, PowerProfileView, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.read_models import (
@@ -359,26 +359,8 @@ def _siblings(conn: Connection, job: repo.StoredJob) -> list[SiblingJob]:
     ]
 
 
-def max_power_of(config: CreatedJob, state: policy.JobState, profile: str) -> float:
-    """The maximum power of hardware ``profile`` (its GPUs' limits together): what prices time
-    in its costs."""
-    gpu = state.profiles.get(profile)
-    return gpu.max_power if gpu is not None else config.max_power
-
-
 def power_view(
     config: CreatedJob, state: policy.JobState, stored: StoredPowerProfile
 ) -> PowerProfileView:
-    """A stored power profile, with the limit its runs train at: the one whose epoch costs
-    least at the job's ``eta_knob``, in its profile's units, within its ``power_max_slowdown``."""
-    max_power = max_power_of(config, state, stored.profile)
-    limit = best_power_limit(
-        stored.measurements, config.eta_knob, max_power, config.power_max_slowdown
-    )
-    return PowerProfileView(
-        profile=stored.profile,
-        batch_size=stored.batch_size,
-        power_limit=limit,
-        measurements=list(stored.measurements),
-        trial_number=stored.trial_number,
-    )
+    """A stored power profile, with the limit its runs train at (`trained_limit`)."""
+    return stored.view(trained_limit(config, state, stored.profile, stored.measurements))

@@ -21,7 +21,7 @@ from zeus_bso import policy
 from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
-from zeus_bso.policy.power import profiles_power
+from zeus_bso.policy.power import profiles_power, trained_limit
 from zeus_bso.spec import (
     GPU_FIELDS,
     POWER_SETTINGS,
@@ -46,7 +46,6 @@ from zeus_bso_server.errors import (
     TrialNotFoundError,
 )
 from zeus_bso_server.observability import Metrics
-from zeus_bso_server.queries import power_view
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import StoredJob, StoredTrial
@@ -318,7 +317,7 @@ class BatchSizeService:
         if stored is None:
             repo.set_dispatched_for(conn, trial.job_id, trial.trial_number, power_profiling=True)
             return trial.model_copy(update={"power_profiling": True})
-        limit = power_view(config, state, stored).power_limit
+        limit = trained_limit(config, state, profile, stored.measurements)
         return trial.model_copy(update={"power_limit": limit})
 
     async def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
@@ -362,7 +361,9 @@ class BatchSizeService:
                     profile, trial.batch_size, trial.trial_number, tuple(report.measurements)
                 )
                 repo.insert_power_profile(conn, report.job_id, stored)
-            view = power_view(config, job.state, stored)
+            view = stored.view(
+                trained_limit(config, job.state, stored.profile, stored.measurements)
+            )
             logger.info(
                 "job %s: batch size %d trains at %g W on %s",
                 report.job_id,

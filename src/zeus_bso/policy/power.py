@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from zeus_bso.policy.cost import zeus_cost
-from zeus_bso.spec import PowerMeasurement
+from zeus_bso.policy.types import JobState
+from zeus_bso.spec import CreatedJob, PowerMeasurement
 
 
 def profiles_power(eta_knob: float, power_profiling: bool) -> bool:
@@ -73,6 +74,18 @@ def best_power_limit(
         key=lambda m: (epoch_cost(m, eta_knob, max_power), -m.power_limit),
     )
     return best.power_limit
+
+
+def trained_limit(
+    job: CreatedJob, state: JobState, profile: str, measurements: Sequence[PowerMeasurement]
+) -> float:
+    """The limit a batch size's runs on hardware ``profile`` train at, from its power profile's
+    ``measurements``: `best_power_limit` at the job's ``eta_knob`` and ``power_max_slowdown``,
+    with time priced at the profile's maximum power (its GPUs' limits together; the job's own
+    for a profile it does not know)."""
+    gpus = state.profiles.get(profile)
+    max_power = gpus.max_power if gpus is not None else job.max_power
+    return best_power_limit(measurements, job.eta_knob, max_power, job.power_max_slowdown)
 
 
 PATIENCE = 3

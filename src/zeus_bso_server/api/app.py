@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from zeus_bso import __version__
+from zeus_bso_server import __version__
 from zeus_bso_server.api.auth import TokenMiddleware
 from zeus_bso_server.api.body import BodyMiddleware
 from zeus_bso_server.api.cross_site import CrossSiteMiddleware

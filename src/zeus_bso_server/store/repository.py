@@ -46,7 +46,7 @@ from zeus_bso.policy import (
 )
 from zeus_bso.policy.curves import as_curve
 from zeus_bso.policy.profiles import WindowedCosts
-from zeus_bso.spec import GpuConfig, PowerMeasurement, profile_key
+from zeus_bso.spec import GpuConfig, PowerMeasurement, PowerProfileView, profile_key
 from zeus_bso_server.errors import UnreadableJobError
 from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.tables import JobRow, PowerProfileRow, TrialRow, db_now
@@ -806,6 +806,16 @@ class StoredPowerProfile:
     batch_size: int
     trial_number: int
     measurements: tuple[PowerMeasurement, ...]
+
+    def view(self, power_limit: float) -> PowerProfileView:
+        """The profile as the API shows it, with the limit its runs train at."""
+        return PowerProfileView(
+            profile=self.profile,
+            batch_size=self.batch_size,
+            power_limit=power_limit,
+            measurements=list(self.measurements),
+            trial_number=self.trial_number,
+        )
 
 
 def _power_profiles(rows: Iterable[Record]) -> list[StoredPowerProfile]:
