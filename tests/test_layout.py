@@ -19,6 +19,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"spec"}),
     frozenset({"policy", "energy", "scaling"}),
     frozenset({"power"}),
+    frozenset({"options"}),
     frozenset({"client"}),
     frozenset({"training", "sim"}),
     frozenset({"integrations", "elastic", "cli", "testing"}),
@@ -96,6 +97,25 @@ def test_no_import_runs_back_up() -> None:
         and floor(target) >= floor(module)
     ]
     assert not upward, "imports from a part on the same or a higher floor:\n" + "\n".join(upward)
+
+
+ADAPTERS = frozenset(
+    {"integrations", "elastic", "lightning", "huggingface", "accelerate", "fabric"}
+)
+ADAPTERS_MAY_NOT_IMPORT = frozenset({"client", "sim", "cli"})
+"""The adapters speak to the training session (and read the options, the knobs, the meters
+and the wire models): nothing of the client's conversation with the server."""
+
+
+def test_the_adapters_speak_only_to_the_session() -> None:
+    reaching = {
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("zeus_bso.") and part(module) in ADAPTERS
+        for target in targets
+        if target.startswith("zeus_bso.") and part(target) in ADAPTERS_MAY_NOT_IMPORT
+    }
+    assert not reaching, "adapters that reach past the session:\n" + "\n".join(sorted(reaching))
 
 
 def test_the_server_uses_only_the_wire_models_errors_and_policy() -> None:

@@ -22,12 +22,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from zeus_bso.cli.jobs import DEFAULT_SERVER, Server, Token
-from zeus_bso.client.settings import (
-    LIGHTNING_JOB_VARIABLE,
-    environment_setting,
-    lightning_settings,
-    token_from,
-)
 from zeus_bso.errors import (
     EXIT_FAILURE,
     ConfigurationError,
@@ -35,6 +29,12 @@ from zeus_bso.errors import (
     ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
+)
+from zeus_bso.options import (
+    LIGHTNING_JOB_VARIABLE,
+    environment_setting,
+    lightning_settings,
+    token_from,
 )
 
 FRAMEWORKS = ("torch", "lightning", "transformers", "accelerate", "nvidia-ml-py", "zeus")
@@ -214,7 +214,7 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
     """Whether the server answers, is zeus-bso's, and takes the token (a read, nothing
     registered)."""
     from zeus_bso.client.http import ServerClient
-    from zeus_bso.client.settings import shown_url
+    from zeus_bso.options import shown_url
 
     shown = shown_url(server)  # no password in what is printed
 

@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
-from zeus_bso.client.settings import token_from
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
+from zeus_bso.options import token_from
 from zeus_bso.units import duration_text, energy_text
 
 T = TypeVar("T")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zeus_bso.errors import ConfigurationError
-
 
 @dataclass(frozen=True, slots=True)
 class Accumulation:
@@ -29,15 +27,6 @@ class Accumulation:
     def none(cls, batch_size: int) -> Accumulation:
         """No accumulation: one micro-batch of the whole batch."""
         return cls(batch_size, batch_size, 1)
-
-
-def check_max_micro_batch_size(value: int | None) -> int | None:
-    """``max_micro_batch_size`` as given, or a `ConfigurationError` that says what to change."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigurationError(
-            f"max_micro_batch_size must be a positive int (or None: no accumulation), not {value!r}"
-        )
-    return value
 
 
 def plan(batch_size: int, max_micro_batch_size: int | None, memory_cap: int | None) -> Accumulation:

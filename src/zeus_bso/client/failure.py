@@ -41,6 +41,17 @@ class Terminated(SystemExit):
         return "SIGTERM"
 
 
+def give_sigterm_status(error: BaseException) -> None:
+    """A framework's SIGTERM exception without an exit status gets SIGTERM's (143): Lightning's
+    ``SIGTERMException`` is a ``SystemExit`` without one before its fix of
+    Lightning-AI/pytorch-lightning#19916, so a preempted fit exited 0, as if it had finished,
+    and a scheduler would not run the recurrence again."""
+    if not isinstance(error, SystemExit) or type(error).__name__ not in SIGTERM_EXCEPTIONS:
+        return
+    if error.code is None:
+        error.code = TERMINATED_STATUS
+
+
 def interrupted(error: BaseException) -> bool:
     """Whether ``error`` interrupted the run from outside: Ctrl-C or a SIGTERM."""
     return isinstance(error, KeyboardInterrupt | Terminated) or (

@@ -19,7 +19,6 @@ from urllib.parse import quote
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
-from zeus_bso.client.settings import shown_url
 from zeus_bso.client.tls import (
     certificate_problem,
     https_words,
@@ -36,6 +35,7 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
 )
+from zeus_bso.options import shown_url
 from zeus_bso.spec import (
     CreatedJob,
     DispatchedTrial,

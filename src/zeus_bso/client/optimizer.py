@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, Literal, NoReturn, Self
 
 from zeus_bso.client import failure, fallback, outbox
-from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size, plan
+from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import (
@@ -51,14 +51,6 @@ from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
-from zeus_bso.client.settings import (
-    JobLike,
-    heartbeat_seconds_from,
-    job_lr_rule,
-    required_job,
-    server_url_from,
-    token_from,
-)
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
@@ -71,6 +63,15 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
     ZeusBSOTrainFailError,
+)
+from zeus_bso.options import (
+    JobLike,
+    check_max_micro_batch_size,
+    heartbeat_seconds_from,
+    job_lr_rule,
+    required_job,
+    server_url_from,
+    token_from,
 )
 from zeus_bso.policy.cost import Report, StopRules, judge_report
 from zeus_bso.policy.machine import answer_of

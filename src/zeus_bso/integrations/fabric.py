@@ -23,7 +23,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from zeus_bso.client.settings import JobLike, required_job
+from zeus_bso.options import JobLike, required_job
 from zeus_bso.training.session import SessionOptions, TrialSession
 
 INSTALL_HINT = "pip install 'zeus-bso[lightning]'"

@@ -26,8 +26,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.spec import StopReason
+from zeus_bso.training import RunOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -42,17 +42,14 @@ from typing import Any, Literal, NoReturn
 
 from typing_extensions import override
 
-from zeus_bso.client.accumulation import check_max_micro_batch_size
-from zeus_bso.client.optimizer import judged_without_server
-from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.client.settings import JobLike, required_job, server_url_from
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
+from zeus_bso.options import JobLike, check_max_micro_batch_size, required_job, server_url_from
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
+from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import torch_distributed
-from zeus_bso.training.session import TrialSession
 
 logger = logging.getLogger(__name__)
 
@@ -564,7 +561,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         self._outside_evaluations += 1
         value = float(metrics[self.metric])
-        answer = judged_without_server(self.job, size, value, self._outside_evaluations)
+        answer = TrialSession.judged_without_server(
+            self.job, size, value, self._outside_evaluations
+        )
         if not answer.stop_train:
             return
         control.should_training_stop = True

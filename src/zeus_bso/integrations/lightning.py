@@ -37,23 +37,21 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from zeus_bso.client.accumulation import check_max_micro_batch_size
-from zeus_bso.client.failure import SIGTERM_EXCEPTIONS, TERMINATED_STATUS
-from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.client.settings import (
+from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     JobLike,
+    check_max_micro_batch_size,
     lightning_settings,
     required_job,
     server_url_from,
 )
-from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ConfigurationError
-from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
-from zeus_bso.training.session import TrialSession
+from zeus_bso.training import RunOutcome, TrialSession
 
 logger = logging.getLogger(__name__)
 
@@ -588,11 +586,6 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         if not self._fitting(trainer) or session is None:
             return
         self.session = None  # Lightning calls no teardown after an exception
-        if type(exception).__name__ in SIGTERM_EXCEPTIONS and getattr(exception, "code", 0) is None:
-            # Lightning's SIGTERMException is a SystemExit without a status before its fix of
-            # Lightning-AI/pytorch-lightning#19916, so a preempted fit exited 0, as if it had
-            # finished, and a scheduler would not run the recurrence again: SIGTERM's status.
-            exception.code = TERMINATED_STATUS  # type: ignore[attr-defined]
         # Out of memory: infeasible on these GPUs; not the batch size's fault: released; else
         # failed (with a run key the trial stays open for the restart).
         session.failed(exception, trained=trainer.global_step > 0)

@@ -6,6 +6,8 @@ uses (`collectives`), and the one mechanism that lets a process that used gloo e
 The framework adapters in `zeus_bso.integrations` are thin hook mappings over the session.
 """
 
+from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.training.session import TrialSession
 
-__all__ = ["TrialSession"]
+__all__ = ["RunOutcome", "TrialSession"]
+"""What the adapters use: the session, and the outcome of the run it ends."""

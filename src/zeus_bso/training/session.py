@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import BatchSizeOptimizer, failure
-from zeus_bso.client.accumulation import Accumulation, check_max_micro_batch_size
+from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.memory import (
     free_accelerator_memory,
@@ -24,10 +24,10 @@ from zeus_bso.client.memory import (
     out_of_memory_words,
     smallest_to_try,
 )
+from zeus_bso.client.optimizer import judged_without_server
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import TrialProgress
-from zeus_bso.client.settings import job_lr_rule
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     BatchSizeDoesNotFitError,
@@ -37,6 +37,7 @@ from zeus_bso.errors import (
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
+from zeus_bso.options import check_max_micro_batch_size, job_lr_rule
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import (
     LrRule,
@@ -46,7 +47,7 @@ from zeus_bso.scaling.lr import (
     stepped_rate,
     warmup_steps,
 )
-from zeus_bso.spec import JobSpec, PowerMeasurement, StopReason, TrialId
+from zeus_bso.spec import JobSpec, PowerMeasurement, ReportResponse, StopReason, TrialId
 from zeus_bso.training.collectives import (
     all_gather_object,
     broadcast_object,
@@ -628,8 +629,19 @@ class TrialSession:
     def failed(self, error: BaseException, *, trained: bool) -> None:
         """The run raised ``error``: it ran out of memory (`end_out_of_memory`), was
         interrupted (Ctrl-C, a SIGTERM), failed for a reason that is not its batch size's
-        (`release`), or failed (`abort`); see `zeus_bso.client.failure`."""
+        (`release`), or failed (`abort`); see `zeus_bso.client.failure`. A framework's SIGTERM
+        exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
+        failure.give_sigterm_status(error)
         failure.end_as(self, failure.verdict(error, trained=trained), failure.described(error))
+
+    @staticmethod
+    def judged_without_server(
+        job: JobSpec, batch_size: int, metric: float, epoch: int
+    ) -> ReportResponse:
+        """An evaluation no server judges (a run that went on at a size of its framework's
+        own), by the job's rules without a cost bound: it stops at the target or at
+        ``max_epochs`` (`zeus_bso.client.judged_without_server`)."""
+        return judged_without_server(job, batch_size, metric, epoch)
 
     def __enter__(self) -> Self:
         return self

@@ -1,6 +1,8 @@
-"""Where the server is, from the arguments or the environment (``ZEUS_BSO_SERVER_URL``,
-``ZEUS_BSO_TOKEN``), as MLflow and W&B read theirs: a cluster image sets them once for every
-training script."""
+"""What a run is given, checked before any network: where the server is, from the arguments or
+the environment (``ZEUS_BSO_SERVER_URL``, ``ZEUS_BSO_TOKEN``), as MLflow and W&B read theirs (a
+cluster image sets them once for every training script), the job, and the options every entry
+point takes. The client, the training session and the framework adapters read them here: an
+adapter needs nothing of the client's."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from zeus_bso.client.accumulation import check_max_micro_batch_size
 from zeus_bso.errors import ConfigurationError, validation_words
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
@@ -72,6 +73,15 @@ def checked_server_url(url: str) -> str:
             f"the server URL {url!r} names no host: e.g. 'http://127.0.0.1:8000'"
         )
     return url
+
+
+def check_max_micro_batch_size(value: int | None) -> int | None:
+    """``max_micro_batch_size`` as given, or a `ConfigurationError` that says what to change."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigurationError(
+            f"max_micro_batch_size must be a positive int (or None: no accumulation), not {value!r}"
+        )
+    return value
 
 
 def job_lr_rule(job: JobSpec, given: str) -> LrRule:
