@@ -376,6 +376,32 @@ def test_power_restore_puts_every_gpu_back_for_an_epilog(
     assert "no GPU GPU-nope on this node" in wrong.output
 
 
+def test_the_slurm_epilog_restores_a_gpu_its_killed_step_left_capped(
+    double: Path, tmp_path: Path
+) -> None:
+    """``integrations/slurm/epilog.sh``, run as Slurm runs it (a shell, its environment): the
+    step's run and watchdog were killed together, and the epilog puts the GPU back at its
+    record's limit; on a node without zeus-bso it does nothing and succeeds."""
+    from zeus_bso.power import records as node
+
+    epilog = Path(__file__).resolve().parents[2] / "integrations" / "slurm" / "epilog.sh"
+    capped_before(double, 200.0)
+    node.create(double, node.Record(UUID, 300.0, 300.0, 1, "1", None))
+    command = Path(sys.executable).with_name("zeus-bso")
+    env = {**os.environ, "ZEUS_BSO": str(command), "ZEUS_BSO_POWER_RECORDS": str(double),
+           "PYTHONPATH": str(GPU_DOUBLE.parent)}  # fmt: skip
+    done = subprocess.run([epilog], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{UUID}: 200 W -> 300 W (the record of process 1)" in done.stdout
+    state = json.loads((double.parent / "gpu" / f"{UUID}.json").read_text())
+    assert state["limit_mw"] == 300_000
+    assert not list(double.glob("*.json"))
+
+    absent = {**env, "ZEUS_BSO": str(tmp_path / "no-zeus-bso")}
+    done = subprocess.run([epilog], env=absent, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "")
+
+
 def test_the_records_live_in_one_folder_per_node(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
