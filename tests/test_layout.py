@@ -199,3 +199,19 @@ def test_an_import_inside_a_function_or_under_type_checking_counts(tmp_path: Pat
         "zeus_bso.policy.bandits",
         "zeus_bso.spec",
     ]
+
+
+def test_the_architecture_page_lists_the_middlewares_in_the_order_they_run() -> None:
+    """The page's life of a report names the server's middlewares, outermost first: the order
+    the app adds them in (a token set: every one of them)."""
+    import re
+
+    from zeus_bso_server.api.app import create_app
+    from zeus_bso_server.settings import load_settings
+
+    page = (SRC.parent / "docs" / "concepts" / "architecture.md").read_text()
+    sentence = page.split("the middlewares run, outermost first:", 1)[1].split("; then", 1)[0]
+    listed = re.findall(r"`(\w+)\.py`", sentence)
+    app = create_app(load_settings(token="layout-test-token", database_url="sqlite://"))
+    running = [m.cls.__module__.rpartition(".")[2] for m in app.user_middleware]
+    assert listed == running
