@@ -428,6 +428,20 @@ class JobParams(_JobOptions):
     job_id: Identifier
 
 
+_NAMES_ELSEWHERE = {
+    "eta": "eta_knob",  # the cost formula's and the Zeus paper's name
+    "beta": "beta_knob",
+    "target": "target_metric",
+    "metric_target": "target_metric",
+    "epochs": "max_epochs",
+    "num_epochs": "max_epochs",
+    "higher_is_better": "higher_is_better_metric",
+    "seed": "mab_seed",
+}
+"""Names a job's fields go by in the cost formula, the paper and other tools, which a close
+spelling alone would not suggest."""
+
+
 class JobSpec(_JobOptions):
     """What a user specifies for a job. Without ``job_id`` the server makes one from the prefix.
 
@@ -446,7 +460,8 @@ class JobSpec(_JobOptions):
         if unknown:
             hints = []
             for name in unknown:
-                near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                near = [_NAMES_ELSEWHERE[name]] if name in _NAMES_ELSEWHERE else []
+                near = near or difflib.get_close_matches(name, known, n=1, cutoff=0.6)
                 hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
             raise ValueError(
                 f"JobSpec has no field {', '.join(hints)}; its fields are on the policy options "

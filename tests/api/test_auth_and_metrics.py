@@ -103,6 +103,15 @@ def test_client_sends_the_token(guarded: ServerProcess) -> None:
     with ServerClient(guarded.url) as anonymous, pytest.raises(ServerRejectedError) as info:
         anonymous.register_job(spec)
     assert info.value.status == 401
+    assert "no token was sent: give the server's token as token=..., or in ZEUS_BSO_TOKEN" in str(
+        info.value
+    )
+    with (
+        ServerClient(guarded.url, token="wrong") as wrong,
+        pytest.raises(ServerRejectedError) as info,
+    ):
+        wrong.register_job(spec)
+    assert "the token sent was refused: give the server's token" in str(info.value)
 
 
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:

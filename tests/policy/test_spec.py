@@ -133,6 +133,13 @@ def test_a_typo_in_a_job_spec_is_refused_naming_the_nearest_field() -> None:
     fields = {"job_id_prefix": "mnist", "batch_sizes": [32, 64], "default_batch_size": 32}
     with pytest.raises(ValidationError, match=r"'max_epoch' \(did you mean 'max_epochs'\?\)"):
         JobSpec(**fields, max_epoch=10)
+    # The cost formula's name, which no close spelling finds.
+    with pytest.raises(ValidationError, match=r"'eta' \(did you mean 'eta_knob'\?\)"):
+        JobSpec(**fields, max_epochs=10, eta=0.3)
+    from zeus_bso.spec import _NAMES_ELSEWHERE
+
+    assert set(_NAMES_ELSEWHERE.values()) <= set(JobSpec.model_fields)
+    assert not set(_NAMES_ELSEWHERE) & set(JobSpec.model_fields)
     with pytest.raises(ValidationError, match=r"JobSpec has no field 'zzz';"):
         JobSpec(**fields, zzz=1)
     # The server's wire model keeps ignoring what upstream clients send.

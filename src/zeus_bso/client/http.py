@@ -35,7 +35,7 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
 )
-from zeus_bso.options import shown_url
+from zeus_bso.options import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, shown_url
 from zeus_bso.spec import (
     CreatedJob,
     DispatchedTrial,
@@ -105,6 +105,7 @@ class ServerClient:
         """
         self.retry_seconds = retry_seconds
         headers = {"Content-Type": "application/json"}
+        self._sends_token = bool(token)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
@@ -193,6 +194,13 @@ class ServerClient:
                 )
             elif not ours and (response.status_code < 500 or response.status_code == 501):
                 message += f" (is {self.shown_url} the zeus-bso server's address?)"
+            elif response.status_code == 401:
+                message += (
+                    " (the token sent was refused" if self._sends_token else " (no token was sent"
+                ) + (
+                    f": give the server's token as token=..., or in {TOKEN_VARIABLE} or "
+                    f"{TOKEN_FILE_VARIABLE}; zeus-bso commands take --token)"
+                )
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
