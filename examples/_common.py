@@ -36,10 +36,20 @@ def loop_job(prefix: str) -> JobSpec:
     )
 
 
-def arguments(description: str, recurrences: int = 5, devices: bool = False) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def arguments(
+    description: str | None, recurrences: int = 5, devices: bool = False
+) -> argparse.Namespace:
+    """The example's options; ``description``: its docstring, shown whole by ``--help``."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--server", default="http://127.0.0.1:8000", help="zeus-bso server URL")
-    parser.add_argument("--recurrences", type=int, default=recurrences)
+    parser.add_argument(
+        "--recurrences",
+        type=int,
+        default=recurrences,
+        help=f"runs of the job, each at the batch size the server chooses (default: {recurrences})",
+    )
     parser.add_argument("--token", default=None, help="the server's bearer token, if any")
     if devices:
         parser.add_argument("--devices", type=int, default=1, help="processes to train on")

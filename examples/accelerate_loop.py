@@ -22,7 +22,7 @@ from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__)
     accelerator = Accelerator(cpu=True)
     job = loop_job("example-accelerate")
     train, val = data(2048, 0), data(512, 1)

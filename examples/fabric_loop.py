@@ -21,7 +21,7 @@ from zeus_bso.integrations.fabric import ZeusBSOFabric
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0], devices=True)
+    args = arguments(__doc__, devices=True)
     fabric = Fabric(accelerator="cpu", devices=args.devices, strategy="ddp")
     fabric.launch()
     job = loop_job("example-fabric")

@@ -45,7 +45,7 @@ def accuracy(prediction: Any) -> dict[str, float]:
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__)
     job = JobSpec(
         job_id_prefix="example-hf",
         batch_sizes=[8, 16, 32, 64],

@@ -51,7 +51,7 @@ class Classifier(pl.LightningModule):
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__)
     job = JobSpec(
         job_id_prefix="example-lightning",
         batch_sizes=[8, 16, 32, 64, 128],

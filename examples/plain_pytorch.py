@@ -18,7 +18,7 @@ from zeus_bso.energy import auto_meter
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0])
+    args = arguments(__doc__)
     job = loop_job("example-plain")
     train, val = data(2048, 0), data(512, 1)
 

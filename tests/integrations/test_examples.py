@@ -126,3 +126,31 @@ def test_example_runs_recurrences(
         for line in lines
     ), lines
     assert all("Next run: " in line for line in lines), lines
+
+
+def test_every_examples_help_shows_its_whole_description(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--help`` showed the docstring's first line alone, cut mid-sentence ("... choose its
+    batch size, recurrence after"): each example hands `arguments` its whole docstring, and
+    ``--help`` shows it as written (its commands on lines of their own)."""
+    import ast
+
+    from tests.helpers import load_module
+
+    common = load_module("examples_common", EXAMPLES / "_common.py")
+    for script in sorted(EXAMPLES.glob("[!_]*.py")):
+        tree = ast.parse(script.read_text())
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "arguments"
+        ]
+        assert calls, script.name
+        assert all(getattr(call.args[0], "id", None) == "__doc__" for call in calls), script.name
+        doc = ast.get_docstring(tree, clean=False)
+        assert doc is not None
+        monkeypatch.setattr(sys, "argv", [script.name, "--help"])
+        with pytest.raises(SystemExit):
+            common.arguments(doc)
+        assert doc.strip() in capsys.readouterr().out, script.name
