@@ -43,6 +43,18 @@ def test_the_summary_rounds_time_and_energy_to_what_reads(
     assert spent in line
 
 
+def test_a_run_that_accumulated_says_so() -> None:
+    """With ``max_micro_batch_size`` the line named only the batch size: it says the
+    micro-batches that reached it."""
+    from dataclasses import replace
+
+    line = replace(outcome(9.4, 52.2), accumulation_steps=2).summary()
+    assert line.startswith(
+        "zeus-bso: batch size 64 (2 accumulated micro-batches of 32) reached the target at epoch 4"
+    )
+    assert "micro-batches" not in outcome(9.4, 52.2).summary()
+
+
 @pytest.mark.parametrize(
     ("joules", "text"),
     [

@@ -147,6 +147,11 @@ class TestAccelerate(LoopAdapterContract):
         with adapter(server_url, job, **options) as bso:
             assert bso.accelerator.gradient_accumulation_steps == bso.accumulation_steps == 2
             bso.release("not trained in this test")
+        assert bso.outcome is not None
+        assert bso.outcome.accumulation_steps == 2  # the run's line says how it trained
+        assert f"batch size {bso.batch_size} (2 accumulated micro-batches of 16)" in (
+            bso.outcome.summary()
+        )
 
 
 class TestFabric(LoopAdapterContract):

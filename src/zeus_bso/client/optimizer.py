@@ -1156,10 +1156,15 @@ class BatchSizeOptimizer:
             next_refused=self._next_refused,
             offline=self.offline,
             went_on=went_on,
+            accumulation_steps=self._accumulation_steps(),
         )
         self.client.close()
         if self._show is not None:
             self._show(self.outcome.summary())
+
+    def _accumulation_steps(self) -> int:
+        """Micro-batches a step of this run (one where it had no batch size)."""
+        return self.accumulation.steps if self.batch_size is not None else 1
 
     def _next_run(self) -> str | None:
         """What the server says the job's next run gets (None where it cannot say)."""

@@ -48,11 +48,17 @@ class RunOutcome:
     """Whether, its batch size out of memory, the run went on at a size of its framework's own
     (the HF Trainer's ``auto_find_batch_size``), outside the optimizer; ``converged`` then says
     whether that run reached the target."""
+    accumulation_steps: int = 1
+    """Micro-batches the run accumulated an optimizer step (``max_micro_batch_size``): above
+    one, the batch size was reached by gradient accumulation, and the line says so."""
 
     def summary(self) -> str:
         """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
         the cheapest run's; the model did not reach the target. Next run: 64.``"""
         size = f"batch size {self.batch_size}"
+        if self.accumulation_steps > 1:
+            micro = self.batch_size // self.accumulation_steps
+            size += f" ({self.accumulation_steps} accumulated micro-batches of {micro})"
         spent = f"{duration_text(self.seconds)}, {energy_text(self.joules)}"
         if self.reason is StopReason.NOT_TRAINED:
             line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
