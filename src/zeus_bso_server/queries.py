@@ -249,6 +249,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
             energy=totals.energy,
             time=totals.time,
             jobs_with_savings=totals.jobs_with_savings,
+            jobs_saving=totals.jobs_saving,
             energy_saved=totals.energy_saved,
             energy_saved_fraction=(
                 totals.energy_saved / totals.energy_baseline if totals.energy_baseline > 0 else 0.0

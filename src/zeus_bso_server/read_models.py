@@ -287,6 +287,9 @@ class FleetSummary(BaseModel):
     """Seconds spent by ended runs."""
     jobs_with_savings: int
     """Jobs whose savings are known (a run of the default and one of another reported)."""
+    jobs_saving: int = 0
+    """Of those, the jobs whose cost saved is not negative (the others spent more than their
+    default would have)."""
     energy_saved: float
     """Joules saved against running each of those jobs' default every time."""
     energy_saved_fraction: float

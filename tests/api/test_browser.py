@@ -452,7 +452,10 @@ def test_the_job_list_sums_up_every_jobs_spending_and_savings(
     playwright_expect(fleet.locator(".energy-saved")).to_have_text(energy_text(saved))
     percent = round(100 * saved / (saved + spent_known), 1)
     playwright_expect(fleet.locator(".energy-saved-percent")).to_have_text(f"{percent}%")
-    playwright_expect(fleet).to_contain_text("2 of them saved")
+    saving = sum(s["savings"]["cost"] >= 0 for s in known)
+    playwright_expect(fleet).to_contain_text(
+        f"the 2 jobs whose savings are known ({saving} saved, {2 - saving} spent more) together"
+    )
     # One verb where the energy and the cost went the same way ("saved 4 kJ (..) and 12% of
     # the cost"), a second where they did not.
     totals = api.get("/api/summary", params={"prefix": prefix}).json()
@@ -503,7 +506,9 @@ def test_savings_count_unconverged_runs_and_a_blocked_job_says_so(
 
     page.goto(server.url + "/dashboard?prefix=" + prefix)
     fleet = page.locator("#fleet")
-    playwright_expect(fleet).to_contain_text("1 of them spent")
+    playwright_expect(fleet).to_contain_text(
+        "the 1 job whose savings are known (0 saved, 1 spent more) together spent"
+    )
     playwright_expect(fleet).to_contain_text("more energy")
     row = page.locator("#jobs tbody tr", has_text=job_id)
     playwright_expect(row.locator(".savings")).to_contain_text("more cost")

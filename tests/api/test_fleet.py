@@ -33,7 +33,7 @@ def _fleet(server: ServerProcess, prefix: str) -> FleetSummary:
 
 def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
     """The totals, summed in Python from each job's view (its savings are `savings_of`'s)."""
-    runs = with_savings = 0
+    runs = with_savings = saving = 0
     energy = time = saved_energy = base_energy = saved_cost = base_cost = 0.0
     for job_id in job_ids:
         view = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
@@ -48,6 +48,7 @@ def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
         if savings is None:
             continue
         with_savings += 1
+        saving += savings["cost"] >= 0
         saved_energy += savings["energy"]
         base_energy += savings["energy"] + job_energy
         saved_cost += savings["cost"]
@@ -59,6 +60,7 @@ def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
         "energy": pytest.approx(energy),
         "time": pytest.approx(time),
         "jobs_with_savings": with_savings,
+        "jobs_saving": saving,
         "energy_saved": pytest.approx(saved_energy),
         "energy_saved_fraction": pytest.approx(saved_energy / base_energy if base_energy else 0.0),
         "cost_saved": pytest.approx(saved_cost),

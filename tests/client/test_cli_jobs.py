@@ -180,8 +180,9 @@ def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:
     assert words.returncode == 0, words.stderr
     assert words.stdout.startswith(
         f"1 job whose id starts with '{job_id}', 3 ended runs: 10.8 kJ of energy and 2.0 min "
-        "of training spent. Against delivering their models at their default batch sizes, 1 of "
-        "them spent "
+        "of training spent. Against delivering their models at their default batch sizes, the 1 "
+        f"job whose savings are known ({totals['jobs_saving']} saved, "
+        f"{1 - totals['jobs_saving']} spent more) together spent "
     )
     share = 100 * totals["energy_saved_fraction"]
     assert f"({-share:.1f}% more energy)" in words.stdout  # later runs cost more here
@@ -460,7 +461,11 @@ def test_the_totals_name_one_verb_where_energy_and_cost_agree(
 
     totals = {
         "jobs": 1, "runs": 3, "energy": 185.0, "time": 0.6, "jobs_with_savings": 1,
+        "jobs_saving": int(cost >= 0),
         "energy_saved": energy, "energy_saved_fraction": 0.282 if energy > 0 else -0.282,
         "cost_saved": cost, "cost_saved_fraction": cost,
     }  # fmt: skip
-    assert totals_in_words(totals).endswith(f"1 of them {said}")
+    counts = "(1 saved, 0 spent more)" if cost >= 0 else "(0 saved, 1 spent more)"
+    assert totals_in_words(totals).endswith(
+        f"the 1 job whose savings are known {counts} together {said}"
+    )

@@ -217,9 +217,13 @@ def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     else:
         cost_words = (f"saved {cost_share:.1f}% of the cost" if cost >= 0 else
                       f"spent {cost_share:.1f}% more cost")  # fmt: skip
+    known, saving = totals["jobs_with_savings"], totals.get("jobs_saving")
+    # An older server does not count them.
+    counts = "" if saving is None else f" ({saving} saved, {known - saving} spent more)"
     return (
-        f"{text} Against delivering their models at their default batch sizes, "
-        f"{totals['jobs_with_savings']} of them {energy_words} and {cost_words}."
+        f"{text} Against delivering their models at their default batch sizes, the {known} "
+        f"job{'' if known == 1 else 's'} whose savings are known{counts} together "
+        f"{energy_words} and {cost_words}."
     )
 
 

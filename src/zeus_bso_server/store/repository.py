@@ -380,6 +380,7 @@ class FleetTotals:
     energy: float
     time: float
     jobs_with_savings: int
+    jobs_saving: int
     energy_saved: float
     energy_baseline: float
     cost_saved: float
@@ -448,6 +449,9 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
             func.coalesce(func.sum(job.energy), 0.0).label("energy"),
             func.coalesce(func.sum(job.time), 0.0).label("time"),
             func.coalesce(func.sum(case((known, 1), else_=0)), 0).label("with_savings"),
+            func.coalesce(func.sum(case((and_(known, saved_cost >= 0), 1), else_=0)), 0).label(
+                "saving"
+            ),
             when_known(base_energy - job.energy).label("energy_saved"),
             when_known(base_energy).label("energy_baseline"),
             when_known(saved_cost).label("cost_saved"),
@@ -460,6 +464,7 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
         energy=float(row.energy),
         time=float(row.time),
         jobs_with_savings=int(row.with_savings),
+        jobs_saving=int(row.saving),
         energy_saved=float(row.energy_saved),
         energy_baseline=float(row.energy_baseline),
         cost_saved=float(row.cost_saved),
