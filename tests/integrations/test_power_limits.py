@@ -641,6 +641,26 @@ def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
     first.release("the test's first run, resumed by the second")
 
 
+def test_without_gpus_optimize_is_refused_before_anything_is_registered(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine without NVML (a CPU or AMD node of a mixed fleet) ``power_limit=
+    "optimize"`` failed at the start of training, its job registered and a trial dispatched:
+    every entry point's constructor refuses it now, and the server never hears of the run."""
+    from zeus_bso import BatchSizeOptimizer
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    spec = job(unique_id("plnogpu"), 0.5)
+    for build in (
+        lambda: BatchSizeOptimizer(server.url, spec, power_limit="optimize"),
+        lambda: ZeusBSOCallback(server.url, spec, "val_acc", power_limit="optimize"),
+    ):
+        with pytest.raises(PowerLimitError, match="power limits need NVML"):
+            build()
+    with ServerClient(server.url) as client:
+        assert spec.job_id not in {j["job_id"] for j in client.jobs_page(prefix=spec.job_id)[0]}
+
+
 def test_a_limit_outside_the_gpus_range_is_refused_and_the_run_released(
     server: ServerProcess, nvml: Any, tmp_path: Path
 ) -> None:

@@ -4,10 +4,13 @@ clock and an energy reading that the test drives."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from zeus_bso.errors import ConfigurationError
+from tests.helpers import one_settable_gpu
+from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import PowerProfiler
 from zeus_bso.power.profiler import (
@@ -70,11 +73,22 @@ def test_each_limit_settles_then_is_measured_and_an_epoch_is_its_step_times_the_
     assert gpu.set_calls == [300.0, 250.0]
 
 
-def test_the_mode_is_checked() -> None:
-    assert check_power_limit("optimize") == "optimize"
+def test_the_mode_is_checked_and_optimize_needs_gpus_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``optimize`` where no GPU's limit could be set is refused at once (a constructor calls
+    this before anything is registered), in one sentence that says what to change."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
     assert check_power_limit("off") == "off"
+    with pytest.raises(PowerLimitError, match=r"power limits need NVML.*zeus-bso\[nvml\]"):
+        check_power_limit("optimize")
     with pytest.raises(ConfigurationError, match="'off' or 'optimize'"):
         check_power_limit("max")
+    one_settable_gpu(monkeypatch, tmp_path, "GPU-0000cafe-1111-2222-3333-444444444444")
+    assert check_power_limit("optimize") == "optimize"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(PowerLimitError, match="NVML sees none here"):
+        check_power_limit("optimize")
 
 
 def stopping_profiler(

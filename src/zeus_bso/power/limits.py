@@ -119,6 +119,16 @@ def _nvml() -> Any:
     return nvml
 
 
+def gpus_here() -> int:
+    """How many GPUs NVML sees in this process (those ``CUDA_VISIBLE_DEVICES`` leaves
+    visible). NVML stays initialised (a run's meter and limits use it next).
+
+    Raises:
+        PowerLimitError: NVML is missing or cannot start here.
+    """
+    return len(visible_handles(_nvml()))
+
+
 def _own_handles(nvml: Any, gpu_indices: list[int] | None) -> list[Any]:
     """The GPUs this process trains on: those given (NVML indices); else, with CUDA up, its
     current device; else, in a multi-process launch, the visible GPU of its local rank (a

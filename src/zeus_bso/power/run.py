@@ -19,7 +19,7 @@ from typing import Any, Literal
 from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
-from zeus_bso.power.limits import GpuPowerLimits
+from zeus_bso.power.limits import GpuPowerLimits, gpus_here
 from zeus_bso.power.profiler import (
     COUNTER_PERIODS,
     PowerProfiler,
@@ -41,14 +41,25 @@ the limit the server chooses."""
 
 
 def check_power_limit(mode: str) -> PowerLimitMode:
-    """``mode``, checked.
+    """``mode``, checked, and with ``optimize`` that this machine has GPUs whose limits it
+    could set: a constructor refuses at once, before a job is registered or a trial dispatched
+    (it was refused at the start of training, its trial released).
 
     Raises:
         ConfigurationError: an unknown mode.
+        PowerLimitError: ``optimize`` where NVML is missing, cannot start, or sees no GPU.
     """
     if mode not in ("off", "optimize"):
         raise ConfigurationError(f"power_limit is 'off' or 'optimize', not {mode!r}")
-    return "optimize" if mode == "optimize" else "off"
+    if mode == "off":
+        return "off"
+    if gpus_here() == 0:
+        raise PowerLimitError(
+            "power_limit='optimize' needs NVIDIA GPUs, and NVML sees none here (is "
+            "CUDA_VISIBLE_DEVICES empty?): train without it on this machine (zeus-bso check "
+            "says what a machine allows)"
+        )
+    return "optimize"
 
 
 def _sync() -> None:
