@@ -31,6 +31,7 @@ from zeus_bso.spec import (
     PowerProfileReport,
     TrainingResult,
 )
+from zeus_bso.units import energy_text
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "cli-test-token"
@@ -110,6 +111,7 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert job_id in listed.stdout
     narrow = cli(server, "list", "--prefix", "clijob", columns=80)
     assert job_id in narrow.stdout  # whole, to copy into `show`, in an 80-column terminal
+    assert "…" not in narrow.stdout  # nothing cut ("pruni…", "2026-…"): folded where narrow
     assert "2 x A40 [test]" in listed.stdout  # user text is not read as markup
     as_json = json.loads(cli(server, "list", "--json").stdout)
     (mine,) = [j for j in as_json if j["job_id"] == job_id]
@@ -156,8 +158,11 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
         assert row["status"] == trial["status"]
     dumped = json.loads(cli(server, "trials", job_id, "--format", "json").stdout)
     assert dumped == sorted(stored, key=lambda t: t["trial_number"])
-    table = cli(server, "trials", job_id)
+    table = cli(server, "trials", job_id, columns=80)
     assert table.returncode == 0
+    assert "…" not in table.stdout
+    assert "e+0" not in table.stdout + shown.stdout  # costs in their units, not 1.737e+04
+    assert energy_text(by_number[1]["cost"]) in table.stdout
     assert "reported" in table.stdout
 
     deleted = cli(server, "delete", job_id, "--yes")

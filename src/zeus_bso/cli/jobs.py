@@ -78,10 +78,10 @@ COMPACT: dict[str, Any] = {
 TRIAL_HEADERS = {
     "trial_number": "#",
     "batch_size": "batch",
-    "time": "time s",
-    "energy": "energy J",
     "converged": "conv.",
 }
+# How the trials table writes a column's figures for people (CSV and JSON keep the numbers).
+TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
 
 
 def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
@@ -107,6 +107,17 @@ def _number(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def _joules(value: float | None) -> str:
+    """Energy, or a cost (joules), as people read it: ``17.4 kJ``, never ``1.737e+04``."""
+    return "-" if value is None else energy_text(value)
+
+
+def _figure(column: str, value: Any) -> str:
+    """A trials table cell: time and energy in their units (`TRIAL_FIGURES`), else `_number`."""
+    shown = TRIAL_FIGURES.get(column)
+    return _number(value) if value is None or shown is None else str(shown(value))
 
 
 def _saved(savings: dict[str, Any]) -> str:
@@ -142,14 +153,15 @@ def list_command(
         return
     # The id is what `show` takes: whole, on one line, however narrow the terminal.
     longest = max((len(job["job_id"]) for job in jobs), default=len("job id"))
+    # Other cells fold onto more lines where the terminal is narrow, never cut ("pruni…").
     table = Table(
         Column("job id", no_wrap=True, min_width=longest),
-        "stage",
-        "trials",
-        "GPU",
-        Column("recommended", no_wrap=True),
-        Column("saved", no_wrap=True),  # of the cost, against the default
-        "updated",
+        Column("stage", overflow="fold"),
+        Column("trials", overflow="fold"),
+        Column("GPU", overflow="fold"),
+        Column("recommended", overflow="fold"),
+        Column("saved", overflow="fold"),  # of the cost, against the default
+        Column("updated", overflow="fold"),
         **COMPACT,
     )
     for job in jobs:
@@ -273,7 +285,7 @@ def show_command(
     if recommended is not None:
         console.print(
             f"recommended batch size {recommended['batch_size']} (expected cost "
-            f"{_number(recommended['expected_cost'])} J, from its {recommended['basis']})"
+            f"{_joules(recommended['expected_cost'])}, from its {recommended['basis']})"
         )
     for other in state.get("siblings") or []:  # absent from servers that predate them
         differs = ", ".join(
@@ -301,33 +313,36 @@ def show_command(
         console.print(
             f"against delivering its {savings['runs']} models (converged runs, of "
             f"{savings['ended_runs']} ended) at {savings['default_batch_size']}: "
-            f"{_saved(savings)}; {_number(abs(savings['energy']))} J of energy and "
-            f"{_number(abs(savings['time']))} s {'more' if more else 'saved'}"
+            f"{_saved(savings)}; {energy_text(abs(savings['energy']))} of energy and "
+            f"{duration_text(abs(savings['time']))} {'more' if more else 'saved'}"
         )
     elif state.get("savings_unknown"):
         console.print(f"savings: {escape(state['savings_unknown'])}")
     best = state["best_batch_size"]
     if best is not None:
-        console.print(
-            f"cheapest converged run: batch size {best} ({_number(state['best_cost'])} J)"
-        )
+        console.print(f"cheapest converged run: batch size {best} ({_joules(state['best_cost'])})")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
     console.print(f"trials: {counts or 'none'}")
     table = Table(
-        "batch size", "arm", "reports", "converged", "mean cost", "std", "posterior", **COMPACT
+        *(
+            Column(name, overflow="fold")
+            for name in ("batch size", "arm", "reports", "converged", "mean cost", "std")
+        ),
+        Column("posterior", overflow="fold"),
+        **COMPACT,
     )
     for row in state["batch_sizes"]:
         posterior = "-"
         if row["posterior_mean_reward"] is not None:
             std = row["posterior_std"]
-            posterior = f"{-row['posterior_mean_reward']:.4g} ± {_number(std)}"
+            posterior = f"{_joules(-row['posterior_mean_reward'])} ± {_joules(std)}"
         table.add_row(
             str(row["batch_size"]),
             "yes" if row["is_arm"] else "",
             str(row["reports"]),
             str(row["converged"]),
-            _number(row["mean_cost"]),
-            _number(row["cost_std"]),
+            _joules(row["mean_cost"]),
+            _joules(row["cost_std"]),
             posterior,
         )
     console.print(table)
@@ -357,11 +372,11 @@ def trials_command(
         typer.echo(buffer.getvalue(), nl=False)
     else:
         table = Table(
-            *(TRIAL_HEADERS.get(c, c) for c in TRIAL_COLUMNS),
+            *(Column(TRIAL_HEADERS.get(c, c), overflow="fold") for c in TRIAL_COLUMNS),
             **COMPACT,
         )
         for trial in trials:
-            table.add_row(*(_number(trial[c]) for c in TRIAL_COLUMNS))
+            table.add_row(*(_figure(c, trial[c]) for c in TRIAL_COLUMNS))
         console.print(table)
 
 
