@@ -1,8 +1,10 @@
-"""Generates the reference pages from the code at every build (mkdocs-gen-files): both command
-lines from their Typer apps, the HTTP endpoints from the app's OpenAPI schema, the policy
-options from the job model's fields, and one page per module of both packages (with its
-navigation, through mkdocs-literate-nav), as upstream Zeus's ``docs/gen_ref_pages.py`` does.
-Nothing here is written by hand, so nothing can drift."""
+"""Generates the reference pages from the code: both command lines from their Typer apps, the
+HTTP endpoints from the app's OpenAPI schema and the policy options from the job model's fields
+(committed under ``docs/reference/``, so that their links work where the repository is read;
+``python docs/gen_reference.py`` writes them again, and a test holds them to the code), and, at
+every build (mkdocs-gen-files), one page per module of both packages (with its navigation,
+through mkdocs-literate-nav), as upstream Zeus's ``docs/gen_ref_pages.py`` does. Nothing here
+is written by hand, so nothing can drift."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import mkdocs_gen_files
 import typer
 import typer.core
 
@@ -32,7 +33,15 @@ def _commands(command: click.Command, path: list[str]) -> list[tuple[list[str], 
 
 
 def cli_page() -> str:
+    had_rich = typer.core.HAS_RICH
     typer.core.HAS_RICH = False  # click's plain help, not a terminal's boxes
+    try:
+        return _cli_page()
+    finally:
+        typer.core.HAS_RICH = had_rich
+
+
+def _cli_page() -> str:
     lines = [
         "# Command line",
         "",
@@ -44,7 +53,10 @@ def cli_page() -> str:
     for name, app in (("zeus-bso", client_app), ("zeus-bso-server", server_app)):
         root = typer.main.get_command(app)
         for path, command in _commands(root, [name]):
-            with click.Context(command, info_name=" ".join(path)) as ctx:
+            # A fixed width, whatever the terminal that writes the page.
+            with click.Context(
+                command, info_name=" ".join(path), terminal_width=100, max_content_width=100
+            ) as ctx:
                 text = command.get_help(ctx)
             heading = "##" if len(path) == 1 else "###"
             lines += [f"{heading} `{' '.join(path)}`", "", "```text", text, "```", ""]
@@ -156,22 +168,30 @@ def options_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-for page, content in (
-    ("reference/cli.md", cli_page()),
-    ("reference/http-endpoints.md", endpoints_page()),
-    ("reference/policy-options.md", options_page()),
-):
-    with mkdocs_gen_files.open(page, "w") as out:
-        out.write(content)
+DOCS = Path(__file__).resolve().parent
+COMMITTED = {
+    "reference/cli.md": cli_page,
+    "reference/http-endpoints.md": endpoints_page,
+    "reference/policy-options.md": options_page,
+}
+"""The pages generated from the code and committed, by their path under ``docs/``."""
 
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+def write_pages() -> None:
+    """Write the committed pages again from the code."""
+    for page, content in COMMITTED.items():
+        (DOCS / page).write_text(content())
+
+
+SRC = DOCS.parent / "src"
 MODULES_DIR = "reference/modules"
 
 
 def module_pages() -> None:
     """One page per public module (``::: module``), and the section's navigation. Alembic's
     migration scripts are not an API."""
+    import mkdocs_gen_files
+
     nav = mkdocs_gen_files.Nav()
     for path in sorted(SRC.rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
@@ -190,4 +210,7 @@ def module_pages() -> None:
         out.writelines(nav.build_literate_nav())
 
 
-module_pages()
+if __name__ == "__main__":
+    write_pages()
+elif __name__ == "<run_path>":  # mkdocs-gen-files runs this script at every build
+    module_pages()

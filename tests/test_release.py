@@ -70,3 +70,16 @@ def test_the_readme_stays_a_short_front_door() -> None:
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         page = link.removeprefix("docs/")
         assert (ROOT / link).is_file() or f'"{page}"' in generated, link
+
+
+def test_the_committed_reference_pages_are_what_the_code_generates() -> None:
+    """The command line, HTTP endpoint and policy option pages are generated from the code and
+    committed (their links work where the repository is read): they must match it."""
+    from tests.helpers import load_module
+
+    generator = load_module("gen_reference", ROOT / "docs" / "gen_reference.py")
+    for page, content in generator.COMMITTED.items():
+        assert (ROOT / "docs" / page).read_text() == content(), (
+            f"docs/{page} differs from the code: write it again with "
+            "`.venv/bin/python docs/gen_reference.py`"
+        )
