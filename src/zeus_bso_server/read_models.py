@@ -139,6 +139,9 @@ class TrialView(BaseModel):
     from before the server stored curves)."""
     accumulation_steps: int | None = None
     """Micro-batches its run accumulated an optimizer step (null: one, or not said)."""
+    must_deliver: bool = False
+    """Whether its run had to deliver a model (the last attempt of a recurrence): judged by the
+    target and max_epochs alone."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None

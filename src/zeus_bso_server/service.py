@@ -219,6 +219,8 @@ class BatchSizeService:
         gpu: GpuConfig | None = None,
         accumulates: bool = False,
         power_limits: bool = False,
+        *,
+        deliver: bool = False,
     ) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -228,7 +230,8 @@ class BatchSizeService:
         With ``gpu`` the run trains on that hardware profile (the job learns it if it is new);
         without, on the profile registered last. A run that ``accumulates`` gradients may get a
         batch size at or above the profile's memory cap. A run that opted into ``power_limits``
-        (and names its GPUs) is told the limit to train at, or to profile the limits first.
+        (and names its GPUs) is told the limit to train at, or to profile the limits first. A
+        run that must ``deliver`` a model stops only at the target or ``max_epochs``.
 
         Raises:
             JobNotFoundError: no such job.
@@ -236,7 +239,9 @@ class BatchSizeService:
         """
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
-                lambda conn: self._next_trial(conn, job_id, run_key, gpu, accumulates, power_limits)
+                lambda conn: self._next_trial(
+                    conn, job_id, run_key, gpu, accumulates, power_limits, deliver
+                )
             )
         # Counted once committed, so that a rolled-back request counts nothing.
         if dispatch is not None:
@@ -263,6 +268,7 @@ class BatchSizeService:
         gpu: GpuConfig | None,
         accumulates: bool = False,
         power_limits: bool = False,
+        deliver: bool = False,
     ) -> tuple[DispatchedTrial, tuple[str, policy.Dispatch] | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = self._registered(row, job_id)
@@ -275,14 +281,22 @@ class BatchSizeService:
         if run_key is not None:
             resumed = self._resume(conn, job_id, state, run_key, gpu)
             if resumed is not None:
-                if accumulates:  # restarted on fewer GPUs, say: it may accumulate now
-                    repo.set_dispatched_for(conn, job_id, resumed.trial_number, accumulates=True)
+                # Restarted on fewer GPUs, it may accumulate now; as the last attempt, deliver.
+                repo.set_dispatched_for(
+                    conn,
+                    job_id,
+                    resumed.trial_number,
+                    accumulates=accumulates or None,
+                    must_deliver=deliver or None,
+                )
                 if power_limits and gpu is not None:
                     resumed = self._with_power(conn, config, state, resumed, profile_key(gpu))
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
         profile = profile_key(gpu or config)
-        step = orchestrate.dispatch(store, config, profile, accumulates=accumulates)
+        step = orchestrate.dispatch(
+            store, config, profile, accumulates=accumulates, deliver=deliver
+        )
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)
         trial = DispatchedTrial(

@@ -235,6 +235,37 @@ def test_a_pinned_job_gives_every_run_its_batch_size_until_unpinned(http: httpx.
     assert state["next_run"]["kind"] == "exploration"
 
 
+def test_a_run_that_must_deliver_is_judged_by_its_target_alone(http: httpx.Client) -> None:
+    """The last attempt of a recurrence (``deliver=true``) was stopped against the job's
+    luckiest run (three stops at 2.3-2.9x "the cheapest run's" and no model that week): it is
+    judged as a pinned run is, by the target and ``max_epochs``; a run that need not deliver is
+    stopped on its cost as before. The trial says which it was."""
+    job_id = unique_id("deliver")
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 3, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    run_one(http, job_id, {64: 0.9})  # the early-stop reference: 1 kJ an epoch
+
+    def costly(trial: dict[str, object]) -> list[bool]:
+        stops = []
+        for epoch in (1, 2, 3):
+            report = trial | {"time": 10.0 * epoch, "energy": 100_000.0 * epoch,
+                              "metric": 0.1, "current_epoch": epoch}  # fmt: skip
+            stops.append(http.post("/report", json=report).json()["stop_train"])
+            if stops[-1]:
+                break
+        assert http.patch("/trials", json=trial).status_code == 200
+        return stops
+
+    assert costly(http.get("/jobs/batch_size", params={"job_id": job_id}).json()) == [True]
+    last = http.get("/jobs/batch_size", params={"job_id": job_id, "deliver": "true"}).json()
+    assert set(last) == {"job_id", "batch_size", "trial_number"}  # upstream's answer
+    assert costly(last) == [False, False, True]  # on to max_epochs
+    trials = {t["trial_number"]: t for t in http.get(f"/api/jobs/{job_id}").json()["trials"]}
+    assert trials[last["trial_number"]]["must_deliver"] is True
+    assert trials[last["trial_number"] - 1]["must_deliver"] is False
+
+
 def test_a_job_registered_with_a_range_has_its_sizes_made_once(http: httpx.Client) -> None:
     job_id = unique_id()
     body = job_body(job_id, batch_size_range=[16, 256], default_batch_size=48)

@@ -113,6 +113,31 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     assert all(t["energy"] > 0 for t in state["trials"])
 
 
+def test_the_last_attempt_of_a_recurrence_must_deliver(server: ServerProcess) -> None:
+    """until_converged tells the server that its last attempt must deliver a model (judged by
+    the target and max_epochs alone); the attempts before it, and runs outside it, need not."""
+    from zeus_bso import RunOutcome, until_converged
+
+    job = spec(unique_id("deliver").replace("-", ""), max_epochs=1)
+    job_ids: list[str] = []
+
+    def attempt() -> RunOutcome | None:
+        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
+            job_ids.append(bso.job_id)
+            bso.get_batch_size()
+            bso.on_train_begin()
+            bso.on_evaluate(0.1)  # below the target at max_epochs: no model
+        return bso.outcome
+
+    outcome = until_converged(attempt, attempts=2)
+    assert outcome is not None
+    assert not outcome.converged
+    attempt()  # outside until_converged
+    with ServerClient(server.url) as client:
+        trials = client.job_state(job_ids[0])["trials"]
+    assert [t["must_deliver"] for t in trials] == [False, True, False]
+
+
 def test_a_reports_seconds_are_read_with_its_energy(server: ServerProcess) -> None:
     """A report's time and energy span one window: a validation metric computed after the
     readings (a slow gather over the ranks, say) counts in neither. With a meter of 100 W, the

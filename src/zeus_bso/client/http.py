@@ -246,14 +246,16 @@ class ServerClient:
         run_key: str | None = None,
         accumulate: bool = False,
         power_limits: bool = False,
+        deliver: bool = False,
     ) -> DispatchedTrial:
         """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
         trains on those GPUs; with ``run_key`` (a run's name, the same across its restarts) a
         restarted run gets its open trial back, with what it reported (``resumed``); with
         ``accumulate`` the run accumulates gradients, and may get a batch size at or above its
         GPUs' memory cap; with ``power_limits`` the run opted into GPU power limits, and is
-        told the limit to train at or to profile them. All are zeus-bso server extensions that
-        other servers ignore."""
+        told the limit to train at or to profile them; with ``deliver`` the run must deliver a
+        model (it stops only at the target or ``max_epochs``). All are zeus-bso server
+        extensions that other servers ignore."""
         params = {"job_id": job_id, **_gpu_params(gpu)}
         if run_key is not None:
             params["run_key"] = run_key
@@ -261,6 +263,8 @@ class ServerClient:
             params["accumulate"] = "true"
         if power_limits:
             params["power_limits"] = "true"
+        if deliver:
+            params["deliver"] = "true"
         # Without a run key each request starts a trial: it is not sent twice. With one, asking
         # again answers the same trial.
         response = self._request(

@@ -48,7 +48,7 @@ from zeus_bso.client.memory import (
     smallest_to_try,
 )
 from zeus_bso.client.new_job import new_job_notice
-from zeus_bso.client.outcome import RunOutcome, show_on_stderr
+from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
@@ -405,6 +405,7 @@ class BatchSizeOptimizer:
                     self.run_key,
                     accumulate=self.max_micro_batch_size is not None,
                     power_limits=self._power_limits,
+                    deliver=MUST_DELIVER.get(),
                 )
             except (ServerConnectionError, ServerRejectedError) as err:
                 return self._unavailable(err)

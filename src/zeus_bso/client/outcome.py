@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
@@ -15,6 +16,11 @@ from zeus_bso.units import duration_text, energy_text
 logger = logging.getLogger(__name__)
 
 SHOWN_PREFIX = "zeus-bso: "
+
+MUST_DELIVER: ContextVar[bool] = ContextVar("zeus_bso_must_deliver", default=False)
+"""True while `until_converged` runs its last attempt: the run that asks for its batch size then
+(in this process: the main process of a fit) tells the server it must deliver a model, and is
+judged by the target and ``max_epochs`` alone."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,10 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     if ``run`` returned none, e.g. on a process other than the main one). A run that raised
     `BatchSizeDoesNotFitError` (the HF Trainer's batch size ran out of memory before it
     trained) counts as an attempt, and the next gets a size that fits; so does a run that
-    raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``)::
+    raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
+    last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
+    never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
+    batch size in another process, a ``ddp_spawn`` child, is not told)::
 
         def recurrence() -> RunOutcome | None:
             callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
@@ -123,6 +132,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
         raise ConfigurationError(f"attempts must be at least 1, got {attempts}")
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
+        last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
         try:
             outcome = run()
         except BatchSizeDoesNotFitError as err:  # infeasible now; the next run's size fits
@@ -137,6 +147,8 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             logger.warning("zeus-bso: no model from this run (%s); starting it again", failed.why)
             outcome = failed
             continue
+        finally:
+            MUST_DELIVER.reset(last)
         if outcome is None or outcome.converged or _last_attempt(outcome):
             break
     return outcome

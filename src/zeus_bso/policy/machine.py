@@ -235,12 +235,15 @@ def after_dispatch(
     *,
     profile: str | None = None,
     accumulates: bool = False,
+    deliver: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
     `history_of` for the arguments). Once the job has two profiles, its epochs by profile
     (`JobState.by_profile`) convert its costs, and its bandit trials on ``profile`` stand for its
     bandit trials (see `zeus_bso.policy.profiles`). A run that ``accumulates`` gradients reaches
-    any batch size with micro-batches: the profile's memory cap holds none back.
+    any batch size with micro-batches: the profile's memory cap holds none back. A run that
+    must ``deliver`` a model is judged by the target and ``max_epochs`` alone
+    (`TrialState.must_deliver`).
 
     A pinned job's run gets the pinned batch size, and nothing is explored.
 
@@ -262,6 +265,7 @@ def after_dispatch(
             profile=profile,
             accumulates=accumulates,
             power_profiling=False,
+            must_deliver=deliver,
         )
         return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
     explorations = tuple(explorations)
@@ -305,6 +309,7 @@ def after_dispatch(
         profile=profile,
         accumulates=accumulates,
         power_profiling=False,
+        must_deliver=deliver,
     )
     return Dispatched(after, trial, dispatch)
 
@@ -382,7 +387,7 @@ def after_report(
         profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
     seen = state_on(job, state, profiles, trial.profile)
     rules = StopRules.of(job)
-    if trial.kind is TrialKind.PINNED:  # a run that must deliver: no stop on cost
+    if trial.kind is TrialKind.PINNED or trial.must_deliver:  # it must deliver: no cost stop
         rules = replace(rules, beta_knob=None, prune_cost_ratio=None)
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))

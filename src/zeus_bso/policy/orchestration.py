@@ -86,7 +86,12 @@ def counted(store: JobStore, state: JobState) -> JobState:
 
 
 def dispatch(
-    store: JobStore, job: CreatedJob, profile: str, *, accumulates: bool = False
+    store: JobStore,
+    job: CreatedJob,
+    profile: str,
+    *,
+    accumulates: bool = False,
+    deliver: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, for a run on hardware ``profile`` (that ``accumulates``
     gradients: no size is held back by the profile's memory cap), and store it.
@@ -97,7 +102,13 @@ def dispatch(
     state = counted(store, store.state())
     read = inputs(store, job, state)
     step = after_dispatch(
-        job, state, read.explorations, read.windowed, profile=profile, accumulates=accumulates
+        job,
+        state,
+        read.explorations,
+        read.windowed,
+        profile=profile,
+        accumulates=accumulates,
+        deliver=deliver,
     )
     store.add_trial(step.trial, step.job)
     return step

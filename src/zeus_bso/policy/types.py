@@ -119,6 +119,9 @@ class TrialState:
     power_profiling: bool | None = None
     """Whether its run was told to profile power limits: only such a run sends a power
     profile. ``None``: not known (a trial stored before the server kept it)."""
+    must_deliver: bool = False
+    """Whether its run must deliver a model (the last attempt of `until_converged`): it stops
+    only at the target or ``max_epochs``, never on its cost, as a pinned job's runs."""
 
     @property
     def reported(self) -> bool:

@@ -164,6 +164,15 @@ PowerLimitsQuery = Annotated[
         )
     ),
 ]
+DeliverQuery = Annotated[
+    bool,
+    Query(
+        description=(
+            "Extension: the run must deliver a model (the last attempt of a recurrence): it "
+            "stops only at the target or max_epochs, never on its cost, as a pinned job's runs."
+        )
+    ),
+]
 GpuCountQuery = Annotated[int | None, Query(gt=0, le=INT32_MAX, description=GPU_QUERY)]
 MaxPowerQuery = Annotated[
     float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
@@ -211,11 +220,14 @@ async def next_batch_size(
     max_power: MaxPowerQuery = None,
     accumulate: AccumulateQuery = False,
     power_limits: PowerLimitsQuery = False,
+    deliver: DeliverQuery = False,
 ) -> Response:
     """Start a trial: the batch size to train with and the trial's number (or, for a run that
     names itself with ``run_key``, continue its open trial)."""
     gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
-    trial = await service.next_trial(job_id, run_key, gpu, accumulate, power_limits)
+    trial = await service.next_trial(
+        job_id, run_key, gpu, accumulate, power_limits, deliver=deliver
+    )
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
     # and one to a client that names its GPUs (ours) whether the size ran on them.
     left_out = None if gpu is not None else {"memory_unknown", "memory_cap"}

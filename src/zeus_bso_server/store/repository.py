@@ -235,6 +235,7 @@ def trial_state(trial: Record) -> TrialState:
         accumulation_steps=trial.accumulation_steps,
         accumulates=trial.accumulates,
         power_profiling=trial.power_profiling,
+        must_deliver=bool(trial.must_deliver),
     )
 
 
@@ -685,6 +686,7 @@ def _trial_row(trial: TrialState) -> dict[str, Any]:
         "curve": [list(point) for point in trial.curve],
         "accumulates": trial.accumulates,
         "power_profiling": trial.power_profiling,
+        "must_deliver": trial.must_deliver,
     }
 
 
@@ -722,14 +724,17 @@ def set_dispatched_for(
     *,
     accumulates: bool | None = None,
     power_profiling: bool | None = None,
+    must_deliver: bool | None = None,
 ) -> None:
     """Store what a trial's run was dispatched (or resumed) for: that it accumulates
-    gradients, that it was told to profile power limits (None: left as stored)."""
-    values = {
-        name: value
-        for name, value in (("accumulates", accumulates), ("power_profiling", power_profiling))
-        if value is not None
-    }
+    gradients, that it was told to profile power limits, that it must deliver a model (None:
+    left as stored)."""
+    given = (
+        ("accumulates", accumulates),
+        ("power_profiling", power_profiling),
+        ("must_deliver", must_deliver),
+    )
+    values = {name: value for name, value in given if value is not None}
     if values:
         stmt = update(trials).where(
             trials.c.job_id == job_id, trials.c.trial_number == trial_number

@@ -119,6 +119,8 @@ class TrialRow(Base):
     power_profiling: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     """Whether its run was told to profile power limits (only such a run sends a power
     profile); NULL for trials from before 0013."""
+    must_deliver: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """Whether its run must deliver a model (no stop on its cost); NULL: no (before 0013)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),
