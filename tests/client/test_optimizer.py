@@ -422,10 +422,12 @@ def test_the_server_and_token_come_from_the_environment(
 
 
 def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
-    server: ServerProcess,
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The plain client's helper: sizes that run out of memory in the steps tried are marked
-    ``infeasible`` and the server's next size is tried; a size known to fit is not tried."""
+    ``infeasible`` and the server's next size is tried; a size known to fit is not tried. The
+    words name a GPU only where there is one (an estimate's device is none: "on estimate")."""
+    caplog.set_level(logging.WARNING)
     job = spec("plainoom", batch_sizes=[8, 16, 32, 64], default_batch_size=32, prune_stride=1)
     tried: list[int] = []
 
@@ -446,6 +448,8 @@ def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
         trials = client.trials(bso.job_id)
     statuses = {t["batch_size"]: t["status"] for t in trials}
     assert statuses == {32: "infeasible", 16: "infeasible", 8: "reported"}
+    assert "batch size 32 ran out of memory on this machine" in caplog.text
+    assert "on estimate" not in caplog.text
 
     again = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
     tried.clear()

@@ -270,12 +270,19 @@ class BatchSizeOptimizer:
         self.run_key = run_key if run_key is not None else run_key_from_environment()
         """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
+        # Where the run trains, in words: the GPUs' model, or this machine where the meter
+        # names no GPU (an estimate's or RAPL's device stands in for one in the job's profile).
+        self._trains_on = "this machine"
         if gpus is None:
             gpus = GpuConfig(
                 max_power=self.meter.max_power,
                 number_of_gpus=self.meter.device_count,
                 gpu_model=self.meter.device_model,
             )
+            if not self.meter.is_estimate and self.meter.name != "rapl":
+                self._trains_on = gpus.gpu_model
+        else:
+            self._trains_on = gpus.gpu_model
         spec = JobSpecFromClient(
             **job.model_dump(exclude={"job_id", "lr_rule"}),
             job_id=job.job_id,
@@ -516,7 +523,7 @@ class BatchSizeOptimizer:
             # Runs of this size reported on these GPUs before: it fits; this is not its doing.
             self.release(
                 f"batch size {self.batch_size} ran out of memory although it trained on "
-                f"{self.gpu.gpu_model} before, so the error is not the batch size's (a leak, "
+                f"{self._trains_on} before, so the error is not the batch size's (a leak, "
                 "another process on the GPU, a bug of the script's); not counted against it, "
                 "and no memory cap is set" + (f" ({why})" if why else ""),
                 StopReason.FAILED,
@@ -545,7 +552,7 @@ class BatchSizeOptimizer:
         logger.warning(
             "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
             trial.batch_size,
-            self.gpu.gpu_model,
+            self._trains_on,
             f" ({why})" if why else "",
         )
         return True
@@ -585,7 +592,7 @@ class BatchSizeOptimizer:
         size = self.micro_batch_size if smallest is None else smallest
         message = (
             f"out of memory even at {size} sample{'s' if size > 1 else ''} a step on "
-            f"{self.gpu.gpu_model} ({why}): not the batch size's doing (a bug that allocates "
+            f"{self._trains_on} ({why}): not the batch size's doing (a bug that allocates "
             "whatever the batch, another process holding the GPU's memory, or a model that "
             "does not fit on this GPU); not counted against any batch size, no memory cap set"
         )
@@ -612,7 +619,7 @@ class BatchSizeOptimizer:
             "zeus-bso: micro-batches of %d ran out of memory on %s%s: batch size %d goes on "
             "as %d micro-batches of %d",
             micro,
-            self.gpu.gpu_model,
+            self._trains_on,
             f" ({why})" if why else "",
             trial.batch_size,
             self.accumulation_steps,
@@ -659,7 +666,7 @@ class BatchSizeOptimizer:
             "zeus-bso: batch size %d ran out of memory on %s too: no size from it up is "
             "dispatched there",
             size,
-            self.gpu.gpu_model,
+            self._trains_on,
         )
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
