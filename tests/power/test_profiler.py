@@ -89,6 +89,9 @@ def test_the_mode_is_checked_and_optimize_needs_gpus_here(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(PowerLimitError, match="NVML sees none here"):
         check_power_limit("optimize")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f3c1a2b-0000-5000-8000-000000000000")
+    with pytest.raises(PowerLimitError, match="sets whole GPUs' limits: CUDA_VISIBLE_DEVICES"):
+        check_power_limit("optimize")
 
 
 def stopping_profiler(

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import Any
 
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
-from zeus_bso.errors import EnergyMeterError, PowerLimitError
+from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
 from zeus_bso.power.profiler import counter_period_s
 
@@ -124,9 +124,13 @@ def gpus_here() -> int:
     visible). NVML stays initialised (a run's meter and limits use it next).
 
     Raises:
-        PowerLimitError: NVML is missing or cannot start here.
+        PowerLimitError: NVML is missing or cannot start here, or the process trains on a MIG
+            slice (whose limit is the whole GPU's, which other jobs share).
     """
-    return len(visible_handles(_nvml()))
+    try:
+        return len(visible_handles(_nvml()))
+    except UnmeasurableDeviceError as err:
+        raise PowerLimitError(f"power_limit='optimize' sets whole GPUs' limits: {err}") from err
 
 
 def _own_handles(nvml: Any, gpu_indices: list[int] | None) -> list[Any]:
