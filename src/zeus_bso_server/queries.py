@@ -16,8 +16,7 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
-from zeus_bso.policy.power import trained_limit
-from zeus_bso.spec import CreatedJob, PowerProfileView, differing_settings, profile_key
+from zeus_bso.spec import CreatedJob, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.read_models import (
     BatchSizeView,
@@ -34,7 +33,7 @@ from zeus_bso_server.read_models import (
 )
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Spent, StoredJob, StoredPowerProfile
+from zeus_bso_server.store.repository import Spent, StoredJob
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
@@ -317,9 +316,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         stage=shown_stage(job, upcoming),
         pinned=job.state.pinned,
         memory_caps=dict(job.state.memory_caps),
-        power_profiles=[
-            power_view(config, job.state, p) for p in repo.power_profiles_of(conn, job_id)
-        ],
+        power_profiles=[p.view(config, job.state) for p in repo.power_profiles_of(conn, job_id)],
         next_run=upcoming,
         siblings=_siblings(conn, job),
         arms=list(job.state.arms) if job.state.arms is not None else None,
@@ -358,10 +355,3 @@ def _siblings(conn: Connection, job: repo.StoredJob) -> list[SiblingJob]:
         )
         for other in repo.jobs_of_prefix(conn, job.job_id_prefix, job.job_id, SIBLINGS_SHOWN)
     ]
-
-
-def power_view(
-    config: CreatedJob, state: policy.JobState, stored: StoredPowerProfile
-) -> PowerProfileView:
-    """A stored power profile, with the limit its runs train at (`trained_limit`)."""
-    return stored.view(trained_limit(config, state, stored.profile, stored.measurements))

@@ -21,7 +21,7 @@ from zeus_bso import policy
 from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
-from zeus_bso.policy.power import profiles_power, trained_limit
+from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
     GPU_FIELDS,
     POWER_SETTINGS,
@@ -331,7 +331,7 @@ class BatchSizeService:
         if stored is None:
             repo.set_dispatched_for(conn, trial.job_id, trial.trial_number, power_profiling=True)
             return trial.model_copy(update={"power_profiling": True})
-        limit = trained_limit(config, state, profile, stored.measurements)
+        limit = stored.view(config, state).power_limit
         return trial.model_copy(update={"power_limit": limit})
 
     async def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
@@ -375,9 +375,7 @@ class BatchSizeService:
                     profile, trial.batch_size, trial.trial_number, tuple(report.measurements)
                 )
                 repo.insert_power_profile(conn, report.job_id, stored)
-            view = stored.view(
-                trained_limit(config, job.state, stored.profile, stored.measurements)
-            )
+            view = stored.view(config, job.state)
             logger.info(
                 "job %s: batch size %d trains at %g W on %s",
                 report.job_id,

@@ -270,19 +270,16 @@ class BatchSizeOptimizer:
         self.run_key = run_key if run_key is not None else run_key_from_environment()
         """This run's name, the same across its restarts (see `run_key_from_environment`)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
-        # Where the run trains, in words: the GPUs' model, or this machine where the meter
-        # names no GPU (an estimate's or RAPL's device stands in for one in the job's profile).
-        self._trains_on = "this machine"
+        # An estimate's or RAPL's device stands in for a GPU in the job's profile: no GPU named.
+        names_gpu = gpus is not None or not (self.meter.is_estimate or self.meter.name == "rapl")
         if gpus is None:
             gpus = GpuConfig(
                 max_power=self.meter.max_power,
                 number_of_gpus=self.meter.device_count,
                 gpu_model=self.meter.device_model,
             )
-            if not self.meter.is_estimate and self.meter.name != "rapl":
-                self._trains_on = gpus.gpu_model
-        else:
-            self._trains_on = gpus.gpu_model
+        self._trains_on = gpus.gpu_model if names_gpu else "this machine"
+        """Where the run trains, in words: the GPUs' model, or this machine."""
         spec = JobSpecFromClient(
             **job.model_dump(exclude={"job_id", "lr_rule"}),
             job_id=job.job_id,

@@ -257,16 +257,7 @@ def after_dispatch(
         if cap is not None and state.pinned >= cap:
             raise PinnedOutOfMemoryError(state.pinned, cap, pinned_on)
         pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
-        trial = TrialState(
-            number,
-            state.pinned,
-            TrialKind.PINNED,
-            None,
-            profile=profile,
-            accumulates=accumulates,
-            power_profiling=False,
-            must_deliver=deliver,
-        )
+        trial = _dispatched_trial(number, pinned, profile, accumulates, deliver)
         return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
     explorations = tuple(explorations)
     profiles = profiles_of(job, state)
@@ -301,7 +292,16 @@ def after_dispatch(
     after = replace(state, next_trial_number=number + 1, arms=arms, bandit_start=start)
     if after.by_profile is not None and ran_on is not None and dispatch.kind is TrialKind.BANDIT:
         after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
-    trial = TrialState(
+    trial = _dispatched_trial(number, dispatch, profile, accumulates, deliver)
+    return Dispatched(after, trial, dispatch)
+
+
+def _dispatched_trial(
+    number: int, dispatch: Dispatch, profile: str | None, accumulates: bool, deliver: bool
+) -> TrialState:
+    """Trial ``number`` as ``dispatch`` starts it, with what its run was dispatched for (told
+    to profile power limits, if at all, by the server afterwards)."""
+    return TrialState(
         number,
         dispatch.batch_size,
         dispatch.kind,
@@ -311,7 +311,6 @@ def after_dispatch(
         power_profiling=False,
         must_deliver=deliver,
     )
-    return Dispatched(after, trial, dispatch)
 
 
 def is_extension(trial: TrialState) -> bool:

@@ -45,8 +45,9 @@ from zeus_bso.policy import (
     TrialStatus,
 )
 from zeus_bso.policy.curves import as_curve
+from zeus_bso.policy.power import trained_limit
 from zeus_bso.policy.profiles import WindowedCosts
-from zeus_bso.spec import GpuConfig, PowerMeasurement, PowerProfileView, profile_key
+from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, PowerProfileView, profile_key
 from zeus_bso_server.errors import UnreadableJobError
 from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.tables import JobRow, PowerProfileRow, TrialRow, db_now
@@ -817,12 +818,13 @@ class StoredPowerProfile:
     trial_number: int
     measurements: tuple[PowerMeasurement, ...]
 
-    def view(self, power_limit: float) -> PowerProfileView:
-        """The profile as the API shows it, with the limit its runs train at."""
+    def view(self, job: CreatedJob, state: JobState) -> PowerProfileView:
+        """The profile as the API shows it, with the limit its runs train at
+        (`zeus_bso.policy.power.trained_limit`, at ``job``'s cost and ``state``'s profiles)."""
         return PowerProfileView(
             profile=self.profile,
             batch_size=self.batch_size,
-            power_limit=power_limit,
+            power_limit=trained_limit(job, state, self.profile, self.measurements),
             measurements=list(self.measurements),
             trial_number=self.trial_number,
         )
