@@ -37,9 +37,10 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Self
 
-from zeus_bso.client import failure, fallback, outbox
+from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.batches import check_first_batch
+from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.memory import (
     free_accelerator_memory,
@@ -47,7 +48,6 @@ from zeus_bso.client.memory import (
     out_of_memory_words,
     smallest_to_try,
 )
-from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome, show_on_stderr
 from zeus_bso.client.power import records_folder, restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -58,10 +58,6 @@ from zeus_bso.errors import (
     OperationOrderError,
     OutOfMemoryNotTheBatchSizeError,
     PowerLimitError,
-    RouteMissingError,
-    ServerConnectionError,
-    ServerRejectedError,
-    ZeusBSOError,
     ZeusBSOTrainFailError,
 )
 from zeus_bso.options import (
@@ -75,7 +71,6 @@ from zeus_bso.options import (
 )
 from zeus_bso.policy.cost import Report, StopRules, judge_report
 from zeus_bso.policy.machine import answer_of
-from zeus_bso.policy.power import profiles_power
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import LrRule, LrScaling
@@ -87,14 +82,11 @@ from zeus_bso.spec import (
     JobSpec,
     JobSpecFromClient,
     PowerMeasurement,
-    PowerProfileReport,
     ReportResponse,
     StopReason,
     TrainingResult,
     TrialId,
-    gpu_of,
     policy_options,
-    profile_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -142,14 +134,6 @@ def stable_job_id(spec: JobSpecFromClient) -> str:
             del config[name]  # ids from before the option existed stay the same
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return f"{spec.job_id_prefix}-{digest[:8]}"
-
-
-def _for_later(err: ZeusBSOError) -> bool:
-    """Whether a request failed because the server is away for now (unreachable, or a 5xx):
-    what it carried can be delivered later."""
-    return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and err.status >= 500
-    )
 
 
 class BatchSizeOptimizer:
@@ -238,27 +222,8 @@ class BatchSizeOptimizer:
         self.power: PowerLimitRun | None = None
         """This run's GPU power limits (with ``power_limit="optimize"``, from `on_train_begin`)."""
         restore_left_over()  # what a run killed on this node left changed
-        self.power_limit: float | None = None
-        """The GPU power limit the server says to train at (W; with ``power_limits``)."""
-        self.power_profiling = False
-        """Whether the server asks this run to profile the power limits (with
-        ``power_limits``): no profile of its batch size on these GPUs yet."""
-        self.server_chooses_power = False
-        """Whether the server answered the dispatch with power limits (with ``power_limits``;
-        upstream Zeus's server, or an older one, does not: the GPUs then keep their own)."""
-        self._on_lease_lost = on_lease_lost
-        if self._manages_power:
-            given = on_lease_lost
-
-            def lost() -> None:
-                self._restore_power()
-                if given is not None:
-                    given()
-
-            self._on_lease_lost = lost
         self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         """Opts into gradient accumulation (see `accumulation`); None: none."""
-        self._memory_cap: int | None = None
         server_url, token = server_url_from(server_url), token_from(token)
         rule = job_lr_rule(job, lr_rule)
         self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
@@ -286,50 +251,87 @@ class BatchSizeOptimizer:
             lr_rule=None if rule == "none" else rule,  # the rule is part of the job's history
             **gpus.model_dump(),
         )
-        self._id_from_settings = spec.job_id is None
+        id_from_settings = spec.job_id is None
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
         self._spec = spec
         self.job_id: str = spec.job_id or ""
         """The job's id (the spec's, or `stable_job_id`'s)."""
-        self.gpu = gpu_of(spec)
+        self.client = ServerClient(server_url, token=token, retry_seconds=retry_seconds)
+        self.link = JobConversation(
+            self.client,
+            spec,
+            run_key=self.run_key,
+            on_server_unavailable=on_server_unavailable,
+            id_from_settings=id_from_settings,
+            heartbeat_seconds=heartbeat_seconds_from(heartbeat_seconds),
+        )
+        """The run's conversation with the server."""
+        self.link.on_lease_lost = on_lease_lost
+        if self._manages_power:
+
+            def lost() -> None:
+                self._restore_power()
+                if on_lease_lost is not None:
+                    on_lease_lost()
+
+            self.link.on_lease_lost = lost
+        self.gpu = self.link.gpu
         """The GPUs this run trains on (its hardware profile), sent with the batch size request
         so that runs of one job on different hardware at once are told apart."""
-        self.client = ServerClient(server_url, token=token, retry_seconds=retry_seconds)
-        self.job: CreatedJob | None = None
-        """The job as the server registered it (from `get_batch_size` or `resume` on)."""
         self.progress = TrialProgress(self.meter)
-        self.training_finished = False
-        """Whether the server said stop (the run converged, or will not)."""
-        self.converged = False
-        """Whether the run reached its target (after the server's stop)."""
-        self.offline = False
-        """Whether the run trains without the server (it could not be reached at start)."""
         self.outcome: RunOutcome | None = None
         """How the run ended (after `end`)."""
-        self._on_server_unavailable = on_server_unavailable
         self._raise_if_unconverged = raise_if_unconverged
         self._raised_unconverged = False
-        self._next_refused = False
         self._fit_before = False
         self._batch_checked = False
         self._show = show
-        self._offline_batch_size: int | None = None
         self._memory_unknown = False
-        self._out_of_memory: list[int] = []
-        self._offline_why = ""
-        self._answer: ReportResponse | None = None
         self._reported: Elapsed | None = None
         self._final: Elapsed | None = None
-        self._pending: TrainingResult | None = None
-        self._heartbeat_seconds = heartbeat_seconds_from(heartbeat_seconds)
-        self._stop_heartbeat = threading.Event()
-        self._heartbeat: threading.Thread | None = None
         self._ended = False
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
         self._handle_sigterm = handle_sigterm
         atexit.register(self.abort)
+
+    @property
+    def job(self) -> CreatedJob | None:
+        """The job as the server registered it (from `get_batch_size` or `resume` on)."""
+        return self.link.job
+
+    @property
+    def offline(self) -> bool:
+        """Whether the run trains without the server (it could not be reached at start)."""
+        return self.link.offline
+
+    @property
+    def training_finished(self) -> bool:
+        """Whether the server said stop (the run converged, or will not)."""
+        return self.link.training_finished
+
+    @property
+    def converged(self) -> bool:
+        """Whether the run reached its target (after the server's stop)."""
+        return self.link.converged
+
+    @property
+    def power_limit(self) -> float | None:
+        """The GPU power limit the server says to train at (W; with ``power_limits``)."""
+        return self.link.power_limit
+
+    @property
+    def power_profiling(self) -> bool:
+        """Whether the server asks this run to profile the power limits (with
+        ``power_limits``): no profile of its batch size on these GPUs yet."""
+        return self.link.power_profiling
+
+    @property
+    def server_chooses_power(self) -> bool:
+        """Whether the server answered the dispatch with power limits (with ``power_limits``;
+        upstream Zeus's server, or an older one, does not: the GPUs then keep their own)."""
+        return self.link.server_chooses_power
 
     @property
     def trial(self) -> TrialId | None:
@@ -345,7 +347,7 @@ class BatchSizeOptimizer:
     def batch_size(self) -> int | None:
         """The batch size of this run (after `get_batch_size`)."""
         if self.offline:
-            return self._offline_batch_size
+            return self.link.offline_batch_size
         return self.trial.batch_size if self.trial else None
 
     @property
@@ -353,79 +355,24 @@ class BatchSizeOptimizer:
         """The trial number of this run (after `get_batch_size`; None while offline)."""
         return self.trial.trial_number if self.trial else None
 
-    def _register(self) -> CreatedJob:
-        if self.job is None:
-            self.job, created = self.client.register_job(self._spec)
-            logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
-            if created and self._id_from_settings:
-                notice = new_job_notice(self.client, self._spec)
-                if notice is not None:
-                    logger.warning("%s", notice)
-        return self.job
-
-    def _unavailable(self, err: ZeusBSOError, batch_size: int | None = None) -> int:
-        """Train without the server, at ``batch_size`` or the fallback (or raise ``err``)."""
-        # Away for now: unreachable, busy (503), or a reverse proxy's gateway errors while the
-        # server behind it is down or restarting (502, 504). Anything else is a usage error.
-        transient = isinstance(err, ServerConnectionError) or (
-            isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
-        )
-        if not transient or self._on_server_unavailable == "raise":
-            raise err
-        saved = fallback.recalled(self.job_id)
-        size = batch_size or saved or self._spec.default_batch_size
-        source = (
-            "the checkpoint's"
-            if batch_size
-            else "the last recommendation seen on this machine"
-            if saved
-            else "the job's default"
-        )
-        self.offline, self._offline_batch_size = True, size
-        self._offline_why = f"the server could not be reached at start ({err})"
-        logger.warning(
-            "zeus-bso: %s; training at batch size %d, %s, without the server (nothing is "
-            "reported; pass on_server_unavailable='raise' to fail instead)",
-            self._offline_why,
-            size,
-            source,
-        )
-        return size
-
     def get_batch_size(self) -> int:
         """Register the job and ask the server for this run's batch size (once per run)."""
         if self.offline:
-            assert self._offline_batch_size is not None
-            return self._offline_batch_size
+            assert self.link.offline_batch_size is not None
+            return self.link.offline_batch_size
         trial = self.progress.trial
         if trial is None:
             self._supersede()
-            try:
-                job = self._register()
-                outbox.deliver(self.client)  # what earlier runs could not say, first
-                dispatched = self.client.dispatch(
-                    job.job_id,
-                    self.gpu,
-                    self.run_key,
-                    accumulate=self.max_micro_batch_size is not None,
-                    power_limits=self._power_limits,
-                    deliver=MUST_DELIVER.get(),
-                )
-            except (ServerConnectionError, ServerRejectedError) as err:
-                return self._unavailable(err)
+            dispatched = self.link.dispatch(
+                accumulate=self.max_micro_batch_size is not None,
+                power_limits=self._power_limits,
+                deliver=MUST_DELIVER.get(),
+            )
+            if dispatched is None:  # the server is away: trains without it
+                assert self.link.offline_batch_size is not None
+                return self.link.offline_batch_size
             trial = dispatched.trial
             self._opened()
-            self._memory_cap = dispatched.memory_cap
-            self.power_limit = dispatched.power_limit
-            self.power_profiling = dispatched.power_profiling
-            self.server_chooses_power = "power_profiling" in dispatched.model_fields_set
-            if self._power_limits and not self.server_chooses_power:
-                logger.warning(
-                    "zeus-bso: the server at %s does not choose GPU power limits (upstream "
-                    "Zeus's server, or a zeus-bso server older than power limits): this run's "
-                    "GPUs keep their own; upgrade the server for power_limit='optimize'",
-                    self.client.shown_url,
-                )
             if dispatched.resumed:
                 # A restart of this run: its trial goes on from what it reported.
                 self.progress.go_on(
@@ -462,7 +409,7 @@ class BatchSizeOptimizer:
         size = self.batch_size
         if size is None:
             raise OperationOrderError("call get_batch_size() before reading the accumulation")
-        return plan(size, self.max_micro_batch_size, self._memory_cap)
+        return plan(size, self.max_micro_batch_size, self.link.memory_cap)
 
     @property
     def micro_batch_size(self) -> int:
@@ -503,8 +450,7 @@ class BatchSizeOptimizer:
                 "out_of_memory() is for a batch size tried before training; a run that trains "
                 "already ends with end_out_of_memory()"
             )
-        self._mark_infeasible(trial, why)
-        self._out_of_memory.append(trial.batch_size)
+        self.link.infeasible(trial, self._trains_on, why)
         self.progress.trial = None
         self._memory_unknown = False
         return self.get_batch_size()
@@ -527,32 +473,17 @@ class BatchSizeOptimizer:
             )
             return
         trial = self.trial
-        marked = trial is not None and not self.offline and self._mark_infeasible(trial, why)
+        marked = (
+            trial is not None
+            and not self.offline
+            and self.link.infeasible(trial, self._trains_on, why)
+        )
         self._finish(end_trial=not marked and self.run_key is None)
         self._conclude(
             StopReason.OUT_OF_MEMORY,
             f"batch size {self.batch_size} ran out of memory" + (f" ({why})" if why else ""),
             went_on=goes_on,
         )
-
-    def _mark_infeasible(self, trial: TrialId, why: str | None) -> bool:
-        """Tell the server that ``trial``'s batch size ran out of memory; whether it heard."""
-        try:
-            self.client.infeasible(trial)
-        except RouteMissingError:
-            logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
-            self.client.end_trial(trial)
-            return False
-        except ZeusBSOError as err:
-            logger.warning("could not mark trial %s infeasible: %s", trial, err)
-            return False
-        logger.warning(
-            "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
-            trial.batch_size,
-            self._trains_on,
-            f" ({why})" if why else "",
-        )
-        return True
 
     def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
         """Find, before training, a batch size that fits: while whether this run's batch size
@@ -607,11 +538,9 @@ class BatchSizeOptimizer:
         if self.max_micro_batch_size is None or micro == 1 or trial is None or self.offline:
             self.out_of_memory(why)
             return self.micro_batch_size
-        try:
-            self.client.infeasible(trial, micro_batch_size=micro)
-        except ZeusBSOError as err:
-            logger.warning("could not tell the server of micro-batches of %d: %s", micro, err)
-        self._memory_cap = micro if self._memory_cap is None else min(self._memory_cap, micro)
+        self.link.micro_batch_infeasible(trial, micro)
+        cap = self.link.memory_cap
+        self.link.memory_cap = micro if cap is None else min(cap, micro)
         logger.warning(
             "zeus-bso: micro-batches of %d ran out of memory on %s%s: batch size %d goes on "
             "as %d micro-batches of %d",
@@ -635,16 +564,7 @@ class BatchSizeOptimizer:
         trial = self.trial
         if trial is None or self.offline:
             return None
-        report = PowerProfileReport(
-            **trial.model_dump(), measurements=measurements, limit_range_w=limit_range_w
-        )
-        try:
-            chosen = self.client.power_profile(report)
-        except ZeusBSOError as err:
-            logger.warning("zeus-bso: the power profile could not be sent: %s", err)
-            return None
-        self.power_limit, self.power_profiling = chosen.power_limit, False
-        return chosen.power_limit
+        return self.link.power_profile(trial, measurements, limit_range_w)
 
     def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
         """After its trial ran out of memory (`end_out_of_memory`), the run went on at a
@@ -654,10 +574,7 @@ class BatchSizeOptimizer:
         trial = self.trial
         if trial is None or self.offline:
             return
-        try:
-            self.client.infeasible(trial, micro_batch_size=size)
-        except ZeusBSOError as err:
-            logger.warning("could not tell the server that %d ran out of memory: %s", size, err)
+        if not self.link.micro_batch_infeasible(trial, size):
             return
         logger.info(  # the framework's own size: the framework says it shrank (a warning)
             "zeus-bso: batch size %d ran out of memory on %s too: no size from it up is "
@@ -696,41 +613,11 @@ class BatchSizeOptimizer:
         """
         trial = self.progress.resume(saved)
         self._supersede()
-        try:
-            self._register()
-        except (ServerConnectionError, ServerRejectedError) as err:
-            return self._unavailable(err, trial.batch_size)
-        self._caught_up(trial)
+        if not self.link.resume(trial, self.progress, power_limits=self._power_limits):
+            return trial.batch_size  # the server is away: trains without it
         self._opened()
-        if self._power_limits:
-            self._resumed_power(trial)
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
-
-    def _caught_up(self, trial: TrialId) -> None:
-        """Take what the server has of a trial resumed from a checkpoint: a run killed after a
-        report and before its next checkpoint left the server ahead of it (the heartbeat answers
-        the trial as it is, and renews its lease; upstream's server has none, and is not
-        asked)."""
-        try:
-            seen = self.client.heartbeat(trial)
-        except RouteMissingError:
-            return
-        except (ServerConnectionError, ServerRejectedError) as err:
-            logger.warning("zeus-bso: resumed trial %d not read (%s)", trial.trial_number, err)
-            return
-        epochs, time, energy = (seen.get(name) or 0 for name in ("epochs", "time", "energy"))
-        checkpoint = self.progress.epochs
-        if self.progress.caught_up(int(epochs), float(time), float(energy)):
-            logger.warning(
-                "zeus-bso: the checkpoint of trial %d is from epoch %d, and %d epochs were "
-                "reported before the restart: the work after the checkpoint was lost, and its "
-                "time and energy count; the epochs trained again are reported as epoch %d",
-                trial.trial_number,
-                checkpoint,
-                epochs,
-                epochs,
-            )
 
     def _opened(self) -> None:
         """The run's trial is open (dispatched or resumed) until `_finish`: a later run of the
@@ -754,30 +641,6 @@ class BatchSizeOptimizer:
                 and not other._ended
             ):
                 other.end_interrupted("a later run of the job started in this process")
-
-    def _resumed_power(self, trial: TrialId) -> None:
-        """A run resumed from a checkpoint is not dispatched again: the limit its batch size
-        trains at on these GPUs comes from the job's power profiles (the read API); without
-        one yet (the run stopped before its profile was sent), it profiles, as the server would
-        have said."""
-        try:
-            profiles = self.client.job_state(self.job_id, limit=1).get("power_profiles", [])
-        except (ServerConnectionError, ServerRejectedError) as err:
-            logger.warning(
-                "zeus-bso: the power limit of resumed trial %d is not known (%s): its GPUs "
-                "keep their own",
-                trial.trial_number,
-                err,
-            )
-            return
-        self.server_chooses_power = True
-        key = profile_key(self.gpu)
-        for found in profiles:
-            if found.get("profile") == key and found.get("batch_size") == trial.batch_size:
-                self.power_limit = float(found["power_limit"])
-                return
-        job = self.job
-        self.power_profiling = job is not None and profiles_power(job.eta_knob, job.power_profiling)
 
     def on_train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Start measuring time and energy, and keep the trial's lease alive (with
@@ -807,11 +670,7 @@ class BatchSizeOptimizer:
                 self.power_limit, self.power_profiling, self.send_power_profile, steps_per_epoch
             )
         self.progress.begin()
-        if self._heartbeat is None and self._heartbeat_seconds > 0 and not self.offline:
-            self._heartbeat = threading.Thread(
-                target=self._beat, daemon=True, name="zeus-bso-heartbeat"
-            )
-            self._heartbeat.start()
+        self.link.start_heartbeat(lambda: self.trial)
 
     def on_step_begin(self, batch: Any = None) -> None:
         """Before each training step (profiles power limits with ``power_limit="optimize"``).
@@ -879,22 +738,8 @@ class BatchSizeOptimizer:
             current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
         )
-        try:
-            answer = self.client.report(result)
-        except (ServerConnectionError, ServerRejectedError) as err:
-            # A 5xx (the database away past the retries; a proxy's 502 or 504 while the server
-            # restarts) says nothing about the report: keep it; training goes on.
-            if not _for_later(err):
-                raise
-            self._pending = result
-            logger.warning(
-                "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
-            )
-            return ReportResponse(stop_train=False, converged=False, message=str(err))
-        self._pending = None
-        self._answered(answer)
+        answer = self.link.report(result)  # one the server cannot take now: kept for later
         if answer.stop_train:
-            logger.info("trial %d done: %s", self.trial.trial_number, answer.message)
             self._end_if_unconverged()
         return answer
 
@@ -909,46 +754,12 @@ class BatchSizeOptimizer:
         if self._raise_if_unconverged and self.training_finished and not self.converged:
             self.end()
 
-    def _answered(self, answer: ReportResponse) -> None:
-        """Keep the latest answer, and the server's stop if it says so."""
-        self._answer = answer
-        if answer.stop_train:
-            self.training_finished, self.converged = True, answer.converged
-
     def _judged_here(self, metric: float, epoch: int) -> ReportResponse:
         """A report without the server (`judged_without_server`)."""
         size = self.batch_size or self._spec.default_batch_size
         answer = judged_without_server(self._spec, size, metric, epoch)
-        self._answered(answer)
+        self.link.answered(answer)
         return answer
-
-    def _beat(self) -> None:
-        warned = False
-        while not self._stop_heartbeat.wait(self._heartbeat_seconds):
-            if self.trial is None or self.training_finished:
-                continue
-            try:
-                status = self.client.heartbeat(self.trial).get("status")
-            except RouteMissingError:
-                logger.info(
-                    "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
-                    "its trials have no leases to keep",
-                    self.client.shown_url,
-                )
-                return
-            except (ServerConnectionError, ServerRejectedError) as err:
-                if not warned:
-                    logger.warning("heartbeat failed (training goes on): %s", err)
-                    warned = True
-                continue
-            if status not in (None, "dispatched") and self._on_lease_lost is not None:
-                logger.warning(
-                    "zeus-bso: trial %s is %s on the server: no longer this run's",
-                    self.trial,
-                    status,
-                )
-                self._on_lease_lost()
-                self._on_lease_lost = None
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """End the trial: deliver an undelivered report, then tell the server the run is over;
@@ -968,7 +779,7 @@ class BatchSizeOptimizer:
             self.end_interrupted("SIGTERM")  # a handler of the script's own stopped it
             self._raise_unless_converged()
             return
-        unreported = self._reported is None and self._pending is None
+        unreported = self._reported is None and self.link.pending is None
         if not end_trial and self.run_key is None and unreported and self.trial is not None:
             self.release(why or "ended with end_trial=False before any report")
             self._raise_unless_converged()
@@ -989,15 +800,7 @@ class BatchSizeOptimizer:
         against its batch size, and the outcome says ``reason`` and ``why``."""
         if self._ended:
             return
-        released = False
-        if self.trial is not None and not self.offline:
-            try:
-                self.client.release(self.trial)
-                released = True
-            except RouteMissingError:
-                logger.info("the server has no release route (upstream Zeus?): trial left open")
-            except ZeusBSOError as err:
-                logger.warning("could not release trial %s: %s", self.trial, err)
+        released = self.trial is not None and not self.offline and self.link.release(self.trial)
         self._finish(end_trial=False)
         note = "" if released or self.trial is None else " (its trial is left to its lease)"
         self._conclude(reason, why + note)
@@ -1090,44 +893,10 @@ class BatchSizeOptimizer:
         atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()
-        self._stop_heartbeat.set()
-        deliver = end_trial if deliver is None else deliver
         try:
-            trial = self.trial
-            if trial is None or self.offline:
-                return
-            pending = self._pending if deliver else None
-            if pending is not None:
-                report = pending
-                try:
-                    self._answered(self.client.report(report))
-                    pending = None
-                except ZeusBSOError as err:
-                    if not _for_later(err):
-                        logger.error(
-                            "the last report could not be delivered and is lost: %s (%s)",
-                            report.model_dump_json(),
-                            err,
-                        )
-                        pending = None
-            ended = not end_trial
-            if end_trial and pending is None:  # a report kept for later goes first
-                try:
-                    self.client.end_trial(trial)
-                    ended = True
-                except ZeusBSOError as err:
-                    if not _for_later(err):
-                        logger.warning("could not end trial %s: %s", trial, err)
-                        ended = True
-            if (pending is not None or not ended) and outbox.keep(
-                self.client.server_url, trial, pending, end=end_trial
-            ):
-                logger.warning(
-                    "zeus-bso: the server could not be reached as trial %d ended; its %s kept "
-                    "on this machine and delivered by the next run that reaches the server",
-                    trial.trial_number,
-                    "last report is" if pending is not None else "end is",
-                )
+            self.link.finish(
+                self.trial, end_trial=end_trial, deliver=end_trial if deliver is None else deliver
+            )
         finally:
             self.meter.close()
 
@@ -1137,7 +906,7 @@ class BatchSizeOptimizer:
         """Set `outcome` (``reason`` None: the server's answer says it) and show its line."""
         if self.outcome is not None:
             return
-        answer = self._answer
+        answer = self.link.answer
         if reason is None:
             assert answer is not None
             reason = answer.reason or (
@@ -1157,8 +926,8 @@ class BatchSizeOptimizer:
             seconds=elapsed.seconds if elapsed else 0.0,
             joules=elapsed.joules if elapsed else 0.0,
             cost=answer.cost if answer is not None else None,
-            next_run=self._next_run() if not self.offline else None,
-            next_refused=self._next_refused,
+            next_run=self.link.next_run(),
+            next_refused=self.link.next_refused,
             offline=self.offline,
             went_on=went_on,
             accumulation_steps=self._accumulation_steps(),
@@ -1170,27 +939,6 @@ class BatchSizeOptimizer:
     def _accumulation_steps(self) -> int:
         """Micro-batches a step of this run (one where it had no batch size)."""
         return self.accumulation.steps if self.batch_size is not None else 1
-
-    def _next_run(self) -> str | None:
-        """What the server says the job's next run gets (None where it cannot say)."""
-        if self.job is None:
-            return None
-        try:
-            state = self.client.job_state(self.job_id, limit=0)
-        except ZeusBSOError:
-            return None  # upstream Zeus's server, or a server that went away
-        recommended = (state.get("recommended") or {}).get("batch_size")
-        if recommended is not None:
-            fallback.remember(self.job_id, int(recommended))
-        upcoming = state.get("next_run")
-        if not upcoming:
-            return None
-        if upcoming.get("refused"):
-            why = str(upcoming["why"]).removeprefix("refused: ")  # an older server's words
-            self._next_refused = True
-            return f"refused: {why}"
-        size = upcoming.get("batch_size")
-        return f"{size} ({upcoming['why']})" if size is not None else str(upcoming["why"])
 
     def _raise_unless_converged(self) -> None:
         """Raise `ZeusBSOTrainFailError` for an unconverged run, once (with

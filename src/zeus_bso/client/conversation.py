@@ -1,0 +1,444 @@
+"""`JobConversation`: what one run says to the server, and what it hears back.
+
+The main process of a run (global rank 0) holds one: it registers the job, asks for a trial
+(or, when the server cannot be reached at start, trains without it, at the job's default
+batch size or the last recommendation this machine saw), reports each validation (keeping a
+report the server cannot take now for the end of the run, and then for the outbox), says when a
+batch size ran out of memory, sends a power profile, keeps the trial's lease with a heartbeat,
+and ends or releases the trial. What the run does with the answers (its batch size, memory
+check, power limits, outcome) is the training session's (`zeus_bso.training`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from zeus_bso.client import fallback, outbox
+from zeus_bso.client.http import ServerClient
+from zeus_bso.client.new_job import new_job_notice
+from zeus_bso.client.progress import TrialProgress
+from zeus_bso.errors import (
+    RouteMissingError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
+from zeus_bso.policy.power import profiles_power
+from zeus_bso.spec import (
+    CreatedJob,
+    DispatchedTrial,
+    JobSpecFromClient,
+    PowerMeasurement,
+    PowerProfileReport,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+    gpu_of,
+    profile_key,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def for_later(err: ZeusBSOError) -> bool:
+    """Whether a request failed because the server is away for now (unreachable, or a 5xx):
+    what it carried can be delivered later."""
+    return isinstance(err, ServerConnectionError) or (
+        isinstance(err, ServerRejectedError) and err.status >= 500
+    )
+
+
+def _away(err: ZeusBSOError) -> bool:
+    """Whether the server is away at a run's start: unreachable, busy (503), or a reverse
+    proxy's gateway errors while the server behind it is down or restarting (502, 504).
+    Anything else is a usage error."""
+    return isinstance(err, ServerConnectionError) or (
+        isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
+    )
+
+
+class JobConversation:
+    """One run's conversation with the server about its job and its trial.
+
+    Args:
+        client: the HTTP session to the server.
+        spec: the job, with its id and its GPUs.
+        run_key: the run's name, the same across its restarts (None: it has none).
+        on_server_unavailable: ``"fallback"`` (train without the server when it cannot be
+            reached at start) or ``"raise"``.
+        id_from_settings: whether the job's id was hashed from its settings (a new one then
+            names the settings that changed since the job's last id).
+        heartbeat_seconds: how often the trial's lease is renewed while it trains (0: never).
+    """
+
+    def __init__(
+        self,
+        client: ServerClient,
+        spec: JobSpecFromClient,
+        *,
+        run_key: str | None,
+        on_server_unavailable: str,
+        id_from_settings: bool,
+        heartbeat_seconds: float,
+    ) -> None:
+        self.client = client
+        self.spec = spec
+        self.job_id: str = spec.job_id or ""
+        self.gpu = gpu_of(spec)
+        """The GPUs of the run (its hardware profile), sent with every dispatch."""
+        self.run_key = run_key
+        self.job: CreatedJob | None = None
+        """The job as the server registered it (after `register`)."""
+        self.offline = False
+        """Whether the run trains without the server (it could not be reached at start)."""
+        self.offline_batch_size: int | None = None
+        self.answer: ReportResponse | None = None
+        """The server's latest answer to a report (or the run's own judgement, offline)."""
+        self.training_finished = False
+        """Whether the server said stop (the run converged, or will not)."""
+        self.converged = False
+        """Whether the run reached its target (after the server's stop)."""
+        self.pending: TrainingResult | None = None
+        """A report the server could not take yet: delivered at the end, or kept for later."""
+        self.memory_cap: int | None = None
+        """The largest micro-batch known to fit on these GPUs (None: no cap)."""
+        self.power_limit: float | None = None
+        """The GPU power limit the server says to train at (W)."""
+        self.power_profiling = False
+        """Whether the server asks the run to profile the power limits first."""
+        self.server_chooses_power = False
+        """Whether the server chooses power limits (upstream Zeus's server, or an older one,
+        does not: the GPUs then keep their own)."""
+        self.next_refused = False
+        """Whether the server said the job's next run is refused (`next_run`)."""
+        self.on_lease_lost: Callable[[], None] | None = None
+        """Called once, from the heartbeat's thread, when the trial is no longer the run's."""
+        self._on_server_unavailable = on_server_unavailable
+        self._id_from_settings = id_from_settings
+        self._heartbeat_seconds = heartbeat_seconds
+        self._stop_heartbeat = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def register(self) -> CreatedJob:
+        """Register the job (once; a registered job is found)."""
+        if self.job is None:
+            self.job, created = self.client.register_job(self.spec)
+            logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+            if created and self._id_from_settings:
+                notice = new_job_notice(self.client, self.spec)
+                if notice is not None:
+                    logger.warning("%s", notice)
+        return self.job
+
+    def go_offline(self, err: ZeusBSOError, batch_size: int | None = None) -> int:
+        """Train without the server, at ``batch_size`` (a checkpoint's) or the fallback, when
+        the server is away at start; else raise ``err``. Returns the batch size."""
+        if not _away(err) or self._on_server_unavailable == "raise":
+            raise err
+        saved = fallback.recalled(self.job_id)
+        size = batch_size or saved or self.spec.default_batch_size
+        source = (
+            "the checkpoint's"
+            if batch_size
+            else "the last recommendation seen on this machine"
+            if saved
+            else "the job's default"
+        )
+        self.offline, self.offline_batch_size = True, size
+        logger.warning(
+            "zeus-bso: the server could not be reached at start (%s); training at batch size "
+            "%d, %s, without the server (nothing is reported; pass "
+            "on_server_unavailable='raise' to fail instead)",
+            err,
+            size,
+            source,
+        )
+        return size
+
+    def dispatch(
+        self, *, accumulate: bool, power_limits: bool, deliver: bool
+    ) -> DispatchedTrial | None:
+        """Register the job, deliver what earlier runs kept, and ask for this run's trial
+        (None: the server is away, and the run trains without it: `go_offline`)."""
+        try:
+            job = self.register()
+            outbox.deliver(self.client)  # what earlier runs could not say, first
+            dispatched = self.client.dispatch(
+                job.job_id,
+                self.gpu,
+                self.run_key,
+                accumulate=accumulate,
+                power_limits=power_limits,
+                deliver=deliver,
+            )
+        except (ServerConnectionError, ServerRejectedError) as err:
+            self.go_offline(err)
+            return None
+        self.memory_cap = dispatched.memory_cap
+        self.power_limit = dispatched.power_limit
+        self.power_profiling = dispatched.power_profiling
+        self.server_chooses_power = "power_profiling" in dispatched.model_fields_set
+        if power_limits and not self.server_chooses_power:
+            logger.warning(
+                "zeus-bso: the server at %s does not choose GPU power limits (upstream "
+                "Zeus's server, or a zeus-bso server older than power limits): this run's "
+                "GPUs keep their own; upgrade the server for power_limit='optimize'",
+                self.client.shown_url,
+            )
+        return dispatched
+
+    def resume(self, trial: TrialId, progress: TrialProgress, *, power_limits: bool) -> bool:
+        """Go on with a trial resumed from a checkpoint: register the job, catch up with what
+        the server has of the trial, and read its power limit. False: the server is away, and
+        the run trains without it (`go_offline`)."""
+        try:
+            self.register()
+        except (ServerConnectionError, ServerRejectedError) as err:
+            self.go_offline(err, trial.batch_size)
+            return False
+        self._caught_up(trial, progress)
+        if power_limits:
+            self._resumed_power(trial)
+        return True
+
+    def _caught_up(self, trial: TrialId, progress: TrialProgress) -> None:
+        """Take what the server has of a trial resumed from a checkpoint: a run killed after a
+        report and before its next checkpoint left the server ahead of it (the heartbeat answers
+        the trial as it is, and renews its lease; upstream's server has none, and is not
+        asked)."""
+        try:
+            seen = self.client.heartbeat(trial)
+        except RouteMissingError:
+            return
+        except (ServerConnectionError, ServerRejectedError) as err:
+            logger.warning("zeus-bso: resumed trial %d not read (%s)", trial.trial_number, err)
+            return
+        epochs, time, energy = (seen.get(name) or 0 for name in ("epochs", "time", "energy"))
+        checkpoint = progress.epochs
+        if progress.caught_up(int(epochs), float(time), float(energy)):
+            logger.warning(
+                "zeus-bso: the checkpoint of trial %d is from epoch %d, and %d epochs were "
+                "reported before the restart: the work after the checkpoint was lost, and its "
+                "time and energy count; the epochs trained again are reported as epoch %d",
+                trial.trial_number,
+                checkpoint,
+                epochs,
+                epochs,
+            )
+
+    def _resumed_power(self, trial: TrialId) -> None:
+        """A run resumed from a checkpoint is not dispatched again: the limit its batch size
+        trains at on these GPUs comes from the job's power profiles (the read API); without
+        one yet (the run stopped before its profile was sent), it profiles, as the server would
+        have said."""
+        try:
+            profiles = self.client.job_state(self.job_id, limit=1).get("power_profiles", [])
+        except (ServerConnectionError, ServerRejectedError) as err:
+            logger.warning(
+                "zeus-bso: the power limit of resumed trial %d is not known (%s): its GPUs "
+                "keep their own",
+                trial.trial_number,
+                err,
+            )
+            return
+        self.server_chooses_power = True
+        key = profile_key(self.gpu)
+        for found in profiles:
+            if found.get("profile") == key and found.get("batch_size") == trial.batch_size:
+                self.power_limit = float(found["power_limit"])
+                return
+        job = self.job
+        self.power_profiling = job is not None and profiles_power(job.eta_knob, job.power_profiling)
+
+    def report(self, result: TrainingResult) -> ReportResponse:
+        """Report a validation; the server's answer. A server away for now (unreachable, a 5xx)
+        says nothing about the report: it is kept for the end of the run (`pending`), and
+        training goes on.
+
+        Raises:
+            ZeusBSOError: the server refused the report (a 4xx).
+        """
+        try:
+            answer = self.client.report(result)
+        except (ServerConnectionError, ServerRejectedError) as err:
+            if not for_later(err):
+                raise
+            self.pending = result
+            logger.warning(
+                "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
+            )
+            return ReportResponse(stop_train=False, converged=False, message=str(err))
+        self.pending = None
+        self.answered(answer)
+        if answer.stop_train:
+            logger.info("trial %d done: %s", result.trial_number, answer.message)
+        return answer
+
+    def answered(self, answer: ReportResponse) -> None:
+        """Keep the latest answer, and the server's stop if it says so."""
+        self.answer = answer
+        if answer.stop_train:
+            self.training_finished, self.converged = True, answer.converged
+
+    def infeasible(self, trial: TrialId, trains_on: str, why: str | None) -> bool:
+        """Tell the server that ``trial``'s batch size ran out of memory; whether it heard."""
+        try:
+            self.client.infeasible(trial)
+        except RouteMissingError:
+            logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
+            self.client.end_trial(trial)
+            return False
+        except ZeusBSOError as err:
+            logger.warning("could not mark trial %s infeasible: %s", trial, err)
+            return False
+        logger.warning(
+            "zeus-bso: batch size %d ran out of memory on %s%s: not dispatched there again",
+            trial.batch_size,
+            trains_on,
+            f" ({why})" if why else "",
+        )
+        return True
+
+    def micro_batch_infeasible(self, trial: TrialId, micro: int) -> bool:
+        """Tell the server that micro-batches of ``micro`` ran out of memory in ``trial`` (its
+        memory cap of these GPUs comes down); whether it heard (a warning says it did not)."""
+        try:
+            self.client.infeasible(trial, micro_batch_size=micro)
+        except ZeusBSOError as err:
+            logger.warning("could not tell the server that %d ran out of memory: %s", micro, err)
+            return False
+        return True
+
+    def release(self, trial: TrialId) -> bool:
+        """Release ``trial``, which counts nothing against its batch size; whether the server
+        did (a warning says why not)."""
+        try:
+            self.client.release(trial)
+        except RouteMissingError:
+            logger.info("the server has no release route (upstream Zeus?): trial left open")
+            return False
+        except ZeusBSOError as err:
+            logger.warning("could not release trial %s: %s", trial, err)
+            return False
+        return True
+
+    def power_profile(
+        self,
+        trial: TrialId,
+        measurements: list[PowerMeasurement],
+        limit_range_w: tuple[float, float] | None,
+    ) -> float | None:
+        """Send a power profile; the limit to train at (None: the server could not take it,
+        said in a warning)."""
+        report = PowerProfileReport(
+            **trial.model_dump(), measurements=measurements, limit_range_w=limit_range_w
+        )
+        try:
+            chosen = self.client.power_profile(report)
+        except ZeusBSOError as err:
+            logger.warning("zeus-bso: the power profile could not be sent: %s", err)
+            return None
+        self.power_limit, self.power_profiling = chosen.power_limit, False
+        return chosen.power_limit
+
+    def start_heartbeat(self, trial_of: Callable[[], TrialId | None]) -> None:
+        """Renew the lease of the trial ``trial_of`` gives, every ``heartbeat_seconds``, until
+        `finish` (once; nothing offline or with heartbeats off)."""
+        if self._heartbeat is not None or self._heartbeat_seconds <= 0 or self.offline:
+            return
+        self._heartbeat = threading.Thread(
+            target=self._beat, args=(trial_of,), daemon=True, name="zeus-bso-heartbeat"
+        )
+        self._heartbeat.start()
+
+    def _beat(self, trial_of: Callable[[], TrialId | None]) -> None:
+        warned = False
+        while not self._stop_heartbeat.wait(self._heartbeat_seconds):
+            trial = trial_of()
+            if trial is None or self.training_finished:
+                continue
+            try:
+                status = self.client.heartbeat(trial).get("status")
+            except RouteMissingError:
+                logger.info(
+                    "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
+                    "its trials have no leases to keep",
+                    self.client.shown_url,
+                )
+                return
+            except (ServerConnectionError, ServerRejectedError) as err:
+                if not warned:
+                    logger.warning("heartbeat failed (training goes on): %s", err)
+                    warned = True
+                continue
+            if status not in (None, "dispatched") and self.on_lease_lost is not None:
+                logger.warning(
+                    "zeus-bso: trial %s is %s on the server: no longer this run's", trial, status
+                )
+                self.on_lease_lost()
+                self.on_lease_lost = None
+
+    def finish(self, trial: TrialId | None, *, end_trial: bool, deliver: bool) -> None:
+        """Stop the heartbeat; deliver the pending report (``deliver``) and end ``trial``
+        (``end_trial``). What the server cannot take now is kept on this machine for the next
+        run that reaches it (`zeus_bso.client.outbox`)."""
+        self._stop_heartbeat.set()
+        if trial is None or self.offline:
+            return
+        pending = self.pending if deliver else None
+        if pending is not None:
+            report = pending
+            try:
+                self.answered(self.client.report(report))
+                pending = None
+            except ZeusBSOError as err:
+                if not for_later(err):
+                    logger.error(
+                        "the last report could not be delivered and is lost: %s (%s)",
+                        report.model_dump_json(),
+                        err,
+                    )
+                    pending = None
+        ended = not end_trial
+        if end_trial and pending is None:  # a report kept for later goes first
+            try:
+                self.client.end_trial(trial)
+                ended = True
+            except ZeusBSOError as err:
+                if not for_later(err):
+                    logger.warning("could not end trial %s: %s", trial, err)
+                    ended = True
+        if (pending is not None or not ended) and outbox.keep(
+            self.client.server_url, trial, pending, end=end_trial
+        ):
+            logger.warning(
+                "zeus-bso: the server could not be reached as trial %d ended; its %s kept "
+                "on this machine and delivered by the next run that reaches the server",
+                trial.trial_number,
+                "last report is" if pending is not None else "end is",
+            )
+
+    def next_run(self) -> str | None:
+        """What the server says the job's next run gets, in words (None where it cannot say);
+        the recommended batch size is remembered on this machine for a run that cannot reach
+        the server."""
+        if self.job is None or self.offline:
+            return None
+        try:
+            state = self.client.job_state(self.job_id, limit=0)
+        except ZeusBSOError:
+            return None  # upstream Zeus's server, or a server that went away
+        recommended = (state.get("recommended") or {}).get("batch_size")
+        if recommended is not None:
+            fallback.remember(self.job_id, int(recommended))
+        upcoming = state.get("next_run")
+        if not upcoming:
+            return None
+        if upcoming.get("refused"):
+            why = str(upcoming["why"]).removeprefix("refused: ")  # an older server's words
+            self.next_refused = True
+            return f"refused: {why}"
+        size = upcoming.get("batch_size")
+        return f"{size} ({upcoming['why']})" if size is not None else str(upcoming["why"])
