@@ -20,7 +20,7 @@ from zeus_bso.errors import (
 from zeus_bso.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from zeus_bso.client import BatchSizeOptimizer, RunOutcome, until_converged
+    from zeus_bso.client import RunOutcome, until_converged
     from zeus_bso.spec import (
         CreatedJob,
         GpuConfig,
@@ -32,12 +32,14 @@ if TYPE_CHECKING:
         TrainingResult,
         TrialId,
     )
+    from zeus_bso.training import BatchSizeOptimizer
 
 __version__ = "0.1.0"
 
 
 _LAZY = {
-    **dict.fromkeys(("BatchSizeOptimizer", "RunOutcome", "until_converged"), "zeus_bso.client"),
+    **dict.fromkeys(("RunOutcome", "until_converged"), "zeus_bso.client"),
+    "BatchSizeOptimizer": "zeus_bso.training",
     **dict.fromkeys(
         (
             "CreatedJob",

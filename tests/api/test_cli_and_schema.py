@@ -52,7 +52,7 @@ def test_the_server_imports_neither_the_client_nor_its_meters() -> None:
         "print(zeus_bso.BatchSizeOptimizer.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["[]", "zeus_bso.client.optimizer"]
+    assert out.stdout.split() == ["[]", "zeus_bso.training.optimizer"]
 
 
 def test_db_upgrade_and_current(tmp_path: Path) -> None:

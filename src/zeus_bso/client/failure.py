@@ -84,8 +84,8 @@ def verdict(error: BaseException, *, trained: bool) -> Verdict:
 
 
 class Ending(Protocol):
-    """A run's ways to end (`zeus_bso.client.BatchSizeOptimizer`'s, and
-    `zeus_bso.training.TrialSession`'s on every process), one a verdict."""
+    """A run's ways to end (the main process's side of a run,
+    `zeus_bso.training.server_run.ServerRun`), one a verdict."""
 
     def end_out_of_memory(self, why: str | None = None) -> None: ...
 

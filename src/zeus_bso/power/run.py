@@ -1,6 +1,6 @@
 """One run's GPU power limits on one process (opt-in: ``power_limit="optimize"``).
 
-The main process asks the server (`zeus_bso.client.BatchSizeOptimizer` with ``power_limits``)
+The main process asks the server (`zeus_bso.training.server_run.ServerRun` with ``power_limits``)
 and every process gets its answer: train at a limit, or profile the limits in the first steps.
 Every process sets the GPUs it trains on (`GpuPowerLimits`, each GPU of a node once) at the same
 steps, so the profile's steps run at one limit on every GPU of the run; the main process

@@ -1,6 +1,8 @@
-"""The object collectives the training side needs, over ``torch.distributed`` when a process
-group is initialised, and the identity in a single process; and `from_rank_zero`, the one way a
-decision made on rank 0 (the one process that talks to the server) reaches every rank.
+"""The object collectives the training side needs (`Collectives`): over ``torch.distributed``
+when a process group is initialised, and the identity in a single process (`DISTRIBUTED`), or
+the identity always (`WORLD_OF_ONE`: a run of one process, even inside a distributed program);
+and `from_rank_zero`, the one way a decision made on rank 0 (the one process that talks to the
+server) reaches every rank.
 
 Object collectives pickle their value into a tensor on the process group's device (the current
 CUDA device under NCCL, the CPU under gloo), so they work under every backend; the callbacks
@@ -10,6 +12,7 @@ use them rather than reducing a CPU tensor, which NCCL rejects.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -67,34 +70,77 @@ def barrier() -> None:
         dist.barrier()
 
 
-def open_window(progress: TrialProgress) -> None:
+def _alone(value: T) -> list[T]:
+    return [value]
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """How the processes of one run share objects: every process calls each at once."""
+
+    broadcast: Callable[[Any], Any]
+    """Rank 0's picklable object on every rank."""
+    all_gather: Callable[[Any], list[Any]]
+    """Every rank's picklable object, in rank order, on every rank."""
+    barrier: Callable[[], None]
+    """Wait until every rank is here."""
+
+    def with_broadcast(self, broadcast: Callable[[Any], Any] | None) -> Collectives:
+        """These collectives with a framework's own broadcast (None: these)."""
+        return self if broadcast is None else replace(self, broadcast=broadcast)
+
+
+DISTRIBUTED = Collectives(broadcast_object, all_gather_object, barrier)
+"""``torch.distributed``'s collectives when a process group is initialised, else a world of one."""
+
+WORLD_OF_ONE = Collectives(_identity, _alone, _nothing)
+"""A run of one process: what it shares, it keeps (a run that talks to the server from one
+process of a distributed program, too)."""
+
+
+def open_window(collectives: Collectives, progress: TrialProgress) -> None:
     """Open the measuring window on every rank at once. Every rank must call it.
 
     Each rank reads its own devices from its own window; opened together, a device that one
     rank reads is measured over the same time as the run's (rank 0's) clock."""
-    barrier()
+    collectives.barrier()
     progress.begin()
 
 
-def gpus_of_the_run(meter: EnergyMeter) -> GpuConfig:
+def gpus_of_the_run(collectives: Collectives, meter: EnergyMeter) -> GpuConfig:
     """The GPUs of the whole run (every rank, every node), each once. Every rank must call it.
 
     Raises:
         MixedGpuModelsError: on every rank alike, when the run's GPUs are of several models.
     """
-    return run_gpus(all_gather_object(list(meter.devices)))
+    every_rank = collectives.all_gather(list(meter.devices))
+    if len(every_rank) == 1:  # a run of one process: its meter's own count and power
+        return GpuConfig(
+            max_power=meter.max_power,
+            number_of_gpus=meter.device_count,
+            gpu_model=meter.device_model,
+        )
+    return run_gpus(every_rank)
 
 
-def elapsed_of_the_run(progress: TrialProgress) -> Elapsed:
+def elapsed_of_the_run(collectives: Collectives, progress: TrialProgress) -> Elapsed:
     """Seconds and joules of the whole run since training began, each device once. Every rank
     must call it.
 
     The ranks read their devices together (after a barrier), as they opened their windows, and
     the seconds are read at that moment too, so that a run's time and energy span one window
     (rank 0's seconds are the run's; gathering the readings takes time that neither counts)."""
-    barrier()
+    collectives.barrier()
     seconds, readings = progress.sample()
-    return Elapsed(seconds, run_energy(all_gather_object(readings)))
+    return Elapsed(seconds, run_energy(collectives.all_gather(readings)))
 
 
 def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callable[[], T]) -> T:

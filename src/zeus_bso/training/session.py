@@ -12,32 +12,42 @@ whether this process is the main one and how the framework logs; the modules of
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
-from zeus_bso.client import BatchSizeOptimizer, failure
+from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
+from zeus_bso.client.conversation import JobConversation
+from zeus_bso.client.http import ServerClient
+from zeus_bso.client.job_ids import run_key_from_environment, stable_job_id
 from zeus_bso.client.memory import (
     free_accelerator_memory,
     out_of_memory,
     out_of_memory_words,
     smallest_to_try,
 )
-from zeus_bso.client.optimizer import judged_without_server
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
-from zeus_bso.client.progress import TrialProgress
+from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
     BatchSizeDoesNotFitError,
     ConfigurationError,
     OperationOrderError,
-    OutOfMemoryNotTheBatchSizeError,
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
-from zeus_bso.options import check_max_micro_batch_size, job_lr_rule
+from zeus_bso.options import (
+    JobLike,
+    check_max_micro_batch_size,
+    heartbeat_seconds_from,
+    job_lr_rule,
+    required_job,
+    server_url_from,
+    token_from,
+)
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import (
     LrRule,
@@ -47,16 +57,25 @@ from zeus_bso.scaling.lr import (
     stepped_rate,
     warmup_steps,
 )
-from zeus_bso.spec import JobSpec, PowerMeasurement, ReportResponse, StopReason, TrialId
+from zeus_bso.spec import (
+    GpuConfig,
+    JobSpec,
+    JobSpecFromClient,
+    PowerMeasurement,
+    ReportResponse,
+    StopReason,
+    TrialId,
+)
 from zeus_bso.training.collectives import (
-    all_gather_object,
-    broadcast_object,
+    DISTRIBUTED,
+    Collectives,
     elapsed_of_the_run,
     from_rank_zero,
     gpus_of_the_run,
     open_window,
 )
 from zeus_bso.training.power import power_limit_run
+from zeus_bso.training.server_run import ServerRun, judged_without_server
 
 LR_FACTOR_KEY = "lr_factor"
 """The run's learning-rate factor in a checkpoint (`TrialSession.checkpoint`; None: unscaled)."""
@@ -78,6 +97,22 @@ class SessionOptions(TypedDict, total=False):
     power_limit: PowerLimitMode
 
 
+@dataclass(frozen=True)
+class _ServerSettings:
+    """How the main process talks to the server (its `ServerRun` is built when the run starts,
+    so that a mistake there reaches every process)."""
+
+    server_url: str | None
+    token: str | None
+    rule: LrRule
+    run_key: str | None
+    on_server_unavailable: str
+    heartbeat_seconds: float | None
+    retry_seconds: float
+    show: Callable[[str], None] | None
+    handle_sigterm: bool
+
+
 class TrialSession:
     """One run's trial on every process of a training loop: the batch size, the reports, the
     stop, each GPU's energy once, the framework's logging, and the run's outcome.
@@ -86,16 +121,18 @@ class TrialSession:
         is_main: whether this is the process that talks to the server (global rank 0).
         log: how the framework logs values at a step (its trackers), on every process.
         server_url: the zeus-bso server (None: ``$ZEUS_BSO_SERVER_URL``).
-        job: the recurring job (its ``job_id`` may be left out: see `BatchSizeOptimizer`).
+        job: the recurring job, a `JobSpec` or a mapping of its fields (a ``dict``, or a
+            Hydra ``DictConfig``; its ``job_id`` may be left out:
+            `zeus_bso.client.job_ids.stable_job_id`).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one.
         resume: what `checkpoint` returned in an earlier, interrupted run of this trial, or a
             function that reads it (called on the main process only).
         broadcast: sends a picklable object from the main process to every process and returns
-            it there (default: `zeus_bso.training.collectives.broadcast_object`).
+            it there (default: the ``collectives``' broadcast).
         on_server_unavailable: ``"fallback"`` (train at the default batch size, or the last
             recommendation saved on this machine, when the server cannot be reached at start)
-            or ``"raise"`` (see `BatchSizeOptimizer`).
+            or ``"raise"`` (raise `ServerConnectionError`).
         raise_if_unconverged: `ZeusBSOTrainFailError` is raised on every process, once, when
             the run ends without reaching its target: from the `report` whose answer ends it,
             as upstream Zeus's ``on_evaluate`` does (unless ``raise_from_report`` is False),
@@ -107,8 +144,9 @@ class TrialSession:
         reference_batch_size: the batch size the learning rate was tuned at (default: the
             job's ``default_batch_size``).
         max_micro_batch_size: opts into gradient accumulation (see
-            `BatchSizeOptimizer.accumulation`): `micro_batch_size` and `accumulation_steps` say
-            how every process trains the batch size.
+            `zeus_bso.client.accumulation`): a batch size above it, or at or above the smallest
+            that ran out of memory on these GPUs, is trained as `accumulation_steps`
+            micro-batches of `micro_batch_size` on every process.
         power_limit: ``"optimize"`` opts into GPU power limits (`zeus_bso.training.power`):
             a batch size's first run on these GPUs profiles the limits in its first steps (call
             `step_begin` and `step_end` around every training step), and runs train at the
@@ -117,9 +155,23 @@ class TrialSession:
         raise_from_report: False for a framework whose callback raises at the end of the
             fit instead (Lightning, the HF Trainer: the fit's own end, its checkpoints and
             loggers, go first).
-        handle_sigterm: on the main process, SIGTERM releases the run's trial (see
-            `BatchSizeOptimizer`); False for a framework that handles SIGTERM itself
-            (Lightning).
+        handle_sigterm: on the main process, while the trial is open, SIGTERM (a preemption,
+            a scheduler's time limit, ``kill``) raises `zeus_bso.client.failure.Terminated`, a
+            ``SystemExit`` with status 143, so that the trial is released rather than left to its
+            lease (`zeus_bso.client.sigterm`; a handler of the script's own is called first);
+            False for a framework that handles SIGTERM itself (Lightning).
+        collectives: how the processes share objects (default: ``torch.distributed``'s where a
+            process group is initialised; `zeus_bso.training.collectives.WORLD_OF_ONE` for a
+            run of one process).
+        gpus: the whole run's GPUs (default: every process's meter's devices, each once).
+        run_key: this run's name, the same across its restarts (default: from the
+            environment, `zeus_bso.client.job_ids.run_key_from_environment`).
+        heartbeat_seconds: how often the main process renews its trial's lease (0: never;
+            default: ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60).
+        retry_seconds: how long a request is retried while the server answers 503 or cannot
+            be reached.
+        start: ask for the trial now (False: at `start`, which a run of one process calls
+            when its script asks for the batch size).
     """
 
     def __init__(
@@ -127,11 +179,11 @@ class TrialSession:
         is_main: bool,
         log: Callable[[dict[str, float], int], None],
         server_url: str | None,
-        job: JobSpec,
+        job: JobLike | None,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
         resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
-        broadcast: Callable[[Any], Any] = broadcast_object,
+        broadcast: Callable[[Any], Any] | None = None,
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
         show: Callable[[str], None] | None = show_on_stderr,
@@ -141,10 +193,23 @@ class TrialSession:
         power_limit: PowerLimitMode = "off",
         handle_sigterm: bool = True,
         raise_from_report: bool = True,
+        *,
+        collectives: Collectives = DISTRIBUTED,
+        gpus: GpuConfig | None = None,
+        run_key: str | None = None,
+        heartbeat_seconds: float | None = None,
+        retry_seconds: float = 30.0,
+        start: bool = True,
     ) -> None:
+        job = required_job(job)
+        self._job = job
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         self._batch_sizes = list(job.batch_sizes)
-        optimize_power = check_power_limit(power_limit) == "optimize"
+        self._optimize_power = check_power_limit(power_limit) == "optimize"
+        if on_server_unavailable not in ("fallback", "raise"):
+            raise ConfigurationError(
+                f"on_server_unavailable is 'fallback' or 'raise', not {on_server_unavailable!r}"
+            )
         restore_left_over()  # what a run killed on this node left changed
         self.power: PowerLimitRun | None = None
         """This process's GPU power limits (with ``power_limit="optimize"``)."""
@@ -159,7 +224,7 @@ class TrialSession:
         """The learning-rate factor of the run a checkpoint resumed (`scale` keeps it)."""
         self.is_main = is_main
         self._log = log
-        self._broadcast = broadcast
+        self._collectives = collectives.with_broadcast(broadcast)
         self._raise_if_unconverged = raise_if_unconverged
         self._raise_from_report = raise_if_unconverged and raise_from_report
         self._raised = False
@@ -171,28 +236,86 @@ class TrialSession:
         self.stopped = False
         """Whether the server said stop (on every process)."""
         self.meter = energy_meter if energy_meter is not None else auto_meter()
-        self.optimizer: BatchSizeOptimizer | None = None
-        """The main process's link to the server."""
+        self.progress = TrialProgress(self.meter)
+        """This process's trial, epochs, time and energy."""
         # Every process's GPUs, each once: the job's GPU count and power are the whole run's.
-        gpus = gpus_of_the_run(self.meter)
+        names_gpu = gpus is not None or not (self.meter.is_estimate or self.meter.name == "rapl")
+        self._gpus = gpus if gpus is not None else gpus_of_the_run(self._collectives, self.meter)
+        # An estimate's or RAPL's device stands in for a GPU in the job's profile: no GPU named.
+        self._trains_on = self._gpus.gpu_model if names_gpu else "this machine"
+        self._talk = _ServerSettings(
+            server_url,
+            token,
+            rule,
+            run_key,
+            on_server_unavailable,
+            heartbeat_seconds,
+            retry_seconds,
+            show,
+            handle_sigterm,
+        )
+        self.server: ServerRun | None = None
+        """The main process's side of the run: its trial, reports, end and outcome."""
+        self._batch_size = 0
+        self._job_id = ""
+        self.trial: TrialId | None = None
+        """The server's trial of this run (None: it trains without the server)."""
+        self._memory_unknown = False
+        self._accumulation = Accumulation.none(1)
+        self._started = False
+        self._began = False
+        self._batch_checked = False
+        if start:
+            self.start(resume)
+
+    def _new_server(self) -> ServerRun:
+        """The main process's side of the run (no network yet)."""
+        talk = self._talk
+        rule = talk.rule
+        spec = JobSpecFromClient(
+            **self._job.model_dump(exclude={"job_id", "lr_rule"}),
+            job_id=self._job.job_id,
+            lr_rule=None if rule == "none" else rule,  # the rule is part of the job's history
+            **self._gpus.model_dump(),
+        )
+        id_from_settings = spec.job_id is None
+        if spec.job_id is None:
+            spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
+        link = JobConversation(
+            ServerClient(
+                server_url_from(talk.server_url),
+                token=token_from(talk.token),
+                retry_seconds=talk.retry_seconds,
+            ),
+            spec,
+            run_key=talk.run_key if talk.run_key is not None else run_key_from_environment(),
+            on_server_unavailable=talk.on_server_unavailable,
+            id_from_settings=id_from_settings,
+            heartbeat_seconds=heartbeat_seconds_from(talk.heartbeat_seconds),
+        )
+        link.on_lease_lost = self._restore_power
+        return ServerRun(
+            link,
+            self.progress,
+            max_micro_batch_size=self._max_micro_batch_size,
+            power_limits=self._optimize_power,
+            show=talk.show,
+            handle_sigterm=talk.handle_sigterm,
+            trains_on=self._trains_on,
+            on_end=self._restore_power,
+        )
+
+    def start(self, resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
+        """Ask for this run's trial, or resume a checkpoint's (``resume``), on every process
+        at once (once; the constructor does it unless ``start=False``)."""
+        if self._started:
+            return
 
         def trial_of_this_run() -> dict[str, Any]:
-            optimizer = self.optimizer = BatchSizeOptimizer(
-                server_url,
-                job,
-                energy_meter=self.meter,
-                token=token,
-                gpus=gpus,
-                on_server_unavailable=on_server_unavailable,
-                show=show,
-                max_micro_batch_size=max_micro_batch_size,
-                lr_rule=rule,  # for the job's settings: this process scales the rates itself
-                power_limits=optimize_power,
-                on_lease_lost=self._restore_power,
-                handle_sigterm=handle_sigterm,
-            )
+            if self.server is None:
+                self.server = self._new_server()
             saved = resume() if callable(resume) else resume
-            size = optimizer.resume(saved) if saved else optimizer.get_batch_size()
+            size = self.server.resume(saved) if saved else self.server.dispatch()
             shared = self._shared(size)
             if saved:
                 factor = saved.get(LR_FACTOR_KEY, OLDER_CHECKPOINT)
@@ -203,47 +326,36 @@ class TrialSession:
                 shared["resumed_lr_factor"] = factor
             return shared
 
-        self._batch_size = 0
-        self._job_id = ""
-        self.trial: TrialId | None = None
-        """The server's trial of this run (None: it trains without the server)."""
-        self._memory_unknown = False
-        self._accumulation = Accumulation.none(1)
-        self._took(from_rank_zero(broadcast, is_main, trial_of_this_run))
-        if optimize_power and self._power_answer is not None:  # not offline, nor upstream's
+        self._took(from_rank_zero(self._collectives.broadcast, self.is_main, trial_of_this_run))
+        self._started = True
+        if self._optimize_power and self._power_answer is not None:  # not offline, nor upstream's
             try:
                 self.power = power_limit_run(
-                    is_main, broadcast, gpus, job.eta_knob, job.power_max_slowdown
+                    self._collectives,
+                    self.is_main,
+                    self._gpus,
+                    self._job.eta_knob,
+                    self._job.power_max_slowdown,
                 )
             except ConfigurationError as err:
                 self.release(str(err))  # not the batch size's fault
                 raise
-        self.progress: TrialProgress
-        """This process's trial, epochs, time and energy."""
-        if self.optimizer is not None:
-            self.progress = self.optimizer.progress
-        else:
-            self.progress = TrialProgress(self.meter)
-            self.progress.trial = self.trial
-        self._began = False
-        self._batch_checked = False
 
     def _shared(self, size: int) -> dict[str, Any]:
         """What rank 0 tells every rank of its trial (main process)."""
-        optimizer = self.optimizer
-        assert optimizer is not None
-        trial = optimizer.trial.model_dump() if optimizer.trial is not None else None
-        accumulation = optimizer.accumulation  # of ``size``: the optimizer's batch size
+        server = self.server
+        assert server is not None
+        trial = server.trial.model_dump() if server.trial is not None else None
+        accumulation = server.accumulation  # of ``size``: the run's batch size
+        link = server.link
         return {
             "batch_size": size,
             "trial": trial,
-            "job_id": optimizer.job_id,
-            "memory_unknown": optimizer.memory_unknown,
+            "job_id": server.job_id,
+            "memory_unknown": server.memory_unknown,
             "accumulation": (accumulation.micro_batch_size, accumulation.steps),
             "power": (
-                (optimizer.power_limit, optimizer.power_profiling)
-                if optimizer.server_chooses_power
-                else None
+                (link.power_limit, link.power_profiling) if link.server_chooses_power else None
             ),
         }
 
@@ -253,6 +365,8 @@ class TrialSession:
         self._job_id = str(shared["job_id"])
         trial = shared["trial"]
         self.trial = TrialId.model_validate(trial) if trial is not None else None
+        if self.server is None:  # the main process's progress holds the server's trial
+            self.progress.trial = self.trial
         self._memory_unknown = bool(shared["memory_unknown"])
         micro, steps = shared["accumulation"]
         self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
@@ -268,15 +382,25 @@ class TrialSession:
         return self._batch_size
 
     @property
+    def accumulation(self) -> Accumulation:
+        """How this run trains its batch size: with ``max_micro_batch_size`` set, a batch size
+        above it, or at or above the smallest that ran out of memory on these GPUs, is trained
+        as micro-batches whose gradients accumulate before each optimizer step (the batch per
+        step is the server's). Without, one micro-batch of the whole batch."""
+        if not self._started:
+            raise OperationOrderError("call get_batch_size() before reading the accumulation")
+        return self._accumulation
+
+    @property
     def micro_batch_size(self) -> int:
         """Samples a forward and backward pass on each process: the DataLoader's batch size
         (the batch size itself, unless the run accumulates gradients)."""
-        return self._accumulation.micro_batch_size
+        return self.accumulation.micro_batch_size
 
     @property
     def accumulation_steps(self) -> int:
         """Micro-batches whose gradients add up before each optimizer step (1: none)."""
-        return self._accumulation.steps
+        return self.accumulation.steps
 
     @property
     def memory_unknown(self) -> bool:
@@ -300,20 +424,37 @@ class TrialSession:
         while self._memory_unknown:
             oom = self._try_everywhere(self.micro_batch_size, try_steps)
             if oom is None:
-                self._memory_unknown = False
+                self._fits()
                 break
             self._check_any_size_fits(oom, try_steps)
-
-            def next_size(why: str = oom) -> dict[str, Any]:
-                optimizer = self.optimizer
-                assert optimizer is not None
-                optimizer.micro_batch_out_of_memory(why)
-                return self._shared(optimizer.get_batch_size())
-
-            self._took(from_rank_zero(self._broadcast, self.is_main, next_size))
-            if self.optimizer is None:  # the main process's progress is its optimizer's
-                self.progress.trial = self.trial
+            self.next_size_after_out_of_memory(oom)
         return self.micro_batch_size
+
+    def next_size_after_out_of_memory(self, why: str | None = None) -> int:
+        """The run's micro-batch ran out of memory before it trained: a run that accumulates
+        takes smaller micro-batches for its batch size; otherwise the trial is marked
+        ``infeasible`` and the server's next batch size is taken (on every process). Returns
+        the size each process's DataLoader takes now."""
+
+        def next_size() -> dict[str, Any]:
+            server = self._main()
+            server.micro_batch_out_of_memory(why)
+            return self._shared(server.dispatch())
+
+        self._took(from_rank_zero(self._collectives.broadcast, self.is_main, next_size))
+        return self.micro_batch_size
+
+    def _main(self) -> ServerRun:
+        """The main process's side of the run (on the main process, once started)."""
+        if self.server is None:
+            raise OperationOrderError("the run has not asked for its batch size yet")
+        return self.server
+
+    def _fits(self) -> None:
+        """The memory check found that the batch size fits."""
+        self._memory_unknown = False
+        if self.server is not None:
+            self.server.fits()
 
     def check_memory(self, try_steps: Callable[[int], None], *, goes_on: bool = False) -> None:
         """For a framework that cannot change the batch size of a run under way (the HF
@@ -334,16 +475,15 @@ class TrialSession:
         micro = self.micro_batch_size
         oom = self._try_everywhere(micro, try_steps)
         if oom is None:
-            self._memory_unknown = False
+            self._fits()
             return
         self._check_any_size_fits(oom, try_steps)
         if self._max_micro_batch_size is not None and micro > 1:
             # Smaller micro-batches reach the batch size: the next run takes them.
             def lower() -> None:
-                assert self.optimizer is not None
-                self.optimizer.micro_batch_out_of_memory(oom)
+                self._main().micro_batch_out_of_memory(oom)
 
-            from_rank_zero(self._broadcast, self.is_main, lower)
+            from_rank_zero(self._collectives.broadcast, self.is_main, lower)
             why = f"micro-batches of {micro} ran out of memory on these GPUs ({oom})"
             self.release(f"{why}; the next run takes smaller ones")  # before it trained
             raise BatchSizeDoesNotFitError(f"{why}; the next run takes smaller ones")
@@ -368,15 +508,12 @@ class TrialSession:
         if smallest is not None and self._try_everywhere(smallest, try_steps) is None:
             return  # a smaller size fits: this one is the batch size's
 
-        def give_up() -> None:
-            if self.optimizer is None:  # offline: nothing to release
-                size = self.micro_batch_size if smallest is None else smallest
-                raise OutOfMemoryNotTheBatchSizeError(
-                    f"out of memory even at {size} samples a step ({oom})"
-                )
-            self.optimizer.not_the_batch_size(oom, smallest)
+        size = self.micro_batch_size if smallest is None else smallest
 
-        from_rank_zero(self._broadcast, self.is_main, give_up)  # raises on every process
+        def give_up() -> None:
+            self._main().not_the_batch_size(oom, size)
+
+        from_rank_zero(self._collectives.broadcast, self.is_main, give_up)  # raises everywhere
 
     def _try_everywhere(self, size: int, try_steps: Callable[[int], None]) -> str | None:
         """Run ``try_steps(size)`` on every process; the first out-of-memory error's words (any
@@ -392,7 +529,7 @@ class TrialSession:
             else:
                 failed = err
         said = None if failed is None else f"{type(failed).__name__}: {failed}"
-        results = all_gather_object((oom, said))
+        results = self._collectives.all_gather((oom, said))
         if failed is not None:
             raise failed
         errors = [message for _, message in results if message is not None]
@@ -416,7 +553,7 @@ class TrialSession:
     @property
     def outcome(self) -> RunOutcome | None:
         """How the run ended (after `end`, `release` or `abort`; on the main process)."""
-        return self.optimizer.outcome if self.optimizer is not None else None
+        return self.server.outcome if self.server is not None else None
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
@@ -453,9 +590,9 @@ class TrialSession:
         """Training starts now: open the measuring window on every process at once (and, with
         ``power_limit="optimize"``, set the GPUs' limit or start profiling them: an epoch's
         ``steps_per_epoch`` make a profile's epoch of its steps)."""
-        open_window(self.progress)
-        if self.optimizer is not None:
-            self.optimizer.on_train_begin()  # starts the heartbeat
+        open_window(self._collectives, self.progress)
+        if self.server is not None:
+            self.server.train_begin()  # starts the heartbeat
         if self.power is not None and self._power_answer is not None and not self._began:
             limit, profiling = self._power_answer
             self.power.begin(limit, profiling, self._send_power_profile, steps_per_epoch)
@@ -464,9 +601,9 @@ class TrialSession:
     def _send_power_profile(
         self, measurements: list[PowerMeasurement], limit_range_w: tuple[float, float]
     ) -> float | None:
-        if self.optimizer is None:
+        if self.server is None:
             return None
-        return self.optimizer.send_power_profile(measurements, limit_range_w)
+        return self.server.send_power_profile(measurements, limit_range_w)
 
     def step_begin(self, batch: Any = None) -> None:
         """Before each training step, on every process (profiles power limits, with
@@ -504,44 +641,61 @@ class TrialSession:
         reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
-        elapsed = elapsed_of_the_run(self.progress)
+        answer = self._evaluate(metric, epoch, elapsed_of_the_run(self._collectives, self.progress))
+        return answer is not None and answer.stop_train
 
-        def send() -> tuple[bool, bool, float | None, int | None]:
-            assert self.optimizer is not None
+    def _evaluate(
+        self, metric: float | Callable[[], float | None], epoch: int | None, elapsed: Elapsed
+    ) -> ReportResponse | None:
+        """`report`'s work, given the run's seconds and joules: the server's answer on every
+        process (None: the metric was not measured)."""
+
+        def send() -> tuple[ReportResponse, int] | None:
             value = metric() if callable(metric) else metric
             if value is None:
-                return False, False, None, None
-            answer = self.optimizer.on_evaluate(float(value), epoch=epoch, elapsed=elapsed)
-            return answer.stop_train, answer.converged, answer.cost, self.optimizer.current_epoch
+                return None
+            server = self._main()
+            answer = server.on_evaluate(float(value), epoch, elapsed)
+            return answer, server.progress.epochs
 
-        stop, converged, cost, reported_epoch = from_rank_zero(self._broadcast, self.is_main, send)
-        if reported_epoch is None:  # not measured at this validation: nothing reported
-            return False
-        self.converged = bool(stop and converged)
-        self.stopped = self.stopped or bool(stop)
+        sent = from_rank_zero(self._collectives.broadcast, self.is_main, send)
+        if sent is None:  # not measured at this validation: nothing reported
+            return None
+        answer, reported_epoch = sent
+        self.converged = answer.stop_train and answer.converged
+        self.stopped = self.stopped or answer.stop_train
         values: dict[str, float] = {
             "bso/batch_size": float(self.batch_size),
             "bso/energy_j": elapsed.joules,
         }
-        if cost is not None:  # the server's figure (none while it is unreachable)
-            values["bso/cost"] = cost
+        if answer.cost is not None:  # the server's figure (none while it is unreachable)
+            values["bso/cost"] = answer.cost
         if self._scaled is not None:
             values["bso/lr"] = stepped_rate(self._scaled)
         self.last = values
         self._log(values, reported_epoch)
         if self.stopped and not self.converged and self._raise_from_report:
             self.end()  # raises with raise_if_unconverged, as upstream Zeus's on_evaluate does
-        return bool(stop)
+        return answer
 
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;
         {} elsewhere). Pass it back as ``resume=``."""
-        if self.optimizer is None:
+        if self.server is None:
             return {}
-        saved = self.optimizer.checkpoint()
+        saved = self.server.checkpoint()
         if saved:
             saved[LR_FACTOR_KEY] = step_factor(self._scaled) if self._scaled is not None else None
         return saved
+
+    def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
+        """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
+        main process's side of the run, the meter closed."""
+        self._restore_power()
+        if self.server is not None:
+            on_main(self.server)
+        if close:
+            self.meter.close()
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """The run is over: deliver what is pending and end the trial, and show how it went
@@ -553,10 +707,7 @@ class TrialSession:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, the run did
                 not reach its target.
         """
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.end(end_trial=end_trial, why=why)
-        self.meter.close()
+        self._ending(lambda server: server.end(end_trial=end_trial, why=why))
         self._raise_unless_converged()
 
     def _raise_unless_converged(self) -> None:
@@ -579,60 +730,52 @@ class TrialSession:
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, for a run
                 that trained (``reason`` is not ``not_trained``) without reaching its target.
         """
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.release(why, reason)
-        self.meter.close()
+        self._ending(lambda server: server.release(why, reason))
         if reason is not StopReason.NOT_TRAINED:
             self._raise_unless_converged()
 
     def withdraw(self, why: str) -> None:
-        """This run will not train its trial: it resumes a checkpoint's instead (main process;
-        see `BatchSizeOptimizer.withdraw`). Every process then starts the resumed one."""
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.withdraw(why)
-        self.meter.close()
+        """Take back this run's dispatch, which it will not train (a framework found, after
+        asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
+        with a run key, left open for the resume to continue; no outcome is shown (main
+        process). Every process then starts the resumed one."""
+        self._ending(lambda server: server.withdraw(why))
 
     def abort(self, why: str | None = None) -> None:
-        """The run failed: its trial ends as failed, or, with a run key, stays open for the
-        restart (main process)."""
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.abort(why)
+        """The run failed: its trial ends as failed (unless its final report came), or, with a
+        run key, stays open for the restart, which continues it (main process). At exit after
+        an uncaught out-of-memory error, the trial is marked ``infeasible`` instead."""
+        self._ending(lambda server: server.abort(why), close=False)
 
     def end_interrupted(self, why: str) -> None:
-        """The run was interrupted from outside (Ctrl-C, a SIGTERM): its trial is released, or
-        left open for the restart of a run with a run key (main process; see
-        `BatchSizeOptimizer.end_interrupted`). Raises nothing: the interruption goes on."""
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.end_interrupted(why)
-        self.meter.close()
+        """The run was interrupted from outside (Ctrl-C, a SIGTERM such as a preemption), which
+        says nothing about its batch size: its trial is released, or left open for the restart
+        of a run with a run key (main process). Raises nothing: the interruption goes on."""
+        self._ending(lambda server: server.end_interrupted(why))
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
-        this hardware profile (main process; ``goes_on``: the framework trains on at a size of
-        its own)."""
-        self._restore_power()
-        if self.optimizer is not None:
-            self.optimizer.end_out_of_memory(why, goes_on=goes_on)
-        self.meter.close()
+        this hardware profile, neither its batch size nor a larger one dispatched there again
+        (main process; ``goes_on``: the framework trains on at a size of its own)."""
+        self._ending(lambda server: server.end_out_of_memory(why, goes_on=goes_on))
 
     def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
-        """After `end_out_of_memory`, the framework went on at a smaller size of its own, and
-        ``size`` ran out of memory too: the server's memory cap of these GPUs comes down to it
-        (main process; see `BatchSizeOptimizer.smaller_size_out_of_memory`)."""
-        if self.optimizer is not None:
-            self.optimizer.smaller_size_out_of_memory(size, why)
+        """After `end_out_of_memory`, the framework went on at a smaller size of its own (the
+        HF Trainer's ``auto_find_batch_size``), and ``size`` ran out of memory too: the
+        server's memory cap of these GPUs comes down to it, so that no size from it up is
+        dispatched there (main process)."""
+        if self.server is not None:
+            self.server.smaller_size_out_of_memory(size, why)
 
     def failed(self, error: BaseException, *, trained: bool) -> None:
-        """The run raised ``error``: it ran out of memory (`end_out_of_memory`), was
-        interrupted (Ctrl-C, a SIGTERM), failed for a reason that is not its batch size's
-        (`release`), or failed (`abort`); see `zeus_bso.client.failure`. A framework's SIGTERM
+        """The run raised ``error``: its batch size is charged only with what it did (see
+        `zeus_bso.client.failure`): out of memory ends it as infeasible; an interruption
+        (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart of a run with
+        a run key; an error that is not the batch size's (a usage error of ours, or any before
+        it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
         exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
         failure.give_sigterm_status(error)
-        failure.end_as(self, failure.verdict(error, trained=trained), failure.described(error))
+        self._ending(lambda server: server.failed(error, trained=trained))
 
     @staticmethod
     def judged_without_server(
@@ -640,7 +783,7 @@ class TrialSession:
     ) -> ReportResponse:
         """An evaluation no server judges (a run that went on at a size of its framework's
         own), by the job's rules without a cost bound: it stops at the target or at
-        ``max_epochs`` (`zeus_bso.client.judged_without_server`)."""
+        ``max_epochs`` (`zeus_bso.training.server_run.judged_without_server`)."""
         return judged_without_server(job, batch_size, metric, epoch)
 
     def __enter__(self) -> Self:

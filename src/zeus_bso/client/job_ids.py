@@ -1,0 +1,56 @@
+"""A job's id and a run's key: how every recurrence of a job, and every restart of a run, finds
+its history without ids copied around.
+
+A job without an id is ``<prefix>-<8 hex>`` from a hash of its settings (not its GPUs: on others
+it is the same job on another hardware profile), so every recurrence of the same job finds the
+same history; change any setting and it is a new job, which learns from scratch (the run says
+so, naming the settings that changed: `zeus_bso.client.new_job`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from zeus_bso.spec import GPU_FIELDS, POWER_SETTINGS, JobSpec, JobSpecFromClient, policy_options
+
+RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"
+
+
+def run_key_from_environment() -> str | None:
+    """This run's name from the environment: ``ZEUS_BSO_RUN_KEY``, else torchrun's run id
+    (``TORCHELASTIC_RUN_ID``, the same across the elastic restarts of one launch; its default
+    ``none`` is not a name). None without either."""
+    explicit = os.environ.get(RUN_KEY_VARIABLE)
+    if explicit:
+        return explicit
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchelastic:{run_id}"
+    return None
+
+
+_HASHED_ONLY_OFF_DEFAULT = {
+    name: JobSpec.model_fields[name].default
+    for name, option in policy_options().items()
+    if option.hashed_off_default
+}
+"""Options added after ids were first hashed, with their defaults (`PolicyOption`): a job id
+hashes them only away from their default, so a job's id stays what it was before the option
+existed."""
+_HASHED_ONLY_OFF_DEFAULT.update(  # job fields too
+    batch_size_range=None, batch_size_steps="pow2", lr_rule=None
+)
+
+
+def stable_job_id(spec: JobSpecFromClient) -> str:
+    """The id of a job without one: its prefix and a hash of its configuration but its GPUs and
+    its power settings (a job on other GPUs is the same job on another hardware profile, and a
+    job whose runs train at other power limits the same job)."""
+    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS, *POWER_SETTINGS})
+    for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
+        if name in config and config[name] == default:
+            del config[name]  # ids from before the option existed stay the same
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    return f"{spec.job_id_prefix}-{digest[:8]}"

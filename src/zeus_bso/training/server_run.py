@@ -1,0 +1,594 @@
+"""`ServerRun`: the main process's side of one run (global rank 0, or the one process of a plain
+loop): its trial from the server, its reports, how it ends, and its outcome.
+
+`zeus_bso.training.TrialSession` holds one on its main process and shares its answers with
+every process; what the run trains with (the memory check, the learning rate, the power
+limits, the framework's logging) is the session's. The words go through `JobConversation`
+(`zeus_bso.client.conversation`).
+
+Nothing talks to the server before `dispatch` (or `resume`). When the server cannot be reached
+there, the run trains at the job's default batch size (or the last recommendation this machine
+saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from zeus_bso.client import failure
+from zeus_bso.client.accumulation import Accumulation, plan
+from zeus_bso.client.conversation import JobConversation
+from zeus_bso.client.memory import out_of_memory
+from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
+from zeus_bso.client.progress import Elapsed, TrialProgress
+from zeus_bso.client.sigterm import SigtermGuard
+from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError
+from zeus_bso.policy.cost import Report, StopRules, judge_report
+from zeus_bso.policy.machine import answer_of
+from zeus_bso.spec import (
+    CreatedJob,
+    JobSpec,
+    JobSpecFromClient,
+    PowerMeasurement,
+    ReportResponse,
+    StopReason,
+    TrainingResult,
+    TrialId,
+)
+
+logger = logging.getLogger(__name__)
+
+_OPEN_RUNS: weakref.WeakSet[ServerRun] = weakref.WeakSet()
+"""This process's runs whose trial is open: from their dispatch (or resume) to their end."""
+
+
+class ServerRun:
+    """The main process's side of one run: its trial, its reports, its end and its outcome.
+
+    Args:
+        link: the run's conversation with the server.
+        progress: the run's trial, epochs, time and energy on this process.
+        max_micro_batch_size: opts into gradient accumulation (`accumulation`).
+        power_limits: ask the server for the power limit to train at (`power_limit`, or
+            `power_profiling`: profile first and `send_power_profile`); the session sets the
+            GPUs.
+        show: where the one-line summary of the run goes at its end (None: nowhere).
+        handle_sigterm: while the trial is open, SIGTERM raises
+            `zeus_bso.client.failure.Terminated` in the main thread, so that the trial is
+            released rather than left to its lease (`zeus_bso.client.sigterm`).
+        trains_on: where the run trains, in words (the GPUs' model, or this machine).
+        on_end: called as the run ends, before anything is said to the server, and at exit
+            (the session's GPU power limits go back).
+    """
+
+    def __init__(
+        self,
+        link: JobConversation,
+        progress: TrialProgress,
+        *,
+        max_micro_batch_size: int | None,
+        power_limits: bool,
+        show: Callable[[str], None] | None,
+        handle_sigterm: bool,
+        trains_on: str,
+        on_end: Callable[[], None],
+    ) -> None:
+        self.link = link
+        self.spec: JobSpecFromClient = link.spec
+        self.job_id = link.job_id
+        self.run_key = link.run_key
+        self.progress = progress
+        self.max_micro_batch_size = max_micro_batch_size
+        self.outcome: RunOutcome | None = None
+        """How the run ended (after `end`)."""
+        self._power_limits = power_limits
+        self._show = show
+        self._handle_sigterm = handle_sigterm
+        self._trains_on = trains_on
+        self._on_end = on_end
+        self._fit_before = False
+        self._memory_unknown = False
+        self._reported: Elapsed | None = None
+        self._final: Elapsed | None = None
+        self._ended = False
+        self._thread = threading.get_ident()
+        self._sigterm = SigtermGuard()
+        atexit.register(self.abort)
+
+    @property
+    def job(self) -> CreatedJob | None:
+        """The job as the server registered it (from `dispatch` or `resume` on)."""
+        return self.link.job
+
+    @property
+    def offline(self) -> bool:
+        """Whether the run trains without the server (it could not be reached at start)."""
+        return self.link.offline
+
+    @property
+    def training_finished(self) -> bool:
+        """Whether the server said stop (the run converged, or will not)."""
+        return self.link.training_finished
+
+    @property
+    def converged(self) -> bool:
+        """Whether the run reached its target (after the server's stop)."""
+        return self.link.converged
+
+    @property
+    def trial(self) -> TrialId | None:
+        """This run's trial (after `dispatch` or `resume`; None while offline)."""
+        return self.progress.trial
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size of this run (after `dispatch`)."""
+        if self.offline:
+            return self.link.offline_batch_size
+        return self.trial.batch_size if self.trial else None
+
+    @property
+    def trial_number(self) -> int | None:
+        """The trial number of this run (None while offline)."""
+        return self.trial.trial_number if self.trial else None
+
+    def dispatch(self) -> int:
+        """Register the job and ask the server for this run's batch size (once per run)."""
+        if self.offline:
+            assert self.link.offline_batch_size is not None
+            return self.link.offline_batch_size
+        trial = self.progress.trial
+        if trial is not None:
+            return trial.batch_size
+        self._supersede()
+        dispatched = self.link.dispatch(
+            accumulate=self.max_micro_batch_size is not None,
+            power_limits=self._power_limits,
+            deliver=MUST_DELIVER.get(),
+        )
+        if dispatched is None:  # the server is away: trains without it
+            assert self.link.offline_batch_size is not None
+            return self.link.offline_batch_size
+        trial = dispatched.trial
+        self._opened()
+        if dispatched.resumed:
+            # A restart of this run: its trial goes on from what it reported.
+            self.progress.go_on(trial, dispatched.current_epoch, dispatched.time, dispatched.energy)
+            logger.info(
+                "run %r continues trial %d of job %s after epoch %d: batch size %d",
+                self.run_key,
+                trial.trial_number,
+                self.job_id,
+                dispatched.current_epoch,
+                trial.batch_size,
+            )
+        else:
+            self.progress.trial = trial
+            # Micro-batches of a size new to these GPUs are tried too.
+            accumulated = self.accumulation.steps > 1
+            self._memory_unknown = dispatched.memory_unknown or accumulated
+            self._fit_before = not dispatched.memory_unknown
+            logger.info(
+                "trial %d of job %s: batch size %d",
+                trial.trial_number,
+                self.job_id,
+                trial.batch_size,
+            )
+        return trial.batch_size
+
+    def resume(self, saved: Mapping[str, Any]) -> int:
+        """Continue the trial of a `checkpoint` after a restart (instead of `dispatch`).
+        Returns its batch size.
+
+        Raises:
+            ConfigurationError: ``saved`` is not a checkpoint of a trial.
+        """
+        trial = self.progress.resume(saved)
+        self._supersede()
+        if not self.link.resume(trial, self.progress, power_limits=self._power_limits):
+            return trial.batch_size  # the server is away: trains without it
+        self._opened()
+        logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
+        return trial.batch_size
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint keeps so that a restarted run continues this trial (`resume`)."""
+        return self.progress.checkpoint()
+
+    @property
+    def accumulation(self) -> Accumulation:
+        """How this run trains its batch size: with ``max_micro_batch_size`` set, a batch size
+        above it, or at or above the smallest that ran out of memory on these GPUs, is trained
+        as micro-batches whose gradients accumulate before each optimizer step (the batch per
+        step is the server's). Without, one micro-batch of the whole batch."""
+        size = self.batch_size
+        if size is None:
+            raise OperationOrderError("call get_batch_size() before reading the accumulation")
+        return plan(size, self.max_micro_batch_size, self.link.memory_cap)
+
+    @property
+    def memory_unknown(self) -> bool:
+        """Whether no run of this batch size has reported on this run's hardware profile yet:
+        whether it fits in memory is not known."""
+        return self._memory_unknown and not self.offline and self.trial is not None
+
+    def fits(self) -> None:
+        """The memory check found that the batch size fits."""
+        self._memory_unknown = False
+
+    def out_of_memory(self, why: str | None = None) -> int:
+        """The run ran out of accelerator memory at its batch size, before it trained: the
+        trial is marked ``infeasible`` on this hardware profile, and a new trial starts.
+        Returns its batch size.
+
+        Raises:
+            OperationOrderError: the run trains already, or has no trial (offline).
+            ServerRejectedError: 409, no batch size left fits on this profile.
+        """
+        trial = self.trial
+        if trial is None or self.offline:
+            raise OperationOrderError(
+                "out of memory without a trial (training without the server): lower the job's "
+                "default_batch_size, or train with max_micro_batch_size"
+            )
+        if self.progress.began:
+            raise OperationOrderError(
+                "out_of_memory() is for a batch size tried before training; a run that trains "
+                "already ends with end_out_of_memory()"
+            )
+        self.link.infeasible(trial, self._trains_on, why)
+        self.progress.trial = None
+        self._memory_unknown = False
+        return self.dispatch()
+
+    def micro_batch_out_of_memory(self, why: str | None = None) -> int:
+        """Micro-batches of the accumulation's size ran out of memory before the run trained.
+        A run that accumulates takes smaller micro-batches for the same batch size (the server
+        lowers these GPUs' memory cap, and the trial goes on); one that does not, or whose
+        micro-batch is one sample, is `out_of_memory`. Returns the new micro-batch size."""
+        trial = self.trial
+        micro = self.accumulation.micro_batch_size
+        if self.max_micro_batch_size is None or micro == 1 or trial is None or self.offline:
+            self.out_of_memory(why)
+            return self.accumulation.micro_batch_size
+        self.link.micro_batch_infeasible(trial, micro)
+        cap = self.link.memory_cap
+        self.link.memory_cap = micro if cap is None else min(cap, micro)
+        accumulation = self.accumulation
+        logger.warning(
+            "zeus-bso: micro-batches of %d ran out of memory on %s%s: batch size %d goes on "
+            "as %d micro-batches of %d",
+            micro,
+            self._trains_on,
+            f" ({why})" if why else "",
+            trial.batch_size,
+            accumulation.steps,
+            accumulation.micro_batch_size,
+        )
+        return accumulation.micro_batch_size
+
+    def not_the_batch_size(self, why: str, size: int) -> NoReturn:
+        """Even the smallest size (``size`` samples a step) ran out of memory in the memory
+        check (``why``), so it is not the batch size's doing: release the trial, raise the
+        error that says so.
+
+        Raises:
+            OutOfMemoryNotTheBatchSizeError: always.
+        """
+        message = (
+            f"out of memory even at {size} sample{'s' if size > 1 else ''} a step on "
+            f"{self._trains_on} ({why}): not the batch size's doing (a bug that allocates "
+            "whatever the batch, another process holding the GPU's memory, or a model that "
+            "does not fit on this GPU); not counted against any batch size, no memory cap set"
+        )
+        self.release(message)
+        raise OutOfMemoryNotTheBatchSizeError(message)
+
+    def send_power_profile(
+        self,
+        measurements: list[PowerMeasurement],
+        limit_range_w: tuple[float, float] | None = None,
+    ) -> float | None:
+        """Send what this run measured at each power limit in its batch size's first epoch
+        (``limit_range_w``: the lowest and highest limit its GPUs take); returns the limit to
+        train at (None: the server could not take it, said in a warning)."""
+        trial = self.trial
+        if trial is None or self.offline:
+            return None
+        return self.link.power_profile(trial, measurements, limit_range_w)
+
+    def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
+        """After its trial ran out of memory (`end_out_of_memory`), the run went on at a
+        smaller size of its framework's choosing (the HF Trainer's ``auto_find_batch_size``),
+        and ``size`` ran out of memory too: the server brings these GPUs' memory cap down to it,
+        so that no size from it up is dispatched there."""
+        trial = self.trial
+        if trial is None or self.offline:
+            return
+        if not self.link.micro_batch_infeasible(trial, size):
+            return
+        logger.info(  # the framework's own size: the framework says it shrank (a warning)
+            "zeus-bso: batch size %d ran out of memory on %s too: no size from it up is "
+            "dispatched there",
+            size,
+            self._trains_on,
+        )
+
+    def _opened(self) -> None:
+        """The run's trial is open (dispatched or resumed) until `_finish`: a later run of the
+        job in this thread supersedes it, and SIGTERM releases it (``handle_sigterm``)."""
+        _OPEN_RUNS.add(self)
+        if self._handle_sigterm:
+            self._sigterm.install()
+
+    def _supersede(self) -> None:
+        """End this process's earlier runs of the job, started on this thread, that never
+        ended, as interrupted: nothing ends a run that Ctrl-C stopped in a notebook's cell
+        (IPython catches the ``KeyboardInterrupt``; a framework without an exception hook, such
+        as the HF Trainer, never hears of it), and its heartbeat would keep its trial open,
+        an exploration in flight, until the kernel exits. A new run of the job from the same
+        thread means the earlier one is over."""
+        for other in list(_OPEN_RUNS):
+            if (
+                other is not self
+                and other.job_id == self.job_id
+                and other._thread == self._thread
+                and not other._ended
+            ):
+                other.end_interrupted("a later run of the job started in this process")
+
+    def train_begin(self) -> None:
+        """Training began: keep the trial's lease alive while it trains."""
+        self.link.start_heartbeat(lambda: self.trial)
+
+    def on_evaluate(self, metric: float, epoch: int | None, elapsed: Elapsed) -> ReportResponse:
+        """Report the validation metric of the epoch just finished, with the run's seconds and
+        joules since training began; says whether to stop. A report the server cannot take now
+        is kept, and training goes on; offline, the run stops at its target or at
+        ``max_epochs``."""
+        if self.training_finished:
+            return ReportResponse(
+                stop_train=True, converged=self.converged, message="training already finished"
+            )
+        epoch = self.progress.epoch_done(epoch)
+        self.progress.reported(elapsed.joules)
+        self._reported = elapsed
+        trial = self.trial
+        if self.offline or trial is None:
+            size = self.batch_size or self.spec.default_batch_size
+            answer = judged_without_server(self.spec, size, metric, epoch)
+            self.link.answered(answer)
+            return answer
+        steps = self.accumulation.steps
+        return self.link.report(
+            TrainingResult(
+                **trial.model_dump(),
+                time=elapsed.seconds,
+                energy=elapsed.joules,
+                metric=metric,
+                current_epoch=self.progress.epoch_to_report(epoch),
+                accumulation_steps=steps if steps > 1 else None,
+            )
+        )
+
+    def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
+        """End the trial: deliver an undelivered report, then tell the server the run is over;
+        then say how the run went (`outcome`, and a line through ``show``).
+
+        ``end_trial=False`` leaves the trial open for a restart that continues it (with the
+        same run key) instead; its reports are delivered. Without a run key nothing can
+        continue it, so a trial that has no report yet is released (nothing is charged to its
+        batch size), and one with reports is left to its lease. ``why``: for a run that ended
+        before the server said stop, the reason in words (e.g. the framework's own epoch limit).
+        """
+        if end_trial and self._sigterm.received and not self.training_finished:
+            self.end_interrupted("SIGTERM")  # a handler of the script's own stopped it
+            return
+        unreported = self._reported is None and self.link.pending is None
+        if not end_trial and self.run_key is None and unreported and self.trial is not None:
+            self.release(why or "ended with end_trial=False before any report")
+            return
+        self._finish(end_trial=end_trial, deliver=True)
+        if self.outcome is None:
+            if self.training_finished:
+                self._conclude(None, None)
+            else:
+                self._conclude(
+                    StopReason.ENDED_EARLY, why or "training ended before it was told to stop"
+                )
+
+    def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
+        """End a run that ran out of accelerator memory while it trained: its trial is marked
+        ``infeasible`` on this hardware profile (neither its batch size nor a larger one is
+        dispatched there again), and the outcome says so (``goes_on``: the framework trains on
+        at a size of its own, outside the run; `RunOutcome.went_on`)."""
+        if self._ended:
+            return
+        if self._fit_before and not goes_on and self.trial is not None and not self.offline:
+            # Runs of this size reported on these GPUs before: it fits; this is not its doing.
+            self.release(
+                f"batch size {self.batch_size} ran out of memory although it trained on "
+                f"{self._trains_on} before, so the error is not the batch size's (a leak, "
+                "another process on the GPU, a bug of the script's); not counted against it, "
+                "and no memory cap is set" + (f" ({why})" if why else ""),
+                StopReason.FAILED,
+            )
+            return
+        trial = self.trial
+        marked = (
+            trial is not None
+            and not self.offline
+            and self.link.infeasible(trial, self._trains_on, why)
+        )
+        self._finish(end_trial=not marked and self.run_key is None)
+        self._conclude(
+            StopReason.OUT_OF_MEMORY,
+            f"batch size {self.batch_size} ran out of memory" + (f" ({why})" if why else ""),
+            went_on=goes_on,
+        )
+
+    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
+        """End a run that stopped for a reason that is not its batch size's (a misconfigured
+        script, the framework's own epoch limit): its trial is released, which counts nothing
+        against its batch size, and the outcome says ``reason`` and ``why``."""
+        if self._ended:
+            return
+        released = self.trial is not None and not self.offline and self.link.release(self.trial)
+        self._finish(end_trial=False)
+        note = "" if released or self.trial is None else " (its trial is left to its lease)"
+        self._conclude(reason, why + note)
+
+    def failed(self, error: BaseException, *, trained: bool) -> None:
+        """End a run that raised ``error``, charging its batch size only with what it did (see
+        `zeus_bso.client.failure`): out of memory ends it as infeasible (`end_out_of_memory`);
+        an interruption (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the
+        restart of a run with a run key (`end_interrupted`); an error that is not the batch
+        size's (a usage error of ours, or any before training: ``trained`` False) releases it;
+        any other fails it (`abort`)."""
+        why = failure.described(error)
+        if self._ended:
+            return
+        if self.training_finished or self.trial is None or self.offline:
+            self.abort(why)  # the server's stop came first (or none can come): as it said
+            return
+        judged = failure.verdict(error, trained=trained)
+        if self._sigterm.received and judged is not failure.Verdict.OUT_OF_MEMORY:
+            judged = failure.Verdict.INTERRUPTED  # e.g. a handler of the script's own exited
+        failure.end_as(self, judged, why)
+
+    def end_interrupted(self, why: str) -> None:
+        """End a run interrupted from outside (``why``: Ctrl-C, a SIGTERM such as a
+        preemption), which says nothing about its batch size: its trial is released, or, for a
+        run with a run key, left open for the run's restart to continue."""
+        if self._ended:
+            return
+        if self.run_key is None or self.trial is None:
+            self.release(f"interrupted ({why}); not counted against it", StopReason.ENDED_EARLY)
+            return
+        self._finish(end_trial=False)
+        self._conclude(
+            StopReason.ENDED_EARLY,
+            f"interrupted ({why}); the run's restart (run key {self.run_key}) continues its trial",
+        )
+
+    def withdraw(self, why: str) -> None:
+        """Take back this run's dispatch, which it will not train (a framework found, after
+        asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
+        with a run key, left open for the resume to continue; no outcome is shown."""
+        show, self._show = self._show, None
+        try:
+            self.end_interrupted(why)
+        finally:
+            self._show = show
+        self.outcome = None
+
+    def abort(self, why: str | None = None) -> None:
+        """End a run that is failing (an exception, or an exit without `end`).
+
+        Without a run key the trial ends (failed, unless its final report came). With one it is
+        left open for the run's restart, which continues it; if no restart comes, its lease
+        runs out and it is abandoned. At exit after an uncaught out-of-memory error, the trial
+        is marked ``infeasible`` instead (`end_out_of_memory`).
+        """
+        if self._ended:
+            return
+        # At exit after an uncaught exception, the interpreter has set it aside: a run that
+        # ran out of memory (a script without `with`, or a framework that calls no hook on
+        # errors) ends as infeasible rather than failed, an interrupted one is not charged.
+        uncaught = getattr(sys, "last_value", None) if why is None else None
+        if uncaught is not None and (out_of_memory(uncaught) or failure.interrupted(uncaught)):
+            self.failed(uncaught, trained=self.progress.began)
+            return
+        if self._sigterm.received and not self.training_finished:
+            self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
+            return
+        started = self.trial is not None or self.offline
+        self._finish(end_trial=self.run_key is None or self.training_finished)
+        if not started:
+            self.link.client.close()  # it never asked for a batch size: nothing to say
+        elif self.training_finished:
+            self._conclude(None, None)
+        else:
+            self._conclude(StopReason.FAILED, why or "the run raised or exited without end()")
+
+    def _finish(self, *, end_trial: bool, deliver: bool | None = None) -> None:
+        """Stop the heartbeat and the meter; deliver a pending report (``deliver``, by default
+        when the trial ends) and end the trial (``end_trial``)."""
+        if self._ended:
+            return
+        self._ended = True
+        _OPEN_RUNS.discard(self)
+        self._on_end()
+        self._sigterm.uninstall()
+        atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
+        # The run's figures: its last report's (every rank's energy), else this process's.
+        self._final = self._reported or self.progress.elapsed()
+        try:
+            self.link.finish(
+                self.trial, end_trial=end_trial, deliver=end_trial if deliver is None else deliver
+            )
+        finally:
+            self.progress.meter.close()
+
+    def _conclude(
+        self, reason: StopReason | None, why: str | None, *, went_on: bool = False
+    ) -> None:
+        """Set `outcome` (``reason`` None: the server's answer says it) and show its line."""
+        if self.outcome is not None:
+            return
+        answer = self.link.answer
+        if reason is None:
+            assert answer is not None
+            reason = answer.reason or (
+                StopReason.CONVERGED if answer.converged else StopReason.MAX_EPOCHS
+            )
+            why = answer.why or answer.message
+        elapsed = self._final if reason is not StopReason.NOT_TRAINED else None
+        self.outcome = RunOutcome(
+            job_id=self.job_id,
+            batch_size=self.batch_size or self.spec.default_batch_size,
+            trial_number=self.trial_number,
+            converged=self.converged,
+            reason=reason,
+            why=why or "",
+            epochs=self.progress.epochs,
+            max_epochs=self.spec.max_epochs,
+            seconds=elapsed.seconds if elapsed else 0.0,
+            joules=elapsed.joules if elapsed else 0.0,
+            cost=answer.cost if answer is not None else None,
+            next_run=self.link.next_run(),
+            next_refused=self.link.next_refused,
+            offline=self.offline,
+            went_on=went_on,
+            accumulation_steps=self.accumulation.steps if self.batch_size is not None else 1,
+        )
+        self.link.client.close()
+        if self._show is not None:
+            self._show(self.outcome.summary())
+
+
+def judged_without_server(
+    spec: JobSpec, batch_size: int, metric: float, epoch: int
+) -> ReportResponse:
+    """A report that no server judges (the server is down, or the run trains at a size the
+    optimizer did not choose), by the policy's own rules without a cost bound (no run to compare
+    with): stop at the job's target or at its ``max_epochs``."""
+    rules = StopRules(
+        spec.target_metric,
+        spec.higher_is_better_metric,
+        spec.max_epochs,
+        beta_knob=None,
+        prune_cost_ratio=None,
+        reference="best_run",
+        predictive=False,
+        learning_curve=False,
+        cost_to_go=False,
+    )
+    report = Report(batch_size=batch_size, cost=0.0, metric=metric, epoch=epoch)
+    return answer_of(judge_report(rules, report, None)).model_copy(update={"cost": None})
