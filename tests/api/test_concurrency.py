@@ -181,10 +181,11 @@ from sqlalchemy import event
 
 import zeus_bso_server.service as service
 import zeus_bso_server.store.repository as repository
+import zeus_bso_server.store.repository.jobs as job_rows
 from zeus_bso_server.store.dialects import DIALECTS
 
-repository._JOB_FOR_UPDATE = repository._JOB
-_get_job = repository.get_job
+job_rows._JOB_FOR_UPDATE = job_rows._JOB
+_get_job = job_rows.get_job
 
 
 def _get_job_and_wait(conn, job_id, *, lock=False):
@@ -194,7 +195,7 @@ def _get_job_and_wait(conn, job_id, *, lock=False):
     return job
 
 
-repository.get_job = _get_job_and_wait
+repository.get_job = job_rows.get_job = _get_job_and_wait
 
 
 @contextlib.asynccontextmanager

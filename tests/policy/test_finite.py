@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.spec import MAX_ENERGY_J, MAX_POWER_W, MAX_TIME_S, CreatedJob, GpuConfig
-from zeus_bso_server.store.repository import _by_profile_json, _stats_json
+from zeus_bso_server.store.repository.rows import by_profile_json, stats_json
 
 # The ends of the range, where overflow lives, and a few values between.
 readings = st.sampled_from([0.0, 1e-300, 1.0, 1e6, MAX_ENERGY_J])
@@ -37,12 +37,12 @@ steps = st.lists(
 
 
 def assert_storable(memory: InMemoryJob) -> None:
-    stats = _stats_json(memory.state.stats.values())
+    stats = stats_json(memory.state.stats.values())
     json.dumps(stats, allow_nan=False)  # raises on NaN and Infinity
     if memory.state.best is not None:
         assert math.isfinite(memory.state.best.cost)
     if memory.state.by_profile is not None:
-        json.dumps(_by_profile_json(memory.state.by_profile), allow_nan=False)
+        json.dumps(by_profile_json(memory.state.by_profile), allow_nan=False)
     for trial in memory.trials:
         for value in (trial.cost, trial.energy, trial.time):
             assert value is None or math.isfinite(value), trial

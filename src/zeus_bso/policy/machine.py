@@ -252,13 +252,7 @@ def after_dispatch(
     """
     number = state.next_trial_number
     if state.pinned is not None:
-        pinned_on = profile or next(iter(state.profiles), None) or profile_key(job)
-        cap = None if accumulates else state.memory_caps.get(pinned_on)
-        if cap is not None and state.pinned >= cap:
-            raise PinnedOutOfMemoryError(state.pinned, cap, pinned_on)
-        pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
-        trial = _dispatched_trial(number, pinned, profile, accumulates, deliver)
-        return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
+        return _pinned(job, state, profile, accumulates, deliver)
     explorations = tuple(explorations)
     profiles = profiles_of(job, state)
     history = history_of(job, state, explorations, windowed, profiles, profile)
@@ -266,25 +260,8 @@ def after_dispatch(
     if ran_on is not None:
         cap = None if accumulates else state.memory_caps.get(ran_on)
         history = replace(history, memory_cap=cap, profile=ran_on)
-    if profiles is not None and state.by_profile is not None and ran_on is not None:
-        pulls = state.by_profile.bandit_trials.get(ran_on, 0)
-        history = replace(history, bandit_pulls=pulls)
-        if job.profile_probe and state.arms is not None and pulls <= 1:
-            # The profile's second bandit run at most: a probe that ends without a report (a
-            # batch size the new GPUs cannot run) is not dispatched again.
-            history = replace(history, probe=probe_arm(profiles, ran_on, state.arms))
-        if job.profile_probe and state.arms is not None and history.probe is None:
-            tried = [t.batch_size for t in explorations if is_extension(t) and t.profile == ran_on]
-            found = extension(
-                profiles,
-                ran_on,
-                state.arms,
-                job.batch_sizes,
-                state.stats,
-                history.observations,
-                tried,
-            )
-            history = replace(history, extension=found)
+        if profiles is not None and state.by_profile is not None:
+            history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
@@ -294,6 +271,54 @@ def after_dispatch(
         after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
     trial = _dispatched_trial(number, dispatch, profile, accumulates, deliver)
     return Dispatched(after, trial, dispatch)
+
+
+def _pinned(
+    job: CreatedJob, state: JobState, profile: str | None, accumulates: bool, deliver: bool
+) -> Dispatched:
+    """A pinned job's next trial: the pinned batch size, unless it is at or above the memory
+    cap of the profile it runs on (a run that accumulates has none).
+
+    Raises:
+        PinnedOutOfMemoryError: the pinned size ran out of memory on this profile before.
+    """
+    assert state.pinned is not None
+    number = state.next_trial_number
+    pinned_on = profile or next(iter(state.profiles), None) or profile_key(job)
+    cap = None if accumulates else state.memory_caps.get(pinned_on)
+    if cap is not None and state.pinned >= cap:
+        raise PinnedOutOfMemoryError(state.pinned, cap, pinned_on)
+    pinned = Dispatch(state.pinned, TrialKind.PINNED, arms=state.arms)
+    trial = _dispatched_trial(number, pinned, profile, accumulates, deliver)
+    return Dispatched(replace(state, next_trial_number=number + 1), trial, pinned)
+
+
+def _on_a_new_profile(
+    job: CreatedJob,
+    state: JobState,
+    explorations: tuple[TrialState, ...],
+    history: JobHistory,
+    profiles: Profiles,
+    ran_on: str,
+) -> JobHistory:
+    """``history`` with what a job of several hardware profiles knows of ``ran_on``: its
+    bandit runs so far, and the arm to probe or the size to extend to there."""
+    assert state.by_profile is not None
+    pulls = state.by_profile.bandit_trials.get(ran_on, 0)
+    history = replace(history, bandit_pulls=pulls)
+    if not job.profile_probe or state.arms is None:
+        return history
+    if pulls <= 1:
+        # The profile's second bandit run at most: a probe that ends without a report (a
+        # batch size the new GPUs cannot run) is not dispatched again.
+        history = replace(history, probe=probe_arm(profiles, ran_on, state.arms))
+    if history.probe is None:
+        tried = [t.batch_size for t in explorations if is_extension(t) and t.profile == ran_on]
+        found = extension(
+            profiles, ran_on, state.arms, job.batch_sizes, state.stats, history.observations, tried
+        )
+        history = replace(history, extension=found)
+    return history
 
 
 def _dispatched_trial(
@@ -392,15 +417,9 @@ def after_report(
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
     answer = answer_of(verdict)
-    measured = replace(
-        trial,
-        epochs=current_epoch,
-        time=time,
-        energy=energy,
-        metric=metric,
-        cost=verdict.cost if verdict.charged is None else verdict.charged,
-        curve=curve,
-    )
+    charged = verdict.cost if verdict.charged is None else verdict.charged
+    measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)
+    measured = replace(measured, cost=charged, curve=curve)
     state = counted_anew(state, trial, measured)
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)

@@ -223,7 +223,13 @@ class BatchSizeOptimizer(TrialSession):
     # Upstream Zeus's names.
 
     def get_batch_size(self) -> int:
-        """Register the job and ask the server for this run's batch size (once per run)."""
+        """Register the job and ask the server for this run's batch size (once per run).
+
+        Raises:
+            PowerLimitError: with ``power_limit="optimize"``, the GPUs' limits cannot be set
+                here (a MIG slice, a GPU that other processes compute on); the trial is
+                released.
+        """
         self.start(None)
         return self._chosen()
 
@@ -312,7 +318,8 @@ class BatchSizeOptimizer(TrialSession):
         ``steps_per_epoch`` make a profile's epoch of its steps).
 
         Raises:
-            PowerLimitError: the GPUs' limits cannot be optimized here (the trial is released).
+            PowerLimitError: the server chose a limit these GPUs cannot take (the trial is
+                released by the ``with`` block, or by `failed`).
         """
         if self._one.trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")

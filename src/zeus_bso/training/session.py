@@ -12,22 +12,13 @@ whether this process is the main one and how the framework logs; the modules of
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict
 
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
-from zeus_bso.client.conversation import JobConversation
-from zeus_bso.client.http import ServerClient
-from zeus_bso.client.job_ids import run_key_from_environment, stable_job_id
-from zeus_bso.client.memory import (
-    free_accelerator_memory,
-    out_of_memory,
-    out_of_memory_words,
-    smallest_to_try,
-)
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -36,17 +27,13 @@ from zeus_bso.errors import (
     BatchSizeDoesNotFitError,
     ConfigurationError,
     OperationOrderError,
-    ZeusBSOError,
     ZeusBSOTrainFailError,
 )
 from zeus_bso.options import (
     JobLike,
     check_max_micro_batch_size,
-    heartbeat_seconds_from,
     job_lr_rule,
     required_job,
-    server_url_from,
-    token_from,
 )
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import (
@@ -60,7 +47,6 @@ from zeus_bso.scaling.lr import (
 from zeus_bso.spec import (
     GpuConfig,
     JobSpec,
-    JobSpecFromClient,
     PowerMeasurement,
     ReportResponse,
     StopReason,
@@ -74,13 +60,17 @@ from zeus_bso.training.collectives import (
     gpus_of_the_run,
     open_window,
 )
+from zeus_bso.training.memory_check import smallest_fits, try_everywhere
 from zeus_bso.training.power import power_limit_run
 from zeus_bso.training.server_run import ServerRun, judged_without_server
-
-LR_FACTOR_KEY = "lr_factor"
-"""The run's learning-rate factor in a checkpoint (`TrialSession.checkpoint`; None: unscaled)."""
-OLDER_CHECKPOINT = "older"
-"""What a checkpoint of an earlier release, which kept no factor, reads as."""
+from zeus_bso.training.server_settings import ServerSettings
+from zeus_bso.training.shared_trial import (
+    LR_FACTOR_KEY,
+    OLDER_CHECKPOINT,
+    PowerAnswer,
+    SharedTrial,
+    saved_lr_factor,
+)
 
 
 class SessionOptions(TypedDict, total=False):
@@ -95,22 +85,6 @@ class SessionOptions(TypedDict, total=False):
     reference_batch_size: int | None
     max_micro_batch_size: int | None
     power_limit: PowerLimitMode
-
-
-@dataclass(frozen=True)
-class _ServerSettings:
-    """How the main process talks to the server (its `ServerRun` is built when the run starts,
-    so that a mistake there reaches every process)."""
-
-    server_url: str | None
-    token: str | None
-    rule: LrRule
-    run_key: str | None
-    on_server_unavailable: str
-    heartbeat_seconds: float | None
-    retry_seconds: float
-    show: Callable[[str], None] | None
-    handle_sigterm: bool
 
 
 class TrialSession:
@@ -213,7 +187,7 @@ class TrialSession:
         restore_left_over()  # what a run killed on this node left changed
         self.power: PowerLimitRun | None = None
         """This process's GPU power limits (with ``power_limit="optimize"``)."""
-        self._power_answer: tuple[float | None, bool] | None = None
+        self._power_answer: PowerAnswer | None = None
         """The server's limit and whether to profile (None: it chooses no power limits: it
         was not reached, or it is upstream's)."""
         rule = job_lr_rule(job, lr_rule)
@@ -243,7 +217,7 @@ class TrialSession:
         self._gpus = gpus if gpus is not None else gpus_of_the_run(self._collectives, self.meter)
         # An estimate's or RAPL's device stands in for a GPU in the job's profile: no GPU named.
         self._trains_on = self._gpus.gpu_model if names_gpu else "this machine"
-        self._talk = _ServerSettings(
+        self._talk = ServerSettings(
             server_url,
             token,
             rule,
@@ -270,37 +244,12 @@ class TrialSession:
 
     def _new_server(self) -> ServerRun:
         """The main process's side of the run (no network yet)."""
-        talk = self._talk
-        rule = talk.rule
-        spec = JobSpecFromClient(
-            **self._job.model_dump(exclude={"job_id", "lr_rule"}),
-            job_id=self._job.job_id,
-            lr_rule=None if rule == "none" else rule,  # the rule is part of the job's history
-            **self._gpus.model_dump(),
-        )
-        id_from_settings = spec.job_id is None
-        if spec.job_id is None:
-            spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
-        link = JobConversation(
-            ServerClient(
-                server_url_from(talk.server_url),
-                token=token_from(talk.token),
-                retry_seconds=talk.retry_seconds,
-            ),
-            spec,
-            run_key=talk.run_key if talk.run_key is not None else run_key_from_environment(),
-            on_server_unavailable=talk.on_server_unavailable,
-            id_from_settings=id_from_settings,
-            heartbeat_seconds=heartbeat_seconds_from(talk.heartbeat_seconds),
-        )
-        link.on_lease_lost = self._restore_power
-        return ServerRun(
-            link,
+        return self._talk.run(
+            self._job,
+            self._gpus,
             self.progress,
             max_micro_batch_size=self._max_micro_batch_size,
             power_limits=self._optimize_power,
-            show=talk.show,
-            handle_sigterm=talk.handle_sigterm,
             trains_on=self._trains_on,
             on_end=self._restore_power,
         )
@@ -311,20 +260,14 @@ class TrialSession:
         if self._started:
             return
 
-        def trial_of_this_run() -> dict[str, Any]:
+        def trial_of_this_run() -> SharedTrial:
             if self.server is None:
                 self.server = self._new_server()
             saved = resume() if callable(resume) else resume
-            size = self.server.resume(saved) if saved else self.server.dispatch()
-            shared = self._shared(size)
-            if saved:
-                factor = saved.get(LR_FACTOR_KEY, OLDER_CHECKPOINT)
-                if isinstance(factor, int | float) and not isinstance(factor, bool):
-                    factor = float(factor)
-                elif factor != OLDER_CHECKPOINT:
-                    factor = None  # saved before the rates were scaled: scaled now
-                shared["resumed_lr_factor"] = factor
-            return shared
+            if not saved:
+                return self._shared(self.server.dispatch())
+            size = self.server.resume(saved)
+            return replace(self._shared(size), resumed=True, lr_factor=saved_lr_factor(saved))
 
         self._took(from_rank_zero(self._collectives.broadcast, self.is_main, trial_of_this_run))
         self._started = True
@@ -341,39 +284,35 @@ class TrialSession:
                 self.release(str(err))  # not the batch size's fault
                 raise
 
-    def _shared(self, size: int) -> dict[str, Any]:
+    def _shared(self, size: int) -> SharedTrial:
         """What rank 0 tells every rank of its trial (main process)."""
-        server = self.server
-        assert server is not None
-        trial = server.trial.model_dump() if server.trial is not None else None
-        accumulation = server.accumulation  # of ``size``: the run's batch size
+        server = self._main()
         link = server.link
-        return {
-            "batch_size": size,
-            "trial": trial,
-            "job_id": server.job_id,
-            "memory_unknown": server.memory_unknown,
-            "accumulation": (accumulation.micro_batch_size, accumulation.steps),
-            "power": (
-                (link.power_limit, link.power_profiling) if link.server_chooses_power else None
+        return SharedTrial(
+            job_id=server.job_id,
+            batch_size=size,
+            trial=server.trial,
+            memory_unknown=server.memory_unknown,
+            accumulation=server.accumulation,  # of ``size``: the run's batch size
+            power=(
+                PowerAnswer(link.power_limit, link.power_profiling)
+                if link.server_chooses_power
+                else None
             ),
-        }
+        )
 
-    def _took(self, shared: Mapping[str, Any]) -> None:
+    def _took(self, shared: SharedTrial) -> None:
         """Take rank 0's trial (`_shared`) on this rank."""
-        self._batch_size = int(shared["batch_size"])
-        self._job_id = str(shared["job_id"])
-        trial = shared["trial"]
-        self.trial = TrialId.model_validate(trial) if trial is not None else None
+        self._batch_size = shared.batch_size
+        self._job_id = shared.job_id
+        self.trial = shared.trial
         if self.server is None:  # the main process's progress holds the server's trial
             self.progress.trial = self.trial
-        self._memory_unknown = bool(shared["memory_unknown"])
-        micro, steps = shared["accumulation"]
-        self._accumulation = Accumulation(self._batch_size, int(micro), int(steps))
-        if "resumed_lr_factor" in shared:
-            self._resumed_factor = shared["resumed_lr_factor"]
-        power = shared.get("power")
-        self._power_answer = None if power is None else (power[0], bool(power[1]))
+        self._memory_unknown = shared.memory_unknown
+        self._accumulation = shared.accumulation
+        if shared.resumed:
+            self._resumed_factor = shared.lr_factor
+        self._power_answer = shared.power
 
     @property
     def batch_size(self) -> int:
@@ -422,7 +361,7 @@ class TrialSession:
                 (that process raises its own error), or no batch size left fits (409).
         """
         while self._memory_unknown:
-            oom = self._try_everywhere(self.micro_batch_size, try_steps)
+            oom = try_everywhere(self._collectives, self.micro_batch_size, try_steps)
             if oom is None:
                 self._fits()
                 break
@@ -436,7 +375,7 @@ class TrialSession:
         ``infeasible`` and the server's next batch size is taken (on every process). Returns
         the size each process's DataLoader takes now."""
 
-        def next_size() -> dict[str, Any]:
+        def next_size() -> SharedTrial:
             server = self._main()
             server.micro_batch_out_of_memory(why)
             return self._shared(server.dispatch())
@@ -473,7 +412,7 @@ class TrialSession:
         if not self._memory_unknown:
             return
         micro = self.micro_batch_size
-        oom = self._try_everywhere(micro, try_steps)
+        oom = try_everywhere(self._collectives, micro, try_steps)
         if oom is None:
             self._fits()
             return
@@ -504,41 +443,16 @@ class TrialSession:
             OutOfMemoryNotTheBatchSizeError: on every process, the smallest size ran out too.
         """
         accumulates = self._max_micro_batch_size is not None
-        smallest = smallest_to_try(self.micro_batch_size, self._batch_sizes, accumulates)
-        if smallest is not None and self._try_everywhere(smallest, try_steps) is None:
+        size = smallest_fits(
+            self._collectives, self.micro_batch_size, self._batch_sizes, accumulates, try_steps
+        )
+        if size is None:
             return  # a smaller size fits: this one is the batch size's
-
-        size = self.micro_batch_size if smallest is None else smallest
 
         def give_up() -> None:
             self._main().not_the_batch_size(oom, size)
 
         from_rank_zero(self._collectives.broadcast, self.is_main, give_up)  # raises everywhere
-
-    def _try_everywhere(self, size: int, try_steps: Callable[[int], None]) -> str | None:
-        """Run ``try_steps(size)`` on every process; the first out-of-memory error's words (any
-        process's), or None when it fit everywhere. Another error is raised on every process."""
-        oom: str | None = None
-        failed: Exception | None = None
-        try:
-            try_steps(size)
-        except Exception as err:
-            if out_of_memory(err):
-                oom = out_of_memory_words(err)
-                free_accelerator_memory()
-            else:
-                failed = err
-        said = None if failed is None else f"{type(failed).__name__}: {failed}"
-        results = self._collectives.all_gather((oom, said))
-        if failed is not None:
-            raise failed
-        errors = [message for _, message in results if message is not None]
-        if errors:
-            raise ZeusBSOError(
-                f"another process failed while trying batch size {size}: {errors[0]}"
-            )
-        ooms = [message for message, _ in results if message is not None]
-        return ooms[0] if ooms else None
 
     @property
     def trial_number(self) -> int | None:
@@ -593,9 +507,11 @@ class TrialSession:
         open_window(self._collectives, self.progress)
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
-        if self.power is not None and self._power_answer is not None and not self._began:
-            limit, profiling = self._power_answer
-            self.power.begin(limit, profiling, self._send_power_profile, steps_per_epoch)
+        answer = self._power_answer
+        if self.power is not None and answer is not None and not self._began:
+            self.power.begin(
+                answer.limit, answer.profiling, self._send_power_profile, steps_per_epoch
+            )
         self._began = True
 
     def _send_power_profile(

@@ -1,0 +1,96 @@
+"""SQL for one job at a time, split by what it stores behind one face (``repository.get_job``,
+``repository.start_trial``, ...). Every function runs inside the caller's transaction.
+
+Each read a request needs is bounded and indexed: per-batch-size statistics (one row per batch
+size), the pruning explorations (bounded by rounds x batch sizes x failures) and, with a window,
+the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core statements.
+
+- `rows`: the tables, and what a job row and a trial row read as (`StoredJob`, `StoredTrial`);
+- `jobs`: a job's row (register, read and lock it, list, profiles, memory caps, pin, delete);
+- `trials`: a job's trials (dispatch, report, renew, release, fail, end, and what the policy
+  reads of them);
+- `power_profiles`: each batch size's measurements at each power limit;
+- `fleet`: what many jobs spent, and the fleet's totals and savings.
+"""
+
+from zeus_bso_server.store.repository.fleet import FleetTotals, Spent, fleet_totals, spent
+from zeus_bso_server.store.repository.jobs import (
+    delete_job,
+    get_job,
+    insert_job_if_absent,
+    jobs_of_prefix,
+    list_jobs,
+    lock_job_expiring_leases,
+    lock_job_row,
+    pin_job,
+    set_by_profile,
+    set_memory_caps,
+    set_profiles,
+)
+from zeus_bso_server.store.repository.power_profiles import (
+    StoredPowerProfile,
+    delete_power_profiles,
+    insert_power_profile,
+    power_profile,
+    power_profiles_of,
+)
+from zeus_bso_server.store.repository.rows import StoredJob, StoredTrial, job_state, trial_state
+from zeus_bso_server.store.repository.trials import (
+    end_trial_as,
+    explorations,
+    finish_trial,
+    get_trial,
+    latest_costs,
+    mark_failed,
+    move_trial,
+    recent_trials,
+    record_progress,
+    release_trial,
+    renew_lease,
+    set_dispatched_for,
+    start_trial,
+    trial_of_run,
+    trials_of,
+)
+
+__all__ = [
+    "FleetTotals",
+    "Spent",
+    "StoredJob",
+    "StoredPowerProfile",
+    "StoredTrial",
+    "delete_job",
+    "delete_power_profiles",
+    "end_trial_as",
+    "explorations",
+    "finish_trial",
+    "fleet_totals",
+    "get_job",
+    "get_trial",
+    "insert_job_if_absent",
+    "insert_power_profile",
+    "job_state",
+    "jobs_of_prefix",
+    "latest_costs",
+    "list_jobs",
+    "lock_job_expiring_leases",
+    "lock_job_row",
+    "mark_failed",
+    "move_trial",
+    "pin_job",
+    "power_profile",
+    "power_profiles_of",
+    "recent_trials",
+    "record_progress",
+    "release_trial",
+    "renew_lease",
+    "set_by_profile",
+    "set_dispatched_for",
+    "set_memory_caps",
+    "set_profiles",
+    "spent",
+    "start_trial",
+    "trial_of_run",
+    "trial_state",
+    "trials_of",
+]
