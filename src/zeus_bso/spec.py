@@ -604,6 +604,38 @@ class DispatchedTrial(TrialId):
         )
 
 
+EXTENSIONS_HEADER = "Zeus-BSO-Extensions"
+"""The header of a dispatch answer (``GET /jobs/batch_size``) in which a zeus-bso server declares
+the protocol extensions it speaks (`Extension`, comma-separated); upstream Zeus's server sends
+none. The body stays upstream's."""
+
+
+class Extension(StrEnum):
+    """A protocol extension a zeus-bso server declares (`EXTENSIONS_HEADER`)."""
+
+    RUN_KEY = "run_key"
+    """A restarted run gets its open trial back (``run_key``)."""
+    MEMORY = "memory"
+    """Whether a size ran on the run's GPUs, and their memory cap (``memory_unknown``)."""
+    INFEASIBLE = "infeasible"
+    """``POST /api/trials/infeasible``: a size, or a micro-batch, ran out of memory."""
+    ACCUMULATE = "accumulate"
+    """A run that accumulates gradients reaches sizes above its GPUs' memory cap."""
+    POWER_LIMITS = "power_limits"
+    """The server chooses each size's GPU power limit (``power_limits``; its profile)."""
+    DELIVER = "deliver"
+    """A run that must deliver a model is stopped only at the target or ``max_epochs``."""
+    RELEASE = "release"
+    """``POST /api/trials/release``: a trial that counts nothing against its size."""
+    HEARTBEAT = "heartbeat"
+    """``POST /api/trials/heartbeat``: a trial's lease renewed while it trains."""
+
+
+def declared_extensions(header: str | None) -> frozenset[str]:
+    """The extensions a dispatch answer's `EXTENSIONS_HEADER` declares (none: not declared)."""
+    return frozenset(word.strip() for word in (header or "").split(",") if word.strip())
+
+
 class TrainingResult(TrialId):
     """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
 
@@ -740,6 +772,7 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
 """Our options set to upstream Zeus 0.16's behaviour."""
 
 __all__ = [
+    "EXTENSIONS_HEADER",
     "GPU_FIELDS",
     "MAX_BATCH_SIZES",
     "MAX_ID_LENGTH",
@@ -747,6 +780,7 @@ __all__ = [
     "UPSTREAM_OPTIONS",
     "CreatedJob",
     "DispatchedTrial",
+    "Extension",
     "GpuConfig",
     "JobParams",
     "JobSpec",
@@ -757,6 +791,7 @@ __all__ = [
     "TrainingResult",
     "TrialId",
     "WireModel",
+    "declared_extensions",
     "gpu_of",
     "policy_options",
     "profile_key",

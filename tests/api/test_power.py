@@ -322,3 +322,44 @@ def test_a_power_profile_is_taken_only_from_its_run_while_it_runs(http: httpx.Cl
         assert "was not told to profile power limits" in refused.json()["message"]
     (kept,) = http.get(f"/api/jobs/{other_job}").json()["power_profiles"]
     assert kept["trial_number"] == not_opted["trial_number"] + 1
+
+
+def test_every_dispatch_answer_declares_the_servers_extensions(http: httpx.Client) -> None:
+    """A client told this server from upstream's by the fields it saw (``power_profiling`` in
+    an answer to a run that opted in): every dispatch answer now declares what the server
+    speaks in a header, its body upstream's as before, and the client reads the declaration."""
+    from zeus_bso.client import JobConversation, ServerClient
+    from zeus_bso.spec import (
+        EXTENSIONS_HEADER,
+        Extension,
+        JobSpecFromClient,
+        declared_extensions,
+    )
+
+    job_id = unique_id("declared")
+    register(http, job_id)
+    every = {extension.value for extension in Extension}
+    for params in ({}, A100, {**A100, "power_limits": "true"}):
+        answer = http.get("/jobs/batch_size", params={"job_id": job_id, **params})
+        assert answer.status_code == 200, answer.text
+        assert declared_extensions(answer.headers.get(EXTENSIONS_HEADER)) == every
+        if not params:
+            assert set(answer.json()) == {"job_id", "batch_size", "trial_number"}
+        release(http, answer.json())
+
+    body = job_body(job_id, batch_sizes=[128], default_batch_size=128)
+    spec = JobSpecFromClient(**{**body, **A100})
+    with ServerClient(str(http.base_url)) as client:
+        link = JobConversation(
+            client,
+            spec,
+            run_key=None,
+            on_server_unavailable="raise",
+            id_from_settings=False,
+            heartbeat_seconds=0,
+        )
+        dispatched = link.dispatch(accumulate=False, power_limits=False, deliver=False)
+        assert dispatched is not None
+        assert Extension.POWER_LIMITS in client.extensions
+        assert link.server_chooses_power  # declared, though this run did not opt in
+        release(http, dispatched.trial.model_dump())

@@ -29,6 +29,7 @@ from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
     CreatedJob,
     DispatchedTrial,
+    Extension,
     JobSpecFromClient,
     PowerMeasurement,
     PowerProfileReport,
@@ -179,7 +180,11 @@ class JobConversation:
         self.memory_cap = dispatched.memory_cap
         self.power_limit = dispatched.power_limit
         self.power_profiling = dispatched.power_profiling
-        self.server_chooses_power = "power_profiling" in dispatched.model_fields_set
+        # Declared by the server; a zeus-bso server from before the declaration says it by
+        # answering power_profiling to a run that opted in (upstream's never does).
+        self.server_chooses_power = Extension.POWER_LIMITS in self.client.extensions or (
+            "power_profiling" in dispatched.model_fields_set
+        )
         if power_limits and not self.server_chooses_power:
             logger.warning(
                 "zeus-bso: the server at %s does not choose GPU power limits (upstream "

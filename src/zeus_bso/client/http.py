@@ -37,6 +37,7 @@ from zeus_bso.errors import (
 )
 from zeus_bso.options import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, shown_url
 from zeus_bso.spec import (
+    EXTENSIONS_HEADER,
     CreatedJob,
     DispatchedTrial,
     GpuConfig,
@@ -46,6 +47,7 @@ from zeus_bso.spec import (
     ReportResponse,
     TrainingResult,
     TrialId,
+    declared_extensions,
 )
 
 DEFAULT_TIMEOUT = 30.0
@@ -110,6 +112,10 @@ class ServerClient:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
         self.shown_url = shown_url(self.server_url)
+        self.extensions: frozenset[str] = frozenset()
+        """The protocol extensions the server declared in its latest dispatch answer
+        (`zeus_bso.spec.Extension`; none: upstream Zeus's server, or a zeus-bso server from
+        before they were declared)."""
         """The URL as messages show it (no password)."""
         secure = httpx.URL(self.server_url).scheme == "https"
         self._connect: Callable[[], httpx.Client] = functools.partial(
@@ -270,6 +276,7 @@ class ServerClient:
         response = self._request(
             "GET", "/jobs/batch_size", params=params, idempotent=run_key is not None
         )
+        self.extensions = declared_extensions(response.headers.get(EXTENSIONS_HEADER))
         return DispatchedTrial.model_validate(response.json())
 
     def report(self, result: TrainingResult) -> ReportResponse:

@@ -10,11 +10,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from zeus_bso.spec import (
+    EXTENSIONS_HEADER,
     GPU_FIELDS,
     INT32_MAX,
     MAX_ID_LENGTH,
     MAX_POWER_W,
     DispatchedTrial,
+    Extension,
     GpuConfig,
     Identifier,
     JobSpecFromClient,
@@ -26,6 +28,9 @@ from zeus_bso.spec import (
 from zeus_bso_server.api.deps import Service
 from zeus_bso_server.api.errors import answers
 from zeus_bso_server.errors import JobNotFoundError, TrialNotFoundError
+
+SERVER_EXTENSIONS = ", ".join(extension.value for extension in Extension)
+"""What this server declares in every dispatch answer (`zeus_bso.spec.EXTENSIONS_HEADER`)."""
 
 router = APIRouter(tags=["zeus protocol"])
 
@@ -205,7 +210,17 @@ def _gpu_of(
     "/jobs/batch_size",
     response_model=DispatchedTrial,
     responses={
-        200: {"description": "The trial to run", "links": TRIAL_LINKS},
+        200: {
+            "description": "The trial to run",
+            "links": TRIAL_LINKS,
+            "headers": {
+                EXTENSIONS_HEADER: {
+                    "description": "The protocol extensions this server speaks, "
+                    "comma-separated (upstream Zeus's server sends none)",
+                    "schema": {"type": "string", "example": SERVER_EXTENSIONS},
+                }
+            },
+        },
         400: {"description": "Unknown job"},
         409: {"description": "No batch size converged"},
     },
@@ -232,13 +247,16 @@ async def next_batch_size(
     # and one to a client that names its GPUs (ours) whether the size ran on them.
     left_out = None if gpu is not None else {"memory_unknown", "memory_cap"}
     if power_limits:
-        # ``power_profiling`` said even when false: a run that opted in tells this server from
-        # one that does not choose power limits (upstream's), whose answer lacks it.
+        # ``power_profiling`` said even when false: a client from before the extensions were
+        # declared tells this server from one that does not choose power limits by it.
         answer = trial.model_dump(mode="json", exclude_defaults=True, exclude=left_out)
         answer["power_profiling"] = trial.power_profiling
-        return Response(json.dumps(answer), media_type="application/json")
-    body = trial.model_dump_json(exclude_defaults=True, exclude=left_out)
-    return Response(body, media_type="application/json")
+        body = json.dumps(answer)
+    else:
+        body = trial.model_dump_json(exclude_defaults=True, exclude=left_out)
+    # What this server speaks, declared (a client need not guess it from the fields it sees).
+    declared = {EXTENSIONS_HEADER: SERVER_EXTENSIONS}
+    return Response(body, media_type="application/json", headers=declared)
 
 
 @router.post(
