@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ServerProcess
 from zeus_bso.energy import EnergyMeter, ProcessMeter
 from zeus_bso.policy import CostStats, Posterior
 from zeus_bso.policy.bandits import Bandit
@@ -79,9 +78,7 @@ class TestMyLoop(LoopAdapterContract):
         logged: list[dict[str, float]] = []
         return lambda url, job, **options: ZeusBSOMyLoop(logged, url, job, **options)
 
-    @pytest.fixture
-    def server_url(self, sqlite_server: ServerProcess) -> str:
-        return sqlite_server.url
+    # No server_url: the contract's own starts a real server, as it does for an outside one.
 
 
 # A bandit: epsilon-greedy on the mean cost, an unobserved arm first.

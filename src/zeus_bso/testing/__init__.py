@@ -6,7 +6,7 @@ module and defines one fixture, and pytest runs every test of the contract on it
 - `BanditContract`: a `zeus_bso.policy.bandits.Bandit` (fixture ``bandit``);
 - `MeterContract`: a `zeus_bso.energy.EnergyMeter` (fixture ``meter``);
 - `LoopAdapterContract`: a training framework's loop adapter, a `zeus_bso.training.TrialSession`
-  (fixtures ``adapter`` and ``server_url``).
+  (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`).
 
 Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
 """
@@ -19,6 +19,7 @@ except ImportError as err:
 from zeus_bso.testing.adapters import LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
 from zeus_bso.testing.meters import MeterContract
+from zeus_bso.testing.server import running_server
 from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "StoreContract",
     "loop_job",
     "new_job",
+    "running_server",
 ]

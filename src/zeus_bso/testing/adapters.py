@@ -7,7 +7,7 @@ on the CPU, against a real server."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.testing.server import running_server
 from zeus_bso.training.session import TrialSession
 
 MakeAdapter = Callable[..., TrialSession]
@@ -41,25 +42,27 @@ class LoopAdapterContract:
     training, the run goes on at a size that fits); accumulation gives every process its
     micro-batch; a server that cannot be reached leaves the run training at the default.
 
-    Subclass it and define two fixtures::
+    Subclass it and define the ``adapter`` fixture::
 
         class TestRayTrain(LoopAdapterContract):
             @pytest.fixture
             def adapter(self) -> MakeAdapter:
                 return lambda url, job, **options: ZeusBSORay(ray_context(), url, job, **options)
 
-            @pytest.fixture
-            def server_url(self, sqlite_server: ServerProcess) -> str:
-                return sqlite_server.url
+    The tests run against a real server that the ``server_url`` fixture starts for the class
+    (`zeus_bso.testing.server.running_server`: needs ``zeus-bso[server]``); a test suite that
+    runs one already overrides ``server_url`` with its URL.
     """
 
     @pytest.fixture
     def adapter(self) -> MakeAdapter:
         raise NotImplementedError("a LoopAdapterContract subclass defines the `adapter` fixture")
 
-    @pytest.fixture
-    def server_url(self) -> str:
-        raise NotImplementedError("a LoopAdapterContract subclass defines `server_url`")
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server_url(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+        with running_server(tmp_path_factory.mktemp("zeus-bso-server")) as url:
+            yield url
 
     @staticmethod
     def _trials(server_url: str, job: JobSpec) -> list[dict[str, Any]]:
