@@ -26,7 +26,6 @@ scratch: the run says so, naming the settings that changed (`zeus_bso.client.new
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Literal
 
 from zeus_bso.client.conversation import JobConversation
@@ -40,7 +39,6 @@ from zeus_bso.power.run import PowerLimitMode
 from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, ReportResponse, TrialId
 from zeus_bso.training.collectives import WORLD_OF_ONE
-from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 
 
@@ -368,18 +366,11 @@ class BatchSizeOptimizer(TrialSession):
     def failed(self, error: BaseException, *, trained: bool | None = None) -> None:
         """End a run that raised ``error`` (see `TrialSession.failed`); ``trained`` defaults
         to whether training began."""
-        super().failed(error, trained=self.progress.began if trained is None else trained)
+        super().failed(error, trained=self._trained() if trained is None else trained)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.end()
-        else:
-            self.failed(exc)
+    def _trained(self) -> bool:
+        """Whether the run trained: upstream's loop began training (`on_train_begin`)."""
+        return self.progress.began
 
 
-__all__ = ["BatchSizeOptimizer", "ServerRun"]
+__all__ = ["BatchSizeOptimizer"]

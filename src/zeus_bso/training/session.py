@@ -714,4 +714,8 @@ class TrialSession:
         if exc is None:
             self.end()
         else:
-            self.failed(exc, trained=self.progress.epochs > 0)
+            self.failed(exc, trained=self._trained())
+
+    def _trained(self) -> bool:
+        """Whether the run trained, for a ``with`` block that raised: it reported an epoch."""
+        return self.progress.epochs > 0
