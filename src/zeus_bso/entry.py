@@ -15,9 +15,12 @@ import importlib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import FrameType
+
+TYPE_CHECKING = False  # typing's would cost the start-up its import (see `zeus_bso.lazy`)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import FrameType
 
 
 class Interrupt:

@@ -5,19 +5,21 @@ loaded): ``__version__`` is read from the installed metadata when first asked fo
 
 from __future__ import annotations
 
-import functools
+_version: list[str] = []
+"""The installed version, once read (no functools: its import would slow every start-up)."""
 
 
-@functools.cache
 def _installed_version() -> str:
     """The installed distribution's version (written once, in `zeus_bso.__version__`): read
     from its metadata, so that the server imports nothing of the client package's face."""
-    from importlib.metadata import PackageNotFoundError, version
+    if not _version:
+        from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return version("zeus-bso")
-    except PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "0+unknown"
+        try:
+            _version.append(version("zeus-bso"))
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            _version.append("0+unknown")
+    return _version[0]
 
 
 def __getattr__(name: str) -> str:
