@@ -30,9 +30,9 @@ from typing import Any, Literal
 
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.http import ServerClient
-from zeus_bso.client.outcome import RunOutcome, show_on_stderr
+from zeus_bso.client.outcome import show_on_stderr
 from zeus_bso.client.progress import Elapsed
-from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import OperationOrderError
 from zeus_bso.options import JobLike
 from zeus_bso.power.run import PowerLimitMode
@@ -116,13 +116,12 @@ class BatchSizeOptimizer(TrialSession):
         power_limit: PowerLimitMode = "off",
         handle_sigterm: bool = True,
     ) -> None:
-        meter = energy_meter if energy_meter is not None else auto_meter()
         super().__init__(
             True,
             _not_logged,
             server_url,
             job,
-            energy_meter=meter,
+            energy_meter=energy_meter,
             token=token,
             on_server_unavailable=on_server_unavailable,
             raise_if_unconverged=raise_if_unconverged,
@@ -139,11 +138,8 @@ class BatchSizeOptimizer(TrialSession):
             retry_seconds=retry_seconds,
             start=False,
         )
-        self.server = self._new_server()
-        self._one = self.server
-        """The run's side of the server, from the start (nothing said to it before
-        `get_batch_size`)."""
-        self.gpu = self._one.link.gpu
+        self.server = self._new_server()  # from the start: nothing said before get_batch_size
+        self.gpu = self.server.link.gpu
         """The GPUs this run trains on (its hardware profile), sent with the batch size request
         so that runs of one job on different hardware at once are told apart."""
 
@@ -152,42 +148,42 @@ class BatchSizeOptimizer(TrialSession):
     @property
     def job_id(self) -> str:
         """The job's id (the spec's, or `zeus_bso.client.job_ids.stable_job_id`'s)."""
-        return self._one.job_id
+        return self._main().job_id
 
     @property
     def run_key(self) -> str | None:
         """This run's name, the same across its restarts (None: it has none)."""
-        return self._one.run_key
+        return self._main().run_key
 
     @property
     def link(self) -> JobConversation:
         """The run's conversation with the server."""
-        return self._one.link
+        return self._main().link
 
     @property
     def client(self) -> ServerClient:
         """The HTTP session to the server."""
-        return self._one.link.client
+        return self._main().link.client
 
     @property
     def job(self) -> CreatedJob | None:
         """The job as the server registered it (from `get_batch_size` or `resume` on)."""
-        return self._one.job
+        return self._main().job
 
     @property
     def offline(self) -> bool:
         """Whether the run trains without the server (it could not be reached at start)."""
-        return self._one.offline
+        return self._main().offline
 
     @property
     def training_finished(self) -> bool:
         """Whether the server said stop (the run converged, or will not)."""
-        return self._one.training_finished
+        return self._main().training_finished
 
     @property
     def trial(self) -> TrialId | None:
         """This run's trial (after `get_batch_size` or `resume`; None while offline)."""
-        return self._one.trial
+        return self._main().trial
 
     @trial.setter
     def trial(self, value: TrialId | None) -> None:
@@ -196,7 +192,7 @@ class BatchSizeOptimizer(TrialSession):
     @property
     def batch_size(self) -> int | None:  # type: ignore[override]
         """The batch size of this run (after `get_batch_size`)."""
-        return self._one.batch_size
+        return self._main().batch_size
 
     @property
     def current_epoch(self) -> int:
@@ -209,14 +205,9 @@ class BatchSizeOptimizer(TrialSession):
         return self._max_micro_batch_size
 
     @property
-    def outcome(self) -> RunOutcome | None:
-        """How the run ended (after `end`)."""
-        return self._one.outcome
-
-    @property
     def power_limit(self) -> float | None:
         """The GPU power limit the server says to train at (W)."""
-        return self._one.link.power_limit
+        return self._main().link.power_limit
 
     # Upstream Zeus's names.
 
@@ -242,12 +233,12 @@ class BatchSizeOptimizer(TrialSession):
         return self._chosen()
 
     def _chosen(self) -> int:
-        size = self._one.batch_size
+        size = self._main().batch_size
         assert size is not None
         return size
 
     def _started_or_raise(self, what: str) -> None:
-        if self._one.batch_size is None:
+        if self._main().batch_size is None:
             raise OperationOrderError(f"call get_batch_size() before {what}")
 
     def fit_in_memory(self, try_steps: Callable[[int], None]) -> int:
@@ -276,7 +267,7 @@ class BatchSizeOptimizer(TrialSession):
                 batch size left fits on this profile.
         """
         self._started_or_raise("out_of_memory()")
-        self._one.out_of_memory(why)
+        self._main().out_of_memory(why)
         self._took(self._shared(self._chosen()))
         return self._chosen()
 
@@ -296,7 +287,7 @@ class BatchSizeOptimizer(TrialSession):
     ) -> float | None:
         """Send what this run measured at each power limit in its batch size's first epoch;
         returns the limit to train at (None: the server could not take it)."""
-        return self._one.send_power_profile(measurements, limit_range_w)
+        return self._main().send_power_profile(measurements, limit_range_w)
 
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
@@ -319,7 +310,7 @@ class BatchSizeOptimizer(TrialSession):
             PowerLimitError: the server chose a limit these GPUs cannot take (the trial is
                 released by the ``with`` block, or by `failed`).
         """
-        if self._one.trial is None and not self.offline:
+        if self._main().trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() before on_train_begin()")
         self.train_begin(steps_per_epoch)
 
@@ -331,7 +322,7 @@ class BatchSizeOptimizer(TrialSession):
         Raises:
             ConfigurationError: the first batch has another size (the trial is released).
         """
-        self.step_begin(batch if self._one.batch_size is not None else None)
+        self.step_begin(batch if self._main().batch_size is not None else None)
 
     def on_step_end(self) -> None:
         """After each training step (see `on_step_begin`)."""
@@ -357,7 +348,7 @@ class BatchSizeOptimizer(TrialSession):
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, the server said stop and the
                 run did not converge.
         """
-        if self._one.trial is None and not self.offline:
+        if self._main().trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() and on_train_begin() first")
         answer = self._evaluate(metric, epoch, elapsed or self.progress.elapsed())
         assert answer is not None
