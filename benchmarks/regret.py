@@ -13,6 +13,11 @@ GPU, is registered again on the second and runs as many there (the batch sizes b
 the trace, the first GPU's default); its regret over the second phase, against the second GPU's
 oracle, stands beside a cold start on the second GPU with the same batch sizes and default.
 
+Horizons (``--horizons``): the regret after 5, 10, 20 and 50 recurrences (a job re-configured
+sooner is a new job), beside the floor, for the policy's defaults, with the per-run cap
+``max_run_cost_ratio`` at 1.5 (and how far its runs went over the default's measured cost),
+and with upstream's options, in-process.
+
 Memory caps (``--memory-caps``): the same workloads on a GPU where every batch size from a
 multiple of the default on runs out of memory at its first step (`zeus_bso.sim.simulate`'s
 ``memory_cap``), against the oracle below the cap: what the out-of-memory path costs (starts
@@ -20,13 +25,14 @@ at sizes that did not fit: at most one per size) and the regret that is left.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out | --memory-caps | --power-limits
-                                           | --power-slowdowns]
+                                          [--held-out | --horizons | --memory-caps
+                                           | --power-limits | --power-slowdowns]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
 --held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
 only; with --power-limits, regret_power.json and .md only; with --power-slowdowns,
-regret_power_slowdown.json and .md only), and prints the tables.
+regret_power_slowdown.json and .md only; with --horizons, regret_horizons.json and .md only),
+and prints the tables.
 """
 
 from __future__ import annotations
@@ -44,7 +50,14 @@ from typing import Any
 from _server import running_server
 from zeus_bso.client import ServerClient
 from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.report import Summary, causes_markdown, seed_result, summarize
+from zeus_bso.sim.report import (
+    HORIZONS,
+    Summary,
+    causes_markdown,
+    horizon_markdown,
+    seed_result,
+    summarize,
+)
 from zeus_bso.sim.trace import TraceJob, power_limits
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig
 
@@ -316,6 +329,60 @@ def run_transfer(
     return pairs
 
 
+HORIZON_POLICIES = {
+    "ours": {},
+    "ours, max_run_cost_ratio 1.5": {"max_run_cost_ratio": 1.5},
+    "upstream options": UPSTREAM_OPTIONS,
+}
+"""The policies ``--horizons`` compares."""
+
+
+def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Regret at `HORIZONS` for each of `HORIZON_POLICIES`, per GPU."""
+    started = time.perf_counter()
+    sections, data = [], []
+    for gpu in gpus:
+        for name, options in HORIZON_POLICIES.items():
+            summaries = run_all(gpu, seeds, recurrences, options, None)
+            ratios = [r for s in summaries for r in s.over_the_default()]
+            over = sum(r > 1.5 for r in ratios)
+            sections.append(
+                f"### {gpu.upper()}, {name}\n\nRuns at other sizes above 1.5x the default's"
+                f" measured cost: {over} of {len(ratios)} (the dearest: {max(ratios):.2f}x)."
+                f"\n\n{horizon_markdown(summaries)}"
+            )
+            data.append(
+                {
+                    "gpu": gpu,
+                    "policy": name,
+                    "options": options,
+                    "runs_over_1.5x_default": over,
+                    "runs_after_the_default": len(ratios),
+                    "dearest_run_over_default": max(ratios),
+                    "horizons": {
+                        str(h): {
+                            s.workload: {
+                                "regret": (a := s.at(h)).regret,
+                                "floor": a.floor,
+                                "savings": a.savings,
+                            }
+                            for s in summaries
+                        }
+                        for h in HORIZONS
+                        if h <= recurrences
+                    },
+                }
+            )
+    note = (
+        f"Horizons: seeds {seeds}, eta 0.5, in-process; each cell is the regret after that many "
+        "recurrences / the floor (running the default once, then the oracle); 'worst vs "
+        "default': the dearest workload against always running its default batch size "
+        "(positive: dearer).\n\n"
+    )
+    save("regret_horizons", note + "\n".join(sections), data)
+    print(f"({time.perf_counter() - started:.0f} s)\n")
+
+
 def run_held_out(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     """Ours and the upstream preset at every power limit below each GPU's highest."""
     started = time.perf_counter()
@@ -425,6 +492,9 @@ def main() -> None:
         "--held-out", action="store_true", help="only the lower power limits, held out"
     )
     parser.add_argument("--memory-caps", action="store_true", help="only the GPUs with memory caps")
+    parser.add_argument(
+        "--horizons", action="store_true", help="only the regret at 5, 10, 20, 50 recurrences"
+    )
     parser.add_argument("--power-limits", action="store_true", help="only power-limit profiling")
     parser.add_argument(
         "--power-slowdowns", action="store_true", help="only power limits with slowdown bounds"
@@ -442,6 +512,9 @@ def main() -> None:
         return
     if args.held_out:
         run_held_out(args.gpus, args.seeds, args.recurrences)
+        return
+    if args.horizons:
+        run_horizons(args.gpus, args.seeds, args.recurrences)
         return
 
     if not args.no_transfer and len(args.gpus) >= 2:

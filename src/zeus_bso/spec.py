@@ -354,6 +354,15 @@ class _JobOptions(WireModel):
     arms if it converges (`zeus_bso.policy.profiles.extension`): the cheapest batch size on the
     new GPUs may be one that pruning on the first never kept. ``False``: the bandit alone
     chooses among the arms."""
+    max_run_cost_ratio: Annotated[
+        Annotated[float, Field(gt=1.0, le=100.0, allow_inf_nan=False)] | None,
+        PolicyOption(hashed_off_default=True),
+    ] = None
+    """A per-run safety cap: no run at a batch size other than the default may cost more than
+    this many times the default's measured cost (the mean of its converged runs; no cap before
+    one converged): a run stops before an epoch that would take it over (its epoch's cost known
+    from its first). Pinned runs and the last attempt of ``until_converged`` are not capped.
+    ``None``: no cap (``beta_knob`` still bounds runs against the cheapest)."""
     power_profiling: Annotated[
         bool,
         PolicyOption(hashed_off_default=True, flag="--power-profiling/--no-power-profiling"),
@@ -734,7 +743,8 @@ class StopReason(StrEnum):
     """It trained the job's ``max_epochs`` without reaching the target."""
     COST_BOUND = "cost_bound"
     """Its cost (or its cost after one more epoch) passed the bound: ``beta_knob`` (or, while
-    pruning, ``prune_cost_ratio``) times the cheapest converged run's."""
+    pruning, ``prune_cost_ratio``) times the cheapest converged run's, or the job's
+    ``max_run_cost_ratio`` times the default's."""
     PREDICTED_COST = "predicted_cost"
     """Its learning curve predicts a cost at convergence past that bound."""
     ENDED_EARLY = "ended_early"

@@ -24,7 +24,7 @@ from zeus_bso.sim import (
     load_trace_job,
     simulate,
 )
-from zeus_bso.sim.report import causes_of, seed_result, summarize
+from zeus_bso.sim.report import causes_of, over_the_default, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob, read_power_trace
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, JobSpecFromClient, policy_options
 
@@ -49,6 +49,8 @@ def run(
         ("librispeech", 2, {"bandit": "ucb"}),
         # Seed 8 has a run the learning-curve stop ends (charged its predicted cost).
         ("movielens-1m", 8, {}),
+        # Uncapped, its third recurrence's run at 8 costs 1.67x the default's.
+        ("sentiment140", 0, {"max_run_cost_ratio": 1.5}),
     ],
 )
 def test_same_results_in_process_and_through_a_server(
@@ -65,6 +67,8 @@ def test_same_results_in_process_and_through_a_server(
         assert stopped
     if not options.get("learning_curve_stop", True):
         assert not stopped
+    if "max_run_cost_ratio" in options:
+        assert any("max_run_cost_ratio" in (t["message"] or "") for t in state["trials"])
 
 
 def moved_alike(
@@ -205,6 +209,40 @@ def test_the_causes_add_up_to_the_regret_and_the_floor_is_the_defaults_first_run
     assert data["floor"] == summary.floor
 
 
+@pytest.mark.parametrize(("workload", "seed"), [("sentiment140", 0), ("librispeech", 7)])
+def test_with_a_run_cost_cap_no_run_costs_more_than_that_times_the_default(
+    workload: str, seed: int
+) -> None:
+    """Uncapped, a run of these explorations costs 1.67x (1.74x) the default's; with the cap at
+    1.5 none passes it, and every recurrence still ends converged."""
+    default = load_trace_job(workload, "v100").default_batch_size
+    free = run(in_process, workload, seed, recurrences=8)
+    assert max(over_the_default([r.trials for r in free], default)) > 1.5
+    capped = run(in_process, workload, seed, recurrences=8, max_run_cost_ratio=1.5)
+    assert max(over_the_default([r.trials for r in capped], default)) <= 1.5
+    assert all(r.trials[-1].converged for r in capped)
+
+
+def test_a_horizon_is_the_simulation_of_that_many_recurrences() -> None:
+    """The policy does not know how often a job will recur: its first 5 of 12 recurrences are
+    the 5-recurrence simulation, and so are the regret, floor and savings `Summary.at` gives."""
+    trace = load_trace_job("cifar100", "v100")
+    seeds = range(2)
+    long = summarize(
+        trace, 0.5, 12, [seed_result(s, run(in_process, "cifar100", s, 12)) for s in seeds]
+    )
+    short = summarize(
+        trace, 0.5, 5, [seed_result(s, run(in_process, "cifar100", s, 5)) for s in seeds]
+    )
+    at5 = long.at(5)
+    assert (at5.regret, at5.floor, at5.savings) == (short.regret, short.floor, short.savings)
+    assert at5.causes() == short.causes()
+    assert long.at(12).regret == long.regret
+    assert at5.floor > long.floor  # the default's first run weighs more in fewer recurrences
+    with pytest.raises(ValueError, match="horizon 13"):
+        long.at(13)
+
+
 def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
@@ -220,6 +258,9 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     # Captured, the console is 80 columns wide: the nine causes' headers are whole there.
     assert all(label in result.stdout for label in ("off oracle", "converged", "noise"))
     assert "…" not in result.stdout
+    # The regret after 5 of the 8 recurrences, beside the floor.
+    horizons = result.stdout.split("Regret / floor at fewer recurrences")[1]
+    assert all(column in horizons for column in ("at 5", "at 8", "worst vs default"))
     data = json.loads(out.read_text())
     assert data["options"]["bandit"] == "zeus-0.16"
     (summary,) = data["results"]

@@ -25,7 +25,14 @@ from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.cli.power import power_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.report import Summary, causes_rows, seed_result, summarize
+from zeus_bso.sim.report import (
+    HORIZONS,
+    Summary,
+    causes_rows,
+    horizon_rows,
+    seed_result,
+    summarize,
+)
 from zeus_bso.sim.trace import read_power_trace
 from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
@@ -339,6 +346,19 @@ def _print_table(summaries: list[Summary]) -> None:
     for row in rows:
         causes.add_row(*row)
     console.print(causes)
+    if summaries[0].recurrences > HORIZONS[0]:
+        header, rows = horizon_rows(summaries)
+        horizons = Table(
+            title="Regret / floor at fewer recurrences",
+            caption="worst vs default: the dearest workload against the default always",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+        )
+        for i, column in enumerate(header):
+            horizons.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
+        for row in rows:
+            horizons.add_row(*row)
+        console.print(horizons)
 
 
 def _print_out_of_memory(summaries: list[Summary]) -> None:

@@ -412,7 +412,7 @@ def after_report(
     seen = state_on(job, state, profiles, trial.profile)
     rules = StopRules.of(job)
     if trial.kind is TrialKind.PINNED or trial.must_deliver:  # it must deliver: no cost stop
-        rules = replace(rules, beta_knob=None, prune_cost_ratio=None)
+        rules = replace(rules, beta_knob=None, prune_cost_ratio=None, run_cost_ratio=None)
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
@@ -483,7 +483,8 @@ def _report_of(
     needs (predicted from the kept curves), what an epoch costs (its first epoch may hold
     one-off start-up work, a compile or cold caches, so the cheaper of its mean epoch and its
     epochs since the last report) and what a fresh run costs (`fresh_run_cost`, from ``seen``,
-    the job's statistics in the run's profile's units)."""
+    the job's statistics in the run's profile's units). With ``max_run_cost_ratio``, a run at a
+    size other than the default carries the default's measured cost (in those units too)."""
     curve, cost, metric, current_epoch = reported
     left = epoch_cost = fresh = None
     if rules.learning_curve and trial.epochs and trial.cost is not None:
@@ -494,7 +495,21 @@ def _report_of(
         epoch_cost = min(cost / current_epoch, since)
         fresh = None if left is None else fresh_run_cost(seen.stats)
     exploring = trial.kind is TrialKind.EXPLORATION
-    return Report(trial.batch_size, cost, metric, current_epoch, exploring, left, epoch_cost, fresh)
+    default_cost, size = None, rules.default_batch_size
+    if rules.run_cost_ratio is not None and size is not None and size != trial.batch_size:
+        default = seen.stats.get(size)
+        default_cost = None if default is None else default.converged.mean
+    return Report(
+        trial.batch_size,
+        cost,
+        metric,
+        current_epoch,
+        exploring,
+        left,
+        epoch_cost,
+        fresh,
+        default_cost,
+    )
 
 
 def _ended(

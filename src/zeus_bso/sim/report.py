@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from types import MappingProxyType
 
@@ -56,6 +56,21 @@ def causes_of(
                 cause = "converged_exploration" if exploring else "bandit_off_oracle"
             charged[cause] += excess
     return charged
+
+
+def over_the_default(recurrences: Sequence[Sequence[TrialOutcome]], default: int) -> list[float]:
+    """Each run at a size other than ``default``, as a multiple of the mean cost of the
+    default's converged runs before it (``max_run_cost_ratio``'s reference), from the default's
+    first converged run on."""
+    defaults: list[float] = []
+    ratios = []
+    for trials in recurrences:
+        for trial in trials:
+            if trial.batch_size == default:
+                defaults += [trial.cost] if trial.converged else []
+            elif defaults:
+                ratios.append(trial.cost / statistics.fmean(defaults))
+    return ratios
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +124,37 @@ class Summary:
     """With `power_limits` (where runs profile): the batch size and the expected cost of a
     recurrence of the oracle of runs that profile (`TraceJob.power_oracle`), which `causes`
     charge against then."""
+    trace: TraceJob | None = field(default=None, repr=False, compare=False)
+    """The workload's trace, for `at` (its floor at another horizon)."""
+    eta_knob: float = 0.5
+
+    def at(self, horizon: int) -> Summary:
+        """The same simulation judged after its first ``horizon`` recurrences (a job that ran
+        only that many times: the policy does not know the horizon, so the prefix is that
+        job's simulation)."""
+        if not 1 <= horizon <= self.recurrences:
+            raise ValueError(f"horizon {horizon} is not within 1-{self.recurrences} recurrences")
+        if self.trace is None:
+            raise ValueError("this summary keeps no trace to judge another horizon against")
+        seeds = [
+            replace(
+                s,
+                costs=s.costs[:horizon],
+                batch_sizes=s.batch_sizes[:horizon],
+                tries=sum(len(t) for t in s.trials[:horizon]),
+                trials=s.trials[:horizon],
+            )
+            for s in self.seeds
+        ]
+        return summarize(
+            self.trace,
+            self.eta_knob,
+            horizon,
+            seeds,
+            self.memory_cap,
+            self.accumulate,
+            self.power_limits,
+        )
 
     @property
     def regret(self) -> float:
@@ -153,6 +199,10 @@ class Summary:
         if self.joint_oracle_cost is None:
             return None
         return self.joint_oracle_cost / self.oracle_cost
+
+    def over_the_default(self) -> list[float]:
+        """`over_the_default` of every seed's runs, together."""
+        return [r for s in self.seeds for r in over_the_default(s.trials, self.default_batch_size)]
 
     def out_of_memory_starts(self) -> list[dict[int, int]]:
         """Per seed, the starts that ran out of memory, by batch size."""
@@ -244,6 +294,8 @@ def summarize(
     profiling = profiles_power(eta_knob, power_limits)
     floor = trace.power_floor(eta_knob, recurrences) if profiling else None
     return Summary(
+        trace=trace,
+        eta_knob=eta_knob,
         power_limits=power_limits,
         joint_oracle_cost=joint,
         power_floor_cost=floor,
@@ -283,7 +335,54 @@ def _formatted(values: Sequence[float]) -> list[str]:
 
 def causes_markdown(summaries: Sequence[Summary]) -> str:
     """`causes_rows` as a Markdown table."""
-    header, rows = causes_rows(summaries)
+    return _markdown(*causes_rows(summaries))
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, its first column left-aligned, the others right."""
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+HORIZONS = (5, 10, 20, 50)
+"""The recurrences after which `horizon_rows` judges a simulation: most jobs are re-configured
+(a new job) long before their 50th run."""
+
+
+def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
+    """Regret at each of `HORIZONS` within the simulated recurrences (and at their number), as a
+    table: a header, then per workload its regret and floor at each horizon (``1.212 / 1.111``),
+    and with several workloads their mean and the worst workload against always running the
+    default (``+12.8%``: dearer)."""
+    most = min(s.recurrences for s in summaries)
+    horizons = sorted({h for h in HORIZONS if h <= most} | {most})
+    header = ["workload", *(f"at {h}" for h in horizons)]
+    judged = {h: [s.at(h) for s in summaries] for h in horizons}
+    rows = [
+        [s.workload, *(f"{judged[h][i].regret:.3f} / {judged[h][i].floor:.3f}" for h in horizons)]
+        for i, s in enumerate(summaries)
+    ]
+    if len(summaries) > 1:
+        rows.append(
+            [
+                "mean",
+                *(
+                    f"{statistics.fmean(x.regret for x in judged[h]):.3f}"
+                    f" / {statistics.fmean(x.floor for x in judged[h]):.3f}"
+                    for h in horizons
+                ),
+            ]
+        )
+    rows.append(
+        [
+            "worst vs default",
+            *(f"{max(-x.savings for x in judged[h]) * 100:+.1f}%" for h in horizons),
+        ]
+    )
+    return header, rows
+
+
+def horizon_markdown(summaries: Sequence[Summary]) -> str:
+    """`horizon_rows` as a Markdown table."""
+    return _markdown(*horizon_rows(summaries))
