@@ -3,8 +3,9 @@
 - Out of memory is the batch size's: infeasible on the run's hardware profile
   (`zeus_bso.client.memory.out_of_memory`).
 - An interruption is nobody's: Ctrl-C (``KeyboardInterrupt``), or a SIGTERM turned into an
-  exception (a preemption, a ``kill``, a cluster's time limit: our `Terminated`, or
-  Lightning's ``SIGTERMException``). The trial is released, or left open for the restart of a
+  exception (a preemption, a ``kill``, a cluster's time limit: our `Terminated`, or the
+  exception of a framework that handles SIGTERM itself, Lightning's ``SIGTERMException``, which
+  its adapter names to the session). The trial is released, or left open for the restart of a
   run with a run key.
 - A usage error of ours (`ConfigurationError`), or any error before the run trained, is the
   script's: released.
@@ -21,9 +22,9 @@ from typing import Protocol
 from zeus_bso.client.memory import out_of_memory, out_of_memory_words
 from zeus_bso.errors import ConfigurationError
 
-SIGTERM_EXCEPTIONS = ("SIGTERMException",)
-"""``SystemExit`` subclasses that frameworks raise on SIGTERM (Lightning's), by name: the
-framework need not be installed to tell them."""
+SigtermExceptions = tuple[type[BaseException], ...]
+"""The exceptions a framework that handles SIGTERM itself raises on it (Lightning's
+``SIGTERMException``), given by its adapter."""
 
 
 TERMINATED_STATUS = 128 + signal.SIGTERM
@@ -41,22 +42,22 @@ class Terminated(SystemExit):
         return "SIGTERM"
 
 
-def give_sigterm_status(error: BaseException) -> None:
-    """A framework's SIGTERM exception without an exit status gets SIGTERM's (143): Lightning's
+def give_sigterm_status(error: BaseException, sigterm: SigtermExceptions) -> None:
+    """A framework's SIGTERM exception (one of ``sigterm``) without an exit status gets
+    SIGTERM's (143): Lightning's
     ``SIGTERMException`` is a ``SystemExit`` without one before its fix of
     Lightning-AI/pytorch-lightning#19916, so a preempted fit exited 0, as if it had finished,
     and a scheduler would not run the recurrence again."""
-    if not isinstance(error, SystemExit) or type(error).__name__ not in SIGTERM_EXCEPTIONS:
+    if not isinstance(error, SystemExit) or not isinstance(error, sigterm):
         return
     if error.code is None:
         error.code = TERMINATED_STATUS
 
 
-def interrupted(error: BaseException) -> bool:
-    """Whether ``error`` interrupted the run from outside: Ctrl-C or a SIGTERM."""
-    return isinstance(error, KeyboardInterrupt | Terminated) or (
-        isinstance(error, SystemExit) and type(error).__name__ in SIGTERM_EXCEPTIONS
-    )
+def interrupted(error: BaseException, sigterm: SigtermExceptions = ()) -> bool:
+    """Whether ``error`` interrupted the run from outside: Ctrl-C or a SIGTERM (ours, or a
+    framework's: one of ``sigterm``)."""
+    return isinstance(error, (KeyboardInterrupt, Terminated, *sigterm))
 
 
 class Verdict(StrEnum):
@@ -72,11 +73,12 @@ class Verdict(StrEnum):
     """The run's: failed, which counts against the batch size."""
 
 
-def verdict(error: BaseException, *, trained: bool) -> Verdict:
-    """Whose doing ``error`` was, for a run that raised it (``trained``: after it trained)."""
+def verdict(error: BaseException, *, trained: bool, sigterm: SigtermExceptions = ()) -> Verdict:
+    """Whose doing ``error`` was, for a run that raised it (``trained``: after it trained;
+    ``sigterm``: a framework's SIGTERM exceptions)."""
     if out_of_memory(error):
         return Verdict.OUT_OF_MEMORY
-    if interrupted(error):
+    if interrupted(error, sigterm):
         return Verdict.INTERRUPTED
     if isinstance(error, ConfigurationError) or not trained:
         return Verdict.NOT_CHARGED

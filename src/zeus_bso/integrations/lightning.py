@@ -73,6 +73,8 @@ class _Namespace:
     setattr: Callable[[Any, str, Any], None]
     info: Callable[[str], None]
     batch_size_of: Callable[[Any], int]
+    sigterm: tuple[type[BaseException], ...]
+    """The exception its own SIGTERM handler raises (none before Lightning 2.3)."""
 
 
 def _namespace(name: str) -> _Namespace | None:
@@ -85,6 +87,7 @@ def _namespace(name: str) -> _Namespace | None:
         parsing = importlib.import_module(f"{name}.utilities.parsing")
         rank_zero = importlib.import_module(f"{name}.utilities.rank_zero")
         data = importlib.import_module(f"{name}.utilities.data")
+        exceptions = importlib.import_module(f"{name}.utilities.exceptions")
     except ImportError:
         return None
     return _Namespace(
@@ -96,6 +99,9 @@ def _namespace(name: str) -> _Namespace | None:
         setattr=parsing.lightning_setattr,
         info=rank_zero.rank_zero_info,
         batch_size_of=data.extract_batch_size,
+        sigterm=tuple(
+            found for found in [getattr(exceptions, "SIGTERMException", None)] if found is not None
+        ),
     )
 
 
@@ -288,6 +294,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
             max_micro_batch_size=self.max_micro_batch_size,
             power_limit=self.power_limit,
             handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
+            sigterm_exceptions=_namespace_of(trainer).sigterm,
             raise_from_report=False,  # at the fit's end (teardown), after its checkpoints
         )
         self._resumed = resume is not None

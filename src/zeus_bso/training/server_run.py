@@ -62,6 +62,8 @@ class ServerRun:
         handle_sigterm: while the trial is open, SIGTERM raises
             `zeus_bso.client.failure.Terminated` in the main thread, so that the trial is
             released rather than left to its lease (`zeus_bso.client.sigterm`).
+        sigterm_exceptions: what a framework that handles SIGTERM itself raises on it (an
+            interruption, as `zeus_bso.client.failure.Terminated`).
         trains_on: where the run trains, in words (the GPUs' model, or this machine).
         on_end: called as the run ends, before anything is said to the server, and at exit
             (the session's GPU power limits go back).
@@ -76,6 +78,7 @@ class ServerRun:
         power_limits: bool,
         show: Callable[[str], None] | None,
         handle_sigterm: bool,
+        sigterm_exceptions: failure.SigtermExceptions = (),
         trains_on: str,
         on_end: Callable[[], None],
     ) -> None:
@@ -90,6 +93,7 @@ class ServerRun:
         self._power_limits = power_limits
         self._show = show
         self._handle_sigterm = handle_sigterm
+        self._sigterm_exceptions = sigterm_exceptions
         self._trains_on = trains_on
         self._on_end = on_end
         self._fit_before = False
@@ -457,7 +461,7 @@ class ServerRun:
         if self.training_finished or self.trial is None or self.offline:
             self.abort(why)  # the server's stop came first (or none can come): as it said
             return
-        judged = failure.verdict(error, trained=trained)
+        judged = failure.verdict(error, trained=trained, sigterm=self._sigterm_exceptions)
         if self._sigterm.received and judged is not failure.Verdict.OUT_OF_MEMORY:
             judged = failure.Verdict.INTERRUPTED  # e.g. a handler of the script's own exited
         failure.end_as(self, judged, why)
@@ -502,7 +506,9 @@ class ServerRun:
         # ran out of memory (a script without `with`, or a framework that calls no hook on
         # errors) ends as infeasible rather than failed, an interrupted one is not charged.
         uncaught = getattr(sys, "last_value", None) if why is None else None
-        if uncaught is not None and (out_of_memory(uncaught) or failure.interrupted(uncaught)):
+        if uncaught is not None and (
+            out_of_memory(uncaught) or failure.interrupted(uncaught, self._sigterm_exceptions)
+        ):
             self.failed(uncaught, trained=self.progress.began)
             return
         if self._sigterm.received and not self.training_finished:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zeus_bso.client.conversation import JobConversation
+from zeus_bso.client.failure import SigtermExceptions
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.job_ids import run_key_from_environment, stable_job_id
 from zeus_bso.client.progress import TrialProgress
@@ -30,6 +31,7 @@ class ServerSettings:
     retry_seconds: float
     show: Callable[[str], None] | None
     handle_sigterm: bool
+    sigterm_exceptions: SigtermExceptions = ()
 
     def run(
         self,
@@ -73,6 +75,7 @@ class ServerSettings:
             power_limits=power_limits,
             show=self.show,
             handle_sigterm=self.handle_sigterm,
+            sigterm_exceptions=self.sigterm_exceptions,
             trains_on=trains_on,
             on_end=on_end,
         )

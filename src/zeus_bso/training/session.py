@@ -19,6 +19,7 @@ from typing import Any, Literal, Self, TypedDict
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
+from zeus_bso.client.failure import SigtermExceptions
 from zeus_bso.client.outcome import RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -134,6 +135,9 @@ class TrialSession:
             ``SystemExit`` with status 143, so that the trial is released rather than left to its
             lease (`zeus_bso.client.sigterm`; a handler of the script's own is called first);
             False for a framework that handles SIGTERM itself (Lightning).
+        sigterm_exceptions: the exceptions such a framework raises on SIGTERM (Lightning's
+            ``SIGTERMException``): an interruption, as `zeus_bso.client.failure.Terminated`,
+            that releases the trial (and gets SIGTERM's exit status where it has none).
         collectives: how the processes share objects (default: ``torch.distributed``'s where a
             process group is initialised; `zeus_bso.training.collectives.WORLD_OF_ONE` for a
             run of one process).
@@ -173,6 +177,7 @@ class TrialSession:
         run_key: str | None = None,
         heartbeat_seconds: float | None = None,
         retry_seconds: float = 30.0,
+        sigterm_exceptions: SigtermExceptions = (),
         start: bool = True,
     ) -> None:
         job = required_job(job)
@@ -227,7 +232,9 @@ class TrialSession:
             retry_seconds,
             show,
             handle_sigterm,
+            sigterm_exceptions,
         )
+        self._sigterm_exceptions = sigterm_exceptions
         self.server: ServerRun | None = None
         """The main process's side of the run: its trial, reports, end and outcome."""
         self._batch_size = 0
@@ -690,7 +697,7 @@ class TrialSession:
         a run key; an error that is not the batch size's (a usage error of ours, or any before
         it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
         exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
-        failure.give_sigterm_status(error)
+        failure.give_sigterm_status(error, self._sigterm_exceptions)
         self._ending(lambda server: server.failed(error, trained=trained))
 
     @staticmethod
