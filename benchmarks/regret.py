@@ -18,6 +18,10 @@ sooner is a new job), beside the floor, for the policy's defaults, with the per-
 ``max_run_cost_ratio`` at 1.5 (and how far its runs went over the default's measured cost),
 and with upstream's options, in-process.
 
+Loaded machine (``--loaded``): the early-stop references (``best_run``, the cheapest converged
+run; ``best_mean``, the lowest mean of a batch size's converged runs) where each run's pace
+spreads around the trace's (a loaded or shared machine), in-process.
+
 Memory caps (``--memory-caps``): the same workloads on a GPU where every batch size from a
 multiple of the default on runs out of memory at its first step (`zeus_bso.sim.simulate`'s
 ``memory_cap``), against the oracle below the cap: what the out-of-memory path costs (starts
@@ -25,14 +29,15 @@ at sizes that did not fit: at most one per size) and the regret that is left.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out | --horizons | --memory-caps
-                                           | --power-limits | --power-slowdowns]
+                                          [--held-out | --horizons | --loaded
+                                           | --memory-caps | --power-limits
+                                           | --power-slowdowns]
 
 Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json and .md (or, with
 --held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
 only; with --power-limits, regret_power.json and .md only; with --power-slowdowns,
-regret_power_slowdown.json and .md only; with --horizons, regret_horizons.json and .md only),
-and prints the tables.
+regret_power_slowdown.json and .md only; with --horizons, regret_horizons.json and .md only;
+with --loaded, regret_loaded.json and .md only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ def run_all(
     eta: float = ETA,
     power_limits: bool = False,
     max_slowdown: float | None = None,
+    pace_noise: float = 0.0,
 ) -> list[Summary]:
     summaries = []
     if eta != ETA:
@@ -119,6 +125,7 @@ def run_all(
                     memory_cap=cap,
                     accumulate=accumulate,
                     power_limits=power_limits,
+                    pace_noise=pace_noise,
                 )
             else:
                 with ServerClient(server) as client:
@@ -383,6 +390,73 @@ def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     print(f"({time.perf_counter() - started:.0f} s)\n")
 
 
+LOADED_NOISE = (0.0, 0.1, 0.2, 0.3)
+"""The spreads of a run's pace ``--loaded`` simulates (lognormal sigma, `simulate`'s
+``pace_noise``)."""
+
+
+def stopped_at_a_converging_size(summary: Summary) -> int:
+    """Runs stopped on their cost (not converged, fewer epochs than ``max_epochs``) at a batch
+    size that had converged before in their seed: the symptom of a reference set by one lucky
+    run."""
+    assert summary.trace is not None
+    most, count = summary.trace.workload.max_epochs, 0
+    for seed in summary.seeds:
+        converged: set[int] = set()
+        for trials in seed.trials:
+            for trial in trials:
+                stopped = not trial.converged and not trial.out_of_memory
+                count += stopped and trial.batch_size in converged and trial.epochs < most
+                if trial.converged:
+                    converged.add(trial.batch_size)
+    return count
+
+
+def run_loaded(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """``early_stop_reference`` on a loaded machine: each run's pace spread by `LOADED_NOISE`."""
+    started = time.perf_counter()
+    lines = [
+        "| GPU | pace spread | reference | at 10 | at 50 | worst vs default at 50"
+        " | cost stops at sizes that converged before |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    data = []
+    for gpu in gpus:
+        for noise in LOADED_NOISE:
+            for reference in ("best_run", "best_mean"):
+                options = {"early_stop_reference": reference}
+                summaries = run_all(gpu, seeds, recurrences, options, None, pace_noise=noise)
+                at10 = statistics.fmean(s.at(min(10, recurrences)).regret for s in summaries)
+                mean = statistics.fmean(s.regret for s in summaries)
+                worst = max(-s.savings for s in summaries)
+                stops = sum(stopped_at_a_converging_size(s) for s in summaries)
+                lines.append(
+                    f"| {gpu.upper()} | {noise:g} | {reference} | {at10:.3f} | {mean:.3f}"
+                    f" | {worst * 100:+.1f}% | {stops} |"
+                )
+                data.append(
+                    {
+                        "gpu": gpu,
+                        "pace_noise": noise,
+                        "early_stop_reference": reference,
+                        "regret_at_10": at10,
+                        "regret": mean,
+                        "worst_vs_default": worst,
+                        "cost_stops_at_converging_sizes": stops,
+                        "per_workload": {s.workload: s.regret for s in summaries},
+                    }
+                )
+    note = (
+        f"Loaded machine: seeds {seeds}, {recurrences} recurrences, eta 0.5, in-process; each "
+        "run's epochs take exp(N(0, spread)) times the trace's (`simulate`'s pace_noise), so one "
+        "lucky run can sit far below its batch size's others. 'cost stops at sizes that "
+        "converged before': runs stopped on their cost at a batch size that had converged "
+        "earlier in their seed, summed over seeds and workloads.\n\n"
+    )
+    save("regret_loaded", note + "\n".join(lines) + "\n", data)
+    print(f"({time.perf_counter() - started:.0f} s)\n")
+
+
 def run_held_out(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     """Ours and the upstream preset at every power limit below each GPU's highest."""
     started = time.perf_counter()
@@ -495,6 +569,9 @@ def main() -> None:
     parser.add_argument(
         "--horizons", action="store_true", help="only the regret at 5, 10, 20, 50 recurrences"
     )
+    parser.add_argument(
+        "--loaded", action="store_true", help="only the early-stop references on a loaded machine"
+    )
     parser.add_argument("--power-limits", action="store_true", help="only power-limit profiling")
     parser.add_argument(
         "--power-slowdowns", action="store_true", help="only power limits with slowdown bounds"
@@ -515,6 +592,9 @@ def main() -> None:
         return
     if args.horizons:
         run_horizons(args.gpus, args.seeds, args.recurrences)
+        return
+    if args.loaded:
+        run_loaded(args.gpus, args.seeds, args.recurrences)
         return
 
     if not args.no_transfer and len(args.gpus) >= 2:

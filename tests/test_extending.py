@@ -1,11 +1,12 @@
 """The extending page's worked examples, written as a user writes them, outside the package: an
 energy meter, a loop adapter, a bandit and a store, each held to the contract class that
-`zeus_bso.testing` ships. Each touches only its own code and its test class here (a bandit that
-jobs can name also needs its name in `BanditName` and an entry in `BANDITS`: see the page)."""
+`zeus_bso.testing` ships. Each touches only its own code and its test class here; a bandit that
+jobs name is also an entry point of the ``zeus_bso.bandits`` group where the server runs."""
 
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import random
 from collections.abc import Iterator, Mapping
@@ -13,8 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
 from zeus_bso.energy import EnergyMeter, ProcessMeter
 from zeus_bso.policy import CostStats, Posterior
 from zeus_bso.policy.bandits import Bandit
@@ -138,3 +141,53 @@ class TestFileStore(StoreContract):
         path = tmp_path / "job.pickle"
         path.write_bytes(pickle.dumps(FileStore(new_job())))
         return lambda: FileStore.open(path)
+
+
+# A bandit that jobs name, kept outside: a module and its package's entry point, installed where
+# the server runs (here a folder on the server's PYTHONPATH holding both).
+
+PLUGIN = '''
+from zeus_bso.policy import CostStats, Posterior
+
+
+class Largest:
+    """Always the largest arm (a bandit no built-in one behaves like)."""
+
+    @classmethod
+    def of(cls, job):
+        return cls()
+
+    def choose(self, arms, observations, rng, pulls):
+        return max(arms)
+
+    def posteriors(self, arms, observations):
+        return {a: Posterior(-observations.get(a, CostStats()).mean, 1.0) for a in arms}
+'''
+
+
+def test_a_job_names_a_bandit_installed_on_the_server(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "my_bandits-0.1.dist-info").mkdir(parents=True)
+    (site / "my_bandits.py").write_text(PLUGIN)
+    (site / "my_bandits-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: my-bandits\nVersion: 0.1\n"
+    )
+    (site / "my_bandits-0.1.dist-info" / "entry_points.txt").write_text(
+        "[zeus_bso.bandits]\nlargest = my_bandits:Largest.of\n"
+    )
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"PYTHONPATH": path})
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            body = job_body(unique_id("plugin"), batch_sizes=[32, 64], default_batch_size=64)
+            assert http.post("/jobs", json={**body, "bandit": "largest"}).status_code == 201
+            trials = run_recurrences(http, body["job_id"], 8)
+            view = http.get(f"/api/jobs/{body['job_id']}").json()
+            bandit = [t for t in view["trials"] if t["kind"] == "bandit"]
+            assert len(bandit) >= 4, trials
+            assert {t["batch_size"] for t in bandit} == {64}  # the cheaper 32 never
+            unknown = http.post("/jobs", json={**job_body(unique_id("plugin")), "bandit": "lagest"})
+            assert unknown.status_code == 422
+            assert "did you mean 'largest'?" in unknown.json()["message"]
+    finally:
+        server.stop()

@@ -55,6 +55,11 @@ class ConfigurationError(ZeusBSOError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class UnknownBanditError(ConfigurationError):
+    """Raised when a job names a bandit that is neither built in nor installed (an entry point of
+    the ``zeus_bso.bandits`` group) where the policy runs."""
+
+
 class TraceError(ConfigurationError):
     """Raised when a workload, GPU or power limit is not in the shipped traces."""
 

@@ -175,10 +175,21 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
-BanditName = Literal["thompson", "zeus-0.16", "ucb"]
-"""The bandits a job may choose. The wire model declares them, as it declares every other
-option's vocabulary; `zeus_bso.policy.bandits.BANDITS` implements each (a test holds the two to
-each other)."""
+BUILT_IN_BANDITS = ("thompson", "zeus-0.16", "ucb")
+"""The bandits every server has (`zeus_bso.policy.bandits.BANDITS` implements each; a test holds
+the two to each other)."""
+
+BanditName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        json_schema_extra={"examples": list(BUILT_IN_BANDITS)},
+    ),
+]
+"""A bandit's name: one of `BUILT_IN_BANDITS`, or one installed where the policy runs (an entry
+point of the ``zeus_bso.bandits`` group; the server refuses a job whose bandit it lacks)."""
 
 
 def batch_sizes_in(bounds: Any, steps: str = "pow2") -> list[int]:
@@ -294,7 +305,8 @@ class _JobOptions(WireModel):
     """The bandit stage's algorithm (`zeus_bso.policy.bandits`): ``thompson``, Gaussian Thompson
     sampling with the ``bandit_*`` settings below; ``zeus-0.16``, upstream Zeus 0.16's Thompson
     sampling (each arm's own variance, never exploiting: the ``bandit_*`` settings do not
-    apply); ``ucb``, the lowest confidence bound on cost."""
+    apply); ``ucb``, the lowest confidence bound on cost; or the name of one installed on the
+    server (an entry point of the ``zeus_bso.bandits`` group)."""
     bandit_noise: Annotated[Literal["per_arm", "pooled"], PolicyOption()] = "pooled"
     """``per_arm``: each arm's reward precision is 1 / its own sample variance. ``pooled``: one
     coefficient of variation, estimated from every arm, scales every arm's noise (``thompson``
@@ -314,9 +326,11 @@ class _JobOptions(WireModel):
     only)."""
     early_stop_reference: Annotated[
         Literal["best_run", "best_mean"], PolicyOption(upstream="best_run")
-    ] = "best_run"
-    """What ``beta_knob`` multiplies: the cheapest converged run, or the lowest mean cost of a
-    batch size's converged runs."""
+    ] = "best_mean"
+    """What ``beta_knob`` multiplies: ``best_mean``, the lowest mean cost of a batch size's
+    converged runs; ``best_run``, the cheapest converged run (upstream), which one lucky run
+    sets on a loaded or shared machine (`benchmarks/regret.py --loaded`). A job may change it
+    by registering again (`STOP_SETTINGS`)."""
     early_stop_predictive: Annotated[bool, PolicyOption(upstream=False)] = False
     """Stop before an epoch that would take the run over the early-stop bound (the cost of an
     epoch is known after the first)."""
@@ -362,7 +376,8 @@ class _JobOptions(WireModel):
     this many times the default's measured cost (the mean of its converged runs; no cap before
     one converged): a run stops before an epoch that would take it over (its epoch's cost known
     from its first). Pinned runs and the last attempt of ``until_converged`` are not capped.
-    ``None``: no cap (``beta_knob`` still bounds runs against the cheapest)."""
+    ``None``: no cap (``beta_knob`` still bounds runs against the cheapest). A job may change
+    it by registering again (`STOP_SETTINGS`)."""
     power_profiling: Annotated[
         bool,
         PolicyOption(hashed_off_default=True, flag="--power-profiling/--no-power-profiling"),
@@ -497,6 +512,32 @@ class GpuConfig(WireModel):
     gpu_model: Identifier
 
 
+ESTIMATED_MODEL = "estimate"
+"""The model a run names when it measured no device (`zeus_bso.energy.EstimateMeter`: energy
+is its time x a fixed power): its hardware profile is a machine, not a GPU."""
+
+
+def hardware_words(number_of_gpus: int, gpu_model: str, max_power: float) -> str:
+    """A hardware profile for a person: ``8 x NVIDIA H200, 5600 W``, or, where its runs measured
+    nothing, ``an unmetered machine (energy estimated at 300 W)``: never a GPU that is not one."""
+    if gpu_model == ESTIMATED_MODEL:
+        return f"an unmetered machine (energy estimated at {max_power:g} W)"
+    return f"{number_of_gpus} x {gpu_model}, {max_power:g} W"
+
+
+def profile_words(key: str) -> str:
+    """`profile_key`'s key for a person: the key itself, or for runs that measured nothing
+    `hardware_words`' machine (the key is the same: a job's profiles stay as they were)."""
+    count, _, rest = key.partition("x")
+    model, _, power = rest.rpartition("@")
+    if model != ESTIMATED_MODEL or not count.isdigit() or not power.endswith("W"):
+        return key
+    try:
+        return hardware_words(int(count), model, float(power[:-1]))
+    except ValueError:
+        return key
+
+
 def profile_key(gpu: GpuConfig) -> str:
     """The name of a hardware profile, e.g. ``1xV100@250W``: GPU count, model and the sum of
     their power limits. Runs on one profile cost alike per epoch; across profiles they do not.
@@ -517,19 +558,27 @@ GPU_FIELDS = ("max_power", "number_of_gpus", "gpu_model")
 """The fields of `GpuConfig`: those a job may change between runs (its hardware profile)."""
 
 POWER_SETTINGS = ("power_profiling", "power_max_slowdown")
-"""How a job's runs use the GPUs' power limits: settings a job may change by registering again,
-as its GPUs, and which do not make it another job (a job id made from the settings leaves them
-out): what it learned of its batch sizes holds whatever limit its runs train at."""
+"""How a job's runs use the GPUs' power limits: what it learned of its batch sizes holds
+whatever limit its runs train at (`ADJUSTABLE_SETTINGS`)."""
+
+STOP_SETTINGS = ("early_stop_reference", "max_run_cost_ratio")
+"""What a job's runs are stopped against besides its target and ``max_epochs``: what it learned
+of its batch sizes holds whatever they are (`ADJUSTABLE_SETTINGS`); a platform adds a per-run
+cap to the jobs it runs without their starting over."""
+
+ADJUSTABLE_SETTINGS = (*POWER_SETTINGS, *STOP_SETTINGS)
+"""Settings a job may change by registering again, as its GPUs, and which do not make it another
+job (a job id made from the settings leaves them out, `zeus_bso.client.job_ids`)."""
 
 
 def differing_settings(one: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
     """The settings whose values differ between two jobs' configurations (as JSON: a spec's
     ``model_dump(mode="json")``, or a registered job's), in the order of the job's fields: not
-    the id, the prefix, the GPUs (another hardware profile of the same job) or the power
-    settings (`POWER_SETTINGS`: the same job at other limits). Where both give
-    ``batch_size_range``, their batch sizes are made from it, which is compared instead; a
-    setting one of them lacks (an older configuration) is not compared."""
-    skipped = {"job_id_prefix", *POWER_SETTINGS}  # the id and the GPUs are not options
+    the id, the prefix, the GPUs (another hardware profile of the same job) or the settings a
+    job may change (`ADJUSTABLE_SETTINGS`: the same job at other limits or stop settings). Where
+    both give ``batch_size_range``, their batch sizes are made from it, which is compared
+    instead; a setting one of them lacks (an older configuration) is not compared."""
+    skipped = {"job_id_prefix", *ADJUSTABLE_SETTINGS}  # the id and the GPUs are not options
     if one.get("batch_size_range") is not None and other.get("batch_size_range") is not None:
         skipped.add("batch_sizes")
     return [
@@ -782,6 +831,9 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
 """Our options set to upstream Zeus 0.16's behaviour."""
 
 __all__ = [
+    "ADJUSTABLE_SETTINGS",
+    "BUILT_IN_BANDITS",
+    "ESTIMATED_MODEL",
     "EXTENSIONS_HEADER",
     "GPU_FIELDS",
     "MAX_BATCH_SIZES",
@@ -803,6 +855,8 @@ __all__ = [
     "WireModel",
     "declared_extensions",
     "gpu_of",
+    "hardware_words",
     "policy_options",
     "profile_key",
+    "profile_words",
 ]

@@ -23,8 +23,10 @@ from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
+    ADJUSTABLE_SETTINGS,
     GPU_FIELDS,
     POWER_SETTINGS,
+    STOP_SETTINGS,
     CreatedJob,
     DispatchedTrial,
     GpuConfig,
@@ -37,6 +39,7 @@ from zeus_bso.spec import (
     TrialId,
     gpu_of,
     profile_key,
+    profile_words,
 )
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
@@ -145,8 +148,10 @@ class BatchSizeService:
         """Register a job, or confirm that an identical one exists.
 
         Raises:
+            UnknownBanditError: the job's bandit is neither built in nor installed here.
             JobConfigMismatchError: the id exists with another configuration.
         """
+        policy.bandit_factory(spec.bandit)  # before anything is written
         return await self.db.write(lambda conn: self._register(conn, spec))
 
     def _register(self, conn: Connection, spec: JobSpecFromClient) -> Registered:
@@ -172,24 +177,28 @@ class BatchSizeService:
         assert existing is not None
         config = config_of(existing)
         differences = _differences(config, spec)
-        if any(name not in (*GPU_FIELDS, *POWER_SETTINGS) for name, _ in differences):
+        if any(name not in (*GPU_FIELDS, *ADJUSTABLE_SETTINGS) for name, _ in differences):
             raise JobConfigMismatchError(
                 "JobSpec doesn't match with existing jobSpec "
                 f"({'; '.join(text for _, text in differences)}). Use a new job_id for different"
-                f" configuration (a job may change only its GPUs: {', '.join(GPU_FIELDS)}; and"
-                f" its power settings: {', '.join(POWER_SETTINGS)})"
+                f" configuration (a job may change only its GPUs: {', '.join(GPU_FIELDS)}; its"
+                f" power settings: {', '.join(POWER_SETTINGS)}; and its stop settings:"
+                f" {', '.join(STOP_SETTINGS)})"
             )
-        if differences:  # the same job on other GPUs, or with other power settings
+        if differences:  # the same job on other GPUs, or with other adjustable settings
             if not locked:  # read it again, under the lock
                 existing = repo.get_job(conn, spec.job_id, lock=True)
                 assert existing is not None
                 config = config_of(existing)
             state = existing.state
-            changed = {name for name, _ in differences if name in POWER_SETTINGS}
+            changed = {name for name, _ in differences if name in ADJUSTABLE_SETTINGS}
             if changed:  # the ones the client sent (an older client's defaults change nothing)
                 settings = {name: getattr(spec, name) for name in sorted(changed)}
                 config = config.model_copy(update=settings)
                 logger.info("job %s now has %s", spec.job_id, settings)
+                if "early_stop_reference" in changed:
+                    state = policy.with_stop_settings(config, state)
+                    repo.set_reference(conn, spec.job_id, state.best)
             gpu = gpu_of(spec)
             if gpu != gpu_of(config):  # their profile is the current one now
                 config, state = policy.registered_on(config, state, gpu)
@@ -620,8 +629,8 @@ class BatchSizeService:
             cap = job.state.memory_caps.get(profile)
             if cap is not None and size >= cap:
                 raise PinError(
-                    f"Batch size {size} does not fit in memory on {profile} ({cap} and above "
-                    "ran out of memory there): pin a smaller one"
+                    f"Batch size {size} does not fit in memory on {profile_words(profile)} ({cap}"
+                    " and above ran out of memory there): pin a smaller one"
                 )
             repo.pin_job(conn, job_id, size)
             return size

@@ -4,11 +4,16 @@ profiles keep them, and the read API, the dashboard and the CLI say so. Real ser
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.helpers import ServerProcess, dispatch, job_body, trial_id, unique_id
+from zeus_bso.energy import EstimateMeter
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
 A100_KEY = "1xNVIDIA A100-SXM4-40GB@300W"
@@ -293,3 +298,36 @@ def test_a_pinned_job_never_gets_a_size_that_ran_out_of_memory(http: httpx.Clien
     view = http.get(f"/api/jobs/{job_id}").json()
     assert view["next_run"]["refused"] is True
     assert dispatch(http, job_id, accumulate="true", **A100)["batch_size"] == 64
+
+
+def test_a_machine_that_measured_nothing_is_not_named_as_a_gpu(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """Runs with the energy estimate name no GPU (their model is the estimate's): the dashboard,
+    ``zeus-bso jobs show`` and a refused pin say "an unmetered machine", not "estimate"."""
+    estimate = EstimateMeter(300.0)
+    machine = {"gpu_model": estimate.device_model, "number_of_gpus": 1, "max_power": 300.0}
+    words = "an unmetered machine (energy estimated at 300 W)"
+    job_id = unique_id("unmetered")
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64, **machine)
+    assert http.post("/jobs", json=body).status_code == 201
+    first = dispatch(http, job_id, **machine)
+    assert http.post("/api/trials/infeasible", json=trial_id(first)).status_code == 200
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert f"none measured: {words}" in page
+    assert f"64 and above on {words}" in page
+    assert "\u00d7 estimate" not in page
+    refused = http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64})
+    assert f"does not fit in memory on {words}" in refused.json()["message"]
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", job_id]
+        + ["--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert words in shown.stdout
+    assert f"64 and above on {words}" in shown.stdout
+    assert "estimate" not in shown.stdout.replace("estimated", "")

@@ -187,7 +187,7 @@ def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(
     assert by_number == {on_a100.trial_number: "1xA100@400W", on_v100.trial_number: "1xV100@250W"}
 
 
-def test_job_id_depends_on_the_configuration_but_not_the_gpus_or_power_settings() -> None:
+def test_job_id_depends_on_the_configuration_but_not_the_gpus_or_adjustable_settings() -> None:
     from zeus_bso.spec import JobSpecFromClient
 
     base = {
@@ -206,6 +206,10 @@ def test_job_id_depends_on_the_configuration_but_not_the_gpus_or_power_settings(
     # So are its runs at other power limits: what it learned of its batch sizes holds.
     power = {"power_profiling": False, "power_max_slowdown": 1.1}
     assert first == stable_job_id(JobSpecFromClient(**{**base, **power}))
+    # And what its runs are stopped against (a platform adds a cap to its jobs).
+    for reference in ("best_run", "best_mean"):
+        stop = {"early_stop_reference": reference, "max_run_cost_ratio": 1.5}
+        assert first == stable_job_id(JobSpecFromClient(**{**base, **stop}))
     assert first != stable_job_id(JobSpecFromClient(**{**base, "eta_knob": 0.2}))
     # The id this configuration had before options were added: an option at its default keeps
     # it, so a job without an explicit id goes on after an upgrade; set, it is another job.

@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import ServerProcess
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
+from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.sim import (
     ServerBackend,
@@ -221,6 +222,37 @@ def test_with_a_run_cost_cap_no_run_costs_more_than_that_times_the_default(
     capped = run(in_process, workload, seed, recurrences=8, max_run_cost_ratio=1.5)
     assert max(over_the_default([r.trials for r in capped], default)) <= 1.5
     assert all(r.trials[-1].converged for r in capped)
+
+
+def test_a_loaded_machine_spreads_each_runs_pace(tmp_path: Path) -> None:
+    """``pace_noise``: each run's epochs cost one factor apart from the trace's (its own, the
+    same for each of its epochs), and the server is told that pace: it judged the costs the
+    run paid."""
+    trace = load_trace_job("cifar100", "v100")
+    spec = job_spec(trace, "sim-loaded", mab_seed=0)
+    backend = in_process(spec)
+    loaded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=0.5, pace_noise=0.3)
+    runs = [t for r in loaded for t in r.trials]
+    factors = [t.cost / (t.epochs * trace.epoch_cost(t.batch_size, 0.5)) for t in runs]
+    assert len({round(f, 9) for f in factors}) == len(factors) > 5  # each run its own pace
+    assert all(0.2 < f < 5.0 for f in factors)
+    told = {
+        t.trial_number: zeus_cost(t.energy or 0.0, t.time or 0.0, 0.5, trace.max_power)
+        for t in backend.trials
+    }
+    assert told == pytest.approx({t.trial_number: t.cost for t in runs})
+    # The command line simulates the same loaded machine.
+    out = tmp_path / "loaded.json"
+    command = ["simulate", "--workload", "cifar100", "--recurrences", "6", "--seeds", "0"]
+    done = subprocess.run(
+        [ZEUS_BSO, *command, "--pace-noise", "0.3", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = json.loads(out.read_text())["results"]
+    assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in loaded])
 
 
 def test_a_horizon_is_the_simulation_of_that_many_recurrences() -> None:

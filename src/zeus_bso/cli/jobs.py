@@ -21,6 +21,7 @@ from rich.table import Column, Table
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 from zeus_bso.options import token_from
+from zeus_bso.spec import ESTIMATED_MODEL, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
 
 T = TypeVar("T")
@@ -101,6 +102,13 @@ def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -
         raise typer.Exit(error.exit_code) from error
 
 
+def _hardware(job: dict[str, Any]) -> str:
+    """A job's GPUs in words (`zeus_bso.spec.hardware_words`), with ``max power`` named."""
+    if job["gpu_model"] == ESTIMATED_MODEL:
+        return hardware_words(job["number_of_gpus"], job["gpu_model"], job["max_power"])
+    return f"{job['number_of_gpus']} x {job['gpu_model']}, max power {job['max_power']:g} W"
+
+
 def _number(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
@@ -166,6 +174,8 @@ def list_command(
     )
     for job in jobs:
         gpu = f"{job['number_of_gpus']} x {job['gpu_model']}"
+        if job["gpu_model"] == ESTIMATED_MODEL:
+            gpu = "none measured"
         recommended, savings = job["recommended"], job["savings"]
         table.add_row(
             escape(job["job_id"]),
@@ -255,19 +265,20 @@ def show_command(
     trials = state["trial_count"]
     console.print(f"[bold]{escape(job['job_id'])}[/]  stage {state['stage']}, {trials} trials")
     console.print(
-        f"{job['number_of_gpus']} x {escape(job['gpu_model'])}, max power {job['max_power']:g} W, "
+        f"{escape(_hardware(job))}, "
         f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
         f"default batch size {job['default_batch_size']}"
     )
     profiles = state.get("profiles") or []  # absent from servers that predate profiles
     if len(profiles) > 1:
         console.print(
-            f"hardware profiles {escape(', '.join(profiles))}; costs in the current one's units"
+            f"hardware profiles {escape(', '.join(map(profile_words, profiles)))}; costs in the"
+            " current one's units"
         )
     for profile, size in sorted((state.get("memory_caps") or {}).items()):
         console.print(
-            f"out of memory: batch size {size} and above on {escape(profile)} (not dispatched "
-            "there again)"
+            f"out of memory: batch size {size} and above on {escape(profile_words(profile))} (not "
+            "dispatched there again)"
         )
     slowdown = job.get("power_max_slowdown")
     if slowdown and state.get("power_profiles"):

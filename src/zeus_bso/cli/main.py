@@ -99,6 +99,15 @@ def simulate_command(
             "network, batch_size, optimizer, power_limit, time_per_epoch, average_power)"
         ),
     ] = None,
+    pace_noise: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=2.0,
+            help="A loaded or shared machine: each run's epochs take exp(N(0, this)) times the "
+            "trace's (0.2: a run often 20% off its batch size's pace)",
+        ),
+    ] = 0.0,
     **given: Any,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default.
@@ -122,6 +131,7 @@ def simulate_command(
             accumulate,
             power_limits,
             read_power_trace(str(power_trace)) if power_trace is not None else None,
+            pace_noise,
         )
         summaries = [
             _simulate_one(name, gpu, recurrences, seed_list, options, server, simulated)
@@ -223,6 +233,7 @@ class SimulatedGpu:
     power_limits: bool = False
     power_rows: list[dict[str, str]] | None = None
     """``--power-trace``'s rows (read once)."""
+    pace_noise: float = 0.0
 
 
 def _simulate_one(
@@ -264,6 +275,7 @@ def _simulate_one(
                     memory_cap=cap,
                     accumulate=simulated.accumulate,
                     power_limits=simulated.power_limits and spec.power_profiling,
+                    pace_noise=simulated.pace_noise,
                 )
             results.append(seed_result(seed, recurrence_results))
     return summarize(

@@ -13,7 +13,13 @@ import hashlib
 import json
 import os
 
-from zeus_bso.spec import GPU_FIELDS, POWER_SETTINGS, JobSpec, JobSpecFromClient, policy_options
+from zeus_bso.spec import (
+    ADJUSTABLE_SETTINGS,
+    GPU_FIELDS,
+    JobSpec,
+    JobSpecFromClient,
+    policy_options,
+)
 
 RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"
 
@@ -43,14 +49,20 @@ _HASHED_ONLY_OFF_DEFAULT.update(  # job fields too
     batch_size_range=None, batch_size_steps="pow2", lr_rule=None
 )
 
+_HASHED_AS = {"early_stop_reference": "best_run"}
+"""Settings that became adjustable after ids were hashed with them, with the value every id hashes
+for them: the one most ids hashed (their default then), so that those ids stay what they were."""
+
 
 def stable_job_id(spec: JobSpecFromClient) -> str:
     """The id of a job without one: its prefix and a hash of its configuration but its GPUs and
-    its power settings (a job on other GPUs is the same job on another hardware profile, and a
-    job whose runs train at other power limits the same job)."""
-    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS, *POWER_SETTINGS})
+    the settings it may change (a job on other GPUs is the same job on another hardware
+    profile, and a job whose runs train at other power limits, or stop against another
+    reference, the same job: `zeus_bso.spec.ADJUSTABLE_SETTINGS`)."""
+    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS, *ADJUSTABLE_SETTINGS})
     for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
         if name in config and config[name] == default:
             del config[name]  # ids from before the option existed stay the same
+    config.update(_HASHED_AS)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return f"{spec.job_id_prefix}-{digest[:8]}"

@@ -7,6 +7,7 @@ import time
 
 from zeus_bso.energy.base import ProcessMeter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import ESTIMATED_MODEL
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,9 @@ class EstimateMeter(ProcessMeter):
     name = "estimate"
     is_estimate = True
 
-    def __init__(self, watts: float = DEFAULT_WATTS, *, device_model: str = "estimate") -> None:
+    def __init__(
+        self, watts: float = DEFAULT_WATTS, *, device_model: str = ESTIMATED_MODEL
+    ) -> None:
         if not watts > 0:
             raise ConfigurationError(f"watts must be positive, got {watts}")
         self.watts = watts

@@ -9,6 +9,7 @@ from zeus_bso.policy.bandits import (
     BANDITS,
     Bandit,
     arm_posteriors,
+    bandit_factory,
     bandit_for,
     choose_arm,
     recommended,
@@ -36,6 +37,7 @@ from zeus_bso.policy.machine import (
     history_of,
     moved,
     out_of_memory,
+    with_stop_settings,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.profiles import (
@@ -97,6 +99,7 @@ __all__ = [
     "after_report",
     "arm_posterior",
     "arm_posteriors",
+    "bandit_factory",
     "bandit_for",
     "best_reference",
     "choose_arm",
@@ -115,5 +118,6 @@ __all__ = [
     "state_on",
     "target_reached",
     "with_profile",
+    "with_stop_settings",
     "zeus_cost",
 ]

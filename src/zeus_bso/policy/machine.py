@@ -31,6 +31,7 @@ from zeus_bso.errors import PinnedOutOfMemoryError, ReportMismatchError
 from zeus_bso.policy.cost import (
     Report,
     StopRules,
+    best_reference,
     fold_final_report,
     fresh_run_cost,
     judge_report,
@@ -424,6 +425,14 @@ def after_report(
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
     return _ended(rules, state, measured, verdict, answer, profiles)
+
+
+def with_stop_settings(job: CreatedJob, state: JobState) -> JobState:
+    """The job's state under ``job``'s stop settings (registered again with another
+    ``early_stop_reference``): its early-stop reference made again from its batch sizes'
+    converged runs, as its next final report would make it."""
+    converged = {size: entry.converged for size, entry in state.stats.items()}
+    return replace(state, best=best_reference(StopRules.of(job), converged))
 
 
 def answer_of(verdict: Verdict) -> ReportResponse:

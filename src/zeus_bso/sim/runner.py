@@ -15,6 +15,7 @@ goes on at a size that fits). Without one, nothing changes.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -181,6 +182,7 @@ def simulate(
     memory_cap: int | None = None,
     accumulate: bool = False,
     power_limits: bool = False,
+    pace_noise: float = 0.0,
 ) -> list[Recurrence]:
     """Run ``recurrences`` recurrences of ``trace`` against ``backend``; with ``memory_cap``,
     batch sizes at or above it run out of memory at their first step, or, with
@@ -188,8 +190,11 @@ def simulate(
     micro-batches that ran out of memory have shown where the cap is. With ``power_limits``
     (and ``eta_knob`` above 0), each batch size's first run profiles the GPU's power limits in
     its first epoch, paid at their mean, and every later epoch runs at the limit that costs
-    least of those it profiled (`TraceJob.chosen_pace`)."""
+    least of those it profiled (`TraceJob.chosen_pace`). With ``pace_noise`` (a loaded or shared
+    machine), each run's epochs take ``exp(N(0, pace_noise))`` times the trace's, time and energy
+    alike (drawn apart from the trace's runs: 0 leaves every other draw as it was)."""
     rng = random.Random(seed)
+    noise = random.Random(f"pace-{seed}")
     w = trace.workload
     paced = trace.accumulated(memory_cap) if accumulate and memory_cap is not None else trace
     learned: int | None = None  # the cap the server knows (accumulating runs)
@@ -227,6 +232,7 @@ def simulate(
             tries += 1
             profile = paced.profiles[trial.batch_size]
             run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
+            slower = math.exp(noise.gauss(0.0, pace_noise)) if pace_noise else 1.0
             # Power limits: a batch size's first run profiles every limit in its first epoch
             # (at their mean), and every epoch after runs at the limit that costs least.
             pace = first = None
@@ -240,10 +246,10 @@ def simulate(
             while answer is None or not answer.stop_train:
                 epoch += 1
                 if pace is None or first is None:
-                    time = epoch * profile.time_per_epoch
+                    time = epoch * profile.time_per_epoch * slower
                     energy = time * profile.average_power
                 else:
-                    time, energy = _spent(epoch, first, pace)
+                    time, energy = (slower * x for x in _spent(epoch, first, pace))
                 answer = backend.report(
                     trial,
                     time=time,
@@ -253,14 +259,12 @@ def simulate(
                 )
             backend.end_trial(trial)
             if pace is None or first is None:
+                seconds = epoch * profile.time_per_epoch * slower
                 cost = zeus_cost(
-                    epoch * profile.time_per_epoch * profile.average_power,
-                    epoch * profile.time_per_epoch,
-                    eta_knob,
-                    trace.max_power,
+                    seconds * profile.average_power, seconds, eta_knob, trace.max_power
                 )
             else:
-                seconds, joules = _spent(epoch, first, pace)
+                seconds, joules = (slower * x for x in _spent(epoch, first, pace))
                 cost = zeus_cost(joules, seconds, eta_knob, trace.max_power)
             recurrence.trials.append(
                 TrialOutcome(

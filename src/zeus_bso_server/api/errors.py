@@ -23,6 +23,7 @@ from zeus_bso.errors import (
     NoConvergedBatchSizeError,
     ReportMismatchError,
     TooManyProfilesError,
+    UnknownBanditError,
     ZeusBSOError,
 )
 from zeus_bso_server.api.asgi import route_path
@@ -49,6 +50,7 @@ STATUS_OF: list[tuple[type[Exception], int]] = [
     (ReportMismatchError, 409),
     (NoConvergedBatchSizeError, 409),
     (TooManyProfilesError, 409),
+    (UnknownBanditError, 422),
     (DatabaseUnavailableError, 503),
     (SchemaError, 503),
 ]

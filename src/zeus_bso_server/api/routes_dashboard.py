@@ -18,7 +18,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import URL
 
-from zeus_bso.spec import INT32_MAX, MAX_ID_LENGTH, Printable
+from zeus_bso.spec import (
+    ESTIMATED_MODEL,
+    INT32_MAX,
+    MAX_ID_LENGTH,
+    Printable,
+    hardware_words,
+    profile_words,
+)
 from zeus_bso_server.api.charts import cost_chart, duration, energy, number, sparkline
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.api.docs_pages import DOCS_URL
@@ -39,10 +46,13 @@ def templates() -> Jinja2Templates:
     pages = Jinja2Templates(directory=str(files("zeus_bso_server.api") / "templates"))
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = number
+    pages.env.filters["profile"] = profile_words
     pages.env.filters["energy"] = energy
     pages.env.filters["duration"] = duration
     pages.env.filters["sparkline"] = sparkline
     pages.env.globals["job_url"] = job_url
+    pages.env.globals["estimated_model"] = ESTIMATED_MODEL
+    pages.env.globals["hardware_words"] = hardware_words
     pages.env.globals["url_for"] = _path_for_template  # paths, never the Host header's name
     pages.env.globals["api_docs_url"] = _api_docs_url
     return pages

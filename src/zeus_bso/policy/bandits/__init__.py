@@ -3,23 +3,33 @@
 A bandit is built once from a job (`bandit_for`, by the job's ``bandit`` option) and holds its
 settings; it sees only the arms, each arm's cost statistics (`zeus_bso.policy.types.CostStats`,
 in the units of the profile the run trains on), a random source and how many bandit-stage trials
-came before. Adding one is a module here, its name in `zeus_bso.spec.BanditName`, an entry in
-`BANDITS`, and a test that subclasses `zeus_bso.testing.BanditContract` (see the
+came before. A built-in one is a module here, its name in `zeus_bso.spec.BUILT_IN_BANDITS`, an
+entry in `BANDITS`, and a test that subclasses `zeus_bso.testing.BanditContract`; one kept
+outside is a package with an entry point of the ``zeus_bso.bandits`` group (its name, and a
+function of the job that returns the bandit), installed where the server runs (see the
 documentation's "Extending zeus-bso" page).
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import random
 from collections.abc import Callable, Mapping
+from importlib import metadata
 from typing import TYPE_CHECKING, Protocol
 
+from zeus_bso.errors import UnknownBanditError
 from zeus_bso.policy.bandits.thompson import ThompsonSampling
 from zeus_bso.policy.bandits.ucb import LowerConfidenceBound
 from zeus_bso.policy.types import CostStats, JobHistory, JobState, Posterior
 
 if TYPE_CHECKING:
-    from zeus_bso.spec import BanditName, CreatedJob
+    from zeus_bso.spec import CreatedJob
+
+ENTRY_POINTS = "zeus_bso.bandits"
+"""The entry point group of bandits kept outside: ``name = package.module:factory``, where
+``factory(job)`` returns the `Bandit` of a job whose ``bandit`` is ``name``."""
 
 
 class Bandit(Protocol):
@@ -43,17 +53,52 @@ class Bandit(Protocol):
         ...
 
 
-BANDITS: Mapping[BanditName, Callable[[CreatedJob], Bandit]] = {
+BANDITS: Mapping[str, Callable[[CreatedJob], Bandit]] = {
     "thompson": ThompsonSampling.of,
     "zeus-0.16": ThompsonSampling.of_upstream,
     "ucb": LowerConfidenceBound.of,
 }
-"""Each bandit a job may choose (its ``bandit`` option, `zeus_bso.spec.BanditName`), by name."""
+"""Each built-in bandit a job may choose (its ``bandit`` option,
+`zeus_bso.spec.BUILT_IN_BANDITS`), by name."""
+
+
+@functools.cache
+def installed_bandits() -> Mapping[str, metadata.EntryPoint]:
+    """The bandits installed in this environment (`ENTRY_POINTS`), by name; a built-in name
+    stays the built-in one. Read once per process: install a bandit, then start the server."""
+    found = {e.name: e for e in metadata.entry_points(group=ENTRY_POINTS)}
+    return {name: entry for name, entry in sorted(found.items()) if name not in BANDITS}
+
+
+def bandit_factory(name: str) -> Callable[[CreatedJob], Bandit]:
+    """What builds the bandit named ``name``: a built-in one, or one installed here.
+
+    Raises:
+        UnknownBanditError: neither (the message names those there are, and the nearest).
+    """
+    if name in BANDITS:
+        return BANDITS[name]
+    entry = installed_bandits().get(name)
+    if entry is None:
+        known = [*BANDITS, *installed_bandits()]
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise UnknownBanditError(
+            f"bandit {name!r} is neither built in ({', '.join(BANDITS)}) nor installed here"
+            f" (an entry point of the {ENTRY_POINTS!r} group; installed: "
+            f"{', '.join(installed_bandits()) or 'none'}){hint}"
+        )
+    factory: Callable[[CreatedJob], Bandit] = entry.load()
+    return factory
 
 
 def bandit_for(job: CreatedJob) -> Bandit:
-    """The bandit of ``job``, with its settings."""
-    return BANDITS[job.bandit](job)
+    """The bandit of ``job``, with its settings.
+
+    Raises:
+        UnknownBanditError: the job's bandit is neither built in nor installed here.
+    """
+    return bandit_factory(job.bandit)(job)
 
 
 def choose_arm(
@@ -98,11 +143,14 @@ def recommended(job: CreatedJob, state: JobState, history: JobHistory) -> tuple[
 
 __all__ = [
     "BANDITS",
+    "ENTRY_POINTS",
     "Bandit",
     "LowerConfidenceBound",
     "ThompsonSampling",
     "arm_posteriors",
+    "bandit_factory",
     "bandit_for",
     "choose_arm",
+    "installed_bandits",
     "recommended",
 ]

@@ -26,6 +26,7 @@ from zeus_bso_server.store.repository.jobs import (
     set_by_profile,
     set_memory_caps,
     set_profiles,
+    set_reference,
 )
 from zeus_bso_server.store.repository.power_profiles import (
     StoredPowerProfile,
@@ -88,6 +89,7 @@ __all__ = [
     "set_dispatched_for",
     "set_memory_caps",
     "set_profiles",
+    "set_reference",
     "spent",
     "start_trial",
     "trial_of_run",

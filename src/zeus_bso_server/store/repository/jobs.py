@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from zeus_bso.policy import (
     BatchSizeStats,
+    BestRun,
     ByProfile,
     Event,
 )
@@ -167,6 +168,13 @@ def set_profiles(
     values = [p.model_dump(mode="json") for p in profiles]
     stmt = update(jobs).where(jobs.c.job_id == job_id)
     conn.execute(stmt.values(config=config, profiles=values, updated_at=db_now()))
+
+
+def set_reference(conn: Connection, job_id: str, best: BestRun | None) -> None:
+    """Store the job's early-stop reference (made again: its stop settings changed)."""
+    stmt = update(jobs).where(jobs.c.job_id == job_id)
+    batch_size, cost = (None, None) if best is None else (best.batch_size, best.cost)
+    conn.execute(stmt.values(best_batch_size=batch_size, best_cost=cost))
 
 
 def pin_job(conn: Connection, job_id: str, batch_size: int | None) -> None:

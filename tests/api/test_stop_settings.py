@@ -1,0 +1,62 @@
+"""A job's stop settings (``early_stop_reference``, ``max_run_cost_ratio``) change by
+registering again, as its power settings: the job keeps its history, and its early-stop
+reference is made again from it at once. Real server process, each backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.helpers import dispatch, job_body, unique_id
+
+
+def _converge(http: httpx.Client, job_id: str, time: float, energy: float) -> None:
+    """One run that reaches the target at its first epoch (cost 0.5 * energy + 150 * time)."""
+    trial = dispatch(http, job_id)
+    report = {**trial, "time": time, "energy": energy, "metric": 0.9, "current_epoch": 1}
+    assert http.post("/report", json=report).json()["converged"]
+    assert http.patch("/trials", json=trial).status_code == 200
+
+
+def _job(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    return dict(http.get(f"/api/jobs/{job_id}").json())
+
+
+def test_stop_settings_change_and_the_job_keeps_its_history(http: httpx.Client) -> None:
+    job_id = unique_id("stops")
+    body = job_body(job_id, batch_sizes=[64], default_batch_size=64, target_metric=0.5)
+    body["early_stop_reference"] = "best_run"
+    assert http.post("/jobs", json=body).status_code == 201
+    _converge(http, job_id, 10.0, 1000.0)  # 2000 J
+    _converge(http, job_id, 20.0, 2000.0)  # 4000 J
+    assert _job(http, job_id)["best_cost"] == 2000.0  # the cheapest run
+
+    again = http.post("/jobs", json={**body, "early_stop_reference": "best_mean"})
+    assert again.status_code == 200, again.text
+    state = _job(http, job_id)
+    assert state["job"]["early_stop_reference"] == "best_mean"
+    assert state["best_cost"] == 3000.0  # the size's mean, at once
+    assert state["trial_count"] == 2
+
+    capped = http.post("/jobs", json={**body, "max_run_cost_ratio": 1.5})
+    assert capped.status_code == 200, capped.text
+    state = _job(http, job_id)
+    assert state["job"]["max_run_cost_ratio"] == 1.5
+    assert state["job"]["early_stop_reference"] == "best_run"  # sent again: changed back
+    assert state["best_cost"] == 2000.0
+    assert state["trial_count"] == 2
+
+    other = http.post("/jobs", json={**body, "eta_knob": 0.2})
+    assert other.status_code == 409
+    assert "stop settings: early_stop_reference, max_run_cost_ratio" in other.json()["message"]
+
+
+def test_a_cap_at_or_below_the_default_is_refused(http: httpx.Client) -> None:
+    job_id = unique_id("badcap")
+    for ratio in (1.0, 0.5, "cheap"):
+        body = job_body(job_id, max_run_cost_ratio=ratio)
+        refused = http.post("/jobs", json=body)
+        assert refused.status_code == 422
+        assert "max_run_cost_ratio" in refused.text
+    assert http.get(f"/api/jobs/{job_id}").status_code == 404
