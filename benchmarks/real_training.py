@@ -22,10 +22,18 @@ simulator prices the trace); the oracle pays the cheapest every recurrence. Prin
 (``benchmarks/results/real_training.json``) each setup's chosen batch sizes and cumulative
 time, energy and cost, and each against the oracle.
 
+On a loaded CPU (``--loaded``): the ``linear`` setup with each early-stop reference
+(``best_run``, the cheapest converged run; ``best_mean``, the lowest mean of a size's converged
+runs) while busy processes come and go on every core (a shared machine: a run's pace depends on
+what else runs), each with the same seeded load; prints and saves
+(``benchmarks/results/real_training_loaded.json``) each one's cost and its runs stopped on
+their cost at a batch size that had converged before.
+
 Needs the lightning extra and scikit-learn::
 
     pip install -e '.[server,lightning]' scikit-learn
     python benchmarks/real_training.py --recurrences 30
+    python benchmarks/real_training.py --loaded --recurrences 20
 """
 
 from __future__ import annotations
@@ -34,9 +42,14 @@ import argparse
 import json
 import logging
 import math
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,10 +145,14 @@ class Setup:
     time: float = 0.0
     energy: float = 0.0
     cost: float = 0.0
+    cost_stops: int = 0
+    """Runs stopped on their cost at a batch size that had converged before."""
 
 
-def recurrences_through_a_server(rule: str, count: int, root: Path) -> Setup:
-    setup = Setup(rule)
+def recurrences_through_a_server(
+    rule: str, count: int, root: Path, reference: str = "best_mean"
+) -> Setup:
+    setup = Setup(rule if reference == "best_mean" else f"{rule}/{reference}")
     with tempfile.TemporaryDirectory() as db, running_server(f"sqlite:///{db}/bso.db") as url:
         spec = JobSpec(
             job_id_prefix=f"digits-{rule}",
@@ -145,6 +162,7 @@ def recurrences_through_a_server(rule: str, count: int, root: Path) -> Setup:
             max_epochs=MAX_EPOCHS,
             eta_knob=ETA,
             mab_seed=7,
+            early_stop_reference=reference,
         )
         for index in range(count):
             pl.seed_everything(1000 + index, verbose=False)
@@ -159,10 +177,15 @@ def recurrences_through_a_server(rule: str, count: int, root: Path) -> Setup:
             setup.converged.append(bool(outcome is not None and outcome.converged))
             print(f"  {rule:>7} #{index + 1:>2}: batch size {callback.batch_size:>4}", flush=True)
         with ServerClient(url) as client:
-            trials = client.trials(callback.job_id)
+            trials = sorted(client.trials(callback.job_id), key=lambda t: int(t["trial_number"]))
+        converged: set[int] = set()
         for trial in trials:  # every run's measured spending, as the server recorded it
             setup.time += trial.get("time") or 0.0
             setup.energy += trial.get("energy") or 0.0
+            stopped = "cost upper bound" in (trial.get("message") or "")
+            setup.cost_stops += stopped and trial["batch_size"] in converged
+            if trial.get("converged"):
+                converged.add(trial["batch_size"])
         setup.cost = zeus_cost(setup.energy, setup.time, ETA, WATTS)
     return setup
 
@@ -255,15 +278,71 @@ def oracle(seeds: int, root: Path) -> dict[str, dict[int, float]]:
     return table
 
 
+HOG = """
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
+while True:
+    end = time.monotonic() + rng.uniform(0.2, 2.0)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(0.2, 2.0))
+"""
+"""A busy process that comes and goes: busy 0.2-2 s, idle 0.2-2 s, seeded."""
+
+
+@contextmanager
+def loaded_cpu(seed: int) -> Iterator[None]:
+    """One `HOG` per core while the block runs."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", HOG, str(seed * 100 + core)])
+        for core in range(os.cpu_count() or 1)
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def run_loaded(recurrences: int, out: Path) -> None:
+    """The ``linear`` setup with each early-stop reference on a loaded CPU (``--loaded``)."""
+    setups = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for reference in ("best_run", "best_mean"):
+            print(f"{reference}, on a loaded CPU", flush=True)
+            with loaded_cpu(seed=1):
+                setups.append(
+                    recurrences_through_a_server("linear", recurrences, Path(tmp), reference)
+                )
+    print(f"{'setup':>16} {'cost':>9} {'time s':>8} {'converged':>10} {'cost stops':>10}")
+    for s in setups:
+        print(
+            f"{s.name:>16} {s.cost:>9.1f} {s.time:>8.1f} {sum(s.converged):>6}/"
+            f"{len(s.converged):<3} {s.cost_stops:>10}  {s.batch_sizes}"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {"recurrences": recurrences, "cores": os.cpu_count(), "setups": setups}
+    out.write_text(json.dumps(data, default=asdict, indent=2) + "\n")
+    print(f"saved {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recurrences", type=int, default=20)
     parser.add_argument("--oracle-seeds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--loaded", action="store_true", help="only the early-stop references on a loaded CPU"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
+    if args.loaded:
+        run_loaded(args.recurrences, args.out or RESULTS.with_name("real_training_loaded.json"))
+        return
+    args.out = args.out or RESULTS
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         print("oracle (brute force)", flush=True)
