@@ -301,6 +301,23 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_tables_fit_80_columns_at_every_horizon() -> None:
+    """Captured, the console is 80 columns wide: every table of a 50-recurrence simulation of
+    every workload, the four horizons' too, is whole there (nothing cut to an ellipsis)."""
+    result = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "all", "--seeds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert result.returncode == 0, result.stderr
+    horizons = result.stdout.split("Regret / floor at fewer recurrences")[1]
+    assert all(f"at {h}" in horizons for h in (5, 10, 20, 50))
+    assert "\u2026" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
 def test_cli_rejects_unknown_workload() -> None:
     result = subprocess.run(
         [ZEUS_BSO, "simulate", "--workload", "mnist"], capture_output=True, text=True, timeout=60

@@ -352,7 +352,7 @@ HORIZONS = (5, 10, 20, 50)
 
 def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
     """Regret at each of `HORIZONS` within the simulated recurrences (and at their number), as a
-    table: a header, then per workload its regret and floor at each horizon (``1.212 / 1.111``),
+    table: a header, then per workload its regret and floor at each horizon (``1.212/1.111``),
     and with several workloads their mean and the worst workload against always running the
     default (``+12.8%``: dearer)."""
     most = min(s.recurrences for s in summaries)
@@ -360,7 +360,7 @@ def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str
     header = ["workload", *(f"at {h}" for h in horizons)]
     judged = {h: [s.at(h) for s in summaries] for h in horizons}
     rows = [
-        [s.workload, *(f"{judged[h][i].regret:.3f} / {judged[h][i].floor:.3f}" for h in horizons)]
+        [s.workload, *(f"{judged[h][i].regret:.3f}/{judged[h][i].floor:.3f}" for h in horizons)]
         for i, s in enumerate(summaries)
     ]
     if len(summaries) > 1:
@@ -369,7 +369,7 @@ def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str
                 "mean",
                 *(
                     f"{statistics.fmean(x.regret for x in judged[h]):.3f}"
-                    f" / {statistics.fmean(x.floor for x in judged[h]):.3f}"
+                    f"/{statistics.fmean(x.floor for x in judged[h]):.3f}"
                     for h in horizons
                 ),
             ]
