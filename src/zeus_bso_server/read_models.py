@@ -74,7 +74,8 @@ class JobSummary(BaseModel):
     """The hardware profiles the job ran on (`zeus_bso.spec.profile_key`), the first first; the
     costs shown are in the units of the current one, the last registered (``gpu_model``...)."""
     best_batch_size: int | None
-    """The cheapest converged run's batch size (the early-stop reference), if any."""
+    """The batch size of the early-stop reference (the job's ``early_stop_reference``: the
+    lowest mean of a size's converged runs, or the cheapest converged run), if any."""
     best_cost: float | None
     recommended: Recommendation | None
     savings_unknown: str | None = None

@@ -31,12 +31,16 @@ def test_stop_settings_change_and_the_job_keeps_its_history(http: httpx.Client) 
     _converge(http, job_id, 10.0, 1000.0)  # 2000 J
     _converge(http, job_id, 20.0, 2000.0)  # 4000 J
     assert _job(http, job_id)["best_cost"] == 2000.0  # the cheapest run
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert "64 (its cheapest converged run: 2,000 J)" in page
 
     again = http.post("/jobs", json={**body, "early_stop_reference": "best_mean"})
     assert again.status_code == 200, again.text
     state = _job(http, job_id)
     assert state["job"]["early_stop_reference"] == "best_mean"
     assert state["best_cost"] == 3000.0  # the size's mean, at once
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert "64 (the mean of its converged runs, the lowest of any size's: 3,000 J)" in page
     assert state["trial_count"] == 2
 
     capped = http.post("/jobs", json={**body, "max_run_cost_ratio": 1.5})

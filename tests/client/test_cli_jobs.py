@@ -138,7 +138,7 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     same = cli(server, "show", twin).stdout
     assert f"other job of this prefix: {job_id} (3 trials): the same settings, learned" in same
     assert "recommended batch size 64 (expected cost" in shown.stdout
-    assert "cheapest converged run: batch size 64" in shown.stdout
+    assert "early-stop reference: batch size 64 (the mean of its converged runs" in shown.stdout
     assert "against delivering its 3 models (converged runs, of 3 ended) at 64:" in shown.stdout
     assert "% more cost;" in shown.stdout
     assert "next run: " in shown.stdout

@@ -331,7 +331,11 @@ def show_command(
         console.print(f"savings: {escape(state['savings_unknown'])}")
     best = state["best_batch_size"]
     if best is not None:
-        console.print(f"cheapest converged run: batch size {best} ({_joules(state['best_cost'])})")
+        whose = "its cheapest converged run"
+        if job.get("early_stop_reference", "best_run") != "best_run":
+            whose = "the mean of its converged runs"
+        cost = _joules(state["best_cost"])
+        console.print(f"early-stop reference: batch size {best} ({whose}, {cost})")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
     console.print(f"trials: {counts or 'none'}")
     table = Table(
