@@ -23,6 +23,33 @@ MUST_DELIVER: ContextVar[bool] = ContextVar("zeus_bso_must_deliver", default=Fal
 judged by the target and ``max_epochs`` alone."""
 
 
+@dataclass(frozen=True, slots=True)
+class ReportAnswer:
+    """What a report's answer says to the training loop: truthy when it should stop, so that
+    ``if bso.report(accuracy): break`` reads as it always did."""
+
+    stop: bool
+    """Stop training: the server said so (or, without a server, the target or ``max_epochs``
+    was reached)."""
+    converged: bool = False
+    """The run reached its target (with ``stop``)."""
+    reason: StopReason | None = None
+    """Why it stops (None while it goes on, and from servers that predate reasons)."""
+    why: str | None = None
+    """``reason`` in words."""
+    cost: float | None = None
+    """The run's cost so far (J), as the server priced it (None without a server)."""
+    reported: bool = True
+    """False where the metric was not measured at this validation (nothing was reported)."""
+
+    def __bool__(self) -> bool:
+        return self.stop
+
+
+NOT_REPORTED = ReportAnswer(stop=False, reported=False)
+"""The answer to a validation whose metric was not measured."""
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """How one run of a job ended."""

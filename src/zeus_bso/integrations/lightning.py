@@ -531,7 +531,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         stop = session.report(metric, epoch=epoch)
         if session.last is not before:  # reported (on every rank)
             self._unlogged = dict(session.last)
-        trainer.should_stop = trainer.should_stop or stop
+        trainer.should_stop = trainer.should_stop or stop.stop
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:

@@ -79,8 +79,15 @@ class LoopAdapterContract:
             assert bso.batch_size == job.default_batch_size
             assert bso.trial_number == 1
             bso.train_begin()
-            assert not bso.report(0.5)
-            assert bso.report(0.95)
+            going = bso.report(0.5)
+            assert not going
+            assert (going.stop, going.reason, going.reported) == (False, None, True)
+            answer = bso.report(0.95)
+            assert answer
+            assert (answer.converged, answer.reason) == (True, StopReason.CONVERGED)
+            assert answer.cost is not None
+            assert answer.cost > 0
+            assert "target" in (answer.why or "")
         assert bso.outcome is not None
         assert bso.outcome.converged
         (trial,) = self._trials(server_url, job)

@@ -7,9 +7,10 @@ mechanism that lets a process that used gloo end cleanly (`clean_exit`).
 The framework adapters in `zeus_bso.integrations` are thin hook mappings over the session.
 """
 
-from zeus_bso.client.outcome import RunOutcome
+from zeus_bso.client.outcome import ReportAnswer, RunOutcome
 from zeus_bso.training.optimizer import BatchSizeOptimizer
 from zeus_bso.training.session import TrialSession
 
-__all__ = ["BatchSizeOptimizer", "RunOutcome", "TrialSession"]
-"""What the adapters use: the session, and the outcome of the run it ends."""
+__all__ = ["BatchSizeOptimizer", "ReportAnswer", "RunOutcome", "TrialSession"]
+"""What the adapters use: the session, the answer to a report, and the outcome of the run it
+ends."""

@@ -20,7 +20,7 @@ from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.failure import SigtermExceptions
-from zeus_bso.client.outcome import RunOutcome, show_on_stderr
+from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, RunOutcome, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
@@ -553,8 +553,11 @@ class TrialSession:
         if self.power is not None:
             self.power.restore()
 
-    def report(self, metric: float | Callable[[], float | None], epoch: int | None = None) -> bool:
-        """Report the validation metric of the epoch just finished; True: stop training.
+    def report(
+        self, metric: float | Callable[[], float | None], epoch: int | None = None
+    ) -> ReportAnswer:
+        """Report the validation metric of the epoch just finished; the answer is truthy when
+        training should stop (`ReportAnswer`: also whether it converged, why, and its cost).
 
         The main process's metric is reported: compute it over the whole validation set (e.g.
         gathered from every process by the framework). A function is called on the main process
@@ -565,7 +568,15 @@ class TrialSession:
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
         answer = self._evaluate(metric, epoch, elapsed_of_the_run(self._collectives, self.progress))
-        return answer is not None and answer.stop_train
+        if answer is None:
+            return NOT_REPORTED
+        return ReportAnswer(
+            answer.stop_train,
+            answer.stop_train and answer.converged,
+            answer.reason,
+            answer.why,
+            answer.cost,
+        )
 
     def _evaluate(
         self, metric: float | Callable[[], float | None], epoch: int | None, elapsed: Elapsed
