@@ -40,7 +40,9 @@ class LoopAdapterContract:
     """What every loop adapter does through its session: a recurrence reports to the server
     and converges; a misconfigured run releases its trial; out of memory is infeasible (before
     training, the run goes on at a size that fits); accumulation gives every process its
-    micro-batch; a server that cannot be reached leaves the run training at the default.
+    micro-batch; a checkpoint resumes its trial, batch size and learning-rate factor, and its
+    reports are logged; a restart with the same run key continues its trial; a server that
+    cannot be reached leaves the run training at the default.
 
     Subclass it and define the ``adapter`` fixture::
 
@@ -182,6 +184,75 @@ class LoopAdapterContract:
             assert bso.report(0.95)
         (trial,) = self._trials(server_url, job)
         assert (trial["batch_size"], trial["accumulation_steps"]) == (32, 2)
+
+    def test_a_checkpoint_resumes_its_trial_and_its_learning_rate(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        """A run stopped mid-trial (a preemption) and started again from its checkpoint goes on
+        with the same trial, batch size and learning-rate factor; its reports are logged."""
+        import torch
+
+        job = loop_job("contractresume").model_copy(update={"default_batch_size": 64})
+        options: dict[str, Any] = {"energy_meter": EstimateMeter(100), "lr_rule": "linear"}
+        options["reference_batch_size"] = 32
+        made: list[TrialSession] = []
+        saved: dict[str, Any] = {}
+
+        def preempted() -> None:
+            with adapter(server_url, job, **options) as bso:
+                made.append(bso)
+                optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+                assert bso.scale(optimizer) == 2.0  # 64 against a rate tuned at 32
+                bso.train_begin()
+                assert not bso.report(0.5)
+                assert set(bso.last) >= {"bso/batch_size", "bso/energy_j", "bso/cost", "bso/lr"}
+                assert bso.last["bso/batch_size"] == 64.0
+                saved.update(bso.checkpoint())
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            preempted()
+        first = made[-1].trial_number
+        with adapter(server_url, job, resume=saved, **options) as bso:
+            assert (bso.trial_number, bso.batch_size) == (first, 64)
+            optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+            assert bso.scale(optimizer) == 2.0  # the checkpoint's factor
+            bso.train_begin()
+            assert bso.report(0.95, epoch=2)
+        (trial,) = self._trials(server_url, job)
+        assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 2, True)
+
+    def test_a_restart_with_the_same_run_key_continues_its_trial(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        """An interrupted run with a run key leaves its trial open; its restart (the same key,
+        no checkpoint) continues it, and one with another key gets a trial of its own."""
+        job = loop_job("contractkey")
+        key = f"run-{secrets.token_hex(4)}"
+        made: list[TrialSession] = []
+
+        def interrupted() -> None:
+            with adapter(server_url, job, energy_meter=EstimateMeter(100), run_key=key) as bso:
+                made.append(bso)
+                bso.train_begin()
+                assert not bso.report(0.5)
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+        first = made[-1].trial_number
+        (trial,) = self._trials(server_url, job)
+        assert trial["status"] == "dispatched"  # left open for the restart
+        with adapter(server_url, job, energy_meter=EstimateMeter(100), run_key=key) as bso:
+            assert bso.trial_number == first
+            bso.train_begin()
+            assert bso.report(0.95, epoch=2)
+        with adapter(server_url, job, energy_meter=EstimateMeter(100), run_key="other") as bso:
+            assert bso.trial_number != first
+            bso.train_begin()
+            assert bso.report(0.95)
+        statuses = [t["status"] for t in self._trials(server_url, job)]
+        assert statuses == ["reported", "reported"]
 
     def test_without_the_server_the_run_trains_at_the_default(
         self, adapter: MakeAdapter, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
