@@ -89,7 +89,7 @@ def test_a_job_page_shows_its_batch_sizes_chart_and_trials(http: httpx.Client) -
     rows = re.findall(r'<tr>\s*<td class="num">(\d+)</td>', html.split("Trials, newest first")[1])
     assert [int(n) for n in rows] == [t["trial_number"] for t in reversed(trials)]
     if state["best_batch_size"] is not None:
-        assert f"{state['best_batch_size']} (cost" in html
+        assert f"{state['best_batch_size']} (the mean of its converged runs" in html
 
 
 def test_a_job_page_links_the_other_jobs_of_its_prefix_and_how_they_differ(

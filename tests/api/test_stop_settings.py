@@ -47,6 +47,8 @@ def test_stop_settings_change_and_the_job_keeps_its_history(http: httpx.Client) 
     assert capped.status_code == 200, capped.text
     state = _job(http, job_id)
     assert state["job"]["max_run_cost_ratio"] == 1.5
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert "no run at another batch size costs more than 1.5\u00d7 the default" in page
     assert state["job"]["early_stop_reference"] == "best_run"  # sent again: changed back
     assert state["best_cost"] == 2000.0
     assert state["trial_count"] == 2

@@ -143,6 +143,16 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert "% more cost;" in shown.stdout
     assert "next run: " in shown.stdout
     assert "3 reported" in shown.stdout
+    assert "per-run cap" not in shown.stdout
+    with ServerClient(server.url, token=TOKEN) as client:  # a platform adds a cap: the same job
+        client.register_job(
+            JobSpecFromClient(
+                **{**client.job_state(job_id, limit=0)["job"], "max_run_cost_ratio": 1.5}
+            )
+        )
+    capped = cli(server, "show", job_id).stdout
+    assert "per-run cap: no run at another batch size above 1.5x the default's" in capped
+    assert "3 reported" in capped
 
     with ServerClient(server.url, token=TOKEN) as client:
         stored = client.job_state(job_id, limit=100)["trials"]

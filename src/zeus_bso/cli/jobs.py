@@ -269,6 +269,11 @@ def show_command(
         f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
         f"default batch size {job['default_batch_size']}"
     )
+    cap = job.get("max_run_cost_ratio")  # absent from servers that predate it
+    if cap:
+        console.print(
+            f"per-run cap: no run at another batch size above {cap:g}x the default's measured cost"
+        )
     profiles = state.get("profiles") or []  # absent from servers that predate profiles
     if len(profiles) > 1:
         console.print(
