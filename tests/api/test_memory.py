@@ -319,6 +319,8 @@ def test_a_machine_that_measured_nothing_is_not_named_as_a_gpu(
     assert "\u00d7 estimate" not in page
     refused = http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64})
     assert f"does not fit in memory on {words}" in refused.json()["message"]
+    if not (server.db_url or "").startswith("sqlite"):
+        return  # the command reads the same answer from every backend: once is enough
     shown = subprocess.run(
         [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", job_id]
         + ["--server", server.url],
