@@ -258,14 +258,7 @@ def simulate(
                     current_epoch=epoch,
                 )
             backend.end_trial(trial)
-            if pace is None or first is None:
-                seconds = epoch * profile.time_per_epoch * slower
-                cost = zeus_cost(
-                    seconds * profile.average_power, seconds, eta_knob, trace.max_power
-                )
-            else:
-                seconds, joules = (slower * x for x in _spent(epoch, first, pace))
-                cost = zeus_cost(joules, seconds, eta_knob, trace.max_power)
+            cost = zeus_cost(energy, time, eta_knob, trace.max_power)  # its last report's
             recurrence.trials.append(
                 TrialOutcome(
                     trial.batch_size,
