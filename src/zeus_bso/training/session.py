@@ -571,11 +571,7 @@ class TrialSession:
         if answer is None:
             return NOT_REPORTED
         return ReportAnswer(
-            answer.stop_train,
-            answer.stop_train and answer.converged,
-            answer.reason,
-            answer.why,
-            answer.cost,
+            answer.stop_train, self.converged, answer.reason, answer.why, answer.cost
         )
 
     def _evaluate(
