@@ -1,17 +1,4 @@
-"""Wire models of the batch size optimizer protocol, shared by client and server.
-
-Field names, defaults and validation follow the upstream Zeus (0.16) batch size optimizer so that
-an unmodified upstream client works against our server. Differences are deliberate fixes:
-
-- non-finite numbers (NaN, Infinity) are rejected, and so are negative time and energy;
-- duplicate or non-positive batch sizes, over-long ids and out-of-range integers are rejected,
-  so that nothing a client sends can reach the database as a value it cannot store;
-- a few optional fields (policy options) are added; each has a default, so upstream clients,
-  which do not send them, keep upstream behaviour.
-
-Compatibility that upstream clients rely on: unknown fields are ignored, and whole-number floats
-and numeric strings are accepted where an int is expected (pydantic's lax mode).
-"""
+"""A job on the wire: its options, its GPUs, its hardware profile and the settings it may change."""
 
 from __future__ import annotations
 
@@ -19,206 +6,34 @@ import difflib
 import hashlib
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
 
-MAX_ID_LENGTH = 255
-"""Longest job id, prefix or GPU model name accepted."""
-
-JOB_ID_SUFFIX_LENGTH = 9
-"""Length of the ``-<8 hex chars>`` the server appends to a prefix when it makes a job id."""
-
-MAX_BATCH_SIZES = 1024
-"""Most batch sizes one job may list."""
-
-# Physical bounds on what a client reports, far above any real job, so that every cost the
-# server computes and stores from them is finite.
-MAX_POWER_W = 1e7
-"""Most ``max_power`` a job may have: 10 MW, ten thousand 1 kW GPUs."""
-MAX_TIME_S = 1e9
-"""Most cumulative ``time`` a report may carry: about 31 years."""
-MAX_ENERGY_J = 1e15
-"""Most cumulative ``energy`` a report may carry: 1 PJ, about 280 GWh."""
-
-INT32_MAX = 2**31 - 1
-"""The largest integer a job field takes (a 32-bit signed integer, as every database stores)."""
-_INT64_MAX = 2**63 - 1
-
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-NonNegativeFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[int, Field(gt=0, le=INT32_MAX)]
-NonNegativeInt = Annotated[int, Field(ge=0, le=INT32_MAX)]
-
-
-REFUSED_CHARACTERS: tuple[tuple[int, int], ...] = (
-    (0x0000, 0x001F),  # C0 controls
-    (0x007F, 0x009F),  # DEL and C1 controls
-    (0x061C, 0x061C),  # Arabic letter mark
-    (0x180E, 0x180E),  # Mongolian vowel separator
-    (0x200B, 0x200F),  # zero-width space, non-joiner, joiner; left-to-right and right-to-left marks
-    (0x2028, 0x202E),  # line and paragraph separators; bidi embeddings and overrides
-    (0x2060, 0x2064),  # word joiner and invisible operators
-    (0x2066, 0x2069),  # bidi isolates
-    (0xFEFF, 0xFEFF),  # byte order mark (zero-width no-break space)
+from zeus_bso.spec.values import (
+    _INT64_MAX,
+    JOB_ID_SUFFIX_LENGTH,
+    MAX_BATCH_SIZES,
+    MAX_ID_LENGTH,
+    MAX_POWER_W,
+    NOT_UPSTREAM,
+    BanditName,
+    FiniteFloat,
+    Identifier,
+    NonNegativeFinite,
+    NonNegativeInt,
+    PolicyOption,
+    PositiveFinite,
+    PositiveInt,
+    Printable,
+    WireModel,
+    batch_sizes_in,
 )
-"""Code points refused in ids, names and run keys (inclusive ranges): control characters, which
-PostgreSQL cannot store (NUL) or a person cannot read, and characters that hide or reorder text
-(``x\\u202egnp.exe`` would show as ``xexe.png``)."""
-
-
-def _refused(char: str) -> bool:
-    code = ord(char)
-    return any(low <= code <= high for low, high in REFUSED_CHARACTERS)
-
-
-def no_control_characters(value: str) -> str:
-    """Refuse `REFUSED_CHARACTERS` in an id or a name, saying which character is where."""
-    for position, char in enumerate(value):
-        if _refused(char):
-            kind = "control" if ord(char) <= 0x9F else "invisible or text-reordering"
-            raise ValueError(
-                f"must not contain {kind} characters (U+{ord(char):04X} at position {position})"
-            )
-    return value
-
-
-PRINTABLE_PATTERN = (
-    "^[^"
-    + "".join(
-        f"\\u{low:04x}" + (f"-\\u{high:04x}" if high != low else "")
-        for low, high in REFUSED_CHARACTERS
-    )
-    + "]*$"
-)
-"""`no_control_characters` as a JSON Schema pattern, so that the API's schema says it too."""
-
-
-class _Printable:
-    """A string without control characters: validated by `no_control_characters` (whose error
-    says which character is where), described in JSON Schema by `PRINTABLE_PATTERN`."""
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(no_control_characters, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        described = handler(schema)
-        described["pattern"] = PRINTABLE_PATTERN
-        return described
-
-
-Printable = _Printable()
-Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH), Printable]
-
-
-class _NotUpstream:
-    """`PolicyOption.upstream` of an option that upstream Zeus 0.16 has too (its default is
-    upstream's) or that does not change upstream's decisions at its default."""
-
-    def __repr__(self) -> str:
-        return "NOT_UPSTREAM"
-
-
-NOT_UPSTREAM: Any = _NotUpstream()
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyOption:
-    """Marks a job field as a policy option, and says once what the rest derives from it.
-
-    Put in the field's ``Annotated`` metadata. From it come `UPSTREAM_OPTIONS` (the upstream
-    preset), the job-id hashing rule (`hashed_off_default`), the ``zeus-bso simulate`` flags
-    (`zeus_bso.cli`) and the documentation's policy options table. A job field without it
-    describes the job (its batch sizes, target, ...), which a simulation takes from the trace.
-    """
-
-    upstream: Any = NOT_UPSTREAM
-    """The value that reproduces upstream Zeus 0.16's decisions, if not the default."""
-    hashed_off_default: bool = False
-    """True for an option added after job ids were first hashed: an id hashes it only away from
-    its default, so that a job's id stays what it was before the option existed. A new option
-    must set it (a test says so), or every existing job without an id gets a new one."""
-    flag: str | None = None
-    """The ``simulate`` flag of a boolean, as ``--on/--off`` (default: ``--name/--no-name``)."""
-
-
-def policy_options() -> dict[str, PolicyOption]:
-    """Every policy option of a job, by field name, in declaration order."""
-    found: dict[str, PolicyOption] = {}
-    for name, info in _JobOptions.model_fields.items():
-        for marker in info.metadata:
-            if isinstance(marker, PolicyOption):
-                found[name] = marker
-    return found
-
-
-class WireModel(BaseModel):
-    """Base of every wire model: unknown fields are ignored, non-finite floats rejected."""
-
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
-
-
-BUILT_IN_BANDITS = ("thompson", "zeus-0.16", "ucb")
-"""The bandits every server has (`zeus_bso.policy.bandits.BANDITS` implements each; a test holds
-the two to each other)."""
-
-BanditName = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        json_schema_extra={"examples": list(BUILT_IN_BANDITS)},
-    ),
-]
-"""A bandit's name: one of `BUILT_IN_BANDITS`, or one installed where the policy runs (an entry
-point of the ``zeus_bso.bandits`` group; the server refuses a job whose bandit it lacks)."""
-
-
-def batch_sizes_in(bounds: Any, steps: str = "pow2") -> list[int]:
-    """The batch sizes ``batch_size_range`` ``bounds`` makes by ``steps`` (see `_JobOptions`).
-
-    Raises:
-        ValueError: bounds that are not two positive integers, low first; steps that are not
-            ``pow2`` or ``pow2_half``; a range that makes no size, or too many.
-    """
-    try:
-        low, high = (int(b) for b in bounds)
-    except (TypeError, ValueError):
-        raise ValueError("batch_size_range is [min, max], two positive integers") from None
-    if not 0 < low <= high:
-        raise ValueError(f"batch_size_range [{low}, {high}] is [min, max] with 0 < min <= max")
-    if steps not in ("pow2", "pow2_half"):
-        raise ValueError(f"batch_size_steps is 'pow2' or 'pow2_half', not {steps!r}")
-    sizes: set[int] = set()
-    power = 1
-    while power <= high:
-        for size in (power, power * 3 // 2) if steps == "pow2_half" and power > 1 else (power,):
-            if low <= size <= high:
-                sizes.add(size)
-        power *= 2
-    if not sizes:
-        raise ValueError(f"batch_size_range [{low}, {high}] holds no size of its steps ({steps})")
-    if len(sizes) > MAX_BATCH_SIZES:
-        raise ValueError(f"batch_size_range makes {len(sizes)} sizes, more than {MAX_BATCH_SIZES}")
-    return sorted(sizes)
 
 
 class _JobOptions(WireModel):
@@ -620,207 +435,14 @@ class CreatedJob(JobParams, GpuConfig):
     """A registered job: its id is always set."""
 
 
-class TrialId(WireModel):
-    """Identifies one trial (one training run) of a job."""
-
-    job_id: Identifier
-    batch_size: PositiveInt
-    trial_number: PositiveInt
-
-
-class DispatchedTrial(TrialId):
-    """The answer to ``GET /jobs/batch_size``: a trial, and (an extension upstream clients
-    ignore) whether it is a restarted run's trial, resumed by its run key, with what that run
-    already reported."""
-
-    resumed: bool = False
-    memory_unknown: bool = False
-    """Whether no run of this batch size has reported on the run's hardware profile yet (an
-    extension, answered to a request that names its GPUs, as zeus-bso's client does): a client
-    tries a few steps first, and a batch size that runs out of memory is marked ``infeasible``
-    before the run trains."""
-    memory_cap: PositiveInt | None = None
-    """The smallest batch size that ran out of memory on the run's hardware profile (an
-    extension, answered to a request that names its GPUs): a run that accumulates gradients
-    keeps its micro-batches below it."""
-    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)] | None = None
-    """To a run that opted into power limits: the GPU power limit (W, each GPU's) to train at,
-    from this batch size's power profile on the run's hardware profile (an extension)."""
-    power_profiling: bool = False
-    """To a run that opted into power limits: no power profile of this batch size on its
-    hardware profile yet, so the run profiles the limits in its first epoch and sends them
-    (``POST /api/trials/power_profile``) before it trains on (an extension)."""
-    current_epoch: NonNegativeInt = 0
-    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
-    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
-
-    @property
-    def trial(self) -> TrialId:
-        """The trial alone."""
-        return TrialId(
-            job_id=self.job_id, batch_size=self.batch_size, trial_number=self.trial_number
-        )
-
-
-EXTENSIONS_HEADER = "Zeus-BSO-Extensions"
-"""The header of a dispatch answer (``GET /jobs/batch_size``) in which a zeus-bso server declares
-the protocol extensions it speaks (`Extension`, comma-separated); upstream Zeus's server sends
-none. The body stays upstream's."""
-
-
-class Extension(StrEnum):
-    """A protocol extension a zeus-bso server declares (`EXTENSIONS_HEADER`)."""
-
-    RUN_KEY = "run_key"
-    """A restarted run gets its open trial back (``run_key``)."""
-    MEMORY = "memory"
-    """Whether a size ran on the run's GPUs, and their memory cap (``memory_unknown``)."""
-    INFEASIBLE = "infeasible"
-    """``POST /api/trials/infeasible``: a size, or a micro-batch, ran out of memory."""
-    ACCUMULATE = "accumulate"
-    """A run that accumulates gradients reaches sizes above its GPUs' memory cap."""
-    POWER_LIMITS = "power_limits"
-    """The server chooses each size's GPU power limit (``power_limits``; its profile)."""
-    DELIVER = "deliver"
-    """A run that must deliver a model is stopped only at the target or ``max_epochs``."""
-    RELEASE = "release"
-    """``POST /api/trials/release``: a trial that counts nothing against its size."""
-    HEARTBEAT = "heartbeat"
-    """``POST /api/trials/heartbeat``: a trial's lease renewed while it trains."""
-
-
-def declared_extensions(header: str | None) -> frozenset[str]:
-    """The extensions a dispatch answer's `EXTENSIONS_HEADER` declares (none: not declared)."""
-    return frozenset(word.strip() for word in (header or "").split(",") if word.strip())
-
-
-class TrainingResult(TrialId):
-    """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
-
-    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)]
-    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
-    metric: FiniteFloat
-    current_epoch: PositiveInt
-    accumulation_steps: PositiveInt | None = None
-    """An extension: the micro-batches the run accumulates an optimizer step (its batch size
-    reached by gradient accumulation); absent: one."""
-
-
-class InfeasibleTrial(TrialId):
-    """``POST /api/trials/infeasible``: a trial whose run ran out of accelerator memory."""
-
-    micro_batch_size: PositiveInt | None = None
-    """For a run that accumulates gradients: the micro-batch that ran out of memory. The
-    profile's memory cap comes down to it, and the trial goes on with smaller micro-batches
-    (absent: the batch size ran out, and the trial is ``infeasible``)."""
-
-
-class PowerMeasurement(WireModel):
-    """One power limit's epoch, as a run measured it: its time and its energy (of all the run's
-    GPUs, like a report's), extrapolated from the steps it profiled."""
-
-    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)]
-    """The limit each GPU ran at (W)."""
-    time_per_epoch: Annotated[float, Field(gt=0, le=MAX_TIME_S, allow_inf_nan=False)]
-    energy_per_epoch: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
-
-
-MAX_POWER_LIMITS = 64
-"""Most power limits one profile measures."""
-
-
-class PowerProfileReport(TrialId):
-    """``POST /api/trials/power_profile``: what a run measured at each power limit in the first
-    epoch of its batch size on its hardware profile."""
-
-    measurements: Annotated[
-        list[PowerMeasurement], Field(min_length=1, max_length=MAX_POWER_LIMITS)
-    ]
-    limit_range_w: (
-        tuple[
-            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
-            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
-        ]
-        | None
-    ) = None
-    """The lowest and highest limit every GPU of the run takes (W): each measurement's limit
-    lies within it (absent: a client that does not say)."""
-
-    @field_validator("measurements")
-    @classmethod
-    def _one_per_limit(cls, measurements: list[PowerMeasurement]) -> list[PowerMeasurement]:
-        limits = [m.power_limit for m in measurements]
-        if len(set(limits)) != len(limits):
-            raise ValueError(f"each power limit is measured once: {limits}")
-        return sorted(measurements, key=lambda m: m.power_limit)
-
-    @model_validator(mode="after")
-    def _within_range(self) -> Self:
-        if self.limit_range_w is None:
-            return self
-        low, high = self.limit_range_w
-        if low > high:
-            raise ValueError(f"limit_range_w {low:g}-{high:g} W: the lowest comes first")
-        outside = [m.power_limit for m in self.measurements if not low <= m.power_limit <= high]
-        if outside:
-            raise ValueError(
-                f"power limits {outside} W lie outside the GPUs' range, {low:g}-{high:g} W"
-            )
-        return self
-
-
-class PowerProfileView(WireModel):
-    """A batch size's power profile on one hardware profile, and the limit its runs train at."""
-
-    profile: str
-    batch_size: PositiveInt
-    power_limit: float
-    """The limit whose epoch costs least at the job's ``eta_knob`` (the highest on a tie), among
-    those within the job's ``power_max_slowdown``."""
-    measurements: list[PowerMeasurement]
-    trial_number: PositiveInt
-    """The trial whose run measured it."""
-
-
-class StopReason(StrEnum):
-    """Why a run stopped (or, for the last three, ended without the server's stop; a run without
-    the server judges the first two itself)."""
-
-    CONVERGED = "converged"
-    """It reached the target metric."""
-    MAX_EPOCHS = "max_epochs"
-    """It trained the job's ``max_epochs`` without reaching the target."""
-    COST_BOUND = "cost_bound"
-    """Its cost (or its cost after one more epoch) passed the bound: ``beta_knob`` (or, while
-    pruning, ``prune_cost_ratio``) times the cheapest converged run's, or the job's
-    ``max_run_cost_ratio`` times the default's."""
-    PREDICTED_COST = "predicted_cost"
-    """Its learning curve predicts a cost at convergence past that bound."""
-    ENDED_EARLY = "ended_early"
-    """Training ended before the server said stop (e.g. the framework's own epoch limit)."""
-    NOT_TRAINED = "not_trained"
-    """The run failed before it trained (e.g. misconfigured): not counted against its batch
-    size."""
-    FAILED = "failed"
-    """The run raised while training."""
-    OUT_OF_MEMORY = "out_of_memory"
-    """The run ran out of accelerator memory at its batch size: the size is ``infeasible`` on
-    its hardware profile, and no run there gets it (or a larger one) again."""
-
-
-class ReportResponse(WireModel):
-    """The server's answer to a report."""
-
-    stop_train: bool
-    converged: bool
-    message: str
-    cost: float | None = None
-    """The run's cost so far (J), as the server computes it (an addition to upstream's answer,
-    which its clients ignore; absent from servers that predate it)."""
-    reason: StopReason | None = None
-    """Why the run stops (``null`` while it goes on, and from servers that predate it)."""
-    why: str | None = None
-    """The reason in words, with rounded figures, for a person (an addition, as ``reason``)."""
+def policy_options() -> dict[str, PolicyOption]:
+    """Every policy option of a job, by field name, in declaration order."""
+    found: dict[str, PolicyOption] = {}
+    for name, info in _JobOptions.model_fields.items():
+        for marker in info.metadata:
+            if isinstance(marker, PolicyOption):
+                found[name] = marker
+    return found
 
 
 UPSTREAM_OPTIONS: dict[str, Any] = {
@@ -829,34 +451,3 @@ UPSTREAM_OPTIONS: dict[str, Any] = {
     if option.upstream is not NOT_UPSTREAM
 }
 """Our options set to upstream Zeus 0.16's behaviour."""
-
-__all__ = [
-    "ADJUSTABLE_SETTINGS",
-    "BUILT_IN_BANDITS",
-    "ESTIMATED_MODEL",
-    "EXTENSIONS_HEADER",
-    "GPU_FIELDS",
-    "MAX_BATCH_SIZES",
-    "MAX_ID_LENGTH",
-    "NOT_UPSTREAM",
-    "UPSTREAM_OPTIONS",
-    "CreatedJob",
-    "DispatchedTrial",
-    "Extension",
-    "GpuConfig",
-    "JobParams",
-    "JobSpec",
-    "JobSpecFromClient",
-    "PolicyOption",
-    "ReportResponse",
-    "StopReason",
-    "TrainingResult",
-    "TrialId",
-    "WireModel",
-    "declared_extensions",
-    "gpu_of",
-    "hardware_words",
-    "policy_options",
-    "profile_key",
-    "profile_words",
-]

@@ -1,0 +1,138 @@
+"""Wire models of the batch size optimizer protocol, shared by client and server.
+
+Field names, defaults and validation follow the upstream Zeus (0.16) batch size optimizer so that
+an unmodified upstream client works against our server. Differences are deliberate fixes:
+
+- non-finite numbers (NaN, Infinity) are rejected, and so are negative time and energy;
+- duplicate or non-positive batch sizes, over-long ids and out-of-range integers are rejected,
+  so that nothing a client sends can reach the database as a value it cannot store;
+- a few optional fields (policy options) are added; each has a default, so upstream clients,
+  which do not send them, keep upstream behaviour.
+
+Compatibility that upstream clients rely on: unknown fields are ignored, and whole-number floats
+and numeric strings are accepted where an int is expected (pydantic's lax mode).
+
+Three modules, one face: `values` (bounds, printable text, the policy option marker, the base
+model), `jobs` (a job, its GPUs and settings) and `trials` (a trial's dispatch, reports and the
+server's answers); import from ``zeus_bso.spec``.
+"""
+
+from zeus_bso.spec.jobs import (
+    _NAMES_ELSEWHERE,
+    ADJUSTABLE_SETTINGS,
+    ESTIMATED_MODEL,
+    GPU_FIELDS,
+    POWER_SETTINGS,
+    STOP_SETTINGS,
+    UPSTREAM_OPTIONS,
+    CreatedJob,
+    GpuConfig,
+    JobParams,
+    JobSpec,
+    JobSpecFromClient,
+    _JobOptions,
+    differing_settings,
+    gpu_of,
+    hardware_words,
+    policy_options,
+    profile_key,
+    profile_words,
+)
+from zeus_bso.spec.trials import (
+    EXTENSIONS_HEADER,
+    MAX_POWER_LIMITS,
+    DispatchedTrial,
+    Extension,
+    InfeasibleTrial,
+    PowerMeasurement,
+    PowerProfileReport,
+    PowerProfileView,
+    ReportResponse,
+    StopReason,
+    TrainingResult,
+    TrialId,
+    declared_extensions,
+)
+from zeus_bso.spec.values import (
+    BUILT_IN_BANDITS,
+    INT32_MAX,
+    JOB_ID_SUFFIX_LENGTH,
+    MAX_BATCH_SIZES,
+    MAX_ENERGY_J,
+    MAX_ID_LENGTH,
+    MAX_POWER_W,
+    MAX_TIME_S,
+    NOT_UPSTREAM,
+    PRINTABLE_PATTERN,
+    REFUSED_CHARACTERS,
+    BanditName,
+    FiniteFloat,
+    Identifier,
+    NonNegativeFinite,
+    NonNegativeInt,
+    PolicyOption,
+    PositiveFinite,
+    PositiveInt,
+    Printable,
+    WireModel,
+    batch_sizes_in,
+    no_control_characters,
+)
+
+__all__ = [
+    "ADJUSTABLE_SETTINGS",
+    "BUILT_IN_BANDITS",
+    "ESTIMATED_MODEL",
+    "EXTENSIONS_HEADER",
+    "GPU_FIELDS",
+    "INT32_MAX",
+    "JOB_ID_SUFFIX_LENGTH",
+    "MAX_BATCH_SIZES",
+    "MAX_ENERGY_J",
+    "MAX_ID_LENGTH",
+    "MAX_POWER_LIMITS",
+    "MAX_POWER_W",
+    "MAX_TIME_S",
+    "NOT_UPSTREAM",
+    "POWER_SETTINGS",
+    "PRINTABLE_PATTERN",
+    "REFUSED_CHARACTERS",
+    "STOP_SETTINGS",
+    "UPSTREAM_OPTIONS",
+    "_NAMES_ELSEWHERE",
+    "BanditName",
+    "CreatedJob",
+    "DispatchedTrial",
+    "Extension",
+    "FiniteFloat",
+    "GpuConfig",
+    "Identifier",
+    "InfeasibleTrial",
+    "JobParams",
+    "JobSpec",
+    "JobSpecFromClient",
+    "NonNegativeFinite",
+    "NonNegativeInt",
+    "PolicyOption",
+    "PositiveFinite",
+    "PositiveInt",
+    "PowerMeasurement",
+    "PowerProfileReport",
+    "PowerProfileView",
+    "Printable",
+    "ReportResponse",
+    "StopReason",
+    "TrainingResult",
+    "TrialId",
+    "WireModel",
+    "_JobOptions",
+    "batch_sizes_in",
+    "declared_extensions",
+    "differing_settings",
+    "gpu_of",
+    "hardware_words",
+    "no_control_characters",
+    "policy_options",
+    "profile_key",
+    "profile_words",
+]

@@ -1,0 +1,226 @@
+"""A trial on the wire: its dispatch, reports, power profiles and the server's answers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from zeus_bso.spec.values import (
+    MAX_ENERGY_J,
+    MAX_POWER_W,
+    MAX_TIME_S,
+    FiniteFloat,
+    Identifier,
+    NonNegativeInt,
+    PositiveInt,
+    WireModel,
+)
+
+
+class TrialId(WireModel):
+    """Identifies one trial (one training run) of a job."""
+
+    job_id: Identifier
+    batch_size: PositiveInt
+    trial_number: PositiveInt
+
+
+class DispatchedTrial(TrialId):
+    """The answer to ``GET /jobs/batch_size``: a trial, and (an extension upstream clients
+    ignore) whether it is a restarted run's trial, resumed by its run key, with what that run
+    already reported."""
+
+    resumed: bool = False
+    memory_unknown: bool = False
+    """Whether no run of this batch size has reported on the run's hardware profile yet (an
+    extension, answered to a request that names its GPUs, as zeus-bso's client does): a client
+    tries a few steps first, and a batch size that runs out of memory is marked ``infeasible``
+    before the run trains."""
+    memory_cap: PositiveInt | None = None
+    """The smallest batch size that ran out of memory on the run's hardware profile (an
+    extension, answered to a request that names its GPUs): a run that accumulates gradients
+    keeps its micro-batches below it."""
+    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)] | None = None
+    """To a run that opted into power limits: the GPU power limit (W, each GPU's) to train at,
+    from this batch size's power profile on the run's hardware profile (an extension)."""
+    power_profiling: bool = False
+    """To a run that opted into power limits: no power profile of this batch size on its
+    hardware profile yet, so the run profiles the limits in its first epoch and sends them
+    (``POST /api/trials/power_profile``) before it trains on (an extension)."""
+    current_epoch: NonNegativeInt = 0
+    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)] = 0.0
+    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)] = 0.0
+
+    @property
+    def trial(self) -> TrialId:
+        """The trial alone."""
+        return TrialId(
+            job_id=self.job_id, batch_size=self.batch_size, trial_number=self.trial_number
+        )
+
+
+EXTENSIONS_HEADER = "Zeus-BSO-Extensions"
+"""The header of a dispatch answer (``GET /jobs/batch_size``) in which a zeus-bso server declares
+the protocol extensions it speaks (`Extension`, comma-separated); upstream Zeus's server sends
+none. The body stays upstream's."""
+
+
+class Extension(StrEnum):
+    """A protocol extension a zeus-bso server declares (`EXTENSIONS_HEADER`)."""
+
+    RUN_KEY = "run_key"
+    """A restarted run gets its open trial back (``run_key``)."""
+    MEMORY = "memory"
+    """Whether a size ran on the run's GPUs, and their memory cap (``memory_unknown``)."""
+    INFEASIBLE = "infeasible"
+    """``POST /api/trials/infeasible``: a size, or a micro-batch, ran out of memory."""
+    ACCUMULATE = "accumulate"
+    """A run that accumulates gradients reaches sizes above its GPUs' memory cap."""
+    POWER_LIMITS = "power_limits"
+    """The server chooses each size's GPU power limit (``power_limits``; its profile)."""
+    DELIVER = "deliver"
+    """A run that must deliver a model is stopped only at the target or ``max_epochs``."""
+    RELEASE = "release"
+    """``POST /api/trials/release``: a trial that counts nothing against its size."""
+    HEARTBEAT = "heartbeat"
+    """``POST /api/trials/heartbeat``: a trial's lease renewed while it trains."""
+
+
+def declared_extensions(header: str | None) -> frozenset[str]:
+    """The extensions a dispatch answer's `EXTENSIONS_HEADER` declares (none: not declared)."""
+    return frozenset(word.strip() for word in (header or "").split(",") if word.strip())
+
+
+class TrainingResult(TrialId):
+    """A report after one epoch. ``time`` and ``energy`` are cumulative since the run began."""
+
+    time: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)]
+    energy: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
+    metric: FiniteFloat
+    current_epoch: PositiveInt
+    accumulation_steps: PositiveInt | None = None
+    """An extension: the micro-batches the run accumulates an optimizer step (its batch size
+    reached by gradient accumulation); absent: one."""
+
+
+class InfeasibleTrial(TrialId):
+    """``POST /api/trials/infeasible``: a trial whose run ran out of accelerator memory."""
+
+    micro_batch_size: PositiveInt | None = None
+    """For a run that accumulates gradients: the micro-batch that ran out of memory. The
+    profile's memory cap comes down to it, and the trial goes on with smaller micro-batches
+    (absent: the batch size ran out, and the trial is ``infeasible``)."""
+
+
+class PowerMeasurement(WireModel):
+    """One power limit's epoch, as a run measured it: its time and its energy (of all the run's
+    GPUs, like a report's), extrapolated from the steps it profiled."""
+
+    power_limit: Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)]
+    """The limit each GPU ran at (W)."""
+    time_per_epoch: Annotated[float, Field(gt=0, le=MAX_TIME_S, allow_inf_nan=False)]
+    energy_per_epoch: Annotated[float, Field(ge=0, le=MAX_ENERGY_J, allow_inf_nan=False)]
+
+
+MAX_POWER_LIMITS = 64
+"""Most power limits one profile measures."""
+
+
+class PowerProfileReport(TrialId):
+    """``POST /api/trials/power_profile``: what a run measured at each power limit in the first
+    epoch of its batch size on its hardware profile."""
+
+    measurements: Annotated[
+        list[PowerMeasurement], Field(min_length=1, max_length=MAX_POWER_LIMITS)
+    ]
+    limit_range_w: (
+        tuple[
+            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
+            Annotated[float, Field(gt=0, le=MAX_POWER_W, allow_inf_nan=False)],
+        ]
+        | None
+    ) = None
+    """The lowest and highest limit every GPU of the run takes (W): each measurement's limit
+    lies within it (absent: a client that does not say)."""
+
+    @field_validator("measurements")
+    @classmethod
+    def _one_per_limit(cls, measurements: list[PowerMeasurement]) -> list[PowerMeasurement]:
+        limits = [m.power_limit for m in measurements]
+        if len(set(limits)) != len(limits):
+            raise ValueError(f"each power limit is measured once: {limits}")
+        return sorted(measurements, key=lambda m: m.power_limit)
+
+    @model_validator(mode="after")
+    def _within_range(self) -> Self:
+        if self.limit_range_w is None:
+            return self
+        low, high = self.limit_range_w
+        if low > high:
+            raise ValueError(f"limit_range_w {low:g}-{high:g} W: the lowest comes first")
+        outside = [m.power_limit for m in self.measurements if not low <= m.power_limit <= high]
+        if outside:
+            raise ValueError(
+                f"power limits {outside} W lie outside the GPUs' range, {low:g}-{high:g} W"
+            )
+        return self
+
+
+class PowerProfileView(WireModel):
+    """A batch size's power profile on one hardware profile, and the limit its runs train at."""
+
+    profile: str
+    batch_size: PositiveInt
+    power_limit: float
+    """The limit whose epoch costs least at the job's ``eta_knob`` (the highest on a tie), among
+    those within the job's ``power_max_slowdown``."""
+    measurements: list[PowerMeasurement]
+    trial_number: PositiveInt
+    """The trial whose run measured it."""
+
+
+class StopReason(StrEnum):
+    """Why a run stopped (or, for the last three, ended without the server's stop; a run without
+    the server judges the first two itself)."""
+
+    CONVERGED = "converged"
+    """It reached the target metric."""
+    MAX_EPOCHS = "max_epochs"
+    """It trained the job's ``max_epochs`` without reaching the target."""
+    COST_BOUND = "cost_bound"
+    """Its cost (or its cost after one more epoch) passed the bound: ``beta_knob`` (or, while
+    pruning, ``prune_cost_ratio``) times the cheapest converged run's, or the job's
+    ``max_run_cost_ratio`` times the default's."""
+    PREDICTED_COST = "predicted_cost"
+    """Its learning curve predicts a cost at convergence past that bound."""
+    ENDED_EARLY = "ended_early"
+    """Training ended before the server said stop (e.g. the framework's own epoch limit)."""
+    NOT_TRAINED = "not_trained"
+    """The run failed before it trained (e.g. misconfigured): not counted against its batch
+    size."""
+    FAILED = "failed"
+    """The run raised while training."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """The run ran out of accelerator memory at its batch size: the size is ``infeasible`` on
+    its hardware profile, and no run there gets it (or a larger one) again."""
+
+
+class ReportResponse(WireModel):
+    """The server's answer to a report."""
+
+    stop_train: bool
+    converged: bool
+    message: str
+    cost: float | None = None
+    """The run's cost so far (J), as the server computes it (an addition to upstream's answer,
+    which its clients ignore; absent from servers that predate it)."""
+    reason: StopReason | None = None
+    """Why the run stops (``null`` while it goes on, and from servers that predate it)."""
+    why: str | None = None
+    """The reason in words, with rounded figures, for a person (an addition, as ``reason``)."""
