@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "units", "lazy"}),
+    frozenset({"wire"}),
     frozenset({"spec"}),
     frozenset({"policy", "energy", "scaling"}),
     frozenset({"power"}),

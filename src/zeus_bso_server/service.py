@@ -8,107 +8,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import secrets
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
-from zeus_bso.policy.power import profiles_power
 from zeus_bso.spec import (
-    ADJUSTABLE_SETTINGS,
-    GPU_FIELDS,
-    POWER_SETTINGS,
-    STOP_SETTINGS,
-    CreatedJob,
     DispatchedTrial,
     GpuConfig,
     JobSpecFromClient,
-    PowerMeasurement,
     PowerProfileReport,
     PowerProfileView,
     ReportResponse,
     TrainingResult,
     TrialId,
-    gpu_of,
     profile_key,
     profile_words,
 )
 from zeus_bso_server.errors import (
-    JobConfigMismatchError,
     JobNotFoundError,
     PinError,
-    PowerProfilingOffError,
     TrialNotFoundError,
 )
 from zeus_bso_server.observability import Metrics
+from zeus_bso_server.power_profiles import forget_profiles, store_profile, with_power
+from zeus_bso_server.registration import Registered, register, registered, stored_trial
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import StoredJob, StoredTrial
+from zeus_bso_server.store.repository import StoredTrial
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
 
 LEASE_EPOCHS = 3.0
 """After a report, a trial's lease covers at least this many of its mean epoch times."""
-
-
-PROFILE_SENDERS_ENDED = frozenset(
-    {TrialStatus.REPORTED, TrialStatus.FAILED, TrialStatus.INFEASIBLE}
-)
-"""Trials whose run is over: a power profile from them is refused."""
-
-
-def _same_measurements(
-    stored: Sequence[PowerMeasurement], sent: Sequence[PowerMeasurement]
-) -> bool:
-    """Whether a profile sent again is the one stored (a retry), to a float column's
-    precision."""
-    if len(stored) != len(sent):
-        return False
-    return all(
-        math.isclose(a, b, rel_tol=1e-5)
-        for s, t in zip(stored, sent, strict=True)
-        for a, b in (
-            (s.power_limit, t.power_limit),
-            (s.time_per_epoch, t.time_per_epoch),
-            (s.energy_per_epoch, t.energy_per_epoch),
-        )
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    """Outcome of a registration."""
-
-    job: JobSpecFromClient
-    created: bool
-
-
-def config_of(job: StoredJob) -> CreatedJob:
-    """The validated configuration stored with a job."""
-    return CreatedJob.model_validate(job.config)
-
-
-def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[tuple[str, str]]:
-    """The fields the client sent that differ from the registered job's, each with a sentence.
-
-    Fields the client left out are not compared: an older client that does not know an option
-    of ours (or a newer default of it) still finds its job.
-    """
-    fields = sorted(sent.model_fields_set - {"job_id"})
-    return [
-        (name, f"{name}: {getattr(stored, name)!r} registered, {getattr(sent, name)!r} sent")
-        for name in fields
-        if getattr(stored, name) != getattr(sent, name)
-    ]
 
 
 class BatchSizeService:
@@ -152,74 +90,7 @@ class BatchSizeService:
             JobConfigMismatchError: the id exists with another configuration.
         """
         policy.bandit_factory(spec.bandit)  # before anything is written
-        return await self.db.write(lambda conn: self._register(conn, spec))
-
-    def _register(self, conn: Connection, spec: JobSpecFromClient) -> Registered:
-        if spec.job_id is None:
-            while True:  # a clash of 32 random bits is rare; draw again if it happens
-                job = spec.model_copy(
-                    update={"job_id": f"{spec.job_id_prefix}-{secrets.token_hex(4)}"}
-                )
-                if self._insert(conn, job):
-                    logger.info("registered job %s", job.job_id)
-                    return Registered(job, True)
-        # The row is locked before anything is written: a registration on other GPUs changes it.
-        existing = repo.get_job(conn, spec.job_id, lock=True)
-        locked = existing is not None
-        if existing is None:
-            if self._insert(conn, spec):
-                logger.info("registered job %s", spec.job_id)
-                return Registered(spec, True)
-            # A concurrent registration created it. Not locked here: on MySQL the INSERT holds a
-            # shared lock on that row, and losers of the race that each upgraded it would
-            # deadlock; a change of GPUs below locks it (rare: a race between two hardwares).
-            existing = repo.get_job(conn, spec.job_id)
-        assert existing is not None
-        config = config_of(existing)
-        differences = _differences(config, spec)
-        if any(name not in (*GPU_FIELDS, *ADJUSTABLE_SETTINGS) for name, _ in differences):
-            raise JobConfigMismatchError(
-                "JobSpec doesn't match with existing jobSpec "
-                f"({'; '.join(text for _, text in differences)}). Use a new job_id for different"
-                f" configuration (a job may change only its GPUs: {', '.join(GPU_FIELDS)}; its"
-                f" power settings: {', '.join(POWER_SETTINGS)}; and its stop settings:"
-                f" {', '.join(STOP_SETTINGS)})"
-            )
-        if differences:  # the same job on other GPUs, or with other adjustable settings
-            if not locked:  # read it again, under the lock
-                existing = repo.get_job(conn, spec.job_id, lock=True)
-                assert existing is not None
-                config = config_of(existing)
-            state = existing.state
-            changed = {name for name, _ in differences if name in ADJUSTABLE_SETTINGS}
-            if changed:  # the ones the client sent (an older client's defaults change nothing)
-                settings = {name: getattr(spec, name) for name in sorted(changed)}
-                config = config.model_copy(update=settings)
-                logger.info("job %s now has %s", spec.job_id, settings)
-                if "early_stop_reference" in changed:
-                    state = policy.with_stop_settings(config, state)
-                    repo.set_reference(conn, spec.job_id, state.best)
-            gpu = gpu_of(spec)
-            if gpu != gpu_of(config):  # their profile is the current one now
-                config, state = policy.registered_on(config, state, gpu)
-                logger.info("job %s now runs on %s", spec.job_id, profile_key(gpu))
-            repo.set_profiles(
-                conn, spec.job_id, config.model_dump(mode="json"), list(state.profiles.values())
-            )
-        return Registered(JobSpecFromClient.model_validate(config.model_dump()), False)
-
-    @staticmethod
-    def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
-        assert job.job_id is not None
-        config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
-        return repo.insert_job_if_absent(conn, job.job_id, job.job_id_prefix, config)
-
-    @staticmethod
-    def _registered(job: StoredJob | None, job_id: str) -> tuple[StoredJob, CreatedJob]:
-        """The (locked) job and its configuration; raises JobNotFoundError without one."""
-        if job is None:
-            raise JobNotFoundError(f"Unknown job({job_id}). Please register the job first")
-        return job, config_of(job)
+        return await self.db.write(lambda conn: register(conn, spec))
 
     async def next_trial(
         self,
@@ -280,7 +151,7 @@ class BatchSizeService:
         deliver: bool = False,
     ) -> tuple[DispatchedTrial, tuple[str, policy.Dispatch] | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
-        job, config = self._registered(row, job_id)
+        job, config = registered(row, job_id)
         state = job.state
         if gpu is not None:  # a resumed run's too: it may have restarted on other GPUs
             known = policy.with_profile(config, state, gpu)
@@ -299,7 +170,7 @@ class BatchSizeService:
                     must_deliver=deliver or None,
                 )
                 if power_limits and gpu is not None:
-                    resumed = self._with_power(conn, config, state, resumed, profile_key(gpu))
+                    resumed = with_power(conn, config, state, resumed, profile_key(gpu))
                 return resumed, None, expired
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
         profile = profile_key(gpu or config)
@@ -316,32 +187,13 @@ class BatchSizeService:
             memory_cap=step.job.memory_caps.get(profile),
         )
         if power_limits and gpu is not None:
-            trial = self._with_power(conn, config, step.job, trial, profile)
+            trial = with_power(conn, config, step.job, trial, profile)
         # The job's stage when it decided (a pinned job's runs are neither stage's).
         if step.dispatch.kind is TrialKind.PINNED:
             stage = "pinned"
         else:
             stage = (Stage.BANDIT if step.job.arms is not None else Stage.PRUNING).value
         return trial, (stage, step.dispatch), expired
-
-    @staticmethod
-    def _with_power(
-        conn: Connection,
-        config: CreatedJob,
-        state: policy.JobState,
-        trial: DispatchedTrial,
-        profile: str,
-    ) -> DispatchedTrial:
-        """``trial`` with what a run that opted into power limits is told: the limit of its
-        batch size's power profile on ``profile``, or to profile the limits (none yet)."""
-        if not profiles_power(config.eta_knob, config.power_profiling):
-            return trial
-        stored = repo.power_profile(conn, trial.job_id, profile, trial.batch_size)
-        if stored is None:
-            repo.set_dispatched_for(conn, trial.job_id, trial.trial_number, power_profiling=True)
-            return trial.model_copy(update={"power_profiling": True})
-        limit = stored.view(config, state).power_limit
-        return trial.model_copy(update={"power_limit": limit})
 
     async def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
         """Store what a run measured at each power limit in the first epoch of its batch size
@@ -352,83 +204,10 @@ class BatchSizeService:
         Raises:
             JobNotFoundError, TrialNotFoundError: no such job or trial.
             PowerProfilingOffError: the job does not profile power limits.
+            ReportMismatchError: the trial's run may not send one (`check_profile_sender`).
         """
-
-        def work(conn: Connection) -> PowerProfileView:
-            job, config = self._registered(
-                repo.get_job(conn, report.job_id, lock=True), report.job_id
-            )
-            trial = self._trial(conn, report).trial
-            if not profiles_power(config.eta_knob, config.power_profiling):
-                raise PowerProfilingOffError(
-                    f"job {report.job_id} does not profile power limits ("
-                    + (
-                        "eta_knob is 0: time alone, where the maximum limit is cheapest"
-                        if config.eta_knob == 0
-                        else "power_profiling is false"
-                    )
-                    + "): its runs train at the GPUs' own limits"
-                )
-            profile = trial.profile or profile_key(config)
-            known = config if profile_key(config) == profile else None
-            self._check_profile_sender(trial, report, known)
-            stored = repo.power_profile(conn, report.job_id, profile, trial.batch_size)
-            if stored is not None and stored.trial_number == trial.trial_number:
-                if not _same_measurements(stored.measurements, report.measurements):
-                    raise ReportMismatchError(
-                        f"trial {trial.trial_number} sent its power profile already, with other "
-                        "measurements: a run profiles once"
-                    )
-            elif stored is None:
-                stored = repo.StoredPowerProfile(
-                    profile, trial.batch_size, trial.trial_number, tuple(report.measurements)
-                )
-                repo.insert_power_profile(conn, report.job_id, stored)
-            view = stored.view(config, job.state)
-            logger.info(
-                "job %s: batch size %d trains at %g W on %s",
-                report.job_id,
-                trial.batch_size,
-                view.power_limit,
-                profile,
-            )
-            return view
-
         async with self._queue(report.job_id):
-            return await self.db.write(work)
-
-    @staticmethod
-    def _check_profile_sender(
-        trial: policy.TrialState, report: PowerProfileReport, gpus: GpuConfig | None
-    ) -> None:
-        """A profile comes from its trial's run, while it runs (a released trial may be resumed
-        from a checkpoint), at limits its GPUs take (``gpus``: the trial's hardware profile,
-        where known: no limit above its power, its GPUs' limits together; the run's own range
-        is checked with the report, `PowerProfileReport.limit_range_w`).
-
-        Raises:
-            ReportMismatchError: the trial ended, its run was not told to profile power limits,
-                or a limit is above its GPUs' power.
-        """
-        if trial.status in PROFILE_SENDERS_ENDED:
-            raise ReportMismatchError(
-                f"trial {trial.trial_number} ended ({trial.status.value}): a power profile "
-                "comes from its run while it runs"
-            )
-        if trial.power_profiling is False:
-            raise ReportMismatchError(
-                f"trial {trial.trial_number}'s run was not told to profile power limits (its "
-                "batch size's profile was known, or the run did not ask with power_limits=true): "
-                "it trains at the limit it was told"
-            )
-        if gpus is None:
-            return
-        above = [m.power_limit for m in report.measurements if m.power_limit > gpus.max_power]
-        if above:
-            raise ReportMismatchError(
-                f"power limits {above} W are above the {gpus.max_power:g} W of the trial's "
-                f"hardware profile ({profile_key(gpus)}), its GPUs' limits together"
-            )
+            return await self.db.write(lambda conn: store_profile(conn, report))
 
     def _resume(
         self,
@@ -490,7 +269,7 @@ class BatchSizeService:
         return answer
 
     def _report(self, conn: Connection, result: TrainingResult) -> tuple[ReportResponse, bool]:
-        job, config = self._registered(repo.get_job(conn, result.job_id, lock=True), result.job_id)
+        job, config = registered(repo.get_job(conn, result.job_id, lock=True), result.job_id)
         # Read after the lock: the version the lock's previous holder committed.
         stored = repo.get_trial(conn, result.job_id, result.trial_number)
         if stored is None or stored.trial.batch_size != result.batch_size:
@@ -544,7 +323,7 @@ class BatchSizeService:
                 is None
             ):
                 raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
-            return self._trial(conn, trial_id)
+            return stored_trial(conn, trial_id)
 
         stored = await self.db.write(work)
         self.metrics.trials.labels(stored.trial.status.value).inc()
@@ -563,10 +342,10 @@ class BatchSizeService:
         """
 
         def work(conn: Connection) -> tuple[StoredTrial, bool]:
-            job, config = self._registered(
+            job, config = registered(
                 repo.get_job(conn, trial_id.job_id, lock=True), trial_id.job_id
             )
-            before = self._trial(conn, trial_id)
+            before = stored_trial(conn, trial_id)
             store = SqlJobStore.of(conn, job, self._trial_lease)
             if micro_batch_size is not None:
                 if orchestrate.micro_batch_ran_out_of_memory(
@@ -579,7 +358,7 @@ class BatchSizeService:
                         before.trial.profile,
                         before.trial.trial_number,
                     )
-                return self._trial(conn, trial_id), False
+                return stored_trial(conn, trial_id), False
             after = orchestrate.ran_out_of_memory(store, config, before.trial)
             if after.status is not before.trial.status:
                 logger.info(
@@ -589,7 +368,7 @@ class BatchSizeService:
                     after.profile,
                     after.trial_number,
                 )
-            return self._trial(conn, trial_id), after.status is not before.trial.status
+            return stored_trial(conn, trial_id), after.status is not before.trial.status
 
         async with self._queue(trial_id.job_id):
             stored, changed = await self.db.write(work)
@@ -608,7 +387,7 @@ class BatchSizeService:
         """
 
         def work(conn: Connection) -> int:
-            job, config = self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            job, config = registered(repo.get_job(conn, job_id, lock=True), job_id)
             size = batch_size
             if size is None:
                 store = SqlJobStore(conn, job_id, job.state)
@@ -645,7 +424,7 @@ class BatchSizeService:
         """
 
         def work(conn: Connection) -> None:
-            self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            registered(repo.get_job(conn, job_id, lock=True), job_id)
             repo.pin_job(conn, job_id, None)
 
         await self.db.write(work)
@@ -663,15 +442,7 @@ class BatchSizeService:
             JobNotFoundError: no such job.
         """
 
-        def work(conn: Connection) -> list[tuple[str, int]]:
-            self._registered(repo.get_job(conn, job_id, lock=True), job_id)
-            forgotten = repo.delete_power_profiles(conn, job_id, profile, batch_size)
-            for key, size in forgotten:
-                logger.info("job %s: the power profile of batch size %d on %s forgotten",
-                            job_id, size, key)  # fmt: skip
-            return forgotten
-
-        return await self.db.write(work)
+        return await self.db.write(lambda conn: forget_profiles(conn, job_id, profile, batch_size))
 
     async def forget_memory_caps(self, job_id: str, profile: str | None) -> dict[str, int]:
         """Forget the job's memory caps on ``profile`` (None: every one): runs there are
@@ -684,7 +455,7 @@ class BatchSizeService:
         """
 
         def work(conn: Connection) -> dict[str, int]:
-            job, _ = self._registered(repo.get_job(conn, job_id, lock=True), job_id)
+            job, _ = registered(repo.get_job(conn, job_id, lock=True), job_id)
             caps = dict(job.state.memory_caps)
             forgotten = {k: v for k, v in caps.items() if profile is None or k == profile}
             if forgotten:
@@ -707,17 +478,10 @@ class BatchSizeService:
     def _heartbeat(self, conn: Connection, trial_id: TrialId) -> StoredTrial:
         # Like ending a trial, renewing a lease touches only the trial's row.
         # renew_lease only touches an open (dispatched or abandoned) trial.
-        stored = self._trial(conn, trial_id)
+        stored = stored_trial(conn, trial_id)
         lease = self._lease(stored.trial.time, stored.trial.epochs)
         if repo.renew_lease(conn, trial_id.job_id, trial_id.trial_number, lease):
-            stored = self._trial(conn, trial_id)
-        return stored
-
-    @staticmethod
-    def _trial(conn: Connection, trial_id: TrialId) -> StoredTrial:
-        stored = repo.get_trial(conn, trial_id.job_id, trial_id.trial_number)
-        if stored is None or stored.trial.batch_size != trial_id.batch_size:
-            raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
+            stored = stored_trial(conn, trial_id)
         return stored
 
     async def delete_job(self, job_id: str) -> None:

@@ -77,7 +77,7 @@ def test_the_package_names_what_it_exports_and_loads_it_when_asked() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:5] == [
         "False False",
-        "zeus_bso.spec.jobs zeus_bso.training.optimizer",
+        "zeus_bso.wire.jobs zeus_bso.training.optimizer",
         "True",
         "True",
         "False",

@@ -11,7 +11,7 @@ from pydantic import (
     model_validator,
 )
 
-from zeus_bso.spec.values import (
+from zeus_bso.wire.values import (
     MAX_ENERGY_J,
     MAX_POWER_W,
     MAX_TIME_S,

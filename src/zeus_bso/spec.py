@@ -17,7 +17,7 @@ model), `jobs` (a job, its GPUs and settings) and `trials` (a trial's dispatch, 
 server's answers); import from ``zeus_bso.spec``.
 """
 
-from zeus_bso.spec.jobs import (
+from zeus_bso.wire.jobs import (
     _NAMES_ELSEWHERE,
     ADJUSTABLE_SETTINGS,
     ESTIMATED_MODEL,
@@ -38,7 +38,7 @@ from zeus_bso.spec.jobs import (
     profile_key,
     profile_words,
 )
-from zeus_bso.spec.trials import (
+from zeus_bso.wire.trials import (
     EXTENSIONS_HEADER,
     MAX_POWER_LIMITS,
     DispatchedTrial,
@@ -53,7 +53,7 @@ from zeus_bso.spec.trials import (
     TrialId,
     declared_extensions,
 )
-from zeus_bso.spec.values import (
+from zeus_bso.wire.values import (
     BUILT_IN_BANDITS,
     INT32_MAX,
     JOB_ID_SUFFIX_LENGTH,

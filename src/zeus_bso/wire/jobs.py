@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from zeus_bso.spec.values import (
+from zeus_bso.wire.values import (
     _INT64_MAX,
     JOB_ID_SUFFIX_LENGTH,
     MAX_BATCH_SIZES,

@@ -1,0 +1,1 @@
+"""The wire models' modules; import them from their face, `zeus_bso.spec`."""
