@@ -6,6 +6,7 @@ import random
 
 from zeus_bso.errors import NoFittingBatchSizeError
 from zeus_bso.policy.bandits import choose_arm
+from zeus_bso.policy.priors import next_prior_step
 from zeus_bso.policy.pruning import (
     ExplorationInFlight,
     ExploreNext,
@@ -40,7 +41,11 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
     arms = history.arms
     if arms is None:
         settings = PruningSettings.of(job, history.memory_cap, history.profile)
-        step = next_pruning_step(settings, history.explorations)
+        step = None
+        if history.prior is not None:
+            step = next_prior_step(settings, history.prior, history.explorations)
+        if step is None:  # no prior, or one the measurements dropped
+            step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext):
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):

@@ -39,6 +39,8 @@ from zeus_bso.policy.cost import (
 )
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.priors import extension as prior_extension
+from zeus_bso.policy.priors import over_prior
 from zeus_bso.policy.profiles import (
     Profiles,
     WindowedCosts,
@@ -51,6 +53,7 @@ from zeus_bso.policy.profiles import (
     trial_on,
     windowed_on,
 )
+from zeus_bso.policy.pruning import PRIOR_ROUND
 from zeus_bso.policy.types import (
     CostStats,
     Dispatch,
@@ -205,6 +208,7 @@ def history_of(
             ),
             observations=observations,
             best=seen.best,
+            prior=state.prior,
         )
     return JobHistory(
         arms=state.arms,
@@ -263,6 +267,12 @@ def after_dispatch(
         history = replace(history, memory_cap=cap, profile=ran_on)
         if profiles is not None and state.by_profile is not None:
             history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
+    if state.prior is not None and state.arms is not None and history.probe is None:
+        tried = [t.batch_size for t in explorations if is_extension(t)]
+        found = prior_extension(
+            state.prior, state.arms, job.batch_sizes, state.stats, history, tried
+        )
+        history = replace(history, extension=history.extension or found)
     dispatch = decide(job, history, rng_for(job, number))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
@@ -417,6 +427,10 @@ def after_report(
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
+    if not verdict.stop and trial.round == PRIOR_ROUND and state.prior is not None:
+        size, default = trial.batch_size, job.default_batch_size
+        bound = over_prior(state.prior, seen.stats, size, cost, current_epoch, default)
+        verdict = bound or verdict
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
     measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)

@@ -70,9 +70,11 @@ def reading(store: JobStore, job: CreatedJob, state: JobState | None = None) -> 
 
 
 def _explores(job: CreatedJob, state: JobState) -> bool:
-    """Whether a decision reads the job's explorations: while it prunes, and once it has two
-    hardware profiles, what it explored on each (`zeus_bso.policy.profiles.extension`)."""
-    return state.arms is None or (job.profile_probe and len(state.profiles) >= 2)
+    """Whether a decision reads the job's explorations: while it prunes, once it has two
+    hardware profiles, what it explored on each (`zeus_bso.policy.profiles.extension`), and
+    after a prior's walk, what it explored beyond (`zeus_bso.policy.priors.extension`)."""
+    several = job.profile_probe and len(state.profiles) >= 2
+    return state.arms is None or several or state.prior is not None
 
 
 def counted(store: JobStore, state: JobState) -> JobState:

@@ -152,7 +152,7 @@ def extension(
     there by the converted costs has run there, its neighbours among the job's batch sizes are
     explored there, one run each, the one the measured ratios favour most (the lower predicted
     cost ratio) first: a neighbour that is not an arm, not ``tried`` on the profile, and may
-    cost less than the best there (`_may_beat`: not one that ran and never converged, on any
+    cost less than the best there (`may_beat`: not one that ran and never converged, on any
     GPU, since how many epochs a batch size needs does not depend on the hardware; not one
     whose converged runs, converted, cost more). One that converges joins the arms
     (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest."""
@@ -179,12 +179,12 @@ def extension(
         for size in (sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes))
         if size not in arms
         and size not in done
-        and _may_beat(stats.get(size), observations.get(size), observations[best].mean)
+        and may_beat(stats.get(size), observations.get(size), observations[best].mean)
     ]
     return min(candidates, key=lambda size: (ratio(size), size), default=None)
 
 
-def _may_beat(entry: BatchSizeStats | None, seen: CostStats | None, best: float) -> bool:
+def may_beat(entry: BatchSizeStats | None, seen: CostStats | None, best: float) -> bool:
     """Whether a batch size outside the arms may cost less than ``best`` on a profile, from
     its statistics (``entry``, any profile's runs) and its costs converted to the profile
     (``seen``): not if it ran and never converged; if it converged, whether its converted mean

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
 
 
+PRIOR_ROUND = -1
+"""The round of an exploration dispatched on a related job's word (`zeus_bso.policy.priors`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PruningSettings:
     """How a job prunes (from its options: `of`)."""
@@ -71,7 +75,9 @@ class PruningSettings:
         )
 
 
-class _Outcome(Enum):
+class Outcome(Enum):
+    """What a batch size's explorations in a round say of it."""
+
     UNTRIED = "untried"
     IN_FLIGHT = "in_flight"
     CONVERGED = "converged"
@@ -101,17 +107,17 @@ class PruningDone:
 PruningStep = ExploreNext | ExplorationInFlight | PruningDone
 
 
-def _outcome(
+def outcome_of(
     records: list[TrialState], max_unreported_failures: int
-) -> tuple[_Outcome, float | None]:
+) -> tuple[Outcome, float | None]:
     reported = [r for r in records if r.status is TrialStatus.REPORTED]
     if reported:
         first = min(reported, key=lambda r: r.trial_number)
         if first.converged:
-            return _Outcome.CONVERGED, first.cost
-        return _Outcome.NOT_CONVERGED, None
+            return Outcome.CONVERGED, first.cost
+        return Outcome.NOT_CONVERGED, None
     if any(r.status is TrialStatus.DISPATCHED for r in records):
-        return _Outcome.IN_FLIGHT, None
+        return Outcome.IN_FLIGHT, None
     # A run that ended without a single report counts as a failure, whether its client ended
     # it (failed: a crash caught by the client) or vanished before its first report (abandoned:
     # an OOM kill, a lost node). A run that vanished after reporting says nothing bad.
@@ -120,8 +126,8 @@ def _outcome(
         for r in records
     )
     if failures >= max_unreported_failures:
-        return _Outcome.NOT_CONVERGED, None
-    return _Outcome.UNTRIED, None
+        return Outcome.NOT_CONVERGED, None
+    return Outcome.UNTRIED, None
 
 
 def next_pruning_step(
@@ -141,7 +147,9 @@ def next_pruning_step(
     """
     by_round: dict[tuple[int, int], list[TrialState]] = defaultdict(list)
     for record in explorations:
-        by_round[(record.round or 0, record.batch_size)].append(record)
+        # A prior's walk (`zeus_bso.policy.priors`) explored before the first round: its runs
+        # count as the first round's.
+        by_round[(max(record.round or 0, 0), record.batch_size)].append(record)
 
     candidates = list(settings.batch_sizes)
     pivot = settings.default_batch_size
@@ -178,6 +186,8 @@ def next_pruning_step(
             went = walk.step(untried[0])
             if not isinstance(went, bool):
                 return went
+        if round_index == 0:
+            walk.keep_off_the_walk(explorations)
         if not walk.converged:
             if walk.cap is not None and not walk.tried:
                 raise NoFittingBatchSizeError(
@@ -212,6 +222,23 @@ class _Round:
     def cheapest(self) -> int:
         return min(self.converged, key=lambda b: (self.converged[b], b))
 
+    def keep_off_the_walk(self, explorations: tuple[TrialState, ...]) -> None:
+        """Count as converged in this round the sizes a dropped prior's walk saw converge that
+        this walk did not step (`zeus_bso.policy.priors`): the early-stop reference knows their
+        cost, and a next round without them would judge its sizes against a cheaper size it
+        does not run. A cold job has none."""
+        for record in explorations:
+            size = record.batch_size
+            if record.round != PRIOR_ROUND or size in self.tried or size in self.converged:
+                continue
+            if self.cap is not None and size >= self.cap:
+                continue
+            records = [r for r in self.by_round.get((0, size), []) if r.round == PRIOR_ROUND]
+            records = [r for r in records if r.status is not TrialStatus.INFEASIBLE]
+            outcome, cost = outcome_of(records, self.settings.max_unreported_failures)
+            if outcome is Outcome.CONVERGED and cost is not None:
+                self.converged[size] = cost
+
     def step(self, batch_size: int) -> ExploreNext | ExplorationInFlight | bool:
         """The exploration ``batch_size`` needs next, or its outcome in this round: True, the
         walk goes on past it; False, its direction ends there (it did not converge, or cost
@@ -226,13 +253,13 @@ class _Round:
         # profile's GPUs, or before its cap was forgotten) says nothing of whether the size fits
         # here: it is explored again.
         records = [r for r in records if r.status is not TrialStatus.INFEASIBLE]
-        outcome, cost = _outcome(records, self.settings.max_unreported_failures)
-        if outcome is _Outcome.IN_FLIGHT:
+        outcome, cost = outcome_of(records, self.settings.max_unreported_failures)
+        if outcome is Outcome.IN_FLIGHT:
             return ExplorationInFlight()
-        if outcome is _Outcome.UNTRIED:
+        if outcome is Outcome.UNTRIED:
             return ExploreNext(batch_size=batch_size, round=self.round)
         self.tried.append(batch_size)
-        if outcome is _Outcome.NOT_CONVERGED:
+        if outcome is Outcome.NOT_CONVERGED:
             return False
         # A converged report always carries its cost; without one it can't be a pivot.
         cost = math.inf if cost is None else cost

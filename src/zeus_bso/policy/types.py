@@ -278,6 +278,58 @@ class ByProfile:
         return ByProfile(self.epochs, {k: v for k, v in trials.items() if v > 0})
 
 
+class PriorMode(StrEnum):
+    """How far a new job trusts its parent's curve."""
+
+    CHECK = "check"
+    """The default runs first, and its epoch cost is held against the parent's."""
+    TRUST = "trust"
+    """The prior's best runs first (a declared parent: the same model and data pipeline)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """A parent job's learned curve (in its cost units)."""
+
+    costs: Mapping[int, float]
+    """Each converging batch size's whole-run cost relative to the cheapest (1.0)."""
+    hopeless: frozenset[int] = frozenset()
+    """The batch sizes whose runs never converged."""
+    epoch_costs: Mapping[int, float] = field(default_factory=dict)
+    """The cost of one epoch at each batch size (the fingerprint)."""
+    mode: PriorMode = PriorMode.CHECK
+    epochs: Mapping[int, float] = field(default_factory=dict)
+    """The mean epochs a converged run took at each batch size (the fingerprint too)."""
+
+    def __post_init__(self) -> None:
+        if not self.costs:
+            raise ValueError("a prior needs the cost of at least one converging batch size")
+        if any(not (math.isfinite(c) and c > 0) for c in self.costs.values()):
+            raise ValueError("a prior's relative costs are positive and finite")
+
+    @classmethod
+    def of(
+        cls,
+        whole_run_costs: Mapping[int, float],
+        hopeless: Iterable[int] = (),
+        epoch_costs: Mapping[int, float] | None = None,
+        mode: PriorMode = PriorMode.CHECK,
+        *,
+        epochs: Mapping[int, float] | None = None,
+    ) -> Prior:
+        """A prior from a parent's whole-run costs (any units: normalised to the cheapest)."""
+        if not whole_run_costs:
+            raise ValueError("a prior needs the cost of at least one converging batch size")
+        cheapest = min(whole_run_costs.values())
+        relative = {size: cost / cheapest for size, cost in sorted(whole_run_costs.items())}
+        return cls(relative, frozenset(hopeless), dict(epoch_costs or {}), mode, dict(epochs or {}))
+
+    def best(self, fits: Iterable[int]) -> int | None:
+        """The prior's cheapest batch size among ``fits`` (None: it knows none of them)."""
+        known = [size for size in fits if size in self.costs]
+        return min(known, key=lambda size: (self.costs[size], size), default=None)
+
+
 @dataclass(frozen=True, slots=True)
 class JobState:
     """What a job carries from trial to trial besides its trials: the next trial number, the
@@ -303,6 +355,9 @@ class JobState:
     """By hardware profile (`zeus_bso.spec.profile_key`): the smallest batch size that ran out
     of memory there. No run on that profile is dispatched at it or above (an ``infeasible``
     trial sets it); other profiles keep those sizes."""
+    prior: Prior | None = None
+    """A related job's learned curve, which the job's pruning starts from while it holds
+    (`zeus_bso.policy.priors`)."""
 
     def measured(self, profile: str, batch_size: int) -> bool:
         """Whether a run of ``batch_size`` has reported on ``profile``: with two or more
@@ -335,6 +390,8 @@ class JobHistory:
     """The bandit's arms once pruning is over; ``None`` while pruning."""
     explorations: tuple[TrialState, ...] = ()
     """The pruning explorations (trials of kind ``exploration``)."""
+    prior: Prior | None = None
+    """While pruning: the related job's curve it starts from (`JobState.prior`)."""
     observations: Mapping[int, CostStats] = field(default_factory=dict)
     best: BestRun | None = None
     bandit_pulls: int = 0

@@ -1,0 +1,200 @@
+"""Priors from a related job: the prior's walk, its drop rules, its bound and the extension of
+the arms after it (`zeus_bso.policy.priors`), driven through an in-memory job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from tests.policy.helpers import make_job
+from zeus_bso.policy import JobState
+from zeus_bso.policy.priors import Prior, PriorMode
+from zeus_bso.policy.pruning import PRIOR_ROUND
+from zeus_bso.sim.memory import InMemoryJob, MemoryStore
+from zeus_bso.spec import StopReason
+
+SIZES = [16, 32, 64, 128, 256, 512]
+# Cost = 0.5 * energy (time 0): a report's energy is twice its cost.
+JOB = make_job(
+    eta_knob=0.5,
+    max_power=100.0,
+    batch_sizes=SIZES,
+    default_batch_size=64,
+    target_metric=0.9,
+    max_epochs=20,
+    beta_knob=None,
+    prune_cost_ratio=None,
+    mab_seed=7,
+)
+
+# This job's truth: the cost of an epoch and the epochs to the target at each size (None: never).
+EPOCH_COST = {16: 40.0, 32: 25.0, 64: 10.0, 128: 8.0, 256: 9.0, 512: 12.0}
+EPOCHS = {16: 4, 32: 4, 64: 5, 128: 4, 256: 5, 512: None}
+# Each size's whole run: 64 -> 50, 128 -> 32 (the cheapest), 256 -> 45, 32 -> 100.
+RELATED = Prior.of(
+    {size: EPOCH_COST[size] * epochs for size, epochs in EPOCHS.items() if epochs},
+    hopeless={512},
+    epoch_costs=EPOCH_COST,
+)
+
+RELATED_WITHOUT_512 = Prior.of(RELATED.costs, (), EPOCH_COST)
+
+
+def _job(prior: Prior | None) -> InMemoryJob:
+    return InMemoryJob(JOB, MemoryStore(job=JobState(prior=prior)))
+
+
+def _run(
+    job: InMemoryJob,
+    epoch_cost: Mapping[int, float] = EPOCH_COST,
+    epochs: Mapping[int, int | None] = EPOCHS,
+) -> tuple[int, int | None, bool, StopReason | None]:
+    """One run of the next trial: (batch size, its round, converged, why it stopped)."""
+    trial = job.next_trial()
+    round_ = job.trials[-1].round
+    size = trial.batch_size
+    epoch = 0
+    while True:
+        epoch += 1
+        reached = epochs[size] is not None and epoch >= (epochs[size] or 0)
+        answer = job.report(
+            trial,
+            time=0.0,
+            energy=2 * epoch_cost[size] * epoch,
+            metric=1.0 if reached else 0.1,
+            current_epoch=epoch,
+        )
+        if answer.stop_train:
+            job.end_trial(trial)
+            return size, round_, answer.converged, answer.reason
+
+
+def test_a_checked_prior_runs_the_default_then_its_best_then_the_best_s_neighbours() -> None:
+    job = _job(RELATED)
+    runs = [_run(job) for _ in range(3)]
+    assert runs == [(64, PRIOR_ROUND, True, StopReason.CONVERGED)] + [
+        (size, PRIOR_ROUND, True, StopReason.CONVERGED) for size in (128, 256)
+    ]
+    # 128 is the cheapest; its neighbours are 64 and 256, both run: the walk is over.
+    assert _run(job)[1] is None
+    assert job.trials[-1].kind.value == "bandit"
+    assert job.state.arms == (64, 128, 256)
+
+
+def test_a_trusted_prior_starts_at_its_best_and_never_runs_what_it_calls_hopeless() -> None:
+    trusted = Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST)
+    job = _job(trusted)
+    sizes = [_run(job)[0] for _ in range(3)]
+    assert sizes[0] == 128
+    assert sorted(sizes) == [64, 128, 256]
+    _run(job)
+    assert 512 not in {t.batch_size for t in job.trials}
+    assert job.state.arms == (64, 128, 256)
+
+
+def test_a_cold_job_prunes_as_it_always_did() -> None:
+    cold, seeded = _job(None), _job(RELATED)
+    first = [_run(cold) for _ in range(3)]
+    assert [size for size, *_ in first][:2] == [64, 32]  # the default, then down
+    assert all(round_ == 0 for _, round_, *_ in first)
+    assert _run(seeded)[0] == 64
+
+
+def test_a_prior_whose_best_does_not_converge_is_dropped_and_the_cold_walk_reuses_its_runs() -> (
+    None
+):
+    wrong = Prior.of({32: 1.0, 64: 2.0, 128: 3.0}, epoch_costs=EPOCH_COST)
+    job = _job(wrong)
+    epochs = {**EPOCHS, 32: None}  # the prior's best never converges here
+    size, round_, converged, _ = _run(job, epochs=epochs)
+    assert (size, round_, converged) == (64, PRIOR_ROUND, True)
+    size, round_, converged, _ = _run(job, epochs=epochs)
+    assert (size, round_, converged) == (32, PRIOR_ROUND, False)
+    # Dropped: the cold walk's first round goes on; 64 and 32 count as its runs (the walk down
+    # ended at 32), so it walks up from the default.
+    size, round_, _, _ = _run(job, epochs=epochs)
+    assert (size, round_) == (128, 0)
+    assert [t.batch_size for t in job.trials].count(64) == 1
+
+
+def test_a_default_whose_epoch_costs_far_from_the_parent_s_drops_the_prior() -> None:
+    other = Prior.of(RELATED.costs, RELATED.hopeless, {s: c / 3 for s, c in EPOCH_COST.items()})
+    job = _job(other)
+    assert _run(job)[:2] == (64, PRIOR_ROUND)
+    size, round_, _, _ = _run(job)
+    assert (size, round_) == (32, 0)  # the cold walk, down from the default
+
+
+def test_a_run_on_the_prior_s_word_stops_when_its_epoch_costs_far_more_than_the_parent_s() -> None:
+    job = _job(RELATED)
+    costly = {**EPOCH_COST, 128: 3 * EPOCH_COST[128]}
+    _run(job, epoch_cost=costly)
+    size, round_, converged, reason = _run(job, epoch_cost=costly)
+    assert (size, round_, converged, reason) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].epochs == 1
+    answer = job.trials[-1]
+    assert answer.cost == pytest.approx(3 * EPOCH_COST[128])
+
+
+def test_a_measured_cost_ratio_far_from_the_prior_s_drops_it() -> None:
+    # The prior puts 128 at 0.56 of 64's cost; here 128 costs about what 64 does (1.7x the
+    # prior's ratio: within the run's bound, twice the prior's prediction, past the tolerance).
+    skewed = Prior.of({64: 1.8, 128: 1.0, 256: 2.0}, epoch_costs=EPOCH_COST)
+    job = _job(skewed)
+    even = {**EPOCHS, 128: 6}
+    _run(job, epochs=even)
+    assert _run(job, epochs=even)[:3] == (128, PRIOR_ROUND, True)
+    size, round_, _, _ = _run(job, epochs=even)
+    assert (size, round_) == (32, 0)
+
+
+def test_after_the_walk_the_cheapest_arm_extends_to_an_untried_neighbour() -> None:
+    # The walk finds 128 cheapest (64 and 256 run); later runs find 256 far cheaper than 128,
+    # and 512, which no run tried and the prior does not call hopeless, is explored next to it.
+    job = _job(RELATED_WITHOUT_512)
+    walk = [_run(job)[0] for _ in range(3)]
+    assert walk == [64, 128, 256]
+    later = {**EPOCHS, 128: 10, 256: 1, 512: 1}
+    extended = None
+    for _ in range(30):
+        size, round_, converged, _ = _run(job, epochs=later)
+        if size == 512:
+            extended = (round_, converged, job.trials[-1].kind.value)
+            break
+    assert extended == (None, True, "exploration")
+    _run(job, epochs=later)
+    assert job.state.arms == (64, 128, 256, 512)
+
+
+def test_after_the_walk_no_size_the_prior_calls_hopeless_is_explored() -> None:
+    job = _job(RELATED)
+    later = {**EPOCHS, 128: 10, 256: 1, 512: 1}
+    for _ in range(3):
+        _run(job)
+    sizes = {_run(job, epochs=later)[0] for _ in range(20)}
+    assert 512 not in sizes
+
+
+def test_a_size_a_dropped_prior_saw_converge_stays_a_candidate_off_the_cold_walk() -> None:
+    # The prior's best, 512, converges (24), at a ratio to the default's cost (50) far from the
+    # prior's (0.29 against 0.48): dropped. The cold walk up ends at 256 (never converges), so
+    # it never steps 512; 512 is still a candidate of the next round, and an arm.
+    epochs = {**EPOCHS, 256: None, 512: 2}
+    prior = Prior.of({64: 3.5, 512: 1.0}, epoch_costs=EPOCH_COST)
+    job = _job(prior)
+    assert _run(job, epochs=epochs)[:3] == (64, PRIOR_ROUND, True)
+    assert _run(job, epochs=epochs)[:3] == (512, PRIOR_ROUND, True)
+    while job.state.arms is None:
+        _run(job, epochs=epochs)
+    assert 512 in job.state.arms
+    assert any(t.batch_size == 512 and t.round == 1 for t in job.trials)
+
+
+@pytest.mark.parametrize(
+    ("costs", "message"),
+    [({}, "at least one"), ({64: 0.0}, "positive and finite"), ({64: float("inf")}, "positive")],
+)
+def test_a_prior_without_a_usable_cost_is_refused(costs: dict[int, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Prior(costs)
