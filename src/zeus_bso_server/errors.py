@@ -90,6 +90,11 @@ class PowerProfilingOffError(ServerError):
     (``power_profiling`` off, or ``eta_knob`` 0)."""
 
 
+class PriorError(ServerError):
+    """Raised when a new job's ``prior_from`` names no job, the job itself, or a job with no
+    converged run at a batch size of the new one."""
+
+
 class PinError(ServerError):
     """Raised when a job cannot be pinned as asked: the batch size is not one of the job's, or
     none was given and the job has no recommendation yet."""

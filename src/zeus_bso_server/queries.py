@@ -16,6 +16,8 @@ from sqlalchemy.engine import Connection
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
+from zeus_bso.policy.priors import standing
+from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.spec import CreatedJob, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.read_models import (
@@ -27,6 +29,7 @@ from zeus_bso_server.read_models import (
     NextRun,
     Recommendation,
     Savings,
+    SeededFrom,
     SettingDifference,
     SiblingJob,
     TrialView,
@@ -136,6 +139,8 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
         why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
     elif decided.kind is policy.TrialKind.CONCURRENT:
         why = "the best batch size so far, while an exploration runs"
+    elif decided.round == PRIOR_ROUND:
+        why = "the walk on a related job's curve explores it (the job was seeded from it)"
     else:
         why = f"pruning round {(decided.round or 0) + 1} explores it"
     return NextRun(
@@ -319,6 +324,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         power_profiles=[p.view(config, job.state) for p in repo.power_profiles_of(conn, job_id)],
         next_run=upcoming,
         siblings=_siblings(conn, job),
+        seeded_from=_seeded_from(store, config, job.state),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -334,6 +340,22 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=job.created_at,
         updated_at=job.updated_at,
+    )
+
+
+def _seeded_from(
+    store: SqlJobStore, config: CreatedJob, state: policy.JobState
+) -> SeededFrom | None:
+    prior = state.prior
+    if prior is None:
+        return None
+    cap = state.memory_caps.get(profile_key(config))
+    settings = PruningSettings.of(config, cap)
+    return SeededFrom(
+        job_id=prior.parent,
+        mode=prior.mode.value,
+        standing=standing(settings, prior, store.explorations()),
+        best_batch_size=prior.best(config.batch_sizes),
     )
 
 

@@ -224,6 +224,20 @@ class SiblingJob(BaseModel):
     """The settings in which it differs (`zeus_bso.spec.differing_settings`)."""
 
 
+class SeededFrom(BaseModel):
+    """The related job's curve a job was seeded with (``prior_from``), and where it stands."""
+
+    job_id: str | None
+    """The job it was learned by."""
+    mode: Literal["check", "trust"]
+    standing: Literal["following", "over", "dropped"]
+    """``following``: its runs follow the prior's walk; ``over``: the walk is over, and the
+    bandit chooses among the sizes it found; ``dropped``: a run disagreed with the prior, and
+    the job went on as a cold one, reusing every run."""
+    best_batch_size: int | None
+    """The size the prior puts cheapest among the job's."""
+
+
 class NextRun(BaseModel):
     """What the next run of the job will get, and why, as the policy decides it now."""
 
@@ -261,6 +275,8 @@ class JobView(BaseModel):
     siblings: list[SiblingJob] = []
     """Other jobs of its ``job_id_prefix`` (the last changed first, at most five), and the
     settings in which each differs from it."""
+    seeded_from: SeededFrom | None = None
+    """The related job it was seeded with (null: it started cold)."""
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None

@@ -14,6 +14,7 @@ from zeus_bso.spec import (
     ADJUSTABLE_SETTINGS,
     GPU_FIELDS,
     POWER_SETTINGS,
+    SEED_SETTINGS,
     STOP_SETTINGS,
     CreatedJob,
     JobSpecFromClient,
@@ -24,6 +25,7 @@ from zeus_bso.spec import (
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
+    PriorError,
     TrialNotFoundError,
 )
 from zeus_bso_server.store import repository as repo
@@ -49,9 +51,10 @@ def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[tuple[str,
     """The fields the client sent that differ from the registered job's, each with a sentence.
 
     Fields the client left out are not compared: an older client that does not know an option
-    of ours (or a newer default of it) still finds its job.
+    of ours (or a newer default of it) still finds its job; nor are where a new job's prior
+    comes from (`SEED_SETTINGS`): a job that exists keeps what it learned.
     """
-    fields = sorted(sent.model_fields_set - {"job_id"})
+    fields = sorted(sent.model_fields_set - {"job_id", *SEED_SETTINGS})
     return [
         (name, f"{name}: {getattr(stored, name)!r} registered, {getattr(sent, name)!r} sent")
         for name in fields
@@ -60,18 +63,24 @@ def _differences(stored: CreatedJob, sent: JobSpecFromClient) -> list[tuple[str,
 
 
 def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
-    """One registration's unit of work (`BatchSizeService.register`)."""
+    """One registration's unit of work (`BatchSizeService.register`).
+
+    Raises:
+        PriorError: the job is new and ``prior_from`` names no job, or one that cannot seed it.
+        JobConfigMismatchError: the id exists with another configuration.
+    """
     if spec.job_id is None:
+        prior = seed_of(conn, spec, "")
         while True:  # a clash of 32 random bits is rare; draw again if it happens
             job = spec.model_copy(update={"job_id": f"{spec.job_id_prefix}-{secrets.token_hex(4)}"})
-            if _insert(conn, job):
+            if _insert(conn, job, prior):
                 logger.info("registered job %s", job.job_id)
                 return Registered(job, True)
     # The row is locked before anything is written: a registration on other GPUs changes it.
     existing = repo.get_job(conn, spec.job_id, lock=True)
     locked = existing is not None
     if existing is None:
-        if _insert(conn, spec):
+        if _insert(conn, spec, seed_of(conn, spec, spec.job_id)):
             logger.info("registered job %s", spec.job_id)
             return Registered(spec, True)
         # A concurrent registration created it. Not locked here: on MySQL the INSERT holds a
@@ -113,10 +122,66 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
     return Registered(JobSpecFromClient.model_validate(config.model_dump()), False)
 
 
-def _insert(conn: Connection, job: JobSpecFromClient) -> bool:
+def _insert(conn: Connection, job: JobSpecFromClient, prior: policy.Prior | None) -> bool:
     assert job.job_id is not None
     config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
-    return repo.insert_job_if_absent(conn, job.job_id, job.job_id_prefix, config)
+    inserted = repo.insert_job_if_absent(conn, job.job_id, job.job_id_prefix, config)
+    if inserted and prior is not None:
+        repo.set_prior(conn, job.job_id, prior)
+        logger.info("job %s starts from job %s's curve (%s)", job.job_id, prior.parent, prior.mode)
+    return inserted
+
+
+def seed_of(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Prior | None:
+    """The prior ``prior_from`` gives a new job (None: none asked, or ``auto`` found none).
+
+    Raises:
+        PriorError: ``prior_from`` names no job, the job itself, or one with no converged run
+            at a batch size of this job.
+    """
+    named = spec.prior_from
+    if named is None:
+        return None
+    if named == "auto":  # the prefix's job updated last that learned something; check mode
+        for sibling in repo.latest_of_prefix(conn, spec.job_id_prefix, job_id):
+            found = _learned(conn, sibling, policy.PriorMode.CHECK, spec.batch_sizes)
+            if found is not None:
+                return found
+        return None
+    if named == job_id:
+        raise PriorError(f"prior_from names the job itself ({named}): name a related job")
+    parent = repo.get_job(conn, named)
+    if parent is None:
+        raise PriorError(
+            f"prior_from {named!r} names no job on this server: give the id of a job that "
+            "`zeus-bso jobs list` shows, or 'auto' (the job of the same prefix updated last)"
+        )
+    found = _learned(conn, parent, policy.PriorMode(spec.prior_mode), spec.batch_sizes)
+    if found is None:
+        raise PriorError(
+            f"job {named} has no converged run at a batch size of this job yet: seed from it "
+            "once it has one, or register without prior_from (the job starts cold)"
+        )
+    return found
+
+
+def _learned(
+    conn: Connection, parent: StoredJob, mode: policy.PriorMode, sizes: list[int]
+) -> policy.Prior | None:
+    """What ``parent`` learned, as a prior for a job of ``sizes`` (None: nothing of them)."""
+    config = config_of(parent)
+    base = next(iter(parent.state.profiles.values()), gpu_of(config))
+    prior = policy.learned_prior(
+        parent.job_id,
+        parent.state.stats,
+        repo.trials_of(conn, parent.job_id),
+        mode,
+        price=lambda energy, time: policy.zeus_cost(energy, time, config.eta_knob, base.max_power),
+        profile=profile_key(base),
+    )
+    if prior is None or prior.best(sizes) is None:
+        return None
+    return prior
 
 
 def registered(job: StoredJob | None, job_id: str) -> tuple[StoredJob, CreatedJob]:

@@ -269,6 +269,9 @@ def show_command(
         f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
         f"default batch size {job['default_batch_size']}"
     )
+    seeded = state.get("seeded_from")  # absent from servers that predate priors
+    if seeded:
+        console.print(f"seeded from {escape(_seed_words(seeded))}")
     cap = job.get("max_run_cost_ratio")  # absent from servers that predate it
     if cap:
         console.print(
@@ -511,3 +514,17 @@ def delete_command(
         raise typer.Exit(1)
     _ask(server, token, lambda client: client.delete_job(job_id))
     console.print(f"deleted {escape(job_id)}")
+
+
+def _seed_words(seeded: dict[str, Any]) -> str:
+    """A job view's ``seeded_from``, for a person."""
+    where = {
+        "following": "its runs follow that curve",
+        "over": "the walk on that curve is over; the bandit chooses among the sizes it found",
+        "dropped": "dropped: a run disagreed, and the job went on as a cold one",
+    }
+    parent = seeded.get("job_id") or "a related job"
+    return (
+        f"{parent} ({seeded['mode']} mode; its curve puts {seeded['best_batch_size']} "
+        f"cheapest): {where.get(seeded['standing'], seeded['standing'])}"
+    )

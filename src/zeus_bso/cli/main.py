@@ -24,7 +24,9 @@ from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.cli.power import power_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
+from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.parents import parent_prior
 from zeus_bso.sim.report import (
     HORIZONS,
     Summary,
@@ -33,7 +35,7 @@ from zeus_bso.sim.report import (
     seed_result,
     summarize,
 )
-from zeus_bso.sim.trace import read_power_trace
+from zeus_bso.sim.trace import TraceJob, read_power_trace
 from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
 
 app = typer.Typer(
@@ -108,6 +110,34 @@ def simulate_command(
             "trace's (0.2: a run often 20% off its batch size's pace)",
         ),
     ] = 0.0,
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            help="Seed each new job with a related job's learned curve: 'self' (the workload's "
+            "own, with --parent-sigma or --parent-shift) or another workload (a wrong prior)",
+        ),
+    ] = None,
+    parent_mode: Annotated[
+        str,
+        typer.Option(
+            help="check: the default runs first and is held against the parent's; trust: the "
+            "parent's best runs first (a declared parent)",
+        ),
+    ] = "check",
+    parent_sigma: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=2.0, help="The parent's costs drawn around the truth: lognormal spread"
+        ),
+    ] = 0.0,
+    parent_shift: Annotated[
+        int,
+        typer.Option(
+            min=-3,
+            max=3,
+            help="The parent's costs (its optimum with them) moved by this many sizes",
+        ),
+    ] = 0,
     **given: Any,
 ) -> None:
     """Simulate recurrences of a trace workload and compare with the oracle and the default.
@@ -132,6 +162,7 @@ def simulate_command(
             power_limits,
             read_power_trace(str(power_trace)) if power_trace is not None else None,
             pace_noise,
+            _parent(parent, parent_mode, parent_sigma, parent_shift, server),
         )
         summaries = [
             _simulate_one(name, gpu, recurrences, seed_list, options, server, simulated)
@@ -234,6 +265,41 @@ class SimulatedGpu:
     power_rows: list[dict[str, str]] | None = None
     """``--power-trace``'s rows (read once)."""
     pace_noise: float = 0.0
+    parent: SimulatedParent | None = None
+
+
+@dataclass(frozen=True)
+class SimulatedParent:
+    """``--parent`` and its settings (`zeus_bso.sim.parents.parent_prior`)."""
+
+    workload: str
+    """A workload of the trace, or ``self``."""
+    mode: PriorMode
+    sigma: float
+    shift: int
+
+
+def _parent(
+    workload: str | None, mode: str, sigma: float, shift: int, server: str | None
+) -> SimulatedParent | None:
+    """The parent the flags give (None: cold jobs), checked."""
+    if workload is None:
+        if sigma or shift or mode != PriorMode.CHECK:
+            raise ConfigurationError(
+                "--parent-mode, --parent-sigma and --parent-shift need --parent"
+            )
+        return None
+    if workload != "self" and workload not in WORKLOADS:
+        raise ConfigurationError(
+            f"--parent {workload!r}: give 'self' or one of {', '.join(WORKLOADS)}"
+        )
+    if mode not in {m.value for m in PriorMode}:
+        raise ConfigurationError(f"--parent-mode {mode!r}: give check or trust")
+    if server is not None:
+        raise ConfigurationError(
+            "--parent is simulated in-process: a server does not seed jobs from a parent yet"
+        )
+    return SimulatedParent(workload, PriorMode(mode), sigma, shift)
 
 
 def _simulate_one(
@@ -264,7 +330,8 @@ def _simulate_one(
 
         for seed in seeds:
             spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
-            with _backend(spec, server) as backend:
+            prior = _prior(simulated.parent, trace, gpu, eta, seed)
+            with _backend(spec, server, prior) as backend:
                 recurrence_results = simulate(
                     trace,
                     backend,
@@ -296,11 +363,30 @@ def _memory_cap(value: str, default_batch_size: int) -> int:
         ) from None
 
 
+def _prior(
+    parent: SimulatedParent | None, trace: TraceJob, gpu: str, eta: float, seed: int
+) -> Prior | None:
+    """The prior ``parent`` gives a new job of ``trace`` in ``seed``."""
+    if parent is None:
+        return None
+    theirs = trace if parent.workload == "self" else load_trace_job(parent.workload, gpu)
+    return parent_prior(
+        trace,
+        theirs,
+        eta_knob=eta,
+        seed=seed,
+        sigma=parent.sigma,
+        shift=parent.shift,
+        mode=parent.mode,
+    )
+
+
 @contextlib.contextmanager
-def _backend(spec: Any, server: str | None) -> Iterator[Any]:
-    """Where the policy runs: in this process, or on ``server`` (the job deleted after)."""
+def _backend(spec: Any, server: str | None, prior: Prior | None = None) -> Iterator[Any]:
+    """Where the policy runs: in this process (a new job seeded by ``prior``, if any), or on
+    ``server`` (the job deleted after)."""
     if server is None:
-        yield in_process(spec)
+        yield in_process(spec, prior)
         return
     from zeus_bso.client.http import ServerClient
     from zeus_bso.sim import ServerBackend

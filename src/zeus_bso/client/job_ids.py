@@ -16,6 +16,7 @@ import os
 from zeus_bso.spec import (
     ADJUSTABLE_SETTINGS,
     GPU_FIELDS,
+    SEED_SETTINGS,
     JobSpec,
     JobSpecFromClient,
     policy_options,
@@ -59,7 +60,8 @@ def stable_job_id(spec: JobSpecFromClient) -> str:
     the settings it may change (a job on other GPUs is the same job on another hardware
     profile, and a job whose runs train at other power limits, or stop against another
     reference, the same job: `zeus_bso.spec.ADJUSTABLE_SETTINGS`)."""
-    config = spec.model_dump(mode="json", exclude={"job_id", *GPU_FIELDS, *ADJUSTABLE_SETTINGS})
+    left_out = {"job_id", *GPU_FIELDS, *ADJUSTABLE_SETTINGS, *SEED_SETTINGS}
+    config = spec.model_dump(mode="json", exclude=left_out)
     for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
         if name in config and config[name] == default:
             del config[name]  # ids from before the option existed stay the same

@@ -40,6 +40,7 @@ from zeus_bso.policy.machine import (
     with_stop_settings,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
+from zeus_bso.policy.priors import learned_prior
 from zeus_bso.policy.profiles import (
     Profiles,
     profiles_of,
@@ -59,6 +60,8 @@ from zeus_bso.policy.types import (
     JobHistory,
     JobState,
     Posterior,
+    Prior,
+    PriorMode,
     Stage,
     TrialKind,
     TrialState,
@@ -83,6 +86,8 @@ __all__ = [
     "JobHistory",
     "JobState",
     "Posterior",
+    "Prior",
+    "PriorMode",
     "Profiles",
     "PruningSettings",
     "Report",
@@ -108,6 +113,7 @@ __all__ = [
     "fold_final_report",
     "history_of",
     "judge_report",
+    "learned_prior",
     "moved",
     "next_pruning_step",
     "out_of_memory",

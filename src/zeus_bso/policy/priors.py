@@ -10,7 +10,8 @@ pruning rounds while the prior holds:
 - *trust* (`PriorMode.TRUST`): the prior's best runs first;
 
 then the untried neighbours of the cheapest so far, one at a time (the one the prior finds
-cheaper first), until the cheapest has none: the sizes that converged are the bandit's arms.
+cheaper first), until the cheapest and the prior's best have none: the sizes that converged
+are the bandit's arms.
 The prior is dropped, and the job goes on as a cold one (`zeus_bso.policy.pruning`) over the
 same runs, as soon as the measurements disagree with it: the first run's epoch cost is more
 than `FINGERPRINT_RATIO` from the parent's, the prior's best does not converge, the measured
@@ -25,8 +26,9 @@ round's.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from zeus_bso.policy.profiles import may_beat
 from zeus_bso.policy.pruning import (
@@ -99,6 +101,11 @@ class _Walk:
         return min(self.converged, key=lambda size: (self.converged[size], size))
 
 
+def _neighbours(sizes: list[int], size: int) -> list[int]:
+    at = sizes.index(size)
+    return [sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes)]
+
+
 def next_prior_step(
     settings: PruningSettings, prior: Prior, explorations: Iterable[TrialState]
 ) -> PruningStep | None:
@@ -140,13 +147,13 @@ def next_prior_step(
             if _off(measured, prior.costs[best] / prior.costs[first], COST_RATIO_TOLERANCE):
                 return None
     while True:
-        cheapest = walk.cheapest()
-        at = sizes.index(cheapest)
-        untried = [
-            sizes[i]
-            for i in (at - 1, at + 1)
-            if 0 <= i < len(sizes) and sizes[i] not in walk.tried and sizes[i] not in prior.hopeless
+        # The cheapest's untried neighbours, then the prior's best's: one costly run at the
+        # best must not turn the walk away from the sizes the prior puts cheapest.
+        candidates = [
+            [s for s in _neighbours(sizes, centre) if s not in walk.tried | prior.hopeless]
+            for centre in (walk.cheapest(), best)
         ]
+        untried = candidates[0] or candidates[1]
         if not untried:
             break
         size = min(untried, key=lambda s: (prior.costs.get(s, math.inf), s))
@@ -252,3 +259,57 @@ def _stopped(batch_size: int, cost: float, why: str) -> Verdict:
         reason=StopReason.COST_BOUND,
         why=f"{why}; the job no longer follows that job's curve",
     )
+
+
+def learned_prior(
+    parent: str,
+    stats: Mapping[int, BatchSizeStats],
+    trials: Iterable[TrialState],
+    mode: PriorMode,
+    price: Callable[[float, float], float],
+    profile: str | None = None,
+) -> Prior | None:
+    """The prior a job's history gives a new job (None: no batch size of it converged): each
+    size's mean converged cost (``stats``, in the job's first profile's units), the sizes whose
+    every final report ended unconverged, and from its reported ``trials`` on ``profile`` (its
+    first; None: every trial's) the mean cost of an epoch (``price``: the cost of a run's
+    energy and time, as the job prices them; not the cost a learning-curve stop charged) and
+    the mean epochs to converge."""
+    costs = {
+        size: mean for size, entry in stats.items() if (mean := entry.converged.mean) is not None
+    }
+    if not costs:
+        return None
+    hopeless = [s for s, e in stats.items() if e.reports and not e.converged_count]
+    per_epoch: dict[int, list[float]] = {}
+    took: dict[int, list[int]] = {}
+    for trial in trials:
+        if trial.status is not TrialStatus.REPORTED or not trial.epochs:
+            continue
+        if trial.energy is None or trial.time is None:
+            continue
+        if profile is not None and trial.profile not in (None, profile):
+            continue
+        spent = price(trial.energy, trial.time)
+        per_epoch.setdefault(trial.batch_size, []).append(spent / trial.epochs)
+        if trial.converged:
+            took.setdefault(trial.batch_size, []).append(trial.epochs)
+    return Prior.of(
+        costs,
+        hopeless,
+        {size: math.fsum(c) / len(c) for size, c in per_epoch.items()},
+        mode,
+        epochs={size: sum(e) / len(e) for size, e in took.items()},
+        parent=parent,
+    )
+
+
+def standing(
+    settings: PruningSettings, prior: Prior, explorations: Iterable[TrialState]
+) -> Literal["following", "over", "dropped"]:
+    """Where a job stands with its prior: its runs follow the prior's walk, the walk is over
+    (the bandit chooses among the sizes it found), or a run disagreed and the prior is dropped."""
+    step = next_prior_step(settings, prior, explorations)
+    if step is None:
+        return "dropped"
+    return "over" if isinstance(step, PruningDone) else "following"

@@ -300,6 +300,8 @@ class Prior:
     mode: PriorMode = PriorMode.CHECK
     epochs: Mapping[int, float] = field(default_factory=dict)
     """The mean epochs a converged run took at each batch size (the fingerprint too)."""
+    parent: str | None = None
+    """The id of the job it was learned by (None: given by hand, or simulated)."""
 
     def __post_init__(self) -> None:
         if not self.costs:
@@ -316,13 +318,15 @@ class Prior:
         mode: PriorMode = PriorMode.CHECK,
         *,
         epochs: Mapping[int, float] | None = None,
+        parent: str | None = None,
     ) -> Prior:
         """A prior from a parent's whole-run costs (any units: normalised to the cheapest)."""
         if not whole_run_costs:
             raise ValueError("a prior needs the cost of at least one converging batch size")
         cheapest = min(whole_run_costs.values())
         relative = {size: cost / cheapest for size, cost in sorted(whole_run_costs.items())}
-        return cls(relative, frozenset(hopeless), dict(epoch_costs or {}), mode, dict(epochs or {}))
+        epoch_costs, epochs = dict(epoch_costs or {}), dict(epochs or {})
+        return cls(relative, frozenset(hopeless), epoch_costs, mode, epochs, parent)
 
     def best(self, fits: Iterable[int]) -> int | None:
         """The prior's cheapest batch size among ``fits`` (None: it knows none of them)."""

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from zeus_bso.client.http import ServerClient
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profiles_power
-from zeus_bso.sim.memory import InMemoryJob
+from zeus_bso.policy.types import JobState, Prior
+from zeus_bso.sim.memory import InMemoryJob, MemoryStore
 from zeus_bso.sim.trace import Pace, TraceJob
 from zeus_bso.spec import (
     CreatedJob,
@@ -157,9 +158,11 @@ def job_spec(trace: TraceJob, job_id: str, **options: Any) -> JobSpecFromClient:
     return JobSpecFromClient(**fields)
 
 
-def in_process(job: JobSpecFromClient) -> InMemoryJob:
-    """A backend that runs the policy in this process."""
-    return InMemoryJob(CreatedJob.model_validate(job.model_dump()))
+def in_process(job: JobSpecFromClient, prior: Prior | None = None) -> InMemoryJob:
+    """A backend that runs the policy in this process (a new job; with ``prior``, seeded from
+    a related job's curve: `zeus_bso.sim.parents`)."""
+    created = CreatedJob.model_validate(job.model_dump())
+    return InMemoryJob(created, MemoryStore(job=JobState(prior=prior)))
 
 
 def _spent(epochs: int, first: Pace, rest: Pace) -> tuple[float, float]:

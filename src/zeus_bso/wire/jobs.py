@@ -215,6 +215,18 @@ class _JobOptions(WireModel):
     rules are another job (a job id made from the settings includes it; a fixed ``job_id``
     registered with another rule is refused, 409). ``None``: the rate as the script gives it
     (``lr_rule="none"``, and upstream clients)."""
+    prior_from: Identifier | None = None
+    """A new job starts from what a related job learned: that job's id (on the same server), or
+    ``auto``: the job of the same ``job_id_prefix`` updated last that has a converged run (in
+    ``check`` mode; none: the job starts cold). The server copies the parent's curve at
+    registration (`zeus_bso.policy.priors`); a job that exists keeps what it learned, whatever
+    this says (`SEED_SETTINGS`). ``None``: no prior."""
+    prior_mode: Literal["check", "trust"] = "check"
+    """How far a job seeded by ``prior_from`` trusts it: ``check``, the default runs first and
+    its cost of an epoch and epochs to converge are held against the parent's; ``trust`` (a
+    declared parent: the same model and data pipeline, new data or a new target), the
+    parent's best batch size runs first. Either way the prior is dropped as soon as a run
+    disagrees with it, and the job goes on as a cold one reusing every run."""
 
     @model_validator(mode="before")
     @classmethod
@@ -381,6 +393,11 @@ STOP_SETTINGS = ("early_stop_reference", "max_run_cost_ratio")
 of its batch sizes holds whatever they are (`ADJUSTABLE_SETTINGS`); a platform adds a per-run
 cap to the jobs it runs without their starting over."""
 
+SEED_SETTINGS = ("prior_from", "prior_mode")
+"""Where a new job's prior comes from: read when the job is created, and not part of what it is
+(a job id made from the settings leaves them out; registering a job that exists with others
+changes nothing)."""
+
 ADJUSTABLE_SETTINGS = (*POWER_SETTINGS, *STOP_SETTINGS)
 """Settings a job may change by registering again, as its GPUs, and which do not make it another
 job (a job id made from the settings leaves them out, `zeus_bso.client.job_ids`)."""
@@ -393,7 +410,7 @@ def differing_settings(one: Mapping[str, Any], other: Mapping[str, Any]) -> list
     job may change (`ADJUSTABLE_SETTINGS`: the same job at other limits or stop settings). Where
     both give ``batch_size_range``, their batch sizes are made from it, which is compared
     instead; a setting one of them lacks (an older configuration) is not compared."""
-    skipped = {"job_id_prefix", *ADJUSTABLE_SETTINGS}  # the id and the GPUs are not options
+    skipped = {"job_id_prefix", *ADJUSTABLE_SETTINGS, *SEED_SETTINGS}  # nor the id nor GPUs
     if one.get("batch_size_range") is not None and other.get("batch_size_range") is not None:
         skipped.add("batch_sizes")
     return [

@@ -33,6 +33,7 @@ from zeus_bso_server.errors import (
     JobNotFoundError,
     PinError,
     PowerProfilingOffError,
+    PriorError,
     SchemaError,
     ServerError,
     TrialNotFoundError,
@@ -51,6 +52,7 @@ STATUS_OF: list[tuple[type[Exception], int]] = [
     (NoConvergedBatchSizeError, 409),
     (TooManyProfilesError, 409),
     (UnknownBanditError, 422),
+    (PriorError, 422),
     (DatabaseUnavailableError, 503),
     (SchemaError, 503),
 ]

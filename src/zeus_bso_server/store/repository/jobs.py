@@ -22,6 +22,7 @@ from zeus_bso.policy import (
     BestRun,
     ByProfile,
     Event,
+    Prior,
 )
 from zeus_bso.spec import GpuConfig
 from zeus_bso_server.store.dialects import dialect_of
@@ -31,6 +32,7 @@ from zeus_bso_server.store.repository.rows import (
     change,
     jobs,
     power_profiles,
+    prior_json,
     readable_jobs,
     stats_json,
     stored_job,
@@ -62,6 +64,28 @@ def set_memory_caps(conn: Connection, job_id: str, caps: dict[str, int]) -> None
     conn.execute(
         _SET_MEMORY_CAPS, {"key_job_id": job_id, "memory_caps": dict(sorted(caps.items()))}
     )
+
+
+_SET_PRIOR = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("key_job_id"))
+    .values(prior=bindparam("prior", type_=JSON()))
+)
+
+
+def set_prior(conn: Connection, job_id: str, prior: Prior) -> None:
+    """Store the prior a new job was seeded with."""
+    conn.execute(_SET_PRIOR, {"key_job_id": job_id, "prior": prior_json(prior)})
+
+
+def latest_of_prefix(conn: Connection, prefix: str, excluding: str) -> list[StoredJob]:
+    """The readable jobs of ``prefix`` but ``excluding``, the one updated last first."""
+    rows = conn.execute(
+        select(jobs)
+        .where(jobs.c.job_id_prefix == prefix, jobs.c.job_id != excluding)
+        .order_by(jobs.c.updated_at.desc(), jobs.c.job_id)
+    ).all()
+    return readable_jobs(rows)[0]
 
 
 def insert_job_if_absent(

@@ -23,6 +23,8 @@ from zeus_bso.policy import (
     EpochSums,
     Event,
     JobState,
+    Prior,
+    PriorMode,
     TrialKind,
     TrialState,
     TrialStatus,
@@ -139,6 +141,30 @@ def job_state(job: Record) -> JobState:
         by_profile=by_profile(job.by_profile) if job.by_profile is not None else None,
         pinned=job.pinned_batch_size,
         memory_caps={str(p): int(b) for p, b in (job.memory_caps or {}).items()},
+        prior=prior_of(job.prior) if job.prior is not None else None,
+    )
+
+
+def prior_json(prior: Prior) -> dict[str, Any]:
+    """A prior as the job row keeps it (batch sizes as keys are strings in JSON)."""
+    return {
+        "parent": prior.parent,
+        "mode": prior.mode.value,
+        "costs": {str(b): c for b, c in sorted(prior.costs.items())},
+        "hopeless": sorted(prior.hopeless),
+        "epoch_costs": {str(b): c for b, c in sorted(prior.epoch_costs.items())},
+        "epochs": {str(b): e for b, e in sorted(prior.epochs.items())},
+    }
+
+
+def prior_of(stored: dict[str, Any]) -> Prior:
+    return Prior(
+        costs={int(b): float(c) for b, c in stored["costs"].items()},
+        hopeless=frozenset(int(b) for b in stored["hopeless"]),
+        epoch_costs={int(b): float(c) for b, c in stored["epoch_costs"].items()},
+        mode=PriorMode(stored["mode"]),
+        epochs={int(b): float(e) for b, e in stored["epochs"].items()},
+        parent=stored.get("parent"),
     )
 
 

@@ -1,0 +1,171 @@
+"""Regret of jobs seeded from a related job's curve (priors), on the NSDI'23 trace, in-process.
+
+Each scenario seeds every new job of a workload with a parent's curve (`zeus_bso.sim.parents`)
+and simulates its recurrences (six workloads x seeds); the regret after 5, 10, 20 and 50
+recurrences stands beside the cold start's (no prior) and its floor (running the default once,
+then the oracle: what no job without a prior can beat):
+
+- trust mode, a declared parent: the same workload with its costs drawn around the truth
+  (lognormal, sigma 0.1 and 0.2), and with its optimum shifted by one size (up for odd seeds,
+  down for even ones);
+- check mode: the same workload at sigma 0.1, and the wrong prior: every other workload's curve
+  (all 30 ordered pairs), where the worst pair is held against its own cold start.
+
+    .venv/bin/python benchmarks/regret_priors.py [--gpus v100 p100] [--seeds 0 ... 19]
+                                                 [--recurrences 50]
+
+Writes benchmarks/results/regret_priors.json and .md, and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zeus_bso.policy.types import Prior, PriorMode
+from zeus_bso.sim import WORKLOADS, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.parents import parent_prior
+from zeus_bso.sim.report import HORIZONS, Summary, seed_result, summarize
+from zeus_bso.sim.trace import TraceJob
+
+RESULTS = Path(__file__).parent / "results"
+ETA = 0.5
+
+Seeding = Callable[[TraceJob, int], Prior | None]
+"""The prior a scenario gives a new job of a workload, in a seed."""
+
+
+def seeded(gpu: str, parent: str | None = None, **how: Any) -> Seeding:
+    """A scenario's seeding: the workload's own curve (``parent`` None) or ``parent``'s."""
+    other = load_trace_job(parent, gpu) if parent is not None else None
+
+    def prior(job: TraceJob, seed: int) -> Prior | None:
+        shift = how.get("shift", 0)
+        if shift == "one size":
+            shift = 1 if seed % 2 else -1
+        settings = {k: v for k, v in how.items() if k != "shift"}
+        return parent_prior(job, other or job, eta_knob=ETA, seed=seed, shift=shift, **settings)
+
+    return prior
+
+
+def run(gpu: str, seeds: list[int], recurrences: int, seeding: Seeding | None) -> list[Summary]:
+    """Each workload's simulation, its new jobs seeded by ``seeding`` (None: cold)."""
+    summaries = []
+    for name in WORKLOADS:
+        trace = load_trace_job(name, gpu)
+        results = []
+        for seed in seeds:
+            prior = None if seeding is None else seeding(trace, seed)
+            backend = in_process(job_spec(trace, f"prior-{name}-{seed}", mab_seed=seed), prior)
+            recs = simulate(trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA)
+            results.append(seed_result(seed, recs))
+        summaries.append(summarize(trace, ETA, recurrences, results))
+    return summaries
+
+
+def at(summaries: list[Summary], horizon: int) -> dict[str, Summary]:
+    return {s.workload: s.at(horizon) for s in summaries}
+
+
+def row(name: str, by_horizon: dict[int, list[float]], extra: str) -> str:
+    cells = " | ".join(f"{statistics.fmean(by_horizon[h]):.3f}" for h in sorted(by_horizon))
+    return f"| {name} | {cells} | {extra} |"
+
+
+def scenario_data(summaries: list[Summary], horizons: list[int]) -> dict[str, Any]:
+    return {
+        str(h): {
+            s.workload: {"regret": (a := s.at(h)).regret, "savings": a.savings} for s in summaries
+        }
+        for h in horizons
+    }
+
+
+def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str, Any]]:
+    horizons = [h for h in HORIZONS if h <= recurrences]
+    cold = run(gpu, seeds, recurrences, None)
+    cold_at = {h: at(cold, h) for h in horizons}
+    header = "| scenario | " + " | ".join(f"{h} recurrences" for h in horizons)
+    lines = [header + " | worst against the default at 5 |", "|---" * (len(horizons) + 2) + "|"]
+    floors = {h: [s.floor for s in cold_at[h].values()] for h in horizons}
+    lines.append(row("floor (cold: the default once, then the oracle)", floors, ""))
+    data: dict[str, Any] = {"gpu": gpu, "scenarios": {}}
+
+    def add(name: str, summaries: list[Summary]) -> None:
+        regret = {h: [s.at(h).regret for s in summaries] for h in horizons}
+        worst = max(-s.at(min(5, recurrences)).savings for s in summaries)
+        lines.append(row(name, regret, f"{worst:+.1%}"))
+        data["scenarios"][name] = scenario_data(summaries, horizons)
+
+    add("cold start", cold)
+    declared = {
+        "trust, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.TRUST},
+        "trust, same workload, sigma 0.2": {"sigma": 0.2, "mode": PriorMode.TRUST},
+        "trust, optimum shifted by one size": {"shift": "one size", "mode": PriorMode.TRUST},
+        "check, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.CHECK},
+    }
+    for name, how in declared.items():
+        add(name, run(gpu, seeds, recurrences, seeded(gpu, **how)))
+    # The wrong prior: each other workload's curve, check mode; every pair against its cold.
+    pairs: dict[int, list[float]] = {h: [] for h in horizons}
+    worst: dict[int, tuple[float, str]] = {h: (-1.0, "") for h in horizons}
+    wrong: dict[str, Any] = {}
+    for parent in WORKLOADS:
+        summaries = run(gpu, seeds, recurrences, seeded(gpu, parent, mode=PriorMode.CHECK))
+        for summary in summaries:
+            if summary.workload == parent:
+                continue
+            pair = f"{summary.workload} from {parent}"
+            wrong[pair] = {str(h): summary.at(h).regret for h in horizons}
+            for h in horizons:
+                regret = summary.at(h).regret
+                pairs[h].append(regret)
+                above = regret - cold_at[h][summary.workload].regret
+                worst[h] = max(worst[h], (above, pair))
+    lines.append(row("check, another workload (30 pairs)", pairs, ""))
+    data["scenarios"]["check, another workload"] = wrong
+    worst_words = ", ".join(
+        f"{h}: {100 * worst[h][0]:+.1f} points ({worst[h][1]})" for h in horizons
+    )
+    text = (
+        f"### {gpu.upper()}\n\n" + "\n".join(lines) + "\n\nThe wrong prior's worst pair against "
+        f"its own cold start, at each horizon: {worst_words}.\n"
+    )
+    data["wrong_prior_worst_points_above_cold"] = {
+        str(h): {"points": 100 * worst[h][0], "pair": worst[h][1]} for h in horizons
+    }
+    return text, data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", nargs="+", default=["v100", "p100"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(20)))
+    parser.add_argument("--recurrences", type=int, default=50)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    sections, data = [], []
+    for gpu in args.gpus:
+        text, found = run_gpu(gpu, args.seeds, args.recurrences)
+        print(text, flush=True)
+        sections.append(text)
+        data.append(found)
+    note = (
+        f"Priors: seeds {args.seeds}, eta 0.5, in-process; each cell is the mean regret over the "
+        "six workloads after that many recurrences; 'worst against the default': the dearest "
+        "workload against always running its default batch size (positive: dearer).\n\n"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "regret_priors.md").write_text(note + "\n".join(sections))
+    (RESULTS / "regret_priors.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(f"({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""A new job seeded from a related job (``prior_from``): the server copies the parent's curve at
+registration, and the new job's runs start from it. Real server process, each backend."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.helpers import ServerProcess, dispatch, job_body, unique_id
+from zeus_bso.client.job_ids import stable_job_id
+from zeus_bso.spec import JobSpecFromClient
+
+SIZES = [32, 64, 128, 256]
+# Each size's epochs to the target and cost of an epoch (0.5 * energy: time 0):
+# whole runs 32 -> 80, 64 -> 48, 128 -> 20 (the cheapest), 256 -> 27.
+EPOCHS = {32: 4, 64: 4, 128: 2, 256: 3}
+EPOCH_COST = {32: 20.0, 64: 12.0, 128: 10.0, 256: 9.0}
+
+
+def _body(job_id: str, **overrides: object) -> dict[str, object]:
+    return job_body(
+        job_id,
+        batch_sizes=SIZES,
+        default_batch_size=64,
+        target_metric=0.5,
+        max_epochs=10,
+        beta_knob=None,
+        prune_cost_ratio=None,
+        mab_seed=3,
+        **overrides,
+    )
+
+
+def _run(http: httpx.Client, job_id: str, epoch_cost: dict[int, float] = EPOCH_COST) -> int:
+    """One run of the job's next trial, to its target (or its stop): its batch size."""
+    trial = dispatch(http, job_id)
+    size = trial["batch_size"]
+    for epoch in range(1, EPOCHS[size] + 1):
+        report = {
+            **trial,
+            "time": 0.0,
+            "energy": 2 * epoch_cost[size] * epoch,
+            "metric": 0.9 if epoch == EPOCHS[size] else 0.1,
+            "current_epoch": epoch,
+        }
+        answer = http.post("/report", json=report).json()
+        if answer["stop_train"]:
+            break
+    assert http.patch("/trials", json=trial).status_code == 200
+    return int(size)
+
+
+def _parent(http: httpx.Client, prefix: str) -> str:
+    """A job that ran its pruning rounds: every size converged, 128 the cheapest."""
+    job_id = unique_id(prefix)
+    assert http.post("/jobs", json=_body(job_id)).status_code == 201
+    for _ in range(10):
+        _run(http, job_id)
+    return job_id
+
+
+def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
+    parent = _parent(http, "parent")
+    child = unique_id("child")
+    created = http.post("/jobs", json=_body(child, prior_from=parent, prior_mode="trust"))
+    assert created.status_code == 201, created.text
+    assert _run(http, child) == 128
+    seeded = http.get(f"/api/jobs/{child}").json()["seeded_from"]
+    assert seeded == {
+        "job_id": parent,
+        "mode": "trust",
+        "standing": "following",
+        "best_batch_size": 128,
+    }
+    # Then the best's neighbours: the walk ends with 64, 128 and 256 as the arms.
+    assert sorted(_run(http, child) for _ in range(2)) == [64, 256]
+    _run(http, child)
+    view = http.get(f"/api/jobs/{child}").json()
+    assert view["arms"] == [64, 128, 256]
+    assert view["seeded_from"]["standing"] == "over"
+    page = http.get(f"/dashboard/jobs/{child}").text
+    assert "the walk on that curve is over" in page
+    assert http.get(f"/api/jobs/{parent}").json()["seeded_from"] is None
+
+
+def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: ServerProcess) -> None:
+    parent = _parent(http, "parent")
+    child = unique_id("unlike")
+    body = _body(child, prior_from=parent, prior_mode="trust")
+    assert http.post("/jobs", json=body).status_code == 201
+    # Here an epoch costs three times the parent's: the prior's best stops after its first.
+    dearer = {size: 3 * cost for size, cost in EPOCH_COST.items()}
+    assert _run(http, child, dearer) == 128
+    (trial,) = http.get(f"/api/jobs/{child}").json()["trials"]
+    assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, False)
+    assert "parent job's" in trial["message"]
+    view = http.get(f"/api/jobs/{child}").json()
+    assert view["seeded_from"]["standing"] == "dropped"
+    assert _run(http, child, dearer) == 64  # the cold walk: the default first
+    page = http.get(f"/dashboard/jobs/{child}").text
+    assert "a run disagreed with that curve" in page
+    if not (server.db_url or "").startswith("sqlite"):
+        return  # the command reads the same answer from every backend: once is enough
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", child]
+        + ["--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"seeded from {parent} (trust mode; its curve puts 128 cheapest): dropped" in (
+        shown.stdout
+    )
+
+
+def test_a_checked_parent_runs_the_default_first_and_auto_finds_a_sibling(
+    http: httpx.Client,
+) -> None:
+    prefix = f"sib{unique_id('')[1:9]}"
+    _parent(http, prefix)
+    cold, seeded = unique_id(prefix), unique_id(prefix)
+    assert http.post("/jobs", json=_body(cold)).status_code == 201
+    assert http.post("/jobs", json=_body(seeded, prior_from="auto")).status_code == 201
+    walked = [_run(http, cold) for _ in range(2)]
+    assert walked[0] == 64
+    assert walked[1] != 128  # cold: the default, then its walk's next
+    assert [_run(http, seeded) for _ in range(2)] == [64, 128]  # the prior's best second
+
+
+def test_a_job_that_exists_keeps_what_it_learned(http: httpx.Client) -> None:
+    parent = _parent(http, "kept")
+    job_id = unique_id("kept")
+    assert http.post("/jobs", json=_body(job_id)).status_code == 201
+    assert _run(http, job_id) == 64
+    again = http.post("/jobs", json=_body(job_id, prior_from=parent, prior_mode="trust"))
+    assert again.status_code == 200, again.text
+    assert _run(http, job_id) != 128  # still the cold walk
+    spec = JobSpecFromClient.model_validate(_body(None))
+    seeded = JobSpecFromClient.model_validate(_body(None, prior_from=parent))
+    assert stable_job_id(spec) == stable_job_id(seeded)
+
+
+def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.Client) -> None:
+    child = unique_id("orphan")
+    missing = http.post("/jobs", json=_body(child, prior_from="no-such-job"))
+    assert missing.status_code == 422
+    assert "names no job on this server" in missing.json()["message"]
+    assert http.get(f"/api/jobs/{child}").status_code == 404  # nothing written
+    empty = unique_id("empty")
+    assert http.post("/jobs", json=_body(empty)).status_code == 201
+    refused = http.post("/jobs", json=_body(child, prior_from=empty))
+    assert refused.status_code == 422
+    assert f"job {empty} has no converged run" in refused.json()["message"]
+    other = http.post("/jobs", json=_body(None, prior_from="anything", prior_mode="blind"))
+    assert other.status_code == 422
+    assert "prior_mode" in other.text

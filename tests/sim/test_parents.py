@@ -1,0 +1,126 @@
+"""Parents for simulated jobs (`zeus_bso.sim.parents`), and what their priors do to a job's
+first recurrences."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.sim.test_simulate import ZEUS_BSO
+from zeus_bso.policy.types import PriorMode
+from zeus_bso.sim import in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.parents import parent_prior
+
+ETA = 0.5
+
+
+def test_a_workload_s_own_curve_is_its_expected_costs_relative_to_the_cheapest() -> None:
+    job = load_trace_job("cifar100", "v100")
+    prior = parent_prior(job, job, eta_knob=ETA)
+    assert prior is not None
+    costs = {b: job.expected_cost(b, ETA) for b in job.batch_sizes}
+    finite = {b: c for b, c in costs.items() if math.isfinite(c)}
+    cheapest = min(finite.values())
+    assert prior.costs == pytest.approx({b: c / cheapest for b, c in finite.items()})
+    assert prior.hopeless == {b for b, c in costs.items() if math.isinf(c)}
+    assert prior.best(job.batch_sizes) == job.oracle_batch_size(ETA)
+    assert prior.epoch_costs[128] == pytest.approx(job.epoch_cost(128, ETA))
+    assert prior.epochs[128] == pytest.approx(costs[128] / job.epoch_cost(128, ETA))
+    assert prior.mode is PriorMode.CHECK
+
+
+def test_a_shifted_parent_says_of_each_size_what_it_learned_of_the_next() -> None:
+    job = load_trace_job("librispeech", "v100")
+    sizes = job.batch_sizes
+    prior = parent_prior(job, job, eta_knob=ETA, shift=1)
+    assert prior is not None
+    assert sizes[-1] not in prior.costs  # unknown: not hopeless either
+    assert sizes[-1] not in prior.hopeless
+    ratio = prior.costs[sizes[3]] / prior.costs[sizes[4]]
+    assert ratio == pytest.approx(
+        job.expected_cost(sizes[4], ETA) / job.expected_cost(sizes[5], ETA)
+    )
+    assert prior.best(sizes) == sizes[sizes.index(job.oracle_batch_size(ETA)) - 1]
+
+
+def test_another_workload_s_curve_lies_over_the_job_s_sizes_by_rank() -> None:
+    job, parent = load_trace_job("squad", "v100"), load_trace_job("movielens-1m", "v100")
+    prior = parent_prior(job, parent, eta_knob=ETA)
+    assert prior is not None
+    assert set(prior.costs) | prior.hopeless <= set(job.batch_sizes)
+    assert set(prior.epoch_costs) == set(job.batch_sizes)
+
+
+def test_noise_is_drawn_by_seed_and_a_negative_spread_is_refused() -> None:
+    job = load_trace_job("cifar100", "v100")
+    one = parent_prior(job, job, eta_knob=ETA, seed=1, sigma=0.2)
+    again = parent_prior(job, job, eta_knob=ETA, seed=1, sigma=0.2)
+    other = parent_prior(job, job, eta_knob=ETA, seed=2, sigma=0.2)
+    assert one == again
+    assert one != other
+    with pytest.raises(ValueError, match="sigma"):
+        parent_prior(job, job, eta_knob=ETA, sigma=-0.1)
+
+
+def _first_recurrences(name: str, mode: PriorMode | None, seeds: range) -> float:
+    """The mean cost of a job's first 10 recurrences over the oracle's (None: a cold job)."""
+    trace = load_trace_job(name, "v100")
+    oracle = trace.expected_cost(trace.oracle_batch_size(ETA), ETA)
+    regrets = []
+    for seed in seeds:
+        prior = None
+        if mode is not None:
+            prior = parent_prior(trace, trace, eta_knob=ETA, seed=seed, sigma=0.1, mode=mode)
+        backend = in_process(job_spec(trace, f"p-{seed}", mab_seed=seed), prior)
+        assert backend.state.prior == prior
+        recs = simulate(trace, backend, recurrences=10, seed=seed, eta_knob=ETA)
+        regrets.append(sum(r.cost for r in recs) / (10 * oracle))
+    return statistics.fmean(regrets)
+
+
+@pytest.mark.parametrize("name", ["librispeech", "movielens-1m"])
+def test_a_declared_parent_makes_the_first_recurrences_cheaper_than_a_cold_start(
+    name: str,
+) -> None:
+    seeds = range(4)
+    cold = _first_recurrences(name, None, seeds)
+    trusted = _first_recurrences(name, PriorMode.TRUST, seeds)
+    checked = _first_recurrences(name, PriorMode.CHECK, seeds)
+    assert trusted < cold
+    assert checked < cold
+
+
+def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None:
+    trace = load_trace_job("librispeech", "v100")
+    prior = parent_prior(trace, trace, eta_knob=ETA, seed=0, sigma=0.1, mode=PriorMode.TRUST)
+    backend = in_process(job_spec(trace, "p-cli", mab_seed=0), prior)
+    seeded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
+    out = tmp_path / "seeded.json"
+    command = ["simulate", "--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
+    parent = ["--parent", "self", "--parent-mode", "trust", "--parent-sigma", "0.1"]
+    done = subprocess.run(
+        [ZEUS_BSO, *command, *parent, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = json.loads(out.read_text())["results"]
+    assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in seeded])
+    for wrong, says in [
+        (["--parent", "mnist"], "give 'self' or one of"),
+        (["--parent", "self", "--parent-mode", "blind"], "give check or trust"),
+        (["--parent-sigma", "0.1"], "need --parent"),
+        (["--parent", "self", "--server", "http://127.0.0.1:9"], "in-process"),
+    ]:
+        refused = subprocess.run(
+            [ZEUS_BSO, *command, *wrong], capture_output=True, text=True, timeout=120
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert says in refused.stderr
+        assert "Traceback" not in refused.stderr
