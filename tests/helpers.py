@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, text
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
+from zeus_bso.testing import gpus
 from zeus_bso_server.settings import to_engine_url
 
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
@@ -177,7 +178,7 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, timeout=30.0, verify=self.verify)
 
 
-GPU_DOUBLE = Path(__file__).resolve().parent / "gpu_double" / "pynvml.py"
+GPU_DOUBLE = gpus.GPU_DOUBLE / "pynvml.py"
 """The NVML test double (nvidia-ml-py's API over GPUs a test describes)."""
 
 

@@ -53,6 +53,7 @@ def test_the_wheel_ships_licence_changelog_metadata_and_one_version(tmp_path: Pa
     assert "Version 2.0, January 2004" in licence
     assert "## [0.1.0]" in changelog
     assert "zeus_bso_server/api/app.py" in names
+    assert "zeus_bso/testing/gpu_double/pynvml.py" in names  # the NVML double the contracts ship
 
 
 def test_the_readme_stays_a_short_front_door() -> None:

@@ -11,8 +11,11 @@ from pathlib import Path
 import httpx
 
 from tests.helpers import ServerProcess, dispatch, job_body, unique_id
+from zeus_bso.client import ServerClient
 from zeus_bso.client.job_ids import stable_job_id
-from zeus_bso.spec import JobSpecFromClient
+from zeus_bso.policy import PriorMode, learned_prior, zeus_cost
+from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.spec import JobSpecFromClient, profile_key
 
 SIZES = [32, 64, 128, 256]
 # Each size's epochs to the target and cost of an epoch (0.5 * energy: time 0):
@@ -160,3 +163,38 @@ def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.
     other = http.post("/jobs", json=_body(None, prior_from="anything", prior_mode="blind"))
     assert other.status_code == 422
     assert "prior_mode" in other.text
+
+
+def test_a_seeded_job_decides_alike_in_process_and_through_the_server(
+    server: ServerProcess,
+) -> None:
+    """The server's prior (copied from the parent's stored runs) is the one the same parent's
+    history gives in-process (`zeus_bso.policy.learned_prior`): the child's runs are the same."""
+    trace = load_trace_job("librispeech", "v100")
+    parent = job_spec(trace, unique_id("libriparent"), mab_seed=1)
+    local_parent = in_process(parent)
+    simulate(trace, local_parent, recurrences=12, seed=1, eta_knob=0.5)
+    with ServerClient(server.url) as client:
+        served_parent = ServerBackend(client, parent)
+        simulate(trace, served_parent, recurrences=12, seed=1, eta_knob=0.5)
+        child = job_spec(
+            trace,
+            unique_id("librichild"),
+            mab_seed=2,
+            prior_from=served_parent.job_id,
+            prior_mode="trust",
+        )
+        served = simulate(trace, ServerBackend(client, child), recurrences=8, seed=2, eta_knob=0.5)
+    prior = learned_prior(
+        served_parent.job_id,
+        local_parent.state.stats,
+        local_parent.trials,
+        PriorMode.TRUST,
+        price=lambda energy, time: zeus_cost(energy, time, 0.5, trace.max_power),
+        profile=profile_key(parent),
+    )
+    assert prior is not None
+    local = simulate(trace, in_process(child, prior), recurrences=8, seed=2, eta_knob=0.5)
+    runs = [[(t.batch_size, t.epochs, t.converged) for t in r.trials] for r in served]
+    assert runs == [[(t.batch_size, t.epochs, t.converged) for t in r.trials] for r in local]
+    assert runs[0][0][0] == prior.best(trace.batch_sizes)  # trust: the parent's best first

@@ -31,6 +31,7 @@ from zeus_bso.spec import (
     PowerProfileReport,
     TrainingResult,
 )
+from zeus_bso.testing.gpus import GPU_DOUBLE
 from zeus_bso.units import energy_text
 
 ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
@@ -327,7 +328,7 @@ def test_check_never_prints_a_password_in_the_server_url(server: ServerProcess) 
 
 def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess) -> None:
     """On NVML's test double: the GPUs it would measure, and whether it could set limits."""
-    double = str(Path(__file__).parents[1] / "gpu_double")
+    double = str(GPU_DOUBLE)
     a100 = {"name": "NVIDIA A100-SXM4-40GB", "watts": 100, "limit_w": 400, "counter": True}
     gpus = [{**a100, "uuid": f"GPU-{i}"} for i in range(2)]
     env = {"PYTHONPATH": double, "ZEUS_BSO_TEST_GPUS": json.dumps(gpus)}

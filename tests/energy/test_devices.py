@@ -1,7 +1,7 @@
 """Devices named alike in every process: which GPUs a process measures (``CUDA_VISIBLE_DEVICES`` by
 index, UUID or MIG name), and how a run counts each device once over its ranks.
 
-NVML is the test double in ``tests/gpu_double`` (nvidia-ml-py's API, GPUs described by the test);
+NVML is the test double of ``zeus_bso.testing.gpus`` (nvidia-ml-py's API, GPUs the test describes);
 ``tests/integrations/test_topology.py`` runs real multi-process fits over it, and
 ``tests/energy/test_meters.py`` reads a real GPU where there is one.
 """

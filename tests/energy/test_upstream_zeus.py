@@ -1,7 +1,7 @@
-"""The meter on upstream Zeus's device layer (``zeus-bso[zeus]``), run over the NVML test double of
-``tests/gpu_double``: real Zeus code (``zeus.device``) reads GPUs that the test describes. Zeus's
-AMD, Jetson and Apple paths need their hardware; what the meter does with their readings is
-tested on Zeus's own measurement types.
+"""The meter on upstream Zeus's device layer (``zeus-bso[zeus]``), run over the NVML test double
+of ``zeus_bso.testing.gpus``: real Zeus code (``zeus.device``) reads GPUs that the test describes.
+Zeus's AMD, Jetson and Apple paths need their hardware; what the meter does with their readings
+is tested on Zeus's own measurement types.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,10 +25,11 @@ from zeus_bso.energy.upstream_zeus import (
     visible_indices,
 )
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.testing.gpus import GPU_DOUBLE
 
 pytest.importorskip("zeus.device", reason=f"upstream Zeus is not installed here ({INSTALL_HINT})")
 
-DOUBLE = Path(__file__).resolve().parents[1] / "gpu_double" / "pynvml.py"
+DOUBLE = GPU_DOUBLE / "pynvml.py"
 A100 = "NVIDIA A100-SXM4-40GB"
 GH200 = "NVIDIA GH200 480GB"
 

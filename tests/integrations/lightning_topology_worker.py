@@ -1,5 +1,5 @@
 """A Lightning DDP fit (gloo, CPU) under ZeusBSOCallback with its default meter: NVML, here the
-test double of ``tests/gpu_double`` (on ``PYTHONPATH``, GPUs in ``ZEUS_BSO_TEST_GPUS``).
+test double of ``zeus_bso.testing.gpus`` (on ``PYTHONPATH``, GPUs in ``ZEUS_BSO_TEST_GPUS``).
 
     python tests/integrations/lightning_topology_worker.py SERVER_URL JOB_ID OUT_DIR DEVICES \\
         NUM_NODES [narrow]

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from zeus_bso.testing.gpus import GPU_DOUBLE
+
 pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
 from tests.helpers import ServerProcess, load_module, one_settable_gpu
@@ -98,7 +100,7 @@ def test_the_profile_window_part_lengthens_quick_steps_and_sets_nothing(
 def test_the_check_part_runs_the_command_where_runs_train(
     parts: Any, gpu: None, monkeypatch: pytest.MonkeyPatch, sqlite_server: ServerProcess
 ) -> None:
-    double = Path(__file__).resolve().parents[1] / "gpu_double"
+    double = GPU_DOUBLE
     monkeypatch.setenv("PYTHONPATH", str(double))  # the command's NVML is the double too
     result = parts.command_check(sqlite_server.url)
     assert result["checks"]["energy"]["says"].startswith("measured by nvml: 1 x NVIDIA H100")

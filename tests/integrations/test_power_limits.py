@@ -1,5 +1,5 @@
 """GPU power limits (``power_limit="optimize"``) with real Lightning and HF runs on the CPU,
-against a real server, on the NVML test double of ``tests/gpu_double`` (never a real GPU's
+against a real server, on the NVML test double of ``zeus_bso.testing.gpus`` (never a real GPU's
 settings). The double's GPU takes a limit from 200 to 300 W; at each limit it draws a power and
 takes a time a step as ``PACES`` say, and the tests' training steps sleep that long. The paces
 make each eta choose another limit: 300 W at eta 0 (never profiled), 275 W at eta 0.5, 250 W at

@@ -1,5 +1,5 @@
 """GPU energy, count and power on every topology: real multi-process fits (gloo on the CPU) with
-the callbacks' default meter, NVML, over the test double of ``tests/gpu_double``. Its GPUs draw
+the callbacks' default meter, NVML, over the test double of ``zeus_bso.testing.gpus``. Its GPUs draw
 100 W each, always, and every process reads one GPU's counter alike, so the energy a run reports
 is 100 W x its time for each GPU it trains on, counted once however many ranks see it.
 
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from zeus_bso.testing.gpus import GPU_DOUBLE
 
 pytest.importorskip("torch", reason="the topology tests need torch (pip install torch)")
 pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
@@ -47,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def environment(gpus: list[dict[str, Any]], **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "gpu_double"), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(GPU_DOUBLE), str(ROOT)]),
         "ZEUS_BSO_TEST_GPUS": json.dumps(gpus),
         **extra,
     }

@@ -268,7 +268,7 @@ def test_a_process_killed_by_any_signal_leaves_no_cap(double: Path, how: str) ->
     to Python) end the process before any handler of its own: its watchdog restores the GPU as
     soon as it is gone, not the node's next run. The other signals whose default ends a process
     restore in the process, then end it so."""
-    root = GPU_DOUBLE.parents[2]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(GPU_DOUBLE.parent), str(root)])}
     done = subprocess.run(
         [sys.executable, "-c", KILLED, str(double), how],

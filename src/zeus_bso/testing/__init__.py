@@ -8,6 +8,9 @@ module and defines one fixture, and pytest runs every test of the contract on it
 - `LoopAdapterContract`: a training framework's loop adapter, a `zeus_bso.training.TrialSession`
   (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`).
 
+And the NVML test double (`GPU_DOUBLE`, `described_gpus`: a ``pynvml`` over GPUs a test
+describes), for a meter, power-limit or adapter test on a machine without a GPU.
+
 Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
 """
 
@@ -18,11 +21,13 @@ except ImportError as err:
 
 from zeus_bso.testing.adapters import LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
+from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
 from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
 
 __all__ = [
+    "GPU_DOUBLE",
     "SIZES",
     "BanditContract",
     "LoopAdapterContract",
@@ -30,6 +35,7 @@ __all__ = [
     "MeterContract",
     "Opener",
     "StoreContract",
+    "described_gpus",
     "loop_job",
     "new_job",
     "running_server",
