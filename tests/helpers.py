@@ -253,6 +253,21 @@ def quiet_trainer_options(root: Path) -> dict[str, Any]:
     }
 
 
+def jobs_show(server_url: str, job_id: str) -> subprocess.CompletedProcess[str]:
+    """``zeus-bso jobs show JOB_ID`` against a server, wide enough not to wrap, checked to
+    succeed."""
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", job_id]
+        + ["--server", server_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown
+
+
 def unique_id(prefix: str = "job") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 

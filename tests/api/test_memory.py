@@ -4,15 +4,11 @@ profiles keep them, and the read API, the dashboard and the CLI say so. Real ser
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.helpers import ServerProcess, dispatch, job_body, trial_id, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, jobs_show, trial_id, unique_id
 from zeus_bso.energy import EstimateMeter
 
 A100 = {"gpu_model": "NVIDIA A100-SXM4-40GB", "number_of_gpus": 1, "max_power": 300.0}
@@ -321,15 +317,7 @@ def test_a_machine_that_measured_nothing_is_not_named_as_a_gpu(
     assert f"does not fit in memory on {words}" in refused.json()["message"]
     if not (server.db_url or "").startswith("sqlite"):
         return  # the command reads the same answer from every backend: once is enough
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", job_id]
-        + ["--server", server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert shown.returncode == 0, shown.stderr
+    shown = jobs_show(server.url, job_id)
     assert words in shown.stdout
     assert f"64 and above on {words}" in shown.stdout
     assert "estimate" not in shown.stdout.replace("estimated", "")

@@ -3,14 +3,9 @@ registration, and the new job's runs start from it. Real server process, each ba
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import httpx
 
-from tests.helpers import ServerProcess, dispatch, job_body, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, jobs_show, unique_id
 from zeus_bso.client import ServerClient
 from zeus_bso.client.job_ids import stable_job_id
 from zeus_bso.policy import PriorMode, learned_prior, zeus_cost
@@ -108,15 +103,7 @@ def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: Server
     assert "a run disagreed with that curve" in page
     if not (server.db_url or "").startswith("sqlite"):
         return  # the command reads the same answer from every backend: once is enough
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "show", child]
-        + ["--server", server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert shown.returncode == 0, shown.stderr
+    shown = jobs_show(server.url, child)
     assert f"seeded from {parent} (trust mode; its curve puts 128 cheapest): dropped" in (
         shown.stdout
     )
