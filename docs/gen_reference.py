@@ -189,13 +189,14 @@ MODULES_DIR = "reference/modules"
 
 def module_pages() -> None:
     """One page per public module (``::: module``), and the section's navigation. Alembic's
-    migration scripts are not an API."""
+    migration scripts are not an API, nor is the NVML test double (a ``pynvml`` put first on a
+    process's path, `zeus_bso.testing.gpus`, not a module of the package)."""
     import mkdocs_gen_files
 
     nav = mkdocs_gen_files.Nav()
     for path in sorted(SRC.rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
-        if "migrations" in parts or any(
+        if "migrations" in parts or "gpu_double" in parts or any(
             part.startswith("_") and part != "__init__" for part in parts
         ):
             continue
