@@ -31,7 +31,6 @@ events onto it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import gc
 import json
@@ -44,6 +43,7 @@ from typing_extensions import override
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
+from zeus_bso.integrations.probe import step, undone
 from zeus_bso.options import JobLike, check_max_micro_batch_size, required_job, server_url_from
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
@@ -493,29 +493,14 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             )
 
         device = next(model.parameters()).device
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        state = copy.deepcopy(optimizer.state_dict())
-        was_training = model.training
-        try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                model.train()
-                for _, batch in zip(range(self.memory_check_steps), loader, strict=False):
-                    inputs = {
-                        k: v.to(device) if isinstance(v, torch.Tensor) else v
-                        for k, v in batch.items()
-                    }
-                    outputs = model(**inputs)
-                    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs[0]
-                    if loss is None:  # the Trainer's compute_loss makes it: forward alone
-                        continue
-                    loss.backward()
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-        finally:
-            optimizer.zero_grad(set_to_none=True)
-            optimizer.load_state_dict(state)
-            model.load_state_dict(weights)
-            model.train(was_training)
+        with undone(model, [optimizer]):
+            for _, batch in zip(range(self.memory_check_steps), loader, strict=False):
+                inputs = {
+                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+                }
+                outputs = model(**inputs)
+                # None where the Trainer's compute_loss makes it: the forward pass alone
+                step(outputs.get("loss") if isinstance(outputs, dict) else outputs[0], [optimizer])
 
     @override
     def on_log(

@@ -27,7 +27,6 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib
 import logging
@@ -40,6 +39,7 @@ from typing_extensions import override
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.integrations.probe import step, undone
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     JobLike,
@@ -364,7 +364,6 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         """Run ``memory_check_steps`` training steps at batch ``size`` on this rank alone (the
         module unwrapped: no collective), then undo them: the weights, the optimizers' state
         and the random state are restored. An out-of-memory error is raised."""
-        import torch
 
         _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, size)
         session = self.session
@@ -374,36 +373,19 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
                 session.lr.scale(optimizer, batch)
         holder = trainer.datamodule if trainer.datamodule is not None else pl_module
         loader = holder.train_dataloader()
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
-        states = [copy.deepcopy(optimizer.state_dict()) for optimizer in trainer.optimizers]
-        devices = [pl_module.device] if pl_module.device.type == "cuda" else []
-        was_training = pl_module.training
         quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
         for name in quiet:  # the steps tried are not the fit's: nothing they log is kept
             setattr(pl_module, name, lambda *args, **kwargs: None)
         try:
-            with torch.random.fork_rng(devices=devices):
-                pl_module.train()
+            with undone(pl_module, trainer.optimizers):
                 for index, batch in zip(range(self.memory_check_steps), loader, strict=False):
                     batch = trainer.strategy.batch_to_device(batch)
                     with trainer.precision_plugin.train_step_context():
                         out = pl_module.training_step(batch, index)
-                    loss = out["loss"] if isinstance(out, dict) else out
-                    if loss is None:
-                        continue
-                    loss.backward()
-                    for optimizer in trainer.optimizers:
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
+                    step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
         finally:
             for name in quiet:
                 delattr(pl_module, name)
-            for optimizer in trainer.optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            for optimizer, state in zip(trainer.optimizers, states, strict=True):
-                optimizer.load_state_dict(state)
-            pl_module.load_state_dict(weights)
-            pl_module.train(was_training)
             del loader
 
     # -- training -----------------------------------------------------------------------------
