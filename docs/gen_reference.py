@@ -196,8 +196,10 @@ def module_pages() -> None:
     nav = mkdocs_gen_files.Nav()
     for path in sorted(SRC.rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
-        if "migrations" in parts or "gpu_double" in parts or any(
-            part.startswith("_") and part != "__init__" for part in parts
+        if (
+            "migrations" in parts
+            or "gpu_double" in parts
+            or any(part.startswith("_") and part != "__init__" for part in parts)
         ):
             continue
         doc = Path(*parts).with_suffix(".md")
