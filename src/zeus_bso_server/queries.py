@@ -324,7 +324,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         power_profiles=[p.view(config, job.state) for p in repo.power_profiles_of(conn, job_id)],
         next_run=upcoming,
         siblings=_siblings(conn, job),
-        seeded_from=_seeded_from(store, config, job.state),
+        seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -344,8 +344,10 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
 
 
 def _seeded_from(
-    store: SqlJobStore, config: CreatedJob, state: policy.JobState
+    config: CreatedJob, state: policy.JobState, explorations: Iterable[policy.TrialState]
 ) -> SeededFrom | None:
+    """Where the job stands with its prior, from the explorations its view read once (a job
+    with a prior reads them: `zeus_bso.policy.orchestration`)."""
     prior = state.prior
     if prior is None:
         return None
@@ -354,7 +356,7 @@ def _seeded_from(
     return SeededFrom(
         job_id=prior.parent,
         mode=prior.mode.value,
-        standing=standing(settings, prior, store.explorations()),
+        standing=standing(settings, prior, explorations),
         best_batch_size=prior.best(config.batch_sizes),
     )
 

@@ -39,6 +39,7 @@ from zeus_bso.policy.pruning import (
     PruningDone,
     PruningSettings,
     PruningStep,
+    neighbours,
     outcome_of,
 )
 from zeus_bso.policy.types import (
@@ -101,11 +102,6 @@ class _Walk:
         return min(self.converged, key=lambda size: (self.converged[size], size))
 
 
-def _neighbours(sizes: list[int], size: int) -> list[int]:
-    at = sizes.index(size)
-    return [sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes)]
-
-
 def next_prior_step(
     settings: PruningSettings, prior: Prior, explorations: Iterable[TrialState]
 ) -> PruningStep | None:
@@ -150,7 +146,7 @@ def next_prior_step(
         # The cheapest's untried neighbours, then the prior's best's: one costly run at the
         # best must not turn the walk away from the sizes the prior puts cheapest.
         candidates = [
-            [s for s in _neighbours(sizes, centre) if s not in walk.tried | prior.hopeless]
+            [s for s in neighbours(sizes, centre) if s not in walk.tried | prior.hopeless]
             for centre in (walk.cheapest(), best)
         ]
         untried = candidates[0] or candidates[1]
@@ -189,13 +185,11 @@ def extension(
     if not measured:
         return None
     best = min(measured, key=lambda arm: (seen[arm].mean, arm))
-    sizes = sorted(batch_sizes)
-    at = sizes.index(best)
     done = set(tried)
     return next(
         (
             size
-            for size in (sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes))
+            for size in neighbours(sorted(batch_sizes), best)
             if size not in arms
             and size not in done
             and size not in prior.hopeless

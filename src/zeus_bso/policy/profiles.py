@@ -31,6 +31,7 @@ from typing import TypeAlias
 
 from zeus_bso.errors import TooManyProfilesError
 from zeus_bso.policy.cost import StopRules, best_reference, zeus_cost
+from zeus_bso.policy.pruning import neighbours
 from zeus_bso.policy.types import (
     BatchSizeStats,
     ByProfile,
@@ -166,8 +167,6 @@ def extension(
     best = min(seen, key=lambda arm: (observations[arm].mean, arm))
     if (profile, best) not in profiles.epoch_costs:
         return None  # the bandit runs it first
-    sizes = sorted(batch_sizes)
-    at = sizes.index(best)
     done = set(tried)
 
     def ratio(size: int) -> float:
@@ -176,7 +175,7 @@ def extension(
 
     candidates = [
         size
-        for size in (sizes[i] for i in (at - 1, at + 1) if 0 <= i < len(sizes))
+        for size in neighbours(sorted(batch_sizes), best)
         if size not in arms
         and size not in done
         and may_beat(stats.get(size), observations.get(size), observations[best].mean)

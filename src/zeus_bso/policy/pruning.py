@@ -178,7 +178,7 @@ def next_pruning_step(
         while settings.stride > 1 and walk.converged:
             untried = [
                 b
-                for b in _neighbours(candidates, walk.cheapest())
+                for b in neighbours(candidates, walk.cheapest())
                 if b not in walk.tried and (walk.cap is None or b < walk.cap)
             ]
             if not untried:
@@ -227,9 +227,8 @@ class _Round:
         this walk did not step (`zeus_bso.policy.priors`): the early-stop reference knows their
         cost, and a next round without them would judge its sizes against a cheaper size it
         does not run. A cold job has none."""
-        for record in explorations:
-            size = record.batch_size
-            if record.round != PRIOR_ROUND or size in self.tried or size in self.converged:
+        for size in sorted({r.batch_size for r in explorations if r.round == PRIOR_ROUND}):
+            if size in self.tried or size in self.converged:
                 continue
             if self.cap is not None and size >= self.cap:
                 continue
@@ -308,7 +307,7 @@ def _direction(
         stepped, index = index, index + stride
 
 
-def _neighbours(candidates: list[int], batch_size: int) -> list[int]:
+def neighbours(candidates: list[int], batch_size: int) -> list[int]:
     """The batch sizes next to ``batch_size`` among the round's candidates (sorted)."""
     at = candidates.index(batch_size)
     return [candidates[i] for i in (at - 1, at + 1) if 0 <= i < len(candidates)]
