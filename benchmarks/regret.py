@@ -380,6 +380,7 @@ def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
                     },
                 }
             )
+        sections.append(short_lived(gpu, seeds, recurrences, data))
     note = (
         f"Horizons: seeds {seeds}, eta 0.5, in-process; each cell is the regret after that many "
         "recurrences / the floor (running the default once, then the oracle); 'worst vs "
@@ -388,6 +389,57 @@ def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     )
     save("regret_horizons", note + "\n".join(sections), data)
     print(f"({time.perf_counter() - started:.0f} s)\n")
+
+
+def short_lived(gpu: str, seeds: list[int], recurrences: int, data: list[Any]) -> str:
+    """The section of jobs that say how many times they run: each horizon simulated on its own,
+    with ``expected_recurrences`` set to it (a job of 5 runs knows it runs 5 times)."""
+    judged = {
+        h: run_all(gpu, seeds, h, {"expected_recurrences": h}, None)
+        for h in HORIZONS
+        if h <= recurrences
+    }
+    names = [s.workload for s in next(iter(judged.values()))]
+    header = ["workload", *(f"at {h}" for h in judged)]
+    rows = [
+        [name, *(f"{judged[h][i].regret:.3f}/{judged[h][i].floor:.3f}" for h in judged)]
+        for i, name in enumerate(names)
+    ]
+    rows.append(
+        [
+            "mean",
+            *(
+                f"{statistics.fmean(s.regret for s in judged[h]):.3f}"
+                f"/{statistics.fmean(s.floor for s in judged[h]):.3f}"
+                for h in judged
+            ),
+        ]
+    )
+    rows.append(
+        ["worst vs default", *(f"{max(-s.savings for s in judged[h]) * 100:+.1f}%" for h in judged)]
+    )
+    data.append(
+        {
+            "gpu": gpu,
+            "policy": "ours, expected_recurrences = the horizon",
+            "options": {"expected_recurrences": "the horizon"},
+            "horizons": {
+                str(h): {
+                    s.workload: {"regret": s.regret, "floor": s.floor, "savings": s.savings}
+                    for s in summaries
+                }
+                for h, summaries in judged.items()
+            },
+        }
+    )
+    table = "\n".join(
+        ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(judged)]
+        + ["| " + " | ".join(row) + " |" for row in rows]
+    )
+    return (
+        f"### {gpu.upper()}, ours, expected_recurrences = the horizon\n\nEach horizon simulated "
+        f"on its own, the job told how many times it runs.\n\n{table}\n"
+    )
 
 
 LOADED_NOISE = (0.0, 0.1, 0.2, 0.3)

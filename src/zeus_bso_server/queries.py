@@ -139,6 +139,11 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
         why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
     elif decided.kind is policy.TrialKind.CONCURRENT:
         why = "the best batch size so far, while an exploration runs"
+    elif decided.kind is policy.TrialKind.EXPLOIT:
+        why = (
+            f"the cheapest batch size so far: within the job's expected_recurrences "
+            f"({config.expected_recurrences}) another exploration could not pay back"
+        )
     elif decided.round == PRIOR_ROUND:
         why = "the walk on a related job's curve explores it (the job was seeded from it)"
     else:

@@ -55,7 +55,18 @@ def test_stop_settings_change_and_the_job_keeps_its_history(http: httpx.Client) 
 
     other = http.post("/jobs", json={**body, "eta_knob": 0.2})
     assert other.status_code == 409
-    assert "stop settings: early_stop_reference, max_run_cost_ratio" in other.json()["message"]
+    message = other.json()["message"]
+    settings = "early_stop_reference, max_run_cost_ratio, expected_recurrences"
+    assert f"stop settings: {settings}" in message
+
+    short = http.post("/jobs", json={**body, "expected_recurrences": 5})
+    assert short.status_code == 200, short.text
+    state = _job(http, job_id)
+    assert state["job"]["expected_recurrences"] == 5
+    assert state["trial_count"] == 2
+    assert state["best_cost"] == 2000.0
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert "explores only while what an exploration may lose fits within them" in page
 
 
 def test_a_cap_at_or_below_the_default_is_refused(http: httpx.Client) -> None:

@@ -52,6 +52,8 @@ def run(
         ("movielens-1m", 8, {}),
         # Uncapped, its third recurrence's run at 8 costs 1.67x the default's.
         ("sentiment140", 0, {"max_run_cost_ratio": 1.5}),
+        # Five runs expected: after its third it runs the cheapest so far (kind "exploit").
+        ("sentiment140", 0, {"expected_recurrences": 5}),
     ],
 )
 def test_same_results_in_process_and_through_a_server(
@@ -70,6 +72,8 @@ def test_same_results_in_process_and_through_a_server(
         assert not stopped
     if "max_run_cost_ratio" in options:
         assert any("max_run_cost_ratio" in (t["message"] or "") for t in state["trials"])
+    if "expected_recurrences" in options:
+        assert any(t["kind"] == "exploit" for t in state["trials"])
 
 
 def moved_alike(

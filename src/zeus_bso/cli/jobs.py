@@ -277,6 +277,11 @@ def show_command(
         console.print(
             f"per-run cap: no run at another batch size above {cap:g}x the default's measured cost"
         )
+    expected = job.get("expected_recurrences")  # absent from servers that predate it
+    if expected:
+        console.print(
+            f"expected recurrences: {expected}; it explores only what can pay back within them"
+        )
     profiles = state.get("profiles") or []  # absent from servers that predate profiles
     if len(profiles) > 1:
         console.print(

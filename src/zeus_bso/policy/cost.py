@@ -330,11 +330,13 @@ def fold_final_report(
     cost: float,
     converged: bool,
     curve: Curve | None = None,
+    paid: float | None = None,
 ) -> tuple[dict[int, BatchSizeStats], BestRun | None]:
     """A job's per-batch-size statistics after a run's final report, and the early-stop
-    reference they give (see `best_reference`); ``curve``, the run's learning curve, is kept if it
-    converged. The server and the simulator both record a final report with this."""
+    reference they give (see `best_reference`); ``curve``, the run's learning curve, is kept if
+    it converged; ``paid``, what the run cost where ``cost`` is what it is charged. The server
+    and the simulator both record a final report with this."""
     per_size = dict(stats)
     entry = per_size.get(batch_size, BatchSizeStats(batch_size))
-    per_size[batch_size] = entry.add(cost, converged, curve)
+    per_size[batch_size] = entry.add(cost, converged, curve, paid)
     return per_size, best_reference(rules, {b: s.converged for b, s in per_size.items()})

@@ -32,7 +32,9 @@ def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
 def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch:
     """Choose the batch size of the next run of ``job``: pruning's next exploration, the arm
     that probes new hardware (`JobHistory.probe`), or the bandit's choice; never one at or
-    above the run's profile's memory cap (`JobHistory.memory_cap`).
+    above the run's profile's memory cap (`JobHistory.memory_cap`). Where the job's horizon
+    cannot pay back another exploration (`JobHistory.may_explore`), the cheapest batch size so
+    far instead of one.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -47,6 +49,9 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         if step is None:  # no prior, or one the measurements dropped
             step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext):
+            if not _may_explore(history):
+                assert history.best is not None
+                return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):
             best = history.best.batch_size if history.best else job.default_batch_size
@@ -58,6 +63,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         history.extension is not None
         and history.extension not in arms
         and history.fits(history.extension)
+        and _may_explore(history)
     ):
         return Dispatch(history.extension, TrialKind.EXPLORATION, arms=arms)
     fitting = tuple(arm for arm in arms if history.fits(arm))
@@ -68,6 +74,13 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         )
     batch_size = choose_arm(job, fitting, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
+
+
+def _may_explore(history: JobHistory) -> bool:
+    """Whether the next run may explore: always, unless the job's horizon cannot pay back
+    another exploration (`JobHistory.may_explore`) and a batch size has converged to run
+    instead."""
+    return history.may_explore or history.best is None
 
 
 def _fitting(job: CreatedJob, history: JobHistory, batch_size: int) -> int:

@@ -39,6 +39,7 @@ from zeus_bso.policy.cost import (
 )
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.priors import extension as prior_extension
 from zeus_bso.policy.priors import over_prior
 from zeus_bso.policy.profiles import (
@@ -198,8 +199,12 @@ def history_of(
         observations: Mapping[int, CostStats] = windowed_on(windowed, profiles, profile)
     else:
         observations = {b: s.costs for b, s in seen.stats.items()}
+    explores = job.expected_recurrences is None or (
+        Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size).may_explore()
+    )
     if state.arms is None:
         return JobHistory(
+            may_explore=explores,
             arms=None,
             explorations=tuple(
                 trial_on(t, profiles, profile)
@@ -211,6 +216,7 @@ def history_of(
             prior=state.prior,
         )
     return JobHistory(
+        may_explore=explores,
         arms=state.arms,
         observations=observations,
         best=seen.best,
@@ -551,10 +557,11 @@ def _ended(
         converged=verdict.converged,
         message=verdict.message,
     )
-    base_cost = ended.cost
+    base_cost, paid = ended.cost, verdict.cost
     assert base_cost is not None
     if profiles is not None:
-        base_cost *= profiles.factor(measured.batch_size, measured.profile, profiles.base)
+        factor = profiles.factor(measured.batch_size, measured.profile, profiles.base)
+        base_cost, paid = base_cost * factor, paid * factor
     stats, base_best = fold_final_report(
         rules,
         state.stats,
@@ -562,6 +569,7 @@ def _ended(
         base_cost,
         verdict.converged,
         measured.curve if rules.learning_curve else None,
+        paid,
     )
     arms = state.arms
     if arms is not None and is_extension(ended) and verdict.converged:

@@ -27,6 +27,10 @@ class TrialKind(StrEnum):
     """A run started while an exploration was in flight; it gets the best batch size so far."""
     BANDIT = "bandit"
     """A run chosen by Thompson sampling."""
+    EXPLOIT = "exploit"
+    """A run at the cheapest batch size so far while pruning waits: the recurrences a job
+    expects (``expected_recurrences``) cannot pay back another exploration now
+    (`zeus_bso.policy.horizon`)."""
     PINNED = "pinned"
     """A run of a pinned job: the pinned batch size, nothing explored; stopped only at its
     target or ``max_epochs`` (a run that must deliver a model)."""
@@ -167,6 +171,15 @@ class BatchSizeStats:
     curves: tuple[Curve, ...] = ()
     """The learning curves of its latest converged runs (at most `CURVES_KEPT`), kept for a job
     with ``learning_curve_stop``."""
+    paid_sum: float | None = None
+    """What its runs cost (a run the learning-curve stop ended counts its cost so far, not its
+    charged prediction). None: stored before this was kept (`paid`)."""
+
+    @property
+    def paid(self) -> float:
+        """What its runs cost: `paid_sum`, or for statistics stored before it, their counted
+        costs."""
+        return self.reports * self.mean_cost if self.paid_sum is None else self.paid_sum
 
     @property
     def costs(self) -> CostStats:
@@ -192,11 +205,14 @@ class BatchSizeStats:
             converged_count=self.converged_count,
             converged_cost_sum=self.converged_cost_sum * factor,
             best_converged_cost=None if best is None else best * factor,
+            paid_sum=None if self.paid_sum is None else self.paid_sum * factor,
         )
 
-    def add(self, cost: float, converged: bool, curve: Curve | None = None) -> BatchSizeStats:
+    def add(
+        self, cost: float, converged: bool, curve: Curve | None = None, paid: float | None = None
+    ) -> BatchSizeStats:
         """These statistics with one more final report (and its run's ``curve``, to keep if it
-        converged)."""
+        converged; ``paid``: what it cost, where ``cost`` is what it is charged)."""
         running = self.costs.add(cost)
         best = self.best_converged_cost
         if converged and (best is None or cost < best):
@@ -213,6 +229,7 @@ class BatchSizeStats:
             converged_count=self.converged_count + int(converged),
             converged_cost_sum=self.converged_cost_sum + (cost if converged else 0.0),
             best_converged_cost=best,
+            paid_sum=self.paid + (cost if paid is None else paid),
         )
 
 
@@ -411,6 +428,10 @@ class JobHistory:
     above it is dispatched. None: none known."""
     profile: str = ""
     """The next run's hardware profile (for an error's message)."""
+    may_explore: bool = True
+    """Whether the next run may explore: False where the recurrences the job expects
+    (``expected_recurrences``) cannot pay back another exploration now
+    (`zeus_bso.policy.horizon.Horizon.may_explore`)."""
 
     def fits(self, batch_size: int) -> bool:
         """Whether ``batch_size`` is below the memory cap."""

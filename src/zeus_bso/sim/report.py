@@ -25,13 +25,14 @@ CAUSES = MappingProxyType(
         "oracle_noise": "oracle noise",
     }
 )
-"""Where a simulation's excess cost over the oracle's goes, by cause (and its column's label):
-the job's first run (the default's, in a cold start); explorations stopped before the target;
-explorations that converged at sizes other than the oracle's; bandit runs that converged at such
-sizes; bandit runs stopped before the target; runs at the oracle size (the trace's spread,
-negative when luckier than its mean). Each run is charged to one cause: a stopped run, all its
-cost; a converged run, its cost above the oracle's expected cost (a recurrence that never
-converged owes one oracle run less, charged to its last run)."""
+"""Where a simulation's excess cost over the oracle's goes, by cause (and its column's label): the
+job's first run (the default's, in a cold start); explorations stopped before the target;
+explorations that converged at sizes other than the oracle's; bandit runs (and a short-lived job's
+runs at the cheapest size so far, `TrialKind.EXPLOIT`) that converged at such sizes; bandit runs
+stopped before the target; runs at the oracle size (the trace's spread, negative when luckier than
+its mean). Each run is charged to one cause: a stopped run, all its cost; a converged run, its cost
+above the oracle's expected cost (a recurrence that never converged owes one oracle run less,
+charged to its last run)."""
 
 
 def causes_of(

@@ -193,6 +193,14 @@ class _JobOptions(WireModel):
     from its first). Pinned runs and the last attempt of ``until_converged`` are not capped.
     ``None``: no cap (``beta_knob`` still bounds runs against the cheapest). A job may change
     it by registering again (`STOP_SETTINGS`)."""
+    expected_recurrences: Annotated[
+        int | None, Field(ge=1, le=1_000_000), PolicyOption(hashed_off_default=True)
+    ] = None
+    """How many times the job will run (a job re-configured every few runs): it explores only
+    what can pay back within them, spending over them at most 3% more than always running the
+    default would (`zeus_bso.policy.horizon`); past that many runs, the savings it banked let
+    it explore again. ``None``: the job runs indefinitely. A job may change it by registering
+    again (`STOP_SETTINGS`)."""
     power_profiling: Annotated[
         bool,
         PolicyOption(hashed_off_default=True, flag="--power-profiling/--no-power-profiling"),
@@ -388,10 +396,11 @@ POWER_SETTINGS = ("power_profiling", "power_max_slowdown")
 """How a job's runs use the GPUs' power limits: what it learned of its batch sizes holds
 whatever limit its runs train at (`ADJUSTABLE_SETTINGS`)."""
 
-STOP_SETTINGS = ("early_stop_reference", "max_run_cost_ratio")
-"""What a job's runs are stopped against besides its target and ``max_epochs``: what it learned
-of its batch sizes holds whatever they are (`ADJUSTABLE_SETTINGS`); a platform adds a per-run
-cap to the jobs it runs without their starting over."""
+STOP_SETTINGS = ("early_stop_reference", "max_run_cost_ratio", "expected_recurrences")
+"""What a job's runs are stopped against besides its target and ``max_epochs``, and how long it
+expects to run: what it learned of its batch sizes holds whatever they are
+(`ADJUSTABLE_SETTINGS`); a platform adds a per-run cap, or a new horizon, to the jobs it runs
+without their starting over."""
 
 SEED_SETTINGS = ("prior_from", "prior_mode")
 """Where a new job's prior comes from: read when the job is created, and not part of what it is

@@ -216,6 +216,7 @@ def batch_size_stats(size: str, stored: dict[str, Any]) -> BatchSizeStats:
         converged_cost_sum=stored["converged_cost_sum"],
         best_converged_cost=stored["best_converged_cost"],
         curves=tuple(as_curve(curve) for curve in stored.get("curves", ())),
+        paid_sum=stored.get("paid_sum"),
     )
 
 
