@@ -66,7 +66,7 @@ def test_stop_settings_change_and_the_job_keeps_its_history(http: httpx.Client) 
     assert state["trial_count"] == 2
     assert state["best_cost"] == 2000.0
     page = http.get(f"/dashboard/jobs/{job_id}").text
-    assert "explores only while what an exploration may lose fits within them" in page
+    assert "explores only what can pay back within them" in page
 
 
 def test_a_cap_at_or_below_the_default_is_refused(http: httpx.Client) -> None:

@@ -49,18 +49,18 @@ def test_the_allowance_is_what_the_budget_has_left_after_the_runs_to_come() -> N
 
 def test_nothing_is_bounded_before_a_run_converged_and_the_last_run_never_explores() -> None:
     assert Horizon.of(5, {}, 64).allowance is None
-    assert Horizon.of(5, {}, 64).may_explore()
+    assert Horizon.of(5, {}, 64).may_explore(32)
     last = Horizon.of(3, {64: _converged(64, 100.0, 100.0)}, 64)
     assert last.left == 1
     assert last.allowance is not None
     assert last.allowance > 0
-    assert not last.may_explore()  # nothing after it would use what it found
+    assert not last.may_explore(32)  # nothing after it would use what it found
 
 
 def test_a_job_that_outlived_its_expected_runs_is_expected_to_run_as_many_again() -> None:
     # Five runs expected; a loss spent the budget of five.
     lost = {64: _converged(64, 100.0, 100.0), 32: BatchSizeStats(32).add(60.0, False)}
-    assert not Horizon.of(5, lost, 64).may_explore()
+    assert not Horizon.of(5, lost, 64).may_explore(128)
     ran = dict(lost)
     ran[64] = _converged(64, *[100.0] * 5)
     horizon = Horizon.of(5, ran, 64)
@@ -68,13 +68,70 @@ def test_a_job_that_outlived_its_expected_runs_is_expected_to_run_as_many_again(
     expected = (1 + HORIZON_SLACK) * 10 * 100.0 - 560.0 - 5 * 100.0
     assert horizon.allowance == pytest.approx(expected)
     assert expected < EXPLORATION_RESERVE * 100.0
-    assert not horizon.may_explore()
+    assert not horizon.may_explore(128)
     # Each run at the default banks 3% of one over two runs of horizon: at 14 runs (28
     # expected) the budget has paid for the loss and holds a fifth of a run again.
     ran[64] = _converged(64, *[100.0] * 13)
-    assert not Horizon.of(5, ran, 64).may_explore()
+    assert not Horizon.of(5, ran, 64).may_explore(128)
     ran[64] = _converged(64, *[100.0] * 14)
-    assert Horizon.of(5, ran, 64).may_explore()
+    assert Horizon.of(5, ran, 64).may_explore(128)
+
+
+def test_a_size_is_explored_only_if_what_it_could_save_pays_back() -> None:
+    from zeus_bso.policy.horizon import least_cost
+
+    # Costs convex in log2 of the size: 100 at 64, 90 at 128, 85 at 256 (the last step saves
+    # less than the one before); a line through two sizes bounds the next one from below.
+    means = {64: 100.0, 128: 90.0, 256: 85.0}
+    assert least_cost(means, 512) == pytest.approx(80.0)  # through 128 and 256
+    assert least_cost(means, 32) == pytest.approx(110.0)  # through 64 and 128
+    assert least_cost({64: 100.0}, 128) is None  # one point bounds nothing
+    stats = {size: _converged(size, cost) for size, cost in means.items()}
+    # 512 could save at most 5 a run (6% of one): over one run after it, less than a tenth of
+    # a run; over three, more.
+    few = Horizon.of(5, stats, 64)  # three done, two left: one after the exploration
+    assert few.allowance is not None
+    assert few.allowance > EXPLORATION_RESERVE * 85.0
+    assert not few.may_explore(512)
+    assert Horizon.of(7, stats, 64).may_explore(512)
+    assert not Horizon.of(7, stats, 64).may_explore(32)  # it cannot beat the cheapest at all
+    assert Horizon.of(7, stats, 64).may_explore(1024)  # two sizes away: nothing bounds it
+
+
+def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget() -> None:
+    job = _job(5)
+    state = _report(job, JobState(), TrialState(1, 64, TrialKind.EXPLORATION), 100.0).job
+    # Spent 100 on the default; the budget is 515, the four runs left cost 400 at the cheapest:
+    # an exploration may lose 15, so it stops before an epoch that takes it past 115.
+    trial = TrialState(2, 32, TrialKind.EXPLORATION)
+    answers = []
+    for epoch in range(1, 10):
+        step = after_report(
+            job, state, trial, time=0.0, energy=2 * 30.0 * epoch, metric=0.1, current_epoch=epoch
+        )
+        answers.append(step.answer)
+        state, trial = step.job, step.trial
+        if step.answer.stop_train:
+            break
+    assert len(answers) == 3  # 90 spent; a fourth epoch would take it to 120
+    last = answers[-1]
+    assert not last.converged
+    assert last.reason is not None
+    assert last.reason.value == "cost_bound"
+    assert last.why is not None
+    assert "expected_recurrences (5)" in last.why
+    unbounded = _job(None)
+    cold = _report(unbounded, JobState(), TrialState(1, 64, TrialKind.EXPLORATION), 100.0).job
+    goes_on = after_report(
+        unbounded,
+        cold,
+        TrialState(2, 32, TrialKind.EXPLORATION),
+        time=0.0,
+        energy=2 * 90.0,
+        metric=0.1,
+        current_epoch=3,
+    )
+    assert not goes_on.answer.stop_train  # beta_knob 2: up to 200
 
 
 def test_a_stopped_run_counts_what_it_paid_not_the_cost_charged_for_it() -> None:

@@ -6,6 +6,7 @@ import random
 
 from zeus_bso.errors import NoFittingBatchSizeError
 from zeus_bso.policy.bandits import choose_arm
+from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.priors import next_prior_step
 from zeus_bso.policy.pruning import (
     ExplorationInFlight,
@@ -29,12 +30,14 @@ def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
     return random.Random(f"zeus-bso:{job.mab_seed}:{trial_number}")
 
 
-def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch:
+def decide(
+    job: CreatedJob, history: JobHistory, rng: random.Random, horizon: Horizon | None = None
+) -> Dispatch:
     """Choose the batch size of the next run of ``job``: pruning's next exploration, the arm
     that probes new hardware (`JobHistory.probe`), or the bandit's choice; never one at or
     above the run's profile's memory cap (`JobHistory.memory_cap`). Where the job's horizon
-    cannot pay back another exploration (`JobHistory.may_explore`), the cheapest batch size so
-    far instead of one.
+    (``horizon``, with ``expected_recurrences``) cannot pay back the next
+    exploration, the cheapest batch size so far instead of it.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -49,7 +52,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         if step is None:  # no prior, or one the measurements dropped
             step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext):
-            if not _may_explore(history):
+            if not _may_explore(history, horizon, step.batch_size):
                 assert history.best is not None
                 return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
@@ -63,7 +66,7 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
         history.extension is not None
         and history.extension not in arms
         and history.fits(history.extension)
-        and _may_explore(history)
+        and _may_explore(history, horizon, history.extension)
     ):
         return Dispatch(history.extension, TrialKind.EXPLORATION, arms=arms)
     fitting = tuple(arm for arm in arms if history.fits(arm))
@@ -76,11 +79,10 @@ def decide(job: CreatedJob, history: JobHistory, rng: random.Random) -> Dispatch
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
 
 
-def _may_explore(history: JobHistory) -> bool:
-    """Whether the next run may explore: always, unless the job's horizon cannot pay back
-    another exploration (`JobHistory.may_explore`) and a batch size has converged to run
-    instead."""
-    return history.may_explore or history.best is None
+def _may_explore(history: JobHistory, horizon: Horizon | None, batch_size: int) -> bool:
+    """Whether the next run may explore ``batch_size``: always, unless the job's ``horizon``
+    cannot pay it back and a batch size has converged to run instead."""
+    return horizon is None or history.best is None or horizon.may_explore(batch_size)
 
 
 def _fitting(job: CreatedJob, history: JobHistory, batch_size: int) -> int:

@@ -1,39 +1,45 @@
 """Short-lived jobs: a job that says how many times it will run (``expected_recurrences``)
-explores only while what an exploration may lose still fits within them.
+explores only what can pay back within them.
 
-The rule is a budget over the whole horizon. Always running the default batch size would cost
-the job ``N * D`` over its ``N`` recurrences (``D``: the default's measured cost, the mean of its
-converged runs). The job may spend at most `HORIZON_SLACK` more: with ``S`` spent so far over
-its runs, ``done`` recurrences done (runs that converged) and ``B`` the cheapest batch size's
-mean cost, the recurrences left cost ``(N - done) * B`` if they all run at the cheapest, so one
-more exploration may lose at most::
+Two rules, each over the whole horizon of ``N`` recurrences (`Horizon.may_explore`):
 
-    allowance = (1 + HORIZON_SLACK) * N * D - S - (N - done) * B
+- **A budget.** Always running the default batch size would cost the job ``N * D`` (``D``: the
+  default's measured cost, the mean of its converged runs). The job may spend at most
+  `HORIZON_SLACK` more: with ``S`` spent so far, ``done`` recurrences done (runs that
+  converged) and ``B`` the cheapest batch size's mean cost, the recurrences left cost
+  ``(N - done) * B`` if they all run at the cheapest, so an exploration may lose at most::
 
-The next run explores only while a later recurrence is left to use what it finds and the
-allowance holds `EXPLORATION_RESERVE` of a run at the cheapest (what an exploration that does
-not pay typically loses before its cost bounds stop it); otherwise it takes the cheapest batch
-size so far (`zeus_bso.policy.types.TrialKind.EXPLOIT`) and pruning waits (`Horizon.
-may_explore`). A saving found raises the allowance (``B`` falls), a loss lowers it. A job that
-ran its ``N`` runs is expected to run as many times again as it ran (`Horizon.horizon`), so it
-explores again as far as that longer horizon pays. A run, once started, is bounded by the
-job's cost bounds as any other.
+      allowance = (1 + HORIZON_SLACK) * N * D - S - (N - done) * B
 
-On the trace (`benchmarks/regret.py --horizons`): with ``expected_recurrences=5`` no workload
-costs more than 2% over always running the default (without it, up to 29%), because a job that
-short seldom explores at all; at 10 and more the budget seldom binds, and the regret is the cold
-start's.
+  The next run explores only while a later recurrence is left to use what it finds and the
+  allowance holds `EXPLORATION_RESERVE` of a run at ``B`` (what an exploration that does not
+  pay typically loses before its cost bounds stop it).
+- **A payback.** Where cost is convex in the log of the batch size (roughly so on the trace),
+  the line through two measured sizes next to a candidate bounds its cost from below
+  (`least_cost`). A size is explored only if the most it could save over the runs after its
+  exploration, ``(N - done - 1) * (B - least)``, passes `PAYBACK_MARGIN` of a run: once the
+  costs flatten out, the walk stops short of sizes that could save too little to pay back.
+
+Where a rule says no, the next run takes the cheapest batch size so far
+(`zeus_bso.policy.types.TrialKind.EXPLOIT`) and pruning waits. An exploration stops once
+converging could no longer keep the job within the budget (`over_horizon`). A saving found
+raises the allowance (``B`` falls), a loss lowers it. A job that ran its ``N`` runs is expected
+to run as many times again as it ran (`Horizon.horizon`), and explores as far as that pays.
 
 Without a converged run nothing is bounded yet (the first runs are the default's, or a prior's
-best); before the default converged, the cheapest run stands in for ``D``.
+best); before the default converged, the cheapest run stands in for ``D``. Measured on the
+trace: `benchmarks/regret.py --horizons` (the algorithm page's "Short-lived jobs").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from zeus_bso.policy.types import BatchSizeStats
+from zeus_bso.policy.cost import Report
+from zeus_bso.policy.types import BatchSizeStats, Verdict
+from zeus_bso.spec import StopReason
 
 HORIZON_SLACK = 0.03
 """How much more than always running the default a job with ``expected_recurrences`` may spend
@@ -42,8 +48,14 @@ over them, as a fraction."""
 EXPLORATION_RESERVE = 0.2
 """The part of a run at the cheapest batch size the allowance must hold for the next run to
 explore. On the trace an exploration that does not pay loses 0.2-0.3 of a run before its cost
-bounds stop it; with 0.1, jobs of 5 recurrences cost up to 29% more than the default (P100
-imagenet, whose other size never converges)."""
+bounds stop it, and more where a size never converges; with a 5% slack, which lets a job of 5
+recurrences explore once, P100 imagenet (whose other size never converges) costs 19% more
+than its default."""
+
+PAYBACK_MARGIN = 0.1
+"""The part of a run at the cheapest batch size that the most a size could save over the runs
+after its exploration (`least_cost`) must pass for it to be explored. On the trace, at 10
+recurrences on the V100: 1.112 (0.2 instead: 1.121; no payback rule: 1.151)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +73,23 @@ class Horizon:
     """The default's mean converged cost (None: it has not converged)."""
     best_cost: float | None
     """The cheapest batch size's mean converged cost (None: nothing converged)."""
+    means: Mapping[int, float] = field(default_factory=dict)
+    """Each batch size's mean converged cost."""
 
     @classmethod
     def of(
         cls, recurrences: int, stats: Mapping[int, BatchSizeStats], default_batch_size: int
     ) -> Horizon:
         """The horizon of a job expecting ``recurrences`` runs, from its batch sizes' ``stats``."""
-        means = [m for entry in stats.values() if (m := entry.converged.mean) is not None]
+        means = {s: m for s, entry in stats.items() if (m := entry.converged.mean) is not None}
         default = stats.get(default_batch_size)
         return cls(
             recurrences,
             sum(entry.converged_count for entry in stats.values()),
             sum(entry.paid for entry in stats.values()),
             None if default is None else default.converged.mean,
-            min(means, default=None),
+            min(means.values(), default=None),
+            means,
         )
 
     @property
@@ -98,11 +113,62 @@ class Horizon:
         budget = (1.0 + HORIZON_SLACK) * self.horizon * reference
         return budget - self.spent - self.left * self.best_cost
 
-    def may_explore(self) -> bool:
-        """Whether the next run may explore: a later recurrence is left to use what it finds,
-        and the budget has something left to lose."""
-        allowance = self.allowance
-        if allowance is None:
+    def may_explore(self, batch_size: int) -> bool:
+        """Whether the next run may explore ``batch_size``: a later recurrence is left to use
+        what it finds, the budget has something left to lose, and what the size could save
+        at most over the runs left (`least_cost`) is worth that much."""
+        allowance, best = self.allowance, self.best_cost
+        if allowance is None or best is None:
             return True
-        assert self.best_cost is not None
-        return self.left >= 2 and allowance > EXPLORATION_RESERVE * self.best_cost
+        reserve = EXPLORATION_RESERVE * best
+        if self.left < 2 or allowance <= reserve:
+            return False
+        least = least_cost(self.means, batch_size)
+        return least is None or (self.left - 1) * (best - least) > PAYBACK_MARGIN * best
+
+
+def least_cost(means: Mapping[int, float], batch_size: int) -> float | None:
+    """The least ``batch_size`` can cost where cost is convex in the log of the batch size:
+    the line through the two measured sizes (``means``: mean converged cost by size) next to
+    it on one side, extended to it, bounds it from below; the higher of the two sides' bounds.
+    None: no side has two measured sizes."""
+    x = math.log(batch_size)
+    below = sorted(size for size in means if size < batch_size)[-2:]
+    above = sorted(size for size in means if size > batch_size)[:2]
+    bounds = []
+    for pair in (below, above):
+        if len(pair) == 2:
+            (x0, y0), (x1, y1) = ((math.log(s), means[s]) for s in pair)
+            bounds.append(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return max(bounds, default=None)
+
+
+def over_horizon(horizon: Horizon, report: Report) -> Verdict | None:
+    """The stop of an exploration that could no longer converge within the job's budget, or
+    None: it stops before an epoch that would take its cost past the cheapest batch size's mean
+    plus the `Horizon.allowance` (were it to converge there, the job would spend more than the
+    budget; were it to go on, more still). Without a converged run, nothing."""
+    allowance, best = horizon.allowance, horizon.best_cost
+    if allowance is None or best is None:
+        return None
+    limit = best + max(allowance, 0.0)
+    next_epoch = report.next_epoch_cost
+    if report.cost + next_epoch <= limit:
+        return None
+    return Verdict(
+        stop=True,
+        converged=False,
+        cost=report.cost,
+        message=(
+            f"Batch Size({report.batch_size}) exceeded the job's exploration budget: cost"
+            f"({report.cost}) + next epoch({next_epoch}) > min_cost({best}) + allowance"
+            f"({max(allowance, 0.0)})"
+        ),
+        reason=StopReason.COST_BOUND,
+        why=(
+            f"converging would take the job over what its expected_recurrences"
+            f" ({horizon.recurrences}) allow: its cost after one more epoch would be"
+            f" {(report.cost + next_epoch) / best:.1f}x the cheapest run's, and the job may"
+            f" still lose {max(allowance, 0.0) / best:.2f}x of one to exploring"
+        ),
+    )

@@ -39,7 +39,7 @@ from zeus_bso.policy.cost import (
 )
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
-from zeus_bso.policy.horizon import Horizon
+from zeus_bso.policy.horizon import Horizon, over_horizon
 from zeus_bso.policy.priors import extension as prior_extension
 from zeus_bso.policy.priors import over_prior
 from zeus_bso.policy.profiles import (
@@ -199,12 +199,8 @@ def history_of(
         observations: Mapping[int, CostStats] = windowed_on(windowed, profiles, profile)
     else:
         observations = {b: s.costs for b, s in seen.stats.items()}
-    explores = job.expected_recurrences is None or (
-        Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size).may_explore()
-    )
     if state.arms is None:
         return JobHistory(
-            may_explore=explores,
             arms=None,
             explorations=tuple(
                 trial_on(t, profiles, profile)
@@ -216,7 +212,6 @@ def history_of(
             prior=state.prior,
         )
     return JobHistory(
-        may_explore=explores,
         arms=state.arms,
         observations=observations,
         best=seen.best,
@@ -279,7 +274,11 @@ def after_dispatch(
             state.prior, state.arms, job.batch_sizes, state.stats, history, tried
         )
         history = replace(history, extension=history.extension or found)
-    dispatch = decide(job, history, rng_for(job, number))
+    horizon = None
+    if job.expected_recurrences is not None:
+        seen = state_on(job, state, profiles, profile)
+        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
+    dispatch = decide(job, history, rng_for(job, number), horizon)
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
         arms, start = dispatch.arms, number
@@ -437,6 +436,9 @@ def after_report(
         size, default = trial.batch_size, job.default_batch_size
         bound = over_prior(state.prior, seen.stats, size, cost, current_epoch, default)
         verdict = bound or verdict
+    if not verdict.stop and job.expected_recurrences is not None and report.exploring:
+        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
+        verdict = over_horizon(horizon, report) or verdict
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
     measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)

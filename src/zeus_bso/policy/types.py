@@ -428,10 +428,6 @@ class JobHistory:
     above it is dispatched. None: none known."""
     profile: str = ""
     """The next run's hardware profile (for an error's message)."""
-    may_explore: bool = True
-    """Whether the next run may explore: False where the recurrences the job expects
-    (``expected_recurrences``) cannot pay back another exploration now
-    (`zeus_bso.policy.horizon.Horizon.may_explore`)."""
 
     def fits(self, batch_size: int) -> bool:
         """Whether ``batch_size`` is below the memory cap."""

@@ -198,8 +198,8 @@ class _JobOptions(WireModel):
     ] = None
     """How many times the job will run (a job re-configured every few runs): it explores only
     what can pay back within them, spending over them at most 3% more than always running the
-    default would (`zeus_bso.policy.horizon`); past that many runs, the savings it banked let
-    it explore again. ``None``: the job runs indefinitely. A job may change it by registering
+    default would (`zeus_bso.policy.horizon`); a job that ran that many times is expected to run
+    as many again. ``None``: the job runs indefinitely. A job may change it by registering
     again (`STOP_SETTINGS`)."""
     power_profiling: Annotated[
         bool,
