@@ -9,7 +9,9 @@ then the oracle: what no job without a prior can beat):
   (lognormal, sigma 0.1 and 0.2), and with its optimum shifted by one size (up for odd seeds,
   down for even ones);
 - check mode: the same workload at sigma 0.1, and the wrong prior: every other workload's curve
-  (all 30 ordered pairs), where the worst pair is held against its own cold start.
+  (all 30 ordered pairs), where the worst pair is held against its own cold start;
+- a second table: the cold start and the declared parents again, each horizon simulated on its
+  own with ``expected_recurrences`` set to it (a job that knows how many times it runs).
 
     .venv/bin/python benchmarks/regret_priors.py [--gpus v100 p100] [--seeds 0 ... 19]
                                                  [--recurrences 50]
@@ -54,15 +56,19 @@ def seeded(gpu: str, parent: str | None = None, **how: Any) -> Seeding:
     return prior
 
 
-def run(gpu: str, seeds: list[int], recurrences: int, seeding: Seeding | None) -> list[Summary]:
-    """Each workload's simulation, its new jobs seeded by ``seeding`` (None: cold)."""
+def run(
+    gpu: str, seeds: list[int], recurrences: int, seeding: Seeding | None, **options: Any
+) -> list[Summary]:
+    """Each workload's simulation, its new jobs seeded by ``seeding`` (None: cold) and
+    registered with ``options``."""
     summaries = []
     for name in WORKLOADS:
         trace = load_trace_job(name, gpu)
         results = []
         for seed in seeds:
             prior = None if seeding is None else seeding(trace, seed)
-            backend = in_process(job_spec(trace, f"prior-{name}-{seed}", mab_seed=seed), prior)
+            spec = job_spec(trace, f"prior-{name}-{seed}", mab_seed=seed, **options)
+            backend = in_process(spec, prior)
             recs = simulate(trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA)
             results.append(seed_result(seed, recs))
         summaries.append(summarize(trace, ETA, recurrences, results))
@@ -140,7 +146,34 @@ def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str
     data["wrong_prior_worst_points_above_cold"] = {
         str(h): {"points": 100 * worst[h][0], "pair": worst[h][1]} for h in horizons
     }
-    return text, data
+    return text + short_lived(gpu, seeds, horizons, declared, data), data
+
+
+def short_lived(
+    gpu: str,
+    seeds: list[int],
+    horizons: list[int],
+    declared: dict[str, dict[str, Any]],
+    data: dict[str, Any],
+) -> str:
+    """The table of jobs that also say how many times they run: each horizon simulated on its
+    own with ``expected_recurrences`` set to it (`zeus_bso.policy.horizon`)."""
+    header = "| scenario, expected_recurrences = the horizon | "
+    header += " | ".join(f"{h} recurrences" for h in horizons)
+    lines = [header + " | worst against the default at 5 |", "|---" * (len(horizons) + 2) + "|"]
+    data["expected_recurrences"] = {}
+    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in declared.items())]
+    for name, seeding in scenarios:
+        judged = {h: run(gpu, seeds, h, seeding, expected_recurrences=h) for h in horizons}
+        worst = max(-s.savings for s in judged[horizons[0]])
+        lines.append(
+            row(name, {h: [s.regret for s in judged[h]] for h in horizons}, f"{worst:+.1%}")
+        )
+        data["expected_recurrences"][name] = {
+            str(h): {s.workload: {"regret": s.regret, "savings": s.savings} for s in judged[h]}
+            for h in horizons
+        }
+    return "\n" + "\n".join(lines) + "\n"
 
 
 def main() -> None:

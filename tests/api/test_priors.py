@@ -4,6 +4,7 @@ registration, and the new job's runs start from it. Real server process, each ba
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.helpers import ServerProcess, dispatch, job_body, jobs_show, unique_id
 from zeus_bso.client import ServerClient
@@ -152,11 +153,14 @@ def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.
     assert "prior_mode" in other.text
 
 
+@pytest.mark.parametrize(("mode", "expected"), [(PriorMode.TRUST, None), (PriorMode.CHECK, 5)])
 def test_a_seeded_job_decides_alike_in_process_and_through_the_server(
-    server: ServerProcess,
+    server: ServerProcess, mode: PriorMode, expected: int | None
 ) -> None:
     """The server's prior (copied from the parent's stored runs) is the one the same parent's
-    history gives in-process (`zeus_bso.policy.learned_prior`): the child's runs are the same."""
+    history gives in-process (`zeus_bso.policy.learned_prior`): the child's runs are the same,
+    with ``expected_recurrences`` too (its budget counts what the runs paid, kept on the job
+    row)."""
     trace = load_trace_job("librispeech", "v100")
     parent = job_spec(trace, unique_id("libriparent"), mab_seed=1)
     local_parent = in_process(parent)
@@ -169,14 +173,15 @@ def test_a_seeded_job_decides_alike_in_process_and_through_the_server(
             unique_id("librichild"),
             mab_seed=2,
             prior_from=served_parent.job_id,
-            prior_mode="trust",
+            prior_mode=mode.value,
+            expected_recurrences=expected,
         )
         served = simulate(trace, ServerBackend(client, child), recurrences=8, seed=2, eta_knob=0.5)
     prior = learned_prior(
         served_parent.job_id,
         local_parent.state.stats,
         local_parent.trials,
-        PriorMode.TRUST,
+        mode,
         price=lambda energy, time: zeus_cost(energy, time, 0.5, trace.max_power),
         profile=profile_key(parent),
     )
@@ -184,4 +189,5 @@ def test_a_seeded_job_decides_alike_in_process_and_through_the_server(
     local = simulate(trace, in_process(child, prior), recurrences=8, seed=2, eta_knob=0.5)
     runs = [[(t.batch_size, t.epochs, t.converged) for t in r.trials] for r in served]
     assert runs == [[(t.batch_size, t.epochs, t.converged) for t in r.trials] for r in local]
-    assert runs[0][0][0] == prior.best(trace.batch_sizes)  # trust: the parent's best first
+    first = prior.best(trace.batch_sizes) if mode is PriorMode.TRUST else trace.default_batch_size
+    assert runs[0][0][0] == first

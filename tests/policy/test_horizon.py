@@ -10,7 +10,8 @@ import pytest
 from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_dispatch, after_report
 from zeus_bso.policy.horizon import EXPLORATION_RESERVE, HORIZON_SLACK, Horizon
-from zeus_bso.policy.types import BatchSizeStats
+from zeus_bso.policy.types import BatchSizeStats, PriorMode
+from zeus_bso.sim.parents import parent_prior
 from zeus_bso.sim.runner import in_process, job_spec, simulate
 from zeus_bso.sim.trace import load_trace_job
 
@@ -196,3 +197,23 @@ def test_five_expected_runs_cost_little_more_than_the_default_on_the_trace(gpu: 
         worst[expected] = max(over)
     assert worst[5] <= 0.05
     assert worst[None] > 0.05
+
+
+def test_a_related_jobs_curve_lets_a_short_lived_job_explore_what_it_predicts_pays() -> None:
+    """With five runs expected the budget after the default's run holds too little for a cold
+    exploration, but a prior that predicts a size far cheaper than the default lets the job try
+    it (the prior's walk), and the job keeps it."""
+    trace = load_trace_job("cifar100", "v100")
+    prior = parent_prior(trace, trace, eta_knob=0.5, seed=0, mode=PriorMode.CHECK)
+    best = prior.best(trace.batch_sizes)
+    assert best is not None
+    assert best != trace.default_batch_size
+    sizes = {}
+    for seeded in (prior, None):
+        spec = job_spec(trace, "h-cifar", mab_seed=0, expected_recurrences=5)
+        runs = simulate(trace, in_process(spec, seeded), recurrences=5, seed=0, eta_knob=0.5)
+        sizes[seeded is not None] = [t.batch_size for r in runs for t in r.trials if t.converged]
+    assert sizes[False] == [trace.default_batch_size] * 5
+    assert sizes[True][0] == trace.default_batch_size
+    assert sizes[True][1] == best
+    assert sizes[True][-1] == best

@@ -7,8 +7,9 @@ import random
 from zeus_bso.errors import NoFittingBatchSizeError
 from zeus_bso.policy.bandits import choose_arm
 from zeus_bso.policy.horizon import Horizon
-from zeus_bso.policy.priors import next_prior_step
+from zeus_bso.policy.priors import next_prior_step, predicted_cost
 from zeus_bso.policy.pruning import (
+    PRIOR_ROUND,
     ExplorationInFlight,
     ExploreNext,
     PruningSettings,
@@ -52,7 +53,10 @@ def decide(
         if step is None:  # no prior, or one the measurements dropped
             step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext):
-            if not _may_explore(history, horizon, step.batch_size):
+            predicted = None
+            if step.round == PRIOR_ROUND and history.prior is not None and horizon is not None:
+                predicted = predicted_cost(history.prior, horizon.means, step.batch_size)
+            if not _may_explore(history, horizon, step.batch_size, predicted):
                 assert history.best is not None
                 return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
@@ -79,10 +83,18 @@ def decide(
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
 
 
-def _may_explore(history: JobHistory, horizon: Horizon | None, batch_size: int) -> bool:
-    """Whether the next run may explore ``batch_size``: always, unless the job's ``horizon``
-    cannot pay it back and a batch size has converged to run instead."""
-    return horizon is None or history.best is None or horizon.may_explore(batch_size)
+def _may_explore(
+    history: JobHistory,
+    horizon: Horizon | None,
+    batch_size: int,
+    predicted: float | None = None,
+) -> bool:
+    """Whether the next run may explore ``batch_size`` (whose cost a prior ``predicted``):
+    always, unless the job's ``horizon`` cannot pay it back and a batch size has converged to
+    run instead."""
+    if horizon is None or history.best is None:
+        return True
+    return horizon.may_explore(batch_size, predicted)
 
 
 def _fitting(job: CreatedJob, history: JobHistory, batch_size: int) -> int:

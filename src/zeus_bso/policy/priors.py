@@ -225,16 +225,9 @@ def over_prior(
     if expected and per_epoch > FINGERPRINT_RATIO * expected:
         why = f"its cost of an epoch is {per_epoch / expected:.1f}x its parent job's"
         return _stopped(batch_size, cost, why)
-    known = {
-        size: mean
-        for size, entry in stats.items()
-        if size != batch_size and size in prior.costs and (mean := entry.converged.mean)
-    }
-    if batch_size not in prior.costs or not known:
-        return None
-    reference = min(known, key=lambda size: (known[size], size))
-    predicted = known[reference] * prior.costs[batch_size] / prior.costs[reference]
-    if cost + per_epoch <= FINGERPRINT_RATIO * predicted:
+    means = {size: mean for size, entry in stats.items() if (mean := entry.converged.mean)}
+    predicted = predicted_cost(prior, means, batch_size)
+    if predicted is None or cost + per_epoch <= FINGERPRINT_RATIO * predicted:
         return None
     why = (
         f"its cost is {cost / predicted:.1f}x what its parent job's curve predicts, "
@@ -242,6 +235,19 @@ def over_prior(
         f"{FINGERPRINT_RATIO:g})"
     )
     return _stopped(batch_size, cost, why)
+
+
+def predicted_cost(prior: Prior, means: Mapping[int, float], batch_size: int) -> float | None:
+    """What the prior predicts a run of ``batch_size`` costs: its relative cost, scaled by the
+    measured mean converged cost (``means``, by size) of the cheapest other size both know
+    (None: no such size, or the prior does not know ``batch_size``)."""
+    known = {
+        size: mean for size, mean in means.items() if size != batch_size and size in prior.costs
+    }
+    if batch_size not in prior.costs or not known:
+        return None
+    reference = min(known, key=lambda size: (known[size], size))
+    return known[reference] * prior.costs[batch_size] / prior.costs[reference]
 
 
 def _stopped(batch_size: int, cost: float, why: str) -> Verdict:
