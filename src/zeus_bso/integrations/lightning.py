@@ -27,11 +27,7 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from typing_extensions import override
@@ -39,6 +35,7 @@ from typing_extensions import override
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
 from zeus_bso.integrations.probe import step, undone
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
@@ -55,84 +52,13 @@ from zeus_bso.training import RunOutcome, TrialSession
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
-
-
-@dataclass(frozen=True)
-class _Namespace:
-    """What the callback uses of one of Lightning's two packages: ``lightning.pytorch`` (the
-    ``lightning`` package) or ``pytorch_lightning`` (the classic one). Their Trainers take only
-    their own package's callbacks, modules and helpers: the callback subclasses the Callback of
-    every package installed, and uses the helpers of the package of the Trainer that runs it."""
-
-    name: str
-    callback: type
-    fitting: Any
-    is_overridden: Callable[..., bool]
-    hasattr: Callable[[Any, str], bool]
-    setattr: Callable[[Any, str, Any], None]
-    info: Callable[[str], None]
-    batch_size_of: Callable[[Any], int]
-    sigterm: tuple[type[BaseException], ...]
-    """The exception its own SIGTERM handler raises (none before Lightning 2.3)."""
-
-
-def _namespace(name: str) -> _Namespace | None:
-    """The package ``name`` (``lightning.pytorch`` or ``pytorch_lightning``), or None where it
-    is not installed."""
-    try:
-        package = importlib.import_module(name)
-        states = importlib.import_module(f"{name}.trainer.states")
-        helpers = importlib.import_module(f"{name}.utilities.model_helpers")
-        parsing = importlib.import_module(f"{name}.utilities.parsing")
-        rank_zero = importlib.import_module(f"{name}.utilities.rank_zero")
-        data = importlib.import_module(f"{name}.utilities.data")
-        exceptions = importlib.import_module(f"{name}.utilities.exceptions")
-    except ImportError:
-        return None
-    return _Namespace(
-        name=name,
-        callback=package.Callback,
-        fitting=states.TrainerFn.FITTING,
-        is_overridden=helpers.is_overridden,
-        hasattr=parsing.lightning_hasattr,
-        setattr=parsing.lightning_setattr,
-        info=rank_zero.rank_zero_info,
-        batch_size_of=data.extract_batch_size,
-        sigterm=tuple(
-            found for found in [getattr(exceptions, "SIGTERMException", None)] if found is not None
-        ),
-    )
-
-
-_NAMESPACES = tuple(
-    found for found in map(_namespace, ("lightning.pytorch", "pytorch_lightning")) if found
-)
-if not _NAMESPACES:
-    raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}")
-
-
-def _namespace_of(trainer: Any) -> _Namespace:
-    """The Lightning package of ``trainer`` (its class's module; asked at every batch)."""
-    return _namespace_of_module(type(trainer).__module__)
-
-
-@functools.cache
-def _namespace_of_module(module: str) -> _Namespace:
-    for found in _NAMESPACES:
-        if module == found.name or module.startswith(f"{found.name}."):
-            return found
-    return _NAMESPACES[0]
-
-
 Trainer = Any
 """A Trainer of either Lightning package."""
 Module = Any
 """A LightningModule of either Lightning package."""
-_Callbacks: tuple[type, ...] = tuple(found.callback for found in _NAMESPACES)
 
 
-class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
+class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     """Chooses the batch size of a Lightning fit and stops it when the optimizer says so.
 
     Args:
@@ -232,7 +158,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         return f"ZeusBSOCallback[{self.job.job_id_prefix}]"
 
     def _fitting(self, trainer: Trainer) -> bool:
-        return bool(trainer.state.fn == _namespace_of(trainer).fitting)
+        return bool(trainer.state.fn == package_of(trainer).fitting)
 
     # -- choose and set the batch size before anything reads the data --------------------------
 
@@ -248,8 +174,8 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         self._reported_value = None
         self._first_batch_checked = False
         self._trainer, self._module = trainer, pl_module
-        namespace = _namespace_of(trainer)
-        if not namespace.hasattr(pl_module, self.batch_arg_name):
+        package = package_of(trainer)
+        if not package.hasattr(pl_module, self.batch_arg_name):
             raise ConfigurationError(
                 f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
                 "give the LightningModule or LightningDataModule that attribute and build the "
@@ -288,13 +214,13 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
             broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
             on_server_unavailable=self.on_server_unavailable,
             raise_if_unconverged=self.raise_if_unconverged,
-            show=_namespace_of(trainer).info,
+            show=package_of(trainer).info,
             lr_rule=self.lr_rule,
             reference_batch_size=self.reference_batch_size,
             max_micro_batch_size=self.max_micro_batch_size,
             power_limit=self.power_limit,
             handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
-            sigterm_exceptions=_namespace_of(trainer).sigterm,
+            sigterm_exceptions=package_of(trainer).sigterm,
             raise_from_report=False,  # at the fit's end (teardown), after its checkpoints
         )
         self._resumed = resume is not None
@@ -344,7 +270,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         size when the fit accumulates."""
         session = self.session
         assert session is not None
-        _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
+        package_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
         if self.max_micro_batch_size is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
 
@@ -365,7 +291,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         module unwrapped: no collective), then undo them: the weights, the optimizers' state
         and the random state are restored. An out-of-memory error is raised."""
 
-        _namespace_of(trainer).setattr(pl_module, self.batch_arg_name, size)
+        package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
         session = self.session
         if session is not None and session.lr.rule != "none":  # the rate a fit of it would take
             batch = size if self.max_micro_batch_size is None else session.batch_size
@@ -410,7 +336,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         """Whether the fit runs validations (each one a report)."""
         if trainer.limit_val_batches == 0:
             return False
-        return bool(_namespace_of(trainer).is_overridden("validation_step", pl_module))
+        return bool(package_of(trainer).is_overridden("validation_step", pl_module))
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
@@ -451,7 +377,7 @@ class ZeusBSOCallback(*_Callbacks):  # type: ignore[misc]
         """
         assert self.session is not None
         try:
-            found = int(_namespace_of(trainer).batch_size_of(batch))
+            found = int(package_of(trainer).batch_size_of(batch))
         except Exception:  # a batch whose size Lightning cannot tell: nothing to check
             return
         told = self.session.micro_batch_size

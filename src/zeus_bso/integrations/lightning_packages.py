@@ -1,0 +1,84 @@
+"""Lightning's two packages: ``lightning.pytorch`` (the ``lightning`` package) and the classic
+``pytorch_lightning``. Their Trainers take only their own package's callbacks, modules and
+helpers, so `zeus_bso.integrations.lightning.ZeusBSOCallback` subclasses the Callback of every
+package installed (`CALLBACKS`) and uses the helpers of the package of the Trainer that runs it
+(`package_of`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
+
+
+@dataclass(frozen=True)
+class LightningPackage:
+    """What the callback uses of one of Lightning's two packages."""
+
+    name: str
+    callback: type
+    fitting: Any
+    is_overridden: Callable[..., bool]
+    hasattr: Callable[[Any, str], bool]
+    setattr: Callable[[Any, str, Any], None]
+    info: Callable[[str], None]
+    batch_size_of: Callable[[Any], int]
+    sigterm: tuple[type[BaseException], ...]
+    """The exception its own SIGTERM handler raises (none before Lightning 2.3)."""
+
+
+def _package(name: str) -> LightningPackage | None:
+    """The package ``name`` (``lightning.pytorch`` or ``pytorch_lightning``), or None where it
+    is not installed."""
+    try:
+        package = importlib.import_module(name)
+        states = importlib.import_module(f"{name}.trainer.states")
+        helpers = importlib.import_module(f"{name}.utilities.model_helpers")
+        parsing = importlib.import_module(f"{name}.utilities.parsing")
+        rank_zero = importlib.import_module(f"{name}.utilities.rank_zero")
+        data = importlib.import_module(f"{name}.utilities.data")
+        exceptions = importlib.import_module(f"{name}.utilities.exceptions")
+    except ImportError:
+        return None
+    return LightningPackage(
+        name=name,
+        callback=package.Callback,
+        fitting=states.TrainerFn.FITTING,
+        is_overridden=helpers.is_overridden,
+        hasattr=parsing.lightning_hasattr,
+        setattr=parsing.lightning_setattr,
+        info=rank_zero.rank_zero_info,
+        batch_size_of=data.extract_batch_size,
+        sigterm=tuple(
+            found for found in [getattr(exceptions, "SIGTERMException", None)] if found is not None
+        ),
+    )
+
+
+PACKAGES = tuple(
+    found for found in map(_package, ("lightning.pytorch", "pytorch_lightning")) if found
+)
+"""The Lightning packages installed, ``lightning.pytorch`` first."""
+if not PACKAGES:
+    raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}")
+
+CALLBACKS: tuple[type, ...] = tuple(found.callback for found in PACKAGES)
+"""The Callback class of every Lightning package installed."""
+
+
+def package_of(trainer: Any) -> LightningPackage:
+    """The Lightning package of ``trainer`` (its class's module; asked at every batch)."""
+    return _package_of_module(type(trainer).__module__)
+
+
+@functools.cache
+def _package_of_module(module: str) -> LightningPackage:
+    for found in PACKAGES:
+        if module == found.name or module.startswith(f"{found.name}."):
+            return found
+    return PACKAGES[0]
