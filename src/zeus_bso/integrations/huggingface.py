@@ -32,8 +32,6 @@ events onto it.
 from __future__ import annotations
 
 import dataclasses
-import gc
-import json
 import logging
 import os
 from pathlib import Path
@@ -43,7 +41,13 @@ from typing_extensions import override
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
-from zeus_bso.integrations.probe import step, undone
+from zeus_bso.integrations.hf_callback_order import run_first
+from zeus_bso.integrations.hf_checkpoints import (
+    checkpoint_to_resume,
+    save_trial,
+    saved_trial,
+)
+from zeus_bso.integrations.hf_memory import try_steps
 from zeus_bso.options import JobLike, check_max_micro_batch_size, required_job, server_url_from
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
@@ -54,36 +58,11 @@ from zeus_bso.training.collectives import torch_distributed
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'zeus-bso[hf]'"
-STATE_FILE = "zeus_bso_trial.json"
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
 except ImportError as err:
     raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
-
-
-def _checkpoint_to_resume(
-    resume_from_checkpoint: str | os.PathLike[str] | bool | None,
-    output_dir: str | os.PathLike[str] | None,
-) -> Path | None:
-    """The checkpoint directory a run resumes from (None: a fresh run)."""
-    if resume_from_checkpoint is True:
-        if output_dir is None:
-            raise ConfigurationError(
-                "resume_from_checkpoint=True resumes from the last checkpoint in the Trainer's "
-                "output_dir: pass output_dir=... to the callback too (or a checkpoint's path)"
-            )
-        last = get_last_checkpoint(os.fspath(output_dir)) if Path(output_dir).is_dir() else None
-        if last is None:
-            raise ConfigurationError(
-                f"resume_from_checkpoint=True but {output_dir} holds no checkpoint "
-                "(checkpoint-<step> directory); leave it out for a fresh run"
-            )
-        return Path(last)
-    if resume_from_checkpoint is False or resume_from_checkpoint is None:
-        return None
-    return Path(resume_from_checkpoint)
 
 
 def _is_world_process_zero() -> bool:
@@ -167,7 +146,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         check_rule(lr_rule)
         self.power_limit: PowerLimitMode = check_power_limit(power_limit)
         self.server_url = server_url_from(server_url)  # no network: a clear error now
-        self.resume_from = _checkpoint_to_resume(resume_from_checkpoint, output_dir)
+        self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
         self.metric = metric
         self.token = token
@@ -247,15 +226,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     def _saved_trial(self) -> dict[str, Any]:
         """What the checkpoint to resume from saved (read on the world process zero)."""
         assert self.resume_from is not None
-        path = self.resume_from / STATE_FILE
-        try:
-            saved: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ConfigurationError(
-                f"cannot resume from {self.resume_from}: no readable {STATE_FILE} ({err}); "
-                "it is written into every checkpoint a run with this callback saves"
-            ) from err
-        return saved
+        return saved_trial(self.resume_from)
 
     @property
     def trial_number(self) -> int | None:
@@ -273,40 +244,15 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         if self.session is None or not self.session.is_main:
             return
-        checkpoint = Path(args.output_dir or ".") / f"checkpoint-{state.global_step}"
         saved = self.session.checkpoint()
-        if saved and checkpoint.is_dir():
-            (checkpoint / STATE_FILE).write_text(json.dumps(saved))
-
-    def _run_first(self) -> None:
-        """Move this callback to the front of its Trainer's callbacks.
-
-        The Trainer puts the reporting integrations (W&B, MLflow, TensorBoard, ...) before the
-        callbacks it is given, and hands an evaluation's metrics to every callback's ``on_log``
-        before ``on_evaluate``. Run first, this callback adds the cost to those metrics before
-        the integrations log them. The list is the ``CallbackHandler``'s that holds this
-        callback (callbacks are not handed the Trainer); moving it within the list the Trainer
-        is walking calls every other callback once still.
-        """
-        for holder in gc.get_referrers(self):
-            if (
-                isinstance(holder, list)
-                and holder
-                and holder[0] is not self
-                and all(isinstance(item, TrainerCallback) for item in holder)
-                and any(
-                    getattr(owner, "callbacks", None) is holder
-                    for owner in gc.get_referrers(holder)
-                )
-            ):
-                holder.remove(self)
-                holder.insert(0, self)
+        if saved:
+            save_trial(Path(args.output_dir or ".") / f"checkpoint-{state.global_step}", saved)
 
     @override
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
-        self._run_first()
+        run_first(self)
 
     @override
     def on_train_begin(
@@ -319,7 +265,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         lr_scheduler: Any = None,
         **kwargs: Any,
     ) -> None:
-        self._run_first()  # also when added after the Trainer was built (add_callback)
+        run_first(self)  # also when added after the Trainer was built (add_callback)
         if self.session is None:
             raise ConfigurationError(
                 "call callback.start() before building TrainingArguments, and pass "
@@ -395,7 +341,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         ):
             try:
                 self.session.check_memory(
-                    lambda size: self._try_steps(model, optimizer, loader, size),
+                    lambda size: try_steps(model, optimizer, loader, size, self.memory_check_steps),
                     goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
                 )
             except BatchSizeDoesNotFitError as err:
@@ -479,29 +425,6 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 old,
             )
 
-    def _try_steps(self, model: Any, optimizer: Any, loader: Any, size: int) -> None:
-        """Run ``memory_check_steps`` training steps of the Trainer's model on this process
-        alone (unwrapped: no collective), with the Trainer's optimizer and batches (of ``size``
-        samples: the Trainer's, or a smaller size's from the same data), then undo them: the
-        weights, the optimizer's state and the random state are restored. An out-of-memory
-        error is raised."""
-        import torch
-
-        if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
-            loader = torch.utils.data.DataLoader(
-                loader.dataset, batch_size=size, collate_fn=loader.collate_fn
-            )
-
-        device = next(model.parameters()).device
-        with undone(model, [optimizer]):
-            for _, batch in zip(range(self.memory_check_steps), loader, strict=False):
-                inputs = {
-                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
-                }
-                outputs = model(**inputs)
-                # None where the Trainer's compute_loss makes it: the forward pass alone
-                step(outputs.get("loss") if isinstance(outputs, dict) else outputs[0], [optimizer])
-
     @override
     def on_log(
         self,
@@ -512,7 +435,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         **_: Any,
     ) -> None:
         # An evaluation's metrics reach on_log before on_evaluate; this callback runs first
-        # (_run_first), so the cost it adds reaches every integration after it.
+        # (`run_first`), so the cost it adds reaches every integration after it.
         if not self._training or self.session is None or not logs or self.metric not in logs:
             return
         self._report(state, control, logs)
