@@ -67,9 +67,11 @@ def serving(
         yield url
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # the group is killed either way
+            proc.wait(timeout=20)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 class LightClient:

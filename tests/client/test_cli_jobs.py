@@ -148,11 +148,16 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     with ServerClient(server.url, token=TOKEN) as client:  # a platform adds a cap: the same job
         client.register_job(
             JobSpecFromClient(
-                **{**client.job_state(job_id, limit=0)["job"], "max_run_cost_ratio": 1.5}
+                **{
+                    **client.job_state(job_id, limit=0)["job"],
+                    "max_run_cost_ratio": 1.5,
+                    "expected_recurrences": 5,
+                }
             )
         )
     capped = cli(server, "show", job_id).stdout
     assert "per-run cap: no run at another batch size above 1.5x the default's" in capped
+    assert "expected recurrences: 5; it explores only what can pay back within them" in capped
     assert "3 reported" in capped
 
     with ServerClient(server.url, token=TOKEN) as client:
