@@ -285,7 +285,12 @@ def test_a_lost_lease_restores_the_limit_and_training_goes_on(
             time.sleep(0.5)
 
     fit(server, spec, tmp_path, then=lose)
-    assert limits == [cheapest(0.5), 300.0]
+    # Profiled, it trained at a lower limit until the lease was lost, then at the GPU's own.
+    # Which lower limit is held by the tests above: this one renews its lease every 50 ms
+    # beside the profiling, which on a loaded machine moves a step's time enough to choose the
+    # neighbour (a CI run chose 250 W instead of 275 W).
+    assert limits[0] < 300.0
+    assert limits[1] == 300.0
 
 
 WORKER = """
