@@ -298,11 +298,17 @@ def _times(cost: float, best_cost: float) -> str:
     return f"{cost:.3g} J against {best_cost:.3g} J,"
 
 
+def converged_means(stats: Mapping[int, BatchSizeStats]) -> dict[int, float]:
+    """The mean cost of each batch size's converged runs (the sizes with one)."""
+    return {
+        size: mean for size, entry in stats.items() if (mean := entry.converged.mean) is not None
+    }
+
+
 def fresh_run_cost(stats: Mapping[int, BatchSizeStats]) -> float | None:
     """The mean cost of the converged runs of the batch size where it is lowest: what a fresh
     run is expected to cost (None before any run converged)."""
-    means = [s.converged.mean for s in stats.values()]
-    return min((m for m in means if m is not None), default=None)
+    return min(converged_means(stats).values(), default=None)
 
 
 def best_reference(rules: StopRules, converged: Mapping[int, ConvergedStats]) -> BestRun | None:

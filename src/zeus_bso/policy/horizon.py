@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zeus_bso.policy.cost import Report
+from zeus_bso.policy.cost import Report, converged_means
 from zeus_bso.policy.types import BatchSizeStats, Verdict
 from zeus_bso.spec import StopReason
 
@@ -81,13 +81,12 @@ class Horizon:
         cls, recurrences: int, stats: Mapping[int, BatchSizeStats], default_batch_size: int
     ) -> Horizon:
         """The horizon of a job expecting ``recurrences`` runs, from its batch sizes' ``stats``."""
-        means = {s: m for s, entry in stats.items() if (m := entry.converged.mean) is not None}
-        default = stats.get(default_batch_size)
+        means = converged_means(stats)
         return cls(
             recurrences,
             sum(entry.converged_count for entry in stats.values()),
             sum(entry.paid for entry in stats.values()),
-            None if default is None else default.converged.mean,
+            means.get(default_batch_size),
             min(means.values(), default=None),
             means,
         )

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from zeus_bso.policy.cost import converged_means
 from zeus_bso.policy.profiles import may_beat
 from zeus_bso.policy.pruning import (
     PRIOR_ROUND,
@@ -225,7 +226,7 @@ def over_prior(
     if expected and per_epoch > FINGERPRINT_RATIO * expected:
         why = f"its cost of an epoch is {per_epoch / expected:.1f}x its parent job's"
         return _stopped(batch_size, cost, why)
-    means = {size: mean for size, entry in stats.items() if (mean := entry.converged.mean)}
+    means = {size: mean for size, mean in converged_means(stats).items() if mean}
     predicted = predicted_cost(prior, means, batch_size)
     if predicted is None or cost + per_epoch <= FINGERPRINT_RATIO * predicted:
         return None
@@ -275,9 +276,7 @@ def learned_prior(
     first; None: every trial's) the mean cost of an epoch (``price``: the cost of a run's
     energy and time, as the job prices them; not the cost a learning-curve stop charged) and
     the mean epochs to converge."""
-    costs = {
-        size: mean for size, entry in stats.items() if (mean := entry.converged.mean) is not None
-    }
+    costs = converged_means(stats)
     if not costs:
         return None
     hopeless = [s for s, e in stats.items() if e.reports and not e.converged_count]
