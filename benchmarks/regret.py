@@ -60,6 +60,7 @@ from zeus_bso.sim.report import (
     Summary,
     causes_markdown,
     horizon_markdown,
+    judged_markdown,
     seed_result,
     summarize,
 )
@@ -399,25 +400,6 @@ def short_lived(gpu: str, seeds: list[int], recurrences: int, data: list[Any]) -
         for h in HORIZONS
         if h <= recurrences
     }
-    names = [s.workload for s in next(iter(judged.values()))]
-    header = ["workload", *(f"at {h}" for h in judged)]
-    rows = [
-        [name, *(f"{judged[h][i].regret:.3f}/{judged[h][i].floor:.3f}" for h in judged)]
-        for i, name in enumerate(names)
-    ]
-    rows.append(
-        [
-            "mean",
-            *(
-                f"{statistics.fmean(s.regret for s in judged[h]):.3f}"
-                f"/{statistics.fmean(s.floor for s in judged[h]):.3f}"
-                for h in judged
-            ),
-        ]
-    )
-    rows.append(
-        ["worst vs default", *(f"{max(-s.savings for s in judged[h]) * 100:+.1f}%" for h in judged)]
-    )
     data.append(
         {
             "gpu": gpu,
@@ -432,13 +414,9 @@ def short_lived(gpu: str, seeds: list[int], recurrences: int, data: list[Any]) -
             },
         }
     )
-    table = "\n".join(
-        ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(judged)]
-        + ["| " + " | ".join(row) + " |" for row in rows]
-    )
     return (
         f"### {gpu.upper()}, ours, expected_recurrences = the horizon\n\nEach horizon simulated "
-        f"on its own, the job told how many times it runs.\n\n{table}\n"
+        f"on its own, the job told how many times it runs.\n\n{judged_markdown(judged)}"
     )
 
 

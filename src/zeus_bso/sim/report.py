@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from types import MappingProxyType
@@ -358,13 +358,21 @@ def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str
     default (``+12.8%``: dearer)."""
     most = min(s.recurrences for s in summaries)
     horizons = sorted({h for h in HORIZONS if h <= most} | {most})
+    return judged_rows({h: [s.at(h) for s in summaries] for h in horizons})
+
+
+def judged_rows(judged: Mapping[int, Sequence[Summary]]) -> tuple[list[str], list[list[str]]]:
+    """`horizon_rows`'s table from the workloads' summaries judged at each horizon (``judged``,
+    by horizon, the workloads in the same order at each: the same simulations' prefixes, or a
+    simulation of each horizon of its own)."""
+    horizons = sorted(judged)
+    first = judged[horizons[0]]
     header = ["workload", *(f"at {h}" for h in horizons)]
-    judged = {h: [s.at(h) for s in summaries] for h in horizons}
     rows = [
         [s.workload, *(f"{judged[h][i].regret:.3f}/{judged[h][i].floor:.3f}" for h in horizons)]
-        for i, s in enumerate(summaries)
+        for i, s in enumerate(first)
     ]
-    if len(summaries) > 1:
+    if len(first) > 1:
         rows.append(
             [
                 "mean",
@@ -387,3 +395,8 @@ def horizon_rows(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str
 def horizon_markdown(summaries: Sequence[Summary]) -> str:
     """`horizon_rows` as a Markdown table."""
     return _markdown(*horizon_rows(summaries))
+
+
+def judged_markdown(judged: Mapping[int, Sequence[Summary]]) -> str:
+    """`judged_rows` as a Markdown table."""
+    return _markdown(*judged_rows(judged))
