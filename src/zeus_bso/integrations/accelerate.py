@@ -24,7 +24,8 @@ from typing import Any
 from typing_extensions import Unpack
 
 from zeus_bso.options import JobLike, required_job
-from zeus_bso.training.session import SessionOptions, TrialSession
+from zeus_bso.training.session import TrialSession
+from zeus_bso.training.session_options import SessionOptions
 
 INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
 

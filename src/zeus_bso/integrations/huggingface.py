@@ -54,6 +54,7 @@ from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import torch_distributed
+from zeus_bso.training.server_run import judged_without_server
 
 logger = logging.getLogger(__name__)
 
@@ -469,9 +470,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         self._outside_evaluations += 1
         value = float(metrics[self.metric])
-        answer = TrialSession.judged_without_server(
-            self.job, size, value, self._outside_evaluations
-        )
+        answer = judged_without_server(self.job, size, value, self._outside_evaluations)
         if not answer.stop_train:
             return
         control.should_training_stop = True

@@ -40,6 +40,7 @@ from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, ReportResponse, TrialId
 from zeus_bso.training.collectives import WORLD_OF_ONE
 from zeus_bso.training.session import TrialSession
+from zeus_bso.training.shared_trial import shared_trial
 
 
 def _not_logged(values: dict[str, float], step: int) -> None:
@@ -268,7 +269,7 @@ class BatchSizeOptimizer(TrialSession):
         """
         self._started_or_raise("out_of_memory()")
         self._main().out_of_memory(why)
-        self._took(self._shared(self._chosen()))
+        self._took(shared_trial(self._main(), self._chosen()))
         return self._chosen()
 
     def micro_batch_out_of_memory(self, why: str | None = None) -> int:

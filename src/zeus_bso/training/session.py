@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict
+from typing import Any, Literal, Self
 
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
@@ -25,7 +25,6 @@ from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import (
-    BatchSizeDoesNotFitError,
     ConfigurationError,
     OperationOrderError,
     ZeusBSOTrainFailError,
@@ -40,14 +39,9 @@ from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
 from zeus_bso.scaling.lr import (
     LrRule,
     LrScaling,
-    scale_optimizer,
-    step_factor,
-    stepped_rate,
-    warmup_steps,
 )
 from zeus_bso.spec import (
     GpuConfig,
-    JobSpec,
     PowerMeasurement,
     ReportResponse,
     StopReason,
@@ -61,36 +55,27 @@ from zeus_bso.training.collectives import (
     gpus_of_the_run,
     open_window,
 )
-from zeus_bso.training.memory_check import smallest_fits, try_everywhere
-from zeus_bso.training.power import power_limit_run
-from zeus_bso.training.server_run import ServerRun, judged_without_server
+from zeus_bso.training.memory_check import MemoryCheck
+from zeus_bso.training.power import RunPower
+from zeus_bso.training.rate import RunRate
+from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.server_settings import ServerSettings
 from zeus_bso.training.shared_trial import (
     LR_FACTOR_KEY,
-    OLDER_CHECKPOINT,
-    PowerAnswer,
     SharedTrial,
     saved_lr_factor,
+    shared_trial,
 )
-
-
-class SessionOptions(TypedDict, total=False):
-    """What a loop adapter passes on to `TrialSession` unchanged (see its arguments)."""
-
-    energy_meter: EnergyMeter | None
-    token: str | None
-    resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
-    on_server_unavailable: Literal["fallback", "raise"]
-    raise_if_unconverged: bool
-    lr_rule: LrRule
-    reference_batch_size: int | None
-    max_micro_batch_size: int | None
-    power_limit: PowerLimitMode
 
 
 class TrialSession:
     """One run's trial on every process of a training loop: the batch size, the reports, the
     stop, each GPU's energy once, the framework's logging, and the run's outcome.
+
+    The options an adapter passes on (``energy_meter``, ``token``, ``resume``,
+    ``on_server_unavailable``, ``raise_if_unconverged``, ``lr_rule``, ``reference_batch_size``,
+    ``max_micro_batch_size``, ``power_limit``) are
+    `zeus_bso.training.session_options.SessionOptions`, which says what each does.
 
     Args:
         is_main: whether this is the process that talks to the server (global rank 0).
@@ -99,37 +84,13 @@ class TrialSession:
         job: the recurring job, a `JobSpec` or a mapping of its fields (a ``dict``, or a
             Hydra ``DictConfig``; its ``job_id`` may be left out:
             `zeus_bso.client.job_ids.stable_job_id`).
-        energy_meter: how to measure energy in this process (default: `auto_meter`).
-        token: the server's bearer token, if it has one.
-        resume: what `checkpoint` returned in an earlier, interrupted run of this trial, or a
-            function that reads it (called on the main process only).
         broadcast: sends a picklable object from the main process to every process and returns
             it there (default: the ``collectives``' broadcast).
-        on_server_unavailable: ``"fallback"`` (train at the default batch size, or the last
-            recommendation saved on this machine, when the server cannot be reached at start)
-            or ``"raise"`` (raise `ServerConnectionError`).
-        raise_if_unconverged: `ZeusBSOTrainFailError` is raised on every process, once, when
-            the run ends without reaching its target: from the `report` whose answer ends it,
-            as upstream Zeus's ``on_evaluate`` does (unless ``raise_from_report`` is False),
-            or from `end`.
         show: how the main process shows the run's one-line summary at the end (the
             framework's console; default: standard error; None: not shown).
-        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`), for
-            `learning_rate` and `scale`.
-        reference_batch_size: the batch size the learning rate was tuned at (default: the
-            job's ``default_batch_size``).
-        max_micro_batch_size: opts into gradient accumulation (see
-            `zeus_bso.client.accumulation`): a batch size above it, or at or above the smallest
-            that ran out of memory on these GPUs, is trained as `accumulation_steps`
-            micro-batches of `micro_batch_size` on every process.
-        power_limit: ``"optimize"`` opts into GPU power limits (`zeus_bso.training.power`):
-            a batch size's first run on these GPUs profiles the limits in its first steps (call
-            `step_begin` and `step_end` around every training step), and runs train at the
-            limit the server chooses; each GPU's own limit is restored on every exit path.
-            ``"off"``, the default: the limits are left alone.
         raise_from_report: False for a framework whose callback raises at the end of the
-            fit instead (Lightning, the HF Trainer: the fit's own end, its checkpoints and
-            loggers, go first).
+            fit, with ``raise_if_unconverged``, instead of the report (Lightning, the HF
+            Trainer: the fit's own end, its checkpoints and loggers, go first).
         handle_sigterm: on the main process, while the trial is open, SIGTERM (a preemption,
             a scheduler's time limit, ``kill``) raises `zeus_bso.client.failure.Terminated`, a
             ``SystemExit`` with status 143, so that the trial is released rather than left to its
@@ -184,23 +145,16 @@ class TrialSession:
         self._job = job
         self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
         self._batch_sizes = list(job.batch_sizes)
-        self._optimize_power = check_power_limit(power_limit) == "optimize"
+        self._power = RunPower(check_power_limit(power_limit) == "optimize")
         if on_server_unavailable not in ("fallback", "raise"):
             raise ConfigurationError(
                 f"on_server_unavailable is 'fallback' or 'raise', not {on_server_unavailable!r}"
             )
         restore_left_over()  # what a run killed on this node left changed
-        self.power: PowerLimitRun | None = None
-        """This process's GPU power limits (with ``power_limit="optimize"``)."""
-        self._power_answer: PowerAnswer | None = None
-        """The server's limit and whether to profile (None: it chooses no power limits: it
-        was not reached, or it is upstream's)."""
         rule = job_lr_rule(job, lr_rule)
         self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
-        self._scaled: Any = None
-        self._resumed_factor: float | str | None = None
-        """The learning-rate factor of the run a checkpoint resumed (`scale` keeps it)."""
+        self._rate = RunRate(self.lr)
         self.is_main = is_main
         self._log = log
         self._collectives = collectives.with_broadcast(broadcast)
@@ -256,9 +210,9 @@ class TrialSession:
             self._gpus,
             self.progress,
             max_micro_batch_size=self._max_micro_batch_size,
-            power_limits=self._optimize_power,
+            power_limits=self._power.optimize,
             trains_on=self._trains_on,
-            on_end=self._restore_power,
+            on_end=self._power.restore,
         )
 
     def start(self, resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
@@ -272,44 +226,22 @@ class TrialSession:
                 self.server = self._new_server()
             saved = resume() if callable(resume) else resume
             if not saved:
-                return self._shared(self.server.dispatch())
+                return shared_trial(self.server, self.server.dispatch())
             size = self.server.resume(saved)
-            return replace(self._shared(size), resumed=True, lr_factor=saved_lr_factor(saved))
+            return replace(
+                shared_trial(self.server, size), resumed=True, lr_factor=saved_lr_factor(saved)
+            )
 
         self._took(from_rank_zero(self._collectives.broadcast, self.is_main, trial_of_this_run))
         self._started = True
-        if self._optimize_power and self._power_answer is not None:  # not offline, nor upstream's
-            try:
-                self.power = power_limit_run(
-                    self._collectives,
-                    self.is_main,
-                    self._gpus,
-                    self._job.eta_knob,
-                    self._job.power_max_slowdown,
-                )
-            except ConfigurationError as err:
-                self.release(str(err))  # not the batch size's fault
-                raise
-
-    def _shared(self, size: int) -> SharedTrial:
-        """What rank 0 tells every rank of its trial (main process)."""
-        server = self._main()
-        link = server.link
-        return SharedTrial(
-            job_id=server.job_id,
-            batch_size=size,
-            trial=server.trial,
-            memory_unknown=server.memory_unknown,
-            accumulation=server.accumulation,  # of ``size``: the run's batch size
-            power=(
-                PowerAnswer(link.power_limit, link.power_profiling)
-                if link.server_chooses_power
-                else None
-            ),
-        )
+        try:
+            self._power.start(self._collectives, self.is_main, self._gpus, self._job)
+        except ConfigurationError as err:
+            self.release(str(err))  # not the batch size's fault
+            raise
 
     def _took(self, shared: SharedTrial) -> None:
-        """Take rank 0's trial (`_shared`) on this rank."""
+        """Take rank 0's trial (`shared_trial`) on this rank."""
         self._batch_size = shared.batch_size
         self._job_id = shared.job_id
         self.trial = shared.trial
@@ -318,8 +250,8 @@ class TrialSession:
         self._memory_unknown = shared.memory_unknown
         self._accumulation = shared.accumulation
         if shared.resumed:
-            self._resumed_factor = shared.lr_factor
-        self._power_answer = shared.power
+            self._rate.resumed_factor = shared.lr_factor
+        self._power.answer = shared.power
 
     @property
     def batch_size(self) -> int:
@@ -367,14 +299,7 @@ class TrialSession:
             ZeusBSOError: on every process, when any process's ``try_steps`` failed otherwise
                 (that process raises its own error), or no batch size left fits (409).
         """
-        while self._memory_unknown:
-            oom = try_everywhere(self._collectives, self.micro_batch_size, try_steps)
-            if oom is None:
-                self._fits()
-                break
-            self._check_any_size_fits(oom, try_steps)
-            self.next_size_after_out_of_memory(oom)
-        return self.micro_batch_size
+        return self._memory_check().fit(try_steps)
 
     def next_size_after_out_of_memory(self, why: str | None = None) -> int:
         """The run's micro-batch ran out of memory before it trained: a run that accumulates
@@ -385,7 +310,7 @@ class TrialSession:
         def next_size() -> SharedTrial:
             server = self._main()
             server.micro_batch_out_of_memory(why)
-            return self._shared(server.dispatch())
+            return shared_trial(server, server.dispatch())
 
         self._took(from_rank_zero(self._collectives.broadcast, self.is_main, next_size))
         return self.micro_batch_size
@@ -396,11 +321,20 @@ class TrialSession:
             raise OperationOrderError("the run has not asked for its batch size yet")
         return self.server
 
-    def _fits(self) -> None:
-        """The memory check found that the batch size fits."""
+    def memory_fits(self) -> None:
+        """The memory check found that the batch size fits (every process)."""
         self._memory_unknown = False
         if self.server is not None:
             self.server.fits()
+
+    def on_main(self, act: Callable[[ServerRun], object]) -> None:
+        """``act`` on the main process's side of the run, on the main process; its error is
+        raised on every process."""
+        from_rank_zero(self._collectives.broadcast, self.is_main, lambda: act(self._main()))
+
+    def _memory_check(self) -> MemoryCheck:
+        accumulates = self._max_micro_batch_size is not None
+        return MemoryCheck(self, self._collectives, self._batch_sizes, accumulates)
 
     def check_memory(self, try_steps: Callable[[int], None], *, goes_on: bool = False) -> None:
         """For a framework that cannot change the batch size of a run under way (the HF
@@ -416,50 +350,7 @@ class TrialSession:
             ZeusBSOError: on every process, when one process's ``try_steps`` failed otherwise
                 (that process raises its own error).
         """
-        if not self._memory_unknown:
-            return
-        micro = self.micro_batch_size
-        oom = try_everywhere(self._collectives, micro, try_steps)
-        if oom is None:
-            self._fits()
-            return
-        self._check_any_size_fits(oom, try_steps)
-        if self._max_micro_batch_size is not None and micro > 1:
-            # Smaller micro-batches reach the batch size: the next run takes them.
-            def lower() -> None:
-                self._main().micro_batch_out_of_memory(oom)
-
-            from_rank_zero(self._collectives.broadcast, self.is_main, lower)
-            why = f"micro-batches of {micro} ran out of memory on these GPUs ({oom})"
-            self.release(f"{why}; the next run takes smaller ones")  # before it trained
-            raise BatchSizeDoesNotFitError(f"{why}; the next run takes smaller ones")
-        self.end_out_of_memory(oom, goes_on=goes_on)
-        raise BatchSizeDoesNotFitError(
-            f"batch size {self._batch_size} ran out of memory on these GPUs ({oom}); it is "
-            "infeasible on them now, and the next run gets a batch size that fits"
-        )
-
-    def _check_any_size_fits(self, oom: str, try_steps: Callable[[int], None]) -> None:
-        """The memory check's size ran out of memory (``oom``) on some process: the smallest
-        size (the job's smallest batch size, or micro-batches of one sample where the run
-        accumulates) is tried on every process; where it runs out too, the out-of-memory error
-        is not the batch size's doing: the trial is released, no memory cap is set, and every
-        process raises.
-
-        Raises:
-            OutOfMemoryNotTheBatchSizeError: on every process, the smallest size ran out too.
-        """
-        accumulates = self._max_micro_batch_size is not None
-        size = smallest_fits(
-            self._collectives, self.micro_batch_size, self._batch_sizes, accumulates, try_steps
-        )
-        if size is None:
-            return  # a smaller size fits: this one is the batch size's
-
-        def give_up() -> None:
-            self._main().not_the_batch_size(oom, size)
-
-        from_rank_zero(self._collectives.broadcast, self.is_main, give_up)  # raises everywhere
+        self._memory_check().check(try_steps, goes_on=goes_on)
 
     @property
     def trial_number(self) -> int | None:
@@ -487,25 +378,13 @@ class TrialSession:
         as it is, and every step takes its rates times the factor); every process calls it.
         A run resumed from a checkpoint keeps the checkpoint's factor. Returns the factor; the
         reports log the rate the steps take as ``bso/lr`` from then on."""
-        if isinstance(self._resumed_factor, float):
-            scale_optimizer(optimizer, self._resumed_factor)
-            factor = self._resumed_factor
-        elif self._resumed_factor == OLDER_CHECKPOINT and self.lr.rule != "none":
-            # A checkpoint of an earlier release, whose optimizer state holds scaled rates.
-            scale_optimizer(optimizer, 1.0)
-            factor = 1.0
-        else:
-            factor = self.lr.scale(optimizer, self.batch_size, schedulers)
-        self._scaled = optimizer
-        return factor
+        return self._rate.scale(optimizer, self.batch_size, schedulers)
 
     def warmup_steps(self, steps: int) -> int:
         """Warm-up steps at this run's batch size that see the samples ``steps`` saw at the
         reference batch size (warm-up stays constant in samples; with ``lr_rule='none'``, the
         rate is the script's, and so is its warm-up: ``steps``)."""
-        if self.lr.rule == "none":
-            return steps
-        return warmup_steps(steps, self.batch_size, self.lr.reference)
+        return self._rate.warmup_steps(steps, self.batch_size)
 
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Training starts now: open the measuring window on every process at once (and, with
@@ -514,11 +393,7 @@ class TrialSession:
         open_window(self._collectives, self.progress)
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
-        answer = self._power_answer
-        if self.power is not None and answer is not None and not self._began:
-            self.power.begin(
-                answer.limit, answer.profiling, self._send_power_profile, steps_per_epoch
-            )
+        self._power.begin(self._send_power_profile, steps_per_epoch)
         self._began = True
 
     def _send_power_profile(
@@ -540,18 +415,16 @@ class TrialSession:
         if batch is not None and not self._batch_checked:
             self._batch_checked = True
             check_first_batch(batch, self.micro_batch_size, self.release)
-        if self.power is not None:
-            self.power.step_begin()
+        self._power.step_begin()
 
     def step_end(self) -> None:
         """After each training step, on every process (see `step_begin`)."""
-        if self.power is not None:
-            self.power.step_end()
+        self._power.step_end()
 
-    def _restore_power(self) -> None:
-        """The GPUs' own power limits back (every exit path; again: nothing)."""
-        if self.power is not None:
-            self.power.restore()
+    @property
+    def power(self) -> PowerLimitRun | None:
+        """This process's GPU power limits (with ``power_limit="optimize"``)."""
+        return self._power.limits
 
     def report(
         self, metric: float | Callable[[], float | None], epoch: int | None = None
@@ -600,8 +473,9 @@ class TrialSession:
         }
         if answer.cost is not None:  # the server's figure (none while it is unreachable)
             values["bso/cost"] = answer.cost
-        if self._scaled is not None:
-            values["bso/lr"] = stepped_rate(self._scaled)
+        rate = self._rate.stepped()
+        if rate is not None:
+            values["bso/lr"] = rate
         self.last = values
         self._log(values, reported_epoch)
         if self.stopped and not self.converged and self._raise_from_report:
@@ -615,13 +489,13 @@ class TrialSession:
             return {}
         saved = self.server.checkpoint()
         if saved:
-            saved[LR_FACTOR_KEY] = step_factor(self._scaled) if self._scaled is not None else None
+            saved[LR_FACTOR_KEY] = self._rate.saved_factor()
         return saved
 
     def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
         """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
         main process's side of the run, the meter closed."""
-        self._restore_power()
+        self._power.restore()
         if self.server is not None:
             on_main(self.server)
         if close:
@@ -706,15 +580,6 @@ class TrialSession:
         exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
         failure.give_sigterm_status(error, self._sigterm_exceptions)
         self._ending(lambda server: server.failed(error, trained=trained))
-
-    @staticmethod
-    def judged_without_server(
-        job: JobSpec, batch_size: int, metric: float, epoch: int
-    ) -> ReportResponse:
-        """An evaluation no server judges (a run that went on at a size of its framework's
-        own), by the job's rules without a cost bound: it stops at the target or at
-        ``max_epochs`` (`zeus_bso.training.server_run.judged_without_server`)."""
-        return judged_without_server(job, batch_size, metric, epoch)
 
     def __enter__(self) -> Self:
         return self

@@ -13,6 +13,7 @@ from typing import Any
 
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.spec import TrialId
+from zeus_bso.training.server_run import ServerRun
 
 LR_FACTOR_KEY = "lr_factor"
 """The run's learning-rate factor in a checkpoint (`TrialSession.checkpoint`; None: unscaled)."""
@@ -56,3 +57,20 @@ def saved_lr_factor(saved: Mapping[str, Any]) -> float | str | None:
     if isinstance(factor, int | float) and not isinstance(factor, bool):
         return float(factor)
     return OLDER_CHECKPOINT if factor == OLDER_CHECKPOINT else None
+
+
+def shared_trial(server: ServerRun, size: int) -> SharedTrial:
+    """What the main process tells every process of its trial, at ``size``."""
+    link = server.link
+    return SharedTrial(
+        job_id=server.job_id,
+        batch_size=size,
+        trial=server.trial,
+        memory_unknown=server.memory_unknown,
+        accumulation=server.accumulation,  # of ``size``: the run's batch size
+        power=(
+            PowerAnswer(link.power_limit, link.power_profiling)
+            if link.server_chooses_power
+            else None
+        ),
+    )

@@ -1,0 +1,51 @@
+"""`RunRate`: a run's learning rate at its batch size, across a resume from a checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zeus_bso.scaling.lr import LrScaling, scale_optimizer, step_factor, stepped_rate, warmup_steps
+from zeus_bso.training.shared_trial import OLDER_CHECKPOINT
+
+
+@dataclass
+class RunRate:
+    """The learning-rate rule of a run, the factor of the run a checkpoint resumed (`scale`
+    keeps it), and the optimizer scaled."""
+
+    scaling: LrScaling
+    resumed_factor: float | str | None = None
+    """A resumed run's factor (`zeus_bso.training.shared_trial.SharedTrial.lr_factor`)."""
+    scaled: Any = None
+    """The optimizer whose steps take the scaled rates (None: none yet)."""
+
+    def scale(self, optimizer: Any, batch_size: int, schedulers: tuple[Any, ...]) -> float:
+        """Have ``optimizer``'s steps take its schedule's rates at ``batch_size``, or at a
+        resumed run's factor; the factor."""
+        if isinstance(self.resumed_factor, float):
+            scale_optimizer(optimizer, self.resumed_factor)
+            factor = self.resumed_factor
+        elif self.resumed_factor == OLDER_CHECKPOINT and self.scaling.rule != "none":
+            # A checkpoint of an earlier release, whose optimizer state holds scaled rates.
+            scale_optimizer(optimizer, 1.0)
+            factor = 1.0
+        else:
+            factor = self.scaling.scale(optimizer, batch_size, schedulers)
+        self.scaled = optimizer
+        return factor
+
+    def warmup_steps(self, steps: int, batch_size: int) -> int:
+        """Warm-up steps at ``batch_size`` that see the samples ``steps`` saw at the reference
+        batch size (the script's own with ``lr_rule='none'``)."""
+        if self.scaling.rule == "none":
+            return steps
+        return warmup_steps(steps, batch_size, self.scaling.reference)
+
+    def stepped(self) -> float | None:
+        """The rate the scaled optimizer's steps take (None: nothing scaled)."""
+        return None if self.scaled is None else stepped_rate(self.scaled)
+
+    def saved_factor(self) -> float | None:
+        """The factor a checkpoint keeps (None: unscaled)."""
+        return None if self.scaled is None else step_factor(self.scaled)
