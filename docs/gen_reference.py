@@ -8,6 +8,8 @@ is written by hand, so nothing can drift."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,86 @@ def options_page() -> str:
 
 
 DOCS = Path(__file__).resolve().parent
+SRC = DOCS.parent / "src"
+MODULES_DIR = "reference/modules"
+
+
+def _public_modules(package: str) -> list[tuple[str, Path]]:
+    """Each public module of ``package`` (as `module_pages` gives it a page), by dotted name:
+    no Alembic migration script, no NVML test double, nothing private."""
+    found = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if (
+            "migrations" in parts
+            or "gpu_double" in parts
+            or any(part.startswith("_") and part != "__init__" for part in parts)
+        ):
+            continue
+        found.append((".".join(parts).removesuffix(".__init__"), path))
+    return found
+
+
+def _module_page(name: str) -> str:
+    """The module's page under ``reference/modules/`` (`module_pages`), from ``reference/``."""
+    path = Path(*name.split("."))
+    is_package = (SRC / path / "__init__.py").is_file()
+    return f"modules/{(path / 'index' if is_package else path).as_posix()}.md"
+
+
+def _what_it_is(path: Path) -> str:
+    """The first paragraph of a module's docstring, on one line."""
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(docstring.split("\n\n", 1)[0].split()).replace("|", "\\|")
+
+
+def packages_page() -> str:
+    """Every public module of both packages, floor by floor as ``tests/test_layout.py`` holds
+    the imports to them, with the first paragraph of its docstring."""
+    layout = _load("test_layout", DOCS.parent / "tests" / "test_layout.py")
+    lines = [
+        "# Packages",
+        "",
+        "Every module of both packages and what its docstring says it is, generated from the code",
+        "(`docs/gen_reference.py`; a test holds this page to it). The client package's parts are",
+        "floors: a part imports only from its own or lower floors, lowest first here, and",
+        "`tests/test_layout.py` draws the graph from the imports and holds it to this order. How",
+        "the parts work together: [Architecture](../concepts/architecture.md).",
+        "",
+    ]
+    client = _public_modules("zeus_bso")
+    for number, floor in enumerate(layout.FLOORS, start=1):
+        parts = sorted(floor)
+        named = ", ".join(f"`{part}`" if part else "the package's face" for part in parts)
+        lines += [f"## Floor {number}: {named}", ""]
+        for name, path in client:
+            if layout.part(name) in floor:
+                lines.append(f"- [`{name}`]({_module_page(name)}): {_what_it_is(path)}")
+        lines.append("")
+    uses = ", ".join(f"`{part}`" for part in sorted(layout.SERVER_MAY_IMPORT))
+    lines += [
+        "## The server: `zeus_bso_server`",
+        "",
+        f"Above every floor; of the client package it imports only {uses}.",
+        "",
+    ]
+    for name, path in _public_modules("zeus_bso_server"):
+        lines.append(f"- [`{name}`]({_module_page(name)}): {_what_it_is(path)}")
+    return "\n".join(lines) + "\n"
+
+
+def _load(name: str, path: Path) -> Any:
+    """A module loaded from its file (the layout test, which is not in a package's path)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 COMMITTED = {
+    "reference/packages.md": packages_page,
     "reference/cli.md": cli_page,
     "reference/http-endpoints.md": endpoints_page,
     "reference/policy-options.md": options_page,
@@ -183,10 +264,6 @@ def write_pages() -> None:
         (DOCS / page).write_text(content())
 
 
-SRC = DOCS.parent / "src"
-MODULES_DIR = "reference/modules"
-
-
 def module_pages() -> None:
     """One page per public module (``::: module``), and the section's navigation. Alembic's
     migration scripts are not an API, nor is the NVML test double (a ``pynvml`` put first on a
@@ -194,14 +271,9 @@ def module_pages() -> None:
     import mkdocs_gen_files
 
     nav = mkdocs_gen_files.Nav()
-    for path in sorted(SRC.rglob("*.py")):
+    modules = _public_modules("zeus_bso") + _public_modules("zeus_bso_server")
+    for _, path in sorted(modules, key=lambda module: module[1]):
         parts = path.relative_to(SRC).with_suffix("").parts
-        if (
-            "migrations" in parts
-            or "gpu_double" in parts
-            or any(part.startswith("_") and part != "__init__" for part in parts)
-        ):
-            continue
         doc = Path(*parts).with_suffix(".md")
         if parts[-1] == "__init__":
             parts = parts[:-1]
