@@ -432,13 +432,7 @@ def after_report(
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
-    if not verdict.stop and trial.round == PRIOR_ROUND and state.prior is not None:
-        size, default = trial.batch_size, job.default_batch_size
-        bound = over_prior(state.prior, seen.stats, size, cost, current_epoch, default)
-        verdict = bound or verdict
-    if not verdict.stop and job.expected_recurrences is not None and report.exploring:
-        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
-        verdict = over_horizon(horizon, report) or verdict
+    verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
     measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)
@@ -500,6 +494,23 @@ def _already_reported(priced: CreatedJob, state: JobState, trial: TrialState) ->
         cost=spent,
     )
     return Reported(state, trial, answer, final=False)
+
+
+def _job_bound(
+    job: CreatedJob, state: JobState, seen: JobState, trial: TrialState, report: Report
+) -> Verdict | None:
+    """The stop of a run that the job's own bounds end, beyond the stop rules of a run: a run
+    of a prior's walk past what the prior predicted (`over_prior`), or an exploration past what
+    the job's ``expected_recurrences`` allow (`over_horizon`); None: neither ends it."""
+    if trial.round == PRIOR_ROUND and state.prior is not None:
+        size, default = trial.batch_size, job.default_batch_size
+        bound = over_prior(state.prior, seen.stats, size, report.cost, report.epoch, default)
+        if bound is not None:
+            return bound
+    if job.expected_recurrences is not None and report.exploring:
+        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
+        return over_horizon(horizon, report)
+    return None
 
 
 def _report_of(
