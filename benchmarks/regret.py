@@ -16,7 +16,9 @@ oracle, stands beside a cold start on the second GPU with the same batch sizes a
 Horizons (``--horizons``): the regret after 5, 10, 20 and 50 recurrences (a job re-configured
 sooner is a new job), beside the floor, for the policy's defaults, with the per-run cap
 ``max_run_cost_ratio`` at 1.5 (and how far its runs went over the default's measured cost),
-and with upstream's options, in-process.
+and with upstream's options, in-process; and jobs told how many times they run
+(``expected_recurrences`` at each horizon), whose first seeds are replayed through a real server
+too (unless ``--no-server``).
 
 Loaded machine (``--loaded``): the early-stop references (``best_run``, the cheapest converged
 run; ``best_mean``, the lowest mean of a batch size's converged runs) where each run's pace
@@ -345,7 +347,7 @@ HORIZON_POLICIES = {
 """The policies ``--horizons`` compares."""
 
 
-def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+def run_horizons(gpus: list[str], seeds: list[int], recurrences: int, served: bool) -> None:
     """Regret at `HORIZONS` for each of `HORIZON_POLICIES`, per GPU."""
     started = time.perf_counter()
     sections, data = [], []
@@ -381,7 +383,7 @@ def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
                     },
                 }
             )
-        sections.append(short_lived(gpu, seeds, recurrences, data))
+        sections.append(short_lived(gpu, seeds, recurrences, data, served))
     note = (
         f"Horizons: seeds {seeds}, eta 0.5, in-process; each cell is the regret after that many "
         "recurrences / the floor (running the default once, then the oracle); 'worst vs "
@@ -392,14 +394,38 @@ def run_horizons(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     print(f"({time.perf_counter() - started:.0f} s)\n")
 
 
-def short_lived(gpu: str, seeds: list[int], recurrences: int, data: list[Any]) -> str:
+REPLAYED_SEEDS = 5
+"""The seeds of each horizon's short-lived jobs replayed through a real server (`short_lived`)."""
+
+
+def short_lived(
+    gpu: str, seeds: list[int], recurrences: int, data: list[Any], served: bool = True
+) -> str:
     """The section of jobs that say how many times they run: each horizon simulated on its own,
-    with ``expected_recurrences`` set to it (a job of 5 runs knows it runs 5 times)."""
+    with ``expected_recurrences`` set to it (a job of 5 runs knows it runs 5 times). With
+    ``served``, the first `REPLAYED_SEEDS` seeds of each horizon are replayed through a real
+    server, which must decide as the policy in-process does, to the cost of every run."""
     judged = {
         h: run_all(gpu, seeds, h, {"expected_recurrences": h}, None)
         for h in HORIZONS
         if h <= recurrences
     }
+    replayed = ""
+    if served:
+        replay = seeds[:REPLAYED_SEEDS]
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            running_server(f"sqlite:///{Path(tmp) / 'r.db'}") as url,
+        ):
+            for h, summaries in judged.items():
+                through = run_all(gpu, replay, h, {"expected_recurrences": h}, url)
+                for a, b in zip(summaries, through, strict=True):
+                    if [x.costs for x in a.seeds[: len(replay)]] != [x.costs for x in b.seeds]:
+                        raise SystemExit(f"{a.workload} at {h}: in-process and server differ")
+        replayed = (
+            f" Seeds {replay} of each horizon replayed through a real server: the same runs, to"
+            " the cost of every one."
+        )
     data.append(
         {
             "gpu": gpu,
@@ -416,7 +442,8 @@ def short_lived(gpu: str, seeds: list[int], recurrences: int, data: list[Any]) -
     )
     return (
         f"### {gpu.upper()}, ours, expected_recurrences = the horizon\n\nEach horizon simulated "
-        f"on its own, the job told how many times it runs.\n\n{judged_markdown(judged)}"
+        f"on its own, the job told how many times it runs.{replayed}\n\n"
+        f"{judged_markdown(judged)}"
     )
 
 
@@ -621,7 +648,7 @@ def main() -> None:
         run_held_out(args.gpus, args.seeds, args.recurrences)
         return
     if args.horizons:
-        run_horizons(args.gpus, args.seeds, args.recurrences)
+        run_horizons(args.gpus, args.seeds, args.recurrences, not args.no_server)
         return
     if args.loaded:
         run_loaded(args.gpus, args.seeds, args.recurrences)
