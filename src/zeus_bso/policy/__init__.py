@@ -24,6 +24,7 @@ from zeus_bso.policy.cost import (
     zeus_cost,
 )
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.history import history_of
 from zeus_bso.policy.machine import (
     LIFECYCLE,
     OPEN,
@@ -34,7 +35,6 @@ from zeus_bso.policy.machine import (
     after_dispatch,
     after_event,
     after_report,
-    history_of,
     moved,
     out_of_memory,
     with_stop_settings,

@@ -39,6 +39,7 @@ from zeus_bso.policy.cost import (
 )
 from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
+from zeus_bso.policy.history import history_seen
 from zeus_bso.policy.horizon import Horizon, over_horizon
 from zeus_bso.policy.priors import extension as prior_extension
 from zeus_bso.policy.priors import over_prior
@@ -51,12 +52,9 @@ from zeus_bso.policy.profiles import (
     probe_arm,
     profiles_of,
     state_on,
-    trial_on,
-    windowed_on,
 )
 from zeus_bso.policy.pruning import PRIOR_ROUND
 from zeus_bso.policy.types import (
-    CostStats,
     Dispatch,
     JobHistory,
     JobState,
@@ -177,48 +175,6 @@ def micro_batch_out_of_memory(
     return replace(state, memory_caps={**state.memory_caps, profile: cap})
 
 
-def history_of(
-    job: CreatedJob,
-    state: JobState,
-    explorations: Iterable[TrialState] = (),
-    windowed: WindowedCosts | None = None,
-    profiles: Profiles | None = None,
-    profile: str | None = None,
-) -> JobHistory:
-    """What `decide` reads of a job, in the cost units of hardware ``profile`` (see
-    `zeus_bso.policy.profiles`; ``profiles`` None: the job has one).
-
-    ``explorations`` are the job's pruning explorations (needed while it prunes). With a
-    ``window_size``, ``windowed`` holds each batch size's most recent ``window_size`` final
-    costs; without one the job's running statistics are used.
-    """
-    seen = state_on(job, state, profiles, profile)
-    if job.window_size > 0:
-        if windowed is None:
-            raise ValueError(f"a job with window_size {job.window_size} needs windowed costs")
-        observations: Mapping[int, CostStats] = windowed_on(windowed, profiles, profile)
-    else:
-        observations = {b: s.costs for b, s in seen.stats.items()}
-    if state.arms is None:
-        return JobHistory(
-            arms=None,
-            explorations=tuple(
-                trial_on(t, profiles, profile)
-                for t in explorations
-                if t.kind is TrialKind.EXPLORATION
-            ),
-            observations=observations,
-            best=seen.best,
-            prior=state.prior,
-        )
-    return JobHistory(
-        arms=state.arms,
-        observations=observations,
-        best=seen.best,
-        bandit_pulls=state.bandit_pulls,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Dispatched:
     """A dispatch: the job after it, the new trial, and the policy's decision."""
@@ -244,10 +200,11 @@ def after_dispatch(
     deliver: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
-    `history_of` for the arguments). Once the job has two profiles, its epochs by profile
-    (`JobState.by_profile`) convert its costs, and its bandit trials on ``profile`` stand for its
-    bandit trials (see `zeus_bso.policy.profiles`). A run that ``accumulates`` gradients reaches
-    any batch size with micro-batches: the profile's memory cap holds none back. A run that
+    `zeus_bso.policy.history.history_of` for the arguments). Once the job has two profiles,
+    its epochs by profile (`JobState.by_profile`) convert its costs, and its bandit trials on
+    ``profile`` stand for its bandit trials (see `zeus_bso.policy.profiles`). A run that
+    ``accumulates`` gradients reaches any batch size with micro-batches: the profile's memory
+    cap holds none back. A run that
     must ``deliver`` a model is judged by the target and ``max_epochs`` alone
     (`TrialState.must_deliver`).
 
@@ -261,22 +218,17 @@ def after_dispatch(
         return _pinned(job, state, profile, accumulates, deliver)
     explorations = tuple(explorations)
     profiles = profiles_of(job, state)
-    history = history_of(job, state, explorations, windowed, profiles, profile)
+    seen = state_on(job, state, profiles, profile)
+    history = history_seen(job, state, seen, explorations, windowed, profiles, profile)
     ran_on = profile or next(iter(state.profiles), None)
     if ran_on is not None:
         cap = None if accumulates else state.memory_caps.get(ran_on)
         history = replace(history, memory_cap=cap, profile=ran_on)
         if profiles is not None and state.by_profile is not None:
             history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
-    if state.prior is not None and state.arms is not None and history.probe is None:
-        tried = [t.batch_size for t in explorations if is_extension(t)]
-        found = prior_extension(
-            state.prior, state.arms, job.batch_sizes, state.stats, history, tried
-        )
-        history = replace(history, extension=history.extension or found)
+    history = _with_prior_extension(job, state, explorations, history)
     horizon = None
     if job.expected_recurrences is not None:
-        seen = state_on(job, state, profiles, profile)
         horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
     dispatch = decide(job, history, rng_for(job, number), horizon)
     arms, start = state.arms, state.bandit_start
@@ -287,6 +239,19 @@ def after_dispatch(
         after = replace(after, by_profile=after.by_profile.with_bandit_trial(ran_on))
     trial = _dispatched_trial(number, dispatch, profile, accumulates, deliver)
     return Dispatched(after, trial, dispatch)
+
+
+def _with_prior_extension(
+    job: CreatedJob, state: JobState, explorations: tuple[TrialState, ...], history: JobHistory
+) -> JobHistory:
+    """``history`` with the extension a seeded job's bandit takes after its prior's round (the
+    arms a cold walk would have given it: `zeus_bso.policy.priors.extension`), where it has
+    none of its own."""
+    if state.prior is None or state.arms is None or history.probe is not None:
+        return history
+    tried = [t.batch_size for t in explorations if is_extension(t)]
+    found = prior_extension(state.prior, state.arms, job.batch_sizes, state.stats, history, tried)
+    return replace(history, extension=history.extension or found)
 
 
 def _pinned(

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from zeus_bso.errors import NoConvergedBatchSizeError
+from zeus_bso.policy.history import history_of
 from zeus_bso.policy.machine import (
     Dispatched,
     Reported,
     after_dispatch,
     after_report,
-    history_of,
     micro_batch_out_of_memory,
     out_of_memory,
 )
