@@ -10,7 +10,8 @@ The framework adapters in `zeus_bso.integrations` are thin hook mappings over th
 from zeus_bso.client.outcome import ReportAnswer, RunOutcome
 from zeus_bso.training.optimizer import BatchSizeOptimizer
 from zeus_bso.training.session import TrialSession
+from zeus_bso.training.session_options import SessionOptions
 
-__all__ = ["BatchSizeOptimizer", "ReportAnswer", "RunOutcome", "TrialSession"]
-"""What the adapters use: the session, the answer to a report, and the outcome of the run it
-ends."""
+__all__ = ["BatchSizeOptimizer", "ReportAnswer", "RunOutcome", "SessionOptions", "TrialSession"]
+"""What the adapters use: the session and the options they pass on to it, the answer to a
+report, and the outcome of the run it ends."""
