@@ -49,7 +49,6 @@ class RunPower:
     """The server's limit and whether to profile (None: it chooses no power limits: it was not
     reached, or it is upstream's)."""
     limits: PowerLimitRun | None = None
-    began: bool = False
 
     def start(
         self, collectives: Collectives, is_main: bool, run_gpus: GpuConfig, job: JobSpec
@@ -62,12 +61,12 @@ class RunPower:
             )
 
     def begin(self, send_profile: Send, steps_per_epoch: int | None) -> None:
-        """Training starts: set the server's limit, or start profiling (once)."""
-        if self.limits is not None and self.answer is not None and not self.began:
+        """Training starts: set the server's limit, or start profiling (once per run: the
+        session calls it at its first ``train_begin``)."""
+        if self.limits is not None and self.answer is not None:
             self.limits.begin(
                 self.answer.limit, self.answer.profiling, send_profile, steps_per_epoch
             )
-        self.began = True
 
     def step_begin(self) -> None:
         if self.limits is not None:

@@ -393,15 +393,15 @@ class TrialSession:
         open_window(self._collectives, self.progress)
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
-        self._power.begin(self._send_power_profile, steps_per_epoch)
+        if not self._began:
+            self._power.begin(self._send_power_profile, steps_per_epoch)
         self._began = True
 
     def _send_power_profile(
         self, measurements: list[PowerMeasurement], limit_range_w: tuple[float, float]
     ) -> float | None:
-        if self.server is None:
-            return None
-        return self.server.send_power_profile(measurements, limit_range_w)
+        server = self.server  # the main process's: the others send nothing
+        return None if server is None else server.send_power_profile(measurements, limit_range_w)
 
     def step_begin(self, batch: Any = None) -> None:
         """Before each training step, on every process (profiles power limits, with
