@@ -191,11 +191,11 @@ def _public_modules(package: str) -> list[tuple[str, Path]]:
     return found
 
 
-def _module_page(name: str) -> str:
-    """The module's page under ``reference/modules/`` (`module_pages`), from ``reference/``."""
-    path = Path(*name.split("."))
-    is_package = (SRC / path / "__init__.py").is_file()
-    return f"modules/{(path / 'index' if is_package else path).as_posix()}.md"
+def _module_page(path: Path) -> str:
+    """The page of the module in ``path`` under ``reference/modules/`` (a package's:
+    ``index.md``), as `module_pages` writes it."""
+    doc = path.relative_to(SRC).with_suffix(".md")
+    return (doc.with_name("index.md") if doc.stem == "__init__" else doc).as_posix()
 
 
 def _what_it_is(path: Path) -> str:
@@ -225,7 +225,7 @@ def packages_page() -> str:
         lines += [f"## Floor {number}: {named}", ""]
         for name, path in client:
             if layout.part(name) in floor:
-                lines.append(f"- [`{name}`]({_module_page(name)}): {_what_it_is(path)}")
+                lines.append(f"- [`{name}`](modules/{_module_page(path)}): {_what_it_is(path)}")
         lines.append("")
     uses = ", ".join(f"`{part}`" for part in sorted(layout.SERVER_MAY_IMPORT))
     lines += [
@@ -235,7 +235,7 @@ def packages_page() -> str:
         "",
     ]
     for name, path in _public_modules("zeus_bso_server"):
-        lines.append(f"- [`{name}`]({_module_page(name)}): {_what_it_is(path)}")
+        lines.append(f"- [`{name}`](modules/{_module_page(path)}): {_what_it_is(path)}")
     return "\n".join(lines) + "\n"
 
 
@@ -272,15 +272,11 @@ def module_pages() -> None:
 
     nav = mkdocs_gen_files.Nav()
     modules = _public_modules("zeus_bso") + _public_modules("zeus_bso_server")
-    for _, path in sorted(modules, key=lambda module: module[1]):
-        parts = path.relative_to(SRC).with_suffix("").parts
-        doc = Path(*parts).with_suffix(".md")
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-            doc = doc.with_name("index.md")
-        nav[parts] = doc.as_posix()
-        with mkdocs_gen_files.open(f"{MODULES_DIR}/{doc.as_posix()}", "w") as out:
-            out.write(f"::: {'.'.join(parts)}\n")
+    for name, path in sorted(modules, key=lambda module: module[1]):
+        doc = _module_page(path)
+        nav[tuple(name.split("."))] = doc
+        with mkdocs_gen_files.open(f"{MODULES_DIR}/{doc}", "w") as out:
+            out.write(f"::: {name}\n")
     with mkdocs_gen_files.open(f"{MODULES_DIR}/SUMMARY.md", "w") as out:
         out.writelines(nav.build_literate_nav())
 

@@ -204,9 +204,8 @@ def after_dispatch(
     its epochs by profile (`JobState.by_profile`) convert its costs, and its bandit trials on
     ``profile`` stand for its bandit trials (see `zeus_bso.policy.profiles`). A run that
     ``accumulates`` gradients reaches any batch size with micro-batches: the profile's memory
-    cap holds none back. A run that
-    must ``deliver`` a model is judged by the target and ``max_epochs`` alone
-    (`TrialState.must_deliver`).
+    cap holds none back. A run that must ``deliver`` a model is judged by the target and
+    ``max_epochs`` alone (`TrialState.must_deliver`).
 
     A pinned job's run gets the pinned batch size, and nothing is explored.
 
