@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,10 @@ def loop_job(prefix: str) -> JobSpec:
     )
 
 
+LOCAL_SERVER = "http://127.0.0.1:8000"
+"""The server the README starts, which the examples talk to unless told otherwise."""
+
+
 def arguments(
     description: str | None, recurrences: int = 5, devices: bool = False
 ) -> argparse.Namespace:
@@ -43,14 +48,20 @@ def arguments(
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--server", default="http://127.0.0.1:8000", help="zeus-bso server URL")
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("ZEUS_BSO_SERVER_URL", LOCAL_SERVER),
+        help=f"zeus-bso server URL (default: $ZEUS_BSO_SERVER_URL, else {LOCAL_SERVER})",
+    )
     parser.add_argument(
         "--recurrences",
         type=int,
         default=recurrences,
         help=f"runs of the job, each at the batch size the server chooses (default: {recurrences})",
     )
-    parser.add_argument("--token", default=None, help="the server's bearer token, if any")
+    parser.add_argument(
+        "--token", default=None, help="the server's bearer token, if any (default: $ZEUS_BSO_TOKEN)"
+    )
     if devices:
         parser.add_argument("--devices", type=int, default=1, help="processes to train on")
     return parser.parse_args()

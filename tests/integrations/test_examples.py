@@ -160,3 +160,21 @@ def test_every_examples_help_shows_its_whole_description(
         with pytest.raises(SystemExit):
             common.arguments(doc)
         assert doc.strip() in capsys.readouterr().out, script.name
+
+
+def test_the_examples_find_the_server_where_the_library_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The examples took ``--server http://127.0.0.1:8000`` unless told otherwise, so one run
+    with ``$ZEUS_BSO_SERVER_URL`` set, as the library reads it, went to another server: the
+    variable is their default now, and the local server the default without it."""
+    from tests.helpers import load_module
+
+    common = load_module("examples_common", EXAMPLES / "_common.py")
+    monkeypatch.setattr(sys, "argv", ["plain_pytorch.py"])
+    monkeypatch.delenv("ZEUS_BSO_SERVER_URL", raising=False)
+    assert common.arguments(None).server == "http://127.0.0.1:8000"
+    monkeypatch.setenv("ZEUS_BSO_SERVER_URL", "http://bso.internal:8000")
+    assert common.arguments(None).server == "http://bso.internal:8000"
+    monkeypatch.setattr(sys, "argv", ["plain_pytorch.py", "--server", "http://other:9000"])
+    assert common.arguments(None).server == "http://other:9000"
