@@ -48,7 +48,7 @@ TESTS = (
     "tests/elastic/test_exit.py::"
     "test_a_rank_that_ends_while_a_gloo_worker_holds_python_work_exits_0[collective]",
     "tests/integrations/test_topology.py",
-    "tests/integrations/test_loop_adapters.py",
+    "tests/integrations/test_examples.py::test_example_runs_recurrences",
 )
 
 

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ServerProcess, sqlite_url
+from tests.integrations.gpu_double import A100, LIMIT_W, WATTS, environment, gpu
+from tests.ports import free_port
+from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -37,6 +40,11 @@ def documented_install(script: str) -> str:
     )
     assert said is not None, f"{script} says how to install what it needs"
     return said[1]
+
+
+TWO_PROCESSES = {"accelerate_loop.py": "accelerate", "fabric_loop.py": "fabric"}
+"""The loop examples, run on two processes (their job ids' prefixes): a process group and
+NVML's test double beside the fresh install."""
 
 
 @pytest.fixture(scope="module")
@@ -99,19 +107,22 @@ def test_example_runs_recurrences(
         )
         alone = subprocess.run([python, "-c", absent, *OTHER_PARTS[requirement]], timeout=60)
         assert alone.returncode == 0, f"{requirement} brought another extra's packages"
+    command = [python, str(EXAMPLES / script), "--server", example_server.url]
+    env = None
+    if script in TWO_PROCESSES:  # the loop adapters on two processes, GPUs: NVML's test double
+        env = environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port()))
+        if script == "accelerate_loop.py":  # under torchrun; Fabric's launcher starts its own
+            command[:1] = [python, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}"]  # fmt: skip
+        else:
+            command += ["--devices", "2"]
     result = subprocess.run(
-        [
-            python,
-            str(EXAMPLES / script),
-            "--server",
-            example_server.url,
-            "--recurrences",
-            "2",
-        ],
+        [*command, "--recurrences", "2"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=env,
     )
     # Every run's line, on the console without any logging set up (stderr, or stdout where
     # the framework prints: accelerator.print, fabric.print).
@@ -126,12 +137,30 @@ def test_example_runs_recurrences(
         for line in lines
     ), lines
     assert all("Next run: " in line for line in lines), lines
+    if script in TWO_PROCESSES:
+        two_processes(example_server, script, result.stdout)
     if script == "hf_trainer.py":
         # A learning curve: the default batch size reaches the target after a few epochs (it
         # reached it in the first, at accuracy 1.0, and no run could ever be stopped early).
         first = re.search(r"reached the target at epoch (\d+)", lines[0])
         assert first is not None, lines[0]
         assert int(first.group(1)) >= 2, lines[0]
+
+
+def two_processes(server: ServerProcess, script: str, stdout: str) -> None:
+    """A loop example on two processes: the main process alone prints (through the framework's
+    print) and talks; one trial a recurrence for both processes, each GPU's energy once."""
+    printed = [line for line in stdout.splitlines() if line.startswith("zeus-bso: ")]
+    assert len(printed) == 2, stdout  # the main process's lines only
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"example-{TWO_PROCESSES[script]}")
+        state = client.job_state(job["job_id"])
+    assert (state["job"]["number_of_gpus"], state["job"]["gpu_model"]) == (2, A100)
+    assert state["job"]["max_power"] == pytest.approx(2 * LIMIT_W)
+    assert len(state["trials"]) == 2  # one trial a recurrence, not one a process
+    for trial in state["trials"]:
+        assert trial["status"] == "reported"
+        assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
 
 
 def test_every_examples_help_shows_its_whole_description(

@@ -9,7 +9,6 @@ The double stands in for the hardware only; ``benchmarks/gpu_check.py`` checks t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,25 +16,16 @@ from typing import Any
 
 import pytest
 
-from zeus_bso.testing.gpus import GPU_DOUBLE
-
 pytest.importorskip("torch", reason="the topology tests need torch (pip install torch)")
 pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
 from tests.helpers import ServerProcess, sqlite_url, unique_id
+from tests.integrations.gpu_double import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
-A100 = "NVIDIA A100-SXM4-40GB"
-WATTS = 100.0
-LIMIT_W = 400.0
-
-
-def gpu(index: int, name: str = A100) -> dict[str, Any]:
-    return {"uuid": f"GPU-{index:08x}-1111-2222-3333-444444444444", "name": name,
-            "watts": WATTS, "limit_w": LIMIT_W}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +34,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
     yield proc
     proc.stop()
-
-
-def environment(gpus: list[dict[str, Any]], **extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(GPU_DOUBLE), str(ROOT)]),
-        "ZEUS_BSO_TEST_GPUS": json.dumps(gpus),
-        **extra,
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
 
 
 def run(command: list[str], env: dict[str, str]) -> None:
@@ -159,52 +138,40 @@ def test_two_nodes_with_different_gpu_models_are_refused_on_both(
         assert not [j for j in client.list_jobs() if j["job_id"] == job_id]
 
 
-def test_hugging_face_under_torchrun_with_two_gpus_both_visible(
+def test_hugging_face_under_torchrun_with_two_gpus_and_out_of_memory_on_one_rank(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """A Trainer on two processes (gloo) under torchrun: rank 0 alone talks to the server, both
-    ranks train with its batch size, the server's stop ends both, and each GPU's energy is
-    counted once."""
+    """A Trainer on two processes (gloo) under torchrun, two GPUs both visible: rank 0 alone
+    talks to the server and both ranks train with its batch size. Rank 1 alone runs out of
+    memory above 8 samples a batch: the memory check before training gathers it, both ranks
+    raise together (neither waits in a collective), the default 16 is infeasible, and the next
+    run, started by `until_converged` on both ranks, trains at 8 on both, until the server's
+    stop ends both; each GPU's energy is counted once."""
     pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
     from tests.integrations.test_huggingface import job
 
     job_id = unique_id("hftopo")
-    command = [*torchrun(2), str(HERE / "hf_ddp_worker.py"), server.url, job_id, str(tmp_path)]
-    run(command, environment([gpu(0), gpu(1)]))
-    job_row, trial = recorded(server, job_id)
-    assert (job_row["number_of_gpus"], job_row["max_power"]) == (2, 2 * LIMIT_W)
-    assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    spec = job(job_id, target=0.999)
-    assert ranks[0]["batch_size"] == ranks[1]["batch_size"] == spec.default_batch_size
-    # Each rank's loader gives it batch_size samples a step: 2 x batch_size a step in all.
-    per_step = [2 * spec.default_batch_size]
-    assert ranks[0]["loader_batch_sizes"] == ranks[1]["loader_batch_sizes"] == per_step
-    # One trial, shared by both ranks (only rank 0 talks to the server: the job has one trial).
-    assert ranks[0]["trial_number"] == ranks[1]["trial_number"] == trial["trial_number"] == 1
-    # Both ranks stopped where the server said so, before the Trainer's num_train_epochs (10).
-    assert ranks[0]["epochs"] == ranks[1]["epochs"] == trial["epochs"] <= spec.max_epochs
-
-
-def test_hugging_face_out_of_memory_on_one_rank_of_two_moves_both(
-    server: ServerProcess, tmp_path: Path
-) -> None:
-    """Rank 1 alone runs out of memory above 8 samples a batch: the memory check before
-    training gathers it, both ranks raise together (neither waits in a collective), the
-    default 16 is infeasible, and the next run, started by `until_converged` on both ranks,
-    trains at 8 on both."""
-    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
-    job_id = unique_id("hfoomtopo")
     worker = str(HERE / "hf_ddp_worker.py")
-    run([*torchrun(2), worker, server.url, job_id, str(tmp_path), "8"], environment([gpu(0)]))
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["attempts"] for r in ranks] == [2, 2]
-    assert [r["batch_size"] for r in ranks] == [8, 8]
-    assert ranks[0]["trial_number"] == ranks[1]["trial_number"] == 2
+    command = [*torchrun(2), worker, server.url, job_id, str(tmp_path), "8"]
+    run(command, environment([gpu(0), gpu(1)]))
     with ServerClient(server.url) as client:
         state = client.job_state(job_id)
-    assert sorted((t["batch_size"], t["status"]) for t in state["trials"]) == [
+    assert (state["job"]["number_of_gpus"], state["job"]["max_power"]) == (2, 2 * LIMIT_W)
+    trials = state["trials"]
+    assert sorted((t["batch_size"], t["status"]) for t in trials) == [
         (8, "reported"),
         (16, "infeasible"),
     ]
+    (trial,) = [t for t in trials if t["status"] == "reported"]
+    assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert [r["attempts"] for r in ranks] == [2, 2]
+    assert [r["batch_size"] for r in ranks] == [8, 8]
+    # Each rank's loader gives it batch_size samples a step: 2 x batch_size a step in all.
+    assert ranks[0]["loader_batch_sizes"] == ranks[1]["loader_batch_sizes"] == [2 * 8]
+    # One trial a run, shared by both ranks (only rank 0 talks to the server).
+    assert ranks[0]["trial_number"] == ranks[1]["trial_number"] == trial["trial_number"] == 2
+    # Both ranks stopped where the server said so, before the Trainer's num_train_epochs (10).
+    spec = job(job_id, target=0.999)
+    assert ranks[0]["epochs"] == ranks[1]["epochs"] == trial["epochs"] <= spec.max_epochs
