@@ -11,7 +11,10 @@ then the oracle: what no job without a prior can beat):
 - check mode: the same workload at sigma 0.1, and the wrong prior: every other workload's curve
   (all 30 ordered pairs), where the worst pair is held against its own cold start;
 - a second table: the cold start and the declared parents again, each horizon simulated on its
-  own with ``expected_recurrences`` set to it (a job that knows how many times it runs).
+  own with ``expected_recurrences`` set to it (a job that knows how many times it runs);
+- a third: the cold start and the declared parents with the per-run cap
+  (``max_run_cost_ratio`` `CAP`), beside the runs that cost more than the cap times the
+  default's measured cost.
 
     .venv/bin/python benchmarks/regret_priors.py [--gpus v100 p100] [--seeds 0 ... 19]
                                                  [--recurrences 50]
@@ -37,6 +40,8 @@ from zeus_bso.sim.trace import TraceJob
 
 RESULTS = Path(__file__).parent / "results"
 ETA = 0.5
+CAP = 1.5
+"""The per-run cap of the third table (``max_run_cost_ratio``)."""
 
 Seeding = Callable[[TraceJob, int], Prior | None]
 """The prior a scenario gives a new job of a workload, in a seed."""
@@ -146,7 +151,8 @@ def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str
     data["wrong_prior_worst_points_above_cold"] = {
         str(h): {"points": 100 * worst[h][0], "pair": worst[h][1]} for h in horizons
     }
-    return text + short_lived(gpu, seeds, horizons, declared, data), data
+    text += short_lived(gpu, seeds, horizons, declared, data)
+    return text + capped(gpu, seeds, recurrences, horizons, declared, data), data
 
 
 def short_lived(
@@ -172,6 +178,42 @@ def short_lived(
         data["expected_recurrences"][name] = {
             str(h): {s.workload: {"regret": s.regret, "savings": s.savings} for s in judged[h]}
             for h in horizons
+        }
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def capped(
+    gpu: str,
+    seeds: list[int],
+    recurrences: int,
+    horizons: list[int],
+    declared: dict[str, dict[str, Any]],
+    data: dict[str, Any],
+) -> str:
+    """The table of jobs with the per-run cap (``max_run_cost_ratio`` `CAP`), and how many of
+    their runs at other sizes cost more than `CAP` times the default's measured cost (from the
+    default's first converged run on: a run before it, as a trusted prior's best, has no
+    reference to be held against)."""
+    header = f"| scenario, max_run_cost_ratio {CAP} | "
+    header += " | ".join(f"{h} recurrences" for h in horizons)
+    lines = [
+        header + f" | runs above {CAP}x the default (the dearest) |",
+        "|---" * (len(horizons) + 2) + "|",
+    ]
+    data["capped"] = {}
+    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in declared.items())]
+    for name, seeding in scenarios:
+        summaries = run(gpu, seeds, recurrences, seeding, max_run_cost_ratio=CAP)
+        ratios = [r for s in summaries for r in s.over_the_default()]
+        over = sum(r > CAP for r in ratios)
+        dearest = max(ratios, default=0.0)
+        regret = {h: [s.at(h).regret for s in summaries] for h in horizons}
+        lines.append(row(name, regret, f"{over} of {len(ratios)} ({dearest:.2f}x)"))
+        data["capped"][name] = {
+            **scenario_data(summaries, horizons),
+            "runs_over_cap": over,
+            "runs_after_the_default": len(ratios),
+            "dearest_run_over_default": dearest,
         }
     return "\n" + "\n".join(lines) + "\n"
 
