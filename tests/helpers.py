@@ -194,7 +194,7 @@ def load_module(name: str, path: Path) -> Any:
 
 def nvml_double(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The NVML test double as ``pynvml`` for this test, every GPU visible."""
-    module = load_module("pynvml", GPU_DOUBLE)
+    module = gpus.double_module()
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return module

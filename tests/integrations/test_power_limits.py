@@ -1,12 +1,13 @@
 """GPU power limits (``power_limit="optimize"``) with real Lightning and HF runs on the CPU,
 against a real server, on the NVML test double of ``zeus_bso.testing.gpus`` (never a real GPU's
 settings). The double's GPU takes a limit from 200 to 300 W; at each limit it draws a power and
-takes a time a step as ``PACES`` say, and the tests' training steps sleep that long. The paces
-make each eta choose another limit: 300 W at eta 0 (never profiled), 275 W at eta 0.5, 250 W at
-eta 1. Each eta's limit is about 20% cheaper than its neighbours, also with a step's overhead
-(some milliseconds) added at every limit: wider than a power trace's margins, because a loaded
-machine's step jitter moves a five-step measurement by a few percent (margins of 7% made a CI
-run now and then choose 300 W at eta 0.5).
+takes a time a step as ``PACES`` (``zeus_bso.testing.gpus``) say, and the tests' training steps
+sleep that long. The paces make each eta choose another limit: 300 W at eta 0 (never profiled),
+275 W at eta 0.5, 250 W at eta 1. Each eta's limit is about 20% cheaper than its neighbours, also
+with a step's overhead (some milliseconds) added at every limit: wider than a power trace's
+margins, because a loaded machine's step jitter moves a five-step measurement by a few percent
+(margins of 7% made a CI run now and then choose 300 W at eta 0.5). A loop adapter's step calls
+are `zeus_bso.testing.LoopAdapterContract`'s.
 """
 
 from __future__ import annotations
@@ -38,35 +39,20 @@ from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
-from zeus_bso.policy import zeus_cost  # noqa: E402
+from zeus_bso.testing import gpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = GPU_DOUBLE
 UUID = "GPU-0000beef-1111-2222-3333-444444444444"
-PACES = {  # W: the GPU's draw and a step's seconds at that limit
-    "300": {"watts": 300.0, "step_s": 0.040},
-    "275": {"watts": 170.0, "step_s": 0.042},
-    "250": {"watts": 98.0, "step_s": 0.060},
-    "225": {"watts": 85.0, "step_s": 0.085},
-    "200": {"watts": 70.0, "step_s": 0.120},
-}
+PACES = gpus.PACES
 EVERY_LIMIT = sorted(float(w) for w in PACES)
 STEPS = 40  # training batches an epoch: room for the profile's 5 x 7 steps
 BATCH = 8
+cheapest = gpus.cheapest_limit
 
 
 def gpu(**options: Any) -> dict[str, Any]:
-    return {"uuid": UUID, "name": "NVIDIA A100-SXM4-40GB", "watts": 300.0, "limit_w": 300.0,
-            "paces": PACES, **options}  # fmt: skip
-
-
-def cheapest(eta: float) -> float:
-    """The limit the paces make cheapest at ``eta`` (the job's one GPU: 300 W maximum)."""
-    costs = {
-        float(w): zeus_cost(p["watts"] * p["step_s"], p["step_s"], eta, 300.0)
-        for w, p in PACES.items()
-    }
-    return min(costs, key=lambda w: (costs[w], -w))
+    return gpus.paced_gpu(**{"uuid": UUID, **options})
 
 
 @pytest.fixture(scope="module")
@@ -540,30 +526,6 @@ def test_sigterm_without_a_framework_handler_restores_then_ends_the_process(
     assert state(tmp_path)["changes"][-1:] == [300.0]
     assert state(tmp_path)["limit"] == 300.0
     assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
-
-
-def test_a_fabric_loop_profiles_through_its_step_calls(
-    server: ServerProcess, nvml: Any, tmp_path: Path
-) -> None:
-    """A loop adapter's entry point: the loop calls ``step_begin`` and ``step_end``."""
-    from lightning.fabric import Fabric
-
-    from zeus_bso.integrations.fabric import ZeusBSOFabric
-
-    spec = job(unique_id("plfabric"), 1.0)
-    fabric = Fabric(accelerator="cpu", devices=1)
-    with ZeusBSOFabric(fabric, server.url, spec, power_limit="optimize") as bso:
-        handle = nvml.nvmlDeviceGetHandleByIndex(0)  # NVML is up
-        bso.train_begin(STEPS)
-        for _ in range(STEPS):
-            bso.step_begin()
-            time.sleep(nvml._step_seconds(handle))
-            bso.step_end()
-        during = state(tmp_path)["limit"]
-        assert bso.report(1.0)
-    (profile,) = profiles(server, spec.job_id or "")
-    assert profile["power_limit"] == during == cheapest(1.0)
-    assert state(tmp_path)["limit"] == 300.0
 
 
 def steps_of_an_epoch(bso: Any, nvml: Any, steps: int = STEPS) -> None:

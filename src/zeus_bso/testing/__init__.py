@@ -9,7 +9,9 @@ module and defines one fixture, and pytest runs every test of the contract on it
   (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`).
 
 And the NVML test double (`GPU_DOUBLE`, `described_gpus`: a ``pynvml`` over GPUs a test
-describes), for a meter, power-limit or adapter test on a machine without a GPU.
+describes, in processes it starts; `double_in_this_process`, in its own; `paced_gpu`, a GPU whose
+steps take the time its power limit gives them), for a meter, power-limit or adapter test on a
+machine without a GPU.
 
 Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
 """
@@ -21,7 +23,7 @@ except ImportError as err:
 
 from zeus_bso.testing.adapters import LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
-from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus
+from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
 from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
@@ -36,7 +38,9 @@ __all__ = [
     "Opener",
     "StoreContract",
     "described_gpus",
+    "double_in_this_process",
     "loop_job",
     "new_job",
+    "paced_gpu",
     "running_server",
 ]

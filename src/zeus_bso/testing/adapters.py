@@ -7,7 +7,9 @@ on the CPU, against a real server."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
 from zeus_bso.testing.server import running_server
 from zeus_bso.training.session import TrialSession
 
@@ -41,8 +44,9 @@ class LoopAdapterContract:
     and converges; a misconfigured run releases its trial; out of memory is infeasible (before
     training, the run goes on at a size that fits); accumulation gives every process its
     micro-batch; a checkpoint resumes its trial, batch size and learning-rate factor, and its
-    reports are logged; a restart with the same run key continues its trial; a server that
-    cannot be reached leaves the run training at the default.
+    reports are logged; a restart with the same run key continues its trial; GPU power limits
+    are profiled through the loop's step calls, and given back; a server that cannot be reached
+    leaves the run training at the default.
 
     Subclass it and define the ``adapter`` fixture::
 
@@ -253,6 +257,40 @@ class LoopAdapterContract:
             assert bso.report(0.95)
         statuses = [t["status"] for t in self._trials(server_url, job)]
         assert statuses == ["reported", "reported"]
+
+    def test_power_limits_are_profiled_through_the_step_calls_and_given_back(
+        self,
+        adapter: MakeAdapter,
+        server_url: str,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """``power_limit="optimize"``, on the NVML test double's `paced_gpu`: the loop passes
+        ``train_begin`` the steps of an epoch and calls ``step_begin`` and ``step_end`` around
+        each; the first run of a batch size on these GPUs profiles the limits in its first
+        steps, trains the rest at the cheapest (the server's choice), and gives the GPU its own
+        limit back when it ends."""
+        gpu = paced_gpu()
+        nvml = double_in_this_process(monkeypatch, [gpu], tmp_path)
+        monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+        job = loop_job("contractpower").model_copy(update={"eta_knob": 1.0})
+        steps = 40  # room for the profile: five limits, seven steps each
+        with adapter(server_url, job, power_limit="optimize") as bso:
+            handle = nvml.nvmlDeviceGetHandleByIndex(0)
+            bso.train_begin(steps)
+            for _ in range(steps):
+                bso.step_begin()
+                time.sleep(nvml._step_seconds(handle))  # the step, as long as its limit makes it
+                bso.step_end()
+            during, _ = limits_of(tmp_path, gpu["uuid"])
+            assert bso.report(0.95)
+        with ServerClient(server_url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            (profile,) = client.job_state(listed["job_id"])["power_profiles"]
+        assert profile["power_limit"] == during == cheapest_limit(1.0)
+        now, changes = limits_of(tmp_path, gpu["uuid"])
+        assert (now, changes[-2:]) == (300.0, [during, 300.0])  # trained at it, given back
+        assert not list((tmp_path / "power_limits").glob("*.json"))  # no record left
 
     def test_without_the_server_the_run_trains_at_the_default(
         self, adapter: MakeAdapter, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

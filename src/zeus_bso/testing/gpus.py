@@ -1,14 +1,23 @@
 """The NVML test double the contracts ship: a ``pynvml`` (nvidia-ml-py's names, arguments,
 units and errors) over GPUs a test describes, for testing a meter, a power-limit path or an
-adapter on a machine without a GPU (`GPU_DOUBLE`'s ``pynvml.py`` says what it models)."""
+adapter on a machine without a GPU (`GPU_DOUBLE`'s ``pynvml.py`` says what it models), in
+processes a test starts (`described_gpus`) or in the test's own (`double_in_this_process`).
+
+`paced_gpu` is a GPU whose training steps take the time its power limit gives them (`PACES`),
+so that profiling the limits finds a cheapest one (`cheapest_limit`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 GPU_DOUBLE = Path(__file__).resolve().parent / "gpu_double"
 """The directory to put first on a process's ``PYTHONPATH``: its ``import pynvml`` is then the
@@ -29,3 +38,70 @@ def described_gpus(
     if state is not None:
         env["ZEUS_BSO_TEST_GPU_STATE"] = str(state)
     return env
+
+
+PACES = {
+    "300": {"watts": 300.0, "step_s": 0.040},
+    "275": {"watts": 170.0, "step_s": 0.042},
+    "250": {"watts": 98.0, "step_s": 0.060},
+    "225": {"watts": 85.0, "step_s": 0.085},
+    "200": {"watts": 70.0, "step_s": 0.120},
+}
+"""A GPU's draw (W) and a training step's seconds at each limit, from 200 to 300 W (the double's
+``paces``): each eta makes another limit the cheapest, about 20% cheaper than its neighbours
+also with a step's overhead of some milliseconds added (`cheapest_limit`)."""
+
+
+def paced_gpu(
+    uuid: str = "GPU-0000beef-1111-2222-3333-444444444444", **options: Any
+) -> dict[str, Any]:
+    """A settable GPU of the double whose steps take `PACES`' time at the limit in force."""
+    return {"uuid": uuid, "name": "NVIDIA A100-SXM4-40GB", "watts": 300.0, "limit_w": 300.0,
+            "paces": PACES, **options}  # fmt: skip
+
+
+def cheapest_limit(eta: float) -> float:
+    """The limit `PACES` make cheapest at ``eta`` (one GPU of 300 W at most), in W."""
+    from zeus_bso.policy import zeus_cost
+
+    costs = {
+        float(w): zeus_cost(p["watts"] * p["step_s"], p["step_s"], eta, 300.0)
+        for w, p in PACES.items()
+    }
+    return min(costs, key=lambda w: (costs[w], -w))
+
+
+def double_module() -> ModuleType:
+    """A fresh instance of the double's ``pynvml`` module."""
+    spec = importlib.util.spec_from_file_location("pynvml", GPU_DOUBLE / "pynvml.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def double_in_this_process(
+    monkeypatch: pytest.MonkeyPatch, gpus: Sequence[Mapping[str, Any]], folder: Path
+) -> ModuleType:
+    """For one test (``monkeypatch``'s): the double as this process's ``pynvml``, over ``gpus``
+    (every one visible), their limits settable and kept in ``folder / "gpu"``, and the node's
+    records of limits a run set in ``folder / "power_limits"``."""
+    module = double_module()
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in described_gpus(gpus, folder / "gpu").items():
+        if name != "PYTHONPATH":
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(folder / "power_limits"))
+    return module
+
+
+def limits_of(folder: Path, uuid: str) -> tuple[float, list[float]]:
+    """A GPU of `double_in_this_process`'s ``folder``: its limit now and every change, in W
+    (300 W, `paced_gpu`'s maximum, before any limit was set)."""
+    path = folder / "gpu" / f"{uuid}.json"
+    if not path.exists():
+        return 300.0, []
+    saved = json.loads(path.read_text())
+    return saved["limit_mw"] / 1000, [mw / 1000 for _, mw in saved["changes"]]
