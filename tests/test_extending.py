@@ -25,7 +25,7 @@ from zeus_bso.policy.store import JobStore
 from zeus_bso.sim.memory import MemoryStore
 from zeus_bso.spec import JobSpec
 from zeus_bso.testing import BanditContract, LoopAdapterContract, MeterContract, StoreContract
-from zeus_bso.testing.adapters import MakeAdapter
+from zeus_bso.testing.adapters import Logged, MakeAdapter
 from zeus_bso.testing.stores import Opener, new_job
 from zeus_bso.training import TrialSession
 
@@ -66,19 +66,20 @@ class TestHwmonMeter(MeterContract):
 
 
 class ZeusBSOMyLoop(TrialSession):
-    def __init__(
-        self, logger: list[dict[str, float]], server_url: str, job: JobSpec, **options: Any
-    ) -> None:
+    def __init__(self, logger: Logged, server_url: str, job: JobSpec, **options: Any) -> None:
         self.logged = logger
         super().__init__(
-            True, lambda values, step: logger.append(values), server_url, job, **options
+            True, lambda values, step: logger.append((values, step)), server_url, job, **options
         )
 
 
 class TestMyLoop(LoopAdapterContract):
     @pytest.fixture
-    def adapter(self) -> MakeAdapter:
-        logged: list[dict[str, float]] = []
+    def logged(self) -> Logged:
+        return []
+
+    @pytest.fixture
+    def adapter(self, logged: Logged) -> MakeAdapter:
         return lambda url, job, **options: ZeusBSOMyLoop(logged, url, job, **options)
 
     # No server_url: the contract's own starts a real server, as it does for an outside one.

@@ -19,19 +19,64 @@ from zeus_bso import JobSpec
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.scaling.lr import stepped_rate
 from zeus_bso.testing import LoopAdapterContract, MakeAdapter, loop_job
+from zeus_bso.testing.adapters import Logged
 
 
-def adapter_of(kind: str) -> tuple[Any, Any]:
-    """The adapter class and its framework object, in this one process on the CPU."""
+def adapter_of(kind: str, logged: Logged | None = None) -> tuple[Any, Any]:
+    """The adapter class and its framework object, in this one process on the CPU; with
+    ``logged``, the framework logs into it (a tracker, a logger of its own kind)."""
     if kind == "accelerate":
         accelerate = pytest.importorskip("accelerate", reason="pip install 'zeus-bso[accelerate]'")
         from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 
-        return ZeusBSOAccelerate, accelerate.Accelerator(cpu=True)
+        if logged is None:
+            return ZeusBSOAccelerate, accelerate.Accelerator(cpu=True)
+        accelerator = accelerate.Accelerator(cpu=True, log_with=[recording_tracker(logged)])
+        accelerator.init_trackers("contract")
+        return ZeusBSOAccelerate, accelerator
     fabric = pytest.importorskip("lightning.fabric", reason="pip install 'zeus-bso[lightning]'")
     from zeus_bso.integrations.fabric import ZeusBSOFabric
 
-    return ZeusBSOFabric, fabric.Fabric(accelerator="cpu", devices=1)
+    loggers = [] if logged is None else [recording_logger(logged)]
+    return ZeusBSOFabric, fabric.Fabric(accelerator="cpu", devices=1, loggers=loggers)
+
+
+def recording_tracker(logged: Logged) -> Any:
+    """An Accelerate tracker that records what it is given into ``logged``."""
+    from accelerate.tracking import GeneralTracker
+
+    class Recording(GeneralTracker):  # type: ignore[misc]
+        name = "recording"
+        requires_logging_directory = False
+
+        @property
+        def tracker(self) -> Logged:
+            return logged
+
+        def store_init_configuration(self, values: dict[str, Any]) -> None:
+            pass
+
+        def log(self, values: dict[str, float], step: int | None = None, **_: Any) -> None:
+            logged.append((dict(values), step))
+
+    return Recording()
+
+
+def recording_logger(logged: Logged) -> Any:
+    """A Lightning Fabric logger that records what it is given into ``logged``."""
+    from lightning.fabric.loggers import Logger
+
+    class Recording(Logger):  # type: ignore[misc]
+        name = "recording"
+        version = 0
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            logged.append((dict(metrics), step))
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    return Recording()
 
 
 def loop_spec(prefix: str) -> JobSpec:
@@ -77,8 +122,12 @@ class TestAccelerate(LoopAdapterContract):
     own accumulation steps follow the session's."""
 
     @pytest.fixture
-    def adapter(self) -> MakeAdapter:
-        adapter, accelerator = adapter_of("accelerate")
+    def logged(self) -> Logged:
+        return []
+
+    @pytest.fixture
+    def adapter(self, logged: Logged) -> MakeAdapter:
+        adapter, accelerator = adapter_of("accelerate", logged)
         return lambda url, job, **options: adapter(accelerator, url, job, **options)
 
     @pytest.fixture
@@ -104,8 +153,12 @@ class TestFabric(LoopAdapterContract):
     """`ZeusBSOFabric` on one CPU process passes the loop adapters' contract."""
 
     @pytest.fixture
-    def adapter(self) -> MakeAdapter:
-        adapter, fabric = adapter_of("fabric")
+    def logged(self) -> Logged:
+        return []
+
+    @pytest.fixture
+    def adapter(self, logged: Logged) -> MakeAdapter:
+        adapter, fabric = adapter_of("fabric", logged)
         return lambda url, job, **options: adapter(fabric, url, job, **options)
 
     @pytest.fixture

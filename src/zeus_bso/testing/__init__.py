@@ -21,7 +21,7 @@ try:
 except ImportError as err:
     raise ImportError("zeus_bso.testing needs pytest: pip install pytest") from err
 
-from zeus_bso.testing.adapters import LoopAdapterContract, MakeAdapter, loop_job
+from zeus_bso.testing.adapters import Logged, LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
 from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
 from zeus_bso.testing.meters import MeterContract
@@ -32,6 +32,7 @@ __all__ = [
     "GPU_DOUBLE",
     "SIZES",
     "BanditContract",
+    "Logged",
     "LoopAdapterContract",
     "MakeAdapter",
     "MeterContract",

@@ -26,6 +26,9 @@ MakeAdapter = Callable[..., TrialSession]
 """``make(server_url, job, **options)``: the adapter of one run (a `TrialSession` that is a
 context manager), built on the framework's object for one process."""
 
+Logged = list[tuple[dict[str, float], int | None]]
+"""What a framework's logger received, in order: each call's values and step."""
+
 
 def loop_job(prefix: str) -> JobSpec:
     """A job of the contract's: batch sizes 16, 32 and 64, default 32."""
@@ -44,7 +47,8 @@ class LoopAdapterContract:
     and converges; a misconfigured run releases its trial; out of memory is infeasible (before
     training, the run goes on at a size that fits); accumulation gives every process its
     micro-batch; a checkpoint resumes its trial, batch size and learning-rate factor, and its
-    reports are logged; a restart with the same run key continues its trial; GPU power limits
+    reports are logged, through the framework's own logger where the subclass observes it
+    (its ``logged`` fixture); a restart with the same run key continues its trial; GPU power limits
     are profiled through the loop's step calls, and given back; a server that cannot be reached
     leaves the run training at the default.
 
@@ -63,6 +67,13 @@ class LoopAdapterContract:
     @pytest.fixture
     def adapter(self) -> MakeAdapter:
         raise NotImplementedError("a LoopAdapterContract subclass defines the `adapter` fixture")
+
+    @pytest.fixture
+    def logged(self) -> Logged | None:
+        """What the framework's logger of the ``adapter`` fixture's framework object received
+        (a recording logger the subclass gives it); None, the default: not observed, and the
+        logging test is skipped."""
+        return None
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -225,6 +236,25 @@ class LoopAdapterContract:
             assert bso.report(0.95, epoch=2)
         (trial,) = self._trials(server_url, job)
         assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 2, True)
+
+    def test_each_report_reaches_the_frameworks_logger_at_its_epoch(
+        self, adapter: MakeAdapter, server_url: str, logged: Logged | None
+    ) -> None:
+        """Each report's figures (batch size, energy, the server's cost) go to the framework's
+        own logger (its trackers, its loggers), at the epoch reported."""
+        if logged is None:
+            pytest.skip("the subclass defines no `logged` fixture: what its framework logged")
+        job = loop_job("contractlog")
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            bso.train_begin()
+            assert not bso.report(0.5)
+            assert bso.report(0.95)
+        ours = [(values, step) for values, step in logged if "bso/batch_size" in values]
+        assert [step for _, step in ours] == [1, 2]
+        for values, _ in ours:
+            assert values["bso/batch_size"] == float(job.default_batch_size)
+            assert values["bso/cost"] > 0
+        assert 0 < ours[0][0]["bso/energy_j"] <= ours[1][0]["bso/energy_j"]
 
     def test_a_restart_with_the_same_run_key_continues_its_trial(
         self, adapter: MakeAdapter, server_url: str
