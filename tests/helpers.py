@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -206,12 +205,8 @@ def one_settable_gpu(
     """The NVML double as ``pynvml`` with one GPU ``uuid`` that draws 300 W and whose limit
     (300 W, down to 75 W) can be set, its state in ``tmp_path / "gpu"``, the node's records of
     power limits in ``tmp_path / "cache" / "power_limits"``."""
-    module = nvml_double(monkeypatch)
     gpu = {"uuid": uuid, "name": name, "watts": 300.0, "limit_w": 300.0}
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu]))
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
-    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(tmp_path / "cache" / "power_limits"))
-    return module
+    return gpus.double_in_this_process(monkeypatch, [gpu], tmp_path)
 
 
 def sqlite_url(path: Path) -> str:

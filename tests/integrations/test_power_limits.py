@@ -31,7 +31,6 @@ pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[ligh
 from tests.helpers import (  # noqa: E402
     GPU_DOUBLE,
     ServerProcess,
-    nvml_double,
     quiet_trainer_options,
     unique_id,
 )
@@ -63,15 +62,12 @@ def server(sqlite_server: ServerProcess) -> ServerProcess:
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """The double as ``pynvml``, its state and the run records in this test's folder."""
-    module = nvml_double(monkeypatch)
-    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    module = gpus.double_in_this_process(monkeypatch, [gpu()], tmp_path)
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(tmp_path / "cache" / "power_limits"))
 
     def describe(**options: Any) -> None:
         monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([gpu(**options)]))
 
-    describe()
     module.describe = describe
     return module
 

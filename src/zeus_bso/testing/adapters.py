@@ -320,7 +320,7 @@ class LoopAdapterContract:
         assert profile["power_limit"] == during == cheapest_limit(1.0)
         now, changes = limits_of(tmp_path, gpu["uuid"])
         assert (now, changes[-2:]) == (300.0, [during, 300.0])  # trained at it, given back
-        assert not list((tmp_path / "power_limits").glob("*.json"))  # no record left
+        assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))  # no record left
 
     def test_without_the_server_the_run_trains_at_the_default(
         self, adapter: MakeAdapter, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

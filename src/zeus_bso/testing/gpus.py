@@ -86,14 +86,15 @@ def double_in_this_process(
 ) -> ModuleType:
     """For one test (``monkeypatch``'s): the double as this process's ``pynvml``, over ``gpus``
     (every one visible), their limits settable and kept in ``folder / "gpu"``, and the node's
-    records of limits a run set in ``folder / "power_limits"``."""
+    records of limits a run set in ``folder / "cache" / "power_limits"`` (where a client cache
+    of ``folder / "cache"`` keeps them)."""
     module = double_module()
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for name, value in described_gpus(gpus, folder / "gpu").items():
         if name != "PYTHONPATH":
             monkeypatch.setenv(name, value)
-    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(folder / "power_limits"))
+    monkeypatch.setenv("ZEUS_BSO_POWER_RECORDS", str(folder / "cache" / "power_limits"))
     return module
 
 
