@@ -16,7 +16,7 @@ from dataclasses import replace
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
-from zeus_bso.policy import Event, Stage, TrialKind, TrialStatus
+from zeus_bso.policy import Event, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.spec import (
     DispatchedTrial,
@@ -188,12 +188,9 @@ class BatchSizeService:
         )
         if power_limits and gpu is not None:
             trial = with_power(conn, config, step.job, trial, profile)
-        # The job's stage when it decided (a pinned job's runs are neither stage's).
-        if step.dispatch.kind is TrialKind.PINNED:
-            stage = "pinned"
-        else:
-            stage = (Stage.BANDIT if step.job.arms is not None else Stage.PRUNING).value
-        return trial, (stage, step.dispatch), expired
+        # The job's stage when it decided (a pinned job's runs are neither pruning's nor the
+        # bandit's).
+        return trial, (step.job.stage.value, step.dispatch), expired
 
     async def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
         """Store what a run measured at each power limit in the first epoch of its batch size

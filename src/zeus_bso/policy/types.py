@@ -16,6 +16,8 @@ class Stage(StrEnum):
 
     PRUNING = "pruning"
     BANDIT = "bandit"
+    PINNED = "pinned"
+    """Every run gets the pinned batch size: neither stage's, until the job is unpinned."""
 
 
 class TrialKind(StrEnum):
@@ -390,7 +392,9 @@ class JobState:
 
     @property
     def stage(self) -> Stage:
-        """The job's stage."""
+        """The job's stage: pinned while it is, else pruning until the bandit has its arms."""
+        if self.pinned is not None:
+            return Stage.PINNED
         return Stage.PRUNING if self.arms is None else Stage.BANDIT
 
     @property

@@ -66,8 +66,8 @@ class StoredJob:
 
     @property
     def stage(self) -> str:
-        """``bandit`` once the job has arms, ``pruning`` before."""
-        return "pruning" if self.state.arms is None else "bandit"
+        """The policy's stage of the job (`zeus_bso.policy.Stage`)."""
+        return self.state.stage.value
 
 
 @dataclass(frozen=True, slots=True)
