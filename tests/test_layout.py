@@ -30,9 +30,10 @@ FLOORS: tuple[frozenset[str], ...] = (
 )
 """The client package's parts, lowest first: a part imports only from its own or lower floors."""
 
-SERVER_MAY_IMPORT = frozenset({"errors", "spec", "policy", "entry", "units"})
-"""What the server uses of the client package: the wire models, the algorithm, how a command
-is loaded, and how energy and time are written for people."""
+SERVER_MAY_IMPORT = frozenset({"errors", "spec", "wire", "policy", "entry", "units"})
+"""What the server uses of the client package: the wire models (the protocol's through their
+face, `zeus_bso.spec`; the read routes' from `zeus_bso.wire.reads`), the algorithm, how a
+command is loaded, and how energy and time are written for people."""
 
 
 def modules(package: str) -> dict[str, Path]:

@@ -14,7 +14,8 @@ and numeric strings are accepted where an int is expected (pydantic's lax mode).
 
 Three modules, one face: `values` (bounds, printable text, the policy option marker, the base
 model), `jobs` (a job, its GPUs and settings) and `trials` (a trial's dispatch, reports and the
-server's answers); import from ``zeus_bso.spec``.
+server's answers); import from ``zeus_bso.spec``. The read routes' answers, which are not
+upstream's protocol, are `zeus_bso.wire.reads`.
 """
 
 from zeus_bso.wire.jobs import (
@@ -52,6 +53,8 @@ from zeus_bso.wire.trials import (
     StopReason,
     TrainingResult,
     TrialId,
+    TrialKind,
+    TrialStatus,
     declared_extensions,
 )
 from zeus_bso.wire.values import (
@@ -126,6 +129,8 @@ __all__ = [
     "StopReason",
     "TrainingResult",
     "TrialId",
+    "TrialKind",
+    "TrialStatus",
     "WireModel",
     "_JobOptions",
     "batch_sizes_in",

@@ -1,5 +1,5 @@
 """The read side: what the added routes and the dashboard show of jobs, read from the store in
-one transaction each (`zeus_bso_server.read_models` are the answers): job summaries, one job with
+one transaction each (`zeus_bso.wire.reads` are the answers): job summaries, one job with
 its statistics, posterior and recommendation, savings against the default, the fleet."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection
@@ -19,8 +19,7 @@ from zeus_bso.policy.orchestration import Reading, decision_view, next_run, read
 from zeus_bso.policy.priors import standing
 from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.spec import CreatedJob, differing_settings, profile_key
-from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
-from zeus_bso_server.read_models import (
+from zeus_bso.wire.reads import (
     BatchSizeView,
     FleetSummary,
     JobStage,
@@ -34,9 +33,10 @@ from zeus_bso_server.read_models import (
     SiblingJob,
     TrialView,
 )
+from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Spent, StoredJob
+from zeus_bso_server.store.repository import Spent, StoredJob, StoredTrial
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,19 @@ logger = logging.getLogger(__name__)
 NOT_ENDED = policy.OPEN | {policy.TrialStatus.RELEASED}
 """Runs not counted as spending: in progress (counted when they end), or released (never
 trained)."""
+
+
+def trial_view(stored: StoredTrial) -> TrialView:
+    """View of a stored trial: the policy's trial (`zeus_bso.policy.TrialState`, each field by
+    its name), its job, times and lease."""
+    trial = stored.trial
+    return TrialView(
+        **asdict(trial) | {"curve": list(trial.curve) if stored.curve_kept else None},
+        job_id=stored.job_id,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+        lease_expires_at=stored.lease_expires_at,
+    )
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -342,7 +355,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
             _batch_size_view(s, used[s.batch_size], posteriors.get(s.batch_size))
             for s in stats.values()
         ],
-        trials=[TrialView.of(t) for t in repo.recent_trials(conn, job_id, limit, before)],
+        trials=[trial_view(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=job.created_at,
         updated_at=job.updated_at,
     )

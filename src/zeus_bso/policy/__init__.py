@@ -63,11 +63,10 @@ from zeus_bso.policy.types import (
     Prior,
     PriorMode,
     Stage,
-    TrialKind,
     TrialState,
-    TrialStatus,
     Verdict,
 )
+from zeus_bso.spec import TrialKind, TrialStatus
 
 __all__ = [
     "BANDITS",

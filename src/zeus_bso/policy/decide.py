@@ -15,8 +15,8 @@ from zeus_bso.policy.pruning import (
     PruningSettings,
     next_pruning_step,
 )
-from zeus_bso.policy.types import Dispatch, JobHistory, TrialKind
-from zeus_bso.spec import CreatedJob
+from zeus_bso.policy.types import Dispatch, JobHistory
+from zeus_bso.spec import CreatedJob, TrialKind
 
 
 def rng_for(job: CreatedJob, trial_number: int) -> random.Random:

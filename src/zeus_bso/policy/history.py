@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from zeus_bso.policy.profiles import Profiles, WindowedCosts, state_on, trial_on, windowed_on
-from zeus_bso.policy.types import CostStats, JobHistory, JobState, TrialKind, TrialState
-from zeus_bso.spec import CreatedJob
+from zeus_bso.policy.types import CostStats, JobHistory, JobState, TrialState
+from zeus_bso.spec import CreatedJob, TrialKind
 
 
 def history_of(

@@ -54,16 +54,8 @@ from zeus_bso.policy.profiles import (
     state_on,
 )
 from zeus_bso.policy.pruning import PRIOR_ROUND
-from zeus_bso.policy.types import (
-    Dispatch,
-    JobHistory,
-    JobState,
-    TrialKind,
-    TrialState,
-    TrialStatus,
-    Verdict,
-)
-from zeus_bso.spec import CreatedJob, ReportResponse, profile_key
+from zeus_bso.policy.types import Dispatch, JobHistory, JobState, TrialState, Verdict
+from zeus_bso.spec import CreatedJob, ReportResponse, TrialKind, TrialStatus, profile_key
 
 
 class Event(StrEnum):

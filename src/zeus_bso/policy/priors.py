@@ -43,16 +43,8 @@ from zeus_bso.policy.pruning import (
     neighbours,
     outcome_of,
 )
-from zeus_bso.policy.types import (
-    BatchSizeStats,
-    JobHistory,
-    Prior,
-    PriorMode,
-    TrialState,
-    TrialStatus,
-    Verdict,
-)
-from zeus_bso.spec import StopReason
+from zeus_bso.policy.types import BatchSizeStats, JobHistory, Prior, PriorMode, TrialState, Verdict
+from zeus_bso.spec import StopReason, TrialStatus
 
 FINGERPRINT_RATIO = 2.0
 """Most a first run's epoch cost may differ from the parent's at that size (either way)."""

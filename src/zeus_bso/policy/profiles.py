@@ -32,15 +32,8 @@ from typing import TypeAlias
 from zeus_bso.errors import TooManyProfilesError
 from zeus_bso.policy.cost import StopRules, best_reference, zeus_cost
 from zeus_bso.policy.pruning import neighbours
-from zeus_bso.policy.types import (
-    BatchSizeStats,
-    ByProfile,
-    CostStats,
-    JobState,
-    TrialKind,
-    TrialState,
-)
-from zeus_bso.spec import CreatedJob, GpuConfig, gpu_of, profile_key
+from zeus_bso.policy.types import BatchSizeStats, ByProfile, CostStats, JobState, TrialState
+from zeus_bso.spec import CreatedJob, GpuConfig, TrialKind, gpu_of, profile_key
 
 EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
 """The mean cost of an epoch by (profile, batch size), from the trials' reports."""

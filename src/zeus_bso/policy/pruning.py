@@ -26,7 +26,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
-from zeus_bso.policy.types import TrialState, TrialStatus
+from zeus_bso.policy.types import TrialState
+from zeus_bso.spec import TrialStatus
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob

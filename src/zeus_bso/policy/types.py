@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from zeus_bso.policy.curves import CURVES_KEPT, Curve
-from zeus_bso.spec import GpuConfig, StopReason
+from zeus_bso.spec import GpuConfig, StopReason, TrialKind, TrialStatus
 
 
 class Stage(StrEnum):
@@ -18,44 +18,6 @@ class Stage(StrEnum):
     BANDIT = "bandit"
     PINNED = "pinned"
     """Every run gets the pinned batch size: neither stage's, until the job is unpinned."""
-
-
-class TrialKind(StrEnum):
-    """Why a trial was dispatched."""
-
-    EXPLORATION = "exploration"
-    """A pruning-round run of a batch size (explorations are serial)."""
-    CONCURRENT = "concurrent"
-    """A run started while an exploration was in flight; it gets the best batch size so far."""
-    BANDIT = "bandit"
-    """A run chosen by Thompson sampling."""
-    EXPLOIT = "exploit"
-    """A run at the cheapest batch size so far while pruning waits: the recurrences a job
-    expects (``expected_recurrences``) cannot pay back another exploration now
-    (`zeus_bso.policy.horizon`)."""
-    PINNED = "pinned"
-    """A run of a pinned job: the pinned batch size, nothing explored; stopped only at its
-    target or ``max_epochs`` (a run that must deliver a model)."""
-
-
-class TrialStatus(StrEnum):
-    """A trial's state. Only ``dispatched`` trials change state."""
-
-    DISPATCHED = "dispatched"
-    REPORTED = "reported"
-    """The run ended with a final report: time, energy, cost and convergence are stored."""
-    FAILED = "failed"
-    """The client ended the trial without a final report (the run crashed or was stopped)."""
-    ABANDONED = "abandoned"
-    """The trial's lease expired: the client vanished. Says nothing about the batch size."""
-    RELEASED = "released"
-    """The client released the trial: the run ended for a reason that is not its batch size's
-    (a misconfigured script; the framework's own epoch limit below the job's). Says nothing
-    about the batch size, whose exploration is tried again."""
-    INFEASIBLE = "infeasible"
-    """The run ran out of accelerator memory at its batch size: neither that size nor a larger
-    one fits on the trial's hardware profile (`JobState.memory_caps`). Says nothing about
-    whether the size converges, and nothing about other profiles."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from itertools import accumulate
 from types import MappingProxyType
 
 from zeus_bso.policy.power import profiles_power
-from zeus_bso.policy.types import TrialKind
 from zeus_bso.sim.runner import Recurrence, TrialOutcome
 from zeus_bso.sim.trace import TraceJob
+from zeus_bso.spec import TrialKind
 
 CAUSES = MappingProxyType(
     {

@@ -23,6 +23,44 @@ from zeus_bso.wire.values import (
 )
 
 
+class TrialKind(StrEnum):
+    """Why a trial was dispatched."""
+
+    EXPLORATION = "exploration"
+    """A pruning-round run of a batch size (explorations are serial)."""
+    CONCURRENT = "concurrent"
+    """A run started while an exploration was in flight; it gets the best batch size so far."""
+    BANDIT = "bandit"
+    """A run chosen by Thompson sampling."""
+    EXPLOIT = "exploit"
+    """A run at the cheapest batch size so far while pruning waits: the recurrences a job
+    expects (``expected_recurrences``) cannot pay back another exploration now
+    (`zeus_bso.policy.horizon`)."""
+    PINNED = "pinned"
+    """A run of a pinned job: the pinned batch size, nothing explored; stopped only at its
+    target or ``max_epochs`` (a run that must deliver a model)."""
+
+
+class TrialStatus(StrEnum):
+    """A trial's state. Only ``dispatched`` trials change state."""
+
+    DISPATCHED = "dispatched"
+    REPORTED = "reported"
+    """The run ended with a final report: time, energy, cost and convergence are stored."""
+    FAILED = "failed"
+    """The client ended the trial without a final report (the run crashed or was stopped)."""
+    ABANDONED = "abandoned"
+    """The trial's lease expired: the client vanished. Says nothing about the batch size."""
+    RELEASED = "released"
+    """The client released the trial: the run ended for a reason that is not its batch size's
+    (a misconfigured script; the framework's own epoch limit below the job's). Says nothing
+    about the batch size, whose exploration is tried again."""
+    INFEASIBLE = "infeasible"
+    """The run ran out of accelerator memory at its batch size: neither that size nor a larger
+    one fits on the trial's hardware profile (`zeus_bso.policy.JobState.memory_caps`). Says
+    nothing about whether the size converges, and nothing about other profiles."""
+
+
 class TrialId(WireModel):
     """Identifies one trial (one training run) of a job."""
 

@@ -17,9 +17,7 @@ from zeus_bso.spec import (
     Printable,
     TrialId,
 )
-from zeus_bso_server.api.deps import Db, Service
-from zeus_bso_server.queries import fleet_summary, job_summaries, job_view
-from zeus_bso_server.read_models import (
+from zeus_bso.wire.reads import (
     FleetSummary,
     ForgottenMemoryCaps,
     ForgottenPowerProfile,
@@ -30,6 +28,8 @@ from zeus_bso_server.read_models import (
     PinRequest,
     TrialView,
 )
+from zeus_bso_server.api.deps import Db, Service
+from zeus_bso_server.queries import fleet_summary, job_summaries, job_view, trial_view
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 
@@ -152,7 +152,7 @@ async def get_job(
 )
 async def heartbeat(trial: TrialId, service: Service) -> TrialView:
     """Renew a running trial's lease; a client calls it while it trains."""
-    return TrialView.of(await service.heartbeat(trial))
+    return trial_view(await service.heartbeat(trial))
 
 
 @router.post(
@@ -163,7 +163,7 @@ async def release(trial: TrialId, service: Service) -> TrialView:
     misconfigured script, the framework's own epoch limit below the job's): an open trial
     becomes ``released`` and counts nothing against its batch size; an ended one is left as it
     is."""
-    return TrialView.of(await service.release_trial(trial))
+    return trial_view(await service.release_trial(trial))
 
 
 @router.post(
@@ -187,7 +187,7 @@ async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     trial_id = TrialId(
         job_id=trial.job_id, batch_size=trial.batch_size, trial_number=trial.trial_number
     )
-    return TrialView.of(await service.trial_out_of_memory(trial_id, trial.micro_batch_size))
+    return trial_view(await service.trial_out_of_memory(trial_id, trial.micro_batch_size))
 
 
 @router.post(

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, FromClause, Table, func, select
 from sqlalchemy.exc import DBAPIError
 
-from zeus_bso.policy.types import TrialStatus
+from zeus_bso.spec import TrialStatus
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
 from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS

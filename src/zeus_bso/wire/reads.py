@@ -1,17 +1,16 @@
 """What the added read routes and the dashboard show of jobs: their response models (not part
-of the upstream protocol). `zeus_bso_server.queries` fills them."""
+of the upstream protocol), defined once for the server, which fills them
+(`zeus_bso_server.queries`), and the client, which reads them (`zeus_bso.client.ServerClient`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-from zeus_bso.policy import TrialKind, TrialStatus
-from zeus_bso.spec import CreatedJob, PowerProfileView
-from zeus_bso_server.store.repository import StoredTrial
+from zeus_bso.wire.jobs import CreatedJob
+from zeus_bso.wire.trials import PowerProfileView, TrialKind, TrialStatus
 
 
 class Recommendation(BaseModel):
@@ -146,22 +145,6 @@ class TrialView(BaseModel):
     created_at: float
     updated_at: float
     lease_expires_at: float | None
-
-    @classmethod
-    def of(cls, stored: StoredTrial) -> TrialView:
-        """View of a stored trial: the policy's trial (`TrialState`, each field by its name),
-        its job, times and lease."""
-        trial = stored.trial
-        return cls(
-            **asdict(trial)
-            | {
-                "curve": list(trial.curve) if stored.curve_kept else None,
-            },
-            job_id=stored.job_id,
-            created_at=stored.created_at,
-            updated_at=stored.updated_at,
-            lease_expires_at=stored.lease_expires_at,
-        )
 
 
 class PinRequest(BaseModel):
