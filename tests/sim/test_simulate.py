@@ -76,6 +76,27 @@ def test_same_results_in_process_and_through_a_server(
         assert any(t["kind"] == "exploit" for t in state["trials"])
 
 
+def test_the_server_backend_knows_why_every_trial_ran_beyond_the_job_view_s_page(
+    server: ServerProcess,
+) -> None:
+    # The job's view shows its latest 50 trials; a simulation's report needs every one's kind.
+    spec = job_spec(load_trace_job("squad", "v100"), "sim-kinds", mab_seed=0)
+    with ServerClient(server.url) as client:
+        backend = ServerBackend(client, spec)
+        numbers = []
+        for _ in range(52):  # each run converges in its first epoch
+            trial = backend.next_trial()
+            backend.report(
+                trial, time=1.0, energy=100.0, metric=spec.target_metric, current_epoch=1
+            )
+            backend.end_trial(trial)
+            numbers.append(trial.trial_number)
+        kinds = backend.kinds()
+        client.delete_job("sim-kinds")
+    assert sorted(kinds) == numbers
+    assert kinds[numbers[0]] == "exploration"  # the default's first run
+
+
 def moved_alike(
     server: ServerProcess,
     spec: JobSpecFromClient,

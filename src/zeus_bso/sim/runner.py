@@ -104,7 +104,7 @@ class ServerBackend:
         self.client.infeasible(trial, micro_batch_size=micro_batch_size)
 
     def kinds(self) -> Mapping[int, str]:
-        trials = self.client.job_state(self.job_id)["trials"]
+        trials = self.client.trials(self.job_id)  # every one: the job's view shows the latest
         return {int(t["trial_number"]): str(t["kind"]) for t in trials}
 
 
