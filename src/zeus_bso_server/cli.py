@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from alembic.util.exc import CommandError
 from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import DBAPIError
@@ -34,22 +33,14 @@ from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server import __version__
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
-    SchemaError,
     ServerError,
     SettingsError,
 )
 from zeus_bso_server.observability import JsonFormatter
 from zeus_bso_server.settings import Settings, load_settings, to_engine_url
-from zeus_bso_server.store.copy import Copied, copy_database
 from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
-from zeus_bso_server.store.migrate import (
-    check_schema,
-    current_revision,
-    downgrade,
-    head_revision,
-    upgrade,
-)
+from zeus_bso_server.store.schema import HEAD, check_schema, current_revision
 
 app = typer.Typer(
     help="zeus-bso server: learns the cheapest batch size of recurring training jobs.",
@@ -107,8 +98,6 @@ def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -
 
     try:
         return asyncio.run(run())
-    except CommandError as error:  # an unknown revision
-        raise SchemaError(str(error)) from None
     except DBAPIError as error:  # the driver's own words, without SQLAlchemy's link
         raise DatabaseUnavailableError(
             f"cannot use the database {_display_url(settings)}: {error.orig}"
@@ -125,6 +114,10 @@ def _migrate_schema(
     """Migrate; returns the revisions before and after, and a downgrade's notices."""
 
     async def migrate(db: Database) -> tuple[str | None, str | None, list[str]]:
+        if not down and revision == "head" and (current := await current_revision(db)) == HEAD:
+            return current, current, []  # at the head already: no Alembic to load
+        from zeus_bso_server.store.migrate import downgrade, upgrade
+
         if down:
             return await downgrade(db, revision)
         return (*await upgrade(db, revision), [])
@@ -413,6 +406,8 @@ def db_copy(
         if path is not None and not path.is_file():
             raise SettingsError(f"no database to copy: {path} does not exist (see --db)")
 
+        from zeus_bso_server.store.copy import Copied, copy_database
+
         async def copy_into(db: Database) -> Copied:
             into = Database(target, busy_timeout_ms=source.sqlite_busy_timeout_ms)
             try:
@@ -446,7 +441,7 @@ def db_current(db: DbOption = None) -> None:
         current = _on_database(settings, current_revision)
     except ServerError as error:
         raise _fail(error) from None
-    typer.echo(f"current: {current or 'empty'}  needed: {head_revision()}")
+    typer.echo(f"current: {current or 'empty'}  needed: {HEAD}")
 
 
 def _is_json(log_format: str | None) -> bool:

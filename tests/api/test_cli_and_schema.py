@@ -27,7 +27,8 @@ from tests.helpers import (
 from tests.ports import free_port
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import head_revision, on_connection, upgrade
+from zeus_bso_server.store.migrate import head_revision, upgrade
+from zeus_bso_server.store.schema import on_connection
 from zeus_bso_server.store.tables import Base
 
 

@@ -35,6 +35,7 @@ from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.dialects import SCHEMA_LOCK_NAME
 from zeus_bso_server.store.migrate import head_revision, upgrade
+from zeus_bso_server.store.schema import HEAD
 
 # Batch size -> reports, mean cost, m2, converged runs, their cost sum, cheapest converged cost.
 STATS_0001: dict[int, tuple[Any, ...]] = {
@@ -145,6 +146,11 @@ def test_statistics_survive_the_move_onto_the_job_row_and_back(
         (64, 2, 110.0, 100.0),
         (128, 1, 90.0, None),
     ]
+
+
+def test_the_server_needs_the_newest_migration_s_revision() -> None:
+    # The check at start reads HEAD without loading the scripts: a new migration moves both.
+    assert HEAD == head_revision()
 
 
 def test_downgrade_to_an_unknown_revision_is_refused(tmp_path: Path) -> None:

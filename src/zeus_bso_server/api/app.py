@@ -29,7 +29,7 @@ from zeus_bso_server.observability import Metrics, RequestContextMiddleware
 from zeus_bso_server.service import BatchSizeService
 from zeus_bso_server.settings import Settings, load_settings
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.migrate import check_schema
+from zeus_bso_server.store.schema import check_schema
 
 CHECKPOINT_SECONDS = 1.0
 """How often a SQLite server copies its write-ahead log into the database, off the requests."""

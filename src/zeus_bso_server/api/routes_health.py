@@ -12,7 +12,7 @@ from zeus_bso_server.api.deps import Db
 from zeus_bso_server.errors import SchemaError, ServerError
 from zeus_bso_server.observability import fleet_exposition
 from zeus_bso_server.queries import fleet_summary
-from zeus_bso_server.store.migrate import check_schema
+from zeus_bso_server.store.schema import check_schema
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from zeus_bso.spec import TrialStatus
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
 from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
-from zeus_bso_server.store.migrate import current_revision, head_revision, upgrade
+from zeus_bso_server.store.migrate import head_revision, upgrade
+from zeus_bso_server.store.schema import current_revision
 from zeus_bso_server.store.tables import Base, JobRow, TrialRow
 
 CHUNK_ROWS = 1000

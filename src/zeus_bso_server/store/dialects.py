@@ -109,7 +109,7 @@ class Dialect:
     session_schema_lock: ClassVar[bool] = False
     """Whether `lock_schema` takes a lock of the session, not of the transaction: it is then
     taken before a migration's transaction begins and released after it commits
-    (`zeus_bso_server.store.migrate.on_connection`)."""
+    (`zeus_bso_server.store.schema.on_connection`)."""
 
     def lock_schema(self, conn: Connection) -> None:
         """Take the database-wide lock migrations run under (replicas that upgrade as they
@@ -159,7 +159,7 @@ class _SQLite(Dialect):
         event.listen(engine, "connect", on_connect)
         event.listen(engine, "begin", on_begin)
 
-    # The schema lock is the migration's BEGIN IMMEDIATE (`migrate.on_connection`).
+    # The schema lock is the migration's BEGIN IMMEDIATE (`schema.on_connection`).
 
 
 class _PostgreSQL(Dialect):

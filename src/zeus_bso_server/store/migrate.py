@@ -1,30 +1,25 @@
-"""Schema migrations (Alembic, shipped inside the package) and the schema check at start."""
+"""Schema migrations (Alembic, shipped inside the package): a database brought to the revision
+this server needs, or taken back to an older one. The check at start is
+`zeus_bso_server.store.schema`'s, which needs no Alembic."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
 from importlib.resources import files
-from typing import TypeVar
 
-import anyio.to_thread
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from zeus_bso_server.errors import MigrationFailedError, SchemaError
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.dialects import WRITE_OPTION, dialect_of
-
-T = TypeVar("T")
-
-UPGRADE_COMMAND = "zeus-bso-server db upgrade --db <URL>"
-# Names the database-wide lock that schema changes take (PostgreSQL wants a number).
+from zeus_bso_server.store.dialects import dialect_of
+from zeus_bso_server.store.schema import current_revision, on_connection
 
 
 def alembic_config() -> Config:
@@ -62,6 +57,8 @@ def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
         if down:
             notices = _check_downgrade(connection, config, revision)
         (command.downgrade if down else command.upgrade)(config, revision)
+    except CommandError as error:  # an unknown revision
+        raise SchemaError(str(error)) from None
     finally:
         if in_transaction:
             dialect.unlock_schema(connection)
@@ -98,84 +95,6 @@ def _check_downgrade(connection: Connection, config: Config, target: str) -> lis
         if said:
             notices.append(f"below revision {revision}: {said}")
     return notices
-
-
-async def on_connection(
-    db: Database, work: Callable[[Connection], T], *, exclusive: bool = False
-) -> T:
-    """Run ``work`` (schema work: Alembic, reflection) on a SQLAlchemy `Connection` of ``db``,
-    in a transaction, in a worker thread; ``exclusive`` (a migration) takes SQLite's write lock
-    from the start, and a dialect's session lock on the schema around the transaction. The
-    driver's errors are not translated: the CLI shows their own words."""
-
-    def run() -> T:
-        with db.engine.connect() as connection:
-            connection = connection.execution_options(**{WRITE_OPTION: exclusive})
-            dialect = dialect_of(connection)
-            with _session_schema_lock(connection) if exclusive else contextlib.nullcontext():
-                if not (exclusive and dialect.rebuilds_tables):
-                    with connection.begin():
-                        return work(connection)
-                return _without_sqlite_foreign_keys(connection, work)
-
-    return await anyio.to_thread.run_sync(run)
-
-
-@contextlib.contextmanager
-def _session_schema_lock(connection: Connection) -> Iterator[None]:
-    """Hold a dialect's session lock on the schema (MySQL's) from before the migration's
-    transaction until after it commits. Released inside it, the next process to take the lock
-    read the revision before the migration's last step, whose version row was not committed
-    yet, and ran that step again ("Table 'power_profiles' already exists"). A connection whose
-    lock cannot be released is closed, which releases it."""
-    dialect = dialect_of(connection)
-    if not dialect.session_schema_lock:
-        yield
-        return
-    dialect.lock_schema(connection)
-    connection.commit()
-    try:
-        yield
-    finally:
-        try:
-            dialect.unlock_schema(connection)
-            connection.commit()
-        except SQLAlchemyError:
-            connection.invalidate()
-
-
-def _without_sqlite_foreign_keys(connection: Connection, work: Callable[[Connection], T]) -> T:
-    """Run schema ``work`` on SQLite with foreign keys off, and check them before committing.
-
-    Alembic's batch mode rebuilds a table (copy, ``DROP TABLE``, rename); with foreign keys on,
-    dropping ``jobs`` deletes every trial (``ON DELETE CASCADE``). The pragma is a no-op inside a
-    transaction, so it is set before ``BEGIN``, on the driver's connection (which runs outside
-    any transaction), and set back afterwards, before the connection returns to the pool.
-
-    Raises:
-        SchemaError: the migrated tables break a foreign key (nothing is committed).
-    """
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    driver.execute("PRAGMA foreign_keys = OFF")
-    try:
-        with connection.begin():
-            result = work(connection)
-            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-            if broken:
-                raise SchemaError(
-                    f"the migration would leave {len(broken)} row(s) whose foreign key points "
-                    f"nowhere (first: table {broken[0][0]}, row {broken[0][1]}); nothing was "
-                    "changed"
-                )
-        return result
-    finally:
-        driver.execute("PRAGMA foreign_keys = ON")
-
-
-async def current_revision(db: Database) -> str | None:
-    """The database's schema revision (``None`` for an empty database)."""
-    return await on_connection(db, _current)
 
 
 async def upgrade(db: Database, revision: str = "head") -> tuple[str | None, str | None]:
@@ -230,22 +149,3 @@ async def downgrade(db: Database, revision: str) -> tuple[str | None, str | None
         db, lambda conn: _migrate(conn, revision, down=True), exclusive=True
     )
     return before, await current_revision(db), notices
-
-
-async def check_schema(db: Database) -> None:
-    """Refuse a database whose schema is not the one this server needs.
-
-    Raises:
-        SchemaError: the schema is missing, older or newer; the message says what to run.
-    """
-    current, head = await current_revision(db), head_revision()
-    if current == head:
-        return
-    if current is None:
-        raise SchemaError(
-            f"the database has no zeus-bso schema; create it with `{UPGRADE_COMMAND}`"
-        )
-    raise SchemaError(
-        f"the database schema is at revision {current}, this server needs {head}; "
-        f"upgrade it with `{UPGRADE_COMMAND}` (or use the server version that wrote it)"
-    )
