@@ -125,7 +125,7 @@ FLEET_GAUGES = (
     ("zeus_bso_cost_saved", "cost_saved", "Cost saved (joules: every job's cost unit)."),
     ("zeus_bso_cost_saved_ratio", "cost_saved_fraction", "Cost saved over that baseline."),
 )
-"""The fleet's totals as gauges (name, `zeus_bso.wire.reads.FleetSummary` field,
+"""The fleet's totals as gauges (name, `zeus_bso_server.read_models.FleetSummary` field,
 help): what the dashboard's summary says, for a chart of savings over time."""
 
 

@@ -1,5 +1,5 @@
 """The read side: what the added routes and the dashboard show of jobs, read from the store in
-one transaction each (`zeus_bso.wire.reads` are the answers): job summaries, one job with
+one transaction each (`zeus_bso_server.read_models` are the answers): job summaries, one job with
 its statistics, posterior and recommendation, savings against the default, the fleet."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from zeus_bso.policy.orchestration import Reading, decision_view, next_run, read
 from zeus_bso.policy.priors import standing
 from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.spec import CreatedJob, differing_settings, profile_key
-from zeus_bso.wire.reads import (
+from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
+from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
     JobStage,
@@ -33,7 +34,6 @@ from zeus_bso.wire.reads import (
     SiblingJob,
     TrialView,
 )
-from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.repository import Spent, StoredJob, StoredTrial

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
-from zeus_bso.wire.reads import TrialView
 from zeus_bso_server.api.charts import cost_chart, sparkline
+from zeus_bso_server.read_models import TrialView
 
 
 @pytest.fixture(scope="module")

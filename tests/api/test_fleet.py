@@ -11,9 +11,9 @@ import pytest
 
 from tests.helpers import ServerProcess, job_body, run_one, run_recurrences, unique_id
 from zeus_bso.policy import zeus_cost
-from zeus_bso.wire.reads import FleetSummary
 from zeus_bso_server.observability import FLEET_GAUGES
 from zeus_bso_server.queries import fleet_summary
+from zeus_bso_server.read_models import FleetSummary
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 

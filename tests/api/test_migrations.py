@@ -150,7 +150,7 @@ def test_statistics_survive_the_move_onto_the_job_row_and_back(
 
 def test_the_server_needs_the_newest_migration_s_revision() -> None:
     # The check at start reads HEAD without loading the scripts: a new migration moves both.
-    assert HEAD == head_revision()
+    assert head_revision() == HEAD
 
 
 def test_downgrade_to_an_unknown_revision_is_refused(tmp_path: Path) -> None:

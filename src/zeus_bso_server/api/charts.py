@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zeus_bso.units import duration_text, energy_text
-from zeus_bso.wire.reads import TrialView
+from zeus_bso_server.read_models import TrialView
 
 
 def number(value: float | None) -> str:

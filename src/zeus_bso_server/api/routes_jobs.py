@@ -17,7 +17,9 @@ from zeus_bso.spec import (
     Printable,
     TrialId,
 )
-from zeus_bso.wire.reads import (
+from zeus_bso_server.api.deps import Db, Service
+from zeus_bso_server.queries import fleet_summary, job_summaries, job_view, trial_view
+from zeus_bso_server.read_models import (
     FleetSummary,
     ForgottenMemoryCaps,
     ForgottenPowerProfile,
@@ -28,8 +30,6 @@ from zeus_bso.wire.reads import (
     PinRequest,
     TrialView,
 )
-from zeus_bso_server.api.deps import Db, Service
-from zeus_bso_server.queries import fleet_summary, job_summaries, job_view, trial_view
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 
