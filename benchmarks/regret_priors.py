@@ -1,4 +1,4 @@
-"""Regret of jobs seeded from a related job's curve (priors), on the NSDI'23 trace, in-process.
+"""Regret of jobs seeded from a related job's curve (priors), on the NSDI'23 trace.
 
 Each scenario seeds every new job of a workload with a parent's curve (`zeus_bso.sim.parents`)
 and simulates its recurrences (six workloads x seeds); the regret after 5, 10, 20 and 50
@@ -15,10 +15,13 @@ then the oracle: what no job without a prior can beat):
   it runs);
 - a third: the cold start and the declared parents with the per-run cap
   (``max_run_cost_ratio`` `CAP`), beside the runs that cost more than the cap times the
-  default's measured cost.
+  default's measured cost;
+- with ``--served``, a fourth: the declared parents and the wrong priors of the first
+  `REPLAYED_SEEDS` seeds replayed through a real server, where each parent is a job that ran
+  (`served`).
 
     .venv/bin/python benchmarks/regret_priors.py [--gpus v100 p100] [--seeds 0 ... 19]
-                                                 [--recurrences 50]
+                                                 [--recurrences 50] [--served]
 
 Writes benchmarks/results/regret_priors.json and .md, and prints the tables.
 """
@@ -28,21 +31,33 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _server import running_server
+from zeus_bso.client import ServerClient
 from zeus_bso.policy.types import Prior, PriorMode
-from zeus_bso.sim import WORKLOADS, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.parents import parent_prior
+from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim.parents import ParentCurve, parent_curve
 from zeus_bso.sim.report import HORIZONS, Summary, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob
+from zeus_bso.spec import TrainingResult
 
 RESULTS = Path(__file__).parent / "results"
 ETA = 0.5
 CAP = 1.5
 """The per-run cap of the third table (``max_run_cost_ratio``)."""
+
+DECLARED: dict[str, dict[str, Any]] = {
+    "trust, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.TRUST},
+    "trust, same workload, sigma 0.2": {"sigma": 0.2, "mode": PriorMode.TRUST},
+    "trust, optimum shifted by one size": {"shift": "one size", "mode": PriorMode.TRUST},
+    "check, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.CHECK},
+}
+"""The declared parents: the same workload, its curve perturbed (`zeus_bso.sim.parents`)."""
 
 Seeding = Callable[[TraceJob, int], Prior | None]
 """The prior a scenario gives a new job of a workload, in a seed."""
@@ -50,16 +65,24 @@ Seeding = Callable[[TraceJob, int], Prior | None]
 
 def seeded(gpu: str, parent: str | None = None, **how: Any) -> Seeding:
     """A scenario's seeding: the workload's own curve (``parent`` None) or ``parent``'s."""
+    curve = curve_of(gpu, parent, how)
+    return lambda job, seed: curve(job, seed).prior(how.get("mode", PriorMode.CHECK))
+
+
+def curve_of(
+    gpu: str, parent: str | None, how: dict[str, Any]
+) -> Callable[[TraceJob, int], ParentCurve]:
+    """What a scenario's parent learned of a workload's sizes, in a seed."""
     other = load_trace_job(parent, gpu) if parent is not None else None
 
-    def prior(job: TraceJob, seed: int) -> Prior | None:
+    def curve(job: TraceJob, seed: int) -> ParentCurve:
         shift = how.get("shift", 0)
         if shift == "one size":
             shift = 1 if seed % 2 else -1
-        settings = {k: v for k, v in how.items() if k != "shift"}
-        return parent_prior(job, other or job, eta_knob=ETA, seed=seed, shift=shift, **settings)
+        sigma = how.get("sigma", 0.0)
+        return parent_curve(job, other or job, eta_knob=ETA, seed=seed, sigma=sigma, shift=shift)
 
-    return prior
+    return curve
 
 
 def run(
@@ -116,12 +139,7 @@ def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str
         data["scenarios"][name] = scenario_data(summaries, horizons)
 
     add("cold start", cold)
-    declared = {
-        "trust, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.TRUST},
-        "trust, same workload, sigma 0.2": {"sigma": 0.2, "mode": PriorMode.TRUST},
-        "trust, optimum shifted by one size": {"shift": "one size", "mode": PriorMode.TRUST},
-        "check, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.CHECK},
-    }
+    declared = DECLARED
     for name, how in declared.items():
         add(name, run(gpu, seeds, recurrences, seeded(gpu, **how)))
     # The wrong prior: each other workload's curve, check mode; every pair against its cold.
@@ -248,16 +266,145 @@ def capped(
     return "\n" + "\n".join(lines) + "\n"
 
 
+REPLAYED_SEEDS = 3
+"""The seeds of each scenario replayed through a real server (`served`): 162 jobs a GPU, each
+of up to 50 recurrences, about 13 minutes on two cores."""
+
+
+def served(
+    gpu: str,
+    seeds: list[int],
+    recurrences: int,
+    declared: dict[str, dict[str, Any]],
+    data: dict[str, Any],
+) -> str:
+    """The priors replayed through a real server: each scenario's parent is a job on it that ran
+    once at each size its curve knows (pinned there: `ParentCurve.runs`), and each new job
+    registers with ``prior_from`` that job, so the server learns the prior from stored runs as
+    it does for a user's. Each replay must decide as the policy in-process does with the prior
+    those runs give (`ParentCurve.learned`), to the cost of every run; its regret stands beside
+    the in-process tables' (the curve itself, with fractional epochs and noisy epoch costs)."""
+    horizons = [h for h in HORIZONS if h <= recurrences]
+    scenarios = [(name, None, how) for name, how in declared.items()]
+    wrong = "check, another workload (30 pairs)"
+    scenarios += [(wrong, p, {"mode": PriorMode.CHECK}) for p in WORKLOADS]
+    regret: dict[str, dict[str, list[list[float]]]] = {}  # scenario -> served/in-process -> h
+    replays = 0
+    with tempfile.TemporaryDirectory() as tmp, running_server(f"sqlite:///{tmp}/p.db") as url:
+        client = ServerClient(url)
+        for name, parent, how in scenarios:
+            curve_at, mode = curve_of(gpu, parent, how), how["mode"]
+            cells = regret.setdefault(name, {"served": [], "in-process": []})
+            for workload in WORKLOADS:
+                if workload == parent:
+                    continue
+                trace = load_trace_job(workload, gpu)
+                through, ideal = [], []
+                for seed in seeds:
+                    curve = curve_at(trace, seed)
+                    key = f"{gpu}-{parent or 'own'}-{workload}-{seed}-{len(regret)}"
+                    prior_from = seed_parent(client, trace, curve, f"parent-{key}")
+                    options: dict[str, Any] = {"mab_seed": seed}
+                    if prior_from is not None:
+                        options.update(prior_from=prior_from, prior_mode=mode.value)
+                    spec = job_spec(trace, f"served-{key}", **options)
+                    backend = ServerBackend(client, spec)
+                    recs = simulate(
+                        trace, backend, recurrences=recurrences, seed=seed, eta_knob=ETA
+                    )
+                    local = job_spec(trace, f"local-{key}", mab_seed=seed)
+                    learned = in_process(local, curve.learned(mode))
+                    alike = simulate(
+                        trace, learned, recurrences=recurrences, seed=seed, eta_knob=ETA
+                    )
+                    if [r.trials for r in recs] != [r.trials for r in alike]:
+                        raise SystemExit(f"{name}, {workload}, seed {seed}: server differs")
+                    replays += 1
+                    through.append(seed_result(seed, recs))
+                    own = in_process(local, curve.prior(mode))
+                    kept = simulate(trace, own, recurrences=recurrences, seed=seed, eta_knob=ETA)
+                    ideal.append(seed_result(seed, kept))
+                for results, cell in ((through, "served"), (ideal, "in-process")):
+                    summary = summarize(trace, ETA, recurrences, results)
+                    cells[cell].append([summary.at(h).regret for h in horizons])
+    header = "| scenario, seeds " + ", ".join(map(str, seeds)) + " | "
+    header += " | ".join(f"{h} recurrences" for h in horizons) + " |"
+    lines = [header, "|---" * (len(horizons) + 1) + "|"]
+    data["served"] = {}
+    for name, cells in regret.items():
+        means = {
+            cell: [statistics.fmean(row[i] for row in rows) for i in range(len(horizons))]
+            for cell, rows in cells.items()
+        }
+        text = " | ".join(
+            f"{a:.3f} ({100 * (a - b):+.1f})"
+            for a, b in zip(means["served"], means["in-process"], strict=True)
+        )
+        lines.append(f"| {name} | {text} |")
+        data["served"][name] = {
+            cell: dict(zip(map(str, horizons), values, strict=True))
+            for cell, values in means.items()
+        }
+    return (
+        f"\nThrough a real server: each cell is the mean regret of the jobs replayed there, and in"
+        " brackets its points above the same seeds in-process with the curve itself. Each of the"
+        f" {replays} replays decided as the policy in-process does with the prior its parent's"
+        " stored runs give, to the cost of every run.\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def seed_parent(
+    client: ServerClient, trace: TraceJob, curve: ParentCurve, job_id: str
+) -> str | None:
+    """Register a parent job of ``trace``'s sizes that ran once at each size ``curve`` knows
+    (pinned there), reporting what the curve says; its id (None: no size converges, so it could
+    seed nothing, and the new job starts cold)."""
+    if not curve.costs:
+        return None
+    w = trace.workload
+    off = w.target_metric * (0.5 if w.higher_is_better else 2.0)
+    runs = curve.runs()
+    # Another workload's runs may take more epochs than this one's max_epochs.
+    most = max([w.max_epochs, *(run.epochs or 0 for run in runs)])
+    backend = ServerBackend(client, job_spec(trace, job_id, max_epochs=most))
+    for run in runs:
+        client.pin(backend.job_id, run.batch_size)
+        trial = backend.next_trial()
+        epoch, stop = 0, False
+        while not stop:
+            epoch += 1
+            done = epoch == run.epochs
+            result = TrainingResult(
+                **trial.model_dump(),
+                time=0.0,  # its cost all energy: eta_knob * energy (exact at ETA 0.5)
+                energy=epoch * run.epoch_cost / ETA,
+                metric=w.target_metric if done else off,
+                current_epoch=epoch,
+            )
+            stop = client.report(result).stop_train or done
+        backend.end_trial(trial)
+    return backend.job_id
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", nargs="+", default=["v100", "p100"])
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(20)))
     parser.add_argument("--recurrences", type=int, default=50)
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help=f"also replay the first {REPLAYED_SEEDS} seeds of the trusted, checked and wrong "
+        "priors through a real server, their parents jobs on it",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     sections, data = [], []
     for gpu in args.gpus:
         text, found = run_gpu(gpu, args.seeds, args.recurrences)
+        if args.served:
+            replay = args.seeds[:REPLAYED_SEEDS]
+            text += served(gpu, replay, args.recurrences, DECLARED, found)
         print(text, flush=True)
         sections.append(text)
         data.append(found)

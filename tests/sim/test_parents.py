@@ -14,7 +14,7 @@ import pytest
 from tests.sim.test_simulate import ZEUS_BSO
 from zeus_bso.policy.types import PriorMode
 from zeus_bso.sim import in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.parents import parent_prior
+from zeus_bso.sim.parents import parent_curve, parent_prior
 
 ETA = 0.5
 
@@ -124,3 +124,25 @@ def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None
         assert refused.returncode == 2, refused.stderr
         assert says in refused.stderr
         assert "Traceback" not in refused.stderr
+
+
+def test_a_parent_s_runs_give_the_curve_a_server_learns_from_them() -> None:
+    # The runs a real parent job reports for the HTTP replay (benchmarks/regret_priors.py
+    # --served): one at each size the curve knows, whole epochs, the hopeless never converging.
+    job = load_trace_job("imagenet", "p100")  # two sizes: 64 never converges
+    curve = parent_curve(job, job, eta_knob=ETA, seed=3, sigma=0.1)
+    runs = {run.batch_size: run for run in curve.runs()}
+    assert set(runs) == set(curve.costs) | curve.hopeless == set(job.batch_sizes)
+    assert runs[64].epochs is None
+    took = runs[128].epochs
+    assert took == max(1, round(curve.epochs[128]))
+    assert took * runs[128].epoch_cost == pytest.approx(curve.costs[128])
+    learned = curve.learned(PriorMode.TRUST)
+    ideal = curve.prior(PriorMode.TRUST)
+    assert learned is not None
+    assert ideal is not None
+    assert learned.costs == ideal.costs == {128: 1.0}
+    assert learned.hopeless == ideal.hopeless == {64}
+    assert learned.epochs == {128: float(took)}
+    assert learned.epoch_costs[64] == ideal.epoch_costs[64]
+    assert parent_curve(job, job, eta_knob=ETA, shift=-1).learned(PriorMode.TRUST) is None

@@ -18,9 +18,70 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim.trace import TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class ParentCurve:
+    """What a parent learned of a job's batch sizes, in the trace's cost units (before
+    `Prior.of` normalises the whole-run costs to the cheapest)."""
+
+    costs: dict[int, float]
+    """Each converging size's whole-run cost."""
+    hopeless: set[int]
+    """The sizes the parent never saw converge."""
+    epoch_costs: dict[int, float]
+    """The cost of one epoch at each size."""
+    epochs: dict[int, float]
+    """The epochs a converged run takes at each converging size."""
+
+    def prior(self, mode: PriorMode) -> Prior | None:
+        """The prior (None: no size converges)."""
+        if not self.costs:
+            return None
+        return Prior.of(self.costs, self.hopeless, self.epoch_costs, mode, epochs=self.epochs)
+
+    def runs(self) -> list[ParentRun]:
+        """One run of a real parent job at each size it says something of: a converging size's
+        run converges in its epochs (rounded: a real run's are whole) at its whole-run cost, a
+        hopeless size's never converges. (A real parent's epoch cost is its run's cost over its
+        epochs, so it departs from `epoch_costs` by their noise; a size it knows only the epoch
+        cost of has no run: a real parent that ran a size knows whether it converged.)"""
+        runs = []
+        for size, cost in self.costs.items():
+            epochs = max(1, round(self.epochs[size]))
+            runs.append(ParentRun(size, epochs, cost / epochs))
+        hopeless = (ParentRun(size, None, self.epoch_costs[size]) for size in self.hopeless)
+        return runs + sorted(hopeless, key=lambda run: run.batch_size)
+
+    def learned(self, mode: PriorMode) -> Prior | None:
+        """The prior a server learns from a parent job that ran `runs`, as
+        `zeus_bso.policy.learned_prior` learns it (None: none converges)."""
+        runs = self.runs()
+        took = {run.batch_size: (run.epochs, run.epoch_cost) for run in runs if run.epochs}
+        if not took:
+            return None
+        return Prior.of(
+            {size: epochs * cost for size, (epochs, cost) in took.items()},
+            self.hopeless,
+            {run.batch_size: run.epoch_cost for run in runs},
+            mode,
+            epochs={size: float(epochs) for size, (epochs, _) in took.items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRun:
+    """A run a parent job reports for a prior to be learned from it (`ParentCurve.runs`): each
+    epoch costs ``epoch_cost``."""
+
+    batch_size: int
+    epochs: int | None
+    """The epochs it converges in (None: it never converges, and runs to ``max_epochs``)."""
+    epoch_cost: float
 
 
 def parent_prior(
@@ -35,6 +96,20 @@ def parent_prior(
 ) -> Prior | None:
     """The prior ``parent``'s curve gives ``job`` (None: it knows no size of the job that
     converges). Its noise depends on ``seed`` alone (drawn apart from the simulation's)."""
+    curve = parent_curve(job, parent, eta_knob=eta_knob, seed=seed, sigma=sigma, shift=shift)
+    return curve.prior(mode)
+
+
+def parent_curve(
+    job: TraceJob,
+    parent: TraceJob,
+    *,
+    eta_knob: float,
+    seed: int = 0,
+    sigma: float = 0.0,
+    shift: int = 0,
+) -> ParentCurve:
+    """What ``parent`` learned of ``job``'s batch sizes (`parent_prior`'s curve)."""
     if sigma < 0:
         raise ValueError(f"sigma is a lognormal spread, 0 or more: {sigma}")
     noise = random.Random(f"parent-{seed}")
@@ -62,9 +137,7 @@ def parent_prior(
             continue
         costs[size] = cost * _drawn(noise, sigma)
         epochs[size] = cost / parent.epoch_cost(theirs[said], eta_knob)
-    if not costs:
-        return None
-    return Prior.of(costs, hopeless, epoch_costs, mode, epochs=epochs)
+    return ParentCurve(costs, hopeless, epoch_costs, epochs)
 
 
 def _drawn(noise: random.Random, sigma: float) -> float:
