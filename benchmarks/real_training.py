@@ -177,15 +177,15 @@ def recurrences_through_a_server(
             setup.converged.append(bool(outcome is not None and outcome.converged))
             print(f"  {rule:>7} #{index + 1:>2}: batch size {callback.batch_size:>4}", flush=True)
         with ServerClient(url) as client:
-            trials = sorted(client.trials(callback.job_id), key=lambda t: int(t["trial_number"]))
+            trials = client.trials(callback.job_id)  # oldest first
         converged: set[int] = set()
         for trial in trials:  # every run's measured spending, as the server recorded it
-            setup.time += trial.get("time") or 0.0
-            setup.energy += trial.get("energy") or 0.0
-            stopped = "cost upper bound" in (trial.get("message") or "")
-            setup.cost_stops += stopped and trial["batch_size"] in converged
-            if trial.get("converged"):
-                converged.add(trial["batch_size"])
+            setup.time += trial.time or 0.0
+            setup.energy += trial.energy or 0.0
+            stopped = "cost upper bound" in (trial.message or "")
+            setup.cost_stops += stopped and trial.batch_size in converged
+            if trial.converged:
+                converged.add(trial.batch_size)
         setup.cost = zeus_cost(setup.energy, setup.time, ETA, WATTS)
     return setup
 
@@ -227,9 +227,9 @@ def pinned_runs(
         outcome = callback.outcome
         runs.append((bool(outcome is not None and outcome.converged), outcome))
     with ServerClient(url) as client:
-        trials = sorted(client.trials(job_id), key=lambda t: int(t["trial_number"]))
+        trials = client.trials(job_id)  # oldest first
     return [
-        (converged, float(trial.get("time") or 0.0), float(trial.get("energy") or 0.0))
+        (converged, trial.time or 0.0, trial.energy or 0.0)
         for (converged, _), trial in zip(runs, trials, strict=True)
     ]
 

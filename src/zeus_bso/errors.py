@@ -159,6 +159,11 @@ class ServerRejectedError(ZeusBSOError):
         super().__init__(f"{method} {path} answered {status}: {message}")
 
 
+class UnexpectedAnswerError(ZeusBSOError):
+    """Raised when a server's answer is not what this client reads: a server of another version
+    whose answer lacks something this client needs, or not a zeus-bso server."""
+
+
 class RouteMissingError(ServerRejectedError):
     """Raised when the server has no route for a request: a 404 or 405 without the ``message``
     every zeus-bso answer carries (upstream Zeus's server has none of our added routes)."""

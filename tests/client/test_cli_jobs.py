@@ -194,18 +194,18 @@ def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:
     job_with_trials(server, job_id, runs=3)
     with ServerClient(server.url, token=TOKEN) as client:
         totals = client.summary(job_id)
-    assert (totals["jobs"], totals["runs"], totals["energy"], totals["time"]) == (1, 3, 10800, 120)
+    assert (totals.jobs, totals.runs, totals.energy, totals.time) == (1, 3, 10800, 120)
     as_json = cli(server, "summary", "--prefix", job_id, "--json", token=READ_TOKEN)
-    assert json.loads(as_json.stdout) == totals
+    assert json.loads(as_json.stdout) == totals.model_dump(mode="json")
     words = cli(server, "summary", "--prefix", job_id, token=READ_TOKEN)
     assert words.returncode == 0, words.stderr
     assert words.stdout.startswith(
         f"1 job whose id starts with '{job_id}', 3 ended runs: 10.8 kJ of energy and 2.0 min "
         "of training spent. Against delivering their models at their default batch sizes, the 1 "
-        f"job whose savings are known ({totals['jobs_saving']} saved, "
-        f"{1 - totals['jobs_saving']} spent more) together spent "
+        f"job whose savings are known ({totals.jobs_saving} saved, "
+        f"{1 - totals.jobs_saving} spent more) together spent "
     )
-    share = 100 * totals["energy_saved_fraction"]
+    share = 100 * totals.energy_saved_fraction
     assert f"({-share:.1f}% more energy)" in words.stdout  # later runs cost more here
     nothing = cli(server, "summary", "--prefix", unique_id("nojobs"))
     assert nothing.stdout.startswith("no jobs whose id starts with")
@@ -322,6 +322,34 @@ def test_a_url_where_no_batch_size_optimizer_answers_is_said_in_a_line(
     assert said.startswith("POST /jobs answered 501: an HTML page (Error response), not a ")
     assert f"(is {url} the zeus-bso server's address?)" in said
     assert "\n" not in said
+
+
+def test_an_older_servers_job_view_is_shown_and_an_answer_of_another_kind_is_said(
+    server: ServerProcess, another_web_server: str, tmp_path: Path
+) -> None:
+    """The client reads a job's view as the wire model says it: what a server that predates the
+    newer fields leaves out is shown without them; an answer that is no job's view is said in a
+    line (the web server serves ``tmp_path``, where the answers are written)."""
+    job_id = unique_id("cliolder")
+    job_with_trials(server, job_id, runs=2)
+    with ServerClient(server.url, token=TOKEN) as client:
+        view = client.job_state(job_id, limit=0)
+    newer = ("next_run", "profiles", "siblings", "seeded_from", "memory_caps", "power_profiles")
+    answers = tmp_path / "api" / "jobs"
+    answers.mkdir(parents=True)
+    (answers / "older").write_text(json.dumps({k: v for k, v in view.items() if k not in newer}))
+    (answers / "other").write_text(json.dumps({"job_id": "other", "trials": []}))
+    shown = cli(server, "show", "older", "--server", another_web_server, token=None)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{job_id}  stage" in shown.stdout
+    assert "next run" not in shown.stdout  # the newest server's view says it
+    assert "next run" in cli(server, "show", job_id).stdout
+    other = cli(server, "show", "other", "--server", another_web_server, token=None)
+    assert other.returncode == 1
+    assert other.stderr.startswith(
+        "error: GET /api/jobs/other answered what this client does not read (job: Field required)"
+    )
+    assert "Traceback" not in other.stderr
 
 
 def test_check_never_prints_a_password_in_the_server_url(server: ServerProcess) -> None:
@@ -479,14 +507,20 @@ def test_the_totals_name_one_verb_where_energy_and_cost_agree(
     energy: float, cost: float, said: str
 ) -> None:
     from zeus_bso.cli.jobs import totals_in_words
+    from zeus_bso.wire.reads import FleetSummary
 
-    totals = {
+    answer = {
         "jobs": 1, "runs": 3, "energy": 185.0, "time": 0.6, "jobs_with_savings": 1,
         "jobs_saving": int(cost >= 0),
         "energy_saved": energy, "energy_saved_fraction": 0.282 if energy > 0 else -0.282,
         "cost_saved": cost, "cost_saved_fraction": cost,
     }  # fmt: skip
     counts = "(1 saved, 0 spent more)" if cost >= 0 else "(0 saved, 1 spent more)"
+    totals = FleetSummary.model_validate(answer)
     assert totals_in_words(totals).endswith(
         f"the 1 job whose savings are known {counts} together {said}"
     )
+    # A server that predates the count says none: the words leave it out.
+    del answer["jobs_saving"]
+    older = totals_in_words(FleetSummary.model_validate(answer))
+    assert older.endswith(f"the 1 job whose savings are known together {said}")

@@ -450,7 +450,7 @@ def test_fit_in_memory_tries_sizes_until_one_fits_and_marks_the_rest(
     bso.end()
     with ServerClient(server.url) as client:
         trials = client.trials(bso.job_id)
-    statuses = {t["batch_size"]: t["status"] for t in trials}
+    statuses = {t.batch_size: t.status for t in trials}
     assert statuses == {32: "infeasible", 16: "infeasible", 8: "reported"}
     assert "batch size 32 ran out of memory on this machine" in caplog.text
     assert "on estimate" not in caplog.text
@@ -495,7 +495,7 @@ def test_a_first_batch_of_another_size_releases_the_trial(server: ServerProcess)
         bso.on_step_begin([torch.zeros(64, 3), torch.zeros(64)])
     with ServerClient(server.url) as client:
         (trial,) = client.trials(bso.job_id)
-    assert trial["status"] == "released"
+    assert trial.status == "released"
 
 
 def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
@@ -540,7 +540,7 @@ def test_fit_in_memory_raises_other_errors_and_refuses_after_training(
     assert bso.outcome.reason is StopReason.OUT_OF_MEMORY
     with ServerClient(server.url) as client:
         (trial,) = client.trials(bso.job_id)
-    assert trial["status"] == "infeasible"
+    assert trial.status == "infeasible"
 
 
 def test_end_without_ending_the_trial_charges_nothing_to_a_run_that_never_reported(
@@ -601,7 +601,7 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
         assert done.returncode != 0, done.stderr
         with ServerClient(server.url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            (trial,) = client.job_state(listed["job_id"])["trials"]
+            (trial,) = client.job_state(listed.job_id)["trials"]
         outcomes.append(trial["status"])
     assert outcomes == ["infeasible", "released", "failed"]
 

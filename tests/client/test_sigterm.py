@@ -137,7 +137,7 @@ def terminated(script: str, ready: Path, cwd: Path, wait_s: float = 60) -> Any:
 def trials_of(server: ServerProcess, job: JobSpec) -> list[dict[str, Any]]:
     with ServerClient(server.url) as client:
         (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-        return client.trials(listed["job_id"])
+        return [trial.model_dump(mode="json") for trial in client.trials(listed.job_id)]
 
 
 @pytest.mark.parametrize(("case", "epochs"), [("with", None), ("exit hook", 1)])
@@ -257,7 +257,7 @@ def test_a_terminated_hugging_face_run_releases_its_trial(
     assert "interrupted (SIGTERM); not counted against it" in done.stderr
     with ServerClient(server.url) as client:
         (trial,) = client.trials(spec_.job_id or "")
-    assert (trial["status"], trial["epochs"]) == ("released", 1)
+    assert (trial.status, trial.epochs) == ("released", 1)
 
 
 LIGHTNING_RUN = """
@@ -300,7 +300,7 @@ def test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler(
     assert "interrupted (SIGTERMException)" in done.stderr
     with ServerClient(server.url) as client:
         (trial,) = client.trials(spec_.job_id or "")
-    assert (trial["status"], trial["epochs"]) == ("released", 1)
+    assert (trial.status, trial.epochs) == ("released", 1)
 
 
 LOOP_ADAPTER_RUN = """

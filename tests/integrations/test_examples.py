@@ -154,7 +154,7 @@ def two_processes(server: ServerProcess, script: str, stdout: str) -> None:
     assert len(printed) == 2, stdout  # the main process's lines only
     with ServerClient(server.url) as client:
         (job,) = client.list_jobs(prefix=f"example-{TWO_PROCESSES[script]}")
-        state = client.job_state(job["job_id"])
+        state = client.job_state(job.job_id)
     assert (state["job"]["number_of_gpus"], state["job"]["gpu_model"]) == (2, A100)
     assert state["job"]["max_power"] == pytest.approx(2 * LIMIT_W)
     assert len(state["trials"]) == 2  # one trial a recurrence, not one a process

@@ -631,11 +631,11 @@ def test_a_run_interrupted_in_a_notebook_is_ended_by_the_next_run(
         train(server.url, spec, tmp_path / "first", epochs=6, ahead=[CtrlC()])
     with ServerClient(server.url) as client:
         (first,) = client.trials(spec.job_id or "")
-    assert (first["status"], first["epochs"]) == ("dispatched", 1)  # left open, as in a notebook
+    assert (first.status, first.epochs) == ("dispatched", 1)  # left open, as in a notebook
     second = train(server.url, spec, tmp_path / "second", epochs=6)
     with ServerClient(server.url) as client:
         trials = client.trials(spec.job_id or "")
-    assert [t["status"] for t in trials] == ["released", "reported"]
-    assert trials[0]["epochs"] == 1
-    assert trials[1]["batch_size"] == first["batch_size"]  # nothing was charged: the default
+    assert [t.status for t in trials] == ["released", "reported"]
+    assert trials[0].epochs == 1
+    assert trials[1].batch_size == first.batch_size  # nothing was charged: the default
     assert second.outcome is not None

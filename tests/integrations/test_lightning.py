@@ -1000,8 +1000,8 @@ trainer:
     assert rates == pytest.approx([0.05 * size / 32 for size in sizes])
     with ServerClient(server.url) as client:
         (listed,) = client.list_jobs(prefix=f"{prefix}-")
-        registered = client.job_state(listed["job_id"], limit=0)["job"]
-    assert (registered["batch_sizes"], registered["target_metric"]) == ([16, 32, 64], 0.9)
+        registered = client.job(listed.job_id, limit=0).job
+    assert (registered.batch_sizes, registered.target_metric) == ([16, 32, 64], 0.9)
 
 
 def test_a_hydra_config_instantiates_the_callback_with_its_job(
@@ -1038,4 +1038,4 @@ def test_a_hydra_config_instantiates_the_callback_with_its_job(
     assert set(model.seen_batch_sizes) == {32}
     with ServerClient(server.url) as client:
         (trial,) = client.trials(callback.outcome.job_id)
-    assert trial["status"] == "reported"
+    assert trial.status == "reported"

@@ -621,7 +621,7 @@ def test_without_gpus_optimize_is_refused_before_anything_is_registered(
         with pytest.raises(PowerLimitError, match="power limits need NVML"):
             build()
     with ServerClient(server.url) as client:
-        assert spec.job_id not in {j["job_id"] for j in client.jobs_page(prefix=spec.job_id)[0]}
+        assert spec.job_id not in {j.job_id for j in client.jobs_page(prefix=spec.job_id)[0]}
 
 
 def test_a_limit_outside_the_gpus_range_is_refused_and_the_run_released(

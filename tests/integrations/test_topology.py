@@ -135,7 +135,7 @@ def test_two_nodes_with_different_gpu_models_are_refused_on_both(
         assert "MixedGpuModelsError" in done.stderr, done.stderr[-4000:]
         assert "Tesla V100-SXM2-32GB" in done.stderr
     with ServerClient(server.url) as client:
-        assert not [j for j in client.list_jobs() if j["job_id"] == job_id]
+        assert not [j for j in client.list_jobs() if j.job_id == job_id]
 
 
 def test_hugging_face_under_torchrun_with_two_gpus_and_out_of_memory_on_one_rank(

@@ -115,7 +115,7 @@ def trials_of(server: ServerProcess, prefix: str) -> list[dict[str, Any]]:
     """The trials of the one job of ``prefix``, oldest first."""
     with ServerClient(server.url) as client:
         (job,) = client.list_jobs(prefix=f"{prefix}-")
-        trials = client.job_state(job["job_id"])["trials"]
+        trials = client.job_state(job.job_id)["trials"]
     return sorted(trials, key=lambda t: t["trial_number"])
 
 
@@ -333,7 +333,7 @@ def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
     check_run(steps[2 * MEMORY_CHECK_STEPS :], second)
     with ServerClient(server.url) as client:
         (job,) = client.list_jobs(prefix=f"{prefix}-")
-        assert list(client.job_state(job["job_id"])["memory_caps"].values()) == [8]
+        assert list(client.job(job.job_id).memory_caps.values()) == [8]
 
 
 @pytest.mark.parametrize("script", ["lightning_datamodule.py", "classic_pytorch_lightning.py"])

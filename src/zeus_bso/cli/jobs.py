@@ -21,8 +21,9 @@ from rich.table import Column, Table
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
 from zeus_bso.options import token_from
-from zeus_bso.spec import ESTIMATED_MODEL, hardware_words, profile_words
+from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
+from zeus_bso.wire.reads import FleetSummary, JobView, Savings, SeededFrom
 
 T = TypeVar("T")
 
@@ -102,11 +103,11 @@ def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -
         raise typer.Exit(error.exit_code) from error
 
 
-def _hardware(job: dict[str, Any]) -> str:
+def _hardware(job: CreatedJob) -> str:
     """A job's GPUs in words (`zeus_bso.spec.hardware_words`), with ``max power`` named."""
-    if job["gpu_model"] == ESTIMATED_MODEL:
-        return hardware_words(job["number_of_gpus"], job["gpu_model"], job["max_power"])
-    return f"{job['number_of_gpus']} x {job['gpu_model']}, max power {job['max_power']:g} W"
+    if job.gpu_model == ESTIMATED_MODEL:
+        return hardware_words(job.number_of_gpus, job.gpu_model, job.max_power)
+    return f"{job.number_of_gpus} x {job.gpu_model}, max power {job.max_power:g} W"
 
 
 def _number(value: Any, digits: int = 4) -> str:
@@ -128,9 +129,9 @@ def _figure(column: str, value: Any) -> str:
     return _number(value) if value is None or shown is None else str(shown(value))
 
 
-def _saved(savings: dict[str, Any]) -> str:
+def _saved(savings: Savings) -> str:
     """A job's savings in words: ``12.5% of the cost saved``, or ``3.1% more cost``."""
-    share = 100 * savings["fraction"]
+    share = 100 * savings.fraction
     return f"{share:.1f}% of the cost saved" if share >= 0 else f"{-share:.1f}% more cost"
 
 
@@ -157,10 +158,10 @@ def list_command(
             )
         )
     if as_json:
-        typer.echo(json.dumps(jobs, indent=2))
+        typer.echo(json.dumps([job.model_dump(mode="json") for job in jobs], indent=2))
         return
     # The id is what `show` takes: whole, on one line, however narrow the terminal.
-    longest = max((len(job["job_id"]) for job in jobs), default=len("job id"))
+    longest = max((len(job.job_id) for job in jobs), default=len("job id"))
     # Other cells fold onto more lines where the terminal is narrow, never cut ("pruni…").
     table = Table(
         Column("job id", no_wrap=True, min_width=longest),
@@ -173,18 +174,18 @@ def list_command(
         **COMPACT,
     )
     for job in jobs:
-        gpu = f"{job['number_of_gpus']} x {job['gpu_model']}"
-        if job["gpu_model"] == ESTIMATED_MODEL:
+        gpu = f"{job.number_of_gpus} x {job.gpu_model}"
+        if job.gpu_model == ESTIMATED_MODEL:
             gpu = "none measured"
-        recommended, savings = job["recommended"], job["savings"]
+        recommended, savings = job.recommended, job.savings
         table.add_row(
-            escape(job["job_id"]),
-            job["stage"],
-            str(job["trials"]),
+            escape(job.job_id),
+            job.stage.value,
+            str(job.trials),
             escape(gpu),
-            str(recommended["batch_size"]) if recommended else "-",
-            f"{100 * savings['fraction']:.1f}%" if savings else "-",
-            _when(job["updated_at"]),
+            str(recommended.batch_size) if recommended else "-",
+            f"{100 * savings.fraction:.1f}%" if savings else "-",
+            _when(job.updated_at),
         )
     console.print(table)
     if not jobs:
@@ -201,7 +202,7 @@ def summary_command(
     """Every job's spending and savings together (the dashboard's totals)."""
     totals = _ask(server, token, lambda client: client.summary(prefix))
     if as_json:
-        typer.echo(json.dumps(totals, indent=2))
+        typer.echo(json.dumps(totals.model_dump(mode="json"), indent=2))
         return
     typer.echo(totals_in_words(totals, prefix))
 
@@ -211,25 +212,25 @@ def _whose_id(prefix: str | None) -> str:
     return f" whose id starts with {prefix!r}" if prefix else ""
 
 
-def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
+def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
     """The fleet's totals as the dashboard says them."""
-    jobs, runs = totals["jobs"], totals["runs"]
+    jobs, runs = totals.jobs, totals.runs
     where = _whose_id(prefix)
     if not jobs:
         return "no jobs" + where
     text = (
         f"{jobs} job{'' if jobs == 1 else 's'}{where}, {runs} ended run{'' if runs == 1 else 's'}: "
-        f"{energy_text(totals['energy'])} of energy and {duration_text(totals['time'])} of "
+        f"{energy_text(totals.energy)} of energy and {duration_text(totals.time)} of "
         "training spent."
     )
-    if not totals["jobs_with_savings"]:
+    if not totals.jobs_with_savings:
         return text + (
             " Savings are known once a job has a converged run at its default batch size and "
             "runs at another."
         )
-    energy, cost = totals["energy_saved"], totals["cost_saved"]
-    energy_share = abs(100 * totals["energy_saved_fraction"])
-    cost_share = abs(100 * totals["cost_saved_fraction"])
+    energy, cost = totals.energy_saved, totals.cost_saved
+    energy_share = abs(100 * totals.energy_saved_fraction)
+    cost_share = abs(100 * totals.cost_saved_fraction)
     energy_words = (
         f"saved {energy_text(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
         f"spent {energy_text(-energy)} ({energy_share:.1f}% more energy)"
@@ -239,9 +240,10 @@ def totals_in_words(totals: dict[str, Any], prefix: str | None = None) -> str:
     else:
         cost_words = (f"saved {cost_share:.1f}% of the cost" if cost >= 0 else
                       f"spent {cost_share:.1f}% more cost")  # fmt: skip
-    known, saving = totals["jobs_with_savings"], totals.get("jobs_saving")
+    known, saving = totals.jobs_with_savings, totals.jobs_saving
     # An older server does not count them.
-    counts = "" if saving is None else f" ({saving} saved, {known - saving} spent more)"
+    counted = "jobs_saving" in totals.model_fields_set
+    counts = f" ({saving} saved, {known - saving} spent more)" if counted else ""
     return (
         f"{text} Against delivering their models at their default batch sizes, the {known} "
         f"job{'' if known == 1 else 's'} whose savings are known{counts} together "
@@ -257,68 +259,65 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
 ) -> None:
     """A job: its settings, stage, recommended batch size, savings and batch sizes."""
-    state = _ask(server, token, lambda client: client.job_state(job_id, limit=0))
+    state = _ask(server, token, lambda client: client.job(job_id, limit=0))
     if as_json:
-        typer.echo(json.dumps(state, indent=2))
+        typer.echo(json.dumps(state.model_dump(mode="json"), indent=2))
         return
-    job = state["job"]
-    trials = state["trial_count"]
-    console.print(f"[bold]{escape(job['job_id'])}[/]  stage {state['stage']}, {trials} trials")
+    job, trials = state.job, state.trial_count
+    console.print(f"[bold]{escape(job.job_id or '')}[/]  stage {state.stage}, {trials} trials")
     console.print(
         f"{escape(_hardware(job))}, "
-        f"eta {job['eta_knob']:g}, target {job['target_metric']:g}, "
-        f"default batch size {job['default_batch_size']}"
+        f"eta {job.eta_knob:g}, target {job.target_metric:g}, "
+        f"default batch size {job.default_batch_size}"
     )
-    seeded = state.get("seeded_from")  # absent from servers that predate priors
-    if seeded:
-        console.print(f"seeded from {escape(_seed_words(seeded))}")
-    cap = job.get("max_run_cost_ratio")  # absent from servers that predate it
-    if cap:
+    if state.seeded_from:
+        console.print(f"seeded from {escape(_seed_words(state.seeded_from))}")
+    if job.max_run_cost_ratio:
         console.print(
-            f"per-run cap: no run at another batch size above {cap:g}x the default's measured cost"
+            f"per-run cap: no run at another batch size above {job.max_run_cost_ratio:g}x the "
+            "default's measured cost"
         )
-    expected = job.get("expected_recurrences")  # absent from servers that predate it
-    if expected:
+    if job.expected_recurrences:
         console.print(
-            f"expected recurrences: {expected}; it explores only what can pay back within them"
+            f"expected recurrences: {job.expected_recurrences}; it explores only what can pay "
+            "back within them"
         )
-    profiles = state.get("profiles") or []  # absent from servers that predate profiles
-    if len(profiles) > 1:
+    if len(state.profiles) > 1:
         console.print(
-            f"hardware profiles {escape(', '.join(map(profile_words, profiles)))}; costs in the"
-            " current one's units"
+            f"hardware profiles {escape(', '.join(map(profile_words, state.profiles)))}; costs"
+            " in the current one's units"
         )
-    for profile, size in sorted((state.get("memory_caps") or {}).items()):
+    for profile, size in sorted(state.memory_caps.items()):
         console.print(
             f"out of memory: batch size {size} and above on {escape(profile_words(profile))} (not "
             "dispatched there again)"
         )
-    slowdown = job.get("power_max_slowdown")
-    if slowdown and state.get("power_profiles"):
+    slowdown = job.power_max_slowdown
+    if slowdown and state.power_profiles:
         console.print(
             f"power limits: the cheapest whose epoch takes at most {slowdown:g}x the highest "
             "limit's"
         )
-    for power in state.get("power_profiles") or []:  # absent from servers that predate them
-        limits = ", ".join(f"{m['power_limit']:g}" for m in power["measurements"])
+    for power in state.power_profiles:
+        limits = ", ".join(f"{m.power_limit:g}" for m in power.measurements)
         console.print(
-            f"power limit: batch size {power['batch_size']} trains at {power['power_limit']:g} W "
-            f"on {escape(power['profile'])} (trial {power['trial_number']} measured {limits} W)"
+            f"power limit: batch size {power.batch_size} trains at {power.power_limit:g} W "
+            f"on {escape(power.profile)} (trial {power.trial_number} measured {limits} W)"
         )
-    recommended, savings = state["recommended"], state["savings"]
+    recommended, savings = state.recommended, state.savings
     if recommended is not None:
         console.print(
-            f"recommended batch size {recommended['batch_size']} (expected cost "
-            f"{_joules(recommended['expected_cost'])}, from its {recommended['basis']})"
+            f"recommended batch size {recommended.batch_size} (expected cost "
+            f"{_joules(recommended.expected_cost)}, from its {recommended.basis})"
         )
-    for other in state.get("siblings") or []:  # absent from servers that predate them
+    for other in state.siblings:
         differs = ", ".join(
-            f"{d['name']} {json.dumps(d['there'])} there, {json.dumps(d['here'])} here"
-            for d in other["differences"]
+            f"{d.name} {json.dumps(d.there)} there, {json.dumps(d.here)} here"
+            for d in other.differences
         )
         console.print(
-            f"other job of this prefix: {escape(other['job_id'])} ({other['trials']} trial"
-            + ("" if other["trials"] == 1 else "s")
+            f"other job of this prefix: {escape(other.job_id)} ({other.trials} trial"
+            + ("" if other.trials == 1 else "s")
             + ")"
             + (
                 f": {escape(differs)}"
@@ -327,30 +326,36 @@ def show_command(
                 "at every registration unless given a fixed job_id)"
             )
         )
-    upcoming = state.get("next_run")  # absent from servers that predate it
+    upcoming = state.next_run  # None from servers that predate it
     if upcoming is not None:
-        size = upcoming["batch_size"]
-        first = "refused" if upcoming["refused"] else (str(size) if size is not None else "")
-        console.print(f"next run: {escape(first + ': ' if first else '')}{escape(upcoming['why'])}")
+        chosen = upcoming.batch_size
+        first = "refused" if upcoming.refused else (str(chosen) if chosen is not None else "")
+        console.print(f"next run: {escape(first + ': ' if first else '')}{escape(upcoming.why)}")
     if savings is not None:
-        more = savings["cost"] < 0
+        more = savings.cost < 0
         console.print(
-            f"against delivering its {savings['runs']} models (converged runs, of "
-            f"{savings['ended_runs']} ended) at {savings['default_batch_size']}: "
-            f"{_saved(savings)}; {energy_text(abs(savings['energy']))} of energy and "
-            f"{duration_text(abs(savings['time']))} {'more' if more else 'saved'}"
+            f"against delivering its {savings.runs} models (converged runs, of "
+            f"{savings.ended_runs} ended) at {savings.default_batch_size}: "
+            f"{_saved(savings)}; {energy_text(abs(savings.energy))} of energy and "
+            f"{duration_text(abs(savings.time))} {'more' if more else 'saved'}"
         )
-    elif state.get("savings_unknown"):
-        console.print(f"savings: {escape(state['savings_unknown'])}")
-    best = state["best_batch_size"]
+    elif state.savings_unknown:
+        console.print(f"savings: {escape(state.savings_unknown)}")
+    best = state.best_batch_size
     if best is not None:
         whose = "its cheapest converged run"
-        if job.get("early_stop_reference", "best_run") != "best_run":
+        if job.early_stop_reference != "best_run":
             whose = "the mean of its converged runs"
-        cost = _joules(state["best_cost"])
-        console.print(f"early-stop reference: batch size {best} ({whose}, {cost})")
-    counts = ", ".join(f"{n} {status}" for status, n in sorted(state["trials_by_status"].items()))
+        console.print(
+            f"early-stop reference: batch size {best} ({whose}, {_joules(state.best_cost)})"
+        )
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(state.trials_by_status.items()))
     console.print(f"trials: {counts or 'none'}")
+    console.print(_batch_size_table(state))
+
+
+def _batch_size_table(state: JobView) -> Table:
+    """What the job knows of each batch size, with the bandit's posterior of each arm."""
     table = Table(
         *(
             Column(name, overflow="fold")
@@ -359,21 +364,20 @@ def show_command(
         Column("posterior", overflow="fold"),
         **COMPACT,
     )
-    for row in state["batch_sizes"]:
+    for row in state.batch_sizes:
         posterior = "-"
-        if row["posterior_mean_reward"] is not None:
-            std = row["posterior_std"]
-            posterior = f"{_joules(-row['posterior_mean_reward'])} ± {_joules(std)}"
+        if row.posterior_mean_reward is not None:
+            posterior = f"{_joules(-row.posterior_mean_reward)} ± {_joules(row.posterior_std)}"
         table.add_row(
-            str(row["batch_size"]),
-            "yes" if row["is_arm"] else "",
-            str(row["reports"]),
-            str(row["converged"]),
-            _joules(row["mean_cost"]),
-            _joules(row["cost_std"]),
+            str(row.batch_size),
+            "yes" if row.is_arm else "",
+            str(row.reports),
+            str(row.converged),
+            _joules(row.mean_cost),
+            _joules(row.cost_std),
             posterior,
         )
-    console.print(table)
+    return table
 
 
 @jobs_app.command("trials")
@@ -389,7 +393,7 @@ def trials_command(
     if output.lower() not in ("table", "csv", "json"):
         err.print(f"[red]error:[/] --format is table, csv or json, not {escape(repr(output))}")
         raise typer.Exit(EXIT_USAGE)
-    trials = _ask(server, token, lambda client: client.trials(job_id))
+    trials = [t.model_dump(mode="json") for t in _ask(server, token, lambda c: c.trials(job_id))]
     if output.lower() == "json":
         typer.echo(json.dumps(trials, indent=2))
     elif output.lower() == "csv":
@@ -521,15 +525,15 @@ def delete_command(
     console.print(f"deleted {escape(job_id)}")
 
 
-def _seed_words(seeded: dict[str, Any]) -> str:
+def _seed_words(seeded: SeededFrom) -> str:
     """A job view's ``seeded_from``, for a person."""
     where = {
         "following": "its runs follow that curve",
         "over": "the walk on that curve is over; the bandit chooses among the sizes it found",
         "dropped": "dropped: a run disagreed, and the job went on as a cold one",
     }
-    parent = seeded.get("job_id") or "a related job"
+    parent = seeded.job_id or "a related job"
     return (
-        f"{parent} ({seeded['mode']} mode; its curve puts {seeded['best_batch_size']} "
-        f"cheapest): {where.get(seeded['standing'], seeded['standing'])}"
+        f"{parent} ({seeded.mode} mode; its curve puts {seeded.best_batch_size} "
+        f"cheapest): {where.get(seeded.standing, seeded.standing)}"
     )

@@ -23,6 +23,7 @@ from zeus_bso.errors import (
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
+    UnexpectedAnswerError,
     ZeusBSOError,
 )
 from zeus_bso.policy.power import profiles_power
@@ -239,8 +240,8 @@ class JobConversation:
         one yet (the run stopped before its profile was sent), it profiles, as the server would
         have said."""
         try:
-            profiles = self.client.job_state(self.job_id, limit=1).get("power_profiles", [])
-        except (ServerConnectionError, ServerRejectedError) as err:
+            profiles = self.client.job(self.job_id, limit=1).power_profiles
+        except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
             logger.warning(
                 "zeus-bso: the power limit of resumed trial %d is not known (%s): its GPUs "
                 "keep their own",
@@ -251,8 +252,8 @@ class JobConversation:
         self.server_chooses_power = True
         key = profile_key(self.gpu)
         for found in profiles:
-            if found.get("profile") == key and found.get("batch_size") == trial.batch_size:
-                self.power_limit = float(found["power_limit"])
+            if found.profile == key and found.batch_size == trial.batch_size:
+                self.power_limit = found.power_limit
                 return
         job = self.job
         self.power_profiling = job is not None and profiles_power(job.eta_knob, job.power_profiling)
@@ -432,18 +433,17 @@ class JobConversation:
         if self.job is None or self.offline:
             return None
         try:
-            state = self.client.job_state(self.job_id, limit=0)
+            state = self.client.job(self.job_id, limit=0)
         except ZeusBSOError:
             return None  # upstream Zeus's server, or a server that went away
-        recommended = (state.get("recommended") or {}).get("batch_size")
-        if recommended is not None:
-            fallback.remember(self.job_id, int(recommended))
-        upcoming = state.get("next_run")
-        if not upcoming:
+        if state.recommended is not None:
+            fallback.remember(self.job_id, state.recommended.batch_size)
+        upcoming = state.next_run
+        if upcoming is None:
             return None
-        if upcoming.get("refused"):
-            why = str(upcoming["why"]).removeprefix("refused: ")  # an older server's words
+        if upcoming.refused:
+            why = upcoming.why.removeprefix("refused: ")  # an older server's words
             self.next_refused = True
             return f"refused: {why}"
-        size = upcoming.get("batch_size")
-        return f"{size} ({upcoming['why']})" if size is not None else str(upcoming["why"])
+        size = upcoming.batch_size
+        return f"{size} ({upcoming.why})" if size is not None else upcoming.why

@@ -13,10 +13,11 @@ import os
 import re
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
 from zeus_bso.client.tls import (
@@ -33,6 +34,7 @@ from zeus_bso.errors import (
     ServerCertificateError,
     ServerConnectionError,
     ServerRejectedError,
+    UnexpectedAnswerError,
     ZeusBSOError,
 )
 from zeus_bso.options import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, shown_url
@@ -49,6 +51,7 @@ from zeus_bso.spec import (
     TrialId,
     declared_extensions,
 )
+from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, TrialView
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_SECONDS = 30.0
@@ -339,13 +342,13 @@ class ServerClient:
 
     def list_jobs(
         self, prefix: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[dict[str, Any]]:
+    ) -> list[JobSummary]:
         """Registered jobs ordered by id (``GET /api/jobs``), a page at a time."""
         return self.jobs_page(prefix, limit, offset)[0]
 
     def jobs_page(
         self, prefix: str | None = None, limit: int = 100, offset: int = 0
-    ) -> tuple[list[dict[str, Any]], list[str]]:
+    ) -> tuple[list[JobSummary], list[str]]:
         """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
         read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -353,15 +356,17 @@ class ServerClient:
             params["prefix"] = prefix
         response = self._request("GET", "/api/jobs", params=params)
         unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
-        return list(response.json()), [i for i in unreadable.split(",") if i]
+        jobs = _read(_JOB_LIST, response.json(), "GET /api/jobs")
+        return jobs, [i for i in unreadable.split(",") if i]
 
-    def summary(self, prefix: str | None = None) -> dict[str, Any]:
+    def summary(self, prefix: str | None = None) -> FleetSummary:
         """Every job's spending and savings together, or those of the jobs whose id starts with
         ``prefix`` (``GET /api/summary``)."""
         params = {"prefix": prefix} if prefix else {}
-        return dict(self._request("GET", "/api/summary", params=params).json())
+        answer = self._request("GET", "/api/summary", params=params).json()
+        return _read(FleetSummary, answer, "GET /api/summary")
 
-    def trials(self, job_id: str) -> list[dict[str, Any]]:
+    def trials(self, job_id: str) -> list[TrialView]:
         """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page)."""
         found: list[dict[str, Any]] = []
         before: int | None = None
@@ -373,7 +378,8 @@ class ServerClient:
             trials = list(page.json()["trials"])
             found.extend(trials)
             if len(trials) < 1000:
-                return sorted(found, key=lambda t: int(t["trial_number"]))
+                found.sort(key=lambda t: int(t["trial_number"]))
+                return _read(_TRIALS, found, f"GET /api/jobs/{job_id}")
             before = min(int(t["trial_number"]) for t in trials)
 
     def pin(self, job_id: str, batch_size: int | None = None) -> int:
@@ -407,8 +413,40 @@ class ServerClient:
         response = self._request("DELETE", path, params=params)
         return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
 
+    def job(self, job_id: str, limit: int = 50) -> JobView:
+        """Everything the server knows of a job, with its latest ``limit`` trials (zeus-bso
+        servers only).
+
+        Raises:
+            UnexpectedAnswerError: the answer is not a job's view (another version's server).
+        """
+        return _read(JobView, self.job_state(job_id, limit), f"GET /api/jobs/{job_id}")
+
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
-        """Everything the server knows of a job (zeus-bso servers only)."""
+        """`job`'s answer as the server sent it, unread: JSON for a tool that passes it on."""
         path = f"/api/jobs/{quote(job_id, safe='')}"
         response = self._request("GET", path, params={"limit": limit})
         return dict(response.json())
+
+
+_JOB_LIST = TypeAdapter(list[JobSummary])
+_TRIALS = TypeAdapter(list[TrialView])
+_Read = TypeVar("_Read")
+
+
+def _read(model: type[_Read] | TypeAdapter[_Read], answer: Any, request: str) -> _Read:
+    """``answer`` read as ``model`` (a read route's, `zeus_bso.wire.reads`).
+
+    Raises:
+        UnexpectedAnswerError: it is not one (another version's server, or not a zeus-bso one).
+    """
+    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
+    try:
+        return adapter.validate_python(answer)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the answer"
+        raise UnexpectedAnswerError(
+            f"{request} answered what this client does not read ({where}: {first['msg']}): "
+            "is the server a zeus-bso server of this version? Upgrade the older of the two"
+        ) from None

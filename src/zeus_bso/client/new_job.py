@@ -13,11 +13,11 @@ that whoever changed one sees what it costs and how to keep the old job's histor
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import JobSpecFromClient
+from zeus_bso.wire.reads import SiblingJob
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +25,11 @@ _SHOWN = 3
 """Differences named in the notice; the rest are counted."""
 
 
-def _last_that_ran(client: ServerClient, spec: JobSpecFromClient) -> dict[str, Any] | None:
+def _last_that_ran(client: ServerClient, spec: JobSpecFromClient) -> SiblingJob | None:
     """The other job of ``spec``'s prefix that ran last, as the new job's view names it (None:
     none ran)."""
-    siblings = client.job_state(spec.job_id or "", limit=0).get("siblings") or []
-    return next((s for s in siblings if int(s.get("trials") or 0) > 0), None)
+    siblings = client.job(spec.job_id or "", limit=0).siblings
+    return next((s for s in siblings if s.trials > 0), None)
 
 
 def new_job_notice(client: ServerClient, spec: JobSpecFromClient) -> str | None:
@@ -40,10 +40,8 @@ def new_job_notice(client: ServerClient, spec: JobSpecFromClient) -> str | None:
         sibling = _last_that_ran(client, spec)
         if sibling is None:
             return None
-        changes = [
-            f"{d['name']}: {d['there']!r} there, {d['here']!r} here" for d in sibling["differences"]
-        ]
-    except (ZeusBSOError, KeyError, TypeError, ValueError) as err:
+        changes = [f"{d.name}: {d.there!r} there, {d.here!r} here" for d in sibling.differences]
+    except ZeusBSOError as err:
         logger.debug("zeus-bso: the jobs of prefix %r were not read: %s", spec.job_id_prefix, err)
         return None
     if not changes:
@@ -51,7 +49,7 @@ def new_job_notice(client: ServerClient, spec: JobSpecFromClient) -> str | None:
     named = "; ".join(changes[:_SHOWN])
     if len(changes) > _SHOWN:
         named += f"; and {len(changes) - _SHOWN} more"
-    name, runs = sibling["job_id"], int(sibling["trials"])
+    name, runs = sibling.job_id, sibling.trials
     return (
         f"zeus-bso: job {spec.job_id} is new: it learns from scratch, exploring from the default "
         f"batch size again. Its settings differ from those of {name}, the job of this prefix "

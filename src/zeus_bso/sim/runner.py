@@ -105,7 +105,7 @@ class ServerBackend:
 
     def kinds(self) -> Mapping[int, str]:
         trials = self.client.trials(self.job_id)  # every one: the job's view shows the latest
-        return {int(t["trial_number"]): str(t["kind"]) for t in trials}
+        return {t.trial_number: str(t.kind) for t in trials}
 
 
 @dataclass(frozen=True, slots=True)

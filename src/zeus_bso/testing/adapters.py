@@ -85,7 +85,7 @@ class LoopAdapterContract:
     def _trials(server_url: str, job: JobSpec) -> list[dict[str, Any]]:
         with ServerClient(server_url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            trials: list[dict[str, Any]] = client.job_state(listed["job_id"])["trials"]
+            trials: list[dict[str, Any]] = client.job_state(listed.job_id)["trials"]
         return sorted(trials, key=lambda t: int(t["trial_number"]))
 
     def test_a_recurrence_reports_and_converges(
@@ -316,7 +316,7 @@ class LoopAdapterContract:
             assert bso.report(0.95)
         with ServerClient(server_url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            (profile,) = client.job_state(listed["job_id"])["power_profiles"]
+            (profile,) = client.job_state(listed.job_id)["power_profiles"]
         assert profile["power_limit"] == during == cheapest_limit(1.0)
         now, changes = limits_of(tmp_path, gpu["uuid"])
         assert (now, changes[-2:]) == (300.0, [during, 300.0])  # trained at it, given back

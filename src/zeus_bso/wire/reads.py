@@ -242,8 +242,9 @@ class JobView(BaseModel):
     job: CreatedJob
     """Its configuration, with the GPUs registered last: the current hardware profile, in whose
     cost units every cost below but the trials' own is shown."""
-    profiles: list[str]
-    """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`)."""
+    profiles: list[str] = []
+    """The hardware profiles the job ran on, the first first (see `JobSummary.profiles`; empty
+    from a server that predates them)."""
     stage: JobStage
     pinned: int | None = None
     """The batch size the job is pinned to (null: not pinned)."""
@@ -253,8 +254,9 @@ class JobView(BaseModel):
     power_profiles: list[PowerProfileView] = []
     """By hardware profile and batch size: the power profile a run measured there, and the GPU
     power limit its runs train at (runs that opted into power limits)."""
-    next_run: NextRun
-    """What its next run on the current hardware profile will get, and why."""
+    next_run: NextRun | None = None
+    """What its next run on the current hardware profile will get, and why (null only from a
+    server that predates it)."""
     siblings: list[SiblingJob] = []
     """Other jobs of its ``job_id_prefix`` (the last changed first, at most five), and the
     settings in which each differs from it."""
