@@ -254,10 +254,13 @@ import os, signal, sys, time
 from pathlib import Path
 from zeus_bso.power import GpuPowerLimits
 
+how = getattr(signal, sys.argv[2])
+if how != signal.SIGKILL:  # its default, whatever this process inherited (nohup ignores SIGHUP)
+    signal.signal(how, signal.SIG_DFL)
 limits = GpuPowerLimits(Path(sys.argv[1]))
 assert limits.set(250.0)
 print("set", flush=True)
-os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+os.kill(os.getpid(), how)
 time.sleep(30)
 """
 
