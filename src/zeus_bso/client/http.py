@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import httpx
@@ -51,7 +51,9 @@ from zeus_bso.spec import (
     TrialId,
     declared_extensions,
 )
-from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, TrialView
+
+if TYPE_CHECKING:  # the read models load with the first read, not with every training script
+    from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, TrialView
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_SECONDS = 30.0
@@ -354,33 +356,37 @@ class ServerClient:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if prefix:
             params["prefix"] = prefix
+        from zeus_bso.wire.reads import JobSummary
+
         response = self._request("GET", "/api/jobs", params=params)
         unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
-        jobs = _read(_JOB_LIST, response.json(), "GET /api/jobs")
+        jobs: list[JobSummary] = _read(list[JobSummary], response.json(), "GET /api/jobs")
         return jobs, [i for i in unreadable.split(",") if i]
 
     def summary(self, prefix: str | None = None) -> FleetSummary:
         """Every job's spending and savings together, or those of the jobs whose id starts with
         ``prefix`` (``GET /api/summary``)."""
+        from zeus_bso.wire.reads import FleetSummary
+
         params = {"prefix": prefix} if prefix else {}
         answer = self._request("GET", "/api/summary", params=params).json()
-        return _read(FleetSummary, answer, "GET /api/summary")
+        summary: FleetSummary = _read(FleetSummary, answer, "GET /api/summary")
+        return summary
 
     def trials(self, job_id: str) -> list[TrialView]:
-        """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page)."""
-        found: list[dict[str, Any]] = []
+        """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page).
+
+        Raises:
+            UnexpectedAnswerError: a page is not a job's view (another version's server).
+        """
+        found: list[TrialView] = []
         before: int | None = None
         while True:
-            params: dict[str, Any] = {"limit": 1000}
-            if before is not None:
-                params["before"] = before
-            page = self._request("GET", f"/api/jobs/{quote(job_id, safe='')}", params=params)
-            trials = list(page.json()["trials"])
-            found.extend(trials)
-            if len(trials) < 1000:
-                found.sort(key=lambda t: int(t["trial_number"]))
-                return _read(_TRIALS, found, f"GET /api/jobs/{job_id}")
-            before = min(int(t["trial_number"]) for t in trials)
+            page = self._job_page(job_id, 1000, before).trials
+            found.extend(page)
+            if len(page) < 1000:
+                return sorted(found, key=lambda trial: trial.trial_number)
+            before = min(trial.trial_number for trial in page)
 
     def pin(self, job_id: str, batch_size: int | None = None) -> int:
         """Pin the job to ``batch_size`` (None: the one recommended now); returns it."""
@@ -420,29 +426,35 @@ class ServerClient:
         Raises:
             UnexpectedAnswerError: the answer is not a job's view (another version's server).
         """
-        return _read(JobView, self.job_state(job_id, limit), f"GET /api/jobs/{job_id}")
+        return self._job_page(job_id, limit)
 
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """`job`'s answer as the server sent it, unread: JSON for a tool that passes it on."""
+        return dict(self._job_answer(job_id, {"limit": limit}))
+
+    def _job_answer(self, job_id: str, params: dict[str, Any]) -> Any:
         path = f"/api/jobs/{quote(job_id, safe='')}"
-        response = self._request("GET", path, params={"limit": limit})
-        return dict(response.json())
+        return self._request("GET", path, params=params).json()
+
+    def _job_page(self, job_id: str, limit: int, before: int | None = None) -> JobView:
+        """A job's view with its ``limit`` trials before trial ``before`` (None: the latest)."""
+        from zeus_bso.wire.reads import JobView
+
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        view: JobView = _read(JobView, self._job_answer(job_id, params), f"GET /api/jobs/{job_id}")
+        return view
 
 
-_JOB_LIST = TypeAdapter(list[JobSummary])
-_TRIALS = TypeAdapter(list[TrialView])
-_Read = TypeVar("_Read")
-
-
-def _read(model: type[_Read] | TypeAdapter[_Read], answer: Any, request: str) -> _Read:
-    """``answer`` read as ``model`` (a read route's, `zeus_bso.wire.reads`).
+def _read(model: Any, answer: Any, request: str) -> Any:
+    """``answer`` read as ``model`` (a read route's, `zeus_bso.wire.reads`, or a list of one).
 
     Raises:
         UnexpectedAnswerError: it is not one (another version's server, or not a zeus-bso one).
     """
-    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
     try:
-        return adapter.validate_python(answer)
+        return _adapter(model).validate_python(answer)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the answer"
@@ -450,3 +462,8 @@ def _read(model: type[_Read] | TypeAdapter[_Read], answer: Any, request: str) ->
             f"{request} answered what this client does not read ({where}: {first['msg']}): "
             "is the server a zeus-bso server of this version? Upgrade the older of the two"
         ) from None
+
+
+@functools.cache
+def _adapter(model: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(model)

@@ -13,11 +13,14 @@ that whoever changed one sees what it costs and how to keep the old job's histor
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import JobSpecFromClient
-from zeus_bso.wire.reads import SiblingJob
+
+if TYPE_CHECKING:
+    from zeus_bso.wire.reads import SiblingJob
 
 logger = logging.getLogger(__name__)
 
