@@ -290,8 +290,11 @@ def served(
     scenarios += [(wrong, p, {"mode": PriorMode.CHECK}) for p in WORKLOADS]
     regret: dict[str, dict[str, list[list[float]]]] = {}  # scenario -> served/in-process -> h
     replays = 0
-    with tempfile.TemporaryDirectory() as tmp, running_server(f"sqlite:///{tmp}/p.db") as url:
-        client = ServerClient(url)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_server(f"sqlite:///{tmp}/p.db") as url,
+        ServerClient(url) as client,
+    ):
         for name, parent, how in scenarios:
             curve_at, mode = curve_of(gpu, parent, how), how["mode"]
             cells = regret.setdefault(name, {"served": [], "in-process": []})
