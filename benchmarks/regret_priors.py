@@ -268,7 +268,8 @@ def capped(
 
 REPLAYED_SEEDS = 3
 """The seeds of each scenario replayed through a real server (`served`): 162 jobs a GPU, each
-of up to 50 recurrences, about 13 minutes on two cores."""
+of up to 50 recurrences (the whole command with ``--served``: 27 minutes for both GPUs on two
+cores)."""
 
 
 def served(
