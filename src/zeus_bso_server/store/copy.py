@@ -23,8 +23,8 @@ from zeus_bso.spec import TrialStatus
 from zeus_bso_server.errors import DatabaseUnavailableError, SchemaError
 from zeus_bso_server.store.database import Database, shown_url
 from zeus_bso_server.store.dialects import DIALECTS
-from zeus_bso_server.store.migrate import head_revision, upgrade
-from zeus_bso_server.store.schema import current_revision
+from zeus_bso_server.store.migrate import upgrade
+from zeus_bso_server.store.schema import HEAD, current_revision
 from zeus_bso_server.store.tables import Base, JobRow, TrialRow
 
 CHUNK_ROWS = 1000
@@ -75,7 +75,7 @@ def _copy_rows(source: Connection, target: Connection) -> Copied:
 
 
 async def _checked_source(source: Database) -> None:
-    current, head = await current_revision(source), head_revision()
+    current, head = await current_revision(source), HEAD
     if current is None:
         raise SchemaError("the source database has no zeus-bso schema: nothing to copy")
     if current != head:

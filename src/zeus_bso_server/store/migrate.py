@@ -9,7 +9,6 @@ from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util.exc import CommandError
@@ -19,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from zeus_bso_server.errors import MigrationFailedError, SchemaError
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.dialects import dialect_of
-from zeus_bso_server.store.schema import current_revision, on_connection
+from zeus_bso_server.store.schema import current_revision, on_connection, revision_of
 
 
 def alembic_config() -> Config:
@@ -31,14 +30,11 @@ def alembic_config() -> Config:
 
 @functools.cache
 def head_revision() -> str:
-    """The schema revision this server needs (read once: /readyz asks on every probe)."""
+    """The newest migration's revision, read from the scripts (the server holds its database
+    against `zeus_bso_server.store.schema.HEAD`, which must equal it)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
-
-
-def _current(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
 
 
 def _migrate(connection: Connection, revision: str, *, down: bool) -> list[str]:
@@ -76,7 +72,7 @@ def _check_downgrade(connection: Connection, config: Config, target: str) -> lis
         SchemaError: a revision refuses; its words say why and what to do. Nothing changed.
     """
     script = ScriptDirectory.from_config(config)
-    current = _current(connection)
+    current = revision_of(connection)
     try:  # newest first: the revisions the downgrade undoes (target: a revision, base, -N)
         undone = list(script.iterate_revisions(current, target)) if current else []
     except RevisionError:
