@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "units", "lazy"}),
+    frozenset({"errors", "units", "lazy", "exits"}),
     frozenset({"wire"}),
     frozenset({"spec"}),
     frozenset({"policy", "energy", "scaling"}),

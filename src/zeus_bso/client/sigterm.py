@@ -6,7 +6,9 @@ lease runs out, and a trial abandoned before its first report counts against its
 a crash would (`zeus_bso.policy.pruning`). While a run's trial is open, `SigtermGuard` turns
 SIGTERM into `zeus_bso.client.failure.Terminated`, a ``SystemExit`` with status 143 raised in
 the main thread: the run's exit paths judge it an interruption, release the trial (or, with a
-run key, leave it to the restart) and the process ends with the status SIGTERM gives it.
+run key, leave it to the restart) and the process ends with the status SIGTERM gives it. The
+guard is one of the process's hooks on SIGTERM (`zeus_bso.exits` installs the handler); a GPU's
+power limit, where the run set one, is put back first.
 
 - A SIGTERM handler of the script's own comes first: the guard notes the signal and calls it.
   However the run then ends before the server's stop (an exception, an exit, `end` after a
@@ -23,17 +25,11 @@ run key, leave it to the restart) and the process ends with the status SIGTERM g
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-import threading
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
+from zeus_bso import exits
 from zeus_bso.client.failure import Terminated
-
-_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class SigtermGuard:
@@ -42,42 +38,17 @@ class SigtermGuard:
     def __init__(self) -> None:
         self.received = False
         """Whether SIGTERM came while the guard was installed."""
-        self._handler: Callable[[int, FrameType | None], None] | None = None
-        self._previous: _Handler = None
 
     def install(self) -> None:
         """Take SIGTERM from here on (see the module for when nothing is installed)."""
-        if self._handler is not None or not _may_install():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is None or previous == signal.SIG_IGN:
-            return
-        pid = os.getpid()
-
-        def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            signal.signal(signal.SIGTERM, previous)  # a second SIGTERM: as before the guard
-            ours = self._handler is on_sigterm and os.getpid() == pid
-            if ours:
-                self.received = True
-            if callable(previous):
-                previous(signum, frame)
-            elif ours:
-                raise Terminated
-            else:  # a forked child, or a guard uninstalled from another thread: the default
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._handler, self._previous = on_sigterm, previous
+        if "ipykernel" not in sys.modules:
+            exits.on_signal(signal.SIGTERM, self._on_sigterm)
 
     def uninstall(self) -> None:
         """Give SIGTERM back to what had it before `install` (a handler installed after the
         guard's keeps it)."""
-        handler, self._handler = self._handler, None
-        if handler is None or threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, self._previous)
+        exits.forget_signal(signal.SIGTERM, self._on_sigterm)
 
-
-def _may_install() -> bool:
-    return threading.current_thread() is threading.main_thread() and "ipykernel" not in sys.modules
+    def _on_sigterm(self) -> BaseException:
+        self.received = True
+        return Terminated()

@@ -21,7 +21,6 @@ refused with `PowerLimitError`: its limit is not this run's alone.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import select
@@ -30,12 +29,12 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from zeus_bso import exits
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
@@ -208,10 +207,7 @@ class GpuPowerLimits:
         if not gpus:
             raise PowerLimitError("this process sees no GPU whose power limit it could set")
         self._gpus = gpus
-        self._previous_sigterm: Any = None
-        self._on_sigterm: Callable[[int, FrameType | None], None] | None = None
-        self._on_ending: dict[int, Callable[[int, FrameType | None], None]] = {}
-        self._at_exit = False
+        self._guarded = False
         self._watchdog: subprocess.Popen[bytes] | None = None
         # Now, before training: its start (a Python process) would slow a profiled step.
         self._start_watchdog()
@@ -411,63 +407,32 @@ class GpuPowerLimits:
             self._unguard()
 
     def _guard(self) -> None:
-        """While this process owns a GPU's limit: restore at interpreter exit, and on SIGTERM
-        restore first, then do what was to be done (the handler before ours, or the default:
-        end the process); on the other signals that would end the process by default and that
-        nothing else handles (`ENDING_SIGNALS`), restore, then end it so. A process forked from
-        this one (a DataLoader worker, which inherits the handlers, and gets SIGTERM too when a
-        scheduler signals the whole job) owns nothing: it does only the latter. Only the main
-        thread can install a signal handler."""
-        if not self._at_exit:
-            atexit.register(self.restore)
-            self._at_exit = True
-        if self._on_sigterm is not None:
+        """While this process owns a GPU's limit: restore at interpreter exit, on SIGTERM, and
+        on the other signals that would end the process by default and that nothing else
+        handles (`ENDING_SIGNALS`), before the signal does what it does (`zeus_bso.exits`: a
+        forked child, such as a DataLoader worker, which inherits the handlers, owns nothing
+        and only hands the signal on)."""
+        if self._guarded:
             return
-        if threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-        pid = os.getpid()
-
-        def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            if os.getpid() == pid:  # not in a forked child (a DataLoader worker): no owner
-                self.restore()
-            signal.signal(signal.SIGTERM, previous)
-            if callable(previous):
-                previous(signum, frame)
-            elif previous != signal.SIG_IGN:
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        def on_ending(signum: int, frame: FrameType | None) -> None:
-            if os.getpid() == pid:
-                self.restore()
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._on_sigterm, self._previous_sigterm = on_sigterm, previous
+        exits.at_exit(self.restore)
+        exits.on_signal(signal.SIGTERM, self._restore_on_signal)
         for signum in ENDING_SIGNALS:
-            if signal.getsignal(signum) == signal.SIG_DFL:
-                signal.signal(signum, on_ending)
-                self._on_ending[signum] = on_ending
+            exits.on_signal(signum, self._restore_on_signal, unhandled_only=True)
+        self._guarded = True
+
+    def _restore_on_signal(self) -> None:
+        self.restore()
 
     def _unguard(self) -> None:
-        """Nothing owned any more: take back what `_guard` installed, so that a process that
-        goes on (a notebook, the next recurrence) keeps neither, and stop the watchdog; a
-        handler installed after ours stays. From another thread the handlers stay, harmless:
-        restoring again does nothing, and they hand the signal on."""
+        """Nothing owned any more: take back what `_guard` added, so that a process that goes on
+        (a notebook, the next recurrence) keeps none of it, and stop the watchdog."""
         self._stop_watchdog()
-        if self._at_exit:
-            atexit.unregister(self.restore)
-            self._at_exit = False
-        if self._on_sigterm is None or threading.current_thread() is not threading.main_thread():
+        if not self._guarded:
             return
-        if signal.getsignal(signal.SIGTERM) is self._on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        for signum, handler in self._on_ending.items():
-            if signal.getsignal(signum) is handler:
-                signal.signal(signum, signal.SIG_DFL)
-        self._on_ending = {}
-        self._on_sigterm = self._previous_sigterm = None
+        exits.forget_at_exit(self.restore)
+        for signum in (signal.SIGTERM, *ENDING_SIGNALS):
+            exits.forget_signal(signum, self._restore_on_signal)
+        self._guarded = False
 
 
 def _mig_enabled(nvml: Any, handle: Any) -> bool:

@@ -11,10 +11,11 @@ with ``pthread_exit``, whose forced unwind crosses a ``noexcept`` destructor: SI
 ``broadcast_object_list`` (our callbacks', Lightning's, the HF Trainer's), ``all_reduce`` of a
 temporary tensor.
 
-`register_at_exit` (called by every path of ours that shares a decision across ranks) adds an
-``atexit`` handler, which runs before finalization begins; `settle` waits there, sleeping in
-short steps (which releases the GIL a worker may need), until the chained callbacks are gone and
-every gloo worker thread has stayed blocked, waiting for work, over several checks.
+`register_at_exit` (called by every path of ours that shares a decision across ranks) adds a
+hook at interpreter exit (`zeus_bso.exits`), which runs before finalization begins; `settle`
+waits there, sleeping in short steps (which releases the GIL a worker may need), until the
+chained callbacks are gone and every gloo worker thread has stayed blocked, waiting for work,
+over several checks.
 
 Python callbacks handed to a process group's worker threads, and waiting until they are gone:
 a DDP communication hook returns ``work.get_future().then(fn)``. The process group's worker
@@ -36,7 +37,6 @@ thread. It runs at the end of a fit and, through `settle`, at interpreter exit.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import sys
@@ -46,6 +46,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from zeus_bso import exits
+
 logger = logging.getLogger(__name__)
 
 SETTLE_TIMEOUT_S = 10.0
@@ -54,17 +56,10 @@ _QUIET_CHECKS = 3
 _CHECK_EVERY_S = 0.002
 _TASKS = "/proc/self/task"
 
-_registered = False
-_exit_lock = threading.Lock()
-
 
 def register_at_exit() -> None:
     """Have `settle` run at interpreter exit (once per process; cheap to call again)."""
-    global _registered
-    with _exit_lock:
-        if not _registered:
-            atexit.register(settle)
-            _registered = True
+    exits.at_exit(settle)
 
 
 def _gloo_workers_busy() -> bool | None:

@@ -13,7 +13,6 @@ saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import sys
 import threading
@@ -21,6 +20,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from zeus_bso import exits
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
@@ -103,7 +103,7 @@ class ServerRun:
         self._ended = False
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
-        atexit.register(self.abort)
+        exits.at_exit(self.abort)
 
     @property
     def job(self) -> CreatedJob | None:
@@ -532,7 +532,7 @@ class ServerRun:
         _OPEN_RUNS.discard(self)
         self._on_end()
         self._sigterm.uninstall()
-        atexit.unregister(self.abort)  # ended: the exit hook need not keep this object alive
+        exits.forget_at_exit(self.abort)  # ended: the exit hook need not keep this object alive
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()
         try:
