@@ -3,31 +3,38 @@ adds to an evaluation's metrics reaches the reporting integrations."""
 
 from __future__ import annotations
 
-import gc
+import sys
+from types import FrameType
 from typing import Any
+
+_FRAMES_UP = 4
+"""How far up the stack the handler that calls an event is looked for (it is the caller's
+caller: ``CallbackHandler.call_event``, called by ``on_init_end`` or ``on_train_begin``)."""
 
 
 def run_first(callback: Any) -> None:
-    """Move ``callback`` to the front of its Trainer's callbacks.
+    """Move ``callback`` to the front of the callbacks of the Trainer's ``CallbackHandler`` that
+    is calling one of its events (call this from an event of ``callback``'s).
 
     The Trainer puts the reporting integrations (W&B, MLflow, TensorBoard, ...) before the
     callbacks it is given, and hands an evaluation's metrics to every callback's ``on_log``
     before ``on_evaluate``. Run first, the callback adds the cost to those metrics before the
-    integrations log them. The list is the ``CallbackHandler``'s that holds the callback
-    (callbacks are not handed the Trainer); moving it within the list the Trainer is walking
-    calls every other callback once still.
+    integrations log them. Callbacks are not handed the Trainer or its handler: the handler is
+    the one whose ``call_event`` called this event, found on the stack a few frames up.
+    Moving the callback within the list the handler is walking calls every other callback once
+    still.
     """
-    from transformers import TrainerCallback
+    from transformers.trainer_callback import CallbackHandler
 
-    for holder in gc.get_referrers(callback):
-        if (
-            isinstance(holder, list)
-            and holder
-            and holder[0] is not callback
-            and all(isinstance(item, TrainerCallback) for item in holder)
-            and any(
-                getattr(owner, "callbacks", None) is holder for owner in gc.get_referrers(holder)
-            )
-        ):
-            holder.remove(callback)
-            holder.insert(0, callback)
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_FRAMES_UP):
+        if frame is None:
+            return
+        handler = frame.f_locals.get("self")
+        if isinstance(handler, CallbackHandler):
+            callbacks = handler.callbacks
+            if callback in callbacks and callbacks[0] is not callback:
+                callbacks.remove(callback)
+                callbacks.insert(0, callback)
+            return
+        frame = frame.f_back
