@@ -108,6 +108,7 @@ def train(
     resume: Path | bool | None = None,
     ahead: list[Any] | None = None,
     callback_options: dict[str, Any] | None = None,
+    added_later: bool = False,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
@@ -134,8 +135,10 @@ def train(
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),
         compute_metrics=accuracy,
-        callbacks=[*(ahead or []), callback, spy],
+        callbacks=[*(ahead or []), *([] if added_later else [callback]), spy],
     )
+    if added_later:  # after the Trainer was built: no on_init_end reaches it
+        trainer.add_callback(callback)
     trainer.train(resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
     callback.log_history = trainer.state.log_history  # type: ignore[attr-defined]
@@ -223,12 +226,15 @@ class LogRecorder(transformers.TrainerCallback):  # type: ignore[misc]
         self.logs.append(dict(logs or {}))
 
 
+@pytest.mark.parametrize("added_later", [False, True], ids=["given", "add_callback"])
 def test_the_cost_reaches_the_logging_integrations_ahead_of_the_callback(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, added_later: bool
 ) -> None:
     spec = job(unique_id("hflog"), target=0.999)
     recorder = LogRecorder()
-    callback = train(server.url, spec, tmp_path, epochs=3, ahead=[recorder])
+    callback = train(
+        server.url, spec, tmp_path, epochs=3, ahead=[recorder], added_later=added_later
+    )
     evaluations = [logs for logs in recorder.logs if "eval_accuracy" in logs]
     during = evaluations[:-1]  # the last one is the evaluation after training
     assert len(during) == 3
