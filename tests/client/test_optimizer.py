@@ -720,7 +720,7 @@ def test_a_checkpoint_behind_the_servers_reports_resumes_without_going_back(
     assert first.trial is not None
     with ServerClient(server.url) as client:
         killed = client.heartbeat(first.trial)
-    assert killed["epochs"] == 3
+    assert killed.epochs == 3
 
     with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as again:
         assert again.resume(saved) == first.trial.batch_size
@@ -736,5 +736,5 @@ def test_a_checkpoint_behind_the_servers_reports_resumes_without_going_back(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(again.job_id)["trials"]
     assert (trial["status"], trial["epochs"]) == ("reported", 4)
-    assert trial["time"] > killed["time"]
-    assert trial["energy"] > killed["energy"]
+    assert trial["time"] > killed.time
+    assert trial["energy"] > killed.energy

@@ -218,12 +218,11 @@ class JobConversation:
             seen = self.client.heartbeat(trial)
         except RouteMissingError:
             return
-        except (ServerConnectionError, ServerRejectedError) as err:
+        except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
             logger.warning("zeus-bso: resumed trial %d not read (%s)", trial.trial_number, err)
             return
-        epochs, time, energy = (seen.get(name) or 0 for name in ("epochs", "time", "energy"))
-        checkpoint = progress.epochs
-        if progress.caught_up(int(epochs), float(time), float(energy)):
+        epochs, checkpoint = seen.epochs or 0, progress.epochs
+        if progress.caught_up(epochs, seen.time or 0.0, seen.energy or 0.0):
             logger.warning(
                 "zeus-bso: the checkpoint of trial %d is from epoch %d, and %d epochs were "
                 "reported before the restart: the work after the checkpoint was lost, and its "
@@ -366,7 +365,7 @@ class JobConversation:
             if trial is None or self.training_finished:
                 continue
             try:
-                status = self.client.heartbeat(trial).get("status")
+                status = self.client.heartbeat(trial).status
             except RouteMissingError:
                 logger.info(
                     "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
@@ -374,7 +373,7 @@ class JobConversation:
                     self.client.shown_url,
                 )
                 return
-            except (ServerConnectionError, ServerRejectedError) as err:
+            except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
                 if not warned:
                     logger.warning("heartbeat failed (training goes on): %s", err)
                     warned = True

@@ -296,27 +296,27 @@ class ServerClient:
         """End a trial."""
         self._request("PATCH", "/trials", content=trial.model_dump_json())
 
-    def release(self, trial: TrialId) -> dict[str, Any]:
+    def release(self, trial: TrialId) -> TrialView:
         """Release a trial whose run never trained (it counts nothing against its batch size).
 
         Raises:
             RouteMissingError: the server has no release route (upstream Zeus's server).
+            UnexpectedAnswerError: the answer is not a trial's view.
         """
-        response = self._request("POST", "/api/trials/release", content=trial.model_dump_json())
-        return dict(response.json())
+        return self._trial_request("/api/trials/release", trial.model_dump(mode="json"))
 
-    def infeasible(self, trial: TrialId, micro_batch_size: int | None = None) -> dict[str, Any]:
+    def infeasible(self, trial: TrialId, micro_batch_size: int | None = None) -> TrialView:
         """Mark a trial whose run ran out of memory at its batch size (``infeasible``), or, for a
         run that accumulates gradients, at ``micro_batch_size`` (the trial goes on).
 
         Raises:
             RouteMissingError: the server has no such route (upstream Zeus's server).
+            UnexpectedAnswerError: the answer is not a trial's view.
         """
         body = trial.model_dump(mode="json")
         if micro_batch_size is not None:
             body["micro_batch_size"] = micro_batch_size
-        response = self._request("POST", "/api/trials/infeasible", json=body)
-        return dict(response.json())
+        return self._trial_request("/api/trials/infeasible", body)
 
     def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
         """Send a batch size's power profile; the answer says the limit to train at.
@@ -329,14 +329,21 @@ class ServerClient:
         )
         return PowerProfileView.model_validate(response.json())
 
-    def heartbeat(self, trial: TrialId) -> dict[str, Any]:
-        """Renew a running trial's lease.
+    def heartbeat(self, trial: TrialId) -> TrialView:
+        """Renew a running trial's lease; the answer is the trial as the server has it.
 
         Raises:
             RouteMissingError: the server has no heartbeat route (upstream Zeus's server).
+            UnexpectedAnswerError: the answer is not a trial's view.
         """
-        response = self._request("POST", "/api/trials/heartbeat", content=trial.model_dump_json())
-        return dict(response.json())
+        return self._trial_request("/api/trials/heartbeat", trial.model_dump(mode="json"))
+
+    def _trial_request(self, path: str, body: dict[str, Any]) -> TrialView:
+        """POST ``body`` to one of the routes that answer the trial as it is now."""
+        from zeus_bso.wire.reads import TrialView
+
+        trial: TrialView = _read(TrialView, self._request("POST", path, json=body).json(), path)
+        return trial
 
     def delete_job(self, job_id: str) -> None:
         """Delete a job and its history."""
