@@ -117,11 +117,11 @@ class ServerClient:
             headers["Authorization"] = f"Bearer {token}"
         self.server_url = server_url.rstrip("/")
         self.shown_url = shown_url(self.server_url)
+        """The URL as messages show it (no password)."""
         self.extensions: frozenset[str] = frozenset()
         """The protocol extensions the server declared in its latest dispatch answer
         (`zeus_bso.spec.Extension`; none: upstream Zeus's server, or a zeus-bso server from
         before they were declared)."""
-        """The URL as messages show it (no password)."""
         secure = httpx.URL(self.server_url).scheme == "https"
         self._connect: Callable[[], httpx.Client] = functools.partial(
             httpx.Client,

@@ -21,6 +21,7 @@ from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
 from zeus_bso.testing.server import running_server
 from zeus_bso.training.session import TrialSession
+from zeus_bso.wire.reads import TrialView
 
 MakeAdapter = Callable[..., TrialSession]
 """``make(server_url, job, **options)``: the adapter of one run (a `TrialSession` that is a
@@ -82,11 +83,10 @@ class LoopAdapterContract:
             yield url
 
     @staticmethod
-    def _trials(server_url: str, job: JobSpec) -> list[dict[str, Any]]:
+    def _trials(server_url: str, job: JobSpec) -> list[TrialView]:
         with ServerClient(server_url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            trials: list[dict[str, Any]] = client.job_state(listed.job_id)["trials"]
-        return sorted(trials, key=lambda t: int(t["trial_number"]))
+            return client.trials(listed.job_id)
 
     def test_a_recurrence_reports_and_converges(
         self, adapter: MakeAdapter, server_url: str
@@ -108,7 +108,7 @@ class LoopAdapterContract:
         assert bso.outcome is not None
         assert bso.outcome.converged
         (trial,) = self._trials(server_url, job)
-        assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 2, True)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, True)
 
     def test_a_misconfigured_run_releases_its_trial(
         self, adapter: MakeAdapter, server_url: str
@@ -128,7 +128,7 @@ class LoopAdapterContract:
             outcome = made[-1].outcome
             assert outcome is not None
             assert outcome.reason is StopReason.NOT_TRAINED
-        assert [t["status"] for t in self._trials(server_url, job)] == ["released"] * 3
+        assert [t.status for t in self._trials(server_url, job)] == ["released"] * 3
 
     def test_a_first_batch_of_another_size_is_refused_and_not_charged(
         self, adapter: MakeAdapter, server_url: str
@@ -147,7 +147,7 @@ class LoopAdapterContract:
             bso.train_begin()
             with pytest.raises(ConfigurationError, match="first training batch has 8 samples"):
                 bso.step_begin({"x": torch.zeros(8, 2)})
-        statuses = [t["status"] for t in self._trials(server_url, job)]
+        statuses = [t.status for t in self._trials(server_url, job)]
         assert statuses == ["reported", "released"]
 
     def test_out_of_memory_is_infeasible_and_the_run_goes_on_at_a_size_that_fits(
@@ -168,7 +168,7 @@ class LoopAdapterContract:
             assert (bso.batch_size, tried) == (16, [32, 16, 16])
             bso.train_begin()
             assert bso.report(0.95)
-        statuses = [(t["batch_size"], t["status"]) for t in self._trials(server_url, job)]
+        statuses = [(t.batch_size, t.status) for t in self._trials(server_url, job)]
         assert statuses == [(32, "infeasible"), (16, "reported")]
         made: list[TrialSession] = []
 
@@ -185,7 +185,7 @@ class LoopAdapterContract:
         # 16 trained on these GPUs: running out at it is not its doing, and it is not capped.
         assert (outcome.batch_size, outcome.reason) == (16, StopReason.FAILED)
         assert "although it trained on" in outcome.why
-        statuses = [(t["batch_size"], t["status"]) for t in self._trials(server_url, job)]
+        statuses = [(t.batch_size, t.status) for t in self._trials(server_url, job)]
         assert statuses[-1] == (16, "released")
 
     def test_accumulation_gives_every_process_its_micro_batch(
@@ -198,7 +198,7 @@ class LoopAdapterContract:
             bso.train_begin()
             assert bso.report(0.95)
         (trial,) = self._trials(server_url, job)
-        assert (trial["batch_size"], trial["accumulation_steps"]) == (32, 2)
+        assert (trial.batch_size, trial.accumulation_steps) == (32, 2)
 
     def test_a_checkpoint_resumes_its_trial_and_its_learning_rate(
         self, adapter: MakeAdapter, server_url: str
@@ -235,7 +235,7 @@ class LoopAdapterContract:
             bso.train_begin()
             assert bso.report(0.95, epoch=2)
         (trial,) = self._trials(server_url, job)
-        assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 2, True)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, True)
 
     def test_each_report_reaches_the_frameworks_logger_at_its_epoch(
         self, adapter: MakeAdapter, server_url: str, logged: Logged | None
@@ -276,7 +276,7 @@ class LoopAdapterContract:
             interrupted()
         first = made[-1].trial_number
         (trial,) = self._trials(server_url, job)
-        assert trial["status"] == "dispatched"  # left open for the restart
+        assert trial.status == "dispatched"  # left open for the restart
         with adapter(server_url, job, energy_meter=EstimateMeter(100), run_key=key) as bso:
             assert bso.trial_number == first
             bso.train_begin()
@@ -285,7 +285,7 @@ class LoopAdapterContract:
             assert bso.trial_number != first
             bso.train_begin()
             assert bso.report(0.95)
-        statuses = [t["status"] for t in self._trials(server_url, job)]
+        statuses = [t.status for t in self._trials(server_url, job)]
         assert statuses == ["reported", "reported"]
 
     def test_power_limits_are_profiled_through_the_step_calls_and_given_back(
