@@ -6,7 +6,10 @@ module and defines one fixture, and pytest runs every test of the contract on it
 - `BanditContract`: a `zeus_bso.policy.bandits.Bandit` (fixture ``bandit``);
 - `MeterContract`: a `zeus_bso.energy.EnergyMeter` (fixture ``meter``);
 - `LoopAdapterContract`: a training framework's loop adapter, a `zeus_bso.training.TrialSession`
-  (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`).
+  (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`);
+- `CallbackAdapterContract`: a training framework's callback that drives its own fit, as the
+  Lightning and Hugging Face callbacks do (fixture ``fit``, which runs a `ScriptedFit`: the
+  metric after each epoch, the batch above which a step runs out of memory).
 
 And the NVML test double (`GPU_DOUBLE`, `described_gpus`: a ``pynvml`` over GPUs a test
 describes, in processes it starts; `double_in_this_process`, in its own; `paced_gpu`, a GPU whose
@@ -23,6 +26,13 @@ except ImportError as err:
 
 from zeus_bso.testing.adapters import Logged, LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
+from zeus_bso.testing.callbacks import (
+    CallbackAdapterContract,
+    FitResult,
+    RunFit,
+    ScriptedFit,
+    callback_job,
+)
 from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
@@ -32,12 +42,17 @@ __all__ = [
     "GPU_DOUBLE",
     "SIZES",
     "BanditContract",
+    "CallbackAdapterContract",
+    "FitResult",
     "Logged",
     "LoopAdapterContract",
     "MakeAdapter",
     "MeterContract",
     "Opener",
+    "RunFit",
+    "ScriptedFit",
     "StoreContract",
+    "callback_job",
     "described_gpus",
     "double_in_this_process",
     "loop_job",

@@ -1,0 +1,162 @@
+"""The contract every callback adapter passes: a training framework's callback that drives its
+own fit (as `zeus_bso.integrations.lightning.ZeusBSOCallback` and
+`zeus_bso.integrations.huggingface.ZeusBSOTrainerCallback` are), as a class that an adapter's
+test module subclasses, defining the ``fit`` fixture.
+
+The contract scripts what the fit meets: the validation metric after each epoch, and the batch
+above which a training step runs out of memory (as a GPU too small for it would). The subclass
+runs that fit through its framework with its callback, on the CPU and in one process, against
+the real server the ``server_url`` fixture starts; the contract checks what trained, what the
+server stored and what the framework's logger received.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from zeus_bso.client import ServerClient
+from zeus_bso.client.outcome import RunOutcome
+from zeus_bso.errors import BatchSizeDoesNotFitError
+from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.testing.server import running_server
+from zeus_bso.wire.reads import TrialView
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedFit:
+    """One fit the contract asks for."""
+
+    server_url: str
+    job: JobSpec
+    metrics: tuple[float, ...]
+    """The validation metric the fit reaches after each epoch (the value the callback is told
+    to monitor); the fit trains at most this many epochs (and the job's ``max_epochs`` is no
+    more), and fewer where the server stops it."""
+    output_dir: Path
+    """A folder of the fit's own (the framework's checkpoints and logs, if any)."""
+    out_of_memory_above: int | None = None
+    """A training step of a batch with more samples raises ``torch.cuda.OutOfMemoryError``
+    ("CUDA out of memory"), as a GPU too small for it would (None: none does)."""
+    memory_check_steps: int = 0
+    """The callback's ``memory_check_steps``: steps tried at a batch size new to these GPUs."""
+
+
+@dataclass(slots=True)
+class FitResult:
+    """What the subclass observed of the fit."""
+
+    epochs: int
+    """The epochs the fit trained."""
+    batch_sizes: list[int]
+    """Every training step's batch (its samples) that ran through, in order (the steps of the
+    memory check too; a step that ran out of memory is not one)."""
+    outcome: RunOutcome | None
+    """The callback's ``outcome`` after the fit."""
+    logged_costs: list[float] = field(default_factory=list)
+    """The ``bso/cost`` values the framework's logger received, in order."""
+
+
+RunFit = Callable[[ScriptedFit], FitResult]
+"""Runs one scripted fit through the framework with its callback, on the CPU."""
+
+
+def callback_job(prefix: str, target: float, max_epochs: int) -> JobSpec:
+    """A job of the contract's: batch sizes 16, 32 and 64, default 32."""
+    return JobSpec(
+        job_id_prefix=f"{prefix}{secrets.token_hex(4)}",
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=target,
+        max_epochs=max_epochs,
+        learning_curve_stop=False,  # a tiny model's CPU epochs: their costs are timing noise
+        mab_seed=1,
+    )
+
+
+class CallbackAdapterContract:
+    """What every callback adapter does over a fit its framework drives: the fit trains the
+    batch size the server dispatched, reports each validation and ends at the server's stop,
+    and the framework's logger receives each report's cost; a fit that never reaches the
+    target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
+    memory check is infeasible, and a size that fits trains (in the same fit, or the next).
+
+    Subclass it and define the ``fit`` fixture::
+
+        class TestKerasCallback(CallbackAdapterContract):
+            @pytest.fixture
+            def fit(self) -> RunFit:
+                return fit_with_keras  # builds the model, the callback and the data; fits
+
+    A suite that runs a server already overrides ``server_url`` with its URL.
+    """
+
+    @pytest.fixture
+    def fit(self) -> RunFit:
+        raise NotImplementedError("a CallbackAdapterContract subclass defines the `fit` fixture")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server_url(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+        with running_server(tmp_path_factory.mktemp("zeus-bso-server")) as url:
+            yield url
+
+    @staticmethod
+    def _trials(server_url: str, job: JobSpec) -> list[TrialView]:
+        with ServerClient(server_url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            return client.trials(listed.job_id)
+
+    def test_a_fit_trains_the_dispatched_size_and_ends_at_the_servers_stop(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        job = callback_job("cbstop", target=0.5, max_epochs=5)
+        result = fit(ScriptedFit(server_url, job, (0.1, 0.3, 0.6, 0.7, 0.8), tmp_path))
+        (trial,) = self._trials(server_url, job)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 3, True)
+        assert result.epochs == 3  # the server's stop ended the fit at the target
+        assert trial.batch_size == job.default_batch_size
+        assert result.batch_sizes
+        assert max(result.batch_sizes) == trial.batch_size
+        assert result.outcome is not None
+        assert (result.outcome.converged, result.outcome.reason) == (True, StopReason.CONVERGED)
+        assert len(result.logged_costs) == 3  # one cost a report
+        assert trial.cost is not None
+        assert result.logged_costs[-1] == pytest.approx(trial.cost, rel=1e-5)
+
+    def test_a_fit_that_never_reaches_the_target_ends_at_max_epochs(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        job = callback_job("cbmiss", target=0.9, max_epochs=2)
+        result = fit(ScriptedFit(server_url, job, (0.1, 0.2), tmp_path))
+        (trial,) = self._trials(server_url, job)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, False)
+        assert result.epochs == 2
+        assert result.outcome is not None
+        assert not result.outcome.converged
+
+    def test_a_size_out_of_memory_in_the_check_is_infeasible_and_a_size_that_fits_trains(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        """The fit moves to a size that fits (a framework whose batch size can change in the
+        fit, as Lightning's), or the run ends with `BatchSizeDoesNotFitError` and the next one
+        trains at it (one that fixes the batch size before the fit, as the HF Trainer)."""
+        job = callback_job("cboom", target=0.5, max_epochs=2)
+        scripted = ScriptedFit(
+            server_url, job, (0.6, 0.7), tmp_path, out_of_memory_above=16, memory_check_steps=2
+        )
+        try:
+            result = fit(scripted)
+        except BatchSizeDoesNotFitError:
+            result = fit(scripted)  # the next run
+        trials = self._trials(server_url, job)
+        assert [(t.batch_size, t.status) for t in trials] == [(32, "infeasible"), (16, "reported")]
+        assert result.batch_sizes
+        assert max(result.batch_sizes) == 16  # no step of 32 ran through
+        assert result.epochs == 1
+        assert result.outcome is not None
+        assert result.outcome.converged

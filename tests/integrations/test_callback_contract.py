@@ -1,0 +1,174 @@
+"""The Lightning and Hugging Face callbacks pass the callback adapters' contract
+(`zeus_bso.testing.CallbackAdapterContract`): the same scripted fits, through each framework's
+real trainer on the CPU, against the suite's real server."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the callbacks need torch (pip install torch)")
+pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+
+from tests.helpers import ServerProcess, quiet_trainer_options  # noqa: E402
+from tests.integrations.test_huggingface import TokenDataset, tiny_bert, training_arguments  # noqa: E402
+from tests.integrations.test_lightning import make_data  # noqa: E402
+from zeus_bso.energy import EstimateMeter  # noqa: E402
+from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
+from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
+from zeus_bso.testing import CallbackAdapterContract, FitResult, RunFit, ScriptedFit  # noqa: E402
+
+
+def out_of_memory(samples: int) -> Any:
+    return torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {samples} MiB")
+
+
+class ScriptedModule(pl.LightningModule):
+    """A tiny classifier whose validation metric is the script's for each epoch."""
+
+    def __init__(self, scripted: ScriptedFit) -> None:
+        super().__init__()
+        self.batch_size = 4
+        self.layer = torch.nn.Linear(8, 2)
+        self.scripted = scripted
+        self.sizes: list[int] = []
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(make_data(128, 0), batch_size=self.batch_size)
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(make_data(32, 1), batch_size=32)
+
+    def training_step(self, batch: Any, _: int) -> Any:
+        x, y = batch
+        limit = self.scripted.out_of_memory_above
+        if limit is not None and len(x) > limit:
+            raise out_of_memory(len(x))
+        loss = torch.nn.functional.cross_entropy(self.layer(x), y)
+        self.sizes.append(len(x))
+        return loss
+
+    def validation_step(self, batch: Any, _: int) -> None:
+        self.log("val_metric", self.scripted.metrics[self.current_epoch])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+class RecordingLogger(pl.loggers.Logger):  # type: ignore[misc]
+    """Keeps what the Trainer logs, as a logging integration would receive it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[dict[str, float]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.logged.append(dict(metrics))
+
+
+def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
+    pl.seed_everything(0, verbose=False)
+    module = ScriptedModule(scripted)
+    callback = ZeusBSOCallback(
+        scripted.server_url,
+        scripted.job,
+        monitor="val_metric",
+        energy_meter=EstimateMeter(100),
+        memory_check_steps=scripted.memory_check_steps,
+    )
+    logger = RecordingLogger()
+    options = quiet_trainer_options(scripted.output_dir) | {"logger": logger}
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=len(scripted.metrics), **options)
+    trainer.fit(module)
+    return FitResult(
+        epochs=trainer.current_epoch,
+        batch_sizes=module.sizes,
+        outcome=callback.outcome,
+        logged_costs=[float(v["bso/cost"]) for v in logger.logged if "bso/cost" in v],
+    )
+
+
+def recording_sizes(model: Any, scripted: ScriptedFit, sizes: list[int]) -> Any:
+    """``model``, whose training forward runs out of memory above the script's batch and notes
+    each batch it ran through."""
+    forward = model.forward
+
+    @functools.wraps(forward)  # the Trainer keeps the dataset columns its signature names
+    def scripted_forward(*args: Any, **kwargs: Any) -> Any:
+        samples = kwargs["input_ids"].shape[0]
+        limit = scripted.out_of_memory_above
+        if model.training and limit is not None and samples > limit:
+            raise out_of_memory(samples)
+        out = forward(*args, **kwargs)
+        if model.training:
+            sizes.append(samples)
+        return out
+
+    model.forward = scripted_forward
+    return model
+
+
+def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
+    torch.manual_seed(0)
+    callback = ZeusBSOTrainerCallback(
+        scripted.server_url,
+        scripted.job,
+        metric="eval_accuracy",
+        energy_meter=EstimateMeter(100),
+        memory_check_steps=scripted.memory_check_steps,
+        output_dir=scripted.output_dir,
+    )
+    metrics = iter(scripted.metrics)
+    sizes: list[int] = []
+    args = training_arguments(scripted.output_dir, callback.start(), len(scripted.metrics))
+    trainer = transformers.Trainer(
+        model=recording_sizes(tiny_bert(), scripted, sizes),
+        args=args,
+        train_dataset=TokenDataset(128, 0),
+        eval_dataset=TokenDataset(32, 1),
+        compute_metrics=lambda _: {"accuracy": next(metrics)},
+        callbacks=[callback],
+    )
+    trainer.train()
+    return FitResult(
+        epochs=round(trainer.state.epoch or 0),
+        batch_sizes=sizes,
+        outcome=callback.outcome,
+        logged_costs=[e["bso/cost"] for e in trainer.state.log_history if "bso/cost" in e],
+    )
+
+
+class TestLightningCallback(CallbackAdapterContract):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server_url(cls, sqlite_server: ServerProcess) -> str:
+        return sqlite_server.url
+
+    @pytest.fixture
+    def fit(self) -> RunFit:
+        return fit_with_lightning
+
+
+class TestHuggingFaceCallback(CallbackAdapterContract):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server_url(cls, sqlite_server: ServerProcess) -> str:
+        return sqlite_server.url
+
+    @pytest.fixture
+    def fit(self) -> RunFit:
+        return fit_with_hugging_face
