@@ -31,6 +31,7 @@ unless one installed after ours has taken the signal (which keeps it).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -50,6 +51,16 @@ _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 _lock = threading.RLock()
 _exit_hooks: list[ExitHook] = []
+
+
+def _new_lock() -> None:
+    """In a forked child: a lock of its own (the parent's copy may be held by a thread that
+    does not exist here)."""
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
 
 
 def at_exit(hook: ExitHook) -> None:
@@ -91,9 +102,9 @@ class _Owned:
     hooks: list[SignalHook] = field(default_factory=list)
 
     def __call__(self, received: int, frame: FrameType | None) -> None:
-        with _lock:
-            if self in _handlers:
-                _handlers.remove(self)
+        # No lock here: the handler may run where a thread held it (a forked child's copy).
+        with contextlib.suppress(ValueError):
+            _handlers.remove(self)
         signal.signal(self.signum, self.previous)
         raised = None
         if os.getpid() == self.pid:

@@ -55,11 +55,16 @@ SETTLE_TIMEOUT_S = 10.0
 _QUIET_CHECKS = 3
 _CHECK_EVERY_S = 0.002
 _TASKS = "/proc/self/task"
+_registered = False
 
 
 def register_at_exit() -> None:
-    """Have `settle` run at interpreter exit (once per process; cheap to call again)."""
-    exits.at_exit(settle)
+    """Have `settle` run at interpreter exit (once per process; cheap to call again: a DDP
+    communication hook calls it at every step, from autograd's thread)."""
+    global _registered
+    if not _registered:
+        exits.at_exit(settle)
+        _registered = True
 
 
 def _gloo_workers_busy() -> bool | None:
