@@ -170,3 +170,39 @@ def test_exit_hooks_run_once_each_last_first_and_a_forked_child_runs_no_hook(end
     else:
         assert done.returncode == -signal.SIGTERM, done.stderr
         assert done.stdout.splitlines() == ["child -15", "hook True"]
+
+
+HELD_AT_FORK = """
+import os, signal, threading
+from zeus_bso import exits
+
+exits.on_signal(signal.SIGTERM, lambda: print("parent's hook", flush=True))
+held, release = threading.Event(), threading.Event()
+
+def holder():
+    with exits._lock:  # as a thread that adds a hook while the main thread forks
+        held.set()
+        release.wait()
+
+threading.Thread(target=holder, daemon=True).start()
+held.wait()
+child = os.fork()
+if child == 0:
+    exits.at_exit(lambda: None)  # the child's own lock: no wait on the parent's thread
+    os.kill(os.getpid(), signal.SIGTERM)  # the default ends it, no hook of the parent's
+    os._exit(0)
+_, status = os.waitpid(child, 0)
+release.set()
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_child_forked_while_a_thread_held_the_lock_ends_by_sigterm() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HELD_AT_FORK)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["child -15"]
