@@ -5,6 +5,7 @@ jobs name is also an entry point of the ``zeus_bso.bandits`` group where the ser
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import pickle
@@ -192,3 +193,43 @@ def test_a_job_names_a_bandit_installed_on_the_server(tmp_path: Path) -> None:
             assert "did you mean 'largest'?" in unknown.json()["message"]
     finally:
         server.stop()
+
+
+def python_blocks(page: Path) -> list[str]:
+    """The ```python blocks of a documentation page."""
+    blocks, current = [], None
+    for line in page.read_text().splitlines():
+        if current is None and line.strip() == "```python":
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_extending_page_s_test_classes_use_what_the_contracts_ship() -> None:
+    """Each test class the page shows subclasses a contract `zeus_bso.testing` exports and
+    defines fixtures that contract declares, with the types it exports: a rename there breaks
+    the page here, not a reader's first try."""
+    import zeus_bso.testing as testing
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+    classes = [
+        node
+        for block in python_blocks(page)
+        for node in ast.walk(ast.parse(block))
+        if isinstance(node, ast.ClassDef)
+    ]
+    assert len(classes) >= 5, "the page shows a test class for each contract"
+    for shown in classes:
+        (base,) = (b.id for b in shown.bases if isinstance(b, ast.Name))
+        contract = getattr(testing, base)
+        for method in (n for n in shown.body if isinstance(n, ast.FunctionDef)):
+            assert hasattr(contract, method.name), f"{base} declares no fixture {method.name}"
+            annotations = [method.returns] + [a.annotation for a in method.args.args]
+            names = (n.id for a in annotations if a for n in ast.walk(a) if isinstance(n, ast.Name))
+            for name in names:
+                if name[0].isupper() and name not in {"Path", "Iterator"}:
+                    assert hasattr(testing, name) or name in {"EnergyMeter", "Bandit"}, name
