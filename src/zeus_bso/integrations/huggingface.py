@@ -41,6 +41,7 @@ from typing_extensions import override
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
+from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import (
     checkpoint_to_resume,
@@ -284,56 +285,18 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             if size is not None and state.train_batch_size < size:
                 self._went_on_smaller(args, size, state.train_batch_size, optimizer, lr_scheduler)
                 return
-        if args.per_device_train_batch_size != self.session.micro_batch_size:
-            self._refuse(
-                f"TrainingArguments.per_device_train_batch_size is "
-                f"{args.per_device_train_batch_size} but the optimizer chose "
-                f"{self.session.micro_batch_size}: build TrainingArguments with "
-                "per_device_train_batch_size=callback.start()"
-            )
-        steps = self.session.accumulation_steps
-        if self.max_micro_batch_size is None and args.gradient_accumulation_steps != 1:
-            self._refuse(
-                f"TrainingArguments.gradient_accumulation_steps is "
-                f"{args.gradient_accumulation_steps}: each optimizer step would take "
-                f"{args.gradient_accumulation_steps} x {self.session.micro_batch_size} samples "
-                f"while the server charges batch size {self.batch_size}; to accumulate, pass "
-                "ZeusBSOTrainerCallback(max_micro_batch_size=...) and build TrainingArguments "
-                "with gradient_accumulation_steps=callback.accumulation_steps"
-            )
-        if self.max_micro_batch_size is not None and args.gradient_accumulation_steps != steps:
-            self._refuse(
-                f"TrainingArguments.gradient_accumulation_steps is "
-                f"{args.gradient_accumulation_steps} but batch size {self.batch_size} trains as "
-                f"{steps} micro-batches of {self.session.micro_batch_size}: build "
-                "TrainingArguments with gradient_accumulation_steps=callback.accumulation_steps"
-            )
-        epochs = args.num_train_epochs if args.max_steps <= 0 else None
-        if epochs is not None and epochs < self.job.max_epochs and self.session.is_main:
-            logger.warning(
-                "TrainingArguments(num_train_epochs=%s) is below the job's max_epochs (%d): a run "
-                "that needs more epochs ends before the server can judge it, and delivers no "
-                "model; set num_train_epochs=%d (the server stops the run)",
-                epochs,
-                self.job.max_epochs,
-                self.job.max_epochs,
-            )
-        strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-        if strategy == "no":
-            self._refuse(
-                "eval_strategy='no': this run never evaluates, so the server could not judge "
-                f"batch size {self.batch_size} (its trial is released, not charged); evaluate "
-                "every epoch (eval_strategy='epoch'), or train without ZeusBSOTrainerCallback"
-            )
-        if strategy == "steps" and self.session.is_main:
-            logger.warning(
-                "eval_strategy='steps': every evaluation (every %s steps) is reported as an epoch, "
-                "so the job's max_epochs (%d) counts evaluations, and its learning curves and "
-                "costs are per evaluation; evaluate once an epoch (eval_strategy='epoch') for "
-                "epochs",
-                args.eval_steps,
-                self.job.max_epochs,
-            )
+        refused = hf_arguments.refusal(
+            args,
+            micro_batch_size=self.session.micro_batch_size,
+            batch_size=self.batch_size,
+            accumulation_steps=self.session.accumulation_steps,
+            accumulates=self.max_micro_batch_size is not None,
+        )
+        if refused is not None:
+            self._refuse(refused)
+        if self.session.is_main:
+            for warning in hf_arguments.warnings(args, self.job.max_epochs):
+                logger.warning("%s", warning)
         loader = kwargs.get("train_dataloader")
         if (
             self.memory_check_steps > 0

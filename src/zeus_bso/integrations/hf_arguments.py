@@ -1,0 +1,74 @@
+"""What the Hugging Face callback checks of the Trainer's ``TrainingArguments`` before a run
+trains: that it trains the batch the server dispatched and evaluates, so that the server can
+judge it (a refusal otherwise), and that its epochs and evaluations count as the job's do (a
+warning otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def refusal(
+    args: Any,
+    *,
+    micro_batch_size: int,
+    batch_size: int,
+    accumulation_steps: int,
+    accumulates: bool,
+) -> str | None:
+    """Why a run with ``args`` cannot be judged at the dispatched ``batch_size`` (trained as
+    ``accumulation_steps`` micro-batches of ``micro_batch_size`` where the callback
+    ``accumulates``), in words that say what to change; None: it can."""
+    if args.per_device_train_batch_size != micro_batch_size:
+        return (
+            f"TrainingArguments.per_device_train_batch_size is "
+            f"{args.per_device_train_batch_size} but the optimizer chose {micro_batch_size}: "
+            "build TrainingArguments with per_device_train_batch_size=callback.start()"
+        )
+    steps = args.gradient_accumulation_steps
+    if not accumulates and steps != 1:
+        return (
+            f"TrainingArguments.gradient_accumulation_steps is {steps}: each optimizer step "
+            f"would take {steps} x {micro_batch_size} samples while the server charges batch "
+            f"size {batch_size}; to accumulate, pass ZeusBSOTrainerCallback("
+            "max_micro_batch_size=...) and build TrainingArguments with "
+            "gradient_accumulation_steps=callback.accumulation_steps"
+        )
+    if accumulates and steps != accumulation_steps:
+        return (
+            f"TrainingArguments.gradient_accumulation_steps is {steps} but batch size "
+            f"{batch_size} trains as {accumulation_steps} micro-batches of {micro_batch_size}: "
+            "build TrainingArguments with gradient_accumulation_steps=callback.accumulation_steps"
+        )
+    if evaluation_strategy(args) == "no":
+        return (
+            "eval_strategy='no': this run never evaluates, so the server could not judge "
+            f"batch size {batch_size} (its trial is released, not charged); evaluate every epoch "
+            "(eval_strategy='epoch'), or train without ZeusBSOTrainerCallback"
+        )
+    return None
+
+
+def warnings(args: Any, max_epochs: int) -> list[str]:
+    """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does."""
+    found = []
+    epochs = args.num_train_epochs if args.max_steps <= 0 else None
+    if epochs is not None and epochs < max_epochs:
+        found.append(
+            f"TrainingArguments(num_train_epochs={epochs}) is below the job's max_epochs "
+            f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
+            f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
+        )
+    if evaluation_strategy(args) == "steps":
+        found.append(
+            f"eval_strategy='steps': every evaluation (every {args.eval_steps} steps) is reported "
+            f"as an epoch, so the job's max_epochs ({max_epochs}) counts evaluations, and its "
+            "learning curves and costs are per evaluation; evaluate once an epoch "
+            "(eval_strategy='epoch') for epochs"
+        )
+    return found
+
+
+def evaluation_strategy(args: Any) -> str:
+    """``args.eval_strategy`` in words (an enum in recent versions)."""
+    return str(getattr(args.eval_strategy, "value", args.eval_strategy))

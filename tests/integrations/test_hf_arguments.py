@@ -1,0 +1,71 @@
+"""What the Hugging Face callback checks of real ``TrainingArguments`` before a run trains
+(`zeus_bso.integrations.hf_arguments`): each way a run would train another batch than the
+server dispatched, or never evaluate, is refused in words that say what to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+
+from zeus_bso.integrations import hf_arguments  # noqa: E402
+
+
+def arguments(tmp_path: Path, **options: Any) -> Any:
+    settings = {
+        "output_dir": str(tmp_path),
+        "per_device_train_batch_size": 32,
+        "num_train_epochs": 6,
+        "eval_strategy": "epoch",
+        "use_cpu": True,
+        "report_to": [],
+    }
+    return transformers.TrainingArguments(**(settings | options))
+
+
+def refusal(args: Any, accumulation_steps: int = 1, micro: int = 32) -> str | None:
+    return hf_arguments.refusal(
+        args,
+        micro_batch_size=micro,
+        batch_size=micro * accumulation_steps,
+        accumulation_steps=accumulation_steps,
+        accumulates=accumulation_steps > 1,
+    )
+
+
+def test_arguments_that_train_the_dispatched_batch_and_evaluate_pass(tmp_path: Path) -> None:
+    assert refusal(arguments(tmp_path)) is None
+    accumulating = arguments(
+        tmp_path, per_device_train_batch_size=16, gradient_accumulation_steps=4
+    )
+    assert refusal(accumulating, accumulation_steps=4, micro=16) is None
+    assert hf_arguments.warnings(arguments(tmp_path), max_epochs=6) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "steps", "said"),
+    [
+        ({"per_device_train_batch_size": 64}, 1, "per_device_train_batch_size=callback.start()"),
+        ({"gradient_accumulation_steps": 2}, 1, "pass ZeusBSOTrainerCallback(max_micro_batch"),
+        ({"gradient_accumulation_steps": 2}, 4, "trains as 4 micro-batches of 32"),
+        ({"eval_strategy": "no"}, 1, "eval_strategy='no': this run never evaluates"),
+    ],
+)
+def test_a_run_the_server_could_not_judge_is_refused_saying_what_to_change(
+    tmp_path: Path, options: dict[str, Any], steps: int, said: str
+) -> None:
+    refused = refusal(arguments(tmp_path, **options), accumulation_steps=steps)
+    assert refused is not None
+    assert said in refused
+
+
+def test_epochs_below_the_jobs_and_evaluations_by_steps_are_said(tmp_path: Path) -> None:
+    (fewer,) = hf_arguments.warnings(arguments(tmp_path, num_train_epochs=3), max_epochs=6)
+    assert "num_train_epochs=3) is below the job's max_epochs (6)" in fewer
+    by_steps = arguments(tmp_path, eval_strategy="steps", eval_steps=50)
+    (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
+    assert "every evaluation (every 50 steps) is reported as an epoch" in counted
+    assert hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6) == []
