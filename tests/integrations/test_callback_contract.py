@@ -152,23 +152,22 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
     )
 
 
-class TestLightningCallback(CallbackAdapterContract):
+class OnTheSuitesServer(CallbackAdapterContract):
+    """The contract against the suite's SQLite server (not one of its own)."""
+
     @pytest.fixture(scope="class")
     @classmethod
     def server_url(cls, sqlite_server: ServerProcess) -> str:
         return sqlite_server.url
 
+
+class TestLightningCallback(OnTheSuitesServer):
     @pytest.fixture
     def fit(self) -> RunFit:
         return fit_with_lightning
 
 
-class TestHuggingFaceCallback(CallbackAdapterContract):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def server_url(cls, sqlite_server: ServerProcess) -> str:
-        return sqlite_server.url
-
+class TestHuggingFaceCallback(OnTheSuitesServer):
     @pytest.fixture
     def fit(self) -> RunFit:
         return fit_with_hugging_face

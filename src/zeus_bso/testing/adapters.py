@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,8 @@ from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
-from zeus_bso.testing.server import running_server
+from zeus_bso.testing.served import ServedContract
 from zeus_bso.training.session import TrialSession
-from zeus_bso.wire.reads import TrialView
 
 MakeAdapter = Callable[..., TrialSession]
 """``make(server_url, job, **options)``: the adapter of one run (a `TrialSession` that is a
@@ -43,7 +42,7 @@ def loop_job(prefix: str) -> JobSpec:
     )
 
 
-class LoopAdapterContract:
+class LoopAdapterContract(ServedContract):
     """What every loop adapter does through its session: a recurrence reports to the server
     and converges; a misconfigured run releases its trial; out of memory is infeasible (before
     training, the run goes on at a size that fits); accumulation gives every process its
@@ -75,18 +74,6 @@ class LoopAdapterContract:
         (a recording logger the subclass gives it); None, the default: not observed, and the
         logging test is skipped."""
         return None
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def server_url(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-        with running_server(tmp_path_factory.mktemp("zeus-bso-server")) as url:
-            yield url
-
-    @staticmethod
-    def _trials(server_url: str, job: JobSpec) -> list[TrialView]:
-        with ServerClient(server_url) as client:
-            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            return client.trials(listed.job_id)
 
     def test_a_recurrence_reports_and_converges(
         self, adapter: MakeAdapter, server_url: str

@@ -13,18 +13,16 @@ server stored and what the framework's logger received.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from zeus_bso.client import ServerClient
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.errors import BatchSizeDoesNotFitError
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.testing.server import running_server
-from zeus_bso.wire.reads import TrialView
+from zeus_bso.testing.served import ServedContract
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +76,7 @@ def callback_job(prefix: str, target: float, max_epochs: int) -> JobSpec:
     )
 
 
-class CallbackAdapterContract:
+class CallbackAdapterContract(ServedContract):
     """What every callback adapter does over a fit its framework drives: the fit trains the
     batch size the server dispatched, reports each validation and ends at the server's stop,
     and the framework's logger receives each report's cost; a fit that never reaches the
@@ -98,18 +96,6 @@ class CallbackAdapterContract:
     @pytest.fixture
     def fit(self) -> RunFit:
         raise NotImplementedError("a CallbackAdapterContract subclass defines the `fit` fixture")
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def server_url(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-        with running_server(tmp_path_factory.mktemp("zeus-bso-server")) as url:
-            yield url
-
-    @staticmethod
-    def _trials(server_url: str, job: JobSpec) -> list[TrialView]:
-        with ServerClient(server_url) as client:
-            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            return client.trials(listed.job_id)
 
     def test_a_fit_trains_the_dispatched_size_and_ends_at_the_servers_stop(
         self, fit: RunFit, server_url: str, tmp_path: Path

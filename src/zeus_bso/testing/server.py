@@ -1,7 +1,7 @@
 """A real zeus-bso server for the tests of an adapter, meter or bandit of your own: `running_server`
 starts ``zeus-bso-server serve`` on a free port of this machine with a SQLite file of its own,
-waits until it answers, and stops it; `LoopAdapterContract`'s ``server_url`` fixture uses it, so
-an outside adapter's test class defines only its ``adapter``.
+waits until it answers, and stops it; the adapters' contracts' ``server_url`` fixture uses it
+(`zeus_bso.testing.served`), so an outside adapter's test class defines only its own fixture.
 
 Needs the server: ``pip install 'zeus-bso[server]'`` where the tests run.
 """
