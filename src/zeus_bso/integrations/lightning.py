@@ -35,8 +35,8 @@ from typing_extensions import override
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.integrations.lightning_memory import try_steps
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
-from zeus_bso.integrations.probe import step, undone
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     JobLike,
@@ -287,32 +287,16 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         )
 
     def _try_steps(self, trainer: Trainer, pl_module: Module, size: int) -> None:
-        """Run ``memory_check_steps`` training steps at batch ``size`` on this rank alone (the
-        module unwrapped: no collective), then undo them: the weights, the optimizers' state
-        and the random state are restored. An out-of-memory error is raised."""
-
+        """Try ``memory_check_steps`` training steps at batch ``size``, at the learning rate a
+        fit of it would take (`lightning_memory.try_steps`: an out-of-memory error is
+        raised)."""
         package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
         session = self.session
         if session is not None and session.lr.rule != "none":  # the rate a fit of it would take
             batch = size if self.max_micro_batch_size is None else session.batch_size
             for optimizer in trainer.optimizers:
                 session.lr.scale(optimizer, batch)
-        holder = trainer.datamodule if trainer.datamodule is not None else pl_module
-        loader = holder.train_dataloader()
-        quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
-        for name in quiet:  # the steps tried are not the fit's: nothing they log is kept
-            setattr(pl_module, name, lambda *args, **kwargs: None)
-        try:
-            with undone(pl_module, trainer.optimizers):
-                for index, batch in zip(range(self.memory_check_steps), loader, strict=False):
-                    batch = trainer.strategy.batch_to_device(batch)
-                    with trainer.precision_plugin.train_step_context():
-                        out = pl_module.training_step(batch, index)
-                    step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
-        finally:
-            for name in quiet:
-                delattr(pl_module, name)
-            del loader
+        try_steps(trainer, pl_module, self.memory_check_steps)
 
     # -- training -----------------------------------------------------------------------------
 

@@ -1,0 +1,32 @@
+"""Lightning's memory check: training steps of the module, tried and undone
+(`zeus_bso.integrations.probe`), each rank alone (see the architecture page's "Memory check")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zeus_bso.integrations.probe import step, undone
+
+
+def try_steps(trainer: Any, pl_module: Any, steps: int) -> None:
+    """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
+    no collective), with the fit's optimizers and a train DataLoader built at the batch size
+    the module holds now, then undo them: the weights, the optimizers' state and the random
+    state are restored. What the module logs meanwhile is dropped (the steps are not the
+    fit's). An out-of-memory error is raised."""
+    holder = trainer.datamodule if trainer.datamodule is not None else pl_module
+    loader = holder.train_dataloader()
+    quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
+    for name in quiet:  # Lightning's own refuse a call outside its loop
+        setattr(pl_module, name, lambda *args, **kwargs: None)
+    try:
+        with undone(pl_module, trainer.optimizers):
+            for index, batch in zip(range(steps), loader, strict=False):
+                batch = trainer.strategy.batch_to_device(batch)
+                with trainer.precision_plugin.train_step_context():
+                    out = pl_module.training_step(batch, index)
+                step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
+    finally:
+        for name in quiet:
+            delattr(pl_module, name)
+        del loader
