@@ -57,6 +57,16 @@ def test_hooks_run_last_added_first_then_the_handler_from_before(before: list[st
     assert before == ["second", "first", "before", "before"]
 
 
+def test_the_same_signal_while_the_hooks_run_does_not_cut_them_short(before: list[str]) -> None:
+    def hook() -> None:
+        os.kill(os.getpid(), SIGNUM)  # comes while this hook runs, as a second kill would
+        before.append("hook done")
+
+    exits.on_signal(SIGNUM, hook)
+    os.kill(os.getpid(), SIGNUM)
+    assert before == ["hook done", "before"]
+
+
 def test_an_exception_a_hook_returns_is_raised_where_nothing_handled_the_signal() -> None:
     previous = signal.signal(SIGNUM, signal.SIG_DFL)
     try:

@@ -14,8 +14,9 @@ whatever the program registered before them, as their own handlers would.
 On a signal (`on_signal`), in the process that added the hooks and on the main thread (only it
 can install a handler; elsewhere `on_signal` says False):
 
-1. the hooks run, the last added first; a forked child (a DataLoader worker, which inherits the
-   handler) runs none;
+1. the hooks run, the last added first (the same signal coming again meanwhile changes
+   nothing: a limit being put back is not cut short); a forked child (a DataLoader worker,
+   which inherits the handler) runs none;
 2. the handler from before is put back, so a second signal does what it always did;
 3. the signal does what it did before: the handler from before is called (a script's own,
    a framework's); else the exception a hook returned is raised; else the default ends the
@@ -87,7 +88,7 @@ def _run_exit_hooks() -> None:
             hook = _exit_hooks.pop()
         try:
             hook()
-        except Exception:  # the next hook runs all the same, as atexit's would
+        except BaseException:  # the next hook runs all the same, as atexit's would
             logger.exception("a hook at exit failed: %r", hook)
 
 
@@ -100,16 +101,22 @@ class _Owned:
     previous: _Handler
     pid: int
     hooks: list[SignalHook] = field(default_factory=list)
+    firing: bool = False
 
     def __call__(self, received: int, frame: FrameType | None) -> None:
-        # No lock here: the handler may run where a thread held it (a forked child's copy).
-        with contextlib.suppress(ValueError):
-            _handlers.remove(self)
-        signal.signal(self.signum, self.previous)
+        if self.firing:  # the same signal again while the hooks run: the first one acts next
+            return
+        self.firing = True
         raised = None
-        if os.getpid() == self.pid:
-            for hook in reversed(list(self.hooks)):
-                raised = hook() or raised
+        try:
+            if os.getpid() == self.pid:
+                for hook in reversed(list(self.hooks)):
+                    raised = hook() or raised
+        finally:
+            # No lock here: the handler may run where a thread held it (a forked child's copy).
+            with contextlib.suppress(ValueError):
+                _handlers.remove(self)
+            signal.signal(self.signum, self.previous)
         if callable(self.previous):
             self.previous(received, frame)
         elif raised is not None:
