@@ -424,3 +424,22 @@ def test_the_records_live_in_one_folder_per_node(
     (tmp_path / "a-file").write_text("")  # a folder that cannot be made under it
     monkeypatch.setattr(node, "NODE_FOLDER", tmp_path / "a-file" / "power-limits")
     assert node.records_folder(cache) == cache / "power_limits"
+
+
+def test_sigterm_ignored_stays_ignored_and_the_limit_goes_back_with_the_run(
+    double: Path,
+) -> None:
+    """A process that ignores SIGTERM goes on after one: the run keeps training at its limit,
+    which goes back when the run restores it, not at the signal."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        limits = GpuPowerLimits(double)
+        assert limits.set(250.0)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert limit_now() == 250.0
+        limits.restore()
+        assert limit_now() == 300.0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -3,9 +3,12 @@ adds to an evaluation's metrics reaches the reporting integrations."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from types import FrameType
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 _FRAMES_UP = 4
 """How far up the stack the handler that calls an event is looked for (it is the caller's
@@ -38,3 +41,7 @@ def run_first(callback: Any) -> None:
                 callbacks.insert(0, callback)
             return
         frame = frame.f_back
+    logger.debug(
+        "zeus-bso: no CallbackHandler calls this event: the callback stays where it is, after "
+        "the reporting integrations (they log an evaluation before its cost is added)"
+    )

@@ -6,8 +6,9 @@ creates it owns that GPU's limit for the run, and another process of the node th
 same GPU leaves it alone (a node's GPU is set once). A GPU goes back to the operator's limit, else
 its default, never to a cap found on it. `GpuPowerLimits.restore` puts every owned GPU back and
 deletes its record; it runs at the end of a run, on an exception, when the trial's lease is lost,
-on SIGTERM, on every other signal whose default would end the process (SIGHUP, SIGQUIT, SIGUSR1,
-SIGUSR2, SIGALRM), and at interpreter exit. What kills the process outright (SIGKILL,
+on SIGTERM (unless it is ignored: then it ends nothing), on every other signal whose default
+would end the process (SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM), and at interpreter exit
+(hooks of `zeus_bso.exits`). What kills the process outright (SIGKILL,
 the out-of-memory killer, an abort in C) is the run's watchdog's (`zeus_bso.power.watchdog`),
 which restores as soon as the process is gone; what takes the watchdog down too (a container's
 end) is for ``zeus-bso power restore`` on the node, and for `restore_orphaned` at the start of
