@@ -11,7 +11,7 @@ from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_dispatch, after_report
 from zeus_bso.policy.horizon import EXPLORATION_RESERVE, HORIZON_SLACK, Horizon
 from zeus_bso.policy.types import BatchSizeStats, PriorMode
-from zeus_bso.sim.parents import parent_prior
+from zeus_bso.sim.parents import parent_curve
 from zeus_bso.sim.runner import in_process, job_spec, simulate
 from zeus_bso.sim.trace import load_trace_job
 
@@ -204,7 +204,7 @@ def test_a_related_jobs_curve_lets_a_short_lived_job_explore_what_it_predicts_pa
     exploration, but a prior that predicts a size far cheaper than the default lets the job try
     it (the prior's walk), and the job keeps it."""
     trace = load_trace_job("cifar100", "v100")
-    prior = parent_prior(trace, trace, eta_knob=0.5, seed=0, mode=PriorMode.CHECK)
+    prior = parent_curve(trace, trace, eta_knob=0.5, seed=0).prior(PriorMode.CHECK)
     best = prior.best(trace.batch_sizes)
     assert best is not None
     assert best != trace.default_batch_size

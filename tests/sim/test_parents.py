@@ -14,14 +14,14 @@ import pytest
 from tests.sim.test_simulate import ZEUS_BSO
 from zeus_bso.policy.types import PriorMode
 from zeus_bso.sim import in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.parents import parent_curve, parent_prior
+from zeus_bso.sim.parents import parent_curve
 
 ETA = 0.5
 
 
 def test_a_workload_s_own_curve_is_its_expected_costs_relative_to_the_cheapest() -> None:
     job = load_trace_job("cifar100", "v100")
-    prior = parent_prior(job, job, eta_knob=ETA)
+    prior = parent_curve(job, job, eta_knob=ETA).prior(PriorMode.CHECK)
     assert prior is not None
     costs = {b: job.expected_cost(b, ETA) for b in job.batch_sizes}
     finite = {b: c for b, c in costs.items() if math.isfinite(c)}
@@ -37,7 +37,7 @@ def test_a_workload_s_own_curve_is_its_expected_costs_relative_to_the_cheapest()
 def test_a_shifted_parent_says_of_each_size_what_it_learned_of_the_next() -> None:
     job = load_trace_job("librispeech", "v100")
     sizes = job.batch_sizes
-    prior = parent_prior(job, job, eta_knob=ETA, shift=1)
+    prior = parent_curve(job, job, eta_knob=ETA, shift=1).prior(PriorMode.CHECK)
     assert prior is not None
     assert sizes[-1] not in prior.costs  # unknown: not hopeless either
     assert sizes[-1] not in prior.hopeless
@@ -50,7 +50,7 @@ def test_a_shifted_parent_says_of_each_size_what_it_learned_of_the_next() -> Non
 
 def test_another_workload_s_curve_lies_over_the_job_s_sizes_by_rank() -> None:
     job, parent = load_trace_job("squad", "v100"), load_trace_job("movielens-1m", "v100")
-    prior = parent_prior(job, parent, eta_knob=ETA)
+    prior = parent_curve(job, parent, eta_knob=ETA).prior(PriorMode.CHECK)
     assert prior is not None
     assert set(prior.costs) | prior.hopeless <= set(job.batch_sizes)
     assert set(prior.epoch_costs) == set(job.batch_sizes)
@@ -58,13 +58,13 @@ def test_another_workload_s_curve_lies_over_the_job_s_sizes_by_rank() -> None:
 
 def test_noise_is_drawn_by_seed_and_a_negative_spread_is_refused() -> None:
     job = load_trace_job("cifar100", "v100")
-    one = parent_prior(job, job, eta_knob=ETA, seed=1, sigma=0.2)
-    again = parent_prior(job, job, eta_knob=ETA, seed=1, sigma=0.2)
-    other = parent_prior(job, job, eta_knob=ETA, seed=2, sigma=0.2)
+    one = parent_curve(job, job, eta_knob=ETA, seed=1, sigma=0.2).prior(PriorMode.CHECK)
+    again = parent_curve(job, job, eta_knob=ETA, seed=1, sigma=0.2).prior(PriorMode.CHECK)
+    other = parent_curve(job, job, eta_knob=ETA, seed=2, sigma=0.2).prior(PriorMode.CHECK)
     assert one == again
     assert one != other
     with pytest.raises(ValueError, match="sigma"):
-        parent_prior(job, job, eta_knob=ETA, sigma=-0.1)
+        parent_curve(job, job, eta_knob=ETA, sigma=-0.1).prior(PriorMode.CHECK)
 
 
 def _first_recurrences(name: str, mode: PriorMode | None, seeds: range) -> float:
@@ -75,7 +75,7 @@ def _first_recurrences(name: str, mode: PriorMode | None, seeds: range) -> float
     for seed in seeds:
         prior = None
         if mode is not None:
-            prior = parent_prior(trace, trace, eta_knob=ETA, seed=seed, sigma=0.1, mode=mode)
+            prior = parent_curve(trace, trace, eta_knob=ETA, seed=seed, sigma=0.1).prior(mode)
         backend = in_process(job_spec(trace, f"p-{seed}", mab_seed=seed), prior)
         assert backend.state.prior == prior
         recs = simulate(trace, backend, recurrences=10, seed=seed, eta_knob=ETA)
@@ -97,7 +97,7 @@ def test_a_declared_parent_makes_the_first_recurrences_cheaper_than_a_cold_start
 
 def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None:
     trace = load_trace_job("librispeech", "v100")
-    prior = parent_prior(trace, trace, eta_knob=ETA, seed=0, sigma=0.1, mode=PriorMode.TRUST)
+    prior = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1).prior(PriorMode.TRUST)
     backend = in_process(job_spec(trace, "p-cli", mab_seed=0), prior)
     seeded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
     out = tmp_path / "seeded.json"

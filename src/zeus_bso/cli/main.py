@@ -26,7 +26,7 @@ from zeus_bso.cli.power import power_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.parents import parent_prior
+from zeus_bso.sim.parents import parent_curve
 from zeus_bso.sim.report import (
     HORIZONS,
     Summary,
@@ -270,7 +270,7 @@ class SimulatedGpu:
 
 @dataclass(frozen=True)
 class SimulatedParent:
-    """``--parent`` and its settings (`zeus_bso.sim.parents.parent_prior`)."""
+    """``--parent`` and its settings (`zeus_bso.sim.parents.parent_curve`)."""
 
     workload: str
     """A workload of the trace, or ``self``."""
@@ -370,15 +370,10 @@ def _prior(
     if parent is None:
         return None
     theirs = trace if parent.workload == "self" else load_trace_job(parent.workload, gpu)
-    return parent_prior(
-        trace,
-        theirs,
-        eta_knob=eta,
-        seed=seed,
-        sigma=parent.sigma,
-        shift=parent.shift,
-        mode=parent.mode,
+    curve = parent_curve(
+        trace, theirs, eta_knob=eta, seed=seed, sigma=parent.sigma, shift=parent.shift
     )
+    return curve.prior(parent.mode)
 
 
 @contextlib.contextmanager

@@ -84,22 +84,6 @@ class ParentRun:
     epoch_cost: float
 
 
-def parent_prior(
-    job: TraceJob,
-    parent: TraceJob,
-    *,
-    eta_knob: float,
-    seed: int = 0,
-    sigma: float = 0.0,
-    shift: int = 0,
-    mode: PriorMode = PriorMode.CHECK,
-) -> Prior | None:
-    """The prior ``parent``'s curve gives ``job`` (None: it knows no size of the job that
-    converges). Its noise depends on ``seed`` alone (drawn apart from the simulation's)."""
-    curve = parent_curve(job, parent, eta_knob=eta_knob, seed=seed, sigma=sigma, shift=shift)
-    return curve.prior(mode)
-
-
 def parent_curve(
     job: TraceJob,
     parent: TraceJob,
@@ -109,7 +93,8 @@ def parent_curve(
     sigma: float = 0.0,
     shift: int = 0,
 ) -> ParentCurve:
-    """What ``parent`` learned of ``job``'s batch sizes (`parent_prior`'s curve)."""
+    """What ``parent`` learned of ``job``'s batch sizes; its prior is `ParentCurve.prior`. Its
+    noise depends on ``seed`` alone (drawn apart from the simulation's)."""
     if sigma < 0:
         raise ValueError(f"sigma is a lognormal spread, 0 or more: {sigma}")
     noise = random.Random(f"parent-{seed}")
