@@ -342,7 +342,8 @@ class ServerClient:
         """POST ``body`` to one of the routes that answer the trial as it is now."""
         from zeus_bso.wire.reads import TrialView
 
-        trial: TrialView = _read(TrialView, self._request("POST", path, json=body).json(), path)
+        answer = self._request("POST", path, json=body).json()
+        trial: TrialView = _read(TrialView, answer, f"POST {path}")
         return trial
 
     def delete_job(self, job_id: str) -> None:
@@ -360,11 +361,11 @@ class ServerClient:
     ) -> tuple[list[JobSummary], list[str]]:
         """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
         read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
+        from zeus_bso.wire.reads import JobSummary
+
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if prefix:
             params["prefix"] = prefix
-        from zeus_bso.wire.reads import JobSummary
-
         response = self._request("GET", "/api/jobs", params=params)
         unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
         jobs: list[JobSummary] = _read(list[JobSummary], response.json(), "GET /api/jobs")

@@ -75,12 +75,12 @@ def _copy_rows(source: Connection, target: Connection) -> Copied:
 
 
 async def _checked_source(source: Database) -> None:
-    current, head = await current_revision(source), HEAD
+    current = await current_revision(source)
     if current is None:
         raise SchemaError("the source database has no zeus-bso schema: nothing to copy")
-    if current != head:
+    if current != HEAD:
         raise SchemaError(
-            f"the source database's schema is at revision {current}, this version copies {head}: "
+            f"the source database's schema is at revision {current}, this version copies {HEAD}: "
             "upgrade the source first (`zeus-bso-server db upgrade --db SOURCE`), or copy with "
             "the version that wrote it"
         )
