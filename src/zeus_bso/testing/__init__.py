@@ -26,13 +26,7 @@ except ImportError as err:
 
 from zeus_bso.testing.adapters import Logged, LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
-from zeus_bso.testing.callbacks import (
-    CallbackAdapterContract,
-    FitResult,
-    RunFit,
-    ScriptedFit,
-    callback_job,
-)
+from zeus_bso.testing.callbacks import CallbackAdapterContract, FitResult, RunFit, ScriptedFit
 from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
@@ -52,7 +46,6 @@ __all__ = [
     "RunFit",
     "ScriptedFit",
     "StoreContract",
-    "callback_job",
     "described_gpus",
     "double_in_this_process",
     "loop_job",

@@ -17,9 +17,9 @@ import pytest
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.spec import StopReason
 from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
-from zeus_bso.testing.served import ServedContract
+from zeus_bso.testing.served import ServedContract, contract_job
 from zeus_bso.training.session import TrialSession
 
 MakeAdapter = Callable[..., TrialSession]
@@ -30,16 +30,8 @@ Logged = list[tuple[dict[str, float], int | None]]
 """What a framework's logger received, in order: each call's values and step."""
 
 
-def loop_job(prefix: str) -> JobSpec:
-    """A job of the contract's: batch sizes 16, 32 and 64, default 32."""
-    return JobSpec(
-        job_id_prefix=f"{prefix}{secrets.token_hex(4)}",
-        batch_sizes=[16, 32, 64],
-        default_batch_size=32,
-        target_metric=0.9,
-        max_epochs=3,
-        learning_curve_stop=False,
-    )
+loop_job = contract_job
+"""A job of the contract's (`zeus_bso.testing.served.contract_job`)."""
 
 
 class LoopAdapterContract(ServedContract):

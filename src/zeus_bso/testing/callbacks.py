@@ -12,7 +12,6 @@ server stored and what the framework's logger received.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.errors import BatchSizeDoesNotFitError
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.testing.served import ServedContract
+from zeus_bso.testing.served import ServedContract, contract_job
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +62,6 @@ RunFit = Callable[[ScriptedFit], FitResult]
 """Runs one scripted fit through the framework with its callback, on the CPU."""
 
 
-def callback_job(prefix: str, target: float, max_epochs: int) -> JobSpec:
-    """A job of the contract's: batch sizes 16, 32 and 64, default 32."""
-    return JobSpec(
-        job_id_prefix=f"{prefix}{secrets.token_hex(4)}",
-        batch_sizes=[16, 32, 64],
-        default_batch_size=32,
-        target_metric=target,
-        max_epochs=max_epochs,
-        learning_curve_stop=False,  # a tiny model's CPU epochs: their costs are timing noise
-        mab_seed=1,
-    )
-
-
 class CallbackAdapterContract(ServedContract):
     """What every callback adapter does over a fit its framework drives: the fit trains the
     batch size the server dispatched, reports each validation and ends at the server's stop,
@@ -100,7 +86,7 @@ class CallbackAdapterContract(ServedContract):
     def test_a_fit_trains_the_dispatched_size_and_ends_at_the_servers_stop(
         self, fit: RunFit, server_url: str, tmp_path: Path
     ) -> None:
-        job = callback_job("cbstop", target=0.5, max_epochs=5)
+        job = contract_job("cbstop", target_metric=0.5, max_epochs=5)
         result = fit(ScriptedFit(server_url, job, (0.1, 0.3, 0.6, 0.7, 0.8), tmp_path))
         (trial,) = self._trials(server_url, job)
         assert (trial.status, trial.epochs, trial.converged) == ("reported", 3, True)
@@ -117,7 +103,7 @@ class CallbackAdapterContract(ServedContract):
     def test_a_fit_that_never_reaches_the_target_ends_at_max_epochs(
         self, fit: RunFit, server_url: str, tmp_path: Path
     ) -> None:
-        job = callback_job("cbmiss", target=0.9, max_epochs=2)
+        job = contract_job("cbmiss", target_metric=0.9, max_epochs=2)
         result = fit(ScriptedFit(server_url, job, (0.1, 0.2), tmp_path))
         (trial,) = self._trials(server_url, job)
         assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, False)
@@ -131,7 +117,7 @@ class CallbackAdapterContract(ServedContract):
         """The fit moves to a size that fits (a framework whose batch size can change in the
         fit, as Lightning's), or the run ends with `BatchSizeDoesNotFitError` and the next one
         trains at it (one that fixes the batch size before the fit, as the HF Trainer)."""
-        job = callback_job("cboom", target=0.5, max_epochs=2)
+        job = contract_job("cboom", target_metric=0.5, max_epochs=2)
         scripted = ScriptedFit(
             server_url, job, (0.6, 0.7), tmp_path, out_of_memory_above=16, memory_check_steps=2
         )

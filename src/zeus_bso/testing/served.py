@@ -1,8 +1,9 @@
-"""What the adapters' contracts share: a real server for their tests, and the trials it stored
-of a job."""
+"""What the adapters' contracts share: their jobs, a real server for their tests, and the
+trials it stored of a job."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,19 @@ from zeus_bso.client import ServerClient
 from zeus_bso.spec import JobSpec
 from zeus_bso.testing.server import running_server
 from zeus_bso.wire.reads import TrialView
+
+
+def contract_job(prefix: str, target_metric: float = 0.9, max_epochs: int = 3) -> JobSpec:
+    """A job of the contracts': batch sizes 16, 32 and 64, default 32, under a prefix of its own
+    (``prefix`` and a random suffix)."""
+    return JobSpec(
+        job_id_prefix=f"{prefix}{secrets.token_hex(4)}",
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=target_metric,
+        max_epochs=max_epochs,
+        learning_curve_stop=False,  # a tiny model's CPU epochs: their costs are timing noise
+    )
 
 
 class ServedContract:
