@@ -14,7 +14,12 @@ pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[ligh
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 
 from tests.helpers import ServerProcess, quiet_trainer_options  # noqa: E402
-from tests.integrations.test_huggingface import TokenDataset, tiny_bert, training_arguments  # noqa: E402
+from tests.integrations.test_huggingface import (  # noqa: E402
+    TokenDataset,
+    runs_out_of_memory_above,
+    tiny_bert,
+    training_arguments,
+)
 from tests.integrations.test_lightning import make_data  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
@@ -102,24 +107,25 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
     )
 
 
-def recording_sizes(model: Any, scripted: ScriptedFit, sizes: list[int]) -> Any:
-    """``model``, whose training forward runs out of memory above the script's batch and notes
-    each batch it ran through."""
+def recording_sizes(model: Any, sizes: list[int]) -> Any:
+    """``model``, whose training forward notes each batch it ran through."""
     forward = model.forward
 
     @functools.wraps(forward)  # the Trainer keeps the dataset columns its signature names
-    def scripted_forward(*args: Any, **kwargs: Any) -> Any:
-        samples = kwargs["input_ids"].shape[0]
-        limit = scripted.out_of_memory_above
-        if model.training and limit is not None and samples > limit:
-            raise out_of_memory(samples)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
         out = forward(*args, **kwargs)
         if model.training:
-            sizes.append(samples)
+            sizes.append(kwargs["input_ids"].shape[0])
         return out
 
-    model.forward = scripted_forward
+    model.forward = recorded
     return model
+
+
+def limited(model: Any, limit: int | None) -> Any:
+    """``model``, whose training forward runs out of memory above ``limit`` samples (None:
+    never)."""
+    return model if limit is None else runs_out_of_memory_above(model, limit)
 
 
 def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
@@ -136,7 +142,7 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
     sizes: list[int] = []
     args = training_arguments(scripted.output_dir, callback.start(), len(scripted.metrics))
     trainer = transformers.Trainer(
-        model=recording_sizes(tiny_bert(), scripted, sizes),
+        model=recording_sizes(limited(tiny_bert(), scripted.out_of_memory_above), sizes),
         args=args,
         train_dataset=TokenDataset(128, 0),
         eval_dataset=TokenDataset(32, 1),

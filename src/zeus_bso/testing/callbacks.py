@@ -37,8 +37,9 @@ class ScriptedFit:
     output_dir: Path
     """A folder of the fit's own (the framework's checkpoints and logs, if any)."""
     out_of_memory_above: int | None = None
-    """A training step of a batch with more samples raises ``torch.cuda.OutOfMemoryError``
-    ("CUDA out of memory"), as a GPU too small for it would (None: none does)."""
+    """A training step of a batch with more samples runs out of memory as a GPU too small for
+    it would: ``torch.cuda.OutOfMemoryError``, or a ``RuntimeError`` saying "CUDA out of
+    memory" as older torch raises it (None: no step does)."""
     memory_check_steps: int = 0
     """The callback's ``memory_check_steps``: steps tried at a batch size new to these GPUs."""
 
