@@ -139,8 +139,7 @@ def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str
         data["scenarios"][name] = scenario_data(summaries, horizons)
 
     add("cold start", cold)
-    declared = DECLARED
-    for name, how in declared.items():
+    for name, how in DECLARED.items():
         add(name, run(gpu, seeds, recurrences, seeded(gpu, **how)))
     # The wrong prior: each other workload's curve, check mode; every pair against its cold.
     pairs: dict[int, list[float]] = {h: [] for h in horizons}
@@ -170,15 +169,14 @@ def run_gpu(gpu: str, seeds: list[int], recurrences: int) -> tuple[str, dict[str
     data["wrong_prior_worst_points_above_cold"] = {
         str(h): {"points": 100 * worst[h][0], "pair": worst[h][1]} for h in horizons
     }
-    text += short_lived(gpu, seeds, horizons, declared, data)
-    return text + capped(gpu, seeds, recurrences, horizons, declared, data), data
+    text += short_lived(gpu, seeds, horizons, data)
+    return text + capped(gpu, seeds, recurrences, horizons, data), data
 
 
 def short_lived(
     gpu: str,
     seeds: list[int],
     horizons: list[int],
-    declared: dict[str, dict[str, Any]],
     data: dict[str, Any],
 ) -> str:
     """The table of jobs that also say how many times they run: each horizon simulated on its
@@ -187,7 +185,7 @@ def short_lived(
     header += " | ".join(f"{h} recurrences" for h in horizons)
     lines = [header + " | worst against the default at 5 |", "|---" * (len(horizons) + 2) + "|"]
     data["expected_recurrences"] = {}
-    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in declared.items())]
+    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in DECLARED.items())]
     cold: dict[int, dict[str, float]] = {}
     for name, seeding in scenarios:
         judged = {h: run(gpu, seeds, h, seeding, expected_recurrences=h) for h in horizons}
@@ -235,7 +233,6 @@ def capped(
     seeds: list[int],
     recurrences: int,
     horizons: list[int],
-    declared: dict[str, dict[str, Any]],
     data: dict[str, Any],
 ) -> str:
     """The table of jobs with the per-run cap (``max_run_cost_ratio`` `CAP`), and how many of
@@ -249,7 +246,7 @@ def capped(
         "|---" * (len(horizons) + 2) + "|",
     ]
     data["capped"] = {}
-    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in declared.items())]
+    scenarios = [("cold start", None), *((n, seeded(gpu, **how)) for n, how in DECLARED.items())]
     for name, seeding in scenarios:
         summaries = run(gpu, seeds, recurrences, seeding, max_run_cost_ratio=CAP)
         ratios = [r for s in summaries for r in s.over_the_default()]
@@ -276,7 +273,6 @@ def served(
     gpu: str,
     seeds: list[int],
     recurrences: int,
-    declared: dict[str, dict[str, Any]],
     data: dict[str, Any],
 ) -> str:
     """The priors replayed through a real server: each scenario's parent is a job on it that ran
@@ -286,7 +282,7 @@ def served(
     those runs give (`ParentCurve.learned`), to the cost of every run; its regret stands beside
     the in-process tables' (the curve itself, with fractional epochs and noisy epoch costs)."""
     horizons = [h for h in HORIZONS if h <= recurrences]
-    scenarios = [(name, None, how) for name, how in declared.items()]
+    scenarios = [(name, None, how) for name, how in DECLARED.items()]
     wrong = "check, another workload (30 pairs)"
     scenarios += [(wrong, p, {"mode": PriorMode.CHECK}) for p in WORKLOADS]
     regret: dict[str, dict[str, list[list[float]]]] = {}  # scenario -> served/in-process -> h
@@ -408,7 +404,7 @@ def main() -> None:
         text, found = run_gpu(gpu, args.seeds, args.recurrences)
         if args.served:
             replay = args.seeds[:REPLAYED_SEEDS]
-            text += served(gpu, replay, args.recurrences, DECLARED, found)
+            text += served(gpu, replay, args.recurrences, found)
         print(text, flush=True)
         sections.append(text)
         data.append(found)
