@@ -282,6 +282,7 @@ def served(
     those runs give (`ParentCurve.learned`), to the cost of every run; its regret stands beside
     the in-process tables' (the curve itself, with fractional epochs and noisy epoch costs)."""
     horizons = [h for h in HORIZONS if h <= recurrences]
+    scenarios: list[tuple[str, str | None, dict[str, Any]]]
     scenarios = [(name, None, how) for name, how in DECLARED.items()]
     wrong = "check, another workload (30 pairs)"
     scenarios += [(wrong, p, {"mode": PriorMode.CHECK}) for p in WORKLOADS]
