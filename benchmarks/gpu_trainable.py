@@ -31,6 +31,13 @@ ROWS_ON_GPU = 1024
 """``Wide``'s rows a sample on the GPU (8 MiB a sample in each of its large tensors)."""
 
 
+def width(accelerator: str) -> int:
+    """``Wide``'s hidden width: 2048 on the GPU; 128 in the CPU's dry run, whose out-of-memory
+    error comes from ``oom_above``, not from the model's size (the width only made its steps
+    slower)."""
+    return 2048 if accelerator == "cuda" else 128
+
+
 def counter_mj(pynvml: Any, accelerator: str) -> int:
     """The training GPU's total-energy counter: ``cuda:0`` by its UUID (the double's first GPU
     on the CPU)."""
@@ -60,8 +67,10 @@ def _data(n: int, seed: int) -> Any:
     return torch.utils.data.TensorDataset(x, (x[:, :16].sum(dim=1) > 0).long())
 
 
-def _model(rows: int, oom_above: int | None, batch_size: int, samples: int = 2 * OOM_SIZE) -> Any:
-    """A classifier whose every sample spreads over ``rows`` rows of 2048 (its memory grows
+def _model(
+    accelerator: str, rows: int, oom_above: int | None, batch_size: int, samples: int = 2 * OOM_SIZE
+) -> Any:
+    """A classifier whose every sample spreads over ``rows`` rows of `width` (its memory grows
     with the batch as a convolutional net's does); the batch sizes its steps saw; above
     ``oom_above`` samples (the CPU's dry run) it raises CUDA's out-of-memory error."""
     import lightning.pytorch as pl
@@ -71,9 +80,9 @@ def _model(rows: int, oom_above: int | None, batch_size: int, samples: int = 2 *
         def __init__(self) -> None:
             super().__init__()
             self.batch_size = batch_size
-            self.up = torch.nn.Linear(512, 2048)
+            self.up = torch.nn.Linear(512, width(accelerator))
             self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
-            self.out = torch.nn.Linear(2048, 2)
+            self.out = torch.nn.Linear(width(accelerator), 2)
             self.seen: set[int] = set()
             self.trained_on = ""  # the device of its training batches (Lightning moves the
             # parameters back to the CPU when the fit ends)
@@ -150,7 +159,7 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
                   target_metric=0.75, max_epochs=3, learning_curve_stop=False)  # fmt: skip
     callback = ZeusBSOCallback(url, job, monitor="val_acc", lr_rule="linear",
                                reference_batch_size=REFERENCE)  # fmt: skip
-    model = _model(rows, oom_above, OOM_SIZE)
+    model = _model(accelerator, rows, oom_above, OOM_SIZE)
     trainer = _trainer(accelerator, job.max_epochs, [callback])
     if accelerator == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -215,9 +224,9 @@ def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> di
 
         def __init__(self) -> None:
             super().__init__()
-            self.up = torch.nn.Linear(512, 2048)
+            self.up = torch.nn.Linear(512, width(accelerator))
             self.spread = torch.nn.Parameter(torch.ones(1, rows, 1))
-            self.out = torch.nn.Linear(2048, 2)
+            self.out = torch.nn.Linear(width(accelerator), 2)
             self.trained_on = ""
             self.last = 0  # the size of its latest training batch
             self.stepped: set[int] = set()  # the sizes of batches whose optimizer step ran
@@ -323,7 +332,9 @@ def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str,
                   max_epochs=epochs)  # fmt: skip  # never converges: every epoch runs
     callback = ZeusBSOCallback(url, job, monitor="val_acc", max_micro_batch_size=256)
     on_gpu = accelerator == "cuda"
-    model = _model(ROWS_ON_GPU if on_gpu else 4, None, 1024, 4 * OOM_SIZE if on_gpu else 8192)
+    model = _model(
+        accelerator, ROWS_ON_GPU if on_gpu else 4, None, 1024, 4 * OOM_SIZE if on_gpu else 8192
+    )
     trainer = _trainer(accelerator, epochs, [closes, callback, opens])
     trainer.fit(model)
     assert callback.job_id is not None

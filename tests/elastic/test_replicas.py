@@ -67,7 +67,7 @@ def test_attach_with_a_ddp_model_needs_a_process_group() -> None:
         ebs.attach(optimizer, ddp_model=object())
 
 
-try:  # the Lightning test's module must be picklable for ddp_spawn: defined at module level
+try:  # the Lightning test's module, defined at module level as a script defines it
     from lightning.pytorch import LightningModule as _LightningModule
 except ImportError:  # pragma: no cover - the test skips
     _LightningModule = object
@@ -114,7 +114,7 @@ def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> N
     trainer = pl.Trainer(
         max_epochs=4,
         devices=2,
-        strategy="ddp_spawn",
+        strategy="ddp_fork",  # ranks forked from this process, which has imported Lightning
         callbacks=[ElasticBatchSizeCallback(ebs)],
         reload_dataloaders_every_n_epochs=1,
         **quiet_trainer_options(tmp_path),

@@ -810,7 +810,9 @@ def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
 
 def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_path: Path) -> None:
     """Rank 1 alone runs out of memory while sizes are tried: neither rank hangs, both go on at
-    the next size together, and the trial is marked once."""
+    the next size together, and the trial is marked once. (The ranks are forked from this
+    process, sparing each the imports a spawned one makes; `test_ddp_on_two_cpu_processes`
+    spawns them.)"""
     spec = oom_job(unique_id("ddpoom"))
     pl.seed_everything(0, verbose=False)
     model = RunsOutOfMemoryAbove(limit=16, rank=1)
@@ -819,7 +821,7 @@ def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_
         callbacks=[callback],
         max_epochs=2,
         devices=2,
-        strategy="ddp_spawn",
+        strategy="ddp_fork",
         **quiet_trainer_options(tmp_path),
     )
     trainer.fit(model)
