@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
+from zeus_bso.client.tls import plain_http_context
 from zeus_bso.testing import gpus
 from zeus_bso_server.settings import to_engine_url
 
@@ -74,7 +75,7 @@ class ServerProcess:
         ``extra_args``), and this context trusts it. ``own_metrics_dir``: with several workers,
         the server makes the folder their metrics go to (under ``tmp_dir``, its TMPDIR)."""
         self.port = free_port()
-        self.verify: ssl.SSLContext | bool = https_ca or True
+        self.verify = https_ca or plain_http_context()  # not a new context a request
         self.url = f"{'https' if https_ca else 'http'}://127.0.0.1:{self.port}"
         self.db_url = db_url
         self.log_path = Path(cwd or ".") / f"server-{self.port}.log"

@@ -330,3 +330,27 @@ def test_an_expired_certificate_is_said(tmp_path: Path, monkeypatch: pytest.Monk
             client.list_jobs(limit=1)
     finally:
         server.stop()
+
+
+def test_a_client_of_an_http_server_loads_no_ca(
+    sqlite_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx built a verifying TLS context, certifi's CAs loaded, for each client of an
+    ``http://`` server (30 ms of CPU each, and again at each reconnection), which never used it:
+    its clients share one context now, which trusts no CA."""
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        load(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    for _ in range(3):
+        with ServerClient(sqlite_server.url) as client:
+            client.list_jobs(prefix="no-such-prefix-")
+            client.close()
+            client.list_jobs(prefix="no-such-prefix-")  # reconnects
+    assert loads == []
+    ServerClient(f"https://127.0.0.1:{free_port()}").close()  # https still verifies: the CAs
+    assert loads

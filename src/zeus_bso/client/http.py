@@ -25,6 +25,7 @@ from zeus_bso.client.tls import (
     https_words,
     no_tls,
     no_tls_words,
+    plain_http_context,
     speaks_tls,
     trusted_context,
 )
@@ -129,7 +130,7 @@ class ServerClient:
             timeout=timeout,
             headers=headers,
             transport=transport,
-            verify=trusted_context(ca_bundle) if secure else True,
+            verify=trusted_context(ca_bundle) if secure else plain_http_context(),
         )
         self._http = self._connect()
 
