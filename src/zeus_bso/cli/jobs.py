@@ -55,6 +55,14 @@ def _job_id(value: str) -> str:
 
 
 JobId = Annotated[str, typer.Argument(help="The job's id", callback=_job_id)]
+HardwareProfile = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu",
+        help="The hardware profile, as `jobs show` names it (e.g. '1xNVIDIA H200@700W'); "
+        "default: every one",
+    ),
+]
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 TRIAL_COLUMNS = (
@@ -449,14 +457,7 @@ def unpin_command(
 )
 def reprofile_command(
     job_id: JobId,
-    gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--gpu",
-            help="The hardware profile, as `jobs show` names it (e.g. '1xNVIDIA H200@700W'); "
-            "default: every one",
-        ),
-    ] = None,
+    gpu: HardwareProfile = None,
     batch_size: Annotated[
         int | None,
         typer.Option("--batch-size", min=1, help="The batch size (default: every one)"),
@@ -488,14 +489,7 @@ def reprofile_command(
 )
 def forget_memory_command(
     job_id: JobId,
-    gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--gpu",
-            help="The hardware profile, as `jobs show` names it (e.g. '1xNVIDIA H200@700W'); "
-            "default: every one",
-        ),
-    ] = None,
+    gpu: HardwareProfile = None,
     server: Server = DEFAULT_SERVER,
     token: Token = None,
 ) -> None:
