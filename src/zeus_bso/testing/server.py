@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from zeus_bso.client.tls import plain_http_context
+
 INSTALL_HINT = "pip install 'zeus-bso[server]'"
 
 
@@ -75,7 +77,8 @@ def _wait_ready(process: subprocess.Popen[bytes], url: str, timeout: float, log:
         if process.poll() is not None:
             raise RuntimeError(f"the zeus-bso server exited:\n{log.read_text()}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
+            answer = httpx.get(f"{url}/readyz", timeout=1.0, verify=plain_http_context())
+            if answer.status_code == 200:
                 return
         except httpx.TransportError:
             pass
