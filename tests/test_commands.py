@@ -101,17 +101,23 @@ def test_outside_the_main_thread_nothing_is_held_or_handed_over() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [[ZEUS_BSO], [ZEUS_BSO, "jobs"], [SERVER_BIN], [SERVER_BIN, "db"]],
-    ids=["zeus-bso", "zeus-bso jobs", "zeus-bso-server", "zeus-bso-server db"],
+    [[ZEUS_BSO], [ZEUS_BSO, "jobs"], [ZEUS_BSO, "power"], [SERVER_BIN], [SERVER_BIN, "db"]],
+    ids=["zeus-bso", "zeus-bso jobs", "zeus-bso power", "zeus-bso-server", "zeus-bso-server db"],
 )
 def test_each_command_is_listed_in_one_line(argv: list[str]) -> None:
     """A group's help lists each command with a summary on one line, at any width wide enough:
-    a docstring's line breaks showed in the list (Typer keeps them there)."""
+    a docstring's line breaks showed in the list (Typer keeps them there). A group whose
+    summary names its commands ("...: list, show, delete.") names every one of them."""
     env = {**environment_without_settings(), "COLUMNS": "200"}
     shown = subprocess.run(
         [*argv, "--help"], capture_output=True, text=True, env=env, timeout=60
     ).stdout
     panel = shown.split("Commands")[1].split("╰")[0].splitlines()[1:]
-    assert len(panel) >= 3
+    assert panel
     for line in panel:
         assert not line.startswith("│  "), f"a summary goes on over lines:\n{shown}"
+    commands = [line.removeprefix("│ ").split()[0] for line in panel]
+    summary = " ".join(shown.split("Usage:")[1].split("╭")[0].split()[1:])
+    if len(argv) > 1 and ":" in summary:  # a group of commands (not a program's own line)
+        named = summary.rsplit(":", 1)[1].strip(" .").split(", ")
+        assert named == commands, f"the summary names {named}, the group has {commands}"

@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 jobs_app = typer.Typer(
     help="The jobs of a running server: list, summary, show, trials, pin, unpin, reprofile, "
-    "delete.",
+    "forget-memory, delete.",
     no_args_is_help=True,
     add_completion=False,
 )
