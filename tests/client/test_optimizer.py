@@ -575,10 +575,20 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
 ) -> None:
     """No ``with`` and no hook: the out-of-memory error reaches the interpreter, and the exit
     hook marks the trial infeasible (not failed); Ctrl-C releases it (nobody's doing); another
-    error leaves it failed."""
+    error leaves it failed. Before training, an error is the script's: a bug before the loop,
+    or ``report()`` before ``train_begin()`` (our usage error), releases the trial, as an exit
+    that never trained does."""
     outcomes = []
-    errors = ("RuntimeError('CUDA out of memory.')", "KeyboardInterrupt()", "KeyError('x')")
-    for error in errors:
+    trains = "bso.on_train_begin()\nbso.on_evaluate(0.1)\n"
+    endings = (
+        trains + "raise RuntimeError('CUDA out of memory.')",
+        trains + "raise KeyboardInterrupt()",
+        trains + "raise KeyError('x')",
+        "raise KeyError('x')",
+        "bso.report(0.1)",
+        "import sys; sys.exit(3)",
+    )
+    for ending in endings:
         job = spec(unique_id("dies").replace("-", ""))
         script = (
             "from zeus_bso import BatchSizeOptimizer, JobSpec\n"
@@ -586,9 +596,7 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
             f"job = JobSpec.model_validate_json({job.model_dump_json()!r})\n"
             f"bso = BatchSizeOptimizer({server.url!r}, job, energy_meter=EstimateMeter(100))\n"
             "bso.get_batch_size()\n"
-            "bso.on_train_begin()\n"
-            "bso.on_evaluate(0.1)\n"
-            f"raise {error}\n"
+            f"{ending}\n"
         )
         done = subprocess.run(
             [sys.executable, "-c", script],
@@ -603,7 +611,7 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
             (trial,) = client.job_state(listed.job_id)["trials"]
         outcomes.append(trial["status"])
-    assert outcomes == ["infeasible", "released", "failed"]
+    assert outcomes == ["infeasible", "released", "failed", "released", "released", "released"]
 
 
 def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProcess) -> None:

@@ -24,7 +24,6 @@ from zeus_bso import exits
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
-from zeus_bso.client.memory import out_of_memory
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
@@ -497,22 +496,24 @@ class ServerRun:
 
         Without a run key the trial ends (failed, unless its final report came). With one it is
         left open for the run's restart, which continues it; if no restart comes, its lease
-        runs out and it is abandoned. At exit after an uncaught out-of-memory error, the trial
-        is marked ``infeasible`` instead (`end_out_of_memory`).
+        runs out and it is abandoned. At exit after an uncaught error, the error is judged as
+        `failed` judges it (out of memory: ``infeasible``; an interruption, a usage error of
+        ours or an error before training: released); a run that exits before it trained,
+        without an error, is released too.
         """
         if self._ended:
             return
-        # At exit after an uncaught exception, the interpreter has set it aside: a run that
-        # ran out of memory (a script without `with`, or a framework that calls no hook on
-        # errors) ends as infeasible rather than failed, an interrupted one is not charged.
+        # At exit after an uncaught exception, the interpreter has set it aside: a script
+        # without `with`, or a framework that calls no hook on errors.
         uncaught = getattr(sys, "last_value", None) if why is None else None
-        if uncaught is not None and (
-            out_of_memory(uncaught) or failure.interrupted(uncaught, self._sigterm_exceptions)
-        ):
+        if uncaught is not None:
             self.failed(uncaught, trained=self.progress.began)
             return
         if self._sigterm.received and not self.training_finished:
             self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
+            return
+        if why is None and self.trial is not None and not self.progress.began:
+            self.release("the run exited before it trained")
             return
         started = self.trial is not None or self.offline
         self._finish(end_trial=self.run_key is None or self.training_finished)

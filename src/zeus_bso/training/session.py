@@ -548,7 +548,9 @@ class TrialSession:
     def abort(self, why: str | None = None) -> None:
         """The run failed: its trial ends as failed (unless its final report came), or, with a
         run key, stays open for the restart, which continues it (main process). At exit after
-        an uncaught out-of-memory error, the trial is marked ``infeasible`` instead."""
+        an uncaught error, the error is judged (`zeus_bso.client.failure`: out of memory marks
+        the trial ``infeasible``; an interruption, a usage error of ours or an error before
+        training releases it); a run that had not trained is released."""
         self._ending(lambda server: server.abort(why), close=False)
 
     def end_interrupted(self, why: str) -> None:
