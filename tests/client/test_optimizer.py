@@ -285,10 +285,16 @@ def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(
     assert "it trained without the server, which learned nothing from it" in line
     # A recommendation this machine saw for the job is the fallback from then on.
     fallback.remember(bso.job_id, 64)
-    again = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(100), retry_seconds=0)
+    again = BatchSizeOptimizer(
+        url, job, energy_meter=EstimateMeter(100), retry_seconds=0, show=shown.append
+    )
     assert again.get_batch_size() == 64
     assert "training at batch size 64, the last recommendation seen on this machine" in caplog.text
-    again.release("not trained in this test")
+    again.release("not trained in this test")  # nothing to count, nor a server to count it
+    assert shown[1] == (
+        "zeus-bso: batch size 64 did not train: not trained in this test; the server could not"
+        " be reached at its start."
+    )
 
 
 def test_order_errors(server: ServerProcess) -> None:

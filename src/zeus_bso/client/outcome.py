@@ -93,8 +93,11 @@ class RunOutcome:
             micro = self.batch_size // self.accumulation_steps
             size += f" ({self.accumulation_steps} accumulated micro-batches of {micro})"
         spent = f"{duration_text(self.seconds)}, {energy_text(self.joules)}"
-        if self.reason is StopReason.NOT_TRAINED:
-            line = f"{size} did not train: {self.why} (not counted against {self.batch_size})"
+        trained = self.reason is not StopReason.NOT_TRAINED
+        if not trained:
+            line = f"{size} did not train: {self.why}"
+            if not self.offline:
+                line += f" (not counted against {self.batch_size})"
         elif self.reason is StopReason.FAILED:
             line = f"{size} failed at epoch {self.epochs} of {self.max_epochs}: {self.why}"
         elif self.went_on:
@@ -111,12 +114,14 @@ class RunOutcome:
                 f"{size} {stopped} at epoch {self.epochs} of {self.max_epochs}: {self.why};"
                 f" the model did not reach the target ({spent})"
             )
-        if self.offline:
+        if self.offline and trained:
             line += "; it trained without the server, which learned nothing from it"
+        elif self.offline:
+            line += "; the server could not be reached at its start"
         line += "."
         if self.next_run:
             line += f" Next run: {self.next_run}."
-        again = not self.converged and self.reason is not StopReason.NOT_TRAINED
+        again = not self.converged and trained
         if again and not self.went_on and not self.next_refused:
             line += " Run it again for a model."
         return SHOWN_PREFIX + line

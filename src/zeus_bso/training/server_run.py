@@ -512,7 +512,7 @@ class ServerRun:
         if self._sigterm.received and not self.training_finished:
             self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
             return
-        if why is None and self.trial is not None and not self.progress.began:
+        if why is None and (self.trial is not None or self.offline) and not self.progress.began:
             self.release("the run exited before it trained")
             return
         started = self.trial is not None or self.offline
