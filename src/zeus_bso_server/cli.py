@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import errno
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -33,6 +35,7 @@ from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server import __version__
 from zeus_bso_server.errors import (
     DatabaseUnavailableError,
+    ListenError,
     ServerError,
     SettingsError,
 )
@@ -211,6 +214,7 @@ def serve(
                 else:
                     err.print(message, highlight=False, markup=False)
 
+            _check_listen(settings)  # before the database is touched
             if not no_upgrade:
                 before, after, _ = _migrate_schema(settings)
                 if before != after:
@@ -252,6 +256,29 @@ def serve(
         finally:
             if metrics is not None:  # this server's alone: the next one counts from zero
                 shutil.rmtree(metrics, ignore_errors=True)
+
+
+def _check_listen(settings: Settings) -> None:
+    """Bind the server's address and port as uvicorn will, and let go at once.
+
+    Raises:
+        ListenError: it cannot (said before the schema is migrated and the server announced;
+            uvicorn would say it after both, in its own words, with a status of its own).
+    """
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((settings.host, settings.port))
+        except OSError as error:
+            where = f"{settings.host}:{settings.port}"
+            if error.errno == errno.EADDRINUSE:
+                hint = "another process listens there: stop it, or pass another --port"
+            elif error.errno in (errno.EACCES, errno.EPERM):
+                hint = "ports below 1024 need privileges: pass a --port of 1024 or above"
+            else:
+                hint = "check --host (an address of this machine, e.g. 0.0.0.0 for every one)"
+            raise ListenError(f"cannot listen on {where}: {error.strerror}; {hint}") from None
 
 
 def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:

@@ -6,6 +6,7 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ServerError                     every error this package raises on purpose (exit status 1)
     ├── SettingsError               invalid settings; the server does not start (exit 2)
     ├── SchemaError                 the database schema is missing or outdated (exit 2)
+    ├── ListenError                 the server cannot listen on its address and port
     ├── DatabaseUnavailableError    the database cannot be reached or stayed locked (retry)
     ├── JobNotFoundError            a job id that is not registered
     ├── UnreadableJobError          a job whose stored state cannot be read (a corrupt row)
@@ -49,6 +50,11 @@ class SchemaError(ServerError):
     asked for cannot be made (an unknown revision, a downgrade that would lose meaning)."""
 
     exit_code = EXIT_USAGE
+
+
+class ListenError(ServerError):
+    """Raised at start when the server cannot listen on its host and port (another process
+    holds the port, or the address is not this machine's); the message says which."""
 
 
 class MigrationFailedError(ServerError):

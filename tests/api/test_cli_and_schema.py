@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -98,6 +99,23 @@ def test_database_errors_are_one_clear_line(tmp_path: Path) -> None:
             assert "cannot" in result.stderr
             assert f"127.0.0.1:{port}" in result.stderr
             assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_port_in_use_is_one_clear_line_before_the_database_is_touched(tmp_path: Path) -> None:
+    """Said before the schema is made and the server announced, with the status of a run-time
+    failure (uvicorn said it after both, and exited 3)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        url = sqlite_url(tmp_path / "x.db")
+        result = run_cli("serve", "--port", str(port), "--db", url, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use; another process"
+        " listens there: stop it, or pass another --port"
+    )
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_no_upgrade_refuses_an_empty_database(tmp_path: Path) -> None:
