@@ -214,8 +214,11 @@ def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:
 def test_errors_say_what_to_do(server: ServerProcess) -> None:
     no_token = cli(server, "list", token=None)
     assert no_token.returncode == 1
-    assert "ZEUS_BSO_TOKEN" in no_token.stderr
+    assert "the server wants a token: set ZEUS_BSO_TOKEN" in no_token.stderr
     assert "Traceback" not in no_token.stderr
+    wrong_token = cli(server, "list", token="not-the-servers")
+    assert wrong_token.returncode == 1
+    assert "the server refused the token (from --token, ZEUS_BSO_TOKEN" in wrong_token.stderr
     bad_format = cli(server, "trials", "x", "--format", "xml")
     assert bad_format.returncode == 2
     assert "table, csv or json" in bad_format.stderr

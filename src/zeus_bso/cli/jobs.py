@@ -97,14 +97,20 @@ TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "
 def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
     """One request to the server; an error is printed, saying what to do, and the command exits
     with its ``exit_code`` (1: the server could not be reached or refused the request)."""
+    sent = token_from(token) or None
     try:
-        with ServerClient(server, token=token_from(token) or None, retry_seconds=5.0) as client:
+        with ServerClient(server, token=sent, retry_seconds=5.0) as client:
             return request(client)
     except ZeusBSOError as error:
-        if isinstance(error, ServerRejectedError) and error.status == 401:
+        if isinstance(error, ServerRejectedError) and error.status == 401 and sent is None:
             err.print(
                 "[red]error:[/] the server wants a token: set ZEUS_BSO_TOKEN or "
                 "ZEUS_BSO_TOKEN_FILE (or --token)"
+            )
+        elif isinstance(error, ServerRejectedError) and error.status == 401:
+            err.print(
+                "[red]error:[/] the server refused the token (from --token, ZEUS_BSO_TOKEN or "
+                "ZEUS_BSO_TOKEN_FILE): give it the server's ZEUS_BSO_TOKEN"
             )
         else:
             err.print(f"[red]error:[/] {escape(str(error))}")
