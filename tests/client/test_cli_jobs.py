@@ -181,6 +181,15 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert energy_text(by_number[1]["cost"]) in table.stdout
     assert "reported" in table.stdout
 
+    partial = job_id[:-4]  # what a person types: the job's prefix, or the start of its id
+    for command in ("show", "trials", "pin", "delete"):
+        guessed = cli(server, command, partial, *(["64"] if command == "pin" else []))
+        assert guessed.returncode == 1, guessed.stderr
+        assert " ".join(guessed.stderr.split()) == (
+            f"error: no job {partial}; the ids that start with it: {job_id} (zeus-bso jobs list"
+            f" --prefix {partial})"
+        )
+        assert "Delete job" not in guessed.stdout  # said before it asks
     deleted = cli(server, "delete", job_id, "--yes")
     assert deleted.returncode == 0, deleted.stderr
     gone = cli(server, "show", job_id)

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
-from zeus_bso.errors import EXIT_USAGE, ServerRejectedError, ZeusBSOError
+from zeus_bso.errors import EXIT_FAILURE, EXIT_USAGE, ServerRejectedError, ZeusBSOError
 from zeus_bso.options import token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
@@ -94,13 +94,34 @@ TRIAL_HEADERS = {
 TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
 
 
-def _ask(server: str, token: str | None, request: Callable[[ServerClient], T]) -> T:
+def _ask(
+    server: str,
+    token: str | None,
+    request: Callable[[ServerClient], T],
+    job_id: str | None = None,
+) -> T:
     """One request to the server; an error is printed, saying what to do, and the command exits
-    with its ``exit_code`` (1: the server could not be reached or refused the request)."""
+    with its ``exit_code`` (1: the server could not be reached or refused the request). A
+    ``job_id`` the server does not know is said with the ids that start with it (a job's id is
+    its ``job_id_prefix`` and a hash)."""
     sent = token_from(token) or None
     try:
         with ServerClient(server, token=sent, retry_seconds=5.0) as client:
-            return request(client)
+            try:
+                return request(client)
+            except ServerRejectedError as error:
+                if error.status != 404 or job_id is None:
+                    raise
+                near, _ = client.jobs_page(job_id, limit=6)
+                if not near:
+                    raise
+            ids = [escape(job.job_id) for job in near]
+            listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+            err.print(
+                f"[red]error:[/] no job {escape(job_id)}; the ids that start with it: {listed}"
+                f" (zeus-bso jobs list --prefix {escape(job_id)})"
+            )
+            raise typer.Exit(EXIT_FAILURE)
     except ZeusBSOError as error:
         if isinstance(error, ServerRejectedError) and error.status == 401 and sent is None:
             err.print(
@@ -273,7 +294,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
 ) -> None:
     """A job: its settings, stage, recommended batch size, savings and batch sizes."""
-    state = _ask(server, token, lambda client: client.job(job_id, limit=0))
+    state = _ask(server, token, lambda client: client.job(job_id, limit=0), job_id)
     if as_json:
         typer.echo(json.dumps(state.model_dump(mode="json"), indent=2))
         return
@@ -407,7 +428,9 @@ def trials_command(
     if output.lower() not in ("table", "csv", "json"):
         err.print(f"[red]error:[/] --format is table, csv or json, not {escape(repr(output))}")
         raise typer.Exit(EXIT_USAGE)
-    trials = [t.model_dump(mode="json") for t in _ask(server, token, lambda c: c.trials(job_id))]
+    trials = [
+        t.model_dump(mode="json") for t in _ask(server, token, lambda c: c.trials(job_id), job_id)
+    ]
     if output.lower() == "json":
         typer.echo(json.dumps(trials, indent=2))
     elif output.lower() == "csv":
@@ -442,7 +465,7 @@ def pin_command(
     """Pin a job for runs that must deliver a model (a release week): every run gets the batch
     size and nothing is explored; its runs stop only at the target or max_epochs. Pinned runs
     still report, so learning goes on after `unpin`."""
-    size = _ask(server, token, lambda client: client.pin(job_id, batch_size))
+    size = _ask(server, token, lambda client: client.pin(job_id, batch_size), job_id)
     console.print(f"pinned {escape(job_id)} to batch size {size}")
 
 
@@ -453,7 +476,7 @@ def unpin_command(
     token: Token = None,
 ) -> None:
     """Unpin a job: the optimizer chooses its runs' batch sizes again."""
-    _ask(server, token, lambda client: client.unpin(job_id))
+    _ask(server, token, lambda client: client.unpin(job_id), job_id)
     console.print(f"unpinned {escape(job_id)}")
 
 
@@ -476,7 +499,10 @@ def reprofile_command(
     run warned that its profile is coarse), or GPUs whose power curve changed (a new driver,
     other cooling). Runs that train at a limit now keep it."""
     forgotten = _ask(
-        server, token, lambda client: client.forget_power_profiles(job_id, gpu, batch_size)
+        server,
+        token,
+        lambda client: client.forget_power_profiles(job_id, gpu, batch_size),
+        job_id,
     )
     if not forgotten:
         console.print(f"{escape(job_id)} has no power profile to forget there")
@@ -502,7 +528,7 @@ def forget_memory_command(
     """Forget a job's memory caps, so that runs on those GPUs are dispatched at every batch size
     again (the next that runs out of memory sets the cap anew): for an out-of-memory error that
     was a bug of the script's, fixed since. The trials that ran out stay in the history."""
-    forgotten = _ask(server, token, lambda client: client.forget_memory_caps(job_id, gpu))
+    forgotten = _ask(server, token, lambda client: client.forget_memory_caps(job_id, gpu), job_id)
     if not forgotten:
         console.print(f"{escape(job_id)} has no memory cap to forget there")
         return
@@ -519,9 +545,11 @@ def delete_command(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation")] = False,
 ) -> None:
     """Delete a job with all its trials (what it learned is lost)."""
-    if not yes and not typer.confirm(f"Delete job {job_id} and all its trials?"):
-        raise typer.Exit(1)
-    _ask(server, token, lambda client: client.delete_job(job_id))
+    if not yes:
+        _ask(server, token, lambda client: client.job(job_id, limit=0), job_id)  # it exists
+        if not typer.confirm(f"Delete job {job_id} and all its trials?"):
+            raise typer.Exit(1)
+    _ask(server, token, lambda client: client.delete_job(job_id), job_id)
     console.print(f"deleted {escape(job_id)}")
 
 
