@@ -88,6 +88,12 @@ def test_a_job_page_shows_its_batch_sizes_chart_and_trials(http: httpx.Client) -
     assert html.count("<circle") == len(reported) > 0
     rows = re.findall(r'<tr>\s*<td class="num">(\d+)</td>', html.split("Trials, newest first")[1])
     assert [int(n) for n in rows] == [t["trial_number"] for t in reversed(trials)]
+    rounds = {t["round"] for t in state["trials"] if t["kind"] == "exploration"}
+    assert rounds
+    assert None not in rounds
+    for stored in rounds:  # counted from 1, as the next run's words count them
+        assert f"exploration (round {stored + 1})" in html
+    assert "(round 0)" not in html
     if state["best_batch_size"] is not None:
         assert f"{state['best_batch_size']} (the mean of its converged runs" in html
 

@@ -83,6 +83,7 @@ def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
     assert view["seeded_from"]["standing"] == "over"
     page = http.get(f"/dashboard/jobs/{child}").text
     assert "the walk on that curve is over" in page
+    assert page.count("exploration (a related job's curve)") == 3  # its walk's runs
     assert http.get(f"/api/jobs/{parent}").json()["seeded_from"] is None
 
 
