@@ -215,6 +215,42 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     assert [costs[-1] for costs in logged] == [t["cost"] for t in trials]
 
 
+def test_early_stopping_that_ends_training_counts_against_the_batch_size(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The Trainer's EarlyStoppingCallback ended training before the job's target: the batch
+    size did not reach it there, which counts (released, every recurrence would run the same
+    size again). The Trainer's own limits are not the batch size's: released."""
+    spec = job(unique_id("hfstopping"), target=0.999)
+    stopping = transformers.EarlyStoppingCallback(
+        early_stopping_patience=1, early_stopping_threshold=1.0
+    )
+    callback = train(
+        server.url,
+        spec,
+        tmp_path,
+        epochs=6,
+        save=True,
+        ahead=[stopping],
+        load_best_model_at_end=True,
+        metric_for_best_model="accuracy",
+    )
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
+    assert "ended at epoch 2 of 6: EarlyStoppingCallback ended training;" in outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("failed", 2)
+    short = job(unique_id("hfshort"), target=0.999)
+    limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
+    assert limited.outcome is not None
+    assert "the Trainer stopped at epoch 2 (num_train_epochs=2" in limited.outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(short.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", 2)
+
+
 class LogRecorder(transformers.TrainerCallback):  # type: ignore[misc]
     """Logs what the Trainer hands its callbacks' ``on_log``, as the ``report_to`` integrations
     (W&B, MLflow, TensorBoard) do; like them, it comes before the callbacks given after it."""

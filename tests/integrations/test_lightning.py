@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
+from lightning.pytorch.callbacks import EarlyStopping  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
@@ -463,6 +464,26 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("released", 2)
+
+
+def test_a_fit_early_stopping_ends_counts_against_its_batch_size(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Lightning's EarlyStopping ended the fit before the job's target: the batch size did not
+    reach it there, which counts (released, every recurrence would run the same size again,
+    the job learning nothing); the Trainer's own limits are not the batch size's (above)."""
+    spec = job(unique_id("lstopping"), target=0.999, max_epochs=6)
+    stopping = EarlyStopping(monitor="val_acc", mode="max", patience=0, min_delta=1.0)
+    _, callback = fit(server.url, spec, tmp_path, callbacks=[stopping])
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
+    assert "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit;" in (
+        outcome.summary()
+    )
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("failed", 2)
 
 
 class InterruptedClassifier(TinyClassifier):

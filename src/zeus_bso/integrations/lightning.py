@@ -450,6 +450,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         try:
             if session.stopped:
                 session.end()
+            elif (stopper := self._early_stopping(trainer)) is not None:
+                session.end(why=stopper)  # the batch size did not reach the target: counted
             else:  # the Trainer's own limits (or another callback) ended the fit first
                 session.release(self._ended_early(trainer), StopReason.ENDED_EARLY)
         finally:
@@ -469,6 +471,22 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._outcome = outcome
         if outcome is not None and trainer.is_global_zero:
             self._handoff.send(outcome)
+
+    @staticmethod
+    def _early_stopping(trainer: Trainer) -> str | None:
+        """Which EarlyStopping callback ended the fit, in words (its metric stopped improving,
+        or passed one of its thresholds, before the job's target), or None. Such a run did not
+        reach the target at its batch size, and counts so (``max_unreported_failures`` of them
+        in a pruning round drop the size): released, the job would run the same size again at
+        every recurrence, learning nothing."""
+        for callback in trainer.early_stopping_callbacks:
+            reason = getattr(callback, "stopping_reason", None)  # Lightning 2.6 and later
+            stopped = (
+                callback.stopped_epoch > 0 if reason is None else reason.value != "not_stopped"
+            )
+            if stopped:
+                return f"EarlyStopping(monitor={callback.monitor!r}) ended the fit"
+        return None
 
     def _ended_early(self, trainer: Trainer) -> str:
         limit = trainer.max_epochs
