@@ -42,8 +42,10 @@ from zeus_bso.wire.jobs import (
 )
 from zeus_bso.wire.trials import (
     EXTENSIONS_HEADER,
+    MAX_ENDING_LENGTH,
     MAX_POWER_LIMITS,
     DispatchedTrial,
+    EndedTrial,
     Extension,
     InfeasibleTrial,
     PowerMeasurement,
@@ -92,6 +94,7 @@ __all__ = [
     "INT32_MAX",
     "JOB_ID_SUFFIX_LENGTH",
     "MAX_BATCH_SIZES",
+    "MAX_ENDING_LENGTH",
     "MAX_ENERGY_J",
     "MAX_ID_LENGTH",
     "MAX_POWER_LIMITS",
@@ -108,6 +111,7 @@ __all__ = [
     "BanditName",
     "CreatedJob",
     "DispatchedTrial",
+    "EndedTrial",
     "Extension",
     "FiniteFloat",
     "GpuConfig",

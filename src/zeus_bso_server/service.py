@@ -286,27 +286,30 @@ class BatchSizeService:
         )
         return step.answer, step.final
 
-    async def end_trial(self, trial_id: TrialId) -> None:
-        """End a trial; one that never sent its final report becomes failed.
+    async def end_trial(self, trial_id: TrialId, why: str | None = None) -> None:
+        """End a trial; one that never sent its final report becomes failed (``why``, its
+        client's words, its message).
 
         Raises:
             TrialNotFoundError: no such trial.
         """
-        if await self.db.write(lambda conn: self._end_trial(conn, trial_id)):
+        if await self.db.write(lambda conn: self._end_trial(conn, trial_id, why)):
             self.metrics.trials.labels(TrialStatus.FAILED.value).inc()
 
     @staticmethod
-    def _end_trial(conn: Connection, trial_id: TrialId) -> bool:
+    def _end_trial(conn: Connection, trial_id: TrialId, why: str | None) -> bool:
         # One conditional update of the trial's row: it needs no job lock, and a final report
         # racing with it either lands first (the trial stays reported) or after (and wins).
-        failed = repo.mark_failed(conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size)
+        failed = repo.mark_failed(
+            conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size, why
+        )
         if failed is None:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return failed
 
-    async def release_trial(self, trial_id: TrialId) -> StoredTrial:
+    async def release_trial(self, trial_id: TrialId, why: str | None = None) -> StoredTrial:
         """Release an open trial whose run ended for a reason that is not its batch size's: it
-        says nothing about it. Returns the trial.
+        says nothing about it (``why``, its client's words, its message). Returns the trial.
 
         Raises:
             TrialNotFoundError: no such trial.
@@ -315,7 +318,7 @@ class BatchSizeService:
         def work(conn: Connection) -> StoredTrial:
             if (
                 repo.release_trial(
-                    conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size
+                    conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size, why
                 )
                 is None
             ):

@@ -616,8 +616,15 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
         with ServerClient(server.url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
             (trial,) = client.job_state(listed.job_id)["trials"]
-        outcomes.append(trial["status"])
-    assert outcomes == ["infeasible", "released", "failed", "released", "released", "released"]
+        outcomes.append((trial["status"], trial["message"]))
+    assert outcomes == [
+        ("infeasible", None),
+        ("released", "interrupted (KeyboardInterrupt); not counted against it"),
+        ("failed", "KeyError: 'x'"),
+        ("released", "KeyError: 'x'"),
+        ("released", "OperationOrderError: call train_begin() before report()"),
+        ("released", "the run exited before it trained"),
+    ]
 
 
 def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProcess) -> None:

@@ -242,6 +242,7 @@ def test_early_stopping_that_ends_training_counts_against_the_batch_size(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("failed", 2)
+    assert trial["message"] == "EarlyStoppingCallback ended training"
     short = job(unique_id("hfshort"), target=0.999)
     limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
     assert limited.outcome is not None

@@ -484,6 +484,7 @@ def test_a_fit_early_stopping_ends_counts_against_its_batch_size(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("failed", 2)
+    assert trial["message"] == "EarlyStopping(monitor='val_acc') ended the fit"
 
 
 class InterruptedClassifier(TinyClassifier):

@@ -316,11 +316,11 @@ class JobConversation:
             return False
         return True
 
-    def release(self, trial: TrialId) -> bool:
-        """Release ``trial``, which counts nothing against its batch size; whether the server
-        did (a warning says why not)."""
+    def release(self, trial: TrialId, why: str | None = None) -> bool:
+        """Release ``trial``, which counts nothing against its batch size (``why``: for the
+        server to keep with it); whether the server did (a warning says why not)."""
         try:
-            self.client.release(trial)
+            self.client.release(trial, why)
         except RouteMissingError:
             logger.info("the server has no release route (upstream Zeus?): trial left open")
             return False
@@ -385,10 +385,13 @@ class JobConversation:
                 self.on_lease_lost()
                 self.on_lease_lost = None
 
-    def finish(self, trial: TrialId | None, *, end_trial: bool, deliver: bool) -> None:
+    def finish(
+        self, trial: TrialId | None, *, end_trial: bool, deliver: bool, why: str | None = None
+    ) -> None:
         """Stop the heartbeat; deliver the pending report (``deliver``) and end ``trial``
-        (``end_trial``). What the server cannot take now is kept on this machine for the next
-        run that reaches it (`zeus_bso.client.outbox`)."""
+        (``end_trial``; ``why`` it ended, for the server to keep with it). What the server
+        cannot take now is kept on this machine for the next run that reaches it
+        (`zeus_bso.client.outbox`; without ``why``)."""
         self._stop_heartbeat.set()
         if trial is None or self.offline:
             return
@@ -409,7 +412,7 @@ class JobConversation:
         ended = not end_trial
         if end_trial and pending is None:  # a report kept for later goes first
             try:
-                self.client.end_trial(trial)
+                self.client.end_trial(trial, why)
                 ended = True
             except ZeusBSOError as err:
                 if not for_later(err):

@@ -41,8 +41,10 @@ from zeus_bso.errors import (
 from zeus_bso.options import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, shown_url
 from zeus_bso.spec import (
     EXTENSIONS_HEADER,
+    MAX_ENDING_LENGTH,
     CreatedJob,
     DispatchedTrial,
+    EndedTrial,
     GpuConfig,
     JobSpecFromClient,
     PowerProfileReport,
@@ -90,6 +92,15 @@ def not_ours(response: httpx.Response) -> str:
 
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+def ended_trial(trial: TrialId, why: str | None) -> EndedTrial:
+    """``trial`` with ``why`` it ended as its message: on one line, its unprintable characters
+    left out, shortened to `MAX_ENDING_LENGTH` (None: no message)."""
+    words = " ".join("".join(c if c.isprintable() else " " for c in why or "").split())
+    if len(words) > MAX_ENDING_LENGTH:
+        words = words[: MAX_ENDING_LENGTH - 3] + "..."
+    return EndedTrial(**trial.model_dump(), message=words or None)
 
 
 class ServerClient:
@@ -293,18 +304,22 @@ class ServerClient:
         )
         return ReportResponse.model_validate(response.json())
 
-    def end_trial(self, trial: TrialId) -> None:
-        """End a trial."""
-        self._request("PATCH", "/trials", content=trial.model_dump_json())
+    def end_trial(self, trial: TrialId, why: str | None = None) -> None:
+        """End a trial (``why`` it ended, for the server to keep with a trial that did not
+        report it; upstream's server ignores it)."""
+        ended = ended_trial(trial, why)
+        self._request("PATCH", "/trials", content=ended.model_dump_json(exclude_none=True))
 
-    def release(self, trial: TrialId) -> TrialView:
-        """Release a trial whose run never trained (it counts nothing against its batch size).
+    def release(self, trial: TrialId, why: str | None = None) -> TrialView:
+        """Release a trial whose run never trained (it counts nothing against its batch size;
+        ``why``: for the server to keep with it).
 
         Raises:
             RouteMissingError: the server has no release route (upstream Zeus's server).
             UnexpectedAnswerError: the answer is not a trial's view.
         """
-        return self._trial_request("/api/trials/release", trial.model_dump(mode="json"))
+        ended = ended_trial(trial, why)
+        return self._trial_request("/api/trials/release", ended.model_dump(exclude_none=True))
 
     def infeasible(self, trial: TrialId, micro_batch_size: int | None = None) -> TrialView:
         """Mark a trial whose run ran out of memory at its batch size (``infeasible``), or, for a

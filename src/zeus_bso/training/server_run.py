@@ -397,14 +397,15 @@ class ServerRun:
         if not end_trial and self.run_key is None and unreported and self.trial is not None:
             self.release(why or "ended with end_trial=False before any report")
             return
-        self._finish(end_trial=end_trial, deliver=True)
-        if self.outcome is None:
+        early = why or "training ended before it was told to stop"
+        self._finish(
+            end_trial=end_trial, deliver=True, why=None if self.training_finished else early
+        )
+        if self.outcome is None:  # a pending report delivered may have finished the training
             if self.training_finished:
                 self._conclude(None, None)
             else:
-                self._conclude(
-                    StopReason.ENDED_EARLY, why or "training ended before it was told to stop"
-                )
+                self._conclude(StopReason.ENDED_EARLY, early)
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """End a run that ran out of accelerator memory while it trained: its trial is marked
@@ -442,7 +443,9 @@ class ServerRun:
         against its batch size, and the outcome says ``reason`` and ``why``."""
         if self._ended:
             return
-        released = self.trial is not None and not self.offline and self.link.release(self.trial)
+        released = (
+            self.trial is not None and not self.offline and self.link.release(self.trial, why)
+        )
         self._finish(end_trial=False)
         note = "" if released or self.trial is None else " (its trial is left to its lease)"
         self._conclude(reason, why + note)
@@ -516,17 +519,22 @@ class ServerRun:
             self.release("the run exited before it trained")
             return
         started = self.trial is not None or self.offline
-        self._finish(end_trial=self.run_key is None or self.training_finished)
+        why = why or "the run raised or exited without end()"
+        ending = None if self.training_finished else why
+        self._finish(end_trial=self.run_key is None or self.training_finished, why=ending)
         if not started:
             self.link.client.close()  # it never asked for a batch size: nothing to say
         elif self.training_finished:
             self._conclude(None, None)
         else:
-            self._conclude(StopReason.FAILED, why or "the run raised or exited without end()")
+            self._conclude(StopReason.FAILED, why)
 
-    def _finish(self, *, end_trial: bool, deliver: bool | None = None) -> None:
+    def _finish(
+        self, *, end_trial: bool, deliver: bool | None = None, why: str | None = None
+    ) -> None:
         """Stop the heartbeat and the meter; deliver a pending report (``deliver``, by default
-        when the trial ends) and end the trial (``end_trial``)."""
+        when the trial ends) and end the trial (``end_trial``; ``why`` it ended, for the server
+        to keep with a trial that did not report it)."""
         if self._ended:
             return
         self._ended = True
@@ -538,7 +546,10 @@ class ServerRun:
         self._final = self._reported or self.progress.elapsed()
         try:
             self.link.finish(
-                self.trial, end_trial=end_trial, deliver=end_trial if deliver is None else deliver
+                self.trial,
+                end_trial=end_trial,
+                deliver=end_trial if deliver is None else deliver,
+                why=why,
             )
         finally:
             self.progress.meter.close()

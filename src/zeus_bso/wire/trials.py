@@ -19,6 +19,7 @@ from zeus_bso.wire.values import (
     Identifier,
     NonNegativeInt,
     PositiveInt,
+    Printable,
     WireModel,
 )
 
@@ -67,6 +68,21 @@ class TrialId(WireModel):
     job_id: Identifier
     batch_size: PositiveInt
     trial_number: PositiveInt
+
+
+MAX_ENDING_LENGTH = 1000
+"""The most characters an `EndedTrial`'s ``message`` has (a client shortens a longer one)."""
+
+
+class EndedTrial(TrialId):
+    """``PATCH /trials`` (end a trial) and ``POST /api/trials/release``: a trial whose run
+    ended, and, an extension upstream's server ignores, why in words, stored with the trial
+    as its ``message`` (the dashboard's trials, ``zeus-bso jobs trials --format json``) where
+    its run did not report its end."""
+
+    message: Annotated[str, Field(max_length=MAX_ENDING_LENGTH), Printable] | None = None
+    """Why the run ended (the run's outcome, e.g. ``OperationOrderError: call train_begin()
+    before report()``)."""
 
 
 class DispatchedTrial(TrialId):

@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 from zeus_bso.spec import (
     INT32_MAX,
     MAX_ID_LENGTH,
+    EndedTrial,
     InfeasibleTrial,
     PowerProfileReport,
     PowerProfileView,
@@ -158,12 +159,12 @@ async def heartbeat(trial: TrialId, service: Service) -> TrialView:
 @router.post(
     "/trials/release", response_model=TrialView, responses={404: {"description": "No such trial"}}
 )
-async def release(trial: TrialId, service: Service) -> TrialView:
+async def release(trial: EndedTrial, service: Service) -> TrialView:
     """Release a trial whose run ended for a reason that is not its batch size's (a
     misconfigured script, the framework's own epoch limit below the job's): an open trial
-    becomes ``released`` and counts nothing against its batch size; an ended one is left as it
-    is."""
-    return trial_view(await service.release_trial(trial))
+    becomes ``released``, with the ``message`` given (why) as its message, and counts nothing
+    against its batch size; an ended one is left as it is."""
+    return trial_view(await service.release_trial(trial, trial.message))
 
 
 @router.post(

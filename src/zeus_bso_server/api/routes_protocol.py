@@ -16,6 +16,7 @@ from zeus_bso.spec import (
     MAX_ID_LENGTH,
     MAX_POWER_W,
     DispatchedTrial,
+    EndedTrial,
     Extension,
     GpuConfig,
     Identifier,
@@ -23,7 +24,6 @@ from zeus_bso.spec import (
     Printable,
     ReportResponse,
     TrainingResult,
-    TrialId,
 )
 from zeus_bso_server.api.deps import Service
 from zeus_bso_server.api.errors import answers
@@ -271,9 +271,10 @@ async def report(result: TrainingResult, service: Service) -> Response:
 
 
 @router.patch("/trials", responses={404: {"description": "No such trial"}})
-async def end_trial(trial: TrialId, service: Service) -> None:
-    """End a trial. One that never sent a final report becomes failed."""
-    await service.end_trial(trial)
+async def end_trial(trial: EndedTrial, service: Service) -> None:
+    """End a trial. One that never sent a final report becomes failed, with the ``message``
+    given (why its run ended) as its message."""
+    await service.end_trial(trial, trial.message)
 
 
 @router.delete("/jobs", responses={404: {"description": "No such job"}})

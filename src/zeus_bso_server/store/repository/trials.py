@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Double,
+    Text,
     bindparam,
+    func,
     insert,
     select,
     union_all,
@@ -231,10 +233,13 @@ _FINISH = (
 _ENDS, _ENDED = change(Event.END)
 
 
+_ENDING = func.coalesce(bindparam("ending", type_=Text()), trials.c.message)
+"""Why a run ended, as its client said it (kept where it said nothing)."""
+
 _FAIL = (
     update(trials)
     .where(*_THE_TRIAL, trials.c.batch_size == bindparam("key_bs"), _ENDS)
-    .values(**_ENDED, lease_expires_at=None)
+    .values(**_ENDED, lease_expires_at=None, message=_ENDING)
 )
 
 
@@ -248,7 +253,7 @@ _RELEASE = (
         trials.c.batch_size == bindparam("key_bs"),
         _RELEASES,
     )
-    .values(**_RELEASED, lease_expires_at=None)
+    .values(**_RELEASED, lease_expires_at=None, message=_ENDING)
 )
 
 
@@ -317,20 +322,25 @@ def set_dispatched_for(
         conn.execute(stmt.values(**values))
 
 
-def mark_failed(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
-    """End a trial (the policy's `Event.END`: one without a final report becomes failed).
-    Returns whether it changed, or None if there is no such trial."""
-    params = {**_key(job_id, trial_number), "key_bs": batch_size}
+def mark_failed(
+    conn: Connection, job_id: str, trial_number: int, batch_size: int, why: str | None = None
+) -> bool | None:
+    """End a trial (the policy's `Event.END`: one without a final report becomes failed, with
+    ``why`` as its message where given). Returns whether it changed, or None if there is no
+    such trial."""
+    params = {**_key(job_id, trial_number), "key_bs": batch_size, "ending": why}
     if conn.execute(_FAIL, params).rowcount:
         return True
     stored = get_trial(conn, job_id, trial_number)
     return False if stored is not None and stored.trial.batch_size == batch_size else None
 
 
-def release_trial(conn: Connection, job_id: str, trial_number: int, batch_size: int) -> bool | None:
-    """Release an open trial (the policy's `Event.RELEASE`). Returns whether it changed, or None
-    if there is no such trial."""
-    params = {**_key(job_id, trial_number), "key_bs": batch_size}
+def release_trial(
+    conn: Connection, job_id: str, trial_number: int, batch_size: int, why: str | None = None
+) -> bool | None:
+    """Release an open trial (the policy's `Event.RELEASE`; ``why`` its message where given).
+    Returns whether it changed, or None if there is no such trial."""
+    params = {**_key(job_id, trial_number), "key_bs": batch_size, "ending": why}
     if conn.execute(_RELEASE, params).rowcount:
         return True
     stored = get_trial(conn, job_id, trial_number)
