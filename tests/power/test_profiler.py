@@ -13,6 +13,7 @@ from tests.helpers import one_settable_gpu
 from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.power import PowerProfiler
+from zeus_bso.power.limits import restore_gpus
 from zeus_bso.power.profiler import (
     MAX_MEASURED_STEPS,
     MEASURED_STEPS,
@@ -80,8 +81,12 @@ def test_the_mode_is_checked_and_optimize_needs_gpus_here(
     this before anything is registered), in one sentence that says what to change."""
     monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
     assert check_power_limit("off") == "off"
-    with pytest.raises(PowerLimitError, match=r"power limits need NVML.*zeus-bso\[nvml\]"):
+    with pytest.raises(PowerLimitError, match=r"power limits need NVML.*zeus-bso\[nvml\]") as no:
         check_power_limit("optimize")
+    assert str(no.value).endswith("; or train without power_limit='optimize'")
+    with pytest.raises(PowerLimitError, match=r"power limits need NVML.*zeus-bso\[nvml\]") as no:
+        restore_gpus(tmp_path / "records")  # an operator's restore: no advice for training
+    assert "train" not in str(no.value)
     with pytest.raises(ConfigurationError, match="'off' or 'optimize'"):
         check_power_limit("max")
     one_settable_gpu(monkeypatch, tmp_path, "GPU-0000cafe-1111-2222-3333-444444444444")

@@ -100,21 +100,23 @@ def _alive(pid: int, started: str | None = None) -> bool:
     return now is None or now == started
 
 
-def _nvml() -> Any:
+def _nvml(*, restoring: bool = False) -> Any:
     """NVML, initialised; a `PowerLimitError` (a usage error, raised alike on every process)
-    where it is missing or cannot start."""
+    where it is missing or cannot start, saying what a run (or ``restoring``, an operator's
+    `restore_gpus`) can do instead."""
+    instead = "" if restoring else "or train without power_limit='optimize'"
     try:
         nvml = pynvml_module()
     except EnergyMeterError as err:
-        raise PowerLimitError(
-            f"power limits need NVML: {err}; or train without power_limit='optimize'"
-        ) from err
+        said = f"power limits need NVML: {err}" + (f"; {instead}" if instead else "")
+        raise PowerLimitError(said) from err
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
+        instead = f", {instead}" if instead else ""
         raise PowerLimitError(
             f"power limits need NVML, which cannot start here ({err}): on a machine with "
-            "NVIDIA GPUs and their driver, or train without power_limit='optimize'"
+            f"NVIDIA GPUs and their driver{instead}"
         ) from err
     return nvml
 
@@ -516,7 +518,7 @@ def restore_gpus(records: Path, uuids: Collection[str] | None = None) -> list[Re
     Raises:
         PowerLimitError: no NVML, or ``uuids`` names a GPU the node does not have.
     """
-    nvml = _nvml()
+    nvml = _nvml(restoring=True)
     handles = {}
     try:
         for index in range(nvml.nvmlDeviceGetCount()):
