@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from lightning.pytorch.callbacks import EarlyStopping  # noqa: E402
+from lightning.pytorch.callbacks import BatchSizeFinder, EarlyStopping  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
@@ -421,6 +421,20 @@ def test_misconfigured_fits_leave_the_default_batch_size_untouched(
     assert {t["batch_size"] for t in state["trials"]} == {spec.default_batch_size}
     assert state["next_run"]["batch_size"] == spec.default_batch_size
     assert state["stage"] == "pruning"
+
+
+def test_lightnings_batch_size_finder_beside_the_callback_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Lightning's BatchSizeFinder sets the batch size too: its trials' batches were refused as
+    a DataLoader that ignores the batch size, which misled. Refused in ``setup``, saying which;
+    nothing reaches the server."""
+    spec = job(unique_id("lfinder"))
+    finder = BatchSizeFinder(mode="power", steps_per_trial=1, max_trials=2)
+    with pytest.raises(ConfigurationError, match=r"Lightning's BatchSizeFinder .* chooses the"):
+        fit(server.url, spec, tmp_path, callbacks=[finder])
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
 
 
 class FixedBatchClassifier(TinyClassifier):

@@ -181,6 +181,13 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
             )
+        if any(_is_batch_size_finder(callback) for callback in trainer.callbacks):
+            raise ConfigurationError(
+                "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
+                "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
+                "server chooses, and tries a size new to these GPUs in memory first "
+                "(memory_check_steps)"
+            )
         if self._own_meter:  # a meter a fit closed does not measure the next fit
             self._meter = auto_meter()
         if trainer.fast_dev_run:
@@ -541,6 +548,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 """The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
 file holding one (see `callbacks_from_environment`)."""
+
+
+def _is_batch_size_finder(callback: Any) -> bool:
+    """Whether ``callback`` is Lightning's ``BatchSizeFinder`` (of either package), or one made
+    from it."""
+    return any(cls.__name__ == "BatchSizeFinder" for cls in type(callback).__mro__)
 
 
 def callbacks_from_environment() -> list[Any]:
