@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,16 @@ def test_each_command_is_listed_in_one_line(argv: list[str]) -> None:
     if len(argv) > 1 and ":" in summary:  # a group of commands (not a program's own line)
         named = summary.rsplit(":", 1)[1].strip(" .").split(", ")
         assert named == commands, f"the summary names {named}, the group has {commands}"
+
+
+@pytest.mark.parametrize("command", [ZEUS_BSO, SERVER_BIN], ids=["zeus-bso", "zeus-bso-server"])
+def test_each_command_prints_the_installed_version(command: str) -> None:
+    shown = subprocess.run(
+        [command, "--version"],
+        capture_output=True,
+        text=True,
+        env=environment_without_settings(),
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"{Path(command).name} {version('zeus-bso')}\n"

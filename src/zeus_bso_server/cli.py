@@ -53,6 +53,26 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+
+
+def _show_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"zeus-bso-server {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit", is_eager=True, callback=_show_version
+        ),
+    ] = False,
+) -> None:
+    """zeus-bso server: learns the cheapest batch size of recurring training jobs."""
+
+
 err = Console(stderr=True, soft_wrap=True)
 
 APP = "zeus_bso_server.api.app:create_app"

@@ -48,8 +48,23 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
+def _show_version(asked: bool) -> None:
+    if asked:
+        from zeus_bso import __version__
+
+        typer.echo(f"zeus-bso {__version__}")
+        raise typer.Exit
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit", is_eager=True, callback=_show_version
+        ),
+    ] = False,
+) -> None:
     """zeus-bso: learn the cheapest batch size of recurring training jobs."""
 
 
