@@ -228,6 +228,9 @@ def test_errors_say_what_to_do(server: ServerProcess) -> None:
     wrong_token = cli(server, "list", token="not-the-servers")
     assert wrong_token.returncode == 1
     assert "the server refused the token (from --token, ZEUS_BSO_TOKEN" in wrong_token.stderr
+    schemeless = cli(server, "list", "--server", "localhost:8000")  # as the client says it
+    assert schemeless.returncode == 2  # a usage error: it would fail as an outage every time
+    assert "has no scheme: use 'http://localhost:8000'" in " ".join(schemeless.stderr.split())
     bad_format = cli(server, "trials", "x", "--format", "xml")
     assert bad_format.returncode == 2
     assert "table, csv or json" in bad_format.stderr

@@ -19,8 +19,14 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zeus_bso.client.http import ServerClient
-from zeus_bso.errors import EXIT_FAILURE, EXIT_USAGE, ServerRejectedError, ZeusBSOError
-from zeus_bso.options import token_from
+from zeus_bso.errors import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    ConfigurationError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
+from zeus_bso.options import checked_server_url, token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
 from zeus_bso.wire.reads import FleetSummary, JobView, Savings, SeededFrom
@@ -36,9 +42,22 @@ jobs_app = typer.Typer(
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
+
+def _server_url(value: str) -> str:
+    try:
+        return checked_server_url(value.strip())
+    except ConfigurationError as error:  # at every request it would fail as unreachable
+        raise typer.BadParameter(str(error)) from None
+
+
 Server = Annotated[
     str,
-    typer.Option("--server", envvar="ZEUS_BSO_SERVER_URL", help="The zeus-bso server's URL"),
+    typer.Option(
+        "--server",
+        envvar="ZEUS_BSO_SERVER_URL",
+        help="The zeus-bso server's URL",
+        callback=_server_url,
+    ),
 ]
 Token = Annotated[
     str | None,
