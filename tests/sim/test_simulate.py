@@ -351,6 +351,19 @@ def test_cli_rejects_unknown_workload() -> None:
     assert "unknown workload" in result.stderr
 
 
+def test_cli_rejects_a_server_url_without_a_scheme() -> None:
+    """As the client checks it: every request would fail as an outage instead."""
+    result = subprocess.run(
+        [ZEUS_BSO, "simulate", "--server", "localhost:8000", "--seeds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2
+    assert "has no scheme: use 'http://localhost:8000'" in result.stderr
+
+
 def test_cli_exit_status_tells_a_usage_error_from_a_failure() -> None:
     """2: what to change is in the message; 1: it failed at run time (as both CLIs do)."""
     unreachable = subprocess.run(

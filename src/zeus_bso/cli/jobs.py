@@ -43,7 +43,8 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _server_url(value: str) -> str:
+def server_url_option(value: str) -> str:
+    """A ``--server`` checked as the client checks it (`checked_server_url`): a usage error."""
     try:
         return checked_server_url(value.strip())
     except ConfigurationError as error:  # at every request it would fail as unreachable
@@ -56,7 +57,7 @@ Server = Annotated[
         "--server",
         envvar="ZEUS_BSO_SERVER_URL",
         help="The zeus-bso server's URL",
-        callback=_server_url,
+        callback=server_url_option,
     ),
 ]
 Token = Annotated[

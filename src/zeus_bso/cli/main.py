@@ -21,7 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from zeus_bso.cli.check import check_command
-from zeus_bso.cli.jobs import jobs_app
+from zeus_bso.cli.jobs import jobs_app, server_url_option
 from zeus_bso.cli.power import power_app
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.policy.types import Prior, PriorMode
@@ -46,6 +46,10 @@ app = typer.Typer(
 )
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
+
+
+def _server_url_if_given(value: str | None) -> str | None:
+    return None if value is None else server_url_option(value)
 
 
 def _show_version(asked: bool) -> None:
@@ -78,7 +82,11 @@ def simulate_command(
         list[int] | None, typer.Option(help="Seeds, e.g. --seeds 0 1 2 3 4 [default: 0 1 2 3 4]")
     ] = None,
     server: Annotated[
-        str | None, typer.Option(help="Run against this zeus-bso server instead of in-process")
+        str | None,
+        typer.Option(
+            help="Run against this zeus-bso server instead of in-process",
+            callback=_server_url_if_given,
+        ),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of cumulative cost")] = None,
     json_path: Annotated[
