@@ -467,7 +467,10 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
 ) -> None:
     spec = job(unique_id("lshort"), target=0.999, max_epochs=3)
     callback = callback_for(server.url, spec)
-    trainer = pl.Trainer(max_epochs=2, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    patient = EarlyStopping(monitor="val_acc", mode="max", patience=10)  # never stops this fit
+    trainer = pl.Trainer(
+        max_epochs=2, callbacks=[callback, patient], **quiet_trainer_options(tmp_path)
+    )
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
         trainer.fit(TinyClassifier())
     assert "Trainer(max_epochs=2) is below the job's max_epochs (3)" in caplog.text

@@ -488,9 +488,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         every recurrence, learning nothing."""
         for callback in trainer.early_stopping_callbacks:
             reason = getattr(callback, "stopping_reason", None)  # Lightning 2.6 and later
-            stopped = (
-                callback.stopped_epoch > 0 if reason is None else reason.value != "not_stopped"
-            )
+            stopped = callback.stopped_epoch > 0 if reason is None else reason.name != "NOT_STOPPED"
             if stopped:
                 return f"EarlyStopping(monitor={callback.monitor!r}) ended the fit"
         return None
