@@ -623,8 +623,27 @@ def test_a_script_that_dies_of_an_uncaught_error_is_judged_at_exit(
         ("failed", "KeyError: 'x'"),
         ("released", "KeyError: 'x'"),
         ("released", "OperationOrderError: call train_begin() before report()"),
-        ("released", "the run exited before it trained"),
+        ("released", "the run ended before it trained"),
     ]
+
+
+def test_abort_is_not_judged_by_an_error_of_long_ago(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the exit hook reads the error the interpreter set aside: in a notebook or a test
+    runner one stays set aside long after it was shown, and an ``abort()`` then is a failed
+    run, not the out-of-memory one of that error."""
+    monkeypatch.setattr(sys, "last_value", RuntimeError("CUDA out of memory."), raising=False)
+    bso = BatchSizeOptimizer(
+        server.url, spec(unique_id("stale").replace("-", "")), energy_meter=EstimateMeter(100)
+    )
+    bso.get_batch_size()
+    bso.on_train_begin()
+    bso.on_evaluate(0.1)
+    bso.abort()
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert (trial.status, trial.message) == ("failed", "the run raised or exited without end()")
 
 
 def test_a_job_given_as_a_mapping_is_validated_into_a_jobspec(server: ServerProcess) -> None:

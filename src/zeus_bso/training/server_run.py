@@ -102,7 +102,7 @@ class ServerRun:
         self._ended = False
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
-        exits.at_exit(self.abort)
+        exits.at_exit(self._at_exit)
 
     @property
     def job(self) -> CreatedJob | None:
@@ -494,29 +494,34 @@ class ServerRun:
             self._show = show
         self.outcome = None
 
+    def _at_exit(self) -> None:
+        """At interpreter exit, a run that did not end: after an uncaught error, which the
+        interpreter set aside (a script without `with`, or a framework that calls no hook on
+        errors), as `failed` judges it (out of memory: ``infeasible``; an interruption, a
+        usage error of ours or an error before training: released); else `abort`. Only here:
+        in a long-lived process (a notebook, a test runner) an error of long ago stays set
+        aside too."""
+        uncaught = getattr(sys, "last_value", None)
+        if uncaught is not None:
+            self.failed(uncaught, trained=self.progress.began)
+        else:
+            self.abort()
+
     def abort(self, why: str | None = None) -> None:
         """End a run that is failing (an exception, or an exit without `end`).
 
         Without a run key the trial ends (failed, unless its final report came). With one it is
         left open for the run's restart, which continues it; if no restart comes, its lease
-        runs out and it is abandoned. At exit after an uncaught error, the error is judged as
-        `failed` judges it (out of memory: ``infeasible``; an interruption, a usage error of
-        ours or an error before training: released); a run that exits before it trained,
-        without an error, is released too.
+        runs out and it is abandoned. A run that had not trained is released (nothing of it
+        is its batch size's doing).
         """
         if self._ended:
-            return
-        # At exit after an uncaught exception, the interpreter has set it aside: a script
-        # without `with`, or a framework that calls no hook on errors.
-        uncaught = getattr(sys, "last_value", None) if why is None else None
-        if uncaught is not None:
-            self.failed(uncaught, trained=self.progress.began)
             return
         if self._sigterm.received and not self.training_finished:
             self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
             return
         if why is None and (self.trial is not None or self.offline) and not self.progress.began:
-            self.release("the run exited before it trained")
+            self.release("the run ended before it trained")
             return
         started = self.trial is not None or self.offline
         why = why or "the run raised or exited without end()"
@@ -541,7 +546,7 @@ class ServerRun:
         _OPEN_RUNS.discard(self)
         self._on_end()
         self._sigterm.uninstall()
-        exits.forget_at_exit(self.abort)  # ended: the exit hook need not keep this object alive
+        exits.forget_at_exit(self._at_exit)  # ended: the exit hook need not keep this alive
         # The run's figures: its last report's (every rank's energy), else this process's.
         self._final = self._reported or self.progress.elapsed()
         try:
