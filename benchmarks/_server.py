@@ -27,15 +27,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def installed_command(name: str) -> str:
+    """The path of the project's command ``name``: beside this Python (its environment's), else
+    on ``PATH`` (an install with ``pip install --target``, its ``bin`` on ``PATH``)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} is not installed: pip install -e '.[server]'")
+    return found
+
+
 @contextmanager
 def running_server(database_url: str, workers: int = 1) -> Iterator[str]:
     """A server on the database; yields its base URL and stops it (and its workers) after."""
     port = free_port()
-    beside = Path(sys.executable).parent / "zeus-bso-server"
-    server = str(beside) if beside.exists() else shutil.which("zeus-bso-server")
-    if server is None:
-        raise SystemExit("zeus-bso-server is not installed: pip install -e '.[server]'")
-    command = [server, "serve", "--db", database_url, "--port", str(port)]
+    command = [installed_command("zeus-bso-server"), "serve", "--db", database_url]
+    command += ["--port", str(port)]
     command += ["--workers", str(workers), "--log-level", "warning"]
     with serving(command, port, ready_path="/readyz") as url:
         yield url

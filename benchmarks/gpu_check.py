@@ -261,20 +261,25 @@ def measured_run(steps: int) -> dict[str, Any]:
 
     from zeus_bso.client.progress import TrialProgress
     from zeus_bso.energy import NVMLMeter
-    from zeus_bso.training.collectives import elapsed_of_the_run, gpus_of_the_run, open_window
+    from zeus_bso.training.collectives import (
+        DISTRIBUTED,
+        elapsed_of_the_run,
+        gpus_of_the_run,
+        open_window,
+    )
 
     meter = NVMLMeter()  # every GPU of the node, as torchrun leaves CUDA_VISIBLE_DEVICES
     try:
-        gpus = gpus_of_the_run(meter)
+        gpus = gpus_of_the_run(DISTRIBUTED, meter)
         progress = TrialProgress(meter)
-        open_window(progress)
+        open_window(DISTRIBUTED, progress)
         start_mj = counter_mj(pynvml, torch)
         a = torch.randn(4096, 4096, device="cuda")
         b = torch.randn(4096, 4096, device="cuda")
         for _ in range(steps):
             torch.mm(a, b)
         torch.cuda.synchronize()
-        elapsed = elapsed_of_the_run(progress)
+        elapsed = elapsed_of_the_run(DISTRIBUTED, progress)
         end_mj = counter_mj(pynvml, torch)
     finally:
         meter.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -470,9 +469,10 @@ def power_read_check() -> dict[str, Any]:
 def command_check(url: str) -> dict[str, Any]:
     """``zeus-bso check`` where the runs train: it must measure the GPUs through NVML and reach
     the server (it reads; it sets nothing)."""
-    command = Path(sys.executable).with_name("zeus-bso")
+    from _server import installed_command  # beside this script, which gpu_check.py runs
+
     done = subprocess.run(
-        [str(command), "check", "--json", "--server", url],
+        [installed_command("zeus-bso"), "check", "--json", "--server", url],
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trainable.py"
 
 
 @pytest.fixture(scope="module")
-def parts() -> Any:
-    return load_module("gpu_trainable", SCRIPT)
+def parts() -> Iterator[Any]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPT.parent))  # its helpers beside it, as gpu_check.py has
+        yield load_module("gpu_trainable", SCRIPT)
 
 
 @pytest.fixture
