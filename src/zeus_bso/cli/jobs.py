@@ -132,7 +132,8 @@ def _ask(
             except ServerRejectedError as error:
                 if error.status != 404 or job_id is None:
                     raise
-                near, _ = client.jobs_page(job_id, limit=6)
+                page, _ = client.jobs_page(job_id, limit=7)
+                near = [job for job in page if job.job_id != job_id]  # not a 404 of another kind
                 if not near:
                     raise
             ids = [escape(job.job_id) for job in near]

@@ -398,9 +398,7 @@ class ServerRun:
             self.release(why or "ended with end_trial=False before any report")
             return
         early = why or "training ended before it was told to stop"
-        self._finish(
-            end_trial=end_trial, deliver=True, why=None if self.training_finished else early
-        )
+        self._finish(end_trial=end_trial, deliver=True, why=early)
         if self.outcome is None:  # a pending report delivered may have finished the training
             if self.training_finished:
                 self._conclude(None, None)
@@ -525,8 +523,7 @@ class ServerRun:
             return
         started = self.trial is not None or self.offline
         why = why or "the run raised or exited without end()"
-        ending = None if self.training_finished else why
-        self._finish(end_trial=self.run_key is None or self.training_finished, why=ending)
+        self._finish(end_trial=self.run_key is None or self.training_finished, why=why)
         if not started:
             self.link.client.close()  # it never asked for a batch size: nothing to say
         elif self.training_finished:
@@ -539,7 +536,7 @@ class ServerRun:
     ) -> None:
         """Stop the heartbeat and the meter; deliver a pending report (``deliver``, by default
         when the trial ends) and end the trial (``end_trial``; ``why`` it ended, for the server
-        to keep with a trial that did not report it)."""
+        to keep with a trial whose training the server's stop did not finish)."""
         if self._ended:
             return
         self._ended = True
@@ -554,7 +551,7 @@ class ServerRun:
                 self.trial,
                 end_trial=end_trial,
                 deliver=end_trial if deliver is None else deliver,
-                why=why,
+                why=None if self.training_finished else why,
             )
         finally:
             self.progress.meter.close()
