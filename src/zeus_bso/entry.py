@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # typing's would cost the start-up its import (see `zeus_
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType
+    from typing import Any
 
 
 class Interrupt:
@@ -90,3 +91,29 @@ def run_command(module: str) -> None:
 def main() -> None:
     """The ``zeus-bso`` command (`zeus_bso.cli.main`)."""
     run_command("zeus_bso.cli")
+
+
+def installed_version() -> str:
+    """The installed distribution's version, read from its metadata (``0+unknown`` for a source
+    tree on ``sys.path``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zeus-bso")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def version_option(program: str) -> Any:
+    """The ``--version`` option of a command's Typer callback: prints ``PROGRAM VERSION`` and
+    exits."""
+    import typer
+
+    def show(asked: bool) -> None:
+        if asked:
+            typer.echo(f"{program} {installed_version()}")
+            raise typer.Exit
+
+    return typer.Option(
+        "--version", help="Print the version and exit", is_eager=True, callback=show
+    )

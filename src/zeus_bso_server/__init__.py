@@ -13,12 +13,9 @@ def _installed_version() -> str:
     """The installed distribution's version (written once, in `zeus_bso.__version__`): read
     from its metadata, so that the server imports nothing of the client package's face."""
     if not _version:
-        from importlib.metadata import PackageNotFoundError, version
+        from zeus_bso.entry import installed_version
 
-        try:
-            _version.append(version("zeus-bso"))
-        except PackageNotFoundError:  # a source tree on sys.path, not installed
-            _version.append("0+unknown")
+        _version.append(installed_version())
     return _version[0]
 
 

@@ -30,7 +30,7 @@ from tenacity import (
     wait_fixed,
 )
 
-from zeus_bso.entry import Interrupt, deferred_interrupt
+from zeus_bso.entry import Interrupt, deferred_interrupt, version_option
 from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server import __version__
 from zeus_bso_server.errors import (
@@ -55,21 +55,8 @@ db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
-def _show_version(asked: bool) -> None:
-    if asked:
-        typer.echo(f"zeus-bso-server {__version__}")
-        raise typer.Exit
-
-
 @app.callback()
-def _main(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit", is_eager=True, callback=_show_version
-        ),
-    ] = False,
-) -> None:
+def _main(version: Annotated[bool, version_option("zeus-bso-server")] = False) -> None:
     """zeus-bso server: learns the cheapest batch size of recurring training jobs."""
 
 

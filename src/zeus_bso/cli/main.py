@@ -23,6 +23,7 @@ from rich.table import Table
 from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app, server_url_option
 from zeus_bso.cli.power import power_app
+from zeus_bso.entry import version_option
 from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
 from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
@@ -52,23 +53,8 @@ def _server_url_if_given(value: str | None) -> str | None:
     return None if value is None else server_url_option(value)
 
 
-def _show_version(asked: bool) -> None:
-    if asked:
-        from zeus_bso import __version__
-
-        typer.echo(f"zeus-bso {__version__}")
-        raise typer.Exit
-
-
 @app.callback()
-def _main(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit", is_eager=True, callback=_show_version
-        ),
-    ] = False,
-) -> None:
+def _main(version: Annotated[bool, version_option("zeus-bso")] = False) -> None:
     """zeus-bso: learn the cheapest batch size of recurring training jobs."""
 
 
