@@ -23,7 +23,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from zeus_bso.options import JobLike, required_job
+from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
 
@@ -44,17 +44,10 @@ class ZeusBSOAccelerate(TrialSession):
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
-        options: `zeus_bso.training.TrialSession`'s ``energy_meter``, ``token``, ``resume``,
-            ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
-            exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
-            its target), ``lr_rule`` and ``reference_batch_size`` (for
-            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``), and
-            ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
-            ``bso.micro_batch_size``, and the accelerator's ``gradient_accumulation_steps`` is
-            set to ``bso.accumulation_steps``; wrap each step in
-            ``accelerator.accumulate(model)``), and ``power_limit="optimize"`` (GPU power
-            limits: pass ``bso.train_begin(len(loader))`` the steps of an epoch, and call
-            ``bso.step_begin()`` and ``bso.step_end()`` around every training step).
+        options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession`. With
+            ``max_micro_batch_size``, the DataLoader takes ``bso.micro_batch_size`` and the
+            accelerator's ``gradient_accumulation_steps`` is set to ``bso.accumulation_steps``
+            (wrap each step in ``accelerator.accumulate(model)``).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).
@@ -68,14 +61,8 @@ class ZeusBSOAccelerate(TrialSession):
         **options: Unpack[SessionOptions],
     ) -> None:
         self.accelerator = accelerator
-        super().__init__(
-            bool(accelerator.is_main_process),
-            lambda values, step: accelerator.log(values, step=step),
-            server_url,
-            required_job(job),
-            show=accelerator.print,
-            **options,
-        )
+        main = bool(accelerator.is_main_process)
+        super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
         self._accumulate()
 
     def _accumulate(self) -> None:

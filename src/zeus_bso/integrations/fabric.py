@@ -23,7 +23,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from zeus_bso.options import JobLike, required_job
+from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
 
@@ -43,18 +43,10 @@ class ZeusBSOFabric(TrialSession):
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
-        options: `zeus_bso.training.TrialSession`'s ``energy_meter``, ``token``, ``resume``,
-            ``on_server_unavailable``, ``raise_if_unconverged`` (`end`, the ``with`` block's
-            exit, raises `ZeusBSOTrainFailError` on every process when the run did not reach
-            its target), ``lr_rule`` and ``reference_batch_size`` (for
-            ``bso.learning_rate(base_lr)`` and ``bso.scale(optimizer, scheduler)``), and
-            ``max_micro_batch_size`` (gradient accumulation: the DataLoader takes
-            ``bso.micro_batch_size``, and the loop steps the optimizer every
-            ``bso.accumulation_steps`` micro-batches, the others under
-            ``fabric.no_sync(model)``, dividing the loss by that number), and
-            ``power_limit="optimize"`` (GPU power limits: pass ``bso.train_begin(len(loader))``
-            the steps of an epoch, and call ``bso.step_begin()`` and ``bso.step_end()`` around
-            every training step).
+        options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession`. With
+            ``max_micro_batch_size``, the DataLoader takes ``bso.micro_batch_size`` and the
+            loop steps the optimizer every ``bso.accumulation_steps`` micro-batches, the
+            others under ``fabric.no_sync(model)``, dividing the loss by that number.
 
     The run's one-line summary is printed at the end through ``fabric.print`` (the main
     process's).
@@ -68,11 +60,5 @@ class ZeusBSOFabric(TrialSession):
         **options: Unpack[SessionOptions],
     ) -> None:
         self.fabric = fabric
-        super().__init__(
-            bool(fabric.is_global_zero),
-            lambda values, step: fabric.log_dict(values, step=step),
-            server_url,
-            required_job(job),
-            show=fabric.print,
-            **options,
-        )
+        main = bool(fabric.is_global_zero)
+        super().__init__(main, fabric.log_dict, server_url, job, show=fabric.print, **options)

@@ -121,11 +121,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
             both to ``TrainingArguments``); micro-batches that run out of memory are lowered for
             the next run instead of the batch size becoming infeasible.
-        power_limit: ``"optimize"`` opts into GPU power limits: a batch size's first run on
-            these GPUs profiles the limits in its first training steps, and runs train at the
-            limit the server chooses; each GPU's own limit is restored when training ends, on
-            an exception, on SIGTERM, and by the next run after a SIGKILL (see
-            `zeus_bso.training.power`). ``"off"``, the default: limits are left alone.
+        power_limit: ``"optimize"`` opts into GPU power limits, as
+            `zeus_bso.training.SessionOptions`' ``power_limit`` says; ``"off"``, the default,
+            leaves them alone.
     """
 
     def __init__(

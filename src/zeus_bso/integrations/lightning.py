@@ -92,11 +92,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             ``accumulate_grad_batches`` set so that each optimizer step takes the server's
             batch size; out of memory then lowers the micro-batch (None, the default: no
             accumulation; the Trainer's own ``accumulate_grad_batches`` is left alone).
-        power_limit: ``"optimize"`` opts into GPU power limits: a batch size's first fit on
-            these GPUs profiles the limits in its first training batches, and fits train at the
-            limit the server chooses; each GPU's own limit is restored when the fit ends, on an
-            exception, on SIGTERM, and by the next run after a SIGKILL (see
-            `zeus_bso.training.power`). ``"off"``, the default: limits are left alone.
+        power_limit: ``"optimize"`` opts into GPU power limits, as
+            `zeus_bso.training.SessionOptions`' ``power_limit`` says; ``"off"``, the default,
+            leaves them alone.
     """
 
     def __init__(
