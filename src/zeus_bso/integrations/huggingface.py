@@ -55,7 +55,7 @@ from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import torch_distributed
-from zeus_bso.training.server_run import judged_without_server
+from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
 

@@ -28,11 +28,8 @@ from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError
-from zeus_bso.policy.cost import Report, StopRules, judge_report
-from zeus_bso.policy.machine import answer_of
 from zeus_bso.spec import (
     CreatedJob,
-    JobSpec,
     JobSpecFromClient,
     PowerMeasurement,
     ReportResponse,
@@ -40,6 +37,7 @@ from zeus_bso.spec import (
     TrainingResult,
     TrialId,
 )
+from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
 
@@ -591,24 +589,3 @@ class ServerRun:
         self.link.client.close()
         if self._show is not None:
             self._show(self.outcome.summary())
-
-
-def judged_without_server(
-    spec: JobSpec, batch_size: int, metric: float, epoch: int
-) -> ReportResponse:
-    """A report that no server judges (the server is down, or the run trains at a size the
-    optimizer did not choose), by the policy's own rules without a cost bound (no run to compare
-    with): stop at the job's target or at its ``max_epochs``."""
-    rules = StopRules(
-        spec.target_metric,
-        spec.higher_is_better_metric,
-        spec.max_epochs,
-        beta_knob=None,
-        prune_cost_ratio=None,
-        reference="best_run",
-        predictive=False,
-        learning_curve=False,
-        cost_to_go=False,
-    )
-    report = Report(batch_size=batch_size, cost=0.0, metric=metric, epoch=epoch)
-    return answer_of(judge_report(rules, report, None)).model_copy(update={"cost": None})

@@ -24,29 +24,11 @@ from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, RunOutcome, show
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import (
-    ConfigurationError,
-    OperationOrderError,
-    ZeusBSOTrainFailError,
-)
-from zeus_bso.options import (
-    JobLike,
-    check_max_micro_batch_size,
-    job_lr_rule,
-    required_job,
-)
+from zeus_bso.errors import ConfigurationError, OperationOrderError, ZeusBSOTrainFailError
+from zeus_bso.options import JobLike, check_max_micro_batch_size, job_lr_rule, required_job
 from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
-from zeus_bso.scaling.lr import (
-    LrRule,
-    LrScaling,
-)
-from zeus_bso.spec import (
-    GpuConfig,
-    PowerMeasurement,
-    ReportResponse,
-    StopReason,
-    TrialId,
-)
+from zeus_bso.scaling.lr import LrRule, LrScaling
+from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, StopReason, TrialId
 from zeus_bso.training.collectives import (
     DISTRIBUTED,
     Collectives,
