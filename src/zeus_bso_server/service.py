@@ -283,6 +283,7 @@ class BatchSizeService:
             energy=result.energy,
             metric=result.metric,
             current_epoch=result.current_epoch,
+            final=bool(result.final),
         )
         return step.answer, step.final
 

@@ -61,3 +61,29 @@ def test_a_message_too_long_or_with_control_characters_is_refused(http: httpx.Cl
         refused = http.patch("/trials", json={**trial_id(trial), "message": message})
         assert refused.status_code == 422, refused.text
     assert trials_of(http, job_id)[trial["trial_number"]]["status"] == "dispatched"
+
+
+def test_a_report_marked_final_ends_its_run_as_not_converging(http: httpx.Client) -> None:
+    """A run that stopped itself below the target (its early stopping) sends its last report
+    again as ``final``: the trial ends reported and not converged, charged as if it had trained
+    the job's max_epochs, and the pruning round moves on to another size at once. A report the
+    server already ended answers as before."""
+    job_id = unique_id("final")
+    body = job_body(job_id, max_epochs=8, target_metric=0.9, learning_curve_stop=False)
+    assert http.post("/jobs", json=body).status_code == 201
+    trial = dispatch(http, job_id)
+    report = {**trial_id(trial), "time": 10.0, "energy": 2000.0, "metric": 0.5, "current_epoch": 2}
+    assert not http.post("/report", json=report).json()["stop_train"]
+    answer = http.post("/report", json={**report, "final": True}).json()
+    assert (answer["stop_train"], answer["converged"], answer["reason"]) == (
+        True,
+        False,
+        "ended_early",
+    )
+    stored = trials_of(http, job_id)[trial["trial_number"]]
+    assert (stored["status"], stored["converged"]) == ("reported", False)
+    assert stored["cost"] == answer["cost"] * 4  # 2 of 8 epochs
+    assert dispatch(http, job_id)["batch_size"] != trial["batch_size"]
+    again = http.post("/report", json={**report, "final": True}).json()
+    assert (again["stop_train"], again["converged"]) == (True, False)
+    assert http.post("/report", json={**report, "final": "maybe"}).status_code == 422

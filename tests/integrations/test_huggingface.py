@@ -215,12 +215,13 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     assert [costs[-1] for costs in logged] == [t["cost"] for t in trials]
 
 
-def test_early_stopping_that_ends_training_counts_against_the_batch_size(
+def test_early_stopping_that_ends_training_counts_as_not_converging(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """The Trainer's EarlyStoppingCallback ended training before the job's target: the batch
-    size did not reach it there, which counts (released, every recurrence would run the same
-    size again). The Trainer's own limits are not the batch size's: released."""
+    """The Trainer's EarlyStoppingCallback ended training below the job's target: the run did
+    not converge at its batch size, which counts at once (its last report goes again as final),
+    charged as if it had trained the job's max_epochs (released, every recurrence would run the
+    same size again). The Trainer's own limits are not the batch size's: released."""
     spec = job(unique_id("hfstopping"), target=0.999)
     stopping = transformers.EarlyStoppingCallback(
         early_stopping_patience=1, early_stopping_threshold=1.0
@@ -237,12 +238,16 @@ def test_early_stopping_that_ends_training_counts_against_the_batch_size(
     )
     outcome = callback.outcome
     assert outcome is not None
+    assert outcome.cost is not None
     assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
-    assert "ended at epoch 2 of 6: EarlyStoppingCallback ended training;" in outcome.summary()
+    assert (
+        "ended at epoch 2 of 6: EarlyStoppingCallback ended training; not converged below the "
+        f"target: charged as if it had trained the job's max_epochs ({spec.max_epochs});"
+    ) in outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["epochs"]) == ("failed", 2)
-    assert trial["message"] == "EarlyStoppingCallback ended training"
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
+    assert trial["cost"] == pytest.approx(outcome.cost / 2 * spec.max_epochs)
     short = job(unique_id("hfshort"), target=0.999)
     limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
     assert limited.outcome is not None

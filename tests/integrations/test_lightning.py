@@ -483,25 +483,31 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     assert (trial["status"], trial["epochs"]) == ("released", 2)
 
 
-def test_a_fit_early_stopping_ends_counts_against_its_batch_size(
+def test_a_fit_early_stopping_ends_counts_as_not_converging_at_its_batch_size(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """Lightning's EarlyStopping ended the fit before the job's target: the batch size did not
-    reach it there, which counts (released, every recurrence would run the same size again,
-    the job learning nothing); the Trainer's own limits are not the batch size's (above)."""
+    """Lightning's EarlyStopping ended the fit below the job's target: the run did not converge
+    at its batch size, which counts at once (its last report goes again as final), charged as
+    if it had trained the job's max_epochs: the next run explores another size. Released, every
+    recurrence would run the same size again; failed, three such runs would be needed. The
+    Trainer's own limits are not the batch size's (above)."""
     spec = job(unique_id("lstopping"), target=0.999, max_epochs=6)
     stopping = EarlyStopping(monitor="val_acc", mode="max", patience=0, min_delta=1.0)
     _, callback = fit(server.url, spec, tmp_path, callbacks=[stopping])
     outcome = callback.outcome
     assert outcome is not None
+    assert outcome.cost is not None
     assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
-    assert "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit;" in (
-        outcome.summary()
-    )
+    assert (
+        "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit; not converged "
+        "below the target: charged as if it had trained the job's max_epochs (6);"
+    ) in outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["epochs"]) == ("failed", 2)
-    assert trial["message"] == "EarlyStopping(monitor='val_acc') ended the fit"
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
+    assert trial["cost"] == pytest.approx(outcome.cost * 3)
+    _, second = fit(server.url, spec, tmp_path, max_epochs=1)
+    assert second.batch_size != callback.batch_size
 
 
 class InterruptedClassifier(TinyClassifier):

@@ -105,6 +105,37 @@ def test_a_final_report_folds_its_cost_into_the_statistics_and_the_reference() -
     assert again.answer.cost == cost
 
 
+def test_a_run_that_stopped_itself_below_the_target_did_not_converge_charged_to_max_epochs() -> (
+    None
+):
+    """A report marked final (its run's early stopping ended it) ends the trial as not
+    converged, charged as if the run had trained the job's max_epochs at its mean epoch's cost;
+    what it paid is its cost so far. At the target, it converged as any run does."""
+    trial = TrialState(1, 64, TrialKind.EXPLORATION, 0)
+    step = after_report(
+        JOB, JobState(), trial, time=10.0, energy=500.0, metric=0.5, current_epoch=2, final=True
+    )
+    cost = _cost(10.0, 500.0)
+    assert step.final
+    assert (step.answer.stop_train, step.answer.converged) == (True, False)
+    assert (step.answer.reason, step.answer.cost) == ("ended_early", cost)
+    assert step.answer.why == (
+        "not converged below the target: charged as if it had trained the job's max_epochs (10)"
+    )
+    assert step.trial.status is TrialStatus.REPORTED
+    assert (step.trial.converged, step.trial.cost) == (False, cost * 5)
+    assert step.job.stats[64] == BatchSizeStats(64).add(cost * 5, False, paid=cost)
+    assert step.job.best is None
+    reached = after_report(
+        JOB, JobState(), trial, time=10.0, energy=500.0, metric=0.95, current_epoch=2, final=True
+    )
+    assert (reached.answer.converged, reached.answer.reason, reached.trial.cost) == (
+        True,
+        "converged",
+        cost,
+    )
+
+
 def test_the_early_stop_bound_comes_from_the_job_state() -> None:
     state = after_report(
         JOB,

@@ -537,10 +537,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 and state.global_step < state.max_steps
                 and "EarlyStoppingCallback" in (state.stateful_callbacks or {})
             ):
-                # Its metric stopped improving before the job's target: the batch size did not
-                # reach it, which counts (released, the job would run the same size again at
-                # every recurrence, learning nothing).
-                session.end(why="EarlyStoppingCallback ended training")
+                # Its metric stopped improving before the job's target: the run did not converge
+                # at its batch size, which counts (released, the job would run the same size
+                # again at every recurrence, learning nothing).
+                session.stopped_itself("EarlyStoppingCallback ended training")
             else:  # the Trainer's own limits ended the run first
                 session.release(
                     f"the Trainer stopped at epoch {session.progress.epochs} (num_train_epochs="

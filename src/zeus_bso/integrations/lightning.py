@@ -456,7 +456,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             if session.stopped:
                 session.end()
             elif (stopper := self._early_stopping(trainer)) is not None:
-                session.end(why=stopper)  # the batch size did not reach the target: counted
+                session.stopped_itself(stopper)  # not converged at its batch size: counted
             else:  # the Trainer's own limits (or another callback) ended the fit first
                 session.release(self._ended_early(trainer), StopReason.ENDED_EARLY)
         finally:
@@ -481,9 +481,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     def _early_stopping(trainer: Trainer) -> str | None:
         """Which EarlyStopping callback ended the fit, in words (its metric stopped improving,
         or passed one of its thresholds, before the job's target), or None. Such a run did not
-        reach the target at its batch size, and counts so (``max_unreported_failures`` of them
-        in a pruning round drop the size): released, the job would run the same size again at
-        every recurrence, learning nothing."""
+        converge at its batch size, and counts so, as a run that trained the job's
+        ``max_epochs`` in vain (`TrialSession.stopped_itself`): released, the job would run the
+        same size again at every recurrence, learning nothing."""
         for callback in trainer.early_stopping_callbacks:
             reason = getattr(callback, "stopping_reason", None)  # Lightning 2.6 and later
             stopped = callback.stopped_epoch > 0 if reason is None else reason.name != "NOT_STOPPED"

@@ -144,6 +144,25 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
     )
 
 
+def stopped_itself(rules: StopRules, report: Report) -> Verdict:
+    """The verdict on a run's last report where the run stopped of its own accord below the
+    target (a framework's early stopping: its metric stopped improving): it did not converge,
+    and is charged as if it had trained the job's ``max_epochs`` at its mean epoch's cost,
+    which its early stopping says it would have done in vain (its cost so far would make a batch
+    size look cheap for giving up early)."""
+    epochs = rules.max_epochs
+    return Verdict(
+        stop=True,
+        converged=False,
+        cost=report.cost,
+        message=f"Train failed to converge: the run stopped itself at epoch {report.epoch}",
+        charged=max(report.cost, report.cost / report.epoch * epochs),
+        reason=StopReason.ENDED_EARLY,
+        why=f"not converged below the target: charged as if it had trained the job's "
+        f"max_epochs ({epochs})",
+    )
+
+
 class CostBound(StrEnum):
     """The option whose ratio to the early-stop reference bounds a run's cost."""
 

@@ -35,6 +35,7 @@ from zeus_bso.policy.cost import (
     fold_final_report,
     fresh_run_cost,
     judge_report,
+    stopped_itself,
     zeus_cost,
 )
 from zeus_bso.policy.curves import Curve, epochs_left, extended
@@ -358,8 +359,10 @@ def after_report(
     energy: float,
     metric: float,
     current_epoch: int,
+    final: bool = False,
 ) -> Reported:
-    """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began).
+    """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began);
+    ``final``: its run stops after it of its own accord (`stopped_itself`).
 
     The run's cost is priced with its own profile's ``max_power`` and judged against the
     early-stop reference in that profile's units (see `after_dispatch`). A report that ends the
@@ -389,6 +392,8 @@ def after_report(
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
     verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
+    if final and not verdict.stop:
+        verdict = stopped_itself(rules, report)
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
     measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)

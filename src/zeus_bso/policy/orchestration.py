@@ -141,9 +141,10 @@ def report(
     energy: float,
     metric: float,
     current_epoch: int,
+    final: bool = False,
 ) -> Reported:
     """Judge a report of ``trial`` and store what changed: the trial, and after its final
-    report the job's statistics too.
+    report the job's statistics too (``final``: see `after_report`).
 
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
@@ -156,6 +157,7 @@ def report(
         energy=energy,
         metric=metric,
         current_epoch=current_epoch,
+        final=final,
     )
     if step.final or step.trial != trial:
         store.save_trial(step.trial, step.job)

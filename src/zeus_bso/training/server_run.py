@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -27,7 +26,7 @@ from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
-from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError
+from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
 from zeus_bso.spec import (
     CreatedJob,
     JobSpecFromClient,
@@ -37,12 +36,10 @@ from zeus_bso.spec import (
     TrainingResult,
     TrialId,
 )
+from zeus_bso.training import open_runs
 from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
-
-_OPEN_RUNS: weakref.WeakSet[ServerRun] = weakref.WeakSet()
-"""This process's runs whose trial is open: from their dispatch (or resume) to their end."""
 
 
 class ServerRun:
@@ -96,6 +93,7 @@ class ServerRun:
         self._fit_before = False
         self._memory_unknown = False
         self._reported: Elapsed | None = None
+        self._last_report: TrainingResult | None = None
         self._final: Elapsed | None = None
         self._ended = False
         self._thread = threading.get_ident()
@@ -147,7 +145,7 @@ class ServerRun:
         trial = self.progress.trial
         if trial is not None:
             return trial.batch_size
-        self._supersede()
+        open_runs.supersede(self, self._thread)
         dispatched = self.link.dispatch(
             accumulate=self.max_micro_batch_size is not None,
             power_limits=self._power_limits,
@@ -191,7 +189,7 @@ class ServerRun:
             ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
         trial = self.progress.resume(saved)
-        self._supersede()
+        open_runs.supersede(self, self._thread)
         if not self.link.resume(trial, self.progress, power_limits=self._power_limits):
             return trial.batch_size  # the server is away: trains without it
         self._opened()
@@ -323,26 +321,11 @@ class ServerRun:
 
     def _opened(self) -> None:
         """The run's trial is open (dispatched or resumed) until `_finish`: a later run of the
-        job in this thread supersedes it, and SIGTERM releases it (``handle_sigterm``)."""
-        _OPEN_RUNS.add(self)
+        job in this thread supersedes it (`open_runs`), and SIGTERM releases it
+        (``handle_sigterm``)."""
+        open_runs.opened(self, self._thread)
         if self._handle_sigterm:
             self._sigterm.install()
-
-    def _supersede(self) -> None:
-        """End this process's earlier runs of the job, started on this thread, that never
-        ended, as interrupted: nothing ends a run that Ctrl-C stopped in a notebook's cell
-        (IPython catches the ``KeyboardInterrupt``; a framework without an exception hook, such
-        as the HF Trainer, never hears of it), and its heartbeat would keep its trial open,
-        an exploration in flight, until the kernel exits. A new run of the job from the same
-        thread means the earlier one is over."""
-        for other in list(_OPEN_RUNS):
-            if (
-                other is not self
-                and other.job_id == self.job_id
-                and other._thread == self._thread
-                and not other._ended
-            ):
-                other.end_interrupted("a later run of the job started in this process")
 
     def train_begin(self) -> None:
         """Training began: keep the trial's lease alive while it trains."""
@@ -367,16 +350,15 @@ class ServerRun:
             self.link.answered(answer)
             return answer
         steps = self.accumulation.steps
-        return self.link.report(
-            TrainingResult(
-                **trial.model_dump(),
-                time=elapsed.seconds,
-                energy=elapsed.joules,
-                metric=metric,
-                current_epoch=self.progress.epoch_to_report(epoch),
-                accumulation_steps=steps if steps > 1 else None,
-            )
+        self._last_report = TrainingResult(
+            **trial.model_dump(),
+            time=elapsed.seconds,
+            energy=elapsed.joules,
+            metric=metric,
+            current_epoch=self.progress.epoch_to_report(epoch),
+            accumulation_steps=steps if steps > 1 else None,
         )
+        return self.link.report(self._last_report)
 
     def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
         """End the trial: deliver an undelivered report, then tell the server the run is over;
@@ -402,6 +384,27 @@ class ServerRun:
                 self._conclude(None, None)
             else:
                 self._conclude(StopReason.ENDED_EARLY, early)
+
+    def stopped_itself(self, why: str) -> None:
+        """End a run that stopped of its own accord below the target after it reported (a
+        framework's early stopping, ``why``): its last report goes again as its final one
+        (`TrainingResult.final`), and the server counts the run as not converging at its batch
+        size. A server that does not know that report (upstream Zeus's), or a run that has not
+        reported, ends as `end` with ``why`` ends it (the trial failed)."""
+        last = self._last_report
+        if self._ended or self.training_finished or self.offline or last is None:
+            self.end(why=why)
+            return
+        try:
+            answer = self.link.report(last.model_copy(update={"final": True}))
+        except ZeusBSOError as err:  # refused: it ends as any run that stopped early
+            logger.warning("the run's final report was refused: %s", err)
+            answer = None
+        if answer is None or not answer.stop_train:
+            self.end(why=why)
+            return
+        self._finish(end_trial=True)
+        self._conclude(answer.reason, f"{why}; {answer.why}" if answer.why else why)
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """End a run that ran out of accelerator memory while it trained: its trial is marked
@@ -538,7 +541,7 @@ class ServerRun:
         if self._ended:
             return
         self._ended = True
-        _OPEN_RUNS.discard(self)
+        open_runs.closed(self)
         self._on_end()
         self._sigterm.uninstall()
         exits.forget_at_exit(self._at_exit)  # ended: the exit hook need not keep this alive

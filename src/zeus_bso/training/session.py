@@ -496,6 +496,13 @@ class TrialSession:
         self._ending(lambda server: server.end(end_trial=end_trial, why=why))
         self._raise_unless_converged()
 
+    def stopped_itself(self, why: str) -> None:
+        """The run stopped of its own accord below the target (a framework's early stopping,
+        ``why``): it did not converge at its batch size, which the server counts
+        (`ServerRun.stopped_itself`); then as `end`."""
+        self._ending(lambda server: server.stopped_itself(why))
+        self._raise_unless_converged()
+
     def _raise_unless_converged(self) -> None:
         if self._raise_if_unconverged and not self.converged and not self._raised:
             self._raised = True

@@ -161,6 +161,11 @@ class TrainingResult(TrialId):
     accumulation_steps: PositiveInt | None = None
     """An extension: the micro-batches the run accumulates an optimizer step (its batch size
     reached by gradient accumulation); absent: one."""
+    final: bool | None = None
+    """An extension: the run stops after this report of its own accord (a framework's early
+    stopping ended it), so the server judges it as the run's last; unless it reached the target,
+    the run did not converge at its batch size, and is charged as if it had trained the job's
+    ``max_epochs`` (absent: the server decides when the run stops)."""
 
 
 class InfeasibleTrial(TrialId):
