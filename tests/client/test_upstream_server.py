@@ -73,6 +73,30 @@ def test_recurrences_against_upstream_without_heartbeats(
     assert warned == []
 
 
+def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's server ignores a report's ``final``: it answers go on, and the run ends its
+    trial as any run that ended before the server's stop, without a warning."""
+    spec = JobSpec(
+        job_id=unique_id("upstop"), job_id_prefix="upstop", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.9, max_epochs=6,
+    )  # fmt: skip
+    with BatchSizeOptimizer(
+        upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+    ) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        assert not bso.on_evaluate(0.1).stop_train
+        assert not bso.on_evaluate(0.1).stop_train
+        bso.stopped_itself("its early stopping ended it")
+    assert bso.outcome is not None
+    assert (bso.outcome.reason, bso.outcome.converged) == ("ended_early", False)
+    assert bso.outcome.why == "its early stopping ended it"
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.name for r in warned] == ["zeus_bso.energy.estimate"]  # the meter's, alone
+
+
 def test_a_changed_setting_against_upstream_registers_a_new_job_quietly(
     upstream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
