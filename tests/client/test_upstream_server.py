@@ -93,8 +93,8 @@ def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
     assert bso.outcome is not None
     assert (bso.outcome.reason, bso.outcome.converged) == ("ended_early", False)
     assert bso.outcome.why == "its early stopping ended it"
-    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warned] == ["zeus_bso.energy.estimate"]  # the meter's, alone
+    warned = [r.name for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [name for name in warned if name != "zeus_bso.energy.estimate"] == []
 
 
 def test_a_changed_setting_against_upstream_registers_a_new_job_quietly(
