@@ -93,6 +93,23 @@ def test_a_trusted_prior_starts_at_its_best_and_never_runs_what_it_calls_hopeles
     assert job.state.arms == (64, 128, 256)
 
 
+def test_a_trusted_prior_holds_with_the_cheapest_two_sizes_from_its_best() -> None:
+    # The prior puts 64 cheapest; here 256 is (27, against 128's 32 and 64's 50): two sizes
+    # off. A declared parent's optimum may sit a size away, and a noisy run a size further:
+    # trusted, the walk's sizes are the arms; checked, the prior is dropped and the cold walk
+    # goes on (up from the default: 512, which the prior called hopeless, is explored).
+    costs = {32: 1.5, 64: 1.0, 128: 1.3, 256: 1.8}
+    epochs = {**EPOCHS, 256: 3}
+    trusted = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.TRUST))
+    while trusted.state.arms is None:
+        _run(trusted, epochs=epochs)
+    assert trusted.state.arms == (64, 128, 256)  # 32 ran over what the prior predicted
+    assert 0 not in {t.round for t in trusted.trials}
+    checked = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.CHECK))
+    runs = [_run(checked, epochs=epochs) for _ in range(5)]
+    assert runs[-1][:2] == (512, 0)
+
+
 def test_a_cold_job_prunes_as_it_always_did() -> None:
     cold, seeded = _job(None), _job(RELATED)
     first = [_run(cold) for _ in range(3)]
