@@ -218,6 +218,37 @@ def test_a_target_never_reached_reaches_the_caller(
     assert trial["epochs"] == 4  # its max_epochs, charged as a run that did not converge
 
 
+CLI_STOPS_EARLY = """\
+    - class_path: lightning.pytorch.callbacks.EarlyStopping
+      init_args:
+        monitor: val_acc
+        mode: max
+        patience: 0
+        min_delta: 1.0
+"""
+"""An EarlyStopping that ends every fit after its second validation (no epoch improves by 1)."""
+
+
+def test_early_stopping_in_a_lightning_cli_yaml_file_counts_against_the_size(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A LightningCLI fit whose YAML file adds Lightning's EarlyStopping, as such files do: the
+    fit it ends below the target did not converge at its size, charged as if it had trained
+    the job's max_epochs, and the next recurrence explores another size."""
+    prefix = unique_id("corpusstop").replace("-", "")
+    config = cli_config(tmp_path / "config.yaml", prefix, target=0.999)
+    config.write_text(config.read_text() + CLI_STOPS_EARLY)  # no checkpoints: none to write
+    runs = []
+    for _ in range(2):
+        assert run_script("lightning_cli.py", "fit", "--config", str(config)) == 0
+        runs.append(probe.take())
+    first, second = trials_of(server, prefix)
+    check_runs(runs, [first, second])
+    assert (first["converged"], first["epochs"]) == (False, 2)
+    assert first["batch_size"] == REFERENCE
+    assert second["batch_size"] != REFERENCE
+
+
 def test_upstreams_loop_shape_gets_the_failure_signal_from_on_evaluate(
     probe: Probe, server: ServerProcess
 ) -> None:
