@@ -97,17 +97,19 @@ def test_a_trusted_prior_holds_with_the_cheapest_two_sizes_from_its_best() -> No
     # The prior puts 64 cheapest; here 256 is (27, against 128's 32 and 64's 50): two sizes
     # off. A declared parent's optimum may sit a size away, and a noisy run a size further:
     # trusted, the walk's sizes are the arms; checked, the prior is dropped and the cold walk
-    # goes on (up from the default: 512, which the prior called hopeless, is explored).
+    # goes on. Either way, once the cheapest lies two sizes off, the walk leaves the best's
+    # far side (32) alone.
     costs = {32: 1.5, 64: 1.0, 128: 1.3, 256: 1.8}
     epochs = {**EPOCHS, 256: 3}
     trusted = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.TRUST))
     while trusted.state.arms is None:
         _run(trusted, epochs=epochs)
-    assert trusted.state.arms == (64, 128, 256)  # 32 ran over what the prior predicted
-    assert 0 not in {t.round for t in trusted.trials}
+    assert trusted.state.arms == (64, 128, 256)
+    assert [t.round for t in trusted.trials] == [PRIOR_ROUND] * 3 + [None]
     checked = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.CHECK))
-    runs = [_run(checked, epochs=epochs) for _ in range(5)]
-    assert runs[-1][:2] == (512, 0)
+    runs = [_run(checked, epochs=epochs)[:2] for _ in range(4)]
+    assert runs[:3] == [(64, PRIOR_ROUND), (128, PRIOR_ROUND), (256, PRIOR_ROUND)]
+    assert runs[3][1] == 0  # the cold walk's first round
 
 
 def test_a_cold_job_prunes_as_it_always_did() -> None:

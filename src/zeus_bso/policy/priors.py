@@ -10,8 +10,8 @@ pruning rounds while the prior holds:
 - *trust* (`PriorMode.TRUST`): the prior's best runs first;
 
 then the untried neighbours of the cheapest so far, one at a time (the one the prior finds
-cheaper first), until the cheapest and the prior's best have none: the sizes that converged
-are the bandit's arms.
+cheaper first), until the cheapest and the prior's best have none (the best's, while the
+cheapest lies within a size of it): the sizes that converged are the bandit's arms.
 The prior is dropped, and the job goes on as a cold one (`zeus_bso.policy.pruning`) over the
 same runs, as soon as the measurements disagree with it: the first run's epoch cost is more
 than `FINGERPRINT_RATIO` from the parent's, the prior's best does not converge, the measured
@@ -146,12 +146,16 @@ def next_prior_step(
                 return None
     while True:
         # The cheapest's untried neighbours, then the prior's best's: one costly run at the
-        # best must not turn the walk away from the sizes the prior puts cheapest.
+        # best must not turn the walk away from the sizes the prior puts cheapest. Once the
+        # cheapest lies more than a size from the best, runs at two sizes or more moved it
+        # there, and the best's far side is further still: the walk follows the cheapest.
+        cheapest = walk.cheapest()
         candidates = [
             [s for s in neighbours(sizes, centre) if s not in walk.tried | prior.hopeless]
-            for centre in (walk.cheapest(), best)
+            for centre in (cheapest, best)
         ]
-        untried = candidates[0] or candidates[1]
+        near = abs(sizes.index(cheapest) - sizes.index(best)) <= 1
+        untried = candidates[0] or (candidates[1] if near else [])
         if not untried:
             break
         size = min(untried, key=lambda s: (prior.costs.get(s, math.inf), s))
