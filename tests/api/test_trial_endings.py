@@ -83,6 +83,11 @@ def test_a_report_marked_final_ends_its_run_as_not_converging(http: httpx.Client
     stored = trials_of(http, job_id)[trial["trial_number"]]
     assert (stored["status"], stored["converged"]) == ("reported", False)
     assert stored["cost"] == answer["cost"] * 4  # 2 of 8 epochs
+    assert stored["message"] == (
+        "Train failed to converge: the run stopped itself at epoch 2, charged as max_epochs(8)"
+    )
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert "stopped itself below the target (its early stopping) shows the cost" in page
     assert dispatch(http, job_id)["batch_size"] != trial["batch_size"]
     again = http.post("/report", json={**report, "final": True}).json()
     assert (again["stop_train"], again["converged"]) == (True, False)

@@ -155,7 +155,8 @@ def stopped_itself(rules: StopRules, report: Report) -> Verdict:
         stop=True,
         converged=False,
         cost=report.cost,
-        message=f"Train failed to converge: the run stopped itself at epoch {report.epoch}",
+        message=f"Train failed to converge: the run stopped itself at epoch {report.epoch}, "
+        f"charged as max_epochs({epochs})",
         charged=max(report.cost, report.cost / report.epoch * epochs),
         reason=StopReason.ENDED_EARLY,
         why=f"not converged below the target: charged as if it had trained the job's "
