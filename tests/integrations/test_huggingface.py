@@ -241,8 +241,8 @@ def test_early_stopping_that_ends_training_counts_as_not_converging(
     assert outcome.cost is not None
     assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
     assert (
-        "ended at epoch 2 of 6: EarlyStoppingCallback ended training; not converged below the "
-        f"target: charged as if it had trained the job's max_epochs ({spec.max_epochs});"
+        "ended at epoch 2 of 6: EarlyStoppingCallback ended training; counted as not converging "
+        f"at this size, charged as if it had trained the job's max_epochs ({spec.max_epochs});"
     ) in outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]

@@ -499,8 +499,8 @@ def test_a_fit_early_stopping_ends_counts_as_not_converging_at_its_batch_size(
     assert outcome.cost is not None
     assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
     assert (
-        "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit; not converged "
-        "below the target: charged as if it had trained the job's max_epochs (6);"
+        "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit; counted as not "
+        "converging at this size, charged as if it had trained the job's max_epochs (6);"
     ) in outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]

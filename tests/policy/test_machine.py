@@ -120,7 +120,8 @@ def test_a_run_that_stopped_itself_below_the_target_did_not_converge_charged_to_
     assert (step.answer.stop_train, step.answer.converged) == (True, False)
     assert (step.answer.reason, step.answer.cost) == ("ended_early", cost)
     assert step.answer.why == (
-        "not converged below the target: charged as if it had trained the job's max_epochs (10)"
+        "counted as not converging at this size, charged as if it had trained the job's "
+        "max_epochs (10)"
     )
     assert step.trial.status is TrialStatus.REPORTED
     assert (step.trial.converged, step.trial.cost) == (False, cost * 5)

@@ -159,7 +159,7 @@ def stopped_itself(rules: StopRules, report: Report) -> Verdict:
         f"charged as max_epochs({epochs})",
         charged=max(report.cost, report.cost / report.epoch * epochs),
         reason=StopReason.ENDED_EARLY,
-        why=f"not converged below the target: charged as if it had trained the job's "
+        why=f"counted as not converging at this size, charged as if it had trained the job's "
         f"max_epochs ({epochs})",
     )
 
