@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
+from zeus_bso.client import ServerClient
 from zeus_bso.client.tls import plain_http_context
 from zeus_bso.testing import gpus
 from zeus_bso_server.settings import to_engine_url
@@ -262,6 +263,24 @@ def jobs_show(server_url: str, job_id: str) -> subprocess.CompletedProcess[str]:
     )
     assert shown.returncode == 0, shown.stderr
     return shown
+
+
+def check_stopped_itself(server_url: str, spec: Any, outcome: Any, stopper: str) -> None:
+    """What a run that its framework's early stopping ended at epoch 2 of 6, below the target,
+    must show: its outcome says ``stopper`` ended it and that it counts as not converging, and
+    its trial is reported, not converged, and charged as if it had trained the job's max_epochs
+    at its pace."""
+    assert outcome is not None
+    assert outcome.cost is not None
+    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
+    assert (
+        f"ended at epoch 2 of 6: {stopper}; counted as not converging at this size, charged as "
+        f"if it had trained the job's max_epochs ({spec.max_epochs});"
+    ) in outcome.summary()
+    with ServerClient(server_url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
+    assert trial["cost"] == pytest.approx(outcome.cost / 2 * spec.max_epochs)
 
 
 def unique_id(prefix: str = "job") -> str:

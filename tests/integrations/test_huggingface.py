@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the HF tests need torch (pip instal
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
-from tests.helpers import ServerProcess, unique_id  # noqa: E402
+from tests.helpers import ServerProcess, check_stopped_itself, unique_id  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
@@ -236,18 +236,7 @@ def test_early_stopping_that_ends_training_counts_as_not_converging(
         load_best_model_at_end=True,
         metric_for_best_model="accuracy",
     )
-    outcome = callback.outcome
-    assert outcome is not None
-    assert outcome.cost is not None
-    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
-    assert (
-        "ended at epoch 2 of 6: EarlyStoppingCallback ended training; counted as not converging "
-        f"at this size, charged as if it had trained the job's max_epochs ({spec.max_epochs});"
-    ) in outcome.summary()
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
-    assert trial["cost"] == pytest.approx(outcome.cost / 2 * spec.max_epochs)
+    check_stopped_itself(server.url, spec, callback.outcome, "EarlyStoppingCallback ended training")
     short = job(unique_id("hfshort"), target=0.999)
     limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
     assert limited.outcome is not None

@@ -20,7 +20,13 @@ pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[ligh
 from lightning.pytorch.callbacks import BatchSizeFinder, EarlyStopping  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from tests.helpers import ServerProcess, quiet_trainer_options, sqlite_url, unique_id  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    ServerProcess,
+    check_stopped_itself,
+    quiet_trainer_options,
+    sqlite_url,
+    unique_id,
+)
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
@@ -494,18 +500,8 @@ def test_a_fit_early_stopping_ends_counts_as_not_converging_at_its_batch_size(
     spec = job(unique_id("lstopping"), target=0.999, max_epochs=6)
     stopping = EarlyStopping(monitor="val_acc", mode="max", patience=0, min_delta=1.0)
     _, callback = fit(server.url, spec, tmp_path, callbacks=[stopping])
-    outcome = callback.outcome
-    assert outcome is not None
-    assert outcome.cost is not None
-    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
-    assert (
-        "ended at epoch 2 of 6: EarlyStopping(monitor='val_acc') ended the fit; counted as not "
-        "converging at this size, charged as if it had trained the job's max_epochs (6);"
-    ) in outcome.summary()
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
-    assert trial["cost"] == pytest.approx(outcome.cost * 3)
+    stopper = "EarlyStopping(monitor='val_acc') ended the fit"
+    check_stopped_itself(server.url, spec, callback.outcome, stopper)
     _, second = fit(server.url, spec, tmp_path, max_epochs=1)
     assert second.batch_size != callback.batch_size
 

@@ -114,6 +114,13 @@ TRIAL_HEADERS = {
 TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
 
 
+def _ids_starting_with(client: ServerClient, job_id: str) -> list[str]:
+    """The ids of the jobs that start with ``job_id`` but are not it (one the server knows
+    answered a 404 of another kind), escaped for the console; a few."""
+    page, _ = client.jobs_page(job_id, limit=7)
+    return [escape(job.job_id) for job in page if job.job_id != job_id]
+
+
 def _ask(
     server: str,
     token: str | None,
@@ -132,12 +139,10 @@ def _ask(
             except ServerRejectedError as error:
                 if error.status != 404 or job_id is None:
                     raise
-                page, _ = client.jobs_page(job_id, limit=7)
-                near = [job for job in page if job.job_id != job_id]  # not a 404 of another kind
+                near = _ids_starting_with(client, job_id)
                 if not near:
                     raise
-            ids = [escape(job.job_id) for job in near]
-            listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+            listed = ", ".join(near[:5]) + (", ..." if len(near) > 5 else "")
             err.print(
                 f"[red]error:[/] no job {escape(job_id)}; the ids that start with it: {listed}"
                 f" (zeus-bso jobs list --prefix {escape(job_id)})"

@@ -104,19 +104,18 @@ def _nvml(*, restoring: bool = False) -> Any:
     """NVML, initialised; a `PowerLimitError` (a usage error, raised alike on every process)
     where it is missing or cannot start, saying what a run (or ``restoring``, an operator's
     `restore_gpus`) can do instead."""
-    instead = "" if restoring else "or train without power_limit='optimize'"
+    instead = "" if restoring else " or train without power_limit='optimize'"
     try:
         nvml = pynvml_module()
     except EnergyMeterError as err:
-        said = f"power limits need NVML: {err}" + (f"; {instead}" if instead else "")
+        said = f"power limits need NVML: {err}" + (f";{instead}" if instead else "")
         raise PowerLimitError(said) from err
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
-        instead = f", {instead}" if instead else ""
         raise PowerLimitError(
             f"power limits need NVML, which cannot start here ({err}): on a machine with "
-            f"NVIDIA GPUs and their driver{instead}"
+            f"NVIDIA GPUs and their driver" + (f",{instead}" if instead else "")
         ) from err
     return nvml
 

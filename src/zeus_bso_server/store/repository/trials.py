@@ -328,11 +328,7 @@ def mark_failed(
     """End a trial (the policy's `Event.END`: one without a final report becomes failed, with
     ``why`` as its message where given). Returns whether it changed, or None if there is no
     such trial."""
-    params = {**_key(job_id, trial_number), "key_bs": batch_size, "ending": why}
-    if conn.execute(_FAIL, params).rowcount:
-        return True
-    stored = get_trial(conn, job_id, trial_number)
-    return False if stored is not None and stored.trial.batch_size == batch_size else None
+    return _ended_by(conn, _FAIL, job_id, trial_number, batch_size, why)
 
 
 def release_trial(
@@ -340,8 +336,21 @@ def release_trial(
 ) -> bool | None:
     """Release an open trial (the policy's `Event.RELEASE`; ``why`` its message where given).
     Returns whether it changed, or None if there is no such trial."""
+    return _ended_by(conn, _RELEASE, job_id, trial_number, batch_size, why)
+
+
+def _ended_by(
+    conn: Connection,
+    statement: Any,
+    job_id: str,
+    trial_number: int,
+    batch_size: int,
+    why: str | None,
+) -> bool | None:
+    """Run an ending's conditional update (`_FAIL`, `_RELEASE`) on the trial: whether it
+    changed, or None if there is no such trial (of that batch size)."""
     params = {**_key(job_id, trial_number), "key_bs": batch_size, "ending": why}
-    if conn.execute(_RELEASE, params).rowcount:
+    if conn.execute(statement, params).rowcount:
         return True
     stored = get_trial(conn, job_id, trial_number)
     return False if stored is not None and stored.trial.batch_size == batch_size else None
