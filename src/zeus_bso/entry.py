@@ -77,11 +77,21 @@ def deferred_interrupt() -> Iterator[Interrupt]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_command(module: str) -> None:
-    """Import ``module`` and call its ``main``; Ctrl-C while it loads says ``Aborted!``."""
+def run_command(module: str, extra: str | None = None) -> None:
+    """Import ``module`` and call its ``main``; Ctrl-C while it loads says ``Aborted!``. A
+    command of an ``extra`` that is not installed says which (status 2, no traceback)."""
     try:
         with deferred_interrupt() as interrupt:
-            command = importlib.import_module(module).main
+            try:
+                command = importlib.import_module(module).main
+            except ModuleNotFoundError as err:
+                if extra is None or (err.name or "zeus_bso").startswith("zeus_bso"):
+                    raise
+                sys.stderr.write(
+                    f"error: this command needs its extra (no module named {err.name!r}): "
+                    f"pip install 'zeus-bso[{extra}]'\n"
+                )
+                raise SystemExit(2) from None  # EXIT_USAGE (this module imports nothing of ours)
         interrupt.abort_if_requested()
         command()
     except KeyboardInterrupt:  # a second Ctrl-C while it loaded, or one before click's own guard

@@ -191,6 +191,17 @@ def test_a_missing_database_driver_says_what_to_install(tmp_path: Path) -> None:
             assert "Traceback" not in result.stderr
 
 
+def test_without_the_server_extra_the_command_says_what_to_install(tmp_path: Path) -> None:
+    # A process where the server's libraries cannot be imported, as after `pip install zeus-bso`.
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sqlalchemy'] = None\n")
+    for command in (["--version"], ["serve"]):
+        result = run_cli(*command, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+        assert result.returncode == 2, result.stderr
+        assert "this command needs its extra (no module named 'sqlalchemy" in result.stderr
+        assert "pip install 'zeus-bso[server]'" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
 def test_db_upgrade_waits_for_a_database_that_is_not_there_yet(tmp_path: Path) -> None:
     """`db upgrade --wait` (the compose migration service, the Kubernetes init container)
     retries while the database cannot be reached, instead of failing the rollout."""
