@@ -3,13 +3,14 @@ the arms after it (`zeus_bso.policy.priors`), driven through an in-memory job.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import pytest
 
 from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState
-from zeus_bso.policy.priors import Prior, PriorMode
+from zeus_bso.policy.priors import EPOCHS_RATIO, Prior, PriorMode
 from zeus_bso.policy.pruning import PRIOR_ROUND
 from zeus_bso.sim.memory import InMemoryJob, MemoryStore
 from zeus_bso.spec import StopReason
@@ -154,6 +155,26 @@ def test_a_run_on_the_prior_s_word_stops_when_its_epoch_costs_far_more_than_the_
     assert job.trials[-1].epochs == 1
     answer = job.trials[-1]
     assert answer.cost == pytest.approx(3 * EPOCH_COST[128])
+
+
+def test_a_trusted_prior_s_first_run_stops_past_its_parent_s_epochs_times_the_bound() -> None:
+    # Nothing is measured yet to scale the prior's costs by: the parent's epochs bound the run.
+    # Here its best, 128, never converges (the parent's converged in 4 epochs).
+    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
+    trusted = Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST, epochs=took)
+    job = _job(trusted)
+    size, round_, converged, reason = _run(job, epochs={**EPOCHS, 128: None})
+    assert (size, round_, converged, reason) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].epochs == math.floor(EPOCHS_RATIO * 4) < JOB.max_epochs
+    assert "its parent job converged in 4" in (job.trials[-1].message or "")
+    assert _run(job)[1] == 0  # dropped: the cold walk, from the default
+    # A run that converges within the bound is not stopped by it; without the parent's epochs,
+    # nothing bounds the first run but max_epochs.
+    slow = {**EPOCHS, 128: math.floor(EPOCHS_RATIO * 4)}
+    assert _run(_job(trusted), epochs=slow)[2] is True
+    unbounded = _job(Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST))
+    _run(unbounded, epochs={**EPOCHS, 128: None})
+    assert unbounded.trials[-1].epochs == JOB.max_epochs
 
 
 def test_a_measured_cost_ratio_far_from_the_prior_s_drops_it() -> None:
