@@ -236,13 +236,46 @@ def test_early_stopping_that_ends_training_counts_as_not_converging(
         load_best_model_at_end=True,
         metric_for_best_model="accuracy",
     )
-    check_stopped_itself(server.url, spec, callback.outcome, "EarlyStoppingCallback ended training")
+    stopper = "EarlyStoppingCallback ended training (accuracy did not improve for 1 evaluation)"
+    check_stopped_itself(server.url, spec, callback.outcome, stopper)
     short = job(unique_id("hfshort"), target=0.999)
     limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
     assert limited.outcome is not None
     assert "the Trainer stopped at epoch 2 (num_train_epochs=2" in limited.outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(short.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", 2)
+
+
+class StopsAtEpoch2(transformers.TrainerCallback):  # type: ignore[misc]
+    """A callback of the user's own that ends training after the second epoch's evaluation."""
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if state.epoch >= 2:
+            control.should_training_stop = True
+
+
+def test_another_callback_that_ends_training_beside_early_stopping_releases_the_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """An EarlyStoppingCallback whose patience has not run out did not end training: the run is
+    released, as for the Trainer's own limits, not counted against its batch size."""
+    spec = job(unique_id("hfother"), target=0.999)
+    patient = transformers.EarlyStoppingCallback(early_stopping_patience=100)
+    callback = train(
+        server.url,
+        spec,
+        tmp_path,
+        epochs=6,
+        save=True,
+        ahead=[patient, StopsAtEpoch2()],
+        load_best_model_at_end=True,
+        metric_for_best_model="accuracy",
+    )
+    assert callback.outcome is not None
+    assert "the Trainer stopped at epoch 2" in callback.outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("released", 2)
 
 

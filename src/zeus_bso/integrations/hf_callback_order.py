@@ -15,7 +15,7 @@ _FRAMES_UP = 4
 caller: ``CallbackHandler.call_event``, called by ``on_init_end`` or ``on_train_begin``)."""
 
 
-def run_first(callback: Any) -> None:
+def run_first(callback: Any) -> list[Any] | None:
     """Move ``callback`` to the front of the callbacks of the Trainer's ``CallbackHandler`` that
     is calling one of its events (call this from an event of ``callback``'s).
 
@@ -25,23 +25,24 @@ def run_first(callback: Any) -> None:
     integrations log them. Callbacks are not handed the Trainer or its handler: the handler is
     the one whose ``call_event`` called this event, found on the stack a few frames up.
     Moving the callback within the list the handler is walking calls every other callback once
-    still.
+    still. Returns the handler's callbacks (None: no handler found).
     """
     from transformers.trainer_callback import CallbackHandler
 
     frame: FrameType | None = sys._getframe(1)
     for _ in range(_FRAMES_UP):
         if frame is None:
-            return
+            break
         handler = frame.f_locals.get("self")
         if isinstance(handler, CallbackHandler):
-            callbacks = handler.callbacks
+            callbacks: list[Any] = handler.callbacks
             if callback in callbacks and callbacks[0] is not callback:
                 callbacks.remove(callback)
                 callbacks.insert(0, callback)
-            return
+            return callbacks
         frame = frame.f_back
     logger.debug(
         "zeus-bso: no CallbackHandler calls this event: the callback stays where it is, after "
         "the reporting integrations (they log an evaluation before its cost is added)"
     )
+    return None

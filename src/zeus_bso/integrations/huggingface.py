@@ -62,7 +62,13 @@ logger = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'zeus-bso[hf]'"
 
 try:
-    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers import (
+        EarlyStoppingCallback,
+        TrainerCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
 except ImportError as err:
     raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
 
@@ -174,6 +180,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         # After auto_find_batch_size went on at a size of its own: that size, and evaluations.
         self._outside: int | None = None
         self._outside_evaluations = 0
+        # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
+        self._stoppers: list[Any] | None = None
 
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
@@ -265,7 +273,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         lr_scheduler: Any = None,
         **kwargs: Any,
     ) -> None:
-        run_first(self)  # also when added after the Trainer was built (add_callback)
+        callbacks = run_first(self)  # also when added after the Trainer was built (add_callback)
+        if callbacks is not None:
+            self._stoppers = [c for c in callbacks if isinstance(c, EarlyStoppingCallback)]
         if self.session is None:
             raise ConfigurationError(
                 "call callback.start() before building TrainingArguments, and pass "
@@ -519,6 +529,22 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if stop:
             control.should_training_stop = True
 
+    def _early_stopped(self, args: TrainingArguments, state: TrainerState) -> str | None:
+        """How the Trainer's ``EarlyStoppingCallback`` ended training, or None where it did not:
+        its patience ran out (another callback that stops training is not it). Where the
+        Trainer's callbacks were not found, one that the Trainer's state lists counts."""
+        if self._stoppers is None:
+            listed = "EarlyStoppingCallback" in (state.stateful_callbacks or {})
+            return "EarlyStoppingCallback ended training" if listed else None
+        for stopper in self._stoppers:
+            patience = stopper.early_stopping_patience
+            if stopper.early_stopping_patience_counter >= patience:
+                return (
+                    f"EarlyStoppingCallback ended training ({args.metric_for_best_model} did"
+                    f" not improve for {patience} evaluation{'s' if patience != 1 else ''})"
+                )
+        return None
+
     @override
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
@@ -535,12 +561,12 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             elif (
                 control.should_training_stop
                 and state.global_step < state.max_steps
-                and "EarlyStoppingCallback" in (state.stateful_callbacks or {})
+                and (stopped := self._early_stopped(args, state)) is not None
             ):
                 # Its metric stopped improving before the job's target: the run did not converge
                 # at its batch size, which counts (released, the job would run the same size
                 # again at every recurrence, learning nothing).
-                session.stopped_itself("EarlyStoppingCallback ended training")
+                session.stopped_itself(stopped)
             else:  # the Trainer's own limits ended the run first
                 session.release(
                     f"the Trainer stopped at epoch {session.progress.epochs} (num_train_epochs="
