@@ -29,6 +29,8 @@ from zeus_bso.policy.curves import (
     extended,
     thinned,
 )
+from zeus_bso.policy.priors import Prior, PriorMode
+from zeus_bso.policy.pruning import PRIOR_ROUND
 from zeus_bso.spec import CreatedJob, GpuConfig, profile_key
 
 # A converged run of batch size 64: metric 0.2 after 1 epoch, 0.4 after 2, the target 0.5 at 6.
@@ -259,6 +261,44 @@ def test_a_first_run_of_a_larger_batch_size_that_falls_behind_stops_early() -> N
     # 0.2 only after 2 epochs: twice as slow as 64, so 10 epochs left, 40 + 200 J > 200 J: stops
     # (without the pace, 40 + 100 J would not).
     assert run([0.1, 0.2]) == [False, True]
+
+
+def test_a_related_job_s_epochs_scale_other_sizes_curves_instead_of_the_pace() -> None:
+    """Where a related job says how many times as many epochs a run of the batch size takes as
+    one of another size, that size's curves are scaled by it, not by the run's pace."""
+    kept = {32: [FAST], 64: [SLOW_START]}
+    # At 0.3 after 4 epochs: by its pace 8 left (above); 32 took 2 epochs from 0.3 to the
+    # target, and the related job's runs of 128 took 1.5 times 32's epochs: 3.
+    assert epochs_left(kept, 128, ((4, 0.3),), True, scales={32: 1.5}) == 3
+    # 64 is scaled by the related job too where it says so (SLOW_START: 4 from 0.4 on, x 0.5).
+    assert epochs_left(kept, 128, ((4, 0.3),), True, scales={32: 1.5, 64: 0.5}) == 2
+    # Without a scale for a size, its curves go by the bound and the pace as before.
+    assert epochs_left(kept, 128, ((4, 0.3),), True, scales={}) == 8
+    # Its own curves are never scaled.
+    assert epochs_left({128: [FAST]}, 128, ((4, 0.3),), True, scales={128: 3.0}) == 2
+
+
+def test_a_run_of_a_prior_s_walk_goes_by_the_related_job_s_epochs() -> None:
+    """The run of 128 that falls behind 64's curve (the test above stops it at epoch 2) is a run
+    of a trusted prior's walk, whose parent's runs took as many epochs at 128 as at 64: the
+    curve's 5 epochs left are not doubled by its pace, 40 + 100 J, and it goes on. Outside the
+    walk the pace counts as before."""
+    job = make_job(batch_sizes=[32, 64, 128])
+    prior = Prior.of({64: 1.0, 128: 1.0}, epochs={64: 6.0, 128: 6.0}, mode=PriorMode.TRUST)
+    state = replace(state_with(SLOW_START), prior=prior)
+
+    def stops(round_: int | None) -> list[bool]:
+        trial, stopped = TrialState(5, 128, TrialKind.EXPLORATION, round=round_), []
+        for epoch, metric in enumerate([0.1, 0.2], start=1):
+            step = after_report(
+                job, state, trial, time=0, energy=20 * epoch, metric=metric, current_epoch=epoch
+            )
+            trial = step.trial
+            stopped.append(step.answer.stop_train)
+        return stopped
+
+    assert stops(PRIOR_ROUND) == [False, False]
+    assert stops(0) == [False, True]
 
 
 def test_the_stop_is_the_same_on_gpus_that_cost_twice_as_much() -> None:

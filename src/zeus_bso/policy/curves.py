@@ -54,6 +54,7 @@ def epochs_left(
     curve: Curve,
     higher_is_better: bool,
     epoch: int | None = None,
+    scales: Mapping[int, float] | None = None,
 ) -> int | None:
     """An optimistic prediction of the epochs a run of ``batch_size`` still needs to reach the
     target, from its learning curve so far (``curve``, not empty; ``epoch``, the epochs it has
@@ -63,7 +64,11 @@ def epochs_left(
     With curves of its own batch size: the fewest epochs one of them took from first reaching
     the run's best metric to the target. Without (a batch size's first runs): the fewest over
     every other batch size's curves, each scaled by the bound on epochs across batch sizes
-    (`epoch_bound`) or by the run's pace where it is slower (`_pace`).
+    (`epoch_bound`) or by the run's pace where it is slower (`_pace`), or, where ``scales``
+    (by batch size) says how many times as many epochs a run of ``batch_size`` takes as one of
+    that size to converge (what a related job measured: `zeus_bso.policy.priors.epoch_scales`),
+    by that alone: a run's pace over its first epochs is noisy, and a larger batch size's early
+    lag made the stop end runs that would have been the cheapest.
     """
     reached_at, metric = curve[-1]
     own = kept.get(batch_size, ())
@@ -72,7 +77,12 @@ def epochs_left(
     run = (reached_at, max(epoch or reached_at, reached_at))
     left = None
     for size, curves in kept.items():
-        needs = _fewest(curves, metric, higher_is_better, run, epoch_bound(batch_size, size))
+        scale = (scales or {}).get(size)
+        if scale is None:
+            needs = _fewest(curves, metric, higher_is_better, run, epoch_bound(batch_size, size))
+        else:
+            fewest = _fewest(curves, metric, higher_is_better, None, 1.0)
+            needs = None if fewest is None else math.floor(fewest * scale)
         if needs is not None:
             left = needs if left is None else min(left, needs)
     return left

@@ -42,8 +42,8 @@ from zeus_bso.policy.curves import Curve, epochs_left, extended
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.history import history_seen
 from zeus_bso.policy.horizon import Horizon, over_horizon
+from zeus_bso.policy.priors import epoch_scales, over_prior
 from zeus_bso.policy.priors import extension as prior_extension
-from zeus_bso.policy.priors import over_prior
 from zeus_bso.policy.profiles import (
     Profiles,
     WindowedCosts,
@@ -483,17 +483,22 @@ def _report_of(
 ) -> Report:
     """The report (its curve, cost, metric and epoch) as the stop rules read it. With
     ``learning_curve_stop``, from a run's second report on, it carries the epochs the run still
-    needs (predicted from the kept curves), what an epoch costs (its first epoch may hold
-    one-off start-up work, a compile or cold caches, so the cheaper of its mean epoch and its
-    epochs since the last report) and what a fresh run costs (`fresh_run_cost`, from ``seen``,
-    the job's statistics in the run's profile's units). With ``max_run_cost_ratio``, a run at a
-    size other than the default carries the default's measured cost (in those units too)."""
+    needs (predicted from the kept curves; for a run of a prior's walk, scaled from other
+    sizes' by the related job's epochs: `zeus_bso.policy.priors.epoch_scales`), what an epoch
+    costs (its first epoch may hold one-off start-up work, a compile or cold caches, so the
+    cheaper of its mean epoch and its epochs since the last report) and what a fresh run costs
+    (`fresh_run_cost`, from ``seen``, the job's statistics in the run's profile's units). With
+    ``max_run_cost_ratio``, a run at a size other than the default carries the default's
+    measured cost (in those units too)."""
     curve, cost, metric, current_epoch = reported
     left = epoch_cost = fresh = None
     if rules.learning_curve and trial.epochs and trial.cost is not None:
         kept = {size: entry.curves for size, entry in state.stats.items()}
         hib = rules.higher_is_better
-        left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch)
+        scales = None
+        if trial.round == PRIOR_ROUND and state.prior is not None:
+            scales = epoch_scales(state.prior, trial.batch_size)
+        left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch, scales)
         since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
         epoch_cost = min(cost / current_epoch, since)
         fresh = None if left is None else fresh_run_cost(seen.stats)
