@@ -226,24 +226,32 @@ def test_early_stopping_that_ends_training_counts_as_not_converging(
     stopping = transformers.EarlyStoppingCallback(
         early_stopping_patience=1, early_stopping_threshold=1.0
     )
-    callback = train(
-        server.url,
-        spec,
-        tmp_path,
-        epochs=6,
-        save=True,
-        ahead=[stopping],
-        load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
-    )
+    callback = train_with_best_model(server.url, spec, tmp_path, [stopping])
     stopper = "EarlyStoppingCallback ended training (accuracy did not improve for 1 evaluation)"
     check_stopped_itself(server.url, spec, callback.outcome, stopper)
     short = job(unique_id("hfshort"), target=0.999)
     limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
-    assert limited.outcome is not None
-    assert "the Trainer stopped at epoch 2 (num_train_epochs=2" in limited.outcome.summary()
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(short.job_id or "")["trials"]
+    check_released_at_epoch_2(server.url, short, limited, "(num_train_epochs=2")
+
+
+def train_with_best_model(
+    server_url: str, spec: JobSpec, tmp_path: Path, ahead: list[Any]
+) -> ZeusBSOTrainerCallback:
+    """A run of 6 epochs that keeps the best model by accuracy (as EarlyStoppingCallback needs),
+    with ``ahead`` before the callback."""
+    return train(server_url, spec, tmp_path, epochs=6, save=True, ahead=ahead,
+                 load_best_model_at_end=True, metric_for_best_model="accuracy")  # fmt: skip
+
+
+def check_released_at_epoch_2(
+    server_url: str, spec: JobSpec, callback: ZeusBSOTrainerCallback, then: str = ""
+) -> None:
+    """The run's outcome says the Trainer stopped at epoch 2 (``then`` after it), and its
+    trial was released there."""
+    assert callback.outcome is not None
+    assert f"the Trainer stopped at epoch 2 {then}".strip() in callback.outcome.summary()
+    with ServerClient(server_url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("released", 2)
 
 
@@ -262,21 +270,8 @@ def test_another_callback_that_ends_training_beside_early_stopping_releases_the_
     released, as for the Trainer's own limits, not counted against its batch size."""
     spec = job(unique_id("hfother"), target=0.999)
     patient = transformers.EarlyStoppingCallback(early_stopping_patience=100)
-    callback = train(
-        server.url,
-        spec,
-        tmp_path,
-        epochs=6,
-        save=True,
-        ahead=[patient, StopsAtEpoch2()],
-        load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
-    )
-    assert callback.outcome is not None
-    assert "the Trainer stopped at epoch 2" in callback.outcome.summary()
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["epochs"]) == ("released", 2)
+    callback = train_with_best_model(server.url, spec, tmp_path, [patient, StopsAtEpoch2()])
+    check_released_at_epoch_2(server.url, spec, callback)
 
 
 class LogRecorder(transformers.TrainerCallback):  # type: ignore[misc]
