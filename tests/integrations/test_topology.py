@@ -63,8 +63,12 @@ def assert_counted_once(job: dict[str, Any], trial: dict[str, Any], gpus: int) -
     assert (job["number_of_gpus"], job["gpu_model"]) == (gpus, A100)
     assert job["max_power"] == pytest.approx(gpus * LIMIT_W)
     assert trial["status"] == "reported"
-    # Each GPU's energy once: gpus x 100 W over the measured time (N x that if counted per rank).
-    assert trial["energy"] / trial["time"] == pytest.approx(gpus * WATTS, rel=0.1)
+    # Each GPU's energy once: gpus x 100 W over the measured time (N x that if counted per rank,
+    # or (gpus - 1) x 100 W if one were missed). Each rank reads its GPU a moment after the
+    # barrier that lines the windows up: on a loaded machine of two cores a rank may wait a
+    # few hundred milliseconds for one, against a fit of about a second (one CI run read 241 W
+    # for 200), so the margin is 30%, still well clear of a GPU counted twice or missed.
+    assert trial["energy"] / trial["time"] == pytest.approx(gpus * WATTS, rel=0.3)
 
 
 def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
@@ -163,7 +167,7 @@ def test_hugging_face_under_torchrun_with_two_gpus_and_out_of_memory_on_one_rank
         (16, "infeasible"),
     ]
     (trial,) = [t for t in trials if t["status"] == "reported"]
-    assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.1)
+    assert trial["energy"] / trial["time"] == pytest.approx(2 * WATTS, rel=0.3)  # see above
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert [r["attempts"] for r in ranks] == [2, 2]
