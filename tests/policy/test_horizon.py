@@ -177,6 +177,52 @@ def test_a_job_that_cannot_pay_back_an_exploration_runs_the_cheapest_so_far() ->
     assert runs[2][2] == (64, TrialKind.EXPLOIT)
 
 
+def test_a_refused_step_lets_the_job_explore_a_neighbour_of_the_cheapest_that_pays() -> None:
+    """Where the payback rule refuses the first round's next step, the job explores instead an
+    untried neighbour of the cheapest size that it allows (one the round's stride stepped
+    over), not the cheapest so far for good."""
+    job, without = (
+        make_job(
+            eta_knob=0.5,
+            max_power=100.0,
+            target_metric=0.9,
+            max_epochs=20,
+            batch_sizes=[8, 16, 32, 64, 128],
+            default_batch_size=128,
+            prune_stride=2,
+            expected_recurrences=expected,
+        )
+        for expected in (10, None)
+    )
+    state, trials = JobState(), list[TrialState]()
+    runs = []
+    for cost in (100.0, 100.0, 80.0, 80.0):
+        step = _dispatch(job, state, tuple(trials))
+        runs.append((step.trial.batch_size, step.trial.kind, step.trial.round))
+        if len(runs) == 3:  # while that exploration runs, another run explores nothing
+            beside = _dispatch(job, step.job, (*trials, step.trial)).trial
+            assert beside.kind is TrialKind.EXPLOIT
+        reported = _report(job, step.job, step.trial, cost)
+        state = reported.job
+        trials.append(reported.trial)
+    # The round walks down from the default with a stride of two: 32, then 8, whose cost the
+    # line through 32 and 128 (flat) bounds at theirs, so exploring it cannot pay back; 16 is
+    # bounded so too; 64, between two sizes measured once each, is not.
+    assert runs[:2] == [(128, TrialKind.EXPLORATION, 0), (32, TrialKind.EXPLORATION, 0)]
+    assert runs[2] == (64, TrialKind.EXPLORATION, 0)
+    # 64 is now the cheapest, with both its neighbours tried; 8 is still refused (the line
+    # through 32 and 64 puts it above them): the job runs the cheapest.
+    assert runs[3] == (64, TrialKind.EXPLOIT, None)
+    cold = JobState()
+    walked: list[TrialState] = []
+    for cost in (100.0, 100.0):
+        step = _dispatch(without, cold, tuple(walked))
+        reported = _report(without, step.job, step.trial, cost)
+        cold = reported.job
+        walked.append(reported.trial)
+    assert _dispatch(without, cold, tuple(walked)).trial.batch_size == 8  # the round's own step
+
+
 @pytest.mark.parametrize("gpu", ["v100", "p100"])
 def test_five_expected_runs_cost_little_more_than_the_default_on_the_trace(gpu: str) -> None:
     """The issue's bound: with ``expected_recurrences=5`` no workload's five runs cost more than

@@ -13,10 +13,11 @@ from zeus_bso.policy.pruning import (
     ExplorationInFlight,
     ExploreNext,
     PruningSettings,
+    neighbours,
     next_pruning_step,
 )
 from zeus_bso.policy.types import Dispatch, JobHistory
-from zeus_bso.spec import CreatedJob, TrialKind
+from zeus_bso.spec import CreatedJob, TrialKind, TrialStatus
 
 
 def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
@@ -38,7 +39,8 @@ def decide(
     that probes new hardware (`JobHistory.probe`), or the bandit's choice; never one at or
     above the run's profile's memory cap (`JobHistory.memory_cap`). Where the job's horizon
     (``horizon``, with ``expected_recurrences``) cannot pay back the next
-    exploration, the cheapest batch size so far instead of it.
+    exploration, another the first round would come to that it can pay back (`_instead`),
+    else the cheapest batch size so far.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -58,6 +60,9 @@ def decide(
                 predicted = predicted_cost(history.prior, horizon.means, step.batch_size)
             if not _may_explore(history, horizon, step.batch_size, predicted):
                 assert history.best is not None
+                other = _instead(job, history, horizon) if horizon and step.round == 0 else None
+                if other is not None:
+                    return Dispatch(other, TrialKind.EXPLORATION, round=0)
                 return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):
@@ -95,6 +100,29 @@ def _may_explore(
     if horizon is None or history.best is None:
         return True
     return horizon.may_explore(batch_size, predicted)
+
+
+def _instead(job: CreatedJob, history: JobHistory, horizon: Horizon) -> int | None:
+    """An exploration the job's ``horizon`` allows where it refused the first round's next
+    step: an untried neighbour of the cheapest batch size so far (one the round comes to once
+    its directions are walked: its stride steps over them), the smaller first; None: none is
+    allowed, or an exploration is in flight (exploration is serial). The round's step stays
+    where it was: its run comes when the horizon allows it, and the round counts this
+    exploration as its own when it comes to the size. On the trace (sentiment140, whose walk
+    down from the default steps over the cheapest size to the smallest, which the payback rule
+    refuses) the job had kept to the default for good."""
+    assert history.best is not None
+    if any(r.status is TrialStatus.DISPATCHED for r in history.explorations):
+        return None
+    tried = {r.batch_size for r in history.explorations if r.status is not TrialStatus.INFEASIBLE}
+    return next(
+        (
+            size
+            for size in neighbours(sorted(job.batch_sizes), history.best.batch_size)
+            if size not in tried and history.fits(size) and horizon.may_explore(size)
+        ),
+        None,
+    )
 
 
 def _fitting(job: CreatedJob, history: JobHistory, batch_size: int) -> int:
