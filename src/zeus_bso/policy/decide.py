@@ -60,10 +60,13 @@ def decide(
                 predicted = predicted_cost(history.prior, horizon.means, step.batch_size)
             if not _may_explore(history, horizon, step.batch_size, predicted):
                 assert history.best is not None
+                best = _fitting(job, history, history.best.batch_size)
+                if any(r.status is TrialStatus.DISPATCHED for r in history.explorations):
+                    return Dispatch(best, TrialKind.CONCURRENT)  # one `_instead` started
                 other = _instead(job, history, horizon) if horizon and step.round == 0 else None
                 if other is not None:
                     return Dispatch(other, TrialKind.EXPLORATION, round=0)
-                return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
+                return Dispatch(best, TrialKind.EXPLOIT)
             return Dispatch(step.batch_size, TrialKind.EXPLORATION, round=step.round)
         if isinstance(step, ExplorationInFlight):
             best = history.best.batch_size if history.best else job.default_batch_size
@@ -106,14 +109,12 @@ def _instead(job: CreatedJob, history: JobHistory, horizon: Horizon) -> int | No
     """An exploration the job's ``horizon`` allows where it refused the first round's next
     step: an untried neighbour of the cheapest batch size so far (one the round comes to once
     its directions are walked: its stride steps over them), the smaller first; None: none is
-    allowed, or an exploration is in flight (exploration is serial). The round's step stays
+    allowed. The round's step stays
     where it was: its run comes when the horizon allows it, and the round counts this
     exploration as its own when it comes to the size. On the trace (sentiment140, whose walk
     down from the default steps over the cheapest size to the smallest, which the payback rule
     refuses) the job had kept to the default for good."""
     assert history.best is not None
-    if any(r.status is TrialStatus.DISPATCHED for r in history.explorations):
-        return None
     tried = {r.batch_size for r in history.explorations if r.status is not TrialStatus.INFEASIBLE}
     return next(
         (
