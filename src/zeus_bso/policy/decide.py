@@ -63,7 +63,9 @@ def decide(
                 best = _fitting(job, history, history.best.batch_size)
                 if any(r.status is TrialStatus.DISPATCHED for r in history.explorations):
                     return Dispatch(best, TrialKind.CONCURRENT)  # one `_instead` started
-                other = _instead(job, history, horizon) if horizon and step.round == 0 else None
+                other = None
+                if horizon is not None and step.round == 0:
+                    other = _instead(job, history, horizon)
                 if other is not None:
                     return Dispatch(other, TrialKind.EXPLORATION, round=0)
                 return Dispatch(best, TrialKind.EXPLOIT)
@@ -109,11 +111,10 @@ def _instead(job: CreatedJob, history: JobHistory, horizon: Horizon) -> int | No
     """An exploration the job's ``horizon`` allows where it refused the first round's next
     step: an untried neighbour of the cheapest batch size so far (one the round comes to once
     its directions are walked: its stride steps over them), the smaller first; None: none is
-    allowed. The round's step stays
-    where it was: its run comes when the horizon allows it, and the round counts this
-    exploration as its own when it comes to the size. On the trace (sentiment140, whose walk
-    down from the default steps over the cheapest size to the smallest, which the payback rule
-    refuses) the job had kept to the default for good."""
+    allowed. The round's step stays where it was: its run comes when the horizon allows it,
+    and the round counts this exploration as its own when it comes to the size. On the trace
+    (sentiment140, whose walk down from the default steps over the cheapest size to the
+    smallest, which the payback rule refuses) the job had kept to the default for good."""
     assert history.best is not None
     tried = {r.batch_size for r in history.explorations if r.status is not TrialStatus.INFEASIBLE}
     return next(
