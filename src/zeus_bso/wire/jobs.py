@@ -197,10 +197,12 @@ class _JobOptions(WireModel):
         int | None, Field(ge=1, le=1_000_000), PolicyOption(hashed_off_default=True)
     ] = None
     """How many times the job will run (a job re-configured every few runs): it explores only
-    what can pay back within them, spending over them at most 3% more than always running the
-    default would (`zeus_bso.policy.horizon`); a job that ran that many times is expected to run
-    as many again. ``None``: the job runs indefinitely. A job may change it by registering
-    again (`STOP_SETTINGS`)."""
+    what can pay back within them, planning to spend over them at most 3% more than always
+    running the default would; an exploration that never converges is lost whole, which can
+    take the job up to about one run at its cheapest batch size past that
+    (`zeus_bso.policy.horizon`). A job that ran that many times is expected to run as many
+    again. ``None``: the job runs indefinitely. A job may change it by registering again
+    (`STOP_SETTINGS`)."""
     power_profiling: Annotated[
         bool,
         PolicyOption(hashed_off_default=True, flag="--power-profiling/--no-power-profiling"),
