@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from transformers import get_scheduler
 
 from tests.scripts.faults import kill_at_epoch, out_of_memory_above
+from tests.scripts.hardware import BF16, ON_CPU
 from zeus_bso import JobSpec
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=ON_CPU, mixed_precision="bf16" if BF16 else "no")
     job = JobSpec(
         job_id_prefix=args.job,
         batch_sizes=[8, 16, 32],
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 scheduler.step()
             model.eval()
             with torch.no_grad():
-                accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
+                x, y = (t.to(accelerator.device) for t in val.tensors)
+                accuracy = (model(x).argmax(1) == y).float().mean()
             stop = bso.report(float(accuracy))
             if args.save_to:
                 accelerator.save_state(args.save_to)

@@ -15,6 +15,7 @@ from lightning.fabric import Fabric
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.scripts.faults import kill_at_epoch, out_of_memory_above
+from tests.scripts.hardware import ACCELERATOR, PRECISION
 from zeus_bso import JobSpec
 from zeus_bso.integrations.fabric import ZeusBSOFabric
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     parser.add_argument("--kill-after-report", action="store_true")
     args = parser.parse_args(argv)
-    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric = Fabric(accelerator=ACCELERATOR, devices=1, precision=PRECISION)
     fabric.launch()
     job = JobSpec(
         job_id_prefix=args.job,
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.step()
             model.eval()
             with torch.no_grad():
-                accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
+                x, y = (t.to(fabric.device) for t in val.tensors)
+                accuracy = (model(x).argmax(1) == y).float().mean()
             stop = bso.report(float(accuracy))
             if args.kill_after_report:
                 kill_at_epoch(args.kill_at_epoch, epoch)

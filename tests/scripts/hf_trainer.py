@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from tests.scripts.faults import hf_kill_at_epoch, out_of_memory_above
+from tests.scripts.hardware import BF16, ON_CPU
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
@@ -106,7 +107,8 @@ def train(callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: in
         save_strategy="epoch" if args.save else "no",
         logging_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=ON_CPU,
+        bf16=BF16,
         disable_tqdm=True,
     )
     trainer = transformers.Trainer(

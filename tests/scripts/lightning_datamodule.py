@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.scripts.faults import out_of_memory_above
+from tests.scripts.hardware import ACCELERATOR, PRECISION
 from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer = pl.Trainer(
         max_epochs=args.max_epochs,
         callbacks=callbacks,
-        accelerator="cpu",
+        accelerator=ACCELERATOR,
+        precision=PRECISION,
         logger=False,
         enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,

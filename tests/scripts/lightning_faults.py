@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from tests.scripts.faults import kill_at_epoch
+from tests.scripts.hardware import ACCELERATOR
 
 
 class _KillsAtEpoch:
@@ -42,11 +43,11 @@ def classic_kill_at_epoch(epoch: int, after_report: bool = False) -> Any:
 
 
 class RestoresLate(pl.strategies.SingleDeviceStrategy):
-    """A CPU strategy that loads a checkpoint after its setup, optimizers built, as FSDP,
-    DeepSpeed and ModelParallel do (they need GPUs)."""
+    """A one-device strategy that loads a checkpoint after its setup, optimizers built, as FSDP,
+    DeepSpeed and ModelParallel do (they need GPUs: on the CPU, this is how a test sees it)."""
 
     def __init__(self) -> None:
-        super().__init__(device="cpu")
+        super().__init__(device="cpu" if ACCELERATOR == "cpu" else f"{ACCELERATOR}:0")
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.scripts.faults import out_of_memory_above
+from tests.scripts.hardware import ACCELERATOR, PRECISION
 from tests.scripts.lightning_faults import KillAtEpoch, RestoresLate
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer = pl.Trainer(
         max_epochs=job.max_epochs,
         callbacks=callbacks,
-        accelerator="cpu",
+        accelerator=ACCELERATOR,
+        precision=PRECISION,
         strategy=RestoresLate() if args.restores_late else "auto",
         logger=False,
         enable_checkpointing=bool(args.save_to),

@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.scripts.faults import out_of_memory_above
+from tests.scripts.hardware import ACCELERATOR, PRECISION
 from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer = pl.Trainer(
         max_epochs=EPOCHS,
         callbacks=callbacks,
-        accelerator="cpu",
+        accelerator=ACCELERATOR,
+        precision=PRECISION,
         logger=False,
         enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,

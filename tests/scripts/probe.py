@@ -36,6 +36,8 @@ class Step:
     samples: int
     schedule: float
     taken: float
+    device: str = "cpu"
+    """The type of the device its samples trained on (``cpu``, ``cuda``)."""
 
     @property
     def factor(self) -> float:
@@ -48,6 +50,7 @@ class Probe:
 
     steps: list[Step] = field(default_factory=list)
     _samples: int = 0
+    _device: str = "cpu"
     _before: dict[int, tuple[float, list[tuple[torch.Tensor, torch.Tensor]]]] = field(
         default_factory=dict
     )
@@ -79,6 +82,7 @@ class Probe:
         first = isinstance(module, torch.nn.Linear) and module.in_features == FEATURES
         if first and module.training and torch.is_grad_enabled() and args:
             self._samples += int(args[0].shape[0])
+            self._device = args[0].device.type
 
     @staticmethod
     def _plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
@@ -113,5 +117,5 @@ class Probe:
             large = grad.abs() > 1e-3
             ratios.extend((moved[large] / grad[large]).tolist())
         taken = statistics.median(ratios) if ratios else 0.0
-        self.steps.append(Step(self._samples, schedule, taken))
+        self.steps.append(Step(self._samples, schedule, taken, self._device))
         self._samples = 0
