@@ -74,10 +74,19 @@ def run_script(name: str, *argv: str, failure_signal: bool = False) -> int:
     return 0
 
 
-def with_root(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the repository first on ``PYTHONPATH`` (a script imports ``tests.scripts``),
-    what was there kept (zeus-bso itself may be installed there)."""
-    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))}
+def run_apart(name: str, *argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/scripts/<name>`` as ``python <name> argv...`` in a process of its own, the
+    repository first on its ``PYTHONPATH`` (a script imports ``tests.scripts``) and what was
+    there kept (zeus-bso itself may be installed there)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_killed(name: str, *argv: str) -> None:
@@ -86,14 +95,7 @@ def run_killed(name: str, *argv: str) -> None:
     it runs after the kill; on a GPU, where CUDA cannot start again in a forked child, started
     afresh)."""
     if ACCELERATOR != "cpu":
-        killed = subprocess.run(
-            [sys.executable, str(SCRIPTS / name), *argv],
-            cwd=ROOT,
-            env=with_root(dict(os.environ)),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        killed = run_apart(name, *argv, timeout=300)
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
         return
     pid = os.fork()
@@ -345,14 +347,7 @@ def test_out_of_memory_while_a_loop_trains_is_infeasible_and_the_next_run_fits(
     prefix = unique_id("corpusloopoom").replace("-", "")
     argv = ["--job", prefix, "--oom-above", "8", "--target", "0.6"]
     if script == "upstream_loop.py":
-        died = subprocess.run(
-            [sys.executable, str(SCRIPTS / script), *argv],
-            cwd=ROOT,
-            env=with_root(dict(os.environ)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        died = run_apart(script, *argv, timeout=120)
         assert died.returncode == 1, died.stderr
         assert "OutOfMemoryError: CUDA out of memory" in died.stderr
     else:
