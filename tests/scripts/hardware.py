@@ -16,3 +16,4 @@ BF16 = PRECISION.startswith("bf16")
 """Mixed precision in bfloat16, as Accelerate (``mixed_precision="bf16"``) and the HF Trainer
 (``bf16=True``) say it."""
 ON_CPU = ACCELERATOR == "cpu"
+"""Whether they train on the CPU."""

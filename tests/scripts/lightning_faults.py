@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from tests.scripts.faults import kill_at_epoch
-from tests.scripts.hardware import ACCELERATOR
+from tests.scripts.hardware import ACCELERATOR, ON_CPU
 
 
 class _KillsAtEpoch:
@@ -47,7 +47,7 @@ class RestoresLate(pl.strategies.SingleDeviceStrategy):
     DeepSpeed and ModelParallel do (they need GPUs: on the CPU, this is how a test sees it)."""
 
     def __init__(self) -> None:
-        super().__init__(device="cpu" if ACCELERATOR == "cpu" else f"{ACCELERATOR}:0")
+        super().__init__(device="cpu" if ON_CPU else f"{ACCELERATOR}:0")
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:

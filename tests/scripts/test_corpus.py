@@ -28,7 +28,7 @@ pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 import torch
 
 from tests.helpers import ServerProcess, unique_id
-from tests.scripts.hardware import ACCELERATOR, PRECISION
+from tests.scripts.hardware import ACCELERATOR, ON_CPU, PRECISION
 from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
 from zeus_bso.client import ServerClient
@@ -94,7 +94,7 @@ def run_killed(name: str, *argv: str) -> None:
     SIGKILLs (forked from this one, whose imports it shares: it starts at once, and nothing of
     it runs after the kill; on a GPU, where CUDA cannot start again in a forked child, started
     afresh)."""
-    if ACCELERATOR != "cpu":
+    if not ON_CPU:
         killed = run_apart(name, *argv, timeout=300)
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
         return
@@ -507,7 +507,7 @@ def test_a_run_killed_then_resumed_continues_its_trial_at_the_factor_once(
     trained = trials[0]
     assert (trained["epochs"], trained["status"], trained["converged"]) == (4, "reported", False)
     assert trained["time"] > trial["time"]
-    if ACCELERATOR == "cpu":
+    if ON_CPU:
         assert trained["energy"] > trial["energy"]
     else:  # a GPU's energy counter moves every 100 ms or so: these epochs are quicker
         assert trained["energy"] >= trial["energy"]
