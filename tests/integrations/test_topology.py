@@ -36,9 +36,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     proc.stop()
 
 
-def run(command: list[str], env: dict[str, str]) -> None:
+def run(command: list[str], env: dict[str, str], server: ServerProcess) -> None:
+    """Run ``command``; where it fails, show what every rank wrote (the rank that failed first
+    often wrote before the others) and the end of the server's log."""
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, f"{done.stderr[-30000:]}\nserver:\n{server.log()[-6000:]}"
 
 
 def torchrun(nproc: int) -> list[str]:
@@ -76,7 +78,7 @@ def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
 ) -> None:
     job_id = unique_id("launcher")
     command = [sys.executable, *lightning_worker(server, job_id, tmp_path, "2", "1")]
-    run(command, environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port())))
+    run(command, environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port())), server)
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
 
@@ -87,7 +89,7 @@ def test_torchrun_on_one_node_with_two_gpus(
     job_id = unique_id("torchrun")
     args = ["2", "1", *(["narrow"] if narrow else [])]
     command = [*torchrun(2), *lightning_worker(server, job_id, tmp_path, *args)]
-    run(command, environment([gpu(0), gpu(1)]))
+    run(command, environment([gpu(0), gpu(1)]), server)
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
 
@@ -157,7 +159,7 @@ def test_hugging_face_under_torchrun_with_two_gpus_and_out_of_memory_on_one_rank
     job_id = unique_id("hftopo")
     worker = str(HERE / "hf_ddp_worker.py")
     command = [*torchrun(2), worker, server.url, job_id, str(tmp_path), "8"]
-    run(command, environment([gpu(0), gpu(1)]))
+    run(command, environment([gpu(0), gpu(1)]), server)
     with ServerClient(server.url) as client:
         state = client.job_state(job_id)
     assert (state["job"]["number_of_gpus"], state["job"]["max_power"]) == (2, 2 * LIMIT_W)
