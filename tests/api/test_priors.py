@@ -87,6 +87,22 @@ def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
     assert http.get(f"/api/jobs/{parent}").json()["seeded_from"] is None
 
 
+def test_a_trusted_parent_that_ran_one_size_starts_the_job_at_its_default(
+    http: httpx.Client,
+) -> None:
+    """A parent that converged at 128 alone says nothing of which size is cheaper: the default
+    runs first, then the parent's size."""
+    parent = unique_id("oneparent")
+    body = {**_body(parent), "batch_sizes": [128], "default_batch_size": 128}
+    assert http.post("/jobs", json=body).status_code == 201
+    _run(http, parent)
+    child = unique_id("onechild")
+    created = http.post("/jobs", json=_body(child, prior_from=parent, prior_mode="trust"))
+    assert created.status_code == 201, created.text
+    assert [_run(http, child) for _ in range(2)] == [64, 128]
+    assert http.get(f"/api/jobs/{child}").json()["seeded_from"]["mode"] == "trust"
+
+
 def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: ServerProcess) -> None:
     parent = _parent(http, "parent")
     child = unique_id("unlike")

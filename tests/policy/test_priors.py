@@ -94,6 +94,20 @@ def test_a_trusted_prior_starts_at_its_best_and_never_runs_what_it_calls_hopeles
     assert job.state.arms == (64, 128, 256)
 
 
+def test_a_trusted_prior_that_knows_one_size_runs_the_default_first() -> None:
+    # A parent that converged at 128 alone says nothing of which size is cheaper: its best is
+    # no better a first run than the default, which runs first, then 128, as in check mode.
+    one = Prior.of({128: 1.0}, (), {128: EPOCH_COST[128]}, PriorMode.TRUST)
+    job = _job(one)
+    assert [_run(job)[:3] for _ in range(2)] == [
+        (64, PRIOR_ROUND, True),
+        (128, PRIOR_ROUND, True),
+    ]
+    # With a second size's cost, the trusted prior's best runs first.
+    two = _job(Prior.of({128: 1.0, 256: 1.4}, (), EPOCH_COST, PriorMode.TRUST))
+    assert _run(two)[0] == 128
+
+
 def test_a_trusted_prior_holds_with_the_cheapest_two_sizes_from_its_best() -> None:
     # The prior puts 64 cheapest; here 256 is (27, against 128's 32 and 64's 50): two sizes
     # off. A declared parent's optimum may sit a size away, and a noisy run a size further:

@@ -235,8 +235,10 @@ class _JobOptions(WireModel):
     """How far a job seeded by ``prior_from`` trusts it: ``check``, the default runs first and
     its cost of an epoch and epochs to converge are held against the parent's; ``trust`` (a
     declared parent: the same model and data pipeline, new data or a new target), the
-    parent's best batch size runs first. Either way the prior is dropped as soon as a run
-    disagrees with it, and the job goes on as a cold one reusing every run."""
+    parent's best batch size runs first (where the parent converged at two sizes or more; one
+    says nothing of which size is cheaper, and the default runs first). Either way the prior is
+    dropped as soon as a run disagrees with it, and the job goes on as a cold one reusing every
+    run."""
 
     @model_validator(mode="before")
     @classmethod
