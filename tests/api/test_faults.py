@@ -394,6 +394,36 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
         server.stop()
 
 
+def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is locked as a run's batch size runs out of memory: the mark is kept on
+    this machine (the trial is not ended, which would lose it), and the next run delivers it
+    before it asks for its batch size, which then fits."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    db = tmp_path / "bso.db"
+    server = ServerProcess(
+        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
+    )
+    try:
+        spec, bso = training_run(server.url, "oomoutage")
+        assert bso.batch_size == 32
+        with locked(db):
+            bso.end_out_of_memory("CUDA out of memory")
+        (kept,) = (tmp_path / "cache" / "outbox").glob("*.json")
+        assert json.loads(kept.read_text())["infeasible"] is True
+        later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+        assert later.get_batch_size() == 16
+        later.release("not trained in this test")
+        assert list((tmp_path / "cache" / "outbox").glob("*.json")) == []
+        with server.client() as http:
+            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        first = next(t for t in trials if t["trial_number"] == 1)
+        assert (first["batch_size"], first["status"]) == (32, "infeasible")
+    finally:
+        server.stop()
+
+
 def test_what_is_kept_for_a_server_no_run_reaches_is_dropped_after_kept_days(
     sqlite_server: ServerProcess,
     tmp_path: Path,

@@ -288,7 +288,10 @@ class JobConversation:
             self.training_finished, self.converged = True, answer.converged
 
     def infeasible(self, trial: TrialId, trains_on: str, why: str | None) -> bool:
-        """Tell the server that ``trial``'s batch size ran out of memory; whether it heard."""
+        """Tell the server that ``trial``'s batch size ran out of memory; whether it heard, or
+        will: where the server is away for now, the mark is kept on this machine and the next
+        run that reaches the server delivers it before it asks for its batch size
+        (`zeus_bso.client.outbox`), which then fits."""
         try:
             self.client.infeasible(trial)
         except RouteMissingError:
@@ -296,6 +299,18 @@ class JobConversation:
             self.client.end_trial(trial)
             return False
         except ZeusBSOError as err:
+            if for_later(err) and outbox.keep(
+                self.client.server_url, trial, None, end=False, infeasible=True
+            ):
+                logger.warning(
+                    "zeus-bso: batch size %d ran out of memory on %s and the server could not "
+                    "be reached (%s): kept on this machine and delivered by the next run that "
+                    "reaches the server, which then gets a batch size that fits",
+                    trial.batch_size,
+                    trains_on,
+                    err,
+                )
+                return True
             logger.warning("could not mark trial %s infeasible: %s", trial, err)
             return False
         logger.warning(

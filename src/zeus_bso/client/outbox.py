@@ -1,6 +1,7 @@
 """What a run could not tell the server as it ended, kept on this machine until a later run
-reaches the server: its last report and the end of its trial. A database outage of any length
-then loses no run's result. One small file a trial (``$ZEUS_BSO_CACHE_DIR/outbox``, else
+reaches the server: its last report and the end of its trial, or that its batch size ran out
+of memory (the later run then gets a size that fits). A database outage of any length then
+loses no run's result. One small file a trial (``$ZEUS_BSO_CACHE_DIR/outbox``, else
 ``~/.cache/zeus-bso/outbox``); keeping or delivering them never fails a run. One kept for a
 server that no run here has reached for `KEPT_DAYS` (it moved to another address, or was
 retired) is dropped, with a warning, by the next run that delivers."""
@@ -38,15 +39,24 @@ def _path(server_url: str, trial: TrialId) -> Path:
     return outbox_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
-def keep(server_url: str, trial: TrialId, report: TrainingResult | None, *, end: bool) -> bool:
-    """Keep ``report`` (the run's last, or None) and whether to end ``trial``, for a later run
-    to deliver to the server at ``server_url``. Returns whether it was kept."""
+def keep(
+    server_url: str,
+    trial: TrialId,
+    report: TrainingResult | None,
+    *,
+    end: bool,
+    infeasible: bool = False,
+) -> bool:
+    """Keep ``report`` (the run's last, or None) and whether to end ``trial``, or to mark it
+    ``infeasible`` (its batch size ran out of memory), for a later run to deliver to the server
+    at ``server_url``. Returns whether it was kept."""
     path = _path(server_url, trial)
     entry = {
         "server_url": server_url.rstrip("/"),
         "trial": trial.model_dump(mode="json"),
         "report": None if report is None else report.model_dump(mode="json"),
         "end": end,
+        "infeasible": infeasible,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +70,8 @@ def keep(server_url: str, trial: TrialId, report: TrainingResult | None, *, end:
 
 
 def deliver(client: ServerClient) -> int:
-    """Deliver what runs kept for ``client``'s server (reports first, then the trials' ends);
+    """Deliver what runs kept for ``client``'s server (reports first, then the trials' ends and
+    out-of-memory marks);
     returns how many were delivered. Stops at the first the server cannot take now (it is
     unreachable or answers 5xx); one it refuses for good (a 4xx: the job was deleted, say) is
     dropped with a warning."""
@@ -79,6 +90,7 @@ def deliver(client: ServerClient) -> int:
             trial = TrialId.model_validate(entry["trial"])
             report = entry.get("report")
             end = bool(entry.get("end"))
+            infeasible = bool(entry.get("infeasible"))
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.debug("skipping unreadable outbox entry %s: %s", path, err)
             continue
@@ -87,6 +99,8 @@ def deliver(client: ServerClient) -> int:
                 client.report(TrainingResult.model_validate(report))
             if end:
                 client.end_trial(trial)
+            if infeasible:
+                client.infeasible(trial)
         except ServerConnectionError:
             break
         except ServerRejectedError as err:
