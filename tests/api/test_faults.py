@@ -182,39 +182,50 @@ def test_database_outage_answers_503_and_the_server_recovers(backend: str, tmp_p
         db_server.stop()
 
 
-def test_locked_database_answers_503_and_the_client_retries(tmp_path: Path) -> None:
+@pytest.fixture
+def lockable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[ServerProcess, Path]]:
+    """A server on a SQLite file of this test's (which `locked` holds), that waits 200 ms for
+    its lock; the client's files (the outbox) in this test's folder."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
     db = tmp_path / "bso.db"
     server = ServerProcess(
         sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
     )
+    yield server, db
+    server.stop()
+
+
+def test_locked_database_answers_503_and_the_client_retries(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
+    server, db = lockable
+    job_id = unique_id()
+    with server.client() as http:
+        assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
     try:
-        job_id = unique_id()
         with server.client() as http:
-            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        holder.execute("BEGIN EXCLUSIVE")
-        try:
-            with server.client() as http:
-                busy = http.get("/jobs/batch_size", params={"job_id": job_id})
-            assert busy.status_code == 503
-            assert busy.headers["retry-after"] == "1"
-            assert "nothing was written" in busy.json()["message"]
-            with ServerClient(server.url, retry_seconds=0.5) as impatient:
-                with pytest.raises(ServerRejectedError) as info:
-                    impatient.dispatch(job_id)
-                assert info.value.status == 503
-            timer = threading.Timer(1.0, holder.execute, args=("COMMIT",))
-            timer.start()
-            with ServerClient(server.url, retry_seconds=20) as patient:
-                trial = patient.dispatch(job_id)
-            timer.join()
-        finally:
-            holder.close()
-        assert trial.trial_number == 1  # the refused attempts left nothing behind
-        with server.client() as http:
-            assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 1
+            busy = http.get("/jobs/batch_size", params={"job_id": job_id})
+        assert busy.status_code == 503
+        assert busy.headers["retry-after"] == "1"
+        assert "nothing was written" in busy.json()["message"]
+        with ServerClient(server.url, retry_seconds=0.5) as impatient:
+            with pytest.raises(ServerRejectedError) as info:
+                impatient.dispatch(job_id)
+            assert info.value.status == 503
+        timer = threading.Timer(1.0, holder.execute, args=("COMMIT",))
+        timer.start()
+        with ServerClient(server.url, retry_seconds=20) as patient:
+            trial = patient.dispatch(job_id)
+        timer.join()
     finally:
-        server.stop()
+        holder.close()
+    assert trial.trial_number == 1  # the refused attempts left nothing behind
+    with server.client() as http:
+        assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 1
 
 
 @contextlib.contextmanager
@@ -247,26 +258,22 @@ def training_run(url: str, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
     return spec, bso
 
 
-def test_a_database_outage_mid_run_does_not_stop_training(tmp_path: Path) -> None:
+def test_a_database_outage_mid_run_does_not_stop_training(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
     """The database stays locked past the client's retries: the report is kept, training goes
     on, and the report is delivered at the end, when the database is back."""
-    db = tmp_path / "bso.db"
-    server = ServerProcess(
-        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
-    )
-    try:
-        spec, bso = training_run(server.url, "outage")
-        with locked(db):
-            answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
-            assert answer.stop_train is False
-        bso.end()
-        assert bso.outcome is not None
-        assert bso.outcome.converged
-        with server.client() as http:
-            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 1)
-    finally:
-        server.stop()
+    server, db = lockable
+    spec, bso = training_run(server.url, "outage")
+    with locked(db):
+        answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
+        assert answer.stop_train is False
+    bso.end()
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+    with server.client() as http:
+        (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 1)
 
 
 class _GatewayDown:
@@ -362,66 +369,52 @@ def test_a_proxys_bad_gateway_at_start_trains_at_the_default(
 
 
 def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lockable: tuple[ServerProcess, Path],
 ) -> None:
     """The database stays locked past the end of a run: its last report and the end of its
     trial are kept on this machine, and the next run of any job on that server delivers them
     before it asks for its batch size; the first run's result arrives, converged."""
-    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    db = tmp_path / "bso.db"
-    server = ServerProcess(
-        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
-    )
-    try:
-        spec, bso = training_run(server.url, "longoutage")
-        with locked(db):
-            assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
-            bso.end()  # still down: kept on this machine
-        assert len(list((tmp_path / "cache" / "outbox").glob("*.json"))) == 1
-        with server.client() as http:
-            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-        assert (trial["status"], trial["epochs"]) == ("dispatched", None)
-        # The next run (here, of the same job) delivers it first.
-        later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
-        later.get_batch_size()
-        later.release("not trained in this test")
-        assert list((tmp_path / "cache" / "outbox").glob("*.json")) == []
-        with server.client() as http:
-            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-        first = next(t for t in trials if t["trial_number"] == 1)
-        assert (first["status"], first["converged"], first["epochs"]) == ("reported", True, 1)
-    finally:
-        server.stop()
+    server, db = lockable
+    spec, bso = training_run(server.url, "longoutage")
+    with locked(db):
+        assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
+        bso.end()  # still down: kept on this machine
+    assert len(outbox_files(db.parent)) == 1
+    with server.client() as http:
+        (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    assert (trial["status"], trial["epochs"]) == ("dispatched", None)
+    # The next run (here, of the same job) delivers it first.
+    later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+    later.get_batch_size()
+    later.release("not trained in this test")
+    assert outbox_files(db.parent) == []
+    with server.client() as http:
+        trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    first = next(t for t in trials if t["trial_number"] == 1)
+    assert (first["status"], first["converged"], first["epochs"]) == ("reported", True, 1)
 
 
 def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lockable: tuple[ServerProcess, Path],
 ) -> None:
     """The database is locked as a run's batch size runs out of memory: the mark is kept on
     this machine (the trial is not ended, which would lose it), and the next run delivers it
     before it asks for its batch size, which then fits."""
-    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    db = tmp_path / "bso.db"
-    server = ServerProcess(
-        sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_SQLITE_BUSY_TIMEOUT_MS": "200"}
-    )
-    try:
-        spec, bso = training_run(server.url, "oomoutage")
-        assert bso.batch_size == 32
-        with locked(db):
-            bso.end_out_of_memory("CUDA out of memory")
-        (kept,) = (tmp_path / "cache" / "outbox").glob("*.json")
-        assert json.loads(kept.read_text())["infeasible"] is True
-        later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
-        assert later.get_batch_size() == 16
-        later.release("not trained in this test")
-        assert list((tmp_path / "cache" / "outbox").glob("*.json")) == []
-        with server.client() as http:
-            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-        first = next(t for t in trials if t["trial_number"] == 1)
-        assert (first["batch_size"], first["status"]) == (32, "infeasible")
-    finally:
-        server.stop()
+    server, db = lockable
+    spec, bso = training_run(server.url, "oomoutage")
+    assert bso.batch_size == 32
+    with locked(db):
+        bso.end_out_of_memory("CUDA out of memory")
+    (kept,) = outbox_files(db.parent)
+    assert json.loads(kept.read_text())["infeasible"] is True
+    later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+    assert later.get_batch_size() == 16
+    later.release("not trained in this test")
+    assert outbox_files(db.parent) == []
+    with server.client() as http:
+        trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    first = next(t for t in trials if t["trial_number"] == 1)
+    assert (first["batch_size"], first["status"]) == (32, "infeasible")
 
 
 def test_what_is_kept_for_a_server_no_run_reaches_is_dropped_after_kept_days(
