@@ -417,6 +417,28 @@ def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
     assert (first["batch_size"], first["status"]) == (32, "infeasible")
 
 
+def test_a_run_that_cannot_reach_the_server_does_not_fall_back_to_a_size_that_ran_out(
+    lockable: tuple[ServerProcess, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default, 32, ran out of memory on this machine; the next run starts while the server
+    is down: it trains without it at 16, not at the default, and says why."""
+    server, _ = lockable
+    spec, bso = training_run(server.url, "oomaway")
+    assert bso.batch_size == 32
+    bso.end_out_of_memory("CUDA out of memory")
+    server.stop()
+    later = BatchSizeOptimizer(
+        server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
+    )
+    with caplog.at_level(logging.WARNING):
+        assert later.get_batch_size() == 16
+    assert later.offline
+    assert (
+        "training at batch size 16, the largest below 32, which ran out of memory on this "
+        "machine, without the server" in caplog.text
+    )
+
+
 def test_what_is_kept_for_a_server_no_run_reaches_is_dropped_after_kept_days(
     sqlite_server: ServerProcess,
     tmp_path: Path,

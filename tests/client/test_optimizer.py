@@ -297,6 +297,24 @@ def test_without_a_server_at_start_the_run_trains_at_the_default_and_says_so(
     )
 
 
+def test_a_size_that_ran_out_of_memory_here_is_not_the_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path))
+    sizes = [16, 32, 64]
+    fallback.ran_out_of_memory("j", 64, sizes, 64)  # the default ran out: the next size below
+    assert fallback.recalled("j") == 32
+    fallback.ran_out_of_memory("j", 64, sizes, 64)  # the fallback is below it already
+    assert fallback.recalled("j") == 32
+    fallback.ran_out_of_memory("j", 32, sizes, 64)
+    assert fallback.recalled("j") == 16
+    fallback.ran_out_of_memory("j", 16, sizes, 64)  # nothing smaller: nothing better to fall to
+    assert fallback.recalled("j") == 16
+    fallback.remember("k", 16)  # a recommendation below the size stays
+    fallback.ran_out_of_memory("k", 32, sizes, 64)
+    assert fallback.recalled("k") == 16
+
+
 def test_order_errors(server: ServerProcess) -> None:
     bso = BatchSizeOptimizer(
         server.url, spec(unique_id("order").replace("-", "")), energy_meter=EstimateMeter(100)

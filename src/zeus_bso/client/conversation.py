@@ -144,7 +144,7 @@ class JobConversation:
         source = (
             "the checkpoint's"
             if batch_size
-            else "the last recommendation seen on this machine"
+            else fallback.recalled_why(self.job_id)
             if saved
             else "the job's default"
         )
@@ -286,6 +286,14 @@ class JobConversation:
         self.answer = answer
         if answer.stop_train:
             self.training_finished, self.converged = True, answer.converged
+
+    def ran_out_of_memory_here(self, batch_size: int) -> None:
+        """``batch_size`` ran out of memory on this machine: a later run that cannot reach the
+        server does not fall back to it (`zeus_bso.client.fallback.ran_out_of_memory`)."""
+        spec = self.spec
+        fallback.ran_out_of_memory(
+            self.job_id, batch_size, spec.batch_sizes, spec.default_batch_size
+        )
 
     def infeasible(self, trial: TrialId, trains_on: str, why: str | None) -> bool:
         """Tell the server that ``trial``'s batch size ran out of memory; whether it heard, or

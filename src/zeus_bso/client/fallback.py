@@ -1,6 +1,7 @@
 """The batch size a run falls back to when the server cannot be reached at start: the last
-recommendation this machine saw for the job, kept in a small file per job
-(``$ZEUS_BSO_CACHE_DIR``, else ``~/.cache/zeus-bso``). Reading or writing it never fails a run."""
+recommendation this machine saw for the job, or the largest below a size that ran out of memory
+here (`ran_out_of_memory`), kept in a small file per job (``$ZEUS_BSO_CACHE_DIR``, else
+``~/.cache/zeus-bso``). Reading or writing it never fails a run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -25,24 +27,52 @@ def _path(job_id: str) -> Path:
     return cache_dir() / f"{hashlib.sha256(job_id.encode()).hexdigest()[:32]}.json"
 
 
-def remember(job_id: str, batch_size: int) -> None:
-    """Keep ``batch_size`` as the job's last recommendation."""
+def remember(job_id: str, batch_size: int, why: str | None = None) -> None:
+    """Keep ``batch_size`` as the job's fallback: its last recommendation, or ``why`` else."""
     path = _path(job_id)
+    entry = {"job_id": job_id, "batch_size": batch_size, "why": why}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"job_id": job_id, "batch_size": batch_size}))
+        temporary.write_text(json.dumps(entry))
         temporary.replace(path)
     except OSError as err:
         logger.debug("could not keep the recommendation of %s in %s: %s", job_id, path, err)
 
 
 def recalled(job_id: str) -> int | None:
-    """The job's last recommendation kept here (None: none, or unreadable)."""
+    """The job's fallback kept here (None: none, or unreadable)."""
+    saved = _saved(job_id)
+    size = None if saved is None else saved["batch_size"]
+    return size if isinstance(size, int) else None
+
+
+def recalled_why(job_id: str) -> str:
+    """Why the job's fallback kept here is what it is, in words."""
+    saved = _saved(job_id)
+    why = None if saved is None else saved.get("why")
+    return why if isinstance(why, str) else "the last recommendation seen on this machine"
+
+
+def _saved(job_id: str) -> dict[str, object] | None:
     try:
         saved = json.loads(_path(job_id).read_text())
         if saved.get("job_id") == job_id and isinstance(saved.get("batch_size"), int):
-            return int(saved["batch_size"])
+            return dict(saved)
     except (OSError, ValueError, AttributeError):
         pass
     return None
+
+
+def ran_out_of_memory(
+    job_id: str, batch_size: int, batch_sizes: Iterable[int], default: int
+) -> None:
+    """``batch_size`` ran out of memory on this machine: where a run that cannot reach the
+    server would fall back to it or a larger size (the last recommendation kept here, else the
+    job's ``default``), it falls back to the largest of ``batch_sizes`` below it instead."""
+    if (recalled(job_id) or default) < batch_size:
+        return
+    smaller = [size for size in batch_sizes if size < batch_size]
+    if smaller:
+        why = f"the largest below {batch_size}, which ran out of memory on this machine"
+        remember(job_id, max(smaller), why)

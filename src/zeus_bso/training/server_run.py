@@ -241,6 +241,7 @@ class ServerRun:
                 "out_of_memory() is for a batch size tried before training; a run that trains "
                 "already ends with end_out_of_memory()"
             )
+        self.link.ran_out_of_memory_here(trial.batch_size)
         self.link.infeasible(trial, self._trains_on, why)
         self.progress.trial = None
         self._memory_unknown = False
@@ -423,6 +424,8 @@ class ServerRun:
                 StopReason.FAILED,
             )
             return
+        if self.batch_size is not None:
+            self.link.ran_out_of_memory_here(self.batch_size)
         trial = self.trial
         marked = (
             trial is not None
