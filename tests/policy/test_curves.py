@@ -376,3 +376,37 @@ def test_a_thinned_curve_never_predicts_more_epochs_left_than_the_whole_one() ->
         assert first is not None
         assert first_thin is not None
         assert first_thin <= first
+
+
+def test_an_exploration_that_stalls_where_the_kept_curve_jumped_to_the_target_stops() -> None:
+    """32's curve reached 0.3 only where it met the target (a jump, as at a learning-rate
+    step): it predicts no epochs left for a run at 0.3, however long that run stays there. An
+    exploration is expected to stall as long again as it has, and stops once what it still has
+    to pay is more than a fresh run (100 J); a bandit run is judged by the curve alone, up to
+    the cap (beta_knob x 100 J)."""
+    job = make_job()
+    jump = ((1, 0.2), (12, 0.5))
+    stats = {32: replace(BatchSizeStats(32).add(100.0, converged=True), curves=(jump,))}
+    state = JobState(next_trial_number=2, stats=stats, best=BestRun(32, 100.0))
+
+    def stops_at(kind: TrialKind) -> tuple[int, float | None, str]:
+        trial = TrialState(1, 64, kind, round=0)
+        for epoch in range(1, 30):
+            # 0.3 from the second epoch on, 12 J an epoch.
+            metric = 0.2 if epoch == 1 else 0.3
+            step = after_report(
+                job, state, trial, time=0, energy=12 * epoch, metric=metric, current_epoch=epoch
+            )
+            trial = step.trial
+            if step.answer.stop_train:
+                return epoch, trial.cost, step.answer.message or ""
+        raise AssertionError("the run never stopped")
+
+    epoch, charged, message = stops_at(TrialKind.EXPLORATION)
+    # Stalled since epoch 2: 9 epochs more at epoch 11, 108 J still to pay > 100 J.
+    assert epoch == 11
+    assert charged == pytest.approx(12.0 * 11 + 12.0 * 9)
+    assert "still to pay(108.0) > a fresh run's(100.0)" in message
+    epoch, charged, message = stops_at(TrialKind.BANDIT)
+    assert epoch == 17  # 204 J > 200 J
+    assert "beta_knob(2.0)" in message

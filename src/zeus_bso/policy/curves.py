@@ -88,6 +88,19 @@ def epochs_left(
     return left
 
 
+def outlasting_its_stall(left: int, curve: Curve, epoch: int) -> int:
+    """The epochs an exploration still needs: ``left`` (`epochs_left`), or, where it is more,
+    as many as the run has trained without improving on its best metric (``curve``'s last
+    point; ``epoch``, the epochs it has run). A kept curve that reached the run's best metric
+    only where it met the target (a jump at a learning-rate step, say) predicts no epochs
+    left, and that prediction held an exploration of a size that never converges until its
+    cost bounds stopped it (on the trace, P100 ImageNet's 64 ran on to twice the default's
+    cost); a run whose stall has lasted that long is expected to stall as long again. Only for
+    explorations: a longer stall assumed (twice) or a run of the default judged so stopped
+    converging runs at their plateaus."""
+    return max(left, epoch - curve[-1][0])
+
+
 def epoch_bound(batch_size: int, other: int) -> float:
     """The least a run of ``batch_size`` needs, in epochs, for each epoch a run of ``other``
     needs to get as far: a larger batch size needs at least as many epochs as a smaller one (1),

@@ -38,7 +38,7 @@ from zeus_bso.policy.cost import (
     stopped_itself,
     zeus_cost,
 )
-from zeus_bso.policy.curves import Curve, epochs_left, extended
+from zeus_bso.policy.curves import Curve, epochs_left, extended, outlasting_its_stall
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.history import history_seen
 from zeus_bso.policy.horizon import Horizon, over_horizon
@@ -484,7 +484,8 @@ def _report_of(
     """The report (its curve, cost, metric and epoch) as the stop rules read it. With
     ``learning_curve_stop``, from a run's second report on, it carries the epochs the run still
     needs (predicted from the kept curves; for a run of a prior's walk, scaled from other
-    sizes' by the related job's epochs: `zeus_bso.policy.priors.epoch_scales`), what an epoch
+    sizes' by the related job's epochs: `zeus_bso.policy.priors.epoch_scales`; for an
+    exploration, at least its stall: `outlasting_its_stall`), what an epoch
     costs (its first epoch may hold one-off start-up work, a compile or cold caches, so the
     cheaper of its mean epoch and its epochs since the last report) and what a fresh run costs
     (`fresh_run_cost`, from ``seen``, the job's statistics in the run's profile's units). With
@@ -499,6 +500,8 @@ def _report_of(
         if trial.round == PRIOR_ROUND and state.prior is not None:
             scales = epoch_scales(state.prior, trial.batch_size)
         left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch, scales)
+        if left is not None and trial.kind is TrialKind.EXPLORATION:
+            left = outlasting_its_stall(left, curve, current_epoch)
         since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
         epoch_cost = min(cost / current_epoch, since)
         fresh = None if left is None else fresh_run_cost(seen.stats)
