@@ -33,11 +33,20 @@ DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 # core).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The client's files on this machine (fallback recommendations, the outbox of runs that ended
-# while the server was away) go to a folder of this run's, not the home directory's.
+# while the server was away) go to a folder of this run's, not the home directory's, and each
+# xdist worker to its own folder in it: tests on two workers that use the same job id must not
+# read each other's fallback or deliver each other's outbox.
 if "ZEUS_BSO_CACHE_DIR" not in os.environ:
     os.environ["ZEUS_BSO_CACHE_DIR"] = tempfile.mkdtemp(prefix="zeus-bso-cache-")
     atexit.register(shutil.rmtree, os.environ["ZEUS_BSO_CACHE_DIR"], ignore_errors=True)
-# The node's power-limit records too (a test that sets limits, on the NVML double, has its own).
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:
+    os.environ["ZEUS_BSO_CACHE_DIR"] = os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], _worker)
+    # The node's power-limit records too (a test that sets limits, on the NVML double, has its
+    # own).
+    os.environ["ZEUS_BSO_POWER_RECORDS"] = os.path.join(
+        os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits"
+    )
 os.environ.setdefault(
     "ZEUS_BSO_POWER_RECORDS", os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits")
 )
