@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -240,9 +241,9 @@ def locked(db: Path) -> Iterator[None]:
         holder.close()
 
 
-def training_run(url: str, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
+def training_run(url: str, prefix: str, **options: Any) -> tuple[JobSpec, BatchSizeOptimizer]:
     """A run of a new job on the server at ``url`` that trains (retrying 503s for half a
-    second)."""
+    second; ``options``: the optimizer's)."""
     spec = JobSpec(
         job_id=unique_id(prefix),
         job_id_prefix=prefix,
@@ -252,7 +253,7 @@ def training_run(url: str, prefix: str) -> tuple[JobSpec, BatchSizeOptimizer]:
         max_epochs=5,
     )
     meter = EstimateMeter(100)
-    bso = BatchSizeOptimizer(url, spec, energy_meter=meter, retry_seconds=0.5, show=None)
+    bso = BatchSizeOptimizer(url, spec, energy_meter=meter, retry_seconds=0.5, show=None, **options)
     bso.get_batch_size()
     bso.on_train_begin()
     return spec, bso
@@ -415,6 +416,32 @@ def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
         trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
     first = next(t for t in trials if t["trial_number"] == 1)
     assert (first["batch_size"], first["status"]) == (32, "infeasible")
+
+
+def test_micro_batches_that_run_out_of_memory_during_an_outage_are_delivered_later(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
+    """A run that accumulates (32 as two micro-batches of 16) runs out of memory at 16 while
+    the database is locked: the mark is kept on this machine, the run goes on at 8, and the
+    next run delivers it: these GPUs' memory cap comes down to 16."""
+    server, db = lockable
+    spec, bso = training_run(server.url, "microoutage", max_micro_batch_size=16)
+    assert (bso.batch_size, bso.micro_batch_size) == (32, 16)
+    with locked(db):
+        assert bso.micro_batch_out_of_memory("CUDA out of memory") == 8
+    (kept,) = outbox_files(db.parent)
+    assert json.loads(kept.read_text())["micro_batch_size"] == 16
+    bso.release("not trained in this test")
+    with server.client() as http:
+        assert http.get(f"/api/jobs/{spec.job_id}").json()["memory_caps"] == {}
+    later = BatchSizeOptimizer(
+        server.url, spec, energy_meter=EstimateMeter(100), show=None, max_micro_batch_size=16
+    )
+    later.get_batch_size()
+    assert outbox_files(db.parent) == []
+    with server.client() as http:
+        assert list(http.get(f"/api/jobs/{spec.job_id}").json()["memory_caps"].values()) == [16]
+    later.release("not trained in this test")
 
 
 def test_a_run_that_cannot_reach_the_server_does_not_fall_back_to_a_size_that_ran_out(

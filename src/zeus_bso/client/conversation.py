@@ -307,17 +307,8 @@ class JobConversation:
             self.client.end_trial(trial)
             return False
         except ZeusBSOError as err:
-            if for_later(err) and outbox.keep(
-                self.client.server_url, trial, None, end=False, infeasible=True
-            ):
-                logger.warning(
-                    "zeus-bso: batch size %d ran out of memory on %s and the server could not "
-                    "be reached (%s): kept on this machine and delivered by the next run that "
-                    "reaches the server, which then gets a batch size that fits",
-                    trial.batch_size,
-                    trains_on,
-                    err,
-                )
+            what = f"batch size {trial.batch_size} ran out of memory on {trains_on}"
+            if self._kept_for_later(err, trial, what, infeasible=True):
                 return True
             logger.warning("could not mark trial %s infeasible: %s", trial, err)
             return False
@@ -331,12 +322,46 @@ class JobConversation:
 
     def micro_batch_infeasible(self, trial: TrialId, micro: int) -> bool:
         """Tell the server that micro-batches of ``micro`` ran out of memory in ``trial`` (its
-        memory cap of these GPUs comes down); whether it heard (a warning says it did not)."""
+        memory cap of these GPUs comes down); whether it heard, or will: where the server is
+        away for now, the mark is kept on this machine for the next run that reaches it
+        (`zeus_bso.client.outbox`; a warning says so, or that it was lost)."""
         try:
             self.client.infeasible(trial, micro_batch_size=micro)
         except ZeusBSOError as err:
+            what = f"micro-batches of {micro} ran out of memory"
+            if self._kept_for_later(err, trial, what, micro_batch_size=micro):
+                return True
             logger.warning("could not tell the server that %d ran out of memory: %s", micro, err)
             return False
+        return True
+
+    def _kept_for_later(
+        self,
+        err: ZeusBSOError,
+        trial: TrialId,
+        what: str,
+        *,
+        infeasible: bool = False,
+        micro_batch_size: int | None = None,
+    ) -> bool:
+        """Keep an out-of-memory mark the server could not take now (``err``: it is away, or
+        answered 5xx) in the outbox, saying ``what`` in a warning; whether it was kept."""
+        if not for_later(err) or not outbox.keep(
+            self.client.server_url,
+            trial,
+            None,
+            end=False,
+            infeasible=infeasible,
+            micro_batch_size=micro_batch_size,
+        ):
+            return False
+        logger.warning(
+            "zeus-bso: %s and the server could not be reached (%s): kept on this machine and "
+            "delivered by the next run that reaches the server%s",
+            what,
+            err,
+            ", which then gets a batch size that fits" if infeasible else "",
+        )
         return True
 
     def release(self, trial: TrialId, why: str | None = None) -> bool:

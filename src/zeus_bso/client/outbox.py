@@ -1,10 +1,11 @@
 """What a run could not tell the server as it ended, kept on this machine until a later run
-reaches the server: its last report and the end of its trial, or that its batch size ran out
-of memory (the later run then gets a size that fits). A database outage of any length then
-loses no run's result. One small file a trial (``$ZEUS_BSO_CACHE_DIR/outbox``, else
-``~/.cache/zeus-bso/outbox``); keeping or delivering them never fails a run. One kept for a
-server that no run here has reached for `KEPT_DAYS` (it moved to another address, or was
-retired) is dropped, with a warning, by the next run that delivers."""
+reaches the server: its last report and the end of its trial, that its batch size ran out
+of memory (the later run then gets a size that fits), or that its micro-batches did (these
+GPUs' memory cap comes down, and a later run that accumulates does not try them again). A
+database outage of any length then loses no run's result. One small file a trial
+(``$ZEUS_BSO_CACHE_DIR/outbox``, else ``~/.cache/zeus-bso/outbox``); keeping or delivering them
+never fails a run. One kept for a server that no run here has reached for `KEPT_DAYS` (it moved
+to another address, or was retired) is dropped, with a warning, by the next run that delivers."""
 
 from __future__ import annotations
 
@@ -46,18 +47,32 @@ def keep(
     *,
     end: bool,
     infeasible: bool = False,
+    micro_batch_size: int | None = None,
 ) -> bool:
     """Keep ``report`` (the run's last, or None) and whether to end ``trial``, or to mark it
     ``infeasible`` (its batch size ran out of memory), for a later run to deliver to the server
-    at ``server_url``. Returns whether it was kept."""
+    at ``server_url``; or, with ``micro_batch_size`` alone, that its micro-batches of that size
+    ran out of memory (the trial went on). A micro-batch mark kept before for the trial stays
+    with what is kept after it, and what was kept stays with a micro-batch mark. Returns
+    whether it was kept."""
     path = _path(server_url, trial)
-    entry = {
+    entry: dict[str, Any] = {
         "server_url": server_url.rstrip("/"),
         "trial": trial.model_dump(mode="json"),
         "report": None if report is None else report.model_dump(mode="json"),
         "end": end,
         "infeasible": infeasible,
+        "micro_batch_size": micro_batch_size,
     }
+    before = _read(path)
+    if before is not None:
+        kept_micro = before.get("micro_batch_size")
+        if isinstance(kept_micro, int):
+            smaller = [m for m in (kept_micro, micro_batch_size) if m is not None]
+            entry["micro_batch_size"] = min(smaller)
+        if micro_batch_size is not None and report is None and not end and not infeasible:
+            for key in ("report", "end", "infeasible"):
+                entry[key] = before.get(key, entry[key])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
@@ -91,10 +106,13 @@ def deliver(client: ServerClient) -> int:
             report = entry.get("report")
             end = bool(entry.get("end"))
             infeasible = bool(entry.get("infeasible"))
+            micro = entry.get("micro_batch_size")
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.debug("skipping unreadable outbox entry %s: %s", path, err)
             continue
         try:
+            if isinstance(micro, int):
+                _deliver_micro_batch_mark(client, trial, micro)
             if report is not None:
                 client.report(TrainingResult.model_validate(report))
             if end:
@@ -116,6 +134,38 @@ def deliver(client: ServerClient) -> int:
         with contextlib.suppress(OSError):
             path.unlink()
     return delivered
+
+
+def _deliver_micro_batch_mark(client: ServerClient, trial: TrialId, micro: int) -> None:
+    """Deliver that ``trial``'s micro-batches of ``micro`` ran out of memory (idempotent: the
+    cap is already that low, or lower, after the first). One the server refuses for good (the
+    trial ended before it heard, say) is dropped with a warning, and what else was kept for
+    the trial goes on to be delivered.
+
+    Raises:
+        ZeusBSOError: the server cannot take it now (unreachable, or a 5xx).
+    """
+    try:
+        client.infeasible(trial, micro_batch_size=micro)
+    except ServerRejectedError as err:
+        if err.status >= 500:
+            raise
+        logger.warning(
+            "the kept mark that micro-batches of %d ran out of memory in trial %s was refused "
+            "and is dropped: %s",
+            micro,
+            trial,
+            err,
+        )
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The entry kept at ``path`` (None: none, or unreadable)."""
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) else None
 
 
 def _drop_if_stale(path: Path, entry: dict[str, Any]) -> None:

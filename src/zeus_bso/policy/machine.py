@@ -138,7 +138,9 @@ def micro_batch_out_of_memory(
         ReportMismatchError: ``micro_batch_size`` is above the trial's batch size (a
             micro-batch is a part of it; an ``infeasible`` trial's smaller size is below it),
             the open trial's run did not say it accumulates gradients (`TrialState.accumulates`),
-            or the trial ended otherwise (its run is over: nothing it says moves the cap).
+            or the trial ended otherwise and its run did not say it accumulates (a run that
+            does may say it late: the client keeps what the server could not hear while it
+            was away, and the next run delivers it, after the trial ended).
     """
     infeasible = trial.status is TrialStatus.INFEASIBLE
     if micro_batch_size > trial.batch_size or (infeasible and micro_batch_size == trial.batch_size):
@@ -152,10 +154,10 @@ def micro_batch_out_of_memory(
                 "micro-batch is a part of the batch"
             )
         )
-    if trial.status not in OPEN and not infeasible:
+    if trial.status not in OPEN and not infeasible and trial.accumulates is not True:
         raise ReportMismatchError(
-            f"trial {trial.trial_number} ended ({trial.status.value}): a micro-batch that ran "
-            "out of memory is said by its run while it runs"
+            f"trial {trial.trial_number} ended ({trial.status.value}) and its run did not say it "
+            "accumulates gradients: it trained whole batches, which have no micro-batch"
         )
     if not infeasible and trial.accumulates is False:
         raise ReportMismatchError(

@@ -174,7 +174,9 @@ class InfeasibleTrial(TrialId):
     micro_batch_size: PositiveInt | None = None
     """For a run that accumulates gradients: the micro-batch that ran out of memory. The
     profile's memory cap comes down to it, and the trial goes on with smaller micro-batches
-    (absent: the batch size ran out, and the trial is ``infeasible``)."""
+    (absent: the batch size ran out, and the trial is ``infeasible``). Taken after the trial
+    ended too, where its run said it accumulates: a client delivers late what the server could
+    not hear while it was away."""
 
 
 class PowerMeasurement(WireModel):

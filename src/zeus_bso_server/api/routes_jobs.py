@@ -184,7 +184,8 @@ async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     With ``micro_batch_size`` (a run that accumulates gradients ran out at that micro-batch),
     the profile's memory cap comes down to it and the trial goes on; so it does for the run of an
     ``infeasible`` trial that went on at smaller sizes of its framework's (the HF Trainer's
-    ``auto_find_batch_size``) and ran out at that one too."""
+    ``auto_find_batch_size``) and ran out at that one too, and for a trial that ended, where its
+    run said it accumulates (a client delivers late what the server could not hear)."""
     trial_id = TrialId(
         job_id=trial.job_id, batch_size=trial.batch_size, trial_number=trial.trial_number
     )
