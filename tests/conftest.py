@@ -42,14 +42,12 @@ if "ZEUS_BSO_CACHE_DIR" not in os.environ:
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker:
     os.environ["ZEUS_BSO_CACHE_DIR"] = os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], _worker)
-    # The node's power-limit records too (a test that sets limits, on the NVML double, has its
-    # own).
+# The node's power-limit records too, in the worker's folder (a test that sets limits, on the
+# NVML double, has its own).
+if _worker or "ZEUS_BSO_POWER_RECORDS" not in os.environ:
     os.environ["ZEUS_BSO_POWER_RECORDS"] = os.path.join(
         os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits"
     )
-os.environ.setdefault(
-    "ZEUS_BSO_POWER_RECORDS", os.path.join(os.environ["ZEUS_BSO_CACHE_DIR"], "power_limits")
-)
 
 
 @pytest.fixture(scope="session")

@@ -252,11 +252,27 @@ def training_run(url: str, prefix: str, **options: Any) -> tuple[JobSpec, BatchS
         target_metric=0.8,
         max_epochs=5,
     )
-    meter = EstimateMeter(100)
-    bso = BatchSizeOptimizer(url, spec, energy_meter=meter, retry_seconds=0.5, show=None, **options)
+    bso = next_run(url, spec, retry_seconds=0.5, **options)
     bso.get_batch_size()
     bso.on_train_begin()
     return spec, bso
+
+
+def next_run(url: str, spec: JobSpec, **options: Any) -> BatchSizeOptimizer:
+    """A run of ``spec``'s job on the server at ``url`` (``options``: the optimizer's), before
+    it asks for its batch size."""
+    return BatchSizeOptimizer(url, spec, energy_meter=EstimateMeter(100), show=None, **options)
+
+
+def ends_converged(bso: BatchSizeOptimizer, server: ServerProcess, epochs: int) -> None:
+    """``bso``'s run ends converged, and the server holds its job's one trial as reported,
+    converged after ``epochs`` epochs."""
+    bso.end()
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+    with server.client() as http:
+        (trial,) = http.get(f"/api/jobs/{bso.job_id}").json()["trials"]
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, epochs)
 
 
 def test_a_database_outage_mid_run_does_not_stop_training(
@@ -265,16 +281,11 @@ def test_a_database_outage_mid_run_does_not_stop_training(
     """The database stays locked past the client's retries: the report is kept, training goes
     on, and the report is delivered at the end, when the database is back."""
     server, db = lockable
-    spec, bso = training_run(server.url, "outage")
+    _, bso = training_run(server.url, "outage")
     with locked(db):
         answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
         assert answer.stop_train is False
-    bso.end()
-    assert bso.outcome is not None
-    assert bso.outcome.converged
-    with server.client() as http:
-        (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 1)
+    ends_converged(bso, server, epochs=1)
 
 
 class _GatewayDown:
@@ -328,17 +339,12 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
     it restarting) does not raise into the training loop and is delivered at the end."""
     proxy = _GatewayDown(sqlite_server.url)
     try:
-        spec, bso = training_run(proxy.url, "gateway")
+        _, bso = training_run(proxy.url, "gateway")
         proxy.down.set()
         assert bso.on_evaluate(0.5).stop_train is False  # 502: kept, training goes on
         assert bso.on_evaluate(0.9).stop_train is False
         proxy.down.clear()
-        bso.end()
-        assert bso.outcome is not None
-        assert bso.outcome.converged
-        with sqlite_server.client() as http:
-            (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 2)
+        ends_converged(bso, sqlite_server, epochs=2)
     finally:
         proxy.close()
 
@@ -385,7 +391,7 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
         (trial,) = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
     assert (trial["status"], trial["epochs"]) == ("dispatched", None)
     # The next run (here, of the same job) delivers it first.
-    later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+    later = next_run(server.url, spec)
     later.get_batch_size()
     later.release("not trained in this test")
     assert outbox_files(db.parent) == []
@@ -408,7 +414,7 @@ def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
         bso.end_out_of_memory("CUDA out of memory")
     (kept,) = outbox_files(db.parent)
     assert json.loads(kept.read_text())["infeasible"] is True
-    later = BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100), show=None)
+    later = next_run(server.url, spec)
     assert later.get_batch_size() == 16
     later.release("not trained in this test")
     assert outbox_files(db.parent) == []
@@ -434,9 +440,7 @@ def test_micro_batches_that_run_out_of_memory_during_an_outage_are_delivered_lat
     bso.release("not trained in this test")
     with server.client() as http:
         assert http.get(f"/api/jobs/{spec.job_id}").json()["memory_caps"] == {}
-    later = BatchSizeOptimizer(
-        server.url, spec, energy_meter=EstimateMeter(100), show=None, max_micro_batch_size=16
-    )
+    later = next_run(server.url, spec, max_micro_batch_size=16)
     later.get_batch_size()
     assert outbox_files(db.parent) == []
     with server.client() as http:
@@ -454,9 +458,7 @@ def test_a_run_that_cannot_reach_the_server_does_not_fall_back_to_a_size_that_ra
     assert bso.batch_size == 32
     bso.end_out_of_memory("CUDA out of memory")
     server.stop()
-    later = BatchSizeOptimizer(
-        server.url, spec, energy_meter=EstimateMeter(100), retry_seconds=0.5, show=None
-    )
+    later = next_run(server.url, spec, retry_seconds=0.5)
     with caplog.at_level(logging.WARNING):
         assert later.get_batch_size() == 16
     assert later.offline

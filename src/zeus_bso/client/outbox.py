@@ -68,8 +68,7 @@ def keep(
     if before is not None:
         kept_micro = before.get("micro_batch_size")
         if isinstance(kept_micro, int):
-            smaller = [m for m in (kept_micro, micro_batch_size) if m is not None]
-            entry["micro_batch_size"] = min(smaller)
+            entry["micro_batch_size"] = min(kept_micro, micro_batch_size or kept_micro)
         if micro_batch_size is not None and report is None and not end and not infeasible:
             for key in ("report", "end", "infeasible"):
                 entry[key] = before.get(key, entry[key])
@@ -85,8 +84,8 @@ def keep(
 
 
 def deliver(client: ServerClient) -> int:
-    """Deliver what runs kept for ``client``'s server (reports first, then the trials' ends and
-    out-of-memory marks);
+    """Deliver what runs kept for ``client``'s server (for each trial, a micro-batch
+    out-of-memory mark first, then its report, its end and a batch size's out-of-memory mark);
     returns how many were delivered. Stops at the first the server cannot take now (it is
     unreachable or answers 5xx); one it refuses for good (a 4xx: the job was deleted, say) is
     dropped with a warning."""
