@@ -382,14 +382,9 @@ def after_report(
         return _not_counted(state, trial)
     _check_cumulative(trial, time=time, energy=energy, current_epoch=current_epoch)
     cost = zeus_cost(energy, time, priced.eta_knob, priced.max_power)
-    profiles = profiles_of(job, state)
-    if profiles is not None:  # this report measures its profile's cost of an epoch too
-        ran_on = trial.profile or profiles.base
-        profiles = profiles.measuring(ran_on, trial.batch_size, cost / current_epoch)
+    profiles = _measuring(job, state, trial, cost / current_epoch)
     seen = state_on(job, state, profiles, trial.profile)
-    rules = StopRules.of(job)
-    if trial.kind is TrialKind.PINNED or trial.must_deliver:  # it must deliver: no cost stop
-        rules = replace(rules, beta_knob=None, prune_cost_ratio=None, run_cost_ratio=None)
+    rules = _rules_for(job, trial)
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
@@ -404,6 +399,26 @@ def after_report(
     if not verdict.stop:
         return Reported(state, replace(measured, status=TrialStatus.DISPATCHED), answer, False)
     return _ended(rules, state, measured, verdict, answer, profiles)
+
+
+def _measuring(
+    job: CreatedJob, state: JobState, trial: TrialState, epoch_cost: float
+) -> Profiles | None:
+    """The job's hardware profiles (None: it has one), ``trial``'s report measuring its
+    profile's cost of an epoch (``epoch_cost``) too."""
+    profiles = profiles_of(job, state)
+    if profiles is None:
+        return None
+    return profiles.measuring(trial.profile or profiles.base, trial.batch_size, epoch_cost)
+
+
+def _rules_for(job: CreatedJob, trial: TrialState) -> StopRules:
+    """The stop rules ``trial``'s reports are judged by: the job's, without a cost stop for a
+    run that must deliver (a pinned one, or one `TrialState.must_deliver`)."""
+    rules = StopRules.of(job)
+    if trial.kind is TrialKind.PINNED or trial.must_deliver:
+        return replace(rules, beta_knob=None, prune_cost_ratio=None, run_cost_ratio=None)
+    return rules
 
 
 def with_stop_settings(job: CreatedJob, state: JobState) -> JobState:
