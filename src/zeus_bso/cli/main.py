@@ -19,6 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from typer.core import TyperCommand
 
 from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app, server_url_option
@@ -509,8 +510,23 @@ def _print_power(summaries: list[Summary]) -> None:
     console.print(table)
 
 
+class PlainHelpCommand(TyperCommand):
+    """A command whose ``--help`` is click's two-column layout instead of rich's table.
+    ``simulate`` has some fifty options, most of them flags with a ``--no-`` name beside
+    (``--early-stop-predictive --no-early-stop-predictive``): rich's table sizes its name column
+    to the longest, which left their help a column of 17 characters on an 80-column terminal
+    (476 lines); click's wraps a long name onto a line of its own (203 lines)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # Typer's own (vendored) click
+        mode, self.rich_markup_mode = self.rich_markup_mode, None  # Typer's plain layout
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.rich_markup_mode = mode
+
+
 # The command is `zeus-bso simulate`; the function's name avoids shadowing `sim.simulate`.
-app.command(name="simulate")(simulate_command)
+app.command(name="simulate", cls=PlainHelpCommand)(simulate_command)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(power_app, name="power")
 app.command(name="check", short_help="Check what a training run here would find; changes nothing.")(
