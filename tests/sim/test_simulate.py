@@ -389,17 +389,18 @@ def test_cli_exit_status_tells_a_usage_error_from_a_failure() -> None:
     )
 
 
+def simulate_help(columns: int) -> str:
+    """What ``zeus-bso simulate --help`` prints on a terminal ``columns`` wide."""
+    env = {**os.environ, "COLUMNS": str(columns)}
+    command = [ZEUS_BSO, "simulate", "--help"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env).stdout
+
+
 def test_the_simulate_help_reads_on_an_80_column_terminal() -> None:
     """Some fifty options, many flags with a long ``--no-`` name beside: each option's help
     keeps a column wide enough to read (rich's table gave it 17 characters, every phrase broken
     over lines), and a long flag's name goes on a line of its own."""
-    shown = subprocess.run(
-        [ZEUS_BSO, "simulate", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "80"},
-    ).stdout
+    shown = simulate_help(columns=80)
     assert "Stop a run once its cost passes this many" in shown, shown
     assert "  --early-stop-predictive / --no-early-stop-predictive\n" in shown, shown
     assert max(len(line) for line in shown.splitlines()) <= 80
@@ -408,13 +409,7 @@ def test_the_simulate_help_reads_on_an_80_column_terminal() -> None:
 def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_it(
     tmp_path: Path,
 ) -> None:
-    shown = subprocess.run(
-        [ZEUS_BSO, "simulate", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "250"},
-    ).stdout
+    shown = simulate_help(columns=250)
     for name, option in policy_options().items():
         flag = option.flag or "--" + name.replace("_", "-")
         assert flag.split("/")[0] in shown, name
