@@ -406,6 +406,21 @@ def test_the_simulate_help_reads_on_an_80_column_terminal() -> None:
     assert max(len(line) for line in shown.splitlines()) <= 80
 
 
+def test_the_reports_titles_wrap_from_the_left_on_an_80_column_terminal() -> None:
+    """A title longer than its table wraps onto lines that start at the left edge (rich centred
+    each, and a title's last words stood alone mid-line)."""
+    command = [ZEUS_BSO, "simulate", "--workload", "squad", "--recurrences", "6", "--seeds", "0"]
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if "Where the regret goes" in line]
+    assert lines[at].startswith("Where the regret goes"), shown.stdout
+    assert lines[at + 1][:1].strip(), shown.stdout  # its second line, from the left edge
+    caption = next(line for line in lines if "floor: the regret of running" in line)
+    assert caption.startswith("floor:"), shown.stdout
+
+
 def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_it(
     tmp_path: Path,
 ) -> None:

@@ -404,8 +404,17 @@ def _backend(spec: Any, server: str | None, prior: Prior | None = None) -> Itera
             client.delete_job(backend.job_id)
 
 
+def _report_table(title: str, caption: str | None = None, **options: Any) -> Table:
+    """A table of the simulation's report, its title and caption from the left: on a terminal
+    narrower than the title, rich centres each wrapped line, and the last word stood alone in
+    the middle."""
+    return Table(
+        title=title, caption=caption, title_justify="left", caption_justify="left", **options
+    )
+
+
 def _print_table(summaries: list[Summary]) -> None:
-    table = Table(title="Cumulative cost / oracle's, and savings against the default batch size")
+    table = _report_table("Cumulative cost / oracle's, and savings against the default batch size")
     for column in ("workload", "gpu", "default", "oracle"):
         table.add_column(column)
     for column in ("regret", "seeds (min-max)", "savings"):
@@ -436,8 +445,8 @@ def _print_table(summaries: list[Summary]) -> None:
             "cheapest batch size at its chosen limit: its regret in the power table), and the "
             "floor starts at the default's profiling run"
         )
-    causes = Table(
-        title="Where the regret goes: points of excess cost (% of the oracle's cumulative cost)",
+    causes = _report_table(
+        "Where the regret goes: points of excess cost (% of the oracle's cumulative cost)",
         caption=caption,
         box=box.SIMPLE_HEAD,  # nine columns: within 80 columns of a terminal, headers whole
         show_edge=False,
@@ -451,8 +460,8 @@ def _print_table(summaries: list[Summary]) -> None:
     console.print(causes)
     if summaries[0].recurrences > HORIZONS[0]:
         header, rows = horizon_rows(summaries)
-        horizons = Table(
-            title="Regret / floor at fewer recurrences",
+        horizons = _report_table(
+            "Regret / floor at fewer recurrences",
             caption="worst vs default: the dearest workload against the default always",
             box=box.SIMPLE_HEAD,
             show_edge=False,
@@ -466,8 +475,8 @@ def _print_table(summaries: list[Summary]) -> None:
 
 def _print_out_of_memory(summaries: list[Summary]) -> None:
     """What running out of memory cost: the starts at sizes that did not fit, per seed."""
-    table = Table(
-        title="Out of memory: starts at sizes that did not fit (each costs one start)",
+    table = _report_table(
+        "Out of memory: starts at sizes that did not fit (each costs one start)",
         caption="at most one start per size and GPU: after it, the size is infeasible there "
         "(accumulating: micro-batches stay below it)",
     )
@@ -489,8 +498,8 @@ def _print_out_of_memory(summaries: list[Summary]) -> None:
 def _print_power(summaries: list[Summary]) -> None:
     """Power limits: regret against the batch-size-only oracle at the maximum power, beside
     the joint oracle's."""
-    table = Table(
-        title="Power limits: cumulative cost / the batch-size-only oracle's at maximum power",
+    table = _report_table(
+        "Power limits: cumulative cost / the batch-size-only oracle's at maximum power",
         caption="profiling oracle: the cheapest batch size at the limit its profile chose; "
         "joint oracle: the best batch size and power limit together, every recurrence",
     )
