@@ -397,7 +397,7 @@ def simulate_help(columns: int) -> str:
 
 
 def test_the_simulate_help_reads_on_an_80_column_terminal() -> None:
-    """Some fifty options, many flags with a long ``--no-`` name beside: each option's help
+    """Over forty options, ten of them flags with a negative name beside: each option's help
     keeps a column wide enough to read (rich's table gave it 17 characters, every phrase broken
     over lines), and a long flag's name goes on a line of its own."""
     shown = simulate_help(columns=80)

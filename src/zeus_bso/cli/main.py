@@ -521,7 +521,7 @@ def _print_power(summaries: list[Summary]) -> None:
 
 class PlainHelpCommand(TyperCommand):
     """A command whose ``--help`` is click's two-column layout instead of rich's table.
-    ``simulate`` has some fifty options, most of them flags with a ``--no-`` name beside
+    ``simulate`` has over forty options, ten of them flags with a negative name beside
     (``--early-stop-predictive --no-early-stop-predictive``): rich's table sizes its name column
     to the longest, which left their help a column of 17 characters on an 80-column terminal
     (476 lines); click's wraps a long name onto a line of its own (203 lines)."""
