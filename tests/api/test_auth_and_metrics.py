@@ -23,6 +23,7 @@ from tests.helpers import (
     trial_id,
     unique_id,
 )
+from tests.ports import free_port
 from zeus_bso.client import ServerClient
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso_server.errors import SettingsError
@@ -255,6 +256,10 @@ def test_with_json_logs_a_server_that_cannot_start_says_why_in_json(
 ) -> None:
     """Every line on stderr is a JSON object, fatal start-up errors included, whether JSON is
     asked for on the command line or in the environment."""
+    if "--port" not in args and "ZEUS_BSO_PORT" not in env:
+        # Not the default port, which the README's own server may hold while the tests run:
+        # then the start-up error would be that one.
+        env = {**env, "ZEUS_BSO_PORT": str(free_port())}
     for how in ("option", "environment"):
         if how == "option":
             done = run_cli("serve", "--log-format", "json", *args, cwd=tmp_path, env=env)
