@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
 SUITE = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadgroup", "-q"]
 TICK = os.sysconf("SC_CLK_TCK")
+KERNEL_THREAD = 0x00200000
+"""``PF_KTHREAD``, the flag of a kernel thread in ``/proc/PID/stat``."""
 COMMANDS = (
     ("pytest workers", "sys.stdin.readline()"),  # pytest-xdist's workers (execnet)
     ("pytest (the main process, nested runs)", "-m pytest"),
@@ -67,7 +69,8 @@ def kind_of(name: str, argv: list[str]) -> str:
 
 
 def cpu_seconds() -> dict[tuple[int, str], tuple[str, list[str], float]]:
-    """Every process now: (pid, start time) -> its name, command line and CPU seconds."""
+    """Every process now: (pid, start time) -> its name, command line (empty: a kernel
+    thread) and CPU seconds."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -81,6 +84,8 @@ def cpu_seconds() -> dict[tuple[int, str], tuple[str, list[str], float]]:
         values = fields.split()
         seconds = (int(values[11]) + int(values[12])) / TICK  # utime + stime
         command = [part.decode(errors="replace") for part in argv if part]
+        if not int(values[6]) & KERNEL_THREAD and not command:
+            command = [name]  # a process that ended and awaits its parent: no command line
         found[(int(entry), values[19])] = (name, command, seconds)
     return found
 
@@ -104,14 +109,18 @@ def watch(command: list[str]) -> tuple[dict[str, tuple[int, float]], float, floa
 
     def sample() -> None:
         while not done.wait(0.5):
-            seen.update(cpu_seconds())
+            record(cpu_seconds())
+
+    def record(now: dict[tuple[int, str], tuple[str, list[str], float]]) -> None:
+        for key, (name, argv, seconds) in now.items():  # the command line seen first stays
+            seen[key] = (*seen[key][:2], seconds) if key in seen else (name, argv, seconds)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     status = process.wait()
     done.set()
     sampler.join()
-    seen.update(cpu_seconds())
+    record(cpu_seconds())
     wall = time.monotonic() - began
     busy_1, total_1 = busy()
     by_kind: Counter[str] = Counter()
