@@ -142,9 +142,10 @@ def main() -> None:
     args = parser.parse_args()
     command = args.command or SUITE
     kinds, wall, busy_fraction, status = watch(command)
+    at = commit()
     total = sum(seconds for _, seconds in kinds.values())
     lines = [
-        f"Test suite CPU at {commit()}: `{' '.join(command)}` ({platform.machine()}, "
+        f"Test suite CPU at {at}: `{' '.join(command)}` ({platform.machine()}, "
         f"{os.cpu_count()} cores): {wall / 60:.1f} min, exit status {status}, the machine "
         f"{100 * busy_fraction:.0f}% busy, {total:,.0f} CPU-seconds sampled.",
         "",
@@ -158,7 +159,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "test_suite_cpu.md").write_text(text)
     figures = {
-        "commit": commit(),
+        "commit": at,
         "command": command,
         "cores": os.cpu_count(),
         "wall_seconds": round(wall, 1),
