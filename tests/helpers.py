@@ -412,3 +412,49 @@ def sigterm_a_forked_child() -> int:
     os.kill(child, signal.SIGTERM)
     _, status = os.waitpid(child, 0)
     return os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+
+
+def ended_after_signal(
+    process: subprocess.Popen[str], timeout: float, *, signum: int = signal.SIGINT
+) -> tuple[str, str]:
+    """``process.communicate(timeout=timeout)`` after a test sent it ``signum``. Where it has
+    not ended by then, the test fails saying how its signals stood (``/proc``: pending, blocked,
+    ignored or caught, for the process and each thread), with its threads' Python stacks, which
+    SIGABRT then has `faulthandler` write where the process was started with
+    ``PYTHONFAULTHANDLER=1``."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as late:
+        said = signal_state(process.pid, signum)
+        process.send_signal(signal.SIGABRT)
+        try:
+            out, err = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        pytest.fail(
+            f"process {process.pid} ({' '.join(map(str, late.cmd))}) had not ended {timeout} s "
+            f"after {signal.Signals(signum).name}:\n{said}\nits output: {out[-2000:]}\n"
+            f"its errors and stacks: {err[-8000:]}"
+        )
+
+
+SIGNAL_FIELDS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
+def signal_state(pid: int, signum: int) -> str:
+    """Whether ``signum`` is pending, blocked, ignored or caught in process ``pid`` and in each
+    of its threads (the fields of ``/proc/PID/task/TID/status``), one line a thread."""
+    bit = 1 << (signum - 1)
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            status = dict(
+                line.split(":\t", 1) for line in (task / "status").read_text().splitlines()
+            )
+        except (OSError, ValueError):
+            continue
+        flags = [f for f in SIGNAL_FIELDS if int(status.get(f, "0").strip(), 16) & bit]
+        state = status.get("State", "?").strip()
+        lines.append(f"  thread {task.name} {status.get('Name', '?').strip()} ({state}): {flags}")
+    return "\n".join(lines) or f"  no /proc/{pid}/task"

@@ -31,6 +31,7 @@ pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[ligh
 from tests.helpers import (  # noqa: E402
     GPU_DOUBLE,
     ServerProcess,
+    ended_after_signal,
     quiet_trainer_options,
     unique_id,
 )
@@ -398,7 +399,7 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
     second = "GPU-0000beef-1111-2222-3333-555555555555"
     gpus = [gpu(), gpu(uuid=second)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)]),
-           "ZEUS_BSO_TEST_GPUS": json.dumps(gpus)}  # fmt: skip
+           "ZEUS_BSO_TEST_GPUS": json.dumps(gpus), "PYTHONFAULTHANDLER": "1"}  # fmt: skip
     job_id, ready = unique_id("plctrlc"), tmp_path / "ready"
     ready.mkdir()
     script = CTRL_C_DDP.format(double=str(DOUBLE.parent), root=str(ROOT), job_id=job_id,
@@ -413,7 +414,7 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
         time.sleep(0.05)
     assert main.poll() is None, main.communicate()[1][-4000:]
     main.send_signal(signal.SIGINT)
-    _, err = main.communicate(timeout=60)
+    _, err = ended_after_signal(main, 60)
     assert main.returncode != 0, err[-4000:]
     assert "KeyboardInterrupt" in err, err[-4000:]
     (profile,) = profiles(server, job_id)
