@@ -9,7 +9,12 @@ so the kernel's threads and other tenants count what they took during the run), 
 the machine was (``/proc/stat``). A process that lives less than half a second can be missed
 whole; such processes are a few percent of the total. Linux only.
 
-Prints a table and writes benchmarks/results/test_suite_cpu.{json,md}.
+A second table puts the processes the tests started under the test module that started them:
+a process inherits the ``PYTEST_CURRENT_TEST`` of the test running in its pytest worker, which
+its ``/proc/PID/environ`` keeps (a session's shared servers go to the test whose setup started
+them). What the workers do in-process is theirs, not a module's.
+
+Prints the tables and writes benchmarks/results/test_suite_cpu.{json,md}.
 
     .venv/bin/python benchmarks/test_suite_cpu.py [-- COMMAND ...]
 """
@@ -24,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from _figures import commit
@@ -68,6 +73,24 @@ def kind_of(name: str, argv: list[str]) -> str:
     return "other processes"
 
 
+MODULES_SHOWN = 15
+"""The test modules whose processes took most, shown one a row; the rest in one row."""
+NO_MODULE = "(started by no test: the workers, the sampled machine's own)"
+
+
+def started_by(pid: int) -> str:
+    """The test module whose test started process ``pid``, from its environment as it was
+    started (`NO_MODULE`: none, or it cannot be read)."""
+    try:
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return NO_MODULE
+    for entry in environment:
+        if entry.startswith(b"PYTEST_CURRENT_TEST="):
+            return entry.split(b"=", 1)[1].decode(errors="replace").split("::", 1)[0]
+    return NO_MODULE
+
+
 def cpu_seconds() -> dict[tuple[int, str], tuple[str, list[str], float]]:
     """Every process now: (pid, start time) -> its name, command line (empty: a kernel
     thread) and CPU seconds."""
@@ -97,11 +120,17 @@ def busy() -> tuple[int, int]:
     return sum(ticks) - idle, sum(ticks)
 
 
-def watch(command: list[str]) -> tuple[dict[str, tuple[int, float]], float, float, int]:
-    """Run ``command`` and sample ``/proc`` meanwhile: CPU seconds and processes by kind, the
-    wall time, the busy fraction of the machine, and the command's exit status."""
+Tally = dict[str, tuple[int, float]]
+"""Processes and CPU seconds, by kind or by test module, most CPU first."""
+
+
+def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
+    """Run ``command`` and sample ``/proc`` meanwhile: CPU seconds and processes by kind and by
+    the test module that started them, the wall time, the busy fraction of the machine, and
+    the command's exit status."""
     start = cpu_seconds()
     seen = dict(start)
+    module_of = dict.fromkeys(start, NO_MODULE)
     busy_0, total_0 = busy()
     began = time.monotonic()
     process = subprocess.Popen(command, cwd=ROOT)
@@ -114,6 +143,8 @@ def watch(command: list[str]) -> tuple[dict[str, tuple[int, float]], float, floa
     def record(now: dict[tuple[int, str], tuple[str, list[str], float]]) -> None:
         for key, (name, argv, seconds) in now.items():  # the command line seen first stays
             seen[key] = (*seen[key][:2], seconds) if key in seen else (name, argv, seconds)
+            if key not in module_of:
+                module_of[key] = started_by(key[0])
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -123,17 +154,48 @@ def watch(command: list[str]) -> tuple[dict[str, tuple[int, float]], float, floa
     record(cpu_seconds())
     wall = time.monotonic() - began
     busy_1, total_1 = busy()
-    by_kind: Counter[str] = Counter()
+    by_kind: defaultdict[str, float] = defaultdict(float)
+    by_module: defaultdict[str, float] = defaultdict(float)
     count: Counter[str] = Counter()
     for key, (name, argv, seconds) in seen.items():
         used = seconds - (start[key][2] if key in start else 0.0)
         if key[0] == os.getpid() or used <= 0.0:
             continue  # this script, or a process that used nothing
-        kind = kind_of(name, argv)
+        kind, module = kind_of(name, argv), module_of.get(key, NO_MODULE)
         by_kind[kind] += used
+        by_module[module] += used
         count[kind] += 1
-    kinds = {kind: (count[kind], seconds) for kind, seconds in by_kind.most_common()}
-    return kinds, wall, (busy_1 - busy_0) / max(total_1 - total_0, 1), status
+        count[module] += 1
+    kinds = {kind: (count[kind], seconds) for kind, seconds in most_first(by_kind)}
+    modules = {module: (count[module], seconds) for module, seconds in most_first(by_module)}
+    return kinds, modules, wall, (busy_1 - busy_0) / max(total_1 - total_0, 1), status
+
+
+def most_first(seconds: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(seconds.items(), key=lambda item: -item[1])
+
+
+def shown(modules: Tally) -> Tally:
+    """The `MODULES_SHOWN` modules whose processes took most, then the rest together, then the
+    processes no test started."""
+    started = [(m, tally) for m, tally in modules.items() if m != NO_MODULE]
+    rows = dict(started[:MODULES_SHOWN])
+    rest = started[MODULES_SHOWN:]
+    if rest:
+        rows[f"the other {len(rest)} modules"] = (
+            sum(n for _, (n, _) in rest),
+            sum(seconds for _, (_, seconds) in rest),
+        )
+    if NO_MODULE in modules:
+        rows[NO_MODULE] = modules[NO_MODULE]
+    return rows
+
+
+def table(title: str, rows: Tally, total: float) -> list[str]:
+    lines = [f"| {title} | processes | CPU-seconds | share |", "|---|---:|---:|---:|"]
+    for name, (processes, seconds) in rows.items():
+        lines.append(f"| {name} | {processes} | {seconds:,.0f} | {100 * seconds / total:.0f}% |")
+    return lines
 
 
 def main() -> None:
@@ -141,7 +203,7 @@ def main() -> None:
     parser.add_argument("command", nargs="*", help="what to run (default: the suite)")
     args = parser.parse_args()
     command = args.command or SUITE
-    kinds, wall, busy_fraction, status = watch(command)
+    kinds, modules, wall, busy_fraction, status = watch(command)
     at = commit()
     total = sum(seconds for _, seconds in kinds.values())
     lines = [
@@ -149,11 +211,12 @@ def main() -> None:
         f"{os.cpu_count()} cores): {wall / 60:.1f} min, exit status {status}, the machine "
         f"{100 * busy_fraction:.0f}% busy, {total:,.0f} CPU-seconds sampled.",
         "",
-        "| kind | processes | CPU-seconds | share |",
-        "|---|---:|---:|---:|",
+        *table("kind", kinds, total),
+        "",
+        "The same processes by the test module that started them:",
+        "",
+        *table("test module", shown(modules), total),
     ]
-    for kind, (processes, seconds) in kinds.items():
-        lines.append(f"| {kind} | {processes} | {seconds:,.0f} | {100 * seconds / total:.0f}% |")
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.mkdir(exist_ok=True)
@@ -166,6 +229,9 @@ def main() -> None:
         "busy_fraction": round(busy_fraction, 3),
         "exit_status": status,
         "kinds": {k: {"processes": n, "cpu_seconds": round(s, 1)} for k, (n, s) in kinds.items()},
+        "test_modules": {
+            m: {"processes": n, "cpu_seconds": round(s, 1)} for m, (n, s) in modules.items()
+        },
     }
     (RESULTS / "test_suite_cpu.json").write_text(json.dumps(figures, indent=2) + "\n")
     sys.exit(status)
