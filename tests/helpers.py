@@ -434,9 +434,17 @@ def ended_after_signal(
             out, err = process.communicate()
         pytest.fail(
             f"process {process.pid} ({' '.join(map(str, late.cmd))}) had not ended {timeout} s "
-            f"after {signal.Signals(signum).name}:\n{said}\nits output: {out[-2000:]}\n"
-            f"its errors and stacks: {err[-8000:]}"
+            f"after {signal.Signals(signum).name}:\n{said}\nits output: {(out or '')[-2000:]}\n"
+            f"its errors and stacks: {(err or '')[-8000:]}"
         )
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` that starts a process with Ctrl-C (SIGINT) at its default, as a
+    terminal's Ctrl-C finds it: the suite run in the background by a shell without job control
+    (``pytest &`` in a script) inherits SIGINT ignored, and so would every process it starts,
+    which would then ignore the SIGINT a test sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 SIGNAL_FIELDS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")

@@ -10,12 +10,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import SERVER_BIN, ended_after_signal, environment_without_settings, sqlite_url
+from tests.helpers import (
+    SERVER_BIN,
+    default_sigint,
+    ended_after_signal,
+    environment_without_settings,
+    sqlite_url,
+)
 from tests.ports import free_port
 from zeus_bso.entry import deferred_interrupt
 
@@ -39,7 +46,13 @@ def test_ctrl_c_while_a_command_starts_never_prints_a_traceback(
     # Ctrl-C was lost (its database prepared, its app loaded) lies around 0.4-0.6 s here.
     for delay in (0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.8, 1.0, 1.5):
         process = subprocess.Popen(
-            argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,
         )
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
@@ -49,6 +62,17 @@ def test_ctrl_c_while_a_command_starts_never_prints_a_traceback(
     assert any(aborted)  # a Ctrl-C came while the command loaded
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Ctrl-C with Python's own handler in this process for the test, as a command started from
+    a terminal has it (the suite run in the background by a shell without job control inherits
+    it ignored, and then nothing is held: see the test of an ignored Ctrl-C below)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_the_first_ctrl_c_is_recorded_the_second_stops_and_the_handler_comes_back() -> None:
     before = signal.getsignal(signal.SIGINT)
     with deferred_interrupt() as interrupt:
@@ -63,6 +87,7 @@ def test_the_first_ctrl_c_is_recorded_the_second_stops_and_the_handler_comes_bac
     assert stopped.value.code == 1
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_a_ctrl_c_before_the_hand_over_aborts_one_after_it_goes_to_the_new_handler() -> None:
     before = signal.getsignal(signal.SIGINT)
     received: list[int] = []
@@ -78,6 +103,24 @@ def test_a_ctrl_c_before_the_hand_over_aborts_one_after_it_goes_to_the_new_handl
             interrupt.hand_over(lambda signum, frame: received.append(signum))
     assert signal.getsignal(signal.SIGINT) is before
     assert received == [signal.SIGINT]
+
+
+def test_ctrl_c_ignored_as_the_process_started_stays_ignored() -> None:
+    """A command started with Ctrl-C ignored (a shell without job control starts ``command &``
+    so) keeps ignoring it while it loads, as Python does: nothing is held, a hand-over changes
+    nothing, and the ignore is what the block leaves."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt() as interrupt:
+            assert not interrupt.held
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)  # ignored: nothing recorded, nothing raised
+            interrupt.hand_over(lambda signum, frame: None)
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert not interrupt.requested
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_outside_the_main_thread_nothing_is_held_or_handed_over() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.containers import REPO
-from tests.helpers import NESTED_PYTEST_PLUGINS_OFF
+from tests.helpers import NESTED_PYTEST_PLUGINS_OFF, default_sigint
 
 INNER = """
 import pathlib, time
@@ -41,9 +41,7 @@ def test_an_interrupted_run_stops_its_postgresql_server(tmp_path: Path, signum: 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        # As a terminal's Ctrl-C finds it: a run started in the background by a shell without
-        # job control inherits SIGINT ignored, and would ignore ours.
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
@@ -69,10 +67,6 @@ def test_an_interrupted_run_stops_its_postgresql_server(tmp_path: Path, signum: 
             run.kill()
     assert not _alive(pid), f"PostgreSQL (pid {pid}) still runs after {signum!r}:\n{output}"
     assert not data.exists(), "its data directory was left behind"
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _alive(pid: int) -> bool:

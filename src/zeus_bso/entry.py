@@ -7,7 +7,9 @@ While a command loads, and while the server prepares its database, Ctrl-C is rec
 than raised (`deferred_interrupt`): a ``KeyboardInterrupt`` raised at an arbitrary moment can
 land in a garbage collector's callback, where Python prints it and carries on, or in an event
 loop that takes it for a cancellation; the command then went on as if never stopped (a server
-started and served). A second Ctrl-C stops at once."""
+started and served). A second Ctrl-C stops at once. A command started with Ctrl-C ignored (as a
+shell without job control starts one in the background, ``command &``) keeps ignoring it, as
+Python itself does."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ class Interrupt:
     def __init__(self, *, held: bool) -> None:
         self.requested = False
         self.held = held
-        """Whether the block holds Ctrl-C (only the main thread can handle signals)."""
+        """Whether the block holds Ctrl-C (only the main thread can handle signals, and one
+        that the process was started ignoring stays ignored)."""
 
     def hand_over(self, handler: Callable[[int, FrameType | None], None]) -> None:
         """Let ``handler`` take Ctrl-C from now on (``Aborted!`` if one came already); the
@@ -55,9 +58,10 @@ def abort() -> None:
 def deferred_interrupt() -> Iterator[Interrupt]:
     """Record the first Ctrl-C (SIGINT) of the block instead of raising it; a second one raises
     ``KeyboardInterrupt`` at once. The handler from before is back when the block ends, so check
-    `Interrupt.abort_if_requested` after it. Outside the main thread, signals cannot be handled:
-    the block runs as it is."""
-    interrupt = Interrupt(held=threading.current_thread() is threading.main_thread())
+    `Interrupt.abort_if_requested` after it. Outside the main thread, signals cannot be handled,
+    and where Ctrl-C is ignored it stays so: the block runs as it is."""
+    main = threading.current_thread() is threading.main_thread()
+    interrupt = Interrupt(held=main and signal.getsignal(signal.SIGINT) != signal.SIG_IGN)
     if not interrupt.held:
         yield interrupt
         return

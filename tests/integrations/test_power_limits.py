@@ -31,6 +31,7 @@ pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[ligh
 from tests.helpers import (  # noqa: E402
     GPU_DOUBLE,
     ServerProcess,
+    default_sigint,
     ended_after_signal,
     quiet_trainer_options,
     unique_id,
@@ -407,7 +408,11 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
                                ready=str(ready))  # fmt: skip
     (tmp_path / "ddp.py").write_text(script)
     main = subprocess.Popen(
-        [sys.executable, str(tmp_path / "ddp.py")], env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(tmp_path / "ddp.py")],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 120
     while len(list(ready.iterdir())) < 2 and main.poll() is None and time.monotonic() < deadline:
