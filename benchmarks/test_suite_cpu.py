@@ -156,7 +156,8 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
     busy_1, total_1 = busy()
     by_kind: defaultdict[str, float] = defaultdict(float)
     by_module: defaultdict[str, float] = defaultdict(float)
-    count: Counter[str] = Counter()
+    of_kind: Counter[str] = Counter()
+    of_module: Counter[str] = Counter()
     for key, (name, argv, seconds) in seen.items():
         used = seconds - (start[key][2] if key in start else 0.0)
         if key[0] == os.getpid() or used <= 0.0:
@@ -164,10 +165,10 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
         kind, module = kind_of(name, argv), module_of.get(key, NO_MODULE)
         by_kind[kind] += used
         by_module[module] += used
-        count[kind] += 1
-        count[module] += 1
-    kinds = {kind: (count[kind], seconds) for kind, seconds in most_first(by_kind)}
-    modules = {module: (count[module], seconds) for module, seconds in most_first(by_module)}
+        of_kind[kind] += 1
+        of_module[module] += 1
+    kinds = {kind: (of_kind[kind], seconds) for kind, seconds in most_first(by_kind)}
+    modules = {module: (of_module[module], seconds) for module, seconds in most_first(by_module)}
     return kinds, modules, wall, (busy_1 - busy_0) / max(total_1 - total_0, 1), status
 
 
