@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,16 +53,18 @@ def cli(
     server: ServerProcess,
     *args: str,
     token: str | None = TOKEN,
-    columns: int = 200,
+    columns: int | None = 200,
     command: str = "jobs",
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     environment = {
         **environment_without_settings(),
         "ZEUS_BSO_SERVER_URL": server.url,
-        "COLUMNS": str(columns),
+        **({"COLUMNS": str(columns)} if columns else {}),
         **(env or {}),
     }
+    if columns is None:  # a pipe with no width said: the output's own width
+        environment.pop("COLUMNS", None)
     if token is not None:
         environment["ZEUS_BSO_TOKEN"] = token
     return subprocess.run(
@@ -110,9 +113,6 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     listed = cli(server, "list", "--prefix", "clijob")
     assert listed.returncode == 0, listed.stderr
     assert job_id in listed.stdout
-    narrow = cli(server, "list", "--prefix", "clijob", columns=80)
-    assert job_id in narrow.stdout  # whole, to copy into `show`, in an 80-column terminal
-    assert "…" not in narrow.stdout  # nothing cut ("pruni…", "2026-…"): folded where narrow
     assert "2 x A40 [test]" in listed.stdout  # user text is not read as markup
     as_json = json.loads(cli(server, "list", "--json").stdout)
     (mine,) = [j for j in as_json if j["job_id"] == job_id]
@@ -121,6 +121,29 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     assert mine["recommended"]["batch_size"] == 64
     assert (mine["savings"]["runs"], mine["savings"]["default_runs"]) == (3, 1)
     assert mine["savings"]["energy"] < 0  # later runs cost more here
+    headers = ["job id", "stage", "trials", "GPU", "recommended", "saved", "updated"]
+    for columns in (80, 60):
+        narrow = cli(server, "list", "--prefix", "clijob", columns=columns)
+        lines = narrow.stdout.splitlines()
+        assert max(map(len, lines)) <= columns, narrow.stdout
+        # Nothing cut ("pruni…") or folded ("band/it"): each row on one line, the id whole (to
+        # copy into `show`) with its stage; the columns least needed are left out, and said.
+        assert "…" not in narrow.stdout
+        said = narrow.stderr.partition("left out to fit the terminal: ")[2].split(" (")[0]
+        left_out = said.split(", ")
+        assert "GPU" in left_out, narrow.stderr
+        assert "job id" not in left_out
+        assert [h for h in headers if h in lines[0]] == [h for h in headers if h not in left_out]
+        cells = {"job id": [job_id], "stage": [mine["stage"]], "trials": ["3"],
+                 "GPU": ["2", "x", "A40", "[test]"], "recommended": ["64"]}  # fmt: skip
+        leading = [word for h, words in cells.items() if h not in left_out for word in words]
+        (row,) = [line.split() for line in lines if job_id in line]
+        assert row[: len(leading)] == leading, (row, left_out)
+    piped = cli(server, "list", "--prefix", "clijob", columns=None)  # no terminal, no width
+    assert all(header in piped.stdout.splitlines()[0] for header in headers), piped.stdout
+    (line,) = [line for line in piped.stdout.splitlines() if job_id in line]
+    assert "2 x A40 [test]" in line
+    assert "left out" not in piped.stderr
 
     sibling = unique_id("clijob")
     with ServerClient(server.url, token=TOKEN) as client:
@@ -539,3 +562,14 @@ def test_the_totals_name_one_verb_where_energy_and_cost_agree(
     del answer["jobs_saving"]
     older = totals_in_words(FleetSummary.model_validate(answer))
     assert older.endswith(f"the 1 job whose savings are known together {said}")
+
+
+def test_times_read_as_ls_writes_them() -> None:
+    from zeus_bso.cli.tables import when
+
+    now = time.mktime((2026, 12, 1, 10, 18, 0, 0, 0, -1))
+    assert when(now - 3600, now) == "Dec 01 09:18"
+    assert when(now - 100 * 86400, now)[:7] == "Aug 23 "
+    assert ":" in when(now - 100 * 86400, now)  # with its hour, within six months
+    assert when(now - 400 * 86400, now) == "Oct 27  2025"
+    assert when(now + 400 * 86400, now).endswith("  2028")

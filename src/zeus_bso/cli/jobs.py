@@ -8,16 +8,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from zeus_bso.cli.tables import COMPACT, print_fitted, when
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import (
     EXIT_FAILURE,
@@ -97,19 +96,15 @@ TRIAL_COLUMNS = (
     "cost",
     "converged",
 )
-# Tables without vertical lines: a job's trials (ten columns) fit an 80-column terminal.
-COMPACT: dict[str, Any] = {
-    "box": box.SIMPLE_HEAD,
-    "show_edge": False,
-    "collapse_padding": True,
-    "pad_edge": False,
-}
 # The trials table's headers: short enough for an 80-column terminal (CSV and JSON keep the names).
 TRIAL_HEADERS = {
     "trial_number": "#",
     "batch_size": "batch",
     "converged": "conv.",
 }
+# The list's columns, and the same in the order they are worth keeping on a narrow terminal.
+LIST_COLUMNS = ("job id", "stage", "trials", "GPU", "recommended", "saved", "updated")
+LIST_KEEP = ("job id", "stage", "recommended", "saved", "trials", "updated", "GPU")
 # How the trials table writes a column's figures for people (CSV and JSON keep the numbers).
 TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
 
@@ -196,10 +191,6 @@ def _saved(savings: Savings) -> str:
     return f"{share:.1f}% of the cost saved" if share >= 0 else f"{-share:.1f}% more cost"
 
 
-def _when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
-
-
 @jobs_app.command("list")
 def list_command(
     server: Server = DEFAULT_SERVER,
@@ -221,34 +212,28 @@ def list_command(
     if as_json:
         typer.echo(json.dumps([job.model_dump(mode="json") for job in jobs], indent=2))
         return
-    # The id is what `show` takes: whole, on one line, however narrow the terminal.
-    longest = max((len(job.job_id) for job in jobs), default=len("job id"))
-    # Other cells fold onto more lines where the terminal is narrow, never cut ("pruni…").
-    table = Table(
-        Column("job id", no_wrap=True, min_width=longest),
-        Column("stage", overflow="fold"),
-        Column("trials", overflow="fold"),
-        Column("GPU", overflow="fold"),
-        Column("recommended", overflow="fold"),
-        Column("saved", overflow="fold"),  # of the cost, against the default
-        Column("updated", overflow="fold"),
-        **COMPACT,
-    )
+    rows = []
     for job in jobs:
         gpu = f"{job.number_of_gpus} x {job.gpu_model}"
         if job.gpu_model == ESTIMATED_MODEL:
             gpu = "none measured"
         recommended, savings = job.recommended, job.savings
-        table.add_row(
-            escape(job.job_id),
-            job.stage.value,
-            str(job.trials),
-            escape(gpu),
-            str(recommended.batch_size) if recommended else "-",
-            f"{100 * savings.fraction:.1f}%" if savings else "-",
-            _when(job.updated_at),
+        rows.append(
+            [
+                escape(job.job_id),
+                job.stage.value,
+                str(job.trials),
+                escape(gpu),
+                str(recommended.batch_size) if recommended else "-",
+                f"{100 * savings.fraction:.1f}%" if savings else "-",  # of the cost, vs default
+                when(job.updated_at),
+            ]
         )
-    console.print(table)
+    # The id is what `show` takes: whole, on one line. No cell is folded ("band/it") or cut
+    # ("pruni…"): where the terminal is too narrow, the columns least needed are left out.
+    left_out = print_fitted(console, LIST_COLUMNS, rows, LIST_KEEP)
+    if jobs and left_out:
+        err.print(f"left out to fit the terminal: {', '.join(left_out)} (--json has them all)")
     if not jobs:
         err.print(escape("no jobs" + _whose_id(prefix)))
 
