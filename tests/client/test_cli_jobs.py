@@ -573,3 +573,47 @@ def test_times_read_as_ls_writes_them() -> None:
     assert ":" in when(now - 100 * 86400, now)  # with its hour, within six months
     assert when(now - 400 * 86400, now) == "Oct 27  2025"
     assert when(now + 400 * 86400, now).endswith("  2028")
+
+
+def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:
+    """Hours and kilowatt-hours (a multi-GPU fine-tune) made the 80-column table fold its
+    cells ("explorat/ion", "29.71/kWh") onto two lines a trial; now a column is left out."""
+    job_id = unique_id("clilong")
+    spec = JobSpecFromClient(
+        job_id=job_id,
+        job_id_prefix="clilong",
+        batch_sizes=[128, 256, 512],
+        default_batch_size=256,
+        max_power=5600.0,
+        number_of_gpus=8,
+        gpu_model="NVIDIA H100 80GB HBM3",
+        target_metric=0.7,
+        max_epochs=40,
+    )
+    with ServerClient(server.url, token=TOKEN) as client:
+        client.register_job(spec)
+        for run in range(3):
+            trial = client.dispatch(job_id).trial
+            for epoch in range(1, 30):
+                result = TrainingResult(
+                    **trial.model_dump(),
+                    time=1800.0 * epoch,
+                    energy=2.6e6 * epoch * (1 + 0.1 * run),
+                    metric=0.4 + 0.011 * epoch,
+                    current_epoch=epoch,
+                )
+                if client.report(result).stop_train:
+                    break
+            client.end_trial(trial)
+    wide = cli(server, "trials", job_id)
+    assert "left out" not in wide.stderr
+    assert "metric" in wide.stdout.splitlines()[0]
+    narrow = cli(server, "trials", job_id, columns=80)
+    lines = narrow.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, narrow.stdout
+    rows = [line.split() for line in lines[2:]]
+    assert rows[0][:3] == ["1", "256", "exploration"], narrow.stdout  # the default, whole
+    assert [row[0] for row in rows] == ["1", "2", "3"], narrow.stdout  # a line a trial
+    assert all("kWh" in row for row in rows), narrow.stdout  # "30.72 kWh" whole
+    assert "left out to fit the terminal: metric" in narrow.stderr
+    assert "metric" not in lines[0]

@@ -96,7 +96,7 @@ TRIAL_COLUMNS = (
     "cost",
     "converged",
 )
-# The trials table's headers: short enough for an 80-column terminal (CSV and JSON keep the names).
+# The trials table's headers: short, for an 80-column terminal (CSV and JSON keep the names).
 TRIAL_HEADERS = {
     "trial_number": "#",
     "batch_size": "batch",
@@ -105,6 +105,12 @@ TRIAL_HEADERS = {
 # The list's columns, and the same in the order they are worth keeping on a narrow terminal.
 LIST_COLUMNS = ("job id", "stage", "trials", "GPU", "recommended", "saved", "updated")
 LIST_KEEP = ("job id", "stage", "recommended", "saved", "trials", "updated", "GPU")
+# The trials table's columns (their headers) in the order they are worth keeping on a narrow
+# terminal: the figures behind the cost go first, the metric before them.
+TRIALS_KEEP = (
+    *("#", "batch", "kind", "status", "conv.", "cost"),
+    *("epochs", "time", "energy", "metric"),
+)
 # How the trials table writes a column's figures for people (CSV and JSON keep the numbers).
 TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
 
@@ -451,13 +457,14 @@ def trials_command(
         writer.writerows(trials)
         typer.echo(buffer.getvalue(), nl=False)
     else:
-        table = Table(
-            *(Column(TRIAL_HEADERS.get(c, c), overflow="fold") for c in TRIAL_COLUMNS),
-            **COMPACT,
-        )
-        for trial in trials:
-            table.add_row(*(_figure(c, trial[c]) for c in TRIAL_COLUMNS))
-        console.print(table)
+        headers = [TRIAL_HEADERS.get(c, c) for c in TRIAL_COLUMNS]
+        rows = [[_figure(c, trial[c]) for c in TRIAL_COLUMNS] for trial in trials]
+        left_out = print_fitted(console, headers, rows, TRIALS_KEEP)
+        if trials and left_out:
+            err.print(
+                f"left out to fit the terminal: {', '.join(left_out)} (--format csv or json has"
+                " them all)"
+            )
 
 
 @jobs_app.command(
