@@ -304,7 +304,7 @@ def _batch_size_view(
         reports=row.reports,
         converged=row.converged_count,
         mean_cost=row.mean_cost if row.reports else None,
-        cost_std=math.sqrt(running.variance) if row.reports else None,
+        cost_std=math.sqrt(running.variance) if row.reports > 1 else None,  # needs two
         best_converged_cost=row.best_converged_cost,
         observations=used.count,
         posterior_mean_reward=posterior.mean if posterior else None,

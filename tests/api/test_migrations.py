@@ -115,7 +115,9 @@ def test_statistics_survive_the_move_onto_the_job_row_and_back(
         assert by_size[64]["mean_cost"] == 110.0
         assert by_size[64]["converged"] == 2
         assert by_size[64]["best_converged_cost"] == 100.0
+        assert by_size[64]["cost_std"] == pytest.approx(10.0)  # 100 and 120
         assert by_size[128]["reports"] == 1
+        assert by_size[128]["cost_std"] is None  # one report has no spread (it said 0.0)
         assert by_size[128]["converged"] == 0
         assert by_size[32]["reports"] == 0
         assert state["best_batch_size"] == 64

@@ -95,6 +95,7 @@ class BatchSizeView(BaseModel):
     converged: int
     mean_cost: float | None
     cost_std: float | None
+    """The spread of its reports' costs (None: fewer than two reports, which have none)."""
     best_converged_cost: float | None
     observations: int
     """Observations the bandit uses (the last ``window_size`` reports with a window)."""
