@@ -22,6 +22,7 @@ from tests.helpers import (
 )
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
+from zeus_bso.client.progress import Elapsed
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import (
     ConfigurationError,
@@ -324,6 +325,40 @@ def test_order_errors(server: ServerProcess) -> None:
     with pytest.raises(OperationOrderError, match="get_batch_size"):
         bso.on_evaluate(0.5)
     bso.end()
+
+
+def test_a_loop_that_never_began_training_reports_nothing(server: ServerProcess) -> None:
+    """A loop that forgot ``on_train_begin()`` measured no time or energy: its report said the
+    run converged at a cost of 0, and the job learned that size as free. Now the report is
+    refused, the `with` block releases the trial, and nothing is charged to the size; with
+    ``elapsed=`` of its own, a loop need not begin."""
+    job = spec(unique_id("forgot").replace("-", ""))
+
+    def forgetful_loop() -> int:
+        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100)) as bso:
+            forgetful.append(bso)
+            size = bso.get_batch_size()
+            bso.on_evaluate(0.9)
+            return size
+
+    forgetful: list[BatchSizeOptimizer] = []
+    with pytest.raises(OperationOrderError, match="on_train_begin"):
+        forgetful_loop()
+    (bso,) = forgetful
+    size = bso.batch_size
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert (trial["batch_size"], trial["status"], trial["cost"]) == (size, "released", None)
+    assert "on_train_begin" in trial["message"]
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100)) as bso:
+        bso.get_batch_size()
+        assert bso.on_evaluate(0.9, elapsed=Elapsed(10.0, 1000.0)).stop_train
+    with ServerClient(server.url) as client:
+        trials = client.job_state(bso.job_id)["trials"]
+    assert sorted((t["status"], t["time"], t["energy"]) for t in trials) == [
+        ("released", None, None),
+        ("reported", 10.0, 1000.0),
+    ]
 
 
 def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:

@@ -346,11 +346,19 @@ class BatchSizeOptimizer(TrialSession):
         its target or at ``max_epochs``.
 
         Raises:
+            OperationOrderError: `get_batch_size` was not called, or `on_train_begin` was not
+                and no ``elapsed`` was given (the run would report no time or energy: a run
+                that cost nothing, which the job would learn as the cheapest).
             ZeusBSOTrainFailError: with ``raise_if_unconverged``, the server said stop and the
                 run did not converge.
         """
         if self._main().trial is None and not self.offline:
             raise OperationOrderError("call get_batch_size() and on_train_begin() first")
+        if elapsed is None and not self.progress.began:
+            raise OperationOrderError(
+                "call on_train_begin() when training starts, before on_evaluate(): without it"
+                " the run has measured no time or energy (or pass elapsed= with your own)"
+            )
         answer = self._evaluate(metric, epoch, elapsed or self.progress.elapsed())
         assert answer is not None
         return answer
