@@ -109,3 +109,23 @@ def test_a_refused_next_run_reads_as_one_sentence_without_run_it_again() -> None
                          "[32, 64]); change the job: lower target_metric.")  # fmt: skip
     assert "Run it again" not in line
     assert "refused (refused" not in line
+
+
+def test_a_released_run_says_how_far_it_trained() -> None:
+    """A usage error after some epochs (an epoch reported twice) releases the trial: the line
+    said "did not train" of a run that had trained; it says where it ended, and a run released
+    before any epoch still says it did not train."""
+    from dataclasses import replace
+
+    released = replace(
+        outcome(9.4, 52.2),
+        converged=False,
+        reason=StopReason.NOT_TRAINED,
+        why="ConfigurationError: epoch 1 is not after the 1 epochs already reported",
+        epochs=1,
+    )
+    line = released.summary()
+    assert line.startswith("zeus-bso: batch size 64 ended at epoch 1 of 20: ConfigurationError")
+    assert "(not counted against 64)." in line
+    assert "Run it again" not in line
+    assert "did not train: " in replace(released, epochs=0).summary()
