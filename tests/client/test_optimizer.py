@@ -459,6 +459,47 @@ def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A BatchSizeOptimizer on every rank registered a run a rank, each at a batch size of its
+    own (rank 0 at 64 while rank 1 trained at 128): rank 1's is refused, saying to use
+    `TrialSession` on every rank, which trains one run at rank 0's batch size on both."""
+    pytest.importorskip("torch", reason="torchrun comes with torch (pip install torch)")
+    job_id = unique_id("ddploop")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               f"--master_port={free_port()}", str(Path(__file__).with_name("ddp_loop_worker.py")),
+               server.url, job_id, str(tmp_path)]  # fmt: skip
+    env = environment_without_settings()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0]["refused"] is None
+    assert "this is rank 1 of 2" in ranks[1]["refused"]
+    assert "TrialSession on every rank" in ranks[1]["refused"]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(job_id)["trials"]  # none of rank 1's own
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 3)
+    for seen in ranks:
+        assert (seen["batch_size"], seen["trial_number"]) == (trial["batch_size"], 1)
+        assert seen["epochs"] == 3  # both stopped at rank 0's answer (0.6 >= 0.5)
+
+
+def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    bso = BatchSizeOptimizer(server.url, spec(unique_id("rank3")), energy_meter=EstimateMeter(1))
+    with pytest.raises(ConfigurationError, match="this is rank 3 of 4"):
+        bso.get_batch_size()
+    with pytest.raises(ConfigurationError, match="rank 3 of 4"):
+        bso.resume({})
+    monkeypatch.setenv("RANK", "0")
+    assert bso.get_batch_size() == 32  # rank 0 of the same launch asks
+    bso.end()
+
+
 def test_a_server_url_with_a_path_gets_a_hint(server: ServerProcess) -> None:
     with (
         ServerClient(server.url + "/jobs") as client,

@@ -95,9 +95,9 @@ class RunOutcome:
         spent = f"{duration_text(self.seconds)}, {energy_text(self.joules)}"
         trained = self.reason is not StopReason.NOT_TRAINED
         if not trained:
-            # A usage error after some epochs ("epoch 1 is not after ..."): it trained that far.
-            ended = f"ended at epoch {self.epochs} of {self.max_epochs}" if self.epochs else ""
-            line = f"{size} {ended or 'did not train'}: {self.why}"
+            line = f"{size} did not train: {self.why}"
+            if self.epochs:  # a usage error after some epochs: it trained that far
+                line = f"{size} ended at epoch {self.epochs} of {self.max_epochs}: {self.why}"
             if not self.offline:
                 line += f" (not counted against {self.batch_size})"
         elif self.reason is StopReason.FAILED:

@@ -25,6 +25,8 @@ scratch: the run says so, naming the settings that changed (`zeus_bso.client.new
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -33,7 +35,7 @@ from zeus_bso.client.http import ServerClient
 from zeus_bso.client.outcome import show_on_stderr
 from zeus_bso.client.progress import Elapsed
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.errors import OperationOrderError
+from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.options import JobLike
 from zeus_bso.power.run import PowerLimitMode
 from zeus_bso.scaling.lr import LrRule
@@ -41,6 +43,34 @@ from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, ReportRespons
 from zeus_bso.training.collectives import WORLD_OF_ONE
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.shared_trial import shared_trial
+
+
+def refuse_other_ranks() -> None:
+    """Refuses a `BatchSizeOptimizer` run on a process other than rank 0 of a run of several
+    (``torch.distributed``'s process group, else the launcher's ``RANK`` and ``WORLD_SIZE``):
+    on every rank, each registered a run of its own at a batch size of its own (rank 0 trained
+    at 64 while rank 1 trained at 128, each charged with its own GPU's energy).
+
+    Raises:
+        ConfigurationError: saying what to use instead.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        try:
+            rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        except ValueError:
+            return  # not a launcher's
+    if rank == 0 or world < 2:
+        return
+    raise ConfigurationError(
+        f"BatchSizeOptimizer is a run of one process, and this is rank {rank} of {world}: on"
+        " every rank it would register a run of its own, at a batch size of its own. Use"
+        " zeus_bso.training.TrialSession on every rank (rank 0 asks the server, every rank"
+        " trains at its answer, each GPU's energy is counted once), or call get_batch_size()"
+        " on rank 0 alone and broadcast the batch size"
+    )
 
 
 def _not_logged(values: dict[str, float], step: int) -> None:
@@ -216,10 +246,12 @@ class BatchSizeOptimizer(TrialSession):
         """Register the job and ask the server for this run's batch size (once per run).
 
         Raises:
+            ConfigurationError: this process is not rank 0 of several (`refuse_other_ranks`).
             PowerLimitError: with ``power_limit="optimize"``, the GPUs' limits cannot be set
                 here (a MIG slice, a GPU that other processes compute on); the trial is
                 released.
         """
+        refuse_other_ranks()
         self.start(None)
         return self._chosen()
 
@@ -230,6 +262,7 @@ class BatchSizeOptimizer(TrialSession):
         Raises:
             ConfigurationError: ``saved`` is not a checkpoint of a trial.
         """
+        refuse_other_ranks()
         self.start(saved)
         return self._chosen()
 
