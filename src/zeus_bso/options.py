@@ -7,6 +7,7 @@ adapter needs nothing of the client's."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +171,30 @@ def required_job(job: JobLike | None) -> JobSpec:
         return JobSpec.model_validate(_plain(job))
     except ValueError as err:
         raise ConfigurationError(f"job=... is not a valid job: {validation_words(err)}") from None
+
+
+def check_metric_direction(metric: str, job: JobSpec) -> None:
+    """Refuses a loss judged higher-is-better by default: a metric named like one (``val_loss``,
+    ``eval/loss``) falls as training goes, and with ``higher_is_better_metric`` left at True a
+    run "reached" ``target_metric`` as soon as its loss was at or above it, at its first
+    validation. (The HF Trainer's ``greater_is_better`` reads such a name the same way.) A job
+    that sets ``higher_is_better_metric=True`` itself keeps it.
+
+    Raises:
+        ConfigurationError: saying what to set.
+    """
+    words = [word for word in re.split(r"[^a-z0-9]+", metric.lower()) if word]
+    if not words or words[-1] != "loss" or {"neg", "negative", "minus"} & set(words):
+        return
+    if not job.higher_is_better_metric or "higher_is_better_metric" in job.model_fields_set:
+        return
+    raise ConfigurationError(
+        f"the metric {metric!r} is a loss, which falls as training goes, but the job counts a"
+        " higher metric as better (higher_is_better_metric defaults to True): a run would reach"
+        f" target_metric {job.target_metric:g} as soon as its loss is at or above it. Set"
+        " higher_is_better_metric=False in the job, with the loss to reach as target_metric"
+        " (or set it to True yourself to keep it)"
+    )
 
 
 def _plain(value: object) -> object:

@@ -486,6 +486,16 @@ def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
         ZeusBSOTrainerCallback(server.url, spec, resume_from_checkpoint=True)
 
 
+def test_eval_loss_as_higher_is_better_is_refused_unless_the_job_says_so() -> None:
+    """The Trainer's own ``greater_is_better`` is False for a metric that ends in "loss"; a job
+    left at ``higher_is_better_metric=True`` converged every run at its first evaluation."""
+    spec = job(unique_id("hfloss"), target=0.9)
+    with pytest.raises(ZeusBSOError, match="'eval_loss' is a loss"):
+        ZeusBSOTrainerCallback("http://127.0.0.1:9", spec, metric="eval_loss")
+    lower = spec.model_copy(update={"higher_is_better_metric": False, "target_metric": 0.2})
+    assert ZeusBSOTrainerCallback("http://127.0.0.1:9", lower, metric="eval_loss").job == lower
+
+
 def test_misconfigured_runs_leave_the_default_batch_size_untouched(
     server: ServerProcess, tmp_path: Path
 ) -> None:

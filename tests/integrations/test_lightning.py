@@ -405,6 +405,21 @@ def callback_for(server_url: str, spec: JobSpec, **options: Any) -> ZeusBSOCallb
     )
 
 
+@pytest.mark.parametrize("monitor", ["val_loss", "val/loss", "loss"])
+def test_a_loss_monitored_as_higher_is_better_is_refused_unless_the_job_says_so(
+    monitor: str,
+) -> None:
+    """With ``higher_is_better_metric`` at its default (True), a loss "reached" a target
+    below it at the fit's first validation: every run converged at once."""
+    spec = job(unique_id("lloss"))
+    with pytest.raises(ConfigurationError, match="higher_is_better_metric=False"):
+        ZeusBSOCallback("http://127.0.0.1:9", spec, monitor=monitor)
+    for said in (False, True):  # the job's own word, either way, is kept
+        kept = spec.model_copy(update={"higher_is_better_metric": said})
+        assert ZeusBSOCallback("http://127.0.0.1:9", kept, monitor=monitor).job == kept
+    assert ZeusBSOCallback("http://127.0.0.1:9", spec, monitor="val_neg_loss").job == spec
+
+
 def test_misconfigured_fits_leave_the_default_batch_size_untouched(
     server: ServerProcess, tmp_path: Path
 ) -> None:

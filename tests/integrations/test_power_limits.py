@@ -483,8 +483,10 @@ def hf_run(url: str, job_id: str, eta: float, out: str, then: Any = None) -> Any
         def __getitem__(self, i: int) -> dict[str, Any]:
             return {"x": self.x[i], "labels": torch.tensor(0)}
 
-    callback = ZeusBSOTrainerCallback(url, job(job_id, eta), metric="eval_loss",
-                                      power_limit="optimize")  # fmt: skip
+    # The loss is at or above 0.0 at the first validation: one epoch a run (a loss counted
+    # higher-is-better only where the job says so itself).
+    spec = job(job_id, eta, higher_is_better_metric=True)
+    callback = ZeusBSOTrainerCallback(url, spec, metric="eval_loss", power_limit="optimize")
     args = transformers.TrainingArguments(
         output_dir=out, per_device_train_batch_size=callback.start(), num_train_epochs=2,
         eval_strategy="epoch", logging_strategy="no", save_strategy="no", report_to=[],

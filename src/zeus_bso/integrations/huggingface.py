@@ -49,7 +49,13 @@ from zeus_bso.integrations.hf_checkpoints import (
     saved_trial,
 )
 from zeus_bso.integrations.hf_memory import try_steps
-from zeus_bso.options import JobLike, check_max_micro_batch_size, required_job, server_url_from
+from zeus_bso.options import (
+    JobLike,
+    check_max_micro_batch_size,
+    check_metric_direction,
+    required_job,
+    server_url_from,
+)
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
@@ -154,6 +160,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
+        check_metric_direction(metric, self.job)
         self.metric = metric
         self.token = token
         self._meter = energy_meter

@@ -41,6 +41,7 @@ from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     JobLike,
     check_max_micro_batch_size,
+    check_metric_direction,
     lightning_settings,
     required_job,
     server_url_from,
@@ -124,6 +125,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.job = required_job(job)
+        check_metric_direction(monitor, self.job)
         self.monitor = monitor
         self.batch_arg_name = batch_arg_name
         self.token = token
