@@ -617,3 +617,29 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     assert all("kWh" in row for row in rows), narrow.stdout  # "30.72 kWh" whole
     assert "left out to fit the terminal: metric" in narrow.stderr
     assert "metric" not in lines[0]
+
+
+def test_a_page_that_leaves_jobs_out_says_where_the_next_begins(server: ServerProcess) -> None:
+    """`jobs list` shows 100 jobs a page: a fleet of more showed the first 100 as if they were
+    all; now it says that more follow, and where."""
+    prefix = unique_id("clipage").replace("-", "")
+    with ServerClient(server.url, token=TOKEN) as client:
+        for n in range(4):
+            spec = JobSpecFromClient(
+                job_id=f"{prefix}-{n}", job_id_prefix=prefix, batch_sizes=[32, 64],
+                default_batch_size=32, max_power=300.0, number_of_gpus=1, gpu_model="A40",
+                target_metric=0.5, max_epochs=3,
+            )  # fmt: skip
+            client.register_job(spec)
+    first = cli(server, "list", "--prefix", prefix, "--limit", "3")
+    assert [line.split()[0] for line in first.stdout.splitlines()[2:]] == [
+        f"{prefix}-{n}" for n in range(3)
+    ]
+    assert "more jobs than these 3: --offset 3 shows the next page" in first.stderr
+    as_json = cli(server, "list", "--prefix", prefix, "--limit", "3", "--json")
+    assert len(json.loads(as_json.stdout)) == 3
+    assert "--offset 3 shows the next page" in as_json.stderr
+    for last in (["--limit", "3", "--offset", "3"], ["--limit", "4"]):  # nothing beyond
+        listed = cli(server, "list", "--prefix", prefix, *last)
+        assert f"{prefix}-3" in listed.stdout
+        assert "more jobs" not in listed.stderr

@@ -28,7 +28,7 @@ from zeus_bso.errors import (
 from zeus_bso.options import checked_server_url, token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
-from zeus_bso.wire.reads import FleetSummary, JobView, Savings, SeededFrom
+from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, Savings, SeededFrom
 
 T = TypeVar("T")
 
@@ -207,7 +207,14 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
-    jobs, unreadable = _ask(server, token, lambda client: client.jobs_page(prefix, limit, offset))
+
+    def page(client: ServerClient) -> tuple[tuple[list[JobSummary], list[str]], bool]:
+        found = client.jobs_page(prefix, limit, offset)
+        full = len(found[0]) + len(found[1]) >= limit  # the unreadable are left out of a page
+        return found, full and any(client.jobs_page(prefix, 1, offset + limit))
+
+    (jobs, unreadable), more = _ask(server, token, page)
+    beyond = f"more jobs than these {limit}: --offset {offset + limit} shows the next page"
     if unreadable:
         err.print(
             escape(
@@ -217,6 +224,8 @@ def list_command(
         )
     if as_json:
         typer.echo(json.dumps([job.model_dump(mode="json") for job in jobs], indent=2))
+        if more:
+            err.print(beyond)
         return
     rows = []
     for job in jobs:
@@ -240,6 +249,8 @@ def list_command(
     left_out = print_fitted(console, LIST_COLUMNS, rows, LIST_KEEP)
     if jobs and left_out:
         err.print(f"left out to fit the terminal: {', '.join(left_out)} (--json has them all)")
+    if more:  # after the table, whose end is what a terminal shows
+        err.print(beyond)
     if not jobs:
         err.print(escape("no jobs" + _whose_id(prefix)))
 
