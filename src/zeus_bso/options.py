@@ -197,6 +197,26 @@ def check_metric_direction(metric: str, job: JobSpec) -> None:
     )
 
 
+def check_first_metric(metric: float, job: JobSpec, reported: int) -> None:
+    """Refuses a run's first report (``reported``: epochs reported before it) of a metric above
+    1 (at most 100) against a ``target_metric`` of at most 1, higher being better: a percentage
+    against a fraction (accuracy as ``100 * correct / total``, as many scripts compute it),
+    which "reached" the target at once, every run converging at its first validation.
+
+    Raises:
+        ConfigurationError: saying what to change.
+    """
+    target = job.target_metric
+    if reported or not job.higher_is_better_metric or not 0 < target <= 1 < metric <= 100:
+        return
+    raise ConfigurationError(
+        f"the first metric reported is {metric:g} and target_metric is {target:g}: a percentage"
+        " against a fraction? Every run would reach the target at once. Report the metric as"
+        f" the target is given ({metric / 100:g}), or give the target as a percentage"
+        f" ({target * 100:g})"
+    )
+
+
 def _plain(value: object) -> object:
     """``value`` with its mappings as dicts and its sequences as lists, all the way down (a
     config library's own containers are neither, for pydantic)."""

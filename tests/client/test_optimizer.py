@@ -459,6 +459,48 @@ def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.parametrize(
+    ("target", "first", "refused"),
+    [
+        (0.75, 61.3, True),  # accuracy as 100 * correct / total against a fraction
+        (1.0, 9.8, True),
+        (0.75, 0.613, False),
+        (75.0, 61.3, False),  # both percentages
+        (0.75, 1.0, False),  # a fraction at its top
+        (0.75, 250.0, False),  # no percentage
+    ],
+)
+def test_a_percentage_against_a_fractional_target_is_refused_at_the_first_report(
+    server: ServerProcess, target: float, first: float, refused: bool
+) -> None:
+    """A first report of 61.3 against ``target_metric=0.75`` "reached" the target: every run
+    converged at its first validation, and the job learned nothing of the batch sizes."""
+    job = spec(unique_id("percent").replace("-", ""), target_metric=target)
+    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None)
+
+    def loop() -> bool:
+        with bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            bso.on_evaluate(first)
+            return bso.on_evaluate(first + 200.0).stop_train  # a later report is not checked
+
+    if not refused:
+        assert loop()
+        return
+    with pytest.raises(ConfigurationError, match=f"the first metric reported is {first:g}"):
+        loop()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", None)  # counted against nothing
+    lower = spec(unique_id("loss").replace("-", ""), target_metric=0.5)
+    lower = lower.model_copy(update={"higher_is_better_metric": False})
+    with BatchSizeOptimizer(server.url, lower, energy_meter=EstimateMeter(100), show=None) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        assert not bso.on_evaluate(first).stop_train  # a loss of any size is not checked
+
+
 def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     server: ServerProcess, tmp_path: Path
 ) -> None:

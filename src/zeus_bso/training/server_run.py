@@ -27,6 +27,7 @@ from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
+from zeus_bso.options import check_first_metric
 from zeus_bso.spec import (
     CreatedJob,
     JobSpecFromClient,
@@ -341,6 +342,7 @@ class ServerRun:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
             )
+        check_first_metric(metric, self.spec, self.progress.epochs)  # before anything counts
         epoch = self.progress.epoch_done(epoch)
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
