@@ -28,6 +28,7 @@ from zeus_bso.errors import (
     ConfigurationError,
     OutOfMemoryNotTheBatchSizeError,
     ServerRejectedError,
+    ZeusBSOError,
 )
 from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
@@ -499,6 +500,28 @@ def test_a_percentage_against_a_fractional_target_is_refused_at_the_first_report
         bso.get_batch_size()
         bso.on_train_begin()
         assert not bso.on_evaluate(first).stop_train  # a loss of any size is not checked
+
+
+def test_a_diverged_run_that_reports_nan_fails_at_its_batch_size(server: ServerProcess) -> None:
+    """A NaN metric (training diverged) raised pydantic's ValidationError, with its web link,
+    from inside the client; the run fails with words of ours, charged to its batch size."""
+    job = spec(unique_id("nan").replace("-", ""))
+    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None)
+
+    def diverging_loop() -> None:
+        with bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            bso.on_evaluate(0.3)
+            bso.on_evaluate(float("nan"))
+
+    with pytest.raises(ZeusBSOError, match="the metric reported is nan: training diverged"):
+        diverging_loop()
+    assert bso.outcome is not None
+    assert bso.outcome.summary().startswith("zeus-bso: batch size 32 failed at epoch 2 of 5")
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert (trial["status"], trial["epochs"]) == ("failed", 1)
 
 
 def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(

@@ -27,7 +27,7 @@ from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
-from zeus_bso.options import check_first_metric
+from zeus_bso.options import check_reported_metric
 from zeus_bso.spec import (
     CreatedJob,
     JobSpecFromClient,
@@ -342,8 +342,8 @@ class ServerRun:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
             )
-        check_first_metric(metric, self.spec, self.progress.epochs)  # before anything counts
         epoch = self.progress.epoch_done(epoch)
+        check_reported_metric(metric, self.spec, epoch - 1)  # before it is reported or judged
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
         trial = self.trial
