@@ -1,8 +1,9 @@
 """What a run is given, checked before any network: where the server is, from the arguments or
 the environment (``ZEUS_BSO_SERVER_URL``, ``ZEUS_BSO_TOKEN``), as MLflow and W&B read theirs (a
 cluster image sets them once for every training script), the job, and the options every entry
-point takes. The client, the training session and the framework adapters read them here: an
-adapter needs nothing of the client's."""
+point takes; and the metric a run monitors and reports, against its job's target. The client,
+the training session and the framework adapters read them here: an adapter needs nothing of the
+client's."""
 
 from __future__ import annotations
 

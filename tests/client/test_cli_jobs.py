@@ -77,7 +77,9 @@ def cli(
     )
 
 
-def job_with_trials(server: ServerProcess, job_id: str, runs: int) -> None:
+def job_with_trials(server: ServerProcess, job_id: str, runs: int, scale: float = 1.0) -> None:
+    """A job of ``runs`` reported trials, each converging at its second epoch, the later ones
+    dearer; ``scale`` multiplies their seconds and joules (1e4: days and kilowatt-hours)."""
     spec = JobSpecFromClient(
         job_id=job_id,
         job_id_prefix=job_id.split("-")[0],
@@ -96,8 +98,8 @@ def job_with_trials(server: ServerProcess, job_id: str, runs: int) -> None:
             for epoch in (1, 2):
                 result = TrainingResult(
                     **trial.model_dump(),
-                    time=10.0 * epoch * (run + 1),
-                    energy=900.0 * epoch * (run + 1),
+                    time=10.0 * scale * epoch * (run + 1),
+                    energy=900.0 * scale * epoch * (run + 1),
                     metric=0.3 * epoch,
                     current_epoch=epoch,
                 )
@@ -579,32 +581,7 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     """Hours and kilowatt-hours (a multi-GPU fine-tune) made the 80-column table fold its
     cells ("explorat/ion", "29.71/kWh") onto two lines a trial; now a column is left out."""
     job_id = unique_id("clilong")
-    spec = JobSpecFromClient(
-        job_id=job_id,
-        job_id_prefix="clilong",
-        batch_sizes=[128, 256, 512],
-        default_batch_size=256,
-        max_power=5600.0,
-        number_of_gpus=8,
-        gpu_model="NVIDIA H100 80GB HBM3",
-        target_metric=0.7,
-        max_epochs=40,
-    )
-    with ServerClient(server.url, token=TOKEN) as client:
-        client.register_job(spec)
-        for run in range(3):
-            trial = client.dispatch(job_id).trial
-            for epoch in range(1, 30):
-                result = TrainingResult(
-                    **trial.model_dump(),
-                    time=1800.0 * epoch,
-                    energy=2.6e6 * epoch * (1 + 0.1 * run),
-                    metric=0.4 + 0.011 * epoch,
-                    current_epoch=epoch,
-                )
-                if client.report(result).stop_train:
-                    break
-            client.end_trial(trial)
+    job_with_trials(server, job_id, runs=3, scale=1e4)
     wide = cli(server, "trials", job_id)
     assert "left out" not in wide.stderr
     assert "metric" in wide.stdout.splitlines()[0]
@@ -612,9 +589,9 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     lines = narrow.stdout.splitlines()
     assert max(map(len, lines)) <= 80, narrow.stdout
     rows = [line.split() for line in lines[2:]]
-    assert rows[0][:3] == ["1", "256", "exploration"], narrow.stdout  # the default, whole
+    assert rows[0][:3] == ["1", "64", "exploration"], narrow.stdout  # the default, whole
     assert [row[0] for row in rows] == ["1", "2", "3"], narrow.stdout  # a line a trial
-    assert all("kWh" in row for row in rows), narrow.stdout  # "30.72 kWh" whole
+    assert all("kWh" in row for row in rows), narrow.stdout  # "5.00 kWh" whole
     assert "left out to fit the terminal: metric" in narrow.stderr
     assert "metric" not in lines[0]
 
@@ -623,14 +600,8 @@ def test_a_page_that_leaves_jobs_out_says_where_the_next_begins(server: ServerPr
     """`jobs list` shows 100 jobs a page: a fleet of more showed the first 100 as if they were
     all; now it says that more follow, and where."""
     prefix = unique_id("clipage").replace("-", "")
-    with ServerClient(server.url, token=TOKEN) as client:
-        for n in range(4):
-            spec = JobSpecFromClient(
-                job_id=f"{prefix}-{n}", job_id_prefix=prefix, batch_sizes=[32, 64],
-                default_batch_size=32, max_power=300.0, number_of_gpus=1, gpu_model="A40",
-                target_metric=0.5, max_epochs=3,
-            )  # fmt: skip
-            client.register_job(spec)
+    for n in range(4):
+        job_with_trials(server, f"{prefix}-{n}", 0)
     first = cli(server, "list", "--prefix", prefix, "--limit", "3")
     assert [line.split()[0] for line in first.stdout.splitlines()[2:]] == [
         f"{prefix}-{n}" for n in range(3)

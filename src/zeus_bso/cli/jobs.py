@@ -246,9 +246,7 @@ def list_command(
         )
     # The id is what `show` takes: whole, on one line. No cell is folded ("band/it") or cut
     # ("pruni…"): where the terminal is too narrow, the columns least needed are left out.
-    left_out = print_fitted(console, LIST_COLUMNS, rows, LIST_KEEP)
-    if jobs and left_out:
-        err.print(f"left out to fit the terminal: {', '.join(left_out)} (--json has them all)")
+    print_fitted(console, LIST_COLUMNS, rows, LIST_KEEP, err=err, hint="--json has them all")
     if more:  # after the table, whose end is what a terminal shows
         err.print(beyond)
     if not jobs:
@@ -470,12 +468,8 @@ def trials_command(
     else:
         headers = [TRIAL_HEADERS.get(c, c) for c in TRIAL_COLUMNS]
         rows = [[_figure(c, trial[c]) for c in TRIAL_COLUMNS] for trial in trials]
-        left_out = print_fitted(console, headers, rows, TRIALS_KEEP)
-        if trials and left_out:
-            err.print(
-                f"left out to fit the terminal: {', '.join(left_out)} (--format csv or json has"
-                " them all)"
-            )
+        hint = "--format csv or json has them all"
+        print_fitted(console, headers, rows, TRIALS_KEEP, err=err, hint=hint)
 
 
 @jobs_app.command(

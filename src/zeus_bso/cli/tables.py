@@ -36,13 +36,20 @@ def when(seconds: float, now: float | None = None) -> str:
 
 
 def print_fitted(
-    console: Console, columns: Sequence[str], rows: Sequence[Sequence[str]], keep: Sequence[str]
-) -> list[str]:
-    """Prints a table of ``rows`` (cells in the order of ``columns``, none of them folded) and
-    returns the columns it left out to fit ``console``'s width: the last of ``keep``, which
-    lists the columns in the order they are worth keeping, goes first; the first is never left
-    out. Where the output is no terminal and ``COLUMNS`` is not set (a pipe, a file), nothing
-    is left out."""
+    console: Console,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    keep: Sequence[str],
+    *,
+    err: Console,
+    hint: str,
+) -> None:
+    """Prints a table of ``rows`` (cells in the order of ``columns``, none of them folded),
+    leaving out columns to fit ``console``'s width: the last of ``keep``, which lists the
+    columns in the order they are worth keeping, goes first; the first is never left out. Where
+    any are left out of rows, ``err`` names them, with ``hint`` (where to see them all). Where
+    the output is no terminal and ``COLUMNS`` is not set (a pipe, a file), nothing is left
+    out."""
     width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
     unbounded = console.options.update_width(1_000_000)
     shown = list(keep)
@@ -59,5 +66,8 @@ def print_fitted(
                 console.print(table)
             finally:
                 console.width = before
-            return [name for name in columns if name not in shown]
+            left_out = [name for name in columns if name not in shown]
+            if rows and left_out:
+                err.print(f"left out to fit the terminal: {', '.join(left_out)} ({hint})")
+            return
         shown.pop()
