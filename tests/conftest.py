@@ -20,6 +20,7 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
+from tests.environments import Environments, run_folder
 from tests.helpers import BACKENDS, ServerProcess, database_url
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
@@ -226,3 +227,17 @@ def shared(request: pytest.FixtureRequest, backend: str) -> ServerProcess:
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def environments(tmp_path_factory: pytest.TempPathFactory) -> Environments:
+    """Environments with torch and one install of the project alone, shared by the run's workers
+    (`tests.environments`)."""
+    return Environments(run_folder(tmp_path_factory) / "environments")
+
+
+@pytest.fixture(scope="session")
+def lightning_python(environments: Environments) -> str:
+    """The Python of an environment with torch and ``zeus-bso[lightning]`` alone: for the training
+    processes of the tests whose subject is the Lightning callback."""
+    return environments.python("zeus-bso[lightning]")

@@ -238,18 +238,6 @@ def serve_backend(
     proc.stop()
 
 
-def quiet_trainer_options(root: Path) -> dict[str, Any]:
-    """Lightning ``Trainer`` options of the tests: on the CPU, nothing logged, saved or shown."""
-    return {
-        "accelerator": "cpu",
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "default_root_dir": root,
-    }
-
-
 def jobs_show(server_url: str, job_id: str) -> subprocess.CompletedProcess[str]:
     """``zeus-bso jobs show JOB_ID`` against a server, wide enough not to wrap, checked to
     succeed."""

@@ -110,10 +110,13 @@ def run_script(server: ServerProcess, tmp_path: Path, case: str) -> tuple[Any, J
     return terminated(script, ready, tmp_path), job
 
 
-def terminated(script: str, ready: Path, cwd: Path, wait_s: float = 60) -> Any:
-    """Run ``script``, send it SIGTERM once it wrote ``ready``, and return how it ended."""
+def terminated(
+    script: str, ready: Path, cwd: Path, wait_s: float = 60, python: str = sys.executable
+) -> Any:
+    """Run ``script`` (in ``python``), send it SIGTERM once it wrote ``ready``, and return how it
+    ended."""
     process = subprocess.Popen(
-        [sys.executable, "-c", script],
+        [python, "-c", script],
         cwd=cwd,
         env={**environment_without_settings(), "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -263,7 +266,7 @@ def test_a_terminated_hugging_face_run_releases_its_trial(
 LIGHTNING_RUN = """
 import pathlib, time
 import lightning.pytorch as pl
-from tests.integrations.test_lightning import fit
+from tests.integrations.lightning_models import fit
 from zeus_bso import JobSpec
 
 ready = pathlib.Path({ready!r})
@@ -280,18 +283,18 @@ fit({url!r}, job, pathlib.Path("run"), callbacks=[SlowSecondEpoch()])
 
 
 def test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, lightning_python: str
 ) -> None:
     """Lightning handles SIGTERM itself (its ``SIGTERMException`` at the next step, after its
     teardown), so its callback installs no guard: the fit ends Lightning's way, and the
     callback's exception hook releases the trial."""
     pytest.importorskip("lightning", reason="pip install 'zeus-bso[lightning]'")
-    from tests.integrations.test_lightning import job
+    from tests.integrations.lightning_models import job
 
     spec_ = job(unique_id("plterm"), target=0.999)
     ready = tmp_path / "ready"
     script = LIGHTNING_RUN.format(ready=str(ready), url=server.url, job=spec_.model_dump_json())
-    done = terminated(script, ready, tmp_path, wait_s=180)
+    done = terminated(script, ready, tmp_path, wait_s=180, python=lightning_python)
     # Lightning's own handler took it; the status is SIGTERM's, as Lightning's fix of
     # Lightning-AI/pytorch-lightning#19916 gives it (before it, the callback sets it: a
     # preempted fit exited 0, as if it had finished).

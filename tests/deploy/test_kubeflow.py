@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -86,7 +85,9 @@ def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path
     validate_strictly(as_pods, tmp_path / "pods.yaml")
 
 
-def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Path) -> None:
+def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(
+    tmp_path: Path, lightning_python: str
+) -> None:
     """torchrun starts two gloo processes: one trial (only rank 0 asks), the same batch size on
     both ranks, both stop at the epoch the server says, and the reported energy is both ranks'
     (each estimated as time x WATTS).
@@ -95,14 +96,15 @@ def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(tmp_path: Pa
     its outcome does not depend on how fast the machine is. A later run would be stopped as soon
     as its cost (here its time) went over a bound set by the first run's, which a busy machine
     can make it do; recurrences are tested with Lightning's Trainer in
-    tests/integrations/test_lightning.py.
+    tests/integrations/test_lightning.py. The ranks run as its docstring installs them, with
+    torch and ``zeus-bso[lightning]`` alone (`tests.environments`).
     """
     _script()
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
     job_id = unique_id("mnist")
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+            [lightning_python, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
             + [str(SCRIPT), "--accelerator", "cpu", "--devices", "2", "--data", "synthetic"]
             + ["--server", server.url, "--job-id", job_id, "--target-accuracy", "0.9"]
             + ["--max-epochs", "4", "--estimate-watts", str(WATTS)],

@@ -21,7 +21,6 @@ from tests.elastic.replica_bodies import (  # noqa: E402
     both,
     run_rank,
 )
-from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 
@@ -108,6 +107,8 @@ class Regressor(_LightningModule):  # type: ignore[misc]
 @pytest.mark.timeout(180)
 def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> None:
     pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+    from tests.integrations.lightning_models import quiet_trainer_options
     from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
 
     ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(8, 256), min_accumulation=1)

@@ -9,7 +9,6 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
-from tests.helpers import quiet_trainer_options  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 
@@ -101,6 +100,8 @@ def test_record_microbatch_needs_gradients() -> None:
 
 def test_lightning_callback_changes_batch_size_between_epochs(tmp_path: Any) -> None:
     pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+    from tests.integrations.lightning_models import quiet_trainer_options
     from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
 
     class Regressor(pl.LightningModule):  # type: ignore[misc]

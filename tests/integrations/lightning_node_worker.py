@@ -18,8 +18,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 
-from tests.helpers import quiet_trainer_options
-from tests.integrations.test_lightning import TinyClassifier, job
+from tests.integrations.lightning_models import TinyClassifier, job, quiet_trainer_options
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 

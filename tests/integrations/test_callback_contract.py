@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch", reason="the callbacks need torch (pip insta
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 
-from tests.helpers import ServerProcess, quiet_trainer_options  # noqa: E402
+from tests.helpers import ServerProcess  # noqa: E402
+from tests.integrations.lightning_models import make_data, quiet_trainer_options  # noqa: E402
 from tests.integrations.test_huggingface import (  # noqa: E402
     TokenDataset,
     runs_out_of_memory_above,
     tiny_bert,
     training_arguments,
 )
-from tests.integrations.test_lightning import make_data  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402

@@ -5,17 +5,15 @@ with every extra, would never show."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.environments import Environments
 from tests.helpers import ServerProcess, sqlite_url
 from tests.integrations.gpu_double import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
@@ -23,11 +21,6 @@ from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-UV = Path(sys.executable).parent / "uv"
-TORCH_WHEELS = sorted((ROOT / ".venv" / "wheels").glob("torch-2.13.0*.whl"))
-"""``scripts/test`` installs uv and keeps the CPU torch wheel it installs: with both, each example
-gets an environment of its own in seconds; without them (a hand-made environment), the examples
-run in this one."""
 OTHER_PARTS = {  # what an example's install must not bring (another extra's)
     "zeus-bso": ["fastapi", "lightning", "transformers", "accelerate"],
     "zeus-bso[lightning]": ["fastapi", "transformers"],
@@ -51,58 +44,6 @@ NVML's test double beside the fresh install."""
 
 
 @pytest.fixture(scope="module")
-def python_for(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
-    """The Python of a fresh environment with torch and ``requirement`` alone (one each)."""
-    made: dict[str, str] = {}
-
-    def python(requirement: str) -> str:
-        if not UV.exists() or not TORCH_WHEELS:
-            return sys.executable
-        if requirement not in made:
-            venv = tmp_path_factory.mktemp("venv")
-            pin = venv / "torch-pin.txt"
-            pin.write_text("torch==2.13.0\n")
-            extra = requirement.removeprefix("zeus-bso")
-            for command in (
-                [str(UV), "venv", "-q", "--python", sys.executable, str(venv / "env")],
-                [str(UV), "pip", "install", "-q", "--python", str(venv / "env" / "bin" / "python"),
-                 "--constraint", str(pin), str(TORCH_WHEELS[-1]), "-e", f"{ROOT}{extra}"],
-            ):  # fmt: skip
-                done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-                assert done.returncode == 0, done.stderr[-3000:]
-            made[requirement] = str(venv / "env" / "bin" / "python")
-            seed_bytecode(made[requirement])
-        return made[requirement]
-
-    return python
-
-
-def seed_bytecode(python: str) -> None:
-    """Give a fresh environment this one's compiled modules (``__pycache__``) for the packages
-    both have. What is installed stays as it was: a folder the fresh environment lacks is not
-    made (it would be an importable namespace package), and Python checks each file against its
-    source's time and size, compiling again where they differ. Without them, the first import
-    of torch and Lightning in each environment compiled them (7 CPU-seconds for Lightning's
-    alone, twice at once under torchrun)."""
-    ours = Path(sysconfig.get_paths()["purelib"])
-    asked = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    theirs = Path(subprocess.check_output([python, "-c", asked], text=True).strip())
-    for folder, subfolders, _ in os.walk(theirs):
-        if "__pycache__" in subfolders:
-            continue
-        compiled = ours / Path(folder).relative_to(theirs) / "__pycache__"
-        if compiled.is_dir():
-            shutil.copytree(compiled, Path(folder, "__pycache__"), copy_function=link_or_copy)
-
-
-def link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)  # Python replaces a compiled file, never writes into it
-    except OSError:
-        shutil.copy2(source, target)
-
-
-@pytest.fixture(scope="module")
 def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("examples")
     proc = ServerProcess(sqlite_url(tmp / "bso.db"), cwd=tmp)
@@ -123,13 +64,13 @@ def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
 def test_example_runs_recurrences(
     example_server: ServerProcess,
     tmp_path: Path,
-    python_for: Callable[[str], str],
+    environments: Environments,
     script: str,
     needs: str,
 ) -> None:
     pytest.importorskip(needs, reason=f"the example needs {needs}")
     requirement = documented_install(script)
-    python = python_for(requirement)
+    python = environments.python(requirement)
     if python != sys.executable:  # the environment has that install alone
         absent = (
             "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in sys.argv[1:]))"

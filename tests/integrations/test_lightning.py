@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,15 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from tests.helpers import (  # noqa: E402
     ServerProcess,
     check_stopped_itself,
-    quiet_trainer_options,
     sqlite_url,
     unique_id,
+)
+from tests.integrations.lightning_models import (  # noqa: E402
+    TinyClassifier,
+    fit,
+    job,
+    make_data,
+    quiet_trainer_options,
 )
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
@@ -41,69 +46,6 @@ from zeus_bso.spec import StopReason  # noqa: E402
 def server(sqlite_server: ServerProcess) -> ServerProcess:
     """SQLite only: the subject here is the Lightning callback, not the database."""
     return sqlite_server
-
-
-def make_data(n: int = 512, seed: int = 0) -> Any:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
-    return torch.utils.data.TensorDataset(x, y)
-
-
-class TinyClassifier(pl.LightningModule):
-    def __init__(self, batch_size: int = 4) -> None:
-        super().__init__()
-        self.batch_size = batch_size
-        self.layer = torch.nn.Linear(8, 2)
-        self.seen_batch_sizes: list[int] = []
-        self.train_data, self.val_data = make_data(512, 0), make_data(256, 1)
-
-    def train_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(
-            self.train_data, batch_size=self.batch_size, shuffle=True
-        )
-
-    def val_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(self.val_data, batch_size=64)
-
-    def training_step(self, batch: Any, _: int) -> Any:
-        x, y = batch
-        self.seen_batch_sizes.append(len(x))
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def validation_step(self, batch: Any, _: int) -> None:
-        x, y = batch
-        self.log("val_acc", (self.layer(x).argmax(1) == y).float().mean(), prog_bar=False)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.05)
-
-
-def job(job_id: str, target: float = 0.9, max_epochs: int = 6) -> JobSpec:
-    return JobSpec(
-        job_id=job_id,
-        job_id_prefix=job_id.split("-")[0],
-        batch_sizes=[16, 32, 64],
-        default_batch_size=32,
-        target_metric=target,
-        max_epochs=max_epochs,
-        mab_seed=1,
-        # CPU epochs of a tiny model: their costs are timing noise, which the learning-curve
-        # stop would extrapolate (it is tested in tests/policy and tests/api).
-        learning_curve_stop=False,
-    )
-
-
-def fit(server_url: str, spec: JobSpec, tmp_path: Path, **trainer_args: Any) -> tuple[Any, Any]:
-    pl.seed_everything(0, verbose=False)
-    model = TinyClassifier()
-    callback = ZeusBSOCallback(server_url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    options: dict[str, Any] = {"max_epochs": spec.max_epochs, **quiet_trainer_options(tmp_path)}
-    options.update(trainer_args)
-    ckpt_path = options.pop("ckpt_path", None)
-    trainer = pl.Trainer(callbacks=[callback, *options.pop("callbacks", [])], **options)
-    trainer.fit(model, ckpt_path=ckpt_path)
-    return model, callback
 
 
 def test_recurrences_use_the_dispatched_batch_size_and_stop_when_told(
@@ -208,7 +150,7 @@ def test_ddp_on_two_cpu_processes(
 
 
 def _run_nodes(
-    server: ServerProcess, job_id: str, monitor: str, tmp_path: Path
+    server: ServerProcess, job_id: str, monitor: str, tmp_path: Path, python: str
 ) -> list[tuple[int, str]]:
     """Two independent processes that form one 2-node DDP fit (as on two machines), run to
     their end; each one's exit status and stderr."""
@@ -229,7 +171,7 @@ def _run_nodes(
             "MASTER_PORT": str(port),
         }
         command = [
-            sys.executable,
+            python,
             str(Path(__file__).with_name("lightning_node_worker.py")),
             server.url,
             job_id,
@@ -249,12 +191,16 @@ def _run_nodes(
     return [(node.returncode, err) for node, err in zip(processes, errors, strict=True)]
 
 
-def test_an_error_on_rank_0_ends_every_rank(server: ServerProcess, tmp_path: Path) -> None:
+def test_an_error_on_rank_0_ends_every_rank(
+    server: ServerProcess, tmp_path: Path, lightning_python: str
+) -> None:
     """Rank 0 finds that the monitored metric was never logged: it raises, and rank 1, which
     would otherwise wait for rank 0's broadcast, raises too, naming rank 0's error."""
     job_id = unique_id("ddperr")
     started = time.monotonic()
-    (code0, err0), (code1, err1) = _run_nodes(server, job_id, "val_missing", tmp_path)
+    (code0, err0), (code1, err1) = _run_nodes(
+        server, job_id, "val_missing", tmp_path, lightning_python
+    )
     took = time.monotonic() - started
     assert code0 != 0, err0[-3000:]
     assert code1 != 0, err1[-3000:]

@@ -33,8 +33,14 @@ from tests.helpers import (  # noqa: E402
     ServerProcess,
     default_sigint,
     ended_after_signal,
-    quiet_trainer_options,
     unique_id,
+)
+from tests.integrations.lightning_models import (  # noqa: E402
+    PACED_BATCH,
+    PACED_STEPS,
+    Paced,
+    paced_job,
+    quiet_trainer_options,
 )
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
@@ -47,8 +53,9 @@ DOUBLE = GPU_DOUBLE
 UUID = "GPU-0000beef-1111-2222-3333-444444444444"
 PACES = gpus.PACES
 EVERY_LIMIT = sorted(float(w) for w in PACES)
-STEPS = 40  # training batches an epoch: room for the profile's 5 x 7 steps
-BATCH = 8
+STEPS = PACED_STEPS
+BATCH = PACED_BATCH
+job = paced_job
 cheapest = gpus.cheapest_limit
 
 
@@ -85,57 +92,6 @@ def state(tmp_path: Path) -> dict[str, Any]:
         "changes": [mw / 1000 for _, mw in saved["changes"]],
         "calls": saved.get("calls", 0),
     }
-
-
-def job(job_id: str, eta: float, **options: Any) -> JobSpec:
-    return JobSpec(
-        job_id=job_id,
-        job_id_prefix=job_id.split("-")[0],
-        batch_sizes=[BATCH],
-        default_batch_size=BATCH,
-        target_metric=0.0,  # reached at the first validation: one epoch a run
-        max_epochs=2,
-        eta_knob=eta,
-        learning_curve_stop=False,
-        **options,
-    )
-
-
-class Paced(pl.LightningModule):  # type: ignore[misc]
-    """A linear model whose every training step takes the double GPU's time at its limit;
-    ``then(step)`` runs after each step (a test's interruption)."""
-
-    def __init__(self, then: Any = None) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 2)
-        self.batch_size = BATCH
-        self.then = then
-        self.steps = 0
-
-    def train_dataloader(self) -> Any:
-        data = torch.utils.data.TensorDataset(
-            torch.randn(STEPS * BATCH, 4), torch.zeros(STEPS * BATCH, dtype=torch.long)
-        )
-        return torch.utils.data.DataLoader(data, batch_size=self.batch_size)
-
-    def val_dataloader(self) -> Any:
-        data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.zeros(16, dtype=torch.long))
-        return torch.utils.data.DataLoader(data, batch_size=16)
-
-    def training_step(self, batch: Any, index: int) -> Any:
-        nvml = sys.modules["pynvml"]
-        time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
-        self.steps += 1
-        if self.then is not None:
-            self.then(self.steps)
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def validation_step(self, batch: Any, index: int) -> None:
-        self.log("val_acc", 1.0)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 def fit(server: ServerProcess, spec: JobSpec, tmp_path: Path, **options: Any) -> ZeusBSOCallback:
@@ -280,9 +236,8 @@ def test_a_lost_lease_restores_the_limit_and_training_goes_on(
 WORKER = """
 import os, signal, sys
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.test_power_limits import Paced, job
+from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
 import lightning.pytorch as pl
-from tests.helpers import quiet_trainer_options
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 def then(step):
@@ -297,7 +252,7 @@ pl.Trainer(callbacks=[callback], max_epochs=2, **quiet_trainer_options({out!r}))
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_a_killed_run_has_its_limit_restored(
-    server: ServerProcess, nvml: Any, tmp_path: Path, how: str
+    server: ServerProcess, nvml: Any, tmp_path: Path, how: str, lightning_python: str
 ) -> None:
     """SIGTERM: the run restores before it ends. SIGKILL: it cannot; its watchdog restores the
     GPU as soon as it is gone (it stayed capped until the node's next run)."""
@@ -306,7 +261,7 @@ def test_a_killed_run_has_its_limit_restored(
                            job_id=job_id, url=server.url, out=str(tmp_path / "out"))  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [lightning_python, "-c", script], env=env, capture_output=True, text=True, timeout=120
     )
     # Lightning turns SIGTERM into an exception that ends the fit (SIGTERM's status, 143, which
     # the callback gives it); without it, the signal ends the process once the limits are back.
@@ -325,10 +280,9 @@ TWO_RANKS = """
 import sys
 from datetime import timedelta
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.test_power_limits import Paced, job
+from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
-from tests.helpers import quiet_trainer_options
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 callback = ZeusBSOCallback({url!r}, job({job_id!r}, 0.5), "val_acc", power_limit="optimize")
@@ -340,7 +294,7 @@ trainer.fit(Paced())
 
 
 def test_two_ranks_on_one_node_set_their_gpu_once(
-    server: ServerProcess, nvml: Any, tmp_path: Path
+    server: ServerProcess, nvml: Any, tmp_path: Path, lightning_python: str
 ) -> None:
     """Two processes (torchrun, gloo) train on the node's one GPU: one of them owns its limit,
     and every limit is set once. Each rank's epoch has 20 steps: room for two limits, the
@@ -352,7 +306,7 @@ def test_two_ranks_on_one_node_set_their_gpu_once(
                               url=server.url, out=str(tmp_path / "out"))  # fmt: skip
     (tmp_path / "two.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    command = [lightning_python, "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--nnodes=1", f"--master_port={free_port()}", str(tmp_path / "two.py")]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -371,10 +325,9 @@ import os, sys, time
 from datetime import timedelta
 from pathlib import Path
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.test_power_limits import Paced, job
+from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
-from tests.helpers import quiet_trainer_options
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 def then(step):
@@ -391,7 +344,7 @@ trainer.fit(Paced(then))
 
 
 def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
-    server: ServerProcess, nvml: Any, tmp_path: Path
+    server: ServerProcess, nvml: Any, tmp_path: Path, lightning_python: str
 ) -> None:
     """Lightning's DDP launcher starts rank 1 itself; on Ctrl+C rank 0 shuts down and
     SIGKILLs rank 1 (`_SubprocessScriptLauncher.kill`), which runs nothing: rank 1's GPU
@@ -408,7 +361,7 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
                                ready=str(ready))  # fmt: skip
     (tmp_path / "ddp.py").write_text(script)
     main = subprocess.Popen(
-        [sys.executable, str(tmp_path / "ddp.py")],
+        [lightning_python, str(tmp_path / "ddp.py")],
         env=env,
         stderr=subprocess.PIPE,
         text=True,

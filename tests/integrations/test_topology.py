@@ -43,8 +43,8 @@ def run(command: list[str], env: dict[str, str], server: ServerProcess) -> None:
     assert done.returncode == 0, f"{done.stderr[-30000:]}\nserver:\n{server.log()[-6000:]}"
 
 
-def torchrun(nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+def torchrun(nproc: int, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
             "--nnodes=1", f"--master_port={free_port()}"]  # fmt: skip
 
 
@@ -74,27 +74,31 @@ def assert_counted_once(job: dict[str, Any], trial: dict[str, Any], gpus: int) -
 
 
 def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, lightning_python: str
 ) -> None:
     job_id = unique_id("launcher")
-    command = [sys.executable, *lightning_worker(server, job_id, tmp_path, "2", "1")]
+    command = [lightning_python, *lightning_worker(server, job_id, tmp_path, "2", "1")]
     run(command, environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port())), server)
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
 
 @pytest.mark.parametrize("narrow", [False, True], ids=["both-visible", "one-gpu-a-process"])
 def test_torchrun_on_one_node_with_two_gpus(
-    server: ServerProcess, tmp_path: Path, narrow: bool
+    server: ServerProcess, tmp_path: Path, narrow: bool, lightning_python: str
 ) -> None:
     job_id = unique_id("torchrun")
     args = ["2", "1", *(["narrow"] if narrow else [])]
-    command = [*torchrun(2), *lightning_worker(server, job_id, tmp_path, *args)]
+    command = [*torchrun(2, lightning_python), *lightning_worker(server, job_id, tmp_path, *args)]
     run(command, environment([gpu(0), gpu(1)]), server)
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
 
 def _two_nodes(
-    server: ServerProcess, job_id: str, tmp_path: Path, node_gpus: list[list[dict[str, Any]]]
+    server: ServerProcess,
+    job_id: str,
+    tmp_path: Path,
+    node_gpus: list[list[dict[str, Any]]],
+    python: str,
 ) -> list[subprocess.CompletedProcess[str]]:
     """Two single-process nodes, each with its own GPUs, started as torchrun starts them."""
     port = free_port()
@@ -104,7 +108,7 @@ def _two_nodes(
             gpus, RANK=str(rank), GROUP_RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0",
             LOCAL_WORLD_SIZE="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
         )  # fmt: skip
-        command = [sys.executable, *lightning_worker(server, job_id, tmp_path, "1", "2")]
+        command = [python, *lightning_worker(server, job_id, tmp_path, "1", "2")]
         processes.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
@@ -120,11 +124,13 @@ def _two_nodes(
     return results
 
 
-def test_two_nodes_register_the_gpus_of_both(server: ServerProcess, tmp_path: Path) -> None:
+def test_two_nodes_register_the_gpus_of_both(
+    server: ServerProcess, tmp_path: Path, lightning_python: str
+) -> None:
     """Two nodes of one process each form one fit: one trial, which both end together after
     the fit's two epochs, with the GPUs of both."""
     job_id = unique_id("nodes")
-    for done in _two_nodes(server, job_id, tmp_path, [[gpu(0)], [gpu(1)]]):
+    for done in _two_nodes(server, job_id, tmp_path, [[gpu(0)], [gpu(1)]], lightning_python):
         assert done.returncode == 0, done.stderr[-4000:]
     job_row, trial = recorded(server, job_id)
     assert trial["epochs"] == 2
@@ -132,11 +138,11 @@ def test_two_nodes_register_the_gpus_of_both(server: ServerProcess, tmp_path: Pa
 
 
 def test_two_nodes_with_different_gpu_models_are_refused_on_both(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, lightning_python: str
 ) -> None:
     job_id = unique_id("mixed")
     nodes = [[gpu(0)], [gpu(1, name="Tesla V100-SXM2-32GB")]]
-    for done in _two_nodes(server, job_id, tmp_path, nodes):
+    for done in _two_nodes(server, job_id, tmp_path, nodes, lightning_python):
         assert done.returncode != 0
         assert "MixedGpuModelsError" in done.stderr, done.stderr[-4000:]
         assert "Tesla V100-SXM2-32GB" in done.stderr

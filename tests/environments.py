@@ -1,0 +1,95 @@
+"""Virtual environments with torch and one install of the project alone (``zeus-bso[lightning]``),
+as a user who follows an extra's docs has it: the examples run in them, and so do the training
+processes of the multi-process tests whose subject is one framework.
+
+Each is made once for the whole run, whichever xdist worker asks first (the others wait for it),
+from the CPU torch wheel ``scripts/test`` keeps and with uv, which ``scripts/test`` installs. A
+process in one is also cheaper than in the suite's environment, which has every extra: there,
+importing Lightning imports transformers and matplotlib too (torchmetrics loads each it finds),
+2 of Lightning's 7 CPU-seconds. Without uv or the wheel (an environment made by hand), this one's
+Python stands in."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UV = Path(sys.executable).parent / "uv"
+TORCH_WHEELS = sorted((ROOT / ".venv" / "wheels").glob("torch-2.13.0*.whl"))
+LIGHTNING = "zeus-bso[lightning]"
+"""The install of the Lightning callback's docs: ``pip install torch 'zeus-bso[lightning]'``."""
+
+
+class Environments:
+    """The environments of a run, in a folder every worker of it shares."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def python(self, requirement: str) -> str:
+        """The Python of an environment with torch and ``requirement`` (``zeus-bso`` or
+        ``zeus-bso[extra]``, the project installed from this checkout) alone."""
+        if not UV.exists() or not TORCH_WHEELS:
+            return sys.executable
+        extra = requirement.removeprefix("zeus-bso")
+        venv = self.folder / (extra.strip("[]") or "base")
+        python = venv / "env" / "bin" / "python"
+        venv.mkdir(parents=True, exist_ok=True)
+        with open(venv / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be making it
+            if not (venv / "made").exists():
+                make(venv, extra)
+                seed_bytecode(str(python))
+                (venv / "made").touch()
+        return str(python)
+
+
+def make(venv: Path, extra: str) -> None:
+    pin = venv / "torch-pin.txt"
+    pin.write_text("torch==2.13.0\n")
+    for command in (
+        [str(UV), "venv", "-q", "--python", sys.executable, str(venv / "env")],
+        [str(UV), "pip", "install", "-q", "--python", str(venv / "env" / "bin" / "python"),
+         "--constraint", str(pin), str(TORCH_WHEELS[-1]), "-e", f"{ROOT}{extra}"],
+    ):  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+
+def seed_bytecode(python: str) -> None:
+    """Give a fresh environment this one's compiled modules (``__pycache__``) for the packages
+    both have. What is installed stays as it was: a folder the fresh environment lacks is not
+    made (it would be an importable namespace package), and Python checks each file against its
+    source's time and size, compiling again where they differ. Without them, the first import
+    of torch and Lightning in each environment compiled them (7 CPU-seconds for Lightning's
+    alone, twice at once under torchrun)."""
+    ours = Path(sysconfig.get_paths()["purelib"])
+    asked = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    theirs = Path(subprocess.check_output([python, "-c", asked], text=True).strip())
+    for folder, subfolders, _ in os.walk(theirs):
+        if "__pycache__" in subfolders:
+            continue
+        compiled = ours / Path(folder).relative_to(theirs) / "__pycache__"
+        if compiled.is_dir():
+            shutil.copytree(compiled, Path(folder, "__pycache__"), copy_function=link_or_copy)
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # Python replaces a compiled file, never writes into it
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's own temporary folder: under xdist, the parent of each worker's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
