@@ -12,6 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS
 from zeus_bso import JobSpec
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -93,26 +94,6 @@ def fit(server_url: str, spec: JobSpec, tmp_path: Path, **trainer_args: Any) -> 
     trainer = pl.Trainer(callbacks=[callback, *options.pop("callbacks", [])], **options)
     trainer.fit(model, ckpt_path=ckpt_path)
     return model, callback
-
-
-PACED_STEPS = 40
-"""`Paced`'s training batches an epoch: room for a power profile's 5 x 7 steps."""
-PACED_BATCH = 8
-
-
-def paced_job(job_id: str, eta: float, **options: Any) -> JobSpec:
-    """`Paced`'s job: one batch size, reached at the first validation (one epoch a run)."""
-    return JobSpec(
-        job_id=job_id,
-        job_id_prefix=job_id.split("-")[0],
-        batch_sizes=[PACED_BATCH],
-        default_batch_size=PACED_BATCH,
-        target_metric=0.0,
-        max_epochs=2,
-        eta_knob=eta,
-        learning_curve_stop=False,
-        **options,
-    )
 
 
 class Paced(pl.LightningModule):  # type: ignore[misc]

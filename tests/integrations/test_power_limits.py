@@ -35,13 +35,8 @@ from tests.helpers import (  # noqa: E402
     ended_after_signal,
     unique_id,
 )
-from tests.integrations.lightning_models import (  # noqa: E402
-    PACED_BATCH,
-    PACED_STEPS,
-    Paced,
-    paced_job,
-    quiet_trainer_options,
-)
+from tests.integrations.lightning_models import Paced, quiet_trainer_options  # noqa: E402
+from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS, paced_job  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
@@ -236,7 +231,8 @@ def test_a_lost_lease_restores_the_limit_and_training_goes_on(
 WORKER = """
 import os, signal, sys
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
+from tests.integrations.lightning_models import Paced, quiet_trainer_options
+from tests.integrations.paced_jobs import paced_job as job
 import lightning.pytorch as pl
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -280,7 +276,8 @@ TWO_RANKS = """
 import sys
 from datetime import timedelta
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
+from tests.integrations.lightning_models import Paced, quiet_trainer_options
+from tests.integrations.paced_jobs import paced_job as job
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -325,7 +322,8 @@ import os, sys, time
 from datetime import timedelta
 from pathlib import Path
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.lightning_models import Paced, paced_job as job, quiet_trainer_options
+from tests.integrations.lightning_models import Paced, quiet_trainer_options
+from tests.integrations.paced_jobs import paced_job as job
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import DDPStrategy
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -395,7 +393,7 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
 HF_SIGTERM = """
 import os, signal, sys
 sys.path[:0] = [{double!r}, {root!r}]
-from tests.integrations.test_power_limits import hf_run
+from tests.integrations.hf_models import paced_hf_run as hf_run
 
 def then(step):
     if step == 40:
@@ -405,55 +403,12 @@ hf_run({url!r}, {job_id!r}, 0.5, {out!r}, then)
 """
 
 
-def hf_run(url: str, job_id: str, eta: float, out: str, then: Any = None) -> Any:
-    """An HF Trainer run of a paced model under ZeusBSOTrainerCallback(power_limit="optimize")."""
-    transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
-    from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
-
-    class Model(torch.nn.Module):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-            self.steps = 0
-
-        def forward(self, x: Any, labels: Any = None) -> Any:
-            if self.training:
-                nvml = sys.modules["pynvml"]
-                time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
-                self.steps += 1
-                if then is not None:
-                    then(self.steps)
-            logits = self.layer(x)
-            return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
-
-    class Data(torch.utils.data.Dataset):  # type: ignore[misc]
-        def __init__(self, n: int) -> None:
-            self.x = torch.randn(n, 4)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"x": self.x[i], "labels": torch.tensor(0)}
-
-    # The loss is at or above 0.0 at the first validation: one epoch a run (a loss counted
-    # higher-is-better only where the job says so itself).
-    spec = job(job_id, eta, higher_is_better_metric=True)
-    callback = ZeusBSOTrainerCallback(url, spec, metric="eval_loss", power_limit="optimize")
-    args = transformers.TrainingArguments(
-        output_dir=out, per_device_train_batch_size=callback.start(), num_train_epochs=2,
-        eval_strategy="epoch", logging_strategy="no", save_strategy="no", report_to=[],
-        use_cpu=True, disable_tqdm=True,
-    )  # fmt: skip
-    trainer = transformers.Trainer(model=Model(), args=args, train_dataset=Data(STEPS * BATCH),
-                                   eval_dataset=Data(16), callbacks=[callback])  # fmt: skip
-    trainer.train()
-    return callback
-
-
 def test_an_hf_run_profiles_and_trains_at_the_chosen_limit(
     server: ServerProcess, nvml: Any, tmp_path: Path
 ) -> None:
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    from tests.integrations.hf_models import paced_hf_run as hf_run
+
     job_id = unique_id("plhf")
     limits: list[float] = []
     hf_run(server.url, job_id, 0.5, str(tmp_path / "out"),
