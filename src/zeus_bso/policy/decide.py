@@ -54,6 +54,10 @@ def decide(
             step = next_prior_step(settings, history.prior, history.explorations)
         if step is None:  # no prior, or one the measurements dropped
             step = next_pruning_step(settings, history.explorations)
+        if isinstance(step, ExploreNext) and _exploring(history):
+            # Exploration is serial, also where the walk now starts elsewhere than the running
+            # exploration's (a job registered on other GPUs compares its sizes' costs anew).
+            step = ExplorationInFlight()
         if isinstance(step, ExploreNext):
             predicted = None
             if step.round == PRIOR_ROUND and history.prior is not None and horizon is not None:
@@ -61,7 +65,7 @@ def decide(
             if not _may_explore(history, horizon, step.batch_size, predicted):
                 assert history.best is not None
                 best = _fitting(job, history, history.best.batch_size)
-                if any(r.status is TrialStatus.DISPATCHED for r in history.explorations):
+                if _exploring(history):
                     return Dispatch(best, TrialKind.CONCURRENT)  # one `_instead` started
                 other = None
                 if horizon is not None and step.round == 0:
@@ -91,6 +95,11 @@ def decide(
         )
     batch_size = choose_arm(job, fitting, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
+
+
+def _exploring(history: JobHistory) -> bool:
+    """Whether one of the job's explorations is running."""
+    return any(r.status is TrialStatus.DISPATCHED for r in history.explorations)
 
 
 def _may_explore(
