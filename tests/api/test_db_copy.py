@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_cli_and_schema import run_cli
+from tests.api.test_migrations import run_cli
 from tests.helpers import ServerProcess, dispatch, job_body, run_one, sqlite_url, trial_id
 from tests.postgres import PostgresServer
 
