@@ -9,6 +9,7 @@ import functools
 import http.server
 import io
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from zeus_bso import BatchSizeOptimizer
 from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
+from zeus_bso.cli.main import app
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ZeusBSOError
@@ -57,6 +60,13 @@ def cli(
     command: str = "jobs",
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """``zeus-bso COMMAND ARGS`` against ``server``, its settings in its environment alone.
+
+    ``zeus-bso jobs`` runs in this process, as tests/api/test_migrations.py runs the server's
+    commands: the same code, output and exit status, without a Python process that imports the
+    command for each call (the end-to-end run of the installed command is below, and in
+    tests/test_commands.py). ``zeus-bso check`` runs as its own process: it finds NVML's test
+    double on its ``PYTHONPATH``."""
     environment = {
         **environment_without_settings(),
         "ZEUS_BSO_SERVER_URL": server.url,
@@ -67,6 +77,12 @@ def cli(
         environment.pop("COLUMNS", None)
     if token is not None:
         environment["ZEUS_BSO_TOKEN"] = token
+    if command == "jobs":
+        unset: dict[str, str | None] = {k: None for k in os.environ if k not in environment}
+        result = CliRunner().invoke(
+            app, [command, *args], env={**unset, **environment}, input="", catch_exceptions=False
+        )
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
     return subprocess.run(
         [ZEUS_BSO, command, *args],
         env=environment,
@@ -330,11 +346,19 @@ def test_check_says_what_a_run_here_would_find(server: ServerProcess) -> None:
     assert "runs would train at the default batch size" in down.stdout
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Python's file server without its log of requests on stderr, where it would be in the
+    output of a command run in this process."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 @pytest.fixture
 def another_web_server(tmp_path: Path) -> Iterator[str]:
     """A web server that is no batch size optimizer (what a wrong URL or path prefix finds):
     Python's own, serving an empty folder (404 pages, 501 for a POST)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler = functools.partial(QuietHandler, directory=str(tmp_path))
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{web.server_address[1]}"

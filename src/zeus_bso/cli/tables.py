@@ -60,12 +60,14 @@ def print_fitted(
         wide = Measurement.get(console, unbounded, table).maximum
         if width is None or wide <= width or len(shown) == 1:
             # At its own width: wider than the console where it needs to be (the first
-            # column's whole cells; a pipe), which the terminal, if any, wraps.
-            console.width, before = max(wide, console.width), console.width
+            # column's whole cells; a pipe), which the terminal, if any, wraps. The console's
+            # own width comes back after (None: the terminal's, read at each print).
+            own = console._width
+            console.width = max(wide, console.width)
             try:
                 console.print(table)
             finally:
-                console.width = before
+                console._width = own
             left_out = [name for name in columns if name not in shown]
             if rows and left_out:
                 err.print(f"left out to fit the terminal: {', '.join(left_out)} ({hint})")
