@@ -33,6 +33,11 @@ DatabaseServer = TypeVar("DatabaseServer", PostgresServer, MariaDBServer)
 # CPU time and their measured energy, time x watts, were up to twice as high with one thread a
 # core).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The width of the terminal the suite was started from is no test's: a command run in a test's
+# process keeps the width its console found when the test module imported it, and one run as a
+# process would inherit it. The tests that need a width set COLUMNS themselves.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 # The client's files on this machine (fallback recommendations, the outbox of runs that ended
 # while the server was away) go to a folder of this run's, not the home directory's, and each
 # xdist worker to its own folder in it: tests on two workers that use the same job id must not
