@@ -56,7 +56,8 @@ def decide(
             step = next_pruning_step(settings, history.explorations)
         if isinstance(step, ExploreNext) and _exploring(history):
             # Exploration is serial, also where the walk now starts elsewhere than the running
-            # exploration's (a job registered on other GPUs compares its sizes' costs anew).
+            # exploration's (a job registered on other GPUs compares its sizes' costs anew) and
+            # where the running one is `_instead`'s.
             step = ExplorationInFlight()
         if isinstance(step, ExploreNext):
             predicted = None
@@ -65,8 +66,6 @@ def decide(
             if not _may_explore(history, horizon, step.batch_size, predicted):
                 assert history.best is not None
                 best = _fitting(job, history, history.best.batch_size)
-                if _exploring(history):
-                    return Dispatch(best, TrialKind.CONCURRENT)  # one `_instead` started
                 other = None
                 if horizon is not None and step.round == 0:
                     other = _instead(job, history, horizon)
