@@ -20,7 +20,7 @@ import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
-from tests.environments import Environments, run_folder
+from tests.environments import LIGHTNING, Environments, run_folder
 from tests.helpers import BACKENDS, ServerProcess, database_url
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
@@ -245,4 +245,4 @@ def environments(tmp_path_factory: pytest.TempPathFactory) -> Environments:
 def lightning_python(environments: Environments) -> str:
     """The Python of an environment with torch and ``zeus-bso[lightning]`` alone: for the training
     processes of the tests whose subject is the Lightning callback."""
-    return environments.python("zeus-bso[lightning]")
+    return environments.python(LIGHTNING)

@@ -3,14 +3,12 @@ test starts imports it with transformers alone (not Lightning, pytest or the ser
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 import torch
 import transformers
 
-from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS, paced_job
+from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS, paced_job, paced_step
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -25,8 +23,7 @@ def paced_hf_run(url: str, job_id: str, eta: float, out: str, then: Any = None) 
 
         def forward(self, x: Any, labels: Any = None) -> Any:
             if self.training:
-                nvml = sys.modules["pynvml"]
-                time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
+                paced_step()
                 self.steps += 1
                 if then is not None:
                     then(self.steps)

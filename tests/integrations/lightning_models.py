@@ -4,15 +4,13 @@ the training processes of the multi-process tests import them in an environment 
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS
+from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS, paced_step
 from zeus_bso import JobSpec
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.integrations.lightning import ZeusBSOCallback
@@ -97,9 +95,8 @@ def fit(server_url: str, spec: JobSpec, tmp_path: Path, **trainer_args: Any) -> 
 
 
 class Paced(pl.LightningModule):  # type: ignore[misc]
-    """A linear model whose every training step takes the double GPU's time at its limit (the
-    NVML test double of ``zeus_bso.testing.gpus``, imported as ``pynvml``); ``then(step)`` runs
-    after each step (a test's interruption)."""
+    """A linear model whose every training step takes the double GPU's time at its limit
+    (`paced_step`); ``then(step)`` runs after each step (a test's interruption)."""
 
     def __init__(self, then: Any = None) -> None:
         super().__init__()
@@ -118,8 +115,7 @@ class Paced(pl.LightningModule):  # type: ignore[misc]
         return torch.utils.data.DataLoader(data, batch_size=16)
 
     def training_step(self, batch: Any, index: int) -> Any:
-        nvml = sys.modules["pynvml"]
-        time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
+        paced_step()
         self.steps += 1
         if self.then is not None:
             self.then(self.steps)

@@ -1,9 +1,11 @@
-"""The job of the tests' paced models (`tests.integrations.lightning_models.Paced`,
+"""The job and the step of the tests' paced models (`tests.integrations.lightning_models.Paced`,
 `tests.integrations.hf_models.paced_hf_run`), whose every training step takes the NVML test
 double's time at its power limit; apart, so that a process of one framework imports only it."""
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 from zeus_bso import JobSpec
@@ -26,3 +28,10 @@ def paced_job(job_id: str, eta: float, **options: Any) -> JobSpec:
         learning_curve_stop=False,
         **options,
     )
+
+
+def paced_step() -> None:
+    """Take a training step's time at the double GPU's limit in force (the NVML test double of
+    ``zeus_bso.testing.gpus``, imported as ``pynvml``)."""
+    nvml = sys.modules["pynvml"]
+    time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))

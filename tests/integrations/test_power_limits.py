@@ -36,7 +36,9 @@ from tests.helpers import (  # noqa: E402
     unique_id,
 )
 from tests.integrations.lightning_models import Paced, quiet_trainer_options  # noqa: E402
-from tests.integrations.paced_jobs import PACED_BATCH, PACED_STEPS, paced_job  # noqa: E402
+from tests.integrations.paced_jobs import PACED_BATCH as BATCH  # noqa: E402
+from tests.integrations.paced_jobs import PACED_STEPS as STEPS  # noqa: E402
+from tests.integrations.paced_jobs import paced_job as job  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
@@ -48,9 +50,6 @@ DOUBLE = GPU_DOUBLE
 UUID = "GPU-0000beef-1111-2222-3333-444444444444"
 PACES = gpus.PACES
 EVERY_LIMIT = sorted(float(w) for w in PACES)
-STEPS = PACED_STEPS
-BATCH = PACED_BATCH
-job = paced_job
 cheapest = gpus.cheapest_limit
 
 
