@@ -24,6 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.forkserver import ForkedProcess, forkable, launch
 from tests.mariadb import MariaDBServer
 from tests.ports import free_port
 from tests.postgres import PostgresServer
@@ -59,7 +60,8 @@ def _stop_the_rest() -> None:
 
 
 class ServerProcess:
-    """One server process; ``url`` is its base URL."""
+    """One server process; ``url`` is its base URL. It is forked from a process that has
+    imported the server's modules (`tests.forkserver`) where that runs as a new one would."""
 
     def __init__(
         self,
@@ -108,14 +110,18 @@ class ServerProcess:
         ]
         self._log = self.log_path.open("w")
         # A session of its own: killing the group takes uvicorn's worker processes along.
-        self.proc = subprocess.Popen(
-            args,
-            env=full_env,
-            cwd=cwd,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        if forkable(full_env, workers):
+            self.proc = launch(args, full_env, Path(cwd or os.getcwd()), self.log_path)
+        else:
+            self.proc = subprocess.Popen(
+                args,
+                env=full_env,
+                cwd=cwd,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         _RUNNING.add(self)
         self._wait_ready()
 
