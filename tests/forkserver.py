@@ -16,6 +16,7 @@ imported), and an environment whose Python settings differ from the forkserver's
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -146,6 +147,14 @@ _forkserver: Forkserver | None = None
 _forkserver_lock = threading.Lock()
 
 
+@atexit.register  # at import, before `tests.helpers` registers its own: this one runs after it
+def _close() -> None:
+    """End the forkserver once the servers still running at exit are stopped (their exit
+    statuses come through it)."""
+    if _forkserver is not None:
+        _forkserver.close()
+
+
 def launch(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkedProcess:
     """A server forked with ``args`` (those of ``zeus-bso-server``), ``env``, ``cwd`` and its
     output to ``log``, from this process's forkserver (started on first use)."""
@@ -153,9 +162,6 @@ def launch(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) ->
     with _forkserver_lock:
         if _forkserver is None:
             _forkserver = Forkserver()
-            import atexit
-
-            atexit.register(_forkserver.close)
         server = _forkserver
     return ForkedProcess(server.start(args, env, cwd, log), server)
 
