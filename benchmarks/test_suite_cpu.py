@@ -44,6 +44,7 @@ COMMANDS = (
     ("pytest workers", "sys.stdin.readline()"),  # pytest-xdist's workers (execnet)
     ("pytest (the main process, nested runs)", "-m pytest"),
     ("server processes", "zeus-bso-server serve"),
+    ("server processes", "tests/forkserver.py"),  # forked servers have their parent's command line
     ("`zeus-bso-server db` commands", "zeus-bso-server db"),
     ("`zeus-bso` commands", "bin/zeus-bso "),
     ("Schemathesis", "bin/schemathesis "),
