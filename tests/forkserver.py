@@ -1,54 +1,75 @@
-"""Server processes started by forking a process that has loaded the server's modules already.
+"""Server and command processes forked from a process that has loaded their modules already.
 
 A ``zeus-bso-server serve`` process spends most of its start, about 1.4 of 1.8 CPU-seconds, on
-importing its stack (FastAPI, SQLAlchemy, pydantic's models, uvicorn, Alembic), and the suite
-starts some 180 servers on a CPU-bound machine. As pre-forking servers do, one process per test
-worker (the forkserver, this file run as a script) imports those modules once; each server is
-then a child forked from it that runs the ``zeus-bso-server`` command's entry point with the
-test's arguments, environment and working directory, and exits as that command does: a real,
-separate server process, its port, database and signals its own, that skipped only the imports.
+importing its stack (FastAPI, SQLAlchemy, pydantic's models, uvicorn, Alembic), a ``zeus-bso``
+or ``zeus-bso-server db`` command most of its 0.7, and the suite starts some 180 servers and
+dozens of commands on a CPU-bound machine. As pre-forking servers do, one process per test
+worker (the forkserver, this file run as a script) imports those modules once; each server or
+command is then a child forked from it that runs the command's entry point with the test's
+arguments, environment and working directory, its output in files of the test's, and exits as
+the command does: a real, separate process, its port, database, signals and exit status its
+own, that skipped only the imports.
 
-`launch` gives a `ForkedProcess`, which answers as much of `subprocess.Popen` as the tests use.
-What a fork cannot give the same way, a new process gets (`forkable`): several uvicorn workers
-(their parent hands their metrics folder to ``prometheus_client``, which reads it when
-imported), and an environment whose Python settings differ from the forkserver's
-(``PYTHONPATH``: a test's patched module)."""
+`launch` gives a `ForkedProcess`, which answers as much of `subprocess.Popen` as the tests use;
+`run` answers as `subprocess.run` with ``capture_output=True, text=True``. What a fork cannot
+give the same way, a new process gets (`forkable`): several uvicorn workers (their parent hands
+their metrics folder to ``prometheus_client``, which reads it when imported), and an
+environment whose settings read at start-up or import differ from the forkserver's
+(``PYTHONPATH``: a test's patched module; ``COLUMNS`` and the colour settings: a console made
+when its module is imported)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
+import importlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-_IMPORT_TIME_PREFIXES = ("PYTHON", "PROMETHEUS")
-"""Environment variables whose value a process takes when it starts or imports a module: a
-child forked from the forkserver has the forkserver's."""
+ENTRY_POINTS = {"zeus-bso-server": "zeus_bso_server.entry", "zeus-bso": "zeus_bso.entry"}
+"""The commands a forkserver runs, by the name of their executable: the module of their
+``main``."""
+
+_IMPORT_TIME_PREFIXES = ("PYTHON", "PROMETHEUS", "_TYPER")
+_IMPORT_TIME_NAMES = {
+    "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "CLICOLOR",
+    "CLICOLOR_FORCE", "TERMINAL_WIDTH", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
+}  # fmt: skip
+"""Environment variables whose value a process takes when it starts or imports a module (a
+console made at import reads the terminal's settings then): a child forked from the forkserver
+has the forkserver's."""
 
 
-def forkable(env: Mapping[str, str], workers: int) -> bool:
-    """Whether a server of ``workers`` worker processes and environment ``env`` runs as a
-    started one would when forked from a forkserver started from this process's environment."""
-    if workers != 1:
+def forkable(args: Sequence[str], env: Mapping[str, str], workers: int = 1) -> bool:
+    """Whether the command ``args`` (of `ENTRY_POINTS`), with ``workers`` worker processes and
+    environment ``env``, runs as a started one would when forked from the forkserver."""
+    if workers != 1 or Path(args[0]).name not in ENTRY_POINTS:
         return False
-    keys = {k for k in (*env, *os.environ) if k.startswith(_IMPORT_TIME_PREFIXES)}
-    return all(env.get(k) == os.environ.get(k) for k in keys)
+    base = _forkserver.env if _forkserver is not None else os.environ
+    keys = {
+        k for k in (*env, *base) if k.startswith(_IMPORT_TIME_PREFIXES) or k in _IMPORT_TIME_NAMES
+    }
+    return all(env.get(k) == base.get(k) for k in keys)
 
 
 class ForkedProcess:
-    """A server forked by the forkserver, with `subprocess.Popen`'s ``pid``, ``returncode``,
+    """A process forked by the forkserver, with `subprocess.Popen`'s ``pid``, ``returncode``,
     `poll`, `wait`, `send_signal`, `terminate` and `kill`. Its exit status comes from the
     forkserver, its parent."""
 
-    def __init__(self, pid: int, server: Forkserver) -> None:
+    def __init__(self, pid: int, args: Sequence[str], server: Forkserver) -> None:
         self.pid = pid
-        self.args = ["zeus-bso-server", f"(forked, pid {pid})"]
+        self.args = list(args)
         self.returncode: int | None = None
         self._server = server
 
@@ -69,22 +90,21 @@ class ForkedProcess:
             os.kill(self.pid, signum)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
 
 class Forkserver:
-    """The client side of one forkserver process: `start` a server, learn its exit status."""
+    """The client side of one forkserver process: `start` a command, learn its exit status."""
 
     def __init__(self) -> None:
+        self.env = dict(os.environ)
+        """The environment it started with, which its children's imports saw."""
         self._process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve())],
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -111,27 +131,30 @@ class Forkserver:
             self._gone = True
             self._changed.notify_all()
 
-    def start(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> int:
-        """Fork a server that runs ``zeus-bso-server`` with ``args``; its pid."""
-        request = {"args": list(args), "env": dict(env), "cwd": str(cwd), "log": str(log)}
+    def start(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, out: Path,
+              err: Path) -> int:  # fmt: skip
+        """Fork a process that runs the command ``args``, its output to ``out`` and ``err``
+        (appended); its pid."""
+        request = {"args": list(args), "env": dict(env), "cwd": str(cwd), "out": str(out),
+                   "err": str(err)}  # fmt: skip
         with self._lock:
             assert self._process.stdin is not None
             self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
             with self._changed:
                 if not self._changed.wait_for(lambda: self._started or self._gone, timeout=60):
-                    raise RuntimeError("the forkserver did not fork a server in 60 s")
+                    raise RuntimeError("the forkserver did not fork a process in 60 s")
                 if not self._started:
                     raise RuntimeError(f"the forkserver exited ({self._process.wait()})")
                 return self._started.pop()
 
     def exit_status(self, pid: int, timeout: float | None) -> int | None:
-        """The exit status of server ``pid`` as `subprocess.Popen.returncode` gives it (minus
+        """The exit status of child ``pid`` as `subprocess.Popen.returncode` gives it (minus
         the signal that ended it), or None if it runs ``timeout`` seconds from now."""
         with self._changed:
             self._changed.wait_for(lambda: pid in self._exits or self._gone, timeout=timeout)
             if pid not in self._exits and self._gone:
-                raise RuntimeError(f"the forkserver exited; server {pid}'s status is lost")
+                raise RuntimeError(f"the forkserver exited; process {pid}'s status is lost")
             return self._exits.get(pid)
 
     def close(self) -> None:
@@ -155,40 +178,79 @@ def _close() -> None:
         _forkserver.close()
 
 
-def launch(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkedProcess:
-    """A server forked with ``args`` (those of ``zeus-bso-server``), ``env``, ``cwd`` and its
-    output to ``log``, from this process's forkserver (started on first use)."""
+def _running() -> Forkserver:
     global _forkserver
     with _forkserver_lock:
         if _forkserver is None:
             _forkserver = Forkserver()
-        server = _forkserver
-    return ForkedProcess(server.start(args, env, cwd, log), server)
+        return _forkserver
+
+
+def launch(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkedProcess:
+    """The command ``args`` (``zeus-bso-server serve ...``) forked with ``env``, ``cwd`` and
+    its output to ``log``, from this process's forkserver (started on first use)."""
+    server = _running()
+    return ForkedProcess(server.start(args, env, cwd, log, log), args, server)
+
+
+def run(
+    args: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True,
+    timeout=timeout)``, forked from the forkserver where that runs as a new process would
+    (`forkable`). Its standard input is empty."""
+    full_env = dict(os.environ if env is None else env)
+    if not forkable(args, full_env):
+        return subprocess.run(
+            list(args), env=full_env, cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="command-") as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        server = _running()
+        process = ForkedProcess(
+            server.start(args, full_env, cwd or Path.cwd(), out, err), args, server
+        )
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise subprocess.TimeoutExpired(list(args), timeout, _read(out), _read(err)) from None
+        assert process.returncode is not None
+        return subprocess.CompletedProcess(list(args), process.returncode, _read(out), _read(err))
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 # The forkserver itself.
 
 
+PRELOADED = (
+    "uvicorn.lifespan.on",
+    "uvicorn.loops.auto",
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.websockets.auto",
+    "zeus_bso.cli.main",
+    "zeus_bso_server.api.app",
+    "zeus_bso_server.cli",
+    "zeus_bso_server.store.migrate",
+)
+"""What a server or command imports before it serves or runs (uvloop too, where installed)."""
+
+
 def _preload() -> None:
-    """Import what a server imports before it serves."""
-    import uvicorn.lifespan.on
-    import uvicorn.loops.auto
-    import uvicorn.protocols.http.auto
-    import uvicorn.protocols.websockets.auto  # noqa: F401
-
-    import zeus_bso_server.api.app
-    import zeus_bso_server.cli
-    import zeus_bso_server.store.migrate  # noqa: F401
-
+    for name in PRELOADED:
+        importlib.import_module(name)
     with contextlib.suppress(ImportError):  # uvicorn's loop where it is installed
-        import uvloop  # noqa: F401
+        importlib.import_module("uvloop")
 
 
 def _serve_forever() -> None:
-    import gc
-    import select
-    import signal
-
     sys.path.pop(0)  # this file's folder, which a server's path does not have
     _preload()
     gc.freeze()  # what the children share stays shared (the collector writes to what it visits)
@@ -214,7 +276,7 @@ def _serve_forever() -> None:
             if pid == 0:
                 os.close(wake_read)
                 os.close(wake_write)
-                _become_server(json.loads(line))  # never returns
+                _become_command(json.loads(line))  # never returns
             _answer(f"started {pid}")
 
 
@@ -233,12 +295,9 @@ def _answer(line: str) -> None:
     os.write(1, (line + "\n").encode())
 
 
-def _become_server(request: dict[str, object]) -> None:
-    """In a forked child: set up as a new ``zeus-bso-server`` process would be, then run it; the
+def _become_command(request: dict[str, object]) -> None:
+    """In a forked child: set up as a new process of the command would be, then run it; the
     child exits as the command does."""
-    import signal
-    import tempfile
-
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -253,16 +312,14 @@ def _become_server(request: dict[str, object]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    for fd, key in ((1, "out"), (2, "err")):
+        opened = os.open(str(request[key]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
     args = request["args"]
     assert isinstance(args, list)
     sys.argv = [str(a) for a in args]
-    from zeus_bso_server.entry import main
-
-    main()
+    importlib.import_module(ENTRY_POINTS[Path(sys.argv[0]).name]).main()
     sys.exit(0)
 
 

@@ -111,7 +111,7 @@ class ServerProcess:
         self._log = self.log_path.open("w")
         # A session of its own: killing the group takes uvicorn's worker processes along.
         self.proc: subprocess.Popen[bytes] | ForkedProcess
-        if forkable(full_env, workers):
+        if forkable(args, full_env, workers):
             self.proc = launch(args, full_env, Path(cwd or os.getcwd()), self.log_path)
         else:
             self.proc = subprocess.Popen(

@@ -16,6 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
+from tests import forkserver
 from tests.helpers import (
     BACKENDS,
     SERVER_BIN,
@@ -38,9 +39,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     full_env = environment_without_settings()
     full_env.update(env or {})
-    return subprocess.run(
-        [SERVER_BIN, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=60
-    )
+    return forkserver.run([SERVER_BIN, *args], cwd=cwd, env=full_env, timeout=60)
 
 
 def test_the_server_imports_neither_the_client_nor_its_meters() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import forkserver
 from tests.helpers import ServerProcess
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
@@ -269,10 +269,8 @@ def test_a_loaded_machine_spreads_each_runs_pace(tmp_path: Path) -> None:
     # The command line simulates the same loaded machine.
     out = tmp_path / "loaded.json"
     command = ["simulate", "--workload", "cifar100", "--recurrences", "6", "--seeds", "0"]
-    done = subprocess.run(
+    done = forkserver.run(
         [ZEUS_BSO, *command, "--pace-noise", "0.3", "--json", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -303,11 +301,9 @@ def test_a_horizon_is_the_simulation_of_that_many_recurrences() -> None:
 def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
-    result = subprocess.run(
+    result = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "sentiment140", "--gpu", "p100", "--recurrences", "8"]
         + ["--seeds", "0", "1", "--json", str(out), "--plot", str(png), "--upstream"],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -329,10 +325,8 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
 def test_cli_tables_fit_80_columns_at_every_horizon() -> None:
     """Captured, the console is 80 columns wide: every table of a 50-recurrence simulation of
     every workload, the four horizons' too, is whole there (nothing cut to an ellipsis)."""
-    result = subprocess.run(
+    result = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "all", "--seeds", "0"],
-        capture_output=True,
-        text=True,
         timeout=120,
         env={**os.environ, "COLUMNS": "80"},
     )
@@ -344,19 +338,15 @@ def test_cli_tables_fit_80_columns_at_every_horizon() -> None:
 
 
 def test_cli_rejects_unknown_workload() -> None:
-    result = subprocess.run(
-        [ZEUS_BSO, "simulate", "--workload", "mnist"], capture_output=True, text=True, timeout=60
-    )
+    result = forkserver.run([ZEUS_BSO, "simulate", "--workload", "mnist"], timeout=60)
     assert result.returncode == 2
     assert "unknown workload" in result.stderr
 
 
 def test_cli_rejects_a_server_url_without_a_scheme() -> None:
     """As the client checks it: every request would fail as an outage instead."""
-    result = subprocess.run(
+    result = forkserver.run(
         [ZEUS_BSO, "simulate", "--server", "localhost:8000", "--seeds", "0"],
-        capture_output=True,
-        text=True,
         timeout=60,
         env={**os.environ, "COLUMNS": "200"},
     )
@@ -366,26 +356,24 @@ def test_cli_rejects_a_server_url_without_a_scheme() -> None:
 
 def test_cli_exit_status_tells_a_usage_error_from_a_failure() -> None:
     """2: what to change is in the message; 1: it failed at run time (as both CLIs do)."""
-    unreachable = subprocess.run(
+    unreachable = forkserver.run(
         [ZEUS_BSO, "simulate", "--recurrences", "1", "--seeds", "0"]
         + ["--server", f"http://127.0.0.1:{free_port()}"],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert unreachable.returncode == 1, unreachable.stderr
     assert "cannot reach" in unreachable.stderr.lower() or "connect" in unreachable.stderr.lower()
     assert "Traceback" not in unreachable.stderr
-    usage = subprocess.run(
+    usage = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "squad", "--gpu", "a100"],
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert usage.returncode == 2
     assert "unknown GPU" in usage.stderr
     assert "Exit status: 0 done; 1 failed at run time" in " ".join(
-        subprocess.run([ZEUS_BSO, "--help"], capture_output=True, text=True).stdout.split()
+        forkserver.run(
+            [ZEUS_BSO, "--help"],
+        ).stdout.split()
     )
 
 
@@ -393,7 +381,7 @@ def simulate_help(columns: int) -> str:
     """What ``zeus-bso simulate --help`` prints on a terminal ``columns`` wide."""
     env = {**os.environ, "COLUMNS": str(columns)}
     command = [ZEUS_BSO, "simulate", "--help"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env).stdout
+    return forkserver.run(command, timeout=60, env=env).stdout
 
 
 def test_the_simulate_help_reads_on_an_80_column_terminal() -> None:
@@ -411,7 +399,7 @@ def test_the_reports_titles_wrap_from_the_left_on_an_80_column_terminal() -> Non
     each, and a title's last words stood alone mid-line)."""
     command = [ZEUS_BSO, "simulate", "--workload", "squad", "--recurrences", "6", "--seeds", "0"]
     env = {**os.environ, "COLUMNS": "80"}
-    shown = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    shown = forkserver.run(command, timeout=120, env=env)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     (at,) = [i for i, line in enumerate(lines) if "Where the regret goes" in line]
@@ -430,11 +418,9 @@ def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_i
         assert flag.split("/")[0] in shown, name
     out = tmp_path / "r.json"
     given = ["--bandit-exploit-after", "none", "--num-pruning-rounds", "2", "--prune-down-first"]
-    result = subprocess.run(
+    result = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "squad", "--recurrences", "2", "--seeds", "0"]
         + [*given, "--json", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -444,10 +430,8 @@ def test_every_policy_option_is_a_simulate_flag_validated_as_the_job_validates_i
         "num_pruning_rounds": 2,
         "prune_up_first": False,
     }
-    refused = subprocess.run(
+    refused = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "squad", "--prune-cost-ratio", "0.5"],
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert refused.returncode == 2
@@ -537,10 +521,8 @@ def test_a_memory_cap_costs_at_most_one_start_per_size_in_process_and_through_a_
 def test_cli_takes_a_memory_cap_as_a_size_or_a_multiple_of_the_default(tmp_path: Path) -> None:
     out = tmp_path / "capped.json"
     common = [ZEUS_BSO, "simulate", "--workload", "movielens-1m", "--recurrences", "10"]
-    done = subprocess.run(
+    done = forkserver.run(
         [*common, "--seeds", "0", "--memory-cap", "4x", "--json", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -548,9 +530,7 @@ def test_cli_takes_a_memory_cap_as_a_size_or_a_multiple_of_the_default(tmp_path:
     (summary,) = json.loads(out.read_text())["results"]
     assert (summary["memory_cap"], summary["oracle_batch_size"]) == (4096, 2048)
     for bad, words in (("512", "leaves out movielens-1m's default"), ("big", "a batch size")):
-        refused = subprocess.run(
-            [*common, "--memory-cap", bad], capture_output=True, text=True, timeout=60
-        )
+        refused = forkserver.run([*common, "--memory-cap", bad], timeout=60)
         assert refused.returncode == 2, refused.stderr
         assert words in refused.stderr
 
@@ -701,11 +681,9 @@ def test_a_power_trace_of_ones_own_gpus(tmp_path: Path) -> None:
     shipped_trace = load_trace_job("cifar100", "v100")
     assert trace.profiles[1024].time_per_epoch == shipped_trace.profiles[1024].time_per_epoch / 2
     out = tmp_path / "r.json"
-    done = subprocess.run(
+    done = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "cifar100", "--recurrences", "5", "--seeds", "0"]
         + ["--power-limits", "--power-trace", str(own), "--json", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -714,8 +692,8 @@ def test_a_power_trace_of_ones_own_gpus(tmp_path: Path) -> None:
     assert summary["power_limits"] is True
     broken = tmp_path / "broken.csv"
     broken.write_text("dataset,network,batch_size\ncifar100,shufflenetv2,1024\n")
-    refused = subprocess.run(
-        [ZEUS_BSO, "simulate", "--power-trace", str(broken)], capture_output=True, text=True
+    refused = forkserver.run(
+        [ZEUS_BSO, "simulate", "--power-trace", str(broken)],
     )
     assert refused.returncode == 2, refused.stderr
     assert "lacks the column(s)" in refused.stderr
@@ -747,11 +725,9 @@ def test_a_slowdown_bound_keeps_every_run_within_it(tmp_path: Path) -> None:
     )  # unbound, some run trains slower than the bound allows
     out = tmp_path / "r.json"
     command = ["simulate", "--workload", "cifar100", "--gpu", "v100", "--recurrences", "8"]
-    done = subprocess.run(
+    done = forkserver.run(
         [ZEUS_BSO, *command, "--seeds", "0", "--eta-knob", "1", "--power-limits"]
         + ["--power-max-slowdown", "1.02", "--json", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
