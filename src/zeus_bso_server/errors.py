@@ -13,6 +13,7 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ├── TrialNotFoundError          a trial that does not exist
     ├── JobConfigMismatchError      a job id registered again with a different config
     ├── PowerProfilingOffError      a power profile for a job that does not profile power limits
+    ├── NothingMeasuredError        a report of an epoch whose cost measured nothing
     └── PinError                    a pin that cannot be: a batch size the job does not have,
                                     or no recommendation to pin yet
 
@@ -94,6 +95,12 @@ class JobConfigMismatchError(ServerError):
 class PowerProfilingOffError(ServerError):
     """Raised when a run sends a power profile for a job that does not profile power limits
     (``power_profiling`` off, or ``eta_knob`` 0)."""
+
+
+class NothingMeasuredError(ServerError):
+    """Raised when a report says its run's epochs cost nothing: no energy, and no time or a job
+    whose cost is its energy alone (``eta_knob`` 1). Recorded, such a batch size would be free,
+    and the job would settle on it."""
 
 
 class PriorError(ServerError):

@@ -32,6 +32,7 @@ from zeus_bso.spec import (
 )
 from zeus_bso_server.errors import (
     JobNotFoundError,
+    NothingMeasuredError,
     PinError,
     TrialNotFoundError,
 )
@@ -247,6 +248,7 @@ class BatchSizeService:
         Raises:
             JobNotFoundError, TrialNotFoundError: no such job or trial.
             ReportMismatchError: the report contradicts the trial's earlier reports.
+            NothingMeasuredError: the report's epochs cost nothing (nothing measured).
         """
         async with self._queue(result.job_id):
             answer, final = await self.db.write(lambda conn: self._report(conn, result))
@@ -272,6 +274,14 @@ class BatchSizeService:
         if stored is None or stored.trial.batch_size != result.batch_size:
             raise TrialNotFoundError(f"Unknown trial {result.model_dump_json()}")
         trial = stored.trial
+        if measured := _nothing_measured(result, config.eta_knob):
+            raise NothingMeasuredError(
+                f"trial {result.trial_number} of job {result.job_id} reported {measured} after"
+                f" epoch {result.current_epoch}: its run measured nothing (an energy meter that"
+                " reads 0, or a timer that never ran), and its batch size would cost nothing."
+                " Report the run's cumulative time (s) and GPU energy (J) since it began;"
+                " nothing was recorded"
+            )
         if result.accumulation_steps is not None:
             steps = None if result.accumulation_steps == 1 else result.accumulation_steps
             trial = replace(trial, accumulation_steps=steps)
@@ -499,3 +509,15 @@ class BatchSizeService:
             raise JobNotFoundError("No job was deleted.")
         repo.delete_job(conn, job_id)
         logger.info("deleted job %s", job_id)
+
+
+def _nothing_measured(result: TrainingResult, eta_knob: float) -> str | None:
+    """What a report lacks where its epochs would cost nothing (``eta * energy + (1 - eta) *
+    max_power * time``: the measurements the cost counts are 0), or None."""
+    if result.time == 0 and result.energy == 0:
+        return "no time and no energy"
+    if result.energy == 0 and eta_knob == 1:
+        return "no energy, and the job's cost is its energy alone (eta_knob 1),"
+    if result.time == 0 and eta_knob == 0:
+        return "no time, and the job's cost is its time alone (eta_knob 0),"
+    return None
