@@ -16,7 +16,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
 pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
 
-from lightning.pytorch.callbacks import BatchSizeFinder, EarlyStopping  # noqa: E402
+from lightning.pytorch.callbacks import (  # noqa: E402
+    BatchSizeFinder,
+    EarlyStopping,
+    GradientAccumulationScheduler,
+)
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from tests.helpers import (  # noqa: E402
@@ -400,6 +404,26 @@ def test_lightnings_batch_size_finder_beside_the_callback_is_refused_before_the_
     finder = BatchSizeFinder(mode="power", steps_per_trial=1, max_trials=2)
     with pytest.raises(ConfigurationError, match=r"Lightning's BatchSizeFinder .* chooses the"):
         fit(server.url, spec, tmp_path, callbacks=[finder])
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+
+
+@pytest.mark.parametrize("accumulation", ["trainer", "scheduler"])
+def test_a_trainer_that_accumulates_of_its_own_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path, accumulation: str
+) -> None:
+    """``accumulate_grad_batches=2`` took each optimizer step over two batches of the size the
+    server charged (the HF callback refuses its Trainer's own accumulation too); accumulation
+    is the callback's (``max_micro_batch_size``), which sets it to train the server's size."""
+    spec = job(unique_id("lacc"))
+    options: dict[str, Any] = (
+        {"accumulate_grad_batches": 2}
+        if accumulation == "trainer"
+        else {"callbacks": [GradientAccumulationScheduler({0: 1, 1: 2})]}
+    )
+    words = r"accumulate_grad_batches=2\)" if accumulation == "trainer" else "Scheduler"
+    with pytest.raises(ConfigurationError, match=rf"{words}.*ZeusBSOCallback\(max_micro_batch"):
+        fit(server.url, spec, tmp_path, **options)
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
 

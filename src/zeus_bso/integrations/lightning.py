@@ -92,7 +92,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             of at most that many samples (``batch_arg_name``) with the Trainer's
             ``accumulate_grad_batches`` set so that each optimizer step takes the server's
             batch size; out of memory then lowers the micro-batch (None, the default: no
-            accumulation; the Trainer's own ``accumulate_grad_batches`` is left alone).
+            accumulation; a Trainer that accumulates of its own, ``accumulate_grad_batches``
+            above 1 or a ``GradientAccumulationScheduler``, is refused: each optimizer step
+            would take more than the server's batch size).
         power_limit: ``"optimize"`` opts into GPU power limits, as
             `zeus_bso.training.SessionOptions`' ``power_limit`` says; ``"off"``, the default,
             leaves them alone.
@@ -181,13 +183,15 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
             )
-        if any(_is_batch_size_finder(callback) for callback in trainer.callbacks):
+        if any(_is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
             raise ConfigurationError(
                 "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
                 "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
                 "server chooses, and tries a size new to these GPUs in memory first "
                 "(memory_check_steps)"
             )
+        if refused := self._accumulation_refused(trainer):
+            raise ConfigurationError(refused)
         if self._own_meter:  # a meter a fit closed does not measure the next fit
             self._meter = auto_meter()
         if trainer.fast_dev_run:
@@ -205,6 +209,21 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 f"logging '{self.monitor}', or fit without ZeusBSOCallback"
             )
         self._start_session(trainer, pl_module, self._restored)
+
+    def _accumulation_refused(self, trainer: Trainer) -> str | None:
+        """Why the Trainer's own gradient accumulation cannot train the server's batch size,
+        in words that say what to change; None: it accumulates nothing of its own."""
+        if any(_is_a(callback, "GradientAccumulationScheduler") for callback in trainer.callbacks):
+            what = "a GradientAccumulationScheduler (remove it)"
+        elif self.max_micro_batch_size is None and trainer.accumulate_grad_batches != 1:
+            what = f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})"
+        else:
+            return None
+        return (
+            f"{what}: each optimizer step would take several batches of the size the server "
+            "charges; to accumulate, pass ZeusBSOCallback(max_micro_batch_size=...), which sets "
+            "accumulate_grad_batches so that each optimizer step takes the server's batch size"
+        )
 
     def _start_session(
         self, trainer: Trainer, pl_module: Module, resume: dict[str, Any] | None
@@ -548,10 +567,10 @@ JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 file holding one (see `callbacks_from_environment`)."""
 
 
-def _is_batch_size_finder(callback: Any) -> bool:
-    """Whether ``callback`` is Lightning's ``BatchSizeFinder`` (of either package), or one made
-    from it."""
-    return any(cls.__name__ == "BatchSizeFinder" for cls in type(callback).__mro__)
+def _is_a(callback: Any, name: str) -> bool:
+    """Whether ``callback`` is Lightning's callback class ``name`` (of either package), or one
+    made from it."""
+    return any(cls.__name__ == name for cls in type(callback).__mro__)
 
 
 def callbacks_from_environment() -> list[Any]:
