@@ -123,7 +123,11 @@ class Forkserver:
             kind, *numbers = line.split()
             with self._changed:
                 if kind == "started":
-                    self._started.append(int(numbers[0]))
+                    pid = int(numbers[0])
+                    # The status of an earlier child of this pid (the kernel reuses pids) came
+                    # first: it is not this one's.
+                    self._exits.pop(pid, None)
+                    self._started.append(pid)
                 elif kind == "exited":
                     self._exits[int(numbers[0])] = int(numbers[1])
                 self._changed.notify_all()
