@@ -16,7 +16,9 @@ pytest.importorskip("torch", reason="pip install torch")
 from tests.helpers import ServerProcess
 from tests.ports import free_port
 from zeus_bso import JobSpec
+from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.scaling.lr import stepped_rate
 from zeus_bso.testing import LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.adapters import Logged
@@ -147,6 +149,22 @@ class TestAccelerate(LoopAdapterContract):
         assert f"batch size {bso.batch_size} (2 accumulated micro-batches of 16)" in (
             bso.outcome.summary()
         )
+
+    def test_an_accelerator_that_accumulates_of_its_own_is_refused_before_the_server_is_asked(
+        self, server_url: str
+    ) -> None:
+        """``Accelerator(gradient_accumulation_steps=2)`` took each optimizer step over two
+        batches of the size the server charged; accumulation is the adapter's
+        (``max_micro_batch_size``), as the Lightning and HF callbacks have it."""
+        adapter, _ = adapter_of("accelerate")
+        accelerate = pytest.importorskip("accelerate")
+        accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
+        job = loop_job("accown")
+        words = r"gradient_accumulation_steps=2\): .* pass max_micro_batch_size"
+        with pytest.raises(ConfigurationError, match=words):
+            adapter(accelerator, server_url, job, energy_meter=EstimateMeter(100))
+        with ServerClient(server_url) as client:
+            assert not client.list_jobs(prefix=job.job_id_prefix or "")
 
 
 class TestFabric(LoopAdapterContract):

@@ -23,6 +23,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
@@ -47,7 +48,9 @@ class ZeusBSOAccelerate(TrialSession):
         options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession`. With
             ``max_micro_batch_size``, the DataLoader takes ``bso.micro_batch_size`` and the
             accelerator's ``gradient_accumulation_steps`` is set to ``bso.accumulation_steps``
-            (wrap each step in ``accelerator.accumulate(model)``).
+            (wrap each step in ``accelerator.accumulate(model)``); without it, an accelerator
+            that accumulates of its own is refused (each optimizer step would take more than
+            the server's batch size).
 
     The run's one-line summary is printed at the end through ``accelerator.print`` (the main
     process's).
@@ -60,6 +63,14 @@ class ZeusBSOAccelerate(TrialSession):
         job: JobLike | None = None,
         **options: Unpack[SessionOptions],
     ) -> None:
+        steps = accelerator.gradient_accumulation_steps
+        if options.get("max_micro_batch_size") is None and steps != 1:
+            raise ConfigurationError(  # before the server is asked: no trial is left open
+                f"Accelerator(gradient_accumulation_steps={steps}): each optimizer step would "
+                f"take {steps} batches of the size the server charges; to accumulate, pass "
+                "max_micro_batch_size=... to ZeusBSOAccelerate and leave the accelerator's "
+                "gradient_accumulation_steps at 1 (it is set to bso.accumulation_steps)"
+            )
         self.accelerator = accelerator
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
