@@ -97,6 +97,7 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
     )
     logger = RecordingLogger()
     options = quiet_trainer_options(scripted.output_dir) | {"logger": logger}
+    options["accumulate_grad_batches"] = scripted.accumulation
     trainer = pl.Trainer(callbacks=[callback], max_epochs=len(scripted.metrics), **options)
     trainer.fit(module)
     return FitResult(
@@ -140,7 +141,12 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
     )
     metrics = iter(scripted.metrics)
     sizes: list[int] = []
-    args = training_arguments(scripted.output_dir, callback.start(), len(scripted.metrics))
+    args = training_arguments(
+        scripted.output_dir,
+        callback.start(),
+        len(scripted.metrics),
+        gradient_accumulation_steps=scripted.accumulation,
+    )
     trainer = transformers.Trainer(
         model=recording_sizes(limited(tiny_bert(), scripted.out_of_memory_above), sizes),
         args=args,

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from zeus_bso.client import ServerClient
 from zeus_bso.client.outcome import RunOutcome
-from zeus_bso.errors import BatchSizeDoesNotFitError
+from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
 from zeus_bso.testing.served import ServedContract, contract_job
 
@@ -42,6 +43,10 @@ class ScriptedFit:
     memory" as older torch raises it (None: no step does)."""
     memory_check_steps: int = 0
     """The callback's ``memory_check_steps``: steps tried at a batch size new to these GPUs."""
+    accumulation: int = 1
+    """The framework's own gradient accumulation, batches an optimizer step (Lightning's
+    ``accumulate_grad_batches``, the HF Trainer's ``gradient_accumulation_steps``), set
+    without the callback's ``max_micro_batch_size``."""
 
 
 @dataclass(slots=True)
@@ -68,7 +73,8 @@ class CallbackAdapterContract(ServedContract):
     batch size the server dispatched, reports each validation and ends at the server's stop,
     and the framework's logger receives each report's cost; a fit that never reaches the
     target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
-    memory check is infeasible, and a size that fits trains (in the same fit, or the next).
+    memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
+    framework that accumulates gradients of its own is refused, counting nothing.
 
     Subclass it and define the ``fit`` fixture::
 
@@ -133,3 +139,19 @@ class CallbackAdapterContract(ServedContract):
         assert result.epochs == 1
         assert result.outcome is not None
         assert result.outcome.converged
+
+    def test_a_fit_whose_framework_accumulates_of_its_own_is_refused_counting_nothing(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        """Each optimizer step would take two batches of the size the server charges: the fit
+        is refused with a `ConfigurationError` that says to accumulate through the callback
+        (``max_micro_batch_size``), and no trial counts against a batch size (none was asked
+        for, or it was released)."""
+        job = contract_job("cbacc", target_metric=0.5, max_epochs=2)
+        scripted = ScriptedFit(server_url, job, (0.6, 0.7), tmp_path, accumulation=2)
+        with pytest.raises(ConfigurationError, match="max_micro_batch_size"):
+            fit(scripted)
+        with ServerClient(server_url) as client:
+            listed = client.list_jobs(prefix=job.job_id_prefix)
+            trials = [t for j in listed for t in client.trials(j.job_id)]
+        assert all(t.status == "released" for t in trials), trials
