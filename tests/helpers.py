@@ -34,6 +34,8 @@ from zeus_bso.testing import gpus
 from zeus_bso_server.settings import to_engine_url
 
 SERVER_BIN = shutil.which("zeus-bso-server") or str(Path(sys.executable).parent / "zeus-bso-server")
+ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
+"""The ``zeus-bso`` command of this environment."""
 
 
 NESTED_PYTEST_PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:schemathesis", "-p", "no:anyio"]

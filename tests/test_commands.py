@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 
 from tests.helpers import (
     SERVER_BIN,
+    ZEUS_BSO,
     default_sigint,
     ended_after_signal,
     environment_without_settings,
@@ -25,8 +25,6 @@ from tests.helpers import (
 )
 from tests.ports import free_port
 from zeus_bso.entry import deferred_interrupt
-
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
 
 @pytest.mark.parametrize("command", ["server", "simulate"])

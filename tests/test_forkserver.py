@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 
 from tests import forkserver
-from tests.helpers import SERVER_BIN, ServerProcess, environment_without_settings, sqlite_url
-
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
+from tests.helpers import (
+    SERVER_BIN,
+    ZEUS_BSO,
+    ServerProcess,
+    environment_without_settings,
+    sqlite_url,
+)
 
 
 def test_a_forked_command_prints_and_exits_as_a_started_one(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from tests.api.test_cli_and_schema import run_cli
 from tests.helpers import (
+    ZEUS_BSO,
     ServerProcess,
     dispatch,
     environment_without_settings,
@@ -30,7 +30,6 @@ from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
 
 TOKEN = "s3cret-token-value"
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import json
 import logging
 import ssl
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,6 +21,7 @@ import pytest
 
 from tests.helpers import (
     SERVER_BIN,
+    ZEUS_BSO,
     ServerProcess,
     environment_without_settings,
     sqlite_url,
@@ -38,7 +38,6 @@ from zeus_bso_server.settings import load_settings
 
 trustme = pytest.importorskip("trustme", reason="the TLS tests make their CA with trustme")
 
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "tls-token-value"
 
 

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from tests.helpers import (
+    ZEUS_BSO,
+    ServerProcess,
+    environment_without_settings,
+    sqlite_url,
+    unique_id,
+)
 from zeus_bso import BatchSizeOptimizer
 from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.cli.main import app
@@ -38,7 +43,6 @@ from zeus_bso.spec import (
 from zeus_bso.testing.gpus import GPU_DOUBLE
 from zeus_bso.units import energy_text
 
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 TOKEN = "cli-test-token"
 READ_TOKEN = "cli-read-token"
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import forkserver
-from tests.helpers import ServerProcess
+from tests.helpers import ZEUS_BSO, ServerProcess
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
 from zeus_bso.policy import zeus_cost
@@ -28,8 +27,6 @@ from zeus_bso.sim import (
 from zeus_bso.sim.report import causes_of, over_the_default, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob, read_power_trace
 from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, JobSpecFromClient, policy_options
-
-ZEUS_BSO = str(Path(sys.executable).parent / "zeus-bso")
 
 
 def run(
