@@ -190,11 +190,14 @@ def _running() -> Forkserver:
         return _forkserver
 
 
-def launch(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> ForkedProcess:
-    """The command ``args`` (``zeus-bso-server serve ...``) forked with ``env``, ``cwd`` and
-    its output to ``log``, from this process's forkserver (started on first use)."""
+def launch(
+    args: Sequence[str], env: Mapping[str, str], cwd: Path, out: Path, err: Path | None = None
+) -> ForkedProcess:
+    """The command ``args`` forked with ``env`` and ``cwd``, its standard output to ``out`` and
+    its standard error to ``err`` (None: to ``out`` too), from this process's forkserver
+    (started on first use)."""
     server = _running()
-    return ForkedProcess(server.start(args, env, cwd, log, log), args, server)
+    return ForkedProcess(server.start(args, env, cwd, out, err or out), args, server)
 
 
 def run(
@@ -212,10 +215,7 @@ def run(
         )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="command-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        server = _running()
-        process = ForkedProcess(
-            server.start(args, full_env, cwd or Path.cwd(), out, err), args, server
-        )
+        process = launch(args, full_env, cwd or Path.cwd(), out, err)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
