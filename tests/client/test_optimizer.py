@@ -20,6 +20,7 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from tests.preloaded_python import preloaded
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
 from zeus_bso.client.progress import Elapsed
@@ -430,7 +431,7 @@ def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
     try:
         job_id = unique_id("elastic")
         command = [
-            sys.executable,
+            preloaded(sys.executable),
             "-m",
             "torch.distributed.run",
             "--standalone",
@@ -532,7 +533,7 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     `TrialSession` on every rank, which trains one run at rank 0's batch size on both."""
     pytest.importorskip("torch", reason="torchrun comes with torch (pip install torch)")
     job_id = unique_id("ddploop")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    command = [preloaded(sys.executable), "-m", "torch.distributed.run", "--nproc_per_node=2",
                f"--master_port={free_port()}", str(Path(__file__).with_name("ddp_loop_worker.py")),
                server.url, job_id, str(tmp_path)]  # fmt: skip
     env = environment_without_settings()

@@ -16,6 +16,7 @@ import pytest
 
 from tests.containers import REPO
 from tests.helpers import ServerProcess, environment_without_settings, unique_id
+from tests.preloaded_python import preloaded
 from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
 
@@ -255,7 +256,7 @@ def test_a_terminated_hugging_face_run_releases_its_trial(
     spec_ = job(unique_id("hfterm"), target=0.999)
     ready = tmp_path / "ready"
     script = HF_RUN.format(ready=str(ready), url=server.url, job=spec_.model_dump_json())
-    done = terminated(script, ready, tmp_path, wait_s=180)
+    done = terminated(script, ready, tmp_path, wait_s=180, python=preloaded(sys.executable))
     assert done.returncode == TERMINATED, done.stderr
     assert "interrupted (SIGTERM); not counted against it" in done.stderr
     with ServerClient(server.url) as client:
@@ -294,7 +295,7 @@ def test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler(
     spec_ = job(unique_id("plterm"), target=0.999)
     ready = tmp_path / "ready"
     script = LIGHTNING_RUN.format(ready=str(ready), url=server.url, job=spec_.model_dump_json())
-    done = terminated(script, ready, tmp_path, wait_s=180, python=lightning_python)
+    done = terminated(script, ready, tmp_path, wait_s=180, python=preloaded(lightning_python))
     # Lightning's own handler took it; the status is SIGTERM's, as Lightning's fix of
     # Lightning-AI/pytorch-lightning#19916 gives it (before it, the callback sets it: a
     # preempted fit exited 0, as if it had finished).
@@ -350,7 +351,7 @@ def test_a_terminated_loop_adapter_run_releases_its_trial(
     script = LOOP_ADAPTER_RUN.format(
         setup=setup, job=job.model_dump_json(), ready=str(ready), url=server.url
     )
-    done = terminated(script, ready, tmp_path, wait_s=180)
+    done = terminated(script, ready, tmp_path, wait_s=180, python=preloaded(sys.executable))
     assert done.returncode == TERMINATED, done.stderr
     # The adapter shows the outcome through the framework's print (standard output).
     assert "interrupted (SIGTERM); not counted against it" in done.stdout

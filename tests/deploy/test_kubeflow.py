@@ -22,6 +22,7 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from tests.preloaded_python import preloaded
 
 KUBEFLOW = REPO / "integrations/kubeflow"
 SCRIPT = KUBEFLOW / "train_mnist.py"
@@ -104,7 +105,7 @@ def test_ddp_on_two_cpu_processes_one_rank_talks_every_rank_follows(
     job_id = unique_id("mnist")
     try:
         run = subprocess.run(
-            [lightning_python, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+            [preloaded(lightning_python), "-m", "torch.distributed.run", "--nproc-per-node", "2"]
             + [str(SCRIPT), "--accelerator", "cpu", "--devices", "2", "--data", "synthetic"]
             + ["--server", server.url, "--job-id", job_id, "--target-accuracy", "0.9"]
             + ["--max-epochs", "4", "--estimate-watts", str(WATTS)],

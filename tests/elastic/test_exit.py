@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import environment_without_settings
+from tests.preloaded_python import preloaded
 
 pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).parents[2]
 def _pair(store: Path, scenario: str) -> list[subprocess.CompletedProcess[str]]:
     ranks = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(store), scenario, "on"],
+            [preloaded(sys.executable), str(WORKER), str(rank), str(store), scenario, "on"],
             cwd=ROOT,
             env=environment_without_settings() | {"PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,

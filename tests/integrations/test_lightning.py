@@ -37,6 +37,7 @@ from tests.integrations.lightning_models import (  # noqa: E402
     quiet_trainer_options,
 )
 from tests.ports import free_port  # noqa: E402
+from tests.preloaded_python import preloaded  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
@@ -175,7 +176,7 @@ def _run_nodes(
             "MASTER_PORT": str(port),
         }
         command = [
-            python,
+            preloaded(python),
             str(Path(__file__).with_name("lightning_node_worker.py")),
             server.url,
             job_id,

@@ -39,6 +39,7 @@ from tests.integrations.lightning_models import Paced, quiet_trainer_options  # 
 from tests.integrations.paced_jobs import PACED_BATCH as BATCH  # noqa: E402
 from tests.integrations.paced_jobs import PACED_STEPS as STEPS  # noqa: E402
 from tests.integrations.paced_jobs import paced_job as job  # noqa: E402
+from tests.preloaded_python import preloaded  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
@@ -256,7 +257,11 @@ def test_a_killed_run_has_its_limit_restored(
                            job_id=job_id, url=server.url, out=str(tmp_path / "out"))  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
     done = subprocess.run(
-        [lightning_python, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [preloaded(lightning_python), "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     # Lightning turns SIGTERM into an exception that ends the fit (SIGTERM's status, 143, which
     # the callback gives it); without it, the signal ends the process once the limits are back.
@@ -302,7 +307,7 @@ def test_two_ranks_on_one_node_set_their_gpu_once(
                               url=server.url, out=str(tmp_path / "out"))  # fmt: skip
     (tmp_path / "two.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
-    command = [lightning_python, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    command = [preloaded(lightning_python), "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--nnodes=1", f"--master_port={free_port()}", str(tmp_path / "two.py")]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -430,7 +435,11 @@ def test_sigterm_without_a_framework_handler_restores_then_ends_the_process(
                                job_id=unique_id("plhfterm"), out=str(tmp_path / "out"))  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DOUBLE.parent), str(ROOT)])}
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [preloaded(sys.executable), "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
     assert "interrupted (SIGTERM); not counted against it" in done.stderr

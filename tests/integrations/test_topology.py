@@ -22,6 +22,7 @@ pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning
 from tests.helpers import ServerProcess, sqlite_url, unique_id
 from tests.integrations.gpu_double import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
+from tests.preloaded_python import preloaded
 from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,8 @@ def run(command: list[str], env: dict[str, str], server: ServerProcess) -> None:
 
 
 def torchrun(nproc: int, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+    """``torch.distributed.run`` in ``python`` (preloaded: its ranks too)."""
+    return [preloaded(python), "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
             "--nnodes=1", f"--master_port={free_port()}"]  # fmt: skip
 
 
@@ -77,7 +79,7 @@ def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
     server: ServerProcess, tmp_path: Path, lightning_python: str
 ) -> None:
     job_id = unique_id("launcher")
-    command = [lightning_python, *lightning_worker(server, job_id, tmp_path, "2", "1")]
+    command = [preloaded(lightning_python), *lightning_worker(server, job_id, tmp_path, "2", "1")]
     run(command, environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port())), server)
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
@@ -108,7 +110,7 @@ def _two_nodes(
             gpus, RANK=str(rank), GROUP_RANK=str(rank), NODE_RANK=str(rank), LOCAL_RANK="0",
             LOCAL_WORLD_SIZE="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
         )  # fmt: skip
-        command = [python, *lightning_worker(server, job_id, tmp_path, "1", "2")]
+        command = [preloaded(python), *lightning_worker(server, job_id, tmp_path, "1", "2")]
         processes.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
