@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import gc
 import importlib
 import inspect
@@ -66,7 +67,7 @@ IMPORT_TIME = (
 """Prefixes of the environment variables an interpreter or a preloaded module reads when it
 starts or is imported: a child takes the server's."""
 
-HANDLED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+HANDLED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER")
 """Of those, the ones a child sets up as a new interpreter would."""
 
 RUNTIME = ("TORCHELASTIC_", "TORCH_NCCL_", "PL_GLOBAL_SEED", "PL_SEED_WORKERS")
@@ -352,6 +353,8 @@ def _become(request: dict[str, object]) -> None:
     unbuffered = "-u" in options or bool(env.get("PYTHONUNBUFFERED"))
     sys.dont_write_bytecode = "-B" in options or bool(env.get("PYTHONDONTWRITEBYTECODE"))
     _streams(unbuffered)
+    if env.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
     mode, target, rest = request["mode"], str(request["target"]), request["rest"]
     assert isinstance(rest, list)
     first = {"-c": "", "-m": os.getcwd(), "script": str(Path(target).resolve().parent)}[str(mode)]

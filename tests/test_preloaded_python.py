@@ -69,15 +69,19 @@ def test_it_forks_from_a_process_that_imported_torch_and_takes_its_path_from_pyt
     tmp_path: Path,
 ) -> None:
     """Preloaded: torch is imported already. NVML (`OWN_PATH`) is not: each process imports
-    the one on its path, as the GPU double's tests need."""
+    the one on its path, as the GPU double's tests need. ``PYTHONFAULTHANDLER`` holds."""
     (tmp_path / "pynvml.py").write_text("")
-    code = "import sys, pynvml; print('torch' in sys.modules, pynvml.__file__, sys.executable)"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    code = (
+        "import faulthandler, sys, pynvml\n"
+        "print('torch' in sys.modules, pynvml.__file__, faulthandler.is_enabled(), sys.executable)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONFAULTHANDLER": "1"}
     done = subprocess.run(
         [preloaded(sys.executable), "-c", code], capture_output=True, text=True, env=env,
         timeout=60,
     )  # fmt: skip
-    assert done.stdout.split() == ["True", str(tmp_path / "pynvml.py"), preloaded(sys.executable)]
+    expected = ["True", str(tmp_path / "pynvml.py"), "True", preloaded(sys.executable)]
+    assert done.stdout.split() == expected
 
 
 def test_what_it_cannot_fork_runs_the_interpreter(tmp_path: Path) -> None:

@@ -369,7 +369,7 @@ def test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu(
                                ready=str(ready))  # fmt: skip
     (tmp_path / "ddp.py").write_text(script)
     main = subprocess.Popen(
-        [lightning_python, str(tmp_path / "ddp.py")],
+        [preloaded(lightning_python), str(tmp_path / "ddp.py")],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
