@@ -9,10 +9,11 @@ that stands in for an environment's ``python`` as the command, or as the ``sys.e
 launchers start their ranks with: it is a small client (Python without ``site``) that hands its
 arguments, environment, working directory and standard streams to a server (this file run as a
 script, one per test worker and interpreter, which imported `PRELOADED` once). The server forks
-a child that becomes the process the client was asked to be: ``-c CODE``, ``-m MODULE`` or a
-script, with ``sys.argv``, ``sys.path`` (``PYTHONPATH`` included) and ``__main__`` as a new
-interpreter sets them. The client forwards the signals it gets to that child and exits as it does
-(its exit status, or the signal that ended it); a client killed outright has its child killed.
+a child that becomes the process the client was asked to be: ``-c CODE``, a script or
+``-m torch.distributed.run``, with ``sys.argv``, ``sys.path`` (``PYTHONPATH`` included) and
+``__main__`` as a new interpreter sets them. The client forwards the signals it gets to that
+child and exits as it does (its exit status, or the signal that ended it); a client killed
+outright has its child killed.
 
 What a fork cannot give the same way runs the interpreter itself (the client replaces itself with
 it): options other than ``-u`` and ``-B``, or an environment whose settings are read when an
@@ -28,7 +29,6 @@ import contextlib
 import faulthandler
 import gc
 import importlib
-import inspect
 import io
 import json
 import os
@@ -102,8 +102,11 @@ class Server:
             start_new_session=True,  # Ctrl-C at the terminal is pytest's to handle
         )
         assert self._process.stdout is not None
-        ready = self._process.stdout.readline()
-        assert ready == b"ready\n", f"the preloaded python did not start ({self._process.wait()})"
+        for line in self._process.stdout:  # what an import printed, then "ready"
+            if line == b"ready\n":
+                break
+        else:
+            raise RuntimeError(f"the preloaded python did not start ({self._process.wait()})")
         self.client = self.folder / "python"
         now = {k: v for k, v in env.items() if is_read_at_import(k)}
         self.client.write_text(client_source(python, self.socket, now))
@@ -158,6 +161,10 @@ def parse(args):
     return None
 
 
+def read_at_import(name):  # is_read_at_import's
+    return name.startswith(IMPORT_TIME) and not name.startswith(RUNTIME) and name not in HANDLED
+
+
 def main():
     request = parse(sys.argv[1:])
     env = dict(os.environ)
@@ -168,10 +175,13 @@ def main():
     child, pending, ignored = [], [], []
 
     def forward(signum, _frame):
-        if child:
-            os.kill(child[0], signum)
-        else:
+        if not child:
             pending.append(signum)
+            return
+        try:
+            os.kill(child[0], signum)
+        except ProcessLookupError:
+            pass  # it ended: its status is on its way
 
     for name in FORWARDED:
         signum = getattr(signal, name)
@@ -223,7 +233,6 @@ def client_source(python: str, socket_path: Path, read_at_import: dict[str, str]
                  "READ_AT_IMPORT": read_at_import, "FORWARDED": FORWARDED}  # fmt: skip
     return "\n".join(
         [f"#!{sys.executable} -IS", *(f"{k} = {v!r}" for k, v in constants.items()),
-         inspect.getsource(is_read_at_import).replace("is_read_at_import", "read_at_import"),
          f"IMPORT_TIME, RUNTIME, HANDLED = {IMPORT_TIME!r}, {RUNTIME!r}, {HANDLED!r}", CLIENT]
     )  # fmt: skip
 
@@ -361,7 +370,7 @@ def _become(request: dict[str, object]) -> None:
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     base_path = request["base_path"]
     assert isinstance(base_path, list)
-    sys.path[:] = [first, *extra, *base_path[1:]]
+    sys.path[:] = [first, *extra, *base_path]
     sys.executable = str(request["executable"])
     importlib.invalidate_caches()
     main = types.ModuleType("__main__")
