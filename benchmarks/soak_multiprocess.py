@@ -1,8 +1,9 @@
 """Every multi-process test, run again and again beside a CPU-heavy process: how often each passes.
 
 The two-process tests (Lightning DDP and two nodes, HF under torch.distributed.run, Kubeflow
-under torchrun, the elastic replicas, an elastic restart, the exit checks) once died with SIGABRT
-after a successful fit, by chance, more often under load. This script runs them all, as one
+under torchrun, the elastic replicas, an elastic restart, the exit checks, the power limits'
+ranks and kills; most of their processes forked by `tests.preloaded_python`) once died with
+SIGABRT after a successful fit, by chance, more often under load. This script runs them all, as one
 pytest session per round, ``--runs`` times in a row, with a busy-looping Python process beside
 them (``--no-hog`` to leave it out), and counts passes and failures per test. Each test runs
 against SQLite only: the database is not what these tests stress.
@@ -49,6 +50,16 @@ TESTS = (
     "test_a_rank_that_ends_while_a_gloo_worker_holds_python_work_exits_0[collective]",
     "tests/integrations/test_topology.py",
     "tests/integrations/test_examples.py::test_example_runs_recurrences",
+    "tests/integrations/test_lightning.py::test_an_error_on_rank_0_ends_every_rank[sqlite]",
+    "tests/integrations/test_power_limits.py::test_two_ranks_on_one_node_set_their_gpu_once[sqlite]",
+    "tests/integrations/test_power_limits.py::"
+    "test_ctrl_c_on_a_lightning_ddp_fit_restores_every_ranks_gpu[sqlite]",
+    "tests/integrations/test_power_limits.py::test_a_killed_run_has_its_limit_restored[sqlite-SIGTERM]",
+    "tests/integrations/test_power_limits.py::test_a_killed_run_has_its_limit_restored[sqlite-SIGKILL]",
+    "tests/client/test_optimizer.py::test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run[sqlite]",
+    "tests/client/test_sigterm.py::"
+    "test_a_terminated_lightning_fit_is_released_through_lightning_s_own_handler[sqlite]",
+    "tests/test_preloaded_python.py",
 )
 
 
