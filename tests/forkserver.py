@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -285,6 +285,13 @@ def _serve_forever() -> None:
 
 
 def _report_exits() -> None:
+    for pid, code in ended_children():
+        _answer(f"exited {pid} {code}")
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """Each child of this process that ended and was not waited for yet: its pid and exit
+    status as `subprocess.Popen.returncode` gives it."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -292,11 +299,23 @@ def _report_exits() -> None:
             return
         if pid == 0:
             return
-        _answer(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+        yield pid, os.waitstatus_to_exitcode(status)
 
 
 def _answer(line: str) -> None:
     os.write(1, (line + "\n").encode())
+
+
+def take_environment(request: Mapping[str, object]) -> dict[str, str]:
+    """In a forked child: ``request``'s environment and working directory, as a new process
+    starts with them (`tempfile` reads ``TMPDIR`` anew); the environment."""
+    env = request["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None
+    os.chdir(str(request["cwd"]))
+    return env
 
 
 def _become_command(request: dict[str, object]) -> None:
@@ -307,12 +326,7 @@ def _become_command(request: dict[str, object]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setsid()  # a session of its own, as the tests start a server's
-    env = request["env"]
-    assert isinstance(env, dict)
-    os.environ.clear()
-    os.environ.update(env)
-    tempfile.tempdir = None  # TMPDIR is read anew
-    os.chdir(str(request["cwd"]))
+    take_environment(request)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

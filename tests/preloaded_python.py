@@ -44,6 +44,11 @@ import threading
 import types
 from pathlib import Path
 
+try:
+    from tests.forkserver import ended_children, take_environment
+except ImportError:  # run as a script, in an environment of its own: beside it on the path
+    from forkserver import ended_children, take_environment  # type: ignore[no-redef]
+
 PRELOADED = (
     "torch",
     "torch.distributed.run",
@@ -322,18 +327,12 @@ def _receive(connection: socket.socket) -> tuple[dict[str, object], list[int]]:
 
 
 def _reap(children: dict[int, socket.socket], by_connection: dict[socket.socket, int]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    for pid, code in ended_children():
         connection = children.pop(pid, None)
         if connection is not None:
             by_connection.pop(connection, None)
             with contextlib.suppress(OSError):
-                connection.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                connection.sendall(f"exit {code}\n".encode())
             connection.close()
 
 
@@ -351,12 +350,7 @@ def _become(request: dict[str, object]) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    env = request["env"]
-    assert isinstance(env, dict)
-    os.environ.clear()
-    os.environ.update(env)
-    tempfile.tempdir = None  # TMPDIR is read anew
-    os.chdir(str(request["cwd"]))
+    env = take_environment(request)
     options = request["options"]
     assert isinstance(options, list)
     unbuffered = "-u" in options or bool(env.get("PYTHONUNBUFFERED"))
