@@ -294,7 +294,11 @@ def _serve(path: str) -> dict[str, object]:
         if listener not in readable:
             continue
         connection, _ = listener.accept()
-        request, fds = _receive(connection)
+        try:
+            request, fds = _receive(connection)
+        except (OSError, ValueError):  # a client that went before it asked
+            connection.close()
+            continue
         pid = os.fork()
         if pid == 0:
             for other in (listener, *by_connection, connection):

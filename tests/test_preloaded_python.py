@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -125,3 +126,11 @@ def test_a_client_killed_outright_takes_its_process_with_it() -> None:
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{child}").exists()
+
+
+def test_a_client_that_goes_before_it_asks_leaves_the_server_serving() -> None:
+    code = "import sys; print(sys.executable)"
+    assert ran_forked(["-c", code])
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+        gone.connect(str(Path(preloaded(sys.executable)).with_name("socket")))
+    assert ran_forked(["-c", code])
