@@ -27,10 +27,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import fcntl
 import gc
 import importlib
 import io
 import json
+import multiprocessing
+import multiprocessing.spawn
 import os
 import select
 import shutil
@@ -42,12 +45,13 @@ import sys
 import tempfile
 import threading
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
-try:
+if __name__ == "__main__":  # the server, in an environment of its own: beside it on the path
+    from forkserver import ended_children, take_environment
+else:  # a `tests` package it tried first would stay imported in every child
     from tests.forkserver import ended_children, take_environment
-except ImportError:  # run as a script, in an environment of its own: beside it on the path
-    from forkserver import ended_children, take_environment  # type: ignore[no-redef]
 
 PRELOADED = (
     "torch",
@@ -146,6 +150,19 @@ def preloaded(python: str) -> str:
         return str(_servers[python].client)
 
 
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    """``multiprocessing``'s spawn start method (``torch.multiprocessing.spawn``, Lightning's
+    ``ddp_spawn``) starting its children with this interpreter's preloaded python: they take
+    the pipes spawn hands them at their numbers, as every client's descriptors are."""
+    before = multiprocessing.spawn.get_executable()
+    multiprocessing.set_executable(preloaded(sys.executable))
+    try:
+        yield
+    finally:
+        multiprocessing.set_executable(before)
+
+
 CLIENT = r'''
 """Runs as PYTHON does, forked from the server at SOCKET (tests/preloaded_python.py)."""
 import json, os, signal, socket, sys
@@ -164,6 +181,14 @@ def parse(args):
     if args and not args[0].startswith("-"):
         return options, "script", args[0], args[1:]
     return None
+
+
+def valid(fd):
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False  # the listing's own
+    return True
 
 
 def read_at_import(name):  # is_read_at_import's
@@ -199,10 +224,14 @@ def main():
         connection.connect(SOCKET)
     except OSError:
         real()
+    numbers = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    numbers = [fd for fd in numbers if fd != connection.fileno() and valid(fd)]
+    if len(numbers) > 250 or numbers[:3] != [0, 1, 2]:
+        real()
     body = json.dumps({"options": options, "mode": mode, "target": target, "rest": rest,
                        "env": env, "cwd": os.getcwd(), "executable": sys.argv[0],
-                       "ignored": ignored}).encode()
-    socket.send_fds(connection, [len(body).to_bytes(8, "big") + body], [0, 1, 2])
+                       "ignored": ignored, "numbers": numbers}).encode()
+    socket.send_fds(connection, [len(body).to_bytes(8, "big") + body], numbers)
     answers = b""
     while True:
         chunk = connection.recv(4096)
@@ -213,6 +242,9 @@ def main():
         while b"\n" in answers:
             line, answers = answers.split(b"\n", 1)
             kind, number = line.split()
+            if kind == b"real":  # the server cannot give the descriptors their numbers
+                connection.close()
+                real()
             if kind == b"pid":
                 child.append(int(number))
                 for signum in pending:
@@ -299,6 +331,19 @@ def _serve(path: str) -> dict[str, object]:
         except (OSError, ValueError):  # a client that went before it asked
             connection.close()
             continue
+        numbers = request.get("numbers", [0, 1, 2])
+        assert isinstance(numbers, list)
+        closed_in_child = {listener.fileno(), connection.fileno(), wake_read, wake_write}
+        closed_in_child |= {other.fileno() for other in by_connection}
+        held = {int(fd) for fd in os.listdir("/proc/self/fd")} - closed_in_child
+        held = {fd for fd in held - {*fds, 0, 1, 2} if _open(fd)}  # not the listing's own
+        if len(numbers) != len(fds) or held & {*numbers}:
+            for fd in fds:  # a descriptor of this process's has that number: a new one runs
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                connection.sendall(b"real 0\n")
+            connection.close()
+            continue
         pid = os.fork()
         if pid == 0:
             for other in (listener, *by_connection, connection):
@@ -317,8 +362,16 @@ def _serve(path: str) -> dict[str, object]:
             connection.sendall(f"pid {pid}\n".encode())
 
 
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _receive(connection: socket.socket) -> tuple[dict[str, object], list[int]]:
-    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 253)
     size = int.from_bytes(data[:8], "big")
     body = data[8:]
     while len(body) < size:
@@ -349,10 +402,15 @@ def _become(request: dict[str, object]) -> None:
     for name in FORWARDED:
         default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
         signal.signal(getattr(signal, name), signal.SIG_IGN if name in ignored else default)
-    fds = request["fds"]
+    fds, numbers = request["fds"], request["numbers"]
     assert isinstance(fds, list)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    assert isinstance(numbers, list)
+    clear = max(*numbers, *fds) + 1
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, clear) for fd in fds]  # clear of every number
+    for fd in fds:
+        os.close(fd)
+    for number, fd in zip(numbers, high, strict=True):
+        os.dup2(fd, number)  # inheritable, as the client's were
         os.close(fd)
     env = take_environment(request)
     options = request["options"]

@@ -134,3 +134,24 @@ def test_a_client_that_goes_before_it_asks_leaves_the_server_serving() -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
         gone.connect(str(Path(preloaded(sys.executable)).with_name("socket")))
     assert ran_forked(["-c", code])
+
+
+def test_descriptors_keep_their_numbers_and_tests_modules_come_from_the_path() -> None:
+    """A spawned ``multiprocessing`` child reads the pipe its parent names by number; a child
+    imports the repository's ``tests`` from its ``PYTHONPATH``, whatever the server's
+    environment holds under that name."""
+    read, write = os.pipe()
+    code = f"import os, tests.helpers; os.write({write}, tests.helpers.__file__.encode())"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    try:
+        done = subprocess.run(
+            [preloaded(sys.executable), "-c", code], pass_fds=(write,), env=env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        assert (done.returncode, pipe.read()) == (
+            0,
+            str(Path(__file__).with_name("helpers.py")).encode(),
+        ), done.stderr

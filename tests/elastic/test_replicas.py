@@ -21,6 +21,7 @@ from tests.elastic.replica_bodies import (  # noqa: E402
     both,
     run_rank,
 )
+from tests.preloaded_python import spawning  # noqa: E402
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 
 
@@ -28,7 +29,8 @@ from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
 def replica_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """What each rank of one two-process gloo group returned from `both` bodies."""
     out = tmp_path_factory.mktemp("replicas")
-    mp.spawn(run_rank, args=(both, 2, str(out / "store"), str(out)), nprocs=2)
+    with spawning():
+        mp.spawn(run_rank, args=(both, 2, str(out / "store"), str(out)), nprocs=2)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 

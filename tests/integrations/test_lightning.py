@@ -37,7 +37,7 @@ from tests.integrations.lightning_models import (  # noqa: E402
     quiet_trainer_options,
 )
 from tests.ports import free_port  # noqa: E402
-from tests.preloaded_python import preloaded  # noqa: E402
+from tests.preloaded_python import preloaded, spawning  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
@@ -131,7 +131,8 @@ def test_ddp_on_two_cpu_processes(
     Logging the server's figures raises no advice to sync them (they are the same on every
     rank)."""
     spec = job(unique_id("ddp"), target=0.999, max_epochs=2)
-    _, callback = fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
+    with spawning():
+        _, callback = fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
     output = capfd.readouterr()
     assert "val_acc" in output.err + output.out  # the model's own value gets Lightning's advice
     assert "self.log('bso/" not in output.err + output.out
