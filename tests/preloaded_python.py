@@ -7,16 +7,18 @@ the suite starts some sixty such processes on a machine of two cores, under ``to
 launchers, Lightning's own launcher and once a node. `preloaded` gives the path of an executable
 that stands in for an environment's ``python`` as the command, or as the ``sys.executable`` the
 launchers start their ranks with: it is a small client (Python without ``site``) that hands its
-arguments, environment, working directory and standard streams to a server (this file run as a
-script, one per test worker and interpreter, which imported `PRELOADED` once). The server forks
-a child that becomes the process the client was asked to be: ``-c CODE``, a script or
-``-m torch.distributed.run``, with ``sys.argv``, ``sys.path`` (``PYTHONPATH`` included) and
-``__main__`` as a new interpreter sets them. The client forwards the signals it gets to that
-child and exits as it does (its exit status, or the signal that ended it); a client killed
-outright has its child killed.
+arguments, environment, working directory and every descriptor it holds (each at its number:
+standard streams, and the pipes ``multiprocessing``'s spawn names by number, `spawning`) to a
+server (this file run as a script, one per test worker and interpreter, which imported
+`PRELOADED` once). The server forks a child that becomes the process the client was asked to
+be: ``-c CODE``, a script or ``-m torch.distributed.run``, with ``sys.argv``, ``sys.path``
+(``PYTHONPATH`` included) and ``__main__`` as a new interpreter sets them. The client forwards
+the signals it gets to that child and exits as it does (its exit status, or the signal that
+ended it); a client killed outright has its child killed.
 
 What a fork cannot give the same way runs the interpreter itself (the client replaces itself with
-it): options other than ``-u`` and ``-B``, or an environment whose settings are read when an
+it): options other than ``-u`` and ``-B``, a module other than `LAUNCHER`, a descriptor number
+the server's child would hold itself, or an environment whose settings are read when an
 interpreter starts or a preloaded module is imported (`IMPORT_TIME`) that differs from the
 server's. A script that must not find torch imported (it checks what it loads) takes the plain
 interpreter, as do the signal tests whose subject is a process group: the child is not in the
@@ -183,7 +185,7 @@ def parse(args):
     return None
 
 
-def valid(fd):
+def valid(fd):  # _open's
     try:
         os.fstat(fd)
     except OSError:
@@ -331,7 +333,7 @@ def _serve(path: str) -> dict[str, object]:
         except (OSError, ValueError):  # a client that went before it asked
             connection.close()
             continue
-        numbers = request.get("numbers", [0, 1, 2])
+        numbers = request["numbers"]
         assert isinstance(numbers, list)
         closed_in_child = {listener.fileno(), connection.fileno(), wake_read, wake_write}
         closed_in_child |= {other.fileno() for other in by_connection}
