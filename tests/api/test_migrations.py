@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy import JSON, bindparam, text
 from sqlalchemy.engine import Connection
 from typer.testing import CliRunner
 
+from tests import forkserver
 from tests.helpers import (
     BACKENDS,
     SERVER_BIN,
@@ -252,14 +254,15 @@ def test_concurrent_upgrades_of_a_fresh_database_all_succeed(
     url = database_url(backend, tmp_path, request)
     env = environment_without_settings()
     command = [SERVER_BIN, "db", "upgrade", "--db", url]
-    procs = [
-        subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    # Four processes at once, forked where a started one would run the same (tests.forkserver):
+    # they reach the database within milliseconds of each other.
+    with ThreadPoolExecutor(4) as pool:
+        done = list(
+            pool.map(
+                lambda _: forkserver.run(command, env=env, cwd=tmp_path, timeout=120), range(4)
+            )
         )
-        for _ in range(4)
-    ]
-    outputs = [proc.communicate(timeout=120)[0].decode() for proc in procs]
-    assert [proc.returncode for proc in procs] == [0] * 4, outputs
+    assert [d.returncode for d in done] == [0] * 4, [d.stdout + d.stderr for d in done]
     current = run_cli("db", "current", "--db", url, cwd=tmp_path).stdout
     revision = current.split()[1]
     assert current.split()[-1] == revision, current
