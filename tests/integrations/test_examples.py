@@ -17,6 +17,7 @@ from tests.environments import Environments
 from tests.helpers import ServerProcess, sqlite_url
 from tests.integrations.gpu_double import A100, LIMIT_W, WATTS, environment, gpu
 from tests.ports import free_port
+from tests.preloaded_python import preloaded
 from zeus_bso.client import ServerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,12 @@ def documented_install(script: str) -> str:
 TWO_PROCESSES = {"accelerate_loop.py": "accelerate", "fabric_loop.py": "fabric"}
 """The loop examples, run on two processes (their job ids' prefixes): a process group and
 NVML's test double beside the fresh install."""
+
+PRELOADED_ENVIRONMENTS = {"zeus-bso[lightning]", "zeus-bso[accelerate]"}
+"""The environments whose examples start three processes here (Lightning's Trainer, then Fabric
+and the rank its launcher starts; torchrun and its two ranks): their processes fork from a
+preloaded python of the environment (`tests.preloaded_python`), which imports torch and the
+framework once for the three. Where an example starts one process, it starts the interpreter."""
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +84,13 @@ def test_example_runs_recurrences(
         )
         alone = subprocess.run([python, "-c", absent, *OTHER_PARTS[requirement]], timeout=60)
         assert alone.returncode == 0, f"{requirement} brought another extra's packages"
-    command = [python, str(EXAMPLES / script), "--server", example_server.url]
+    launcher = preloaded(python) if requirement in PRELOADED_ENVIRONMENTS else python
+    command = [launcher, str(EXAMPLES / script), "--server", example_server.url]
     env = None
     if script in TWO_PROCESSES:  # the loop adapters on two processes, GPUs: NVML's test double
         env = environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port()))
         if script == "accelerate_loop.py":  # under torchrun; Fabric's launcher starts its own
-            command[:1] = [python, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            command[:1] = [launcher, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            f"--master_port={free_port()}"]  # fmt: skip
         else:
             command += ["--devices", "2"]
