@@ -10,6 +10,7 @@ Without systemd nothing runs a container's healthcheck on a timer, so `HealthTic
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import resource
@@ -22,8 +23,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-
-import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 # The base: Debian bookworm with python3 and its venv module, as the Dockerfile must accept.
@@ -83,8 +82,11 @@ class Podman:
         depends on nothing in the repository). mmdebstrap writes the tree as a tarball to its
         standard output, which ``podman import`` reads: no tree on disk, and the whole costs
         about 40 CPU-seconds (debootstrap, then tar, took 90 and twice the time)."""
-        if self.image_exists(BASE_IMAGE):
-            return
+        with _kept_images_lock():
+            if not self.image_exists(BASE_IMAGE):
+                self._make_base_image()
+
+    def _make_base_image(self) -> None:
         mmdebstrap = shutil.which("mmdebstrap")
         if mmdebstrap is None:
             raise FileNotFoundError("mmdebstrap is not installed: apt-get install mmdebstrap")
@@ -138,9 +140,14 @@ class Podman:
             self.run("rmi", previous, check=False)  # in use by a container: it stays
 
     def ensure_postgres_image(self) -> None:
-        """PostgreSQL 15 from Debian's package, with the official image's conventions."""
-        if not self.image_exists(POSTGRES_IMAGE):
-            self.build(POSTGRES_IMAGE, REPO / "tests/deploy/postgres-image", BASE_IMAGE=BASE_IMAGE)
+        """PostgreSQL 15 from Debian's package, with the official image's conventions (kept
+        between runs, as the base is)."""
+        self.ensure_base_image()
+        with _kept_images_lock():
+            if not self.image_exists(POSTGRES_IMAGE):
+                self.build(
+                    POSTGRES_IMAGE, REPO / "tests/deploy/postgres-image", BASE_IMAGE=BASE_IMAGE
+                )
 
     def inspect(self, name: str) -> dict[str, object]:
         data = json.loads(self.run("inspect", name).stdout)
@@ -157,6 +164,30 @@ class Podman:
         """``healthy``, ``unhealthy`` or ``starting`` (as the last check left it)."""
         out = self.run("inspect", "--format", "{{.State.Health.Status}}", name, check=False)
         return out.stdout.strip()
+
+
+@contextmanager
+def _kept_images_lock() -> Iterator[None]:
+    """Held while a kept image is looked for and made: `prepare_kept_images`, started by
+    ``scripts/test`` beside its installs, and the tests' fixtures make each once between them."""
+    path = Path(tempfile.gettempdir()) / "zeus-bso-test-kept-images.lock"
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def prepare_kept_images() -> None:
+    """Make the images the deployment tests keep between runs (the Debian base, PostgreSQL),
+    which depend on nothing in the repository. ``scripts/test`` runs this (``python3
+    tests/containers.py``) in the background while it installs the environment, so that a
+    fresh machine builds them beside its downloads instead of in the tests' time. Without
+    podman or mmdebstrap it does nothing: the tests skip, saying why."""
+    try:
+        podman = Podman()
+    except FileNotFoundError as err:
+        print(f"no images made: {err}")
+        return
+    podman.ensure_postgres_image()
 
 
 def _write_containers_conf() -> str:
@@ -213,6 +244,8 @@ def wait_healthy(podman: Podman, name: str, timeout: float = 120) -> None:
 
 def wait_answers(url: str, timeout: float = 120, *, logs: Sequence[str] = ()) -> None:
     """Wait until ``url`` answers 200."""
+    import httpx  # here: `prepare_kept_images` runs on a Python without the suite's packages
+
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -234,3 +267,7 @@ def container(podman: Podman, name: str, *args: str) -> Iterator[str]:
         yield name
     finally:
         podman.run("rm", "-f", "-v", "-t", "5", name, check=False)
+
+
+if __name__ == "__main__":
+    prepare_kept_images()
