@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.containers import BASE_IMAGE, REPO, Podman
-
-SERVER_IMAGE = "localhost/zeus-bso-test/server:dev"
+from tests import containers
+from tests.containers import Podman
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +22,9 @@ def podman() -> Podman:
 
 @pytest.fixture(scope="session")
 def server_image(podman: Podman) -> str:
-    """integrations/docker/Dockerfile built from the repository root, as the README says."""
-    podman.build(
-        SERVER_IMAGE,
-        REPO,
-        containerfile=REPO / "integrations/docker/Dockerfile",
-        PYTHON_IMAGE=BASE_IMAGE,
-    )
-    return SERVER_IMAGE
+    """integrations/docker/Dockerfile built from the repository root, as the README says (by
+    this run of ``scripts/test`` in the background, or here)."""
+    return containers.server_image(podman)
 
 
 @pytest.fixture
