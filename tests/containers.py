@@ -30,11 +30,6 @@ BASE_IMAGE = "localhost/zeus-bso-test/bookworm-python3:1"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
 DEBIAN_MIRROR = os.environ.get("ZEUS_BSO_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 POSTGRES_IMAGE = "localhost/zeus-bso-test/postgres:15"
-SERVER_IMAGE = "localhost/zeus-bso-test/server:dev"
-SYSTEMD_IMAGE = "localhost/zeus-bso-test/systemd:dev"
-RUN_LABEL = "zeus-bso-test.run"
-"""The label of an image built from the tree for one run of ``scripts/test``, which names the run
-(``ZEUS_BSO_TEST_RUN``): its tests take that image as built (`Podman.build_for_run`)."""
 # pip and apt inside a build reach their indexes with the host's settings and certificates.
 _HOST_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
 
@@ -122,37 +117,8 @@ class Podman:
         if imported.returncode != 0:
             raise AssertionError(f"podman import failed: {imported.stderr}")
 
-    def build_for_run(
-        self, tag: str, context: Path, *, containerfile: Path | None = None, **build_args: str
-    ) -> str:
-        """`build` ``tag`` from the tree, unless it was built for this run of ``scripts/test``
-        already (`prepare_images`, in the background): this run's tests read this tree, which
-        the image was built from. Outside such a run (no ``ZEUS_BSO_TEST_RUN``), always."""
-        run = os.environ.get("ZEUS_BSO_TEST_RUN", "")
-        with _kept_images_lock():
-            if not run or self.label(tag, RUN_LABEL) != run:
-                self.build(tag, context, containerfile=containerfile, label=run, **build_args)
-        return tag
-
-    def label(self, tag: str, name: str) -> str | None:
-        """The value of label ``name`` of the image ``tag`` (None: no such image or label)."""
-        found = self.run(
-            "image", "inspect", "--format", "{{json .Config.Labels}}", tag, check=False
-        )
-        if found.returncode != 0:
-            return None
-        labels = json.loads(found.stdout or "null") or {}
-        value = labels.get(name)
-        return value if isinstance(value, str) else None
-
     def build(
-        self,
-        tag: str,
-        context: Path,
-        *,
-        containerfile: Path | None = None,
-        label: str = "",
-        **build_args: str,
+        self, tag: str, context: Path, *, containerfile: Path | None = None, **build_args: str
     ) -> None:
         """``podman build`` in Docker format (OCI images drop HEALTHCHECK). Each build replaces
         the image of ``tag`` and keeps nothing else: no cached stage images (``--layers=false``)
@@ -161,8 +127,6 @@ class Podman:
         before = self.run("image", "inspect", "--format", "{{.Id}}", tag, check=False)
         previous = before.stdout.strip() if before.returncode == 0 else ""
         args = ["build", "--format", "docker", "--layers=false", "-t", tag]
-        if label:
-            args += ["--label", f"{RUN_LABEL}={label}"]
         if containerfile is not None:
             args += ["-f", str(containerfile)]
         for name, value in build_args.items():
@@ -204,7 +168,7 @@ class Podman:
 
 @contextmanager
 def _kept_images_lock() -> Iterator[None]:
-    """Held while a kept image is looked for and made: `prepare_images`, started by
+    """Held while a kept image is looked for and made: `prepare_kept_images`, started by
     ``scripts/test`` beside its installs, and the tests' fixtures make each once between them."""
     path = Path(tempfile.gettempdir()) / "zeus-bso-test-kept-images.lock"
     with path.open("w") as lock:
@@ -212,46 +176,18 @@ def _kept_images_lock() -> Iterator[None]:
         yield
 
 
-def prepare_images() -> None:
-    """Make the deployment tests' images: those kept between runs (the Debian base, PostgreSQL),
-    which depend on nothing in the repository, and, for a run of ``scripts/test``
-    (``ZEUS_BSO_TEST_RUN``), the server and systemd images built from the tree (`server_image`,
-    `systemd_image`). ``scripts/test`` runs this (``python3 tests/containers.py``) in the
-    background while it installs the environment, so that a fresh machine builds them beside its
-    downloads instead of in the tests' time. Without podman or mmdebstrap it does nothing: the
-    tests skip, saying why."""
+def prepare_kept_images() -> None:
+    """Make the images the deployment tests keep between runs (the Debian base, PostgreSQL),
+    which depend on nothing in the repository. ``scripts/test`` runs this (``python3
+    tests/containers.py``) in the background while it installs the environment, so that a
+    fresh machine builds them beside its downloads instead of in the tests' time. Without
+    podman or mmdebstrap it does nothing: the tests skip, saying why."""
     try:
         podman = Podman()
     except FileNotFoundError as err:
         print(f"no images made: {err}")
         return
-    if not os.environ.get("ZEUS_BSO_TEST_RUN"):
-        podman.ensure_postgres_image()
-        return
-    server = server_image(podman)  # the first test of the group needs it and PostgreSQL
     podman.ensure_postgres_image()
-    systemd_image(podman, server)
-
-
-def server_image(podman: Podman) -> str:
-    """integrations/docker/Dockerfile built from the repository root, as the README says."""
-    return podman.build_for_run(
-        SERVER_IMAGE,
-        REPO,
-        containerfile=REPO / "integrations/docker/Dockerfile",
-        PYTHON_IMAGE=BASE_IMAGE,
-    )
-
-
-def systemd_image(podman: Podman, server: str) -> str:
-    """A machine booted with systemd, zeus-bso installed in it from the image ``server``
-    (`server_image`; tests/deploy/systemd-image)."""
-    return podman.build_for_run(
-        SYSTEMD_IMAGE,
-        REPO / "tests/deploy/systemd-image",
-        BASE_IMAGE=BASE_IMAGE,
-        SERVER_IMAGE=server,
-    )
 
 
 def _write_containers_conf() -> str:
@@ -308,7 +244,7 @@ def wait_healthy(podman: Podman, name: str, timeout: float = 120) -> None:
 
 def wait_answers(url: str, timeout: float = 120, *, logs: Sequence[str] = ()) -> None:
     """Wait until ``url`` answers 200."""
-    import httpx  # here: `prepare_images` runs on a Python without the suite's packages
+    import httpx  # here: `prepare_kept_images` runs on a Python without the suite's packages
 
     deadline = time.monotonic() + timeout
     last: object = None
@@ -334,4 +270,4 @@ def container(podman: Podman, name: str, *args: str) -> Iterator[str]:
 
 
 if __name__ == "__main__":
-    prepare_images()
+    prepare_kept_images()

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import containers
-from tests.containers import Podman
+from tests.containers import BASE_IMAGE, REPO, Podman
+
+SERVER_IMAGE = "localhost/zeus-bso-test/server:dev"
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +23,14 @@ def podman() -> Podman:
 
 @pytest.fixture(scope="session")
 def server_image(podman: Podman) -> str:
-    """integrations/docker/Dockerfile built from the repository root, as the README says (by
-    this run of ``scripts/test`` in the background, or here)."""
-    return containers.server_image(podman)
+    """integrations/docker/Dockerfile built from the repository root, as the README says."""
+    podman.build(
+        SERVER_IMAGE,
+        REPO,
+        containerfile=REPO / "integrations/docker/Dockerfile",
+        PYTHON_IMAGE=BASE_IMAGE,
+    )
+    return SERVER_IMAGE
 
 
 @pytest.fixture

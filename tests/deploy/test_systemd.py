@@ -10,12 +10,13 @@ import uuid
 
 import httpx
 
-from tests.containers import REPO, Podman, container, systemd_image, wait_answers
+from tests.containers import BASE_IMAGE, REPO, Podman, container, wait_answers
 from tests.deploy.wire import job_state, run_recurrence
 from tests.ports import free_port
 
 UNIT_DIR = REPO / "integrations/systemd"
 UNIT = UNIT_DIR / "zeus-bso-server.service"
+IMAGE = "localhost/zeus-bso-test/systemd:dev"
 
 
 def install_steps() -> list[str]:
@@ -30,14 +31,19 @@ def install_steps() -> list[str]:
 def test_the_unit_installs_as_documented_and_serves_as_its_own_user(
     podman: Podman, server_image: str
 ) -> None:
-    image = systemd_image(podman, server_image)
+    podman.build(
+        IMAGE,
+        REPO / "tests/deploy/systemd-image",
+        BASE_IMAGE=BASE_IMAGE,
+        SERVER_IMAGE=server_image,
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     name = f"zeus-bso-test-systemd-{uuid.uuid4().hex[:8]}"
     # systemd as PID 1 needs to mount; the service's sandboxing needs namespaces.
     with container(
         podman, name, "--privileged", "--systemd=always", "-p", f"127.0.0.1:{port}:8000",
-        "-v", f"{UNIT_DIR}:/src:ro", image,
+        "-v", f"{UNIT_DIR}:/src:ro", IMAGE,
     ):  # fmt: skip
         _wait_booted(podman, name)
         verify = podman.run(
