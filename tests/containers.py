@@ -141,8 +141,7 @@ class Podman:
 
     def ensure_postgres_image(self) -> None:
         """PostgreSQL 15 from Debian's package, with the official image's conventions (kept
-        between runs, as the base is)."""
-        self.ensure_base_image()
+        between runs, as the base is, which this `Podman` made or found when it started)."""
         with _kept_images_lock():
             if not self.image_exists(POSTGRES_IMAGE):
                 self.build(
