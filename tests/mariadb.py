@@ -10,12 +10,10 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from tests.ports import free_port
+from tests.ports import free_port, socket_folder
 
 
 def _binary(name: str) -> str | None:
@@ -39,7 +37,7 @@ class MariaDBServer:
                 "apt-get install mariadb-server"
             )
         self.client = client
-        self.root = Path(tempfile.mkdtemp(prefix="zeus-bso-mariadb-"))
+        self.root = socket_folder("zeus-bso-mariadb-", len("sock.lock"))  # its --socket
         self.data = self.root / "data"
         self.port = free_port()
         # mariadbd refuses to run as root unless told a user: run it as 'mysql' when we are root.
@@ -53,11 +51,14 @@ class MariaDBServer:
             account = pwd.getpwnam("mysql")
             for folder in (self.root, tmp):
                 os.chown(folder, account.pw_uid, account.pw_gid)
+        # The install's own temporary files there too: as 'mysql' it cannot write to a TMPDIR
+        # of root's ("Can't create/write to file", and no data folder).
         subprocess.run(
             [install, *user, f"--datadir={self.data}", "--skip-test-db", "--skip-name-resolve"],
             check=True,
             capture_output=True,
             timeout=120,
+            env={**os.environ, "TMPDIR": str(tmp)},
         )
         self._log = self.root / "error.log"
         self._command = [

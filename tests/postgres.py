@@ -7,11 +7,9 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 
-from tests.ports import free_port
+from tests.ports import free_port, socket_folder
 
 
 def _binary(name: str) -> str | None:
@@ -30,7 +28,8 @@ class PostgresServer:
         if not initdb or not pg_ctl:
             raise FileNotFoundError("PostgreSQL binaries initdb and pg_ctl are not installed")
         self.pg_ctl = pg_ctl
-        self.root = Path(tempfile.mkdtemp(prefix="zeus-bso-pg-"))
+        # Its socket, .s.PGSQL.<port> (and .lock beside it), is made in the root (-k).
+        self.root = socket_folder("zeus-bso-pg-", len(".s.PGSQL.65535.lock"))
         self.data = self.root / "data"
         self.port = free_port()
         self.user = "zeus"

@@ -44,7 +44,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import types
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ if __name__ == "__main__":  # the server, in an environment of its own: beside i
     from forkserver import ended_children, take_environment
 else:  # a `tests` package it tried first would stay imported in every child
     from tests.forkserver import ended_children, take_environment
+    from tests.ports import socket_folder
 
 PRELOADED = (
     "torch",
@@ -102,7 +102,7 @@ class Server:
     """One server process: its socket, and the client executable that talks to it."""
 
     def __init__(self, python: str) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="python-"))
+        self.folder = socket_folder("python-", len("socket"))
         self.socket = self.folder / "socket"
         env = {k: v for k, v in os.environ.items() if k not in HANDLED}
         self._process = subprocess.Popen(
