@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -297,3 +298,58 @@ def test_a_servers_sqlite_log_is_checkpointed_in_the_background(tmp_path: Path) 
     assert restarted[0] < 10  # the log started over at the next write
     assert bounded[0] == bounded[1]
     assert after[0] < 10
+
+
+RACE = """
+import multiprocessing
+import sys
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from zeus_bso_server.store.database import Database
+
+
+def first_connection(url, barrier):
+    engine = Database(make_url(url)).engine
+    barrier.wait()
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+if __name__ == "__main__":
+    folder, rounds, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    multiprocessing.set_start_method("fork")
+    failed = 0
+    for n in range(rounds):
+        barrier = multiprocessing.Barrier(processes)
+        url = f"sqlite:///{folder}/race-{n}.db"
+        children = [
+            multiprocessing.Process(target=first_connection, args=(url, barrier))
+            for _ in range(processes)
+        ]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join()
+        failed += any(child.exitcode != 0 for child in children)
+    print(failed)
+"""
+
+
+def test_processes_that_open_a_new_sqlite_database_at_once_all_connect(tmp_path: Path) -> None:
+    """Each connection switches the database to WAL; on a new file, those that switch it at
+    once race for its write lock, and SQLite answered the losers "database is locked" without
+    waiting (a round of 16 processes in four, before they tried again): replicas, or `db
+    upgrade` init containers, that start together on a fresh SQLite file. 20 rounds of 16
+    processes forked at once, each process's first connection to a fresh file."""
+    script = tmp_path / "race.py"
+    script.write_text(RACE)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "20", "16"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["0"], done.stderr[-3000:]

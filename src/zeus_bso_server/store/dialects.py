@@ -10,6 +10,7 @@ and the migrations read them here instead of asking for a backend by name.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.types import TypeEngine
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from zeus_bso_server.errors import SchemaError
 
@@ -147,7 +149,7 @@ class _SQLite(Dialect):
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _write_ahead_log(cursor, busy_timeout_ms)
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.close()
@@ -160,6 +162,26 @@ class _SQLite(Dialect):
         event.listen(engine, "begin", on_begin)
 
     # The schema lock is the migration's BEGIN IMMEDIATE (`schema.on_connection`).
+
+
+def _write_ahead_log(cursor: Any, busy_timeout_ms: int) -> None:
+    """Put the database in WAL mode (a no-op once it is: the mode is stored in the file).
+
+    On a new database, connections that switch it at once race for its write lock, and SQLite
+    answers the losers "database is locked" at once, without waiting out the busy timeout (one
+    start in ten of four processes on a fresh file: replicas or ``db upgrade`` init containers
+    that start together). The switch is tried again until the busy timeout has passed."""
+    retrying = Retrying(
+        retry=retry_if_exception(_locked),
+        stop=stop_after_delay(busy_timeout_ms / 1000.0),
+        wait=wait_random(0.005, 0.05),
+        reraise=True,
+    )
+    retrying(cursor.execute, "PRAGMA journal_mode = WAL")
+
+
+def _locked(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
 
 
 class _PostgreSQL(Dialect):
