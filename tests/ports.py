@@ -18,6 +18,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+CHROMIUM_SOCKET = len("org.chromium.Chromium.XXXXXX/SingletonSocket")
+"""The path Chromium makes its process-singleton socket at, in the temporary folder."""
+
+
+def fits(folder: Path, longest_name: int) -> bool:
+    """Whether a socket named up to ``longest_name`` characters in ``folder`` has an address."""
+    return len(os.fsencode(folder)) + 1 + longest_name <= SOCKET_PATH_MAX
+
+
+def socket_environment(longest_name: int) -> dict[str, str]:
+    """The environment of a program that makes its Unix sockets in the temporary folder
+    (Chromium: `CHROMIUM_SOCKET`): this one's, with ``TMPDIR=/tmp`` where a socket would not
+    fit in ours (under a deep one, Chromium ended at its start: "Socket path too long")."""
+    environment = dict(os.environ)
+    if not fits(Path(tempfile.gettempdir()), longest_name):
+        environment["TMPDIR"] = "/tmp"
+    return environment
+
+
 def socket_folder(prefix: str, longest_name: int) -> Path:
     """A new folder for a test server whose Unix sockets (names of up to ``longest_name``
     characters) live in it: in the temporary folder (``TMPDIR``), or in ``/tmp`` where a socket
@@ -25,7 +44,7 @@ def socket_folder(prefix: str, longest_name: int) -> Path:
     PostgreSQL, MariaDB and the preloaded python could not bind their sockets, and every test
     that needed one of them failed."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    if len(os.fsencode(folder)) + 1 + longest_name <= SOCKET_PATH_MAX:
+    if fits(folder, longest_name):
         return folder
     folder.rmdir()
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import SOCKET_PATH_MAX, socket_folder
+from tests.ports import CHROMIUM_SOCKET, SOCKET_PATH_MAX, socket_environment, socket_folder
 from tests.postgres import PostgresServer
 
 NAME = ".s.PGSQL.65535.lock"
@@ -62,6 +62,20 @@ def test_under_a_short_tmpdir_the_folder_is_in_it(monkeypatch: pytest.MonkeyPatc
         bind(folder / NAME)
     finally:
         shutil.rmtree(short)
+
+
+def test_a_program_making_sockets_in_a_deep_tmpdir_gets_tmp(deep_tmpdir: Path) -> None:
+    """Chromium makes its singleton socket in TMPDIR: under a deep one it ended at its start."""
+    assert socket_environment(CHROMIUM_SOCKET)["TMPDIR"] == "/tmp"
+    assert socket_environment(CHROMIUM_SOCKET)["PATH"] == os.environ["PATH"]
+
+
+def test_a_program_making_sockets_in_a_short_tmpdir_keeps_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TMPDIR", "/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert socket_environment(CHROMIUM_SOCKET) == dict(os.environ)
 
 
 def test_postgresql_starts_under_a_deep_tmpdir(deep_tmpdir: Path) -> None:

@@ -25,6 +25,7 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from tests.ports import CHROMIUM_SOCKET, socket_environment
 from zeus_bso.units import energy_text
 from zeus_bso_server.api.charts import number
 
@@ -65,7 +66,8 @@ def api(server: ServerProcess) -> Iterator[httpx.Client]:
 def browser() -> Iterator[Browser]:
     assert CHROMIUM is not None
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM)
+        environment = socket_environment(CHROMIUM_SOCKET)
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, env=environment)
         yield chromium
         chromium.close()
 

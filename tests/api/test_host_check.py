@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, sqlite_url, unique_id
+from tests.ports import CHROMIUM_SOCKET, socket_environment
 from zeus_bso_server.api.host_check import host_name, is_loopback_name
 
 
@@ -126,7 +127,9 @@ def test_a_rebound_page_in_chromium_reads_and_changes_nothing(
     try:
         with sync_playwright() as playwright:
             chromium = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=["--host-resolver-rules=MAP evil.test 127.0.0.1"]
+                executable_path=CHROMIUM,
+                args=["--host-resolver-rules=MAP evil.test 127.0.0.1"],
+                env=socket_environment(CHROMIUM_SOCKET),
             )
             try:
                 for target, secret in ((sqlite_server, None), (guarded, token)):
