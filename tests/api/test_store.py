@@ -341,12 +341,12 @@ def test_processes_that_open_a_new_sqlite_database_at_once_all_connect(tmp_path:
     """Each connection switches the database to WAL; on a new file, those that switch it at
     once race for its write lock, and SQLite answered the losers "database is locked" without
     waiting: replicas, or `db upgrade` init containers, that start together on a fresh SQLite
-    file. 40 rounds of 8 processes forked at once, each process's first connection to a fresh
-    file: before they tried again, 1-3 rounds failed in each of four runs."""
+    file. 80 rounds of 4 processes forked at once, each process's first connection to a fresh
+    file: before they tried again, 1-9 rounds failed in each of eight runs."""
     script = tmp_path / "race.py"
     script.write_text(RACE)
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), "40", "8"],
+        [sys.executable, str(script), str(tmp_path), "80", "4"],
         capture_output=True,
         text=True,
         timeout=300,
