@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import default_sigint
 from tests.preloaded_python import preloaded
 
 pytest.importorskip("torch", reason="the preloaded python serves training processes (torch)")
@@ -99,10 +100,13 @@ def test_what_it_cannot_fork_runs_the_interpreter(tmp_path: Path) -> None:
 
 
 def started(code: str) -> tuple[subprocess.Popen[str], int]:
-    """The preloaded python running ``code`` once it printed its pid."""
+    """The preloaded python running ``code`` once it printed its pid, with Ctrl-C at its
+    default (`tests.helpers.default_sigint`): in a suite started with SIGINT ignored (``pytest
+    &`` in a script), it kept SIGINT ignored, as a real interpreter does, and the SIGINT test
+    waited out its timeout."""
     process = subprocess.Popen(
         [preloaded(sys.executable), "-u", "-c", f"import os; print(os.getpid()); {code}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
     assert process.stdout is not None
     return process, int(process.stdout.readline())
