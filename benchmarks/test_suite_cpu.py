@@ -36,7 +36,9 @@ from _figures import commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
-SUITE = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadgroup", "-q"]
+WORKERS = str((os.cpu_count() or 1) + 1)
+"""As ``scripts/test`` chooses them: one more than the cores."""
+SUITE = [sys.executable, "-m", "pytest", "-n", WORKERS, "--dist", "loadgroup", "-q"]
 TICK = os.sysconf("SC_CLK_TCK")
 KERNEL_THREAD = 0x00200000
 """``PF_KTHREAD``, the flag of a kernel thread in ``/proc/PID/stat``."""
