@@ -9,8 +9,9 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,19 @@ def cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "zeus-bso"
 
 
+def write_entry(path: Path, entry: Mapping[str, Any]) -> None:
+    """Write ``entry`` as JSON at ``path``, whole or not at all: into a file of this process's
+    beside it, renamed over it (a reader finds the old entry or the new one, never half of one).
+
+    Raises:
+        OSError: the folder or the file cannot be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(entry))
+    temporary.replace(path)
+
+
 def _path(job_id: str) -> Path:
     return cache_dir() / f"{hashlib.sha256(job_id.encode()).hexdigest()[:32]}.json"
 
@@ -32,10 +46,7 @@ def remember(job_id: str, batch_size: int, why: str | None = None) -> None:
     path = _path(job_id)
     entry = {"job_id": job_id, "batch_size": batch_size, "why": why}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(entry))
-        temporary.replace(path)
+        write_entry(path, entry)
     except OSError as err:
         logger.debug("could not keep the recommendation of %s in %s: %s", job_id, path, err)
 

@@ -13,12 +13,11 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from zeus_bso.client.fallback import cache_dir
+from zeus_bso.client.fallback import cache_dir, write_entry
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
 from zeus_bso.spec import TrainingResult, TrialId
@@ -73,10 +72,7 @@ def keep(
             for key in ("report", "end", "infeasible"):
                 entry[key] = before.get(key, entry[key])
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(entry))
-        temporary.replace(path)
+        write_entry(path, entry)
     except OSError as err:
         logger.warning("could not keep the end of trial %s in %s: %s", trial, path, err)
         return False
