@@ -11,6 +11,10 @@ import uuid
 
 from tests.ports import free_port, socket_folder
 
+LONGEST_SOCKET_NAME = ".s.PGSQL.65535.lock"
+"""The longest name of the files the server makes beside its socket, in the root (``-k``): the
+socket is ``.s.PGSQL.<port>``, its lock file that and ``.lock``."""
+
 
 def _binary(name: str) -> str | None:
     found = shutil.which(name)
@@ -28,8 +32,7 @@ class PostgresServer:
         if not initdb or not pg_ctl:
             raise FileNotFoundError("PostgreSQL binaries initdb and pg_ctl are not installed")
         self.pg_ctl = pg_ctl
-        # Its socket, .s.PGSQL.<port> (and .lock beside it), is made in the root (-k).
-        self.root = socket_folder("zeus-bso-pg-", len(".s.PGSQL.65535.lock"))
+        self.root = socket_folder("zeus-bso-pg-", len(LONGEST_SOCKET_NAME))
         self.data = self.root / "data"
         self.port = free_port()
         self.user = "zeus"

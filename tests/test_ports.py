@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.ports import CHROMIUM_SOCKET, SOCKET_PATH_MAX, socket_environment, socket_folder
+from tests.postgres import LONGEST_SOCKET_NAME as NAME
 from tests.postgres import PostgresServer
-
-NAME = ".s.PGSQL.65535.lock"
-"""The longest socket name of the test servers' (PostgreSQL's lock file beside its socket)."""
 
 
 @pytest.fixture
