@@ -41,6 +41,17 @@ def dev_tool(name: str) -> str:
     return str(local) if local.exists() else (shutil.which(name) or name)
 
 
+def _as_root_hint() -> str:
+    """What a user other than root is told where containers cannot run: these tests were made
+    for podman as root (runc, cgroupfs, a base image that mmdebstrap makes in a chroot)."""
+    if os.geteuid() == 0:
+        return ""
+    return (
+        f"uid {os.geteuid()}, not root (the deployment tests run podman and mmdebstrap as root; "
+        "run the suite as root, in a container or a VM, to include them): "
+    )
+
+
 class Podman:
     """Runs ``podman`` with this test run's configuration."""
 
@@ -51,9 +62,14 @@ class Podman:
         self.env = dict(os.environ)
         if "CONTAINERS_CONF" not in os.environ:
             self.env["CONTAINERS_CONF"] = _write_containers_conf()
-        probe = self.run("run", "--rm", "--network=none", *self._probe_image(), check=False)
+        try:
+            probe = self.run("run", "--rm", "--network=none", *self._probe_image(), check=False)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{_as_root_hint()}{err}") from err
         if probe.returncode != 0:
-            raise FileNotFoundError(f"podman cannot run a container here: {probe.stderr[-500:]}")
+            raise FileNotFoundError(
+                f"{_as_root_hint()}podman cannot run a container here: {probe.stderr[-500:]}"
+            )
 
     def _probe_image(self) -> list[str]:
         """A container that proves podman works: the base image, made if missing."""
@@ -168,8 +184,10 @@ class Podman:
 @contextmanager
 def _kept_images_lock() -> Iterator[None]:
     """Held while a kept image is looked for and made: `prepare_kept_images`, started by
-    ``scripts/test`` beside its installs, and the tests' fixtures make each once between them."""
-    path = Path(tempfile.gettempdir()) / "zeus-bso-test-kept-images.lock"
+    ``scripts/test`` beside its installs, and the tests' fixtures make each once between them.
+    One a user: each user's podman keeps images of its own (a rootless podman, in the user's
+    storage), and a lock file another user made may not be opened."""
+    path = Path(tempfile.gettempdir()) / f"zeus-bso-test-kept-images-{os.getuid()}.lock"
     with path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
