@@ -42,13 +42,15 @@ def dev_tool(name: str) -> str:
 
 
 def _as_root_hint() -> str:
-    """What a user other than root is told where containers cannot run: these tests were made
-    for podman as root (runc, cgroupfs, a base image that mmdebstrap makes in a chroot)."""
+    """What a user other than root is told where containers cannot run: podman and mmdebstrap
+    run rootless then, in user namespaces (``newuidmap``, the user's ``/etc/subuid`` range) with
+    slirp4netns for the network (``/dev/net/tun``)."""
     if os.geteuid() == 0:
         return ""
     return (
-        f"uid {os.geteuid()}, not root (the deployment tests run podman and mmdebstrap as root; "
-        "run the suite as root, in a container or a VM, to include them): "
+        f"uid {os.geteuid()}, not root (rootless podman and mmdebstrap need newuidmap and "
+        "slirp4netns, apt-get install uidmap slirp4netns, a range in /etc/subuid and /etc/subgid "
+        "and a readable /dev/net/tun; or run the suite as root): "
     )
 
 
@@ -109,6 +111,8 @@ class Podman:
         with tempfile.TemporaryFile() as log:
             made = subprocess.Popen(
                 [mmdebstrap, "--quiet", "--variant=minbase", f"--include={BASE_PACKAGES}"]
+                # As another user than root, in a user namespace of its own (as rootless podman).
+                + ([] if os.geteuid() == 0 else ["--mode=unshare"])
                 + ["bookworm", "-", DEBIAN_MIRROR],
                 stdout=subprocess.PIPE,
                 stderr=log,
