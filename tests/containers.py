@@ -1,8 +1,9 @@
 """Podman for the deployment tests: images built here from a Debian base made by mmdebstrap
 (no registry image is pulled), containers, compose projects.
 
-Podman runs containers as root with runc and cgroupfs here; its configuration (ulimits at or
-below the host's hard limits) is written to a temporary file named by ``CONTAINERS_CONF``.
+Podman runs containers with runc and cgroupfs here, as root or, for another user, rootless (in
+user namespaces, with slirp4netns: `_as_root_hint`); its configuration (ulimits at or below the
+host's hard limits) is written to a temporary file named by ``CONTAINERS_CONF``.
 Without systemd nothing runs a container's healthcheck on a timer, so `HealthTicker` runs
 ``podman healthcheck run`` every second instead: the checks are the images' own.
 """
