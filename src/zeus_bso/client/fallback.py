@@ -1,7 +1,8 @@
 """The batch size a run falls back to when the server cannot be reached at start: the last
 recommendation this machine saw for the job, or the largest below a size that ran out of memory
 here (`ran_out_of_memory`), kept in a small file per job (``$ZEUS_BSO_CACHE_DIR``, else
-``~/.cache/zeus-bso``). Reading or writing it never fails a run."""
+``~/.cache/zeus-bso``; a folder of the user's own in the temporary folder where no home is known:
+`cache_dir`). Reading or writing it never fails a run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import hashlib
 import json
 import logging
 import os
+import stat
+import tempfile
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,45 @@ CACHE_VARIABLE = "ZEUS_BSO_CACHE_DIR"
 
 
 def cache_dir() -> Path:
-    """Where the recommendations are kept."""
+    """Where the recommendations are kept: ``$ZEUS_BSO_CACHE_DIR``, else ``~/.cache/zeus-bso``;
+    where no home is known (no ``HOME``, and a user id without an entry in the password
+    database, as in a container run under an arbitrary user id), `_homeless_cache`."""
     configured = os.environ.get(CACHE_VARIABLE)
-    return Path(configured) if configured else Path.home() / ".cache" / "zeus-bso"
+    if configured:
+        return Path(configured)
+    try:
+        return Path.home() / ".cache" / "zeus-bso"
+    except RuntimeError:  # "Could not determine home directory."
+        return _homeless_cache()
+
+
+@cache
+def _homeless_cache() -> Path:
+    """``zeus-bso-<uid>`` in the temporary folder, made private to this user, so that the runs
+    of a user without a home still share it; where that name is taken by something other than
+    this user's private folder, a new private folder for this process alone. Either way a path:
+    one where nothing can be made fails its writes (OSError), which the callers take as nothing
+    kept."""
+    shared = Path(tempfile.gettempdir()) / f"zeus-bso-{os.getuid()}"
+    try:
+        shared.mkdir(mode=0o700, exist_ok=True)
+        found = shared.lstat()
+    except OSError:
+        return shared
+    mine = found.st_uid == os.getuid() and not found.st_mode & 0o077
+    if stat.S_ISDIR(found.st_mode) and mine:
+        return shared
+    logger.warning(
+        "zeus-bso: no home folder here, and %s is not this user's private folder: what this "
+        "process keeps (recommendations, undelivered reports) lasts as long as it does; set %s "
+        "to keep them across runs",
+        shared,
+        CACHE_VARIABLE,
+    )
+    try:
+        return Path(tempfile.mkdtemp(prefix="zeus-bso-"))
+    except OSError:
+        return Path(os.devnull) / "zeus-bso"  # nothing can be made below it
 
 
 def write_entry(path: Path, entry: Mapping[str, Any]) -> None:
