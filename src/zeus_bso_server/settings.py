@@ -264,11 +264,17 @@ def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment and ``.env``, with explicit overrides on top.
 
     Raises:
-        SettingsError: a setting is invalid; the message names each bad one.
+        SettingsError: a setting is invalid (the message names each bad one), or ``.env`` in
+            the working directory cannot be read.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**given)  # type: ignore[arg-type]
+    except OSError as err:  # ./.env where this user may not look
+        raise SettingsError(
+            f"cannot read the settings file .env in the working directory ({err.strerror}): "
+            "start the server in a directory this user can read, or make .env readable"
+        ) from None
     except ValidationError as err:
         problems = "; ".join(
             (f"ZEUS_BSO_{'_'.join(str(p) for p in e['loc']).upper()}: " if e["loc"] else "")

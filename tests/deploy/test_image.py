@@ -82,3 +82,31 @@ def test_the_image_serves_the_wire_protocol_and_keeps_its_jobs_across_restarts(
         state = job_state(url, token, job_id)
         assert sorted(t["trial_number"] for t in state["trials"]) == [1, 2]
         assert all(t["converged"] for t in state["trials"])
+
+
+def test_the_image_serves_under_an_arbitrary_user_id_of_the_root_group(
+    podman: Podman, server_image: str
+) -> None:
+    """As OpenShift runs an image: a user id of its choosing, with no entry in the image's
+    password database, in group 0; /data (here the image's own, no volume given) is its to
+    write."""
+    token = secrets.token_hex(16)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    name = f"zeus-bso-test-image-uid-{uuid.uuid4().hex[:8]}"
+    with container(
+        podman,
+        name,
+        "--user",
+        "1000650000:0",
+        "-p",
+        f"127.0.0.1:{port}:8000",
+        "-e",
+        f"ZEUS_BSO_TOKEN={token}",
+        server_image,
+    ):
+        wait_answers(f"{url}/healthz", logs=[podman.logs(name)])
+        assert podman.run("exec", name, "id", "-u").stdout.strip() == "1000650000"
+        run_recurrence(url, token, f"image-uid-{uuid.uuid4().hex[:8]}")
+        owner = podman.run("exec", name, "stat", "-c", "%u", "/data/zeus-bso.db")
+        assert owner.stdout.strip() == "1000650000"
