@@ -42,7 +42,10 @@ def _homeless_cache() -> Path:
     this user's private folder, a new private folder for this process alone. Either way a path:
     one where nothing can be made fails its writes (OSError), which the callers take as nothing
     kept."""
-    shared = Path(tempfile.gettempdir()) / f"zeus-bso-{os.getuid()}"
+    try:
+        shared = Path(tempfile.gettempdir()) / f"zeus-bso-{os.getuid()}"
+    except OSError:  # no temporary folder can be written either (a read-only filesystem)
+        return Path(os.devnull) / "zeus-bso"
     try:
         shared.mkdir(mode=0o700, exist_ok=True)
         found = shared.lstat()
