@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +319,41 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     assert [s["seed"] for s in summary["seeds"]] == [0, 1]
     assert all(len(s["costs"]) == 8 for s in summary["seeds"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_outputs_it_could_not_write_before_it_simulates(tmp_path: Path) -> None:
+    """A folder that does not exist, or a plot without matplotlib (the ``plot`` extra), is said
+    in a line before any simulation, which can take minutes; a file that cannot be written
+    after it, in a line too (no traceback)."""
+    command = [ZEUS_BSO, "simulate", "--workload", "all", "--seeds", "0", "1", "2"]
+    missing = forkserver.run([*command, "--json", str(tmp_path / "no" / "r.json")], timeout=60)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        f"error: --json {tmp_path / 'no' / 'r.json'}: there is no folder {tmp_path / 'no'}"
+    )
+    assert missing.stdout == ""  # nothing simulated
+    short = [ZEUS_BSO, "simulate", "--workload", "squad", "--seeds", "0", "--recurrences", "3"]
+    folder = tmp_path / "taken"
+    folder.mkdir()
+    unwritable = forkserver.run([*short, "--json", str(folder)], timeout=60)
+    assert unwritable.returncode == 1
+    assert unwritable.stderr.strip() == f"error: cannot write {folder}: Is a directory"
+    without_matplotlib = (  # as where the plot extra is not installed
+        "import sys; sys.modules['matplotlib'] = None; "
+        "sys.argv = ['zeus-bso', 'simulate', '--workload', 'all', '--plot', sys.argv[1]]; "
+        "from zeus_bso.entry import main; main()"
+    )
+    plotless = subprocess.run(
+        [sys.executable, "-c", without_matplotlib, str(tmp_path / "r.png")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert plotless.returncode == 1
+    assert (
+        plotless.stderr.strip() == "error: plotting needs matplotlib: pip install 'zeus-bso[plot]'"
+    )
+    assert plotless.stdout == ""
 
 
 def test_cli_tables_fit_80_columns_at_every_horizon() -> None:

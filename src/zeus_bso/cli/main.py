@@ -17,6 +17,7 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperCommand
@@ -25,7 +26,13 @@ from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app, server_url_option
 from zeus_bso.cli.power import power_app
 from zeus_bso.entry import version_option
-from zeus_bso.errors import EXIT_STATUSES, EXIT_USAGE, ConfigurationError, ZeusBSOError
+from zeus_bso.errors import (
+    EXIT_FAILURE,
+    EXIT_STATUSES,
+    EXIT_USAGE,
+    ConfigurationError,
+    ZeusBSOError,
+)
 from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.parents import parent_curve
@@ -157,11 +164,12 @@ def simulate_command(
     try:
         options.update(_policy_option_values(given))
     except ConfigurationError as error:
-        err.print(f"[bold red]error:[/] {error}", highlight=False)
+        _error(str(error))
         raise typer.Exit(code=error.exit_code) from None
     names = list(WORKLOADS) if workload == "all" else [workload]
     seed_list = seeds if seeds else [0, 1, 2, 3, 4]
     try:
+        _check_outputs(json_path, plot)  # before the simulation, which may take minutes
         if accumulate and memory_cap is None:
             raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
         if power_limits and memory_cap is not None:
@@ -179,23 +187,49 @@ def simulate_command(
             for name in names
         ]
     except (ZeusBSOError, ValueError) as error:  # ValueError: a job the options make invalid
-        err.print(f"[bold red]error:[/] {error}", highlight=False)
+        _error(str(error))
         raise typer.Exit(code=getattr(error, "exit_code", EXIT_USAGE)) from None
     _print_table(summaries)
     if memory_cap is not None:
         _print_out_of_memory(summaries)
     if power_limits:
         _print_power(summaries)
-    if json_path is not None:
-        json_path.write_text(
-            json.dumps({"options": options, "results": [s.to_dict() for s in summaries]}, indent=2)
-        )
-        console.print(f"wrote {json_path}")
-    if plot is not None:
-        from zeus_bso.sim.plot import plot_cumulative
+    try:
+        if json_path is not None:
+            results = [s.to_dict() for s in summaries]
+            json_path.write_text(json.dumps({"options": options, "results": results}, indent=2))
+            console.print(escape(f"wrote {json_path}"))
+        if plot is not None:
+            from zeus_bso.sim.plot import plot_cumulative
 
-        plot_cumulative(summaries, plot)
-        console.print(f"wrote {plot}")
+            plot_cumulative(summaries, plot)
+            console.print(escape(f"wrote {plot}"))
+    except OSError as error:
+        _error(f"cannot write {error.filename}: {error.strerror}")
+        raise typer.Exit(code=EXIT_FAILURE) from None
+
+
+def _error(message: str) -> None:
+    """``message`` on standard error after a red "error:", as written (no markup: a package's
+    extra, ``zeus-bso[plot]``, is not a style)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+
+def _check_outputs(json_path: Path | None, plot: Path | None) -> None:
+    """Refuse, before any simulation, outputs that could not be written: a folder that does not
+    exist, or a plot without matplotlib.
+
+    Raises:
+        ConfigurationError: a folder is missing.
+        ZeusBSOError: matplotlib is not installed.
+    """
+    for flag, path in (("--json", json_path), ("--plot", plot)):
+        if path is not None and not path.parent.is_dir():
+            raise ConfigurationError(f"{flag} {path}: there is no folder {path.parent}")
+    if plot is not None:
+        from zeus_bso.sim.plot import check_plotting
+
+        check_plotting()
 
 
 def _flag(name: str) -> str:

@@ -8,19 +8,28 @@ from zeus_bso.errors import ZeusBSOError
 from zeus_bso.sim.report import Summary
 
 
+def check_plotting() -> None:
+    """Whether a plot can be drawn here, asked before the work it plots.
+
+    Raises:
+        ZeusBSOError: matplotlib is not installed (the ``plot`` extra).
+    """
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ZeusBSOError("plotting needs matplotlib: pip install 'zeus-bso[plot]'") from err
+    matplotlib.use("Agg")
+
+
 def plot_cumulative(summaries: list[Summary], path: Path) -> None:
     """Write a PNG with one panel per summary (mean over seeds).
 
     Raises:
         ZeusBSOError: matplotlib is not installed.
+        OSError: the file cannot be written.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ZeusBSOError("plotting needs matplotlib: pip install 'zeus-bso[plot]'") from err
+    check_plotting()
+    import matplotlib.pyplot as plt
 
     columns = min(3, len(summaries))
     rows = (len(summaries) + columns - 1) // columns
