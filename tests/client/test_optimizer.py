@@ -651,7 +651,9 @@ def test_out_of_memory_at_every_size_is_not_charged_to_any(server: ServerProcess
 
 
 def test_a_first_batch_of_another_size_releases_the_trial(server: ServerProcess) -> None:
-    import torch
+    torch = pytest.importorskip(
+        "torch", reason="a batch of tensors needs torch (pip install torch)"
+    )
 
     job = spec("plainbatch")
     bso = BatchSizeOptimizer(server.url, job, EstimateMeter(100), show=None)
