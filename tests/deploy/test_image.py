@@ -13,6 +13,9 @@ from tests.containers import Podman, container, wait_answers
 from tests.deploy.wire import job_state, run_recurrence
 from tests.ports import free_port
 
+ARBITRARY_UID = 54321
+"""A user id the image's password database does not know."""
+
 
 def test_the_image_declares_a_non_root_user_a_volume_and_a_healthcheck(
     podman: Podman, server_image: str
@@ -89,7 +92,8 @@ def test_the_image_serves_under_an_arbitrary_user_id_of_the_root_group(
 ) -> None:
     """As OpenShift runs an image: a user id of its choosing, with no entry in the image's
     password database, in group 0; /data (here the image's own, no volume given) is its to
-    write."""
+    write. (OpenShift's ids are larger, 1000650000 say; this one lies within the 65536 ids a
+    rootless podman maps.)"""
     token = secrets.token_hex(16)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -98,7 +102,7 @@ def test_the_image_serves_under_an_arbitrary_user_id_of_the_root_group(
         podman,
         name,
         "--user",
-        "1000650000:0",
+        f"{ARBITRARY_UID}:0",
         "-p",
         f"127.0.0.1:{port}:8000",
         "-e",
@@ -106,7 +110,7 @@ def test_the_image_serves_under_an_arbitrary_user_id_of_the_root_group(
         server_image,
     ):
         wait_answers(f"{url}/healthz", logs=[podman.logs(name)])
-        assert podman.run("exec", name, "id", "-u").stdout.strip() == "1000650000"
+        assert podman.run("exec", name, "id", "-u").stdout.strip() == str(ARBITRARY_UID)
         run_recurrence(url, token, f"image-uid-{uuid.uuid4().hex[:8]}")
         owner = podman.run("exec", name, "stat", "-c", "%u", "/data/zeus-bso.db")
-        assert owner.stdout.strip() == "1000650000"
+        assert owner.stdout.strip() == str(ARBITRARY_UID)
