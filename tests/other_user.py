@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 SYSTEM_PYTHON = "/usr/bin/python3"
 """The system's python: the suite's may lie in a folder of root's alone (a pyenv under /root).
 It runs this interpreter's packages, so it must be the same minor version."""
-PATHS = [str(REPO / "src"), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-"""The repository's source and this interpreter's packages (httpx, pydantic, ...)."""
+PACKAGES = sysconfig.get_paths()["purelib"]
+PATHS = [str(REPO), str(REPO / "src"), PACKAGES, sysconfig.get_paths()["platlib"]]
+"""The repository (its tests' helpers), its source and this interpreter's packages (httpx,
+pydantic, ...)."""
 
 MARKS = [
     pytest.mark.skipif(os.geteuid() != 0, reason="runs a process as another user: needs root"),
@@ -42,7 +44,7 @@ def homeless_uid(start: int) -> int:
         except KeyError:
             break
         uid += 1
-    probe = f"import os, sys; sys.exit(0 if os.access({PATHS[1]!r}, os.R_OK) else 1)"
+    probe = f"import os; sys.exit(0 if os.access({PACKAGES!r}, os.R_OK) else 1)"
     if run_as(uid, probe, Path("/")).returncode != 0:
         pytest.skip("another user cannot read this interpreter's packages (a private folder)")
     return uid
