@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 
 CACHE_VARIABLE = "ZEUS_BSO_CACHE_DIR"
 
+_NOWHERE = Path(os.devnull) / "zeus-bso"
+"""A cache where nothing can be made (below a device): every write fails, so nothing is kept."""
+
 
 def cache_dir() -> Path:
     """Where the recommendations are kept: ``$ZEUS_BSO_CACHE_DIR``, else ``~/.cache/zeus-bso``;
@@ -45,7 +48,7 @@ def _homeless_cache() -> Path:
     try:
         shared = Path(tempfile.gettempdir()) / f"zeus-bso-{os.getuid()}"
     except OSError:  # no temporary folder can be written either (a read-only filesystem)
-        return Path(os.devnull) / "zeus-bso"
+        return _NOWHERE
     try:
         shared.mkdir(mode=0o700, exist_ok=True)
         found = shared.lstat()
@@ -64,7 +67,7 @@ def _homeless_cache() -> Path:
     try:
         return Path(tempfile.mkdtemp(prefix="zeus-bso-"))
     except OSError:
-        return Path(os.devnull) / "zeus-bso"  # nothing can be made below it
+        return _NOWHERE
 
 
 def write_entry(path: Path, entry: Mapping[str, Any]) -> None:
