@@ -279,7 +279,12 @@ def test_a_killed_run_has_its_limit_restored(
         time.sleep(0.05)
     assert state(tmp_path)["limit"] == 300.0, done.stderr[-3000:]
     assert not list(records.glob("*.json"))
-    assert state(tmp_path)["changes"][-2:] == [cheapest(0.5), 300.0]  # trained at it, restored
+    # It trained at the limit the server chose from its profile, then the GPU got its own back.
+    # Which limit the profile makes cheapest is held by the tests of runs left to end: on a
+    # loaded CI machine this test's profile chose 250 W instead of 275 W in two runs in a row.
+    (profile,) = profiles(server, job_id)
+    assert profile["power_limit"] < 300.0
+    assert state(tmp_path)["changes"][-2:] == [profile["power_limit"], 300.0]
 
 
 TWO_RANKS = """
