@@ -7,6 +7,8 @@ import json
 import multiprocessing
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -135,3 +137,43 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
     assert process.exitcode == 0  # logged, not raised
     assert handoff.receive() is None
     assert [p.name for p in tmp_path.iterdir()] == ["outcome.json"]  # no staged file left
+
+
+BUILD = """
+import os, sys
+from zeus_bso.integrations.handoff import OutcomeHandoff
+handoff = OutcomeHandoff()
+print(handoff._path.parent, flush=True)
+if sys.argv[1] == "killed":
+    os._exit(0)  # as SIGKILL or the out-of-memory killer: no finalizer runs
+sys.stdin.read()  # alive until told
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/ns/pid"), reason="pid namespaces are Linux's")
+def test_the_folders_of_killed_processes_go_when_the_next_callback_is_built() -> None:
+    """Each killed run left an empty private folder in the temporary folder, forever (the test
+    suite alone left ten a run). The next callback removes those of processes that are gone, and
+    keeps those of live ones."""
+    alive = subprocess.Popen(
+        [sys.executable, "-c", BUILD, "alive"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert alive.stdout is not None
+        kept = Path(alive.stdout.readline().strip())
+        killed = subprocess.run(
+            [sys.executable, "-c", BUILD, "killed"], capture_output=True, text=True, check=True
+        )
+        left = Path(killed.stdout.strip())
+        assert left.is_dir()
+        assert kept.is_dir()
+        handoff = OutcomeHandoff()
+        assert not left.exists()
+        assert kept.is_dir()
+        assert handoff._path.parent.is_dir()
+    finally:
+        alive.communicate("", timeout=60)
+    assert not kept.exists()  # a process that ends removes its own

@@ -10,6 +10,11 @@ create, replace or read a file in it); the caller reads it, after checking that 
 the file are its own and private, and removes it, when it is asked for the outcome. Processes
 that built their own callback (``strategy="ddp"``, ``torchrun``: each process runs the script)
 write nothing.
+
+The folder goes with the callback, or at the process's exit; a process killed outright (SIGKILL,
+the out-of-memory killer, ``os._exit``) cannot remove it, so its name carries the process's pid
+namespace and pid, and the next callback this user builds removes the folders of processes of
+its namespace that are gone.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def outcome_from(fields: dict[str, Any]) -> RunOutcome:
 
 
 OUTCOME_FILE = "outcome.json"
+PREFIX = "zeus-bso-outcome-"
 
 
 def _remove(path: Path) -> None:
@@ -55,14 +61,54 @@ def _private(info: os.stat_result) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
 
 
+def _namespace() -> str:
+    """This process's pid namespace as Linux numbers it (a pid names a process only within its
+    namespace: containers may share a temporary folder); empty where there is no ``/proc``."""
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        return ""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: the pid was reused, the folder may stay
+        return False
+    return False
+
+
+def sweep(folder: str, namespace: str) -> None:
+    """Remove the outcome folders in ``folder`` that this user's processes of ``namespace`` left
+    when they were killed: private, this user's, and named for a process that is gone."""
+    marker = f"{PREFIX}{namespace}-"
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                pid = entry.name.removeprefix(marker).partition("-")[0]
+                if not entry.name.startswith(marker) or not pid.isdigit() or not _gone(int(pid)):
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and _private(info):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+    except OSError as err:
+        logger.debug("zeus-bso: left-over outcome folders not removed: %s", err)
+
+
 class OutcomeHandoff:
     """Built in the process that builds the callback; pickled (or forked) with it into the
     processes a launcher starts."""
 
     def __init__(self) -> None:
         self._pid = os.getpid()
+        namespace = _namespace()
         try:
-            folder = Path(tempfile.mkdtemp(prefix="zeus-bso-outcome-"))  # 0700, made exclusively
+            if namespace:
+                sweep(tempfile.gettempdir(), namespace)
+            prefix = f"{PREFIX}{namespace}-{self._pid}-" if namespace else PREFIX
+            folder = Path(tempfile.mkdtemp(prefix=prefix))  # 0700, made exclusively
         except OSError as err:  # no writable temporary folder (a read-only container)
             logger.debug("zeus-bso: no outcome hand-off: %s", err)
             self._path: Path | None = None
