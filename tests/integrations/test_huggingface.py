@@ -18,7 +18,11 @@ from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
-from zeus_bso.errors import ZeusBSOError, ZeusBSOTrainFailError  # noqa: E402
+from zeus_bso.errors import (  # noqa: E402
+    ConfigurationError,
+    ZeusBSOError,
+    ZeusBSOTrainFailError,
+)
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 from zeus_bso.scaling.lr import step_factor  # noqa: E402
 
@@ -446,6 +450,24 @@ def test_the_server_is_asked_in_start_and_not_in_an_attribute(
         trainer.train()
     assert callback.start() == callback.start() == callback.batch_size == 16
     assert callback.job_id == spec.job_id
+    assert callback.session is not None
+    callback.session.end(end_trial=False)
+
+
+def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before a process group exists only the launcher's ``RANK`` says which process asks; a
+    ``RANK`` that is not a number is not a launcher's (it was a ValueError from ``int()``)."""
+    spec = job(unique_id("hfrank"), target=0.999)
+    monkeypatch.setenv("RANK", "1")
+    callback = ZeusBSOTrainerCallback(server.url, spec, energy_meter=EstimateMeter(100))
+    with pytest.raises(ConfigurationError, match=r"initialise torch\.distributed"):
+        callback.start()
+    with ServerClient(server.url) as client:
+        assert client.list_jobs(prefix=spec.job_id_prefix) == []  # rank 1 asked nothing
+    monkeypatch.setenv("RANK", "worker-a")
+    assert callback.start() == 16
     assert callback.session is not None
     callback.session.end(end_trial=False)
 

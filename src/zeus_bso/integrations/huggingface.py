@@ -60,7 +60,7 @@ from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
-from zeus_bso.training.collectives import torch_distributed
+from zeus_bso.training.collectives import launcher_rank, torch_distributed
 from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _is_world_process_zero() -> bool:
     dist = torch_distributed()
     if dist is not None:
         return bool(dist.get_rank() == 0)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if launcher_rank()[0] != 0:
         raise ConfigurationError(
             "a process of rank != 0 gets the batch size from rank 0: initialise torch.distributed "
             "(e.g. accelerate.PartialState()) before callback.start()"

@@ -11,6 +11,7 @@ use them rather than reducing a CPU tensor, which NCCL rejects.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -23,6 +24,16 @@ from zeus_bso.spec import GpuConfig
 from zeus_bso.training import clean_exit
 
 T = TypeVar("T")
+
+
+def launcher_rank() -> tuple[int, int]:
+    """This process's rank and world size as a launcher (``torchrun``, ``accelerate launch``)
+    gives them before a process group exists, in ``RANK`` and ``WORLD_SIZE``; (0, 1) where they
+    are unset or not whole numbers (then they are not a launcher's)."""
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
 
 
 def torch_distributed() -> Any | None:

@@ -25,7 +25,6 @@ scratch: the run says so, naming the settings that changed (`zeus_bso.client.new
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -40,7 +39,7 @@ from zeus_bso.options import JobLike
 from zeus_bso.power.run import PowerLimitMode
 from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, ReportResponse, TrialId
-from zeus_bso.training.collectives import WORLD_OF_ONE
+from zeus_bso.training.collectives import WORLD_OF_ONE, launcher_rank
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.shared_trial import shared_trial
 
@@ -58,10 +57,7 @@ def refuse_other_ranks() -> None:
     if dist is not None and dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
-        try:
-            rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        except ValueError:
-            return  # not a launcher's
+        rank, world = launcher_rank()
     if rank == 0 or world < 2:
         return
     raise ConfigurationError(
