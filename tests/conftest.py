@@ -22,7 +22,7 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
 from tests.environments import LIGHTNING, Environments, run_folder
-from tests.helpers import BACKENDS, ServerProcess, database_url
+from tests.helpers import BACKENDS, ServerProcess, database_url, needs_driver
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 
@@ -68,12 +68,14 @@ if os.environ.get("CI"):
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One PostgreSQL 15 server for the whole run, started by the test setup."""
+    needs_driver("postgresql")
     yield from _started(PostgresServer)
 
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[MariaDBServer]:
     """One MariaDB server for the whole run (the server's MySQL path), started by the test setup."""
+    needs_driver("mysql")
     yield from _started(MariaDBServer)
 
 

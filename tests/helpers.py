@@ -232,6 +232,18 @@ def database_url(backend: str, tmp: Path, request: pytest.FixtureRequest) -> str
 
 
 SERVERS = {"postgresql": "postgres", "mysql": "mariadb"}
+DRIVERS = {"postgresql": ("psycopg", "postgres"), "mysql": ("pymysql", "mysql")}
+"""Each database server's driver module and the extra that installs it."""
+
+
+def needs_driver(backend: str) -> None:
+    """Skips, saying which extra to install, where this environment has no driver for
+    ``backend``'s database (one set up with fewer extras than the test command's)."""
+    module, extra = DRIVERS[backend]
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed: pip install 'zeus-bso[server,{extra}]'")
+
+
 BACKENDS = ["sqlite", "postgresql", "mysql"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Connection
 from tests import forkserver
 from tests.helpers import (
     BACKENDS,
+    DRIVERS,
     SERVER_BIN,
     ServerProcess,
     database_url,
@@ -27,6 +29,7 @@ from tests.helpers import (
     sqlite_url,
 )
 from tests.ports import free_port
+from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import head_revision, upgrade
@@ -91,7 +94,10 @@ def test_migration_matches_the_tables(
 
 def test_database_errors_are_one_clear_line(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
-    for url in (f"postgresql://nobody@127.0.0.1:{port}/x", f"mysql://nobody@127.0.0.1:{port}/x"):
+    for backend in ("postgresql", "mysql"):
+        if importlib.util.find_spec(DRIVERS[backend][0]) is None:
+            continue  # a settings error here (the test above)
+        url = f"{backend}://nobody@127.0.0.1:{port}/x"
         for command in (["db", "upgrade"], ["db", "current"], ["serve", "--port", "0"]):
             result = run_cli(*command, "--db", url, cwd=tmp_path)
             assert result.returncode == 1, (command, url, result.stderr)  # a run-time failure
@@ -123,6 +129,21 @@ def test_no_upgrade_refuses_an_empty_database(tmp_path: Path) -> None:
     )
     assert result.returncode == 2  # a usage error: upgrade first
     assert "zeus-bso-server db upgrade" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_database_whose_driver_is_missing_names_the_extra(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server installed without its database's extra says which to install, before it
+    connects (SQLAlchemy's own error is a traceback from deep in its dialect)."""
+    module, extra = DRIVERS[backend]
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(SettingsError) as info:
+        to_engine_url(f"{backend}://bso@db.example:5432/bso")
+    assert str(info.value) == (
+        f"the {backend} driver {module} is not installed; pip install 'zeus-bso[server,{extra}]'"
+    )
 
 
 def test_invalid_settings_stop_the_server_with_a_clear_message(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from tests.helpers import (
     age_leases,
     database_url,
     job_body,
+    needs_driver,
     sqlite_url,
     unique_id,
 )
@@ -157,6 +158,7 @@ def test_server_killed_mid_request_loses_nothing_committed(
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])
 def test_database_outage_answers_503_and_the_server_recovers(backend: str, tmp_path: Path) -> None:
     """A database server of its own, stopped and started again under a running server."""
+    needs_driver(backend)
     try:
         db_server = PostgresServer() if backend == "postgresql" else MariaDBServer()
     except FileNotFoundError as err:

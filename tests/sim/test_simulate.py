@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -300,9 +301,11 @@ def test_a_horizon_is_the_simulation_of_that_many_recurrences() -> None:
 def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
+    plotting = importlib.util.find_spec("matplotlib") is not None  # the plot extra
     result = forkserver.run(
         [ZEUS_BSO, "simulate", "--workload", "sentiment140", "--gpu", "p100", "--recurrences", "8"]
-        + ["--seeds", "0", "1", "--json", str(out), "--plot", str(png), "--upstream"],
+        + ["--seeds", "0", "1", "--json", str(out), "--upstream"]
+        + (["--plot", str(png)] if plotting else []),
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -318,7 +321,8 @@ def test_cli_writes_json_and_plot(tmp_path: Path) -> None:
     (summary,) = data["results"]
     assert [s["seed"] for s in summary["seeds"]] == [0, 1]
     assert all(len(s["costs"]) == 8 for s in summary["seeds"])
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if plotting:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cli_refuses_outputs_it_could_not_write_before_it_simulates(tmp_path: Path) -> None:

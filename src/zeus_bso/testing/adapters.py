@@ -114,7 +114,7 @@ class LoopAdapterContract(ServedContract):
     ) -> None:
         """A DataLoader built at a size of the script's own: the first ``step_begin(batch)``
         refuses it, and the trial is released."""
-        import torch
+        torch = pytest.importorskip("torch", reason="a loop's batches are tensors: needs torch")
 
         job = loop_job("contractbatch")
         with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
@@ -184,7 +184,7 @@ class LoopAdapterContract(ServedContract):
     ) -> None:
         """A run stopped mid-trial (a preemption) and started again from its checkpoint goes on
         with the same trial, batch size and learning-rate factor; its reports are logged."""
-        import torch
+        torch = pytest.importorskip("torch", reason="a loop's batches are tensors: needs torch")
 
         job = loop_job("contractresume").model_copy(update={"default_batch_size": 64})
         options: dict[str, Any] = {"energy_meter": EstimateMeter(100), "lr_rule": "linear"}
