@@ -33,6 +33,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from zeus_bso_server.errors import DatabaseUnavailableError
 from zeus_bso_server.store.dialects import DIALECTS, WRITE_OPTION
+from zeus_bso_server.store.filesystem import warn_if_networked
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class Database:
         self._sqlite_file = _SqliteFile.of(url)
         self._trying: Engine | None = None
         if self._sqlite_file is not None:  # a file: every connection opens the same database
+            warn_if_networked(self._sqlite_file.path)
             trying = create_engine(url, echo=echo, **dialect.engine_options(0))
             dialect.install_hooks(trying, 0)  # no busy timeout: the lock now, or not at all
             self._trying = trying.execution_options(**{WRITE_OPTION: True})
