@@ -20,6 +20,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
+from zeus_bso.client.proxy import through_proxy
 from zeus_bso.client.tls import (
     certificate_problem,
     https_words,
@@ -200,6 +201,7 @@ class ServerClient:
             raise ServerConnectionError(
                 f"cannot reach the batch size optimizer at {self.shown_url} ({err}); "
                 "check the URL and that `zeus-bso-server serve` runs there"
+                + through_proxy(self.server_url)
             ) from err
         if response.status_code >= 400:
             try:
@@ -224,6 +226,8 @@ class ServerClient:
                     f": give the server's token as token=..., or in {TOKEN_VARIABLE} or "
                     f"{TOKEN_FILE_VARIABLE}; zeus-bso commands take --token)"
                 )
+            if not ours:  # a proxy's page, perhaps
+                message += through_proxy(self.server_url)
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
