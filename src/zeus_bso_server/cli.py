@@ -254,7 +254,7 @@ def serve(
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics
         below = f", served below {settings.root_path}" if settings.root_path else ""
         announce(
-            f"zeus-bso {__version__} on {settings.scheme}://{settings.host}:{settings.port}"
+            f"zeus-bso {__version__} on {settings.scheme}://{settings.address}"
             f"{below} (docs at {settings.root_path}/docs), database {_display_url(settings)}, "
             f"{settings.workers} worker(s)"
         )
@@ -278,7 +278,7 @@ def _check_listen(settings: Settings) -> None:
         try:
             sock.bind((settings.host, settings.port))
         except OSError as error:
-            where = f"{settings.host}:{settings.port}"
+            where = settings.address
             if error.errno == errno.EADDRINUSE:
                 hint = "another process listens there: stop it, or pass another --port"
             elif error.errno in (errno.EACCES, errno.EPERM):

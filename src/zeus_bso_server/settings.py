@@ -244,6 +244,12 @@ class Settings(BaseSettings):
         """``https`` with a TLS certificate, else ``http``."""
         return "https" if self.tls_cert_file is not None else "http"
 
+    @property
+    def address(self) -> str:
+        """``host:port`` as a URL writes it (an IPv6 address in brackets: ``[::1]:8000``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
     @field_validator("tls_cert_file", "tls_key_file", mode="before")
     @classmethod
     def _unset_if_blank(cls, value: object) -> object:

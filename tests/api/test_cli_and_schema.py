@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,55 @@ def test_a_port_in_use_is_one_clear_line_before_the_database_is_touched(tmp_path
         " listens there: stop it, or pass another --port"
     )
     assert not (tmp_path / "x.db").exists()
+
+
+def ipv6_loopback() -> None:
+    """Skips where this machine has no IPv6 loopback address."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as err:
+        pytest.skip(f"no IPv6 loopback here: {err}")
+
+
+def test_an_ipv6_address_is_written_in_brackets(tmp_path: Path) -> None:
+    """``--host ::1`` was announced as http://::1:8000, and its port in use as ::1:8000: URLs
+    that nothing parses. The announced URL answers."""
+    ipv6_loopback()
+    with socket.socket(socket.AF_INET6) as held:
+        held.bind(("::1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        url = sqlite_url(tmp_path / "x.db")
+        in_use = run_cli("serve", "--host", "::1", "--port", str(port), "--db", url, cwd=tmp_path)
+    assert in_use.returncode == 1, in_use.stderr
+    assert f"error: cannot listen on [::1]:{port}: Address already in use" in in_use.stderr
+    port = free_port()
+    env = environment_without_settings()
+    with subprocess.Popen(
+        [SERVER_BIN, "serve", "--host", "::1", "--port", str(port), "--db", url],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as server:
+        try:
+            assert server.stdout is not None
+            announced = next(line for line in server.stdout if " on http" in line)
+            assert f" on http://[::1]:{port} (docs at /docs)" in announced
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    answer = httpx.get(f"http://[::1]:{port}/healthz", timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the announced URL never answered"
+                    time.sleep(0.1)
+            assert answer.json() == {"status": "ok"}
+        finally:
+            server.terminate()
+            server.wait(30)
 
 
 def test_no_upgrade_refuses_an_empty_database(tmp_path: Path) -> None:
