@@ -69,9 +69,19 @@ def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretSt
         if not lines or not lines[0].strip():
             raise ValueError(f"the token file {file} is empty")
         given = SecretStr(lines[0].strip())
-    if given is not None and not given.get_secret_value().strip():
+    if given is None:
+        return None
+    # A secret written with ``echo`` ends in a line break, which no client can send: every
+    # request was refused.
+    value = given.get_secret_value().strip()
+    if not value:
         raise ValueError(f"{name} is empty")
-    return given
+    if any(not char.isprintable() for char in value):
+        raise ValueError(
+            f"{name} has a line break or another control character inside it: give the token "
+            "alone (it is not shown here)"
+        )
+    return SecretStr(value)
 
 
 def _check_tls(cert: Path | None, key: Path | None) -> None:

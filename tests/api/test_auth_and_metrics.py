@@ -25,7 +25,7 @@ from tests.helpers import (
 )
 from tests.ports import free_port
 from zeus_bso.client import ServerClient
-from zeus_bso.errors import ServerRejectedError
+from zeus_bso.errors import ConfigurationError, ServerRejectedError
 from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings
 
@@ -38,7 +38,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     proc = ServerProcess(
         sqlite_url(tmp / "bso.db"),
         cwd=tmp,
-        env={"ZEUS_BSO_TOKEN": TOKEN},
+        # As a secret written with ``echo`` gives it: with a line break, which no client sends.
+        env={"ZEUS_BSO_TOKEN": TOKEN + "\n"},
         extra_args=["--log-level", "debug"],  # the last --log-level wins
     )
     yield proc
@@ -122,6 +123,22 @@ def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     assert "refusing to listen on 0.0.0.0 without a token" in refused.stderr
     assert load_settings(host="0.0.0.0", allow_unauthenticated=True).token is None
     assert load_settings(host="0.0.0.0", token=TOKEN).token is not None
+
+
+def test_a_token_with_a_line_break_around_it_is_the_token(guarded: ServerProcess) -> None:
+    """A secret written with ``echo`` ends in a line break: the server kept it and refused every
+    request, and the client's request failed with the token in its error."""
+    with ServerClient(guarded.url, token=f" {TOKEN}\r\n") as client:
+        assert client.may_write()
+    assert load_settings(token=f"{TOKEN}\n").token.get_secret_value() == TOKEN  # type: ignore[union-attr]
+    inside = "s3cret\ntoken"
+    with pytest.raises(SettingsError) as refused:
+        load_settings(token=inside)
+    with pytest.raises(ConfigurationError) as refused_here:
+        ServerClient(guarded.url, token=inside)
+    for error in (refused, refused_here):
+        assert "line break or another control character inside it" in str(error.value)
+        assert "s3cret" not in str(error.value)
 
 
 def test_token_file(tmp_path: Path) -> None:

@@ -104,6 +104,23 @@ def ended_trial(trial: TrialId, why: str | None) -> EndedTrial:
     return EndedTrial(**trial.model_dump(), message=words or None)
 
 
+def sendable_token(token: str | None) -> str | None:
+    """``token`` without the white space around it (a secret written with ``echo`` ends in a
+    line break, which no HTTP header may carry: the request failed with the token in its
+    error); None where nothing is left.
+
+    Raises:
+        ConfigurationError: a control character is left inside it (the token is not shown).
+    """
+    token = (token or "").strip()
+    if any(not char.isprintable() for char in token):
+        raise ConfigurationError(
+            "the server token has a line break or another control character inside it: give "
+            "the token alone (it is not shown here)"
+        )
+    return token or None
+
+
 class ServerClient:
     """Talks to one zeus-bso (or upstream Zeus BSO) server over one keep-alive HTTP session."""
 
@@ -125,6 +142,7 @@ class ServerClient:
         """
         self.retry_seconds = retry_seconds
         headers = {"Content-Type": "application/json"}
+        token = sendable_token(token)
         self._sends_token = bool(token)
         if token:
             headers["Authorization"] = f"Bearer {token}"
