@@ -28,6 +28,7 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
     Raises:
         SettingsError: the URL cannot be parsed or names an unsupported database or driver.
     """
+    raw = raw.strip()
     try:
         url = make_url(raw)
     except ArgumentError as err:
@@ -122,7 +123,14 @@ class Settings(BaseSettings):
     """Every server setting. Environment: ``ZEUS_BSO_<NAME>``; also read from ``./.env``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ZEUS_BSO_", env_file=".env", extra="ignore", validate_default=True
+        env_prefix="ZEUS_BSO_",
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+        # A value from a secret or a file written with ``echo`` ends in a line break: a SQLite
+        # file was created under a name ending in one (a fresh, empty database), a PostgreSQL
+        # database of that name was looked for.
+        str_strip_whitespace=True,
     )
 
     database_url: str = "sqlite:///./zeus-bso.db"
@@ -208,7 +216,17 @@ class Settings(BaseSettings):
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
-        return value.upper() if isinstance(value, str) else value
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator(
+        "db_password", "token_file", "read_token_file", "tls_cert_file", "tls_key_file",
+        mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _without_line_breaks(cls, value: object) -> object:
+        """A password or a file's name without the line breaks around it (white space that is
+        not a line break may be part of a password)."""
+        return value.strip("\r\n") if isinstance(value, str) else value
 
     @field_validator("host")
     @classmethod

@@ -31,7 +31,7 @@ from tests.helpers import (
 )
 from tests.ports import free_port
 from zeus_bso_server.errors import SettingsError
-from zeus_bso_server.settings import to_engine_url
+from zeus_bso_server.settings import load_settings, to_engine_url
 from zeus_bso_server.store.database import Database
 from zeus_bso_server.store.migrate import head_revision, upgrade
 from zeus_bso_server.store.schema import on_connection
@@ -193,6 +193,38 @@ def test_a_database_whose_driver_is_missing_names_the_extra(
         to_engine_url(f"{backend}://bso@db.example:5432/bso")
     assert str(info.value) == (
         f"the {backend} driver {module} is not installed; pip install 'zeus-bso[server,{extra}]'"
+    )
+
+
+def test_settings_from_a_secret_with_a_line_break_are_read_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret or a file written with ``echo`` ends in a line break. The SQLite file was
+    created as 'bso.db\\n' (a fresh, empty database beside the real one), PostgreSQL was asked
+    for a database of that name and the password with it."""
+    db = tmp_path / "bso.db"
+    upgraded = run_cli(
+        "db", "upgrade", cwd=tmp_path, env={"ZEUS_BSO_DATABASE_URL": f"{sqlite_url(db)}\n"}
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert [path.name for path in tmp_path.iterdir()] == ["bso.db"]
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    for name, value in {
+        "DATABASE_URL": "postgresql://zeus@db.corp:5432/zeus_bso\n",
+        "DB_PASSWORD": "pass word\n",
+        "HOST": " 0.0.0.0\n",
+        "TOKEN_FILE": f"{token_file}\n",
+        "LOG_LEVEL": "debug\n",
+    }.items():
+        monkeypatch.setenv(f"ZEUS_BSO_{name}", value)
+    settings = load_settings()
+    url = settings.engine_url
+    assert (url.host, url.database, url.password) == ("db.corp", "zeus_bso", "pass word")
+    assert (settings.host, settings.log_level, settings.token_file) == (
+        "0.0.0.0",
+        "DEBUG",
+        token_file,
     )
 
 
