@@ -29,7 +29,7 @@ def cache_dir() -> Path:
     """Where the recommendations are kept: ``$ZEUS_BSO_CACHE_DIR``, else ``~/.cache/zeus-bso``;
     where no home is known (no ``HOME``, and a user id without an entry in the password
     database, as in a container run under an arbitrary user id), `_homeless_cache`."""
-    configured = os.environ.get(CACHE_VARIABLE)
+    configured = os.environ.get(CACHE_VARIABLE, "").strip()  # a line break from echo, too
     if configured:
         return Path(configured)
     try:

@@ -29,7 +29,7 @@ def run_key_from_environment() -> str | None:
     """This run's name from the environment: ``ZEUS_BSO_RUN_KEY``, else torchrun's run id
     (``TORCHELASTIC_RUN_ID``, the same across the elastic restarts of one launch; its default
     ``none`` is not a name). None without either."""
-    explicit = os.environ.get(RUN_KEY_VARIABLE)
+    explicit = os.environ.get(RUN_KEY_VARIABLE, "").strip()
     if explicit:
         return explicit
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
