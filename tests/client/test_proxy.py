@@ -101,6 +101,14 @@ def test_a_server_reached_directly_says_nothing_of_proxies(
     assert "proxy" not in str(info.value)
     with ServerClient(server.url) as client:
         client.list_jobs()
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    # A transport of the caller's: httpx reads no proxy from the environment then.
+    with (
+        ServerClient(url, transport=httpx.HTTPTransport()) as client,
+        pytest.raises(ServerConnectionError) as info,
+    ):
+        client.list_jobs()
+    assert "proxy" not in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -154,6 +154,7 @@ class ServerClient:
         (`zeus_bso.spec.Extension`; none: upstream Zeus's server, or a zeus-bso server from
         before they were declared)."""
         secure = httpx.URL(self.server_url).scheme == "https"
+        self._env_proxies = transport is None
         self._connect: Callable[[], httpx.Client] = functools.partial(
             httpx.Client,
             base_url=self.server_url,
@@ -163,6 +164,11 @@ class ServerClient:
             verify=trusted_context(ca_bundle) if secure else plain_http_context(),
         )
         self._http = self._connect()
+
+    def _proxy_words(self) -> str:
+        """The proxy this client's requests go through, as `through_proxy` says it ('' where
+        a transport was given: httpx then reads no proxy from the environment)."""
+        return through_proxy(self.server_url) if self._env_proxies else ""
 
     def __enter__(self) -> Self:
         return self
@@ -218,8 +224,7 @@ class ServerClient:
                 raise ServerCertificateError(problem) from err
             raise ServerConnectionError(
                 f"cannot reach the batch size optimizer at {self.shown_url} ({err}); "
-                "check the URL and that `zeus-bso-server serve` runs there"
-                + through_proxy(self.server_url)
+                "check the URL and that `zeus-bso-server serve` runs there" + self._proxy_words()
             ) from err
         if response.status_code >= 400:
             try:
@@ -245,7 +250,7 @@ class ServerClient:
                     f"{TOKEN_FILE_VARIABLE}; zeus-bso commands take --token)"
                 )
             if not ours:  # a proxy's page, perhaps
-                message += through_proxy(self.server_url)
+                message += self._proxy_words()
             if response.status_code in (404, 405) and not ours:
                 raise RouteMissingError(response.status_code, message, method, path)
             raise ServerRejectedError(response.status_code, message, method, path)
