@@ -46,6 +46,13 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
         raise SettingsError(
             f"the {dialect.backend} driver {dialect.module} is not installed; {dialect.install}"
         )
+    if dialect.backend != "sqlite" and "@" in f"{url.host or ''}{url.database or ''}":
+        # The password's '@' ended it early: what followed became the host, or the database.
+        raise SettingsError(
+            f"the {dialect.backend} URL has an '@' after its user and password: an '@' in the "
+            "password must be written %40 (percent-encoded), or give the password alone in "
+            "ZEUS_BSO_DB_PASSWORD"
+        )
     url = dialect.url(url)
     if user is not None:
         url = url.set(username=user)

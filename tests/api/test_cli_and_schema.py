@@ -196,6 +196,20 @@ def test_a_database_whose_driver_is_missing_names_the_extra(
     )
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_an_at_sign_in_a_password_is_said_before_a_connection(backend: str) -> None:
+    """A generated password with an '@' split the URL there: the rest became the host or the
+    database, and the error was "failed to resolve host 'ss'"."""
+    for raw in (f"{backend}://zeus:p@ss@db.corp/zeus", f"{backend}://zeus:p@ss/w0rd@db.corp/zeus"):
+        with pytest.raises(SettingsError) as info:
+            to_engine_url(raw)
+        assert "an '@' in the password must be written %40" in str(info.value)
+        assert "ss" not in str(info.value).replace("password", "")  # nothing of the password
+    assert to_engine_url(f"{backend}://zeus:p%40ss@db.corp/zeus").password == "p@ss"
+    azure = to_engine_url(f"{backend}://zeus@srv:pw@srv.corp/zeus")  # a user name with '@'
+    assert (azure.username, azure.host) == ("zeus@srv", "srv.corp")
+
+
 def test_settings_from_a_secret_with_a_line_break_are_read_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
