@@ -10,6 +10,7 @@ import http.server
 import io
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -428,6 +429,27 @@ def test_an_older_servers_job_view_is_shown_and_an_answer_of_another_kind_is_sai
         "error: GET /api/jobs/other answered what this client does not read (job: Field required)"
     )
     assert "Traceback" not in other.stderr
+
+
+def test_an_unreachable_default_server_says_it_was_the_default(server: ServerProcess) -> None:
+    """On a cluster, where no server runs beside the script, the error named 127.0.0.1:8000
+    without saying that no server had been given."""
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 8000)) == 0:
+            pytest.skip("something listens on 127.0.0.1:8000 here")
+    hint = "(http://127.0.0.1:8000 is the default: pass --server or set ZEUS_BSO_SERVER_URL)"
+    unset = {"ZEUS_BSO_SERVER_URL": ""}
+    for command in ("jobs", "check"):
+        args = ("list",) if command == "jobs" else ()
+        down = cli(server, *args, command=command, env=unset)
+        assert down.returncode == 1
+        assert "cannot reach the batch size optimizer at http://127.0.0.1:8000 (" in (
+            down.stdout + down.stderr
+        )
+        assert hint in down.stdout + down.stderr
+    given = cli(server, "list", "--server", "http://127.0.0.1:9")
+    assert given.returncode == 1
+    assert "is the default" not in given.stdout + given.stderr
 
 
 def test_check_never_prints_a_password_in_the_server_url(server: ServerProcess) -> None:

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from zeus_bso.cli.jobs import DEFAULT_SERVER, Server, Token
+from zeus_bso.cli.server_options import DEFAULT_SERVER, Server, Token, default_server_words
 from zeus_bso.errors import (
     EXIT_FAILURE,
     ConfigurationError,
@@ -265,8 +265,8 @@ def _server(findings: Findings, server: str, token: str | None) -> None:
             Finding(
                 "server",
                 False,
-                f"{error} (runs would train at the default batch size, or stop with "
-                "on_server_unavailable='raise')",
+                f"{error}{default_server_words(server)} (runs would train at the default batch"
+                " size, or stop with on_server_unavailable='raise')",
             )
         )
     else:

@@ -16,16 +16,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from zeus_bso.cli.server_options import DEFAULT_SERVER, Server, Token, default_server_words
 from zeus_bso.cli.tables import COMPACT, print_fitted, when
 from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import (
     EXIT_FAILURE,
     EXIT_USAGE,
-    ConfigurationError,
+    ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
 )
-from zeus_bso.options import checked_server_url, token_from
+from zeus_bso.options import token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text
 from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, Savings, SeededFrom
@@ -40,31 +41,6 @@ jobs_app = typer.Typer(
 )
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
-
-
-def server_url_option(value: str) -> str:
-    """A ``--server`` checked as the client checks it (`checked_server_url`): a usage error."""
-    try:
-        return checked_server_url(value.strip())
-    except ConfigurationError as error:  # at every request it would fail as unreachable
-        raise typer.BadParameter(str(error)) from None
-
-
-Server = Annotated[
-    str,
-    typer.Option(
-        "--server",
-        envvar="ZEUS_BSO_SERVER_URL",
-        help="The zeus-bso server's URL",
-        callback=server_url_option,
-    ),
-]
-Token = Annotated[
-    str | None,
-    typer.Option(
-        "--token", envvar="ZEUS_BSO_TOKEN", help="The server's bearer token", show_default=False
-    ),
-]
 
 
 def _job_id(value: str) -> str:
@@ -83,7 +59,6 @@ HardwareProfile = Annotated[
     ),
 ]
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 TRIAL_COLUMNS = (
     "trial_number",
     "batch_size",
@@ -161,7 +136,9 @@ def _ask(
                 "ZEUS_BSO_TOKEN_FILE): give it the server's ZEUS_BSO_TOKEN"
             )
         else:
-            err.print(f"[red]error:[/] {escape(str(error))}")
+            unreached = isinstance(error, ServerConnectionError)
+            words = default_server_words(server) if unreached else ""
+            err.print(f"[red]error:[/] {escape(str(error) + words)}")
         raise typer.Exit(error.exit_code) from error
 
 

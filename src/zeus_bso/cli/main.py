@@ -23,8 +23,9 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from zeus_bso.cli.check import check_command
-from zeus_bso.cli.jobs import jobs_app, server_url_option
+from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.cli.power import power_app
+from zeus_bso.cli.server_options import server_url_option
 from zeus_bso.entry import version_option
 from zeus_bso.errors import (
     EXIT_FAILURE,
