@@ -551,17 +551,28 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
         assert seen["epochs"] == 3  # both stopped at rank 0's answer (0.6 >= 0.5)
 
 
+@pytest.mark.parametrize(
+    ("rank", "world"),
+    [
+        ("RANK", "WORLD_SIZE"),  # torchrun
+        ("SLURM_PROCID", "SLURM_NTASKS"),  # srun -n 4 python train.py: each task registered
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+    ],
+)
 def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(
-    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch, rank: str, world: str
 ) -> None:
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "4")
+    for name in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(rank, "3")
+    monkeypatch.setenv(world, "4")
     bso = BatchSizeOptimizer(server.url, spec(unique_id("rank3")), energy_meter=EstimateMeter(1))
     with pytest.raises(ConfigurationError, match="this is rank 3 of 4"):
         bso.get_batch_size()
     with pytest.raises(ConfigurationError, match="rank 3 of 4"):
         bso.resume({})
-    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv(rank, "0")
     assert bso.get_batch_size() == 32  # rank 0 of the same launch asks
     bso.end()
 

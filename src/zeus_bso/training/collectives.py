@@ -26,14 +26,26 @@ from zeus_bso.training import clean_exit
 T = TypeVar("T")
 
 
+LAUNCHER_RANKS = (
+    ("RANK", "WORLD_SIZE"),  # torchrun, accelerate launch, Kubeflow's PyTorchJob
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI's mpirun
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH's and Intel MPI's mpirun
+)
+"""Where launchers say a process's rank and world size, the first found winning."""
+
+
 def launcher_rank() -> tuple[int, int]:
-    """This process's rank and world size as a launcher (``torchrun``, ``accelerate launch``)
-    gives them before a process group exists, in ``RANK`` and ``WORLD_SIZE``; (0, 1) where they
-    are unset or not whole numbers (then they are not a launcher's)."""
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 0, 1
+    """This process's rank and world size as a launcher gives them before a process group
+    exists (`LAUNCHER_RANKS`: torchrun's ``RANK``, else srun's, else MPI's); (0, 1) where none
+    is set, or the first set is not whole numbers (then it is not a launcher's)."""
+    for rank, world in LAUNCHER_RANKS:
+        if rank in os.environ:
+            try:
+                return int(os.environ[rank]), int(os.environ.get(world, "1"))
+            except ValueError:
+                return 0, 1
+    return 0, 1
 
 
 def torch_distributed() -> Any | None:
