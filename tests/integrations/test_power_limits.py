@@ -430,9 +430,15 @@ def test_an_hf_run_profiles_and_trains_at_the_chosen_limit(
            then=lambda step: limits.append(state(tmp_path)["limit"]))  # fmt: skip
     (profile,) = profiles(server, job_id)
     assert [m["power_limit"] for m in profile["measurements"]] == EVERY_LIMIT
-    assert profile["power_limit"] == cheapest(0.5)
-    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, cheapest(0.5), 300.0]
-    assert limits[-1] == cheapest(0.5)  # the rest of the run, at the chosen limit
+    # The rest of the run trained at the limit the server chose from the profile, then the GPU
+    # got its own back. Which limit the profile makes cheapest is held by the plain loop's tests
+    # (`test_the_first_run_profiles_and_every_run_trains_at_the_chosen_limit`): on a loaded CI
+    # machine this run's paced steps made 250 W the cheapest once, as 4e3e4e0 says of a killed
+    # run's.
+    chosen = profile["power_limit"]
+    assert chosen < 300.0
+    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, chosen, 300.0]
+    assert limits[-1] == chosen
 
 
 def test_sigterm_without_a_framework_handler_restores_then_ends_the_process(
