@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.options import checked_server_url, environment_setting
+from zeus_bso.options import SERVER_URL_VARIABLE, checked_server_url, environment_setting
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -16,9 +16,9 @@ DEFAULT_SERVER = "http://127.0.0.1:8000"
 def default_server_words(server: str) -> str:
     """Said after ``server`` could not be reached where it is the default, no
     ``ZEUS_BSO_SERVER_URL`` being set ('' elsewhere)."""
-    if server != DEFAULT_SERVER or environment_setting("ZEUS_BSO_SERVER_URL"):
+    if server != DEFAULT_SERVER or environment_setting(SERVER_URL_VARIABLE):
         return ""
-    return f" ({DEFAULT_SERVER} is the default: pass --server or set ZEUS_BSO_SERVER_URL)"
+    return f" ({DEFAULT_SERVER} is the default: pass --server or set {SERVER_URL_VARIABLE})"
 
 
 def server_url_option(value: str) -> str:
@@ -33,7 +33,7 @@ Server = Annotated[
     str,
     typer.Option(
         "--server",
-        envvar="ZEUS_BSO_SERVER_URL",
+        envvar=SERVER_URL_VARIABLE,
         help="The zeus-bso server's URL",
         callback=server_url_option,
     ),

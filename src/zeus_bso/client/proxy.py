@@ -36,25 +36,31 @@ def _variable(kind: str, value: str) -> str:
     return named[0] if named else f"{kind.upper()}_PROXY"
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether ``NO_PROXY`` (``no_proxy``) names ``host`` as httpx reads it."""
+    """Whether ``NO_PROXY`` (``no_proxy``) names ``host`` as httpx reads it: ``*``, an IP
+    address (itself), a name (itself and its subdomains), ``.name`` (its subdomains)."""
     host = host.lower().strip("[]")
     for entry in (part.strip().lower() for part in no_proxy.split(",")):
         if entry == "*":
             return True
         if not entry or "://" in entry:
             continue
-        try:
-            ipaddress.ip_address(entry.strip("[]"))
-        except ValueError:  # a name: itself and its subdomains (".corp": its subdomains)
-            if entry.startswith("."):
-                if host.endswith(entry):
-                    return True
-            elif host == entry or host.endswith("." + entry):
-                return True
+        if _is_address(entry.strip("[]")):
+            matched = host == entry.strip("[]")
+        elif entry.startswith("."):
+            matched = host.endswith(entry)
         else:
-            if host == entry.strip("[]"):
-                return True
+            matched = host == entry or host.endswith("." + entry)
+        if matched:
+            return True
     return False
 
 
