@@ -42,14 +42,17 @@ def described_gpus(
 
 PACES = {
     "300": {"watts": 300.0, "step_s": 0.040},
-    "275": {"watts": 170.0, "step_s": 0.042},
-    "250": {"watts": 98.0, "step_s": 0.060},
-    "225": {"watts": 85.0, "step_s": 0.085},
-    "200": {"watts": 70.0, "step_s": 0.120},
+    "275": {"watts": 170.0, "step_s": 0.040},
+    "250": {"watts": 60.0, "step_s": 0.090},
+    "225": {"watts": 62.0, "step_s": 0.110},
+    "200": {"watts": 62.0, "step_s": 0.130},
 }
 """A GPU's draw (W) and a training step's seconds at each limit, from 200 to 300 W (the double's
-``paces``): each eta makes another limit the cheapest, about 20% cheaper than its neighbours
-also with a step's overhead of some milliseconds added (`cheapest_limit`)."""
+``paces``): each eta makes another limit the cheapest (`cheapest_limit`), about 25% cheaper than
+its neighbours. The choice holds where a loaded machine adds the same overhead to every step:
+up to 0.1 s a step at eta 0.5 (the lower a limit's draw, the less an overhead costs there, so
+overheads favour lower limits), and any at eta 1 (where 250 W draws the least). 275 W is as fast
+as 300 W, so no slowdown bound excludes it; 250 W takes 2.25 times as long."""
 
 
 def paced_gpu(
