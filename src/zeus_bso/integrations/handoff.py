@@ -87,8 +87,10 @@ def sweep(folder: str, namespace: str) -> None:
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
+                if not entry.name.startswith(marker):
+                    continue
                 pid = entry.name.removeprefix(marker).partition("-")[0]
-                if not entry.name.startswith(marker) or not pid.isdigit() or not _gone(int(pid)):
+                if not pid.isdigit() or not _gone(int(pid)):
                     continue
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode) and _private(info):

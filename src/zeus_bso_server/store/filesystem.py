@@ -56,7 +56,7 @@ def mount_of(path: Path, mountinfo: Path = MOUNTINFO) -> Mount | None:
         if "-" not in fields[6:]:
             continue
         rest = fields[fields.index("-", 6) + 1 :]
-        if len(fields) < 5 or len(rest) < 2:
+        if len(rest) < 2:
             continue
         point = Path(_unescape(fields[4]))
         if point != target and point not in target.parents:
