@@ -21,12 +21,12 @@ def server(sqlite_server: ServerProcess) -> ServerProcess:
     return sqlite_server
 
 
-def run(url: str, spec: JobSpec, watts: float = 200.0) -> str:
+def run(url: str, spec: JobSpec, watts: float = 200.0, metric: float = 0.9) -> str:
     """One run that reports an epoch; returns its job's id."""
     with BatchSizeOptimizer(url, spec, energy_meter=EstimateMeter(watts), show=None) as bso:
         bso.get_batch_size()
         bso.on_train_begin()
-        bso.on_evaluate(0.9)
+        bso.on_evaluate(metric)
         return bso.job_id
 
 
@@ -50,6 +50,7 @@ def test_a_changed_setting_names_what_changed_and_the_job_it_leaves(
     assert f"differ from those of {first}, the job of this prefix that ran last (2 runs)" in line
     assert "target_metric: 0.8 there, 0.85 here; max_epochs: 5 there, 8 here." in line
     assert f"zeus-bso jobs show {first} --json" in line
+    assert "JobSpec(prior_from='auto') starts from what the last job of its prefix" in line
     caplog.clear()
     # Changed back, to the first job's settings: the last job to run is now the second.
     run(server.url, job(prefix, target_metric=0.85))
@@ -103,3 +104,34 @@ def test_the_job_view_names_the_other_jobs_of_its_prefix(server: ServerProcess) 
         {"name": "max_epochs", "here": 7, "there": 5},
     ]
     assert alone == []  # its prefix is another: prefix + "-x"
+
+
+def test_a_new_job_seeded_from_its_prefix_says_where_it_starts(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``prior_from="auto"``: the new job starts from the last one's curve, not from scratch;
+    where no job of the prefix converged, it learns from scratch, and says why."""
+    prefix = unique_id("seeded")
+    caplog.set_level(logging.WARNING, logger="zeus_bso")
+    first = run(server.url, job(prefix))  # converged: 0.9 reaches the target, 0.8
+    second = run(server.url, job(prefix, target_metric=0.85, prior_from="auto"))
+    (line,) = [r.getMessage() for r in caplog.records if "is new:" in r.getMessage()]
+    assert line.startswith(
+        f"zeus-bso: job {second} is new: it starts from what {first} learned (prior_from, "
+        "check mode), not from scratch."
+    )
+    assert "target_metric: 0.8 there, 0.85 here" in line
+    assert "prior_from='auto') starts" not in line
+    with ServerClient(server.url) as client:
+        seeded = client.job(second, limit=0).seeded_from
+    assert seeded is not None
+    assert seeded.job_id == first
+    caplog.clear()
+    # No job of this prefix converged (0.5 is short of every target): nothing to seed from.
+    other = unique_id("unseeded")
+    run(server.url, job(other), metric=0.5)
+    third = run(server.url, job(other, max_epochs=7, prior_from="auto"))
+    (line,) = [r.getMessage() for r in caplog.records if "is new:" in r.getMessage()]
+    assert line.startswith(f"zeus-bso: job {third} is new: it learns from scratch")
+    assert "no job of its prefix had a converged run to seed it" in line
+    assert "prior_from='auto') starts" not in line
