@@ -165,6 +165,11 @@ def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.
     refused = http.post("/jobs", json=_body(child, prior_from=empty))
     assert refused.status_code == 422
     assert f"job {empty} has no converged run" in refused.json()["message"]
+    # "auto" finds the last job of the prefix, not a declared parent: check mode only.
+    trusted = http.post("/jobs", json=_body(child, prior_from="auto", prior_mode="trust"))
+    assert trusted.status_code == 422
+    assert "prior_from='auto' seeds in check mode only" in trusted.json()["message"]
+    assert http.get(f"/api/jobs/{child}").status_code == 404
     other = http.post("/jobs", json=_body(None, prior_from="anything", prior_mode="blind"))
     assert other.status_code == 422
     assert "prior_mode" in other.text

@@ -228,9 +228,9 @@ class _JobOptions(WireModel):
     prior_from: Identifier | None = None
     """A new job starts from what a related job learned: that job's id (on the same server), or
     ``auto``: the job of the same ``job_id_prefix`` updated last that has a converged run (in
-    ``check`` mode; none: the job starts cold). The server copies the parent's curve at
-    registration (`zeus_bso.policy.priors`); a job that exists keeps what it learned, whatever
-    this says (`SEED_SETTINGS`). ``None``: no prior."""
+    ``check`` mode only: ``trust`` with ``auto`` is refused; none: the job starts cold). The
+    server copies the parent's curve at registration (`zeus_bso.policy.priors`); a job that
+    exists keeps what it learned, whatever this says (`SEED_SETTINGS`). ``None``: no prior."""
     prior_mode: Literal["check", "trust"] = "check"
     """How far a job seeded by ``prior_from`` trusts it: ``check``, the default runs first and
     its cost of an epoch and epochs to converge are held against the parent's; ``trust`` (a
@@ -340,6 +340,27 @@ class JobSpec(_JobOptions):
                 f"job_id {self.job_id!r} does not start with job_id_prefix {self.job_id_prefix!r}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _auto_prior_is_checked(self) -> Self:
+        # The user's spec; the server's wire model takes it, and refuses it for a new job alone
+        # (a job that exists keeps what it learned, whatever its seed settings say).
+        if type(self) is JobSpec and (refused := auto_prior_refused(self)) is not None:
+            raise ValueError(refused)
+        return self
+
+
+def auto_prior_refused(spec: JobSpec) -> str | None:
+    """Why ``spec``'s seed settings cannot seed a new job, in words that say what to change
+    (None: they can): ``prior_from="auto"`` finds the last job of the prefix, not a declared
+    parent, so it seeds in check mode only."""
+    if spec.prior_from == "auto" and spec.prior_mode == "trust":
+        return (
+            "prior_from='auto' seeds in check mode only (the last job of the prefix is not a "
+            "declared parent): name the parent job's id for prior_mode='trust', or leave "
+            "prior_mode at 'check'"
+        )
+    return None
 
 
 class GpuConfig(WireModel):
