@@ -410,6 +410,52 @@ def test_lightnings_batch_size_finder_beside_the_callback_is_refused_before_the_
         assert not client.list_jobs(prefix=spec.job_id)
 
 
+class RateTuned(TinyClassifier):
+    """TinyClassifier whose rate ``lr`` Lightning's learning-rate finder tunes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lr = 0.05
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+@pytest.mark.parametrize("lr_rule", ["linear", "none"])
+def test_tuner_lr_find_s_own_fit_asks_nothing_of_the_server_and_the_fit_after_it_trains(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, lr_rule: str
+) -> None:
+    """``Tuner(trainer).lr_find(model)`` runs a fit of its own, which ends after the finder's
+    steps: it got a trial, which it released ("ended before the server's stop ... run it again
+    for a model"). Now it gets none, and trains at the size the rule scales the rate from (the
+    job's default; without a rule, the module's own); the fit after it is the run."""
+    from lightning.pytorch.tuner import Tuner
+
+    spec = job(unique_id("llrfind"))
+    callback = callback_for(server.url, spec, lr_rule=lr_rule)
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    model = RateTuned()
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        found = Tuner(trainer).lr_find(model, min_lr=1e-3, max_lr=1.0, num_training=8)
+    assert found is not None
+    assert "Tuner.lr_find's fit runs without the batch size optimizer" in caplog.text
+    assert "ended before the server's stop" not in caplog.text
+    assert callback.session is None
+    assert callback.outcome is None
+    tuned_at = spec.default_batch_size if lr_rule == "linear" else RateTuned().batch_size
+    assert set(model.seen_batch_sizes) == {tuned_at}
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)  # nothing asked
+    model.seen_batch_sizes.clear()
+    trainer.fit(model)
+    outcome = callback.outcome
+    assert outcome is not None
+    assert outcome.trial_number == 1
+    assert set(model.seen_batch_sizes) == {outcome.batch_size}
+
+
 @pytest.mark.parametrize("accumulation", ["trainer", "scheduler"])
 def test_a_trainer_that_accumulates_of_its_own_is_refused_before_the_server_is_asked(
     server: ServerProcess, tmp_path: Path, accumulation: str

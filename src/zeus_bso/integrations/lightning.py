@@ -37,11 +37,24 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_memory import try_steps
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
+from zeus_bso.integrations.lightning_trainer import (
+    Module,
+    Trainer,
+    accumulation_refused,
+    batch_refused,
+    early_stopping,
+    ended_early,
+    is_a,
+    tunes_the_rate,
+    validates,
+    validates_at_epoch_ends,
+)
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     JobLike,
     check_max_micro_batch_size,
     check_metric_direction,
+    job_lr_rule,
     lightning_settings,
     required_job,
     server_url_from,
@@ -52,11 +65,6 @@ from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 
 logger = logging.getLogger(__name__)
-
-Trainer = Any
-"""A Trainer of either Lightning package."""
-Module = Any
-"""A LightningModule of either Lightning package."""
 
 
 class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
@@ -183,15 +191,18 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
             )
-        if any(_is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
+        if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
             raise ConfigurationError(
                 "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
                 "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
                 "server chooses, and tries a size new to these GPUs in memory first "
                 "(memory_check_steps)"
             )
-        if refused := self._accumulation_refused(trainer):
+        if refused := accumulation_refused(trainer, self.max_micro_batch_size):
             raise ConfigurationError(refused)
+        if tunes_the_rate(trainer):
+            self._tune_the_rate(trainer, pl_module)
+            return
         if self._own_meter:  # a meter a fit closed does not measure the next fit
             self._meter = auto_meter()
         if trainer.fast_dev_run:
@@ -202,7 +213,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                     "(nothing is asked of the server or reported to it)"
                 )
             return
-        if not self._validates(trainer, pl_module):
+        if not validates(trainer, pl_module):
             raise ConfigurationError(
                 "this fit never validates (limit_val_batches=0, or the module has no "
                 "validation_step), so the server could not judge its batch size: validate, "
@@ -210,20 +221,22 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             )
         self._start_session(trainer, pl_module, self._restored)
 
-    def _accumulation_refused(self, trainer: Trainer) -> str | None:
-        """Why the Trainer's own gradient accumulation cannot train the server's batch size,
-        in words that say what to change; None: it accumulates nothing of its own."""
-        if any(_is_a(callback, "GradientAccumulationScheduler") for callback in trainer.callbacks):
-            what = "a GradientAccumulationScheduler (remove it)"
-        elif self.max_micro_batch_size is None and trainer.accumulate_grad_batches != 1:
-            what = f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})"
-        else:
-            return None
-        return (
-            f"{what}: each optimizer step would take several batches of the size the server "
-            "charges; to accumulate, pass ZeusBSOCallback(max_micro_batch_size=...), which sets "
-            "accumulate_grad_batches so that each optimizer step takes the server's batch size"
-        )
+    def _tune_the_rate(self, trainer: Trainer, pl_module: Module) -> None:
+        """``Tuner.lr_find``'s fit, which ends after the finder's steps: no trial (nothing is
+        asked of the server), at the batch size the rate ``lr_rule`` scales is tuned at
+        (``reference_batch_size``), or the module's own without a rule."""
+        self.session = None
+        where = "the module's batch size"
+        if job_lr_rule(self.job, self.lr_rule) != "none":
+            size = self.reference_batch_size or self.job.default_batch_size
+            package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
+            where = f"batch size {size}, the one lr_rule scales its rate from"
+        if trainer.is_global_zero:
+            logger.info(
+                "zeus-bso: Tuner.lr_find's fit runs without the batch size optimizer, at %s; "
+                "the fit after it gets the server's",
+                where,
+            )
 
     def _start_session(
         self, trainer: Trainer, pl_module: Module, resume: dict[str, Any] | None
@@ -326,14 +339,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
     # -- training -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _validates_at_epoch_ends(trainer: Trainer) -> bool:
-        """Whether the fit validates at the end of an epoch only (every epoch, or every
-        ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
-        (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
-        interval = trainer.val_check_interval
-        return isinstance(interval, float) and interval == 1.0
-
     def _scale_learning_rates(self, trainer: Trainer) -> None:
         """Every optimizer's steps take its schedule's rates at the fit's batch size (the
         schedule is left as it is; a resumed fit keeps its checkpoint's factor)."""
@@ -341,18 +346,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         for optimizer in trainer.optimizers:
             self.session.scale(optimizer)
 
-    @staticmethod
-    def _validates(trainer: Trainer, pl_module: Module) -> bool:
-        """Whether the fit runs validations (each one a report)."""
-        if trainer.limit_val_batches == 0:
-            return False
-        return bool(package_of(trainer).is_overridden("validation_step", pl_module))
-
     @override
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
-        if not self._validates_at_epoch_ends(trainer) and trainer.is_global_zero:
+        if not validates_at_epoch_ends(trainer) and trainer.is_global_zero:
             logger.warning(
                 "val_check_interval=%s: every validation is reported as an epoch, so the job's "
                 "max_epochs (%d) counts validations, and its learning curves and costs are per "
@@ -374,34 +372,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if self.session is not None and self._fitting(trainer):
             if not self._first_batch_checked:
                 self._first_batch_checked = True
-                self._check_batch(trainer, batch)
+                told = self.session.micro_batch_size
+                if refused := batch_refused(trainer, batch, told, self.batch_arg_name):
+                    raise ConfigurationError(refused)  # the fit ends; its trial is released
             self.session.step_begin()
-
-    def _check_batch(self, trainer: Trainer, batch: Any) -> None:
-        """The fit's first training batch has the size the server gave (or the micro-batch of
-        a fit that accumulates); a DataLoader that ignores ``batch_arg_name`` would train at
-        another size while the server charges this one.
-
-        Raises:
-            ConfigurationError: it has not (the fit ends and its trial is released).
-        """
-        assert self.session is not None
-        try:
-            found = int(package_of(trainer).batch_size_of(batch))
-        except Exception:  # a batch whose size Lightning cannot tell: nothing to check
-            return
-        told = self.session.micro_batch_size
-        only_batch = trainer.num_training_batches == 1
-        if found == told or (found < told and only_batch):
-            return
-        raise ConfigurationError(
-            f"the fit's first training batch has {found} samples, but this run's batch size "
-            f"is {told} (set on '{self.batch_arg_name}' of the model, its hparams or the "
-            "datamodule): build the train DataLoader with that attribute "
-            f"(DataLoader(..., batch_size=self.{self.batch_arg_name}), or "
-            f"self.hparams.{self.batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
-            "naming the attribute it reads; the run is not counted against the batch size"
-        )
 
     @override
     def on_train_batch_end(
@@ -421,7 +395,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
 
-        epoch = trainer.current_epoch + 1 if self._validates_at_epoch_ends(trainer) else None
+        epoch = trainer.current_epoch + 1 if validates_at_epoch_ends(trainer) else None
 
         def metric() -> float | None:  # on rank 0; its error reaches every rank
             metrics = trainer.callback_metrics
@@ -476,10 +450,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         try:
             if session.stopped:
                 session.end()
-            elif (stopper := self._early_stopping(trainer)) is not None:
+            elif (stopper := early_stopping(trainer)) is not None:
                 session.stopped_itself(stopper)  # not converged at its batch size: counted
             else:  # the Trainer's own limits (or another callback) ended the fit first
-                session.release(self._ended_early(trainer), StopReason.ENDED_EARLY)
+                session.release(ended_early(trainer, self.job.max_epochs), StopReason.ENDED_EARLY)
         finally:
             self._ended(trainer, session.outcome)
 
@@ -497,29 +471,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._outcome = outcome
         if outcome is not None and trainer.is_global_zero:
             self._handoff.send(outcome)
-
-    @staticmethod
-    def _early_stopping(trainer: Trainer) -> str | None:
-        """Which EarlyStopping callback ended the fit, in words (its metric stopped improving,
-        or passed one of its thresholds, before the job's target), or None. Such a run did not
-        converge at its batch size, and counts so, as a run that trained the job's
-        ``max_epochs`` in vain (`TrialSession.stopped_itself`): released, the job would run the
-        same size again at every recurrence, learning nothing."""
-        for callback in trainer.early_stopping_callbacks:
-            reason = getattr(callback, "stopping_reason", None)  # Lightning 2.6 and later
-            stopped = callback.stopped_epoch > 0 if reason is None else reason.name != "NOT_STOPPED"
-            if stopped:
-                return f"EarlyStopping(monitor={callback.monitor!r}) ended the fit"
-        return None
-
-    def _ended_early(self, trainer: Trainer) -> str:
-        limit = trainer.max_epochs
-        if limit is not None and 0 <= limit < self.job.max_epochs:
-            return (
-                f"the Trainer's max_epochs ({limit}) is below the job's ({self.job.max_epochs}), "
-                "so it ended before the server's stop"
-            )
-        return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
@@ -565,12 +516,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 """The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
 file holding one (see `callbacks_from_environment`)."""
-
-
-def _is_a(callback: Any, name: str) -> bool:
-    """Whether ``callback`` is Lightning's callback class ``name`` (of either package), or one
-    made from it."""
-    return any(cls.__name__ == name for cls in type(callback).__mro__)
 
 
 def callbacks_from_environment() -> list[Any]:

@@ -1,0 +1,109 @@
+"""What `ZeusBSOCallback` reads of a Lightning ``Trainer`` (of either package): what the fit is
+set up to do (validate, accumulate, tune the learning rate), whether its first batch has the
+size the server charges, and why it ended. Each refusal is in words that say what to change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zeus_bso.integrations.lightning_packages import package_of
+
+Trainer = Any
+"""A Trainer of either Lightning package."""
+Module = Any
+"""A LightningModule of either Lightning package."""
+
+
+def is_a(callback: Any, name: str) -> bool:
+    """Whether ``callback`` is Lightning's callback class ``name`` (of either package), or one
+    made from it."""
+    return any(cls.__name__ == name for cls in type(callback).__mro__)
+
+
+def tunes_the_rate(trainer: Trainer) -> bool:
+    """Whether the fit is ``Tuner.lr_find``'s own: its ``LearningRateFinder`` ends the fit after
+    its steps (a finder among the Trainer's callbacks tunes the rate within the fit, which goes
+    on: a run like any other)."""
+    return any(
+        is_a(callback, "LearningRateFinder") and getattr(callback, "_early_exit", False)
+        for callback in trainer.callbacks
+    )
+
+
+def accumulation_refused(trainer: Trainer, max_micro_batch_size: int | None) -> str | None:
+    """Why the Trainer's own gradient accumulation cannot train the server's batch size (None:
+    it accumulates nothing of its own, or the callback sets it: ``max_micro_batch_size``)."""
+    if any(is_a(callback, "GradientAccumulationScheduler") for callback in trainer.callbacks):
+        what = "a GradientAccumulationScheduler (remove it)"
+    elif max_micro_batch_size is None and trainer.accumulate_grad_batches != 1:
+        what = f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})"
+    else:
+        return None
+    return (
+        f"{what}: each optimizer step would take several batches of the size the server "
+        "charges; to accumulate, pass ZeusBSOCallback(max_micro_batch_size=...), which sets "
+        "accumulate_grad_batches so that each optimizer step takes the server's batch size"
+    )
+
+
+def validates(trainer: Trainer, pl_module: Module) -> bool:
+    """Whether the fit runs validations (each one a report)."""
+    if trainer.limit_val_batches == 0:
+        return False
+    return bool(package_of(trainer).is_overridden("validation_step", pl_module))
+
+
+def validates_at_epoch_ends(trainer: Trainer) -> bool:
+    """Whether the fit validates at the end of an epoch only (every epoch, or every
+    ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
+    (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
+    interval = trainer.val_check_interval
+    return isinstance(interval, float) and interval == 1.0
+
+
+def batch_refused(trainer: Trainer, batch: Any, told: int, batch_arg_name: str) -> str | None:
+    """Why the fit's first training ``batch`` cannot train the run: it does not have the size
+    the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
+    so a DataLoader that ignores ``batch_arg_name`` would train at another size while the
+    server charges this one. None: it has (or Lightning cannot tell its size; or it is the
+    fit's only batch, and smaller)."""
+    try:
+        found = int(package_of(trainer).batch_size_of(batch))
+    except Exception:  # a batch whose size Lightning cannot tell: nothing to check
+        return None
+    if found == told or (found < told and trainer.num_training_batches == 1):
+        return None
+    return (
+        f"the fit's first training batch has {found} samples, but this run's batch size "
+        f"is {told} (set on '{batch_arg_name}' of the model, its hparams or the "
+        "datamodule): build the train DataLoader with that attribute "
+        f"(DataLoader(..., batch_size=self.{batch_arg_name}), or "
+        f"self.hparams.{batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
+        "naming the attribute it reads; the run is not counted against the batch size"
+    )
+
+
+def early_stopping(trainer: Trainer) -> str | None:
+    """Which EarlyStopping callback ended the fit, in words (its metric stopped improving, or
+    passed one of its thresholds, before the job's target), or None. Such a run did not
+    converge at its batch size, and counts so, as a run that trained the job's ``max_epochs``
+    in vain (`zeus_bso.training.TrialSession.stopped_itself`): released, the job would run the
+    same size again at every recurrence, learning nothing."""
+    for callback in trainer.early_stopping_callbacks:
+        reason = getattr(callback, "stopping_reason", None)  # Lightning 2.6 and later
+        stopped = callback.stopped_epoch > 0 if reason is None else reason.name != "NOT_STOPPED"
+        if stopped:
+            return f"EarlyStopping(monitor={callback.monitor!r}) ended the fit"
+    return None
+
+
+def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
+    """Why a fit ended before the server's stop, where neither the server nor an EarlyStopping
+    ended it."""
+    limit = trainer.max_epochs
+    if limit is not None and 0 <= limit < job_max_epochs:
+        return (
+            f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
+            "so it ended before the server's stop"
+        )
+    return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
