@@ -68,4 +68,8 @@ def test_epochs_below_the_jobs_and_evaluations_by_steps_are_said(tmp_path: Path)
     by_steps = arguments(tmp_path, eval_strategy="steps", eval_steps=50)
     (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
     assert "every evaluation (every 50 steps) is reported as an epoch" in counted
-    assert hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6) == []
+    # max_steps bounds the run instead of num_train_epochs: whatever the batch size, and
+    # released where the target is not reached by then (nothing learned).
+    (steps,) = hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6)
+    assert steps.startswith("TrainingArguments(max_steps=100) ends the run after 100 optimizer")
+    assert "(num_train_epochs=6, max_steps=-1: the server stops the run)" in steps

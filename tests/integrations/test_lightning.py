@@ -522,6 +522,28 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     assert (trial["status"], trial["epochs"]) == ("released", 2)
 
 
+def test_a_fit_bounded_by_steps_is_said_when_it_starts_and_when_it_ends(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Trainer(max_steps=N)`` ends the fit after N steps whatever the batch size: a fit short
+    of the target then is released, and the job learns nothing of its size. Said at the start,
+    with what to set instead, and in the run's end."""
+    spec = job(unique_id("lsteps"), target=0.999, max_epochs=3)
+    callback = callback_for(server.url, spec)
+    trainer = pl.Trainer(max_steps=20, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        trainer.fit(TinyClassifier())
+    assert "Trainer(max_steps=20) ends the fit after 20 optimizer steps" in caplog.text
+    assert "(max_epochs=3, max_steps=-1: the server stops the fit)" in caplog.text
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged) == ("ended_early", False)
+    assert "the Trainer's max_steps (20) ended it before the server's stop" in outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "released"
+
+
 def test_a_fit_early_stopping_ends_counts_as_not_converging_at_its_batch_size(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -59,6 +59,15 @@ def warnings(args: Any, max_epochs: int) -> list[str]:
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
             f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
         )
+    if args.max_steps > 0:
+        found.append(
+            f"TrainingArguments(max_steps={args.max_steps}) ends the run after "
+            f"{args.max_steps} optimizer steps, whatever the batch size: a run that has not "
+            "reached the target by then ends before the server can judge it and is not "
+            "counted, so the job learns nothing of its batch size (the next run gets it "
+            "again); bound the run by the job's max_epochs instead "
+            f"(num_train_epochs={max_epochs}, max_steps=-1: the server stops the run)"
+        )
     if evaluation_strategy(args) == "steps":
         found.append(
             f"eval_strategy='steps': every evaluation (every {args.eval_steps} steps) is reported "

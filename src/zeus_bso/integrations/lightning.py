@@ -45,6 +45,7 @@ from zeus_bso.integrations.lightning_trainer import (
     early_stopping,
     ended_early,
     is_a,
+    limit_warnings,
     tunes_the_rate,
     validates,
     validates_at_epoch_ends,
@@ -280,16 +281,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 self._rebuild_for_the_batch_size(trainer)
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
-        limit = trainer.max_epochs
-        if limit is not None and 0 <= limit < self.job.max_epochs and trainer.is_global_zero:
-            logger.warning(
-                "Trainer(max_epochs=%d) is below the job's max_epochs (%d): a fit that needs "
-                "more epochs ends before the server can judge it, and delivers no model; give "
-                "the Trainer max_epochs=%d (the server stops the fit)",
-                limit,
-                self.job.max_epochs,
-                self.job.max_epochs,
-            )
+        if trainer.is_global_zero:
+            for warning in limit_warnings(trainer, self.job.max_epochs):
+                logger.warning("%s", warning)
 
     @staticmethod
     def _rebuild_for_the_batch_size(trainer: Trainer) -> None:

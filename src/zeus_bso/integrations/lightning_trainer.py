@@ -97,9 +97,34 @@ def early_stopping(trainer: Trainer) -> str | None:
     return None
 
 
+def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
+    """What in the Trainer's own limits may end a fit before the server can judge it."""
+    found = []
+    limit = trainer.max_epochs
+    if limit is not None and 0 <= limit < job_max_epochs:
+        found.append(
+            f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
+            "fit that needs more epochs ends before the server can judge it, and delivers no "
+            f"model; give the Trainer max_epochs={job_max_epochs} (the server stops the fit)"
+        )
+    steps = trainer.max_steps
+    if steps is not None and steps >= 0:
+        found.append(
+            f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps, whatever "
+            "the batch size: a fit that has not reached the target by then ends before the "
+            "server can judge it and is not counted, so the job learns nothing of its batch "
+            f"size (the next run gets it again); bound the fit by the job's max_epochs instead "
+            f"(max_epochs={job_max_epochs}, max_steps=-1: the server stops the fit)"
+        )
+    return found
+
+
 def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
     """Why a fit ended before the server's stop, where neither the server nor an EarlyStopping
     ended it."""
+    steps = trainer.max_steps
+    if steps is not None and 0 <= steps <= trainer.global_step:
+        return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
     limit = trainer.max_epochs
     if limit is not None and 0 <= limit < job_max_epochs:
         return (
