@@ -3,6 +3,9 @@ registration, and the new job's runs start from it. Real server process, each ba
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 import httpx
 import pytest
 
@@ -125,6 +128,33 @@ def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: Server
     assert f"seeded from {parent} (trust mode; its curve puts 128 cheapest): dropped" in (
         shown.stdout
     )
+
+
+def test_the_job_page_and_jobs_show_name_the_parent_among_the_jobs_of_its_prefix(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """The job page links the parent by its page's address, its id percent-encoded whole (a
+    link of the bare id broke on ``/``, ``?`` and ``#``, and ran a ``javascript:`` id), and both
+    views name it among the prefix's jobs as the one the job was seeded from, not as a job
+    that learns apart."""
+    prefix = f"fam{unique_id('')[1:9]}"
+    parent, child = f"{prefix}-team/v1?x#1", f"{prefix}-child"
+    assert http.post("/jobs", json=_body(parent)).status_code == 201
+    _run(http, parent)
+    assert http.post("/jobs", json=_body(child, prior_from=parent)).status_code == 201
+    page = http.get("/dashboard/jobs/" + quote(child, safe="")).text
+    (seeded,) = re.findall(r'<dd id="seeded-from">(.*?)</dd>', page)
+    (href,) = re.findall(r'href="([^"]+)"', seeded)
+    assert href == "/dashboard/jobs/" + quote(parent, safe="")
+    assert f"<h1>{parent}" in http.get(href).text
+    (siblings,) = re.findall(r'<dd id="siblings">(.*?)</dd>', page)
+    assert "the same settings (this job was seeded from it)" in siblings
+    assert "learn apart" not in siblings
+    if not (server.db_url or "").startswith("sqlite"):
+        return  # the command reads the same answer from every backend: once is enough
+    shown = jobs_show(server.url, child).stdout
+    assert f"{parent} (1 trial): the same settings (this job was seeded from it)" in shown
+    assert "learned apart" not in shown
 
 
 def test_a_checked_parent_runs_the_default_first_and_auto_finds_a_sibling(

@@ -348,11 +348,14 @@ def show_command(
             f"recommended batch size {recommended.batch_size} (expected cost "
             f"{_joules(recommended.expected_cost)}, from its {recommended.basis})"
         )
+    parent = state.seeded_from.job_id if state.seeded_from else None
     for other in state.siblings:
         differs = ", ".join(
             f"{d.name} {json.dumps(d.there)} there, {json.dumps(d.here)} here"
             for d in other.differences
         )
+        if other.job_id == parent:
+            differs = f"{differs or 'the same settings'} (this job was seeded from it)"
         console.print(
             f"other job of this prefix: {escape(other.job_id)} ({other.trials} trial"
             + ("" if other.trials == 1 else "s")
