@@ -20,6 +20,7 @@ from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.errors import (  # noqa: E402
     ConfigurationError,
+    OperationOrderError,
     ZeusBSOError,
     ZeusBSOTrainFailError,
 )
@@ -427,6 +428,34 @@ def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path)
     spec = job(unique_id("hfbad"), target=0.99)
     with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):
         train(server.url, spec, tmp_path, epochs=1, batch_size=5)
+
+
+def test_training_again_after_the_run_ended_is_refused_saying_what_to_do(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A second ``trainer.train()`` with the same callback (a notebook's cell run again) trained
+    an epoch outside the optimizer and stopped, without a word: the run had ended. Refused now,
+    saying how to start the next run; the server's trials are the first run's alone."""
+    spec = job(unique_id("hfagain"), target=0.0)  # reached at the first evaluation
+    callback = ZeusBSOTrainerCallback(
+        server.url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+    )
+    trainer = transformers.Trainer(
+        model=tiny_bert(),
+        args=training_arguments(tmp_path, callback.start(), spec.max_epochs, save_strategy="no"),
+        train_dataset=TokenDataset(64, 0),
+        eval_dataset=TokenDataset(32, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+    trainer.train()
+    assert callback.outcome is not None
+    with pytest.raises(OperationOrderError, match="this callback's run ended") as raised:
+        trainer.train()
+    assert "call start() on a new ZeusBSOTrainerCallback" in str(raised.value)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)
 
 
 def test_the_server_is_asked_in_start_and_not_in_an_attribute(

@@ -300,6 +300,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             if size is not None and state.train_batch_size < size:
                 self._went_on_smaller(args, size, state.train_batch_size, optimizer, lr_scheduler)
                 return
+        if self._ended:  # trainer.train() again, after the run ended
+            raise OperationOrderError(
+                f"this callback's run ended (trial {self.session.trial_number} of job "
+                f"{self.session.job_id}): trainer.train() again would train outside the "
+                "optimizer; for the next run, call start() on a new ZeusBSOTrainerCallback and "
+                "build TrainingArguments with the batch size it returns"
+            )
         refused = hf_arguments.refusal(
             args,
             micro_batch_size=self.session.micro_batch_size,
