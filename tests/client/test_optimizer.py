@@ -951,3 +951,25 @@ def test_a_checkpoint_behind_the_servers_reports_resumes_without_going_back(
     assert (trial["status"], trial["epochs"]) == ("reported", 4)
     assert trial["time"] > killed.time
     assert trial["energy"] > killed.energy
+
+
+def test_the_checkpoint_of_a_trial_that_ended_is_not_resumed(server: ServerProcess) -> None:
+    """Its reports would be answered "already reported" and count nothing, while the run's
+    outcome said it reached the target: refused at `resume`, saying what ended it and how to
+    train on from the weights; the trial is left as it was, and nothing is said at exit."""
+    job = spec(unique_id("ended").replace("-", ""))
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as first:
+        first.get_batch_size()
+        first.on_train_begin()
+        assert first.on_evaluate(0.9).converged
+        saved = first.checkpoint()
+    with (
+        pytest.raises(ConfigurationError, match=r"trial 1 of job .* which ended") as raised,
+        BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as again,
+    ):
+        again.resume(saved)
+    assert "it reached the target at epoch 1" in str(raised.value)
+    assert again.outcome is None
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(first.job_id)["trials"]
+    assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)

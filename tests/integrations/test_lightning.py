@@ -105,6 +105,30 @@ def test_a_resumed_fit_continues_its_trial(server: ServerProcess, tmp_path: Path
     assert not withdrawn["epochs"]
 
 
+def test_a_fit_from_the_checkpoint_of_a_trial_that_ended_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A fit that resumes (``ckpt_path``) the checkpoint of a run that had ended with its final
+    report (a launcher that always passes ``ckpt_path="last"``, a directory reused by the next
+    recurrence) trained on, its reports answered "already reported", and its outcome said it
+    reached the target, while the server counted nothing of it and the exploration its setup
+    asked for was released: at every recurrence. Refused now, saying how to train on from the
+    weights; the trial its setup asked for is released, the ended one left as it was."""
+    spec = job(unique_id("lended"), target=0.5, max_epochs=5)
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    _, first = fit(server.url, spec, tmp_path, enable_checkpointing=True, callbacks=[checkpoints])
+    assert first.outcome is not None
+    assert first.outcome.converged
+    with pytest.raises(ConfigurationError, match="which ended with its final report") as raised:
+        fit(server.url, spec, tmp_path, enable_checkpointing=True, ckpt_path=tmp_path / "last.ckpt")
+    assert "Model.load_from_checkpoint(path) and fit without ckpt_path" in str(raised.value)
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    ended, asked = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert (ended["status"], ended["epochs"]) == ("reported", first.outcome.epochs)
+    assert (asked["status"], asked["epochs"]) == ("released", None)
+
+
 def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
 

@@ -20,6 +20,7 @@ from zeus_bso.client.http import ServerClient
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.errors import (
+    ConfigurationError,
     RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
@@ -37,6 +38,7 @@ from zeus_bso.spec import (
     ReportResponse,
     TrainingResult,
     TrialId,
+    TrialStatus,
     gpu_of,
     profile_key,
 )
@@ -198,7 +200,11 @@ class JobConversation:
     def resume(self, trial: TrialId, progress: TrialProgress, *, power_limits: bool) -> bool:
         """Go on with a trial resumed from a checkpoint: register the job, catch up with what
         the server has of the trial, and read its power limit. False: the server is away, and
-        the run trains without it (`go_offline`)."""
+        the run trains without it (`go_offline`).
+
+        Raises:
+            ConfigurationError: the trial ended with its final report.
+        """
         try:
             self.register()
         except (ServerConnectionError, ServerRejectedError) as err:
@@ -221,6 +227,16 @@ class JobConversation:
         except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
             logger.warning("zeus-bso: resumed trial %d not read (%s)", trial.trial_number, err)
             return
+        if seen.status is TrialStatus.REPORTED:  # the server takes no report of it any more
+            how = "reached the target" if seen.converged else "was stopped"
+            raise ConfigurationError(
+                f"the checkpoint is of trial {trial.trial_number} of job {trial.job_id}, which "
+                f"ended with its final report: it {how} at epoch {seen.epochs}. Nothing a "
+                "resumed run reports would count, so it is not resumed. To train on from its "
+                "weights as a new run, load them without resuming (Lightning: "
+                "Model.load_from_checkpoint(path) and fit without ckpt_path; HF: the model "
+                "from the checkpoint, and no resume_from_checkpoint)"
+            )
         epochs, checkpoint = seen.epochs or 0, progress.epochs
         if progress.caught_up(epochs, seen.time or 0.0, seen.energy or 0.0):
             logger.warning(

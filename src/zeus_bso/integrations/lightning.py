@@ -499,6 +499,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         before = session.micro_batch_size
         number = restored["trial"].get("trial_number")
         session.withdraw(f"the fit resumed trial {number} from a checkpoint")
+        self.session = None  # until the checkpoint's starts (a trial that ended is refused)
         if self._own_meter:
             self._meter = auto_meter()
         self._start_session(trainer, self._module, restored)

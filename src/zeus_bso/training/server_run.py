@@ -187,11 +187,16 @@ class ServerRun:
         Returns its batch size.
 
         Raises:
-            ConfigurationError: ``saved`` is not a checkpoint of a trial.
+            ConfigurationError: ``saved`` is not a checkpoint of a trial, or one that ended.
         """
         trial = self.progress.resume(saved)
         open_runs.supersede(self, self._thread)
-        if not self.link.resume(trial, self.progress, power_limits=self._power_limits):
+        try:
+            resumed = self.link.resume(trial, self.progress, power_limits=self._power_limits)
+        except ZeusBSOError:  # e.g. its trial ended before: this run never started
+            self._ended = True  # nothing to end at exit
+            raise
+        if not resumed:
             return trial.batch_size  # the server is away: trains without it
         self._opened()
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
@@ -394,15 +399,12 @@ class ServerRun:
         (`TrainingResult.final`), and the server counts the run as not converging at its batch
         size. A server that does not know that report (upstream Zeus's), or a run that has not
         reported, ends as `end` with ``why`` ends it (the trial failed)."""
-        last = self._last_report
-        if self._ended or self.training_finished or self.offline or last is None:
-            self.end(why=why)
-            return
-        try:
-            answer = self.link.report(last.model_copy(update={"final": True}))
-        except ZeusBSOError as err:  # refused: it ends as any run that stopped early
-            logger.warning("the run's final report was refused: %s", err)
-            answer = None
+        last, answer = self._last_report, None
+        if not (self._ended or self.training_finished or self.offline or last is None):
+            try:
+                answer = self.link.report(last.model_copy(update={"final": True}))
+            except ZeusBSOError as err:  # refused: it ends as any run that stopped early
+                logger.warning("the run's final report was refused: %s", err)
         if answer is None or not answer.stop_train:
             self.end(why=why)
             return
@@ -447,11 +449,10 @@ class ServerRun:
         against its batch size, and the outcome says ``reason`` and ``why``."""
         if self._ended:
             return
-        released = (
-            self.trial is not None and not self.offline and self.link.release(self.trial, why)
-        )
+        trial = self.trial
+        released = trial is not None and not self.offline and self.link.release(trial, why)
         self._finish(end_trial=False)
-        note = "" if released or self.trial is None else " (its trial is left to its lease)"
+        note = "" if released or trial is None else " (its trial is left to its lease)"
         self._conclude(reason, why + note)
 
     def failed(self, error: BaseException, *, trained: bool) -> None:
