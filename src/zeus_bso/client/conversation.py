@@ -232,8 +232,9 @@ class JobConversation:
             raise ConfigurationError(
                 f"the checkpoint is of trial {trial.trial_number} of job {trial.job_id}, which "
                 f"ended with its final report: it {how} at epoch {seen.epochs}. Nothing a "
-                "resumed run reports would count, so it is not resumed. To train on from its "
-                "weights as a new run, load them without resuming (Lightning: "
+                "resumed run reports would count, so it is not resumed: a restart after that "
+                "run ended has nothing left to train. To train on from its weights as a new "
+                "run, load them without resuming (Lightning: "
                 "Model.load_from_checkpoint(path) and fit without ckpt_path; HF: the model "
                 "from the checkpoint, and no resume_from_checkpoint)"
             )
