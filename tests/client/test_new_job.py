@@ -135,3 +135,25 @@ def test_a_new_job_seeded_from_its_prefix_says_where_it_starts(
     assert line.startswith(f"zeus-bso: job {third} is new: it learns from scratch")
     assert "no job of its prefix had a converged run to seed it" in line
     assert "prior_from='auto') starts" not in line
+
+
+def test_a_server_that_keeps_every_setting_is_not_said_to_drop_any(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our server keeps every option it is sent, for a new job and a found one (whose own seed
+    settings stay): nothing is said (upstream's server, which drops ours, is
+    `tests/client/test_upstream_server.py`)."""
+    prefix = unique_id("kept")
+    caplog.set_level(logging.WARNING, logger="zeus_bso")
+    settings = {
+        "max_run_cost_ratio": 1.5,
+        "expected_recurrences": 10,
+        "power_max_slowdown": 1.2,
+        "early_stop_reference": "best_run",
+        "mab_num_explorations": 3,
+    }
+    first = run(server.url, job(prefix, **settings))
+    again = run(server.url, job(prefix, **settings, prior_from="auto"))  # found: keeps its own
+    assert again == first
+    run(server.url, job(prefix, **settings, target_metric=0.85, prior_from="auto"))  # new
+    assert not [r for r in caplog.records if "did not keep" in r.getMessage()]

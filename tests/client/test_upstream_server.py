@@ -156,6 +156,28 @@ def test_power_limits_against_upstream_warn_and_leave_the_gpus_alone(
     assert not list((tmp_path / "cache").rglob("power_limits/*.json"))
 
 
+def test_settings_upstream_does_not_know_are_said_to_have_no_effect(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's server drops the options it does not know (a per-run cap, a horizon): the
+    run says so, naming each, instead of the script's settings having no effect unseen."""
+    caplog.set_level(logging.WARNING, logger="zeus_bso")
+    spec = JobSpec(
+        job_id=unique_id("upkept"), job_id_prefix="upkept", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.5, max_epochs=2,
+        max_run_cost_ratio=1.5, expected_recurrences=10,
+    )  # fmt: skip
+    with BatchSizeOptimizer(
+        upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+    ) as bso:
+        assert bso.get_batch_size() == 32
+    (said,) = [m for r in caplog.records if "did not keep" in (m := r.getMessage())]
+    assert f"the server did not keep these settings of job {spec.job_id}: " in said
+    assert "expected_recurrences (sent 10, kept None)" in said
+    assert "max_run_cost_ratio (sent 1.5, kept None)" in said
+    assert said.count("(sent") == 2  # its own options, and ours at their defaults, were kept
+
+
 def test_check_tells_upstreams_server_apart(upstream: str) -> None:
     checked = subprocess.run(
         [str(Path(sys.executable).parent / "zeus-bso"), "check", "--server", upstream],

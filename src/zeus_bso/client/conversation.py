@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from zeus_bso.client import fallback, outbox
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.kept_settings import unkept, unkept_notice
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.errors import (
@@ -130,6 +131,8 @@ class JobConversation:
         if self.job is None:
             self.job, created = self.client.register_job(self.spec)
             logger.info("job %s %s", self.job.job_id, "registered" if created else "found")
+            if dropped := unkept(self.spec, self.job, created):
+                logger.warning("%s", unkept_notice(self.job.job_id, dropped))
             if created and self._id_from_settings:
                 notice = new_job_notice(self.client, self.spec)
                 if notice is not None:
