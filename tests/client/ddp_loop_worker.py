@@ -1,8 +1,10 @@
 """A plain PyTorch loop on every process of torchrun (gloo, on the CPU), as the training scripts
 guide writes one: `TrialSession` on every rank, rank 0 talking to the server. First, rank 1
-tries a `BatchSizeOptimizer` of its own, which refuses to register a second run.
+tries a `BatchSizeOptimizer` of its own, which refuses to register a second run. With
+``apart``, each rank reports a metric of its own share of the validation set, not gathered (its
+accuracy there, which differs between ranks), as hand-written loops often do.
 
-    torchrun --nproc_per_node 2 tests/client/ddp_loop_worker.py SERVER_URL JOB_ID OUT_DIR
+    torchrun --nproc_per_node 2 tests/client/ddp_loop_worker.py SERVER_URL JOB_ID OUT_DIR [apart]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from zeus_bso.training import BatchSizeOptimizer, TrialSession
 
 def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    apart = sys.argv[4:] == ["apart"]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     job = JobSpec(
@@ -46,7 +49,8 @@ def main() -> None:
         for epoch in range(job.max_epochs):
             time.sleep(0.05)  # an epoch's training
             epochs += 1
-            if session.report(0.2 + 0.2 * epoch):  # every rank gets rank 0's answer
+            share = 0.05 * rank if apart else 0.0  # its share's metric differs from rank 0's
+            if session.report(0.2 + 0.2 * epoch + share):  # every rank gets rank 0's answer
                 break
     seen = {
         "batch_size": batch_size,

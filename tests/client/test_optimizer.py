@@ -525,20 +525,28 @@ def test_a_diverged_run_that_reports_nan_fails_at_its_batch_size(server: ServerP
     assert (trial["status"], trial["epochs"]) == ("failed", 1)
 
 
+@pytest.mark.parametrize("apart", [False, True])
 def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, apart: bool
 ) -> None:
     """A BatchSizeOptimizer on every rank registered a run a rank, each at a batch size of its
     own (rank 0 at 64 while rank 1 trained at 128): rank 1's is refused, saying to use
-    `TrialSession` on every rank, which trains one run at rank 0's batch size on both."""
+    `TrialSession` on every rank, which trains one run at rank 0's batch size on both. Ranks
+    that report different metrics (each its share's, not gathered) are told so, once: the server
+    judges the run by rank 0's part of the validation set."""
     pytest.importorskip("torch", reason="torchrun comes with torch (pip install torch)")
     job_id = unique_id("ddploop")
     command = [preloaded(sys.executable), "-m", "torch.distributed.run", "--nproc_per_node=2",
                f"--master_port={free_port()}", str(Path(__file__).with_name("ddp_loop_worker.py")),
-               server.url, job_id, str(tmp_path)]  # fmt: skip
+               server.url, job_id, str(tmp_path), *(["apart"] if apart else [])]  # fmt: skip
     env = environment_without_settings()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stderr.count("the processes reported different metrics")
+    assert said == (1 if apart else 0), done.stderr[-3000:]
+    if apart:
+        assert "(0.2 on rank 0, 0.25 on rank 1)" in done.stderr
+        assert "accelerator.gather_for_metrics" in done.stderr
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert ranks[0]["refused"] is None
     assert "this is rank 1 of 2" in ranks[1]["refused"]

@@ -11,6 +11,7 @@ use them rather than reducing a CPU tensor, which NCCL rejects.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -154,8 +155,11 @@ def gpus_of_the_run(collectives: Collectives, meter: EnergyMeter) -> GpuConfig:
     return run_gpus(every_rank)
 
 
-def elapsed_of_the_run(collectives: Collectives, progress: TrialProgress) -> Elapsed:
-    """Seconds and joules of the whole run since training began, each device once. Every rank
+def elapsed_of_the_run(
+    collectives: Collectives, progress: TrialProgress, metric: float | None = None
+) -> tuple[Elapsed, list[float | None]]:
+    """Seconds and joules of the whole run since training began, each device once, and every
+    rank's ``metric`` (the value it reports; None: not known there), in rank order. Every rank
     must call it.
 
     The ranks read their devices together (after a barrier), as they opened their windows, and
@@ -163,7 +167,26 @@ def elapsed_of_the_run(collectives: Collectives, progress: TrialProgress) -> Ela
     (rank 0's seconds are the run's; gathering the readings takes time that neither counts)."""
     collectives.barrier()
     seconds, readings = progress.sample()
-    return Elapsed(seconds, run_energy(collectives.all_gather(readings)))
+    gathered = collectives.all_gather((readings, metric))
+    return Elapsed(seconds, run_energy(r for r, _ in gathered)), [m for _, m in gathered]
+
+
+def metrics_apart(metrics: list[float | None]) -> str | None:
+    """What to tell a run whose processes reported different metrics (a metric of each one's
+    share of the validation set, not gathered): the main process's is the run's, so the server
+    judges the run by a part of it. None: they agree (or only one is known)."""
+    known = [(rank, m) for rank, m in enumerate(metrics) if m is not None and math.isfinite(m)]
+    values = [m for _, m in known]
+    if len(values) < 2 or max(values) - min(values) <= 1e-6 * max(1.0, abs(values[0])):
+        return None
+    shown = ", ".join(f"{m:.4g} on rank {rank}" for rank, m in known[:4])
+    return (
+        f"zeus-bso: the processes reported different metrics ({shown}"
+        f"{', ...' if len(known) > 4 else ''}): the main process's is the run's, so the server "
+        "judges the run by its part of the validation set; report a metric of the whole set on "
+        "every process (accelerator.gather_for_metrics, fabric.all_reduce, or "
+        "torch.distributed.all_reduce)"
+    )
 
 
 def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callable[[], T]) -> T:

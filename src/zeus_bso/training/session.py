@@ -11,6 +11,7 @@ whether this process is the main one and how the framework logs; the modules of
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -35,6 +36,7 @@ from zeus_bso.training.collectives import (
     elapsed_of_the_run,
     from_rank_zero,
     gpus_of_the_run,
+    metrics_apart,
     open_window,
 )
 from zeus_bso.training.memory_check import MemoryCheck
@@ -48,6 +50,8 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class TrialSession:
@@ -182,6 +186,7 @@ class TrialSession:
         self._started = False
         self._began = False
         self._batch_checked = False
+        self._apart_said = False
         if start:
             self.start(resume)
 
@@ -414,15 +419,19 @@ class TrialSession:
         """Report the validation metric of the epoch just finished; the answer is truthy when
         training should stop (`ReportAnswer`: also whether it converged, why, and its cost).
 
-        The main process's metric is reported: compute it over the whole validation set (e.g.
-        gathered from every process by the framework). A function is called on the main process
-        only; its error, like the server's, is raised on every process, and its ``None`` (the
-        metric was not measured at this validation) reports nothing. ``epoch`` (from 1): the
-        run's epochs so far, for a loop that validates every few epochs (default: one more than
-        reported)."""
+        The main process's metric is reported: compute it over the whole validation set (a
+        number that differs between processes is said once). A function is called on the main
+        process only; its error, like the server's, is raised on every process, and its ``None``
+        (not measured at this validation) reports nothing. ``epoch`` (from 1): the run's epochs
+        so far, for a loop that validates every few epochs (default: one more than reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
-        answer = self._evaluate(metric, epoch, elapsed_of_the_run(self._collectives, self.progress))
+        own = None if callable(metric) else float(metric)  # a framework's own is gathered
+        elapsed, metrics = elapsed_of_the_run(self._collectives, self.progress, own)
+        if self.is_main and not self._apart_said and (apart := metrics_apart(metrics)):
+            self._apart_said = True  # once a run
+            logger.warning("%s", apart)
+        answer = self._evaluate(metric, epoch, elapsed)
         if answer is None:
             return NOT_REPORTED
         return ReportAnswer(
