@@ -156,19 +156,27 @@ def gpus_of_the_run(collectives: Collectives, meter: EnergyMeter) -> GpuConfig:
 
 
 def elapsed_of_the_run(
-    collectives: Collectives, progress: TrialProgress, metric: float | None = None
+    collectives: Collectives, progress: TrialProgress, metric: object = None
 ) -> tuple[Elapsed, list[float | None]]:
     """Seconds and joules of the whole run since training began, each device once, and every
-    rank's ``metric`` (the value it reports; None: not known there), in rank order. Every rank
-    must call it.
+    rank's ``metric`` (the number it reports; None where it is not one: a framework's function
+    that rank 0 alone calls), in rank order. Every rank must call it.
 
     The ranks read their devices together (after a barrier), as they opened their windows, and
     the seconds are read at that moment too, so that a run's time and energy span one window
     (rank 0's seconds are the run's; gathering the readings takes time that neither counts)."""
     collectives.barrier()
     seconds, readings = progress.sample()
-    gathered = collectives.all_gather((readings, metric))
+    gathered = collectives.all_gather((readings, _number(metric)))
     return Elapsed(seconds, run_energy(r for r, _ in gathered)), [m for _, m in gathered]
+
+
+def _number(metric: object) -> float | None:
+    """``metric`` as a number (a float, a tensor of one), or None where it is not one."""
+    try:
+        return None if callable(metric) else float(metric)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def metrics_apart(metrics: list[float | None]) -> str | None:

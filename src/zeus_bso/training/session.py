@@ -426,8 +426,7 @@ class TrialSession:
         so far, for a loop that validates every few epochs (default: one more than reported)."""
         if not self._began:
             raise OperationOrderError("call train_begin() before report()")
-        own = None if callable(metric) else float(metric)  # a framework's own is gathered
-        elapsed, metrics = elapsed_of_the_run(self._collectives, self.progress, own)
+        elapsed, metrics = elapsed_of_the_run(self._collectives, self.progress, metric)
         if self.is_main and not self._apart_said and (apart := metrics_apart(metrics)):
             self._apart_said = True  # once a run
             logger.warning("%s", apart)
