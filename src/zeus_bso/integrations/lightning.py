@@ -19,7 +19,8 @@ size by ``lr_rule`` at every step of whatever schedule ``configure_optimizers`` 
 fit's end a line through Lightning's console (``rank_zero_info``) says how the run went
 (`outcome`). A fit that fails before its first optimizer step (out of memory excepted), or with a
 `ConfigurationError`, and one that the Trainer's own limits end before the server's stop,
-release their trial: nothing is counted against the batch size.
+release their trial: nothing is counted against the batch size. ``Tuner.lr_find``'s own fit
+asks nothing of the server.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
 is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
