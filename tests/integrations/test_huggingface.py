@@ -517,6 +517,42 @@ def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path
     assert trial["epochs"] == 4  # 1-2 in the first run, 3-4 after resuming
 
 
+@pytest.mark.parametrize("alone", ["trainer", "callback"])
+def test_a_checkpoint_resumed_by_the_trainer_or_the_callback_alone_is_refused(
+    server: ServerProcess, tmp_path: Path, alone: str
+) -> None:
+    """``trainer.train(resume_from_checkpoint=...)`` without the callback's: a new trial counted
+    a model trained before it as its own (a run of two epochs' training looked like one of
+    none). The callback's without the Trainer's: the trial went on with a model trained anew.
+    Either is refused before training, saying what to pass where; nothing is counted."""
+    spec = job(unique_id("hfhalf"), target=0.999)
+    first = train(server.url, spec, tmp_path, epochs=2, save=True)
+    last = max((tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    callback = ZeusBSOTrainerCallback(
+        server.url,
+        spec,
+        metric="eval_accuracy",
+        energy_meter=EstimateMeter(100),
+        resume_from_checkpoint=last if alone == "callback" else None,
+    )
+    trainer = transformers.Trainer(
+        model=tiny_bert(),
+        args=training_arguments(tmp_path / "out", callback.start(), 4, save_strategy="no"),
+        train_dataset=TokenDataset(256, 0),
+        eval_dataset=TokenDataset(128, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+    said = "that the callback was not given" if alone == "trainer" else "starts from scratch"
+    with pytest.raises(ConfigurationError, match=said):
+        trainer.train(resume_from_checkpoint=str(last) if alone == "trainer" else None)
+    with ServerClient(server.url) as client:
+        trials = client.job_state(spec.job_id or "")["trials"]
+    statuses = {t["trial_number"]: (t["status"], t["epochs"]) for t in trials}
+    assert statuses.pop(first.trial_number) == ("released", 2)  # as the first run left it
+    assert list(statuses.values()) == ([("released", None)] if alone == "trainer" else [])
+
+
 def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
     server: ServerProcess, tmp_path: Path
 ) -> None:

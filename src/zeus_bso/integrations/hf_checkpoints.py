@@ -58,3 +58,24 @@ def save_trial(checkpoint: Path, saved: dict[str, Any]) -> None:
     did not)."""
     if checkpoint.is_dir():
         (checkpoint / STATE_FILE).write_text(json.dumps(saved))
+
+
+def resume_refused(global_step: int, resume_from: Path | None) -> str | None:
+    """Why a run cannot train as the Trainer and the callback start it, where one resumes a
+    checkpoint and the other does not (``global_step``: the Trainer's at the start of training,
+    above 0 where it resumed a checkpoint; ``resume_from``: the callback's). None: they agree."""
+    if global_step > 0 and resume_from is None:
+        return (
+            f"the Trainer resumed a checkpoint (at step {global_step}) that the callback was not "
+            "given, so this run's trial would count a model trained before it as its own: give "
+            "the callback the same checkpoint (ZeusBSOTrainerCallback(..., "
+            "resume_from_checkpoint=...), as to trainer.train) so that the run continues its "
+            "trial, or train from scratch"
+        )
+    if global_step == 0 and resume_from is not None:
+        return (
+            f"the callback continues the trial of {resume_from}, but the Trainer starts from "
+            "scratch: pass the checkpoint to trainer.train(resume_from_checkpoint=...) too, or "
+            "leave it out of the callback for a new run"
+        )
+    return None

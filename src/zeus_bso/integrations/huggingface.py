@@ -45,6 +45,7 @@ from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import (
     checkpoint_to_resume,
+    resume_refused,
     save_trial,
     saved_trial,
 )
@@ -307,6 +308,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "optimizer; for the next run, call start() on a new ZeusBSOTrainerCallback and "
                 "build TrainingArguments with the batch size it returns"
             )
+        if refused := resume_refused(state.global_step, self.resume_from):
+            self._refuse(refused)
         refused = hf_arguments.refusal(
             args,
             micro_batch_size=self.session.micro_batch_size,
