@@ -129,6 +129,24 @@ def test_a_fit_from_the_checkpoint_of_a_trial_that_ended_is_refused(
     assert (asked["status"], asked["epochs"]) == ("released", None)
 
 
+def test_a_fit_that_resumes_a_checkpoint_without_a_trial_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A checkpoint saved without the callback (before zeus-bso was added, or by another job)
+    holds no trial: resumed by a fit that asked for a new one, the trial counted the epochs
+    trained before it as its own (a run that looked cheap at its batch size). Refused when
+    training starts; the trial is released."""
+    spec = job(unique_id("lnotrial"), target=0.999, max_epochs=4)
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    options = {**quiet_trainer_options(tmp_path), "enable_checkpointing": True}
+    pl.Trainer(max_epochs=2, callbacks=[checkpoints], **options).fit(TinyClassifier())
+    with pytest.raises(ConfigurationError, match=r"the fit starts at step \d+ \(epoch 2\)"):
+        fit(server.url, spec, tmp_path, enable_checkpointing=True, ckpt_path=tmp_path / "last.ckpt")
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", None)
+
+
 def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
 

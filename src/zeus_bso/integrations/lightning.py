@@ -47,6 +47,7 @@ from zeus_bso.integrations.lightning_trainer import (
     ended_early,
     is_a,
     limit_warnings,
+    trained_before,
     tunes_the_rate,
     validates,
     validates_at_epoch_ends,
@@ -345,6 +346,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
+        if not self._resumed and (refused := trained_before(trainer)):
+            raise ConfigurationError(refused)  # its trial is released (on_exception)
         if not validates_at_epoch_ends(trainer) and trainer.is_global_zero:
             logger.warning(
                 "val_check_interval=%s: every validation is reported as an epoch, so the job's "

@@ -132,3 +132,19 @@ def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
             "so it ended before the server's stop"
         )
     return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
+
+
+def trained_before(trainer: Trainer) -> str | None:
+    """Why a fit whose callback holds a new trial cannot train: it starts at a step above 0 (it
+    resumed a checkpoint that holds no trial of this job, or the Trainer fitted before), so the
+    trial would count training done before it as its own. None: it starts from scratch."""
+    if trainer.global_step == 0:
+        return None
+    return (
+        f"the fit starts at step {trainer.global_step} (epoch {trainer.current_epoch}): it "
+        "resumed a checkpoint that holds no trial of this job (saved without ZeusBSOCallback, "
+        "or by another job), or this Trainer fitted before, so this run's trial would count "
+        "training done before it as its own; for a new run, fit a new Trainer from scratch, "
+        "or load the weights without resuming (Model.load_from_checkpoint(path), and fit "
+        "without ckpt_path)"
+    )
