@@ -424,6 +424,24 @@ def test_evaluating_every_n_steps_says_what_max_epochs_then_counts(
     assert trial["epochs"] == 4  # 16 steps of 16 samples, an evaluation every 4: four reports
 
 
+def test_the_evaluation_before_training_is_not_a_report(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``eval_on_start=True`` evaluates the untrained model when training begins: it was
+    reported as epoch 1, so every epoch after counted one more than trained, and a target the
+    untrained model met ended the run as converged before it trained a step. Not reported now:
+    the first report is the first epoch's."""
+    spec = job(unique_id("hfevalfirst"), target=0.0)  # met by any evaluation, the first too
+    callback = train(server.url, spec, tmp_path, epochs=spec.max_epochs, eval_on_start=True)
+    trained = [entry["epoch"] for entry in callback.log_history if "eval_accuracy" in entry]
+    assert trained[:2] == [0, 1]  # the Trainer evaluated at the start, then after epoch 1
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["epochs"], trial["converged"]) == (1, True)  # epoch 1, its first report
+    assert callback.outcome is not None
+    assert callback.outcome.epochs == 1
+
+
 def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:
     spec = job(unique_id("hfbad"), target=0.99)
     with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):

@@ -342,6 +342,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if self.session.lr.rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
+        self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
         epochs = max(1.0, float(args.num_train_epochs))
         per_epoch = (
             int(state.max_steps / epochs) if state.max_steps and args.max_steps <= 0 else None
@@ -427,6 +428,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         # (`run_first`), so the cost it adds reaches every integration after it.
         if not self._training or self.session is None or not logs or self.metric not in logs:
             return
+        if self._reported_step == state.global_step:
+            return  # reported at this step already, or no step trained yet
         self._report(state, control, logs)
 
     @override
