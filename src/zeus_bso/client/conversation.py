@@ -222,7 +222,11 @@ class JobConversation:
         """Take what the server has of a trial resumed from a checkpoint: a run killed after a
         report and before its next checkpoint left the server ahead of it (the heartbeat answers
         the trial as it is, and renews its lease; upstream's server has none, and is not
-        asked)."""
+        asked).
+
+        Raises:
+            ConfigurationError: the trial ended with its final report.
+        """
         try:
             seen = self.client.heartbeat(trial)
         except RouteMissingError:

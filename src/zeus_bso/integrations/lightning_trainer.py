@@ -97,18 +97,28 @@ def early_stopping(trainer: Trainer) -> str | None:
     return None
 
 
+def _epoch_limit_below(trainer: Trainer, job_max_epochs: int) -> int | None:
+    """The Trainer's ``max_epochs`` where it is below the job's (None: it is not)."""
+    limit = trainer.max_epochs
+    return limit if limit is not None and 0 <= limit < job_max_epochs else None
+
+
+def _step_limit(trainer: Trainer) -> int | None:
+    """The Trainer's ``max_steps`` where it has one (None: -1, no limit)."""
+    steps = trainer.max_steps
+    return steps if steps is not None and steps >= 0 else None
+
+
 def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it."""
     found = []
-    limit = trainer.max_epochs
-    if limit is not None and 0 <= limit < job_max_epochs:
+    if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
         found.append(
             f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
             "fit that needs more epochs ends before the server can judge it, and delivers no "
             f"model; give the Trainer max_epochs={job_max_epochs} (the server stops the fit)"
         )
-    steps = trainer.max_steps
-    if steps is not None and steps >= 0:
+    if (steps := _step_limit(trainer)) is not None:
         found.append(
             f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps, whatever "
             "the batch size: a fit that has not reached the target by then ends before the "
@@ -122,11 +132,9 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
 def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
     """Why a fit ended before the server's stop, where neither the server nor an EarlyStopping
     ended it."""
-    steps = trainer.max_steps
-    if steps is not None and 0 <= steps <= trainer.global_step:
+    if (steps := _step_limit(trainer)) is not None and steps <= trainer.global_step:
         return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
-    limit = trainer.max_epochs
-    if limit is not None and 0 <= limit < job_max_epochs:
+    if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
         return (
             f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
             "so it ended before the server's stop"
