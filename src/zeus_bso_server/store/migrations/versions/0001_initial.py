@@ -1,7 +1,5 @@
 """Initial schema: jobs, trials, per-batch-size statistics.
 
-Revision ID: 0001
-Revises:
 Create Date: 2026-11-22
 """
 
@@ -10,12 +8,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from zeus_bso_server.store.migrations.steps import batch_size_stats_columns, job_key
 from zeus_bso_server.store.tables import db_now
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -36,12 +33,7 @@ def upgrade() -> None:
     op.create_index("ix_jobs_job_id_prefix", "jobs", ["job_id_prefix"])
     op.create_table(
         "trials",
-        sa.Column(
-            "job_id",
-            sa.String(255),
-            sa.ForeignKey("jobs.job_id", ondelete="CASCADE"),
-            primary_key=True,
-        ),
+        job_key(),
         sa.Column("trial_number", sa.Integer(), primary_key=True),
         sa.Column("batch_size", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
@@ -65,22 +57,7 @@ def upgrade() -> None:
         "trials",
         ["job_id", "batch_size", "status", "trial_number"],
     )
-    op.create_table(
-        "batch_size_stats",
-        sa.Column(
-            "job_id",
-            sa.String(255),
-            sa.ForeignKey("jobs.job_id", ondelete="CASCADE"),
-            primary_key=True,
-        ),
-        sa.Column("batch_size", sa.Integer(), primary_key=True),
-        sa.Column("reports", sa.Integer(), nullable=False),
-        sa.Column("mean_cost", sa.Float(), nullable=False),
-        sa.Column("m2_cost", sa.Float(), nullable=False),
-        sa.Column("converged_count", sa.Integer(), nullable=False),
-        sa.Column("converged_cost_sum", sa.Float(), nullable=False),
-        sa.Column("best_converged_cost", sa.Float(), nullable=True),
-    )
+    op.create_table("batch_size_stats", *batch_size_stats_columns())
 
 
 def downgrade() -> None:

@@ -3,8 +3,6 @@
 Every request locks the job row; with the statistics on it, the lock brings them along and a
 final report updates one row instead of two.
 
-Revision ID: 0002
-Revises: 0001
 Create Date: 2026-11-22
 """
 
@@ -16,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from zeus_bso_server.store.migrations.steps import batch_size_stats_columns
+
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 FIELDS = (
     "reports",
@@ -72,23 +70,7 @@ def _like_job_ids() -> dict[str, Any]:
 
 
 def downgrade() -> None:
-    op.create_table(
-        "batch_size_stats",
-        sa.Column(
-            "job_id",
-            sa.String(255),
-            sa.ForeignKey("jobs.job_id", ondelete="CASCADE"),
-            primary_key=True,
-        ),
-        sa.Column("batch_size", sa.Integer(), primary_key=True),
-        sa.Column("reports", sa.Integer(), nullable=False),
-        sa.Column("mean_cost", sa.Float(), nullable=False),
-        sa.Column("m2_cost", sa.Float(), nullable=False),
-        sa.Column("converged_count", sa.Integer(), nullable=False),
-        sa.Column("converged_cost_sum", sa.Float(), nullable=False),
-        sa.Column("best_converged_cost", sa.Float(), nullable=True),
-        **_like_job_ids(),
-    )
+    op.create_table("batch_size_stats", *batch_size_stats_columns(), **_like_job_ids())
     conn = op.get_bind()
     rows = [
         {"job_id": job_id, "batch_size": int(batch_size), **values}

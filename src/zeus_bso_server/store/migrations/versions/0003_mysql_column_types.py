@@ -12,8 +12,6 @@ On PostgreSQL (``FLOAT`` is double precision there) and SQLite (8-byte reals, bi
 this revision changes nothing. Its downgrade restores ``FLOAT`` and keeps the character set,
 which holds everything the old one did.
 
-Revision ID: 0003
-Revises: 0002
 Create Date: 2026-11-22
 """
 
@@ -26,8 +24,6 @@ from zeus_bso_server.store.dialects import mysql_binary_collation
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 # (table, column, nullable) of every floating-point column.
 FLOAT_COLUMNS = (

@@ -1,7 +1,5 @@
 """Trials get an optional run key: a run restarted after a crash continues its trial.
 
-Revision ID: 0004
-Revises: 0003
 Create Date: 2026-11-23
 """
 
@@ -12,8 +10,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

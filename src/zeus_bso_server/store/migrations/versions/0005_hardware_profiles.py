@@ -3,8 +3,6 @@
 ``jobs.profiles`` stays empty (NULL) while a job knows one profile, the one in its
 configuration; the trials from before get that profile's name.
 
-Revision ID: 0005
-Revises: 0004
 Create Date: 2026-11-24
 """
 
@@ -19,8 +17,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 _MAX_KEY_LENGTH = 255

@@ -4,8 +4,6 @@ latest converged curves (in ``jobs.stats``, which needs no new column).
 Downgrading drops the trials' curves and the batch sizes' curves: a server of the revision before
 would not know them.
 
-Revision ID: 0006
-Revises: 0005
 Create Date: 2026-11-24
 """
 
@@ -16,20 +14,17 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from zeus_bso_server.store.migrations.steps import nullable_columns
+
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
-def upgrade() -> None:
-    with op.batch_alter_table("trials") as batch:
-        batch.add_column(sa.Column("curve", sa.JSON(), nullable=True))
+upgrade, drop_curve = nullable_columns("trials", curve=sa.JSON())
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("trials") as batch:
-        batch.drop_column("curve")
+    drop_curve()
     conn = op.get_bind()
     jobs = sa.table("jobs", sa.column("job_id", sa.String()), sa.column("stats", sa.JSON()))
     for job_id, stats in conn.execute(sa.select(jobs.c.job_id, jobs.c.stats)).all():

@@ -3,27 +3,16 @@
 it or above. NULL: none known. Downgrading drops the column; trials that became ``infeasible``
 keep that status.
 
-Revision ID: 0009
-Revises: 0008
 Create Date: 2026-11-27
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from zeus_bso_server.store.migrations.steps import nullable_columns
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
-
-def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("memory_caps", sa.JSON(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("memory_caps")
+upgrade, downgrade = nullable_columns("jobs", memory_caps=sa.JSON())

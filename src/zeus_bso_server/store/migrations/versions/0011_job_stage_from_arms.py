@@ -1,8 +1,6 @@
 """A job's stage is what its arms say (``bandit`` once it has arms, ``pruning`` before): the
 ``jobs.stage`` column, which repeated it, goes. Downgrading adds it back, computed from the arms.
 
-Revision ID: 0011
-Revises: 0010
 Create Date: 2026-11-27
 """
 
@@ -15,8 +13,6 @@ from alembic import op
 
 revision = "0011"
 down_revision = "0010"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -2,8 +2,6 @@
 each GPU power limit, as a run that opted into power limits measured them
 (``power_profiles``; deleted with their job). Downgrading drops the table.
 
-Revision ID: 0012
-Revises: 0011
 Create Date: 2026-11-27
 """
 
@@ -17,8 +15,6 @@ from zeus_bso_server.store.tables import ID_LENGTH, REAL, db_now
 
 revision = "0012"
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
