@@ -31,7 +31,6 @@ events onto it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing_extensions import override
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments
+from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import (
     checkpoint_to_resume,
@@ -62,7 +62,6 @@ from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import launcher_rank, torch_distributed
-from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +127,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             `BatchSizeDoesNotFitError` is raised on every process before the run trains (the
             Trainer cannot change its batch size: `until_converged` starts the next run, which
             gets a size that fits); with ``auto_find_batch_size=True``, an out-of-memory error,
-            at which the Trainer shrinks the batch (see `_went_on_smaller`). 0: no check.
+            at which the Trainer shrinks the batch (see
+            `zeus_bso.integrations.hf_auto_find.ShrunkRun`). 0: no check.
         max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at or
             above the smallest that ran out of memory on these GPUs, trains as
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
@@ -181,13 +181,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         """This run's trial in this process (`zeus_bso.training.TrialSession`), from `start`
         on."""
         self._ended = False
-        self._said_outside = False  # whether a shrink said what going on outside means
         self._training = False
         self._reported_step: int | None = None
-        self._trainer_batch: int | None = None  # with auto_find_batch_size: the Trainer's
-        # After auto_find_batch_size went on at a size of its own: that size, and evaluations.
-        self._outside: int | None = None
-        self._outside_evaluations = 0
+        self._shrunk = ShrunkRun(self.job, metric)  # auto_find_batch_size's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
 
@@ -297,9 +293,18 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                     "smaller micro-batches: choose one (leave auto_find_batch_size False to "
                     "accumulate)"
                 )
-            size, self._trainer_batch = self._trainer_batch, state.train_batch_size
-            if size is not None and state.train_batch_size < size:
-                self._went_on_smaller(args, size, state.train_batch_size, optimizer, lr_scheduler)
+            if (before := self._shrunk.shrank(state.train_batch_size)) is not None:
+                self._training, ended, self._ended = False, self._ended, True
+                self._shrunk.went_on(
+                    self.session,
+                    ended,
+                    args.n_gpu,
+                    before,
+                    state.train_batch_size,
+                    (optimizer, lr_scheduler),
+                )
+                if not ended:
+                    self.outcome = self.session.outcome
                 return
         if self._ended:  # trainer.train() again, after the run ended
             raise OperationOrderError(
@@ -363,58 +368,6 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if self._training and self.session is not None:
             self.session.step_end()
 
-    def _went_on_smaller(
-        self,
-        args: TrainingArguments,
-        before: int,
-        now: int,
-        optimizer: Any,
-        lr_scheduler: Any,
-    ) -> None:
-        """The Trainer's ``auto_find_batch_size`` caught an out-of-memory error at ``before``
-        (the Trainer's batch, of every device of this process) and trains again at ``now``, a
-        smaller size of its own. The first time, the trial's batch size ran out of memory: it is
-        ``infeasible`` on these GPUs (the server dispatches neither it nor a larger size there
-        again); later, a size of the Trainer's ran out too: the server's memory cap of these
-        GPUs comes down to it. The run goes on outside the optimizer: not measured, reported or
-        stopped by the server, but at the job's target or ``max_epochs`` (`_judge_outside`); its
-        learning rate follows the new size by the ``lr_rule``."""
-        session = self.session
-        assert session is not None
-        devices = max(1, args.n_gpu)
-        old, new = before // devices, now // devices
-        why = (
-            f"the Trainer's auto_find_batch_size caught an out-of-memory error at batch size "
-            f"{old} and trains at {new}"
-        )
-        self._training = False
-        self._outside, self._outside_evaluations = new, 0
-        if not self._ended:  # the trial's size ran out of memory as it trained
-            self._ended = True
-            session.end_out_of_memory(why, goes_on=True)
-            self.outcome = session.outcome
-        elif old < session.micro_batch_size:
-            session.smaller_size_out_of_memory(old, why)
-        if session.lr.rule != "none" and optimizer is not None:
-            session.lr.rescale(optimizer, new, [lr_scheduler])
-        if not session.is_main:
-            return
-        if not self._said_outside:
-            self._said_outside = True
-            logger.warning(
-                "zeus-bso: %s, a size the optimizer did not choose: this run goes on outside "
-                "the optimizer (not measured or reported; it stops at the job's target or "
-                "max_epochs), and the next run gets a batch size that fits on these GPUs",
-                why,
-            )
-        else:  # each shrink after the first: one line (a real GPU's run shrank twelve times)
-            logger.warning(
-                "zeus-bso: %s (outside the optimizer; no size from %d up is dispatched on these "
-                "GPUs)",
-                why,
-                old,
-            )
-
     @override
     def on_log(
         self,
@@ -441,50 +394,16 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         metrics: dict[str, float] | None = None,
         **_: Any,
     ) -> None:
-        if self._outside is not None and metrics:
-            self._judge_outside(control, metrics)
+        if self._shrunk.size is not None and metrics:
+            main = self.session is not None and self.session.is_main
+            stop, self.outcome = self._shrunk.judge(metrics, self.outcome, main)
+            control.should_training_stop |= stop
         if not self._training or self.session is None:
             return  # an evaluation outside of training, or of the optimizer
         if self._reported_step == state.global_step:
             return  # reported from its logs
         metrics = metrics if metrics is not None else {}
         self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
-
-    def _judge_outside(self, control: TrainerControl, metrics: dict[str, float]) -> None:
-        """An evaluation of the run that went on at the Trainer's own size
-        (`_went_on_smaller`), judged here by the job's rules without a cost bound: it stops at
-        the target or at ``max_epochs``, where a run of the optimizer's would, instead of
-        training on to ``num_train_epochs``. Every process has the same metrics (the Trainer
-        gathers them), so all stop together."""
-        size = self._outside
-        if size is None or self.metric not in metrics:
-            return
-        self._outside_evaluations += 1
-        value = float(metrics[self.metric])
-        answer = judged_without_server(self.job, size, value, self._outside_evaluations)
-        if not answer.stop_train:
-            return
-        control.should_training_stop = True
-        self._outside = None
-        if answer.converged and self.outcome is not None:  # a model is delivered after all
-            self.outcome = dataclasses.replace(
-                self.outcome,
-                converged=True,
-                why=f"{self.outcome.why}; the Trainer went on at {size}, outside the optimizer, "
-                f"and reached the target at its evaluation {self._outside_evaluations}",
-            )
-        if self.session is not None and self.session.is_main:
-            logger.warning(
-                "zeus-bso: the run at batch size %d, outside the optimizer, %s: training stops "
-                "(%s %.4g after %d evaluations)",
-                size,
-                f"reached the job's target {self.job.target_metric}"
-                if answer.converged
-                else f"trained the job's max_epochs ({self.job.max_epochs}) without its target",
-                self.metric,
-                value,
-                self._outside_evaluations,
-            )
 
     def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
         """Have the Trainer's optimizer step at its schedule's rates at the run's batch size
@@ -570,7 +489,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         self._training = False
-        self._outside = None
+        self._shrunk.size = None
         session = self.session
         if session is None or self._ended:
             return
