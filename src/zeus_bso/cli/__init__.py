@@ -1,6 +1,7 @@
-"""The ``zeus-bso`` command: trace-driven simulation (`zeus_bso.cli.main`) and a running
+"""The ``zeus-bso`` command: trace-driven simulation (`zeus_bso.cli.simulate`) and a running
 server's jobs (`zeus_bso.cli.jobs`)."""
 
-from zeus_bso.cli.main import app, main, simulate_flags
+from zeus_bso.cli.main import app, main
+from zeus_bso.cli.simulate import simulate_flags
 
 __all__ = ["app", "main", "simulate_flags"]
