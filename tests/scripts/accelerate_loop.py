@@ -1,9 +1,11 @@
 """An Accelerate training loop with transformers' ``get_scheduler`` (linear warm-up, then
 linear decay), sized from the prepared DataLoader, saved and resumed with
-``accelerator.save_state`` and ``accelerator.load_state``.
+``accelerator.save_state`` and ``accelerator.load_state`` (the checkpoint's directory given to
+zeus-bso as ``resume=``; ``--forget-trial`` leaves it out, as a script written before zeus-bso
+would).
 
     python accelerate_loop.py --job NAME [--target 0.9] [--oom-above N]
-        [--save-to DIR] [--resume-from DIR] [--kill-at-epoch N]
+        [--save-to DIR] [--resume-from DIR [--forget-trial]] [--kill-at-epoch N]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from zeus_bso import JobSpec
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 
 PROGRESS = "progress.json"
-"""Beside the accelerator's state in a checkpoint: the epochs done and zeus-bso's trial."""
+"""Beside the accelerator's state in a checkpoint: the epochs done."""
 
 
 def dataset(n: int, seed: int) -> TensorDataset:
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--save-to", default=None)
     parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--forget-trial", action="store_true")
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     accelerator = Accelerator(cpu=ON_CPU, mixed_precision="bf16" if BF16 else "no")
@@ -54,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = {}
     if args.resume_from:
         progress = json.loads((Path(args.resume_from) / PROGRESS).read_text())
-    with ZeusBSOAccelerate(
-        accelerator, job=job, lr_rule="linear", resume=progress.get("bso")
-    ) as bso:
+    resume = None if args.forget_trial else args.resume_from
+    with ZeusBSOAccelerate(accelerator, job=job, lr_rule="linear", resume=resume) as bso:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -88,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = bso.report(float(accuracy))
             if args.save_to:
                 accelerator.save_state(args.save_to)
-                saved = {"epoch": epoch + 1, "bso": bso.checkpoint()}
-                (Path(args.save_to) / PROGRESS).write_text(json.dumps(saved))
+                (Path(args.save_to) / PROGRESS).write_text(json.dumps({"epoch": epoch + 1}))
             if stop:
                 break
     return 0 if bso.converged else 1

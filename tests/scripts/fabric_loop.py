@@ -1,8 +1,9 @@
 """A Lightning Fabric training loop with a step schedule, stepped each epoch, saved and resumed
-with ``fabric.save`` and ``fabric.load``.
+with ``fabric.save`` and ``fabric.load``, zeus-bso's session in the state they save and load
+(``--forget-trial``: the trial not given to zeus-bso on resuming).
 
 python fabric_loop.py --job NAME [--target 0.9] [--oom-above N]
-    [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N [--kill-after-report]]
+    [--save-to DIR] [--resume-from CKPT [--forget-trial]] [--kill-at-epoch N [--kill-after-report]]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--save-to", default=None)
     parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--forget-trial", action="store_true")
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     parser.add_argument("--kill-after-report", action="store_true")
     args = parser.parse_args(argv)
@@ -47,14 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     val = dataset(64, 1)
     saved = fabric.load(args.resume_from) if args.resume_from else {}
-    with ZeusBSOFabric(fabric, job=job, lr_rule="linear", resume=saved.get("bso")) as bso:
+    resume = None if args.forget_trial else saved.get("bso")
+    with ZeusBSOFabric(fabric, job=job, lr_rule="linear", resume=resume) as bso:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
         bso.scale(optimizer)
         model, optimizer = fabric.setup(model, optimizer)
-        state = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+        state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "bso": bso}
         if args.resume_from:
             fabric.load(args.resume_from, state)
         loader = fabric.setup_dataloaders(
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.kill_after_report:
                 kill_at_epoch(args.kill_at_epoch, epoch)
             if args.save_to:
-                checkpoint = {**state, "epoch": epoch + 1, "bso": bso.checkpoint()}
+                checkpoint = {**state, "epoch": epoch + 1}
                 fabric.save(f"{args.save_to}/last.ckpt", checkpoint)
             if stop:
                 break

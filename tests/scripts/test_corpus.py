@@ -32,7 +32,7 @@ from tests.scripts.hardware import ACCELERATOR, ON_CPU, PRECISION
 from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
 from zeus_bso.client import ServerClient
-from zeus_bso.errors import ZeusBSOTrainFailError
+from zeus_bso.errors import ConfigurationError, ZeusBSOTrainFailError
 
 SCRIPTS = Path(__file__).parent
 ROOT = SCRIPTS.parent.parent
@@ -516,3 +516,46 @@ def test_a_run_killed_then_resumed_continues_its_trial_at_the_factor_once(
     size = trained["batch_size"]
     assert len(steps) == (4 - KILL_AT) * (TRAIN_SAMPLES // size)  # the epochs left, not four
     check_run(steps, trained, CORPUS.get(script, ((), "linear"))[1])
+
+
+# How each hand-written loop's checkpoint is named, and how a refusal says to resume from it.
+RESTORES = {
+    "accelerate_loop.py": ("", "pass resume='{saves}' to ZeusBSOAccelerate"),
+    "fabric_loop.py": ("last.ckpt", 'resume=fabric.load(path)["bso"]'),
+}
+
+
+@pytest.mark.parametrize("script", sorted(RESTORES))
+def test_a_checkpoint_restores_only_the_runs_own_trial(
+    script: str, probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """``accelerator.save_state``, and ``fabric.save`` of a state holding the session, keep the
+    run's trial in the checkpoint. A run killed after two epochs, restored by a script that
+    does not give zeus-bso the checkpoint's trial (``--forget-trial``), got a new trial, into
+    which ``accelerator.load_state`` or ``fabric.load`` would bring a model trained two epochs
+    before: refused before it trains, saying how to continue, and the new trial released.
+    Given the checkpoint's trial (``resume=``), the run continues the killed trial and trains
+    only the epochs left."""
+    prefix = unique_id("corpusload").replace("-", "")
+    saves = tmp_path / "saves"
+    name, advice = RESTORES[script]
+    run = ["--job", prefix, "--target", "0.999", "--save-to", str(saves)]
+    run_killed(script, *run, "--kill-at-epoch", str(KILL_AT))
+    (killed,) = trials_of(server, prefix)
+    assert (killed["status"], killed["epochs"]) == ("dispatched", KILL_AT)
+    probe.take()
+    resume = ["--resume-from", str(saves / name)]
+    with pytest.raises(ConfigurationError) as refused:
+        run_script(script, *run, *resume, "--forget-trial")
+    message = str(refused.value)
+    assert f"trial {killed['trial_number']} of job {killed['job_id']}" in message
+    assert advice.format(saves=saves / name) in message
+    assert probe.take() == []  # nothing trained
+    first, new = trials_of(server, prefix)
+    assert (first["status"], first["epochs"]) == ("dispatched", KILL_AT)
+    assert (new["status"], new["epochs"]) == ("released", None)  # never reported
+    assert run_script(script, *run, *resume) == 1
+    continued = trials_of(server, prefix)[0]
+    assert (continued["status"], continued["epochs"]) == ("reported", 4)
+    size = continued["batch_size"]
+    assert len(probe.take()) == (4 - KILL_AT) * (TRAIN_SAMPLES // size)

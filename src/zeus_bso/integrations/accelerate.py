@@ -14,19 +14,26 @@
 
 Every process calls every method (see `zeus_bso.training.TrialSession`); the server's cost, the
 energy and the batch size of each report go to the Accelerator's trackers (``accelerator.log``).
+``accelerator.save_state`` writes the run's trial into the checkpoint, and
+``accelerator.load_state`` refuses a checkpoint of another trial: a run restarted from one
+continues its trial with ``ZeusBSOAccelerate(..., resume=checkpoint_dir)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from typing_extensions import Unpack
+from typing_extensions import Unpack, override
 
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.loop_checkpoints import check_restore
 from zeus_bso.options import JobLike
+from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
+from zeus_bso.training.trial_file import trial_in, write_trial
 
 INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
 
@@ -75,6 +82,34 @@ class ZeusBSOAccelerate(TrialSession):
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
         self._accumulate()
+        self._hooks = [
+            accelerator.register_save_state_pre_hook(self._saving),
+            accelerator.register_load_state_pre_hook(self._loading),
+        ]
+
+    def _saving(self, models: Any, weights: Any, output_dir: str) -> None:
+        """``accelerator.save_state``: the run's trial goes into the checkpoint (main process),
+        so that a run restored from it continues the trial."""
+        saved = self.checkpoint()
+        if saved:
+            write_trial(Path(output_dir), saved)
+
+    def _loading(self, models: Any, input_dir: str) -> None:
+        """``accelerator.load_state``: the checkpoint must hold this run's trial (a run
+        constructed with ``resume=`` the checkpoint's directory continues it)."""
+        check_restore(
+            self,
+            lambda: trial_in(Path(input_dir)),
+            f"accelerator.load_state({input_dir!r})",
+            f"pass resume={input_dir!r} to ZeusBSOAccelerate",
+        )
+
+    @override
+    def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
+        for hook in self._hooks:  # a later run with this accelerator checkpoints its own trial
+            hook.remove()
+        self._hooks = []
+        super()._ending(on_main, close=close)
 
     def _accumulate(self) -> None:
         """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`

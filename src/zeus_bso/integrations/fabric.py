@@ -7,6 +7,7 @@
     with ZeusBSOFabric(fabric, server_url=..., job=JobSpec(...)) as bso:
         loader = fabric.setup_dataloaders(DataLoader(train, batch_size=bso.batch_size))
         model, optimizer = fabric.setup(model, optimizer)
+        state = {"model": model, "optimizer": optimizer, "bso": bso}  # fabric.save(path, state)
         bso.train_begin()
         for epoch in range(job.max_epochs):
             train_one_epoch(...)
@@ -14,7 +15,10 @@
                 break
 
 Every process calls every method (see `zeus_bso.training.TrialSession`); the server's cost, the
-energy and the batch size of each report go to Fabric's loggers (``fabric.log_dict``).
+energy and the batch size of each report go to Fabric's loggers (``fabric.log_dict``). With
+``"bso": bso`` in the state it saves, ``fabric.save`` keeps the run's trial, and ``fabric.load``
+refuses a checkpoint of another trial: a run restarted from it continues the trial with
+``ZeusBSOFabric(..., resume=fabric.load(path)["bso"])``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from zeus_bso.integrations.loop_checkpoints import check_restore
 from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
@@ -62,3 +67,19 @@ class ZeusBSOFabric(TrialSession):
         self.fabric = fabric
         main = bool(fabric.is_global_zero)
         super().__init__(main, fabric.log_dict, server_url, job, show=fabric.print, **options)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What ``fabric.save`` keeps of the run where its state holds ``"bso": bso``: the
+        trial (`checkpoint`), to continue with ``resume=fabric.load(path)["bso"]``."""
+        return self.checkpoint()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """``fabric.load(path, state)`` with ``"bso": bso`` in ``state``: the checkpoint must
+        hold this run's trial (one the run continues, given ``resume=``), else the run is
+        refused before it trains a model trained before as this trial's."""
+        check_restore(
+            self,
+            lambda: state_dict,
+            "fabric.load(...)",
+            'pass what the checkpoint holds as resume= (resume=fabric.load(path)["bso"])',
+        )

@@ -1,17 +1,13 @@
 """The Hugging Face Trainer's checkpoints and a run's trial: every checkpoint a run with
-`zeus_bso.integrations.huggingface.ZeusBSOTrainerCallback` saves holds a `STATE_FILE`, from which
-a run resumed from that checkpoint continues its trial."""
+`zeus_bso.integrations.huggingface.ZeusBSOTrainerCallback` saves holds the run's trial
+(`zeus_bso.training.trial_file`), from which a run resumed from that checkpoint continues it."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 from zeus_bso.errors import ConfigurationError
-
-STATE_FILE = "zeus_bso_trial.json"
 
 
 def checkpoint_to_resume(
@@ -38,26 +34,6 @@ def checkpoint_to_resume(
     if resume_from_checkpoint is False or resume_from_checkpoint is None:
         return None
     return Path(resume_from_checkpoint)
-
-
-def saved_trial(checkpoint: Path) -> dict[str, Any]:
-    """What a run saved of its trial into ``checkpoint``."""
-    path = checkpoint / STATE_FILE
-    try:
-        saved: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigurationError(
-            f"cannot resume from {checkpoint}: no readable {STATE_FILE} ({err}); "
-            "it is written into every checkpoint a run with this callback saves"
-        ) from err
-    return saved
-
-
-def save_trial(checkpoint: Path, saved: dict[str, Any]) -> None:
-    """Save a run's trial into ``checkpoint``, a directory the Trainer saved (nothing if it
-    did not)."""
-    if checkpoint.is_dir():
-        (checkpoint / STATE_FILE).write_text(json.dumps(saved))
 
 
 def resume_refused(global_step: int, resume_from: Path | None) -> str | None:

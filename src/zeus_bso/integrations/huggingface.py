@@ -43,12 +43,7 @@ from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, Operat
 from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first
-from zeus_bso.integrations.hf_checkpoints import (
-    checkpoint_to_resume,
-    resume_refused,
-    save_trial,
-    saved_trial,
-)
+from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_memory import try_steps
 from zeus_bso.options import (
     JobLike,
@@ -62,6 +57,7 @@ from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import launcher_rank, torch_distributed
+from zeus_bso.training.trial_file import read_trial, write_trial
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +234,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     def _saved_trial(self) -> dict[str, Any]:
         """What the checkpoint to resume from saved (read on the world process zero)."""
         assert self.resume_from is not None
-        return saved_trial(self.resume_from)
+        return read_trial(self.resume_from)
 
     @property
     def trial_number(self) -> int | None:
@@ -258,7 +254,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         saved = self.session.checkpoint()
         if saved:
-            save_trial(Path(args.output_dir or ".") / f"checkpoint-{state.global_step}", saved)
+            write_trial(Path(args.output_dir or ".") / f"checkpoint-{state.global_step}", saved)
 
     @override
     def on_init_end(

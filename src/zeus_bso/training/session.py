@@ -12,7 +12,7 @@ whether this process is the main one and how the framework logs; the modules of
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -50,6 +50,7 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
+from zeus_bso.training.trial_file import Resume, saved_trial
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class TrialSession:
         job: JobLike | None,
         energy_meter: EnergyMeter | None = None,
         token: str | None = None,
-        resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        resume: Resume = None,
         broadcast: Callable[[Any], Any] | None = None,
         on_server_unavailable: Literal["fallback", "raise"] = "fallback",
         raise_if_unconverged: bool = False,
@@ -202,7 +203,7 @@ class TrialSession:
             on_end=self._power.restore,
         )
 
-    def start(self, resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
+    def start(self, resume: Resume) -> None:
         """Ask for this run's trial, or resume a checkpoint's (``resume``), on every process
         at once (once; the constructor does it unless ``start=False``)."""
         if self._started:
@@ -211,7 +212,7 @@ class TrialSession:
         def trial_of_this_run() -> SharedTrial:
             if self.server is None:
                 self.server = self._new_server()
-            saved = resume() if callable(resume) else resume
+            saved = saved_trial(resume)
             if not saved:
                 return shared_trial(self.server, self.server.dispatch())
             size = self.server.resume(saved)

@@ -3,12 +3,12 @@ unchanged, each option as the session takes it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.power.run import PowerLimitMode
 from zeus_bso.scaling.lr import LrRule
+from zeus_bso.training.trial_file import Resume
 
 
 class SessionOptions(TypedDict, total=False):
@@ -18,9 +18,10 @@ class SessionOptions(TypedDict, total=False):
     """How to measure energy in this process (default: `zeus_bso.energy.auto_meter`)."""
     token: str | None
     """The server's bearer token, if it has one."""
-    resume: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
+    resume: Resume
     """What the session's ``checkpoint`` returned in an earlier, interrupted run of this trial,
-    or a function that reads it (called on the main process only)."""
+    a function that reads it (called on the main process only), or the checkpoint directory
+    where zeus-bso wrote it (`zeus_bso.training.trial_file.STATE_FILE`)."""
     on_server_unavailable: Literal["fallback", "raise"]
     """``"fallback"`` (train at the default batch size, or the last recommendation saved on
     this machine, when the server cannot be reached at start) or ``"raise"`` (raise
