@@ -543,6 +543,47 @@ def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     assert (trial["batch_size"], trial["status"]) == (32, "released")
 
 
+class LoadersBuiltInSetup(pl.LightningDataModule):  # type: ignore[misc]
+    """Builds its DataLoaders in ``setup()``, which Lightning runs before any callback's."""
+
+    def __init__(self, batch_size: int = 8) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+
+    def setup(self, stage: str) -> None:
+        model = TinyClassifier(self.batch_size)
+        self.train_loader = model.train_dataloader()
+        self.val_loader = model.val_dataloader()
+
+    def train_dataloader(self) -> Any:
+        return self.train_loader
+
+    def val_dataloader(self) -> Any:
+        return self.val_loader
+
+
+def test_a_dataloader_built_in_the_datamodules_setup_is_named_as_built_too_early(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The datamodule reads ``self.batch_size``, but in ``setup()``, before the callback sets
+    the server's 32 on it: the fit stops at its first batch, saying so and where to build the
+    DataLoader instead (not "a fixed size", which it is not)."""
+    spec = job(unique_id("setupbuilt"))
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    with pytest.raises(ConfigurationError, match="first training batch has 8 samples") as raised:
+        trainer.fit(TinyClassifier(), datamodule=LoadersBuiltInSetup())
+    message = str(raised.value)
+    assert "the train DataLoader was built before the callback set 'batch_size'" in message
+    assert "LoadersBuiltInSetup.train_loader" in message
+    assert "build it in train_dataloader()" in message
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -47,6 +47,7 @@ from zeus_bso.integrations.lightning_trainer import (
     ended_early,
     is_a,
     limit_warnings,
+    loaders_built,
     trained_before,
     tunes_the_rate,
     validates,
@@ -160,6 +161,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._restored: dict[str, Any] | None = None
         self._resumed = False
         self._first_batch_checked = False
+        self._built_early: list[str] = []
         self._trainer: Trainer | None = None
         self._module: Module | None = None
         self._unlogged: dict[str, float] = {}
@@ -194,6 +196,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 "give the LightningModule or LightningDataModule that attribute and build the "
                 "DataLoader from it (or pass batch_arg_name=...)"
             )
+        self._built_early = loaders_built(trainer, pl_module)  # before the size is set
         if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
             raise ConfigurationError(
                 "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
@@ -371,7 +374,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             if not self._first_batch_checked:
                 self._first_batch_checked = True
                 told = self.session.micro_batch_size
-                if refused := batch_refused(trainer, batch, told, self.batch_arg_name):
+                name, built = self.batch_arg_name, self._built_early
+                if refused := batch_refused(trainer, batch, told, name, built):
                     raise ConfigurationError(refused)  # the fit ends; its trial is released
             self.session.step_begin()
 

@@ -61,18 +61,46 @@ def validates_at_epoch_ends(trainer: Trainer) -> bool:
     return isinstance(interval, float) and interval == 1.0
 
 
-def batch_refused(trainer: Trainer, batch: Any, told: int, batch_arg_name: str) -> str | None:
+def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
+    """The DataLoaders the datamodule or the module holds already (at the callback's setup:
+    built in the datamodule's ``setup()`` or ``__init__``, before the batch size was set), as
+    ``Class.attribute``."""
+    from torch.utils.data import DataLoader
+
+    holders = [trainer.datamodule, pl_module]
+    return [
+        f"{type(holder).__name__}.{name}"
+        for holder in holders
+        if holder is not None
+        for name, value in vars(holder).items()
+        if isinstance(value, DataLoader)
+    ]
+
+
+def batch_refused(
+    trainer: Trainer, batch: Any, told: int, batch_arg_name: str, built: list[str]
+) -> str | None:
     """Why the fit's first training ``batch`` cannot train the run: it does not have the size
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
     so a DataLoader that ignores ``batch_arg_name`` would train at another size while the
-    server charges this one. None: it has (or Lightning cannot tell its size; or it is the
-    fit's only batch, and smaller)."""
+    server charges this one (``built``: the DataLoaders that existed before the size was set,
+    `loaders_built`). None: it has (or Lightning cannot tell its size; or it is the fit's only
+    batch, and smaller)."""
     try:
         found = int(package_of(trainer).batch_size_of(batch))
     except Exception:  # a batch whose size Lightning cannot tell: nothing to check
         return None
     if found == told or (found < told and trainer.num_training_batches == 1):
         return None
+    if built:
+        return (
+            f"the fit's first training batch has {found} samples, but this run's batch size "
+            f"is {told}: the train DataLoader was built before the callback set "
+            f"'{batch_arg_name}' (built then: {', '.join(built)}; a datamodule's setup() and "
+            "__init__ run before it): build it in train_dataloader(), reading "
+            f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}); the run is not "
+            "counted against the batch size"
+        )
     return (
         f"the fit's first training batch has {found} samples, but this run's batch size "
         f"is {told} (set on '{batch_arg_name}' of the model, its hparams or the "
