@@ -1128,6 +1128,23 @@ def test_the_environment_turns_the_callback_on_without_changing_the_script(
     )
 
 
+def test_the_environment_turns_the_callback_on_for_a_classic_pytorch_lightning_trainer_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import pytorch_lightning as pl`` scripts: the classic package's Trainer reads its own
+    ``callbacks_factory`` entry point group, which got nothing, so an image that set
+    ``ZEUS_BSO_LIGHTNING_JOB`` turned zeus-bso on for ``lightning.pytorch`` scripts only."""
+    classic = pytest.importorskip("pytorch_lightning")
+    spec = job(unique_id("litclassic"), target=0.8)
+    monkeypatch.setenv("ZEUS_BSO_LIGHTNING_JOB", spec.model_dump_json())
+    monkeypatch.setenv("ZEUS_BSO_MONITOR", "val_loss_inverse")
+    monkeypatch.setenv("ZEUS_BSO_SERVER_URL", "http://127.0.0.1:9")  # not asked: no fit here
+    trainer = classic.Trainer(max_epochs=1, **quiet_trainer_options(tmp_path))
+    (callback,) = [c for c in trainer.callbacks if isinstance(c, ZeusBSOCallback)]
+    assert isinstance(callback, classic.Callback)
+    assert (callback.job.job_id, callback.monitor) == (spec.job_id, "val_loss_inverse")
+
+
 def test_a_lightning_cli_config_file_configures_the_callback(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -171,7 +171,8 @@ def _lightning_from_environment(findings: Findings) -> None:
     if not environment_setting(LIGHTNING_JOB_VARIABLE):
         return
     what = f"Lightning ({LIGHTNING_JOB_VARIABLE})"
-    hooks = metadata.entry_points(group="lightning.pytorch.callbacks_factory")
+    groups = ("lightning.pytorch.callbacks_factory", "pytorch_lightning.callbacks_factory")
+    hooks = [hook for group in groups for hook in metadata.entry_points(group=group)]
     if not any(hook.value.startswith("zeus_bso.") for hook in hooks):
         findings.checks.append(
             Finding(what, False, "zeus-bso's callbacks_factory entry point is not installed")
@@ -183,7 +184,7 @@ def _lightning_from_environment(findings: Findings) -> None:
         findings.checks.append(Finding(what, False, str(error)))
         return
     assert settings is not None  # the variable is set
-    if importlib.util.find_spec("lightning") is None:
+    if not any(importlib.util.find_spec(name) for name in ("lightning", "pytorch_lightning")):
         findings.checks.append(
             Finding(what, False, "Lightning is not installed: pip install 'zeus-bso[lightning]'")
         )
