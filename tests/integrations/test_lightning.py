@@ -543,6 +543,27 @@ def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     assert (trial["batch_size"], trial["status"]) == (32, "released")
 
 
+def test_a_dataloader_given_to_fit_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``trainer.fit(model, train_loader, val_loader)``: the DataLoader was built at the
+    script's size, which no attribute changes. Refused at setup, saying where to build it; the
+    callback's memory check failed inside Lightning instead (``train_dataloader`` must be
+    implemented), after a trial was taken."""
+    spec = job(unique_id("fitloader"))
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    model = TinyClassifier(batch_size=16)
+    loaders = model.train_dataloader(), model.val_dataloader()
+    with pytest.raises(ConfigurationError, match="was given the train DataLoader") as raised:
+        trainer.fit(model, *loaders)
+    assert "train_dataloader() with self.batch_size" in str(raised.value)
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+
+
 class LoadersBuiltInSetup(pl.LightningDataModule):  # type: ignore[misc]
     """Builds its DataLoaders in ``setup()``, which Lightning runs before any callback's."""
 

@@ -47,6 +47,7 @@ from zeus_bso.integrations.lightning_trainer import (
     ended_early,
     is_a,
     limit_warnings,
+    loader_given_to_fit,
     loaders_built,
     trained_before,
     tunes_the_rate,
@@ -189,6 +190,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._reported_value = None
         self._first_batch_checked = False
         self._trainer, self._module = trainer, pl_module
+        refused = loader_given_to_fit(trainer, self.batch_arg_name)
+        if refused and not trainer.fast_dev_run:
+            raise ConfigurationError(refused)  # before the server is asked
         package = package_of(trainer)
         if not package.hasattr(pl_module, self.batch_arg_name):
             raise ConfigurationError(

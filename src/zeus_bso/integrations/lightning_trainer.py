@@ -77,6 +77,23 @@ def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
     ]
 
 
+def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
+    """Why the fit cannot train the server's batch size: ``trainer.fit`` was given its train
+    DataLoader (``train_dataloaders=``), built at a size of the script's, which no attribute
+    changes. None: the model or a datamodule builds it (``train_dataloader()``)."""
+    source = getattr(trainer.fit_loop, "_data_source", None)
+    is_module = getattr(source, "is_module", None)
+    if not callable(is_module) or is_module():
+        return None
+    return (
+        "trainer.fit(model, train_dataloaders=...) was given the train DataLoader, built at a "
+        "batch size of the script's own, which the callback cannot change: build it in the "
+        f"model's (or a LightningDataModule's) train_dataloader() with self.{batch_arg_name} "
+        f"(or self.hparams.{batch_arg_name}), and call trainer.fit(model) or "
+        "trainer.fit(model, datamodule=...)"
+    )
+
+
 def batch_refused(
     trainer: Trainer, batch: Any, told: int, batch_arg_name: str, built: list[str]
 ) -> str | None:
