@@ -28,6 +28,7 @@ is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hook
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Literal
 
@@ -36,37 +37,35 @@ from typing_extensions import override
 from zeus_bso.energy import EnergyMeter, auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
-from zeus_bso.integrations.lightning_memory import try_steps
+from zeus_bso.integrations.lightning_memory import checks_memory, try_size
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
 from zeus_bso.integrations.lightning_trainer import (
     Module,
+    Monitored,
     Trainer,
     accumulation_refused,
     batch_refused,
-    early_stopping,
-    ended_early,
+    end_fit,
     is_a,
     limit_warnings,
     loader_given_to_fit,
     loaders_built,
+    rebuild_for_the_batch_size,
     trained_before,
     tunes_the_rate,
     validates,
     validates_at_epoch_ends,
 )
 from zeus_bso.options import (
-    LIGHTNING_JOB_VARIABLE,
     JobLike,
     check_max_micro_batch_size,
     check_metric_direction,
     job_lr_rule,
-    lightning_settings,
     required_job,
     server_url_from,
 )
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
-from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 
 logger = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._trainer: Trainer | None = None
         self._module: Module | None = None
         self._unlogged: dict[str, float] = {}
-        self._reported_value: object = None  # the monitored value last reported (rank 0)
+        self._monitored = Monitored(monitor)  # the values reported (rank 0)
 
     @property
     @override
@@ -187,7 +186,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         # still before configure_optimizers.
         if stage != "fit":
             return
-        self._reported_value = None
+        self._monitored.reset()
         self._first_batch_checked = False
         self._trainer, self._module = trainer, pl_module
         refused = loader_given_to_fit(trainer, self.batch_arg_name)
@@ -282,30 +281,27 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         # The optimizers exist from here: the memory check tries steps with them.
         if self.session is None:
             return
-        if self._checks_memory(pl_module):
+        steps = 0 if self._resumed else self.memory_check_steps
+        if checks_memory(self.session, pl_module, steps):
             before = self.session.micro_batch_size
-            self.session.fit_in_memory(lambda size: self._try_steps(trainer, pl_module, size))
+            tried = functools.partial(
+                try_size,
+                trainer,
+                pl_module,
+                self.session,
+                self.batch_arg_name,
+                steps=steps,
+                accumulates=self.max_micro_batch_size is not None,
+            )
+            self.session.fit_in_memory(tried)
             self._set_batch(trainer, pl_module)
             if self.session.micro_batch_size != before:
-                self._rebuild_for_the_batch_size(trainer)
+                rebuild_for_the_batch_size(trainer)
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         if trainer.is_global_zero:
             for warning in limit_warnings(trainer, self.job.max_epochs):
                 logger.warning("%s", warning)
-
-    @staticmethod
-    def _rebuild_for_the_batch_size(trainer: Trainer) -> None:
-        """The batch size changed after the strategy's setup (the memory check moved it, or a
-        strategy that restores checkpoints late resumed another trial): a train DataLoader
-        built at the old size is built again, and so are the optimizers and schedules
-        (``configure_optimizers`` may have sized a schedule from the data, as
-        ``estimated_stepping_batches`` does). As Lightning's batch size finder resets them."""
-        loop = trainer.fit_loop
-        if getattr(loop, "_combined_loader", None) is None:
-            return  # nothing read the data yet: it is built at the new size
-        loop._combined_loader = None
-        trainer.strategy.setup_optimizers(trainer)
 
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
         """Give the module the session's batch: its micro-batches, accumulated to the batch
@@ -315,30 +311,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         package_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
         if self.max_micro_batch_size is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
-
-    def _checks_memory(self, pl_module: Module) -> bool:
-        """Whether the fit tries a few steps first: the batch size never ran on these GPUs, and
-        the module optimizes automatically (a manual step's collectives cannot be tried
-        alone)."""
-        assert self.session is not None
-        return (
-            self.memory_check_steps > 0
-            and not self._resumed
-            and self.session.memory_unknown
-            and pl_module.automatic_optimization
-        )
-
-    def _try_steps(self, trainer: Trainer, pl_module: Module, size: int) -> None:
-        """Try ``memory_check_steps`` training steps at batch ``size``, at the learning rate a
-        fit of it would take (`lightning_memory.try_steps`: an out-of-memory error is
-        raised)."""
-        package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
-        session = self.session
-        if session is not None and session.lr.rule != "none":  # the rate a fit of it would take
-            batch = size if self.max_micro_batch_size is None else session.batch_size
-            for optimizer in trainer.optimizers:
-                session.lr.scale(optimizer, batch)
-        try_steps(trainer, pl_module, self.memory_check_steps)
 
     # -- training -----------------------------------------------------------------------------
 
@@ -403,28 +375,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
         epoch = trainer.current_epoch + 1 if validates_at_epoch_ends(trainer) else None
 
-        def metric() -> float | None:  # on rank 0; its error reaches every rank
-            metrics = trainer.callback_metrics
-            if self.monitor not in metrics:
-                raise ConfigurationError(
-                    f"metric '{self.monitor}' was not logged; logged are "
-                    f"{sorted(metrics)} (log it in validation_step or "
-                    "on_validation_epoch_end, or pass monitor=...)"
-                )
-            value = metrics[self.monitor]
-            # Lightning keeps a metric's last value until it is logged again, and a value
-            # logged anew is a new tensor: the one reported last time is a stale value.
-            if value is self._reported_value:
-                logger.warning(
-                    "zeus-bso: '%s' was not logged at this validation (%s): nothing is reported "
-                    "for it (its value is an earlier validation's)",
-                    self.monitor,
-                    f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}",
-                )
-                return None
-            self._reported_value = value
-            return float(value)
-
+        when = f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}"
+        metric = functools.partial(
+            self._monitored.read, trainer, when
+        )  # rank 0's error: every rank's
         before = session.last
         stop = session.report(metric, epoch=epoch)
         if session.last is not before:  # reported (on every rank)
@@ -454,12 +408,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if session is None:
             return
         try:
-            if session.stopped:
-                session.end()
-            elif (stopper := early_stopping(trainer)) is not None:
-                session.stopped_itself(stopper)  # not converged at its batch size: counted
-            else:  # the Trainer's own limits (or another callback) ended the fit first
-                session.release(ended_early(trainer, self.job.max_epochs), StopReason.ENDED_EARLY)
+            end_fit(session, trainer, self.job.max_epochs)
         finally:
             self._ended(trainer, session.outcome)
 
@@ -517,36 +466,4 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._start_session(trainer, self._module, restored)
         assert self.session is not None
         if self.session.micro_batch_size != before:
-            self._rebuild_for_the_batch_size(trainer)
-
-
-JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
-"""The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
-file holding one (see `callbacks_from_environment`)."""
-
-
-def callbacks_from_environment() -> list[Any]:
-    """Lightning's ``callbacks_factory`` entry point: a `ZeusBSOCallback` for every Trainer when
-    ``ZEUS_BSO_LIGHTNING_JOB`` names the job (JSON, or a JSON file's path), so that a cluster
-    image turns zeus-bso on without changing the training scripts; none otherwise.
-
-    The rest comes from the environment too: ``ZEUS_BSO_SERVER_URL`` and ``ZEUS_BSO_TOKEN``,
-    ``ZEUS_BSO_MONITOR`` (the validation metric, default ``val_acc``), ``ZEUS_BSO_LR_RULE``
-    (default ``none``) and ``ZEUS_BSO_MAX_MICRO_BATCH_SIZE``. A script that adds the callback
-    itself must not run where the variable is set (Lightning refuses two).
-
-    Raises:
-        ConfigurationError: the job or a setting cannot be read; the message says which.
-    """
-    settings = lightning_settings()
-    if settings is None:
-        return []
-    return [
-        ZeusBSOCallback(
-            job=settings.job,
-            monitor=settings.monitor,
-            lr_rule=settings.lr_rule,
-            max_micro_batch_size=settings.max_micro_batch_size,
-            power_limit=settings.power_limit,
-        )
-    ]
+            rebuild_for_the_batch_size(trainer)

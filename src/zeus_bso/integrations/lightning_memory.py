@@ -5,7 +5,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.probe import step, undone
+from zeus_bso.training import TrialSession
+
+
+def checks_memory(session: TrialSession, pl_module: Any, steps: int) -> bool:
+    """Whether the fit tries ``steps`` steps first: the batch size never ran on these GPUs, and
+    the module optimizes automatically (a manual step's collectives cannot be tried alone)."""
+    return steps > 0 and session.memory_unknown and bool(pl_module.automatic_optimization)
+
+
+def try_size(
+    trainer: Any,
+    pl_module: Any,
+    session: TrialSession,
+    name: str,
+    size: int,
+    *,
+    steps: int,
+    accumulates: bool,
+) -> None:
+    """Try ``steps`` training steps at ``size`` samples a step (set on the attribute ``name``),
+    at the learning rate a fit of it would take (of the session's batch size where the fit
+    ``accumulates`` micro-batches of ``size``): `try_steps`, which raises an out-of-memory
+    error."""
+    package_of(trainer).setattr(pl_module, name, size)
+    if session.lr.rule != "none":  # the rate a fit of it would take
+        batch = session.batch_size if accumulates else size
+        for optimizer in trainer.optimizers:
+            session.lr.scale(optimizer, batch)
+    try_steps(trainer, pl_module, steps)
 
 
 def try_steps(trainer: Any, pl_module: Any, steps: int) -> None:

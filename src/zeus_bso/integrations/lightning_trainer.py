@@ -4,9 +4,15 @@ size the server charges, and why it ended. Each refusal is in words that say wha
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_packages import package_of
+from zeus_bso.spec import StopReason
+from zeus_bso.training import TrialSession
+
+logger = logging.getLogger(__name__)
 
 Trainer = Any
 """A Trainer of either Lightning package."""
@@ -201,3 +207,67 @@ def trained_before(trainer: Trainer) -> str | None:
         "or load the weights without resuming (Model.load_from_checkpoint(path), and fit "
         "without ckpt_path)"
     )
+
+
+class Monitored:
+    """The monitored metric of a fit's validations, as rank 0 reads it for a report."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._reported: object = None  # the value last reported
+
+    def reset(self) -> None:
+        """A new fit: nothing reported yet."""
+        self._reported = None
+
+    def read(self, trainer: Trainer, when: str) -> float | None:
+        """The metric's value at this validation (``when``: its epoch or step, in words); None
+        where the validation did not log it.
+
+        Raises:
+            ConfigurationError: it was never logged; the message names what was.
+        """
+        metrics = trainer.callback_metrics
+        if self.name not in metrics:
+            raise ConfigurationError(
+                f"metric '{self.name}' was not logged; logged are {sorted(metrics)} (log it in "
+                "validation_step or on_validation_epoch_end, or pass monitor=...)"
+            )
+        value = metrics[self.name]
+        # Lightning keeps a metric's last value until it is logged again, and a value logged
+        # anew is a new tensor: the one reported last time is a stale value.
+        if value is self._reported:
+            logger.warning(
+                "zeus-bso: '%s' was not logged at this validation (%s): nothing is reported for "
+                "it (its value is an earlier validation's)",
+                self.name,
+                when,
+            )
+            return None
+        self._reported = value
+        return float(value)
+
+
+def end_fit(session: TrialSession, trainer: Trainer, job_max_epochs: int) -> None:
+    """End the fit's run as it ended: at the server's stop; stopped by an EarlyStopping below
+    the target (not converged at its batch size: counted); or by the Trainer's own limits, or
+    another callback, first (released)."""
+    if session.stopped:
+        session.end()
+    elif (stopper := early_stopping(trainer)) is not None:
+        session.stopped_itself(stopper)
+    else:
+        session.release(ended_early(trainer, job_max_epochs), StopReason.ENDED_EARLY)
+
+
+def rebuild_for_the_batch_size(trainer: Trainer) -> None:
+    """The batch size changed after the strategy's setup (the memory check moved it, or a
+    strategy that restores checkpoints late resumed another trial): a train DataLoader built
+    at the old size is built again, and so are the optimizers and schedules
+    (``configure_optimizers`` may have sized a schedule from the data, as
+    ``estimated_stepping_batches`` does). As Lightning's batch size finder resets them."""
+    loop = trainer.fit_loop
+    if getattr(loop, "_combined_loader", None) is None:
+        return  # nothing read the data yet: it is built at the new size
+    loop._combined_loader = None
+    trainer.strategy.setup_optimizers(trainer)
