@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from zeus_bso.training import TrialSession
+
 
 def refusal(
     args: Any,
@@ -81,3 +83,18 @@ def warnings(args: Any, max_epochs: int) -> list[str]:
 def evaluation_strategy(args: Any) -> str:
     """``args.eval_strategy`` in words (an enum in recent versions)."""
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
+
+
+def warmup_warning(args: Any, session: TrialSession) -> str | None:
+    """What to set where ``args.warmup_steps``, a number of steps tuned at the reference batch
+    size, warms up over other samples at the run's batch size (``warmup_ratio`` scales of
+    itself); None: nothing."""
+    fixed = int(args.warmup_steps or 0)
+    steps = session.warmup_steps(fixed)
+    if not fixed or steps == fixed:
+        return None
+    return (
+        f"warmup_steps={fixed} warms up over the samples of {fixed} steps at the reference batch "
+        f"size {session.lr.reference}; at batch size {session.batch_size}, set "
+        f"warmup_steps={steps} (or warmup_ratio) to keep them"
+    )

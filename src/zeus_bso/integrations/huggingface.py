@@ -44,6 +44,7 @@ from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
+from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_memory import try_steps
 from zeus_bso.options import (
     JobLike,
@@ -54,7 +55,6 @@ from zeus_bso.options import (
 )
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
-from zeus_bso.spec import StopReason
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import launcher_rank, torch_distributed
 from zeus_bso.training.trial_file import read_trial, write_trial
@@ -408,18 +408,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.session.scale(optimizer, scheduler)
         if self.resume_from is not None:
             return
-        fixed = int(args.warmup_steps or 0)
-        steps = self.session.warmup_steps(fixed)
-        if fixed and steps != fixed and self.session.is_main:
-            logger.warning(
-                "warmup_steps=%d warms up over the samples of %d steps at the reference batch "
-                "size %d; at batch size %d, set warmup_steps=%d (or warmup_ratio) to keep them",
-                fixed,
-                fixed,
-                self.session.lr.reference,
-                self.session.batch_size,
-                steps,
-            )
+        warning = hf_arguments.warmup_warning(args, self.session)
+        if warning is not None and self.session.is_main:
+            logger.warning("%s", warning)
 
     def _release(self, why: str) -> None:
         """Release the trial: a misconfiguration is not its batch size's fault."""
@@ -464,22 +455,6 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if stop:
             control.should_training_stop = True
 
-    def _early_stopped(self, args: TrainingArguments, state: TrainerState) -> str | None:
-        """How the Trainer's ``EarlyStoppingCallback`` ended training, or None where it did not:
-        its patience ran out (another callback that stops training is not it). Where the
-        Trainer's callbacks were not found, one that the Trainer's state lists counts."""
-        if self._stoppers is None:
-            listed = "EarlyStoppingCallback" in (state.stateful_callbacks or {})
-            return "EarlyStoppingCallback ended training" if listed else None
-        for stopper in self._stoppers:
-            patience = stopper.early_stopping_patience
-            if stopper.early_stopping_patience_counter >= patience:
-                return (
-                    f"EarlyStoppingCallback ended training ({args.metric_for_best_model} did"
-                    f" not improve for {patience} evaluation{'s' if patience != 1 else ''})"
-                )
-        return None
-
     @override
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
@@ -491,23 +466,6 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         self._ended = True
         try:
-            if session.stopped:
-                session.end()
-            elif (
-                control.should_training_stop
-                and state.global_step < state.max_steps
-                and (stopped := self._early_stopped(args, state)) is not None
-            ):
-                # Its metric stopped improving before the job's target: the run did not converge
-                # at its batch size, which counts (released, the job would run the same size
-                # again at every recurrence, learning nothing).
-                session.stopped_itself(stopped)
-            else:  # the Trainer's own limits ended the run first
-                session.release(
-                    f"the Trainer stopped at epoch {session.progress.epochs} (num_train_epochs="
-                    f"{args.num_train_epochs}, max_steps={args.max_steps}) before the server's "
-                    f"stop (the job's max_epochs is {self.job.max_epochs})",
-                    StopReason.ENDED_EARLY,
-                )
+            end_training(session, (args, state, control), self._stoppers, self.job.max_epochs)
         finally:
             self.outcome = session.outcome
