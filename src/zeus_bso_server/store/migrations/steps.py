@@ -43,13 +43,16 @@ def job_key() -> sa.Column[str]:
 def batch_size_stats_columns() -> list[sa.Column[Any]]:
     """The columns of ``batch_size_stats``, the per-batch-size statistics table of revision
     0001 (revision 0002 moves them onto the job row)."""
+    required: dict[str, sa.types.TypeEngine[Any]] = {
+        "reports": sa.Integer(),
+        "mean_cost": sa.Float(),
+        "m2_cost": sa.Float(),
+        "converged_count": sa.Integer(),
+        "converged_cost_sum": sa.Float(),
+    }
     return [
         job_key(),
         sa.Column("batch_size", sa.Integer(), primary_key=True),
-        sa.Column("reports", sa.Integer(), nullable=False),
-        sa.Column("mean_cost", sa.Float(), nullable=False),
-        sa.Column("m2_cost", sa.Float(), nullable=False),
-        sa.Column("converged_count", sa.Integer(), nullable=False),
-        sa.Column("converged_cost_sum", sa.Float(), nullable=False),
+        *(sa.Column(name, type_, nullable=False) for name, type_ in required.items()),
         sa.Column("best_converged_cost", sa.Float(), nullable=True),
     ]
