@@ -182,3 +182,20 @@ class TestFabric(LoopAdapterContract):
     @pytest.fixture
     def server_url(self, sqlite_server: ServerProcess) -> str:
         return sqlite_server.url
+
+    def test_a_fabric_of_several_processes_not_launched_yet_is_refused(
+        self, server_url: str
+    ) -> None:
+        """``ZeusBSOFabric`` before ``fabric.launch()`` of two processes: the first asked the
+        server for a trial, and the second, started by the launch and running the script from
+        its start, waited for a broadcast without a process group and crashed (AttributeError).
+        Refused before the server is asked."""
+        fabric = pytest.importorskip("lightning.fabric")
+        from zeus_bso.integrations.fabric import ZeusBSOFabric
+
+        two = fabric.Fabric(accelerator="cpu", devices=2, strategy="ddp")
+        job = loop_job("fabnolaunch")
+        with pytest.raises(ConfigurationError, match=r"call fabric.launch\(\) before ZeusBSO"):
+            ZeusBSOFabric(two, server_url, job, energy_meter=EstimateMeter(100))
+        with ServerClient(server_url) as client:
+            assert not client.list_jobs(prefix=job.job_id_prefix or "")

@@ -27,6 +27,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loop_checkpoints import check_restore
 from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
@@ -64,6 +65,12 @@ class ZeusBSOFabric(TrialSession):
         job: JobLike | None = None,
         **options: Unpack[SessionOptions],
     ) -> None:
+        if fabric.world_size > 1 and not getattr(fabric, "_launched", True):
+            raise ConfigurationError(  # before the server is asked: no trial is left open
+                f"call fabric.launch() before ZeusBSOFabric(fabric, ...): the run's "
+                f"{fabric.world_size} processes share its trial once they are launched (before, "
+                "each would ask the server for a trial of its own)"
+            )
         self.fabric = fabric
         main = bool(fabric.is_global_zero)
         super().__init__(main, fabric.log_dict, server_url, job, show=fabric.print, **options)
