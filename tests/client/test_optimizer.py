@@ -585,6 +585,22 @@ def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(
     bso.end()
 
 
+def test_a_session_on_a_rank_other_than_0_without_a_process_group_says_so(
+    server: ServerProcess,
+) -> None:
+    """A process told it is not the main one (``is_main=False``: a rank other than 0, say
+    from the launcher's ``RANK``) before its process group exists waited for rank 0's trial in
+    a broadcast that took place nowhere, and crashed with an AttributeError."""
+    with pytest.raises(ConfigurationError, match="nothing reached it from rank 0"):
+        TrialSession(
+            False,
+            lambda values, step: None,
+            server.url,
+            spec(unique_id("nogroup")),
+            energy_meter=EstimateMeter(1),
+        )
+
+
 def test_a_server_url_with_a_path_gets_a_hint(server: ServerProcess) -> None:
     with (
         ServerClient(server.url + "/jobs") as client,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.energy.devices import run_energy, run_gpus
-from zeus_bso.errors import ZeusBSOError
+from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.spec import GpuConfig
 from zeus_bso.training import clean_exit
 
@@ -197,6 +197,11 @@ def metrics_apart(metrics: list[float | None]) -> str | None:
     )
 
 
+NOTHING_FROM_RANK_ZERO = "zeus-bso: nothing from rank 0"
+"""What a rank other than 0 sends into `from_rank_zero`'s broadcast: still there after it, no
+broadcast took place (no process group)."""
+
+
 def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callable[[], T]) -> T:
     """Run ``work`` on rank 0 and give every rank its result, or its error.
 
@@ -213,9 +218,17 @@ def from_rank_zero(broadcast: Callable[[Any], Any], is_zero: bool, work: Callabl
         except Exception as err:  # every error is shared, then raised again
             error = err
     sent = f"{type(error).__name__}: {error}" if error is not None else None
+    if not is_zero:
+        sent = NOTHING_FROM_RANK_ZERO  # replaced by rank 0's, unless no broadcast took place
     value, message = broadcast((value, sent))
     if error is not None:
         raise error
+    if message == NOTHING_FROM_RANK_ZERO:
+        raise ConfigurationError(
+            "this process is not rank 0, and nothing reached it from rank 0: its process group "
+            "is not initialised yet (launch the processes, e.g. fabric.launch(), or initialise "
+            "torch.distributed, before the zeus-bso session starts)"
+        )
     if message is not None:
         raise ZeusBSOError(f"rank 0 failed, so this rank stops too: {message}")
     return value  # type: ignore[no-any-return]
