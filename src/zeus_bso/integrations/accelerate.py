@@ -79,6 +79,7 @@ class ZeusBSOAccelerate(TrialSession):
                 "gradient_accumulation_steps at 1 (it is set to bso.accumulation_steps)"
             )
         self.accelerator = accelerator
+        self._hooks: list[Any] = []  # a session that ends as it starts has none to remove
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
         self._accumulate()
