@@ -648,6 +648,38 @@ def test_a_fit_bounded_by_steps_is_said_when_it_starts_and_when_it_ends(
     assert trial["status"] == "released"
 
 
+class SlowSteps(TinyClassifier):
+    """A tenth of a second a training step."""
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        time.sleep(0.1)
+        return super().training_step(batch, index)
+
+
+def test_a_fit_ended_by_max_time_says_so_and_how_to_go_on(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``Trainer(max_time=...)`` (a cluster's time limit) ends the fit first: the run's end
+    names it, and that a fit from its checkpoint continues the trial (a released trial goes on
+    when resumed), instead of "a limit of the Trainer's, or a callback"."""
+    spec = job(unique_id("ltime"), target=0.999, max_epochs=3)
+    callback = callback_for(server.url, spec)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        max_time={"seconds": 1},
+        callbacks=[callback],
+        **quiet_trainer_options(tmp_path),
+    )
+    trainer.fit(SlowSteps(batch_size=64))
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged) == ("ended_early", False)
+    assert "the Trainer's max_time (0:00:01) ended it before the server's stop" in (
+        outcome.summary()
+    )
+    assert "ckpt_path=..., to continue the trial" in outcome.summary()
+
+
 def test_a_fit_early_stopping_ends_counts_as_not_converging_at_its_batch_size(
     server: ServerProcess, tmp_path: Path
 ) -> None:

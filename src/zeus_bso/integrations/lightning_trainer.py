@@ -4,6 +4,7 @@ size the server charges, and why it ended. Each refusal is in words that say wha
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
@@ -190,7 +191,23 @@ def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
             f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
             "so it ended before the server's stop"
         )
+    if (timed := _timed_out(trainer)) is not None:
+        return (
+            f"the Trainer's max_time ({timed}) ended it before the server's stop (fit again "
+            "from its checkpoint, ckpt_path=..., to continue the trial)"
+        )
     return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
+
+
+def _timed_out(trainer: Trainer) -> str | None:
+    """The Trainer's ``max_time`` (its ``Timer`` callback's duration, in words) where it ran
+    out; None otherwise."""
+    for callback in trainer.callbacks:
+        if is_a(callback, "Timer") and getattr(callback, "_duration", None) is not None:
+            remaining = callback.time_remaining()
+            if remaining is not None and remaining <= 0:
+                return str(datetime.timedelta(seconds=round(callback._duration)))
+    return None
 
 
 def trained_before(trainer: Trainer) -> str | None:
