@@ -73,3 +73,24 @@ def test_epochs_below_the_jobs_and_evaluations_by_steps_are_said(tmp_path: Path)
     (steps,) = hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6)
     assert steps.startswith("TrainingArguments(max_steps=100) ends the run after 100 optimizer")
     assert "(num_train_epochs=6, max_steps=-1: the server stops the run)" in steps
+
+
+def test_max_steps_with_evaluations_by_steps_is_said_only_where_it_ends_the_run_first(
+    tmp_path: Path,
+) -> None:
+    """With evaluations every N steps (a streaming dataset, which has no epochs, needs them and
+    ``max_steps``), each evaluation is an epoch of the job's: ``max_steps`` ends the run first
+    only below the job's max_epochs evaluations, and it is said only then, with the steps to
+    set; the warning of evaluations counted as epochs stays."""
+    by_steps = {"eval_strategy": "steps", "eval_steps": 50, "num_train_epochs": 1}
+    enough = arguments(tmp_path, max_steps=300, **by_steps)
+    (counted,) = hf_arguments.warnings(enough, max_epochs=6)  # 6 evaluations of 50 steps
+    assert "is reported as an epoch" in counted
+    short = arguments(tmp_path, max_steps=200, **by_steps)
+    (ends, counted) = hf_arguments.warnings(short, max_epochs=6)
+    assert ends.startswith("TrainingArguments(max_steps=200) ends the run before the job's")
+    assert "evaluations of every 50 steps" in ends
+    assert "set max_steps to at least 300" in ends
+    ratio = arguments(tmp_path, max_steps=1000, **(by_steps | {"eval_steps": 0.1}))
+    assert len(hf_arguments.warnings(ratio, max_epochs=6)) == 1  # every 100 steps: 10 of them
+    assert "at least 1200" in hf_arguments.warnings(ratio, max_epochs=12)[0]

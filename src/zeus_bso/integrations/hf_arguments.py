@@ -5,6 +5,7 @@ warning otherwise)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from zeus_bso.training import TrialSession
@@ -61,7 +62,19 @@ def warnings(args: Any, max_epochs: int) -> list[str]:
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
             f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
         )
-    if args.max_steps > 0:
+    if args.max_steps > 0 and evaluation_strategy(args) == "steps":
+        # Each evaluation is an epoch of the job's: the server stops the run at the job's
+        # max_epochs evaluations, unless max_steps ends it first.
+        every = evaluation_interval(args)
+        if args.max_steps < max_epochs * every:
+            found.append(
+                f"TrainingArguments(max_steps={args.max_steps}) ends the run before the job's "
+                f"max_epochs ({max_epochs}) evaluations of every {every} steps: a run that has "
+                "not reached the target by then ends before the server can judge it and is not "
+                "counted, so the job learns nothing of its batch size; set max_steps to at "
+                f"least {max_epochs * every} (the server stops the run)"
+            )
+    elif args.max_steps > 0:
         found.append(
             f"TrainingArguments(max_steps={args.max_steps}) ends the run after "
             f"{args.max_steps} optimizer steps, whatever the batch size: a run that has not "
@@ -78,6 +91,15 @@ def warnings(args: Any, max_epochs: int) -> list[str]:
             "(eval_strategy='epoch') for epochs"
         )
     return found
+
+
+def evaluation_interval(args: Any) -> int:
+    """The steps between evaluations by steps (``eval_steps``, a fraction of ``max_steps``
+    below 1, as the Trainer takes it; ``logging_steps`` without it)."""
+    every = args.eval_steps or args.logging_steps
+    if every < 1:
+        return max(1, math.ceil(float(every) * int(args.max_steps)))
+    return int(every)
 
 
 def evaluation_strategy(args: Any) -> str:
