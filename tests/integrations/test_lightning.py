@@ -648,6 +648,33 @@ def test_a_fit_bounded_by_steps_is_said_when_it_starts_and_when_it_ends(
     assert trial["status"] == "released"
 
 
+def test_max_steps_with_validations_every_n_batches_is_said_only_where_it_ends_the_fit_first(
+    tmp_path: Path,
+) -> None:
+    """Validating every N batches across epochs (``check_val_every_n_epoch=None``: a dataset
+    without a length needs it, and ``max_steps``), each validation is an epoch of the job's:
+    ``max_steps`` ends the fit first only below the job's max_epochs validations (in optimizer
+    steps: accumulated batches count once), and only then is it said, with the steps to set."""
+    from zeus_bso.integrations.lightning_trainer import limit_warnings
+
+    def trainer(max_steps: int, accumulate: int = 1) -> Any:
+        return pl.Trainer(
+            max_steps=max_steps,
+            max_epochs=-1,
+            val_check_interval=50,
+            check_val_every_n_epoch=None,
+            accumulate_grad_batches=accumulate,
+            **quiet_trainer_options(tmp_path),
+        )
+
+    assert limit_warnings(trainer(300), job_max_epochs=6) == []  # 6 validations of 50 batches
+    (short,) = limit_warnings(trainer(299), job_max_epochs=6)
+    assert short.startswith("Trainer(max_steps=299) ends the fit before the job's max_epochs (6)")
+    assert "set max_steps to at least 300" in short
+    assert limit_warnings(trainer(150, accumulate=2), job_max_epochs=6) == []
+    assert "at least 150" in limit_warnings(trainer(149, accumulate=2), job_max_epochs=6)[0]
+
+
 class SlowSteps(TinyClassifier):
     """A tenth of a second a training step."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
@@ -161,6 +162,16 @@ def _step_limit(trainer: Trainer) -> int | None:
     return steps if steps is not None and steps >= 0 else None
 
 
+def _validation_batches(trainer: Trainer) -> int | None:
+    """The training batches between validations where the fit validates every so many batches
+    across epochs (``val_check_interval`` a number, ``check_val_every_n_epoch=None``: a
+    dataset without a length, say); None otherwise."""
+    interval = trainer.val_check_interval
+    if isinstance(interval, int) and trainer.check_val_every_n_epoch is None:
+        return interval
+    return None
+
+
 def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it."""
     found = []
@@ -170,7 +181,20 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
             "fit that needs more epochs ends before the server can judge it, and delivers no "
             f"model; give the Trainer max_epochs={job_max_epochs} (the server stops the fit)"
         )
-    if (steps := _step_limit(trainer)) is not None:
+    steps, every = _step_limit(trainer), _validation_batches(trainer)
+    if steps is not None and every is not None:
+        # Each validation is an epoch of the job's: the server stops the fit at the job's
+        # max_epochs validations, unless max_steps ends it first.
+        needed = math.ceil(job_max_epochs * every / max(1, trainer.accumulate_grad_batches))
+        if steps < needed:
+            found.append(
+                f"Trainer(max_steps={steps}) ends the fit before the job's max_epochs "
+                f"({job_max_epochs}) validations of every {every} batches: a fit that has not "
+                "reached the target by then ends before the server can judge it and is not "
+                "counted, so the job learns nothing of its batch size; set max_steps to at "
+                f"least {needed} (the server stops the fit)"
+            )
+    elif steps is not None:
         found.append(
             f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps, whatever "
             "the batch size: a fit that has not reached the target by then ends before the "
