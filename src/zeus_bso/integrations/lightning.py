@@ -2,25 +2,24 @@
 with ``import lightning.pytorch`` or the classic ``import pytorch_lightning``, either package or
 both installed (the callback is a Callback of each; it uses the helpers of its Trainer's).
 
-When a fit is set up (the ``setup`` hook, before ``configure_optimizers`` and before any
-DataLoader is built) rank 0 asks the server for the batch size, broadcasts it, and sets it on the
-model, its hparams or the datamodule (``batch_arg_name``), so that a schedule sized from the data
-(``trainer.estimated_stepping_batches``) is sized for it; the fit's first training batch is
-checked against it. After every validation of the fit
-(sanity checks and ``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of
-the run (every rank's GPUs, each GPU once) and the monitored metric, and every rank stops when
-the server says so. A fit that validates every few epochs (``check_val_every_n_epoch``) reports
-its epoch count; one that validates within epochs (``val_check_interval`` below 1) reports each
-validation as an epoch, and says so when training starts. The server's figures of an epoch's
-last report are logged once, at the epoch's end (``bso/cost``, ``bso/energy_j``,
-``bso/batch_size``). An error on rank 0 (a metric that was not logged) is raised on every rank. A
-fit resumed from a checkpoint continues the same trial. The learning rate follows the batch
-size by ``lr_rule`` at every step of whatever schedule ``configure_optimizers`` builds. At the
-fit's end a line through Lightning's console (``rank_zero_info``) says how the run went
-(`outcome`). A fit that fails before its first optimizer step (out of memory excepted), or with a
-`ConfigurationError`, and one that the Trainer's own limits end before the server's stop,
-release their trial: nothing is counted against the batch size. ``Tuner.lr_find``'s own fit
-asks nothing of the server.
+When a fit is set up (the ``setup`` hook, before ``configure_optimizers`` and before any DataLoader
+is built) rank 0 asks the server for the batch size, broadcasts it, and sets it on the model, its
+hparams or the datamodule (``batch_arg_name``), so that a schedule sized from the data
+(``trainer.estimated_stepping_batches``) is sized for it; the fit's first training batch is checked
+against it. After every validation of the fit (sanity checks and ``trainer.validate`` excepted)
+rank 0 reports cumulative time, the energy of the run (every rank's GPUs, each GPU once) and the
+monitored metric, and every rank stops when the server says so. A fit that validates every few
+epochs (``check_val_every_n_epoch``) reports its epoch count; one that validates within epochs
+(``val_check_interval`` below 1) reports each validation as an epoch, and says so when training
+starts. The server's figures of each report (``bso/cost``, ``bso/energy_j``, ``bso/batch_size``)
+are logged once: at the epoch's end, or at the validation's step for a validation within an epoch.
+An error on rank 0 (a metric that was not logged) is raised on every rank. A fit resumed from a
+checkpoint continues the same trial. The learning rate follows the batch size by ``lr_rule`` at
+every step of whatever schedule ``configure_optimizers`` builds. At the fit's end a line through
+Lightning's console (``rank_zero_info``) says how the run went (`outcome`). A fit that fails before
+its first optimizer step (out of memory excepted), or with a `ConfigurationError`, and one that the
+Trainer's own limits end before the server's stop, release their trial: nothing is counted against
+the batch size. ``Tuner.lr_find``'s own fit asks nothing of the server.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
 is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
@@ -381,14 +380,19 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         )  # rank 0's error: every rank's
         before = session.last
         stop = session.report(metric, epoch=epoch)
-        if session.last is not before:  # reported (on every rank)
+        if session.last is not before and epoch is not None:  # reported at an epoch's end
             self._unlogged = dict(session.last)
+        elif session.last is not before and trainer.is_global_zero:
+            # Within an epoch (a fit of one endless epoch, on a dataset without a length, has
+            # no other end): straight to the loggers, at this step.
+            for logger_ in trainer.loggers:
+                logger_.log_metrics(dict(session.last), step=trainer.global_step)
         trainer.should_stop = trainer.should_stop or stop.stop
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
-        # self.log is not allowed in on_validation_end; the epoch's last report is logged here,
-        # once (an epoch without a validation logs nothing). The values are the same on every
+        # self.log is not allowed in on_validation_end; a report at an epoch's end is logged
+        # here, once (an epoch without a validation logs nothing). The values are the same on every
         # rank (the report's shared answer): with rank_zero_only, Lightning reduces nothing
         # whatever sync_dist says, and sync_dist=True keeps its advice to sync (a warning a
         # value, on every rank of a distributed fit) off.
