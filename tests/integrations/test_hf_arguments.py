@@ -94,3 +94,12 @@ def test_max_steps_with_evaluations_by_steps_is_said_only_where_it_ends_the_run_
     ratio = arguments(tmp_path, max_steps=1000, **(by_steps | {"eval_steps": 0.1}))
     assert len(hf_arguments.warnings(ratio, max_epochs=6)) == 1  # every 100 steps: 10 of them
     assert "at least 1200" in hf_arguments.warnings(ratio, max_epochs=12)[0]
+
+
+def test_evaluations_by_steps_on_data_without_a_length_are_not_warned_of(tmp_path: Path) -> None:
+    """A dataset without a length has no epochs: evaluating every N steps is all it can do, so
+    advising to evaluate once an epoch instead is noise."""
+    by_steps = arguments(tmp_path, eval_strategy="steps", eval_steps=10, max_steps=100)
+    assert hf_arguments.warnings(by_steps, max_epochs=6, sized=False) == []
+    (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
+    assert "is reported as an epoch" in counted

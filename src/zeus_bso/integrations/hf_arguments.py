@@ -52,8 +52,9 @@ def refusal(
     return None
 
 
-def warnings(args: Any, max_epochs: int) -> list[str]:
-    """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does."""
+def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
+    """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
+    (``sized``: whether the training data has a length, and so epochs)."""
     found = []
     epochs = args.num_train_epochs if args.max_steps <= 0 else None
     if epochs is not None and epochs < max_epochs:
@@ -83,7 +84,7 @@ def warnings(args: Any, max_epochs: int) -> list[str]:
             "again); bound the run by the job's max_epochs instead "
             f"(num_train_epochs={max_epochs}, max_steps=-1: the server stops the run)"
         )
-    if evaluation_strategy(args) == "steps":
+    if evaluation_strategy(args) == "steps" and sized:
         found.append(
             f"eval_strategy='steps': every evaluation (every {args.eval_steps} steps) is reported "
             f"as an epoch, so the job's max_epochs ({max_epochs}) counts evaluations, and its "

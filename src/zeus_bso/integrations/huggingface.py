@@ -71,6 +71,7 @@ try:
         TrainerState,
         TrainingArguments,
     )
+    from transformers.trainer_utils import has_length
 except ImportError as err:
     raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
 
@@ -320,10 +321,17 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         )
         if refused is not None:
             self._refuse(refused)
-        if self.session.is_main:
-            for warning in hf_arguments.warnings(args, self.job.max_epochs):
-                logger.warning("%s", warning)
         loader = kwargs.get("train_dataloader")
+        sized = loader is None or has_length(loader)  # a dataset without a length has no epochs
+        if self.session.is_main:
+            for warning in hf_arguments.warnings(args, self.job.max_epochs, sized=sized):
+                logger.warning("%s", warning)
+            if not sized:
+                logger.info(
+                    "zeus-bso: training data without a length: each evaluation is one of the "
+                    "job's epochs (it stops at the job's max_epochs, %d evaluations)",
+                    self.job.max_epochs,
+                )
         if (
             self.memory_check_steps > 0
             and self.resume_from is None
