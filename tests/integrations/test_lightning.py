@@ -343,6 +343,51 @@ def test_validating_twice_an_epoch_counts_validations_and_says_so(
     assert len(logged_rows(logs, "bso/cost")) == 4
 
 
+class Streamed(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    """Training data without a length: `TinyClassifier`'s, again and again."""
+
+    def __iter__(self) -> Any:
+        while True:
+            yield from make_data(512, 0)
+
+
+class StreamClassifier(TinyClassifier):
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(Streamed(), batch_size=self.batch_size)
+
+
+def test_a_fit_of_one_endless_epoch_logs_each_report_and_is_not_told_to_use_epochs(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Data without a length: one endless epoch, validated every 5 batches. Each validation is
+    an epoch of the job's (3), each report is logged as it comes (there is no epoch's end to
+    log it at), and the advice to validate at epochs' ends, which it cannot, is not given."""
+    spec = job(unique_id("litstream"), target=0.999, max_epochs=3)
+    logs = tmp_path / "logs"
+    callback = callback_for(server.url, spec)
+    options = {**quiet_trainer_options(tmp_path), "logger": CSVLogger(logs)}
+    trainer = pl.Trainer(
+        callbacks=[callback],
+        max_steps=40,
+        val_check_interval=5,
+        check_val_every_n_epoch=None,
+        **options,
+    )
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(StreamClassifier())
+    said = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if "val_check_interval" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == [logging.INFO]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["epochs"], trial["status"]) == (3, "reported")
+    assert trainer.global_step == 15  # stopped by the server at its third validation
+    assert len(logged_rows(logs, "bso/cost")) == 3
+
+
 def test_validation_outside_the_fit_reports_nothing(server: ServerProcess, tmp_path: Path) -> None:
     """A fit that stops before the server says so (the Trainer's max_epochs) releases its trial
     (the Trainer's limit is not the batch size's fault); a trainer.validate afterwards is not an

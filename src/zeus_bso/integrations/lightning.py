@@ -326,8 +326,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if not self._resumed and (refused := trained_before(trainer)):
             raise ConfigurationError(refused)  # its trial is released (on_exception)
+        endless = trainer.num_training_batches == float("inf")  # data without a length
         if not validates_at_epoch_ends(trainer) and trainer.is_global_zero:
-            logger.warning(
+            # Data without a length has no epochs to validate at the end of: nothing to change.
+            (logger.info if endless else logger.warning)(
                 "val_check_interval=%s: every validation is reported as an epoch, so the job's "
                 "max_epochs (%d) counts validations, and its learning curves and costs are per "
                 "validation; validate at the end of epochs (val_check_interval=1.0, and "
