@@ -722,6 +722,28 @@ def test_max_steps_with_validations_every_n_batches_is_said_only_where_it_ends_t
     assert "at least 150" in limit_warnings(trainer(149, accumulate=2), job_max_epochs=6)[0]
 
 
+def test_overfit_batches_runs_without_the_optimizer_and_a_part_of_each_epoch_is_said(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``overfit_batches`` is a debugging mode, as ``fast_dev_run`` is: its fit was a trial
+    whose epochs of a few batches the server charged, so the size looked far cheaper than it
+    is. ``limit_train_batches`` below the whole data is said when the fit starts: every run of
+    the job must train the same part."""
+    from zeus_bso.integrations.lightning_trainer import limit_warnings
+
+    spec = job(unique_id("loverfit"), target=0.999, max_epochs=2)
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        fit(server.url, spec, tmp_path, overfit_batches=2)
+    assert "overfit_batches=2: this fit runs without the batch size optimizer" in caplog.text
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+    for part in (0.25, 10):
+        trainer = pl.Trainer(limit_train_batches=part, **quiet_trainer_options(tmp_path))
+        (said,) = limit_warnings(trainer, job_max_epochs=2)
+        assert f"Trainer(limit_train_batches={part}): each epoch trains part" in said
+    assert limit_warnings(pl.Trainer(**quiet_trainer_options(tmp_path)), job_max_epochs=2) == []
+
+
 class SlowSteps(TinyClassifier):
     """A tenth of a second a training step."""
 

@@ -44,6 +44,7 @@ from zeus_bso.integrations.lightning_trainer import (
     Trainer,
     accumulation_refused,
     batch_refused,
+    debug_run,
     end_fit,
     is_a,
     limit_warnings,
@@ -189,7 +190,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._first_batch_checked = False
         self._trainer, self._module = trainer, pl_module
         refused = loader_given_to_fit(trainer, self.batch_arg_name)
-        if refused and not trainer.fast_dev_run:
+        if refused and not debug_run(trainer):
             raise ConfigurationError(refused)  # before the server is asked
         package = package_of(trainer)
         if not package.hasattr(pl_module, self.batch_arg_name):
@@ -213,12 +214,13 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if self._own_meter:  # a meter a fit closed does not measure the next fit
             self._meter = auto_meter()
-        if trainer.fast_dev_run:
+        if debugging := debug_run(trainer):  # its epochs are not the job's: not a trial
             self.session = None
             if trainer.is_global_zero:
                 logger.warning(
-                    "zeus-bso: fast_dev_run: this fit runs without the batch size optimizer "
-                    "(nothing is asked of the server or reported to it)"
+                    "zeus-bso: %s: this fit runs without the batch size optimizer (nothing is "
+                    "asked of the server or reported to it)",
+                    debugging,
                 )
             return
         if not validates(trainer, pl_module):

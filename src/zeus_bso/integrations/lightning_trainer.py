@@ -85,6 +85,16 @@ def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
     ]
 
 
+def debug_run(trainer: Trainer) -> str | None:
+    """The Trainer's debugging mode, in words, whose fit is no run of the job (a few batches,
+    or the same few again and again); None: a real fit."""
+    if trainer.fast_dev_run:
+        return "fast_dev_run"
+    if trainer.overfit_batches:
+        return f"overfit_batches={trainer.overfit_batches}"
+    return None
+
+
 def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
     """Why the fit cannot train the server's batch size: ``trainer.fit`` was given its train
     DataLoader (``train_dataloaders=``), built at a size of the script's, which no attribute
@@ -180,6 +190,15 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
             f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
             "fit that needs more epochs ends before the server can judge it, and delivers no "
             f"model; give the Trainer max_epochs={job_max_epochs} (the server stops the fit)"
+        )
+    part = trainer.limit_train_batches
+    if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
+        found.append(
+            f"Trainer(limit_train_batches={part}): each epoch trains part of the data, and the "
+            "server charges the job's epochs at that part; every run of the job must train the "
+            "same part (a run with another limit, say a quick debugging run, makes its batch "
+            "size look cheaper or dearer than it is): debug with fast_dev_run=True or "
+            "overfit_batches, which run without the optimizer"
         )
     steps, every = _step_limit(trainer), _validation_batches(trainer)
     if steps is not None and every is not None:
