@@ -611,6 +611,33 @@ def test_a_dataloader_given_to_fit_is_refused_before_the_server_is_asked(
         assert not client.list_jobs(prefix=spec.job_id)
 
 
+class ReadOnlyBatchSize(TinyClassifier):
+    """Its batch size (``per_step``) is a property without a setter."""
+
+    @property
+    def per_step(self) -> int:
+        return self.batch_size
+
+
+def test_a_batch_size_the_callback_cannot_set_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A read-only property: setting it raised an AttributeError inside the fit, after a trial
+    was taken (and released). Refused at setup, saying what to change."""
+    spec = job(unique_id("readonly"))
+    callback = ZeusBSOCallback(
+        server.url, spec, batch_arg_name="per_step", energy_meter=EstimateMeter(100)
+    )
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    with pytest.raises(ConfigurationError, match="the callback cannot set 'per_step'") as raised:
+        trainer.fit(ReadOnlyBatchSize())
+    assert "give the property a setter" in str(raised.value)
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+
+
 class LoadersBuiltInSetup(pl.LightningDataModule):  # type: ignore[misc]
     """Builds its DataLoaders in ``setup()``, which Lightning runs before any callback's."""
 

@@ -53,6 +53,7 @@ from zeus_bso.integrations.lightning_trainer import (
     rebuild_for_the_batch_size,
     trained_before,
     tunes_the_rate,
+    unsettable,
     validates,
     validates_at_epoch_ends,
 )
@@ -223,6 +224,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                     debugging,
                 )
             return
+        if refused := unsettable(trainer, pl_module, self.batch_arg_name):
+            raise ConfigurationError(refused)  # before the server is asked
         if not validates(trainer, pl_module):
             raise ConfigurationError(
                 "this fit never validates (limit_val_batches=0, or the module has no "

@@ -95,6 +95,21 @@ def debug_run(trainer: Trainer) -> str | None:
     return None
 
 
+def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str | None:
+    """Why the callback cannot set ``batch_arg_name`` (set to the value it holds, which changes
+    nothing): a property without a setter, say. None: it can."""
+    package = package_of(trainer)
+    try:
+        package.setattr(pl_module, batch_arg_name, package.getattr(pl_module, batch_arg_name))
+    except AttributeError as err:
+        return (
+            f"the callback cannot set '{batch_arg_name}' ({err}): give the property a setter, "
+            "or build the DataLoader from a plain attribute (self.hparams.batch_size, say), "
+            "or pass batch_arg_name=... naming one"
+        )
+    return None
+
+
 def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
     """Why the fit cannot train the server's batch size: ``trainer.fit`` was given its train
     DataLoader (``train_dataloaders=``), built at a size of the script's, which no attribute
