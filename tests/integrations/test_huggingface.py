@@ -442,6 +442,20 @@ def test_the_evaluation_before_training_is_not_a_report(
     assert callback.outcome.epochs == 1
 
 
+def test_the_metric_may_be_named_without_its_eval_prefix(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``metric="accuracy"``, as ``metric_for_best_model`` takes it: the Trainer's evaluations
+    name it ``eval_accuracy``. It was refused at the first evaluation, after an epoch trained
+    (the trial released)."""
+    spec = job(unique_id("hfbare"), target=0.5)  # reached at the first evaluation
+    callback = train(server.url, spec, tmp_path, epochs=2, callback_options={"metric": "accuracy"})
+    assert callback.metric == "eval_accuracy"
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)
+
+
 def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:
     spec = job(unique_id("hfbad"), target=0.99)
     with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):

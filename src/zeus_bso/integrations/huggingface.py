@@ -97,8 +97,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
-        metric: the evaluation metric to report (a key of the Trainer's metrics, with its
-            ``eval_`` prefix).
+        metric: the evaluation metric to report (a key of the Trainer's metrics; its
+            ``eval_`` prefix may be left out, as in ``metric_for_best_model``).
         energy_meter: how to measure energy in this process (default: `auto_meter`).
         token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
@@ -158,8 +158,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
-        check_metric_direction(metric, self.job)
-        self.metric = metric
+        # As the Trainer reads metric_for_best_model: its evaluations' keys start with "eval_".
+        self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
+        check_metric_direction(self.metric, self.job)
         self.token = token
         self._meter = energy_meter
         self.on_server_unavailable = on_server_unavailable
@@ -443,7 +444,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             if self.metric not in metrics:
                 raise ConfigurationError(
                     f"metric '{self.metric}' is not among the evaluation metrics "
-                    f"{sorted(metrics)}; pass metric=... (with its 'eval_' prefix)"
+                    f"{sorted(metrics)}; pass metric=... naming one of them"
                 )
             return float(metrics[self.metric])
 
