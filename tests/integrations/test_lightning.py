@@ -462,10 +462,12 @@ def test_a_loss_monitored_as_higher_is_better_is_refused_unless_the_job_says_so(
 
 
 def test_misconfigured_fits_leave_the_default_batch_size_untouched(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Three fits with a metric that is never logged raise on their first report; each
-    releases its trial, and the default is still the batch size the next run gets."""
+    releases its trial, and the default is still the batch size the next run gets. The
+    sanity check's validation, which logged the module's metrics but not that one, says so
+    before the first epoch trains."""
     spec = job(unique_id("lmisconf"))
     for attempt in range(3):
         callback = ZeusBSOCallback(
@@ -473,8 +475,15 @@ def test_misconfigured_fits_leave_the_default_batch_size_untouched(
         )
         options = quiet_trainer_options(tmp_path / str(attempt))
         trainer = pl.Trainer(max_epochs=spec.max_epochs, callbacks=[callback], **options)
-        with pytest.raises(Exception, match="metric 'val_accuracy' was not logged"):
+        with (
+            caplog.at_level(logging.WARNING, logger="zeus_bso"),
+            pytest.raises(Exception, match="metric 'val_accuracy' was not logged"),
+        ):
             trainer.fit(TinyClassifier())
+        assert "the sanity check's validation logged ['val_acc'] but not 'val_accuracy'" in (
+            caplog.text
+        )
+        caplog.clear()
         assert callback.outcome is not None
         assert callback.outcome.reason == "not_trained"
     with ServerClient(server.url) as client:

@@ -326,6 +326,21 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self.session.scale(optimizer)
 
     @override
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
+        # The sanity check's validation logs what every validation will: a monitor it did not
+        # log, beside metrics it did, would fail the first report, an epoch from now.
+        logged = sorted(trainer.callback_metrics)
+        missing = self.session is not None and logged and self.monitor not in logged
+        if missing and trainer.is_global_zero:
+            logger.warning(
+                "zeus-bso: the sanity check's validation logged %s but not '%s', the metric the "
+                "callback reports (monitor=...): the fit's first report will fail unless its "
+                "validation logs it",
+                logged,
+                self.monitor,
+            )
+
+    @override
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
