@@ -166,6 +166,27 @@ class TestAccelerate(LoopAdapterContract):
         with ServerClient(server_url) as client:
             assert not client.list_jobs(prefix=job.job_id_prefix or "")
 
+    def test_an_accelerator_that_splits_batches_across_processes_is_refused(
+        self, server_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``split_batches=True`` on two processes: each trains half the DataLoader's batch,
+        while the server charges each the whole (the first-batch check refused it with words
+        saying the script built its DataLoader at a size of its own, which it had not). Refused
+        before the server is asked. (One CPU process here, told it is one of two.)"""
+        adapter, _ = adapter_of("accelerate")
+        accelerate = pytest.importorskip("accelerate")
+        from accelerate.utils import DataLoaderConfiguration
+
+        config = DataLoaderConfiguration(split_batches=True)
+        accelerator = accelerate.Accelerator(cpu=True, dataloader_config=config)
+        assert adapter(accelerator, server_url, loop_job("accsplit1")).release("one") is None
+        monkeypatch.setattr(type(accelerator), "num_processes", property(lambda self: 2))
+        job = loop_job("accsplit")
+        with pytest.raises(ConfigurationError, match=r"split_batches=True\) splits each batch"):
+            adapter(accelerator, server_url, job, energy_meter=EstimateMeter(100))
+        with ServerClient(server_url) as client:
+            assert not client.list_jobs(prefix=job.job_id_prefix or "")
+
 
 class TestFabric(LoopAdapterContract):
     """`ZeusBSOFabric` on one CPU process passes the loop adapters' contract."""

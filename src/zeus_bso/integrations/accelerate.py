@@ -78,6 +78,14 @@ class ZeusBSOAccelerate(TrialSession):
                 "max_micro_batch_size=... to ZeusBSOAccelerate and leave the accelerator's "
                 "gradient_accumulation_steps at 1 (it is set to bso.accumulation_steps)"
             )
+        processes = accelerator.num_processes
+        if getattr(accelerator, "split_batches", False) and processes > 1:
+            raise ConfigurationError(  # before the server is asked
+                f"Accelerator(split_batches=True) splits each batch of the DataLoader across its "
+                f"{processes} processes, so each would train 1/{processes} of the batch size "
+                "the server charges it: leave split_batches False (each process's DataLoader "
+                "takes bso.batch_size)"
+            )
         self.accelerator = accelerator
         self._hooks: list[Any] = []  # a session that ends as it starts has none to remove
         main = bool(accelerator.is_main_process)
