@@ -1328,6 +1328,11 @@ def test_the_environment_turns_the_callback_on_for_a_classic_pytorch_lightning_t
     (callback,) = [c for c in trainer.callbacks if isinstance(c, ZeusBSOCallback)]
     assert isinstance(callback, classic.Callback)
     assert (callback.job.job_id, callback.monitor) == (spec.job_id, "val_loss_inverse")
+    # Where an install's metadata is older than the entry point's module, it names this one.
+    from zeus_bso.integrations import lightning
+
+    (named_before,) = lightning.callbacks_from_environment()
+    assert named_before.job == callback.job
 
 
 def test_a_lightning_cli_config_file_configures_the_callback(

@@ -62,6 +62,7 @@ from zeus_bso.options import (
     check_max_micro_batch_size,
     check_metric_direction,
     job_lr_rule,
+    lightning_settings,
     required_job,
     server_url_from,
 )
@@ -493,3 +494,22 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         assert self.session is not None
         if self.session.micro_batch_size != before:
             rebuild_for_the_batch_size(trainer)
+
+
+def callbacks_from_environment() -> list[Any]:
+    """The callback every Trainer gets in this environment (`zeus_bso.options.lightning_settings`:
+    none where ``ZEUS_BSO_LIGHTNING_JOB`` is unset). Lightning's entry point is
+    `zeus_bso.integrations.lightning_environment.callbacks_from_environment`, which imports this
+    module only where the variable is set; an install's metadata from before names this one."""
+    settings = lightning_settings()
+    if settings is None:
+        return []
+    return [
+        ZeusBSOCallback(
+            job=settings.job,
+            monitor=settings.monitor,
+            lr_rule=settings.lr_rule,
+            max_micro_batch_size=settings.max_micro_batch_size,
+            power_limit=settings.power_limit,
+        )
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zeus_bso.options import LIGHTNING_JOB_VARIABLE, lightning_settings
+from zeus_bso.options import LIGHTNING_JOB_VARIABLE, environment_setting
 
 JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
 """The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
@@ -26,17 +26,8 @@ def callbacks_from_environment() -> list[Any]:
     Raises:
         ConfigurationError: the job or a setting cannot be read; the message says which.
     """
-    settings = lightning_settings()
-    if settings is None:
-        return []
-    from zeus_bso.integrations.lightning import ZeusBSOCallback  # Lightning, only where it is set
+    if not environment_setting(LIGHTNING_JOB_VARIABLE):
+        return []  # Lightning's callback module is not imported
+    from zeus_bso.integrations.lightning import callbacks_from_environment as callbacks
 
-    return [
-        ZeusBSOCallback(
-            job=settings.job,
-            monitor=settings.monitor,
-            lr_rule=settings.lr_rule,
-            max_micro_batch_size=settings.max_micro_batch_size,
-            power_limit=settings.power_limit,
-        )
-    ]
+    return callbacks()
