@@ -574,6 +574,20 @@ def test_a_trainer_that_accumulates_of_its_own_is_refused_before_the_server_is_a
         assert not client.list_jobs(prefix=spec.job_id)
 
 
+def refused_fit(
+    server_url: str, spec: JobSpec, tmp_path: Path, words: str, *fit: Any, **options: Any
+) -> str:
+    """The message of the `ConfigurationError` (matching ``words``) that a fit (of ``fit``'s
+    model and data) under the callback (``options``) raised."""
+    callback = ZeusBSOCallback(server_url, spec, energy_meter=EstimateMeter(100), **options)
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    with pytest.raises(ConfigurationError, match=words) as raised:
+        trainer.fit(*fit)
+    return str(raised.value)
+
+
 class FixedBatchClassifier(TinyClassifier):
     """Has a ``batch_size`` attribute, but its DataLoader takes a fixed size."""
 
@@ -587,13 +601,9 @@ def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     """The server's 32 is set on the module, but its DataLoader trains 8: the fit stops at its
     first batch, saying what to change, and its trial is released."""
     spec = job(unique_id("fixedbatch"))
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(
-        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
-    )
-    with pytest.raises(ConfigurationError, match="first training batch has 8 samples") as raised:
-        trainer.fit(FixedBatchClassifier())
-    assert "batch_size=self.batch_size" in str(raised.value)
+    words = "first training batch has 8 samples"
+    message = refused_fit(server.url, spec, tmp_path, words, FixedBatchClassifier())
+    assert "batch_size=self.batch_size" in message
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (32, "released")
@@ -607,15 +617,11 @@ def test_a_dataloader_given_to_fit_is_refused_before_the_server_is_asked(
     callback's memory check failed inside Lightning instead (``train_dataloader`` must be
     implemented), after a trial was taken."""
     spec = job(unique_id("fitloader"))
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(
-        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
-    )
     model = TinyClassifier(batch_size=16)
     loaders = model.train_dataloader(), model.val_dataloader()
-    with pytest.raises(ConfigurationError, match="was given the train DataLoader") as raised:
-        trainer.fit(model, *loaders)
-    assert "train_dataloader() with self.batch_size" in str(raised.value)
+    words = "was given the train DataLoader"
+    message = refused_fit(server.url, spec, tmp_path, words, model, *loaders)
+    assert "train_dataloader() with self.batch_size" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
 
@@ -634,15 +640,11 @@ def test_a_batch_size_the_callback_cannot_set_is_refused_before_the_server_is_as
     """A read-only property: setting it raised an AttributeError inside the fit, after a trial
     was taken (and released). Refused at setup, saying what to change."""
     spec = job(unique_id("readonly"))
-    callback = ZeusBSOCallback(
-        server.url, spec, batch_arg_name="per_step", energy_meter=EstimateMeter(100)
+    words = "the callback cannot set 'per_step'"
+    message = refused_fit(
+        server.url, spec, tmp_path, words, ReadOnlyBatchSize(), batch_arg_name="per_step"
     )
-    trainer = pl.Trainer(
-        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
-    )
-    with pytest.raises(ConfigurationError, match="the callback cannot set 'per_step'") as raised:
-        trainer.fit(ReadOnlyBatchSize())
-    assert "give the property a setter" in str(raised.value)
+    assert "give the property a setter" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
 
@@ -673,13 +675,10 @@ def test_a_dataloader_built_in_the_datamodules_setup_is_named_as_built_too_early
     the server's 32 on it: the fit stops at its first batch, saying so and where to build the
     DataLoader instead (not "a fixed size", which it is not)."""
     spec = job(unique_id("setupbuilt"))
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(
-        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    words = "first training batch has 8 samples"
+    message = refused_fit(
+        server.url, spec, tmp_path, words, TinyClassifier(), LoadersBuiltInSetup()
     )
-    with pytest.raises(ConfigurationError, match="first training batch has 8 samples") as raised:
-        trainer.fit(TinyClassifier(), datamodule=LoadersBuiltInSetup())
-    message = str(raised.value)
     assert "the train DataLoader was built before the callback set 'batch_size'" in message
     assert "LoadersBuiltInSetup.train_loader" in message
     assert "build it in train_dataloader()" in message
