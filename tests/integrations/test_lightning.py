@@ -644,7 +644,7 @@ def test_a_batch_size_the_callback_cannot_set_is_refused_before_the_server_is_as
     message = refused_fit(
         server.url, spec, tmp_path, words, ReadOnlyBatchSize(), batch_arg_name="per_step"
     )
-    assert "give the property a setter" in message
+    assert "a property of ReadOnlyBatchSize without a setter: give it a setter" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
 

@@ -96,17 +96,17 @@ def debug_run(trainer: Trainer) -> str | None:
 
 
 def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str | None:
-    """Why the callback cannot set ``batch_arg_name`` (set to the value it holds, which changes
-    nothing): a property without a setter, say. None: it can."""
-    package = package_of(trainer)
-    try:
-        package.setattr(pl_module, batch_arg_name, package.getattr(pl_module, batch_arg_name))
-    except AttributeError as err:
-        return (
-            f"the callback cannot set '{batch_arg_name}' ({err}): give the property a setter, "
-            "or build the DataLoader from a plain attribute (self.hparams.batch_size, say), "
-            "or pass batch_arg_name=... naming one"
-        )
+    """Why the callback cannot set ``batch_arg_name`` on the model or the datamodule: it is a
+    property without a setter there. None: it can."""
+    for holder in (pl_module, trainer.datamodule):
+        found = getattr(type(holder), batch_arg_name, None) if holder is not None else None
+        if isinstance(found, property) and found.fset is None:
+            return (
+                f"the callback cannot set '{batch_arg_name}', a property of "
+                f"{type(holder).__name__} without a setter: give it a setter, or build the "
+                "DataLoader from a plain attribute (self.hparams.batch_size, say), or pass "
+                "batch_arg_name=... naming one"
+            )
     return None
 
 
