@@ -451,6 +451,8 @@ def test_the_metric_may_be_named_without_its_eval_prefix(
     spec = job(unique_id("hfbare"), target=0.5)  # reached at the first evaluation
     callback = train(server.url, spec, tmp_path, epochs=2, callback_options={"metric": "accuracy"})
     assert callback.metric == "eval_accuracy"
+    # The run auto_find_batch_size takes on at a smaller size is judged by the same name.
+    assert callback._shrunk.metric == "eval_accuracy"
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)

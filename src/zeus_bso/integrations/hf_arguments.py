@@ -56,6 +56,7 @@ def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
     """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
     (``sized``: whether the training data has a length, and so epochs)."""
     found = []
+    by_steps = evaluation_strategy(args) == "steps"
     epochs = args.num_train_epochs if args.max_steps <= 0 else None
     if epochs is not None and epochs < max_epochs:
         found.append(
@@ -63,7 +64,7 @@ def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
             f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
         )
-    if args.max_steps > 0 and evaluation_strategy(args) == "steps":
+    if args.max_steps > 0 and by_steps:
         # Each evaluation is an epoch of the job's: the server stops the run at the job's
         # max_epochs evaluations, unless max_steps ends it first.
         every = evaluation_interval(args)
@@ -84,7 +85,7 @@ def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
             "again); bound the run by the job's max_epochs instead "
             f"(num_train_epochs={max_epochs}, max_steps=-1: the server stops the run)"
         )
-    if evaluation_strategy(args) == "steps" and sized:
+    if by_steps and sized:
         found.append(
             f"eval_strategy='steps': every evaluation (every {args.eval_steps} steps) is reported "
             f"as an epoch, so the job's max_epochs ({max_epochs}) counts evaluations, and its "

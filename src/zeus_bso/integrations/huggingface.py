@@ -181,7 +181,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self._ended = False
         self._training = False
         self._reported_step: int | None = None
-        self._shrunk = ShrunkRun(self.job, metric)  # auto_find_batch_size's sizes
+        self._shrunk = ShrunkRun(self.job, self.metric)  # auto_find_batch_size's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
 

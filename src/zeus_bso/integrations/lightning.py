@@ -398,18 +398,18 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         epoch = trainer.current_epoch + 1 if validates_at_epoch_ends(trainer) else None
 
         when = f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}"
-        metric = functools.partial(
-            self._monitored.read, trainer, when
-        )  # rank 0's error: every rank's
+        # Read on rank 0; its error reaches every rank.
+        metric = functools.partial(self._monitored.read, trainer, when)
         before = session.last
         stop = session.report(metric, epoch=epoch)
-        if session.last is not before and epoch is not None:  # reported at an epoch's end
-            self._unlogged = dict(session.last)
-        elif session.last is not before and trainer.is_global_zero:
-            # Within an epoch (a fit of one endless epoch, on a dataset without a length, has
-            # no other end): straight to the loggers, at this step.
-            for logger_ in trainer.loggers:
-                logger_.log_metrics(dict(session.last), step=trainer.global_step)
+        if session.last is not before:  # reported (on every rank)
+            if epoch is not None:  # at an epoch's end: logged there (on_train_epoch_end)
+                self._unlogged = dict(session.last)
+            elif trainer.is_global_zero:
+                # Within an epoch (a fit of one endless epoch, on a dataset without a length,
+                # has no other end): straight to the loggers, at this step.
+                for logger_ in trainer.loggers:
+                    logger_.log_metrics(dict(session.last), step=trainer.global_step)
         trainer.should_stop = trainer.should_stop or stop.stop
 
     @override

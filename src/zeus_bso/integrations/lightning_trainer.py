@@ -261,10 +261,10 @@ def _timed_out(trainer: Trainer) -> str | None:
     """The Trainer's ``max_time`` (its ``Timer`` callback's duration, in words) where it ran
     out; None otherwise."""
     for callback in trainer.callbacks:
-        if is_a(callback, "Timer") and getattr(callback, "_duration", None) is not None:
-            remaining = callback.time_remaining()
-            if remaining is not None and remaining <= 0:
-                return str(datetime.timedelta(seconds=round(callback._duration)))
+        remaining = callback.time_remaining() if is_a(callback, "Timer") else None
+        if remaining is not None and remaining <= 0:  # None: a Timer without a duration
+            duration = callback.time_elapsed() + remaining
+            return str(datetime.timedelta(seconds=round(duration)))
     return None
 
 
