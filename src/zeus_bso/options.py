@@ -87,6 +87,17 @@ def check_max_micro_batch_size(value: int | None) -> int | None:
     return value
 
 
+def check_memory_check_steps(value: int) -> int:
+    """A callback's ``memory_check_steps`` as given, or a `ConfigurationError` that says what to
+    change."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"memory_check_steps is a number of training steps, 0 or more (0: no memory "
+            f"check), not {value!r}"
+        )
+    return value
+
+
 def job_lr_rule(job: JobSpec, given: str) -> LrRule:
     """The learning-rate rule a run of ``job`` trains with: ``given`` (the client's
     ``lr_rule``), or the job's own ``lr_rule`` where ``given`` is ``"none"`` (the default).

@@ -1290,7 +1290,7 @@ def test_the_environment_turns_the_callback_on_without_changing_the_script(
     model = TinyClassifier()
     trainer = pl.Trainer(max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path / "env"))
     (callback,) = [c for c in trainer.callbacks if isinstance(c, ZeusBSOCallback)]
-    assert (callback.monitor, callback.lr_rule) == ("val_acc", "linear")
+    assert (callback.monitor, callback.options["lr_rule"]) == ("val_acc", "linear")
     trainer.fit(model)
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]

@@ -48,15 +48,16 @@ from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_memory import try_steps
 from zeus_bso.options import (
     JobLike,
-    check_max_micro_batch_size,
+    check_memory_check_steps,
     check_metric_direction,
     required_job,
     server_url_from,
 )
-from zeus_bso.power.run import PowerLimitMode, check_power_limit
-from zeus_bso.scaling.lr import LrRule, check_rule
+from zeus_bso.power.run import PowerLimitMode
+from zeus_bso.scaling.lr import LrRule
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import launcher_rank, torch_distributed
+from zeus_bso.training.session_options import SessionOptions, checked_options
 from zeus_bso.training.trial_file import read_trial, write_trial
 
 logger = logging.getLogger(__name__)
@@ -153,26 +154,27 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         max_micro_batch_size: int | None = None,
         power_limit: PowerLimitMode = "off",
     ) -> None:
-        check_rule(lr_rule)
-        self.power_limit: PowerLimitMode = check_power_limit(power_limit)
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
         # As the Trainer reads metric_for_best_model: its evaluations' keys start with "eval_".
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         check_metric_direction(self.metric, self.job)
-        self.token = token
-        self._meter = energy_meter
-        self.on_server_unavailable = on_server_unavailable
-        self.raise_if_unconverged = raise_if_unconverged
-        self.lr_rule: LrRule = lr_rule
-        self.reference_batch_size = reference_batch_size
-        if memory_check_steps < 0:
-            raise ConfigurationError(
-                f"memory_check_steps must be 0 or more, not {memory_check_steps}"
+        self.options = checked_options(
+            SessionOptions(
+                energy_meter=energy_meter,
+                token=token,
+                on_server_unavailable=on_server_unavailable,
+                raise_if_unconverged=raise_if_unconverged,
+                lr_rule=lr_rule,
+                reference_batch_size=reference_batch_size,
+                max_micro_batch_size=max_micro_batch_size,
+                power_limit=power_limit,
+                resume=self._saved_trial if self.resume_from is not None else None,
             )
-        self.memory_check_steps = memory_check_steps
-        self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
+        )
+        """What the run's `zeus_bso.training.TrialSession` is given."""
+        self.memory_check_steps = check_memory_check_steps(memory_check_steps)
         self.outcome: RunOutcome | None = None
         """How the run ended (the world process zero, after ``trainer.train()``)."""
         self.session: TrialSession | None = None
@@ -202,15 +204,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 lambda values, step: None,  # into the evaluation's metrics (_report)
                 self.server_url,
                 self.job,
-                energy_meter=self._meter,
-                token=self.token,
-                resume=self._saved_trial if self.resume_from is not None else None,
-                on_server_unavailable=self.on_server_unavailable,
-                raise_if_unconverged=self.raise_if_unconverged,
-                lr_rule=self.lr_rule,
-                reference_batch_size=self.reference_batch_size,
-                max_micro_batch_size=self.max_micro_batch_size,
-                power_limit=self.power_limit,
+                **self.options,
                 raise_from_report=False,  # at the end of training, after its checkpoints
             )
         return self.session.micro_batch_size
@@ -284,7 +278,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "per_device_train_batch_size=callback.start(): the optimizer chooses it"
             )
         if args.auto_find_batch_size:
-            if self.max_micro_batch_size is not None:
+            if self.options.get("max_micro_batch_size") is not None:
                 self._refuse(
                     "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
                     "out-of-memory error, while max_micro_batch_size keeps it and accumulates "
@@ -318,7 +312,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             micro_batch_size=self.session.micro_batch_size,
             batch_size=self.batch_size,
             accumulation_steps=self.session.accumulation_steps,
-            accumulates=self.max_micro_batch_size is not None,
+            accumulates=self.options.get("max_micro_batch_size") is not None,
         )
         if refused is not None:
             self._refuse(refused)

@@ -59,16 +59,17 @@ from zeus_bso.integrations.lightning_trainer import (
 )
 from zeus_bso.options import (
     JobLike,
-    check_max_micro_batch_size,
+    check_memory_check_steps,
     check_metric_direction,
     job_lr_rule,
     lightning_settings,
     required_job,
     server_url_from,
 )
-from zeus_bso.power.run import PowerLimitMode, check_power_limit
-from zeus_bso.scaling.lr import LrRule, check_rule
+from zeus_bso.power.run import PowerLimitMode
+from zeus_bso.scaling.lr import LrRule
 from zeus_bso.training import RunOutcome, TrialSession
+from zeus_bso.training.session_options import SessionOptions, checked_options
 
 logger = logging.getLogger(__name__)
 
@@ -131,12 +132,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         power_limit: PowerLimitMode = "off",
     ) -> None:
         super().__init__()
-        check_rule(lr_rule)
-        self.power_limit: PowerLimitMode = check_power_limit(power_limit)
-        if memory_check_steps < 0:
-            raise ConfigurationError(f"memory_check_steps is 0 or more, not {memory_check_steps}")
-        self.memory_check_steps = memory_check_steps
-        self.max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
+        self.memory_check_steps = check_memory_check_steps(memory_check_steps)
         if not monitor:
             raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url_from(server_url)  # no network: a clear error now
@@ -144,11 +140,20 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         check_metric_direction(monitor, self.job)
         self.monitor = monitor
         self.batch_arg_name = batch_arg_name
-        self.token = token
-        self.on_server_unavailable = on_server_unavailable
-        self.raise_if_unconverged = raise_if_unconverged
-        self.lr_rule: LrRule = lr_rule
-        self.reference_batch_size = reference_batch_size
+        self.options = checked_options(
+            SessionOptions(
+                energy_meter=energy_meter,
+                token=token,
+                on_server_unavailable=on_server_unavailable,
+                raise_if_unconverged=raise_if_unconverged,
+                lr_rule=lr_rule,
+                reference_batch_size=reference_batch_size,
+                max_micro_batch_size=max_micro_batch_size,
+                power_limit=power_limit,
+            )
+        )
+        """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
+        own where ``energy_meter`` is None)."""
         self._meter = energy_meter
         self._own_meter = energy_meter is None
         self.session: TrialSession | None = None
@@ -209,7 +214,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 "server chooses, and tries a size new to these GPUs in memory first "
                 "(memory_check_steps)"
             )
-        if refused := accumulation_refused(trainer, self.max_micro_batch_size):
+        if refused := accumulation_refused(trainer, self.options.get("max_micro_batch_size")):
             raise ConfigurationError(refused)
         if tunes_the_rate(trainer):
             self._tune_the_rate(trainer, pl_module)
@@ -241,8 +246,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         (``reference_batch_size``), or the module's own without a rule."""
         self.session = None
         where = "the module's batch size"
-        if job_lr_rule(self.job, self.lr_rule) != "none":
-            size = self.reference_batch_size or self.job.default_batch_size
+        if job_lr_rule(self.job, self.options.get("lr_rule", "none")) != "none":
+            size = self.options.get("reference_batch_size") or self.job.default_batch_size
             package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
             where = f"batch size {size}, the one lr_rule scales its rate from"
         if trainer.is_global_zero:
@@ -261,17 +266,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             lambda values, step: None,  # logged at the epoch's end (on_train_epoch_end)
             self.server_url,
             self.job,
-            energy_meter=self._meter,
-            token=self.token,
-            resume=resume,
             broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
-            on_server_unavailable=self.on_server_unavailable,
-            raise_if_unconverged=self.raise_if_unconverged,
             show=package_of(trainer).info,
-            lr_rule=self.lr_rule,
-            reference_batch_size=self.reference_batch_size,
-            max_micro_batch_size=self.max_micro_batch_size,
-            power_limit=self.power_limit,
+            **(self.options | SessionOptions(resume=resume, energy_meter=self._meter)),
             handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
             sigterm_exceptions=package_of(trainer).sigterm,
             raise_from_report=False,  # at the fit's end (teardown), after its checkpoints
@@ -296,7 +293,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 self.session,
                 self.batch_arg_name,
                 steps=steps,
-                accumulates=self.max_micro_batch_size is not None,
+                accumulates=self.options.get("max_micro_batch_size") is not None,
             )
             self.session.fit_in_memory(tried)
             self._set_batch(trainer, pl_module)
@@ -314,7 +311,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         session = self.session
         assert session is not None
         package_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
-        if self.max_micro_batch_size is not None:
+        if self.options.get("max_micro_batch_size") is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
 
     # -- training -----------------------------------------------------------------------------

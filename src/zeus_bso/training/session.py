@@ -14,22 +14,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
-from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
 from zeus_bso.client.failure import SigtermExceptions
-from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, RunOutcome, show_on_stderr
+from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.energy import EnergyMeter, auto_meter
-from zeus_bso.errors import ConfigurationError, OperationOrderError, ZeusBSOTrainFailError
-from zeus_bso.options import JobLike, check_max_micro_batch_size, job_lr_rule, required_job
-from zeus_bso.power.run import PowerLimitMode, PowerLimitRun, check_power_limit
+from zeus_bso.errors import ConfigurationError, OperationOrderError
+from zeus_bso.options import JobLike, job_lr_rule, required_job
+from zeus_bso.power.run import PowerLimitMode, PowerLimitRun
 from zeus_bso.scaling.lr import LrRule, LrScaling
-from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, StopReason, TrialId
+from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, TrialId
 from zeus_bso.training.collectives import (
     DISTRIBUTED,
     Collectives,
@@ -44,6 +42,8 @@ from zeus_bso.training.power import RunPower
 from zeus_bso.training.rate import RunRate
 from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.server_settings import ServerSettings
+from zeus_bso.training.session_endings import SessionEndings
+from zeus_bso.training.session_options import SessionOptions, checked_options
 from zeus_bso.training.shared_trial import (
     LR_FACTOR_KEY,
     SharedTrial,
@@ -55,7 +55,7 @@ from zeus_bso.training.trial_file import Resume, saved_trial
 logger = logging.getLogger(__name__)
 
 
-class TrialSession:
+class TrialSession(SessionEndings):
     """One run's trial on every process of a training loop: the batch size, the reports, the
     stop, each GPU's energy once, the framework's logging, and the run's outcome.
 
@@ -129,14 +129,22 @@ class TrialSession:
         start: bool = True,
     ) -> None:
         job = required_job(job)
-        self._job = job
-        self._max_micro_batch_size = check_max_micro_batch_size(max_micro_batch_size)
-        self._batch_sizes = list(job.batch_sizes)
-        self._power = RunPower(check_power_limit(power_limit) == "optimize")
-        if on_server_unavailable not in ("fallback", "raise"):
-            raise ConfigurationError(
-                f"on_server_unavailable is 'fallback' or 'raise', not {on_server_unavailable!r}"
+        checked_options(
+            SessionOptions(
+                energy_meter=energy_meter,
+                token=token,
+                on_server_unavailable=on_server_unavailable,
+                raise_if_unconverged=raise_if_unconverged,
+                lr_rule=lr_rule,
+                reference_batch_size=reference_batch_size,
+                max_micro_batch_size=max_micro_batch_size,
+                power_limit=power_limit,
             )
+        )
+        self._job = job
+        self._max_micro_batch_size = max_micro_batch_size
+        self._batch_sizes = list(job.batch_sizes)
+        self._power = RunPower(power_limit == "optimize")
         restore_left_over()  # what a run killed on this node left changed
         rule = job_lr_rule(job, lr_rule)
         self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
@@ -350,11 +358,6 @@ class TrialSession:
         """The job this run is a recurrence of."""
         return self._job_id
 
-    @property
-    def outcome(self) -> RunOutcome | None:
-        """How the run ended (after `end`, `release` or `abort`; on the main process)."""
-        return self.server.outcome if self.server is not None else None
-
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
         ``lr_rule`` (``auto`` looks at ``optimizer``, an instance or a class name)."""
@@ -482,119 +485,3 @@ class TrialSession:
         if saved:
             saved[LR_FACTOR_KEY] = self._rate.saved_factor()
         return saved
-
-    def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
-        """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
-        main process's side of the run, the meter closed."""
-        self._power.restore()
-        if self.server is not None:
-            on_main(self.server)
-        if close:
-            self.meter.close()
-
-    def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
-        """The run is over: deliver what is pending and end the trial, and show how it went
-        (main process; with ``end_trial=False`` the trial stays open for a restart with the
-        same run key, and without one a trial with no report yet is released). ``why``:
-        for a run that ended before the server said stop, the reason in words.
-
-        Raises:
-            ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, the run did
-                not reach its target.
-        """
-        self._ending(lambda server: server.end(end_trial=end_trial, why=why))
-        self._raise_unless_converged()
-
-    def stopped_itself(self, why: str) -> None:
-        """The run stopped of its own accord below the target (a framework's early stopping,
-        ``why``): it did not converge at its batch size, which the server counts
-        (`ServerRun.stopped_itself`); then as `end`."""
-        self._ending(lambda server: server.stopped_itself(why))
-        self._raise_unless_converged()
-
-    def _raise_unless_converged(self) -> None:
-        if self._raise_if_unconverged and not self.converged and not self._raised:
-            self._raised = True
-            outcome = self.outcome
-            message = (
-                outcome.summary()
-                if outcome is not None
-                else "rank 0's run did not reach its target: re-launch the training"
-            )
-            raise ZeusBSOTrainFailError(message, outcome)
-
-    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
-        """The run stopped for a reason that is not its batch size's (a misconfiguration, the
-        framework's own epoch limit): its trial is released, counting nothing against its batch
-        size, and the outcome says ``reason`` and ``why`` (main process).
-
-        Raises:
-            ZeusBSOTrainFailError: with ``raise_if_unconverged``, on every process, for a run
-                that trained (``reason`` is not ``not_trained``) without reaching its target.
-        """
-        self._ending(lambda server: server.release(why, reason))
-        if reason is not StopReason.NOT_TRAINED:
-            self._raise_unless_converged()
-
-    def withdraw(self, why: str) -> None:
-        """Take back this run's dispatch, which it will not train (a framework found, after
-        asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
-        with a run key, left open for the resume to continue; no outcome is shown (main
-        process). Every process then starts the resumed one."""
-        self._ending(lambda server: server.withdraw(why))
-
-    def abort(self, why: str | None = None) -> None:
-        """The run failed: its trial ends as failed (unless its final report came), or, with a
-        run key, stays open for the restart, which continues it (main process). At exit after
-        an uncaught error, the error is judged (`zeus_bso.client.failure`: out of memory marks
-        the trial ``infeasible``; an interruption, a usage error of ours or an error before
-        training releases it); a run that had not trained is released."""
-        self._ending(lambda server: server.abort(why), close=False)
-
-    def end_interrupted(self, why: str) -> None:
-        """The run was interrupted from outside (Ctrl-C, a SIGTERM such as a preemption), which
-        says nothing about its batch size: its trial is released, or left open for the restart
-        of a run with a run key (main process). Raises nothing: the interruption goes on."""
-        self._ending(lambda server: server.end_interrupted(why))
-
-    def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
-        """The run ran out of memory while it trained: its trial is marked ``infeasible`` on
-        this hardware profile, neither its batch size nor a larger one dispatched there again
-        (main process; ``goes_on``: the framework trains on at a size of its own)."""
-        self._ending(lambda server: server.end_out_of_memory(why, goes_on=goes_on))
-
-    def smaller_size_out_of_memory(self, size: int, why: str | None = None) -> None:
-        """After `end_out_of_memory`, the framework went on at a smaller size of its own (the
-        HF Trainer's ``auto_find_batch_size``), and ``size`` ran out of memory too: the
-        server's memory cap of these GPUs comes down to it, so that no size from it up is
-        dispatched there (main process)."""
-        if self.server is not None:
-            self.server.smaller_size_out_of_memory(size, why)
-
-    def failed(self, error: BaseException, *, trained: bool) -> None:
-        """The run raised ``error``: its batch size is charged only with what it did (see
-        `zeus_bso.client.failure`): out of memory ends it as infeasible; an interruption
-        (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart of a run with
-        a run key; an error that is not the batch size's (a usage error of ours, or any before
-        it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
-        exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
-        failure.give_sigterm_status(error, self._sigterm_exceptions)
-        self._ending(lambda server: server.failed(error, trained=trained))
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.end()
-        else:
-            self.failed(exc, trained=self._trained())
-
-    def _trained(self) -> bool:
-        """Whether the run trained, for a ``with`` block that raised: it reported an epoch."""
-        return self.progress.epochs > 0

@@ -1,13 +1,17 @@
-"""`SessionOptions`: what a loop adapter passes on to `zeus_bso.training.TrialSession`
-unchanged, each option as the session takes it."""
+"""`SessionOptions`: what an adapter passes on to `zeus_bso.training.TrialSession` unchanged,
+each option as the session takes it, and `checked_options`, which every adapter and the session
+check them with when they are built (no network: a wrong option is said before a model loads or
+a job is registered)."""
 
 from __future__ import annotations
 
 from typing import Literal, TypedDict
 
 from zeus_bso.energy import EnergyMeter
-from zeus_bso.power.run import PowerLimitMode
-from zeus_bso.scaling.lr import LrRule
+from zeus_bso.errors import ConfigurationError
+from zeus_bso.options import check_max_micro_batch_size
+from zeus_bso.power.run import PowerLimitMode, check_power_limit
+from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.training.trial_file import Resume
 
 
@@ -47,3 +51,43 @@ class SessionOptions(TypedDict, total=False):
     ``step_begin`` and ``step_end`` around every training step), and runs train at the limit
     the server chooses; each GPU's own limit is restored on every exit path. ``"off"``, the
     default: the limits are left alone."""
+
+
+def checked_options(options: SessionOptions) -> SessionOptions:
+    """``options`` as given, each one checked.
+
+    Raises:
+        ConfigurationError: an option is not what its name says (the message says what to
+            give instead).
+        PowerLimitError: ``power_limit="optimize"`` where no GPU's limit could be set.
+    """
+    meter = options.get("energy_meter")
+    if meter is not None and not callable(getattr(meter, "energy", None)):
+        raise ConfigurationError(
+            f"energy_meter is an energy meter (zeus_bso.energy.auto_meter(), NvmlMeter(), ...) "
+            f"or None (auto_meter()), not {meter!r}"
+        )
+    token = options.get("token")
+    if token is not None and not isinstance(token, str):
+        raise ConfigurationError(f"token is the server's bearer token, a str, not {token!r}")
+    fallback = options.get("on_server_unavailable", "fallback")
+    if fallback not in ("fallback", "raise"):
+        raise ConfigurationError(
+            f"on_server_unavailable is 'fallback' or 'raise', not {fallback!r}"
+        )
+    if not isinstance(options.get("raise_if_unconverged", False), bool):
+        raise ConfigurationError(
+            f"raise_if_unconverged is True or False, not {options['raise_if_unconverged']!r}"
+        )
+    check_rule(options.get("lr_rule", "none"))
+    reference = options.get("reference_batch_size")
+    if reference is not None and (
+        isinstance(reference, bool) or not isinstance(reference, int) or reference < 1
+    ):
+        raise ConfigurationError(
+            "reference_batch_size is the batch size the learning rate was tuned at, a positive "
+            f"int (or None: the job's default_batch_size), not {reference!r}"
+        )
+    check_max_micro_batch_size(options.get("max_micro_batch_size"))
+    check_power_limit(options.get("power_limit", "off"))
+    return SessionOptions(**options)
