@@ -186,6 +186,14 @@ def required_job(job: JobLike | None) -> JobSpec:
         raise ConfigurationError(f"job=... is not a valid job: {validation_words(err)}") from None
 
 
+def check_name(value: object, option: str, names: str, example: str) -> str:
+    """``value``, a callback's ``option`` that ``names`` something, if it is a non-empty str; else
+    a `ConfigurationError` that says so, with an ``example``."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{option} names {names}, e.g. {example!r}; not {value!r}")
+    return value
+
+
 def check_metric_direction(metric: str, job: JobSpec) -> None:
     """Refuses a loss judged higher-is-better by default: a metric named like one (``val_loss``,
     ``eval/loss``) falls as training goes, and with ``higher_is_better_metric`` left at True a

@@ -21,6 +21,7 @@ JOB = JobSpec(
     default_batch_size=16,
     target_metric=0.8,
     max_epochs=3,
+    lr_rule="linear",
 )
 
 WRONG: list[tuple[dict[str, Any], str]] = [
@@ -34,6 +35,7 @@ WRONG: list[tuple[dict[str, Any], str]] = [
     ({"energy_meter": "nvml"}, "energy_meter"),
     ({"token": 1234}, "token"),
     ({"raise_if_unconverged": "yes"}, "raise_if_unconverged"),
+    ({"lr_rule": "sqrt"}, "the job says lr_rule='linear'"),  # JOB's own rule
 ]
 
 
@@ -41,7 +43,7 @@ def _lightning(url: str, options: dict[str, Any]) -> Any:
     pytest.importorskip("lightning", reason="pip install 'zeus-bso[lightning]'")
     from zeus_bso.integrations.lightning import ZeusBSOCallback
 
-    return ZeusBSOCallback(url, JOB, monitor="val_acc", **options)
+    return ZeusBSOCallback(url, JOB, **{"monitor": "val_acc", **options})
 
 
 def _huggingface(url: str, options: dict[str, Any]) -> Any:
@@ -93,3 +95,22 @@ def test_the_callbacks_refuse_a_memory_check_that_is_no_number_of_steps(
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConfigurationError, match="memory_check_steps"):
         ADAPTERS[adapter](url, {"memory_check_steps": steps})
+
+
+@pytest.mark.parametrize(
+    ("adapter", "options", "named"),
+    [
+        ("lightning", {"monitor": ""}, "monitor"),
+        ("lightning", {"monitor": 5}, "monitor"),
+        ("lightning", {"batch_arg_name": ""}, "batch_arg_name"),
+        ("lightning", {"batch_arg_name": None}, "batch_arg_name"),
+        ("huggingface", {"metric": None}, "metric"),
+        ("huggingface", {"metric": ""}, "metric"),
+    ],
+)
+def test_the_callbacks_refuse_a_name_that_names_nothing(
+    adapter: str, options: dict[str, Any], named: str
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigurationError, match=named):
+        ADAPTERS[adapter](url, options)

@@ -50,6 +50,7 @@ from zeus_bso.options import (
     JobLike,
     check_memory_check_steps,
     check_metric_direction,
+    check_name,
     required_job,
     server_url_from,
 )
@@ -158,6 +159,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
         self.job = required_job(job)
         # As the Trainer reads metric_for_best_model: its evaluations' keys start with "eval_".
+        check_name(metric, "metric", "an evaluation metric", "eval_accuracy")
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         check_metric_direction(self.metric, self.job)
         self.options = checked_options(
@@ -171,7 +173,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 max_micro_batch_size=max_micro_batch_size,
                 power_limit=power_limit,
                 resume=self._saved_trial if self.resume_from is not None else None,
-            )
+            ),
+            self.job,
         )
         """What the run's `zeus_bso.training.TrialSession` is given."""
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)

@@ -61,6 +61,7 @@ from zeus_bso.options import (
     JobLike,
     check_memory_check_steps,
     check_metric_direction,
+    check_name,
     job_lr_rule,
     lightning_settings,
     required_job,
@@ -133,13 +134,13 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     ) -> None:
         super().__init__()
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)
-        if not monitor:
-            raise ConfigurationError("monitor must name a logged validation metric, e.g. 'val_acc'")
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.job = required_job(job)
+        self.monitor = check_name(monitor, "monitor", "a logged validation metric", "val_acc")
         check_metric_direction(monitor, self.job)
-        self.monitor = monitor
-        self.batch_arg_name = batch_arg_name
+        self.batch_arg_name = check_name(
+            batch_arg_name, "batch_arg_name", "the attribute holding the batch size", "batch_size"
+        )
         self.options = checked_options(
             SessionOptions(
                 energy_meter=energy_meter,
@@ -150,7 +151,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 reference_batch_size=reference_batch_size,
                 max_micro_batch_size=max_micro_batch_size,
                 power_limit=power_limit,
-            )
+            ),
+            self.job,
         )
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""

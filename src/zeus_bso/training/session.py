@@ -139,7 +139,8 @@ class TrialSession(SessionEndings):
                 reference_batch_size=reference_batch_size,
                 max_micro_batch_size=max_micro_batch_size,
                 power_limit=power_limit,
-            )
+            ),
+            job,
         )
         self._job = job
         self._max_micro_batch_size = max_micro_batch_size

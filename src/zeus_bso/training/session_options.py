@@ -9,9 +9,10 @@ from typing import Literal, TypedDict
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.options import check_max_micro_batch_size
+from zeus_bso.options import check_max_micro_batch_size, job_lr_rule
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
-from zeus_bso.scaling.lr import LrRule, check_rule
+from zeus_bso.scaling.lr import LrRule
+from zeus_bso.spec import JobSpec
 from zeus_bso.training.trial_file import Resume
 
 
@@ -53,8 +54,8 @@ class SessionOptions(TypedDict, total=False):
     default: the limits are left alone."""
 
 
-def checked_options(options: SessionOptions) -> SessionOptions:
-    """``options`` as given, each one checked.
+def checked_options(options: SessionOptions, job: JobSpec) -> SessionOptions:
+    """``options`` as given, each one checked (the ``lr_rule`` against ``job``'s too).
 
     Raises:
         ConfigurationError: an option is not what its name says (the message says what to
@@ -79,7 +80,7 @@ def checked_options(options: SessionOptions) -> SessionOptions:
         raise ConfigurationError(
             f"raise_if_unconverged is True or False, not {options['raise_if_unconverged']!r}"
         )
-    check_rule(options.get("lr_rule", "none"))
+    job_lr_rule(job, options.get("lr_rule", "none"))
     reference = options.get("reference_batch_size")
     if reference is not None and (
         isinstance(reference, bool) or not isinstance(reference, int) or reference < 1
