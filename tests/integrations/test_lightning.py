@@ -687,6 +687,37 @@ def test_a_dataloader_built_in_the_datamodules_setup_is_named_as_built_too_early
     assert (trial["batch_size"], trial["status"]) == (32, "released")
 
 
+class NoBatchSizeClassifier(TinyClassifier):
+    """Takes its data from the datamodule and has no batch size of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.batch_size
+
+
+def test_a_datamodule_from_datasets_is_named_as_what_cannot_follow_the_batch_size(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``LightningDataModule.from_datasets(..., batch_size=8)`` builds its DataLoaders at 8
+    whatever the callback sets. Without a batch size elsewhere the fit is refused before the
+    server is asked; with one on the module, at the first batch (its trial released); both
+    name the datamodule (the advice was to read ``self.batch_size``, which it cannot)."""
+    data = TinyClassifier()
+    datamodule = pl.LightningDataModule.from_datasets(data.train_data, data.val_data, batch_size=8)
+    words = "LightningDataModule.from_datasets"
+    spec = job(unique_id("fromds"))
+    message = refused_fit(server.url, spec, tmp_path, words, NoBatchSizeClassifier(), datamodule)
+    assert "subclass LightningDataModule with a 'batch_size' attribute" in message
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+    spec = job(unique_id("fromds"))
+    message = refused_fit(server.url, spec, tmp_path, words, TinyClassifier(), datamodule)
+    assert "first training batch has 8 samples" in message
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -50,6 +50,7 @@ from zeus_bso.integrations.lightning_trainer import (
     limit_warnings,
     loader_given_to_fit,
     loaders_built,
+    no_batch_size,
     rebuild_for_the_batch_size,
     trained_before,
     tunes_the_rate,
@@ -203,11 +204,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # before the server is asked
         package = package_of(trainer)
         if not package.hasattr(pl_module, self.batch_arg_name):
-            raise ConfigurationError(
-                f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'; "
-                "give the LightningModule or LightningDataModule that attribute and build the "
-                "DataLoader from it (or pass batch_arg_name=...)"
-            )
+            raise ConfigurationError(no_batch_size(trainer, self.batch_arg_name))
         self._built_early = loaders_built(trainer, pl_module)  # before the size is set
         if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
             raise ConfigurationError(

@@ -85,6 +85,33 @@ def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
     ]
 
 
+_FROM_DATASETS = (
+    "the datamodule's train_dataloader was given to it (LightningDataModule.from_datasets(..., "
+    "batch_size=...) builds its DataLoaders at the size it was given, which no callback can "
+    "change): subclass LightningDataModule with a '{}' attribute and build the DataLoaders "
+    "from it in train_dataloader()"
+)
+
+
+def given_loaders(trainer: Trainer) -> bool:
+    """Whether the datamodule's ``train_dataloader`` was assigned to it, not defined by its
+    class: `LightningDataModule.from_datasets` assigns functions that close over the
+    ``batch_size`` it was given."""
+    return trainer.datamodule is not None and "train_dataloader" in vars(trainer.datamodule)
+
+
+def no_batch_size(trainer: Trainer, batch_arg_name: str) -> str:
+    """Why the callback cannot set the fit's batch size where neither the model, its hparams
+    nor the datamodule has ``batch_arg_name``, and what to change."""
+    if given_loaders(trainer):
+        return _FROM_DATASETS.format(batch_arg_name)
+    return (
+        f"neither the model, its hparams nor the datamodule has '{batch_arg_name}'; give the "
+        "LightningModule or LightningDataModule that attribute and build the DataLoader from "
+        "it (or pass batch_arg_name=...)"
+    )
+
+
 def debug_run(trainer: Trainer) -> str | None:
     """The Trainer's debugging mode, in words, whose fit is no run of the job (a few batches,
     or the same few again and again); None: a real fit."""
@@ -142,6 +169,12 @@ def batch_refused(
         return None
     if found == told or (found < told and trainer.num_training_batches == 1):
         return None
+    if given_loaders(trainer):
+        return (
+            f"the fit's first training batch has {found} samples, but this run's batch size "
+            f"is {told}: {_FROM_DATASETS.format(batch_arg_name)}; the run is not counted "
+            "against the batch size"
+        )
     if built:
         return (
             f"the fit's first training batch has {found} samples, but this run's batch size "
