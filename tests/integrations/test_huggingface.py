@@ -492,6 +492,41 @@ def test_training_again_after_the_run_ended_is_refused_saying_what_to_do(
     assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)
 
 
+def test_a_hyperparameter_search_is_refused_at_its_first_trial(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``trainer.hyperparameter_search`` trains trials of other hyperparameters, not
+    recurrences of the job: its first trial trained and was charged to the job as one of its
+    runs, and the second was refused as the run having ended. Refused at the first trial now,
+    before it trains, saying to search without the callback; the trial it was given is
+    released."""
+    pytest.importorskip("optuna", reason="pip install optuna")
+    spec = job(unique_id("hfsearch"), target=0.99)
+    callback = ZeusBSOTrainerCallback(
+        server.url, spec, metric="eval_accuracy", energy_meter=EstimateMeter(100)
+    )
+    trainer = transformers.Trainer(
+        model_init=tiny_bert,
+        args=training_arguments(tmp_path, callback.start(), spec.max_epochs, save_strategy="no"),
+        train_dataset=TokenDataset(64, 0),
+        eval_dataset=TokenDataset(32, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+
+    def space(trial: Any) -> dict[str, Any]:
+        return {"learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True)}
+
+    with pytest.raises(ConfigurationError, match=r"Trainer\.hyperparameter_search") as raised:
+        trainer.hyperparameter_search(
+            hp_space=space, backend="optuna", n_trials=2, direction="maximize"
+        )
+    assert "search without ZeusBSOTrainerCallback" in str(raised.value)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "released" and not trial["epochs"]
+
+
 def test_the_server_is_asked_in_start_and_not_in_an_attribute(
     server: ServerProcess, tmp_path: Path
 ) -> None:

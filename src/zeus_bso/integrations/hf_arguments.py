@@ -10,6 +10,16 @@ from typing import Any
 
 from zeus_bso.training import TrialSession
 
+SEARCH_REFUSED = (
+    "Trainer.hyperparameter_search: each of its trials trains other hyperparameters (its "
+    "hp_space), so they are not recurrences of one job and the server would learn the batch "
+    "size from runs of different jobs (the first trial would be charged to the job as a run of "
+    "it): search without ZeusBSOTrainerCallback, then train the configuration it found with it "
+    "(with an lr_rule, pass the search's batch size as reference_batch_size: the rate it found "
+    "was tuned at that size)"
+)
+"""The refusal of a Trainer that trains a trial of ``hyperparameter_search``."""
+
 
 def refusal(
     args: Any,

@@ -280,6 +280,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "call callback.start() before building TrainingArguments, and pass "
                 "per_device_train_batch_size=callback.start(): the optimizer chooses it"
             )
+        if state.is_hyper_param_search:
+            self._refuse(hf_arguments.SEARCH_REFUSED)
         if args.auto_find_batch_size:
             if self.options.get("max_micro_batch_size") is not None:
                 self._refuse(
