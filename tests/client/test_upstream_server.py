@@ -93,7 +93,12 @@ def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
     assert bso.outcome is not None
     assert (bso.outcome.reason, bso.outcome.converged) == ("ended_early", False)
     assert bso.outcome.why == "its early stopping ended it"
-    warned = [r.name for r in caplog.records if r.levelno >= logging.WARNING]
+    # (Its reports, of no training, are said as such where torch was imported by another test.)
+    warned = [
+        r.name
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "first optimizer step" not in r.getMessage()
+    ]
     assert [name for name in warned if name != "zeus_bso.energy.estimate"] == []
 
 

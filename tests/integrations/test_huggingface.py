@@ -524,7 +524,8 @@ def test_a_hyperparameter_search_is_refused_at_its_first_trial(
     assert "search without ZeusBSOTrainerCallback" in str(raised.value)
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert trial["status"] == "released" and not trial["epochs"]
+    assert trial["status"] == "released"
+    assert not trial["epochs"]
 
 
 def test_the_server_is_asked_in_start_and_not_in_an_attribute(

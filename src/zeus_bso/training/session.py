@@ -50,6 +50,7 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
+from zeus_bso.training.step_count import StepCount
 from zeus_bso.training.trial_file import Resume, saved_trial
 
 logger = logging.getLogger(__name__)
@@ -197,6 +198,8 @@ class TrialSession(SessionEndings):
         self._began = False
         self._batch_checked = False
         self._apart_said = False
+        self._steps = StepCount()  # from train_begin: a report before any step is said
+        self._untrained_said = False
         if start:
             self.start(resume)
 
@@ -387,6 +390,7 @@ class TrialSession(SessionEndings):
             self.server.train_begin()  # starts the heartbeat
         if not self._began:
             self._power.begin(self._send_power_profile, steps_per_epoch)
+            self._steps.start()
         self._began = True
 
     def _send_power_profile(
@@ -453,6 +457,7 @@ class TrialSession(SessionEndings):
             if value is None:
                 return None
             server = self._main()
+            self._said_untrained(server)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs
 
@@ -476,6 +481,21 @@ class TrialSession(SessionEndings):
         if self.stopped and not self.converged and self._raise_from_report:
             self.end()  # raises with raise_if_unconverged, as upstream Zeus's on_evaluate does
         return answer
+
+    def _said_untrained(self, server: ServerRun) -> None:
+        """Say it where the run's first report comes before any optimizer step of this process
+        (`StepCount`): a validation of the model as it was before training, which counts as one
+        of the job's epochs (a loop that validates at the start of each epoch)."""
+        if self._untrained_said or server.progress.epochs or not self._steps.untrained:
+            return
+        self._untrained_said = True
+        logger.warning(
+            "zeus-bso: the run's first report came before its first optimizer step: a "
+            "validation of the model before it trained counts as one of the job's epochs, so "
+            "the run's epochs run one ahead of its training (the job's max_epochs ends it an "
+            "epoch short, and each report is judged as the epoch after the one it measured). "
+            "Report after each epoch's training, not before it"
+        )
 
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;

@@ -18,6 +18,7 @@ from zeus_bso.errors import ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
 from zeus_bso.training.power import RunPower
 from zeus_bso.training.server_run import ServerRun
+from zeus_bso.training.step_count import StepCount
 
 
 class SessionEndings:
@@ -29,6 +30,7 @@ class SessionEndings:
     progress: TrialProgress
     converged: bool
     _power: RunPower
+    _steps: StepCount
     _raise_if_unconverged: bool
     _raised: bool
     _sigterm_exceptions: SigtermExceptions
@@ -42,6 +44,7 @@ class SessionEndings:
         """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
         main process's side of the run, the meter closed."""
         self._power.restore()
+        self._steps.stop()
         if self.server is not None:
             on_main(self.server)
         if close:

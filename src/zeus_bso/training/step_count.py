@@ -1,0 +1,42 @@
+"""`StepCount`: whether the run's process took an optimizer step since training began, so that a
+report of the model as it was before training (a loop that evaluates at the start of each
+epoch, or once before it trains), which counts as one of the job's epochs, is said.
+
+It counts every ``torch.optim.Optimizer``'s steps in the process through torch's global step
+hook, where the script uses torch (it is imported already: nothing imports it here); elsewhere
+it counts nothing and judges nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class StepCount:
+    """The optimizer steps this process took from `start` to `stop`."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self._handle: Any = None
+
+    def start(self) -> None:
+        """Count from now (once; again after `stop`)."""
+        optim = sys.modules.get("torch.optim.optimizer")
+        if self._handle is not None or optim is None:
+            return
+        self._handle = optim.register_optimizer_step_post_hook(self._stepped)
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.steps += 1
+
+    @property
+    def untrained(self) -> bool:
+        """Whether the steps are counted and none was taken."""
+        return self._handle is not None and self.steps == 0
+
+    def stop(self) -> None:
+        """Stop counting (the hook is removed: a later run of the process counts its own)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
