@@ -205,6 +205,27 @@ def test_three_recurrences_train_what_the_server_dispatched(
     assert len(set(sizes)) >= 2, sizes  # the server explored: the checks saw other sizes
 
 
+def test_manual_optimization_trains_what_the_server_dispatched(
+    probe: Probe, server: ServerProcess
+) -> None:
+    """Two optimizers stepped by hand (``automatic_optimization = False``), each after its own
+    forward pass, with schedules sized from ``estimated_stepping_batches``: every step of each
+    takes the dispatched size at its schedule's rate times the factor. The memory check tries
+    no steps of such a module (its steps cannot be tried alone), so none is set aside."""
+    prefix = unique_id("corpus").replace("-", "")
+    runs = []
+    for _ in range(3):
+        status = run_script("lightning_manual_optimization.py", "--job", prefix)
+        assert status in (0, 1)
+        runs.append(probe.take())
+    trials = trials_of(server, prefix)
+    assert len({t["batch_size"] for t in trials}) > 1  # the server moved the size
+    for steps, trial in zip(runs, trials, strict=True):
+        check_run(steps, trial)
+        # Both optimizers stepped every batch: an even count, in pairs.
+        assert len(steps) % 2 == 0
+
+
 def test_a_lightning_cli_yaml_file_trains_what_the_server_dispatched(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
