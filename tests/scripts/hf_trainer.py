@@ -1,14 +1,18 @@
 """A Hugging Face Trainer with a warm-up (``warmup_steps``), a cosine schedule and gradient
-accumulation (micro-batches of at most 8 samples), on a model of the script's own.
+accumulation (micro-batches of at most 8 samples), on a model of the script's own; with
+``--own-optimizer``, the script's optimizer and linear warm-up schedule, sized from the batch size
+it was given, passed to the Trainer (``optimizers=(optimizer, schedule)``).
 
     python hf_trainer.py --job NAME --output-dir DIR [--target 0.9] [--oom-above N --attempts 2]
-        [--save] [--resume] [--kill-at-epoch N [--kill-after-report]]
+        [--save] [--resume] [--kill-at-epoch N [--kill-after-report]] [--own-optimizer]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from typing import Any
 
 import torch
 import transformers
@@ -66,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="from the last checkpoint")
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     parser.add_argument("--kill-after-report", action="store_true")
+    parser.add_argument(
+        "--own-optimizer",
+        action="store_true",
+        help="the script's optimizer and schedule, given to the Trainer (optimizers=...)",
+    )
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -111,8 +120,18 @@ def train(callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: in
         bf16=BF16,
         disable_tqdm=True,
     )
+    model = Classifier(args.oom_above)
+    optimizers: tuple[Any, Any] = (None, None)
+    if args.own_optimizer:  # sized as such scripts size it: optimizer steps of the whole run
+        train_set = Points(96, 0)
+        per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps
+        steps = math.ceil(len(train_set) / per_step) * epochs
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        schedule = transformers.get_linear_schedule_with_warmup(optimizer, 2, steps)
+        optimizers = (optimizer, schedule)
     trainer = transformers.Trainer(
-        model=Classifier(args.oom_above),
+        model=model,
+        optimizers=optimizers,
         args=training,
         train_dataset=Points(96, 0),
         eval_dataset=Points(64, 1),

@@ -226,6 +226,22 @@ def test_manual_optimization_trains_what_the_server_dispatched(
         assert len(steps) % 2 == 0
 
 
+def test_an_hf_trainer_given_its_optimizer_trains_what_the_server_dispatched(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """``Trainer(optimizers=(optimizer, schedule))``: the script builds both, the schedule's
+    length from the batch size ``start()`` gave it; every step trains the dispatched size (in
+    micro-batches) at the schedule's rate times the factor, warm-up included."""
+    prefix = unique_id("corpus").replace("-", "")
+    runs = []
+    for _ in range(3):
+        argv = ("--job", prefix, "--output-dir", str(tmp_path), "--own-optimizer")
+        status = run_script("hf_trainer.py", *argv, failure_signal=True)
+        assert status in (0, 1)
+        runs.append(probe.take())
+    check_runs(runs, trials_of(server, prefix))
+
+
 def test_a_lightning_cli_yaml_file_trains_what_the_server_dispatched(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
