@@ -36,7 +36,8 @@ loop_job = contract_job
 
 class LoopAdapterContract(ServedContract):
     """What every loop adapter does through its session: a recurrence reports to the server
-    and converges; a misconfigured run releases its trial; out of memory is infeasible (before
+    and converges; a wrong option is refused when the adapter is built; a misconfigured run
+    releases its trial; out of memory is infeasible (before
     training, the run goes on at a size that fits); accumulation gives every process its
     micro-batch; a checkpoint resumes its trial, batch size and learning-rate factor, and its
     reports are logged, through the framework's own logger where the subclass observes it
@@ -108,6 +109,25 @@ class LoopAdapterContract(ServedContract):
             assert outcome is not None
             assert outcome.reason is StopReason.NOT_TRAINED
         assert [t.status for t in self._trials(server_url, job)] == ["released"] * 3
+
+    def test_a_wrong_option_is_refused_before_the_server_is_asked(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        """Each option the adapter passes on to its session is checked when it is built
+        (`zeus_bso.training.session_options.checked_options`): nothing reaches the server."""
+        job = loop_job("contractoption")
+        wrong: list[dict[str, Any]] = [
+            {"on_server_unavailable": "skip"},
+            {"lr_rule": "cosine"},
+            {"reference_batch_size": 0, "lr_rule": "linear"},
+            {"max_micro_batch_size": 0},
+        ]
+        for options in wrong:
+            name = next(iter(options))
+            with pytest.raises(ConfigurationError, match=name):
+                adapter(server_url, job, energy_meter=EstimateMeter(100), **options)
+        with ServerClient(server_url) as client:
+            assert client.list_jobs(prefix=job.job_id_prefix) == []
 
     def test_a_first_batch_of_another_size_is_refused_and_not_charged(
         self, adapter: MakeAdapter, server_url: str
