@@ -49,6 +49,7 @@ def test_arguments_that_train_the_dispatched_batch_and_evaluate_pass(tmp_path: P
     ("options", "steps", "said"),
     [
         ({"per_device_train_batch_size": 64}, 1, "per_device_train_batch_size=callback.start()"),
+        ({"per_device_train_batch_size": 64}, 1, "training_args.per_device_train_batch_size = "),
         ({"gradient_accumulation_steps": 2}, 1, "pass ZeusBSOTrainerCallback(max_micro_batch"),
         ({"gradient_accumulation_steps": 2}, 4, "trains as 4 micro-batches of 32"),
         ({"eval_strategy": "no"}, 1, "eval_strategy='no': this run never evaluates"),

@@ -36,7 +36,10 @@ def refusal(
         return (
             f"TrainingArguments.per_device_train_batch_size is "
             f"{args.per_device_train_batch_size} but the optimizer chose {micro_batch_size}: "
-            "build TrainingArguments with per_device_train_batch_size=callback.start()"
+            "build TrainingArguments with per_device_train_batch_size=callback.start() (or, "
+            "where HfArgumentParser built them from the command line, set "
+            "training_args.per_device_train_batch_size = callback.start() before the Trainer "
+            "is built)"
         )
     steps = args.gradient_accumulation_steps
     if not accumulates and steps != 1:

@@ -278,7 +278,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if self.session is None:
             raise ConfigurationError(
                 "call callback.start() before building TrainingArguments, and pass "
-                "per_device_train_batch_size=callback.start(): the optimizer chooses it"
+                "per_device_train_batch_size=callback.start(): the optimizer chooses it (where "
+                "HfArgumentParser built them, set training_args.per_device_train_batch_size = "
+                "callback.start() before the Trainer is built)"
             )
         if state.is_hyper_param_search:
             self._refuse(hf_arguments.SEARCH_REFUSED)
