@@ -1,7 +1,9 @@
 """A Hugging Face Trainer with a warm-up (``warmup_steps``), a cosine schedule and gradient
 accumulation (micro-batches of at most 8 samples), on a model of the script's own; with
-``--own-optimizer``, the script's optimizer and linear warm-up schedule, sized from the batch size
-it was given, passed to the Trainer (``optimizers=(optimizer, schedule)``).
+``--own-optimizer``, as the Transformers examples are written: TrainingArguments parsed from a
+command line (``HfArgumentParser``), the batch size set on them, and the script's optimizer and
+linear warm-up schedule, sized from that batch size, passed to the Trainer
+(``optimizers=(optimizer, schedule)``).
 
     python hf_trainer.py --job NAME --output-dir DIR [--target 0.9] [--oom-above N --attempts 2]
         [--save] [--resume] [--kill-at-epoch N [--kill-after-report]] [--own-optimizer]
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--own-optimizer",
         action="store_true",
-        help="the script's optimizer and schedule, given to the Trainer (optimizers=...)",
+        help="parsed TrainingArguments, and the script's optimizer and schedule for the Trainer",
     )
     args = parser.parse_args(argv)
     job = JobSpec(
@@ -102,7 +104,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if outcome is not None and outcome.converged else 1
 
 
+def parsed_arguments(args: argparse.Namespace, epochs: int) -> Any:
+    """TrainingArguments as the Transformers examples build them, from the command line
+    (``HfArgumentParser``), at a batch size of the command line's."""
+    parser = transformers.HfArgumentParser(transformers.TrainingArguments)
+    command_line = [
+        *("--output_dir", args.output_dir, "--per_device_train_batch_size", "16"),
+        *("--num_train_epochs", str(epochs), "--eval_strategy", "epoch"),
+        *("--save_strategy", "no", "--logging_strategy", "no", "--report_to", "none"),
+        *("--disable_tqdm", "true", *(["--use_cpu"] if ON_CPU else [])),
+        *(["--bf16"] if BF16 else []),
+    ]
+    (training,) = parser.parse_args_into_dataclasses(args=command_line)
+    return training
+
+
 def train(callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: int) -> None:
+    if args.own_optimizer:  # the size set on the parsed arguments, before the Trainer is built
+        training = parsed_arguments(args, epochs)
+        training.per_device_train_batch_size = callback.start()
+        training.gradient_accumulation_steps = callback.accumulation_steps
+        train_with(callback, args, epochs, training)
+        return
     training = transformers.TrainingArguments(
         output_dir=args.output_dir,
         per_device_train_batch_size=callback.start(),
@@ -120,6 +143,12 @@ def train(callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: in
         bf16=BF16,
         disable_tqdm=True,
     )
+    train_with(callback, args, epochs, training)
+
+
+def train_with(
+    callback: ZeusBSOTrainerCallback, args: argparse.Namespace, epochs: int, training: Any
+) -> None:
     model = Classifier(args.oom_above)
     optimizers: tuple[Any, Any] = (None, None)
     if args.own_optimizer:  # sized as such scripts size it: optimizer steps of the whole run

@@ -226,12 +226,14 @@ def test_manual_optimization_trains_what_the_server_dispatched(
         assert len(steps) % 2 == 0
 
 
-def test_an_hf_trainer_given_its_optimizer_trains_what_the_server_dispatched(
+def test_an_hf_script_of_parsed_arguments_and_its_optimizer_trains_what_was_dispatched(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:
-    """``Trainer(optimizers=(optimizer, schedule))``: the script builds both, the schedule's
-    length from the batch size ``start()`` gave it; every step trains the dispatched size (in
-    micro-batches) at the schedule's rate times the factor, warm-up included."""
+    """As the Transformers examples are written: TrainingArguments parsed from a command line
+    (``HfArgumentParser``) at a size of its own, ``start()``'s set on them after, and
+    ``Trainer(optimizers=(optimizer, schedule))``, the schedule's length from that size; every
+    step trains the dispatched size (in micro-batches) at the schedule's rate times the factor,
+    warm-up included."""
     prefix = unique_id("corpus").replace("-", "")
     runs = []
     for _ in range(3):
