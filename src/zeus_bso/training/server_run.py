@@ -1,5 +1,6 @@
 """`ServerRun`: the main process's side of one run (global rank 0, or the one process of a plain
-loop): its trial from the server, its reports, how it ends, and its outcome.
+loop): its trial from the server, its memory outcomes and its reports; how it ends, and its
+outcome, are its base's (`zeus_bso.training.server_run_endings`).
 
 `zeus_bso.training.TrialSession` holds one on its main process and shares its answers with
 every process; what the run trains with (the memory check, the learning rate, the power
@@ -14,14 +15,12 @@ saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from zeus_bso import exits
 from zeus_bso.client import failure
-from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
@@ -29,21 +28,19 @@ from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
 from zeus_bso.options import check_reported_metric
 from zeus_bso.spec import (
-    CreatedJob,
     JobSpecFromClient,
     PowerMeasurement,
     ReportResponse,
-    StopReason,
     TrainingResult,
-    TrialId,
 )
 from zeus_bso.training import open_runs
+from zeus_bso.training.server_run_endings import ServerRunEndings
 from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
 
 
-class ServerRun:
+class ServerRun(ServerRunEndings):
     """The main process's side of one run: its trial, its reports, its end and its outcome.
 
     Args:
@@ -100,43 +97,6 @@ class ServerRun:
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
         exits.at_exit(self._at_exit)
-
-    @property
-    def job(self) -> CreatedJob | None:
-        """The job as the server registered it (from `dispatch` or `resume` on)."""
-        return self.link.job
-
-    @property
-    def offline(self) -> bool:
-        """Whether the run trains without the server (it could not be reached at start)."""
-        return self.link.offline
-
-    @property
-    def training_finished(self) -> bool:
-        """Whether the server said stop (the run converged, or will not)."""
-        return self.link.training_finished
-
-    @property
-    def converged(self) -> bool:
-        """Whether the run reached its target (after the server's stop)."""
-        return self.link.converged
-
-    @property
-    def trial(self) -> TrialId | None:
-        """This run's trial (after `dispatch` or `resume`; None while offline)."""
-        return self.progress.trial
-
-    @property
-    def batch_size(self) -> int | None:
-        """The batch size of this run (after `dispatch`)."""
-        if self.offline:
-            return self.link.offline_batch_size
-        return self.trial.batch_size if self.trial else None
-
-    @property
-    def trial_number(self) -> int | None:
-        """The trial number of this run (None while offline)."""
-        return self.trial.trial_number if self.trial else None
 
     def dispatch(self) -> int:
         """Register the job and ask the server for this run's batch size (once per run)."""
@@ -205,17 +165,6 @@ class ServerRun:
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps so that a restarted run continues this trial (`resume`)."""
         return self.progress.checkpoint()
-
-    @property
-    def accumulation(self) -> Accumulation:
-        """How this run trains its batch size: with ``max_micro_batch_size`` set, a batch size
-        above it, or at or above the smallest that ran out of memory on these GPUs, is trained
-        as micro-batches whose gradients accumulate before each optimizer step (the batch per
-        step is the server's). Without, one micro-batch of the whole batch."""
-        size = self.batch_size
-        if size is None:
-            raise OperationOrderError("call get_batch_size() before reading the accumulation")
-        return plan(size, self.max_micro_batch_size, self.link.memory_cap)
 
     @property
     def memory_unknown(self) -> bool:
@@ -367,234 +316,3 @@ class ServerRun:
             accumulation_steps=steps if steps > 1 else None,
         )
         return self.link.report(self._last_report)
-
-    def end(self, *, end_trial: bool = True, why: str | None = None) -> None:
-        """End the trial: deliver an undelivered report, then tell the server the run is over;
-        then say how the run went (`outcome`, and a line through ``show``).
-
-        ``end_trial=False`` leaves the trial open for a restart that continues it (with the
-        same run key) instead; its reports are delivered. Without a run key nothing can
-        continue it, so a trial that has no report yet is released (nothing is charged to its
-        batch size), and one with reports is left to its lease. ``why``: for a run that ended
-        before the server said stop, the reason in words (e.g. the framework's own epoch limit).
-        """
-        if end_trial and self._sigterm.received and not self.training_finished:
-            self.end_interrupted("SIGTERM")  # a handler of the script's own stopped it
-            return
-        unreported = self._reported is None and self.link.pending is None
-        if not end_trial and self.run_key is None and unreported and self.trial is not None:
-            self.release(why or "ended with end_trial=False before any report")
-            return
-        early = why or "training ended before it was told to stop"
-        self._finish(end_trial=end_trial, deliver=True, why=early)
-        if self.outcome is None:  # a pending report delivered may have finished the training
-            if self.training_finished:
-                self._conclude(None, None)
-            else:
-                self._conclude(StopReason.ENDED_EARLY, early)
-
-    def stopped_itself(self, why: str) -> None:
-        """End a run that stopped of its own accord below the target after it reported (a
-        framework's early stopping, ``why``): its last report goes again as its final one
-        (`TrainingResult.final`), and the server counts the run as not converging at its batch
-        size. A server that does not know that report (upstream Zeus's), or a run that has not
-        reported, ends as `end` with ``why`` ends it (the trial failed)."""
-        last, answer = self._last_report, None
-        if not (self._ended or self.training_finished or self.offline or last is None):
-            try:
-                answer = self.link.report(last.model_copy(update={"final": True}))
-            except ZeusBSOError as err:  # refused: it ends as any run that stopped early
-                logger.warning("the run's final report was refused: %s", err)
-        if answer is None or not answer.stop_train:
-            self.end(why=why)
-            return
-        self._finish(end_trial=True)
-        self._conclude(answer.reason, f"{why}; {answer.why}" if answer.why else why)
-
-    def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
-        """End a run that ran out of accelerator memory while it trained: its trial is marked
-        ``infeasible`` on this hardware profile (neither its batch size nor a larger one is
-        dispatched there again), and the outcome says so (``goes_on``: the framework trains on
-        at a size of its own, outside the run; `RunOutcome.went_on`)."""
-        if self._ended:
-            return
-        if self._fit_before and not goes_on and self.trial is not None and not self.offline:
-            # Runs of this size reported on these GPUs before: it fits; this is not its doing.
-            self.release(
-                f"batch size {self.batch_size} ran out of memory although it trained on "
-                f"{self._trains_on} before, so the error is not the batch size's (a leak, "
-                "another process on the GPU, a bug of the script's); not counted against it, "
-                "and no memory cap is set" + (f" ({why})" if why else ""),
-                StopReason.FAILED,
-            )
-            return
-        if self.batch_size is not None:
-            self.link.ran_out_of_memory_here(self.batch_size)
-        trial = self.trial
-        marked = (
-            trial is not None
-            and not self.offline
-            and self.link.infeasible(trial, self._trains_on, why)
-        )
-        self._finish(end_trial=not marked and self.run_key is None)
-        self._conclude(
-            StopReason.OUT_OF_MEMORY,
-            f"batch size {self.batch_size} ran out of memory" + (f" ({why})" if why else ""),
-            went_on=goes_on,
-        )
-
-    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
-        """End a run that stopped for a reason that is not its batch size's (a misconfigured
-        script, the framework's own epoch limit): its trial is released, which counts nothing
-        against its batch size, and the outcome says ``reason`` and ``why``."""
-        if self._ended:
-            return
-        trial = self.trial
-        released = trial is not None and not self.offline and self.link.release(trial, why)
-        self._finish(end_trial=False)
-        note = "" if released or trial is None else " (its trial is left to its lease)"
-        self._conclude(reason, why + note)
-
-    def failed(self, error: BaseException, *, trained: bool) -> None:
-        """End a run that raised ``error``, charging its batch size only with what it did (see
-        `zeus_bso.client.failure`): out of memory ends it as infeasible (`end_out_of_memory`);
-        an interruption (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the
-        restart of a run with a run key (`end_interrupted`); an error that is not the batch
-        size's (a usage error of ours, or any before training: ``trained`` False) releases it;
-        any other fails it (`abort`)."""
-        why = failure.described(error)
-        if self._ended:
-            return
-        if self.training_finished or self.trial is None or self.offline:
-            self.abort(why)  # the server's stop came first (or none can come): as it said
-            return
-        judged = failure.verdict(error, trained=trained, sigterm=self._sigterm_exceptions)
-        if self._sigterm.received and judged is not failure.Verdict.OUT_OF_MEMORY:
-            judged = failure.Verdict.INTERRUPTED  # e.g. a handler of the script's own exited
-        failure.end_as(self, judged, why)
-
-    def end_interrupted(self, why: str) -> None:
-        """End a run interrupted from outside (``why``: Ctrl-C, a SIGTERM such as a
-        preemption), which says nothing about its batch size: its trial is released, or, for a
-        run with a run key, left open for the run's restart to continue."""
-        if self._ended:
-            return
-        if self.run_key is None or self.trial is None:
-            self.release(f"interrupted ({why}); not counted against it", StopReason.ENDED_EARLY)
-            return
-        self._finish(end_trial=False)
-        self._conclude(
-            StopReason.ENDED_EARLY,
-            f"interrupted ({why}); the run's restart (run key {self.run_key}) continues its trial",
-        )
-
-    def withdraw(self, why: str) -> None:
-        """Take back this run's dispatch, which it will not train (a framework found, after
-        asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
-        with a run key, left open for the resume to continue; no outcome is shown."""
-        show, self._show = self._show, None
-        try:
-            self.end_interrupted(why)
-        finally:
-            self._show = show
-        self.outcome = None
-
-    def _at_exit(self) -> None:
-        """At interpreter exit, a run that did not end: after an uncaught error, which the
-        interpreter set aside (a script without `with`, or a framework that calls no hook on
-        errors), as `failed` judges it (out of memory: ``infeasible``; an interruption, a
-        usage error of ours or an error before training: released); else `abort`. Only here:
-        in a long-lived process (a notebook, a test runner) an error of long ago stays set
-        aside too."""
-        uncaught = getattr(sys, "last_value", None)
-        if uncaught is not None:
-            self.failed(uncaught, trained=self.progress.began)
-        else:
-            self.abort()
-
-    def abort(self, why: str | None = None) -> None:
-        """End a run that is failing (an exception, or an exit without `end`).
-
-        Without a run key the trial ends (failed, unless its final report came). With one it is
-        left open for the run's restart, which continues it; if no restart comes, its lease
-        runs out and it is abandoned. A run that had not trained is released (nothing of it
-        is its batch size's doing).
-        """
-        if self._ended:
-            return
-        if self._sigterm.received and not self.training_finished:
-            self.end_interrupted("SIGTERM")  # e.g. at exit after `Terminated`
-            return
-        if why is None and (self.trial is not None or self.offline) and not self.progress.began:
-            self.release("the run ended before it trained")
-            return
-        started = self.trial is not None or self.offline
-        why = why or "the run raised or exited without end()"
-        self._finish(end_trial=self.run_key is None or self.training_finished, why=why)
-        if not started:
-            self.link.client.close()  # it never asked for a batch size: nothing to say
-        elif self.training_finished:
-            self._conclude(None, None)
-        else:
-            self._conclude(StopReason.FAILED, why)
-
-    def _finish(
-        self, *, end_trial: bool, deliver: bool | None = None, why: str | None = None
-    ) -> None:
-        """Stop the heartbeat and the meter; deliver a pending report (``deliver``, by default
-        when the trial ends) and end the trial (``end_trial``; ``why`` it ended, for the server
-        to keep with a trial whose training the server's stop did not finish)."""
-        if self._ended:
-            return
-        self._ended = True
-        open_runs.closed(self)
-        self._on_end()
-        self._sigterm.uninstall()
-        exits.forget_at_exit(self._at_exit)  # ended: the exit hook need not keep this alive
-        # The run's figures: its last report's (every rank's energy), else this process's.
-        self._final = self._reported or self.progress.elapsed()
-        try:
-            self.link.finish(
-                self.trial,
-                end_trial=end_trial,
-                deliver=end_trial if deliver is None else deliver,
-                why=None if self.training_finished else why,
-            )
-        finally:
-            self.progress.meter.close()
-
-    def _conclude(
-        self, reason: StopReason | None, why: str | None, *, went_on: bool = False
-    ) -> None:
-        """Set `outcome` (``reason`` None: the server's answer says it) and show its line."""
-        if self.outcome is not None:
-            return
-        answer = self.link.answer
-        if reason is None:
-            assert answer is not None
-            reason = answer.reason or (
-                StopReason.CONVERGED if answer.converged else StopReason.MAX_EPOCHS
-            )
-            why = answer.why or answer.message
-        elapsed = self._final if reason is not StopReason.NOT_TRAINED else None
-        self.outcome = RunOutcome(
-            job_id=self.job_id,
-            batch_size=self.batch_size or self.spec.default_batch_size,
-            trial_number=self.trial_number,
-            converged=self.converged,
-            reason=reason,
-            why=why or "",
-            epochs=self.progress.epochs,
-            max_epochs=self.spec.max_epochs,
-            seconds=elapsed.seconds if elapsed else 0.0,
-            joules=elapsed.joules if elapsed else 0.0,
-            cost=answer.cost if answer is not None else None,
-            next_run=self.link.next_run(),
-            next_refused=self.link.next_refused,
-            offline=self.offline,
-            went_on=went_on,
-            accumulation_steps=self.accumulation.steps if self.batch_size is not None else 1,
-        )
-        self.link.client.close()
-        if self._show is not None:
-            self._show(self.outcome.summary())
