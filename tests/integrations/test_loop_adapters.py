@@ -151,6 +151,33 @@ def test_a_report_before_the_first_optimizer_step_is_said(
         )
 
 
+def test_accelerate_says_where_no_prepared_dataloader_takes_the_batch_size(
+    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop that keeps its own DataLoader size (the one line a user adopting zeus-bso must
+    change) trained it while the server charged its own, without a word, unless the loop
+    called ``step_begin(batch)``. Said at ``train_begin`` now; a loop whose training
+    DataLoader takes ``bso.micro_batch_size`` is told nothing."""
+    import torch
+
+    said = "no DataLoader the accelerator prepared takes this run's batch size"
+    data = torch.utils.data.TensorDataset(torch.zeros(64, 2))
+    for own_size in (True, False):
+        adapter, accelerator = adapter_of("accelerate")
+        caplog.clear()
+        spec = loop_spec("fixedloader")
+        with adapter(accelerator, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            size = 8 if own_size else bso.micro_batch_size
+            loaders = [torch.utils.data.DataLoader(data, batch_size=n) for n in (size, 64)]
+            accelerator.prepare(*loaders)
+            bso.train_begin()
+            bso.report(0.95)
+        assert caplog.text.count(said) == int(own_size)
+        if own_size:
+            assert f"batch size, {bso.batch_size} (theirs: 8, 64)" in caplog.text
+        accelerator.free_memory()
+
+
 class TestAccelerate(LoopAdapterContract):
     """`ZeusBSOAccelerate` on one CPU process passes the loop adapters' contract; Accelerate's
     own accumulation steps follow the session's."""

@@ -21,6 +21,7 @@ continues its trial with ``ZeusBSOAccelerate(..., resume=checkpoint_dir)``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
 from zeus_bso.training.trial_file import trial_in, write_trial
+
+logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
 
@@ -120,6 +123,36 @@ class ZeusBSOAccelerate(TrialSession):
         self._hooks = []
         super()._ending(on_main, close=close)
 
+    @override
+    def train_begin(self, steps_per_epoch: int | None = None) -> None:
+        """`TrialSession.train_begin`, once the loop's DataLoaders are prepared: where none of
+        them takes the run's batch size, the main process says so (`_loaders_said`)."""
+        if not self._began and self.is_main:
+            self._loaders_said()
+        super().train_begin(steps_per_epoch)
+
+    def _loaders_said(self) -> None:
+        """Warn where every DataLoader the accelerator prepared has a fixed batch size and none
+        is the run's (the micro-batch of one that accumulates): the loop would train another
+        size while the server charges this one. The accelerator's list of them is private
+        (``_dataloaders``); without it, or with a loader of a batch sampler (no fixed size),
+        nothing is said."""
+        sizes = [_batch_size_of(loader) for loader in self._prepared_loaders()]
+        if not sizes or None in sizes or self.micro_batch_size in sizes:
+            return
+        logger.warning(
+            "zeus-bso: no DataLoader the accelerator prepared takes this run's batch size, %d "
+            "(theirs: %s): the server charges %d whatever the loop trains. Build the training "
+            "DataLoader with batch_size=bso.micro_batch_size, or call bso.step_begin(batch) at "
+            "each step, which refuses a first batch of another size",
+            self.micro_batch_size,
+            ", ".join(str(size) for size in sizes),
+            self.batch_size,
+        )
+
+    def _prepared_loaders(self) -> list[Any]:
+        return list(getattr(self.accelerator, "_dataloaders", None) or [])
+
     def _accumulate(self) -> None:
         """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`
         micro-batches a step (the loop wraps its step in ``accelerator.accumulate(model)``)."""
@@ -131,3 +164,12 @@ class ZeusBSOAccelerate(TrialSession):
         size = super().fit_in_memory(try_steps)
         self._accumulate()
         return size
+
+
+def _batch_size_of(loader: Any) -> int | None:
+    """A prepared DataLoader's batch size on each process: Accelerate gives its loaders a batch
+    sampler (its ``batch_size``); None: neither says one."""
+    size = getattr(loader, "batch_size", None)
+    if size is None:
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) else None
