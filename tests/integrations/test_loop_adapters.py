@@ -119,38 +119,6 @@ def test_a_loops_learning_rate_follows_the_batch_size_without_the_server_too(
     assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
 
 
-@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
-def test_a_report_before_the_first_optimizer_step_is_said(
-    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture, kind: str
-) -> None:
-    """A loop that validates at the start of each epoch reports its untrained model first: the
-    server counts it as an epoch, and the run's epochs run one ahead of what it trained, without
-    a word. Said at that report (once); a loop that trains before it reports is told nothing."""
-    import torch
-
-    adapter, framework = adapter_of(kind)
-    said = "the run's first report came before its first optimizer step"
-    for evaluates_first in (True, False):
-        spec = loop_spec(f"untrained{kind}")
-        caplog.clear()
-        with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
-            model = torch.nn.Linear(2, 2)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            bso.train_begin()
-            for epoch in range(2):
-                if evaluates_first:
-                    bso.report(0.1 * epoch)
-                optimizer.zero_grad()
-                model(torch.ones(4, 2)).sum().backward()
-                optimizer.step()
-                if not evaluates_first:
-                    bso.report(0.1 * epoch)
-        assert (caplog.text.count(said), bso.outcome and bso.outcome.epochs) == (
-            int(evaluates_first),
-            2,
-        )
-
-
 def test_accelerate_says_where_no_prepared_dataloader_takes_the_batch_size(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -36,14 +36,14 @@ loop_job = contract_job
 
 class LoopAdapterContract(ServedContract):
     """What every loop adapter does through its session: a recurrence reports to the server
-    and converges; a wrong option is refused when the adapter is built; a misconfigured run
-    releases its trial; out of memory is infeasible (before
-    training, the run goes on at a size that fits); accumulation gives every process its
-    micro-batch; a checkpoint resumes its trial, batch size and learning-rate factor, and its
-    reports are logged, through the framework's own logger where the subclass observes it
-    (its ``logged`` fixture); a restart with the same run key continues its trial; GPU power limits
-    are profiled through the loop's step calls, and given back; a server that cannot be reached
-    leaves the run training at the default.
+    and converges; a wrong option is refused when the adapter is built; a first report before
+    any optimizer step is said; a misconfigured run releases its trial; out of memory is
+    infeasible (before training, the run goes on at a size that fits); accumulation gives every
+    process its micro-batch; a checkpoint resumes its trial, batch size and learning-rate
+    factor, and its reports are logged, through the framework's own logger where the subclass
+    observes it (its ``logged`` fixture); a restart with the same run key continues its trial;
+    GPU power limits are profiled through the loop's step calls, and given back; a server that
+    cannot be reached leaves the run training at the default.
 
     Subclass it and define the ``adapter`` fixture::
 
@@ -128,6 +128,34 @@ class LoopAdapterContract(ServedContract):
                 adapter(server_url, job, energy_meter=EstimateMeter(100), **options)
         with ServerClient(server_url) as client:
             assert client.list_jobs(prefix=job.job_id_prefix) == []
+
+    def test_a_report_before_the_first_optimizer_step_is_said(
+        self, adapter: MakeAdapter, server_url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A loop that validates at the start of each epoch reports its untrained model first,
+        which counts as an epoch: said at that report (once); a loop that trains before it
+        reports is told nothing. Either way the reports count as they came."""
+        torch = pytest.importorskip("torch", reason="torch.optim's steps are counted")
+
+        said = "the run's first report came before its first optimizer step"
+        for evaluates_first in (True, False):
+            caplog.clear()
+            job = loop_job("contractuntrained")
+            with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+                model = torch.nn.Linear(2, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                bso.train_begin()
+                for epoch in range(2):
+                    if evaluates_first:
+                        bso.report(0.1 * epoch)
+                    optimizer.zero_grad()
+                    model(torch.ones(4, 2)).sum().backward()
+                    optimizer.step()
+                    if not evaluates_first:
+                        bso.report(0.1 * epoch)
+            assert caplog.text.count(said) == int(evaluates_first)
+            assert bso.outcome is not None
+            assert bso.outcome.epochs == 2
 
     def test_a_first_batch_of_another_size_is_refused_and_not_charged(
         self, adapter: MakeAdapter, server_url: str
