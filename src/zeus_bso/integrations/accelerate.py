@@ -137,7 +137,8 @@ class ZeusBSOAccelerate(TrialSession):
         size while the server charges this one. The accelerator's list of them is private
         (``_dataloaders``); without it, or with a loader of a batch sampler (no fixed size),
         nothing is said."""
-        sizes = [_batch_size_of(loader) for loader in self._prepared_loaders()]
+        prepared = getattr(self.accelerator, "_dataloaders", None) or []
+        sizes = [_batch_size_of(loader) for loader in prepared]
         if not sizes or None in sizes or self.micro_batch_size in sizes:
             return
         logger.warning(
@@ -149,9 +150,6 @@ class ZeusBSOAccelerate(TrialSession):
             ", ".join(str(size) for size in sizes),
             self.batch_size,
         )
-
-    def _prepared_loaders(self) -> list[Any]:
-        return list(getattr(self.accelerator, "_dataloaders", None) or [])
 
     def _accumulate(self) -> None:
         """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`

@@ -158,7 +158,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""
         self._meter = energy_meter
-        self._own_meter = energy_meter is None
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
         self.batch_size: int | None = None
@@ -218,7 +217,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if tunes_the_rate(trainer):
             self._tune_the_rate(trainer, pl_module)
             return
-        if self._own_meter:  # a meter a fit closed does not measure the next fit
+        if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
             self._meter = auto_meter()
         if debugging := debug_run(trainer):  # its epochs are not the job's: not a trial
             self.session = None
@@ -484,7 +483,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         number = restored["trial"].get("trial_number")
         session.withdraw(f"the fit resumed trial {number} from a checkpoint")
         self.session = None  # until the checkpoint's starts (a trial that ended is refused)
-        if self._own_meter:
+        if self.options.get("energy_meter") is None:
             self._meter = auto_meter()
         self._start_session(trainer, self._module, restored)
         assert self.session is not None
