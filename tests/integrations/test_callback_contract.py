@@ -24,7 +24,13 @@ from tests.integrations.test_huggingface import (  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
-from zeus_bso.testing import CallbackAdapterContract, FitResult, RunFit, ScriptedFit  # noqa: E402
+from zeus_bso.testing import (  # noqa: E402
+    CallbackAdapterContract,
+    FitResult,
+    MakeCallback,
+    RunFit,
+    ScriptedFit,
+)
 
 
 def out_of_memory(samples: int) -> Any:
@@ -178,8 +184,18 @@ class TestLightningCallback(OnTheSuitesServer):
     def fit(self) -> RunFit:
         return fit_with_lightning
 
+    @pytest.fixture
+    def make_callback(self) -> MakeCallback:
+        return lambda url, job, **options: ZeusBSOCallback(
+            url, job, monitor="val_metric", **options
+        )
+
 
 class TestHuggingFaceCallback(OnTheSuitesServer):
     @pytest.fixture
     def fit(self) -> RunFit:
         return fit_with_hugging_face
+
+    @pytest.fixture
+    def make_callback(self) -> MakeCallback:
+        return lambda url, job, **options: ZeusBSOTrainerCallback(url, job, **options)

@@ -9,7 +9,8 @@ module and defines one fixture, and pytest runs every test of the contract on it
   (fixture ``adapter``; its ``server_url`` starts a real server, `running_server`);
 - `CallbackAdapterContract`: a training framework's callback that drives its own fit, as the
   Lightning and Hugging Face callbacks do (fixture ``fit``, which runs a `ScriptedFit`: the
-  metric after each epoch, the batch above which a step runs out of memory).
+  metric after each epoch, the batch above which a step runs out of memory; and
+  ``make_callback``, which builds the callback alone, for its option checks).
 
 And the NVML test double (`GPU_DOUBLE`, `described_gpus`: a ``pynvml`` over GPUs a test
 describes, in processes it starts; `double_in_this_process`, in its own; `paced_gpu`, a GPU whose
@@ -26,7 +27,13 @@ except ImportError as err:
 
 from zeus_bso.testing.adapters import Logged, LoopAdapterContract, MakeAdapter, loop_job
 from zeus_bso.testing.bandits import BanditContract
-from zeus_bso.testing.callbacks import CallbackAdapterContract, FitResult, RunFit, ScriptedFit
+from zeus_bso.testing.callbacks import (
+    CallbackAdapterContract,
+    FitResult,
+    MakeCallback,
+    RunFit,
+    ScriptedFit,
+)
 from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
@@ -41,6 +48,7 @@ __all__ = [
     "Logged",
     "LoopAdapterContract",
     "MakeAdapter",
+    "MakeCallback",
     "MeterContract",
     "Opener",
     "RunFit",

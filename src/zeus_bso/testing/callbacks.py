@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,9 @@ class FitResult:
 
 RunFit = Callable[[ScriptedFit], FitResult]
 """Runs one scripted fit through the framework with its callback, on the CPU."""
+MakeCallback = Callable[..., Any]
+"""Builds the callback alone, as ``make(server_url, job, **options)`` (the options the callback
+passes on to its session: ``lr_rule``, ``reference_batch_size``...), without a framework."""
 
 
 class CallbackAdapterContract(ServedContract):
@@ -74,7 +78,8 @@ class CallbackAdapterContract(ServedContract):
     and the framework's logger receives each report's cost; a fit that never reaches the
     target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
-    framework that accumulates gradients of its own is refused, counting nothing.
+    framework that accumulates gradients of its own is refused, counting nothing; a wrong
+    option is refused where the callback is built (with the ``make_callback`` fixture).
 
     Subclass it and define the ``fit`` fixture::
 
@@ -83,12 +88,19 @@ class CallbackAdapterContract(ServedContract):
             def fit(self) -> RunFit:
                 return fit_with_keras  # builds the model, the callback and the data; fits
 
-    A suite that runs a server already overrides ``server_url`` with its URL.
+    A suite that runs a server already overrides ``server_url`` with its URL. A subclass that
+    also defines ``make_callback`` (`MakeCallback`) has its option checks held to the contract.
     """
 
     @pytest.fixture
     def fit(self) -> RunFit:
         raise NotImplementedError("a CallbackAdapterContract subclass defines the `fit` fixture")
+
+    @pytest.fixture
+    def make_callback(self) -> MakeCallback | None:
+        """Builds the callback alone (None, the default: its option checks are not held to
+        the contract)."""
+        return None
 
     def test_a_fit_trains_the_dispatched_size_and_ends_at_the_servers_stop(
         self, fit: RunFit, server_url: str, tmp_path: Path
@@ -155,3 +167,25 @@ class CallbackAdapterContract(ServedContract):
             listed = client.list_jobs(prefix=job.job_id_prefix)
             trials = [t for j in listed for t in client.trials(j.job_id)]
         assert all(t.status == "released" for t in trials), trials
+
+    def test_a_wrong_option_is_refused_where_the_callback_is_built(
+        self, make_callback: MakeCallback | None, server_url: str
+    ) -> None:
+        """Each option the callback passes on to its session is checked when it is built
+        (`zeus_bso.training.session_options.checked_options`), in the script's own line, not
+        at the fit's start after its model and data loaded: a `ConfigurationError` that names
+        it, and nothing reaches the server."""
+        if make_callback is None:
+            pytest.skip("the subclass defines no `make_callback` fixture: the callback alone")
+        job = contract_job("cboption", target_metric=0.5, max_epochs=2)
+        wrong: list[dict[str, Any]] = [
+            {"on_server_unavailable": "skip"},
+            {"lr_rule": "cosine"},
+            {"reference_batch_size": 0, "lr_rule": "linear"},
+            {"max_micro_batch_size": 0},
+        ]
+        for options in wrong:
+            with pytest.raises(ConfigurationError, match=next(iter(options))):
+                make_callback(server_url, job, **options)
+        with ServerClient(server_url) as client:
+            assert client.list_jobs(prefix=job.job_id_prefix) == []
