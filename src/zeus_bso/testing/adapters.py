@@ -19,7 +19,7 @@ from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import StopReason
 from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
-from zeus_bso.testing.served import ServedContract, contract_job
+from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
 from zeus_bso.training.session import TrialSession
 
 MakeAdapter = Callable[..., TrialSession]
@@ -116,13 +116,7 @@ class LoopAdapterContract(ServedContract):
         """Each option the adapter passes on to its session is checked when it is built
         (`zeus_bso.training.session_options.checked_options`): nothing reaches the server."""
         job = loop_job("contractoption")
-        wrong: list[dict[str, Any]] = [
-            {"on_server_unavailable": "skip"},
-            {"lr_rule": "cosine"},
-            {"reference_batch_size": 0, "lr_rule": "linear"},
-            {"max_micro_batch_size": 0},
-        ]
-        for options in wrong:
+        for options in WRONG_OPTIONS:
             name = next(iter(options))
             with pytest.raises(ConfigurationError, match=name):
                 adapter(server_url, job, energy_meter=EstimateMeter(100), **options)

@@ -23,7 +23,7 @@ from zeus_bso.client import ServerClient
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.testing.served import ServedContract, contract_job
+from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +178,7 @@ class CallbackAdapterContract(ServedContract):
         if make_callback is None:
             pytest.skip("the subclass defines no `make_callback` fixture: the callback alone")
         job = contract_job("cboption", target_metric=0.5, max_epochs=2)
-        wrong: list[dict[str, Any]] = [
-            {"on_server_unavailable": "skip"},
-            {"lr_rule": "cosine"},
-            {"reference_batch_size": 0, "lr_rule": "linear"},
-            {"max_micro_batch_size": 0},
-        ]
-        for options in wrong:
+        for options in WRONG_OPTIONS:
             with pytest.raises(ConfigurationError, match=next(iter(options))):
                 make_callback(server_url, job, **options)
         with ServerClient(server_url) as client:

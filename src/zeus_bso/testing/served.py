@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,15 @@ from zeus_bso.client import ServerClient
 from zeus_bso.spec import JobSpec
 from zeus_bso.testing.server import running_server
 from zeus_bso.wire.reads import TrialView
+
+WRONG_OPTIONS: tuple[dict[str, Any], ...] = (
+    {"on_server_unavailable": "skip"},
+    {"lr_rule": "cosine"},
+    {"reference_batch_size": 0, "lr_rule": "linear"},
+    {"max_micro_batch_size": 0},
+)
+"""Options of a session that every adapter refuses where it is built, each naming its first
+key (`zeus_bso.training.session_options.checked_options`)."""
 
 
 def contract_job(prefix: str, target_metric: float = 0.9, max_epochs: int = 3) -> JobSpec:
