@@ -65,6 +65,10 @@ async def summary(
 
 
 JobIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable]
+ProfileQuery = Annotated[
+    Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
+]
+"""A hardware profile named in a query (e.g. ``1xNVIDIA H200@700W``); None: every one."""
 
 
 @router.put(
@@ -96,9 +100,7 @@ async def unpin(job_id: JobIdPath, service: Service) -> None:
 async def forget_power_profiles(
     job_id: JobIdPath,
     service: Service,
-    profile: Annotated[
-        Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
-    ] = None,
+    profile: ProfileQuery = None,
     batch_size: Annotated[int | None, Query(gt=0, le=INT32_MAX)] = None,
 ) -> ForgottenPowerProfiles:
     """Forget the job's power profiles (``power_limit="optimize"``): those of ``batch_size``
@@ -121,9 +123,7 @@ async def forget_power_profiles(
 async def forget_memory_caps(
     job_id: JobIdPath,
     service: Service,
-    profile: Annotated[
-        Annotated[str, Printable] | None, Query(min_length=1, max_length=MAX_ID_LENGTH)
-    ] = None,
+    profile: ProfileQuery = None,
 ) -> ForgottenMemoryCaps:
     """Forget the job's memory caps: the one of the hardware ``profile`` (e.g.
     ``1xNVIDIA H200@700W``), or every one where it is left out. Runs there are dispatched at
