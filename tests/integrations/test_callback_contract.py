@@ -46,6 +46,7 @@ class ScriptedModule(pl.LightningModule):
         self.layer = torch.nn.Linear(8, 2)
         self.scripted = scripted
         self.sizes: list[int] = []
+        self.rates: list[float] = []
 
     def train_dataloader(self) -> Any:
         return torch.utils.data.DataLoader(make_data(128, 0), batch_size=self.batch_size)
@@ -66,7 +67,14 @@ class ScriptedModule(pl.LightningModule):
         self.log("val_metric", self.scripted.metrics[self.current_epoch])
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.05)
+        return torch.optim.SGD(self.parameters(), lr=self.scripted.learning_rate)
+
+    def on_train_start(self) -> None:
+        # After the callback's own on_train_start (Lightning runs callbacks' hooks first).
+        for optimizer in self.trainer.optimizers:
+            optimizer.register_step_pre_hook(
+                lambda o, *_: self.rates.append(float(o.param_groups[0]["lr"]))
+            )
 
 
 class RecordingLogger(pl.loggers.Logger):  # type: ignore[misc]
@@ -100,6 +108,8 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
         monitor="val_metric",
         energy_meter=EstimateMeter(100),
         memory_check_steps=scripted.memory_check_steps,
+        lr_rule=scripted.lr_rule,
+        reference_batch_size=scripted.reference_batch_size,
     )
     logger = RecordingLogger()
     options = quiet_trainer_options(scripted.output_dir) | {"logger": logger}
@@ -111,6 +121,7 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
         batch_sizes=module.sizes,
         outcome=callback.outcome,
         logged_costs=[float(v["bso/cost"]) for v in logger.logged if "bso/cost" in v],
+        rates=module.rates,
     )
 
 
@@ -135,6 +146,20 @@ def limited(model: Any, limit: int | None) -> Any:
     return model if limit is None else runs_out_of_memory_above(model, limit)
 
 
+class RecordingRates(transformers.TrainerCallback):  # type: ignore[misc]
+    """Notes the rate each optimizer step takes: a step pre-hook registered when training
+    begins, after the zeus-bso callback's (which the Trainer runs first)."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def on_train_begin(self, *_: Any, optimizer: Any = None, **__: Any) -> None:
+        inner = getattr(optimizer, "optimizer", optimizer)  # inside Accelerate's wrapper
+        inner.register_step_pre_hook(
+            lambda o, *_: self.rates.append(float(o.param_groups[0]["lr"]))
+        )
+
+
 def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
     torch.manual_seed(0)
     callback = ZeusBSOTrainerCallback(
@@ -144,6 +169,8 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         energy_meter=EstimateMeter(100),
         memory_check_steps=scripted.memory_check_steps,
         output_dir=scripted.output_dir,
+        lr_rule=scripted.lr_rule,
+        reference_batch_size=scripted.reference_batch_size,
     )
     metrics = iter(scripted.metrics)
     sizes: list[int] = []
@@ -152,14 +179,17 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         callback.start(),
         len(scripted.metrics),
         gradient_accumulation_steps=scripted.accumulation,
+        learning_rate=scripted.learning_rate,
+        lr_scheduler_type="constant",
     )
+    rates = RecordingRates()
     trainer = transformers.Trainer(
         model=recording_sizes(limited(tiny_bert(), scripted.out_of_memory_above), sizes),
         args=args,
         train_dataset=TokenDataset(128, 0),
         eval_dataset=TokenDataset(32, 1),
         compute_metrics=lambda _: {"accuracy": next(metrics)},
-        callbacks=[callback],
+        callbacks=[callback, rates],
     )
     trainer.train()
     return FitResult(
@@ -167,6 +197,7 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         batch_sizes=sizes,
         outcome=callback.outcome,
         logged_costs=[e["bso/cost"] for e in trainer.state.log_history if "bso/cost" in e],
+        rates=rates.rates,
     )
 
 

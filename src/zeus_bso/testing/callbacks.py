@@ -48,6 +48,13 @@ class ScriptedFit:
     """The framework's own gradient accumulation, batches an optimizer step (Lightning's
     ``accumulate_grad_batches``, the HF Trainer's ``gradient_accumulation_steps``), set
     without the callback's ``max_micro_batch_size``."""
+    learning_rate: float = 0.01
+    """The optimizer's rate, the same at every step (no schedule)."""
+    lr_rule: str = "none"
+    """The callback's ``lr_rule``."""
+    reference_batch_size: int | None = None
+    """The callback's ``reference_batch_size``: the batch size ``learning_rate`` was tuned at
+    (None: the job's default)."""
 
 
 @dataclass(slots=True)
@@ -63,6 +70,10 @@ class FitResult:
     """The callback's ``outcome`` after the fit."""
     logged_costs: list[float] = field(default_factory=list)
     """The ``bso/cost`` values the framework's logger received, in order."""
+    rates: list[float] = field(default_factory=list)
+    """The rate each optimizer step of the fit's training took (the first param group's, read
+    by a step pre-hook the subclass registers on the optimizer once the framework's training
+    starts, after the callback's own hooks; the memory check's steps need not be there)."""
 
 
 RunFit = Callable[[ScriptedFit], FitResult]
@@ -78,8 +89,9 @@ class CallbackAdapterContract(ServedContract):
     and the framework's logger receives each report's cost; a fit that never reaches the
     target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
-    framework that accumulates gradients of its own is refused, counting nothing; a wrong
-    option is refused where the callback is built (with the ``make_callback`` fixture).
+    framework that accumulates gradients of its own is refused, counting nothing; each optimizer
+    step takes the rate the ``lr_rule`` gives the dispatched batch size; a wrong option is
+    refused where the callback is built (with the ``make_callback`` fixture).
 
     Subclass it and define the ``fit`` fixture::
 
@@ -151,6 +163,31 @@ class CallbackAdapterContract(ServedContract):
         assert result.epochs == 1
         assert result.outcome is not None
         assert result.outcome.converged
+
+    def test_each_step_takes_the_rate_of_the_dispatched_batch_size(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        """With ``lr_rule="linear"`` and a rate tuned at half the batch size the server
+        dispatched, every optimizer step takes twice the optimizer's rate; with
+        ``lr_rule="sqrt"`` and a rate tuned at twice that size, the rate over the square root
+        of two."""
+        size = contract_job("cbrate").default_batch_size
+        for rule, reference, factor in (("linear", size // 2, 2.0), ("sqrt", size * 2, 0.5**0.5)):
+            job = contract_job(f"cbrate{rule}", target_metric=0.5, max_epochs=2)  # its first run
+            scripted = ScriptedFit(
+                server_url,
+                job,
+                (0.6, 0.7),
+                tmp_path / rule,
+                lr_rule=rule,
+                reference_batch_size=reference,
+            )
+            result = fit(scripted)
+            assert result.batch_sizes
+            assert max(result.batch_sizes) == size
+            assert result.rates, "the fit's optimizer stepped without the subclass seeing it"
+            expected = scripted.learning_rate * factor
+            assert result.rates == pytest.approx([expected] * len(result.rates), rel=1e-6)
 
     def test_a_fit_whose_framework_accumulates_of_its_own_is_refused_counting_nothing(
         self, fit: RunFit, server_url: str, tmp_path: Path
