@@ -275,6 +275,31 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         callbacks = run_first(self)  # also when added after the Trainer was built (add_callback)
         if callbacks is not None:
             self._stoppers = [c for c in callbacks if isinstance(c, EarlyStoppingCallback)]
+        session = self._startable(args, state)
+        schedule = (optimizer, lr_scheduler)
+        if args.auto_find_batch_size and self._went_on_shrunk(session, args, state, schedule):
+            return
+        loader = kwargs.get("train_dataloader")
+        self._check_arguments(session, args, state, loader)
+        if (
+            self.memory_check_steps > 0
+            and self.resume_from is None
+            and None not in (model, optimizer, loader)
+        ):
+            self._check_memory(session, args, model, optimizer, loader)
+        if session.lr.rule != "none" and optimizer is not None:
+            self._scale_learning_rate(args, optimizer, lr_scheduler)
+        self._training = True
+        self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
+        epochs = max(1.0, float(args.num_train_epochs))
+        per_epoch = (
+            int(state.max_steps / epochs) if state.max_steps and args.max_steps <= 0 else None
+        )
+        session.train_begin(per_epoch)  # on every rank at once; the heartbeat on rank 0
+
+    def _startable(self, args: TrainingArguments, state: TrainerState) -> TrialSession:
+        """The run's session, where training can start with it; otherwise the refusal (the
+        trial released)."""
         if self.session is None:
             raise ConfigurationError(
                 "call callback.start() before building TrainingArguments, and pass "
@@ -284,31 +309,44 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             )
         if state.is_hyper_param_search:
             self._refuse(hf_arguments.SEARCH_REFUSED)
-        if args.auto_find_batch_size:
-            if self.options.get("max_micro_batch_size") is not None:
-                self._refuse(
-                    "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
-                    "out-of-memory error, while max_micro_batch_size keeps it and accumulates "
-                    "smaller micro-batches: choose one (leave auto_find_batch_size False to "
-                    "accumulate)"
-                )
-            if (before := self._shrunk.shrank(state.train_batch_size)) is not None:
-                self._training, ended, self._ended = False, self._ended, True
-                self._shrunk.went_on(
-                    self.session,
-                    ended,
-                    args.n_gpu,
-                    before,
-                    state.train_batch_size,
-                    (optimizer, lr_scheduler),
-                )
-                if not ended:
-                    self.outcome = self.session.outcome
-                return
+        if args.auto_find_batch_size and self.options.get("max_micro_batch_size") is not None:
+            self._refuse(
+                "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
+                "out-of-memory error, while max_micro_batch_size keeps it and accumulates "
+                "smaller micro-batches: choose one (leave auto_find_batch_size False to "
+                "accumulate)"
+            )
+        return self.session
+
+    def _went_on_shrunk(
+        self,
+        session: TrialSession,
+        args: TrainingArguments,
+        state: TrainerState,
+        schedule: tuple[Any, Any],
+    ) -> bool:
+        """Whether ``auto_find_batch_size`` started training again at a smaller batch size
+        than the run's (after an out-of-memory error): the run goes on outside the optimizer
+        (`zeus_bso.integrations.hf_auto_find.ShrunkRun`)."""
+        before = self._shrunk.shrank(state.train_batch_size)
+        if before is None:
+            return False
+        self._training, ended, self._ended = False, self._ended, True
+        self._shrunk.went_on(session, ended, args.n_gpu, before, state.train_batch_size, schedule)
+        if not ended:
+            self.outcome = session.outcome
+        return True
+
+    def _check_arguments(
+        self, session: TrialSession, args: TrainingArguments, state: TrainerState, loader: Any
+    ) -> None:
+        """Refuse a second ``trainer.train()``, a checkpoint that is not the run's and
+        arguments that would train another batch size than the run's; warn of those that
+        would count its epochs wrongly."""
         if self._ended:  # trainer.train() again, after the run ended
             raise OperationOrderError(
-                f"this callback's run ended (trial {self.session.trial_number} of job "
-                f"{self.session.job_id}): trainer.train() again would train outside the "
+                f"this callback's run ended (trial {session.trial_number} of job "
+                f"{session.job_id}): trainer.train() again would train outside the "
                 "optimizer; for the next run, call start() on a new ZeusBSOTrainerCallback and "
                 "build TrainingArguments with the batch size it returns"
             )
@@ -316,16 +354,15 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             self._refuse(refused)
         refused = hf_arguments.refusal(
             args,
-            micro_batch_size=self.session.micro_batch_size,
+            micro_batch_size=session.micro_batch_size,
             batch_size=self.batch_size,
-            accumulation_steps=self.session.accumulation_steps,
+            accumulation_steps=session.accumulation_steps,
             accumulates=self.options.get("max_micro_batch_size") is not None,
         )
         if refused is not None:
             self._refuse(refused)
-        loader = kwargs.get("train_dataloader")
         sized = loader is None or has_length(loader)  # a dataset without a length has no epochs
-        if self.session.is_main:
+        if session.is_main:
             for warning in hf_arguments.warnings(args, self.job.max_epochs, sized=sized):
                 logger.warning("%s", warning)
             if not sized:
@@ -334,31 +371,30 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                     "job's epochs (it stops at the job's max_epochs, %d evaluations)",
                     self.job.max_epochs,
                 )
-        if (
-            self.memory_check_steps > 0
-            and self.resume_from is None
-            and None not in (model, optimizer, loader)
-        ):
-            try:
-                self.session.check_memory(
-                    lambda size: try_steps(model, optimizer, loader, size, self.memory_check_steps),
-                    goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
-                )
-            except BatchSizeDoesNotFitError as err:
-                self._ended = True
-                self.outcome = self.session.outcome
-                if args.auto_find_batch_size:  # in words the Trainer shrinks the batch at
-                    raise RuntimeError(f"zeus-bso: {err}. out of memory.") from err
-                raise
-        if self.session.lr.rule != "none" and optimizer is not None:
-            self._scale_learning_rate(args, optimizer, lr_scheduler)
-        self._training = True
-        self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
-        epochs = max(1.0, float(args.num_train_epochs))
-        per_epoch = (
-            int(state.max_steps / epochs) if state.max_steps and args.max_steps <= 0 else None
-        )
-        self.session.train_begin(per_epoch)  # on every rank at once; the heartbeat on rank 0
+
+    def _check_memory(
+        self,
+        session: TrialSession,
+        args: TrainingArguments,
+        model: Any,
+        optimizer: Any,
+        loader: Any,
+    ) -> None:
+        """Try ``memory_check_steps`` steps at a batch size new to these GPUs (undone); one
+        out of memory ends the run (`BatchSizeDoesNotFitError`), or, with
+        ``auto_find_batch_size``, raises the out-of-memory error at which the Trainer shrinks
+        the batch."""
+        try:
+            session.check_memory(
+                lambda size: try_steps(model, optimizer, loader, size, self.memory_check_steps),
+                goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
+            )
+        except BatchSizeDoesNotFitError as err:
+            self._ended = True
+            self.outcome = session.outcome
+            if args.auto_find_batch_size:  # in words the Trainer shrinks the batch at
+                raise RuntimeError(f"zeus-bso: {err}. out of memory.") from err
+            raise
 
     @override
     def on_step_begin(
