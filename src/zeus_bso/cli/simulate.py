@@ -132,7 +132,10 @@ def simulate_command(
         typer.Option(
             min=-3,
             max=3,
-            help="The parent's costs (its optimum with them) moved by this many sizes",
+            help="The parent's costs (its optimum with them) moved by this many sizes, toward"
+            " the smaller ones where positive (each size is said to cost what the next larger"
+            " one does), in every seed alike (benchmarks/regret_priors.py's shifted parent"
+            " alternates +1 and -1 by seed)",
         ),
     ] = 0,
     **given: Any,
