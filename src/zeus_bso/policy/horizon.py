@@ -173,12 +173,13 @@ def parabola_cost(means: Mapping[int, float], batch_size: int) -> float | None:
     Past the cheapest size the line bound (`least_cost`) goes on falling with the walk's
     slope, so a size beyond it looks as if it could save as much again; the parabola turns
     up there as the measured costs do. On the trace, at 10 recurrences: 1.111 -> 1.109 on the
-    V100 and 1.129 -> 1.124 on the P100 (on the V100 cifar100's explorations of 512 after
-    128 cost 0.8 points instead of 2.0, movielens-1m explores 8192 after 16384 in 2 seeds of
-    20 instead of 8; librispeech's walk stops at 72 more often, 1.131 -> 1.138); at 20,
-    1.070 -> 1.067 and 1.068 -> 1.065; at 50, 1.040 -> 1.041 and 1.031 -> 1.030
-    (`benchmarks/regret.py --horizons`). A least-squares parabola through every measured
-    size instead: the same but for V100 librispeech (1.148 at 10), whose far sizes bend it."""
+    V100 and 1.129 -> 1.124 on the P100 (on the V100 cifar100 explores 512 after 128 in no
+    seed of 20 instead of 9, its converged explorations cost 0.8 points instead of 2.0, and
+    movielens-1m explores 8192 after 16384 in 2 seeds of 20 instead of 8; librispeech's walk
+    stops at 72 more often, 1.131 -> 1.138); at 20, 1.070 -> 1.067 and 1.068 -> 1.065; at 50,
+    1.040 -> 1.041 and 1.031 -> 1.030 (`benchmarks/regret.py --horizons`). A least-squares
+    parabola through every measured size instead: the same but for V100 librispeech (1.148 at
+    10), whose far sizes bend it."""
     if len(means) < 3:
         return None
     x = math.log(batch_size)
