@@ -3,12 +3,13 @@ against a real server, on the NVML test double of ``zeus_bso.testing.gpus`` (nev
 settings). The double's GPU takes a limit from 200 to 300 W; at each limit it draws a power and
 takes a time a step as ``PACES`` (``zeus_bso.testing.gpus``) say, and the tests' training steps
 sleep that long. The paces make each eta choose another limit: 300 W at eta 0 (never profiled),
-275 W at eta 0.5, 250 W at eta 1. Each eta's limit is about 25% cheaper than its neighbours, and
-stays the cheapest with up to 0.1 s of overhead added to every step: wider than a power trace's
-margins, because a loaded machine slows every step and stalls some, which moves a five-step
-measurement (margins of 7% made a CI run now and then choose 300 W at eta 0.5; margins of 20%
-that an overhead of 57 ms a step closed, 250 W). A loop adapter's step calls are
-`zeus_bso.testing.LoopAdapterContract`'s.
+275 W at eta 0.5, 250 W at eta 1. Each eta's limit is 28-32% cheaper than its neighbours, and
+stays the cheapest with up to 0.18 s of overhead added to every step, or 18 ms more a step at one
+limit than at its neighbour: wider than a power trace's margins, because a loaded machine slows
+every step and stalls some, which moves a five-step measurement (margins of 7% made a CI run now
+and then choose 300 W at eta 0.5; margins of 20% that an overhead of 57 ms a step closed, 250 W;
+with 11 ms between 300 W and 275 W, a CI run measured 275 W no cheaper and stopped the profile
+at 225 W). A loop adapter's step calls are `zeus_bso.testing.LoopAdapterContract`'s.
 """
 
 from __future__ import annotations
