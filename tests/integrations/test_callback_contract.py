@@ -114,8 +114,14 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
     logger = RecordingLogger()
     options = quiet_trainer_options(scripted.output_dir) | {"logger": logger}
     options["accumulate_grad_batches"] = scripted.accumulation
-    trainer = pl.Trainer(callbacks=[callback], max_epochs=len(scripted.metrics), **options)
-    trainer.fit(module)
+    callbacks: list[Any] = [callback]
+    if scripted.checkpoint:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=scripted.output_dir, save_last=True))
+        options["enable_checkpointing"] = True
+    epochs = scripted.epochs or len(scripted.metrics)
+    trainer = pl.Trainer(callbacks=callbacks, max_epochs=epochs, **options)
+    last = scripted.output_dir / "last.ckpt"
+    trainer.fit(module, ckpt_path=str(last) if scripted.resume else None)
     return FitResult(
         epochs=trainer.current_epoch,
         batch_sizes=module.sizes,
@@ -168,19 +174,20 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         metric="eval_accuracy",
         energy_meter=EstimateMeter(100),
         memory_check_steps=scripted.memory_check_steps,
+        resume_from_checkpoint=scripted.resume or None,
         output_dir=scripted.output_dir,
         lr_rule=scripted.lr_rule,
         reference_batch_size=scripted.reference_batch_size,
     )
-    metrics = iter(scripted.metrics)
     sizes: list[int] = []
     args = training_arguments(
         scripted.output_dir,
         callback.start(),
-        len(scripted.metrics),
+        scripted.epochs or len(scripted.metrics),
         gradient_accumulation_steps=scripted.accumulation,
         learning_rate=scripted.learning_rate,
         lr_scheduler_type="constant",
+        save_strategy="epoch" if scripted.checkpoint else "no",
     )
     rates = RecordingRates()
     trainer = transformers.Trainer(
@@ -188,10 +195,14 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         args=args,
         train_dataset=TokenDataset(128, 0),
         eval_dataset=TokenDataset(32, 1),
-        compute_metrics=lambda _: {"accuracy": next(metrics)},
         callbacks=[callback, rates],
     )
-    trainer.train()
+    # Each epoch's evaluation takes the script's metric of that epoch (the Trainer's count
+    # goes on from a resumed checkpoint's).
+    trainer.compute_metrics = lambda _: {
+        "accuracy": scripted.metrics[round(trainer.state.epoch or 1) - 1]
+    }
+    trainer.train(resume_from_checkpoint=scripted.resume or None)
     return FitResult(
         epochs=round(trainer.state.epoch or 0),
         batch_sizes=sizes,

@@ -55,6 +55,16 @@ class ScriptedFit:
     reference_batch_size: int | None = None
     """The callback's ``reference_batch_size``: the batch size ``learning_rate`` was tuned at
     (None: the job's default)."""
+    epochs: int | None = None
+    """The framework's own epoch limit (Lightning's ``max_epochs``, the HF Trainer's
+    ``num_train_epochs``), counting the epochs of a checkpoint the fit resumes (None: as many
+    as ``metrics``)."""
+    checkpoint: bool = False
+    """The framework saves a checkpoint into ``output_dir`` after each epoch."""
+    resume: bool = False
+    """The fit resumes the last checkpoint in ``output_dir``: the framework from its weights
+    and epochs, the callback its trial (each told as the callback's docs say); ``metrics``
+    go on from the checkpoint's epoch."""
 
 
 @dataclass(slots=True)
@@ -62,7 +72,8 @@ class FitResult:
     """What the subclass observed of the fit."""
 
     epochs: int
-    """The epochs the fit trained."""
+    """The epochs the fit trained (those of a checkpoint it resumed included: the framework's
+    epoch count at its end)."""
     batch_sizes: list[int]
     """Every training step's batch (its samples) that ran through, in order (the steps of the
     memory check too; a step that ran out of memory is not one)."""
@@ -90,8 +101,9 @@ class CallbackAdapterContract(ServedContract):
     target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
     framework that accumulates gradients of its own is refused, counting nothing; each optimizer
-    step takes the rate the ``lr_rule`` gives the dispatched batch size; a wrong option is
-    refused where the callback is built (with the ``make_callback`` fixture).
+    step takes the rate the ``lr_rule`` gives the dispatched batch size; a fit resumed from its
+    checkpoint continues its trial; a wrong option is refused where the callback is built (with
+    the ``make_callback`` fixture).
 
     Subclass it and define the ``fit`` fixture::
 
@@ -188,6 +200,33 @@ class CallbackAdapterContract(ServedContract):
             assert result.rates, "the fit's optimizer stepped without the subclass seeing it"
             expected = scripted.learning_rate * factor
             assert result.rates == pytest.approx([expected] * len(result.rates), rel=1e-6)
+
+    def test_a_fit_resumed_from_its_checkpoint_continues_its_trial(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        """A fit that its framework's own epoch limit ended before the server's stop (a job
+        split over two allocations, a preempted node's last checkpoint), checkpointing each
+        epoch, is resumed from its last checkpoint: the resumed fit trains at the size the
+        first was dispatched and ends at the server's stop, and the server holds one trial
+        that trained the epochs of both and reached the target. A framework that asks for a
+        trial before it reads the checkpoint has that one released, counting nothing."""
+        job = contract_job("cbresume", target_metric=0.5, max_epochs=5)
+        metrics = (0.1, 0.2, 0.6, 0.7, 0.8)
+        first = fit(ScriptedFit(server_url, job, metrics, tmp_path, epochs=2, checkpoint=True))
+        assert first.epochs == 2
+        resumed = ScriptedFit(server_url, job, metrics, tmp_path, checkpoint=True, resume=True)
+        second = fit(resumed)
+        trials = self._trials(server_url, job)
+        counted = [t for t in trials if t.status != "released"]
+        assert all(not t.epochs for t in trials if t.status == "released"), trials
+        (trial,) = counted
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 3, True)
+        assert second.epochs == 3  # one epoch after the checkpoint's two: the server's stop
+        assert first.batch_sizes
+        assert second.batch_sizes
+        assert max(second.batch_sizes) == max(first.batch_sizes) == trial.batch_size
+        assert second.outcome is not None
+        assert (second.outcome.converged, second.outcome.reason) == (True, StopReason.CONVERGED)
 
     def test_a_fit_whose_framework_accumulates_of_its_own_is_refused_counting_nothing(
         self, fit: RunFit, server_url: str, tmp_path: Path
