@@ -21,6 +21,8 @@ from zeus_bso.energy import EstimateMeter
 MISSING = upstream_missing()
 UUID = "GPU-0000f00d-1111-2222-3333-444444444444"
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+EPOCH_S = 0.2
+"""An epoch's training in the recurrences' loop (the estimate meter's joules follow it)."""
 
 
 def no_route(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -52,17 +54,22 @@ def test_recurrences_against_upstream_without_heartbeats(
         ) as bso:
             chosen.append(bso.get_batch_size())
             bso.on_train_begin()
-            deadline = time.monotonic() + 10
-            while len(no_route(caplog)) <= run and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert len(no_route(caplog)) == run + 1  # the heartbeat thread gave up
             for epoch in range(1, 5):
+                # An epoch's training: each takes as long, so that upstream's cost bound (twice
+                # the cheapest run) ends no run of a size it prices alike. Nothing else happens
+                # between the reports: a wait here once made the 64's first epoch cost twice
+                # the 16's whole run on a loaded machine.
+                time.sleep(EPOCH_S)
                 answer = bso.on_evaluate(0.6 if epoch == 2 else 0.1)
                 if answer.stop_train:
                     break
             assert answer.stop_train
             assert answer.converged
             assert bso.current_epoch == 2
+            deadline = time.monotonic() + 10
+            while len(no_route(caplog)) <= run and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(no_route(caplog)) == run + 1  # the heartbeat thread gave up
     assert chosen[0] == 32
     assert len(no_route(caplog)) == 3  # once per run, then none
     warned = [
