@@ -807,6 +807,16 @@ class RateRecorder(transformers.TrainerCallback):  # type: ignore[misc]
         return [taken / rate for taken, rate in pairs if rate]
 
 
+class ReportedLogs(transformers.TrainerCallback):  # type: ignore[misc]
+    """What a reporting integration receives: the logs of each ``on_log`` (a copy)."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, float]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+        self.logs.append(dict(logs or {}))
+
+
 def test_the_trainers_learning_rate_and_warm_up_follow_the_batch_size(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -814,21 +824,30 @@ def test_the_trainers_learning_rate_and_warm_up_follow_the_batch_size(
     rate of the schedule (a warm-up, then linear decay) of TrainingArguments.learning_rate,
     and a fixed warm-up is told the steps that keep its samples."""
     spec = job(unique_id("hflr"), target=0.999)
-    recorder = RateRecorder()
+    recorder, reported = RateRecorder(), ReportedLogs()
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
-        train(
+        callback = train(
             server.url,
             spec,
             tmp_path,
             epochs=1,
-            ahead=[recorder],
+            ahead=[recorder, reported],
             callback_options={"lr_rule": "auto", "reference_batch_size": 4},
             learning_rate=1e-3,
             warmup_steps=8,
+            logging_strategy="steps",
+            logging_steps=2,
         )
     assert len(recorder.factors) > 5  # every step but the warm-up's first, at rate 0
     assert recorder.factors == pytest.approx([2.0] * len(recorder.factors))
     assert "set warmup_steps=2 (or warmup_ratio)" in caplog.text
+    # What a reporting integration (W&B, TensorBoard...) and the log history receive: beside
+    # the schedule's learning_rate, the rate the steps took.
+    for logs in (reported.logs, callback.log_history):  # type: ignore[attr-defined]
+        rates = [entry for entry in logs if "learning_rate" in entry]
+        assert len(rates) > 2
+        for entry in rates:
+            assert entry["bso_lr"] == pytest.approx(2.0 * entry["learning_rate"])
 
 
 def test_a_resumed_run_keeps_its_scaled_rates(server: ServerProcess, tmp_path: Path) -> None:

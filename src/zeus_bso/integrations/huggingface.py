@@ -20,7 +20,9 @@ directory, as ``Trainer.train(resume_from_checkpoint=True)`` does.
 The server's cost of each report and the run's energy go into the evaluation metrics
 (``eval_...`` keys' neighbours ``bso_cost`` and ``bso_energy_j``) before the Trainer hands them to
 its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into what
-``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``).
+``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``); each
+training log's ``learning_rate`` (the schedule's) gets ``bso_lr`` beside it, the rate the steps
+take at the run's batch size (``lr_rule``).
 With ``auto_find_batch_size=True``, a batch size that runs out of memory is ``infeasible`` on
 these GPUs, as without it, and so is each smaller size the Trainer then tries that runs out too;
 the run goes on at the Trainer's size, outside the optimizer, until the job's target or
@@ -421,11 +423,26 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         # An evaluation's metrics reach on_log before on_evaluate; this callback runs first
         # (`run_first`), so the cost it adds reaches every integration after it.
-        if not self._training or self.session is None or not logs or self.metric not in logs:
+        if not self._training or self.session is None or not logs:
             return
-        if self._reported_step == state.global_step:
-            return  # reported at this step already, or no step trained yet
+        self._log_stepped_rate(state, logs)
+        if self.metric not in logs or self._reported_step == state.global_step:
+            return  # not an evaluation; or reported at this step already, or no step trained
         self._report(state, control, logs)
+
+    def _log_stepped_rate(self, state: TrainerState, logs: dict[str, float]) -> None:
+        """Beside the Trainer's ``learning_rate`` (its schedule's), the rate its steps take,
+        ``bso_lr``: for the reporting integrations after this callback, and in
+        ``state.log_history`` (where the Trainer put a copy of the logs before its callbacks
+        saw them)."""
+        assert self.session is not None
+        factor, rate = self.session.lr_factor, logs.get("learning_rate")
+        if factor is None or not isinstance(rate, int | float):
+            return
+        logs["bso_lr"] = float(rate) * factor
+        last = state.log_history[-1] if state.log_history else {}
+        if last.get("step") == state.global_step and last.get("learning_rate") == rate:
+            last["bso_lr"] = logs["bso_lr"]
 
     @override
     def on_evaluate(

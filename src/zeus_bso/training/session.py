@@ -375,6 +375,12 @@ class TrialSession(SessionEndings):
         reports log the rate the steps take as ``bso/lr`` from then on."""
         return self._rate.scale(optimizer, self.batch_size, schedulers)
 
+    @property
+    def lr_factor(self) -> float | None:
+        """The factor the run's optimizer steps take their schedule's rates by (`scale`; None:
+        no optimizer scaled)."""
+        return self._rate.saved_factor()
+
     def warmup_steps(self, steps: int) -> int:
         """Warm-up steps at this run's batch size that see the samples ``steps`` saw at the
         reference batch size (warm-up stays constant in samples; with ``lr_rule='none'``, the
