@@ -1041,20 +1041,30 @@ class ScheduledClassifier(TinyClassifier):
 
 
 def test_the_learning_rate_follows_the_batch_size_once_also_when_resumed(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Batch size 32 against the reference 16, linear: the steps take 0.2 of the schedule's
-    0.1; a fit resumed from the checkpoint keeps 0.2, not 0.4."""
+    0.1; a fit resumed from the checkpoint keeps 0.2, not 0.4. A LearningRateMonitor, which
+    logs the schedule's 0.1, is told of the factor."""
     spec = job(unique_id("llr"), target=0.999, max_epochs=4)
     checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
     first = ScheduledClassifier()
     callback = callback_for(server.url, spec, lr_rule="linear", reference_batch_size=16)
     options = {**quiet_trainer_options(tmp_path), "enable_checkpointing": True}
     logs = tmp_path / "logs"
+    monitor = pl.callbacks.LearningRateMonitor()
     trainer = pl.Trainer(
-        max_epochs=2, callbacks=[callback, checkpoints], **{**options, "logger": CSVLogger(logs)}
+        max_epochs=2,
+        callbacks=[callback, checkpoints, monitor],
+        **{**options, "logger": CSVLogger(logs)},
     )
-    trainer.fit(first)
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(first)
+    told = [r.getMessage() for r in caplog.records if "LearningRateMonitor" in r.getMessage()]
+    assert told == [
+        "zeus-bso: LearningRateMonitor logs the schedule's rates; the steps take 2 times them "
+        "at batch size 32 (lr_rule), logged as bso/lr at each validation"
+    ]
     assert first.rates == [(0.2, 0.1), (0.2, 0.1)]
     assert [float(row["bso/lr"]) for row in logged_rows(logs, "bso/lr")] == pytest.approx(
         [0.2, 0.2]

@@ -320,6 +320,15 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         assert self.session is not None
         for optimizer in trainer.optimizers:
             self.session.scale(optimizer)
+        factor = self.session.lr_factor
+        monitors = any(is_a(callback, "LearningRateMonitor") for callback in trainer.callbacks)
+        if monitors and factor is not None and factor != 1.0 and trainer.is_global_zero:
+            logger.info(
+                "zeus-bso: LearningRateMonitor logs the schedule's rates; the steps take %.4g "
+                "times them at batch size %d (lr_rule), logged as bso/lr at each validation",
+                factor,
+                self.session.batch_size,
+            )
 
     @override
     def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
