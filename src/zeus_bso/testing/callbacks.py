@@ -102,8 +102,9 @@ class CallbackAdapterContract(ServedContract):
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
     framework that accumulates gradients of its own is refused, counting nothing; each optimizer
     step takes the rate the ``lr_rule`` gives the dispatched batch size; a fit resumed from its
-    checkpoint continues its trial; a wrong option is refused where the callback is built (with
-    the ``make_callback`` fixture).
+    checkpoint continues its trial; without the server a fit trains at the job's default and
+    ends at its target; a wrong option is refused where the callback is built (with the
+    ``make_callback`` fixture).
 
     Subclass it and define the ``fit`` fixture::
 
@@ -227,6 +228,22 @@ class CallbackAdapterContract(ServedContract):
         assert max(second.batch_sizes) == max(first.batch_sizes) == trial.batch_size
         assert second.outcome is not None
         assert (second.outcome.converged, second.outcome.reason) == (True, StopReason.CONVERGED)
+
+    def test_without_the_server_the_fit_trains_at_the_default(
+        self, fit: RunFit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A server that does not answer (``on_server_unavailable="fallback"``, the default):
+        the fit trains at the job's default batch size, judges the job's target itself and ends
+        there, and its outcome says so (converged, offline)."""
+        monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+        job = contract_job("cboffline", target_metric=0.5, max_epochs=5)
+        unreachable = "http://127.0.0.1:9"  # the discard port: nothing answers
+        result = fit(ScriptedFit(unreachable, job, (0.1, 0.6, 0.7, 0.8, 0.9), tmp_path))
+        assert result.batch_sizes
+        assert max(result.batch_sizes) == job.default_batch_size
+        assert result.epochs == 2  # its target, judged in the fit
+        assert result.outcome is not None
+        assert (result.outcome.converged, result.outcome.offline) == (True, True)
 
     def test_a_fit_whose_framework_accumulates_of_its_own_is_refused_counting_nothing(
         self, fit: RunFit, server_url: str, tmp_path: Path
