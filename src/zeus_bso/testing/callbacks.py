@@ -12,6 +12,7 @@ server stored and what the framework's logger received.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from zeus_bso.client import ServerClient
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
 from zeus_bso.spec import JobSpec, StopReason
+from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
 from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
 
 
@@ -65,6 +67,14 @@ class ScriptedFit:
     """The fit resumes the last checkpoint in ``output_dir``: the framework from its weights
     and epochs, the callback its trial (each told as the callback's docs say); ``metrics``
     go on from the checkpoint's epoch."""
+    samples: int = 128
+    """The training samples of an epoch (its steps: these over the batch size)."""
+    step: Callable[[], None] | None = None
+    """Called at the start of each training step that runs through, before its forward (the
+    contract's paced GPU takes the step's time there; None: nothing)."""
+    power_limit: str = "off"
+    """The callback's ``power_limit``; with ``"optimize"``, the callback measures energy with
+    its own meter (NVML's, the test double's here) rather than the script's estimate."""
 
 
 @dataclass(slots=True)
@@ -102,9 +112,10 @@ class CallbackAdapterContract(ServedContract):
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
     framework that accumulates gradients of its own is refused, counting nothing; each optimizer
     step takes the rate the ``lr_rule`` gives the dispatched batch size; a fit resumed from its
-    checkpoint continues its trial; without the server a fit trains at the job's default and
-    ends at its target; a wrong option is refused where the callback is built (with the
-    ``make_callback`` fixture).
+    checkpoint continues its trial; with ``power_limit="optimize"`` the first fit of a size
+    profiles the GPU's power limits, trains at the cheapest and gives the GPU its limit back;
+    without the server a fit trains at the job's default and ends at its target; a wrong option
+    is refused where the callback is built (with the ``make_callback`` fixture).
 
     Subclass it and define the ``fit`` fixture::
 
@@ -228,6 +239,50 @@ class CallbackAdapterContract(ServedContract):
         assert max(second.batch_sizes) == max(first.batch_sizes) == trial.batch_size
         assert second.outcome is not None
         assert (second.outcome.converged, second.outcome.reason) == (True, StopReason.CONVERGED)
+
+    def test_power_limits_are_profiled_in_the_first_fit_and_given_back(
+        self, fit: RunFit, server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``power_limit="optimize"`` on the NVML test double's `paced_gpu` (each training step
+        takes the time its limit makes it): the first fit of a batch size on these GPUs
+        profiles the limits in its first steps, trains the rest at the cheapest (the server's
+        choice, stored as the job's profile), and gives the GPU its own limit back when it
+        ends, leaving no record to restore."""
+        gpu = paced_gpu()
+        nvml = double_in_this_process(monkeypatch, [gpu], tmp_path)
+        monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+        seen: list[float] = []
+
+        def paced_step() -> None:  # NVML is initialised by then: the callback measures
+            seen.append(limits_of(tmp_path, gpu["uuid"])[0])
+            time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
+
+        job = contract_job("cbpower", target_metric=0.5, max_epochs=2)
+        job = job.model_copy(update={"eta_knob": 1.0})
+        steps = 40  # room for the profile: five limits, seven steps each
+        samples = steps * job.default_batch_size
+        scripted = ScriptedFit(
+            server_url,
+            job,
+            (0.6, 0.7),
+            tmp_path,
+            samples=samples,
+            step=paced_step,
+            power_limit="optimize",
+        )
+        result = fit(scripted)
+        assert result.outcome is not None
+        assert result.outcome.converged
+        with ServerClient(server_url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            (profile,) = client.job_state(listed.job_id)["power_profiles"]
+        assert profile["power_limit"] == cheapest_limit(1.0)
+        assert len(seen) >= steps
+        assert seen[0] == 300.0  # the GPU's own limit until the profile starts
+        assert seen[-1] == cheapest_limit(1.0)  # trained at the chosen limit after it
+        now, changes = limits_of(tmp_path, gpu["uuid"])
+        assert (now, changes[-2:]) == (300.0, [cheapest_limit(1.0), 300.0])  # given back
+        assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
 
     def test_without_the_server_the_fit_trains_at_the_default(
         self, fit: RunFit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
