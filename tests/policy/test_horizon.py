@@ -82,16 +82,15 @@ def test_a_size_is_explored_only_if_what_it_could_save_pays_back() -> None:
     from zeus_bso.policy.horizon import least_cost, likely_cost
 
     # Costs convex in log2 of the size: 100 at 64, 90 at 128, 82 at 256 (each step saves less
-    # than the one before); a line through two sizes bounds the next one from below, and the
-    # parabola through the three (100, 90, 82, then 76) estimates it.
+    # than the one before); a line through two sizes bounds the next one from below.
     means = {64: 100.0, 128: 90.0, 256: 82.0}
     assert least_cost(means, 512) == pytest.approx(74.0)  # through 128 and 256
     assert least_cost(means, 32) == pytest.approx(110.0)  # through 64 and 128
     assert least_cost({64: 100.0}, 128) is None  # one point bounds nothing
-    assert likely_cost(means, 512) == pytest.approx(76.0)
+    assert likely_cost(means, 512) == pytest.approx(74.0)  # beyond the three: the line alone
     stats = {size: _converged(size, cost) for size, cost in means.items()}
-    # 512 could save about 6 a run (7% of one): over one run after it, less than a tenth of a
-    # run; over three, more.
+    # 512 could save at most 8 a run (less than a tenth of one): over one run after it, too
+    # little; over three, enough.
     few = Horizon.of(5, stats, 64)  # three done, two left: one after the exploration
     assert few.allowance is not None
     assert few.allowance > EXPLORATION_RESERVE * 82.0
@@ -101,35 +100,39 @@ def test_a_size_is_explored_only_if_what_it_could_save_pays_back() -> None:
     assert Horizon.of(7, stats, 64).may_explore(1024)  # two sizes away: it could save more
 
 
-def test_past_the_cheapest_size_the_parabola_through_three_sizes_estimates_the_next() -> None:
-    """The line bound goes on falling past the cheapest size (a walk that halved the cost from
-    1024 to 256 and found 128 cheaper still looks as if 64 could save as much again); the
-    parabola through the three measured sizes nearest to it turns up as the costs do, and the
-    payback rule takes the higher of the two."""
+def test_between_measured_sizes_the_parabola_through_three_estimates_a_size() -> None:
+    """The line bound through two sizes on one side goes on falling past the cheapest (a walk
+    that halved the cost from 1024 to 4096 and found 16384 cheaper still makes 8192, between
+    them, look cheaper than 16384); the parabola through the three measured sizes nearest to
+    it turns up as the costs do, and the payback rule takes the higher of the two. Beyond the
+    three (its vertex a guess there) it estimates nothing: the line bound alone is left."""
     from zeus_bso.policy.horizon import least_cost, likely_cost, parabola_cost
 
-    means = {128: 100.0, 256: 106.0, 1024: 200.0}  # log2: 7, 8, 10
-    assert least_cost(means, 64) == pytest.approx(94.0)  # through 128 and 256, falling on
-    # The parabola 100 + a * u**2 + b * u through (7, 100), (8, 106), (10, 200), u = log2 - 7:
-    # a + b = 6 and 9a + 3b = 100, so a = 41 / 3, b = -23 / 3; at 6 (u = -1), 100 + a - b.
-    assert parabola_cost(means, 64) == pytest.approx(100.0 + 41.0 / 3.0 + 23.0 / 3.0)
-    assert likely_cost(means, 64) == parabola_cost(means, 64)
-    # Between measured sizes it agrees with the costs around it; at them, it is their cost.
-    assert parabola_cost(means, 256) == pytest.approx(106.0)
-    assert 100.0 < parabola_cost(means, 512) < 200.0  # type: ignore[operator]
-    assert parabola_cost({128: 100.0, 256: 106.0}, 64) is None  # two sizes: no parabola
-    # Noise that bends it downwards estimates nothing: the line bound alone is left.
+    means = {1024: 240.0, 4096: 128.0, 16384: 80.0}  # log2: 10, 12, 14
+    assert least_cost(means, 8192) == pytest.approx(72.0)  # through 1024 and 4096
+    # The parabola 240 + b * u + a * u**2 through them, u = log2 - 10: 2b + 4a = -112 and
+    # 4b + 16a = -160, so a = 8, b = -72; at 13 (u = 3), 240 - 216 + 72.
+    assert parabola_cost(means, 8192) == pytest.approx(96.0)
+    assert likely_cost(means, 8192) == parabola_cost(means, 8192)
+    assert parabola_cost(means, 4096) == pytest.approx(128.0)  # at a measured size, its cost
+    # Beyond the three: the line bound alone (through 4096 and 16384, falling on).
+    assert parabola_cost(means, 32768) is None
+    assert parabola_cost(means, 512) is None
+    assert likely_cost(means, 32768) == least_cost(means, 32768) == pytest.approx(56.0)
+    assert parabola_cost({1024: 240.0, 4096: 128.0}, 2048) is None  # two sizes: no parabola
+    # Noise that bends it downwards estimates nothing either.
     bent = {128: 100.0, 256: 120.0, 512: 100.0}
-    assert parabola_cost(bent, 64) is None
-    assert likely_cost(bent, 64) == least_cost(bent, 64) == pytest.approx(80.0)
+    assert parabola_cost(bent, 384) is None
+    assert likely_cost(bent, 384) == least_cost(bent, 384)
     stats = {size: _converged(size, cost) for size, cost in means.items()}
-    # Seven runs after the exploration: 94 would pay back (6 a run), the parabola's 121 not.
+    # Seven runs after the exploration: the line's 72 would pay back (8 a run), the parabola's
+    # 96 not; past 16384 the line's 56 does.
     horizon = Horizon.of(11, stats, 1024)
     assert horizon.allowance is not None
-    assert horizon.allowance > EXPLORATION_RESERVE * 100.0
+    assert horizon.allowance > EXPLORATION_RESERVE * 80.0
     assert horizon.left - 1 == 7
-    assert not horizon.may_explore(64)
-    assert horizon.may_explore(512) is False  # estimated above the cheapest too
+    assert not horizon.may_explore(8192)
+    assert horizon.may_explore(32768)
 
 
 def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget() -> None:
