@@ -3,6 +3,7 @@ fits within the runs it expects (`zeus_bso.policy.horizon`)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -133,6 +134,43 @@ def test_between_measured_sizes_the_parabola_through_three_estimates_a_size() ->
     assert horizon.left - 1 == 7
     assert not horizon.may_explore(8192)
     assert horizon.may_explore(32768)
+
+
+def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
+    """One epoch more at one of two sizes tilts the line through their whole costs: the default
+    192 converging at 9 epochs (an epoch 1.27) and 128 at 10 (an epoch 1.19) say smaller sizes
+    cost more (V100 librispeech, whose costs fall to 48). An epoch's cost, measured whole by
+    every run, falls towards 64: the line through it, times 128's 10 epochs, says 64 could save
+    0.9 a run, and the job explores it."""
+    from zeus_bso.policy.horizon import epoch_line_cost, least_cost, likely_cost
+
+    means, epochs = {128: 11.9, 192: 11.43}, {128: 10.0, 192: 9.0}
+    rising = 11.9 + 0.47 * math.log(2) / math.log(1.5)  # more than 192 costs
+    assert least_cost(means, 64) == pytest.approx(rising)
+    by_parts = epoch_line_cost(means, epochs, 64)
+    per_128, per_192 = 1.19, 11.43 / 9.0
+    slope = (per_192 - per_128) / (math.log(192) - math.log(128))
+    assert by_parts == pytest.approx((per_128 - slope * math.log(2)) * 10.0)
+    assert by_parts is not None
+    assert by_parts < 11.43 - 0.85  # 0.9 a run below the cheapest
+    assert likely_cost(means, 64, epochs) == by_parts  # the lower of the two beyond them
+    assert likely_cost(means, 64) == least_cost(means, 64)  # without the epochs: the line
+    # Between measured sizes, or with one size on its side, it says nothing.
+    assert epoch_line_cost({**means, 64: 10.0}, {**epochs, 64: 9.0}, 96) is None
+    assert epoch_line_cost(means, {128: 10.0}, 64) is None
+    assert likely_cost(means, 64, {128: 10.0}) == least_cost(means, 64)
+
+    def ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
+        curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))
+        return BatchSizeStats(size).add(cost, True, curve)
+
+    stats = {192: ran(192, 11.43, 9), 128: ran(128, 11.9, 10)}
+    horizon = Horizon.of(10, stats, 192)
+    assert horizon.epochs == {192: 9.0, 128: 10.0}  # from the converged runs' curves
+    assert horizon.may_explore(64)
+    assert not Horizon(
+        10, horizon.done, horizon.spent, horizon.default_cost, horizon.best_cost, horizon.means
+    ).may_explore(64)  # the line alone refuses it
 
 
 def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget() -> None:
