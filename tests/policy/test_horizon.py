@@ -140,8 +140,8 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     """One epoch more at one of two sizes tilts the line through their whole costs: the default
     192 converging at 9 epochs (an epoch 1.27) and 128 at 10 (an epoch 1.19) say smaller sizes
     cost more (V100 librispeech, whose costs fall to 48). An epoch's cost, measured whole by
-    every run, falls towards 64: the line through it, times 128's 10 epochs, says 64 could save
-    0.9 a run, and the job explores it."""
+    every run, falls towards 64: the line through it, times the fewer epochs of the two (192's
+    9), says 64 could save 2 a run, and the job explores it."""
     from zeus_bso.policy.horizon import epoch_line_cost, least_cost, likely_cost
 
     means, epochs = {128: 11.9, 192: 11.43}, {128: 10.0, 192: 9.0}
@@ -150,15 +150,19 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     by_parts = epoch_line_cost(means, epochs, 64)
     per_128, per_192 = 1.19, 11.43 / 9.0
     slope = (per_192 - per_128) / (math.log(192) - math.log(128))
-    assert by_parts == pytest.approx((per_128 - slope * math.log(2)) * 10.0)
+    assert by_parts == pytest.approx((per_128 - slope * math.log(2)) * 9.0)
     assert by_parts is not None
-    assert by_parts < 11.43 - 0.85  # 0.9 a run below the cheapest
+    assert by_parts < 11.43 - 1.9  # 2 a run below the cheapest
     assert likely_cost(means, 64, epochs) == by_parts  # the lower of the two beyond them
     assert likely_cost(means, 64) == least_cost(means, 64)  # without the epochs: the line
     # Between measured sizes, or with one size on its side, it says nothing.
     assert epoch_line_cost({**means, 64: 10.0}, {**epochs, 64: 9.0}, 96) is None
     assert epoch_line_cost(means, {128: 10.0}, 64) is None
     assert likely_cost(means, 64, {128: 10.0}) == least_cost(means, 64)
+    # The fewer epochs of the two, whichever is nearer.
+    p128, p192 = 11.9 / 9.0, 11.43 / 10.0
+    at_64 = p128 - (p192 - p128) * math.log(2) / math.log(1.5)
+    assert epoch_line_cost(means, {128: 9.0, 192: 10.0}, 64) == pytest.approx(at_64 * 9.0)
 
     def ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
         curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))

@@ -20,7 +20,8 @@ Two rules, each over the whole horizon of ``N`` recurrences (`Horizon.may_explor
   (`least_cost`), and once three sizes are measured, the parabola through the three nearest
   estimates it where it lies between them (`parabola_cost`). Beyond every measured size, where
   one run's epochs to converge can tilt that line, the line through an epoch's cost times the
-  nearest size's epochs estimates it too (`epoch_line_cost`), and the lower of the two counts.
+  fewer epochs of the two nearest sizes estimates it too (`epoch_line_cost`), and the lower of
+  the two counts.
   A size is explored only if what it could save over the runs after its exploration,
   ``(N - done - 1) * (B - likely)`` with that estimate (`likely_cost`), passes
   `PAYBACK_MARGIN` of a run: once the costs flatten out, or turn up past the cheapest, the
@@ -217,8 +218,9 @@ def epoch_line_cost(
     """What ``batch_size``, beyond every measured size, likely costs by its parts: the line
     through the cost of an epoch (``means`` over ``epochs``: mean epochs to converge) at the
     two measured sizes nearest to it, in the log of the batch size, extended to it, times the
-    epochs of the nearest. None: a size between measured ones, or fewer than two measured sizes
-    with their epochs on its side.
+    fewer epochs of the two (as optimistic as the line bound: it may converge as soon as the
+    faster of them). None: a size between measured ones, or fewer than two measured sizes with
+    their epochs on its side.
 
     An epoch's cost is measured whole by every run and changes smoothly with the size; the
     epochs to converge are whole numbers that vary from run to run, and one epoch more at one
@@ -226,7 +228,11 @@ def epoch_line_cost(
     librispeech (costs within 9% from 48 to 96, each run 7-10 epochs) the default 192 at 9
     epochs and 128 at 10 made that line say smaller sizes cost more, and the walk kept to 156
     (27% above 48) in 4 seeds of 20; at 50 recurrences the same kept the job at 1.100 against
-    1.054 without ``expected_recurrences``."""
+    1.054 without ``expected_recurrences``. The fewer epochs of the two rather than the
+    nearest's: P100 squad's 12 converging at 5 epochs and the default 24 at 4 made the nearest's
+    say 4 and 8 cost more too; at 10, 20 and 50 recurrences 1.1235 -> 1.1229, 1.0652 -> 1.0622
+    and 1.0294 -> 1.0259 on the P100, 1.1015 -> 1.1003, 1.0595 -> 1.0585 and 1.0317 -> 1.0311 on
+    the V100."""
     if not means or min(means) < batch_size < max(means):
         return None
     per_epoch = {size: means[size] / epochs[size] for size in means if epochs.get(size)}
@@ -234,8 +240,8 @@ def epoch_line_cost(
     if line is None:
         return None
     x = math.log(batch_size)
-    nearest = min(per_epoch, key=lambda size: abs(math.log(size) - x))
-    return line * epochs[nearest]
+    nearest = sorted(per_epoch, key=lambda size: abs(math.log(size) - x))[:2]
+    return line * min(epochs[size] for size in nearest)
 
 
 def likely_cost(
