@@ -119,7 +119,7 @@ def fit_with_lightning(scripted: ScriptedFit) -> FitResult:
         memory_check_steps=scripted.memory_check_steps,
         lr_rule=scripted.lr_rule,
         reference_batch_size=scripted.reference_batch_size,
-        power_limit=scripted.power_limit,  # type: ignore[arg-type]
+        power_limit=scripted.power_limit,
     )
     logger = RecordingLogger()
     options = quiet_trainer_options(scripted.output_dir) | {"logger": logger}
@@ -187,7 +187,7 @@ def fit_with_hugging_face(scripted: ScriptedFit) -> FitResult:
         metric="eval_accuracy",
         energy_meter=meter_of(scripted),
         memory_check_steps=scripted.memory_check_steps,
-        power_limit=scripted.power_limit,  # type: ignore[arg-type]
+        power_limit=scripted.power_limit,
         resume_from_checkpoint=scripted.resume or None,
         output_dir=scripted.output_dir,
         lr_rule=scripted.lr_rule,

@@ -18,7 +18,14 @@ from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.spec import StopReason
-from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
+from zeus_bso.testing.gpus import (
+    PROFILE_STEPS,
+    assert_given_back,
+    cheapest_limit,
+    double_in_this_process,
+    limits_of,
+    paced_gpu,
+)
 from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
 from zeus_bso.training.session import TrialSession
 
@@ -325,7 +332,7 @@ class LoopAdapterContract(ServedContract):
         nvml = double_in_this_process(monkeypatch, [gpu], tmp_path)
         monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
         job = loop_job("contractpower").model_copy(update={"eta_knob": 1.0})
-        steps = 40  # room for the profile: five limits, seven steps each
+        steps = PROFILE_STEPS
         with adapter(server_url, job, power_limit="optimize") as bso:
             handle = nvml.nvmlDeviceGetHandleByIndex(0)
             bso.train_begin(steps)
@@ -335,13 +342,8 @@ class LoopAdapterContract(ServedContract):
                 bso.step_end()
             during, _ = limits_of(tmp_path, gpu["uuid"])
             assert bso.report(0.95)
-        with ServerClient(server_url) as client:
-            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            (profile,) = client.job_state(listed.job_id)["power_profiles"]
-        assert profile["power_limit"] == during == cheapest_limit(1.0)
-        now, changes = limits_of(tmp_path, gpu["uuid"])
-        assert (now, changes[-2:]) == (300.0, [during, 300.0])  # trained at it, given back
-        assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))  # no record left
+        assert self._chosen_power_limit(server_url, job) == during == cheapest_limit(1.0)
+        assert_given_back(tmp_path, gpu["uuid"], during)  # trained at it, given back
 
     def test_without_the_server_the_run_trains_at_the_default(
         self, adapter: MakeAdapter, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

@@ -23,8 +23,9 @@ import pytest
 from zeus_bso.client import ServerClient
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError
+from zeus_bso.power.run import PowerLimitMode
 from zeus_bso.spec import JobSpec, StopReason
-from zeus_bso.testing.gpus import cheapest_limit, double_in_this_process, limits_of, paced_gpu
+from zeus_bso.testing import gpus
 from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
 
 
@@ -72,7 +73,7 @@ class ScriptedFit:
     step: Callable[[], None] | None = None
     """Called at the start of each training step that runs through, before its forward (the
     contract's paced GPU takes the step's time there; None: nothing)."""
-    power_limit: str = "off"
+    power_limit: PowerLimitMode = "off"
     """The callback's ``power_limit``; with ``"optimize"``, the callback measures energy with
     its own meter (NVML's, the test double's here) rather than the script's estimate."""
 
@@ -248,19 +249,18 @@ class CallbackAdapterContract(ServedContract):
         profiles the limits in its first steps, trains the rest at the cheapest (the server's
         choice, stored as the job's profile), and gives the GPU its own limit back when it
         ends, leaving no record to restore."""
-        gpu = paced_gpu()
-        nvml = double_in_this_process(monkeypatch, [gpu], tmp_path)
+        gpu = gpus.paced_gpu()
+        nvml = gpus.double_in_this_process(monkeypatch, [gpu], tmp_path)
         monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
         seen: list[float] = []
 
         def paced_step() -> None:  # NVML is initialised by then: the callback measures
-            seen.append(limits_of(tmp_path, gpu["uuid"])[0])
+            seen.append(gpus.limits_of(tmp_path, gpu["uuid"])[0])
             time.sleep(nvml._step_seconds(nvml.nvmlDeviceGetHandleByIndex(0)))
 
         job = contract_job("cbpower", target_metric=0.5, max_epochs=2)
         job = job.model_copy(update={"eta_knob": 1.0})
-        steps = 40  # room for the profile: five limits, seven steps each
-        samples = steps * job.default_batch_size
+        samples = gpus.PROFILE_STEPS * job.default_batch_size
         scripted = ScriptedFit(
             server_url,
             job,
@@ -273,16 +273,11 @@ class CallbackAdapterContract(ServedContract):
         result = fit(scripted)
         assert result.outcome is not None
         assert result.outcome.converged
-        with ServerClient(server_url) as client:
-            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
-            (profile,) = client.job_state(listed.job_id)["power_profiles"]
-        assert profile["power_limit"] == cheapest_limit(1.0)
-        assert len(seen) >= steps
+        assert self._chosen_power_limit(server_url, job) == gpus.cheapest_limit(1.0)
+        assert len(seen) >= gpus.PROFILE_STEPS
         assert seen[0] == 300.0  # the GPU's own limit until the profile starts
-        assert seen[-1] == cheapest_limit(1.0)  # trained at the chosen limit after it
-        now, changes = limits_of(tmp_path, gpu["uuid"])
-        assert (now, changes[-2:]) == (300.0, [cheapest_limit(1.0), 300.0])  # given back
-        assert not list((tmp_path / "cache" / "power_limits").glob("*.json"))
+        assert seen[-1] == gpus.cheapest_limit(1.0)  # trained at the chosen limit after it
+        gpus.assert_given_back(tmp_path, gpu["uuid"], gpus.cheapest_limit(1.0))
 
     def test_without_the_server_the_fit_trains_at_the_default(
         self, fit: RunFit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

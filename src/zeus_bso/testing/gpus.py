@@ -105,6 +105,11 @@ def double_in_this_process(
     return module
 
 
+PROFILE_STEPS = 40
+"""Training steps of an epoch that leave a power profile room on `paced_gpu`: five limits,
+seven steps each, and a few at the chosen limit after it."""
+
+
 def limits_of(folder: Path, uuid: str) -> tuple[float, list[float]]:
     """A GPU of `double_in_this_process`'s ``folder``: its limit now and every change, in W
     (300 W, `paced_gpu`'s maximum, before any limit was set)."""
@@ -113,3 +118,12 @@ def limits_of(folder: Path, uuid: str) -> tuple[float, list[float]]:
         return 300.0, []
     saved = json.loads(path.read_text())
     return saved["limit_mw"] / 1000, [mw / 1000 for _, mw in saved["changes"]]
+
+
+def assert_given_back(folder: Path, uuid: str, trained_at: float) -> None:
+    """A GPU of `double_in_this_process`'s ``folder`` after its run: back at its own limit
+    (300 W), the change before that the one it trained at, and no record of a cap left to
+    restore."""
+    now, changes = limits_of(folder, uuid)
+    assert (now, changes[-2:]) == (300.0, [trained_at, 300.0])
+    assert not list((folder / "cache" / "power_limits").glob("*.json"))

@@ -54,3 +54,11 @@ class ServedContract:
         with ServerClient(server_url) as client:
             (listed,) = client.list_jobs(prefix=job.job_id_prefix)
             return client.trials(listed.job_id)
+
+    @staticmethod
+    def _chosen_power_limit(server_url: str, job: JobSpec) -> float:
+        """The limit of the one power profile the one job of ``job``'s prefix stored."""
+        with ServerClient(server_url) as client:
+            (listed,) = client.list_jobs(prefix=job.job_id_prefix)
+            (profile,) = client.job_state(listed.job_id)["power_profiles"]
+        return float(profile["power_limit"])
