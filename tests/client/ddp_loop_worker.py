@@ -42,7 +42,9 @@ def main() -> None:
         except ConfigurationError as error:
             refused = str(error)
     meter = EstimateMeter(100)
-    with TrialSession(rank == 0, lambda values, step: None, server_url, job, meter) as session:
+    with TrialSession(
+        rank == 0, lambda values, step: None, server_url, job, energy_meter=meter
+    ) as session:
         batch_size = session.batch_size
         session.train_begin()
         epochs = 0

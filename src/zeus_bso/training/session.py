@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
+
+from typing_extensions import Unpack
 
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
@@ -22,11 +24,11 @@ from zeus_bso.client.failure import SigtermExceptions
 from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
-from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.energy import auto_meter
 from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.options import JobLike, job_lr_rule, required_job
-from zeus_bso.power.run import PowerLimitMode, PowerLimitRun
-from zeus_bso.scaling.lr import LrRule, LrScaling
+from zeus_bso.power.run import PowerLimitRun
+from zeus_bso.scaling.lr import LrScaling
 from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, TrialId
 from zeus_bso.training.collectives import (
     DISTRIBUTED,
@@ -59,11 +61,6 @@ logger = logging.getLogger(__name__)
 class TrialSession(SessionEndings):
     """One run's trial on every process of a training loop: the batch size, the reports, the
     stop, each GPU's energy once, the framework's logging, and the run's outcome.
-
-    The options an adapter passes on (``energy_meter``, ``token``, ``resume``,
-    ``on_server_unavailable``, ``raise_if_unconverged``, ``lr_rule``, ``reference_batch_size``,
-    ``max_micro_batch_size``, ``power_limit``) are
-    `zeus_bso.training.session_options.SessionOptions`, which says what each does.
 
     Args:
         is_main: whether this is the process that talks to the server (global rank 0).
@@ -99,6 +96,11 @@ class TrialSession(SessionEndings):
             be reached.
         start: ask for the trial now (False: at `start`, which a run of one process calls
             when its script asks for the batch size).
+        options: the options an adapter passes on, by name (``energy_meter``, ``token``,
+            ``resume``, ``on_server_unavailable``, ``raise_if_unconverged``, ``lr_rule``,
+            ``reference_batch_size``, ``max_micro_batch_size``, ``power_limit``):
+            `zeus_bso.training.session_options.SessionOptions`, which says what each does;
+            each is checked (`checked_options`) before anything else.
     """
 
     def __init__(
@@ -107,20 +109,11 @@ class TrialSession(SessionEndings):
         log: Callable[[dict[str, float], int], None],
         server_url: str | None,
         job: JobLike | None,
-        energy_meter: EnergyMeter | None = None,
-        token: str | None = None,
-        resume: Resume = None,
+        *,
         broadcast: Callable[[Any], Any] | None = None,
-        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
-        raise_if_unconverged: bool = False,
         show: Callable[[str], None] | None = show_on_stderr,
-        lr_rule: LrRule = "none",
-        reference_batch_size: int | None = None,
-        max_micro_batch_size: int | None = None,
-        power_limit: PowerLimitMode = "off",
         handle_sigterm: bool = True,
         raise_from_report: bool = True,
-        *,
         collectives: Collectives = DISTRIBUTED,
         gpus: GpuConfig | None = None,
         run_key: str | None = None,
@@ -128,28 +121,20 @@ class TrialSession(SessionEndings):
         retry_seconds: float = 30.0,
         sigterm_exceptions: SigtermExceptions = (),
         start: bool = True,
+        **options: Unpack[SessionOptions],
     ) -> None:
         job = required_job(job)
-        checked_options(
-            SessionOptions(
-                energy_meter=energy_meter,
-                token=token,
-                on_server_unavailable=on_server_unavailable,
-                raise_if_unconverged=raise_if_unconverged,
-                lr_rule=lr_rule,
-                reference_batch_size=reference_batch_size,
-                max_micro_batch_size=max_micro_batch_size,
-                power_limit=power_limit,
-            ),
-            job,
-        )
+        options = checked_options(options, job)
+        energy_meter = options.get("energy_meter")
+        raise_if_unconverged = options.get("raise_if_unconverged", False)
         self._job = job
-        self._max_micro_batch_size = max_micro_batch_size
+        self._max_micro_batch_size = options.get("max_micro_batch_size")
         self._batch_sizes = list(job.batch_sizes)
-        self._power = RunPower(power_limit == "optimize")
+        self._power = RunPower(options.get("power_limit", "off") == "optimize")
         restore_left_over()  # what a run killed on this node left changed
-        rule = job_lr_rule(job, lr_rule)
-        self.lr = LrScaling(rule, reference_batch_size or job.default_batch_size)
+        rule = job_lr_rule(job, options.get("lr_rule", "none"))
+        reference = options.get("reference_batch_size")
+        self.lr = LrScaling(rule, reference or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._rate = RunRate(self.lr)
         self.is_main = is_main
@@ -175,10 +160,10 @@ class TrialSession(SessionEndings):
         self._trains_on = self._gpus.gpu_model if names_gpu else "this machine"
         self._talk = ServerSettings(
             server_url,
-            token,
+            options.get("token"),
             rule,
             run_key,
-            on_server_unavailable,
+            options.get("on_server_unavailable", "fallback"),
             heartbeat_seconds,
             retry_seconds,
             show,
@@ -201,7 +186,7 @@ class TrialSession(SessionEndings):
         self._steps = StepCount()  # from train_begin: a report before any step is said
         self._untrained_said = False
         if start:
-            self.start(resume)
+            self.start(options.get("resume"))
 
     def _new_server(self) -> ServerRun:
         """The main process's side of the run (no network yet)."""
