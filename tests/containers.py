@@ -31,6 +31,9 @@ BASE_IMAGE = "localhost/zeus-bso-test/bookworm-python3:1"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
 DEBIAN_MIRROR = os.environ.get("ZEUS_BSO_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 POSTGRES_IMAGE = "localhost/zeus-bso-test/postgres:15"
+# Debian trixie's Python (3.13), newer than the 3.11 the suite runs on: the package's newest
+# supported Python, tested from a wheel (tests/deploy/test_newer_python.py).
+NEWER_PYTHON_IMAGE = "localhost/zeus-bso-test/trixie-python3:1"
 # pip and apt inside a build reach their indexes with the host's settings and certificates.
 _HOST_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
 
@@ -103,9 +106,15 @@ class Podman:
         about 40 CPU-seconds (debootstrap, then tar, took 90 and twice the time)."""
         with _kept_images_lock():
             if not self.image_exists(BASE_IMAGE):
-                self._make_base_image()
+                self._make_debian_image(BASE_IMAGE, "bookworm")
 
-    def _make_base_image(self) -> None:
+    def ensure_newer_python_image(self) -> None:
+        """Debian trixie with python3 (3.13), made as the base is (kept between runs)."""
+        with _kept_images_lock():
+            if not self.image_exists(NEWER_PYTHON_IMAGE):
+                self._make_debian_image(NEWER_PYTHON_IMAGE, "trixie")
+
+    def _make_debian_image(self, tag: str, suite: str) -> None:
         mmdebstrap = shutil.which("mmdebstrap")
         if mmdebstrap is None:
             raise FileNotFoundError("mmdebstrap is not installed: apt-get install mmdebstrap")
@@ -114,7 +123,7 @@ class Podman:
                 [mmdebstrap, "--quiet", "--variant=minbase", f"--include={BASE_PACKAGES}"]
                 # As another user than root, in a user namespace of its own (as rootless podman).
                 + ([] if os.geteuid() == 0 else ["--mode=unshare"])
-                + ["bookworm", "-", DEBIAN_MIRROR],
+                + [suite, "-", DEBIAN_MIRROR],
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
@@ -122,7 +131,7 @@ class Podman:
             assert made.stdout is not None
             with made.stdout:
                 imported = subprocess.run(
-                    [self.binary, "import", "-", BASE_IMAGE],
+                    [self.binary, "import", "-", tag],
                     stdin=made.stdout,
                     env=self.env,
                     capture_output=True,
@@ -133,7 +142,7 @@ class Podman:
             log.seek(0)
             errors = log.read().decode(errors="replace")
         if made.returncode != 0:
-            self.run("rmi", BASE_IMAGE, check=False)  # a part of a tree, should one be imported
+            self.run("rmi", tag, check=False)  # a part of a tree, should one be imported
             raise FileNotFoundError(f"mmdebstrap failed: {errors[-2000:]}")
         if imported.returncode != 0:
             raise AssertionError(f"podman import failed: {imported.stderr}")
@@ -199,17 +208,18 @@ def _kept_images_lock() -> Iterator[None]:
 
 
 def prepare_kept_images() -> None:
-    """Make the images the deployment tests keep between runs (the Debian base, PostgreSQL),
-    which depend on nothing in the repository. ``scripts/test`` runs this (``python3
-    tests/containers.py``) in the background while it installs the environment, so that a
-    fresh machine builds them beside its downloads instead of in the tests' time. Without
-    podman or mmdebstrap it does nothing: the tests skip, saying why."""
+    """Make the images the deployment tests keep between runs (the Debian base, PostgreSQL,
+    Debian trixie's newer Python), which depend on nothing in the repository. ``scripts/test``
+    runs this (``python3 tests/containers.py``) in the background while it installs the
+    environment, so that a fresh machine builds them beside its downloads instead of in the
+    tests' time. Without podman or mmdebstrap it does nothing: the tests skip, saying why."""
     try:
         podman = Podman()
     except FileNotFoundError as err:
         print(f"no images made: {err}")
         return
     podman.ensure_postgres_image()
+    podman.ensure_newer_python_image()
 
 
 def _write_containers_conf() -> str:
