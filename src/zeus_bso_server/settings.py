@@ -42,16 +42,17 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
             f"database driver {url.drivername!r} is not supported; use sqlite:///..., "
             "postgresql://... (psycopg) or mysql://... (PyMySQL)"
         )
-    if dialect.module is not None and importlib.util.find_spec(dialect.module) is None:
-        raise SettingsError(
-            f"the {dialect.backend} driver {dialect.module} is not installed; {dialect.install}"
-        )
+    # The URL's own mistakes first: installing the driver would not mend them.
     if dialect.backend != "sqlite" and "@" in f"{url.host or ''}{url.database or ''}":
         # The password's '@' ended it early: what followed became the host, or the database.
         raise SettingsError(
             f"the {dialect.backend} URL has an '@' after its user and password: an '@' in the "
             "password must be written %40 (percent-encoded), or give the password alone in "
             "ZEUS_BSO_DB_PASSWORD"
+        )
+    if dialect.module is not None and importlib.util.find_spec(dialect.module) is None:
+        raise SettingsError(
+            f"the {dialect.backend} driver {dialect.module} is not installed; {dialect.install}"
         )
     url = dialect.url(url)
     if user is not None:

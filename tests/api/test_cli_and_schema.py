@@ -210,6 +210,17 @@ def test_an_at_sign_in_a_password_is_said_before_a_connection(backend: str) -> N
     assert (azure.username, azure.host) == ("zeus@srv", "srv.corp")
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_an_at_sign_in_a_password_is_said_before_a_missing_driver(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installing the driver does not mend the URL: its own mistake is said first (a server
+    without its driver said only "not installed", and after the install, the '@')."""
+    monkeypatch.setitem(sys.modules, DRIVERS[backend][0], None)  # as if it were not installed
+    with pytest.raises(SettingsError, match="an '@' in the password must be written %40"):
+        to_engine_url(f"{backend}://zeus:p@ss@db.corp/zeus")
+
+
 def test_settings_from_a_secret_with_a_line_break_are_read_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
