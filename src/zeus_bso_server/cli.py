@@ -293,6 +293,7 @@ def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
     it is lost: one process loads the app before uvicorn handles signals, and a Ctrl-C in
     between would otherwise raise wherever the import happened to be."""
     import uvicorn
+    from uvicorn.importer import import_from_string
 
     options: dict[str, Any] = {
         "factory": True,
@@ -315,7 +316,7 @@ def _run_uvicorn(settings: Settings, interrupt: Interrupt) -> None:
     config = uvicorn.Config(APP, **options)
     server = uvicorn.Server(config)
     interrupt.hand_over(server.handle_exit)  # a Ctrl-C from now on stops the server
-    config.load_app()
+    import_from_string(APP)  # the app's modules, before uvicorn.Server.run imports them again
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run
         server.run()
     if not server.started:  # it could not listen: uvicorn.run's status
@@ -494,6 +495,13 @@ def _asks_json_logs(args: list[str]) -> bool:
     return _is_json(None)
 
 
+_USAGE_ERROR: type[Exception] = getattr(typer, "TyperException", None) or next(
+    kind for kind in typer.BadParameter.__mro__ if kind.__name__ == "ClickException"
+)
+"""What a usage error raises: typer's own base (typer 0.28 and later), else click's
+``ClickException`` (click itself before typer 0.26, typer's own copy of it since)."""
+
+
 def main() -> None:
     """Entry point of the ``zeus-bso-server`` command."""
     args = sys.argv[1:]
@@ -505,7 +513,7 @@ def main() -> None:
         status = app(standalone_mode=False)  # the status of a typer.Exit, else None
     except typer.Abort:  # Ctrl-C before the server started
         raise SystemExit(EXIT_FAILURE) from None
-    except typer.TyperException as error:  # a usage error
+    except _USAGE_ERROR as error:  # a usage error
         format_message = getattr(error, "format_message", None)
         message = format_message() if callable(format_message) else str(error)
         _fail(ServerError(str(message)), json_lines=True)

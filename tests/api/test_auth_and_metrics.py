@@ -263,7 +263,7 @@ def test_json_logs_are_one_object_a_line_with_the_request_id(tmp_path: Path) -> 
     [
         (["--db", "sqlite:////nonexistent/dir/bso.db"], {}, 1, "cannot use the database"),
         (["--port", "abc"], {}, 2, "--port"),
-        (["--bogus"], {}, 2, "No such option: --bogus"),
+        (["--bogus"], {}, 2, "--bogus"),  # "No such option" as click words it
         ([], {"ZEUS_BSO_PORT": "99999"}, 2, "ZEUS_BSO_PORT"),
     ],
 )

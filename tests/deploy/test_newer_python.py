@@ -1,9 +1,9 @@
 """The package on a newer Python than the suite's 3.11: Debian trixie's python3 (3.13), the wheel
 built there and installed with the server extra as a user installs it, the server started, a
-script of upstream Zeus's loop shape run against it for three recurrences, and the simulator run
-on the shipped trace. (Torch and the frameworks are not installed: their CPU builds here are
-3.11's; the server, the client, the policy and the simulator are what a newer Python could
-break.)"""
+script of upstream Zeus's loop shape (`tests/scripts/upstream_recurrences.py`) run against it for
+three recurrences, and the simulator run on the shipped trace. (Torch and the frameworks are not
+installed: their CPU builds here are 3.11's; the server, the client, the policy and the simulator
+are what a newer Python could break.)"""
 
 from __future__ import annotations
 
@@ -14,43 +14,14 @@ from pathlib import Path
 
 from tests.containers import NEWER_PYTHON_IMAGE, REPO, Podman
 
-SCRIPT = """
-import json, sys, time
-import httpx
-from zeus_bso import BatchSizeOptimizer, JobSpec
-from zeus_bso.energy import EstimateMeter
-
-url = "http://127.0.0.1:8000"
-for _ in range(300):
-    try:
-        if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-            break
-    except httpx.HTTPError:
-        pass
-    time.sleep(0.1)
-job = JobSpec(job_id_prefix="newer-python", batch_sizes=[8, 16, 32], default_batch_size=16,
-              target_metric=0.5, max_epochs=5)
-sizes = []
-for _ in range(3):
-    with BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(100.0), show=None) as bso:
-        sizes.append(bso.get_batch_size())
-        bso.on_train_begin()
-        for epoch in range(1, job.max_epochs + 1):
-            time.sleep(0.02)
-            if bso.on_evaluate(0.3 * epoch).stop_train:
-                break
-        job_id = bso.job_id
-trials = httpx.get(f"{url}/api/jobs/{job_id}", timeout=10).json()["trials"]
-print(json.dumps({"python": list(sys.version_info[:2]), "sizes": sizes, "trials": trials}))
-"""
-
 COMMANDS = """
 set -e
 python3 -m venv /venv
 /venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir \
   --no-warn-script-location /src'[server]' > /tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
 /venv/bin/zeus-bso-server serve --db sqlite:////tmp/bso.db > /tmp/server.log 2>&1 &
-/venv/bin/python /work/script.py > /work/run.json || { cat /tmp/server.log; exit 4; }
+/venv/bin/python /work/script.py http://127.0.0.1:8000 3 > /work/run.json \
+  || { cat /tmp/server.log; exit 4; }
 /venv/bin/zeus-bso simulate --workload squad --gpu v100 --recurrences 5 --seeds 0 \
   --json /work/simulated.json > /dev/null
 """
@@ -67,7 +38,7 @@ def test_the_server_client_and_simulator_run_on_a_newer_python(
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
     work = tmp_path / "work"
     work.mkdir()
-    (work / "script.py").write_text(SCRIPT)
+    shutil.copy(REPO / "tests/scripts/upstream_recurrences.py", work / "script.py")
     mounts = ["-v", f"{source}:/src:ro", "-v", f"{work}:/work"]
     for path in ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt"):  # the host's index
         if Path(path).exists():
