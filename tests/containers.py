@@ -14,6 +14,7 @@ import atexit
 import fcntl
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -36,6 +37,14 @@ POSTGRES_IMAGE = "localhost/zeus-bso-test/postgres:15"
 NEWER_PYTHON_IMAGE = "localhost/zeus-bso-test/trixie-python3:1"
 # pip and apt inside a build reach their indexes with the host's settings and certificates.
 _HOST_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
+
+
+def host_index_mounts() -> list[str]:
+    """``podman`` volume options that give a build or a container the host's package index
+    settings and certificates (those of `_HOST_FILES` that exist), read-only."""
+    return [
+        arg for path in _HOST_FILES if Path(path).exists() for arg in ("-v", f"{path}:{path}:ro")
+    ]
 
 
 def dev_tool(name: str) -> str:
@@ -110,7 +119,7 @@ class Podman:
 
     def ensure_newer_python_image(self) -> None:
         """Debian trixie with python3 (3.13), made as the base is (kept between runs)."""
-        with _kept_images_lock("newer-python"):
+        with _kept_images_lock(NEWER_PYTHON_IMAGE):
             if not self.image_exists(NEWER_PYTHON_IMAGE):
                 self._make_debian_image(NEWER_PYTHON_IMAGE, "trixie")
 
@@ -161,10 +170,7 @@ class Podman:
             args += ["-f", str(containerfile)]
         for name, value in build_args.items():
             args += ["--build-arg", f"{name}={value}"]
-        for path in _HOST_FILES:
-            if Path(path).exists():
-                args += ["-v", f"{path}:{path}:ro"]
-        self.run(*args, str(context), timeout=1200)
+        self.run(*args, *host_index_mounts(), str(context), timeout=1200)
         after = self.run("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
         if previous and previous != after:
             self.run("rmi", previous, check=False)  # in use by a container: it stays
@@ -172,7 +178,7 @@ class Podman:
     def ensure_postgres_image(self) -> None:
         """PostgreSQL 15 from Debian's package, with the official image's conventions (kept
         between runs, as the base is, which this `Podman` made or found when it started)."""
-        with _kept_images_lock("postgres"):
+        with _kept_images_lock(POSTGRES_IMAGE):
             if not self.image_exists(POSTGRES_IMAGE):
                 self.build(
                     POSTGRES_IMAGE, REPO / "tests/deploy/postgres-image", BASE_IMAGE=BASE_IMAGE
@@ -196,15 +202,14 @@ class Podman:
 
 
 @contextmanager
-def _kept_images_lock(image: str = "base") -> Iterator[None]:
+def _kept_images_lock(image: str = BASE_IMAGE) -> Iterator[None]:
     """Held while a kept image is looked for and made: `prepare_kept_images`, started by
     ``scripts/test`` beside its installs, and the tests' fixtures make each once between them.
-    One an image, so that a test waits only for the image it needs, not for another being made
-    (with one lock, the compose test's set-up took 76 s beside the newer Python's image, 45 s
-    before it). One a user: each user's podman keeps
-    images of its own (a rootless podman, in the user's storage), and a lock file another user
-    made may not be opened."""
-    name = f"zeus-bso-test-kept-images-{os.getuid()}-{image}.lock"
+    One an image (its tag), so that a test waits only for the image it needs, not for another
+    being made (with one lock, the compose test's set-up took 76 s beside the newer Python's
+    image, 45 s before it). One a user: each user's podman keeps images of its own (a rootless
+    podman, in the user's storage), and a lock file another user made may not be opened."""
+    name = f"zeus-bso-test-kept-images-{os.getuid()}-{re.sub(r'[^A-Za-z0-9.]+', '-', image)}.lock"
     path = Path(tempfile.gettempdir()) / name
     with path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -12,7 +12,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from tests.containers import NEWER_PYTHON_IMAGE, REPO, Podman
+from tests.containers import NEWER_PYTHON_IMAGE, REPO, Podman, host_index_mounts
 
 COMMANDS = """
 set -e
@@ -39,10 +39,7 @@ def test_the_server_client_and_simulator_run_on_a_newer_python(
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(REPO / "tests/scripts/upstream_recurrences.py", work / "script.py")
-    mounts = ["-v", f"{source}:/src:ro", "-v", f"{work}:/work"]
-    for path in ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt"):  # the host's index
-        if Path(path).exists():
-            mounts += ["-v", f"{path}:{path}:ro"]
+    mounts = ["-v", f"{source}:/src:ro", "-v", f"{work}:/work", *host_index_mounts()]
     name = f"zeus-bso-test-newer-python-{uuid.uuid4().hex[:8]}"
     ran = podman.run(
         "run",
