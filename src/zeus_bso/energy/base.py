@@ -72,17 +72,11 @@ class EnergyMeter(Protocol):
         ...
 
 
-class ProcessMeter:
+class ProcessMeter(EnergyMeter):
     """Base of a meter whose devices are this process's alone (an estimate, a meter of your
     own): one device, keyed by host and process, so a distributed run counts it once per rank.
     A subclass sets ``name``, ``is_estimate``, ``device_model``, ``device_count`` and
-    ``max_power`` and defines `energy` and `close`."""
-
-    name: str
-    is_estimate: bool
-    device_model: str
-    device_count: int
-    max_power: float
+    ``max_power`` (the attributes `EnergyMeter` declares) and defines `energy` and `close`."""
 
     @property
     def devices(self) -> Sequence[Device]:

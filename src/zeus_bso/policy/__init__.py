@@ -50,6 +50,7 @@ from zeus_bso.policy.profiles import (
 )
 from zeus_bso.policy.pruning import PruningSettings, next_pruning_step
 from zeus_bso.policy.types import (
+    Arms,
     BatchSizeStats,
     BestRun,
     ByProfile,
@@ -59,6 +60,7 @@ from zeus_bso.policy.types import (
     EpochSums,
     JobHistory,
     JobState,
+    Observations,
     Posterior,
     Prior,
     PriorMode,
@@ -72,6 +74,7 @@ __all__ = [
     "BANDITS",
     "LIFECYCLE",
     "OPEN",
+    "Arms",
     "Bandit",
     "BatchSizeStats",
     "BestRun",
@@ -84,6 +87,7 @@ __all__ = [
     "Event",
     "JobHistory",
     "JobState",
+    "Observations",
     "Posterior",
     "Prior",
     "PriorMode",

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NotRequired, TypedDict
 
 from zeus_bso.errors import PinnedOutOfMemoryError, ReportMismatchError
 from zeus_bso.policy.cost import (
@@ -350,6 +351,17 @@ def _check_cumulative(trial: TrialState, *, time: float, energy: float, current_
                 f"{name} {value:g} is below the {before:g} already reported for trial "
                 f"{trial.trial_number}; time and energy are cumulative since the run began"
             )
+
+
+class Measured(TypedDict):
+    """A report's measurements (cumulative since its run began) and whether it is the run's
+    last (``final``), as `after_report` takes them."""
+
+    time: float
+    energy: float
+    metric: float
+    current_epoch: int
+    final: NotRequired[bool]
 
 
 def after_report(

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Unpack
 
 from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy.history import history_of
 from zeus_bso.policy.machine import (
     Dispatched,
+    Measured,
     Reported,
     after_dispatch,
     after_report,
@@ -133,15 +135,7 @@ def next_run(
 
 
 def report(
-    store: JobStore,
-    job: CreatedJob,
-    trial: TrialState,
-    *,
-    time: float,
-    energy: float,
-    metric: float,
-    current_epoch: int,
-    final: bool = False,
+    store: JobStore, job: CreatedJob, trial: TrialState, **measured: Unpack[Measured]
 ) -> Reported:
     """Judge a report of ``trial`` and store what changed: the trial, and after its final
     report the job's statistics too (``final``: see `after_report`).
@@ -149,16 +143,7 @@ def report(
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
-    step = after_report(
-        job,
-        counted(store, store.state()),
-        trial,
-        time=time,
-        energy=energy,
-        metric=metric,
-        current_epoch=current_epoch,
-        final=final,
-    )
+    step = after_report(job, counted(store, store.state()), trial, **measured)
     if step.final or step.trial != trial:
         store.save_trial(step.trial, step.job)
     return step

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import TypeAlias
 
 from zeus_bso.policy.curves import CURVES_KEPT, Curve
 from zeus_bso.spec import GpuConfig, StopReason, TrialKind, TrialStatus
@@ -51,6 +52,13 @@ class CostStats:
     def scaled(self, factor: float) -> CostStats:
         """The statistics of the same costs, each multiplied by ``factor``."""
         return CostStats(self.count, self.mean * factor, self.m2 * factor * factor)
+
+
+Arms: TypeAlias = tuple[int, ...]
+"""The batch sizes a bandit chooses among, ascending."""
+
+Observations: TypeAlias = Mapping[int, CostStats]
+"""Each observed arm's cost statistics (an arm not observed is absent)."""
 
 
 @dataclass(frozen=True, slots=True)

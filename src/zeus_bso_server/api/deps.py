@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -23,3 +23,10 @@ async def _database(request: Request) -> Database:
 
 Service = Annotated[BatchSizeService, Depends(_service)]
 Db = Annotated[Database, Depends(_database)]
+
+
+NO_SUCH_JOB: dict[int | str, dict[str, Any]] = {404: {"description": "No such job"}}
+"""The documented answer of a route about a job that does not exist."""
+
+NO_SUCH_TRIAL: dict[int | str, dict[str, Any]] = {404: {"description": "No such trial"}}
+"""The documented answer of a route about a trial that does not exist."""

@@ -18,7 +18,7 @@ from zeus_bso.spec import (
     Printable,
     TrialId,
 )
-from zeus_bso_server.api.deps import Db, Service
+from zeus_bso_server.api.deps import NO_SUCH_JOB, NO_SUCH_TRIAL, Db, Service
 from zeus_bso_server.queries import fleet_summary, job_summaries, job_view, trial_view
 from zeus_bso_server.read_models import (
     FleetSummary,
@@ -74,7 +74,7 @@ ProfileQuery = Annotated[
 @router.put(
     "/jobs/{job_id:path}/pin",
     response_model=Pin,
-    responses={404: {"description": "No such job"}, 409: {"description": "Cannot pin so"}},
+    responses={**NO_SUCH_JOB, 409: {"description": "Cannot pin so"}},
 )
 async def pin(job_id: JobIdPath, service: Service, body: PinRequest | None = None) -> Pin:
     """Pin the job: every run gets the batch size (by default the one recommended now) and
@@ -84,9 +84,7 @@ async def pin(job_id: JobIdPath, service: Service, body: PinRequest | None = Non
     return Pin(job_id=job_id, batch_size=size)
 
 
-@router.delete(
-    "/jobs/{job_id:path}/pin", status_code=204, responses={404: {"description": "No such job"}}
-)
+@router.delete("/jobs/{job_id:path}/pin", status_code=204, responses=NO_SUCH_JOB)
 async def unpin(job_id: JobIdPath, service: Service) -> None:
     """Unpin the job: the optimizer chooses its runs' batch sizes again."""
     await service.unpin(job_id)
@@ -95,7 +93,7 @@ async def unpin(job_id: JobIdPath, service: Service) -> None:
 @router.delete(
     "/jobs/{job_id:path}/power_profiles",
     response_model=ForgottenPowerProfiles,
-    responses={404: {"description": "No such job"}},
+    responses=NO_SUCH_JOB,
 )
 async def forget_power_profiles(
     job_id: JobIdPath,
@@ -118,7 +116,7 @@ async def forget_power_profiles(
 @router.delete(
     "/jobs/{job_id:path}/memory_caps",
     response_model=ForgottenMemoryCaps,
-    responses={404: {"description": "No such job"}},
+    responses=NO_SUCH_JOB,
 )
 async def forget_memory_caps(
     job_id: JobIdPath,
@@ -134,9 +132,7 @@ async def forget_memory_caps(
     return ForgottenMemoryCaps(job_id=job_id, forgotten=forgotten)
 
 
-@router.get(
-    "/jobs/{job_id:path}", response_model=JobView, responses={404: {"description": "No such job"}}
-)
+@router.get("/jobs/{job_id:path}", response_model=JobView, responses=NO_SUCH_JOB)
 async def get_job(
     db: Db,
     job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
@@ -148,17 +144,13 @@ async def get_job(
     return await job_view(db, job_id, limit, before)
 
 
-@router.post(
-    "/trials/heartbeat", response_model=TrialView, responses={404: {"description": "No such trial"}}
-)
+@router.post("/trials/heartbeat", response_model=TrialView, responses=NO_SUCH_TRIAL)
 async def heartbeat(trial: TrialId, service: Service) -> TrialView:
     """Renew a running trial's lease; a client calls it while it trains."""
     return trial_view(await service.heartbeat(trial))
 
 
-@router.post(
-    "/trials/release", response_model=TrialView, responses={404: {"description": "No such trial"}}
-)
+@router.post("/trials/release", response_model=TrialView, responses=NO_SUCH_TRIAL)
 async def release(trial: EndedTrial, service: Service) -> TrialView:
     """Release a trial whose run ended for a reason that is not its batch size's (a
     misconfigured script, the framework's own epoch limit below the job's): an open trial
@@ -171,7 +163,7 @@ async def release(trial: EndedTrial, service: Service) -> TrialView:
     "/trials/infeasible",
     response_model=TrialView,
     responses={
-        404: {"description": "No such trial"},
+        **NO_SUCH_TRIAL,
         409: {"description": "A micro-batch above the batch size, or a trial that ended"},
     },
 )
@@ -196,7 +188,7 @@ async def infeasible(trial: InfeasibleTrial, service: Service) -> TrialView:
     "/trials/power_profile",
     response_model=PowerProfileView,
     responses={
-        404: {"description": "No such trial"},
+        **NO_SUCH_TRIAL,
         409: {
             "description": "The job does not profile power limits, the trial ended or sent "
             "another profile, or a limit is above its GPUs' power"

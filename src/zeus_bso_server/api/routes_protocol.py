@@ -25,7 +25,7 @@ from zeus_bso.spec import (
     ReportResponse,
     TrainingResult,
 )
-from zeus_bso_server.api.deps import Service
+from zeus_bso_server.api.deps import NO_SUCH_JOB, NO_SUCH_TRIAL, Service
 from zeus_bso_server.api.errors import answers
 from zeus_bso_server.errors import JobNotFoundError, TrialNotFoundError
 
@@ -270,14 +270,14 @@ async def report(result: TrainingResult, service: Service) -> Response:
     return _json(await service.report(result))
 
 
-@router.patch("/trials", responses={404: {"description": "No such trial"}})
+@router.patch("/trials", responses=NO_SUCH_TRIAL)
 async def end_trial(trial: EndedTrial, service: Service) -> None:
     """End a trial. One that never sent a final report becomes failed, with the ``message``
     given (why its run ended) as its message."""
     await service.end_trial(trial, trial.message)
 
 
-@router.delete("/jobs", responses={404: {"description": "No such job"}})
+@router.delete("/jobs", responses=NO_SUCH_JOB)
 async def delete_job(job_id: JobIdQuery, service: Service) -> None:
     """Delete a job with all its trials."""
     await service.delete_job(job_id)

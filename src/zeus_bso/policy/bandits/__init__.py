@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from zeus_bso.errors import UnknownBanditError
 from zeus_bso.policy.bandits.thompson import ThompsonSampling
 from zeus_bso.policy.bandits.ucb import LowerConfidenceBound
-from zeus_bso.policy.types import CostStats, JobHistory, JobState, Posterior
+from zeus_bso.policy.types import Arms, JobHistory, JobState, Observations, Posterior
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
@@ -35,19 +35,11 @@ ENTRY_POINTS = "zeus_bso.bandits"
 class Bandit(Protocol):
     """Chooses among the arms from their observed costs."""
 
-    def choose(
-        self,
-        arms: tuple[int, ...],
-        observations: Mapping[int, CostStats],
-        rng: random.Random,
-        pulls: int,
-    ) -> int:
+    def choose(self, arms: Arms, observations: Observations, rng: random.Random, pulls: int) -> int:
         """The arm the next run uses (``pulls``: bandit-stage trials so far)."""
         ...
 
-    def posteriors(
-        self, arms: tuple[int, ...], observations: Mapping[int, CostStats]
-    ) -> dict[int, Posterior]:
+    def posteriors(self, arms: Arms, observations: Observations) -> dict[int, Posterior]:
         """What the bandit believes of each arm's mean reward (reward = -cost): the
         recommendation and the dashboard read it."""
         ...
@@ -102,19 +94,13 @@ def bandit_for(job: CreatedJob) -> Bandit:
 
 
 def choose_arm(
-    job: CreatedJob,
-    arms: tuple[int, ...],
-    observations: Mapping[int, CostStats],
-    rng: random.Random,
-    pulls: int = 0,
+    job: CreatedJob, arms: Arms, observations: Observations, rng: random.Random, pulls: int = 0
 ) -> int:
     """The arm the job's bandit chooses for the next run (``pulls``: bandit trials so far)."""
     return bandit_for(job).choose(arms, observations, rng, pulls)
 
 
-def arm_posteriors(
-    job: CreatedJob, arms: tuple[int, ...], observations: Mapping[int, CostStats]
-) -> dict[int, Posterior]:
+def arm_posteriors(job: CreatedJob, arms: Arms, observations: Observations) -> dict[int, Posterior]:
     """Each arm's posterior over its mean reward, as the job's bandit believes it: what a reader
     of the job's state is shown."""
     return bandit_for(job).posteriors(arms, observations)

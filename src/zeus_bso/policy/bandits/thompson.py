@@ -12,12 +12,11 @@ sampling is the same with each arm's own variance (``per_arm`` noise) and no exp
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from zeus_bso.policy.posteriors import optimistic_cost, posteriors_under
-from zeus_bso.policy.types import CostStats, Posterior
+from zeus_bso.policy.types import Arms, CostStats, Observations, Posterior
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
@@ -59,9 +58,7 @@ class ThompsonSampling:
             optimism=0.0,
         )
 
-    def posteriors(
-        self, arms: tuple[int, ...], observations: Mapping[int, CostStats]
-    ) -> dict[int, Posterior]:
+    def posteriors(self, arms: Arms, observations: Observations) -> dict[int, Posterior]:
         return posteriors_under(
             self.noise, arms, observations, self.prior_mean, self.prior_precision
         )
@@ -72,13 +69,7 @@ class ThompsonSampling:
         # An arm nobody has observed, under an uninformative prior, has nothing to sample from.
         return stats.count == 0 and self.prior_precision == 0.0
 
-    def choose(
-        self,
-        arms: tuple[int, ...],
-        observations: Mapping[int, CostStats],
-        rng: random.Random,
-        pulls: int,
-    ) -> int:
+    def choose(self, arms: Arms, observations: Observations, rng: random.Random, pulls: int) -> int:
         """A random under-explored arm first, else the best posterior sample (each arm's drawn
         independently from ``rng``), or, after ``exploit_after`` bandit trials, the observed arm
         with the lowest optimistic cost."""

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zeus_bso.policy.posteriors import pooled_cv2, posteriors_under
-from zeus_bso.policy.types import CostStats, Posterior
+from zeus_bso.policy.types import Arms, CostStats, Observations, Posterior
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
@@ -35,14 +34,10 @@ class LowerConfidenceBound:
     def of(cls, job: CreatedJob) -> LowerConfidenceBound:
         return cls(job.mab_prior_mean, job.mab_prior_precision, max(job.mab_num_explorations, 1))
 
-    def posteriors(
-        self, arms: tuple[int, ...], observations: Mapping[int, CostStats]
-    ) -> dict[int, Posterior]:
+    def posteriors(self, arms: Arms, observations: Observations) -> dict[int, Posterior]:
         return posteriors_under("pooled", arms, observations, self.prior_mean, self.prior_precision)
 
-    def bounds(
-        self, arms: tuple[int, ...], observations: Mapping[int, CostStats]
-    ) -> dict[int, float]:
+    def bounds(self, arms: Arms, observations: Observations) -> dict[int, float]:
         """Each observed arm's lower confidence bound on its mean cost."""
         seen = {arm: observations[arm] for arm in arms if arm in observations}
         seen = {arm: stats for arm, stats in seen.items() if stats.count}
@@ -54,13 +49,7 @@ class LowerConfidenceBound:
             for arm, stats in seen.items()
         }
 
-    def choose(
-        self,
-        arms: tuple[int, ...],
-        observations: Mapping[int, CostStats],
-        rng: random.Random,
-        pulls: int,
-    ) -> int:
+    def choose(self, arms: Arms, observations: Observations, rng: random.Random, pulls: int) -> int:
         empty = CostStats()
         unexplored = [
             arm for arm in arms if observations.get(arm, empty).count < self.num_explorations

@@ -27,6 +27,7 @@ from zeus_bso.policy import (
 from zeus_bso.spec import GpuConfig
 from zeus_bso_server.store.dialects import dialect_of
 from zeus_bso_server.store.repository.rows import (
+    UPDATE_JOB,
     StoredJob,
     by_profile_json,
     change,
@@ -40,11 +41,7 @@ from zeus_bso_server.store.repository.rows import (
 )
 from zeus_bso_server.store.tables import db_now
 
-_SET_BY_PROFILE = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(by_profile=bindparam("by_profile", type_=JSON()))
-)
+_SET_BY_PROFILE = UPDATE_JOB.values(by_profile=bindparam("by_profile", type_=JSON()))
 
 
 def set_by_profile(conn: Connection, job_id: str, by: ByProfile) -> None:
@@ -52,10 +49,8 @@ def set_by_profile(conn: Connection, job_id: str, by: ByProfile) -> None:
     conn.execute(_SET_BY_PROFILE, {"key_job_id": job_id, "by_profile": by_profile_json(by)})
 
 
-_SET_MEMORY_CAPS = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(memory_caps=bindparam("memory_caps", type_=JSON()), updated_at=db_now())
+_SET_MEMORY_CAPS = UPDATE_JOB.values(
+    memory_caps=bindparam("memory_caps", type_=JSON()), updated_at=db_now()
 )
 
 
@@ -66,11 +61,7 @@ def set_memory_caps(conn: Connection, job_id: str, caps: dict[str, int]) -> None
     )
 
 
-_SET_PRIOR = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(prior=bindparam("prior", type_=JSON()))
-)
+_SET_PRIOR = UPDATE_JOB.values(prior=bindparam("prior", type_=JSON()))
 
 
 def set_prior(conn: Connection, job_id: str, prior: Prior) -> None:

@@ -10,9 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeAlias, cast
 
 from pydantic import ValidationError
-from sqlalchemy import (
-    Table,
-)
+from sqlalchemy import Table, bindparam, update
 from sqlalchemy.engine import Row
 
 from zeus_bso.policy import (
@@ -44,6 +42,11 @@ trials = cast(Table, TrialRow.__table__)
 
 
 power_profiles = cast(Table, PowerProfileRow.__table__)
+
+
+UPDATE_JOB = update(jobs).where(jobs.c.job_id == bindparam("key_job_id"))
+"""An update of the job row whose id is the parameter ``key_job_id``; each statement that
+changes a job's columns adds its ``values``."""
 
 
 Record: TypeAlias = Row[Any]

@@ -28,6 +28,7 @@ from zeus_bso.policy import (
 )
 from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso_server.store.repository.rows import (
+    UPDATE_JOB,
     StoredTrial,
     change,
     jobs,
@@ -56,11 +57,7 @@ _EXPLORATIONS = select(trials).where(
 )
 
 
-_ADVANCE = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(next_trial_number=bindparam("next_trial_number"), updated_at=db_now())
-)
+_ADVANCE = UPDATE_JOB.values(next_trial_number=bindparam("next_trial_number"), updated_at=db_now())
 
 
 _ENTER_BANDIT = _ADVANCE.values(
@@ -69,15 +66,11 @@ _ENTER_BANDIT = _ADVANCE.values(
 )
 
 
-_SET_STATS = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("key_job_id"))
-    .values(
-        stats=bindparam("stats", type_=JSON()),
-        best_batch_size=bindparam("best_batch_size"),
-        best_cost=bindparam("best_cost"),
-        arms=bindparam("arms", type_=jobs.c.arms.type),
-    )
+_SET_STATS = UPDATE_JOB.values(
+    stats=bindparam("stats", type_=JSON()),
+    best_batch_size=bindparam("best_batch_size"),
+    best_cost=bindparam("best_cost"),
+    arms=bindparam("arms", type_=jobs.c.arms.type),
 )
 
 
