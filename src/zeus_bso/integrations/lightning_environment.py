@@ -8,10 +8,6 @@ from typing import Any
 
 from zeus_bso.options import LIGHTNING_JOB_VARIABLE, environment_setting
 
-JOB_VARIABLE = LIGHTNING_JOB_VARIABLE
-"""The job of every Trainer in this environment: a `JobSpec` as JSON, or the path of a JSON
-file holding one (see `callbacks_from_environment`)."""
-
 
 def callbacks_from_environment() -> list[Any]:
     """Lightning's ``callbacks_factory`` entry point: a `ZeusBSOCallback` for every Trainer when

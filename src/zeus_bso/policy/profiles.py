@@ -38,10 +38,6 @@ from zeus_bso.spec import CreatedJob, GpuConfig, TrialKind, gpu_of, profile_key
 EpochCosts: TypeAlias = Mapping[tuple[str, int], float]
 """The mean cost of an epoch by (profile, batch size), from the trials' reports."""
 
-EpochReadings: TypeAlias = Mapping[tuple[str, int], tuple[float, float]]
-"""The mean energy and time of an epoch by (profile, batch size), over the trials' latest
-reports: what `profiles_of` prices into `EpochCosts`."""
-
 WindowedCosts: TypeAlias = Mapping[int, Sequence[tuple[float, "str | None"]]]
 """Each batch size's most recent final costs, oldest first, each with its trial's profile."""
 

@@ -137,10 +137,8 @@ class _StepFactor:
     def __init__(self, optimizer: Any, factor: float) -> None:
         self.factor = factor
         self._set_aside: list[Any] | None = None
-        self._handles = (
-            optimizer.register_step_pre_hook(self._before),
-            optimizer.register_step_post_hook(self._after),
-        )
+        optimizer.register_step_pre_hook(self._before)
+        optimizer.register_step_post_hook(self._after)
 
     def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._after(optimizer, args, kwargs)  # a step that raised left its rates scaled
@@ -156,10 +154,6 @@ class _StepFactor:
             if rate is not None:
                 group["lr"] = rate
         self._set_aside = None
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
 
 
 _FACTORS: weakref.WeakKeyDictionary[Any, _StepFactor] = weakref.WeakKeyDictionary()
@@ -198,13 +192,6 @@ def step_factor(optimizer: Any) -> float | None:
     """The factor `scale_optimizer` gave ``optimizer``'s steps (None: none)."""
     attached = _FACTORS.get(_innermost(optimizer))
     return attached.factor if attached is not None else None
-
-
-def unscale_optimizer(optimizer: Any) -> None:
-    """``optimizer``'s steps take the schedule's rates again (see `scale_optimizer`)."""
-    attached = _FACTORS.pop(_innermost(optimizer), None)
-    if attached is not None:
-        attached.remove()
 
 
 def stepped_rate(optimizer: Any) -> float:
