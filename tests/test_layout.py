@@ -173,6 +173,16 @@ def circles() -> list[list[str]]:
     return found
 
 
+MOST_LINES = 600
+"""The longest a module of either package may be: one that grows past it holds more than one
+thing, and is split by what it does."""
+
+
+def test_no_module_is_longer_than_most_lines() -> None:
+    lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert {name: n for name, n in lengths.items() if n > MOST_LINES} == {}
+
+
 def test_no_import_circles() -> None:
     assert circles() == []
 
