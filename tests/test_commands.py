@@ -92,10 +92,16 @@ def test_a_traceback_from_a_function_of_the_project_is_not_pythons_start() -> No
 KeyboardInterrupt
 """
     assert python_starting(starting)
-    ours = starting.replace(
-        '  File "<frozen',
-        '  File "/ci/src/zeus_bso/entry.py", line 88, in run_command\n  File "<frozen',
-    )
+    ours = """Traceback (most recent call last):
+  File "/ci/.venv/bin/zeus-bso", line 10, in <module>
+    sys.exit(main())
+  File "/ci/src/zeus_bso/entry.py", line 107, in main
+    run_command("zeus_bso.cli")
+  File "/ci/src/zeus_bso/entry.py", line 90, in run_command
+    command = importlib.import_module(module).main
+  File "<frozen importlib._bootstrap>", line 1176, in _find_and_load
+KeyboardInterrupt
+"""
     assert not python_starting(ours)
     assert not python_starting("Traceback (most recent call last):\nKeyboardInterrupt\n")
 
