@@ -108,6 +108,19 @@ def test_a_trusted_prior_that_knows_one_size_runs_the_default_first() -> None:
     assert _run(two)[0] == 128
 
 
+def test_a_size_the_prior_does_not_know_ranks_with_its_best_before_one_it_finds_dearer() -> None:
+    # The parent never ran 256 (a size this job's list adds, or one past its own walk): from
+    # 128, its best, the walk tries 256 before 64, which the prior puts 56% dearer than 128.
+    # Ranked last, an unknown size came after every size the prior predicts dearer, and a job
+    # with expected_recurrences could spend its budget on those first.
+    costs = {size: RELATED.costs[size] for size in (32, 64, 128)}
+    trusted = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.TRUST))
+    assert [_run(trusted)[0] for _ in range(3)] == [128, 256, 64]
+    # Known to the prior as 70% dearer than 128 (64: 56%), 256 comes after 64.
+    dearer = _job(Prior.of({**costs, 256: 1.7}, {512}, EPOCH_COST, PriorMode.TRUST))
+    assert [_run(dearer)[0] for _ in range(3)] == [128, 64, 256]
+
+
 def test_a_trusted_prior_holds_with_the_cheapest_two_sizes_from_its_best() -> None:
     # The prior puts 64 cheapest; here 256 is (27, against 128's 32 and 64's 50): two sizes
     # off. A declared parent's optimum may sit a size away, and a noisy run a size further:
