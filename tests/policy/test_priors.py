@@ -121,6 +121,25 @@ def test_a_size_the_prior_does_not_know_ranks_with_its_best_before_one_it_finds_
     assert [_run(dearer)[0] for _ in range(3)] == [128, 64, 256]
 
 
+@pytest.mark.parametrize(("cost_of_64", "tried"), [(2.0, False), (1.3, True)])
+def test_the_best_s_far_side_runs_only_where_the_prior_lets_it_undercut_the_cheapest(
+    cost_of_64: float, tried: bool
+) -> None:
+    # 128, the prior's best, runs dear here (7 epochs: 56) and 256 (45) becomes the cheapest.
+    # The walk then guards the best against its one costly run by trying its far side, 64,
+    # only where the prior lets 64 cost less than 256 while it holds: scaled from 256's cost,
+    # 64 costs 45 * 2.0 / 1.2 = 75 by the prior, and even 1.5 times cheaper (the most a
+    # measured ratio may stray before the prior is dropped), 50: more than 45. At 1.3: 32.5.
+    costs = {32: 3.0, 64: cost_of_64, 128: 1.0, 256: 1.2}
+    job = _job(Prior.of(costs, {512}, EPOCH_COST, PriorMode.TRUST))
+    epochs = {**EPOCHS, 128: 7}
+    while job.state.arms is None:
+        _run(job, epochs=epochs)
+    sizes = [t.batch_size for t in job.trials if t.round == PRIOR_ROUND]
+    assert sizes == [128, 256, 64] if tried else [128, 256]
+    assert job.state.arms == ((64, 128, 256) if tried else (128, 256))
+
+
 def test_a_trusted_prior_holds_with_the_cheapest_two_sizes_from_its_best() -> None:
     # The prior puts 64 cheapest; here 256 is (27, against 128's 32 and 64's 50): two sizes
     # off. A declared parent's optimum may sit a size away, and a noisy run a size further:
