@@ -210,6 +210,7 @@ def next_prior_step(
             measured = walk.converged[best] / walk.converged[first]
             if _off(measured, prior.costs[best] / prior.costs[first], COST_RATIO_TOLERANCE):
                 return None
+    order = cheaper_first(prior, best)
     while True:
         # The cheapest's untried neighbours, then the prior's best's: one costly run at the
         # best must not turn the walk away from the sizes the prior puts cheapest. Once the
@@ -220,12 +221,12 @@ def next_prior_step(
             [s for s in neighbours(sizes, centre) if s not in walk.tried | prior.hopeless]
             for centre in (cheapest, best)
         ]
-        near = abs(sizes.index(cheapest) - sizes.index(best)) <= 1
-        guarded = [s for s in candidates[1] if may_undercut(prior, walk.converged, s, cheapest)]
-        untried = candidates[0] or (guarded if near else [])
+        untried = candidates[0]
+        if not untried and abs(sizes.index(cheapest) - sizes.index(best)) <= 1:
+            untried = [s for s in candidates[1] if may_undercut(prior, walk.converged, s, cheapest)]
         if not untried:
             break
-        size = min(untried, key=cheaper_first(prior, best))
+        size = min(untried, key=order)
         went = walk.step(size)
         if not isinstance(went, bool):
             return went
