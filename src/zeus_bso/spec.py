@@ -33,13 +33,13 @@ from zeus_bso.wire.jobs import (
     JobSpec,
     JobSpecFromClient,
     _JobOptions,
-    auto_prior_refused,
     differing_settings,
     gpu_of,
     hardware_words,
     policy_options,
     profile_key,
     profile_words,
+    seed_refused,
 )
 from zeus_bso.wire.trials import (
     EXTENSIONS_HEADER,
@@ -138,7 +138,6 @@ __all__ = [
     "TrialStatus",
     "WireModel",
     "_JobOptions",
-    "auto_prior_refused",
     "batch_sizes_in",
     "declared_extensions",
     "differing_settings",
@@ -148,4 +147,5 @@ __all__ = [
     "policy_options",
     "profile_key",
     "profile_words",
+    "seed_refused",
 ]

@@ -19,9 +19,9 @@ from zeus_bso.spec import (
     CreatedJob,
     JobSpecFromClient,
     TrialId,
-    auto_prior_refused,
     gpu_of,
     profile_key,
+    seed_refused,
 )
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
@@ -138,13 +138,14 @@ def seed_of(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Pr
 
     Raises:
         PriorError: ``prior_from`` names no job, the job itself, or one with no converged run
-            at a batch size of this job; or it is ``auto`` in trust mode.
+            at a batch size of this job; or the seed settings are refused
+            (`zeus_bso.spec.seed_refused`: trust mode without it, or ``auto`` in trust mode).
     """
+    if (refused := seed_refused(spec)) is not None:
+        raise PriorError(refused)
     named = spec.prior_from
     if named is None:
         return None
-    if (refused := auto_prior_refused(spec)) is not None:
-        raise PriorError(refused)
     if named == "auto":  # the prefix's job updated last that learned something; check mode
         for sibling in repo.latest_of_prefix(conn, spec.job_id_prefix, job_id):
             found = _learned(conn, sibling, policy.PriorMode.CHECK, spec.batch_sizes)

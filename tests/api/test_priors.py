@@ -200,6 +200,11 @@ def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.
     assert trusted.status_code == 422
     assert "prior_from='auto' seeds in check mode only" in trusted.json()["message"]
     assert http.get(f"/api/jobs/{child}").status_code == 404
+    # Trust mode trusts a declared parent: without prior_from there is none to trust.
+    unseeded = http.post("/jobs", json=_body(child, prior_mode="trust"))
+    assert unseeded.status_code == 422
+    assert "prior_from is not set" in unseeded.json()["message"]
+    assert http.get(f"/api/jobs/{child}").status_code == 404
     other = http.post("/jobs", json=_body(None, prior_from="anything", prior_mode="blind"))
     assert other.status_code == 422
     assert "prior_mode" in other.text

@@ -93,13 +93,18 @@ def test_invalid_job_specs_are_rejected(overrides: dict[str, Any], needle: str) 
     assert needle in str(info.value)
 
 
-def test_an_auto_prior_in_trust_mode_is_refused_by_the_user_s_spec() -> None:
-    """The user's `JobSpec` refuses it at once; the server's wire model takes it (a job that
-    exists keeps what it learned, whatever its seed settings say), and the server refuses it
-    for a new job (`tests/api/test_priors.py`)."""
+def test_trust_mode_without_a_declared_parent_is_refused_by_the_user_s_spec() -> None:
+    """Trust mode with ``prior_from="auto"`` or without ``prior_from``: the user's `JobSpec`
+    refuses it at once; the server's wire model takes it (a job that exists keeps what it
+    learned, whatever its seed settings say), and the server refuses it for a new job
+    (`tests/api/test_priors.py`)."""
     fields = {"job_id_prefix": "job", "batch_sizes": [32, 64], "default_batch_size": 64}
     with pytest.raises(ValidationError, match="prior_from='auto' seeds in check mode only"):
         JobSpec(**fields, prior_from="auto", prior_mode="trust")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="prior_from is not set: give the parent job's id"):
+        JobSpec(**fields, prior_mode="trust")  # type: ignore[arg-type]
+    assert JobSpec(**fields, prior_mode="check").prior_from is None  # type: ignore[arg-type]
+    assert JobSpecFromClient(**body(prior_mode="trust")).prior_mode == "trust"
     assert JobSpec(**fields, prior_from="auto").prior_mode == "check"  # type: ignore[arg-type]
     assert JobSpec(**fields, prior_from="parent-1", prior_mode="trust")  # type: ignore[arg-type]
     sent = JobSpecFromClient(**body(prior_from="auto", prior_mode="trust"))

@@ -238,7 +238,7 @@ class _JobOptions(WireModel):
     parent's best batch size runs first (where the parent converged at two sizes or more; one
     says nothing of which size is cheaper, and the default runs first). Either way the prior is
     dropped as soon as a run disagrees with it, and the job goes on as a cold one reusing every
-    run."""
+    run. ``trust`` without ``prior_from`` is refused (there is no parent to trust)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -342,19 +342,27 @@ class JobSpec(_JobOptions):
         return self
 
     @model_validator(mode="after")
-    def _auto_prior_is_checked(self) -> Self:
-        # The user's spec; the server's wire model takes it, and refuses it for a new job alone
-        # (a job that exists keeps what it learned, whatever its seed settings say).
-        if type(self) is JobSpec and (refused := auto_prior_refused(self)) is not None:
+    def _seed_settings_hold(self) -> Self:
+        # The user's spec; the server's wire model takes them, and refuses them for a new job
+        # alone (a job that exists keeps what it learned, whatever its seed settings say).
+        if type(self) is JobSpec and (refused := seed_refused(self)) is not None:
             raise ValueError(refused)
         return self
 
 
-def auto_prior_refused(spec: JobSpec) -> str | None:
+def seed_refused(spec: JobSpec) -> str | None:
     """Why ``spec``'s seed settings cannot seed a new job, in words that say what to change
-    (None: they can): ``prior_from="auto"`` finds the last job of the prefix, not a declared
-    parent, so it seeds in check mode only."""
-    if spec.prior_from == "auto" and spec.prior_mode == "trust":
+    (None: they can): ``prior_mode="trust"`` trusts a declared parent, so it needs
+    ``prior_from`` to name one; ``prior_from="auto"`` finds the last job of the prefix, not a
+    declared parent, so it seeds in check mode only."""
+    if spec.prior_mode != "trust":
+        return None
+    if spec.prior_from is None:
+        return (
+            "prior_mode='trust' trusts the job that prior_from names, and prior_from is not "
+            "set: give the parent job's id as prior_from, or leave prior_mode out"
+        )
+    if spec.prior_from == "auto":
         return (
             "prior_from='auto' seeds in check mode only (the last job of the prefix is not a "
             "declared parent): name the parent job's id for prior_mode='trust', or leave "
