@@ -155,8 +155,7 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     assert by_parts < 11.43 - 1.9  # 2 a run below the cheapest
     assert likely_cost(means, 64, epochs) == by_parts  # the lower of the two beyond them
     assert likely_cost(means, 64) == least_cost(means, 64)  # without the epochs: the line
-    # Between measured sizes, or with one size on its side, it says nothing.
-    assert epoch_line_cost({**means, 64: 10.0}, {**epochs, 64: 9.0}, 96) is None
+    # With one size on its side it says nothing (between sizes: the next test).
     assert epoch_line_cost(means, {128: 10.0}, 64) is None
     assert likely_cost(means, 64, {128: 10.0}) == least_cost(means, 64)
     # The fewer epochs of the two, whichever is nearer.
@@ -175,6 +174,53 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     assert not Horizon(
         10, horizon.done, horizon.spent, horizon.default_cost, horizon.best_cost, horizon.means
     ).may_explore(64)  # the line alone refuses it
+
+
+def test_between_measured_sizes_an_epochs_cost_and_the_epochs_estimate_a_size() -> None:
+    """V100 librispeech: 32 converging at 7 epochs (1.05 of the oracle) and 56 at 8 (1.07),
+    with 72 at 8 (1.09): the line through 56 and 72 puts 48 above 32, so the walk ended on 32.
+    By its parts, an epoch's cost on the line between 32's and 56's, times the epochs between
+    theirs less one and no fewer than 7, puts 48 below 32, and the job explores it. Where the
+    two sizes' epochs differ by far more than one (cifar100's 256 at 28 and 1024 at 71), the
+    epochs on the line keep a size between them from looking as cheap as the faster's."""
+    from zeus_bso.policy.horizon import between_by_parts, epoch_line_cost, likely_cost
+
+    means, epochs = {32: 1.05, 56: 1.07, 72: 1.09}, {32: 7.0, 56: 8.0, 72: 8.0}
+    whole = likely_cost(means, 48)
+    assert whole is not None
+    assert whole > 1.05  # the whole costs' line and parabola: dearer than 32
+    share = math.log(48 / 32) / math.log(56 / 32)
+    epoch_cost = 1.05 / 7 + (1.07 / 8 - 1.05 / 7) * share
+    expected = epoch_cost * 7.0  # 7 + share - 1 < 7: the fewer of the two
+    assert epoch_line_cost(means, epochs, 48) == pytest.approx(expected)
+    assert likely_cost(means, 48, epochs) == pytest.approx(expected)
+    assert expected < 1.05 - 0.02  # it could save 2% of a run at the cheapest
+
+    def ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
+        curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))
+        return BatchSizeStats(size).add(cost, True, curve)
+
+    # Ten expected runs, five of them done: 48 could save 4 x 0.021 > 0.1 x 1.05 only by parts.
+    runs = {192: (1.28, 9), 128: (1.20, 9), 72: (1.09, 8), 56: (1.07, 8), 32: (1.05, 7)}
+    stats = {size: ran(size, cost, ran_epochs) for size, (cost, ran_epochs) in runs.items()}
+    horizon = Horizon.of(10, stats, 192)
+    assert horizon.allowance is not None
+    assert horizon.allowance > 0.2 * 1.05
+    assert horizon.may_explore(48)
+    whole_only = Horizon(
+        10, horizon.done, horizon.spent, horizon.default_cost, horizon.best_cost, horizon.means
+    )
+    assert not whole_only.may_explore(48)
+
+    # Epochs far apart: the line between them, less one (512 between 256 at 28 and 1024 at 71).
+    per_epoch, far = {256: 0.96 / 28, 1024: 1.89 / 71}, {256: 28.0, 1024: 71.0}
+    half = 0.5  # 512 halfway between in the log
+    on_line = (per_epoch[256] + (per_epoch[1024] - per_epoch[256]) * half) * (28 + 43 * half - 1)
+    assert between_by_parts(per_epoch, far, 512) == pytest.approx(on_line)
+    assert on_line > 0.96  # not cheaper than 256: no exploration on its word
+    # No measured size on one side: nothing.
+    assert between_by_parts(per_epoch, far, 128) is None
+    assert between_by_parts(per_epoch, far, 2048) is None
 
 
 def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget() -> None:
