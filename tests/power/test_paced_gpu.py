@@ -40,18 +40,17 @@ def test_each_eta_s_limit_is_a_fifth_cheaper_than_any_other(eta: float) -> None:
     assert min(found.values()) > 1.2 * chosen
 
 
-@pytest.mark.parametrize("stall_s", [0.05, 0.1])
+@pytest.mark.parametrize("stall_s", [0.05, 0.1, 0.2])
 def test_a_stall_in_the_chosen_limit_s_five_step_window_never_makes_a_lower_limit_cheaper(
     stall_s: float,
 ) -> None:
-    """A stall of 0.1 s leaves 275 W cheaper than 250 W at eta 0.5 (the old paces: 44 ms); one
-    of 50 ms also leaves it cheaper than 300 W (55 ms would not)."""
+    """A stall of up to 0.2 s in the chosen limit's five steps leaves 275 W cheaper than 250 W
+    and than 300 W at eta 0.5 (than 300 W up to 0.23 s; with 275 W at 110 W, 0.18 s)."""
     chosen = cheapest_limit(0.5)
     found = costs(0.5, stalled=f"{chosen:g}", stall_s=stall_s / 5)
     lower = {watts: cost for watts, cost in found.items() if watts <= chosen}
     assert min(lower, key=lower.__getitem__) == chosen
-    if stall_s <= 0.05:
-        assert min(found, key=found.__getitem__) == chosen
+    assert min(found, key=found.__getitem__) == chosen
 
 
 def test_the_limits_choose_apart_by_eta_and_by_a_slowdown_bound() -> None:

@@ -42,21 +42,22 @@ def described_gpus(
 
 PACES = {
     "300": {"watts": 300.0, "step_s": 0.080},
-    "275": {"watts": 110.0, "step_s": 0.080},
-    "250": {"watts": 35.0, "step_s": 0.180},
+    "275": {"watts": 80.0, "step_s": 0.080},
+    "250": {"watts": 25.0, "step_s": 0.180},
     "225": {"watts": 40.0, "step_s": 0.220},
     "200": {"watts": 40.0, "step_s": 0.260},
 }
 """A GPU's draw (W) and a training step's seconds at each limit, from 200 to 300 W (the double's
-``paces``): each eta makes another limit the cheapest (`cheapest_limit`), 28-32% cheaper than its
+``paces``): each eta makes another limit the cheapest (`cheapest_limit`), 30-37% cheaper than its
 neighbours. The choice holds where a loaded machine adds the same overhead to every step: up to
-0.36 s a step at eta 0.5 (the lower a limit's draw, the less an overhead costs there, so
-overheads favour lower limits), and any at eta 1 (where 250 W draws the least). Where the
-overhead differs between limits (a stall in a five-step measurement), it holds until a limit's
-steps take 37 ms more than its neighbour's on average (275 W against 300 W at eta 0.5; 71 ms at
-eta 1). 275 W is as fast as 300 W, so no slowdown bound excludes it; 250 W takes 2.25 times as
-long. The steps are long enough (a measurement of 0.4 s at 300 W) that a stall of 0.15 s does
-not make 275 W look 1.4 times as slow."""
+0.51 s a step at eta 0.5 (the lower a limit's draw, the less an overhead costs there, so overheads
+favour lower limits), and any at eta 1 (where 250 W draws the least). Where the overhead differs
+between limits (a stall in a five-step measurement), it holds until a limit's steps take 46 ms
+more than its neighbour's on average (275 W against 300 W at eta 0.5; 76 ms at eta 1): with 275 W
+at 110 W and 250 W at 35 W, 37 and 71 ms, and on a loaded CI machine a stall at 275 W once made it
+cost as much as 300 W, and the profile ended before 200 W. 275 W is as fast as 300 W, so no
+slowdown bound excludes it; 250 W takes 2.25 times as long. The steps are long enough (a
+measurement of 0.4 s at 300 W) that a stall of 0.15 s does not make 275 W look 1.4 times as slow."""
 
 
 def paced_gpu(
