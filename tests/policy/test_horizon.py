@@ -39,6 +39,12 @@ def _converged(size: int, *costs: float) -> BatchSizeStats:
     return entry
 
 
+def _ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
+    """A size with one converged run of ``cost`` whose curve met the target after ``epochs``."""
+    curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))
+    return BatchSizeStats(size).add(cost, True, curve)
+
+
 def test_the_allowance_is_what_the_budget_has_left_after_the_runs_to_come() -> None:
     stats = {64: _converged(64, 100.0, 110.0), 128: _converged(128, 80.0)}
     stats[32] = BatchSizeStats(32).add(30.0, False)  # a stopped exploration: lost whole
@@ -163,11 +169,7 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     at_64 = p128 - (p192 - p128) * math.log(2) / math.log(1.5)
     assert epoch_line_cost(means, {128: 9.0, 192: 10.0}, 64) == pytest.approx(at_64 * 9.0)
 
-    def ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
-        curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))
-        return BatchSizeStats(size).add(cost, True, curve)
-
-    stats = {192: ran(192, 11.43, 9), 128: ran(128, 11.9, 10)}
+    stats = {192: _ran(192, 11.43, 9), 128: _ran(128, 11.9, 10)}
     horizon = Horizon.of(10, stats, 192)
     assert horizon.epochs == {192: 9.0, 128: 10.0}  # from the converged runs' curves
     assert horizon.may_explore(64)
@@ -205,13 +207,9 @@ def test_between_measured_sizes_an_epochs_cost_and_the_epochs_estimate_a_size() 
     assert by_parts > 0.91 > whole_8192  # no saving by its parts; the whole costs' says one
     assert likely_cost(wide, 8192, wide_epochs) == pytest.approx(by_parts)
 
-    def ran(size: int, cost: float, epochs: int) -> BatchSizeStats:
-        curve = tuple((epoch, 0.1 * epoch) for epoch in range(1, epochs + 1))
-        return BatchSizeStats(size).add(cost, True, curve)
-
     # Ten expected runs, five of them done: 48 could save 4 x 0.021 > 0.1 x 1.05 only by parts.
     runs = {192: (1.28, 9), 128: (1.20, 9), 72: (1.09, 8), 56: (1.07, 8), 32: (1.05, 7)}
-    stats = {size: ran(size, cost, ran_epochs) for size, (cost, ran_epochs) in runs.items()}
+    stats = {size: _ran(size, cost, ran_epochs) for size, (cost, ran_epochs) in runs.items()}
     horizon = Horizon.of(10, stats, 192)
     assert horizon.allowance is not None
     assert horizon.allowance > 0.2 * 1.05

@@ -237,7 +237,7 @@ def epoch_line_cost(
     and 1.0294 -> 1.0259 on the P100, 1.1015 -> 1.1003, 1.0595 -> 1.0585 and 1.0317 -> 1.0311 on
     the V100."""
     per_epoch = {size: means[size] / epochs[size] for size in means if epochs.get(size)}
-    if means and min(means) < batch_size < max(means):
+    if _between(means, batch_size):
         return between_by_parts(per_epoch, epochs, batch_size)
     line = least_cost(per_epoch, batch_size)
     if line is None:
@@ -303,9 +303,13 @@ def likely_cost(
     by_parts = None if epochs is None else epoch_line_cost(means, epochs, batch_size)
     if likely is None or by_parts is None:
         return likely
-    if min(means) < batch_size < max(means):
-        return by_parts
-    return min(likely, by_parts)
+    return by_parts if _between(means, batch_size) else min(likely, by_parts)
+
+
+def _between(means: Mapping[int, float], batch_size: int) -> bool:
+    """Whether ``batch_size`` lies between measured sizes (``means``' keys): the estimates by
+    parts read it off the sizes on each side (`between_by_parts`), not off a line extended."""
+    return bool(means) and min(means) < batch_size < max(means)
 
 
 def over_horizon(horizon: Horizon, report: Report) -> Verdict | None:
