@@ -34,12 +34,13 @@ from zeus_bso.wire.jobs import (
     JobSpecFromClient,
     _JobOptions,
     differing_settings,
+    early_stop_refused,
     gpu_of,
     hardware_words,
+    new_job_refused,
     policy_options,
     profile_key,
     profile_words,
-    seed_refused,
 )
 from zeus_bso.wire.trials import (
     EXTENSIONS_HEADER,
@@ -141,11 +142,12 @@ __all__ = [
     "batch_sizes_in",
     "declared_extensions",
     "differing_settings",
+    "early_stop_refused",
     "gpu_of",
     "hardware_words",
+    "new_job_refused",
     "no_control_characters",
     "policy_options",
     "profile_key",
     "profile_words",
-    "seed_refused",
 ]

@@ -12,6 +12,8 @@ HTTP status, in one place (`zeus_bso_server.api.errors`), by the error and the r
     ├── UnreadableJobError          a job whose stored state cannot be read (a corrupt row)
     ├── TrialNotFoundError          a trial that does not exist
     ├── JobConfigMismatchError      a job id registered again with a different config
+    ├── NewJobRefusedError          a new job whose settings cannot work (``beta_knob`` <= 1)
+    │   └── PriorError              ... or whose ``prior_from`` cannot seed it
     ├── PowerProfilingOffError      a power profile for a job that does not profile power limits
     ├── NothingMeasuredError        a report of an epoch whose cost measured nothing
     └── PinError                    a pin that cannot be: a batch size the job does not have,
@@ -103,7 +105,13 @@ class NothingMeasuredError(ServerError):
     and the job would settle on it."""
 
 
-class PriorError(ServerError):
+class NewJobRefusedError(ServerError):
+    """Raised when a new job's settings cannot make a working job (`zeus_bso.spec.new_job_refused`:
+    ``beta_knob`` at 1 or below, trust mode without a declared parent); a job that exists keeps
+    its settings and what it learned."""
+
+
+class PriorError(NewJobRefusedError):
     """Raised when a new job's ``prior_from`` names no job, the job itself, or a job with no
     converged run at a batch size of the new one."""
 

@@ -20,12 +20,13 @@ from zeus_bso.spec import (
     JobSpecFromClient,
     TrialId,
     gpu_of,
+    new_job_refused,
     profile_key,
-    seed_refused,
 )
 from zeus_bso_server.errors import (
     JobConfigMismatchError,
     JobNotFoundError,
+    NewJobRefusedError,
     PriorError,
     TrialNotFoundError,
 )
@@ -67,7 +68,9 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
     """One registration's unit of work (`BatchSizeService.register`).
 
     Raises:
-        PriorError: the job is new and ``prior_from`` names no job, or one that cannot seed it.
+        NewJobRefusedError: the job is new and its settings cannot make a working job
+            (`zeus_bso.spec.new_job_refused`), or ``prior_from`` names no job, or one that
+            cannot seed it (`PriorError`).
         JobConfigMismatchError: the id exists with another configuration.
     """
     if spec.job_id is None:
@@ -134,15 +137,18 @@ def _insert(conn: Connection, job: JobSpecFromClient, prior: policy.Prior | None
 
 
 def seed_of(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Prior | None:
-    """The prior ``prior_from`` gives a new job (None: none asked, or ``auto`` found none).
+    """The prior ``prior_from`` gives a new job (None: none asked, or ``auto`` found none),
+    once its settings are found to make a working job.
 
     Raises:
+        NewJobRefusedError: the settings cannot make a working job
+            (`zeus_bso.spec.new_job_refused`: ``beta_knob`` at 1 or below, trust mode without
+            ``prior_from``, or ``auto`` in trust mode).
         PriorError: ``prior_from`` names no job, the job itself, or one with no converged run
-            at a batch size of this job; or the seed settings are refused
-            (`zeus_bso.spec.seed_refused`: trust mode without it, or ``auto`` in trust mode).
+            at a batch size of this job.
     """
-    if (refused := seed_refused(spec)) is not None:
-        raise PriorError(refused)
+    if (refused := new_job_refused(spec)) is not None:
+        raise NewJobRefusedError(refused)
     named = spec.prior_from
     if named is None:
         return None

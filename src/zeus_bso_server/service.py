@@ -89,6 +89,8 @@ class BatchSizeService:
         Raises:
             UnknownBanditError: the job's bandit is neither built in nor installed here.
             JobConfigMismatchError: the id exists with another configuration.
+            NewJobRefusedError: the job is new and its settings or ``prior_from`` cannot make
+                a working job.
         """
         policy.bandit_factory(spec.bandit)  # before anything is written
         return await self.db.write(lambda conn: register(conn, spec))

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy import create_engine, select, update
 
-from tests.helpers import dispatch, job_body, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, unique_id
+from zeus_bso_server.settings import to_engine_url
+from zeus_bso_server.store.tables import JobRow
 
 
 def _converge(http: httpx.Client, job_id: str, time: float, energy: float) -> None:
@@ -77,3 +80,37 @@ def test_a_cap_at_or_below_the_default_is_refused(http: httpx.Client) -> None:
         assert refused.status_code == 422
         assert "max_run_cost_ratio" in refused.text
     assert http.get(f"/api/jobs/{job_id}").status_code == 404
+
+
+def test_a_new_job_whose_beta_knob_would_stop_its_best_runs_is_refused(
+    server: ServerProcess, http: httpx.Client
+) -> None:
+    """``beta_knob`` at 1 or below stops runs as cheap as the early-stop reference: refused for
+    a new job (422, nothing written); a job stored with one (registered before the refusal)
+    keeps it, registers again and runs."""
+    job_id = unique_id("badbeta")
+    for beta in (1.0, 0.5):
+        refused = http.post("/jobs", json=job_body(job_id, beta_knob=beta))
+        assert refused.status_code == 422
+        assert f"beta_knob={beta:g} would stop runs" in refused.json()["message"]
+        assert "give more than 1" in refused.json()["message"]
+    assert http.get(f"/api/jobs/{job_id}").status_code == 404
+    assert http.post("/jobs", json=job_body(job_id, beta_knob=1.2)).status_code == 201
+
+    stored = unique_id("oldbeta")
+    assert http.post("/jobs", json=job_body(stored)).status_code == 201
+    assert server.db_url is not None
+    engine = create_engine(to_engine_url(server.db_url))
+    try:
+        with engine.begin() as conn:
+            table = JobRow.__table__
+            where = table.c.job_id == stored
+            config = conn.execute(select(table.c.config).where(where)).scalar_one()
+            conn.execute(update(table).where(where).values(config={**config, "beta_knob": 0.8}))
+    finally:
+        engine.dispose()
+    again = http.post("/jobs", json=job_body(stored, beta_knob=0.8))
+    assert again.status_code == 200, again.text
+    assert again.json()["beta_knob"] == 0.8
+    assert dispatch(http, stored)["batch_size"] in again.json()["batch_sizes"]
+    assert http.get(f"/api/jobs/{stored}").json()["job"]["beta_knob"] == 0.8

@@ -16,6 +16,7 @@ from zeus_bso.spec import (
     JobSpecFromClient,
     TrainingResult,
     differing_settings,
+    new_job_refused,
 )
 
 
@@ -113,6 +114,22 @@ def test_trust_mode_without_a_declared_parent_is_refused_by_the_user_s_spec() ->
 
 def test_beta_knob_none_disables_early_stop() -> None:
     assert JobSpecFromClient(**body(beta_knob=None)).beta_knob is None
+
+
+@pytest.mark.parametrize("beta", [1, 1.0, 0.5, 1e-9])
+def test_a_beta_knob_that_stops_runs_cheaper_than_the_reference_is_refused(beta: float) -> None:
+    """The user's `JobSpec` refuses it at once, saying what to give; the server's wire model
+    takes it (a job stored with one keeps it) and the server refuses it for a new job
+    (`tests/api/test_stop_settings.py`)."""
+    fields = {"job_id_prefix": "job", "batch_sizes": [32, 64], "default_batch_size": 64}
+    with pytest.raises(ValidationError, match=f"beta_knob={beta:g} would stop runs") as info:
+        JobSpec(**fields, beta_knob=beta)  # type: ignore[arg-type]
+    assert "give more than 1" in str(info.value)
+    assert "or None to never stop early" in str(info.value)
+    assert JobSpecFromClient(**body(beta_knob=beta)).beta_knob == beta
+    assert new_job_refused(JobSpecFromClient(**body(beta_knob=beta))) is not None
+    assert JobSpec(**fields, beta_knob=1.01).beta_knob == 1.01  # type: ignore[arg-type]
+    assert new_job_refused(JobSpecFromClient(**body(beta_knob=None))) is None
 
 
 @pytest.mark.parametrize(

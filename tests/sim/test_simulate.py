@@ -408,6 +408,10 @@ def test_cli_exit_status_tells_a_usage_error_from_a_failure() -> None:
     )
     assert usage.returncode == 2
     assert "unknown GPU" in usage.stderr
+    # A job's option the server would refuse for a new job, refused before anything simulates.
+    stopping = forkserver.run([ZEUS_BSO, "simulate", "--beta-knob", "1"], timeout=60)
+    assert stopping.returncode == 2
+    assert "--beta-knob 1: beta_knob=1 would stop runs" in " ".join(stopping.stderr.split())
     assert "Exit status: 0 done; 1 failed at run time" in " ".join(
         forkserver.run(
             [ZEUS_BSO, "--help"],

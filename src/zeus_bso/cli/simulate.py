@@ -36,7 +36,13 @@ from zeus_bso.sim.report import (
     summarize,
 )
 from zeus_bso.sim.trace import TraceJob, read_power_trace
-from zeus_bso.spec import NOT_UPSTREAM, UPSTREAM_OPTIONS, JobSpec, policy_options
+from zeus_bso.spec import (
+    NOT_UPSTREAM,
+    UPSTREAM_OPTIONS,
+    JobSpec,
+    early_stop_refused,
+    policy_options,
+)
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -272,6 +278,8 @@ def _policy_option_values(given: dict[str, Any]) -> dict[str, Any]:
         except ValidationError as error:
             reason = "; ".join(e["msg"] for e in error.errors())
             raise ConfigurationError(f"{_flag(name)} {raw}: {reason}") from None
+    if (refused := early_stop_refused(values.get("beta_knob"))) is not None:
+        raise ConfigurationError(f"{_flag('beta_knob')} {given['beta_knob']}: {refused}")
     return values
 
 
