@@ -210,14 +210,16 @@ def test_a_prior_from_no_job_or_one_that_learned_nothing_is_refused(http: httpx.
     assert "prior_mode" in other.text
 
 
-@pytest.mark.parametrize(("mode", "expected"), [(PriorMode.TRUST, None), (PriorMode.CHECK, 5)])
+@pytest.mark.parametrize(
+    ("mode", "expected"), [(PriorMode.TRUST, None), (PriorMode.TRUST, 8), (PriorMode.CHECK, 5)]
+)
 def test_a_seeded_job_decides_alike_in_process_and_through_the_server(
     server: ServerProcess, mode: PriorMode, expected: int | None
 ) -> None:
     """The server's prior (copied from the parent's stored runs) is the one the same parent's
     history gives in-process (`zeus_bso.policy.learned_prior`): the child's runs are the same,
     with ``expected_recurrences`` too (its budget counts what the runs paid, kept on the job
-    row)."""
+    row, and a trusted parent's job holds it against the default's cost its prior predicts)."""
     trace = load_trace_job("librispeech", "v100")
     parent = job_spec(trace, unique_id("libriparent"), mab_seed=1)
     local_parent = in_process(parent)

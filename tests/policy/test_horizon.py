@@ -10,8 +10,14 @@ import pytest
 
 from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_dispatch, after_report
-from zeus_bso.policy.horizon import EXPLORATION_RESERVE, HORIZON_SLACK, Horizon
-from zeus_bso.policy.types import BatchSizeStats, PriorMode
+from zeus_bso.policy.horizon import (
+    EXPLORATION_RESERVE,
+    HORIZON_SLACK,
+    PRIOR_SPREAD,
+    Horizon,
+    expected_saving,
+)
+from zeus_bso.policy.types import BatchSizeStats, Prior, PriorMode
 from zeus_bso.sim.parents import parent_curve
 from zeus_bso.sim.runner import in_process, job_spec, simulate
 from zeus_bso.sim.trace import load_trace_job
@@ -394,6 +400,50 @@ def test_a_related_jobs_curve_lets_a_short_lived_job_explore_what_it_predicts_pa
     assert sizes[True][0] == trace.default_batch_size
     assert sizes[True][1] == best
     assert sizes[True][-1] == best
+
+
+def test_a_trusted_parent_s_job_budgets_against_the_default_its_prior_predicts() -> None:
+    """A job that ran the prior's best first has no measured default: the prior's word on it
+    (three times the best) sets the budget, where the best alone left nothing to explore."""
+    prior = Prior.of({32: 3.0, 64: 3.0, 128: 1.0, 256: 1.5}, mode=PriorMode.TRUST)
+    stats = {128: _converged(128, 100.0)}
+    seeded, cold = Horizon.of(10, stats, 64, prior), Horizon.of(10, stats, 64)
+    assert seeded.default_cost == pytest.approx(300.0)
+    assert cold.default_cost is None
+    assert seeded.allowance == pytest.approx((1 + HORIZON_SLACK) * 10 * 300.0 - 100.0 - 9 * 100.0)
+    assert cold.allowance == pytest.approx((1 + HORIZON_SLACK) * 10 * 100.0 - 1000.0)
+    measured = {**stats, 64: _converged(64, 250.0)}
+    assert Horizon.of(10, measured, 64, prior).default_cost == 250.0  # measured: as it is
+
+
+def test_the_prior_s_word_on_an_unbounded_size_is_weighed_by_how_far_it_may_be_off() -> None:
+    """With one measured size nothing of the job's own estimates a neighbour: the saving the
+    prior predicts, weighed by `PRIOR_SPREAD`, must pay back over the runs left. A neighbour it
+    calls 46% dearer (P100 movielens-1m's 8192 beside 16384) is not worth a run over 5
+    recurrences, and is over 50; one it calls 10% dearer is over 10."""
+    assert expected_saving(1.0, 0.0) == 0.0
+    assert expected_saving(0.8, 0.0) == pytest.approx(0.2)
+    assert expected_saving(1.46, PRIOR_SPREAD) == pytest.approx(0.013, abs=0.001)
+    assert expected_saving(1.105, PRIOR_SPREAD) == pytest.approx(0.065, abs=0.001)
+    # a Monte Carlo of the same expectation
+    draws = [math.exp(PRIOR_SPREAD * statistics.NormalDist().inv_cdf((i + 0.5) / 20000))
+             for i in range(20000)]  # fmt: skip
+    mean = statistics.fmean(max(0.0, 1.0 - 1.105 * d) for d in draws)
+    assert expected_saving(1.105, PRIOR_SPREAD) == pytest.approx(mean, rel=0.01)
+
+    prior = Prior.of({8: 1.46, 16: 1.0}, mode=PriorMode.TRUST)
+    stats = {16: _converged(16, 100.0)}
+
+    def explores(recurrences: int, size: int, predicted: float) -> bool:
+        horizon = Horizon.of(recurrences, stats, 8, prior)
+        assert horizon.allowance is not None
+        assert horizon.allowance > EXPLORATION_RESERVE * 100
+        return horizon.may_explore(size, predicted)
+
+    assert not explores(5, 8, 146.0)
+    assert explores(50, 8, 146.0)
+    assert explores(10, 8, 110.5)
+    assert not explores(2, 8, 110.5)  # one run left after it: 0.065 of a run, under the margin
 
 
 def test_an_exploration_that_never_converges_takes_a_job_at_most_one_run_past_its_budget() -> None:

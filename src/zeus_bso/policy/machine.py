@@ -224,7 +224,9 @@ def after_dispatch(
     history = _with_prior_extension(job, state, explorations, history)
     horizon = None
     if job.expected_recurrences is not None:
-        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
+        horizon = Horizon.of(
+            job.expected_recurrences, seen.stats, job.default_batch_size, state.prior
+        )
     dispatch = decide(job, history, rng_for(job, number), horizon)
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
@@ -498,7 +500,9 @@ def _job_bound(
         if bound is not None:
             return bound
     if job.expected_recurrences is not None and report.exploring:
-        horizon = Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size)
+        horizon = Horizon.of(
+            job.expected_recurrences, seen.stats, job.default_batch_size, state.prior
+        )
         return over_horizon(horizon, report)
     return None
 
