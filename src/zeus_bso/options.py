@@ -248,6 +248,25 @@ def check_reported_metric(metric: float, job: JobSpec, reported: int) -> None:
     )
 
 
+def metric_scale_warning(metric: float, job: JobSpec, reported: int) -> str | None:
+    """A warning for a run's first report (``reported``: epochs reported before it) of a
+    fraction, 0 to 1, against a ``target_metric`` above 1 and at most 100, higher being better:
+    most likely an accuracy as ``correct / total`` against a target given as a percentage,
+    which no run reaches: each would train to ``max_epochs``, and the job's pruning round end
+    with no batch size converged. Said, not refused (the reverse of `check_reported_metric`): a
+    metric on a 0-100 scale can start below 1 (a BLEU score, a thousand classes' accuracy after
+    one epoch). None: nothing to say."""
+    target = job.target_metric
+    if reported or not job.higher_is_better_metric or not 0 <= metric <= 1 < target <= 100:
+        return None
+    return (
+        f"the first metric reported is {metric:g} and target_metric is {target:g}: a fraction"
+        " against a percentage? No run reaches the target if so, and each trains to"
+        f" max_epochs ({job.max_epochs}). Report the metric as the target is given"
+        f" ({metric * 100:g}), or give the target as a fraction ({target / 100:g})"
+    )
+
+
 def _plain(value: object) -> object:
     """``value`` with its mappings as dicts and its sequences as lists, all the way down (a
     config library's own containers are neither, for pydantic)."""

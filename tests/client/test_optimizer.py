@@ -462,6 +462,55 @@ def test_an_elastic_restart_continues_the_trial(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("target", "first", "higher", "warned"),
+    [
+        (75.0, 0.613, True, True),  # accuracy as correct / total against a percentage
+        (100.0, 0.0, True, True),
+        (75.0, 61.3, True, False),  # both percentages
+        (0.75, 0.613, True, False),  # both fractions
+        (75.0, 0.613, False, False),  # a loss
+        (250.0, 0.613, True, False),  # no percentage
+    ],
+)
+def test_a_fraction_against_a_percentage_target_is_said_at_the_first_report(
+    server: ServerProcess,
+    caplog: pytest.LogCaptureFixture,
+    target: float,
+    first: float,
+    higher: bool,
+    warned: bool,
+) -> None:
+    """A first report of 0.613 against ``target_metric=75``: no run would reach the target, each
+    training to ``max_epochs``. Said, not refused (a 0-100 metric can start below 1): the run
+    reports and goes on, and only its first report says so."""
+    job = spec(unique_id("fraction").replace("-", ""), target_metric=target)
+    job = job.model_copy(update={"higher_is_better_metric": higher})
+    with (
+        caplog.at_level(logging.WARNING, logger="zeus_bso"),
+        BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None) as bso,
+    ):
+        bso.get_batch_size()
+        bso.on_train_begin()
+        if not bso.on_evaluate(first).stop_train:  # a loss below its target converged
+            bso.on_evaluate(first / 2)
+    said = [
+        r.getMessage() for r in caplog.records if "a fraction against a percentage" in r.message
+    ]
+    if not warned:
+        assert said == []
+        return
+    assert said == [
+        f"zeus-bso: the first metric reported is {first:g} and target_metric is {target:g}: a"
+        " fraction against a percentage? No run reaches the target if so, and each trains to"
+        f" max_epochs (5). Report the metric as the target is given ({first * 100:g}), or give"
+        f" the target as a fraction ({target / 100:g})"
+    ]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(bso.job_id)["trials"]
+    assert trial["epochs"] == 2  # both reports counted
+
+
+@pytest.mark.parametrize(
     ("target", "first", "refused"),
     [
         (0.75, 61.3, True),  # accuracy as 100 * correct / total against a fraction

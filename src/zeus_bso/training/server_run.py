@@ -26,7 +26,7 @@ from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
-from zeus_bso.options import check_reported_metric
+from zeus_bso.options import check_reported_metric, metric_scale_warning
 from zeus_bso.spec import (
     JobSpecFromClient,
     PowerMeasurement,
@@ -298,6 +298,8 @@ class ServerRun(ServerRunEndings):
             )
         epoch = self.progress.epoch_done(epoch)
         check_reported_metric(metric, self.spec, epoch - 1)  # before it is reported or judged
+        if (warning := metric_scale_warning(metric, self.spec, epoch - 1)) is not None:
+            logger.warning("zeus-bso: %s", warning)
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
         trial = self.trial
