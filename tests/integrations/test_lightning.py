@@ -920,6 +920,7 @@ def test_an_unconverged_fit_says_so_and_raises_when_asked(
         "zeus-bso: batch size 32 stopped at epoch 2 of 2: it trained the job's max_epochs (2)"
         in (shown)
     )
+    assert "no run of the job has reached target_metric 0.999 yet" in shown
     assert "the model did not reach the target" in shown
     assert shown.endswith("Next run: 64 (pruning round 1 explores it). Run it again for a model.")
 

@@ -166,6 +166,45 @@ def test_the_early_stop_bound_comes_from_the_job_state() -> None:
     assert step.job.best == state.best
 
 
+def test_a_run_at_max_epochs_says_what_it_costs_while_no_run_has_converged() -> None:
+    """With nothing converged there is no cost to bound a run by: every batch size explored
+    trains to ``max_epochs`` until one reaches the target, and the first such run says so (a
+    target out of reach made a whole pruning round of them, each saying only that it trained
+    its ``max_epochs``). Once a run converged, the stop says that alone."""
+
+    def at_max_epochs(state: JobState, number: int) -> str | None:
+        step = after_report(
+            JOB,
+            state,
+            TrialState(number, 32, TrialKind.EXPLORATION),
+            time=10.0,
+            energy=100.0,
+            metric=0.42,
+            current_epoch=10,
+        )
+        assert step.final
+        assert not step.answer.converged
+        return step.answer.why
+
+    first = at_max_epochs(JobState(), 1)
+    assert first == (
+        "it trained the job's max_epochs (10), and no run of the job has reached target_metric"
+        " 0.9 yet (this one's last metric: 0.42): until one does, each batch size it explores"
+        " trains as long. If the default batch size cannot reach that target within"
+        " max_epochs, none may: check both"
+    )
+    converged = after_report(
+        JOB,
+        JobState(),
+        TrialState(1, 64, TrialKind.EXPLORATION),
+        time=1.0,
+        energy=100.0,
+        metric=0.95,
+        current_epoch=1,
+    ).job
+    assert at_max_epochs(converged, 2) == "it trained the job's max_epochs (10)"
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("current_epoch", 1), ("time", 9.0), ("energy", 499.0)]
 )

@@ -101,8 +101,12 @@ class Report:
         return self.cost / self.epoch if self.epoch_cost is None else self.epoch_cost
 
 
-def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> Verdict:
-    """Decide whether a run stops after this report, and whether it converged.
+def judge_report(
+    rules: StopRules, report: Report, best_cost: float | None, *, nothing_converged: bool = False
+) -> Verdict:
+    """Decide whether a run stops after this report, and whether it converged (with
+    ``nothing_converged``, no run of the job has reached the target yet, and a run that ends at
+    ``max_epochs`` says what that means: `_max_epochs_why`).
 
     ``best_cost`` is the early-stop reference: the lowest cost of a *converged* run of this job
     so far, or the lowest mean of a batch size's converged runs (``early_stop_reference``);
@@ -129,7 +133,7 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
             cost=cost,
             message=f"Train failed to converge within max_epoch({rules.max_epochs})",
             reason=StopReason.MAX_EPOCHS,
-            why=f"it trained the job's max_epochs ({rules.max_epochs})",
+            why=_max_epochs_why(rules, report, nothing_converged),
         )
     capped = over_cap(rules, report)
     if capped is not None:
@@ -141,6 +145,24 @@ def judge_report(rules: StopRules, report: Report, best_cost: float | None) -> V
             return verdict
     return Verdict(
         stop=False, converged=False, cost=cost, message="Stop condition not met, keep training"
+    )
+
+
+def _max_epochs_why(rules: StopRules, report: Report, nothing_converged: bool) -> str:
+    """Why a run stopped at ``max_epochs``, and, where no run of the job has converged, what
+    that costs: with nothing converged there is no cost to bound a run by, so every batch size
+    the job explores trains to ``max_epochs`` until one reaches the target. A target out of
+    reach (a typo, a fraction for a percentage) or a ``max_epochs`` too short for it made a
+    whole pruning round of such runs, and the job blocked at its end, each run saying only that
+    it trained its ``max_epochs``."""
+    why = f"it trained the job's max_epochs ({rules.max_epochs})"
+    if not nothing_converged:
+        return why
+    return (
+        f"{why}, and no run of the job has reached target_metric {rules.target_metric:g} yet"
+        f" (this one's last metric: {report.metric:.4g}): until one does, each batch size it"
+        " explores trains as long. If the default batch size cannot reach that target within"
+        " max_epochs, none may: check both"
     )
 
 

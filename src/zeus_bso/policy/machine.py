@@ -401,7 +401,8 @@ def after_report(
     rules = _rules_for(job, trial)
     curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
-    verdict = judge_report(rules, report, seen.best.cost if seen.best else None)
+    best = seen.best.cost if seen.best else None
+    verdict = judge_report(rules, report, best, nothing_converged=best is None)
     verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
     if final and not verdict.stop:
         verdict = stopped_itself(rules, report)
