@@ -222,12 +222,7 @@ def after_dispatch(
         if profiles is not None and state.by_profile is not None:
             history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
     history = _with_prior_extension(job, state, explorations, history)
-    horizon = None
-    if job.expected_recurrences is not None:
-        horizon = Horizon.of(
-            job.expected_recurrences, seen.stats, job.default_batch_size, state.prior
-        )
-    dispatch = decide(job, history, rng_for(job, number), horizon)
+    dispatch = decide(job, history, rng_for(job, number), _horizon(job, state, seen))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
         arms, start = dispatch.arms, number
@@ -500,12 +495,16 @@ def _job_bound(
         bound = over_prior(state.prior, seen.stats, size, report.cost, report.epoch, default)
         if bound is not None:
             return bound
-    if job.expected_recurrences is not None and report.exploring:
-        horizon = Horizon.of(
-            job.expected_recurrences, seen.stats, job.default_batch_size, state.prior
-        )
-        return over_horizon(horizon, report)
-    return None
+    horizon = _horizon(job, state, seen) if report.exploring else None
+    return None if horizon is None else over_horizon(horizon, report)
+
+
+def _horizon(job: CreatedJob, state: JobState, seen: JobState) -> Horizon | None:
+    """Where a job with ``expected_recurrences`` stands against its budget, from the stats of
+    the profile it runs on (``seen``) and its prior (None: the job set no horizon)."""
+    if job.expected_recurrences is None:
+        return None
+    return Horizon.of(job.expected_recurrences, seen.stats, job.default_batch_size, state.prior)
 
 
 def _report_of(
