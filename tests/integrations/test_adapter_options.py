@@ -114,3 +114,20 @@ def test_the_callbacks_refuse_a_name_that_names_nothing(
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConfigurationError, match=named):
         ADAPTERS[adapter](url, options)
+
+
+@pytest.mark.parametrize("adapter", ["lightning", "huggingface", "accelerate", "session"])
+def test_a_misspelt_option_is_refused_with_the_name_it_likely_meant(adapter: str) -> None:
+    """The adapters take the session's options as keywords (`RunOptions`, `SessionOptions`):
+    a misspelt one was passed on and never read (the run trained without the learning-rate
+    rule it asked for)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigurationError, match=r"'lr_rul' is not an option.*'lr_rule'"):
+        ADAPTERS[adapter](url, {"lr_rul": "linear"})
+
+
+@pytest.mark.parametrize("adapter", ["lightning", "huggingface"])
+def test_the_callbacks_refuse_resume_which_they_read_from_checkpoints(adapter: str) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigurationError, match="'resume' is not an option"):
+        ADAPTERS[adapter](url, {"resume": {"trial_number": 1}})

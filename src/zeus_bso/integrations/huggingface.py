@@ -36,11 +36,10 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
-from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
@@ -56,11 +55,14 @@ from zeus_bso.options import (
     required_job,
     server_url_from,
 )
-from zeus_bso.power.run import PowerLimitMode
-from zeus_bso.scaling.lr import LrRule
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import launcher_rank, torch_distributed
-from zeus_bso.training.session_options import SessionOptions, checked_options
+from zeus_bso.training.session_options import (
+    RUN_OPTIONS,
+    RunOptions,
+    SessionOptions,
+    checked_options,
+)
 from zeus_bso.training.trial_file import read_trial, write_trial
 
 logger = logging.getLogger(__name__)
@@ -103,25 +105,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             left out: see `BatchSizeOptimizer`).
         metric: the evaluation metric to report (a key of the Trainer's metrics; its
             ``eval_`` prefix may be left out, as in ``metric_for_best_model``).
-        energy_meter: how to measure energy in this process (default: `auto_meter`).
-        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
             trial: the run continues that trial (and its batch size). ``True``: the last
             checkpoint in ``output_dir`` (the Trainer's convention).
         output_dir: the Trainer's ``output_dir``, where ``resume_from_checkpoint=True`` looks.
-        on_server_unavailable: ``"fallback"``: train at the job's default batch size (or the
-            last recommendation saved on this machine) when the server cannot be reached at
-            `start`; ``"raise"``: fail.
-        raise_if_unconverged: ``trainer.train()`` raises `ZeusBSOTrainFailError` at its end
-            when the run did not reach its target (upstream Zeus's failure signal).
-        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
-            ``none``, the default, ``linear``, ``sqrt`` or ``auto``): the Trainer's optimizer and
-            its schedule, built at ``TrainingArguments.learning_rate`` tuned at
-            ``reference_batch_size``, are scaled when training starts (not again when the run
-            resumes from a checkpoint); a fixed ``warmup_steps`` gets a warning with the steps
-            that keep its samples (``warmup_ratio`` needs none).
-        reference_batch_size: the per-device batch size the learning rate was tuned at
-            (default: the job's ``default_batch_size``).
         memory_check_steps: at a batch size that never ran on these GPUs, this many training
             steps are tried (and undone) on every process when training starts; if one runs
             out of memory, the size is marked ``infeasible`` on these GPUs and
@@ -130,14 +117,16 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             gets a size that fits); with ``auto_find_batch_size=True``, an out-of-memory error,
             at which the Trainer shrinks the batch (see
             `zeus_bso.integrations.hf_auto_find.ShrunkRun`). 0: no check.
-        max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at or
-            above the smallest that ran out of memory on these GPUs, trains as
+        options: `zeus_bso.training.RunOptions`, passed on to the run's session.
+            ``raise_if_unconverged``: ``trainer.train()`` raises `ZeusBSOTrainFailError` at its
+            end when the run did not reach its target. With ``lr_rule``, the Trainer's
+            optimizer and its schedule, built at ``TrainingArguments.learning_rate`` tuned at
+            ``reference_batch_size`` (per device), are scaled when training starts (not again
+            when the run resumes from a checkpoint); a fixed ``warmup_steps`` gets a warning
+            with the steps that keep its samples (``warmup_ratio`` needs none). With
+            ``max_micro_batch_size``, a batch size above it trains as
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
-            both to ``TrainingArguments``); micro-batches that run out of memory are lowered for
-            the next run instead of the batch size becoming infeasible.
-        power_limit: ``"optimize"`` opts into GPU power limits, as
-            `zeus_bso.training.SessionOptions`' ``power_limit`` says; ``"off"``, the default,
-            leaves them alone.
+            both to ``TrainingArguments``).
     """
 
     def __init__(
@@ -145,17 +134,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         server_url: str | None = None,
         job: JobLike | None = None,
         metric: str = "eval_accuracy",
-        energy_meter: EnergyMeter | None = None,
-        token: str | None = None,
+        *,
         resume_from_checkpoint: str | os.PathLike[str] | bool | None = None,
         output_dir: str | os.PathLike[str] | None = None,
-        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
-        raise_if_unconverged: bool = False,
-        lr_rule: LrRule = "none",
-        reference_batch_size: int | None = None,
         memory_check_steps: int = 3,
-        max_micro_batch_size: int | None = None,
-        power_limit: PowerLimitMode = "off",
+        **options: Unpack[RunOptions],
     ) -> None:
         self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
@@ -164,20 +147,9 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         check_name(metric, "metric", "an evaluation metric", "eval_accuracy")
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         check_metric_direction(self.metric, self.job)
-        self.options = checked_options(
-            SessionOptions(
-                energy_meter=energy_meter,
-                token=token,
-                on_server_unavailable=on_server_unavailable,
-                raise_if_unconverged=raise_if_unconverged,
-                lr_rule=lr_rule,
-                reference_batch_size=reference_batch_size,
-                max_micro_batch_size=max_micro_batch_size,
-                power_limit=power_limit,
-                resume=self._saved_trial if self.resume_from is not None else None,
-            ),
-            self.job,
-        )
+        resume = self._saved_trial if self.resume_from is not None else None
+        checked = checked_options(options, self.job, RUN_OPTIONS)
+        self.options = SessionOptions(**checked, resume=resume)
         """What the run's `zeus_bso.training.TrialSession` is given."""
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)
         self.outcome: RunOutcome | None = None

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Literal
+from typing import Any
 
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
-from zeus_bso.energy import EnergyMeter, auto_meter
+from zeus_bso.energy import auto_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_memory import checks_memory, try_size
@@ -68,10 +68,13 @@ from zeus_bso.options import (
     required_job,
     server_url_from,
 )
-from zeus_bso.power.run import PowerLimitMode
-from zeus_bso.scaling.lr import LrRule
 from zeus_bso.training import RunOutcome, TrialSession
-from zeus_bso.training.session_options import SessionOptions, checked_options
+from zeus_bso.training.session_options import (
+    RUN_OPTIONS,
+    RunOptions,
+    SessionOptions,
+    checked_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,36 +88,22 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             left out: see `BatchSizeOptimizer`).
         monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
         batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
-        energy_meter: how to measure energy on this rank (default: `auto_meter`).
-        token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
-        on_server_unavailable: ``"fallback"``: train at the job's default batch size (or the
-            last recommendation saved on this machine) when the server cannot be reached at
-            the fit's start; ``"raise"``: fail.
-        raise_if_unconverged: the fit raises `ZeusBSOTrainFailError` at its end when the run
-            did not reach its target (upstream Zeus's failure signal).
-        lr_rule: how the learning rate follows the batch size (`zeus_bso.scaling.LrRule`:
-            ``none``, the default, ``linear``, ``sqrt`` or ``auto``): the optimizers and
-            schedulers that ``configure_optimizers`` builds at the rate tuned at
-            ``reference_batch_size`` are scaled when training starts (once: a resumed fit keeps
-            its checkpoint's rates), and ``bso/lr`` is logged.
-        reference_batch_size: the batch size the learning rate was tuned at (default: the
-            job's ``default_batch_size``).
         memory_check_steps: at a batch size that never ran on these GPUs, this many training
             steps are tried when the fit starts, and undone (the weights, the optimizers' state
             and the random state are restored); one that runs out of memory is marked
             ``infeasible`` and the fit goes on at the server's next batch size (0: none tried;
             a fit that runs out of memory later ends, its trial marked ``infeasible``).
-        max_micro_batch_size: opts into gradient accumulation: a batch size above it, or at
-            or above the smallest that ran out of memory on these GPUs, trains as micro-batches
-            of at most that many samples (``batch_arg_name``) with the Trainer's
+        options: `zeus_bso.training.RunOptions`, passed on to each fit's session
+            (``energy_meter``: a meter per fit where None). ``raise_if_unconverged``: the fit
+            raises `ZeusBSOTrainFailError` at its end when the run did not reach its target.
+            With ``lr_rule``, the optimizers and schedulers that ``configure_optimizers``
+            builds at the rate tuned at ``reference_batch_size`` are scaled when training
+            starts (once: a resumed fit keeps its checkpoint's rates), and ``bso/lr`` is
+            logged. With ``max_micro_batch_size``, a batch size above it trains as
+            micro-batches of at most that many samples (``batch_arg_name``) with the Trainer's
             ``accumulate_grad_batches`` set so that each optimizer step takes the server's
-            batch size; out of memory then lowers the micro-batch (None, the default: no
-            accumulation; a Trainer that accumulates of its own, ``accumulate_grad_batches``
-            above 1 or a ``GradientAccumulationScheduler``, is refused: each optimizer step
-            would take more than the server's batch size).
-        power_limit: ``"optimize"`` opts into GPU power limits, as
-            `zeus_bso.training.SessionOptions`' ``power_limit`` says; ``"off"``, the default,
-            leaves them alone.
+            batch size (a Trainer that accumulates of its own, ``accumulate_grad_batches``
+            above 1 or a ``GradientAccumulationScheduler``, is refused).
     """
 
     def __init__(
@@ -123,15 +112,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         job: JobLike | None = None,
         monitor: str = "val_acc",
         batch_arg_name: str = "batch_size",
-        energy_meter: EnergyMeter | None = None,
-        token: str | None = None,
-        on_server_unavailable: Literal["fallback", "raise"] = "fallback",
-        raise_if_unconverged: bool = False,
-        lr_rule: LrRule = "none",
-        reference_batch_size: int | None = None,
+        *,
         memory_check_steps: int = 3,
-        max_micro_batch_size: int | None = None,
-        power_limit: PowerLimitMode = "off",
+        **options: Unpack[RunOptions],
     ) -> None:
         super().__init__()
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)
@@ -142,22 +125,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self.batch_arg_name = check_name(
             batch_arg_name, "batch_arg_name", "the attribute holding the batch size", "batch_size"
         )
-        self.options = checked_options(
-            SessionOptions(
-                energy_meter=energy_meter,
-                token=token,
-                on_server_unavailable=on_server_unavailable,
-                raise_if_unconverged=raise_if_unconverged,
-                lr_rule=lr_rule,
-                reference_batch_size=reference_batch_size,
-                max_micro_batch_size=max_micro_batch_size,
-                power_limit=power_limit,
-            ),
-            self.job,
-        )
+        self.options = checked_options(options, self.job, RUN_OPTIONS)
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""
-        self._meter = energy_meter
+        self._meter = options.get("energy_meter")
         self.session: TrialSession | None = None
         """This fit's trial on this rank (`zeus_bso.training.TrialSession`), from its start."""
         self.batch_size: int | None = None

@@ -10,8 +10,15 @@ The framework adapters in `zeus_bso.integrations` are thin hook mappings over th
 from zeus_bso.client.outcome import ReportAnswer, RunOutcome
 from zeus_bso.training.optimizer import BatchSizeOptimizer
 from zeus_bso.training.session import TrialSession
-from zeus_bso.training.session_options import SessionOptions
+from zeus_bso.training.session_options import RunOptions, SessionOptions
 
-__all__ = ["BatchSizeOptimizer", "ReportAnswer", "RunOutcome", "SessionOptions", "TrialSession"]
+__all__ = [
+    "BatchSizeOptimizer",
+    "ReportAnswer",
+    "RunOptions",
+    "RunOutcome",
+    "SessionOptions",
+    "TrialSession",
+]
 """What the adapters use: the session and the options they pass on to it, the answer to a
 report, and the outcome of the run it ends."""

@@ -1,11 +1,13 @@
 """`SessionOptions`: what an adapter passes on to `zeus_bso.training.TrialSession` unchanged,
-each option as the session takes it, and `checked_options`, which every adapter and the session
-check them with when they are built (no network: a wrong option is said before a model loads or
-a job is registered)."""
+each option as the session takes it (`RunOptions`, those every adapter takes as keywords), and
+`checked_options`, which every adapter and the session check them with when they are built (no
+network: a wrong option, or a misspelt one, is said before a model loads or a job is
+registered)."""
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+import difflib
+from typing import Literal, TypedDict, TypeVar
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError
@@ -16,17 +18,15 @@ from zeus_bso.spec import JobSpec
 from zeus_bso.training.trial_file import Resume
 
 
-class SessionOptions(TypedDict, total=False):
-    """The options of a run that adapters pass on to the session."""
+class RunOptions(TypedDict, total=False):
+    """The options of a run that every adapter takes as keywords and passes on to the session
+    (`SessionOptions` without ``resume``, which the Lightning and Hugging Face callbacks find
+    in the framework's own checkpoints)."""
 
     energy_meter: EnergyMeter | None
     """How to measure energy in this process (default: `zeus_bso.energy.auto_meter`)."""
     token: str | None
     """The server's bearer token, if it has one."""
-    resume: Resume
-    """What the session's ``checkpoint`` returned in an earlier, interrupted run of this trial,
-    a function that reads it (called on the main process only), or the checkpoint directory
-    where zeus-bso wrote it (`zeus_bso.training.trial_file.STATE_FILE`)."""
     on_server_unavailable: Literal["fallback", "raise"]
     """``"fallback"`` (train at the default batch size, or the last recommendation saved on
     this machine, when the server cannot be reached at start) or ``"raise"`` (raise
@@ -54,14 +54,43 @@ class SessionOptions(TypedDict, total=False):
     default: the limits are left alone."""
 
 
-def checked_options(options: SessionOptions, job: JobSpec) -> SessionOptions:
-    """``options`` as given, each one checked (the ``lr_rule`` against ``job``'s too).
+class SessionOptions(RunOptions, total=False):
+    """The options of a run that adapters pass on to the session."""
+
+    resume: Resume
+    """What the session's ``checkpoint`` returned in an earlier, interrupted run of this trial,
+    a function that reads it (called on the main process only), or the checkpoint directory
+    where zeus-bso wrote it (`zeus_bso.training.trial_file.STATE_FILE`)."""
+
+
+RUN_OPTIONS = RunOptions.__optional_keys__
+"""The names of `RunOptions`."""
+SESSION_OPTIONS = SessionOptions.__optional_keys__
+"""The names of `SessionOptions`."""
+
+_Options = TypeVar("_Options", RunOptions, SessionOptions)
+
+
+def checked_options(
+    options: _Options, job: JobSpec, known: frozenset[str] = SESSION_OPTIONS
+) -> _Options:
+    """``options`` as given, each one checked (the ``lr_rule`` against ``job``'s too), each
+    name among ``known`` (a misspelt option, which the adapters and the session take as
+    keywords, would otherwise be passed on and never read).
 
     Raises:
-        ConfigurationError: an option is not what its name says (the message says what to
-            give instead).
+        ConfigurationError: an option is not what its name says, or not one of ``known`` (the
+            message says what to give instead).
         PowerLimitError: ``power_limit="optimize"`` where no GPU's limit could be set.
     """
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"{name!r} is not an option of the run{hint} (the options: "
+                f"{', '.join(sorted(known))})"
+            )
     meter = options.get("energy_meter")
     if meter is not None and not callable(getattr(meter, "energy", None)):
         raise ConfigurationError(
@@ -91,4 +120,4 @@ def checked_options(options: SessionOptions, job: JobSpec) -> SessionOptions:
         )
     check_max_micro_batch_size(options.get("max_micro_batch_size"))
     check_power_limit(options.get("power_limit", "off"))
-    return SessionOptions(**options)
+    return options.copy()
