@@ -74,7 +74,7 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
         JobConfigMismatchError: the id exists with another configuration.
     """
     if spec.job_id is None:
-        prior = seed_of(conn, spec, "")
+        prior = _new_job_seed(conn, spec, "")
         while True:  # a clash of 32 random bits is rare; draw again if it happens
             job = spec.model_copy(update={"job_id": f"{spec.job_id_prefix}-{secrets.token_hex(4)}"})
             if _insert(conn, job, prior):
@@ -84,7 +84,7 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
     existing = repo.get_job(conn, spec.job_id, lock=True)
     locked = existing is not None
     if existing is None:
-        if _insert(conn, spec, seed_of(conn, spec, spec.job_id)):
+        if _insert(conn, spec, _new_job_seed(conn, spec, spec.job_id)):
             logger.info("registered job %s", spec.job_id)
             return Registered(spec, True)
         # A concurrent registration created it. Not locked here: on MySQL the INSERT holds a
@@ -136,9 +136,10 @@ def _insert(conn: Connection, job: JobSpecFromClient, prior: policy.Prior | None
     return inserted
 
 
-def seed_of(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Prior | None:
-    """The prior ``prior_from`` gives a new job (None: none asked, or ``auto`` found none),
-    once its settings are found to make a working job.
+def _new_job_seed(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Prior | None:
+    """A new job's check and its prior: its settings must make a working job (both ways a new
+    job is registered, with an id or with a prefix, come through here before it is written),
+    and the prior ``prior_from`` gives it (None: none asked, or ``auto`` found none).
 
     Raises:
         NewJobRefusedError: the settings cannot make a working job
