@@ -131,3 +131,22 @@ def test_the_callbacks_refuse_resume_which_they_read_from_checkpoints(adapter: s
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConfigurationError, match="'resume' is not an option"):
         ADAPTERS[adapter](url, {"resume": {"trial_number": 1}})
+
+
+@pytest.mark.parametrize(
+    ("adapter", "given", "meant"),
+    [
+        ("lightning", "monitr", "monitor"),
+        ("lightning", "memory_check_step", "memory_check_steps"),
+        ("huggingface", "resume_from_checkpoints", "resume_from_checkpoint"),
+        ("session", "power_limits", "power_limit"),
+    ],
+)
+def test_a_misspelt_parameter_of_the_adapter_itself_is_named_too(
+    adapter: str, given: str, meant: str
+) -> None:
+    """A name close to one of the adapter's own parameters (not a session option) is named as
+    well: ``monitr`` was refused as no option of the run, with no word of ``monitor``."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigurationError, match=f"did you mean '{meant}'"):
+        ADAPTERS[adapter](url, {given: "x"})

@@ -148,7 +148,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         check_metric_direction(self.metric, self.job)
         resume = self._saved_trial if self.resume_from is not None else None
-        checked = checked_options(options, self.job, RUN_OPTIONS)
+        checked = checked_options(options, self.job, RUN_OPTIONS, ZeusBSOTrainerCallback.__init__)
         self.options = SessionOptions(**checked, resume=resume)
         """What the run's `zeus_bso.training.TrialSession` is given."""
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)

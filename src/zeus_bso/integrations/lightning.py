@@ -125,7 +125,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self.batch_arg_name = check_name(
             batch_arg_name, "batch_arg_name", "the attribute holding the batch size", "batch_size"
         )
-        self.options = checked_options(options, self.job, RUN_OPTIONS)
+        self.options = checked_options(options, self.job, RUN_OPTIONS, ZeusBSOCallback.__init__)
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""
         self._meter = options.get("energy_meter")

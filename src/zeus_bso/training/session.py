@@ -124,7 +124,7 @@ class TrialSession(SessionEndings):
         **options: Unpack[SessionOptions],
     ) -> None:
         job = required_job(job)
-        options = checked_options(options, job)
+        options = checked_options(options, job, takes=type(self).__init__)
         energy_meter = options.get("energy_meter")
         raise_if_unconverged = options.get("raise_if_unconverged", False)
         self._job = job

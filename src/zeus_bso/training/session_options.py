@@ -7,6 +7,8 @@ registered)."""
 from __future__ import annotations
 
 import difflib
+import inspect
+from collections.abc import Callable
 from typing import Literal, TypedDict, TypeVar
 
 from zeus_bso.energy import EnergyMeter
@@ -72,11 +74,15 @@ _Options = TypeVar("_Options", RunOptions, SessionOptions)
 
 
 def checked_options(
-    options: _Options, job: JobSpec, known: frozenset[str] = SESSION_OPTIONS
+    options: _Options,
+    job: JobSpec,
+    known: frozenset[str] = SESSION_OPTIONS,
+    takes: Callable[..., object] | None = None,
 ) -> _Options:
     """``options`` as given, each one checked (the ``lr_rule`` against ``job``'s too), each
     name among ``known`` (a misspelt option, which the adapters and the session take as
-    keywords, would otherwise be passed on and never read).
+    keywords, would otherwise be passed on and never read). ``takes``: the function (an
+    adapter's ``__init__``) whose other parameters a misspelt name may have meant.
 
     Raises:
         ConfigurationError: an option is not what its name says, or not one of ``known`` (the
@@ -85,12 +91,7 @@ def checked_options(
     """
     for name in options:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigurationError(
-                f"{name!r} is not an option of the run{hint} (the options: "
-                f"{', '.join(sorted(known))})"
-            )
+            raise ConfigurationError(_unknown(name, known, takes))
     meter = options.get("energy_meter")
     if meter is not None and not callable(getattr(meter, "energy", None)):
         raise ConfigurationError(
@@ -121,3 +122,20 @@ def checked_options(
     check_max_micro_batch_size(options.get("max_micro_batch_size"))
     check_power_limit(options.get("power_limit", "off"))
     return options.copy()
+
+
+def _unknown(name: str, known: frozenset[str], takes: Callable[..., object] | None) -> str:
+    """What to say of a keyword ``name`` that is no option of ``known`` (nor a parameter of
+    ``takes``): the closest name, and the options."""
+    own = []
+    if takes is not None:
+        parameters = inspect.signature(takes).parameters.values()
+        plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        own = [p.name for p in parameters if p.kind in plain and p.name != "self"]
+    close = difflib.get_close_matches(name, [*known, *own], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    who = "the run" if takes is None else takes.__qualname__.removesuffix(".__init__")
+    return (
+        f"{name!r} is not an option of {who}{hint} (its options: "
+        f"{', '.join(sorted({*known, *own}))})"
+    )
