@@ -28,7 +28,8 @@ class RunOptions(TypedDict, total=False):
     energy_meter: EnergyMeter | None
     """How to measure energy in this process (default: `zeus_bso.energy.auto_meter`)."""
     token: str | None
-    """The server's bearer token, if it has one."""
+    """The server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``, or the file
+    ``$ZEUS_BSO_TOKEN_FILE`` names)."""
     on_server_unavailable: Literal["fallback", "raise"]
     """``"fallback"`` (train at the default batch size, or the last recommendation saved on
     this machine, when the server cannot be reached at start) or ``"raise"`` (raise
@@ -47,7 +48,9 @@ class RunOptions(TypedDict, total=False):
     max_micro_batch_size: int | None
     """Opts into gradient accumulation (see `zeus_bso.client.accumulation`): a batch size
     above it, or at or above the smallest that ran out of memory on these GPUs, is trained as
-    ``accumulation_steps`` micro-batches of ``micro_batch_size`` on every process."""
+    ``accumulation_steps`` micro-batches of ``micro_batch_size`` on every process;
+    micro-batches that run out of memory are lowered for the next run instead of the batch size
+    becoming infeasible (None, the default: no accumulation)."""
     power_limit: PowerLimitMode
     """``"optimize"`` opts into GPU power limits (`zeus_bso.training.power`): a batch size's
     first run on these GPUs profiles the limits in its first steps (call the session's
