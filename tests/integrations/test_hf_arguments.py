@@ -53,6 +53,11 @@ def test_arguments_that_train_the_dispatched_batch_and_evaluate_pass(tmp_path: P
         ({"gradient_accumulation_steps": 2}, 1, "pass ZeusBSOTrainerCallback(max_micro_batch"),
         ({"gradient_accumulation_steps": 2}, 4, "trains as 4 micro-batches of 32"),
         ({"eval_strategy": "no"}, 1, "eval_strategy='no': this run never evaluates"),
+        (
+            {"auto_find_batch_size": True, "gradient_accumulation_steps": 4},
+            4,
+            "auto_find_batch_size=True) shrinks the batch size at an out-of-memory error",
+        ),
     ],
 )
 def test_a_run_the_server_could_not_judge_is_refused_saying_what_to_change(

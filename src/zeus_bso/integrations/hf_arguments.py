@@ -5,10 +5,13 @@ warning otherwise)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from zeus_bso.training import TrialSession
+
+logger = logging.getLogger("zeus_bso.integrations.huggingface")  # the callback's
 
 SEARCH_REFUSED = (
     "Trainer.hyperparameter_search: each of its trials trains other hyperparameters (its "
@@ -32,6 +35,12 @@ def refusal(
     """Why a run with ``args`` cannot be judged at the dispatched ``batch_size`` (trained as
     ``accumulation_steps`` micro-batches of ``micro_batch_size`` where the callback
     ``accumulates``), in words that say what to change; None: it can."""
+    if accumulates and args.auto_find_batch_size:
+        return (
+            "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
+            "out-of-memory error, while max_micro_batch_size keeps it and accumulates smaller "
+            "micro-batches: choose one (leave auto_find_batch_size False to accumulate)"
+        )
     if args.per_device_train_batch_size != micro_batch_size:
         return (
             f"TrainingArguments.per_device_train_batch_size is "
@@ -63,6 +72,19 @@ def refusal(
             "(eval_strategy='epoch'), or train without ZeusBSOTrainerCallback"
         )
     return None
+
+
+def warn(args: Any, max_epochs: int, *, sized: bool) -> None:
+    """Log the `warnings` of ``args``, and how a run on data without a length (not ``sized``)
+    counts its epochs."""
+    for warning in warnings(args, max_epochs, sized=sized):
+        logger.warning("%s", warning)
+    if not sized:
+        logger.info(
+            "zeus-bso: training data without a length: each evaluation is one of the job's "
+            "epochs (it stops at the job's max_epochs, %d evaluations)",
+            max_epochs,
+        )
 
 
 def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:

@@ -10,24 +10,13 @@ batch size is chosen first, by the callback's `start` (which asks the server)::
 
 Only the world process zero talks to the server; with ``torch.distributed`` initialised the
 batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
-each GPU once.
-
-Resuming: every checkpoint gets a ``zeus_bso_trial.json``; pass the checkpoint to the callback
-(``resume_from_checkpoint=...``, as to ``Trainer.train``) and the run continues its trial.
-``resume_from_checkpoint=True`` with ``output_dir=...`` takes the last checkpoint in that
-directory, as ``Trainer.train(resume_from_checkpoint=True)`` does.
-
-The server's cost of each report and the run's energy go into the evaluation metrics
-(``eval_...`` keys' neighbours ``bso_cost`` and ``bso_energy_j``) before the Trainer hands them to
-its reporting integrations (``report_to``: W&B, MLflow, TensorBoard, ...), into what
-``Trainer.evaluate`` returns, and into ``state.log_history`` (``trainer_state.json``); each
-training log's ``learning_rate`` (the schedule's) gets ``bso_lr`` beside it, the rate the steps
-take at the run's batch size (``lr_rule``).
-With ``auto_find_batch_size=True``, a batch size that runs out of memory is ``infeasible`` on
-these GPUs, as without it, and so is each smaller size the Trainer then tries that runs out too;
-the run goes on at the Trainer's size, outside the optimizer, until the job's target or
-``max_epochs``. The trial in every process (the server, the shared answers, each GPU's energy
-once, checkpoints) is `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's
+each GPU once. Every checkpoint gets a ``zeus_bso_trial.json``: a run given the checkpoint
+(``resume_from_checkpoint``, or ``True`` with ``output_dir``: the last checkpoint there, as
+``Trainer.train`` takes it) continues its trial. What the callback adds to the Trainer's logs
+and evaluation metrics: `zeus_bso.integrations.hf_logs`; how a run with
+``auto_find_batch_size=True`` goes on at a smaller size: `zeus_bso.integrations.hf_auto_find`.
+The trial in every process (the server, the shared answers, each GPU's energy once,
+checkpoints) is `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's
 events onto it.
 """
 
@@ -46,6 +35,7 @@ from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
+from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
 from zeus_bso.integrations.hf_memory import try_steps
 from zeus_bso.options import (
     JobLike,
@@ -56,7 +46,7 @@ from zeus_bso.options import (
     server_url_from,
 )
 from zeus_bso.training import RunOutcome, TrialSession
-from zeus_bso.training.collectives import launcher_rank, torch_distributed
+from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import (
     RUN_OPTIONS,
     RunOptions,
@@ -80,20 +70,6 @@ try:
     from transformers.trainer_utils import has_length
 except ImportError as err:
     raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
-
-
-def _is_world_process_zero() -> bool:
-    """Whether this process talks to the server: global rank 0 of the process group, or of the
-    launcher's ``RANK`` before one exists (then a process other than 0 cannot get its answer)."""
-    dist = torch_distributed()
-    if dist is not None:
-        return bool(dist.get_rank() == 0)
-    if launcher_rank()[0] != 0:
-        raise ConfigurationError(
-            "a process of rank != 0 gets the batch size from rank 0: initialise torch.distributed "
-            "(e.g. accelerate.PartialState()) before callback.start()"
-        )
-    return True
 
 
 class ZeusBSOTrainerCallback(TrainerCallback):
@@ -177,7 +153,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         """
         if self.session is None:
             self.session = TrialSession(
-                _is_world_process_zero(),
+                is_rank_zero(
+                    "initialise torch.distributed (e.g. accelerate.PartialState()) before "
+                    "callback.start()"
+                ),
                 lambda values, step: None,  # into the evaluation's metrics (_report)
                 self.server_url,
                 self.job,
@@ -250,8 +229,13 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if callbacks is not None:
             self._stoppers = [c for c in callbacks if isinstance(c, EarlyStoppingCallback)]
         session = self._startable(args, state)
-        schedule = (optimizer, lr_scheduler)
-        if args.auto_find_batch_size and self._went_on_shrunk(session, args, state, schedule):
+        if args.auto_find_batch_size and (before := self._shrunk.shrank(state.train_batch_size)):
+            # After an out-of-memory error the Trainer trains again at a smaller size: the run
+            # goes on outside the optimizer (`zeus_bso.integrations.hf_auto_find.ShrunkRun`).
+            self._training, ended, self._ended = False, self._ended, True
+            shrunk, schedule = state.train_batch_size, (optimizer, lr_scheduler)
+            self._shrunk.went_on(session, ended, args.n_gpu, before, shrunk, schedule)
+            self.outcome = self.outcome if ended else session.outcome
             return
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
@@ -283,33 +267,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             )
         if state.is_hyper_param_search:
             self._refuse(hf_arguments.SEARCH_REFUSED)
-        if args.auto_find_batch_size and self.options.get("max_micro_batch_size") is not None:
-            self._refuse(
-                "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
-                "out-of-memory error, while max_micro_batch_size keeps it and accumulates "
-                "smaller micro-batches: choose one (leave auto_find_batch_size False to "
-                "accumulate)"
-            )
         return self.session
-
-    def _went_on_shrunk(
-        self,
-        session: TrialSession,
-        args: TrainingArguments,
-        state: TrainerState,
-        schedule: tuple[Any, Any],
-    ) -> bool:
-        """Whether ``auto_find_batch_size`` started training again at a smaller batch size
-        than the run's (after an out-of-memory error): the run goes on outside the optimizer
-        (`zeus_bso.integrations.hf_auto_find.ShrunkRun`)."""
-        before = self._shrunk.shrank(state.train_batch_size)
-        if before is None:
-            return False
-        self._training, ended, self._ended = False, self._ended, True
-        self._shrunk.went_on(session, ended, args.n_gpu, before, state.train_batch_size, schedule)
-        if not ended:
-            self.outcome = session.outcome
-        return True
 
     def _check_arguments(
         self, session: TrialSession, args: TrainingArguments, state: TrainerState, loader: Any
@@ -324,9 +282,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "optimizer; for the next run, call start() on a new ZeusBSOTrainerCallback and "
                 "build TrainingArguments with the batch size it returns"
             )
-        if refused := resume_refused(state.global_step, self.resume_from):
-            self._refuse(refused)
-        refused = hf_arguments.refusal(
+        refused = resume_refused(state.global_step, self.resume_from) or hf_arguments.refusal(
             args,
             micro_batch_size=session.micro_batch_size,
             batch_size=self.batch_size,
@@ -335,16 +291,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         )
         if refused is not None:
             self._refuse(refused)
-        sized = loader is None or has_length(loader)  # a dataset without a length has no epochs
-        if session.is_main:
-            for warning in hf_arguments.warnings(args, self.job.max_epochs, sized=sized):
-                logger.warning("%s", warning)
-            if not sized:
-                logger.info(
-                    "zeus-bso: training data without a length: each evaluation is one of the "
-                    "job's epochs (it stops at the job's max_epochs, %d evaluations)",
-                    self.job.max_epochs,
-                )
+        if session.is_main:  # a dataset without a length has no epochs
+            hf_arguments.warn(args, self.job.max_epochs, sized=loader is None or has_length(loader))
 
     def _check_memory(
         self,
@@ -397,24 +345,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         # (`run_first`), so the cost it adds reaches every integration after it.
         if not self._training or self.session is None or not logs:
             return
-        self._log_stepped_rate(state, logs)
+        log_stepped_rate(state, logs, self.session.lr_factor)
         if self.metric not in logs or self._reported_step == state.global_step:
             return  # not an evaluation; or reported at this step already, or no step trained
         self._report(state, control, logs)
-
-    def _log_stepped_rate(self, state: TrainerState, logs: dict[str, float]) -> None:
-        """Beside the Trainer's ``learning_rate`` (its schedule's), the rate its steps take,
-        ``bso_lr``: for the reporting integrations after this callback, and in
-        ``state.log_history`` (where the Trainer put a copy of the logs before its callbacks
-        saw them)."""
-        assert self.session is not None
-        factor, rate = self.session.lr_factor, logs.get("learning_rate")
-        if factor is None or not isinstance(rate, int | float):
-            return
-        logs["bso_lr"] = float(rate) * factor
-        last = state.log_history[-1] if state.log_history else {}
-        if last.get("step") == state.global_step and last.get("learning_rate") == rate:
-            last["bso_lr"] = logs["bso_lr"]
 
     @override
     def on_evaluate(
@@ -479,16 +413,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         except ConfigurationError as err:
             self._release(str(err))
             raise
-        values = self.session.last
-        if "bso/cost" in values:  # the server's figure (none while it is unreachable)
-            metrics["bso_cost"] = values["bso/cost"]
-            metrics["bso_energy_j"] = values["bso/energy_j"]
-            if self.session.is_main:
-                state.log_history.append(
-                    {**values, "epoch": state.epoch, "step": state.global_step}
-                )
-        if stop:
-            control.should_training_stop = True
+        log_report(state, metrics, self.session.last, self.session.is_main)
+        control.should_training_stop |= bool(stop)
 
     @override
     def on_train_end(

@@ -35,29 +35,11 @@ from typing_extensions import Unpack, override
 
 from zeus_bso.energy import auto_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_memory import checks_memory, try_size
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
-from zeus_bso.integrations.lightning_trainer import (
-    Module,
-    Monitored,
-    Trainer,
-    accumulation_refused,
-    batch_refused,
-    debug_run,
-    end_fit,
-    is_a,
-    limit_warnings,
-    loader_given_to_fit,
-    loaders_built,
-    no_batch_size,
-    rebuild_for_the_batch_size,
-    trained_before,
-    tunes_the_rate,
-    unsettable,
-    validates,
-    validates_at_epoch_ends,
-)
+from zeus_bso.integrations.lightning_trainer import Module, Trainer
 from zeus_bso.options import (
     JobLike,
     check_memory_check_steps,
@@ -145,7 +127,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._trainer: Trainer | None = None
         self._module: Module | None = None
         self._unlogged: dict[str, float] = {}
-        self._monitored = Monitored(monitor)  # the values reported (rank 0)
+        self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
 
     @property
     @override
@@ -168,63 +150,25 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         self._monitored.reset()
         self._first_batch_checked = False
-        self._trainer, self._module = trainer, pl_module
-        refused = loader_given_to_fit(trainer, self.batch_arg_name)
-        if refused and not debug_run(trainer):
+        self._trainer, self._module, name = trainer, pl_module, self.batch_arg_name
+        micro = self.options.get("max_micro_batch_size")
+        if refused := fit.fit_refused(trainer, pl_module, name, micro):
             raise ConfigurationError(refused)  # before the server is asked
-        package = package_of(trainer)
-        if not package.hasattr(pl_module, self.batch_arg_name):
-            raise ConfigurationError(no_batch_size(trainer, self.batch_arg_name))
-        self._built_early = loaders_built(trainer, pl_module)  # before the size is set
-        if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
-            raise ConfigurationError(
-                "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
-                "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
-                "server chooses, and tries a size new to these GPUs in memory first "
-                "(memory_check_steps)"
-            )
-        if refused := accumulation_refused(trainer, self.options.get("max_micro_batch_size")):
-            raise ConfigurationError(refused)
-        if tunes_the_rate(trainer):
-            self._tune_the_rate(trainer, pl_module)
+        self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
+        self.session = None
+        if fit.tunes_the_rate(trainer):  # Tuner.lr_find's fit: no trial
+            rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
+            size = self.options.get("reference_batch_size") or self.job.default_batch_size
+            fit.tune_the_rate_at(trainer, pl_module, name, size if rule != "none" else None)
             return
         if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
             self._meter = auto_meter()
-        if debugging := debug_run(trainer):  # its epochs are not the job's: not a trial
-            self.session = None
-            if trainer.is_global_zero:
-                logger.warning(
-                    "zeus-bso: %s: this fit runs without the batch size optimizer (nothing is "
-                    "asked of the server or reported to it)",
-                    debugging,
-                )
+        if debugging := fit.debug_run(trainer):  # its epochs are not the job's: not a trial
+            fit.warn_of_debugging(trainer, debugging)
             return
-        if refused := unsettable(trainer, pl_module, self.batch_arg_name):
+        if refused := fit.trial_refused(trainer, pl_module, name, self.monitor):
             raise ConfigurationError(refused)  # before the server is asked
-        if not validates(trainer, pl_module):
-            raise ConfigurationError(
-                "this fit never validates (limit_val_batches=0, or the module has no "
-                "validation_step), so the server could not judge its batch size: validate, "
-                f"logging '{self.monitor}', or fit without ZeusBSOCallback"
-            )
         self._start_session(trainer, pl_module, self._restored)
-
-    def _tune_the_rate(self, trainer: Trainer, pl_module: Module) -> None:
-        """``Tuner.lr_find``'s fit, which ends after the finder's steps: no trial (nothing is
-        asked of the server), at the batch size the rate ``lr_rule`` scales is tuned at
-        (``reference_batch_size``), or the module's own without a rule."""
-        self.session = None
-        where = "the module's batch size"
-        if job_lr_rule(self.job, self.options.get("lr_rule", "none")) != "none":
-            size = self.options.get("reference_batch_size") or self.job.default_batch_size
-            package_of(trainer).setattr(pl_module, self.batch_arg_name, size)
-            where = f"batch size {size}, the one lr_rule scales its rate from"
-        if trainer.is_global_zero:
-            logger.info(
-                "zeus-bso: Tuner.lr_find's fit runs without the batch size optimizer, at %s; "
-                "the fit after it gets the server's",
-                where,
-            )
 
     def _start_session(
         self, trainer: Trainer, pl_module: Module, resume: dict[str, Any] | None
@@ -267,11 +211,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self.session.fit_in_memory(tried)
             self._set_batch(trainer, pl_module)
             if self.session.micro_batch_size != before:
-                rebuild_for_the_batch_size(trainer)
+                fit.rebuild_for_the_batch_size(trainer)
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         if trainer.is_global_zero:
-            for warning in limit_warnings(trainer, self.job.max_epochs):
+            for warning in fit.limit_warnings(trainer, self.job.max_epochs):
                 logger.warning("%s", warning)
 
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
@@ -291,48 +235,20 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         assert self.session is not None
         for optimizer in trainer.optimizers:
             self.session.scale(optimizer)
-        factor = self.session.lr_factor
-        monitors = any(is_a(callback, "LearningRateMonitor") for callback in trainer.callbacks)
-        if monitors and factor is not None and factor != 1.0 and trainer.is_global_zero:
-            logger.info(
-                "zeus-bso: LearningRateMonitor logs the schedule's rates; the steps take %.4g "
-                "times them at batch size %d (lr_rule), logged as bso/lr at each validation",
-                factor,
-                self.session.batch_size,
-            )
+        fit.note_of_rate_monitor(trainer, self.session.lr_factor, self.session.batch_size)
 
     @override
     def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
-        # The sanity check's validation logs what every validation will: a monitor it did not
-        # log, beside metrics it did, would fail the first report, an epoch from now.
-        logged = sorted(trainer.callback_metrics)
-        missing = self.session is not None and logged and self.monitor not in logged
-        if missing and trainer.is_global_zero:
-            logger.warning(
-                "zeus-bso: the sanity check's validation logged %s but not '%s', the metric the "
-                "callback reports (monitor=...): the fit's first report will fail unless its "
-                "validation logs it",
-                logged,
-                self.monitor,
-            )
+        if self.session is not None:
+            fit.warn_of_unlogged(trainer, self.monitor)
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
-        if not self._resumed and (refused := trained_before(trainer)):
+        if not self._resumed and (refused := fit.trained_before(trainer)):
             raise ConfigurationError(refused)  # its trial is released (on_exception)
-        endless = trainer.num_training_batches == float("inf")  # data without a length
-        if not validates_at_epoch_ends(trainer) and trainer.is_global_zero:
-            # Data without a length has no epochs to validate at the end of: nothing to change.
-            (logger.info if endless else logger.warning)(
-                "val_check_interval=%s: every validation is reported as an epoch, so the job's "
-                "max_epochs (%d) counts validations, and its learning curves and costs are per "
-                "validation; validate at the end of epochs (val_check_interval=1.0, and "
-                "check_val_every_n_epoch as you like) for epochs",
-                trainer.val_check_interval,
-                self.job.max_epochs,
-            )
+        fit.warn_of_interval(trainer, self.job.max_epochs)
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
             self._scale_learning_rates(trainer)
         batches = trainer.num_training_batches
@@ -348,7 +264,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 self._first_batch_checked = True
                 told = self.session.micro_batch_size
                 name, built = self.batch_arg_name, self._built_early
-                if refused := batch_refused(trainer, batch, told, name, built):
+                if refused := fit.batch_refused(trainer, batch, told, name, built):
                     raise ConfigurationError(refused)  # the fit ends; its trial is released
             self.session.step_begin()
 
@@ -370,7 +286,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
 
-        epoch = trainer.current_epoch + 1 if validates_at_epoch_ends(trainer) else None
+        epoch = trainer.current_epoch + 1 if fit.validates_at_epoch_ends(trainer) else None
 
         when = f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}"
         # Read on rank 0; its error reaches every rank.
@@ -410,7 +326,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if session is None:
             return
         try:
-            end_fit(session, trainer, self.job.max_epochs)
+            fit.end_fit(session, trainer, self.job.max_epochs)
         finally:
             self._ended(trainer, session.outcome)
 
@@ -468,7 +384,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._start_session(trainer, self._module, restored)
         assert self.session is not None
         if self.session.micro_batch_size != before:
-            rebuild_for_the_batch_size(trainer)
+            fit.rebuild_for_the_batch_size(trainer)
 
 
 def callbacks_from_environment() -> list[Any]:
@@ -477,14 +393,4 @@ def callbacks_from_environment() -> list[Any]:
     `zeus_bso.integrations.lightning_environment.callbacks_from_environment`, which imports this
     module only where the variable is set; an install's metadata from before names this one."""
     settings = lightning_settings()
-    if settings is None:
-        return []
-    return [
-        ZeusBSOCallback(
-            job=settings.job,
-            monitor=settings.monitor,
-            lr_rule=settings.lr_rule,
-            max_micro_batch_size=settings.max_micro_batch_size,
-            power_limit=settings.power_limit,
-        )
-    ]
+    return [] if settings is None else [ZeusBSOCallback(**vars(settings))]

@@ -154,6 +154,114 @@ def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
     )
 
 
+def fit_refused(
+    trainer: Trainer, pl_module: Module, batch_arg_name: str, max_micro_batch_size: int | None
+) -> str | None:
+    """Why no batch size the callback sets could train the fit (at its setup, before the server
+    is asked): the fit was given its train DataLoader, nothing holds ``batch_arg_name``, another
+    callback chooses the size, or the Trainer accumulates of its own. None: it can."""
+    refused = loader_given_to_fit(trainer, batch_arg_name)
+    if refused and not debug_run(trainer):
+        return refused
+    if not package_of(trainer).hasattr(pl_module, batch_arg_name):
+        return no_batch_size(trainer, batch_arg_name)
+    if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
+        return (
+            "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
+            "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
+            "server chooses, and tries a size new to these GPUs in memory first "
+            "(memory_check_steps)"
+        )
+    return accumulation_refused(trainer, max_micro_batch_size)
+
+
+def trial_refused(
+    trainer: Trainer, pl_module: Module, batch_arg_name: str, monitor: str
+) -> str | None:
+    """Why a fit that is a run of the job (no debugging mode, not ``Tuner.lr_find``'s) cannot
+    be a trial: the size cannot be set, or no validation would judge it. None: it can."""
+    if refused := unsettable(trainer, pl_module, batch_arg_name):
+        return refused
+    if validates(trainer, pl_module):
+        return None
+    return (
+        "this fit never validates (limit_val_batches=0, or the module has no validation_step), "
+        f"so the server could not judge its batch size: validate, logging '{monitor}', or fit "
+        "without ZeusBSOCallback"
+    )
+
+
+def tune_the_rate_at(
+    trainer: Trainer, pl_module: Module, batch_arg_name: str, size: int | None
+) -> None:
+    """``Tuner.lr_find``'s fit, which ends after the finder's steps and is no trial: at
+    ``size`` (the batch size ``lr_rule`` scales the rate from), or the module's own (None)."""
+    where = "the module's batch size"
+    if size is not None:
+        package_of(trainer).setattr(pl_module, batch_arg_name, size)
+        where = f"batch size {size}, the one lr_rule scales its rate from"
+    if trainer.is_global_zero:
+        logger.info(
+            "zeus-bso: Tuner.lr_find's fit runs without the batch size optimizer, at %s; the "
+            "fit after it gets the server's",
+            where,
+        )
+
+
+def warn_of_debugging(trainer: Trainer, debugging: str) -> None:
+    """A fit in a debugging mode (``fast_dev_run``...) is no run of the job: it says so."""
+    if trainer.is_global_zero:
+        logger.warning(
+            "zeus-bso: %s: this fit runs without the batch size optimizer (nothing is asked of "
+            "the server or reported to it)",
+            debugging,
+        )
+
+
+def warn_of_unlogged(trainer: Trainer, monitor: str) -> None:
+    """At the sanity check's end: its validation logs what every validation will, so a monitor
+    it did not log, beside metrics it did, would fail the fit's first report."""
+    logged = sorted(trainer.callback_metrics)
+    if logged and monitor not in logged and trainer.is_global_zero:
+        logger.warning(
+            "zeus-bso: the sanity check's validation logged %s but not '%s', the metric the "
+            "callback reports (monitor=...): the fit's first report will fail unless its "
+            "validation logs it",
+            logged,
+            monitor,
+        )
+
+
+def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> None:
+    """When training starts, where validations within epochs are reported as epochs: it says
+    what that does to the job's ``max_epochs`` and costs (a note for data without a length,
+    which has no epochs to validate at the end of)."""
+    if validates_at_epoch_ends(trainer) or not trainer.is_global_zero:
+        return
+    endless = trainer.num_training_batches == float("inf")
+    (logger.info if endless else logger.warning)(
+        "val_check_interval=%s: every validation is reported as an epoch, so the job's "
+        "max_epochs (%d) counts validations, and its learning curves and costs are per "
+        "validation; validate at the end of epochs (val_check_interval=1.0, and "
+        "check_val_every_n_epoch as you like) for epochs",
+        trainer.val_check_interval,
+        job_max_epochs,
+    )
+
+
+def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int) -> None:
+    """A ``LearningRateMonitor`` logs the schedule's rates, not those the steps take at the
+    fit's batch size (``lr_rule``'s ``factor``): it says so."""
+    monitors = any(is_a(callback, "LearningRateMonitor") for callback in trainer.callbacks)
+    if monitors and factor is not None and factor != 1.0 and trainer.is_global_zero:
+        logger.info(
+            "zeus-bso: LearningRateMonitor logs the schedule's rates; the steps take %.4g times "
+            "them at batch size %d (lr_rule), logged as bso/lr at each validation",
+            factor,
+            batch_size,
+        )
+
+
 def batch_refused(
     trainer: Trainer, batch: Any, told: int, batch_arg_name: str, built: list[str]
 ) -> str | None:

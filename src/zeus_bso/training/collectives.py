@@ -58,6 +58,20 @@ def torch_distributed() -> Any | None:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def is_rank_zero(before_group: str) -> bool:
+    """Whether this process talks to the server: global rank 0 of the process group, or of the
+    launcher's rank before one exists, where a process of another rank could not get rank 0's
+    answer (`ConfigurationError`, ``before_group`` saying what to initialise first)."""
+    dist = torch_distributed()
+    if dist is not None:
+        return bool(dist.get_rank() == 0)
+    if launcher_rank()[0] != 0:
+        raise ConfigurationError(
+            f"a process of rank != 0 gets the batch size from rank 0: {before_group}"
+        )
+    return True
+
+
 def broadcast_object(value: T) -> T:
     """Rank 0's ``value`` on every rank."""
     dist = torch_distributed()
