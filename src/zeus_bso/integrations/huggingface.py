@@ -37,22 +37,10 @@ from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_re
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
 from zeus_bso.integrations.hf_memory import try_steps
-from zeus_bso.options import (
-    JobLike,
-    check_memory_check_steps,
-    check_metric_direction,
-    check_name,
-    required_job,
-    server_url_from,
-)
+from zeus_bso.options import JobLike, check_memory_check_steps, check_name
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import is_rank_zero
-from zeus_bso.training.session_options import (
-    RUN_OPTIONS,
-    RunOptions,
-    SessionOptions,
-    checked_options,
-)
+from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 from zeus_bso.training.trial_file import read_trial, write_trial
 
 logger = logging.getLogger(__name__)
@@ -116,15 +104,14 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         memory_check_steps: int = 3,
         **options: Unpack[RunOptions],
     ) -> None:
-        self.server_url = server_url_from(server_url)  # no network: a clear error now
         self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
-        self.job = required_job(job)
         # As the Trainer reads metric_for_best_model: its evaluations' keys start with "eval_".
         check_name(metric, "metric", "an evaluation metric", "eval_accuracy")
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
-        check_metric_direction(self.metric, self.job)
+        self.server_url, self.job, checked = callback_arguments(
+            server_url, job, self.metric, options, ZeusBSOTrainerCallback.__init__
+        )  # no network: a clear error now
         resume = self._saved_trial if self.resume_from is not None else None
-        checked = checked_options(options, self.job, RUN_OPTIONS, ZeusBSOTrainerCallback.__init__)
         self.options = SessionOptions(**checked, resume=resume)
         """What the run's `zeus_bso.training.TrialSession` is given."""
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)

@@ -43,20 +43,12 @@ from zeus_bso.integrations.lightning_trainer import Module, Trainer
 from zeus_bso.options import (
     JobLike,
     check_memory_check_steps,
-    check_metric_direction,
     check_name,
     job_lr_rule,
     lightning_settings,
-    required_job,
-    server_url_from,
 )
 from zeus_bso.training import RunOutcome, TrialSession
-from zeus_bso.training.session_options import (
-    RUN_OPTIONS,
-    RunOptions,
-    SessionOptions,
-    checked_options,
-)
+from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -100,14 +92,13 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     ) -> None:
         super().__init__()
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)
-        self.server_url = server_url_from(server_url)  # no network: a clear error now
-        self.job = required_job(job)
         self.monitor = check_name(monitor, "monitor", "a logged validation metric", "val_acc")
-        check_metric_direction(monitor, self.job)
         self.batch_arg_name = check_name(
             batch_arg_name, "batch_arg_name", "the attribute holding the batch size", "batch_size"
         )
-        self.options = checked_options(options, self.job, RUN_OPTIONS, ZeusBSOCallback.__init__)
+        self.server_url, self.job, self.options = callback_arguments(
+            server_url, job, monitor, options, ZeusBSOCallback.__init__
+        )  # no network: a clear error now
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""
         self._meter = options.get("energy_meter")
@@ -156,16 +147,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
         self.session = None
-        if fit.tunes_the_rate(trainer):  # Tuner.lr_find's fit: no trial
-            rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
-            size = self.options.get("reference_batch_size") or self.job.default_batch_size
-            fit.tune_the_rate_at(trainer, pl_module, name, size if rule != "none" else None)
-            return
+        scales = job_lr_rule(self.job, self.options.get("lr_rule", "none")) != "none"
+        size = self.options.get("reference_batch_size") or self.job.default_batch_size
+        if fit.no_trial(trainer, pl_module, name, size if scales else None):
+            return  # Tuner.lr_find's fit, or a debugging mode's: its epochs are not the job's
         if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
             self._meter = auto_meter()
-        if debugging := fit.debug_run(trainer):  # its epochs are not the job's: not a trial
-            fit.warn_of_debugging(trainer, debugging)
-            return
         if refused := fit.trial_refused(trainer, pl_module, name, self.monitor):
             raise ConfigurationError(refused)  # before the server is asked
         self._start_session(trainer, pl_module, self._restored)

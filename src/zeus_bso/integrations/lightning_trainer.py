@@ -191,31 +191,37 @@ def trial_refused(
     )
 
 
-def tune_the_rate_at(
-    trainer: Trainer, pl_module: Module, batch_arg_name: str, size: int | None
-) -> None:
-    """``Tuner.lr_find``'s fit, which ends after the finder's steps and is no trial: at
-    ``size`` (the batch size ``lr_rule`` scales the rate from), or the module's own (None)."""
-    where = "the module's batch size"
-    if size is not None:
-        package_of(trainer).setattr(pl_module, batch_arg_name, size)
-        where = f"batch size {size}, the one lr_rule scales its rate from"
-    if trainer.is_global_zero:
-        logger.info(
-            "zeus-bso: Tuner.lr_find's fit runs without the batch size optimizer, at %s; the "
-            "fit after it gets the server's",
-            where,
+def no_trial(
+    trainer: Trainer, pl_module: Module, batch_arg_name: str, lr_find_size: int | None
+) -> bool:
+    """Whether the fit is no run of the job, and says so on rank 0: ``Tuner.lr_find``'s fit,
+    which ends after the finder's steps, at ``lr_find_size`` (the batch size ``lr_rule`` scales
+    the rate from; None: the module's own), or a debugging mode (``fast_dev_run``...)."""
+    if tunes_the_rate(trainer):
+        where = "the module's batch size"
+        if lr_find_size is not None:
+            package_of(trainer).setattr(pl_module, batch_arg_name, lr_find_size)
+            where = f"batch size {lr_find_size}, the one lr_rule scales its rate from"
+        level, said = (
+            logging.INFO,
+            (
+                f"Tuner.lr_find's fit runs without the batch size optimizer, at {where}; the fit "
+                "after it gets the server's"
+            ),
         )
-
-
-def warn_of_debugging(trainer: Trainer, debugging: str) -> None:
-    """A fit in a debugging mode (``fast_dev_run``...) is no run of the job: it says so."""
-    if trainer.is_global_zero:
-        logger.warning(
-            "zeus-bso: %s: this fit runs without the batch size optimizer (nothing is asked of "
-            "the server or reported to it)",
-            debugging,
+    elif debugging := debug_run(trainer):
+        level, said = (
+            logging.WARNING,
+            (
+                f"{debugging}: this fit runs without the batch size optimizer (nothing is asked of "
+                "the server or reported to it)"
+            ),
         )
+    else:
+        return False
+    if trainer.is_global_zero:
+        logger.log(level, "zeus-bso: %s", said)
+    return True
 
 
 def warn_of_unlogged(trainer: Trainer, monitor: str) -> None:

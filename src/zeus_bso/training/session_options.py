@@ -13,7 +13,14 @@ from typing import Literal, TypedDict, TypeVar
 
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.options import check_max_micro_batch_size, job_lr_rule
+from zeus_bso.options import (
+    JobLike,
+    check_max_micro_batch_size,
+    check_metric_direction,
+    job_lr_rule,
+    required_job,
+    server_url_from,
+)
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule
 from zeus_bso.spec import JobSpec
@@ -125,6 +132,27 @@ def checked_options(
     check_max_micro_batch_size(options.get("max_micro_batch_size"))
     check_power_limit(options.get("power_limit", "off"))
     return options.copy()
+
+
+def callback_arguments(
+    server_url: str | None,
+    job: JobLike | None,
+    metric: str,
+    options: RunOptions,
+    takes: Callable[..., object],
+) -> tuple[str, JobSpec, RunOptions]:
+    """What a framework's callback checks when it is built, with no network: the server
+    (``server_url``, else ``$ZEUS_BSO_SERVER_URL``), the ``job`` as a `JobSpec`, that the
+    ``metric`` it reports moves the way the job judges it (`check_metric_direction`), and the run
+    ``options`` (`checked_options`; ``takes``: the callback's ``__init__``).
+
+    Raises:
+        ConfigurationError: what is missing or wrong, in words that say what to give.
+    """
+    url = server_url_from(server_url)
+    spec = required_job(job)
+    check_metric_direction(metric, spec)
+    return url, spec, checked_options(options, spec, RUN_OPTIONS, takes)
 
 
 def _unknown(name: str, known: frozenset[str], takes: Callable[..., object] | None) -> str:
