@@ -1,4 +1,5 @@
-"""Names of a package imported when first asked for (a module's ``__getattr__``, PEP 562)."""
+"""Names of a package imported when first asked for (a module's ``__getattr__``, PEP 562), and
+optional dependencies imported with the install that brings them (`require`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import importlib
 TYPE_CHECKING = False  # not typing's: importing typing takes ~20 ms a command's start-up needs
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from types import ModuleType
     from typing import Any
+
+
+def require(module: str, needs: str, extra: str) -> ModuleType:
+    """``module``, imported for an optional part of the package; where it is not installed, an
+    ``ImportError`` that says what ``needs`` it (``"ZeusBSOFabric needs Lightning Fabric"``)
+    and the install that brings it (``pip install 'zeus-bso[extra]'``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f"{needs}: pip install 'zeus-bso[{extra}]'") from err
 
 
 def lazy_names(

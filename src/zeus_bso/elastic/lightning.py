@@ -16,14 +16,14 @@ from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
 from zeus_bso.errors import ZeusBSOError
+from zeus_bso.lazy import require
 
-INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
-
-try:
-    import lightning.pytorch as pl
-    from lightning.pytorch.utilities.parsing import lightning_hasattr, lightning_setattr
-except ImportError as err:
-    raise ImportError(f"ElasticBatchSizeCallback needs PyTorch Lightning: {INSTALL_HINT}") from err
+require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
+import lightning.pytorch as pl  # noqa: E402 (after the install hint)
+from lightning.pytorch.utilities.parsing import (  # noqa: E402
+    lightning_hasattr,
+    lightning_setattr,
+)
 
 
 class ElasticBatchSizeCallback(pl.Callback):

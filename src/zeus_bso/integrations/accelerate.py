@@ -30,6 +30,7 @@ from typing_extensions import Unpack, override
 
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loop_checkpoints import check_restore
+from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
 from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
@@ -38,12 +39,7 @@ from zeus_bso.training.trial_file import trial_in, write_trial
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'zeus-bso[accelerate]'"
-
-try:
-    import accelerate  # noqa: F401 (the hint, before the Accelerator is used)
-except ImportError as err:
-    raise ImportError(f"ZeusBSOAccelerate needs Accelerate: {INSTALL_HINT}") from err
+require("accelerate", "ZeusBSOAccelerate needs Accelerate", "accelerate")
 
 
 class ZeusBSOAccelerate(TrialSession):

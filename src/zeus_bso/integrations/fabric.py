@@ -29,16 +29,12 @@ from typing_extensions import Unpack
 
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loop_checkpoints import check_restore
+from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
 
-INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
-
-try:
-    import lightning.fabric  # noqa: F401 (the hint, before Fabric is used)
-except ImportError as err:
-    raise ImportError(f"ZeusBSOFabric needs Lightning Fabric: {INSTALL_HINT}") from err
+require("lightning.fabric", "ZeusBSOFabric needs Lightning Fabric", "lightning")
 
 
 class ZeusBSOFabric(TrialSession):

@@ -37,6 +37,7 @@ from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_re
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
 from zeus_bso.integrations.hf_memory import try_steps
+from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import is_rank_zero
@@ -45,19 +46,15 @@ from zeus_bso.training.trial_file import read_trial, write_trial
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'zeus-bso[hf]'"
-
-try:
-    from transformers import (
-        EarlyStoppingCallback,
-        TrainerCallback,
-        TrainerControl,
-        TrainerState,
-        TrainingArguments,
-    )
-    from transformers.trainer_utils import has_length
-except ImportError as err:
-    raise ImportError(f"ZeusBSOTrainerCallback needs transformers: {INSTALL_HINT}") from err
+require("transformers", "ZeusBSOTrainerCallback needs transformers", "hf")
+from transformers import (  # noqa: E402 (after the install hint)
+    EarlyStoppingCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+from transformers.trainer_utils import has_length  # noqa: E402
 
 
 class ZeusBSOTrainerCallback(TrainerCallback):
