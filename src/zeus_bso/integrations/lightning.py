@@ -96,9 +96,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self.batch_arg_name = check_name(
             batch_arg_name, "batch_arg_name", "the attribute holding the batch size", "batch_size"
         )
-        self.server_url, self.job, self.options = callback_arguments(
+        self.server_url, self.job, checked = callback_arguments(
             server_url, job, monitor, options, ZeusBSOCallback.__init__
         )  # no network: a clear error now
+        self.options = checked
         """What each fit's `zeus_bso.training.TrialSession` is given (a fit gets a meter of its
         own where ``energy_meter`` is None)."""
         self._meter = options.get("energy_meter")
