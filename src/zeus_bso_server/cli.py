@@ -139,11 +139,26 @@ def _database_settings(db: str | None) -> Settings:
     """Settings of the `db` commands. They listen on nothing, so the listening address and its
     token rule do not apply: a container whose environment says ZEUS_BSO_HOST=0.0.0.0 can run
     its migration without the server's token."""
-    return load_settings(database_url=db, host="127.0.0.1")
+    return load_settings({"database_url": "--db"}, database_url=db, host="127.0.0.1")
 
 
 def _display_url(settings: Settings) -> str:
     return shown_url(settings.engine_url)
+
+
+SERVE_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "database_url": "--db",
+    "workers": "--workers",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
+    "allow_unauthenticated": "--allow-unauthenticated",
+    "root_path": "--root-path",
+    "tls_cert_file": "--tls-cert-file",
+    "tls_key_file": "--tls-key-file",
+}
+"""The setting each option of `serve` gives (an invalid value is named by its option)."""
 
 
 @app.command()
@@ -193,6 +208,7 @@ def serve(
     with deferred_interrupt() as interrupt:
         try:
             settings = load_settings(
+                SERVE_FLAGS,
                 host=host,
                 port=port,
                 database_url=db,

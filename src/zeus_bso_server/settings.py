@@ -6,6 +6,7 @@ import importlib.util
 import ipaddress
 import re
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Self
 
@@ -302,14 +303,18 @@ class Settings(BaseSettings):
             return False
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(flags: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Build settings from the environment and ``.env``, with explicit overrides on top.
+
+    ``flags`` names the command-line option each override came from (``{"port": "--port"}``):
+    an invalid value given there is named by its option, not by its environment variable.
 
     Raises:
         SettingsError: a setting is invalid (the message names each bad one), or ``.env`` in
             the working directory cannot be read.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
+    from_flags = {field: flag for field, flag in (flags or {}).items() if field in given}
     try:
         return Settings(**given)  # type: ignore[arg-type]
     except OSError as err:  # ./.env where this user may not look
@@ -319,8 +324,16 @@ def load_settings(**overrides: object) -> Settings:
         ) from None
     except ValidationError as err:
         problems = "; ".join(
-            (f"ZEUS_BSO_{'_'.join(str(p) for p in e['loc']).upper()}: " if e["loc"] else "")
+            (f"{_setting_name(e['loc'], from_flags)}: " if e["loc"] else "")
             + e["msg"].removeprefix("Value error, ")
             for e in err.errors(include_input=False, include_url=False)
         )
         raise SettingsError(f"invalid settings: {problems}") from None
+
+
+def _setting_name(loc: tuple[int | str, ...], from_flags: Mapping[str, str]) -> str:
+    """The option a bad value came from (``--port``), else its variable (``ZEUS_BSO_PORT``)."""
+    field = str(loc[0])
+    if field in from_flags:
+        return from_flags[field]
+    return f"ZEUS_BSO_{'_'.join(str(part) for part in loc).upper()}"
