@@ -12,7 +12,10 @@ whole; such processes are a few percent of the total. Linux only.
 A second table puts the processes the tests started under the test module that started them:
 a process inherits the ``PYTEST_CURRENT_TEST`` of the test running in its pytest worker, which
 its ``/proc/PID/environ`` keeps (a session's shared servers go to the test whose setup started
-them). What the workers do in-process is theirs, not a module's.
+them). A process forked from one of the suite's forkservers (servers, commands and the preloaded
+training processes: ``tests/forkserver.py``) has its forkserver's environment there, so it notes
+its test in a folder this script names (`STARTED_BY`). What the workers do in-process is theirs,
+not a module's.
 
 Prints the tables and writes benchmarks/results/test_suite_cpu.{json,md}.
 
@@ -27,6 +30,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -40,6 +44,8 @@ WORKERS = str((os.cpu_count() or 1) + 1)
 """As ``scripts/test`` chooses them: one more than the cores."""
 SUITE = [sys.executable, "-m", "pytest", "-n", WORKERS, "--dist", "loadgroup", "-q"]
 TICK = os.sysconf("SC_CLK_TCK")
+STARTED_BY = "TEST_SUITE_CPU_NOTES"
+"""The folder where the suite's forked processes note their test (`tests.forkserver`)."""
 KERNEL_THREAD = 0x00200000
 """``PF_KTHREAD``, the flag of a kernel thread in ``/proc/PID/stat``."""
 COMMANDS = (
@@ -94,6 +100,17 @@ def started_by(pid: int) -> str:
     return NO_MODULE
 
 
+def forked(folder: Path) -> dict[tuple[int, str], str]:
+    """The test module of each process forked from the suite's forkservers (servers, commands,
+    preloaded training processes), by (pid, start time), from the notes they left in ``folder``
+    (`tests.forkserver.STARTED_BY`): their own environment names their forkserver's test."""
+    found = {}
+    for note in folder.iterdir():
+        pid, start = note.name.split("-", 1)
+        found[(int(pid), start)] = note.read_text().split("::", 1)[0]
+    return found
+
+
 def cpu_seconds() -> dict[tuple[int, str], tuple[str, list[str], float]]:
     """Every process now: (pid, start time) -> its name, command line (empty: a kernel
     thread) and CPU seconds."""
@@ -136,7 +153,9 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
     module_of = dict.fromkeys(start, NO_MODULE)
     busy_0, total_0 = busy()
     began = time.monotonic()
-    process = subprocess.Popen(command, cwd=ROOT)
+    forks = tempfile.TemporaryDirectory(prefix="test-suite-cpu-")
+    env = {**os.environ, STARTED_BY: forks.name}
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
     done = threading.Event()
 
     def sample() -> None:
@@ -155,6 +174,8 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
     done.set()
     sampler.join()
     record(cpu_seconds())
+    module_of.update(forked(Path(forks.name)))
+    forks.cleanup()
     wall = time.monotonic() - began
     busy_1, total_1 = busy()
     by_kind: defaultdict[str, float] = defaultdict(float)

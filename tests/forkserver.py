@@ -315,7 +315,24 @@ def take_environment(request: Mapping[str, object]) -> dict[str, str]:
     os.environ.update(env)
     tempfile.tempdir = None
     os.chdir(str(request["cwd"]))
+    _note_started_by(env)
     return env
+
+
+STARTED_BY = "TEST_SUITE_CPU_NOTES"
+"""Where set (by ``benchmarks/test_suite_cpu.py``), a folder in which each forked child notes the
+test that asked for it: a fork's ``/proc/PID/environ``, which the benchmark reads to put a
+process under its test module, is its forkserver's, whose test started the forkserver."""
+
+
+def _note_started_by(env: Mapping[str, str]) -> None:
+    """In a forked child: a file ``PID-STARTTIME`` (this process, as ``/proc`` keys it) holding
+    ``PYTEST_CURRENT_TEST`` of the test that asked for it, in the `STARTED_BY` folder."""
+    folder, test = env.get(STARTED_BY), env.get("PYTEST_CURRENT_TEST")
+    if folder and test:
+        stat = Path("/proc/self/stat").read_text()
+        start = stat[stat.rfind(")") + 2 :].split()[19]
+        Path(folder, f"{os.getpid()}-{start}").write_text(test)
 
 
 def _become_command(request: dict[str, object]) -> None:

@@ -64,3 +64,21 @@ def test_what_a_fork_cannot_give_the_same_way_starts_anew() -> None:
     assert not forkserver.forkable([SERVER_BIN, "serve"], {**env, "PYTHONPATH": "/patched"})
     assert not forkserver.forkable([ZEUS_BSO, "simulate"], {**env, "COLUMNS": "80"})
     assert not forkserver.forkable([sys.executable, "-c", "pass"], env)
+
+
+def test_a_forked_command_notes_the_test_that_asked_for_it(tmp_path: Path) -> None:
+    """``benchmarks/test_suite_cpu.py`` puts a process under the test module whose test started
+    it, from its environment in ``/proc``, which a fork has from its forkserver: the fork notes
+    its test where `forkserver.STARTED_BY` says, under its ``/proc`` key (pid, start time)."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    env = {**environment_without_settings(), forkserver.STARTED_BY: str(notes)}
+    args = [ZEUS_BSO, "--version"]
+    assert forkserver.forkable(args, env)
+    process = forkserver.launch(args, env, tmp_path, tmp_path / "out")
+    assert process.wait(timeout=60) == 0
+    (note,) = notes.iterdir()
+    pid, start = note.name.split("-")
+    assert int(pid) == process.pid
+    assert int(start) > 0
+    assert note.read_text() == os.environ["PYTEST_CURRENT_TEST"]
