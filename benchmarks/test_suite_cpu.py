@@ -38,14 +38,15 @@ from pathlib import Path
 
 from _figures import commit
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.forkserver import STARTED_BY  # the folder where forks note their test
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
 WORKERS = str((os.cpu_count() or 1) + 1)
 """As ``scripts/test`` chooses them: one more than the cores."""
 SUITE = [sys.executable, "-m", "pytest", "-n", WORKERS, "--dist", "loadgroup", "-q"]
 TICK = os.sysconf("SC_CLK_TCK")
-STARTED_BY = "TEST_SUITE_CPU_NOTES"
-"""The folder where the suite's forked processes note their test (`tests.forkserver`)."""
 KERNEL_THREAD = 0x00200000
 """``PF_KTHREAD``, the flag of a kernel thread in ``/proc/PID/stat``."""
 COMMANDS = (
