@@ -788,6 +788,64 @@ def test_max_steps_with_validations_every_n_batches_is_said_only_where_it_ends_t
     assert "at least 150" in limit_warnings(trainer(149, accumulate=2), job_max_epochs=6)[0]
 
 
+def test_validations_every_few_epochs_are_said_where_they_miss_the_jobs_max_epochs(
+    tmp_path: Path,
+) -> None:
+    """A fit that validates every N epochs is judged at those epochs only: the server stops a
+    run short of the target at the first validation at or past the job's max_epochs. A Trainer
+    whose max_epochs ends the fit before it ends a run the server never judged (released, the
+    next run gets its size again); one that goes on trains past the job's max_epochs. Each is
+    said when the fit starts, with the Trainer's max_epochs to set."""
+    from zeus_bso.integrations.lightning_trainer import limit_warnings
+
+    def said(every: int, max_epochs: int, job_max_epochs: int) -> list[str]:
+        trainer = pl.Trainer(
+            max_epochs=max_epochs,
+            check_val_every_n_epoch=every,
+            **quiet_trainer_options(tmp_path),
+        )
+        return limit_warnings(trainer, job_max_epochs=job_max_epochs)
+
+    (cut,) = said(4, 6, 6)
+    assert cut.startswith("Trainer(check_val_every_n_epoch=4) validates at epochs 4, 8, ...")
+    assert "has not reached the target by epoch 4 ends before the server can judge it" in cut
+    assert "give the Trainer max_epochs=8" in cut
+    (below,) = said(4, 5, 6)  # below the job's own max_epochs: said as such, with 8 to set
+    assert below.startswith("Trainer(max_epochs=5) is below the job's max_epochs (6)")
+    assert "give the Trainer max_epochs=8" in below
+    (past,) = said(4, 100, 6)
+    assert "by epoch 6 trains to epoch 8, the validation after it" in past
+    assert said(4, 8, 8) == said(2, 6, 6) == said(1, 6, 6) == []
+
+
+def test_a_fit_ended_between_validations_says_which_validation_the_server_needed(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Validating every other epoch, a Trainer with the job's max_epochs (3) ends the fit after
+    epoch 3, before the validation of epoch 4, where the server would have stopped it: the run
+    is released, and its end says so, where it said "a limit of the Trainer's, or a
+    callback"."""
+    spec = job(unique_id("levery"), target=0.999, max_epochs=3)
+    callback = callback_for(server.url, spec)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        check_val_every_n_epoch=2,
+        callbacks=[callback],
+        **quiet_trainer_options(tmp_path),
+    )
+    trainer.fit(TinyClassifier())
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
+    assert (
+        "the Trainer's max_epochs (3) ended it before its validation of epoch 4 "
+        "(check_val_every_n_epoch=2), where the server stops it"
+    ) in outcome.summary()
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "released"
+
+
 def test_overfit_batches_runs_without_the_optimizer_and_a_part_of_each_epoch_is_said(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1008,6 +1066,7 @@ def test_fast_dev_run_leaves_the_server_alone_and_a_fit_that_never_validates_is_
     for module, options in (
         (TinyClassifier(), {"limit_val_batches": 0}),
         (NeverValidates(), {}),
+        (TinyClassifier(), {"check_val_every_n_epoch": spec.max_epochs + 1}),
     ):
         trainer = pl.Trainer(
             callbacks=[callback_for(server.url, spec)],

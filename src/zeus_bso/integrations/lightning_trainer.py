@@ -182,13 +182,20 @@ def trial_refused(
     be a trial: the size cannot be set, or no validation would judge it. None: it can."""
     if refused := unsettable(trainer, pl_module, batch_arg_name):
         return refused
-    if validates(trainer, pl_module):
-        return None
-    return (
-        "this fit never validates (limit_val_batches=0, or the module has no validation_step), "
-        f"so the server could not judge its batch size: validate, logging '{monitor}', or fit "
-        "without ZeusBSOCallback"
-    )
+    if not validates(trainer, pl_module):
+        return (
+            "this fit never validates (limit_val_batches=0, or the module has no "
+            f"validation_step), so the server could not judge its batch size: validate, logging "
+            f"'{monitor}', or fit without ZeusBSOCallback"
+        )
+    every, limit = _validation_every(trainer), trainer.max_epochs
+    if limit is not None and 0 <= limit < every:
+        return (
+            f"this fit never validates: Trainer(check_val_every_n_epoch={every}) is above its "
+            f"max_epochs ({limit}), so the server could not judge its batch size: validate "
+            "every epoch (check_val_every_n_epoch=1), or every few epochs, fewer than max_epochs"
+        )
+    return None
 
 
 def no_trial(
@@ -323,9 +330,29 @@ def early_stopping(trainer: Trainer) -> str | None:
 
 
 def _epoch_limit_below(trainer: Trainer, job_max_epochs: int) -> int | None:
-    """The Trainer's ``max_epochs`` where it is below the job's (None: it is not)."""
+    """The Trainer's ``max_epochs`` where it ends the fit before the validation the server
+    stops it at (`judged_at`: the job's max_epochs, or the validation after them); None: it
+    does not."""
     limit = trainer.max_epochs
-    return limit if limit is not None and 0 <= limit < job_max_epochs else None
+    needed = judged_at(trainer, job_max_epochs)
+    return limit if limit is not None and 0 <= limit < needed else None
+
+
+def _validation_every(trainer: Trainer) -> int:
+    """The epochs between the fit's validations where it validates at the end of epochs
+    (``check_val_every_n_epoch``); 1 where it validates every epoch, or within epochs (each
+    validation is then an epoch of the job's)."""
+    every = trainer.check_val_every_n_epoch
+    at_ends = validates_at_epoch_ends(trainer)
+    return every if at_ends and isinstance(every, int) and every > 1 else 1
+
+
+def judged_at(trainer: Trainer, job_max_epochs: int) -> int:
+    """The epoch at whose validation the server stops a fit that has not reached the target:
+    the job's ``max_epochs``, or, where the fit validates every few epochs, the first
+    validation at or after them (a report at or past the job's max_epochs ends the run)."""
+    every = _validation_every(trainer)
+    return -(-job_max_epochs // every) * every
 
 
 def _step_limit(trainer: Trainer) -> int | None:
@@ -346,13 +373,7 @@ def _validation_batches(trainer: Trainer) -> int | None:
 
 def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it."""
-    found = []
-    if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
-        found.append(
-            f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
-            "fit that needs more epochs ends before the server can judge it, and delivers no "
-            f"model; give the Trainer max_epochs={job_max_epochs} (the server stops the fit)"
-        )
+    found = [said] if (said := _epochs_judged(trainer, job_max_epochs)) else []
     part = trainer.limit_train_batches
     if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
         found.append(
@@ -386,15 +407,53 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
     return found
 
 
+def _epochs_judged(trainer: Trainer, job_max_epochs: int) -> str | None:
+    """Where the Trainer's ``max_epochs`` ends the fit before the validation the server stops
+    it at (`judged_at`), or a fit that validates every few epochs trains past the job's
+    max_epochs to the validation after them: what to do about it. None: neither."""
+    every, judged = _validation_every(trainer), judged_at(trainer, job_max_epochs)
+    limit = _epoch_limit_below(trainer, job_max_epochs)
+    if limit is not None and limit < job_max_epochs:
+        return (
+            f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
+            "fit that needs more epochs ends before the server can judge it, and delivers no "
+            f"model; give the Trainer max_epochs={judged} (the server stops the fit)"
+        )
+    if limit is not None:
+        return (
+            f"Trainer(check_val_every_n_epoch={every}) validates at epochs {every}, "
+            f"{2 * every}, ...: the server judges the job's max_epochs ({job_max_epochs}) at the "
+            f"validation of epoch {judged}, after the Trainer's max_epochs ({limit}), so a fit "
+            f"that has not reached the target by epoch {limit - limit % every} ends before the "
+            f"server can judge it, and delivers no model; give the Trainer max_epochs={judged} "
+            "(the server stops the fit), or validate every epoch"
+        )
+    if judged != job_max_epochs:
+        return (
+            f"Trainer(check_val_every_n_epoch={every}): the job's max_epochs ({job_max_epochs}) "
+            f"is not a multiple of it, so a run that has not reached the target by epoch "
+            f"{job_max_epochs} trains to epoch {judged}, the validation after it, before the "
+            "server stops it (a job's max_epochs that is a multiple of it stops it there)"
+        )
+    return None
+
+
 def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
     """Why a fit ended before the server's stop, where neither the server nor an EarlyStopping
     ended it."""
     if (steps := _step_limit(trainer)) is not None and steps <= trainer.global_step:
         return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
     if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
+        if limit < job_max_epochs:
+            return (
+                f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
+                "so it ended before the server's stop"
+            )
+        every = _validation_every(trainer)
         return (
-            f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
-            "so it ended before the server's stop"
+            f"the Trainer's max_epochs ({limit}) ended it before its validation of epoch "
+            f"{judged_at(trainer, job_max_epochs)} (check_val_every_n_epoch={every}), where "
+            "the server stops it"
         )
     if (timed := _timed_out(trainer)) is not None:
         return (
