@@ -818,6 +818,24 @@ def test_validations_every_few_epochs_are_said_where_they_miss_the_jobs_max_epoc
     assert said(4, 8, 8) == said(2, 6, 6) == said(1, 6, 6) == []
 
 
+def test_a_minimum_of_epochs_or_steps_that_outlasts_the_servers_stop_is_said(
+    tmp_path: Path,
+) -> None:
+    """Lightning defers a stop until ``min_epochs`` or ``min_steps`` is met: the fit trains on
+    past the server's stop, uncounted. Said when the fit starts; ``min_epochs=1`` is not."""
+    from zeus_bso.integrations.lightning_trainer import limit_warnings
+
+    def said(**limits: int) -> list[str]:
+        trainer = pl.Trainer(max_epochs=6, **limits, **quiet_trainer_options(tmp_path))
+        return limit_warnings(trainer, job_max_epochs=6)
+
+    (kept,) = said(min_epochs=4)
+    assert kept.startswith("Trainer(min_epochs=4) keeps the fit training after the server stops")
+    (both,) = said(min_epochs=3, min_steps=100)
+    assert both.startswith("Trainer(min_epochs=3, min_steps=100) keeps the fit training")
+    assert said(min_epochs=1) == said() == []
+
+
 def test_a_fit_ended_between_validations_says_which_validation_the_server_needed(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -373,7 +373,7 @@ def _validation_batches(trainer: Trainer) -> int | None:
 
 def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it."""
-    found = [said] if (said := _epochs_judged(trainer, job_max_epochs)) else []
+    found = [said for said in (_epochs_judged(trainer, job_max_epochs), _kept_on(trainer)) if said]
     part = trainer.limit_train_batches
     if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
         found.append(
@@ -436,6 +436,26 @@ def _epochs_judged(trainer: Trainer, job_max_epochs: int) -> str | None:
             "server stops it (a job's max_epochs that is a multiple of it stops it there)"
         )
     return None
+
+
+def _kept_on(trainer: Trainer) -> str | None:
+    """Where the Trainer's ``min_epochs`` or ``min_steps`` keeps the fit training after the
+    server's stop (Lightning defers a stop until they are met): what to do about it. None:
+    neither is set (``min_epochs`` of 1, which ``min_steps`` alone implies, stops nothing the
+    server would: it stops at a validation, after an epoch)."""
+    floors = []
+    if (epochs := trainer.min_epochs) is not None and epochs > 1:
+        floors.append(f"min_epochs={epochs}")
+    if (steps := trainer.min_steps) is not None and steps > 0:
+        floors.append(f"min_steps={steps}")
+    if not floors:
+        return None
+    return (
+        f"Trainer({', '.join(floors)}) keeps the fit training after the server stops it (at the "
+        "target, or the job's max_epochs) until it is met: the epochs after that stop take "
+        "their time and energy past the run the server judged, and are not counted; remove it "
+        "(the server stops the fit)"
+    )
 
 
 def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
