@@ -183,7 +183,11 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
     twin = unique_id("clijob")
     with ServerClient(server.url, token=TOKEN) as client:
         client.register_job(spec.model_copy(update={"job_id": twin}))
+        client.dispatch(twin)  # one trial: counted in the singular
     same = cli(server, "show", twin).stdout
+    assert f"{twin}  stage pruning, 1 trial\n" in same
+    assert f"{job_id}  stage " in shown.stdout
+    assert ", 3 trials\n" in shown.stdout
     assert f"other job of this prefix: {job_id} (3 trials): the same settings, learned" in same
     assert "recommended batch size 64 (expected cost" in shown.stdout
     assert "early-stop reference: batch size 64 (the mean of its converged runs" in shown.stdout

@@ -302,7 +302,8 @@ def show_command(
         typer.echo(json.dumps(state.model_dump(mode="json"), indent=2))
         return
     job, trials = state.job, state.trial_count
-    console.print(f"[bold]{escape(job.job_id or '')}[/]  stage {state.stage}, {trials} trials")
+    counted = f"{trials} trial{'s' if trials != 1 else ''}"
+    console.print(f"[bold]{escape(job.job_id or '')}[/]  stage {state.stage}, {counted}")
     console.print(
         f"{escape(_hardware(job))}, "
         f"eta {job.eta_knob:g}, target {job.target_metric:g}, "
