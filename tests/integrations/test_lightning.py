@@ -1081,10 +1081,12 @@ def test_fast_dev_run_leaves_the_server_alone_and_a_fit_that_never_validates_is_
     with ServerClient(server.url) as client:
         assert client.list_jobs(prefix=spec.job_id_prefix) == []
     # Known before a trial is dispatched: refused, and nothing is asked of the server.
-    for module, options in (
-        (TinyClassifier(), {"limit_val_batches": 0}),
-        (NeverValidates(), {}),
-        (TinyClassifier(), {"check_val_every_n_epoch": spec.max_epochs + 1}),
+    never = "this fit never validates"
+    for module, options, said in (
+        (TinyClassifier(), {"limit_val_batches": 0}, never),
+        (NeverValidates(), {}, never),
+        (TinyClassifier(), {"check_val_every_n_epoch": spec.max_epochs + 1}, never),
+        (TinyClassifier(), {"barebones": True}, r"Trainer\(barebones=True\) turns self.log off"),
     ):
         trainer = pl.Trainer(
             callbacks=[callback_for(server.url, spec)],
@@ -1092,7 +1094,7 @@ def test_fast_dev_run_leaves_the_server_alone_and_a_fit_that_never_validates_is_
             **quiet_trainer_options(tmp_path / "refused"),
             **options,
         )
-        with pytest.raises(ConfigurationError, match="this fit never validates"):
+        with pytest.raises(ConfigurationError, match=said):
             trainer.fit(module)
     with ServerClient(server.url) as client:
         assert client.list_jobs(prefix=spec.job_id_prefix) == []

@@ -179,7 +179,8 @@ def trial_refused(
     trainer: Trainer, pl_module: Module, batch_arg_name: str, monitor: str
 ) -> str | None:
     """Why a fit that is a run of the job (no debugging mode, not ``Tuner.lr_find``'s) cannot
-    be a trial: the size cannot be set, or no validation would judge it. None: it can."""
+    be a trial: the size cannot be set, or no validation would judge it (none runs, or
+    ``barebones`` drops what it logs). None: it can."""
     if refused := unsettable(trainer, pl_module, batch_arg_name):
         return refused
     if not validates(trainer, pl_module):
@@ -187,6 +188,12 @@ def trial_refused(
             "this fit never validates (limit_val_batches=0, or the module has no "
             f"validation_step), so the server could not judge its batch size: validate, logging "
             f"'{monitor}', or fit without ZeusBSOCallback"
+        )
+    if getattr(trainer, "barebones", False):  # Lightning 2.1 and later
+        return (
+            "Trainer(barebones=True) turns self.log off, so the metric the callback reports "
+            f"('{monitor}') never reaches it, and the server could not judge the batch size: "
+            "fit without barebones=True, or without ZeusBSOCallback"
         )
     every, limit = _validation_every(trainer), trainer.max_epochs
     if limit is not None and 0 <= limit < every:
