@@ -554,6 +554,32 @@ def test_tuner_lr_find_s_own_fit_asks_nothing_of_the_server_and_the_fit_after_it
     assert set(model.seen_batch_sizes) == {outcome.batch_size}
 
 
+def test_a_learning_rate_finder_within_the_fit_is_refused_where_a_rule_would_scale_its_rate(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A ``LearningRateFinder`` among the callbacks tunes the rate at the run's batch size, in
+    the fit: ``lr_rule`` then scaled the rate it chose again (at twice the reference, a linear
+    rule trained at twice the finder's rate). Refused before the server is asked, saying what
+    to do; with ``lr_rule="none"`` the finder's rate trains the run, a run like any other."""
+    from lightning.pytorch.callbacks import LearningRateFinder
+
+    spec = job(unique_id("lrfinder"))
+    options = quiet_trainer_options(tmp_path)
+    finder = LearningRateFinder(min_lr=1e-3, max_lr=1.0, num_training_steps=8)
+    callback = callback_for(server.url, spec, lr_rule="linear")
+    trainer = pl.Trainer(max_epochs=spec.max_epochs, callbacks=[finder, callback], **options)
+    with pytest.raises(ConfigurationError, match=r"lr_rule='linear' would scale the rate"):
+        trainer.fit(RateTuned())
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+    callback = callback_for(server.url, spec, lr_rule="none")
+    finder = LearningRateFinder(min_lr=1e-3, max_lr=1.0, num_training_steps=8)
+    trainer = pl.Trainer(max_epochs=spec.max_epochs, callbacks=[finder, callback], **options)
+    trainer.fit(RateTuned())
+    assert callback.outcome is not None
+    assert callback.outcome.trial_number == 1
+
+
 @pytest.mark.parametrize("accumulation", ["trainer", "scheduler"])
 def test_a_trainer_that_accumulates_of_its_own_is_refused_before_the_server_is_asked(
     server: ServerProcess, tmp_path: Path, accumulation: str

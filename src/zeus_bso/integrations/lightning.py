@@ -148,10 +148,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
         self.session = None
-        scales = job_lr_rule(self.job, self.options.get("lr_rule", "none")) != "none"
+        rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
-        if fit.no_trial(trainer, pl_module, name, size if scales else None):
+        if fit.no_trial(trainer, pl_module, name, size if rule != "none" else None):
             return  # Tuner.lr_find's fit, or a debugging mode's: its epochs are not the job's
+        if refused := fit.rate_finder_refused(trainer, rule, size):
+            raise ConfigurationError(refused)  # before the server is asked
         if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
             self._meter = auto_meter()
         if refused := fit.trial_refused(trainer, pl_module, name, self.monitor):

@@ -31,7 +31,7 @@ def is_a(callback: Any, name: str) -> bool:
 def tunes_the_rate(trainer: Trainer) -> bool:
     """Whether the fit is ``Tuner.lr_find``'s own: its ``LearningRateFinder`` ends the fit after
     its steps (a finder among the Trainer's callbacks tunes the rate within the fit, which goes
-    on: a run like any other)."""
+    on: a run like any other, where no ``lr_rule`` scales its rate: `rate_finder_refused`)."""
     return any(
         is_a(callback, "LearningRateFinder") and getattr(callback, "_early_exit", False)
         for callback in trainer.callbacks
@@ -51,6 +51,24 @@ def accumulation_refused(trainer: Trainer, max_micro_batch_size: int | None) -> 
         f"{what}: each optimizer step would take several batches of the size the server "
         "charges; to accumulate, pass ZeusBSOCallback(max_micro_batch_size=...), which sets "
         "accumulate_grad_batches so that each optimizer step takes the server's batch size"
+    )
+
+
+def rate_finder_refused(trainer: Trainer, lr_rule: str, reference: int) -> str | None:
+    """Why a ``LearningRateFinder`` among the fit's callbacks cannot tune the rate of a fit
+    that ``lr_rule`` scales (None: there is none, or the rule is ``"none"``). The finder tunes
+    the rate at the run's own batch size, before its steps; the rule would then scale that rate
+    again by the run's size over the reference (``reference``): at twice the reference, a
+    linear rule trained at twice the rate the finder chose."""
+    if lr_rule == "none" or not any(is_a(c, "LearningRateFinder") for c in trainer.callbacks):
+        return None
+    return (
+        f"a LearningRateFinder among the Trainer's callbacks tunes the learning rate at each "
+        f"run's batch size, and lr_rule={lr_rule!r} would scale the rate it chooses again, by "
+        f"the run's batch size over {reference}: tune the rate once at {reference} instead "
+        "(Tuner(trainer).lr_find(model) before trainer.fit runs at that size, and the rule "
+        "scales its rate to each run's), or, for a job that does not set lr_rule itself, keep "
+        "the finder and pass lr_rule='none' (each run trains at the rate the finder chose)"
     )
 
 
