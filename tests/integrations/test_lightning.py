@@ -794,7 +794,7 @@ def test_max_steps_with_validations_every_n_batches_is_said_only_where_it_ends_t
     without a length needs it, and ``max_steps``), each validation is an epoch of the job's:
     ``max_steps`` ends the fit first only below the job's max_epochs validations (in optimizer
     steps: accumulated batches count once), and only then is it said, with the steps to set."""
-    from zeus_bso.integrations.lightning_trainer import limit_warnings
+    from zeus_bso.integrations.lightning_limits import limit_warnings
 
     def trainer(max_steps: int, accumulate: int = 1) -> Any:
         return pl.Trainer(
@@ -822,7 +822,7 @@ def test_validations_every_few_epochs_are_said_where_they_miss_the_jobs_max_epoc
     whose max_epochs ends the fit before it ends a run the server never judged (released, the
     next run gets its size again); one that goes on trains past the job's max_epochs. Each is
     said when the fit starts, with the Trainer's max_epochs to set."""
-    from zeus_bso.integrations.lightning_trainer import limit_warnings
+    from zeus_bso.integrations.lightning_limits import limit_warnings
 
     def said(every: int, max_epochs: int, job_max_epochs: int) -> list[str]:
         trainer = pl.Trainer(
@@ -849,7 +849,7 @@ def test_a_minimum_of_epochs_or_steps_that_outlasts_the_servers_stop_is_said(
 ) -> None:
     """Lightning defers a stop until ``min_epochs`` or ``min_steps`` is met: the fit trains on
     past the server's stop, uncounted. Said when the fit starts; ``min_epochs=1`` is not."""
-    from zeus_bso.integrations.lightning_trainer import limit_warnings
+    from zeus_bso.integrations.lightning_limits import limit_warnings
 
     def said(**limits: int) -> list[str]:
         trainer = pl.Trainer(max_epochs=6, **limits, **quiet_trainer_options(tmp_path))
@@ -897,7 +897,7 @@ def test_overfit_batches_runs_without_the_optimizer_and_a_part_of_each_epoch_is_
     whose epochs of a few batches the server charged, so the size looked far cheaper than it
     is. ``limit_train_batches`` below the whole data is said when the fit starts: every run of
     the job must train the same part."""
-    from zeus_bso.integrations.lightning_trainer import limit_warnings
+    from zeus_bso.integrations.lightning_limits import limit_warnings
 
     spec = job(unique_id("loverfit"), target=0.999, max_epochs=2)
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):

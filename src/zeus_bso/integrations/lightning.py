@@ -35,6 +35,7 @@ from typing_extensions import Unpack, override
 
 from zeus_bso.energy import auto_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_memory import checks_memory, try_size
@@ -205,7 +206,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         if trainer.is_global_zero:
-            for warning in fit.limit_warnings(trainer, self.job.max_epochs):
+            for warning in limits.limit_warnings(trainer, self.job.max_epochs):
                 logger.warning("%s", warning)
 
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
@@ -238,7 +239,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if not self._resumed and (refused := fit.trained_before(trainer)):
             raise ConfigurationError(refused)  # its trial is released (on_exception)
-        fit.warn_of_interval(trainer, self.job.max_epochs)
+        limits.warn_of_interval(trainer, self.job.max_epochs)
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
             self._scale_learning_rates(trainer)
         batches = trainer.num_training_batches
@@ -276,7 +277,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if trainer.sanity_checking or not self._fitting(trainer) or session is None:
             return
 
-        epoch = trainer.current_epoch + 1 if fit.validates_at_epoch_ends(trainer) else None
+        epoch = trainer.current_epoch + 1 if limits.validates_at_epoch_ends(trainer) else None
 
         when = f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}"
         # Read on rank 0; its error reaches every rank.

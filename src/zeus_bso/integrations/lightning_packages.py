@@ -82,3 +82,9 @@ def _package_of_module(module: str) -> LightningPackage:
         if module == found.name or module.startswith(f"{found.name}."):
             return found
     return PACKAGES[0]
+
+
+def is_a(callback: Any, name: str) -> bool:
+    """Whether ``callback`` is Lightning's callback class ``name`` (of either package), or one
+    made from it."""
+    return any(cls.__name__ == name for cls in type(callback).__mro__)

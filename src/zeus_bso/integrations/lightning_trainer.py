@@ -1,16 +1,16 @@
 """What `ZeusBSOCallback` reads of a Lightning ``Trainer`` (of either package): what the fit is
 set up to do (validate, accumulate, tune the learning rate), whether its first batch has the
-size the server charges, and why it ended. Each refusal is in words that say what to change."""
+size the server charges, and how it ended (the Trainer's own limits against the server's stop:
+`zeus_bso.integrations.lightning_limits`). Each refusal is in words that say what to change."""
 
 from __future__ import annotations
 
-import datetime
 import logging
-import math
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.integrations.lightning_packages import package_of
+from zeus_bso.integrations.lightning_limits import ended_early, validation_every
+from zeus_bso.integrations.lightning_packages import is_a, package_of
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 
@@ -20,12 +20,6 @@ Trainer = Any
 """A Trainer of either Lightning package."""
 Module = Any
 """A LightningModule of either Lightning package."""
-
-
-def is_a(callback: Any, name: str) -> bool:
-    """Whether ``callback`` is Lightning's callback class ``name`` (of either package), or one
-    made from it."""
-    return any(cls.__name__ == name for cls in type(callback).__mro__)
 
 
 def tunes_the_rate(trainer: Trainer) -> bool:
@@ -77,14 +71,6 @@ def validates(trainer: Trainer, pl_module: Module) -> bool:
     if trainer.limit_val_batches == 0:
         return False
     return bool(package_of(trainer).is_overridden("validation_step", pl_module))
-
-
-def validates_at_epoch_ends(trainer: Trainer) -> bool:
-    """Whether the fit validates at the end of an epoch only (every epoch, or every
-    ``check_val_every_n_epoch``): then each report carries the fit's epoch count; otherwise
-    (``val_check_interval`` below 1, or a number of batches) each validation counts as one."""
-    interval = trainer.val_check_interval
-    return isinstance(interval, float) and interval == 1.0
 
 
 def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
@@ -213,7 +199,7 @@ def trial_refused(
             f"('{monitor}') never reaches it, and the server could not judge the batch size: "
             "fit without barebones=True, or without ZeusBSOCallback"
         )
-    every, limit = _validation_every(trainer), trainer.max_epochs
+    every, limit = validation_every(trainer), trainer.max_epochs
     if limit is not None and 0 <= limit < every:
         return (
             f"this fit never validates: Trainer(check_val_every_n_epoch={every}) is above its "
@@ -268,23 +254,6 @@ def warn_of_unlogged(trainer: Trainer, monitor: str) -> None:
             logged,
             monitor,
         )
-
-
-def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> None:
-    """When training starts, where validations within epochs are reported as epochs: it says
-    what that does to the job's ``max_epochs`` and costs (a note for data without a length,
-    which has no epochs to validate at the end of)."""
-    if validates_at_epoch_ends(trainer) or not trainer.is_global_zero:
-        return
-    endless = trainer.num_training_batches == float("inf")
-    (logger.info if endless else logger.warning)(
-        "val_check_interval=%s: every validation is reported as an epoch, so the job's "
-        "max_epochs (%d) counts validations, and its learning curves and costs are per "
-        "validation; validate at the end of epochs (val_check_interval=1.0, and "
-        "check_val_every_n_epoch as you like) for epochs",
-        trainer.val_check_interval,
-        job_max_epochs,
-    )
 
 
 def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int) -> None:
@@ -351,171 +320,6 @@ def early_stopping(trainer: Trainer) -> str | None:
         stopped = callback.stopped_epoch > 0 if reason is None else reason.name != "NOT_STOPPED"
         if stopped:
             return f"EarlyStopping(monitor={callback.monitor!r}) ended the fit"
-    return None
-
-
-def _epoch_limit_below(trainer: Trainer, job_max_epochs: int) -> int | None:
-    """The Trainer's ``max_epochs`` where it ends the fit before the validation the server
-    stops it at (`judged_at`: the job's max_epochs, or the validation after them); None: it
-    does not."""
-    limit = trainer.max_epochs
-    needed = judged_at(trainer, job_max_epochs)
-    return limit if limit is not None and 0 <= limit < needed else None
-
-
-def _validation_every(trainer: Trainer) -> int:
-    """The epochs between the fit's validations where it validates at the end of epochs
-    (``check_val_every_n_epoch``); 1 where it validates every epoch, or within epochs (each
-    validation is then an epoch of the job's)."""
-    every = trainer.check_val_every_n_epoch
-    at_ends = validates_at_epoch_ends(trainer)
-    return every if at_ends and isinstance(every, int) and every > 1 else 1
-
-
-def judged_at(trainer: Trainer, job_max_epochs: int) -> int:
-    """The epoch at whose validation the server stops a fit that has not reached the target:
-    the job's ``max_epochs``, or, where the fit validates every few epochs, the first
-    validation at or after them (a report at or past the job's max_epochs ends the run)."""
-    every = _validation_every(trainer)
-    return -(-job_max_epochs // every) * every
-
-
-def _step_limit(trainer: Trainer) -> int | None:
-    """The Trainer's ``max_steps`` where it has one (None: -1, no limit)."""
-    steps = trainer.max_steps
-    return steps if steps is not None and steps >= 0 else None
-
-
-def _validation_batches(trainer: Trainer) -> int | None:
-    """The training batches between validations where the fit validates every so many batches
-    across epochs (``val_check_interval`` a number, ``check_val_every_n_epoch=None``: a
-    dataset without a length, say); None otherwise."""
-    interval = trainer.val_check_interval
-    if isinstance(interval, int) and trainer.check_val_every_n_epoch is None:
-        return interval
-    return None
-
-
-def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
-    """What in the Trainer's own limits may end a fit before the server can judge it."""
-    found = [said for said in (_epochs_judged(trainer, job_max_epochs), _kept_on(trainer)) if said]
-    part = trainer.limit_train_batches
-    if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
-        found.append(
-            f"Trainer(limit_train_batches={part}): each epoch trains part of the data, and the "
-            "server charges the job's epochs at that part; every run of the job must train the "
-            "same part (a run with another limit, say a quick debugging run, makes its batch "
-            "size look cheaper or dearer than it is): debug with fast_dev_run=True or "
-            "overfit_batches, which run without the optimizer"
-        )
-    steps, every = _step_limit(trainer), _validation_batches(trainer)
-    if steps is not None and every is not None:
-        # Each validation is an epoch of the job's: the server stops the fit at the job's
-        # max_epochs validations, unless max_steps ends it first.
-        needed = math.ceil(job_max_epochs * every / max(1, trainer.accumulate_grad_batches))
-        if steps < needed:
-            found.append(
-                f"Trainer(max_steps={steps}) ends the fit before the job's max_epochs "
-                f"({job_max_epochs}) validations of every {every} batches: a fit that has not "
-                "reached the target by then ends before the server can judge it and is not "
-                "counted, so the job learns nothing of its batch size; set max_steps to at "
-                f"least {needed} (the server stops the fit)"
-            )
-    elif steps is not None:
-        found.append(
-            f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps, whatever "
-            "the batch size: a fit that has not reached the target by then ends before the "
-            "server can judge it and is not counted, so the job learns nothing of its batch "
-            f"size (the next run gets it again); bound the fit by the job's max_epochs instead "
-            f"(max_epochs={job_max_epochs}, max_steps=-1: the server stops the fit)"
-        )
-    return found
-
-
-def _epochs_judged(trainer: Trainer, job_max_epochs: int) -> str | None:
-    """Where the Trainer's ``max_epochs`` ends the fit before the validation the server stops
-    it at (`judged_at`), or a fit that validates every few epochs trains past the job's
-    max_epochs to the validation after them: what to do about it. None: neither."""
-    every, judged = _validation_every(trainer), judged_at(trainer, job_max_epochs)
-    limit = _epoch_limit_below(trainer, job_max_epochs)
-    if limit is not None and limit < job_max_epochs:
-        return (
-            f"Trainer(max_epochs={limit}) is below the job's max_epochs ({job_max_epochs}): a "
-            "fit that needs more epochs ends before the server can judge it, and delivers no "
-            f"model; give the Trainer max_epochs={judged} (the server stops the fit)"
-        )
-    if limit is not None:
-        return (
-            f"Trainer(check_val_every_n_epoch={every}) validates at epochs {every}, "
-            f"{2 * every}, ...: the server judges the job's max_epochs ({job_max_epochs}) at the "
-            f"validation of epoch {judged}, after the Trainer's max_epochs ({limit}), so a fit "
-            f"that has not reached the target by epoch {limit - limit % every} ends before the "
-            f"server can judge it, and delivers no model; give the Trainer max_epochs={judged} "
-            "(the server stops the fit), or validate every epoch"
-        )
-    if judged != job_max_epochs:
-        return (
-            f"Trainer(check_val_every_n_epoch={every}): the job's max_epochs ({job_max_epochs}) "
-            f"is not a multiple of it, so a run that has not reached the target by epoch "
-            f"{job_max_epochs} trains to epoch {judged}, the validation after it, before the "
-            "server stops it (a job's max_epochs that is a multiple of it stops it there)"
-        )
-    return None
-
-
-def _kept_on(trainer: Trainer) -> str | None:
-    """Where the Trainer's ``min_epochs`` or ``min_steps`` keeps the fit training after the
-    server's stop (Lightning defers a stop until they are met): what to do about it. None:
-    neither is set (``min_epochs`` of 1, which ``min_steps`` alone implies, stops nothing the
-    server would: it stops at a validation, after an epoch)."""
-    floors = []
-    if (epochs := trainer.min_epochs) is not None and epochs > 1:
-        floors.append(f"min_epochs={epochs}")
-    if (steps := trainer.min_steps) is not None and steps > 0:
-        floors.append(f"min_steps={steps}")
-    if not floors:
-        return None
-    return (
-        f"Trainer({', '.join(floors)}) keeps the fit training after the server stops it (at the "
-        "target, or the job's max_epochs) until it is met: the epochs after that stop take "
-        "their time and energy past the run the server judged, and are not counted; remove it "
-        "(the server stops the fit)"
-    )
-
-
-def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
-    """Why a fit ended before the server's stop, where neither the server nor an EarlyStopping
-    ended it."""
-    if (steps := _step_limit(trainer)) is not None and steps <= trainer.global_step:
-        return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
-    if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
-        if limit < job_max_epochs:
-            return (
-                f"the Trainer's max_epochs ({limit}) is below the job's ({job_max_epochs}), "
-                "so it ended before the server's stop"
-            )
-        every = _validation_every(trainer)
-        return (
-            f"the Trainer's max_epochs ({limit}) ended it before its validation of epoch "
-            f"{judged_at(trainer, job_max_epochs)} (check_val_every_n_epoch={every}), where "
-            "the server stops it"
-        )
-    if (timed := _timed_out(trainer)) is not None:
-        return (
-            f"the Trainer's max_time ({timed}) ended it before the server's stop (fit again "
-            "from its checkpoint, ckpt_path=..., to continue the trial)"
-        )
-    return "the fit ended before the server's stop (a limit of the Trainer's, or a callback)"
-
-
-def _timed_out(trainer: Trainer) -> str | None:
-    """The Trainer's ``max_time`` (its ``Timer`` callback's duration, in words) where it ran
-    out; None otherwise."""
-    for callback in trainer.callbacks:
-        remaining = callback.time_remaining() if is_a(callback, "Timer") else None
-        if remaining is not None and remaining <= 0:  # None: a Timer without a duration
-            duration = callback.time_elapsed() + remaining
-            return str(datetime.timedelta(seconds=round(duration)))
     return None
 
 
