@@ -442,6 +442,22 @@ def test_the_evaluation_before_training_is_not_a_report(
     assert callback.outcome.epochs == 1
 
 
+def test_evaluations_that_start_late_are_judged_at_their_epochs(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """With ``eval_delay=2`` the Trainer first evaluates after epoch 2: that report counted as
+    epoch 1, so a run of the job's max_epochs (3) ended after two reports, unjudged (released,
+    and the next run got its size again). Each evaluation by epochs is reported at its epoch."""
+    spec = job(unique_id("hfdelay"), target=1.5).model_copy(update={"max_epochs": 3})
+    callback = train(server.url, spec, tmp_path, epochs=3, eval_delay=2)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert [epoch for epoch, _ in trial["curve"]] == [2, 3]
+    assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 3, False)
+    assert callback.outcome is not None
+    assert callback.outcome.reason == "max_epochs"
+
+
 def test_the_metric_may_be_named_without_its_eval_prefix(
     server: ServerProcess, tmp_path: Path
 ) -> None:

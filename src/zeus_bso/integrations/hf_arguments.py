@@ -144,6 +144,20 @@ def evaluation_strategy(args: Any) -> str:
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
 
 
+def epochs_trained(args: Any, state: Any) -> int | None:
+    """The run's epochs at an evaluation where the Trainer evaluates at epochs' ends
+    (``eval_strategy="epoch"``): its epoch count, one begun counting whole. Reported with it,
+    an evaluation is judged at its epoch, not as the one after the last reported: with
+    ``eval_delay=2`` the first evaluation, after two epochs, counted as the first, and a run
+    of the job's ``max_epochs`` ended with fewer reports, unjudged. None: evaluations by steps,
+    each an epoch of the job's."""
+    if evaluation_strategy(args) != "epoch" or state.epoch is None:
+        return None
+    epoch = float(state.epoch)
+    whole = round(epoch)
+    return max(1, whole if abs(epoch - whole) < 1e-6 else math.ceil(epoch))
+
+
 def warmup_warning(args: Any, session: TrialSession) -> str | None:
     """What to set where ``args.warmup_steps``, a number of steps tuned at the reference batch
     size, warms up over other samples at the run's batch size (``warmup_ratio`` scales of

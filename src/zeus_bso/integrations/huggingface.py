@@ -332,7 +332,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         log_stepped_rate(state, logs, self.session.lr_factor)
         if self.metric not in logs or self._reported_step == state.global_step:
             return  # not an evaluation; or reported at this step already, or no step trained
-        self._report(state, control, logs)
+        self._report(args, state, control, logs)
 
     @override
     def on_evaluate(
@@ -352,7 +352,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if self._reported_step == state.global_step:
             return  # reported from its logs
         metrics = metrics if metrics is not None else {}
-        self._report(state, control, metrics)  # raises, on every rank, if the metric is missing
+        self._report(args, state, control, metrics)  # raises on every rank without the metric
 
     def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
         """Have the Trainer's optimizer step at its schedule's rates at the run's batch size
@@ -379,7 +379,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         raise ConfigurationError(message)
 
     def _report(
-        self, state: TrainerState, control: TrainerControl, metrics: dict[str, float]
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        metrics: dict[str, float],
     ) -> None:
         assert self.session is not None
         self._reported_step = state.global_step
@@ -393,7 +397,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return float(metrics[self.metric])
 
         try:
-            stop = self.session.report(metric)
+            stop = self.session.report(metric, epoch=hf_arguments.epochs_trained(args, state))
         except ConfigurationError as err:
             self._release(str(err))
             raise
