@@ -146,6 +146,41 @@ def test_accelerate_says_where_no_prepared_dataloader_takes_the_batch_size(
         accelerator.free_memory()
 
 
+def test_accelerate_says_where_reports_come_every_few_steps(
+    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each report counts as an epoch of the job's: a loop that validated every few steps had
+    its max_epochs count those reports (a job of 3 epochs stopped 6 steps into its first), of
+    another number of samples at each batch size, without a word. Said at the run's first
+    report, against the optimizer steps of an epoch of the DataLoader the accelerator prepared;
+    a loop that reports after each epoch is told nothing."""
+    import torch
+
+    said = "the run's first report came after 2 optimizer steps of an epoch's 8"
+    for every in (2, None):
+        adapter, accelerator = adapter_of("accelerate")
+        caplog.clear()
+        with adapter(
+            accelerator, sqlite_server.url, loop_spec("everyfew"), energy_meter=EstimateMeter(100)
+        ) as bso:
+            data = torch.utils.data.TensorDataset(torch.zeros(8 * bso.micro_batch_size, 2))
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(data, batch_size=bso.micro_batch_size)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            bso.train_begin()
+            for step, (x,) in enumerate(loader, start=1):
+                optimizer.zero_grad()
+                accelerator.backward(model(x).sum())
+                optimizer.step()
+                if (step % every == 0 if every else step == len(loader)) and bso.report(0.5):
+                    break
+        assert caplog.text.count("optimizer steps of an epoch's") == int(every is not None)
+        if every is not None:
+            assert said in caplog.text
+        accelerator.free_memory()
+
+
 class TestAccelerate(LoopAdapterContract):
     """`ZeusBSOAccelerate` on one CPU process passes the loop adapters' contract; Accelerate's
     own accumulation steps follow the session's."""

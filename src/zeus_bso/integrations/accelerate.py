@@ -147,6 +147,20 @@ class ZeusBSOAccelerate(TrialSession):
             self.batch_size,
         )
 
+    @override
+    def epoch_steps(self) -> int | None:
+        """The optimizer steps of an epoch of the prepared DataLoader that takes the run's
+        (micro-)batch size: its batches on each process over the micro-batches a step. None: no
+        such loader, or one without a length (an iterable dataset)."""
+        for loader in getattr(self.accelerator, "_dataloaders", None) or []:
+            if _batch_size_of(loader) == self.micro_batch_size:
+                try:
+                    batches = len(loader)
+                except TypeError:
+                    return None
+                return -(-batches // self.accumulation_steps)
+        return None
+
     def _accumulate(self) -> None:
         """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`
         micro-batches a step (the loop wraps its step in ``accelerator.accumulate(model)``)."""

@@ -185,6 +185,7 @@ class TrialSession(SessionEndings):
         self._apart_said = False
         self._steps = StepCount()  # from train_begin: a report before any step is said
         self._untrained_said = False
+        self._part_said = False  # the first report after part of an epoch's steps
         if start:
             self.start(options.get("resume"))
 
@@ -449,6 +450,7 @@ class TrialSession(SessionEndings):
                 return None
             server = self._main()
             self._said_untrained(server)
+            self._said_part_of_an_epoch(server, epoch)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs
 
@@ -486,6 +488,32 @@ class TrialSession(SessionEndings):
             "the run's epochs run one ahead of its training (the job's max_epochs ends it an "
             "epoch short, and each report is judged as the epoch after the one it measured). "
             "Report after each epoch's training, not before it"
+        )
+
+    def epoch_steps(self) -> int | None:
+        """The optimizer steps of one of the loop's epochs, where its adapter knows them (the
+        Accelerate adapter, from the DataLoader it prepared); None: not known."""
+        return None
+
+    def _said_part_of_an_epoch(self, server: ServerRun, epoch: int | None) -> None:
+        """Say it where the run's first report, which counts as an epoch of the job's (no
+        ``epoch`` given), comes after less than three quarters of an epoch's optimizer steps
+        (`epoch_steps`; `StepCount`): a loop that validates every few steps, whose reports the
+        job's max_epochs then counts, each of another number of samples at each batch size."""
+        if self._part_said or epoch is not None or server.progress.epochs:
+            return
+        self._part_said = True  # judged at the run's first report only
+        steps, taken = self.epoch_steps(), self._steps.steps
+        if steps is None or not 0 < taken < 0.75 * steps:
+            return
+        logger.warning(
+            "zeus-bso: the run's first report came after %d optimizer steps of an epoch's %d: "
+            "each report counts as one of the job's epochs, so its max_epochs (%d) counts "
+            "reports, and the server judges each batch size by reports of another number of "
+            "samples: report once an epoch, after its last step",
+            taken,
+            steps,
+            self._job.max_epochs,
         )
 
     def checkpoint(self) -> dict[str, Any]:
