@@ -6,15 +6,17 @@ holds Python work (started by test_exit.py).
 ``hook``: ElasticBatchSize's DDP communication hook has handed its callback to the worker.
 ``collective``: an all-reduce whose tensor the caller dropped, which the worker then frees, as
 ``broadcast_object_list`` does with its own tensors. The main thread holds the GIL (a long switch
-interval, a busy wait) while the all-reduce completes, so the worker is left waiting for the GIL;
-the program then ends. An object freed while the interpreter finalizes releases the GIL (as a
-library's destructor that blocks does), so a worker still waiting then wakes into a finalizing
-interpreter. ``off`` turns `zeus_bso.training.clean_exit` and `clean_exit.then` off, to show
-what happens without them.
+interval, then a C call that sleeps without releasing it) while the all-reduce completes, so the
+worker is left waiting for the GIL; the program then ends. The hold lasts `HOLD_S` and burns no
+CPU, where 0.5 s of busy waiting took a core from the peer and the workers on a loaded machine.
+An object freed while the interpreter finalizes releases the GIL (as a library's destructor that
+blocks does), so a worker still waiting then wakes into a finalizing interpreter. ``off`` turns
+`zeus_bso.training.clean_exit` and `clean_exit.then` off, to show what happens without them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
 from datetime import timedelta
@@ -56,6 +58,11 @@ def _broadcast(value: Any) -> Any:
     return box[0]
 
 
+HOLD_S = 2.0
+"""How long the main thread holds the GIL after starting the collective (see the module's
+docstring): long enough for a peer that a busy machine delays to take its part."""
+
+
 class _BlocksWhenFreed:
     def __del__(self) -> None:
         time.sleep(0.2)  # releases the GIL while the interpreter finalizes
@@ -85,9 +92,8 @@ def main() -> None:
         model.hook(None, _Bucket(torch.ones(8) * (rank + 1)))
     else:
         dist.all_reduce(torch.ones(8) * (rank + 1), async_op=True)  # the tensor is dropped
-    until = time.monotonic() + 0.5
-    while time.monotonic() < until:  # holds the GIL while the all-reduce completes
-        pass
+    # Holds the GIL while the all-reduce completes: ctypes.PyDLL keeps it through the call.
+    ctypes.PyDLL(None).usleep(int(HOLD_S * 1e6))
     globals()["blocks_when_freed"] = _BlocksWhenFreed()
 
 
