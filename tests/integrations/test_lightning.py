@@ -147,6 +147,31 @@ def test_a_fit_that_resumes_a_checkpoint_without_a_trial_is_refused(
     assert (trial["status"], trial["epochs"]) == ("released", None)
 
 
+class EmptyValidation(TinyClassifier):
+    """Validates on a DataLoader of no batches (an empty validation split)."""
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(0, 8)))
+
+
+def test_a_fit_whose_validation_has_no_batches_is_refused_when_training_starts(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """An empty validation set: the fit never validated, and each run ended unjudged ("ended
+    at epoch 0 ... a limit of the Trainer's, or a callback"), the next run getting the same
+    size. Refused when training starts, where the first epoch's validation data is built; the
+    trial is released."""
+    spec = job(unique_id("lnovalbatch"), max_epochs=2)
+    callback = callback_for(server.url, spec)
+    options = quiet_trainer_options(tmp_path)
+    trainer = pl.Trainer(max_epochs=spec.max_epochs, callbacks=[callback], **options)
+    with pytest.raises(ConfigurationError, match="its validation DataLoader has no batches"):
+        trainer.fit(EmptyValidation())
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", None)
+
+
 def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
     server = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path)
 

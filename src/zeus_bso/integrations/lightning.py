@@ -239,6 +239,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if not self._resumed and (refused := fit.trained_before(trainer)):
             raise ConfigurationError(refused)  # its trial is released (on_exception)
+        if refused := fit.no_validation_batches(trainer, self.monitor):
+            raise ConfigurationError(refused)  # released too
         limits.warn_of_interval(trainer, self.job.max_epochs)
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
             self._scale_learning_rates(trainer)

@@ -323,6 +323,23 @@ def early_stopping(trainer: Trainer) -> str | None:
     return None
 
 
+def no_validation_batches(trainer: Trainer, monitor: str) -> str | None:
+    """Why the fit cannot be judged, known when training starts: its validation DataLoaders,
+    built for the first epoch's validation, hold no batch (an empty validation set), so it
+    never validates and each run ended unjudged. None: they hold some, or are not built yet
+    (a fit that validates from a later epoch on)."""
+    if trainer.val_dataloaders is None:
+        return None
+    batches = trainer.num_val_batches
+    if not isinstance(batches, list) or sum(batches) > 0:  # inf: a loader without a length
+        return None
+    return (
+        "this fit never validates: its validation DataLoader has no batches (an empty "
+        "validation set), so the server could not judge its batch size: give it validation "
+        f"data, on which the module logs '{monitor}'"
+    )
+
+
 def trained_before(trainer: Trainer) -> str | None:
     """Why a fit whose callback holds a new trial cannot train: it starts at a step above 0 (it
     resumed a checkpoint that holds no trial of this job, or the Trainer fitted before), so the
