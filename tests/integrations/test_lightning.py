@@ -161,7 +161,7 @@ def test_a_fit_whose_validation_has_no_batches_is_refused_when_training_starts(
     at epoch 0 ... a limit of the Trainer's, or a callback"), the next run getting the same
     size. Refused when training starts, where the first epoch's validation data is built; the
     trial is released."""
-    spec = job(unique_id("lnovalbatch"), max_epochs=2)
+    spec = job(unique_id("lemptyval"), max_epochs=2)
     callback = callback_for(server.url, spec)
     options = quiet_trainer_options(tmp_path)
     trainer = pl.Trainer(max_epochs=spec.max_epochs, callbacks=[callback], **options)
