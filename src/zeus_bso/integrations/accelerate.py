@@ -133,7 +133,7 @@ class ZeusBSOAccelerate(TrialSession):
         size while the server charges this one. The accelerator's list of them is private
         (``_dataloaders``); without it, or with a loader of a batch sampler (no fixed size),
         nothing is said."""
-        prepared = getattr(self.accelerator, "_dataloaders", None) or []
+        prepared = _prepared_loaders(self.accelerator)
         sizes = [_batch_size_of(loader) for loader in prepared]
         if not sizes or None in sizes or self.micro_batch_size in sizes:
             return
@@ -152,7 +152,7 @@ class ZeusBSOAccelerate(TrialSession):
         """The optimizer steps of an epoch of the prepared DataLoader that takes the run's
         (micro-)batch size: its batches on each process over the micro-batches a step. None: no
         such loader, or one without a length (an iterable dataset)."""
-        for loader in getattr(self.accelerator, "_dataloaders", None) or []:
+        for loader in _prepared_loaders(self.accelerator):
             if _batch_size_of(loader) == self.micro_batch_size:
                 try:
                     batches = len(loader)
@@ -172,6 +172,12 @@ class ZeusBSOAccelerate(TrialSession):
         size = super().fit_in_memory(try_steps)
         self._accumulate()
         return size
+
+
+def _prepared_loaders(accelerator: Any) -> list[Any]:
+    """The DataLoaders ``accelerator`` prepared: its private list (``_dataloaders``), or none
+    where a version of Accelerate keeps no such list."""
+    return list(getattr(accelerator, "_dataloaders", None) or [])
 
 
 def _batch_size_of(loader: Any) -> int | None:

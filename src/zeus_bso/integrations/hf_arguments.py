@@ -153,9 +153,7 @@ def epochs_trained(args: Any, state: Any) -> int | None:
     each an epoch of the job's."""
     if evaluation_strategy(args) != "epoch" or state.epoch is None:
         return None
-    epoch = float(state.epoch)
-    whole = round(epoch)
-    return max(1, whole if abs(epoch - whole) < 1e-6 else math.ceil(epoch))
+    return max(1, math.ceil(float(state.epoch) - 1e-6))  # 3.0000001: 3; 2.5: 3
 
 
 def warmup_warning(args: Any, session: TrialSession) -> str | None:
