@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus
+import pytest
+
+from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +51,26 @@ def test_a_process_reads_the_gpus_a_test_describes(tmp_path: Path) -> None:
     assert read["max_power"] == 1400
     # Both GPUs draw 400 W together for about 0.2 s (the process's sleep and its overhead).
     assert 0.2 * 400 * 0.9 < read["joules"] < 2.0 * 400
+
+
+def test_a_step_of_the_wall_clock_does_not_move_the_energy_counter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU's energy counter counts the energy drawn, whatever the wall clock says: NTP setting
+    the clock on (as on a fresh machine's first minutes) moves neither a real counter nor the
+    seconds a run measures (monotonic), so the double's must not move either; on the wall clock
+    it read as if the GPUs drew more while the clock was set. Read over a limit change too,
+    whose time the double keeps."""
+    gpu = {"uuid": "GPU-33333333-3333-3333-3333-333333333333", "name": "NVIDIA H200",
+           "watts": 300, "limit_w": 700}  # fmt: skip
+    pynvml = double_in_this_process(monkeypatch, [gpu], tmp_path)
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceSetPowerManagementLimit(handle, 200_000)  # 200 W from now
+    start_mj, start_s = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 3600.0)  # the wall clock set an hour on
+    time.sleep(0.05)
+    joules = (pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) - start_mj) / 1000
+    seconds = time.monotonic() - start_s
+    assert joules == pytest.approx(200 * seconds, rel=0.05, abs=0.1)

@@ -6,10 +6,11 @@ first on ``PYTHONPATH`` and describe the GPUs in ``ZEUS_BSO_TEST_GPUS`` (JSON)::
 
 It stands in for the hardware only. Its functions have nvidia-ml-py's names, arguments, units
 (mW, mJ) and errors. Each GPU draws ``watts`` all the time: its total-energy counter is one
-function of the wall clock, so that every process reading one GPU reads the same counter, as
-with real GPUs (updated every ``counter_period_s`` seconds where given: an H200's is every
-0.1 s). ``counter: false`` is a GPU older than Volta, without the counter; ``c2c: true``
-is a Grace Hopper superchip (its chip-to-chip link enabled).
+function of the machine's monotonic clock, so that every process reading one GPU reads the same
+counter, as with real GPUs (updated every ``counter_period_s`` seconds where given: an H200's is
+every 0.1 s); a step of the wall clock (NTP setting it) moves it no more than it moves a real
+GPU's counter, or the seconds a run measures. ``counter: false`` is a GPU older than Volta,
+without the counter; ``c2c: true`` is a Grace Hopper superchip (its chip-to-chip link enabled).
 
 Upstream Zeus's device layer runs over it too: it has the constants and functions Zeus reads
 (error codes with nvidia-ml-py's values, the architecture, the C2C mode).
@@ -68,7 +69,8 @@ NVML_FI_DEV_POWER_INSTANT = 186
 NVML_POWER_SCOPE_GPU = 0
 NVML_POWER_SCOPE_MODULE = 1
 
-_EPOCH = 1.7e9  # the counters' zero, the same in every process
+_EPOCH = 0.0
+"""The counters' zero: the monotonic clock's (the machine's boot), the same in every process."""
 
 
 class NVMLError(Exception):
@@ -196,7 +198,7 @@ def nvmlDeviceSetPowerManagementLimit(handle: _Handle, limit_mw: int) -> None:  
         state = _state(handle)
         state["calls"] = state.get("calls", 0) + 1
         if int(limit_mw) != state["limit_mw"]:
-            state["changes"].append([time.time(), int(limit_mw)])
+            state["changes"].append([time.monotonic(), int(limit_mw)])
             state["sets"] += 1
         state["limit_mw"] = int(limit_mw)
         path.with_suffix(".tmp").write_text(json.dumps(state))
@@ -230,7 +232,7 @@ def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:  # noqa: N802
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
-    now = time.time()
+    now = time.monotonic()
     period = handle.gpu.get("counter_period_s")
     if period:  # updated every ``period`` seconds, as a real GPU's counter is
         now = _EPOCH + (now - _EPOCH) // period * period
