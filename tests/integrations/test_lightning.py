@@ -533,6 +533,33 @@ def test_lightnings_batch_size_finder_beside_the_callback_is_refused_before_the_
         assert not client.list_jobs(prefix=spec.job_id)
 
 
+@pytest.mark.parametrize("elastic_first", [False, True], ids=["ours-first", "elastic-first"])
+def test_the_elastic_batch_size_callback_beside_the_callback_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path, elastic_first: bool
+) -> None:
+    """`ElasticBatchSizeCallback` chooses each epoch's batch size too: beside the callback, its
+    first epoch's micro-batches were refused as a DataLoader that ignores the batch size (which
+    misled), after the server had dispatched a trial. Refused in ``setup``, saying which, in
+    either order; nothing reaches the server."""
+    from zeus_bso.elastic import ElasticBatchSize, ElasticBatchSizeCallback
+
+    spec = job(unique_id("lelastic"))
+    elastic = ElasticBatchSizeCallback(
+        ElasticBatchSize(initial_batch_size=32, max_batch_size=256, local_bsz_bounds=(8, 128))
+    )
+    ours = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs,
+        reload_dataloaders_every_n_epochs=1,  # as the elastic callback asks
+        callbacks=[elastic, ours] if elastic_first else [ours, elastic],
+        **quiet_trainer_options(tmp_path),
+    )
+    with pytest.raises(ConfigurationError, match=r"ElasticBatchSizeCallback chooses the batch"):
+        trainer.fit(TinyClassifier())
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=spec.job_id)
+
+
 class RateTuned(TinyClassifier):
     """TinyClassifier whose rate ``lr`` Lightning's learning-rate finder tunes."""
 

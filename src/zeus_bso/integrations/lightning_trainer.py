@@ -163,7 +163,8 @@ def fit_refused(
 ) -> str | None:
     """Why no batch size the callback sets could train the fit (at its setup, before the server
     is asked): the fit was given its train DataLoader, nothing holds ``batch_arg_name``, another
-    callback chooses the size, or the Trainer accumulates of its own. None: it can."""
+    callback chooses the size (Lightning's batch size finder, or the elastic batch size's), or
+    the Trainer accumulates of its own. None: it can."""
     refused = loader_given_to_fit(trainer, batch_arg_name)
     if refused and not debug_run(trainer):
         return refused
@@ -175,6 +176,13 @@ def fit_refused(
             "too: remove it from the Trainer's callbacks; ZeusBSOCallback sets the size the "
             "server chooses, and tries a size new to these GPUs in memory first "
             "(memory_check_steps)"
+        )
+    if any(is_a(callback, "ElasticBatchSizeCallback") for callback in trainer.callbacks):
+        return (
+            "zeus_bso.elastic.ElasticBatchSizeCallback chooses the batch size too, anew each "
+            "epoch: the server would judge and charge a size that trained only part of the run. "
+            "Use one of them: ZeusBSOCallback learns one batch size across the job's "
+            "recurrences; ElasticBatchSizeCallback grows it within a run"
         )
     return accumulation_refused(trainer, max_micro_batch_size)
 
