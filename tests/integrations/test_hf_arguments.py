@@ -26,13 +26,16 @@ def arguments(tmp_path: Path, **options: Any) -> Any:
     return transformers.TrainingArguments(**(settings | options))
 
 
-def refusal(args: Any, accumulation_steps: int = 1, micro: int = 32) -> str | None:
+def refusal(
+    args: Any, accumulation_steps: int = 1, micro: int = 32, metric: str = "eval_accuracy"
+) -> str | None:
     return hf_arguments.refusal(
         args,
         micro_batch_size=micro,
         batch_size=micro * accumulation_steps,
         accumulation_steps=accumulation_steps,
         accumulates=accumulation_steps > 1,
+        metric=metric,
     )
 
 
@@ -42,6 +45,8 @@ def test_arguments_that_train_the_dispatched_batch_and_evaluate_pass(tmp_path: P
         tmp_path, per_device_train_batch_size=16, gradient_accumulation_steps=4
     )
     assert refusal(accumulating, accumulation_steps=4, micro=16) is None
+    # The loss alone, and runs judged by it.
+    assert refusal(arguments(tmp_path, prediction_loss_only=True), metric="eval_loss") is None
     assert hf_arguments.warnings(arguments(tmp_path), max_epochs=6) == []
 
 
@@ -53,6 +58,7 @@ def test_arguments_that_train_the_dispatched_batch_and_evaluate_pass(tmp_path: P
         ({"gradient_accumulation_steps": 2}, 1, "pass ZeusBSOTrainerCallback(max_micro_batch"),
         ({"gradient_accumulation_steps": 2}, 4, "trains as 4 micro-batches of 32"),
         ({"eval_strategy": "no"}, 1, "eval_strategy='no': this run never evaluates"),
+        ({"prediction_loss_only": True}, 1, "prediction_loss_only=True) evaluates the loss alone"),
         (
             {"auto_find_batch_size": True, "gradient_accumulation_steps": 4},
             4,
@@ -109,3 +115,11 @@ def test_evaluations_by_steps_on_data_without_a_length_are_not_warned_of(tmp_pat
     assert hf_arguments.warnings(by_steps, max_epochs=6, sized=False) == []
     (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
     assert "is reported as an epoch" in counted
+
+
+def test_an_evaluation_of_the_loss_alone_says_to_give_the_trainer_compute_metrics() -> None:
+    timings = {"eval_runtime": 0.1, "eval_samples_per_second": 9.0, "eval_steps_per_second": 1.0}
+    alone = {"eval_loss": 0.5, **timings, "epoch": 1.0}
+    said = hf_arguments.loss_alone(alone, "eval_accuracy")
+    assert "compute_metrics=... returning 'accuracy'" in said
+    assert hf_arguments.loss_alone({**alone, "eval_f1": 0.7}, "eval_accuracy") == ""

@@ -114,6 +114,7 @@ def train(
     ahead: list[Any] | None = None,
     callback_options: dict[str, Any] | None = None,
     added_later: bool = False,
+    compute_metrics: Any = accuracy,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
@@ -139,7 +140,7 @@ def train(
         args=args,
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),
-        compute_metrics=accuracy,
+        compute_metrics=compute_metrics,
         callbacks=[*(ahead or []), *([] if added_later else [callback]), spy],
     )
     if added_later:  # after the Trainer was built: no on_init_end reaches it
@@ -690,18 +691,44 @@ def test_misconfigured_runs_leave_the_default_batch_size_untouched(
     assert state["next_run"]["batch_size"] == spec.default_batch_size
 
 
-def test_a_run_that_never_evaluates_is_refused_before_it_trains(
-    server: ServerProcess, tmp_path: Path
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"eval_strategy": "no"}, "eval_strategy='no': this run never evaluates"),
+        (
+            {"prediction_loss_only": True},  # the loss alone: an epoch trained, then refused
+            r"prediction_loss_only=True\) evaluates the loss alone: 'eval_accuracy' is never",
+        ),
+    ],
+    ids=["never-evaluates", "loss-alone"],
+)
+def test_a_run_that_never_evaluates_its_metric_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path, option: dict[str, Any], said: str
 ) -> None:
     spec = job(unique_id("hfnoeval"), target=0.999)
-    with pytest.raises(ZeusBSOError, match="eval_strategy='no': this run never evaluates"):
-        train(server.url, spec, tmp_path, epochs=1, eval_strategy="no")
+    with pytest.raises(ZeusBSOError, match=said):
+        train(server.url, spec, tmp_path, epochs=1, **option)
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
     (trial,) = state["trials"]
     assert trial["status"] == "released"
     assert trial["epochs"] is None  # refused before it trained
     assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+def test_a_trainer_without_compute_metrics_is_told_to_give_it_one(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A Trainer without ``compute_metrics`` evaluates the loss alone: the first evaluation
+    says so, and what to give it, beside the metrics it has."""
+    spec = job(unique_id("hfnometrics"), target=0.999)
+    with pytest.raises(ZeusBSOError) as refused:
+        train(server.url, spec, tmp_path, epochs=1, compute_metrics=None)
+    assert "metric 'eval_accuracy' is not among the evaluation metrics" in str(refused.value)
+    assert "give it compute_metrics=... returning 'accuracy'" in str(refused.value)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] == "released"
 
 
 def oom_recurrences(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from zeus_bso.training import TrialSession
@@ -31,10 +32,12 @@ def refusal(
     batch_size: int,
     accumulation_steps: int,
     accumulates: bool,
+    metric: str,
 ) -> str | None:
     """Why a run with ``args`` cannot be judged at the dispatched ``batch_size`` (trained as
     ``accumulation_steps`` micro-batches of ``micro_batch_size`` where the callback
-    ``accumulates``), in words that say what to change; None: it can."""
+    ``accumulates``) by its evaluations' ``metric``, in words that say what to change; None: it
+    can."""
     if accumulates and args.auto_find_batch_size:
         return (
             "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
@@ -64,6 +67,14 @@ def refusal(
             f"TrainingArguments.gradient_accumulation_steps is {steps} but batch size "
             f"{batch_size} trains as {accumulation_steps} micro-batches of {micro_batch_size}: "
             "build TrainingArguments with gradient_accumulation_steps=callback.accumulation_steps"
+        )
+    if args.prediction_loss_only and not metric.endswith("_loss"):
+        return (
+            f"TrainingArguments(prediction_loss_only=True) evaluates the loss alone: '{metric}' "
+            f"is never computed, so the server could not judge batch size {batch_size} (its "
+            "trial is released, not charged); set prediction_loss_only=False (the Trainer's "
+            "compute_metrics then computes it), or judge runs by the loss: metric='eval_loss' "
+            "and a JobSpec with higher_is_better_metric=False"
         )
     if evaluation_strategy(args) == "no":
         return (
@@ -168,4 +179,20 @@ def warmup_warning(args: Any, session: TrialSession) -> str | None:
         f"warmup_steps={fixed} warms up over the samples of {fixed} steps at the reference batch "
         f"size {session.lr.reference}; at batch size {session.batch_size}, set "
         f"warmup_steps={steps} (or warmup_ratio) to keep them"
+    )
+
+
+_BESIDE_METRICS = ("_loss", "_runtime", "_samples_per_second", "_steps_per_second")
+"""What the Trainer's evaluation measures of its own, beside what ``compute_metrics`` returns."""
+
+
+def loss_alone(metrics: Mapping[str, object], metric: str) -> str:
+    """What to add to the words of an evaluation without ``metric`` where the Trainer computed
+    nothing beside the loss and its own timings (it has no ``compute_metrics``), else ''."""
+    if any(k != "epoch" and not k.endswith(_BESIDE_METRICS) for k in metrics):
+        return ""
+    name = metric.split("_", 1)[1] if "_" in metric else metric
+    return (
+        f"; the Trainer computed none beside the loss: give it compute_metrics=... returning "
+        f"'{name}' (the Trainer reports it as '{metric}')"
     )

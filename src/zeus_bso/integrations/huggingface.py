@@ -272,6 +272,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             batch_size=self.batch_size,
             accumulation_steps=session.accumulation_steps,
             accumulates=self.options.get("max_micro_batch_size") is not None,
+            metric=self.metric,
         )
         if refused is not None:
             self._refuse(refused)
@@ -393,6 +394,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 raise ConfigurationError(
                     f"metric '{self.metric}' is not among the evaluation metrics "
                     f"{sorted(metrics)}; pass metric=... naming one of them"
+                    f"{hf_arguments.loss_alone(metrics, self.metric)}"
                 )
             return float(metrics[self.metric])
 
