@@ -1,7 +1,8 @@
 """What the Hugging Face callback checks of the Trainer's ``TrainingArguments`` before a run
 trains: that it trains the batch the server dispatched and evaluates, so that the server can
 judge it (a refusal otherwise), and that its epochs and evaluations count as the job's do (a
-warning otherwise)."""
+warning otherwise); and, of an evaluation without the metric, whether the Trainer computed any
+metric at all (`loss_alone`)."""
 
 from __future__ import annotations
 
