@@ -191,30 +191,3 @@ def test_a_step_given_a_closure_is_measured_after_it_runs() -> None:
     expected = before - 0.1 * 2.0 * model.weight.grad
     assert torch.allclose(model.weight.detach(), expected)
     assert optimizer.param_groups[0]["lr"] == 0.1
-
-
-def test_an_elastic_batch_size_inside_a_run_of_the_optimizer_is_refused(
-    sqlite_server: Any,
-) -> None:
-    """A plain loop that took its batch size from `BatchSizeOptimizer` and then attached an
-    `ElasticBatchSize` trained at sizes the elastic one grew while the server judged and
-    charged the dispatched size. Attaching inside the run is refused, saying so; after the
-    run's end it attaches."""
-    from tests.helpers import unique_id
-    from zeus_bso import BatchSizeOptimizer, JobSpec
-    from zeus_bso.energy import EstimateMeter
-    from zeus_bso.errors import ConfigurationError
-
-    job_id = unique_id("elasticrun")
-    job = JobSpec(
-        job_id=job_id, job_id_prefix="elasticrun", batch_sizes=[32, 64], default_batch_size=32,
-        target_metric=0.9, max_epochs=3,
-    )  # fmt: skip
-    optimizer = torch.optim.SGD(torch.nn.Linear(8, 1).parameters(), lr=0.05)
-    elastic = ElasticBatchSize(initial_batch_size=32, max_batch_size=256, local_bsz_bounds=(8, 64))
-    bso = BatchSizeOptimizer(sqlite_server.url, job, energy_meter=EstimateMeter(100))
-    bso.get_batch_size()
-    with pytest.raises(ConfigurationError, match=f"a run of zeus-bso job {job.job_id} is open"):
-        elastic.attach(optimizer)
-    bso.end()
-    elastic.attach(optimizer)  # outside a run

@@ -240,12 +240,7 @@ class ElasticBatchSize:
             ddp_model: the ``DistributedDataParallel`` model, with several replicas: the noise
                 then comes from the replicas' gradients (see the module docstring). Attach
                 before its first backward; DDP takes one communication hook per model.
-
-        Raises:
-            ConfigurationError: a run of the batch size optimizer is open on this thread
-                (`refuse_beside_an_open_run`).
         """
-        refuse_beside_an_open_run()
         if ddp_model is not None:
             self._watch_replicas(ddp_model)
         original = optimizer.step
@@ -409,27 +404,3 @@ def _torch() -> Any:
     except ImportError as err:
         raise ZeusBSOError(f"ElasticBatchSize needs torch: {INSTALL_HINT}") from err
     return torch
-
-
-def refuse_beside_an_open_run() -> None:
-    """Refuse an elastic batch size inside a run of the batch size optimizer (a
-    `BatchSizeOptimizer`, `ZeusBSOAccelerate` or `ZeusBSOFabric` run open on this thread, from
-    its batch size to its end): the optimizer's server judges and charges the run at the size
-    it dispatched, which the elastic batch size would change within the run.
-
-    Raises:
-        ConfigurationError: saying which run, and what to do instead.
-    """
-    import threading
-
-    from zeus_bso.training.open_runs import open_on
-
-    run = open_on(threading.get_ident())
-    if run is not None:
-        raise ConfigurationError(
-            f"a run of zeus-bso job {run.job_id} is open on this thread: the batch size "
-            "optimizer chose its batch size, and its server judges and charges the run at that "
-            "size, which an elastic batch size would change within the run. Use one of them: "
-            "the batch size optimizer learns one size across the job's recurrences; "
-            "ElasticBatchSize grows it within a run (end the run, bso.end(), before attaching)"
-        )

@@ -38,8 +38,3 @@ def supersede(run: OpenRun, thread: int) -> None:
     for other, started_on in list(_OPEN.items()):
         if other is not run and other.job_id == run.job_id and started_on == thread:
             other.end_interrupted("a later run of the job started in this process")
-
-
-def open_on(thread: int) -> OpenRun | None:
-    """A run started on ``thread`` that is still open (None: none)."""
-    return next((run for run, started_on in list(_OPEN.items()) if started_on == thread), None)
