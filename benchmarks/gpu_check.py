@@ -279,7 +279,7 @@ def measured_run(steps: int) -> dict[str, Any]:
         for _ in range(steps):
             torch.mm(a, b)
         torch.cuda.synchronize()
-        elapsed = elapsed_of_the_run(DISTRIBUTED, progress)
+        elapsed, _ = elapsed_of_the_run(DISTRIBUTED, progress)  # and the metrics: none
         end_mj = counter_mj(pynvml, torch)
     finally:
         meter.close()
