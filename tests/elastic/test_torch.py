@@ -191,3 +191,56 @@ def test_a_step_given_a_closure_is_measured_after_it_runs() -> None:
     expected = before - 0.1 * 2.0 * model.weight.grad
     assert torch.allclose(model.weight.detach(), expected)
     assert optimizer.param_groups[0]["lr"] == 0.1
+
+
+def test_a_run_of_the_optimizer_that_elastic_steps_train_is_refused_uncharged(
+    sqlite_server: Any,
+) -> None:
+    """A plain loop that took its batch size from `BatchSizeOptimizer` and trained through an
+    `ElasticBatchSize` trained at sizes the elastic one chose, while the server judged and
+    charged the dispatched size. Its first report is refused, saying so, and its trial is
+    released; an elastic batch size that stepped before the run (an earlier run in the same
+    process) does not refuse the next one."""
+    from tests.helpers import unique_id
+    from zeus_bso import BatchSizeOptimizer, JobSpec
+    from zeus_bso.client import ServerClient
+    from zeus_bso.energy import EstimateMeter
+    from zeus_bso.errors import ConfigurationError
+
+    def job() -> JobSpec:
+        return JobSpec(
+            job_id=unique_id("elasticrun"), job_id_prefix="elasticrun", batch_sizes=[32, 64],
+            default_batch_size=32, target_metric=0.5, max_epochs=3,
+        )  # fmt: skip
+
+    def steps(optimizer: Any, model: Any) -> None:
+        x, y = torch.randn(32, 8), torch.randn(32, 1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    elastic = ElasticBatchSize(initial_batch_size=32, max_batch_size=256, local_bsz_bounds=(8, 64))
+    elastic.attach(optimizer)
+    refused = job()
+    with BatchSizeOptimizer(sqlite_server.url, refused, energy_meter=EstimateMeter(100)) as bso:
+        assert bso.get_batch_size() == 32
+        bso.on_train_begin()
+        steps(optimizer, model)
+        with pytest.raises(ConfigurationError, match="ElasticBatchSize\\) took 3 of this run"):
+            bso.on_evaluate(0.9)
+    assert bso.outcome is not None
+    assert "not counted against 32" in bso.outcome.summary()
+    with ServerClient(sqlite_server.url) as client:
+        (trial,) = client.job_state(refused.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+    # The elastic batch size stepped before this run began: not this run's steps.
+    plain = torch.optim.SGD(model.parameters(), lr=0.05)
+    with BatchSizeOptimizer(sqlite_server.url, job(), energy_meter=EstimateMeter(100)) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        steps(plain, model)
+        assert bso.on_evaluate(0.9).stop_train  # reached the target

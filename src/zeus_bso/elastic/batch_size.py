@@ -51,7 +51,7 @@ from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candi
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
-from zeus_bso.training import clean_exit
+from zeus_bso.training import clean_exit, size_changes
 from zeus_bso.training.collectives import broadcast_object, torch_distributed
 
 logger = logging.getLogger(__name__)
@@ -240,6 +240,10 @@ class ElasticBatchSize:
             ddp_model: the ``DistributedDataParallel`` model, with several replicas: the noise
                 then comes from the replicas' gradients (see the module docstring). Attach
                 before its first backward; DDP takes one communication hook per model.
+
+        A run of the batch size optimizer (`zeus_bso.BatchSizeOptimizer`, the callbacks and
+        loop adapters) that these steps train is refused at its next report: the server judges
+        and charges it at the size it dispatched (`zeus_bso.training.size_changes`).
         """
         if ddp_model is not None:
             self._watch_replicas(ddp_model)
@@ -256,6 +260,7 @@ class ElasticBatchSize:
             return saved
 
         def step(closure: Any = None, *args: Any, **kwargs: Any) -> Any:
+            size_changes.stepped()  # a run of the batch size optimizer's refuses these
             saved: list[float] | None = None
             if closure is None:
                 saved = scale_lrs()

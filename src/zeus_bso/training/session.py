@@ -30,6 +30,7 @@ from zeus_bso.options import JobLike, job_lr_rule, required_job
 from zeus_bso.power.run import PowerLimitRun
 from zeus_bso.scaling.lr import LrScaling
 from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, TrialId
+from zeus_bso.training import size_changes
 from zeus_bso.training.collectives import (
     DISTRIBUTED,
     Collectives,
@@ -186,6 +187,7 @@ class TrialSession(SessionEndings):
         self._steps = StepCount()  # from train_begin: a report before any step is said
         self._untrained_said = False
         self._part_said = False  # the first report after part of an epoch's steps
+        self._size_changes = size_changes.mark()  # marked again as the run starts
         if start:
             self.start(options.get("resume"))
 
@@ -206,6 +208,7 @@ class TrialSession(SessionEndings):
         at once (once; the constructor does it unless ``start=False``)."""
         if self._started:
             return
+        self._size_changes = size_changes.mark()  # an elastic batch size's steps from here
 
         def trial_of_this_run() -> SharedTrial:
             if self.server is None:
@@ -449,6 +452,9 @@ class TrialSession(SessionEndings):
             if value is None:
                 return None
             server = self._main()
+            if refused := size_changes.refusal(self._size_changes):
+                self.release(refused)
+                raise ConfigurationError(refused)
             self._said_untrained(server)
             self._said_part_of_an_epoch(server, epoch)
             answer = server.on_evaluate(float(value), epoch, elapsed)
