@@ -86,7 +86,7 @@ def tiny_bert() -> Any:
     return transformers.BertForSequenceClassification(config)
 
 
-def training_arguments(output_dir: Path, batch_size: int, epochs: int, **options: Any) -> Any:
+def training_arguments(output_dir: Path, batch_size: int, epochs: float, **options: Any) -> Any:
     """The tests' TrainingArguments: CPU, evaluation every epoch, no logging or progress bars."""
     settings: dict[str, Any] = {
         "output_dir": str(output_dir),
@@ -107,7 +107,7 @@ def train(
     server_url: str,
     spec: JobSpec,
     tmp_path: Path,
-    epochs: int,
+    epochs: float,
     batch_size: int | None = None,
     save: bool = False,
     resume: Path | bool | None = None,
@@ -236,8 +236,10 @@ def test_early_stopping_that_ends_training_counts_as_not_converging(
     stopper = "EarlyStoppingCallback ended training (accuracy did not improve for 1 evaluation)"
     check_stopped_itself(server.url, spec, callback.outcome, stopper)
     short = job(unique_id("hfshort"), target=0.999)
-    limited = train(server.url, short, tmp_path, epochs=2)  # num_train_epochs below max_epochs
-    check_released_at_epoch_2(server.url, short, limited, "(num_train_epochs=2")
+    # num_train_epochs below max_epochs, and not whole: its third report came after half an
+    # epoch, and the Trainer's own epoch is said ("epoch 3" read as three whole epochs).
+    limited = train(server.url, short, tmp_path, epochs=2.5)
+    check_released(server.url, short, limited, "2.5 (num_train_epochs=2.5", reports=3)
 
 
 def train_with_best_model(
@@ -249,16 +251,20 @@ def train_with_best_model(
                  load_best_model_at_end=True, metric_for_best_model="accuracy")  # fmt: skip
 
 
-def check_released_at_epoch_2(
-    server_url: str, spec: JobSpec, callback: ZeusBSOTrainerCallback, then: str = ""
+def check_released(
+    server_url: str,
+    spec: JobSpec,
+    callback: ZeusBSOTrainerCallback,
+    epoch: str = "2",
+    reports: int = 2,
 ) -> None:
-    """The run's outcome says the Trainer stopped at epoch 2 (``then`` after it), and its
-    trial was released there."""
+    """The run's outcome says the Trainer stopped at ``epoch`` (what follows it too), and its
+    trial was released after ``reports`` reports."""
     assert callback.outcome is not None
-    assert f"the Trainer stopped at epoch 2 {then}".strip() in callback.outcome.summary()
+    assert f"the Trainer stopped at epoch {epoch}" in callback.outcome.summary()
     with ServerClient(server_url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["epochs"]) == ("released", 2)
+    assert (trial["status"], trial["epochs"]) == ("released", reports)
 
 
 class StopsAtEpoch2(transformers.TrainerCallback):  # type: ignore[misc]
@@ -277,7 +283,7 @@ def test_another_callback_that_ends_training_beside_early_stopping_releases_the_
     spec = job(unique_id("hfother"), target=0.999)
     patient = transformers.EarlyStoppingCallback(early_stopping_patience=100)
     callback = train_with_best_model(server.url, spec, tmp_path, [patient, StopsAtEpoch2()])
-    check_released_at_epoch_2(server.url, spec, callback)
+    check_released(server.url, spec, callback)
 
 
 class LogRecorder(transformers.TrainerCallback):  # type: ignore[misc]

@@ -49,8 +49,10 @@ def end_training(
         # recurrence, learning nothing).
         session.stopped_itself(stopped)
     else:  # the Trainer's own limits ended the run first
+        # The Trainer's epoch (2.5 where num_train_epochs=2.5), not the run's reports (3).
+        epoch = session.progress.epochs if state.epoch is None else f"{round(state.epoch, 2):g}"
         session.release(
-            f"the Trainer stopped at epoch {session.progress.epochs} (num_train_epochs="
+            f"the Trainer stopped at epoch {epoch} (num_train_epochs="
             f"{args.num_train_epochs}, max_steps={args.max_steps}) before the server's stop (the "
             f"job's max_epochs is {job_max_epochs})",
             StopReason.ENDED_EARLY,
