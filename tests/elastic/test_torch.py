@@ -232,7 +232,8 @@ def test_a_run_of_the_optimizer_that_elastic_steps_train_is_refused_uncharged(
         with pytest.raises(ConfigurationError, match="ElasticBatchSize\\) took 3 of this run"):
             bso.on_evaluate(0.9)
     assert bso.outcome is not None
-    assert "not counted against 32" in bso.outcome.summary()
+    assert "batch size 32 ended at epoch 1 of 3: an elastic" in bso.outcome.summary()
+    assert "(not counted against 32)" in bso.outcome.summary()
     with ServerClient(sqlite_server.url) as client:
         (trial,) = client.job_state(refused.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (32, "released")

@@ -453,6 +453,7 @@ class TrialSession(SessionEndings):
                 return None
             server = self._main()
             if refused := size_changes.refusal(self._size_changes):
+                server.progress.epoch_done(epoch)  # it trained this far: its line says so
                 self.release(refused)
                 raise ConfigurationError(refused)
             self._said_untrained(server)
