@@ -116,6 +116,30 @@ def test_a_plain_loop_over_recurrences(server: ServerProcess) -> None:
     assert all(t["energy"] > 0 for t in state["trials"])
 
 
+def test_a_loop_that_validates_every_few_steps_is_told_where_it_gives_the_epochs_steps(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's loop shape, validating every 2 of its DataLoader's 6 batches: each
+    ``on_evaluate`` counts as one of the job's epochs, so ``max_epochs`` (5) ended the run 10
+    steps into training, silently. With the epoch's steps given to ``on_train_begin`` (as for
+    power limits: ``len(loader)``), its first report says so; what is reported is unchanged."""
+    torch = pytest.importorskip("torch", reason="torch.optim's steps are counted")
+    job = spec(unique_id("everyfew").replace("-", ""))
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        batches, size = 6, bso.get_batch_size()
+        bso.on_train_begin(batches)
+        for step in range(1, 2 * batches + 1):
+            optimizer.zero_grad()
+            model(torch.ones(size, 2)).sum().backward()
+            optimizer.step()
+            if step % 2 == 0 and bso.on_evaluate(0.1).stop_train:
+                break
+    assert "the run's first report came after 2 optimizer steps of an epoch's 6" in caplog.text
+    assert bso.current_epoch == 5  # the job's max_epochs, counted in reports
+
+
 def test_the_last_attempt_of_a_recurrence_must_deliver(server: ServerProcess) -> None:
     """until_converged tells the server that its last attempt must deliver a model (judged by
     the target and max_epochs alone); the attempts before it, and runs outside it, need not."""

@@ -206,6 +206,10 @@ class TestAccelerate(LoopAdapterContract):
         with adapter(server_url, job, **options) as bso:
             assert bso.accelerator.gradient_accumulation_steps == bso.accumulation_steps == 2
             bso.release("not trained in this test")
+        # Given back at the end: a later run with this accelerator and without accumulation
+        # was refused, the accelerator accumulating "of its own".
+        assert bso.accelerator.gradient_accumulation_steps == 1
+        adapter(server_url, job, energy_meter=EstimateMeter(100)).release("not trained")
         assert bso.outcome is not None
         assert bso.outcome.accumulation_steps == 2  # the run's line says how it trained
         assert f"batch size {bso.batch_size} (2 accumulated micro-batches of 16)" in (

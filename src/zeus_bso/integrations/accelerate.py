@@ -54,7 +54,9 @@ class ZeusBSOAccelerate(TrialSession):
         options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession`. With
             ``max_micro_batch_size``, the DataLoader takes ``bso.micro_batch_size`` and the
             accelerator's ``gradient_accumulation_steps`` is set to ``bso.accumulation_steps``
-            (wrap each step in ``accelerator.accumulate(model)``); without it, an accelerator
+            (wrap each step in ``accelerator.accumulate(model)``) until the run ends, when the
+            accelerator gets its own back (a later run with it starts from that); without it,
+            an accelerator
             that accumulates of its own is refused (each optimizer step would take more than
             the server's batch size).
 
@@ -86,6 +88,7 @@ class ZeusBSOAccelerate(TrialSession):
                 "takes bso.batch_size)"
             )
         self.accelerator = accelerator
+        self._own_accumulation = steps  # given back at the end: a later run starts from it
         self._hooks: list[Any] = []  # a session that ends as it starts has none to remove
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
@@ -117,6 +120,8 @@ class ZeusBSOAccelerate(TrialSession):
         for hook in self._hooks:  # a later run with this accelerator checkpoints its own trial
             hook.remove()
         self._hooks = []
+        if self._max_micro_batch_size is not None:  # the accelerator's own, for a later run
+            self.accelerator.gradient_accumulation_steps = self._own_accumulation
         super()._ending(on_main, close=close)
 
     @override
@@ -150,16 +155,17 @@ class ZeusBSOAccelerate(TrialSession):
     @override
     def epoch_steps(self) -> int | None:
         """The optimizer steps of an epoch of the prepared DataLoader that takes the run's
-        (micro-)batch size: its batches on each process over the micro-batches a step. None: no
-        such loader, or one without a length (an iterable dataset)."""
+        (micro-)batch size: its batches on each process over the micro-batches a step. Without
+        such a loader, or with one without a length (an iterable dataset), the steps given to
+        `train_begin` (`TrialSession.epoch_steps`)."""
         for loader in _prepared_loaders(self.accelerator):
             if _batch_size_of(loader) == self.micro_batch_size:
                 try:
                     batches = len(loader)
                 except TypeError:
-                    return None
+                    break
                 return -(-batches // self.accumulation_steps)
-        return None
+        return super().epoch_steps()
 
     def _accumulate(self) -> None:
         """With ``max_micro_batch_size``: the accelerator accumulates `accumulation_steps`

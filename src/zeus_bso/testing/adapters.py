@@ -44,13 +44,13 @@ loop_job = contract_job
 class LoopAdapterContract(ServedContract):
     """What every loop adapter does through its session: a recurrence reports to the server
     and converges; a wrong option is refused when the adapter is built; a first report before
-    any optimizer step is said; a misconfigured run releases its trial; out of memory is
-    infeasible (before training, the run goes on at a size that fits); accumulation gives every
-    process its micro-batch; a checkpoint resumes its trial, batch size and learning-rate
-    factor, and its reports are logged, through the framework's own logger where the subclass
-    observes it (its ``logged`` fixture); a restart with the same run key continues its trial;
-    GPU power limits are profiled through the loop's step calls, and given back; a server that
-    cannot be reached leaves the run training at the default.
+    any optimizer step, or after part of an epoch's, is said; a misconfigured run releases its
+    trial; out of memory is infeasible (before training, the run goes on at a size that fits);
+    accumulation gives every process its micro-batch; a checkpoint resumes its trial, batch
+    size and learning-rate factor, and its reports are logged, through the framework's own
+    logger where the subclass observes it (its ``logged`` fixture); a restart with the same run
+    key continues its trial; GPU power limits are profiled through the loop's step calls, and
+    given back; a server that cannot be reached leaves the run training at the default.
 
     Subclass it and define the ``adapter`` fixture::
 
@@ -157,6 +157,52 @@ class LoopAdapterContract(ServedContract):
             assert caplog.text.count(said) == int(evaluates_first)
             assert bso.outcome is not None
             assert bso.outcome.epochs == 2
+
+    def test_a_report_after_part_of_an_epoch_is_said_where_the_epochs_steps_are_given(
+        self, adapter: MakeAdapter, server_url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Each report counts as one of the job's epochs: a loop that validates every few
+        steps has the job's max_epochs count its reports. Where the loop gives ``train_begin``
+        its DataLoader's batches an epoch (``len(loader)``), its first report is said if it
+        comes after less than three quarters of an epoch's optimizer steps (micro-batches over
+        the accumulation steps); a loop that reports after each epoch, accumulating or not, is
+        told nothing, and one that gives no steps is not judged."""
+        torch = pytest.importorskip("torch", reason="torch.optim's steps are counted")
+
+        said = "the run's first report came after 2 optimizer steps of an epoch's"
+        batches = 8  # the loop's DataLoader's micro-batches an epoch
+        for every, micro, given in (
+            (2, None, True),
+            (None, None, True),
+            (None, 16, True),
+            (2, 16, True),
+            (2, None, False),
+        ):
+            caplog.clear()
+            options: dict[str, Any] = {"energy_meter": EstimateMeter(100)}
+            if micro is not None:
+                options["max_micro_batch_size"] = micro
+            with adapter(server_url, loop_job("contractpart"), **options) as bso:
+                model = torch.nn.Linear(2, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                bso.train_begin(batches if given else None)
+                steps = 0
+                for batch in range(1, batches + 1):
+                    model(torch.ones(4, 2)).sum().backward()
+                    if batch % bso.accumulation_steps:
+                        continue
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    steps += 1
+                    if (steps % every == 0) if every else batch == batches:
+                        break
+                bso.report(0.5)
+                bso.release("judged at its first report: not trained further in this test")
+            expected = every is not None and given
+            assert caplog.text.count("optimizer steps of an epoch's") == int(expected)
+            if expected:
+                epoch_steps = batches // bso.accumulation_steps
+                assert f"{said} {epoch_steps}" in caplog.text
 
     def test_a_first_batch_of_another_size_is_refused_and_not_charged(
         self, adapter: MakeAdapter, server_url: str

@@ -187,6 +187,7 @@ class TrialSession(SessionEndings):
         self._steps = StepCount()  # from train_begin: a report before any step is said
         self._untrained_said = False
         self._part_said = False  # the first report after part of an epoch's steps
+        self._loop_steps: int | None = None  # train_begin's steps_per_epoch
         self._size_changes = size_changes.mark()  # marked again as the run starts
         if start:
             self.start(options.get("resume"))
@@ -379,11 +380,14 @@ class TrialSession(SessionEndings):
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Training starts now: open the measuring window on every process at once (and, with
         ``power_limit="optimize"``, set the GPUs' limit or start profiling them: an epoch's
-        ``steps_per_epoch`` make a profile's epoch of its steps)."""
+        ``steps_per_epoch`` make a profile's epoch of its steps). ``steps_per_epoch``, the
+        loop's steps in an epoch (``len(loader)``), also lets the run's first report say where
+        it came after part of an epoch (`epoch_steps`)."""
         open_window(self._collectives, self.progress)
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
         if not self._began:
+            self._loop_steps = steps_per_epoch
             self._power.begin(self._send_power_profile, steps_per_epoch)
             self._steps.start()
         self._began = True
@@ -498,9 +502,13 @@ class TrialSession(SessionEndings):
         )
 
     def epoch_steps(self) -> int | None:
-        """The optimizer steps of one of the loop's epochs, where its adapter knows them (the
-        Accelerate adapter, from the DataLoader it prepared); None: not known."""
-        return None
+        """The optimizer steps of one of the loop's epochs, where they are known: the steps
+        given to `train_begin` (a DataLoader's batches: over the micro-batches a step where the
+        run accumulates); None: not known."""
+        steps = self._loop_steps
+        if steps is None or steps <= 0:
+            return None
+        return -(-steps // self.accumulation_steps)
 
     def _said_part_of_an_epoch(self, server: ServerRun, epoch: int | None) -> None:
         """Say it where the run's first report, which counts as an epoch of the job's (no
