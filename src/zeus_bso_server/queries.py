@@ -158,7 +158,7 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
             f"({config.expected_recurrences}) another exploration could not pay back"
         )
     elif decided.round == PRIOR_ROUND:
-        why = "the walk on a related job's curve explores it (the job was seeded from it)"
+        why = "the walk on the curve of the job this one was seeded from explores it"
     else:
         why = f"pruning round {(decided.round or 0) + 1} explores it"
     return NextRun(

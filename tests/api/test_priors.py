@@ -78,7 +78,10 @@ def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
         "standing": "following",
         "best_batch_size": 128,
     }
-    # Then the best's neighbours: the walk ends with 64, 128 and 256 as the arms.
+    # Then the best's neighbours: the walk ends with 64, 128 and 256 as the arms. The outcome
+    # line's "Next run: 64 (...)" reads as one sentence (its words were nested in brackets).
+    why = http.get(f"/api/jobs/{child}").json()["next_run"]["why"]
+    assert why == "the walk on the curve of the job this one was seeded from explores it"
     assert sorted(_run(http, child) for _ in range(2)) == [64, 256]
     _run(http, child)
     view = http.get(f"/api/jobs/{child}").json()
