@@ -474,3 +474,17 @@ def signal_state(pid: int, signum: int) -> str:
         state = status.get("State", "?").strip()
         lines.append(f"  thread {task.name} {status.get('Name', '?').strip()} ({state}): {flags}")
     return "\n".join(lines) or f"  no /proc/{pid}/task"
+
+
+@contextlib.contextmanager
+def process_group_of_one() -> Iterator[None]:
+    """A gloo process group of this process alone (PyTorch's FSDP ``fully_shard`` takes its
+    world from it), destroyed after."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

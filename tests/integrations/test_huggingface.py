@@ -13,7 +13,12 @@ torch = pytest.importorskip("torch", reason="the HF tests need torch (pip instal
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 pytest.importorskip("accelerate", reason="pip install 'zeus-bso[hf]'")
 
-from tests.helpers import ServerProcess, check_stopped_itself, unique_id  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    ServerProcess,
+    check_stopped_itself,
+    process_group_of_one,
+    unique_id,
+)
 from tests.ports import free_port  # noqa: E402
 from zeus_bso import JobSpec, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
@@ -790,6 +795,42 @@ def test_out_of_memory_is_infeasible_and_the_next_run_fits(
     assert list(state["memory_caps"].values()) == [16]
     next_run = state["next_run"]
     assert 16 not in (next_run["arms"] or [next_run["batch_size"]]), next_run
+
+
+def test_a_model_sharded_by_fsdp_is_not_tried_in_memory_first(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memory check's steps run the Trainer's model on each process alone; a model that
+    FSDP shards (an Accelerate configuration's FSDP, ``fsdp=`` or ``deepspeed=`` in the
+    arguments) holds only each process's shard of its parameters, gathered in collectives
+    that one process cannot take alone. It is not tried, and the run says so; every training
+    forward pass is the Trainer's (here ``fully_shard`` in a process group of one)."""
+    from torch.distributed.fsdp import fully_shard
+
+    spec = job(unique_id("hfsharded"), target=0.99)
+    torch.manual_seed(0)
+    model = tiny_bert()
+    trained: list[bool] = []  # a training-mode forward pass: a step's
+    model.register_forward_pre_hook(lambda module, _: trained.append(module.training))
+    callback = ZeusBSOTrainerCallback(
+        server.url, spec, energy_meter=EstimateMeter(100), metric="eval_accuracy"
+    )
+    args = training_arguments(tmp_path / "out", callback.start(), 1, save_strategy="no")
+    with caplog.at_level(logging.INFO), process_group_of_one():
+        fully_shard(model.bert.encoder.layer[0])
+        trainer = transformers.Trainer(
+            model=model,
+            args=args,
+            train_dataset=TokenDataset(64, 0),
+            eval_dataset=TokenDataset(32, 1),
+            compute_metrics=accuracy,
+            callbacks=[callback],
+        )
+        trainer.train()
+    assert sum(trained) == trainer.state.global_step > 0  # no step tried before
+    said = f"batch size {callback.batch_size} is new to these GPUs, but its steps are not tried"
+    assert said in caplog.text
+    assert "FSDP shards the model" in caplog.text
 
 
 def test_with_accumulation_out_of_memory_lowers_the_micro_batch_for_the_next_run(

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from tests.helpers import (  # noqa: E402
     ServerProcess,
     check_stopped_itself,
+    process_group_of_one,
     sqlite_url,
     unique_id,
 )
@@ -1310,6 +1311,34 @@ def test_out_of_memory_is_infeasible_and_the_fit_goes_on_at_a_size_that_fits(
     # Never dispatched again on this profile: 32, or 64 above it.
     assert all(t["batch_size"] == 16 for t in trials[1:])
     assert list(state["memory_caps"].values()) == [32]
+
+
+def test_a_module_sharded_by_fsdp_is_not_tried_in_memory_first(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memory check's steps run the module by hand, outside the strategy: with FSDP each
+    process holds only its shard of the parameters between steps (a step by hand finds a
+    shard), or gathers them in collectives that one process cannot take alone. A module that
+    FSDP shards (``fully_shard`` in ``configure_model``, in a process group of one here; under
+    Lightning's FSDP, DeepSpeed and ModelParallel strategies alike, by class) is not tried,
+    and the fit says so; every training step is the fit's."""
+    from torch.distributed.fsdp import fully_shard
+
+    class Sharded(TinyClassifier):
+        def configure_model(self) -> None:
+            fully_shard(self.layer)
+
+    spec = job(unique_id("litsharded"), max_epochs=1)
+    model = Sharded()
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
+    with caplog.at_level(logging.INFO), process_group_of_one():
+        trainer.fit(model)
+    assert len(model.seen_batch_sizes) == trainer.global_step > 0  # no step tried before
+    assert set(model.seen_batch_sizes) == {callback.batch_size}
+    said = f"batch size {callback.batch_size} is new to these GPUs, but its steps are not tried"
+    assert said in caplog.text
+    assert "FSDP shards the model" in caplog.text
 
 
 def test_out_of_memory_while_training_ends_the_fit_as_infeasible(

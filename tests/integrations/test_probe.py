@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
-from zeus_bso.integrations.probe import step, undone  # noqa: E402
+from tests.helpers import process_group_of_one  # noqa: E402
+from zeus_bso.integrations.probe import sharding, step, undone  # noqa: E402
 
 
 def _model_and_optimizers() -> tuple[object, list[object]]:
@@ -55,3 +56,28 @@ def test_a_step_without_a_loss_takes_nothing() -> None:
     step(None, optimizers)
     after = model.state_dict()  # type: ignore[attr-defined]
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_model_that_fsdp_shards_is_named_and_one_that_nothing_shards_is_not() -> None:
+    """The probe's steps run a model outside its strategy; a sharded one holds only this
+    process's shard of its parameters between steps (FSDP), so the adapters do not try it."""
+    from torch.distributed.fsdp import fully_shard
+
+    model, _ = _model_and_optimizers()
+    assert sharding(model) is None
+    with process_group_of_one():
+        fully_shard(model[0])  # type: ignore[index]
+        assert sharding(model) == "FSDP"
+
+
+def test_lightnings_sharding_strategies_are_named() -> None:
+    """Lightning's strategies that shard the module, by class (of either package); DDP keeps a
+    whole module on each process, and its steps can be tried."""
+    strategies = pytest.importorskip("lightning.pytorch.strategies", reason="zeus-bso[lightning]")
+    from zeus_bso.integrations.lightning_memory import sharded_by
+
+    model, _ = _model_and_optimizers()
+    assert sharded_by(strategies.FSDPStrategy(), model) == "FSDPStrategy"
+    assert sharded_by(strategies.ModelParallelStrategy(), model) == "ModelParallelStrategy"
+    assert sharded_by(strategies.DDPStrategy(), model) is None
+    assert sharded_by(strategies.SingleDeviceStrategy("cpu"), model) is None

@@ -36,7 +36,8 @@ from zeus_bso.integrations.hf_callback_order import run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
-from zeus_bso.integrations.hf_memory import try_steps
+from zeus_bso.integrations.hf_memory import sharded, try_steps
+from zeus_bso.integrations.probe import NOT_TRIED
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
 from zeus_bso.training import RunOutcome, TrialSession
@@ -290,7 +291,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         """Try ``memory_check_steps`` steps at a batch size new to these GPUs (undone); one
         out of memory ends the run (`BatchSizeDoesNotFitError`), or, with
         ``auto_find_batch_size``, raises the out-of-memory error at which the Trainer shrinks
-        the batch."""
+        the batch. A model sharded across processes is not tried (`sharded`: said)."""
+        if (sharding := sharded(args, model)) is not None:
+            if session.memory_unknown and session.is_main:
+                logger.info(NOT_TRIED, session.micro_batch_size, sharding)
+            return
         try:
             session.check_memory(
                 lambda size: try_steps(model, optimizer, loader, size, self.memory_check_steps),

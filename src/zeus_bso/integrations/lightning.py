@@ -188,7 +188,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if self.session is None:
             return
         steps = 0 if self._resumed else self.memory_check_steps
-        if checks_memory(self.session, pl_module, steps):
+        if checks_memory(self.session, trainer, pl_module, steps):
             before = self.session.micro_batch_size
             tried = functools.partial(
                 try_size,

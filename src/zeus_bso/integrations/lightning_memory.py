@@ -3,17 +3,44 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import package_of
-from zeus_bso.integrations.probe import step, undone
+from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession
 
+logger = logging.getLogger(__name__)
 
-def checks_memory(session: TrialSession, pl_module: Any, steps: int) -> bool:
-    """Whether the fit tries ``steps`` steps first: the batch size never ran on these GPUs, and
-    the module optimizes automatically (a manual step's collectives cannot be tried alone)."""
-    return steps > 0 and session.memory_unknown and bool(pl_module.automatic_optimization)
+SHARDING_STRATEGIES = (
+    "FSDPStrategy",
+    "DeepSpeedStrategy",
+    "ModelParallelStrategy",
+    "XLAFSDPStrategy",
+)
+"""Lightning's strategies that shard the module, its gradients or its optimizers' state across
+processes: a step tried by hand, outside the strategy, cannot take what they shard."""
+
+
+def sharded_by(strategy: Any, pl_module: Any) -> str | None:
+    """What shards the fit's module across processes: its ``strategy`` (by class name, of
+    either Lightning package) or the module's own sharding (`sharding`). None: nothing does."""
+    names = {cls.__name__ for cls in type(strategy).__mro__}
+    strategy = next((name for name in SHARDING_STRATEGIES if name in names), None)
+    return strategy or sharding(pl_module)
+
+
+def checks_memory(session: TrialSession, trainer: Any, pl_module: Any, steps: int) -> bool:
+    """Whether the fit tries ``steps`` steps first: the batch size never ran on these GPUs, the
+    module optimizes automatically (a manual step's collectives cannot be tried alone), and no
+    strategy shards it (`sharded_by`; said where it would have been tried)."""
+    if steps <= 0 or not session.memory_unknown or not pl_module.automatic_optimization:
+        return False
+    if (sharded := sharded_by(trainer.strategy, pl_module)) is not None:
+        if trainer.is_global_zero:
+            logger.info(NOT_TRIED, session.micro_batch_size, sharded)
+        return False
+    return True
 
 
 def try_size(
