@@ -39,6 +39,9 @@ Runs, against a local server on a temporary SQLite database:
    most 10% lengthened).
 11. ``zeus-bso check`` on the machine: it must measure the GPUs through NVML and reach the
    server (it reads only).
+12. A sharded model (``fsdp``): a Lightning fit under ``FSDPStrategy`` on one GPU at a batch
+   size new to it; the memory check must try no step (a step outside the strategy would find
+   only the process's shard) and say so, and the fit must train at the server's size.
 
 ``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
 are few).
@@ -67,6 +70,7 @@ from _server import free_port, running_server
 from gpu_trainable import (
     accumulation_check,
     command_check,
+    fsdp_check,
     hf_oom_check,
     oom_and_lr_check,
     power_read_check,
@@ -385,7 +389,7 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 NOT_RUN = "not run (--parts)"
 PARTS = (
     "lightning", "huggingface", "nccl", "two_ranks", "oom", "hf_oom", "accumulation", "power",
-    "window", "check",
+    "window", "check", "fsdp",
 )  # fmt: skip
 
 
@@ -400,7 +404,7 @@ def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], 
 
 
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6, 7, 9, 10 and 11 (part 8 is a row of the energy table)."""
+    """Parts 6, 7, 9, 10, 11 and 12 (part 8 is a row of the energy table)."""
     oom = part_lines("Out of memory", results.get("oom"), lambda r: (
         f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
         f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
@@ -431,7 +435,11 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
     check = part_lines("zeus-bso check", results.get("check"), lambda r: (
         f"energy: {r['checks']['energy']['says']}; power limits: "
         f"{r['checks']['power limits']['says']}"))  # fmt: skip
-    return oom + hf_oom + power + window + check
+    fsdp = part_lines("A sharded model (FSDP)", results.get("fsdp"), lambda r: (
+        f"{r['strategy']}: trials {r['trials']}, {r['forward_steps']} training steps for the "
+        f"fit's {r['global_step']} (none tried first); said: {r['said'][0] if r['said'] else '-'}; "
+        f"trained on {r['trained_on']}"))  # fmt: skip
+    return oom + hf_oom + power + window + check + fsdp
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -516,6 +524,7 @@ def main() -> None:
             "hf_oom": lambda: hf_oom_check(url, "cuda"),
             "accumulation": lambda: accumulation_check(url, "cuda"),
             "check": lambda: command_check(url),
+            "fsdp": lambda: fsdp_check(url, "cuda"),
         }
         for part, run in served.items():
             if part in parts:

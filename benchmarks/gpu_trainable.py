@@ -118,13 +118,14 @@ def _model(
     return Wide()
 
 
-def _trainer(accelerator: str, epochs: int, callbacks: list[Any]) -> Any:
+def _trainer(accelerator: str, epochs: int, callbacks: list[Any], strategy: str = "auto") -> Any:
     import lightning.pytorch as pl
 
     return pl.Trainer(
         accelerator=accelerator, devices=1, max_epochs=epochs, callbacks=callbacks,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=2,
+        strategy=strategy,
     )  # fmt: skip
 
 
@@ -190,6 +191,86 @@ def oom_and_lr_check(url: str, accelerator: str, oom_above: int | None = None) -
             and state["next_run"]["batch_size"] != OOM_SIZE
         ),
     }
+
+
+def fsdp_check(url: str, accelerator: str) -> dict[str, Any]:
+    """A Lightning fit of a sharded model under ZeusBSOCallback: on the GPU under Lightning's
+    ``FSDPStrategy`` (one device), on the CPU (the dry run) a module that ``fully_shard``
+    shards in a ``gloo`` process group of one. Its batch size is new to the GPU, yet the memory
+    check must try no step (outside the strategy a step would find only the process's shard),
+    and say so; the fit must train at the server's size and its trial be reported."""
+    import logging
+
+    import torch
+
+    from zeus_bso import JobSpec
+    from zeus_bso.integrations.lightning import ZeusBSOCallback
+
+    job = JobSpec(job_id=_fresh("gpu-fsdp"), job_id_prefix="gpu-fsdp",
+                  batch_sizes=[128, 256, 512], default_batch_size=256,
+                  target_metric=0.75, max_epochs=2, learning_curve_stop=False)  # fmt: skip
+    callback = ZeusBSOCallback(url, job, monitor="val_acc")
+    model = _model(accelerator, 16, None, 256, samples=4096)
+    steps: list[int] = []
+    model.register_forward_pre_hook(lambda module, _: steps.append(1) if module.training else None)
+    said: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    package_logger = logging.getLogger("zeus_bso")
+    level = package_logger.level
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)  # the line is said at INFO
+    try:
+        if accelerator == "cuda":
+            trainer = _trainer(accelerator, job.max_epochs, [callback], strategy="fsdp")
+            trainer.fit(model)
+        else:
+            trainer = _fit_sharded_on_the_cpu(model, job.max_epochs, callback)
+    finally:
+        package_logger.removeHandler(handler)
+        package_logger.setLevel(level)
+    assert callback.job_id is not None
+    state = _job_state(url, callback.job_id)
+    not_tried = [line for line in said if "its steps are not tried" in line]
+    return {
+        "strategy": type(trainer.strategy).__name__,
+        "trials": [(t["batch_size"], t["status"]) for t in state["trials"]],
+        "forward_steps": len(steps),
+        "global_step": trainer.global_step,
+        "said": not_tried[:1],
+        "trained_on": model.trained_on,
+        "torch": torch.__version__,
+        "passed": (
+            [t["status"] for t in state["trials"]] == ["reported"]
+            and model.seen == {callback.batch_size}
+            and len(steps) == trainer.global_step > 0
+            and len(not_tried) == 1
+            and model.trained_on.startswith(accelerator)
+        ),
+    }
+
+
+def _fit_sharded_on_the_cpu(model: Any, epochs: int, callback: Any) -> Any:
+    """`fsdp_check`'s fit on the CPU: Lightning's FSDP strategy needs a GPU, so the module's
+    layers are sharded by ``fully_shard`` itself, in a ``gloo`` process group of one."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        fully_shard(model.up)
+        fully_shard(model.out)
+        trainer = _trainer("cpu", epochs, [callback])
+        trainer.fit(model)
+    finally:
+        dist.destroy_process_group()
+    return trainer
 
 
 def hf_oom_check(url: str, accelerator: str, oom_above: int | None = None) -> dict[str, Any]:

@@ -63,6 +63,16 @@ def test_the_hf_out_of_memory_part(parts: Any, gpu: None, sqlite_server: ServerP
     assert result["passed"], result
 
 
+def test_the_sharded_model_part(parts: Any, gpu: None, sqlite_server: ServerProcess) -> None:
+    """On the CPU the module shards itself (``fully_shard``, a process group of one): the
+    memory check tries no step, says so, and the fit trains at the server's size."""
+    result = parts.fsdp_check(sqlite_server.url, "cpu")
+    assert result["trials"] == [(256, "reported")]
+    assert result["forward_steps"] == result["global_step"] == 2 * 4096 // 256
+    assert "FSDP shards the model" in result["said"][0]
+    assert result["passed"], result
+
+
 def test_the_accumulation_part(parts: Any, gpu: None, sqlite_server: ServerProcess) -> None:
     result = parts.accumulation_check(sqlite_server.url, "cpu")
     assert result["micro_batch_sizes"] == [256]
