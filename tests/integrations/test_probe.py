@@ -50,6 +50,27 @@ def test_the_steps_tried_are_undone(raises: bool) -> None:
     assert all(p.grad is None for p in model.parameters())  # type: ignore[attr-defined]
 
 
+def test_frozen_weights_are_neither_copied_nor_changed() -> None:
+    """A fine-tuned model's frozen base is most of its weights: the probe copies only what a
+    step can change (the trained parameters, the buffers) and restores that. The frozen weight
+    here is on the meta device, where a copy raises: it is never read. The trained layer and a
+    batch norm's running statistics are restored."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    frozen = torch.nn.Parameter(torch.empty(1024, 1024, device="meta"), requires_grad=False)
+    model.register_parameter("frozen_base", frozen)
+    optimizer = torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9)
+    before = {k: v.clone() for k, v in model.state_dict().items() if k != "frozen_base"}
+    with undone(model, [optimizer]):
+        for _ in range(3):
+            step(model(torch.randn(16, 4)).pow(2).mean(), [optimizer])
+        assert not torch.equal(model[1].running_mean, before["1.running_mean"])
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert model.frozen_base is frozen
+    assert optimizer.state_dict()["state"] == {}
+
+
 def test_a_step_without_a_loss_takes_nothing() -> None:
     model, optimizers = _model_and_optimizers()
     before = {k: v.clone() for k, v in model.state_dict().items()}  # type: ignore[attr-defined]

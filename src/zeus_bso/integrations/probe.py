@@ -44,15 +44,16 @@ def sharding(model: Any) -> str | None:
 
 @contextmanager
 def undone(model: Any, optimizers: Sequence[Any]) -> Iterator[None]:
-    """Steps taken inside are undone after: ``model``'s weights (kept on the CPU meanwhile),
-    ``optimizers``' state and the random state (the CPU's, and the model's GPU's) restored, the
-    gradients cleared, and the model back in the mode it was in. Inside, it is in training
-    mode."""
+    """Steps taken inside are undone after: what a step can change of ``model`` (`changeable`:
+    kept on the CPU meanwhile), ``optimizers``' state and the random state (the CPU's, and the
+    model's GPU's) restored in place, the gradients cleared, and the model back in the mode it
+    was in. Inside, it is in training mode."""
     import torch
 
-    device = next(model.parameters()).device
-    weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    kept = changeable(model)
+    saved = {name: tensor.detach().to("cpu", copy=True) for name, tensor in kept.items()}
     states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers]
+    device = next(iter(kept.values())).device if kept else torch.device("cpu")
     was_training = model.training
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -62,8 +63,19 @@ def undone(model: Any, optimizers: Sequence[Any]) -> Iterator[None]:
         for optimizer, state in zip(optimizers, states, strict=True):
             optimizer.zero_grad(set_to_none=True)
             optimizer.load_state_dict(state)
-        model.load_state_dict(weights)
+        with torch.no_grad():
+            for name, tensor in kept.items():
+                tensor.copy_(saved[name])
         model.train(was_training)
+
+
+def changeable(model: Any) -> dict[str, Any]:
+    """What a training step can change of ``model``, by name: its parameters that take
+    gradients (an optimizer steps no other) and its buffers (a batch norm's running
+    statistics). Frozen weights are left where they are, uncopied: a fine-tuned model's base
+    (a LoRA adapter's 7B frozen parameters are 14 GB in bf16) was copied to the CPU whole."""
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    return trained | dict(model.named_buffers())
 
 
 def step(loss: Any, optimizers: Sequence[Any]) -> None:
