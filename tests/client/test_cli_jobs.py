@@ -474,6 +474,13 @@ def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess
     assert "ok energy: measured by nvml: 2 x NVIDIA A100-SXM4-40GB, 800 W" in checked.stdout
     assert 'power limits: power_limit="optimize" ' in checked.stdout
     assert "needs NVIDIA GPUs" not in checked.stdout
+    # Nothing chose among the GPUs: a run counts both, whichever it trains on (one GPU of two
+    # counted twice the energy). Said, with the fix; not where CUDA_VISIBLE_DEVICES chose.
+    every = "with CUDA_VISIBLE_DEVICES unset a run counts both GPUs"
+    assert every in " ".join(checked.stdout.split()), checked.stdout
+    chosen = cli(server, command="check", env={**env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "ok energy: measured by nvml: 2 x" in chosen.stdout
+    assert "CUDA_VISIBLE_DEVICES unset" not in " ".join(chosen.stdout.split())
     mixed = [gpus[0], {**gpus[1], "name": "NVIDIA H100 80GB HBM3"}]
     env["ZEUS_BSO_TEST_GPUS"] = json.dumps(mixed)
     refused = cli(server, command="check", env=env)

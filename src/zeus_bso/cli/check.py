@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -22,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from zeus_bso.cli.server_options import DEFAULT_SERVER, Server, Token, default_server_words
+from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.errors import (
     EXIT_FAILURE,
     ConfigurationError,
@@ -126,12 +128,26 @@ def _energy(findings: Findings) -> bool | None:
                 "energy",
                 True,
                 f"measured by {meter.name}: {meter.device_count} x {devices}, "
-                f"{meter.max_power:g} W of power limits in all",
+                f"{meter.max_power:g} W of power limits in all" + _every_gpu(meter),
             )
         )
         return meter.name == "nvml"
     finally:
         meter.close()
+
+
+def _every_gpu(meter: EnergyMeter) -> str:
+    """Where NVML sees several GPUs and nothing chose among them (``CUDA_VISIBLE_DEVICES``
+    unset): each is counted in a run of every process here, whether it trains on it or not."""
+    if meter.name != "nvml" or meter.device_count < 2 or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return ""
+    count = "both" if meter.device_count == 2 else f"all {meter.device_count}"
+    return (
+        f"; with CUDA_VISIBLE_DEVICES unset a run counts {count} GPUs, their energy and their "
+        "number, whichever it trains on: one that trains on fewer (one GPU "
+        "of several, Trainer(devices=2) on a larger machine) sets CUDA_VISIBLE_DEVICES to "
+        "them, or passes energy_meter=NVMLMeter(gpu_indices=[...])"
+    )
 
 
 def _power_limits(findings: Findings, gpus: bool | None) -> None:
