@@ -149,3 +149,40 @@ def test_mixed_models_in_one_process_are_refused_by_type_and_not_fallen_back_fro
     nvml.describe(described)
     with pytest.raises(MixedGpuModelsError):
         auto_meter()
+
+
+def test_a_meter_of_gpus_by_uuid_measures_those_alone(nvml: Any) -> None:
+    """``NVMLMeter(gpu_uuids=...)``: the GPUs of those UUIDs, as NVML names them or as torch
+    does (``torch.cuda.get_device_properties(i).uuid``, without ``GPU-``), whatever
+    ``CUDA_VISIBLE_DEVICES`` leaves visible; a UUID NVML does not have is an error."""
+    described = gpus(100, 200, 300)
+    nvml.describe(described)
+    meter = NVMLMeter(gpu_uuids=[described[1]["uuid"].removeprefix("GPU-")])
+    try:
+        assert [device.key for device in meter.devices] == [described[1]["uuid"]]
+        assert (meter.device_count, meter.max_power) == (1, 400.0)
+    finally:
+        meter.close()
+    chosen = [described[2]["uuid"], described[0]["uuid"]]
+    both = NVMLMeter(gpu_uuids=chosen)
+    try:
+        assert [device.key for device in both.devices] == chosen
+    finally:
+        both.close()
+    with pytest.raises(EnergyMeterError, match="NVML has no GPU of UUID 0000-elsewhere"):
+        NVMLMeter(gpu_uuids=["0000-elsewhere"])
+
+
+def test_a_process_on_the_cpu_measures_what_auto_meter_does(nvml: Any) -> None:
+    """`device_meter` measures one GPU for a process that trains on a CUDA device (checked on
+    the GPU machine: tests/energy/test_meters.py); on the CPU, every visible GPU, as before."""
+    torch = pytest.importorskip("torch", reason="pip install torch")
+    from zeus_bso.energy import device_meter
+
+    nvml.describe(gpus(100, 200))
+    meter = device_meter(torch.device("cpu"))
+    try:
+        assert meter.name == "nvml"
+        assert meter.device_count == 2
+    finally:
+        meter.close()

@@ -105,6 +105,24 @@ def test_nvml_on_a_gpu() -> None:
         meter.close()
 
 
+@pytest.mark.gpu
+def test_a_process_on_a_cuda_device_measures_that_gpu_alone() -> None:
+    """`device_meter` of CUDA device 0: NVML's meter of that GPU alone, found by the UUID torch
+    gives it (a Lightning rank measures its own GPU, not every GPU it sees)."""
+    torch = pytest.importorskip("torch", reason="pip install torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (run on the GPU machine)")
+    from zeus_bso.energy import device_meter
+
+    meter = device_meter(torch.device("cuda", 0))
+    try:
+        assert meter.name == "nvml"
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        assert [device.key.removeprefix("GPU-") for device in meter.devices] == [uuid]
+    finally:
+        meter.close()
+
+
 def test_rapl_reads_often_enough_to_count_every_wrap(tmp_path: Path) -> None:
     """A counter that wraps several times between two readings of the meter: its poller saw
     each wrap (a reader that only compared the two readings would count one at most)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
+from typing import Any
 
 from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
@@ -54,3 +56,23 @@ def choose_meter(gpu_indices: list[int] | None = None) -> tuple[EnergyMeter | No
         except EnergyMeterError as err:
             reasons.append(str(err))
     return None, reasons
+
+
+def device_meter(device: Any, estimate_watts: float = DEFAULT_WATTS) -> EnergyMeter:
+    """The meter of a process that trains on the one torch ``device``: on a CUDA device, NVML's
+    of that GPU alone (found by the UUID torch and NVML both give it), so that a process
+    training on one GPU of several it sees (``Trainer(devices=1)`` on an eight-GPU machine,
+    ``CUDA_VISIBLE_DEVICES`` unset) counts that one; elsewhere, or where torch or NVML cannot
+    say which GPU it is, `auto_meter` (every visible GPU)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(device, "type", None) == "cuda":
+        try:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            uuid = str(torch.cuda.get_device_properties(index).uuid)
+            meter = NVMLMeter(gpu_uuids=[uuid])
+        except (EnergyMeterError, AttributeError, RuntimeError, AssertionError) as err:
+            logger.info("measuring every visible GPU (not %s alone: %s)", device, err)
+        else:
+            logger.info("measuring energy with nvml (%s, %s)", meter.device_model, device)
+            return meter
+    return auto_meter(estimate_watts=estimate_watts)

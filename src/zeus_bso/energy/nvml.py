@@ -62,15 +62,37 @@ def visible_handles(nvml: Any) -> list[Any]:
     return chosen
 
 
+def handles_of_uuids(nvml: Any, uuids: list[str]) -> list[Any]:
+    """The GPUs of ``uuids``, NVML's (``GPU-...``) or as torch says them
+    (``torch.cuda.get_device_properties(i).uuid``: without the prefix).
+
+    Raises:
+        EnergyMeterError: NVML has no GPU of one of them (a MIG slice's, another machine's).
+    """
+    every = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    by_uuid = {nvml_text(nvml.nvmlDeviceGetUUID(h)).removeprefix("GPU-"): h for h in every}
+    wanted = [str(uuid).removeprefix("GPU-") for uuid in uuids]
+    missing = [uuid for uuid in wanted if uuid not in by_uuid]
+    if missing:
+        raise EnergyMeterError(f"NVML has no GPU of UUID {', '.join(missing)}")
+    return [by_uuid[uuid] for uuid in wanted]
+
+
 class NVMLMeter(DeviceMeter):
-    """Energy of the given GPUs (NVML indices; default: those ``CUDA_VISIBLE_DEVICES`` leaves
-    visible, by index or UUID). Its devices are named by GPU UUID (`devices`, `readings`), so a
-    run whose ranks see the same GPUs counts each once."""
+    """Energy of the given GPUs (NVML indices, or ``gpu_uuids``; default: those
+    ``CUDA_VISIBLE_DEVICES`` leaves visible, by index or UUID). Its devices are named by GPU
+    UUID (`devices`, `readings`), so a run whose ranks see the same GPUs counts each once."""
 
     name = "nvml"
     is_estimate = False
 
-    def __init__(self, gpu_indices: list[int] | None = None, sample_interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        gpu_indices: list[int] | None = None,
+        sample_interval: float = 0.1,
+        *,
+        gpu_uuids: list[str] | None = None,
+    ) -> None:
         nvml = pynvml_module()
         try:
             nvml.nvmlInit()
@@ -78,7 +100,9 @@ class NVMLMeter(DeviceMeter):
             raise EnergyMeterError(f"NVML is not available here: {err}") from err
         self._nvml = nvml
         try:
-            if gpu_indices:
+            if gpu_uuids:
+                self._handles = handles_of_uuids(nvml, gpu_uuids)
+            elif gpu_indices:
                 self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
             else:
                 self._handles = visible_handles(nvml)

@@ -33,7 +33,7 @@ from typing import Any
 
 from typing_extensions import Unpack, override
 
-from zeus_bso.energy import auto_meter
+from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
@@ -69,7 +69,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             ``infeasible`` and the fit goes on at the server's next batch size (0: none tried;
             a fit that runs out of memory later ends, its trial marked ``infeasible``).
         options: `zeus_bso.training.RunOptions`, passed on to each fit's session
-            (``energy_meter``: a meter per fit where None). ``raise_if_unconverged``: the fit
+            (``energy_meter``: a meter per fit where None, of the GPU each rank trains on:
+            `zeus_bso.energy.device_meter`). ``raise_if_unconverged``: the fit
             raises `ZeusBSOTrainFailError` at its end when the run did not reach its target.
             With ``lr_rule``, the optimizers and schedulers that ``configure_optimizers``
             builds at the rate tuned at ``reference_batch_size`` are scaled when training
@@ -156,7 +157,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if refused := fit.rate_finder_refused(trainer, rule, size):
             raise ConfigurationError(refused)  # before the server is asked
         if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
-            self._meter = auto_meter()
+            self._meter = device_meter(trainer.strategy.root_device)  # this rank's GPU
         if refused := fit.trial_refused(trainer, pl_module, name, self.monitor):
             raise ConfigurationError(refused)  # before the server is asked
         self._start_session(trainer, pl_module, self._restored)
@@ -373,7 +374,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         session.withdraw(f"the fit resumed trial {number} from a checkpoint")
         self.session = None  # until the checkpoint's starts (a trial that ended is refused)
         if self.options.get("energy_meter") is None:
-            self._meter = auto_meter()
+            self._meter = device_meter(trainer.strategy.root_device)
         self._start_session(trainer, self._module, restored)
         assert self.session is not None
         if self.session.micro_batch_size != before:
