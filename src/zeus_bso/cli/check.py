@@ -145,8 +145,8 @@ def _every_gpu(meter: EnergyMeter) -> str:
     count = "both" if meter.device_count == 2 else f"all {meter.device_count}"
     return (
         f"; with CUDA_VISIBLE_DEVICES unset a run counts {count} GPUs, their energy and their "
-        "number, whichever it trains on (a Lightning fit on CUDA: the GPU each rank trains "
-        "on): one that trains on fewer (one GPU "
+        "number, whichever it trains on (a Lightning or Fabric run on CUDA: the GPU each "
+        "rank trains on): one that trains on fewer (one GPU "
         "of several) sets CUDA_VISIBLE_DEVICES to "
         "them, or passes energy_meter=NVMLMeter(gpu_indices=[...])"
     )

@@ -27,6 +27,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loop_checkpoints import check_restore
 from zeus_bso.lazy import require
@@ -45,7 +46,9 @@ class ZeusBSOFabric(TrialSession):
         server_url: the zeus-bso server (default: ``$ZEUS_BSO_SERVER_URL``).
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
-        options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession`. With
+        options: `SessionOptions`, passed on to `zeus_bso.training.TrialSession` (without
+            ``energy_meter``, each process measures the GPU it trains on, ``fabric.device``:
+            `zeus_bso.energy.device_meter`). With
             ``max_micro_batch_size``, the DataLoader takes ``bso.micro_batch_size`` and the
             loop steps the optimizer every ``bso.accumulation_steps`` micro-batches, the
             others under ``fabric.no_sync(model)``, dividing the loss by that number.
@@ -69,7 +72,15 @@ class ZeusBSOFabric(TrialSession):
             )
         self.fabric = fabric
         main = bool(fabric.is_global_zero)
-        super().__init__(main, fabric.log_dict, server_url, job, show=fabric.print, **options)
+        own = options.get("energy_meter") is None
+        if own:  # the GPU this process trains on, on CUDA
+            options["energy_meter"] = device_meter(fabric.device)
+        try:
+            super().__init__(main, fabric.log_dict, server_url, job, show=fabric.print, **options)
+        except BaseException:
+            if own and (meter := options.get("energy_meter")) is not None:
+                meter.close()  # not the session's: it was refused
+            raise
 
     def state_dict(self) -> dict[str, Any]:
         """What ``fabric.save`` keeps of the run where its state holds ``"bso": bso``: the
