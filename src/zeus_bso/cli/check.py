@@ -146,9 +146,8 @@ def _every_gpu(meter: EnergyMeter) -> str:
     return (
         f"; with CUDA_VISIBLE_DEVICES unset a run counts {count} GPUs, their energy and their "
         "number, whichever it trains on (a Lightning or Fabric run on CUDA: the GPU each "
-        "rank trains on): one that trains on fewer (one GPU "
-        "of several) sets CUDA_VISIBLE_DEVICES to "
-        "them, or passes energy_meter=NVMLMeter(gpu_indices=[...])"
+        "rank trains on): one that trains on fewer (one GPU of several) sets "
+        "CUDA_VISIBLE_DEVICES to them, or passes energy_meter=NVMLMeter(gpu_indices=[...])"
     )
 
 
