@@ -17,6 +17,7 @@ from tests.helpers import (
     age_leases,
     environment_without_settings,
     free_port,
+    nvml_double,
     sqlite_url,
     unique_id,
 )
@@ -630,6 +631,31 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     for seen in ranks:
         assert (seen["batch_size"], seen["trial_number"]) == (trial["batch_size"], 1)
         assert seen["epochs"] == 3  # both stopped at rank 0's answer (0.6 >= 0.5)
+
+
+def test_a_process_of_a_launch_registers_the_gpu_of_its_local_rank(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 of a launch of two processes on a node of three GPUs (``torchrun
+    --nproc-per-node=2``, ``CUDA_VISIBLE_DEVICES`` unset): the run registers the GPU its rank
+    trains on, not all three (each rank counted every GPU it saw). NVML is the test double."""
+    nvml_double(monkeypatch)
+    a100 = {"name": "NVIDIA A100-SXM4-40GB", "watts": 100, "limit_w": 400, "counter": True}
+    monkeypatch.setenv(
+        "ZEUS_BSO_TEST_GPUS", json.dumps([{**a100, "uuid": f"GPU-{i}"} for i in range(3)])
+    )
+    for name in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    job = spec(unique_id("localrank"))
+    with BatchSizeOptimizer(server.url, job) as bso:
+        bso.get_batch_size()
+        assert [device.key for device in bso.meter.devices] == ["GPU-0"]
+        bso.release("not trained in this test")
+    with ServerClient(server.url) as client:
+        (registered,) = client.list_jobs(prefix=job.job_id_prefix or "")
+    assert (registered.number_of_gpus, registered.profiles) == (1, ["1xNVIDIA A100-SXM4-40GB@400W"])
 
 
 @pytest.mark.parametrize(

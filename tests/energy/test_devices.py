@@ -186,3 +186,42 @@ def test_a_process_on_the_cpu_measures_what_auto_meter_does(nvml: Any) -> None:
         assert meter.device_count == 2
     finally:
         meter.close()
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "processes", "measured"),
+    [("1", "2", [1]), ("0", "3", [0]), ("1", "1", [0, 1, 2]), (None, None, [0, 1, 2])],
+)
+def test_a_launched_process_measures_its_local_ranks_gpu(
+    nvml: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    local_rank: str | None,
+    processes: str | None,
+    measured: list[int],
+) -> None:
+    """`process_meter`, the meter of a run's process where none is given: in a launch of
+    several processes on this node (``torchrun``, ``accelerate launch``: ``LOCAL_WORLD_SIZE``
+    above 1), the visible GPU of its local rank, the one it trains on (two processes on a node
+    of three GPUs counted all three, each); otherwise every visible GPU."""
+    from zeus_bso.energy import process_meter
+
+    described = gpus(100, 200, 300)
+    nvml.describe(described)
+    for name, value in (("LOCAL_RANK", local_rank), ("LOCAL_WORLD_SIZE", processes)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    meter = process_meter()
+    try:
+        assert [device.key for device in meter.devices] == [described[i]["uuid"] for i in measured]
+    finally:
+        meter.close()
+    # Of the GPUs CUDA_VISIBLE_DEVICES leaves visible: local rank 1 trains on the second of them.
+    if local_rank == "1" and processes == "2":
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+        meter = process_meter()
+        try:
+            assert [device.key for device in meter.devices] == [described[0]["uuid"]]
+        finally:
+            meter.close()

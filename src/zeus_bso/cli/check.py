@@ -139,14 +139,16 @@ def _energy(findings: Findings) -> bool | None:
 def _every_gpu(meter: EnergyMeter) -> str:
     """Where NVML sees several GPUs and nothing chose among them (``CUDA_VISIBLE_DEVICES``
     unset): each is counted in a run here, whether it trains on it or not (but for a Lightning
-    fit on CUDA, whose ranks measure their own GPUs: `zeus_bso.energy.device_meter`)."""
+    or Fabric run on CUDA and a process of a launch of several, which measure their own GPU:
+    `zeus_bso.energy.device_meter`, `zeus_bso.energy.process_meter`)."""
     if meter.name != "nvml" or meter.device_count < 2 or "CUDA_VISIBLE_DEVICES" in os.environ:
         return ""
     count = "both" if meter.device_count == 2 else f"all {meter.device_count}"
     return (
         f"; with CUDA_VISIBLE_DEVICES unset a run counts {count} GPUs, their energy and their "
-        "number, whichever it trains on (a Lightning or Fabric run on CUDA: the GPU each "
-        "rank trains on): one that trains on fewer (one GPU of several) sets "
+        "number, whichever it trains on (but a Lightning or Fabric run on CUDA, and a process "
+        "of torchrun or accelerate launch: the GPU each trains on): one that trains on fewer "
+        "(one GPU of several) sets "
         "CUDA_VISIBLE_DEVICES to them, or passes energy_meter=NVMLMeter(gpu_indices=[...])"
     )
 

@@ -1,9 +1,9 @@
 """Energy meters, one module each, all sharing `EnergyMeter`; `auto_meter` picks the first of
 `zeus_bso.energy.auto.METERS` that works here, else a labelled estimate (`EstimateMeter`);
-`device_meter` measures the one GPU a process trains on.
+`device_meter` measures the one GPU a process trains on, `process_meter` a launched process's.
 """
 
-from zeus_bso.energy.auto import auto_meter, device_meter
+from zeus_bso.energy.auto import auto_meter, device_meter, process_meter
 from zeus_bso.energy.base import Device, EnergyMeter, ProcessMeter
 from zeus_bso.energy.devices import run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
@@ -25,6 +25,7 @@ __all__ = [
     "ZeusMeter",
     "auto_meter",
     "device_meter",
+    "process_meter",
     "run_energy",
     "run_gpus",
 ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
-from zeus_bso.energy.nvml import NVMLMeter
+from zeus_bso.energy.nvml import NVMLMeter, visible_uuid
 from zeus_bso.energy.rapl import RAPLMeter
 from zeus_bso.energy.upstream_zeus import ZeusMeter
 from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
@@ -75,4 +76,25 @@ def device_meter(device: Any, estimate_watts: float = DEFAULT_WATTS) -> EnergyMe
         else:
             logger.info("measuring energy with nvml (%s, %s)", meter.device_model, device)
             return meter
+    return auto_meter(estimate_watts=estimate_watts)
+
+
+def process_meter(estimate_watts: float = DEFAULT_WATTS) -> EnergyMeter:
+    """The meter of a run's process where none is given: in a launch of several processes on
+    this node (``LOCAL_WORLD_SIZE`` above 1: ``torchrun``, ``accelerate launch``), NVML's of the
+    visible GPU of its local rank, the one such a process trains on (a node of eight GPUs
+    running two processes counts two); otherwise, or where that GPU cannot be found,
+    `auto_meter` (every visible GPU: one process may train on several, through the HF
+    Trainer's ``DataParallel`` or a ``device_map``)."""
+    local = os.environ.get("LOCAL_RANK", "")
+    processes = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and processes.isdigit() and int(processes) > 1:
+        try:
+            uuid = visible_uuid(int(local))
+            if uuid is not None:
+                meter = NVMLMeter(gpu_uuids=[uuid])
+                logger.info("measuring energy with nvml (%s, local rank %s)", uuid, local)
+                return meter
+        except EnergyMeterError as err:
+            logger.info("measuring every visible GPU (not local rank %s's: %s)", local, err)
     return auto_meter(estimate_watts=estimate_watts)

@@ -62,6 +62,29 @@ def visible_handles(nvml: Any) -> list[Any]:
     return chosen
 
 
+def visible_uuid(position: int) -> str | None:
+    """The UUID of the ``position``-th GPU ``CUDA_VISIBLE_DEVICES`` leaves visible (CUDA's
+    device ``position`` of this process); None: fewer are visible.
+
+    Raises:
+        EnergyMeterError: NVML cannot say (not installed, not available, a MIG slice).
+    """
+    nvml = pynvml_module()
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        raise EnergyMeterError(f"NVML is not available here: {err}") from err
+    try:
+        handles = visible_handles(nvml)
+        if not 0 <= position < len(handles):
+            return None
+        return nvml_text(nvml.nvmlDeviceGetUUID(handles[position]))
+    except (nvml.NVMLError, UnmeasurableDeviceError) as err:
+        raise EnergyMeterError(f"NVML query failed: {err}") from err
+    finally:
+        nvml.nvmlShutdown()
+
+
 def handles_of_uuids(nvml: Any, uuids: list[str]) -> list[Any]:
     """The GPUs of ``uuids``, NVML's (``GPU-...``) or as torch says them
     (``torch.cuda.get_device_properties(i).uuid``: without the prefix).

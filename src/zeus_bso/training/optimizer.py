@@ -83,7 +83,7 @@ class BatchSizeOptimizer(TrialSession):
         job: the recurring job, a `JobSpec` or a mapping of its fields (a ``dict``, or a
             Hydra ``DictConfig``; its ``job_id`` may be left out:
             `zeus_bso.client.job_ids.stable_job_id`).
-        energy_meter: how to measure energy (default: `auto_meter`).
+        energy_meter: how to measure energy (default: `zeus_bso.energy.process_meter`).
         token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         heartbeat_seconds: how often a training run renews its trial's lease (0: never;
             default: ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60).

@@ -33,7 +33,8 @@ class RunOptions(TypedDict, total=False):
     in the framework's own checkpoints)."""
 
     energy_meter: EnergyMeter | None
-    """How to measure energy in this process (default: `zeus_bso.energy.auto_meter`)."""
+    """How to measure energy in this process (default: `zeus_bso.energy.process_meter`: every
+    visible GPU, or in a launch of several processes a node, the local rank's)."""
     token: str | None
     """The server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``, or the file
     ``$ZEUS_BSO_TOKEN_FILE`` names)."""
@@ -105,8 +106,8 @@ def checked_options(
     meter = options.get("energy_meter")
     if meter is not None and not callable(getattr(meter, "energy", None)):
         raise ConfigurationError(
-            f"energy_meter is an energy meter (zeus_bso.energy.auto_meter(), NvmlMeter(), ...) "
-            f"or None (auto_meter()), not {meter!r}"
+            f"energy_meter is an energy meter (zeus_bso.energy.auto_meter(), NVMLMeter(), ...) "
+            f"or None (the default: zeus_bso.energy.process_meter()), not {meter!r}"
         )
     token = options.get("token")
     if token is not None and not isinstance(token, str):
