@@ -232,12 +232,14 @@ def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:  # noqa: N802
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
+    changes = _state(handle)["changes"]  # a file read: the clock is taken after it, as the
+    # caller's next is (before it, a read that took milliseconds under load went uncounted)
     now = time.monotonic()
     period = handle.gpu.get("counter_period_s")
     if period:  # updated every ``period`` seconds, as a real GPU's counter is
         now = _EPOCH + (now - _EPOCH) // period * period
     limit, since, joules = _max_mw(handle), _EPOCH, 0.0
-    for at, changed_to in _state(handle)["changes"]:
+    for at, changed_to in changes:
         if at > now:
             break
         joules += _watts(handle, limit) * (at - since)
