@@ -633,6 +633,36 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
         assert seen["epochs"] == 3  # both stopped at rank 0's answer (0.6 >= 0.5)
 
 
+def test_a_process_alone_that_measures_every_gpu_of_the_machine_is_told_once(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain loop on one GPU of a machine of several, ``CUDA_VISIBLE_DEVICES`` unset, is
+    charged every GPU it sees and registers them all as its own: said once a process, with
+    what to set; not where ``CUDA_VISIBLE_DEVICES`` chose the GPUs. NVML is the test double."""
+    from zeus_bso.energy import auto
+
+    nvml_double(monkeypatch)
+    monkeypatch.setattr(auto, "_EVERY_GPU_SAID", False)
+    a100 = {"name": "NVIDIA A100-SXM4-40GB", "watts": 100, "limit_w": 400, "counter": True}
+    monkeypatch.setenv(
+        "ZEUS_BSO_TEST_GPUS", json.dumps([{**a100, "uuid": f"GPU-{i}"} for i in range(2)])
+    )
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    said = "this run measures every GPU this process sees, all 2 (CUDA_VISIBLE_DEVICES is not set)"
+    # The first run is told; the second, in the same process, not again; then, CUDA_VISIBLE_DEVICES
+    # naming both, a process that had not been told is not.
+    for chosen, times in ((None, 1), (None, 0), ("0,1", 0)):
+        if chosen is not None:
+            monkeypatch.setattr(auto, "_EVERY_GPU_SAID", False)
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
+        caplog.clear()
+        with BatchSizeOptimizer(server.url, spec(unique_id("everygpu"))) as bso:
+            assert bso.meter.device_count == 2
+            bso.release("not trained in this test")
+        assert caplog.text.count(said) == times
+
+
 def test_a_process_of_a_launch_registers_the_gpu_of_its_local_rank(
     server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:

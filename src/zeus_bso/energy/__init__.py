@@ -3,7 +3,7 @@
 `device_meter` measures the one GPU a process trains on, `process_meter` a launched process's.
 """
 
-from zeus_bso.energy.auto import auto_meter, device_meter, process_meter
+from zeus_bso.energy.auto import auto_meter, device_meter, process_meter, say_every_gpu
 from zeus_bso.energy.base import Device, EnergyMeter, ProcessMeter
 from zeus_bso.energy.devices import run_energy, run_gpus
 from zeus_bso.energy.estimate import EstimateMeter
@@ -28,4 +28,5 @@ __all__ = [
     "process_meter",
     "run_energy",
     "run_gpus",
+    "say_every_gpu",
 ]

@@ -98,3 +98,27 @@ def process_meter(estimate_watts: float = DEFAULT_WATTS) -> EnergyMeter:
         except EnergyMeterError as err:
             logger.info("measuring every visible GPU (not local rank %s's: %s)", local, err)
     return auto_meter(estimate_watts=estimate_watts)
+
+
+_EVERY_GPU_SAID = False
+
+
+def say_every_gpu(meter: EnergyMeter) -> None:
+    """Warn, once a process, where a meter chosen for it (`process_meter`) measures several
+    GPUs because nothing chose among them (``CUDA_VISIBLE_DEVICES`` unset): a process that
+    trains on one of them is charged them all, and registers them all as its GPUs."""
+    global _EVERY_GPU_SAID
+    if _EVERY_GPU_SAID or meter.name != "nvml" or meter.device_count < 2:
+        return
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return
+    _EVERY_GPU_SAID = True
+    logger.warning(
+        "zeus-bso: this run measures every GPU this process sees, all %d (CUDA_VISIBLE_DEVICES "
+        "is not set), and registers %d x %s. If it trains on fewer, set CUDA_VISIBLE_DEVICES to "
+        "them (or pass energy_meter=NVMLMeter(gpu_indices=[...])); if it trains on all of them "
+        "(DataParallel, a device_map), set CUDA_VISIBLE_DEVICES to all of them to say so",
+        meter.device_count,
+        meter.device_count,
+        meter.device_model,
+    )

@@ -24,7 +24,7 @@ from zeus_bso.client.failure import SigtermExceptions
 from zeus_bso.client.outcome import NOT_REPORTED, ReportAnswer, show_on_stderr
 from zeus_bso.client.power import restore_left_over
 from zeus_bso.client.progress import Elapsed, TrialProgress
-from zeus_bso.energy import process_meter
+from zeus_bso.energy import process_meter, say_every_gpu
 from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.options import JobLike, job_lr_rule, required_job
 from zeus_bso.power.run import PowerLimitRun
@@ -152,6 +152,8 @@ class TrialSession(SessionEndings):
         self.stopped = False
         """Whether the server said stop (on every process)."""
         self.meter = energy_meter if energy_meter is not None else process_meter()
+        if energy_meter is None and is_main:
+            say_every_gpu(self.meter)  # one GPU of several trained, all of them charged
         self.progress = TrialProgress(self.meter)
         """This process's trial, epochs, time and energy."""
         # Every process's GPUs, each once: the job's GPU count and power are the whole run's.
