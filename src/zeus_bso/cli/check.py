@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -23,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from zeus_bso.cli.server_options import DEFAULT_SERVER, Server, Token, default_server_words
+from zeus_bso.energy.auto import counts_every_gpu
 from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.errors import (
     EXIT_FAILURE,
@@ -141,7 +141,7 @@ def _every_gpu(meter: EnergyMeter) -> str:
     unset): each is counted in a run here, whether it trains on it or not (but for a Lightning
     or Fabric run on CUDA and a process of a launch of several, which measure their own GPU:
     `zeus_bso.energy.device_meter`, `zeus_bso.energy.process_meter`)."""
-    if meter.name != "nvml" or meter.device_count < 2 or "CUDA_VISIBLE_DEVICES" in os.environ:
+    if not counts_every_gpu(meter):
         return ""
     count = "both" if meter.device_count == 2 else f"all {meter.device_count}"
     return (

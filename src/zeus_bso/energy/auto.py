@@ -67,14 +67,13 @@ def device_meter(device: Any, estimate_watts: float = DEFAULT_WATTS) -> EnergyMe
     say which GPU it is, `auto_meter` (every visible GPU)."""
     torch = sys.modules.get("torch")
     if torch is not None and getattr(device, "type", None) == "cuda":
-        try:
+
+        def uuid() -> str:
             index = device.index if device.index is not None else torch.cuda.current_device()
-            uuid = str(torch.cuda.get_device_properties(index).uuid)
-            meter = NVMLMeter(gpu_uuids=[uuid])
-        except (EnergyMeterError, AttributeError, RuntimeError, AssertionError) as err:
-            logger.info("measuring every visible GPU (not %s alone: %s)", device, err)
-        else:
-            logger.info("measuring energy with nvml (%s, %s)", meter.device_model, device)
+            return str(torch.cuda.get_device_properties(index).uuid)
+
+        meter = _one_gpu(uuid, str(device))
+        if meter is not None:
             return meter
     return auto_meter(estimate_watts=estimate_watts)
 
@@ -89,15 +88,34 @@ def process_meter(estimate_watts: float = DEFAULT_WATTS) -> EnergyMeter:
     local = os.environ.get("LOCAL_RANK", "")
     processes = os.environ.get("LOCAL_WORLD_SIZE", "")
     if local.isdigit() and processes.isdigit() and int(processes) > 1:
-        try:
-            uuid = visible_uuid(int(local))
-            if uuid is not None:
-                meter = NVMLMeter(gpu_uuids=[uuid])
-                logger.info("measuring energy with nvml (%s, local rank %s)", uuid, local)
-                return meter
-        except EnergyMeterError as err:
-            logger.info("measuring every visible GPU (not local rank %s's: %s)", local, err)
+        meter = _one_gpu(lambda: visible_uuid(int(local)), f"local rank {local}")
+        if meter is not None:
+            return meter
     return auto_meter(estimate_watts=estimate_watts)
+
+
+def _one_gpu(uuid: Callable[[], str | None], of: str) -> EnergyMeter | None:
+    """NVML's meter of the one GPU whose UUID ``uuid`` finds (``of``: whose GPU it is, for the
+    log); None where it finds none, or torch or NVML cannot say (the caller measures every
+    visible GPU)."""
+    try:
+        found = uuid()
+        if found is None:
+            return None
+        meter = NVMLMeter(gpu_uuids=[found])
+    except (EnergyMeterError, AttributeError, RuntimeError, AssertionError) as err:
+        logger.info("measuring every visible GPU (not %s's alone: %s)", of, err)
+        return None
+    logger.info("measuring energy with nvml (%s, %s's GPU)", meter.device_model, of)
+    return meter
+
+
+def counts_every_gpu(meter: EnergyMeter) -> bool:
+    """Whether ``meter`` measures several GPUs because nothing chose among them (NVML's, with
+    ``CUDA_VISIBLE_DEVICES`` unset): a process that trains on fewer is charged them all."""
+    return (
+        meter.name == "nvml" and meter.device_count > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ
+    )
 
 
 _EVERY_GPU_SAID = False
@@ -108,9 +126,7 @@ def say_every_gpu(meter: EnergyMeter) -> None:
     GPUs because nothing chose among them (``CUDA_VISIBLE_DEVICES`` unset): a process that
     trains on one of them is charged them all, and registers them all as its GPUs."""
     global _EVERY_GPU_SAID
-    if _EVERY_GPU_SAID or meter.name != "nvml" or meter.device_count < 2:
-        return
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
+    if _EVERY_GPU_SAID or not counts_every_gpu(meter):
         return
     _EVERY_GPU_SAID = True
     logger.warning(

@@ -25,9 +25,9 @@ processes: a step tried by hand, outside the strategy, cannot take what they sha
 def sharded_by(strategy: Any, pl_module: Any) -> str | None:
     """What shards the fit's module across processes: its ``strategy`` (by class name, of
     either Lightning package) or the module's own sharding (`sharding`). None: nothing does."""
-    names = {cls.__name__ for cls in type(strategy).__mro__}
-    strategy = next((name for name in SHARDING_STRATEGIES if name in names), None)
-    return strategy or sharding(pl_module)
+    classes = {cls.__name__ for cls in type(strategy).__mro__}
+    named = next((name for name in SHARDING_STRATEGIES if name in classes), None)
+    return named or sharding(pl_module)
 
 
 def checks_memory(session: TrialSession, trainer: Any, pl_module: Any, steps: int) -> bool:
