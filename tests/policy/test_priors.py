@@ -10,7 +10,13 @@ import pytest
 
 from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState
-from zeus_bso.policy.priors import EPOCHS_RATIO, Prior, PriorMode
+from zeus_bso.policy.priors import (
+    EPOCHS_RATIO,
+    EPOCHS_RATIO_DEARER,
+    TRUSTED_PULLS,
+    Prior,
+    PriorMode,
+)
 from zeus_bso.policy.pruning import PRIOR_ROUND
 from zeus_bso.sim.memory import InMemoryJob, MemoryStore
 from zeus_bso.spec import StopReason
@@ -221,6 +227,62 @@ def test_a_trusted_prior_s_first_run_stops_past_its_parent_s_epochs_times_the_bo
     unbounded = _job(Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST))
     _run(unbounded, epochs={**EPOCHS, 128: None})
     assert unbounded.trials[-1].epochs == JOB.max_epochs
+
+
+def test_a_run_on_a_one_size_parent_s_word_stops_sooner_once_dearer_than_a_converged_size() -> None:
+    # The parent converged at 128 alone, in 4 epochs: its word scales by no other size's cost.
+    # The default runs first (64: 50); 128 never converges here. Once its run costs more than
+    # 64's, it can no longer be the cheapest, and past 1.25x its parent's epochs it stops.
+    one = Prior.of({128: 1.0}, (), EPOCH_COST, PriorMode.TRUST, epochs={128: 4.0})
+    never = {**EPOCHS, 128: None}
+    job = _job(one)
+    assert _run(job, epochs=never)[:3] == (64, PRIOR_ROUND, True)
+    size, round_, converged, reason = _run(job, epochs=never)
+    assert (size, round_, converged, reason) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    # 8 an epoch: dearer than 64's 50 from epoch 7, past 1.25 x 4 epochs then.
+    assert job.trials[-1].epochs == 7
+    assert EPOCHS_RATIO_DEARER * 4 < 7 + 1 <= EPOCHS_RATIO * 4
+    assert "costs more than batch size 64 here" in (job.trials[-1].message or "")
+    # A run that stays cheaper than 64's is held to EPOCHS_RATIO alone: at 4 an epoch, 128's
+    # run costs 40 at epoch 10, where 2.5 x 4 epochs stops it.
+    cheap = _job(one)
+    _run(cheap, epochs=never)
+    _run(cheap, epoch_cost={**EPOCH_COST, 128: 4.0}, epochs=never)
+    assert cheap.trials[-1].epochs == math.floor(EPOCHS_RATIO * 4)
+    assert "costs more than" not in (cheap.trials[-1].message or "")
+
+
+def _bandit_runs(mode: PriorMode, exploit_after: int, seed: int) -> list[int]:
+    """The sizes of a seeded job's walk and first bandit runs, each size's epochs varying from
+    run to run (256 and 128 close: 36 and 38 on average), so that sampling the arms and
+    exploiting them part ways. The job's default is the prior's best: the walk is the same in
+    either mode."""
+    job = InMemoryJob(
+        make_job(
+            **{
+                **JOB.model_dump(),
+                "default_batch_size": 128,
+                "bandit": "thompson",
+                "bandit_exploit_after": exploit_after,
+                "mab_num_explorations": 1,
+                "mab_seed": seed,
+            }
+        ),
+        MemoryStore(job=JobState(prior=Prior.of(RELATED.costs, {512}, EPOCH_COST, mode))),
+    )
+    spread = [{128: 4, 256: 5}, {128: 6, 256: 3}, {128: 4, 256: 4}, {128: 5, 256: 4}]
+    return [_run(job, epochs={**EPOCHS, **spread[i % 4]})[0] for i in range(9)]
+
+
+def test_a_trusted_prior_that_held_lets_the_bandit_exploit_sooner() -> None:
+    # A declared parent whose walk held stands for TRUSTED_PULLS bandit trials: the bandit
+    # exploits that many trials sooner. Its runs are those of a job told to exploit that much
+    # sooner; a checked prior keeps the bandit's own pace.
+    assert TRUSTED_PULLS == 3
+    trusted = [_bandit_runs(PriorMode.TRUST, 5, seed) for seed in range(12)]
+    assert all(runs[:3] == [128, 256, 64] for runs in trusted)  # the walk
+    assert trusted == [_bandit_runs(PriorMode.CHECK, 2, seed) for seed in range(12)]
+    assert trusted != [_bandit_runs(PriorMode.CHECK, 5, seed) for seed in range(12)]
 
 
 def test_a_measured_cost_ratio_far_from_the_prior_s_drops_it() -> None:

@@ -43,7 +43,7 @@ from zeus_bso.policy.curves import Curve, epochs_left, extended, outlasting_its_
 from zeus_bso.policy.decide import decide, rng_for
 from zeus_bso.policy.history import history_seen
 from zeus_bso.policy.horizon import Horizon, over_horizon
-from zeus_bso.policy.priors import epoch_scales, over_prior
+from zeus_bso.policy.priors import bandit_credit, epoch_scales, over_prior
 from zeus_bso.policy.priors import extension as prior_extension
 from zeus_bso.policy.profiles import (
     Profiles,
@@ -55,7 +55,7 @@ from zeus_bso.policy.profiles import (
     profiles_of,
     state_on,
 )
-from zeus_bso.policy.pruning import PRIOR_ROUND
+from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.policy.types import Dispatch, JobHistory, JobState, TrialState, Verdict
 from zeus_bso.spec import CreatedJob, ReportResponse, TrialKind, TrialStatus, profile_key
 
@@ -221,7 +221,7 @@ def after_dispatch(
         history = replace(history, memory_cap=cap, profile=ran_on)
         if profiles is not None and state.by_profile is not None:
             history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
-    history = _with_prior_extension(job, state, explorations, history)
+    history = _after_prior(job, state, explorations, history)
     dispatch = decide(job, history, rng_for(job, number), _horizon(job, state, seen))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
@@ -233,17 +233,24 @@ def after_dispatch(
     return Dispatched(after, trial, dispatch)
 
 
-def _with_prior_extension(
+def _after_prior(
     job: CreatedJob, state: JobState, explorations: tuple[TrialState, ...], history: JobHistory
 ) -> JobHistory:
-    """``history`` with the extension a seeded job's bandit takes after its prior's round (the
-    arms a cold walk would have given it: `zeus_bso.policy.priors.extension`), where it has
-    none of its own."""
+    """``history`` of a seeded job's bandit stage: with the extension it takes after its
+    prior's round (the arms a cold walk would have given it: `zeus_bso.policy.priors.extension`),
+    where it has none of its own, and the bandit trials its prior stands for
+    (`zeus_bso.policy.priors.bandit_credit`)."""
     if state.prior is None or state.arms is None or history.probe is not None:
         return history
     tried = [t.batch_size for t in explorations if is_extension(t)]
     found = prior_extension(state.prior, state.arms, job.batch_sizes, state.stats, history, tried)
-    return replace(history, extension=history.extension or found)
+    settings = PruningSettings.of(job, history.memory_cap, history.profile)
+    credit = bandit_credit(settings, state.prior, explorations)
+    return replace(
+        history,
+        extension=history.extension or found,
+        bandit_pulls=history.bandit_pulls + credit,
+    )
 
 
 def _pinned(

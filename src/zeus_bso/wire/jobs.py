@@ -130,7 +130,8 @@ class _JobOptions(WireModel):
     bandit_exploit_after: Annotated[int | None, Field(ge=0, le=1_000_000), PolicyOption()] = 5
     """After this many bandit-stage trials, choose the arm with the lowest optimistic cost
     (``bandit_exploit_optimism``) instead of sampling (``None``: always sample; ``thompson``
-    only)."""
+    only). A job whose trusted prior (``prior_mode="trust"``) held through its walk counts 3
+    trials more (`zeus_bso.policy.priors.TRUSTED_PULLS`)."""
     bandit_exploit_optimism: Annotated[
         float,
         Field(ge=0.0, le=10.0, allow_inf_nan=False),
