@@ -70,10 +70,10 @@ size's cost: a parent that converged at this size alone) may take, as a multiple
 its parent's runs at that size took to converge, once it costs more than the mean of another
 size that converged here: it can no longer be the cheapest, and it is late against its
 parent's word. On the trace, a parent whose optimum is a size off knows P100 imagenet's 64
-alone, which never converges there, and its run after the default's went on to 1.6-1.9 times
-the default's cost (`EPOCHS_RATIO`'s bound stopped none of those runs): that parent 1.0645 ->
-1.0625 at 10 recurrences on the P100 (1.5: 1.0640), every other scenario unchanged
-(`benchmarks/regret_priors.py`)."""
+alone, which never converges there, and its run after the default's went on to 1.6-1.75
+times the default's cost in 7 seeds of its 10 (`EPOCHS_RATIO`'s bound stopped none of those
+runs): that parent 1.0645 -> 1.0625 at 10 recurrences on the P100 (1.5: 1.0640), every other
+scenario unchanged (`benchmarks/regret_priors.py`)."""
 
 TRUSTED_PULLS = 3
 """How many bandit trials a trusted prior that held through its walk stands for: the job's
