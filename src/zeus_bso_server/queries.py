@@ -139,16 +139,23 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
             ),
         )
     decided = found.dispatch
-    if decided.kind is policy.TrialKind.BANDIT:
-        arms = list(decided.arms or ())
+    arms_text = ", ".join(map(str, decided.arms or ()))
+    if decided.kind is policy.TrialKind.BANDIT and decided.drawn:
         return NextRun(
             batch_size=None,
             kind=decided.kind,
-            arms=arms,
+            arms=list(decided.arms or ()),
             refused=False,
-            why=f"the bandit ({config.bandit}) draws it among {', '.join(map(str, arms))}",
+            why=f"the bandit ({config.bandit}) draws it among {arms_text}",
         )
-    if decided.kind is policy.TrialKind.PINNED:
+    if decided.kind is policy.TrialKind.BANDIT and decided.probe:
+        why = (
+            f"on GPUs new to the job ({profile_key(config)}), a second arm measured there says "
+            f"whether they reorder the batch sizes (profile_probe); the arms: {arms_text}"
+        )
+    elif decided.kind is policy.TrialKind.BANDIT:
+        why = f"the bandit ({config.bandit}) settled on it among {arms_text}: it no longer draws"
+    elif decided.kind is policy.TrialKind.PINNED:
         why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
     elif decided.kind is policy.TrialKind.CONCURRENT:
         why = "the best batch size so far, while an exploration runs"

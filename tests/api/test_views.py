@@ -50,6 +50,49 @@ def test_the_posteriors_shown_are_the_ones_the_bandit_samples_from(http: httpx.C
     )
 
 
+def _ran(http: httpx.Client, job_id: str) -> int:
+    """One run that converges at its first report, its cost rising with its batch size."""
+    trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    energy = 1000.0 + 50.0 * trial["batch_size"]
+    report = trial | {"time": 10.0, "energy": energy, "metric": 0.9, "current_epoch": 1}
+    assert http.post("/report", json=report).json()["converged"]
+    assert http.patch("/trials", json=trial).status_code == 200
+    return int(trial["batch_size"])
+
+
+def test_the_next_run_names_its_arm_where_the_bandit_no_longer_draws(http: httpx.Client) -> None:
+    """Before every arm ran, the bandit draws among them; once it exploits (after
+    ``bandit_exploit_after`` bandit trials: 0 here) the view names the arm it settled on, and
+    the next run gets it. On new GPUs the probe's arm is named too (not "draws")."""
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"num_pruning_rounds": 0, "mab_num_explorations": 1, "bandit_exploit_after": 0}
+    assert http.post("/jobs", json=body).status_code == 201
+    upcoming = http.get(f"/api/jobs/{job_id}").json()["next_run"]
+    assert upcoming == {
+        "batch_size": None,
+        "kind": "bandit",
+        "arms": [32, 64],
+        "refused": False,
+        "why": "the bandit (thompson) draws it among 32, 64",
+    }
+    assert sorted(_ran(http, job_id) for _ in range(2)) == [32, 64]  # each arm once
+    upcoming = http.get(f"/api/jobs/{job_id}").json()["next_run"]
+    assert (upcoming["batch_size"], upcoming["kind"]) == (32, "bandit")
+    assert upcoming["why"] == "the bandit (thompson) settled on it among 32, 64: it no longer draws"
+    assert _ran(http, job_id) == 32
+
+    a40 = {"gpu_model": "A40", "number_of_gpus": 4, "max_power": 1200.0}
+    assert http.post("/jobs", json=body | a40).status_code == 200
+    first = _ran(http, job_id)  # the first run on the A40s: the arm cheapest so far
+    upcoming = http.get(f"/api/jobs/{job_id}").json()["next_run"]
+    probe = upcoming["batch_size"]
+    assert probe == 64, upcoming
+    assert probe != first
+    assert upcoming["why"].startswith("on GPUs new to the job (4xA40@1200W), a second arm")
+    assert _ran(http, job_id) == probe
+
+
 def test_the_recommendation_and_savings_shown_follow_from_the_trials(http: httpx.Client) -> None:
     """The recommended batch size is the arm of lowest posterior mean cost; the savings are the
     default's mean energy and time per reported run times the runs, less every ended trial's

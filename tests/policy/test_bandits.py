@@ -11,7 +11,7 @@ import pytest
 from tests.policy.helpers import make_job
 from zeus_bso.errors import UnknownBanditError
 from zeus_bso.policy import BANDITS, CostStats, bandit_for, choose_arm, recommended
-from zeus_bso.policy.bandits import Bandit, LowerConfidenceBound, ThompsonSampling
+from zeus_bso.policy.bandits import Bandit, LowerConfidenceBound, ThompsonSampling, settled_arm
 from zeus_bso.policy.types import JobHistory, JobState
 from zeus_bso.spec import BUILT_IN_BANDITS
 from zeus_bso.testing import BanditContract
@@ -101,6 +101,25 @@ def test_the_recommendation_reads_the_bandits_posterior() -> None:
         assert arm == 64
         assert cost == pytest.approx(-posteriors[64].mean)
         assert math.isfinite(posteriors[32].std)
+
+
+def test_each_built_in_bandit_says_when_its_choice_no_longer_draws() -> None:
+    arms = (32, 64, 128)
+    seen = {32: CostStats.of([100, 104]), 64: CostStats.of([90, 94]), 128: CostStats.of([120])}
+    partly = {32: CostStats.of([100.0]), 64: CostStats.of([90.0])}  # 128 never ran
+
+    thompson = make_job(bandit="thompson", bandit_exploit_after=5, mab_num_explorations=1)
+    assert settled_arm(thompson, arms, seen, pulls=4) is None  # it still samples
+    assert settled_arm(thompson, arms, seen, pulls=5) == 64  # then exploits the cheapest
+    assert settled_arm(thompson, arms, partly, pulls=9) is None  # an arm still to run first
+    sampling = make_job(bandit="thompson", bandit_exploit_after=None, mab_num_explorations=1)
+    assert settled_arm(sampling, arms, seen, pulls=1000) is None
+    upstream = make_job(bandit="zeus-0.16", bandit_exploit_after=0, mab_num_explorations=1)
+    assert settled_arm(upstream, arms, seen, pulls=1000) is None  # upstream's samples for ever
+
+    ucb = make_job(bandit="ucb", mab_num_explorations=1)
+    assert settled_arm(ucb, arms, partly, pulls=2) is None  # a random unexplored arm first
+    assert settled_arm(ucb, arms, seen, pulls=2) == choose_arm(ucb, arms, seen, random.Random(0))
 
 
 class TestEveryRegisteredBandit(BanditContract):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from zeus_bso.errors import NoFittingBatchSizeError
-from zeus_bso.policy.bandits import choose_arm
+from zeus_bso.policy.bandits import choose_arm, settled_arm
 from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.priors import next_prior_step, predicted_cost
 from zeus_bso.policy.pruning import (
@@ -78,7 +78,7 @@ def decide(
             return Dispatch(_fitting(job, history, best), TrialKind.CONCURRENT)
         arms = step.arms
     elif history.probe is not None and history.probe in arms and history.fits(history.probe):
-        return Dispatch(history.probe, TrialKind.BANDIT, arms=arms)
+        return Dispatch(history.probe, TrialKind.BANDIT, arms=arms, probe=True)
     elif (
         history.extension is not None
         and history.extension not in arms
@@ -92,8 +92,10 @@ def decide(
         raise NoFittingBatchSizeError(
             job.num_pruning_rounds, [], history.memory_cap, history.profile
         )
-    batch_size = choose_arm(job, fitting, history.observations, rng, history.bandit_pulls)
-    return Dispatch(batch_size, TrialKind.BANDIT, arms=arms)
+    observations, pulls = history.observations, history.bandit_pulls
+    batch_size = choose_arm(job, fitting, observations, rng, pulls)
+    drawn = settled_arm(job, fitting, observations, pulls) is None
+    return Dispatch(batch_size, TrialKind.BANDIT, arms=arms, drawn=drawn)
 
 
 def _exploring(history: JobHistory) -> bool:

@@ -423,6 +423,10 @@ class Dispatch:
     """Pruning round of an exploration; ``None`` for other kinds."""
     arms: tuple[int, ...] | None = None
     """The bandit's arms after this decision (set once pruning is over)."""
+    drawn: bool = False
+    """A bandit run whose arm a random draw chose: decided again, it may get another."""
+    probe: bool = False
+    """A bandit run that probes an arm on a hardware profile new to the job."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,3 +76,22 @@ class BanditContract:
             arm = bandit.choose(arms, observations, random.Random(pull), pull)
             costs[arm].append(max(noise.gauss(means[arm], 8.0), 1.0))
         assert len(costs[64]) > 150, {arm: len(c) for arm, c in costs.items()}
+
+    def test_an_arm_it_settled_on_is_what_it_chooses_whatever_it_draws(
+        self, bandit: Bandit
+    ) -> None:
+        """Where the bandit says its choice no longer depends on its random source
+        (`zeus_bso.policy.bandits.SettlingBandit`), the job's view names that arm as the next
+        run's: every draw must choose it. A bandit without ``settled`` passes as it is."""
+        settled = getattr(bandit, "settled", None)
+        if settled is None:
+            return
+        for seed in range(100):
+            observations = random_observations(random.Random(seed), ARMS)
+            arm = settled(ARMS, observations, seed % 12)
+            if arm is not None:
+                chosen = {
+                    bandit.choose(ARMS, observations, random.Random(draw), seed % 12)
+                    for draw in range(20)
+                }
+                assert chosen == {arm}, (seed, arm, chosen)

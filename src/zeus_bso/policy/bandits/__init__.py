@@ -45,6 +45,16 @@ class Bandit(Protocol):
         ...
 
 
+class SettlingBandit(Bandit, Protocol):
+    """A bandit that can also say when its choice no longer depends on its random source (the
+    built-in ones can). One that cannot is taken to draw: the job's view of its next run names
+    the arms, not one of them."""
+
+    def settled(self, arms: Arms, observations: Observations, pulls: int) -> int | None:
+        """The arm `Bandit.choose` takes now whatever it draws (None: it draws one)."""
+        ...
+
+
 BANDITS: Mapping[str, Callable[[CreatedJob], Bandit]] = {
     "thompson": ThompsonSampling.of,
     "zeus-0.16": ThompsonSampling.of_upstream,
@@ -100,6 +110,15 @@ def choose_arm(
     return bandit_for(job).choose(arms, observations, rng, pulls)
 
 
+def settled_arm(
+    job: CreatedJob, arms: Arms, observations: Observations, pulls: int = 0
+) -> int | None:
+    """The arm the job's bandit chooses for the next run whatever it draws (`SettlingBandit`);
+    None: it draws one, or it cannot say."""
+    settled = getattr(bandit_for(job), "settled", None)
+    return None if settled is None else settled(arms, observations, pulls)
+
+
 def arm_posteriors(job: CreatedJob, arms: Arms, observations: Observations) -> dict[int, Posterior]:
     """Each arm's posterior over its mean reward, as the job's bandit believes it: what a reader
     of the job's state is shown."""
@@ -132,6 +151,7 @@ __all__ = [
     "ENTRY_POINTS",
     "Bandit",
     "LowerConfidenceBound",
+    "SettlingBandit",
     "ThompsonSampling",
     "arm_posteriors",
     "bandit_factory",
@@ -139,4 +159,5 @@ __all__ = [
     "choose_arm",
     "installed_bandits",
     "recommended",
+    "settled_arm",
 ]

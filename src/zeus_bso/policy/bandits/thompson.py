@@ -72,24 +72,34 @@ class ThompsonSampling:
     def choose(self, arms: Arms, observations: Observations, rng: random.Random, pulls: int) -> int:
         """A random under-explored arm first, else the best posterior sample (each arm's drawn
         independently from ``rng``), or, after ``exploit_after`` bandit trials, the observed arm
-        with the lowest optimistic cost."""
+        with the lowest optimistic cost (`settled`)."""
         empty = CostStats()
         unexplored = [a for a in arms if self._needs_exploration(observations.get(a, empty))]
         if unexplored:
             return rng.choice(unexplored)
-        if self.exploit_after is not None and pulls >= self.exploit_after:
-            observed = [arm for arm in arms if observations.get(arm, empty).count]
-            if observed:
-                posteriors = self.posteriors(arms, observations)
-                return min(
-                    observed,
-                    key=lambda a: (
-                        optimistic_cost(observations[a], posteriors[a], self.optimism),
-                        a,
-                    ),
-                )
+        exploited = self.settled(arms, observations, pulls)
+        if exploited is not None:
+            return exploited
         samples: dict[int, float] = {}
         for arm, posterior in self.posteriors(arms, observations).items():
             std = posterior.std
             samples[arm] = posterior.mean if std == 0.0 else rng.gauss(posterior.mean, std)
         return max(arms, key=samples.__getitem__)
+
+    def settled(self, arms: Arms, observations: Observations, pulls: int) -> int | None:
+        """The arm `choose` takes whatever it draws: once every arm is explored and
+        ``exploit_after`` bandit trials ran, the observed arm with the lowest optimistic cost;
+        None: it draws one."""
+        empty = CostStats()
+        if self.exploit_after is None or pulls < self.exploit_after:
+            return None
+        if any(self._needs_exploration(observations.get(a, empty)) for a in arms):
+            return None
+        observed = [arm for arm in arms if observations.get(arm, empty).count]
+        if not observed:
+            return None
+        posteriors = self.posteriors(arms, observations)
+        return min(
+            observed,
+            key=lambda a: (optimistic_cost(observations[a], posteriors[a], self.optimism), a),
+        )

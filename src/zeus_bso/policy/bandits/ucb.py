@@ -50,11 +50,19 @@ class LowerConfidenceBound:
         }
 
     def choose(self, arms: Arms, observations: Observations, rng: random.Random, pulls: int) -> int:
+        settled = self.settled(arms, observations, pulls)
+        if settled is not None:
+            return settled
         empty = CostStats()
-        unexplored = [
-            arm for arm in arms if observations.get(arm, empty).count < self.num_explorations
-        ]
-        if unexplored:
-            return rng.choice(unexplored)
+        return rng.choice(
+            [arm for arm in arms if observations.get(arm, empty).count < self.num_explorations]
+        )
+
+    def settled(self, arms: Arms, observations: Observations, pulls: int) -> int | None:
+        """The lowest-bound arm once every arm is explored; None: a random unexplored one is
+        run first."""
+        empty = CostStats()
+        if any(observations.get(arm, empty).count < self.num_explorations for arm in arms):
+            return None
         bounds = self.bounds(arms, observations)
         return min(arms, key=lambda arm: (bounds[arm], arm))
