@@ -5,6 +5,7 @@ jobs summary`` and the dashboard. Rounded to what reads (``0.2 s``, ``4.2 kJ``, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 
 def duration_text(seconds: float) -> str:
@@ -33,3 +34,29 @@ def energy_text(joules: float) -> str:
     if joules < 3.6e5:
         return f"{sign}{joules / 1e3:.1f} kJ"
     return f"{sign}{joules / 3.6e6:,.2f} kWh"
+
+
+def energy_unit(joules: Iterable[float | None]) -> Callable[[float | None], str]:
+    """How a column of energies (or costs, in joules) is written: each in one unit, so that a
+    column compares at a glance (``233.1 kJ`` above ``0.14 kWh`` read as the dearer of the
+    two); a missing value as ``-``. The unit is the one `energy_text` gives the smallest
+    magnitude among ``joules`` but those below a thousandth of the largest (a spread of a few
+    joules beside kWh), and 0: none rounds to nothing that matters."""
+    finite = [abs(j) for j in joules if j is not None and math.isfinite(j) and j != 0]
+    least = min((j for j in finite if j >= max(finite) / 1000), default=0.0)
+    name, scale, digits = "J", 1.0, 0
+    if least >= 3.6e5:
+        name, scale, digits = "kWh", 3.6e6, 2
+    elif least >= 999.5:
+        name, scale, digits = "kJ", 1e3, 1
+    elif least < 9.95:
+        digits = 1
+
+    def text(value: float | None) -> str:
+        if value is None:
+            return "-"
+        if not math.isfinite(value):
+            return f"{value} J"
+        return f"{value / scale:,.{digits}f} {name}"
+
+    return text

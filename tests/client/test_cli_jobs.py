@@ -674,6 +674,21 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     assert "metric" not in lines[0]
 
 
+def test_a_tables_costs_keep_one_unit_down_each_column(server: ServerProcess) -> None:
+    """Costs of 195, 390 and 585 kJ were written "195.0 kJ", "0.11 kWh" and "0.16 kWh" (each
+    cell in its own unit): the cheapest read as the dearest. A column keeps one unit, the
+    smallest figure's."""
+    job_id = unique_id("cliunit")
+    job_with_trials(server, job_id, runs=3, scale=50.0)  # costs 3900 J x 50 x (1, 2, 3)
+    trials = cli(server, "trials", job_id).stdout
+    assert all(f"{cost:,.1f} kJ" in trials for cost in (195.0, 390.0, 585.0)), trials
+    assert "kWh" not in trials, trials
+    shown = cli(server, "show", job_id).stdout
+    table = shown[shown.index("batch size  arm") :]
+    assert "kWh" not in table, shown
+    assert sum(f"{cost:,.1f} kJ" in table for cost in (195.0, 390.0, 585.0)) == 3, shown
+
+
 def test_a_page_that_leaves_jobs_out_says_where_the_next_begins(server: ServerProcess) -> None:
     """`jobs list` shows 100 jobs a page: a fleet of more showed the first 100 as if they were
     all; now it says that more follow, and where."""

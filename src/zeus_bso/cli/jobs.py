@@ -28,7 +28,7 @@ from zeus_bso.errors import (
 )
 from zeus_bso.options import token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
-from zeus_bso.units import duration_text, energy_text
+from zeus_bso.units import duration_text, energy_text, energy_unit
 from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, Savings, SeededFrom
 
 T = TypeVar("T")
@@ -87,7 +87,9 @@ TRIALS_KEEP = (
     *("epochs", "time", "energy", "metric"),
 )
 # How the trials table writes a column's figures for people (CSV and JSON keep the numbers).
-TRIAL_FIGURES: dict[str, Any] = {"time": duration_text, "energy": energy_text, "cost": energy_text}
+TRIAL_FIGURES: dict[str, Any] = {"time": duration_text}
+ENERGY_COLUMNS = ("energy", "cost")
+"""The trials table's columns in joules, each written in one unit (`energy_unit`)."""
 
 
 def _ids_starting_with(client: ServerClient, job_id: str) -> list[str]:
@@ -163,7 +165,7 @@ def _joules(value: float | None) -> str:
 
 
 def _figure(column: str, value: Any) -> str:
-    """A trials table cell: time and energy in their units (`TRIAL_FIGURES`), else `_number`."""
+    """A trials table cell: time in its units (`TRIAL_FIGURES`), else `_number`."""
     shown = TRIAL_FIGURES.get(column)
     return _number(value) if value is None or shown is None else str(shown(value))
 
@@ -406,17 +408,28 @@ def _batch_size_table(state: JobView) -> Table:
         Column("posterior", overflow="fold"),
         **COMPACT,
     )
-    for row in state.batch_sizes:
+    rows = state.batch_sizes
+    joules = energy_unit(  # one unit for the table's costs
+        value
+        for row in rows
+        for value in (
+            row.mean_cost,
+            row.cost_std,
+            None if row.posterior_mean_reward is None else -row.posterior_mean_reward,
+            row.posterior_std,
+        )
+    )
+    for row in rows:
         posterior = "-"
         if row.posterior_mean_reward is not None:
-            posterior = f"{_joules(-row.posterior_mean_reward)} ± {_joules(row.posterior_std)}"
+            posterior = f"{joules(-row.posterior_mean_reward)} ± {joules(row.posterior_std)}"
         table.add_row(
             str(row.batch_size),
             "yes" if row.is_arm else "",
             str(row.reports),
             str(row.converged),
-            _joules(row.mean_cost),
-            _joules(row.cost_std),
+            joules(row.mean_cost),
+            joules(row.cost_std),
             posterior,
         )
     return table
@@ -448,7 +461,12 @@ def trials_command(
         typer.echo(buffer.getvalue(), nl=False)
     else:
         headers = [TRIAL_HEADERS.get(c, c) for c in TRIAL_COLUMNS]
-        rows = [[_figure(c, trial[c]) for c in TRIAL_COLUMNS] for trial in trials]
+        # Energy and cost each in one unit down their column (`energy_unit`).
+        units = {c: energy_unit(t[c] for t in trials) for c in TRIAL_COLUMNS if c in ENERGY_COLUMNS}
+        rows = [
+            [units[c](t[c]) if c in units else _figure(c, t[c]) for c in TRIAL_COLUMNS]
+            for t in trials
+        ]
         hint = "--format csv or json has them all"
         print_fitted(console, headers, rows, TRIALS_KEEP, err=err, hint=hint)
 
