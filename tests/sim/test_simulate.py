@@ -381,6 +381,34 @@ def test_cli_rejects_unknown_workload() -> None:
     assert "unknown workload" in result.stderr
 
 
+def test_cli_keeps_the_jobs_it_simulated_on_a_server_when_asked(
+    sqlite_server: ServerProcess,
+) -> None:
+    """Simulated through a server, each seed's job is deleted after it; with ``--keep-jobs``
+    each stays, named for its workload and GPU (the prefix of its seeds alone), and said."""
+    command = [ZEUS_BSO, "simulate", "--workload", "squad", "--recurrences", "3"]
+    server = sqlite_server
+    command += ["--server", server.url, "--seeds", "0", "1"]
+    with ServerClient(server.url) as client:
+        before = {job.job_id for job in client.jobs_page("sim-squad-v100", limit=1000)[0]}
+        assert forkserver.run(command, timeout=120).returncode == 0
+        assert {j.job_id for j in client.jobs_page("sim-squad-v100", limit=1000)[0]} == before
+        kept = forkserver.run([*command, "--keep-jobs"], timeout=120)
+        assert kept.returncode == 0, kept.stderr
+        jobs = [
+            j for j in client.jobs_page("sim-squad-v100", limit=1000)[0] if j.job_id not in before
+        ]
+        assert len(jobs) == 2
+        assert {j.job_id_prefix for j in jobs} == {"sim-squad-v100"}
+        for job in jobs:
+            assert f"kept job {job.job_id} on {server.url}" in " ".join(kept.stderr.split())
+            assert len(client.trials(job.job_id)) >= 3  # its recurrences' runs
+            client.delete_job(job.job_id)
+    alone = forkserver.run([ZEUS_BSO, "simulate", "--keep-jobs", "--seeds", "0"], timeout=60)
+    assert alone.returncode == 2
+    assert "--keep-jobs needs --server" in alone.stderr
+
+
 def test_cli_rejects_a_server_url_without_a_scheme() -> None:
     """As the client checks it: every request would fail as an outage instead."""
     result = forkserver.run(

@@ -68,6 +68,14 @@ def simulate_command(
             callback=_server_url_if_given,
         ),
     ] = None,
+    keep_jobs: Annotated[
+        bool,
+        typer.Option(
+            help="With --server: keep the simulated jobs there (their ids are printed), to look"
+            " at them in the dashboard or with `zeus-bso jobs`; otherwise each is deleted after"
+            " its seed"
+        ),
+    ] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of cumulative cost")] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the results as JSON")
@@ -163,6 +171,8 @@ def simulate_command(
             raise ConfigurationError("--accumulate needs --memory-cap: without one every size fits")
         if power_limits and memory_cap is not None:
             raise ConfigurationError("--power-limits and --memory-cap are simulated one at a time")
+        if keep_jobs and server is None:
+            raise ConfigurationError("--keep-jobs needs --server: in-process jobs end with it")
         simulated = SimulatedGpu(
             memory_cap,
             accumulate,
@@ -170,6 +180,7 @@ def simulate_command(
             read_power_trace(str(power_trace)) if power_trace is not None else None,
             pace_noise,
             _parent(parent, parent_mode, parent_sigma, parent_shift, server),
+            keep_jobs,
         )
         summaries = [
             _simulate_one(name, gpu, recurrences, seed_list, options, server, simulated)
@@ -301,6 +312,8 @@ class SimulatedGpu:
     """``--power-trace``'s rows (read once)."""
     pace_noise: float = 0.0
     parent: SimulatedParent | None = None
+    keep_jobs: bool = False
+    """``--keep-jobs``: the jobs simulated on a server stay there."""
 
 
 @dataclass(frozen=True)
@@ -364,9 +377,17 @@ def _simulate_one(
             progress.advance(task)
 
         for seed in seeds:
-            spec = job_spec(trace, f"sim-{secrets.token_hex(4)}", mab_seed=seed, **options)
+            # A workload's jobs share a prefix: kept on a server (--keep-jobs), the seeds of one
+            # are the same job's runs elsewhere, and other workloads' are no relatives of it.
+            prefix = f"sim-{name}-{gpu}"
+            spec = job_spec(
+                trace,
+                f"{prefix}-{secrets.token_hex(4)}",
+                mab_seed=seed,
+                **({"job_id_prefix": prefix} | options),
+            )
             prior = _prior(simulated.parent, trace, gpu, eta, seed)
-            with _backend(spec, server, prior) as backend:
+            with _backend(spec, server, prior, keep=simulated.keep_jobs) as backend:
                 recurrence_results = simulate(
                     trace,
                     backend,
@@ -412,9 +433,11 @@ def _prior(
 
 
 @contextlib.contextmanager
-def _backend(spec: Any, server: str | None, prior: Prior | None = None) -> Iterator[Any]:
+def _backend(
+    spec: Any, server: str | None, prior: Prior | None = None, keep: bool = False
+) -> Iterator[Any]:
     """Where the policy runs: in this process (a new job seeded by ``prior``, if any), or on
-    ``server`` (the job deleted after)."""
+    ``server`` (the job deleted after, unless ``keep``: then its id is said)."""
     if server is None:
         yield in_process(spec, prior)
         return
@@ -426,7 +449,13 @@ def _backend(spec: Any, server: str | None, prior: Prior | None = None) -> Itera
         try:
             yield backend
         finally:
-            client.delete_job(backend.job_id)
+            if keep:
+                err.print(
+                    escape(f"kept job {backend.job_id} on {server} (seed {spec.mab_seed})"),
+                    highlight=False,
+                )
+            else:
+                client.delete_job(backend.job_id)
 
 
 class PlainHelpCommand(TyperCommand):
