@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from html import escape as html_escape
 from urllib.parse import quote
 
 import httpx
@@ -200,6 +201,32 @@ def test_the_api_docs_it_links_load_nothing_from_another_site(http: httpx.Client
             answer = http.get(url)
             assert answer.status_code == 200, (page, url)
             assert answer.content, (page, url)
+
+
+def test_a_trials_message_writes_its_figures_as_people_read_them(http: httpx.Client) -> None:
+    """Upstream's words carry costs as Python writes floats ("min_cost(4000.1234567)"), and
+    the message column ran past the page's edge; the page writes them as its other figures,
+    the whole message in the cell's tooltip."""
+    job_id = unique_id("said")
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64, max_epochs=10)
+    body |= {"target_metric": 0.5, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    for metric in (0.5, 0.1):  # the default converges at its first epoch; the other never
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        for epoch in range(1, 11):
+            report = trial | {"time": 0.0, "energy": 8000.2469134 * epoch, "metric": metric}
+            if http.post("/report", json=report | {"current_epoch": epoch}).json()["stop_train"]:
+                break
+        assert http.patch("/trials", json=trial).status_code == 200
+    said = [t["message"] for t in http.get(f"/api/jobs/{job_id}").json()["trials"]]
+    stopped = next(m for m in said if "exceeded the cost upper bound" in m)
+    assert "min_cost(4000.1234567)" in stopped  # as stored: upstream's words
+    html = http.get("/dashboard/jobs/" + quote(job_id, safe="")).text
+    cell = re.search(r'<td class="message" title="([^"]+)">([^<]+)</td>', html)
+    assert cell is not None, html
+    assert cell.group(1) == html_escape(stopped)
+    assert "min_cost(4,000)" in cell.group(2)
+    assert "4000.12" not in cell.group(2)
 
 
 def test_a_trial_shows_its_learning_curve_as_a_sparkline(http: httpx.Client) -> None:

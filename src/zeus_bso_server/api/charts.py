@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,20 @@ def number(value: float | None) -> str:
     if abs(value) < 1000:
         return f"{value:.4g}"
     return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3e}"
+
+
+LONG_FIGURE = re.compile(r"-?\d+(?:\.\d{3,}(?:[eE][-+]?\d+)?|(?:\.\d+)?[eE][-+]?\d+)")
+"""A figure of many decimals, or with an exponent, in a trial's message: upstream's words carry
+costs as Python writes floats (``cost at convergence(233079.97188298634)``)."""
+
+
+def message(text: str | None) -> str:
+    """A trial's message as people read it: each long figure (`LONG_FIGURE`) written as
+    `number` writes it (``233,080``, ``1.5``); empty for nothing. The dashboard keeps the whole
+    message in the cell's tooltip."""
+    if not text:
+        return ""
+    return LONG_FIGURE.sub(lambda figure: number(float(figure.group())), text)
 
 
 def energy(joules: float | None) -> str:
