@@ -96,6 +96,12 @@ class Metrics:
             "Trials abandoned because their lease expired.",
             registry=self.registry,
         )
+        self.previous_token = Counter(
+            "zeus_bso_previous_token_requests",
+            "Requests that sent ZEUS_BSO_PREVIOUS_TOKEN, the server's token before its rotation "
+            "(none for a while: every client has the new one, and it can be unset).",
+            registry=self.registry,
+        )
 
     def exposition(self) -> tuple[bytes, str]:
         """The metrics in Prometheus' text format, and its content type."""

@@ -177,6 +177,14 @@ class Settings(BaseSettings):
     deletion) is refused with 403. For those who look, not train. Needs ``ZEUS_BSO_TOKEN``."""
     read_token_file: Path | None = None
     """A file holding the read-only token (its first line), instead of ``ZEUS_BSO_READ_TOKEN``."""
+    previous_token: SecretStr | None = None
+    """The server's token before the last rotation (``ZEUS_BSO_PREVIOUS_TOKEN``), which it still
+    takes as its own while clients move to the new ``ZEUS_BSO_TOKEN``: runs that started with it
+    report to the end. ``/metrics`` counts the requests that send it
+    (``zeus_bso_previous_token_requests``): once none come, unset it. Needs ``ZEUS_BSO_TOKEN``."""
+    previous_token_file: Path | None = None
+    """A file holding the previous token (its first line), instead of
+    ``ZEUS_BSO_PREVIOUS_TOKEN``."""
     allow_unauthenticated: bool = False
     """Listen on a non-loopback address without a token anyway."""
     root_path: str = ""
@@ -206,6 +214,9 @@ class Settings(BaseSettings):
     def _token_and_exposure(self) -> Self:
         self.token = _token_of(self.token, self.token_file, "ZEUS_BSO_TOKEN")
         self.read_token = _token_of(self.read_token, self.read_token_file, "ZEUS_BSO_READ_TOKEN")
+        self.previous_token = _token_of(
+            self.previous_token, self.previous_token_file, "ZEUS_BSO_PREVIOUS_TOKEN"
+        )
         if self.read_token is not None:
             if self.token is None:
                 raise ValueError(
@@ -214,6 +225,23 @@ class Settings(BaseSettings):
                 )
             if self.read_token.get_secret_value() == self.token.get_secret_value():
                 raise ValueError("ZEUS_BSO_READ_TOKEN must differ from ZEUS_BSO_TOKEN")
+        if self.previous_token is not None:
+            previous = self.previous_token.get_secret_value()
+            if self.token is None:
+                raise ValueError(
+                    "ZEUS_BSO_PREVIOUS_TOKEN needs ZEUS_BSO_TOKEN (the new token it is rotated "
+                    "to): without one every request is let in"
+                )
+            if previous == self.token.get_secret_value():
+                raise ValueError(
+                    "ZEUS_BSO_PREVIOUS_TOKEN is ZEUS_BSO_TOKEN: give the token before the "
+                    "rotation, or unset it"
+                )
+            if self.read_token is not None and previous == self.read_token.get_secret_value():
+                raise ValueError(
+                    "ZEUS_BSO_PREVIOUS_TOKEN is ZEUS_BSO_READ_TOKEN: the previous token opens "
+                    "what the server's does, the read-only one must not"
+                )
         _check_tls(self.tls_cert_file, self.tls_key_file)
         if self.token is None and not self.is_loopback and not self.allow_unauthenticated:
             raise ValueError(
@@ -228,8 +256,8 @@ class Settings(BaseSettings):
         return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator(
-        "db_password", "token_file", "read_token_file", "tls_cert_file", "tls_key_file",
-        mode="before",
+        "db_password", "token_file", "read_token_file", "previous_token_file", "tls_cert_file",
+        "tls_key_file", mode="before",
     )  # fmt: skip
     @classmethod
     def _without_line_breaks(cls, value: object) -> object:

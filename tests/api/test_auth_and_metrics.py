@@ -356,6 +356,58 @@ def test_a_read_only_token_needs_the_servers_and_differs_from_it(tmp_path: Path)
         load_settings(token=TOKEN, read_token=READ_TOKEN, read_token_file=str(path))
 
 
+def test_a_rotated_token_lets_runs_that_started_with_the_previous_one_report_to_their_end(
+    tmp_path: Path,
+) -> None:
+    """Rotating the server's token refused every request of a run that started with the old
+    one: its next report failed. With ``ZEUS_BSO_PREVIOUS_TOKEN`` the old token opens what the
+    new one does, and ``/metrics`` counts its requests, which says when it can be unset."""
+    old, new = "token-before-rotation", "token-after-rotation"
+    first = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": old}
+    )
+    job_id = unique_id("rotated")
+    with httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {old}"}) as run:
+        assert run.post("/jobs", json=job_body(job_id)).status_code == 201
+        trial = dispatch(run, job_id)  # the run started before the rotation
+    first.stop()
+    env = {"ZEUS_BSO_TOKEN": new, "ZEUS_BSO_PREVIOUS_TOKEN": old}
+    rotated = ServerProcess(sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env=env)
+    try:
+        report = {**trial, "time": 1.0, "energy": 10.0, "metric": 0.9, "current_epoch": 1}
+        with httpx.Client(base_url=rotated.url, headers={"Authorization": f"Bearer {old}"}) as run:
+            answer = run.post("/report", json=report)
+            assert answer.status_code == 200, answer.text
+            assert run.patch("/trials", json=trial).status_code == 200
+        admin = {"Authorization": f"Bearer {new}"}
+        text = httpx.get(rotated.url + "/metrics", headers=admin).text
+        assert metric(text, "zeus_bso_previous_token_requests_total") == 2
+        state = httpx.get(f"{rotated.url}/api/jobs/{job_id}", headers=admin).json()
+        assert [t["status"] for t in state["trials"]] == ["reported"]
+        assert (
+            httpx.get(rotated.url + "/api/jobs", headers={"Authorization": "Bearer x"}).status_code
+            == 401
+        )
+        with ServerClient(rotated.url, token=old) as client:  # what `zeus-bso jobs` gets too
+            assert [j.job_id for j in client.jobs_page(job_id)[0]] == [job_id]
+        assert old not in rotated.log()
+        assert new not in rotated.log()
+    finally:
+        rotated.stop()
+    # Checked when the server starts, as the other tokens are.
+    with pytest.raises(SettingsError, match="ZEUS_BSO_PREVIOUS_TOKEN needs ZEUS_BSO_TOKEN"):
+        load_settings(previous_token=old)
+    with pytest.raises(SettingsError, match="ZEUS_BSO_PREVIOUS_TOKEN is ZEUS_BSO_TOKEN"):
+        load_settings(token=new, previous_token=new)
+    with pytest.raises(SettingsError, match="ZEUS_BSO_PREVIOUS_TOKEN is ZEUS_BSO_READ_TOKEN"):
+        load_settings(token=new, read_token=old, previous_token=old)
+    path = tmp_path / "previous-token"
+    path.write_text(old + "\n")
+    settings = load_settings(token=new, previous_token_file=str(path))
+    assert settings.previous_token is not None
+    assert settings.previous_token.get_secret_value() == old
+
+
 def test_a_client_reads_its_token_from_a_file(
     guarded: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

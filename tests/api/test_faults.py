@@ -403,6 +403,40 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
     assert (first["status"], first["converged"], first["epochs"]) == ("reported", True, 1)
 
 
+def test_a_token_rotated_under_a_run_does_not_stop_its_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server restarts with a new token while a run trains: its next report was refused
+    (401) and the error stopped the training. Now the run trains on, saying why, and its last
+    report is kept on this machine; the next run, with the new token, delivers it."""
+    from tests import helpers
+
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    db = tmp_path / "bso.db"
+    before = ServerProcess(sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": "token-old"})
+    spec, bso = training_run(before.url, "rotated", token="token-old")
+    before.stop()
+    monkeypatch.setattr(helpers, "free_port", lambda: before.port)  # the same address
+    after = ServerProcess(sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": "token-new"})
+    try:
+        with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+            assert bso.on_evaluate(0.9).stop_train is False  # refused: training goes on
+        said = " ".join(caplog.text.split())
+        assert "the server refuses the token it took when this run started" in said
+        assert "ZEUS_BSO_PREVIOUS_TOKEN" in said
+        bso.end()
+        assert len(outbox_files(tmp_path)) == 1
+        later = next_run(after.url, spec, token="token-new")
+        later.get_batch_size()
+        later.release("not trained in this test")
+        assert outbox_files(tmp_path) == []
+        with ServerClient(after.url, token="token-new") as client:
+            first = next(t for t in client.trials(spec.job_id) if t.trial_number == 1)
+        assert (first.status, first.converged, first.epochs) == ("reported", True, 1)
+    finally:
+        after.stop()
+
+
 def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
     lockable: tuple[ServerProcess, Path],
 ) -> None:

@@ -48,11 +48,18 @@ logger = logging.getLogger(__name__)
 
 
 def for_later(err: ZeusBSOError) -> bool:
-    """Whether a request failed because the server is away for now (unreachable, or a 5xx):
-    what it carried can be delivered later."""
+    """Whether a request of a run under way failed because the server is away for now
+    (unreachable, or a 5xx), or refuses the token it took when the run started (401: it was
+    rotated, or the server restarted with one): what it carried can be delivered later, by a
+    run that reaches the server with its token, and the run trains on. (At a run's start a
+    refused token is an error: `go_offline`.)"""
     return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and err.status >= 500
+        isinstance(err, ServerRejectedError) and (err.status >= 500 or err.status == 401)
     )
+
+
+def _token_refused(err: ZeusBSOError) -> bool:
+    return isinstance(err, ServerRejectedError) and err.status == 401
 
 
 def _away(err: ZeusBSOError) -> bool:
@@ -295,9 +302,18 @@ class JobConversation:
             if not for_later(err):
                 raise
             self.pending = result
-            logger.warning(
-                "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
-            )
+            if _token_refused(err):
+                logger.warning(
+                    "zeus-bso: report of epoch %d not delivered: the server refuses the token it "
+                    "took when this run started (rotated? ZEUS_BSO_PREVIOUS_TOKEN on the server "
+                    "keeps the old one open while runs end); the run trains on without the "
+                    "server's stop, and its last report is kept for a run with the new token",
+                    result.current_epoch,
+                )
+            else:
+                logger.warning(
+                    "report of epoch %d not delivered, will retry: %s", result.current_epoch, err
+                )
             return ReportResponse(stop_train=False, converged=False, message=str(err))
         self.pending = None
         self.answered(answer)

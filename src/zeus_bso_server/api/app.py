@@ -91,8 +91,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyMiddleware, max_bytes=resolved.max_body_bytes)
     if resolved.token is not None:
         read = resolved.read_token.get_secret_value() if resolved.read_token else None
+        previous = resolved.previous_token
         app.add_middleware(
-            TokenMiddleware, token=resolved.token.get_secret_value(), read_token=read
+            TokenMiddleware,
+            token=resolved.token.get_secret_value(),
+            read_token=read,
+            previous_token=previous.get_secret_value() if previous is not None else None,
+            on_previous=metrics.previous_token.inc,
         )
     # Before the token: a forged request is refused whether or not the browser attached
     # credentials.

@@ -3,7 +3,9 @@
 Two tokens: the server's (``ZEUS_BSO_TOKEN``) opens everything; an optional read-only one
 (``ZEUS_BSO_READ_TOKEN``) opens what changes no state (the dashboard, the read API,
 ``/metrics``) and gets 403 for the rest, so that those who only look need no token that can
-register, report, pin or delete.
+register, report, pin or delete. While the server's token is rotated, the one before
+(``ZEUS_BSO_PREVIOUS_TOKEN``) opens everything too, each request that sends it counted
+(``on_previous``), so that runs started with it report to their end.
 
 Programs send ``Authorization: Bearer <token>``. A browser cannot, so the dashboard's pages also
 take HTTP Basic auth with the token as the password (any user name): their 401 asks the browser
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,19 +41,33 @@ class TokenMiddleware:
     """Answers 401 unless the request carries a token, as a bearer token or a Basic password;
     403 when it carries the read-only one and would change state."""
 
-    def __init__(self, app: ASGIApp, token: str, read_token: str | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        read_token: str | None = None,
+        previous_token: str | None = None,
+        on_previous: Callable[[], None] | None = None,
+    ) -> None:
         self.app = app
         self._tokens = {"full": token.encode()}
         if read_token is not None:
             self._tokens["read"] = read_token.encode()
+        if previous_token is not None:
+            self._tokens["previous"] = previous_token.encode()
+        self._on_previous = on_previous
 
     def _matching(self, secret: bytes) -> str | None:
-        """Which token ``secret`` is (``full`` or ``read``), comparing with each in constant
-        time."""
+        """Which token ``secret`` is (``full`` or ``read``; the previous token is ``full``, and
+        counted), comparing with each in constant time."""
         found = None
         for level, token in self._tokens.items():
             if secrets.compare_digest(secret, token):
                 found = level
+        if found == "previous":
+            if self._on_previous is not None:
+                self._on_previous()
+            return "full"
         return found
 
     def _authorized(self, given: bytes, page: bool) -> str | None:
