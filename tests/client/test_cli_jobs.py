@@ -674,6 +674,30 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     assert "metric" not in lines[0]
 
 
+def test_deleting_a_job_with_runs_in_progress_says_so_before_it_asks(
+    server: ServerProcess,
+) -> None:
+    """A run in progress trains on without the server once its job is deleted: the question
+    says how many there are, and "no" keeps the job."""
+    job_id = unique_id("clidel")
+    job_with_trials(server, job_id, runs=1)
+    with ServerClient(server.url, token=TOKEN) as client:
+        client.dispatch(job_id)  # a run that trains now
+    environment = {"ZEUS_BSO_SERVER_URL": server.url, "ZEUS_BSO_TOKEN": TOKEN, "COLUMNS": "200"}
+    asked = CliRunner().invoke(app, ["jobs", "delete", job_id], env=environment, input="n\n")
+    assert asked.exit_code == 1
+    said = " ".join(asked.stdout.split())
+    assert f"Job {job_id} has 1 run in progress, which would train on without the server" in said
+    assert f"Delete job {job_id} and all its trials? [y/N]" in said
+    assert cli(server, "show", job_id).returncode == 0  # kept
+    idle = unique_id("clidel")
+    job_with_trials(server, idle, runs=1)
+    asked = CliRunner().invoke(app, ["jobs", "delete", idle], env=environment, input="y\n")
+    assert asked.exit_code == 0, asked.stdout
+    assert "in progress" not in asked.stdout
+    assert cli(server, "show", idle).returncode == 1  # deleted
+
+
 def test_a_tables_costs_keep_one_unit_down_each_column(server: ServerProcess) -> None:
     """Costs of 195, 390 and 585 kJ were written "195.0 kJ", "0.11 kWh" and "0.16 kWh" (each
     cell in its own unit): the cheapest read as the dearest. A column keeps one unit, the

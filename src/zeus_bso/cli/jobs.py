@@ -568,8 +568,15 @@ def delete_command(
 ) -> None:
     """Delete a job with all its trials (what it learned is lost)."""
     if not yes:
-        _ask(server, token, lambda client: client.job(job_id, limit=0), job_id)  # it exists
-        if not typer.confirm(f"Delete job {job_id} and all its trials?"):
+        state = _ask(server, token, lambda client: client.job(job_id, limit=0), job_id)
+        running = state.trials_by_status.get("dispatched", 0)
+        question = f"Delete job {job_id} and all its trials?"
+        if running:  # each trains on without the server (`JobConversation.lost_job`)
+            question = (
+                f"Job {job_id} has {running} run{'s' if running != 1 else ''} in progress, "
+                "which would train on without the server, reporting nothing. " + question
+            )
+        if not typer.confirm(question):
             raise typer.Exit(1)
     _ask(server, token, lambda client: client.delete_job(job_id), job_id)
     console.print(f"deleted {escape(job_id)}")

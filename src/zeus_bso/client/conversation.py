@@ -321,6 +321,35 @@ class JobConversation:
             logger.info("trial %d done: %s", result.trial_number, answer.message)
         return answer
 
+    def job_deleted(self, err: ZeusBSOError) -> bool:
+        """Whether ``err``, a request of this run under way refused as naming no job (400, as
+        upstream's protocol answers it, or 404), came because the job is no longer on the
+        server (``zeus-bso jobs delete`` while the run trained): asked of the read API, which
+        answers 404 for it (upstream's server has none: False)."""
+        if not (isinstance(err, ServerRejectedError) and err.status in (400, 404)):
+            return False
+        try:
+            self.client.job(self.job_id, limit=0)
+        except RouteMissingError:
+            return False
+        except ServerRejectedError as asked:
+            return asked.status == 404
+        except ZeusBSOError:
+            return False
+        return False
+
+    def lost_job(self, batch_size: int) -> None:
+        """The job was deleted on the server under this run, which trains at ``batch_size``:
+        it trains on without the server (offline from now on: nothing more is sent, and its end
+        is not kept for later)."""
+        self.offline, self.offline_batch_size = True, batch_size
+        self._stop_heartbeat.set()
+        logger.warning(
+            "zeus-bso: job %s was deleted on the server while this run trained: the run trains "
+            "on without the server, to the job's target or max_epochs, and reports nothing more",
+            self.job_id,
+        )
+
     def answered(self, answer: ReportResponse) -> None:
         """Keep the latest answer, and the server's stop if it says so."""
         self.answer = answer

@@ -290,8 +290,8 @@ class ServerRun(ServerRunEndings):
     def on_evaluate(self, metric: float, epoch: int | None, elapsed: Elapsed) -> ReportResponse:
         """Report the validation metric of the epoch just finished, with the run's seconds and
         joules since training began; says whether to stop. A report the server cannot take now
-        is kept, and training goes on; offline, the run stops at its target or at
-        ``max_epochs``."""
+        is kept, and training goes on; offline (or once its job was deleted on the server), the
+        run stops at its target or at ``max_epochs``."""
         if self.training_finished:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
@@ -317,4 +317,12 @@ class ServerRun(ServerRunEndings):
             current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
         )
-        return self.link.report(self._last_report)
+        try:
+            return self.link.report(self._last_report)
+        except ZeusBSOError as err:
+            if not self.link.job_deleted(err):
+                raise
+        self.link.lost_job(trial.batch_size)  # deleted under the run: trains on, judged here
+        answer = judged_without_server(self.spec, trial.batch_size, metric, epoch)
+        self.link.answered(answer)
+        return answer
