@@ -37,7 +37,7 @@ from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient, outbox
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ServerRejectedError
-from zeus_bso.spec import UPSTREAM_OPTIONS, TrialId
+from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpecFromClient, TrialId
 
 CLIENT_SCRIPT = """
 import sys, time
@@ -437,31 +437,41 @@ def test_a_token_rotated_under_a_run_does_not_stop_its_training(
         after.stop()
 
 
+@pytest.mark.parametrize("registered_again", [False, True])
 def test_a_job_deleted_under_a_run_does_not_stop_its_training(
-    lockable: tuple[ServerProcess, Path], caplog: pytest.LogCaptureFixture
+    lockable: tuple[ServerProcess, Path],
+    caplog: pytest.LogCaptureFixture,
+    registered_again: bool,
 ) -> None:
-    """``zeus-bso jobs delete`` while a run trains: its next report was refused (the job is
-    unknown) and the error stopped the training. Now the run trains on without the server,
-    saying why, judged by the job's target and max_epochs as a run that never reached it, and
-    nothing of it is kept or sent again (the job stays deleted)."""
+    """``zeus-bso jobs delete`` while a run trains: its next report was refused (the job, or
+    its trial once the job is registered anew, is unknown) and the error stopped the training.
+    Now the run trains on without the server, saying why, judged by the job's target and
+    max_epochs, and nothing of it is kept or sent again (the job stays as it is)."""
     server, db = lockable
     spec, bso = training_run(server.url, "deleted")
     assert bso.on_evaluate(0.1).stop_train is False
     with ServerClient(server.url) as client:
+        registered = client.job(spec.job_id, limit=0).job
         client.delete_job(spec.job_id)
+        if registered_again:  # as another run of the job would, after the deletion
+            fields = registered.model_dump(include=set(JobSpecFromClient.model_fields))
+            client.register_job(JobSpecFromClient.model_validate(fields))
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
         assert bso.on_evaluate(0.5).stop_train is False  # trains on
-    assert f"job {spec.job_id} was deleted on the server while this run trained" in " ".join(
-        caplog.text.split()
-    )
+    said = " ".join(caplog.text.split())
+    assert f"trial 1 of job {spec.job_id} is no longer on the server (the job was deleted" in said
     answer = bso.on_evaluate(0.9)  # the job's target (0.8), judged here
     assert (answer.stop_train, answer.converged) == (True, True)
     bso.end()
     assert bso.outcome is not None
     assert (bso.outcome.converged, bso.outcome.offline, bso.outcome.epochs) == (True, True, 3)
     assert outbox_files(db.parent) == []
-    with server.client() as http:  # not registered again
-        assert http.get(f"/api/jobs/{spec.job_id}").status_code == 404
+    with server.client() as http:  # nothing of the run reached it
+        view = http.get(f"/api/jobs/{spec.job_id}")
+    if registered_again:
+        assert view.json()["trials"] == []
+    else:
+        assert view.status_code == 404
 
 
 def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(

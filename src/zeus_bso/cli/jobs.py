@@ -571,7 +571,7 @@ def delete_command(
         state = _ask(server, token, lambda client: client.job(job_id, limit=0), job_id)
         running = state.trials_by_status.get("dispatched", 0)
         question = f"Delete job {job_id} and all its trials?"
-        if running:  # each trains on without the server (`JobConversation.lost_job`)
+        if running:  # each trains on without the server (`JobConversation.lost_trial`)
             question = (
                 f"Job {job_id} has {running} run{'s' if running != 1 else ''} in progress, "
                 "which would train on without the server, reporting nothing. " + question

@@ -321,15 +321,16 @@ class JobConversation:
             logger.info("trial %d done: %s", result.trial_number, answer.message)
         return answer
 
-    def job_deleted(self, err: ZeusBSOError) -> bool:
-        """Whether ``err``, a request of this run under way refused as naming no job (400, as
-        upstream's protocol answers it, or 404), came because the job is no longer on the
-        server (``zeus-bso jobs delete`` while the run trained): asked of the read API, which
+    def trial_gone(self, err: ZeusBSOError, trial: TrialId) -> bool:
+        """Whether ``err``, a request of this run under way refused as naming no job or trial
+        (400, as upstream's protocol answers it, or 404), came because ``trial`` is no longer
+        on the server: its job was deleted while the run trained (``zeus-bso jobs delete``), or
+        the database was restored from before the trial. Asked of the trial's heartbeat, which
         answers 404 for it (upstream's server has none: False)."""
         if not (isinstance(err, ServerRejectedError) and err.status in (400, 404)):
             return False
         try:
-            self.client.job(self.job_id, limit=0)
+            self.client.heartbeat(trial)
         except RouteMissingError:
             return False
         except ServerRejectedError as asked:
@@ -338,16 +339,18 @@ class JobConversation:
             return False
         return False
 
-    def lost_job(self, batch_size: int) -> None:
-        """The job was deleted on the server under this run, which trains at ``batch_size``:
-        it trains on without the server (offline from now on: nothing more is sent, and its end
-        is not kept for later)."""
-        self.offline, self.offline_batch_size = True, batch_size
+    def lost_trial(self, trial: TrialId) -> None:
+        """``trial`` is no longer on the server (`trial_gone`): the run trains on without the
+        server at its batch size (offline from now on: nothing more is sent, and its end is not
+        kept for later)."""
+        self.offline, self.offline_batch_size = True, trial.batch_size
         self._stop_heartbeat.set()
         logger.warning(
-            "zeus-bso: job %s was deleted on the server while this run trained: the run trains "
+            "zeus-bso: trial %d of job %s is no longer on the server (the job was deleted while "
+            "this run trained, or the database restored from before the trial): the run trains "
             "on without the server, to the job's target or max_epochs, and reports nothing more",
-            self.job_id,
+            trial.trial_number,
+            trial.job_id,
         )
 
     def answered(self, answer: ReportResponse) -> None:

@@ -320,9 +320,9 @@ class ServerRun(ServerRunEndings):
         try:
             return self.link.report(self._last_report)
         except ZeusBSOError as err:
-            if not self.link.job_deleted(err):
+            if not self.link.trial_gone(err, trial):
                 raise
-        self.link.lost_job(trial.batch_size)  # deleted under the run: trains on, judged here
+        self.link.lost_trial(trial)  # deleted under the run: it trains on, judged here
         answer = judged_without_server(self.spec, trial.batch_size, metric, epoch)
         self.link.answered(answer)
         return answer
