@@ -123,3 +123,13 @@ def test_an_evaluation_of_the_loss_alone_says_to_give_the_trainer_compute_metric
     said = hf_arguments.loss_alone(alone, "eval_accuracy")
     assert "compute_metrics=... returning 'accuracy'" in said
     assert hf_arguments.loss_alone({**alone, "eval_f1": 0.7}, "eval_accuracy") == ""
+
+
+def test_an_evaluation_of_no_samples_says_the_eval_dataset_is_empty() -> None:
+    """It said to give the Trainer compute_metrics, which it had: an empty eval_dataset gives
+    no loss and no metric, and 0 samples a second (what the Trainer evaluated of its own)."""
+    nothing = {"eval_runtime": 0.0003, "eval_samples_per_second": 0.0, "epoch": 1.0}
+    said = hf_arguments.loss_alone({**nothing, "eval_steps_per_second": 0.0}, "eval_accuracy")
+    assert "the evaluation saw no samples" in said
+    assert "eval_dataset is empty" in said
+    assert "compute_metrics" not in said

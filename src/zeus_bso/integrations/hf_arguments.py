@@ -189,11 +189,26 @@ _BESIDE_METRICS = ("_loss", "_runtime", "_samples_per_second", "_steps_per_secon
 
 def loss_alone(metrics: Mapping[str, object], metric: str) -> str:
     """What to add to the words of an evaluation without ``metric`` where the Trainer computed
-    nothing beside the loss and its own timings (it has no ``compute_metrics``), else ''."""
+    nothing beside the loss and its own timings (it has no ``compute_metrics``, or the
+    evaluation saw no samples: no loss either, and none a second), else ''."""
     if any(k != "epoch" and not k.endswith(_BESIDE_METRICS) for k in metrics):
         return ""
+    rates = [v for k, v in metrics.items() if k.endswith("_samples_per_second")]
+    if rates and not any(k.endswith("_loss") for k in metrics) and not any(map(_positive, rates)):
+        return (
+            "; the evaluation saw no samples (no loss, 0 samples a second): the Trainer's "
+            "eval_dataset is empty, or its DataLoader yields nothing"
+        )
     name = metric.split("_", 1)[1] if "_" in metric else metric
     return (
         f"; the Trainer computed none beside the loss: give it compute_metrics=... returning "
         f"'{name}' (the Trainer reports it as '{metric}')"
     )
+
+
+def _positive(value: object) -> bool:
+    """Whether a figure of the Trainer's metrics is a number above 0."""
+    try:
+        return float(value) > 0  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
