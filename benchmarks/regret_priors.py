@@ -40,11 +40,18 @@ from typing import Any
 from _server import running_server
 from zeus_bso.client import ServerClient
 from zeus_bso.policy.types import Prior, PriorMode
-from zeus_bso.sim import WORKLOADS, ServerBackend, in_process, job_spec, load_trace_job, simulate
+from zeus_bso.sim import (
+    WORKLOADS,
+    ServerBackend,
+    in_process,
+    job_spec,
+    load_trace_job,
+    parent_job,
+    simulate,
+)
 from zeus_bso.sim.parents import ParentCurve, parent_curve
 from zeus_bso.sim.report import HORIZONS, Summary, seed_result, summarize
 from zeus_bso.sim.trace import TraceJob
-from zeus_bso.spec import TrainingResult
 
 RESULTS = Path(__file__).parent / "results"
 ETA = 0.5
@@ -304,7 +311,7 @@ def served(
                 for seed in seeds:
                     curve = curve_at(trace, seed)
                     key = f"{gpu}-{parent or 'own'}-{workload}-{seed}-{len(regret)}"
-                    prior_from = seed_parent(client, trace, curve, f"parent-{key}")
+                    prior_from = parent_job(client, trace, curve, f"parent-{key}", ETA)
                     options: dict[str, Any] = {"mab_seed": seed}
                     if prior_from is not None:
                         options.update(prior_from=prior_from, prior_mode=mode.value)
@@ -352,39 +359,6 @@ def served(
         f" {replays} replays decided as the policy in-process does with the prior its parent's"
         " stored runs give, to the cost of every run.\n\n" + "\n".join(lines) + "\n"
     )
-
-
-def seed_parent(
-    client: ServerClient, trace: TraceJob, curve: ParentCurve, job_id: str
-) -> str | None:
-    """Register a parent job of ``trace``'s sizes that ran once at each size ``curve`` knows
-    (pinned there), reporting what the curve says; its id (None: no size converges, so it could
-    seed nothing, and the new job starts cold)."""
-    if not curve.costs:
-        return None
-    w = trace.workload
-    off = w.target_metric * (0.5 if w.higher_is_better else 2.0)
-    runs = curve.runs()
-    # Another workload's runs may take more epochs than this one's max_epochs.
-    most = max([w.max_epochs, *(run.epochs or 0 for run in runs)])
-    backend = ServerBackend(client, job_spec(trace, job_id, max_epochs=most))
-    for run in runs:
-        client.pin(backend.job_id, run.batch_size)
-        trial = backend.next_trial()
-        epoch, stop = 0, False
-        while not stop:
-            epoch += 1
-            done = epoch == run.epochs
-            result = TrainingResult(
-                **trial.model_dump(),
-                time=0.0,  # its cost all energy: eta_knob * energy (exact at ETA 0.5)
-                energy=epoch * run.epoch_cost / ETA,
-                metric=w.target_metric if done else off,
-                current_epoch=epoch,
-            )
-            stop = client.report(result).stop_train or done
-        backend.end_trial(trial)
-    return backend.job_id
 
 
 def main() -> None:

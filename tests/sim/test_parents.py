@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import ServerProcess
 from tests.sim.test_simulate import ZEUS_BSO
+from zeus_bso.client import ServerClient
 from zeus_bso.policy.types import PriorMode
 from zeus_bso.sim import in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.parents import parent_curve
@@ -116,7 +119,6 @@ def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None
         (["--parent", "mnist"], "give 'self' or one of"),
         (["--parent", "self", "--parent-mode", "blind"], "give check or trust"),
         (["--parent-sigma", "0.1"], "need --parent"),
-        (["--parent", "self", "--server", "http://127.0.0.1:9"], "in-process"),
     ]:
         refused = subprocess.run(
             [ZEUS_BSO, *command, *wrong], capture_output=True, text=True, timeout=120
@@ -124,6 +126,42 @@ def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None
         assert refused.returncode == 2, refused.stderr
         assert says in refused.stderr
         assert "Traceback" not in refused.stderr
+
+
+def test_the_command_line_seeds_jobs_through_a_server_from_a_parent_job_on_it(
+    sqlite_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Through a server, each seed's parent is a job there that ran once at each size its
+    curve knows, and the new job names it (``prior_from``): the server learns the prior from
+    its runs, so the jobs decide as in-process with the prior those runs give
+    (`ParentCurve.learned`), to the cost of every run; both jobs are kept with --keep-jobs."""
+    trace = load_trace_job("librispeech", "v100")
+    curve = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1)
+    backend = in_process(job_spec(trace, "p-served", mab_seed=0), curve.learned(PriorMode.TRUST))
+    seeded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
+    out = tmp_path / "served.json"
+    done = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
+        + ["--parent", "self", "--parent-mode", "trust", "--parent-sigma", "0.1"]
+        + ["--server", sqlite_server.url, "--keep-jobs", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = json.loads(out.read_text())["results"]
+    assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in seeded])
+    kept = re.findall(r"kept job (\S+) on", done.stderr)
+    assert len(kept) == 2, done.stderr
+    parent, child = kept
+    assert "-parent-" in parent
+    with ServerClient(sqlite_server.url) as client:
+        view = client.job(child, limit=0)
+        assert view.seeded_from is not None
+        assert (view.seeded_from.job_id, view.seeded_from.mode) == (parent, "trust")
+        assert view.job.job_id_prefix == client.job(parent, limit=0).job.job_id_prefix
+        for job_id in kept:
+            client.delete_job(job_id)
 
 
 def test_a_parent_s_runs_give_the_curve_a_server_learns_from_them() -> None:

@@ -27,9 +27,9 @@ from zeus_bso.errors import (
     ConfigurationError,
     ZeusBSOError,
 )
-from zeus_bso.policy.types import Prior, PriorMode
+from zeus_bso.policy.types import PriorMode
 from zeus_bso.sim import GPUS, WORKLOADS, in_process, job_spec, load_trace_job, simulate
-from zeus_bso.sim.parents import parent_curve
+from zeus_bso.sim.parents import ParentCurve, parent_curve
 from zeus_bso.sim.report import (
     Summary,
     seed_result,
@@ -179,7 +179,7 @@ def simulate_command(
             power_limits,
             read_power_trace(str(power_trace)) if power_trace is not None else None,
             pace_noise,
-            _parent(parent, parent_mode, parent_sigma, parent_shift, server),
+            _parent(parent, parent_mode, parent_sigma, parent_shift),
             keep_jobs,
         )
         summaries = [
@@ -327,9 +327,7 @@ class SimulatedParent:
     shift: int
 
 
-def _parent(
-    workload: str | None, mode: str, sigma: float, shift: int, server: str | None
-) -> SimulatedParent | None:
+def _parent(workload: str | None, mode: str, sigma: float, shift: int) -> SimulatedParent | None:
     """The parent the flags give (None: cold jobs), checked."""
     if workload is None:
         if sigma or shift or mode != PriorMode.CHECK:
@@ -343,10 +341,6 @@ def _parent(
         )
     if mode not in {m.value for m in PriorMode}:
         raise ConfigurationError(f"--parent-mode {mode!r}: give check or trust")
-    if server is not None:
-        raise ConfigurationError(
-            "--parent is simulated in-process: a server does not seed jobs from a parent yet"
-        )
     return SimulatedParent(workload, PriorMode(mode), sigma, shift)
 
 
@@ -386,8 +380,11 @@ def _simulate_one(
                 mab_seed=seed,
                 **({"job_id_prefix": prefix} | options),
             )
-            prior = _prior(simulated.parent, trace, gpu, eta, seed)
-            with _backend(spec, server, prior, keep=simulated.keep_jobs) as backend:
+            curve = _curve(simulated.parent, trace, gpu, eta, seed)
+            seeded = None
+            if curve is not None and simulated.parent is not None:
+                seeded = (trace, curve, simulated.parent.mode)
+            with _backend(spec, server, seeded, keep=simulated.keep_jobs) as backend:
                 recurrence_results = simulate(
                     trace,
                     backend,
@@ -419,43 +416,58 @@ def _memory_cap(value: str, default_batch_size: int) -> int:
         ) from None
 
 
-def _prior(
+def _curve(
     parent: SimulatedParent | None, trace: TraceJob, gpu: str, eta: float, seed: int
-) -> Prior | None:
-    """The prior ``parent`` gives a new job of ``trace`` in ``seed``."""
+) -> ParentCurve | None:
+    """What ``parent`` learned of a new job of ``trace`` in ``seed`` (None: no parent)."""
     if parent is None:
         return None
     theirs = trace if parent.workload == "self" else load_trace_job(parent.workload, gpu)
-    curve = parent_curve(
+    return parent_curve(
         trace, theirs, eta_knob=eta, seed=seed, sigma=parent.sigma, shift=parent.shift
     )
-    return curve.prior(parent.mode)
 
 
 @contextlib.contextmanager
 def _backend(
-    spec: Any, server: str | None, prior: Prior | None = None, keep: bool = False
+    spec: Any,
+    server: str | None,
+    seeded: tuple[TraceJob, ParentCurve, PriorMode] | None = None,
+    keep: bool = False,
 ) -> Iterator[Any]:
-    """Where the policy runs: in this process (a new job seeded by ``prior``, if any), or on
-    ``server`` (the job deleted after, unless ``keep``: then its id is said)."""
+    """Where the policy runs: in this process (a new job seeded by the parent's curve in
+    ``seeded``, if any), or on ``server`` (the job deleted after, unless ``keep``: then its id
+    is said), where the parent is a job that ran once at each size its curve knows and the new
+    job names it in ``prior_from`` (`zeus_bso.sim.parent_job`: the server learns the prior
+    from its runs, as from a user's)."""
     if server is None:
-        yield in_process(spec, prior)
+        yield in_process(spec, None if seeded is None else seeded[1].prior(seeded[2]))
         return
     from zeus_bso.client.http import ServerClient
-    from zeus_bso.sim import ServerBackend
+    from zeus_bso.sim import ServerBackend, parent_job
 
     with ServerClient(server) as client:
-        backend = ServerBackend(client, spec)
+        made = []
+        if seeded is not None:
+            trace, curve, mode = seeded
+            parent_id = f"{spec.job_id_prefix}-parent-{secrets.token_hex(4)}"
+            found = parent_job(client, trace, curve, parent_id, spec.eta_knob, spec.job_id_prefix)
+            if found is not None:
+                made.append(found)
+                spec = spec.model_copy(update={"prior_from": found, "prior_mode": mode})
         try:
+            backend = ServerBackend(client, spec)
+            made.append(backend.job_id)
             yield backend
         finally:
-            if keep:
-                err.print(
-                    escape(f"kept job {backend.job_id} on {server} (seed {spec.mab_seed})"),
-                    highlight=False,
-                )
-            else:
-                client.delete_job(backend.job_id)
+            for job_id in made:
+                if keep:
+                    err.print(
+                        escape(f"kept job {job_id} on {server} (seed {spec.mab_seed})"),
+                        highlight=False,
+                    )
+                else:
+                    client.delete_job(job_id)
 
 
 class PlainHelpCommand(TyperCommand):

@@ -10,6 +10,7 @@ from zeus_bso.sim.runner import (
     TrialOutcome,
     in_process,
     job_spec,
+    parent_job,
     simulate,
 )
 from zeus_bso.sim.trace import GPUS, WORKLOADS, TraceJob, Workload, load_trace_job
@@ -29,5 +30,6 @@ __all__ = [
     "in_process",
     "job_spec",
     "load_trace_job",
+    "parent_job",
     "simulate",
 ]

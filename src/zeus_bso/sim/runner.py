@@ -26,6 +26,7 @@ from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profiles_power
 from zeus_bso.policy.types import JobState, Prior
 from zeus_bso.sim.memory import InMemoryJob, MemoryStore
+from zeus_bso.sim.parents import ParentCurve
 from zeus_bso.sim.trace import Pace, TraceJob
 from zeus_bso.spec import (
     CreatedJob,
@@ -156,6 +157,54 @@ def job_spec(trace: TraceJob, job_id: str, **options: Any) -> JobSpecFromClient:
     }
     fields.update(options)
     return JobSpecFromClient(**fields)
+
+
+def parent_job(
+    client: ServerClient,
+    trace: TraceJob,
+    curve: ParentCurve,
+    job_id: str,
+    eta_knob: float,
+    job_id_prefix: str | None = None,
+) -> str | None:
+    """Register, on ``client``'s server, a parent job of ``trace``'s sizes that ran once at
+    each size ``curve`` knows (pinned there: `ParentCurve.runs`), reporting what the curve says,
+    so that a new job seeded from it (``prior_from``) learns the prior from stored runs as it
+    does from a user's job; its id (None: no size converges, so it could seed nothing). Each
+    run's cost is all energy (all time at ``eta_knob`` 0), each epoch its ``epoch_cost``. Its
+    ``job_id_prefix``: the id's part before its first '-' unless given."""
+    if not curve.costs:
+        return None
+    w = trace.workload
+    off = w.target_metric * (0.5 if w.higher_is_better else 2.0)
+    runs = curve.runs()
+    # Another workload's runs may take more epochs than this one's max_epochs.
+    most = max([w.max_epochs, *(run.epochs or 0 for run in runs)])
+    options: dict[str, Any] = {"max_epochs": most, "eta_knob": eta_knob}
+    if job_id_prefix is not None:
+        options["job_id_prefix"] = job_id_prefix
+    backend = ServerBackend(client, job_spec(trace, job_id, **options))
+    for run in runs:
+        client.pin(backend.job_id, run.batch_size)
+        trial = backend.next_trial()
+        epoch, stop = 0, False
+        while not stop:
+            epoch += 1
+            done = epoch == run.epochs
+            spent = epoch * run.epoch_cost
+            time, energy = (
+                (0.0, spent / eta_knob) if eta_knob > 0 else (spent / trace.max_power, 0.0)
+            )
+            answer = backend.report(
+                trial,
+                time=time,
+                energy=energy,
+                metric=w.target_metric if done else off,
+                current_epoch=epoch,
+            )
+            stop = answer.stop_train or done
+        backend.end_trial(trial)
+    return backend.job_id
 
 
 def in_process(job: JobSpecFromClient, prior: Prior | None = None) -> InMemoryJob:
