@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import ServerProcess
 from tests.sim.test_simulate import ZEUS_BSO
 from zeus_bso.client import ServerClient
-from zeus_bso.policy.types import PriorMode
+from zeus_bso.policy.types import Prior, PriorMode
 from zeus_bso.sim import in_process, job_spec, load_trace_job, simulate
 from zeus_bso.sim.parents import parent_curve
 
@@ -98,16 +98,19 @@ def test_a_declared_parent_makes_the_first_recurrences_cheaper_than_a_cold_start
     assert checked < cold
 
 
-def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None:
+SEEDED = ["--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
+SEEDED += ["--parent", "self", "--parent-mode", "trust", "--parent-sigma", "0.1"]
+"""The command line's seeded simulation of the tests (seed 0's parent, trusted)."""
+
+
+def simulated_alike(prior: Prior | None, out: Path, *options: str) -> str:
+    """`SEEDED` (with ``options``) simulated by the command line, whose costs must be those of
+    the same simulation in-process with ``prior``; its standard error."""
     trace = load_trace_job("librispeech", "v100")
-    prior = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1).prior(PriorMode.TRUST)
     backend = in_process(job_spec(trace, "p-cli", mab_seed=0), prior)
     seeded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
-    out = tmp_path / "seeded.json"
-    command = ["simulate", "--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
-    parent = ["--parent", "self", "--parent-mode", "trust", "--parent-sigma", "0.1"]
     done = subprocess.run(
-        [ZEUS_BSO, *command, *parent, "--json", str(out)],
+        [ZEUS_BSO, "simulate", *SEEDED, *options, "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -115,6 +118,14 @@ def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     (written,) = json.loads(out.read_text())["results"]
     assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in seeded])
+    return done.stderr
+
+
+def test_the_command_line_simulates_the_same_seeded_jobs(tmp_path: Path) -> None:
+    trace = load_trace_job("librispeech", "v100")
+    prior = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1).prior(PriorMode.TRUST)
+    simulated_alike(prior, tmp_path / "seeded.json")
+    command = ["simulate", "--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
     for wrong, says in [
         (["--parent", "mnist"], "give 'self' or one of"),
         (["--parent", "self", "--parent-mode", "blind"], "give check or trust"),
@@ -137,22 +148,13 @@ def test_the_command_line_seeds_jobs_through_a_server_from_a_parent_job_on_it(
     (`ParentCurve.learned`), to the cost of every run; both jobs are kept with --keep-jobs."""
     trace = load_trace_job("librispeech", "v100")
     curve = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1)
-    backend = in_process(job_spec(trace, "p-served", mab_seed=0), curve.learned(PriorMode.TRUST))
-    seeded = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
-    out = tmp_path / "served.json"
-    done = subprocess.run(
-        [ZEUS_BSO, "simulate", "--workload", "librispeech", "--recurrences", "6", "--seeds", "0"]
-        + ["--parent", "self", "--parent-mode", "trust", "--parent-sigma", "0.1"]
-        + ["--server", sqlite_server.url, "--keep-jobs", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    said = simulated_alike(
+        curve.learned(PriorMode.TRUST),
+        tmp_path / "served.json",
+        *("--server", sqlite_server.url, "--keep-jobs"),
     )
-    assert done.returncode == 0, done.stderr
-    (written,) = json.loads(out.read_text())["results"]
-    assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in seeded])
-    kept = re.findall(r"kept job (\S+) on", done.stderr)
-    assert len(kept) == 2, done.stderr
+    kept = re.findall(r"kept job (\S+) on", said)
+    assert len(kept) == 2, said
     parent, child = kept
     assert "-parent-" in parent
     with ServerClient(sqlite_server.url) as client:
