@@ -154,7 +154,7 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
             f"whether they reorder the batch sizes (profile_probe); the arms: {arms_text}"
         )
     elif decided.kind is policy.TrialKind.BANDIT:
-        why = f"the bandit ({config.bandit}) settled on it among {arms_text}: it no longer draws"
+        why = f"the {config.bandit} bandit settled on it among {arms_text}: it no longer draws"
     elif decided.kind is policy.TrialKind.PINNED:
         why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
     elif decided.kind is policy.TrialKind.CONCURRENT:

@@ -79,7 +79,7 @@ def test_the_next_run_names_its_arm_where_the_bandit_no_longer_draws(http: httpx
     assert sorted(_ran(http, job_id) for _ in range(2)) == [32, 64]  # each arm once
     upcoming = http.get(f"/api/jobs/{job_id}").json()["next_run"]
     assert (upcoming["batch_size"], upcoming["kind"]) == (32, "bandit")
-    assert upcoming["why"] == "the bandit (thompson) settled on it among 32, 64: it no longer draws"
+    assert upcoming["why"] == "the thompson bandit settled on it among 32, 64: it no longer draws"
     assert _ran(http, job_id) == 32
 
     a40 = {"gpu_model": "A40", "number_of_gpus": 4, "max_power": 1200.0}
