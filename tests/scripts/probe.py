@@ -1,8 +1,9 @@
 """What a training script really did, seen from outside it: the samples of every optimizer step
 and the rate the step took, against the rate its schedule set.
 
-The corpus's scripts build their models from a first ``Linear(FEATURES, ...)`` layer and train
-them with plain SGD (no momentum, no weight decay), as many real scripts do. The probe hooks
+The corpus's scripts build their models from a first ``Linear(FEATURES, ...)`` layer (a
+language model: a token ``Embedding(VOCABULARY, ...)``) and train them with plain SGD (no
+momentum, no weight decay), as many real scripts do. The probe hooks
 into PyTorch itself (global hooks on every module's forward and every optimizer's step), not
 into the scripts or zeus-bso: it counts the samples that the first layer sees in training
 between two steps, reads the rate the step's param group holds before any hook of the
@@ -26,6 +27,9 @@ from torch.optim.optimizer import (
 
 FEATURES = 7
 """The width of the corpus's inputs: the first layer of every model of theirs."""
+VOCABULARY = 53
+"""The words of the corpus's language model (``trl_sft.py``): its token embedding's rows, whose
+input's first dimension is a batch's texts."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,9 @@ class Probe:
         return steps
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        first = isinstance(module, torch.nn.Linear) and module.in_features == FEATURES
+        first = (isinstance(module, torch.nn.Linear) and module.in_features == FEATURES) or (
+            isinstance(module, torch.nn.Embedding) and module.num_embeddings == VOCABULARY
+        )
         if first and module.training and torch.is_grad_enabled() and args:
             self._samples += int(args[0].shape[0])
             self._device = args[0].device.type
