@@ -392,6 +392,7 @@ def test_a_rotated_token_lets_runs_that_started_with_the_previous_one_report_to_
             assert [j.job_id for j in client.jobs_page(job_id)[0]] == [job_id]
         assert old not in rotated.log()
         assert new not in rotated.log()
+        assert "ZEUS_BSO_PREVIOUS_TOKEN is set" in rotated.log()  # a reminder to unset it
     finally:
         rotated.stop()
     # Checked when the server starts, as the other tokens are.

@@ -52,6 +52,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         checkpoints = asyncio.create_task(db.checkpoint_every(CHECKPOINT_SECONDS))
         try:
             await check_schema(db)
+            if resolved.previous_token is not None:
+                logger.warning(
+                    "ZEUS_BSO_PREVIOUS_TOKEN is set: the token before the rotation opens the "
+                    "server as ZEUS_BSO_TOKEN does; unset it once /metrics' "
+                    "zeus_bso_previous_token_requests_total stops growing"
+                )
             app.state.db = db
             app.state.service = BatchSizeService(db, resolved.lease_seconds, metrics)
             # Objects alive after start-up live as long as the process: keep them out of the
