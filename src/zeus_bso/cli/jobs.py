@@ -173,7 +173,7 @@ def _figure(column: str, value: Any) -> str:
 def _saved(savings: Savings) -> str:
     """A job's savings in words: ``12.5% of the cost saved``, or ``3.1% more cost``."""
     share = 100 * savings.fraction
-    return f"{share:.1f}% of the cost saved" if share >= 0 else f"{-share:.1f}% more cost"
+    return f"{share:,.1f}% of the cost saved" if share >= 0 else f"{-share:,.1f}% more cost"
 
 
 @jobs_app.command("list")
@@ -219,7 +219,7 @@ def list_command(
                 str(job.trials),
                 escape(gpu),
                 str(recommended.batch_size) if recommended else "-",
-                f"{100 * savings.fraction:.1f}%" if savings else "-",  # of the cost, vs default
+                f"{100 * savings.fraction:,.1f}%" if savings else "-",  # of the cost, vs default
                 when(job.updated_at),
             ]
         )
