@@ -91,7 +91,13 @@ def savings_of(job: CreatedJob, spent: Iterable[Spent]) -> Savings | str:
                 f"run{'' if default_ended == 1 else 's'}: there is no model at the default to "
                 "compare with"
             )
-        return f"not known until a run of the default batch size ({default}) converges"
+        unknown = f"not known until a run of the default batch size ({default}) converges"
+        if job.prior_from is not None and job.prior_mode == "trust":
+            unknown += (  # a trusted parent's job starts at the parent's best, not the default
+                f"; seeded from {job.prior_from} in trust mode, this job runs it only where its "
+                "walk comes to it: that job's savings are the measure of its curve"
+            )
+        return unknown
     if delivered == default_delivered and ended == default_ended:
         return f"every run so far used the default batch size ({default})"
     base_energy = delivered * default_energy / default_delivered

@@ -87,10 +87,36 @@ def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
     view = http.get(f"/api/jobs/{child}").json()
     assert view["arms"] == [64, 128, 256]
     assert view["seeded_from"]["standing"] == "over"
+    # It never ran its default (its walk did not come to it): its savings say why not.
+    assert view["savings"] is None
+    assert (
+        f"seeded from {parent} in trust mode, this job runs it only where"
+        in (view["savings_unknown"])
+    )
     page = http.get(f"/dashboard/jobs/{child}").text
     assert "the walk on that curve is over" in page
     assert page.count("exploration (a related job's curve)") == 3  # its walk's runs
     assert http.get(f"/api/jobs/{parent}").json()["seeded_from"] is None
+
+
+def test_a_trusted_parent_s_job_that_never_ran_its_default_says_why_its_savings_are_unknown(
+    http: httpx.Client,
+) -> None:
+    """Its walk (128, then 64 and 256) never comes to its default, 32: the savings against the
+    default are not known, and the words say that a trusted parent's job runs the default only
+    where its walk comes to it."""
+    parent = _parent(http, "parent")
+    child = unique_id("child")
+    body = _body(child, prior_from=parent, prior_mode="trust") | {"default_batch_size": 32}
+    assert http.post("/jobs", json=body).status_code == 201
+    assert sorted(_run(http, child) for _ in range(3)) == [64, 128, 256]
+    view = http.get(f"/api/jobs/{child}").json()
+    assert view["savings"] is None
+    why = view["savings_unknown"]
+    assert why.startswith("not known until a run of the default batch size (32) converges; ")
+    assert f"seeded from {parent} in trust mode, this job runs it only where its walk" in why
+    (listed,) = http.get("/api/jobs", params={"prefix": child}).json()
+    assert listed["savings_unknown"] == why
 
 
 def test_a_trusted_parent_that_ran_one_size_starts_the_job_at_its_default(
