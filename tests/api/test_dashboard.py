@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
-from zeus_bso_server.api.charts import cost_chart, sparkline
+from zeus_bso_server.api.charts import cost_chart, percent, sparkline
 from zeus_bso_server.read_models import TrialView
 
 
@@ -227,6 +227,11 @@ def test_a_trials_message_writes_its_figures_as_people_read_them(http: httpx.Cli
     assert cell.group(1) == html_escape(stopped)
     assert "min_cost(4,000)" in cell.group(2)
     assert "4000.12" not in cell.group(2)
+
+
+def test_percentages_read_with_thousands_separators() -> None:
+    """A job that spent 3,950 times its default's cost read "394953.9% more cost"."""
+    assert [percent(x) for x in (12.54, -3.06, 394953.94)] == ["12.5", "-3.1", "394,953.9"]
 
 
 def test_a_trial_shows_its_learning_curve_as_a_sparkline(http: httpx.Client) -> None:

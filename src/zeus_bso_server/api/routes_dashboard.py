@@ -26,7 +26,15 @@ from zeus_bso.spec import (
     hardware_words,
     profile_words,
 )
-from zeus_bso_server.api.charts import cost_chart, duration, energy, message, number, sparkline
+from zeus_bso_server.api.charts import (
+    cost_chart,
+    duration,
+    energy,
+    message,
+    number,
+    percent,
+    sparkline,
+)
 from zeus_bso_server.api.deps import Db
 from zeus_bso_server.api.docs_pages import DOCS_URL
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
@@ -47,6 +55,7 @@ def templates() -> Jinja2Templates:
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = number
     pages.env.filters["message"] = message
+    pages.env.filters["percent"] = percent
     pages.env.filters["profile"] = profile_words
     pages.env.filters["energy"] = energy
     pages.env.filters["duration"] = duration
