@@ -72,8 +72,8 @@ def simulate_command(
         bool,
         typer.Option(
             help="With --server: keep the simulated jobs there (their ids are printed), to look"
-            " at them in the dashboard or with `zeus-bso jobs`; otherwise each is deleted after"
-            " its seed"
+            " at them in the dashboard or with `zeus-bso jobs`; they count in its fleet's"
+            " totals, so use a server of their own. Otherwise each is deleted after its seed"
         ),
     ] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of cumulative cost")] = None,
