@@ -280,14 +280,17 @@ def ends_converged(bso: BatchSizeOptimizer, server: ServerProcess, epochs: int) 
 def test_a_database_outage_mid_run_does_not_stop_training(
     lockable: tuple[ServerProcess, Path],
 ) -> None:
-    """The database stays locked past the client's retries: the report is kept, training goes
-    on, and the report is delivered at the end, when the database is back."""
+    """The database stays locked past the client's retries: each report is kept and training
+    goes on, judged here by the job's target (0.8): a report below it goes on, one at it stops
+    the run, as the server would have said (it trained on to max_epochs). The last report is
+    delivered at the end, when the database is back."""
     server, db = lockable
     _, bso = training_run(server.url, "outage")
     with locked(db):
-        answer = bso.on_evaluate(0.9)  # answered 503 past the retries: training goes on
-        assert answer.stop_train is False
-    ends_converged(bso, server, epochs=1)
+        assert bso.on_evaluate(0.5).stop_train is False  # 503 past the retries: goes on
+        answer = bso.on_evaluate(0.9)  # at the target, judged here
+        assert (answer.stop_train, answer.converged) == (True, True)
+    ends_converged(bso, server, epochs=2)
 
 
 class _GatewayDown:
@@ -344,7 +347,7 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
         _, bso = training_run(proxy.url, "gateway")
         proxy.down.set()
         assert bso.on_evaluate(0.5).stop_train is False  # 502: kept, training goes on
-        assert bso.on_evaluate(0.9).stop_train is False
+        assert bso.on_evaluate(0.9).stop_train is True  # its target, judged here
         proxy.down.clear()
         ends_converged(bso, sqlite_server, epochs=2)
     finally:
@@ -386,7 +389,7 @@ def test_a_run_that_ends_during_an_outage_is_delivered_by_the_next_run(
     server, db = lockable
     spec, bso = training_run(server.url, "longoutage")
     with locked(db):
-        assert bso.on_evaluate(0.9).stop_train is False  # kept; training goes on
+        assert bso.on_evaluate(0.9).stop_train is True  # kept; at its target, judged here
         bso.end()  # still down: kept on this machine
     assert len(outbox_files(db.parent)) == 1
     with server.client() as http:
@@ -420,7 +423,8 @@ def test_a_token_rotated_under_a_run_does_not_stop_its_training(
     after = ServerProcess(sqlite_url(db), cwd=tmp_path, env={"ZEUS_BSO_TOKEN": "token-new"})
     try:
         with caplog.at_level(logging.WARNING, logger="zeus_bso"):
-            assert bso.on_evaluate(0.9).stop_train is False  # refused: training goes on
+            assert bso.on_evaluate(0.5).stop_train is False  # refused: training goes on
+            assert bso.on_evaluate(0.9).stop_train is True  # at its target, judged here
         said = " ".join(caplog.text.split())
         assert "the server refuses the token it took when this run started" in said
         assert "ZEUS_BSO_PREVIOUS_TOKEN" in said
@@ -432,7 +436,7 @@ def test_a_token_rotated_under_a_run_does_not_stop_its_training(
         assert outbox_files(tmp_path) == []
         with ServerClient(after.url, token="token-new") as client:
             first = next(t for t in client.trials(spec.job_id) if t.trial_number == 1)
-        assert (first.status, first.converged, first.epochs) == ("reported", True, 1)
+        assert (first.status, first.converged, first.epochs) == ("reported", True, 2)
     finally:
         after.stop()
 

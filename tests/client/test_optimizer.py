@@ -433,8 +433,9 @@ def test_a_report_the_server_missed_is_delivered_at_the_end(tmp_path: Path) -> N
         bso.on_train_begin()
     finally:
         server.stop()  # also when the test fails before: no server left running
-    answer = bso.on_evaluate(0.9)  # the server is down: training goes on
-    assert answer.stop_train is False
+    assert bso.on_evaluate(0.3).stop_train is False  # the server is down: training goes on
+    answer = bso.on_evaluate(0.9)  # its target, judged here: the run stops as the server would
+    assert (answer.stop_train, answer.converged) == (True, True)
     restarted = ServerProcess(sqlite_url(db), cwd=tmp_path)
     try:
         bso.client.server_url = restarted.url

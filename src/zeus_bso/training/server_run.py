@@ -290,8 +290,8 @@ class ServerRun(ServerRunEndings):
     def on_evaluate(self, metric: float, epoch: int | None, elapsed: Elapsed) -> ReportResponse:
         """Report the validation metric of the epoch just finished, with the run's seconds and
         joules since training began; says whether to stop. A report the server cannot take now
-        is kept, and training goes on; offline (or once its job was deleted on the server), the
-        run stops at its target or at ``max_epochs``."""
+        is kept, and training goes on to the job's target or ``max_epochs``, judged here; so
+        does a run offline (or once its trial is gone from the server)."""
         if self.training_finished:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
@@ -304,10 +304,7 @@ class ServerRun(ServerRunEndings):
         self._reported = elapsed
         trial = self.trial
         if self.offline or trial is None:
-            size = self.batch_size or self.spec.default_batch_size
-            answer = judged_without_server(self.spec, size, metric, epoch)
-            self.link.answered(answer)
-            return answer
+            return self._judged_here(self.batch_size or self.spec.default_batch_size, metric, epoch)
         steps = self.accumulation.steps
         self._last_report = TrainingResult(
             **trial.model_dump(),
@@ -318,11 +315,25 @@ class ServerRun(ServerRunEndings):
             accumulation_steps=steps if steps > 1 else None,
         )
         try:
-            return self.link.report(self._last_report)
+            answer = self.link.report(self._last_report)
         except ZeusBSOError as err:
             if not self.link.trial_gone(err, trial):
                 raise
-        self.link.lost_trial(trial)  # deleted under the run: it trains on, judged here
-        answer = judged_without_server(self.spec, trial.batch_size, metric, epoch)
+            self.link.lost_trial(trial)  # deleted under the run: it trains on, judged here
+            return self._judged_here(trial.batch_size, metric, epoch)
+        if self.link.pending is None or answer.stop_train:
+            return answer
+        # Kept for later (the server is away, or refuses the run's token): the target and
+        # max_epochs are judged here, as the server would judge them, so that a run at its
+        # target stops instead of training on to max_epochs until the server is back.
+        here = judged_without_server(self.spec, trial.batch_size, metric, epoch)
+        if here.stop_train:
+            self.link.answered(here)
+            return here
+        return answer
+
+    def _judged_here(self, batch_size: int, metric: float, epoch: int) -> ReportResponse:
+        """A report that no server judges, judged by the job's target and ``max_epochs``."""
+        answer = judged_without_server(self.spec, batch_size, metric, epoch)
         self.link.answered(answer)
         return answer
