@@ -25,6 +25,7 @@ from tests.helpers import (
     ZEUS_BSO,
     ServerProcess,
     environment_without_settings,
+    job_body,
     sqlite_url,
     unique_id,
 )
@@ -696,6 +697,40 @@ def test_deleting_a_job_with_runs_in_progress_says_so_before_it_asks(
     assert asked.exit_code == 0, asked.stdout
     assert "in progress" not in asked.stdout
     assert cli(server, "show", idle).returncode == 1  # deleted
+
+
+def test_the_list_shows_the_jobs_at_one_stage(server: ServerProcess) -> None:
+    """``--stage blocked`` finds the jobs whose next run is refused (no batch size converged),
+    among others of the prefix; ``--limit`` counts those it shows."""
+    prefix = unique_id("clistage").replace("-", "")
+    job_with_trials(server, f"{prefix}-fine", runs=2)
+    blocked = [f"{prefix}-stuck{n}" for n in range(3)]
+    with ServerClient(server.url, token=TOKEN) as client:
+        for job_id in blocked:
+            body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+            body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+            client.register_job(JobSpecFromClient.model_validate(body))
+            for _ in range(2):  # each size once, never at the target: pruning found none
+                trial = client.dispatch(job_id).trial
+                for epoch in (1, 2):
+                    result = TrainingResult(
+                        **trial.model_dump(), time=1.0, energy=9.0, metric=0.1, current_epoch=epoch
+                    )
+                    if client.report(result).stop_train:
+                        break
+                client.end_trial(trial)
+    listed = cli(server, "list", "--prefix", prefix, "--stage", "blocked", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [j["job_id"] for j in json.loads(listed.stdout)] == blocked
+    assert {j["stage"] for j in json.loads(listed.stdout)} == {"blocked"}
+    first = cli(server, "list", "--prefix", prefix, "--stage", "blocked", "--limit", "2")
+    assert [line.split()[0] for line in first.stdout.splitlines()[2:]] == blocked[:2]
+    assert "--offset 2 shows the next page" in first.stderr
+    none = cli(server, "list", "--prefix", prefix, "--stage", "pinned")
+    assert none.returncode == 0
+    assert f"no jobs at stage pinned whose id starts with '{prefix}'" in none.stderr
+    wrong = cli(server, "list", "--stage", "stuck")
+    assert wrong.returncode == 2
 
 
 def test_a_tables_costs_keep_one_unit_down_each_column(server: ServerProcess) -> None:

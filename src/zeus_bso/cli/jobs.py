@@ -29,7 +29,14 @@ from zeus_bso.errors import (
 from zeus_bso.options import token_from
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text, energy_unit
-from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, Savings, SeededFrom
+from zeus_bso.wire.reads import (
+    FleetSummary,
+    JobStage,
+    JobSummary,
+    JobView,
+    Savings,
+    SeededFrom,
+)
 
 T = TypeVar("T")
 
@@ -86,6 +93,9 @@ TRIALS_KEEP = (
     *("#", "batch", "kind", "status", "conv.", "cost"),
     *("epochs", "time", "energy", "metric"),
 )
+STAGE_PAGE = 1000
+"""Jobs a request reads while ``jobs list --stage`` looks through them (the list's largest
+page)."""
 # How the trials table writes a column's figures for people (CSV and JSON keep the numbers).
 TRIAL_FIGURES: dict[str, Any] = {"time": duration_text}
 ENERGY_COLUMNS = ("energy", "cost")
@@ -183,11 +193,21 @@ def list_command(
     prefix: Annotated[str | None, typer.Option(help="Only ids that start with this")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
     offset: Annotated[int, typer.Option(min=0)] = 0,
+    stage: Annotated[
+        JobStage | None,
+        typer.Option(
+            metavar="STAGE",
+            help="Only the jobs at this stage: pruning, bandit, blocked (their next run is "
+            "refused) or pinned; --limit and --offset then count those",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
 
     def page(client: ServerClient) -> tuple[tuple[list[JobSummary], list[str]], bool]:
+        if stage is not None:
+            return _at_stage(client, prefix, stage, limit, offset)
         found = client.jobs_page(prefix, limit, offset)
         full = len(found[0]) + len(found[1]) >= limit  # the unreadable are left out of a page
         return found, full and any(client.jobs_page(prefix, 1, offset + limit))
@@ -229,7 +249,28 @@ def list_command(
     if more:  # after the table, whose end is what a terminal shows
         err.print(beyond)
     if not jobs:
-        err.print(escape("no jobs" + _whose_id(prefix)))
+        at = f" at stage {stage.value}" if stage is not None else ""
+        err.print(escape("no jobs" + at + _whose_id(prefix)))
+
+
+def _at_stage(
+    client: ServerClient, prefix: str | None, stage: JobStage, limit: int, offset: int
+) -> tuple[tuple[list[JobSummary], list[str]], bool]:
+    """The page ``limit`` and ``offset`` say of the jobs at ``stage`` (whose id starts with
+    ``prefix``), the ids the server cannot read, and whether more follow: every page of the
+    job list is read (a stage is the policy's reading of each job, which the list cannot be
+    asked for)."""
+    matching: list[JobSummary] = []
+    unreadable: list[str] = []
+    start = 0
+    while True:
+        found, unread = client.jobs_page(prefix, STAGE_PAGE, start)
+        matching += [job for job in found if job.stage is stage]
+        unreadable += unread
+        if len(found) + len(unread) < STAGE_PAGE:
+            break
+        start += STAGE_PAGE
+    return (matching[offset : offset + limit], unreadable), len(matching) > offset + limit
 
 
 @jobs_app.command("summary")
