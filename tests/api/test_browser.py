@@ -500,6 +500,10 @@ def test_savings_count_unconverged_runs_and_a_blocked_job_says_so(
     run_one(api, blocked, {})
     page.goto(server.url + "/dashboard/jobs/" + blocked)
     playwright_expect(page.locator(".badge").first).to_have_text("blocked")
+    # Marked apart from the stages that go on (red, as a failed trial's status).
+    playwright_expect(page.locator(".badge").first).to_have_css(
+        "background-color", "rgb(251, 231, 231)"
+    )
     playwright_expect(page.locator("#next-run")).to_contain_text("refused")
     playwright_expect(page.locator("#next-run")).to_contain_text("lower target_metric")
     playwright_expect(page.locator("#savings")).to_contain_text(
