@@ -625,7 +625,7 @@ def test_forget_memory_gives_a_profile_every_batch_size_again(server: ServerProc
 def test_the_totals_name_one_verb_where_energy_and_cost_agree(
     energy: float, cost: float, said: str
 ) -> None:
-    from zeus_bso.cli.jobs import totals_in_words
+    from zeus_bso.cli.job_words import totals_in_words
     from zeus_bso.wire.reads import FleetSummary
 
     answer = {
