@@ -152,7 +152,7 @@ def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
             kind=decided.kind,
             arms=list(decided.arms or ()),
             refused=False,
-            why=f"the bandit ({config.bandit}) draws it among {arms_text}",
+            why=f"the {config.bandit} bandit draws it among {arms_text}",
         )
     if decided.kind is policy.TrialKind.BANDIT and decided.probe:
         why = (

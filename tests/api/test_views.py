@@ -74,7 +74,7 @@ def test_the_next_run_names_its_arm_where_the_bandit_no_longer_draws(http: httpx
         "kind": "bandit",
         "arms": [32, 64],
         "refused": False,
-        "why": "the bandit (thompson) draws it among 32, 64",
+        "why": "the thompson bandit draws it among 32, 64",
     }
     assert sorted(_ran(http, job_id) for _ in range(2)) == [32, 64]  # each arm once
     upcoming = http.get(f"/api/jobs/{job_id}").json()["next_run"]
