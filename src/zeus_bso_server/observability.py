@@ -21,6 +21,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -101,6 +102,13 @@ class Metrics:
             "Requests that sent ZEUS_BSO_PREVIOUS_TOKEN, the server's token before its rotation "
             "(none for a while: every client has the new one, and it can be unset).",
             registry=self.registry,
+        )
+        self.previous_token_set = Gauge(
+            "zeus_bso_previous_token_set",
+            "1 while ZEUS_BSO_PREVIOUS_TOKEN is set (the token before a rotation opens the "
+            "server too), else 0.",
+            registry=self.registry,
+            multiprocess_mode="max",
         )
 
     def exposition(self) -> tuple[bytes, str]:

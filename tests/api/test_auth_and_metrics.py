@@ -382,6 +382,7 @@ def test_a_rotated_token_lets_runs_that_started_with_the_previous_one_report_to_
         admin = {"Authorization": f"Bearer {new}"}
         text = httpx.get(rotated.url + "/metrics", headers=admin).text
         assert metric(text, "zeus_bso_previous_token_requests_total") == 2
+        assert metric(text, "zeus_bso_previous_token_set") == 1  # the alert's other half
         state = httpx.get(f"{rotated.url}/api/jobs/{job_id}", headers=admin).json()
         assert [t["status"] for t in state["trials"]] == ["reported"]
         assert (

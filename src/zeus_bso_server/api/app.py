@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if resolved.token is not None:
         read = resolved.read_token.get_secret_value() if resolved.read_token else None
         previous = resolved.previous_token
+        metrics.previous_token_set.set(1 if previous is not None else 0)
         app.add_middleware(
             TokenMiddleware,
             token=resolved.token.get_secret_value(),
