@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from zeus_bso.errors import NoFittingBatchSizeError
-from zeus_bso.policy.bandits import choose_arm, settled_arm
+from zeus_bso.policy.bandits import next_arm
 from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.priors import next_prior_step, predicted_cost
 from zeus_bso.policy.pruning import (
@@ -92,9 +92,7 @@ def decide(
         raise NoFittingBatchSizeError(
             job.num_pruning_rounds, [], history.memory_cap, history.profile
         )
-    observations, pulls = history.observations, history.bandit_pulls
-    batch_size = choose_arm(job, fitting, observations, rng, pulls)
-    drawn = settled_arm(job, fitting, observations, pulls) is None
+    batch_size, drawn = next_arm(job, fitting, history.observations, rng, history.bandit_pulls)
     return Dispatch(batch_size, TrialKind.BANDIT, arms=arms, drawn=drawn)
 
 

@@ -115,7 +115,25 @@ def settled_arm(
 ) -> int | None:
     """The arm the job's bandit chooses for the next run whatever it draws (`SettlingBandit`);
     None: it draws one, or it cannot say."""
-    settled = getattr(bandit_for(job), "settled", None)
+    return _settled(bandit_for(job), arms, observations, pulls)
+
+
+def next_arm(
+    job: CreatedJob, arms: Arms, observations: Observations, rng: random.Random, pulls: int = 0
+) -> tuple[int, bool]:
+    """The arm the job's bandit chooses for the next run, and whether a random draw chose it:
+    the arm it settled on (`settled_arm`, which its ``choose`` takes whatever it draws:
+    `zeus_bso.testing.BanditContract`), else its ``choose``'s, drawn from ``rng``. The bandit
+    is built, and its choice made, once."""
+    bandit = bandit_for(job)
+    arm = _settled(bandit, arms, observations, pulls)
+    if arm is not None:
+        return arm, False
+    return bandit.choose(arms, observations, rng, pulls), True
+
+
+def _settled(bandit: Bandit, arms: Arms, observations: Observations, pulls: int) -> int | None:
+    settled = getattr(bandit, "settled", None)
     return None if settled is None else settled(arms, observations, pulls)
 
 
@@ -158,6 +176,7 @@ __all__ = [
     "bandit_for",
     "choose_arm",
     "installed_bandits",
+    "next_arm",
     "recommended",
     "settled_arm",
 ]
