@@ -36,6 +36,12 @@ def energy_text(joules: float) -> str:
     return f"{sign}{joules / 3.6e6:,.2f} kWh"
 
 
+def percent_text(value: float) -> str:
+    """A percentage's figure to one decimal, with thousands separators (``12.5``, ``3,950.0``:
+    a job that spent 40 times its default's cost), without its ``%``."""
+    return f"{value:,.1f}"
+
+
 def energy_unit(joules: Iterable[float | None]) -> Callable[[float | None], str]:
     """How a column of energies (or costs, in joules) is written: each in one unit, so that a
     column compares at a glance (``233.1 kJ`` above ``0.14 kWh`` read as the dearer of the

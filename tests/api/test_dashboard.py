@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
-from zeus_bso_server.api.charts import cost_chart, percent, sparkline
+from zeus_bso.units import percent_text
+from zeus_bso_server.api.charts import cost_chart, sparkline
 from zeus_bso_server.read_models import TrialView
 
 
@@ -231,7 +232,7 @@ def test_a_trials_message_writes_its_figures_as_people_read_them(http: httpx.Cli
 
 def test_percentages_read_with_thousands_separators() -> None:
     """A job that spent 3,950 times its default's cost read "394953.9% more cost"."""
-    assert [percent(x) for x in (12.54, -3.06, 394953.94)] == ["12.5", "-3.1", "394,953.9"]
+    assert [percent_text(x) for x in (12.54, -3.06, 394953.94)] == ["12.5", "-3.1", "394,953.9"]
 
 
 def test_a_trial_shows_its_learning_curve_as_a_sparkline(http: httpx.Client) -> None:

@@ -12,7 +12,7 @@ from rich.table import Column, Table
 
 from zeus_bso.cli.tables import COMPACT
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
-from zeus_bso.units import duration_text, energy_text, energy_unit
+from zeus_bso.units import duration_text, energy_text, energy_unit, percent_text
 from zeus_bso.wire.reads import FleetSummary, JobView, Savings, SeededFrom
 
 
@@ -165,7 +165,9 @@ def joules_text(value: float | None) -> str:
 def saved_words(savings: Savings) -> str:
     """A job's savings in words: ``12.5% of the cost saved``, or ``3.1% more cost``."""
     share = 100 * savings.fraction
-    return f"{share:,.1f}% of the cost saved" if share >= 0 else f"{-share:,.1f}% more cost"
+    if share >= 0:
+        return f"{percent_text(share)}% of the cost saved"
+    return f"{percent_text(-share)}% more cost"
 
 
 def whose_id(prefix: str | None) -> str:

@@ -28,11 +28,8 @@ from zeus_bso.errors import (
 )
 from zeus_bso.options import token_from
 from zeus_bso.spec import ESTIMATED_MODEL
-from zeus_bso.units import duration_text, energy_unit
-from zeus_bso.wire.reads import (
-    JobStage,
-    JobSummary,
-)
+from zeus_bso.units import duration_text, energy_unit, percent_text
+from zeus_bso.wire.reads import JobStage, JobSummary
 
 T = TypeVar("T")
 
@@ -217,7 +214,7 @@ def list_command(
                 str(job.trials),
                 escape(gpu),
                 str(recommended.batch_size) if recommended else "-",
-                f"{100 * savings.fraction:,.1f}%" if savings else "-",  # of the cost, vs default
+                f"{percent_text(100 * savings.fraction)}%" if savings else "-",  # vs default
                 when(job.updated_at),
             ]
         )

@@ -40,12 +40,6 @@ def message(text: str | None) -> str:
     return LONG_FIGURE.sub(lambda figure: number(float(figure.group())), text)
 
 
-def percent(value: float) -> str:
-    """A percentage's figure to one decimal, with thousands separators (``12.5``,
-    ``3,950.0``: a job that spent 40 times its default's cost)."""
-    return f"{value:,.1f}"
-
-
 def energy(joules: float | None) -> str:
     """Joules as people read them (`zeus_bso.units.energy_text`: ``52 J``, ``4.2 kJ``,
     ``0.31 kWh``); empty for nothing."""

@@ -26,13 +26,13 @@ from zeus_bso.spec import (
     hardware_words,
     profile_words,
 )
+from zeus_bso.units import percent_text
 from zeus_bso_server.api.charts import (
     cost_chart,
     duration,
     energy,
     message,
     number,
-    percent,
     sparkline,
 )
 from zeus_bso_server.api.deps import Db
@@ -55,7 +55,7 @@ def templates() -> Jinja2Templates:
     pages.env.filters["utc"] = _utc
     pages.env.filters["number"] = number
     pages.env.filters["message"] = message
-    pages.env.filters["percent"] = percent
+    pages.env.filters["percent"] = percent_text
     pages.env.filters["profile"] = profile_words
     pages.env.filters["energy"] = energy
     pages.env.filters["duration"] = duration
