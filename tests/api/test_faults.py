@@ -294,11 +294,11 @@ def test_a_database_outage_mid_run_does_not_stop_training(
 
 
 class _GatewayDown:
-    """A reverse proxy in front of a server that answers 502 to every request to ``down_on``
-    (a path prefix) while ``down`` is set, as a proxy does while the server behind it
-    restarts."""
+    """A reverse proxy in front of a server that answers its own page of ``status`` (502: as
+    while the server behind it restarts) to every request to ``down_on`` (a path prefix) while
+    ``down`` is set."""
 
-    def __init__(self, upstream: str, down_on: str = "/report") -> None:
+    def __init__(self, upstream: str, down_on: str = "/report", status: int = 502) -> None:
         import http.server
 
         self.down = threading.Event()
@@ -312,15 +312,16 @@ class _GatewayDown:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 if outer.down.is_set() and self.path.startswith(down_on):
-                    status, content, kind = 502, b"<html>502 Bad Gateway</html>", "text/html"
+                    content, kind = f"<html>{status} from the proxy</html>".encode(), "text/html"
+                    code = status
                 else:
                     headers = {"Content-Type": self.headers.get("Content-Type", "")}
                     answer = httpx.request(
                         self.command, upstream + self.path, content=body, headers=headers
                     )
-                    status, content = answer.status_code, answer.content
+                    code, content = answer.status_code, answer.content
                     kind = answer.headers.get("content-type", "application/json")
-                self.send_response(status)
+                self.send_response(code)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
@@ -347,6 +348,28 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
         _, bso = training_run(proxy.url, "gateway")
         proxy.down.set()
         assert bso.on_evaluate(0.5).stop_train is False  # 502: kept, training goes on
+        assert bso.on_evaluate(0.9).stop_train is True  # its target, judged here
+        proxy.down.clear()
+        ends_converged(bso, sqlite_server, epochs=2)
+    finally:
+        proxy.close()
+
+
+def test_a_proxys_not_found_page_mid_run_does_not_stop_training(
+    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A report answered by a reverse proxy's own 404 page (its routes changed under a run that
+    reached the server through it) is kept like an outage's: it does not raise into the
+    training loop, the run is judged here meanwhile, and its last report is delivered at the
+    end, once the route is back. (The report route is upstream's protocol: every server a run
+    started on has it.)"""
+    proxy = _GatewayDown(sqlite_server.url, down_on="/report", status=404)
+    try:
+        _, bso = training_run(proxy.url, "proxy404")
+        proxy.down.set()
+        assert bso.on_evaluate(0.5).stop_train is False  # the proxy's 404: kept, goes on
+        assert "report of epoch 1 not delivered" in caplog.text
+        assert "answered 404: an HTML page, not a zeus-bso server" in caplog.text
         assert bso.on_evaluate(0.9).stop_train is True  # its target, judged here
         proxy.down.clear()
         ends_converged(bso, sqlite_server, epochs=2)

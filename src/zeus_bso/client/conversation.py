@@ -58,6 +58,14 @@ def for_later(err: ZeusBSOError) -> bool:
     )
 
 
+def report_for_later(err: ZeusBSOError) -> bool:
+    """Whether a report of a run under way is kept for later (`for_later`), or because a page
+    not the server's answered it 404 or 405 (`RouteMissingError`): every server a run started on
+    has the report route (upstream's protocol), so such a page is a reverse proxy's whose routes
+    changed under the run, not a server without the route."""
+    return for_later(err) or isinstance(err, RouteMissingError)
+
+
 def _token_refused(err: ZeusBSOError) -> bool:
     return isinstance(err, ServerRejectedError) and err.status == 401
 
@@ -289,9 +297,9 @@ class JobConversation:
         self.power_profiling = job is not None and profiles_power(job.eta_knob, job.power_profiling)
 
     def report(self, result: TrainingResult) -> ReportResponse:
-        """Report a validation; the server's answer. A server away for now (unreachable, a 5xx)
-        says nothing about the report: it is kept for the end of the run (`pending`), and
-        training goes on.
+        """Report a validation; the server's answer. A server away for now (unreachable, a 5xx,
+        a reverse proxy's own 404: `report_for_later`) says nothing about the report: it is kept
+        for the end of the run (`pending`), and training goes on.
 
         Raises:
             ZeusBSOError: the server refused the report (a 4xx).
@@ -299,7 +307,7 @@ class JobConversation:
         try:
             answer = self.client.report(result)
         except (ServerConnectionError, ServerRejectedError) as err:
-            if not for_later(err):
+            if not report_for_later(err):
                 raise
             self.pending = result
             if _token_refused(err):
@@ -522,7 +530,7 @@ class JobConversation:
                 self.answered(self.client.report(report))
                 pending = None
             except ZeusBSOError as err:
-                if not for_later(err):
+                if not report_for_later(err):
                     logger.error(
                         "the last report could not be delivered and is lost: %s (%s)",
                         report.model_dump_json(),
