@@ -620,6 +620,8 @@ def test_forget_memory_gives_a_profile_every_batch_size_again(server: ServerProc
         (-73.0, -0.28, "spent 73 J (28.2% more energy) and 28.0% more cost."),
         (73.0, -0.28, "saved 73 J (28.2% of the energy) and spent 28.0% more cost."),
         (-73.0, 0.28, "spent 73 J (28.2% more energy) and saved 28.0% of the cost."),
+        # A fleet that spent 40 times its defaults' cost: figures with separators.
+        (-73.0, -39.5, "spent 73 J (28.2% more energy) and 3,950.0% more cost."),
     ],
 )
 def test_the_totals_name_one_verb_where_energy_and_cost_agree(

@@ -192,17 +192,17 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
             "runs at another."
         )
     energy, cost = totals.energy_saved, totals.cost_saved
-    energy_share = abs(100 * totals.energy_saved_fraction)
-    cost_share = abs(100 * totals.cost_saved_fraction)
+    energy_share = percent_text(abs(100 * totals.energy_saved_fraction))
+    cost_share = percent_text(abs(100 * totals.cost_saved_fraction))
     energy_words = (
-        f"saved {energy_text(energy)} ({energy_share:.1f}% of the energy)" if energy >= 0 else
-        f"spent {energy_text(-energy)} ({energy_share:.1f}% more energy)"
+        f"saved {energy_text(energy)} ({energy_share}% of the energy)" if energy >= 0 else
+        f"spent {energy_text(-energy)} ({energy_share}% more energy)"
     )  # fmt: skip
     if (energy >= 0) == (cost >= 0):  # one verb for both
-        cost_words = f"{cost_share:.1f}% " + ("of the cost" if cost >= 0 else "more cost")
+        cost_words = f"{cost_share}% " + ("of the cost" if cost >= 0 else "more cost")
     else:
-        cost_words = (f"saved {cost_share:.1f}% of the cost" if cost >= 0 else
-                      f"spent {cost_share:.1f}% more cost")  # fmt: skip
+        cost_words = (f"saved {cost_share}% of the cost" if cost >= 0 else
+                      f"spent {cost_share}% more cost")  # fmt: skip
     known, saving = totals.jobs_with_savings, totals.jobs_saving
     # An older server does not count them.
     counted = "jobs_saving" in totals.model_fields_set
