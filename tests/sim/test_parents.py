@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 import statistics
 import subprocess
 from pathlib import Path
@@ -164,6 +165,39 @@ def test_the_command_line_seeds_jobs_through_a_server_from_a_parent_job_on_it(
         assert view.job.job_id_prefix == client.job(parent, limit=0).job.job_id_prefix
         for job_id in kept:
             client.delete_job(job_id)
+
+
+def test_a_parent_whose_seeding_fails_midway_is_deleted_from_the_server(
+    sqlite_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``simulate --server --parent``: where the parent job's runs fail midway (here its second
+    report: the connection lost), the parent job, registered and half-seeded, is deleted from
+    the server with the rest; it was left there."""
+    from zeus_bso.cli.simulate import _backend
+    from zeus_bso.errors import ServerConnectionError
+
+    trace = load_trace_job("librispeech", "v100")
+    curve = parent_curve(trace, trace, eta_knob=ETA, seed=0, sigma=0.1)
+    prefix = f"sim-midway{secrets.token_hex(3)}"
+    spec = job_spec(trace, f"{prefix}-child", mab_seed=0, job_id_prefix=prefix)
+    reported = ServerClient.report
+    calls: list[int] = []
+
+    def fails_second(client: ServerClient, result: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ServerConnectionError("the connection was lost")
+        return reported(client, result)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ServerClient, "report", fails_second)
+    with (
+        pytest.raises(ServerConnectionError),
+        _backend(spec, sqlite_server.url, (trace, curve, PriorMode.TRUST)),
+    ):
+        pass
+    assert len(calls) == 2  # it failed midway, after the parent was registered
+    with ServerClient(sqlite_server.url) as client:
+        assert client.list_jobs(prefix) == []
 
 
 def test_a_parent_s_runs_give_the_curve_a_server_learns_from_them() -> None:

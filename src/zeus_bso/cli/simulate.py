@@ -25,6 +25,7 @@ from zeus_bso.errors import (
     EXIT_FAILURE,
     EXIT_USAGE,
     ConfigurationError,
+    ServerRejectedError,
     ZeusBSOError,
 )
 from zeus_bso.policy.types import PriorMode
@@ -448,14 +449,18 @@ def _backend(
 
     with ServerClient(server) as client:
         made = []
-        if seeded is not None:
-            trace, curve, mode = seeded
-            parent_id = f"{spec.job_id_prefix}-parent-{secrets.token_hex(4)}"
-            found = parent_job(client, trace, curve, parent_id, spec.eta_knob, spec.job_id_prefix)
-            if found is not None:
-                made.append(found)
-                spec = spec.model_copy(update={"prior_from": found, "prior_mode": mode})
         try:
+            if seeded is not None:
+                trace, curve, mode = seeded
+                parent_id = f"{spec.job_id_prefix}-parent-{secrets.token_hex(4)}"
+                made.append(parent_id)  # deleted after, even where its seeding fails midway
+                found = parent_job(
+                    client, trace, curve, parent_id, spec.eta_knob, spec.job_id_prefix
+                )
+                if found is None:  # nothing to seed from: no parent registered
+                    made.remove(parent_id)
+                else:
+                    spec = spec.model_copy(update={"prior_from": found, "prior_mode": mode})
             backend = ServerBackend(client, spec)
             made.append(backend.job_id)
             yield backend
@@ -467,7 +472,17 @@ def _backend(
                         highlight=False,
                     )
                 else:
-                    client.delete_job(job_id)
+                    _delete_made(client, job_id)
+
+
+def _delete_made(client: Any, job_id: str) -> None:
+    """Delete ``job_id``, a job this simulation made (none there: a parent whose seeding
+    failed before it was registered)."""
+    try:
+        client.delete_job(job_id)
+    except ServerRejectedError as error:
+        if error.status != 404:
+            raise
 
 
 class PlainHelpCommand(TyperCommand):
