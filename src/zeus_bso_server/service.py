@@ -16,6 +16,7 @@ from dataclasses import replace
 from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
+from zeus_bso.errors import ReportMismatchError
 from zeus_bso.policy import Event, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.spec import (
@@ -287,16 +288,21 @@ class BatchSizeService:
         if result.accumulation_steps is not None:
             steps = None if result.accumulation_steps == 1 else result.accumulation_steps
             trial = replace(trial, accumulation_steps=steps)
-        step = orchestrate.report(
-            SqlJobStore.of(conn, job, self._trial_lease),
-            config,
-            trial,
-            time=result.time,
-            energy=result.energy,
-            metric=result.metric,
-            current_epoch=result.current_epoch,
-            final=bool(result.final),
-        )
+        try:
+            step = orchestrate.report(
+                SqlJobStore.of(conn, job, self._trial_lease),
+                config,
+                trial,
+                time=result.time,
+                energy=result.energy,
+                metric=result.metric,
+                current_epoch=result.current_epoch,
+                final=bool(result.final),
+            )
+        except ReportMismatchError as err:
+            if stored.run_key is None:
+                raise
+            raise ReportMismatchError(f"{err}. {_shared_run_key(stored.run_key)}") from err
         return step.answer, step.final
 
     async def end_trial(self, trial_id: TrialId, why: str | None = None) -> None:
@@ -523,3 +529,15 @@ def _nothing_measured(result: TrainingResult, eta_knob: float) -> str | None:
     if result.time == 0 and eta_knob == 0:
         return "no time, and the job's cost is its time alone (eta_knob 0),"
     return None
+
+
+def _shared_run_key(run_key: str) -> str:
+    """What a report that contradicts its trial's earlier ones says where a run named itself
+    (``run_key``): two processes running with one name at once share its trial, and each
+    reports its own totals to it."""
+    return (
+        f"The trial belongs to the run named {run_key!r}; if two processes run with that name "
+        "at once (a fixed ZEUS_BSO_RUN_KEY or run_key=... in a sweep, or torchrun launches "
+        "sharing one --rdzv-id), they share this trial and their reports contradict each "
+        "other: give each run its own name (a restart of the same run keeps it)"
+    )

@@ -86,6 +86,31 @@ def test_an_abandoned_trial_is_revived_and_a_finished_one_is_not_resumed(
     assert after_failure["trial_number"] not in (first["trial_number"], fresh["trial_number"])
 
 
+def test_two_processes_with_one_run_key_are_told_they_share_a_trial(http: httpx.Client) -> None:
+    """Two live processes with one name (a fixed run key in a sweep) get one trial; the report
+    that contradicts the other's says so and names the key, where it said only that time is
+    cumulative. A run without a key is not told of keys."""
+    job_id = register(http)
+    first = ask(http, job_id, "sweep")
+    report(http, first, 2, 0.2)
+    second = ask(http, job_id, "sweep")  # another process, not a restart: it starts at epoch 1
+    assert second["trial_number"] == first["trial_number"]
+    ids = {k: second[k] for k in ("job_id", "batch_size", "trial_number")}
+    body = {**ids, "time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1}
+    refused = http.post("/report", json=body)
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["message"]
+    assert "current_epoch 1 is below the 2 epochs already reported" in message
+    assert "The trial belongs to the run named 'sweep'" in message
+    assert "give each run its own name" in message
+    plain = ask(http, job_id)
+    report(http, plain, 2, 0.2)
+    ids = {k: plain[k] for k in ("job_id", "batch_size", "trial_number")}
+    unnamed = http.post("/report", json={**body, **ids})
+    assert unnamed.status_code == 409
+    assert "run named" not in unnamed.json()["message"]
+
+
 @pytest.mark.parametrize("run_key", ["", "a\x00b", "tab\there", "x" * 256])
 def test_bad_run_keys_are_refused(http: httpx.Client, run_key: str) -> None:
     job_id = register(http)

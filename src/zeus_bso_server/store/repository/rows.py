@@ -84,6 +84,8 @@ class StoredTrial:
     created_at: float
     updated_at: float
     lease_expires_at: float | None
+    run_key: str | None = None
+    """The name of the run that started it (``run_key``), if it gave one."""
 
 
 def stored_job(row: Record) -> StoredJob:
@@ -128,6 +130,7 @@ def stored_trial(row: Record) -> StoredTrial:
         created_at=row.created_at,
         updated_at=row.updated_at,
         lease_expires_at=row.lease_expires_at,
+        run_key=row.run_key,
     )
 
 
