@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -296,12 +296,13 @@ def test_a_database_outage_mid_run_does_not_stop_training(
 class _GatewayDown:
     """A reverse proxy in front of a server that answers its own page of ``status`` (502: as
     while the server behind it restarts) to every request to ``down_on`` (a path prefix) while
-    ``down`` is set."""
+    ``down`` is set; ``answered`` holds each request's path and whether the server answered it."""
 
     def __init__(self, upstream: str, down_on: str = "/report", status: int = 502) -> None:
         import http.server
 
         self.down = threading.Event()
+        self.answered: list[tuple[str, bool]] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -311,7 +312,10 @@ class _GatewayDown:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                if outer.down.is_set() and self.path.startswith(down_on):
+                cut = outer.down.is_set() and self.path.startswith(down_on)
+                outer.answered.append((self.path, not cut))
+                passed: dict[str, str] = {}  # the server's own headers, as a proxy passes them
+                if cut:
                     content, kind = f"<html>{status} from the proxy</html>".encode(), "text/html"
                     code = status
                 else:
@@ -321,7 +325,11 @@ class _GatewayDown:
                     )
                     code, content = answer.status_code, answer.content
                     kind = answer.headers.get("content-type", "application/json")
+                    own = {"content-type", "content-length", "date", "server", "connection"}
+                    passed = {k: v for k, v in answer.headers.items() if k not in own}
                 self.send_response(code)
+                for name, value in passed.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
@@ -373,6 +381,46 @@ def test_a_proxys_not_found_page_mid_run_does_not_stop_training(
         assert bso.on_evaluate(0.9).stop_train is True  # its target, judged here
         proxy.down.clear()
         ends_converged(bso, sqlite_server, epochs=2)
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("from_the_start", [False, True])
+def test_heartbeats_go_on_past_a_proxys_not_found_page(
+    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture, from_the_start: bool
+) -> None:
+    """A heartbeat answered by a reverse proxy's own 404 page, after heartbeats went through or
+    from the first (the server declared the heartbeat route at dispatch), is a failed
+    heartbeat (warned of once), not a server without the route: the heartbeats go on once the
+    proxy's routes are back. (The heartbeat thread stopped for the rest of the run, saying the
+    server had no heartbeat route, as it does for upstream's server.)"""
+    proxy = _GatewayDown(sqlite_server.url, down_on="/api/trials/heartbeat", status=404)
+    beats = "/api/trials/heartbeat"
+
+    def heard(answered: bool) -> int:
+        return sum(1 for path, ok in list(proxy.answered) if path == beats and ok is answered)
+
+    def wait_for(count: Callable[[], int], at_least: int) -> None:
+        deadline = time.monotonic() + 10.0
+        while count() < at_least and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert count() >= at_least
+
+    try:
+        if from_the_start:
+            proxy.down.set()
+        _, bso = training_run(proxy.url, "beat404", heartbeat_seconds=0.05)
+        if not from_the_start:
+            wait_for(lambda: heard(True), 1)
+            proxy.down.set()
+        wait_for(lambda: heard(False), 3)
+        proxy.down.clear()
+        after = heard(True)
+        wait_for(lambda: heard(True), after + 2)  # the heartbeats went on
+        assert "no heartbeat route" not in caplog.text
+        assert "heartbeat failed (training goes on)" in caplog.text
+        assert bso.on_evaluate(0.9).stop_train is True
+        ends_converged(bso, sqlite_server, epochs=1)
     finally:
         proxy.close()
 

@@ -66,6 +66,12 @@ def report_for_later(err: ZeusBSOError) -> bool:
     return for_later(err) or isinstance(err, RouteMissingError)
 
 
+def _warned_of_heartbeat(err: ZeusBSOError) -> bool:
+    """Warn that a heartbeat failed (once a run: the caller keeps whether it did)."""
+    logger.warning("heartbeat failed (training goes on): %s", err)
+    return True
+
+
 def _token_refused(err: ZeusBSOError) -> bool:
     return isinstance(err, ServerRejectedError) and err.status == 401
 
@@ -487,14 +493,18 @@ class JobConversation:
         self._heartbeat.start()
 
     def _beat(self, trial_of: Callable[[], TrialId | None]) -> None:
-        warned = False
+        warned = beaten = False
         while not self._stop_heartbeat.wait(self._heartbeat_seconds):
             trial = trial_of()
             if trial is None or self.training_finished:
                 continue
             try:
                 status = self.client.heartbeat(trial).status
-            except RouteMissingError:
+            except RouteMissingError as err:
+                if beaten or Extension.HEARTBEAT in self.client.extensions:
+                    # A reverse proxy's page (the server has the route): its routes changed.
+                    warned = warned or _warned_of_heartbeat(err)
+                    continue
                 logger.info(
                     "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
                     "its trials have no leases to keep",
@@ -502,10 +512,9 @@ class JobConversation:
                 )
                 return
             except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
-                if not warned:
-                    logger.warning("heartbeat failed (training goes on): %s", err)
-                    warned = True
+                warned = warned or _warned_of_heartbeat(err)
                 continue
+            beaten = True
             if status not in (None, "dispatched") and self.on_lease_lost is not None:
                 logger.warning(
                     "zeus-bso: trial %s is %s on the server: no longer this run's", trial, status
