@@ -120,6 +120,7 @@ def train(
     callback_options: dict[str, Any] | None = None,
     added_later: bool = False,
     compute_metrics: Any = accuracy,
+    trainer_class: Any = None,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
@@ -140,7 +141,7 @@ def train(
         save_strategy="epoch" if save or resume else "no",
         **options,
     )
-    trainer = transformers.Trainer(
+    trainer = (trainer_class or transformers.Trainer)(
         model=model,
         args=args,
         train_dataset=TokenDataset(256, 0),
@@ -725,6 +726,46 @@ def test_a_run_that_never_evaluates_its_metric_is_refused_before_it_trains(
     assert trial["status"] == "released"
     assert trial["epochs"] is None  # refused before it trained
     assert state["next_run"]["batch_size"] == spec.default_batch_size
+
+
+class OwnLoaderTrainer(transformers.Trainer):  # type: ignore[misc]
+    """A Trainer whose subclass builds its train DataLoader (a sampler of its own, say), as
+    scripts do: at a size of its own (`FIXED`), or at the Trainer's (``_train_batch_size``)."""
+
+    FIXED: int | None = 4
+
+    def get_train_dataloader(self) -> Any:
+        size = self._train_batch_size if self.FIXED is None else self.FIXED
+        loader = torch.utils.data.DataLoader(
+            self.train_dataset, batch_size=size, shuffle=True, collate_fn=self.data_collator
+        )
+        return self.accelerator.prepare(loader)
+
+
+class TrainersSizeTrainer(OwnLoaderTrainer):
+    FIXED = None
+
+
+def test_a_train_dataloader_built_at_another_size_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A Trainer subclass's get_train_dataloader() that builds the loader at a size of its own
+    would train at 4 while the server charged the dispatched size: refused, the trial
+    released, before a step; one that builds it at the Trainer's size trains as dispatched."""
+    spec = job(unique_id("hfownloader"), target=0.999)
+    with pytest.raises(ZeusBSOError) as refused:
+        train(server.url, spec, tmp_path, epochs=1, trainer_class=OwnLoaderTrainer)
+    said = str(refused.value)
+    assert (
+        f"takes batches of 4 samples, but this run's batch size is {spec.default_batch_size}"
+        in said
+    )
+    assert "batch_size=self._train_batch_size" in said
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", None)
+    callback = train(server.url, spec, tmp_path, epochs=1, trainer_class=TrainersSizeTrainer)
+    assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
 
 
 def test_a_trainer_without_compute_metrics_is_told_to_give_it_one(

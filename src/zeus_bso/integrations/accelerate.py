@@ -29,6 +29,7 @@ from typing import Any
 from typing_extensions import Unpack, override
 
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.loaders import batch_size_of
 from zeus_bso.integrations.loop_checkpoints import check_restore
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
@@ -139,7 +140,7 @@ class ZeusBSOAccelerate(TrialSession):
         (``_dataloaders``); without it, or with a loader of a batch sampler (no fixed size),
         nothing is said."""
         prepared = _prepared_loaders(self.accelerator)
-        sizes = [_batch_size_of(loader) for loader in prepared]
+        sizes = [batch_size_of(loader) for loader in prepared]
         if not sizes or None in sizes or self.micro_batch_size in sizes:
             return
         logger.warning(
@@ -159,7 +160,7 @@ class ZeusBSOAccelerate(TrialSession):
         such a loader, or with one without a length (an iterable dataset), the steps given to
         `train_begin` (`TrialSession.epoch_steps`)."""
         for loader in _prepared_loaders(self.accelerator):
-            if _batch_size_of(loader) == self.micro_batch_size:
+            if batch_size_of(loader) == self.micro_batch_size:
                 try:
                     batches = len(loader)
                 except TypeError:
@@ -184,12 +185,3 @@ def _prepared_loaders(accelerator: Any) -> list[Any]:
     """The DataLoaders ``accelerator`` prepared: its private list (``_dataloaders``), or none
     where a version of Accelerate keeps no such list."""
     return list(getattr(accelerator, "_dataloaders", None) or [])
-
-
-def _batch_size_of(loader: Any) -> int | None:
-    """A prepared DataLoader's batch size on each process: Accelerate gives its loaders a batch
-    sampler (its ``batch_size``); None: neither says one."""
-    size = getattr(loader, "batch_size", None)
-    if size is None:
-        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-    return size if isinstance(size, int) else None

@@ -275,6 +275,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             accumulates=self.options.get("max_micro_batch_size") is not None,
             metric=self.metric,
         )
+        if refused is None and loader is not None:
+            refused = hf_arguments.loader_refusal(loader, args, session.batch_size)
         if refused is not None:
             self._refuse(refused)
         if session.is_main:  # a dataset without a length has no epochs
