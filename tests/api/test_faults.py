@@ -572,6 +572,36 @@ def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
     assert (first["batch_size"], first["status"]) == (32, "infeasible")
 
 
+def test_out_of_memory_answered_by_a_proxys_not_found_page_is_delivered_later(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
+    """A run's batch size runs out of memory while a reverse proxy answers the mark with its
+    own 404 page (the server declared the route at dispatch): the mark is kept on this machine
+    as in an outage, and the next run delivers it, whose batch size then fits. (The trial was
+    ended as failed, taken for upstream's server without the route: the mark was lost, and the
+    next run got the size that ran out again.)"""
+    server, db = lockable
+    proxy = _GatewayDown(server.url, down_on="/api/trials/infeasible", status=404)
+    try:
+        spec, bso = training_run(proxy.url, "oomproxy")
+        assert bso.batch_size == 32
+        proxy.down.set()
+        bso.end_out_of_memory("CUDA out of memory")
+        (kept,) = outbox_files(db.parent)
+        assert json.loads(kept.read_text())["infeasible"] is True
+        proxy.down.clear()
+        later = next_run(proxy.url, spec)
+        assert later.get_batch_size() == 16
+        later.release("not trained in this test")
+    finally:
+        proxy.close()
+    assert outbox_files(db.parent) == []
+    with server.client() as http:
+        trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    first = next(t for t in trials if t["trial_number"] == 1)
+    assert (first["batch_size"], first["status"]) == (32, "infeasible")
+
+
 def test_micro_batches_that_run_out_of_memory_during_an_outage_are_delivered_later(
     lockable: tuple[ServerProcess, Path],
 ) -> None:

@@ -388,11 +388,11 @@ class JobConversation:
         (`zeus_bso.client.outbox`), which then fits."""
         try:
             self.client.infeasible(trial)
-        except RouteMissingError:
-            logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
-            self.client.end_trial(trial)
-            return False
         except ZeusBSOError as err:
+            if isinstance(err, RouteMissingError) and not self._declares(Extension.INFEASIBLE):
+                logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
+                self.client.end_trial(trial)
+                return False
             what = f"batch size {trial.batch_size} ran out of memory on {trains_on}"
             if self._kept_for_later(err, trial, what, infeasible=True):
                 return True
@@ -432,7 +432,9 @@ class JobConversation:
     ) -> bool:
         """Keep an out-of-memory mark the server could not take now (``err``: it is away, or
         answered 5xx) in the outbox, saying ``what`` in a warning; whether it was kept."""
-        if not for_later(err) or not outbox.keep(
+        # A page not the server's answered a route it declared: a reverse proxy's (`_declares`).
+        proxys = isinstance(err, RouteMissingError) and self._declares(Extension.INFEASIBLE)
+        if not (for_later(err) or proxys) or not outbox.keep(
             self.client.server_url,
             trial,
             None,
@@ -449,6 +451,12 @@ class JobConversation:
             ", which then gets a batch size that fits" if infeasible else "",
         )
         return True
+
+    def _declares(self, extension: Extension) -> bool:
+        """Whether the server declared ``extension`` at dispatch (`EXTENSIONS_HEADER`): a page
+        not the server's that answers its route 404 is then a reverse proxy's, whose routes
+        changed under the run, not a server without the route (upstream's)."""
+        return extension in self.client.extensions
 
     def release(self, trial: TrialId, why: str | None = None) -> bool:
         """Release ``trial``, which counts nothing against its batch size (``why``: for the
@@ -501,7 +509,7 @@ class JobConversation:
             try:
                 status = self.client.heartbeat(trial).status
             except RouteMissingError as err:
-                if beaten or Extension.HEARTBEAT in self.client.extensions:
+                if beaten or self._declares(Extension.HEARTBEAT):
                     # A reverse proxy's page (the server has the route): its routes changed.
                     warned = warned or _warned_of_heartbeat(err)
                     continue
