@@ -602,6 +602,31 @@ def test_out_of_memory_answered_by_a_proxys_not_found_page_is_delivered_later(
     assert (first["batch_size"], first["status"]) == (32, "infeasible")
 
 
+def test_a_release_during_an_outage_is_delivered_by_the_next_run(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
+    """A run released before it trained (a refused script, an interruption) while the database
+    is locked: the release is kept on this machine, and the next run delivers it, so that the
+    trial is released, counting nothing against its batch size. (It was left to its lease,
+    then abandoned without a report: a failure of its batch size.)"""
+    server, db = lockable
+    spec, bso = training_run(server.url, "releaseoutage")
+    with locked(db):
+        bso.release("refused before it trained")
+    (kept,) = outbox_files(db.parent)
+    assert json.loads(kept.read_text())["release"] == "refused before it trained"
+    assert bso.outcome is not None
+    assert "left to its lease" not in bso.outcome.why
+    later = next_run(server.url, spec)
+    later.get_batch_size()
+    later.release("not trained in this test")
+    assert outbox_files(db.parent) == []
+    with server.client() as http:
+        trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+    first = next(t for t in trials if t["trial_number"] == 1)
+    assert (first["status"], first["message"]) == ("released", "refused before it trained")
+
+
 def test_micro_batches_that_run_out_of_memory_during_an_outage_are_delivered_later(
     lockable: tuple[ServerProcess, Path],
 ) -> None:

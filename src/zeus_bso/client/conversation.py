@@ -460,13 +460,28 @@ class JobConversation:
 
     def release(self, trial: TrialId, why: str | None = None) -> bool:
         """Release ``trial``, which counts nothing against its batch size (``why``: for the
-        server to keep with it); whether the server did (a warning says why not)."""
+        server to keep with it); whether the server did, or will: where it is away for now (or
+        a reverse proxy's page answers the route it declared), the release is kept on this
+        machine for the next run that reaches it (`zeus_bso.client.outbox`); a warning says
+        why not otherwise."""
         try:
             self.client.release(trial, why)
-        except RouteMissingError:
-            logger.info("the server has no release route (upstream Zeus?): trial left open")
-            return False
         except ZeusBSOError as err:
+            declared = self._declares(Extension.RELEASE)
+            if isinstance(err, RouteMissingError) and not declared:
+                logger.info("the server has no release route (upstream Zeus?): trial left open")
+                return False
+            later = for_later(err) or isinstance(err, RouteMissingError)
+            if later and outbox.keep(
+                self.client.server_url, trial, None, end=False, release=why or ""
+            ):
+                logger.warning(
+                    "zeus-bso: trial %d could not be released now (%s): kept on this machine and "
+                    "released by the next run that reaches the server",
+                    trial.trial_number,
+                    err,
+                )
+                return True
             logger.warning("could not release trial %s: %s", trial, err)
             return False
         return True

@@ -1,7 +1,8 @@
 """What a run could not tell the server as it ended, kept on this machine until a later run
 reaches the server: its last report and the end of its trial, that its batch size ran out
-of memory (the later run then gets a size that fits), or that its micro-batches did (these
-GPUs' memory cap comes down, and a later run that accumulates does not try them again). A
+of memory (the later run then gets a size that fits), that its micro-batches did (these
+GPUs' memory cap comes down, and a later run that accumulates does not try them again), or
+that it released its trial (it never trained: nothing counts against its batch size). A
 database outage of any length then loses no run's result. One small file a trial
 (``$ZEUS_BSO_CACHE_DIR/outbox``, else ``~/.cache/zeus-bso/outbox``); keeping or delivering them
 never fails a run. One kept for a server that no run here has reached for `KEPT_DAYS` (it moved
@@ -47,13 +48,15 @@ def keep(
     end: bool,
     infeasible: bool = False,
     micro_batch_size: int | None = None,
+    release: str | None = None,
 ) -> bool:
-    """Keep ``report`` (the run's last, or None) and whether to end ``trial``, or to mark it
-    ``infeasible`` (its batch size ran out of memory), for a later run to deliver to the server
-    at ``server_url``; or, with ``micro_batch_size`` alone, that its micro-batches of that size
-    ran out of memory (the trial went on). A micro-batch mark kept before for the trial stays
-    with what is kept after it, and what was kept stays with a micro-batch mark. Returns
-    whether it was kept."""
+    """Keep ``report`` (the run's last, or None) and whether to end ``trial``, to mark it
+    ``infeasible`` (its batch size ran out of memory), or to ``release`` it (why: its run never
+    trained), for a later run to deliver to the server at ``server_url``; or, with
+    ``micro_batch_size`` alone, that its micro-batches of that size ran out of memory (the
+    trial went on). A micro-batch mark or a release kept before for the trial stays with what
+    is kept after it, and what was kept stays with a micro-batch mark. Returns whether it was
+    kept."""
     path = _path(server_url, trial)
     entry: dict[str, Any] = {
         "server_url": server_url.rstrip("/"),
@@ -62,9 +65,12 @@ def keep(
         "end": end,
         "infeasible": infeasible,
         "micro_batch_size": micro_batch_size,
+        "release": release,
     }
     before = _read(path)
     if before is not None:
+        if release is None and isinstance(before.get("release"), str):
+            entry["release"] = before["release"]
         kept_micro = before.get("micro_batch_size")
         if isinstance(kept_micro, int):
             entry["micro_batch_size"] = min(kept_micro, micro_batch_size or kept_micro)
@@ -81,7 +87,8 @@ def keep(
 
 def deliver(client: ServerClient) -> int:
     """Deliver what runs kept for ``client``'s server (for each trial, a micro-batch
-    out-of-memory mark first, then its report, its end and a batch size's out-of-memory mark);
+    out-of-memory mark first, then its report, its end, a batch size's out-of-memory mark and
+    its release);
     returns how many were delivered. Stops at the first the server cannot take now (it is
     unreachable or answers 5xx); one it refuses for good (a 4xx: the job was deleted, say) is
     dropped with a warning."""
@@ -102,6 +109,7 @@ def deliver(client: ServerClient) -> int:
             end = bool(entry.get("end"))
             infeasible = bool(entry.get("infeasible"))
             micro = entry.get("micro_batch_size")
+            release = entry.get("release")
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.debug("skipping unreadable outbox entry %s: %s", path, err)
             continue
@@ -114,6 +122,8 @@ def deliver(client: ServerClient) -> int:
                 client.end_trial(trial)
             if infeasible:
                 client.infeasible(trial)
+            if isinstance(release, str):
+                client.release(trial, release or None)
         except ServerConnectionError:
             break
         except ServerRejectedError as err:
