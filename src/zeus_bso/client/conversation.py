@@ -20,6 +20,12 @@ from zeus_bso.client.http import ServerClient
 from zeus_bso.client.kept_settings import unkept, unkept_notice
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.progress import TrialProgress
+from zeus_bso.client.server_away import (
+    away_at_start,
+    for_later,
+    for_later_on_a_known_route,
+    token_refused,
+)
 from zeus_bso.errors import (
     ConfigurationError,
     RouteMissingError,
@@ -47,42 +53,10 @@ from zeus_bso.spec import (
 logger = logging.getLogger(__name__)
 
 
-def for_later(err: ZeusBSOError) -> bool:
-    """Whether a request of a run under way failed because the server is away for now
-    (unreachable, or a 5xx), or refuses the token it took when the run started (401: it was
-    rotated, or the server restarted with one): what it carried can be delivered later, by a
-    run that reaches the server with its token, and the run trains on. (At a run's start a
-    refused token is an error: `go_offline`.)"""
-    return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and (err.status >= 500 or err.status == 401)
-    )
-
-
-def report_for_later(err: ZeusBSOError) -> bool:
-    """Whether a report of a run under way is kept for later (`for_later`), or because a page
-    not the server's answered it 404 or 405 (`RouteMissingError`): every server a run started on
-    has the report route (upstream's protocol), so such a page is a reverse proxy's whose routes
-    changed under the run, not a server without the route."""
-    return for_later(err) or isinstance(err, RouteMissingError)
-
-
 def _warned_of_heartbeat(err: ZeusBSOError) -> bool:
     """Warn that a heartbeat failed (once a run: the caller keeps whether it did)."""
     logger.warning("heartbeat failed (training goes on): %s", err)
     return True
-
-
-def _token_refused(err: ZeusBSOError) -> bool:
-    return isinstance(err, ServerRejectedError) and err.status == 401
-
-
-def _away(err: ZeusBSOError) -> bool:
-    """Whether the server is away at a run's start: unreachable, busy (503), or a reverse
-    proxy's gateway errors while the server behind it is down or restarting (502, 504).
-    Anything else is a usage error."""
-    return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
-    )
 
 
 class JobConversation:
@@ -163,7 +137,7 @@ class JobConversation:
     def go_offline(self, err: ZeusBSOError, batch_size: int | None = None) -> int:
         """Train without the server, at ``batch_size`` (a checkpoint's) or the fallback, when
         the server is away at start; else raise ``err``. Returns the batch size."""
-        if not _away(err) or self._on_server_unavailable == "raise":
+        if not away_at_start(err) or self._on_server_unavailable == "raise":
             raise err
         saved = fallback.recalled(self.job_id)
         size = batch_size or saved or self.spec.default_batch_size
@@ -304,8 +278,8 @@ class JobConversation:
 
     def report(self, result: TrainingResult) -> ReportResponse:
         """Report a validation; the server's answer. A server away for now (unreachable, a 5xx,
-        a reverse proxy's own 404: `report_for_later`) says nothing about the report: it is kept
-        for the end of the run (`pending`), and training goes on.
+        a reverse proxy's own 404: `for_later_on_a_known_route`) says nothing about the report:
+        it is kept for the end of the run (`pending`), and training goes on.
 
         Raises:
             ZeusBSOError: the server refused the report (a 4xx).
@@ -313,10 +287,10 @@ class JobConversation:
         try:
             answer = self.client.report(result)
         except (ServerConnectionError, ServerRejectedError) as err:
-            if not report_for_later(err):
+            if not for_later_on_a_known_route(err):
                 raise
             self.pending = result
-            if _token_refused(err):
+            if token_refused(err):
                 logger.warning(
                     "zeus-bso: report of epoch %d not delivered: the server refuses the token it "
                     "took when this run started (rotated? ZEUS_BSO_PREVIOUS_TOKEN on the server "
@@ -430,11 +404,14 @@ class JobConversation:
         infeasible: bool = False,
         micro_batch_size: int | None = None,
     ) -> bool:
-        """Keep an out-of-memory mark the server could not take now (``err``: it is away, or
-        answered 5xx) in the outbox, saying ``what`` in a warning; whether it was kept."""
-        # A page not the server's answered a route it declared: a reverse proxy's (`_declares`).
-        proxys = isinstance(err, RouteMissingError) and self._declares(Extension.INFEASIBLE)
-        if not (for_later(err) or proxys) or not outbox.keep(
+        """Keep an out-of-memory mark the server could not take now (``err``: it is away,
+        answered 5xx, or a reverse proxy's page answered the route it declared) in the outbox,
+        saying ``what`` in a warning; whether it was kept."""
+        if self._declares(Extension.INFEASIBLE):
+            later = for_later_on_a_known_route(err)
+        else:
+            later = for_later(err)
+        if not later or not outbox.keep(
             self.client.server_url,
             trial,
             None,
@@ -471,8 +448,7 @@ class JobConversation:
             if isinstance(err, RouteMissingError) and not declared:
                 logger.info("the server has no release route (upstream Zeus?): trial left open")
                 return False
-            later = for_later(err) or isinstance(err, RouteMissingError)
-            if later and outbox.keep(
+            if for_later_on_a_known_route(err) and outbox.keep(
                 self.client.server_url, trial, None, end=False, release=why or ""
             ):
                 logger.warning(
@@ -562,7 +538,7 @@ class JobConversation:
                 self.answered(self.client.report(report))
                 pending = None
             except ZeusBSOError as err:
-                if not report_for_later(err):
+                if not for_later_on_a_known_route(err):
                     logger.error(
                         "the last report could not be delivered and is lost: %s (%s)",
                         report.model_dump_json(),

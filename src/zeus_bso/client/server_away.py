@@ -1,0 +1,47 @@
+"""Which failed requests of a run mean that the server is away for now, so that what they
+carried is kept for later and the run trains on (`for_later`), and which at a run's start mean
+that it trains without the server (`away_at_start`); anything else is an error to raise."""
+
+from __future__ import annotations
+
+from zeus_bso.errors import (
+    RouteMissingError,
+    ServerConnectionError,
+    ServerRejectedError,
+    ZeusBSOError,
+)
+
+
+def for_later(err: ZeusBSOError) -> bool:
+    """Whether a request of a run under way failed because the server is away for now
+    (unreachable, or a 5xx), or refuses the token it took when the run started (401: it was
+    rotated, or the server restarted with one): what it carried can be delivered later, by a
+    run that reaches the server with its token, and the run trains on. (At a run's start a
+    refused token is an error: `away_at_start`.)"""
+    return isinstance(err, ServerConnectionError) or (
+        isinstance(err, ServerRejectedError) and (err.status >= 500 or err.status == 401)
+    )
+
+
+def for_later_on_a_known_route(err: ZeusBSOError) -> bool:
+    """Whether a request of a run under way to a route the server has is kept for later
+    (`for_later`), or because a page not the server's answered it 404 or 405
+    (`RouteMissingError`): a route of upstream's protocol (the report), which every server a
+    run started on has, or one the server declared at dispatch (its extensions header); such a
+    page is then a reverse proxy's whose routes changed under the run, not a server without the
+    route."""
+    return for_later(err) or isinstance(err, RouteMissingError)
+
+
+def token_refused(err: ZeusBSOError) -> bool:
+    """Whether the server refused the token the run took when it started (401)."""
+    return isinstance(err, ServerRejectedError) and err.status == 401
+
+
+def away_at_start(err: ZeusBSOError) -> bool:
+    """Whether the server is away at a run's start: unreachable, busy (503), or a reverse
+    proxy's gateway errors while the server behind it is down or restarting (502, 504).
+    Anything else is a usage error."""
+    return isinstance(err, ServerConnectionError) or (
+        isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
+    )
