@@ -452,8 +452,8 @@ class JobConversation:
                 self.client.server_url, trial, None, end=False, release=why or ""
             ):
                 logger.warning(
-                    "zeus-bso: trial %d could not be released now (%s): kept on this machine and "
-                    "released by the next run that reaches the server",
+                    "zeus-bso: trial %d could not be released now (%s): its release is kept on "
+                    "this machine and delivered by the next run that reaches the server",
                     trial.trial_number,
                     err,
                 )
