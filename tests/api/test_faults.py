@@ -549,48 +549,40 @@ def test_a_job_deleted_under_a_run_does_not_stop_its_training(
         assert view.status_code == 404
 
 
-def test_out_of_memory_during_an_outage_is_delivered_by_the_next_run(
-    lockable: tuple[ServerProcess, Path],
+@pytest.mark.parametrize("away", ["database locked", "a proxy's 404 page"])
+def test_out_of_memory_while_the_server_is_away_is_delivered_by_the_next_run(
+    lockable: tuple[ServerProcess, Path], away: str
 ) -> None:
-    """The database is locked as a run's batch size runs out of memory: the mark is kept on
-    this machine (the trial is not ended, which would lose it), and the next run delivers it
-    before it asks for its batch size, which then fits."""
-    server, db = lockable
-    spec, bso = training_run(server.url, "oomoutage")
-    assert bso.batch_size == 32
-    with locked(db):
-        bso.end_out_of_memory("CUDA out of memory")
-    (kept,) = outbox_files(db.parent)
-    assert json.loads(kept.read_text())["infeasible"] is True
-    later = next_run(server.url, spec)
-    assert later.get_batch_size() == 16
-    later.release("not trained in this test")
-    assert outbox_files(db.parent) == []
-    with server.client() as http:
-        trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
-    first = next(t for t in trials if t["trial_number"] == 1)
-    assert (first["batch_size"], first["status"]) == (32, "infeasible")
-
-
-def test_out_of_memory_answered_by_a_proxys_not_found_page_is_delivered_later(
-    lockable: tuple[ServerProcess, Path],
-) -> None:
-    """A run's batch size runs out of memory while a reverse proxy answers the mark with its
-    own 404 page (the server declared the route at dispatch): the mark is kept on this machine
-    as in an outage, and the next run delivers it, whose batch size then fits. (The trial was
-    ended as failed, taken for upstream's server without the route: the mark was lost, and the
-    next run got the size that ran out again.)"""
+    """A run's batch size runs out of memory while the database is locked, or while a reverse
+    proxy answers the mark with its own 404 page (the server declared the route at dispatch):
+    the mark is kept on this machine (the trial is not ended, which would lose it), and the
+    next run delivers it before it asks for its batch size, which then fits. (Behind the proxy
+    the trial was ended as failed, taken for upstream's server without the route: the mark was
+    lost, and the next run got the size that ran out again.)"""
     server, db = lockable
     proxy = _GatewayDown(server.url, down_on="/api/trials/infeasible", status=404)
-    try:
-        spec, bso = training_run(proxy.url, "oomproxy")
-        assert bso.batch_size == 32
+    url = proxy.url if "proxy" in away else server.url
+
+    @contextlib.contextmanager
+    def server_away() -> Iterator[None]:
+        if "proxy" not in away:
+            with locked(db):
+                yield
+            return
         proxy.down.set()
-        bso.end_out_of_memory("CUDA out of memory")
+        try:
+            yield
+        finally:
+            proxy.down.clear()
+
+    try:
+        spec, bso = training_run(url, "oomaway")
+        assert bso.batch_size == 32
+        with server_away():
+            bso.end_out_of_memory("CUDA out of memory")
         (kept,) = outbox_files(db.parent)
         assert json.loads(kept.read_text())["infeasible"] is True
-        proxy.down.clear()
-        later = next_run(proxy.url, spec)
+        later = next_run(url, spec)
         assert later.get_batch_size() == 16
         later.release("not trained in this test")
     finally:
