@@ -33,6 +33,7 @@ from tests.helpers import (
 )
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
+from tests.proxy import ReverseProxy
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient, outbox
 from zeus_bso.energy import EstimateMeter
@@ -293,65 +294,12 @@ def test_a_database_outage_mid_run_does_not_stop_training(
     ends_converged(bso, server, epochs=2)
 
 
-class _GatewayDown:
-    """A reverse proxy in front of a server that answers its own page of ``status`` (502: as
-    while the server behind it restarts) to every request to ``down_on`` (a path prefix) while
-    ``down`` is set; ``answered`` holds each request's path and whether the server answered it."""
-
-    def __init__(self, upstream: str, down_on: str = "/report", status: int = 502) -> None:
-        import http.server
-
-        self.down = threading.Event()
-        self.answered: list[tuple[str, bool]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                cut = outer.down.is_set() and self.path.startswith(down_on)
-                outer.answered.append((self.path, not cut))
-                passed: dict[str, str] = {}  # the server's own headers, as a proxy passes them
-                if cut:
-                    content, kind = f"<html>{status} from the proxy</html>".encode(), "text/html"
-                    code = status
-                else:
-                    headers = {"Content-Type": self.headers.get("Content-Type", "")}
-                    answer = httpx.request(
-                        self.command, upstream + self.path, content=body, headers=headers
-                    )
-                    code, content = answer.status_code, answer.content
-                    kind = answer.headers.get("content-type", "application/json")
-                    own = {"content-type", "content-length", "date", "server", "connection"}
-                    passed = {k: v for k, v in answer.headers.items() if k not in own}
-                self.send_response(code)
-                for name, value in passed.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward  # noqa: N815
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
     sqlite_server: ServerProcess,
 ) -> None:
     """Every 5xx is kept like a 503: a report answered 502 by a reverse proxy (the server behind
     it restarting) does not raise into the training loop and is delivered at the end."""
-    proxy = _GatewayDown(sqlite_server.url)
+    proxy = ReverseProxy(sqlite_server.url)
     try:
         _, bso = training_run(proxy.url, "gateway")
         proxy.down.set()
@@ -371,7 +319,7 @@ def test_a_proxys_not_found_page_mid_run_does_not_stop_training(
     training loop, the run is judged here meanwhile, and its last report is delivered at the
     end, once the route is back. (The report route is upstream's protocol: every server a run
     started on has it.)"""
-    proxy = _GatewayDown(sqlite_server.url, down_on="/report", status=404)
+    proxy = ReverseProxy(sqlite_server.url, down_on="/report", status=404)
     try:
         _, bso = training_run(proxy.url, "proxy404")
         proxy.down.set()
@@ -394,7 +342,7 @@ def test_heartbeats_go_on_past_a_proxys_not_found_page(
     heartbeat (warned of once), not a server without the route: the heartbeats go on once the
     proxy's routes are back. (The heartbeat thread stopped for the rest of the run, saying the
     server had no heartbeat route, as it does for upstream's server.)"""
-    proxy = _GatewayDown(sqlite_server.url, down_on="/api/trials/heartbeat", status=404)
+    proxy = ReverseProxy(sqlite_server.url, down_on="/api/trials/heartbeat", status=404)
     beats = "/api/trials/heartbeat"
 
     def heard(answered: bool) -> int:
@@ -435,7 +383,7 @@ def test_a_proxys_bad_gateway_at_start_trains_at_the_default(
     trains at the default batch size without the server, as when it cannot be reached, rather
     than failing (a 502 raised into the script)."""
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    proxy = _GatewayDown(sqlite_server.url, down_on="/")
+    proxy = ReverseProxy(sqlite_server.url, down_on="/")
     proxy.down.set()
     try:
         spec, bso = training_run(proxy.url, "gatewaystart")
@@ -560,7 +508,7 @@ def test_out_of_memory_while_the_server_is_away_is_delivered_by_the_next_run(
     the trial was ended as failed, taken for upstream's server without the route: the mark was
     lost, and the next run got the size that ran out again.)"""
     server, db = lockable
-    proxy = _GatewayDown(server.url, down_on="/api/trials/infeasible", status=404)
+    proxy = ReverseProxy(server.url, down_on="/api/trials/infeasible", status=404)
     url = proxy.url if "proxy" in away else server.url
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import environment_without_settings, one_settable_gpu, unique_id
+from tests.proxy import ReverseProxy
 from tests.upstream import upstream_missing, upstream_server
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.energy import EstimateMeter
@@ -202,3 +203,28 @@ def test_check_tells_upstreams_server_apart(upstream: str) -> None:
     assert f"ok server: {upstream} answers, but has no read API: upstream Zeus's server?" in (
         checked.stdout
     )
+
+
+def test_a_release_upstream_could_not_take_is_not_kept_for_later(
+    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release answered by a proxy's 502 (the server behind it away) is kept for a later run
+    only where the server declared the release route at dispatch: upstream's server has none,
+    so nothing is kept for a later run to send to a route it lacks."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    proxy = ReverseProxy(upstream, down_on="/api/trials/release")
+    spec = JobSpec(
+        job_id=unique_id("uprelease"), job_id_prefix="uprelease", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.9, max_epochs=2,
+    )  # fmt: skip
+    try:
+        bso = BatchSizeOptimizer(
+            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+        )
+        bso.get_batch_size()
+        proxy.down.set()
+        bso.release("not trained in this test")
+    finally:
+        proxy.close()
+    assert ("/api/trials/release", False) in proxy.answered  # asked, and answered 502
+    assert list((tmp_path / "cache").glob("outbox/*.json")) == []

@@ -448,7 +448,8 @@ class JobConversation:
             if isinstance(err, RouteMissingError) and not declared:
                 logger.info("the server has no release route (upstream Zeus?): trial left open")
                 return False
-            if for_later_on_a_known_route(err) and outbox.keep(
+            # Kept only for a server that has the route (it declared it at dispatch).
+            if declared and for_later_on_a_known_route(err) and outbox.keep(
                 self.client.server_url, trial, None, end=False, release=why or ""
             ):
                 logger.warning(
