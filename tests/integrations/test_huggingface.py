@@ -121,6 +121,7 @@ def train(
     added_later: bool = False,
     compute_metrics: Any = accuracy,
     trainer_class: Any = None,
+    set_after_built: int | None = None,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
     torch.manual_seed(0)
@@ -136,7 +137,7 @@ def train(
     spy = BatchSizeSpy()
     args = training_arguments(
         tmp_path / "out",
-        batch_size or callback.start(),
+        set_after_built or batch_size or callback.start(),
         epochs,
         save_strategy="epoch" if save or resume else "no",
         **options,
@@ -151,6 +152,8 @@ def train(
     )
     if added_later:  # after the Trainer was built: no on_init_end reaches it
         trainer.add_callback(callback)
+    if set_after_built is not None:  # the Trainer was built at that size, then told the run's
+        trainer.args.per_device_train_batch_size = callback.start()
     trainer.train(resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
     callback.log_history = trainer.state.log_history  # type: ignore[attr-defined]
@@ -766,6 +769,27 @@ def test_a_train_dataloader_built_at_another_size_is_refused_before_it_trains(
     assert (trial["status"], trial["epochs"]) == ("released", None)
     callback = train(server.url, spec, tmp_path, epochs=1, trainer_class=TrainersSizeTrainer)
     assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
+
+
+def test_a_batch_size_set_after_the_trainer_was_built_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``trainer.args.per_device_train_batch_size = callback.start()`` after the Trainer was
+    built: the Trainer had taken its size (8) from the arguments already and would train at it
+    while the server charged the run's (16); refused before a step, the trial released, saying
+    to set it before building the Trainer (it trained at 8, charged 16)."""
+    spec = job(unique_id("hflateset"), target=0.999)
+    with pytest.raises(ZeusBSOError) as refused:
+        train(server.url, spec, tmp_path, epochs=1, set_after_built=8)
+    said = str(refused.value)
+    assert (
+        f"takes batches of 8 samples, but this run's batch size is {spec.default_batch_size}"
+        in said
+    )
+    assert "the Trainer took 8 from its TrainingArguments when it was built" in said
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("released", None)
 
 
 def test_a_trainer_without_compute_metrics_is_told_to_give_it_one(

@@ -449,8 +449,10 @@ class JobConversation:
                 logger.info("the server has no release route (upstream Zeus?): trial left open")
                 return False
             # Kept only for a server that has the route (it declared it at dispatch).
-            if declared and for_later_on_a_known_route(err) and outbox.keep(
-                self.client.server_url, trial, None, end=False, release=why or ""
+            if (
+                declared
+                and for_later_on_a_known_route(err)
+                and outbox.keep(self.client.server_url, trial, None, end=False, release=why or "")
             ):
                 logger.warning(
                     "zeus-bso: trial %d could not be released now (%s): its release is kept on "

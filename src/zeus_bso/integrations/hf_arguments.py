@@ -87,25 +87,38 @@ def refusal(
     return None
 
 
-def loader_refusal(loader: Any, args: Any, batch_size: int) -> str | None:
+def loader_refusal(
+    loader: Any, args: Any, batch_size: int, trainers: int | None = None
+) -> str | None:
     """Why the Trainer's train DataLoader (``loader``, as ``on_train_begin`` gets it) cannot
-    train the run dispatched ``batch_size``: its batches are not the size the Trainer builds
-    them at from ``args`` (``per_device_train_batch_size`` times the GPUs of its own
-    DataParallel: ``args.train_batch_size``), as where a subclass's ``get_train_dataloader()``
-    builds the loader at a size of its own, so that the run would train at one size while the
-    server charges another. None: it takes that size, or says none (a dataset that yields whole
-    batches; Accelerate's ``dispatch_batches``, whose main process loads the batches of all)."""
+    train the run dispatched ``batch_size``: its batches are not the size ``args`` give
+    (``per_device_train_batch_size`` times the GPUs of the Trainer's own DataParallel:
+    ``args.train_batch_size``), so that the run would train at one size while the server
+    charges another: the size was set on the arguments after the Trainer was built, which had
+    taken its own from them (``trainers``: the Trainer's, ``state.train_batch_size``), or a
+    subclass's ``get_train_dataloader()`` builds the loader at a size of its own. None: it takes
+    that size, or says none (a dataset that yields whole batches; Accelerate's
+    ``dispatch_batches``, whose main process loads the batches of all)."""
     found = batch_size_of(loader)
     expected = args.train_batch_size
     if found is None or found == expected or type(loader).__name__ == "DataLoaderDispatcher":
         return None
+    if found == trainers:
+        fix = (
+            f"the Trainer took {found} from its TrainingArguments when it was built, before "
+            "per_device_train_batch_size was set on them: set it before building the Trainer "
+            "(TrainingArguments(per_device_train_batch_size=callback.start(), ...))"
+        )
+    else:
+        fix = (
+            "where a Trainer subclass's get_train_dataloader() builds the DataLoader, build it "
+            "with batch_size=self._train_batch_size (or self.args.train_batch_size)"
+        )
     return (
         f"the Trainer's train DataLoader takes batches of {found} samples, but this run's "
         f"batch size is {batch_size} (per_device_train_batch_size "
-        f"{args.per_device_train_batch_size}: batches of {expected}): the server would charge "
-        f"{batch_size} for a run that trains at another size. Where a Trainer subclass's "
-        "get_train_dataloader() builds the DataLoader, build it with "
-        "batch_size=self._train_batch_size (or self.args.train_batch_size); the run is not "
+        f"{args.per_device_train_batch_size}: batches of {expected}), and the server would "
+        f"charge {batch_size} for a run that trains at another size: {fix}; the run is not "
         "counted against the batch size"
     )
 

@@ -276,7 +276,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             metric=self.metric,
         )
         if refused is None and loader is not None:
-            refused = hf_arguments.loader_refusal(loader, args, session.batch_size)
+            trainers = state.train_batch_size
+            refused = hf_arguments.loader_refusal(loader, args, session.batch_size, trainers)
         if refused is not None:
             self._refuse(refused)
         if session.is_main:  # a dataset without a length has no epochs
