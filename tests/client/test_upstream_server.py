@@ -228,3 +228,34 @@ def test_a_release_upstream_could_not_take_is_not_kept_for_later(
         proxy.close()
     assert ("/api/trials/release", False) in proxy.answered  # asked, and answered 502
     assert list((tmp_path / "cache").glob("outbox/*.json")) == []
+
+
+def test_out_of_memory_against_upstream_ends_the_trial(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch size that runs out of memory against upstream's server (which has no
+    out-of-memory route and does not say whether a size ran on these GPUs) ends its trial, as
+    upstream's runs end, so that upstream counts it against the size. (It was taken for an
+    error not the size's, a size known to fit, and released through a route upstream lacks:
+    the trial was left open.)"""
+    caplog.set_level(logging.INFO, logger="zeus_bso")
+    proxy = ReverseProxy(upstream)  # to see the requests
+    spec = JobSpec(
+        job_id=unique_id("upoom"), job_id_prefix="upoom", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.9, max_epochs=2,
+    )  # fmt: skip
+    try:
+        bso = BatchSizeOptimizer(
+            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        bso.end_out_of_memory("CUDA out of memory")
+    finally:
+        proxy.close()
+    paths = [path for path, _ in proxy.answered]
+    assert "/api/trials/release" not in paths
+    assert "/trials" in paths  # ended, as upstream's runs end
+    assert bso.outcome is not None
+    assert bso.outcome.reason == "out_of_memory"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

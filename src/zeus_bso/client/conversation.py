@@ -104,6 +104,9 @@ class JobConversation:
         """A report the server could not take yet: delivered at the end, or kept for later."""
         self.memory_cap: int | None = None
         """The largest micro-batch known to fit on these GPUs (None: no cap)."""
+        self.knows_memory = False
+        """Whether the server says if a size ran on the run's GPUs before (``memory_unknown``,
+        declared at dispatch: `Extension.MEMORY`); upstream Zeus's server says nothing."""
         self.power_limit: float | None = None
         """The GPU power limit the server says to train at (W)."""
         self.power_profiling = False
@@ -179,6 +182,7 @@ class JobConversation:
             self.go_offline(err)
             return None
         self.memory_cap = dispatched.memory_cap
+        self.knows_memory = Extension.MEMORY in self.client.extensions
         self.power_limit = dispatched.power_limit
         self.power_profiling = dispatched.power_profiling
         # Declared by the server; a zeus-bso server from before the declaration says it by

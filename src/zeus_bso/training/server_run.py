@@ -133,7 +133,8 @@ class ServerRun(ServerRunEndings):
             # Micro-batches of a size new to these GPUs are tried too.
             accumulated = self.accumulation.steps > 1
             self._memory_unknown = dispatched.memory_unknown or accumulated
-            self._fit_before = not dispatched.memory_unknown
+            # A size known to fit here: a server that says so (upstream's says nothing).
+            self._fit_before = self.link.knows_memory and not dispatched.memory_unknown
             logger.info(
                 "trial %d of job %s: batch size %d",
                 trial.trial_number,
