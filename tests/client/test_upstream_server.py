@@ -259,3 +259,30 @@ def test_out_of_memory_against_upstream_ends_the_trial(
     assert bso.outcome is not None
     assert bso.outcome.reason == "out_of_memory"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_out_of_memory_while_upstream_is_away_keeps_no_mark_it_cannot_take(
+    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch size runs out of memory while a proxy in front of upstream's server answers the
+    mark 502: upstream has no route for it, so no mark is kept for a later run to send there
+    (it was, and the trial's end was not); the trial is ended, as upstream's runs end."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    proxy = ReverseProxy(upstream, down_on="/api/trials/infeasible")
+    spec = JobSpec(
+        job_id=unique_id("upoomaway"), job_id_prefix="upoomaway", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.9, max_epochs=2,
+    )  # fmt: skip
+    try:
+        bso = BatchSizeOptimizer(
+            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+        )
+        bso.get_batch_size()
+        bso.on_train_begin()
+        proxy.down.set()
+        bso.end_out_of_memory("CUDA out of memory")
+    finally:
+        proxy.close()
+    assert ("/api/trials/infeasible", False) in proxy.answered  # asked, and answered 502
+    assert ("/trials", True) in proxy.answered  # the trial ended
+    assert list((tmp_path / "cache").glob("outbox/*.json")) == []

@@ -410,12 +410,11 @@ class JobConversation:
     ) -> bool:
         """Keep an out-of-memory mark the server could not take now (``err``: it is away,
         answered 5xx, or a reverse proxy's page answered the route it declared) in the outbox,
-        saying ``what`` in a warning; whether it was kept."""
-        if self._declares(Extension.INFEASIBLE):
-            later = for_later_on_a_known_route(err)
-        else:
-            later = for_later(err)
-        if not later or not outbox.keep(
+        saying ``what`` in a warning; whether it was kept. A server that did not declare the
+        route at dispatch (upstream's) could not take the mark later either: none is kept, and
+        the trial is ended as upstream's runs end (`finish`; kept for later if need be)."""
+        declared = self._declares(Extension.INFEASIBLE)
+        if not (declared and for_later_on_a_known_route(err)) or not outbox.keep(
             self.client.server_url,
             trial,
             None,
