@@ -205,29 +205,18 @@ def test_check_tells_upstreams_server_apart(upstream: str) -> None:
     )
 
 
-def test_a_release_upstream_could_not_take_is_not_kept_for_later(
-    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A release answered by a proxy's 502 (the server behind it away) is kept for a later run
-    only where the server declared the release route at dispatch: upstream's server has none,
-    so nothing is kept for a later run to send to a route it lacks."""
-    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    proxy = ReverseProxy(upstream, down_on="/api/trials/release")
+def run_through(proxy: ReverseProxy, prefix: str) -> BatchSizeOptimizer:
+    """A run of a new job through ``proxy``, training (its trial dispatched)."""
     spec = JobSpec(
-        job_id=unique_id("uprelease"), job_id_prefix="uprelease", batch_sizes=[16, 32],
+        job_id=unique_id(prefix), job_id_prefix=prefix, batch_sizes=[16, 32],
         default_batch_size=32, target_metric=0.9, max_epochs=2,
     )  # fmt: skip
-    try:
-        bso = BatchSizeOptimizer(
-            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
-        )
-        bso.get_batch_size()
-        proxy.down.set()
-        bso.release("not trained in this test")
-    finally:
-        proxy.close()
-    assert ("/api/trials/release", False) in proxy.answered  # asked, and answered 502
-    assert list((tmp_path / "cache").glob("outbox/*.json")) == []
+    bso = BatchSizeOptimizer(
+        proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+    )
+    bso.get_batch_size()
+    bso.on_train_begin()
+    return bso
 
 
 def test_out_of_memory_against_upstream_ends_the_trial(
@@ -240,16 +229,8 @@ def test_out_of_memory_against_upstream_ends_the_trial(
     the trial was left open.)"""
     caplog.set_level(logging.INFO, logger="zeus_bso")
     proxy = ReverseProxy(upstream)  # to see the requests
-    spec = JobSpec(
-        job_id=unique_id("upoom"), job_id_prefix="upoom", batch_sizes=[16, 32],
-        default_batch_size=32, target_metric=0.9, max_epochs=2,
-    )  # fmt: skip
     try:
-        bso = BatchSizeOptimizer(
-            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
-        )
-        bso.get_batch_size()
-        bso.on_train_begin()
+        bso = run_through(proxy, "upoom")
         bso.end_out_of_memory("CUDA out of memory")
     finally:
         proxy.close()
@@ -261,28 +242,27 @@ def test_out_of_memory_against_upstream_ends_the_trial(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_out_of_memory_while_upstream_is_away_keeps_no_mark_it_cannot_take(
-    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("route", ["/api/trials/release", "/api/trials/infeasible"])
+def test_what_upstream_could_not_take_is_not_kept_for_a_route_it_lacks(
+    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
-    """A batch size runs out of memory while a proxy in front of upstream's server answers the
-    mark 502: upstream has no route for it, so no mark is kept for a later run to send there
-    (it was, and the trial's end was not); the trial is ended, as upstream's runs end."""
+    """A release, or an out-of-memory mark, answered by a proxy's 502 in front of upstream's
+    server (away): kept for a later run only where the server declared the route at dispatch,
+    which upstream's never does, so nothing is kept for a later run to send to a route it
+    lacks (both were; and the trial's end was not sent). An out-of-memory error ends the
+    trial, as upstream's runs end."""
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
-    proxy = ReverseProxy(upstream, down_on="/api/trials/infeasible")
-    spec = JobSpec(
-        job_id=unique_id("upoomaway"), job_id_prefix="upoomaway", batch_sizes=[16, 32],
-        default_batch_size=32, target_metric=0.9, max_epochs=2,
-    )  # fmt: skip
+    proxy = ReverseProxy(upstream, down_on=route)
     try:
-        bso = BatchSizeOptimizer(
-            proxy.url, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
-        )
-        bso.get_batch_size()
-        bso.on_train_begin()
+        bso = run_through(proxy, "upaway")
         proxy.down.set()
-        bso.end_out_of_memory("CUDA out of memory")
+        if route.endswith("release"):
+            bso.release("not trained in this test")
+        else:
+            bso.end_out_of_memory("CUDA out of memory")
     finally:
         proxy.close()
-    assert ("/api/trials/infeasible", False) in proxy.answered  # asked, and answered 502
-    assert ("/trials", True) in proxy.answered  # the trial ended
+    assert (route, False) in proxy.answered  # asked, and answered 502
     assert list((tmp_path / "cache").glob("outbox/*.json")) == []
+    if route.endswith("infeasible"):
+        assert ("/trials", True) in proxy.answered  # the trial ended

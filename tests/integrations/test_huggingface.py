@@ -749,47 +749,34 @@ class TrainersSizeTrainer(OwnLoaderTrainer):
     FIXED = None
 
 
-def test_a_train_dataloader_built_at_another_size_is_refused_before_it_trains(
-    server: ServerProcess, tmp_path: Path
+@pytest.mark.parametrize(
+    ("options", "found", "said"),
+    [
+        # A subclass's get_train_dataloader() builds the loader at a size of its own.
+        ({"trainer_class": OwnLoaderTrainer}, 4, "batch_size=self._train_batch_size"),
+        # trainer.args.per_device_train_batch_size = callback.start() after it was built.
+        ({"set_after_built": 8}, 8, "the Trainer took 8 from its TrainingArguments when it"),
+    ],
+)
+def test_a_train_dataloader_of_another_size_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path, options: dict[str, Any], found: int, said: str
 ) -> None:
-    """A Trainer subclass's get_train_dataloader() that builds the loader at a size of its own
-    would train at 4 while the server charged the dispatched size: refused, the trial
-    released, before a step; one that builds it at the Trainer's size trains as dispatched."""
-    spec = job(unique_id("hfownloader"), target=0.999)
+    """The Trainer's train DataLoader would train at another size than the server charges (4
+    or 8, against the dispatched 16, silently): refused before a step, the trial released,
+    saying what to change. A subclass that builds it at the Trainer's size trains as
+    dispatched."""
+    spec = job(unique_id("hfloader"), target=0.999)
     with pytest.raises(ZeusBSOError) as refused:
-        train(server.url, spec, tmp_path, epochs=1, trainer_class=OwnLoaderTrainer)
-    said = str(refused.value)
-    assert (
-        f"takes batches of 4 samples, but this run's batch size is {spec.default_batch_size}"
-        in said
-    )
-    assert "batch_size=self._train_batch_size" in said
+        train(server.url, spec, tmp_path, epochs=1, **options)
+    words = str(refused.value)
+    size = spec.default_batch_size
+    assert f"takes batches of {found} samples, but this run's batch size is {size}" in words
+    assert said in words
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"]) == ("released", None)
     callback = train(server.url, spec, tmp_path, epochs=1, trainer_class=TrainersSizeTrainer)
     assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
-
-
-def test_a_batch_size_set_after_the_trainer_was_built_is_refused_before_it_trains(
-    server: ServerProcess, tmp_path: Path
-) -> None:
-    """``trainer.args.per_device_train_batch_size = callback.start()`` after the Trainer was
-    built: the Trainer had taken its size (8) from the arguments already and would train at it
-    while the server charged the run's (16); refused before a step, the trial released, saying
-    to set it before building the Trainer (it trained at 8, charged 16)."""
-    spec = job(unique_id("hflateset"), target=0.999)
-    with pytest.raises(ZeusBSOError) as refused:
-        train(server.url, spec, tmp_path, epochs=1, set_after_built=8)
-    said = str(refused.value)
-    assert (
-        f"takes batches of 8 samples, but this run's batch size is {spec.default_batch_size}"
-        in said
-    )
-    assert "the Trainer took 8 from its TrainingArguments when it was built" in said
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["status"], trial["epochs"]) == ("released", None)
 
 
 def test_a_trainer_without_compute_metrics_is_told_to_give_it_one(
