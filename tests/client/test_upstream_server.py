@@ -1,6 +1,7 @@
 """Our client against upstream Zeus 0.16's own server: recurrences work, and heartbeats, a route
-upstream does not have, are given up after the first 404 with one message; ``zeus-bso check``
-tells that server apart."""
+upstream does not have, are given up after the first 404 with one message; an out-of-memory
+error ends the trial, and nothing is kept for a later run to send to a route upstream lacks;
+``zeus-bso check`` tells that server apart."""
 
 from __future__ import annotations
 
