@@ -104,9 +104,6 @@ class JobConversation:
         """A report the server could not take yet: delivered at the end, or kept for later."""
         self.memory_cap: int | None = None
         """The largest micro-batch known to fit on these GPUs (None: no cap)."""
-        self.knows_memory = False
-        """Whether the server says if a size ran on the run's GPUs before (``memory_unknown``,
-        declared at dispatch: `Extension.MEMORY`); upstream Zeus's server says nothing."""
         self.power_limit: float | None = None
         """The GPU power limit the server says to train at (W)."""
         self.power_profiling = False
@@ -182,12 +179,11 @@ class JobConversation:
             self.go_offline(err)
             return None
         self.memory_cap = dispatched.memory_cap
-        self.knows_memory = Extension.MEMORY in self.client.extensions
         self.power_limit = dispatched.power_limit
         self.power_profiling = dispatched.power_profiling
         # Declared by the server; a zeus-bso server from before the declaration says it by
         # answering power_profiling to a run that opted in (upstream's never does).
-        self.server_chooses_power = Extension.POWER_LIMITS in self.client.extensions or (
+        self.server_chooses_power = self._declares(Extension.POWER_LIMITS) or (
             "power_profiling" in dispatched.model_fields_set
         )
         if power_limits and not self.server_chooses_power:
@@ -367,7 +363,7 @@ class JobConversation:
         try:
             self.client.infeasible(trial)
         except ZeusBSOError as err:
-            if isinstance(err, RouteMissingError) and not self._declares(Extension.INFEASIBLE):
+            if self._lacks(err, Extension.INFEASIBLE):
                 logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
                 self.client.end_trial(trial)
                 return False
@@ -413,8 +409,7 @@ class JobConversation:
         saying ``what`` in a warning; whether it was kept. A server that did not declare the
         route at dispatch (upstream's) could not take the mark later either: none is kept, and
         the trial is ended as upstream's runs end (`finish`; kept for later if need be)."""
-        declared = self._declares(Extension.INFEASIBLE)
-        if not (declared and for_later_on_a_known_route(err)) or not outbox.keep(
+        if not self._for_later_on(err, Extension.INFEASIBLE) or not outbox.keep(
             self.client.server_url,
             trial,
             None,
@@ -432,11 +427,27 @@ class JobConversation:
         )
         return True
 
+    @property
+    def knows_memory(self) -> bool:
+        """Whether the server says if a size ran on these GPUs before (``memory_unknown``:
+        `Extension.MEMORY`, declared at dispatch); upstream Zeus's server says nothing."""
+        return self._declares(Extension.MEMORY)
+
     def _declares(self, extension: Extension) -> bool:
         """Whether the server declared ``extension`` at dispatch (`EXTENSIONS_HEADER`): a page
         not the server's that answers its route 404 is then a reverse proxy's, whose routes
         changed under the run, not a server without the route (upstream's)."""
         return extension in self.client.extensions
+
+    def _lacks(self, err: ZeusBSOError, extension: Extension) -> bool:
+        """Whether ``err`` says that the server has no route for ``extension``: a page not its
+        own answered one it did not declare at dispatch (upstream's server)."""
+        return isinstance(err, RouteMissingError) and not self._declares(extension)
+
+    def _for_later_on(self, err: ZeusBSOError, extension: Extension) -> bool:
+        """Whether what ``err`` refused on the route of ``extension`` is kept for later: the
+        server declared the route, and `for_later_on_a_known_route` holds."""
+        return self._declares(extension) and for_later_on_a_known_route(err)
 
     def release(self, trial: TrialId, why: str | None = None) -> bool:
         """Release ``trial``, which counts nothing against its batch size (``why``: for the
@@ -447,15 +458,11 @@ class JobConversation:
         try:
             self.client.release(trial, why)
         except ZeusBSOError as err:
-            declared = self._declares(Extension.RELEASE)
-            if isinstance(err, RouteMissingError) and not declared:
+            if self._lacks(err, Extension.RELEASE):
                 logger.info("the server has no release route (upstream Zeus?): trial left open")
                 return False
-            # Kept only for a server that has the route (it declared it at dispatch).
-            if (
-                declared
-                and for_later_on_a_known_route(err)
-                and outbox.keep(self.client.server_url, trial, None, end=False, release=why or "")
+            if self._for_later_on(err, Extension.RELEASE) and outbox.keep(
+                self.client.server_url, trial, None, end=False, release=why or ""
             ):
                 logger.warning(
                     "zeus-bso: trial %d could not be released now (%s): its release is kept on "
