@@ -11,6 +11,7 @@ import pytest
 from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_dispatch, after_report
 from zeus_bso.policy.horizon import (
+    CLEAR_SAVING,
     EXPLORATION_RESERVE,
     HORIZON_SLACK,
     PRIOR_SPREAD,
@@ -182,6 +183,41 @@ def test_beyond_the_measured_sizes_an_epochs_cost_estimates_a_size() -> None:
     assert not Horizon(
         10, horizon.done, horizon.spent, horizon.default_cost, horizon.best_cost, horizon.means
     ).may_explore(64)  # the line alone refuses it
+
+
+def test_a_clear_saving_is_explored_with_whatever_the_budget_has_left() -> None:
+    """P100 squad: the default 24 converged at 4 epochs (2.53), 12 an epoch late at 5 (3.05),
+    and the budget of 10 runs is left a tenth of a run, less than the reserve. An epoch's cost
+    at the two (0.61, 0.63) says 4 saves 9% of a run at each of the 7 runs after its
+    exploration: the job explores it (it kept to 24, 19% above 4, for good). A saving under
+    `CLEAR_SAVING` of a run still needs the reserve, and a budget spent refuses even a clear
+    one."""
+    from zeus_bso.policy.horizon import likely_cost
+
+    stats = {24: _ran(24, 2.53, 4), 12: _ran(12, 3.05, 5)}
+    horizon = Horizon.of(10, stats, 24)
+    assert horizon.allowance is not None
+    assert 0.0 < horizon.allowance < EXPLORATION_RESERVE * 2.53
+    likely = likely_cost(horizon.means, 4, horizon.epochs)
+    assert likely is not None
+    assert 7 * (2.53 - likely) / 2.53 > CLEAR_SAVING
+    assert horizon.may_explore(4)
+    # Eight runs expected, five after the exploration: 4 still saves more than a clear
+    # saving, 8 (whose estimate saves 6% of a run at each) not, and the reserve refuses it.
+    short = Horizon.of(8, stats, 24)
+    assert short.allowance is not None
+    assert 0.0 < short.allowance < EXPLORATION_RESERVE * 2.53
+    nearer = likely_cost(short.means, 8, short.epochs)
+    assert nearer is not None
+    assert 5 * (2.53 - nearer) / 2.53 < CLEAR_SAVING < 5 * (2.53 - likely) / 2.53
+    assert short.may_explore(4)
+    assert not short.may_explore(8)
+    # A budget spent (a third run lost whole) refuses it too.
+    stats[8] = BatchSizeStats(8).add(1.0, False)
+    spent = Horizon.of(10, stats, 24)
+    assert spent.allowance is not None
+    assert spent.allowance < 0.0
+    assert not spent.may_explore(4)
 
 
 def test_between_measured_sizes_an_epochs_cost_and_the_epochs_estimate_a_size() -> None:
@@ -380,6 +416,18 @@ def test_five_expected_runs_cost_little_more_than_the_default_on_the_trace(gpu: 
         worst[expected] = max(over)
     assert worst[5] <= 0.05
     assert worst[None] > 0.05
+
+
+def test_an_exploration_an_epoch_late_does_not_keep_a_short_lived_job_off_its_optimum() -> None:
+    """P100 squad with ten runs expected, in the seeds whose 12 converged an epoch late: the
+    job reaches 4, the optimum (it kept to the default 24, 19% dearer, for good)."""
+    trace = load_trace_job("squad", "p100")
+    for seed in (11, 14, 19):
+        spec = job_spec(trace, f"late-{seed}", mab_seed=seed, expected_recurrences=10)
+        runs = simulate(trace, in_process(spec), recurrences=10, seed=seed, eta_knob=0.5)
+        sizes = [run.trials[-1].batch_size for run in runs]
+        assert sizes[:2] == [24, 12]
+        assert sizes[-1] == 4
 
 
 def test_a_related_jobs_curve_lets_a_short_lived_job_explore_what_it_predicts_pays() -> None:
