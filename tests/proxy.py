@@ -12,12 +12,16 @@ import httpx
 class ReverseProxy:
     """A reverse proxy in front of a server that answers its own page of ``status`` (502: as
     while the server behind it restarts) to every request to ``down_on`` (a path prefix) while
-    ``down`` is set; ``answered`` holds each request's path and whether the server answered it."""
+    ``down`` is set, and holds each such request ``delay`` seconds before it passes it on (a
+    slow or hung server); ``answered`` holds each request's path and whether the server
+    answered it."""
 
     def __init__(self, upstream: str, down_on: str = "/report", status: int = 502) -> None:
         import http.server
 
         self.down = threading.Event()
+        self.delay = 0.0
+        self._closing = threading.Event()
         self.answered: list[tuple[str, bool]] = []
         outer = self
 
@@ -28,6 +32,9 @@ class ReverseProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                held = outer.delay and self.path.startswith(down_on)
+                if held and outer._closing.wait(outer.delay):
+                    return  # closed while held: no answer
                 cut = outer.down.is_set() and self.path.startswith(down_on)
                 outer.answered.append((self.path, not cut))
                 passed: dict[str, str] = {}  # the server's own headers, as a proxy passes them
@@ -58,5 +65,6 @@ class ReverseProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        self._closing.set()
         self.server.shutdown()
         self.server.server_close()

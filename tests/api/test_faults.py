@@ -311,6 +311,59 @@ def test_a_proxys_bad_gateway_mid_run_does_not_stop_training(
         proxy.close()
 
 
+def test_a_runs_waits_on_the_server_are_not_its_time_or_energy(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A server slow to answer (each report held a second behind a proxy: a busy database, a
+    congested network) is no part of the batch size's cost: the run's time and energy leave out
+    its waits on the server. They had counted them: three epochs of 0.2 s reported as 2.6 s,
+    and a run whose reports waited on a hung server for the client's 30 s timeout each was
+    charged 2 minutes for 6 s of training."""
+    proxy = ReverseProxy(sqlite_server.url)
+    try:
+        _, bso = training_run(proxy.url, "waits")
+        proxy.delay = 1.0
+        for metric in (0.3, 0.5, 0.9):
+            time.sleep(0.2)
+            answer = bso.on_evaluate(metric)
+        assert answer.stop_train
+        proxy.delay = 0.0
+        bso.end()
+        with sqlite_server.client() as http:
+            (trial,) = http.get(f"/api/jobs/{bso.job_id}").json()["trials"]
+        assert 0.6 <= trial["time"] < 1.6  # three epochs of 0.2 s, and none of the 3 s of waits
+        assert trial["energy"] == pytest.approx(100.0 * trial["time"], rel=0.05)  # 100 W
+    finally:
+        proxy.close()
+
+
+def test_a_report_after_one_the_server_did_not_take_waits_on_it_briefly(
+    sqlite_server: ServerProcess,
+) -> None:
+    """After a report the server did not take (a proxy's 502), the next waits on the server
+    at most `AWAY_PATIENCE`, not the client's 30 s timeout: a server that hangs held every
+    validation of the run that long. The run is judged here meanwhile, and its last report
+    is delivered at the end."""
+    from zeus_bso.client.server_away import AWAY_PATIENCE
+
+    proxy = ReverseProxy(sqlite_server.url)
+    try:
+        _, bso = training_run(proxy.url, "patience")
+        proxy.down.set()
+        assert bso.on_evaluate(0.5).stop_train is False  # 502: kept
+        proxy.down.clear()
+        proxy.delay = 60.0  # now it hangs
+        started = time.monotonic()
+        assert bso.on_evaluate(0.6).stop_train is False  # timed out: kept, training goes on
+        assert time.monotonic() - started < AWAY_PATIENCE + 10.0  # not the 30 s timeout
+        proxy.delay = 0.0
+        answer = bso.on_evaluate(0.9)  # the server is back: it answers
+        assert (answer.stop_train, answer.converged) == (True, True)
+        ends_converged(bso, sqlite_server, epochs=3)
+    finally:
+        proxy.close()
+
+
 def test_a_proxys_not_found_page_mid_run_does_not_stop_training(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

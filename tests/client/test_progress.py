@@ -69,6 +69,35 @@ def test_a_checkpoint_continues_the_trial_with_all_ranks_energy() -> None:
     assert restarted.energy() == pytest.approx(300.0)
 
 
+def test_a_wait_on_the_server_is_left_out_of_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`leave_out`: a wait on the server is neither the run's time nor its energy; a process
+    that waited longer (the metric computed first, or another rank waiting for the answer)
+    leaves out the same share of its joules since the mark. Before the window opens, or for no
+    wait, nothing."""
+    clock = [100.0]
+    monkeypatch.setattr("zeus_bso.client.progress.time.monotonic", lambda: clock[0])
+    meter = CountingMeter()
+    progress = TrialProgress(meter)
+    progress.leave_out(progress.mark(), 5.0)  # not begun: no mark, nothing left out
+    progress.begin()
+    clock[0], meter.reading = 110.0, 2000.0  # ten seconds of training, 1000 J
+    mark = progress.mark()
+    clock[0], meter.reading = 114.0, 2400.0  # a wait of 4 s, 400 J
+    progress.leave_out(mark, 4.0)
+    assert (progress.time(), progress.energy()) == (10.0, 1000.0)
+    assert progress.elapsed().joules == 1000.0
+    clock[0], meter.reading = 120.0, 3000.0  # six seconds more of training
+    mark = progress.mark()
+    clock[0], meter.reading = 124.0, 3400.0  # 4 s, of which 1 s on the server (a quarter)
+    progress.leave_out(mark, 1.0)
+    assert progress.time() == pytest.approx(19.0)
+    assert progress.energy() == pytest.approx(1900.0)  # 2400 J, less 400 and 100
+    progress.leave_out(progress.mark(), 0.0)  # no wait: nothing
+    assert progress.time() == pytest.approx(19.0)
+
+
 @pytest.mark.parametrize(
     "saved",
     [

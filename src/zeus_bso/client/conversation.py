@@ -21,6 +21,7 @@ from zeus_bso.client.kept_settings import unkept, unkept_notice
 from zeus_bso.client.new_job import new_job_notice
 from zeus_bso.client.progress import TrialProgress
 from zeus_bso.client.server_away import (
+    AWAY_PATIENCE,
     away_at_start,
     for_later,
     for_later_on_a_known_route,
@@ -201,8 +202,7 @@ class JobConversation:
         the run trains without it (`go_offline`).
 
         Raises:
-            ConfigurationError: the trial ended with its final report.
-        """
+            ConfigurationError: the trial ended with its final report."""
         try:
             self.register()
         except (ServerConnectionError, ServerRejectedError) as err:
@@ -220,8 +220,7 @@ class JobConversation:
         asked).
 
         Raises:
-            ConfigurationError: the trial ended with its final report.
-        """
+            ConfigurationError: the trial ended with its final report."""
         try:
             seen = self.client.heartbeat(trial)
         except RouteMissingError:
@@ -279,13 +278,14 @@ class JobConversation:
     def report(self, result: TrainingResult) -> ReportResponse:
         """Report a validation; the server's answer. A server away for now (unreachable, a 5xx,
         a reverse proxy's own 404: `for_later_on_a_known_route`) says nothing about the report:
-        it is kept for the end of the run (`pending`), and training goes on.
+        it is kept for the end of the run (`pending`), training goes on, and the next report
+        waits on the server at most `AWAY_PATIENCE`.
 
         Raises:
-            ZeusBSOError: the server refused the report (a 4xx).
-        """
+            ZeusBSOError: the server refused the report (a 4xx)."""
+        patience = None if self.pending is None else AWAY_PATIENCE
         try:
-            answer = self.client.report(result)
+            answer = self.client.report(result, patience)
         except (ServerConnectionError, ServerRejectedError) as err:
             if not for_later_on_a_known_route(err):
                 raise

@@ -140,6 +140,7 @@ class ServerClient:
             ConfigurationError: the CA bundle cannot be read.
         """
         self.retry_seconds = retry_seconds
+        self.timeout = timeout
         headers = {"Content-Type": "application/json"}
         token = sendable_token(token)
         self._sends_token = bool(token)
@@ -192,16 +193,26 @@ class ServerClient:
             return self._http.request(method, path, **kwargs)
 
     def _request(
-        self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        idempotent: bool | None = None,
+        patience: float | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
         if idempotent is None:
             idempotent = method in _IDEMPOTENT
+        retry_seconds = self.retry_seconds
+        if patience is not None:  # each wait, and the retries together, no longer than that
+            retry_seconds = min(retry_seconds, patience)
+            kwargs["timeout"] = min(patience, self.timeout)
         # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
         # every request may be repeated then, with backoff, for a bounded time.
         retrying = Retrying(
             retry=retry_if_result(lambda r: r.status_code == 503),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
-            stop=stop_after_delay(self.retry_seconds),
+            stop=stop_after_delay(retry_seconds),
             retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
             reraise=True,
         )
@@ -317,11 +328,15 @@ class ServerClient:
         self.extensions = declared_extensions(response.headers.get(EXTENSIONS_HEADER))
         return DispatchedTrial.model_validate(response.json())
 
-    def report(self, result: TrainingResult) -> ReportResponse:
-        """Report an epoch's cumulative time, energy and metric."""
+    def report(self, result: TrainingResult, patience: float | None = None) -> ReportResponse:
+        """Report an epoch's cumulative time, energy and metric (``patience``: the most seconds
+        to wait for an answer and to retry 503s, where less than the client's own)."""
         # An unset extension stays off the wire: the report is upstream's exactly.
         response = self._request(
-            "POST", "/report", content=result.model_dump_json(exclude_none=True)
+            "POST",
+            "/report",
+            content=result.model_dump_json(exclude_none=True),
+            patience=patience,
         )
         return ReportResponse.model_validate(response.json())
 

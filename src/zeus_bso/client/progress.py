@@ -2,7 +2,8 @@
 
 It holds the trial, the epochs reported, and the window of time and energy since the run began.
 A run restarted from a checkpoint goes on from what `checkpoint` saved. Every rank of a
-distributed run keeps one (each rank measures the GPUs it trains on); rank 0's reports.
+distributed run keeps one (each rank measures the GPUs it trains on); rank 0's reports. What a
+run spends waiting on the server (`leave_out`) is not training, and is not in the window.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class Elapsed:
     joules: float
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A moment of a run's window and its process's meter readings then (`TrialProgress.mark`)."""
+
+    time: float
+    readings: Mapping[str, float]
+
+
 class TrialProgress:
     """The trial of this run, its reported epochs and its time and energy so far."""
 
@@ -48,6 +57,9 @@ class TrialProgress:
         self._energy_before = 0.0
         self._last_report: tuple[float, float] | None = None
         self._sampled = 0.0
+        self._left_out_time = 0.0
+        self._left_out: dict[str, float] = {}
+        """Joules per device (`zeus_bso.energy.devices`) left out of the window (`leave_out`)."""
 
     @property
     def began(self) -> bool:
@@ -66,13 +78,13 @@ class TrialProgress:
     def time(self) -> float:
         """Seconds of training since the run began (before a restart included)."""
         now = time.monotonic() - self._start_time if self._began else 0.0
-        return self._time_before + now
+        return self._time_before + now - self._left_out_time
 
     def energy(self) -> float:
         """Joules this process's meter measured since the run began (plus, on the rank that
         resumed from a checkpoint, the energy the checkpoint saved)."""
         now = self.meter.energy() - self._start_energy if self._began else 0.0
-        return self._energy_before + now
+        return self._energy_before + now - sum(self._left_out.values())
 
     def sample(self) -> tuple[float, dict[str, float]]:
         """Seconds since the run began, and joules per device (`zeus_bso.energy.devices`) with,
@@ -85,7 +97,9 @@ class TrialProgress:
             readings["checkpoint"] = self._energy_before
         if self._began:
             for key, joules in self.meter.readings().items():
-                readings[key] = joules - self._start_readings.get(key, 0.0)
+                readings[key] = (
+                    joules - self._start_readings.get(key, 0.0) - self._left_out.get(key, 0.0)
+                )
         self._sampled = sum(readings.values())
         return seconds, readings
 
@@ -93,6 +107,32 @@ class TrialProgress:
         """This process's seconds and joules since the run began, from one meter reading."""
         seconds, readings = self.sample()
         return Elapsed(seconds, sum(readings.values()))
+
+    def mark(self) -> Mark | None:
+        """The moment a wait on the server may begin, with this process's meter readings then
+        (None: the window is not open), for `leave_out`."""
+        if not self._began:
+            return None
+        return Mark(time.monotonic(), self.meter.readings())
+
+    def leave_out(self, mark: Mark | None, seconds: float) -> None:
+        """Leave ``seconds`` of what passed since ``mark`` out of the window: the run waited on
+        the server then (a report's request, its retries while the server answers 503, a
+        timeout while it hangs), and neither the time nor the devices' energy meanwhile are
+        the batch size's. A process that waited longer than ``seconds`` (the main process also
+        computed the metric; the others waited for its answer) leaves out the same share of
+        its meter's joules since ``mark``, as spent at an even rate over its wait."""
+        if mark is None or seconds <= 0.0:
+            return
+        waited = time.monotonic() - mark.time
+        if waited <= 0.0:
+            return
+        share = min(1.0, seconds / waited)
+        self._left_out_time += share * waited
+        for key, joules in self.meter.readings().items():
+            spent = joules - mark.readings.get(key, joules)
+            if spent > 0.0:
+                self._left_out[key] = self._left_out.get(key, 0.0) + share * spent
 
     def epoch_done(self, epoch: int | None = None) -> int:
         """Count one more epoch, or the run's epochs up to ``epoch`` (a loop that validates

@@ -11,6 +11,13 @@ from zeus_bso.errors import (
     ZeusBSOError,
 )
 
+AWAY_PATIENCE = 5.0
+"""The most seconds a report waits on a server that did not take the run's last one (its answer,
+and its retries while it answers 503), where the client's own are more: a server that hangs (a
+stuck database, a network that drops its packets) held each validation of the run for the
+client's whole timeout (30 s), and the run trained that much less an hour. Reports are
+cumulative: one not taken now is kept, and the next carries it."""
+
 
 def for_later(err: ZeusBSOError) -> bool:
     """Whether a request of a run under way failed because the server is away for now

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -81,6 +82,8 @@ class ServerRun(ServerRunEndings):
         self.progress = progress
         self.max_micro_batch_size = max_micro_batch_size
         self.outcome: RunOutcome | None = None
+        self.waited = 0.0
+        """Seconds the latest report waited on the server (`on_evaluate`): not training."""
         """How the run ended (after `end`)."""
         self._power_limits = power_limits
         self._show = show
@@ -293,6 +296,7 @@ class ServerRun(ServerRunEndings):
         joules since training began; says whether to stop. A report the server cannot take now
         is kept, and training goes on to the job's target or ``max_epochs``, judged here; so
         does a run offline (or once its trial is gone from the server)."""
+        self.waited = 0.0
         if self.training_finished:
             return ReportResponse(
                 stop_train=True, converged=self.converged, message="training already finished"
@@ -315,6 +319,7 @@ class ServerRun(ServerRunEndings):
             current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
         )
+        started = time.monotonic()
         try:
             answer = self.link.report(self._last_report)
         except ZeusBSOError as err:
@@ -322,6 +327,8 @@ class ServerRun(ServerRunEndings):
                 raise
             self.link.lost_trial(trial)  # deleted under the run: it trains on, judged here
             return self._judged_here(trial.batch_size, metric, epoch)
+        finally:
+            self.waited = time.monotonic() - started
         if self.link.pending is None or answer.stop_train:
             return answer
         # Kept for later (the server is away, or refuses the run's token): the target and

@@ -453,7 +453,7 @@ class TrialSession(SessionEndings):
         """`report`'s work, given the run's seconds and joules: the server's answer on every
         process (None: the metric was not measured)."""
 
-        def send() -> tuple[ReportResponse, int] | None:
+        def send() -> tuple[ReportResponse, int, float] | None:
             value = metric() if callable(metric) else metric
             if value is None:
                 return None
@@ -465,12 +465,14 @@ class TrialSession(SessionEndings):
             self._said_untrained(server)
             self._said_part_of_an_epoch(server, epoch)
             answer = server.on_evaluate(float(value), epoch, elapsed)
-            return answer, server.progress.epochs
+            return answer, server.progress.epochs, server.waited
 
+        waiting = self.progress.mark()
         sent = from_rank_zero(self._collectives.broadcast, self.is_main, send)
         if sent is None:  # not measured at this validation: nothing reported
             return None
-        answer, reported_epoch = sent
+        answer, reported_epoch, waited = sent
+        self.progress.leave_out(waiting, waited)  # on every process: the server's, not training
         self.converged = answer.stop_train and answer.converged
         self.stopped = self.stopped or answer.stop_train
         values: dict[str, float] = {
