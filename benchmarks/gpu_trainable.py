@@ -390,21 +390,24 @@ def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str,
     pynvml.nvmlInit()
 
     class Probe(pl.Callback):  # type: ignore[misc]
-        """Reads the counter right after the callback opens its window (placed after it) or
-        right before each of its reports (placed before it): the same window, without the
-        report's time inside it."""
+        """Reads the counter right after the callback opens its window and right after each of
+        its reports (placed after it), and right before each of its reports (placed before
+        it): the same window, without the reports' waits on the server, which the run's
+        energy leaves out."""
 
         def __init__(self) -> None:
             self.start_mj = self.last_mj = 0
+            self.readings: list[int] = []
 
         def on_train_start(self, trainer: Any, module: Any) -> None:
             if self is opens:
                 self.start_mj = counter_mj(pynvml, accelerator)
 
         def on_validation_end(self, trainer: Any, module: Any) -> None:
+            _synchronize(accelerator)
+            self.readings.append(counter_mj(pynvml, accelerator))
             if self is closes:
-                _synchronize(accelerator)
-                self.last_mj = counter_mj(pynvml, accelerator)
+                self.last_mj = self.readings[-1]
 
     opens, closes = Probe(), Probe()
     job = JobSpec(job_id=_fresh("gpu-accumulate"), job_id_prefix="gpu-accumulate",
@@ -419,7 +422,9 @@ def accumulation_check(url: str, accelerator: str, epochs: int = 5) -> dict[str,
     trainer.fit(model)
     assert callback.job_id is not None
     (trial,) = _job_state(url, callback.job_id)["trials"]
-    recorded, measured = float(trial["energy"]), (closes.last_mj - opens.start_mj) / 1000.0
+    waits_mj = sum(a - b for b, a in zip(closes.readings[:-1], opens.readings[:-1], strict=True))
+    recorded = float(trial["energy"])
+    measured = (closes.last_mj - opens.start_mj - waits_mj) / 1000.0
     return {
         "micro_batch_sizes": sorted(model.seen),
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
