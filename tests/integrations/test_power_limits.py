@@ -43,6 +43,7 @@ from tests.integrations.paced_jobs import PACED_BATCH as BATCH  # noqa: E402
 from tests.integrations.paced_jobs import PACED_STEPS as STEPS  # noqa: E402
 from tests.integrations.paced_jobs import paced_job as job  # noqa: E402
 from tests.preloaded_python import preloaded  # noqa: E402
+from tests.proxy import ReverseProxy  # noqa: E402
 from zeus_bso import JobSpec  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.errors import PowerLimitError  # noqa: E402
@@ -510,6 +511,38 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     chosen = cheapest(eta) if bound is None else 275.0  # as fast as 300 W: within 1.2
     assert profile["power_limit"] == during == chosen
     assert state(tmp_path)["changes"] == changes
+
+
+def test_a_wait_on_the_server_for_the_power_profile_is_not_the_runs_time(
+    server: ServerProcess, nvml: Any, tmp_path: Path
+) -> None:
+    """The step that ends a power profile sends it and waits for the server's choice: a slow
+    server's answer (held 3 s behind a proxy) is no part of the batch size's time or energy,
+    as a report's is not. The run had been charged it, on every process."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+
+    proxy = ReverseProxy(server.url, down_on="/api/trials/power_profile")
+    try:
+        spec = job(unique_id("plwait"), 0.5)
+        bso = BatchSizeOptimizer(proxy.url, spec, EstimateMeter(300), power_limit="optimize")
+        assert bso.get_batch_size() == BATCH
+        proxy.delay = 3.0
+        started = time.monotonic()
+        steps_of_an_epoch(bso, nvml)
+        trained = time.monotonic() - started
+        assert any(path.startswith("/api/trials/power_profile") for path, _ in proxy.answered)
+        bso.on_evaluate(1.0)
+        bso.end()
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(spec.job_id or "")["trials"]
+        assert trained > 3.0  # the held answer, in the epoch's wall time
+        assert trial["time"] < trained - 2.5  # and none of it in the run's
+        assert trial["energy"] == pytest.approx(300.0 * trial["time"], rel=0.05)
+        (profile,) = profiles(server, spec.job_id or "")
+        assert profile["power_limit"] == cheapest(0.5)
+    finally:
+        proxy.close()
 
 
 @pytest.mark.parametrize("stopped", ["after its profile", "while it profiled"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -221,17 +222,23 @@ class PowerLimitRun:
         if self._profiler is not None:
             self._profiler.step_begin()
 
-    def step_end(self) -> None:
+    @property
+    def profiling(self) -> bool:
+        """Whether the run is profiling its limits (the step that ends the profile sends it)."""
+        return self._profiler is not None
+
+    def step_end(self) -> float:
         """After each training step (every process): the step that ends the profile sends it
-        (main) and every process trains on at the chosen limit."""
+        (main) and every process trains on at the chosen limit. Returns the seconds the main
+        process waited on the server for its choice (0 at every other step): no training."""
         profiler = self._profiler
         if profiler is None:
-            return
+            return 0.0
         before = (profiler.measured_steps, len(profiler.limits))
         profiler.step_end()
         self._say_lengthened(profiler, before)
         if not profiler.done:
-            return
+            return 0.0
         self._profiler = None
         window = profiler.window_s
         if self._is_main and window is not None and window < 0.9 * profiler.min_window_s:
@@ -247,22 +254,25 @@ class PowerLimitRun:
                 len(profiler.limits),
             )
 
-        def chosen() -> float | None:
+        def chosen() -> tuple[float | None, float]:
             if self._limits.advisory:
                 logger.warning(
                     "zeus-bso: power limits were not profiled: this process may not set them "
                     "(it needs CAP_SYS_ADMIN); the GPUs keep their own"
                 )
-                return None
+                return None, 0.0
             assert self._send is not None
             measured = profiler.measurements(self._steps_per_epoch, self._gpus_factor)
-            return self._send(measured, self._limits.range_w())
+            asked = time.monotonic()
+            limit = self._send(measured, self._limits.range_w())
+            return limit, time.monotonic() - asked
 
-        limit = self._broadcast(chosen() if self._is_main else None)
+        limit, waited = self._broadcast(chosen() if self._is_main else None)
         if limit is not None:
             self._apply(self._within_range(float(limit)))
         else:
             self._limits.restore()
+        return float(waited)
 
     def restore(self) -> None:
         """Put the GPUs back to their own limits (every exit path; again: nothing)."""

@@ -72,9 +72,15 @@ class RunPower:
         if self.limits is not None:
             self.limits.step_begin()
 
-    def step_end(self) -> None:
-        if self.limits is not None:
-            self.limits.step_end()
+    @property
+    def profiling(self) -> bool:
+        """Whether this process is profiling the limits (`PowerLimitRun.profiling`)."""
+        return self.limits is not None and self.limits.profiling
+
+    def step_end(self) -> float:
+        """After a training step: the seconds the run waited on the server for its limit
+        (`PowerLimitRun.step_end`)."""
+        return 0.0 if self.limits is None else self.limits.step_end()
 
     def restore(self) -> None:
         """The GPUs' own power limits back (every exit path; again: nothing)."""

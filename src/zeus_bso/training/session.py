@@ -415,8 +415,11 @@ class TrialSession(SessionEndings):
         self._power.step_begin()
 
     def step_end(self) -> None:
-        """After each training step, on every process (see `step_begin`)."""
-        self._power.step_end()
+        """After each training step, on every process (see `step_begin`). The step that ends
+        a power profile waits for the server's limit: that wait is left out of the run's time
+        and energy, on every process, as a report's is (`_evaluate`)."""
+        waiting = self.progress.mark() if self._power.profiling else None
+        self.progress.leave_out(waiting, self._power.step_end())
 
     @property
     def power(self) -> PowerLimitRun | None:
