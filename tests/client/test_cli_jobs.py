@@ -658,6 +658,34 @@ def test_times_read_as_ls_writes_them() -> None:
     assert when(now + 400 * 86400, now).endswith("  2028")
 
 
+def test_a_run_stopped_below_the_target_is_said_to_show_the_cost_counted(
+    server: ServerProcess,
+) -> None:
+    """A run that ended below its target is charged what the job counts for it (here, one that
+    stopped itself after an epoch: its max_epochs at its pace, 5 times what it spent): the
+    trials table and the job's batch sizes say that their cost is not its spending, which had
+    read as a wrong figure beside its time and energy. Where every run converged, nothing."""
+    job_id = unique_id("clicharged")
+    job_with_trials(server, job_id, runs=1)
+    assert "stopped below the target" not in cli(server, "trials", job_id).stdout
+    assert "stopped below the target" not in cli(server, "show", job_id).stdout
+    with ServerClient(server.url, token=TOKEN) as client:
+        trial = client.dispatch(job_id).trial
+        first = {"time": 10.0, "energy": 900.0, "metric": 0.1, "current_epoch": 1}
+        client.report(TrainingResult(**trial.model_dump(), **first, final=True))  # stopped itself
+        client.end_trial(trial)
+        stopped = client.trials(job_id)[-1]
+    spent = 0.5 * stopped.energy + 0.5 * 300.0 * stopped.time  # eta 0.5, 300 W
+    assert (stopped.converged, stopped.cost) == (False, pytest.approx(5 * spent))
+    table = cli(server, "trials", job_id).stdout
+    assert "shows the cost the job counts for it, which can be more than it spent" in " ".join(
+        table.split()
+    )
+    shown = " ".join(cli(server, "show", job_id).stdout.split())
+    assert "a run that stopped below the target counts what its learning curve predicted" in shown
+    assert "stopped below the target" not in cli(server, "trials", job_id, "--format", "csv").stdout
+
+
 def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:
     """Hours and kilowatt-hours (a multi-GPU fine-tune) made the 80-column table fold its
     cells ("explorat/ion", "29.71/kWh") onto two lines a trial; now a column is left out."""

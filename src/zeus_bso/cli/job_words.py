@@ -111,6 +111,14 @@ def print_job(console: Console, state: JobView) -> None:
     counts = ", ".join(f"{n} {status}" for status, n in sorted(state.trials_by_status.items()))
     console.print(f"trials: {counts or 'none'}")
     console.print(batch_size_table(state))
+    if any(row.reports > row.converged for row in state.batch_sizes):
+        console.print(
+            "mean cost: of every run, as the job counts it; a run that stopped below the target "
+            "counts what its learning curve predicted at convergence, or its max_epochs at its "
+            "pace, where its message says so, which can be more than it spent "
+            "(`zeus-bso jobs trials`)",
+            highlight=False,
+        )
 
 
 def batch_size_table(state: JobView) -> Table:

@@ -82,6 +82,14 @@ LIST_COLUMNS = ("job id", "stage", "trials", "GPU", "recommended", "saved", "upd
 LIST_KEEP = ("job id", "stage", "recommended", "saved", "trials", "updated", "GPU")
 # The trials table's columns (their headers) in the order they are worth keeping on a narrow
 # terminal: the figures behind the cost go first, the metric before them.
+COUNTED_COST = (
+    "A run that stopped below the target (conv. False) shows the cost the job counts for it,"
+    " which can be more than it spent: what its learning curve predicted at convergence, or its"
+    " job's max_epochs at its pace, where its message says so (--format json); its time and"
+    " energy are what it spent."
+)
+"""Under the trials table where a run did not converge: its cost column is not its spending."""
+
 TRIALS_KEEP = (
     *("#", "batch", "kind", "status", "conv.", "cost"),
     *("epochs", "time", "energy", "metric"),
@@ -312,6 +320,8 @@ def trials_command(
         ]
         hint = "--format csv or json has them all"
         print_fitted(console, headers, rows, TRIALS_KEEP, err=err, hint=hint)
+        if any(t["status"] == "reported" and t["converged"] is False for t in trials):
+            console.print(COUNTED_COST, highlight=False, soft_wrap=False)
 
 
 @jobs_app.command(
