@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from pydantic import ValidationError
@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
+from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
 from zeus_bso.policy.priors import standing
 from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
@@ -23,6 +24,7 @@ from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
 from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
+    HorizonView,
     JobStage,
     JobSummary,
     JobView,
@@ -356,6 +358,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         next_run=upcoming,
         siblings=_siblings(conn, job),
         seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
+        horizon=_horizon_view(config, stats, job.state.prior),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -389,6 +392,25 @@ def _seeded_from(
         mode=prior.mode.value,
         standing=standing(settings, prior, explorations),
         best_batch_size=prior.best(config.batch_sizes),
+    )
+
+
+def _horizon_view(
+    config: CreatedJob, stats: Mapping[int, policy.BatchSizeStats], prior: policy.Prior | None
+) -> HorizonView | None:
+    """Where a job with ``expected_recurrences`` stands against its budget, as its next run's
+    decision reads it (``stats``: in its current profile's cost units)."""
+    if config.expected_recurrences is None:
+        return None
+    horizon = Horizon.of(config.expected_recurrences, stats, config.default_batch_size, prior)
+    return HorizonView(
+        recurrences=horizon.recurrences,
+        expected=horizon.horizon,
+        done=horizon.done,
+        spent=horizon.spent,
+        budget=horizon.budget,
+        allowance=horizon.allowance,
+        cheapest_cost=horizon.best_cost,
     )
 
 

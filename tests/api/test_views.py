@@ -326,3 +326,46 @@ def test_a_job_registered_with_a_range_has_its_sizes_made_once(http: httpx.Clien
     refused = http.post("/jobs", json=neither)
     assert refused.status_code == 422
     assert "give batch_sizes, or batch_size_range" in refused.json()["message"]
+
+
+def test_a_short_lived_jobs_budget_shown_follows_from_its_runs(http: httpx.Client) -> None:
+    """A job with ``expected_recurrences`` shows its budget as its next decision reads it:
+    3% over that many runs of the default (its mean converged cost), what its runs spent, and
+    what one more exploration may lose (the budget less the spending and the runs left at the
+    cheapest size's mean)."""
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    body |= {"expected_recurrences": 10, "target_metric": 0.5, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    horizon = http.get(f"/api/jobs/{job_id}").json()["horizon"]
+    assert horizon == {
+        "recurrences": 10, "expected": 10, "done": 0, "spent": 0.0, "budget": None,
+        "allowance": None, "cheapest_cost": None,
+    }  # fmt: skip
+    for i in range(3):
+        trial = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+        size = trial["batch_size"]
+        energy = 1000.0 * size / 64 + 10.0 * i
+        report = trial | {"time": 10.0, "energy": energy, "metric": 0.9, "current_epoch": 1}
+        assert http.post("/report", json=report).json()["stop_train"]
+        assert http.patch("/trials", json=trial).status_code == 200
+
+    state = http.get(f"/api/jobs/{job_id}").json()
+    trials = state["trials"]
+    assert all(t["converged"] for t in trials)
+    costs: dict[int, list[float]] = defaultdict(list)
+    for t in trials:
+        costs[t["batch_size"]].append(t["cost"])
+    assert len(costs) > 1  # it explored
+    means = {size: sum(c) / len(c) for size, c in costs.items()}
+    horizon = state["horizon"]
+    assert (horizon["recurrences"], horizon["expected"], horizon["done"]) == (10, 10, 3)
+    assert horizon["spent"] == pytest.approx(sum(t["cost"] for t in trials))
+    assert horizon["budget"] == pytest.approx(1.03 * 10 * means[64])
+    assert horizon["cheapest_cost"] == pytest.approx(min(means.values()))
+    left = horizon["budget"] - horizon["spent"] - 7 * min(means.values())
+    assert horizon["allowance"] == pytest.approx(left)
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    shown = f"{left / min(means.values()):.2f} of a run"
+    assert "10 (3 done): the job explores only what can pay back" in page
+    assert ("one more exploration may lose " + shown if left > 0 else "nothing more") in page

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -209,7 +210,11 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
         )
     capped = cli(server, "show", job_id).stdout
     assert "per-run cap: no run at another batch size above 1.5x the default's" in capped
-    assert "expected recurrences: 5; it explores only what can pay back within them" in capped
+    # Its runs cost 3.9, 7.8 and 11.7 kJ, the default's the first: a budget of 1.03 x 5 x 3.9.
+    assert (
+        "expected recurrences: 5 (3 done); it explores only what can pay back within them: of a"
+        " budget of 20.1 kJ, 23.4 kJ spent, and nothing more is explored"
+    ) in " ".join(capped.split())
     assert "3 reported" in capped
 
     with ServerClient(server.url, token=TOKEN) as client:
@@ -796,3 +801,44 @@ def test_a_page_that_leaves_jobs_out_says_where_the_next_begins(server: ServerPr
         listed = cli(server, "list", "--prefix", prefix, *last)
         assert f"{prefix}-3" in listed.stdout
         assert "more jobs" not in listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("horizon", "said"),
+    [
+        (
+            {"budget": None, "allowance": None, "cheapest_cost": None, "spent": 0.0, "done": 0},
+            "10 (0 done); it explores only what can pay back within them (nothing is bounded"
+            " before a run converges)",
+        ),
+        (
+            {
+                "budget": 10300.0,
+                "allowance": 400.0,
+                "cheapest_cost": 800.0,
+                "spent": 2000.0,
+                "done": 2,
+            },
+            "10 (2 done); it explores only what can pay back within them: of a budget of 10.3"
+            " kJ, 2.0 kJ spent, and one more exploration may lose 0.50 of a run",
+        ),
+        (
+            {
+                "budget": 20600.0,
+                "allowance": -5.0,
+                "cheapest_cost": 800.0,
+                "spent": 9000.0,
+                "done": 10,
+                "expected": 20,
+            },
+            "10, now 20 (10 done); it explores only what can pay back within them: of a budget of"
+            " 20.6 kJ, 9.0 kJ spent, and nothing more is explored",
+        ),
+    ],
+)
+def test_a_short_lived_jobs_budget_in_words(horizon: dict[str, Any], said: str) -> None:
+    from zeus_bso.cli.job_words import horizon_words
+    from zeus_bso.wire.reads import HorizonView
+
+    view = HorizonView.model_validate({"recurrences": 10, "expected": 10, **horizon})
+    assert horizon_words(view) == said

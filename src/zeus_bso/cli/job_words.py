@@ -13,7 +13,7 @@ from rich.table import Column, Table
 from zeus_bso.cli.tables import COMPACT
 from zeus_bso.spec import ESTIMATED_MODEL, CreatedJob, hardware_words, profile_words
 from zeus_bso.units import duration_text, energy_text, energy_unit, percent_text
-from zeus_bso.wire.reads import FleetSummary, JobView, Savings, SeededFrom
+from zeus_bso.wire.reads import FleetSummary, HorizonView, JobView, Savings, SeededFrom
 
 
 def print_job(console: Console, state: JobView) -> None:
@@ -33,11 +33,8 @@ def print_job(console: Console, state: JobView) -> None:
             f"per-run cap: no run at another batch size above {job.max_run_cost_ratio:g}x the "
             "default's measured cost"
         )
-    if job.expected_recurrences:
-        console.print(
-            f"expected recurrences: {job.expected_recurrences}; it explores only what can pay "
-            "back within them"
-        )
+    if state.horizon is not None:
+        console.print(f"expected recurrences: {horizon_words(state.horizon)}")
     if len(state.profiles) > 1:
         console.print(
             f"hardware profiles {escape(', '.join(map(profile_words, state.profiles)))}; costs"
@@ -163,6 +160,23 @@ def hardware(job: CreatedJob) -> str:
     if job.gpu_model == ESTIMATED_MODEL:
         return hardware_words(job.number_of_gpus, job.gpu_model, job.max_power)
     return f"{job.number_of_gpus} x {job.gpu_model}, max power {job.max_power:g} W"
+
+
+def horizon_words(horizon: HorizonView) -> str:
+    """A short-lived job's budget, in words: ``10 (4 done); it explores only what can pay back
+    within them: of a budget of 2.3 MJ, 1.1 MJ spent, and one more exploration may lose 0.28
+    of a run``."""
+    words = f"{horizon.recurrences}"
+    if horizon.expected != horizon.recurrences:
+        words += f", now {horizon.expected}"
+    words += f" ({horizon.done} done); it explores only what can pay back within them"
+    budget, allowance, cheapest = horizon.budget, horizon.allowance, horizon.cheapest_cost
+    if budget is None or allowance is None or not cheapest:
+        return f"{words} (nothing is bounded before a run converges)"
+    words += f": of a budget of {energy_text(budget)}, {energy_text(horizon.spent)} spent"
+    if allowance <= 0.0:
+        return f"{words}, and nothing more is explored"
+    return f"{words}, and one more exploration may lose {allowance / cheapest:.2f} of a run"
 
 
 def joules_text(value: float | None) -> str:

@@ -174,13 +174,21 @@ class Horizon:
         return self.horizon - self.done
 
     @property
-    def allowance(self) -> float | None:
-        """What one more exploration may lose (None: nothing converged, nothing bounded)."""
+    def budget(self) -> float | None:
+        """What the job may spend over its `horizon`: `HORIZON_SLACK` more than running the
+        default that many times (None: nothing converged, nothing bounded)."""
         if self.best_cost is None:
             return None
         reference = self.best_cost if self.default_cost is None else self.default_cost
-        budget = (1.0 + HORIZON_SLACK) * self.horizon * reference
-        return budget - self.spent - self.left * self.best_cost
+        return (1.0 + HORIZON_SLACK) * self.horizon * reference
+
+    @property
+    def allowance(self) -> float | None:
+        """What one more exploration may lose (None: nothing converged, nothing bounded)."""
+        budget, best = self.budget, self.best_cost
+        if budget is None or best is None:
+            return None
+        return budget - self.spent - self.left * best
 
     def may_explore(self, batch_size: int, predicted: float | None = None) -> bool:
         """Whether the next run may explore ``batch_size``: a later recurrence is left to use

@@ -222,6 +222,30 @@ class SeededFrom(BaseModel):
     """The size the prior puts cheapest among the job's."""
 
 
+class HorizonView(BaseModel):
+    """Where a job with ``expected_recurrences`` stands against its budget
+    (`zeus_bso.policy.horizon`), in its current hardware profile's cost units (J)."""
+
+    recurrences: int
+    """Its ``expected_recurrences``."""
+    expected: int
+    """The recurrences it is now expected to run: ``recurrences``, or, once it ran that many,
+    twice as many as it ran."""
+    done: int
+    """Its runs that converged."""
+    spent: float
+    """What its ended runs cost."""
+    budget: float | None
+    """What it may spend over ``expected``: 3% more than running the default that many times
+    (its measured mean cost; before it converged, the cheapest size's or a related job's
+    prediction). Null before a run converged: nothing is bounded yet."""
+    allowance: float | None
+    """What one more exploration may lose: the budget less what it spent and the runs left at
+    its cheapest size. At or below 0, nothing more is explored. Null as ``budget``."""
+    cheapest_cost: float | None
+    """The cheapest batch size's mean converged cost (null: none converged)."""
+
+
 class NextRun(BaseModel):
     """What the next run of the job will get, and why, as the policy decides it now."""
 
@@ -263,6 +287,8 @@ class JobView(BaseModel):
     settings in which each differs from it."""
     seeded_from: SeededFrom | None = None
     """The related job it was seeded with (null: it started cold)."""
+    horizon: HorizonView | None = None
+    """Its budget, with ``expected_recurrences`` (null: the job set none)."""
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None
