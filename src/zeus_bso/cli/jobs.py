@@ -80,8 +80,6 @@ TRIAL_HEADERS = {
 # The list's columns, and the same in the order they are worth keeping on a narrow terminal.
 LIST_COLUMNS = ("job id", "stage", "trials", "GPU", "recommended", "saved", "updated")
 LIST_KEEP = ("job id", "stage", "recommended", "saved", "trials", "updated", "GPU")
-# The trials table's columns (their headers) in the order they are worth keeping on a narrow
-# terminal: the figures behind the cost go first, the metric before them.
 COUNTED_COST = (
     "A run that stopped below the target (conv. False) shows the cost the job counts for it,"
     " which can be more than it spent: what its learning curve predicted at convergence, or its"
@@ -90,6 +88,8 @@ COUNTED_COST = (
 )
 """Under the trials table where a run did not converge: its cost column is not its spending."""
 
+# The trials table's columns (their headers) in the order they are worth keeping on a narrow
+# terminal: the figures behind the cost go first, the metric before them.
 TRIALS_KEEP = (
     *("#", "batch", "kind", "status", "conv.", "cost"),
     *("epochs", "time", "energy", "metric"),

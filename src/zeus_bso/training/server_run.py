@@ -82,9 +82,9 @@ class ServerRun(ServerRunEndings):
         self.progress = progress
         self.max_micro_batch_size = max_micro_batch_size
         self.outcome: RunOutcome | None = None
+        """How the run ended (after `end`)."""
         self.waited = 0.0
         """Seconds the latest report waited on the server (`on_evaluate`): not training."""
-        """How the run ended (after `end`)."""
         self._power_limits = power_limits
         self._show = show
         self._handle_sigterm = handle_sigterm
