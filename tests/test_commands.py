@@ -223,3 +223,26 @@ def test_each_command_prints_the_installed_version(command: str) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == f"{Path(command).name} {version('zeus-bso')}\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[ZEUS_BSO], [ZEUS_BSO, "jobs", "list"], [SERVER_BIN, "serve"]],
+    ids=["zeus-bso", "zeus-bso jobs list", "zeus-bso-server serve"],
+)
+def test_help_shows_flags_without_a_value(argv: list[str]) -> None:
+    """A flag takes no value, and its help says none: typer writes a flag's type beside it
+    (``--json <bool>``), which reads as if it took one (``--json true`` is then refused). An
+    option that takes a value keeps its type."""
+    env = {**environment_without_settings(), "COLUMNS": "200"}
+    shown = subprocess.run(
+        [*argv, "--help"], capture_output=True, text=True, env=env, timeout=60
+    ).stdout
+    flags = [
+        line for line in shown.splitlines() if re.search(r"│ --(help|json|no-upgrade)\b", line)
+    ]
+    assert flags, shown
+    for line in flags:
+        assert "<" not in line, f"a flag shown with a type:\n{shown}"
+    if argv[1:] == ["jobs", "list"]:
+        assert re.search(r"--limit\s+<int range>", shown), shown

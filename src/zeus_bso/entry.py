@@ -131,3 +131,25 @@ def version_option(program: str) -> Any:
     return typer.Option(
         "--version", help="Print the version and exit", is_eager=True, callback=show
     )
+
+
+def command_of(app: Any) -> Any:
+    """The click command of the Typer ``app``, its flags shown as flags in ``--help``: typer
+    (0.29) writes a flag's type beside it (``--json <bool>``, ``--help <bool>``), which reads
+    as if the flag took a value (``--json true``: "Got unexpected extra argument")."""
+    import typer.main
+
+    command = typer.main.get_command(app)
+    _plain_flags(command)
+    return command
+
+
+def _plain_flags(command: Any) -> None:
+    """Give every flag of ``command`` and its subcommands (their ``--help`` too) an empty
+    metavar, which typer's help shows instead of the flag's type."""
+    help_option = command.get_help_option(command.context_class(command))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_flags(sub)

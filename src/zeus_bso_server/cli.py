@@ -30,7 +30,7 @@ from tenacity import (
     wait_fixed,
 )
 
-from zeus_bso.entry import Interrupt, deferred_interrupt, version_option
+from zeus_bso.entry import Interrupt, command_of, deferred_interrupt, version_option
 from zeus_bso.errors import EXIT_FAILURE, EXIT_STATUSES, EXIT_USAGE
 from zeus_bso_server import __version__
 from zeus_bso_server.errors import (
@@ -522,11 +522,11 @@ def main() -> None:
     """Entry point of the ``zeus-bso-server`` command."""
     args = sys.argv[1:]
     if not (args[:1] == ["serve"] and _asks_json_logs(args)):
-        app()
+        command_of(app)()
         return
     # JSON logs: a usage error is a JSON line too (click would draw a box).
     try:
-        status = app(standalone_mode=False)  # the status of a typer.Exit, else None
+        status = command_of(app)(standalone_mode=False)  # the status of a typer.Exit, else None
     except typer.Abort:  # Ctrl-C before the server started
         raise SystemExit(EXIT_FAILURE) from None
     except _USAGE_ERROR as error:  # a usage error

@@ -13,7 +13,7 @@ from zeus_bso.cli.check import check_command
 from zeus_bso.cli.jobs import jobs_app
 from zeus_bso.cli.power import power_app
 from zeus_bso.cli.simulate import PlainHelpCommand, expand_multi_value_options, simulate_command
-from zeus_bso.entry import version_option
+from zeus_bso.entry import command_of, version_option
 from zeus_bso.errors import EXIT_STATUSES
 
 app = typer.Typer(
@@ -41,4 +41,4 @@ app.command(name="check", short_help="Check what a training run here would find;
 def main() -> None:
     """Entry point of the ``zeus-bso`` command."""
     sys.argv[1:] = expand_multi_value_options(sys.argv[1:], {"--seeds"})
-    app()
+    command_of(app)()
