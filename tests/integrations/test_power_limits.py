@@ -545,6 +545,41 @@ def test_a_wait_on_the_server_for_the_power_profile_is_not_the_runs_time(
         proxy.close()
 
 
+def test_a_hung_server_leaves_the_choice_of_the_limit_to_the_run(
+    server: ServerProcess, nvml: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that does not answer the profile (held 40 s behind a proxy) holds the run at
+    most `AWAY_PATIENCE` (it was held the client's whole timeout, 30 s), and the run trains at
+    the limit the server would have chosen from its profile, chosen here by the same rule (it
+    trained at the GPUs' own, 300 W). The server keeps no profile: the next run profiles
+    again."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.client.server_away import AWAY_PATIENCE
+    from zeus_bso.energy import EstimateMeter
+
+    proxy = ReverseProxy(server.url, down_on="/api/trials/power_profile")
+    try:
+        spec = job(unique_id("plhung"), 0.5)
+        bso = BatchSizeOptimizer(proxy.url, spec, EstimateMeter(300), power_limit="optimize")
+        assert bso.get_batch_size() == BATCH
+        proxy.delay = 40.0
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+            steps_of_an_epoch(bso, nvml)
+        trained = time.monotonic() - started
+        assert state(tmp_path)["limit"] == cheapest(0.5)
+        assert "chosen here as the server chooses" in caplog.text
+        bso.on_evaluate(1.0)
+        bso.end()
+        assert profiles(server, spec.job_id or "") == []
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(spec.job_id or "")["trials"]
+        # The run's time leaves its wait on the server out: what it waited, AWAY_PATIENCE.
+        assert AWAY_PATIENCE - 1.0 < trained - trial["time"] < AWAY_PATIENCE + 2.0
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("stopped", ["after its profile", "while it profiled"])
 def test_a_run_resumed_from_a_checkpoint_trains_at_the_chosen_limit(
     server: ServerProcess, nvml: Any, tmp_path: Path, stopped: str

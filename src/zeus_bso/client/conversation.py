@@ -481,13 +481,13 @@ class JobConversation:
         measurements: list[PowerMeasurement],
         limit_range_w: tuple[float, float] | None,
     ) -> float | None:
-        """Send a power profile; the limit to train at (None: the server could not take it,
-        said in a warning)."""
+        """Send a power profile, waiting at most `AWAY_PATIENCE`; the limit to train at (None:
+        the server could not take it, said in a warning)."""
         report = PowerProfileReport(
             **trial.model_dump(), measurements=measurements, limit_range_w=limit_range_w
         )
         try:
-            chosen = self.client.power_profile(report)
+            chosen = self.client.power_profile(report, AWAY_PATIENCE)
         except ZeusBSOError as err:
             logger.warning("zeus-bso: the power profile could not be sent: %s", err)
             return None

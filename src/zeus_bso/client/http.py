@@ -370,14 +370,21 @@ class ServerClient:
             body["micro_batch_size"] = micro_batch_size
         return self._trial_request("/api/trials/infeasible", body)
 
-    def power_profile(self, report: PowerProfileReport) -> PowerProfileView:
-        """Send a batch size's power profile; the answer says the limit to train at.
+    def power_profile(
+        self, report: PowerProfileReport, patience: float | None = None
+    ) -> PowerProfileView:
+        """Send a batch size's power profile; the answer says the limit to train at
+        (``patience``: the most seconds to wait for it and to retry 503s, where less than the
+        client's own).
 
         Raises:
             RouteMissingError: the server has no such route (upstream Zeus's server).
         """
         response = self._request(
-            "POST", "/api/trials/power_profile", content=report.model_dump_json()
+            "POST",
+            "/api/trials/power_profile",
+            content=report.model_dump_json(),
+            patience=patience,
         )
         return PowerProfileView.model_validate(response.json())
 

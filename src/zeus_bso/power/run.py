@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy import zeus_cost
-from zeus_bso.policy.power import profile_goes_on
+from zeus_bso.policy.power import best_power_limit, profile_goes_on
 from zeus_bso.power.limits import GpuPowerLimits, gpus_here
 from zeus_bso.power.profiler import (
     COUNTER_PERIODS,
@@ -265,7 +265,10 @@ class PowerLimitRun:
             measured = profiler.measurements(self._steps_per_epoch, self._gpus_factor)
             asked = time.monotonic()
             limit = self._send(measured, self._limits.range_w())
-            return limit, time.monotonic() - asked
+            waited = time.monotonic() - asked
+            if limit is None:
+                limit = self._chosen_here(measured)
+            return limit, waited
 
         limit, waited = self._broadcast(chosen() if self._is_main else None)
         if limit is not None:
@@ -273,6 +276,24 @@ class PowerLimitRun:
         else:
             self._limits.restore()
         return float(waited)
+
+    def _chosen_here(self, measured: list[PowerMeasurement]) -> float | None:
+        """The limit to train at when the server could not take the profile (away, hung past
+        the client's patience): the one the server would choose from it, by the same rule
+        (`best_power_limit`, at the job's ``eta_knob`` and ``power_max_slowdown``, priced with
+        the run's GPUs' power, as the server prices the profile's), rather than the GPUs' own
+        for the rest of the run. Nothing is stored: the next run of the batch size profiles
+        again. None: nothing was measured."""
+        if not measured:
+            return None
+        limit = best_power_limit(measured, self._eta, self._max_power, self._max_slowdown)
+        logger.warning(
+            "zeus-bso: the server did not choose a power limit: the GPUs train at %g W, the "
+            "limit this profile measured cheapest, chosen here as the server chooses (it keeps "
+            "no profile: the next run of this batch size profiles again)",
+            limit,
+        )
+        return limit
 
     def restore(self) -> None:
         """Put the GPUs back to their own limits (every exit path; again: nothing)."""
