@@ -249,9 +249,13 @@ def test_list_show_trials_and_delete(server: ServerProcess) -> None:
         assert "Delete job" not in guessed.stdout  # said before it asks
     deleted = cli(server, "delete", job_id, "--yes")
     assert deleted.returncode == 0, deleted.stderr
-    gone = cli(server, "show", job_id)
-    assert gone.returncode == 1
-    assert "404" in gone.stderr
+    for command in ("show", "delete", "pin", "unpin"):
+        gone = cli(server, command, job_id, *(["64"] if command == "pin" else []))
+        assert gone.returncode == 1
+        assert " ".join(gone.stderr.split()) == (
+            f"error: no job {job_id} on the server at {server.url} (zeus-bso jobs list lists"
+            " its jobs)"
+        )
 
 
 def test_summary_says_the_fleets_totals(server: ServerProcess) -> None:

@@ -22,6 +22,7 @@ from zeus_bso.client.http import ServerClient
 from zeus_bso.errors import (
     EXIT_FAILURE,
     EXIT_USAGE,
+    RouteMissingError,
     ServerConnectionError,
     ServerRejectedError,
     ZeusBSOError,
@@ -118,24 +119,28 @@ def _ask(
 ) -> T:
     """One request to the server; an error is printed, saying what to do, and the command exits
     with its ``exit_code`` (1: the server could not be reached or refused the request). A
-    ``job_id`` the server does not know is said with the ids that start with it (a job's id is
-    its ``job_id_prefix`` and a hash)."""
+    ``job_id`` the server does not know is said so, with the ids that start with it (a job's id
+    is its ``job_id_prefix`` and a hash), or with where the jobs are listed."""
     sent = token_from(token) or None
     try:
         with ServerClient(server, token=sent, retry_seconds=5.0) as client:
             try:
                 return request(client)
             except ServerRejectedError as error:
-                if error.status != 404 or job_id is None:
+                if error.status != 404 or job_id is None or isinstance(error, RouteMissingError):
                     raise
                 near = _ids_starting_with(client, job_id)
-                if not near:
-                    raise
-            listed = ", ".join(near[:5]) + (", ..." if len(near) > 5 else "")
-            err.print(
-                f"[red]error:[/] no job {escape(job_id)}; the ids that start with it: {listed}"
-                f" (zeus-bso jobs list --prefix {escape(job_id)})"
-            )
+            if near:
+                listed = ", ".join(near[:5]) + (", ..." if len(near) > 5 else "")
+                err.print(
+                    f"[red]error:[/] no job {escape(job_id)}; the ids that start with it: "
+                    f"{listed} (zeus-bso jobs list --prefix {escape(job_id)})"
+                )
+            else:
+                err.print(
+                    f"[red]error:[/] no job {escape(job_id)} on the server at "
+                    f"{escape(client.shown_url)} (zeus-bso jobs list lists its jobs)"
+                )
             raise typer.Exit(EXIT_FAILURE)
     except ZeusBSOError as error:
         if isinstance(error, ServerRejectedError) and error.status == 401 and sent is None:
