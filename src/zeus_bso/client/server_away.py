@@ -16,7 +16,8 @@ AWAY_PATIENCE = 5.0
 and its retries while it answers 503), where the client's own are more: a server that hangs (a
 stuck database, a network that drops its packets) held each validation of the run for the
 client's whole timeout (30 s), and the run trained that much less an hour. Reports are
-cumulative: one not taken now is kept, and the next carries it."""
+cumulative: one not taken now is kept, and the next carries it. A power profile waits as long
+(the run then chooses its limit itself: `zeus_bso.power.run.PowerLimitRun`)."""
 
 
 def for_later(err: ZeusBSOError) -> bool:
