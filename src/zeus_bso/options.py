@@ -7,7 +7,6 @@ client's."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from zeus_bso.errors import ConfigurationError, ZeusBSOError, validation_words
+from zeus_bso.errors import ConfigurationError, validation_words
 from zeus_bso.power.run import PowerLimitMode, check_power_limit
 from zeus_bso.scaling.lr import LrRule, check_rule
 from zeus_bso.spec import JobSpec
@@ -219,24 +218,16 @@ def check_metric_direction(metric: str, job: JobSpec) -> None:
 
 
 def check_reported_metric(metric: float, job: JobSpec, reported: int) -> None:
-    """Refuses a metric that cannot be judged against ``job``'s target, before it counts:
-
-    - one that is not a number (NaN, infinite): the run diverged at its batch size, which is
-      charged with the failure (the server could not take the report);
-    - a run's first report (``reported``: epochs reported before it) above 1, at most 100,
-      against a ``target_metric`` of at most 1, higher being better: a percentage against a
-      fraction (accuracy as ``100 * correct / total``, as many scripts compute it), which
-      "reached" the target at once, every run converging at its first validation.
+    """Refuses a metric that cannot be judged against ``job``'s target, before it counts: a
+    run's first report (``reported``: epochs reported before it) above 1, at most 100, against
+    a ``target_metric`` of at most 1, higher being better: a percentage against a fraction
+    (accuracy as ``100 * correct / total``, as many scripts compute it), which "reached" the
+    target at once, every run converging at its first validation. (A metric that is not a
+    number ends the run as diverged: `zeus_bso.training.server_run.ServerRun.on_evaluate`.)
 
     Raises:
-        ZeusBSOError: not a number.
         ConfigurationError: a percentage against a fraction; it says what to change.
     """
-    if not math.isfinite(metric):
-        raise ZeusBSOError(
-            f"the metric reported is {metric}: training diverged (a run of this batch size"
-            " that reports no finite metric fails)"
-        )
     target = job.target_metric
     if reported or not job.higher_is_better_metric or not 0 < target <= 1 < metric <= 100:
         return

@@ -30,7 +30,6 @@ from zeus_bso.errors import (
     ConfigurationError,
     OutOfMemoryNotTheBatchSizeError,
     ServerRejectedError,
-    ZeusBSOError,
 )
 from zeus_bso.spec import StopReason
 from zeus_bso.training.session import TrialSession
@@ -578,26 +577,68 @@ def test_a_percentage_against_a_fractional_target_is_refused_at_the_first_report
         assert not bso.on_evaluate(first).stop_train  # a loss of any size is not checked
 
 
-def test_a_diverged_run_that_reports_nan_fails_at_its_batch_size(server: ServerProcess) -> None:
-    """A NaN metric (training diverged) raised pydantic's ValidationError, with its web link,
-    from inside the client; the run fails with words of ours, charged to its batch size."""
+def test_a_run_that_diverges_stops_and_its_size_does_not_converge(server: ServerProcess) -> None:
+    """A NaN metric (training diverged) raised an error out of the training loop, and the trial
+    failed, which counts against its size only as a crash does (`max_unreported_failures`,
+    three): the next runs were dispatched the same size, and diverged in turn. The run stops
+    instead, not converged; its last report goes again as its final one, with the diverged
+    epoch's time, and the server counts the size as not converging (charged as a run that
+    stopped itself, at ``max_epochs``): the next run explores another size. The outcome says
+    why, and `until_converged` starts the recurrence again."""
+    from zeus_bso import RunOutcome, until_converged
+
     job = spec(unique_id("nan").replace("-", ""))
-    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None)
+    sizes: list[int] = []
 
-    def diverging_loop() -> None:
-        with bso:
-            bso.get_batch_size()
+    def diverging() -> RunOutcome | None:
+        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
+            size = bso.get_batch_size()
+            sizes.append(size)
             bso.on_train_begin()
-            bso.on_evaluate(0.3)
-            bso.on_evaluate(float("nan"))
+            for metric in (0.3, float("nan") if size == 32 else 0.9):
+                answer = bso.on_evaluate(metric)
+                if answer.stop_train:
+                    break
+            else:
+                pytest.fail("the run was not stopped")
+        return bso.outcome
 
-    with pytest.raises(ZeusBSOError, match="the metric reported is nan: training diverged"):
-        diverging_loop()
+    outcome = until_converged(diverging, attempts=2)
+    assert outcome is not None
+    assert outcome.converged
+    assert sizes[0] == 32
+    assert sizes[1] != 32
+    with ServerClient(server.url) as client:
+        state = client.job_state(stable_job_id(job))
+    (diverged,) = [t for t in state["trials"] if t["trial_number"] == 1]
+    assert (diverged["status"], diverged["converged"], diverged["epochs"]) == (
+        "reported",
+        False,
+        2,
+    )
+    assert diverged["cost"] == pytest.approx(diverged["energy"] / 2 * 5, rel=0.2)  # max_epochs
+
+
+def test_a_run_that_diverges_at_its_first_validation_stops_and_fails(
+    server: ServerProcess,
+) -> None:
+    """Diverged at its first validation, a run has no report to send as its final one: it
+    stops all the same, its trial fails (a crash's count), and its outcome says why."""
+    job = spec(unique_id("nan1").replace("-", ""))
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        answer = bso.on_evaluate(float("inf"))
+        assert (answer.stop_train, answer.converged) == (True, False)
     assert bso.outcome is not None
-    assert bso.outcome.summary().startswith("zeus-bso: batch size 32 failed at epoch 2 of 5")
+    assert not bso.outcome.converged
+    assert "training diverged at batch size 32: its metric at epoch 1 is inf" in (
+        bso.outcome.summary()
+    )
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(bso.job_id)["trials"]
-    assert (trial["status"], trial["epochs"]) == ("failed", 1)
+    assert trial["status"] == "failed"
+    assert "training diverged" in (trial["message"] or "")
 
 
 @pytest.mark.parametrize("apart", [False, True])

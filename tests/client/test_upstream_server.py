@@ -111,6 +111,27 @@ def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
     assert [name for name in warned if name != "zeus_bso.energy.estimate"] == []
 
 
+def test_a_run_that_diverges_against_upstream_stops_all_the_same(upstream: str) -> None:
+    """A metric that is not a number stops the run against upstream's server too: its final
+    report, which upstream takes as any report, does not stop it there, so the run stops of
+    its own, ends its trial as any run that ended early, and its outcome says why."""
+    spec = JobSpec(
+        job_id=unique_id("upnan"), job_id_prefix="upnan", batch_sizes=[16, 32],
+        default_batch_size=32, target_metric=0.9, max_epochs=6,
+    )  # fmt: skip
+    with BatchSizeOptimizer(
+        upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
+    ) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        assert not bso.on_evaluate(0.1).stop_train
+        answer = bso.on_evaluate(float("nan"))
+        assert (answer.stop_train, answer.converged) == (True, False)
+    assert bso.outcome is not None
+    assert (bso.outcome.reason, bso.outcome.converged) == ("ended_early", False)
+    assert bso.outcome.why.startswith("training diverged at batch size 32")
+
+
 def test_a_changed_setting_against_upstream_registers_a_new_job_quietly(
     upstream: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,6 +6,7 @@ on the CPU, against a real server."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -96,6 +97,21 @@ class LoopAdapterContract(ServedContract):
         assert bso.outcome.converged
         (trial,) = self._trials(server_url, job)
         assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, True)
+
+    def test_a_run_that_diverges_stops_and_its_size_does_not_converge(
+        self, adapter: MakeAdapter, server_url: str
+    ) -> None:
+        job = loop_job("diverged")
+        with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
+            bso.train_begin()
+            assert not bso.report(0.5)
+            answer = bso.report(math.nan)
+            assert (answer.stop, answer.converged) == (True, False)
+            assert "training diverged" in (answer.why or "")
+        assert bso.outcome is not None
+        assert not bso.outcome.converged
+        (trial,) = self._trials(server_url, job)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, False)
 
     def test_a_misconfigured_run_releases_its_trial(
         self, adapter: MakeAdapter, server_url: str

@@ -12,6 +12,7 @@ server stored and what the framework's logger received.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -166,6 +167,21 @@ class CallbackAdapterContract(ServedContract):
         assert result.epochs == 2
         assert result.outcome is not None
         assert not result.outcome.converged
+
+    def test_a_fit_that_diverges_stops_there_and_its_size_does_not_converge(
+        self, fit: RunFit, server_url: str, tmp_path: Path
+    ) -> None:
+        """A validation metric that is not a number (training diverged at the size) stops the
+        fit, not converged, without an error out of the framework; the server counts the
+        size as not converging, the diverged epoch included."""
+        job = contract_job("cbnan", target_metric=0.9, max_epochs=4)
+        result = fit(ScriptedFit(server_url, job, (0.1, math.nan, 0.3, 0.4), tmp_path))
+        (trial,) = self._trials(server_url, job)
+        assert (trial.status, trial.epochs, trial.converged) == ("reported", 2, False)
+        assert result.epochs == 2
+        assert result.outcome is not None
+        assert not result.outcome.converged
+        assert "training diverged" in result.outcome.why
 
     def test_a_size_out_of_memory_in_the_check_is_infeasible_and_a_size_that_fits_trains(
         self, fit: RunFit, server_url: str, tmp_path: Path

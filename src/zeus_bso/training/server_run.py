@@ -15,6 +15,7 @@ saw for the job), with a warning, unless ``on_server_unavailable="raise"``.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -97,6 +98,8 @@ class ServerRun(ServerRunEndings):
         self._last_report: TrainingResult | None = None
         self._final: Elapsed | None = None
         self._ended = False
+        self._stopped_why: str | None = None
+        """Why the run stopped below its target where no server said so (`diverged`)."""
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
         exits.at_exit(self._at_exit)
@@ -302,6 +305,8 @@ class ServerRun(ServerRunEndings):
                 stop_train=True, converged=self.converged, message="training already finished"
             )
         epoch = self.progress.epoch_done(epoch)
+        if not math.isfinite(metric):
+            return self.diverged(metric, epoch, elapsed)
         check_reported_metric(metric, self.spec, epoch - 1)  # before it is reported or judged
         if (warning := metric_scale_warning(metric, self.spec, epoch - 1)) is not None:
             logger.warning("zeus-bso: %s", warning)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 
 from zeus_bso import exits
@@ -17,7 +18,14 @@ from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, ZeusBSOError
-from zeus_bso.spec import CreatedJob, JobSpecFromClient, StopReason, TrainingResult, TrialId
+from zeus_bso.spec import (
+    CreatedJob,
+    JobSpecFromClient,
+    ReportResponse,
+    StopReason,
+    TrainingResult,
+    TrialId,
+)
 from zeus_bso.training import open_runs
 
 logger = logging.getLogger(__name__)
@@ -44,6 +52,8 @@ class ServerRunEndings:
     _last_report: TrainingResult | None
     _final: Elapsed | None
     _ended: bool
+    _stopped_why: str | None
+    waited: float
 
     @property
     def job(self) -> CreatedJob | None:
@@ -110,7 +120,7 @@ class ServerRunEndings:
         if not end_trial and self.run_key is None and unreported and self.trial is not None:
             self.release(why or "ended with end_trial=False before any report")
             return
-        early = why or "training ended before it was told to stop"
+        early = why or self._stopped_why or "training ended before it was told to stop"
         self._finish(end_trial=end_trial, deliver=True, why=early)
         if self.outcome is None:  # a pending report delivered may have finished the training
             if self.training_finished:
@@ -135,6 +145,51 @@ class ServerRunEndings:
             return
         self._finish(end_trial=True)
         self._conclude(answer.reason, f"{why}; {answer.why}" if answer.why else why)
+
+    def diverged(self, metric: float, epoch: int, elapsed: Elapsed) -> ReportResponse:
+        """The answer to a validation whose ``metric`` is not a number (NaN, infinite) at
+        ``epoch``: training diverged at its batch size (a learning rate too high for it, often),
+        and the run stops there, not converged. The run's last report goes again as its final
+        one (`TrainingResult.final`) with this epoch's seconds and joules (``elapsed``), and
+        the server counts the size as not converging, charged as `stopped_itself` is. Where
+        none can (no report yet, the server away or upstream Zeus's), the run stops all the
+        same, and its end fails its trial, which counts against its batch size as a crash."""
+        why = (
+            f"training diverged at batch size {self.batch_size}: its metric at epoch {epoch} is "
+            f"{metric} (a learning rate too high for the size? lr_rule scales it)"
+        )
+        self.progress.reported(elapsed.joules)
+        self._reported = elapsed
+        last, answer = self._last_report, None
+        if not (self.offline or last is None or self.link.pending is not None):
+            final = last.model_copy(
+                update={
+                    "final": True,
+                    "time": elapsed.seconds,
+                    "energy": elapsed.joules,
+                    "current_epoch": self.progress.epoch_to_report(epoch),
+                }
+            )
+            started = time.monotonic()
+            try:
+                answer = self.link.report(final)
+            except ZeusBSOError as err:  # refused: the run stops all the same
+                logger.warning("the run's final report was refused: %s", err)
+            finally:
+                self.waited = time.monotonic() - started
+        if answer is not None and answer.stop_train and not answer.converged:
+            said = f"{why}; {answer.why}" if answer.why else why
+            answer = answer.model_copy(update={"why": said})
+            self.link.answered(answer)
+            return answer
+        self._stopped_why = why  # its end fails the trial, saying why
+        return ReportResponse(
+            stop_train=True,
+            converged=False,
+            message=why,
+            reason=StopReason.ENDED_EARLY,
+            why=why,
+        )
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
         """End a run that ran out of accelerator memory while it trained: its trial is marked
