@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -82,13 +83,12 @@ def test_recurrences_against_upstream_without_heartbeats(
     assert warned == []
 
 
-def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
-    upstream: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Upstream's server ignores a report's ``final``: it answers go on, and the run ends its
-    trial as any run that ended before the server's stop, without a warning."""
+@contextmanager
+def training(upstream: str, prefix: str) -> Iterator[BatchSizeOptimizer]:
+    """A plain loop's run of a new job (target 0.9, six epochs) against upstream's server,
+    dispatched and training."""
     spec = JobSpec(
-        job_id=unique_id("upstop"), job_id_prefix="upstop", batch_sizes=[16, 32],
+        job_id=unique_id(prefix), job_id_prefix=prefix, batch_sizes=[16, 32],
         default_batch_size=32, target_metric=0.9, max_epochs=6,
     )  # fmt: skip
     with BatchSizeOptimizer(
@@ -96,6 +96,15 @@ def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
     ) as bso:
         bso.get_batch_size()
         bso.on_train_begin()
+        yield bso
+
+
+def test_a_run_that_stopped_itself_ends_against_upstream_as_ended(
+    upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's server ignores a report's ``final``: it answers go on, and the run ends its
+    trial as any run that ended before the server's stop, without a warning."""
+    with training(upstream, "upstop") as bso:
         assert not bso.on_evaluate(0.1).stop_train
         assert not bso.on_evaluate(0.1).stop_train
         bso.stopped_itself("its early stopping ended it")
@@ -115,15 +124,7 @@ def test_a_run_that_diverges_against_upstream_stops_all_the_same(upstream: str) 
     """A metric that is not a number stops the run against upstream's server too: its final
     report, which upstream takes as any report, does not stop it there, so the run stops of
     its own, ends its trial as any run that ended early, and its outcome says why."""
-    spec = JobSpec(
-        job_id=unique_id("upnan"), job_id_prefix="upnan", batch_sizes=[16, 32],
-        default_batch_size=32, target_metric=0.9, max_epochs=6,
-    )  # fmt: skip
-    with BatchSizeOptimizer(
-        upstream, spec, energy_meter=EstimateMeter(100), heartbeat_seconds=0, show=None
-    ) as bso:
-        bso.get_batch_size()
-        bso.on_train_begin()
+    with training(upstream, "upnan") as bso:
         assert not bso.on_evaluate(0.1).stop_train
         answer = bso.on_evaluate(float("nan"))
         assert (answer.stop_train, answer.converged) == (True, False)
