@@ -277,7 +277,7 @@ def check_stopped_itself(server_url: str, spec: Any, outcome: Any, stopper: str)
     """What a run that its framework's early stopping ended at epoch 2 of 6, below the target,
     must show: its outcome says ``stopper`` ended it and that it counts as not converging, and
     its trial is reported, not converged, and charged as if it had trained the job's max_epochs
-    at its pace."""
+    at its pace, its message saying why."""
     assert outcome is not None
     assert outcome.cost is not None
     assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
@@ -289,6 +289,7 @@ def check_stopped_itself(server_url: str, spec: Any, outcome: Any, stopper: str)
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 2)
     assert trial["cost"] == pytest.approx(outcome.cost / 2 * spec.max_epochs)
+    assert f"the run stopped itself at epoch 2 ({stopper})" in trial["message"]
 
 
 def unique_id(prefix: str = "job") -> str:

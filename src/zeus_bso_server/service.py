@@ -298,6 +298,7 @@ class BatchSizeService:
                 metric=result.metric,
                 current_epoch=result.current_epoch,
                 final=bool(result.final),
+                why=result.message,
             )
         except ReportMismatchError as err:
             if stored.run_key is None:

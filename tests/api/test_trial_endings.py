@@ -92,3 +92,26 @@ def test_a_report_marked_final_ends_its_run_as_not_converging(http: httpx.Client
     again = http.post("/report", json={**report, "final": True}).json()
     assert (again["stop_train"], again["converged"]) == (True, False)
     assert http.post("/report", json={**report, "final": "maybe"}).status_code == 422
+
+
+def test_a_final_reports_words_are_kept_in_the_trials_message(http: httpx.Client) -> None:
+    """A final report says why its run stopped itself (``message``, an extension): the trial's
+    message keeps it, where the dashboard and ``zeus-bso jobs trials`` show it. Words no
+    message may hold are refused, and nothing is stored."""
+    job_id = unique_id("finalwhy")
+    body = job_body(job_id, max_epochs=8, target_metric=0.9, learning_curve_stop=False)
+    assert http.post("/jobs", json=body).status_code == 201
+    trial = dispatch(http, job_id)
+    report = {**trial_id(trial), "time": 10.0, "energy": 2000.0, "metric": 0.5, "current_epoch": 2}
+    for message in ("x" * 1001, "two\nlines"):
+        refused = http.post("/report", json={**report, "final": True, "message": message})
+        assert refused.status_code == 422, refused.text
+    assert trials_of(http, job_id)[trial["trial_number"]]["status"] == "dispatched"
+    why = "training diverged at batch size 32: its metric at epoch 2 is nan"
+    answer = http.post("/report", json={**report, "final": True, "message": why}).json()
+    assert (answer["stop_train"], answer["converged"]) == (True, False)
+    stored = trials_of(http, job_id)[trial["trial_number"]]
+    assert stored["message"] == (
+        f"Train failed to converge: the run stopped itself at epoch 2 ({why}), charged as"
+        " max_epochs(8)"
+    )

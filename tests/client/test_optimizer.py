@@ -617,6 +617,9 @@ def test_a_run_that_diverges_stops_and_its_size_does_not_converge(server: Server
         2,
     )
     assert diverged["cost"] == pytest.approx(diverged["energy"] / 2 * 5, rel=0.2)  # max_epochs
+    assert (
+        "(training diverged at batch size 32: its metric at epoch 2 is nan" in (diverged["message"])
+    )
 
 
 def test_a_run_that_diverges_at_its_first_validation_stops_and_fails(

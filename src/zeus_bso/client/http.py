@@ -95,12 +95,17 @@ _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 def ended_trial(trial: TrialId, why: str | None) -> EndedTrial:
-    """``trial`` with ``why`` it ended as its message: on one line, its unprintable characters
-    left out, shortened to `MAX_ENDING_LENGTH` (None: no message)."""
+    """``trial`` with ``why`` it ended as its message (`ending_words`)."""
+    return EndedTrial(**trial.model_dump(), message=ending_words(why))
+
+
+def ending_words(why: str | None) -> str | None:
+    """``why`` a run ended, as a trial's message: on one line, its unprintable characters left
+    out, shortened to `MAX_ENDING_LENGTH` (None: no message)."""
     words = " ".join("".join(c if c.isprintable() else " " for c in why or "").split())
     if len(words) > MAX_ENDING_LENGTH:
         words = words[: MAX_ENDING_LENGTH - 3] + "..."
-    return EndedTrial(**trial.model_dump(), message=words or None)
+    return words or None
 
 
 def sendable_token(token: str | None) -> str | None:

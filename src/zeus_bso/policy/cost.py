@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from zeus_bso.policy.curves import Curve
 from zeus_bso.policy.types import BatchSizeStats, BestRun, ConvergedStats, Verdict
-from zeus_bso.spec import StopReason
+from zeus_bso.spec import ReportResponse, StopReason
 
 if TYPE_CHECKING:
     from zeus_bso.spec import CreatedJob
@@ -166,23 +166,36 @@ def _max_epochs_why(rules: StopRules, report: Report, nothing_converged: bool) -
     )
 
 
-def stopped_itself(rules: StopRules, report: Report) -> Verdict:
+def stopped_itself(rules: StopRules, report: Report, why: str | None = None) -> Verdict:
     """The verdict on a run's last report where the run stopped of its own accord below the
-    target (a framework's early stopping: its metric stopped improving): it did not converge,
-    and is charged as if it had trained the job's ``max_epochs`` at its mean epoch's cost,
-    which its early stopping says it would have done in vain (its cost so far would make a batch
-    size look cheap for giving up early)."""
+    target (a framework's early stopping: its metric stopped improving; ``why``, the run's
+    words, go into the message): it did not converge, and is charged as if it had trained the
+    job's ``max_epochs`` at its mean epoch's cost, which its early stopping says it would have
+    done in vain (its cost so far would make a batch size look cheap for giving up early)."""
     epochs = rules.max_epochs
+    said = f" ({why})" if why else ""
     return Verdict(
         stop=True,
         converged=False,
         cost=report.cost,
-        message=f"Train failed to converge: the run stopped itself at epoch {report.epoch}, "
-        f"charged as max_epochs({epochs})",
+        message=f"Train failed to converge: the run stopped itself at epoch {report.epoch}"
+        f"{said}, charged as max_epochs({epochs})",
         charged=max(report.cost, report.cost / report.epoch * epochs),
         reason=StopReason.ENDED_EARLY,
         why=f"counted as not converging at this size, charged as if it had trained the job's "
         f"max_epochs ({epochs})",
+    )
+
+
+def answer_of(verdict: Verdict) -> ReportResponse:
+    """The answer to a report that ``verdict`` judged."""
+    return ReportResponse(
+        stop_train=verdict.stop,
+        converged=verdict.converged,
+        message=verdict.message,
+        cost=verdict.cost,
+        reason=verdict.reason,
+        why=verdict.why,
     )
 
 

@@ -32,6 +32,7 @@ from zeus_bso.errors import PinnedOutOfMemoryError, ReportMismatchError
 from zeus_bso.policy.cost import (
     Report,
     StopRules,
+    answer_of,
     best_reference,
     fold_final_report,
     fresh_run_cost,
@@ -366,6 +367,7 @@ class Measured(TypedDict):
     metric: float
     current_epoch: int
     final: NotRequired[bool]
+    why: NotRequired[str | None]
 
 
 def after_report(
@@ -378,9 +380,10 @@ def after_report(
     metric: float,
     current_epoch: int,
     final: bool = False,
+    why: str | None = None,
 ) -> Reported:
     """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began);
-    ``final``: its run stops after it of its own accord (`stopped_itself`).
+    ``final``: its run stops after it of its own accord (`stopped_itself`; ``why``, in words).
 
     The run's cost is priced with its own profile's ``max_power`` and judged against the
     early-stop reference in that profile's units (see `after_dispatch`). A report that ends the
@@ -407,7 +410,7 @@ def after_report(
     verdict = judge_report(rules, report, best, nothing_converged=best is None)
     verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
     if final and not verdict.stop:
-        verdict = stopped_itself(rules, report)
+        verdict = stopped_itself(rules, report, why)
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
     measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)
@@ -444,18 +447,6 @@ def with_stop_settings(job: CreatedJob, state: JobState) -> JobState:
     converged runs, as its next final report would make it."""
     converged = {size: entry.converged for size, entry in state.stats.items()}
     return replace(state, best=best_reference(StopRules.of(job), converged))
-
-
-def answer_of(verdict: Verdict) -> ReportResponse:
-    """The answer to a report that ``verdict`` judged."""
-    return ReportResponse(
-        stop_train=verdict.stop,
-        converged=verdict.converged,
-        message=verdict.message,
-        cost=verdict.cost,
-        reason=verdict.reason,
-        why=verdict.why,
-    )
 
 
 NOT_MEASURED = frozenset({TrialStatus.INFEASIBLE})

@@ -14,6 +14,7 @@ from zeus_bso import exits
 from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
+from zeus_bso.client.http import ending_words
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
@@ -137,7 +138,8 @@ class ServerRunEndings:
         last, answer = self._last_report, None
         if not (self._ended or self.training_finished or self.offline or last is None):
             try:
-                answer = self.link.report(last.model_copy(update={"final": True}))
+                final = {"final": True, "message": ending_words(why)}
+                answer = self.link.report(last.model_copy(update=final))
             except ZeusBSOError as err:  # refused: it ends as any run that stopped early
                 logger.warning("the run's final report was refused: %s", err)
         if answer is None or not answer.stop_train:
@@ -165,6 +167,7 @@ class ServerRunEndings:
             final = last.model_copy(
                 update={
                     "final": True,
+                    "message": ending_words(why),
                     "time": elapsed.seconds,
                     "energy": elapsed.joules,
                     "current_epoch": self.progress.epoch_to_report(epoch),

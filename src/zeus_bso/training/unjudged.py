@@ -3,8 +3,7 @@ the run trains at a size the optimizer did not choose (a framework that went on 
 
 from __future__ import annotations
 
-from zeus_bso.policy.cost import Report, StopRules, judge_report
-from zeus_bso.policy.machine import answer_of
+from zeus_bso.policy.cost import Report, StopRules, answer_of, judge_report
 from zeus_bso.spec import JobSpec, ReportResponse
 
 

@@ -166,6 +166,9 @@ class TrainingResult(TrialId):
     stopping ended it), so the server judges it as the run's last; unless it reached the target,
     the run did not converge at its batch size, and is charged as if it had trained the job's
     ``max_epochs`` (absent: the server decides when the run stops)."""
+    message: Annotated[str, Field(max_length=MAX_ENDING_LENGTH), Printable] | None = None
+    """An extension, with ``final``: why the run stopped of its own accord (``EarlyStopping
+    ended it``, training diverged), which the server keeps in the trial's message."""
 
 
 class InfeasibleTrial(TrialId):
