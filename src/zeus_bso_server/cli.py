@@ -271,7 +271,8 @@ def serve(
         below = f", served below {settings.root_path}" if settings.root_path else ""
         announce(
             f"zeus-bso {__version__} on {settings.scheme}://{settings.address}"
-            f"{below} (docs at {settings.root_path}/docs), database {_display_url(settings)}, "
+            f"{below} (dashboard at {settings.root_path}/dashboard, API docs at "
+            f"{settings.root_path}/docs), database {_display_url(settings)}, "
             f"{settings.workers} worker(s)"
         )
         try:

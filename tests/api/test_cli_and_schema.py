@@ -158,7 +158,9 @@ def test_an_ipv6_address_is_written_in_brackets(tmp_path: Path) -> None:
         try:
             assert server.stdout is not None
             announced = next(line for line in server.stdout if " on http" in line)
-            assert f" on http://[::1]:{port} (docs at /docs)" in announced
+            assert (
+                f" on http://[::1]:{port} (dashboard at /dashboard, API docs at /docs)" in announced
+            )
             deadline = time.monotonic() + 30
             while True:
                 try:
