@@ -297,8 +297,9 @@ class BatchSizeService:
                 energy=result.energy,
                 metric=result.metric,
                 current_epoch=result.current_epoch,
-                final=bool(result.final),
+                final=bool(result.final or result.diverged),
                 why=result.message,
+                diverged=bool(result.diverged),
             )
         except ReportMismatchError as err:
             if stored.run_key is None:

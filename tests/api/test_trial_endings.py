@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.helpers import dispatch, job_body, trial_id, unique_id
 
@@ -114,4 +115,41 @@ def test_a_final_reports_words_are_kept_in_the_trials_message(http: httpx.Client
     assert stored["message"] == (
         f"Train failed to converge: the run stopped itself at epoch 2 ({why}), charged as"
         " max_epochs(8)"
+    )
+
+
+def test_a_report_that_training_diverged_ends_its_run_without_its_metric(
+    http: httpx.Client,
+) -> None:
+    """A report that says its training diverged (``diverged``) ends the run as a final one does,
+    not converged and charged at max_epochs, and its metric (a number only because the
+    protocol asks for one) is not taken: the trial keeps its last one, or none, and its curve.
+    The server declares the extension at dispatch."""
+    job_id = unique_id("diverged")
+    body = job_body(job_id, max_epochs=8, target_metric=0.9, learning_curve_stop=False)
+    assert http.post("/jobs", json=body).status_code == 201
+    for earlier in (None, 0.5):
+        answer = http.get("/jobs/batch_size", params={"job_id": job_id})
+        assert "diverged" in answer.headers["Zeus-BSO-Extensions"].split(", ")
+        trial = answer.json()
+        report = {**trial_id(trial), "time": 10.0, "energy": 2000.0, "current_epoch": 1}
+        if earlier is not None:
+            assert not http.post("/report", json={**report, "metric": earlier}).json()["stop_train"]
+            report = {**report, "time": 20.0, "energy": 4000.0, "current_epoch": 2}
+        ended = http.post("/report", json={**report, "metric": 0.95, "diverged": True}).json()
+        assert (ended["stop_train"], ended["converged"], ended["reason"]) == (
+            True,
+            False,
+            "ended_early",
+        )
+        stored = trials_of(http, job_id)[trial["trial_number"]]
+        assert (stored["status"], stored["converged"], stored["metric"]) == (
+            "reported",
+            False,
+            earlier,
+        )
+        assert stored["curve"] == ([] if earlier is None else [[1, 0.5]])
+        assert stored["cost"] == pytest.approx(ended["cost"] * 8 / report["current_epoch"])
+    assert (
+        http.post("/report", json={**report, "metric": 0.1, "diverged": "maybe"}).status_code == 422
     )

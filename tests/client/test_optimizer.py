@@ -622,11 +622,13 @@ def test_a_run_that_diverges_stops_and_its_size_does_not_converge(server: Server
     )
 
 
-def test_a_run_that_diverges_at_its_first_validation_stops_and_fails(
+def test_a_run_that_diverges_at_its_first_validation_counts_as_not_converging(
     server: ServerProcess,
 ) -> None:
-    """Diverged at its first validation, a run has no report to send as its final one: it
-    stops all the same, its trial fails (a crash's count), and its outcome says why."""
+    """Diverged at its first validation, a run has no earlier report to send again as its final
+    one: it reports that it diverged (an extension the server declares), and the size counts
+    as not converging at once (its trial had failed, a crash's count: the next runs were given
+    the same size until three had failed). Its metric, none, is not stored."""
     job = spec(unique_id("nan1").replace("-", ""))
     with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
         bso.get_batch_size()
@@ -640,8 +642,13 @@ def test_a_run_that_diverges_at_its_first_validation_stops_and_fails(
     )
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(bso.job_id)["trials"]
-    assert trial["status"] == "failed"
-    assert "training diverged" in (trial["message"] or "")
+    assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 1)
+    assert (trial["metric"], trial["curve"]) == (None, [])
+    assert "(training diverged at batch size 32" in trial["message"]
+    with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
+        assert bso.get_batch_size() != 32
+        bso.on_train_begin()
+        bso.on_evaluate(0.9)
 
 
 @pytest.mark.parametrize("apart", [False, True])

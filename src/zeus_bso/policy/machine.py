@@ -368,6 +368,7 @@ class Measured(TypedDict):
     current_epoch: int
     final: NotRequired[bool]
     why: NotRequired[str | None]
+    diverged: NotRequired[bool]
 
 
 def after_report(
@@ -381,9 +382,12 @@ def after_report(
     current_epoch: int,
     final: bool = False,
     why: str | None = None,
+    diverged: bool = False,
 ) -> Reported:
     """Judge a report of ``trial`` (cumulative time, energy and epochs since its run began);
-    ``final``: its run stops after it of its own accord (`stopped_itself`; ``why``, in words).
+    ``final``: its run stops after it of its own accord (`stopped_itself`; ``why``, in words);
+    ``diverged``: so, because its training diverged, and ``metric`` is none (the trial keeps its
+    last one, and its curve).
 
     The run's cost is priced with its own profile's ``max_power`` and judged against the
     early-stop reference in that profile's units (see `after_dispatch`). A report that ends the
@@ -404,16 +408,18 @@ def after_report(
     profiles = _measuring(job, state, trial, cost / current_epoch)
     seen = state_on(job, state, profiles, trial.profile)
     rules = _rules_for(job, trial)
-    curve = extended(trial.curve, current_epoch, metric, rules.higher_is_better)
+    hib = rules.higher_is_better
+    curve = trial.curve if diverged else extended(trial.curve, current_epoch, metric, hib)
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     best = seen.best.cost if seen.best else None
     verdict = judge_report(rules, report, best, nothing_converged=best is None)
     verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
-    if final and not verdict.stop:
+    if (final and not verdict.stop) or diverged:
         verdict = stopped_itself(rules, report, why)
     answer = answer_of(verdict)
     charged = verdict.cost if verdict.charged is None else verdict.charged
-    measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric)
+    metric_kept = trial.metric if diverged else metric
+    measured = replace(trial, epochs=current_epoch, time=time, energy=energy, metric=metric_kept)
     measured = replace(measured, cost=charged, curve=curve)
     state = counted_anew(state, trial, measured)
     if not verdict.stop:

@@ -21,6 +21,7 @@ from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, ZeusBSOError
 from zeus_bso.spec import (
     CreatedJob,
+    Extension,
     JobSpecFromClient,
     ReportResponse,
     StopReason,
@@ -151,28 +152,22 @@ class ServerRunEndings:
     def diverged(self, metric: float, epoch: int, elapsed: Elapsed) -> ReportResponse:
         """The answer to a validation whose ``metric`` is not a number (NaN, infinite) at
         ``epoch``: training diverged at its batch size (a learning rate too high for it, often),
-        and the run stops there, not converged. The run's last report goes again as its final
-        one (`TrainingResult.final`) with this epoch's seconds and joules (``elapsed``), and
-        the server counts the size as not converging, charged as `stopped_itself` is. Where
-        none can (no report yet, the server away or upstream Zeus's), the run stops all the
-        same, and its end fails its trial, which counts against its batch size as a crash."""
+        and the run stops there, not converged. It reports so (`TrainingResult.diverged`,
+        where the server declares it), with this epoch's seconds and joules (``elapsed``), and
+        the server counts the size as not converging, charged as `stopped_itself` is; to a
+        server that does not declare it (upstream Zeus's), its last report goes again as its
+        final one (`TrainingResult.final`). Where neither can be sent (no report yet to a
+        server without the extension, the server away), the run stops all the same, and its
+        end fails its trial, which counts against its batch size as a crash."""
         why = (
             f"training diverged at batch size {self.batch_size}: its metric at epoch {epoch} is "
             f"{metric} (a learning rate too high for the size? lr_rule scales it)"
         )
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
-        last, answer = self._last_report, None
-        if not (self.offline or last is None or self.link.pending is not None):
-            final = last.model_copy(
-                update={
-                    "final": True,
-                    "message": ending_words(why),
-                    "time": elapsed.seconds,
-                    "energy": elapsed.joules,
-                    "current_epoch": self.progress.epoch_to_report(epoch),
-                }
-            )
+        answer = None
+        final = self._diverged_report(why, epoch, elapsed)
+        if final is not None:
             started = time.monotonic()
             try:
                 answer = self.link.report(final)
@@ -192,6 +187,35 @@ class ServerRunEndings:
             message=why,
             reason=StopReason.ENDED_EARLY,
             why=why,
+        )
+
+    def _diverged_report(self, why: str, epoch: int, elapsed: Elapsed) -> TrainingResult | None:
+        """The report that ends a run whose training diverged (`diverged`), or None where none
+        can be sent."""
+        trial, last = self.trial, self._last_report
+        if self.offline or trial is None or self.link.pending is not None:
+            return None
+        declared = Extension.DIVERGED in self.link.client.extensions
+        if last is None and not declared:
+            return None
+        steps = self.accumulation.steps
+        base = last or TrainingResult(
+            **trial.model_dump(),
+            time=elapsed.seconds,
+            energy=elapsed.joules,
+            metric=0.0,  # not taken: the protocol asks for a number
+            current_epoch=1,
+            accumulation_steps=steps if steps > 1 else None,
+        )
+        return base.model_copy(
+            update={
+                "final": True,
+                "diverged": True if declared else None,
+                "message": ending_words(why),
+                "time": elapsed.seconds,
+                "energy": elapsed.joules,
+                "current_epoch": self.progress.epoch_to_report(epoch),
+            }
         )
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:

@@ -144,6 +144,8 @@ class Extension(StrEnum):
     """``POST /api/trials/release``: a trial that counts nothing against its size."""
     HEARTBEAT = "heartbeat"
     """``POST /api/trials/heartbeat``: a trial's lease renewed while it trains."""
+    DIVERGED = "diverged"
+    """A report may say that its training diverged (`TrainingResult.diverged`)."""
 
 
 def declared_extensions(header: str | None) -> frozenset[str]:
@@ -169,6 +171,10 @@ class TrainingResult(TrialId):
     message: Annotated[str, Field(max_length=MAX_ENDING_LENGTH), Printable] | None = None
     """An extension, with ``final``: why the run stopped of its own accord (``EarlyStopping
     ended it``, training diverged), which the server keeps in the trial's message."""
+    diverged: bool | None = None
+    """An extension: the run's training diverged (its metric was not a number) and it stops
+    after this report, as a ``final`` one does (not converged at its batch size); ``metric``,
+    a number only because the protocol asks for one, is not taken: the trial keeps its last."""
 
 
 class InfeasibleTrial(TrialId):
