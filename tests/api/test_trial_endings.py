@@ -136,7 +136,11 @@ def test_a_report_that_training_diverged_ends_its_run_without_its_metric(
         if earlier is not None:
             assert not http.post("/report", json={**report, "metric": earlier}).json()["stop_train"]
             report = {**report, "time": 20.0, "energy": 4000.0, "current_epoch": 2}
-        ended = http.post("/report", json={**report, "metric": 0.95, "diverged": True}).json()
+        said = {
+            "diverged": True,
+            "message": f"training diverged at epoch {report['current_epoch']}",
+        }
+        ended = http.post("/report", json={**report, "metric": 0.95, **said}).json()
         assert (ended["stop_train"], ended["converged"], ended["reason"]) == (
             True,
             False,
@@ -150,6 +154,10 @@ def test_a_report_that_training_diverged_ends_its_run_without_its_metric(
         )
         assert stored["curve"] == ([] if earlier is None else [[1, 0.5]])
         assert stored["cost"] == pytest.approx(ended["cost"] * 8 / report["current_epoch"])
+    page = http.get(f"/dashboard/jobs/{job_id}")
+    assert page.status_code == 200
+    for epoch in (1, 2):  # each trial's message, where a metric and a curve are shown or not
+        assert f"(training diverged at epoch {epoch})" in page.text
     assert (
         http.post("/report", json={**report, "metric": 0.1, "diverged": "maybe"}).status_code == 422
     )
