@@ -136,3 +136,16 @@ def test_batch_size_changes_are_damped() -> None:
 def test_max_change_must_be_above_one() -> None:
     with pytest.raises(ValueError, match="max_change"):
         ElasticBatchSize(32, max_change=1.0)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_an_observation_that_is_not_a_number_is_left_out(bad: float) -> None:
+    """Gradients that overflowed (AMP's first steps in float16) gave a NaN observation, which
+    made the estimates, the gain and the learning rate it scales NaN for good."""
+    estimator = GradientNoiseEstimator(smoothing=0.5)
+    estimator.update([4.0, 6.0], 3.0, 8)
+    before = (estimator.sqr, estimator.var)
+    estimator.update([bad, 6.0], 3.0, 8)
+    estimator.update([4.0, 6.0], bad, 8)
+    assert (estimator.sqr, estimator.var) == before
+    assert 1.0 <= estimator.gain(4.0, 32) <= 4.0

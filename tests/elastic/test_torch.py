@@ -3,6 +3,7 @@ working), bounds respected, state across a checkpoint, and a CPU end-to-end run.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -71,6 +72,39 @@ def test_the_step_uses_the_scaled_lr() -> None:
     optimizer.step()
     assert float(param) == pytest.approx(-0.1 * 4.0)  # the step saw lr x scale
     assert optimizer.param_groups[0]["lr"] == 0.1  # and the lr is back
+
+
+def test_a_step_that_amps_grad_scaler_skips_leaves_the_rate_and_the_noise_finite() -> None:
+    """A micro-batch whose gradients overflowed (float16's first steps) makes AMP's
+    ``GradScaler`` skip its step and zero the gradients: its records reached the next step's
+    noise estimate, which, with every later one, the gain and the learning rate, became NaN,
+    and so did the model. Gradients zeroed without a step are not measured, and an observation
+    that is not a number is left out."""
+    torch.manual_seed(0)
+    ebs = ElasticBatchSize(64)
+    ebs.update_scale(4.0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ebs.attach(optimizer)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    rates: list[float] = []
+    optimizer.register_step_pre_hook(lambda o, *_: rates.append(o.param_groups[0]["lr"]))
+    for step in range(4):
+        for micro in range(2):
+            x, y = torch.randn(8, 4), torch.randn(8, 1)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if step == 1 and micro == 0:
+                loss = loss * float("inf")
+            scaler.scale(loss / 2).backward()
+            ebs.record_microbatch(model.parameters())
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    assert len(rates) == 3  # the overflowed step was skipped
+    assert all(math.isfinite(rate) and rate >= 0.1 for rate in rates)
+    assert ebs.noise.sqr is not None
+    assert math.isfinite(ebs.noise.sqr)
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
 def test_end_to_end_on_the_cpu_within_bounds_and_through_a_checkpoint() -> None:

@@ -230,7 +230,8 @@ class ElasticBatchSize:
     def attach(self, optimizer: Any, ddp_model: Any | None = None) -> Any:
         """Wrap ``optimizer.step``: update the noise estimate, scale each parameter group's
         learning rate by the rule, step, and restore the learning rates exactly (so that LR
-        schedulers keep working).
+        schedulers keep working); and ``optimizer.zero_grad``: gradients zeroed without a step
+        (AMP's ``GradScaler`` skips a step whose gradients overflowed) are not measured.
 
         A step given a closure (Lightning passes one that runs the forward and backward) is
         measured after the closure has run, before the parameters change.
@@ -281,8 +282,22 @@ class ElasticBatchSize:
                     for group, lr in zip(optimizer.param_groups, saved, strict=True):
                         group["lr"] = lr
 
+        original_zero_grad = optimizer.zero_grad
+
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            self._forget_unstepped()
+            return original_zero_grad(*args, **kwargs)
+
         optimizer.step = step
+        optimizer.zero_grad = zero_grad
         return optimizer
+
+    def _forget_unstepped(self) -> None:
+        """Drop what the micro-batches since the last step recorded: gradients zeroed without a
+        step (a step that AMP's ``GradScaler`` skipped, its gradients overflowed) say nothing
+        of the next step's, whose micro-batches start from zero."""
+        self._micro_norms, self._previous = [], None
+        self._replica_sqr, self._reduced_buffers, self._buckets = [], [], []
 
     def _watch_replicas(self, ddp_model: Any) -> None:
         torch = _torch()

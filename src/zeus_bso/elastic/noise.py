@@ -65,7 +65,9 @@ class GradientNoiseEstimator:
         self, local_mean: float, count: int, mean_sqr_norm: float, local_batch: int
     ) -> None:
         """One step's observation from the mean of the ``count`` local squared norms (what
-        replicas know after one all-reduce of their own squared norms)."""
+        replicas know after one all-reduce of their own squared norms). An observation that is
+        not a number (gradients that overflowed: AMP's first steps in float16) is left out: it
+        would make the estimates, and the learning rate they scale, NaN for good."""
         if count < 2:
             raise ValueError("the noise needs at least two gradients of the step")
         if local_batch <= 0:
@@ -73,6 +75,8 @@ class GradientNoiseEstimator:
         b, big = float(local_batch), float(local_batch * count)
         sqr = (big * mean_sqr_norm - b * local_mean) / (big - b)
         var = (local_mean - mean_sqr_norm) / (1.0 / b - 1.0 / big)
+        if not (math.isfinite(sqr) and math.isfinite(var)):
+            return
         self._sqr.update(sqr)
         self._var.update(var)
 
