@@ -651,6 +651,39 @@ def test_a_run_that_diverges_at_its_first_validation_counts_as_not_converging(
         bso.on_evaluate(0.9)
 
 
+def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
+    server: ServerProcess,
+) -> None:
+    """The report that training diverged, which the server could not take (away: a reverse
+    proxy's 502, since the report before it), is kept and delivered as the run ends: the size
+    counts as not converging, as it would have at once, rather than as a crash (its trial
+    ended failed), and the outcome says why."""
+    from tests.proxy import ReverseProxy
+
+    proxy = ReverseProxy(server.url)
+    try:
+        job = spec(unique_id("nanaway").replace("-", ""))
+        with BatchSizeOptimizer(proxy.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            assert not bso.on_evaluate(0.3).stop_train
+            proxy.down.set()
+            assert not bso.on_evaluate(0.4).stop_train  # kept for later
+            answer = bso.on_evaluate(float("nan"))
+            assert (answer.stop_train, answer.converged) == (True, False)
+            proxy.down.clear()
+        assert bso.outcome is not None
+        assert not bso.outcome.converged
+        assert bso.outcome.why.startswith("training diverged at batch size 32")
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(bso.job_id)["trials"]
+        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 3)
+        assert trial["metric"] == 0.3  # the last the server took: the next was in its stead
+        assert "(training diverged at batch size 32" in trial["message"]
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("apart", [False, True])
 def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     server: ServerProcess, tmp_path: Path, apart: bool

@@ -156,9 +156,10 @@ class ServerRunEndings:
         where the server declares it), with this epoch's seconds and joules (``elapsed``), and
         the server counts the size as not converging, charged as `stopped_itself` is; to a
         server that does not declare it (upstream Zeus's), its last report goes again as its
-        final one (`TrainingResult.final`). Where neither can be sent (no report yet to a
-        server without the extension, the server away), the run stops all the same, and its
-        end fails its trial, which counts against its batch size as a crash."""
+        final one (`TrainingResult.final`). A server away for now gets it when the run ends, or
+        from the next run (`JobConversation.report` keeps it). Where none can be sent (no report
+        yet to a server without the extension, a run offline), the run stops all the same, and
+        its end fails its trial, which counts against its batch size as a crash."""
         why = (
             f"training diverged at batch size {self.batch_size}: its metric at epoch {epoch} is "
             f"{metric} (a learning rate too high for the size? lr_rule scales it)"
@@ -193,7 +194,7 @@ class ServerRunEndings:
         """The report that ends a run whose training diverged (`diverged`), or None where none
         can be sent."""
         trial, last = self.trial, self._last_report
-        if self.offline or trial is None or self.link.pending is not None:
+        if self.offline or trial is None:
             return None
         declared = Extension.DIVERGED in self.link.client.extensions
         if last is None and not declared:
@@ -383,6 +384,8 @@ class ServerRunEndings:
                 StopReason.CONVERGED if answer.converged else StopReason.MAX_EPOCHS
             )
             why = answer.why or answer.message
+            if self._stopped_why is not None:  # its report, kept while the server was away
+                why = f"{self._stopped_why}; {why}"
         elapsed = self._final if reason is not StopReason.NOT_TRAINED else None
         self.outcome = RunOutcome(
             job_id=self.job_id,
