@@ -44,7 +44,8 @@ loop_job = contract_job
 
 class LoopAdapterContract(ServedContract):
     """What every loop adapter does through its session: a recurrence reports to the server
-    and converges; a wrong option is refused when the adapter is built; a first report before
+    and converges; a run whose training diverges (a NaN metric) stops, not converged at its
+    size; a wrong option is refused when the adapter is built; a first report before
     any optimizer step, or after part of an epoch's, is said; a misconfigured run releases its
     trial; out of memory is infeasible (before training, the run goes on at a size that fits);
     accumulation gives every process its micro-batch; a checkpoint resumes its trial, batch
