@@ -110,7 +110,8 @@ class CallbackAdapterContract(ServedContract):
     """What every callback adapter does over a fit its framework drives: the fit trains the
     batch size the server dispatched, reports each validation and ends at the server's stop,
     and the framework's logger receives each report's cost; a fit that never reaches the
-    target ends at ``max_epochs``, not converged; a batch size that runs out of memory in the
+    target ends at ``max_epochs``, not converged; a fit whose metric turns NaN (its training
+    diverged) stops there, its size not converging; a batch size that runs out of memory in the
     memory check is infeasible, and a size that fits trains (in the same fit, or the next); a
     framework that accumulates gradients of its own is refused, counting nothing; each optimizer
     step takes the rate the ``lr_rule`` gives the dispatched batch size; a fit resumed from its
