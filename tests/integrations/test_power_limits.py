@@ -23,6 +23,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -519,15 +521,7 @@ def test_a_wait_on_the_server_for_the_power_profile_is_not_the_runs_time(
     """The step that ends a power profile sends it and waits for the server's choice: a slow
     server's answer (held 3 s behind a proxy) is no part of the batch size's time or energy,
     as a report's is not. The run had been charged it, on every process."""
-    from zeus_bso import BatchSizeOptimizer
-    from zeus_bso.energy import EstimateMeter
-
-    proxy = ReverseProxy(server.url, down_on="/api/trials/power_profile")
-    try:
-        spec = job(unique_id("plwait"), 0.5)
-        bso = BatchSizeOptimizer(proxy.url, spec, EstimateMeter(300), power_limit="optimize")
-        assert bso.get_batch_size() == BATCH
-        proxy.delay = 3.0
+    with profile_held(server, "plwait", 3.0) as (proxy, spec, bso):
         started = time.monotonic()
         steps_of_an_epoch(bso, nvml)
         trained = time.monotonic() - started
@@ -541,6 +535,23 @@ def test_a_wait_on_the_server_for_the_power_profile_is_not_the_runs_time(
         assert trial["energy"] == pytest.approx(300.0 * trial["time"], rel=0.05)
         (profile,) = profiles(server, spec.job_id or "")
         assert profile["power_limit"] == cheapest(0.5)
+
+
+@contextmanager
+def profile_held(server: ServerProcess, prefix: str, seconds: float) -> Iterator[Any]:
+    """A plain loop's run profiling power limits (energy estimated at 300 W) through a proxy
+    that holds its power profile ``seconds`` before the server gets it: the proxy, the job and
+    the run, dispatched."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import EstimateMeter
+
+    proxy = ReverseProxy(server.url, down_on="/api/trials/power_profile")
+    try:
+        spec = job(unique_id(prefix), 0.5)
+        bso = BatchSizeOptimizer(proxy.url, spec, EstimateMeter(300), power_limit="optimize")
+        assert bso.get_batch_size() == BATCH
+        proxy.delay = seconds
+        yield proxy, spec, bso
     finally:
         proxy.close()
 
@@ -553,16 +564,9 @@ def test_a_hung_server_leaves_the_choice_of_the_limit_to_the_run(
     the limit the server would have chosen from its profile, chosen here by the same rule (it
     trained at the GPUs' own, 300 W). The server keeps no profile: the next run profiles
     again."""
-    from zeus_bso import BatchSizeOptimizer
     from zeus_bso.client.server_away import AWAY_PATIENCE
-    from zeus_bso.energy import EstimateMeter
 
-    proxy = ReverseProxy(server.url, down_on="/api/trials/power_profile")
-    try:
-        spec = job(unique_id("plhung"), 0.5)
-        bso = BatchSizeOptimizer(proxy.url, spec, EstimateMeter(300), power_limit="optimize")
-        assert bso.get_batch_size() == BATCH
-        proxy.delay = 40.0
+    with profile_held(server, "plhung", 40.0) as (_, spec, bso):
         started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="zeus_bso"):
             steps_of_an_epoch(bso, nvml)
@@ -576,8 +580,6 @@ def test_a_hung_server_leaves_the_choice_of_the_limit_to_the_run(
             (trial,) = client.job_state(spec.job_id or "")["trials"]
         # The run's time leaves its wait on the server out: what it waited, AWAY_PATIENCE.
         assert AWAY_PATIENCE - 1.0 < trained - trial["time"] < AWAY_PATIENCE + 2.0
-    finally:
-        proxy.close()
 
 
 @pytest.mark.parametrize("stopped", ["after its profile", "while it profiled"])
