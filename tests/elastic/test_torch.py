@@ -74,6 +74,20 @@ def test_the_step_uses_the_scaled_lr() -> None:
     assert optimizer.param_groups[0]["lr"] == 0.1  # and the lr is back
 
 
+def test_an_optimizer_attached_twice_steps_at_the_rate_once() -> None:
+    """A loop that attached its optimizer again (at each epoch, say) wrapped its step twice,
+    and each step took the rule's factor twice (x16 for x4)."""
+    ebs = ElasticBatchSize(64, lr_rule="linear")
+    ebs.update_scale(4.0)
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    assert ebs.attach(optimizer) is ebs.attach(optimizer)
+    param.grad = torch.ones(1)
+    optimizer.step()
+    assert float(param) == pytest.approx(-0.1 * 4.0)
+    assert optimizer.param_groups[0]["lr"] == 0.1
+
+
 def test_a_step_that_amps_grad_scaler_skips_leaves_the_rate_and_the_noise_finite() -> None:
     """A micro-batch whose gradients overflowed (float16's first steps) makes AMP's
     ``GradScaler`` skip its step and zero the gradients: its records reached the next step's

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -112,6 +113,8 @@ class ElasticBatchSize:
         self._reduced_buffers: list[Any] = []
         self._buckets: list[int] = []
         self._warned_sync = False
+        self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The optimizers `attach` wrapped: attached again, one is left as it is."""
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -231,7 +234,8 @@ class ElasticBatchSize:
         """Wrap ``optimizer.step``: update the noise estimate, scale each parameter group's
         learning rate by the rule, step, and restore the learning rates exactly (so that LR
         schedulers keep working); and ``optimizer.zero_grad``: gradients zeroed without a step
-        (AMP's ``GradScaler`` skips a step whose gradients overflowed) are not measured.
+        (AMP's ``GradScaler`` skips a step whose gradients overflowed) are not measured. An
+        optimizer attached already is left as it is.
 
         A step given a closure (Lightning passes one that runs the forward and backward) is
         measured after the closure has run, before the parameters change.
@@ -246,6 +250,8 @@ class ElasticBatchSize:
         loop adapters) that these steps train is refused at its next report: the server judges
         and charges it at the size it dispatched (`zeus_bso.training.size_changes`).
         """
+        if optimizer in self._attached:
+            return optimizer  # its step would take the factor twice, and DDP refuse a 2nd hook
         if ddp_model is not None:
             self._watch_replicas(ddp_model)
         original = optimizer.step
@@ -290,6 +296,7 @@ class ElasticBatchSize:
 
         optimizer.step = step
         optimizer.zero_grad = zero_grad
+        self._attached.add(optimizer)
         return optimizer
 
     def _forget_unstepped(self) -> None:
