@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -680,6 +681,41 @@ def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
         assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 3)
         assert trial["metric"] == 0.3  # the last the server took: the next was in its stead
         assert "(training diverged at batch size 32" in trial["message"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("status", [429, 408])
+def test_a_proxys_rate_limit_is_waited_out_or_its_report_kept(
+    server: ServerProcess, status: int
+) -> None:
+    """A reverse proxy's 429 (its rate limit: an ingress's ``limit-rps``) or 408 was taken for
+    the server's refusal: the report raised out of the training loop. Nothing took the
+    request: it is retried as a 503 is, and where the limit lasts past the retries, the report
+    is kept for later, training goes on, and the next report delivers it."""
+    from tests.proxy import ReverseProxy
+
+    proxy = ReverseProxy(server.url, down_on="/report", status=status)
+    try:
+        job = spec(unique_id("ratelimit").replace("-", ""))
+        meter = EstimateMeter(100)
+        with BatchSizeOptimizer(proxy.url, job, meter, show=None, retry_seconds=2.0) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            proxy.down.set()
+            threading.Timer(0.5, proxy.down.clear).start()
+            assert not bso.on_evaluate(0.3).stop_train  # retried until the proxy let it by
+            with ServerClient(server.url) as client:
+                (trial,) = client.job_state(bso.job_id)["trials"]
+            assert trial["epochs"] == 1
+            proxy.down.set()
+            assert not bso.on_evaluate(0.4).stop_train  # kept for later
+            proxy.down.clear()
+            answer = bso.on_evaluate(0.9)
+            assert (answer.stop_train, answer.converged) == (True, True)
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(bso.job_id)["trials"]
+        assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 3, True)
     finally:
         proxy.close()
 

@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
 from zeus_bso.client.proxy import through_proxy
+from zeus_bso.client.server_away import NOT_TAKEN_NOW
 from zeus_bso.client.tls import (
     certificate_problem,
     https_words,
@@ -60,7 +61,8 @@ if TYPE_CHECKING:  # the read models load with the first read, not with every tr
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_SECONDS = 30.0
-"""How long a request answered 503 (server busy, nothing written) is retried."""
+"""How long a request answered 503 (server busy, nothing written), or a proxy's 429 or 408, is
+retried (`NOT_TAKEN_NOW`)."""
 
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -212,10 +214,11 @@ class ServerClient:
         if patience is not None:  # each wait, and the retries together, no longer than that
             retry_seconds = min(retry_seconds, patience)
             kwargs["timeout"] = min(patience, self.timeout)
-        # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), so
-        # every request may be repeated then, with backoff, for a bounded time.
+        # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), and a
+        # proxy's 408 and 429 say that the request did not reach it, so every request may be
+        # repeated then, with backoff, for a bounded time.
         retrying = Retrying(
-            retry=retry_if_result(lambda r: r.status_code == 503),
+            retry=retry_if_result(lambda r: r.status_code in NOT_TAKEN_NOW),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
             stop=stop_after_delay(retry_seconds),
             retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]

@@ -20,14 +20,22 @@ cumulative: one not taken now is kept, and the next carries it. A power profile 
 (the run then chooses its limit itself: `zeus_bso.power.run.PowerLimitRun`)."""
 
 
+NOT_TAKEN_NOW = frozenset({408, 429, 503})
+"""Statuses of a request that nothing took and that may be repeated: a zeus-bso server's 503
+(its database busy or away: it wrote nothing), a reverse proxy's or gateway's 429 (its rate
+limit: an ingress's ``limit-rps``) and 408 (it timed out reading the request)."""
+
+
 def for_later(err: ZeusBSOError) -> bool:
     """Whether a request of a run under way failed because the server is away for now
-    (unreachable, or a 5xx), or refuses the token it took when the run started (401: it was
+    (unreachable, a 5xx, or `NOT_TAKEN_NOW` still after the retries), or refuses the token it
+    took when the run started (401: it was
     rotated, or the server restarted with one): what it carried can be delivered later, by a
     run that reaches the server with its token, and the run trains on. (At a run's start a
     refused token is an error: `away_at_start`.)"""
     return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and (err.status >= 500 or err.status == 401)
+        isinstance(err, ServerRejectedError)
+        and (err.status >= 500 or err.status == 401 or err.status in NOT_TAKEN_NOW)
     )
 
 
@@ -47,9 +55,9 @@ def token_refused(err: ZeusBSOError) -> bool:
 
 
 def away_at_start(err: ZeusBSOError) -> bool:
-    """Whether the server is away at a run's start: unreachable, busy (503), or a reverse
-    proxy's gateway errors while the server behind it is down or restarting (502, 504).
-    Anything else is a usage error."""
+    """Whether the server is away at a run's start: unreachable, busy (503), a reverse
+    proxy's gateway errors while the server behind it is down or restarting (502, 504), or its
+    rate limit or timeout (429, 408). Anything else is a usage error."""
     return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and err.status in (502, 503, 504)
+        isinstance(err, ServerRejectedError) and err.status in (408, 429, 502, 503, 504)
     )

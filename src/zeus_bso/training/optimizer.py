@@ -87,8 +87,8 @@ class BatchSizeOptimizer(TrialSession):
         token: the server's bearer token, if it has one (default: ``$ZEUS_BSO_TOKEN``).
         heartbeat_seconds: how often a training run renews its trial's lease (0: never;
             default: ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60).
-        retry_seconds: how long a request is retried while the server answers 503 or cannot
-            be reached.
+        retry_seconds: how long a request is retried while the server answers 503 (or a
+            reverse proxy 429 or 408) or cannot be reached.
         run_key: this run's name, the same across its restarts (default: from the
             environment, `zeus_bso.client.job_ids.run_key_from_environment`).
         gpus: the whole run's GPUs (default: this process's meter's).

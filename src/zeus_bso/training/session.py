@@ -93,8 +93,8 @@ class TrialSession(SessionEndings):
             environment, `zeus_bso.client.job_ids.run_key_from_environment`).
         heartbeat_seconds: how often the main process renews its trial's lease (0: never;
             default: ``$ZEUS_BSO_HEARTBEAT_SECONDS``, else 60).
-        retry_seconds: how long a request is retried while the server answers 503 or cannot
-            be reached.
+        retry_seconds: how long a request is retried while the server answers 503 (or a
+            reverse proxy 429 or 408) or cannot be reached.
         start: ask for the trial now (False: at `start`, which a run of one process calls
             when its script asks for the batch size).
         options: the options an adapter passes on, by name (``energy_meter``, ``token``,
