@@ -699,7 +699,8 @@ def test_a_proxys_rate_limit_is_waited_out_or_its_report_kept(
     try:
         job = spec(unique_id("ratelimit").replace("-", ""))
         meter = EstimateMeter(100)
-        with BatchSizeOptimizer(proxy.url, job, meter, show=None, retry_seconds=2.0) as bso:
+        # Retries wait at most 2 s each: within 5 s, one comes after the limit has passed.
+        with BatchSizeOptimizer(proxy.url, job, meter, show=None, retry_seconds=5.0) as bso:
             bso.get_batch_size()
             bso.on_train_begin()
             proxy.down.set()
