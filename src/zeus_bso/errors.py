@@ -150,12 +150,17 @@ class ServerCertificateError(ServerConnectionError):
 class ServerRejectedError(ZeusBSOError):
     """Raised when the server answers a request with an error status.
 
-    ``status`` is the HTTP status and ``message`` the server's explanation.
+    ``status`` is the HTTP status and ``message`` the server's explanation; ``ours``: the
+    answer is a batch size optimizer's (its JSON ``message``), not a page of something between
+    the client and the server (a reverse proxy's, an authenticating proxy's, a firewall's).
     """
 
-    def __init__(self, status: int, message: str, method: str, path: str) -> None:
+    def __init__(
+        self, status: int, message: str, method: str, path: str, *, ours: bool = True
+    ) -> None:
         self.status = status
         self.message = message
+        self.ours = ours
         super().__init__(f"{method} {path} answered {status}: {message}")
 
 

@@ -721,6 +721,46 @@ def test_a_proxys_rate_limit_is_waited_out_or_its_report_kept(
         proxy.close()
 
 
+def test_a_page_not_the_servers_mid_run_keeps_the_report_for_later(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something between the run and the server answering a report with a page of its own (a
+    403 of an authenticating proxy whose session ran out, a firewall's) raised out of the
+    training loop, and a run's kept report that met one at the next start was dropped. The
+    server never answers so: the request did not reach it. The run trains on to its end with
+    its report kept, a run that meets the page again keeps it still, and the next run that
+    reaches the server delivers it."""
+    from tests.proxy import ReverseProxy
+
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    proxy = ReverseProxy(server.url, down_on="/report", status=403)
+    try:
+        job = spec(unique_id("proxypage").replace("-", ""), max_epochs=2)
+        meter = EstimateMeter(100)
+        with BatchSizeOptimizer(proxy.url, job, meter, show=None) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            assert not bso.on_evaluate(0.3).stop_train
+            proxy.down.set()
+            answer = bso.on_evaluate(0.4)  # at max_epochs: judged here, and kept
+            assert (answer.stop_train, answer.converged) == (True, False)
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(bso.job_id)["trials"]
+        assert trial["epochs"] == 1  # the second report is kept on this machine
+        with BatchSizeOptimizer(proxy.url, job, meter, show=None) as again:
+            again.get_batch_size()  # its delivery of the kept report met the page: kept still
+        proxy.down.clear()
+        with BatchSizeOptimizer(proxy.url, job, meter, show=None) as again:
+            again.get_batch_size()  # delivers what the first run kept, then dispatches
+            again.on_train_begin()
+            again.on_evaluate(0.9)
+        with ServerClient(server.url) as client:
+            first = client.job_state(bso.job_id)["trials"][-1]
+        assert (first["trial_number"], first["epochs"], first["status"]) == (1, 2, "reported")
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("apart", [False, True])
 def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     server: ServerProcess, tmp_path: Path, apart: bool

@@ -265,8 +265,8 @@ class ServerClient:
             if not ours:  # a proxy's page, perhaps
                 message += self._proxy_words()
             if response.status_code in (404, 405) and not ours:
-                raise RouteMissingError(response.status_code, message, method, path)
-            raise ServerRejectedError(response.status_code, message, method, path)
+                raise RouteMissingError(response.status_code, message, method, path, ours=False)
+            raise ServerRejectedError(response.status_code, message, method, path, ours=ours)
         return response
 
     def speaks_protocol(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from zeus_bso.client.fallback import cache_dir, write_entry
 from zeus_bso.client.http import ServerClient
+from zeus_bso.client.server_away import for_later
 from zeus_bso.errors import ServerConnectionError, ServerRejectedError, ZeusBSOError
 from zeus_bso.spec import TrainingResult, TrialId
 
@@ -90,8 +91,9 @@ def deliver(client: ServerClient) -> int:
     out-of-memory mark first, then its report, its end, a batch size's out-of-memory mark and
     its release);
     returns how many were delivered. Stops at the first the server cannot take now (it is
-    unreachable or answers 5xx); one it refuses for good (a 4xx: the job was deleted, say) is
-    dropped with a warning."""
+    unreachable, answers 5xx, or something in between answers in its stead:
+    `zeus_bso.client.server_away.for_later`); one it refuses for good (a 4xx of its own: the
+    job was deleted, say) is dropped with a warning."""
     delivered = 0
     folder = outbox_dir()
     try:
@@ -127,7 +129,7 @@ def deliver(client: ServerClient) -> int:
         except ServerConnectionError:
             break
         except ServerRejectedError as err:
-            if err.status >= 500:
+            if for_later(err):  # away for now, or a page not the server's: kept
                 break
             logger.warning("the kept end of trial %s was refused and is dropped: %s", trial, err)
         except ZeusBSOError as err:
@@ -148,12 +150,12 @@ def _deliver_micro_batch_mark(client: ServerClient, trial: TrialId, micro: int) 
     the trial goes on to be delivered.
 
     Raises:
-        ZeusBSOError: the server cannot take it now (unreachable, or a 5xx).
+        ZeusBSOError: the server cannot take it now (`zeus_bso.client.server_away.for_later`).
     """
     try:
         client.infeasible(trial, micro_batch_size=micro)
     except ServerRejectedError as err:
-        if err.status >= 500:
+        if for_later(err):
             raise
         logger.warning(
             "the kept mark that micro-batches of %d ran out of memory in trial %s was refused "

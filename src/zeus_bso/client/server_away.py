@@ -29,14 +29,19 @@ limit: an ingress's ``limit-rps``) and 408 (it timed out reading the request).""
 def for_later(err: ZeusBSOError) -> bool:
     """Whether a request of a run under way failed because the server is away for now
     (unreachable, a 5xx, or `NOT_TAKEN_NOW` still after the retries), or refuses the token it
-    took when the run started (401: it was
-    rotated, or the server restarted with one): what it carried can be delivered later, by a
-    run that reaches the server with its token, and the run trains on. (At a run's start a
-    refused token is an error: `away_at_start`.)"""
-    return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError)
-        and (err.status >= 500 or err.status == 401 or err.status in NOT_TAKEN_NOW)
-    )
+    took when the run started (401: it was rotated, or the server restarted with one), or
+    because something between the run and the server answered in its stead with a page of its
+    own (a 403 of an authenticating proxy whose session ran out, a firewall's; not a 404 or 405:
+    `for_later_on_a_known_route`): what it carried can be delivered later, by a run that
+    reaches the server, and the run trains on. (At a run's start a refused token or a page
+    not the server's is an error: `away_at_start`.)"""
+    if isinstance(err, ServerConnectionError):
+        return True
+    if not isinstance(err, ServerRejectedError):
+        return False
+    if err.status >= 500 or err.status == 401 or err.status in NOT_TAKEN_NOW:
+        return True
+    return not err.ours and not isinstance(err, RouteMissingError)
 
 
 def for_later_on_a_known_route(err: ZeusBSOError) -> bool:
