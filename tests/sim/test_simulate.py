@@ -807,3 +807,18 @@ def test_a_slowdown_bound_keeps_every_run_within_it(tmp_path: Path) -> None:
     in_process_runs = simulate(tight, in_process(spec), power_limits=True, **options)
     expected = summarize(tight, 1.0, 8, [seed_result(0, in_process_runs)], power_limits=True)
     assert written["results"][0]["regret"] == pytest.approx(expected.regret)
+
+
+def test_seeds_are_read_as_a_user_types_them(tmp_path: Path) -> None:
+    """``--seeds -1 3`` said "No such option: -1" (click took the negative number for an
+    option), and a bare ``--seeds`` was dropped without a word (the default seeds ran); the
+    values are the seeds, and a bare ``--seeds`` asks for one."""
+    out = tmp_path / "seeds.json"
+    command = [ZEUS_BSO, "simulate", "--workload", "cifar100", "--recurrences", "2"]
+    done = forkserver.run([*command, "--seeds", "-1", "3", "--json", str(out)], timeout=120)
+    assert done.returncode == 0, done.stderr
+    (written,) = json.loads(out.read_text())["results"]
+    assert [s["seed"] for s in written["seeds"]] == [-1, 3]
+    bare = forkserver.run([*command, "--seeds"], timeout=120)
+    assert bare.returncode == 2
+    assert "'--seeds' requires an argument" in bare.stderr

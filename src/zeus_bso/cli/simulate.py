@@ -501,16 +501,30 @@ class PlainHelpCommand(TyperCommand):
 
 
 def expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:
-    """Let ``--seeds 0 1 2`` mean ``--seeds 0 --seeds 1 --seeds 2`` (click takes one value)."""
+    """Let ``--seeds 0 1 2`` mean ``--seeds=0 --seeds=1 --seeds=2`` (click takes one value); a
+    negative number is a value too (``--seeds -1``: click took it for an option)."""
     out: list[str] = []
     current: str | None = None
+    given = False  # whether `current` took a value (without one, click says it needs one)
     for token in argv:
-        if token in names:
-            current = token
+        if current is not None and (not token.startswith("-") or _is_number(token)):
+            out.append(f"{current}={token}")
+            given = True
             continue
-        if current is not None and not token.startswith("-"):
-            out += [current, token]
-            continue
-        current = None
-        out.append(token)
+        if current is not None and not given:
+            out.append(current)
+        current = token if token in names else None
+        given = False
+        if current is None:
+            out.append(token)
+    if current is not None and not given:
+        out.append(current)
     return out
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
