@@ -505,20 +505,16 @@ def expand_multi_value_options(argv: list[str], names: set[str]) -> list[str]:
     negative number is a value too (``--seeds -1``: click took it for an option)."""
     out: list[str] = []
     current: str | None = None
-    given = False  # whether `current` took a value (without one, click says it needs one)
     for token in argv:
         if current is not None and (not token.startswith("-") or _is_number(token)):
-            out.append(f"{current}={token}")
-            given = True
+            value = f"{current}={token}"
+            if out[-1] == current:  # its first value (a name left bare asks click for one)
+                out[-1] = value
+            else:
+                out.append(value)
             continue
-        if current is not None and not given:
-            out.append(current)
         current = token if token in names else None
-        given = False
-        if current is None:
-            out.append(token)
-    if current is not None and not given:
-        out.append(current)
+        out.append(token)
     return out
 
 

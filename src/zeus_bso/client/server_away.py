@@ -64,5 +64,5 @@ def away_at_start(err: ZeusBSOError) -> bool:
     proxy's gateway errors while the server behind it is down or restarting (502, 504), or its
     rate limit or timeout (429, 408). Anything else is a usage error."""
     return isinstance(err, ServerConnectionError) or (
-        isinstance(err, ServerRejectedError) and err.status in (408, 429, 502, 503, 504)
+        isinstance(err, ServerRejectedError) and err.status in NOT_TAKEN_NOW | {502, 504}
     )

@@ -199,24 +199,22 @@ class ServerRunEndings:
         declared = Extension.DIVERGED in self.link.client.extensions
         if last is None and not declared:
             return None
+        ending = {
+            "final": True,
+            "diverged": True if declared else None,
+            "message": ending_words(why),
+            "time": elapsed.seconds,
+            "energy": elapsed.joules,
+            "current_epoch": self.progress.epoch_to_report(epoch),
+        }
+        if last is not None:
+            return last.model_copy(update=ending)
         steps = self.accumulation.steps
-        base = last or TrainingResult(
+        return TrainingResult(
             **trial.model_dump(),
-            time=elapsed.seconds,
-            energy=elapsed.joules,
+            **ending,
             metric=0.0,  # not taken: the protocol asks for a number
-            current_epoch=1,
             accumulation_steps=steps if steps > 1 else None,
-        )
-        return base.model_copy(
-            update={
-                "final": True,
-                "diverged": True if declared else None,
-                "message": ending_words(why),
-                "time": elapsed.seconds,
-                "energy": elapsed.joules,
-                "current_epoch": self.progress.epoch_to_report(epoch),
-            }
         )
 
     def end_out_of_memory(self, why: str | None = None, *, goes_on: bool = False) -> None:
