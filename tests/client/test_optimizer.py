@@ -19,6 +19,7 @@ from tests.helpers import (
     environment_without_settings,
     free_port,
     nvml_double,
+    one_settable_gpu,
     sqlite_url,
     unique_id,
 )
@@ -26,13 +27,14 @@ from tests.preloaded_python import preloaded
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
 from zeus_bso.client.progress import Elapsed
-from zeus_bso.energy import EstimateMeter
+from zeus_bso.energy import EstimateMeter, NVMLMeter
 from zeus_bso.errors import (
     ConfigurationError,
     OutOfMemoryNotTheBatchSizeError,
     ServerRejectedError,
 )
 from zeus_bso.spec import StopReason
+from zeus_bso.testing.gpus import fail_counter_reads
 from zeus_bso.training.session import TrialSession
 
 
@@ -191,6 +193,32 @@ def test_a_reports_seconds_are_read_with_its_energy(server: ServerProcess) -> No
     # Read one after the other, the clock and the meter may be some milliseconds apart on a busy
     # machine: a tenth of the 0.1 s window is the margin (a window that took the metric in: 25 W).
     assert trial["energy"] / trial["time"] == pytest.approx(100.0, rel=0.1)
+
+
+def test_a_run_whose_energy_counter_fails_to_read_mid_run_trains_on_and_reports(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """NVML failing to read a GPU's energy counter for a while (``Unknown Error`` under a loaded
+    driver) raised out of the training loop. Now the run trains on: readings are estimated at
+    the GPU's mean power until a read succeeds, and the trial is charged the GPU's energy."""
+    uuid = "GPU-0000fa11-1111-2222-3333-444444444444"
+    one_settable_gpu(monkeypatch, tmp_path, uuid)  # draws 300 W all the time
+    job = spec(unique_id("nvmlfault").replace("-", ""), beta_knob=None, prune_cost_ratio=None)
+    with BatchSizeOptimizer(server.url, job, energy_meter=NVMLMeter()) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        for epoch in range(1, 6):
+            time.sleep(0.05)
+            if epoch == 2:  # every read of two reports, and the reads around them, fail
+                fail_counter_reads(tmp_path, uuid, [999] * 20)
+            if bso.on_evaluate(0.3 + 0.2 * epoch).stop_train:  # 0.8 at epoch 3
+                break
+        job_id = bso.job_id
+    assert bso.converged
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(job_id)["trials"]
+    assert trial["status"] == "reported"
+    assert trial["energy"] / trial["time"] == pytest.approx(300.0, rel=0.1)
 
 
 def test_runs_on_two_kinds_of_gpu_at_once_are_each_attributed_to_their_own(

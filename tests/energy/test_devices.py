@@ -9,7 +9,9 @@ NVML is the test double of ``zeus_bso.testing.gpus`` (nvidia-ml-py's API, GPUs t
 from __future__ import annotations
 
 import json
+import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,8 @@ from zeus_bso.energy import (
     run_energy,
     run_gpus,
 )
+from zeus_bso.energy.device_meter import READ_TRIES
+from zeus_bso.testing.gpus import double_in_this_process, fail_counter_reads
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -97,6 +101,56 @@ def test_every_visible_gpu_is_named_by_its_uuid_and_read_from_its_counter(nvml: 
     assert 100 * 0.2 <= first <= 100 * elapsed
     assert 50 * 0.2 <= second <= 50 * elapsed
     assert first + second <= total <= 150 * elapsed
+
+
+def test_a_counter_read_that_fails_is_tried_again_then_estimated_never_raised_mid_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NVML answering ``Unknown Error`` or a timeout for a moment (a loaded driver) does not
+    end the training the meter measures: the read is tried again (`READ_TRIES`), and a reading
+    whose reads all fail is estimated at each GPU's mean power so far, with one warning. The
+    counters are cumulative: the next read that succeeds is exact, and no reading gives less
+    than the one before it. While readings are estimated, each tries one read, without waits."""
+    described = gpus(100, 50)
+    double_in_this_process(monkeypatch, described, tmp_path)
+    meter = NVMLMeter()
+    uuids = [gpu["uuid"] for gpu in described]
+    # Before any reading there is no mean power to estimate from: a clear error.
+    fail_counter_reads(tmp_path, uuids[0], [999] * READ_TRIES)
+    with pytest.raises(EnergyMeterError, match="no reading yet to estimate"):
+        meter.readings()
+    time.sleep(0.1)
+    meter.readings()
+    fail_counter_reads(tmp_path, uuids[1], [10] * (READ_TRIES - 1))  # then it reads
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        retried = meter.readings()
+    assert not caplog.records
+    assert list(retried) == uuids
+    time.sleep(0.1)
+    # Two readings estimated: the first after `READ_TRIES` reads, the next (the outage known)
+    # after one, with no waits.
+    fail_counter_reads(tmp_path, uuids[0], [999] * (READ_TRIES + 1))
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        start = time.monotonic()
+        estimated = meter.readings()
+        later = meter.readings()
+        faults = tmp_path / "gpu" / f"{uuids[0]}.faults.json"
+        assert json.loads(faults.read_text()) == []  # the second tried one read
+        again = meter.readings()
+        elapsed = time.monotonic() - start
+    assert [r.getMessage() for r in caplog.records] == [
+        "zeus-bso: NVML's energy counter could not be read: Unknown Error (3 reads): readings "
+        "are estimated at the devices' mean power so far until a read succeeds (the counters "
+        "are cumulative: that one is exact)",
+        "zeus-bso: the energy counters read again",
+    ]
+    # The estimates are each GPU's power (100 W, 50 W) times the meter's life, as the counters'
+    # (the double's GPUs draw their power all the time); the reading after them is exact again.
+    for watts, uuid in zip((100, 50), uuids, strict=True):
+        assert retried[uuid] < estimated[uuid] <= later[uuid] <= again[uuid]
+        assert again[uuid] - retried[uuid] == pytest.approx(watts * (0.1 + elapsed), rel=0.5)
+    life = time.monotonic() - meter._opened_at
+    assert again[uuids[0]] / life == pytest.approx(100, rel=0.1)
 
 
 def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:

@@ -12,12 +12,14 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.energy.sampled import assert_sampled_apart_at_100_and_50_watts
 from zeus_bso.energy import EnergyMeterError, MixedGpuModelsError, auto_meter, run_gpus
+from zeus_bso.energy.device_meter import READ_TRIES
 from zeus_bso.energy.upstream_zeus import (
     INSTALL_HINT,
     ZeusMeter,
@@ -25,7 +27,7 @@ from zeus_bso.energy.upstream_zeus import (
     visible_indices,
 )
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.testing.gpus import GPU_DOUBLE
+from zeus_bso.testing.gpus import GPU_DOUBLE, fail_counter_reads
 
 pytest.importorskip("zeus.device", reason=f"upstream Zeus is not installed here ({INSTALL_HINT})")
 
@@ -106,6 +108,24 @@ def test_gpu_indices_pick_visible_gpus_and_a_gpu_it_cannot_see_is_a_usage_error(
     assert [d.key.rsplit(":", 1)[1] for d in meter.devices] == ["2"]
     with pytest.raises(ConfigurationError, match="sees 3"):
         ZeusMeter([3])
+
+
+def test_a_counter_read_that_fails_mid_run_is_estimated_not_raised(
+    nvml: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Zeus's error for a read NVML failed (``Unknown Error``) is tried again, then estimated
+    at the GPU's mean power so far, as `NVMLMeter`'s is (tests/energy/test_devices.py)."""
+    described = gpus(100)
+    nvml.describe(described)
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPU_STATE", str(tmp_path / "gpu"))
+    meter = ZeusMeter()
+    time.sleep(0.1)
+    (before,) = meter.readings().values()
+    fail_counter_reads(tmp_path, described[0]["uuid"], [999] * READ_TRIES)
+    (estimated,) = meter.readings().values()
+    (after,) = meter.readings().values()
+    assert before < estimated <= after
+    assert after / (time.monotonic() - meter._opened_at) == pytest.approx(100, rel=0.1)
 
 
 def test_a_gpu_without_a_counter_is_sampled(nvml: Any) -> None:

@@ -515,6 +515,38 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     assert state(tmp_path)["changes"] == changes
 
 
+def test_counters_that_stop_reading_while_a_run_profiles_leave_the_gpu_at_its_own_limit(
+    server: ServerProcess, nvml: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The GPU's energy counter fails every read from the run's first step (NVML's ``Unknown
+    Error``): each limit's window read 0 J, and the profile chose the first limit measured as
+    free. Now no limit is measured: the run says so, sends no profile (the next run profiles
+    again), trains on at the GPU's own limit, and its report's energy is estimated."""
+    from zeus_bso import BatchSizeOptimizer
+    from zeus_bso.energy import NVMLMeter
+
+    spec = job(unique_id("plunread"), 0.5)
+    bso = BatchSizeOptimizer(server.url, spec, NVMLMeter(), power_limit="optimize")
+    bso.get_batch_size()
+    bso.on_train_begin(STEPS)
+    gpus.fail_counter_reads(tmp_path, UUID, [999] * 10_000)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        for _ in range(STEPS):
+            bso.on_step_begin()
+            time.sleep(nvml._step_seconds(handle))
+            bso.on_step_end()
+        assert state(tmp_path)["limit"] == 300.0
+        bso.on_evaluate(1.0)
+        bso.end()
+    assert "power limits were not profiled: the GPUs' energy counters could not" in caplog.text
+    assert state(tmp_path)["changes"] == [275.0, 250.0, 225.0, 200.0, 300.0]
+    assert profiles(server, spec.job_id or "") == []
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["energy"] > 0) == ("reported", True)
+
+
 def test_a_wait_on_the_server_for_the_power_profile_is_not_the_runs_time(
     server: ServerProcess, nvml: Any, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ change."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU_DOUBLE, one_settable_gpu, sigterm_a_forked_child
+from zeus_bso.energy.device_meter import READ_TRIES
 from zeus_bso.errors import PowerLimitError
 from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.limits import restore_orphaned
 from zeus_bso.power.profiler import spread
+from zeus_bso.testing.gpus import fail_counter_reads
 
 
 def test_without_nvidia_ml_py_power_limits_are_a_usage_error(
@@ -443,3 +446,21 @@ def test_sigterm_ignored_stays_ignored_and_the_limit_goes_back_with_the_run(
         assert limit_now() == 300.0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_energy_counter_read_that_fails_is_tried_again_then_said_unread(
+    double: Path, tmp_path: Path
+) -> None:
+    """A profile's reading of the GPUs' counters: a read NVML fails for a moment is tried again
+    (`READ_TRIES`); one that fails every try is NaN, which the profile leaves out
+    (tests/power/test_profiler.py), where it was 0 J: that limit looked free."""
+    limits = GpuPowerLimits(double)
+    try:
+        first = limits.joules()
+        fail_counter_reads(tmp_path, UUID, [999] * (READ_TRIES - 1))
+        assert limits.joules() > first
+        fail_counter_reads(tmp_path, UUID, [10] * READ_TRIES)
+        assert math.isnan(limits.joules())
+        assert limits.joules() > first
+    finally:
+        limits.restore()

@@ -74,6 +74,35 @@ def test_each_limit_settles_then_is_measured_and_an_epoch_is_its_step_times_the_
     assert gpu.set_calls == [300.0, 250.0]
 
 
+def test_a_limit_whose_energy_could_not_be_read_is_left_out_and_the_profile_goes_on() -> None:
+    """The GPUs' counters failed every read at the end of 275 W's window (NaN joules): 275 W is
+    not measured, where its window counted 0 J and it looked free; the profile goes on below."""
+    gpu = Gpu()
+    gpu.seconds = {300.0: 1.0, 275.0: 1.1, 250.0: 1.3}
+    gpu.watts = {300.0: 300.0, 275.0: 250.0, 250.0: 230.0}
+    unread = {"at": 4}  # the 4th reading: 275 W's window's end
+    readings: list[float] = []
+
+    def joules() -> float:
+        readings.append(gpu.joules)
+        return math.nan if len(readings) == unread["at"] else gpu.joules
+
+    asked: list[list[float]] = []
+    profiler = PowerProfiler(
+        [300.0, 275.0, 250.0], gpu.set, joules, clock=lambda: gpu.now, settle_steps=1,
+        measured_steps=1, goes_on=lambda costs: asked.append(costs) or True,
+    )  # fmt: skip
+    run_profile(profiler, gpu)
+    assert gpu.set_calls == [300.0, 275.0, 250.0]
+    measured = profiler.measurements(1)
+    assert [(m.power_limit, m.energy_per_epoch) for m in measured] == [
+        (250.0, pytest.approx(299.0)),
+        (300.0, 300.0),
+    ]
+    assert len(asked) == 2  # after 300 W, then 275 W: its cost left out
+    assert len(asked[1]) == 1
+
+
 def test_the_mode_is_checked_and_optimize_needs_gpus_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -70,9 +70,9 @@ class TrialProgress:
         """Open the measuring window: training starts now. Later calls change nothing."""
         if self._began:
             return
+        self._start_readings = self.meter.readings()
         self._began = True
         self._start_time = time.monotonic()
-        self._start_readings = self.meter.readings()
         self._start_energy = sum(self._start_readings.values())
 
     def time(self) -> float:
@@ -91,7 +91,6 @@ class TrialProgress:
         under ``"checkpoint"``, the energy a checkpoint this process resumed from saved: one
         reading of the meter, which `reported` remembers. A distributed run adds up every rank's
         readings, each device once (`zeus_bso.training.collectives.elapsed_of_the_run`)."""
-        seconds = self.time()
         readings: dict[str, float] = {}
         if self._energy_before:
             readings["checkpoint"] = self._energy_before
@@ -101,7 +100,7 @@ class TrialProgress:
                     joules - self._start_readings.get(key, 0.0) - self._left_out.get(key, 0.0)
                 )
         self._sampled = sum(readings.values())
-        return seconds, readings
+        return self.time(), readings  # after the readings, which may take retries
 
     def elapsed(self) -> Elapsed:
         """This process's seconds and joules since the run began, from one meter reading."""
@@ -113,7 +112,8 @@ class TrialProgress:
         (None: the window is not open), for `leave_out`."""
         if not self._began:
             return None
-        return Mark(time.monotonic(), self.meter.readings())
+        readings = self.meter.readings()
+        return Mark(time.monotonic(), readings)
 
     def leave_out(self, mark: Mark | None, seconds: float) -> None:
         """Leave ``seconds`` of what passed since ``mark`` out of the window: the run waited on
@@ -124,12 +124,13 @@ class TrialProgress:
         its meter's joules since ``mark``, as spent at an even rate over its wait."""
         if mark is None or seconds <= 0.0:
             return
+        readings = self.meter.readings()  # before the clock: it may take retries
         waited = time.monotonic() - mark.time
         if waited <= 0.0:
             return
         share = min(1.0, seconds / waited)
         self._left_out_time += share * waited
-        for key, joules in self.meter.readings().items():
+        for key, joules in readings.items():
             spent = joules - mark.readings.get(key, joules)
             if spent > 0.0:
                 self._left_out[key] = self._left_out.get(key, 0.0) + share * spent

@@ -147,6 +147,7 @@ class NVMLMeter(DeviceMeter):
             self.max_power = sum(limits)
             counter = all(self._has_counter(h) for h in self._handles)
             self._start_mj = [self._counter_mj(h) for h in self._handles] if counter else []
+            self._counting()
         except nvml.NVMLError as err:
             raise EnergyMeterError(f"NVML query failed: {err}") from err
         if not counter:
@@ -169,5 +170,8 @@ class NVMLMeter(DeviceMeter):
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
     def _counter_joules(self) -> list[float]:
-        now = [self._counter_mj(h) for h in self._handles]
+        try:
+            now = [self._counter_mj(h) for h in self._handles]
+        except self._nvml.NVMLError as err:
+            raise EnergyMeterError(f"NVML's energy counter could not be read: {err}") from err
         return [(n - s) / 1000.0 for n, s in zip(now, self._start_mj, strict=True)]

@@ -164,7 +164,9 @@ class ZeusMeter(DeviceMeter):
         self.device_count = len(self.devices)
         self.max_power = sum(device.max_power for device in self.devices)
         self._error = zeus_error
-        if not counter:
+        if counter:
+            self._counting()
+        else:
             gpus, indices = self._gpus, self._indices
             self._sampler = PowerSampler(
                 lambda: [gpus.get_instant_power_usage(i) / 1000.0 for i in indices],

@@ -174,7 +174,7 @@ class PowerProfiler:
             self._steps = 0
             self._start = None
             if self.goes_on is not None and not self.done:
-                windows = [w for _, w in sorted(self._measured.items(), reverse=True)]
+                windows = [w for _, w in sorted(self._read().items(), reverse=True)]
                 costs = [
                     math.inf
                     if too_slow(w.seconds, windows[0].seconds, self.max_slowdown)
@@ -222,12 +222,17 @@ class PowerProfiler:
         self, steps_per_epoch: int, gpus_factor: float = 1.0
     ) -> list[PowerMeasurement]:
         """Each measured limit's epoch: its step's time and energy times ``steps_per_epoch``
-        (the energy of the whole run's GPUs: this process's times ``gpus_factor``)."""
+        (the energy of the whole run's GPUs: this process's times ``gpus_factor``); a limit
+        whose energy could not be read is left out."""
         return [
             PowerMeasurement(
                 power_limit=limit,
                 time_per_epoch=max(window.seconds, 1e-9) * steps_per_epoch,
                 energy_per_epoch=max(window.joules, 0.0) * gpus_factor * steps_per_epoch,
             )
-            for limit, window in sorted(self._measured.items())
+            for limit, window in sorted(self._read().items())
         ]
+
+    def _read(self) -> dict[float, _Window]:
+        """The limits measured, but those whose energy could not be read (NaN joules)."""
+        return {limit: w for limit, w in self._measured.items() if math.isfinite(w.joules)}

@@ -263,6 +263,12 @@ class PowerLimitRun:
                 return None, 0.0
             assert self._send is not None
             measured = profiler.measurements(self._steps_per_epoch, self._gpus_factor)
+            if not measured:
+                logger.warning(
+                    "zeus-bso: power limits were not profiled: the GPUs' energy counters could "
+                    "not be read; the GPUs keep their own, and the next run profiles again"
+                )
+                return None, 0.0
             asked = time.monotonic()
             limit = self._send(measured, self._limits.range_w())
             waited = time.monotonic() - asked

@@ -121,6 +121,15 @@ def limits_of(folder: Path, uuid: str) -> tuple[float, list[float]]:
     return saved["limit_mw"] / 1000, [mw / 1000 for _, mw in saved["changes"]]
 
 
+def fail_counter_reads(folder: Path, uuid: str, codes: Sequence[int]) -> None:
+    """A GPU of `double_in_this_process`'s ``folder`` (or of `described_gpus`' ``state``'s
+    parent): its energy counter's next reads answer NVML's errors ``codes``, one a read, as a
+    loaded driver answers (``NVML_ERROR_UNKNOWN`` 999, ``NVML_ERROR_TIMEOUT`` 10)."""
+    path = folder / "gpu" / f"{uuid}.faults.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([int(code) for code in codes]))
+
+
 def assert_given_back(folder: Path, uuid: str, trained_at: float) -> None:
     """A GPU of `double_in_this_process`'s ``folder`` after its run: back at its own limit
     (300 W), the change before that the one it trained at, and no record of a cap left to

@@ -18,6 +18,8 @@ Upstream Zeus's device layer runs over it too: it has the constants and function
 Power limits: with ``ZEUS_BSO_TEST_GPU_STATE`` (a directory), a GPU's limit can be set, and the
 setting is shared by every process, as a real GPU's is (a file per GPU holds the limit and the
 history of every change; ``sets`` counts the calls that changed it, ``calls`` every call).
+A GPU's energy counter fails the reads a test asks (``<uuid>.faults.json`` in that directory:
+the error codes its next reads answer, one a read: `zeus_bso.testing.gpus.fail_counter_reads`).
 ``settable: false`` answers ``NVML_ERROR_NO_PERMISSION`` (no ``SYS_ADMIN``); ``mig: true`` is a
 GPU in MIG mode; ``processes: [pid, ...]`` are other processes computing on it. ``paces``, by
 limit in watts, give the GPU's draw and a training step's seconds at that limit, as a power
@@ -85,6 +87,9 @@ class NVMLError(Exception):
             NVML_ERROR_NOT_SUPPORTED: "Not Supported",
             NVML_ERROR_NOT_FOUND: "Not Found",
             NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+            NVML_ERROR_TIMEOUT: "Timeout",
+            NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+            NVML_ERROR_UNKNOWN: "Unknown Error",
         }.get(self.value, f"NVML error {self.value}")
 
 
@@ -229,9 +234,26 @@ def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:  # noqa: N802
     return int(_watts(handle, nvmlDeviceGetPowerManagementLimit(handle)) * 1000)
 
 
+def _fault(handle: _Handle) -> int | None:
+    """The error code the GPU's next counter read answers, taken from its list of faults
+    (``<uuid>.faults.json`` in the state directory: codes, one a read), or None."""
+    path = _state_file(handle)
+    if path is None or not (faults := path.with_suffix(".faults.json")).exists():
+        return None
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        codes = json.loads(faults.read_text())
+        if not codes:
+            return None
+        faults.write_text(json.dumps(codes[1:]))
+        return int(codes[0])
+
+
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
     if not handle.gpu.get("counter", True):
         raise NVMLError_NotSupported()
+    if (code := _fault(handle)) is not None:
+        raise NVMLError(code)
     changes = _state(handle)["changes"]  # a file read: the clock is taken after it, as the
     # caller's next is (before it, a read that took milliseconds under load went uncounted)
     now = time.monotonic()
