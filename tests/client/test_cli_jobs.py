@@ -35,6 +35,7 @@ from zeus_bso.cli.check import CAP_SYS_ADMIN, has_capability
 from zeus_bso.cli.main import app
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
+from zeus_bso.energy.device_meter import READ_TRIES
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.spec import (
     GpuConfig,
@@ -44,7 +45,7 @@ from zeus_bso.spec import (
     PowerProfileReport,
     TrainingResult,
 )
-from zeus_bso.testing.gpus import GPU_DOUBLE
+from zeus_bso.testing.gpus import GPU_DOUBLE, fail_counter_reads
 from zeus_bso.units import energy_text
 
 TOKEN = "cli-test-token"
@@ -473,8 +474,11 @@ def test_check_never_prints_a_password_in_the_server_url(server: ServerProcess) 
     assert "pa55" not in checked.stdout + checked.stderr
 
 
-def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess) -> None:
-    """On NVML's test double: the GPUs it would measure, and whether it could set limits."""
+def test_check_on_gpus_names_them_and_refuses_mixed_models(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """On NVML's test double: the GPUs it would measure, whether their counters read, and
+    whether it could set limits."""
     double = str(GPU_DOUBLE)
     a100 = {"name": "NVIDIA A100-SXM4-40GB", "watts": 100, "limit_w": 400, "counter": True}
     gpus = [{**a100, "uuid": f"GPU-{i}"} for i in range(2)]
@@ -491,6 +495,14 @@ def test_check_on_gpus_names_them_and_refuses_mixed_models(server: ServerProcess
     chosen = cli(server, command="check", env={**env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert "ok energy: measured by nvml: 2 x" in chosen.stdout
     assert "CUDA_VISIBLE_DEVICES unset" not in " ".join(chosen.stdout.split())
+    # A counter that reads when the meter starts, then fails every read (a driver in trouble):
+    # runs would estimate their energy.
+    fail_counter_reads(tmp_path, "GPU-0", [0, 0] + [999] * READ_TRIES)
+    unread = cli(server, command="check", env={**env, "ZEUS_BSO_TEST_GPU_STATE": f"{tmp_path}/gpu"})
+    assert unread.returncode == 1
+    assert "FAIL energy: nvml cannot read: NVML's energy counter could not be read: Unknown " in (
+        " ".join(unread.stdout.split())
+    )
     mixed = [gpus[0], {**gpus[1], "name": "NVIDIA H100 80GB HBM3"}]
     env["ZEUS_BSO_TEST_GPUS"] = json.dumps(mixed)
     refused = cli(server, command="check", env=env)

@@ -124,7 +124,8 @@ def limits_of(folder: Path, uuid: str) -> tuple[float, list[float]]:
 def fail_counter_reads(folder: Path, uuid: str, codes: Sequence[int]) -> None:
     """A GPU of `double_in_this_process`'s ``folder`` (or of `described_gpus`' ``state``'s
     parent): its energy counter's next reads answer NVML's errors ``codes``, one a read, as a
-    loaded driver answers (``NVML_ERROR_UNKNOWN`` 999, ``NVML_ERROR_TIMEOUT`` 10)."""
+    loaded driver answers (``NVML_ERROR_UNKNOWN`` 999, ``NVML_ERROR_TIMEOUT`` 10; 0: that read
+    succeeds)."""
     path = folder / "gpu" / f"{uuid}.faults.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([int(code) for code in codes]))

@@ -19,7 +19,8 @@ Power limits: with ``ZEUS_BSO_TEST_GPU_STATE`` (a directory), a GPU's limit can 
 setting is shared by every process, as a real GPU's is (a file per GPU holds the limit and the
 history of every change; ``sets`` counts the calls that changed it, ``calls`` every call).
 A GPU's energy counter fails the reads a test asks (``<uuid>.faults.json`` in that directory:
-the error codes its next reads answer, one a read: `zeus_bso.testing.gpus.fail_counter_reads`).
+the error codes its next reads answer, one a read, 0 a read that succeeds:
+`zeus_bso.testing.gpus.fail_counter_reads`).
 ``settable: false`` answers ``NVML_ERROR_NO_PERMISSION`` (no ``SYS_ADMIN``); ``mig: true`` is a
 GPU in MIG mode; ``processes: [pid, ...]`` are other processes computing on it. ``paces``, by
 limit in watts, give the GPU's draw and a training step's seconds at that limit, as a power
@@ -236,7 +237,8 @@ def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:  # noqa: N802
 
 def _fault(handle: _Handle) -> int | None:
     """The error code the GPU's next counter read answers, taken from its list of faults
-    (``<uuid>.faults.json`` in the state directory: codes, one a read), or None."""
+    (``<uuid>.faults.json`` in the state directory: codes, one a read, 0 a read that
+    succeeds), or None."""
     path = _state_file(handle)
     if path is None or not (faults := path.with_suffix(".faults.json")).exists():
         return None
@@ -246,7 +248,7 @@ def _fault(handle: _Handle) -> int | None:
         if not codes:
             return None
         faults.write_text(json.dumps(codes[1:]))
-        return int(codes[0])
+        return int(codes[0]) or None
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:  # noqa: N802
