@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,12 @@ from zeus_bso.energy import (
     NVMLMeter,
     UnmeasurableDeviceError,
     auto_meter,
+    device_meter,
     run_energy,
     run_gpus,
 )
 from zeus_bso.energy.device_meter import READ_TRIES
-from zeus_bso.testing.gpus import double_in_this_process, fail_counter_reads
+from zeus_bso.testing.gpus import double_in_this_process, fail_counter_reads, paced_gpu
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -108,11 +110,12 @@ def test_a_counter_read_that_fails_is_tried_again_then_estimated_never_raised_mi
 ) -> None:
     """NVML answering ``Unknown Error`` or a timeout for a moment (a loaded driver) does not
     end the training the meter measures: the read is tried again (`READ_TRIES`), and a reading
-    whose reads all fail is estimated at each GPU's mean power so far, with one warning. The
+    whose reads all fail is estimated at each GPU's recent power, with one warning. The
     counters are cumulative: the next read that succeeds is exact, and no reading gives less
     than the one before it. While readings are estimated, each tries one read, without waits."""
     described = gpus(100, 50)
     double_in_this_process(monkeypatch, described, tmp_path)
+    opened = time.monotonic()
     meter = NVMLMeter()
     uuids = [gpu["uuid"] for gpu in described]
     # Before any reading there is no mean power to estimate from: a clear error.
@@ -140,17 +143,45 @@ def test_a_counter_read_that_fails_is_tried_again_then_estimated_never_raised_mi
         elapsed = time.monotonic() - start
     assert [r.getMessage() for r in caplog.records] == [
         "zeus-bso: NVML's energy counter could not be read: Unknown Error (3 reads): readings "
-        "are estimated at the devices' mean power so far until a read succeeds (the counters "
-        "are cumulative: that one is exact)",
+        "are estimated at the devices' recent power until a read succeeds (the counters are "
+        "cumulative: that one is exact)",
         "zeus-bso: the energy counters read again",
     ]
-    # The estimates are each GPU's power (100 W, 50 W) times the meter's life, as the counters'
-    # (the double's GPUs draw their power all the time); the reading after them is exact again.
+    # The estimates go on at each GPU's power (100 W, 50 W), as the counters do (the double's
+    # GPUs draw their power all the time); the reading after them is exact again.
     for watts, uuid in zip((100, 50), uuids, strict=True):
         assert retried[uuid] < estimated[uuid] <= later[uuid] <= again[uuid]
         assert again[uuid] - retried[uuid] == pytest.approx(watts * (0.1 + elapsed), rel=0.5)
-    life = time.monotonic() - meter._opened_at
-    assert again[uuids[0]] / life == pytest.approx(100, rel=0.1)
+    assert again[uuids[0]] / (time.monotonic() - opened) == pytest.approx(100, rel=0.1)
+
+
+def test_an_estimate_goes_on_at_the_power_of_the_last_readings_not_the_whole_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU that drew 300 W, then 25 W (its limit lowered, as a profile does), whose counter
+    then fails: the estimate goes on at 25 W, the power over the readings of the last
+    `RATE_WINDOW_S` (here 0.3 s, readings kept 0.05 s apart), not at the mean since the meter
+    began."""
+    meters = sys.modules["zeus_bso.energy.device_meter"]  # the package's device_meter: a function
+    monkeypatch.setattr(meters, "RATE_WINDOW_S", 0.3)
+    monkeypatch.setattr(meters, "MARK_SPACING_S", 0.05)
+    pynvml = double_in_this_process(monkeypatch, [paced_gpu()], tmp_path)
+    meter = NVMLMeter()
+    (uuid,) = [device.key for device in meter.devices]
+    time.sleep(0.2)
+    meter.readings()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceSetPowerManagementLimit(handle, 250_000)  # PACES: 25 W at 250 W
+    for _ in range(8):
+        time.sleep(0.06)
+        last = meter.readings()[uuid]
+    read_at = time.monotonic()
+    fail_counter_reads(tmp_path, uuid, [999] * READ_TRIES)
+    time.sleep(0.1)
+    estimated = meter.readings()[uuid]
+    since = time.monotonic() - read_at  # the retries' waits included
+    # 25 W over the time since the last reading (the mean since the start: about 100 W).
+    assert 25 * 0.8 * (since - 0.02) <= estimated - last <= 25 * 1.2 * since
 
 
 def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:
@@ -231,7 +262,6 @@ def test_a_process_on_the_cpu_measures_what_auto_meter_does(nvml: Any) -> None:
     """`device_meter` measures one GPU for a process that trains on a CUDA device (checked on
     the GPU machine: tests/energy/test_meters.py); on the CPU, every visible GPU, as before."""
     torch = pytest.importorskip("torch", reason="pip install torch")
-    from zeus_bso.energy import device_meter
 
     nvml.describe(gpus(100, 200))
     meter = device_meter(torch.device("cpu"))

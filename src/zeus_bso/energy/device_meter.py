@@ -4,7 +4,7 @@ Volta, some AMD GPUs), from its power, sampled by a thread and integrated.
 
 A counter that cannot be read for a moment (NVML answering ``Unknown Error`` or a timeout under a
 loaded driver) does not end the training it measures: the read is tried again, and where it still
-fails, that reading is estimated at the devices' mean power so far. The counters are cumulative,
+fails, that reading is estimated at the devices' recent mean power. The counters are cumulative,
 so the next reading that succeeds is exact again."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from zeus_bso.energy.base import Device
@@ -23,6 +24,12 @@ READ_TRIES = 3
 """Reads of the counters before a reading is estimated (`DeviceMeter.readings`)."""
 RETRY_S = 0.05
 """Seconds before the second read, twice that before the third."""
+RATE_WINDOW_S = 60.0
+"""How far back an estimate's power is read: the devices' mean power over the readings of up
+to this many seconds before the last (every reading since the meter's start, before that)."""
+MARK_SPACING_S = 5.0
+"""The least time between two readings kept for it (a run reads its meter a few times at each
+report, milliseconds apart)."""
 
 
 class PowerSampler:
@@ -74,15 +81,16 @@ class DeviceMeter:
 
     devices: list[Device]
     _sampler: PowerSampler | None = None
-    _opened_at = 0.0
+    _read: deque[tuple[float, list[float]]]
+    """Readings the counters gave (a time, the joules per device), `RATE_WINDOW_S` of them at
+    most, `MARK_SPACING_S` apart, and the last: what an estimate's power is read from."""
     _given: list[float] | None = None
     """The joules per device the last reading gave: a later one never gives less."""
-    _given_at = 0.0
     _estimating = False
 
     def _counting(self) -> None:
         """The counters' start is read: readings count from now."""
-        self._opened_at = time.monotonic()
+        self._read = deque([(time.monotonic(), [0.0] * len(self.devices))])
 
     def _counter_joules(self) -> list[float]:
         """Each device's joules since the meter was created, from its counter.
@@ -116,33 +124,44 @@ class DeviceMeter:
                     continue
                 joules = self._estimated(err)
             else:
-                if self._estimating:
-                    logger.warning("zeus-bso: the energy counters read again")
-                    self._estimating = False
+                self._note(joules)
             break
-        now = time.monotonic()
         if self._given is not None:
             joules = [max(j, g) for j, g in zip(joules, self._given, strict=True)]
-        self._given, self._given_at = joules, now
+        self._given = joules
         return joules
 
+    def _note(self, joules: list[float]) -> None:
+        """Keep a reading the counters gave, for the power of later estimates."""
+        if self._estimating:
+            logger.warning("zeus-bso: the energy counters read again")
+            self._estimating = False
+        now, read = time.monotonic(), self._read
+        if len(read) > 1 and read[-1][0] - read[-2][0] < MARK_SPACING_S:
+            read.pop()  # the last but one stays MARK_SPACING_S from the one before it
+        read.append((now, joules))
+        while now - read[0][0] > RATE_WINDOW_S and len(read) > 2:
+            read.popleft()
+
     def _estimated(self, err: EnergyMeterError) -> list[float]:
-        """Each device's joules now at its mean power from the meter's start to its last
-        reading (the counters failed ``err`` `READ_TRIES` times)."""
-        if self._given is None or self._given_at <= self._opened_at:
+        """Each device's joules now: its last reading plus its mean power over the readings of
+        up to `RATE_WINDOW_S` before it since (the counters failed ``err`` `READ_TRIES`
+        times)."""
+        (start, first), (end, last) = self._read[0], self._read[-1]
+        if end <= start:
             raise EnergyMeterError(
                 f"{err} ({READ_TRIES} reads; no reading yet to estimate this one from)"
             ) from err
         if not self._estimating:
             logger.warning(
-                "zeus-bso: %s (%d reads): readings are estimated at the devices' mean power "
-                "so far until a read succeeds (the counters are cumulative: that one is exact)",
+                "zeus-bso: %s (%d reads): readings are estimated at the devices' recent power "
+                "until a read succeeds (the counters are cumulative: that one is exact)",
                 err,
                 READ_TRIES,
             )
             self._estimating = True
-        share = (time.monotonic() - self._opened_at) / (self._given_at - self._opened_at)
-        return [joules * share for joules in self._given]
+        share = (time.monotonic() - end) / (end - start)
+        return [b + (b - a) * share for a, b in zip(first, last, strict=True)]
 
     def energy(self) -> float:
         """Joules since the meter was created, over its devices."""
