@@ -21,7 +21,7 @@ import pytest
 from tests.helpers import GPU_DOUBLE, one_settable_gpu, sigterm_a_forked_child
 from zeus_bso.energy.device_meter import READ_TRIES
 from zeus_bso.errors import PowerLimitError
-from zeus_bso.power import GpuPowerLimits
+from zeus_bso.power import GpuPowerLimits, sharing
 from zeus_bso.power.limits import restore_orphaned
 from zeus_bso.power.profiler import spread
 from zeus_bso.testing.gpus import fail_counter_reads
@@ -464,3 +464,48 @@ def test_an_energy_counter_read_that_fails_is_tried_again_then_said_unread(
         assert limits.joules() > first
     finally:
         limits.restore()
+
+
+def test_a_gpu_is_shared_by_the_processes_it_holds_beyond_the_runs_as_a_container_sees_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """NVML lists a GPU's processes by their IDs in the host's PID namespace. In a container
+    with one of its own, the run's process is listed under a number it does not have there, and
+    its power limits were refused ("processes [...] compute on it too"). Where NVML lists one
+    that is not the run's, the processes this namespace sees holding the GPU's device file are
+    counted instead: the run's alone, and as many as NVML lists, is the run's GPU."""
+    device = tmp_path / "nvidia0"  # the GPU's device file (/dev/nvidia0), which CUDA holds open
+    device.write_text("")
+    monkeypatch.setattr(sharing, "DEVICE_FILE", str(tmp_path / "nvidia{minor}"))
+    host_pid = 4_000_000  # no process of this namespace has it
+
+    def limits_with(processes: list[int], run_pids: tuple[int, ...] = ()) -> GpuPowerLimits:
+        one_settable_gpu(monkeypatch, tmp_path, UUID)
+        described = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])
+        monkeypatch.setenv(
+            "ZEUS_BSO_TEST_GPUS", json.dumps([{**described[0], "processes": processes}])
+        )
+        return GpuPowerLimits(tmp_path / "records", run_pids=run_pids)
+
+    with device.open():  # this process computes on the GPU: NVML lists it as host_pid
+        limits_with([host_pid]).restore()
+        with pytest.raises(PowerLimitError, match="shared with 1 process this one cannot see"):
+            limits_with([host_pid, host_pid + 1])  # another container's too
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(device)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "ready\n"
+            with pytest.raises(PowerLimitError, match=f"shared with process {holder.pid}: its"):
+                limits_with([host_pid, host_pid + 1])  # a process of this container, not the run's
+            limits_with([host_pid, host_pid + 1], run_pids=(holder.pid,)).restore()  # a rank's
+        finally:
+            holder.kill()
+            holder.wait()
+    with pytest.raises(PowerLimitError, match="shared with 1 process this one cannot see"):
+        limits_with([host_pid])  # this process no longer holds it: the one listed is not ours
+
+
+HOLD = "import sys, time; f = open(sys.argv[1]); print('ready', flush=True); time.sleep(60)"
+"""A process that holds a file open, as one computing on a GPU holds its device file."""

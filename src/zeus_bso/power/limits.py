@@ -43,6 +43,7 @@ from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
 from zeus_bso.power.profiler import counter_period_s
+from zeus_bso.power.sharing import strangers
 
 logger = logging.getLogger(__name__)
 
@@ -194,15 +195,10 @@ class GpuPowerLimits:
                         f"GPU {uuid} is in MIG mode: its power limit is every slice's; train "
                         "without power_limit='optimize' there"
                     )
-                others = sorted(
-                    p.pid
-                    for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                    if p.pid not in ours
-                )
-                if others:
+                if others := strangers(nvml, handle, ours):
                     raise PowerLimitError(
-                        f"GPU {uuid} is shared: processes {others} compute on it too, and its "
-                        "power limit would be theirs as well; train without "
+                        f"GPU {uuid} is shared with {' and '.join(others)}: its power limit "
+                        "would be theirs as well; train without "
                         "power_limit='optimize' there, or on a GPU of its own"
                     )
                 low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)

@@ -22,7 +22,9 @@ A GPU's energy counter fails the reads a test asks (``<uuid>.faults.json`` in th
 the error codes its next reads answer, one a read, 0 a read that succeeds:
 `zeus_bso.testing.gpus.fail_counter_reads`).
 ``settable: false`` answers ``NVML_ERROR_NO_PERMISSION`` (no ``SYS_ADMIN``); ``mig: true`` is a
-GPU in MIG mode; ``processes: [pid, ...]`` are other processes computing on it. ``paces``, by
+GPU in MIG mode; ``processes: [pid, ...]`` are the processes computing on it, by their IDs in
+the host's PID namespace (the only one the driver knows: a container's processes have others);
+``minor`` is its device file's number (``/dev/nvidia<minor>``; default: its index). ``paces``, by
 limit in watts, give the GPU's draw and a training step's seconds at that limit, as a power
 trace measured them (``{"250": {"watts": 240, "step_s": 0.01}, ...}``): the energy counter
 integrates the draw of the limit in force, and `_step_seconds` says how long a test's step
@@ -285,6 +287,10 @@ class _Process:
 
 def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[_Process]:  # noqa: N802
     return [_Process(int(pid)) for pid in handle.gpu.get("processes", [])]
+
+
+def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:  # noqa: N802
+    return int(handle.gpu.get("minor", handle.index))
 
 
 def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 (nvidia-ml-py's name)

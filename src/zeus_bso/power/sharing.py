@@ -1,0 +1,62 @@
+"""Whether processes other than a run's compute on a GPU (`strangers`): its power limit would be
+theirs too.
+
+NVML lists the processes that hold a context on a GPU by their process IDs in the host's PID
+namespace: the driver knows no other. In a container with a PID namespace of its own (Docker's
+and Kubernetes' default) those are not the numbers the run's processes have there, and a run
+that had initialised CUDA found itself "another process". Where NVML lists a process that is not
+one of the run's, the processes this namespace can see with the GPU's device file open
+(`DEVICE_FILE`) are counted instead: NVML's list is the run's where it holds no more processes
+than those, and they are all the run's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+DEVICE_FILE = "/dev/nvidia{minor}"
+"""The device file of the GPU of a minor number, which a process with a context on it holds open."""
+PROC = Path("/proc")
+
+
+def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
+    """The processes that compute on the GPU of ``handle`` and are not among ``ours`` (this
+    run's process IDs, as this process sees them), each as a phrase for a message ("process
+    123", "2 processes this one cannot see (...)"); [] where the GPU is the run's alone."""
+    listed = sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    unknown = [pid for pid in listed if pid not in ours]
+    if not unknown:
+        return []
+    users = holding(DEVICE_FILE.format(minor=nvml.nvmlDeviceGetMinorNumber(handle)))
+    here = sorted(users - set(ours))
+    if here:
+        return [f"process {pid}" for pid in here]
+    if len(listed) <= len(users):
+        return []  # the run's processes, numbered in the host's PID namespace
+    outside = len(listed) - len(users)
+    many = "es" if outside > 1 else ""
+    return [f"{outside} process{many} this one cannot see (another container's or user's)"]
+
+
+def holding(device: str) -> set[int]:
+    """The processes this PID namespace can see whose open files include ``device`` (those
+    whose files it may not read are not among them)."""
+    found = set()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == device:
+                    found.add(int(entry.name))
+                    break
+            except OSError:  # closed meanwhile
+                continue
+    return found
