@@ -103,6 +103,26 @@ def test_a_record_whose_pid_another_process_reuses_is_restored(double: Path) -> 
     assert limit_now() == 300.0
 
 
+def test_a_record_of_another_pid_namespace_is_left_to_its_own_run(double: Path) -> None:
+    """Containers of a node that share its host name (Kubernetes' ``hostNetwork``) each have a
+    PID namespace: a record's PID is looked up in the namespace it was written in only. A run
+    took another container's owner, alive, for gone (its PID is none here) and put its GPU
+    back while that run trained at its chosen limit."""
+    limits = GpuPowerLimits(double)
+    assert limits.set(250.0)
+    (record,) = double.glob("*.json")
+    saved = json.loads(record.read_text())
+    assert saved["pid_namespace"] == os.readlink("/proc/self/ns/pid")
+    elsewhere = {**saved, "pid": 4_000_000, "started": "1", "pid_namespace": "pid:[1]"}
+    record.write_text(json.dumps(elsewhere))
+    assert restore_orphaned(double) == []
+    assert limit_now() == 250.0
+    record.write_text(json.dumps({**elsewhere, "pid_namespace": saved["pid_namespace"]}))
+    assert restore_orphaned(double) == [UUID]  # of this namespace: its owner is gone
+    assert limit_now() == 300.0
+    limits.restore()
+
+
 def test_sigterm_in_the_middle_of_setting_a_limit_still_restores(double: Path) -> None:
     """The handler runs on the main thread, which the signal may have stopped while it holds
     the limits' lock (inside `set` or `restore`): it restores all the same."""

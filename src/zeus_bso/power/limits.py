@@ -313,7 +313,9 @@ class GpuPowerLimits:
                 target,
             )
         me = os.getpid()
-        record = node.Record(gpu.uuid, target, found, me, _started(me), socket.gethostname())
+        record = node.Record(
+            gpu.uuid, target, found, me, _started(me), socket.gethostname(), node.pid_namespace()
+        )
         self._start_watchdog()  # (again, after a restore) before the record
         for _attempt in range(2):
             if node.create(self._records, record):

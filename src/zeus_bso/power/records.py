@@ -6,8 +6,9 @@ user's cache folder). Setting a limit needs ``CAP_SYS_ADMIN``, so the processes 
 can write there; mount one host folder there in every container of a node that shares GPUs.
 
 - ``<uuid>.json``: a GPU whose limit a run changed: the process that owns it (PID, start time,
-  host), the limit it found, and the limit it goes back to. Written whole or not at all (a
-  temporary file, synced, then linked to its name, which fails if the name exists: one owner).
+  host, PID namespace), the limit it found, and the limit it goes back to. Written whole or not
+  at all (a temporary file, synced, then linked to its name, which fails if the name exists:
+  one owner).
 - ``operator.json``: the operator's limits, ``{"<uuid>": watts, ...}`` (``"all"`` for every
   GPU): what a GPU goes back to instead of its default limit (NVML's
   ``nvmlDeviceGetPowerManagementDefaultLimit``).
@@ -69,10 +70,26 @@ class Record:
     pid: int
     started: str | None
     host: str | None
+    pid_namespace: str | None = None
+    """The PID namespace of ``pid`` (`pid_namespace`; None: a record written before 0.2)."""
 
     def mine(self) -> bool:
-        """Whether this host's records name this host (or none)."""
-        return self.host in (None, socket.gethostname())
+        """Whether its process is one this process can look up: of this host (or none named),
+        and of this PID namespace (or none named). Containers of a node that share the host's
+        name (Kubernetes' ``hostNetwork``) have a PID namespace each: a PID of another one's is
+        not this one's to find, and its owner may well run."""
+        return self.host in (None, socket.gethostname()) and self.pid_namespace in (
+            None,
+            pid_namespace(),
+        )
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[4026531836]``; None where ``/proc`` cannot say)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 class UnreadableRecordError(Exception):
@@ -101,6 +118,7 @@ def read(path: Path) -> Record:
             pid=int(data["pid"]),
             started=data.get("started") if isinstance(data.get("started"), str) else None,
             host=data.get("host") if isinstance(data.get("host"), str) else None,
+            pid_namespace=text if isinstance(text := data.get("pid_namespace"), str) else None,
         )
     except FileNotFoundError:
         raise
@@ -118,6 +136,7 @@ def create(records: Path, record: Record) -> bool:
         "pid": record.pid,
         "started": record.started,
         "host": record.host,
+        "pid_namespace": record.pid_namespace,
     }
     fd, temporary = tempfile.mkstemp(prefix=f".{record.uuid}.", dir=records)
     try:
