@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import ServerProcess, job_body, run_recurrences, sqlite_url, unique_id
 from zeus_bso.units import percent_text
-from zeus_bso_server.api.charts import cost_chart, sparkline
+from zeus_bso_server.api.charts import cost_chart, round_ticks, sparkline
 from zeus_bso_server.read_models import TrialView
 
 NEW_SERVERS_LIST: list[str] = []
@@ -168,6 +168,16 @@ def test_the_cost_chart_scales_into_its_box() -> None:
     assert [t.label for t in chart.x_ticks] == ["1", "2", "3", "4", "5"]
     assert [t.label for t in chart.y_ticks] == ["10", "20", "30", "40", "50"]
     assert [t.at for t in chart.y_ticks][::2] == [ys[1], ys[5], ys[3]]
+
+    # The cost axis is labelled at round values, wherever its ends fall (it read "28.22, 33.39,
+    # 38.56, 43.73, 48.9").
+    uneven = cost_chart([trial(1, 28.22), trial(2, 48.9)])
+    assert [t.label for t in uneven.y_ticks] == ["30", "35", "40", "45"]
+    assert [round_ticks(0.1, 0.35), round_ticks(1234.0, 98765.0)] == [
+        [0.1, 0.15, 0.2, 0.25, 0.3],
+        [20000.0, 40000.0, 60000.0, 80000.0],
+    ]
+    assert round_ticks(7.0, 7.0) == [7.0]  # one cost: one label
 
     # A level beyond the runs' costs widens the cost axis to hold it.
     levelled = cost_chart([trial(1, 10.0), trial(2, 30.0)], {"default": (64, 70.0)})

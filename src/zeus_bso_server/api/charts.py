@@ -137,6 +137,27 @@ def _ticks(low: float, high: float, count: int) -> list[float]:
     return [low + (high - low) * i / (count - 1) for i in range(count)]
 
 
+ROUND_STEPS = (1.0, 2.0, 2.5, 5.0, 10.0)
+"""The steps between an axis's labels, times a power of ten."""
+
+
+def round_ticks(low: float, high: float, about: int = 5) -> list[float]:
+    """Round values from ``low`` to ``high`` (1, 2, 2.5 or 5 times a power of ten apart), as
+    near ``about`` of them as such steps give, the wider step where two give as near: an axis's
+    labels read ``30, 35, 40, 45``, not ``28.22, 33.39, ...``. ``[low]`` where the span is
+    empty."""
+    if not high > low:
+        return [low]
+    power = 10.0 ** math.floor(math.log10((high - low) / (about - 1)))
+    best: list[float] = []
+    for step in (factor * power for factor in ROUND_STEPS):
+        first, last = math.ceil(low / step), math.floor(high / step)
+        ticks = [round(k * step, 12) for k in range(first, last + 1)]
+        if not best or abs(len(ticks) - about) <= abs(len(best) - about):
+            best = ticks
+    return best or [low, high]
+
+
 def cost_chart(
     trials: list[TrialView],
     levels: dict[str, tuple[int, float]] | None = None,
@@ -181,7 +202,7 @@ def cost_chart(
         ],
         levels=[Level(name, size, cost, y_of(cost)) for name, (size, cost) in shown.items()],
         x_ticks=[Tick(x_of(n), str(n)) for n in numbers],
-        y_ticks=[Tick(y_of(c), number(c)) for c in _ticks(low, high, 5)],
+        y_ticks=[Tick(y_of(c), number(c)) for c in round_ticks(low, high)],
         low=low,
         high=high,
         width=width,
