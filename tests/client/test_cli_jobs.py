@@ -503,6 +503,15 @@ def test_check_on_gpus_names_them_and_refuses_mixed_models(
     assert "FAIL energy: nvml cannot read: NVML's energy counter could not be read: Unknown " in (
         " ".join(unread.stdout.split())
     )
+    # Another process computes on a GPU (NVML's host ID, which no process here has): a run's
+    # power limits would be refused there while it does.
+    shared = [gpus[0], {**gpus[1], "processes": [4_000_000]}]
+    busy = cli(server, command="check", env={**env, "ZEUS_BSO_TEST_GPUS": json.dumps(shared)})
+    said = " ".join(busy.stdout.split())
+    assert (
+        'note power limits: power_limit="optimize" would be refused on GPUs here now: GPU-1 is '
+        "shared with 1 process this one cannot see (another container's or user's)"
+    ) in said, busy.stdout
     mixed = [gpus[0], {**gpus[1], "name": "NVIDIA H100 80GB HBM3"}]
     env["ZEUS_BSO_TEST_GPUS"] = json.dumps(mixed)
     refused = cli(server, command="check", env=env)

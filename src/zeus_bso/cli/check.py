@@ -167,6 +167,15 @@ def _power_limits(findings: Findings, gpus: bool | None) -> None:
         findings.checks.append(
             Finding("power limits", None, 'power_limit="optimize" needs NVIDIA GPUs (NVML)')
         )
+    elif busy := _unsettable_now():
+        findings.checks.append(
+            Finding(
+                "power limits",
+                None,
+                'power_limit="optimize" would be refused on GPUs here now: '
+                f"{'; '.join(busy)} (a GPU's limit would be theirs as well)",
+            )
+        )
     elif has_capability(CAP_SYS_ADMIN):
         findings.checks.append(
             Finding(
@@ -186,6 +195,29 @@ def _power_limits(findings: Findings, gpus: bool | None) -> None:
                 "would log the recommended limit and set nothing",
             )
         )
+
+
+def _unsettable_now() -> list[str]:
+    """The visible GPUs whose limits a run here could not set now, and why (MIG mode, other
+    processes computing there: `zeus_bso.power.sharing.unsettable_now`); [] where NVML cannot
+    say."""
+    from zeus_bso.energy.nvml import pynvml_module
+    from zeus_bso.power.sharing import unsettable_now
+
+    try:
+        nvml = pynvml_module()
+    except ZeusBSOError:  # the energy check says why NVML cannot be read
+        return []
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return []
+    try:
+        return unsettable_now(nvml)
+    except (nvml.NVMLError, ZeusBSOError):
+        return []
+    finally:
+        nvml.nvmlShutdown()
 
 
 def _lightning_from_environment(findings: Findings) -> None:

@@ -43,7 +43,7 @@ from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
 from zeus_bso.power.profiler import counter_period_s
-from zeus_bso.power.sharing import strangers
+from zeus_bso.power.sharing import mig_enabled, strangers
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class GpuPowerLimits:
         try:
             for handle in _own_handles(nvml, gpu_indices):
                 uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
-                if _mig_enabled(nvml, handle):
+                if mig_enabled(nvml, handle):
                     raise PowerLimitError(
                         f"GPU {uuid} is in MIG mode: its power limit is every slice's; train "
                         "without power_limit='optimize' there"
@@ -442,14 +442,6 @@ class GpuPowerLimits:
         for signum in (signal.SIGTERM, *ENDING_SIGNALS):
             exits.forget_signal(signum, self._restore_on_signal)
         self._guarded = False
-
-
-def _mig_enabled(nvml: Any, handle: Any) -> bool:
-    try:
-        current, _ = nvml.nvmlDeviceGetMigMode(handle)
-    except nvml.NVMLError:
-        return False  # a GPU without MIG
-    return bool(current)
 
 
 def restore_orphaned(records: Path, owner: int | None = None) -> list[str]:

@@ -17,6 +17,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from zeus_bso.energy.nvml import nvml_text, visible_handles
+
 DEVICE_FILE = "/dev/nvidia{minor}"
 """The device file of the GPU of a minor number, which a process with a context on it holds open."""
 PROC = Path("/proc")
@@ -59,4 +61,27 @@ def holding(device: str) -> set[int]:
                     break
             except OSError:  # closed meanwhile
                 continue
+    return found
+
+
+def mig_enabled(nvml: Any, handle: Any) -> bool:
+    """Whether the GPU of ``handle`` is in MIG mode (its limit is every slice's)."""
+    try:
+        current, _ = nvml.nvmlDeviceGetMigMode(handle)
+    except nvml.NVMLError:
+        return False  # a GPU without MIG
+    return bool(current)
+
+
+def unsettable_now(nvml: Any) -> list[str]:
+    """Why a run of this process could not set a visible GPU's limit now, one phrase a GPU that
+    it could not ("GPU-... is in MIG mode", "GPU-... is shared with process 123"): what
+    ``zeus-bso check`` says, reading only."""
+    found = []
+    for handle in visible_handles(nvml):
+        uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+        if mig_enabled(nvml, handle):
+            found.append(f"{uuid} is in MIG mode")
+        elif others := strangers(nvml, handle, {os.getpid()}):
+            found.append(f"{uuid} is shared with {' and '.join(others)}")
     return found
