@@ -729,6 +729,7 @@ def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerPro
     assert max(map(len, lines)) <= 80, narrow.stdout
     rows = [line.split() for line in lines[2:]]
     assert rows[0][:3] == ["1", "64", "exploration"], narrow.stdout  # the default, whole
+    assert all("yes" in row or "no" in row for row in rows), narrow.stdout  # not True/False
     assert [row[0] for row in rows] == ["1", "2", "3"], narrow.stdout  # a line a trial
     assert all("kWh" in row for row in rows), narrow.stdout  # "5.00 kWh" whole
     assert "left out to fit the terminal: metric" in narrow.stderr

@@ -169,7 +169,10 @@ def _number(value: Any, digits: int = 4) -> str:
 
 
 def _figure(column: str, value: Any) -> str:
-    """A trials table cell: time in its units (`TRIAL_FIGURES`), else `_number`."""
+    """A trials table cell: time in its units (`TRIAL_FIGURES`), yes or no (as the dashboard
+    says them), else `_number`."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     shown = TRIAL_FIGURES.get(column)
     return _number(value) if value is None or shown is None else str(shown(value))
 
