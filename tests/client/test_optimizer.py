@@ -713,6 +713,38 @@ def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
         proxy.close()
 
 
+def test_a_report_kept_while_the_server_was_away_is_delivered_before_the_run_diverges(
+    server: ServerProcess,
+) -> None:
+    """A report kept while the server was away (a reverse proxy's 502), then training diverged
+    once the server was back: the kept report's metric, the run's last that is a number, was
+    lost (the report that ended the trial, whose metric the server does not take, went in its
+    stead). It is delivered first; then the run ends as diverged."""
+    from tests.proxy import ReverseProxy
+
+    proxy = ReverseProxy(server.url)
+    try:
+        job = spec(unique_id("nanback").replace("-", ""))
+        with BatchSizeOptimizer(proxy.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            assert not bso.on_evaluate(0.3).stop_train
+            proxy.down.set()
+            assert not bso.on_evaluate(0.4).stop_train  # kept for later
+            proxy.down.clear()
+            answer = bso.on_evaluate(float("nan"))
+            assert (answer.stop_train, answer.converged) == (True, False)
+        assert bso.outcome is not None
+        assert bso.outcome.why.startswith("training diverged at batch size 32")
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(bso.job_id)["trials"]
+        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 3)
+        assert (trial["metric"], trial["curve"]) == (0.4, [[1, 0.3], [2, 0.4]])
+        assert "(training diverged at batch size 32" in trial["message"]
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("status", [429, 408])
 def test_a_proxys_rate_limit_is_waited_out_or_its_report_kept(
     server: ServerProcess, status: int

@@ -167,13 +167,26 @@ class ServerRunEndings:
         self.progress.reported(elapsed.joules)
         self._reported = elapsed
         answer = None
+        started = time.monotonic()
+        kept = self.link.pending
+        if kept is not None and kept is self._last_report and not self.offline:
+            # The report before, kept while the server was away: its metric, the run's last
+            # that is a number, is the server's to take before the final report, which the
+            # server ends the trial with without taking its metric.
+            try:
+                answer = self.link.report(kept)
+            except ZeusBSOError as err:
+                logger.warning("the run's last report was refused: %s", err)
+            if answer is not None and answer.stop_train:
+                self.waited = time.monotonic() - started
+                return answer  # the server ended the trial there: the run stops
         final = self._diverged_report(why, epoch, elapsed)
         if final is not None:
-            started = time.monotonic()
             try:
                 answer = self.link.report(final)
             except ZeusBSOError as err:  # refused: the run stops all the same
                 logger.warning("the run's final report was refused: %s", err)
+                answer = None
             finally:
                 self.waited = time.monotonic() - started
         if answer is not None and answer.stop_train and not answer.converged:
