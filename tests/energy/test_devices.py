@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from zeus_bso.energy import (
     run_energy,
     run_gpus,
 )
-from zeus_bso.energy.device_meter import READ_TRIES
+from zeus_bso.energy.device_meter import OUTAGE_READINGS, READ_TRIES, PowerSampler
 from zeus_bso.testing.gpus import double_in_this_process, fail_counter_reads, paced_gpu
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -182,6 +183,46 @@ def test_an_estimate_goes_on_at_the_power_of_the_last_readings_not_the_whole_run
     since = time.monotonic() - read_at  # the retries' waits included
     # 25 W over the time since the last reading (the mean since the start: about 100 W).
     assert 25 * 0.8 * (since - 0.02) <= estimated - last <= 25 * 1.2 * since
+
+
+def test_a_power_sampler_whose_readings_fail_counts_the_gap_at_the_last_power(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A GPU without an energy counter is sampled (NVML's power, every interval). While its
+    readings fail, its joules went on at nothing, and a run that ended in the outage lost it:
+    the time since the last reading counts at that reading's power (said once
+    `OUTAGE_READINGS` failed in a row), and the next reading integrates the gap at its own."""
+    failing = threading.Event()
+
+    def watts() -> list[float]:
+        if failing.is_set():
+            raise OSError("NVML: Unknown Error")
+        return [100.0]
+
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        sampler = PowerSampler(watts, 1, 0.01, (OSError,), "test-sampler")
+        try:
+            start = time.monotonic()
+            time.sleep(0.2)
+            failing.set()
+            time.sleep(0.4)
+            (during,) = sampler.joules()
+            during_s = time.monotonic() - start
+            failing.clear()
+            time.sleep(0.2)
+            (after,) = sampler.joules()
+            after_s = time.monotonic() - start
+        finally:
+            sampler.close()
+    assert during == pytest.approx(100 * during_s, rel=0.15)  # not about 20 J
+    assert after == pytest.approx(100 * after_s, rel=0.15)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"zeus-bso: the devices' power could not be read {OUTAGE_READINGS} times in a row "
+        "(NVML: Unknown Error): the time since the last reading is counted at its power until "
+        "one succeeds",
+        "zeus-bso: the devices' power reads again",
+    ]
 
 
 def test_without_a_counter_each_gpu_is_sampled_on_its_own(nvml: Any) -> None:

@@ -27,6 +27,9 @@ RETRY_S = 0.05
 RATE_WINDOW_S = 60.0
 """How far back an estimate's power is read: the devices' mean power over the readings of up
 to this many seconds before the last (every reading since the meter's start, before that)."""
+OUTAGE_READINGS = 10
+"""Power readings of a sampler that fail in a row before it says so (a second at its default
+interval)."""
 MARK_SPACING_S = 5.0
 """The least time between two readings kept for it (a run reads its meter a few times at each
 report, milliseconds apart)."""
@@ -35,7 +38,8 @@ report, milliseconds apart)."""
 class PowerSampler:
     """Integrates ``watts()`` (one reading per device) every ``interval`` seconds from its
     creation until `close`; a reading that raises one of ``errors`` is skipped, so its interval
-    is counted at the next reading's power."""
+    is counted at the next reading's power. While readings fail, `joules` counts the time since
+    the last one at its power (said once `OUTAGE_READINGS` have failed in a row)."""
 
     def __init__(
         self,
@@ -48,6 +52,9 @@ class PowerSampler:
         self._watts = watts
         self._errors = errors
         self._joules = [0.0] * devices
+        self._last: tuple[float, list[float]] | None = None  # the last reading: when, its watts
+        self._failed = 0  # readings failed since it
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True, name=name)
         self._thread.start()
@@ -58,15 +65,36 @@ class PowerSampler:
             now = time.monotonic()
             try:
                 watts = self._watts()
-            except self._errors:
+            except self._errors as err:
+                with self._lock:
+                    self._failed += 1
+                if self._failed == OUTAGE_READINGS:
+                    logger.warning(
+                        "zeus-bso: the devices' power could not be read %d times in a row (%s): "
+                        "the time since the last reading is counted at its power until one "
+                        "succeeds",
+                        OUTAGE_READINGS,
+                        err,
+                    )
                 continue
-            for i, w in enumerate(watts):
-                self._joules[i] += w * (now - last)
+            with self._lock:
+                for i, w in enumerate(watts):
+                    self._joules[i] += w * (now - last)
+                if self._failed >= OUTAGE_READINGS:
+                    logger.warning("zeus-bso: the devices' power reads again")
+                self._last, self._failed = (now, watts), 0
             last = now
 
     def joules(self) -> list[float]:
-        """Each device's joules since the sampler started."""
-        return list(self._joules)
+        """Each device's joules since the sampler started (while readings fail, with the time
+        since the last one at its power)."""
+        with self._lock:
+            joules = list(self._joules)
+            if self._failed and self._last is not None:
+                at, watts = self._last
+                gap = time.monotonic() - at
+                joules = [j + w * gap for j, w in zip(joules, watts, strict=True)]
+        return joules
 
     def close(self) -> None:
         """Stop sampling (waits for the thread, at most a second)."""
@@ -101,19 +129,22 @@ class DeviceMeter:
         raise NotImplementedError
 
     def readings(self) -> dict[str, float]:
-        """Joules since the meter was created, per device key.
+        """Joules since the meter was created, per device key; never less than the last
+        reading gave (an estimate may run ahead of the counters or the samples).
 
         Raises:
             EnergyMeterError: the counters could not be read `READ_TRIES` times, and there is
                 no reading yet to estimate this one from.
         """
         joules = self._sampler.joules() if self._sampler is not None else self._counted()
+        if self._given is not None:
+            joules = [max(j, g) for j, g in zip(joules, self._given, strict=True)]
+        self._given = joules
         return {d.key: j for d, j in zip(self.devices, joules, strict=True)}
 
     def _counted(self) -> list[float]:
         """The counters' joules, tried `READ_TRIES` times (once while readings are estimated:
-        no waits at every reading of an outage), or estimated (`_estimated`); never less than
-        the last reading gave."""
+        no waits at every reading of an outage), or estimated (`_estimated`)."""
         tries = 1 if self._estimating else READ_TRIES
         for attempt in range(tries):
             try:
@@ -126,9 +157,6 @@ class DeviceMeter:
             else:
                 self._note(joules)
             break
-        if self._given is not None:
-            joules = [max(j, g) for j, g in zip(joules, self._given, strict=True)]
-        self._given = joules
         return joules
 
     def _note(self, joules: list[float]) -> None:
