@@ -172,9 +172,9 @@ class DeviceMeter:
             read.popleft()
 
     def _estimated(self, err: EnergyMeterError) -> list[float]:
-        """Each device's joules now: its last reading plus its mean power over the readings of
-        up to `RATE_WINDOW_S` before it since (the counters failed ``err`` `READ_TRIES`
-        times)."""
+        """Each device's joules now: its last reading, and for the time since, its mean power
+        over the readings of up to `RATE_WINDOW_S` before that one (the counters failed ``err``
+        `READ_TRIES` times)."""
         (start, first), (end, last) = self._read[0], self._read[-1]
         if end <= start:
             raise EnergyMeterError(
