@@ -14,8 +14,9 @@ module and defines one fixture, and pytest runs every test of the contract on it
 
 And the NVML test double (`GPU_DOUBLE`, `described_gpus`: a ``pynvml`` over GPUs a test
 describes, in processes it starts; `double_in_this_process`, in its own; `paced_gpu`, a GPU whose
-steps take the time its power limit gives them), for a meter, power-limit or adapter test on a
-machine without a GPU.
+steps take the time its power limit gives them; `fail_counter_reads`, the errors a GPU's next
+energy-counter reads answer), for a meter, power-limit or adapter test on a machine without a
+GPU.
 
 Importing this package needs pytest (the ``dev`` dependency group, or ``pip install pytest``).
 """
@@ -34,7 +35,13 @@ from zeus_bso.testing.callbacks import (
     RunFit,
     ScriptedFit,
 )
-from zeus_bso.testing.gpus import GPU_DOUBLE, described_gpus, double_in_this_process, paced_gpu
+from zeus_bso.testing.gpus import (
+    GPU_DOUBLE,
+    described_gpus,
+    double_in_this_process,
+    fail_counter_reads,
+    paced_gpu,
+)
 from zeus_bso.testing.meters import MeterContract
 from zeus_bso.testing.server import running_server
 from zeus_bso.testing.stores import SIZES, Opener, StoreContract, new_job
@@ -56,6 +63,7 @@ __all__ = [
     "StoreContract",
     "described_gpus",
     "double_in_this_process",
+    "fail_counter_reads",
     "loop_job",
     "new_job",
     "paced_gpu",
