@@ -2,12 +2,12 @@
 theirs too.
 
 NVML lists the processes that hold a context on a GPU by their process IDs in the host's PID
-namespace: the driver knows no other. In a container with a PID namespace of its own (Docker's
-and Kubernetes' default) those are not the numbers the run's processes have there, and a run
-that had initialised CUDA found itself "another process". Where NVML lists a process that is not
-one of the run's, the processes this namespace can see with the GPU's device file open
-(`DEVICE_FILE`) are counted instead: NVML's list is the run's where it holds no more processes
-than those, and they are all the run's.
+namespace on many drivers (which knew no other; recent ones translate some calls' IDs). In a
+container with a PID namespace of its own (Docker's and Kubernetes' default) those are not the
+numbers the run's processes have there, and a run that had initialised CUDA found itself
+"another process". Where NVML lists a process that is not one of the run's, the processes this
+namespace can see with the GPU's device file open (`DEVICE_FILE`) are counted instead: NVML's
+list is the run's where it holds no more processes than those, and they are all the run's.
 """
 
 from __future__ import annotations
