@@ -14,11 +14,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TypeVar
 
 from zeus_bso.energy.base import Device
 from zeus_bso.errors import EnergyMeterError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 READ_TRIES = 3
 """Reads of the counters before a reading is estimated (`DeviceMeter.readings`)."""
@@ -33,6 +36,19 @@ interval)."""
 MARK_SPACING_S = 5.0
 """The least time between two readings kept for it (a run reads its meter a few times at each
 report, milliseconds apart)."""
+
+
+def tried(
+    read: Callable[[], T], errors: tuple[type[BaseException], ...], tries: int = READ_TRIES
+) -> T:
+    """``read()``, read again after `RETRY_S`, then twice that, ..., where it raises one of
+    ``errors``, ``tries`` times in all; the last read's error where every one raised."""
+    for attempt in range(tries - 1):
+        try:
+            return read()
+        except errors:
+            time.sleep(RETRY_S * (attempt + 1))
+    return read()
 
 
 class PowerSampler:
@@ -146,17 +162,11 @@ class DeviceMeter:
         """The counters' joules, tried `READ_TRIES` times (once while readings are estimated:
         no waits at every reading of an outage), or estimated (`_estimated`)."""
         tries = 1 if self._estimating else READ_TRIES
-        for attempt in range(tries):
-            try:
-                joules = self._counter_joules()
-            except EnergyMeterError as err:
-                if attempt + 1 < tries:
-                    time.sleep(RETRY_S * (attempt + 1))
-                    continue
-                joules = self._estimated(err)
-            else:
-                self._note(joules)
-            break
+        try:
+            joules = tried(self._counter_joules, (EnergyMeterError,), tries)
+        except EnergyMeterError as err:
+            return self._estimated(err)
+        self._note(joules)
         return joules
 
     def _note(self, joules: list[float]) -> None:

@@ -31,14 +31,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zeus_bso import exits
-from zeus_bso.energy.device_meter import READ_TRIES, RETRY_S
+from zeus_bso.energy.device_meter import tried
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
 from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
@@ -241,19 +240,24 @@ class GpuPowerLimits:
 
     def joules(self) -> float:
         """The GPUs' energy counters together (J; GPUs older than Volta have none: 0; NaN: a
-        counter failed `READ_TRIES` reads, as a loaded driver's may for a moment)."""
-        for attempt in range(READ_TRIES):
-            try:
-                return sum(
-                    float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle)) / 1000.0
-                    for gpu in self._gpus
-                )
-            except self._nvml.NVMLError as err:
-                if getattr(err, "value", None) == self._nvml.NVML_ERROR_NOT_SUPPORTED:
-                    return 0.0
-                if attempt + 1 < READ_TRIES:
-                    time.sleep(RETRY_S * (attempt + 1))
-        return math.nan
+        counter failed every read, `zeus_bso.energy.device_meter.tried`'s, as a loaded
+        driver's may for a moment)."""
+
+        def read() -> float:
+            total = 0.0
+            for gpu in self._gpus:
+                try:
+                    total += self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle) / 1000.0
+                except self._nvml.NVMLError as err:
+                    if getattr(err, "value", None) == self._nvml.NVML_ERROR_NOT_SUPPORTED:
+                        return 0.0  # no counter: nothing to read again
+                    raise
+            return total
+
+        try:
+            return tried(read, (self._nvml.NVMLError,))
+        except self._nvml.NVMLError:
+            return math.nan
 
     def counter_period_s(self) -> float | None:
         """How often the first GPU's energy counter changes (s; None: it has none). One GPU:
