@@ -169,6 +169,7 @@ class ServerRunEndings:
         answer = None
         started = time.monotonic()
         kept = self.link.pending
+        away = False
         if kept is not None and kept is self._last_report and not self.offline:
             # The report before, kept while the server was away: its metric, the run's last
             # that is a number, is the server's to take before the final report, which the
@@ -180,8 +181,13 @@ class ServerRunEndings:
             if answer is not None and answer.stop_train:
                 self.waited = time.monotonic() - started
                 return answer  # the server ended the trial there: the run stops
+            away = answer is not None and self.link.pending is kept  # kept again
         final = self._diverged_report(why, epoch, elapsed)
-        if final is not None:
+        if final is not None and away:
+            # Still away: the final report is kept in its stead, without a second wait.
+            self.link.pending, answer = final, None
+            self.waited = time.monotonic() - started
+        elif final is not None:
             try:
                 answer = self.link.report(final)
             except ZeusBSOError as err:  # refused: the run stops all the same
