@@ -680,13 +680,21 @@ def test_a_run_that_diverges_at_its_first_validation_counts_as_not_converging(
         bso.on_evaluate(0.9)
 
 
-def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
-    server: ServerProcess,
+@pytest.mark.parametrize(
+    ("back", "metric", "curve"),
+    [(False, 0.3, [[1, 0.3]]), (True, 0.4, [[1, 0.3], [2, 0.4]])],
+    ids=["still-away", "back"],
+)
+def test_a_run_that_diverges_after_the_server_was_away_says_so_and_keeps_its_last_metric(
+    server: ServerProcess, back: bool, metric: float, curve: list[list[float]]
 ) -> None:
-    """The report that training diverged, which the server could not take (away: a reverse
-    proxy's 502, since the report before it), is kept and delivered as the run ends: the size
-    counts as not converging, as it would have at once, rather than as a crash (its trial
-    ended failed), and the outcome says why."""
+    """A report kept while the server was away (a reverse proxy's 502), then training diverged.
+    Still away: the report that training diverged is kept and delivered as the run ends: the
+    size counts as not converging, as it would have at once, rather than as a crash (its trial
+    ended failed), and the outcome says why; it goes in the kept report's stead, whose metric
+    is lost. Back: the kept report's metric, the run's last that is a number, was lost too (the
+    report that ended the trial, whose metric the server does not take, went in its stead); it
+    is delivered first, then the run ends as diverged."""
     from tests.proxy import ReverseProxy
 
     proxy = ReverseProxy(server.url)
@@ -698,6 +706,8 @@ def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
             assert not bso.on_evaluate(0.3).stop_train
             proxy.down.set()
             assert not bso.on_evaluate(0.4).stop_train  # kept for later
+            if back:
+                proxy.down.clear()
             answer = bso.on_evaluate(float("nan"))
             assert (answer.stop_train, answer.converged) == (True, False)
             proxy.down.clear()
@@ -707,39 +717,7 @@ def test_a_run_that_diverges_while_the_server_is_away_says_so_when_it_ends(
         with ServerClient(server.url) as client:
             (trial,) = client.job_state(bso.job_id)["trials"]
         assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 3)
-        assert trial["metric"] == 0.3  # the last the server took: the next was in its stead
-        assert "(training diverged at batch size 32" in trial["message"]
-    finally:
-        proxy.close()
-
-
-def test_a_report_kept_while_the_server_was_away_is_delivered_before_the_run_diverges(
-    server: ServerProcess,
-) -> None:
-    """A report kept while the server was away (a reverse proxy's 502), then training diverged
-    once the server was back: the kept report's metric, the run's last that is a number, was
-    lost (the report that ended the trial, whose metric the server does not take, went in its
-    stead). It is delivered first; then the run ends as diverged."""
-    from tests.proxy import ReverseProxy
-
-    proxy = ReverseProxy(server.url)
-    try:
-        job = spec(unique_id("nanback").replace("-", ""))
-        with BatchSizeOptimizer(proxy.url, job, energy_meter=EstimateMeter(100), show=None) as bso:
-            bso.get_batch_size()
-            bso.on_train_begin()
-            assert not bso.on_evaluate(0.3).stop_train
-            proxy.down.set()
-            assert not bso.on_evaluate(0.4).stop_train  # kept for later
-            proxy.down.clear()
-            answer = bso.on_evaluate(float("nan"))
-            assert (answer.stop_train, answer.converged) == (True, False)
-        assert bso.outcome is not None
-        assert bso.outcome.why.startswith("training diverged at batch size 32")
-        with ServerClient(server.url) as client:
-            (trial,) = client.job_state(bso.job_id)["trials"]
-        assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", False, 3)
-        assert (trial["metric"], trial["curve"]) == (0.4, [[1, 0.3], [2, 0.4]])
+        assert (trial["metric"], trial["curve"]) == (metric, curve)
         assert "(training diverged at batch size 32" in trial["message"]
     finally:
         proxy.close()
