@@ -209,6 +209,69 @@ def test_a_run_on_the_prior_s_word_stops_when_its_epoch_costs_far_more_than_the_
     assert answer.cost == pytest.approx(3 * EPOCH_COST[128])
 
 
+def test_a_size_stopped_for_the_parent_s_epoch_cost_is_explored_again_by_the_cold_walk() -> None:
+    # A parent whose epochs cost a third of this job's (slower GPUs here, or another model): the
+    # trusted first run, at its best, stops after one epoch. That says the parent trains unlike
+    # this job, nothing of whether 128 converges here: the cold walk explores it again.
+    cheaper = {size: cost / 3 for size, cost in EPOCH_COST.items()}
+    job = _job(Prior.of(RELATED.costs, RELATED.hopeless, cheaper, PriorMode.TRUST))
+    assert _run(job) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].epochs == 1
+    while job.state.arms is None:
+        _run(job)
+    again = [t for t in job.trials if t.batch_size == 128 and t.round == 0]
+    assert [t.converged for t in again] == [True]
+    assert 128 in job.state.arms
+
+
+def test_a_default_stopped_for_the_parent_s_epoch_cost_does_not_end_the_job() -> None:
+    # Upstream's walk order (down first, and not past a default that does not converge) with
+    # the default the largest size: the default stopped on the parent's word was the whole
+    # first round, and the job refused every next run ("no batch size converged").
+    job = InMemoryJob(
+        JOB.model_copy(update={"batch_sizes": [16, 32, 64]}),
+        MemoryStore(
+            job=JobState(
+                prior=Prior.of({64: 1.0, 32: 2.0}, (), {64: 1.0, 32: 1.0}, PriorMode.TRUST)
+            )
+        ),
+    )
+    assert _run(job) == (64, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert _run(job)[:3] == (64, 0, True)  # the cold walk's pivot, run again
+    assert _run(job)[:3] == (32, 0, True)
+
+
+def test_a_size_stopped_past_the_parent_s_epochs_is_explored_again_by_the_cold_walk() -> None:
+    # A declared parent of a job with a harder target: every size takes three times the epochs
+    # its parent's runs took. The trusted first run, at the cheapest size, 128, stops past the
+    # parent's epochs times the bound; the cold walk explores 128 again, and it joins the arms
+    # (read as its outcome, it had left the job on 64, 56% dearer, for good).
+    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
+    job = _job(Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST, epochs=took))
+    harder = {size: 3 * epochs if epochs else None for size, epochs in EPOCHS.items()}
+    assert _run(job, epochs=harder) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].epochs == math.floor(EPOCHS_RATIO * took[128])
+    while job.state.arms is None:
+        _run(job, epochs=harder)
+    assert [t.converged for t in job.trials if t.batch_size == 128 and t.round == 0] == [True]
+    assert 128 in job.state.arms
+
+
+def test_a_size_stopped_on_the_parent_s_word_once_dearer_than_a_converged_one_stays_off() -> None:
+    # The default, 64, converged at 50; 128 (the prior's best) costs eight times its parent's
+    # epoch, 64, and stops after one: it already cost more than 64's whole run, so it cannot be
+    # the cheapest. The cold walk reads it as its outcome and does not run it again.
+    costly = {**EPOCH_COST, 128: 8 * EPOCH_COST[128]}
+    job = _job(RELATED)
+    _run(job, epoch_cost=costly)  # the default, 64, converges at 50
+    assert _run(job, epoch_cost=costly)[:3] == (128, PRIOR_ROUND, False)
+    assert job.trials[-1].cost == pytest.approx(64.0)
+    while job.state.arms is None:
+        _run(job, epoch_cost=costly)
+    assert [t.batch_size for t in job.trials].count(128) == 1
+    assert 128 not in job.state.arms
+
+
 def test_a_trusted_prior_s_first_run_stops_past_its_parent_s_epochs_times_the_bound() -> None:
     # Nothing is measured yet to scale the prior's costs by: the parent's epochs bound the run.
     # Here its best, 128, never converges (the parent's converged in 4 epochs).

@@ -71,6 +71,37 @@ def test_noise_is_drawn_by_seed_and_a_negative_spread_is_refused() -> None:
         parent_curve(job, job, eta_knob=ETA, sigma=-0.1).prior(PriorMode.CHECK)
 
 
+def test_a_parent_of_a_nearer_target_took_fewer_epochs_and_its_costs_keep_their_ratios() -> None:
+    job = load_trace_job("cifar100", "v100")
+    alike = parent_curve(job, job, eta_knob=ETA)
+    nearer = parent_curve(job, job, eta_knob=ETA, epochs_scale=1 / 3)
+    assert nearer.epochs == pytest.approx({b: e / 3 for b, e in alike.epochs.items()})
+    assert nearer.epoch_costs == alike.epoch_costs
+    near, like = nearer.prior(PriorMode.TRUST), alike.prior(PriorMode.TRUST)
+    assert near is not None
+    assert like is not None
+    assert near.costs == pytest.approx(like.costs)  # relative to the cheapest: as they were
+    assert near.hopeless == like.hopeless
+    with pytest.raises(ValueError, match="epochs_scale"):
+        parent_curve(job, job, eta_knob=ETA, epochs_scale=0)
+
+
+def test_a_trusted_parent_of_a_nearer_target_leaves_no_job_without_a_converging_size() -> None:
+    """P100 ImageNet's cheapest size, 128, run first on the word of a parent whose runs took a
+    third of its epochs, stops past the parent's epochs times the bound; read as 128's outcome,
+    the walk went on to 64 alone (which never converges there) and the job refused every run
+    after the second ("no batch size converged"). The cold walk runs 128 again."""
+    trace = load_trace_job("imagenet", "p100")
+    curve = parent_curve(trace, trace, eta_knob=ETA, epochs_scale=1 / 3)
+    backend = in_process(job_spec(trace, "p-harder", mab_seed=0), curve.prior(PriorMode.TRUST))
+    recs = simulate(trace, backend, recurrences=6, seed=0, eta_knob=ETA)
+    first, *_ = backend.trials
+    assert (first.batch_size, first.converged) == (128, False)
+    assert len(recs) == 6
+    assert recs[-1].trials[-1].batch_size == 128
+    assert recs[-1].trials[-1].converged
+
+
 def _first_recurrences(name: str, mode: PriorMode | None, seeds: range) -> float:
     """The mean cost of a job's first 10 recurrences over the oracle's (None: a cold job)."""
     trace = load_trace_job(name, "v100")

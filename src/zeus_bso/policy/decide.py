@@ -7,7 +7,7 @@ import random
 from zeus_bso.errors import NoFittingBatchSizeError
 from zeus_bso.policy.bandits import next_arm
 from zeus_bso.policy.horizon import Horizon
-from zeus_bso.policy.priors import next_prior_step, predicted_cost
+from zeus_bso.policy.priors import cold_explorations, next_prior_step, predicted_cost
 from zeus_bso.policy.pruning import (
     PRIOR_ROUND,
     ExplorationInFlight,
@@ -49,11 +49,16 @@ def decide(
     arms = history.arms
     if arms is None:
         settings = PruningSettings.of(job, history.memory_cap, history.profile)
-        step = None
+        step, explorations = None, history.explorations
         if history.prior is not None:
-            step = next_prior_step(settings, history.prior, history.explorations)
+            step = next_prior_step(settings, history.prior, explorations)
+            if step is None:  # dropped: the cold walk
+                cheapest = history.best.cost if history.best is not None else None
+                explorations = cold_explorations(
+                    history.prior, explorations, settings, job.max_epochs, cheapest
+                )
         if step is None:  # no prior, or one the measurements dropped
-            step = next_pruning_step(settings, history.explorations)
+            step = next_pruning_step(settings, explorations)
         if isinstance(step, ExploreNext) and _exploring(history):
             # Exploration is serial, also where the walk now starts elsewhere than the running
             # exploration's (a job registered on other GPUs compares its sizes' costs anew) and

@@ -16,7 +16,8 @@ cheapest and the prior's best have none (the best's, while the cheapest lies wit
 it, where the prior lets them cost less than the cheapest: `may_undercut`): the sizes that
 converged are the bandit's arms.
 The prior is dropped, and the job goes on as a cold one (`zeus_bso.policy.pruning`) over the
-same runs, as soon as the measurements disagree with it: the first run's epoch cost is more
+same runs (but those it stopped for their cost of an epoch: `cold_explorations`), as soon as the
+measurements disagree with it: the first run's epoch cost is more
 than `FINGERPRINT_RATIO` from the parent's, the prior's best does not converge, the measured
 ratio of two sizes' costs is more than `COST_RATIO_TOLERANCE` from the prior's, a size it
 called hopeless converges, or the cheapest lands more than one size from the prior's best (two
@@ -316,22 +317,21 @@ def over_prior(
     that knows this size's cost alone), it stops before the epoch that would take it past
     `EPOCHS_RATIO` times the epochs the parent's runs at its size took to converge, or
     `EPOCHS_RATIO_DEARER` times once it costs more than another size that converged here.
-    A stopped run did not converge: the walk drops the prior. The default's run of a checked
-    prior is a cold job's run, which the prior does not bound."""
+    A stopped run did not converge: the walk drops the prior (and the cold walk explores the
+    size of one stopped for its cost of an epoch again: `cold_explorations`). The default's run
+    of a checked prior is a cold job's run, which the prior does not bound."""
     if prior.mode is PriorMode.CHECK and batch_size == default_batch_size:
         return None
-    per_epoch = cost / epoch
-    expected = prior.epoch_costs.get(batch_size)
-    if expected and per_epoch > FINGERPRINT_RATIO * expected:
-        why = f"its cost of an epoch is {per_epoch / expected:.1f}x its parent job's"
+    if (why := _unlike(prior, batch_size, cost, epoch)) is not None:
         return _stopped(batch_size, cost, why)
+    per_epoch = cost / epoch
     means = {size: mean for size, mean in converged_means(stats).items() if mean}
     predicted = predicted_cost(prior, means, batch_size)
     if predicted is None:
         took = prior.epochs.get(batch_size)
         cheaper = [size for size, mean in means.items() if size != batch_size and mean < cost]
         ratio = EPOCHS_RATIO_DEARER if cheaper else EPOCHS_RATIO
-        if not took or epoch + 1 <= ratio * took:
+        if not took or not _past(epoch, ratio, took):
             return None
         why = (
             f"it ran {epoch} epochs below the target where its parent job converged in"
@@ -347,6 +347,59 @@ def over_prior(
         f"{FINGERPRINT_RATIO:g})"
     )
     return _stopped(batch_size, cost, why)
+
+
+def _unlike(prior: Prior, batch_size: int, cost: float, epochs: int) -> str | None:
+    """Why a run at ``batch_size`` that cost ``cost`` over ``epochs`` epochs trains unlike the
+    parent: its cost of an epoch is more than `FINGERPRINT_RATIO` times the parent's at that
+    size (None: it is not)."""
+    per_epoch, expected = cost / epochs, prior.epoch_costs.get(batch_size)
+    if expected and per_epoch > FINGERPRINT_RATIO * expected:
+        return f"its cost of an epoch is {per_epoch / expected:.1f}x its parent job's"
+    return None
+
+
+def cold_explorations(
+    prior: Prior,
+    explorations: Iterable[TrialState],
+    settings: PruningSettings,
+    max_epochs: int,
+    cheapest: float | None,
+) -> tuple[TrialState, ...]:
+    """The explorations the cold walk reads once ``prior`` is dropped: all but the runs that
+    `over_prior` stopped on the parent's word alone, before they cost as much as a run that
+    converged here (``cheapest``: its cost; None: none did): for their cost of an epoch (more
+    than `FINGERPRINT_RATIO` times the parent's: other GPUs, another model) or their epochs
+    (past `EPOCHS_RATIO` times those the parent's runs took: a harder target, more data).
+    Such a run says that the parent trains unlike this job, nothing of whether its size
+    converges here or costs less than the sizes that did: read as the size's outcome, it took
+    the size off the cold walk for good (a trusted prior's best among them, the cheapest size
+    of a job whose target needs more epochs than its parent's; and a default, with upstream's
+    walk order, ended the job: "no batch size converged"). The cold walk explores its size
+    again when it comes to it."""
+
+    def on_its_word(trial: TrialState) -> bool:
+        if trial.round != PRIOR_ROUND or trial.status is not TrialStatus.REPORTED:
+            return False
+        if trial.converged or not trial.epochs or trial.cost is None:
+            return False
+        if trial.epochs >= max_epochs or (cheapest is not None and trial.cost >= cheapest):
+            return False  # it trained every epoch, or it costs more than a size that converged
+        if prior.mode is PriorMode.CHECK and trial.batch_size == settings.default_batch_size:
+            return False  # a cold job's run, which the prior does not bound
+        took = prior.epochs.get(trial.batch_size)
+        return _unlike(prior, trial.batch_size, trial.cost, trial.epochs) is not None or bool(
+            took and _past(trial.epochs, EPOCHS_RATIO, took)
+        )
+
+    return tuple(trial for trial in explorations if not on_its_word(trial))
+
+
+def _past(epoch: int, ratio: float, took: float) -> bool:
+    """Whether a run that trained ``epoch`` epochs without converging stops before the next,
+    which would take it past ``ratio`` times the ``took`` epochs its parent's runs converged
+    in."""
+    return epoch + 1 > ratio * took
 
 
 def epoch_scales(prior: Prior, batch_size: int) -> dict[int, float] | None:

@@ -92,11 +92,17 @@ def parent_curve(
     seed: int = 0,
     sigma: float = 0.0,
     shift: int = 0,
+    epochs_scale: float = 1.0,
 ) -> ParentCurve:
     """What ``parent`` learned of ``job``'s batch sizes; its prior is `ParentCurve.prior`. Its
-    noise depends on ``seed`` alone (drawn apart from the simulation's)."""
+    noise depends on ``seed`` alone (drawn apart from the simulation's). With
+    ``epochs_scale``, the parent's runs converged in that many times the epochs, at that many
+    times the cost (below 1: the job's target lies farther than its parent's); its sizes' costs
+    relative to each other stay the trace's."""
     if sigma < 0:
         raise ValueError(f"sigma is a lognormal spread, 0 or more: {sigma}")
+    if not epochs_scale > 0:
+        raise ValueError(f"epochs_scale is a factor, above 0: {epochs_scale}")
     noise = random.Random(f"parent-{seed}")
     theirs, mine = parent.batch_sizes, job.batch_sizes
 
@@ -120,8 +126,8 @@ def parent_curve(
         if math.isinf(cost):
             hopeless.add(size)
             continue
-        costs[size] = cost * _drawn(noise, sigma)
-        epochs[size] = cost / parent.epoch_cost(theirs[said], eta_knob)
+        costs[size] = cost * _drawn(noise, sigma) * epochs_scale
+        epochs[size] = cost / parent.epoch_cost(theirs[said], eta_knob) * epochs_scale
     return ParentCurve(costs, hopeless, epoch_costs, epochs)
 
 
