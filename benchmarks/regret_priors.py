@@ -6,8 +6,9 @@ recurrences stands beside the cold start's (no prior) and its floor (running the
 then the oracle: what no job without a prior can beat):
 
 - trust mode, a declared parent: the same workload with its costs drawn around the truth
-  (lognormal, sigma 0.1 and 0.2), and with its optimum shifted by one size (up for odd seeds,
-  down for even ones);
+  (lognormal, sigma 0.1 and 0.2), with its optimum shifted by one size (up for odd seeds,
+  down for even ones), and whose runs took a third of the epochs (the new job's target lies
+  three times as far: a parent that learns alike, but whose epochs are no measure);
 - check mode: the same workload at sigma 0.1, and the wrong prior: every other workload's curve
   (all 30 ordered pairs), where the worst pair is held against its own cold start;
 - a second table: the cold start, the declared parents and the wrong priors again, each horizon
@@ -62,6 +63,7 @@ DECLARED: dict[str, dict[str, Any]] = {
     "trust, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.TRUST},
     "trust, same workload, sigma 0.2": {"sigma": 0.2, "mode": PriorMode.TRUST},
     "trust, optimum shifted by one size": {"shift": "one size", "mode": PriorMode.TRUST},
+    "trust, a target three times as far": {"epochs_scale": 1 / 3, "mode": PriorMode.TRUST},
     "check, same workload, sigma 0.1": {"sigma": 0.1, "mode": PriorMode.CHECK},
 }
 """The declared parents: the same workload, its curve perturbed (`zeus_bso.sim.parents`)."""
@@ -86,8 +88,10 @@ def curve_of(
         shift = how.get("shift", 0)
         if shift == "one size":
             shift = 1 if seed % 2 else -1
-        sigma = how.get("sigma", 0.0)
-        return parent_curve(job, other or job, eta_knob=ETA, seed=seed, sigma=sigma, shift=shift)
+        sigma, scale = how.get("sigma", 0.0), how.get("epochs_scale", 1.0)
+        return parent_curve(
+            job, other or job, eta_knob=ETA, seed=seed, sigma=sigma, shift=shift, epochs_scale=scale
+        )
 
     return curve
 

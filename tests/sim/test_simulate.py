@@ -21,6 +21,7 @@ from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profile_goes_on
 from zeus_bso.sim import (
     ServerBackend,
+    TraceError,
     TrialOutcome,
     in_process,
     job_spec,
@@ -635,6 +636,33 @@ def test_accumulating_runs_reach_sizes_above_the_cap_in_process_and_through_a_se
     summary = summarize(trace, 0.5, 20, [seed_result(3, local)], 2048, accumulate=True)
     assert summary.oracle_batch_size == paced.oracle_batch_size(0.5)
     assert summary.to_dict()["accumulate"] is True
+
+
+def test_a_size_with_no_micro_batch_in_the_trace_is_refused_not_dispatched_for_ever(
+    tmp_path: Path,
+) -> None:
+    """ImageNet on the V100 at a memory cap of 360, above its default: no trace size below 360
+    divides it, so the simulator has no pace to accumulate it at. Each run reported it out of
+    memory, and the policy gives a run that accumulates any size: the first recurrence never
+    ended, nor did `zeus-bso simulate`."""
+    trace = load_trace_job("imagenet", "v100")
+    backend = in_process(job_spec(trace, "sim-no-micro", mab_seed=0))
+    words = "no batch size of the trace below the memory cap 360 divides 360"
+    with pytest.raises(TraceError, match=words):
+        simulate(
+            trace, backend, recurrences=3, seed=0, eta_knob=0.5, memory_cap=360, accumulate=True
+        )
+    refused = subprocess.run(
+        [ZEUS_BSO, "simulate", "--workload", "imagenet", "--gpu", "v100", "--recurrences", "3"]
+        + ["--seeds", "0", "--memory-cap", "360", "--accumulate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert words in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_power_limits_are_profiled_once_per_batch_size_and_never_at_eta_0(

@@ -54,9 +54,7 @@ def decide(
             step = next_prior_step(settings, history.prior, explorations)
             if step is None:  # dropped: the cold walk
                 cheapest = history.best.cost if history.best is not None else None
-                explorations = cold_explorations(
-                    history.prior, explorations, settings, job.max_epochs, cheapest
-                )
+                explorations = cold_explorations(history.prior, explorations, settings, cheapest)
         if step is None:  # no prior, or one the measurements dropped
             step = next_pruning_step(settings, explorations)
         if isinstance(step, ExploreNext) and _exploring(history):

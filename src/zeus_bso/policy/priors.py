@@ -16,8 +16,8 @@ cheapest and the prior's best have none (the best's, while the cheapest lies wit
 it, where the prior lets them cost less than the cheapest: `may_undercut`): the sizes that
 converged are the bandit's arms.
 The prior is dropped, and the job goes on as a cold one (`zeus_bso.policy.pruning`) over the
-same runs (but those it stopped for their cost of an epoch: `cold_explorations`), as soon as the
-measurements disagree with it: the first run's epoch cost is more
+same runs (but those it stopped for their cost of an epoch: `cold_explorations`), as soon as
+the measurements disagree with it: the first run's epoch cost is more
 than `FINGERPRINT_RATIO` from the parent's, the prior's best does not converge, the measured
 ratio of two sizes' costs is more than `COST_RATIO_TOLERANCE` from the prior's, a size it
 called hopeless converges, or the cheapest lands more than one size from the prior's best (two
@@ -54,17 +54,6 @@ from zeus_bso.spec import StopReason, TrialStatus
 FINGERPRINT_RATIO = 2.0
 """Most a first run's epoch cost may differ from the parent's at that size (either way)."""
 
-EPOCHS_RATIO = 2.5
-"""Most epochs a trusted prior's first run may take, as a multiple of the epochs its parent's
-runs at that size took to converge, before it stops (nothing else bounds that run: no other
-size is measured yet). On the trace, a parent whose optimum is a size off from the job's can
-put its best at a size that never converges here (P100 imagenet), whose run otherwise went on
-to ``max_epochs``: 1.092 at 10 recurrences on the P100 without the bound, 1.087 with it
-(2.2: 1.084; at 2.0 the run-to-run spread of epochs on cifar100 stops runs that would have
-converged: 1.067 instead of 1.061 on the V100; measured before `epoch_scales`). That parent
-knows one size, which now runs after the default (`trusted_first`): the bound stops no run of
-the trace's scenarios since, and stays for a trusted best that never converges."""
-
 EPOCHS_RATIO_DEARER = 1.25
 """Most epochs a run of the prior's walk whose cost the prior cannot scale (it knows no other
 size's cost: a parent that converged at this size alone) may take, as a multiple of the epochs
@@ -72,9 +61,19 @@ its parent's runs at that size took to converge, once it costs more than the mea
 size that converged here: it can no longer be the cheapest, and it is late against its
 parent's word. On the trace, a parent whose optimum is a size off knows P100 imagenet's 64
 alone, which never converges there, and its run after the default's went on to 1.6-1.75
-times the default's cost in 7 seeds of its 10 (`EPOCHS_RATIO`'s bound stopped none of those
-runs): that parent 1.0645 -> 1.0625 at 10 recurrences on the P100 (1.5: 1.0640), every other
-scenario unchanged (`benchmarks/regret_priors.py`)."""
+times the default's cost in 7 seeds of its 10: that parent 1.0645 -> 1.0625 at 10
+recurrences on the P100 (1.5: 1.0640), every other scenario unchanged
+(`benchmarks/regret_priors.py`).
+
+A run that nothing measured here bounds (a trusted prior's first run, before any size is
+measured, or one that still costs less than every size that converged) has no bound on the
+parent's epochs: it trains to the target or ``max_epochs``, as a cold job's first run at the
+default does. The parent's epochs are no measure of the job's where its target lies farther
+(more epochs at every size, at the same costs relative to each other): a bound of 2.5x them
+stopped the trusted first run at the cheapest size, read as a size that never converges (on
+the trace, a parent whose runs took a third of the epochs: 1.221 at 10 recurrences on the
+V100, 1.630 with ``expected_recurrences``; without the bound 1.165 and 1.105, every other
+scenario unchanged to the byte)."""
 
 TRUSTED_PULLS = 3
 """How many bandit trials a trusted prior that held through its walk stands for: the job's
@@ -315,11 +314,12 @@ def over_prior(
     a related parent's best for 0.3 points of regret, and saved nothing against a wrong one).
     Where no measured size scales the prior's word (a trusted prior's first run, or a parent
     that knows this size's cost alone), it stops before the epoch that would take it past
-    `EPOCHS_RATIO` times the epochs the parent's runs at its size took to converge, or
-    `EPOCHS_RATIO_DEARER` times once it costs more than another size that converged here.
-    A stopped run did not converge: the walk drops the prior (and the cold walk explores the
-    size of one stopped for its cost of an epoch again: `cold_explorations`). The default's run
-    of a checked prior is a cold job's run, which the prior does not bound."""
+    `EPOCHS_RATIO_DEARER` times the epochs the parent's runs at its size took to converge, once
+    it costs more than another size that converged here; until then nothing bounds it but the
+    target and ``max_epochs``. A stopped run did not converge: the walk drops the prior (and
+    the cold walk explores again the size of one stopped for its cost of an epoch:
+    `cold_explorations`). The default's run of a checked prior is a cold job's run, which the
+    prior does not bound."""
     if prior.mode is PriorMode.CHECK and batch_size == default_batch_size:
         return None
     if (why := _unlike(prior, batch_size, cost, epoch)) is not None:
@@ -330,13 +330,12 @@ def over_prior(
     if predicted is None:
         took = prior.epochs.get(batch_size)
         cheaper = [size for size, mean in means.items() if size != batch_size and mean < cost]
-        ratio = EPOCHS_RATIO_DEARER if cheaper else EPOCHS_RATIO
-        if not took or not _past(epoch, ratio, took):
+        if not (took and cheaper and epoch + 1 > EPOCHS_RATIO_DEARER * took):
             return None
         why = (
             f"it ran {epoch} epochs below the target where its parent job converged in"
-            f" {took:.3g} (the bound: {ratio:g}x"
-            + (f", since it costs more than batch size {min(cheaper)} here)" if cheaper else ")")
+            f" {took:.3g} (the bound: {EPOCHS_RATIO_DEARER:g}x, since it costs more than batch"
+            f" size {min(cheaper)} here)"
         )
         return _stopped(batch_size, cost, why)
     if cost + per_epoch <= FINGERPRINT_RATIO * predicted:
@@ -363,43 +362,29 @@ def cold_explorations(
     prior: Prior,
     explorations: Iterable[TrialState],
     settings: PruningSettings,
-    max_epochs: int,
     cheapest: float | None,
 ) -> tuple[TrialState, ...]:
     """The explorations the cold walk reads once ``prior`` is dropped: all but the runs that
-    `over_prior` stopped on the parent's word alone, before they cost as much as a run that
-    converged here (``cheapest``: its cost; None: none did): for their cost of an epoch (more
-    than `FINGERPRINT_RATIO` times the parent's: other GPUs, another model) or their epochs
-    (past `EPOCHS_RATIO` times those the parent's runs took: a harder target, more data).
-    Such a run says that the parent trains unlike this job, nothing of whether its size
-    converges here or costs less than the sizes that did: read as the size's outcome, it took
-    the size off the cold walk for good (a trusted prior's best among them, the cheapest size
-    of a job whose target needs more epochs than its parent's; and a default, with upstream's
-    walk order, ended the job: "no batch size converged"). The cold walk explores its size
-    again when it comes to it."""
+    `over_prior` stopped for their cost of an epoch (more than `FINGERPRINT_RATIO` times the
+    parent's: other GPUs, another model) before they cost as much as a run that converged here
+    (``cheapest``: its cost; None: none did). Such a run says that the parent trains unlike
+    this job, nothing of whether its size converges here or costs less than the sizes that
+    did: read as the size's outcome, it took the size off the cold walk for good (a trusted
+    prior's best among them; and a default, with upstream's walk order, ended the job: "no
+    batch size converged"). The cold walk explores its size again when it comes to it."""
 
-    def on_its_word(trial: TrialState) -> bool:
+    def unlike(trial: TrialState) -> bool:
         if trial.round != PRIOR_ROUND or trial.status is not TrialStatus.REPORTED:
             return False
         if trial.converged or not trial.epochs or trial.cost is None:
             return False
-        if trial.epochs >= max_epochs or (cheapest is not None and trial.cost >= cheapest):
-            return False  # it trained every epoch, or it costs more than a size that converged
+        if cheapest is not None and trial.cost >= cheapest:
+            return False  # it cannot be the cheapest: what it says of its size holds
         if prior.mode is PriorMode.CHECK and trial.batch_size == settings.default_batch_size:
             return False  # a cold job's run, which the prior does not bound
-        took = prior.epochs.get(trial.batch_size)
-        return _unlike(prior, trial.batch_size, trial.cost, trial.epochs) is not None or bool(
-            took and _past(trial.epochs, EPOCHS_RATIO, took)
-        )
+        return _unlike(prior, trial.batch_size, trial.cost, trial.epochs) is not None
 
-    return tuple(trial for trial in explorations if not on_its_word(trial))
-
-
-def _past(epoch: int, ratio: float, took: float) -> bool:
-    """Whether a run that trained ``epoch`` epochs without converging stops before the next,
-    which would take it past ``ratio`` times the ``took`` epochs its parent's runs converged
-    in."""
-    return epoch + 1 > ratio * took
+    return tuple(trial for trial in explorations if not unlike(trial))
 
 
 def epoch_scales(prior: Prior, batch_size: int) -> dict[int, float] | None:

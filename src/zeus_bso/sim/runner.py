@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from zeus_bso.client.http import ServerClient
+from zeus_bso.errors import TraceError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import profiles_power
 from zeus_bso.policy.types import JobState, Prior
@@ -223,6 +224,20 @@ def _spent(epochs: int, first: Pace, rest: Pace) -> tuple[float, float]:
     return seconds, joules
 
 
+def _unpaced(trace: TraceJob, sizes: list[int], memory_cap: int) -> TraceError:
+    """The error for ``sizes`` from ``memory_cap`` on that no trace size below it divides: a run
+    that accumulates would train them in micro-batches whose pace the trace did not measure
+    (the server gives a run that accumulates any size, so each would run out of memory again
+    and again)."""
+    named = ", ".join(map(str, sizes))
+    return TraceError(
+        f"{trace.workload.name} on the {trace.gpu.upper()}: no batch size of the trace below "
+        f"the memory cap {memory_cap} divides {named}, so runs that accumulate cannot train "
+        f"{'it' if len(sizes) == 1 else 'them'} at a measured pace: give a cap above "
+        f"{max(sizes)}, or simulate without accumulating"
+    )
+
+
 def simulate(
     trace: TraceJob,
     backend: Backend,
@@ -245,6 +260,14 @@ def simulate(
     least of those it profiled (`TraceJob.chosen_pace`). With ``pace_noise`` (a loaded or shared
     machine), each run's epochs take ``exp(N(0, pace_noise))`` times the trace's, time and energy
     alike (drawn apart from the trace's runs: 0 leaves every other draw as it was)."""
+    if accumulate and memory_cap is not None:
+        unpaced = [
+            size
+            for size in trace.batch_sizes
+            if size >= memory_cap and trace.micro_batch_size(size, memory_cap - 1) is None
+        ]
+        if unpaced:
+            raise _unpaced(trace, unpaced, memory_cap)
     rng = random.Random(seed)
     noise = random.Random(f"pace-{seed}")
     w = trace.workload
@@ -274,6 +297,8 @@ def simulate(
                 if micro is not None:
                     steps = trial.batch_size // micro
             if memory_cap is not None and trial.batch_size >= memory_cap and steps == 1:
+                if accumulate:  # the server gives it to every run that accumulates: no end
+                    raise _unpaced(trace, [trial.batch_size], memory_cap)
                 backend.out_of_memory(trial)  # found before training: not a try
                 recurrence.trials.append(
                     TrialOutcome(
