@@ -25,7 +25,7 @@ from zeus_bso.policy.pruning import (
     next_pruning_step,
 )
 from zeus_bso.sim.memory import InMemoryJob
-from zeus_bso.spec import GpuConfig, TrialId, profile_key
+from zeus_bso.spec import UPSTREAM_OPTIONS, GpuConfig, JobSpec, TrialId, profile_key
 
 A40 = GpuConfig(gpu_model="A40", number_of_gpus=1, max_power=300.0)
 
@@ -207,3 +207,64 @@ def test_a_stride_that_jumps_into_out_of_memory_tries_the_sizes_it_skipped() -> 
     assert 4096 not in explored
     assert job.state.arms is not None
     assert 512 in job.state.arms
+
+
+def test_walking_down_past_sizes_that_do_not_fit_the_largest_that_may_fit_comes_next() -> None:
+    """Sizes 4 to 1024, default 1024, out of memory from 16 on (a smaller GPU than the default
+    was tuned on), 8 converges and 4 does not. The walk down strode over the sizes that ran out
+    (256, 64, 16) to 4, which did not converge: the job refused every next run ("no batch size
+    converged"), 8 never tried. Past a size that ran out (the pivot too), the next one down
+    comes first; the stride applies from the first that fits."""
+    sizes = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    job = InMemoryJob(make_job(batch_sizes=sizes, default_batch_size=1024, prune_stride=2))
+    dispatched = []
+    while job.state.arms is None and len(dispatched) < 20:
+        trial = job.next_trial()
+        dispatched.append(trial.batch_size)
+        if trial.batch_size >= 16:
+            job.out_of_memory(trial)
+            continue
+        reached = trial.batch_size == 8  # 4 never reaches the target
+        epochs = 1 if reached else job.job.max_epochs
+        answer = job.report(
+            trial,
+            time=1.0,
+            energy=100.0 * epochs,
+            metric=0.99 if reached else 0.1,
+            current_epoch=epochs,
+        )
+        assert answer.stop_train
+        job.end_trial(trial)
+    assert dispatched[:9] == [1024, 512, 256, 128, 64, 32, 16, 8, 4], dispatched
+    assert job.state.arms == (8,)
+
+
+def test_a_job_of_one_arm_explores_on_larger_gpus_the_sizes_that_did_not_fit() -> None:
+    """Default 128 out of memory on the A40, 64 and 32 fit and 64 is the cheapest (32 clearly
+    costlier): the job's one arm is 64. On GPUs where everything fits, nothing was left to probe
+    (the probe runs a second arm), so 128 and 256, never run anywhere, stayed untried there for
+    good; once 64 has run there, 128 is explored, then 256 (both cheaper, larger batches)."""
+    defaults = {name: JobSpec.model_fields[name].default for name in UPSTREAM_OPTIONS}
+    job = InMemoryJob(make_job(**defaults, batch_sizes=[32, 64, 128, 256], default_batch_size=128))
+
+    def run(trial: TrialId) -> None:
+        converge(job, trial, 64_000.0 / trial.batch_size)
+        job.end_trial(trial)
+
+    first = job.next_trial()
+    job.out_of_memory(first)
+    while job.state.arms is None:
+        run(job.next_trial())
+    assert job.state.arms == (64,)
+    job.register(GpuConfig(gpu_model="H100", number_of_gpus=1, max_power=700.0))
+    larger = []
+    for _ in range(4):
+        trial = job.next_trial()
+        larger.append((trial.batch_size, job.trials[-1].kind))
+        run(trial)
+    assert larger[:3] == [
+        (64, TrialKind.BANDIT),
+        (128, TrialKind.EXPLORATION),
+        (256, TrialKind.EXPLORATION),
+    ]
+    assert job.state.arms == (64, 128, 256)

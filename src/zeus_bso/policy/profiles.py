@@ -114,14 +114,17 @@ def probe_arm(profiles: Profiles | None, profile: str | None, arms: Sequence[int
     order holds (a neighbour of the best): on the trace's transfers the farthest cost more for
     the same finding (``benchmarks/regret.py``). Of two as near, the smaller: new GPUs may have
     less memory, and a batch size they cannot run wastes the probe. It is judged as any bandit
-    run."""
-    if profiles is None or profile is None or profile == profiles.base or len(arms) < 2:
+    run. Only an arm the base measured gives a ratio (not one that joined the arms on another
+    profile, after it ran out of memory on the base)."""
+    if profiles is None or profile is None or profile == profiles.base:
         return None
     shared = profiles.shared_sizes(profile, profiles.base)
     if len(shared) != 1:
         return None
     (measured,) = shared
-    others = [arm for arm in arms if arm != measured]  # not empty: two arms or more
+    others = [a for a in arms if a != measured and (profiles.base, a) in profiles.epoch_costs]
+    if not others:
+        return None
     return min(others, key=lambda arm: (abs(math.log(arm / measured)), arm))
 
 
@@ -145,11 +148,16 @@ def extension(
     cost less than the best there (`may_beat`: not one that ran and never converged, on any
     GPU, since how many epochs a batch size needs does not depend on the hardware; not one
     whose converged runs, converted, cost more). One that converges joins the arms
-    (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest."""
+    (`zeus_bso.policy.machine`), so the walk goes on from a new cheapest. Where no arm the base
+    measured is left to probe (a job of one arm), once its cheapest arm has run there, its
+    neighbours are explored alike (a size that ran out of memory on the base GPUs and fits on
+    larger ones is one; it stayed untried there for good)."""
     if profiles is None or profile is None or profile == profiles.base:
         return None
-    if len(profiles.shared_sizes(profile, profiles.base)) < 2:
-        return None
+    if len(profiles.shared_sizes(profile, profiles.base)) < 2 and probe_arm(
+        profiles, profile, arms
+    ):
+        return None  # the probe measures a second ratio first
     seen = [arm for arm in arms if arm in observations and observations[arm].count]
     if not seen:
         return None

@@ -173,7 +173,9 @@ def next_pruning_step(
             last = index == len(walks) - 1
             if last and settings.skip_other_direction and _improved(walk.converged, pivot):
                 break
-            needed = _direction(walk, direction, up, settings.stride)
+            # Past a pivot that ran out of memory, the size right below it comes first.
+            past = not up and walk.cap is not None and pivot >= walk.cap
+            needed = _direction(walk, direction, up, settings.stride, past)
             if needed is not None:
                 return needed
         while settings.stride > 1 and walk.converged:
@@ -271,7 +273,7 @@ class _Round:
 
 
 def _direction(
-    walk: _Round, sizes: list[int], up: bool, stride: int
+    walk: _Round, sizes: list[int], up: bool, stride: int, past: bool = False
 ) -> ExploreNext | ExplorationInFlight | None:
     """Walk one direction of a round: ``sizes`` in walking order (away from the pivot), every
     ``stride``-th (the farthest one included). The exploration it needs next, or None once the
@@ -280,8 +282,11 @@ def _direction(
     Walking up, a size that ran out of memory (at or above the memory cap) has an unknown
     cost, not a high one: the sizes the stride skipped on the way to it, below the cap, are
     tried one by one before the walk turns (every larger one runs out too), so the stride
-    applies to sizes known to fit. Without a cap the walk is what it always was."""
-    index = stride - 1
+    applies to sizes known to fit. Walking down, the size right below one that ran out of
+    memory comes next, not the stride's (the first of ``sizes``, ``past`` a pivot that ran out):
+    the largest that may fit (passing over 8 for 4, from 16, left a job whose 4 did not converge
+    with none that did, and 8 untried). Without a cap the walk is what it always was."""
+    index = 0 if past else stride - 1
     stepped = -1  # the index of the last size stepped
     while True:
         if index >= len(sizes):
@@ -303,7 +308,9 @@ def _direction(
                     if went is False:
                         break
                 return None  # every larger size runs out too
-        elif went is False:
+            stepped, index = index, index + 1
+            continue
+        if went is False:
             return None
         stepped, index = index, index + stride
 
