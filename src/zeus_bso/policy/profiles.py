@@ -154,9 +154,7 @@ def extension(
     larger ones is one; it stayed untried there for good)."""
     if profiles is None or profile is None or profile == profiles.base:
         return None
-    if len(profiles.shared_sizes(profile, profiles.base)) < 2 and probe_arm(
-        profiles, profile, arms
-    ):
+    if probe_arm(profiles, profile, arms) is not None:
         return None  # the probe measures a second ratio first
     seen = [arm for arm in arms if arm in observations and observations[arm].count]
     if not seen:

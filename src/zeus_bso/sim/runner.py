@@ -297,8 +297,6 @@ def simulate(
                 if micro is not None:
                     steps = trial.batch_size // micro
             if memory_cap is not None and trial.batch_size >= memory_cap and steps == 1:
-                if accumulate:  # the server gives it to every run that accumulates: no end
-                    raise _unpaced(trace, [trial.batch_size], memory_cap)
                 backend.out_of_memory(trial)  # found before training: not a try
                 recurrence.trials.append(
                     TrialOutcome(
