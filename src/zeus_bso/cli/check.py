@@ -201,23 +201,17 @@ def _unsettable_now() -> list[str]:
     """The visible GPUs whose limits a run here could not set now, and why (MIG mode, other
     processes computing there: `zeus_bso.power.sharing.unsettable_now`); [] where NVML cannot
     say."""
-    from zeus_bso.energy.nvml import pynvml_module
+    from zeus_bso.energy.nvml import nvml_started
     from zeus_bso.power.sharing import unsettable_now
 
     try:
-        nvml = pynvml_module()
+        with nvml_started() as nvml:
+            try:
+                return unsettable_now(nvml)
+            except nvml.NVMLError:
+                return []
     except ZeusBSOError:  # the energy check says why NVML cannot be read
         return []
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:
-        return []
-    try:
-        return unsettable_now(nvml)
-    except (nvml.NVMLError, ZeusBSOError):
-        return []
-    finally:
-        nvml.nvmlShutdown()
 
 
 def _lightning_from_environment(findings: Findings) -> None:

@@ -8,6 +8,8 @@ visible (indices or UUIDs, as CUDA reads it), or the NVML indices given.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from zeus_bso.energy.base import Device
@@ -62,12 +64,12 @@ def visible_handles(nvml: Any) -> list[Any]:
     return chosen
 
 
-def visible_uuid(position: int) -> str | None:
-    """The UUID of the ``position``-th GPU ``CUDA_VISIBLE_DEVICES`` leaves visible (CUDA's
-    device ``position`` of this process); None: fewer are visible.
+@contextmanager
+def nvml_started() -> Iterator[Any]:
+    """NVML, initialised for the block and shut down after it.
 
     Raises:
-        EnergyMeterError: NVML cannot say (not installed, not available, a MIG slice).
+        EnergyMeterError: NVML is not installed, or cannot start here.
     """
     nvml = pynvml_module()
     try:
@@ -75,14 +77,26 @@ def visible_uuid(position: int) -> str | None:
     except nvml.NVMLError as err:
         raise EnergyMeterError(f"NVML is not available here: {err}") from err
     try:
-        handles = visible_handles(nvml)
-        if not 0 <= position < len(handles):
-            return None
-        return nvml_text(nvml.nvmlDeviceGetUUID(handles[position]))
-    except (nvml.NVMLError, UnmeasurableDeviceError) as err:
-        raise EnergyMeterError(f"NVML query failed: {err}") from err
+        yield nvml
     finally:
         nvml.nvmlShutdown()
+
+
+def visible_uuid(position: int) -> str | None:
+    """The UUID of the ``position``-th GPU ``CUDA_VISIBLE_DEVICES`` leaves visible (CUDA's
+    device ``position`` of this process); None: fewer are visible.
+
+    Raises:
+        EnergyMeterError: NVML cannot say (not installed, not available, a MIG slice).
+    """
+    with nvml_started() as nvml:
+        try:
+            handles = visible_handles(nvml)
+            if not 0 <= position < len(handles):
+                return None
+            return nvml_text(nvml.nvmlDeviceGetUUID(handles[position]))
+        except (nvml.NVMLError, UnmeasurableDeviceError) as err:
+            raise EnergyMeterError(f"NVML query failed: {err}") from err
 
 
 def handles_of_uuids(nvml: Any, uuids: list[str]) -> list[Any]:
