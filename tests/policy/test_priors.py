@@ -11,6 +11,7 @@ from tests.policy.helpers import make_job
 from zeus_bso.policy import JobState
 from zeus_bso.policy.priors import (
     EPOCHS_RATIO_DEARER,
+    PARENT_RUN_RATIO,
     TRUSTED_PULLS,
     Prior,
     PriorMode,
@@ -222,6 +223,65 @@ def test_a_size_stopped_for_the_parent_s_epoch_cost_is_explored_again_by_the_col
     assert 128 in job.state.arms
 
 
+def test_a_run_on_the_prior_s_word_stops_when_its_epoch_costs_far_less_than_the_parent_s() -> None:
+    # A parent whose epochs cost three times this job's (another model, slower GPUs there):
+    # the fingerprint is off the other way. The trusted first run, at its best, stops after
+    # one epoch instead of training on a word that does not hold (its whole cost in the
+    # parent's units says nothing of this job's), and the cold walk starts from the default.
+    dearer = {size: 3 * cost for size, cost in EPOCH_COST.items()}
+    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
+    trusted = Prior.of(RELATED.costs, RELATED.hopeless, dearer, PriorMode.TRUST, epochs=took)
+    job = _job(trusted)
+    assert _run(job) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].epochs == 1
+    assert "0.33x its parent job's" in (job.trials[-1].message or "")
+    assert _run(job)[:2] == (64, 0)  # the cold walk, from the default
+    while job.state.arms is None:
+        _run(job)
+    assert 128 in job.state.arms  # explored again
+
+
+def test_a_trusted_first_run_stops_past_a_multiple_of_its_parent_s_run() -> None:
+    # Nothing measured here scales the parent's word for the trusted first run; its epochs
+    # cost what the parent's did, but it does not converge where the parent's did (4 epochs,
+    # 32): it stops before the epoch that would take it past PARENT_RUN_RATIO times that.
+    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
+    trusted = Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST, epochs=took)
+    job = InMemoryJob(
+        JOB.model_copy(update={"max_epochs": 100}), MemoryStore(job=JobState(prior=trusted))
+    )
+    size, round_, converged, reason = _run(job, epochs={**EPOCHS, 128: None})
+    assert (size, round_, converged, reason) == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    stopped = job.trials[-1]
+    assert stopped.epochs is not None
+    assert stopped.epochs * 8.0 <= PARENT_RUN_RATIO * 32.0 < (stopped.epochs + 1) * 8.0
+    assert "what its parent job's runs at that size cost" in (stopped.message or "")
+    assert _run(job)[:2] == (64, 0)  # dropped: the cold walk, from the default
+
+
+def test_a_size_the_cold_walk_explored_again_is_judged_by_that_run() -> None:
+    # The trusted first run at 128 stops after one epoch that cost five of its parent's (a
+    # compile, cold caches): 40. The cold walk explores 128 again, and it converges at 32, the
+    # cheapest. The stopped run, dearer than that, must not speak for 128 once 128 is the
+    # cheapest: read first, it had taken 128 off the arms while 128 set every bandit run's
+    # bound, and the bandit's runs at 64, held to 2x 128's cost, would stop short of the
+    # target for good.
+    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
+    trusted = Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST, epochs=took)
+    job = InMemoryJob(
+        JOB.model_copy(update={"beta_knob": 2.0}), MemoryStore(job=JobState(prior=trusted))
+    )
+    first = _run(job, epoch_cost={**EPOCH_COST, 128: 5 * EPOCH_COST[128]})
+    assert first == (128, PRIOR_ROUND, False, StopReason.COST_BOUND)
+    assert job.trials[-1].cost == pytest.approx(40.0)
+    while job.state.arms is None:
+        _run(job)
+    assert [t.converged for t in job.trials if t.batch_size == 128 and t.round == 0] == [True]
+    assert 128 in job.state.arms
+    later = [_run(job) for _ in range(8)]
+    assert all(converged for _, _, converged, _ in later)
+
+
 def test_a_default_stopped_for_the_parent_s_epoch_cost_does_not_end_the_job() -> None:
     # Upstream's walk order (down first, and not past a default that does not converge) with
     # the default the largest size: the default stopped on the parent's word was the whole
@@ -267,19 +327,6 @@ def test_a_size_stopped_on_the_parent_s_word_once_dearer_than_a_converged_one_st
         _run(job, epoch_cost=costly)
     assert [t.batch_size for t in job.trials].count(128) == 1
     assert 128 not in job.state.arms
-
-
-def test_a_trusted_prior_s_first_run_that_never_converges_trains_to_max_epochs() -> None:
-    # Nothing is measured yet to scale the prior's costs by, nor to say the run costs more than
-    # another size: it stands where a cold job's first run at the default stands, and trains to
-    # the target or max_epochs. Here its best, 128, never converges: the prior is dropped.
-    took = {size: float(epochs) for size, epochs in EPOCHS.items() if epochs}
-    trusted = Prior.of(RELATED.costs, RELATED.hopeless, EPOCH_COST, PriorMode.TRUST, epochs=took)
-    job = _job(trusted)
-    size, round_, converged, reason = _run(job, epochs={**EPOCHS, 128: None})
-    assert (size, round_, converged, reason) == (128, PRIOR_ROUND, False, StopReason.MAX_EPOCHS)
-    assert job.trials[-1].epochs == JOB.max_epochs
-    assert _run(job)[1] == 0  # dropped: the cold walk, from the default
 
 
 def test_a_run_on_a_one_size_parent_s_word_stops_sooner_once_dearer_than_a_converged_size() -> None:
