@@ -239,12 +239,13 @@ class _JobOptions(WireModel):
     declared parent: the same model and data pipeline, new data or a new target), the
     parent's best batch size runs first (where the parent converged at two sizes or more; one
     says nothing of which size is cheaper, and the default runs first), and trains to the
-    target or ``max_epochs`` as a cold job's first run at the default does (a parent that is
-    not the same model runs it at a size no measurement chose). Either way the prior is
-    dropped as soon as a run disagrees with it, and the job goes on as a cold one reusing every
-    run (a run stopped for its cost of an epoch, over 2x the parent's, says nothing of its size:
-    it is explored again). ``trust`` without ``prior_from`` is refused (there is no parent to
-    trust)."""
+    target or ``max_epochs`` as a cold job's first run at the default does, but stops past 6x
+    what the parent's runs at that size cost (a parent that is not the same model runs it at a
+    size no measurement chose). Either way the prior is dropped as soon as a run disagrees with
+    it, and the job goes on as a cold one reusing every run (a run stopped on the parent's word
+    alone, its cost of an epoch more than 2x from the parent's either way, or past that bound,
+    says nothing of its size: it is explored again). ``trust`` without ``prior_from`` is
+    refused (there is no parent to trust)."""
 
     @model_validator(mode="before")
     @classmethod
