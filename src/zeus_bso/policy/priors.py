@@ -400,15 +400,16 @@ def _unlike_so_far(
     expected = prior.epoch_costs.get(batch_size)
     if not expected:
         return None
-    mean = cost / epoch
-    if FINGERPRINT_RATIO * mean < expected:
-        return _unlike(prior, batch_size, cost, epoch)
-    latest, ratio = (
-        (mean, FIRST_EPOCH_RATIO) if since is None else (min(mean, since), FINGERPRINT_RATIO)
-    )
-    if latest > ratio * expected:
-        return f"its cost of an epoch is {latest / expected:.2g}x its parent job's"
-    return None
+    measured = cost / epoch
+    if FINGERPRINT_RATIO * measured >= expected:  # not cheaper: is it dearer yet?
+        measured, most = (
+            (measured, FIRST_EPOCH_RATIO)
+            if since is None
+            else (min(measured, since), FINGERPRINT_RATIO)
+        )
+        if measured <= most * expected:
+            return None
+    return _epoch_cost_words(measured, expected)
 
 
 def _unlike(prior: Prior, batch_size: int, cost: float, epochs: int) -> str | None:
@@ -417,8 +418,12 @@ def _unlike(prior: Prior, batch_size: int, cost: float, epochs: int) -> str | No
     size, either way (None: it is not)."""
     per_epoch, expected = cost / epochs, prior.epoch_costs.get(batch_size)
     if expected and _off(per_epoch, expected, FINGERPRINT_RATIO):
-        return f"its cost of an epoch is {per_epoch / expected:.2g}x its parent job's"
+        return _epoch_cost_words(per_epoch, expected)
     return None
+
+
+def _epoch_cost_words(measured: float, expected: float) -> str:
+    return f"its cost of an epoch is {measured / expected:.2g}x its parent job's"
 
 
 def _past_parent_run(prior: Prior, batch_size: int, cost: float, epochs: int) -> str | None:
@@ -458,11 +463,10 @@ def cold_explorations(
     a size whose run again converged as the cheapest, and every bandit run, held to that
     size's cost, stopped short of the target."""
     explorations = tuple(explorations)
-    again = {
-        (trial.batch_size, trial.trial_number)
-        for trial in explorations
-        if trial.round != PRIOR_ROUND and trial.status is not TrialStatus.INFEASIBLE
-    }
+    again: dict[int, int] = {}  # by size: the latest trial number the cold walk explored it in
+    for trial in explorations:
+        if trial.round != PRIOR_ROUND and trial.status is not TrialStatus.INFEASIBLE:
+            again[trial.batch_size] = max(trial.trial_number, again.get(trial.batch_size, 0))
 
     def unlike(trial: TrialState) -> bool:
         if trial.round != PRIOR_ROUND or trial.status is not TrialStatus.REPORTED:
@@ -476,7 +480,7 @@ def cold_explorations(
             _past_parent_run(prior, size, cost, epochs) is None
         ):
             return False
-        if any(s == size and n > trial.trial_number for s, n in again):
+        if again.get(size, 0) > trial.trial_number:
             return True  # explored again: that run speaks for its size
         return cheapest is None or cost < cheapest  # else it cannot be the cheapest
 
