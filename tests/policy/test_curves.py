@@ -58,11 +58,12 @@ def make_job(**options: object) -> CreatedJob:
 
 
 def state_with(*curves: tuple[tuple[int, float], ...], best: float = 100.0) -> JobState:
-    """A job in its bandit stage whose cheapest run cost ``best``; 64 had a run of 150 J, and
-    ``curves``."""
+    """A job in its bandit stage whose cheapest run cost ``best``; 64 had a run of 180 J, and
+    ``curves`` (SLOW_START's 6 epochs at `report`'s 30 J: a later run at that pace is judged
+    against the reference as it is)."""
     stats = {
         32: BatchSizeStats(32).add(best, converged=True),
-        64: replace(BatchSizeStats(64).add(150.0, converged=True), curves=curves),
+        64: replace(BatchSizeStats(64).add(180.0, converged=True), curves=curves),
     }
     return JobState(next_trial_number=5, arms=(32, 64), stats=stats, best=BestRun(32, best))
 
@@ -155,7 +156,7 @@ def test_a_run_that_cannot_converge_within_the_bound_stops_early_charged_its_pre
     assert second.answer.cost == pytest.approx(60.0)  # what it cost
     assert second.trial.cost == pytest.approx(210.0)  # what the job counts: its prediction
     assert second.trial.status is TrialStatus.REPORTED
-    assert second.job.stats[64].mean_cost == pytest.approx((150.0 + 210.0) / 2)
+    assert second.job.stats[64].mean_cost == pytest.approx((180.0 + 210.0) / 2)
     assert second.trial.curve == ((1, 0.05), (2, 0.1))
 
 

@@ -282,9 +282,11 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
         energy, time = 30.0 * epoch, 1.0 * epoch
         memory.report(first, time=time, energy=energy, metric=metric, current_epoch=epoch)
     hopeless = memory.next_trial()
-    for epoch in (1, 2):  # 300 J and 1 s an epoch; the stop goes by a second report
+    # 1,000 J and 1 s an epoch; the stop goes by a second report (against the reference taken
+    # at twice the first run's pace at most: `MAX_LOAD`)
+    for epoch in (1, 2):
         answer = memory.report(
-            hopeless, time=1.0 * epoch, energy=300.0 * epoch, metric=0.0, current_epoch=epoch
+            hopeless, time=1.0 * epoch, energy=1000.0 * epoch, metric=0.0, current_epoch=epoch
         )
     assert answer.stop_train
     assert "learning curve" in (answer.message or "")
@@ -294,8 +296,8 @@ def test_a_run_the_learning_curve_stopped_is_read_at_its_real_cost_per_epoch() -
     assert stopped.cost > answer.cost  # counted at its prediction
     assert memory.state.by_profile is not None
     readings = memory.state.by_profile.readings()
-    # The mean of the two runs' energy and time per epoch (30 J, 1 s and 300 J, 1 s).
-    assert readings[("1xA40@300W", 16)] == pytest.approx((165.0, 1.0))
+    # The mean of the two runs' energy and time per epoch (30 J, 1 s and 1,000 J, 1 s).
+    assert readings[("1xA40@300W", 16)] == pytest.approx((515.0, 1.0))
 
 
 def test_a_ratio_beyond_the_plausible_counts_as_unmeasured() -> None:

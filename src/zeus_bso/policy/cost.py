@@ -94,6 +94,9 @@ class Report:
     default_cost: float | None = None
     """With ``max_run_cost_ratio``, for a run at a size other than the default: the mean cost of
     the default batch size's converged runs (None before one converged: no cap yet)."""
+    load: float = 1.0
+    """How much dearer its epochs are than its batch size's converged runs' were (`run_load`):
+    the early-stop reference is taken at its pace."""
 
     @property
     def next_epoch_cost(self) -> float:
@@ -110,7 +113,9 @@ def judge_report(
 
     ``best_cost`` is the early-stop reference: the lowest cost of a *converged* run of this job
     so far, or the lowest mean of a batch size's converged runs (``early_stop_reference``);
-    upstream lets a cheap failed run lower it, we do not. The rules, in order: target reached
+    upstream lets a cheap failed run lower it, we do not. A run whose epochs cost more than its
+    batch size's converged runs' did (`Report.load`) is judged against the reference at its
+    pace. The rules, in order: target reached
     (stop, converged); ``max_epochs`` reached (stop, not converged); cost above the run's cap
     (`over_cap`: stop, not converged); cost above the bound (`early_stop_bound`, `over_bound`:
     stop, not converged); otherwise keep training.
@@ -140,11 +145,22 @@ def judge_report(
         return capped
     bound = early_stop_bound(rules, report.exploring)
     if bound is not None and best_cost is not None:
-        verdict = over_bound(rules, report, bound, best_cost)
+        verdict = over_bound(rules, report, bound, best_cost * report.load)
         if verdict is not None:
-            return verdict
+            return _at_its_pace(verdict, report.load)
     return Verdict(
         stop=False, converged=False, cost=cost, message="Stop condition not met, keep training"
+    )
+
+
+def _at_its_pace(verdict: Verdict, load: float) -> Verdict:
+    """``verdict`` saying that the reference it names was taken at the run's pace."""
+    if load <= 1.0:
+        return verdict
+    return replace(
+        verdict,
+        why=f"{verdict.why}; the reference taken at this run's pace, its epochs {load:.2f}x"
+        " as dear as its batch size's converged runs' were",
     )
 
 
@@ -364,6 +380,32 @@ def fresh_run_cost(stats: Mapping[int, BatchSizeStats]) -> float | None:
     """The mean cost of the converged runs of the batch size where it is lowest: what a fresh
     run is expected to cost (None before any run converged)."""
     return min(converged_means(stats).values(), default=None)
+
+
+MAX_LOAD = 2.0
+"""How much dearer than its batch size's converged runs' a run's epochs may make the early-stop
+reference it is judged against (`run_load`): a run that a stalled machine or a fault makes many
+times slower is still stopped on its cost. On the trace at a pace spread of 0.3
+(`benchmarks/regret.py --loaded`): without a bound the same within 0.005 at 50 recurrences; at
+1.5, 41 and 24 stops at sizes that converged before on the V100 and P100, against 4 and 3."""
+
+
+def run_load(stats: BatchSizeStats | None, epoch_cost: float) -> float:
+    """How much dearer a run's epochs (``epoch_cost``) are than its batch size's converged runs'
+    were (``stats``: their mean cost over their mean epochs to converge), from 1 to `MAX_LOAD`;
+    1 where the size has no converged run with its learning curve kept.
+
+    On a loaded or shared machine the same batch size's runs take from a fraction to several
+    times as long an epoch, and one lucky run sets the early-stop reference; a run as many epochs
+    from the target as that one was, but on slower epochs, was stopped on its cost (by
+    ``beta_knob`` or its learning curve's prediction), lost whole, and the recurrence paid for a
+    new run. Taken at the run's pace, the reference stops a run for needing more epochs, not for
+    a slow machine. Measured: `benchmarks/regret.py --loaded`."""
+    epochs = None if stats is None else stats.converged_epochs
+    mean = None if stats is None else stats.converged.mean
+    if epochs is None or mean is None or epochs <= 0.0 or mean <= 0.0:
+        return 1.0
+    return min(MAX_LOAD, max(1.0, epoch_cost * epochs / mean))
 
 
 def best_reference(rules: StopRules, converged: Mapping[int, ConvergedStats]) -> BestRun | None:

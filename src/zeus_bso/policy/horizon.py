@@ -147,9 +147,9 @@ class Horizon:
         if default is None and prior is not None:
             default = predicted_cost(prior, means, default_batch_size)
         epochs = {
-            size: sum(ends) / len(ends)
+            size: ends
             for size, entry in stats.items()
-            if size in means and (ends := [curve[-1][0] for curve in entry.curves if curve])
+            if size in means and (ends := entry.converged_epochs) is not None
         }
         return cls(
             recurrences,

@@ -154,6 +154,13 @@ class BatchSizeStats:
         return self.reports * self.mean_cost if self.paid_sum is None else self.paid_sum
 
     @property
+    def converged_epochs(self) -> float | None:
+        """The mean epochs to converge of the converged runs it keeps the `curves` of (None:
+        none kept)."""
+        ends = [curve[-1][0] for curve in self.curves if curve]
+        return sum(ends) / len(ends) if ends else None
+
+    @property
     def costs(self) -> CostStats:
         """The cost statistics of every final report."""
         return CostStats(self.reports, self.mean_cost, self.m2_cost)

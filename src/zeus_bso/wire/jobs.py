@@ -157,7 +157,9 @@ class _JobOptions(WireModel):
     """Also stop a run whose learning curve predicts it will end over the early-stop bound: its
     cost so far plus its cost per epoch times the epochs it still needs, predicted from the
     latest converged runs of its batch size, or of the other ones for a batch size's first
-    runs (see `zeus_bso.policy.curves`)."""
+    runs (see `zeus_bso.policy.curves`). With it, a run whose epochs cost more than its batch
+    size's converged runs' did (a loaded machine) is judged against the early-stop reference
+    taken at its pace, up to twice (`zeus_bso.policy.cost.run_load`)."""
     stop_on_cost_to_go: Annotated[
         bool,
         PolicyOption(
