@@ -147,9 +147,9 @@ class Horizon:
         if default is None and prior is not None:
             default = predicted_cost(prior, means, default_batch_size)
         epochs = {
-            size: ends
+            size: mean_epochs
             for size, entry in stats.items()
-            if size in means and (ends := entry.converged_epochs) is not None
+            if size in means and (mean_epochs := entry.converged_epochs) is not None
         }
         return cls(
             recurrences,
