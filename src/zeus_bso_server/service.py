@@ -172,6 +172,7 @@ class BatchSizeService:
                     resumed.trial_number,
                     accumulates=accumulates or None,
                     must_deliver=deliver or None,
+                    resumed_at_epoch=resumed.current_epoch,
                 )
                 if power_limits and gpu is not None:
                     resumed = with_power(conn, config, state, resumed, profile_key(gpu))
@@ -488,20 +489,24 @@ class BatchSizeService:
 
         return await self.db.write(work)
 
-    async def heartbeat(self, trial_id: TrialId) -> StoredTrial:
-        """Renew a running trial's lease (and revive an abandoned one). Returns the trial.
+    async def heartbeat(self, trial_id: TrialId, *, resumed: bool = False) -> StoredTrial:
+        """Renew a running trial's lease (and revive an abandoned one); ``resumed``: its run
+        resumed from a checkpoint, and the epochs it reports next hold the restart's one-off
+        work (`zeus_bso.policy.TrialState.restarted`). Returns the trial.
 
         Raises:
             TrialNotFoundError: no such trial.
         """
-        return await self.db.write(lambda conn: self._heartbeat(conn, trial_id))
+        return await self.db.write(lambda conn: self._heartbeat(conn, trial_id, resumed))
 
-    def _heartbeat(self, conn: Connection, trial_id: TrialId) -> StoredTrial:
+    def _heartbeat(self, conn: Connection, trial_id: TrialId, resumed: bool) -> StoredTrial:
         # Like ending a trial, renewing a lease touches only the trial's row.
         # renew_lease only touches an open (dispatched or abandoned) trial.
         stored = stored_trial(conn, trial_id)
-        lease = self._lease(stored.trial.time, stored.trial.epochs)
-        if repo.renew_lease(conn, trial_id.job_id, trial_id.trial_number, lease):
+        job_id, number, epochs = trial_id.job_id, trial_id.trial_number, stored.trial.epochs
+        if repo.renew_lease(conn, job_id, number, self._lease(stored.trial.time, epochs)):
+            if resumed:
+                repo.set_dispatched_for(conn, job_id, number, resumed_at_epoch=epochs or 0)
             stored = stored_trial(conn, trial_id)
         return stored
 

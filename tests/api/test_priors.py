@@ -9,9 +9,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.helpers import ServerProcess, dispatch, job_body, jobs_show, unique_id
+from tests.helpers import ServerProcess, dispatch, job_body, jobs_show, trial_id, unique_id
+from zeus_bso import BatchSizeOptimizer
 from zeus_bso.client import ServerClient
 from zeus_bso.client.job_ids import stable_job_id
+from zeus_bso.energy import ProcessMeter
 from zeus_bso.policy import PriorMode, learned_prior, zeus_cost
 from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, simulate
 from zeus_bso.spec import JobSpecFromClient, profile_key
@@ -152,6 +154,87 @@ def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: Server
     assert f"seeded from {parent} (trust mode; its curve puts 128 cheapest): dropped" in (
         shown.stdout
     )
+
+
+def _report_epoch(http: httpx.Client, trial: dict[str, object], epoch: int, cost: float) -> bool:
+    """Report ``epoch`` of ``trial`` at cumulative ``cost`` (below the target); whether the
+    server stopped the run."""
+    report = trial_id(trial) | {"time": 0.0, "energy": 2 * cost, "metric": 0.1}
+    answer = http.post("/report", json=report | {"current_epoch": epoch}).json()
+    return bool(answer["stop_train"])
+
+
+def test_a_resumed_run_s_first_epochs_may_hold_a_compile_as_its_first_did(
+    http: httpx.Client,
+) -> None:
+    """A trusted parent's best, its first epoch 2.5x the parent's (a compile, within the first
+    epoch's 4x), is killed and resumed with its run key: the restart compiles again. The epochs
+    since the report before then cost 2.5x the parent's too, and are held as the run's first
+    were, not to 2x (they stopped the run and dropped a prior that held); the report after them
+    is held to 2x again."""
+    parent = _parent(http, "parent")
+    epoch = EPOCH_COST[128]
+    for name, after_restart, stopped in (("restart", epoch, False), ("dearer", 2.5 * epoch, True)):
+        child = unique_id(name)
+        body = _body(child, prior_from=parent, prior_mode="trust")
+        assert http.post("/jobs", json=body).status_code == 201
+        trial = dispatch(http, child, run_key="run-1")
+        assert trial["batch_size"] == 128
+        assert not _report_epoch(http, trial, 1, 2.5 * epoch)
+        resumed = dispatch(http, child, run_key="run-1")  # killed, then started again
+        assert (resumed["trial_number"], resumed["resumed"]) == (trial["trial_number"], True)
+        assert not _report_epoch(http, trial, 2, 5 * epoch)
+        assert _report_epoch(http, trial, 3, 5 * epoch + after_restart) is stopped
+        standing = http.get(f"/api/jobs/{child}").json()["seeded_from"]["standing"]
+        assert standing == ("dropped" if stopped else "following")
+
+
+class _Meter(ProcessMeter):
+    """A meter whose joules the test sets (the run's time is milliseconds: its cost is about
+    half its energy, as the parent's runs')."""
+
+    name, is_estimate, max_power, device_count, device_model = "set", False, 1.0, 1, "test"
+
+    def __init__(self) -> None:
+        self.joules = 0.0
+
+    def energy(self) -> float:
+        return self.joules
+
+
+def test_a_run_resumed_from_its_checkpoint_may_compile_again(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """The same through the client, resumed from a checkpoint (``bso.resume(saved)``): it
+    tells the server it resumed (the heartbeat's ``resumed``), and its restart's compile does
+    not stop it."""
+    if not (server.db_url or "").startswith("sqlite"):
+        return  # the client's part; the server's is the test above, on every backend
+    parent, child = _parent(http, "parent"), unique_id("checkpointed")
+    body = _body(child, prior_from=parent, prior_mode="trust")
+    job = {k: v for k, v in body.items() if k not in ("gpu_model", "max_power", "number_of_gpus")}
+    epoch, meter = 2 * EPOCH_COST[128], _Meter()  # an epoch's joules
+    first = BatchSizeOptimizer(server.url, job, energy_meter=meter)
+    assert first.get_batch_size() == 128
+    first.on_train_begin()
+    meter.joules += 2.5 * epoch  # its first epoch holds a compile
+    assert not first.on_evaluate(0.1).stop_train
+    saved = first.checkpoint()
+    first.end(end_trial=False)  # killed: its trial stays open
+    meter = _Meter()
+    with BatchSizeOptimizer(server.url, job, energy_meter=meter) as again:
+        assert again.resume(saved) == 128
+        again.on_train_begin()
+        meter.joules += 2.5 * epoch  # it compiles again
+        answers = [again.on_evaluate(0.1)]
+        for metric in (0.2, 0.9):  # then its epochs cost what the parent's did
+            meter.joules += epoch
+            answers.append(again.on_evaluate(metric))
+    assert [a.stop_train for a in answers] == [False, False, True]
+    assert answers[-1].converged
+    # Its mean epoch, both compiles in it, is 1.75x the parent's, and it took twice the
+    # parent's epochs: the prior holds.
+    assert http.get(f"/api/jobs/{child}").json()["seeded_from"]["standing"] == "following"
 
 
 def test_the_job_page_and_jobs_show_name_the_parent_among_the_jobs_of_its_prefix(

@@ -4,11 +4,12 @@ the arms after it (`zeus_bso.policy.priors`), driven through an in-memory job.""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
 from tests.policy.helpers import make_job
-from zeus_bso.policy import JobState
+from zeus_bso.policy import JobState, TrialKind, TrialState
 from zeus_bso.policy.priors import (
     EPOCHS_RATIO_DEARER,
     FIRST_EPOCH_RATIO,
@@ -320,6 +321,22 @@ def test_a_first_epoch_dearer_for_one_off_work_does_not_drop_the_prior() -> None
     job.end_trial(trial)
     assert (answer.converged, job.trials[-1].epochs) == (True, 4)
     assert _run(job)[:2] in {(64, PRIOR_ROUND), (256, PRIOR_ROUND)}  # the prior's walk
+
+
+def test_the_epochs_since_a_restart_are_read_as_a_first_epoch_is() -> None:
+    # What the fingerprint holds a run's epochs since its report before to (2x the parent's):
+    # none at its first report, nor at its first since its run resumed (the server stores the
+    # epochs it had reported then), whose epochs hold the restart's one-off work.
+    trial = TrialState(1, 128, TrialKind.EXPLORATION, PRIOR_ROUND, epochs=2, cost=30.0)
+    assert not trial.restarted
+    assert trial.since(45.0, 3) == 15.0
+    assert replace(trial, epochs=None, cost=None).since(15.0, 1) is None
+    resumed = replace(trial, resumed_at_epoch=2)
+    assert resumed.restarted
+    assert resumed.since(60.0, 3) is None
+    reported = replace(resumed, epochs=3, cost=60.0)  # its first report since the restart
+    assert not reported.restarted
+    assert reported.since(70.0, 4) == 10.0
 
 
 def test_a_default_stopped_for_the_parent_s_epoch_cost_does_not_end_the_job() -> None:

@@ -216,13 +216,13 @@ class JobConversation:
     def _caught_up(self, trial: TrialId, progress: TrialProgress) -> None:
         """Take what the server has of a trial resumed from a checkpoint: a run killed after a
         report and before its next checkpoint left the server ahead of it (the heartbeat answers
-        the trial as it is, and renews its lease; upstream's server has none, and is not
-        asked).
+        the trial as it is, renews its lease and says the run resumed; upstream's server has
+        none, and is not asked).
 
         Raises:
             ConfigurationError: the trial ended with its final report."""
         try:
-            seen = self.client.heartbeat(trial)
+            seen = self.client.heartbeat(trial, resumed=True)
         except RouteMissingError:
             return
         except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:

@@ -396,20 +396,24 @@ class ServerClient:
         )
         return PowerProfileView.model_validate(response.json())
 
-    def heartbeat(self, trial: TrialId) -> TrialView:
-        """Renew a running trial's lease; the answer is the trial as the server has it.
+    def heartbeat(self, trial: TrialId, *, resumed: bool = False) -> TrialView:
+        """Renew a running trial's lease (``resumed``: its run resumes from a checkpoint); the
+        answer is the trial as the server has it.
 
         Raises:
             RouteMissingError: the server has no heartbeat route (upstream Zeus's server).
             UnexpectedAnswerError: the answer is not a trial's view.
         """
-        return self._trial_request("/api/trials/heartbeat", trial.model_dump(mode="json"))
+        params = {"resumed": "true"} if resumed else None
+        return self._trial_request("/api/trials/heartbeat", trial.model_dump(mode="json"), params)
 
-    def _trial_request(self, path: str, body: dict[str, Any]) -> TrialView:
+    def _trial_request(
+        self, path: str, body: dict[str, Any], params: dict[str, str] | None = None
+    ) -> TrialView:
         """POST ``body`` to one of the routes that answer the trial as it is now."""
         from zeus_bso.wire.reads import TrialView
 
-        answer = self._request("POST", path, json=body).json()
+        answer = self._request("POST", path, json=body, params=params).json()
         trial: TrialView = _read(TrialView, answer, f"POST {path}")
         return trial
 

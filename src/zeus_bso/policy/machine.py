@@ -497,9 +497,7 @@ def _job_bound(
     the job's ``expected_recurrences`` allow (`over_horizon`); None: neither ends it."""
     if trial.round == PRIOR_ROUND and state.prior is not None:
         size, default = trial.batch_size, job.default_batch_size
-        since = None
-        if trial.epochs and trial.cost is not None and report.epoch > trial.epochs:
-            since = (report.cost - trial.cost) / (report.epoch - trial.epochs)
+        since = trial.since(report.cost, report.epoch)
         bound = over_prior(state.prior, seen.stats, size, report.cost, report.epoch, default, since)
         if bound is not None:
             return bound

@@ -57,13 +57,15 @@ FINGERPRINT_RATIO = 2.0
 FIRST_EPOCH_RATIO = 4.0
 """Most a run's first epoch may cost, as a multiple of the parent's cost of an epoch at its size,
 for the run's first report to leave it going on the prior's word; from its second report on, its
-epochs since the first are held to `FINGERPRINT_RATIO`. A first epoch may hold one-off work (a
-compile, cold caches, a dataset's first read), which the parent's cost of an epoch spreads over
-all of its runs' epochs: held to 2x, a compile longer than one epoch and a quarter stopped the
-run of a job whose parent's runs took ten epochs, on a word that held, and the job went on cold
-(at 4x, one longer than five epochs). An epoch that costs more than 4x the parent's is no
-compile: on the trace, movielens-1m trusted from cifar100's curve (5.4x there) cost 1.720 at
-10 recurrences on the V100 stopped after its first epoch, 2.104 after its second."""
+epochs since the report before are held to `FINGERPRINT_RATIO`, but at its first report since it
+resumed (the restart compiles again), its mean epoch to this ratio, as at its first. A first
+epoch may hold one-off work (a compile, cold caches, a dataset's first read), which the parent's
+cost of an epoch spreads over all of its runs' epochs: held to 2x, a compile longer than one
+epoch and a quarter stopped the run of a job whose parent's runs took ten epochs, on a word that
+held, and the job went on cold (at 4x, one longer than five epochs). An epoch that costs more
+than 4x the parent's is no compile: on the trace, movielens-1m trusted from cifar100's curve
+(5.4x there) cost 1.720 at 10 recurrences on the V100 stopped after its first epoch, 2.104 after
+its second."""
 
 EPOCHS_RATIO_DEARER = 1.25
 """Most epochs a run of the prior's walk whose cost the prior cannot scale (it knows no other
@@ -335,7 +337,7 @@ def over_prior(
 ) -> Verdict | None:
     """The stop of a run the prior's walk started, where the prior's word was wrong, or None
     (``since``: the cost of an epoch over the epochs since the run's report before, None at its
-    first).
+    first, and at its first since it restarted: `zeus_bso.policy.types.TrialState.since`).
 
     Such a run is bounded by what the prior predicts of it, not only by the job's cost bounds:
     it stops once its cost of an epoch is more than `FINGERPRINT_RATIO` from the parent's at
@@ -396,7 +398,7 @@ def _unlike_so_far(
     unlike the parent (`_unlike`), as far as its reports tell yet: an epoch cheaper than the
     parent's from its first report; a dearer one from a later report, by the cheaper of its
     mean epoch and its epochs since the report before (``since``), and at the first report
-    only past `FIRST_EPOCH_RATIO`."""
+    (``since`` None: also the first since a restart) only past `FIRST_EPOCH_RATIO`."""
     expected = prior.epoch_costs.get(batch_size)
     if not expected:
         return None

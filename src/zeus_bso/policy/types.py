@@ -98,11 +98,28 @@ class TrialState:
     must_deliver: bool = False
     """Whether its run must deliver a model (the last attempt of `until_converged`): it stops
     only at the target or ``max_epochs``, never on its cost, as a pinned job's runs."""
+    resumed_at_epoch: int | None = None
+    """The epochs its run had reported when it last resumed (restarted with its ``run_key``, or
+    from a checkpoint); ``None``: it never resumed."""
 
     @property
     def reported(self) -> bool:
         """Whether the run reported at least one epoch (a final report or a progress report)."""
         return self.epochs is not None
+
+    @property
+    def restarted(self) -> bool:
+        """Whether its run resumed since its last report: the epochs it reports next since that
+        one hold the restart's one-off work (a compile, cold caches), as a first epoch does."""
+        return self.resumed_at_epoch is not None and self.resumed_at_epoch == (self.epochs or 0)
+
+    def since(self, cost: float, epoch: int) -> float | None:
+        """The cost of an epoch over the epochs from its last report to one of cumulative
+        ``cost`` at ``epoch``; None at its first report, and at its first since it `restarted`
+        (those epochs hold one-off work)."""
+        if not self.epochs or self.cost is None or epoch <= self.epochs or self.restarted:
+            return None
+        return (cost - self.cost) / (epoch - self.epochs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,9 +145,15 @@ async def get_job(
 
 
 @router.post("/trials/heartbeat", response_model=TrialView, responses=NO_SUCH_TRIAL)
-async def heartbeat(trial: TrialId, service: Service) -> TrialView:
-    """Renew a running trial's lease; a client calls it while it trains."""
-    return trial_view(await service.heartbeat(trial))
+async def heartbeat(
+    trial: TrialId,
+    service: Service,
+    resumed: Annotated[bool, Query(description="The run resumed from a checkpoint.")] = False,
+) -> TrialView:
+    """Renew a running trial's lease; a client calls it while it trains, and with ``resumed``
+    as its run resumes from a checkpoint (the epochs it reports next hold the restart's
+    one-off work, a compile say, and are judged as a run's first epoch is)."""
+    return trial_view(await service.heartbeat(trial, resumed=resumed))
 
 
 @router.post("/trials/release", response_model=TrialView, responses=NO_SUCH_TRIAL)

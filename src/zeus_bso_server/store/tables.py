@@ -124,6 +124,8 @@ class TrialRow(Base):
     profile); NULL for trials from before 0013."""
     must_deliver: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     """Whether its run must deliver a model (no stop on its cost); NULL: no (before 0013)."""
+    resumed_at_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The epochs its run had reported when it last resumed; NULL: it never resumed (0015)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

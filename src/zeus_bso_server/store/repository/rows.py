@@ -208,6 +208,7 @@ def trial_state(trial: Record) -> TrialState:
         accumulates=trial.accumulates,
         power_profiling=trial.power_profiling,
         must_deliver=bool(trial.must_deliver),
+        resumed_at_epoch=trial.resumed_at_epoch,
     )
 
 
@@ -262,4 +263,5 @@ def trial_row(trial: TrialState) -> dict[str, Any]:
         "accumulates": trial.accumulates,
         "power_profiling": trial.power_profiling,
         "must_deliver": trial.must_deliver,
+        "resumed_at_epoch": trial.resumed_at_epoch,
     }

@@ -298,14 +298,16 @@ def set_dispatched_for(
     accumulates: bool | None = None,
     power_profiling: bool | None = None,
     must_deliver: bool | None = None,
+    resumed_at_epoch: int | None = None,
 ) -> None:
     """Store what a trial's run was dispatched (or resumed) for: that it accumulates
-    gradients, that it was told to profile power limits, that it must deliver a model (None:
-    left as stored)."""
+    gradients, that it was told to profile power limits, that it must deliver a model, the
+    epochs it had reported when it resumed (None: left as stored)."""
     given = (
         ("accumulates", accumulates),
         ("power_profiling", power_profiling),
         ("must_deliver", must_deliver),
+        ("resumed_at_epoch", resumed_at_epoch),
     )
     values = {name: value for name, value in given if value is not None}
     if values:
