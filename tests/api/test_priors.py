@@ -189,6 +189,26 @@ def test_a_resumed_run_s_first_epochs_may_hold_a_compile_as_its_first_did(
         assert standing == ("dropped" if stopped else "following")
 
 
+def test_the_last_attempt_to_deliver_is_not_stopped_on_the_prior_s_word(http: httpx.Client) -> None:
+    """The last attempt of `until_converged` (``deliver=true``) at the trusted parent's best,
+    its epochs 5x the parent's: the fingerprint stops such a run, and drops the prior; one that
+    must deliver a model trains on to its target (the prior is dropped after it all the same)."""
+    parent = _parent(http, "parent")
+    child = unique_id("deliver")
+    assert (
+        http.post("/jobs", json=_body(child, prior_from=parent, prior_mode="trust")).status_code
+        == 201
+    )
+    trial = dispatch(http, child, deliver="true")
+    assert trial["batch_size"] == 128
+    dearer = 5 * EPOCH_COST[128]
+    assert not _report_epoch(http, trial, 1, dearer)
+    report = trial_id(trial) | {"time": 0.0, "energy": 2 * 2 * dearer, "metric": 0.9}
+    answer = http.post("/report", json=report | {"current_epoch": 2}).json()
+    assert (answer["stop_train"], answer["converged"]) == (True, True)
+    assert http.get(f"/api/jobs/{child}").json()["seeded_from"]["standing"] == "dropped"
+
+
 class _Meter(ProcessMeter):
     """A meter whose joules the test sets (the run's time is milliseconds: its cost is about
     half its energy, as the parent's runs')."""

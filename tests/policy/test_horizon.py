@@ -308,6 +308,27 @@ def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget
     assert not goes_on.answer.stop_train  # beta_knob 2: up to 200
 
 
+def test_a_run_that_must_deliver_is_not_held_to_the_budget() -> None:
+    """The last attempt of `until_converged` (``deliver``) that the walk made an exploration: the
+    budget that stops the run above after its third epoch leaves it to its target."""
+    job = _job(5)
+    state = _report(job, JobState(), TrialState(1, 64, TrialKind.EXPLORATION), 100.0).job
+    trial = TrialState(2, 32, TrialKind.EXPLORATION, must_deliver=True)
+    for epoch in range(1, 7):
+        step = after_report(
+            job,
+            state,
+            trial,
+            time=0.0,
+            energy=2 * 30.0 * epoch,
+            metric=0.9 if epoch == 6 else 0.1,
+            current_epoch=epoch,
+        )
+        state, trial = step.job, step.trial
+        assert step.answer.stop_train is (epoch == 6)
+    assert step.answer.converged
+
+
 def test_a_stopped_run_counts_what_it_paid_not_the_cost_charged_for_it() -> None:
     entry = BatchSizeStats(32).add(300.0, False, paid=40.0)  # a learning-curve stop's charge
     assert entry.mean_cost == 300.0

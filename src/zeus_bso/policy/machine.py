@@ -414,7 +414,8 @@ def after_report(
     report = _report_of(rules, state, seen, trial, (curve, cost, metric, current_epoch))
     best = seen.best.cost if seen.best else None
     verdict = judge_report(rules, report, best, nothing_converged=best is None)
-    verdict = verdict if verdict.stop else _job_bound(job, state, seen, trial, report) or verdict
+    if not (verdict.stop or trial.must_deliver):  # one that must deliver: the target alone
+        verdict = _job_bound(job, state, seen, trial, report) or verdict
     if (final and not verdict.stop) or diverged:
         verdict = stopped_itself(rules, report, why)
     answer = answer_of(verdict)
