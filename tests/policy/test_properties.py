@@ -26,8 +26,10 @@ from zeus_bso.policy import (
 from zeus_bso.policy.bandits import BANDITS
 from zeus_bso.policy.orchestration import counted, inputs
 from zeus_bso.policy.power import best_power_limit, epoch_cost
+from zeus_bso.policy.types import JobState, Prior, PriorMode
 from zeus_bso.sim import InMemoryJob
-from zeus_bso.spec import CreatedJob, GpuConfig, PowerMeasurement, profile_key
+from zeus_bso.sim.memory import MemoryStore
+from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob, GpuConfig, PowerMeasurement, profile_key
 
 finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
 
@@ -318,3 +320,98 @@ def test_the_chosen_power_limit_is_the_cheapest_within_the_slowdown_bound(
     assert by_limit[chosen] in allowed
     cost = epoch_cost(by_limit[chosen], eta, 400.0)
     assert all(cost <= epoch_cost(m, eta, 400.0) for m in allowed)
+
+
+SIZES = [16, 32, 64, 128, 256]
+
+
+def _bounded_job(**bounds: Any) -> CreatedJob:
+    return CreatedJob(
+        **{
+            **UPSTREAM_OPTIONS,
+            "job_id": "job-1",
+            "job_id_prefix": "job",
+            "batch_sizes": SIZES,
+            "default_batch_size": 64,
+            "target_metric": 0.9,
+            "eta_knob": 0.5,
+            "max_power": 100.0,
+            "number_of_gpus": 1,
+            "gpu_model": "V100",
+            **bounds,
+        }
+    )
+
+
+@st.composite
+def bounded_jobs(draw: st.DrawFn) -> tuple[CreatedJob, Prior | None]:
+    """A job with any of the bounds a run may be stopped by (cost knobs, a learning curve, a
+    cap against the default, a horizon) and maybe a related job's curve, in either mode."""
+    job = _bounded_job(
+        max_epochs=draw(st.integers(2, 8)),
+        beta_knob=draw(st.sampled_from([None, 1.2, 2.0])),
+        prune_cost_ratio=draw(st.sampled_from([None, 1.1, 1.5])),
+        learning_curve_stop=draw(st.booleans()),
+        early_stop_predictive=draw(st.booleans()),
+        expected_recurrences=draw(st.sampled_from([None, 2, 5, 10])),
+        max_run_cost_ratio=draw(st.sampled_from([None, 1.1, 1.5])),
+    )
+    if not draw(st.booleans()):
+        return job, None
+    costs = {size: draw(st.floats(1.0, 100.0)) for size in SIZES}
+    per_epoch = {size: draw(st.floats(0.5, 50.0)) for size in SIZES}
+    took = {size: float(draw(st.integers(1, 8))) for size in SIZES}
+    hopeless = draw(st.sets(st.sampled_from(SIZES), max_size=2))
+    mode = draw(st.sampled_from(list(PriorMode)))
+    known = {size: cost for size, cost in costs.items() if size not in hopeless}
+    return job, Prior.of(known, hopeless, per_epoch, mode, epochs=took)
+
+
+runs = st.lists(
+    st.tuples(
+        st.booleans(),  # the run must deliver a model
+        st.floats(0.1, 40.0),  # what an epoch costs
+        st.one_of(st.none(), st.integers(1, 8)),  # the epoch it reaches the target (None: never)
+    ),
+    min_size=1,
+    max_size=15,
+)
+TRUSTED = Prior.of(
+    {size: 20.0 for size in SIZES}, (), {size: 10.0 for size in SIZES}, PriorMode.TRUST
+)
+"""A related job's curve whose epochs cost 10 at every size, trusted."""
+
+
+@SETTINGS
+@given(bounded_jobs(), runs)
+@example((_bounded_job(max_epochs=6), TRUSTED), [(True, 50.0, 3)])  # 5x the parent's epochs
+@example(  # an exploration past the budget of ten runs (the default converged at 40)
+    (_bounded_job(max_epochs=6, expected_recurrences=10), None),
+    [(False, 10.0, 4), (True, 30.0, 6)],
+)
+def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
+    bounded: tuple[CreatedJob, Prior | None], planned: list[tuple[bool, float, int | None]]
+) -> None:
+    """Whatever bounds the job sets and whatever its history, the last attempt of
+    `zeus_bso.until_converged` trains on until it reaches its target or ``max_epochs``."""
+    job, prior = bounded
+    memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior)))
+    for deliver, per_epoch, reaches in planned:
+        try:
+            trial = memory.next_trial(deliver=deliver)
+        except NoConvergedBatchSizeError:
+            return
+        for epoch in range(1, job.max_epochs + 1):
+            reached = reaches is not None and epoch >= reaches
+            answer = memory.report(
+                trial,
+                time=0.0,
+                energy=2 * per_epoch * epoch,
+                metric=0.95 if reached else 0.1,
+                current_epoch=epoch,
+            )
+            if deliver:
+                assert answer.stop_train is (reached or epoch == job.max_epochs), answer
+            if answer.stop_train:
+                break
+        memory.end_trial(trial)

@@ -101,11 +101,12 @@ class InMemoryJob:
             )
         return trial
 
-    def next_trial(self, accumulate: bool = False) -> TrialId:
+    def next_trial(self, accumulate: bool = False, deliver: bool = False) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``; ``accumulate``: for a run that accumulates
-        gradients, which may get a size at or above the memory cap)."""
+        gradients, which may get a size at or above the memory cap; ``deliver``: for a run that
+        must deliver a model, the last attempt of `zeus_bso.until_converged`)."""
         step = orchestrate.dispatch(
-            self.store, self.job, profile_key(self.job), accumulates=accumulate
+            self.store, self.job, profile_key(self.job), accumulates=accumulate, deliver=deliver
         )
         self.last_dispatch = step.dispatch
         return TrialId(
