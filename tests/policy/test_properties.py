@@ -393,9 +393,11 @@ def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
     bounded: tuple[CreatedJob, Prior | None], planned: list[tuple[bool, float, int | None]]
 ) -> None:
     """Whatever bounds the job sets and whatever its history, the last attempt of
-    `zeus_bso.until_converged` trains on until it reaches its target or ``max_epochs``."""
+    `zeus_bso.until_converged` trains on until it reaches its target or ``max_epochs``; so does
+    every run of a pinned job (one in three here, pinned to a size drawn from the runs')."""
     job, prior = bounded
-    memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior)))
+    pinned = SIZES[int(planned[0][1]) % len(SIZES)] if int(planned[0][1]) % 3 == 0 else None
+    memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior, pinned=pinned)))
     for deliver, per_epoch, reaches in planned:
         try:
             trial = memory.next_trial(deliver=deliver)
@@ -410,7 +412,7 @@ def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
                 metric=0.95 if reached else 0.1,
                 current_epoch=epoch,
             )
-            if deliver:
+            if deliver or pinned is not None:
                 assert answer.stop_train is (reached or epoch == job.max_epochs), answer
             if answer.stop_train:
                 break
