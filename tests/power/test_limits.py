@@ -527,5 +527,20 @@ def test_a_gpu_is_shared_by_the_processes_it_holds_beyond_the_runs_as_a_containe
         limits_with([host_pid])  # this process no longer holds it: the one listed is not ours
 
 
+def test_a_gpu_shared_through_mps_is_named_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under MPS, NVML lists the MPS server as the GPU's process, whichever client the run is:
+    the limit is refused (it would be every client's), and the message says MPS, not "a process
+    this one cannot see"."""
+    one_settable_gpu(monkeypatch, tmp_path, UUID)
+    (described,) = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])
+    server = {"processes": [4_000_000], "process_names": {"4000000": "nvidia-cuda-mps-server"}}
+    monkeypatch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps([described | server]))
+    said = r"shared with the MPS server \(the GPU is shared through MPS: its limit is every"
+    with pytest.raises(PowerLimitError, match=said):
+        GpuPowerLimits(tmp_path / "records")
+
+
 HOLD = "import sys, time; f = open(sys.argv[1]); print('ready', flush=True); time.sleep(60)"
 """A process that holds a file open, as one computing on a GPU holds its device file."""

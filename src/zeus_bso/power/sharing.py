@@ -19,6 +19,8 @@ from typing import Any
 
 from zeus_bso.energy.nvml import nvml_text, visible_handles
 
+MPS_SERVER = "nvidia-cuda-mps-server"
+"""The name NVML gives the process through which MPS clients compute on a GPU."""
 DEVICE_FILE = "/dev/nvidia{minor}"
 """The device file of the GPU of a minor number, which a process with a context on it holds open."""
 PROC = Path("/proc")
@@ -27,11 +29,15 @@ PROC = Path("/proc")
 def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
     """The processes that compute on the GPU of ``handle`` and are not among ``ours`` (this
     run's process IDs, as this process sees them), each as a phrase for a message ("process
-    123", "2 processes this one cannot see (...)"); [] where the GPU is the run's alone."""
+    123", "2 processes this one cannot see (...)", "the MPS server (...)": NVML lists the
+    server through which MPS clients compute, whichever client this run is); [] where the GPU
+    is the run's alone."""
     listed = sorted(p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
     unknown = [pid for pid in listed if pid not in ours]
     if not unknown:
         return []
+    if any(_named(nvml, pid).endswith(MPS_SERVER) for pid in unknown):
+        return ["the MPS server (the GPU is shared through MPS: its limit is every client's)"]
     users = holding(DEVICE_FILE.format(minor=nvml.nvmlDeviceGetMinorNumber(handle)))
     here = sorted(users - set(ours))
     if here:
@@ -41,6 +47,14 @@ def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
     outside = len(listed) - len(users)
     many = "es" if outside > 1 else ""
     return [f"{outside} process{many} this one cannot see (another container's or user's)"]
+
+
+def _named(nvml: Any, pid: int) -> str:
+    """What NVML names process ``pid`` (in the host's PID namespace); "" where it cannot."""
+    try:
+        return nvml_text(nvml.nvmlSystemGetProcessName(pid))
+    except nvml.NVMLError:
+        return ""
 
 
 def holding(device: str) -> set[int]:

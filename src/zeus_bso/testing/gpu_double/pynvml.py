@@ -23,7 +23,8 @@ the error codes its next reads answer, one a read, 0 a read that succeeds:
 `zeus_bso.testing.gpus.fail_counter_reads`).
 ``settable: false`` answers ``NVML_ERROR_NO_PERMISSION`` (no ``SYS_ADMIN``); ``mig: true`` is a
 GPU in MIG mode; ``processes: [pid, ...]`` are the processes computing on it, by their IDs in
-the host's PID namespace (the only one the driver knows: a container's processes have others);
+the host's PID namespace (the only one the driver knows: a container's processes have others),
+and ``process_names: {"pid": "name"}`` what NVML names them (``nvidia-cuda-mps-server``: MPS);
 ``minor`` is its device file's number (``/dev/nvidia<minor>``; default: its index). ``paces``, by
 limit in watts, give the GPU's draw and a training step's seconds at that limit, as a power
 trace measured them (``{"250": {"watts": 240, "step_s": 0.01}, ...}``): the energy counter
@@ -287,6 +288,13 @@ class _Process:
 
 def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[_Process]:  # noqa: N802
     return [_Process(int(pid)) for pid in handle.gpu.get("processes", [])]
+
+
+def nvmlSystemGetProcessName(pid: int) -> str:  # noqa: N802
+    for handle in _all():
+        if (name := handle.gpu.get("process_names", {}).get(str(pid))) is not None:
+            return str(name)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
 
 
 def nvmlDeviceGetMinorNumber(handle: _Handle) -> int:  # noqa: N802
