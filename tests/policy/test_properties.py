@@ -417,3 +417,52 @@ def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
             if answer.stop_train:
                 break
         memory.end_trial(trial)
+
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["run", "run", "out_of_memory", "ended"]),  # how the run ends
+        st.booleans(),  # the run must deliver a model
+        st.floats(0.1, 40.0),  # what an epoch costs
+        st.one_of(st.none(), st.integers(1, 8)),  # the epoch it reaches the target (None: never)
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@SETTINGS
+@given(bounded_jobs(), events)
+def test_any_bounds_prior_and_memory_cap_keep_each_decision_in_bounds(
+    bounded: tuple[CreatedJob, Prior | None], history: list[tuple[str, bool, float, int | None]]
+) -> None:
+    """Runs that converge, never do, run out of memory or end without a report, under any of
+    the bounds and with or without a related job's curve: every run gets a configured batch
+    size below its GPUs' memory cap, only a run at its target converges, and the policy raises
+    nothing but its own answer that no batch size is left."""
+    job, prior = bounded
+    memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior)))
+    for ending, deliver, per_epoch, reaches in history:
+        try:
+            trial = memory.next_trial(deliver=deliver)
+        except NoConvergedBatchSizeError:  # and NoFittingBatchSizeError
+            return
+        cap = memory.state.memory_caps.get(profile_key(job))
+        assert trial.batch_size in job.batch_sizes
+        assert cap is None or trial.batch_size < cap
+        if ending == "out_of_memory":
+            memory.out_of_memory(trial)
+            continue
+        for epoch in range(1, job.max_epochs + 1) if ending == "run" else ():
+            reached = reaches is not None and epoch >= reaches
+            answer = memory.report(
+                trial,
+                time=0.0,
+                energy=2 * per_epoch * epoch,
+                metric=0.95 if reached else 0.1,
+                current_epoch=epoch,
+            )
+            assert answer.converged is (answer.stop_train and reached)
+            if answer.stop_train:
+                break
+        memory.end_trial(trial)
