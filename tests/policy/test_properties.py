@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -29,7 +30,14 @@ from zeus_bso.policy.power import best_power_limit, epoch_cost
 from zeus_bso.policy.types import JobState, Prior, PriorMode
 from zeus_bso.sim import InMemoryJob
 from zeus_bso.sim.memory import MemoryStore
-from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob, GpuConfig, PowerMeasurement, profile_key
+from zeus_bso.spec import (
+    UPSTREAM_OPTIONS,
+    CreatedJob,
+    GpuConfig,
+    PowerMeasurement,
+    TrialId,
+    profile_key,
+)
 
 finite_costs = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
 
@@ -403,20 +411,30 @@ def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
             trial = memory.next_trial(deliver=deliver)
         except NoConvergedBatchSizeError:
             return
-        for epoch in range(1, job.max_epochs + 1):
-            reached = reaches is not None and epoch >= reaches
-            answer = memory.report(
-                trial,
-                time=0.0,
-                energy=2 * per_epoch * epoch,
-                metric=0.95 if reached else 0.1,
-                current_epoch=epoch,
-            )
+        for epoch, reached, answer in _trained(memory, trial, per_epoch, reaches):
             if deliver or pinned is not None:
                 assert answer.stop_train is (reached or epoch == job.max_epochs), answer
-            if answer.stop_train:
-                break
         memory.end_trial(trial)
+
+
+def _trained(
+    memory: InMemoryJob, trial: TrialId, per_epoch: float, reaches: int | None
+) -> Iterator[tuple[int, bool, Any]]:
+    """Report ``trial``'s epochs, each costing ``per_epoch``, its metric at the target from
+    epoch ``reaches`` on (None: never), until the answer stops it: each epoch, whether it
+    reached the target, and the answer."""
+    for epoch in range(1, memory.job.max_epochs + 1):
+        reached = reaches is not None and epoch >= reaches
+        answer = memory.report(
+            trial,
+            time=0.0,
+            energy=2 * per_epoch * epoch,
+            metric=0.95 if reached else 0.1,
+            current_epoch=epoch,
+        )
+        yield epoch, reached, answer
+        if answer.stop_train:
+            return
 
 
 events = st.lists(
@@ -453,16 +471,7 @@ def test_any_bounds_prior_and_memory_cap_keep_each_decision_in_bounds(
         if ending == "out_of_memory":
             memory.out_of_memory(trial)
             continue
-        for epoch in range(1, job.max_epochs + 1) if ending == "run" else ():
-            reached = reaches is not None and epoch >= reaches
-            answer = memory.report(
-                trial,
-                time=0.0,
-                energy=2 * per_epoch * epoch,
-                metric=0.95 if reached else 0.1,
-                current_epoch=epoch,
-            )
-            assert answer.converged is (answer.stop_train and reached)
-            if answer.stop_train:
-                break
+        if ending == "run":
+            for _, reached, answer in _trained(memory, trial, per_epoch, reaches):
+                assert answer.converged is (answer.stop_train and reached)
         memory.end_trial(trial)
