@@ -16,10 +16,11 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
     Verdict,
+    after_report,
     judge_report,
     zeus_cost,
 )
-from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob
+from zeus_bso.spec import UPSTREAM_OPTIONS, CreatedJob, ReportResponse
 
 
 def make_job(**overrides: Any) -> CreatedJob:
@@ -91,3 +92,33 @@ def with_readings(
     size, each from one trial) as its epochs by profile."""
     epochs = {key: EpochSums(energy, time, 1) for key, (energy, time) in readings.items()}
     return replace(state, by_profile=ByProfile(epochs))
+
+
+def trained(
+    job: CreatedJob,
+    state: JobState,
+    trial: TrialState,
+    epoch_cost: float,
+    reaches: int | None = None,
+    most: int = 20,
+) -> list[ReportResponse]:
+    """Report ``trial``'s epochs, each costing ``epoch_cost`` (no time), its metric at 0.9 from
+    epoch ``reaches`` on (None: 0.1, never the target), until the answer stops it or ``most``
+    epochs: each answer."""
+    answers = []
+    for epoch in range(1, most + 1):
+        reached = reaches is not None and epoch >= reaches
+        step = after_report(
+            job,
+            state,
+            trial,
+            time=0.0,
+            energy=2 * epoch_cost * epoch,
+            metric=0.9 if reached else 0.1,
+            current_epoch=epoch,
+        )
+        answers.append(step.answer)
+        state, trial = step.job, step.trial
+        if step.answer.stop_train:
+            break
+    return answers

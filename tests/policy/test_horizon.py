@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from tests.policy.helpers import make_job
+from tests.policy.helpers import make_job, trained
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_dispatch, after_report
 from zeus_bso.policy.horizon import (
     CLEAR_SAVING,
@@ -277,16 +277,7 @@ def test_an_exploration_stops_once_converging_would_take_the_job_over_its_budget
     state = _report(job, JobState(), TrialState(1, 64, TrialKind.EXPLORATION), 100.0).job
     # Spent 100 on the default; the budget is 515, the four runs left cost 400 at the cheapest:
     # an exploration may lose 15, so it stops before an epoch that takes it past 115.
-    trial = TrialState(2, 32, TrialKind.EXPLORATION)
-    answers = []
-    for epoch in range(1, 10):
-        step = after_report(
-            job, state, trial, time=0.0, energy=2 * 30.0 * epoch, metric=0.1, current_epoch=epoch
-        )
-        answers.append(step.answer)
-        state, trial = step.job, step.trial
-        if step.answer.stop_train:
-            break
+    answers = trained(job, state, TrialState(2, 32, TrialKind.EXPLORATION), 30.0, most=9)
     assert len(answers) == 3  # 90 spent; a fourth epoch would take it to 120
     last = answers[-1]
     assert not last.converged
@@ -314,19 +305,9 @@ def test_a_run_that_must_deliver_is_not_held_to_the_budget() -> None:
     job = _job(5)
     state = _report(job, JobState(), TrialState(1, 64, TrialKind.EXPLORATION), 100.0).job
     trial = TrialState(2, 32, TrialKind.EXPLORATION, must_deliver=True)
-    for epoch in range(1, 7):
-        step = after_report(
-            job,
-            state,
-            trial,
-            time=0.0,
-            energy=2 * 30.0 * epoch,
-            metric=0.9 if epoch == 6 else 0.1,
-            current_epoch=epoch,
-        )
-        state, trial = step.job, step.trial
-        assert step.answer.stop_train is (epoch == 6)
-    assert step.answer.converged
+    answers = trained(job, state, trial, 30.0, reaches=6)
+    assert [answer.stop_train for answer in answers] == [False] * 5 + [True]
+    assert answers[-1].converged
 
 
 def test_a_stopped_run_counts_what_it_paid_not_the_cost_charged_for_it() -> None:

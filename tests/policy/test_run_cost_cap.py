@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.policy.helpers import make_job
+from tests.policy.helpers import make_job, trained
 from zeus_bso.policy import JobState, TrialKind, TrialState, after_report
 from zeus_bso.spec import CreatedJob, ReportResponse, StopReason
 
@@ -41,23 +41,7 @@ def _epochs(
 ) -> list[ReportResponse]:
     """Report epochs of ``epoch_cost`` each at ``batch_size``, never reaching the target, until
     the server stops the run: each answer."""
-    trial = TrialState(2, batch_size, TrialKind.EXPLORATION)
-    answers = []
-    for epoch in range(1, 21):
-        step = after_report(
-            job,
-            state,
-            trial,
-            time=0.0,
-            energy=2 * epoch_cost * epoch,
-            metric=0.1,
-            current_epoch=epoch,
-        )
-        answers.append(step.answer)
-        state, trial = step.job, step.trial
-        if step.answer.stop_train:
-            break
-    return answers
+    return trained(job, state, TrialState(2, batch_size, TrialKind.EXPLORATION), epoch_cost)
 
 
 def test_a_run_stops_before_the_epoch_that_would_take_it_over_the_cap() -> None:
