@@ -207,16 +207,18 @@ def epochs_trained(args: Any, state: Any) -> int | None:
 
 def warmup_warning(args: Any, session: TrialSession) -> str | None:
     """What to set where ``args.warmup_steps``, a number of steps tuned at the reference batch
-    size, warms up over other samples at the run's batch size (``warmup_ratio`` scales of
-    itself); None: nothing."""
+    size, warms up over other samples at the run's batch size (a ratio of the run's steps
+    scales of itself: ``warmup_ratio``, or from transformers 5 on, where that is gone, a
+    ``warmup_steps`` below 1); None: nothing."""
     fixed = int(args.warmup_steps or 0)
     steps = session.warmup_steps(fixed)
     if not fixed or steps == fixed:
         return None
+    ratio = "warmup_ratio" if hasattr(args, "warmup_ratio") else "a ratio below 1: warmup_steps=0.1"
     return (
         f"warmup_steps={fixed} warms up over the samples of {fixed} steps at the reference batch "
         f"size {session.lr.reference}; at batch size {session.batch_size}, set "
-        f"warmup_steps={steps} (or warmup_ratio) to keep them"
+        f"warmup_steps={steps} (or {ratio}) to keep them"
     )
 
 

@@ -85,7 +85,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             optimizer and its schedule, built at ``TrainingArguments.learning_rate`` tuned at
             ``reference_batch_size`` (per device), are scaled when training starts (not again
             when the run resumes from a checkpoint); a fixed ``warmup_steps`` gets a warning
-            with the steps that keep its samples (``warmup_ratio`` needs none). With
+            with the steps that keep its samples (a ratio of the run's steps needs none). With
             ``max_micro_batch_size``, a batch size above it trains as
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
             both to ``TrainingArguments``).
