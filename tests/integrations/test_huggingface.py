@@ -430,11 +430,12 @@ def test_evaluating_every_n_steps_says_what_max_epochs_then_counts(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spec = job(unique_id("hfsteps"), target=0.999)
-    with caplog.at_level("WARNING", logger="zeus_bso.integrations.huggingface"):
+    with caplog.at_level("WARNING", logger="zeus_bso"):
         train(server.url, spec, tmp_path, epochs=1, eval_strategy="steps", eval_steps=4)
     (warning,) = [r.getMessage() for r in caplog.records if "eval_strategy" in r.getMessage()]
     assert "every 4 steps" in warning
     assert "max_epochs (6) counts evaluations" in warning
+    assert "first report came after" not in caplog.text  # said once, by the callback
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["epochs"] == 4  # 16 steps of 16 samples, an evaluation every 4: four reports

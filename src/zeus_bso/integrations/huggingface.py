@@ -282,6 +282,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             self._refuse(refused)
         if session.is_main:  # a dataset without a length has no epochs
             hf_arguments.warn(args, self.job.max_epochs, sized=loader is None or has_length(loader))
+        if hf_arguments.evaluation_strategy(args) == "steps":  # it said so, or has no epochs
+            session.reports_within_epochs_said()
 
     def _check_memory(
         self,

@@ -242,7 +242,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # its trial is released (on_exception)
         if refused := fit.no_validation_batches(trainer, self.monitor):
             raise ConfigurationError(refused)  # released too
-        limits.warn_of_interval(trainer, self.job.max_epochs)
+        if limits.warn_of_interval(trainer, self.job.max_epochs):
+            self.session.reports_within_epochs_said()
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
             self._scale_learning_rates(trainer)
         batches = trainer.num_training_batches

@@ -27,12 +27,12 @@ def validates_at_epoch_ends(trainer: Trainer) -> bool:
     return isinstance(interval, float) and interval == 1.0
 
 
-def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> None:
+def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> bool:
     """When training starts, where validations within epochs are reported as epochs: it says
     what that does to the job's ``max_epochs`` and costs (a note for data without a length,
-    which has no epochs to validate at the end of)."""
+    which has no epochs to validate at the end of). Whether it said so."""
     if validates_at_epoch_ends(trainer) or not trainer.is_global_zero:
-        return
+        return False
     endless = trainer.num_training_batches == float("inf")
     (logger.info if endless else logger.warning)(
         "val_check_interval=%s: every validation is reported as an epoch, so the job's "
@@ -42,6 +42,7 @@ def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> None:
         trainer.val_check_interval,
         job_max_epochs,
     )
+    return True
 
 
 def _epoch_limit_below(trainer: Trainer, job_max_epochs: int) -> int | None:

@@ -517,6 +517,11 @@ class TrialSession(SessionEndings):
             return None
         return -(-steps // self.accumulation_steps)
 
+    def reports_within_epochs_said(self) -> None:
+        """The adapter said, from the loop's settings, that it reports within epochs (each
+        report an epoch of the job's): the run's first report does not say it again."""
+        self._part_said = True
+
     def _said_part_of_an_epoch(self, server: ServerRun, epoch: int | None) -> None:
         """Say it where the run's first report, which counts as an epoch of the job's (no
         ``epoch`` given), comes after less than three quarters of an epoch's optimizer steps
