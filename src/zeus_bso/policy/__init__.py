@@ -30,14 +30,11 @@ from zeus_bso.policy.machine import (
     OPEN,
     Dispatched,
     Event,
-    Reported,
     StatusChange,
     after_dispatch,
     after_event,
-    after_report,
     moved,
     out_of_memory,
-    with_stop_settings,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.priors import learned_prior
@@ -49,6 +46,7 @@ from zeus_bso.policy.profiles import (
     with_profile,
 )
 from zeus_bso.policy.pruning import PruningSettings, next_pruning_step
+from zeus_bso.policy.reporting import Reported, after_report, with_stop_settings
 from zeus_bso.policy.types import (
     Arms,
     BatchSizeStats,

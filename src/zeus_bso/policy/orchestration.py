@@ -18,14 +18,12 @@ from zeus_bso.errors import NoConvergedBatchSizeError
 from zeus_bso.policy.history import history_of
 from zeus_bso.policy.machine import (
     Dispatched,
-    Measured,
-    Reported,
     after_dispatch,
-    after_report,
     micro_batch_out_of_memory,
     out_of_memory,
 )
 from zeus_bso.policy.profiles import WindowedCosts, profiles_of, state_on
+from zeus_bso.policy.reporting import Measured, Reported, after_report
 from zeus_bso.policy.store import JobStore
 from zeus_bso.policy.types import JobHistory, JobState, TrialState
 from zeus_bso.spec import CreatedJob, profile_key
