@@ -12,10 +12,9 @@ check, power limits, outcome) is the training session's (`zeus_bso.training`).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 
 from zeus_bso.client import fallback, outbox
+from zeus_bso.client.heartbeat import Heartbeat
 from zeus_bso.client.http import ServerClient
 from zeus_bso.client.kept_settings import unkept, unkept_notice
 from zeus_bso.client.new_job import new_job_notice
@@ -52,12 +51,6 @@ from zeus_bso.spec import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def _warned_of_heartbeat(err: ZeusBSOError) -> bool:
-    """Warn that a heartbeat failed (once a run: the caller keeps whether it did)."""
-    logger.warning("heartbeat failed (training goes on): %s", err)
-    return True
 
 
 class JobConversation:
@@ -114,13 +107,17 @@ class JobConversation:
         does not: the GPUs then keep their own)."""
         self.next_refused = False
         """Whether the server said the job's next run is refused (`next_run`)."""
-        self.on_lease_lost: Callable[[], None] | None = None
-        """Called once, from the heartbeat's thread, when the trial is no longer the run's."""
         self._on_server_unavailable = on_server_unavailable
         self._id_from_settings = id_from_settings
-        self._heartbeat_seconds = heartbeat_seconds
-        self._stop_heartbeat = threading.Event()
-        self._heartbeat: threading.Thread | None = None
+        self.heartbeat = Heartbeat(
+            client,
+            heartbeat_seconds,
+            declared=lambda: self._declares(Extension.HEARTBEAT),
+            finished=lambda: self.training_finished,
+        )
+        """Keeps the trial's lease while the run trains (`Heartbeat.start`, after training
+        began; nothing offline); its ``on_lost`` is called when the trial is no longer the
+        run's."""
 
     def register(self) -> CreatedJob:
         """Register the job (once; a registered job is found)."""
@@ -332,7 +329,7 @@ class JobConversation:
         server at its batch size (offline from now on: nothing more is sent, and its end is not
         kept for later)."""
         self.offline, self.offline_batch_size = True, trial.batch_size
-        self._stop_heartbeat.set()
+        self.heartbeat.stop()
         logger.warning(
             "zeus-bso: trial %d of job %s is no longer on the server (the job was deleted while "
             "this run trained, or the database restored from before the trial): the run trains "
@@ -494,46 +491,6 @@ class JobConversation:
         self.power_limit, self.power_profiling = chosen.power_limit, False
         return chosen.power_limit
 
-    def start_heartbeat(self, trial_of: Callable[[], TrialId | None]) -> None:
-        """Renew the lease of the trial ``trial_of`` gives, every ``heartbeat_seconds``, until
-        `finish` (once; nothing offline or with heartbeats off)."""
-        if self._heartbeat is not None or self._heartbeat_seconds <= 0 or self.offline:
-            return
-        self._heartbeat = threading.Thread(
-            target=self._beat, args=(trial_of,), daemon=True, name="zeus-bso-heartbeat"
-        )
-        self._heartbeat.start()
-
-    def _beat(self, trial_of: Callable[[], TrialId | None]) -> None:
-        warned = beaten = False
-        while not self._stop_heartbeat.wait(self._heartbeat_seconds):
-            trial = trial_of()
-            if trial is None or self.training_finished:
-                continue
-            try:
-                status = self.client.heartbeat(trial).status
-            except RouteMissingError as err:
-                if beaten or self._declares(Extension.HEARTBEAT):
-                    # A reverse proxy's page (the server has the route): its routes changed.
-                    warned = warned or _warned_of_heartbeat(err)
-                    continue
-                logger.info(
-                    "the server at %s has no heartbeat route (upstream Zeus?): no heartbeats; "
-                    "its trials have no leases to keep",
-                    self.client.shown_url,
-                )
-                return
-            except (ServerConnectionError, ServerRejectedError, UnexpectedAnswerError) as err:
-                warned = warned or _warned_of_heartbeat(err)
-                continue
-            beaten = True
-            if status not in (None, "dispatched") and self.on_lease_lost is not None:
-                logger.warning(
-                    "zeus-bso: trial %s is %s on the server: no longer this run's", trial, status
-                )
-                self.on_lease_lost()
-                self.on_lease_lost = None
-
     def finish(
         self, trial: TrialId | None, *, end_trial: bool, deliver: bool, why: str | None = None
     ) -> None:
@@ -541,7 +498,7 @@ class JobConversation:
         (``end_trial``; ``why`` it ended, for the server to keep with it). What the server
         cannot take now is kept on this machine for the next run that reaches it
         (`zeus_bso.client.outbox`; without ``why``)."""
-        self._stop_heartbeat.set()
+        self.heartbeat.stop()
         if trial is None or self.offline:
             return
         pending = self.pending if deliver else None

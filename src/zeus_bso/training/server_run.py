@@ -292,7 +292,8 @@ class ServerRun(ServerRunEndings):
 
     def train_begin(self) -> None:
         """Training began: keep the trial's lease alive while it trains."""
-        self.link.start_heartbeat(lambda: self.trial)
+        if not self.link.offline:
+            self.link.heartbeat.start(lambda: self.trial)
 
     def on_evaluate(self, metric: float, epoch: int | None, elapsed: Elapsed) -> ReportResponse:
         """Report the validation metric of the epoch just finished, with the run's seconds and

@@ -67,7 +67,7 @@ class ServerSettings:
             id_from_settings=id_from_settings,
             heartbeat_seconds=heartbeat_seconds_from(self.heartbeat_seconds),
         )
-        link.on_lease_lost = on_end
+        link.heartbeat.on_lost = on_end
         return ServerRun(
             link,
             progress,
