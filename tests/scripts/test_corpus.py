@@ -175,6 +175,7 @@ CORPUS = {
     "lightning_onecycle.py": ((), "linear"),
     "lightning_warmup_cosine.py": ((), "linear"),  # 'auto' on SGD
     "lightning_datamodule.py": ((), "linear"),
+    "lightning_plateau.py": ((), "linear"),  # ReduceLROnPlateau on the validation loss
     "classic_pytorch_lightning.py": ((), "linear"),
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
     "accelerate_loop.py": ((), "linear"),
@@ -210,6 +211,8 @@ def test_three_recurrences_train_what_the_server_dispatched(
     trials = trials_of(server, prefix)
     assert len(trials) == 3
     check_runs(runs, trials, rule)
+    if script == "lightning_plateau.py":  # the factor held past a reduction of the rate
+        assert any(len({step.schedule for step in steps}) > 1 for steps in runs)
     trained_on = {step.device for steps in runs for step in steps}
     assert trained_on == {"cpu" if script == "upstream_loop.py" else ACCELERATOR}
     sizes = [t["batch_size"] for t in trials]
