@@ -94,9 +94,11 @@ def dispatch(
     *,
     accumulates: bool = False,
     deliver: bool = False,
+    retry: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, for a run on hardware ``profile`` (that ``accumulates``
-    gradients: no size is held back by the profile's memory cap), and store it.
+    gradients: no size is held back by the profile's memory cap; that must ``deliver`` a
+    model, and ``retry``s a recurrence: `after_dispatch`), and store it.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -111,6 +113,7 @@ def dispatch(
         profile=profile,
         accumulates=accumulates,
         deliver=deliver,
+        retry=retry,
     )
     store.add_trial(step.trial, step.job)
     return step
