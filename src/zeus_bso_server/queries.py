@@ -127,12 +127,9 @@ def _savings_and_why(job: CreatedJob, spent: Iterable[Spent]) -> tuple[Savings |
     return (found, None) if isinstance(found, Savings) else (None, found)
 
 
-def _next_run(
-    store: SqlJobStore, config: CreatedJob, read: Reading, *, retry: bool = False
-) -> NextRun:
-    """What the job's next run on its current profile gets (`policy.orchestration.next_run`;
-    ``retry``: the last attempt of a recurrence whose earlier attempt delivered no model)."""
-    found = next_run(store, config, profile_key(config), read, retry=retry)
+def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
+    """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
+    found = next_run(store, config, profile_key(config), read)
     if isinstance(found, NoFittingBatchSizeError):
         return NextRun(
             batch_size=None, kind=None, arms=None, refused=True, why=str(found).rstrip(".")
@@ -170,11 +167,6 @@ def _next_run(
         why = "the job is pinned to it (`zeus-bso jobs unpin` lets the optimizer choose again)"
     elif decided.kind is policy.TrialKind.CONCURRENT:
         why = "the best batch size so far, while an exploration runs"
-    elif decided.kind is policy.TrialKind.EXPLOIT and retry:
-        why = (
-            "the cheapest batch size that converged: the recurrence's last attempt, after one "
-            "that delivered no model, explores nothing"
-        )
     elif decided.kind is policy.TrialKind.EXPLOIT:
         why = (
             f"the cheapest batch size so far: within the job's expected_recurrences "
@@ -308,16 +300,13 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
     return await db.read(work)
 
 
-async def job_view(
-    db: Database, job_id: str, limit: int, before: int | None, *, retry: bool = False
-) -> JobView:
-    """Everything the server knows of one job (``retry``: its next run as the last attempt of a
-    recurrence whose earlier attempt delivered no model).
+async def job_view(db: Database, job_id: str, limit: int, before: int | None) -> JobView:
+    """Everything the server knows of one job.
 
     Raises:
         JobNotFoundError: no such job.
     """
-    return await db.read(lambda conn: _job_view(conn, job_id, limit, before, retry))
+    return await db.read(lambda conn: _job_view(conn, job_id, limit, before))
 
 
 def _batch_size_view(
@@ -338,9 +327,7 @@ def _batch_size_view(
     )
 
 
-def _job_view(
-    conn: Connection, job_id: str, limit: int, before: int | None, retry: bool = False
-) -> JobView:
+def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> JobView:
     job = repo.get_job(conn, job_id)
     if job is None:
         raise JobNotFoundError(f"Job {job_id} not found")
@@ -360,7 +347,7 @@ def _job_view(
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
-    upcoming = _next_run(store, config, read, retry=retry)
+    upcoming = _next_run(store, config, read)
     return JobView(
         job=config,
         profiles=_profiles(config, state),

@@ -535,15 +535,14 @@ class JobConversation:
                 "last report is" if pending is not None else "end is",
             )
 
-    def next_run(self, *, retry: bool = False) -> str | None:
-        """What the server says the job's next run gets, in words (None where it cannot say;
-        ``retry``: the next run is the last attempt of this recurrence, which delivered no
-        model yet); the recommended batch size is remembered on this machine for a run that
-        cannot reach the server."""
+    def next_run(self) -> str | None:
+        """What the server says the job's next run gets, in words (None where it cannot say);
+        the recommended batch size is remembered on this machine for a run that cannot reach
+        the server."""
         if self.job is None or self.offline:
             return None
         try:
-            state = self.client.job(self.job_id, limit=0, retry=retry)
+            state = self.client.job(self.job_id, limit=0)
         except ZeusBSOError:
             return None  # upstream Zeus's server, or a server that went away
         if state.recommended is not None:

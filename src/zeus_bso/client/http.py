@@ -502,15 +502,14 @@ class ServerClient:
         response = self._request("DELETE", path, params=params)
         return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
 
-    def job(self, job_id: str, limit: int = 50, *, retry: bool = False) -> JobView:
+    def job(self, job_id: str, limit: int = 50) -> JobView:
         """Everything the server knows of a job, with its latest ``limit`` trials (zeus-bso
-        servers only); ``retry``: its ``next_run`` as the last attempt of a recurrence whose
-        earlier attempt delivered no model gets it.
+        servers only).
 
         Raises:
             UnexpectedAnswerError: the answer is not a job's view (another version's server).
         """
-        return self._job_page(job_id, limit, retry=retry)
+        return self._job_page(job_id, limit)
 
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """`job`'s answer as the server sent it, unread: JSON for a tool that passes it on."""
@@ -520,17 +519,13 @@ class ServerClient:
         path = f"/api/jobs/{quote(job_id, safe='')}"
         return self._request("GET", path, params=params).json()
 
-    def _job_page(
-        self, job_id: str, limit: int, before: int | None = None, *, retry: bool = False
-    ) -> JobView:
+    def _job_page(self, job_id: str, limit: int, before: int | None = None) -> JobView:
         """A job's view with its ``limit`` trials before trial ``before`` (None: the latest)."""
         from zeus_bso.wire.reads import JobView
 
         params: dict[str, Any] = {"limit": limit}
         if before is not None:
             params["before"] = before
-        if retry:
-            params["retry"] = "true"
         view: JobView = _read(JobView, self._job_answer(job_id, params), f"GET /api/jobs/{job_id}")
         return view
 

@@ -22,10 +22,6 @@ MUST_DELIVER: ContextVar[bool] = ContextVar("zeus_bso_must_deliver", default=Fal
 (in this process: the main process of a fit) tells the server it must deliver a model, and is
 judged by the target and ``max_epochs`` alone."""
 
-LAST_COMES_NEXT: ContextVar[bool] = ContextVar("zeus_bso_last_comes_next", default=False)
-"""True while `until_converged` runs the attempt before its last: a run that delivers no model
-says what the last attempt, which then retries, gets."""
-
 RETRYING: ContextVar[bool] = ContextVar("zeus_bso_retrying", default=False)
 """True while `until_converged` runs an attempt after one that delivered no model: the run
 tells the server so, and, as the last attempt, gets a batch size that converged before rather
@@ -179,7 +175,6 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
         again = RETRYING.set(attempt > 1)  # an earlier attempt delivered no model
-        before_last = LAST_COMES_NEXT.set(attempt + 1 == attempts)
         try:
             outcome = run()
         except BatchSizeDoesNotFitError as err:  # infeasible now; the next run's size fits
@@ -197,7 +192,6 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
         finally:
             MUST_DELIVER.reset(last)
             RETRYING.reset(again)
-            LAST_COMES_NEXT.reset(before_last)
         if outcome is None or outcome.converged or _last_attempt(outcome):
             break
     return outcome

@@ -120,31 +120,17 @@ def dispatch(
 
 
 def next_run(
-    store: JobStore,
-    job: CreatedJob,
-    profile: str,
-    read: Reading | None = None,
-    *,
-    retry: bool = False,
+    store: JobStore, job: CreatedJob, profile: str, read: Reading | None = None
 ) -> Dispatched | NoConvergedBatchSizeError:
     """What the job's next dispatch for a run on ``profile`` would decide now, for a reader: the
     dispatch (stored nowhere), or the error that would refuse it (no batch size converges). In
     the bandit stage the arm is one draw of the next trial's random source. ``read``: the job
-    as already read (`reading`). ``retry``: for the last attempt of a recurrence whose earlier
-    attempt delivered no model (it must deliver, and explores nothing: `after_dispatch`)."""
+    as already read (`reading`)."""
     if read is None:
         read = reading(store, job)
     state, given = read.state, read.inputs
     try:
-        return after_dispatch(
-            job,
-            state,
-            given.explorations,
-            given.windowed,
-            profile=profile,
-            deliver=retry,
-            retry=retry,
-        )
+        return after_dispatch(job, state, given.explorations, given.windowed, profile=profile)
     except NoConvergedBatchSizeError as err:
         return err
 

@@ -15,7 +15,7 @@ from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.http import ending_words
-from zeus_bso.client.outcome import LAST_COMES_NEXT, RunOutcome
+from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, ZeusBSOError
@@ -404,8 +404,6 @@ class ServerRunEndings:
             if self._stopped_why is not None:  # its report, kept while the server was away
                 why = f"{self._stopped_why}; {why}"
         elapsed = self._final if reason is not StopReason.NOT_TRAINED else None
-        # Without a model, before `until_converged`'s last attempt: the next run is that one.
-        retried = LAST_COMES_NEXT.get() and not self.converged
         self.outcome = RunOutcome(
             job_id=self.job_id,
             batch_size=self.batch_size or self.spec.default_batch_size,
@@ -418,7 +416,7 @@ class ServerRunEndings:
             seconds=elapsed.seconds if elapsed else 0.0,
             joules=elapsed.joules if elapsed else 0.0,
             cost=answer.cost if answer is not None else None,
-            next_run=self.link.next_run(retry=retried and reason is not StopReason.NOT_TRAINED),
+            next_run=self.link.next_run(),
             next_refused=self.link.next_refused,
             offline=self.offline,
             went_on=went_on,

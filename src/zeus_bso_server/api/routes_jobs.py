@@ -138,19 +138,10 @@ async def get_job(
     job_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH), Printable],
     limit: Annotated[int, Query(ge=0, le=1000)] = 50,
     before: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
-    retry: Annotated[
-        bool,
-        Query(
-            description=(
-                "next_run as the last attempt of a recurrence whose earlier attempt delivered "
-                "no model gets it (GET /jobs/batch_size?deliver=true&retry=true)"
-            )
-        ),
-    ] = False,
 ) -> JobView:
     """A job's config, stage, per-batch-size statistics and posterior, best batch size and its
     most recent trials (``limit`` of them, numbered below ``before`` when given)."""
-    return await job_view(db, job_id, limit, before, retry=retry)
+    return await job_view(db, job_id, limit, before)
 
 
 @router.post("/trials/heartbeat", response_model=TrialView, responses=NO_SUCH_TRIAL)
