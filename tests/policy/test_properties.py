@@ -441,7 +441,6 @@ events = st.lists(
     st.tuples(
         st.sampled_from(["run", "run", "out_of_memory", "ended"]),  # how the run ends
         st.booleans(),  # the run must deliver a model
-        st.booleans(),  # it retries a recurrence whose attempt delivered none
         st.floats(0.1, 40.0),  # what an epoch costs
         st.one_of(st.none(), st.integers(1, 8)),  # the epoch it reaches the target (None: never)
     ),
@@ -453,28 +452,22 @@ events = st.lists(
 @SETTINGS
 @given(bounded_jobs(), events)
 def test_any_bounds_prior_and_memory_cap_keep_each_decision_in_bounds(
-    bounded: tuple[CreatedJob, Prior | None],
-    history: list[tuple[str, bool, bool, float, int | None]],
+    bounded: tuple[CreatedJob, Prior | None], history: list[tuple[str, bool, float, int | None]]
 ) -> None:
     """Runs that converge, never do, run out of memory or end without a report, under any of
     the bounds and with or without a related job's curve: every run gets a configured batch
     size below its GPUs' memory cap, only a run at its target converges, and the policy raises
-    nothing but its own answer that no batch size is left. The last attempt of a recurrence
-    that failed an attempt explores nothing once a size has converged."""
+    nothing but its own answer that no batch size is left."""
     job, prior = bounded
     memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior)))
-    for ending, deliver, retry, per_epoch, reaches in history:
-        converged_before = memory.state.best is not None
+    for ending, deliver, per_epoch, reaches in history:
         try:
-            trial = memory.next_trial(deliver=deliver, retry=retry)
+            trial = memory.next_trial(deliver=deliver)
         except NoConvergedBatchSizeError:  # and NoFittingBatchSizeError
             return
         cap = memory.state.memory_caps.get(profile_key(job))
         assert trial.batch_size in job.batch_sizes
         assert cap is None or trial.batch_size < cap
-        assert memory.last_dispatch is not None
-        if deliver and retry and converged_before:
-            assert memory.last_dispatch.kind is not TrialKind.EXPLORATION
         if ending == "out_of_memory":
             memory.out_of_memory(trial)
             continue
