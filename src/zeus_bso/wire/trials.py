@@ -146,9 +146,6 @@ class Extension(StrEnum):
     """``POST /api/trials/heartbeat``: a trial's lease renewed while it trains."""
     DIVERGED = "diverged"
     """A report may say that its training diverged (`TrainingResult.diverged`)."""
-    RETRY = "retry"
-    """A run that must deliver a model after an attempt of its recurrence that delivered none
-    (``retry``) gets a size that converged, not an exploration."""
 
 
 def declared_extensions(header: str | None) -> frozenset[str]:
