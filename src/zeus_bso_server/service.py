@@ -105,7 +105,6 @@ class BatchSizeService:
         power_limits: bool = False,
         *,
         deliver: bool = False,
-        retry: bool = False,
     ) -> DispatchedTrial:
         """Start a trial: choose its batch size and give it the next trial number.
 
@@ -116,8 +115,7 @@ class BatchSizeService:
         without, on the profile registered last. A run that ``accumulates`` gradients may get a
         batch size at or above the profile's memory cap. A run that opted into ``power_limits``
         (and names its GPUs) is told the limit to train at, or to profile the limits first. A
-        run that must ``deliver`` a model stops only at the target or ``max_epochs``; if it
-        ``retry``s a recurrence whose earlier attempt delivered none, it explores nothing.
+        run that must ``deliver`` a model stops only at the target or ``max_epochs``.
 
         Raises:
             JobNotFoundError: no such job.
@@ -126,7 +124,7 @@ class BatchSizeService:
         async with self._queue(job_id):
             trial, dispatch, expired = await self.db.write(
                 lambda conn: self._next_trial(
-                    conn, job_id, run_key, gpu, accumulates, power_limits, deliver, retry
+                    conn, job_id, run_key, gpu, accumulates, power_limits, deliver
                 )
             )
         # Counted once committed, so that a rolled-back request counts nothing.
@@ -155,7 +153,6 @@ class BatchSizeService:
         accumulates: bool = False,
         power_limits: bool = False,
         deliver: bool = False,
-        retry: bool = False,
     ) -> tuple[DispatchedTrial, tuple[str, policy.Dispatch] | None, int]:
         row, expired = repo.lock_job_expiring_leases(conn, job_id)
         job, config = registered(row, job_id)
@@ -183,7 +180,7 @@ class BatchSizeService:
         store = SqlJobStore(conn, job_id, state, self._trial_lease, run_key)
         profile = profile_key(gpu or config)
         step = orchestrate.dispatch(
-            store, config, profile, accumulates=accumulates, deliver=deliver, retry=retry
+            store, config, profile, accumulates=accumulates, deliver=deliver
         )
         if step.entered_bandit:
             logger.info("job %s enters the bandit stage with arms %s", job_id, step.job.arms)

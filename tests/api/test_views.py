@@ -309,31 +309,6 @@ def test_a_run_that_must_deliver_is_judged_by_its_target_alone(http: httpx.Clien
     assert trials[last["trial_number"] - 1]["must_deliver"] is False
 
 
-def test_a_retried_recurrences_last_attempt_gets_a_size_that_converged(
-    http: httpx.Client,
-) -> None:
-    """``deliver=true&retry=true``: the last attempt of a recurrence whose earlier attempt
-    delivered no model gets the cheapest size that converged (an exploit, in upstream's
-    answer), where ``deliver=true`` alone, or a server that ignores ``retry``, gets the walk's
-    next exploration."""
-    job_id = unique_id("retry")
-    body = job_body(job_id, batch_sizes=[16, 32, 64], default_batch_size=64)
-    body |= {"target_metric": 0.8, "max_epochs": 3, "learning_curve_stop": False}
-    assert http.post("/jobs", json=body).status_code == 201
-    assert run_one(http, job_id, {64: 0.9})[0] == 64  # converged
-    explored, _ = run_one(http, job_id, {64: 0.9})  # no model
-    assert explored != 64
-    both = {"job_id": job_id, "deliver": "true", "retry": "true"}
-    last = http.get("/jobs/batch_size", params=both).json()
-    assert set(last) == {"job_id", "batch_size", "trial_number"}  # upstream's answer
-    assert last["batch_size"] == 64
-    assert http.patch("/trials", json=last).status_code == 200
-    trials = {t["trial_number"]: t for t in http.get(f"/api/jobs/{job_id}").json()["trials"]}
-    assert (trials[3]["kind"], trials[3]["must_deliver"]) == ("exploit", True)
-    walk = http.get("/jobs/batch_size", params={"job_id": job_id, "deliver": "true"}).json()
-    assert walk["batch_size"] not in (64, explored)  # the walk's next exploration
-
-
 def test_a_job_registered_with_a_range_has_its_sizes_made_once(http: httpx.Client) -> None:
     job_id = unique_id()
     body = job_body(job_id, batch_size_range=[16, 256], default_batch_size=48)

@@ -168,41 +168,6 @@ def test_the_last_attempt_of_a_recurrence_must_deliver(server: ServerProcess) ->
     assert [t["must_deliver"] for t in trials] == [False, True, False]
 
 
-def test_the_last_attempt_after_one_without_a_model_trains_a_size_that_converged(
-    server: ServerProcess,
-) -> None:
-    """A recurrence whose first attempt explored a size that delivered no model: its last
-    attempt, which must deliver, gets the size that converged before (an exploit), not the
-    walk's next exploration, which trains on to max_epochs unstopped and may deliver none
-    either. The walk goes on at the next recurrence."""
-    from zeus_bso import RunOutcome, until_converged
-
-    job = spec(unique_id("retry").replace("-", ""), max_epochs=2)
-    job_ids: list[str] = []
-
-    def run(reaches: dict[int, float]) -> RunOutcome | None:
-        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
-            job_ids.append(bso.job_id)
-            size = bso.get_batch_size()
-            bso.on_train_begin()
-            for _ in range(job.max_epochs):
-                if bso.on_evaluate(reaches.get(size, 0.1)).stop_train:
-                    break
-        return bso.outcome
-
-    first = run({32: 0.9})  # the default converges
-    assert first is not None
-    assert first.converged
-    outcome = until_converged(lambda: run({32: 0.9}), attempts=2)  # only 32 converges
-    assert outcome is not None
-    assert (outcome.converged, outcome.batch_size) == (True, 32)
-    with ServerClient(server.url) as client:
-        trials = sorted(client.job_state(job_ids[0])["trials"], key=lambda t: t["trial_number"])
-    kinds = [(t["batch_size"] != 32, t["kind"], t["must_deliver"]) for t in trials]
-    assert kinds == [(False, "exploration", False), (True, "exploration", False),
-                     (False, "exploit", True)]  # fmt: skip
-
-
 def test_a_reports_seconds_are_read_with_its_energy(server: ServerProcess) -> None:
     """A report's time and energy span one window: a validation metric computed after the
     readings (a slow gather over the ranks, say) counts in neither. With a meter of 100 W, the

@@ -158,7 +158,7 @@ class JobConversation:
         return size
 
     def dispatch(
-        self, *, accumulate: bool, power_limits: bool, deliver: bool, retry: bool = False
+        self, *, accumulate: bool, power_limits: bool, deliver: bool
     ) -> DispatchedTrial | None:
         """Register the job, deliver what earlier runs kept, and ask for this run's trial
         (None: the server is away, and the run trains without it: `go_offline`)."""
@@ -172,7 +172,6 @@ class JobConversation:
                 accumulate=accumulate,
                 power_limits=power_limits,
                 deliver=deliver,
-                retry=retry,
             )
         except (ServerConnectionError, ServerRejectedError) as err:
             self.go_offline(err)

@@ -310,7 +310,6 @@ class ServerClient:
         accumulate: bool = False,
         power_limits: bool = False,
         deliver: bool = False,
-        retry: bool = False,
     ) -> DispatchedTrial:
         """Start a trial of the job: its batch size and trial number. With ``gpu`` the run
         trains on those GPUs; with ``run_key`` (a run's name, the same across its restarts) a
@@ -318,9 +317,8 @@ class ServerClient:
         ``accumulate`` the run accumulates gradients, and may get a batch size at or above its
         GPUs' memory cap; with ``power_limits`` the run opted into GPU power limits, and is
         told the limit to train at or to profile them; with ``deliver`` the run must deliver a
-        model (it stops only at the target or ``max_epochs``), and with ``retry`` too (an
-        earlier attempt of its recurrence delivered none) it explores nothing. All are zeus-bso
-        server extensions that other servers ignore."""
+        model (it stops only at the target or ``max_epochs``). All are zeus-bso server
+        extensions that other servers ignore."""
         params = {"job_id": job_id, **_gpu_params(gpu)}
         if run_key is not None:
             params["run_key"] = run_key
@@ -330,8 +328,6 @@ class ServerClient:
             params["power_limits"] = "true"
         if deliver:
             params["deliver"] = "true"
-        if retry:
-            params["retry"] = "true"
         # Without a run key each request starts a trial: it is not sent twice. With one, asking
         # again answers the same trial.
         response = self._request(

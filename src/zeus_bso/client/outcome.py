@@ -22,11 +22,6 @@ MUST_DELIVER: ContextVar[bool] = ContextVar("zeus_bso_must_deliver", default=Fal
 (in this process: the main process of a fit) tells the server it must deliver a model, and is
 judged by the target and ``max_epochs`` alone."""
 
-RETRYING: ContextVar[bool] = ContextVar("zeus_bso_retrying", default=False)
-"""True while `until_converged` runs an attempt after one that delivered no model: the run
-tells the server so, and, as the last attempt, gets a batch size that converged before rather
-than an exploration."""
-
 
 @dataclass(frozen=True, slots=True)
 class ReportAnswer:
@@ -150,10 +145,8 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     trained) counts as an attempt, and the next gets a size that fits; so does a run that
     raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
     last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
-    never stopped on its cost (the server keeps it as ``must_deliver``), and after an attempt
-    that delivered no model it explores nothing: it gets the job's cheapest batch size that
-    converged, where one did (a run that asks for its batch size in another process, a
-    ``ddp_spawn`` child, is told neither)::
+    never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
+    batch size in another process, a ``ddp_spawn`` child, is not told)::
 
         def recurrence() -> RunOutcome | None:
             callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
@@ -174,7 +167,6 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
-        again = RETRYING.set(attempt > 1)  # an earlier attempt delivered no model
         try:
             outcome = run()
         except BatchSizeDoesNotFitError as err:  # infeasible now; the next run's size fits
@@ -191,7 +183,6 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             continue
         finally:
             MUST_DELIVER.reset(last)
-            RETRYING.reset(again)
         if outcome is None or outcome.converged or _last_attempt(outcome):
             break
     return outcome

@@ -33,22 +33,14 @@ def rng_for(job: CreatedJob, trial_number: int) -> random.Random:
 
 
 def decide(
-    job: CreatedJob,
-    history: JobHistory,
-    rng: random.Random,
-    horizon: Horizon | None = None,
-    *,
-    proven: bool = False,
+    job: CreatedJob, history: JobHistory, rng: random.Random, horizon: Horizon | None = None
 ) -> Dispatch:
     """Choose the batch size of the next run of ``job``: pruning's next exploration, the arm
     that probes new hardware (`JobHistory.probe`), or the bandit's choice; never one at or
     above the run's profile's memory cap (`JobHistory.memory_cap`). Where the job's horizon
     (``horizon``, with ``expected_recurrences``) cannot pay back the next
     exploration, another the first round would come to that it can pay back (`_instead`),
-    else the cheapest batch size so far. A run that must deliver a model after an attempt of
-    its recurrence delivered none (``proven``) explores nothing: it takes the cheapest batch
-    size so far where one converged (pruning waits), the bandit's choice among converged
-    sizes in the bandit stage.
+    else the cheapest batch size so far.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -70,8 +62,6 @@ def decide(
             # exploration's (a job registered on other GPUs compares its sizes' costs anew) and
             # where the running one is `_instead`'s.
             step = ExplorationInFlight()
-        if isinstance(step, ExploreNext) and proven and history.best is not None:
-            return Dispatch(_fitting(job, history, history.best.batch_size), TrialKind.EXPLOIT)
         if isinstance(step, ExploreNext):
             predicted = None
             if step.round == PRIOR_ROUND and history.prior is not None and horizon is not None:
@@ -93,8 +83,7 @@ def decide(
     elif history.probe is not None and history.probe in arms and history.fits(history.probe):
         return Dispatch(history.probe, TrialKind.BANDIT, arms=arms, probe=True)
     elif (
-        not proven
-        and history.extension is not None
+        history.extension is not None
         and history.extension not in arms
         and history.fits(history.extension)
         and _may_explore(history, horizon, history.extension)

@@ -181,7 +181,6 @@ def after_dispatch(
     profile: str | None = None,
     accumulates: bool = False,
     deliver: bool = False,
-    retry: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, on hardware ``profile``: choose its batch size (see
     `zeus_bso.policy.history.history_of` for the arguments). Once the job has two profiles,
@@ -189,9 +188,7 @@ def after_dispatch(
     ``profile`` stand for its bandit trials (see `zeus_bso.policy.profiles`). A run that
     ``accumulates`` gradients reaches any batch size with micro-batches: the profile's memory
     cap holds none back. A run that must ``deliver`` a model is judged by the target and
-    ``max_epochs`` alone (`TrialState.must_deliver`); one that must deliver and ``retry``s a
-    recurrence whose earlier attempt delivered no model explores nothing (`decide`'s
-    ``proven``).
+    ``max_epochs`` alone (`TrialState.must_deliver`).
 
     A pinned job's run gets the pinned batch size, and nothing is explored.
 
@@ -212,8 +209,7 @@ def after_dispatch(
         if profiles is not None and state.by_profile is not None:
             history = _on_a_new_profile(job, state, explorations, history, profiles, ran_on)
     history = _after_prior(job, state, explorations, history)
-    horizon = horizon_of(job, state, seen)
-    dispatch = decide(job, history, rng_for(job, number), horizon, proven=deliver and retry)
+    dispatch = decide(job, history, rng_for(job, number), horizon_of(job, state, seen))
     arms, start = state.arms, state.bandit_start
     if dispatch.arms is not None and arms is None:
         arms, start = dispatch.arms, number

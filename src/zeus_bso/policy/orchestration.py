@@ -94,11 +94,9 @@ def dispatch(
     *,
     accumulates: bool = False,
     deliver: bool = False,
-    retry: bool = False,
 ) -> Dispatched:
     """Start the job's next trial, for a run on hardware ``profile`` (that ``accumulates``
-    gradients: no size is held back by the profile's memory cap; that must ``deliver`` a
-    model, and ``retry``s a recurrence: `after_dispatch`), and store it.
+    gradients: no size is held back by the profile's memory cap), and store it.
 
     Raises:
         NoConvergedBatchSizeError: pruning found no batch size that converges.
@@ -113,7 +111,6 @@ def dispatch(
         profile=profile,
         accumulates=accumulates,
         deliver=deliver,
-        retry=retry,
     )
     store.add_trial(step.trial, step.job)
     return step

@@ -101,20 +101,12 @@ class InMemoryJob:
             )
         return trial
 
-    def next_trial(
-        self, accumulate: bool = False, deliver: bool = False, retry: bool = False
-    ) -> TrialId:
+    def next_trial(self, accumulate: bool = False, deliver: bool = False) -> TrialId:
         """Start a trial (``GET /jobs/batch_size``; ``accumulate``: for a run that accumulates
         gradients, which may get a size at or above the memory cap; ``deliver``: for a run that
-        must deliver a model, the last attempt of `zeus_bso.until_converged`; ``retry``: after
-        an attempt of its recurrence that delivered none)."""
+        must deliver a model, the last attempt of `zeus_bso.until_converged`)."""
         step = orchestrate.dispatch(
-            self.store,
-            self.job,
-            profile_key(self.job),
-            accumulates=accumulate,
-            deliver=deliver,
-            retry=retry,
+            self.store, self.job, profile_key(self.job), accumulates=accumulate, deliver=deliver
         )
         self.last_dispatch = step.dispatch
         return TrialId(

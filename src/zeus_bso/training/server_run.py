@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from zeus_bso import exits
 from zeus_bso.client import failure
 from zeus_bso.client.conversation import JobConversation
-from zeus_bso.client.outcome import MUST_DELIVER, RETRYING, RunOutcome
+from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
@@ -117,7 +117,6 @@ class ServerRun(ServerRunEndings):
             accumulate=self.max_micro_batch_size is not None,
             power_limits=self._power_limits,
             deliver=MUST_DELIVER.get(),
-            retry=RETRYING.get(),
         )
         if dispatched is None:  # the server is away: trains without it
             assert self.link.offline_batch_size is not None

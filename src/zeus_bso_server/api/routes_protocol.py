@@ -178,16 +178,6 @@ DeliverQuery = Annotated[
         )
     ),
 ]
-RetryQuery = Annotated[
-    bool,
-    Query(
-        description=(
-            "Extension: the run retries a recurrence whose earlier attempt delivered no model. "
-            "With deliver, it explores nothing: it gets the job's cheapest batch size so far "
-            "where one converged (pruning waits), or the bandit's choice."
-        )
-    ),
-]
 GpuCountQuery = Annotated[int | None, Query(gt=0, le=INT32_MAX, description=GPU_QUERY)]
 MaxPowerQuery = Annotated[
     float | None, Query(gt=0, le=MAX_POWER_W, allow_inf_nan=False, description=GPU_QUERY)
@@ -246,13 +236,12 @@ async def next_batch_size(
     accumulate: AccumulateQuery = False,
     power_limits: PowerLimitsQuery = False,
     deliver: DeliverQuery = False,
-    retry: RetryQuery = False,
 ) -> Response:
     """Start a trial: the batch size to train with and the trial's number (or, for a run that
     names itself with ``run_key``, continue its open trial)."""
     gpu = _gpu_of(gpu_model, number_of_gpus, max_power)
     trial = await service.next_trial(
-        job_id, run_key, gpu, accumulate, power_limits, deliver=deliver, retry=retry
+        job_id, run_key, gpu, accumulate, power_limits, deliver=deliver
     )
     # A new trial's answer is upstream's exactly; a resumed one's adds what the run reported,
     # and one to a client that names its GPUs (ours) whether the size ran on them.
