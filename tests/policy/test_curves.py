@@ -411,3 +411,22 @@ def test_an_exploration_that_stalls_where_the_kept_curve_jumped_to_the_target_st
     epoch, charged, message = stops_at(TrialKind.BANDIT)
     assert epoch == 17  # 204 J > 200 J
     assert "beta_knob(2.0)" in message
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+def test_a_restarts_one_off_work_is_not_extrapolated(restarted: bool) -> None:
+    """A run killed and resumed compiles again: its first report since the restart holds that
+    work, and predicts nothing (`TrialState.since`), as a first epoch does. The same epoch
+    without a restart is an epoch that cost that much, and stops the run."""
+    job = make_job()
+    state = state_with(SLOW_START)  # the bound: 2 x 100 J
+    trial = TrialState(5, 64, TrialKind.BANDIT)
+    first = after_report(job, state, trial, time=0, energy=30.0, metric=0.2, current_epoch=1)
+    assert not first.answer.stop_train  # 30 + 5 x 30 J: on track
+    resumed = replace(first.trial, resumed_at_epoch=1 if restarted else None)
+    # Epoch 2 cost 60 J (30 J of them the restart's) and is no better: the curve's epochs left
+    # at 45 J an epoch take it over 200 J.
+    second = after_report(job, first.job, resumed, time=0, energy=90.0, metric=0.2, current_epoch=2)
+    assert second.answer.stop_train is not restarted
+    if not restarted:
+        assert "learning curve" in (second.answer.message or "")

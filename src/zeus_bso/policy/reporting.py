@@ -220,24 +220,31 @@ def _report_of(
     needs (predicted from the kept curves; for a run of a prior's walk, scaled by the related
     job's epochs: `zeus_bso.policy.priors.epoch_scales`; for an exploration, at least its stall:
     `outlasting_its_stall`), what an epoch costs (the cheaper of its mean epoch and its epochs
-    since the last report: its first may hold a compile), what a fresh run costs (`fresh_run_cost`)
+    since the last report: its first may hold a compile; neither, and no prediction, at its
+    first report since it restarted, whose epochs hold the restart's: `TrialState.since`, nor at
+    a report of the same epoch again), what a fresh run costs (`fresh_run_cost`)
     and how much dearer its epochs are than its size's converged runs' (`run_load`), both from
     ``seen`` (the job's statistics in the run's profile's units). With ``max_run_cost_ratio``, a
     run at another size than the default carries the default's measured cost (in those units)."""
     curve, cost, metric, current_epoch = reported
     left, epoch_cost, fresh, load = None, None, None, 1.0
     if rules.learning_curve and trial.epochs and trial.cost is not None:
-        kept = {size: entry.curves for size, entry in state.stats.items()}
-        prior = state.prior if trial.round == PRIOR_ROUND else None
-        scales = None if prior is None else epoch_scales(prior, trial.batch_size)
-        hib = rules.higher_is_better
-        left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch, scales)
-        if left is not None and trial.kind is TrialKind.EXPLORATION:
-            left = outlasting_its_stall(left, curve, current_epoch)
-        since = (cost - trial.cost) / max(current_epoch - trial.epochs, 1)
-        epoch_cost = min(cost / current_epoch, since)
-        fresh = None if left is None else fresh_run_cost(seen.stats)
-        load = run_load(seen.stats.get(trial.batch_size), epoch_cost)
+        # None: the epochs since the last report hold a restart's one-off work, or there are
+        # none (a report of the same epoch again): nothing is predicted from them.
+        since = trial.since(cost, current_epoch)
+        mean = cost / current_epoch
+        pace = mean if since is None else min(mean, since)
+        load = run_load(seen.stats.get(trial.batch_size), pace)
+        epoch_cost = None if since is None else pace
+        if since is not None:
+            kept = {size: entry.curves for size, entry in state.stats.items()}
+            prior = state.prior if trial.round == PRIOR_ROUND else None
+            scales = None if prior is None else epoch_scales(prior, trial.batch_size)
+            hib = rules.higher_is_better
+            left = epochs_left(kept, trial.batch_size, curve, hib, current_epoch, scales)
+            if left is not None and trial.kind is TrialKind.EXPLORATION:
+                left = outlasting_its_stall(left, curve, current_epoch)
+            fresh = None if left is None else fresh_run_cost(seen.stats)
     default_cost, size = None, rules.default_batch_size
     if rules.run_cost_ratio is not None and size is not None and size != trial.batch_size:
         default = seen.stats.get(size)
