@@ -475,3 +475,56 @@ def test_any_bounds_prior_and_memory_cap_keep_each_decision_in_bounds(
             for _, reached, answer in _trained(memory, trial, per_epoch, reaches):
                 assert answer.converged is (answer.stop_train and reached)
         memory.end_trial(trial)
+
+
+restarting = st.lists(
+    st.tuples(
+        st.booleans(),  # the run must deliver a model
+        st.floats(0.1, 40.0),  # what an epoch costs
+        st.one_of(st.none(), st.integers(1, 8)),  # the epoch it reaches the target (None: never)
+        st.sets(st.integers(0, 7), max_size=3),  # the epochs after which it restarts
+        st.floats(0.0, 5.0),  # a restart's one-off work, in epochs
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@SETTINGS
+@given(bounded_jobs(), restarting)
+def test_runs_that_restart_keep_every_decision_in_bounds(
+    bounded: tuple[CreatedJob, Prior | None],
+    runs_: list[tuple[bool, float, int | None, set[int], float]],
+) -> None:
+    """Runs killed and resumed (a checkpoint's resume: their epochs after it hold the restart's
+    one-off work) under any of the bounds, with or without a related job's curve: a run that
+    must deliver stops only at its target or ``max_epochs``, only a run at its target
+    converges, and every run gets one of the job's batch sizes."""
+    job, prior = bounded
+    memory = InMemoryJob(job, MemoryStore(job=JobState(prior=prior)))
+    for deliver, per_epoch, reaches, restarts, work in runs_:
+        try:
+            trial = memory.next_trial(deliver=deliver)
+        except NoConvergedBatchSizeError:
+            return
+        assert trial.batch_size in job.batch_sizes
+        spent = 0.0
+        for epoch in range(1, job.max_epochs + 1):
+            if epoch - 1 in restarts:
+                memory.resumed(trial)
+                spent += work * per_epoch
+            spent += per_epoch
+            reached = reaches is not None and epoch >= reaches
+            answer = memory.report(
+                trial,
+                time=0.0,
+                energy=2 * spent,
+                metric=0.95 if reached else 0.1,
+                current_epoch=epoch,
+            )
+            assert answer.converged is (answer.stop_train and reached)
+            if deliver:
+                assert answer.stop_train is (reached or epoch == job.max_epochs), answer
+            if answer.stop_train:
+                break
+        memory.end_trial(trial)

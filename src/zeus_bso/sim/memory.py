@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from zeus_bso.policy import Dispatch, Event, JobState, TrialKind, TrialState, TrialStatus
+from zeus_bso.policy import OPEN, Dispatch, Event, JobState, TrialKind, TrialState, TrialStatus
 from zeus_bso.policy import orchestration as orchestrate
 from zeus_bso.policy.machine import after_event
 from zeus_bso.policy.profiles import WindowedCosts, count_by_profile, registered_on
@@ -144,6 +144,13 @@ class InMemoryJob:
         orchestrate.micro_batch_ran_out_of_memory(
             self.store, self.job, self._trial(trial_id), micro_batch_size
         )
+
+    def resumed(self, trial_id: TrialId) -> None:
+        """The run of an open trial restarted and resumed it (``POST /api/trials/heartbeat`` with
+        ``resumed=true``): its next report's epochs hold the restart's one-off work."""
+        trial = self._trial(trial_id)
+        if trial.status in OPEN:
+            self.store.save_trial(replace(trial, resumed_at_epoch=trial.epochs or 0), self.state)
 
     def end_trial(self, trial_id: TrialId) -> None:
         """End a trial (``PATCH /trials``): one without a final report becomes failed."""
