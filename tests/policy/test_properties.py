@@ -418,17 +418,28 @@ def test_a_run_that_must_deliver_stops_only_at_its_target_or_max_epochs(
 
 
 def _trained(
-    memory: InMemoryJob, trial: TrialId, per_epoch: float, reaches: int | None
+    memory: InMemoryJob,
+    trial: TrialId,
+    per_epoch: float,
+    reaches: int | None,
+    restarts: set[int] | None = None,
+    work: float = 0.0,
 ) -> Iterator[tuple[int, bool, Any]]:
     """Report ``trial``'s epochs, each costing ``per_epoch``, its metric at the target from
     epoch ``reaches`` on (None: never), until the answer stops it: each epoch, whether it
-    reached the target, and the answer."""
+    reached the target, and the answer. The run restarts after each epoch of ``restarts``
+    (resumed: the next epoch costs ``work`` epochs more, the restart's one-off work)."""
+    spent = 0.0
     for epoch in range(1, memory.job.max_epochs + 1):
+        if restarts is not None and epoch - 1 in restarts:
+            memory.resumed(trial)
+            spent += work * per_epoch
+        spent += per_epoch
         reached = reaches is not None and epoch >= reaches
         answer = memory.report(
             trial,
             time=0.0,
-            energy=2 * per_epoch * epoch,
+            energy=2 * spent,
             metric=0.95 if reached else 0.1,
             current_epoch=epoch,
         )
@@ -508,23 +519,8 @@ def test_runs_that_restart_keep_every_decision_in_bounds(
         except NoConvergedBatchSizeError:
             return
         assert trial.batch_size in job.batch_sizes
-        spent = 0.0
-        for epoch in range(1, job.max_epochs + 1):
-            if epoch - 1 in restarts:
-                memory.resumed(trial)
-                spent += work * per_epoch
-            spent += per_epoch
-            reached = reaches is not None and epoch >= reaches
-            answer = memory.report(
-                trial,
-                time=0.0,
-                energy=2 * spent,
-                metric=0.95 if reached else 0.1,
-                current_epoch=epoch,
-            )
+        for epoch, reached, answer in _trained(memory, trial, per_epoch, reaches, restarts, work):
             assert answer.converged is (answer.stop_train and reached)
             if deliver:
                 assert answer.stop_train is (reached or epoch == job.max_epochs), answer
-            if answer.stop_train:
-                break
         memory.end_trial(trial)
