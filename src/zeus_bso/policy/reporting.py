@@ -233,10 +233,11 @@ def _report_of(
         # none (a report of the same epoch again): nothing is predicted from them.
         since = trial.since(cost, current_epoch)
         mean = cost / current_epoch
-        pace = mean if since is None else min(mean, since)
-        load = run_load(seen.stats.get(trial.batch_size), pace)
-        epoch_cost = None if since is None else pace
-        if since is not None:
+        epoch_cost = None if since is None else min(mean, since)
+        load = run_load(
+            seen.stats.get(trial.batch_size), mean if epoch_cost is None else epoch_cost
+        )
+        if epoch_cost is not None:
             kept = {size: entry.curves for size, entry in state.stats.items()}
             prior = state.prior if trial.round == PRIOR_ROUND else None
             scales = None if prior is None else epoch_scales(prior, trial.batch_size)
