@@ -689,21 +689,136 @@ def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     assert (trial["batch_size"], trial["status"]) == (32, "released")
 
 
-def test_a_dataloader_given_to_fit_is_refused_before_the_server_is_asked(
+def given_loaders_fit(
+    server_url: str, spec: JobSpec, tmp_path: Path, **options: Any
+) -> tuple[TinyClassifier, Any]:
+    """``trainer.fit(model, train_loader, val_loader)``, the train DataLoader built by the
+    script at the job's default, 32, with a worker that persists across epochs, and the model's
+    ``batch_size`` at 16; the model, and its weights after the fit."""
+    pl.seed_everything(0, verbose=False)
+    model = TinyClassifier(batch_size=16)
+    train = torch.utils.data.DataLoader(
+        model.train_data, batch_size=32, shuffle=True, num_workers=1, persistent_workers=True
+    )
+    callback = ZeusBSOCallback(server_url, spec, energy_meter=EstimateMeter(100), **options)
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    trainer.fit(model, train, model.val_dataloader())
+    return model, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_dataloader_given_to_fit_trains_the_servers_size_and_the_check_leaves_no_trace(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """``trainer.fit(model, train_loader, val_loader)``: the DataLoader was built at the
-    script's size, which no attribute changes. Refused at setup, saying where to build it; the
-    callback's memory check failed inside Lightning instead (``train_dataloader`` must be
-    implemented), after a trial was taken."""
-    spec = job(unique_id("fitloader"))
+    """``trainer.fit(model, train_loader, val_loader)``, as most scripts call it: it trains at
+    the server's 32, the model's own ``batch_size`` follows, and the server charges the size
+    that trained (the corpus's ``lightning_fit_loaders.py`` has its loader built again at other
+    sizes). The memory check's steps at 32 are undone without a trace: the fit trains the same
+    weights as one without the check (had the check iterated the fit's own loader, already at
+    32, its persistent worker would have kept the random seed drawn then, and the fit would
+    shuffle otherwise)."""
+    checked, unchecked = job(unique_id("fitloader")), job(unique_id("fitloadernocheck"))
+    model, weights = given_loaders_fit(server.url, checked, tmp_path)
+    steps = 3  # the memory check's, at 32 (new on this hardware), undone
+    assert model.seen_batch_sizes[steps:] == [32] * (len(model.seen_batch_sizes) - steps)
+    assert model.batch_size == 32
+    _, without_check = given_loaders_fit(server.url, unchecked, tmp_path, memory_check_steps=0)
+    assert all(torch.equal(a, b) for a, b in zip(weights, without_check, strict=True))
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(checked.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "reported")
+
+
+def test_a_dataloader_given_to_fit_that_cannot_be_resized_is_refused_before_the_server_is_asked(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A train DataLoader given to ``trainer.fit`` whose batches its own ``batch_sampler``
+    makes: no ``batch_size`` changes them. Refused at setup, naming it and where to build the
+    DataLoader instead; nothing is asked of the server."""
+    spec = job(unique_id("fitsampler"))
     model = TinyClassifier(batch_size=16)
-    loaders = model.train_dataloader(), model.val_dataloader()
-    words = "was given the train DataLoader"
-    message = refused_fit(server.url, spec, tmp_path, words, model, *loaders)
+    sampler = torch.utils.data.BatchSampler(range(len(model.train_data)), 16, drop_last=False)
+    loader = torch.utils.data.DataLoader(model.train_data, batch_sampler=sampler)
+    words = "was given a DataLoader whose batches its batch_sampler"
+    message = refused_fit(server.url, spec, tmp_path, words, model, loader, model.val_dataloader())
     assert "train_dataloader() with self.batch_size" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
+
+
+class OneCycleOfTheScriptsLoader(TinyClassifier):
+    """OneCycleLR sized as tutorials size it, from the script's own train DataLoader
+    (``steps_per_epoch=len(train_loader)``), given to the module."""
+
+    def __init__(self, steps_per_epoch: int, epochs: int) -> None:
+        super().__init__()
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, 0.05, epochs=self.epochs, steps_per_epoch=self.steps_per_epoch
+        )
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
+@pytest.mark.parametrize("size", [16, 64])
+def test_a_schedule_sized_from_the_scripts_own_dataloader_is_refused_before_a_step(
+    server: ServerProcess, tmp_path: Path, size: int
+) -> None:
+    """The script built its train DataLoader at 32 and sized OneCycleLR from it; the server
+    dispatched ``size``. At 16 the fit takes twice the schedule's steps (OneCycleLR raised
+    half-way where the run trained that far, and the trial failed); at 64, half of them (the
+    run ended before the rate annealed, and the server learnt 64's cost at a rate the script
+    never meant). Refused when training starts, saying how to size it; the trial is
+    released."""
+    spec = job(unique_id("fitonecycle")).model_copy(update={"default_batch_size": size})
+    model = TinyClassifier()
+    train = torch.utils.data.DataLoader(model.train_data, batch_size=32, shuffle=True)
+    module = OneCycleOfTheScriptsLoader(len(train), spec.max_epochs)
+    words = r"OneCycleLR's length, \d+ steps, is the fit's at the train DataLoader's own"
+    message = refused_fit(server.url, spec, tmp_path, words, module, train, model.val_dataloader())
+    assert "self.trainer.estimated_stepping_batches" in message
+    assert module.seen_batch_sizes == [size] * 3  # only the memory check's, undone
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (size, "released")
+
+
+class OneCycleOfFixedLength(TinyClassifier):
+    """Builds its DataLoader at the batch size set on it; OneCycleLR of a fixed length."""
+
+    def __init__(self, total_steps: int) -> None:
+        super().__init__()
+        self.total_steps = total_steps
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.05, self.total_steps)
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
+def test_a_one_cycle_shorter_than_the_run_may_train_is_refused_before_a_step(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """OneCycleLR fixed at 96 steps, six epochs at 32: the server dispatched 16, whose six
+    epochs take 192, and the schedule would raise half-way. Refused when training starts; the
+    trial is released. The same schedule passes where the job's ``max_epochs`` (3) bounds the
+    run within its 96 steps, though the Trainer's (6) would not."""
+    spec = job(unique_id("fixedcycle")).model_copy(update={"default_batch_size": 16})
+    words = r"OneCycleLR\(total_steps=96\) is shorter than the run may train, 192 optimizer"
+    refused_fit(server.url, spec, tmp_path, words, OneCycleOfFixedLength(96))
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (16, "released")
+    short = job(unique_id("fixedcycleshort"), max_epochs=3)
+    short = short.model_copy(update={"default_batch_size": 16})
+    callback = ZeusBSOCallback(server.url, short, energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(max_epochs=6, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    trainer.fit(OneCycleOfFixedLength(96))
+    assert callback.outcome is not None
+    assert callback.outcome.batch_size == 16
 
 
 class ReadOnlyBatchSize(TinyClassifier):

@@ -176,6 +176,7 @@ CORPUS = {
     "lightning_warmup_cosine.py": ((), "linear"),  # 'auto' on SGD
     "lightning_datamodule.py": ((), "linear"),
     "lightning_plateau.py": ((), "linear"),  # ReduceLROnPlateau on the validation loss
+    "lightning_fit_loaders.py": ((), "linear"),  # trainer.fit(model, train_loader, val_loader)
     "classic_pytorch_lightning.py": ((), "linear"),
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
     "accelerate_loop.py": ((), "linear"),
@@ -354,6 +355,7 @@ def test_upstreams_loop_shape_gets_the_failure_signal_from_on_evaluate(
 
 LIGHTNING = [
     "lightning_onecycle.py",
+    "lightning_fit_loaders.py",
     "lightning_warmup_cosine.py",
     "lightning_datamodule.py",
     "classic_pytorch_lightning.py",

@@ -4,22 +4,23 @@ both installed (the callback is a Callback of each; it uses the helpers of its T
 
 When a fit is set up (the ``setup`` hook, before ``configure_optimizers`` and before any DataLoader
 is built) rank 0 asks the server for the batch size, broadcasts it, and sets it on the model, its
-hparams or the datamodule (``batch_arg_name``), so that a schedule sized from the data
-(``trainer.estimated_stepping_batches``) is sized for it; the fit's first training batch is checked
-against it. After every validation of the fit (sanity checks and ``trainer.validate`` excepted)
-rank 0 reports cumulative time, the energy of the run (every rank's GPUs, each GPU once) and the
-monitored metric, and every rank stops when the server says so. A fit that validates every few
-epochs (``check_val_every_n_epoch``) reports its epoch count; one that validates within epochs
-(``val_check_interval`` below 1) reports each validation as an epoch, and says so when training
-starts. The server's figures of each report (``bso/cost``, ``bso/energy_j``, ``bso/batch_size``)
-are logged once: at the epoch's end, or at the validation's step for a validation within an epoch.
-An error on rank 0 (a metric that was not logged) is raised on every rank. A fit resumed from a
-checkpoint continues the same trial. The learning rate follows the batch size by ``lr_rule`` at
-every step of whatever schedule ``configure_optimizers`` builds. At the fit's end a line through
-Lightning's console (``rank_zero_info``) says how the run went (`outcome`). A fit that fails before
-its first optimizer step (out of memory excepted), or with a `ConfigurationError`, and one that the
-Trainer's own limits end before the server's stop, release their trial: nothing is counted against
-the batch size. ``Tuner.lr_find``'s own fit asks nothing of the server.
+hparams or the datamodule (``batch_arg_name``), or builds the train DataLoader given to
+``trainer.fit`` again at it (`zeus_bso.integrations.lightning_trainer.BatchTarget`), so that a
+schedule sized from the data (``trainer.estimated_stepping_batches``) is sized for it; the fit's
+first training batch is checked against it. After every validation of the fit (sanity checks and
+``trainer.validate`` excepted) rank 0 reports cumulative time, the energy of the run (every rank's
+GPUs, each GPU once) and the monitored metric, and every rank stops when the server says so. A fit
+that validates every few epochs (``check_val_every_n_epoch``) reports its epoch count; one that
+validates within epochs (``val_check_interval`` below 1) reports each validation as an epoch, and
+says so when training starts. The server's figures of each report (``bso/cost``, ``bso/energy_j``,
+``bso/batch_size``) are logged once: at the epoch's end, or at the validation's step for a
+validation within an epoch. An error on rank 0 (a metric that was not logged) is raised on every
+rank. A fit resumed from a checkpoint continues the same trial. The learning rate follows the batch
+size by ``lr_rule`` at every step of whatever schedule ``configure_optimizers`` builds. At the fit's
+end a line through Lightning's console (``rank_zero_info``) says how the run went (`outcome`). A fit
+that fails before its first optimizer step (out of memory excepted), or with a `ConfigurationError`,
+and one that the Trainer's own limits end before the server's stop, release their trial: nothing is
+counted against the batch size. ``Tuner.lr_find``'s own fit asks nothing of the server.
 
 The trial on every rank (the server, the shared answers, each GPU's energy once, checkpoints)
 is `zeus_bso.training.session.TrialSession`'s; this module maps Lightning's hooks onto it.
@@ -40,6 +41,7 @@ from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_memory import checks_memory, try_size
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
+from zeus_bso.integrations.lightning_schedules import schedule_refused
 from zeus_bso.integrations.lightning_trainer import Module, Trainer
 from zeus_bso.options import (
     JobLike,
@@ -62,7 +64,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
         monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
-        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule).
+        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule);
+            a fit given its train DataLoader (``trainer.fit(model, train_loader)``) needs none:
+            the DataLoader is built again at the server's size.
         memory_check_steps: at a batch size that never ran on these GPUs, this many training
             steps are tried when the fit starts, and undone (the weights, the optimizers' state
             and the random state are restored); one that runs out of memory is marked
@@ -120,6 +124,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._built_early: list[str] = []
         self._trainer: Trainer | None = None
         self._module: Module | None = None
+        self._target: fit.BatchTarget | None = None
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
 
@@ -149,10 +154,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if refused := fit.fit_refused(trainer, pl_module, name, micro):
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
+        self._target = fit.BatchTarget(trainer, pl_module, name)
         self.session = None
         rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
-        if fit.no_trial(trainer, pl_module, name, size if rule != "none" else None):
+        if fit.no_trial(trainer, self._target, size if rule != "none" else None):
             return  # Tuner.lr_find's fit, or a debugging mode's: its epochs are not the job's
         if refused := fit.rate_finder_refused(trainer, rule, size):
             raise ConfigurationError(refused)  # before the server is asked
@@ -186,7 +192,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         # The optimizers exist from here: the memory check tries steps with them.
-        if self.session is None:
+        if self.session is None or self._target is None:
             return
         steps = 0 if self._resumed else self.memory_check_steps
         if checks_memory(self.session, trainer, pl_module, steps):
@@ -196,7 +202,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 trainer,
                 pl_module,
                 self.session,
-                self.batch_arg_name,
+                self._target,
                 steps=steps,
                 accumulates=self.options.get("max_micro_batch_size") is not None,
             )
@@ -213,9 +219,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
         """Give the module the session's batch: its micro-batches, accumulated to the batch
         size when the fit accumulates."""
-        session = self.session
+        session, target = self.session, self._target
         assert session is not None
-        package_of(trainer).setattr(pl_module, self.batch_arg_name, session.micro_batch_size)
+        assert target is not None
+        target.set(session.micro_batch_size)
         if self.options.get("max_micro_batch_size") is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
 
@@ -241,6 +248,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if not self._resumed and (refused := fit.trained_before(trainer)):
             raise ConfigurationError(refused)  # its trial is released (on_exception)
         if refused := fit.no_validation_batches(trainer, self.monitor):
+            raise ConfigurationError(refused)  # released too
+        given = self._target.given if self._target is not None else None
+        size, epochs = self.session.micro_batch_size, self.job.max_epochs
+        if refused := schedule_refused(trainer, given, size, epochs):
             raise ConfigurationError(refused)  # released too
         if limits.warn_of_interval(trainer, self.job.max_epochs):
             self.session.reports_within_epochs_said()
@@ -317,7 +328,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         session, self.session = self.session, None
         self._restored = None  # a later fit with this callback starts a new trial
-        self._trainer = self._module = None
+        self._trainer = self._module = self._target = None
         if session is None:
             return
         try:
@@ -351,7 +362,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         session.failed(exception, trained=trainer.global_step > 0)
         self._ended(trainer, session.outcome)
         self._restored = None
-        self._trainer = self._module = None
+        self._trainer = self._module = self._target = None
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from zeus_bso.integrations.lightning_packages import package_of
+from zeus_bso.integrations.lightning_trainer import BatchTarget
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession
 
@@ -47,32 +47,30 @@ def try_size(
     trainer: Any,
     pl_module: Any,
     session: TrialSession,
-    name: str,
+    target: BatchTarget,
     size: int,
     *,
     steps: int,
     accumulates: bool,
 ) -> None:
-    """Try ``steps`` training steps at ``size`` samples a step (set on the attribute ``name``),
-    at the learning rate a fit of it would take (of the session's batch size where the fit
+    """Try ``steps`` training steps at ``size`` samples a step (set on ``target``), at the
+    learning rate a fit of it would take (of the session's batch size where the fit
     ``accumulates`` micro-batches of ``size``): `try_steps`, which raises an out-of-memory
     error."""
-    package_of(trainer).setattr(pl_module, name, size)
+    target.set(size)
     if session.lr.rule != "none":  # the rate a fit of it would take
         batch = session.batch_size if accumulates else size
         for optimizer in trainer.optimizers:
             session.lr.scale(optimizer, batch)
-    try_steps(trainer, pl_module, steps)
+    try_steps(trainer, pl_module, target.loader(), steps)
 
 
-def try_steps(trainer: Any, pl_module: Any, steps: int) -> None:
+def try_steps(trainer: Any, pl_module: Any, loader: Any, steps: int) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
-    no collective), with the fit's optimizers and a train DataLoader built at the batch size
-    the module holds now, then undo them: the weights, the optimizers' state and the random
+    no collective), with the fit's optimizers and ``loader`` (the train DataLoader at the
+    batch size tried), then undo them: the weights, the optimizers' state and the random
     state are restored. What the module logs meanwhile is dropped (the steps are not the
     fit's). An out-of-memory error is raised."""
-    holder = trainer.datamodule if trainer.datamodule is not None else pl_module
-    loader = holder.train_dataloader()
     quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
     for name in quiet:  # Lightning's own refuse a call outside its loop
         setattr(pl_module, name, lambda *args, **kwargs: None)

@@ -11,6 +11,7 @@ from typing import Any
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
 from zeus_bso.integrations.lightning_packages import is_a, package_of
+from zeus_bso.integrations.loaders import at_batch_size, not_resizable
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 
@@ -141,21 +142,70 @@ def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str 
     return None
 
 
-def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
-    """Why the fit cannot train the server's batch size: ``trainer.fit`` was given its train
-    DataLoader (``train_dataloaders=``), built at a size of the script's, which no attribute
-    changes. None: the model or a datamodule builds it (``train_dataloader()``)."""
+def given_to_fit(trainer: Trainer) -> Any | None:
+    """What ``trainer.fit`` was given as its train data (``train_dataloaders=``, or its second
+    argument); None: the model or a datamodule builds it (``train_dataloader()``)."""
     source = getattr(trainer.fit_loop, "_data_source", None)
     is_module = getattr(source, "is_module", None)
     if not callable(is_module) or is_module():
         return None
+    return getattr(source, "instance", None)
+
+
+def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
+    """Why the fit cannot train the server's batch size: ``trainer.fit`` was given train data
+    that cannot be built again at another size (`zeus_bso.integrations.loaders.not_resizable`).
+    None: it was given none, or a DataLoader that can (`BatchTarget`)."""
+    given = given_to_fit(trainer)
+    why = None if given is None else not_resizable(given)
+    if why is None:
+        return None
     return (
-        "trainer.fit(model, train_dataloaders=...) was given the train DataLoader, built at a "
-        "batch size of the script's own, which the callback cannot change: build it in the "
-        f"model's (or a LightningDataModule's) train_dataloader() with self.{batch_arg_name} "
-        f"(or self.hparams.{batch_arg_name}), and call trainer.fit(model) or "
+        f"trainer.fit(model, train_dataloaders=...) was given {why}, which the callback "
+        "cannot build again at the server's batch size: give it one torch DataLoader built "
+        "with batch_size=..., or build the DataLoader in the model's (or a "
+        f"LightningDataModule's) train_dataloader() with self.{batch_arg_name} (or "
+        f"self.hparams.{batch_arg_name}), and call trainer.fit(model) or "
         "trainer.fit(model, datamodule=...)"
     )
+
+
+class BatchTarget:
+    """Where a fit's batch size goes. Where ``trainer.fit`` was given its train DataLoader
+    (`given_to_fit`): that DataLoader, built again at each size the callback sets
+    (`zeus_bso.integrations.loaders.at_batch_size`: the same dataset, sampler and workers), in
+    its place as the fit's train data before Lightning reads it; ``batch_arg_name`` too, where
+    the model, its hparams or the datamodule has it. Otherwise ``batch_arg_name``, from which
+    ``train_dataloader()`` builds the DataLoader."""
+
+    def __init__(self, trainer: Trainer, pl_module: Module, batch_arg_name: str) -> None:
+        self.trainer, self.module, self.name = trainer, pl_module, batch_arg_name
+        self.given = given_to_fit(trainer)
+        """The train DataLoader the fit was given, as the script built it; None: none."""
+        self.size = 0
+        """The size set last (0: none yet)."""
+
+    def set(self, size: int) -> None:
+        """Train at ``size`` samples a step (on each process)."""
+        package = package_of(self.trainer)
+        self.size = size
+        if self.given is not None:
+            self.trainer.fit_loop._data_source.instance = at_batch_size(self.given, size)
+            if not package.hasattr(self.module, self.name) or unsettable(
+                self.trainer, self.module, self.name
+            ):
+                return  # the loader is all there is to set
+        package.setattr(self.module, self.name, size)
+
+    def loader(self) -> Any:
+        """A train DataLoader of its own at the size set last, for steps that are undone: one
+        that the fit will not iterate (whose persistent workers, and the random seeds they
+        drew, the fit does not inherit)."""
+        if self.given is not None:
+            return at_batch_size(self.given, self.size)
+        trainer = self.trainer
+        holder = trainer.datamodule if trainer.datamodule is not None else self.module
+        return holder.train_dataloader()
 
 
 def fit_refused(
@@ -168,7 +218,8 @@ def fit_refused(
     refused = loader_given_to_fit(trainer, batch_arg_name)
     if refused and not debug_run(trainer):
         return refused
-    if not package_of(trainer).hasattr(pl_module, batch_arg_name):
+    given = given_to_fit(trainer) is not None
+    if not given and not package_of(trainer).hasattr(pl_module, batch_arg_name):
         return no_batch_size(trainer, batch_arg_name)
     if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
         return (
@@ -193,7 +244,8 @@ def trial_refused(
     """Why a fit that is a run of the job (no debugging mode, not ``Tuner.lr_find``'s) cannot
     be a trial: the size cannot be set, or no validation would judge it (none runs, or
     ``barebones`` drops what it logs). None: it can."""
-    if refused := unsettable(trainer, pl_module, batch_arg_name):
+    refused = unsettable(trainer, pl_module, batch_arg_name)
+    if refused and given_to_fit(trainer) is None:  # a given DataLoader needs no attribute
         return refused
     if not validates(trainer, pl_module):
         return (
@@ -217,16 +269,14 @@ def trial_refused(
     return None
 
 
-def no_trial(
-    trainer: Trainer, pl_module: Module, batch_arg_name: str, lr_find_size: int | None
-) -> bool:
+def no_trial(trainer: Trainer, target: BatchTarget, lr_find_size: int | None) -> bool:
     """Whether the fit is no run of the job, and says so on rank 0: ``Tuner.lr_find``'s fit,
     which ends after the finder's steps, at ``lr_find_size`` (the batch size ``lr_rule`` scales
     the rate from; None: the module's own), or a debugging mode (``fast_dev_run``...)."""
     if tunes_the_rate(trainer):
         where = "the module's batch size"
         if lr_find_size is not None:
-            package_of(trainer).setattr(pl_module, batch_arg_name, lr_find_size)
+            target.set(lr_find_size)
             where = f"batch size {lr_find_size}, the one lr_rule scales its rate from"
         level, said = (
             logging.INFO,

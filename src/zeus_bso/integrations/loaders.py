@@ -1,5 +1,6 @@
 """What the adapters read of a framework's DataLoader: the batch size it takes on each process,
-to hold against the batch size the server dispatched."""
+to hold against the batch size the server dispatched; and a DataLoader the script built itself,
+built again at another batch size (`at_batch_size`)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,50 @@ def batch_size_of(loader: Any) -> int | None:
     if size is None:
         size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
     return size if isinstance(size, int) else None
+
+
+def not_resizable(loader: Any) -> str | None:
+    """Why `at_batch_size` cannot build ``loader`` again at another batch size, in words that
+    name what it is; None: it can (a torch ``DataLoader``, or a subclass that keeps its
+    ``__init__``, that batches its sampler's samples by ``batch_size``)."""
+    from torch.utils.data import DataLoader
+
+    kind = type(loader).__name__
+    if not isinstance(loader, DataLoader):
+        return f"a {kind}, not one torch DataLoader"
+    if type(loader).__init__ is not DataLoader.__init__:
+        return f"a {kind}, whose own __init__ may take other arguments than DataLoader's"
+    if loader.batch_size is None:
+        return (
+            "a DataLoader whose batches its batch_sampler (or its dataset) makes, of sizes "
+            "no batch_size changes"
+        )
+    return None
+
+
+def at_batch_size(loader: Any, batch_size: int) -> Any:
+    """``loader`` (a DataLoader that `not_resizable` passes) built again, the same in all but
+    its ``batch_size``: the same dataset, sampler (the same shuffling, and random generator),
+    workers, collation and pinning. A new DataLoader even at the same size: iterating it
+    starts no worker of ``loader``'s (persistent ones included) and draws nothing from
+    ``loader``'s iterators."""
+    from torch.utils.data import IterableDataset
+
+    iterable = isinstance(loader.dataset, IterableDataset)  # it takes no sampler
+    return type(loader)(
+        loader.dataset,
+        batch_size=batch_size,
+        sampler=None if iterable else loader.sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+        pin_memory_device=loader.pin_memory_device,
+        **({"in_order": loader.in_order} if hasattr(loader, "in_order") else {}),
+    )
