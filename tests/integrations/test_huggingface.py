@@ -780,6 +780,38 @@ def test_a_train_dataloader_of_another_size_is_refused_before_it_trains(
     assert callback.spy_sizes == [callback.batch_size]  # type: ignore[attr-defined]
 
 
+class HandSizedSchedule(transformers.Trainer):  # type: ignore[misc]
+    """As older scripts build it: ``optimizers=(optimizer, scheduler)``, the schedule sized by
+    the script's own arithmetic for the job's default, 16 (256 samples, two epochs)."""
+
+    def __init__(self, *, model: Any, **options: Any) -> None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
+        scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 2, 256 // 16 * 2)
+        super().__init__(model=model, optimizers=(optimizer, scheduler), **options)
+
+
+def test_a_schedule_sized_for_another_batch_size_is_refused_before_it_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A schedule the script sized for 16 trains the first recurrence, at 16; the next, at the
+    size the server explores, would decay to 0 half-way (8) or stop half-way down (32), while
+    the server learnt the size's cost: refused before a step, the trial released, saying to
+    let the Trainer build the schedule."""
+    spec = job(unique_id("hfschedule"), target=0.6)
+    first = train(server.url, spec, tmp_path, epochs=2, trainer_class=HandSizedSchedule)
+    assert (first.batch_size, first.outcome.converged if first.outcome else None) == (16, True)
+    with pytest.raises(ConfigurationError) as refused:
+        train(server.url, spec, tmp_path, epochs=2, trainer_class=HandSizedSchedule)
+    words = str(refused.value)
+    assert "get_linear_schedule_with_warmup's length, 32 steps, does not fit the run" in words
+    assert "create_scheduler(num_training_steps, optimizer)" in words
+    with ServerClient(server.url) as client:
+        trials = client.job_state(spec.job_id or "")["trials"]
+    second = max(trials, key=lambda trial: trial["trial_number"])
+    assert second["batch_size"] != 16
+    assert (second["status"], second["epochs"]) == ("released", None)
+
+
 def test_a_trainer_without_compute_metrics_is_told_to_give_it_one(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -763,27 +763,75 @@ class OneCycleOfTheScriptsLoader(TinyClassifier):
         return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
 
-@pytest.mark.parametrize("size", [16, 64])
+@pytest.mark.parametrize(
+    ("size", "words"),
+    [
+        (16, r"OneCycleLR's length, 96 steps, is shorter than the run may train, 192 optimizer"),
+        (
+            64,
+            r"OneCycleLR's length, 96 steps, does not fit the run: it trains 64 samples a step, "
+            r"48 optimizer steps .* would end before the rate anneals",
+        ),
+    ],
+)
 def test_a_schedule_sized_from_the_scripts_own_dataloader_is_refused_before_a_step(
-    server: ServerProcess, tmp_path: Path, size: int
+    server: ServerProcess, tmp_path: Path, size: int, words: str
 ) -> None:
-    """The script built its train DataLoader at 32 and sized OneCycleLR from it; the server
-    dispatched ``size``. At 16 the fit takes twice the schedule's steps (OneCycleLR raised
-    half-way where the run trained that far, and the trial failed); at 64, half of them (the
-    run ended before the rate annealed, and the server learnt 64's cost at a rate the script
-    never meant). Refused when training starts, saying how to size it; the trial is
-    released."""
+    """The script built its train DataLoader at 32 and sized OneCycleLR from it (16 batches,
+    six epochs: 96 steps); the server dispatched ``size``. At 16 the fit takes twice the
+    schedule's steps (OneCycleLR raised half-way where the run trained that far, and the trial
+    failed); at 64, half of them (the run ended before the rate annealed, and the server learnt
+    64's cost at a rate the script never meant). Refused when training starts, saying how to
+    size it; the trial is released."""
     spec = job(unique_id("fitonecycle")).model_copy(update={"default_batch_size": size})
     model = TinyClassifier()
     train = torch.utils.data.DataLoader(model.train_data, batch_size=32, shuffle=True)
     module = OneCycleOfTheScriptsLoader(len(train), spec.max_epochs)
-    words = r"OneCycleLR's length, \d+ steps, is the fit's at the train DataLoader's own"
     message = refused_fit(server.url, spec, tmp_path, words, module, train, model.val_dataloader())
     assert "self.trainer.estimated_stepping_batches" in message
     assert module.seen_batch_sizes == [size] * 3  # only the memory check's, undone
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (size, "released")
+
+
+class TransformersScheduleOfFixedLength(TinyClassifier):
+    """transformers' linear warm-up and decay, its length fixed for the default batch size, 32
+    (16 batches, six epochs), as a module that does its own arithmetic writes it."""
+
+    def configure_optimizers(self) -> Any:
+        from transformers import get_linear_schedule_with_warmup
+
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        scheduler = get_linear_schedule_with_warmup(optimizer, 10, num_training_steps=96)
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
+def test_a_schedule_of_fixed_length_trains_at_its_size_and_is_refused_at_another(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The first recurrence trains at the default, 32, whose six epochs are the schedule's 96
+    steps; the next explores another size, whose steps are not: refused when training starts
+    (it would decay to 0 half-way at 16, or stop half-way down the decay at 64), its trial
+    released."""
+    pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
+    spec = job(unique_id("fixedlinear"), target=0.6)
+    callback = ZeusBSOCallback(server.url, spec, energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+    )
+    trainer.fit(TransformersScheduleOfFixedLength())
+    assert callback.outcome is not None
+    assert callback.outcome.batch_size == 32
+    words = r"get_linear_schedule_with_warmup's length, 96 steps, does not fit the run"
+    message = refused_fit(server.url, spec, tmp_path, words, TransformersScheduleOfFixedLength())
+    assert "sized, it seems, for batch size 32's" in message
+    with ServerClient(server.url) as client:
+        trials = client.job_state(spec.job_id or "")["trials"]
+    first, second = sorted(trials, key=lambda trial: trial["trial_number"])
+    assert (first["batch_size"], first["status"], first["converged"]) == (32, "reported", True)
+    assert second["batch_size"] != 32
+    assert second["status"] == "released"
 
 
 class OneCycleOfFixedLength(TinyClassifier):
@@ -807,7 +855,7 @@ def test_a_one_cycle_shorter_than_the_run_may_train_is_refused_before_a_step(
     trial is released. The same schedule passes where the job's ``max_epochs`` (3) bounds the
     run within its 96 steps, though the Trainer's (6) would not."""
     spec = job(unique_id("fixedcycle")).model_copy(update={"default_batch_size": 16})
-    words = r"OneCycleLR\(total_steps=96\) is shorter than the run may train, 192 optimizer"
+    words = r"OneCycleLR's length, 96 steps, is shorter than the run may train, 192 optimizer"
     refused_fit(server.url, spec, tmp_path, words, OneCycleOfFixedLength(96))
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zeus_bso.integrations.loaders import batch_size_of
+from zeus_bso.integrations.schedules import length_of, schedule_refusal
 from zeus_bso.training import TrialSession
 
 logger = logging.getLogger("zeus_bso.integrations.huggingface")  # the callback's
@@ -120,6 +121,33 @@ def loader_refusal(
         f"{args.per_device_train_batch_size}: batches of {expected}), and the server would "
         f"charge {batch_size} for a run that trains at another size: {fix}; the run is not "
         "counted against the batch size"
+    )
+
+
+def schedule_refused(
+    args: Any, state: Any, scheduler: Any, batch_size: int, written_for: int, max_epochs: int
+) -> str | None:
+    """Why the run cannot take ``scheduler``, one that anneals over a length fixed when it was
+    built (`zeus_bso.integrations.schedules.schedule_refusal`), not the run's ``state.max_steps``
+    at ``batch_size``: a script's own, given as ``Trainer(optimizers=(optimizer, scheduler))``
+    and sized for ``written_for`` (the job's reference size). The Trainer's own schedule is
+    built for the run's steps. None: it fits, or it has no length."""
+    length = length_of(scheduler) if scheduler is not None else None
+    steps = int(state.max_steps or 0)
+    if length is None or steps <= 0:
+        return None
+    epochs = float(args.num_train_epochs)
+    may_train = steps
+    if args.max_steps <= 0 and epochs > max_epochs:  # the job's max_epochs ends it first
+        may_train = math.ceil(steps * max_epochs / epochs)
+    why = schedule_refusal([length], steps, may_train, batch_size, written_for)
+    if why is None:
+        return None
+    return (
+        f"{why}; let the Trainer build the schedule for the run's steps "
+        "(TrainingArguments(lr_scheduler_type=..., warmup_steps=...)), or build yours in a "
+        "Trainer subclass's create_scheduler(num_training_steps, optimizer), which the Trainer "
+        "calls with the run's steps (the run is not counted against the batch size)"
     )
 
 

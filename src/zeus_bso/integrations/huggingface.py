@@ -224,6 +224,11 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             return
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
+        reference = self.options.get("reference_batch_size") or self.job.default_batch_size
+        if refused := hf_arguments.schedule_refused(
+            args, state, lr_scheduler, session.batch_size, reference, self.job.max_epochs
+        ):
+            self._refuse(refused)
         if (
             self.memory_check_steps > 0
             and self.resume_from is None

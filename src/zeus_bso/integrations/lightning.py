@@ -216,6 +216,16 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             for warning in limits.limit_warnings(trainer, self.job.max_epochs):
                 logger.warning("%s", warning)
 
+    def _written_for(self) -> int:
+        """The batch size the fit's schedules were written for: that of the train DataLoader
+        the script gave ``trainer.fit``, else the job's reference (the size its rate was tuned
+        at: ``reference_batch_size``, or the default)."""
+        given = self._target.given if self._target is not None else None
+        size = getattr(given, "batch_size", None)
+        if isinstance(size, int):
+            return size
+        return self.options.get("reference_batch_size") or self.job.default_batch_size
+
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
         """Give the module the session's batch: its micro-batches, accumulated to the batch
         size when the fit accumulates."""
@@ -249,9 +259,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # its trial is released (on_exception)
         if refused := fit.no_validation_batches(trainer, self.monitor):
             raise ConfigurationError(refused)  # released too
-        given = self._target.given if self._target is not None else None
-        size, epochs = self.session.micro_batch_size, self.job.max_epochs
-        if refused := schedule_refused(trainer, given, size, epochs):
+        if refused := schedule_refused(
+            trainer, self._written_for(), self.session.batch_size, self.job.max_epochs
+        ):
             raise ConfigurationError(refused)  # released too
         if limits.warn_of_interval(trainer, self.job.max_epochs):
             self.session.reports_within_epochs_said()

@@ -1,40 +1,30 @@
 """Schedules of a Lightning fit whose length in optimizer steps was fixed before the callback set
-the batch size: ``OneCycleLR(total_steps=...)``, ``CosineAnnealingLR(T_max=...)``,
-``LinearLR``/``PolynomialLR(total_iters=...)``, stepped each optimizer step. A script that gives
-``trainer.fit`` its train DataLoader often sizes them from that loader
-(``steps_per_epoch=len(train_loader)``), at its own batch size: at another, the fit takes more
-or fewer steps than the schedule. Fewer: it ends before the rate anneals, and the server learns a
-batch size's cost at a rate the script never meant; more: ``OneCycleLR`` raises part-way, and a
-cosine climbs again. Refused when training starts, before any step, saying how to size the
-schedule from the fit."""
+the batch size (`zeus_bso.integrations.schedules`: ``OneCycleLR(total_steps=...)``,
+``get_linear_schedule_with_warmup(..., num_training_steps=...)``...), stepped each optimizer
+step. A script that gives ``trainer.fit`` its train DataLoader often sizes them from that loader
+(``steps_per_epoch=len(train_loader)``), at its own batch size, and a module may fix one in its
+``__init__``: at another size the fit takes more or fewer steps than the schedule. Fewer: it
+ends before the rate anneals, and the server learns a batch size's cost at a rate the script
+never meant; more: ``OneCycleLR`` raises part-way, and a cosine climbs again. Refused when
+training starts, before any step, saying how to size the schedule from the fit."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-LENGTHS = {
-    "OneCycleLR": "total_steps",
-    "CosineAnnealingLR": "T_max",
-    "PolynomialLR": "total_iters",
-}
-"""The schedules that anneal over a length in steps, by class name, and its attribute.
-(``LinearLR``'s ``total_iters`` is most often a warm-up's, shorter than the fit by design.)"""
+from zeus_bso.integrations.schedules import length_of, schedule_refusal
 
 
 def _lengths(trainer: Any) -> list[tuple[str, int]]:
-    """Each schedule stepped every optimizer step that anneals over a length: its class name
-    and that length."""
-    found = []
-    for config in getattr(trainer, "lr_scheduler_configs", []):
-        if config.interval != "step" or config.frequency != 1:
-            continue
-        scheduler = config.scheduler
-        name = type(scheduler).__name__
-        length = getattr(scheduler, LENGTHS.get(name, ""), None)
-        if isinstance(length, int):
-            found.append((name, length))
-    return found
+    """Each schedule stepped every optimizer step that anneals over a length
+    (`zeus_bso.integrations.schedules.length_of`): its name and that length."""
+    stepped = [
+        config.scheduler
+        for config in getattr(trainer, "lr_scheduler_configs", [])
+        if config.interval == "step" and config.frequency == 1
+    ]
+    return [length for length in map(length_of, stepped) if length is not None]
 
 
 def _steps(trainer: Any, epochs: int) -> int | None:
@@ -47,41 +37,24 @@ def _steps(trainer: Any, epochs: int) -> int | None:
     return min(steps, trainer.max_steps) if trainer.max_steps > 0 else steps
 
 
-def schedule_refused(trainer: Any, given: Any, batch_size: int, job_max_epochs: int) -> str | None:
-    """Why the fit's schedule cannot train at ``batch_size`` (samples a step on each process;
-    micro-batches of it where the callback accumulates), known when training starts: one that
-    anneals over the fit's steps at its train DataLoader's own size (``given``: the DataLoader
-    the script gave ``trainer.fit``, built at its size; None: the model or a datamodule builds
-    it, at the fit's size), ``len(train_loader)`` times the Trainer's ``max_epochs``, but not
-    over this size's; or a ``OneCycleLR`` shorter than the epochs the run may train (the
-    Trainer's ``max_epochs`` or the job's, the fewer), which would raise part-way. None: none
-    of them."""
+def schedule_refused(
+    trainer: Any, written_for: int | None, batch_size: int, job_max_epochs: int
+) -> str | None:
+    """Why the fit's schedules cannot train at ``batch_size`` (`schedule_refusal`; the batch
+    size of each process's optimizer step), known when training starts: ``written_for`` is the
+    batch size of the train DataLoader the script gave ``trainer.fit``, or, where the model or
+    a datamodule builds it, the job's reference size. The fit's steps are its Trainer's
+    ``max_epochs``; those it may train, the fewer of that and the job's ``max_epochs``. None:
+    each fits, or the fit has no count of its steps (an endless epoch, no ``max_epochs``)."""
     epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
     if epochs <= 0 or (steps := _steps(trainer, epochs)) is None:
         return None
     may_train = _steps(trainer, min(epochs, job_max_epochs)) or steps
-    own = getattr(given, "batch_size", None)
-    script_steps = None  # len(train_loader) x epochs, at the loader's own size
-    if given is not None and own != batch_size and hasattr(given, "__len__"):
-        script_steps = len(given) * epochs
-    for name, length in _lengths(trainer):
-        if length == script_steps and length != steps:
-            why = (
-                f"{name}'s length, {length} steps, is the fit's at the train DataLoader's own "
-                f"batch size ({own}: len(train_loader) x max_epochs), but the fit trains "
-                f"{batch_size} samples a step, {steps} optimizer steps"
-            )
-        elif name == "OneCycleLR" and length < may_train:
-            why = (
-                f"OneCycleLR(total_steps={length}) is shorter than the run may train, "
-                f"{may_train} optimizer steps at batch size {batch_size}: it would raise when "
-                "stepped past its end"
-            )
-        else:
-            continue
-        return (
-            f"{why}; size the schedule in configure_optimizers from "
-            "self.trainer.estimated_stepping_batches, which counts the fit's steps at the "
-            "batch size it trains (the run is not counted against the batch size)"
-        )
-    return None
+    why = schedule_refusal(_lengths(trainer), steps, may_train, batch_size, written_for)
+    if why is None:
+        return None
+    return (
+        f"{why}; size the schedule in configure_optimizers from "
+        "self.trainer.estimated_stepping_batches, which counts the fit's steps at the batch "
+        "size it trains (the run is not counted against the batch size)"
+    )
