@@ -938,27 +938,38 @@ class NoBatchSizeClassifier(TinyClassifier):
         del self.batch_size
 
 
-def test_a_datamodule_from_datasets_is_named_as_what_cannot_follow_the_batch_size(
+def test_a_datamodule_from_datasets_trains_the_servers_size(
     server: ServerProcess, tmp_path: Path
 ) -> None:
     """``LightningDataModule.from_datasets(..., batch_size=8)`` builds its DataLoaders at 8
-    whatever the callback sets. Without a batch size elsewhere the fit is refused before the
-    server is asked; with one on the module, at the first batch (its trial released); both
-    name the datamodule (the advice was to read ``self.batch_size``, which it cannot)."""
+    whatever the callback sets: its train DataLoader is built again at the server's 32, for a
+    module without a batch size of its own and for one with (set too). One whose datasets are
+    several (a DataLoader each) is refused before the server is asked, naming the datamodule
+    (the advice was to read ``self.batch_size``, which it cannot)."""
     data = TinyClassifier()
     datamodule = pl.LightningDataModule.from_datasets(data.train_data, data.val_data, batch_size=8)
-    words = "LightningDataModule.from_datasets"
+    for model in (NoBatchSizeClassifier(), TinyClassifier()):
+        spec = job(unique_id("fromds"))
+        callback = ZeusBSOCallback(server.url, spec, energy_meter=EstimateMeter(100))
+        trainer = pl.Trainer(
+            max_epochs=spec.max_epochs, callbacks=[callback], **quiet_trainer_options(tmp_path)
+        )
+        trainer.fit(model, datamodule=datamodule)
+        assert set(model.seen_batch_sizes) == {32}
+        assert getattr(model, "batch_size", 32) == 32
+        with ServerClient(server.url) as client:
+            (trial,) = client.job_state(spec.job_id or "")["trials"]
+        assert (trial["batch_size"], trial["status"]) == (32, "reported")
+    several = pl.LightningDataModule.from_datasets(
+        [data.train_data, data.train_data], data.val_data, batch_size=8
+    )
     spec = job(unique_id("fromds"))
-    message = refused_fit(server.url, spec, tmp_path, words, NoBatchSizeClassifier(), datamodule)
+    words = "LightningDataModule.from_datasets"
+    message = refused_fit(server.url, spec, tmp_path, words, NoBatchSizeClassifier(), several)
     assert "subclass LightningDataModule with a 'batch_size' attribute" in message
+    assert "built a list, not one torch DataLoader" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
-    spec = job(unique_id("fromds"))
-    message = refused_fit(server.url, spec, tmp_path, words, TinyClassifier(), datamodule)
-    assert "first training batch has 8 samples" in message
-    with ServerClient(server.url) as client:
-        (trial,) = client.job_state(spec.job_id or "")["trials"]
-    assert (trial["batch_size"], trial["status"]) == (32, "released")
 
 
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(

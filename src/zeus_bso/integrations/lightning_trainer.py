@@ -92,9 +92,9 @@ def loaders_built(trainer: Trainer, pl_module: Module) -> list[str]:
 
 _FROM_DATASETS = (
     "the datamodule's train_dataloader was given to it (LightningDataModule.from_datasets(..., "
-    "batch_size=...) builds its DataLoaders at the size it was given, which no callback can "
-    "change): subclass LightningDataModule with a '{}' attribute and build the DataLoaders "
-    "from it in train_dataloader()"
+    "batch_size=...) builds its DataLoaders at the size it was given, and the callback builds "
+    "again only one plain DataLoader of it): subclass LightningDataModule with a '{}' "
+    "attribute and build the DataLoaders from it in train_dataloader()"
 )
 
 
@@ -105,11 +105,10 @@ def given_loaders(trainer: Trainer) -> bool:
     return trainer.datamodule is not None and "train_dataloader" in vars(trainer.datamodule)
 
 
-def no_batch_size(trainer: Trainer, batch_arg_name: str) -> str:
+def no_batch_size(batch_arg_name: str) -> str:
     """Why the callback cannot set the fit's batch size where neither the model, its hparams
-    nor the datamodule has ``batch_arg_name``, and what to change."""
-    if given_loaders(trainer):
-        return _FROM_DATASETS.format(batch_arg_name)
+    nor the datamodule has ``batch_arg_name`` (and the fit was given no DataLoader), and what
+    to change."""
     return (
         f"neither the model, its hparams nor the datamodule has '{batch_arg_name}'; give the "
         "LightningModule or LightningDataModule that attribute and build the DataLoader from "
@@ -143,8 +142,13 @@ def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str 
 
 
 def given_to_fit(trainer: Trainer) -> Any | None:
-    """What ``trainer.fit`` was given as its train data (``train_dataloaders=``, or its second
-    argument); None: the model or a datamodule builds it (``train_dataloader()``)."""
+    """The train data built at a size of the script's: what ``trainer.fit`` was given
+    (``train_dataloaders=``, or its second argument), or what a datamodule of
+    `LightningDataModule.from_datasets` builds (`given_loaders`: at the ``batch_size`` it was
+    given). None: the model or a datamodule builds it from an attribute
+    (``train_dataloader()``)."""
+    if given_loaders(trainer):
+        return trainer.datamodule.train_dataloader()  # a DataLoader of the datasets, built now
     source = getattr(trainer.fit_loop, "_data_source", None)
     is_module = getattr(source, "is_module", None)
     if not callable(is_module) or is_module():
@@ -160,6 +164,8 @@ def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
     why = None if given is None else not_resizable(given)
     if why is None:
         return None
+    if given_loaders(trainer):
+        return f"{_FROM_DATASETS.format(batch_arg_name)} (its train_dataloader() built {why})"
     return (
         f"trainer.fit(model, train_dataloaders=...) was given {why}, which the callback "
         "cannot build again at the server's batch size: give it one torch DataLoader built "
@@ -171,8 +177,9 @@ def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
 
 
 class BatchTarget:
-    """Where a fit's batch size goes. Where ``trainer.fit`` was given its train DataLoader
-    (`given_to_fit`): that DataLoader, built again at each size the callback sets
+    """Where a fit's batch size goes. Where ``trainer.fit`` was given its train DataLoader, or
+    a datamodule of ``from_datasets`` builds it (`given_to_fit`): that DataLoader, built again
+    at each size the callback sets
     (`zeus_bso.integrations.loaders.at_batch_size`: the same dataset, sampler and workers), in
     its place as the fit's train data before Lightning reads it; ``batch_arg_name`` too, where
     the model, its hparams or the datamodule has it. Otherwise ``batch_arg_name``, from which
@@ -220,7 +227,7 @@ def fit_refused(
         return refused
     given = given_to_fit(trainer) is not None
     if not given and not package_of(trainer).hasattr(pl_module, batch_arg_name):
-        return no_batch_size(trainer, batch_arg_name)
+        return no_batch_size(batch_arg_name)
     if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
         return (
             "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
@@ -342,12 +349,6 @@ def batch_refused(
         return None
     if found == told or (found < told and trainer.num_training_batches == 1):
         return None
-    if given_loaders(trainer):
-        return (
-            f"the fit's first training batch has {found} samples, but this run's batch size "
-            f"is {told}: {_FROM_DATASETS.format(batch_arg_name)}; the run is not counted "
-            "against the batch size"
-        )
     if built:
         return (
             f"the fit's first training batch has {found} samples, but this run's batch size "
