@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -216,3 +217,61 @@ def test_a_child_forked_while_a_thread_held_the_lock_ends_by_sigterm() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child -15"]
+
+
+CHILDREN = """
+import multiprocessing, sys
+from zeus_bso import exits
+
+def noted(name):
+    print(name, repr(exits.uncaught_error()), flush=True)
+
+def wrapped(name):  # as torch.multiprocessing's wrapper runs the work of ddp_spawn's processes
+    exits.at_exit(lambda: noted(name))
+    try:
+        raise KeyError(name)
+    except Exception:
+        sys.exit(1)
+
+def raises(name):
+    exits.at_exit(lambda: noted(name))
+    raise KeyError(name)
+
+def ends(name):
+    exits.at_exit(lambda: noted(name))
+
+if __name__ == "__main__":
+    for method in ("fork", "spawn"):
+        for work in (wrapped, raises, ends):
+            child = multiprocessing.get_context(method).Process(
+                target=work, args=(f"{method}-{work.__name__}",)
+            )
+            child.start()
+            child.join()
+"""
+
+
+def test_a_multiprocessing_childs_hooks_run_at_its_end_and_see_the_error_that_ends_it(
+    tmp_path: Path,
+) -> None:
+    """The processes of Lightning's ``ddp_spawn`` and ``ddp_notebook`` are ``multiprocessing``
+    children, where Lightning calls no hook on errors: a forked one ran no exit hook at all (it
+    ends with ``os._exit``), so a trial was left to its lease, and a spawned one ran them
+    without the error (the trial failed, an out-of-memory error included). Each runs them at
+    its end now, seeing the error that ends it, the one a ``SystemExit(1)`` was raised from
+    included; none where it ended well."""
+    script = tmp_path / "children.py"
+    script.write_text(textwrap.dedent(CHILDREN))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = sorted(line for line in done.stdout.splitlines() if line)
+    assert lines == [
+        "fork-ends None",
+        "fork-raises KeyError('fork-raises')",
+        "fork-wrapped KeyError('fork-wrapped')",
+        "spawn-ends None",
+        "spawn-raises KeyError('spawn-raises')",
+        "spawn-wrapped KeyError('spawn-wrapped')",
+    ]

@@ -34,8 +34,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import multiprocessing
+import multiprocessing.util
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,12 +68,47 @@ os.register_at_fork(after_in_child=_new_lock)
 
 
 def at_exit(hook: ExitHook) -> None:
-    """Run ``hook`` at interpreter exit (once, however often it is added)."""
+    """Run ``hook`` at interpreter exit (once, however often it is added); in a
+    ``multiprocessing`` child, when it ends (`_at_child_exit`)."""
     with _lock:
         if hook not in _exit_hooks:
             _exit_hooks.append(hook)
         atexit.unregister(_run_exit_hooks)
         atexit.register(_run_exit_hooks)
+        _at_child_exit()
+
+
+_finalized_in: int | None = None
+"""The process whose ``multiprocessing`` finalizer runs the hooks (`_at_child_exit`)."""
+
+
+def _at_child_exit() -> None:
+    """In a ``multiprocessing`` child (the processes Lightning's ``ddp_spawn`` and
+    ``ddp_notebook`` train in, which ``torch.multiprocessing`` starts), run the hooks when it
+    ends too: a forked child ends with ``os._exit``, which runs no ``atexit`` handler, but
+    first runs ``multiprocessing``'s finalizers, while the error that ends it is still
+    propagating (`uncaught_error`)."""
+    global _finalized_in
+    if multiprocessing.parent_process() is None or _finalized_in == os.getpid():
+        return
+    multiprocessing.util.Finalize(None, _run_exit_hooks, exitpriority=100)
+    _finalized_in = os.getpid()
+
+
+def uncaught_error() -> BaseException | None:
+    """The error this process is ending with, for a hook at exit: the one the interpreter set
+    aside (``sys.last_value``); or, in a ``multiprocessing`` child whose work raised, the one
+    still propagating when its finalizers run (a ``SystemExit`` with a failing status, raised
+    while an error was handled as ``torch.multiprocessing``'s wrapper raises it, stands for
+    that error). None: none."""
+    uncaught = getattr(sys, "last_value", None)
+    if uncaught is not None:
+        return uncaught
+    propagating = sys.exc_info()[1]
+    if isinstance(propagating, SystemExit):
+        failing = propagating.code not in (None, 0)
+        return propagating.__context__ if failing else None
+    return propagating
 
 
 def forget_at_exit(hook: ExitHook) -> None:

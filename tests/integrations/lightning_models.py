@@ -80,17 +80,24 @@ def job(job_id: str, target: float = 0.9, max_epochs: int = 6) -> JobSpec:
     )
 
 
-def fit(server_url: str, spec: JobSpec, tmp_path: Path, **trainer_args: Any) -> tuple[Any, Any]:
+def fit(
+    server_url: str, spec: JobSpec, tmp_path: Path, *, given: bool = False, **trainer_args: Any
+) -> tuple[Any, Any]:
     """A fit of `TinyClassifier` under the callback (an estimated 100 W); the model and the
-    callback."""
+    callback. ``given``: ``trainer.fit`` is given the DataLoaders, the train one built at 16."""
     pl.seed_everything(0, verbose=False)
     model = TinyClassifier()
+    loaders = (
+        (torch.utils.data.DataLoader(model.train_data, batch_size=16), model.val_dataloader())
+        if given
+        else ()
+    )
     callback = ZeusBSOCallback(server_url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
     options: dict[str, Any] = {"max_epochs": spec.max_epochs, **quiet_trainer_options(tmp_path)}
     options.update(trainer_args)
     ckpt_path = options.pop("ckpt_path", None)
     trainer = pl.Trainer(callbacks=[callback, *options.pop("callbacks", [])], **options)
-    trainer.fit(model, ckpt_path=ckpt_path)
+    trainer.fit(model, *loaders, ckpt_path=ckpt_path)
     return model, callback
 
 

@@ -191,16 +191,21 @@ def test_training_survives_the_server_going_away(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["module-loaders", "given-loaders"])
 def test_ddp_on_two_cpu_processes(
-    server: ServerProcess, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    server: ServerProcess, tmp_path: Path, capfd: pytest.CaptureFixture[str], given: bool
 ) -> None:
     """Two ranks (gloo): one trial, the same batch size on both, energy of both added up. The
     ranks are processes ddp_spawn started: the outcome reaches the process that called fit.
     Logging the server's figures raises no advice to sync them (they are the same on every
-    rank)."""
+    rank). ``given``: ``trainer.fit`` was given a train DataLoader at 16, built again at the
+    server's 32 on each rank, where Lightning adds its DistributedSampler to it (a batch of
+    another size would have stopped the fit at its first batch)."""
     spec = job(unique_id("ddp"), target=0.999, max_epochs=2)
     with spawning():
-        _, callback = fit(server.url, spec, tmp_path, devices=2, strategy="ddp_spawn", num_nodes=1)
+        _, callback = fit(
+            server.url, spec, tmp_path, given=given, devices=2, strategy="ddp_spawn", num_nodes=1
+        )
     output = capfd.readouterr()
     assert "val_acc" in output.err + output.out  # the model's own value gets Lightning's advice
     assert "self.log('bso/" not in output.err + output.out
@@ -687,6 +692,50 @@ def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
+class OutOfMemoryAtStep2(TinyClassifier):
+    """Runs out of memory (as CUDA raises it) at its third training step."""
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        if self.global_step >= 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 MiB")
+        return super().training_step(batch, index)
+
+
+@pytest.mark.parametrize(
+    ("model", "raised", "status"),
+    [
+        (FixedBatchClassifier, "first training batch has 8 samples", "released"),
+        (OutOfMemoryAtStep2, "CUDA out of memory", "infeasible"),
+    ],
+    ids=["refused", "out-of-memory"],
+)
+def test_an_error_in_processes_the_launcher_started_ends_the_trial_as_it_should(
+    server: ServerProcess, tmp_path: Path, model: type, raised: str, status: str
+) -> None:
+    """``ddp_spawn`` trains in processes it started, where Lightning calls no
+    ``on_exception``: the trial was failed at the process's exit whatever the error, a
+    failure counted against 32 (under ``ddp_notebook``, forked processes, it was left to its
+    lease). The callback ends its own refusal before raising (released), and the process's
+    end judges the error that ends it (`zeus_bso.exits.uncaught_error`): out of memory makes
+    32 infeasible, as in the process that called fit."""
+    spec = job(unique_id("ddperror"), target=0.999, max_epochs=2)
+    callback = ZeusBSOCallback(
+        server.url, spec, energy_meter=EstimateMeter(100), memory_check_steps=0
+    )
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=[callback],
+        devices=2,
+        strategy="ddp_spawn",
+        **quiet_trainer_options(tmp_path),
+    )
+    with spawning(), pytest.raises(Exception, match=raised):
+        trainer.fit(model())
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, status)
 
 
 def given_loaders_fit(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 from typing_extensions import Unpack, override
 
@@ -256,13 +256,13 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if self.session is None:
             return
         if not self._resumed and (refused := fit.trained_before(trainer)):
-            raise ConfigurationError(refused)  # its trial is released (on_exception)
+            self._refuse(trainer, refused)
         if refused := fit.no_validation_batches(trainer, self.monitor):
-            raise ConfigurationError(refused)  # released too
+            self._refuse(trainer, refused)
         if refused := schedule_refused(
             trainer, self._written_for(), self.session.batch_size, self.job.max_epochs
         ):
-            raise ConfigurationError(refused)  # released too
+            self._refuse(trainer, refused)
         if limits.warn_of_interval(trainer, self.job.max_epochs):
             self.session.reports_within_epochs_said()
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
@@ -281,7 +281,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 told = self.session.micro_batch_size
                 name, built = self.batch_arg_name, self._built_early
                 if refused := fit.batch_refused(trainer, batch, told, name, built):
-                    raise ConfigurationError(refused)  # the fit ends; its trial is released
+                    self._refuse(trainer, refused)  # the fit ends
             self.session.step_begin()
 
     @override
@@ -331,6 +331,21 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._unlogged = {}
 
     # -- the end of a fit ---------------------------------------------------------------------
+
+    def _refuse(self, trainer: Trainer, message: str) -> NoReturn:
+        """End the fit's trial as a refusal (released: nothing is counted against the batch
+        size) and raise ``message`` as a `ConfigurationError`. Ended here, before the error
+        leaves the hook: in processes that a launcher started itself (``ddp_spawn``,
+        ``ddp_notebook``), Lightning calls no ``on_exception``, and the trial was failed at
+        the process's exit, or left to its lease."""
+        session, self.session = self.session, None
+        error = ConfigurationError(message)
+        if session is not None:
+            session.failed(error, trained=False)
+            self._ended(trainer, session.outcome)
+        self._restored = None
+        self._trainer = self._module = self._target = None
+        raise error
 
     @override
     def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:

@@ -6,7 +6,6 @@ line shown."""
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 
@@ -325,13 +324,15 @@ class ServerRunEndings:
         self.outcome = None
 
     def _at_exit(self) -> None:
-        """At interpreter exit, a run that did not end: after an uncaught error, which the
-        interpreter set aside (a script without `with`, or a framework that calls no hook on
-        errors), as `failed` judges it (out of memory: ``infeasible``; an interruption, a
-        usage error of ours or an error before training: released); else `abort`. Only here:
-        in a long-lived process (a notebook, a test runner) an error of long ago stays set
-        aside too."""
-        uncaught = getattr(sys, "last_value", None)
+        """At interpreter exit (or a ``multiprocessing`` child's end: the processes of Lightning's
+        ``ddp_spawn`` and ``ddp_notebook``, where it calls no hook on errors), a run
+        that did not end: after an uncaught error (`zeus_bso.exits.uncaught_error`: one
+        the interpreter set aside, a script without `with`, or a framework that calls no
+        hook on errors; or the one ending the child), as `failed` judges it (out of
+        memory: ``infeasible``; an interruption, a usage error of ours or an error
+        before training: released); else `abort`. Only here: in a long-lived process (a
+        notebook, a test runner) an error of long ago stays set aside too."""
+        uncaught = exits.uncaught_error()
         if uncaught is not None:
             self.failed(uncaught, trained=self.progress.began)
         else:
