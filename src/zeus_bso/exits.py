@@ -102,7 +102,7 @@ def uncaught_error() -> BaseException | None:
     while an error was handled as ``torch.multiprocessing``'s wrapper raises it, stands for
     that error). None: none."""
     uncaught = getattr(sys, "last_value", None)
-    if uncaught is not None:
+    if isinstance(uncaught, BaseException):
         return uncaught
     propagating = sys.exc_info()[1]
     if isinstance(propagating, SystemExit):
