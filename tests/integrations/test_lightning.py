@@ -901,14 +901,22 @@ def test_a_one_cycle_shorter_than_the_run_may_train_is_refused_before_a_step(
 ) -> None:
     """OneCycleLR fixed at 96 steps, six epochs at 32: the server dispatched 16, whose six
     epochs take 192, and the schedule would raise half-way. Refused when training starts; the
-    trial is released. The same schedule passes where the job's ``max_epochs`` (3) bounds the
-    run within its 96 steps, though the Trainer's (6) would not."""
+    trial is released; so is it where the Trainer's ``max_steps`` alone bounds the fit, past 96.
+    The same schedule passes where the job's ``max_epochs`` (3) bounds the run within its 96
+    steps, though the Trainer's (6) would not."""
     spec = job(unique_id("fixedcycle")).model_copy(update={"default_batch_size": 16})
     words = r"OneCycleLR's length, 96 steps, is shorter than the run may train, 192 optimizer"
     refused_fit(server.url, spec, tmp_path, words, OneCycleOfFixedLength(96))
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (16, "released")
+    # A Trainer bounded by steps alone (max_epochs unset): its 150 steps are the bound.
+    spec = job(unique_id("fixedcyclesteps")).model_copy(update={"default_batch_size": 16})
+    callback = ZeusBSOCallback(server.url, spec, energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(max_steps=150, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    steps_words = r"OneCycleLR's length, 96 steps, is shorter than the run may train, 150"
+    with pytest.raises(ConfigurationError, match=steps_words):
+        trainer.fit(OneCycleOfFixedLength(96))
     short = job(unique_id("fixedcycleshort"), max_epochs=3)
     short = short.model_copy(update={"default_batch_size": 16})
     callback = ZeusBSOCallback(server.url, short, energy_meter=EstimateMeter(100))

@@ -27,14 +27,15 @@ def _lengths(trainer: Any) -> list[tuple[str, int]]:
     return [length for length in map(length_of, stepped) if length is not None]
 
 
-def _steps(trainer: Any, epochs: int) -> int | None:
-    """The optimizer steps of ``epochs`` epochs of the fit (within its ``max_steps``); None:
-    unknown (an endless epoch)."""
+def _steps(trainer: Any, epochs: int | None) -> int | None:
+    """The optimizer steps of ``epochs`` epochs of the fit (None: no bound of epochs), within
+    its ``max_steps``; None: unknown (an endless epoch, or no bound at all)."""
+    bound = trainer.max_steps if trainer.max_steps > 0 else None
     batches = trainer.num_training_batches
-    if not isinstance(batches, int):  # inf: a DataLoader without a length
-        return None
+    if epochs is None or not isinstance(batches, int):  # inf: a DataLoader without a length
+        return bound
     steps = math.ceil(batches / max(1, int(trainer.accumulate_grad_batches))) * epochs
-    return min(steps, trainer.max_steps) if trainer.max_steps > 0 else steps
+    return steps if bound is None else min(steps, bound)
 
 
 def schedule_refused(
@@ -44,12 +45,15 @@ def schedule_refused(
     size of each process's optimizer step), known when training starts: ``written_for`` is the
     batch size of the train DataLoader the script gave ``trainer.fit``, or, where the model or
     a datamodule builds it, the job's reference size. The fit's steps are its Trainer's
-    ``max_epochs``; those it may train, the fewer of that and the job's ``max_epochs``. None:
-    each fits, or the fit has no count of its steps (an endless epoch, no ``max_epochs``)."""
-    epochs = trainer.max_epochs if trainer.max_epochs is not None else -1
-    if epochs <= 0 or (steps := _steps(trainer, epochs)) is None:
+    ``max_epochs`` (within its ``max_steps``); those it may train, within the job's
+    ``max_epochs`` too. None: each fits, or the fit has no count of its steps (an endless
+    epoch without ``max_steps``)."""
+    epochs = (
+        trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+    )
+    if (steps := _steps(trainer, epochs)) is None:
         return None
-    may_train = _steps(trainer, min(epochs, job_max_epochs)) or steps
+    may_train = _steps(trainer, min(epochs or job_max_epochs, job_max_epochs)) or steps
     why = schedule_refusal(_lengths(trainer), steps, may_train, batch_size, written_for)
     if why is None:
         return None
