@@ -179,16 +179,16 @@ def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
 class BatchTarget:
     """Where a fit's batch size goes. Where ``trainer.fit`` was given its train DataLoader, or
     a datamodule of ``from_datasets`` builds it (`given_to_fit`): that DataLoader, built again
-    at each size the callback sets
-    (`zeus_bso.integrations.loaders.at_batch_size`: the same dataset, sampler and workers), in
-    its place as the fit's train data before Lightning reads it; ``batch_arg_name`` too, where
-    the model, its hparams or the datamodule has it. Otherwise ``batch_arg_name``, from which
-    ``train_dataloader()`` builds the DataLoader."""
+    at each size the callback sets (`zeus_bso.integrations.loaders.at_batch_size`: the same
+    dataset, sampler and workers), in its place as the fit's train data before Lightning reads
+    it; ``batch_arg_name`` too, where the model, its hparams or the datamodule has it.
+    Otherwise ``batch_arg_name``, from which ``train_dataloader()`` builds the DataLoader."""
 
     def __init__(self, trainer: Trainer, pl_module: Module, batch_arg_name: str) -> None:
         self.trainer, self.module, self.name = trainer, pl_module, batch_arg_name
         self.given = given_to_fit(trainer)
-        """The train DataLoader the fit was given, as the script built it; None: none."""
+        """The train DataLoader as the script built it (given to the fit, or by
+        ``from_datasets``); None: none."""
         self.size = 0
         """The size set last (0: none yet)."""
 
