@@ -96,19 +96,20 @@ def _at_child_exit() -> None:
 
 
 def uncaught_error() -> BaseException | None:
-    """The error this process is ending with, for a hook at exit: the one the interpreter set
-    aside (``sys.last_value``); or, in a ``multiprocessing`` child whose work raised, the one
-    still propagating when its finalizers run (a ``SystemExit`` with a failing status, raised
-    while an error was handled as ``torch.multiprocessing``'s wrapper raises it, stands for
-    that error). None: none."""
-    uncaught = getattr(sys, "last_value", None)
-    if isinstance(uncaught, BaseException):
-        return uncaught
+    """The error this process is ending with, for a hook at exit: in a ``multiprocessing``
+    child whose work raised, the one still propagating when its finalizers run (a
+    ``SystemExit`` with a failing status, raised while an error was handled, as
+    ``torch.multiprocessing``'s wrapper raises it, stands for that error); else the one the
+    interpreter set aside (``sys.last_value``), but not in a child, whose copy is its
+    parent's (a notebook's earlier cell). None: none."""
     propagating = sys.exc_info()[1]
     if isinstance(propagating, SystemExit):
         failing = propagating.code not in (None, 0)
         return propagating.__context__ if failing else None
-    return propagating
+    if propagating is not None or multiprocessing.parent_process() is not None:
+        return propagating
+    uncaught = getattr(sys, "last_value", None)
+    return uncaught if isinstance(uncaught, BaseException) else None
 
 
 def forget_at_exit(hook: ExitHook) -> None:
