@@ -779,6 +779,28 @@ def test_a_dataloader_given_to_fit_trains_the_servers_size_and_the_check_leaves_
     assert (trial["batch_size"], trial["status"]) == (32, "reported")
 
 
+def halves(samples: list[Any]) -> Any:
+    """A collate_fn that keeps half of each batch (a filter of the script's own)."""
+    return torch.utils.data.default_collate(samples[: max(1, len(samples) // 2)])
+
+
+def test_a_dataloader_given_to_fit_whose_collate_makes_its_batches_stops_the_fit_uncharged(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Built again at the server's 32, the given DataLoader's collate_fn still keeps 16 of
+    each batch: the fit stops at its first batch, saying that the loader's batches are its own
+    (not to build it from ``self.batch_size``, which it never read), its trial released."""
+    spec = job(unique_id("fitcollate"))
+    model = TinyClassifier()
+    loader = torch.utils.data.DataLoader(model.train_data, batch_size=16, collate_fn=halves)
+    words = "the train DataLoader the fit was given, built again with batch_size=32, yields"
+    message = refused_fit(server.url, spec, tmp_path, words, model, loader, model.val_dataloader())
+    assert "first training batch has 16 samples" in message
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
 def test_a_dataloader_given_to_fit_that_cannot_be_resized_is_refused_before_the_server_is_asked(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -349,6 +349,14 @@ def batch_refused(
         return None
     if found == told or (found < told and trainer.num_training_batches == 1):
         return None
+    if given_to_fit(trainer) is not None:  # built again at the size: its batches are its own
+        return (
+            f"the fit's first training batch has {found} samples, but this run's batch size "
+            f"is {told}: the train DataLoader the fit was given, built again with "
+            f"batch_size={told}, yields batches of other sizes (its collate_fn, or a dataset "
+            "that yields whole batches, makes them): build it so that batch_size alone sizes "
+            "its batches; the run is not counted against the batch size"
+        )
     if built:
         return (
             f"the fit's first training batch has {found} samples, but this run's batch size "
