@@ -742,12 +742,18 @@ def given_loaders_fit(
     server_url: str, spec: JobSpec, tmp_path: Path, **options: Any
 ) -> tuple[TinyClassifier, Any]:
     """``trainer.fit(model, train_loader, val_loader)``, the train DataLoader built by the
-    script at the job's default, 32, with a worker that persists across epochs, and the model's
-    ``batch_size`` at 16; the model, and its weights after the fit."""
+    script at the job's default, 32, shuffled by a generator of its own, with a worker that
+    persists across epochs, and the model's ``batch_size`` at 16; the model, and its weights
+    after the fit."""
     pl.seed_everything(0, verbose=False)
     model = TinyClassifier(batch_size=16)
     train = torch.utils.data.DataLoader(
-        model.train_data, batch_size=32, shuffle=True, num_workers=1, persistent_workers=True
+        model.train_data,
+        batch_size=32,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(7),  # the script's own shuffle
+        num_workers=1,
+        persistent_workers=True,
     )
     callback = ZeusBSOCallback(server_url, spec, energy_meter=EstimateMeter(100), **options)
     trainer = pl.Trainer(
@@ -765,8 +771,8 @@ def test_a_dataloader_given_to_fit_trains_the_servers_size_and_the_check_leaves_
     that trained (the corpus's ``lightning_fit_loaders.py`` has its loader built again at other
     sizes). The memory check's steps at 32 are undone without a trace: the fit trains the same
     weights as one without the check (had the check iterated the fit's own loader, already at
-    32, its persistent worker would have kept the random seed drawn then, and the fit would
-    shuffle otherwise)."""
+    32, its persistent worker would have kept the random seed drawn then; had it drawn from the
+    script's generator and left it so, the fit would shuffle otherwise too)."""
     checked, unchecked = job(unique_id("fitloader")), job(unique_id("fitloadernocheck"))
     model, weights = given_loaders_fit(server.url, checked, tmp_path)
     steps = 3  # the memory check's, at 32 (new on this hardware), undone

@@ -17,7 +17,12 @@ from torch.utils.data import (  # noqa: E402
     TensorDataset,
 )
 
-from zeus_bso.integrations.loaders import at_batch_size, batch_size_of, not_resizable  # noqa: E402
+from zeus_bso.integrations.loaders import (  # noqa: E402
+    at_batch_size,
+    batch_size_of,
+    generators_kept,
+    not_resizable,
+)
 
 DATA = TensorDataset(torch.arange(20))
 
@@ -91,3 +96,25 @@ def test_a_subclass_that_keeps_dataloaders_init_is_built_again_as_itself() -> No
     assert type(resized) is SameInit
     assert batch_size_of(resized) == 5
     assert [len(batch[0]) for batch in resized] == [5] * 4
+
+
+def test_a_loader_iterated_for_undone_steps_leaves_its_shuffle_where_it_was() -> None:
+    """The script's own generators (the DataLoader's, and a sampler's of its own) are back
+    after the tried steps: the next epoch shuffles as if they had not been iterated."""
+    own, sampler_own = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    sampler = torch.utils.data.RandomSampler(DATA, generator=sampler_own)
+    for given in (
+        DataLoader(DATA, batch_size=4, shuffle=True, generator=own),
+        DataLoader(DATA, batch_size=4, sampler=sampler),
+    ):
+        tried = at_batch_size(given, 8)
+        expected = samples(at_batch_size(given, 8))
+        own.manual_seed(1)
+        sampler_own.manual_seed(2)
+        with generators_kept(tried):
+            samples(tried)
+        assert samples(at_batch_size(given, 8)) == expected
+        own.manual_seed(1)
+        sampler_own.manual_seed(2)
+        samples(tried)  # without: the generator moved on
+        assert samples(at_batch_size(given, 8)) != expected

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from zeus_bso.integrations.lightning_trainer import BatchTarget
+from zeus_bso.integrations.loaders import generators_kept
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession
 
@@ -62,7 +63,9 @@ def try_size(
         batch = session.batch_size if accumulates else size
         for optimizer in trainer.optimizers:
             session.lr.scale(optimizer, batch)
-    try_steps(trainer, pl_module, target.loader(), steps)
+    loader = target.loader()
+    with generators_kept(loader):
+        try_steps(trainer, pl_module, loader, steps)
 
 
 def try_steps(trainer: Any, pl_module: Any, loader: Any, steps: int) -> None:

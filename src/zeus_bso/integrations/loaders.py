@@ -4,6 +4,8 @@ built again at another batch size (`at_batch_size`)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -62,3 +64,21 @@ def at_batch_size(loader: Any, batch_size: int) -> Any:
         pin_memory_device=loader.pin_memory_device,
         **({"in_order": loader.in_order} if hasattr(loader, "in_order") else {}),
     )
+
+
+@contextlib.contextmanager
+def generators_kept(loader: Any) -> Iterator[None]:
+    """Within: ``loader`` may be iterated for steps that are undone; after: the random
+    generators that shuffle it (its own, ``DataLoader(generator=...)``, and its sampler's)
+    are where they were, so that the fit's epochs shuffle as if it had not been. (The global
+    random state is the tried steps' to restore.)"""
+    import torch
+
+    found = [getattr(loader, "generator", None), getattr(loader.sampler, "generator", None)]
+    generators = {id(g): g for g in found if isinstance(g, torch.Generator)}
+    states = [(g, g.get_state()) for g in generators.values()]
+    try:
+        yield
+    finally:
+        for generator, state in states:
+            generator.set_state(state)
