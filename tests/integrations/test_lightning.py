@@ -840,33 +840,60 @@ class OneCycleOfTheScriptsLoader(TinyClassifier):
         return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
 
+class WarmupCosineOfTheScriptsLoader(OneCycleOfTheScriptsLoader):
+    """A LinearLR warm-up chained to a cosine decay (SequentialLR), sized the same way."""
+
+    def configure_optimizers(self) -> Any:
+        from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        total = self.steps_per_epoch * self.epochs
+        warmup = LinearLR(optimizer, 0.1, total_iters=10)
+        decay = CosineAnnealingLR(optimizer, T_max=total - 10)
+        scheduler = SequentialLR(optimizer, [warmup, decay], milestones=[10])
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
 @pytest.mark.parametrize(
-    ("size", "words"),
+    ("size", "module", "words"),
     [
-        (16, r"OneCycleLR's length, 96 steps, is shorter than the run may train, 192 optimizer"),
+        (
+            16,
+            OneCycleOfTheScriptsLoader,
+            r"OneCycleLR's length, 96 steps, is shorter than the run may train, 192 optimizer",
+        ),
         (
             64,
+            OneCycleOfTheScriptsLoader,
             r"OneCycleLR's length, 96 steps, does not fit the run: it trains 64 samples a step, "
             r"48 optimizer steps .* would end before the rate anneals",
         ),
+        (
+            16,
+            WarmupCosineOfTheScriptsLoader,
+            r"SequentialLR's length, 96 steps, does not fit the run: it trains 16 samples a step, "
+            r"192 optimizer steps .* would anneal, and go on",
+        ),
     ],
+    ids=["one-cycle-16", "one-cycle-64", "warm-up-cosine-16"],
 )
 def test_a_schedule_sized_from_the_scripts_own_dataloader_is_refused_before_a_step(
-    server: ServerProcess, tmp_path: Path, size: int, words: str
+    server: ServerProcess, tmp_path: Path, size: int, module: type, words: str
 ) -> None:
-    """The script built its train DataLoader at 32 and sized OneCycleLR from it (16 batches,
-    six epochs: 96 steps); the server dispatched ``size``. At 16 the fit takes twice the
-    schedule's steps (OneCycleLR raised half-way where the run trained that far, and the trial
-    failed); at 64, half of them (the run ended before the rate annealed, and the server learnt
-    64's cost at a rate the script never meant). Refused when training starts, saying how to
-    size it; the trial is released."""
+    """The script built its train DataLoader at 32 and sized OneCycleLR (or a warm-up chained
+    to a cosine) from it (16 batches, six epochs: 96 steps); the server dispatched ``size``. At
+    16 the fit takes twice the schedule's steps (OneCycleLR raised half-way where the run
+    trained that far, and the trial failed; the cosine climbed back up); at 64, half of them
+    (the run ended before the rate annealed, and the server learnt 64's cost at a rate the
+    script never meant). Refused when training starts, saying how to size it; the trial is
+    released."""
     spec = job(unique_id("fitonecycle")).model_copy(update={"default_batch_size": size})
     model = TinyClassifier()
     train = torch.utils.data.DataLoader(model.train_data, batch_size=32, shuffle=True)
-    module = OneCycleOfTheScriptsLoader(len(train), spec.max_epochs)
-    message = refused_fit(server.url, spec, tmp_path, words, module, train, model.val_dataloader())
+    fitted = module(len(train), spec.max_epochs)
+    message = refused_fit(server.url, spec, tmp_path, words, fitted, train, model.val_dataloader())
     assert "self.trainer.estimated_stepping_batches" in message
-    assert module.seen_batch_sizes == [size] * 3  # only the memory check's, undone
+    assert fitted.seen_batch_sizes == [size] * 3  # only the memory check's, undone
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (size, "released")

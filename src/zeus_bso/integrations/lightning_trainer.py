@@ -477,11 +477,13 @@ def end_fit(session: TrialSession, trainer: Trainer, job_max_epochs: int) -> Non
 def rebuild_for_the_batch_size(trainer: Trainer) -> None:
     """The batch size changed after the strategy's setup (the memory check moved it, or a
     strategy that restores checkpoints late resumed another trial): a train DataLoader built
-    at the old size is built again, and so are the optimizers and schedules
-    (``configure_optimizers`` may have sized a schedule from the data, as
-    ``estimated_stepping_batches`` does). As Lightning's batch size finder resets them."""
+    at the old size is built again, and so are the optimizers and schedules, where
+    ``configure_optimizers`` has run: it may have sized a schedule from the data
+    (``estimated_stepping_batches``, which built the fit's DataLoader, or
+    ``len(self.train_dataloader())``, which did not). As Lightning's batch size finder resets
+    them."""
     loop = trainer.fit_loop
-    if getattr(loop, "_combined_loader", None) is None:
-        return  # nothing read the data yet: it is built at the new size
-    loop._combined_loader = None
-    trainer.strategy.setup_optimizers(trainer)
+    if getattr(loop, "_combined_loader", None) is not None:
+        loop._combined_loader = None  # built again, at the new size, when the fit reads it
+    if trainer.optimizers:
+        trainer.strategy.setup_optimizers(trainer)

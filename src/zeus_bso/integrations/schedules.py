@@ -1,10 +1,11 @@
 """Learning-rate schedules whose length in optimizer steps was fixed when they were built, read
 back (any framework's): PyTorch's ``OneCycleLR`` (``total_steps``), ``CosineAnnealingLR``
-(``T_max``) and ``PolynomialLR`` (``total_iters``), and transformers' schedules
-(``get_linear_schedule_with_warmup``, ``get_cosine_schedule_with_warmup``..., a ``LambdaLR`` of a
-``functools.partial`` that holds ``num_training_steps``). A script that sizes one from its own
-batch size anneals over the steps of that size, not the run's. (``LinearLR``'s ``total_iters``
-is most often a warm-up's, shorter than the run by design: not read.)"""
+(``T_max``) and ``PolynomialLR`` (``total_iters``), a ``SequentialLR`` ending in one of them,
+and transformers' schedules (``get_linear_schedule_with_warmup``,
+``get_cosine_schedule_with_warmup``..., a ``LambdaLR`` of a ``functools.partial`` that holds
+``num_training_steps``). A script that sizes one from its own batch size anneals over the steps
+of that size, not the run's. (``LinearLR``'s ``total_iters`` is most often a warm-up's, shorter
+than the run by design: not read.)"""
 
 from __future__ import annotations
 
@@ -22,8 +23,19 @@ RAISES_PAST_ITS_END = "OneCycleLR"
 
 
 def length_of(scheduler: Any) -> tuple[str, int] | None:
-    """The schedule's name and its length in steps; None: it has no length of its own."""
+    """The schedule's name and its length in steps; None: it has no length of its own. A
+    ``SequentialLR`` (a warm-up chained to a decay) lasts to its last milestone and then its
+    last schedule's length."""
     name = type(scheduler).__name__
+    if name == "SequentialLR":
+        chained, milestones = (
+            getattr(scheduler, "_schedulers", []),
+            getattr(scheduler, "_milestones", []),
+        )
+        last = length_of(chained[-1]) if chained else None
+        if last is None or len(milestones) != len(chained) - 1:
+            return None
+        return name, (milestones[-1] if milestones else 0) + last[1]
     length = getattr(scheduler, _LENGTHS.get(name, ""), None)
     if isinstance(length, int):
         return name, length
