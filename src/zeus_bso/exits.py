@@ -9,7 +9,10 @@ connector composes the handlers of a fit), so no part's handler has to know the 
 
 At interpreter exit (`at_exit`): the hooks, the last added first, each once. The one ``atexit``
 handler moves to the end of ``atexit``'s list whenever a hook is added, so the hooks run before
-whatever the program registered before them, as their own handlers would.
+whatever the program registered before them, as their own handlers would. In a
+``multiprocessing`` child (Lightning's ``ddp_spawn`` and ``ddp_notebook`` processes), also at
+its end, which a forked child reaches without ``atexit``; `uncaught_error` tells a hook the
+error the process is ending with.
 
 On a signal (`on_signal`), in the process that added the hooks and on the main thread (only it
 can install a handler; elsewhere `on_signal` says False):
