@@ -151,20 +151,21 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._first_batch_checked = False
         self._trainer, self._module, name = trainer, pl_module, self.batch_arg_name
         micro = self.options.get("max_micro_batch_size")
-        if refused := fit.fit_refused(trainer, pl_module, name, micro):
+        target = fit.BatchTarget(trainer, pl_module, name)  # sets nothing yet
+        if refused := fit.fit_refused(trainer, pl_module, name, micro, target.given):
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
-        self._target = fit.BatchTarget(trainer, pl_module, name)
+        self._target = target
         self.session = None
         rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
-        if fit.no_trial(trainer, self._target, size if rule != "none" else None):
+        if fit.no_trial(trainer, target, size if rule != "none" else None):
             return  # Tuner.lr_find's fit, or a debugging mode's: its epochs are not the job's
         if refused := fit.rate_finder_refused(trainer, rule, size):
             raise ConfigurationError(refused)  # before the server is asked
         if self.options.get("energy_meter") is None:  # a closed meter measures no next fit
             self._meter = device_meter(trainer.strategy.root_device)  # this rank's GPU
-        if refused := fit.trial_refused(trainer, pl_module, name, self.monitor):
+        if refused := fit.trial_refused(trainer, pl_module, name, self.monitor, target.given):
             raise ConfigurationError(refused)  # before the server is asked
         self._start_session(trainer, pl_module, self._restored)
 
@@ -218,12 +219,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
     def _written_for(self) -> int:
         """The batch size the fit's schedules were written for: that of the train DataLoader
-        the script gave ``trainer.fit``, else the job's reference (the size its rate was tuned
-        at: ``reference_batch_size``, or the default)."""
-        given = self._target.given if self._target is not None else None
-        size = getattr(given, "batch_size", None)
-        if isinstance(size, int):
-            return size
+        the script gave ``trainer.fit`` (one that `BatchTarget` builds again has one), else
+        the job's reference (the size its rate was tuned at: ``reference_batch_size``, or the
+        default)."""
+        if self._target is not None and self._target.given is not None:
+            return int(self._target.given.batch_size)
         return self.options.get("reference_batch_size") or self.job.default_batch_size
 
     def _set_batch(self, trainer: Trainer, pl_module: Module) -> None:
@@ -279,8 +279,9 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             if not self._first_batch_checked:
                 self._first_batch_checked = True
                 told = self.session.micro_batch_size
-                name, built = self.batch_arg_name, self._built_early
-                if refused := fit.batch_refused(trainer, batch, told, name, built):
+                target, built = self._target, self._built_early
+                assert target is not None  # set with the session
+                if refused := fit.batch_refused(trainer, batch, told, target, built):
                     self._refuse(trainer, refused)  # the fit ends
             self.session.step_begin()
 
@@ -338,14 +339,21 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         leaves the hook: in processes that a launcher started itself (``ddp_spawn``,
         ``ddp_notebook``), Lightning calls no ``on_exception``, and the trial was failed at
         the process's exit, or left to its lease."""
-        session, self.session = self.session, None
         error = ConfigurationError(message)
+        self._failed(trainer, error, trained=False)
+        raise error
+
+    def _failed(self, trainer: Trainer, error: BaseException, *, trained: bool) -> None:
+        """End the fit's trial after ``error``, as the session judges it (out of memory:
+        infeasible on these GPUs; not the batch size's fault: released; else failed, or, with
+        a run key, left open for the restart), and forget the fit (Lightning calls no
+        teardown after an exception)."""
+        session, self.session = self.session, None
         if session is not None:
-            session.failed(error, trained=False)
+            session.failed(error, trained=trained)
             self._ended(trainer, session.outcome)
         self._restored = None
         self._trainer = self._module = self._target = None
-        raise error
 
     @override
     def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
@@ -378,16 +386,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
-        session = self.session
-        if not self._fitting(trainer) or session is None:
-            return
-        self.session = None  # Lightning calls no teardown after an exception
-        # Out of memory: infeasible on these GPUs; not the batch size's fault: released; else
-        # failed (with a run key the trial stays open for the restart).
-        session.failed(exception, trained=trainer.global_step > 0)
-        self._ended(trainer, session.outcome)
-        self._restored = None
-        self._trainer = self._module = self._target = None
+        if self._fitting(trainer) and self.session is not None:
+            self._failed(trainer, exception, trained=trainer.global_step > 0)
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 

@@ -39,7 +39,7 @@ def _steps(trainer: Any, epochs: int | None) -> int | None:
 
 
 def schedule_refused(
-    trainer: Any, written_for: int | None, batch_size: int, job_max_epochs: int
+    trainer: Any, written_for: int, batch_size: int, job_max_epochs: int
 ) -> str | None:
     """Why the fit's schedules cannot train at ``batch_size`` (`schedule_refusal`; the batch
     size of each process's optimizer step), known when training starts: ``written_for`` is the

@@ -156,11 +156,11 @@ def given_to_fit(trainer: Trainer) -> Any | None:
     return getattr(source, "instance", None)
 
 
-def loader_given_to_fit(trainer: Trainer, batch_arg_name: str) -> str | None:
+def loader_given_to_fit(trainer: Trainer, batch_arg_name: str, given: Any | None) -> str | None:
     """Why the fit cannot train the server's batch size: ``trainer.fit`` was given train data
-    that cannot be built again at another size (`zeus_bso.integrations.loaders.not_resizable`).
-    None: it was given none, or a DataLoader that can (`BatchTarget`)."""
-    given = given_to_fit(trainer)
+    (``given``: `given_to_fit`'s) that cannot be built again at another size
+    (`zeus_bso.integrations.loaders.not_resizable`). None: it was given none, or a DataLoader
+    that can (`BatchTarget`)."""
     why = None if given is None else not_resizable(given)
     if why is None:
         return None
@@ -187,22 +187,24 @@ class BatchTarget:
     def __init__(self, trainer: Trainer, pl_module: Module, batch_arg_name: str) -> None:
         self.trainer, self.module, self.name = trainer, pl_module, batch_arg_name
         self.given = given_to_fit(trainer)
-        """The train DataLoader as the script built it (given to the fit, or by
-        ``from_datasets``); None: none."""
+        """The train data as the script built it (given to the fit, or by ``from_datasets``);
+        None: none."""
+        package = package_of(trainer)
+        self.sets_attribute = self.given is None or (
+            package.hasattr(pl_module, batch_arg_name)
+            and unsettable(trainer, pl_module, batch_arg_name) is None
+        )
+        """Whether `set` sets ``batch_arg_name`` too (a given DataLoader needs none)."""
         self.size = 0
         """The size set last (0: none yet)."""
 
     def set(self, size: int) -> None:
         """Train at ``size`` samples a step (on each process)."""
-        package = package_of(self.trainer)
         self.size = size
         if self.given is not None:
             self.trainer.fit_loop._data_source.instance = at_batch_size(self.given, size)
-            if not package.hasattr(self.module, self.name) or unsettable(
-                self.trainer, self.module, self.name
-            ):
-                return  # the loader is all there is to set
-        package.setattr(self.module, self.name, size)
+        if self.sets_attribute:
+            package_of(self.trainer).setattr(self.module, self.name, size)
 
     def loader(self) -> Any:
         """A train DataLoader of its own at the size set last, for steps that are undone: one
@@ -216,17 +218,21 @@ class BatchTarget:
 
 
 def fit_refused(
-    trainer: Trainer, pl_module: Module, batch_arg_name: str, max_micro_batch_size: int | None
+    trainer: Trainer,
+    pl_module: Module,
+    batch_arg_name: str,
+    max_micro_batch_size: int | None,
+    given: Any | None,
 ) -> str | None:
     """Why no batch size the callback sets could train the fit (at its setup, before the server
-    is asked): the fit was given its train DataLoader, nothing holds ``batch_arg_name``, another
-    callback chooses the size (Lightning's batch size finder, or the elastic batch size's), or
-    the Trainer accumulates of its own. None: it can."""
-    refused = loader_given_to_fit(trainer, batch_arg_name)
+    is asked): the fit was given train data it cannot build again (``given``: `given_to_fit`'s),
+    nothing holds ``batch_arg_name``, another callback chooses the size (Lightning's batch size
+    finder, or the elastic batch size's), or the Trainer accumulates of its own. None: it
+    can."""
+    refused = loader_given_to_fit(trainer, batch_arg_name, given)
     if refused and not debug_run(trainer):
         return refused
-    given = given_to_fit(trainer) is not None
-    if not given and not package_of(trainer).hasattr(pl_module, batch_arg_name):
+    if given is None and not package_of(trainer).hasattr(pl_module, batch_arg_name):
         return no_batch_size(batch_arg_name)
     if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
         return (
@@ -246,13 +252,14 @@ def fit_refused(
 
 
 def trial_refused(
-    trainer: Trainer, pl_module: Module, batch_arg_name: str, monitor: str
+    trainer: Trainer, pl_module: Module, batch_arg_name: str, monitor: str, given: Any | None
 ) -> str | None:
     """Why a fit that is a run of the job (no debugging mode, not ``Tuner.lr_find``'s) cannot
-    be a trial: the size cannot be set, or no validation would judge it (none runs, or
-    ``barebones`` drops what it logs). None: it can."""
+    be a trial: the size cannot be set (``given``: the DataLoader the fit was given, which
+    needs no attribute), or no validation would judge it (none runs, or ``barebones`` drops
+    what it logs). None: it can."""
     refused = unsettable(trainer, pl_module, batch_arg_name)
-    if refused and given_to_fit(trainer) is None:  # a given DataLoader needs no attribute
+    if refused and given is None:
         return refused
     if not validates(trainer, pl_module):
         return (
@@ -335,21 +342,22 @@ def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int
 
 
 def batch_refused(
-    trainer: Trainer, batch: Any, told: int, batch_arg_name: str, built: list[str]
+    trainer: Trainer, batch: Any, told: int, target: BatchTarget, built: list[str]
 ) -> str | None:
     """Why the fit's first training ``batch`` cannot train the run: it does not have the size
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
-    so a DataLoader that ignores ``batch_arg_name`` would train at another size while the
-    server charges this one (``built``: the DataLoaders that existed before the size was set,
-    `loaders_built`). None: it has (or Lightning cannot tell its size; or it is the fit's only
-    batch, and smaller)."""
+    so a DataLoader that ignores the size set on ``target`` would train at another size while
+    the server charges this one (``built``: the DataLoaders that existed before the size was
+    set, `loaders_built`). None: it has (or Lightning cannot tell its size; or it is the fit's
+    only batch, and smaller)."""
+    batch_arg_name = target.name
     try:
         found = int(package_of(trainer).batch_size_of(batch))
     except Exception:  # a batch whose size Lightning cannot tell: nothing to check
         return None
     if found == told or (found < told and trainer.num_training_batches == 1):
         return None
-    if given_to_fit(trainer) is not None:  # built again at the size: its batches are its own
+    if target.given is not None:  # built again at the size: its batches are its own
         return (
             f"the fit's first training batch has {found} samples, but this run's batch size "
             f"is {told}: the train DataLoader the fit was given, built again with "

@@ -59,15 +59,15 @@ def schedule_refusal(
     steps: int,
     may_train: int,
     batch_size: int,
-    written_for: int | None,
+    written_for: int,
 ) -> str | None:
     """Why a run of ``steps`` optimizer steps at ``batch_size`` (``may_train`` of them before
     the job's ``max_epochs`` ends it) cannot take a schedule of ``lengths`` (`length_of`),
     written for ``written_for`` (the batch size of the script's own DataLoader, or the job's
-    reference; None: unknown): a ``OneCycleLR`` shorter than ``may_train`` would raise
-    part-way; at another batch size than it was written for, a schedule off the run's steps
-    by more than `TOLERANCE` ends before the rate anneals, or anneals and goes on (a cosine
-    climbs again). None: each fits."""
+    reference): a ``OneCycleLR`` shorter than ``may_train`` would raise part-way; at another
+    batch size than it was written for, a schedule off the run's steps by more than
+    `TOLERANCE` ends before the rate anneals, or anneals and goes on (a cosine climbs again).
+    None: each fits."""
     for name, length in lengths:
         if name == RAISES_PAST_ITS_END and length < may_train:
             return (
@@ -75,8 +75,7 @@ def schedule_refusal(
                 f"{may_train} optimizer steps at batch size {batch_size}: it would raise when "
                 "stepped past its end"
             )
-        moved = written_for is not None and written_for != batch_size
-        if moved and abs(length - steps) > TOLERANCE * steps:
+        if written_for != batch_size and abs(length - steps) > TOLERANCE * steps:
             return (
                 f"{name}'s length, {length} steps, does not fit the run: it trains "
                 f"{batch_size} samples a step, {steps} optimizer steps (the schedule was "
