@@ -16,13 +16,18 @@ _announced = False  # the estimate is announced once per process
 
 
 class EstimateMeter(ProcessMeter):
-    """Energy = elapsed time x ``watts``. Announced once per process, as a warning."""
+    """Energy = elapsed time x ``watts``. Announced once per process, as a warning (unless
+    ``announce`` is False: the caller said so in its own words)."""
 
     name = "estimate"
     is_estimate = True
 
     def __init__(
-        self, watts: float = DEFAULT_WATTS, *, device_model: str = ESTIMATED_MODEL
+        self,
+        watts: float = DEFAULT_WATTS,
+        *,
+        device_model: str = ESTIMATED_MODEL,
+        announce: bool = True,
     ) -> None:
         if not watts > 0:
             raise ConfigurationError(f"watts must be positive, got {watts}")
@@ -32,7 +37,7 @@ class EstimateMeter(ProcessMeter):
         self.max_power = watts
         self._start = time.monotonic()
         global _announced
-        if not _announced:
+        if announce and not _announced:
             _announced = True
             logger.warning(
                 "no measurable GPU or CPU energy counter here: energy is ESTIMATED as time x "
