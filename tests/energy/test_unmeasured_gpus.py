@@ -1,9 +1,9 @@
-"""NVIDIA GPUs that no meter measures (NVML's bindings not installed, the commonest cause): a run
+"""GPUs that no meter measures (their vendor's bindings not installed, the commonest cause): a run
 there would learn the batch size that saves its CPU packages' energy (RAPL) or its time (the
 estimate), not the GPUs'. Said once a process, with the fix, and by ``zeus-bso check`` as a
-failure; never for a process that trains on the CPU. The GPUs are files in a folder standing in
-for ``/dev`` (the kernel driver's ``nvidiaN``), NVML's bindings are made unimportable, and RAPL
-reads a powercap tree of the test's."""
+failure; never for a process that trains on the CPU. The GPUs are files in folders standing in
+for ``/dev`` (NVIDIA's driver's ``nvidiaN``) and AMD's KFD topology, NVML's bindings and
+upstream Zeus are made unimportable, and RAPL reads a powercap tree of the test's."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 import zeus_bso.energy.auto as auto
 import zeus_bso.energy.estimate as estimate
+import zeus_bso.energy.unmeasured as unmeasured
 from tests.energy.test_meters import fake_powercap
 from zeus_bso.cli.main import app
 from zeus_bso.energy import RAPLMeter
-from zeus_bso.energy.auto import auto_meter, device_meter, nvidia_gpus_here
+from zeus_bso.energy.auto import auto_meter, device_meter
+from zeus_bso.energy.unmeasured import amd_gpus_here, nvidia_gpus_here
 
 UNMEASURED = "NVIDIA GPUs here, but no meter measures them (NVML needs nvidia-ml-py"
 
@@ -45,12 +47,38 @@ def test_the_gpus_are_the_kernels_files_that_cuda_visible_devices_leaves(
     assert nvidia_gpus_here(tmp_path / "no-such-folder") == 0
 
 
+def kfd_nodes(root: Path, gpu_ids: list[int]) -> Path:
+    """AMD's KFD topology: a node each, a CPU's with gpu_id 0."""
+    for index, gpu_id in enumerate(gpu_ids):
+        (root / str(index)).mkdir(parents=True)
+        (root / str(index) / "gpu_id").write_text(f"{gpu_id}\n")
+    return root
+
+
+def test_amd_gpus_are_the_kfd_nodes_with_a_gpu_id_that_hip_visible_devices_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = kfd_nodes(tmp_path, [0, 0, 51234, 61234, 7134])
+    for variable in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
+    assert amd_gpus_here(nodes) == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert amd_gpus_here(nodes) == 1
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0,2")  # HIP's own, first
+    assert amd_gpus_here(nodes) == 2
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "-1")
+    assert amd_gpus_here(nodes) == 0
+
+
 @pytest.fixture
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Two NVIDIA GPUs, no NVML bindings (nor upstream Zeus's, which need them), and RAPL that
     reads the powercap tree under the returned folder once the test writes one."""
-    monkeypatch.setattr(auto, "DEVICE_FILES", gpu_files(tmp_path / "dev", ["nvidia0", "nvidia1"]))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    dev = gpu_files(tmp_path / "dev", ["nvidia0", "nvidia1"])
+    monkeypatch.setattr(unmeasured, "DEVICE_FILES", dev)
+    monkeypatch.setattr(unmeasured, "KFD_NODES", tmp_path / "kfd")  # AMD's: none until written
+    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
     no_module: ModuleType | None = None
     monkeypatch.setitem(sys.modules, "pynvml", no_module)
     monkeypatch.setitem(sys.modules, "zeus", no_module)
@@ -115,6 +143,22 @@ def test_a_fit_on_a_cuda_device_nvml_cannot_find_is_warned_of_its_gpu(
     meter.close()
     (warning,) = said(caplog)
     assert "1 NVIDIA GPU here, but no meter measures it (NVML needs nvidia-ml-py" in warning
+
+
+def test_amd_gpus_without_upstream_zeus_are_said_with_its_fix(
+    machine: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unmeasured, "DEVICE_FILES", machine / "no-nvidia")
+    kfd_nodes(unmeasured.KFD_NODES, [0, 1234, 5678])
+    fake_powercap(machine, {0: (1_000_000, 10_000_000, 95_000_000)})
+    with caplog.at_level(logging.WARNING):
+        meter = auto_meter()
+    meter.close()
+    (warning,) = said(caplog)
+    assert "2 AMD GPUs here, but no meter measures them (upstream Zeus's meter needs zeus" in (
+        warning
+    )
+    assert "install upstream Zeus (pip install 'zeus-bso[zeus]') and amdsmi" in warning
 
 
 def test_check_fails_the_energy_of_gpus_no_meter_measures(machine: Path) -> None:

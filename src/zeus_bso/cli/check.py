@@ -102,15 +102,16 @@ def _version(distribution: str) -> str | None:
 def _energy(findings: Findings) -> bool | None:
     """The meter a run would use here; returns whether it measures NVIDIA GPUs (None: the GPUs
     cannot be measured)."""
-    from zeus_bso.energy.auto import choose_meter, nvidia_gpus_here, unmeasured_gpus
+    from zeus_bso.energy.auto import choose_meter
     from zeus_bso.energy.estimate import DEFAULT_WATTS
+    from zeus_bso.energy.unmeasured import gpus_here, unmeasured_gpus
 
     try:
         meter, reasons = choose_meter()
     except ZeusBSOError as error:  # mixed GPU models, a MIG slice: a run would stop
         findings.checks.append(Finding("energy", False, str(error)))
         return None
-    if (unmeasured := unmeasured_gpus(meter, nvidia_gpus_here(), reasons)) is not None:
+    if (unmeasured := unmeasured_gpus(meter, gpus_here(), reasons)) is not None:
         if meter is not None:
             meter.close()
         findings.checks.append(Finding("energy", False, unmeasured))

@@ -6,14 +6,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from zeus_bso.energy.base import EnergyMeter
 from zeus_bso.energy.estimate import DEFAULT_WATTS, EstimateMeter
-from zeus_bso.energy.nvml import INSTALL_HINT as NVML_INSTALL_HINT
 from zeus_bso.energy.nvml import NVMLMeter, visible_uuid
 from zeus_bso.energy.rapl import RAPLMeter
+from zeus_bso.energy.unmeasured import gpus_here, nvidia, unmeasured_gpus
 from zeus_bso.energy.upstream_zeus import ZeusMeter
 from zeus_bso.errors import EnergyMeterError, MixedGpuModelsError, UnmeasurableDeviceError
 
@@ -28,46 +28,6 @@ METERS: tuple[Callable[[list[int] | None], EnergyMeter], ...] = (
 raises `EnergyMeterError` where it cannot measure."""
 
 
-DEVICE_FILES = Path("/dev")
-"""Where the kernel's NVIDIA driver puts a file for each GPU (``nvidia0``, ``nvidia1``...)."""
-
-
-def nvidia_gpus_here(devices: Path | None = None) -> int:
-    """How many NVIDIA GPUs the kernel shows this process (a ``/dev/nvidiaN`` file each, as in
-    a container given GPUs), fewer where ``CUDA_VISIBLE_DEVICES`` names fewer (none where it is
-    empty or starts with -1). Read without CUDA, which a process forked after it could not
-    use."""
-    found = len(list((devices or DEVICE_FILES).glob("nvidia[0-9]*")))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return found
-    named = [part.strip() for part in visible.split(",")]
-    if not named[0] or named[0].startswith("-1"):
-        return 0
-    return min(found, len(named))
-
-
-def unmeasured_gpus(
-    meter: EnergyMeter | None, gpus: int, reasons: list[str], watts: float = DEFAULT_WATTS
-) -> str | None:
-    """What a run of a process that trains on ``gpus`` GPUs would measure instead of them with
-    ``meter`` (None: an estimate of ``watts``), where that is not a GPU's meter: RAPL's CPU
-    packages, or an estimate; and why the GPUs' cannot (``reasons``, `choose_meter`'s, NVML's
-    first). None: no GPUs, or a meter that measures them."""
-    if gpus <= 0 or (meter is not None and meter.name not in ("rapl", "estimate")):
-        return None
-    instead = (
-        "the CPU packages' (RAPL)" if meter is not None else f"ESTIMATED as time x {watts:g} W"
-    )
-    why = reasons[0] if reasons else "no GPU meter works here"
-    return (
-        f"{gpus} NVIDIA GPU{'s' if gpus > 1 else ''} here, but no meter measures "
-        f"{'them' if gpus > 1 else 'it'} ({why}): a run's energy would be {instead}, not the "
-        f"GPUs', and the server would learn the batch size that saves that. Install NVML's "
-        f"bindings ({NVML_INSTALL_HINT}), or pass energy_meter=... to measure what you mean to"
-    )
-
-
 _UNMEASURED_SAID = False
 
 
@@ -78,15 +38,17 @@ def auto_meter(
     on_gpus: bool | None = None,
 ) -> EnergyMeter:
     """The first meter of `METERS` that works here, else an estimate of ``estimate_watts``.
-    Where the process trains on NVIDIA GPUs (``on_gpus``; None: where the kernel shows any,
-    `nvidia_gpus_here`) and none of them is measured, it warns, once a process
-    (`unmeasured_gpus`).
+    Where the process may train on GPUs that none of them measures (``on_gpus``: it does, on
+    one, or not; None: where the kernel shows any, `zeus_bso.energy.unmeasured.gpus_here`), it
+    warns, once a process (`zeus_bso.energy.unmeasured.unmeasured_gpus`).
 
     Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
     global _UNMEASURED_SAID
     meter, reasons = choose_meter(gpu_indices)
-    gpus = nvidia_gpus_here() if on_gpus is None else int(on_gpus)
+    gpus = None if on_gpus is False else gpus_here()
+    if on_gpus:  # the one GPU it trains on (NVIDIA's, where the kernel shows no AMD one)
+        gpus = nvidia(1) if gpus is None else replace(gpus, count=1)
     unmeasured = unmeasured_gpus(meter, gpus, reasons, estimate_watts)
     if unmeasured is not None and not _UNMEASURED_SAID:
         _UNMEASURED_SAID = True
