@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from tests.helpers import GPU_DOUBLE, one_settable_gpu, sigterm_a_forked_child
+from zeus_bso.energy import sharing
 from zeus_bso.energy.device_meter import READ_TRIES
 from zeus_bso.errors import PowerLimitError
-from zeus_bso.power import GpuPowerLimits, sharing
+from zeus_bso.power import GpuPowerLimits
 from zeus_bso.power.limits import restore_orphaned
 from zeus_bso.power.profiler import spread
 from zeus_bso.testing.gpus import fail_counter_reads
@@ -512,17 +513,27 @@ def test_a_gpu_is_shared_by_the_processes_it_holds_beyond_the_runs_as_a_containe
         with pytest.raises(PowerLimitError, match="shared with 1 process this one cannot see"):
             limits_with([host_pid, host_pid + 1])  # another container's too
         holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_APART, str(device)], stdout=subprocess.PIPE, text=True
+        )
+        assert holder.stdout is not None
+        apart = int(holder.stdout.readline())
+        try:
+            with pytest.raises(PowerLimitError, match=f"shared with process {apart}: its"):
+                limits_with([host_pid, host_pid + 1])  # a process of this container, not the run's
+            limits_with([host_pid, host_pid + 1], run_pids=(apart,)).restore()  # a rank's
+        finally:
+            os.kill(apart, signal.SIGKILL)
+            holder.wait()
+        worker = subprocess.Popen(
             [sys.executable, "-c", HOLD, str(device)], stdout=subprocess.PIPE, text=True
         )
-        try:
-            assert holder.stdout is not None
-            assert holder.stdout.readline() == "ready\n"
-            with pytest.raises(PowerLimitError, match=f"shared with process {holder.pid}: its"):
-                limits_with([host_pid, host_pid + 1])  # a process of this container, not the run's
-            limits_with([host_pid, host_pid + 1], run_pids=(holder.pid,)).restore()  # a rank's
+        try:  # a process the run started (a DataLoader's worker, forked) is the run's
+            assert worker.stdout is not None
+            assert worker.stdout.readline() == "ready\n"
+            limits_with([host_pid]).restore()
         finally:
-            holder.kill()
-            holder.wait()
+            worker.kill()
+            worker.wait()
     with pytest.raises(PowerLimitError, match="shared with 1 process this one cannot see"):
         limits_with([host_pid])  # this process no longer holds it: the one listed is not ours
 
@@ -544,3 +555,13 @@ def test_a_gpu_shared_through_mps_is_named_so(
 
 HOLD = "import sys, time; f = open(sys.argv[1]); print('ready', flush=True); time.sleep(60)"
 """A process that holds a file open, as one computing on a GPU holds its device file."""
+
+HOLD_APART = """
+import os, sys, time
+if os.fork():  # the process started ends; its child, no longer of the starter's, holds the file
+    os._exit(0)
+f = open(sys.argv[1])
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+"""A process that holds a file open, started apart from the test's process (reparented)."""

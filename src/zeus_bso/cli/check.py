@@ -205,10 +205,10 @@ def _power_limits(findings: Findings, gpus: bool | None) -> None:
 
 def _unsettable_now() -> list[str]:
     """The visible GPUs whose limits a run here could not set now, and why (MIG mode, other
-    processes computing there: `zeus_bso.power.sharing.unsettable_now`); [] where NVML cannot
+    processes computing there: `zeus_bso.energy.sharing.unsettable_now`); [] where NVML cannot
     say."""
     from zeus_bso.energy.nvml import nvml_started
-    from zeus_bso.power.sharing import unsettable_now
+    from zeus_bso.energy.sharing import unsettable_now
 
     try:
         with nvml_started() as nvml:

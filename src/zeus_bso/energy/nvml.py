@@ -173,6 +173,11 @@ class NVMLMeter(DeviceMeter):
                 "zeus-bso-nvml",
             )
 
+    @property
+    def handles(self) -> list[Any]:
+        """NVML's handles of the meter's GPUs, in the order of `devices`."""
+        return list(self._handles)
+
     def _has_counter(self, handle: Any) -> bool:
         try:
             self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle)

@@ -39,10 +39,10 @@ from typing import Any
 from zeus_bso import exits
 from zeus_bso.energy.device_meter import tried
 from zeus_bso.energy.nvml import nvml_text, pynvml_module, visible_handles
+from zeus_bso.energy.sharing import mig_enabled, strangers
 from zeus_bso.errors import EnergyMeterError, PowerLimitError, UnmeasurableDeviceError
 from zeus_bso.power import records as node
 from zeus_bso.power.profiler import counter_period_s
-from zeus_bso.power.sharing import mig_enabled, strangers
 
 logger = logging.getLogger(__name__)
 

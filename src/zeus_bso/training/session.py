@@ -12,6 +12,7 @@ whether this process is the main one and how the framework logs; the modules of
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -47,6 +48,7 @@ from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.server_settings import ServerSettings
 from zeus_bso.training.session_endings import SessionEndings
 from zeus_bso.training.session_options import SessionOptions, checked_options
+from zeus_bso.training.shared_gpus import SharedGpus
 from zeus_bso.training.shared_trial import (
     LR_FACTOR_KEY,
     SharedTrial,
@@ -156,6 +158,7 @@ class TrialSession(SessionEndings):
             say_every_gpu(self.meter)  # one GPU of several trained, all of them charged
         self.progress = TrialProgress(self.meter)
         """This process's trial, epochs, time and energy."""
+        self._shared = SharedGpus(self.meter)
         # Every process's GPUs, each once: the job's GPU count and power are the whole run's.
         names_gpu = gpus is not None or not (self.meter.is_estimate or self.meter.name == "rapl")
         self._gpus = gpus if gpus is not None else gpus_of_the_run(self._collectives, self.meter)
@@ -389,6 +392,7 @@ class TrialSession(SessionEndings):
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
         if not self._began:
+            self._shared.of_the_run(self._collectives.all_gather(os.getpid()))
             self._loop_steps = steps_per_epoch
             self._power.begin(self._send_power_profile, steps_per_epoch)
             self._steps.start()
@@ -455,6 +459,7 @@ class TrialSession(SessionEndings):
     ) -> ReportResponse | None:
         """`report`'s work, given the run's seconds and joules: the server's answer on every
         process (None: the metric was not measured)."""
+        self._shared.check(self.batch_size)  # each process, of the GPUs it measures
 
         def send() -> tuple[ReportResponse, int, float] | None:
             value = metric() if callable(metric) else metric

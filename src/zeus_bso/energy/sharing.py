@@ -1,5 +1,5 @@
 """Whether processes other than a run's compute on a GPU (`strangers`): its power limit would be
-theirs too.
+theirs too, and its energy counter counts their work in the run's (`shared_gpus`).
 
 NVML lists the processes that hold a context on a GPU by their process IDs in the host's PID
 namespace on many drivers (which knew no other; recent ones translate some calls' IDs). In a
@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from zeus_bso.energy.nvml import nvml_text, visible_handles
+from zeus_bso.energy.nvml import NVMLMeter, nvml_text, pynvml_module, visible_handles
 
 MPS_SERVER = "nvidia-cuda-mps-server"
 """The name NVML gives the process through which MPS clients compute on a GPU."""
@@ -39,7 +39,7 @@ def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
     if any(_named(nvml, pid).endswith(MPS_SERVER) for pid in unknown):
         return ["the MPS server (the GPU is shared through MPS: its limit is every client's)"]
     users = holding(DEVICE_FILE.format(minor=nvml.nvmlDeviceGetMinorNumber(handle)))
-    here = sorted(users - set(ours))
+    here = sorted(pid for pid in users if not runs(pid, ours))
     if here:
         return [f"process {pid}" for pid in here]
     if len(listed) <= len(users):
@@ -49,12 +49,43 @@ def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
     return [f"{outside} process{many} this one cannot see (another container's or user's)"]
 
 
+def shared_gpus(meter: NVMLMeter, ours: Collection[int]) -> dict[str, list[str]]:
+    """The GPUs of ``meter`` that processes other than ``ours`` compute on, by device key (UUID),
+    each with the phrases of `strangers`; a GPU NVML cannot say of is left out."""
+    nvml = pynvml_module()
+    found = {}
+    for handle, device in zip(meter.handles, meter.devices, strict=True):
+        try:
+            others = strangers(nvml, handle, ours)
+        except nvml.NVMLError:
+            continue
+        if others:
+            found[device.key] = others
+    return found
+
+
 def _named(nvml: Any, pid: int) -> str:
     """What NVML names process ``pid`` (in the host's PID namespace); "" where it cannot."""
     try:
         return nvml_text(nvml.nvmlSystemGetProcessName(pid))
     except nvml.NVMLError:
         return ""
+
+
+def runs(pid: int, ours: Collection[int]) -> bool:
+    """Whether process ``pid`` is one of ``ours`` or started by one (a DataLoader's worker,
+    forked, holds the device files its parent opened)."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid in ours:
+            return True
+        seen.add(pid)
+        try:
+            stat = (PROC / str(pid) / "stat").read_text()
+        except OSError:  # gone, or not ours to read
+            return False
+        pid = int(stat[stat.rindex(")") + 1 :].split()[1])  # after the name: state, parent
+    return False
 
 
 def holding(device: str) -> set[int]:
