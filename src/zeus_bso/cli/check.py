@@ -24,6 +24,7 @@ from rich.markup import escape
 from zeus_bso.cli.server_options import DEFAULT_SERVER, Server, Token, default_server_words
 from zeus_bso.energy.auto import counts_every_gpu
 from zeus_bso.energy.base import EnergyMeter
+from zeus_bso.energy.sharing import SHARED
 from zeus_bso.errors import (
     EXIT_FAILURE,
     ConfigurationError,
@@ -143,6 +144,15 @@ def _energy(findings: Findings) -> bool | None:
                 f"{meter.max_power:g} W of power limits in all" + _every_gpu(meter),
             )
         )
+        if meter.name == "nvml" and (shared := [b for b in _unsettable_now() if SHARED in b]):
+            findings.checks.append(
+                Finding(
+                    "energy",
+                    None,
+                    f"{'; '.join(shared)} now: a run's energy there would count their work "
+                    "too (train on GPUs of the run's own for a measurement of it alone)",
+                )
+            )
         return meter.name == "nvml"
     finally:
         meter.close()

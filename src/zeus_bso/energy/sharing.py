@@ -24,6 +24,8 @@ MPS_SERVER = "nvidia-cuda-mps-server"
 DEVICE_FILE = "/dev/nvidia{minor}"
 """The device file of the GPU of a minor number, which a process with a context on it holds open."""
 PROC = Path("/proc")
+SHARED = " is shared with "
+"""What `unsettable_now` says between a GPU and the processes that share it."""
 
 
 def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
@@ -128,5 +130,5 @@ def unsettable_now(nvml: Any) -> list[str]:
         if mig_enabled(nvml, handle):
             found.append(f"{uuid} is in MIG mode")
         elif others := strangers(nvml, handle, {os.getpid()}):
-            found.append(f"{uuid} is shared with {' and '.join(others)}")
+            found.append(f"{uuid}{SHARED}{' and '.join(others)}")
     return found
