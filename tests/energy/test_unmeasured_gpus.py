@@ -110,6 +110,32 @@ def test_a_run_measuring_the_cpu_packages_beside_gpus_says_so_once_with_the_fix(
             meter.close()
 
 
+def test_a_container_without_the_drivers_nvml_library_is_told_how_to_get_it(
+    machine: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML's bindings installed, the driver's library not (a container given GPUs without the
+    driver's utilities): this machine's own NVML, where its library is missing."""
+    monkeypatch.delitem(sys.modules, "pynvml")  # the machine's bindings, not none
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        if "Shared Library Not Found" not in str(err):
+            pytest.skip(f"NVML fails otherwise here: {err}")
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML's library is here")
+    with caplog.at_level(logging.WARNING):
+        auto_meter()
+    (warning,) = said(caplog)
+    assert "2 NVIDIA GPUs here, but no meter measures them (NVML is not available here: NVML " in (
+        warning
+    )
+    assert "give the process the driver's NVML library (a container: " in warning
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility, or all)" in warning
+    assert "pip install" not in warning
+
+
 def test_an_estimate_beside_gpus_is_said_in_one_line(
     machine: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

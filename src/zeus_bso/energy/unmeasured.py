@@ -24,6 +24,10 @@ KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 
 NOT_GPU_METERS = ("rapl", "estimate")
 
+NVML_LIBRARY_MISSING = "Shared Library Not Found"
+"""NVML's error where its bindings are installed but the driver's library is not: a container
+the NVIDIA Container Toolkit gave GPUs without the driver's utilities."""
+
 
 @dataclass(frozen=True, slots=True)
 class GpusHere:
@@ -105,10 +109,16 @@ def unmeasured_gpus(
         "the CPU packages' (RAPL)" if meter is not None else f"ESTIMATED as time x {watts:g} W"
     )
     why = next((reason for reason in reasons if gpus.meter in reason), "no GPU meter works here")
+    fix = gpus.fix
+    if gpus.vendor == "NVIDIA" and NVML_LIBRARY_MISSING in why:
+        fix = (
+            "give the process the driver's NVML library (a container: "
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility, or all)"
+        )
     several = gpus.count > 1
     return (
         f"{gpus.count} {gpus.vendor} GPU{'s' if several else ''} here, but no meter measures "
         f"{'them' if several else 'it'} ({why}): a run's energy would be {instead}, not the "
         f"GPUs', and the server would learn the batch size that saves that. To measure them, "
-        f"{gpus.fix}, or pass energy_meter=... to measure what you mean to"
+        f"{fix}, or pass energy_meter=... to measure what you mean to"
     )
