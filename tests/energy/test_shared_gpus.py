@@ -60,9 +60,16 @@ def test_a_run_on_a_gpu_others_compute_on_says_its_energy_holds_theirs(
             if bso.on_evaluate(metric).stop_train:
                 break
     said = [w for w in warnings_of(caplog) if "is shared with" in w]
+    outcome = bso.outcome
+    assert outcome is not None
+    assert outcome.converged
     if not others:
         assert said == []
+        assert outcome.shared_gpus == ()
+        assert "other processes" not in outcome.summary()
         return
+    assert outcome.shared_gpus == (UUID,)  # the run's line says so too
+    assert f"; its energy holds other processes' work on {UUID}." in outcome.summary()
     (warning,) = said  # once a run, though every report checks
     assert warning.startswith(
         f"zeus-bso: GPU {UUID} is shared with 1 process this one cannot see (another "

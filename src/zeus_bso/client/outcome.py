@@ -84,6 +84,9 @@ class RunOutcome:
     accumulation_steps: int = 1
     """Micro-batches the run accumulated an optimizer step (``max_micro_batch_size``): above
     one, the batch size was reached by gradient accumulation, and the line says so."""
+    shared_gpus: tuple[str, ...] = ()
+    """The run's GPUs (UUIDs) that other processes computed on: their work is in its energy
+    and cost (`zeus_bso.training.shared_gpus`), and the line says so."""
 
     def summary(self) -> str:
         """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
@@ -116,6 +119,8 @@ class RunOutcome:
                 f"{size} {stopped} at epoch {self.epochs} of {self.max_epochs}: {self.why};"
                 f" the model did not reach the target ({spent})"
             )
+        if self.shared_gpus and trained:
+            line += f"; its energy holds other processes' work on {', '.join(self.shared_gpus)}"
         if self.offline and trained:
             line += "; it trained without the server, which learned nothing from it"
         elif self.offline:

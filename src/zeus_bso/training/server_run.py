@@ -100,6 +100,8 @@ class ServerRun(ServerRunEndings):
         self._ended = False
         self._stopped_why: str | None = None
         """Why the run stopped below its target where no server said so (`diverged`)."""
+        self.shared_gpus: tuple[str, ...] = ()
+        """The run's GPUs others computed on, as the session found them (for the outcome)."""
         self._thread = threading.get_ident()
         self._sigterm = SigtermGuard()
         exits.at_exit(self._at_exit)

@@ -55,6 +55,7 @@ class ServerRunEndings:
     _ended: bool
     _stopped_why: str | None
     waited: float
+    shared_gpus: tuple[str, ...]
 
     @property
     def job(self) -> CreatedJob | None:
@@ -422,6 +423,7 @@ class ServerRunEndings:
             offline=self.offline,
             went_on=went_on,
             accumulation_steps=self.accumulation.steps if self.batch_size is not None else 1,
+            shared_gpus=self.shared_gpus,
         )
         self.link.client.close()
         if self._show is not None:

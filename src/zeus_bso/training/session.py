@@ -459,7 +459,10 @@ class TrialSession(SessionEndings):
     ) -> ReportResponse | None:
         """`report`'s work, given the run's seconds and joules: the server's answer on every
         process (None: the metric was not measured)."""
-        self._shared.check(self.batch_size)  # each process, of the GPUs it measures
+        shared = self._collectives.all_gather(self._shared.found())  # each process's GPUs
+        if self.is_main:
+            self._shared.say(shared, self.batch_size)
+            self._main().shared_gpus = tuple(self._shared.said)
 
         def send() -> tuple[ReportResponse, int, float] | None:
             value = metric() if callable(metric) else metric

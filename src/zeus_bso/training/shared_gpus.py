@@ -1,14 +1,14 @@
 """Other processes computing on a run's GPUs (another user's job, a notebook, a GPU shared
 through MPS): a GPU's energy counter counts their work in the run's, and the server would learn
-it as the batch size's cost. Checked at each report, on every process, of the GPUs its meter
-measures (NVML's; `zeus_bso.energy.sharing.shared_gpus`); each GPU said once a run, as a
-warning."""
+it as the batch size's cost. Each process checks the GPUs its meter measures (NVML's;
+`zeus_bso.energy.sharing.shared_gpus`) at each report; the main process says each GPU once a
+run, as a warning, and the run's outcome names them (`zeus_bso.client.outcome.RunOutcome`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from zeus_bso.energy import EnergyMeter, NVMLMeter
 from zeus_bso.energy.sharing import shared_gpus
@@ -22,26 +22,40 @@ class SharedGpus:
     def __init__(self, meter: EnergyMeter) -> None:
         self._meter = meter if isinstance(meter, NVMLMeter) else None
         self._ours = frozenset({os.getpid()})
-        self._said: set[str] = set()
+        self._found: set[str] = set()
+        self.said: list[str] = []
+        """The run's GPUs said shared, by UUID, in the order said (on the main process)."""
 
     def of_the_run(self, pids: Iterable[int]) -> None:
         """The run's processes (every rank's IDs): they compute on its GPUs."""
         self._ours = frozenset({os.getpid(), *pids})
 
-    def check(self, batch_size: int) -> None:
-        """Warn of each GPU of this process's meter that others compute on, once a run."""
+    def found(self) -> dict[str, list[str]]:
+        """This process's GPUs that others compute on, not found before in the run: by UUID,
+        who shares each (`zeus_bso.energy.sharing.strangers`)."""
         if self._meter is None:
-            return
-        for uuid, others in shared_gpus(self._meter, self._ours).items():
-            if uuid in self._said:
-                continue
-            self._said.add(uuid)
-            logger.warning(
-                "zeus-bso: GPU %s is shared with %s: its energy counter counts their work too, "
-                "so this run's energy, and the cost the server learns for batch size %d, hold "
-                "theirs (and their work slows the run's). Train on GPUs of the run's own for a "
-                "measurement of it alone",
-                uuid,
-                " and ".join(others),
-                batch_size,
-            )
+            return {}
+        new = {
+            uuid: others
+            for uuid, others in shared_gpus(self._meter, self._ours).items()
+            if uuid not in self._found
+        }
+        self._found.update(new)
+        return new
+
+    def say(self, every_process: Iterable[Mapping[str, list[str]]], batch_size: int) -> None:
+        """On the main process: warn of the GPUs every process `found`, each once a run."""
+        for found in every_process:
+            for uuid, others in found.items():
+                if uuid in self.said:
+                    continue
+                self.said.append(uuid)
+                logger.warning(
+                    "zeus-bso: GPU %s is shared with %s: its energy counter counts their work "
+                    "too, so this run's energy, and the cost the server learns for batch size "
+                    "%d, hold theirs (and their work slows the run's). Train on GPUs of the "
+                    "run's own for a measurement of it alone",
+                    uuid,
+                    " and ".join(others),
+                    batch_size,
+                )
