@@ -42,6 +42,9 @@ Runs, against a local server on a temporary SQLite database:
 12. A sharded model (``fsdp``): a Lightning fit under ``FSDPStrategy`` on one GPU at a batch
    size new to it; the memory check must try no step (a step outside the strategy would find
    only the process's shard) and say so, and the fit must train at the server's size.
+13. A GPU another process computes on (``sharing``, ``gpu_sharing.py``): a run alone must name
+   no shared GPU; a run while a process apart from it multiplies matrices on ``cuda:0`` must
+   name that GPU in its outcome, with one warning.
 
 ``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
 are few).
@@ -67,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import free_port, running_server
+from gpu_sharing import sharing_check
 from gpu_trainable import (
     accumulation_check,
     command_check,
@@ -389,7 +393,7 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 NOT_RUN = "not run (--parts)"
 PARTS = (
     "lightning", "huggingface", "nccl", "two_ranks", "oom", "hf_oom", "accumulation", "power",
-    "window", "check", "fsdp",
+    "window", "check", "fsdp", "sharing",
 )  # fmt: skip
 
 
@@ -404,7 +408,7 @@ def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], 
 
 
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6, 7, 9, 10, 11 and 12 (part 8 is a row of the energy table)."""
+    """Parts 6, 7 and 9 to 13 (part 8 is a row of the energy table)."""
     oom = part_lines("Out of memory", results.get("oom"), lambda r: (
         f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
         f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
@@ -439,7 +443,11 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
         f"{r['strategy']}: trials {r['trials']}, {r['forward_steps']} training steps for the "
         f"fit's {r['global_step']} (none tried first); said: {r['said'][0] if r['said'] else '-'}; "
         f"trained on {r['trained_on']}"))  # fmt: skip
-    return oom + hf_oom + power + window + check + fsdp
+    sharing = part_lines("A GPU another process computes on", results.get("sharing"), lambda r: (
+        f"alone, the outcome names {r['alone'] or 'no GPU'}; beside another process, "
+        f"{r['shared'] or 'no GPU'}, with {len(r['warnings'])} warning(s): "
+        f"{r['line']}"))  # fmt: skip
+    return oom + hf_oom + power + window + check + fsdp + sharing
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -525,6 +533,7 @@ def main() -> None:
             "accumulation": lambda: accumulation_check(url, "cuda"),
             "check": lambda: command_check(url),
             "fsdp": lambda: fsdp_check(url, "cuda"),
+            "sharing": lambda: sharing_check(url, "cuda"),
         }
         for part, run in served.items():
             if part in parts:

@@ -6,6 +6,7 @@ the error is real (``accelerator="cuda"``), and so are the counter and the limit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -122,3 +123,35 @@ def test_the_check_part_runs_the_command_where_runs_train(
     down = parts.command_check("http://127.0.0.1:9")
     assert down["status"] == 1
     assert not down["passed"]
+
+
+SHARING = SCRIPT.parent / "gpu_sharing.py"
+
+
+def test_the_sharing_part(
+    gpu: None, sqlite_server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The other process is one the double lists on the GPU beside this one (by an ID no
+    process here has), while this process holds the GPU's device file as CUDA would."""
+    from zeus_bso.energy import sharing
+
+    part = load_module("gpu_sharing", SHARING)
+    device = tmp_path / "nvidia0"
+    device.write_text("")
+    monkeypatch.setattr(sharing, "DEVICE_FILE", str(tmp_path / "nvidia{minor}"))
+
+    @contextlib.contextmanager
+    def other() -> Iterator[None]:
+        (described,) = json.loads(os.environ["ZEUS_BSO_TEST_GPUS"])
+        beside = [{**described, "processes": [os.getpid(), 4_000_001]}]
+        with pytest.MonkeyPatch.context() as patch, device.open():
+            patch.setenv("ZEUS_BSO_TEST_GPUS", json.dumps(beside))
+            yield
+
+    result = part.sharing_check(sqlite_server.url, "cpu", other)
+    assert result["alone"] == []
+    assert result["shared"] == [UUID]
+    (warning,) = result["warnings"]
+    assert f"GPU {UUID} is shared with 1 process this one cannot see" in warning
+    assert f"its energy holds other processes' work on {UUID}" in result["line"]
+    assert result["passed"], result
