@@ -514,7 +514,7 @@ def test_check_on_gpus_names_them_and_refuses_mixed_models(
     ) in said, busy.stdout
     assert (  # and its energy would count theirs: said beside the meter's line
         "note energy: GPU-1 is shared with 1 process this one cannot see (another container's "
-        "or user's) now: a run's energy there would count their work too"
+        "or user's) now: what they compute while a run trains there is in its energy"
     ) in said, busy.stdout
     assert "ok energy: measured by nvml: 2 x" in said
     mixed = [gpus[0], {**gpus[1], "name": "NVIDIA H100 80GB HBM3"}]

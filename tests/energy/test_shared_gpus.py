@@ -69,10 +69,12 @@ def test_a_run_on_a_gpu_others_compute_on_says_its_energy_holds_theirs(
         assert "other processes" not in outcome.summary()
         return
     assert outcome.shared_gpus == (UUID,)  # the run's line says so too
-    assert f"; its energy holds other processes' work on {UUID}." in outcome.summary()
+    assert (
+        f"; other processes held {UUID} meanwhile: what they computed is in its energy."
+    ) in outcome.summary()
     (warning,) = said  # once a run, though every report checks
     assert warning.startswith(
         f"zeus-bso: GPU {UUID} is shared with 1 process this one cannot see (another "
-        "container's or user's): its energy counter counts their work too, so this run's energy, "
-        "and the cost the server learns for batch size 32, hold theirs"
+        "container's or user's): what they compute while this run trains is in the GPU's energy "
+        "counter, so this run's energy, and the cost the server learns for batch size 32, hold it"
     )

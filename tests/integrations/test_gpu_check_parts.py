@@ -153,5 +153,5 @@ def test_the_sharing_part(
     assert result["shared"] == [UUID]
     (warning,) = result["warnings"]
     assert f"GPU {UUID} is shared with 1 process this one cannot see" in warning
-    assert f"its energy holds other processes' work on {UUID}" in result["line"]
+    assert f"other processes held {UUID} meanwhile: what they computed is in" in result["line"]
     assert result["passed"], result

@@ -149,8 +149,9 @@ def _energy(findings: Findings) -> bool | None:
                 Finding(
                     "energy",
                     None,
-                    f"{'; '.join(shared)} now: a run's energy there would count their work "
-                    "too (train on GPUs of the run's own for a measurement of it alone)",
+                    f"{'; '.join(shared)} now: what they compute while a run trains there is "
+                    "in its energy (train on GPUs of the run's own for a measurement of it "
+                    "alone)",
                 )
             )
         return meter.name == "nvml"

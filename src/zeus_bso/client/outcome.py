@@ -120,7 +120,8 @@ class RunOutcome:
                 f" the model did not reach the target ({spent})"
             )
         if self.shared_gpus and trained:
-            line += f"; its energy holds other processes' work on {', '.join(self.shared_gpus)}"
+            held = ", ".join(self.shared_gpus)
+            line += f"; other processes held {held} meanwhile: what they computed is in its energy"
         if self.offline and trained:
             line += "; it trained without the server, which learned nothing from it"
         elif self.offline:

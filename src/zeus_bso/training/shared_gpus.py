@@ -51,10 +51,10 @@ class SharedGpus:
                     continue
                 self.said.append(uuid)
                 logger.warning(
-                    "zeus-bso: GPU %s is shared with %s: its energy counter counts their work "
-                    "too, so this run's energy, and the cost the server learns for batch size "
-                    "%d, hold theirs (and their work slows the run's). Train on GPUs of the "
-                    "run's own for a measurement of it alone",
+                    "zeus-bso: GPU %s is shared with %s: what they compute while this run "
+                    "trains is in the GPU's energy counter, so this run's energy, and the cost "
+                    "the server learns for batch size %d, hold it (and it slows the run). "
+                    "Train on GPUs of the run's own for a measurement of it alone",
                     uuid,
                     " and ".join(others),
                     batch_size,
