@@ -78,3 +78,28 @@ def test_a_run_on_a_gpu_others_compute_on_says_its_energy_holds_theirs(
         "container's or user's): what they compute while this run trains is in the GPU's energy "
         "counter, so this run's energy, and the cost the server learns for batch size 32, hold it"
     )
+
+
+def test_a_check_that_cannot_be_made_never_stops_training(
+    sqlite_server: ServerProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """NVML lists a process that is not this one, and the processes here cannot be read (no
+    ``/proc``): the GPU is left out of the check, and the run trains to its target."""
+    gpu = {"uuid": UUID, "name": "NVIDIA A100-SXM4-40GB", "watts": 200, "limit_w": 400,
+           "counter": True, "processes": [OTHER]}  # fmt: skip
+    double_in_this_process(monkeypatch, [gpu], tmp_path)
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sharing, "PROC", tmp_path / "no-proc")
+    job = JobSpec(job_id_prefix=unique_id("no-proc"), batch_sizes=[16, 32],
+                  default_batch_size=32, target_metric=0.9, max_epochs=2)  # fmt: skip
+    with caplog.at_level(logging.WARNING), BatchSizeOptimizer(sqlite_server.url, job) as bso:
+        bso.get_batch_size()
+        bso.on_train_begin()
+        assert bso.on_evaluate(0.95).stop_train
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+    assert bso.outcome.shared_gpus == ()
+    assert not [w for w in warnings_of(caplog) if "is shared with" in w]

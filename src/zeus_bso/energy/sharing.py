@@ -53,13 +53,14 @@ def strangers(nvml: Any, handle: Any, ours: Collection[int]) -> list[str]:
 
 def shared_gpus(meter: NVMLMeter, ours: Collection[int]) -> dict[str, list[str]]:
     """The GPUs of ``meter`` that processes other than ``ours`` compute on, by device key (UUID),
-    each with the phrases of `strangers`; a GPU NVML cannot say of is left out."""
+    each with the phrases of `strangers`; a GPU NVML (or ``/proc``) cannot say of is left out:
+    a run asks at each report, and the answer never stops its training."""
     nvml = pynvml_module()
     found = {}
     for handle, device in zip(meter.handles, meter.devices, strict=True):
         try:
             others = strangers(nvml, handle, ours)
-        except nvml.NVMLError:
+        except (nvml.NVMLError, OSError):
             continue
         if others:
             found[device.key] = others
