@@ -77,7 +77,9 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     dev = gpu_files(tmp_path / "dev", ["nvidia0", "nvidia1"])
     monkeypatch.setattr(unmeasured, "DEVICE_FILES", dev)
     monkeypatch.setattr(unmeasured, "KFD_NODES", tmp_path / "kfd")  # AMD's: none until written
-    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+    for variable in (
+        "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LOCAL_RANK"
+    ):  # fmt: skip
         monkeypatch.delenv(variable, raising=False)
     no_module: ModuleType | None = None
     monkeypatch.setitem(sys.modules, "pynvml", no_module)
@@ -134,6 +136,20 @@ def test_a_container_without_the_drivers_nvml_library_is_told_how_to_get_it(
     assert "give the process the driver's NVML library (a container: " in warning
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility, or all)" in warning
     assert "pip install" not in warning
+
+
+def test_of_a_nodes_processes_the_first_says_it(
+    machine: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every process of a launch on the node would say the same: its first alone does."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with caplog.at_level(logging.WARNING):
+        auto_meter()
+    assert said(caplog) == []
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with caplog.at_level(logging.WARNING):
+        auto_meter()
+    assert len(said(caplog)) == 1
 
 
 def test_an_estimate_beside_gpus_is_said_in_one_line(

@@ -40,7 +40,8 @@ def auto_meter(
     """The first meter of `METERS` that works here, else an estimate of ``estimate_watts``.
     Where the process may train on GPUs that none of them measures (``on_gpus``: it does, on
     one, or not; None: where the kernel shows any, `zeus_bso.energy.unmeasured.gpus_here`), it
-    warns, once a process (`zeus_bso.energy.unmeasured.unmeasured_gpus`).
+    warns, once a process and only on a node's first (``LOCAL_RANK`` unset or 0: the others'
+    would say the same) (`zeus_bso.energy.unmeasured.unmeasured_gpus`).
 
     Mixed GPU models and a MIG slice are errors, not reasons to fall back.
     """
@@ -50,7 +51,8 @@ def auto_meter(
     if on_gpus:  # the one GPU it trains on (NVIDIA's, where the kernel shows no AMD one)
         gpus = nvidia(1) if gpus is None else replace(gpus, count=1)
     unmeasured = unmeasured_gpus(meter, gpus, reasons, estimate_watts)
-    if unmeasured is not None and not _UNMEASURED_SAID:
+    first_here = os.environ.get("LOCAL_RANK", "0") == "0"
+    if unmeasured is not None and not _UNMEASURED_SAID and first_here:
         _UNMEASURED_SAID = True
         logger.warning("zeus-bso: %s", unmeasured)
     if meter is None:
