@@ -82,7 +82,17 @@ def check_command(
         packages={name: _version(name) for name in FRAMEWORKS},
     )
     gpus = _energy(findings)
-    _power_limits(findings, gpus)
+    busy = _unsettable_now() if gpus else []
+    if shared := [b for b in busy if SHARED in b]:
+        findings.checks.append(
+            Finding(
+                "energy",
+                None,
+                f"{'; '.join(shared)} now: what they compute while a run trains there is in "
+                "its energy (train on GPUs of the run's own for a measurement of it alone)",
+            )
+        )
+    _power_limits(findings, gpus, busy)
     _lightning_from_environment(findings)
     _server(findings, server, token)
     if as_json:
@@ -144,16 +154,6 @@ def _energy(findings: Findings) -> bool | None:
                 f"{meter.max_power:g} W of power limits in all" + _every_gpu(meter),
             )
         )
-        if meter.name == "nvml" and (shared := [b for b in _unsettable_now() if SHARED in b]):
-            findings.checks.append(
-                Finding(
-                    "energy",
-                    None,
-                    f"{'; '.join(shared)} now: what they compute while a run trains there is "
-                    "in its energy (train on GPUs of the run's own for a measurement of it "
-                    "alone)",
-                )
-            )
         return meter.name == "nvml"
     finally:
         meter.close()
@@ -176,15 +176,16 @@ def _every_gpu(meter: EnergyMeter) -> str:
     )
 
 
-def _power_limits(findings: Findings, gpus: bool | None) -> None:
-    """Whether ``power_limit="optimize"`` could set limits here (read, never tried)."""
+def _power_limits(findings: Findings, gpus: bool | None, busy: list[str]) -> None:
+    """Whether ``power_limit="optimize"`` could set limits here (read, never tried; ``busy``:
+    the GPUs it could not set now, `_unsettable_now`)."""
     if gpus is None:
         findings.checks.append(Finding("power limits", None, "not checked: see energy"))
     elif not gpus:
         findings.checks.append(
             Finding("power limits", None, 'power_limit="optimize" needs NVIDIA GPUs (NVML)')
         )
-    elif busy := _unsettable_now():
+    elif busy:
         findings.checks.append(
             Finding(
                 "power limits",

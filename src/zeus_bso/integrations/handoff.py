@@ -44,8 +44,8 @@ def outcome_fields(outcome: RunOutcome) -> dict[str, Any]:
 
 def outcome_from(fields: dict[str, Any]) -> RunOutcome:
     """The outcome that `outcome_fields` wrote."""
-    shared = tuple(fields.get("shared_gpus", ()))
-    return RunOutcome(**{**fields, "reason": StopReason(fields["reason"]), "shared_gpus": shared})
+    reason, shared = StopReason(fields["reason"]), tuple(fields["shared_gpus"])
+    return RunOutcome(**{**fields, "reason": reason, "shared_gpus": shared})
 
 
 OUTCOME_FILE = "outcome.json"

@@ -22,7 +22,6 @@ class SharedGpus:
     def __init__(self, meter: EnergyMeter) -> None:
         self._meter = meter if isinstance(meter, NVMLMeter) else None
         self._ours = frozenset({os.getpid()})
-        self._found: set[str] = set()
         self.said: list[str] = []
         """The run's GPUs said shared, by UUID, in the order said (on the main process)."""
 
@@ -31,17 +30,9 @@ class SharedGpus:
         self._ours = frozenset({os.getpid(), *pids})
 
     def found(self) -> dict[str, list[str]]:
-        """This process's GPUs that others compute on, not found before in the run: by UUID,
-        who shares each (`zeus_bso.energy.sharing.strangers`)."""
-        if self._meter is None:
-            return {}
-        new = {
-            uuid: others
-            for uuid, others in shared_gpus(self._meter, self._ours).items()
-            if uuid not in self._found
-        }
-        self._found.update(new)
-        return new
+        """This process's GPUs that others compute on now: by UUID, who shares each
+        (`zeus_bso.energy.sharing.strangers`)."""
+        return {} if self._meter is None else shared_gpus(self._meter, self._ours)
 
     def say(self, every_process: Iterable[Mapping[str, list[str]]], batch_size: int) -> None:
         """On the main process: warn of the GPUs every process `found`, each once a run."""
