@@ -25,7 +25,10 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"options"}),
     frozenset({"client"}),
     frozenset({"training", "sim"}),
-    frozenset({"integrations", "elastic", "cli", "testing"}),
+    frozenset({"integrations", "cli", "testing"}),
+    # The elastic batch size: its Lightning callback sets each epoch's size where the batch size
+    # optimizer's callback sets its one (`zeus_bso.integrations.lightning_trainer.BatchTarget`).
+    frozenset({"elastic"}),
     # The package's front door and the adapters' first import paths: re-exports of what is below.
     frozenset({"", "lightning", "huggingface", "accelerate", "fabric"}),
 )

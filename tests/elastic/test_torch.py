@@ -293,3 +293,33 @@ def test_a_run_of_the_optimizer_that_elastic_steps_train_is_refused_uncharged(
         bso.on_train_begin()
         steps(plain, model)
         assert bso.on_evaluate(0.9).stop_train  # reached the target
+
+
+def test_a_followed_schedule_in_a_plain_loop_ends_with_the_training() -> None:
+    # The module docstring's loop: a one-cycle schedule sized in steps of the initial 32, each
+    # epoch's last batch short (4096 is no multiple of 96), the linear rule.
+    torch.manual_seed(0)
+    data, epochs = regression(), 6
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(16, 256), lr_rule="linear")
+    ebs.attach(optimizer)
+    total = epochs * len(data) // 32
+    schedule = ebs.follow(torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.05, total_steps=total))
+    sizes, steps = [], 0
+    for _ in range(epochs):
+        loader = torch.utils.data.DataLoader(data, batch_size=ebs.get_local_bsz(), shuffle=True)
+        sizes.append(ebs.choice.global_batch)
+        for i, (x, y) in enumerate(loader):
+            with ebs.timed_microbatch(len(x)):
+                (torch.nn.functional.mse_loss(model(x), y) / ebs.accumulation_steps).backward()
+            ebs.record_microbatch(model.parameters())
+            if (i + 1) % ebs.accumulation_steps == 0 or i + 1 == len(loader):
+                optimizer.step()
+                optimizer.zero_grad()
+                schedule.step()
+                steps += 1
+    assert max(sizes) > 32  # it grew
+    assert steps < 0.7 * total  # far fewer steps than the schedule was sized for
+    assert total - epochs <= schedule.last_epoch <= total  # short batches count their samples
+    assert schedule.state_dict()["total_steps"] == total  # the schedule's own state

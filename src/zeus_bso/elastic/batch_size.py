@@ -4,6 +4,7 @@ A plain PyTorch loop::
 
     ebs = ElasticBatchSize(initial_batch_size=64, max_batch_size=1024, local_bsz_bounds=(32, 256))
     ebs.attach(optimizer)                        # wraps optimizer.step
+    schedule = ebs.follow(OneCycleLR(optimizer, 0.1, total_steps=epochs * len(data) // 64))
     for epoch in range(epochs):
         loader = DataLoader(data, batch_size=ebs.get_local_bsz(), shuffle=True)
         for i, (x, y) in enumerate(loader):
@@ -13,6 +14,7 @@ A plain PyTorch loop::
             if (i + 1) % ebs.accumulation_steps == 0:
                 optimizer.step()                 # lr scaled by the rule, then restored
                 optimizer.zero_grad()
+                schedule.step()                  # by what the step was worth (follow)
 
 Each optimizer step accumulates at least two micro-batches, so the gradient noise is measured
 in a single process too (for models without batch normalisation, two micro-batches of b/2 are
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -51,6 +54,7 @@ from typing import Any
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
+from zeus_bso.elastic.schedules import FollowedSchedule, Progress, follow, step_worth
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.training import clean_exit, size_changes
 from zeus_bso.training.collectives import broadcast_object, torch_distributed
@@ -104,6 +108,10 @@ class ElasticBatchSize:
         self.throughput = ThroughputModel()
         self.progress = 0.0
         """Training progress in scale-invariant steps: the sum of each step's gain."""
+        self.schedule_progress = Progress()
+        """The optimizer steps so far and their worth in steps of the initial batch size, by
+        which the schedules that `follow` wraps are stepped."""
+        self._step_samples = 0
         self.choice = self._initial_choice()
         self._previous: list[Any] | None = None
         self._micro_norms: list[float] = []
@@ -207,8 +215,26 @@ class ElasticBatchSize:
         """Time one micro-batch's forward and backward for the throughput model."""
         started = time.perf_counter()
         yield
+        self.record_samples(samples)
         if samples == self.choice.local_bsz:
             self.throughput.observe(samples, time.perf_counter() - started)
+
+    def record_samples(self, samples: int) -> None:
+        """Count a micro-batch's samples (`timed_microbatch` does): an optimizer step that took
+        fewer than a whole batch (an epoch's last) moves a schedule that `follow` wraps by less."""
+        self._step_samples += samples
+
+    def follow(self, scheduler: Any) -> FollowedSchedule:
+        """``scheduler``, a learning-rate schedule stepped after each optimizer step (or every
+        few), made to keep pace with the training as the batch size grows: step the returned
+        schedule instead (``scheduler = ebs.follow(scheduler)``); each of its steps is taken
+        as many times as the optimizer steps since the last are worth in steps of the initial
+        batch size (their gain under ``adascale`` and ``sqrt``, their samples under ``linear``
+        and ``none``; `zeus_bso.elastic.schedules`). A schedule sized in steps at the initial
+        batch size (``OneCycleLR(total_steps=...)``, a warm-up of so many steps) then keeps
+        pace with the training. Its ``state_dict`` is the schedule's. Not for a schedule
+        stepped each epoch: an epoch is the same samples whatever the batch size."""
+        return follow(scheduler, self.schedule_progress)
 
     def record_microbatch(self, parameters: Iterable[Any]) -> None:
         """After each micro-batch's backward: notes that micro-batch's own gradient (not
@@ -260,13 +286,17 @@ class ElasticBatchSize:
             self._observe_step()
             gain = self.predict_gain(self.scale)
             self.progress += gain
+            samples, self._step_samples = self._step_samples, 0
+            whole = self.choice.global_batch / self.replicas  # what this process takes a step
+            fraction = min(1.0, samples / whole) if samples else 1.0
+            self.schedule_progress.stepped(step_worth(self.lr_rule, self.scale, gain, fraction))
             factor = lr_factor(self.lr_rule, self.scale, gain)
             saved = [group["lr"] for group in optimizer.param_groups]
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * factor
             return saved
 
-        def step(closure: Any = None, *args: Any, **kwargs: Any) -> Any:
+        def step(_optimizer: Any, closure: Any = None, *args: Any, **kwargs: Any) -> Any:
             size_changes.stepped()  # a run of the batch size optimizer's refuses these
             saved: list[float] | None = None
             if closure is None:
@@ -294,7 +324,14 @@ class ElasticBatchSize:
             self._forget_unstepped()
             return original_zero_grad(*args, **kwargs)
 
-        optimizer.step = step
+        # A method of the optimizer, as torch's own step is: a learning-rate schedule built
+        # after this wraps it again, and takes it for a method. One built before wrapped the
+        # step that this one calls, which still tells it that the optimizer stepped; the mark
+        # it reads for that wrapping goes on this one too, or every schedule step warns that
+        # the step was replaced.
+        if getattr(original, "_wrapped_by_lr_sched", False):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+        optimizer.step = types.MethodType(step, optimizer)
         optimizer.zero_grad = zero_grad
         self._attached.add(optimizer)
         return optimizer

@@ -4,9 +4,15 @@
     trainer = Trainer(callbacks=[ElasticBatchSizeCallback(ebs)],
                       reload_dataloaders_every_n_epochs=1)
 
-The batch size (``batch_arg_name`` on the model, its hparams or the datamodule) and the gradient
-accumulation change between epochs; Lightning rebuilds the DataLoader each epoch. The callback
-wraps the optimizer's ``step`` for the learning-rate rule and measures each micro-batch.
+The batch size (``batch_arg_name`` on the model, its hparams or the datamodule, or the train
+DataLoader given to ``trainer.fit``, built again at each size) and the gradient accumulation
+change between epochs; Lightning rebuilds the DataLoader each epoch. The first are set when the
+fit is set up, before ``configure_optimizers``: a schedule sized there from
+``trainer.estimated_stepping_batches`` is sized for the initial batch size, which the first epoch
+trains. The callback wraps the optimizer's ``step`` for the learning-rate rule and measures each
+micro-batch; a schedule stepped each optimizer step (``interval="step"``) is stepped by what each
+step is worth in steps of the initial size (`ElasticBatchSize.follow`), so that it keeps pace
+with the training as the batch grows.
 """
 
 from __future__ import annotations
@@ -20,9 +26,13 @@ from zeus_bso.lazy import require
 
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
-from lightning.pytorch.utilities.parsing import (  # noqa: E402
-    lightning_hasattr,
-    lightning_setattr,
+from lightning.pytorch.utilities.data import extract_batch_size  # noqa: E402
+from lightning.pytorch.utilities.parsing import lightning_hasattr  # noqa: E402
+
+from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
+    BatchTarget,
+    loader_given_to_fit,
+    rebuild_for_the_batch_size,
 )
 
 
@@ -35,8 +45,15 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.batch_arg_name = batch_arg_name
         self._batch_started = 0.0
         self._attached = False
+        self._target: BatchTarget | None = None
+        """Where each epoch's size goes (the model's attribute, or the DataLoader given to the
+        fit, built again): from ``setup``."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Here, before configure_optimizers and before any DataLoader is built: a schedule
+        # sized from the data (trainer.estimated_stepping_batches, which builds the first
+        # epoch's DataLoader) sees the initial batch size and accumulation, and the first
+        # epoch trains them.
         if stage != "fit":
             return
         if getattr(trainer, "reload_dataloaders_every_n_epochs", 0) != 1:
@@ -44,16 +61,17 @@ class ElasticBatchSizeCallback(pl.Callback):
                 "ElasticBatchSizeCallback changes the batch size between epochs: create the "
                 "Trainer with reload_dataloaders_every_n_epochs=1"
             )
-        if not lightning_hasattr(pl_module, self.batch_arg_name):
-            raise ZeusBSOError(
-                f"neither the model, its hparams nor the datamodule has '{self.batch_arg_name}'"
-            )
+        name = self.batch_arg_name
+        target = BatchTarget(trainer, pl_module, name)
+        if refused := loader_given_to_fit(trainer, name, target.given):
+            raise ZeusBSOError(refused.replace("the server's batch size", "each epoch's size"))
+        if target.given is None and not lightning_hasattr(pl_module, name):
+            raise ZeusBSOError(f"neither the model, its hparams nor the datamodule has '{name}'")
+        self._target = target
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
             self.elastic.update_scale(self.elastic.scale, replicas=trainer.world_size)
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._apply(trainer, pl_module, self.elastic.choice.local_bsz)
+        self._apply(trainer, self.elastic.choice.local_bsz)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._attached:
@@ -67,6 +85,10 @@ class ElasticBatchSizeCallback(pl.Callback):
         for index, optimizer in enumerate(trainer.optimizers):
             # One communication hook per model: the first optimizer's step reads it.
             self.elastic.attach(optimizer, ddp_model=ddp_model if index == 0 else None)
+        for config in trainer.lr_scheduler_configs:
+            if config.interval == "step" and not config.reduce_on_plateau:
+                # Sized in steps of the initial size; checkpoints hold the schedule's state.
+                config.scheduler = self.elastic.follow(config.scheduler)
         self._attached = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -76,6 +98,7 @@ class ElasticBatchSizeCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._batch_started = time.perf_counter()
+        self.elastic.record_samples(extract_batch_size(batch))
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.elastic.throughput.observe(
@@ -85,10 +108,11 @@ class ElasticBatchSizeCallback(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The next epoch's DataLoader is built before on_train_epoch_start: decide now.
-        self._apply(trainer, pl_module, self.elastic.get_local_bsz())
+        self._apply(trainer, self.elastic.get_local_bsz())
 
-    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, local_bsz: int) -> None:
-        lightning_setattr(pl_module, self.batch_arg_name, local_bsz)
+    def _apply(self, trainer: pl.Trainer, local_bsz: int) -> None:
+        assert self._target is not None
+        self._target.set(local_bsz)
         trainer.accumulate_grad_batches = self.elastic.accumulation_steps
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -104,8 +128,18 @@ class ElasticBatchSizeCallback(pl.Callback):
         return self.elastic.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict:
-            self.elastic.load_state_dict(state_dict)
+        if not state_dict:
+            return
+        self.elastic.load_state_dict(state_dict)
+        if self._target is not None:
+            # A resumed fit trains the checkpoint's size from its first epoch: most strategies
+            # load the checkpoint before configure_optimizers; where one loads it after, what
+            # was built at the initial size is built again.
+            trainer = self._target.trainer
+            before = (self._target.size, trainer.accumulate_grad_batches)
+            self._apply(trainer, self.elastic.choice.local_bsz)
+            if (self._target.size, trainer.accumulate_grad_batches) != before:
+                rebuild_for_the_batch_size(trainer)
 
 
 def _ddp_model(trainer: pl.Trainer) -> Any | None:

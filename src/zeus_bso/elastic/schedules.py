@@ -1,0 +1,77 @@
+"""Learning-rate schedules stepped each optimizer step, under a batch size that grows.
+
+A schedule sized in optimizer steps (``OneCycleLR(total_steps=...)``, a warm-up of so many
+steps, a cosine over ``trainer.estimated_stepping_batches``) counts steps of the batch size it
+was sized at, the initial one. A larger batch takes fewer steps an epoch, so stepped once a step
+it would fall behind the training: a run that grows its batch 16-fold ends with its one-cycle
+schedule still warming up. `follow` steps such a schedule by what each optimizer step is worth
+in steps of the initial batch size (`step_worth`), so it keeps pace with the training.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from zeus_bso.elastic.lr import LrRule
+
+
+def step_worth(rule: LrRule, scale: float, gain: float, fraction: float) -> float:
+    """What one optimizer step at ``scale`` times the initial batch is worth in steps of the
+    initial batch: its gain where the rate follows the gradient noise (``adascale``, ``sqrt``:
+    AdaScale's scale-invariant steps), its samples otherwise (``linear``, ``none``); times the
+    ``fraction`` of a whole batch it took (an epoch's last, short batch). A step at the initial
+    size, or below it, is worth one, as the schedule was written."""
+    if scale <= 1.0:
+        return 1.0
+    return (gain if rule in ("adascale", "sqrt") else scale) * fraction
+
+
+class Progress:
+    """The optimizer steps taken so far, and what they were worth (`step_worth`)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.worth = 0.0
+
+    def stepped(self, worth: float) -> None:
+        self.steps += 1
+        self.worth += worth
+
+
+class FollowedSchedule:
+    """A learning-rate schedule stepped by what the optimizer steps are worth (`follow`); all
+    else (``get_last_lr``, ``state_dict``, ``load_state_dict``, its attributes) is the
+    schedule's own, so that a checkpoint holds the schedule as it is."""
+
+    def __init__(self, schedule: Any, progress: Progress) -> None:
+        self.schedule = schedule
+        self._progress = progress
+        self._last = (progress.steps, progress.worth)
+        self._carried = 0.0
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """Step the schedule as many times as the optimizer steps since the last call are worth
+        on average, the fraction carried to the next call; once, as written, where the
+        optimizer took no step since (a step that AMP's ``GradScaler`` skipped)."""
+        progress, (steps, worth) = self._progress, self._last
+        if progress.steps <= steps:
+            calls, self._carried = 1, 0.0
+        else:
+            due = self._carried + (progress.worth - worth) / (progress.steps - steps)
+            calls = math.floor(due + 1e-9)
+            self._carried = max(0.0, due - calls)
+        self._last = (progress.steps, progress.worth)
+        for _ in range(calls):
+            self.schedule.step(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["schedule"], name)
+
+
+def follow(schedule: Any, progress: Progress) -> FollowedSchedule:
+    """``schedule`` (stepped once each optimizer step, or each few) stepped by what those
+    steps are worth (`FollowedSchedule`); one followed already, as it is."""
+    if isinstance(schedule, FollowedSchedule):
+        return schedule
+    return FollowedSchedule(schedule, progress)

@@ -1,0 +1,187 @@
+"""`ElasticBatchSizeCallback` under Lightning scripts written the way the ecosystem writes them: a
+schedule sized in ``configure_optimizers`` from ``trainer.estimated_stepping_batches`` and stepped
+each optimizer step, a DataLoader given to ``trainer.fit``, a fit resumed from a checkpoint. Each
+with a real Trainer on the CPU."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+torch = pytest.importorskip("torch", reason="pip install 'zeus-bso[lightning]'")
+
+from tests.integrations.lightning_models import quiet_trainer_options  # noqa: E402
+from zeus_bso.elastic import ElasticBatchSize, ElasticBatchSizeCallback  # noqa: E402
+
+EPOCHS = 6
+SAMPLES = 2048
+
+
+def classification(n: int = SAMPLES) -> Any:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 12, generator=g)
+    return torch.utils.data.TensorDataset(x, (x[:, 0] + 0.3 * x[:, 1] > 0).long())
+
+
+class OneCycle(pl.LightningModule):  # type: ignore[misc]
+    """As tutorials write it: the batch size in hparams (32, not the elastic's first size), a
+    one-cycle schedule over ``estimated_stepping_batches``, stepped each optimizer step."""
+
+    def __init__(self, batch_size: int = 32, lr: float = 0.05) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
+        )
+        self.data = classification()
+        self.first_batches: list[int] = []  # the first batch's size, each epoch
+        self.total_steps = 0
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(
+            self.data, batch_size=self.hparams.batch_size, shuffle=True
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        if batch_idx == 0:
+            self.first_batches.append(len(x))
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+        self.total_steps = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=self.hparams.lr, total_steps=self.total_steps
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def elastic(rule: str = "linear") -> ElasticBatchSize:
+    return ElasticBatchSize(
+        initial_batch_size=16, max_batch_size=512, local_bsz_bounds=(8, 256), lr_rule=rule
+    )
+
+
+def fit(
+    model: Any,
+    ebs: ElasticBatchSize,
+    tmp_path: Any,
+    *callbacks: Any,
+    loader: Any = None,
+    ckpt_path: Any = None,
+    **options: Any,
+) -> Any:
+    torch.manual_seed(0)
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS,
+        callbacks=[ElasticBatchSizeCallback(ebs), *callbacks],
+        reload_dataloaders_every_n_epochs=1,
+        **(quiet_trainer_options(tmp_path) | options),
+    )
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_the_first_epoch_trains_the_elastic_size_that_the_schedule_is_sized_for(
+    tmp_path: Any,
+) -> None:
+    # estimated_stepping_batches builds the first epoch's DataLoader inside
+    # configure_optimizers: the callback sets the size and accumulation before it (in setup),
+    # not at the fit's start, when that DataLoader held the module's 32.
+    ebs = elastic()
+    model = OneCycle()
+    fit(model, ebs, tmp_path)
+    assert model.first_batches[0] == 8  # the initial 16 as two micro-batches of 8
+    assert model.total_steps == EPOCHS * SAMPLES // 16  # sized at 16 a step, accumulation too
+
+
+def test_a_schedule_stepped_each_step_ends_with_the_training_as_the_batch_grows(
+    tmp_path: Any, recwarn: pytest.WarningsRecorder
+) -> None:
+    ebs = elastic("linear")
+    model = OneCycle()
+    trainer = fit(model, ebs, tmp_path)
+    assert len(set(model.first_batches)) > 1  # it grew
+    schedule = trainer.lr_scheduler_configs[0].scheduler
+    # Stepped once an optimizer step, it would stand at the steps taken, far short of its end.
+    assert trainer.global_step < 0.7 * model.total_steps
+    # Stepped by each step's samples (the linear rule), it ends where the training does: each
+    # epoch is SAMPLES / 16 steps of the initial size, less at most one for a short last batch.
+    assert model.total_steps - EPOCHS <= schedule.last_epoch <= model.total_steps
+    assert schedule.get_last_lr()[0] < 0.01 * model.hparams.lr  # annealed
+    # The wrapped step still tells the schedule that the optimizer stepped.
+    assert not [w for w in recwarn if "optimizer.step()" in str(w.message)]
+
+
+def test_under_adascale_the_schedule_stands_at_the_runs_scale_invariant_progress(
+    tmp_path: Any,
+) -> None:
+    ebs = elastic("adascale")
+    model = OneCycle()
+    trainer = fit(model, ebs, tmp_path)
+    schedule = trainer.lr_scheduler_configs[0].scheduler
+    worth = ebs.schedule_progress.worth
+    assert trainer.global_step < worth < model.total_steps  # gains between 1 and the scale
+    assert math.floor(worth) - 1 <= schedule.last_epoch <= math.floor(worth) + 1
+    assert abs(worth - ebs.progress) <= EPOCHS  # AdaScale's progress, short batches aside
+
+
+def test_a_dataloader_given_to_fit_is_built_again_at_each_epochs_size(tmp_path: Any) -> None:
+    class Given(OneCycle):
+        def __init__(self) -> None:
+            super().__init__()
+            del self.hparams["batch_size"]  # the size is the given DataLoader's alone
+
+    model = Given()
+    loader = torch.utils.data.DataLoader(model.data, batch_size=32, shuffle=True)
+    ebs = elastic()
+    fit(model, ebs, tmp_path, loader=loader)
+    assert model.first_batches[0] == 8
+    assert len(set(model.first_batches)) > 1
+    assert all(8 <= size <= 256 for size in model.first_batches)
+
+
+def test_a_resumed_fit_trains_the_checkpoints_size_from_its_first_epoch(tmp_path: Any) -> None:
+    saved = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "every", save_top_k=-1)
+    first = OneCycle()
+    fit(first, elastic(), tmp_path, saved, enable_checkpointing=True)
+    assert first.first_batches[3] != 8  # the case at hand: not the initial size
+    (checkpoint,) = (tmp_path / "every").glob("epoch=2-*.ckpt")  # before the 4th epoch
+
+    resumed = OneCycle()
+    fit(resumed, elastic(), tmp_path, ckpt_path=checkpoint)
+    assert resumed.first_batches == first.first_batches[3:]
+
+
+def test_follow_steps_a_schedule_by_what_the_optimizer_steps_were_worth() -> None:
+    from zeus_bso.elastic.schedules import Progress, follow
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def step(self) -> None:
+            self.calls += 1
+
+    progress, counting = Progress(), Counting()
+    schedule = follow(follow(counting, progress), progress)  # followed once
+    assert schedule.schedule is counting
+    progress.stepped(1.0)
+    schedule.step()
+    assert counting.calls == 1
+    progress.stepped(2.5)
+    schedule.step()  # 2.5: two now, the half carried
+    assert counting.calls == 3
+    progress.stepped(2.5)
+    schedule.step()  # 2.5 + 0.5
+    assert counting.calls == 6
+    schedule.step()  # no optimizer step since (AMP skipped it): once, as written
+    assert counting.calls == 7
+    for _ in range(4):  # stepped every fourth optimizer step (Lightning's frequency=4)
+        progress.stepped(3.0)
+    schedule.step()  # four steps of 3: the schedule's one step is worth three
+    assert counting.calls == 10
