@@ -18,6 +18,7 @@ with the training as the batch grows.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
@@ -26,9 +27,9 @@ from zeus_bso.lazy import require
 
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
-from lightning.pytorch.utilities.data import extract_batch_size  # noqa: E402
 from lightning.pytorch.utilities.parsing import lightning_hasattr  # noqa: E402
 
+from zeus_bso.integrations.lightning_packages import package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
     loader_given_to_fit,
@@ -63,8 +64,8 @@ class ElasticBatchSizeCallback(pl.Callback):
             )
         name = self.batch_arg_name
         target = BatchTarget(trainer, pl_module, name)
-        if refused := loader_given_to_fit(trainer, name, target.given):
-            raise ZeusBSOError(refused.replace("the server's batch size", "each epoch's size"))
+        if refused := loader_given_to_fit(trainer, name, target.given, elastic=True):
+            raise ZeusBSOError(refused)
         if target.given is None and not lightning_hasattr(pl_module, name):
             raise ZeusBSOError(f"neither the model, its hparams nor the datamodule has '{name}'")
         self._target = target
@@ -98,7 +99,13 @@ class ElasticBatchSizeCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._batch_started = time.perf_counter()
-        self.elastic.record_samples(extract_batch_size(batch))
+        try:  # an epoch's last batch may be short: it moves the schedules by its samples
+            with warnings.catch_warnings():  # Lightning's own words on a batch it must guess
+                warnings.simplefilter("ignore")
+                samples = int(package_of(trainer).batch_size_of(batch))
+        except Exception:  # a batch whose size Lightning cannot tell: counted as whole
+            return
+        self.elastic.record_samples(samples)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.elastic.throughput.observe(

@@ -156,21 +156,27 @@ def given_to_fit(trainer: Trainer) -> Any | None:
     return getattr(source, "instance", None)
 
 
-def loader_given_to_fit(trainer: Trainer, batch_arg_name: str, given: Any | None) -> str | None:
-    """Why the fit cannot train the server's batch size: ``trainer.fit`` was given train data
-    (``given``: `given_to_fit`'s) that cannot be built again at another size
-    (`zeus_bso.integrations.loaders.not_resizable`). None: it was given none, or a DataLoader
-    that can (`BatchTarget`)."""
+def loader_given_to_fit(
+    trainer: Trainer, batch_arg_name: str, given: Any | None, elastic: bool = False
+) -> str | None:
+    """Why the fit cannot train the server's batch size (``elastic``: the elastic batch size's
+    sizes): ``trainer.fit`` was given train data (``given``: `given_to_fit`'s) that cannot be
+    built again at another size (`zeus_bso.integrations.loaders.not_resizable`). None: it was
+    given none, or a DataLoader that can (`BatchTarget`)."""
     why = None if given is None else not_resizable(given)
     if why is None:
         return None
     if given_loaders(trainer):
         return f"{_FROM_DATASETS.format(batch_arg_name)} (its train_dataloader() built {why})"
+    cannot = (
+        "which ElasticBatchSizeCallback cannot build again at each epoch's size"
+        if elastic
+        else "which the callback cannot build again at the server's batch size"
+    )
     return (
-        f"trainer.fit(model, train_dataloaders=...) was given {why}, which the callback "
-        "cannot build again at the server's batch size: give it one torch DataLoader built "
-        "with batch_size=..., or build the DataLoader in the model's (or a "
-        f"LightningDataModule's) train_dataloader() with self.{batch_arg_name} (or "
+        f"trainer.fit(model, train_dataloaders=...) was given {why}, {cannot}: give it one "
+        "torch DataLoader built with batch_size=..., or build the DataLoader in the model's (or "
+        f"a LightningDataModule's) train_dataloader() with self.{batch_arg_name} (or "
         f"self.hparams.{batch_arg_name}), and call trainer.fit(model) or "
         "trainer.fit(model, datamodule=...)"
     )
