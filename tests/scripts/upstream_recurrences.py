@@ -39,7 +39,10 @@ def main(url: str, recurrences: int) -> None:
             sizes.append(bso.get_batch_size())
             bso.on_train_begin()
             for epoch in range(1, job.max_epochs + 1):
-                time.sleep(0.02)  # an epoch's training
+                # An epoch's training: long enough that a busy machine's delays (tens of
+                # milliseconds) do not make one size's epochs cost twice another's, which
+                # the server would stop before the target.
+                time.sleep(0.1)
                 if bso.on_evaluate(0.3 * epoch).stop_train:
                     break
             job_id = bso.job_id
