@@ -88,7 +88,7 @@ def fit(
 ) -> Any:
     torch.manual_seed(0)
     trainer = pl.Trainer(
-        max_epochs=EPOCHS,
+        max_epochs=options.pop("max_epochs", EPOCHS),
         callbacks=[ElasticBatchSizeCallback(ebs), *callbacks],
         reload_dataloaders_every_n_epochs=1,
         **(quiet_trainer_options(tmp_path) | options),
@@ -139,6 +139,16 @@ def test_under_adascale_the_schedule_stands_at_the_runs_scale_invariant_progress
     assert trainer.global_step < worth < model.total_steps  # gains between 1 and the scale
     assert math.floor(worth) - 1 <= schedule.last_epoch <= math.floor(worth) + 1
     assert worth <= ebs.progress + 1e-9  # AdaScale's progress, less short batches' part
+
+
+def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(tmp_path: Any) -> None:
+    # estimated_stepping_batches is max_steps here, and the fit takes max_steps optimizer steps
+    # at any size: stepped by their worth, the one-cycle would step past its end and raise.
+    model = OneCycle()
+    trainer = fit(model, elastic(), tmp_path, max_steps=300, max_epochs=100)
+    assert len(set(model.first_batches)) > 1
+    schedule = trainer.lr_scheduler_configs[0].scheduler
+    assert model.total_steps == trainer.global_step == schedule.last_epoch == 300
 
 
 def test_a_dataloader_given_to_fit_is_built_again_at_each_epochs_size(tmp_path: Any) -> None:

@@ -12,7 +12,8 @@ fit is set up, before ``configure_optimizers``: a schedule sized there from
 trains. The callback wraps the optimizer's ``step`` for the learning-rate rule and measures each
 micro-batch; a schedule stepped each optimizer step (``interval="step"``) is stepped by what each
 step is worth in steps of the initial size (`ElasticBatchSize.follow`), so that it keeps pace
-with the training as the batch grows.
+with the training as the batch grows (in a fit that ``max_steps`` ends, as written: the fit
+takes the steps the schedule was sized for).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class ElasticBatchSizeCallback(pl.Callback):
         for index, optimizer in enumerate(trainer.optimizers):
             # One communication hook per model: the first optimizer's step reads it.
             self.elastic.attach(optimizer, ddp_model=ddp_model if index == 0 else None)
-        for config in trainer.lr_scheduler_configs:
+        for config in trainer.lr_scheduler_configs if _bounded_by_samples(trainer) else ():
             if config.interval == "step" and not config.reduce_on_plateau:
                 # Sized in steps of the initial size; checkpoints hold the schedule's state.
                 config.scheduler = self.elastic.follow(config.scheduler)
@@ -147,6 +148,16 @@ class ElasticBatchSizeCallback(pl.Callback):
             self._apply(trainer, self.elastic.choice.local_bsz)
             if (self._target.size, trainer.accumulate_grad_batches) != before:
                 rebuild_for_the_batch_size(trainer)
+
+
+def _bounded_by_samples(trainer: pl.Trainer) -> bool:
+    """Whether the fit ends after so many samples (``max_epochs``, a fraction of each epoch's
+    batches), where a schedule that `ElasticBatchSize.follow` steps ends with it. One that ends
+    after so many optimizer steps or batches, whatever their size (``max_steps``, a count of
+    ``limit_train_batches``), takes as many steps as its schedule was sized for
+    (``estimated_stepping_batches``) at any size: its schedules are stepped as written."""
+    steps = trainer.max_steps
+    return (steps is None or steps < 0) and isinstance(trainer.limit_train_batches, float)
 
 
 def _ddp_model(trainer: pl.Trainer) -> Any | None:
