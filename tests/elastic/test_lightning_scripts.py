@@ -223,3 +223,16 @@ def test_a_given_dataloader_that_cannot_be_built_again_is_refused_before_a_step(
     with pytest.raises(ZeusBSOError, match="ElasticBatchSizeCallback cannot build again"):
         fit(model, elastic(), tmp_path, loader=loader)
     assert model.first_batches == []
+
+
+def test_a_followed_one_cycle_is_never_stepped_past_its_total() -> None:
+    from zeus_bso.elastic.schedules import Progress, follow
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    progress = Progress()
+    schedule = follow(torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=10), progress)
+    for _ in range(4):  # worth 3 a step: 12 steps of the schedule's, which has 10
+        optimizer.step()
+        progress.stepped(3.0)
+        schedule.step()
+    assert schedule.last_epoch == 10

@@ -5,7 +5,8 @@ steps, a cosine over ``trainer.estimated_stepping_batches``) counts steps of the
 was sized at, the initial one. A larger batch takes fewer steps an epoch, so stepped once a step
 it would fall behind the training: a run that grows its batch 16-fold ends with its one-cycle
 schedule still warming up. `follow` steps such a schedule by what each optimizer step is worth
-in steps of the initial batch size (`step_worth`), so it keeps pace with the training.
+in steps of the initial batch size (`step_worth`), so it keeps pace with the training. A
+schedule of a fixed number of steps (``OneCycleLR``'s ``total_steps``) is never stepped past it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class FollowedSchedule:
             calls = math.floor(due + 1e-9)
             self._carried = max(0.0, due - calls)
         self._last = (progress.steps, progress.worth)
+        total = getattr(self.schedule, "total_steps", None)
+        if isinstance(total, int):  # OneCycleLR: a step past its total raises
+            # Batches that do not divide an epoch evenly at a scale that is not a whole number
+            # may be worth a fraction of a step more an epoch than the schedule was sized for.
+            calls = min(calls, max(0, total - int(self.schedule.last_epoch)))
         for _ in range(calls):
             self.schedule.step(*args, **kwargs)
 
