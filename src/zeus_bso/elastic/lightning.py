@@ -19,7 +19,6 @@ takes the steps the schedule was sized for).
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
@@ -28,12 +27,12 @@ from zeus_bso.lazy import require
 
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
-from lightning.pytorch.utilities.parsing import lightning_hasattr  # noqa: E402
 
 from zeus_bso.integrations.lightning_packages import package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
     loader_given_to_fit,
+    no_batch_size,
     rebuild_for_the_batch_size,
 )
 
@@ -67,8 +66,8 @@ class ElasticBatchSizeCallback(pl.Callback):
         target = BatchTarget(trainer, pl_module, name)
         if refused := loader_given_to_fit(trainer, name, target.given, elastic=True):
             raise ZeusBSOError(refused)
-        if target.given is None and not lightning_hasattr(pl_module, name):
-            raise ZeusBSOError(f"neither the model, its hparams nor the datamodule has '{name}'")
+        if target.given is None and not package_of(trainer).hasattr(pl_module, name):
+            raise ZeusBSOError(no_batch_size(name))
         self._target = target
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
@@ -101,9 +100,7 @@ class ElasticBatchSizeCallback(pl.Callback):
     ) -> None:
         self._batch_started = time.perf_counter()
         try:  # an epoch's last batch may be short: it moves the schedules by its samples
-            with warnings.catch_warnings():  # Lightning's own words on a batch it must guess
-                warnings.simplefilter("ignore")
-                samples = int(package_of(trainer).batch_size_of(batch))
+            samples = int(package_of(trainer).batch_size_of(batch))
         except Exception:  # a batch whose size Lightning cannot tell: counted as whole
             return
         self.elastic.record_samples(samples)
