@@ -5,7 +5,9 @@ with a real Trainer on the CPU."""
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,6 +180,41 @@ def test_a_resumed_fit_trains_the_checkpoints_size_from_its_first_epoch(tmp_path
     resumed = OneCycle()
     fit(resumed, elastic(), tmp_path, ckpt_path=checkpoint)
     assert resumed.first_batches == first.first_batches[3:]  # from its first epoch on
+
+
+def test_each_epochs_size_and_each_steps_rate_go_to_the_loggers(tmp_path: Any) -> None:
+    taken: list[float] = []  # the rate each optimizer step took, as the optimizer saw it
+
+    class Watch(pl.Callback):  # type: ignore[misc]
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            trainer.optimizers[0].register_step_post_hook(
+                lambda opt, *_: taken.append(opt.param_groups[0]["lr"])
+            )
+
+    model = OneCycle()
+    logs = pl.loggers.CSVLogger(tmp_path, name="logs")
+    fit(model, elastic("linear"), tmp_path, Watch(), logger=logs, log_every_n_steps=1)
+    rows = list(csv_rows(Path(logs.log_dir) / "metrics.csv"))
+    epochs = [row for row in rows if row.get("elastic/batch_size")]
+    # Each epoch's size as it trained: its first micro-batch, two of them a step.
+    assert [float(row["elastic/batch_size"]) for row in epochs] == [
+        2.0 * size for size in model.first_batches
+    ]
+    assert [float(row["elastic/scale"]) for row in epochs] == [
+        2.0 * size / 16 for size in model.first_batches
+    ]
+    assert all(float(row["elastic/progress"]) > 0 for row in epochs)
+    steps = [float(row["elastic/lr"]) for row in rows if row.get("elastic/lr")]
+    # One a step (log_every_n_steps=1), the rate the step took: the schedule's times the scale.
+    assert len(steps) == len(taken) > len(epochs)
+    assert steps == pytest.approx(taken)
+    factors = [float(row["elastic/lr_factor"]) for row in rows if row.get("elastic/lr_factor")]
+    assert set(factors) == {2.0 * size / 16 for size in model.first_batches}
+
+
+def csv_rows(path: Path) -> Any:
+    with path.open() as file:
+        yield from csv.DictReader(file)
 
 
 def test_follow_steps_a_schedule_by_what_the_optimizer_steps_were_worth() -> None:

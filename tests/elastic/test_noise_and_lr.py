@@ -133,6 +133,38 @@ def test_batch_size_changes_are_damped() -> None:
     assert best / (1 + ebs.threshold) <= reached <= best
 
 
+def test_a_new_batch_size_is_said_once_and_the_metrics_say_where_it_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ebs = _noisy_and_fast_at_large_batches(max_change=2.0)
+    before = ebs.metrics()
+    assert before["elastic/batch_size"] == 32
+    assert before["elastic/scale"] == 1.0
+    assert before["elastic/noise_scale"] == pytest.approx(1e4)
+    assert "elastic/lr" not in before  # no optimizer step yet
+    with caplog.at_level("INFO", logger="zeus_bso.elastic"):
+        ebs.get_local_bsz()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
+    after = ebs.metrics()
+    assert after["elastic/batch_size"] == ebs.choice.global_batch == 64
+    assert after["elastic/local_batch_size"] * after["elastic/accumulation"] == 64
+    assert after["elastic/scale"] == 2.0
+    assert after["elastic/gain"] == pytest.approx(ebs.predict_gain(2.0))
+    assert 1.9 < after["elastic/gain"] <= 2.0  # noise scale 1e4: almost the whole scale
+    assert len(said) == 1
+    assert "from 32 to 64" in said[0]
+    assert (
+        f"({ebs.choice.local_bsz} a micro-batch x {ebs.choice.accumulation} accumulated"
+        in (said[0])
+    )
+    caplog.clear()
+    saturated = _noisy_and_fast_at_large_batches(max_change=1e9)
+    saturated.get_local_bsz()  # to the largest at once
+    with caplog.at_level("INFO", logger="zeus_bso.elastic"):
+        saturated.get_local_bsz()  # kept: nothing to say
+    assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
+
+
 def test_max_change_must_be_above_one() -> None:
     with pytest.raises(ValueError, match="max_change"):
         ElasticBatchSize(32, max_change=1.0)

@@ -74,6 +74,27 @@ def test_the_step_uses_the_scaled_lr() -> None:
     assert optimizer.param_groups[0]["lr"] == 0.1  # and the lr is back
 
 
+def test_the_metrics_hold_the_rate_and_factor_the_last_step_took() -> None:
+    ebs = ElasticBatchSize(64, lr_rule="sqrt")
+    ebs.noise._sqr.update(1e-3)  # noisy: the gain of 4x is nearly 4
+    ebs.noise._var.update(10.0)
+    ebs.update_scale(4.0)
+    param = torch.nn.Parameter(torch.zeros(1))
+    other = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([{"params": [param], "lr": 0.1}, {"params": [other], "lr": 0.5}])
+    taken: list[float] = []  # the rate as the optimizer's own step sees it
+    optimizer.register_step_post_hook(lambda opt, *_: taken.append(opt.param_groups[0]["lr"]))
+    ebs.attach(optimizer)
+    param.grad = torch.ones(1)
+    optimizer.step()
+    metrics = ebs.metrics()
+    factor = math.sqrt(ebs.predict_gain(4.0))
+    assert metrics["elastic/lr_factor"] == pytest.approx(factor)
+    assert 1.9 < factor <= 2.0
+    assert metrics["elastic/lr"] == pytest.approx(taken[-1]) == pytest.approx(0.1 * factor)
+    assert metrics["elastic/lr"] != optimizer.param_groups[0]["lr"]  # restored after the step
+
+
 def test_an_optimizer_attached_twice_steps_at_the_rate_once() -> None:
     """A loop that attached its optimizer again (at each epoch, say) wrapped its step twice,
     and each step took the rule's factor twice (x16 for x4)."""

@@ -123,6 +123,8 @@ class ElasticBatchSize:
         self._warned_sync = False
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         """The optimizers `attach` wrapped: attached again, one is left as it is."""
+        self._stepped: tuple[float, float] | None = None
+        """The factor the last optimizer step took, and the rate of its first group."""
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -174,6 +176,8 @@ class ElasticBatchSize:
         elif self.noise.sqr is not None:
             self._explore()
         self.choice = _same_on_every_rank(self.choice)
+        if self.choice.global_batch != current_batch:
+            _say_change(current_batch, self.choice, self.predict_gain(self.scale), self.scale)
         return self.choice.local_bsz
 
     def _explore(self) -> None:
@@ -198,6 +202,37 @@ class ElasticBatchSize:
     def predict_gain(self, scale: float) -> float:
         """Statistical gain of a global batch ``scale`` times the initial one (in [1, scale])."""
         return self.noise.gain(scale, self.initial_batch_size)
+
+    def metrics(self) -> dict[str, float]:
+        """Where the elastic batch size stands, for a training's loggers (AdaptDL writes the
+        same to TensorBoard; `ElasticBatchSizeCallback` logs them to the Trainer's loggers):
+
+        - ``elastic/batch_size``: the global batch of an optimizer step;
+        - ``elastic/local_batch_size``: a micro-batch of one process;
+        - ``elastic/accumulation``: the micro-batches of a step;
+        - ``elastic/scale``: the global batch over the initial one;
+        - ``elastic/gain``: the statistical gain of that scale (`predict_gain`);
+        - ``elastic/progress``: the training's scale-invariant steps (the sum of their gains);
+        - ``elastic/noise_scale``, once measured: the gradient noise scale, the batch size
+          around which a larger batch stops paying off (per-sample variance over the squared
+          gradient);
+        - ``elastic/lr_factor`` and ``elastic/lr``, after an optimizer step: the factor by
+          which the rule scaled that step's rate, and the rate its first parameter group took
+          (the schedule's rate, which ``LearningRateMonitor`` logs, times the factor).
+        """
+        values = {
+            "elastic/batch_size": float(self.choice.global_batch),
+            "elastic/local_batch_size": float(self.choice.local_bsz),
+            "elastic/accumulation": float(self.choice.accumulation),
+            "elastic/scale": self.scale,
+            "elastic/gain": self.predict_gain(self.scale),
+            "elastic/progress": self.progress,
+        }
+        if (noise_scale := self.noise.noise_scale()) is not None:
+            values["elastic/noise_scale"] = noise_scale
+        if self._stepped is not None:
+            values["elastic/lr_factor"], values["elastic/lr"] = self._stepped
+        return values
 
     def update_scale(self, scale: float, replicas: int | None = None) -> None:
         """Set the global batch to ``scale`` x the initial one (e.g. after a rescale elsewhere)."""
@@ -294,6 +329,8 @@ class ElasticBatchSize:
             saved = [group["lr"] for group in optimizer.param_groups]
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * factor
+            if saved:
+                self._stepped = (factor, optimizer.param_groups[0]["lr"])
             return saved
 
         def step(_optimizer: Any, closure: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -450,6 +487,24 @@ class ElasticBatchSize:
         self.progress = float(state["progress"])
         self.noise.load_state_dict(state["noise"])
         self.throughput._samples = {int(b): list(t) for b, t in state["throughput"].items()}
+
+
+def _say_change(before: int, choice: Choice, gain: float, scale: float) -> None:
+    """Logs a new global batch size (at INFO, on the first process alone)."""
+    dist = torch_distributed()
+    if dist is not None and dist.get_rank() != 0:
+        return
+    logger.info(
+        "ElasticBatchSize: the batch size goes from %d to %d (%d a micro-batch x %d "
+        "accumulated x %d processes): %.2fx the initial batch, a predicted gain of %.2f",
+        before,
+        choice.global_batch,
+        choice.local_bsz,
+        choice.accumulation,
+        choice.replicas,
+        scale,
+        gain,
+    )
 
 
 def _same_on_every_rank(choice: Choice) -> Choice:

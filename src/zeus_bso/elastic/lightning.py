@@ -14,6 +14,11 @@ micro-batch; a schedule stepped each optimizer step (``interval="step"``) is ste
 step is worth in steps of the initial size (`ElasticBatchSize.follow`), so that it keeps pace
 with the training as the batch grows (in a fit that ``max_steps`` ends, as written: the fit
 takes the steps the schedule was sized for).
+
+What the elastic batch size stands at (`ElasticBatchSize.metrics`) goes to the Trainer's
+loggers: the rate each optimizer step took and its factor (``elastic/lr``,
+``elastic/lr_factor``) at the steps Lightning logs, the rest at each epoch's end, for the epoch
+that trained (``elastic/batch_size``, ``elastic/gain``, ``elastic/noise_scale``...).
 """
 
 from __future__ import annotations
@@ -111,7 +116,24 @@ class ElasticBatchSizeCallback(pl.Callback):
         )
         self.elastic.record_microbatch(pl_module.parameters())
 
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        metrics = self.elastic.metrics()
+        for name in _STEP_METRICS:
+            if name in metrics:
+                _log(pl_module, name, metrics[name], on_step=True)
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # What the epoch trained, before the next size is chosen.
+        for name, value in self.elastic.metrics().items():
+            if name not in _STEP_METRICS:
+                _log(pl_module, name, value, on_step=False)
         # The next epoch's DataLoader is built before on_train_epoch_start: decide now.
         self._apply(trainer, self.elastic.get_local_bsz())
 
@@ -145,6 +167,19 @@ class ElasticBatchSizeCallback(pl.Callback):
             self._apply(trainer, self.elastic.choice.local_bsz)
             if (self._target.size, trainer.accumulate_grad_batches) != before:
                 rebuild_for_the_batch_size(trainer)
+
+
+_STEP_METRICS = ("elastic/lr", "elastic/lr_factor")
+"""Logged at each step Lightning logs; the rest at each epoch's end."""
+
+
+def _log(pl_module: pl.LightningModule, name: str, value: float, *, on_step: bool) -> None:
+    # The same on every rank (the noise estimate and the choice are shared): with
+    # rank_zero_only, Lightning reduces nothing, and sync_dist=True keeps its advice to sync
+    # (a warning a value, on every rank of a distributed fit) off.
+    pl_module.log(
+        name, value, on_step=on_step, on_epoch=not on_step, rank_zero_only=True, sync_dist=True
+    )
 
 
 def _bounded_by_samples(trainer: pl.Trainer) -> bool:
