@@ -145,14 +145,19 @@ def test_under_adascale_the_schedule_stands_at_the_runs_scale_invariant_progress
     assert worth <= ebs.progress + 1e-9  # AdaScale's progress, less short batches' part
 
 
-def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(tmp_path: Any) -> None:
+def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     # estimated_stepping_batches is max_steps here, and the fit takes max_steps optimizer steps
     # at any size: stepped by their worth, the one-cycle would step past its end and raise.
     model = OneCycle()
-    trainer = fit(model, elastic(), tmp_path, max_steps=300, max_epochs=100)
+    with caplog.at_level("WARNING", logger="zeus_bso.elastic"):
+        trainer = fit(model, elastic(), tmp_path, max_steps=300, max_epochs=100)
     assert len(set(model.first_batches)) > 1
     schedule = trainer.lr_scheduler_configs[0].scheduler
     assert model.total_steps == trainer.global_step == schedule.last_epoch == 300
+    # Not followed, on purpose: no word of a schedule that falls behind.
+    assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
 
 
 def test_a_dataloader_given_to_fit_is_built_again_at_each_epochs_size(tmp_path: Any) -> None:

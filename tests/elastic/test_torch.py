@@ -346,3 +346,63 @@ def test_a_followed_schedule_in_a_plain_loop_ends_with_the_training() -> None:
     assert steps < 0.7 * total  # far fewer steps than the schedule was sized for
     assert total - epochs <= schedule.last_epoch <= total  # short batches count their samples
     assert schedule.state_dict()["total_steps"] == total  # the schedule's own state
+
+
+def _loop_with_a_schedule(
+    stepped: str, follow: bool = False, epochs: int = 3, grow: bool = True
+) -> ElasticBatchSize:
+    """A plain loop whose batch doubles each epoch, its rate set by a one-cycle schedule
+    (``stepped`` "step": each optimizer step, "epoch": a StepLR each epoch)."""
+    torch.manual_seed(0)
+    data = regression(n=1024)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(16, 256), lr_rule="linear")
+    ebs.attach(optimizer)
+    schedule: Any = (
+        torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.05, total_steps=epochs * 1024 // 32)
+        if stepped == "step"
+        else torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    )
+    if follow:
+        schedule = ebs.follow(schedule)
+    for epoch in range(epochs):
+        if epoch and grow:
+            ebs.update_scale(ebs.scale * 2)
+        loader = torch.utils.data.DataLoader(data, batch_size=ebs.choice.local_bsz)
+        for i, (x, y) in enumerate(loader):
+            (torch.nn.functional.mse_loss(model(x), y) / ebs.accumulation_steps).backward()
+            ebs.record_microbatch(model.parameters())
+            if (i + 1) % ebs.accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+                if stepped == "step":
+                    schedule.step()
+        if stepped == "epoch":
+            schedule.step()
+    return ebs
+
+
+def test_a_schedule_stepped_each_step_and_not_followed_is_warned_of_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="zeus_bso.elastic"):
+        _loop_with_a_schedule("step")
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
+    assert len(said) == 1
+    assert "ebs.follow(scheduler)" in said[0]
+    assert "2x the initial" in said[0]  # said as soon as the batch grew
+
+
+@pytest.mark.parametrize(
+    ("stepped", "follow", "grow"),
+    [("step", True, True), ("epoch", False, True), ("step", False, False)],
+    ids=["followed", "stepped each epoch", "the batch never grew"],
+)
+def test_a_schedule_that_keeps_pace_is_not_warned_of(
+    caplog: pytest.LogCaptureFixture, stepped: str, follow: bool, grow: bool
+) -> None:
+    with caplog.at_level("WARNING", logger="zeus_bso.elastic"):
+        ebs = _loop_with_a_schedule(stepped, follow=follow, grow=grow)
+    assert (ebs.scale > 1) == grow
+    assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]

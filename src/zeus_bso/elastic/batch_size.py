@@ -125,6 +125,16 @@ class ElasticBatchSize:
         """The optimizers `attach` wrapped: attached again, one is left as it is."""
         self._stepped: tuple[float, float] | None = None
         """The factor the last optimizer step took, and the rate of its first group."""
+        self.check_schedules = True
+        """Whether to warn of a rate that changes from step to step within an epoch, once the
+        batch has grown, where no schedule is followed (`follow`): a schedule stepped each
+        optimizer step that falls behind. `ElasticBatchSizeCallback` turns it off: it follows
+        the fit's schedules itself, or steps them as written where the fit ends after so many
+        steps."""
+        self._rates: list[float] | None = None
+        """The rates of the last step this epoch (None: none since `get_local_bsz`)."""
+        self._rate_changes = 0
+        """The steps this epoch whose rates differed from the step before."""
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -150,6 +160,7 @@ class ElasticBatchSize:
         """The micro-batch size for the coming epoch (call it at the start of every epoch, on
         every rank: with several processes, every rank gets rank 0's choice)."""
         current_batch = self.choice.global_batch
+        self._rates, self._rate_changes = None, 0  # an epoch starts
         options = [
             c
             for c in candidates(
@@ -238,6 +249,7 @@ class ElasticBatchSize:
         """Set the global batch to ``scale`` x the initial one (e.g. after a rescale elsewhere)."""
         if replicas is not None:
             self.replicas = replicas
+        self._rates, self._rate_changes = None, 0  # at an epoch's start, as get_local_bsz
         target = max(1, round(scale * self.initial_batch_size))
         accumulation = self.choice.accumulation
         local = max(1, target // (accumulation * self.replicas))
@@ -269,6 +281,7 @@ class ElasticBatchSize:
         batch size (``OneCycleLR(total_steps=...)``, a warm-up of so many steps) then keeps
         pace with the training. Its ``state_dict`` is the schedule's. Not for a schedule
         stepped each epoch: an epoch is the same samples whatever the batch size."""
+        self.check_schedules = False
         return follow(scheduler, self.schedule_progress)
 
     def record_microbatch(self, parameters: Iterable[Any]) -> None:
@@ -327,6 +340,7 @@ class ElasticBatchSize:
             self.schedule_progress.stepped(step_worth(self.lr_rule, self.scale, gain, fraction))
             factor = lr_factor(self.lr_rule, self.scale, gain)
             saved = [group["lr"] for group in optimizer.param_groups]
+            self._check_schedule(saved)
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * factor
             if saved:
@@ -372,6 +386,31 @@ class ElasticBatchSize:
         optimizer.zero_grad = zero_grad
         self._attached.add(optimizer)
         return optimizer
+
+    def _check_schedule(self, rates: list[float]) -> None:
+        """Warns once where the rates change from step to step within an epoch (twice at
+        least: a single drop is a plateau's) at a batch larger than the initial one, with no
+        schedule followed: a schedule sized in steps of the initial batch size, stepped each
+        optimizer step, ends a fraction of the way through its course."""
+        if not self.check_schedules:
+            return
+        if self._rates is not None and rates != self._rates and self.scale > 1.0:
+            self._rate_changes += 1
+            if self._rate_changes == 2:
+                self.check_schedules = False  # once
+                logger.warning(
+                    "ElasticBatchSize: the learning rate changes from optimizer step to step "
+                    "at a batch %.3gx the initial one, and no schedule is followed. A schedule "
+                    "stepped each optimizer step counts steps of the initial batch size, so as "
+                    "the batch grows it falls behind the training and ends a fraction of the "
+                    "way through its course: step the schedule that ebs.follow(scheduler) "
+                    "returns instead (a rate set by hand each step: compute it from "
+                    "ebs.schedule_progress.worth, the steps of the initial size so far). A "
+                    "schedule that counts epochs or samples needs nothing (and "
+                    "ebs.check_schedules = False keeps this quiet).",
+                    self.scale,
+                )
+        self._rates = rates
 
     def _forget_unstepped(self) -> None:
         """Drop what the micro-batches since the last step recorded: gradients zeroed without a

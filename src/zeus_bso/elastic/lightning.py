@@ -88,6 +88,8 @@ class ElasticBatchSizeCallback(pl.Callback):
                 "ElasticBatchSizeCallback with several processes needs a DDP strategy "
                 f"(strategy 'ddp', 'ddp_spawn', ...), not {type(trainer.strategy).__name__}"
             )
+        # The fit's schedules are followed below, or stepped as written on purpose.
+        self.elastic.check_schedules = False
         for index, optimizer in enumerate(trainer.optimizers):
             # One communication hook per model: the first optimizer's step reads it.
             self.elastic.attach(optimizer, ddp_model=ddp_model if index == 0 else None)
