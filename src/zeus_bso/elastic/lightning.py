@@ -51,6 +51,8 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.batch_arg_name = batch_arg_name
         self._batch_started = 0.0
         self._attached = False
+        self._logged_steps = 0
+        """The optimizer steps when the rate was last logged."""
         self._target: BatchTarget | None = None
         """Where each epoch's size goes (the model's attribute, or the DataLoader given to the
         fit, built again): from ``setup``."""
@@ -126,16 +128,24 @@ class ElasticBatchSizeCallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        metrics = self.elastic.metrics()
-        for name in _STEP_METRICS:
-            if name in metrics:
-                _log(pl_module, name, metrics[name], on_step=True)
+        # At the steps Lightning logs (log_every_n_steps), as LearningRateMonitor does: straight
+        # to the loggers, which costs nothing at the other steps (self.log costs about as much
+        # as the optimizer step of a small model at every micro-batch).
+        steps = self.elastic.schedule_progress.steps
+        if steps == self._logged_steps or not trainer.is_global_zero or not trainer.loggers:
+            return  # a micro-batch accumulated: no step since the last logged
+        if trainer.global_step % max(1, trainer.log_every_n_steps):
+            return
+        self._logged_steps = steps
+        rates = {k: v for k, v in self.elastic.metrics().items() if k in _STEP_METRICS}
+        for logger in trainer.loggers:
+            logger.log_metrics(rates, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # What the epoch trained, before the next size is chosen.
         for name, value in self.elastic.metrics().items():
             if name not in _STEP_METRICS:
-                _log(pl_module, name, value, on_step=False)
+                _log(pl_module, name, value)
         # The next epoch's DataLoader is built before on_train_epoch_start: decide now.
         self._apply(trainer, self.elastic.get_local_bsz())
 
@@ -172,16 +182,14 @@ class ElasticBatchSizeCallback(pl.Callback):
 
 
 _STEP_METRICS = ("elastic/lr", "elastic/lr_factor")
-"""Logged at each step Lightning logs; the rest at each epoch's end."""
+"""Logged at the steps Lightning logs; the rest at each epoch's end."""
 
 
-def _log(pl_module: pl.LightningModule, name: str, value: float, *, on_step: bool) -> None:
+def _log(pl_module: pl.LightningModule, name: str, value: float) -> None:
     # The same on every rank (the noise estimate and the choice are shared): with
     # rank_zero_only, Lightning reduces nothing, and sync_dist=True keeps its advice to sync
     # (a warning a value, on every rank of a distributed fit) off.
-    pl_module.log(
-        name, value, on_step=on_step, on_epoch=not on_step, rank_zero_only=True, sync_dist=True
-    )
+    pl_module.log(name, value, on_step=False, on_epoch=True, rank_zero_only=True, sync_dist=True)
 
 
 def _bounded_by_samples(trainer: pl.Trainer) -> bool:
