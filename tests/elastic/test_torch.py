@@ -406,3 +406,52 @@ def test_a_schedule_that_keeps_pace_is_not_warned_of(
         ebs = _loop_with_a_schedule(stepped, follow=follow, grow=grow)
     assert (ebs.scale > 1) == grow
     assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
+
+
+@pytest.mark.parametrize("wrapper", ["fabric", "accelerate"])
+def test_a_fabric_or_accelerate_loop_steps_at_the_scaled_rate_and_follows_its_schedule(
+    wrapper: str,
+) -> None:
+    # The plain loop through their wrappers: attach the optimizer that setup/prepare returned,
+    # follow the schedule (Accelerate's prepared one), each epoch's DataLoader prepared again.
+    torch.manual_seed(0)
+    data, epochs = regression(n=1024), 3
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    schedule: Any = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.05, total_steps=96)
+    if wrapper == "fabric":
+        fabric_module = pytest.importorskip("lightning.fabric", reason="pip install lightning")
+        runner = fabric_module.Fabric(accelerator="cpu", devices=1)
+        model, optimizer = runner.setup(model, optimizer)
+        prepare, backward = runner.setup_dataloaders, runner.backward
+    else:
+        accelerate = pytest.importorskip("accelerate", reason="pip install accelerate")
+        runner = accelerate.Accelerator(cpu=True)
+        model, optimizer, schedule = runner.prepare(model, optimizer, schedule)
+        prepare, backward = runner.prepare, runner.backward
+    ebs = ElasticBatchSize(32, max_batch_size=256, lr_rule="linear")
+    ebs.attach(optimizer)
+    schedule = ebs.follow(schedule)
+    taken: list[tuple[float, float]] = []  # (the rate a step took, the schedule's rate)
+    for epoch in range(epochs):
+        if epoch:
+            ebs.update_scale(ebs.scale * 2)
+        loader = prepare(torch.utils.data.DataLoader(data, batch_size=ebs.choice.local_bsz))
+        for i, (x, y) in enumerate(loader):
+            with ebs.timed_microbatch(len(x)):
+                backward(torch.nn.functional.mse_loss(model(x), y) / ebs.accumulation_steps)
+            ebs.record_microbatch(model.parameters())
+            if (i + 1) % ebs.accumulation_steps == 0:
+                rate = optimizer.param_groups[0]["lr"]
+                optimizer.step()
+                taken.append((ebs.metrics()["elastic/lr"], rate))
+                optimizer.zero_grad()
+                schedule.step()
+    steps = [1024 // (32 * 2**epoch) for epoch in range(epochs)]  # 32, 16 and 8 steps
+    factors = [factor for epoch, n in enumerate(steps) for factor in [2.0**epoch] * n]
+    assert len(taken) == sum(steps)
+    assert [stepped for stepped, _ in taken] == pytest.approx(
+        [rate * factor for (_, rate), factor in zip(taken, factors, strict=True)]
+    )
+    inner = getattr(schedule.schedule, "scheduler", schedule.schedule)  # Accelerate's wraps it
+    assert inner.last_epoch == 96  # 32 steps of the initial size an epoch: the whole course

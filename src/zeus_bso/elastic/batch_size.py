@@ -535,12 +535,12 @@ def _say_change(before: int, choice: Choice, gain: float, scale: float) -> None:
         return
     logger.info(
         "ElasticBatchSize: the batch size goes from %d to %d (%d a micro-batch x %d "
-        "accumulated x %d processes): %.2fx the initial batch, a predicted gain of %.2f",
+        "accumulated, %s): %.2fx the initial batch, a predicted gain of %.2f",
         before,
         choice.global_batch,
         choice.local_bsz,
         choice.accumulation,
-        choice.replicas,
+        "1 process" if choice.replicas == 1 else f"{choice.replicas} processes",
         scale,
         gain,
     )
