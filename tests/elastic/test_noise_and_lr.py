@@ -181,3 +181,24 @@ def test_an_observation_that_is_not_a_number_is_left_out(bad: float) -> None:
     estimator.update([4.0, 6.0], bad, 8)
     assert (estimator.sqr, estimator.var) == before
     assert 1.0 <= estimator.gain(4.0, 32) <= 4.0
+
+
+def test_a_checkpoint_resumed_on_another_number_of_processes_keeps_its_global_batch() -> None:
+    def elastic(replicas: int) -> ElasticBatchSize:
+        return ElasticBatchSize(
+            64, max_batch_size=4096, local_bsz_bounds=(16, 256), replicas=replicas,
+            min_accumulation=1,
+        )  # fmt: skip
+
+    four = elastic(4)
+    four.update_scale(8.0)  # 512: 128 a process, on 4
+    assert four.choice == Choice(128, 1, 4)
+    spreads = {4: Choice(128, 1, 4), 2: Choice(256, 1, 2), 1: Choice(256, 2, 1)}
+    for replicas, spread in spreads.items():
+        resumed = elastic(replicas)
+        resumed.load_state_dict(four.state_dict())
+        assert resumed.choice == spread  # within the bounds, the fewest micro-batches
+        assert resumed.scale == 8.0  # the rate's scale is that of the batch that trains
+    eight = elastic(8)
+    eight.load_state_dict(four.state_dict())
+    assert eight.choice == Choice(64, 1, 8)

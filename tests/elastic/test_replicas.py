@@ -113,14 +113,19 @@ def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> N
     from tests.integrations.lightning_models import quiet_trainer_options
     from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
 
-    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(8, 256), min_accumulation=1)
+    def elastic() -> ElasticBatchSize:
+        return ElasticBatchSize(
+            32, max_batch_size=1024, local_bsz_bounds=(8, 256), min_accumulation=1
+        )
+
+    saved = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "saved", save_last=True)
     trainer = pl.Trainer(
         max_epochs=4,
         devices=2,
         strategy="ddp_fork",  # ranks forked from this process, which has imported Lightning
-        callbacks=[ElasticBatchSizeCallback(ebs)],
+        callbacks=[ElasticBatchSizeCallback(elastic()), saved],
         reload_dataloaders_every_n_epochs=1,
-        **quiet_trainer_options(tmp_path),
+        **(quiet_trainer_options(tmp_path) | {"enable_checkpointing": True}),
     )
     trainer.fit(Regressor(str(tmp_path)))
     epochs = [
@@ -135,3 +140,23 @@ def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> N
     assert noise[0]["var"] is not None
     assert math.isfinite(noise[0]["var"])
     assert noise[0]["var"] > 0
+
+    # Resumed on one process, as an elastic scheduler may: the checkpoint's global batch, all on
+    # this process (its spread over two would train half of it at its whole scale's rate).
+    checkpoint = tmp_path / "saved" / "last.ckpt"
+    state = torch.load(checkpoint, weights_only=False)["callbacks"]["ElasticBatchSizeCallback"]
+    local, accumulation, replicas = state["choice"]
+    assert replicas == 2
+    resumed = Path(tmp_path / "resumed")
+    resumed.mkdir()
+    ebs = elastic()
+    pl.Trainer(
+        max_epochs=5,
+        callbacks=[ElasticBatchSizeCallback(ebs)],
+        reload_dataloaders_every_n_epochs=1,
+        **quiet_trainer_options(tmp_path),
+    ).fit(Regressor(str(resumed)), ckpt_path=checkpoint)
+    lines = (resumed / "epochs0.jsonl").read_text().splitlines()
+    size, steps = json.loads(lines[0])  # the DataLoader the resumed epoch trains
+    assert size * steps == local * accumulation * 2
+    assert size <= 256

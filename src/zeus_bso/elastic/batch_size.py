@@ -44,6 +44,7 @@ unscaling) skews the estimate; DDP's default copies them.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import types
 import weakref
@@ -54,7 +55,13 @@ from typing import Any
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.noise import GradientNoiseEstimator
-from zeus_bso.elastic.schedules import FollowedSchedule, Progress, follow, step_worth
+from zeus_bso.elastic.schedules import (
+    FollowedSchedule,
+    Progress,
+    UnfollowedSchedule,
+    follow,
+    step_worth,
+)
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.training import clean_exit, size_changes
 from zeus_bso.training.collectives import broadcast_object, torch_distributed
@@ -131,10 +138,7 @@ class ElasticBatchSize:
         optimizer step that falls behind. `ElasticBatchSizeCallback` turns it off: it follows
         the fit's schedules itself, or steps them as written where the fit ends after so many
         steps."""
-        self._rates: list[float] | None = None
-        """The rates of the last step this epoch (None: none since `get_local_bsz`)."""
-        self._rate_changes = 0
-        """The steps this epoch whose rates differed from the step before."""
+        self._pace = UnfollowedSchedule()
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -160,7 +164,7 @@ class ElasticBatchSize:
         """The micro-batch size for the coming epoch (call it at the start of every epoch, on
         every rank: with several processes, every rank gets rank 0's choice)."""
         current_batch = self.choice.global_batch
-        self._rates, self._rate_changes = None, 0  # an epoch starts
+        self._pace.epoch_starts()
         options = [
             c
             for c in candidates(
@@ -190,6 +194,24 @@ class ElasticBatchSize:
         if self.choice.global_batch != current_batch:
             _say_change(current_batch, self.choice, self.predict_gain(self.scale), self.scale)
         return self.choice.local_bsz
+
+    def _spread(self, global_batch: int) -> Choice:
+        """The configuration on `replicas` processes within the bounds whose global batch is
+        nearest ``global_batch`` (the fewest micro-batches of those)."""
+        options = candidates(
+            self.initial_batch_size,
+            self.max_batch_size,
+            self.local_bsz_bounds,
+            self.replicas,
+            self.min_accumulation,
+        )
+        if not options:
+            local = max(1, global_batch // (self.min_accumulation * self.replicas))
+            return Choice(local, self.min_accumulation, self.replicas)
+        return min(
+            options,
+            key=lambda c: (abs(math.log(c.global_batch / global_batch)), c.accumulation),
+        )
 
     def _explore(self) -> None:
         # One measured micro-batch size fits no throughput model: try twice the micro-batch
@@ -249,7 +271,7 @@ class ElasticBatchSize:
         """Set the global batch to ``scale`` x the initial one (e.g. after a rescale elsewhere)."""
         if replicas is not None:
             self.replicas = replicas
-        self._rates, self._rate_changes = None, 0  # at an epoch's start, as get_local_bsz
+        self._pace.epoch_starts()  # as at get_local_bsz
         target = max(1, round(scale * self.initial_batch_size))
         accumulation = self.choice.accumulation
         local = max(1, target // (accumulation * self.replicas))
@@ -340,7 +362,8 @@ class ElasticBatchSize:
             self.schedule_progress.stepped(step_worth(self.lr_rule, self.scale, gain, fraction))
             factor = lr_factor(self.lr_rule, self.scale, gain)
             saved = [group["lr"] for group in optimizer.param_groups]
-            self._check_schedule(saved)
+            if self.check_schedules and self._pace.falls_behind(saved, self.scale):
+                self.check_schedules = False  # said once
             for group in optimizer.param_groups:
                 group["lr"] = group["lr"] * factor
             if saved:
@@ -386,31 +409,6 @@ class ElasticBatchSize:
         optimizer.zero_grad = zero_grad
         self._attached.add(optimizer)
         return optimizer
-
-    def _check_schedule(self, rates: list[float]) -> None:
-        """Warns once where the rates change from step to step within an epoch (twice at
-        least: a single drop is a plateau's) at a batch larger than the initial one, with no
-        schedule followed: a schedule sized in steps of the initial batch size, stepped each
-        optimizer step, ends a fraction of the way through its course."""
-        if not self.check_schedules:
-            return
-        if self._rates is not None and rates != self._rates and self.scale > 1.0:
-            self._rate_changes += 1
-            if self._rate_changes == 2:
-                self.check_schedules = False  # once
-                logger.warning(
-                    "ElasticBatchSize: the learning rate changes from optimizer step to step "
-                    "at a batch %.3gx the initial one, and no schedule is followed. A schedule "
-                    "stepped each optimizer step counts steps of the initial batch size, so as "
-                    "the batch grows it falls behind the training and ends a fraction of the "
-                    "way through its course: step the schedule that ebs.follow(scheduler) "
-                    "returns instead (a rate set by hand each step: compute it from "
-                    "ebs.schedule_progress.worth, the steps of the initial size so far). A "
-                    "schedule that counts epochs or samples needs nothing (and "
-                    "ebs.check_schedules = False keeps this quiet).",
-                    self.scale,
-                )
-        self._rates = rates
 
     def _forget_unstepped(self) -> None:
         """Drop what the micro-batches since the last step recorded: gradients zeroed without a
@@ -520,9 +518,14 @@ class ElasticBatchSize:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from `state_dict`."""
+        """Continue from `state_dict`. A run resumed on another number of processes than
+        `replicas` says (its world size, once `attach` or the Lightning callback has seen it)
+        keeps the checkpoint's global batch, spread over these processes within the bounds:
+        the learning rate's scale and the noise's sample counts stay those of the batch that
+        trains (the checkpoint's own spread would train another global batch at its scale)."""
         local, accumulation, replicas = state["choice"]
-        self.choice = Choice(int(local), int(accumulation), int(replicas))
+        saved = Choice(int(local), int(accumulation), int(replicas))
+        self.choice = saved if saved.replicas == self.replicas else self._spread(saved.global_batch)
         self.progress = float(state["progress"])
         self.noise.load_state_dict(state["noise"])
         self.throughput._samples = {int(b): list(t) for b, t in state["throughput"].items()}

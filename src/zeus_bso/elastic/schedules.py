@@ -11,10 +11,13 @@ schedule of a fixed number of steps (``OneCycleLR``'s ``total_steps``) is never 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from zeus_bso.elastic.lr import LrRule
+
+logger = logging.getLogger(__name__)
 
 
 def step_worth(rule: LrRule, scale: float, gain: float, fraction: float) -> float:
@@ -81,3 +84,42 @@ def follow(schedule: Any, progress: Progress) -> FollowedSchedule:
     if isinstance(schedule, FollowedSchedule):
         return schedule
     return FollowedSchedule(schedule, progress)
+
+
+class UnfollowedSchedule:
+    """Tells a schedule stepped each optimizer step that no `follow` wraps from the rates of
+    the steps: they change from step to step within an epoch (twice at least: a single drop
+    is a plateau's) at a batch larger than the initial one. Such a schedule, sized in steps of
+    the initial batch size, ends a fraction of the way through its course."""
+
+    def __init__(self) -> None:
+        self._rates: list[float] | None = None
+        """The rates of the last step this epoch (None: none since the epoch started)."""
+        self._changes = 0
+        """The steps this epoch whose rates differed from the step before."""
+
+    def epoch_starts(self) -> None:
+        self._rates, self._changes = None, 0
+
+    def falls_behind(self, rates: list[float], scale: float) -> bool:
+        """Notes a step's ``rates`` (its groups', unscaled) at ``scale`` times the initial
+        batch; True, once warned, where they tell such a schedule."""
+        changed = self._rates is not None and rates != self._rates and scale > 1.0
+        self._rates = rates
+        if not changed:
+            return False
+        self._changes += 1
+        if self._changes < 2:
+            return False
+        logger.warning(
+            "ElasticBatchSize: the learning rate changes from optimizer step to step at a "
+            "batch %.3gx the initial one, and no schedule is followed. A schedule stepped "
+            "each optimizer step counts steps of the initial batch size, so as the batch "
+            "grows it falls behind the training and ends a fraction of the way through its "
+            "course: step the schedule that ebs.follow(scheduler) returns instead (a rate set "
+            "by hand each step: compute it from ebs.schedule_progress.worth, the steps of the "
+            "initial size so far). A schedule that counts epochs or samples needs nothing "
+            "(and ebs.check_schedules = False keeps this quiet).",
+            scale,
+        )
+        return True
