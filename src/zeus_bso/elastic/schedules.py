@@ -87,10 +87,10 @@ def follow(schedule: Any, progress: Progress) -> FollowedSchedule:
 
 
 class UnfollowedSchedule:
-    """Tells a schedule stepped each optimizer step that no `follow` wraps from the rates of
-    the steps: they change from step to step within an epoch (twice at least: a single drop
-    is a plateau's) at a batch larger than the initial one. Such a schedule, sized in steps of
-    the initial batch size, ends a fraction of the way through its course."""
+    """Recognises, from the rates the optimizer steps take, a schedule stepped each step that
+    no `follow` wraps: the rates change from step to step within an epoch (twice at least: a
+    single drop is a plateau's) at a batch larger than the initial one. Such a schedule, sized
+    in steps of the initial batch size, ends a fraction of the way through its course."""
 
     def __init__(self) -> None:
         self._rates: list[float] | None = None
