@@ -160,6 +160,36 @@ def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
     assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
 
 
+def test_a_later_fit_with_the_same_callback_steps_at_the_scaled_rate(tmp_path: Any) -> None:
+    # A notebook's second fit, or the next phase of a training: its optimizers are new, and
+    # were left unattached (every step at the schedule's rate, the batch 16 times larger).
+    class Constant(OneCycle):
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    taken: list[float] = []
+
+    class Watch(pl.Callback):  # type: ignore[misc]
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            trainer.optimizers[0].register_step_post_hook(
+                lambda opt, *_: taken.append(opt.param_groups[0]["lr"])
+            )
+
+    ebs, model = elastic("linear"), Constant()
+    callback = ElasticBatchSizeCallback(ebs)
+    for _ in range(2):
+        taken.clear()
+        pl.Trainer(
+            max_epochs=2,
+            callbacks=[callback, Watch()],
+            reload_dataloaders_every_n_epochs=1,
+            **quiet_trainer_options(tmp_path),
+        ).fit(model)
+    # The first fit trained 16 and 32; the second went on at 64 and 128, each step at the rate
+    # times its batch's scale.
+    assert sorted(set(taken)) == pytest.approx([0.05 * 4, 0.05 * 8])
+
+
 def test_a_dataloader_given_to_fit_is_built_again_at_each_epochs_size(tmp_path: Any) -> None:
     class Given(OneCycle):
         def __init__(self) -> None:

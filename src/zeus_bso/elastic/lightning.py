@@ -50,7 +50,6 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.elastic = elastic
         self.batch_arg_name = batch_arg_name
         self._batch_started = 0.0
-        self._attached = False
         self._logged_steps = 0
         """The optimizer steps when the rate was last logged."""
         self._target: BatchTarget | None = None
@@ -82,8 +81,9 @@ class ElasticBatchSizeCallback(pl.Callback):
         self._apply(trainer, self.elastic.choice.local_bsz)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._attached:
-            return
+        # Each fit's: a later fit with this callback (a notebook's, the next phase of a
+        # training) builds its optimizers, schedules and DDP model again. An optimizer attached
+        # already, a schedule followed already, is left as it is.
         ddp_model = _ddp_model(trainer) if trainer.world_size > 1 else None
         if trainer.world_size > 1 and ddp_model is None:
             raise ZeusBSOError(
@@ -99,7 +99,6 @@ class ElasticBatchSizeCallback(pl.Callback):
             if config.interval == "step" and not config.reduce_on_plateau:
                 # Sized in steps of the initial size; checkpoints hold the schedule's state.
                 config.scheduler = self.elastic.follow(config.scheduler)
-        self._attached = True
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         trainer.accumulate_grad_batches = self.elastic.accumulation_steps
