@@ -190,6 +190,39 @@ def test_a_later_fit_with_the_same_callback_steps_at_the_scaled_rate(tmp_path: A
     assert sorted(set(taken)) == pytest.approx([0.05 * 4, 0.05 * 8])
 
 
+@pytest.mark.parametrize(
+    ("other", "options", "said"),
+    [
+        ("BatchSizeFinder", {}, "BatchSizeFinder"),
+        ("GradientAccumulationScheduler", {}, "GradientAccumulationScheduler"),
+        (None, {"accumulate_grad_batches": 4}, r"Trainer\(accumulate_grad_batches=4\)"),
+    ],
+)
+def test_what_else_sets_the_batch_size_or_accumulation_is_refused_before_a_step(
+    tmp_path: Any, other: str | None, options: dict[str, Any], said: str
+) -> None:
+    # Whichever set it last would train, while the noise and the rate took the elastic's.
+    callbacks = []
+    if other == "BatchSizeFinder":
+        callbacks.append(pl.callbacks.BatchSizeFinder())
+    elif other == "GradientAccumulationScheduler":
+        callbacks.append(pl.callbacks.GradientAccumulationScheduler({0: 1, 2: 4}))
+    model = OneCycle()
+    with pytest.raises(ZeusBSOError, match=said) as refused:
+        fit(model, elastic(), tmp_path, *callbacks, **options)
+    assert "initial_batch_size is the global batch" in str(refused.value)
+    assert model.first_batches == []
+
+
+def test_the_same_trainer_fit_again_goes_on_growing(tmp_path: Any) -> None:
+    # Its accumulation is the callback's own from the first fit: not refused as the script's.
+    model = OneCycle()
+    trainer = fit(model, elastic(), tmp_path, max_epochs=2)
+    trainer.fit_loop.max_epochs = 3
+    trainer.fit(model)
+    assert model.first_batches == [8, 16, 32]
+
+
 def test_a_dataloader_given_to_fit_is_built_again_at_each_epochs_size(tmp_path: Any) -> None:
     class Given(OneCycle):
         def __init__(self) -> None:

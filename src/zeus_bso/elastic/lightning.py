@@ -24,6 +24,7 @@ that trained (``elastic/batch_size``, ``elastic/gain``, ``elastic/noise_scale``.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
@@ -33,7 +34,7 @@ from zeus_bso.lazy import require
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
 
-from zeus_bso.integrations.lightning_packages import package_of  # noqa: E402
+from zeus_bso.integrations.lightning_packages import is_a, package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
     loader_given_to_fit,
@@ -50,6 +51,8 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.elastic = elastic
         self.batch_arg_name = batch_arg_name
         self._batch_started = 0.0
+        self._accumulated: weakref.WeakSet[pl.Trainer] = weakref.WeakSet()
+        """The Trainers whose accumulation this callback set (fit again, one holds its last)."""
         self._logged_steps = 0
         """The optimizer steps when the rate was last logged."""
         self._target: BatchTarget | None = None
@@ -74,6 +77,8 @@ class ElasticBatchSizeCallback(pl.Callback):
             raise ZeusBSOError(refused)
         if target.given is None and not package_of(trainer).hasattr(pl_module, name):
             raise ZeusBSOError(no_batch_size(name))
+        if refused := _sets_the_same(trainer, accumulates=trainer not in self._accumulated):
+            raise ZeusBSOError(refused)
         self._target = target
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
@@ -152,6 +157,7 @@ class ElasticBatchSizeCallback(pl.Callback):
         assert self._target is not None
         self._target.set(local_bsz)
         trainer.accumulate_grad_batches = self.elastic.accumulation_steps
+        self._accumulated.add(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -178,6 +184,30 @@ class ElasticBatchSizeCallback(pl.Callback):
             self._apply(trainer, self.elastic.choice.local_bsz)
             if (self._target.size, trainer.accumulate_grad_batches) != before:
                 rebuild_for_the_batch_size(trainer)
+
+
+def _sets_the_same(trainer: pl.Trainer, *, accumulates: bool) -> str | None:
+    """Why the fit cannot grow its batch: something else sets the batch size or the gradient
+    accumulation that the callback sets each epoch (whichever set it last would train, while
+    the noise and the rate's scale took the callback's). ``accumulates``: the Trainer's
+    ``accumulate_grad_batches`` is its own (not what this callback set in an earlier fit).
+    None: nothing does."""
+    if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
+        what = "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size"
+        fix = "remove it from the Trainer's callbacks"
+    elif any(is_a(callback, "GradientAccumulationScheduler") for callback in trainer.callbacks):
+        what = "a GradientAccumulationScheduler sets the gradient accumulation"
+        fix = "remove it from the Trainer's callbacks"
+    elif accumulates and trainer.accumulate_grad_batches != 1:
+        what = f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) accumulates"
+        fix = "leave accumulate_grad_batches out"
+    else:
+        return None
+    return (
+        f"{what} too, and ElasticBatchSizeCallback sets both each epoch: {fix}. The "
+        "elastic's initial_batch_size is the global batch of an optimizer step, accumulated "
+        "micro-batches included (max_batch_size and local_bsz_bounds bound its growth)"
+    )
 
 
 _STEP_METRICS = ("elastic/lr", "elastic/lr_factor")
