@@ -455,3 +455,18 @@ def test_a_fabric_or_accelerate_loop_steps_at_the_scaled_rate_and_follows_its_sc
     )
     inner = getattr(schedule.schedule, "scheduler", schedule.schedule)  # Accelerate's wraps it
     assert inner.last_epoch == 96  # 32 steps of the initial size an epoch: the whole course
+
+
+def test_an_accelerator_that_accumulates_itself_is_refused_at_attach() -> None:
+    # Its prepared optimizer steps every k-th call and skips the others, each a step here.
+    accelerate = pytest.importorskip("accelerate", reason="pip install accelerate")
+    from zeus_bso.errors import ConfigurationError
+
+    try:
+        accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=4)
+        model = torch.nn.Linear(8, 1)
+        model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), 0.1))
+        with pytest.raises(ConfigurationError, match="accumulates 4 micro-batches"):
+            ElasticBatchSize(32).attach(optimizer)
+    finally:
+        accelerate.state.GradientState._reset_state()  # a singleton: not for the next tests

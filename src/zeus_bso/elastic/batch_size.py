@@ -348,6 +348,16 @@ class ElasticBatchSize:
         """
         if optimizer in self._attached:
             return optimizer  # its step would take the factor twice, and DDP refuse a 2nd hook
+        accumulating = getattr(getattr(optimizer, "gradient_state", None), "num_steps", 1)
+        if isinstance(accumulating, int) and accumulating > 1:
+            # Accelerate's prepared optimizer under Accelerator(gradient_accumulation_steps=k):
+            # every k-th call steps, the others skip, and each call would count as a step.
+            raise ConfigurationError(
+                f"the Accelerator accumulates {accumulating} micro-batches a step "
+                "(gradient_accumulation_steps), and ElasticBatchSize sets the accumulation "
+                "itself, each epoch: build the Accelerator without gradient_accumulation_steps "
+                "and step every ebs.accumulation_steps micro-batches, as the plain loop does"
+            )
         if ddp_model is not None:
             self._watch_replicas(ddp_model)
         original = optimizer.step
