@@ -116,6 +116,7 @@ def test_batch_size_changes_are_damped() -> None:
     ebs = _noisy_and_fast_at_large_batches(max_change=2.0)
     sizes = [ebs.choice.global_batch]
     for _ in range(10):
+        ebs.schedule_progress.stepped(1.0)  # an epoch's steps: a decision needs them
         ebs.get_local_bsz()
         sizes.append(ebs.choice.global_batch)
     steps = [after / before for before, after in itertools.pairwise(sizes)]
@@ -160,6 +161,7 @@ def test_a_new_batch_size_is_said_once_and_the_metrics_say_where_it_stands(
     caplog.clear()
     saturated = _noisy_and_fast_at_large_batches(max_change=1e9)
     saturated.get_local_bsz()  # to the largest at once
+    saturated.schedule_progress.stepped(1.0)
     with caplog.at_level("INFO", logger="zeus_bso.elastic"):
         saturated.get_local_bsz()  # kept: nothing to say
     assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
@@ -202,3 +204,16 @@ def test_a_checkpoint_resumed_on_another_number_of_processes_keeps_its_global_ba
     eight = elastic(8)
     eight.load_state_dict(four.state_dict())
     assert eight.choice == Choice(64, 1, 8)
+
+
+def test_asked_again_before_a_step_the_batch_size_is_the_same() -> None:
+    # A loop that asks twice an epoch (its DataLoader, then a log line) trained one size while
+    # the noise and the rate took the next.
+    ebs = _noisy_and_fast_at_large_batches(max_change=2.0)
+    first = ebs.get_local_bsz()
+    assert ebs.choice.global_batch == 64  # it grew at once: the estimates were there
+    assert [ebs.get_local_bsz() for _ in range(3)] == [first] * 3
+    assert ebs.choice.global_batch == 64
+    ebs.schedule_progress.stepped(1.0)  # the epoch's steps
+    assert ebs.get_local_bsz() > first
+    assert ebs.choice.global_batch == 128

@@ -139,6 +139,8 @@ class ElasticBatchSize:
         the fit's schedules itself, or steps them as written where the fit ends after so many
         steps."""
         self._pace = UnfollowedSchedule()
+        self._decided_at: int | None = None
+        """The optimizer steps when `get_local_bsz` last decided (None: it has not)."""
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -162,9 +164,15 @@ class ElasticBatchSize:
 
     def get_local_bsz(self) -> int:
         """The micro-batch size for the coming epoch (call it at the start of every epoch, on
-        every rank: with several processes, every rank gets rank 0's choice)."""
-        current_batch = self.choice.global_batch
+        every rank: with several processes, every rank gets rank 0's choice). Asked again
+        before an optimizer step, it answers the same: a decision needs the steps since the
+        last (a loop that asks twice an epoch, to build its DataLoader and to log, trained one
+        size and measured the noise and scaled the rate for another)."""
         self._pace.epoch_starts()
+        if self._decided_at == self.schedule_progress.steps:
+            return self.choice.local_bsz
+        self._decided_at = self.schedule_progress.steps
+        current_batch = self.choice.global_batch
         options = [
             c
             for c in candidates(
