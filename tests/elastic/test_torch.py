@@ -470,3 +470,32 @@ def test_an_accelerator_that_accumulates_itself_is_refused_at_attach() -> None:
             ElasticBatchSize(32).attach(optimizer)
     finally:
         accelerate.state.GradientState._reset_state()  # a singleton: not for the next tests
+
+
+def test_the_micro_batches_gradients_give_the_noise_exactly_and_a_late_branch_counts() -> None:
+    # Two micro-batches of a step, each with a gradient of its own; a parameter that only the
+    # second one reaches (a branch the first did not take) counts from zero.
+    from zeus_bso.elastic import GradientNoiseEstimator
+
+    trunk = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    branch = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    optimizer = torch.optim.SGD([trunk, branch], lr=0.1)
+    ebs = ElasticBatchSize(8, min_accumulation=2)  # 4 samples a micro-batch, 2 of them
+    ebs.attach(optimizer)
+    first = torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64)
+    second = (torch.tensor([0.5, -1.0, 3.0], dtype=torch.float64), torch.tensor([2.0, 1.0]))
+    trunk.grad = first / 2  # backward of the loss divided by the 2 micro-batches
+    ebs.record_microbatch([trunk, branch])
+    trunk.grad = trunk.grad + second[0] / 2
+    branch.grad = (second[1] / 2).double()
+    ebs.record_microbatch([trunk, branch])
+    optimizer.step()
+    expected = GradientNoiseEstimator()
+    mean = torch.cat([(first + second[0]) / 2, second[1].double() / 2])
+    expected.update(
+        [float(first.pow(2).sum()), float(second[0].pow(2).sum() + second[1].pow(2).sum())],
+        float(mean.pow(2).sum()),
+        4,
+    )
+    assert ebs.noise.sqr == pytest.approx(expected.sqr, rel=1e-12)
+    assert ebs.noise.var == pytest.approx(expected.var, rel=1e-12)
