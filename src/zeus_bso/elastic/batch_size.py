@@ -54,6 +54,7 @@ from typing import Any
 
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
 from zeus_bso.elastic.lr import LrRule, lr_factor
+from zeus_bso.elastic.microbatches import MicroBatchGradients
 from zeus_bso.elastic.noise import GradientNoiseEstimator
 from zeus_bso.elastic.schedules import (
     FollowedSchedule,
@@ -120,11 +121,7 @@ class ElasticBatchSize:
         which the schedules that `follow` wraps are stepped."""
         self._step_samples = 0
         self.choice = self._initial_choice()
-        self._previous: list[Any] | None = None
-        """The step's accumulated gradient so far (None before its first micro-batch)."""
-        self._previous_ids: list[int] = []
-        """The parameters whose gradients `_previous` holds, in order."""
-        self._micro_norms: list[float] = []
+        self._micro = MicroBatchGradients()
         # Set by attach(ddp_model=...): the replicas' squared norms of this step, per bucket.
         self._ddp = False
         self._replica_sqr: list[Any] = []
@@ -322,38 +319,7 @@ class ElasticBatchSize:
         needed, and a no-op, when the replicas of a DDP model give the noise)."""
         if self._ddp:
             return
-        torch = _torch()
-        with_grads = [p for p in parameters if getattr(p, "grad", None) is not None]
-        if not with_grads:
-            raise ZeusBSOError("record_microbatch() found no gradients: call it after backward()")
-        current = [p.grad.detach() for p in with_grads]
-        # The loss is divided by the accumulation steps: undo that for the micro-gradient.
-        k = self.choice.accumulation
-        with torch.no_grad():
-            # Summed on the device, by torch's multi-tensor kernels, read once at the step;
-            # one copy of the gradients kept, its buffers used again within the step.
-            previous = self._previous_for(torch, with_grads)
-            if previous is None:  # the step's first: its gradient is all there is
-                self._micro_norms.append(_squared_norm(torch, current) * (k * k))
-                self._previous = [g.clone() for g in current]
-            else:
-                torch._foreach_sub_(previous, current)  # minus this micro-batch's gradient
-                self._micro_norms.append(_squared_norm(torch, previous) * (k * k))
-                _copy(torch, previous, current)
-                self._previous = previous
-        self._previous_ids = [id(p) for p in with_grads]
-
-    def _previous_for(self, torch: Any, with_grads: list[Any]) -> list[Any] | None:
-        """The accumulated gradient before this micro-batch, one tensor for each of
-        ``with_grads`` (zeros for a parameter that had none yet: one a branch the earlier
-        micro-batches did not take); None at the step's first micro-batch."""
-        if self._previous is None:
-            return None
-        ids = [id(p) for p in with_grads]
-        if ids == self._previous_ids:
-            return self._previous
-        kept = dict(zip(self._previous_ids, self._previous, strict=True))
-        return [kept[id(p)] if id(p) in kept else torch.zeros_like(p.grad) for p in with_grads]
+        self._micro.record(_torch(), parameters, self.choice.accumulation)
 
     def attach(self, optimizer: Any, ddp_model: Any | None = None) -> Any:
         """Wrap ``optimizer.step``: update the noise estimate, scale each parameter group's
@@ -453,7 +419,7 @@ class ElasticBatchSize:
         """Drop what the micro-batches since the last step recorded: gradients zeroed without a
         step (a step that AMP's ``GradScaler`` skipped, its gradients overflowed) say nothing
         of the next step's, whose micro-batches start from zero."""
-        self._micro_norms, self._previous = [], None
+        self._micro.forget()
         self._replica_sqr, self._reduced_buffers, self._buckets = [], [], []
 
     def _watch_replicas(self, ddp_model: Any) -> None:
@@ -513,12 +479,9 @@ class ElasticBatchSize:
         if self._ddp:
             self._observe_replicas()
             return
-        norms, self._micro_norms = self._micro_norms, []
-        previous, self._previous = self._previous, None
-        if len(norms) >= 2 and previous is not None:
-            torch = _torch()
-            # One transfer a step: the micro-batches' squared norms and the step's own.
-            *micro, mean_sqr = torch.stack([*norms, _squared_norm(torch, previous)]).tolist()
+        observed = self._micro.step(_torch())
+        if observed is not None:
+            micro, mean_sqr = observed
             # Micro-batches of this process: each gradient is the mean over local_bsz samples.
             self.noise.update(micro, mean_sqr, self.choice.local_bsz)
 
@@ -588,31 +551,6 @@ def _say_change(before: int, choice: Choice, gain: float, scale: float) -> None:
         scale,
         gain,
     )
-
-
-def _squared_norm(torch: Any, tensors: list[Any]) -> Any:
-    """The squared norm of ``tensors`` together, a float64 tensor on the first one's device
-    (summed per device by torch's multi-tensor kernels; in float64, so that half-precision
-    gradients add up exactly enough)."""
-    by_device: dict[Any, list[Any]] = {}
-    for tensor in tensors:
-        by_device.setdefault(tensor.device, []).append(tensor)
-    first = tensors[0].device
-    parts = [
-        torch.stack(torch._foreach_norm(group)).double().pow(2).sum().to(first)
-        for group in by_device.values()
-    ]
-    return torch.stack(parts).sum()
-
-
-def _copy(torch: Any, into: list[Any], values: list[Any]) -> None:
-    """``into[i].copy_(values[i])`` for each, in one multi-tensor kernel where torch has it."""
-    foreach_copy = getattr(torch, "_foreach_copy_", None)
-    if foreach_copy is not None:
-        foreach_copy(into, values)
-        return
-    for kept, now in zip(into, values, strict=True):
-        kept.copy_(now)
 
 
 def _same_on_every_rank(choice: Choice) -> Choice:
