@@ -160,3 +160,34 @@ def test_lightning_ddp_two_processes_one_decision_per_epoch(tmp_path: Path) -> N
     size, steps = json.loads(lines[0])  # the DataLoader the resumed epoch trains
     assert size * steps == local * accumulation * 2
     assert size <= 256
+
+
+@pytest.mark.timeout(180)
+def test_lightning_ddp_spawn_hands_the_callback_to_its_processes(tmp_path: Path) -> None:
+    # ddp_spawn pickles the Trainer's callbacks for the processes it starts: the elastic's
+    # record of the optimizers it wrapped could not be pickled, and the fit failed to start.
+    pl = pytest.importorskip("lightning.pytorch", reason="pip install 'zeus-bso[lightning]'")
+
+    from tests.integrations.lightning_models import quiet_trainer_options
+    from zeus_bso.elastic.lightning import ElasticBatchSizeCallback
+
+    ebs = ElasticBatchSize(32, max_batch_size=1024, local_bsz_bounds=(8, 256), min_accumulation=1)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        devices=2,
+        strategy="ddp_spawn",
+        callbacks=[ElasticBatchSizeCallback(ebs)],
+        reload_dataloaders_every_n_epochs=1,
+        **quiet_trainer_options(tmp_path),
+    )
+    with spawning():
+        trainer.fit(Regressor(str(tmp_path)))
+    epochs = [
+        [json.loads(line) for line in (tmp_path / f"epochs{r}.jsonl").read_text().splitlines()]
+        for r in range(2)
+    ]
+    assert epochs[0] == epochs[1]  # one decision, on both ranks
+    assert epochs[0][0] == [16, 1]  # the initial 32, 16 per rank
+    noise = [json.loads((tmp_path / f"noise{r}.json").read_text()) for r in range(2)]
+    assert noise[0]["replicas"] == 2
+    assert noise[0]["var"] is not None  # measured through the DDP hook in each process

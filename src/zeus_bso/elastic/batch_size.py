@@ -142,6 +142,17 @@ class ElasticBatchSize:
         self._decided_at: int | None = None
         """The optimizer steps when `get_local_bsz` last decided (None: it has not)."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled (Lightning's ddp_spawn hands its callbacks to the processes it starts) without
+        # the optimizers it wrapped here: a process of its own attaches its own.
+        state = self.__dict__.copy()
+        del state["_attached"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._attached = weakref.WeakSet()
+
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
         local = max(1, self.initial_batch_size // (accumulation * self.replicas))

@@ -59,6 +59,17 @@ class ElasticBatchSizeCallback(pl.Callback):
         """Where each epoch's size goes (the model's attribute, or the DataLoader given to the
         fit, built again): from ``setup``."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled by Lightning's ddp_spawn, for the processes it starts: without the Trainers
+        # of this one.
+        state = self.__dict__.copy()
+        del state["_accumulated"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._accumulated = weakref.WeakSet()
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Here, before configure_optimizers and before any DataLoader is built: a schedule
         # sized from the data (trainer.estimated_stepping_batches, which builds the first
