@@ -499,3 +499,27 @@ def test_the_micro_batches_gradients_give_the_noise_exactly_and_a_late_branch_co
     )
     assert ebs.noise.sqr == pytest.approx(expected.sqr, rel=1e-12)
     assert ebs.noise.var == pytest.approx(expected.var, rel=1e-12)
+
+
+def test_a_sparse_embeddings_gradient_gives_the_noise_its_dense_one_does() -> None:
+    # nn.Embedding(sparse=True): its gradient is a sparse tensor, which the multi-tensor
+    # kernels do not take.
+    def noise(sparse: bool) -> tuple[float | None, float | None]:
+        torch.manual_seed(0)
+        embedding = torch.nn.Embedding(10, 4, sparse=sparse)
+        head = torch.nn.Linear(4, 1)
+        parameters = [*embedding.parameters(), *head.parameters()]
+        optimizer = torch.optim.SGD(parameters, lr=0.1)
+        ebs = ElasticBatchSize(8)
+        ebs.attach(optimizer)
+        for _ in range(3):
+            for rows in ([1, 3, 3, 7], [2, 3, 5, 9]):
+                (head(embedding(torch.tensor(rows))).pow(2).mean() / 2).backward()
+                ebs.record_microbatch(parameters)
+            optimizer.step()
+            optimizer.zero_grad()
+        return ebs.noise.sqr, ebs.noise.var
+
+    (sqr, var), (dense_sqr, dense_var) = noise(sparse=True), noise(sparse=False)
+    assert sqr == pytest.approx(dense_sqr, rel=1e-5)
+    assert var == pytest.approx(dense_var, rel=1e-5)

@@ -44,7 +44,7 @@ class MicroBatchGradients:
                 self._norms.append(squared_norm(torch, current) * k2)
                 self._previous = [g.clone() for g in current]
             else:
-                torch._foreach_sub_(previous, current)  # minus this micro-batch's gradient
+                _subtract(torch, previous, current)  # minus this micro-batch's gradient
                 self._norms.append(squared_norm(torch, previous) * k2)
                 _copy(torch, previous, current)
                 self._previous = previous
@@ -80,24 +80,47 @@ class MicroBatchGradients:
 
 def squared_norm(torch: Any, tensors: list[Any]) -> Any:
     """The squared norm of ``tensors`` together, a float64 tensor on the first one's device
-    (summed per device by torch's multi-tensor kernels; in float64, so that half-precision
-    gradients add up exactly enough)."""
+    (the dense ones summed per device by torch's multi-tensor kernels; in float64, so that
+    half-precision gradients add up exactly enough; a sparse one, an embedding's
+    ``sparse=True`` gradient, by its values)."""
     by_device: dict[Any, list[Any]] = {}
+    sparse = []
     for tensor in tensors:
-        by_device.setdefault(tensor.device, []).append(tensor)
+        if tensor.is_sparse:
+            sparse.append(tensor)
+        else:
+            by_device.setdefault(tensor.device, []).append(tensor)
     first = tensors[0].device
     parts = [
         torch.stack(torch._foreach_norm(group)).double().pow(2).sum().to(first)
         for group in by_device.values()
     ]
+    parts += [t.coalesce().values().double().pow(2).sum().to(first) for t in sparse]
     return torch.stack(parts).sum()
 
 
+def _dense(tensors: list[Any]) -> bool:
+    return not any(t.is_sparse for t in tensors)
+
+
+def _subtract(torch: Any, kept: list[Any], values: list[Any]) -> None:
+    """``kept[i] -= values[i]`` for each, in one multi-tensor kernel (a sparse one apart)."""
+    if _dense(values):
+        torch._foreach_sub_(kept, values)
+        return
+    for i, value in enumerate(values):
+        kept[i] = kept[i] - value
+
+
 def _copy(torch: Any, into: list[Any], values: list[Any]) -> None:
-    """``into[i].copy_(values[i])`` for each, in one multi-tensor kernel where torch has it."""
+    """``into[i]`` takes ``values[i]``'s values, for each, in one multi-tensor kernel where
+    torch has it (a sparse one apart)."""
     foreach_copy = getattr(torch, "_foreach_copy_", None)
-    if foreach_copy is not None:
+    if foreach_copy is not None and _dense(values):
         foreach_copy(into, values)
         return
-    for kept, now in zip(into, values, strict=True):
-        kept.copy_(now)
+    for i, value in enumerate(values):
+        if value.is_sparse or into[i].is_sparse:
+            into[i] = value.clone()
+        else:
+            into[i].copy_(value)
