@@ -42,26 +42,34 @@ LOCAL_SERVER = "http://127.0.0.1:8000"
 
 
 def arguments(
-    description: str | None, recurrences: int = 5, devices: bool = False
+    description: str | None, recurrences: int = 5, devices: bool = False, server: bool = True
 ) -> argparse.Namespace:
-    """The example's options; ``description``: its docstring, shown whole by ``--help``."""
+    """The example's options; ``description``: its docstring, shown whole by ``--help``;
+    ``server=False``: an example without a server (the elastic batch size), which trains
+    ``--epochs`` epochs once."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("ZEUS_BSO_SERVER_URL", LOCAL_SERVER),
-        help=f"zeus-bso server URL (default: $ZEUS_BSO_SERVER_URL, else {LOCAL_SERVER})",
-    )
-    parser.add_argument(
-        "--recurrences",
-        type=int,
-        default=recurrences,
-        help=f"runs of the job, each at the batch size the server chooses (default: {recurrences})",
-    )
-    parser.add_argument(
-        "--token", default=None, help="the server's bearer token, if any (default: $ZEUS_BSO_TOKEN)"
-    )
+    if server:
+        parser.add_argument(
+            "--server",
+            default=os.environ.get("ZEUS_BSO_SERVER_URL", LOCAL_SERVER),
+            help=f"zeus-bso server URL (default: $ZEUS_BSO_SERVER_URL, else {LOCAL_SERVER})",
+        )
+        parser.add_argument(
+            "--recurrences",
+            type=int,
+            default=recurrences,
+            help=f"runs of the job, each at the batch size the server chooses (default: "
+            f"{recurrences})",
+        )
+        parser.add_argument(
+            "--token",
+            default=None,
+            help="the server's bearer token, if any (default: $ZEUS_BSO_TOKEN)",
+        )
+    else:
+        parser.add_argument("--epochs", type=int, default=8, help="epochs to train (default: 8)")
     if devices:
         parser.add_argument("--devices", type=int, default=1, help="processes to train on")
     return parser.parse_args()

@@ -58,6 +58,18 @@ def test_gain_is_between_one_and_the_scale(
     assert 1.0 <= gain <= scale * (1 + 1e-12)
 
 
+def test_no_noise_scale_while_the_squared_gradient_is_not_measured_above_zero() -> None:
+    estimator = GradientNoiseEstimator()
+    assert estimator.noise_scale() is None  # no data
+    # Two micro-batch gradients that cancel: |G|^2's unbiased estimate is negative.
+    estimator.update_from_gradients([[1.0, 0.0], [-1.0, 0.0]], local_batch=4)
+    assert estimator.sqr == 1e-30  # clipped, for the gain
+    assert estimator.noise_scale() is None  # not a ratio of 1e30
+    for _ in range(20):
+        estimator.update_from_gradients([[1.0, 1.0], [1.2, 0.8]], local_batch=4)
+    assert estimator.noise_scale() == pytest.approx(estimator.var / estimator.sqr)
+
+
 def test_gain_without_data_is_one() -> None:
     assert GradientNoiseEstimator().gain(8.0, 32) == 1.0
 

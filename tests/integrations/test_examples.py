@@ -125,6 +125,31 @@ def test_example_runs_recurrences(
         assert int(first.group(1)) >= 2, lines[0]
 
 
+def test_the_elastic_example_grows_within_its_bounds_and_prints_each_epoch(
+    tmp_path: Path, environments: Environments
+) -> None:
+    """No server: one fit whose batch size the elastic chooses each epoch, in the environment
+    its docstring installs (the Lightning extra alone)."""
+    pytest.importorskip("lightning", reason="the example needs lightning")
+    requirement = documented_install("elastic_lightning.py")
+    python = environments.python(requirement)
+    launcher = preloaded(python) if requirement in PRELOADED_ENVIRONMENTS else python
+    result = subprocess.run(
+        [launcher, str(EXAMPLES / "elastic_lightning.py"), "--epochs", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 4, result.stdout
+    sizes = [int(re.search(r"batch size (\d+)", line)[1]) for line in epochs]  # type: ignore[index]
+    assert sizes[0] == 32  # the initial size, as the first epoch trained it
+    assert all(32 <= size <= 1024 for size in sizes)
+    assert re.search(r"validation accuracy 0\.\d+ after 4 epochs", result.stdout)
+
+
 def two_processes(server: ServerProcess, script: str, stdout: str) -> None:
     """A loop example on two processes: the main process alone prints (through the framework's
     print) and talks; one trial a recurrence for both processes, each GPU's energy once."""

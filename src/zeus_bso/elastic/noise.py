@@ -99,9 +99,14 @@ class GradientNoiseEstimator:
         return None if value is None else max(value, 0.0)
 
     def noise_scale(self) -> float | None:
-        """``tr(S) / |G|^2``: the batch size around which larger batches stop paying off."""
-        sqr, var = self.sqr, self.var
-        return None if sqr is None or var is None else var / sqr
+        """``tr(S) / |G|^2``: the batch size around which larger batches stop paying off;
+        None before any data, or while ``|G|^2`` is not yet measured above zero (the noise
+        drowns it: early in training its unbiased estimate may be negative, and the ratio to
+        the clipped value would read as 1e30)."""
+        sqr, var = self._sqr.get(), self.var
+        if sqr is None or var is None or sqr <= 0.0:
+            return None
+        return var / sqr
 
     def gain(self, scale: float, initial_batch: int) -> float:
         """Statistical gain of a ``scale`` times larger batch than ``initial_batch``.
