@@ -95,6 +95,18 @@ def test_the_metrics_hold_the_rate_and_factor_the_last_step_took() -> None:
     assert metrics["elastic/lr"] != optimizer.param_groups[0]["lr"]  # restored after the step
 
 
+def test_a_rate_given_as_a_tensor_is_logged_as_a_number() -> None:
+    ebs = ElasticBatchSize(64, lr_rule="linear")
+    ebs.update_scale(2.0)
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([param], lr=torch.tensor(0.01))
+    ebs.attach(optimizer)
+    param.grad = torch.ones(1)
+    optimizer.step()
+    assert type(ebs.metrics()["elastic/lr"]) is float
+    assert ebs.metrics()["elastic/lr"] == pytest.approx(0.02)
+
+
 def test_an_optimizer_attached_twice_steps_at_the_rate_once() -> None:
     """A loop that attached its optimizer again (at each epoch, say) wrapped its step twice,
     and each step took the rule's factor twice (x16 for x4)."""

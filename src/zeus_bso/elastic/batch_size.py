@@ -130,8 +130,9 @@ class ElasticBatchSize:
         self._warned_sync = False
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         """The optimizers `attach` wrapped: attached again, one is left as it is."""
-        self._stepped: tuple[float, float] | None = None
-        """The factor the last optimizer step took, and the rate of its first group."""
+        self._stepped: tuple[float, Any] | None = None
+        """The factor the last optimizer step took, and the rate of its first group (a
+        tensor where the optimizer takes its rate as one: read when `metrics` is asked)."""
         self.check_schedules = True
         """Whether to warn of a rate that changes from step to step within an epoch, once the
         batch has grown, where no schedule is followed (`follow`): a schedule stepped each
@@ -283,7 +284,8 @@ class ElasticBatchSize:
         if (noise_scale := self.noise.noise_scale()) is not None:
             values["elastic/noise_scale"] = noise_scale
         if self._stepped is not None:
-            values["elastic/lr_factor"], values["elastic/lr"] = self._stepped
+            factor, rate = self._stepped
+            values["elastic/lr_factor"], values["elastic/lr"] = factor, float(rate)
         return values
 
     def update_scale(self, scale: float, replicas: int | None = None) -> None:
