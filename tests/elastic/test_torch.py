@@ -535,3 +535,24 @@ def test_a_sparse_embeddings_gradient_gives_the_noise_its_dense_one_does() -> No
     (sqr, var), (dense_sqr, dense_var) = noise(sparse=True), noise(sparse=False)
     assert sqr == pytest.approx(dense_sqr, rel=1e-5)
     assert var == pytest.approx(dense_var, rel=1e-5)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA GPU: a micro-batch timed by its device's work (run where one is lent)",
+)
+def test_on_a_gpu_a_micro_batch_is_timed_by_its_device_work() -> None:
+    # CUDA launches asynchronously: without waiting for the device, the window ended when the
+    # kernels were queued, and every batch size looked as fast as its launches.
+    x = torch.randn(4096, 4096, device="cuda")
+    ebs = ElasticBatchSize(32)
+    local = ebs.choice.local_bsz
+    started, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with ebs.timed_microbatch(local):
+        started.record()
+        for _ in range(20):
+            x = (x @ x).tanh()
+        ended.record()
+    torch.cuda.synchronize()
+    (measured,) = ebs.throughput._samples[local]
+    assert measured * 1000 >= 0.9 * started.elapsed_time(ended)

@@ -63,6 +63,7 @@ from zeus_bso.elastic.schedules import (
     follow,
     step_worth,
 )
+from zeus_bso.energy.device_sync import device_sync
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.training import clean_exit, size_changes
 from zeus_bso.training.collectives import broadcast_object, torch_distributed
@@ -302,11 +303,15 @@ class ElasticBatchSize:
 
     @contextmanager
     def timed_microbatch(self, samples: int) -> Iterator[None]:
-        """Time one micro-batch's forward and backward for the throughput model."""
+        """Time one micro-batch's forward and backward for the throughput model: on a GPU,
+        from the device's end of the work queued before to its end of this micro-batch's (a
+        backward returns once its kernels are launched, whatever their size)."""
+        device_sync()
         started = time.perf_counter()
         yield
         self.record_samples(samples)
         if samples == self.choice.local_bsz:
+            device_sync()
             self.throughput.observe(samples, time.perf_counter() - started)
 
     def record_samples(self, samples: int) -> None:

@@ -28,6 +28,7 @@ import weakref
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
+from zeus_bso.energy.device_sync import device_sync
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.lazy import require
 
@@ -122,6 +123,7 @@ class ElasticBatchSizeCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        device_sync()  # the micro-batch's time is its device's (see timed_microbatch)
         self._batch_started = time.perf_counter()
         try:  # an epoch's last batch may be short: it moves the schedules by its samples
             samples = int(package_of(trainer).batch_size_of(batch))
@@ -130,6 +132,7 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.elastic.record_samples(samples)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        device_sync()
         self.elastic.throughput.observe(
             self.elastic.choice.local_bsz, time.perf_counter() - self._batch_started
         )

@@ -12,11 +12,11 @@ and the recommended limit is logged. Limits are restored on every exit path (`re
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from zeus_bso.energy.device_sync import device_sync
 from zeus_bso.errors import ConfigurationError, PowerLimitError
 from zeus_bso.policy import zeus_cost
 from zeus_bso.policy.power import best_power_limit, profile_goes_on
@@ -61,12 +61,6 @@ def check_power_limit(mode: str) -> PowerLimitMode:
             "says what a machine allows)"
         )
     return "optimize"
-
-
-def _sync() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 class PowerLimitRun:
@@ -128,7 +122,7 @@ class PowerLimitRun:
                 self._limits.limits(),
                 self._set,
                 self._limits.joules,
-                _sync,
+                device_sync,
                 goes_on=self._goes_on,
                 cost=lambda s, j: zeus_cost(j * self._gpus_factor, s, self._eta, self._max_power),
                 max_slowdown=self._max_slowdown,

@@ -1,0 +1,16 @@
+"""Waiting for the work a process queued on its CUDA devices, so that a window measured on the
+host (a micro-batch's time, a power limit's steps) ends where the device's work does, not where
+its launches did: CUDA runs kernels asynchronously, and a backward returns long before the GPU
+has finished it."""
+
+from __future__ import annotations
+
+import sys
+
+
+def device_sync() -> None:
+    """Wait until the CUDA work queued on the current device is done; nothing where torch is
+    not imported or CUDA not in use (no CUDA context is made for it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
