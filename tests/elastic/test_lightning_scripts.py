@@ -145,6 +145,16 @@ def test_under_adascale_the_schedule_stands_at_the_runs_scale_invariant_progress
     assert worth <= ebs.progress + 1e-9  # AdaScale's progress, less short batches' part
 
 
+def test_only_whole_micro_batches_are_timed_for_the_throughput(tmp_path: Any) -> None:
+    # An epoch's last batch is short where the size does not divide the data: its time says
+    # nothing of the size's, and it was timed as a whole one.
+    ebs, model = elastic(), OneCycle()
+    fit(model, ebs, tmp_path)
+    timed = {size: len(times) for size, times in ebs.throughput._samples.items()}
+    assert timed == {size: SAMPLES // size for size in model.first_batches}
+    assert any(SAMPLES % size for size in model.first_batches)  # short batches were there
+
+
 def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -52,6 +52,8 @@ class ElasticBatchSizeCallback(pl.Callback):
         self.elastic = elastic
         self.batch_arg_name = batch_arg_name
         self._batch_started = 0.0
+        self._whole_batch = True
+        """Whether the micro-batch under way has the whole micro-batch size (its time counts)."""
         self._accumulated: weakref.WeakSet[pl.Trainer] = weakref.WeakSet()
         """The Trainers whose accumulation this callback set (fit again, one holds its last)."""
         self._logged_steps = 0
@@ -125,17 +127,20 @@ class ElasticBatchSizeCallback(pl.Callback):
     ) -> None:
         device_sync()  # the micro-batch's time is its device's (see timed_microbatch)
         self._batch_started = time.perf_counter()
+        self._whole_batch = True
         try:  # an epoch's last batch may be short: it moves the schedules by its samples
             samples = int(package_of(trainer).batch_size_of(batch))
         except Exception:  # a batch whose size Lightning cannot tell: counted as whole
             return
+        self._whole_batch = samples == self.elastic.choice.local_bsz
         self.elastic.record_samples(samples)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        device_sync()
-        self.elastic.throughput.observe(
-            self.elastic.choice.local_bsz, time.perf_counter() - self._batch_started
-        )
+        if self._whole_batch:  # a short one's time says nothing of the size's
+            device_sync()
+            self.elastic.throughput.observe(
+                self.elastic.choice.local_bsz, time.perf_counter() - self._batch_started
+            )
         self.elastic.record_microbatch(pl_module.parameters())
 
     def on_train_batch_end(
