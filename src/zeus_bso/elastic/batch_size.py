@@ -56,6 +56,7 @@ from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candi
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.microbatches import MicroBatchGradients
 from zeus_bso.elastic.noise import GradientNoiseEstimator
+from zeus_bso.elastic.pickling import WithoutWeakSets
 from zeus_bso.elastic.schedules import (
     FollowedSchedule,
     Progress,
@@ -73,8 +74,10 @@ logger = logging.getLogger(__name__)
 INSTALL_HINT = "pip install torch"
 
 
-class ElasticBatchSize:
+class ElasticBatchSize(WithoutWeakSets):
     """Gradient-noise-driven batch size with learning-rate scaling (after AdaptDL)."""
+
+    weak_sets = ("_attached",)  # pickled without the optimizers it wrapped in this process
 
     def __init__(
         self,
@@ -143,17 +146,6 @@ class ElasticBatchSize:
         self._pace = UnfollowedSchedule()
         self._decided_at: int | None = None
         """The optimizer steps when `get_local_bsz` last decided (None: it has not)."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Pickled (Lightning's ddp_spawn hands its callbacks to the processes it starts) without
-        # the optimizers it wrapped here: a process of its own attaches its own.
-        state = self.__dict__.copy()
-        del state["_attached"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._attached = weakref.WeakSet()
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation

@@ -28,6 +28,7 @@ import weakref
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
+from zeus_bso.elastic.pickling import WithoutWeakSets
 from zeus_bso.energy.device_sync import device_sync
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.lazy import require
@@ -44,8 +45,10 @@ from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
 )
 
 
-class ElasticBatchSizeCallback(pl.Callback):
+class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
     """Lets `ElasticBatchSize` choose each epoch's batch size and accumulation."""
+
+    weak_sets = ("_accumulated",)  # pickled (ddp_spawn) without this process's Trainers
 
     def __init__(self, elastic: ElasticBatchSize, batch_arg_name: str = "batch_size") -> None:
         super().__init__()
@@ -61,17 +64,6 @@ class ElasticBatchSizeCallback(pl.Callback):
         self._target: BatchTarget | None = None
         """Where each epoch's size goes (the model's attribute, or the DataLoader given to the
         fit, built again): from ``setup``."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Pickled by Lightning's ddp_spawn, for the processes it starts: without the Trainers
-        # of this one.
-        state = self.__dict__.copy()
-        del state["_accumulated"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._accumulated = weakref.WeakSet()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Here, before configure_optimizers and before any DataLoader is built: a schedule
