@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -64,7 +63,7 @@ from zeus_bso.elastic.schedules import (
     follow,
     step_worth,
 )
-from zeus_bso.energy.device_sync import device_sync
+from zeus_bso.elastic.timing import MicroBatchTimer
 from zeus_bso.errors import ConfigurationError, ZeusBSOError
 from zeus_bso.training import clean_exit, size_changes
 from zeus_bso.training.collectives import broadcast_object, torch_distributed
@@ -118,6 +117,8 @@ class ElasticBatchSize(WithoutWeakSets):
         self.max_change = max_change
         self.noise = GradientNoiseEstimator(smoothing)
         self.throughput = ThroughputModel()
+        self.timer = MicroBatchTimer()
+        """Times the micro-batches for `throughput` (on a GPU, read at each decision)."""
         self.progress = 0.0
         """Training progress in scale-invariant steps: the sum of each step's gain."""
         self.schedule_progress = Progress()
@@ -174,6 +175,7 @@ class ElasticBatchSize(WithoutWeakSets):
         last (a loop that asks twice an epoch, to build its DataLoader and to log, trained one
         size and measured the noise and scaled the rate for another)."""
         self._pace.epoch_starts()
+        self.timer.read(self.throughput)  # the device's times of the epoch's micro-batches
         if self._decided_at == self.schedule_progress.steps:
             return self.choice.local_bsz
         self._decided_at = self.schedule_progress.steps
@@ -295,16 +297,14 @@ class ElasticBatchSize(WithoutWeakSets):
 
     @contextmanager
     def timed_microbatch(self, samples: int) -> Iterator[None]:
-        """Time one micro-batch's forward and backward for the throughput model: on a GPU,
-        from the device's end of the work queued before to its end of this micro-batch's (a
-        backward returns once its kernels are launched, whatever their size)."""
-        device_sync()
-        started = time.perf_counter()
+        """Time one micro-batch's forward and backward for the throughput model: on a GPU, by
+        its device's work (`zeus_bso.elastic.timing`: a backward returns once its kernels are
+        launched, whatever their size)."""
+        started = self.timer.start()
         yield
         self.record_samples(samples)
         if samples == self.choice.local_bsz:
-            device_sync()
-            self.throughput.observe(samples, time.perf_counter() - started)
+            self.timer.stop(started, samples, self.throughput)
 
     def record_samples(self, samples: int) -> None:
         """Count a micro-batch's samples (`timed_microbatch` does): an optimizer step that took
@@ -524,6 +524,7 @@ class ElasticBatchSize(WithoutWeakSets):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs."""
+        self.timer.read(self.throughput)
         return {
             "choice": [self.choice.local_bsz, self.choice.accumulation, self.choice.replicas],
             "progress": self.progress,

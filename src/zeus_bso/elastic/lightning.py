@@ -23,13 +23,11 @@ that trained (``elastic/batch_size``, ``elastic/gain``, ``elastic/noise_scale``.
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any
 
 from zeus_bso.elastic.batch_size import ElasticBatchSize
 from zeus_bso.elastic.pickling import WithoutWeakSets
-from zeus_bso.energy.device_sync import device_sync
 from zeus_bso.errors import ZeusBSOError
 from zeus_bso.lazy import require
 
@@ -54,7 +52,7 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         super().__init__()
         self.elastic = elastic
         self.batch_arg_name = batch_arg_name
-        self._batch_started = 0.0
+        self._batch_started: Any = 0.0
         self._whole_batch = True
         """Whether the micro-batch under way has the whole micro-batch size (its time counts)."""
         self._accumulated: weakref.WeakSet[pl.Trainer] = weakref.WeakSet()
@@ -117,8 +115,7 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        device_sync()  # the micro-batch's time is its device's (see timed_microbatch)
-        self._batch_started = time.perf_counter()
+        self._batch_started = self.elastic.timer.start()  # on a GPU, its device's time
         self._whole_batch = True
         try:  # an epoch's last batch may be short: it moves the schedules by its samples
             samples = int(package_of(trainer).batch_size_of(batch))
@@ -129,10 +126,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._whole_batch:  # a short one's time says nothing of the size's
-            device_sync()
-            self.elastic.throughput.observe(
-                self.elastic.choice.local_bsz, time.perf_counter() - self._batch_started
-            )
+            local_bsz = self.elastic.choice.local_bsz
+            self.elastic.timer.stop(self._batch_started, local_bsz, self.elastic.throughput)
         self.elastic.record_microbatch(pl_module.parameters())
 
     def on_train_batch_end(

@@ -1,7 +1,6 @@
 """Waiting for the work a process queued on its CUDA devices, so that a window measured on the
-host (a micro-batch's time, a power limit's steps) ends where the device's work does, not where
-its launches did: CUDA runs kernels asynchronously, and a backward returns long before the GPU
-has finished it."""
+host (a power limit's steps) ends where the device's work does, not where its launches did:
+CUDA runs kernels asynchronously, and a backward returns long before the GPU has finished it."""
 
 from __future__ import annotations
 
