@@ -6,6 +6,7 @@ with a real Trainer on the CPU."""
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,32 @@ def test_each_epochs_size_and_each_steps_rate_go_to_the_loggers(tmp_path: Any, e
     )
     factors = [float(row["elastic/lr_factor"]) for row in rows if row.get("elastic/lr_factor")]
     assert set(factors) == {2.0 * size / 16 for size in model.first_batches}
+
+
+def test_a_new_size_is_said_on_lightnings_console(tmp_path: Any) -> None:
+    # Where Lightning's callbacks speak (its rank-zero logger, which writes to the console
+    # whatever the script's logging): the zeus_bso logger has no handler unless one is set.
+    said: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    ebs = elastic()
+    fit(OneCycle(), ebs, tmp_path, max_epochs=1)
+    assert ebs.show is not None
+    # Lightning's rank-zero logger is the package's imported last where both are installed
+    # (they share lightning_utilities' record of it): each has its console handler.
+    consoles = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]
+    catch = Catch()
+    for console in consoles:
+        console.addHandler(catch)
+    try:
+        ebs.show("ElasticBatchSize: the batch size goes from 16 to 32")
+    finally:
+        for console in consoles:
+            console.removeHandler(catch)
+    assert said == ["ElasticBatchSize: the batch size goes from 16 to 32"]
 
 
 def csv_rows(path: Path) -> Any:

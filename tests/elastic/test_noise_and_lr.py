@@ -179,6 +179,19 @@ def test_a_new_batch_size_is_said_once_and_the_metrics_say_where_it_stands(
     assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
 
 
+def test_a_new_batch_size_is_said_where_show_says_instead_of_the_logger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ebs = _noisy_and_fast_at_large_batches(max_change=2.0)
+    said: list[str] = []
+    ebs.show = said.append
+    with caplog.at_level("INFO", logger="zeus_bso.elastic"):
+        ebs.get_local_bsz()
+    assert len(said) == 1
+    assert said[0].startswith("ElasticBatchSize: the batch size goes from 32 to 64 ")
+    assert not [r for r in caplog.records if r.name.startswith("zeus_bso.elastic")]
+
+
 def test_max_change_must_be_above_one() -> None:
     with pytest.raises(ValueError, match="max_change"):
         ElasticBatchSize(32, max_change=1.0)

@@ -47,7 +47,7 @@ import logging
 import math
 import types
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -145,6 +145,9 @@ class ElasticBatchSize(WithoutWeakSets):
         the fit's schedules itself, or steps them as written where the fit ends after so many
         steps."""
         self._pace = UnfollowedSchedule()
+        self.show: Callable[[str], None] | None = None
+        """Where a new batch size is said (`ElasticBatchSizeCallback` sets Lightning's console);
+        None: the ``zeus_bso.elastic`` logger, at INFO. On the first process alone."""
         self._decided_at: int | None = None
         """The optimizer steps when `get_local_bsz` last decided (None: it has not)."""
 
@@ -207,7 +210,8 @@ class ElasticBatchSize(WithoutWeakSets):
             self._explore()
         self.choice = _same_on_every_rank(self.choice)
         if self.choice.global_batch != current_batch:
-            _say_change(current_batch, self.choice, self.predict_gain(self.scale), self.scale)
+            gain = self.predict_gain(self.scale)
+            _say_change(current_batch, self.choice, gain, self.scale, self.show)
         return self.choice.local_bsz
 
     def _spread(self, global_batch: int) -> Choice:
@@ -546,22 +550,24 @@ class ElasticBatchSize(WithoutWeakSets):
         self.throughput._samples = {int(b): list(t) for b, t in state["throughput"].items()}
 
 
-def _say_change(before: int, choice: Choice, gain: float, scale: float) -> None:
-    """Logs a new global batch size (at INFO, on the first process alone)."""
+def _say_change(
+    before: int, choice: Choice, gain: float, scale: float, show: Callable[[str], None] | None
+) -> None:
+    """Says a new global batch size, on the first process alone: through ``show`` (None: the
+    ``zeus_bso.elastic`` logger, at INFO)."""
     dist = torch_distributed()
     if dist is not None and dist.get_rank() != 0:
         return
-    logger.info(
-        "ElasticBatchSize: the batch size goes from %d to %d (%d a micro-batch x %d "
-        "accumulated, %s): %.2fx the initial batch, a predicted gain of %.2f",
-        before,
-        choice.global_batch,
-        choice.local_bsz,
-        choice.accumulation,
-        "1 process" if choice.replicas == 1 else f"{choice.replicas} processes",
-        scale,
-        gain,
+    processes = "1 process" if choice.replicas == 1 else f"{choice.replicas} processes"
+    said = (
+        f"ElasticBatchSize: the batch size goes from {before} to {choice.global_batch} "
+        f"({choice.local_bsz} a micro-batch x {choice.accumulation} accumulated, {processes}): "
+        f"{scale:.2f}x the initial batch, a predicted gain of {gain:.2f}"
     )
+    if show is not None:
+        show(said)
+    else:
+        logger.info(said)
 
 
 def _same_on_every_rank(choice: Choice) -> Choice:

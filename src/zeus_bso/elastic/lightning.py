@@ -84,6 +84,7 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         if refused := _sets_the_same(trainer, accumulates=trainer not in self._accumulated):
             raise ZeusBSOError(refused)
         self._target = target
+        self.elastic.show = package_of(trainer).info  # Lightning's console, as its callbacks
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
             self.elastic.update_scale(self.elastic.scale, replicas=trainer.world_size)
