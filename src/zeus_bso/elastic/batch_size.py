@@ -185,13 +185,7 @@ class ElasticBatchSize(WithoutWeakSets):
         current_batch = self.choice.global_batch
         options = [
             c
-            for c in candidates(
-                self.initial_batch_size,
-                self.max_batch_size,
-                self.local_bsz_bounds,
-                self.replicas,
-                self.min_accumulation,
-            )
+            for c in self._candidates()
             # Damping: estimates are noisy early on, so one decision moves by a bounded factor.
             if current_batch / self.max_change <= c.global_batch <= current_batch * self.max_change
         ]
@@ -214,16 +208,20 @@ class ElasticBatchSize(WithoutWeakSets):
             _say_change(current_batch, self.choice, gain, self.scale, self.show)
         return self.choice.local_bsz
 
-    def _spread(self, global_batch: int) -> Choice:
-        """The configuration on `replicas` processes within the bounds whose global batch is
-        nearest ``global_batch`` (the fewest micro-batches of those)."""
-        options = candidates(
+    def _candidates(self) -> list[Choice]:
+        """Every configuration on `replicas` processes within the bounds (`candidates`)."""
+        return candidates(
             self.initial_batch_size,
             self.max_batch_size,
             self.local_bsz_bounds,
             self.replicas,
             self.min_accumulation,
         )
+
+    def _spread(self, global_batch: int) -> Choice:
+        """The configuration on `replicas` processes within the bounds whose global batch is
+        nearest ``global_batch`` (the fewest micro-batches of those)."""
+        options = self._candidates()
         if not options:
             local = max(1, global_batch // (self.min_accumulation * self.replicas))
             return Choice(local, self.min_accumulation, self.replicas)

@@ -37,9 +37,10 @@ class MicroBatchGradients:
         if not with_grads:
             raise ZeusBSOError("record_microbatch() found no gradients: call it after backward()")
         current = [p.grad.detach() for p in with_grads]
+        ids = [id(p) for p in with_grads]
         k2 = accumulation * accumulation
         with torch.no_grad():
-            previous = self._previous_for(torch, with_grads)
+            previous = self._previous_for(torch, with_grads, ids)
             if previous is None:  # the step's first: its gradient is all there is
                 self._norms.append(squared_norm(torch, current) * k2)
                 self._previous = [g.clone() for g in current]
@@ -48,15 +49,14 @@ class MicroBatchGradients:
                 self._norms.append(squared_norm(torch, previous) * k2)
                 _copy(torch, previous, current)
                 self._previous = previous
-        self._ids = [id(p) for p in with_grads]
+        self._ids = ids
 
-    def _previous_for(self, torch: Any, with_grads: list[Any]) -> list[Any] | None:
+    def _previous_for(self, torch: Any, with_grads: list[Any], ids: list[int]) -> list[Any] | None:
         """The accumulated gradient before this micro-batch, one tensor for each of
-        ``with_grads`` (zeros for a parameter that had none yet: one a branch the earlier
-        micro-batches did not take); None at the step's first micro-batch."""
+        ``with_grads`` (their ``ids``; zeros for a parameter that had none yet: one a branch
+        the earlier micro-batches did not take); None at the step's first micro-batch."""
         if self._previous is None:
             return None
-        ids = [id(p) for p in with_grads]
         if ids == self._ids:
             return self._previous
         kept = dict(zip(self._ids, self._previous, strict=True))

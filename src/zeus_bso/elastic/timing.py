@@ -8,22 +8,14 @@ no synchronisation within the steps. Elsewhere, by the host's clock."""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 from zeus_bso.elastic.goodput import ThroughputModel
+from zeus_bso.energy.device_sync import cuda_in_use
 
 READ_AFTER = 256
 """Micro-batches timed on the device before the finished ones are read (their events freed)."""
-
-
-def _cuda() -> Any | None:
-    """``torch.cuda`` where it is in use in this process (no CUDA context made for it)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda
-    return None
 
 
 class MicroBatchTimer:
@@ -35,7 +27,7 @@ class MicroBatchTimer:
 
     def start(self) -> Any:
         """A micro-batch's start (pass it to `stop`)."""
-        cuda = _cuda()
+        cuda = cuda_in_use()
         if cuda is None:
             return time.perf_counter()
         started = cuda.Event(enable_timing=True)
@@ -47,7 +39,7 @@ class MicroBatchTimer:
         if isinstance(started, float):
             throughput.observe(local_bsz, time.perf_counter() - started)
             return
-        cuda = _cuda()
+        cuda = cuda_in_use()
         assert cuda is not None  # started on the device
         ended = cuda.Event(enable_timing=True)
         ended.record()
