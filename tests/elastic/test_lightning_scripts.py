@@ -156,6 +156,34 @@ def test_only_whole_micro_batches_are_timed_for_the_throughput(tmp_path: Any) ->
     assert any(SAMPLES % size for size in model.first_batches)  # short batches were there
 
 
+class WithReplay(OneCycle):
+    """Two train DataLoaders that Lightning combines, as continual learning trains: a replay
+    of old data at a fixed size (listed first, and shorter), and the new data at the elastic's
+    sizes."""
+
+    def train_dataloader(self) -> Any:
+        replay = torch.utils.data.DataLoader(classification(40), batch_size=8)
+        return [replay, super().train_dataloader()]
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        (old_x, old_y), (x, y) = batch
+        return super().training_step((torch.cat([x, old_x]), torch.cat([y, old_y])), batch_idx)
+
+
+def test_with_a_replay_dataloader_beside_it_the_elastic_sizes_are_timed_and_counted(
+    tmp_path: Any,
+) -> None:
+    # The batch's first part, the replay's 8, was read as the micro-batch: no size was ever
+    # timed whole, and the schedules moved by 8 samples a micro-batch.
+    ebs, model = elastic(), WithReplay()
+    fit(model, ebs, tmp_path)
+    sizes = [size - 8 for size in model.first_batches]
+    timed = {size: len(times) for size, times in ebs.throughput._samples.items()}
+    assert timed == {size: SAMPLES // size for size in sizes}
+    # Under the linear rule a step is worth its samples over the initial 16's: every new one.
+    assert ebs.schedule_progress.worth == pytest.approx(EPOCHS * SAMPLES / 16)
+
+
 def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -142,18 +142,24 @@ def trials_of(server: ServerProcess, prefix: str) -> list[dict[str, Any]]:
 
 
 def check_run(
-    steps: list[Step], trial: dict[str, Any], rule: str = "linear", *, tried: bool = False
+    steps: list[Step],
+    trial: dict[str, Any],
+    rule: str = "linear",
+    *,
+    tried: bool = False,
+    beside: int = 0,
 ) -> None:
     """What one run must hold: it trained ``trial``'s batch size at every optimizer step, at
     the schedule's rate times the rule's factor at every step, and was charged so.
     ``tried``: the run's batch size was new on this hardware, so its fit began with the memory
     check's steps, which are undone (`MEMORY_CHECK_STEPS`, of a micro-batch each where the
-    run accumulates): they are not the run's."""
+    run accumulates): they are not the run's. ``beside``: the samples each step trains beside
+    the batch size's (another train DataLoader's, of a fixed size)."""
     size = trial["batch_size"]
     if tried:
         steps = steps[MEMORY_CHECK_STEPS:]
     assert steps, "the run took no optimizer step"
-    assert [s.samples for s in steps] == [size] * len(steps), trial
+    assert [s.samples for s in steps] == [size + beside] * len(steps), trial
     factor = size / REFERENCE if rule == "linear" else 1.0
     factors = [s.factor for s in steps if s.schedule > 1e-6]
     assert factors, steps
@@ -162,11 +168,13 @@ def check_run(
     assert trial["epochs"] >= 1
 
 
-def check_runs(runs: list[list[Step]], trials: list[dict[str, Any]], rule: str = "linear") -> None:
+def check_runs(
+    runs: list[list[Step]], trials: list[dict[str, Any]], rule: str = "linear", beside: int = 0
+) -> None:
     """`check_run` for each run of a job and its trial, in order."""
     seen: set[int] = set()
     for steps, trial in zip(runs, trials, strict=True):
-        check_run(steps, trial, rule, tried=trial["batch_size"] not in seen)
+        check_run(steps, trial, rule, tried=trial["batch_size"] not in seen, beside=beside)
         seen.add(trial["batch_size"])
 
 
@@ -240,6 +248,27 @@ def test_manual_optimization_trains_what_the_server_dispatched(
         check_run(steps, trial)
         # Both optimizers stepped every batch: an even count, in pairs.
         assert len(steps) % 2 == 0
+
+
+def test_a_dict_of_train_loaders_trains_what_the_server_dispatched_beside_a_fixed_one(
+    probe: Probe, server: ServerProcess
+) -> None:
+    """``train_dataloader()`` returns a dict of DataLoaders (Lightning combines them), one at a
+    fixed size and listed first, the other at the module's batch size: each step trains the
+    dispatched size beside the fixed one's samples, at the factor of the dispatched size, and
+    the memory check tries the combined steps. (The memory check had crashed on the dict; the
+    first batch's check read the fixed DataLoader's size and refused every size but 8.)"""
+    from tests.scripts.lightning_replay_loaders import REPLAY
+
+    prefix = unique_id("corpus").replace("-", "")
+    runs = []
+    for _ in range(3):
+        status = run_script("lightning_replay_loaders.py", "--job", prefix, failure_signal=True)
+        assert status in (0, 1)
+        runs.append(probe.take())
+    trials = trials_of(server, prefix)
+    check_runs(runs, trials, beside=REPLAY)
+    assert len({t["batch_size"] for t in trials}) >= 2, trials
 
 
 def test_an_hf_script_of_parsed_arguments_and_its_optimizer_trains_what_was_dispatched(

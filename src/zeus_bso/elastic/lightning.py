@@ -34,7 +34,7 @@ from zeus_bso.lazy import require
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
 
-from zeus_bso.integrations.lightning_packages import is_a, package_of  # noqa: E402
+from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
     loader_given_to_fit,
@@ -55,6 +55,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         self._batch_started: Any = 0.0
         self._whole_batch = True
         """Whether the micro-batch under way has the whole micro-batch size (its time counts)."""
+        self._part = 0
+        """Which of several combined train DataLoaders takes the size (their batch's part)."""
         self._accumulated: weakref.WeakSet[pl.Trainer] = weakref.WeakSet()
         """The Trainers whose accumulation this callback set (fit again, one holds its last)."""
         self._logged_steps = 0
@@ -119,10 +121,14 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         self._batch_started = self.elastic.timer.start()  # on a GPU, its device's time
         self._whole_batch = True
         try:  # an epoch's last batch may be short: it moves the schedules by its samples
-            samples = int(package_of(trainer).batch_size_of(batch))
+            sizes = batch_sizes(trainer, batch)
         except Exception:  # a batch whose size Lightning cannot tell: counted as whole
             return
-        self._whole_batch = samples == self.elastic.choice.local_bsz
+        local_bsz = self.elastic.choice.local_bsz
+        if local_bsz in sizes and sizes[self._part % len(sizes)] != local_bsz:
+            self._part = sizes.index(local_bsz)  # the train DataLoader that takes the size
+        samples = sizes[self._part % len(sizes)]
+        self._whole_batch = samples == local_bsz
         self.elastic.record_samples(samples)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.lightning_trainer import BatchTarget
 from zeus_bso.integrations.loaders import generators_kept
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
@@ -63,15 +64,19 @@ def try_size(
         batch = session.batch_size if accumulates else size
         for optimizer in trainer.optimizers:
             session.lr.scale(optimizer, batch)
-    loader = target.loader()
-    with generators_kept(loader):
-        try_steps(trainer, pl_module, loader, steps)
+    loaders = target.loader()
+    combined = package_of(trainer).combined_loader
+    if not isinstance(loaders, combined):  # as the fit loop combines what it is given
+        loaders = combined(loaders, "max_size_cycle")
+    with generators_kept(*loaders.flattened):
+        try_steps(trainer, pl_module, loaders, steps)
 
 
-def try_steps(trainer: Any, pl_module: Any, loader: Any, steps: int) -> None:
+def try_steps(trainer: Any, pl_module: Any, loaders: Any, steps: int) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
-    no collective), with the fit's optimizers and ``loader`` (the train DataLoader at the
-    batch size tried), then undo them: the weights, the optimizers' state and the random
+    no collective), with the fit's optimizers and ``loaders`` (the fit's train data at the
+    batch size tried, in a ``CombinedLoader``: its batches, as the fit loop gives them to
+    ``training_step``), then undo them: the weights, the optimizers' state and the random
     state are restored. What the module logs meanwhile is dropped (the steps are not the
     fit's). An out-of-memory error is raised."""
     quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
@@ -79,7 +84,7 @@ def try_steps(trainer: Any, pl_module: Any, loader: Any, steps: int) -> None:
         setattr(pl_module, name, lambda *args, **kwargs: None)
     try:
         with undone(pl_module, trainer.optimizers):
-            for index, batch in zip(range(steps), loader, strict=False):
+            for _, (batch, index, _) in zip(range(steps), loaders, strict=False):
                 batch = trainer.strategy.batch_to_device(batch)
                 with trainer.precision_plugin.train_step_context():
                     out = pl_module.training_step(batch, index)
@@ -87,4 +92,4 @@ def try_steps(trainer: Any, pl_module: Any, loader: Any, steps: int) -> None:
     finally:
         for name in quiet:
             delattr(pl_module, name)
-        del loader
+        loaders.reset()  # its DataLoaders' workers shut down

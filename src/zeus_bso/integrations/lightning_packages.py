@@ -28,6 +28,9 @@ class LightningPackage:
     setattr: Callable[[Any, str, Any], None]
     info: Callable[[str], None]
     batch_size_of: Callable[[Any], int]
+    combined_loader: type
+    """Its ``CombinedLoader``: the fit loop's train data, whatever ``train_dataloader()``
+    returns (one DataLoader, or a dict or list of them)."""
     sigterm: tuple[type[BaseException], ...]
     """The exception its own SIGTERM handler raises (none before Lightning 2.3)."""
 
@@ -43,6 +46,7 @@ def _package(name: str) -> LightningPackage | None:
         rank_zero = importlib.import_module(f"{name}.utilities.rank_zero")
         data = importlib.import_module(f"{name}.utilities.data")
         exceptions = importlib.import_module(f"{name}.utilities.exceptions")
+        combined = importlib.import_module(f"{name}.utilities.combined_loader")
     except ImportError:
         return None
     return LightningPackage(
@@ -54,6 +58,7 @@ def _package(name: str) -> LightningPackage | None:
         setattr=parsing.lightning_setattr,
         info=rank_zero.rank_zero_info,
         batch_size_of=data.extract_batch_size,
+        combined_loader=combined.CombinedLoader,
         sigterm=tuple(
             found for found in [getattr(exceptions, "SIGTERMException", None)] if found is not None
         ),
@@ -82,6 +87,19 @@ def _package_of_module(module: str) -> LightningPackage:
         if module == found.name or module.startswith(f"{found.name}."):
             return found
     return PACKAGES[0]
+
+
+def batch_sizes(trainer: Any, batch: Any) -> list[int]:
+    """The sizes of a fit's training ``batch``, one a train DataLoader's: ``train_dataloader()``
+    may return a dict or a list of DataLoaders, which the fit loop combines (Lightning's
+    ``CombinedLoader``) into batches that are a dict or a list of theirs. One size where there
+    is one DataLoader. Raises what Lightning raises where it cannot tell a size."""
+    loaders, parts = trainer.train_dataloader, [batch]
+    if isinstance(loaders, dict) and isinstance(batch, dict) and batch.keys() == loaders.keys():
+        parts = list(batch.values())
+    elif isinstance(loaders, list | tuple) and isinstance(batch, list | tuple):
+        parts = list(batch) if len(loaders) == len(batch) > 1 else parts
+    return [int(package_of(trainer).batch_size_of(part)) for part in parts]
 
 
 def is_a(callback: Any, name: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
-from zeus_bso.integrations.lightning_packages import is_a, package_of
+from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of
 from zeus_bso.integrations.loaders import at_batch_size, not_resizable
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
@@ -354,15 +354,18 @@ def batch_refused(
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
     so a DataLoader that ignores the size set on ``target`` would train at another size while
     the server charges this one (``built``: the DataLoaders that existed before the size was
-    set, `loaders_built`). None: it has (or Lightning cannot tell its size; or it is the fit's
-    only batch, and smaller)."""
+    set, `loaders_built`). Where the fit combines several train DataLoaders (`batch_sizes`), one
+    of them at least has the size (the others keep theirs: the run's batch size is the one
+    set). None: it has (or Lightning cannot tell its size; or it is the fit's only batch, and
+    smaller)."""
     batch_arg_name = target.name
     try:
-        found = int(package_of(trainer).batch_size_of(batch))
+        sizes = batch_sizes(trainer, batch)
     except Exception:  # a batch whose size Lightning cannot tell: nothing to check
         return None
-    if found == told or (found < told and trainer.num_training_batches == 1):
+    if told in sizes or (max(sizes) < told and trainer.num_training_batches == 1):
         return None
+    found = sizes[0] if len(sizes) == 1 else f"{'/'.join(map(str, sizes))} (one a DataLoader's)"
     if target.given is not None:  # built again at the size: its batches are its own
         return (
             f"the fit's first training batch has {found} samples, but this run's batch size "

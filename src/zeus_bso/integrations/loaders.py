@@ -67,14 +67,21 @@ def at_batch_size(loader: Any, batch_size: int) -> Any:
 
 
 @contextlib.contextmanager
-def generators_kept(loader: Any) -> Iterator[None]:
-    """Within: ``loader`` may be iterated for steps that are undone; after: the random
-    generators that shuffle it (its own, ``DataLoader(generator=...)``, and its sampler's)
-    are where they were, so that the fit's epochs shuffle as if it had not been. (The global
-    random state is the tried steps' to restore.)"""
+def generators_kept(*loaders: Any) -> Iterator[None]:
+    """Within: ``loaders`` may be iterated for steps that are undone; after: the random
+    generators that shuffle them (each one's own, ``DataLoader(generator=...)``, and its
+    sampler's) are where they were, so that the fit's epochs shuffle as if it had not been.
+    (The global random state is the tried steps' to restore.)"""
     import torch
 
-    found = [getattr(loader, "generator", None), getattr(loader.sampler, "generator", None)]
+    found = [
+        generator
+        for loader in loaders
+        for generator in (
+            getattr(loader, "generator", None),
+            getattr(getattr(loader, "sampler", None), "generator", None),
+        )
+    ]
     generators = {id(g): g for g in found if isinstance(g, torch.Generator)}
     states = [(g, g.get_state()) for g in generators.values()]
     try:
