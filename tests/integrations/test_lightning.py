@@ -785,6 +785,38 @@ def test_a_dataloader_given_to_fit_trains_the_servers_size_and_the_check_leaves_
     assert (trial["batch_size"], trial["status"]) == (32, "reported")
 
 
+class StepWithoutIndex(TinyClassifier):
+    def training_step(self, batch: Any) -> Any:  # Lightning gives batch_idx only if asked
+        return super().training_step(batch, 0)
+
+
+class StepDrawsItsBatches(TinyClassifier):
+    def training_step(self, dataloader_iter: Any) -> Any:  # Lightning's dataloader_iter flavour
+        batch, _, _ = next(dataloader_iter)
+        return super().training_step(batch, 0)
+
+
+@pytest.mark.parametrize("model_class", [StepWithoutIndex, StepDrawsItsBatches])
+def test_a_training_step_of_another_signature_is_tried_and_trains_the_servers_size(
+    server: ServerProcess, tmp_path: Path, model_class: type
+) -> None:
+    """``training_step(self, batch)`` and ``training_step(self, dataloader_iter)``, which the fit
+    loop calls so: the memory check calls them the same way (it gave both a batch and an index,
+    and the fit failed with a TypeError before its first step), and the size is logged without
+    a batch to read it from."""
+    spec = job(unique_id("signature"), target=0.99, max_epochs=1)
+    model = model_class()
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc")
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
+    trainer.fit(model)
+    steps = 3  # the memory check's, at 32 (new on this hardware), undone
+    assert model.seen_batch_sizes == [32] * (steps + 512 // 32)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "reported")
+    assert trainer.callback_metrics["bso/batch_size"] == 32
+
+
 def halves(samples: list[Any]) -> Any:
     """A collate_fn that keeps half of each batch (a filter of the script's own)."""
     return torch.utils.data.default_collate(samples[: max(1, len(samples) // 2)])

@@ -230,8 +230,11 @@ _STEP_METRICS = ("elastic/lr", "elastic/lr_factor")
 def _log(pl_module: pl.LightningModule, name: str, value: float) -> None:
     # The same on every rank (the noise estimate and the choice are shared): with
     # rank_zero_only, Lightning reduces nothing, and sync_dist=True keeps its advice to sync
-    # (a warning a value, on every rank of a distributed fit) off.
-    pl_module.log(name, value, on_step=False, on_epoch=True, rank_zero_only=True, sync_dist=True)
+    # (a warning a value, on every rank of a distributed fit) off; batch_size=1: one value an
+    # epoch (Lightning would read a size from the last batch, which may not tell it).
+    pl_module.log(
+        name, value, on_step=False, on_epoch=True, rank_zero_only=True, sync_dist=True, batch_size=1
+    )
 
 
 def _bounded_by_samples(trainer: pl.Trainer) -> bool:

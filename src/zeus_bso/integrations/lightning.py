@@ -326,9 +326,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         # here, once (an epoch without a validation logs nothing). The values are the same on every
         # rank (the report's shared answer): with rank_zero_only, Lightning reduces nothing
         # whatever sync_dist says, and sync_dist=True keeps its advice to sync (a warning a
-        # value, on every rank of a distributed fit) off.
+        # value, on every rank of a distributed fit) off. One value an epoch, whatever the batch:
+        # batch_size=1 spares Lightning reading a size from the last batch (which a step that
+        # takes the dataloader_iter does not get, and a combined batch may not tell).
         for name, value in self._unlogged.items():
-            pl_module.log(name, value, rank_zero_only=True, sync_dist=True)
+            pl_module.log(name, value, rank_zero_only=True, sync_dist=True, batch_size=1)
         self._unlogged = {}
 
     # -- the end of a fit ---------------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import package_of
@@ -75,21 +76,40 @@ def try_size(
 def try_steps(trainer: Any, pl_module: Any, loaders: Any, steps: int) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
     no collective), with the fit's optimizers and ``loaders`` (the fit's train data at the
-    batch size tried, in a ``CombinedLoader``: its batches, as the fit loop gives them to
-    ``training_step``), then undo them: the weights, the optimizers' state and the random
-    state are restored. What the module logs meanwhile is dropped (the steps are not the
-    fit's). An out-of-memory error is raised."""
+    batch size tried, in a ``CombinedLoader``), each given to ``training_step`` as the fit loop
+    gives it (`step_arguments`), then undo them: the weights, the optimizers' state and the
+    random state are restored. What the module logs meanwhile is dropped (the steps are not
+    the fit's). An out-of-memory error is raised."""
     quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
     for name in quiet:  # Lightning's own refuse a call outside its loop
         setattr(pl_module, name, lambda *args, **kwargs: None)
     try:
         with undone(pl_module, trainer.optimizers):
-            for _, (batch, index, _) in zip(range(steps), loaders, strict=False):
-                batch = trainer.strategy.batch_to_device(batch)
+            for arguments in step_arguments(trainer, pl_module, loaders, steps):
                 with trainer.precision_plugin.train_step_context():
-                    out = pl_module.training_step(batch, index)
+                    out = pl_module.training_step(*arguments)
                 step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
     finally:
         for name in quiet:
             delattr(pl_module, name)
         loaders.reset()  # its DataLoaders' workers shut down
+
+
+def step_arguments(
+    trainer: Any, pl_module: Any, loaders: Any, steps: int
+) -> Iterator[tuple[Any, ...]]:
+    """The arguments of ``steps`` calls of ``pl_module.training_step`` on ``loaders``, as the
+    fit loop gives them: the batch on the module's device and its index (where the step takes
+    one: ``batch_idx`` is optional); or, where the step asks for a ``dataloader_iter``, the
+    iterator of ``(batch, batch_idx, dataloader_idx)`` it draws its batches from (and moves
+    them itself), ending early where it drew them all."""
+    takes = package_of(trainer).takes
+    batches = iter(loaders)
+    if takes(pl_module.training_step, "dataloader_iter", explicit=True):
+        for _ in range(steps):
+            yield (batches,)
+        return
+    with_index = takes(pl_module.training_step, "batch_idx", min_args=2)
+    for _, (batch, index, _) in zip(range(steps), batches, strict=False):
+        batch = trainer.strategy.batch_to_device(batch)
+        yield (batch, index) if with_index else (batch,)

@@ -29,6 +29,10 @@ class LightningPackage:
     info: Callable[[str], None]
     batch_size_of: Callable[[Any], int]
     combined_loader: type
+    takes: Callable[..., bool]
+    """Whether a hook's signature has a parameter (``is_param_in_hook_signature``): the fit loop
+    gives ``training_step`` its ``batch_idx`` only where it takes one, and a
+    ``dataloader_iter`` in place of the batch where it asks for that."""
     """Its ``CombinedLoader``: the fit loop's train data, whatever ``train_dataloader()``
     returns (one DataLoader, or a dict or list of them)."""
     sigterm: tuple[type[BaseException], ...]
@@ -47,6 +51,7 @@ def _package(name: str) -> LightningPackage | None:
         data = importlib.import_module(f"{name}.utilities.data")
         exceptions = importlib.import_module(f"{name}.utilities.exceptions")
         combined = importlib.import_module(f"{name}.utilities.combined_loader")
+        signatures = importlib.import_module(f"{name}.utilities.signature_utils")
     except ImportError:
         return None
     return LightningPackage(
@@ -59,6 +64,7 @@ def _package(name: str) -> LightningPackage | None:
         info=rank_zero.rank_zero_info,
         batch_size_of=data.extract_batch_size,
         combined_loader=combined.CombinedLoader,
+        takes=signatures.is_param_in_hook_signature,
         sigterm=tuple(
             found for found in [getattr(exceptions, "SIGTERMException", None)] if found is not None
         ),
