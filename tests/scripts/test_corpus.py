@@ -271,6 +271,34 @@ def test_a_dict_of_train_loaders_trains_what_the_server_dispatched_beside_a_fixe
     assert len({t["batch_size"] for t in trials}) >= 2, trials
 
 
+def test_a_per_device_size_derived_in_the_datamodules_setup_is_named_before_a_step_is_tried(
+    probe: Probe, server: ServerProcess
+) -> None:
+    """The lightning-hydra-template's datamodule: its ``setup()``, which Lightning runs before
+    any callback's, derives ``batch_size_per_device`` from ``hparams.batch_size``, and its
+    DataLoaders read that. The callback sets ``batch_size``: at the default the two agree; at
+    another size the run is refused before the memory check tries a step (its steps had tried
+    the old size, and said the new one fit), uncharged, naming the attribute to set instead;
+    set so, each run trains the size the server dispatched."""
+    prefix = unique_id("corpus").replace("-", "")
+    assert run_script("lightning_per_device.py", "--job", prefix) in (0, 1)  # at the default
+    check_run(probe.take(), trials_of(server, prefix)[0], tried=True)
+    with pytest.raises(ConfigurationError, match="batch_arg_name='batch_size_per_device'"):
+        run_script("lightning_per_device.py", "--job", prefix)
+    assert probe.take() == []  # not a step, tried or trained
+    _, refused = trials_of(server, prefix)
+    assert (refused["status"], refused["batch_size"] == REFERENCE) == ("released", False)
+    prefix = unique_id("corpus").replace("-", "")
+    runs = []
+    for _ in range(3):
+        argv = ("--job", prefix, "--batch-arg-name", "batch_size_per_device")
+        assert run_script("lightning_per_device.py", *argv) in (0, 1)
+        runs.append(probe.take())
+    trials = trials_of(server, prefix)
+    check_runs(runs, trials)
+    assert len({t["batch_size"] for t in trials}) >= 2, trials
+
+
 def test_an_hf_script_of_parsed_arguments_and_its_optimizer_trains_what_was_dispatched(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:

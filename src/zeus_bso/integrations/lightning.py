@@ -39,7 +39,7 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
-from zeus_bso.integrations.lightning_memory import checks_memory, try_size
+from zeus_bso.integrations.lightning_memory import LoaderRefusedError, checks_memory, try_size
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
 from zeus_bso.integrations.lightning_schedules import schedule_refused
 from zeus_bso.integrations.lightning_trainer import Module, Trainer
@@ -206,8 +206,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 self._target,
                 steps=steps,
                 accumulates=self.options.get("max_micro_batch_size") is not None,
+                built=self._built_early,
             )
-            self.session.fit_in_memory(tried)
+            try:
+                self.session.fit_in_memory(tried)
+            except LoaderRefusedError as refused:  # the size was not what the steps tried
+                self._refuse(trainer, str(refused))
             self._set_batch(trainer, pl_module)
             if self.session.micro_batch_size != before:
                 fit.rebuild_for_the_batch_size(trainer)

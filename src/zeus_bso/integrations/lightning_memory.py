@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_packages import package_of
-from zeus_bso.integrations.lightning_trainer import BatchTarget
-from zeus_bso.integrations.loaders import generators_kept
+from zeus_bso.integrations.lightning_trainer import BatchTarget, batch_refused
+from zeus_bso.integrations.loaders import generators_kept, sized_len
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession
 
@@ -46,6 +47,11 @@ def checks_memory(session: TrialSession, trainer: Any, pl_module: Any, steps: in
     return True
 
 
+class LoaderRefusedError(ConfigurationError):
+    """The train DataLoader's first batch tried does not have the size set (`batch_refused`):
+    steps of it would say nothing of the size's memory, and the fit would not train it."""
+
+
 def try_size(
     trainer: Any,
     pl_module: Any,
@@ -55,11 +61,13 @@ def try_size(
     *,
     steps: int,
     accumulates: bool,
+    built: list[str],
 ) -> None:
     """Try ``steps`` training steps at ``size`` samples a step (set on ``target``), at the
     learning rate a fit of it would take (of the session's batch size where the fit
     ``accumulates`` micro-batches of ``size``): `try_steps`, which raises an out-of-memory
-    error."""
+    error, or `LoaderRefused` where the first batch does not have ``size`` samples (``built``:
+    the DataLoaders built before the size was set, which `batch_refused` names)."""
     target.set(size)
     if session.lr.rule != "none":  # the rate a fit of it would take
         batch = session.batch_size if accumulates else size
@@ -69,23 +77,37 @@ def try_size(
     combined = package_of(trainer).combined_loader
     if not isinstance(loaders, combined):  # as the fit loop combines what it is given
         loaders = combined(loaders, "max_size_cycle")
+    iterables, lengths = loaders.iterables, [sized_len(loader) for loader in loaders.flattened]
+    only_batch = all(length == 1 for length in lengths)
+
+    def first(batch: Any) -> None:
+        if refused := batch_refused(trainer, batch, size, target, built, iterables, only_batch):
+            raise LoaderRefusedError(refused)
+
     with generators_kept(*loaders.flattened):
-        try_steps(trainer, pl_module, loaders, steps)
+        try_steps(trainer, pl_module, loaders, steps, first)
 
 
-def try_steps(trainer: Any, pl_module: Any, loaders: Any, steps: int) -> None:
+def try_steps(
+    trainer: Any,
+    pl_module: Any,
+    loaders: Any,
+    steps: int,
+    first: Callable[[Any], None] = lambda batch: None,
+) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
     no collective), with the fit's optimizers and ``loaders`` (the fit's train data at the
     batch size tried, in a ``CombinedLoader``), each given to ``training_step`` as the fit loop
     gives it (`step_arguments`), then undo them: the weights, the optimizers' state and the
     random state are restored. What the module logs meanwhile is dropped (the steps are not
-    the fit's). An out-of-memory error is raised."""
+    the fit's). ``first`` sees the first batch before its step (not one a ``dataloader_iter``
+    step draws itself). An out-of-memory error is raised."""
     quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
     for name in quiet:  # Lightning's own refuse a call outside its loop
         setattr(pl_module, name, lambda *args, **kwargs: None)
     try:
         with undone(pl_module, trainer.optimizers):
-            for arguments in step_arguments(trainer, pl_module, loaders, steps):
+            for arguments in step_arguments(trainer, pl_module, loaders, steps, first):
                 with trainer.precision_plugin.train_step_context():
                     out = pl_module.training_step(*arguments)
                 step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
@@ -96,13 +118,13 @@ def try_steps(trainer: Any, pl_module: Any, loaders: Any, steps: int) -> None:
 
 
 def step_arguments(
-    trainer: Any, pl_module: Any, loaders: Any, steps: int
+    trainer: Any, pl_module: Any, loaders: Any, steps: int, first: Callable[[Any], None]
 ) -> Iterator[tuple[Any, ...]]:
     """The arguments of ``steps`` calls of ``pl_module.training_step`` on ``loaders``, as the
     fit loop gives them: the batch on the module's device and its index (where the step takes
     one: ``batch_idx`` is optional); or, where the step asks for a ``dataloader_iter``, the
     iterator of ``(batch, batch_idx, dataloader_idx)`` it draws its batches from (and moves
-    them itself), ending early where it drew them all."""
+    them itself), ending early where it drew them all. ``first`` sees the first batch."""
     takes = package_of(trainer).takes
     batches = iter(loaders)
     if takes(pl_module.training_step, "dataloader_iter", explicit=True):
@@ -110,6 +132,8 @@ def step_arguments(
             yield (batches,)
         return
     with_index = takes(pl_module.training_step, "batch_idx", min_args=2)
-    for _, (batch, index, _) in zip(range(steps), batches, strict=False):
+    for number, (batch, index, _) in zip(range(steps), batches, strict=False):
+        if number == 0:
+            first(batch)
         batch = trainer.strategy.batch_to_device(batch)
         yield (batch, index) if with_index else (batch,)

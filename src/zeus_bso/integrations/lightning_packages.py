@@ -95,12 +95,14 @@ def _package_of_module(module: str) -> LightningPackage:
     return PACKAGES[0]
 
 
-def batch_sizes(trainer: Any, batch: Any) -> list[int]:
+def batch_sizes(trainer: Any, batch: Any, loaders: Any = None) -> list[int]:
     """The sizes of a fit's training ``batch``, one a train DataLoader's: ``train_dataloader()``
     may return a dict or a list of DataLoaders, which the fit loop combines (Lightning's
-    ``CombinedLoader``) into batches that are a dict or a list of theirs. One size where there
-    is one DataLoader. Raises what Lightning raises where it cannot tell a size."""
-    loaders, parts = trainer.train_dataloader, [batch]
+    ``CombinedLoader``) into batches that are a dict or a list of theirs (``loaders``: what it
+    returned; by default the fit loop's). One size where there is one DataLoader. Raises what
+    Lightning raises where it cannot tell a size."""
+    loaders = trainer.train_dataloader if loaders is None else loaders
+    parts = [batch]
     if isinstance(loaders, dict) and isinstance(batch, dict) and batch.keys() == loaders.keys():
         parts = list(batch.values())
     elif isinstance(loaders, list | tuple) and isinstance(batch, list | tuple):

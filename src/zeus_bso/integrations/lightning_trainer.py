@@ -347,8 +347,33 @@ def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int
         )
 
 
+def holding(trainer: Trainer, pl_module: Module, size: int, skip: str) -> list[str]:
+    """Where the model, the datamodule or their hparams hold ``size`` in an attribute whose
+    name says batch (other than ``skip``), as ``Class.attribute``: what a DataLoader that did
+    not take the size set on ``skip`` may read instead (a per-device size a datamodule's
+    ``setup()`` derived, say)."""
+    found = []
+    for holder in (pl_module, trainer.datamodule):
+        if holder is None:
+            continue
+        hparams = getattr(holder, "hparams", None)
+        for where in (vars(holder), hparams if isinstance(hparams, dict) else {}):
+            found += [
+                f"{type(holder).__name__}.{name}"
+                for name, value in where.items()
+                if "batch" in name and name != skip and type(value) is int and value == size
+            ]
+    return found
+
+
 def batch_refused(
-    trainer: Trainer, batch: Any, told: int, target: BatchTarget, built: list[str]
+    trainer: Trainer,
+    batch: Any,
+    told: int,
+    target: BatchTarget,
+    built: list[str],
+    loaders: Any = None,
+    only_batch: bool | None = None,
 ) -> str | None:
     """Why the fit's first training ``batch`` cannot train the run: it does not have the size
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
@@ -356,14 +381,18 @@ def batch_refused(
     the server charges this one (``built``: the DataLoaders that existed before the size was
     set, `loaders_built`). Where the fit combines several train DataLoaders (`batch_sizes`), one
     of them at least has the size (the others keep theirs: the run's batch size is the one
-    set). None: it has (or Lightning cannot tell its size; or it is the fit's only batch, and
-    smaller)."""
+    set). ``loaders``: what ``train_dataloader()`` returned, where the batch is the memory
+    check's, before the fit loop has any; ``only_batch``: whether it is the only batch of an
+    epoch (None: as the fit loop counts them). None: it has (or Lightning cannot tell its
+    size; or it is the epoch's only batch, and smaller: the data is)."""
     batch_arg_name = target.name
     try:
-        sizes = batch_sizes(trainer, batch)
+        sizes = batch_sizes(trainer, batch, loaders)
     except Exception:  # a batch whose size Lightning cannot tell: nothing to check
         return None
-    if told in sizes or (max(sizes) < told and trainer.num_training_batches == 1):
+    if only_batch is None:
+        only_batch = trainer.num_training_batches == 1
+    if told in sizes or (max(sizes) < told and only_batch):
         return None
     found = sizes[0] if len(sizes) == 1 else f"{'/'.join(map(str, sizes))} (one a DataLoader's)"
     if target.given is not None:  # built again at the size: its batches are its own
@@ -389,7 +418,23 @@ def batch_refused(
         "datamodule): build the train DataLoader with that attribute "
         f"(DataLoader(..., batch_size=self.{batch_arg_name}), or "
         f"self.hparams.{batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
-        "naming the attribute it reads; the run is not counted against the batch size"
+        f"naming the attribute it reads{_read_instead(trainer, target, sizes)}; the run is "
+        "not counted against the batch size"
+    )
+
+
+def _read_instead(trainer: Trainer, target: BatchTarget, sizes: list[int]) -> str:
+    """The attributes that hold a size the batch had, in words (`holding`); empty: none."""
+    found = sorted(
+        {name for size in sizes for name in holding(trainer, target.module, size, target.name)}
+    )
+    if not found:
+        return ""
+    attribute = found[0].rsplit(".", 1)[1]
+    return (
+        f" ({', '.join(found)} {'holds' if len(found) == 1 else 'hold'} the batch's size: "
+        f"batch_arg_name={attribute!r}, where the DataLoader reads it; the callback sets it "
+        "after a datamodule's setup() ran)"
     )
 
 

@@ -19,6 +19,14 @@ def batch_size_of(loader: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def sized_len(loader: Any) -> int | None:
+    """``len(loader)``, its batches an epoch; None: it has none (an iterable dataset's)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
 def not_resizable(loader: Any) -> str | None:
     """Why `at_batch_size` cannot build ``loader`` again at another batch size, in words that
     name what it is; None: it can (a torch ``DataLoader``, or a subclass that keeps its
