@@ -184,6 +184,23 @@ def test_with_a_replay_dataloader_beside_it_the_elastic_sizes_are_timed_and_coun
     assert ebs.schedule_progress.worth == pytest.approx(EPOCHS * SAMPLES / 16)
 
 
+class FixedSize(OneCycle):
+    """A DataLoader of a fixed size, which no size the callback sets changes."""
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data, batch_size=16, shuffle=True)
+
+
+def test_a_dataloader_that_ignores_the_size_is_refused_before_a_step(tmp_path: Any) -> None:
+    # It trained 32 samples a step (16, accumulated twice) while the rate was scaled for the
+    # elastic's 16, 32, 64... and the noise was read as of those sizes.
+    ebs, model = elastic(), FixedSize()
+    with pytest.raises(ZeusBSOError, match="epoch's first training batch has 16 samples, but "):
+        fit(model, ebs, tmp_path)
+    assert model.first_batches == []  # no step took it
+    assert ebs.schedule_progress.steps == 0
+
+
 def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

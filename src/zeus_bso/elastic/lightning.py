@@ -37,7 +37,9 @@ import lightning.pytorch as pl  # noqa: E402 (after the install hint)
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
+    batch_refused,
     loader_given_to_fit,
+    loaders_built,
     no_batch_size,
     rebuild_for_the_batch_size,
 )
@@ -64,6 +66,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         self._target: BatchTarget | None = None
         """Where each epoch's size goes (the model's attribute, or the DataLoader given to the
         fit, built again): from ``setup``."""
+        self._built_early: list[str] = []
+        """The DataLoaders the model or datamodule held before the size was first set."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Here, before configure_optimizers and before any DataLoader is built: a schedule
@@ -86,6 +90,7 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         if refused := _sets_the_same(trainer, accumulates=trainer not in self._accumulated):
             raise ZeusBSOError(refused)
         self._target = target
+        self._built_early = loaders_built(trainer, pl_module)  # before the size is set
         self.elastic.show = package_of(trainer).info  # Lightning's console, as its callbacks
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
@@ -125,6 +130,12 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         except Exception:  # a batch whose size Lightning cannot tell: counted as whole
             return
         local_bsz = self.elastic.choice.local_bsz
+        if batch_idx == 0 and self._target is not None:  # the epoch's size: what trains?
+            built = self._built_early
+            if refused := batch_refused(
+                trainer, batch, local_bsz, self._target, built, elastic=True
+            ):
+                raise ZeusBSOError(refused)
         if local_bsz in sizes and sizes[self._part % len(sizes)] != local_bsz:
             self._part = sizes.index(local_bsz)  # the train DataLoader that takes the size
         samples = sizes[self._part % len(sizes)]

@@ -374,6 +374,7 @@ def batch_refused(
     built: list[str],
     loaders: Any = None,
     only_batch: bool | None = None,
+    elastic: bool = False,
 ) -> str | None:
     """Why the fit's first training ``batch`` cannot train the run: it does not have the size
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
@@ -383,8 +384,9 @@ def batch_refused(
     of them at least has the size (the others keep theirs: the run's batch size is the one
     set). ``loaders``: what ``train_dataloader()`` returned, where the batch is the memory
     check's, before the fit loop has any; ``only_batch``: whether it is the only batch of an
-    epoch (None: as the fit loop counts them). None: it has (or Lightning cannot tell its
-    size; or it is the epoch's only batch, and smaller: the data is)."""
+    epoch (None: as the fit loop counts them); ``elastic``: the batch is an epoch's first, at
+    the micro-batch size the elastic batch size set. None: it has (or Lightning cannot tell
+    its size; or it is the epoch's only batch, and smaller: the data is)."""
     batch_arg_name = target.name
     try:
         sizes = batch_sizes(trainer, batch, loaders)
@@ -395,31 +397,35 @@ def batch_refused(
     if told in sizes or (max(sizes) < told and only_batch):
         return None
     found = sizes[0] if len(sizes) == 1 else f"{'/'.join(map(str, sizes))} (one a DataLoader's)"
+    setter = "ElasticBatchSizeCallback" if elastic else "the callback"
+    has = (
+        f"the epoch's first training batch has {found} samples, but the elastic batch size "
+        f"set {told} samples a micro-batch"
+        if elastic
+        else f"the fit's first training batch has {found} samples, but this run's batch size "
+        f"is {told}"
+    )
+    uncounted = "" if elastic else "; the run is not counted against the batch size"
     if target.given is not None:  # built again at the size: its batches are its own
         return (
-            f"the fit's first training batch has {found} samples, but this run's batch size "
-            f"is {told}: the train DataLoader the fit was given, built again with "
+            f"{has}: the train DataLoader the fit was given, built again with "
             f"batch_size={told}, yields batches of other sizes (its collate_fn, or a dataset "
             "that yields whole batches, makes them): build it so that batch_size alone sizes "
-            "its batches; the run is not counted against the batch size"
+            f"its batches{uncounted}"
         )
     if built:
         return (
-            f"the fit's first training batch has {found} samples, but this run's batch size "
-            f"is {told}: the train DataLoader was built before the callback set "
+            f"{has}: the train DataLoader was built before {setter} set "
             f"'{batch_arg_name}' (built then: {', '.join(built)}; a datamodule's setup() and "
             "__init__ run before it): build it in train_dataloader(), reading "
-            f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}); the run is not "
-            "counted against the batch size"
+            f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}){uncounted}"
         )
     return (
-        f"the fit's first training batch has {found} samples, but this run's batch size "
-        f"is {told} (set on '{batch_arg_name}' of the model, its hparams or the "
+        f"{has} (set on '{batch_arg_name}' of the model, its hparams or the "
         "datamodule): build the train DataLoader with that attribute "
         f"(DataLoader(..., batch_size=self.{batch_arg_name}), or "
         f"self.hparams.{batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
-        f"naming the attribute it reads{_read_instead(trainer, target, sizes)}; the run is "
-        "not counted against the batch size"
+        f"naming the attribute it reads{_read_instead(trainer, target, sizes)}{uncounted}"
     )
 
 
@@ -433,7 +439,7 @@ def _read_instead(trainer: Trainer, target: BatchTarget, sizes: list[int]) -> st
     attribute = found[0].rsplit(".", 1)[1]
     return (
         f" ({', '.join(found)} {'holds' if len(found) == 1 else 'hold'} the batch's size: "
-        f"batch_arg_name={attribute!r}, where the DataLoader reads it; the callback sets it "
+        f"batch_arg_name={attribute!r}, where the DataLoader reads it; callbacks set it "
         "after a datamodule's setup() ran)"
     )
 
