@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="ElasticBatchSize's torch side needs torch")
 
 from zeus_bso.elastic import ElasticBatchSize  # noqa: E402
+from zeus_bso.errors import ZeusBSOError  # noqa: E402
 
 
 def regression(n: int = 4096, d: int = 8, noise: float = 0.5) -> Any:
@@ -153,6 +154,50 @@ def test_a_step_that_amps_grad_scaler_skips_leaves_the_rate_and_the_noise_finite
     assert ebs.noise.sqr is not None
     assert math.isfinite(ebs.noise.sqr)
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def train_growing(
+    ebs: ElasticBatchSize, data: Any, loader: Any = None, epochs: int = 3
+) -> list[int]:
+    """A plain loop whose batch doubles each epoch (``update_scale``), on ``data``; the
+    DataLoader built at each epoch's size, or ``loader``, built once. The micro-batches'
+    sizes."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    ebs.attach(optimizer)
+    trained = []
+    for epoch in range(epochs):
+        if epoch:
+            ebs.update_scale(ebs.scale * 2)
+        local = ebs.get_local_bsz()
+        epoch_loader = loader or torch.utils.data.DataLoader(data, batch_size=local, shuffle=True)
+        for i, (x, y) in enumerate(epoch_loader):
+            with ebs.timed_microbatch(len(x)):
+                (torch.nn.functional.mse_loss(model(x), y) / ebs.accumulation_steps).backward()
+            trained.append(len(x))
+            if (i + 1) % ebs.accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    return trained
+
+
+def test_a_dataloader_built_once_is_refused_when_the_size_grows() -> None:
+    # Built before the first epoch, it trained 16 samples a micro-batch when the elastic had
+    # moved to 32: the rate was scaled, and the noise read, for a batch twice the one trained.
+    ebs = ElasticBatchSize(32, max_batch_size=256, local_bsz_bounds=(16, 128))
+    data = regression(1000)
+    once = torch.utils.data.DataLoader(data, batch_size=ebs.get_local_bsz(), shuffle=True)
+    with pytest.raises(ZeusBSOError, match="a micro-batch of 16 samples, but the elastic batch"):
+        train_growing(ebs, data, once)
+
+
+def test_an_epochs_last_micro_batch_may_be_short() -> None:
+    # 1000 samples, no multiple of 16, 32 or 64: each epoch ends on a short micro-batch.
+    ebs = ElasticBatchSize(32, max_batch_size=256, local_bsz_bounds=(16, 128))
+    trained = train_growing(ebs, regression(1000))
+    assert sum(trained) == 3 * 1000
+    assert {16, 32, 64} <= set(trained)
 
 
 def test_end_to_end_on_the_cpu_within_bounds_and_through_a_checkpoint() -> None:

@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from zeus_bso.elastic.goodput import Choice, ThroughputModel, best_choice, candidates
+from zeus_bso.elastic.loader_check import MicroBatchSizes
 from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.microbatches import MicroBatchGradients
 from zeus_bso.elastic.noise import GradientNoiseEstimator
@@ -125,6 +126,7 @@ class ElasticBatchSize(WithoutWeakSets):
         """The optimizer steps so far and their worth in steps of the initial batch size, by
         which the schedules that `follow` wraps are stepped."""
         self._step_samples = 0
+        self._sizes = MicroBatchSizes()
         self.choice = self._initial_choice()
         self._micro = MicroBatchGradients()
         # Set by attach(ddp_model=...): the replicas' squared norms of this step, per bucket.
@@ -178,6 +180,7 @@ class ElasticBatchSize(WithoutWeakSets):
         last (a loop that asks twice an epoch, to build its DataLoader and to log, trained one
         size and measured the noise and scaled the rate for another)."""
         self._pace.epoch_starts()
+        self._sizes.epoch_starts()
         self.timer.read(self.throughput)  # the device's times of the epoch's micro-batches
         if self._decided_at == self.schedule_progress.steps:
             return self.choice.local_bsz
@@ -310,7 +313,10 @@ class ElasticBatchSize(WithoutWeakSets):
 
     def record_samples(self, samples: int) -> None:
         """Count a micro-batch's samples (`timed_microbatch` does): an optimizer step that took
-        fewer than a whole batch (an epoch's last) moves a schedule that `follow` wraps by less."""
+        fewer than a whole batch (an epoch's last) moves a schedule that `follow` wraps by less.
+        One of another size than the one set, but an epoch's last, is refused
+        (`zeus_bso.elastic.loader_check`)."""
+        self._sizes.see(samples, self.choice.local_bsz)
         self._step_samples += samples
 
     def follow(self, scheduler: Any) -> FollowedSchedule:
