@@ -102,3 +102,31 @@ def test_lightnings_sharding_strategies_are_named() -> None:
     assert sharded_by(strategies.ModelParallelStrategy(), model) == "ModelParallelStrategy"
     assert sharded_by(strategies.DDPStrategy(), model) is None
     assert sharded_by(strategies.SingleDeviceStrategy("cpu"), model) is None
+
+
+def test_the_hf_check_steps_from_the_models_loss_else_from_its_outputs() -> None:
+    """The HF Trainer's memory check has the model, not the Trainer: a model whose loss a
+    ``compute_loss`` of the script's makes returns logits alone (a tensor, or a dict or tuple
+    of them), and a step backs up from their sum, through the same graph (a tensor's first row
+    was taken for its loss, which no backward takes); the inputs its ``forward`` does not take
+    (the labels that ``compute_loss`` pops) are left out."""
+    from zeus_bso.integrations.hf_memory import accepted, loss_of
+
+    model = torch.nn.Linear(4, 2)
+    logits = model(torch.randn(8, 4))
+    loss = logits.pow(2).mean()
+    assert loss_of({"loss": loss, "logits": logits}) is loss
+    assert loss_of((loss, logits)) is loss
+    for outputs in (logits, (logits,), {"logits": logits, "loss": None}):
+        surrogate = loss_of(outputs)
+        assert surrogate.numel() == 1
+        surrogate.backward(retain_graph=True)
+        assert model.weight.grad is not None
+        model.zero_grad()
+    assert loss_of(torch.zeros(3)) is None  # nothing to back up from
+    assert accepted(model) == {"input"}
+
+    class TakesAny(torch.nn.Module):
+        def forward(self, **inputs: object) -> None: ...
+
+    assert accepted(TakesAny()) is None

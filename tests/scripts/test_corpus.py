@@ -187,6 +187,7 @@ CORPUS = {
     "lightning_fit_loaders.py": ((), "linear"),  # trainer.fit(model, train_loader, val_loader)
     "classic_pytorch_lightning.py": ((), "linear"),
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
+    "hf_weighted_loss.py": (("--output-dir", "{tmp}"), "linear"),  # compute_loss of its own
     "accelerate_loop.py": ((), "linear"),
     "fabric_loop.py": ((), "linear"),
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
@@ -572,8 +573,11 @@ def three_runs(
     [
         *(
             pytest.param(script, (), (), id=script)
-            # trl_sft.py: an HF Trainer's, whose kill and resume hf_trainer.py holds
-            for script in sorted({*CORPUS, "lightning_cli.py"} - {"trl_sft.py"})
+            # trl_sft.py, hf_weighted_loss.py: HF Trainers', whose kill and resume
+            # hf_trainer.py holds
+            for script in sorted(
+                {*CORPUS, "lightning_cli.py"} - {"trl_sft.py", "hf_weighted_loss.py"}
+            )
         ),
         # FSDP's order: the optimizers built before the checkpoint is read
         pytest.param("lightning_onecycle.py", ("--restores-late",), (), id="restores-late"),

@@ -23,7 +23,12 @@ def try_steps(model: Any, optimizer: Any, loader: Any, size: int, steps: int) ->
     """Run ``steps`` training steps of the Trainer's model on this process alone (unwrapped: no
     collective), with the Trainer's optimizer and batches (of ``size`` samples: the Trainer's,
     or a smaller size's from the same data), then undo them: the weights, the optimizer's state
-    and the random state are restored. An out-of-memory error is raised."""
+    and the random state are restored. An out-of-memory error is raised.
+
+    The callback has the model, not the Trainer: a step is the model's forward on the inputs
+    its ``forward`` takes (`accepted`: a Trainer whose ``compute_loss`` pops the labels calls
+    it without them) and a backward from its loss, or, where a ``compute_loss`` of the
+    script's makes the loss, from its outputs (`loss_of`): the same graph, the same memory."""
     import torch
 
     if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
@@ -32,11 +37,52 @@ def try_steps(model: Any, optimizer: Any, loader: Any, size: int, steps: int) ->
         )
 
     device = next(model.parameters()).device
+    takes = accepted(model)
     with undone(model, [optimizer]):
         for _, batch in zip(range(steps), loader, strict=False):
             inputs = {
-                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+                k: v.to(device) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()
+                if takes is None or k in takes
             }
-            outputs = model(**inputs)
-            # None where the Trainer's compute_loss makes it: the forward pass alone
-            step(outputs.get("loss") if isinstance(outputs, dict) else outputs[0], [optimizer])
+            step(loss_of(model(**inputs)), [optimizer])
+
+
+def accepted(model: Any) -> set[str] | None:
+    """The keyword arguments ``model``'s ``forward`` takes; None: any (it takes ``**kwargs``,
+    or its signature cannot be read)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def loss_of(outputs: Any) -> Any:
+    """What a tried step takes its backward from: the model's loss (a ``ModelOutput``'s
+    ``loss``, or a tuple's first element where it is a single number), else the sum of the
+    floating-point outputs that need gradients (a model whose loss the Trainer's
+    ``compute_loss`` makes from them: the backward runs through the same graph). None: no
+    output needs a gradient."""
+    import torch
+
+    if isinstance(outputs, dict):
+        if outputs.get("loss") is not None:
+            return outputs["loss"]
+        parts = list(outputs.values())
+    elif isinstance(outputs, tuple | list):
+        if outputs and isinstance(outputs[0], torch.Tensor) and outputs[0].numel() == 1:
+            return outputs[0]
+        parts = list(outputs)
+    else:
+        parts = [outputs]
+    trained = [
+        part
+        for part in parts
+        if isinstance(part, torch.Tensor) and part.is_floating_point() and part.requires_grad
+    ]
+    return sum(part.float().sum() for part in trained) if trained else None
