@@ -680,6 +680,25 @@ class FixedBatchClassifier(TinyClassifier):
         return torch.utils.data.DataLoader(self.train_data, batch_size=8, shuffle=True)
 
 
+def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batches() -> None:
+    """What a refusal names as the attribute a DataLoader may read instead: one whose name says
+    it holds a batch's size (on the model, the datamodule or their hparams), never a count of
+    batches that happens to equal it, nor the attribute the callback set."""
+    from types import SimpleNamespace
+
+    from zeus_bso.integrations.lightning_trainer import holding
+
+    data = SimpleNamespace(batch_size_per_device=16, num_batches=16, hparams={"batch_size": 32})
+    model = SimpleNamespace(bs=16, log_every_n_batches=16, hparams={"train_batch_size": 16})
+    trainer = SimpleNamespace(datamodule=data)
+    assert holding(trainer, model, 16, "batch_size") == [  # type: ignore[arg-type]
+        "SimpleNamespace.bs",
+        "SimpleNamespace.train_batch_size",
+        "SimpleNamespace.batch_size_per_device",
+    ]
+    assert holding(trainer, model, 32, "batch_size") == []  # type: ignore[arg-type]
+
+
 def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
     server: ServerProcess, tmp_path: Path
 ) -> None:

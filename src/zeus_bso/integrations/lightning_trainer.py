@@ -361,9 +361,16 @@ def holding(trainer: Trainer, pl_module: Module, size: int, skip: str) -> list[s
             found += [
                 f"{type(holder).__name__}.{name}"
                 for name, value in where.items()
-                if "batch" in name and name != skip and type(value) is int and value == size
+                if _names_a_size(name) and name != skip and type(value) is int and value == size
             ]
     return found
+
+
+def _names_a_size(name: str) -> bool:
+    """Whether an attribute's name says it holds a batch's size (``batch_size_per_device``,
+    ``train_batch_size``, ``bs``), not a count of batches (``num_batches``)."""
+    counts = name.startswith(("num_", "n_")) or name.endswith("batches")
+    return ("batch" in name or name == "bs") and not counts
 
 
 def batch_refused(
