@@ -686,7 +686,7 @@ def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batche
     batches that happens to equal it, nor the attribute the callback set."""
     from types import SimpleNamespace
 
-    from zeus_bso.integrations.lightning_trainer import holding
+    from zeus_bso.integrations.lightning_attributes import holding
 
     data = SimpleNamespace(batch_size_per_device=16, num_batches=16, hparams={"batch_size": 32})
     model = SimpleNamespace(bs=16, log_every_n_batches=16, hparams={"train_batch_size": 16})
@@ -1955,6 +1955,48 @@ trainer:
         (listed,) = client.list_jobs(prefix=f"{prefix}-")
         registered = client.job(listed.job_id, limit=0).job
     assert (registered.batch_sizes, registered.target_metric) == ([16, 32, 64], 0.9)
+
+
+class FromNestedConfig(TinyClassifier):
+    """Built from a nested config, as Hydra projects build modules: its DataLoader reads
+    ``self.hparams.data["batch_size"]``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        del self.batch_size
+        self.save_hyperparameters(config)
+
+    def train_dataloader(self) -> Any:
+        size = self.hparams.data["batch_size"]
+        return torch.utils.data.DataLoader(self.train_data, batch_size=size, shuffle=True)
+
+
+@pytest.mark.parametrize("container", ["omegaconf", "dict"])
+def test_a_nested_configs_batch_size_is_set_by_its_dotted_path(
+    server: ServerProcess, tmp_path: Path, container: str
+) -> None:
+    """``batch_arg_name="data.batch_size"`` sets ``self.hparams.data.batch_size`` (an OmegaConf
+    config's, or a plain dict's): the fit trains the server's size. The top-level name, which
+    nothing holds, is refused before the server is asked, naming the path."""
+    config: Any = {"data": {"batch_size": 16}}
+    if container == "omegaconf":
+        omegaconf = pytest.importorskip("omegaconf", reason="pip install omegaconf")
+        config = omegaconf.OmegaConf.create(config)
+    spec = job(unique_id("nested"), target=0.99, max_epochs=1)
+    options = {"max_epochs": 1, **quiet_trainer_options(tmp_path)}
+    refused = ZeusBSOCallback(server.url, spec, monitor="val_acc")
+    with pytest.raises(ConfigurationError, match=r"batch_arg_name='data\.batch_size'"):
+        pl.Trainer(callbacks=[refused], **options).fit(FromNestedConfig(config))
+    model = FromNestedConfig(config)
+    callback = ZeusBSOCallback(
+        server.url, spec, monitor="val_acc", batch_arg_name="data.batch_size"
+    )
+    pl.Trainer(callbacks=[callback], **options).fit(model)
+    assert model.hparams.data["batch_size"] == 32
+    assert set(model.seen_batch_sizes) == {32}
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "reported")
 
 
 def test_a_hydra_config_instantiates_the_callback_with_its_job(

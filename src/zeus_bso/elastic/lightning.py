@@ -34,6 +34,7 @@ from zeus_bso.lazy import require
 require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning", "lightning")
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
 
+from zeus_bso.integrations.lightning_attributes import holds  # noqa: E402
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
@@ -85,8 +86,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         target = BatchTarget(trainer, pl_module, name)
         if refused := loader_given_to_fit(trainer, name, target.given, elastic=True):
             raise ZeusBSOError(refused)
-        if target.given is None and not package_of(trainer).hasattr(pl_module, name):
-            raise ZeusBSOError(no_batch_size(name))
+        if target.given is None and not holds(trainer, pl_module, name):
+            raise ZeusBSOError(no_batch_size(name, trainer, pl_module))
         if refused := _sets_the_same(trainer, accumulates=trainer not in self._accumulated):
             raise ZeusBSOError(refused)
         self._target = target

@@ -64,9 +64,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         job: the recurring job, a `JobSpec` or a mapping of its fields (its ``job_id`` may be
             left out: see `BatchSizeOptimizer`).
         monitor: the logged validation metric to report (``trainer.callback_metrics`` key).
-        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule);
-            a fit given its train DataLoader (``trainer.fit(model, train_loader)``) needs none:
-            the DataLoader is built again at the server's size.
+        batch_arg_name: the attribute that holds the batch size (model, hparams or datamodule),
+            or a dotted path under them (``"data.batch_size"``: ``self.hparams.data.batch_size``
+            of a module built from a nested config); a fit given its train DataLoader
+            (``trainer.fit(model, train_loader)``) needs none: the DataLoader is built again at
+            the server's size.
         memory_check_steps: at a batch size that never ran on these GPUs, this many training
             steps are tried when the fit starts, and undone (the weights, the optimizers' state
             and the random state are restored); one that runs out of memory is marked

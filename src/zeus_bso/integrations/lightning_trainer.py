@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.lightning_attributes import holding, holds, nested, set_to
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of
 from zeus_bso.integrations.loaders import at_batch_size, not_resizable
@@ -105,14 +106,17 @@ def given_loaders(trainer: Trainer) -> bool:
     return trainer.datamodule is not None and "train_dataloader" in vars(trainer.datamodule)
 
 
-def no_batch_size(batch_arg_name: str) -> str:
+def no_batch_size(batch_arg_name: str, trainer: Trainer, pl_module: Module) -> str:
     """Why the callback cannot set the fit's batch size where neither the model, its hparams
     nor the datamodule has ``batch_arg_name`` (and the fit was given no DataLoader), and what
-    to change."""
+    to change: a nested config's path to it, where one holds it (`nested`)."""
+    paths = nested(trainer, pl_module, batch_arg_name.rsplit(".", 1)[-1])
+    hint = f" (a nested config holds it: batch_arg_name={paths[0]!r})" if paths else ""
     return (
-        f"neither the model, its hparams nor the datamodule has '{batch_arg_name}'; give the "
-        "LightningModule or LightningDataModule that attribute and build the DataLoader from "
-        "it (or pass batch_arg_name=...)"
+        f"neither the model, its hparams nor the datamodule has '{batch_arg_name}'{hint}; give "
+        "the LightningModule or LightningDataModule that attribute and build the DataLoader "
+        "from it, or pass batch_arg_name=... naming it (a dotted path for a nested config: "
+        "'data.batch_size' for self.hparams.data.batch_size)"
     )
 
 
@@ -195,9 +199,8 @@ class BatchTarget:
         self.given = given_to_fit(trainer)
         """The train data as the script built it (given to the fit, or by ``from_datasets``);
         None: none."""
-        package = package_of(trainer)
         self.sets_attribute = self.given is None or (
-            package.hasattr(pl_module, batch_arg_name)
+            holds(trainer, pl_module, batch_arg_name)
             and unsettable(trainer, pl_module, batch_arg_name) is None
         )
         """Whether `set` sets ``batch_arg_name`` too (a given DataLoader needs none)."""
@@ -210,7 +213,7 @@ class BatchTarget:
         if self.given is not None:
             self.trainer.fit_loop._data_source.instance = at_batch_size(self.given, size)
         if self.sets_attribute:
-            package_of(self.trainer).setattr(self.module, self.name, size)
+            set_to(self.trainer, self.module, self.name, size)
 
     def loader(self) -> Any:
         """A train DataLoader of its own at the size set last, for steps that are undone: one
@@ -238,8 +241,8 @@ def fit_refused(
     refused = loader_given_to_fit(trainer, batch_arg_name, given)
     if refused and not debug_run(trainer):
         return refused
-    if given is None and not package_of(trainer).hasattr(pl_module, batch_arg_name):
-        return no_batch_size(batch_arg_name)
+    if given is None and not holds(trainer, pl_module, batch_arg_name):
+        return no_batch_size(batch_arg_name, trainer, pl_module)
     if any(is_a(callback, "BatchSizeFinder") for callback in trainer.callbacks):
         return (
             "Lightning's BatchSizeFinder (or Tuner.scale_batch_size) chooses the batch size "
@@ -345,32 +348,6 @@ def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int
             factor,
             batch_size,
         )
-
-
-def holding(trainer: Trainer, pl_module: Module, size: int, skip: str) -> list[str]:
-    """Where the model, the datamodule or their hparams hold ``size`` in an attribute whose
-    name says batch (other than ``skip``), as ``Class.attribute``: what a DataLoader that did
-    not take the size set on ``skip`` may read instead (a per-device size a datamodule's
-    ``setup()`` derived, say)."""
-    found = []
-    for holder in (pl_module, trainer.datamodule):
-        if holder is None:
-            continue
-        hparams = getattr(holder, "hparams", None)
-        for where in (vars(holder), hparams if isinstance(hparams, dict) else {}):
-            found += [
-                f"{type(holder).__name__}.{name}"
-                for name, value in where.items()
-                if _names_a_size(name) and name != skip and type(value) is int and value == size
-            ]
-    return found
-
-
-def _names_a_size(name: str) -> bool:
-    """Whether an attribute's name says it holds a batch's size (``batch_size_per_device``,
-    ``train_batch_size``, ``bs``), not a count of batches (``num_batches``)."""
-    counts = name.startswith(("num_", "n_")) or name.endswith("batches")
-    return ("batch" in name or name == "bs") and not counts
 
 
 def batch_refused(

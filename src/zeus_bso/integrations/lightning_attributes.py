@@ -1,0 +1,115 @@
+"""Where a Lightning fit holds its batch size: ``batch_arg_name`` on the model, its hparams, the
+datamodule or its hparams, as Lightning's own ``lightning_hasattr`` and ``lightning_setattr``
+find it; or a dotted path under them (``data.batch_size``: ``self.hparams.data.batch_size`` of
+a module built from a nested Hydra or OmegaConf config, ``cfg.data.batch_size``:
+``self.cfg.data.batch_size``). And, for a refusal's words, where they hold a size otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+from zeus_bso.integrations.lightning_packages import package_of
+
+_MISSING = object()
+
+
+def _roots(trainer: Any, pl_module: Any) -> Iterator[Any]:
+    """The model, its hparams, the datamodule and its hparams (those there are)."""
+    for holder in (pl_module, trainer.datamodule):
+        if holder is not None:
+            yield holder
+            hparams = getattr(holder, "hparams", None)
+            if hparams is not None:
+                yield hparams
+
+
+def _child(node: Any, key: str) -> Any:
+    """``node``'s ``key``: an item of a mapping (an AttributeDict, a DictConfig), else an
+    attribute; `_MISSING` where it has none."""
+    if isinstance(node, Mapping):
+        return node.get(key, _MISSING)
+    return getattr(node, key, _MISSING)
+
+
+def _ends(trainer: Any, pl_module: Any, path: str) -> list[tuple[Any, str]]:
+    """Where the dotted ``path`` leads under each root (`_roots`): its last object and key, one
+    per object."""
+    *middle, last = path.split(".")
+    found: dict[int, tuple[Any, str]] = {}
+    for root in _roots(trainer, pl_module):
+        node = root
+        for key in middle:
+            node = _child(node, key)
+            if node is _MISSING:
+                break
+        if node is not _MISSING and _child(node, last) is not _MISSING:
+            found.setdefault(id(node), (node, last))
+    return list(found.values())
+
+
+def holds(trainer: Any, pl_module: Any, name: str) -> bool:
+    """Whether the fit holds ``name`` (an attribute, or a dotted path) where the callback can
+    set it."""
+    if "." not in name:
+        return bool(package_of(trainer).hasattr(pl_module, name))
+    return bool(_ends(trainer, pl_module, name))
+
+
+def set_to(trainer: Any, pl_module: Any, name: str, value: int) -> None:
+    """Set ``name`` (an attribute, or a dotted path) to ``value`` wherever the fit holds it."""
+    if "." not in name:
+        package_of(trainer).setattr(pl_module, name, value)
+        return
+    for node, key in _ends(trainer, pl_module, name):
+        if isinstance(node, MutableMapping):
+            node[key] = value
+        else:
+            setattr(node, key, value)
+
+
+def names_a_size(name: str) -> bool:
+    """Whether an attribute's name says it holds a batch's size (``batch_size_per_device``,
+    ``train_batch_size``, ``bs``), not a count of batches (``num_batches``)."""
+    counts = name.startswith(("num_", "n_")) or name.endswith("batches")
+    return ("batch" in name or name == "bs") and not counts
+
+
+def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[str]:
+    """Where the model, the datamodule or their hparams hold ``size`` in an attribute whose
+    name says batch (other than ``skip``), as ``Class.attribute``: what a DataLoader that did
+    not take the size set on ``skip`` may read instead (a per-device size a datamodule's
+    ``setup()`` derived, say)."""
+    found = []
+    for holder in (pl_module, trainer.datamodule):
+        if holder is None:
+            continue
+        hparams = getattr(holder, "hparams", None)
+        for where in (vars(holder), hparams if isinstance(hparams, dict) else {}):
+            found += [
+                f"{type(holder).__name__}.{name}"
+                for name, value in where.items()
+                if names_a_size(name) and name != skip and type(value) is int and value == size
+            ]
+    return found
+
+
+def nested(trainer: Any, pl_module: Any, name: str, depth: int = 3) -> list[str]:
+    """The dotted paths under the model's and the datamodule's hparams, ``depth`` deep at most,
+    whose last key is ``name`` (``data.batch_size``): what ``batch_arg_name`` may say where a
+    nested config holds the batch size."""
+    paths: list[str] = []
+
+    def walk(node: Any, prefix: str, left: int) -> None:
+        if not isinstance(node, Mapping) or left == 0:
+            return
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if key == name and prefix:
+                paths.append(path)
+            walk(value, f"{path}.", left - 1)
+
+    for holder in (pl_module, trainer.datamodule):
+        if holder is not None:
+            walk(getattr(holder, "hparams", None), "", depth)
+    return sorted(set(paths))
