@@ -680,6 +680,67 @@ class FixedBatchClassifier(TinyClassifier):
         return torch.utils.data.DataLoader(self.train_data, batch_size=8, shuffle=True)
 
 
+class WholeBatches(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    """Makes its batches whole (as WebDataset's ``.batched(n)`` does)."""
+
+    def __init__(self, data: Any, batch_size: int) -> None:
+        self.data, self.batch_size = data, batch_size
+
+    def __iter__(self) -> Any:
+        x, y = self.data.tensors
+        for start in range(0, len(x), self.batch_size):
+            yield x[start : start + self.batch_size], y[start : start + self.batch_size]
+
+
+class BatchingData(pl.LightningDataModule):  # type: ignore[misc]
+    """Its dataset batches itself, at ``batch_size``: made in ``setup()`` (before any
+    callback's), or, ``in_loader``, in ``train_dataloader()``."""
+
+    def __init__(self, in_loader: bool) -> None:
+        super().__init__()
+        self.batch_size, self.in_loader = 16, in_loader
+
+    def setup(self, stage: str) -> None:
+        self.train_set = WholeBatches(make_data(512, 0), self.batch_size)
+
+    def train_dataloader(self) -> Any:
+        if self.in_loader:
+            self.train_set = WholeBatches(make_data(512, 0), self.batch_size)
+        return torch.utils.data.DataLoader(self.train_set, batch_size=None)
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(make_data(256, 1), batch_size=64)
+
+
+class WithoutLoaders(TinyClassifier):
+    def __init__(self) -> None:
+        super().__init__()
+        del self.batch_size  # the datamodule holds it
+
+
+@pytest.mark.parametrize("in_loader", [False, True])
+def test_a_dataset_that_batches_itself_trains_the_size_where_it_is_made_after_it_is_set(
+    server: ServerProcess, tmp_path: Path, in_loader: bool
+) -> None:
+    """A dataset that makes its batches whole (``DataLoader(batch_size=None)``): made in the
+    datamodule's ``setup()``, which Lightning runs before the callback sets the size, it batches
+    at its own, and the fit is refused before a step, saying where to make it (the words were
+    those for a DataLoader of a fixed batch_size); made in ``train_dataloader()``, it trains
+    the server's."""
+    spec = job(unique_id("wholebatches"), target=0.99, max_epochs=1)
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc")
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
+    model = WithoutLoaders()
+    if in_loader:
+        trainer.fit(model, datamodule=BatchingData(in_loader))
+        assert set(model.seen_batch_sizes) == {32}
+        return
+    said = r"takes its batches whole from its dataset \(WholeBatches, batch_size=None\)"
+    with pytest.raises(ConfigurationError, match=said):
+        trainer.fit(model, datamodule=BatchingData(in_loader))
+    assert model.seen_batch_sizes == []  # not a step, tried or trained
+
+
 def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batches() -> None:
     """What a refusal names as the attribute a DataLoader may read instead: one whose name says
     it holds a batch's size (on the model, the datamodule or their hparams), never a count of

@@ -12,7 +12,7 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_attributes import holding, holds, nested, set_to
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of
-from zeus_bso.integrations.loaders import at_batch_size, not_resizable
+from zeus_bso.integrations.loaders import at_batch_size, batching_datasets, not_resizable
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 
@@ -403,6 +403,15 @@ def batch_refused(
             f"'{batch_arg_name}' (built then: {', '.join(built)}; a datamodule's setup() and "
             "__init__ run before it): build it in train_dataloader(), reading "
             f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}){uncounted}"
+        )
+    whole = batching_datasets(trainer.train_dataloader if loaders is None else loaders)
+    if whole:
+        return (
+            f"{has}: the train DataLoader takes its batches whole from its dataset "
+            f"({', '.join(whole)}, batch_size=None), which was made at another size: make it "
+            f"in train_dataloader() from self.{batch_arg_name} (or "
+            f"self.hparams.{batch_arg_name}), not in setup() or __init__, which run before "
+            f"{setter} sets it{uncounted}"
         )
     return (
         f"{has} (set on '{batch_arg_name}' of the model, its hparams or the "

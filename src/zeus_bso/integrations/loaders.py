@@ -19,6 +19,23 @@ def batch_size_of(loader: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def batching_datasets(loaders: Any) -> list[str]:
+    """The datasets that make their batches whole among ``loaders`` (a DataLoader, or a dict
+    or list of them): those of the DataLoaders built with ``batch_size=None`` and no batch
+    sampler, by class name."""
+    if isinstance(loaders, dict):
+        loaders = list(loaders.values())
+    elif not isinstance(loaders, list | tuple):
+        loaders = [loaders]
+    return [
+        type(getattr(loader, "dataset", None)).__name__
+        for loader in loaders
+        if hasattr(loader, "batch_sampler")
+        and loader.batch_sampler is None
+        and getattr(loader, "batch_size", 0) is None
+    ]
+
+
 def sized_len(loader: Any) -> int | None:
     """``len(loader)``, its batches an epoch; None: it has none (an iterable dataset's)."""
     try:
