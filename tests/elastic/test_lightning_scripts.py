@@ -201,6 +201,42 @@ def test_a_dataloader_that_ignores_the_size_is_refused_before_a_step(tmp_path: A
     assert ebs.schedule_progress.steps == 0
 
 
+class WithinCandidates(ElasticBatchSize):
+    """Doubles the batch each epoch as far as its candidates go (`Doubling` sets the scale,
+    past any bound): the bounds, and the data's, hold."""
+
+    def get_local_bsz(self) -> int:
+        target = self.choice.global_batch * 2
+        options = [c for c in self._candidates() if c.global_batch <= target]
+        if options:
+            self.choice = max(options, key=lambda c: (c.global_batch, -c.accumulation))
+        return self.choice.local_bsz
+
+
+class SmallData(OneCycle):
+    """96 samples, a short last batch dropped."""
+
+    def train_dataloader(self) -> Any:
+        data = classification(96)
+        return torch.utils.data.DataLoader(
+            data, batch_size=self.hparams.batch_size, shuffle=True, drop_last=True
+        )
+
+
+def test_the_batch_grows_no_larger_than_an_epochs_data(tmp_path: Any) -> None:
+    # Past 96 samples a step, a micro-batch made no batch: Lightning ended the fit after 4 of
+    # its 6 epochs ("No training batches"), or a step of more micro-batches than the epoch
+    # held trained the epoch's alone while the rate was scaled for the whole.
+    ebs = WithinCandidates(
+        initial_batch_size=16, max_batch_size=512, local_bsz_bounds=(8, 256), lr_rule="linear"
+    )
+    model = SmallData()
+    trainer = fit(model, ebs, tmp_path)
+    assert trainer.current_epoch == EPOCHS  # every epoch trained
+    assert ebs.choice.global_batch == 96  # grew 16, 32, 64, then as far as the data goes
+    assert ebs.data_bound == 96
+
+
 def test_a_fit_that_max_steps_ends_steps_its_schedule_as_written(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -741,6 +741,39 @@ def test_a_dataset_that_batches_itself_trains_the_size_where_it_is_made_after_it
     assert model.seen_batch_sizes == []  # not a step, tried or trained
 
 
+class SmallData(TinyClassifier):
+    """24 training samples, its DataLoader dropping a short last batch (batch norm's habit)."""
+
+    def train_dataloader(self) -> Any:
+        data = make_data(24, 0)
+        return torch.utils.data.DataLoader(data, batch_size=self.batch_size, drop_last=True)
+
+
+@pytest.mark.parametrize("memory_check_steps", [3, 0])
+def test_a_batch_size_larger_than_the_data_with_drop_last_is_refused_not_released_in_silence(
+    server: ServerProcess, tmp_path: Path, memory_check_steps: int
+) -> None:
+    """Batch size 32 on 24 samples with ``drop_last=True``: no training batch. Lightning ended
+    the fit without a step, the trial was released ("the fit ended before the server's stop"),
+    and the server dispatched the same size again, recurrence after recurrence: a job that
+    never trained. It is refused, before a step (by the memory check, or when training starts
+    where the size is known), saying which sizes the data holds."""
+    spec = job(unique_id("smalldata"), target=0.99, max_epochs=1)
+    callback = ZeusBSOCallback(
+        server.url, spec, monitor="val_acc", memory_check_steps=memory_check_steps
+    )
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
+    model = SmallData()
+    said = "batch size 32 makes no training batch: its data holds 24 samples"
+    with pytest.raises(ConfigurationError, match=said):
+        trainer.fit(model)
+    assert "leave the sizes above 24 out of the job's batch_sizes" in str(callback.outcome)
+    assert model.seen_batch_sizes == []
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
 def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batches() -> None:
     """What a refusal names as the attribute a DataLoader may read instead: one whose name says
     it holds a batch's size (on the model, the datamodule or their hparams), never a count of

@@ -152,6 +152,9 @@ class ElasticBatchSize(WithoutWeakSets):
         None: the ``zeus_bso.elastic`` logger, at INFO. On the first process alone."""
         self._decided_at: int | None = None
         """The optimizer steps when `get_local_bsz` last decided (None: it has not)."""
+        self.data_bound: int | None = None
+        """The samples an epoch gives each process: no optimizer step may take more
+        (`ElasticBatchSizeCallback` sets it from its DataLoader); None: no bound."""
 
     def _initial_choice(self) -> Choice:
         accumulation = self.min_accumulation
@@ -212,14 +215,17 @@ class ElasticBatchSize(WithoutWeakSets):
         return self.choice.local_bsz
 
     def _candidates(self) -> list[Choice]:
-        """Every configuration on `replicas` processes within the bounds (`candidates`)."""
-        return candidates(
+        """Every configuration on `replicas` processes within the bounds (`candidates`) whose
+        optimizer step the data holds (`data_bound`)."""
+        found = candidates(
             self.initial_batch_size,
             self.max_batch_size,
             self.local_bsz_bounds,
             self.replicas,
             self.min_accumulation,
         )
+        bound = self.data_bound
+        return [c for c in found if bound is None or c.local_bsz * c.accumulation <= bound]
 
     def _spread(self, global_batch: int) -> Choice:
         """The configuration on `replicas` processes within the bounds whose global batch is

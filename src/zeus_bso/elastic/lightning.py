@@ -44,6 +44,7 @@ from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     no_batch_size,
     rebuild_for_the_batch_size,
 )
+from zeus_bso.integrations.loaders import flattened, sized_len  # noqa: E402
 
 
 class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
@@ -175,7 +176,10 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         for name, value in self.elastic.metrics().items():
             if name not in _STEP_METRICS:
                 _log(pl_module, name, value)
-        # The next epoch's DataLoader is built before on_train_epoch_start: decide now.
+        # The next epoch's DataLoader is built before on_train_epoch_start: decide now, within
+        # what the data makes a step of (a size without a batch ends the fit: no training
+        # batch; a step of more micro-batches than an epoch has takes the epoch's alone).
+        self.elastic.data_bound = _data_bound(trainer, self.elastic.choice.local_bsz)
         self._apply(trainer, self.elastic.get_local_bsz())
 
     def _apply(self, trainer: pl.Trainer, local_bsz: int) -> None:
@@ -247,6 +251,20 @@ def _log(pl_module: pl.LightningModule, name: str, value: float) -> None:
     pl_module.log(
         name, value, on_step=False, on_epoch=True, rank_zero_only=True, sync_dist=True, batch_size=1
     )
+
+
+def _data_bound(trainer: pl.Trainer, local_bsz: int) -> int | None:
+    """The samples an epoch gives this process, by the train DataLoader that takes the size (of
+    ``local_bsz`` this epoch): no optimizer step takes more. A larger micro-batch is short, or
+    makes no batch where the DataLoader drops a short last one (Lightning then ends the fit: "No
+    training batches"); a step of more micro-batches is cut short at the epoch's end. None: its
+    sampler has no length."""
+    bounds = [
+        sized_len(loader.sampler)
+        for loader in flattened(trainer.train_dataloader)
+        if getattr(loader, "batch_size", 0) == local_bsz
+    ]
+    return min((n for n in bounds if n), default=None)
 
 
 def _bounded_by_samples(trainer: pl.Trainer) -> bool:

@@ -43,6 +43,7 @@ from zeus_bso.integrations.lightning_memory import LoaderRefusedError, checks_me
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
 from zeus_bso.integrations.lightning_schedules import schedule_refused
 from zeus_bso.integrations.lightning_trainer import Module, Trainer
+from zeus_bso.integrations.loaders import no_batches
 from zeus_bso.options import (
     JobLike,
     check_memory_check_steps,
@@ -367,7 +368,14 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage != "fit":
             return
-        session, self.session = self.session, None
+        # Lightning skips a fit whose train DataLoaders hold no batch, before any hook of
+        # training: the size cannot train on this data (and would be dispatched again).
+        session = self.session
+        if session is not None and trainer.global_step == 0:
+            refused = no_batches(trainer.train_dataloader, session.micro_batch_size)
+            if refused:
+                self._refuse(trainer, f"{refused}; the run is not counted against the batch size")
+        self.session = None
         self._restored = None  # a later fit with this callback starts a new trial
         self._trainer = self._module = self._target = None
         if session is None:

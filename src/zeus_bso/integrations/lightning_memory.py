@@ -10,7 +10,7 @@ from typing import Any
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.lightning_trainer import BatchTarget, batch_refused
-from zeus_bso.integrations.loaders import generators_kept, sized_len
+from zeus_bso.integrations.loaders import generators_kept, no_batches, sized_len
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession
 
@@ -79,6 +79,8 @@ def try_size(
         loaders = combined(loaders, "max_size_cycle")
     iterables, lengths = loaders.iterables, [sized_len(loader) for loader in loaders.flattened]
     only_batch = all(length == 1 for length in lengths)
+    if refused := no_batches(iterables, size):  # nothing to try: nothing would train
+        raise LoaderRefusedError(f"{refused}; the run is not counted against the batch size")
 
     def first(batch: Any) -> None:
         if refused := batch_refused(trainer, batch, size, target, built, iterables, only_batch):

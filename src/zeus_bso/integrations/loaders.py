@@ -19,21 +19,42 @@ def batch_size_of(loader: Any) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def flattened(loaders: Any) -> list[Any]:
+    """The DataLoaders of ``loaders``: a DataLoader, or a dict or list of them."""
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    return list(loaders) if isinstance(loaders, list | tuple) else [loaders]
+
+
 def batching_datasets(loaders: Any) -> list[str]:
     """The datasets that make their batches whole among ``loaders`` (a DataLoader, or a dict
     or list of them): those of the DataLoaders built with ``batch_size=None`` and no batch
     sampler, by class name."""
-    if isinstance(loaders, dict):
-        loaders = list(loaders.values())
-    elif not isinstance(loaders, list | tuple):
-        loaders = [loaders]
     return [
         type(getattr(loader, "dataset", None)).__name__
-        for loader in loaders
+        for loader in flattened(loaders)
         if hasattr(loader, "batch_sampler")
         and loader.batch_sampler is None
         and getattr(loader, "batch_size", 0) is None
     ]
+
+
+def no_batches(loaders: Any, batch_size: int) -> str | None:
+    """Why no step can train at ``batch_size``: ``loaders`` (a DataLoader, or a dict or list of
+    them) hold no batch at it, their data fewer samples than the size and their last, short
+    batch dropped (``drop_last=True``). None: they hold some, or do not say how many."""
+    found = flattened(loaders)
+    if not found or any(sized_len(loader) != 0 for loader in found):
+        return None
+    samples = [sized_len(getattr(loader, "dataset", None)) for loader in found]
+    held = max((n for n in samples if n is not None), default=None)
+    data = f"its data holds {held} samples" if held is not None else "its data is smaller"
+    return (
+        f"batch size {batch_size} makes no training batch: {data}, and the train DataLoader "
+        "drops the last, short batch (drop_last=True), so no step would train at it. Each of a "
+        f"job's batch sizes must fit its data: leave the sizes above {held or 'it'} out of the "
+        "job's batch_sizes (a new job), or build the DataLoader with drop_last=False"
+    )
 
 
 def sized_len(loader: Any) -> int | None:
