@@ -1030,6 +1030,23 @@ def test_a_first_batch_of_another_size_releases_the_trial(server: ServerProcess)
     assert trial.status == "released"
 
 
+def test_a_smaller_first_batch_is_refused_in_words_for_data_smaller_than_the_size_too(
+    server: ServerProcess,
+) -> None:
+    """A first batch of 20 at batch size 32: a DataLoader of its own size, or data of 20
+    samples in all (its one batch): the words say what to change for either."""
+    torch = pytest.importorskip(
+        "torch", reason="a batch of tensors needs torch (pip install torch)"
+    )
+
+    bso = BatchSizeOptimizer(server.url, spec("plainsmall"), EstimateMeter(100), show=None)
+    assert bso.get_batch_size() == 32
+    bso.on_train_begin()
+    said = "where the data holds 20 samples in all, leave the job's sizes above it out"
+    with pytest.raises(ConfigurationError, match=said):
+        bso.on_step_begin([torch.zeros(20, 3), torch.zeros(20)])
+
+
 def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
     """Runs at another learning-rate rule are another job; the job may say the rule itself."""
     job = spec("lrrule", batch_sizes=[8, 16], default_batch_size=16)

@@ -38,11 +38,17 @@ def check_first_batch(batch: Any, told: int, release: Callable[[str], object]) -
     found = samples_in(batch)
     if found is None or found == told:
         return
+    smaller = (
+        f", or, where the data holds {found} samples in all, leave the job's sizes above it out "
+        "of its batch_sizes (a new job)"
+        if found < told
+        else ""
+    )
     message = (
         f"the run's first training batch has {found} samples, but its batch size is {told}: "
         f"build the DataLoader with batch_size=bso.micro_batch_size (bso.batch_size without "
-        "accumulation), not a size of the script's own; the run is not counted against the "
-        "batch size"
+        f"accumulation), not a size of the script's own{smaller}; the run is not counted "
+        "against the batch size"
     )
     release(message)
     raise ConfigurationError(message)
