@@ -66,7 +66,7 @@ def try_size(
     """Try ``steps`` training steps at ``size`` samples a step (set on ``target``), at the
     learning rate a fit of it would take (of the session's batch size where the fit
     ``accumulates`` micro-batches of ``size``): `try_steps`, which raises an out-of-memory
-    error, or `LoaderRefused` where the first batch does not have ``size`` samples (``built``:
+    error, or `LoaderRefusedError` where the first batch does not have ``size`` samples (``built``:
     the DataLoaders built before the size was set, which `batch_refused` names)."""
     target.set(size)
     if session.lr.rule != "none":  # the rate a fit of it would take
@@ -95,7 +95,7 @@ def try_steps(
     pl_module: Any,
     loaders: Any,
     steps: int,
-    first: Callable[[Any], None] = lambda batch: None,
+    first: Callable[[Any], None],
 ) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
     no collective), with the fit's optimizers and ``loaders`` (the fit's train data at the

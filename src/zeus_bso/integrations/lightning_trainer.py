@@ -372,6 +372,7 @@ def batch_refused(
     the micro-batch size the elastic batch size set. None: it has (or Lightning cannot tell
     its size; or it is the epoch's only batch, and smaller: the data is)."""
     batch_arg_name = target.name
+    loaders = trainer.train_dataloader if loaders is None else loaders
     try:
         sizes = batch_sizes(trainer, batch, loaders)
     except Exception:  # a batch whose size Lightning cannot tell: nothing to check
@@ -404,8 +405,7 @@ def batch_refused(
             "__init__ run before it): build it in train_dataloader(), reading "
             f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}){uncounted}"
         )
-    whole = batching_datasets(trainer.train_dataloader if loaders is None else loaders)
-    if whole:
+    if whole := batching_datasets(loaders):
         return (
             f"{has}: the train DataLoader takes its batches whole from its dataset "
             f"({', '.join(whole)}, batch_size=None), which was made at another size: make it "
