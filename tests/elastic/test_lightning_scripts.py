@@ -201,6 +201,27 @@ def test_a_dataloader_that_ignores_the_size_is_refused_before_a_step(tmp_path: A
     assert ebs.schedule_progress.steps == 0
 
 
+class KeepsItsLoader(OneCycle):
+    """Builds its DataLoader from the size at its first call and returns that one after."""
+
+    kept: Any = None
+
+    def train_dataloader(self) -> Any:
+        if self.kept is None:
+            self.kept = super().train_dataloader()
+        return self.kept
+
+
+def test_a_dataloader_kept_from_the_first_epoch_is_named_at_the_second(tmp_path: Any) -> None:
+    # Each epoch Lightning asks train_dataloader() for the DataLoader again; the one kept from
+    # the first epoch's 8 would train the second's 16 at 8 while the rate is scaled for 16.
+    ebs, model = elastic(), KeepsItsLoader()
+    with pytest.raises(ZeusBSOError, match="returned the DataLoader it built at 8") as refused:
+        fit(model, ebs, tmp_path)
+    assert "each epoch, as reload_dataloaders_every_n_epochs=1 has it" in str(refused.value)
+    assert model.first_batches == [8]  # the first epoch trained; no step of the second
+
+
 class WithinCandidates(ElasticBatchSize):
     """Doubles the batch each epoch as far as its candidates go (`Doubling` sets the scale,
     past any bound): the bounds, and the data's, hold."""

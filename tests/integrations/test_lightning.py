@@ -1745,6 +1745,37 @@ def test_out_of_memory_is_infeasible_and_the_fit_goes_on_at_a_size_that_fits(
     assert list(state["memory_caps"].values()) == [32]
 
 
+class KeepsItsLoader(RunsOutOfMemoryAbove):
+    """Builds its train DataLoader from ``self.batch_size`` at the first call of
+    ``train_dataloader()`` and returns that one at every later call (a cache)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.kept: Any = None
+
+    def train_dataloader(self) -> Any:
+        if self.kept is None:
+            self.kept = super().train_dataloader()
+        return self.kept
+
+
+def test_a_train_dataloader_kept_from_an_earlier_size_is_named_so(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """32 runs out of memory in the memory check, which asks ``train_dataloader()`` again for
+    the sizes it tries next: the DataLoader kept from 32 is named as such, not as one that
+    ignores the attribute (which it reads), and the run is released, its size not charged."""
+    spec = oom_job(unique_id("litkept"))
+    words = "first training batch has 32 samples, but this run's batch size is 16"
+    message = refused_fit(server.url, spec, tmp_path, words, KeepsItsLoader(limit=16))
+    assert "train_dataloader() returned the DataLoader it built at 32" in message
+    assert "build a new DataLoader at each call of train_dataloader()" in message
+    assert "not a fixed size" not in message
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "released")]
+
+
 def test_a_module_sharded_by_fsdp_is_not_tried_in_memory_first(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -70,6 +70,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         fit, built again): from ``setup``."""
         self._built_early: list[str] = []
         """The DataLoaders the model or datamodule held before the size was first set."""
+        self._sizes_seen: list[int] = []
+        """The micro-batch sizes of the fit's epochs so far whose first batches had them."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Here, before configure_optimizers and before any DataLoader is built: a schedule
@@ -93,6 +95,7 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
             raise ZeusBSOError(refused)
         self._target = target
         self._built_early = loaders_built(trainer, pl_module)  # before the size is set
+        self._sizes_seen = []
         self.elastic.show = package_of(trainer).info  # Lightning's console, as its callbacks
         if trainer.world_size != self.elastic.replicas:
             # The same global batch, spread over the processes.
@@ -134,10 +137,12 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
         local_bsz = self.elastic.choice.local_bsz
         if batch_idx == 0 and self._target is not None:  # the epoch's size: what trains?
             built = self._built_early
+            seen = self._sizes_seen
             if refused := batch_refused(
-                trainer, batch, local_bsz, self._target, built, elastic=True
+                trainer, batch, local_bsz, self._target, built, elastic=True, earlier=seen
             ):
                 raise ZeusBSOError(refused)
+            seen.append(local_bsz)
         if local_bsz in sizes and sizes[self._part % len(sizes)] != local_bsz:
             self._part = sizes.index(local_bsz)  # the train DataLoader that takes the size
         samples = sizes[self._part % len(sizes)]

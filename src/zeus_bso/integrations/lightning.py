@@ -210,6 +210,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 steps=steps,
                 accumulates=self.options.get("max_micro_batch_size") is not None,
                 built=self._built_early,
+                seen=[],
             )
             try:
                 self.session.fit_in_memory(tried)

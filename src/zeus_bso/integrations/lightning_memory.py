@@ -62,12 +62,15 @@ def try_size(
     steps: int,
     accumulates: bool,
     built: list[str],
+    seen: list[int],
 ) -> None:
     """Try ``steps`` training steps at ``size`` samples a step (set on ``target``), at the
     learning rate a fit of it would take (of the session's batch size where the fit
     ``accumulates`` micro-batches of ``size``): `try_steps`, which raises an out-of-memory
     error, or `LoaderRefusedError` where the first batch does not have ``size`` samples (``built``:
-    the DataLoaders built before the size was set, which `batch_refused` names)."""
+    the DataLoaders built before the size was set, which `batch_refused` names; ``seen``: the
+    sizes tried before in this fit whose first batches had them, to which ``size`` is added
+    when its own has)."""
     target.set(size)
     if session.lr.rule != "none":  # the rate a fit of it would take
         batch = session.batch_size if accumulates else size
@@ -83,8 +86,11 @@ def try_size(
         raise LoaderRefusedError(f"{refused}; the run is not counted against the batch size")
 
     def first(batch: Any) -> None:
-        if refused := batch_refused(trainer, batch, size, target, built, iterables, only_batch):
+        if refused := batch_refused(
+            trainer, batch, size, target, built, iterables, only_batch, earlier=seen
+        ):
             raise LoaderRefusedError(refused)
+        seen.append(size)
 
     with generators_kept(*loaders.flattened):
         try_steps(trainer, pl_module, loaders, steps, first)

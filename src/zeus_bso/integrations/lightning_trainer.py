@@ -6,6 +6,7 @@ size the server charges, and how it ended (the Trainer's own limits against the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
@@ -359,6 +360,7 @@ def batch_refused(
     loaders: Any = None,
     only_batch: bool | None = None,
     elastic: bool = False,
+    earlier: Collection[int] = (),
 ) -> str | None:
     """Why the fit's first training ``batch`` cannot train the run: it does not have the size
     the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
@@ -369,7 +371,9 @@ def batch_refused(
     set). ``loaders``: what ``train_dataloader()`` returned, where the batch is the memory
     check's, before the fit loop has any; ``only_batch``: whether it is the only batch of an
     epoch (None: as the fit loop counts them); ``elastic``: the batch is an epoch's first, at
-    the micro-batch size the elastic batch size set. None: it has (or Lightning cannot tell
+    the micro-batch size the elastic batch size set; ``earlier``: the sizes set before in
+    this fit whose first batches had them (a batch of one of those comes from a DataLoader
+    that ``train_dataloader()`` built once and keeps). None: it has (or Lightning cannot tell
     its size; or it is the epoch's only batch, and smaller: the data is)."""
     batch_arg_name = target.name
     loaders = trainer.train_dataloader if loaders is None else loaders
@@ -398,6 +402,14 @@ def batch_refused(
             "that yields whole batches, makes them): build it so that batch_size alone sizes "
             f"its batches{uncounted}"
         )
+    if kept := sorted(set(sizes) & set(earlier)):
+        return (
+            f"{has}: train_dataloader() returned the DataLoader it built at {kept[0]}, a "
+            f"size {setter} set before (it keeps the one it built), but Lightning asks for "
+            f"it again at each size set{_when_again(elastic)}: build a new DataLoader at each "
+            f"call of train_dataloader(), from self.{batch_arg_name} (or "
+            f"self.hparams.{batch_arg_name}){uncounted}"
+        )
     if built:
         return (
             f"{has}: the train DataLoader was built before {setter} set "
@@ -420,6 +432,13 @@ def batch_refused(
         f"self.hparams.{batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
         f"naming the attribute it reads{_read_instead(trainer, target, sizes)}{uncounted}"
     )
+
+
+def _when_again(elastic: bool) -> str:
+    """When the fit asks ``train_dataloader()`` for its DataLoader again, in words."""
+    if elastic:
+        return " (each epoch, as reload_dataloaders_every_n_epochs=1 has it)"
+    return " (the memory check tries another size after one ran out of memory)"
 
 
 def _read_instead(trainer: Trainer, target: BatchTarget, sizes: list[int]) -> str:
