@@ -1047,6 +1047,27 @@ def test_a_smaller_first_batch_is_refused_in_words_for_data_smaller_than_the_siz
         bso.on_step_begin([torch.zeros(20, 3), torch.zeros(20)])
 
 
+def test_a_smaller_first_batch_is_taken_where_the_loop_said_its_epoch_has_one_batch(
+    server: ServerProcess,
+) -> None:
+    """Data of 20 samples at batch size 32 makes one batch of 20 an epoch: a loop that says so
+    (``on_train_begin(len(loader))``, 1) trains it, as Lightning does; the run converges."""
+    torch = pytest.importorskip(
+        "torch", reason="a batch of tensors needs torch (pip install torch)"
+    )
+
+    bso = BatchSizeOptimizer(server.url, spec("plainone"), EstimateMeter(100), show=None)
+    assert bso.get_batch_size() == 32
+    bso.on_train_begin(1)
+    bso.on_step_begin([torch.zeros(20, 3), torch.zeros(20)])
+    bso.on_step_end()
+    assert bso.on_evaluate(0.9).stop_train  # the target reached
+    bso.end()
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert (trial.batch_size, trial.status) == (32, "reported")
+
+
 def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
     """Runs at another learning-rate rule are another job; the job may say the rule itself."""
     job = spec("lrrule", batch_sizes=[8, 16], default_batch_size=16)

@@ -25,10 +25,14 @@ def samples_in(batch: Any) -> int | None:
     return None
 
 
-def check_first_batch(batch: Any, told: int, release: Callable[[str], object]) -> None:
+def check_first_batch(
+    batch: Any, told: int, release: Callable[[str], object], only_batch: bool = False
+) -> None:
     """``batch``, a run's first, has the size it was told to train at (its DataLoader's
     ``told``: the batch size, or the micro-batch of a run that accumulates); a batch whose size
-    cannot be read is not checked.
+    cannot be read is not checked, nor a smaller one that is the ``only_batch`` of an epoch
+    (the loop said its epoch has one: the data holds fewer samples than the size, as Lightning
+    takes it too).
 
     Raises:
         ConfigurationError: it has another size; the run was ended first with ``release(why)``
@@ -36,7 +40,7 @@ def check_first_batch(batch: Any, told: int, release: Callable[[str], object]) -
             change.
     """
     found = samples_in(batch)
-    if found is None or found == told:
+    if found is None or found == told or (found < told and only_batch):
         return
     smaller = (
         f", or, where the data holds {found} samples in all, leave the job's sizes above it out "

@@ -408,14 +408,16 @@ class TrialSession(SessionEndings):
         """Before each training step, on every process (profiles power limits, with
         ``power_limit="optimize"``). Given the step's ``batch``, the first one is checked
         against `micro_batch_size`: a DataLoader of another size would train one size while the
-        server charges another.
+        server charges another (a smaller one is taken where ``train_begin`` was told that an
+        epoch has one batch: the data is smaller than the size).
 
         Raises:
             ConfigurationError: the first batch has another size (the trial is released).
         """
         if batch is not None and not self._batch_checked:
             self._batch_checked = True
-            check_first_batch(batch, self.micro_batch_size, self.release)
+            only = self._loop_steps == 1
+            check_first_batch(batch, self.micro_batch_size, self.release, only_batch=only)
         self._power.step_begin()
 
     def step_end(self) -> None:
