@@ -1144,9 +1144,54 @@ def test_a_batch_size_the_callback_cannot_set_is_refused_before_the_server_is_as
     message = refused_fit(
         server.url, spec, tmp_path, words, ReadOnlyBatchSize(), batch_arg_name="per_step"
     )
-    assert "a property of ReadOnlyBatchSize without a setter: give it a setter" in message
+    assert "a property of ReadOnlyBatchSize without a setter that reads no attribute" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
+
+
+class SizeFromHparams(pl.LightningDataModule):  # type: ignore[misc]
+    """Its ``batch_size`` is a property that returns ``self.hparams.batch_size``
+    (``fixed``: returns that number instead, whatever the hparams hold)."""
+
+    def __init__(self, batch_size: int = 8, fixed: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.data = TinyClassifier()
+
+    @property
+    def batch_size(self) -> int:
+        return self.hparams.fixed or self.hparams.batch_size
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(
+            self.data.train_data, batch_size=self.batch_size, shuffle=True
+        )
+
+    def val_dataloader(self) -> Any:
+        return self.data.val_dataloader()
+
+
+def test_a_property_that_reads_the_hparams_takes_the_size_set_there(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A datamodule's read-only ``batch_size`` property that returns
+    ``self.hparams.batch_size`` (Lightning's own setattr raised on it): the size is set on the
+    hparams, which the property reads; every step trains the server's size. One that returns a
+    number of its own is refused before the server is asked, as before."""
+    spec = job(unique_id("hparamsprop"), max_epochs=2)
+    model, data = NoBatchSizeClassifier(), SizeFromHparams()
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(max_epochs=2, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    trainer.fit(model, datamodule=data)
+    assert set(model.seen_batch_sizes) == {32} == {data.batch_size}
+
+    fixed = job(unique_id("fixedprop"), max_epochs=2)
+    words = "the callback cannot set 'batch_size', a property of SizeFromHparams"
+    own = SizeFromHparams(fixed=8)
+    refused_fit(server.url, fixed, tmp_path, words, NoBatchSizeClassifier(), own)
+    assert own.hparams.batch_size == 8  # the value tried on it is set back
+    with ServerClient(server.url) as client:
+        assert not client.list_jobs(prefix=fixed.job_id)
 
 
 class LoadersBuiltInSetup(pl.LightningDataModule):  # type: ignore[misc]

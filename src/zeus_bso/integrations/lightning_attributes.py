@@ -56,16 +56,54 @@ def holds(trainer: Any, pl_module: Any, name: str) -> bool:
     return bool(_ends(trainer, pl_module, name))
 
 
+def read_only(node: Any, key: str) -> bool:
+    """Whether ``node``'s ``key`` is a property without a setter (one that may read another
+    holder: ``return self.hparams.batch_size``)."""
+    found = getattr(type(node), key, None)
+    return isinstance(found, property) and found.fset is None
+
+
+def _set(node: Any, key: str, value: Any) -> None:
+    if isinstance(node, MutableMapping):
+        node[key] = value
+    else:
+        setattr(node, key, value)
+
+
 def set_to(trainer: Any, pl_module: Any, name: str, value: int) -> None:
-    """Set ``name`` (an attribute, or a dotted path) to ``value`` wherever the fit holds it."""
-    if "." not in name:
-        package_of(trainer).setattr(pl_module, name, value)
+    """Set ``name`` (an attribute, or a dotted path) to ``value`` wherever the fit holds it, but
+    on a property without a setter (which `follows` what the others hold)."""
+    ends = _ends(trainer, pl_module, name)
+    if "." not in name and not any(read_only(node, key) for node, key in ends):
+        package_of(trainer).setattr(pl_module, name, value)  # as Lightning's own finders do
         return
-    for node, key in _ends(trainer, pl_module, name):
-        if isinstance(node, MutableMapping):
-            node[key] = value
-        else:
-            setattr(node, key, value)
+    for node, key in ends:
+        if not read_only(node, key):
+            _set(node, key, value)
+
+
+def follows(trainer: Any, pl_module: Any, name: str) -> bool:
+    """Whether every property without a setter among the holders of ``name`` reads what the
+    others hold (a datamodule's ``batch_size`` property that returns
+    ``self.hparams.batch_size``): tried with a value none holds, then set back."""
+    ends = _ends(trainer, pl_module, name)
+    fixed = [(node, key) for node, key in ends if read_only(node, key)]
+    settable = [(node, key) for node, key in ends if not read_only(node, key)]
+    if not fixed:
+        return True
+    if not settable:
+        return False
+    before = [_child(node, key) for node, key in settable]
+    trial = 1 + max((v for v in before if type(v) is int), default=0)
+    try:
+        for node, key in settable:
+            _set(node, key, trial)
+        return all(_child(node, key) == trial for node, key in fixed)
+    except Exception:  # a getter that fails on the trial value follows nothing
+        return False
+    finally:
+        for (node, key), value in zip(settable, before, strict=True):
+            _set(node, key, value)
 
 
 def names_a_size(name: str) -> bool:

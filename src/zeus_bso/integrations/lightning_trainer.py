@@ -10,7 +10,14 @@ from collections.abc import Collection
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
-from zeus_bso.integrations.lightning_attributes import holding, holds, nested, set_to
+from zeus_bso.integrations.lightning_attributes import (
+    follows,
+    holding,
+    holds,
+    nested,
+    read_only,
+    set_to,
+)
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of
 from zeus_bso.integrations.loaders import at_batch_size, batching_datasets, not_resizable
@@ -133,15 +140,17 @@ def debug_run(trainer: Trainer) -> str | None:
 
 def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str | None:
     """Why the callback cannot set ``batch_arg_name`` on the model or the datamodule: it is a
-    property without a setter there. None: it can."""
+    property without a setter there, which reads nothing the callback sets (one that returns
+    ``self.hparams.batch_size`` reads what is set there: `follows`). None: it can."""
+    if follows(trainer, pl_module, batch_arg_name):
+        return None
     for holder in (pl_module, trainer.datamodule):
-        found = getattr(type(holder), batch_arg_name, None) if holder is not None else None
-        if isinstance(found, property) and found.fset is None:
+        if holder is not None and read_only(holder, batch_arg_name):
             return (
                 f"the callback cannot set '{batch_arg_name}', a property of "
-                f"{type(holder).__name__} without a setter: give it a setter, or build the "
-                "DataLoader from a plain attribute (self.hparams.batch_size, say), or pass "
-                "batch_arg_name=... naming one"
+                f"{type(holder).__name__} without a setter that reads no attribute it can "
+                "set: give it a setter, or have it return self.hparams.batch_size, or build "
+                "the DataLoader from a plain attribute, or pass batch_arg_name=... naming one"
             )
     return None
 
