@@ -9,6 +9,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from itertools import takewhile
 
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection
@@ -359,6 +360,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         siblings=_siblings(conn, job),
         seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
         horizon=_horizon_view(config, stats, job.state.prior),
+        not_learning=not_learning(repo.recent_trials(conn, job_id, NEWEST_SEEN, None)),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -374,6 +376,34 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         trials=[trial_view(t) for t in repo.recent_trials(conn, job_id, limit, before)],
         created_at=job.created_at,
         updated_at=job.updated_at,
+    )
+
+
+RELEASED_IN_A_ROW = 3
+"""The newest ended runs of a job, all released, at which its view says it learns nothing (one
+or two are a preemption, an interrupted run, a script being fixed)."""
+NEWEST_SEEN = 20
+"""The newest trials `not_learning` reads."""
+
+
+def not_learning(newest: list[StoredTrial]) -> str | None:
+    """Why a job learns nothing now, from its ``newest`` trials (newest first, `NEWEST_SEEN` at
+    most): its newest ended runs, `RELEASED_IN_A_ROW` or more, were all released. None: it
+    learns."""
+    ended = [t.trial for t in newest if t.trial.status is not policy.TrialStatus.DISPATCHED]
+    released = list(takewhile(lambda t: t.status is policy.TrialStatus.RELEASED, ended))
+    if len(released) < RELEASED_IN_A_ROW:
+        return None
+    sizes = ", ".join(str(size) for size in sorted({t.batch_size for t in released}))
+    runs = f"{len(released)}{' or more' if len(released) == NEWEST_SEEN else ''}"
+    said = next((t.message for t in released if t.message), None)
+    return (
+        f"its last {runs} runs were released: none was counted against its batch size "
+        f"({sizes}), so the job learned nothing from them, and the next run is dispatched as "
+        f"they were{f'; the latest said: {said}' if said else ''}. A run is released when it "
+        "ends for a reason that is not its batch size's (a misconfigured script, the "
+        "framework's own epoch limit below the job's, an interruption): each run's own line "
+        "says which; change it, or every run trains without the job learning"
     )
 
 

@@ -8,7 +8,15 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from tests.helpers import job_body, run_one, unique_id
+from tests.helpers import (
+    ServerProcess,
+    dispatch,
+    job_body,
+    jobs_show,
+    run_one,
+    trial_id,
+    unique_id,
+)
 from zeus_bso import policy
 from zeus_bso.policy import CostStats
 from zeus_bso.spec import CreatedJob
@@ -369,3 +377,40 @@ def test_a_short_lived_jobs_budget_shown_follows_from_its_runs(http: httpx.Clien
     shown = f"{left / min(means.values()):.2f} of a run"
     assert "10 (3 done): the job explores only what can pay back" in page
     assert ("one more exploration may lose " + shown if left > 0 else "nothing more") in page
+
+
+def _released(http: httpx.Client, job_id: str, message: str | None = None) -> None:
+    ended = trial_id(dispatch(http, job_id)) | ({"message": message} if message else {})
+    assert http.post("/api/trials/release", json=ended).json()["status"] == "released"
+
+
+def test_a_job_whose_newest_runs_were_all_released_says_it_learns_nothing(
+    server: ServerProcess, http: httpx.Client
+) -> None:
+    """Three runs released one after another (the framework's own epoch limit below the job's,
+    every time): none was counted, and the next run is dispatched as they were. The job's view
+    says so, with what the latest said; a run that is counted ends it, and one or two released
+    runs (an interruption) say nothing."""
+    job_id = unique_id()
+    assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+    said = "the Trainer's max_epochs (2) is below the job's (4)"
+    for run in range(3):
+        assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] is None
+        _released(http, job_id, said if run == 2 else None)
+    words = http.get(f"/api/jobs/{job_id}").json()["not_learning"]
+    assert words.startswith("its last 3 runs were released: none was counted")
+    assert f"the latest said: {said}" in words
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert 'id="not-learning"' in page
+    shown = " ".join(jobs_show(server.url, job_id).stdout.split())  # as wrapped, unwrapped
+    assert f"not learning: {words}" in shown
+    in_progress = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
+    assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] == words  # not ended yet
+    report = in_progress | {"time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1}
+    assert http.post("/report", json=report).status_code == 200
+    assert http.patch("/trials", json=in_progress).status_code == 200
+    assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] is None
+    _released(http, job_id)
+    _released(http, job_id)
+    assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] is None
+    assert 'id="not-learning"' not in http.get(f"/dashboard/jobs/{job_id}").text

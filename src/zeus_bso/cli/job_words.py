@@ -87,6 +87,8 @@ def print_job(console: Console, state: JobView) -> None:
         chosen = upcoming.batch_size
         first = "refused" if upcoming.refused else (str(chosen) if chosen is not None else "")
         console.print(f"next run: {escape(first + ': ' if first else '')}{escape(upcoming.why)}")
+    if state.not_learning:
+        console.print(f"[bold]not learning[/bold]: {escape(state.not_learning)}")
     if savings is not None:
         more = savings.cost < 0
         console.print(

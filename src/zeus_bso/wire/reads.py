@@ -289,6 +289,10 @@ class JobView(BaseModel):
     """The related job it was seeded with (null: it started cold)."""
     horizon: HorizonView | None = None
     """Its budget, with ``expected_recurrences`` (null: the job set none)."""
+    not_learning: str | None = None
+    """Why the job learns nothing now, in words: its newest ended runs were released one after
+    another (none counted against its batch size), with what the latest said (null: it
+    learns)."""
     arms: list[int] | None
     best_batch_size: int | None
     best_cost: float | None
