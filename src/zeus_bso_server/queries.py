@@ -39,7 +39,7 @@ from zeus_bso_server.read_models import (
 )
 from zeus_bso_server.store import repository as repo
 from zeus_bso_server.store.database import Database
-from zeus_bso_server.store.repository import Spent, StoredJob, StoredTrial
+from zeus_bso_server.store.repository import Ending, Spent, StoredJob, StoredTrial
 from zeus_bso_server.store.sql_store import SqlJobStore
 
 logger = logging.getLogger(__name__)
@@ -215,10 +215,16 @@ async def job_summaries(db: Database, prefix: str | None, limit: int, offset: in
     def work(conn: Connection) -> JobList:
         stored, unreadable = repo.list_jobs(conn, prefix, limit, offset)
         spent = _spent_by_job(conn, [job.job_id for job in stored])
+        # Only a job with that many released runs may have released its newest ones.
+        released = [
+            job_id for job_id, used in spent.items() if _released(used) >= RELEASED_IN_A_ROW
+        ]
+        endings = repo.newest_endings(conn, released, RELEASED_IN_A_ROW)
         summaries = []
         for job in stored:
             try:
-                summaries.append(_summary(conn, job, spent[job.job_id]))
+                ended = endings.get(job.job_id, [])
+                summaries.append(_summary(conn, job, spent[job.job_id], ended))
             except ValidationError as err:  # its configuration, corrupt
                 logger.error("%s", UnreadableJobError(job.job_id, str(err)).message)
                 unreadable.append(job.job_id)
@@ -238,7 +244,9 @@ def shown_stage(job: StoredJob, upcoming: NextRun) -> JobStage:
     return JobStage(job.stage)
 
 
-def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary:
+def _summary(
+    conn: Connection, job: StoredJob, spent: list[Spent], endings: list[Ending]
+) -> JobSummary:
     config = CreatedJob.model_validate(job.config)
     savings, savings_unknown = _savings_and_why(config, spent)
     store = SqlJobStore(conn, job.job_id, job.state)
@@ -257,6 +265,7 @@ def _summary(conn: Connection, job: StoredJob, spent: list[Spent]) -> JobSummary
         recommended=_recommendation(config, state, history),
         savings=savings,
         savings_unknown=savings_unknown,
+        not_learning=not_learning(endings, RELEASED_IN_A_ROW),
         created_at=job.created_at,
         updated_at=job.updated_at,
     )
@@ -360,7 +369,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         siblings=_siblings(conn, job),
         seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
         horizon=_horizon_view(config, stats, job.state.prior),
-        not_learning=not_learning(repo.recent_trials(conn, job_id, NEWEST_SEEN, None)),
+        not_learning=not_learning(repo.newest_endings(conn, [job_id], NEWEST_SEEN)[job_id]),
         arms=list(job.state.arms) if job.state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
@@ -386,16 +395,20 @@ NEWEST_SEEN = 20
 """The newest trials `not_learning` reads."""
 
 
-def not_learning(newest: list[StoredTrial]) -> str | None:
-    """Why a job learns nothing now, from its ``newest`` trials (newest first, `NEWEST_SEEN` at
-    most): its newest ended runs, `RELEASED_IN_A_ROW` or more, were all released. None: it
-    learns."""
-    ended = [t.trial for t in newest if t.trial.status is not policy.TrialStatus.DISPATCHED]
-    released = list(takewhile(lambda t: t.status is policy.TrialStatus.RELEASED, ended))
+def _released(spent: list[Spent]) -> int:
+    """The released runs among a job's trials (`repo.spent`'s groups)."""
+    return sum(g.runs for g in spent if g.status == policy.TrialStatus.RELEASED.value)
+
+
+def not_learning(endings: list[Ending], seen: int = NEWEST_SEEN) -> str | None:
+    """Why a job learns nothing now, from how its newest ended trials ended (``seen`` at most,
+    newest first: `repo.newest_endings`): the newest, `RELEASED_IN_A_ROW` or more, were all
+    released. None: it learns."""
+    released = list(takewhile(lambda t: t.status is policy.TrialStatus.RELEASED, endings))
     if len(released) < RELEASED_IN_A_ROW:
         return None
     sizes = ", ".join(str(size) for size in sorted({t.batch_size for t in released}))
-    runs = f"{len(released)}{' or more' if len(released) == NEWEST_SEEN else ''}"
+    runs = f"{len(released)}{' or more' if len(released) == seen else ''}"
     said = next((t.message for t in released if t.message), None)
     return (
         f"its last {runs} runs were released: none was counted against its batch size "

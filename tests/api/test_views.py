@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import httpx
 import pytest
@@ -404,6 +408,19 @@ def test_a_job_whose_newest_runs_were_all_released_says_it_learns_nothing(
     assert 'id="not-learning"' in page
     shown = " ".join(jobs_show(server.url, job_id).stdout.split())  # as wrapped, unwrapped
     assert f"not learning: {words}" in shown
+    (listed,) = http.get("/api/jobs", params={"prefix": job_id}).json()
+    # The job list says so too (it reads no more than the three runs it takes), and its page.
+    assert listed["not_learning"].startswith("its last 3 or more runs were released: none")
+    assert 'class="badge not-learning"' in http.get("/dashboard", params={"prefix": job_id}).text
+    listing = subprocess.run(
+        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "list", "--prefix", job_id]
+        + ["--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert "pruning, not learning" in listing.stdout, listing.stderr
     in_progress = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
     assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] == words  # not ended yet
     report = in_progress | {"time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1}

@@ -226,7 +226,7 @@ def list_command(
         rows.append(
             [
                 escape(job.job_id),
-                job.stage.value,
+                job.stage.value + (", not learning" if job.not_learning else ""),
                 str(job.trials),
                 escape(gpu),
                 str(recommended.batch_size) if recommended else "-",

@@ -81,6 +81,8 @@ class JobSummary(BaseModel):
     """Why there is no savings figure (``savings`` is null), in words."""
     savings: Savings | None
     """None until a run of the default batch size and one other have reported."""
+    not_learning: str | None = None
+    """Why the job learns nothing now (`JobView.not_learning`; null: it learns)."""
     created_at: float
     updated_at: float
 

@@ -37,7 +37,13 @@ from zeus_bso_server.store.repository.power_profiles import (
     power_profile,
     power_profiles_of,
 )
-from zeus_bso_server.store.repository.rows import StoredJob, StoredTrial, job_state, trial_state
+from zeus_bso_server.store.repository.rows import (
+    Ending,
+    StoredJob,
+    StoredTrial,
+    job_state,
+    trial_state,
+)
 from zeus_bso_server.store.repository.trials import (
     end_trial_as,
     explorations,
@@ -46,6 +52,7 @@ from zeus_bso_server.store.repository.trials import (
     latest_costs,
     mark_failed,
     move_trial,
+    newest_endings,
     recent_trials,
     record_progress,
     release_trial,
@@ -57,6 +64,7 @@ from zeus_bso_server.store.repository.trials import (
 )
 
 __all__ = [
+    "Ending",
     "FleetTotals",
     "Spent",
     "StoredJob",
@@ -81,6 +89,7 @@ __all__ = [
     "lock_job_row",
     "mark_failed",
     "move_trial",
+    "newest_endings",
     "pin_job",
     "power_profile",
     "power_profiles_of",

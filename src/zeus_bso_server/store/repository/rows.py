@@ -88,6 +88,16 @@ class StoredTrial:
     """The name of the run that started it (``run_key``), if it gave one."""
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an ended trial ended: its status, its batch size and its message (why its run
+    ended, where it said)."""
+
+    status: TrialStatus
+    batch_size: int
+    message: str | None
+
+
 def stored_job(row: Record) -> StoredJob:
     """The job of ``row``.
 

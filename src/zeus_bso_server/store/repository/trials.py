@@ -29,6 +29,7 @@ from zeus_bso.policy import (
 from zeus_bso.policy.profiles import WindowedCosts
 from zeus_bso_server.store.repository.rows import (
     UPDATE_JOB,
+    Ending,
     StoredTrial,
     change,
     jobs,
@@ -349,6 +350,38 @@ def _ended_by(
         return True
     stored = get_trial(conn, job_id, trial_number)
     return False if stored is not None and stored.trial.batch_size == batch_size else None
+
+
+def _newest_endings(job_id: str, limit: int) -> Any:
+    return (
+        select(trials.c.job_id, trials.c.trial_number, trials.c.status)
+        .add_columns(trials.c.batch_size, trials.c.message)
+        .where(trials.c.job_id == job_id, trials.c.status != TrialStatus.DISPATCHED.value)
+        .order_by(trials.c.trial_number.desc())
+        .limit(limit)
+        .subquery()
+    )
+
+
+ENDINGS_CHUNK = 100
+"""Jobs one statement of `newest_endings` reads (databases bound a compound statement's
+parts)."""
+
+
+def newest_endings(conn: Connection, job_ids: Iterable[str], limit: int) -> dict[str, list[Ending]]:
+    """How each job's newest ended trials (not those in progress) ended, ``limit`` at most,
+    newest first. A UNION ALL of one indexed, limited read per job, `ENDINGS_CHUNK` jobs a
+    statement."""
+    ids = list(job_ids)
+    found: dict[str, list[Ending]] = {job_id: [] for job_id in ids}
+    for start in range(0, len(ids), ENDINGS_CHUNK):
+        parts = [_newest_endings(job_id, limit) for job_id in ids[start : start + ENDINGS_CHUNK]]
+        stmt = union_all(*(select(part) for part in parts))
+        for job_id, _, status, batch_size, message in sorted(
+            conn.execute(stmt).all(), key=lambda row: (row[0], -row[1])
+        ):
+            found[job_id].append(Ending(TrialStatus(status), int(batch_size), message))
+    return found
 
 
 def recent_trials(
