@@ -222,6 +222,34 @@ def test_a_dataloader_kept_from_the_first_epoch_is_named_at_the_second(tmp_path:
     assert model.first_batches == [8]  # the first epoch trained; no step of the second
 
 
+class SizeFromHparams(OneCycle):
+    """Its ``batch_size`` is a property without a setter that returns
+    ``self.hparams.batch_size`` (``fixed``: a number of its own)."""
+
+    fixed = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.fixed or int(self.hparams.batch_size)
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, shuffle=True)
+
+
+def test_a_property_that_reads_the_hparams_takes_each_epochs_size(tmp_path: Any) -> None:
+    # The size goes on the hparams the property reads (setting the property raised); one that
+    # returns a number of its own is refused when the fit is set up, before a step.
+    model = SizeFromHparams()
+    fit(model, elastic(), tmp_path)
+    assert model.first_batches[0] == 8
+    assert len(set(model.first_batches)) > 1  # it grew
+    fixed = SizeFromHparams()
+    fixed.fixed = 8
+    with pytest.raises(ZeusBSOError, match="cannot set 'batch_size', a property of SizeFromHp"):
+        fit(fixed, elastic(), tmp_path)
+    assert fixed.first_batches == []
+
+
 class WithinCandidates(ElasticBatchSize):
     """Doubles the batch each epoch as far as its candidates go (`Doubling` sets the scale,
     past any bound): the bounds, and the data's, hold."""

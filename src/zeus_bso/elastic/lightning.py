@@ -43,6 +43,7 @@ from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     loaders_built,
     no_batch_size,
     rebuild_for_the_batch_size,
+    unsettable,
 )
 from zeus_bso.integrations.loaders import flattened, sized_len  # noqa: E402
 
@@ -91,6 +92,8 @@ class ElasticBatchSizeCallback(pl.Callback, WithoutWeakSets):
             raise ZeusBSOError(refused)
         if target.given is None and not holds(trainer, pl_module, name):
             raise ZeusBSOError(no_batch_size(name, trainer, pl_module))
+        if target.given is None and (refused := unsettable(trainer, pl_module, name)):
+            raise ZeusBSOError(refused)
         if refused := _sets_the_same(trainer, accumulates=trainer not in self._accumulated):
             raise ZeusBSOError(refused)
         self._target = target

@@ -149,8 +149,9 @@ def unsettable(trainer: Trainer, pl_module: Module, batch_arg_name: str) -> str 
             return (
                 f"the callback cannot set '{batch_arg_name}', a property of "
                 f"{type(holder).__name__} without a setter that reads no attribute it can "
-                "set: give it a setter, or have it return self.hparams.batch_size, or build "
-                "the DataLoader from a plain attribute, or pass batch_arg_name=... naming one"
+                f"set: give it a setter, or have it return self.hparams.{batch_arg_name}, or "
+                "build the DataLoader from a plain attribute, or pass batch_arg_name=... "
+                "naming one"
             )
     return None
 
