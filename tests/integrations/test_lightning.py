@@ -782,15 +782,25 @@ def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batche
 
     from zeus_bso.integrations.lightning_attributes import holding
 
-    data = SimpleNamespace(batch_size_per_device=16, num_batches=16, hparams={"batch_size": 32})
+    data = SimpleNamespace(
+        batch_size_per_device=16,
+        num_batches=16,
+        hparams={"batch_size": 32},
+        loader_kwargs={"batch_size": 16, "num_workers": 16},  # DataLoader(**loader_kwargs)
+    )
     model = SimpleNamespace(bs=16, log_every_n_batches=16, hparams={"train_batch_size": 16})
     trainer = SimpleNamespace(datamodule=data)
     assert holding(trainer, model, 16, "batch_size") == [  # type: ignore[arg-type]
-        "SimpleNamespace.bs",
-        "SimpleNamespace.train_batch_size",
-        "SimpleNamespace.batch_size_per_device",
+        ("SimpleNamespace.bs", "bs"),
+        ("SimpleNamespace.train_batch_size", "train_batch_size"),
+        ("SimpleNamespace.batch_size_per_device", "batch_size_per_device"),
+        ("SimpleNamespace.loader_kwargs['batch_size']", "loader_kwargs.batch_size"),
     ]
     assert holding(trainer, model, 32, "batch_size") == []  # type: ignore[arg-type]
+    assert holding(trainer, model, 16, "loader_kwargs.batch_size")[-1] == (  # type: ignore[arg-type]
+        "SimpleNamespace.batch_size_per_device",
+        "batch_size_per_device",
+    )
 
 
 def test_a_dataloader_that_ignores_the_batch_size_stops_the_fit_uncharged(
@@ -1230,6 +1240,49 @@ def test_a_dataloader_built_in_the_datamodules_setup_is_named_as_built_too_early
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (32, "released")
+
+
+class LoaderKeywords(pl.LightningDataModule):  # type: ignore[misc]
+    """Keeps the keyword arguments its train DataLoader is built with, the batch size among
+    them, in a dict made in ``__init__``."""
+
+    def __init__(self, batch_size: int = 8) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.loader_kwargs = {"batch_size": batch_size, "num_workers": 0}
+        self.data = TinyClassifier()
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data.train_data, shuffle=True, **self.loader_kwargs)
+
+    def val_dataloader(self) -> Any:
+        return self.data.val_dataloader()
+
+
+def test_a_size_in_the_dataloaders_keyword_arguments_is_named_and_then_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The DataLoader takes its size from a dict of keyword arguments made in ``__init__``: the
+    refusal names the entry and the dotted ``batch_arg_name`` that reaches it, with which the
+    next fit trains the server's size."""
+    spec = job(unique_id("loaderkwargs"), max_epochs=2)
+    words = "first training batch has 8 samples"
+    message = refused_fit(
+        server.url, spec, tmp_path, words, NoBatchSizeClassifier(), LoaderKeywords()
+    )
+    assert "LoaderKeywords.loader_kwargs['batch_size'] holds the batch's size" in message
+    assert "batch_arg_name='loader_kwargs.batch_size'" in message
+    model, data = NoBatchSizeClassifier(), LoaderKeywords()
+    callback = ZeusBSOCallback(
+        server.url,
+        spec,
+        monitor="val_acc",
+        batch_arg_name="loader_kwargs.batch_size",
+        energy_meter=EstimateMeter(100),
+    )
+    trainer = pl.Trainer(max_epochs=2, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    trainer.fit(model, datamodule=data)
+    assert set(model.seen_batch_sizes) == {32} == {callback.batch_size}
 
 
 class NoBatchSizeClassifier(TinyClassifier):

@@ -6,7 +6,7 @@ a module built from a nested Hydra or OmegaConf config, ``cfg.data.batch_size``:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import package_of
@@ -113,23 +113,48 @@ def names_a_size(name: str) -> bool:
     return ("batch" in name or name == "bs") and not counts
 
 
-def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[str]:
-    """Where the model, the datamodule or their hparams hold ``size`` in an attribute whose
-    name says batch (other than ``skip``), as ``Class.attribute``: what a DataLoader that did
-    not take the size set on ``skip`` may read instead (a per-device size a datamodule's
-    ``setup()`` derived, say)."""
-    found = []
+def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[tuple[str, str]]:
+    """Where the model, the datamodule or their hparams hold ``size`` under a name that says
+    batch (other than ``skip``): an attribute, or an entry of a mapping held in one (the
+    keyword arguments a DataLoader is built with, ``self.loader_kwargs["batch_size"]``). What
+    a DataLoader that did not take the size set on ``skip`` may read instead (a per-device size
+    a datamodule's ``setup()`` derived, say): each as shown (``Class.attribute``) and as
+    ``batch_arg_name`` would name it (``loader_kwargs.batch_size``)."""
+    found: list[tuple[str, str]] = []
+
+    def holds_size(name: Any, value: Any) -> bool:
+        return isinstance(name, str) and names_a_size(name) and type(value) is int and value == size
+
     for holder in (pl_module, trainer.datamodule):
         if holder is None:
             continue
+        kind = type(holder).__name__
         hparams = getattr(holder, "hparams", None)
         for where in (vars(holder), hparams if isinstance(hparams, dict) else {}):
-            found += [
-                f"{type(holder).__name__}.{name}"
-                for name, value in where.items()
-                if names_a_size(name) and name != skip and type(value) is int and value == size
-            ]
+            for name, value in where.items():
+                if name != skip and holds_size(name, value):
+                    found.append((f"{kind}.{name}", name))
+                elif isinstance(value, Mapping) and not name.startswith("_") and name != "hparams":
+                    found += _entries(kind, name, value, holds_size, skip)
     return found
+
+
+def _entries(
+    kind: str,
+    name: str,
+    mapping: Mapping[Any, Any],
+    holds_size: Callable[[Any, Any], bool],
+    skip: str,
+) -> list[tuple[str, str]]:
+    """`holding`'s entries of ``mapping``, held in ``kind``'s attribute ``name``."""
+    try:
+        return [
+            (f"{kind}.{name}[{key!r}]", f"{name}.{key}")
+            for key, entry in mapping.items()
+            if f"{name}.{key}" != skip and holds_size(key, entry)
+        ]
+    except Exception:  # a mapping that cannot be read whole (a config with missing values)
+        return []
 
 
 def nested(trainer: Any, pl_module: Any, name: str, depth: int = 3) -> list[str]:

@@ -454,14 +454,14 @@ def _when_again(elastic: bool) -> str:
 def _read_instead(trainer: Trainer, target: BatchTarget, sizes: list[int]) -> str:
     """The attributes that hold a size the batch had, in words (`holding`); empty: none."""
     found = sorted(
-        {name for size in sizes for name in holding(trainer, target.module, size, target.name)}
+        {place for size in sizes for place in holding(trainer, target.module, size, target.name)}
     )
     if not found:
         return ""
-    attribute = found[0].rsplit(".", 1)[1]
+    shown = [where for where, _ in found]
     return (
-        f" ({', '.join(found)} {'holds' if len(found) == 1 else 'hold'} the batch's size: "
-        f"batch_arg_name={attribute!r}, where the DataLoader reads it; callbacks set it "
+        f" ({', '.join(shown)} {'holds' if len(shown) == 1 else 'hold'} the batch's size: "
+        f"batch_arg_name={found[0][1]!r}, where the DataLoader reads it; callbacks set it "
         "after a datamodule's setup() ran)"
     )
 
