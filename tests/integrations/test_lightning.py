@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
+import dataclasses
 import logging
 import os
 import signal
@@ -2220,6 +2222,51 @@ def test_a_nested_configs_batch_size_is_set_by_its_dotted_path(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["batch_size"], trial["status"]) == (32, "reported")
+
+
+@dataclasses.dataclass
+class TrainArgs:
+    batch_size: int = 16
+    workers: int = 0
+
+
+class FromArgs(TinyClassifier):
+    """Keeps the script's parsed arguments as ``self.args`` (no hparams), as research code
+    does: its DataLoader reads ``self.args.batch_size``."""
+
+    def __init__(self, args: Any) -> None:
+        super().__init__()
+        del self.batch_size
+        self.args = args
+
+    def train_dataloader(self) -> Any:
+        size = self.args.batch_size
+        return torch.utils.data.DataLoader(self.train_data, batch_size=size, shuffle=True)
+
+
+@pytest.mark.parametrize("kind", ["namespace", "dataclass"])
+def test_the_batch_size_of_arguments_kept_in_an_attribute_is_set_by_its_dotted_path(
+    server: ServerProcess, tmp_path: Path, kind: str
+) -> None:
+    """``self.args.batch_size`` (an ``argparse.Namespace``, or a dataclass of the script's
+    settings): the top-level name is refused before the server is asked, naming the path
+    ``args.batch_size``, with which the fit trains the server's size."""
+
+    def made() -> Any:
+        return argparse.Namespace(batch_size=16, workers=0) if kind == "namespace" else TrainArgs()
+
+    spec = job(unique_id("argsattr"), target=0.99, max_epochs=1)
+    options = {"max_epochs": 1, **quiet_trainer_options(tmp_path)}
+    refused = ZeusBSOCallback(server.url, spec, monitor="val_acc")
+    with pytest.raises(ConfigurationError, match=r"batch_arg_name='args\.batch_size'"):
+        pl.Trainer(callbacks=[refused], **options).fit(FromArgs(made()))
+    model = FromArgs(made())
+    callback = ZeusBSOCallback(
+        server.url, spec, monitor="val_acc", batch_arg_name="args.batch_size"
+    )
+    pl.Trainer(callbacks=[callback], **options).fit(model)
+    assert model.args.batch_size == 32
+    assert set(model.seen_batch_sizes) == {32}
 
 
 def test_a_hydra_config_instantiates_the_callback_with_its_job(

@@ -6,7 +6,9 @@ a module built from a nested Hydra or OmegaConf config, ``cfg.data.batch_size``:
 
 from __future__ import annotations
 
+from argparse import Namespace
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from types import SimpleNamespace
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import package_of
@@ -157,16 +159,36 @@ def _entries(
         return []
 
 
+def _config_items(node: Any) -> list[tuple[Any, Any]] | None:
+    """The entries of ``node`` where it is a config: a mapping (a dict, a DictConfig), a
+    namespace (``argparse.Namespace``, ``SimpleNamespace``) or a dataclass that can be set (not
+    frozen); None: it is none (a module, a dataset, a number)."""
+    try:
+        if isinstance(node, Mapping):
+            return list(node.items())
+        if isinstance(node, Namespace | SimpleNamespace):
+            return list(vars(node).items())
+        params = getattr(type(node), "__dataclass_params__", None)
+        if params is not None and not params.frozen and hasattr(node, "__dict__"):
+            return list(vars(node).items())
+    except Exception:  # a config that cannot be read whole (missing values)
+        return None
+    return None
+
+
 def nested(trainer: Any, pl_module: Any, name: str, depth: int = 3) -> list[str]:
-    """The dotted paths under the model's and the datamodule's hparams, ``depth`` deep at most,
-    whose last key is ``name`` (``data.batch_size``): what ``batch_arg_name`` may say where a
-    nested config holds the batch size."""
+    """The dotted paths under the model and the datamodule, ``depth`` deep at most, whose last
+    key is ``name``: in their hparams (``data.batch_size``, a nested config's) or in a config
+    one of them holds in an attribute (``args.batch_size``, of an ``argparse.Namespace`` kept
+    as ``self.args``). What ``batch_arg_name`` may say where such a config holds the batch
+    size."""
     paths: list[str] = []
 
     def walk(node: Any, prefix: str, left: int) -> None:
-        if not isinstance(node, Mapping) or left == 0:
+        items = _config_items(node)
+        if items is None or left == 0:
             return
-        for key, value in node.items():
+        for key, value in items:
             path = f"{prefix}{key}"
             if key == name and prefix:
                 paths.append(path)
@@ -175,4 +197,7 @@ def nested(trainer: Any, pl_module: Any, name: str, depth: int = 3) -> list[str]
     for holder in (pl_module, trainer.datamodule):
         if holder is not None:
             walk(getattr(holder, "hparams", None), "", depth)
+            for attribute, value in vars(holder).items():
+                if not attribute.startswith("_") and attribute != "hparams":
+                    walk(value, f"{attribute}.", depth - 1)
     return sorted(set(paths))
