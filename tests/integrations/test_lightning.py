@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 torch = pytest.importorskip("torch", reason="the Lightning tests need torch (pip install torch)")
@@ -2244,15 +2245,22 @@ class FromArgs(TinyClassifier):
         return torch.utils.data.DataLoader(self.train_data, batch_size=size, shuffle=True)
 
 
-@pytest.mark.parametrize("kind", ["namespace", "dataclass"])
+class PydanticArgs(pydantic.BaseModel):
+    batch_size: int = 16
+    workers: int = 0
+
+
+@pytest.mark.parametrize("kind", ["namespace", "dataclass", "pydantic"])
 def test_the_batch_size_of_arguments_kept_in_an_attribute_is_set_by_its_dotted_path(
     server: ServerProcess, tmp_path: Path, kind: str
 ) -> None:
-    """``self.args.batch_size`` (an ``argparse.Namespace``, or a dataclass of the script's
-    settings): the top-level name is refused before the server is asked, naming the path
-    ``args.batch_size``, with which the fit trains the server's size."""
+    """``self.args.batch_size`` (an ``argparse.Namespace``, or a dataclass or pydantic model of
+    the script's settings): the top-level name is refused before the server is asked, naming
+    the path ``args.batch_size``, with which the fit trains the server's size."""
 
     def made() -> Any:
+        if kind == "pydantic":
+            return PydanticArgs()
         return argparse.Namespace(batch_size=16, workers=0) if kind == "namespace" else TrainArgs()
 
     spec = job(unique_id("argsattr"), target=0.99, max_epochs=1)

@@ -161,8 +161,8 @@ def _entries(
 
 def _config_items(node: Any) -> list[tuple[Any, Any]] | None:
     """The entries of ``node`` where it is a config: a mapping (a dict, a DictConfig), a
-    namespace (``argparse.Namespace``, ``SimpleNamespace``) or a dataclass that can be set (not
-    frozen); None: it is none (a module, a dataset, a number)."""
+    namespace (``argparse.Namespace``, ``SimpleNamespace``), or a dataclass or pydantic model
+    that can be set (not frozen); None: it is none (a module, a dataset, a number)."""
     try:
         if isinstance(node, Mapping):
             return list(node.items())
@@ -171,6 +171,12 @@ def _config_items(node: Any) -> list[tuple[Any, Any]] | None:
         params = getattr(type(node), "__dataclass_params__", None)
         if params is not None and not params.frozen and hasattr(node, "__dict__"):
             return list(vars(node).items())
+        fields, config = (
+            getattr(type(node), "model_fields", None),
+            getattr(node, "model_config", {}),
+        )
+        if isinstance(fields, dict) and not config.get("frozen", False):  # a pydantic model
+            return [(name, getattr(node, name)) for name in fields]
     except Exception:  # a config that cannot be read whole (missing values)
         return None
     return None
