@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -1045,6 +1046,71 @@ class CtrlC(transformers.TrainerCallback):  # type: ignore[misc]
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.epoch is not None and state.epoch > 1.2:
             raise KeyboardInterrupt
+
+
+class RaisesInTheSecondEpoch(transformers.TrainerCallback):  # type: ignore[misc]
+    """Raises ``error`` in the second epoch (the Trainer calls no callback on it)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.epoch is not None and state.epoch > 1.2:
+            raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 MiB"), "infeasible"),
+        (KeyError("accuracy"), "failed"),
+    ],
+)
+def test_a_run_whose_notebook_cell_raised_is_judged_by_its_error_at_the_next_run(
+    server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
+    status: str,
+) -> None:
+    """A Trainer run whose cell raised in a notebook (IPython sets the error aside as
+    ``sys.last_value``; the Trainer calls no callback on it) stays open until the next run of
+    the job in the kernel, which ends it by that error, as an exit would: out of memory marks
+    the size infeasible there, so the next run gets a smaller one, where it was released and
+    the same size dispatched again."""
+    spec = job(unique_id("hfcellraised"), target=0.999)
+    monkeypatch.setattr(sys, "last_value", ValueError("an earlier cell's"), raising=False)
+    with pytest.raises(type(error)):
+        train(server.url, spec, tmp_path / "first", epochs=6, ahead=[RaisesInTheSecondEpoch(error)])
+    monkeypatch.setattr(sys, "last_value", error)  # as IPython keeps the cell's error
+    second = train(server.url, spec, tmp_path / "second", epochs=6)
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [t.status for t in trials] == [status, "reported"]
+    first, then = trials
+    if status == "infeasible":  # never dispatched at that size on these GPUs again
+        assert then.batch_size < first.batch_size
+    else:
+        assert first.message == "KeyError: 'accuracy'"
+    assert second.outcome is not None
+
+
+def test_another_cells_error_does_not_judge_the_run_it_follows(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped by Ctrl-C, then a cell of the notebook's own that raised (through no code
+    of the training's): the next run ends the first as interrupted, charging nothing."""
+    spec = job(unique_id("hfothercell"), target=0.999)
+    with pytest.raises(KeyboardInterrupt):
+        train(server.url, spec, tmp_path / "first", epochs=6, ahead=[CtrlC()])
+    try:
+        {}["a typo"]  # the cell's own error
+    except KeyError as cells:
+        monkeypatch.setattr(sys, "last_value", cells, raising=False)
+    train(server.url, spec, tmp_path / "second", epochs=6)
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [t.status for t in trials] == ["released", "reported"]
 
 
 def test_a_run_interrupted_in_a_notebook_is_ended_by_the_next_run(

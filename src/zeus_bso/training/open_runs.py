@@ -2,11 +2,15 @@
 a job ends the earlier ones of the same job, started on the same thread, that never ended: they
 are over. Nothing ends a run that Ctrl-C stopped in a notebook's cell (IPython catches the
 ``KeyboardInterrupt``; a framework without an exception hook, such as the HF Trainer, never
-hears of it), and its heartbeat would keep its trial open, an exploration in flight, until the
-kernel exits."""
+hears of it), nor one whose cell raised, and its heartbeat would keep its trial open, an
+exploration in flight, until the kernel exits. An error the interpreter set aside since such a
+run opened (``sys.last_value``, where IPython keeps a cell's uncaught error), raised through the
+training's code (a step, a Trainer's loop), is the one that ended it: the run is judged by it,
+as at exit (out of memory: infeasible)."""
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Protocol
 
@@ -14,17 +18,42 @@ from typing import Protocol
 class OpenRun(Protocol):
     job_id: str
 
-    def end_interrupted(self, why: str) -> None:
-        """End the run as interrupted (its trial released, or left for its restart)."""
+    def superseded(self, why: str, error: BaseException | None) -> None:
+        """End the run, over since ``error`` (set aside since it opened; None: none, it was
+        interrupted): judged by ``error``, else as interrupted (its trial released, or left
+        for its restart)."""
 
 
-_OPEN: weakref.WeakKeyDictionary[OpenRun, int] = weakref.WeakKeyDictionary()
-"""Each open run, with the thread it started on."""
+_OPEN: weakref.WeakKeyDictionary[OpenRun, tuple[int, object]] = weakref.WeakKeyDictionary()
+"""Each open run, with the thread it started on and the error set aside when it opened."""
+
+
+TRAINING_PACKAGES = frozenset(
+    {"torch", "transformers", "lightning", "pytorch_lightning", "accelerate", "zeus_bso"}
+)
+"""Where an error was raised while a run trained: one that passed through none of these (a
+notebook cell's own, after the run's) says nothing of the run."""
+
+
+def _set_aside() -> object:
+    return getattr(sys, "last_value", None)
+
+
+def _raised_in_training(error: BaseException) -> bool:
+    """Whether ``error``'s traceback passes through a frame of `TRAINING_PACKAGES` (a step, a
+    Trainer's loop, a callback of ours)."""
+    trace = error.__traceback__
+    while trace is not None:
+        module = str(trace.tb_frame.f_globals.get("__name__", ""))
+        if module.split(".", 1)[0] in TRAINING_PACKAGES:
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def opened(run: OpenRun, thread: int) -> None:
     """``run``, started on ``thread``, is open until `closed`."""
-    _OPEN[run] = thread
+    _OPEN[run] = (thread, _set_aside())
 
 
 def closed(run: OpenRun) -> None:
@@ -33,8 +62,12 @@ def closed(run: OpenRun) -> None:
 
 
 def supersede(run: OpenRun, thread: int) -> None:
-    """End, as interrupted, the open runs of ``run``'s job but ``run`` started on ``thread``,
-    ``run``'s."""
-    for other, started_on in list(_OPEN.items()):
+    """End the open runs of ``run``'s job but ``run`` started on ``thread``, ``run``'s: each by
+    the error set aside since it opened, where one was, else as interrupted."""
+    now = _set_aside()
+    for other, (started_on, before) in list(_OPEN.items()):
         if other is not run and other.job_id == run.job_id and started_on == thread:
-            other.end_interrupted("a later run of the job started in this process")
+            since = now if now is not before and isinstance(now, BaseException) else None
+            if since is not None and not _raised_in_training(since):
+                since = None  # another cell's error: the run was interrupted, as before
+            other.superseded("a later run of the job started in this process", since)

@@ -313,6 +313,15 @@ class ServerRunEndings:
             f"interrupted ({why}); the run's restart (run key {self.run_key}) continues its trial",
         )
 
+    def superseded(self, why: str, error: BaseException | None) -> None:
+        """A later run of the job started in this process while this one was open (`open_runs`):
+        ended by ``error``, the one set aside since it opened (a notebook cell's), as `failed`
+        judges it; else interrupted (``why``)."""
+        if error is not None:
+            self.failed(error, trained=self.progress.began)
+        else:
+            self.end_interrupted(why)
+
     def withdraw(self, why: str) -> None:
         """Take back this run's dispatch, which it will not train (a framework found, after
         asking, that the run resumes a checkpoint's trial instead): its trial is released, or,
