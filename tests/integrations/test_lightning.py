@@ -791,10 +791,16 @@ def test_the_attributes_that_hold_the_batchs_size_are_named_not_counts_of_batche
         hparams={"batch_size": 32},
         loader_kwargs={"batch_size": 16, "num_workers": 16},  # DataLoader(**loader_kwargs)
     )
-    model = SimpleNamespace(bs=16, log_every_n_batches=16, hparams={"train_batch_size": 16})
+    model = SimpleNamespace(
+        bs=16,
+        log_every_n_batches=16,
+        hparams={"train_batch_size": 16},
+        args=argparse.Namespace(batch_size=16, epochs=16),  # the script's parsed arguments
+    )
     trainer = SimpleNamespace(datamodule=data)
     assert holding(trainer, model, 16, "batch_size") == [  # type: ignore[arg-type]
         ("SimpleNamespace.bs", "bs"),
+        ("SimpleNamespace.args.batch_size", "args.batch_size"),
         ("SimpleNamespace.train_batch_size", "train_batch_size"),
         ("SimpleNamespace.batch_size_per_device", "batch_size_per_device"),
         ("SimpleNamespace.loader_kwargs['batch_size']", "loader_kwargs.batch_size"),

@@ -7,7 +7,7 @@ a module built from a nested Hydra or OmegaConf config, ``cfg.data.batch_size``:
 from __future__ import annotations
 
 from argparse import Namespace
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -117,11 +117,12 @@ def names_a_size(name: str) -> bool:
 
 def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[tuple[str, str]]:
     """Where the model, the datamodule or their hparams hold ``size`` under a name that says
-    batch (other than ``skip``): an attribute, or an entry of a mapping held in one (the
-    keyword arguments a DataLoader is built with, ``self.loader_kwargs["batch_size"]``). What
-    a DataLoader that did not take the size set on ``skip`` may read instead (a per-device size
-    a datamodule's ``setup()`` derived, say): each as shown (``Class.attribute``) and as
-    ``batch_arg_name`` would name it (``loader_kwargs.batch_size``)."""
+    batch (other than ``skip``): an attribute, or an entry of a config held in one (`_config_items`:
+    the keyword arguments a DataLoader is built with, ``self.loader_kwargs["batch_size"]``; the
+    script's parsed arguments, ``self.args.batch_size``). What a DataLoader that did not take
+    the size set on ``skip`` may read instead (a per-device size a datamodule's ``setup()``
+    derived, say): each as shown (``Class.attribute``) and as ``batch_arg_name`` would name it
+    (``loader_kwargs.batch_size``)."""
     found: list[tuple[str, str]] = []
 
     def holds_size(name: Any, value: Any) -> bool:
@@ -136,27 +137,19 @@ def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[tuple[st
             for name, value in where.items():
                 if name != skip and holds_size(name, value):
                     found.append((f"{kind}.{name}", name))
-                elif isinstance(value, Mapping) and not name.startswith("_") and name != "hparams":
-                    found += _entries(kind, name, value, holds_size, skip)
+                elif not name.startswith("_") and name != "hparams":
+                    found += [
+                        (f"{kind}.{name}{_shown_key(value, key)}", f"{name}.{key}")
+                        for key, entry in _config_items(value) or ()
+                        if f"{name}.{key}" != skip and holds_size(key, entry)
+                    ]
     return found
 
 
-def _entries(
-    kind: str,
-    name: str,
-    mapping: Mapping[Any, Any],
-    holds_size: Callable[[Any, Any], bool],
-    skip: str,
-) -> list[tuple[str, str]]:
-    """`holding`'s entries of ``mapping``, held in ``kind``'s attribute ``name``."""
-    try:
-        return [
-            (f"{kind}.{name}[{key!r}]", f"{name}.{key}")
-            for key, entry in mapping.items()
-            if f"{name}.{key}" != skip and holds_size(key, entry)
-        ]
-    except Exception:  # a mapping that cannot be read whole (a config with missing values)
-        return []
+def _shown_key(config: Any, key: str) -> str:
+    """How ``config``'s entry ``key`` is written after it: ``['batch_size']`` of a mapping,
+    ``.batch_size`` of an object."""
+    return f"[{key!r}]" if isinstance(config, Mapping) else f".{key}"
 
 
 def _config_items(node: Any) -> list[tuple[Any, Any]] | None:
