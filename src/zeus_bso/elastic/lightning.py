@@ -35,10 +35,10 @@ require("lightning.pytorch", "ElasticBatchSizeCallback needs PyTorch Lightning",
 import lightning.pytorch as pl  # noqa: E402 (after the install hint)
 
 from zeus_bso.integrations.lightning_attributes import holds  # noqa: E402
+from zeus_bso.integrations.lightning_batch_check import batch_refused  # noqa: E402
 from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of  # noqa: E402
 from zeus_bso.integrations.lightning_trainer import (  # noqa: E402
     BatchTarget,
-    batch_refused,
     loader_given_to_fit,
     loaders_built,
     no_batch_size,

@@ -39,6 +39,7 @@ from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
+from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_memory import LoaderRefusedError, checks_memory, try_size
 from zeus_bso.integrations.lightning_packages import CALLBACKS, package_of
 from zeus_bso.integrations.lightning_schedules import schedule_refused
@@ -289,7 +290,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 told = self.session.micro_batch_size
                 target, built = self._target, self._built_early
                 assert target is not None  # set with the session
-                if refused := fit.batch_refused(trainer, batch, told, target, built):
+                if refused := batch_refused(trainer, batch, told, target, built):
                     self._refuse(trainer, refused)  # the fit ends
             self.session.step_begin()
 

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_packages import package_of
-from zeus_bso.integrations.lightning_trainer import BatchTarget, batch_refused
+from zeus_bso.integrations.lightning_trainer import BatchTarget
 from zeus_bso.integrations.loaders import generators_kept, no_batches, sized_len
 from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
 from zeus_bso.training import TrialSession

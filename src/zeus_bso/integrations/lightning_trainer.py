@@ -6,21 +6,19 @@ size the server charges, and how it ended (the Trainer's own limits against the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from typing import Any
 
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.lightning_attributes import (
     follows,
-    holding,
     holds,
     nested,
     read_only,
     set_to,
 )
 from zeus_bso.integrations.lightning_limits import ended_early, validation_every
-from zeus_bso.integrations.lightning_packages import batch_sizes, is_a, package_of
-from zeus_bso.integrations.loaders import at_batch_size, batching_datasets, not_resizable
+from zeus_bso.integrations.lightning_packages import is_a, package_of
+from zeus_bso.integrations.loaders import at_batch_size, not_resizable
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 
@@ -359,111 +357,6 @@ def note_of_rate_monitor(trainer: Trainer, factor: float | None, batch_size: int
             factor,
             batch_size,
         )
-
-
-def batch_refused(
-    trainer: Trainer,
-    batch: Any,
-    told: int,
-    target: BatchTarget,
-    built: list[str],
-    loaders: Any = None,
-    only_batch: bool | None = None,
-    elastic: bool = False,
-    earlier: Collection[int] = (),
-) -> str | None:
-    """Why the fit's first training ``batch`` cannot train the run: it does not have the size
-    the server gave (``told``: the batch size, or the micro-batch of a fit that accumulates),
-    so a DataLoader that ignores the size set on ``target`` would train at another size while
-    the server charges this one (``built``: the DataLoaders that existed before the size was
-    set, `loaders_built`). Where the fit combines several train DataLoaders (`batch_sizes`), one
-    of them at least has the size (the others keep theirs: the run's batch size is the one
-    set). ``loaders``: what ``train_dataloader()`` returned, where the batch is the memory
-    check's, before the fit loop has any; ``only_batch``: whether it is the only batch of an
-    epoch (None: as the fit loop counts them); ``elastic``: the batch is an epoch's first, at
-    the micro-batch size the elastic batch size set; ``earlier``: the sizes set before in
-    this fit whose first batches had them (a batch of one of those comes from a DataLoader
-    that ``train_dataloader()`` built once and keeps). None: it has (or Lightning cannot tell
-    its size; or it is the epoch's only batch, and smaller: the data is)."""
-    batch_arg_name = target.name
-    loaders = trainer.train_dataloader if loaders is None else loaders
-    try:
-        sizes = batch_sizes(trainer, batch, loaders)
-    except Exception:  # a batch whose size Lightning cannot tell: nothing to check
-        return None
-    if only_batch is None:
-        only_batch = trainer.num_training_batches == 1
-    if told in sizes or (max(sizes) < told and only_batch):
-        return None
-    found = sizes[0] if len(sizes) == 1 else f"{'/'.join(map(str, sizes))} (one a DataLoader's)"
-    setter = "ElasticBatchSizeCallback" if elastic else "the callback"
-    has = (
-        f"the epoch's first training batch has {found} samples, but the elastic batch size "
-        f"set {told} samples a micro-batch"
-        if elastic
-        else f"the fit's first training batch has {found} samples, but this run's batch size "
-        f"is {told}"
-    )
-    uncounted = "" if elastic else "; the run is not counted against the batch size"
-    if target.given is not None:  # built again at the size: its batches are its own
-        return (
-            f"{has}: the train DataLoader the fit was given, built again with "
-            f"batch_size={told}, yields batches of other sizes (its collate_fn, or a dataset "
-            "that yields whole batches, makes them): build it so that batch_size alone sizes "
-            f"its batches{uncounted}"
-        )
-    if kept := sorted(set(sizes) & set(earlier)):
-        return (
-            f"{has}: train_dataloader() returned the DataLoader it built at {kept[0]}, a "
-            f"size {setter} set before (it keeps the one it built), but Lightning asks for "
-            f"it again at each size set{_when_again(elastic)}: build a new DataLoader at each "
-            f"call of train_dataloader(), from self.{batch_arg_name} (or "
-            f"self.hparams.{batch_arg_name}){uncounted}"
-        )
-    if built:
-        return (
-            f"{has}: the train DataLoader was built before {setter} set "
-            f"'{batch_arg_name}' (built then: {', '.join(built)}; a datamodule's setup() and "
-            "__init__ run before it): build it in train_dataloader(), reading "
-            f"self.{batch_arg_name} there (or self.hparams.{batch_arg_name}){uncounted}"
-        )
-    if whole := batching_datasets(loaders):
-        return (
-            f"{has}: the train DataLoader takes its batches whole from its dataset "
-            f"({', '.join(whole)}, batch_size=None), which was made at another size: make it "
-            f"in train_dataloader() from self.{batch_arg_name} (or "
-            f"self.hparams.{batch_arg_name}), not in setup() or __init__, which run before "
-            f"{setter} sets it{uncounted}"
-        )
-    return (
-        f"{has} (set on '{batch_arg_name}' of the model, its hparams or the "
-        "datamodule): build the train DataLoader with that attribute "
-        f"(DataLoader(..., batch_size=self.{batch_arg_name}), or "
-        f"self.hparams.{batch_arg_name}), not a fixed size, or pass batch_arg_name=... "
-        f"naming the attribute it reads{_read_instead(trainer, target, sizes)}{uncounted}"
-    )
-
-
-def _when_again(elastic: bool) -> str:
-    """When the fit asks ``train_dataloader()`` for its DataLoader again, in words."""
-    if elastic:
-        return " (each epoch, as reload_dataloaders_every_n_epochs=1 has it)"
-    return " (the memory check tries another size after one ran out of memory)"
-
-
-def _read_instead(trainer: Trainer, target: BatchTarget, sizes: list[int]) -> str:
-    """The attributes that hold a size the batch had, in words (`holding`); empty: none."""
-    found = sorted(
-        {place for size in sizes for place in holding(trainer, target.module, size, target.name)}
-    )
-    if not found:
-        return ""
-    shown = [where for where, _ in found]
-    return (
-        f" ({', '.join(shown)} {'holds' if len(shown) == 1 else 'hold'} the batch's size: "
-        f"batch_arg_name={found[0][1]!r}, where the DataLoader reads it; callbacks set it "
-        "after a datamodule's setup() ran)"
-    )
 
 
 def early_stopping(trainer: Trainer) -> str | None:
