@@ -1068,6 +1068,24 @@ def test_a_smaller_first_batch_is_taken_where_the_loop_said_its_epoch_has_one_ba
     assert (trial.batch_size, trial.status) == (32, "reported")
 
 
+def test_a_plain_loop_with_an_lr_rule_that_scales_no_optimizer_is_refused(
+    server: ServerProcess,
+) -> None:
+    """Upstream's loop shape with ``lr_rule="linear"`` and no ``bso.scale(optimizer)``: its
+    rate would be the one tuned at the default at every size. ``on_train_begin`` refuses it,
+    saying what to call; the trial is released."""
+    bso = BatchSizeOptimizer(
+        server.url, spec("plainunscaled"), EstimateMeter(100), show=None, lr_rule="linear"
+    )
+    bso.get_batch_size()
+    with pytest.raises(ConfigurationError, match=r"call bso\.scale\(optimizer\) once the"):
+        bso.on_train_begin()
+    bso.abort()  # as the script's exit would
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert trial.status == "released"
+
+
 def test_the_jobs_lr_rule_is_part_of_its_settings(server: ServerProcess) -> None:
     """Runs at another learning-rate rule are another job; the job may say the rule itself."""
     job = spec("lrrule", batch_sizes=[8, 16], default_batch_size=16)

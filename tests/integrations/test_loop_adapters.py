@@ -119,6 +119,32 @@ def test_a_loops_learning_rate_follows_the_batch_size_without_the_server_too(
     assert (bso.outcome.converged, bso.outcome.offline) == (True, True)
 
 
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_loop_with_an_lr_rule_that_scales_no_optimizer_is_refused_before_it_trains(
+    server: ServerProcess, kind: str
+) -> None:
+    """``lr_rule="linear"`` given, but the loop never calls ``bso.scale(optimizer)`` nor builds
+    its optimizer at ``bso.learning_rate(...)``: every size would train at the rate tuned at
+    the reference while the job compares them as scaled. Refused at ``train_begin``, its trial
+    released; a loop that asks for its rate trains."""
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(f"unscaled{kind}")
+    options = {"lr_rule": "linear", "reference_batch_size": 16}
+    refused = pytest.raises(ConfigurationError, match="lr_rule='linear', but no optimizer")
+    meter = EstimateMeter(100)
+    with refused, adapter(framework, server.url, spec, energy_meter=meter, **options) as bso:
+        bso.train_begin()
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert trial.status == "released"
+    with adapter(framework, server.url, spec, energy_meter=EstimateMeter(100), **options) as bso:
+        assert bso.learning_rate(0.1) == 0.2  # its optimizer built at the rate for 32
+        bso.train_begin()
+        bso.report(0.95)
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+
+
 def test_accelerate_says_where_no_prepared_dataloader_takes_the_batch_size(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

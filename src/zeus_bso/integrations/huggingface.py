@@ -147,6 +147,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job,
                 **self.options,
                 raise_from_report=False,  # at the end of training, after its checkpoints
+                scales_rate=True,  # the Trainer's optimizer, when training starts
             )
         return self.session.micro_batch_size
 

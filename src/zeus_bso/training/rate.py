@@ -19,6 +19,22 @@ class RunRate:
     """A resumed run's factor (`zeus_bso.training.shared_trial.SharedTrial.lr_factor`)."""
     scaled: Any = None
     """The optimizer whose steps take the scaled rates (None: none yet)."""
+    asked: bool = False
+    """Whether the script asked for a rate at the run's batch size (``learning_rate``)."""
+
+    def unapplied(self) -> str | None:
+        """Why the run's rule has not reached its rate: it has one, but no optimizer was scaled
+        and no rate asked for. None: it has, or the rule is ``none``."""
+        if self.scaling.rule == "none" or self.scaled is not None or self.asked:
+            return None
+        return (
+            f"lr_rule={self.scaling.rule!r}, but no optimizer was scaled: call "
+            "bso.scale(optimizer) once the optimizer is built, before train_begin() (or build "
+            "it at bso.learning_rate(base_lr)); otherwise every batch size trains at the rate "
+            f"tuned at {self.scaling.reference}, and the job compares the sizes at rates that "
+            "do not fit them (lr_rule='none' leaves the rate to the script); the run is not "
+            "counted against the batch size"
+        )
 
     def scale(self, optimizer: Any, batch_size: int, schedulers: tuple[Any, ...]) -> float:
         """Have ``optimizer``'s steps take its schedule's rates at ``batch_size``, or at a

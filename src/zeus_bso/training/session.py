@@ -124,6 +124,7 @@ class TrialSession(SessionEndings):
         retry_seconds: float = 30.0,
         sigterm_exceptions: SigtermExceptions = (),
         start: bool = True,
+        scales_rate: bool = False,
         **options: Unpack[SessionOptions],
     ) -> None:
         job = required_job(job)
@@ -140,6 +141,10 @@ class TrialSession(SessionEndings):
         self.lr = LrScaling(rule, reference or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._rate = RunRate(self.lr)
+        self._scales_rate = scales_rate
+        """Whether the framework's adapter scales the optimizers it finds (Lightning, HF);
+        otherwise the script's loop does (`scale`, `learning_rate`), and `train_begin` checks
+        that it did."""
         self.is_main = is_main
         self._log = log
         self._collectives = collectives.with_broadcast(broadcast)
@@ -360,6 +365,7 @@ class TrialSession(SessionEndings):
     def learning_rate(self, base_lr: float, optimizer: Any | None = None) -> float:
         """``base_lr``, tuned at the reference batch size, at this run's batch size by the
         ``lr_rule`` (``auto`` looks at ``optimizer``, an instance or a class name)."""
+        self._rate.asked = True
         return self.lr.learning_rate(base_lr, self.batch_size, optimizer)
 
     def scale(self, optimizer: Any, *schedulers: Any) -> float:
@@ -387,7 +393,15 @@ class TrialSession(SessionEndings):
         ``power_limit="optimize"``, set the GPUs' limit or start profiling them: an epoch's
         ``steps_per_epoch`` make a profile's epoch of its steps). ``steps_per_epoch``, the
         loop's steps in an epoch (``len(loader)``), also lets the run's first report say where
-        it came after part of an epoch (`epoch_steps`)."""
+        it came after part of an epoch (`epoch_steps`).
+
+        Raises:
+            ConfigurationError: the run has an ``lr_rule``, but the script's loop scaled no
+                optimizer (`scale`) and asked no rate (`learning_rate`): every batch size would
+                train at the rate tuned at the reference (the trial is released).
+        """
+        if not self._began and not self._scales_rate and (unscaled := self._rate.unapplied()):
+            raise ConfigurationError(unscaled)
         open_window(self._collectives, self.progress)
         if self.server is not None:
             self.server.train_begin()  # starts the heartbeat
