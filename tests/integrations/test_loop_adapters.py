@@ -145,6 +145,52 @@ def test_a_loop_with_an_lr_rule_that_scales_no_optimizer_is_refused_before_it_tr
     assert bso.outcome.converged
 
 
+def steps_of(loader: Any, every: int) -> None:
+    """Train a small model over ``loader``, stepping its optimizer every ``every`` batches."""
+    import torch
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for index, (x, y) in enumerate(loader):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if (index + 1) % every == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_loop_that_steps_at_every_micro_batch_of_an_accumulating_run_is_refused(
+    server: ServerProcess, kind: str
+) -> None:
+    """32 as four micro-batches of 8 (``max_micro_batch_size=8``), but the loop steps its
+    optimizer at each micro-batch: every step trained 8 while the server charges 32. Refused
+    at the run's first report, its trial released; a loop that steps every
+    ``bso.accumulation_steps`` micro-batches reports."""
+    import torch
+
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(f"unaccumulated{kind}")
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    options = {"max_micro_batch_size": 8, "energy_meter": EstimateMeter(100)}
+    refused = pytest.raises(ConfigurationError, match="each step took one micro-batch")
+    with refused, adapter(framework, server.url, spec, **options) as bso:
+        assert (bso.batch_size, bso.micro_batch_size, bso.accumulation_steps) == (32, 8, 4)
+        loader = torch.utils.data.DataLoader(data, batch_size=bso.micro_batch_size)
+        bso.train_begin(len(loader))
+        steps_of(loader, every=1)
+        bso.report(0.5)
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert (trial.batch_size, trial.status) == (32, "released")
+    with adapter(framework, server.url, spec, **options) as bso:
+        loader = torch.utils.data.DataLoader(data, batch_size=bso.micro_batch_size)
+        bso.train_begin(len(loader))
+        steps_of(loader, every=bso.accumulation_steps)
+        bso.report(0.95)
+    assert bso.outcome is not None
+    assert bso.outcome.converged
+
+
 def test_accelerate_says_where_no_prepared_dataloader_takes_the_batch_size(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -147,7 +147,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 self.job,
                 **self.options,
                 raise_from_report=False,  # at the end of training, after its checkpoints
-                scales_rate=True,  # the Trainer's optimizer, when training starts
+                by_framework=True,  # the callback scales, the Trainer accumulates
             )
         return self.session.micro_batch_size
 

@@ -188,7 +188,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             handle_sigterm=False,  # Lightning's own handler raises SIGTERMException
             sigterm_exceptions=package_of(trainer).sigterm,
             raise_from_report=False,  # at the fit's end (teardown), after its checkpoints
-            scales_rate=True,  # the fit's optimizers, when training starts
+            by_framework=True,  # scales the fit's optimizers, accumulates as it set
         )
         self._resumed = resume is not None
         self._set_batch(trainer, pl_module)

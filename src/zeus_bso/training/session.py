@@ -124,7 +124,7 @@ class TrialSession(SessionEndings):
         retry_seconds: float = 30.0,
         sigterm_exceptions: SigtermExceptions = (),
         start: bool = True,
-        scales_rate: bool = False,
+        by_framework: bool = False,
         **options: Unpack[SessionOptions],
     ) -> None:
         job = required_job(job)
@@ -141,10 +141,11 @@ class TrialSession(SessionEndings):
         self.lr = LrScaling(rule, reference or job.default_batch_size)
         """The learning-rate rule and its reference batch size."""
         self._rate = RunRate(self.lr)
-        self._scales_rate = scales_rate
-        """Whether the framework's adapter scales the optimizers it finds (Lightning, HF);
-        otherwise the script's loop does (`scale`, `learning_rate`), and `train_begin` checks
-        that it did."""
+        self._by_framework = by_framework
+        """Whether a framework's adapter drives the run (the Lightning and HF callbacks): it
+        scales the optimizers it finds and accumulates as it set them to. Otherwise the
+        script's loop does (`scale`, `learning_rate`; a step every `accumulation_steps`
+        micro-batches), and `train_begin` and the first report check that it did."""
         self.is_main = is_main
         self._log = log
         self._collectives = collectives.with_broadcast(broadcast)
@@ -400,7 +401,7 @@ class TrialSession(SessionEndings):
                 optimizer (`scale`) and asked no rate (`learning_rate`): every batch size would
                 train at the rate tuned at the reference (the trial is released).
         """
-        if not self._began and not self._scales_rate and (unscaled := self._rate.unapplied()):
+        if not self._began and not self._by_framework and (unscaled := self._rate.unapplied()):
             raise ConfigurationError(unscaled)
         open_window(self._collectives, self.progress)
         if self.server is not None:
@@ -490,6 +491,10 @@ class TrialSession(SessionEndings):
                 self.release(refused)
                 raise ConfigurationError(refused)
             self._said_untrained(server)
+            if refused := self._unaccumulated(server, epoch):
+                server.progress.epoch_done(epoch)  # it trained this far: its line says so
+                self.release(refused)
+                raise ConfigurationError(refused)
             self._said_part_of_an_epoch(server, epoch)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
@@ -540,6 +545,31 @@ class TrialSession(SessionEndings):
         if steps is None or steps <= 0:
             return None
         return -(-steps // self.accumulation_steps)
+
+    def _unaccumulated(self, server: ServerRun, epoch: int | None) -> str | None:
+        """Why the run, at its first report, did not train its batch size: it accumulates
+        (`accumulation_steps` micro-batches a step), but its loop stepped an optimizer at about
+        every micro-batch of the epochs it trained (`StepCount`, over the micro-batches given
+        to `train_begin`), so each step took a micro-batch. None: it did, or it is not known
+        (no micro-batches given, a framework's adapter, a report after the first)."""
+        micro = self._loop_steps
+        if self._by_framework or self.accumulation_steps < 2 or not micro or micro < 2:
+            return None
+        if server.progress.epochs:
+            return None
+        trained = micro * max(1, epoch or 1)  # the micro-batches of the epochs reported
+        taken = self._steps.most
+        if taken < 0.75 * trained:
+            return None
+        return (
+            f"the run accumulates {self.accumulation_steps} micro-batches of "
+            f"{self.micro_batch_size} an optimizer step (batch size {self.batch_size}), but its "
+            f"optimizer stepped {taken} times over {trained} micro-batches: each step took one "
+            f"micro-batch, not the batch size. Step the optimizer every bso.accumulation_steps "
+            "micro-batches: wrap each step in accelerator.accumulate(model) (Accelerate), or "
+            "step and zero the gradients only then (Fabric, under fabric.no_sync(model) between; "
+            "a plain loop); the run is not counted against the batch size"
+        )
 
     def reports_within_epochs_said(self) -> None:
         """The adapter said, from the loop's settings, that it reports within epochs (each

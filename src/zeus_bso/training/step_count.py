@@ -1,6 +1,8 @@
 """`StepCount`: whether the run's process took an optimizer step since training began, so that a
 report of the model as it was before training (a loop that evaluates at the start of each
-epoch, or once before it trains), which counts as one of the job's epochs, is said.
+epoch, or once before it trains), which counts as one of the job's epochs, is said; and how
+many steps each optimizer took, so that a loop that steps at every micro-batch of a run that
+accumulates is found.
 
 It counts every ``torch.optim.Optimizer``'s steps in the process through torch's global step
 hook, where the script uses torch (it is imported already: nothing imports it here); elsewhere
@@ -18,6 +20,7 @@ class StepCount:
 
     def __init__(self) -> None:
         self.steps = 0
+        self._each: dict[int, int] = {}
         self._handle: Any = None
 
     def start(self) -> None:
@@ -29,6 +32,13 @@ class StepCount:
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
+        self._each[id(optimizer)] = self._each.get(id(optimizer), 0) + 1
+
+    @property
+    def most(self) -> int:
+        """The steps of the optimizer that stepped most (a loop of two optimizers, a GAN's,
+        steps each once a step of its own)."""
+        return max(self._each.values(), default=0)
 
     @property
     def untrained(self) -> bool:
