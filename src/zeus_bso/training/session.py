@@ -41,6 +41,7 @@ from zeus_bso.training.collectives import (
     metrics_apart,
     open_window,
 )
+from zeus_bso.training.first_report import FirstReport
 from zeus_bso.training.memory_check import MemoryCheck
 from zeus_bso.training.power import RunPower
 from zeus_bso.training.rate import RunRate
@@ -55,7 +56,6 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
-from zeus_bso.training.step_count import StepCount
 from zeus_bso.training.trial_file import Resume, saved_trial
 
 logger = logging.getLogger(__name__)
@@ -195,9 +195,7 @@ class TrialSession(SessionEndings):
         self._began = False
         self._batch_checked = False
         self._apart_said = False
-        self._steps = StepCount()  # from train_begin: a report before any step is said
-        self._untrained_said = False
-        self._part_said = False  # the first report after part of an epoch's steps
+        self._first = FirstReport()  # the optimizer steps from train_begin, and what they say
         self._loop_steps: int | None = None  # train_begin's steps_per_epoch
         self._size_changes = size_changes.mark()  # marked again as the run starts
         if start:
@@ -410,7 +408,7 @@ class TrialSession(SessionEndings):
             self._shared.of_the_run(self._collectives.all_gather(os.getpid()))
             self._loop_steps = steps_per_epoch
             self._power.begin(self._send_power_profile, steps_per_epoch)
-            self._steps.start()
+            self._first.steps.start()
         self._began = True
 
     def _send_power_profile(
@@ -490,12 +488,17 @@ class TrialSession(SessionEndings):
                 server.progress.epoch_done(epoch)  # it trained this far: its line says so
                 self.release(refused)
                 raise ConfigurationError(refused)
-            self._said_untrained(server)
-            if refused := self._unaccumulated(server, epoch):
+            first, reported, steps = self._first, server.progress.epochs, self.epoch_steps()
+            first.untrained(reported)
+            if not self._by_framework and (
+                refused := first.unaccumulated(
+                    reported, epoch, steps, self.accumulation_steps, self.micro_batch_size
+                )
+            ):
                 server.progress.epoch_done(epoch)  # it trained this far: its line says so
                 self.release(refused)
                 raise ConfigurationError(refused)
-            self._said_part_of_an_epoch(server, epoch)
+            first.part_of_an_epoch(reported, epoch, steps, self._job.max_epochs)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
 
@@ -522,21 +525,6 @@ class TrialSession(SessionEndings):
             self.end()  # raises with raise_if_unconverged, as upstream Zeus's on_evaluate does
         return answer
 
-    def _said_untrained(self, server: ServerRun) -> None:
-        """Say it where the run's first report comes before any optimizer step of this process
-        (`StepCount`): a validation of the model as it was before training, which counts as one
-        of the job's epochs (a loop that validates at the start of each epoch)."""
-        if self._untrained_said or server.progress.epochs or not self._steps.untrained:
-            return
-        self._untrained_said = True
-        logger.warning(
-            "zeus-bso: the run's first report came before its first optimizer step: a "
-            "validation of the model before it trained counts as one of the job's epochs, so "
-            "the run's epochs run one ahead of its training (the job's max_epochs ends it an "
-            "epoch short, and each report is judged as the epoch after the one it measured). "
-            "Report after each epoch's training, not before it"
-        )
-
     def epoch_steps(self) -> int | None:
         """The optimizer steps of one of the loop's epochs, where they are known: the steps
         given to `train_begin` (a DataLoader's batches: over the micro-batches a step where the
@@ -546,56 +534,10 @@ class TrialSession(SessionEndings):
             return None
         return -(-steps // self.accumulation_steps)
 
-    def _unaccumulated(self, server: ServerRun, epoch: int | None) -> str | None:
-        """Why the run, at its first report, did not train its batch size: it accumulates
-        (`accumulation_steps` micro-batches a step), but its loop stepped an optimizer at about
-        every micro-batch of the epochs it trained (`StepCount`, over the micro-batches given
-        to `train_begin`), so each step took a micro-batch. None: it did, or it is not known
-        (no micro-batches given, a framework's adapter, a report after the first)."""
-        micro = self._loop_steps
-        if self._by_framework or self.accumulation_steps < 2 or not micro or micro < 2:
-            return None
-        if server.progress.epochs:
-            return None
-        trained = micro * max(1, epoch or 1)  # the micro-batches of the epochs reported
-        taken = self._steps.most
-        if taken < 0.75 * trained:
-            return None
-        return (
-            f"the run accumulates {self.accumulation_steps} micro-batches of "
-            f"{self.micro_batch_size} an optimizer step (batch size {self.batch_size}), but its "
-            f"optimizer stepped {taken} times over {trained} micro-batches: each step took one "
-            f"micro-batch, not the batch size. Step the optimizer every bso.accumulation_steps "
-            "micro-batches: wrap each step in accelerator.accumulate(model) (Accelerate), or "
-            "step and zero the gradients only then (Fabric, under fabric.no_sync(model) between; "
-            "a plain loop); the run is not counted against the batch size"
-        )
-
     def reports_within_epochs_said(self) -> None:
         """The adapter said, from the loop's settings, that it reports within epochs (each
         report an epoch of the job's): the run's first report does not say it again."""
-        self._part_said = True
-
-    def _said_part_of_an_epoch(self, server: ServerRun, epoch: int | None) -> None:
-        """Say it where the run's first report, which counts as an epoch of the job's (no
-        ``epoch`` given), comes after less than three quarters of an epoch's optimizer steps
-        (`epoch_steps`; `StepCount`): a loop that validates every few steps, whose reports the
-        job's max_epochs then counts, each of another number of samples at each batch size."""
-        if self._part_said or epoch is not None or server.progress.epochs:
-            return
-        self._part_said = True  # judged at the run's first report only
-        steps, taken = self.epoch_steps(), self._steps.steps
-        if steps is None or not 0 < taken < 0.75 * steps:
-            return
-        logger.warning(
-            "zeus-bso: the run's first report came after %d optimizer steps of an epoch's %d: "
-            "each report counts as one of the job's epochs, so its max_epochs (%d) counts "
-            "reports, and the server judges each batch size by reports of another number of "
-            "samples: report once an epoch, after its last step",
-            taken,
-            steps,
-            self._job.max_epochs,
-        )
+        self._first.part_said = True
 
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;

@@ -16,9 +16,9 @@ from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
+from zeus_bso.training.first_report import FirstReport
 from zeus_bso.training.power import RunPower
 from zeus_bso.training.server_run import ServerRun
-from zeus_bso.training.step_count import StepCount
 
 
 class SessionEndings:
@@ -30,7 +30,7 @@ class SessionEndings:
     progress: TrialProgress
     converged: bool
     _power: RunPower
-    _steps: StepCount
+    _first: FirstReport
     _raise_if_unconverged: bool
     _raised: bool
     _sigterm_exceptions: SigtermExceptions
@@ -44,7 +44,7 @@ class SessionEndings:
         """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
         main process's side of the run, the meter closed."""
         self._power.restore()
-        self._steps.stop()
+        self._first.steps.stop()
         if self.server is not None:
             on_main(self.server)
         if close:
