@@ -189,6 +189,7 @@ CORPUS = {
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
     "hf_weighted_loss.py": (("--output-dir", "{tmp}"), "linear"),  # compute_loss of its own
     "accelerate_loop.py": ((), "linear"),
+    "accelerate_accumulate.py": ((), "linear"),  # accelerator.accumulate, micro-batches of 8
     "fabric_loop.py": ((), "linear"),
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
     "trl_sft.py": (("--output-dir", "{tmp}"), "linear"),
@@ -574,9 +575,10 @@ def three_runs(
         *(
             pytest.param(script, (), (), id=script)
             # trl_sft.py, hf_weighted_loss.py: HF Trainers', whose kill and resume
-            # hf_trainer.py holds
+            # hf_trainer.py holds; accelerate_accumulate.py: accelerate_loop.py's
             for script in sorted(
-                {*CORPUS, "lightning_cli.py"} - {"trl_sft.py", "hf_weighted_loss.py"}
+                {*CORPUS, "lightning_cli.py"}
+                - {"trl_sft.py", "hf_weighted_loss.py", "accelerate_accumulate.py"}
             )
         ),
         # FSDP's order: the optimizers built before the checkpoint is read
