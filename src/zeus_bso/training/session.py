@@ -99,6 +99,9 @@ class TrialSession(SessionEndings):
             reverse proxy 429 or 408) or cannot be reached.
         start: ask for the trial now (False: at `start`, which a run of one process calls
             when its script asks for the batch size).
+        by_framework: a framework's callback drives the run (Lightning, HF): it scales the
+            optimizers it finds and the framework accumulates as it set, so the loop's own
+            `scale` and its steps a micro-batch are not checked (False: a loop's session).
         options: the options an adapter passes on, by name (``energy_meter``, ``token``,
             ``resume``, ``on_server_unavailable``, ``raise_if_unconverged``, ``lr_rule``,
             ``reference_batch_size``, ``max_micro_batch_size``, ``power_limit``):
