@@ -1048,6 +1048,42 @@ class CtrlC(transformers.TrainerCallback):  # type: ignore[misc]
             raise KeyboardInterrupt
 
 
+def test_a_batch_size_larger_than_the_data_with_drop_last_is_refused_when_the_trainer_is_built(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """16 samples a step over 12 samples of data, the short batch dropped
+    (``dataloader_drop_last=True``): no step would train. HF would raise at ``train()`` that
+    ``max_steps`` must be set; the callback refuses it when the Trainer is built, saying which
+    sizes the data holds, and its trial is released. The same data without drop_last trains."""
+    spec = job(unique_id("hfdroplast"), target=0.0)
+    for drop_last in (True, False):
+        callback = ZeusBSOTrainerCallback(
+            server.url, spec, energy_meter=EstimateMeter(100), metric="eval_accuracy"
+        )
+        args = training_arguments(
+            tmp_path / "out", callback.start(), 1, dataloader_drop_last=drop_last
+        )
+
+        def built(args: Any = args, callback: Any = callback) -> Any:
+            return transformers.Trainer(
+                model=tiny_bert(),
+                args=args,
+                train_dataset=TokenDataset(12, 0),
+                eval_dataset=TokenDataset(16, 1),
+                compute_metrics=accuracy,
+                callbacks=[callback],
+            )
+
+        if drop_last:
+            with pytest.raises(ConfigurationError, match="batch size 16 makes no training batch"):
+                built()
+        else:
+            built().train()
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [(t.batch_size, t.status) for t in trials] == [(16, "released"), (16, "reported")]
+
+
 class RaisesInTheSecondEpoch(transformers.TrainerCallback):  # type: ignore[misc]
     """Raises ``error`` in the second epoch (the Trainer calls no callback on it)."""
 

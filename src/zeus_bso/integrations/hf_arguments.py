@@ -279,3 +279,30 @@ def _positive(value: object) -> bool:
         return float(value) > 0  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return False
+
+
+def no_batches(
+    args: Any, dataset: Any, micro_batch_size: int, accumulates: bool = False
+) -> str | None:
+    """Why the Trainer would make no training batch at ``micro_batch_size`` (``accumulates``:
+    the micro-batch of a run that accumulates, not its batch size): its train
+    ``dataset`` holds fewer samples a process than the size, and ``dataloader_drop_last`` drops
+    the short one (HF then raises "args.max_steps must be set to a positive value if dataloader
+    does not have a length"). None: it makes some, or its data has no length."""
+    if not getattr(args, "dataloader_drop_last", False) or dataset is None:
+        return None
+    try:
+        samples = len(dataset)
+    except TypeError:  # an iterable dataset: no length
+        return None
+    each = samples // max(1, int(getattr(args, "world_size", 1) or 1))
+    if each >= micro_batch_size:
+        return None
+    what = "micro-batch" if accumulates else "batch size"
+    return (
+        f"{what} {micro_batch_size} makes no training batch: the train dataset holds "
+        f"{samples} samples ({each} a process), and dataloader_drop_last=True drops the last, "
+        "short batch, so no step would train at it. Each of a job's batch sizes must fit its "
+        f"data: leave the sizes above {each} out of the job's batch_sizes (a new job), or "
+        "train with dataloader_drop_last=False; the run is not counted against the batch size"
+    )

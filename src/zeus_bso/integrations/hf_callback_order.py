@@ -1,5 +1,6 @@
 """Where the Hugging Face callback runs among its Trainer's callbacks: first, so that the cost it
-adds to an evaluation's metrics reaches the reporting integrations."""
+adds to an evaluation's metrics reaches the reporting integrations; and the Trainer being built,
+whose training data the callback checks before the Trainer trains."""
 
 from __future__ import annotations
 
@@ -45,4 +46,21 @@ def run_first(callback: Any) -> list[Any] | None:
         "zeus-bso: no CallbackHandler calls this event: the callback stays where it is, after "
         "the reporting integrations (they log an evaluation before its cost is added)"
     )
+    return None
+
+
+def trainer_being_built(depth: int = 6) -> Any | None:
+    """The ``transformers.Trainer`` whose construction calls the event this is called from
+    (``on_init_end``: the Trainer's ``__init__`` is a few frames up, the caller of its callback
+    handler). None: none found."""
+    from transformers import Trainer
+
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        found = frame.f_locals.get("self")
+        if isinstance(found, Trainer):
+            return found
+        frame = frame.f_back
     return None

@@ -32,7 +32,7 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
-from zeus_bso.integrations.hf_callback_order import run_first
+from zeus_bso.integrations.hf_callback_order import run_first, trainer_being_built
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
@@ -199,6 +199,10 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         run_first(self)
+        if self.session is not None and (trainer := trainer_being_built()) is not None:
+            size, accumulates = self.session.micro_batch_size, self.session.accumulation_steps > 1
+            if refused := hf_arguments.no_batches(args, trainer.train_dataset, size, accumulates):
+                self._refuse(refused)  # before HF's own error at train(), which says less
 
     @override
     def on_train_begin(
