@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from zeus_bso.integrations.loaders import batch_size_of
+from zeus_bso.integrations.loaders import batch_size_of, no_batch_words, sized_len
 from zeus_bso.integrations.schedules import length_of, schedule_refusal
 from zeus_bso.training import TrialSession
 
@@ -289,20 +289,17 @@ def no_batches(
     ``dataset`` holds fewer samples a process than the size, and ``dataloader_drop_last`` drops
     the short one (HF then raises "args.max_steps must be set to a positive value if dataloader
     does not have a length"). None: it makes some, or its data has no length."""
-    if not getattr(args, "dataloader_drop_last", False) or dataset is None:
-        return None
-    try:
-        samples = len(dataset)
-    except TypeError:  # an iterable dataset: no length
+    samples = sized_len(dataset)  # None: an iterable dataset, or none
+    if not getattr(args, "dataloader_drop_last", False) or samples is None:
         return None
     each = samples // max(1, int(getattr(args, "world_size", 1) or 1))
     if each >= micro_batch_size:
         return None
     what = "micro-batch" if accumulates else "batch size"
-    return (
-        f"{what} {micro_batch_size} makes no training batch: the train dataset holds "
-        f"{samples} samples ({each} a process), and dataloader_drop_last=True drops the last, "
-        "short batch, so no step would train at it. Each of a job's batch sizes must fit its "
-        f"data: leave the sizes above {each} out of the job's batch_sizes (a new job), or "
-        "train with dataloader_drop_last=False; the run is not counted against the batch size"
+    return no_batch_words(
+        f"{what} {micro_batch_size}",
+        f"the train dataset holds {samples} samples ({each} a process), and "
+        "dataloader_drop_last=True drops the last, short batch",
+        each,
+        "train with dataloader_drop_last=False",
     )

@@ -374,10 +374,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         # Lightning skips a fit whose train DataLoaders hold no batch, before any hook of
         # training: the size cannot train on this data (and would be dispatched again).
         session = self.session
-        if session is not None and trainer.global_step == 0:
-            refused = no_batches(trainer.train_dataloader, session.micro_batch_size)
-            if refused:
-                self._refuse(trainer, f"{refused}; the run is not counted against the batch size")
+        if (
+            session is not None
+            and trainer.global_step == 0
+            and (refused := no_batches(trainer.train_dataloader, session.micro_batch_size))
+        ):
+            self._refuse(trainer, refused)
         self.session = None
         self._restored = None  # a later fit with this callback starts a new trial
         self._trainer = self._module = self._target = None

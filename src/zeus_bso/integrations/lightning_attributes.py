@@ -16,14 +16,18 @@ from zeus_bso.integrations.lightning_packages import package_of
 _MISSING = object()
 
 
+def _holders(trainer: Any, pl_module: Any) -> list[Any]:
+    """The model and the datamodule (where the fit has one)."""
+    return [holder for holder in (pl_module, trainer.datamodule) if holder is not None]
+
+
 def _roots(trainer: Any, pl_module: Any) -> Iterator[Any]:
     """The model, its hparams, the datamodule and its hparams (those there are)."""
-    for holder in (pl_module, trainer.datamodule):
-        if holder is not None:
-            yield holder
-            hparams = getattr(holder, "hparams", None)
-            if hparams is not None:
-                yield hparams
+    for holder in _holders(trainer, pl_module):
+        yield holder
+        hparams = getattr(holder, "hparams", None)
+        if hparams is not None:
+            yield hparams
 
 
 def _child(node: Any, key: str) -> Any:
@@ -128,9 +132,7 @@ def holding(trainer: Any, pl_module: Any, size: int, skip: str) -> list[tuple[st
     def holds_size(name: Any, value: Any) -> bool:
         return isinstance(name, str) and names_a_size(name) and type(value) is int and value == size
 
-    for holder in (pl_module, trainer.datamodule):
-        if holder is None:
-            continue
+    for holder in _holders(trainer, pl_module):
         kind = type(holder).__name__
         hparams = getattr(holder, "hparams", None)
         for where in (vars(holder), hparams if isinstance(hparams, dict) else {}):
@@ -193,10 +195,9 @@ def nested(trainer: Any, pl_module: Any, name: str, depth: int = 3) -> list[str]
                 paths.append(path)
             walk(value, f"{path}.", left - 1)
 
-    for holder in (pl_module, trainer.datamodule):
-        if holder is not None:
-            walk(getattr(holder, "hparams", None), "", depth)
-            for attribute, value in vars(holder).items():
-                if not attribute.startswith("_") and attribute != "hparams":
-                    walk(value, f"{attribute}.", depth - 1)
+    for holder in _holders(trainer, pl_module):
+        walk(getattr(holder, "hparams", None), "", depth)
+        for attribute, value in vars(holder).items():
+            if not attribute.startswith("_") and attribute != "hparams":
+                walk(value, f"{attribute}.", depth - 1)
     return sorted(set(paths))

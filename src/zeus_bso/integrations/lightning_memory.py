@@ -84,7 +84,7 @@ def try_size(
     iterables, lengths = loaders.iterables, [sized_len(loader) for loader in loaders.flattened]
     only_batch = all(length == 1 for length in lengths)
     if refused := no_batches(iterables, size):  # nothing to try: nothing would train
-        raise LoaderRefusedError(f"{refused}; the run is not counted against the batch size")
+        raise LoaderRefusedError(refused)
 
     def first(batch: Any) -> None:
         if refused := batch_refused(

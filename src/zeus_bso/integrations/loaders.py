@@ -49,11 +49,24 @@ def no_batches(loaders: Any, batch_size: int) -> str | None:
     samples = [sized_len(getattr(loader, "dataset", None)) for loader in found]
     held = max((n for n in samples if n is not None), default=None)
     data = f"its data holds {held} samples" if held is not None else "its data is smaller"
+    return no_batch_words(
+        f"batch size {batch_size}",
+        f"{data}, and the train DataLoader drops the last, short batch (drop_last=True)",
+        held,
+        "build the DataLoader with drop_last=False",
+    )
+
+
+def no_batch_words(size: str, why: str, held: int | None, instead: str) -> str:
+    """A refusal of a ``size`` (``"batch size 64"``) that makes no training batch, ``why`` (the
+    data is smaller, the short batch dropped), the data holding ``held`` samples (None: not
+    known), and what to do ``instead`` of leaving the larger sizes out; such a run is released,
+    not counted against the size."""
     return (
-        f"batch size {batch_size} makes no training batch: {data}, and the train DataLoader "
-        "drops the last, short batch (drop_last=True), so no step would train at it. Each of a "
+        f"{size} makes no training batch: {why}, so no step would train at it. Each of a "
         f"job's batch sizes must fit its data: leave the sizes above {held or 'it'} out of the "
-        "job's batch_sizes (a new job), or build the DataLoader with drop_last=False"
+        f"job's batch_sizes (a new job), or {instead}; the run is not counted against the batch "
+        "size"
     )
 
 

@@ -487,20 +487,19 @@ class TrialSession(SessionEndings):
             if value is None:
                 return None
             server = self._main()
-            if refused := size_changes.refusal(self._size_changes):
-                server.progress.epoch_done(epoch)  # it trained this far: its line says so
-                self.release(refused)
-                raise ConfigurationError(refused)
             first, reported, steps = self._first, server.progress.epochs, self.epoch_steps()
-            first.untrained(reported)
-            if not self._by_framework and (
-                refused := first.unaccumulated(
+            # A loop that stepped at every micro-batch took steps: never also untrained.
+            if refused := size_changes.refusal(self._size_changes) or (
+                None
+                if self._by_framework
+                else first.unaccumulated(
                     reported, epoch, steps, self.accumulation_steps, self.micro_batch_size
                 )
             ):
                 server.progress.epoch_done(epoch)  # it trained this far: its line says so
                 self.release(refused)
                 raise ConfigurationError(refused)
+            first.untrained(reported)
             first.part_of_an_epoch(reported, epoch, steps, self._job.max_epochs)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
