@@ -138,9 +138,15 @@ FLEET_GAUGES = (
     ("zeus_bso_energy_saved_ratio", "energy_saved_fraction", "Energy saved over that baseline."),
     ("zeus_bso_cost_saved", "cost_saved", "Cost saved (joules: every job's cost unit)."),
     ("zeus_bso_cost_saved_ratio", "cost_saved_fraction", "Cost saved over that baseline."),
+    (
+        "zeus_bso_jobs_not_learning",
+        "jobs_not_learning",
+        "Jobs that learn nothing now: their newest ended runs, three or more, were all released.",
+    ),
 )
 """The fleet's totals as gauges (name, `zeus_bso_server.read_models.FleetSummary` field,
-help): what the dashboard's summary says, for a chart of savings over time."""
+help): what the dashboard's summary says, for a chart of savings over time, and an alert on
+jobs whose every run now trains in vain."""
 
 
 class _Fleet(Collector):

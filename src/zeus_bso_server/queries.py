@@ -209,11 +209,15 @@ class JobList:
     unreadable: list[str]
 
 
-async def job_summaries(db: Database, prefix: str | None, limit: int, offset: int) -> JobList:
-    """Jobs ordered by id."""
+async def job_summaries(
+    db: Database, prefix: str | None, limit: int, offset: int, not_learning: bool = False
+) -> JobList:
+    """Jobs ordered by id; with ``not_learning``, only those that learn nothing now
+    (`repo.jobs_not_learning`)."""
 
     def work(conn: Connection) -> JobList:
-        stored, unreadable = repo.list_jobs(conn, prefix, limit, offset)
+        among = repo.jobs_not_learning(prefix, RELEASED_IN_A_ROW) if not_learning else None
+        stored, unreadable = repo.list_jobs(conn, prefix, limit, offset, among)
         spent = _spent_by_job(conn, [job.job_id for job in stored])
         # Only a job with that many released runs may have released its newest ones.
         released = [
@@ -286,7 +290,8 @@ def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Spent]
 
 async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
     """Spending and savings over every job (whose id starts with ``prefix``): one aggregate
-    query (`repo.fleet_totals`), whatever the size of the fleet."""
+    query (`repo.fleet_totals`), whatever the size of the fleet; and how many jobs learn
+    nothing now (`repo.count_jobs_not_learning`), another."""
 
     def work(conn: Connection) -> FleetSummary:
         totals = repo.fleet_totals(conn, prefix, {str(status) for status in NOT_ENDED})
@@ -305,6 +310,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
             cost_saved_fraction=(
                 totals.cost_saved / totals.cost_baseline if totals.cost_baseline > 0 else 0.0
             ),
+            jobs_not_learning=repo.count_jobs_not_learning(conn, prefix, RELEASED_IN_A_ROW),
         )
 
     return await db.read(work)

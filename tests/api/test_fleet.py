@@ -9,7 +9,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import ServerProcess, job_body, run_one, run_recurrences, unique_id
+from tests.helpers import (
+    ServerProcess,
+    dispatch,
+    job_body,
+    run_one,
+    run_recurrences,
+    trial_id,
+    unique_id,
+)
 from zeus_bso.policy import zeus_cost
 from zeus_bso_server.observability import FLEET_GAUGES
 from zeus_bso_server.queries import fleet_summary
@@ -33,10 +41,11 @@ def _fleet(server: ServerProcess, prefix: str) -> FleetSummary:
 
 def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
     """The totals, summed in Python from each job's view (its savings are `savings_of`'s)."""
-    runs = with_savings = saving = 0
+    runs = with_savings = saving = not_learning = 0
     energy = time = saved_energy = base_energy = saved_cost = base_cost = 0.0
     for job_id in job_ids:
         view = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
+        not_learning += view["not_learning"] is not None
         config = view["job"]
         ended = [t for t in view["trials"] if t["status"] in ENDED]
         job_energy = sum(t["energy"] or 0.0 for t in ended)
@@ -65,6 +74,7 @@ def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
         "energy_saved_fraction": pytest.approx(saved_energy / base_energy if base_energy else 0.0),
         "cost_saved": pytest.approx(saved_cost),
         "cost_saved_fraction": pytest.approx(saved_cost / base_cost if base_cost else 0.0),
+        "jobs_not_learning": not_learning,
     }
 
 
@@ -97,15 +107,72 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     http.get("/jobs/batch_size", params={"job_id": going}).raise_for_status()
     released = http.get("/jobs/batch_size", params={"job_id": going}).json()
     assert http.post("/api/trials/release", json=released).status_code == 200
+    # Its newest runs all released: it learns nothing now.
+    stuck = register("stuck")
+    for _ in range(3):
+        _release(http, stuck)
 
     fleet = _fleet(server, prefix)
     assert fleet.model_dump() == _expected(http, jobs)
     assert fleet.jobs_with_savings == 2
+    assert fleet.jobs_not_learning == 1
     # The same through the read API, for reports and the tools that chart them.
     assert http.get("/api/summary", params={"prefix": prefix}).json() == _expected(http, jobs)
     # A prefix keeps its jobs only; another prefix sees none of them.
     assert _fleet(server, f"{prefix}-explores").model_dump() == _expected(http, jobs[:1])
     assert _fleet(server, unique_id("nofleet")).jobs == 0
+
+
+def _release(http: httpx.Client, job_id: str) -> None:
+    trial = dispatch(http, job_id)
+    assert http.post("/api/trials/release", json=trial_id(trial)).json()["status"] == "released"
+
+
+ENDINGS = {
+    "stuck": "RRR",
+    "stuck-long": "ERRRR",  # a counted run, then released ones
+    "going": "RRRD",  # in progress now: its newest ended runs still say so
+    "recovered": "RRRE",
+    "two": "RR",
+    "failed-between": "RFRR",
+    "none": "",
+}
+"""Jobs' runs in order: released (R), reported and ended (E), failed (F), dispatched and still
+going (D)."""
+
+
+def test_the_jobs_that_learn_nothing_are_those_each_view_says_so_of(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """One statement over the fleet finds the jobs whose newest ended runs, three or more, were
+    all released: the count in the totals and ``GET /api/jobs?not_learning=true`` name exactly
+    the jobs whose own view says they learn nothing now, on every backend."""
+    prefix = unique_id("stuck")
+    for name, runs in ENDINGS.items():
+        job_id = f"{prefix}-{name}"
+        assert http.post("/jobs", json=job_body(job_id, prefix=prefix)).status_code == 201
+        for run in runs:
+            if run == "R":
+                _release(http, job_id)
+            elif run == "E":
+                run_one(http, job_id, {})
+            else:
+                trial = trial_id(dispatch(http, job_id))
+                if run == "F":
+                    assert http.patch("/trials", json=trial).status_code == 200  # unreported
+    said = {
+        job["job_id"]
+        for job in http.get("/api/jobs", params={"prefix": prefix}).json()
+        if http.get(f"/api/jobs/{job['job_id']}").json()["not_learning"] is not None
+    }
+    assert said == {f"{prefix}-{name}" for name in ("stuck", "stuck-long", "going")}
+    listed = http.get("/api/jobs", params={"prefix": prefix, "not_learning": "true"}).json()
+    assert [job["job_id"] for job in listed] == sorted(said)
+    assert all(job["not_learning"] for job in listed)
+    assert _fleet(server, prefix).jobs_not_learning == len(said)
+    # A page of them: the limit and the offset count those jobs only.
+    page = {"prefix": prefix, "not_learning": "true", "limit": 1, "offset": 1}
+    assert [job["job_id"] for job in http.get("/api/jobs", params=page).json()] == sorted(said)[1:2]
 
 
 def test_metrics_carry_the_fleets_totals(http: httpx.Client) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import math
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -411,16 +413,25 @@ def test_a_job_whose_newest_runs_were_all_released_says_it_learns_nothing(
     (listed,) = http.get("/api/jobs", params={"prefix": job_id}).json()
     # The job list says so too (it reads no more than the three runs it takes), and its page.
     assert listed["not_learning"].startswith("its last 3 or more runs were released: none")
-    assert 'class="badge not-learning"' in http.get("/dashboard", params={"prefix": job_id}).text
-    listing = subprocess.run(
-        [str(Path(sys.executable).parent / "zeus-bso"), "jobs", "list", "--prefix", job_id]
-        + ["--server", server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    listed_page = http.get("/dashboard", params={"prefix": job_id}).text
+    assert 'class="badge not-learning"' in listed_page
+    # The fleet's totals count it, linked to the list of those jobs, for an alert on them.
+    assert "1 job learns nothing now" in listed_page
+    (link,) = re.findall(r'id="not-learning-jobs" href="([^"]+)"', listed_page)
+    only = http.get(html.unescape(link)).text
+    assert "Jobs that learn nothing now" in only
+    assert f">{job_id}</a>" in only
+    assert http.get("/api/summary", params={"prefix": job_id}).json()["jobs_not_learning"] == 1
+    cli = [str(Path(sys.executable).parent / "zeus-bso"), "jobs"]
+    where = ["--prefix", job_id, "--server", server.url]
+    wide = {**os.environ, "COLUMNS": "200"}
+    only_them = [*cli, "list", "--not-learning", *where]
+    listing = subprocess.run(only_them, capture_output=True, text=True, timeout=60, env=wide)
     assert "pruning, not learning" in listing.stdout, listing.stderr
+    summary = subprocess.run(
+        [*cli, "summary", *where], capture_output=True, text=True, timeout=60, env=wide
+    )
+    assert "1 job learns nothing now" in " ".join(summary.stdout.split()), summary.stderr
     in_progress = http.get("/jobs/batch_size", params={"job_id": job_id}).json()
     assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] == words  # not ended yet
     report = in_progress | {"time": 10.0, "energy": 1000.0, "metric": 0.1, "current_epoch": 1}
@@ -431,3 +442,5 @@ def test_a_job_whose_newest_runs_were_all_released_says_it_learns_nothing(
     _released(http, job_id)
     assert http.get(f"/api/jobs/{job_id}").json()["not_learning"] is None
     assert 'id="not-learning"' not in http.get(f"/dashboard/jobs/{job_id}").text
+    assert http.get("/api/jobs", params={"prefix": job_id, "not_learning": True}).json() == []
+    assert http.get("/api/summary", params={"prefix": job_id}).json()["jobs_not_learning"] == 0

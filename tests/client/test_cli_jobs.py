@@ -682,6 +682,33 @@ def test_the_totals_name_one_verb_where_energy_and_cost_agree(
     assert older.endswith(f"the 1 job whose savings are known together {said}")
 
 
+@pytest.mark.parametrize(
+    ("stuck", "said"),
+    [
+        (0, ""),
+        (1, " 1 job learns nothing now: the newest runs, three or more, were all released "
+            "(zeus-bso jobs list --not-learning names it)."),
+        (2, " 2 jobs learn nothing now: the newest runs, three or more, were all released "
+            "(zeus-bso jobs list --not-learning names them)."),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("with_savings", [0, 1])
+def test_the_totals_end_with_the_jobs_that_learn_nothing(
+    stuck: int, said: str, with_savings: int
+) -> None:
+    from zeus_bso.cli.job_words import totals_in_words
+    from zeus_bso.wire.reads import FleetSummary
+
+    answer = {
+        "jobs": 3, "runs": 9, "energy": 185.0, "time": 0.6, "jobs_with_savings": with_savings,
+        "energy_saved": 7.0, "energy_saved_fraction": 0.1, "cost_saved": 7.0,
+        "cost_saved_fraction": 0.1, "jobs_not_learning": stuck,
+    }  # fmt: skip
+    words = totals_in_words(FleetSummary.model_validate(answer))
+    assert words.endswith("." + said)
+    assert ("learns nothing" in words or "learn nothing" in words) == bool(stuck)
+
+
 def test_times_read_as_ls_writes_them() -> None:
     from zeus_bso.cli.tables import when
 

@@ -210,10 +210,22 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
         f"{energy_text(totals.energy)} of energy and {duration_text(totals.time)} of "
         "training spent."
     )
+    stuck = totals.jobs_not_learning
+    not_learning = (
+        f" {stuck} job{' learns' if stuck == 1 else 's learn'} nothing now: the newest runs, "
+        "three or more, were all released (zeus-bso jobs list --not-learning names "
+        f"{'it' if stuck == 1 else 'them'})."
+        if stuck
+        else ""
+    )
     if not totals.jobs_with_savings:
-        return text + (
-            " Savings are known once a job has a converged run at its default batch size and "
-            "runs at another."
+        return (
+            text
+            + (
+                " Savings are known once a job has a converged run at its default batch size and "
+                "runs at another."
+            )
+            + not_learning
         )
     energy, cost = totals.energy_saved, totals.cost_saved
     energy_share = percent_text(abs(100 * totals.energy_saved_fraction))
@@ -234,7 +246,7 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
     return (
         f"{text} Against delivering their models at their default batch sizes, the {known} "
         f"job{'' if known == 1 else 's'} whose savings are known{counts} together "
-        f"{energy_words} and {cost_words}."
+        f"{energy_words} and {cost_words}.{not_learning}"
     )
 
 

@@ -192,16 +192,24 @@ def list_command(
             "refused) or pinned; --limit and --offset then count those",
         ),
     ] = None,
+    not_learning: Annotated[
+        bool,
+        typer.Option(
+            "--not-learning",
+            help="Only the jobs that learn nothing now: their newest ended runs, three or "
+            "more, were all released",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
 
     def page(client: ServerClient) -> tuple[tuple[list[JobSummary], list[str]], bool]:
         if stage is not None:
-            return _at_stage(client, prefix, stage, limit, offset)
-        found = client.jobs_page(prefix, limit, offset)
+            return _at_stage(client, prefix, stage, limit, offset, not_learning)
+        found = client.jobs_page(prefix, limit, offset, not_learning)
         full = len(found[0]) + len(found[1]) >= limit  # the unreadable are left out of a page
-        return found, full and any(client.jobs_page(prefix, 1, offset + limit))
+        return found, full and any(client.jobs_page(prefix, 1, offset + limit, not_learning))
 
     (jobs, unreadable), more = _ask(server, token, page)
     beyond = f"more jobs than these {limit}: --offset {offset + limit} shows the next page"
@@ -241,11 +249,17 @@ def list_command(
         err.print(beyond)
     if not jobs:
         at = f" at stage {stage.value}" if stage is not None else ""
-        err.print(escape("no jobs" + at + whose_id(prefix)))
+        learning = " that learn nothing now" if not_learning else ""
+        err.print(escape("no jobs" + learning + at + whose_id(prefix)))
 
 
 def _at_stage(
-    client: ServerClient, prefix: str | None, stage: JobStage, limit: int, offset: int
+    client: ServerClient,
+    prefix: str | None,
+    stage: JobStage,
+    limit: int,
+    offset: int,
+    not_learning: bool,
 ) -> tuple[tuple[list[JobSummary], list[str]], bool]:
     """The page ``limit`` and ``offset`` say of the jobs at ``stage`` (whose id starts with
     ``prefix``), the ids the server cannot read, and whether more follow: every page of the
@@ -255,7 +269,7 @@ def _at_stage(
     unreadable: list[str] = []
     start = 0
     while True:
-        found, unread = client.jobs_page(prefix, STAGE_PAGE, start)
+        found, unread = client.jobs_page(prefix, STAGE_PAGE, start, not_learning)
         matching += [job for job in found if job.stage is stage]
         unreadable += unread
         if len(found) + len(unread) < STAGE_PAGE:

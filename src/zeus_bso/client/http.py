@@ -422,13 +422,22 @@ class ServerClient:
         self._request("DELETE", "/jobs", params={"job_id": job_id})
 
     def list_jobs(
-        self, prefix: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        prefix: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        not_learning: bool = False,
     ) -> list[JobSummary]:
-        """Registered jobs ordered by id (``GET /api/jobs``), a page at a time."""
-        return self.jobs_page(prefix, limit, offset)[0]
+        """Registered jobs ordered by id (``GET /api/jobs``), a page at a time; with
+        ``not_learning``, only those that learn nothing now (`JobSummary.not_learning`)."""
+        return self.jobs_page(prefix, limit, offset, not_learning)[0]
 
     def jobs_page(
-        self, prefix: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        prefix: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        not_learning: bool = False,
     ) -> tuple[list[JobSummary], list[str]]:
         """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
         read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
@@ -437,9 +446,13 @@ class ServerClient:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if prefix:
             params["prefix"] = prefix
+        if not_learning:
+            params["not_learning"] = "true"
         response = self._request("GET", "/api/jobs", params=params)
         unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
         jobs: list[JobSummary] = _read(list[JobSummary], response.json(), "GET /api/jobs")
+        if not_learning:  # a server that predates the filter lists every job
+            jobs = [job for job in jobs if job.not_learning]
         return jobs, [i for i in unreadable.split(",") if i]
 
     def summary(self, prefix: str | None = None) -> FleetSummary:

@@ -334,3 +334,6 @@ class FleetSummary(BaseModel):
     """``energy_saved`` over those jobs' baseline energy."""
     cost_saved: float
     cost_saved_fraction: float
+    jobs_not_learning: int = 0
+    """Jobs that learn nothing now: their newest ended runs, three or more, were all released,
+    none counted (`JobSummary.not_learning`; ``GET /api/jobs?not_learning=true`` lists them)."""

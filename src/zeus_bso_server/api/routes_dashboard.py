@@ -111,14 +111,20 @@ async def jobs_page(
     db: Db,
     prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    not_learning: bool = False,
 ) -> Response:
-    """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with it."""
-    found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset)
+    """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with
+    it, ``not_learning`` those that learn nothing now."""
+    found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset, not_learning)
     fleet = await fleet_summary(db, prefix or None)
     base = URL(path_for(request, "dashboard_jobs"))
 
-    def page_url(start: int) -> str:
-        query = {"offset": str(max(start, 0)), **({"prefix": prefix} if prefix else {})}
+    def page_url(start: int, only_not_learning: bool = not_learning) -> str:
+        query = {
+            "offset": str(max(start, 0)),
+            **({"prefix": prefix} if prefix else {}),
+            **({"not_learning": "true"} if only_not_learning else {}),
+        }
         return str(base.include_query_params(**query))
 
     return templates().TemplateResponse(
@@ -130,6 +136,7 @@ async def jobs_page(
             "fleet": fleet,
             "more": len(found.jobs) + len(found.unreadable) > PAGE_SIZE,
             "prefix": prefix,
+            "not_learning": not_learning,
             "offset": offset,
             "page_size": PAGE_SIZE,
             "page_url": page_url,

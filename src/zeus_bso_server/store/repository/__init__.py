@@ -10,10 +10,18 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 - `trials`: a job's trials (dispatch, report, renew, release, fail, end, and what the policy
   reads of them);
 - `power_profiles`: each batch size's measurements at each power limit;
-- `fleet`: what many jobs spent, and the fleet's totals and savings.
+- `fleet`: what many jobs spent, the fleet's totals and savings, and the jobs that learn
+  nothing now.
 """
 
-from zeus_bso_server.store.repository.fleet import FleetTotals, Spent, fleet_totals, spent
+from zeus_bso_server.store.repository.fleet import (
+    FleetTotals,
+    Spent,
+    count_jobs_not_learning,
+    fleet_totals,
+    jobs_not_learning,
+    spent,
+)
 from zeus_bso_server.store.repository.jobs import (
     delete_job,
     get_job,
@@ -70,6 +78,7 @@ __all__ = [
     "StoredJob",
     "StoredPowerProfile",
     "StoredTrial",
+    "count_jobs_not_learning",
     "delete_job",
     "delete_power_profiles",
     "end_trial_as",
@@ -81,6 +90,7 @@ __all__ = [
     "insert_job_if_absent",
     "insert_power_profile",
     "job_state",
+    "jobs_not_learning",
     "jobs_of_prefix",
     "latest_costs",
     "latest_of_prefix",

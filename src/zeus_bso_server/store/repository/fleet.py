@@ -1,5 +1,6 @@
-"""SQL over many jobs at once: what their trials spent (`spent`), and the fleet's totals and
-savings in one aggregate query (`fleet_totals`)."""
+"""SQL over many jobs at once: what their trials spent (`spent`), the fleet's totals and
+savings in one aggregate query (`fleet_totals`), and the jobs that learn nothing now
+(`jobs_not_learning`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    Select,
     and_,
     case,
     func,
@@ -17,6 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from zeus_bso.policy import TrialStatus
 from zeus_bso_server.store.repository.jobs import with_prefix
 from zeus_bso_server.store.repository.rows import jobs, trials
 
@@ -135,6 +138,42 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
         cost_saved=float(row.cost_saved),
         cost_baseline=float(row.cost_baseline),
     )
+
+
+def jobs_not_learning(prefix: str | None, in_a_row: int) -> Select[Any]:
+    """The ids of the jobs (whose id starts with ``prefix``) whose newest ``in_a_row`` ended
+    trials (not those in progress) were all released: none of them was counted, as
+    `zeus_bso_server.queries.not_learning` says of one job. One statement, to count them or to
+    keep a list to them: a window over the trials of the jobs with that many released trials
+    (the only ones that may have released their newest; few, in a fleet that learns)."""
+    released_ones = trials.c.status == TrialStatus.RELEASED.value
+    may_be = with_prefix(
+        select(trials.c.job_id).where(released_ones), prefix, trials.c.job_id
+    ).group_by(trials.c.job_id)
+    newest = func.row_number().over(
+        partition_by=trials.c.job_id, order_by=trials.c.trial_number.desc()
+    )
+    ranked = (
+        select(trials.c.job_id, trials.c.status, newest.label("newest"))
+        .where(
+            trials.c.status != TrialStatus.DISPATCHED.value,
+            trials.c.job_id.in_(may_be.having(func.count() >= in_a_row)),
+        )
+        .subquery()
+    )
+    released = func.sum(case((ranked.c.status == TrialStatus.RELEASED.value, 1), else_=0))
+    return (
+        select(ranked.c.job_id)
+        .where(ranked.c.newest <= in_a_row)
+        .group_by(ranked.c.job_id)
+        .having(func.count() == in_a_row, released == in_a_row)
+    )
+
+
+def count_jobs_not_learning(conn: Connection, prefix: str | None, in_a_row: int) -> int:
+    """How many jobs `jobs_not_learning` names."""
+    found = jobs_not_learning(prefix, in_a_row).subquery()
+    return int(conn.execute(select(func.count()).select_from(found)).scalar_one())
 
 
 def spent(conn: Connection, job_ids: Sequence[str]) -> list[Spent]:

@@ -136,14 +136,15 @@ def lock_job_expiring_leases(conn: Connection, job_id: str) -> tuple[StoredJob |
     return job, int(conn.execute(_EXPIRE, {"expired_job_id": job_id}).rowcount)
 
 
-def with_prefix(stmt: Select[Any], prefix: str | None) -> Select[Any]:
-    """``stmt`` restricted to the jobs whose id starts with ``prefix`` (None: every job)."""
+def with_prefix(stmt: Select[Any], prefix: str | None, job_id: Any = jobs.c.job_id) -> Select[Any]:
+    """``stmt`` restricted to the jobs whose id (its column ``job_id``: the jobs' by default)
+    starts with ``prefix`` (None: every job)."""
     if not prefix:
         return stmt
     return stmt.where(
-        jobs.c.job_id.startswith(prefix, autoescape=True),  # can use the primary key's index
+        job_id.startswith(prefix, autoescape=True),  # can use the primary key's index
         # Exact: SQLite's LIKE ignores the case of ASCII letters, ids do not.
-        func.substr(jobs.c.job_id, 1, len(prefix)) == prefix,
+        func.substr(job_id, 1, len(prefix)) == prefix,
     )
 
 
@@ -161,11 +162,18 @@ def jobs_of_prefix(
 
 
 def list_jobs(
-    conn: Connection, prefix: str | None, limit: int, offset: int
+    conn: Connection,
+    prefix: str | None,
+    limit: int,
+    offset: int,
+    among: Select[Any] | None = None,
 ) -> tuple[list[StoredJob], list[str]]:
-    """Jobs ordered by id, optionally only those whose id starts with ``prefix``; and the ids of
-    those among them whose stored state cannot be read (left out)."""
+    """Jobs ordered by id, optionally only those whose id starts with ``prefix`` and those
+    ``among`` names (a select of job ids); and the ids of those among them whose stored state
+    cannot be read (left out)."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
+    if among is not None:
+        stmt = stmt.where(jobs.c.job_id.in_(among))
     return readable_jobs(conn.execute(with_prefix(stmt, prefix)))
 
 
