@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
@@ -123,8 +124,10 @@ def train(
     compute_metrics: Any = accuracy,
     trainer_class: Any = None,
     set_after_built: int | None = None,
+    block: bool = False,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
+    """One run of a tiny BERT under the callback (``block``: within ``with callback:``)."""
     torch.manual_seed(0)
     model = tiny_bert()
     callback = ZeusBSOTrainerCallback(
@@ -155,7 +158,8 @@ def train(
         trainer.add_callback(callback)
     if set_after_built is not None:  # the Trainer was built at that size, then told the run's
         trainer.args.per_device_train_batch_size = callback.start()
-    trainer.train(resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume)
+    with callback if block else contextlib.nullcontext():
+        trainer.train(resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume)
     callback.spy_sizes = spy.sizes  # type: ignore[attr-defined]
     callback.log_history = trainer.state.log_history  # type: ignore[attr-defined]
     # An evaluation after training is not part of the trial.
@@ -1129,6 +1133,63 @@ def test_a_run_whose_notebook_cell_raised_is_judged_by_its_error_at_the_next_run
     else:
         assert first.message == "KeyError: 'accuracy'"
     assert second.outcome is not None
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 MiB"), "infeasible"),
+        (KeyError("accuracy"), "failed"),
+    ],
+)
+def test_a_with_block_ends_a_run_that_raised_in_a_process_that_goes_on(
+    server: ServerProcess, tmp_path: Path, error: BaseException, status: str
+) -> None:
+    """A worker that catches a failed ``trainer.train()`` and goes on (the Trainer calls no
+    callback on the error): ``with callback:`` around it ends the run by its error when the
+    block ends, as an exit would, with no later run of the job needed (out of memory: its size
+    infeasible on these GPUs). Without the block, the run stayed open, its trial in flight,
+    until the process exited or the job's next run in it started."""
+    spec = job(unique_id("hfblock"), target=0.999)
+    raising = [RaisesInTheSecondEpoch(error)]
+    with pytest.raises(type(error)):
+        train(server.url, spec, tmp_path, epochs=6, ahead=raising, block=True)
+    with ServerClient(server.url) as client:
+        (ended,) = client.trials(spec.job_id or "")
+    assert ended.status == status
+    if status == "failed":
+        assert ended.message == "KeyError: 'accuracy'"
+
+
+def test_a_with_block_around_a_run_that_never_trained_releases_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``start()`` asked for a trial, then the Trainer's arguments failed to build (or the
+    block ended before ``train()``): the block's end releases the trial, charging nothing."""
+    spec = job(unique_id("hfblocknotrain"), target=0.999)
+    callback = ZeusBSOTrainerCallback(
+        server.url, spec, energy_meter=EstimateMeter(100), metric="eval_accuracy"
+    )
+
+    def script() -> None:
+        with callback:
+            callback.start()
+            raise ValueError("a typo in the script, before the Trainer")
+
+    with pytest.raises(ValueError, match="a typo"):
+        script()
+    with callback:
+        pass  # ended: nothing more to do
+    clean = ZeusBSOTrainerCallback(
+        server.url, spec, energy_meter=EstimateMeter(100), metric="eval_accuracy"
+    )
+    with clean:
+        clean.start()
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [t.status for t in trials] == ["released", "released"]
+    assert trials[1].message is not None
+    assert "with block ended before trainer.train()" in trials[1].message
 
 
 def test_another_cells_error_does_not_judge_the_run_it_follows(

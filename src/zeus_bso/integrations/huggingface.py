@@ -8,6 +8,10 @@ batch size is chosen first, by the callback's `start` (which asks the server)::
                              eval_strategy="epoch")
     Trainer(model, args, ..., callbacks=[callback]).train()
 
+The Trainer calls no callback when ``train()`` raises: in a process that goes on after the
+error (a worker, a service, a notebook), ``with callback:`` around the training ends the run by
+it (`ZeusBSOTrainerCallback.__exit__`).
+
 Only the world process zero talks to the server; with ``torch.distributed`` initialised the
 batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
 each GPU once. Every checkpoint gets a ``zeus_bso_trial.json``: a run given the checkpoint
@@ -25,7 +29,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, NoReturn
+from types import TracebackType
+from typing import Any, NoReturn, Self
 
 from typing_extensions import Unpack, override
 
@@ -168,6 +173,35 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 "and asks the server for this run's batch size (on every process)"
             )
         return self.session.batch_size
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """End a run that the block leaves open. The Trainer calls no callback when
+        ``trainer.train()`` raises: in a process that goes on (a worker, a service, a notebook)
+        the run would stay open, its heartbeat keeping its trial in flight. The error ends it
+        as an exit would judge it (out of memory: the size is infeasible on these GPUs; an
+        interruption, or an error before the first report, releases it; any other fails it);
+        a block that ends without an error before the run trained releases it."""
+        session = self.session
+        if session is None or self._ended:
+            return
+        self._ended, self._training = True, False
+        try:
+            if exc is None:
+                session.release(
+                    "the callback's with block ended before trainer.train() ended the run"
+                )
+            else:
+                session.failed(exc, trained=session.progress.epochs > 0)
+        finally:
+            self.outcome = session.outcome
 
     def _saved_trial(self) -> dict[str, Any]:
         """What the checkpoint to resume from saved (read on the world process zero)."""
