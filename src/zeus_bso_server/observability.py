@@ -131,6 +131,12 @@ FLEET_GAUGES = (
         "Jobs whose savings are known (their default and another batch size delivered models).",
     ),
     (
+        "zeus_bso_jobs_saving",
+        "jobs_saving",
+        "Of the jobs whose savings are known, those whose cost saved is not negative (the others "
+        "spent more than their default would have).",
+    ),
+    (
         "zeus_bso_energy_saved_joules",
         "energy_saved",
         "Energy saved against delivering those jobs' models at their default batch sizes.",
