@@ -1161,6 +1161,56 @@ def test_a_with_block_ends_a_run_that_raised_in_a_process_that_goes_on(
         assert ended.message == "KeyError: 'accuracy'"
 
 
+@pytest.mark.parametrize("in_a_notebook", [False, True])
+def test_a_run_whose_train_raised_unheard_is_ended_by_the_next_run_of_any_job(
+    server: ServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    in_a_notebook: bool,
+) -> None:
+    """A worker (or a notebook) that caught a failed ``trainer.train()`` without ``with
+    callback:`` and goes on to another job: the next run's ``start()`` ends the first, whose
+    training began and whose Trainer loop is no longer running, saying to use the block. In a
+    notebook, by the error IPython kept (out of memory: infeasible; here a KeyError: failed);
+    else as interrupted (released). Before, it stayed open until the process exited."""
+    first = job(unique_id("hfunheard"), target=0.999)
+    error = KeyError("accuracy")
+    monkeypatch.setattr(sys, "last_value", ValueError("an earlier cell's"), raising=False)
+    with pytest.raises(KeyError):
+        train(server.url, first, tmp_path / "a", epochs=6, ahead=[RaisesInTheSecondEpoch(error)])
+    if in_a_notebook:
+        monkeypatch.setattr(sys, "last_value", error)  # as IPython keeps the cell's error
+    with ServerClient(server.url) as client:
+        assert [t.status for t in client.trials(first.job_id or "")] == ["dispatched"]
+    other = job(unique_id("hfunheard"), target=0.999)
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        train(server.url, other, tmp_path / "b", epochs=1, block=True)
+    with ServerClient(server.url) as client:
+        (ended,) = client.trials(first.job_id or "")
+    assert ended.status == ("failed" if in_a_notebook else "released")
+    said = " ".join(caplog.text.split())
+    assert f"of job {first.job_id} was still open: its trainer.train() ended without" in said
+    assert "put `with callback:` around the training" in said
+
+
+def test_a_run_that_has_not_begun_training_is_left_open_by_the_next_start(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Two runs asked for before either trains (one script, two models): the second's
+    ``start()`` leaves the first open, its training yet to come."""
+    first, second = (job(unique_id("hfnotbegun"), target=0.999) for _ in range(2))
+    a, b = (
+        ZeusBSOTrainerCallback(server.url, spec, energy_meter=EstimateMeter(100), metric="accuracy")
+        for spec in (first, second)
+    )
+    with a, b:
+        a.start()
+        b.start()
+        with ServerClient(server.url) as client:
+            assert [t.status for t in client.trials(first.job_id or "")] == ["dispatched"]
+
+
 def test_a_with_block_around_a_run_that_never_trained_releases_it(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -35,7 +35,7 @@ from typing import Any, NoReturn, Self
 from typing_extensions import Unpack, override
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
-from zeus_bso.integrations import hf_arguments
+from zeus_bso.integrations import hf_arguments, hf_unheard
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first, trainer_being_built
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
@@ -142,6 +142,8 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         returns the same batch size.
         """
         if self.session is None:
+            for other, error in hf_unheard.unheard(self):  # runs whose train() raised unheard
+                other._end_unheard(error)
             self.session = TrialSession(
                 is_rank_zero(
                     "initialise torch.distributed (e.g. accelerate.PartialState()) before "
@@ -193,6 +195,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if session is None or self._ended:
             return
         self._ended, self._training = True, False
+        hf_unheard.ended(self)
         try:
             if exc is None:
                 session.release(
@@ -200,6 +203,32 @@ class ZeusBSOTrainerCallback(TrainerCallback):
                 )
             else:
                 session.failed(exc, trained=session.progress.epochs > 0)
+        finally:
+            self.outcome = session.outcome
+
+    def _end_unheard(self, error: BaseException | None) -> None:
+        """End this run, whose ``trainer.train()`` ended without a word to the callback
+        (`zeus_bso.integrations.hf_unheard`): by ``error`` where it is known, as `__exit__`
+        would, else as interrupted."""
+        session = self.session
+        if session is None or self._ended:
+            return
+        self._ended, self._training = True, False
+        if session.is_main:
+            logger.warning(
+                "zeus-bso: trial %s of job %s was still open: its trainer.train() ended "
+                "without a word to the callback (the Trainer calls no callback on an error), "
+                "and a new run starts; it ends now%s. Where a process goes on after a failed "
+                "train(), put `with callback:` around the training",
+                session.trial_number,
+                session.job_id,
+                f", by {type(error).__name__}" if error is not None else ", as interrupted",
+            )
+        try:
+            if error is not None:
+                session.failed(error, trained=session.progress.epochs > 0)
+            else:
+                session.end_interrupted("its trainer.train() ended without a word to the callback")
         finally:
             self.outcome = session.outcome
 
@@ -277,6 +306,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
         if session.lr.rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
+        hf_unheard.began(self)
         self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
         epochs = max(1.0, float(args.num_train_epochs))
         per_epoch = (
@@ -466,6 +496,7 @@ class ZeusBSOTrainerCallback(TrainerCallback):
     ) -> None:
         self._training = False
         self._shrunk.size = None
+        hf_unheard.ended(self)
         session = self.session
         if session is None or self._ended:
             return

@@ -39,7 +39,7 @@ def _set_aside() -> object:
     return getattr(sys, "last_value", None)
 
 
-def _raised_in_training(error: BaseException) -> bool:
+def raised_in_training(error: BaseException) -> bool:
     """Whether ``error``'s traceback passes through a frame of `TRAINING_PACKAGES` (a step, a
     Trainer's loop, a callback of ours)."""
     trace = error.__traceback__
@@ -68,6 +68,6 @@ def supersede(run: OpenRun, thread: int) -> None:
     for other, (started_on, before) in list(_OPEN.items()):
         if other is not run and other.job_id == run.job_id and started_on == thread:
             since = now if now is not before and isinstance(now, BaseException) else None
-            if since is not None and not _raised_in_training(since):
+            if since is not None and not raised_in_training(since):
                 since = None  # another cell's error: the run was interrupted, as before
             other.superseded("a later run of the job started in this process", since)

@@ -62,8 +62,7 @@ PostgreSQL cannot store (NUL) or a person cannot read, and characters that hide 
 
 
 _CLASS = "".join(
-    f"\\u{low:04x}" + (f"-\\u{high:04x}" if high != low else "")
-    for low, high in REFUSED_CHARACTERS
+    f"\\u{low:04x}" + (f"-\\u{high:04x}" if high != low else "") for low, high in REFUSED_CHARACTERS
 )
 """`REFUSED_CHARACTERS` as the inside of a regular expression's character class."""
 _FIRST_REFUSED = re.compile(f"[{_CLASS}]")
