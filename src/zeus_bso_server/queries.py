@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import takewhile
 
@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from zeus_bso import policy
 from zeus_bso.errors import NoConvergedBatchSizeError, NoFittingBatchSizeError
+from zeus_bso.policy import TrialState
 from zeus_bso.policy.horizon import Horizon
 from zeus_bso.policy.orchestration import Reading, decision_view, next_run, reading
 from zeus_bso.policy.priors import standing
@@ -224,11 +225,14 @@ async def job_summaries(
             job_id for job_id, used in spent.items() if _released(used) >= RELEASED_IN_A_ROW
         ]
         endings = repo.newest_endings(conn, released, RELEASED_IN_A_ROW)
+        explored = repo.explorations_of(conn, [job.job_id for job in stored])
         summaries = []
         for job in stored:
             try:
                 ended = endings.get(job.job_id, [])
-                summaries.append(_summary(conn, job, spent[job.job_id], ended))
+                summaries.append(
+                    _summary(conn, job, spent[job.job_id], ended, explored[job.job_id])
+                )
             except ValidationError as err:  # its configuration, corrupt
                 logger.error("%s", UnreadableJobError(job.job_id, str(err)).message)
                 unreadable.append(job.job_id)
@@ -249,11 +253,15 @@ def shown_stage(job: StoredJob, upcoming: NextRun) -> JobStage:
 
 
 def _summary(
-    conn: Connection, job: StoredJob, spent: list[Spent], endings: list[Ending]
+    conn: Connection,
+    job: StoredJob,
+    spent: list[Spent],
+    endings: list[Ending],
+    explorations: Sequence[TrialState],
 ) -> JobSummary:
     config = CreatedJob.model_validate(job.config)
     savings, savings_unknown = _savings_and_why(config, spent)
-    store = SqlJobStore(conn, job.job_id, job.state)
+    store = SqlJobStore(conn, job.job_id, job.state, known_explorations=explorations)
     read = reading(store, config, job.state)  # once, for the history and the next run
     state, history = decision_view(store, config, job.state, read)
     return JobSummary(

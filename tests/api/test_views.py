@@ -20,6 +20,7 @@ from tests.helpers import (
     job_body,
     jobs_show,
     run_one,
+    run_recurrences,
     trial_id,
     unique_id,
 )
@@ -249,6 +250,35 @@ def test_a_job_no_batch_size_converges_on_is_blocked_and_says_what_to_change(
     assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 409
     # Reading the job decided nothing: no trial was added by the views.
     assert state["trial_count"] == 2
+
+
+def test_a_page_of_jobs_says_what_each_jobs_view_says(http: httpx.Client) -> None:
+    """The job list reads a page's pruning explorations together (one statement, not one per
+    job): each job's stage, recommendation and best size in the list are its own view's, for
+    jobs at every stage side by side (fresh, exploring, in the bandit, blocked, pinned)."""
+    prefix = unique_id("page")
+    made = []
+    for name, recurrences in (("fresh", 0), ("two", 2), ("five", 5), ("bandit", 9)):
+        made.append(f"{prefix}-{name}")
+        assert http.post("/jobs", json=job_body(made[-1], prefix=prefix)).status_code == 201
+        run_recurrences(http, made[-1], recurrences)
+    blocked = f"{prefix}-blocked"
+    body = job_body(blocked, prefix=prefix, batch_sizes=[32, 64], default_batch_size=64)
+    body |= {"target_metric": 0.8, "max_epochs": 2, "learning_curve_stop": False}
+    assert http.post("/jobs", json=body).status_code == 201
+    for _ in range(2):
+        run_one(http, blocked, {})
+    assert http.put(f"/api/jobs/{made[1]}/pin", json={"batch_size": 32}).status_code == 200
+    listed = {job["job_id"]: job for job in http.get("/api/jobs", params={"prefix": prefix}).json()}
+    assert sorted(listed) == sorted([*made, blocked])
+    stages = set()
+    for job_id, job in listed.items():
+        view = http.get(f"/api/jobs/{job_id}").json()
+        stages.add(view["stage"])
+        assert job["stage"] == view["stage"], job_id
+        assert job["recommended"] == view["recommended"], job_id
+        assert job["best_batch_size"] == view["best_batch_size"], job_id
+    assert {"pruning", "bandit", "blocked", "pinned"} <= stages
 
 
 def test_a_pinned_job_gives_every_run_its_batch_size_until_unpinned(http: httpx.Client) -> None:

@@ -36,6 +36,9 @@ class SqlJobStore:
     """The lease, in seconds from now, of a trial being stored."""
     run_key: str | None = None
     """The run key a dispatched trial is stored with."""
+    known_explorations: Sequence[TrialState] | None = None
+    """The job's explorations, where the caller read them already (a page of jobs, read
+    together: `repo.explorations_of`), for a store that only reads."""
 
     @classmethod
     def of(
@@ -56,6 +59,8 @@ class SqlJobStore:
         return found.trial if found is not None else None
 
     def explorations(self) -> Sequence[TrialState]:
+        if self.known_explorations is not None:
+            return self.known_explorations
         return repo.explorations(self.conn, self.job_id)
 
     def latest_costs(self, batch_sizes: Iterable[int], window: int) -> WindowedCosts:

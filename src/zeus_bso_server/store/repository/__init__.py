@@ -55,6 +55,7 @@ from zeus_bso_server.store.repository.rows import (
 from zeus_bso_server.store.repository.trials import (
     end_trial_as,
     explorations,
+    explorations_of,
     finish_trial,
     get_trial,
     latest_costs,
@@ -83,6 +84,7 @@ __all__ = [
     "delete_power_profiles",
     "end_trial_as",
     "explorations",
+    "explorations_of",
     "finish_trial",
     "fleet_totals",
     "get_job",

@@ -3,7 +3,7 @@ latest costs the policy reads; a run's trial, and the trials a page shows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -97,6 +97,28 @@ def finish_trial(conn: Connection, job_id: str, trial: TrialState, job: JobState
 def explorations(conn: Connection, job_id: str) -> tuple[TrialState, ...]:
     """The job's pruning explorations."""
     return tuple(trial_state(r) for r in conn.execute(_EXPLORATIONS, {"job_id": job_id}))
+
+
+EXPLORATIONS_CHUNK = 500
+"""Jobs one statement of `explorations_of` names (databases bound the parameters)."""
+
+
+def explorations_of(conn: Connection, job_ids: Sequence[str]) -> dict[str, tuple[TrialState, ...]]:
+    """`explorations` of each of the jobs, every one a key: one statement for
+    `EXPLORATIONS_CHUNK` jobs, where a page of jobs read them one by one."""
+    found: dict[str, list[TrialState]] = {job_id: [] for job_id in job_ids}
+    for start in range(0, len(job_ids), EXPLORATIONS_CHUNK):
+        stmt = (
+            select(trials)
+            .where(
+                trials.c.job_id.in_(job_ids[start : start + EXPLORATIONS_CHUNK]),
+                trials.c.kind == TrialKind.EXPLORATION.value,
+            )
+            .order_by(trials.c.job_id, trials.c.trial_number)
+        )
+        for row in conn.execute(stmt):
+            found[row.job_id].append(trial_state(row))
+    return {job_id: tuple(states) for job_id, states in found.items()}
 
 
 def latest_costs(
