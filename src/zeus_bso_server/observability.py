@@ -126,6 +126,11 @@ FLEET_GAUGES = (
     ("zeus_bso_runs_energy_joules", "energy", "Energy ended runs spent."),
     ("zeus_bso_runs_time_seconds", "time", "Time ended runs took."),
     (
+        "zeus_bso_runs_in_flight",
+        "runs_in_flight",
+        "Runs training now: their trials dispatched, their leases alive.",
+    ),
+    (
         "zeus_bso_jobs_with_savings",
         "jobs_with_savings",
         "Jobs whose savings are known (their default and another batch size delivered models).",

@@ -308,6 +308,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
             runs=totals.runs,
             energy=totals.energy,
             time=totals.time,
+            runs_in_flight=totals.in_flight,
             jobs_with_savings=totals.jobs_with_savings,
             jobs_saving=totals.jobs_saving,
             energy_saved=totals.energy_saved,

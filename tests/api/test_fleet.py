@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import (
     ServerProcess,
+    age_leases,
     dispatch,
     job_body,
     run_one,
@@ -41,13 +42,14 @@ def _fleet(server: ServerProcess, prefix: str) -> FleetSummary:
 
 def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
     """The totals, summed in Python from each job's view (its savings are `savings_of`'s)."""
-    runs = with_savings = saving = not_learning = 0
+    runs = with_savings = saving = not_learning = in_flight = 0
     energy = time = saved_energy = base_energy = saved_cost = base_cost = 0.0
     for job_id in job_ids:
         view = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
         not_learning += view["not_learning"] is not None
         config = view["job"]
         ended = [t for t in view["trials"] if t["status"] in ENDED]
+        in_flight += sum(t["status"] == "dispatched" for t in view["trials"])
         job_energy = sum(t["energy"] or 0.0 for t in ended)
         job_time = sum(t["time"] or 0.0 for t in ended)
         runs += len(ended)
@@ -68,6 +70,7 @@ def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
         "runs": runs,
         "energy": pytest.approx(energy),
         "time": pytest.approx(time),
+        "runs_in_flight": in_flight,
         "jobs_with_savings": with_savings,
         "jobs_saving": saving,
         "energy_saved": pytest.approx(saved_energy),
@@ -116,6 +119,7 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     assert fleet.model_dump() == _expected(http, jobs)
     assert fleet.jobs_with_savings == 2
     assert fleet.jobs_not_learning == 1
+    assert fleet.runs_in_flight == 1  # "going"'s; the released one is not
     # The same through the read API, for reports and the tools that chart them.
     assert http.get("/api/summary", params={"prefix": prefix}).json() == _expected(http, jobs)
     # A prefix keeps its jobs only; another prefix sees none of them.
@@ -173,6 +177,23 @@ def test_the_jobs_that_learn_nothing_are_those_each_view_says_so_of(
     # A page of them: the limit and the offset count those jobs only.
     page = {"prefix": prefix, "not_learning": "true", "limit": 1, "offset": 1}
     assert [job["job_id"] for job in http.get("/api/jobs", params=page).json()] == sorted(said)[1:2]
+
+
+def test_runs_in_flight_are_those_whose_leases_are_alive(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """A run training now counts until it ends, or until its lease runs out without a word (a
+    run killed: its trial is still dispatched until the job's next request expires it)."""
+    prefix = unique_id("flight")
+    going, lost = f"{prefix}-going", f"{prefix}-lost"
+    for job_id in (going, lost):
+        assert http.post("/jobs", json=job_body(job_id, prefix=prefix)).status_code == 201
+        dispatch(http, job_id)
+    assert _fleet(server, prefix).runs_in_flight == 2
+    age_leases(server.db_url, lost, 3600)
+    assert _fleet(server, prefix).runs_in_flight == 1
+    summary = http.get("/dashboard", params={"prefix": prefix}).text
+    assert '<span id="in-flight">1</span> run is training now.' in summary
 
 
 def test_metrics_carry_the_fleets_totals(http: httpx.Client) -> None:

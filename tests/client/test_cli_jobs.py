@@ -709,6 +709,28 @@ def test_the_totals_end_with_the_jobs_that_learn_nothing(
     assert ("learns nothing" in words or "learn nothing" in words) == bool(stuck)
 
 
+@pytest.mark.parametrize(
+    ("flying", "said"),
+    [(0, None), (1, " 1 run is training now."), (3, " 3 runs are training now.")],
+)
+def test_the_totals_say_the_runs_training_now(flying: int, said: str | None) -> None:
+    from zeus_bso.cli.job_words import totals_in_words
+    from zeus_bso.wire.reads import FleetSummary
+
+    answer = {
+        "jobs": 2, "runs": 5, "energy": 185.0, "time": 0.6, "jobs_with_savings": 0,
+        "energy_saved": 0.0, "energy_saved_fraction": 0.0, "cost_saved": 0.0,
+        "cost_saved_fraction": 0.0, "runs_in_flight": flying,
+    }  # fmt: skip
+    words = totals_in_words(FleetSummary.model_validate(answer))
+    first, _, rest = words.partition(" of training spent.")
+    assert first.startswith("2 jobs, 5 ended runs")
+    if said is None:
+        assert "training now" not in words
+    else:
+        assert rest.startswith(said)
+
+
 def test_times_read_as_ls_writes_them() -> None:
     from zeus_bso.cli.tables import when
 

@@ -210,6 +210,8 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
         f"{energy_text(totals.energy)} of energy and {duration_text(totals.time)} of "
         "training spent."
     )
+    if flying := totals.runs_in_flight:
+        text += f" {flying} run{' is' if flying == 1 else 's are'} training now."
     stuck = totals.jobs_not_learning
     not_learning = (
         f" {stuck} job{' learns' if stuck == 1 else 's learn'} nothing now: the newest runs, "

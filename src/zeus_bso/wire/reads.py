@@ -323,6 +323,9 @@ class FleetSummary(BaseModel):
     """Joules spent by ended runs."""
     time: float
     """Seconds spent by ended runs."""
+    runs_in_flight: int = 0
+    """Runs training now: their trials dispatched, their leases alive (a run that stopped
+    without a word counts until its lease expires)."""
     jobs_with_savings: int
     """Jobs whose savings are known (a run of the default and one of another reported)."""
     jobs_saving: int = 0

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from zeus_bso.policy import TrialStatus
 from zeus_bso_server.store.repository.jobs import with_prefix
 from zeus_bso_server.store.repository.rows import jobs, trials
+from zeus_bso_server.store.tables import db_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class FleetTotals:
     runs: int
     energy: float
     time: float
+    in_flight: int
     jobs_with_savings: int
     jobs_saving: int
     energy_saved: float
@@ -57,8 +59,9 @@ class FleetTotals:
 
 def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str]) -> FleetTotals:
     """Totals over the jobs (whose id starts with ``prefix``), in one aggregate query: the runs
-    ended (status not in ``not_ended``) and their energy and time, and the savings of the jobs
-    whose savings are known, against delivering their models at the default batch size.
+    ended (status not in ``not_ended``) and their energy and time, the runs in flight (their
+    trials dispatched, their leases alive), and the savings of the jobs whose savings are
+    known, against delivering their models at the default batch size.
 
     Per job, as `zeus_bso_server.queries.savings_of` computes them: with ``d`` the runs of the
     default batch size, savings are known when one of them converged and some run was not
@@ -66,6 +69,8 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
     (everything the default's runs spent over its converged runs)."""
     default_size = jobs.c.config["default_batch_size"].as_integer()
     ended = trials.c.status.not_in(sorted(not_ended))
+    alive = or_(trials.c.lease_expires_at.is_(None), trials.c.lease_expires_at >= db_now())
+    in_flight = and_(trials.c.status == TrialStatus.DISPATCHED.value, alive)
     delivered = and_(ended, trials.c.status == "reported", trials.c.converged == true())
     at_default = trials.c.batch_size == default_size
 
@@ -82,6 +87,7 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
             func.max(jobs.c.config["eta_knob"].as_float()).label("eta"),
             func.max(jobs.c.config["max_power"].as_float()).label("power"),
             count(ended).label("ended"),
+            count(in_flight).label("in_flight"),
             count(delivered).label("delivered"),
             total(ended, trials.c.energy).label("energy"),
             total(ended, trials.c.time).label("time"),
@@ -116,6 +122,7 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
             func.coalesce(func.sum(job.ended), 0).label("runs"),
             func.coalesce(func.sum(job.energy), 0.0).label("energy"),
             func.coalesce(func.sum(job.time), 0.0).label("time"),
+            func.coalesce(func.sum(job.in_flight), 0).label("in_flight"),
             func.coalesce(func.sum(case((known, 1), else_=0)), 0).label("with_savings"),
             func.coalesce(func.sum(case((and_(known, saved_cost >= 0), 1), else_=0)), 0).label(
                 "saving"
@@ -131,6 +138,7 @@ def fleet_totals(conn: Connection, prefix: str | None, not_ended: Collection[str
         runs=int(row.runs),
         energy=float(row.energy),
         time=float(row.time),
+        in_flight=int(row.in_flight),
         jobs_with_savings=int(row.with_savings),
         jobs_saving=int(row.saving),
         energy_saved=float(row.energy_saved),
