@@ -10,7 +10,7 @@ batch size is chosen first, by the callback's `start` (which asks the server)::
 
 The Trainer calls no callback when ``train()`` raises: in a process that goes on after the
 error (a worker, a service, a notebook), ``with callback:`` around the training ends the run by
-it (`ZeusBSOTrainerCallback.__exit__`).
+it (`ZeusBSOTrainerCallback._block_ended`).
 
 Only the world process zero talks to the server; with ``torch.distributed`` initialised the
 batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
@@ -29,8 +29,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn
 
 from typing_extensions import Unpack, override
 
@@ -49,6 +48,7 @@ from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 from zeus_bso.training.trial_file import read_trial, write_trial
+from zeus_bso.training.with_block import WithBlock
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ from transformers import (  # noqa: E402 (after the install hint)
 from transformers.trainer_utils import has_length  # noqa: E402
 
 
-class ZeusBSOTrainerCallback(TrainerCallback):
+class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
     """Chooses the batch size of a Hugging Face training run and stops it when told.
 
     Args:
@@ -176,39 +176,32 @@ class ZeusBSOTrainerCallback(TrainerCallback):
             )
         return self.session.batch_size
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """End a run that the block leaves open. The Trainer calls no callback when
-        ``trainer.train()`` raises: in a process that goes on (a worker, a service, a notebook)
-        the run would stay open, its heartbeat keeping its trial in flight. The error ends it
-        as an exit would judge it (out of memory: the size is infeasible on these GPUs; an
-        interruption, or an error before the first report, releases it; any other fails it);
-        a block that ends without an error before the run trained releases it."""
+    def _block_ended(self, error: BaseException | None) -> None:
+        """End a run that the ``with callback:`` block leaves open (`WithBlock`). The Trainer
+        calls no callback when ``trainer.train()`` raises: in a process that goes on (a worker,
+        a service, a notebook) the run would stay open, its heartbeat keeping its trial in
+        flight. The error ends it as an exit would judge it (out of memory: the size is
+        infeasible on these GPUs; an interruption, or an error before the first report,
+        releases it; any other fails it); a block that ends without an error before the run
+        trained releases it."""
         session = self.session
         if session is None or self._ended:
             return
         self._ended, self._training = True, False
         hf_unheard.ended(self)
         try:
-            if exc is None:
+            if error is None:
                 session.release(
                     "the callback's with block ended before trainer.train() ended the run"
                 )
             else:
-                session.failed(exc, trained=session.progress.epochs > 0)
+                session.failed(error, trained=session.progress.epochs > 0)
         finally:
             self.outcome = session.outcome
 
     def _end_unheard(self, error: BaseException | None) -> None:
         """End this run, whose ``trainer.train()`` ended without a word to the callback
-        (`zeus_bso.integrations.hf_unheard`): by ``error`` where it is known, as `__exit__`
+        (`zeus_bso.integrations.hf_unheard`): by ``error`` where it is known, as `_block_ended`
         would, else as interrupted."""
         session = self.session
         if session is None or self._ended:

@@ -6,8 +6,6 @@ GPUs' own power limits back, the main process's side of the run told how
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self
 
 from zeus_bso.client import failure
 from zeus_bso.client.failure import SigtermExceptions
@@ -19,9 +17,10 @@ from zeus_bso.spec import StopReason
 from zeus_bso.training.first_report import FirstReport
 from zeus_bso.training.power import RunPower
 from zeus_bso.training.server_run import ServerRun
+from zeus_bso.training.with_block import WithBlock
 
 
-class SessionEndings:
+class SessionEndings(WithBlock):
     """The ways a `zeus_bso.training.TrialSession`'s run ends (its base: the session holds
     what they read)."""
 
@@ -139,19 +138,12 @@ class SessionEndings:
         failure.give_sigterm_status(error, self._sigterm_exceptions)
         self._ending(lambda server: server.failed(error, trained=trained))
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
+    def _block_ended(self, error: BaseException | None) -> None:
+        """The ``with`` block ended (`WithBlock`): `end`, or `failed` by its error."""
+        if error is None:
             self.end()
         else:
-            self.failed(exc, trained=self._trained())
+            self.failed(error, trained=self._trained())
 
     def _trained(self) -> bool:
         """Whether the run trained, for a ``with`` block that raised: it reported an epoch."""
