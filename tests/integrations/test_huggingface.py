@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -1192,6 +1193,48 @@ def test_a_run_whose_train_raised_unheard_is_ended_by_the_next_run_of_any_job(
     said = " ".join(caplog.text.split())
     assert f"of job {first.job_id} was still open: its trainer.train() ended without" in said
     assert "put `with callback:` around the training" in said
+
+
+class PausesInTheFirstEpoch(transformers.TrainerCallback):  # type: ignore[misc]
+    """Says it is training, then waits for ``go`` at the first epoch's end."""
+
+    def __init__(self) -> None:
+        self.training, self.go = threading.Event(), threading.Event()
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.go.is_set():
+            self.training.set()
+            assert self.go.wait(60)
+
+
+def test_a_run_training_on_another_thread_is_left_alone_by_the_next_start(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A run training on another thread (two jobs trained side by side in one process) is
+    alive, its Trainer's frames on that thread's stack: another run's ``start()`` leaves it to
+    train, and it ends as it would have."""
+    first, second = (job(unique_id("hfthreads"), target=0.999) for _ in range(2))
+    pause = PausesInTheFirstEpoch()
+    trained: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: trained.append(train(server.url, first, tmp_path, epochs=6, ahead=[pause]))
+    )
+    worker.start()
+    try:
+        assert pause.training.wait(120)
+        other = ZeusBSOTrainerCallback(
+            server.url, second, energy_meter=EstimateMeter(100), metric="accuracy"
+        )
+        with other:
+            other.start()
+    finally:
+        pause.go.set()
+        worker.join(120)
+    (outcome,) = trained
+    assert outcome.outcome is not None  # it ended as its own run would, not from outside
+    with ServerClient(server.url) as client:
+        (ran,) = client.trials(first.job_id or "")
+    assert ran.status == "reported"
 
 
 def test_a_run_that_has_not_begun_training_is_left_open_by_the_next_start(

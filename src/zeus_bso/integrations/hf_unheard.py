@@ -5,7 +5,7 @@ error (a worker, a service or a notebook that trains one job after another) with
 ``with callback:`` around the training, such a run stays open, its heartbeat keeping its trial
 in flight, until the process exits (a later run of the same job ends it, `open_runs`). A run
 whose training began (``on_train_begin``) and never ended (``on_train_end``), and whose
-Trainer loop's frame is no longer on its thread's stack, is over: the next run that starts in
+Trainer's ``train()`` frame is no longer on its thread's stack, is over: the next run that starts in
 the process, of any job, ends it. Its error is the one the interpreter set aside since its
 training began (``sys.last_value``, a notebook cell's), where that came through the training's
 code; else none is known, and it is ended as interrupted.
@@ -22,9 +22,10 @@ from typing import Any
 
 from zeus_bso.training.open_runs import raised_in_training
 
-_FRAMES_UP = 8
-"""How far up the stack from ``on_train_begin`` the Trainer's loop is looked for (it calls the
-callback handler, which calls the event)."""
+_FRAMES_UP = 10
+"""How far up the stack from ``on_train_begin`` the Trainer's frames are looked for: its loop
+calls the callback handler, which calls the event; ``train()`` calls the loop (through
+``auto_find_batch_size``'s wrapper, where that is set)."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,9 @@ class _Training:
     thread: int
     """The thread the Trainer's loop runs on."""
     frame: int
-    """The ``id`` of the loop's frame (not the frame: it would keep the loop's locals alive)."""
+    """The ``id`` of the Trainer's frame (not the frame: it would keep its locals alive)."""
     code: CodeType
-    """The loop frame's code (with ``frame``, it names that frame and no later one)."""
+    """That frame's code (with ``frame``, it names that frame and no later one)."""
     set_aside: object
     """``sys.last_value`` when the training began."""
 
@@ -44,20 +45,26 @@ _TRAINING: weakref.WeakKeyDictionary[Any, _Training] = weakref.WeakKeyDictionary
 
 
 def began(callback: Any) -> None:
-    """``callback``'s training began (call from its ``on_train_begin``): the Trainer's loop,
-    found up the stack, is watched. Nothing is watched where no Trainer's frame is found."""
+    """``callback``'s training began (call from its ``on_train_begin``): the outermost frame
+    of the Trainer's found up the stack (``train()``, which lasts the whole training however
+    the Trainer's loop is split into helpers) is watched. Nothing is watched where no frame of
+    a Trainer's is found."""
     from transformers import Trainer
 
     frame: FrameType | None = sys._getframe(1)
+    trainer: Any = None
+    outermost: FrameType | None = None
     for _ in range(_FRAMES_UP):
         if frame is None:
-            return
-        if isinstance(frame.f_locals.get("self"), Trainer):
-            _TRAINING[callback] = _Training(
-                threading.get_ident(), id(frame), frame.f_code, getattr(sys, "last_value", None)
-            )
-            return
+            break
+        found = frame.f_locals.get("self")
+        if isinstance(found, Trainer) and (trainer is None or found is trainer):
+            trainer, outermost = found, frame
         frame = frame.f_back
+    if outermost is not None:
+        _TRAINING[callback] = _Training(
+            threading.get_ident(), id(outermost), outermost.f_code, getattr(sys, "last_value", None)
+        )
 
 
 def ended(callback: Any) -> None:
@@ -66,7 +73,7 @@ def ended(callback: Any) -> None:
 
 
 def _running(training: _Training) -> bool:
-    """Whether the Trainer's loop is still on its thread's stack (its thread gone: no)."""
+    """Whether the Trainer's frame is still on its thread's stack (its thread gone: no)."""
     frame: FrameType | None = sys._current_frames().get(training.thread)
     while frame is not None:
         if id(frame) == training.frame and frame.f_code is training.code:
