@@ -126,11 +126,13 @@ def train(
     trainer_class: Any = None,
     set_after_built: int | None = None,
     block: bool = False,
+    model: Any = None,
     **options: Any,
 ) -> ZeusBSOTrainerCallback:
-    """One run of a tiny BERT under the callback (``block``: within ``with callback:``)."""
+    """One run of a tiny BERT under the callback (``block``: within ``with callback:``;
+    ``model``: that one, not a new one)."""
     torch.manual_seed(0)
-    model = tiny_bert()
+    model = model if model is not None else tiny_bert()
     callback = ZeusBSOTrainerCallback(
         server_url,
         spec,
@@ -1193,6 +1195,23 @@ def test_a_run_whose_train_raised_unheard_is_ended_by_the_next_run_of_any_job(
     said = " ".join(caplog.text.split())
     assert f"of job {first.job_id} was still open: its trainer.train() ended without" in said
     assert "put `with callback:` around the training" in said
+
+
+def test_a_run_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A notebook's training cell run again with the model an earlier cell built and trained:
+    the run would start trained. It is refused when training starts, before any step, its
+    trial released; the model built again trains."""
+    spec = job(unique_id("hfretrained"), target=0.999)
+    model = tiny_bert()
+    train(server.url, spec, tmp_path / "a", epochs=6, model=model)
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        train(server.url, spec, tmp_path / "b", epochs=6, model=model)
+    train(server.url, spec, tmp_path / "c", epochs=6)
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+    assert [t.status for t in trials] == ["reported", "released", "reported"]
 
 
 class PausesInTheFirstEpoch(transformers.TrainerCallback):  # type: ignore[misc]

@@ -481,6 +481,34 @@ def callback_for(server_url: str, spec: JobSpec, **options: Any) -> ZeusBSOCallb
     )
 
 
+def test_a_fit_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """One model fitted twice with one callback (a notebook's fit cell run again, a script's
+    second phase): the second fit would start trained and reach the target sooner, and the
+    server would learn its batch size's cost from it. It is refused before any step, its trial
+    released. The same model with its weights set anew trains; so does a model trained by a
+    run of another job (a second phase is a job of its own)."""
+    spec = job(unique_id("retrained"), target=0.99, max_epochs=2)
+    callback = callback_for(server.url, spec)
+    options = {"max_epochs": 2, **quiet_trainer_options(tmp_path)}
+    pl.seed_everything(0, verbose=False)
+    model = TinyClassifier()
+    pl.Trainer(callbacks=[callback], **options).fit(model)
+    with pytest.raises(ConfigurationError, match=r"the one trial 1 of job .* trained in this"):
+        pl.Trainer(callbacks=[callback], **options).fit(model)
+    model.layer.reset_parameters()  # built anew, in place
+    pl.Trainer(callbacks=[callback], **options).fit(model)
+    phase = job(unique_id("secondphase"), target=0.99, max_epochs=2)
+    pl.Trainer(callbacks=[callback_for(server.url, phase)], **options).fit(model)
+    with ServerClient(server.url) as client:
+        trials = client.trials(spec.job_id or "")
+        (second,) = client.trials(phase.job_id or "")
+    assert [t.status for t in trials] == ["reported", "released", "reported"]
+    assert "build the model again for each run" in (trials[1].message or "")
+    assert second.status == "reported"
+
+
 @pytest.mark.parametrize("monitor", ["val_loss", "val/loss", "loss"])
 def test_a_loss_monitored_as_higher_is_better_is_refused_unless_the_job_says_so(
     monitor: str,

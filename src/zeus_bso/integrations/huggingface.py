@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 from typing_extensions import Unpack, override
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
-from zeus_bso.integrations import hf_arguments, hf_unheard
+from zeus_bso.integrations import hf_arguments, hf_unheard, trained_models
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first, trainer_being_built
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
@@ -285,6 +285,10 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             return
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
+        if self.resume_from is None and (
+            refused := trained_models.trained_here(model, session.job_id, session.batch_size)
+        ):
+            self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size
         if refused := hf_arguments.schedule_refused(
             args, state, lr_scheduler, session.batch_size, reference, self.job.max_epochs
@@ -485,7 +489,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
 
     @override
     def on_train_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self._training = False
         self._shrunk.size = None
@@ -498,3 +502,5 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             end_training(session, (args, state, control), self._stoppers, self.job.max_epochs)
         finally:
             self.outcome = session.outcome
+        if session.progress.epochs > 0 and (model := kwargs.get("model")) is not None:
+            trained_models.remember(model, session.job_id, session.trial_number)

@@ -38,6 +38,7 @@ from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
+from zeus_bso.integrations import trained_models
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_memory import LoaderRefusedError, checks_memory, try_size
@@ -267,6 +268,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if not self._resumed and (refused := fit.trained_before(trainer)):
             self._refuse(trainer, refused)
+        if not self._resumed and (
+            refused := trained_models.trained_here(
+                pl_module, self.session.job_id, self.session.batch_size
+            )
+        ):
+            self._refuse(trainer, refused)
         if refused := fit.no_validation_batches(trainer, self.monitor):
             self._refuse(trainer, refused)
         if refused := schedule_refused(
@@ -389,6 +396,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             fit.end_fit(session, trainer, self.job.max_epochs)
         finally:
             self._ended(trainer, session.outcome)
+        if session.progress.epochs > 0:  # a later run of the job may not train it as it is
+            trained_models.remember(pl_module, session.job_id, session.trial_number)
 
     @property
     def outcome(self) -> RunOutcome | None:
