@@ -145,6 +145,41 @@ def test_a_loop_with_an_lr_rule_that_scales_no_optimizer_is_refused_before_it_tr
     assert bso.outcome.converged
 
 
+def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
+    server: ServerProcess,
+) -> None:
+    """A notebook's Accelerate loop run again with the model the earlier run trained (the
+    accelerator prepares it again): refused at ``train_begin``, before any step, its trial
+    released; the model with its weights set anew trains."""
+    import torch
+
+    adapter, _ = adapter_of("accelerate")
+    import accelerate
+
+    spec = loop_spec("retrainedaccelerate")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+
+    def run() -> Any:
+        accelerator = accelerate.Accelerator(cpu=True)
+        prepared = accelerator.prepare(model)
+        with adapter(accelerator, server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            bso.train_begin()
+            with torch.no_grad():
+                prepared.weight.add_(1.0)  # what training does to it
+            bso.report(0.95)
+        return bso
+
+    first = run()
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        run()
+    model.reset_parameters()
+    run()
+    with ServerClient(server.url) as client:
+        trials = client.trials(first.job_id)
+    assert [t.status for t in trials] == ["reported", "released", "reported"]
+
+
 def steps_of(loader: Any, every: int) -> None:
     """Train a small model over ``loader``, stepping its optimizer every ``every`` batches."""
     import torch

@@ -31,6 +31,7 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loaders import batch_size_of
 from zeus_bso.integrations.loop_checkpoints import check_restore
+from zeus_bso.integrations.trained_models import remember, trained_here
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
 from zeus_bso.training.server_run import ServerRun
@@ -118,6 +119,9 @@ class ZeusBSOAccelerate(TrialSession):
 
     @override
     def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
+        if self.progress.epochs > 0:  # a later run of the job may not train them as they are
+            for model in self._prepared_models():
+                remember(model, self.job_id, self.trial_number)
         for hook in self._hooks:  # a later run with this accelerator checkpoints its own trial
             hook.remove()
         self._hooks = []
@@ -131,7 +135,17 @@ class ZeusBSOAccelerate(TrialSession):
         them takes the run's batch size, the main process says so (`_loaders_said`)."""
         if not self._began and self.is_main:
             self._loaders_said()
+        if not self._began:
+            for model in self._prepared_models():
+                if refused := trained_here(model, self.job_id, self.batch_size, self.trial_number):
+                    raise ConfigurationError(refused)
         super().train_begin(steps_per_epoch)
+
+    def _prepared_models(self) -> list[Any]:
+        """The models the accelerator prepared, unwrapped (its private list, ``_models``; none
+        where a version of Accelerate keeps no such list)."""
+        models = getattr(self.accelerator, "_models", None) or []
+        return [self.accelerator.unwrap_model(model) for model in models]
 
     def _loaders_said(self) -> None:
         """Warn where every DataLoader the accelerator prepared has a fixed batch size and none

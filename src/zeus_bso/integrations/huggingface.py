@@ -286,7 +286,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
         if self.resume_from is None and (
-            refused := trained_models.trained_here(model, session.job_id, session.batch_size)
+            refused := trained_models.trained_here(
+                model, session.job_id, session.batch_size, session.trial_number
+            )
         ):
             self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size

@@ -270,7 +270,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self._refuse(trainer, refused)
         if not self._resumed and (
             refused := trained_models.trained_here(
-                pl_module, self.session.job_id, self.session.batch_size
+                pl_module, self.session.job_id, self.session.batch_size, self.session.trial_number
             )
         ):
             self._refuse(trainer, refused)

@@ -4,7 +4,8 @@ A notebook cell that fits again the model an earlier cell fitted, or a script th
 model twice with one callback, trains a model that is trained already: the run reaches the
 target sooner than from the model's initial weights, and the server learns its batch size's
 cost from it, as if it were a run from scratch (a size tried so can look the cheapest for good).
-Such a run of the same job is refused when training starts, before any step (`trained_here`).
+Such a run of the same job is refused when training starts, before any step (`trained_here`;
+Lightning's module, the HF Trainer's model, the models an Accelerate accelerator prepared).
 A model built again, or whose weights were set anew since (``reset_parameters``, a checkpoint
 loaded into it), trains as usual; so does one that a run of another job trained (a second
 phase of training is a job of its own).
@@ -58,12 +59,17 @@ def remember(model: Any, job_id: str | None, trial_number: int | None) -> None:
         _TRAINED[model] = _Trained(job_id, trial_number, weights)
 
 
-def trained_here(model: Any, job_id: str | None, batch_size: int) -> str | None:
-    """Why a run of ``job_id`` at ``batch_size`` cannot train ``model``: an earlier run of the
-    job trained it in this process, and its weights are still as that run left them. None: it
-    is not known to be trained."""
+def trained_here(
+    model: Any, job_id: str | None, batch_size: int, trial_number: int | None = None
+) -> str | None:
+    """Why a run of ``job_id`` at ``batch_size`` (trial ``trial_number``) cannot train
+    ``model``: an earlier run of the job trained it in this process, and its weights are still
+    as that run left them. None: it is not known to be trained, or that run was this trial (a
+    run that resumes it)."""
     earlier = _TRAINED.get(model)
     if earlier is None or job_id is None or earlier.job_id != job_id:
+        return None
+    if trial_number is not None and earlier.trial_number == trial_number:
         return None
     if _fingerprint(model) != earlier.weights:
         return None
