@@ -481,6 +481,12 @@ def callback_for(server_url: str, spec: JobSpec, **options: Any) -> ZeusBSOCallb
     )
 
 
+class RaisesInTheSecondEpoch(pl.Callback):  # type: ignore[misc]
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.current_epoch >= 1:
+            raise KeyError("a bug in the second epoch")
+
+
 def test_a_fit_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
     server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -499,12 +505,18 @@ def test_a_fit_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
         pl.Trainer(callbacks=[callback], **options).fit(model)
     model.layer.reset_parameters()  # built anew, in place
     pl.Trainer(callbacks=[callback], **options).fit(model)
+    # A fit that raised after its first report left the weights partly trained: the same.
+    raised = TinyClassifier()
+    with pytest.raises(KeyError):
+        pl.Trainer(callbacks=[callback, RaisesInTheSecondEpoch()], **options).fit(raised)
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        pl.Trainer(callbacks=[callback], **options).fit(raised)
     phase = job(unique_id("secondphase"), target=0.99, max_epochs=2)
     pl.Trainer(callbacks=[callback_for(server.url, phase)], **options).fit(model)
     with ServerClient(server.url) as client:
         trials = client.trials(spec.job_id or "")
         (second,) = client.trials(phase.job_id or "")
-    assert [t.status for t in trials] == ["reported", "released", "reported"]
+    assert [t.status for t in trials] == ["reported", "released", "reported", "failed", "released"]
     assert "build the model again for each run" in (trials[1].message or "")
     assert second.status == "reported"
 

@@ -371,6 +371,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if session is not None:
             session.failed(error, trained=trained)
             self._ended(trainer, session.outcome)
+            if session.progress.epochs > 0 and trainer.lightning_module is not None:
+                trained_models.remember(
+                    trainer.lightning_module, session.job_id, session.trial_number
+                )
         self._restored = None
         self._trainer = self._module = self._target = None
 
