@@ -1209,9 +1209,17 @@ def test_a_run_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
     with pytest.raises(ConfigurationError, match="build the model again for each run"):
         train(server.url, spec, tmp_path / "b", epochs=6, model=model)
     train(server.url, spec, tmp_path / "c", epochs=6)
+    # A run that raised after its first report (ended by its with block) left it partly
+    # trained: the same.
+    raised, raising = tiny_bert(), [RaisesInTheSecondEpoch(KeyError("accuracy"))]
+    with pytest.raises(KeyError):
+        train(server.url, spec, tmp_path / "d", epochs=6, model=raised, ahead=raising, block=True)
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        train(server.url, spec, tmp_path / "e", epochs=6, model=raised)
     with ServerClient(server.url) as client:
         trials = client.trials(spec.job_id or "")
-    assert [t.status for t in trials] == ["reported", "released", "reported"]
+    statuses = [t.status for t in trials]
+    assert statuses == ["reported", "released", "reported", "failed", "released"]
 
 
 class PausesInTheFirstEpoch(transformers.TrainerCallback):  # type: ignore[misc]

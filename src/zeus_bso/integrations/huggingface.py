@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -126,6 +127,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._ended = False
         self._training = False
         self._reported_step: int | None = None
+        self._model: weakref.ref[Any] | None = None  # the model the run trains
         self._shrunk = ShrunkRun(self.job, self.metric)  # auto_find_batch_size's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
@@ -198,6 +200,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 session.failed(error, trained=session.progress.epochs > 0)
         finally:
             self.outcome = session.outcome
+        self._remember_trained(session)
 
     def _end_unheard(self, error: BaseException | None) -> None:
         """End this run, whose ``trainer.train()`` ended without a word to the callback
@@ -224,6 +227,14 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 session.end_interrupted("its trainer.train() ended without a word to the callback")
         finally:
             self.outcome = session.outcome
+        self._remember_trained(session)
+
+    def _remember_trained(self, session: TrialSession) -> None:
+        """The run trained its model, where it reported (`trained_models.remember`): a later
+        run of the job may not train it as it is left."""
+        model = self._model() if self._model is not None else None
+        if session.progress.epochs > 0 and model is not None:
+            trained_models.remember(model, session.job_id, session.trial_number)
 
     def _saved_trial(self) -> dict[str, Any]:
         """What the checkpoint to resume from saved (read on the world process zero)."""
@@ -306,6 +317,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         hf_unheard.began(self)
+        self._model = weakref.ref(model) if model is not None else None
         self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
         epochs = max(1.0, float(args.num_train_epochs))
         per_epoch = (
@@ -491,7 +503,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
 
     @override
     def on_train_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         self._training = False
         self._shrunk.size = None
@@ -504,5 +516,4 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             end_training(session, (args, state, control), self._stoppers, self.job.max_epochs)
         finally:
             self.outcome = session.outcome
-        if session.progress.epochs > 0 and (model := kwargs.get("model")) is not None:
-            trained_models.remember(model, session.job_id, session.trial_number)
+        self._remember_trained(session)
