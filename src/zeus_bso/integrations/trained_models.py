@@ -33,18 +33,21 @@ _TRAINED: weakref.WeakKeyDictionary[Any, _Trained] = weakref.WeakKeyDictionary()
 
 
 def _fingerprint(model: Any) -> float | None:
-    """The sum of every parameter's values (float64): the same while the weights are. None: not
-    taken (a model sharded across processes, whose parameters each holds a part of, or one
-    whose parameters cannot be read: lazy, on the meta device)."""
+    """The sum of every parameter's sum: the same while the weights are. Each is summed in its
+    own precision (half and bfloat16 ones accumulated in float32, which reduces them as they
+    are: no copy of a parameter is made, which a GPU that the model nearly fills could not
+    hold). None: not taken (a model sharded across processes, whose parameters each holds a
+    part of, or one whose parameters cannot be read: lazy, on the meta device)."""
     import torch
 
+    halves = (torch.float16, torch.bfloat16)
     try:
         if sharding(model) is not None:
             return None
         with torch.no_grad():
             return sum(
-                float(parameter.detach().sum(dtype=torch.float64))
-                for parameter in model.parameters()
+                float(p.detach().sum(dtype=torch.float32 if p.dtype in halves else None))
+                for p in model.parameters()
             )
     except (RuntimeError, ValueError, NotImplementedError):
         return None
