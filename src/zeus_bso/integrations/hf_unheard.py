@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-from zeus_bso.training.open_runs import raised_in_training
+from zeus_bso.training.open_runs import error_since, set_aside
 
 _FRAMES_UP = 10
 """How far up the stack from ``on_train_begin`` the Trainer's frames are looked for: its loop
@@ -63,7 +63,7 @@ def began(callback: Any) -> None:
         frame = frame.f_back
     if outermost is not None:
         _TRAINING[callback] = _Training(
-            threading.get_ident(), id(outermost), outermost.f_code, getattr(sys, "last_value", None)
+            threading.get_ident(), id(outermost), outermost.f_code, set_aside()
         )
 
 
@@ -86,11 +86,9 @@ def unheard(but: Any) -> list[tuple[Any, BaseException | None]]:
     """The callbacks, ``but`` aside, whose training ended unheard, each with the error that
     ended it where one is known (see the module's docstring); they are no longer watched."""
     found = []
-    now = getattr(sys, "last_value", None)
     for callback, training in list(_TRAINING.items()):
         if callback is but or _running(training):
             continue
         _TRAINING.pop(callback, None)
-        error = now if now is not training.set_aside and isinstance(now, BaseException) else None
-        found.append((callback, error if error is not None and raised_in_training(error) else None))
+        found.append((callback, error_since(training.set_aside)))
     return found

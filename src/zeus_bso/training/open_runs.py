@@ -35,11 +35,22 @@ TRAINING_PACKAGES = frozenset(
 notebook cell's own, after the run's) says nothing of the run."""
 
 
-def _set_aside() -> object:
+def set_aside() -> object:
+    """The error the interpreter set aside last (``sys.last_value``; None: none)."""
     return getattr(sys, "last_value", None)
 
 
-def raised_in_training(error: BaseException) -> bool:
+def error_since(before: object) -> BaseException | None:
+    """The error the interpreter set aside since `set_aside` gave ``before``, where it came
+    through the training's code (`_raised_in_training`): the one that ended a run that opened
+    then. None: none since, or another's (a notebook cell's own)."""
+    now = set_aside()
+    if now is before or not isinstance(now, BaseException) or not _raised_in_training(now):
+        return None
+    return now
+
+
+def _raised_in_training(error: BaseException) -> bool:
     """Whether ``error``'s traceback passes through a frame of `TRAINING_PACKAGES` (a step, a
     Trainer's loop, a callback of ours)."""
     trace = error.__traceback__
@@ -53,7 +64,7 @@ def raised_in_training(error: BaseException) -> bool:
 
 def opened(run: OpenRun, thread: int) -> None:
     """``run``, started on ``thread``, is open until `closed`."""
-    _OPEN[run] = (thread, _set_aside())
+    _OPEN[run] = (thread, set_aside())
 
 
 def closed(run: OpenRun) -> None:
@@ -64,10 +75,6 @@ def closed(run: OpenRun) -> None:
 def supersede(run: OpenRun, thread: int) -> None:
     """End the open runs of ``run``'s job but ``run`` started on ``thread``, ``run``'s: each by
     the error set aside since it opened, where one was, else as interrupted."""
-    now = _set_aside()
     for other, (started_on, before) in list(_OPEN.items()):
         if other is not run and other.job_id == run.job_id and started_on == thread:
-            since = now if now is not before and isinstance(now, BaseException) else None
-            if since is not None and not raised_in_training(since):
-                since = None  # another cell's error: the run was interrupted, as before
-            other.superseded("a later run of the job started in this process", since)
+            other.superseded("a later run of the job started in this process", error_since(before))
