@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="pip install torch")
@@ -9,27 +12,43 @@ torch = pytest.importorskip("torch", reason="pip install torch")
 from zeus_bso.integrations import trained_models  # noqa: E402
 
 
+def run(job_id: str, trial: int, batch_size: int = 32, epochs: int = 3) -> Any:
+    """What `trained_models` reads of a run (`zeus_bso.training.TrialSession`'s fields)."""
+    return SimpleNamespace(
+        job_id=job_id,
+        trial_number=trial,
+        batch_size=batch_size,
+        progress=SimpleNamespace(epochs=epochs),
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_a_model_is_known_as_trained_until_one_weight_changes(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 2)).to(dtype)
-    trained_models.remember(model, "job-a", 1)
-    assert trained_models.trained_here(model, "job-a", 32, 2) is not None
-    assert trained_models.trained_here(model, "job-b", 32, 2) is None  # another job's run
-    assert trained_models.trained_here(model, "job-a", 32, 1) is None  # its own trial, resumed
+    trained_models.remember(model, run("job-a", 1))
+    assert trained_models.trained_here(model, run("job-a", 2)) is not None
+    assert trained_models.trained_here(model, run("job-b", 2)) is None  # another job's run
+    assert trained_models.trained_here(model, run("job-a", 1)) is None  # its own trial, resumed
     with torch.no_grad():
         model[1].bias[0] += 0.5  # one step of training, as small as a run's last one
-    assert trained_models.trained_here(model, "job-a", 32, 2) is None
-    trained_models.remember(model, "job-a", 2)
-    said = trained_models.trained_here(model, "job-a", 64, 3)
+    assert trained_models.trained_here(model, run("job-a", 2)) is None
+    trained_models.remember(model, run("job-a", 2))
+    said = trained_models.trained_here(model, run("job-a", 3, batch_size=64))
     assert said is not None
     assert said.startswith("the model this run would train is the one trial 2 of job job-a")
     assert "batch size 64 would look cheaper than it is" in said
 
 
+def test_a_run_that_reported_nothing_leaves_the_model_unknown() -> None:
+    model = torch.nn.Linear(4, 4)
+    trained_models.remember(model, run("job-a", 1, epochs=0))
+    assert trained_models.trained_here(model, run("job-a", 2)) is None
+
+
 def test_a_model_dropped_is_forgotten() -> None:
     model = torch.nn.Linear(4, 4)
-    trained_models.remember(model, "job-a", 1)
+    trained_models.remember(model, run("job-a", 1))
     size = len(trained_models._TRAINED)
     del model
     assert len(trained_models._TRAINED) == size - 1

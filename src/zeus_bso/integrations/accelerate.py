@@ -119,9 +119,8 @@ class ZeusBSOAccelerate(TrialSession):
 
     @override
     def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
-        if self.progress.epochs > 0:  # a later run of the job may not train them as they are
-            for model in self._prepared_models():
-                remember(model, self.job_id, self.trial_number)
+        for model in self._prepared_models():  # a later run of the job may not train them so
+            remember(model, self)
         for hook in self._hooks:  # a later run with this accelerator checkpoints its own trial
             hook.remove()
         self._hooks = []
@@ -133,11 +132,11 @@ class ZeusBSOAccelerate(TrialSession):
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
         """`TrialSession.train_begin`, once the loop's DataLoaders are prepared: where none of
         them takes the run's batch size, the main process says so (`_loaders_said`)."""
-        if not self._began and self.is_main:
-            self._loaders_said()
         if not self._began:
+            if self.is_main:
+                self._loaders_said()
             for model in self._prepared_models():
-                if refused := trained_here(model, self.job_id, self.batch_size, self.trial_number):
+                if refused := trained_here(model, self):
                     raise ConfigurationError(refused)
         super().train_begin(steps_per_epoch)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -186,21 +187,12 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         infeasible on these GPUs; an interruption, or an error before the first report,
         releases it; any other fails it); a block that ends without an error before the run
         trained releases it."""
-        session = self.session
-        if session is None or self._ended:
-            return
-        self._ended, self._training = True, False
-        hf_unheard.ended(self)
-        try:
-            if error is None:
-                session.release(
-                    "the callback's with block ended before trainer.train() ended the run"
-                )
-            else:
-                session.failed(error, trained=session.progress.epochs > 0)
-        finally:
-            self.outcome = session.outcome
-        self._remember_trained(session)
+        self._end_open(
+            error,
+            lambda session: session.release(
+                "the callback's with block ended before trainer.train() ended the run"
+            ),
+        )
 
     def _end_unheard(self, error: BaseException | None) -> None:
         """End this run, whose ``trainer.train()`` ended without a word to the callback
@@ -209,7 +201,6 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         session = self.session
         if session is None or self._ended:
             return
-        self._ended, self._training = True, False
         if session.is_main:
             logger.warning(
                 "zeus-bso: trial %s of job %s was still open: its trainer.train() ended "
@@ -220,21 +211,37 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 session.job_id,
                 f", by {type(error).__name__}" if error is not None else ", as interrupted",
             )
+        self._end_open(
+            error,
+            lambda session: session.end_interrupted(
+                "its trainer.train() ended without a word to the callback"
+            ),
+        )
+
+    def _end_open(
+        self, error: BaseException | None, otherwise: Callable[[TrialSession], None]
+    ) -> None:
+        """End a run that ``trainer.train()`` left open: by ``error`` (`TrialSession.failed`,
+        as an exit judges it), else by ``otherwise``; its model remembered as trained."""
+        session = self.session
+        if session is None or self._ended:
+            return
+        self._ended, self._training = True, False
+        hf_unheard.ended(self)
         try:
             if error is not None:
                 session.failed(error, trained=session.progress.epochs > 0)
             else:
-                session.end_interrupted("its trainer.train() ended without a word to the callback")
+                otherwise(session)
         finally:
             self.outcome = session.outcome
         self._remember_trained(session)
 
     def _remember_trained(self, session: TrialSession) -> None:
-        """The run trained its model, where it reported (`trained_models.remember`): a later
-        run of the job may not train it as it is left."""
-        model = self._model() if self._model is not None else None
-        if session.progress.epochs > 0 and model is not None:
-            trained_models.remember(model, session.job_id, session.trial_number)
+        """The run trained its model (`trained_models.remember`): a later run of the job may
+        not train it as it is left."""
+        if self._model is not None and (model := self._model()) is not None:
+            trained_models.remember(model, session)
 
     def _saved_trial(self) -> dict[str, Any]:
         """What the checkpoint to resume from saved (read on the world process zero)."""
@@ -296,11 +303,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             return
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
-        if self.resume_from is None and (
-            refused := trained_models.trained_here(
-                model, session.job_id, session.batch_size, session.trial_number
-            )
-        ):
+        if self.resume_from is None and (refused := trained_models.trained_here(model, session)):
             self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size
         if refused := hf_arguments.schedule_refused(

@@ -268,11 +268,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             return
         if not self._resumed and (refused := fit.trained_before(trainer)):
             self._refuse(trainer, refused)
-        if not self._resumed and (
-            refused := trained_models.trained_here(
-                pl_module, self.session.job_id, self.session.batch_size, self.session.trial_number
-            )
-        ):
+        if not self._resumed and (refused := trained_models.trained_here(pl_module, self.session)):
             self._refuse(trainer, refused)
         if refused := fit.no_validation_batches(trainer, self.monitor):
             self._refuse(trainer, refused)
@@ -371,10 +367,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if session is not None:
             session.failed(error, trained=trained)
             self._ended(trainer, session.outcome)
-            if session.progress.epochs > 0 and trainer.lightning_module is not None:
-                trained_models.remember(
-                    trainer.lightning_module, session.job_id, session.trial_number
-                )
+            if trainer.lightning_module is not None:  # a later run may not train it as it is
+                trained_models.remember(trainer.lightning_module, session)
         self._restored = None
         self._trainer = self._module = self._target = None
 
@@ -400,8 +394,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             fit.end_fit(session, trainer, self.job.max_epochs)
         finally:
             self._ended(trainer, session.outcome)
-        if session.progress.epochs > 0:  # a later run of the job may not train it as it is
-            trained_models.remember(pl_module, session.job_id, session.trial_number)
+        trained_models.remember(pl_module, session)  # a later run may not train it as it is
 
     @property
     def outcome(self) -> RunOutcome | None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zeus_bso.integrations.probe import sharding
+
+if TYPE_CHECKING:
+    from zeus_bso.training import TrialSession
 
 
 @dataclass(frozen=True)
@@ -53,22 +56,21 @@ def _fingerprint(model: Any) -> float | None:
         return None
 
 
-def remember(model: Any, job_id: str | None, trial_number: int | None) -> None:
-    """A run of ``job_id`` trained ``model`` (call when the run ends, where it trained)."""
-    if job_id is None:
+def remember(model: Any, run: TrialSession) -> None:
+    """``run`` ended, having trained ``model`` where it reported an epoch (a run that trained
+    none left it as it was)."""
+    if run.job_id is None or run.progress.epochs == 0:
         return
     weights = _fingerprint(model)
     if weights is not None:
-        _TRAINED[model] = _Trained(job_id, trial_number, weights)
+        _TRAINED[model] = _Trained(run.job_id, run.trial_number, weights)
 
 
-def trained_here(
-    model: Any, job_id: str | None, batch_size: int, trial_number: int | None = None
-) -> str | None:
-    """Why a run of ``job_id`` at ``batch_size`` (trial ``trial_number``) cannot train
-    ``model``: an earlier run of the job trained it in this process, and its weights are still
-    as that run left them. None: it is not known to be trained, or that run was this trial (a
-    run that resumes it)."""
+def trained_here(model: Any, run: TrialSession) -> str | None:
+    """Why ``run`` cannot train ``model``: an earlier run of its job trained it in this
+    process, and its weights are still as that run left them. None: it is not known to be
+    trained, or that run was this trial (a run that resumes it)."""
+    job_id, trial_number, batch_size = run.job_id, run.trial_number, run.batch_size
     earlier = _TRAINED.get(model)
     if earlier is None or job_id is None or earlier.job_id != job_id:
         return None
