@@ -219,13 +219,14 @@ async def job_summaries(
     def work(conn: Connection) -> JobList:
         among = repo.jobs_not_learning(prefix, RELEASED_IN_A_ROW) if not_learning else None
         stored, unreadable = repo.list_jobs(conn, prefix, limit, offset, among)
-        spent = _spent_by_job(conn, [job.job_id for job in stored])
+        ids = [job.job_id for job in stored]
+        spent = _spent_by_job(conn, ids)
         # Only a job with that many released runs may have released its newest ones.
         released = [
             job_id for job_id, used in spent.items() if _released(used) >= RELEASED_IN_A_ROW
         ]
         endings = repo.newest_endings(conn, released, RELEASED_IN_A_ROW)
-        explored = repo.explorations_of(conn, [job.job_id for job in stored])
+        explored = repo.explorations_of(conn, ids)
         summaries = []
         for job in stored:
             try:
