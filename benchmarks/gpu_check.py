@@ -45,6 +45,10 @@ Runs, against a local server on a temporary SQLite database:
 13. A GPU another process computes on (``sharing``, ``gpu_sharing.py``): a run alone must name
    no shared GPU; a run while a process apart from it multiplies matrices on ``cuda:0`` must
    name that GPU in its outcome, with one warning.
+14. Out of memory while a run trains, then the next attempt (``retry``, ``gpu_retry.py``): a
+   plain loop under `until_converged` whose first step at the default runs out of CUDA memory,
+   each attempt's model holding 60% of the GPU: the next attempt must start with nothing of the
+   failed one's allocated, and converge at the smaller size.
 
 ``--parts`` runs some of them (e.g. ``--parts oom accumulation power check``: the device's minutes
 are few).
@@ -70,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import free_port, running_server
+from gpu_retry import retry_check
 from gpu_sharing import sharing_check
 from gpu_trainable import (
     accumulation_check,
@@ -393,7 +398,7 @@ def energy_row(check: str, result: dict[str, Any]) -> str:
 NOT_RUN = "not run (--parts)"
 PARTS = (
     "lightning", "huggingface", "nccl", "two_ranks", "oom", "hf_oom", "accumulation", "power",
-    "window", "check", "fsdp", "sharing",
+    "window", "check", "fsdp", "sharing", "retry",
 )  # fmt: skip
 
 
@@ -408,7 +413,7 @@ def part_lines(label: str, result: dict[str, Any] | None, says: Callable[[Any], 
 
 
 def trainable_lines(results: dict[str, Any]) -> list[str]:
-    """Parts 6, 7 and 9 to 13 (part 8 is a row of the energy table)."""
+    """Parts 6, 7 and 9 to 14 (part 8 is a row of the energy table)."""
     oom = part_lines("Out of memory", results.get("oom"), lambda r: (
         f"trials {r['trials']} (memory caps {r['memory_caps']}); the fit finished at "
         f"{r['trained_batch_size']} (largest step {r['largest_step_batch']}), learning rate "
@@ -447,7 +452,13 @@ def trainable_lines(results: dict[str, Any]) -> list[str]:
         f"alone, the outcome names {r['alone'] or 'no GPU'}; beside another process, "
         f"{r['shared'] or 'no GPU'}, with {len(r['warnings'])} warning(s): "
         f"{r['line']}"))  # fmt: skip
-    return oom + hf_oom + power + window + check + fsdp + sharing
+    retry = part_lines("Out of memory mid-run, then until_converged", results.get("retry"),
+                       lambda r: (
+        f"trials {r['trials']}; each attempt's model held {r['ballast_gib']:.1f} of "
+        f"{r['gpu_memory_gib']:.1f} GiB; allocated as each attempt began: "
+        f"{', '.join(f'{g:.2f}' for g in r['started_with'])} GiB; converged: "
+        f"{r['converged']}"))  # fmt: skip
+    return oom + hf_oom + power + window + check + fsdp + sharing + retry
 
 
 def report(results: dict[str, Any], repeats: int) -> list[str]:
@@ -534,6 +545,7 @@ def main() -> None:
             "check": lambda: command_check(url),
             "fsdp": lambda: fsdp_check(url, "cuda"),
             "sharing": lambda: sharing_check(url, "cuda"),
+            "retry": lambda: retry_check(url, "cuda"),
         }
         for part, run in served.items():
             if part in parts:

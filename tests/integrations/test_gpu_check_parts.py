@@ -155,3 +155,13 @@ def test_the_sharing_part(
     assert f"GPU {UUID} is shared with 1 process this one cannot see" in warning
     assert f"other processes held {UUID} meanwhile: what they computed is in" in result["line"]
     assert result["passed"], result
+
+
+def test_the_out_of_memory_then_next_attempt_part(sqlite_server: ServerProcess) -> None:
+    """``gpu_retry.py``'s dry run: the default's first step raises CUDA's error; the next
+    attempt begins with the failed one's model freed, and converges at the smaller size."""
+    part = load_module("gpu_retry", SCRIPT.parent / "gpu_retry.py")
+    result = part.retry_check(sqlite_server.url, "cpu", oom_above=part.FITS)
+    assert result["trials"] == [(part.DEFAULT, "infeasible"), (part.FITS, "reported")]
+    assert result["started_with"] == [0.0, 0.0]  # nothing held the failed attempt's model
+    assert result["passed"], result

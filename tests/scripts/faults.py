@@ -1,5 +1,6 @@
 """Faults the corpus injects into its scripts when a test's arguments ask for them: out of
-memory at batches above a size, raised where a real one is (in the training step), and a kill,
+memory at batches above a size, raised where a real one is (in the training step; from its
+first step, or mid-run), and a kill,
 SIGKILL, which no handler, ``finally`` or ``atexit`` sees: nothing more reaches the server.
 
 A script kills itself at the start of an epoch (`kill_at_epoch`), after the epoch before was
@@ -23,6 +24,20 @@ def out_of_memory_above(limit: int, batch: torch.Tensor) -> None:
     never)."""
     if 0 < limit < len(batch):
         raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(batch)} MiB")
+
+
+class OutOfMemoryLater:
+    """`out_of_memory_above` from the training step after the ``after``-th a model takes (the
+    memory check's tried steps count): out of memory mid-run, as a run whose batches grow
+    (longer sequences) or whose memory fragments meets it after the check passed."""
+
+    def __init__(self, limit: int, after: int = 0) -> None:
+        self.limit, self.after, self.steps = limit, after, 0
+
+    def __call__(self, batch: torch.Tensor) -> None:
+        self.steps += 1
+        if self.steps > self.after:
+            out_of_memory_above(self.limit, batch)
 
 
 def kill() -> NoReturn:

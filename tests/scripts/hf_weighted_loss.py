@@ -4,6 +4,11 @@ imbalanced data write it, on a model of the script's own: a plain ``nn.Module`` 
 named to the Trainer by ``label_names``).
 
     python hf_weighted_loss.py --job NAME --output-dir DIR [--target 0.9]
+        [--oom-above N [--oom-after STEPS]] [--attempts N]
+
+With ``--attempts`` above 1, a recurrence trains until one run delivers a model
+(`zeus_bso.until_converged`), without ``with callback:`` (the Trainer calls no callback when
+``train()`` raises).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from typing import Any
 import torch
 import transformers
 
+from tests.scripts.faults import OutOfMemoryLater
 from tests.scripts.hardware import BF16, ON_CPU
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -34,13 +40,16 @@ class Points(torch.utils.data.Dataset):
 
 
 class Classifier(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, oom_above: int = 0, oom_after: int = 0) -> None:
         super().__init__()
+        self.out_of_memory = OutOfMemoryLater(oom_above, oom_after)
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.out_of_memory(x)
         return self.net(x)
 
 
@@ -63,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--oom-after", type=int, default=0)
+    parser.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -71,32 +83,36 @@ def main(argv: list[str] | None = None) -> int:
         target_metric=args.target,
         max_epochs=4,
     )
-    callback = ZeusBSOTrainerCallback(job=job, metric="accuracy", lr_rule="linear")
-    training = transformers.TrainingArguments(
-        output_dir=args.output_dir,
-        per_device_train_batch_size=callback.start(),
-        num_train_epochs=job.max_epochs,
-        learning_rate=0.1,
-        optim="sgd",
-        label_names=["labels"],
-        eval_strategy="epoch",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=ON_CPU,
-        bf16=BF16,
-        disable_tqdm=True,
-    )
-    torch.manual_seed(0)
-    WeightedLossTrainer(
-        model=Classifier(),
-        args=training,
-        train_dataset=Points(96, 0),
-        eval_dataset=Points(64, 1),
-        compute_metrics=accuracy,
-        callbacks=[callback],
-    ).train()
-    outcome = callback.outcome
+
+    def one_run() -> RunOutcome | None:
+        callback = ZeusBSOTrainerCallback(job=job, metric="accuracy", lr_rule="linear")
+        training = transformers.TrainingArguments(
+            output_dir=args.output_dir,
+            per_device_train_batch_size=callback.start(),
+            num_train_epochs=job.max_epochs,
+            learning_rate=0.1,
+            optim="sgd",
+            label_names=["labels"],
+            eval_strategy="epoch",
+            save_strategy="no",
+            logging_strategy="no",
+            report_to=[],
+            use_cpu=ON_CPU,
+            bf16=BF16,
+            disable_tqdm=True,
+        )
+        torch.manual_seed(0)
+        WeightedLossTrainer(
+            model=Classifier(args.oom_above, args.oom_after),
+            args=training,
+            train_dataset=Points(96, 0),
+            eval_dataset=Points(64, 1),
+            compute_metrics=accuracy,
+            callbacks=[callback],
+        ).train()
+        return callback.outcome
+
+    outcome = until_converged(one_run, attempts=args.attempts) if args.attempts > 1 else one_run()
     return 0 if outcome is not None and outcome.converged else 1
 
 

@@ -1,7 +1,11 @@
 """Lightning with the batch size on a LightningDataModule, and a schedule stepped each epoch.
 
-python lightning_datamodule.py --job NAME [--target 0.9] [--oom-above N] [--max-epochs N]
-    [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N [--kill-after-report]]
+python lightning_datamodule.py --job NAME [--target 0.9] [--oom-above N [--oom-after STEPS]]
+    [--max-epochs N] [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N [--kill-after-report]]
+    [--attempts N]
+
+With ``--attempts`` above 1, a recurrence runs fits until one delivers a model
+(`zeus_bso.until_converged`).
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.scripts.faults import out_of_memory_above
+from tests.scripts.faults import OutOfMemoryLater
 from tests.scripts.hardware import ACCELERATOR, PRECISION
 from tests.scripts.lightning_faults import KillAtEpoch
-from zeus_bso import JobSpec
+from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
@@ -41,17 +45,17 @@ class Data(pl.LightningDataModule):
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, lr: float = 0.1, oom_above: int = 0) -> None:
+    def __init__(self, lr: float = 0.1, oom_above: int = 0, oom_after: int = 0) -> None:
         super().__init__()
         self.lr = lr
-        self.oom_above = oom_above
+        self.out_of_memory = OutOfMemoryLater(oom_above, oom_after)
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        out_of_memory_above(self.oom_above, x)
+        self.out_of_memory(x)
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
     def validation_step(self, batch, batch_idx):
@@ -71,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-to", default=None)
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--oom-above", type=int, default=0)
+    parser.add_argument("--oom-after", type=int, default=0)
+    parser.add_argument("--attempts", type=int, default=1)
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     parser.add_argument("--kill-after-report", action="store_true")
     args = parser.parse_args(argv)
@@ -81,26 +87,32 @@ def main(argv: list[str] | None = None) -> int:
         target_metric=args.target,
         max_epochs=4,
     )
-    pl.seed_everything(0, verbose=False)
-    callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
-    callbacks: list[pl.Callback] = [
-        callback,
-        KillAtEpoch(args.kill_at_epoch, args.kill_after_report),
-    ]
-    if args.save_to:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
-    trainer = pl.Trainer(
-        max_epochs=args.max_epochs,
-        callbacks=callbacks,
-        accelerator=ACCELERATOR,
-        precision=PRECISION,
-        logger=False,
-        enable_checkpointing=bool(args.save_to),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Classifier(oom_above=args.oom_above), datamodule=Data(), ckpt_path=args.resume_from)
-    return 0 if callback.outcome is not None and callback.outcome.converged else 1
+
+    def one_run() -> RunOutcome | None:
+        pl.seed_everything(0, verbose=False)
+        callback = ZeusBSOCallback(job=job, monitor="val_acc", lr_rule="linear")
+        callbacks: list[pl.Callback] = [
+            callback,
+            KillAtEpoch(args.kill_at_epoch, args.kill_after_report),
+        ]
+        if args.save_to:
+            callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
+        trainer = pl.Trainer(
+            max_epochs=args.max_epochs,
+            callbacks=callbacks,
+            accelerator=ACCELERATOR,
+            precision=PRECISION,
+            logger=False,
+            enable_checkpointing=bool(args.save_to),
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        model = Classifier(oom_above=args.oom_above, oom_after=args.oom_after)
+        trainer.fit(model, datamodule=Data(), ckpt_path=args.resume_from)
+        return callback.outcome
+
+    outcome = until_converged(one_run, attempts=args.attempts) if args.attempts > 1 else one_run()
+    return 0 if outcome is not None and outcome.converged else 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ outside the scripts, through PyTorch's global hooks.
 
 from __future__ import annotations
 
+import gc
 import os
 import runpy
 import signal
@@ -475,6 +476,53 @@ def test_out_of_memory_while_a_loop_trains_is_infeasible_and_the_next_run_fits(
     assert (infeasible["batch_size"], infeasible["status"]) == (16, "infeasible")
     assert trial["batch_size"] == 8
     check_run(probe.take(), trial, CORPUS[script][1])
+
+
+def modules_alive() -> list[torch.nn.Module]:
+    """The torch modules with weights alive in this process, after a collection (not those a
+    package keeps from its first import: transformers' activations)."""
+    gc.collect()
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, torch.nn.Module) and next(o.parameters(), None) is not None
+    ]
+
+
+RAN_OUT_MID_RUN = {
+    "upstream_loop.py": ("--oom-above", "8"),  # no memory check: its first step
+    "accelerate_loop.py": ("--oom-above", "8"),
+    # After the memory check's steps, which fit, and one of the run's.
+    "lightning_datamodule.py": ("--oom-above", "8", "--oom-after", "4"),
+    "hf_weighted_loss.py": ("--output-dir", "{tmp}", "--oom-above", "8", "--oom-after", "4"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(RAN_OUT_MID_RUN))
+def test_out_of_memory_while_it_trains_starts_until_convergeds_next_attempt_at_a_size_that_fits(
+    script: str, probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A recurrence run by `until_converged` whose run at 16 runs out of memory while it
+    trains goes on with the next attempt, in the same process, at a size that fits: the error
+    ends the run as infeasible where the entry point hears of it (Lightning's callback, the
+    ``with`` of Accelerate's adapter), and, where nothing does (the HF Trainer calls no callback
+    when ``train()`` raises; upstream's loop shape has no ``with``), the next attempt's start
+    ends the run left open by the error `until_converged` caught. Before, the error ended the
+    recurrence with no model. Nothing holds the failed run's model (on a GPU, its memory) when
+    the recurrence is over: the error kept to judge the run left open holds no frame's locals."""
+    prefix = unique_id("corpusretry").replace("-", "")
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in RAN_OUT_MID_RUN[script]]
+    before = modules_alive()  # held here, so that no new one takes one's id
+    assert run_script(script, "--job", prefix, "--target", "0.6", "--attempts", "3", *argv) == 0
+    known = {id(module) for module in before}
+    assert [module for module in modules_alive() if id(module) not in known] == []
+    steps = probe.take()
+    ran_out, trial = trials_of(server, prefix)
+    assert (ran_out["batch_size"], ran_out["status"]) == (16, "infeasible")
+    assert trial["batch_size"] == 8
+    second = steps[max((i for i, s in enumerate(steps) if s.samples == 16), default=-1) + 1 :]
+    tried = script in {"lightning_datamodule.py", "hf_weighted_loss.py"}  # a memory check
+    check_run(second, trial, CORPUS[script][1], tried=tried)
 
 
 def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(

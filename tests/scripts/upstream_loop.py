@@ -4,9 +4,12 @@
 its target raises ``ZeusBSOTrainFailError`` from ``on_evaluate``, as upstream's client does.
 
     python upstream_loop.py --job NAME [--target 0.9] [--oom-above N] [--kill-at-epoch N]
+        [--attempts N]
 
 A run killed and launched again with the same ``ZEUS_BSO_RUN_KEY`` (as a Kubernetes Job restarts
-its pod) continues its trial, as upstream's examples, which save no checkpoint, can.
+its pod) continues its trial, as upstream's examples, which save no checkpoint, can. With
+``--attempts`` above 1, a recurrence runs the loop until one run delivers a model
+(`zeus_bso.until_converged`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.scripts.faults import kill_at_epoch, out_of_memory_above
-from zeus_bso import BatchSizeOptimizer, JobSpec
+from zeus_bso import BatchSizeOptimizer, JobSpec, RunOutcome, until_converged
 from zeus_bso.scaling import LinearScaler
 
 
@@ -48,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--kill-at-epoch", type=int, default=0)
+    parser.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -56,22 +60,30 @@ def main(argv: list[str] | None = None) -> None:
         target_metric=args.target,
         max_epochs=4,
     )
-    torch.manual_seed(0)
-    bso = BatchSizeOptimizer(job=job, raise_if_unconverged=True)
-    batch_size = bso.get_batch_size()
-    loader = DataLoader(dataset(96, 0), batch_size=batch_size, shuffle=True)
-    model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    # As upstream's examples do: the rate tuned at the default, scaled by hand.
-    lr = LinearScaler(initial_lr=0.1, initial_batch_size=16).compute_lr(batch_size)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    val = dataset(64, 1)
-    bso.on_train_begin()
-    for epoch in range(job.max_epochs):
-        kill_at_epoch(args.kill_at_epoch, epoch)
-        train(model, loader, optimizer, args.oom_above)
-        bso.on_evaluate(validate(model, val))
-        if bso.training_finished:
-            break
+
+    def one_run() -> RunOutcome | None:
+        torch.manual_seed(0)
+        bso = BatchSizeOptimizer(job=job, raise_if_unconverged=True)
+        batch_size = bso.get_batch_size()
+        loader = DataLoader(dataset(96, 0), batch_size=batch_size, shuffle=True)
+        model = torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        # As upstream's examples do: the rate tuned at the default, scaled by hand.
+        lr = LinearScaler(initial_lr=0.1, initial_batch_size=16).compute_lr(batch_size)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        val = dataset(64, 1)
+        bso.on_train_begin()
+        for epoch in range(job.max_epochs):
+            kill_at_epoch(args.kill_at_epoch, epoch)
+            train(model, loader, optimizer, args.oom_above)
+            bso.on_evaluate(validate(model, val))
+            if bso.training_finished:
+                break
+        return bso.outcome
+
+    if args.attempts > 1:
+        until_converged(one_run, attempts=args.attempts)
+    else:
+        one_run()
 
 
 if __name__ == "__main__":

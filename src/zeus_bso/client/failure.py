@@ -110,6 +110,33 @@ def end_as(run: Ending, judged: Verdict, why: str) -> None:
         run.abort(why)
 
 
+_CAUGHT: list[BaseException] = []
+"""The error `caught` last (at most one)."""
+
+
+def caught(error: BaseException) -> None:
+    """``error`` came out of a run, and the process caught it and goes on
+    (`zeus_bso.client.outcome.until_converged` starts the next attempt): a run it left open
+    (one whose framework calls nothing when training raises: the HF Trainer's, or a loop's
+    without a ``with``) is judged by it when the next run starts (`last_caught`, read by
+    `zeus_bso.training.open_runs`). It is kept without its traceback (nor its chained errors'):
+    the frames it came through, and the closures they ran, held what the run held (the model,
+    its activations, the optimizer's state), which must be freed before the next run builds
+    its own; clearing the frames' locals would not free what a closure's cells hold."""
+    chained: BaseException | None = error
+    seen: set[int] = set()
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
+    _CAUGHT[:] = [error]
+
+
+def last_caught() -> BaseException | None:
+    """The error `caught` last; None: none was."""
+    return _CAUGHT[0] if _CAUGHT else None
+
+
 def described(error: BaseException) -> str:
     """``error`` in words: its type, and its message where it has one (``KeyboardInterrupt``,
     not ``KeyboardInterrupt: ``); `Terminated` is ``SIGTERM``."""

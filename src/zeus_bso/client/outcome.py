@@ -9,6 +9,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from zeus_bso.client import failure
+from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
 from zeus_bso.units import duration_text, energy_text
@@ -148,7 +150,12 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     after a run without the server, or after ``attempts`` runs; returns the last outcome (None
     if ``run`` returned none, e.g. on a process other than the main one). A run that raised
     `BatchSizeDoesNotFitError` (the HF Trainer's batch size ran out of memory before it
-    trained) counts as an attempt, and the next gets a size that fits; so does a run that
+    trained) counts as an attempt, and the next gets a size that fits; so does a run that ran
+    out of memory while it trained (its trial is infeasible: the entry point said so, or the
+    next run's start does where the framework called nothing, the HF Trainer without
+    ``with callback:``, a loop without ``with bso:``), once what the run held is freed (the
+    error's traceback is dropped, then the CUDA allocator's cache emptied: ``run`` must keep
+    the model nowhere else, an Accelerator built outside it included); and a run that
     raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
     last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
     never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
@@ -167,12 +174,14 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
         ZeusBSOTrainFailError: the last run raised it: no attempt delivered a model (its
             ``outcome`` is the last run's).
         BatchSizeDoesNotFitError: the last attempt raised it.
+        torch.OutOfMemoryError: the last attempt ran out of memory.
     """
     if attempts < 1:
         raise ConfigurationError(f"attempts must be at least 1, got {attempts}")
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
+        ran_out = False
         try:
             outcome = run()
         except BatchSizeDoesNotFitError as err:  # infeasible now; the next run's size fits
@@ -187,8 +196,21 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             logger.warning("zeus-bso: no model from this run (%s); starting it again", failed.why)
             outcome = failed
             continue
+        except Exception as err:  # out of memory while it trained
+            if attempt == attempts or not out_of_memory(err):
+                raise
+            logger.warning(
+                "zeus-bso: the run ran out of memory (%s): its batch size is infeasible on "
+                "these GPUs; starting the run again at one that fits",
+                out_of_memory_words(err),
+            )
+            failure.caught(err)  # judges a run it left open; what its frames held is freed
+            ran_out = True
         finally:
             MUST_DELIVER.reset(last)
+        if ran_out:  # the error handled: the failed run's tensors are unreachable now
+            free_accelerator_memory()
+            continue
         if outcome is None or outcome.converged or _last_attempt(outcome):
             break
     return outcome

@@ -7,8 +7,9 @@ in flight, until the process exits (a later run of the same job ends it, `open_r
 whose training began (``on_train_begin``) and never ended (``on_train_end``), and whose
 Trainer's ``train()`` frame is no longer on its thread's stack, is over: the next run that starts in
 the process, of any job, ends it. Its error is the one the interpreter set aside since its
-training began (``sys.last_value``, a notebook cell's), where that came through the training's
-code; else none is known, and it is ended as interrupted.
+training began (``sys.last_value``, a notebook cell's, or the one `zeus_bso.until_converged`
+caught), where that came through the training's code; else none is known, and it is ended as
+interrupted.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-from zeus_bso.training.open_runs import error_since, set_aside
+from zeus_bso.training.open_runs import SetAside, error_since, set_aside
 
 _FRAMES_UP = 10
 """How far up the stack from ``on_train_begin`` the Trainer's frames are looked for: its loop
@@ -36,8 +37,8 @@ class _Training:
     """The ``id`` of the Trainer's frame (not the frame: it would keep its locals alive)."""
     code: CodeType
     """That frame's code (with ``frame``, it names that frame and no later one)."""
-    set_aside: object
-    """``sys.last_value`` when the training began."""
+    set_aside: SetAside
+    """The errors set aside when the training began (`zeus_bso.training.open_runs.set_aside`)."""
 
 
 _TRAINING: weakref.WeakKeyDictionary[Any, _Training] = weakref.WeakKeyDictionary()

@@ -3,16 +3,23 @@ a job ends the earlier ones of the same job, started on the same thread, that ne
 are over. Nothing ends a run that Ctrl-C stopped in a notebook's cell (IPython catches the
 ``KeyboardInterrupt``; a framework without an exception hook, such as the HF Trainer, never
 hears of it), nor one whose cell raised, and its heartbeat would keep its trial open, an
-exploration in flight, until the kernel exits. An error the interpreter set aside since such a
-run opened (``sys.last_value``, where IPython keeps a cell's uncaught error), raised through the
-training's code (a step, a Trainer's loop), is the one that ended it: the run is judged by it,
-as at exit (out of memory: infeasible)."""
+exploration in flight, until the kernel exits; nor one whose error `zeus_bso.until_converged`
+caught to start the next attempt. The error set aside since such a run opened is the one that
+ended it: the one `until_converged` caught from the run, else the interpreter's
+(``sys.last_value``, where IPython keeps a cell's uncaught error) where it was raised through the
+training's code (a step, a Trainer's loop). The run is judged by it, as at exit (out of memory:
+infeasible)."""
 
 from __future__ import annotations
 
 import sys
 import weakref
 from typing import Protocol
+
+from zeus_bso.client import failure
+
+SetAside = tuple[object, BaseException | None]
+"""The errors set aside at a moment (`set_aside`)."""
 
 
 class OpenRun(Protocol):
@@ -24,7 +31,7 @@ class OpenRun(Protocol):
         for its restart)."""
 
 
-_OPEN: weakref.WeakKeyDictionary[OpenRun, tuple[int, object]] = weakref.WeakKeyDictionary()
+_OPEN: weakref.WeakKeyDictionary[OpenRun, tuple[int, SetAside]] = weakref.WeakKeyDictionary()
 """Each open run, with the thread it started on and the error set aside when it opened."""
 
 
@@ -35,19 +42,24 @@ TRAINING_PACKAGES = frozenset(
 notebook cell's own, after the run's) says nothing of the run."""
 
 
-def set_aside() -> object:
-    """The error the interpreter set aside last (``sys.last_value``; None: none)."""
-    return getattr(sys, "last_value", None)
+def set_aside() -> SetAside:
+    """The errors set aside last: the interpreter's (``sys.last_value``, where IPython keeps a
+    cell's uncaught error) and the one the process caught from a run and went on past
+    (`zeus_bso.client.failure.last_caught`: `zeus_bso.until_converged`'s next attempt)."""
+    return getattr(sys, "last_value", None), failure.last_caught()
 
 
-def error_since(before: object) -> BaseException | None:
-    """The error the interpreter set aside since `set_aside` gave ``before``, where it came
-    through the training's code (`_raised_in_training`): the one that ended a run that opened
-    then. None: none since, or another's (a notebook cell's own)."""
-    now = set_aside()
-    if now is before or not isinstance(now, BaseException) or not _raised_in_training(now):
+def error_since(before: SetAside) -> BaseException | None:
+    """The error set aside since `set_aside` gave ``before``: the one caught from a run (it
+    came out of the training), else the interpreter's where it came through the training's
+    code (`_raised_in_training`). That is the one that ended a run that opened then. None:
+    none since, or another's (a notebook cell's own)."""
+    interpreter, caught = set_aside()
+    if caught is not None and caught is not before[1]:
+        return caught
+    if interpreter is before[0] or not isinstance(interpreter, BaseException):
         return None
-    return now
+    return interpreter if _raised_in_training(interpreter) else None
 
 
 def _raised_in_training(error: BaseException) -> bool:

@@ -1,0 +1,95 @@
+"""`until_converged` after a run that ran out of memory while it trained: the next attempt, in
+the same process, at a size that fits, once nothing holds what the failed run held. (The
+entry points' runs: `tests/scripts/test_corpus.py`.)"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.helpers import ServerProcess, unique_id
+from zeus_bso import BatchSizeOptimizer, JobSpec, RunOutcome, until_converged
+from zeus_bso.client import ServerClient
+from zeus_bso.energy import EstimateMeter
+
+torch = pytest.importorskip("torch", reason="out of memory is torch's error")
+
+
+@pytest.fixture(scope="module")
+def server(sqlite_server: ServerProcess) -> ServerProcess:
+    return sqlite_server
+
+
+class RunsOutOfMemory(torch.nn.Module):
+    """A model whose forward runs out of memory (CUDA's error, raised through torch's call)."""
+
+    def forward(self, x: Any) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_the_next_attempt_gets_a_size_that_fits_once_the_failed_run_is_freed(
+    server: ServerProcess,
+) -> None:
+    """A loop without ``with`` runs out of memory at its first step: the next
+    attempt starts with nothing holding the failed run's model any more (the frames the error
+    came through held it, and would hold its GPU memory), and the error `until_converged`
+    caught ends the run left open as infeasible, so the next attempt gets a smaller size."""
+    job = JobSpec(
+        job_id_prefix=unique_id("retryoom").replace("-", ""),
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=1,
+    )
+    models: list[weakref.ref[Any]] = []
+    sizes: list[int] = []
+
+    def attempt() -> RunOutcome | None:
+        gc.collect()
+        assert all(model() is None for model in models), "the failed run's model is held"
+        bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200))
+        sizes.append(bso.get_batch_size())
+        model = RunsOutOfMemory() if sizes[-1] > 16 else torch.nn.Linear(4, 2)
+        models.append(weakref.ref(model))
+        bso.on_train_begin()
+        model(torch.zeros(sizes[-1], 4))
+        bso.on_evaluate(0.9)
+        bso.end()  # not reached where the step raised: the run is left open
+        return bso.outcome
+
+    outcome = until_converged(attempt, attempts=3)
+    assert outcome is not None
+    assert outcome.converged
+    assert sizes == [32, 16]
+    with ServerClient(server.url) as client:
+        (registered,) = client.list_jobs(prefix=f"{job.job_id_prefix}-")
+        trials = client.job_state(registered.job_id)["trials"]
+    trials.sort(key=lambda trial: trial["trial_number"])
+    assert [(t["batch_size"], t["status"]) for t in trials] == [
+        (32, "infeasible"),
+        (16, "reported"),
+    ]
+
+
+def failing(error: Exception, calls: list[int]) -> Callable[[], RunOutcome | None]:
+    def run() -> RunOutcome | None:
+        calls.append(1)
+        raise error
+
+    return run
+
+
+def test_an_error_not_of_memory_and_the_last_attempts_are_raised() -> None:
+    """Only out of memory starts another attempt; the last attempt's is raised."""
+    calls: list[int] = []
+    with pytest.raises(RuntimeError, match="a bug"):
+        until_converged(failing(RuntimeError("a bug"), calls), attempts=3)
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(torch.OutOfMemoryError):
+        until_converged(failing(torch.OutOfMemoryError("CUDA out of memory."), calls), attempts=2)
+    assert len(calls) == 2
