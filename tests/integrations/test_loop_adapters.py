@@ -180,6 +180,39 @@ def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
     assert [t.status for t in trials] == ["reported", "released", "reported"]
 
 
+def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: ServerProcess) -> None:
+    """A notebook's Fabric training cell run again with the model the earlier run trained (a
+    new optimizer of its parameters, given to ``bso.scale``, set up again with it): refused at
+    ``train_begin``, before any step, its trial released; the model with its weights set anew
+    trains."""
+    import torch
+
+    adapter, fabric = adapter_of("fabric")
+    spec = loop_spec("retrainedfabric")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+
+    def run() -> Any:
+        with adapter(fabric, server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            bso.scale(optimizer)
+            wrapped, optimizer = fabric.setup(model, optimizer)
+            bso.train_begin()
+            with torch.no_grad():
+                wrapped.weight.add_(1.0)  # what training does to it
+            bso.report(0.95)
+        return bso
+
+    first = run()
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        run()
+    model.reset_parameters()
+    run()
+    with ServerClient(server.url) as client:
+        trials = client.trials(first.job_id)
+    assert [t.status for t in trials] == ["reported", "released", "reported"]
+
+
 def steps_of(loader: Any, every: int) -> None:
     """Train a small model over ``loader``, stepping its optimizer every ``every`` batches."""
     import torch

@@ -52,3 +52,18 @@ def test_a_model_dropped_is_forgotten() -> None:
     size = len(trained_models._TRAINED)
     del model
     assert len(trained_models._TRAINED) == size - 1
+
+
+def test_an_optimizer_of_a_models_parameters_names_that_model() -> None:
+    """A loop that gives the session only its optimizer (Fabric's ``bso.scale``): the model is
+    known by its first parameter, whichever of the two a run named."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    trained_models.remember(torch.optim.SGD(model.parameters(), lr=0.1), run("job-a", 1))
+    assert trained_models.trained_here(model, run("job-a", 2)) is not None
+    again = torch.optim.AdamW(model.parameters())  # a new optimizer, the same weights
+    assert trained_models.trained_here(again, run("job-a", 2)) is not None
+    other = torch.nn.Linear(8, 8)  # another model of the same shape
+    assert (
+        trained_models.trained_here(torch.optim.SGD(other.parameters(), lr=0.1), run("job-a", 2))
+        is None
+    )
