@@ -182,9 +182,9 @@ def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
 
 def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: ServerProcess) -> None:
     """A notebook's Fabric training cell run again with the model the earlier run trained (a
-    new optimizer of its parameters, given to ``bso.scale``, set up again with it): refused at
-    ``train_begin``, before any step, its trial released; the model with its weights set anew
-    trains."""
+    new optimizer of its parameters, set up again with it): refused at its first optimizer
+    step, before the step changes a weight, its trial released; the model with its weights set
+    anew trains."""
     import torch
 
     adapter, fabric = adapter_of("fabric")
@@ -194,12 +194,15 @@ def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: Server
 
     def run() -> Any:
         with adapter(fabric, server.url, spec, energy_meter=EstimateMeter(100)) as bso:
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            bso.scale(optimizer)
-            wrapped, optimizer = fabric.setup(model, optimizer)
+            wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
             bso.train_begin()
-            with torch.no_grad():
-                wrapped.weight.add_(1.0)  # what training does to it
+            fabric.backward(wrapped(torch.ones(4, 2)).sum())
+            before = model.weight.detach().clone()
+            try:
+                optimizer.step()
+            except ConfigurationError:
+                assert torch.equal(model.weight, before)  # refused before the step
+                raise
             bso.report(0.95)
         return bso
 
@@ -211,6 +214,38 @@ def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: Server
     with ServerClient(server.url) as client:
         trials = client.trials(first.job_id)
     assert [t.status for t in trials] == ["reported", "released", "reported"]
+
+
+def test_a_plain_loop_refuses_a_model_an_earlier_run_of_the_job_trained(
+    server: ServerProcess,
+) -> None:
+    """A plain loop (`BatchSizeOptimizer`) gives the session no model: the one its optimizer
+    steps is checked before its first step. Run again in a notebook with the model the
+    earlier run trained, it is refused; a run of another job may train it."""
+    import torch
+
+    from zeus_bso import BatchSizeOptimizer
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+
+    def run(spec: JobSpec) -> Any:
+        with BatchSizeOptimizer(server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            bso.get_batch_size()
+            optimizer = torch.optim.Adam(model.parameters(), lr=bso.learning_rate(0.01))
+            bso.on_train_begin()
+            model(torch.ones(4, 2)).sum().backward()
+            optimizer.step()
+            bso.on_evaluate(0.95)
+        return bso
+
+    first = run(loop_spec("retrainedplain"))
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        run(loop_spec("retrainedplain"))
+    run(loop_spec("retrainedplainphase2"))  # a second phase: a job of its own
+    with ServerClient(server.url) as client:
+        trials = client.trials(first.job_id)
+    assert [t.status for t in trials] == ["reported", "released"]
 
 
 def steps_of(loader: Any, every: int) -> None:

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
 from tests.helpers import process_group_of_one  # noqa: E402
-from zeus_bso.integrations.probe import sharding, step, undone  # noqa: E402
+from zeus_bso.integrations.probe import step, undone  # noqa: E402
+from zeus_bso.training.sharded import sharding  # noqa: E402
 
 
 def _model_and_optimizers() -> tuple[object, list[object]]:

@@ -1,4 +1,4 @@
-"""`zeus_bso.integrations.trained_models`: what says that a model is as a run left it."""
+"""`zeus_bso.training.trained_models`: what says that a model is as a run left it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="pip install torch")
 
-from zeus_bso.integrations import trained_models  # noqa: E402
+from zeus_bso.training import trained_models  # noqa: E402
 
 
 def run(job_id: str, trial: int, batch_size: int = 32, epochs: int = 3) -> Any:
@@ -67,3 +67,13 @@ def test_an_optimizer_of_a_models_parameters_names_that_model() -> None:
         trained_models.trained_here(torch.optim.SGD(other.parameters(), lr=0.1), run("job-a", 2))
         is None
     )
+
+
+def test_an_optimizer_of_sharded_parameters_is_not_judged() -> None:
+    """Each process holds a part of a sharded model (FSDP marks the parameters it flattened):
+    its sum would differ by process, so no process judges it."""
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trained_models.remember(optimizer, run("job-a", 1))
+    model.weight._fsdp_flattened = True  # type: ignore[attr-defined]
+    assert trained_models.trained_here(optimizer, run("job-a", 2)) is None

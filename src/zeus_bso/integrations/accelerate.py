@@ -31,12 +31,12 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loaders import batch_size_of
 from zeus_bso.integrations.loop_checkpoints import check_restore
-from zeus_bso.integrations.trained_models import remember, trained_here
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
 from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
+from zeus_bso.training.trained_models import remember, trained_here
 from zeus_bso.training.trial_file import trial_in, write_trial
 
 logger = logging.getLogger(__name__)

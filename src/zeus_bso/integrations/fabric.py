@@ -23,18 +23,15 @@ refuses a checkpoint of another trial: a run restarted from it continues the tri
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from typing_extensions import Unpack, override
+from typing_extensions import Unpack
 
 from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loop_checkpoints import check_restore
-from zeus_bso.integrations.trained_models import remember, trained_here
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
-from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
 
@@ -57,10 +54,7 @@ class ZeusBSOFabric(TrialSession):
             others under ``fabric.no_sync(model)``, dividing the loss by that number.
 
     The run's one-line summary is printed at the end through ``fabric.print`` (the main
-    process's). A run whose optimizer (given to ``bso.scale``) holds the parameters of a model
-    that an earlier run of the job trained in this process, still as that run left them (a
-    notebook's training cell run again without the cell that builds the model), is refused at
-    ``train_begin()`` (`zeus_bso.integrations.trained_models`).
+    process's).
     """
 
     def __init__(
@@ -87,24 +81,6 @@ class ZeusBSOFabric(TrialSession):
             if own and (meter := options.get("energy_meter")) is not None:
                 meter.close()  # not the session's: it was refused
             raise
-
-    @override
-    def train_begin(self, steps_per_epoch: int | None = None) -> None:
-        """`TrialSession.train_begin`; the first refuses a model an earlier run of the job
-        trained in this process, where the optimizer given to ``bso.scale`` holds its
-        parameters.
-
-        Raises:
-            ConfigurationError: that model, its weights as that run left them.
-        """
-        if not self._began and (refused := trained_here(self._rate.scaled, self)):
-            raise ConfigurationError(refused)
-        super().train_begin(steps_per_epoch)
-
-    @override
-    def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
-        remember(self._rate.scaled, self)  # a later run of the job may not train it so
-        super()._ending(on_main, close=close)
 
     def state_dict(self) -> dict[str, Any]:
         """What ``fabric.save`` keeps of the run where its state holds ``"bso": bso``: the

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from zeus_bso.integrations.probe import sharding, step, undone
+from zeus_bso.integrations.probe import step, undone
+from zeus_bso.training.sharded import sharding
 
 
 def sharded(args: Any, model: Any) -> str | None:
     """What shards the Trainer's model across processes: ``TrainingArguments(deepspeed=...)``
     or ``fsdp=...``, or the model's own sharding (an Accelerate configuration's FSDP:
-    `zeus_bso.integrations.probe.sharding`). None: nothing does, and its steps can be tried."""
+    `zeus_bso.training.sharded.sharding`). None: nothing does, and its steps can be tried."""
     if getattr(args, "deepspeed", None):
         return "DeepSpeed (TrainingArguments.deepspeed)"
     if getattr(args, "fsdp", None):

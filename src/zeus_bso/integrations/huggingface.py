@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 from typing_extensions import Unpack, override
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
-from zeus_bso.integrations import hf_arguments, hf_unheard, trained_models
+from zeus_bso.integrations import hf_arguments, hf_unheard
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import run_first, trainer_being_built
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
@@ -46,7 +46,7 @@ from zeus_bso.integrations.hf_memory import sharded, try_steps
 from zeus_bso.integrations.probe import NOT_TRIED
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
-from zeus_bso.training import RunOutcome, TrialSession
+from zeus_bso.training import RunOutcome, TrialSession, trained_models
 from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 from zeus_bso.training.trial_file import read_trial, write_trial

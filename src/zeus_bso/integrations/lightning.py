@@ -38,7 +38,6 @@ from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
-from zeus_bso.integrations import trained_models
 from zeus_bso.integrations.handoff import OutcomeHandoff
 from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_memory import LoaderRefusedError, checks_memory, try_size
@@ -53,7 +52,7 @@ from zeus_bso.options import (
     job_lr_rule,
     lightning_settings,
 )
-from zeus_bso.training import RunOutcome, TrialSession
+from zeus_bso.training import RunOutcome, TrialSession, trained_models
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.lightning_trainer import BatchTarget
 from zeus_bso.integrations.loaders import generators_kept, no_batches, sized_len
-from zeus_bso.integrations.probe import NOT_TRIED, sharding, step, undone
+from zeus_bso.integrations.probe import NOT_TRIED, step, undone
 from zeus_bso.training import TrialSession
+from zeus_bso.training.sharded import sharding
 
 logger = logging.getLogger(__name__)
 

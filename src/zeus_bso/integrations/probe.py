@@ -5,7 +5,7 @@ An adapter runs a few steps of its framework's model, optimizers and batches ins
 and takes each one with `step`; afterwards the weights, the optimizers' state and the random
 state are what they were, so the run trains as if nothing had been tried. An out-of-memory
 error in a step is raised (the session's memory check catches it). A model that a strategy
-shards across processes (`sharding`) is not tried.
+shards across processes (`zeus_bso.training.sharded.sharding`) is not tried.
 """
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-
-SHARDED_MODULES = ("FullyShardedDataParallel", "FSDPModule")
-"""The classes of PyTorch's FSDP (its wrapper, and what ``fully_shard`` makes a module) whose
-modules hold only each process's shard of their parameters between steps."""
 
 NOT_TRIED = (
     "zeus-bso: batch size %d is new to these GPUs, but its steps are not tried in memory first: "
@@ -28,18 +24,6 @@ NOT_TRIED = (
 )
 """What a run whose model is sharded says at a size new to its GPUs (the batch size, and what
 shards it)."""
-
-
-def sharding(model: Any) -> str | None:
-    """What shards ``model``'s parameters across processes, where something does: PyTorch's
-    FSDP (a wrapper, or ``fully_shard``) or DeepSpeed's ZeRO stage 3 (its parameters carry a
-    ``ds_id``). None: nothing, and its steps can be tried (`undone`)."""
-    for module in model.modules():
-        if any(cls.__name__ in SHARDED_MODULES for cls in type(module).__mro__):
-            return "FSDP"
-    if any(hasattr(parameter, "ds_id") for parameter in model.parameters()):
-        return "DeepSpeed ZeRO-3"
-    return None
 
 
 @contextmanager

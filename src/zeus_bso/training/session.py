@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from typing_extensions import Unpack
+from typing_extensions import Unpack, override
 
 from zeus_bso.client.accumulation import Accumulation
 from zeus_bso.client.batches import check_first_batch
@@ -56,6 +56,7 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
+from zeus_bso.training.trained_models import remember, trained_here
 from zeus_bso.training.trial_file import Resume, saved_trial
 
 logger = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ class TrialSession(SessionEndings):
         self._batch_checked = False
         self._apart_said = False
         self._first = FirstReport()  # the optimizer steps from train_begin, and what they say
+        self._first.steps.first_step = self._refuse_trained
         self._loop_steps: int | None = None  # train_begin's steps_per_epoch
         self._size_changes = size_changes.mark()  # marked again as the run starts
         if start:
@@ -419,6 +421,23 @@ class TrialSession(SessionEndings):
     ) -> float | None:
         server = self.server  # the main process's: the others send nothing
         return None if server is None else server.send_power_profile(measurements, limit_range_w)
+
+    def _refuse_trained(self, optimizer: Any) -> None:
+        """Before an optimizer's first step in the run: refuse the model of its parameters where
+        an earlier run of the job trained it in this process, as that run left it
+        (`zeus_bso.training.trained_models`).
+
+        Raises:
+            ConfigurationError: that model (the trial is released).
+        """
+        if refused := trained_here(optimizer, self):
+            raise ConfigurationError(refused)
+
+    @override
+    def _ending(self, on_main: Callable[[ServerRun], None], *, close: bool = True) -> None:
+        for optimizer in self._first.steps.optimizers:  # a later run may not train it so
+            remember(optimizer, self)
+        super()._ending(on_main, close=close)
 
     def step_begin(self, batch: Any = None) -> None:
         """Before each training step, on every process (profiles power limits, with

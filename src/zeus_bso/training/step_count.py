@@ -2,7 +2,8 @@
 report of the model as it was before training (a loop that evaluates at the start of each
 epoch, or once before it trains), which counts as one of the job's epochs, is said; and how
 many steps each optimizer took, so that a loop that steps at every micro-batch of a run that
-accumulates is found.
+accumulates is found; and, before each optimizer's first step, a look at its parameters (the
+session refuses a model an earlier run of the job trained: `first_step`).
 
 It counts every ``torch.optim.Optimizer``'s steps in the process through torch's global step
 hook, where the script uses torch (it is imported already: nothing imports it here); elsewhere
@@ -12,6 +13,9 @@ it counts nothing and judges nothing.
 from __future__ import annotations
 
 import sys
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 
@@ -21,14 +25,32 @@ class StepCount:
     def __init__(self) -> None:
         self.steps = 0
         self._each: dict[int, int] = {}
-        self._handle: Any = None
+        self._handles: list[Any] = []
+        self.first_step: Callable[[Any], None] | None = None
+        """Called with each optimizer before its first step on the thread that started the
+        count (it may raise: the step is not taken)."""
+        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The optimizers that stepped on that thread (kept weakly): another thread's train
+        a run of their own."""
+        self._thread = threading.get_ident()
 
     def start(self) -> None:
         """Count from now (once; again after `stop`)."""
         optim = sys.modules.get("torch.optim.optimizer")
-        if self._handle is not None or optim is None:
+        if self._handles or optim is None:
             return
-        self._handle = optim.register_optimizer_step_post_hook(self._stepped)
+        self._thread = threading.get_ident()
+        self._handles = [
+            optim.register_optimizer_step_pre_hook(self._stepping),
+            optim.register_optimizer_step_post_hook(self._stepped),
+        ]
+
+    def _stepping(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() != self._thread or optimizer in self.optimizers:
+            return
+        if self.first_step is not None:
+            self.first_step(optimizer)
+        self.optimizers.add(optimizer)
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
@@ -43,10 +65,10 @@ class StepCount:
     @property
     def untrained(self) -> bool:
         """Whether the steps are counted and none was taken."""
-        return self._handle is not None and self.steps == 0
+        return bool(self._handles) and self.steps == 0
 
     def stop(self) -> None:
         """Stop counting (the hook is removed: a later run of the process counts its own)."""
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
