@@ -145,6 +145,19 @@ def test_a_loop_with_an_lr_rule_that_scales_no_optimizer_is_refused_before_it_tr
     assert bso.outcome.converged
 
 
+def refused_then_trained_anew(run: Any, model: Any, server: ServerProcess) -> None:
+    """``run`` trains ``model``; run again, it is refused, its trial released; once the
+    model's weights are set anew, it trains."""
+    first = run()
+    with pytest.raises(ConfigurationError, match="build the model again for each run"):
+        run()
+    model.reset_parameters()
+    run()
+    with ServerClient(server.url) as client:
+        trials = client.trials(first.job_id)
+    assert [t.status for t in trials] == ["reported", "released", "reported"]
+
+
 def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
     server: ServerProcess,
 ) -> None:
@@ -170,14 +183,7 @@ def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
             bso.report(0.95)
         return bso
 
-    first = run()
-    with pytest.raises(ConfigurationError, match="build the model again for each run"):
-        run()
-    model.reset_parameters()
-    run()
-    with ServerClient(server.url) as client:
-        trials = client.trials(first.job_id)
-    assert [t.status for t in trials] == ["reported", "released", "reported"]
+    refused_then_trained_anew(run, model, server)
 
 
 def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: ServerProcess) -> None:
@@ -206,14 +212,7 @@ def test_fabric_refuses_a_model_an_earlier_run_of_the_job_trained(server: Server
             bso.report(0.95)
         return bso
 
-    first = run()
-    with pytest.raises(ConfigurationError, match="build the model again for each run"):
-        run()
-    model.reset_parameters()
-    run()
-    with ServerClient(server.url) as client:
-        trials = client.trials(first.job_id)
-    assert [t.status for t in trials] == ["reported", "released", "reported"]
+    refused_then_trained_anew(run, model, server)
 
 
 def test_a_plain_loop_refuses_a_model_an_earlier_run_of_the_job_trained(
