@@ -4,6 +4,7 @@ entry points' runs: `tests/scripts/test_corpus.py`.)"""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 from collections.abc import Callable
@@ -93,3 +94,43 @@ def test_an_error_not_of_memory_and_the_last_attempts_are_raised() -> None:
     with pytest.raises(torch.OutOfMemoryError):
         until_converged(failing(torch.OutOfMemoryError("CUDA out of memory."), calls), attempts=2)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("with_block", [True, False])
+def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_out(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, with_block: bool
+) -> None:
+    """The server cannot be reached: the run trains at the job's default, which runs out of
+    memory; this machine keeps that (`zeus_bso.client.fallback`), so the next attempt trains
+    at the largest size below it (with or without a ``with`` block: without, the next
+    attempt's start ends the run by the error `until_converged` caught). Before, such a run
+    ended as failed, and every attempt, and every later run without the server, took the
+    default again."""
+    from tests.ports import free_port
+
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path))
+    job = JobSpec(
+        job_id_prefix=f"retryoffline{with_block}",
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=1,
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    sizes: list[int] = []
+
+    def attempt() -> RunOutcome | None:
+        bso = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(200))
+        with bso if with_block else contextlib.nullcontext():
+            sizes.append(bso.get_batch_size())
+            model = RunsOutOfMemory() if sizes[-1] > 16 else torch.nn.Linear(4, 2)
+            bso.on_train_begin()
+            model(torch.zeros(sizes[-1], 4))
+            bso.on_evaluate(0.9)
+        bso.end()
+        return bso.outcome
+
+    outcome = until_converged(attempt, attempts=3)
+    assert sizes == [32, 16]
+    assert outcome is not None
+    assert (outcome.converged, outcome.offline) == (True, True)

@@ -110,6 +110,7 @@ class ServerRun(ServerRunEndings):
         """Register the job and ask the server for this run's batch size (once per run)."""
         if self.offline:
             assert self.link.offline_batch_size is not None
+            open_runs.opened(self, self._thread)  # a later run of the job may find it over
             return self.link.offline_batch_size
         trial = self.progress.trial
         if trial is not None:
@@ -122,6 +123,7 @@ class ServerRun(ServerRunEndings):
         )
         if dispatched is None:  # the server is away: trains without it
             assert self.link.offline_batch_size is not None
+            open_runs.opened(self, self._thread)
             return self.link.offline_batch_size
         trial = dispatched.trial
         self._opened()

@@ -14,6 +14,7 @@ from zeus_bso.client import failure
 from zeus_bso.client.accumulation import Accumulation, plan
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.http import ending_words
+from zeus_bso.client.memory import out_of_memory
 from zeus_bso.client.outcome import RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
@@ -290,6 +291,9 @@ class ServerRunEndings:
         why = failure.described(error)
         if self._ended:
             return
+        if self.offline and not self.training_finished and out_of_memory(error):
+            self.end_out_of_memory(why)  # kept here: a later run without the server falls back
+            return  # below its size
         if self.training_finished or self.trial is None or self.offline:
             self.abort(why)  # the server's stop came first (or none can come): as it said
             return
