@@ -134,3 +134,23 @@ def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_
     assert sizes == [32, 16]
     assert outcome is not None
     assert (outcome.converged, outcome.offline) == (True, True)
+
+
+def test_an_error_caught_from_an_attempt_ends_only_the_runs_opened_in_it() -> None:
+    """The error `until_converged` caught is the ending of a run that opened in that attempt
+    and was left open; not of a run opened before it (another job's, on another thread),
+    which a later start may find over too."""
+    from zeus_bso.client import failure
+    from zeus_bso.training import open_runs
+
+    before = open_runs.set_aside()
+    numbered = failure.ATTEMPT.set(failure.next_attempt())
+    try:
+        opened_in_it = open_runs.set_aside()
+        error = torch.OutOfMemoryError("CUDA out of memory.")
+        failure.caught(error)
+    finally:
+        failure.ATTEMPT.reset(numbered)
+    assert open_runs.error_since(opened_in_it) is error
+    assert open_runs.error_since(before) is None
+    assert open_runs.error_since(open_runs.set_aside()) is None  # nothing since

@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Protocol
 
@@ -110,30 +112,42 @@ def end_as(run: Ending, judged: Verdict, why: str) -> None:
         run.abort(why)
 
 
-_CAUGHT: list[BaseException] = []
-"""The error `caught` last (at most one)."""
+ATTEMPT: ContextVar[int] = ContextVar("zeus_bso_attempt", default=0)
+"""The attempt of `zeus_bso.client.outcome.until_converged` under way (numbered across the
+process; 0: none)."""
+
+_ATTEMPTS = itertools.count(1)
+
+_CAUGHT: list[tuple[BaseException, int]] = []
+"""The error `caught` last, with the attempt it came out of (at most one)."""
+
+
+def next_attempt() -> int:
+    """A number for an attempt about to start, unlike any before it in the process."""
+    return next(_ATTEMPTS)
 
 
 def caught(error: BaseException) -> None:
-    """``error`` came out of a run, and the process caught it and goes on
-    (`zeus_bso.client.outcome.until_converged` starts the next attempt): a run it left open
-    (one whose framework calls nothing when training raises: the HF Trainer's, or a loop's
-    without a ``with``) is judged by it when the next run starts (`last_caught`, read by
-    `zeus_bso.training.open_runs`). It is kept without its traceback (nor its chained errors'):
-    the frames it came through, and the closures they ran, held what the run held (the model,
-    its activations, the optimizer's state), which must be freed before the next run builds
-    its own; clearing the frames' locals would not free what a closure's cells hold."""
+    """``error`` came out of the attempt under way (`ATTEMPT`), and the process caught it and
+    goes on (`zeus_bso.client.outcome.until_converged` starts the next attempt): a run that
+    opened in that attempt and was left open (one whose framework calls nothing when training
+    raises: the HF Trainer's, or a loop's without a ``with``) is judged by it when the next
+    run starts (`last_caught`, read by `zeus_bso.training.open_runs`); a run opened before the
+    attempt is not. It is kept without its traceback (nor its chained errors'): the frames it
+    came through, and the closures they ran, held what the run held (the model, its
+    activations, the optimizer's state), which must be freed before the next run builds its
+    own; clearing the frames' locals would not free what a closure's cells hold."""
     chained: BaseException | None = error
     seen: set[int] = set()
     while chained is not None and id(chained) not in seen:
         seen.add(id(chained))
         chained.__traceback__ = None
         chained = chained.__cause__ or chained.__context__
-    _CAUGHT[:] = [error]
+    _CAUGHT[:] = [(error, ATTEMPT.get())]
 
 
-def last_caught() -> BaseException | None:
-    """The error `caught` last; None: none was."""
+def last_caught() -> tuple[BaseException, int] | None:
+    """The error `caught` last, and the attempt it came out of; None: none was."""
     return _CAUGHT[0] if _CAUGHT else None
 
 

@@ -181,6 +181,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
+        numbered = failure.ATTEMPT.set(failure.next_attempt())
         ran_out = False
         try:
             outcome = run()
@@ -208,6 +209,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             ran_out = True
         finally:
             MUST_DELIVER.reset(last)
+            failure.ATTEMPT.reset(numbered)
         if ran_out:  # the error handled: the failed run's tensors are unreachable now
             free_accelerator_memory()
             continue

@@ -5,10 +5,10 @@ are over. Nothing ends a run that Ctrl-C stopped in a notebook's cell (IPython c
 hears of it), nor one whose cell raised, and its heartbeat would keep its trial open, an
 exploration in flight, until the kernel exits; nor one whose error `zeus_bso.until_converged`
 caught to start the next attempt. The error set aside since such a run opened is the one that
-ended it: the one `until_converged` caught from the run, else the interpreter's
-(``sys.last_value``, where IPython keeps a cell's uncaught error) where it was raised through the
-training's code (a step, a Trainer's loop). The run is judged by it, as at exit (out of memory:
-infeasible)."""
+ended it: the one `until_converged` caught from the attempt the run opened in, else the
+interpreter's (``sys.last_value``, where IPython keeps a cell's uncaught error) where it was
+raised through the training's code (a step, a Trainer's loop). The run is judged by it, as at
+exit (out of memory: infeasible)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from typing import Protocol
 
 from zeus_bso.client import failure
 
-SetAside = tuple[object, BaseException | None]
-"""The errors set aside at a moment (`set_aside`)."""
+SetAside = tuple[object, tuple[BaseException, int] | None, int]
+"""The errors set aside at a moment (`set_aside`), and the attempt of `zeus_bso.until_converged`
+under way then."""
 
 
 class OpenRun(Protocol):
@@ -44,19 +45,20 @@ notebook cell's own, after the run's) says nothing of the run."""
 
 def set_aside() -> SetAside:
     """The errors set aside last: the interpreter's (``sys.last_value``, where IPython keeps a
-    cell's uncaught error) and the one the process caught from a run and went on past
-    (`zeus_bso.client.failure.last_caught`: `zeus_bso.until_converged`'s next attempt)."""
-    return getattr(sys, "last_value", None), failure.last_caught()
+    cell's uncaught error) and the one the process caught from an attempt and went on past
+    (`zeus_bso.client.failure.last_caught`: `zeus_bso.until_converged`'s), with the attempt
+    under way now."""
+    return getattr(sys, "last_value", None), failure.last_caught(), failure.ATTEMPT.get()
 
 
 def error_since(before: SetAside) -> BaseException | None:
-    """The error set aside since `set_aside` gave ``before``: the one caught from a run (it
-    came out of the training), else the interpreter's where it came through the training's
-    code (`_raised_in_training`). That is the one that ended a run that opened then. None:
-    none since, or another's (a notebook cell's own)."""
-    interpreter, caught = set_aside()
-    if caught is not None and caught is not before[1]:
-        return caught
+    """The error set aside since `set_aside` gave ``before``: the one caught from the attempt
+    that was under way then (the run opened in it), else the interpreter's where it came
+    through the training's code (`_raised_in_training`). That is the one that ended a run that
+    opened then. None: none since, or another's (a notebook cell's own, another attempt's)."""
+    interpreter, caught, _ = set_aside()
+    if caught is not None and caught is not before[1] and caught[1] == before[2] != 0:
+        return caught[0]
     if interpreter is before[0] or not isinstance(interpreter, BaseException):
         return None
     return interpreter if _raised_in_training(interpreter) else None
