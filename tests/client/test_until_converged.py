@@ -144,7 +144,7 @@ def test_an_error_caught_from_an_attempt_ends_only_the_runs_opened_in_it() -> No
     from zeus_bso.training import open_runs
 
     before = open_runs.set_aside()
-    numbered = failure.ATTEMPT.set(failure.next_attempt())
+    numbered = failure.ATTEMPT.set(object())
     try:
         opened_in_it = open_runs.set_aside()
         error = torch.OutOfMemoryError("CUDA out of memory.")

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import itertools
 import signal
 from contextvars import ContextVar
 from enum import StrEnum
@@ -112,19 +111,12 @@ def end_as(run: Ending, judged: Verdict, why: str) -> None:
         run.abort(why)
 
 
-ATTEMPT: ContextVar[int] = ContextVar("zeus_bso_attempt", default=0)
-"""The attempt of `zeus_bso.client.outcome.until_converged` under way (numbered across the
-process; 0: none)."""
+ATTEMPT: ContextVar[object | None] = ContextVar("zeus_bso_attempt", default=None)
+"""The attempt of `zeus_bso.client.outcome.until_converged` under way, an object of its own
+(None: none)."""
 
-_ATTEMPTS = itertools.count(1)
-
-_CAUGHT: list[tuple[BaseException, int]] = []
+_CAUGHT: list[tuple[BaseException, object | None]] = []
 """The error `caught` last, with the attempt it came out of (at most one)."""
-
-
-def next_attempt() -> int:
-    """A number for an attempt about to start, unlike any before it in the process."""
-    return next(_ATTEMPTS)
 
 
 def caught(error: BaseException) -> None:
@@ -146,7 +138,7 @@ def caught(error: BaseException) -> None:
     _CAUGHT[:] = [(error, ATTEMPT.get())]
 
 
-def last_caught() -> tuple[BaseException, int] | None:
+def last_caught() -> tuple[BaseException, object | None] | None:
     """The error `caught` last, and the attempt it came out of; None: none was."""
     return _CAUGHT[0] if _CAUGHT else None
 

@@ -181,7 +181,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
-        numbered = failure.ATTEMPT.set(failure.next_attempt())
+        numbered = failure.ATTEMPT.set(object())  # this attempt's own
         ran_out = False
         try:
             outcome = run()

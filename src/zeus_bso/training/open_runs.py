@@ -18,7 +18,7 @@ from typing import Protocol
 
 from zeus_bso.client import failure
 
-SetAside = tuple[object, tuple[BaseException, int] | None, int]
+SetAside = tuple[object, tuple[BaseException, object | None] | None, object | None]
 """The errors set aside at a moment (`set_aside`), and the attempt of `zeus_bso.until_converged`
 under way then."""
 
@@ -57,7 +57,7 @@ def error_since(before: SetAside) -> BaseException | None:
     through the training's code (`_raised_in_training`). That is the one that ended a run that
     opened then. None: none since, or another's (a notebook cell's own, another attempt's)."""
     interpreter, caught, _ = set_aside()
-    if caught is not None and caught is not before[1] and caught[1] == before[2] != 0:
+    if caught is not None and caught is not before[1] and caught[1] is before[2] is not None:
         return caught[0]
     if interpreter is before[0] or not isinstance(interpreter, BaseException):
         return None
