@@ -96,6 +96,24 @@ def test_an_error_not_of_memory_and_the_last_attempts_are_raised() -> None:
     assert len(calls) == 2
 
 
+def without_the_server(
+    prefix: str, cache: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[JobSpec, str]:
+    """A job of 16, 32 and 64 (default 32) and a URL where no server listens; this machine's
+    cache (its fallback file) in ``cache``."""
+    from tests.ports import free_port
+
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(cache))
+    job = JobSpec(
+        job_id_prefix=prefix,
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=1,
+    )
+    return job, f"http://127.0.0.1:{free_port()}"
+
+
 @pytest.mark.parametrize("with_block", [True, False])
 def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_out(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, with_block: bool
@@ -106,17 +124,7 @@ def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_
     attempt's start ends the run by the error `until_converged` caught). Before, such a run
     ended as failed, and every attempt, and every later run without the server, took the
     default again."""
-    from tests.ports import free_port
-
-    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path))
-    job = JobSpec(
-        job_id_prefix=f"retryoffline{with_block}",
-        batch_sizes=[16, 32, 64],
-        default_batch_size=32,
-        target_metric=0.5,
-        max_epochs=1,
-    )
-    url = f"http://127.0.0.1:{free_port()}"
+    job, url = without_the_server(f"retryoffline{with_block}", tmp_path, monkeypatch)
     sizes: list[int] = []
 
     def attempt() -> RunOutcome | None:
@@ -134,6 +142,49 @@ def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_
     assert sizes == [32, 16]
     assert outcome is not None
     assert (outcome.converged, outcome.offline) == (True, True)
+
+
+def evaluate(model: Any, size: int) -> None:
+    """A loop's evaluation, named as a framework's (`zeus_bso.training.evaluation_code`)."""
+    model(torch.zeros(size, 4))
+
+
+def test_out_of_memory_in_evaluation_is_raised_at_once_and_kept_nowhere(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory in evaluation says nothing of the training's batch size: no other attempt
+    starts (it would run out the same way), and, without the server, this machine does not
+    keep the size as one that runs out (the next run trains at the default again)."""
+    from zeus_bso.training import evaluation_code
+
+    evaluation_code(evaluate.__code__)
+    job, url = without_the_server("evaluationoffline", tmp_path, monkeypatch)
+    sizes: list[int] = []
+    outcomes: list[RunOutcome | None] = []
+
+    def attempt() -> RunOutcome | None:
+        bso = BatchSizeOptimizer(url, job, energy_meter=EstimateMeter(200))
+        try:
+            with bso:
+                sizes.append(bso.get_batch_size())
+                bso.on_train_begin()
+                torch.nn.Linear(4, 2)(torch.zeros(sizes[-1], 4))
+                evaluate(RunsOutOfMemory(), 64)
+                bso.on_evaluate(0.9)
+        finally:
+            outcomes.append(bso.outcome)
+        return bso.outcome
+
+    with pytest.raises(torch.OutOfMemoryError):
+        until_converged(attempt, attempts=3)
+    assert sizes == [32]
+    (outcome,) = outcomes
+    assert outcome is not None
+    assert "in evaluation" in outcome.why
+    assert "Run it again" not in outcome.summary()
+    with pytest.raises(torch.OutOfMemoryError):
+        attempt()
+    assert sizes == [32, 32]
 
 
 def test_an_error_caught_from_an_attempt_ends_only_the_runs_opened_in_it() -> None:

@@ -4,7 +4,7 @@ imbalanced data write it, on a model of the script's own: a plain ``nn.Module`` 
 named to the Trainer by ``label_names``).
 
     python hf_weighted_loss.py --job NAME --output-dir DIR [--target 0.9]
-        [--oom-above N [--oom-after STEPS]] [--attempts N]
+        [--oom-above N [--oom-after STEPS]] [--oom-in-evaluation] [--attempts N]
 
 With ``--attempts`` above 1, a recurrence trains until one run delivers a model
 (`zeus_bso.until_converged`), without ``with callback:`` (the Trainer calls no callback when
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import transformers
 
-from tests.scripts.faults import OutOfMemoryLater
+from tests.scripts.faults import OutOfMemoryLater, out_of_memory_above
 from tests.scripts.hardware import BF16, ON_CPU
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
@@ -40,9 +40,10 @@ class Points(torch.utils.data.Dataset):
 
 
 class Classifier(torch.nn.Module):
-    def __init__(self, oom_above: int = 0, oom_after: int = 0) -> None:
+    def __init__(self, oom_above: int = 0, oom_after: int = 0, in_evaluation: bool = False) -> None:
         super().__init__()
         self.out_of_memory = OutOfMemoryLater(oom_above, oom_after)
+        self.out_of_memory_in_evaluation = in_evaluation
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
         )
@@ -50,6 +51,8 @@ class Classifier(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self.out_of_memory(x)
+        elif self.out_of_memory_in_evaluation:  # the logits gathered: the evaluation's own
+            out_of_memory_above(1, x)
         return self.net(x)
 
 
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--oom-after", type=int, default=0)
+    parser.add_argument("--oom-in-evaluation", action="store_true")
     parser.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args(argv)
     job = JobSpec(
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         torch.manual_seed(0)
         WeightedLossTrainer(
-            model=Classifier(args.oom_above, args.oom_after),
+            model=Classifier(args.oom_above, args.oom_after, args.oom_in_evaluation),
             args=training,
             train_dataset=Points(96, 0),
             eval_dataset=Points(64, 1),

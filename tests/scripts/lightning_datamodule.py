@@ -1,8 +1,8 @@
 """Lightning with the batch size on a LightningDataModule, and a schedule stepped each epoch.
 
 python lightning_datamodule.py --job NAME [--target 0.9] [--oom-above N [--oom-after STEPS]]
-    [--max-epochs N] [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N [--kill-after-report]]
-    [--attempts N]
+    [--oom-in-validation] [--max-epochs N] [--save-to DIR] [--resume-from CKPT]
+    [--kill-at-epoch N [--kill-after-report]] [--attempts N]
 
 With ``--attempts`` above 1, a recurrence runs fits until one delivers a model
 (`zeus_bso.until_converged`).
@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.scripts.faults import OutOfMemoryLater
+from tests.scripts.faults import OutOfMemoryLater, out_of_memory_above
 from tests.scripts.hardware import ACCELERATOR, PRECISION
 from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec, RunOutcome, until_converged
@@ -45,9 +45,16 @@ class Data(pl.LightningDataModule):
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, lr: float = 0.1, oom_above: int = 0, oom_after: int = 0) -> None:
+    def __init__(
+        self,
+        lr: float = 0.1,
+        oom_above: int = 0,
+        oom_after: int = 0,
+        oom_in_validation: bool = False,
+    ) -> None:
         super().__init__()
         self.lr = lr
+        self.oom_in_validation = oom_in_validation
         self.out_of_memory = OutOfMemoryLater(oom_above, oom_after)
         self.net = torch.nn.Sequential(
             torch.nn.Linear(7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
@@ -60,6 +67,8 @@ class Classifier(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
+        if self.oom_in_validation and not self.trainer.sanity_checking:
+            out_of_memory_above(1, x)  # its evaluation's batch: what it gathers, its own size
         self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
 
     def configure_optimizers(self):
@@ -76,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--oom-after", type=int, default=0)
+    parser.add_argument("--oom-in-validation", action="store_true", help="after the sanity check")
     parser.add_argument("--attempts", type=int, default=1)
     parser.add_argument("--kill-at-epoch", type=int, default=0)
     parser.add_argument("--kill-after-report", action="store_true")
@@ -107,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             enable_progress_bar=False,
             enable_model_summary=False,
         )
-        model = Classifier(oom_above=args.oom_above, oom_after=args.oom_after)
+        model = Classifier(0.1, args.oom_above, args.oom_after, args.oom_in_validation)
         trainer.fit(model, datamodule=Data(), ckpt_path=args.resume_from)
         return callback.outcome
 

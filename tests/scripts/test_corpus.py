@@ -11,6 +11,7 @@ outside the scripts, through PyTorch's global hooks.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import runpy
 import signal
@@ -523,6 +524,49 @@ def test_out_of_memory_while_it_trains_starts_until_convergeds_next_attempt_at_a
     second = steps[max((i for i, s in enumerate(steps) if s.samples == 16), default=-1) + 1 :]
     tried = script in {"lightning_datamodule.py", "hf_weighted_loss.py"}  # a memory check
     check_run(second, trial, CORPUS[script][1], tried=tried)
+
+
+def test_out_of_memory_in_validation_is_not_charged_to_the_batch_size(
+    server: ServerProcess, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fit whose validation runs out of memory after its first epoch trained (what the
+    validation gathers, not the training's batches): the training's batch size fits, so its
+    trial is released, the job's memory cap is left alone, and `until_converged` raises the
+    error rather than start again, which would run out the same way at any size and, before,
+    lowered the cap an attempt at a time."""
+    prefix = unique_id("corpusvaloom").replace("-", "")
+    argv = ["--job", prefix, "--attempts", "3", "--oom-in-validation"]
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"), pytest.raises(torch.OutOfMemoryError):
+        run_script("lightning_datamodule.py", *argv)
+    probe.take()
+    (trial,) = trials_of(server, prefix)
+    assert (trial["batch_size"], trial["status"]) == (16, "released")
+    assert "ran out of memory in evaluation" in caplog.text
+    assert "per_device_eval_batch_size" in caplog.text  # what to change
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        assert client.job(job.job_id).memory_caps == {}
+
+
+def test_out_of_memory_in_the_hf_trainers_evaluation_is_not_charged_at_the_processs_exit(
+    server: ServerProcess, probe: Probe, tmp_path: Path
+) -> None:
+    """The HF Trainer's evaluation runs out of memory (its own batch size, the logits it
+    gathers), in a script without ``with callback:`` under `until_converged`: the Trainer tells
+    the callback nothing, the error is raised at once (no attempt at another size), and the
+    process's exit judges it by where it came from, the Trainer's evaluation: the trial is
+    released, not infeasible, and the job's memory cap is left alone."""
+    prefix = unique_id("corpushfevaloom").replace("-", "")
+    argv = ["--job", prefix, "--output-dir", str(tmp_path), "--attempts", "3"]
+    died = run_apart("hf_weighted_loss.py", *argv, "--oom-in-evaluation", timeout=180)
+    assert died.returncode == 1, died.stderr
+    assert "OutOfMemoryError: CUDA out of memory" in died.stderr
+    assert "ran out of memory in evaluation" in died.stderr
+    (trial,) = trials_of(server, prefix)
+    assert (trial["batch_size"], trial["status"]) == (16, "released")
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        assert client.job(job.job_id).memory_caps == {}
 
 
 def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(

@@ -1,7 +1,9 @@
 """A run that raised: whose doing it was, so that only what the batch size did is charged to it.
 
 - Out of memory is the batch size's: infeasible on the run's hardware profile
-  (`zeus_bso.client.memory.out_of_memory`).
+  (`zeus_bso.client.memory.out_of_memory`); but not in evaluation (`in_evaluation`), whose
+  batches are not the training's (the HF Trainer's ``per_device_eval_batch_size``) and whose
+  memory the training's batch size does not decide (logits gathered on the GPU): released.
 - An interruption is nobody's: Ctrl-C (``KeyboardInterrupt``), or a SIGTERM turned into an
   exception (a preemption, a ``kill``, a cluster's time limit: our `Terminated`, or the
   exception of a framework that handles SIGTERM itself, Lightning's ``SIGTERMException``, which
@@ -16,12 +18,15 @@
 from __future__ import annotations
 
 import signal
+import weakref
 from contextvars import ContextVar
 from enum import StrEnum
+from types import CodeType
 from typing import Protocol
 
 from zeus_bso.client.memory import out_of_memory, out_of_memory_words
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.spec import StopReason
 
 SigtermExceptions = tuple[type[BaseException], ...]
 """The exceptions a framework that handles SIGTERM itself raises on it (Lightning's
@@ -70,13 +75,64 @@ class Verdict(StrEnum):
     """Nobody's: released, or left open for the restart of a run with a run key."""
     NOT_CHARGED = "not_charged"
     """The script's: released."""
+    EVALUATION = "evaluation"
+    """Out of memory in evaluation, the script's: released, as a run that ended early."""
     FAILED = "failed"
     """The run's: failed, which counts against the batch size."""
+
+
+_EVALUATION_CODE: set[CodeType] = set()
+"""The code of the frameworks' evaluation loops (`evaluation_code`)."""
+
+_IN_EVALUATION: weakref.WeakSet[BaseException] = weakref.WeakSet()
+"""The errors an adapter saw raised in evaluation (`raised_in_evaluation`)."""
+
+
+def evaluation_code(*code: CodeType) -> None:
+    """A framework's evaluation runs ``code`` (the HF Trainer's ``evaluate``, given by its
+    adapter): an error raised through it was raised in evaluation (`in_evaluation`)."""
+    _EVALUATION_CODE.update(code)
+
+
+def raised_in_evaluation(error: BaseException) -> None:
+    """``error`` was raised in evaluation (an adapter that knows it: Lightning's callback, from
+    the trainer's state)."""
+    _IN_EVALUATION.add(error)
+
+
+def in_evaluation(error: BaseException) -> bool:
+    """Whether ``error`` was raised in evaluation: an adapter said so, or its traceback passes
+    through a framework's evaluation (`evaluation_code`); one kept without its traceback
+    (`caught`) keeps the answer."""
+    if error in _IN_EVALUATION:
+        return True
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code in _EVALUATION_CODE:
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def evaluation_ran_out(error: BaseException) -> bool:
+    """Whether ``error`` is out of memory raised in evaluation, which says nothing of the
+    training's batch size."""
+    return out_of_memory(error) and in_evaluation(error)
+
+
+EVALUATION_ADVICE = (
+    "lower the evaluation's batch size (the HF Trainer's per_device_eval_batch_size, the "
+    "validation DataLoader's) or what it keeps on the GPU (the HF Trainer's "
+    "eval_accumulation_steps)"
+)
+"""What to change after out of memory in evaluation."""
 
 
 def verdict(error: BaseException, *, trained: bool, sigterm: SigtermExceptions = ()) -> Verdict:
     """Whose doing ``error`` was, for a run that raised it (``trained``: after it trained;
     ``sigterm``: a framework's SIGTERM exceptions)."""
+    if evaluation_ran_out(error):
+        return Verdict.EVALUATION
     if out_of_memory(error):
         return Verdict.OUT_OF_MEMORY
     if interrupted(error, sigterm):
@@ -94,7 +150,7 @@ class Ending(Protocol):
 
     def end_interrupted(self, why: str) -> None: ...
 
-    def release(self, why: str) -> None: ...
+    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None: ...
 
     def abort(self, why: str | None = None) -> None: ...
 
@@ -107,6 +163,8 @@ def end_as(run: Ending, judged: Verdict, why: str) -> None:
         run.end_interrupted(why)
     elif judged is Verdict.NOT_CHARGED:
         run.release(why)
+    elif judged is Verdict.EVALUATION:
+        run.release(why, StopReason.ENDED_EARLY)
     else:
         run.abort(why)
 
@@ -129,6 +187,8 @@ def caught(error: BaseException) -> None:
     came through, and the closures they ran, held what the run held (the model, its
     activations, the optimizer's state), which must be freed before the next run builds its
     own; clearing the frames' locals would not free what a closure's cells hold."""
+    if in_evaluation(error):
+        _IN_EVALUATION.add(error)  # the traceback that says so goes
     chained: BaseException | None = error
     seen: set[int] = set()
     while chained is not None and id(chained) not in seen:
@@ -148,6 +208,11 @@ def described(error: BaseException) -> str:
     not ``KeyboardInterrupt: ``); `Terminated` is ``SIGTERM``."""
     if isinstance(error, Terminated):
         return "SIGTERM"
+    if evaluation_ran_out(error):
+        return (
+            f"ran out of memory in evaluation ({out_of_memory_words(error)}), not counted "
+            f"against its batch size: {EVALUATION_ADVICE}"
+        )
     if out_of_memory(error):
         return out_of_memory_words(error)  # without PyTorch's allocator breakdown and advice
     words = str(error)

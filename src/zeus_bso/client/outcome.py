@@ -89,6 +89,9 @@ class RunOutcome:
     shared_gpus: tuple[str, ...] = ()
     """The run's GPUs (UUIDs) that other processes computed on: their work is in its energy
     and cost (`zeus_bso.training.shared_gpus`), and the line says so."""
+    again_as_it_is: bool = True
+    """Whether the script, run again as it is, may deliver a model: False where the run ended on
+    what the script must change (out of memory in evaluation; `why` says what)."""
 
     def summary(self) -> str:
         """One line, e.g. ``zeus-bso: batch size 128 stopped at epoch 5 of 15: its cost is 2.2x
@@ -131,7 +134,7 @@ class RunOutcome:
         line += "."
         if self.next_run:
             line += f" Next run: {self.next_run}."
-        again = not self.converged and trained
+        again = not self.converged and trained and self.again_as_it_is
         if again and not self.went_on and not self.next_refused:
             line += " Run it again for a model."
         return SHOWN_PREFIX + line
@@ -155,7 +158,9 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     next run's start does where the framework called nothing, the HF Trainer without
     ``with callback:``, a loop without ``with bso:``), once what the run held is freed (the
     error's traceback is dropped, then the CUDA allocator's cache emptied: ``run`` must keep
-    the model nowhere else, an Accelerator built outside it included); and a run that
+    the model nowhere else, an Accelerator built outside it included), but not one that ran out
+    in evaluation (the HF Trainer's, Lightning's validation: its batches are not the training's,
+    and another batch size would run out the same way), whose error is raised; and a run that
     raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
     last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
     never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
@@ -199,6 +204,14 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             continue
         except Exception as err:  # out of memory while it trained
             if attempt == attempts or not out_of_memory(err):
+                raise
+            if failure.in_evaluation(err):  # another size would run out the same way
+                logger.warning(
+                    "zeus-bso: the run ran out of memory in evaluation (%s): not started again, "
+                    "as a run at another batch size would run out the same way; %s",
+                    out_of_memory_words(err),
+                    failure.EVALUATION_ADVICE,
+                )
                 raise
             logger.warning(
                 "zeus-bso: the run ran out of memory (%s): its batch size is infeasible on "

@@ -46,7 +46,7 @@ from zeus_bso.integrations.hf_memory import sharded, try_steps
 from zeus_bso.integrations.probe import NOT_TRIED
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
-from zeus_bso.training import RunOutcome, TrialSession, trained_models
+from zeus_bso.training import RunOutcome, TrialSession, evaluation_code, trained_models
 from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 from zeus_bso.training.trial_file import read_trial, write_trial
@@ -320,6 +320,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
         hf_unheard.began(self)
+        _name_evaluation()
         self._model = weakref.ref(model) if model is not None else None
         self._reported_step = state.global_step  # an evaluation here (eval_on_start) trained none
         epochs = max(1.0, float(args.num_train_epochs))
@@ -520,3 +521,13 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         finally:
             self.outcome = session.outcome
         self._remember_trained(session)
+
+
+def _name_evaluation() -> None:
+    """Name the Trainer's evaluation to the session (`evaluation_code`): out of memory raised
+    through it, at ``per_device_eval_batch_size`` and with what evaluation gathers on the GPU,
+    is not the training batch size's (a subclass's ``evaluate`` calls the Trainer's)."""
+    from transformers import Trainer
+
+    names = ("evaluate", "evaluation_loop", "prediction_loop")
+    evaluation_code(*(function.__code__ for n in names if (function := getattr(Trainer, n, None))))

@@ -357,14 +357,16 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._failed(trainer, error, trained=False)
         raise error
 
-    def _failed(self, trainer: Trainer, error: BaseException, *, trained: bool) -> None:
+    def _failed(
+        self, trainer: Trainer, error: BaseException, *, trained: bool, in_evaluation: bool = False
+    ) -> None:
         """End the fit's trial after ``error``, as the session judges it (out of memory:
-        infeasible on these GPUs; not the batch size's fault: released; else failed, or, with
-        a run key, left open for the restart), and forget the fit (Lightning calls no
-        teardown after an exception)."""
+        infeasible on these GPUs, unless ``in_evaluation``, the validation's; not the batch
+        size's fault: released; else failed, or, with a run key, left open for the restart),
+        and forget the fit (Lightning calls no teardown after an exception)."""
         session, self.session = self.session, None
         if session is not None:
-            session.failed(error, trained=trained)
+            session.failed(error, trained=trained, in_evaluation=in_evaluation)
             self._ended(trainer, session.outcome)
             if trainer.lightning_module is not None:  # a later run may not train it as it is
                 trained_models.remember(trainer.lightning_module, session)
@@ -413,7 +415,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     @override
     def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         if self._fitting(trainer) and self.session is not None:
-            self._failed(trainer, exception, trained=trainer.global_step > 0)
+            self._failed(
+                trainer,
+                exception,
+                trained=trainer.global_step > 0,
+                in_evaluation=trainer.sanity_checking or trainer.validating,
+            )
 
     # -- checkpoints: a resumed fit continues the same trial ------------------------------------
 

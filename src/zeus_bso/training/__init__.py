@@ -7,6 +7,7 @@ mechanism that lets a process that used gloo end cleanly (`clean_exit`).
 The framework adapters in `zeus_bso.integrations` are thin hook mappings over the session.
 """
 
+from zeus_bso.client.failure import evaluation_code
 from zeus_bso.client.outcome import ReportAnswer, RunOutcome
 from zeus_bso.training.optimizer import BatchSizeOptimizer
 from zeus_bso.training.session import TrialSession
@@ -19,6 +20,7 @@ __all__ = [
     "RunOutcome",
     "SessionOptions",
     "TrialSession",
+    "evaluation_code",
 ]
 """What the adapters use: the session and the options they pass on to it, the answer to a
-report, and the outcome of the run it ends."""
+report, the outcome of the run it ends, and where to name a framework's evaluation code."""

@@ -392,10 +392,14 @@ class BatchSizeOptimizer(TrialSession):
         assert answer is not None
         return answer
 
-    def failed(self, error: BaseException, *, trained: bool | None = None) -> None:
+    def failed(
+        self, error: BaseException, *, trained: bool | None = None, in_evaluation: bool = False
+    ) -> None:
         """End a run that raised ``error`` (see `TrialSession.failed`); ``trained`` defaults
-        to whether training began."""
-        super().failed(error, trained=self._trained() if trained is None else trained)
+        to whether training began; ``in_evaluation``: it was raised in the loop's evaluation
+        (out of memory there is not the batch size's)."""
+        trained = self._trained() if trained is None else trained
+        super().failed(error, trained=trained, in_evaluation=in_evaluation)
 
     def _trained(self) -> bool:
         """Whether the run trained: upstream's loop began training (`on_train_begin`)."""

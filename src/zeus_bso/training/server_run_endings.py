@@ -55,6 +55,8 @@ class ServerRunEndings:
     _final: Elapsed | None
     _ended: bool
     _stopped_why: str | None
+    _script_to_change: bool
+    """Whether the run ended on what the script must change (out of memory in evaluation)."""
     waited: float
     shared_gpus: tuple[str, ...]
 
@@ -283,7 +285,8 @@ class ServerRunEndings:
 
     def failed(self, error: BaseException, *, trained: bool) -> None:
         """End a run that raised ``error``, charging its batch size only with what it did (see
-        `zeus_bso.client.failure`): out of memory ends it as infeasible (`end_out_of_memory`);
+        `zeus_bso.client.failure`): out of memory ends it as infeasible (`end_out_of_memory`),
+        unless it was raised in evaluation (released);
         an interruption (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the
         restart of a run with a run key (`end_interrupted`); an error that is not the batch
         size's (a usage error of ours, or any before training: ``trained`` False) releases it;
@@ -291,7 +294,13 @@ class ServerRunEndings:
         why = failure.described(error)
         if self._ended:
             return
-        if self.offline and not self.training_finished and out_of_memory(error):
+        self._script_to_change = failure.evaluation_ran_out(error)
+        if (
+            self.offline
+            and not self.training_finished
+            and out_of_memory(error)
+            and not self._script_to_change
+        ):
             self.end_out_of_memory(why)  # kept here: a later run without the server falls back
             return  # below its size
         if self.training_finished or self.trial is None or self.offline:
@@ -437,6 +446,7 @@ class ServerRunEndings:
             went_on=went_on,
             accumulation_steps=self.accumulation.steps if self.batch_size is not None else 1,
             shared_gpus=self.shared_gpus,
+            again_as_it_is=not self._script_to_change,
         )
         self.link.client.close()
         if self._show is not None:

@@ -128,14 +128,19 @@ class SessionEndings(WithBlock):
         if self.server is not None:
             self.server.smaller_size_out_of_memory(size, why)
 
-    def failed(self, error: BaseException, *, trained: bool) -> None:
+    def failed(self, error: BaseException, *, trained: bool, in_evaluation: bool = False) -> None:
         """The run raised ``error``: its batch size is charged only with what it did (see
-        `zeus_bso.client.failure`): out of memory ends it as infeasible; an interruption
+        `zeus_bso.client.failure`): out of memory ends it as infeasible, but not in evaluation
+        (``in_evaluation``: the framework's state says so; else, where the adapter named its
+        evaluation's code, `evaluation_code`, the traceback does), which releases it; an
+        interruption
         (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart of a run with
         a run key; an error that is not the batch size's (a usage error of ours, or any before
         it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
         exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
         failure.give_sigterm_status(error, self._sigterm_exceptions)
+        if in_evaluation:
+            failure.raised_in_evaluation(error)
         self._ending(lambda server: server.failed(error, trained=trained))
 
     def _block_ended(self, error: BaseException | None) -> None:
