@@ -4,7 +4,8 @@ imbalanced data write it, on a model of the script's own: a plain ``nn.Module`` 
 named to the Trainer by ``label_names``).
 
     python hf_weighted_loss.py --job NAME --output-dir DIR [--target 0.9]
-        [--oom-above N [--oom-after STEPS]] [--oom-in-evaluation] [--attempts N]
+        [--oom-above N [--oom-after STEPS]] [--oom-in-evaluation] [--oom-in-loss-above N]
+        [--max-micro-batch-size N] [--attempts N]
 
 With ``--attempts`` above 1, a recurrence trains until one run delivers a model
 (`zeus_bso.until_converged`), without ``with callback:`` (the Trainer calls no callback when
@@ -57,8 +58,14 @@ class Classifier(torch.nn.Module):
 
 
 class WeightedLossTrainer(transformers.Trainer):
+    def __init__(self, *args: Any, loss_oom_above: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loss_oom_above = loss_oom_above
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
+        if model.training:  # what a loss of its own holds (a teacher's, a second view's)
+            out_of_memory_above(self.loss_oom_above, labels)
         logits = model(**inputs)
         weight = torch.tensor([1.0, 2.0], device=logits.device)
         loss = torch.nn.functional.cross_entropy(logits.float(), labels, weight=weight)
@@ -78,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--oom-after", type=int, default=0)
     parser.add_argument("--oom-in-evaluation", action="store_true")
+    parser.add_argument("--oom-in-loss-above", type=int, default=0)
+    parser.add_argument("--max-micro-batch-size", type=int, default=None)
     parser.add_argument("--attempts", type=int, default=1)
     args = parser.parse_args(argv)
     job = JobSpec(
@@ -89,10 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def one_run() -> RunOutcome | None:
-        callback = ZeusBSOTrainerCallback(job=job, metric="accuracy", lr_rule="linear")
+        callback = ZeusBSOTrainerCallback(
+            job=job,
+            metric="accuracy",
+            lr_rule="linear",
+            max_micro_batch_size=args.max_micro_batch_size,
+        )
         training = transformers.TrainingArguments(
             output_dir=args.output_dir,
             per_device_train_batch_size=callback.start(),
+            gradient_accumulation_steps=callback.accumulation_steps,
             num_train_epochs=job.max_epochs,
             learning_rate=0.1,
             optim="sgd",
@@ -113,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_dataset=Points(64, 1),
             compute_metrics=accuracy,
             callbacks=[callback],
+            loss_oom_above=args.oom_in_loss_above,
         ).train()
         return callback.outcome
 

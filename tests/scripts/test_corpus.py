@@ -592,6 +592,36 @@ def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
         assert list(client.job(job.job_id).memory_caps.values()) == [8]
 
 
+def test_the_hf_memory_check_takes_the_trainers_own_loss(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A Trainer subclass whose ``compute_loss`` holds more than the model's forward (a
+    teacher's, a second view's): its micro-batches of 8 run out of memory there. The memory
+    check takes the Trainer's loss, so it finds that before the run trains, and the next run
+    trains 16 as micro-batches of 4. Before, the check ran the model's forward alone, which
+    fits; the run ran out at its first step, and 16 was marked infeasible on these GPUs,
+    though accumulation would train it. The job's next run, like these (they accumulate), is
+    not refused: the memory cap holds no size back from micro-batches."""
+    prefix = unique_id("corpushfloss").replace("-", "")
+    argv = ["--job", prefix, "--output-dir", str(tmp_path), "--target", "0.75"]
+    more = ["--max-micro-batch-size", "8", "--oom-in-loss-above", "4", "--attempts", "2"]
+    assert run_script("hf_weighted_loss.py", *argv, *more) == 0
+    steps = probe.take()
+    first, second = trials_of(server, prefix)
+    assert (first["batch_size"], first["status"]) == (16, "released")
+    assert second["batch_size"] == 16
+    tried = [s.samples for s in steps[: 2 * MEMORY_CHECK_STEPS]]
+    assert tried == [1] * MEMORY_CHECK_STEPS + [4] * MEMORY_CHECK_STEPS
+    check_run(steps[2 * MEMORY_CHECK_STEPS :], second)
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        shown = client.job(job.job_id)
+        assert list(shown.memory_caps.values()) == [8]
+        # Its runs accumulate: the next one is not refused for want of a size under the cap.
+        assert shown.next_run is not None
+        assert not shown.next_run.refused
+
+
 @pytest.mark.parametrize("script", ["lightning_datamodule.py", "classic_pytorch_lightning.py"])
 def test_a_resumed_fit_trains_its_trials_size_at_the_factor_once(
     script: str, probe: Probe, server: ServerProcess, tmp_path: Path

@@ -1,6 +1,7 @@
 """Where the Hugging Face callback runs among its Trainer's callbacks: first, so that the cost it
-adds to an evaluation's metrics reaches the reporting integrations; and the Trainer being built,
-whose training data the callback checks before the Trainer trains."""
+adds to an evaluation's metrics reaches the reporting integrations; and the Trainer that calls
+an event, whose training data the callback checks before the Trainer trains, and whose loss its
+memory check takes."""
 
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ def run_first(callback: Any) -> list[Any] | None:
     return None
 
 
-def trainer_being_built(depth: int = 6) -> Any | None:
-    """The ``transformers.Trainer`` whose construction calls the event this is called from
-    (``on_init_end``: the Trainer's ``__init__`` is a few frames up, the caller of its callback
-    handler). None: none found."""
+def calling_trainer(depth: int = 6) -> Any | None:
+    """The ``transformers.Trainer`` that calls the event this is called from (``on_init_end``:
+    its ``__init__`` is a few frames up, the caller of its callback handler; ``on_train_begin``:
+    its training loop). None: none found."""
     from transformers import Trainer
 
     frame: FrameType | None = sys._getframe(1)

@@ -20,16 +20,18 @@ def sharded(args: Any, model: Any) -> str | None:
     return sharding(model)
 
 
-def try_steps(model: Any, optimizer: Any, loader: Any, size: int, steps: int) -> None:
+def try_steps(
+    model: Any, optimizer: Any, loader: Any, size: int, steps: int, trainer: Any = None
+) -> None:
     """Run ``steps`` training steps of the Trainer's model on this process alone (unwrapped: no
     collective), with the Trainer's optimizer and batches (of ``size`` samples: the Trainer's,
     or a smaller size's from the same data), then undo them: the weights, the optimizer's state
     and the random state are restored. An out-of-memory error is raised.
 
-    The callback has the model, not the Trainer: a step is the model's forward on the inputs
-    its ``forward`` takes (`accepted`: a Trainer whose ``compute_loss`` pops the labels calls
-    it without them) and a backward from its loss, or, where a ``compute_loss`` of the
-    script's makes the loss, from its outputs (`loss_of`): the same graph, the same memory."""
+    A step's loss is the ``trainer``'s (its ``compute_loss``, in its autocast: a subclass's
+    that runs a teacher model, or a second view of the batch, takes what it takes in
+    training); without the Trainer, it is the model's forward on the inputs its ``forward``
+    takes (`accepted`) and a backward from its loss, or from its outputs (`loss_of`)."""
     import torch
 
     if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
@@ -38,7 +40,7 @@ def try_steps(model: Any, optimizer: Any, loader: Any, size: int, steps: int) ->
         )
 
     device = next(model.parameters()).device
-    takes = accepted(model)
+    takes = None if trainer is not None else accepted(model)
     with undone(model, [optimizer]):
         for _, batch in zip(range(steps), loader, strict=False):
             inputs = {
@@ -46,7 +48,12 @@ def try_steps(model: Any, optimizer: Any, loader: Any, size: int, steps: int) ->
                 for k, v in batch.items()
                 if takes is None or k in takes
             }
-            step(loss_of(model(**inputs)), [optimizer])
+            if trainer is None:
+                step(loss_of(model(**inputs)), [optimizer])
+                continue
+            with trainer.compute_loss_context_manager():
+                loss = trainer.compute_loss(model, inputs)
+            step(loss, [optimizer])
 
 
 def accepted(model: Any) -> set[str] | None:

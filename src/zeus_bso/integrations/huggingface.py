@@ -38,7 +38,7 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments, hf_unheard
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
-from zeus_bso.integrations.hf_callback_order import run_first, trainer_being_built
+from zeus_bso.integrations.hf_callback_order import calling_trainer, run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
@@ -273,7 +273,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         run_first(self)
-        if self.session is not None and (trainer := trainer_being_built()) is not None:
+        if self.session is not None and (trainer := calling_trainer()) is not None:
             size, accumulates = self.session.micro_batch_size, self.session.accumulation_steps > 1
             if refused := hf_arguments.no_batches(args, trainer.train_dataset, size, accumulates):
                 self._refuse(refused)  # before HF's own error at train(), which says less
@@ -315,7 +315,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             and self.resume_from is None
             and None not in (model, optimizer, loader)
         ):
-            self._check_memory(session, args, model, optimizer, loader)
+            self._check_memory(session, args, model, optimizer, loader, calling_trainer())
         if session.lr.rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
@@ -381,18 +381,22 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         model: Any,
         optimizer: Any,
         loader: Any,
+        trainer: Any,
     ) -> None:
-        """Try ``memory_check_steps`` steps at a batch size new to these GPUs (undone); one
-        out of memory ends the run (`BatchSizeDoesNotFitError`), or, with
-        ``auto_find_batch_size``, raises the out-of-memory error at which the Trainer shrinks
-        the batch. A model sharded across processes is not tried (`sharded`: said)."""
+        """Try ``memory_check_steps`` steps at a batch size new to these GPUs (undone), with
+        ``trainer``'s loss (its ``compute_loss``: None, the model's); one out of memory ends
+        the run (`BatchSizeDoesNotFitError`), or, with ``auto_find_batch_size``, raises the
+        out-of-memory error at which the Trainer shrinks the batch. A model sharded across
+        processes is not tried (`sharded`: said)."""
         if (sharding := sharded(args, model)) is not None:
             if session.memory_unknown and session.is_main:
                 logger.info(NOT_TRIED, session.micro_batch_size, sharding)
             return
         try:
             session.check_memory(
-                lambda size: try_steps(model, optimizer, loader, size, self.memory_check_steps),
+                lambda size: try_steps(
+                    model, optimizer, loader, size, self.memory_check_steps, trainer
+                ),
                 goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
             )
         except BatchSizeDoesNotFitError as err:

@@ -120,14 +120,24 @@ def next_run(
     store: JobStore, job: CreatedJob, profile: str, read: Reading | None = None
 ) -> Dispatched | NoConvergedBatchSizeError:
     """What the job's next dispatch for a run on ``profile`` would decide now, for a reader: the
-    dispatch (stored nowhere), or the error that would refuse it (no batch size converges). In
-    the bandit stage the arm is one draw of the next trial's random source. ``read``: the job
-    as already read (`reading`)."""
+    dispatch (stored nowhere), or the error that would refuse it (no batch size converges, or
+    none fits). The run is taken to be like the job's newest: one that accumulates gradients
+    reaches any size with micro-batches, past the memory cap. In the bandit stage the arm is one
+    draw of the next trial's random source. ``read``: the job as already read (`reading`)."""
     if read is None:
         read = reading(store, job)
     state, given = read.state, read.inputs
+    newest = store.trial(state.next_trial_number - 1) if state.next_trial_number > 1 else None
+    accumulates = newest is not None and bool(newest.accumulates)
     try:
-        return after_dispatch(job, state, given.explorations, given.windowed, profile=profile)
+        return after_dispatch(
+            job,
+            state,
+            given.explorations,
+            given.windowed,
+            profile=profile,
+            accumulates=accumulates,
+        )
     except NoConvergedBatchSizeError as err:
         return err
 
