@@ -76,6 +76,35 @@ def test_the_next_attempt_gets_a_size_that_fits_once_the_failed_run_is_freed(
     ]
 
 
+def test_a_run_without_a_model_says_whether_the_next_attempt_follows(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The line of an attempt that delivered no model says that the next attempt follows, not
+    to run it again; the last attempt's says to run it again."""
+    job = JobSpec(
+        job_id_prefix=unique_id("retryline").replace("-", ""),
+        batch_sizes=[16, 32, 64],
+        default_batch_size=32,
+        target_metric=0.99,
+        max_epochs=1,
+    )
+
+    def attempt() -> RunOutcome | None:
+        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            bso.on_evaluate(0.5)
+        return bso.outcome
+
+    outcome = until_converged(attempt, attempts=2)
+    assert outcome is not None
+    assert not outcome.converged
+    lines = [line for line in capsys.readouterr().err.splitlines() if "did not reach" in line]
+    assert len(lines) == 2
+    assert lines[0].endswith("The next attempt follows.")
+    assert lines[1].endswith("Run it again for a model.")
+
+
 def failing(error: Exception, calls: list[int]) -> Callable[[], RunOutcome | None]:
     def run() -> RunOutcome | None:
         calls.append(1)

@@ -25,6 +25,11 @@ MUST_DELIVER: ContextVar[bool] = ContextVar("zeus_bso_must_deliver", default=Fal
 judged by the target and ``max_epochs`` alone."""
 
 
+ATTEMPTS_LEFT: ContextVar[int] = ContextVar("zeus_bso_attempts_left", default=0)
+"""The attempts `until_converged` has left after the one under way (0: none, or outside it): a
+run that trained and delivered no model is followed by the next, and its line says so."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReportAnswer:
     """What a report's answer says to the training loop: truthy when it should stop, so that
@@ -136,7 +141,8 @@ class RunOutcome:
             line += f" Next run: {self.next_run}."
         again = not self.converged and trained and self.again_as_it_is
         if again and not self.went_on and not self.next_refused:
-            line += " Run it again for a model."
+            follows = ATTEMPTS_LEFT.get() > 0 and not self.offline  # until_converged's next
+            line += " The next attempt follows." if follows else " Run it again for a model."
         return SHOWN_PREFIX + line
 
 
@@ -186,6 +192,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     outcome: RunOutcome | None = None
     for attempt in range(1, attempts + 1):
         last = MUST_DELIVER.set(attempt == attempts)  # the last attempt must deliver
+        left = ATTEMPTS_LEFT.set(attempts - attempt)
         numbered = failure.ATTEMPT.set(object())  # this attempt's own
         ran_out = False
         try:
@@ -222,6 +229,7 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
             ran_out = True
         finally:
             MUST_DELIVER.reset(last)
+            ATTEMPTS_LEFT.reset(left)
             failure.ATTEMPT.reset(numbered)
         if ran_out:  # the error handled: the failed run's tensors are unreachable now
             free_accelerator_memory()
