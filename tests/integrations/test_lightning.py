@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import (  # noqa: E402
     GradientAccumulationScheduler,
 )
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from torch.multiprocessing.spawn import ProcessRaisedException  # noqa: E402
 
 from tests.helpers import (  # noqa: E402
     ServerProcess,
@@ -1819,13 +1820,17 @@ class RunsOutOfMemoryAbove(TinyClassifier):
     """A model whose training step runs out of (CUDA) memory above ``limit`` samples, on
     every rank, or on ``rank`` alone."""
 
-    def __init__(self, limit: int, rank: int | None = None, batch_size: int = 4) -> None:
+    def __init__(
+        self, limit: int, rank: int | None = None, batch_size: int = 4, after: int = 0
+    ) -> None:
         super().__init__(batch_size)
-        self.limit, self.oom_rank = limit, rank
+        self.limit, self.oom_rank, self.after, self.steps = limit, rank, after, 0
 
     def training_step(self, batch: Any, index: int) -> Any:
         x, _ = batch
-        if len(x) > self.limit and self.oom_rank in (None, self.global_rank):
+        self.steps += 1  # the memory check's tried steps count: ``after`` runs out mid-run
+        ranks = (None, self.global_rank)
+        if len(x) > self.limit and self.oom_rank in ranks and self.steps > self.after:
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {len(x)} MiB (a test's limit)"
             )
@@ -2033,6 +2038,32 @@ def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_
         (32, "infeasible"),
         (16, "released"),  # the Trainer's max_epochs (2) ended it before the server's stop
     ]
+
+
+def test_out_of_memory_on_one_rank_while_it_trains_marks_the_size_infeasible(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Past the memory check, rank 1 alone runs out of memory: rank 0, which talks to the
+    server, knows nothing of it (it waits for rank 1 in the gradients' collective: gloo fails
+    it at once, NCCL waits until the process group's timeout, then aborts the process). Rank 1
+    marks the trial infeasible itself, so the next run gets a size that fits."""
+    spec = oom_job(unique_id("ddpoomrun"))
+    pl.seed_everything(0, verbose=False)
+    model = RunsOutOfMemoryAbove(limit=16, rank=1, after=4)
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        callbacks=[callback],
+        max_epochs=2,
+        devices=2,
+        strategy="ddp_fork",
+        **quiet_trainer_options(tmp_path),
+    )
+    with pytest.raises(ProcessRaisedException, match="CUDA out of memory"):
+        trainer.fit(model)  # rank 1's error, rank 0's (gloo's: its peer is gone) beside it
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "infeasible")]
+    assert list(state["memory_caps"].values()) == [32]  # the next run gets 16
 
 
 def accumulation_job(job_id: str, batch_sizes: list[int]) -> JobSpec:

@@ -33,6 +33,15 @@ class ServerSettings:
     handle_sigterm: bool
     sigterm_exceptions: SigtermExceptions = ()
 
+    def client(self, retry_seconds: float | None = None) -> ServerClient:
+        """A client of the server (``retry_seconds``: how long it retries, if not
+        `retry_seconds`)."""
+        return ServerClient(
+            server_url_from(self.server_url),
+            token=token_from(self.token),
+            retry_seconds=self.retry_seconds if retry_seconds is None else retry_seconds,
+        )
+
     def run(
         self,
         job: JobSpec,
@@ -56,11 +65,7 @@ class ServerSettings:
         if spec.job_id is None:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
         link = JobConversation(
-            ServerClient(
-                server_url_from(self.server_url),
-                token=token_from(self.token),
-                retry_seconds=self.retry_seconds,
-            ),
+            self.client(),
             spec,
             run_key=self.run_key if self.run_key is not None else run_key_from_environment(),
             on_server_unavailable=self.on_server_unavailable,

@@ -32,6 +32,7 @@ from zeus_bso.power.run import PowerLimitRun
 from zeus_bso.scaling.lr import LrScaling
 from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, TrialId
 from zeus_bso.training import size_changes
+from zeus_bso.training.apart import RanOutAtExit
 from zeus_bso.training.collectives import (
     DISTRIBUTED,
     Collectives,
@@ -187,6 +188,7 @@ class TrialSession(SessionEndings):
             sigterm_exceptions,
         )
         self._sigterm_exceptions = sigterm_exceptions
+        self._apart = RanOutAtExit(self._talk)
         self.server: ServerRun | None = None
         """The main process's side of the run: its trial, reports, end and outcome."""
         self._batch_size = 0
@@ -251,6 +253,8 @@ class TrialSession(SessionEndings):
         self.trial = shared.trial
         if self.server is None:  # the main process's progress holds the server's trial
             self.progress.trial = self.trial
+        if not self.is_main and self.trial is not None:  # its out of memory, said from here
+            self._apart.watch(self.trial)
         self._memory_unknown = shared.memory_unknown
         self._accumulation = shared.accumulation
         if shared.resumed:

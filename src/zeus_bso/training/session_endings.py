@@ -14,6 +14,7 @@ from zeus_bso.client.progress import TrialProgress
 from zeus_bso.energy import EnergyMeter
 from zeus_bso.errors import ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
+from zeus_bso.training.apart import RanOutAtExit
 from zeus_bso.training.first_report import FirstReport
 from zeus_bso.training.power import RunPower
 from zeus_bso.training.server_run import ServerRun
@@ -33,6 +34,7 @@ class SessionEndings(WithBlock):
     _raise_if_unconverged: bool
     _raised: bool
     _sigterm_exceptions: SigtermExceptions
+    _apart: RanOutAtExit
 
     @property
     def outcome(self) -> RunOutcome | None:
@@ -43,6 +45,7 @@ class SessionEndings(WithBlock):
         """End the run on this process: the GPUs' own power limits back, ``on_main`` on the
         main process's side of the run, the meter closed."""
         self._power.restore()
+        self._apart.forget()
         self._first.steps.stop()
         if self.server is not None:
             on_main(self.server)
@@ -137,10 +140,14 @@ class SessionEndings(WithBlock):
         (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart of a run with
         a run key; an error that is not the batch size's (a usage error of ours, or any before
         it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
-        exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`)."""
+        exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`). Out
+        of memory on a process other than the main one, which the main one does not hear of,
+        is marked from here (`zeus_bso.training.apart`)."""
         failure.give_sigterm_status(error, self._sigterm_exceptions)
         if in_evaluation:
             failure.raised_in_evaluation(error)
+        judged = failure.verdict(error, trained=trained, sigterm=self._sigterm_exceptions)
+        self._apart.judged(error, judged)  # a process the main one does not hear: said here
         self._ending(lambda server: server.failed(error, trained=trained))
 
     def _block_ended(self, error: BaseException | None) -> None:
