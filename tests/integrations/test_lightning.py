@@ -2014,22 +2014,26 @@ def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
     assert state["memory_caps"] == {}
 
 
-def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_path: Path) -> None:
-    """Rank 1 alone runs out of memory while sizes are tried: neither rank hangs, both go on at
-    the next size together, and the trial is marked once. (The ranks are forked from this
-    process, sparing each the imports a spawned one makes; `test_ddp_on_two_cpu_processes`
-    spawns them.)"""
-    spec = oom_job(unique_id("ddpoom"))
-    pl.seed_everything(0, verbose=False)
-    model = RunsOutOfMemoryAbove(limit=16, rank=1)
+def two_forked_ranks(server: ServerProcess, spec: JobSpec, tmp_path: Path) -> Any:
+    """A Trainer of two ranks forked from this process (sparing each the imports a spawned one
+    makes; `test_ddp_on_two_cpu_processes` spawns them), for two epochs, with the callback."""
     callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(
+    return pl.Trainer(
         callbacks=[callback],
         max_epochs=2,
         devices=2,
         strategy="ddp_fork",
         **quiet_trainer_options(tmp_path),
     )
+
+
+def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_path: Path) -> None:
+    """Rank 1 alone runs out of memory while sizes are tried: neither rank hangs, both go on at
+    the next size together, and the trial is marked once."""
+    spec = oom_job(unique_id("ddpoom"))
+    pl.seed_everything(0, verbose=False)
+    model = RunsOutOfMemoryAbove(limit=16, rank=1)
+    trainer = two_forked_ranks(server, spec, tmp_path)
     trainer.fit(model)
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
@@ -2050,14 +2054,7 @@ def test_out_of_memory_on_one_rank_while_it_trains_marks_the_size_infeasible(
     spec = oom_job(unique_id("ddpoomrun"))
     pl.seed_everything(0, verbose=False)
     model = RunsOutOfMemoryAbove(limit=16, rank=1, after=4)
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(
-        callbacks=[callback],
-        max_epochs=2,
-        devices=2,
-        strategy="ddp_fork",
-        **quiet_trainer_options(tmp_path),
-    )
+    trainer = two_forked_ranks(server, spec, tmp_path)
     with pytest.raises(ProcessRaisedException, match="CUDA out of memory"):
         trainer.fit(model)  # rank 1's error, rank 0's (gloo's: its peer is gone) beside it
     with ServerClient(server.url) as client:
