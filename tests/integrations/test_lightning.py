@@ -2044,16 +2044,18 @@ def test_out_of_memory_on_one_rank_of_two_moves_both(server: ServerProcess, tmp_
     ]
 
 
+@pytest.mark.parametrize("rank", [1, None])
 def test_out_of_memory_on_one_rank_while_it_trains_marks_the_size_infeasible(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess, tmp_path: Path, rank: int | None, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Past the memory check, rank 1 alone runs out of memory: rank 0, which talks to the
     server, knows nothing of it (it waits for rank 1 in the gradients' collective: gloo fails
     it at once, NCCL waits until the process group's timeout, then aborts the process). Rank 1
-    marks the trial infeasible itself, so the next run gets a size that fits."""
+    marks the trial infeasible itself, so the next run gets a size that fits. Where every rank
+    runs out, rank 0's mark and rank 1's agree, and neither warns that it could not mark."""
     spec = oom_job(unique_id("ddpoomrun"))
     pl.seed_everything(0, verbose=False)
-    model = RunsOutOfMemoryAbove(limit=16, rank=1, after=4)
+    model = RunsOutOfMemoryAbove(limit=16, rank=rank, after=4)
     trainer = two_forked_ranks(server, spec, tmp_path)
     with pytest.raises(ProcessRaisedException, match="CUDA out of memory"):
         trainer.fit(model)  # rank 1's error, rank 0's (gloo's: its peer is gone) beside it
@@ -2061,6 +2063,7 @@ def test_out_of_memory_on_one_rank_while_it_trains_marks_the_size_infeasible(
         state = client.job_state(spec.job_id or "")
     assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "infeasible")]
     assert list(state["memory_caps"].values()) == [32]  # the next run gets 16
+    assert "could not mark" not in capfd.readouterr().err
 
 
 def accumulation_job(job_id: str, batch_sizes: list[int]) -> JobSpec:
