@@ -104,6 +104,21 @@ def test_a_run_without_a_model_says_whether_the_next_attempt_follows(
     assert lines[0].endswith("The next attempt follows.")
     assert lines[1].endswith("Run it again for a model.")
 
+    longer = job.model_copy(update={"max_epochs": 3})
+
+    def fails() -> RunOutcome | None:  # an error until_converged raises: no next attempt
+        with BatchSizeOptimizer(server.url, longer, energy_meter=EstimateMeter(200)) as bso:
+            bso.get_batch_size()
+            bso.on_train_begin()
+            bso.on_evaluate(0.5)
+            raise RuntimeError("a bug of the script's")
+        return bso.outcome
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        until_converged(fails, attempts=2)
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "failed at" in line]
+    assert line.endswith("Run it again for a model.")
+
 
 def failing(error: Exception, calls: list[int]) -> Callable[[], RunOutcome | None]:
     def run() -> RunOutcome | None:

@@ -141,7 +141,9 @@ class RunOutcome:
             line += f" Next run: {self.next_run}."
         again = not self.converged and trained and self.again_as_it_is
         if again and not self.went_on and not self.next_refused:
-            follows = ATTEMPTS_LEFT.get() > 0 and not self.offline  # until_converged's next
+            # until_converged's next attempt, unless the run raised (it raises that error)
+            follows = ATTEMPTS_LEFT.get() > 0 and not self.offline
+            follows = follows and self.reason is not StopReason.FAILED
             line += " The next attempt follows." if follows else " Run it again for a model."
         return SHOWN_PREFIX + line
 

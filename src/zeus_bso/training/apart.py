@@ -31,9 +31,9 @@ def ran_out(settings: ServerSettings, trial: TrialId, error: BaseException) -> N
     ending with ``error``."""
     logger.warning(
         "zeus-bso: this process (not the one that talks to the server) ran out of memory "
-        "(%s): trial %s of job %s is marked infeasible on these GPUs from here; the main "
-        "process waits for this one in a collective (with NCCL, until the process group's "
-        "timeout)",
+        "(%s): trial %s of job %s is marked infeasible on these GPUs from here (a main process "
+        "that did not run out too waits for this one in a collective: with NCCL, until the "
+        "process group's timeout)",
         out_of_memory_words(error),
         trial.trial_number,
         trial.job_id,
