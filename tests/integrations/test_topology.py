@@ -84,6 +84,35 @@ def test_lightnings_own_launcher_on_one_node_with_two_gpus_both_visible(
     assert_counted_once(*recorded(server, job_id), gpus=2)
 
 
+@pytest.mark.parametrize("ranks", ["all", "1"])
+def test_until_converged_starts_the_next_attempt_only_where_every_rank_ran_out(
+    server: ServerProcess, tmp_path: Path, lightning_python: str, ranks: str
+) -> None:
+    """Two ranks under `until_converged` (Lightning's own launcher) run out of memory while
+    they train at 32. Every rank: both start the next attempt together, at 16. Rank 1 alone:
+    rank 0 waits for it in the gradients' collective, so rank 1 does not start the next
+    attempt (whose first collective would not match, and both would wait until the process
+    group's timeout): it raises, and rank 0's wait ends (gloo sees its peer gone; under
+    torchrun the agent ends the other ranks). The trial is marked infeasible either way."""
+    job_id = unique_id(f"retryranks{ranks}")
+    worker = [str(HERE / "lightning_retry_worker.py"), server.url, job_id, str(tmp_path), ranks]
+    env = environment([gpu(0), gpu(1)], MASTER_PORT=str(free_port()))
+    done = subprocess.run(
+        [preloaded(lightning_python), *worker], env=env, capture_output=True, text=True, timeout=240
+    )
+    with ServerClient(server.url) as client:
+        trials = client.job_state(job_id)["trials"]
+    ended = sorted((t["trial_number"], t["batch_size"], t["status"]) for t in trials)
+    if ranks == "all":
+        assert done.returncode == 0, done.stderr[-20000:]
+        assert [(number, size) for number, size, _ in ended] == [(1, 32), (2, 16)]
+        assert ended[0][2] == "infeasible"
+    else:
+        assert done.returncode != 0
+        assert "this process alone ran out of memory" in done.stderr
+        assert ended == [(1, 32, "infeasible")]
+
+
 @pytest.mark.parametrize("narrow", [False, True], ids=["both-visible", "one-gpu-a-process"])
 def test_torchrun_on_one_node_with_two_gpus(
     server: ServerProcess, tmp_path: Path, narrow: bool, lightning_python: str

@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from zeus_bso.client import failure
+from zeus_bso.client.every_rank import every_rank_ran_out
 from zeus_bso.client.memory import free_accelerator_memory, out_of_memory, out_of_memory_words
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
 from zeus_bso.spec import StopReason
@@ -166,9 +167,11 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     next run's start does where the framework called nothing, the HF Trainer without
     ``with callback:``, a loop without ``with bso:``), once what the run held is freed (the
     error's traceback is dropped, then the CUDA allocator's cache emptied: ``run`` must keep
-    the model nowhere else, an Accelerator built outside it included), but not one that ran out
-    in evaluation (the HF Trainer's, Lightning's validation: its batches are not the training's,
-    and another batch size would run out the same way), whose error is raised; and a run that
+    the model nowhere else, an Accelerator built outside it included; in a run of several
+    processes, only where every process ran out: `zeus_bso.client.every_rank`), but not one
+    that ran out in evaluation (the HF Trainer's, Lightning's validation: its batches are not
+    the training's, and another batch size would run out the same way), whose error is raised;
+    and a run that
     raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
     last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
     never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
@@ -220,6 +223,15 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
                     "as a run at another batch size would run out the same way; %s",
                     out_of_memory_words(err),
                     failure.EVALUATION_ADVICE,
+                )
+                raise
+            if not every_rank_ran_out():  # the others wait for this one in a collective
+                logger.warning(
+                    "zeus-bso: this process alone ran out of memory (%s): the run's other "
+                    "processes wait for it in a collective of this attempt, and cannot start "
+                    "the next one with it; its error is raised, and the next recurrence gets "
+                    "a batch size that fits",
+                    out_of_memory_words(err),
                 )
                 raise
             logger.warning(
