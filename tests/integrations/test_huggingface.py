@@ -890,6 +890,50 @@ def test_out_of_memory_is_infeasible_and_the_next_run_fits(
     assert 16 not in (next_run["arms"] or [next_run["batch_size"]]), next_run
 
 
+class Calls:
+    training = 0
+
+
+class CountingTrainer(transformers.Trainer):
+    """A Trainer whose loss counts what it saw, as TRL's ``SFTTrainer`` counts tokens
+    (``_total_train_tokens``) and keeps metrics (``_metrics``) in ``compute_loss``."""
+
+    built: list[CountingTrainer] = []  # noqa: RUF012 - the test reads the one built last
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._total_train_samples = 0
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": {"samples": []}}
+        self.calls = Calls()  # not plain data: what the check did stays here
+        CountingTrainer.built[:] = [self]
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        if model.training:
+            self.calls.training += 1
+            self._total_train_samples += len(inputs["input_ids"])
+            self._metrics["train"]["samples"].append(float(len(inputs["input_ids"])))
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def test_the_memory_check_takes_the_trainers_loss_and_puts_back_what_it_counted(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The memory check's steps go through the Trainer's ``compute_loss`` (three calls before
+    the epoch's), and what the loss counted in them is put back: the Trainer's count after one
+    epoch is the epoch's samples, and its metrics hold the run's steps alone."""
+    spec = job(unique_id("hfcounted"), target=0.999)
+    train(server.url, spec, tmp_path, epochs=1, trainer_class=CountingTrainer)
+    (trainer,) = CountingTrainer.built
+    assert trainer.calls.training == 256 // 16 + 3  # the epoch's steps, and the check's three
+    assert trainer._total_train_samples == 256  # the epoch's; the check's three steps not
+    assert sum(trainer._metrics["train"]["samples"]) == 256
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["status"] in ("reported", "released")
+
+
 def test_a_model_sharded_by_fsdp_is_not_tried_in_memory_first(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

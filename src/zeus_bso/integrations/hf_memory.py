@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from zeus_bso.integrations.probe import step, undone
@@ -30,8 +33,12 @@ def try_steps(
 
     A step's loss is the ``trainer``'s (its ``compute_loss``, in its autocast: a subclass's
     that runs a teacher model, or a second view of the batch, takes what it takes in
-    training); without the Trainer, it is the model's forward on the inputs its ``forward``
-    takes (`accepted`) and a backward from its loss, or from its outputs (`loss_of`)."""
+    training), and what that counts in the Trainer's plain data (TRL's metrics and token
+    count: `plain_data`) is put back after; without the Trainer (and in a run of several
+    processes, where a ``compute_loss`` may gather across them, TRL's does, and one process
+    that ran out would leave the others waiting), it is the model's forward on the inputs its
+    ``forward`` takes (`accepted`) and a backward from its loss, or from its outputs
+    (`loss_of`)."""
     import torch
 
     if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
@@ -41,7 +48,8 @@ def try_steps(
 
     device = next(model.parameters()).device
     takes = None if trainer is not None else accepted(model)
-    with undone(model, [optimizer]):
+    counted = plain_data(trainer) if trainer is not None else {}
+    with undone(model, [optimizer]), put_back(trainer, counted):
         for _, batch in zip(range(steps), loader, strict=False):
             inputs = {
                 k: v.to(device) if isinstance(v, torch.Tensor) else v
@@ -54,6 +62,35 @@ def try_steps(
             with trainer.compute_loss_context_manager():
                 loss = trainer.compute_loss(model, inputs)
             step(loss, [optimizer])
+
+
+def plain_data(trainer: Any) -> dict[str, Any]:
+    """Copies of ``trainer``'s attributes that hold plain data alone (numbers, strings, and
+    lists and dicts of them: TRL's ``_metrics`` and ``_total_train_tokens``), by name."""
+    return {name: copy.deepcopy(value) for name, value in vars(trainer).items() if _plain(value)}
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, list | tuple):
+        return all(_plain(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+@contextmanager
+def put_back(trainer: Any, counted: dict[str, Any]) -> Iterator[None]:
+    """Inside, ``trainer``'s plain data (``counted``, `plain_data`) may change; after, it is
+    put back."""
+    try:
+        yield
+    finally:
+        for name, value in counted.items():
+            setattr(trainer, name, value)
 
 
 def accepted(model: Any) -> set[str] | None:

@@ -315,7 +315,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             and self.resume_from is None
             and None not in (model, optimizer, loader)
         ):
-            self._check_memory(session, args, model, optimizer, loader, calling_trainer())
+            alone = args.world_size == 1  # its loss's collectives are not the check's
+            trainer = calling_trainer() if alone else None
+            self._check_memory(session, args, model, optimizer, loader, trainer)
         if session.lr.rule != "none" and optimizer is not None:
             self._scale_learning_rate(args, optimizer, lr_scheduler)
         self._training = True
