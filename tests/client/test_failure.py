@@ -46,17 +46,6 @@ def test_out_of_memory_raised_through_an_evaluations_code_releases_the_run() -> 
     assert failure.verdict(other, trained=True) is failure.Verdict.FAILED
 
 
-def test_an_error_kept_without_its_traceback_keeps_where_it_came_from() -> None:
-    """`until_converged` keeps what it caught without its traceback (which held the model):
-    the run it ended is still judged by where the error was raised."""
-    failure.evaluation_code(evaluate.__code__)
-    error = raised(evaluate)
-    failure.caught(error)
-    assert error.__traceback__ is None
-    assert failure.in_evaluation(error)
-    assert not failure.in_evaluation(raised(train_step))
-
-
 def test_an_adapter_that_knows_says_so() -> None:
     """Lightning's callback knows from the trainer's state (its validation loop's code is
     shared by every function of its decorator)."""

@@ -102,8 +102,7 @@ def raised_in_evaluation(error: BaseException) -> None:
 
 def in_evaluation(error: BaseException) -> bool:
     """Whether ``error`` was raised in evaluation: an adapter said so, or its traceback passes
-    through a framework's evaluation (`evaluation_code`); one kept without its traceback
-    (`caught`) keeps the answer."""
+    through a framework's evaluation (`evaluation_code`)."""
     if error in _IN_EVALUATION:
         return True
     trace = error.__traceback__
@@ -187,8 +186,6 @@ def caught(error: BaseException) -> None:
     came through, and the closures they ran, held what the run held (the model, its
     activations, the optimizer's state), which must be freed before the next run builds its
     own; clearing the frames' locals would not free what a closure's cells hold."""
-    if in_evaluation(error):
-        _IN_EVALUATION.add(error)  # the traceback that says so goes
     chained: BaseException | None = error
     seen: set[int] = set()
     while chained is not None and id(chained) not in seen:
