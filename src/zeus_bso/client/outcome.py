@@ -171,11 +171,11 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
     processes, only where every process ran out: `zeus_bso.client.every_rank`), but not one
     that ran out in evaluation (the HF Trainer's, Lightning's validation: its batches are not
     the training's, and another batch size would run out the same way), whose error is raised;
-    and a run that
-    raised `ZeusBSOTrainFailError` (an entry point given ``raise_if_unconverged=True``). The
-    last attempt must deliver: its run is judged by the job's target and ``max_epochs`` alone,
-    never stopped on its cost (the server keeps it as ``must_deliver``; a run that asks for its
-    batch size in another process, a ``ddp_spawn`` child, is not told)::
+    and a run that raised `ZeusBSOTrainFailError` (an entry point given
+    ``raise_if_unconverged=True``). The last attempt must deliver: its run is judged by the
+    job's target and ``max_epochs`` alone, never stopped on its cost (the server keeps it as
+    ``must_deliver``; a run that asks for its batch size in another process, a ``ddp_spawn``
+    child, is not told)::
 
         def recurrence() -> RunOutcome | None:
             callback = ZeusBSOCallback(server_url=..., job=job, monitor="val_acc")
