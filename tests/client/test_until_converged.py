@@ -188,20 +188,13 @@ def test_without_the_server_the_next_attempt_falls_back_below_the_size_that_ran_
     assert (outcome.converged, outcome.offline) == (True, True)
 
 
-def evaluate(model: Any, size: int) -> None:
-    """A loop's evaluation, named as a framework's (`zeus_bso.training.evaluation_code`)."""
-    model(torch.zeros(size, 4))
-
-
 def test_out_of_memory_in_evaluation_is_raised_at_once_and_kept_nowhere(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Out of memory in evaluation says nothing of the training's batch size: no other attempt
-    starts (it would run out the same way), and, without the server, this machine does not
-    keep the size as one that runs out (the next run trains at the default again)."""
-    from zeus_bso.training import evaluation_code
-
-    evaluation_code(evaluate.__code__)
+    """Out of memory in evaluation (the loop's, in `evaluating`) says nothing of the training's
+    batch size: no other attempt starts (it would run out the same way), and, without the
+    server, this machine does not keep the size as one that runs out (the next run trains at
+    the default again)."""
     job, url = without_the_server("evaluationoffline", tmp_path, monkeypatch)
     sizes: list[int] = []
     outcomes: list[RunOutcome | None] = []
@@ -213,7 +206,8 @@ def test_out_of_memory_in_evaluation_is_raised_at_once_and_kept_nowhere(
                 sizes.append(bso.get_batch_size())
                 bso.on_train_begin()
                 torch.nn.Linear(4, 2)(torch.zeros(sizes[-1], 4))
-                evaluate(RunsOutOfMemory(), 64)
+                with bso.evaluating():
+                    RunsOutOfMemory()(torch.zeros(64, 4))
                 bso.on_evaluate(0.9)
         finally:
             outcomes.append(bso.outcome)
@@ -229,6 +223,37 @@ def test_out_of_memory_in_evaluation_is_raised_at_once_and_kept_nowhere(
     with pytest.raises(torch.OutOfMemoryError):
         attempt()
     assert sizes == [32, 32]
+
+
+@pytest.mark.parametrize("said", [True, False])
+def test_a_loop_says_where_it_evaluates(server: ServerProcess, said: bool) -> None:
+    """A loop's evaluation runs out of memory after an epoch trained: inside `evaluating`, the
+    run is released and no memory cap is set; outside, it is charged as any out of memory."""
+    job = JobSpec(
+        job_id_prefix=unique_id(f"loopeval{said}").replace("-", ""),
+        batch_sizes=[16, 32],
+        default_batch_size=32,
+        target_metric=0.99,
+        max_epochs=3,
+    )
+    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200))
+
+    def loop() -> None:
+        with bso:
+            size = bso.get_batch_size()
+            bso.on_train_begin()
+            torch.nn.Linear(4, 2)(torch.zeros(size, 4))
+            bso.on_evaluate(0.5)
+            with bso.evaluating() if said else contextlib.nullcontext():
+                RunsOutOfMemory()(torch.zeros(64, 4))
+
+    with pytest.raises(torch.OutOfMemoryError):
+        loop()
+    with ServerClient(server.url) as client:
+        state = client.job_state(bso.job_id)
+    (trial,) = state["trials"]
+    assert trial["status"] == ("released" if said else "infeasible")
+    assert bool(state["memory_caps"]) is not said
 
 
 def test_an_error_caught_from_an_attempt_ends_only_the_runs_opened_in_it() -> None:

@@ -32,17 +32,21 @@ together, attempt after attempt)."""
 
 def every_rank_ran_out(patience: float = PATIENCE_S) -> bool:
     """Whether every process of this run ran out of memory in the attempt under way: True in a
-    run of one process (or where the process group's store cannot be read); else each says so
-    in the store, and this waits up to ``patience`` seconds for all to have said it."""
+    run of one process (or where the process group has no store); else each says so in the
+    store, and this waits up to ``patience`` seconds for all to have said it (a store that
+    cannot be reached any more, its process gone: False)."""
     store, world = _group_store()
     if store is None or world <= 1:
         return True
     key = f"zeus-bso/until-converged/ran-out/{next(_ROUNDS)}"
-    said = int(store.add(key, 1))
-    deadline = time.monotonic() + patience
-    while said < world and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-        said = int(store.add(key, 0))
+    try:
+        said = int(store.add(key, 1))
+        deadline = time.monotonic() + patience
+        while said < world and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            said = int(store.add(key, 0))
+    except RuntimeError:  # torch.distributed.DistError: the store's process is gone
+        return False
     return said >= world
 
 

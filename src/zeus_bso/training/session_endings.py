@@ -5,7 +5,8 @@ GPUs' own power limits back, the main process's side of the run told how
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from zeus_bso.client import failure
 from zeus_bso.client.failure import SigtermExceptions
@@ -149,6 +150,26 @@ class SessionEndings(WithBlock):
         judged = failure.verdict(error, trained=trained, sigterm=self._sigterm_exceptions)
         self._apart.judged(error, judged)  # a process the main one does not hear: said here
         self._ending(lambda server: server.failed(error, trained=trained))
+
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Around the loop's evaluation: an error raised inside was raised in evaluation, and
+        out of memory there is not the batch size's (`failed` releases the run, and
+        `zeus_bso.until_converged` raises the error rather than try another size)::
+
+            with bso:
+                for epoch in range(job.max_epochs):
+                    train_one_epoch(model, bso.get_batch_size())
+                    with bso.evaluating():
+                        accuracy = evaluate(model)
+                    if bso.report(accuracy):
+                        break
+        """
+        try:
+            yield
+        except BaseException as error:
+            failure.raised_in_evaluation(error)
+            raise
 
     def _block_ended(self, error: BaseException | None) -> None:
         """The ``with`` block ended (`WithBlock`): `end`, or `failed` by its error."""
