@@ -39,7 +39,7 @@ def main() -> None:
                     optimizer.zero_grad()
                     torch.nn.functional.cross_entropy(model(x), y).backward()
                     optimizer.step()
-                with torch.no_grad():
+                with bso.evaluating(), torch.no_grad():  # out of memory here: not the batch size's
                     accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()
                 if bso.on_evaluate(float(accuracy)).stop_train:
                     break
