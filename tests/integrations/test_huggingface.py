@@ -170,15 +170,18 @@ def train(
     return callback
 
 
-def runs_out_of_memory_above(model: Any, limit: int) -> Any:
+def runs_out_of_memory_above(model: Any, limit: int, after: int = 0) -> Any:
     """``model``, whose forward runs out of memory on a training batch of more than ``limit``
-    samples (as CUDA would raise it)."""
+    samples (as CUDA would raise it), from its training forward after the ``after``-th (the
+    memory check's count: after them, out of memory mid-run)."""
     forward = model.forward
+    calls = [0]
 
     @functools.wraps(forward)  # the Trainer keeps the dataset columns its signature names
     def limited(*args: Any, **kwargs: Any) -> Any:
         batch = kwargs["input_ids"].shape[0]
-        if model.training and batch > limit:
+        calls[0] += model.training
+        if model.training and batch > limit and calls[0] > after:
             raise RuntimeError(f"CUDA out of memory. Tried to allocate {batch} MiB")
         return forward(*args, **kwargs)
 
