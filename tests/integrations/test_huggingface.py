@@ -338,6 +338,56 @@ def test_the_cost_reaches_the_logging_integrations_ahead_of_the_callback(
     assert costs[-1] == trial["cost"]
 
 
+class ShrinksAfterEvaluation(transformers.Trainer):
+    """A Trainer whose evaluation's out-of-memory error reaches ``auto_find_batch_size``, as
+    Transformers' before 5 let it (it shrank the training batch again and again)."""
+
+    def _evaluate(self, trial: Any, ignore_keys_for_eval: Any, skip_scheduler: bool = False) -> Any:
+        return self.evaluate(ignore_keys=ignore_keys_for_eval)
+
+
+@pytest.mark.parametrize("trainer_class", [None, ShrinksAfterEvaluation], ids=["5", "older"])
+def test_auto_find_batch_size_after_out_of_memory_in_evaluation_is_released(
+    server: ServerProcess, tmp_path: Path, trainer_class: Any
+) -> None:
+    """The Trainer's second evaluation runs out of memory under ``auto_find_batch_size``: the
+    Trainer raises its own error over it (Transformers 5), or would train again at smaller and
+    smaller training batches, which cannot help (before 5: the run is refused at the first).
+    Either way the run is released and the job's memory cap is left alone. Before, the run
+    failed, counted against 16 (5), or each smaller size was taken to have run out, the cap
+    came down at each, and the Trainer went on shrinking to zero (before 5)."""
+    spec = job(unique_id("hfautoeval"), target=0.99)
+    model = tiny_bert()
+    forward = model.forward
+
+    evaluated = [0]
+
+    @functools.wraps(forward)
+    def evaluation_runs_out(*args: Any, **kwargs: Any) -> Any:
+        evaluated[0] += not model.training
+        if evaluated[0] > 128 // 64:  # the second evaluation's first batch: the first reported
+            raise RuntimeError("CUDA out of memory. Tried to allocate 8 MiB")
+        return forward(*args, **kwargs)
+
+    model.forward = evaluation_runs_out
+    raised = (RuntimeError, ConfigurationError)
+    with pytest.raises(raised, match=r"(?i)evaluation (hit an out-of-memory|ran out of memory)"):
+        train(  # in ``with callback:``, which hears the Trainer's error
+            server.url,
+            spec,
+            tmp_path,
+            epochs=2,
+            model=model,
+            trainer_class=trainer_class,
+            block=True,
+            auto_find_batch_size=True,
+        )
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(16, "released")]
+    assert state["memory_caps"] == {}
+
+
 @pytest.mark.parametrize(("memory_check_steps", "target", "epochs"), [(3, 0.99, 2), (0, 0.05, 1)])
 def test_auto_find_batch_size_marks_each_size_that_ran_out_of_memory(
     server: ServerProcess,

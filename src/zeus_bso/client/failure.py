@@ -115,8 +115,12 @@ def in_evaluation(error: BaseException) -> bool:
 
 def evaluation_ran_out(error: BaseException) -> bool:
     """Whether ``error`` is out of memory raised in evaluation, which says nothing of the
-    training's batch size."""
-    return out_of_memory(error) and in_evaluation(error)
+    training's batch size: itself, or the error it was raised from (the HF Trainer raises its
+    own over one under ``auto_find_batch_size``, which would shrink the training batch)."""
+    ran_out = out_of_memory(error) or (
+        error.__cause__ is not None and out_of_memory(error.__cause__)
+    )
+    return ran_out and in_evaluation(error)
 
 
 EVALUATION_ADVICE = (
@@ -206,9 +210,10 @@ def described(error: BaseException) -> str:
     if isinstance(error, Terminated):
         return "SIGTERM"
     if evaluation_ran_out(error):
+        ran_out = error if out_of_memory(error) else error.__cause__
         return (
-            f"ran out of memory in evaluation ({out_of_memory_words(error)}), not counted "
-            f"against its batch size: {EVALUATION_ADVICE}"
+            f"ran out of memory in evaluation ({out_of_memory_words(ran_out or error)}), not "
+            f"counted against its batch size: {EVALUATION_ADVICE}"
         )
     if out_of_memory(error):
         return out_of_memory_words(error)  # without PyTorch's allocator breakdown and advice

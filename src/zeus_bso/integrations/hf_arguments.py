@@ -303,3 +303,15 @@ def no_batches(
         each,
         "train with dataloader_drop_last=False",
     )
+
+
+def evaluation_ran_out(args: Any) -> str:
+    """What a run says where the Trainer's ``auto_find_batch_size`` caught out of memory in its
+    evaluation and would train again at a smaller batch size, which cannot help."""
+    return (
+        "the Trainer's evaluation ran out of memory (per_device_eval_batch_size "
+        f"{args.per_device_eval_batch_size}), and auto_find_batch_size would lower the training "
+        "batch size, which does not change the evaluation's: lower per_device_eval_batch_size, "
+        "or set eval_accumulation_steps (what the evaluation gathers moves to the CPU every so "
+        "many steps); not counted against the batch size"
+    )

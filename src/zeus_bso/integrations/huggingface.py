@@ -294,6 +294,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._stoppers = [c for c in callbacks if isinstance(c, EarlyStoppingCallback)]
         session = self._startable(args, state)
         if args.auto_find_batch_size and (before := self._shrunk.shrank(state.train_batch_size)):
+            if control.should_evaluate:  # it ran out in evaluation (its due flag is still up)
+                self._refuse(hf_arguments.evaluation_ran_out(args))
             # After an out-of-memory error the Trainer trains again at a smaller size: the run
             # goes on outside the optimizer (`zeus_bso.integrations.hf_auto_find.ShrunkRun`).
             self._training, ended, self._ended = False, self._ended, True
@@ -532,8 +534,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
 def _name_evaluation() -> None:
     """Name the Trainer's evaluation to the session (`evaluation_code`): out of memory raised
     through it, at ``per_device_eval_batch_size`` and with what evaluation gathers on the GPU,
-    is not the training batch size's (a subclass's ``evaluate`` calls the Trainer's)."""
+    is not the training batch size's (a subclass's ``evaluate`` calls the Trainer's; the
+    Trainer's ``_evaluate`` raises its own error over one under ``auto_find_batch_size``)."""
     from transformers import Trainer
 
-    names = ("evaluate", "evaluation_loop", "prediction_loop")
+    names = ("_evaluate", "evaluate", "evaluation_loop", "prediction_loop")
     evaluation_code(*(function.__code__ for n in names if (function := getattr(Trainer, n, None))))
