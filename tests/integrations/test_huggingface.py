@@ -987,6 +987,31 @@ def test_the_memory_check_takes_the_trainers_loss_and_puts_back_what_it_counted(
     assert trial["status"] in ("reported", "released")
 
 
+class LoopStateLoss(transformers.Trainer):
+    """A Trainer whose loss reads what its loop sets only once it trains."""
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        if return_outputs:  # evaluation's
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return loss / self.current_gradient_accumulation_steps
+
+
+def test_a_loss_that_reads_the_loops_state_is_tried_as_the_models(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The memory check runs before the Trainer's loop: a ``compute_loss`` that reads what the
+    loop sets (``current_gradient_accumulation_steps``) cannot run there. The check tries the
+    model's forward instead, and the run trains: it is not failed by the check."""
+    spec = job(unique_id("hflooploss"), target=0.999)
+    train(server.url, spec, tmp_path, epochs=1, trainer_class=LoopStateLoss)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 1
+
+
 def test_a_model_sharded_by_fsdp_is_not_tried_in_memory_first(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from zeus_bso.integrations.probe import step, undone
+from zeus_bso.training import out_of_memory
 from zeus_bso.training.sharded import sharding
+
+logger = logging.getLogger(__name__)
 
 
 def sharded(args: Any, model: Any) -> str | None:
@@ -56,12 +60,28 @@ def try_steps(
                 for k, v in batch.items()
                 if takes is None or k in takes
             }
-            if trainer is None:
-                step(loss_of(model(**inputs)), [optimizer])
-                continue
-            with trainer.compute_loss_context_manager():
-                loss = trainer.compute_loss(model, inputs)
+            loss = trainer_loss(trainer, model, inputs) if trainer is not None else None
+            if loss is None:  # no Trainer, or its loss reads what only its loop sets
+                trainer, takes = None, accepted(model)
+                loss = loss_of(
+                    model(**{k: v for k, v in inputs.items() if takes is None or k in takes})
+                )
             step(loss, [optimizer])
+
+
+def trainer_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> Any:
+    """``trainer``'s loss of ``inputs`` (its ``compute_loss``, in its autocast); None where
+    that raised anything but out of memory: a subclass's that reads what the Trainer's loop
+    sets only once it trains (``current_gradient_accumulation_steps``, a count of the batch's
+    items), which the loop's own step then has."""
+    try:
+        with trainer.compute_loss_context_manager():
+            return trainer.compute_loss(model, dict(inputs))
+    except Exception as err:
+        if out_of_memory(err):
+            raise
+        logger.debug("zeus-bso: the Trainer's loss before training: %r; the model's tried", err)
+        return None
 
 
 def plain_data(trainer: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ The framework adapters in `zeus_bso.integrations` are thin hook mappings over th
 """
 
 from zeus_bso.client.failure import evaluation_code
+from zeus_bso.client.memory import out_of_memory
 from zeus_bso.client.outcome import ReportAnswer, RunOutcome
 from zeus_bso.training.optimizer import BatchSizeOptimizer
 from zeus_bso.training.session import TrialSession
@@ -21,6 +22,8 @@ __all__ = [
     "SessionOptions",
     "TrialSession",
     "evaluation_code",
+    "out_of_memory",
 ]
 """What the adapters use: the session and the options they pass on to it, the answer to a
-report, the outcome of the run it ends, and where to name a framework's evaluation code."""
+report, the outcome of the run it ends, where to name a framework's evaluation code, and what
+is out of memory."""
