@@ -5,11 +5,11 @@ Started by ``torch.distributed.run`` from test_topology.py; writes what this ran
 double).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/integrations/hf_ddp_worker.py \
-        SERVER_URL JOB_ID OUT_DIR [OOM_ABOVE [AFTER]]
+        SERVER_URL JOB_ID OUT_DIR [OOM_ABOVE [AFTER [all]]]
 
-With OOM_ABOVE, rank 1's model runs out of memory on a training batch of more than that many
-samples (from its training forward after the AFTER-th: mid-run), and the recurrence runs under
-`until_converged`.
+With OOM_ABOVE, rank 1's model (``all``: every rank's) runs out of memory on a training batch
+of more than that many samples (from its training forward after the AFTER-th: mid-run), and
+the recurrence runs under `until_converged`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     oom_above = int(sys.argv[4]) if len(sys.argv) > 4 else None
     after = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    every_rank = sys.argv[6:] == ["all"]
     # Rank 1 reads the batch size from rank 0: the process group must exist first.
     state = PartialState(cpu=True, backend="gloo")
     if oom_above is None:
@@ -49,7 +50,7 @@ def main() -> None:
 
         def recurrence() -> RunOutcome | None:
             attempts.append({})
-            attempts[-1], outcome = train(server_url, job_id, out, oom_above, after)
+            attempts[-1], outcome = train(server_url, job_id, out, oom_above, after, every_rank)
             return outcome
 
         until_converged(recurrence, attempts=2)
@@ -63,7 +64,12 @@ def main() -> None:
 
 
 def train(
-    server_url: str, job_id: str, out: Path, oom_above: int | None = None, after: int = 0
+    server_url: str,
+    job_id: str,
+    out: Path,
+    oom_above: int | None = None,
+    after: int = 0,
+    every_rank: bool = False,
 ) -> tuple[dict[str, object], RunOutcome | None]:
     """Train under the callback; what this rank saw, and the run's outcome."""
     callback = ZeusBSOTrainerCallback(
@@ -81,7 +87,7 @@ def train(
     )
     transformers.set_seed(0)
     model = tiny_bert()
-    if oom_above is not None and os.environ["RANK"] == "1":
+    if oom_above is not None and (every_rank or os.environ["RANK"] == "1"):
         model = runs_out_of_memory_above(model, oom_above, after)
     trainer = transformers.Trainer(
         model=model,

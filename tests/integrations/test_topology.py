@@ -181,26 +181,39 @@ def test_two_nodes_with_different_gpu_models_are_refused_on_both(
         assert not [j for j in client.list_jobs() if j.job_id == job_id]
 
 
-def test_hugging_face_under_torchrun_with_out_of_memory_on_one_rank_while_it_trains(
-    server: ServerProcess, tmp_path: Path
+@pytest.mark.parametrize("ranks", ["1", "all"])
+def test_hugging_face_under_torchrun_with_out_of_memory_while_it_trains(
+    server: ServerProcess, tmp_path: Path, ranks: str
 ) -> None:
     """Past the memory check, rank 1 alone runs out of memory: the Trainer tells its callback
     nothing, rank 0 waits for rank 1 in the gradients' collective, and `until_converged` on
     rank 1 finds that rank 0 did not run out too, so it raises rather than start the next
-    attempt; rank 1's exit marks the trial infeasible, which rank 0 never heard of."""
+    attempt; rank 1's exit marks the trial infeasible, which rank 0 never heard of. Where every
+    rank runs out, all start the next attempt together, at 8."""
     pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
-    job_id = unique_id("hfmidrun")
+    job_id = unique_id(f"hfmidrun{ranks}")
     worker = str(HERE / "hf_ddp_worker.py")
-    command = [*torchrun(2), worker, server.url, job_id, str(tmp_path), "8", "4"]
+    every = ["all"] if ranks == "all" else []
+    command = [*torchrun(2), worker, server.url, job_id, str(tmp_path), "8", "4", *every]
     done = subprocess.run(
         command, env=environment([gpu(0), gpu(1)]), capture_output=True, text=True, timeout=240
     )
+    with ServerClient(server.url) as client:
+        trials = client.job_state(job_id)["trials"]
+    ended = sorted((t["trial_number"], t["batch_size"], t["status"]) for t in trials)
+    if ranks == "all":
+        assert done.returncode == 0, done.stderr[-20000:]
+        assert [(size, status) for _, size, status in ended] == [
+            (16, "infeasible"),
+            (8, "reported"),
+        ]
+        ranked = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert [r["attempts"] for r in ranked] == [2, 2]
+        return
     assert done.returncode != 0
     assert "this process alone ran out of memory" in done.stderr
     assert "is marked infeasible on these GPUs from here" in done.stderr
-    with ServerClient(server.url) as client:
-        trials = client.job_state(job_id)["trials"]
-    assert [(t["batch_size"], t["status"]) for t in trials] == [(16, "infeasible")]
+    assert [(size, status) for _, size, status in ended] == [(16, "infeasible")]
 
 
 def test_hugging_face_under_torchrun_with_two_gpus_and_out_of_memory_on_one_rank(
