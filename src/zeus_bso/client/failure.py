@@ -113,14 +113,20 @@ def in_evaluation(error: BaseException) -> bool:
     return False
 
 
+def _ran_out(error: BaseException) -> BaseException | None:
+    """The out-of-memory error ``error`` is, or was raised from (the HF Trainer raises its own
+    over one in evaluation under ``auto_find_batch_size``, which would shrink the training
+    batch); None: neither."""
+    for found in (error, error.__cause__):
+        if found is not None and out_of_memory(found):
+            return found
+    return None
+
+
 def evaluation_ran_out(error: BaseException) -> bool:
-    """Whether ``error`` is out of memory raised in evaluation, which says nothing of the
-    training's batch size: itself, or the error it was raised from (the HF Trainer raises its
-    own over one under ``auto_find_batch_size``, which would shrink the training batch)."""
-    ran_out = out_of_memory(error) or (
-        error.__cause__ is not None and out_of_memory(error.__cause__)
-    )
-    return ran_out and in_evaluation(error)
+    """Whether ``error`` is out of memory raised in evaluation (`_ran_out`), which says nothing
+    of the training's batch size."""
+    return _ran_out(error) is not None and in_evaluation(error)
 
 
 EVALUATION_ADVICE = (
@@ -209,11 +215,10 @@ def described(error: BaseException) -> str:
     not ``KeyboardInterrupt: ``); `Terminated` is ``SIGTERM``."""
     if isinstance(error, Terminated):
         return "SIGTERM"
-    if evaluation_ran_out(error):
-        ran_out = error if out_of_memory(error) else error.__cause__
+    if (ran_out := _ran_out(error)) is not None and in_evaluation(error):
         return (
-            f"ran out of memory in evaluation ({out_of_memory_words(ran_out or error)}), not "
-            f"counted against its batch size: {EVALUATION_ADVICE}"
+            f"ran out of memory in evaluation ({out_of_memory_words(ran_out)}), not counted "
+            f"against its batch size: {EVALUATION_ADVICE}"
         )
     if out_of_memory(error):
         return out_of_memory_words(error)  # without PyTorch's allocator breakdown and advice

@@ -51,21 +51,18 @@ def try_steps(
         )
 
     device = next(model.parameters()).device
-    takes = None if trainer is not None else accepted(model)
+    takes = accepted(model)
     counted = plain_data(trainer) if trainer is not None else {}
     with undone(model, [optimizer]), put_back(trainer, counted):
         for _, batch in zip(range(steps), loader, strict=False):
             inputs = {
-                k: v.to(device) if isinstance(v, torch.Tensor) else v
-                for k, v in batch.items()
-                if takes is None or k in takes
+                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
             }
             loss = trainer_loss(trainer, model, inputs) if trainer is not None else None
             if loss is None:  # no Trainer, or its loss reads what only its loop sets
-                trainer, takes = None, accepted(model)
-                loss = loss_of(
-                    model(**{k: v for k, v in inputs.items() if takes is None or k in takes})
-                )
+                trainer = None
+                taken = {k: v for k, v in inputs.items() if takes is None or k in takes}
+                loss = loss_of(model(**taken))
             step(loss, [optimizer])
 
 

@@ -26,6 +26,7 @@ events onto it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import weakref
@@ -531,11 +532,13 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._remember_trained(session)
 
 
+@functools.cache
 def _name_evaluation() -> None:
     """Name the Trainer's evaluation to the session (`evaluation_code`): out of memory raised
     through it, at ``per_device_eval_batch_size`` and with what evaluation gathers on the GPU,
     is not the training batch size's (a subclass's ``evaluate`` calls the Trainer's; the
-    Trainer's ``_evaluate`` raises its own error over one under ``auto_find_batch_size``)."""
+    Trainer's ``_evaluate`` raises its own error over one under ``auto_find_batch_size``).
+    Once a process."""
     from transformers import Trainer
 
     names = ("_evaluate", "evaluate", "evaluation_loop", "prediction_loop")

@@ -65,14 +65,19 @@ class RanOutAtExit:
             exits.forget_at_exit(self._at_exit)
             self._trial = None
 
-    def judged(self, error: BaseException, verdict: failure.Verdict) -> None:
-        """The run raised ``error``, judged ``verdict``: out of memory is marked (`ran_out`)."""
+    def judged(self, error: BaseException) -> None:
+        """The run raised ``error``: out of memory, as `zeus_bso.client.failure.verdict` judges
+        it (not in evaluation), is marked (`ran_out`)."""
         trial = self._trial
         self.forget()
-        if trial is not None and verdict is failure.Verdict.OUT_OF_MEMORY:
-            ran_out(self._settings, trial, error)
+        if (
+            trial is None
+            or failure.verdict(error, trained=True) is not failure.Verdict.OUT_OF_MEMORY
+        ):
+            return
+        ran_out(self._settings, trial, error)
 
     def _at_exit(self) -> None:
         uncaught = exits.uncaught_error()
         if uncaught is not None:
-            self.judged(uncaught, failure.verdict(uncaught, trained=True))
+            self.judged(uncaught)

@@ -137,18 +137,16 @@ class SessionEndings(WithBlock):
         `zeus_bso.client.failure`): out of memory ends it as infeasible, but not in evaluation
         (``in_evaluation``: the framework's state says so; else, where the adapter named its
         evaluation's code, `evaluation_code`, the traceback does), which releases it; an
-        interruption
-        (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart of a run with
-        a run key; an error that is not the batch size's (a usage error of ours, or any before
-        it trained, ``trained`` False) releases it; any other fails it. A framework's SIGTERM
-        exception without an exit status gets SIGTERM's (`failure.give_sigterm_status`). Out
-        of memory on a process other than the main one, which the main one does not hear of,
-        is marked from here (`zeus_bso.training.apart`)."""
+        interruption (Ctrl-C, a SIGTERM) releases its trial, or leaves it open for the restart
+        of a run with a run key; an error that is not the batch size's (a usage error of ours,
+        or any before it trained, ``trained`` False) releases it; any other fails it. A
+        framework's SIGTERM exception without an exit status gets SIGTERM's
+        (`failure.give_sigterm_status`). Out of memory on a process other than the main one,
+        which the main one does not hear of, is marked from here (`zeus_bso.training.apart`)."""
         failure.give_sigterm_status(error, self._sigterm_exceptions)
         if in_evaluation:
             failure.raised_in_evaluation(error)
-        judged = failure.verdict(error, trained=trained, sigterm=self._sigterm_exceptions)
-        self._apart.judged(error, judged)  # a process the main one does not hear: said here
+        self._apart.judged(error)  # a process the main one does not hear of: said from here
         self._ending(lambda server: server.failed(error, trained=trained))
 
     @contextmanager
