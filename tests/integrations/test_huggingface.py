@@ -1012,6 +1012,31 @@ def test_a_loss_that_reads_the_loops_state_is_tried_as_the_models(
     assert trial["epochs"] == 1
 
 
+def test_a_loss_that_divides_by_the_batchs_count_of_items_is_tried_as_the_trainers(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A ``compute_loss_func`` (Transformers' own way to write a loss) sums over the batch and
+    divides by ``num_items_in_batch``, which the Trainer's loop counts from the labels. The
+    memory check gives it the loop's count: its steps go through that loss (three calls with a
+    count before the epoch's, none without), not through the model's forward alone."""
+    counts: list[Any] = []
+
+    def summed_loss(outputs: Any, labels: Any, num_items_in_batch: Any = None) -> Any:
+        counts.append(num_items_in_batch)
+        summed = torch.nn.functional.cross_entropy(outputs.logits, labels, reduction="sum")
+        return summed / num_items_in_batch
+
+    spec = job(unique_id("hfitems"), target=0.999)
+    trainer_class = functools.partial(transformers.Trainer, compute_loss_func=summed_loss)
+    train(server.url, spec, tmp_path, epochs=1, trainer_class=trainer_class)
+    assert None not in counts
+    trained = 3 + 256 // 16  # the check's steps and the epoch's; then its evaluation's
+    assert [int(count) for count in counts[:trained]] == [16] * trained
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 1
+
+
 def test_a_model_sharded_by_fsdp_is_not_tried_in_memory_first(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -58,7 +58,7 @@ def try_steps(
             inputs = {
                 k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
             }
-            loss = trainer_loss(trainer, model, inputs) if trainer is not None else None
+            loss = trainer_loss(trainer, model, inputs, device) if trainer is not None else None
             if loss is None:  # no Trainer, or its loss reads what only its loop sets
                 trainer = None
                 taken = {k: v for k, v in inputs.items() if takes is None or k in takes}
@@ -66,18 +66,43 @@ def try_steps(
             step(loss, [optimizer])
 
 
-def trainer_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> Any:
-    """``trainer``'s loss of ``inputs`` (its ``compute_loss``, in its autocast); None where
-    that raised anything but out of memory: a subclass's that reads what the Trainer's loop
-    sets only once it trains (``current_gradient_accumulation_steps``, a count of the batch's
-    items), which the loop's own step then has."""
+def trainer_loss(trainer: Any, model: Any, inputs: dict[str, Any], device: Any) -> Any:
+    """``trainer``'s loss of ``inputs`` (its ``compute_loss``, in its autocast, given the
+    batch's count of items as its loop gives it: `items_in`); None where that raised anything
+    but out of memory: a subclass's that reads what the Trainer's loop sets only once it
+    trains (``current_gradient_accumulation_steps``), which the loop's own step then has."""
+    items = items_in(trainer, inputs, device)
+    counted = {} if items is None else {"num_items_in_batch": items}
     try:
         with trainer.compute_loss_context_manager():
-            return trainer.compute_loss(model, dict(inputs))
+            return trainer.compute_loss(model, dict(inputs), **counted)
     except Exception as err:
         if out_of_memory(err):
             raise
         logger.debug("zeus-bso: the Trainer's loss before training: %r; the model's tried", err)
+        return None
+
+
+def items_in(trainer: Any, inputs: dict[str, Any], device: Any) -> Any:
+    """What the Trainer's loop gives its ``compute_loss`` as ``num_items_in_batch`` for a step
+    of one batch, ``inputs``: the count of the labels that count, where the model or a
+    ``compute_loss_func`` divides by it (Transformers 4.46 and later). Counted by the base
+    Trainer's ``get_batch_samples``: a subclass's may do more than count (skip batches, save
+    what it saw), which the check's steps must not. None: the loop gives none."""
+    import inspect
+
+    import transformers
+
+    samples = getattr(transformers.Trainer, "get_batch_samples", None)
+    if samples is None or not isinstance(trainer, transformers.Trainer):
+        return None
+    batches = iter([inputs])
+    try:
+        if "device" in inspect.signature(samples).parameters:  # a newer Trainer's
+            return samples(trainer, batches, 1, device)[1]
+        return samples(trainer, batches, 1)[1]
+    except Exception as err:  # a count it cannot make of these inputs: none, as its loop's
+        logger.debug("zeus-bso: the Trainer's count of a batch's items: %r", err)
         return None
 
 
