@@ -28,8 +28,8 @@ from torch.optim.optimizer import (
 FEATURES = 7
 """The width of the corpus's inputs: the first layer of every model of theirs."""
 VOCABULARY = 53
-"""The words of the corpus's language model (``trl_sft.py``): its token embedding's rows, whose
-input's first dimension is a batch's texts."""
+"""The words of the corpus's language model (`tests.scripts.words`): its token embedding's rows,
+whose input's first dimension is a batch's texts."""
 
 
 @dataclass(frozen=True)

@@ -195,10 +195,11 @@ CORPUS = {
     "fabric_loop.py": ((), "linear"),
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
     "trl_sft.py": (("--output-dir", "{tmp}"), "linear"),
+    "peft_lora.py": (("--output-dir", "{tmp}"), "linear"),  # a LoRA adapter on a frozen model
 }
 
 
-NEEDS = {"trl_sft.py": "trl"}
+NEEDS = {"trl_sft.py": "trl", "peft_lora.py": "peft"}
 """A script's package beyond the corpus's own (the dev group installs it)."""
 
 
@@ -696,11 +697,11 @@ def three_runs(
     [
         *(
             pytest.param(script, (), (), id=script)
-            # trl_sft.py, hf_weighted_loss.py: HF Trainers', whose kill and resume
-            # hf_trainer.py holds; accelerate_accumulate.py: accelerate_loop.py's
+            # trl_sft.py, hf_weighted_loss.py, peft_lora.py: HF Trainers', whose kill and
+            # resume hf_trainer.py holds; accelerate_accumulate.py: accelerate_loop.py's
             for script in sorted(
                 {*CORPUS, "lightning_cli.py"}
-                - {"trl_sft.py", "hf_weighted_loss.py", "accelerate_accumulate.py"}
+                - {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "accelerate_accumulate.py"}
             )
         ),
         # FSDP's order: the optimizers built before the checkpoint is read

@@ -1,9 +1,8 @@
 """A supervised fine-tune with TRL's ``SFTTrainer``, written as TRL's quickstart writes it: a
 ``datasets.Dataset`` of texts, an ``SFTConfig`` (TrainingArguments with the SFT settings), a
 causal language model and its tokenizer, a warm-up and a cosine schedule; the batch size on the
-config is the callback's. The model is a two-layer GPT-2 of the script's own, on a word-level
-tokenizer of 50 words and texts that count up through them (now and then a word out of turn),
-so that nothing is downloaded; the job is judged by SFT's token accuracy.
+config is the callback's. The model, tokenizer and texts are the corpus's own
+(`tests.scripts.words`: nothing is downloaded); the job is judged by SFT's token accuracy.
 
     python trl_sft.py --job NAME --output-dir DIR [--target 0.5]
 """
@@ -11,47 +10,14 @@ so that nothing is downloaded; the job is judged by SFT's token accuracy.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
-from typing import Any
 
-import transformers
-from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
 from trl import SFTConfig, SFTTrainer
 
 from tests.scripts.hardware import BF16, ON_CPU
+from tests.scripts.words import language_model, texts, tokenizer
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
-
-WORDS = 50
-VOCABULARY = WORDS + 3
-"""The tokenizer's words, and its unknown, padding and end-of-text tokens: the model's
-embedding has as many rows (what `tests.scripts.probe` counts a batch's texts by)."""
-
-
-def tokenizer() -> Any:
-    vocabulary = {f"w{i}": i for i in range(WORDS)} | {"[UNK]": 50, "[PAD]": 51, "[EOS]": 52}
-    words = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="[UNK]"))
-    words.pre_tokenizer = pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=words, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]"
-    )
-
-
-def texts(n: int, seed: int) -> Dataset:
-    """Texts of 12 words counting up from a random one; each word after the first is out of
-    turn with probability 0.1."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        word = rng.randrange(WORDS)
-        sentence = []
-        for _ in range(12):
-            sentence.append(f"w{word}")
-            word = rng.randrange(WORDS) if rng.random() < 0.1 else (word + 1) % WORDS
-        rows.append(" ".join(sentence))
-    return Dataset.from_dict({"text": rows})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,18 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             disable_tqdm=True,
         )
         words = tokenizer()
-        model = transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(
-                vocab_size=VOCABULARY,
-                n_positions=32,
-                n_embd=32,
-                n_layer=2,
-                n_head=2,
-                bos_token_id=words.eos_token_id,
-                eos_token_id=words.eos_token_id,
-                pad_token_id=words.pad_token_id,
-            )
-        )
+        model = language_model(words)
         trainer = SFTTrainer(
             model=model,
             args=config,
