@@ -184,6 +184,7 @@ def check_runs(
 CORPUS = {
     "lightning_onecycle.py": ((), "linear"),
     "lightning_warmup_cosine.py": ((), "linear"),  # 'auto' on SGD
+    "lightning_step_warmup.py": ((), "linear"),  # its docs' warm-up in optimizer_step
     "lightning_datamodule.py": ((), "linear"),
     "lightning_plateau.py": ((), "linear"),  # ReduceLROnPlateau on the validation loss
     "lightning_fit_loaders.py": ((), "linear"),  # trainer.fit(model, train_loader, val_loader)
