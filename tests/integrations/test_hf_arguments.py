@@ -74,12 +74,14 @@ def test_a_run_the_server_could_not_judge_is_refused_saying_what_to_change(
     assert said in refused
 
 
-def test_epochs_below_the_jobs_and_evaluations_by_steps_are_said(tmp_path: Path) -> None:
+def test_epochs_below_the_jobs_are_said_where_the_jobs_epochs_are_epochs(tmp_path: Path) -> None:
+    """``num_train_epochs`` below the job's max_epochs ends a run before the server's stop
+    where the job's epochs are the Trainer's; by steps they are evaluations, which the run
+    counts when it starts (`zeus_bso.integrations.hf_cadence.evaluations_below`)."""
     (fewer,) = hf_arguments.warnings(arguments(tmp_path, num_train_epochs=3), max_epochs=6)
     assert "num_train_epochs=3) is below the job's max_epochs (6)" in fewer
-    by_steps = arguments(tmp_path, eval_strategy="steps", eval_steps=50)
-    (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
-    assert "every evaluation (every 50 steps) is reported as an epoch" in counted
+    by_steps = {"eval_strategy": "steps", "eval_steps": 50}
+    assert hf_arguments.warnings(arguments(tmp_path, num_train_epochs=3, **by_steps), 6) == []
     # max_steps bounds the run instead of num_train_epochs: whatever the batch size, and
     # released where the target is not reached by then (nothing learned).
     (steps,) = hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6)
@@ -93,28 +95,19 @@ def test_max_steps_with_evaluations_by_steps_is_said_only_where_it_ends_the_run_
     """With evaluations every N steps (a streaming dataset, which has no epochs, needs them and
     ``max_steps``), each evaluation is an epoch of the job's: ``max_steps`` ends the run first
     only below the job's max_epochs evaluations, and it is said only then, with the steps to
-    set; the warning of evaluations counted as epochs stays."""
+    set: of the run's own steps between evaluations where they are not the arguments'."""
     by_steps = {"eval_strategy": "steps", "eval_steps": 50, "num_train_epochs": 1}
     enough = arguments(tmp_path, max_steps=300, **by_steps)
-    (counted,) = hf_arguments.warnings(enough, max_epochs=6)  # 6 evaluations of 50 steps
-    assert "is reported as an epoch" in counted
+    assert hf_arguments.warnings(enough, max_epochs=6) == []  # 6 evaluations of 50 steps
     short = arguments(tmp_path, max_steps=200, **by_steps)
-    (ends, counted) = hf_arguments.warnings(short, max_epochs=6)
+    (ends,) = hf_arguments.warnings(short, max_epochs=6)
     assert ends.startswith("TrainingArguments(max_steps=200) ends the run before the job's")
     assert "evaluations of every 50 steps" in ends
     assert "set max_steps to at least 300" in ends
+    assert hf_arguments.warnings(short, max_epochs=6, every=25) == []  # the run's: 8 of them
     ratio = arguments(tmp_path, max_steps=1000, **(by_steps | {"eval_steps": 0.1}))
-    assert len(hf_arguments.warnings(ratio, max_epochs=6)) == 1  # every 100 steps: 10 of them
+    assert hf_arguments.warnings(ratio, max_epochs=6) == []  # every 100 steps: 10 of them
     assert "at least 1200" in hf_arguments.warnings(ratio, max_epochs=12)[0]
-
-
-def test_evaluations_by_steps_on_data_without_a_length_are_not_warned_of(tmp_path: Path) -> None:
-    """A dataset without a length has no epochs: evaluating every N steps is all it can do, so
-    advising to evaluate once an epoch instead is noise."""
-    by_steps = arguments(tmp_path, eval_strategy="steps", eval_steps=10, max_steps=100)
-    assert hf_arguments.warnings(by_steps, max_epochs=6, sized=False) == []
-    (counted,) = hf_arguments.warnings(by_steps, max_epochs=6)
-    assert "is reported as an epoch" in counted
 
 
 def test_an_evaluation_of_the_loss_alone_says_to_give_the_trainer_compute_metrics() -> None:

@@ -146,8 +146,7 @@ def train(
         tmp_path / "out",
         set_after_built or batch_size or callback.start(),
         epochs,
-        save_strategy="epoch" if save or resume else "no",
-        **options,
+        **({"save_strategy": "epoch" if save or resume else "no"} | options),
     )
     trainer = (trainer_class or transformers.Trainer)(
         model=model,
@@ -490,16 +489,62 @@ def test_auto_find_batch_size_with_accumulation_is_refused(
 def test_evaluating_every_n_steps_says_what_max_epochs_then_counts(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """By steps, each evaluation is one of the job's epochs (said when training starts), and a
+    run whose data (``num_train_epochs``) ends after fewer evaluations than the job's
+    max_epochs is warned of in evaluations, with the epochs that make them."""
     spec = job(unique_id("hfsteps"), target=0.999)
-    with caplog.at_level("WARNING", logger="zeus_bso"):
+    with caplog.at_level("INFO", logger="zeus_bso"):
         train(server.url, spec, tmp_path, epochs=1, eval_strategy="steps", eval_steps=4)
-    (warning,) = [r.getMessage() for r in caplog.records if "eval_strategy" in r.getMessage()]
-    assert "every 4 steps" in warning
-    assert "max_epochs (6) counts evaluations" in warning
+    said = [r.getMessage() for r in caplog.records if "eval_strategy" in r.getMessage()]
+    assert any("each evaluation is one of the job's epochs" in line for line in said)
+    (below,) = [r for r in caplog.records if "evaluations (every" in r.getMessage()]
+    assert below.levelname == "WARNING"
+    assert below.getMessage().startswith(
+        "TrainingArguments(num_train_epochs=1) ends the run after 4 evaluations (every 4 steps), "
+        "before the job's max_epochs (6 evaluations)"
+    )
+    assert "set num_train_epochs=2" in below.getMessage()
     assert "first report came after" not in caplog.text  # said once, by the callback
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["epochs"] == 4  # 16 steps of 16 samples, an evaluation every 4: four reports
+    assert trial["status"] == "released"  # its data ended before the server's stop
+    assert "the job's max_epochs is 6 evaluations" in trial["message"]
+
+
+def test_evaluations_by_steps_come_the_same_samples_apart_at_every_batch_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``eval_steps=8`` tuned at the reference batch size 16 evaluates every 128 samples; a run
+    at 32 evaluates every 4 of its steps, as many times over its data (an epoch of 256 samples:
+    two evaluations, not one), and saves with its evaluations where ``save_steps`` was a
+    multiple of ``eval_steps`` (``load_best_model_at_end``'s checkpoints: every 8 steps, not
+    16). Each of the job's epochs is the same data at every batch size."""
+    spec = job(unique_id("hfcadence"), target=0.999).model_copy(
+        update={"batch_sizes": [32], "default_batch_size": 32}
+    )
+    with caplog.at_level("INFO", logger="zeus_bso"):
+        train(
+            server.url,
+            spec,
+            tmp_path,
+            epochs=3,
+            callback_options={"reference_batch_size": 16},
+            eval_strategy="steps",
+            eval_steps=8,
+            save_strategy="steps",
+            save_steps=16,
+            load_best_model_at_end=True,
+            metric_for_best_model="accuracy",
+        )
+    assert "at batch size 32 the run evaluates every 4 steps" in caplog.text
+    assert "saves every 8 steps (save_steps=16)" in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 6  # 24 steps, an evaluation every 4: the job's max_epochs
+    saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
+    assert saved == [8, 16, 24], saved  # with the evaluations at 8, 16 and 24 (of 4, 8, ...)
+    assert "num_train_epochs" not in caplog.text  # six evaluations: as many as the job's
 
 
 def test_the_evaluation_before_training_is_not_a_report(

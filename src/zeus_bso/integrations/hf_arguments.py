@@ -151,26 +151,32 @@ def schedule_refused(
     )
 
 
-def warn(args: Any, max_epochs: int, *, sized: bool) -> None:
-    """Log the `warnings` of ``args``, and how a run on data without a length (not ``sized``)
-    counts its epochs."""
-    for warning in warnings(args, max_epochs, sized=sized):
+def warn(args: Any, max_epochs: int, *, sized: bool, every: int | None = None) -> None:
+    """Log the `warnings` of ``args`` (``every``: the run's steps between evaluations by steps,
+    `zeus_bso.integrations.hf_cadence`), and how a run on data without a length (not
+    ``sized``) or evaluated by steps counts its epochs."""
+    for warning in warnings(args, max_epochs, sized=sized, every=every):
         logger.warning("%s", warning)
-    if not sized:
+    if not sized or evaluation_strategy(args) == "steps":
         logger.info(
-            "zeus-bso: training data without a length: each evaluation is one of the job's "
-            "epochs (it stops at the job's max_epochs, %d evaluations)",
+            "zeus-bso: %s each evaluation is one of the job's epochs (it stops at the job's "
+            "max_epochs, %d evaluations), the same samples apart at every batch size",
+            "training data without a length:" if not sized else "eval_strategy='steps':",
             max_epochs,
         )
 
 
-def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
+def warnings(
+    args: Any, max_epochs: int, *, sized: bool = True, every: int | None = None
+) -> list[str]:
     """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
-    (``sized``: whether the training data has a length, and so epochs)."""
+    (``sized``: whether the training data has a length, and so epochs; ``every``: the run's
+    steps between evaluations by steps, where not ``args``'s own)."""
     found = []
     by_steps = evaluation_strategy(args) == "steps"
     epochs = args.num_train_epochs if args.max_steps <= 0 else None
-    if epochs is not None and epochs < max_epochs:
+    # By steps, the job's epochs are evaluations: the run's own count (`hf_cadence`) is judged.
+    if epochs is not None and epochs < max_epochs and not by_steps:
         found.append(
             f"TrainingArguments(num_train_epochs={epochs}) is below the job's max_epochs "
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
@@ -179,7 +185,7 @@ def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
     if args.max_steps > 0 and by_steps:
         # Each evaluation is an epoch of the job's: the server stops the run at the job's
         # max_epochs evaluations, unless max_steps ends it first.
-        every = evaluation_interval(args)
+        every = every or evaluation_interval(args)
         if args.max_steps < max_epochs * every:
             found.append(
                 f"TrainingArguments(max_steps={args.max_steps}) ends the run before the job's "
@@ -196,13 +202,6 @@ def warnings(args: Any, max_epochs: int, *, sized: bool = True) -> list[str]:
             "counted, so the job learns nothing of its batch size (the next run gets it "
             "again); bound the run by the job's max_epochs instead "
             f"(num_train_epochs={max_epochs}, max_steps=-1: the server stops the run)"
-        )
-    if by_steps and sized:
-        found.append(
-            f"eval_strategy='steps': every evaluation (every {args.eval_steps} steps) is reported "
-            f"as an epoch, so the job's max_epochs ({max_epochs}) counts evaluations, and its "
-            "learning curves and costs are per evaluation; evaluate once an epoch "
-            "(eval_strategy='epoch') for epochs"
         )
     return found
 

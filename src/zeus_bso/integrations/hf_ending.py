@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zeus_bso.integrations.hf_cadence import by_steps
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 
@@ -51,9 +52,10 @@ def end_training(
     else:  # the Trainer's own limits ended the run first
         # The Trainer's epoch (2.5 where num_train_epochs=2.5), not the run's reports (3).
         epoch = session.progress.epochs if state.epoch is None else f"{round(state.epoch, 2):g}"
+        counted = f"{job_max_epochs} evaluations" if by_steps(args) else f"{job_max_epochs}"
         session.release(
             f"the Trainer stopped at epoch {epoch} (num_train_epochs="
             f"{args.num_train_epochs}, max_steps={args.max_steps}) before the server's stop (the "
-            f"job's max_epochs is {job_max_epochs})",
+            f"job's max_epochs is {counted})",
             StopReason.ENDED_EARLY,
         )

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 from typing_extensions import Unpack, override
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
-from zeus_bso.integrations import hf_arguments, hf_unheard
+from zeus_bso.integrations import hf_arguments, hf_cadence, hf_unheard
 from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import calling_trainer, run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
@@ -374,9 +374,15 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             refused = hf_arguments.loader_refusal(loader, args, session.batch_size, trainers)
         if refused is not None:
             self._refuse(refused)
+        kept = hf_cadence.keep_samples(args, state, session)  # every rank evaluates alike
         if session.is_main:  # a dataset without a length has no epochs
-            hf_arguments.warn(args, self.job.max_epochs, sized=loader is None or has_length(loader))
-        if hf_arguments.evaluation_strategy(args) == "steps":  # it said so, or has no epochs
+            sized, every = loader is None or has_length(loader), getattr(state, "eval_steps", None)
+            hf_arguments.warn(args, self.job.max_epochs, sized=sized, every=every if kept else None)
+            if kept:
+                logger.info("zeus-bso: %s", kept)
+            if below := hf_cadence.evaluations_below(args, state, self.job.max_epochs):
+                logger.warning("%s", below)
+        if hf_cadence.by_steps(args):  # it said so, or has no epochs
             session.reports_within_epochs_said()
 
     def _check_memory(

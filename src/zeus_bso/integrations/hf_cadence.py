@@ -1,0 +1,85 @@
+"""The HF Trainer's evaluations by steps, the same samples apart at every batch size.
+
+Where the Trainer evaluates every so many optimizer steps (``eval_strategy="steps"``; data
+without a length has no epochs to evaluate at), each evaluation is one of the job's epochs. A
+step is of the run's batch size: ``eval_steps=100``, tuned at the reference size 16, evaluates
+every 1,600 samples there and every 6,400 at 64. The job would compare its sizes by epochs of
+other data: its ``max_epochs`` would stop a run at 64 after four times the samples, the run's
+data (``num_train_epochs``) would end after a quarter of its evaluations (and the run, before the
+server can judge it, unjudged), and it would pay for a quarter of the evaluations. So a run
+evaluates every ``eval_steps`` x reference / batch size steps, rounded down, at least as often
+(`keep_samples`), and saves with its evaluations where its checkpoints came every so many of
+them (``load_best_model_at_end`` keeps the best evaluation's). A fraction of the run's steps
+(``eval_steps`` below 1) keeps its samples of itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from zeus_bso.training import TrialSession
+
+
+def _strategy(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+def by_steps(args: Any) -> bool:
+    """Whether the Trainer evaluates every so many steps (``eval_strategy="steps"``)."""
+    return _strategy(args.eval_strategy) == "steps"
+
+
+def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
+    """Have the Trainer (its ``state``, which its loop reads) evaluate the run every
+    ``args.eval_steps`` steps of the reference batch size's samples, and save every so many of
+    those evaluations where ``save_steps`` was a multiple of ``eval_steps``; what it now does,
+    in words (None: nothing changed: no evaluation by a number of steps, or the run's batch
+    size is the reference's)."""
+    every = args.eval_steps
+    if not by_steps(args) or every is None or every < 1 or not hasattr(state, "eval_steps"):
+        return None
+    base, reference, batch_size = int(every), session.lr.reference, session.batch_size
+    steps = max(1, base * reference // batch_size)  # down: at least the reference's evaluations
+    if steps == base:
+        return None
+    state.eval_steps = steps
+    said = (
+        f"eval_steps={base} (the steps between evaluations at the reference batch size "
+        f"{reference}): at batch size {batch_size} the run evaluates every {steps} steps, the "
+        "same samples apart, so that each of the job's epochs (an evaluation) is the same data "
+        "at every batch size"
+    )
+    save = args.save_steps
+    if _strategy(args.save_strategy) == "steps" and save >= 1 and int(save) % base == 0:
+        state.save_steps = steps * (int(save) // base)
+        said += f", and saves every {state.save_steps} steps (save_steps={int(save)})"
+    return said
+
+
+def evaluations(args: Any, state: Any) -> int | None:
+    """The evaluations a run by steps makes before the Trainer's ``num_train_epochs`` end it
+    (its ``max_steps`` over the steps between evaluations); None: not known here (evaluations
+    at epochs' ends, a ``max_steps`` of the arguments', or no length)."""
+    total, every = int(state.max_steps or 0), getattr(state, "eval_steps", None)
+    if not by_steps(args) or args.max_steps > 0 or total <= 0 or not every or every < 1:
+        return None
+    return total // int(every)
+
+
+def evaluations_below(args: Any, state: Any, max_epochs: int) -> str | None:
+    """Where the run's data (``num_train_epochs``) ends it after fewer evaluations than the
+    job's ``max_epochs``: what to set. None: it makes enough, or it is not known."""
+    made = evaluations(args, state)
+    if made is None or made >= max_epochs:
+        return None
+    epochs = float(args.num_train_epochs)
+    needed = math.ceil(epochs * max_epochs / made) if made else None
+    fix = f"set num_train_epochs={needed}" if needed else "evaluate more often"
+    return (
+        f"TrainingArguments(num_train_epochs={epochs:g}) ends the run after {made} evaluation"
+        f"{'s' if made != 1 else ''} (every {state.eval_steps} steps), before the job's "
+        f"max_epochs ({max_epochs} evaluations): a run that has not reached the target by "
+        f"then ends before the server can judge it, and delivers no model; {fix} (the server "
+        "stops the run)"
+    )
