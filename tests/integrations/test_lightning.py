@@ -364,11 +364,14 @@ def test_validating_twice_an_epoch_counts_validations_and_says_so(
 ) -> None:
     spec = job(unique_id("lithalf"), target=0.999, max_epochs=4)
     logs = tmp_path / "logs"
-    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
         model, _ = fit(
             server.url, spec, tmp_path, max_epochs=8, val_check_interval=0.5, logger=CSVLogger(logs)
         )
-    assert "max_epochs (4) counts validations" in caplog.text
+    assert "each validation is one of the job's epochs (it stops at the job's max_epochs, 4" in (
+        caplog.text
+    )
+    assert "validations):" not in caplog.text  # 16 in the Trainer's max_epochs: enough
     assert "first report came after" not in caplog.text  # said once, by the callback
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
@@ -1375,6 +1378,64 @@ def test_a_datamodule_from_datasets_trains_the_servers_size(
     assert "built a list, not one torch DataLoader" in message
     with ServerClient(server.url) as client:
         assert not client.list_jobs(prefix=spec.job_id)
+
+
+def test_the_trainers_max_epochs_is_counted_in_validations_where_it_validates_within_epochs(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Validating twice an epoch, the Trainer's ``max_epochs=1`` allows two validations, fewer
+    than the job's four: said in validations, with the Trainer's max_epochs that makes them
+    (two, not the job's four), and the run ends unjudged (released) saying so. Where the
+    Trainer's epochs allow as many, nothing is said."""
+    spec = job(unique_id("lithalfshort"), target=0.999, max_epochs=4)
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        _, callback = fit(server.url, spec, tmp_path, max_epochs=1, val_check_interval=0.5)
+    assert (
+        "Trainer(max_epochs=1) ends the fit after 2 validations (every 8 batches), before the "
+        "job's max_epochs (4 validations)"
+    ) in caplog.text
+    assert "give the Trainer max_epochs=2 (the server stops the fit)" in caplog.text
+    assert "is below the job's max_epochs" not in caplog.text
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.reason, outcome.converged, outcome.epochs) == ("ended_early", False, 2)
+    assert "the Trainer's max_epochs (1) ended it after 2 validations" in outcome.summary()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        fit(server.url, job(unique_id("lithalfenough"), 0.999, 4), tmp_path, max_epochs=2,
+            val_check_interval=0.5)  # fmt: skip
+    assert "validations (every" not in caplog.text
+
+
+def test_validations_every_n_batches_come_the_same_samples_apart_at_every_batch_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``val_check_interval=4`` batches, tuned at the reference batch size 32, validates every
+    128 samples; a fit at 64 validates every 2 of its batches: four validations an epoch of 512
+    samples, not two, so the job's six are reached in the second epoch, each the same data as
+    at the reference."""
+    spec = job(unique_id("litcadence"), target=0.999, max_epochs=6).model_copy(
+        update={"batch_sizes": [64], "default_batch_size": 64}
+    )
+    pl.seed_everything(0, verbose=False)
+    model = TinyClassifier()
+    callback = ZeusBSOCallback(
+        server.url,
+        spec,
+        monitor="val_acc",
+        energy_meter=EstimateMeter(100),
+        reference_batch_size=32,
+    )
+    trainer = pl.Trainer(
+        callbacks=[callback], max_epochs=6, val_check_interval=4, **quiet_trainer_options(tmp_path)
+    )
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(model)
+    assert "at batches of 64 the fit validates every 2 batches" in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 6
+    assert trainer.global_step == 12  # six validations, one every two batches (not 24 steps)
 
 
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(

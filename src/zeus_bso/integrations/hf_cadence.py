@@ -46,9 +46,9 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     state.eval_steps = steps
     said = (
         f"eval_steps={base} (the steps between evaluations at the reference batch size "
-        f"{reference}): at batch size {batch_size} the run evaluates every {steps} steps, the "
-        "same samples apart, so that each of the job's epochs (an evaluation) is the same data "
-        "at every batch size"
+        f"{reference}): at batch size {batch_size} the run evaluates every {steps} step"
+        f"{'s' if steps != 1 else ''}, the same samples apart, so that each of the job's epochs "
+        "(an evaluation) is the same data at every batch size"
     )
     save = args.save_steps
     if _strategy(args.save_strategy) == "steps" and save >= 1 and int(save) % base == 0:

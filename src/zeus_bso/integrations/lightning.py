@@ -36,6 +36,7 @@ from typing_extensions import Unpack, override
 
 from zeus_bso.energy import device_meter
 from zeus_bso.errors import ConfigurationError
+from zeus_bso.integrations import lightning_cadence as cadence
 from zeus_bso.integrations import lightning_limits as limits
 from zeus_bso.integrations import lightning_trainer as fit
 from zeus_bso.integrations.handoff import OutcomeHandoff
@@ -275,6 +276,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             trainer, self._written_for(), self.session.batch_size, self.job.max_epochs
         ):
             self._refuse(trainer, refused)
+        if (kept := cadence.keep_samples(trainer, self.session)) and trainer.is_global_zero:
+            logger.info("zeus-bso: %s", kept)
         if limits.warn_of_interval(trainer, self.job.max_epochs):
             self.session.reports_within_epochs_said()
         if self.session.lr.rule != "none":  # the callback's rule, or the job's
@@ -282,6 +285,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         batches = trainer.num_training_batches
         steps = int(batches) if batches not in (None, float("inf")) else None
         self.session.train_begin(steps)  # on every rank at once; rank 0's heartbeat
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
+        if self.session is not None:  # after DataLoaders built again, which set the interval
+            cadence.keep_samples(trainer, self.session)
 
     @override
     def on_train_batch_start(

@@ -29,19 +29,22 @@ def validates_at_epoch_ends(trainer: Trainer) -> bool:
 
 def warn_of_interval(trainer: Trainer, job_max_epochs: int) -> bool:
     """When training starts, where validations within epochs are reported as epochs: it says
-    what that does to the job's ``max_epochs`` and costs (a note for data without a length,
-    which has no epochs to validate at the end of). Whether it said so."""
-    if validates_at_epoch_ends(trainer) or not trainer.is_global_zero:
+    so (each is the same samples apart at every batch size:
+    `zeus_bso.integrations.lightning_cadence`), and where the Trainer's ``max_epochs`` allows
+    fewer of them than the job's ``max_epochs`` (`validations_below`), warns of it. Whether the
+    fit validates within epochs."""
+    if validates_at_epoch_ends(trainer):
         return False
-    endless = trainer.num_training_batches == float("inf")
-    (logger.info if endless else logger.warning)(
-        "val_check_interval=%s: every validation is reported as an epoch, so the job's "
-        "max_epochs (%d) counts validations, and its learning curves and costs are per "
-        "validation; validate at the end of epochs (val_check_interval=1.0, and "
-        "check_val_every_n_epoch as you like) for epochs",
+    if not trainer.is_global_zero:
+        return True
+    logger.info(
+        "zeus-bso: val_check_interval=%s: each validation is one of the job's epochs (it stops "
+        "at the job's max_epochs, %d validations), the same samples apart at every batch size",
         trainer.val_check_interval,
         job_max_epochs,
     )
+    if below := validations_below(trainer, job_max_epochs):
+        logger.warning("%s", below)
     return True
 
 
@@ -49,6 +52,8 @@ def _epoch_limit_below(trainer: Trainer, job_max_epochs: int) -> int | None:
     """The Trainer's ``max_epochs`` where it ends the fit before the validation the server
     stops it at (`judged_at`: the job's max_epochs, or the validation after them); None: it
     does not."""
+    if not validates_at_epoch_ends(trainer):  # its validations are counted (`validations`)
+        return None
     limit = trainer.max_epochs
     needed = judged_at(trainer, job_max_epochs)
     return limit if limit is not None and 0 <= limit < needed else None
@@ -179,6 +184,11 @@ def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
     ended it."""
     if (steps := _step_limit(trainer)) is not None and steps <= trainer.global_step:
         return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
+    if (made := validations(trainer)) is not None and made < job_max_epochs:
+        return (
+            f"the Trainer's max_epochs ({trainer.max_epochs}) ended it after {made} validations, "
+            f"before the job's max_epochs ({job_max_epochs} validations) and the server's stop"
+        )
     if (limit := _epoch_limit_below(trainer, job_max_epochs)) is not None:
         if limit < job_max_epochs:
             return (
@@ -208,3 +218,38 @@ def _timed_out(trainer: Trainer) -> str | None:
             duration = callback.time_elapsed() + remaining
             return str(datetime.timedelta(seconds=round(duration)))
     return None
+
+
+def validations(trainer: Trainer) -> int | None:
+    """The validations a fit that validates within epochs makes before the Trainer's
+    ``max_epochs`` ends it; None: not counted here (it validates at epochs' ends, it has no
+    ``max_epochs`` or its data no length)."""
+    epochs, batches = trainer.max_epochs, trainer.num_training_batches
+    checked = trainer.val_check_batch
+    if validates_at_epoch_ends(trainer) or epochs is None or epochs < 0:
+        return None
+    if batches in (None, float("inf")) or not isinstance(checked, int) or checked < 1:
+        return None
+    if trainer.check_val_every_n_epoch is None:  # every so many batches, across epochs
+        return int(epochs * batches) // checked
+    per_epoch = int(batches) // checked
+    return int(epochs) // int(trainer.check_val_every_n_epoch) * per_epoch
+
+
+def validations_below(trainer: Trainer, job_max_epochs: int) -> str | None:
+    """Where the Trainer's ``max_epochs`` ends a fit that validates within epochs after fewer
+    validations than the job's ``max_epochs``: what to set. None: it makes enough, or they
+    are not counted here."""
+    made = validations(trainer)
+    if made is None or made >= job_max_epochs:
+        return None
+    epochs = trainer.max_epochs
+    needed = math.ceil(epochs * job_max_epochs / made) if made else None
+    fix = f"give the Trainer max_epochs={needed}" if needed else "validate more often"
+    return (
+        f"Trainer(max_epochs={epochs}) ends the fit after {made} validation"
+        f"{'s' if made != 1 else ''} (every {trainer.val_check_batch} batches), before the "
+        f"job's max_epochs ({job_max_epochs} validations): a fit that has not reached the target "
+        f"by then ends before the server can judge it, and delivers no model; {fix} (the "
+        "server stops the fit)"
+    )

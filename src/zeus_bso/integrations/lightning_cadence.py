@@ -1,0 +1,42 @@
+"""Lightning's validations every so many batches, the same samples apart at every batch size.
+
+Where a fit validates within epochs (``val_check_interval`` below 1, or a number of batches),
+each validation is one of the job's epochs. A fraction of an epoch is the same samples at every
+batch size; a number of batches is not: ``val_check_interval=100``, tuned at the reference batch
+size 16, validates every 1,600 samples there and every 6,400 at 64, so a run at 64 would be
+judged on four times the samples an epoch and its data would end after a quarter of the
+validations. So a fit validates every ``val_check_interval`` x reference / micro-batch size of
+its batches, rounded down, at least as often (`keep_samples`). The validations the Trainer's
+``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zeus_bso.training import TrialSession
+
+Trainer = Any
+"""A Trainer of either Lightning package."""
+
+
+def keep_samples(trainer: Trainer, session: TrialSession) -> str | None:
+    """Have a fit that validates every ``val_check_interval`` batches (a number) validate every
+    so many batches of the reference batch size's samples (``trainer.val_check_batch``, which
+    its loop reads; again at each epoch's start, where the DataLoaders are built again); what
+    it now does, in words (None: nothing to change)."""
+    every, checked = trainer.val_check_interval, trainer.val_check_batch
+    if not isinstance(every, int) or not isinstance(checked, int) or every < 1:
+        return None
+    reference, micro = session.lr.reference, session.micro_batch_size
+    batches = max(1, every * reference // micro)  # down: at least the reference's validations
+    if batches == every:
+        return None
+    trainer.val_check_batch = batches
+    return (
+        f"val_check_interval={every} (the batches between validations at the reference batch "
+        f"size {reference}): at batches of {micro} the fit validates every {batches} batch"
+        f"{'es' if batches != 1 else ''}, "
+        "the same samples apart, so that each of the job's epochs (a validation) is the same "
+        "data at every batch size"
+    )
