@@ -726,6 +726,37 @@ def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path
     assert trial["epochs"] == 4  # 1-2 in the first run, 3-4 after resuming
 
 
+def test_a_resumed_run_evaluates_by_steps_at_its_trials_cadence(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A run at 32 evaluating every 8 steps of the reference size 16 (every 4 of its own),
+    stopped after an epoch and resumed from its checkpoint, evaluates every 4 steps again:
+    its trial's reports are the same data apart before and after the restart."""
+    spec = job(unique_id("hfresumesteps"), target=0.999).model_copy(
+        update={"batch_sizes": [32], "default_batch_size": 32}
+    )
+    by_steps = {
+        "callback_options": {"reference_batch_size": 16},
+        "eval_strategy": "steps",
+        "eval_steps": 8,
+        "save_strategy": "steps",
+        "save_steps": 8,
+    }
+    first = train(server.url, spec, tmp_path, epochs=1, **by_steps)
+    saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
+    assert saved == [4, 8]  # 8 steps of 32 samples, saved with each evaluation
+    second = train(
+        server.url, spec, tmp_path, epochs=2, resume=tmp_path / "out" / "checkpoint-8", **by_steps
+    )
+    assert second.trial_number == first.trial_number
+    steps = [row["step"] for row in second.log_history if "eval_accuracy" in row]  # type: ignore[attr-defined]
+    # The first run's two, then two more four steps apart (and `train`'s evaluation after).
+    assert steps[:-1] == [4, 8, 12, 16]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert trial["epochs"] == 4
+
+
 @pytest.mark.parametrize("alone", ["trainer", "callback"])
 def test_a_checkpoint_resumed_by_the_trainer_or_the_callback_alone_is_refused(
     server: ServerProcess, tmp_path: Path, alone: str
