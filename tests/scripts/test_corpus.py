@@ -197,11 +197,17 @@ CORPUS = {
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
     "trl_sft.py": (("--output-dir", "{tmp}"), "linear"),
     "peft_lora.py": (("--output-dir", "{tmp}"), "linear"),  # a LoRA adapter on a frozen model
+    "hf_streaming.py": (("--output-dir", "{tmp}"), "linear"),  # no length: max_steps, eval_steps
 }
 
 
-NEEDS = {"trl_sft.py": "trl", "peft_lora.py": "peft"}
+NEEDS = {"trl_sft.py": "trl", "peft_lora.py": "peft", "hf_streaming.py": "datasets"}
 """A script's package beyond the corpus's own (the dev group installs it)."""
+
+
+HF_BESIDE = {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
+"""HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
+ACCELERATE_BESIDE = {"accelerate_accumulate.py"}
 
 
 def needs(script: str) -> None:
@@ -228,6 +234,12 @@ def test_three_recurrences_train_what_the_server_dispatched(
     check_runs(runs, trials, rule)
     if script == "lightning_plateau.py":  # the factor held past a reduction of the rate
         assert any(len({step.schedule for step in steps}) > 1 for steps in runs)
+    if script == "hf_streaming.py":  # every evaluation 8 steps of 16 samples apart, at any size
+        seen: set[int] = set()
+        for steps, trial in zip(runs, trials, strict=True):
+            own = steps if trial["batch_size"] in seen else steps[MEMORY_CHECK_STEPS:]
+            seen.add(trial["batch_size"])
+            assert sum(step.samples for step in own) == trial["epochs"] * 8 * 16, trial
     trained_on = {step.device for steps in runs for step in steps}
     assert trained_on == {"cpu" if script == "upstream_loop.py" else ACCELERATOR}
     sizes = [t["batch_size"] for t in trials]
@@ -698,12 +710,9 @@ def three_runs(
     [
         *(
             pytest.param(script, (), (), id=script)
-            # trl_sft.py, hf_weighted_loss.py, peft_lora.py: HF Trainers', whose kill and
-            # resume hf_trainer.py holds; accelerate_accumulate.py: accelerate_loop.py's
-            for script in sorted(
-                {*CORPUS, "lightning_cli.py"}
-                - {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "accelerate_accumulate.py"}
-            )
+            # HF Trainers' (hf_trainer.py holds their kill and resume), and
+            # accelerate_accumulate.py (accelerate_loop.py's)
+            for script in sorted({*CORPUS, "lightning_cli.py"} - HF_BESIDE - ACCELERATE_BESIDE)
         ),
         # FSDP's order: the optimizers built before the checkpoint is read
         pytest.param("lightning_onecycle.py", ("--restores-late",), (), id="restores-late"),
