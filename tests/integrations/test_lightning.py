@@ -1438,6 +1438,36 @@ def test_validations_every_n_batches_come_the_same_samples_apart_at_every_batch_
     assert trainer.global_step == 12  # six validations, one every two batches (not 24 steps)
 
 
+@pytest.mark.parametrize(("max_steps", "warned"), [(8, False), (7, True)])
+def test_max_steps_is_judged_against_the_fits_own_validations_every_n_batches(
+    server: ServerProcess,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    max_steps: int,
+    warned: bool,
+) -> None:
+    """Validating every 4 batches of the reference size 16 across epochs, a fit at 32
+    validates every 2 of its batches: the job's four validations take 8 steps, so
+    ``max_steps=8`` is enough (it was said to need 16), and 7 is not."""
+    spec = job(unique_id("litsteps"), target=0.999, max_epochs=4)
+    callback = callback_for(server.url, spec, reference_batch_size=16)
+    options = quiet_trainer_options(tmp_path)
+    trainer = pl.Trainer(
+        callbacks=[callback],
+        max_steps=max_steps,
+        val_check_interval=4,
+        check_val_every_n_epoch=None,
+        **options,
+    )
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        trainer.fit(TinyClassifier())
+    said = f"Trainer(max_steps={max_steps}) ends the fit before the job's max_epochs (4)"
+    assert (said in caplog.text) is warned
+    if warned:
+        assert "validations of every 2 batches" in caplog.text
+        assert "set max_steps to at least 8" in caplog.text
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

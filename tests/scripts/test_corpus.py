@@ -187,6 +187,7 @@ CORPUS = {
     "lightning_step_warmup.py": ((), "linear"),  # its docs' warm-up in optimizer_step
     "lightning_datamodule.py": ((), "linear"),
     "lightning_plateau.py": ((), "linear"),  # ReduceLROnPlateau on the validation loss
+    "lightning_iterable.py": ((), "linear"),  # a stream: max_steps, val_check_interval batches
     "lightning_fit_loaders.py": ((), "linear"),  # trainer.fit(model, train_loader, val_loader)
     "classic_pytorch_lightning.py": ((), "linear"),
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
@@ -205,6 +206,9 @@ NEEDS = {"trl_sft.py": "trl", "peft_lora.py": "peft", "hf_streaming.py": "datase
 """A script's package beyond the corpus's own (the dev group installs it)."""
 
 
+APART = {"hf_streaming.py": 8 * 16, "lightning_iterable.py": 4 * 16}
+"""The scripts that evaluate every so many steps (batches) of the default's 16 samples, and the
+samples between two evaluations: the same at every batch size."""
 HF_BESIDE = {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
 ACCELERATE_BESIDE = {"accelerate_accumulate.py"}
@@ -234,12 +238,12 @@ def test_three_recurrences_train_what_the_server_dispatched(
     check_runs(runs, trials, rule)
     if script == "lightning_plateau.py":  # the factor held past a reduction of the rate
         assert any(len({step.schedule for step in steps}) > 1 for steps in runs)
-    if script == "hf_streaming.py":  # every evaluation 8 steps of 16 samples apart, at any size
+    if script in APART:  # every evaluation the same samples apart, at any size
         seen: set[int] = set()
         for steps, trial in zip(runs, trials, strict=True):
             own = steps if trial["batch_size"] in seen else steps[MEMORY_CHECK_STEPS:]
             seen.add(trial["batch_size"])
-            assert sum(step.samples for step in own) == trial["epochs"] * 8 * 16, trial
+            assert sum(step.samples for step in own) == trial["epochs"] * APART[script], trial
     trained_on = {step.device for steps in runs for step in steps}
     assert trained_on == {"cpu" if script == "upstream_loop.py" else ACCELERATOR}
     sizes = [t["batch_size"] for t in trials]
@@ -712,7 +716,13 @@ def three_runs(
             pytest.param(script, (), (), id=script)
             # HF Trainers' (hf_trainer.py holds their kill and resume), and
             # accelerate_accumulate.py (accelerate_loop.py's)
-            for script in sorted({*CORPUS, "lightning_cli.py"} - HF_BESIDE - ACCELERATE_BESIDE)
+            # and lightning_iterable.py (a stream: no epoch to kill it at)
+            for script in sorted(
+                {*CORPUS, "lightning_cli.py"}
+                - HF_BESIDE
+                - ACCELERATE_BESIDE
+                - {"lightning_iterable.py"}
+            )
         ),
         # FSDP's order: the optimizers built before the checkpoint is read
         pytest.param("lightning_onecycle.py", ("--restores-late",), (), id="restores-late"),

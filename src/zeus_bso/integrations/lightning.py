@@ -225,7 +225,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         if trainer.is_global_zero:
-            for warning in limits.limit_warnings(trainer, self.job.max_epochs):
+            every = cadence.batches_apart(trainer, self.session)
+            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every):
                 logger.warning("%s", warning)
 
     def _written_for(self) -> int:

@@ -20,23 +20,30 @@ Trainer = Any
 """A Trainer of either Lightning package."""
 
 
+def batches_apart(trainer: Trainer, session: TrialSession) -> int | None:
+    """The batches between the fit's validations where it validates every
+    ``val_check_interval`` batches (a number, tuned at the reference batch size): as many as
+    hold its samples at the run's micro-batch size, rounded down (at least the reference's
+    validations). None: it validates otherwise."""
+    every = trainer.val_check_interval
+    if not isinstance(every, int) or every < 1:
+        return None
+    return max(1, every * session.lr.reference // session.micro_batch_size)
+
+
 def keep_samples(trainer: Trainer, session: TrialSession) -> str | None:
     """Have a fit that validates every ``val_check_interval`` batches (a number) validate every
-    so many batches of the reference batch size's samples (``trainer.val_check_batch``, which
-    its loop reads; again at each epoch's start, where the DataLoaders are built again); what
-    it now does, in words (None: nothing to change)."""
-    every, checked = trainer.val_check_interval, trainer.val_check_batch
-    if not isinstance(every, int) or not isinstance(checked, int) or every < 1:
-        return None
-    reference, micro = session.lr.reference, session.micro_batch_size
-    batches = max(1, every * reference // micro)  # down: at least the reference's validations
-    if batches == every:
+    `batches_apart` batches (``trainer.val_check_batch``, which its loop reads; again at each
+    epoch's start, where the DataLoaders are built again); what it now does, in words (None:
+    nothing to change)."""
+    every, batches = trainer.val_check_interval, batches_apart(trainer, session)
+    if batches is None or not isinstance(trainer.val_check_batch, int) or batches == every:
         return None
     trainer.val_check_batch = batches
     return (
         f"val_check_interval={every} (the batches between validations at the reference batch "
-        f"size {reference}): at batches of {micro} the fit validates every {batches} batch"
-        f"{'es' if batches != 1 else ''}, "
-        "the same samples apart, so that each of the job's epochs (a validation) is the same "
-        "data at every batch size"
+        f"size {session.lr.reference}): at batches of {session.micro_batch_size} the fit "
+        f"validates every {batches} batch{'es' if batches != 1 else ''}, the same samples "
+        "apart, so that each of the job's epochs (a validation) is the same data at every "
+        "batch size"
     )

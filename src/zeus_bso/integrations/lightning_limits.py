@@ -82,18 +82,21 @@ def _step_limit(trainer: Trainer) -> int | None:
     return steps if steps is not None and steps >= 0 else None
 
 
-def _validation_batches(trainer: Trainer) -> int | None:
+def _validation_batches(trainer: Trainer, every: int | None) -> int | None:
     """The training batches between validations where the fit validates every so many batches
     across epochs (``val_check_interval`` a number, ``check_val_every_n_epoch=None``: a
-    dataset without a length, say); None otherwise."""
+    dataset without a length, say; ``every``: the fit's own, where not the Trainer's
+    interval); None otherwise."""
     interval = trainer.val_check_interval
     if isinstance(interval, int) and trainer.check_val_every_n_epoch is None:
-        return interval
+        return every or interval
     return None
 
 
-def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
-    """What in the Trainer's own limits may end a fit before the server can judge it."""
+def limit_warnings(trainer: Trainer, job_max_epochs: int, every: int | None = None) -> list[str]:
+    """What in the Trainer's own limits may end a fit before the server can judge it
+    (``every``: the batches between the fit's validations, where it validates every so many,
+    `zeus_bso.integrations.lightning_cadence.batches_apart`)."""
     found = [said for said in (_epochs_judged(trainer, job_max_epochs), _kept_on(trainer)) if said]
     part = trainer.limit_train_batches
     if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
@@ -104,7 +107,7 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int) -> list[str]:
             "size look cheaper or dearer than it is): debug with fast_dev_run=True or "
             "overfit_batches, which run without the optimizer"
         )
-    steps, every = _step_limit(trainer), _validation_batches(trainer)
+    steps, every = _step_limit(trainer), _validation_batches(trainer, every)
     if steps is not None and every is not None:
         # Each validation is an epoch of the job's: the server stops the fit at the job's
         # max_epochs validations, unless max_steps ends it first.
