@@ -396,6 +396,14 @@ class TrialSession(SessionEndings):
         rate is the script's, and so is its warm-up: ``steps``)."""
         return self._rate.warmup_steps(steps, self.batch_size)
 
+    def steps_for(self, steps: int) -> int:
+        """This run's optimizer steps that hold the samples ``steps`` held at the reference
+        batch size, rounded down (at least 1; 0 stays 0): for what a loop counts in steps
+        tuned at the reference (the steps between evaluations, the run's length, its
+        schedule's), so that each report, one of the job's epochs, is the same data at every
+        batch size."""
+        return 0 if steps <= 0 else max(1, steps * self.lr.reference // self.batch_size)
+
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
         """Training starts now: open the measuring window on every process at once (and, with
         ``power_limit="optimize"``, set the GPUs' limit or start profiling them: an epoch's
