@@ -143,6 +143,38 @@ def test_a_loop_that_validates_every_few_steps_is_told_where_it_gives_the_epochs
     assert bso.current_epoch == 5  # the job's max_epochs, counted in reports
 
 
+@pytest.mark.parametrize(("size", "reference", "apart"), [(32, 32, 4), (32, 16, 2), (32, 64, 8)])
+def test_a_loop_reporting_every_steps_for_n_steps_reports_the_same_samples_apart(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture, size: int, reference: int, apart: int
+) -> None:
+    """A loop that validates every ``bso.steps_for(4)`` steps, 4 tuned at the reference batch
+    size, reports every ``4 x reference / size`` steps (rounded down, at least 1): the same
+    samples apart at every size, by design, so its first report within an epoch is not warned
+    of."""
+    torch = pytest.importorskip("torch", reason="torch.optim's steps are counted")
+    job = spec(unique_id("stepsfor").replace("-", ""), batch_sizes=[size], default_batch_size=size)
+    with BatchSizeOptimizer(
+        server.url, job, energy_meter=EstimateMeter(200), reference_batch_size=reference
+    ) as bso:
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        assert bso.get_batch_size() == size
+        every = bso.steps_for(4)
+        assert (every, bso.steps_for(0), bso.steps_for(1)) == (apart, 0, max(1, reference // 32))
+        bso.on_train_begin(16)
+        reported_at = []
+        for step in range(1, 64 + 1):
+            optimizer.zero_grad()
+            model(torch.ones(size, 2)).sum().backward()
+            optimizer.step()
+            if step % every == 0:
+                reported_at.append(step)
+                if bso.on_evaluate(0.1).stop_train:
+                    break
+    assert reported_at == [apart * n for n in range(1, 6)]  # the job's max_epochs, 5 reports
+    assert "optimizer steps of an epoch's" not in caplog.text
+
+
 def test_the_last_attempt_of_a_recurrence_must_deliver(server: ServerProcess) -> None:
     """until_converged tells the server that its last attempt must deliver a model (judged by
     the target and max_epochs alone); the attempts before it, and runs outside it, need not."""

@@ -88,7 +88,8 @@ class FirstReport:
             "zeus-bso: the run's first report came after %d optimizer steps of an epoch's %d: "
             "each report counts as one of the job's epochs, so its max_epochs (%d) counts "
             "reports, and the server judges each batch size by reports of another number of "
-            "samples: report once an epoch, after its last step",
+            "samples: report once an epoch, after its last step, or every bso.steps_for(N) "
+            "steps (the samples of N steps at the reference batch size, at every size)",
             taken,
             epoch_steps,
             max_epochs,

@@ -401,7 +401,9 @@ class TrialSession(SessionEndings):
         batch size, rounded down (at least 1; 0 stays 0): for what a loop counts in steps
         tuned at the reference (the steps between evaluations, the run's length, its
         schedule's), so that each report, one of the job's epochs, is the same data at every
-        batch size."""
+        batch size (a loop that asks reports within epochs by design: its first report does
+        not say so)."""
+        self.reports_within_epochs_said()
         return 0 if steps <= 0 else max(1, steps * self.lr.reference // self.batch_size)
 
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
