@@ -18,16 +18,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from zeus_bso.integrations.hf_arguments import evaluation_strategy
 from zeus_bso.training import TrialSession
-
-
-def _strategy(value: Any) -> str:
-    return str(getattr(value, "value", value))
 
 
 def by_steps(args: Any) -> bool:
     """Whether the Trainer evaluates every so many steps (``eval_strategy="steps"``)."""
-    return _strategy(args.eval_strategy) == "steps"
+    return evaluation_strategy(args) == "steps"
 
 
 def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
@@ -51,7 +48,8 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
         "(an evaluation) is the same data at every batch size"
     )
     save = args.save_steps
-    if _strategy(args.save_strategy) == "steps" and save >= 1 and int(save) % base == 0:
+    saves = str(getattr(args.save_strategy, "value", args.save_strategy))
+    if saves == "steps" and save >= 1 and int(save) % base == 0:
         state.save_steps = steps * (int(save) // base)
         said += f", and saves every {state.save_steps} steps (save_steps={int(save)})"
     return said
