@@ -245,11 +245,15 @@ async def job_summaries(
 def shown_stage(job: StoredJob, upcoming: NextRun) -> JobStage:
     """The stage a reader sees of ``job`` (the one place it is decided: the job view, the job
     list, the dashboard and the CLI show this): ``pinned`` while it is pinned, ``blocked``
-    while its next run is refused, else the policy's stage."""
+    while its next run is refused, ``bandit`` where its next run is the bandit's (pruning
+    ended with the last exploration's report, though the job moves on at the next dispatch),
+    else the policy's stage."""
     if job.state.pinned is not None:
         return JobStage.PINNED
     if upcoming.refused:
         return JobStage.BLOCKED
+    if upcoming.kind is policy.TrialKind.BANDIT:
+        return JobStage.BANDIT
     return JobStage(job.stage)
 
 

@@ -169,6 +169,20 @@ def test_concurrent_trial_reported_after_bandit_stage_is_recorded(http: httpx.Cl
     assert stats[32]["reports"] == 2
 
 
+def test_a_job_whose_next_run_is_the_bandits_shows_the_bandit_stage(http: httpx.Client) -> None:
+    """Pruning ends with its last exploration's report; the job moves on at its next dispatch.
+    Until then its page said "stage pruning" beside "next run: the bandit draws it": the stage
+    shown is the next run's (the view, the list and the dashboard read it from one place)."""
+    job_id = register(http, batch_sizes=[32, 64], default_batch_size=32, num_pruning_rounds=1)
+    for _ in range(2):
+        report(http, next_trial(http, job_id), 1, 0.9)
+    job = state(http, job_id)
+    assert job["next_run"]["kind"] == "bandit"
+    assert job["stage"] == "bandit"
+    (listed,) = [j for j in http.get("/api/jobs").json() if j["job_id"] == job_id]
+    assert listed["stage"] == "bandit"
+
+
 def test_zero_pruning_rounds_start_the_bandit_at_once(http: httpx.Client) -> None:
     job_id = register(http, num_pruning_rounds=0, mab_seed=3)
     seen: list[int] = []
