@@ -211,7 +211,8 @@ APART = {"hf_streaming.py": 8 * 16, "lightning_iterable.py": 4 * 16, "iteration_
 """The scripts that evaluate every so many steps (batches) of the default's 16 samples, and the
 samples between two evaluations: the same at every batch size."""
 PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
-"""Loops on `BatchSizeOptimizer`, which tries no steps before the run (no memory check)."""
+"""Loops on `BatchSizeOptimizer`, which tries no steps before the run (no memory check); they
+train where their tensors are (the CPU), as upstream's examples do."""
 HF_BESIDE = {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
 ACCELERATE_BESIDE = {"accelerate_accumulate.py"}
@@ -249,7 +250,7 @@ def test_three_recurrences_train_what_the_server_dispatched(
             seen.add(trial["batch_size"])
             assert sum(step.samples for step in own) == trial["epochs"] * APART[script], trial
     trained_on = {step.device for steps in runs for step in steps}
-    assert trained_on == {"cpu" if script == "upstream_loop.py" else ACCELERATOR}
+    assert trained_on == {"cpu" if script in PLAIN_LOOPS else ACCELERATOR}  # theirs: the CPU
     sizes = [t["batch_size"] for t in trials]
     assert sizes[0] == REFERENCE  # the job's default first
     assert len(set(sizes)) >= 2, sizes  # the server explored: the checks saw other sizes
