@@ -187,7 +187,8 @@ def ended_early(trainer: Trainer, job_max_epochs: int) -> str:
     ended it."""
     if (steps := _step_limit(trainer)) is not None and steps <= trainer.global_step:
         return f"the Trainer's max_steps ({steps}) ended it before the server's stop"
-    if (made := validations(trainer)) is not None and made < job_max_epochs:
+    made = validations(trainer)
+    if made is not None and made < job_max_epochs and trainer.current_epoch >= trainer.max_epochs:
         return (
             f"the Trainer's max_epochs ({trainer.max_epochs}) ended it after {made} validations, "
             f"before the job's max_epochs ({job_max_epochs} validations) and the server's stop"
