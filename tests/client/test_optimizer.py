@@ -158,6 +158,8 @@ def test_a_loop_reporting_every_steps_for_n_steps_reports_the_same_samples_apart
     ) as bso:
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(OperationOrderError, match=r"get_batch_size\(\).*before steps_for"):
+            bso.steps_for(4)  # of no batch size yet
         assert bso.get_batch_size() == size
         every = bso.steps_for(4)
         assert (every, bso.steps_for(0), bso.steps_for(1)) == (apart, 0, max(1, reference // 32))

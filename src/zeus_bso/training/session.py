@@ -402,7 +402,16 @@ class TrialSession(SessionEndings):
         tuned at the reference (the steps between evaluations, the run's length, its
         schedule's), so that each report, one of the job's epochs, is the same data at every
         batch size (a loop that asks reports within epochs by design: its first report does
-        not say so)."""
+        not say so).
+
+        Raises:
+            OperationOrderError: before the run has its batch size.
+        """
+        if not self._started:
+            raise OperationOrderError(
+                "call get_batch_size() (a session's start()) before steps_for(): its steps are "
+                "of the run's batch size"
+            )
         self.reports_within_epochs_said()
         return 0 if steps <= 0 else max(1, steps * self.lr.reference // self.batch_size)
 
