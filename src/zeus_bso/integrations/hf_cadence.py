@@ -55,6 +55,26 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     return said
 
 
+def delay_warning(args: Any, session: TrialSession) -> str | None:
+    """Where a run by steps puts its first evaluation off by ``eval_delay`` steps, tuned at the
+    reference batch size, which the Trainer reads from its arguments as the run's steps: what
+    to set to keep its samples. None: no delay, or the run is at the reference's size."""
+    delay = getattr(args, "eval_delay", 0) or 0
+    if not by_steps(args) or delay <= 0:
+        return None
+    reference, batch_size = session.lr.reference, session.batch_size
+    steps = int(delay) * reference // batch_size
+    if steps == int(delay):
+        return None
+    return (
+        f"eval_delay={delay:g} puts the first evaluation off by {delay:g} of this run's steps: "
+        f"the samples of {delay:g} steps at the reference batch size {reference} are "
+        f"{steps} steps at batch size {batch_size}; set eval_delay={steps} to keep them "
+        f"(callback.session.steps_for({delay:g}) at every batch size): the run's evaluations "
+        "come the same samples apart at every batch size"
+    )
+
+
 def evaluations(args: Any, state: Any) -> int | None:
     """The evaluations a run by steps makes before the Trainer's ``num_train_epochs`` end it
     (its ``max_steps`` over the steps between evaluations); None: not known here (evaluations

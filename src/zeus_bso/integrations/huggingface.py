@@ -380,8 +380,12 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             hf_arguments.warn(args, self.job.max_epochs, sized=sized, every=every if kept else None)
             if kept:
                 logger.info("zeus-bso: %s", kept)
-            if below := hf_cadence.evaluations_below(args, state, self.job.max_epochs):
-                logger.warning("%s", below)
+            for said in (
+                hf_cadence.evaluations_below(args, state, self.job.max_epochs),
+                hf_cadence.delay_warning(args, session),
+            ):
+                if said:
+                    logger.warning("%s", said)
         if hf_cadence.by_steps(args):  # it said so, or has no epochs
             session.reports_within_epochs_said()
 
