@@ -99,8 +99,8 @@ class ServerRun(ServerRunEndings):
         self._final: Elapsed | None = None
         self._ended = False
         self._stopped_why: str | None = None
-        self._script_to_change = False
         """Why the run stopped below its target where no server said so (`diverged`)."""
+        self._script_to_change = False
         self.shared_gpus: tuple[str, ...] = ()
         """The run's GPUs others computed on, as the session found them (for the outcome)."""
         self._thread = threading.get_ident()
