@@ -37,7 +37,7 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     if not by_steps(args) or every is None or every < 1 or not hasattr(state, "eval_steps"):
         return None
     base, reference, batch_size = int(every), session.lr.reference, session.batch_size
-    steps = max(1, base * reference // batch_size)  # down: at least the reference's evaluations
+    steps = session.steps_for(base)  # down: at least the reference's evaluations
     if steps == base:
         return None
     state.eval_steps = steps
@@ -63,7 +63,7 @@ def delay_warning(args: Any, session: TrialSession) -> str | None:
     if not by_steps(args) or delay <= 0:
         return None
     reference, batch_size = session.lr.reference, session.batch_size
-    steps = int(delay) * reference // batch_size
+    steps = session.steps_for(int(delay))
     if steps == int(delay):
         return None
     return (
