@@ -13,23 +13,12 @@ import argparse
 import sys
 from typing import Any
 
-import torch
 import transformers
 
 from tests.scripts.hardware import BF16, ON_CPU
-from tests.scripts.words import language_model, texts, tokenizer
+from tests.scripts.words import language_model, next_words, texts, token_accuracy, tokenizer
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
-
-
-def next_words(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)
-
-
-def token_accuracy(prediction: Any) -> dict[str, float]:
-    predicted, labels = prediction.predictions[:, :-1], prediction.label_ids[:, 1:]
-    counted = labels != -100
-    return {"accuracy": float((predicted[counted] == labels[counted]).mean())}
 
 
 def main(argv: list[str] | None = None) -> int:

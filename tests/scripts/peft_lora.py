@@ -20,20 +20,9 @@ import transformers
 from peft import LoraConfig, TaskType, get_peft_model
 
 from tests.scripts.hardware import BF16, ON_CPU
-from tests.scripts.words import language_model, texts, tokenizer
+from tests.scripts.words import language_model, next_words, texts, token_accuracy, tokenizer
 from zeus_bso import JobSpec, RunOutcome, until_converged
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
-
-
-def next_words(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)
-
-
-def token_accuracy(prediction: Any) -> dict[str, float]:
-    """The share of next words predicted right (``run_clm.py``'s, shifted by one)."""
-    predicted, labels = prediction.predictions[:, :-1], prediction.label_ids[:, 1:]
-    counted = labels != -100
-    return {"accuracy": float((predicted[counted] == labels[counted]).mean())}
 
 
 def main(argv: list[str] | None = None) -> int:

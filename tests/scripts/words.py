@@ -1,13 +1,14 @@
-"""The corpus's language-model task, shared by its LLM fine-tunes (``trl_sft.py``,
-``peft_lora.py``): a word-level tokenizer of 50 words, texts that count up through them (now and
-then a word out of turn) and a two-layer GPT-2 of the corpus's own, so that nothing is
-downloaded."""
+"""The corpus's language-model task, shared by its LLM scripts (``trl_sft.py``,
+``peft_lora.py``, ``hf_streaming.py``): a word-level tokenizer of 50 words, texts that count up
+through them (now and then a word out of turn), a two-layer GPT-2 of the corpus's own, so that
+nothing is downloaded, and its token accuracy."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import torch
 import transformers
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -56,3 +57,16 @@ def language_model(words: Any) -> Any:
             pad_token_id=words.pad_token_id,
         )
     )
+
+
+def next_words(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The words the model predicts (the Trainer's ``preprocess_logits_for_metrics``: the
+    argmax, not the logits, are gathered)."""
+    return logits.argmax(dim=-1)
+
+
+def token_accuracy(prediction: Any) -> dict[str, float]:
+    """The share of next words predicted right (``run_clm.py``'s, shifted by one)."""
+    predicted, labels = prediction.predictions[:, :-1], prediction.label_ids[:, 1:]
+    counted = labels != -100
+    return {"accuracy": float((predicted[counted] == labels[counted]).mean())}
