@@ -114,6 +114,7 @@ PODMAN_GROUP = "podman"
 LONGEST_GROUPS = (
     PODMAN_GROUP,
     "tests/integrations/test_topology.py",
+    "tests/test_oldest_frameworks.py",
     "tests/integrations/test_power_limits.py",
     "tests/api/test_migrations.py",
     "tests/api/test_schemathesis.py",

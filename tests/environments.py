@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -40,25 +42,83 @@ class Environments:
         if not UV.exists() or not TORCH_WHEELS:
             return sys.executable
         extra = requirement.removeprefix("zeus-bso")
-        venv = self.folder / (extra.strip("[]") or "base")
+        return self._made(extra.strip("[]") or "base", extra)
+
+    def oldest(self) -> str:
+        """The Python of an environment with torch, ``zeus-bso[server,lightning,hf]`` at the
+        `oldest_supported` releases of the frameworks, and the tools to run the tests in it."""
+        if not UV.exists() or not TORCH_WHEELS:
+            return sys.executable
+        extras = f"[server,{','.join(OLDEST_EXTRAS)}]"
+        pins = tuple(f"{name}=={version}" for name, version in oldest_supported().items())
+        return self._made("oldest", extras, pins, OLDEST_BESIDE + OLDEST_TOOLS)
+
+    def _made(
+        self, name: str, extra: str, pins: tuple[str, ...] = (), beside: tuple[str, ...] = ()
+    ) -> str:
+        venv = self.folder / name
         python = venv / "env" / "bin" / "python"
         venv.mkdir(parents=True, exist_ok=True)
         with open(venv / "lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be making it
             if not (venv / "made").exists():
-                make(venv, extra)
+                make(venv, extra, pins, beside)
                 seed_bytecode(str(python))
                 (venv / "made").touch()
         return str(python)
 
 
-def make(venv: Path, extra: str) -> None:
+OLDEST_EXTRAS = ("lightning", "hf", "accelerate")
+"""The training extras whose lower bounds `oldest_supported` pins."""
+OLDEST_BESIDE = ("peft==0.13.2", "datasets==3.6.0")
+"""The corpus's own libraries (``tests/scripts/words.py``'s texts, ``peft_lora.py``) at releases
+that install beside the oldest Transformers; TRL's releases that do are not tried (its script is
+skipped there)."""
+OLDEST_TOOLS = (
+    "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "hypothesis>=6.100",
+    "jsonargparse[signatures]>=4.27.7",
+)  # fmt: skip
+"""What the tests run at the oldest releases need beside the project (``tests/conftest.py``
+imports, LightningCLI's for ``lightning_cli.py``)."""
+
+
+def lower_bounds(requirements: list[str]) -> dict[str, str]:
+    """Each requirement's lower bound (``name>=version``), by its name in lower case; a
+    requirement without one is left out."""
+    found = {}
+    for requirement in requirements:
+        bound = re.fullmatch(
+            r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][^,<;]*)(?:,.*)?", requirement
+        )
+        if bound is not None:
+            found[bound[1].lower().replace("_", "-")] = bound[2]
+    return found
+
+
+def release(version: str) -> tuple[int, ...]:
+    """``2.7.0`` and ``2.7`` alike: the release's numbers without trailing zeros."""
+    numbers = [int(part) for part in re.findall(r"\d+", version.split("+")[0])]
+    while numbers and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def oldest_supported() -> dict[str, str]:
+    """The lower bound of each requirement of the training extras in ``pyproject.toml``
+    (``lightning>=2.4``: 2.4): the releases a user who keeps an older framework may have."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    return lower_bounds([requirement for extra in OLDEST_EXTRAS for requirement in extras[extra]])
+
+
+def make(venv: Path, extra: str, pins: tuple[str, ...] = (), beside: tuple[str, ...] = ()) -> None:
     pin = venv / "torch-pin.txt"
-    pin.write_text("torch==2.13.0\n")
+    pin.write_text("".join(f"{line}\n" for line in ("torch==2.13.0", *pins)))
     for command in (
         [str(UV), "venv", "-q", "--python", sys.executable, str(venv / "env")],
         [str(UV), "pip", "install", "-q", "--python", str(venv / "env" / "bin" / "python"),
-         "--constraint", str(pin), str(TORCH_WHEELS[-1]), "-e", f"{ROOT}{extra}"],
+         "--constraint", str(pin), str(TORCH_WHEELS[-1]), "-e", f"{ROOT}{extra}", *beside],
     ):  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]

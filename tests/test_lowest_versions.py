@@ -9,7 +9,6 @@ what typer raises for a usage error before 0.28.)"""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tomllib
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.environments import lower_bounds, release
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,23 +28,7 @@ RAISED = {"typing-extensions"}
 def floors() -> dict[str, str]:
     """Each requirement's lower bound (``name>=version``) of the core and the server extra."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["server"]
-    found = {}
-    for requirement in wanted:
-        bound = re.fullmatch(
-            r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][^,<;]*)(?:,.*)?", requirement
-        )
-        if bound is not None:
-            found[bound[1].lower().replace("_", "-")] = bound[2]
-    return found
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """``2.7.0`` and ``2.7`` alike: the release's numbers without trailing zeros."""
-    numbers = [int(part) for part in re.findall(r"\d+", version.split("+")[0])]
-    while numbers and numbers[-1] == 0:
-        numbers.pop()
-    return tuple(numbers)
+    return lower_bounds(project["dependencies"] + project["optional-dependencies"]["server"])
 
 
 def test_the_lowest_allowed_versions_serve_train_and_say_usage_errors(tmp_path: Path) -> None:
@@ -68,9 +52,9 @@ def test_the_lowest_allowed_versions_serve_train_and_say_usage_errors(tmp_path: 
     assert {"typer", "fastapi", "uvicorn", "pydantic", "httpx", "sqlalchemy"} <= set(wanted)
     for name, floor in wanted.items():  # the floors themselves, not something newer
         if name in RAISED:  # a dependency of ours asks for more
-            assert _release(versions[name]) >= _release(floor), (name, versions[name], floor)
+            assert release(versions[name]) >= release(floor), (name, versions[name], floor)
         else:
-            assert _release(versions[name]) == _release(floor), (name, versions[name], floor)
+            assert release(versions[name]) == release(floor), (name, versions[name], floor)
 
     schema = subprocess.run(
         [bin_ / "zeus-bso-server", "openapi"], capture_output=True, text=True, timeout=120

@@ -24,7 +24,11 @@ def tokenizer() -> Any:
     words = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="[UNK]"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=words, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]"
+        tokenizer_object=words,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        eos_token="[EOS]",
+        model_input_names=["input_ids", "attention_mask"],  # as GPT-2's own tokenizer
     )
 
 
