@@ -18,6 +18,7 @@ server's answers); import from ``zeus_bso.spec``. The read routes' answers, whic
 upstream's protocol, are `zeus_bso.wire.reads`.
 """
 
+from zeus_bso.wire.job_ids import stable_job_id
 from zeus_bso.wire.jobs import (
     _NAMES_ELSEWHERE,
     ADJUSTABLE_SETTINGS,
@@ -150,4 +151,5 @@ __all__ = [
     "policy_options",
     "profile_key",
     "profile_words",
+    "stable_job_id",
 ]

@@ -30,6 +30,7 @@ from zeus_bso.spec import (
     TrialId,
     profile_key,
     profile_words,
+    stable_job_id,
 )
 from zeus_bso_server.errors import (
     JobNotFoundError,
@@ -54,10 +55,19 @@ LEASE_EPOCHS = 3.0
 class BatchSizeService:
     """The operations behind the HTTP routes."""
 
-    def __init__(self, db: Database, lease_seconds: float, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        lease_seconds: float,
+        metrics: Metrics | None = None,
+        *,
+        stable_job_ids: bool = False,
+    ) -> None:
         self.db = db
         self.lease_seconds = lease_seconds
         self.metrics = metrics or Metrics()
+        self.stable_job_ids = stable_job_ids
+        """Give a registration without an id the one of its settings (`Settings.stable_job_ids`)."""
         self._job_queues: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -94,6 +104,8 @@ class BatchSizeService:
                 a working job.
         """
         policy.bandit_factory(spec.bandit)  # before anything is written
+        if spec.job_id is None and self.stable_job_ids:
+            spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
         return await self.db.write(lambda conn: register(conn, spec))
 
     async def next_trial(

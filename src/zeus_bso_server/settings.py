@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
     """How long a dispatched trial lives without a report or heartbeat before it is abandoned.
     After a report, the lease is at least three times the run's mean epoch time."""
+    stable_job_ids: bool = False
+    """A registration without a ``job_id`` (upstream Zeus's client, whose docs leave it out)
+    gets the id our client computes from the job's settings (`zeus_bso.spec.stable_job_id`)
+    instead of a new random one, so that every recurrence of the same script finds the same
+    job and learns across them. Off: upstream's behaviour, a new job at every registration."""
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     timeout_keep_alive: int = Field(default=5, ge=1, le=3600)

@@ -7,10 +7,12 @@ The upstream client serialises pydantic v1 models with ``.json()`` and posts the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 
-from tests.helpers import ServerProcess, unique_id
+from tests.helpers import ServerProcess, sqlite_url, unique_id
+from zeus_bso.spec import JobSpecFromClient, stable_job_id
 
 UPSTREAM_JOB = (
     '{{"job_id": {job_id}, "job_id_prefix": "{prefix}", "batch_sizes": [1024, 128, 256, 512], '
@@ -137,3 +139,34 @@ def test_openapi_and_docs_are_served(server: ServerProcess) -> None:
         assert path in schema["paths"]
     assert httpx.get(server.url + "/docs").status_code == 200
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
+
+
+def test_a_job_without_an_id_gets_the_id_of_its_settings_where_the_server_keeps_ids(
+    tmp_path: Path, server: ServerProcess
+) -> None:
+    """Upstream's client sends ``job_id: null`` where its script gives none: upstream's server,
+    and ours by default, makes a new job each time. With ``ZEUS_BSO_STABLE_JOB_IDS`` it is the
+    job of its settings, the id our client computes (`stable_job_id`), found again by the next
+    registration (200), on other GPUs too; other settings make another job."""
+    prefix = unique_id("compatid")
+    body = UPSTREAM_JOB.format(job_id="null", prefix=prefix)
+    apart = {upstream_post(server.url + "/jobs", body).json()["job_id"] for _ in range(2)}
+    assert len(apart) == 2  # upstream's way
+    stable = ServerProcess(
+        sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_STABLE_JOB_IDS": "true"}
+    )
+    try:
+        first = upstream_post(stable.url + "/jobs", body)
+        assert first.status_code == 201, first.text
+        job_id = first.json()["job_id"]
+        assert job_id == stable_job_id(JobSpecFromClient.model_validate_json(body))
+        other_gpus = body.replace('"number_of_gpus": 4', '"number_of_gpus": 2')
+        again = upstream_post(stable.url + "/jobs", other_gpus)
+        assert (again.status_code, again.json()["job_id"]) == (200, job_id)
+        other = upstream_post(
+            stable.url + "/jobs", body.replace('"max_epochs": 100', '"max_epochs": 50')
+        )
+        assert other.status_code == 201, other.text
+        assert other.json()["job_id"] not in (job_id, *apart)
+    finally:
+        stable.stop()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import ServerProcess, environment_without_settings, unique_id
+from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
 from tests.upstream import UPSTREAM_PYTHON, upstream_missing
 from zeus_bso.client import ServerClient
 from zeus_bso.testing.gpus import described_gpus
@@ -77,6 +78,35 @@ def test_upstream_clients_recurrences_are_learned_from(server: ServerProcess) ->
         assert trial["energy"] / trial["time"] == pytest.approx(WATTS, rel=0.1), trial
     for status, run in runs:  # a converged run exits cleanly; one stopped unconverged raised
         assert status == (1 if run["failed"] else 0)
+
+
+@pytest.fixture(scope="module")
+def stable_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("stable")
+    proc = ServerProcess(
+        sqlite_url(tmp / "bso.db"), cwd=tmp, env={"ZEUS_BSO_STABLE_JOB_IDS": "true"}
+    )
+    yield proc
+    proc.stop()
+
+
+def test_upstream_scripts_without_a_job_id_learn_in_one_job_where_the_server_keeps_ids(
+    server: ServerProcess, stable_server: ServerProcess
+) -> None:
+    """Upstream's docs give the job without a ``job_id``: upstream's server (and ours, by
+    default) makes a new job at every registration, which learns nothing across recurrences.
+    With ``ZEUS_BSO_STABLE_JOB_IDS`` every recurrence registers the job of its settings."""
+    prefix = unique_id("upnoid")
+    apart = [recurrence(server.url, f"{prefix}-x", "--no-id")[1]["job_id"] for _ in range(2)]
+    assert len(set(apart)) == 2  # upstream's way
+    runs = [recurrence(stable_server.url, f"{prefix}-x", "--no-id")[1] for _ in range(3)]
+    (job_id,) = {run["job_id"] for run in runs}
+    assert job_id.startswith(f"{prefix}-")
+    assert job_id not in apart
+    _, trials = trials_of(stable_server.url, job_id)
+    assert [t["batch_size"] for t in trials] == [run["batch_size"] for run in runs]
+    assert [t["kind"] for t in trials][:2] == ["exploration", "exploration"]
+    assert len({run["batch_size"] for run in runs}) >= 2  # it explored, as one job
 
 
 def test_a_run_stopped_unconverged_raises_upstreams_failure(server: ServerProcess) -> None:

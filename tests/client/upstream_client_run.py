@@ -3,12 +3,13 @@
 trains: ``get_batch_size``, ``on_train_begin``, ``on_evaluate`` after each epoch, until
 ``training_finished``. Run by upstream's Python (``.upstream``), not ours, over the NVML double.
 
-    python upstream_client_run.py URL JOB_ID [--fail]
+    python upstream_client_run.py URL JOB_ID [--fail] [--no-id]
 
 An epoch sleeps ``EPOCH_S x default / batch size`` (larger batches take fewer, as on a GPU);
 the metric reaches 0.5 after ``2 x batch size / default`` epochs (larger batches need more), or
-never with ``--fail``. Prints one JSON line: the batch size, the epochs, and ``failed`` where
-``on_evaluate`` raised ``ZeusBSOTrainFailError``."""
+never with ``--fail``. With ``--no-id`` the job is given as upstream's docs give it, without
+a ``job_id`` (JOB_ID's prefix alone). Prints one JSON line: the job's id as registered, the batch
+size, the epochs, and ``failed`` where ``on_evaluate`` raised ``ZeusBSOTrainFailError``."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def main() -> int:
     never = "--fail" in sys.argv
     monitor = ZeusMonitor(gpu_indices=[0])
     job = JobSpec(
-        job_id=job_id,
+        job_id=None if "--no-id" in sys.argv else job_id,
         job_id_prefix=job_id.rsplit("-", 1)[0],
         batch_sizes=[8, 16, 32, 64],
         default_batch_size=DEFAULT,
@@ -60,7 +61,8 @@ def main() -> int:
             break
         if bso.training_finished:
             break
-    print(json.dumps({"batch_size": batch_size, "epochs": epochs, "failed": failed}))
+    ran = {"job_id": bso.job.job_id, "batch_size": batch_size, "epochs": epochs, "failed": failed}
+    print(json.dumps(ran))
     return 1 if failed else 0
 
 

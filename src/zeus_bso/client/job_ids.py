@@ -9,18 +9,11 @@ so, naming the settings that changed: `zeus_bso.client.new_job`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 
-from zeus_bso.spec import (
-    ADJUSTABLE_SETTINGS,
-    GPU_FIELDS,
-    SEED_SETTINGS,
-    JobSpec,
-    JobSpecFromClient,
-    policy_options,
-)
+from zeus_bso.spec import stable_job_id
+
+__all__ = ["RUN_KEY_VARIABLE", "run_key_from_environment", "stable_job_id"]
 
 RUN_KEY_VARIABLE = "ZEUS_BSO_RUN_KEY"
 
@@ -36,35 +29,3 @@ def run_key_from_environment() -> str | None:
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
     return None
-
-
-_HASHED_ONLY_OFF_DEFAULT = {
-    name: JobSpec.model_fields[name].default
-    for name, option in policy_options().items()
-    if option.hashed_off_default
-}
-"""Options added after ids were first hashed, with their defaults (`PolicyOption`): a job id
-hashes them only away from their default, so a job's id stays what it was before the option
-existed."""
-_HASHED_ONLY_OFF_DEFAULT.update(  # job fields too
-    batch_size_range=None, batch_size_steps="pow2", lr_rule=None
-)
-
-_HASHED_AS = {"early_stop_reference": "best_run"}
-"""Settings that became adjustable after ids were hashed with them, with the value every id hashes
-for them: the one most ids hashed (their default then), so that those ids stay what they were."""
-
-
-def stable_job_id(spec: JobSpecFromClient) -> str:
-    """The id of a job without one: its prefix and a hash of its configuration but its GPUs and
-    the settings it may change (a job on other GPUs is the same job on another hardware
-    profile, and a job whose runs train at other power limits, or stop against another
-    reference, the same job: `zeus_bso.spec.ADJUSTABLE_SETTINGS`)."""
-    left_out = {"job_id", *GPU_FIELDS, *ADJUSTABLE_SETTINGS, *SEED_SETTINGS}
-    config = spec.model_dump(mode="json", exclude=left_out)
-    for name, default in _HASHED_ONLY_OFF_DEFAULT.items():
-        if name in config and config[name] == default:
-            del config[name]  # ids from before the option existed stay the same
-    config.update(_HASHED_AS)
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-    return f"{spec.job_id_prefix}-{digest[:8]}"

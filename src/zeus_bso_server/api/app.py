@@ -59,7 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "zeus_bso_previous_token_requests_total stops growing"
                 )
             app.state.db = db
-            app.state.service = BatchSizeService(db, resolved.lease_seconds, metrics)
+            app.state.service = BatchSizeService(
+                db, resolved.lease_seconds, metrics, stable_job_ids=resolved.stable_job_ids
+            )
             # Objects alive after start-up live as long as the process: keep them out of the
             # cyclic collector's sweeps, which otherwise show up as latency spikes.
             gc.collect()
