@@ -5,8 +5,10 @@ makes its import fail as an absent package's does)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,55 @@ def test_an_adapter_without_its_framework_names_the_install(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == said
+
+
+@pytest.mark.parametrize(
+    ("module", "distribution", "said"),
+    [
+        (
+            "zeus_bso.integrations.huggingface",
+            "transformers",
+            "transformers 4.41.0 is older than zeus-bso supports (transformers>=4.50, the oldest "
+            "release its tests run on): its callbacks may fail there, a resumed run first; pip "
+            "install -U 'transformers>=4.50'",
+        ),
+        (
+            "zeus_bso.integrations.lightning",
+            "lightning",
+            "lightning 2.1.0 is older than zeus-bso supports (lightning>=2.4, the oldest release "
+            "its tests run on): its callbacks may fail there, a resumed run first; pip install -U "
+            "'lightning>=2.4'",
+        ),
+    ],
+)
+def test_an_adapter_over_a_framework_older_than_its_extra_asks_says_so(
+    tmp_path: Path, module: str, distribution: str, said: str
+) -> None:
+    """pip keeps a framework installed before zeus-bso without its extra: an adapter imported
+    over a release below the extra's floor warns, naming the upgrade. The release is what
+    Python's metadata finds first (a distribution's record ahead of the real one on the path,
+    the real package imported); over the installed releases, nothing is said."""
+    version = said.split()[1]
+    record = tmp_path / f"{distribution}-{version}.dist-info"
+    record.mkdir()
+    (record / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+    )
+    command = [sys.executable, "-W", "always::UserWarning", "-c", f"import {module}"]
+    older = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    assert older.returncode == 0, older.stderr[-3000:]
+    assert said in older.stderr
+    installed = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning:zeus_bso", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    assert "older than zeus-bso supports" not in installed.stderr

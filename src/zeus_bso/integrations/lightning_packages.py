@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zeus_bso.lazy import warn_if_older
+
 INSTALL_HINT = "pip install 'zeus-bso[lightning]'"
 
 
@@ -54,6 +56,7 @@ def _package(name: str) -> LightningPackage | None:
         signatures = importlib.import_module(f"{name}.utilities.signature_utils")
     except ImportError:
         return None
+    warn_if_older(name)  # installed, but older than the lightning extra asks
     return LightningPackage(
         name=name,
         callback=package.Callback,
