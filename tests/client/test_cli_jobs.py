@@ -376,6 +376,25 @@ def test_check_says_what_a_run_here_would_find(server: ServerProcess) -> None:
     assert "runs would train at the default batch size" in down.stdout
 
 
+def test_check_notes_a_framework_older_than_zeus_bso_supports(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """transformers 4.41 installed (its distribution's record first on the path): a note, not
+    a failure, naming the upgrade."""
+    record = tmp_path / "transformers-4.41.0.dist-info"
+    record.mkdir()
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.41.0\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    checked = cli(server, "--json", command="check", env={"PYTHONPATH": path})
+    found = json.loads(checked.stdout)
+    assert found["failed"] is False
+    assert found["packages"]["transformers"] == "4.41.0"
+    (older,) = [c for c in found["checks"] if c["what"] == "frameworks"]
+    assert older["ok"] is None
+    assert older["says"].startswith("transformers 4.41.0 is older than zeus-bso supports")
+    assert older["says"].endswith("pip install -U 'transformers>=4.50'")
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Python's file server without its log of requests on stderr, where it would be in the
     output of a command run in this process."""

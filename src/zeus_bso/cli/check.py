@@ -33,6 +33,7 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
 )
+from zeus_bso.lazy import older_than_supported
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     environment_setting,
@@ -73,7 +74,8 @@ def check_command(
     token: Token = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of lines")] = False,
 ) -> None:
-    """Check what a training run here would find: the frameworks, the energy meter, power-limit
+    """Check what a training run here would find: the frameworks (and any older than zeus-bso
+    supports), the energy meter, power-limit
     permission, and the server and its token. Changes nothing. Exit status 1 if a run would
     fail (the server cannot be reached or refuses the token, the GPUs cannot be measured)."""
     findings = Findings(
@@ -81,6 +83,9 @@ def check_command(
         python=platform.python_version(),
         packages={name: _version(name) for name in FRAMEWORKS},
     )
+    for framework in ("lightning", "pytorch_lightning", "transformers", "accelerate"):
+        if (older := older_than_supported(framework)) is not None:
+            findings.checks.append(Finding("frameworks", None, older))
     gpus = _energy(findings)
     busy = _unsettable_now() if gpus else []
     if shared := [b for b in busy if SHARED in b]:
