@@ -127,6 +127,8 @@ def test_a_fit_from_the_checkpoint_of_a_trial_that_ended_is_refused(
     with pytest.raises(ConfigurationError, match="which ended with its final report") as raised:
         fit(server.url, spec, tmp_path, enable_checkpointing=True, ckpt_path=tmp_path / "last.ckpt")
     assert "Model.load_from_checkpoint(path) and fit without ckpt_path" in str(raised.value)
+    # A daily job's fixed checkpoint folder: what to change for its next recurrence.
+    assert "so give each run a folder of its own, or remove the checkpoints" in str(raised.value)
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
     ended, asked = sorted(state["trials"], key=lambda t: t["trial_number"])

@@ -231,10 +231,14 @@ class JobConversation:
                 f"the checkpoint is of trial {trial.trial_number} of job {trial.job_id}, which "
                 f"ended with its final report: it {how} at epoch {seen.epochs}. Nothing a "
                 "resumed run reports would count, so it is not resumed: a restart after that "
-                "run ended has nothing left to train. To train on from its weights as a new "
-                "run, load them without resuming (Lightning: "
-                "Model.load_from_checkpoint(path) and fit without ckpt_path; HF: the model "
-                "from the checkpoint, and no resume_from_checkpoint)"
+                "run ended has nothing left to train. Where this is the job's next recurrence, "
+                "the checkpoint is the last run's, left in a checkpoint folder every run shares "
+                '(ckpt_path="last", resume_from_checkpoint=True): a recurrence trains a fresh '
+                "model, so give each run a folder of its own, or remove the checkpoints of a "
+                "run that ended; resuming then continues only a run that was interrupted. To "
+                "train on from its weights as a new run, load them without resuming "
+                "(Lightning: Model.load_from_checkpoint(path) and fit without ckpt_path; HF: "
+                "the model from the checkpoint, and no resume_from_checkpoint)"
             )
         epochs, checkpoint = seen.epochs or 0, progress.epochs
         if progress.caught_up(epochs, seen.time or 0.0, seen.energy or 0.0):
