@@ -24,6 +24,10 @@ Loaded machine (``--loaded``): the early-stop references (``best_run``, the chea
 run; ``best_mean``, the lowest mean of a batch size's converged runs) where each run's pace
 spreads around the trace's (a loaded or shared machine), in-process.
 
+Growing data (``--growing``): each recurrence's epochs cost a growth factor more than the last
+one's (data that grows between daily re-trainings), with and without a ``window_size``, each
+run's cost counted at the first recurrence's data, in-process.
+
 Memory caps (``--memory-caps``): the same workloads on a GPU where every batch size from a
 multiple of the default on runs out of memory at its first step (`zeus_bso.sim.simulate`'s
 ``memory_cap``), against the oracle below the cap: what the out-of-memory path costs (starts
@@ -31,7 +35,7 @@ at sizes that did not fit: at most one per size) and the regret that is left.
 
     .venv/bin/python benchmarks/regret.py [--gpus v100 p100] [--seeds 0 1 ... 19] [--recurrences 50]
                                           [--no-server] [--no-transfer | --transfer-only]
-                                          [--held-out | --horizons | --loaded
+                                          [--held-out | --horizons | --loaded | --growing
                                            | --memory-caps | --power-limits
                                            | --power-slowdowns]
 
@@ -39,7 +43,8 @@ Writes benchmarks/results/regret_<gpu>.json and .md, and regret_transfer.json an
 --held-out, regret_heldout.json and .md only; with --memory-caps, regret_memory.json and .md
 only; with --power-limits, regret_power.json and .md only; with --power-slowdowns,
 regret_power_slowdown.json and .md only; with --horizons, regret_horizons.json and .md only;
-with --loaded, regret_loaded.json and .md only), and prints the tables.
+with --loaded, regret_loaded.json and .md only; with --growing, regret_growing.json and .md
+only), and prints the tables.
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ def run_all(
     power_limits: bool = False,
     max_slowdown: float | None = None,
     pace_noise: float = 0.0,
+    growth: float = 0.0,
 ) -> list[Summary]:
     summaries = []
     if eta != ETA:
@@ -129,6 +135,7 @@ def run_all(
                     accumulate=accumulate,
                     power_limits=power_limits,
                     pace_noise=pace_noise,
+                    growth=growth,
                 )
             else:
                 with ServerClient(server) as client:
@@ -514,6 +521,52 @@ def run_loaded(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     print(f"({time.perf_counter() - started:.0f} s)\n")
 
 
+GROWTH = (0.0, 0.005, 0.01, 0.03)
+"""How much the data grows a recurrence in ``--growing`` (`simulate`'s ``growth``)."""
+GROWING_WINDOWS = (0, 10)
+"""The ``window_size`` values ``--growing`` compares (0: every run counts)."""
+
+
+def run_growing(gpus: list[str], seeds: list[int], recurrences: int) -> None:
+    """Data that grows between recurrences (a daily re-training's): regret of the decisions."""
+    started = time.perf_counter()
+    lines = [
+        "| GPU | growth a recurrence | window_size | at 10 | at 50 | worst workload at 50 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    data = []
+    for gpu in gpus:
+        for growth in GROWTH:
+            for window in GROWING_WINDOWS:
+                options = {"window_size": window} if window else {}
+                summaries = run_all(gpu, seeds, recurrences, options, None, growth=growth)
+                at10 = statistics.fmean(s.at(min(10, recurrences)).regret for s in summaries)
+                mean = statistics.fmean(s.regret for s in summaries)
+                worst = max(summaries, key=lambda s: s.regret)
+                lines.append(
+                    f"| {gpu.upper()} | {growth * 100:g}% | {window} | {at10:.3f} | {mean:.3f}"
+                    f" | {worst.workload} {worst.regret:.3f} |"
+                )
+                data.append(
+                    {
+                        "gpu": gpu,
+                        "growth": growth,
+                        "window_size": window,
+                        "regret_at_10": at10,
+                        "regret": mean,
+                        "per_workload": {s.workload: s.regret for s in summaries},
+                    }
+                )
+    note = (
+        f"Growing data: seeds {seeds}, {recurrences} recurrences, eta 0.5, in-process; "
+        "recurrence t's epochs take (1 + growth)^t times the trace's (time and energy, as the "
+        "server is told), and each run's cost is counted at the first recurrence's data (divided "
+        "by that factor), so the regret against the oracle is the decisions' alone.\n\n"
+    )
+    save("regret_growing", note + "\n".join(lines) + "\n", data)
+    print(f"({time.perf_counter() - started:.0f} s)\n")
+
+
 def run_held_out(gpus: list[str], seeds: list[int], recurrences: int) -> None:
     """Ours and the upstream preset at every power limit below each GPU's highest."""
     started = time.perf_counter()
@@ -629,6 +682,9 @@ def main() -> None:
     parser.add_argument(
         "--loaded", action="store_true", help="only the early-stop references on a loaded machine"
     )
+    parser.add_argument(
+        "--growing", action="store_true", help="only data that grows between recurrences"
+    )
     parser.add_argument("--power-limits", action="store_true", help="only power-limit profiling")
     parser.add_argument(
         "--power-slowdowns", action="store_true", help="only power limits with slowdown bounds"
@@ -652,6 +708,9 @@ def main() -> None:
         return
     if args.loaded:
         run_loaded(args.gpus, args.seeds, args.recurrences)
+        return
+    if args.growing:
+        run_growing(args.gpus, args.seeds, args.recurrences)
         return
 
     if not args.no_transfer and len(args.gpus) >= 2:

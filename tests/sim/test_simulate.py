@@ -279,6 +279,38 @@ def test_a_loaded_machine_spreads_each_runs_pace(tmp_path: Path) -> None:
     assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in loaded])
 
 
+def test_data_that_grows_makes_each_recurrence_dearer_counted_at_the_first_ones_data(
+    tmp_path: Path,
+) -> None:
+    """``growth``: recurrence t's epochs take (1 + growth)^t times the trace's, and the server is
+    told that (it judged what the run paid); each run's cost is counted at the first
+    recurrence's data, so regret measures the decisions. None grows at 0."""
+    trace = load_trace_job("cifar100", "v100")
+    backend = in_process(job_spec(trace, "sim-growing", mab_seed=0))
+    grown = simulate(trace, backend, recurrences=6, seed=0, eta_knob=0.5, growth=0.1)
+    told = {
+        t.trial_number: zeus_cost(t.energy or 0.0, t.time or 0.0, 0.5, trace.max_power)
+        for t in backend.trials
+    }
+    for index, recurrence in enumerate(grown):
+        for trial in recurrence.trials:
+            paid = trial.epochs * trace.epoch_cost(trial.batch_size, 0.5)
+            assert trial.cost == pytest.approx(paid)
+            assert told[trial.trial_number] == pytest.approx(trial.cost * 1.1**index)
+    same = in_process(job_spec(trace, "sim-cifar100-0", mab_seed=0))
+    flat = simulate(trace, same, recurrences=6, seed=0, eta_knob=0.5, growth=0.0)
+    assert [r.cost for r in flat] == [r.cost for r in run(in_process, "cifar100", 0, 6)]
+    # The command line simulates the same growth.
+    out = tmp_path / "growing.json"
+    command = ["simulate", "--workload", "cifar100", "--recurrences", "6", "--seeds", "0"]
+    done = forkserver.run(
+        [ZEUS_BSO, *command, "--data-growth", "0.1", "--json", str(out)], timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = json.loads(out.read_text())["results"]
+    assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in grown])
+
+
 def test_a_horizon_is_the_simulation_of_that_many_recurrences() -> None:
     """The policy does not know how often a job will recur: its first 5 of 12 recurrences are
     the 5-recurrence simulation, and so are the regret, floor and savings `Summary.at` gives."""

@@ -122,6 +122,16 @@ def simulate_command(
             "trace's (0.2: a run often 20% off its batch size's pace)",
         ),
     ] = 0.0,
+    data_growth: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Data that grows between recurrences: recurrence t's epochs take (1 + this)^t "
+            "times the trace's (0.01: 1% more a recurrence); costs are shown at the first "
+            "recurrence's data, so regret measures the decisions",
+        ),
+    ] = 0.0,
     parent: Annotated[
         str | None,
         typer.Option(
@@ -182,6 +192,7 @@ def simulate_command(
             pace_noise,
             _parent(parent, parent_mode, parent_sigma, parent_shift),
             keep_jobs,
+            data_growth,
         )
         summaries = [
             _simulate_one(name, gpu, recurrences, seed_list, options, server, simulated)
@@ -315,6 +326,8 @@ class SimulatedGpu:
     parent: SimulatedParent | None = None
     keep_jobs: bool = False
     """``--keep-jobs``: the jobs simulated on a server stay there."""
+    data_growth: float = 0.0
+    """``--data-growth``: `simulate`'s ``growth``."""
 
 
 @dataclass(frozen=True)
@@ -397,6 +410,7 @@ def _simulate_one(
                     accumulate=simulated.accumulate,
                     power_limits=simulated.power_limits and spec.power_profiling,
                     pace_noise=simulated.pace_noise,
+                    growth=simulated.data_growth,
                 )
             results.append(seed_result(seed, recurrence_results))
     return summarize(

@@ -250,6 +250,7 @@ def simulate(
     accumulate: bool = False,
     power_limits: bool = False,
     pace_noise: float = 0.0,
+    growth: float = 0.0,
 ) -> list[Recurrence]:
     """Run ``recurrences`` recurrences of ``trace`` against ``backend``; with ``memory_cap``,
     batch sizes at or above it run out of memory at their first step, or, with
@@ -259,7 +260,11 @@ def simulate(
     its first epoch, paid at their mean, and every later epoch runs at the limit that costs
     least of those it profiled (`TraceJob.chosen_pace`). With ``pace_noise`` (a loaded or shared
     machine), each run's epochs take ``exp(N(0, pace_noise))`` times the trace's, time and energy
-    alike (drawn apart from the trace's runs: 0 leaves every other draw as it was)."""
+    alike (drawn apart from the trace's runs: 0 leaves every other draw as it was). With
+    ``growth`` (data that grows between recurrences, as a daily re-training's does), recurrence
+    ``t``'s epochs take ``(1 + growth) ** t`` times the trace's, and the server is told so; each
+    trial's ``cost`` is recorded at the first recurrence's data (what it paid, divided by that
+    factor), so that regret against the oracle measures the decisions, not the growth."""
     if accumulate and memory_cap is not None:
         unpaced = [
             size
@@ -276,6 +281,7 @@ def simulate(
     chosen: dict[int, Pace] = {}  # each batch size's power limit, once profiled
     results = []
     for index in range(recurrences):
+        grown = (1.0 + growth) ** index
         recurrence = Recurrence()
         tries = 0
         while tries < MAX_TRIES:
@@ -308,6 +314,7 @@ def simulate(
             profile = paced.profiles[trial.batch_size]
             run = rng.choice(range(len(profile.target_epochs)))  # one of the trace's runs
             slower = math.exp(noise.gauss(0.0, pace_noise)) if pace_noise else 1.0
+            slower *= grown
             # Power limits: a batch size's first run profiles every limit in its first epoch
             # (at their mean), and every epoch after runs at the limit that costs least.
             pace = first = None
@@ -333,7 +340,8 @@ def simulate(
                     current_epoch=epoch,
                 )
             backend.end_trial(trial)
-            cost = zeus_cost(energy, time, eta_knob, trace.max_power)  # its last report's
+            # Its last report's, at the first recurrence's data (the same without growth).
+            cost = zeus_cost(energy, time, eta_knob, trace.max_power) / grown
             recurrence.trials.append(
                 TrialOutcome(
                     trial.batch_size,
