@@ -75,9 +75,9 @@ def check_command(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of lines")] = False,
 ) -> None:
     """Check what a training run here would find: the frameworks (and any older than zeus-bso
-    supports), the energy meter, power-limit
-    permission, and the server and its token. Changes nothing. Exit status 1 if a run would
-    fail (the server cannot be reached or refuses the token, the GPUs cannot be measured)."""
+    supports), the energy meter, power-limit permission, and the server and its token. Changes
+    nothing. Exit status 1 if a run would fail (the server cannot be reached or refuses the
+    token, the GPUs cannot be measured)."""
     findings = Findings(
         version=_version("zeus-bso") or "unknown",
         python=platform.python_version(),
