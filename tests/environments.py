@@ -11,6 +11,7 @@ Python stands in."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -138,8 +139,19 @@ def seed_bytecode(python: str) -> None:
         if "__pycache__" in subfolders:
             continue
         compiled = ours / Path(folder).relative_to(theirs) / "__pycache__"
-        if compiled.is_dir():
-            shutil.copytree(compiled, Path(folder, "__pycache__"), copy_function=link_or_copy)
+        if not compiled.is_dir():
+            continue
+        # Other processes of the run compile into ours meanwhile: Python writes each file under
+        # a temporary name (``x.cpython-311.pyc.<id>``) and moves it into place, so such a name
+        # may be gone before it is copied (seen in CI). They are left out, and a file that went
+        # away anyway is only a module the environment compiles for itself.
+        with contextlib.suppress(shutil.Error):
+            shutil.copytree(
+                compiled,
+                Path(folder, "__pycache__"),
+                copy_function=link_or_copy,
+                ignore=shutil.ignore_patterns("*.pyc.*"),
+            )
 
 
 def link_or_copy(source: str, target: str) -> None:
