@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -29,25 +30,30 @@ MODULES = (
 
 @pytest.mark.timeout(600)
 def test_the_corpus_and_the_hf_callback_run_on_the_oldest_supported_frameworks(
-    environments: Environments,
+    environments: Environments, tmp_path: Path
 ) -> None:
     if not UV.exists() or not TORCH_WHEELS:
         pytest.skip("needs uv beside this Python and the torch wheel, as scripts/test installs")
     python = environments.oldest()
-    asked = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"  # noqa: E501
+    asked = (
+        "import importlib.metadata as m, json, sys; "
+        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    )
     floors = oldest_supported()
     found = json.loads(subprocess.check_output([python, "-c", asked, *floors], text=True))
     assert {name: release(version) for name, version in found.items()} == {
         name: release(floor) for name, floor in floors.items()
     }
-    # A run of its own: its own servers, cache folder and temporary files, one process.
+    # A run of its own: its own servers, cache folder and temporary files (its basetemp in this
+    # test's, where it cannot take the numbered folders of the run around it), one process.
     env = {
         k: v
         for k, v in environment_without_settings().items()
         if not k.startswith(("PYTEST_", "COV_"))
     }
+    options = ["-q", "-n", "0", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
     done = subprocess.run(
-        [python, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *MODULES],
+        [python, "-m", "pytest", *options, *MODULES],
         cwd=ROOT,
         env=env,
         capture_output=True,
