@@ -307,6 +307,7 @@ def test_data_that_grows_makes_each_recurrence_dearer_counted_at_the_first_ones_
         [ZEUS_BSO, *command, "--data-growth", "0.1", "--json", str(out)], timeout=120
     )
     assert done.returncode == 0, done.stderr
+    assert "--data-growth 0.1: recurrence t's epochs cost 1.1^t times" in done.stdout
     (written,) = json.loads(out.read_text())["results"]
     assert written["seeds"][0]["costs"] == pytest.approx([r.cost for r in grown])
 

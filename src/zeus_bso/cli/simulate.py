@@ -202,6 +202,12 @@ def simulate_command(
         _error(str(error))
         raise typer.Exit(code=getattr(error, "exit_code", EXIT_USAGE)) from None
     print_summaries(console, summaries)
+    if data_growth:
+        console.print(
+            f"--data-growth {data_growth:g}: recurrence t's epochs cost {1 + data_growth:g}^t "
+            "times the trace's; every cost and regret above is counted at the first "
+            "recurrence's data"
+        )
     if memory_cap is not None:
         print_out_of_memory(console, summaries)
     if power_limits:
