@@ -68,6 +68,8 @@ class BatchSizeService:
         self.metrics = metrics or Metrics()
         self.stable_job_ids = stable_job_ids
         """Give a registration without an id the one of its settings (`Settings.stable_job_ids`)."""
+        self._drawn_ids_said: set[str] = set()
+        """The prefixes whose registration without an id was warned of."""
         self._job_queues: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -106,6 +108,15 @@ class BatchSizeService:
         policy.bandit_factory(spec.bandit)  # before anything is written
         if spec.job_id is None and self.stable_job_ids:
             spec = spec.model_copy(update={"job_id": stable_job_id(spec)})
+        elif spec.job_id is None and spec.job_id_prefix not in self._drawn_ids_said:
+            self._drawn_ids_said.add(spec.job_id_prefix)  # once a prefix, in each process
+            logger.warning(
+                "a job of prefix %s was registered without a job_id (upstream Zeus's client, as "
+                "its docs give the job): it gets a new id, and a run that registers so at every "
+                "recurrence learns nothing across them; give the job a fixed job_id, or start "
+                "the server with ZEUS_BSO_STABLE_JOB_IDS=true",
+                spec.job_id_prefix,
+            )
         return await self.db.write(lambda conn: register(conn, spec))
 
     async def next_trial(

@@ -151,7 +151,10 @@ def test_a_job_without_an_id_gets_the_id_of_its_settings_where_the_server_keeps_
     prefix = unique_id("compatid")
     body = UPSTREAM_JOB.format(job_id="null", prefix=prefix)
     apart = {upstream_post(server.url + "/jobs", body).json()["job_id"] for _ in range(2)}
-    assert len(apart) == 2  # upstream's way
+    assert len(apart) == 2  # upstream's way, said once in the server's log
+    said = f"a job of prefix {prefix} was registered without a job_id"
+    assert server.log().count(said) == 1
+    assert "start the server with ZEUS_BSO_STABLE_JOB_IDS=true" in server.log()
     stable = ServerProcess(
         sqlite_url(tmp_path / "bso.db"), cwd=tmp_path, env={"ZEUS_BSO_STABLE_JOB_IDS": "true"}
     )
@@ -168,5 +171,6 @@ def test_a_job_without_an_id_gets_the_id_of_its_settings_where_the_server_keeps_
         )
         assert other.status_code == 201, other.text
         assert other.json()["job_id"] not in (job_id, *apart)
+        assert said not in stable.log()
     finally:
         stable.stop()
