@@ -52,7 +52,7 @@ def lazy_names(
 # below the floor the callbacks may fail where their tests cannot see it (before Lightning 2.4 and
 # transformers 4.50, a run resumed under torch 2.6 or newer could not load its checkpoint).
 
-_RELEASES = {
+FRAMEWORK_FLOORS = {
     "lightning": ("lightning", "lightning"),
     "pytorch_lightning": ("pytorch-lightning", "lightning"),
     "transformers": ("transformers", "transformers"),
@@ -99,9 +99,9 @@ def older_than_supported(module: str) -> str | None:
     from importlib import metadata
 
     top = module.split(".", 1)[0]
-    if top not in _RELEASES:
+    if top not in FRAMEWORK_FLOORS:
         return None
-    distribution, asked = _RELEASES[top]
+    distribution, asked = FRAMEWORK_FLOORS[top]
     floor = floors().get(asked)
     try:
         installed = metadata.version(distribution)

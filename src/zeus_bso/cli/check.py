@@ -33,7 +33,7 @@ from zeus_bso.errors import (
     ServerRejectedError,
     ZeusBSOError,
 )
-from zeus_bso.lazy import older_than_supported
+from zeus_bso.lazy import FRAMEWORK_FLOORS, older_than_supported
 from zeus_bso.options import (
     LIGHTNING_JOB_VARIABLE,
     environment_setting,
@@ -83,7 +83,7 @@ def check_command(
         python=platform.python_version(),
         packages={name: _version(name) for name in FRAMEWORKS},
     )
-    for framework in ("lightning", "pytorch_lightning", "transformers", "accelerate"):
+    for framework in FRAMEWORK_FLOORS:
         if (older := older_than_supported(framework)) is not None:
             findings.checks.append(Finding("frameworks", None, older))
     gpus = _energy(findings)

@@ -157,7 +157,7 @@ def warn(args: Any, max_epochs: int, *, sized: bool, every: int | None = None) -
     ``sized``) or evaluated by steps counts its epochs."""
     for warning in warnings(args, max_epochs, sized=sized, every=every):
         logger.warning("%s", warning)
-    if not sized or evaluation_strategy(args) == "steps":
+    if not sized or by_steps(args):
         logger.info(
             "zeus-bso: %s each evaluation is one of the job's epochs (it stops at the job's "
             "max_epochs, %d evaluations), the same samples apart at every batch size",
@@ -173,16 +173,16 @@ def warnings(
     (``sized``: whether the training data has a length, and so epochs; ``every``: the run's
     steps between evaluations by steps, where not ``args``'s own)."""
     found = []
-    by_steps = evaluation_strategy(args) == "steps"
+    evaluated_by_steps = by_steps(args)
     epochs = args.num_train_epochs if args.max_steps <= 0 else None
     # By steps, the job's epochs are evaluations: the run's own count (`hf_cadence`) is judged.
-    if epochs is not None and epochs < max_epochs and not by_steps:
+    if epochs is not None and epochs < max_epochs and not evaluated_by_steps:
         found.append(
             f"TrainingArguments(num_train_epochs={epochs}) is below the job's max_epochs "
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
             f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
         )
-    if args.max_steps > 0 and by_steps:
+    if args.max_steps > 0 and evaluated_by_steps:
         # Each evaluation is an epoch of the job's: the server stops the run at the job's
         # max_epochs evaluations, unless max_steps ends it first.
         every = every or evaluation_interval(args)
@@ -218,6 +218,11 @@ def evaluation_interval(args: Any) -> int:
 def evaluation_strategy(args: Any) -> str:
     """``args.eval_strategy`` in words (an enum in recent versions)."""
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
+
+
+def by_steps(args: Any) -> bool:
+    """Whether the Trainer evaluates every so many steps (``eval_strategy="steps"``)."""
+    return evaluation_strategy(args) == "steps"
 
 
 def epochs_trained(args: Any, state: Any) -> int | None:

@@ -18,13 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from zeus_bso.integrations.hf_arguments import evaluation_strategy
+from zeus_bso.integrations.hf_arguments import by_steps
 from zeus_bso.training import TrialSession
-
-
-def by_steps(args: Any) -> bool:
-    """Whether the Trainer evaluates every so many steps (``eval_strategy="steps"``)."""
-    return evaluation_strategy(args) == "steps"
 
 
 def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:

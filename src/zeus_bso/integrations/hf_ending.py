@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zeus_bso.integrations.hf_cadence import by_steps
+from zeus_bso.integrations.hf_arguments import by_steps
 from zeus_bso.spec import StopReason
 from zeus_bso.training import TrialSession
 

@@ -386,7 +386,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             ):
                 if said:
                     logger.warning("%s", said)
-        if hf_cadence.by_steps(args):  # it said so, or has no epochs
+        if hf_arguments.by_steps(args):  # it said so, or has no epochs
             session.reports_within_epochs_said()
 
     def _check_memory(
