@@ -56,7 +56,6 @@ def _package(name: str) -> LightningPackage | None:
         signatures = importlib.import_module(f"{name}.utilities.signature_utils")
     except ImportError:
         return None
-    warn_if_older(name)  # installed, but older than the lightning extra asks
     return LightningPackage(
         name=name,
         callback=package.Callback,
@@ -81,6 +80,9 @@ PACKAGES = tuple(
 if not PACKAGES:
     raise ImportError(f"ZeusBSOCallback needs PyTorch Lightning: {INSTALL_HINT}")
 
+if len(PACKAGES) == 1:
+    warn_if_older(PACKAGES[0].name)  # installed, but older than the lightning extra asks
+
 CALLBACKS: tuple[type, ...] = tuple(found.callback for found in PACKAGES)
 """The Callback class of every Lightning package installed."""
 
@@ -92,10 +94,14 @@ def package_of(trainer: Any) -> LightningPackage:
 
 @functools.cache
 def _package_of_module(module: str) -> LightningPackage:
-    for found in PACKAGES:
-        if module == found.name or module.startswith(f"{found.name}."):
-            return found
-    return PACKAGES[0]
+    """The package a Trainer's module belongs to. Where both are installed, the one a run uses
+    is the one whose release counts: an old classic package beside a new ``lightning`` (left
+    from an older install) warns only when a classic Trainer runs the callback."""
+    found = next(
+        (p for p in PACKAGES if module == p.name or module.startswith(f"{p.name}.")), PACKAGES[0]
+    )
+    warn_if_older(found.name)
+    return found
 
 
 def batch_sizes(trainer: Any, batch: Any, loaders: Any = None) -> list[int]:
