@@ -8,7 +8,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import takewhile
 
 from pydantic import ValidationError
@@ -129,9 +129,26 @@ def _savings_and_why(job: CreatedJob, spent: Iterable[Spent]) -> tuple[Savings |
     return (found, None) if isinstance(found, Savings) else (None, found)
 
 
-def _next_run(store: SqlJobStore, config: CreatedJob, read: Reading) -> NextRun:
-    """What the job's next run on its current profile gets (`policy.orchestration.next_run`)."""
+def _looking_ahead(
+    store: SqlJobStore, config: CreatedJob, job: StoredJob
+) -> tuple[Reading, NextRun]:
+    """The job read once (for its history and its next run), as its next run finds it, and
+    that run (`policy.orchestration.next_run`, on its current profile). Pruning ends with the
+    last exploration's report, but the job takes its bandit's arms at the next dispatch: until
+    then the reading has the arms that dispatch sets, so that the arms, their posteriors and the
+    recommendation shown are the ones the next run draws from, as its stage is (`shown_stage`)."""
+    read = reading(store, config, job.state)
     found = next_run(store, config, profile_key(config), read)
+    if read.state.arms is None and isinstance(found, policy.Dispatched) and found.job.arms:
+        ahead = replace(read.state, arms=found.job.arms, bandit_start=found.job.bandit_start)
+        read = replace(read, state=ahead)
+    return read, _next_run(config, found)
+
+
+def _next_run(
+    config: CreatedJob, found: policy.Dispatched | NoConvergedBatchSizeError
+) -> NextRun:
+    """What the job's next run on its current profile gets, in a reader's words."""
     if isinstance(found, NoFittingBatchSizeError):
         return NextRun(
             batch_size=None, kind=None, arms=None, refused=True, why=str(found).rstrip(".")
@@ -267,12 +284,12 @@ def _summary(
     config = CreatedJob.model_validate(job.config)
     savings, savings_unknown = _savings_and_why(config, spent)
     store = SqlJobStore(conn, job.job_id, job.state, known_explorations=explorations)
-    read = reading(store, config, job.state)  # once, for the history and the next run
+    read, upcoming = _looking_ahead(store, config, job)
     state, history = decision_view(store, config, job.state, read)
     return JobSummary(
         job_id=job.job_id,
         job_id_prefix=job.job_id_prefix,
-        stage=shown_stage(job, _next_run(store, config, read)),
+        stage=shown_stage(job, upcoming),
         trials=job.state.next_trial_number - 1,
         gpu_model=config.gpu_model,
         number_of_gpus=config.number_of_gpus,
@@ -366,7 +383,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     except ValidationError as err:
         raise UnreadableJobError(job_id, str(err)) from err
     store = SqlJobStore(conn, job_id, job.state)
-    read = reading(store, config, job.state)  # once, for the history and the next run
+    read, upcoming = _looking_ahead(store, config, job)
     state, history = decision_view(store, config, job.state, read)
     spent = repo.spent(conn, [job_id])
     savings, savings_unknown = _savings_and_why(config, spent)
@@ -377,7 +394,6 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     used = {b: history.observations.get(b, policy.CostStats()) for b in stats}
     posteriors = policy.arm_posteriors(config, state.arms or (), used)
     best = state.best
-    upcoming = _next_run(store, config, read)
     return JobView(
         job=config,
         profiles=_profiles(config, state),
@@ -390,7 +406,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
         horizon=_horizon_view(config, stats, job.state.prior),
         not_learning=not_learning(repo.newest_endings(conn, [job_id], NEWEST_SEEN)[job_id]),
-        arms=list(job.state.arms) if job.state.arms is not None else None,
+        arms=list(state.arms) if state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,
         recommended=_recommendation(config, state, history),

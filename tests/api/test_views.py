@@ -108,6 +108,41 @@ def test_the_next_run_names_its_arm_where_the_bandit_no_longer_draws(http: httpx
     assert _ran(http, job_id) == probe
 
 
+def test_between_pruning_and_the_next_run_the_view_shows_the_arms_that_run_draws_from(
+    http: httpx.Client,
+) -> None:
+    """Pruning ends with its last exploration's report; the job takes its arms at the next
+    dispatch, which may be a day later for a daily job. Meanwhile its stage is "bandit", and its
+    arms, their posteriors and the recommendation are the ones that dispatch uses: the same as
+    the view once it has been made (a run in flight changes no statistics)."""
+    job_id = unique_id()
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    body |= {"num_pruning_rounds": 1, "mab_seed": 7}
+    assert http.post("/jobs", json=body).status_code == 201
+    ran = [_ran(http, job_id) for _ in range(3)]
+    assert sorted(ran) == [32, 64, 128]  # the one round explored every size
+
+    before = http.get(f"/api/jobs/{job_id}").json()
+    assert before["stage"] == "bandit"
+    assert before["next_run"]["kind"] == "bandit"
+    assert before["arms"] == before["next_run"]["arms"]
+    assert before["recommended"]["basis"] == "posterior"
+    arms = set(before["arms"])
+    assert arms
+    for row in before["batch_sizes"]:
+        assert row["is_arm"] is (row["batch_size"] in arms)
+        assert (row["posterior_mean_reward"] is not None) is (row["batch_size"] in arms)
+    listed = http.get("/api/jobs", params={"prefix": job_id}).json()
+    (summary,) = [j for j in listed if j["job_id"] == job_id]
+    assert summary["recommended"] == before["recommended"]
+
+    trial = dispatch(http, job_id)  # the bandit stage begins: its arms are the job's now
+    assert trial["batch_size"] in arms
+    after = http.get(f"/api/jobs/{job_id}").json()
+    for key in ("stage", "arms", "recommended", "batch_sizes"):
+        assert after[key] == before[key], key
+
+
 def test_the_recommendation_and_savings_shown_follow_from_the_trials(http: httpx.Client) -> None:
     """The recommended batch size is the arm of lowest posterior mean cost; the savings are the
     default's mean energy and time per reported run times the runs, less every ended trial's

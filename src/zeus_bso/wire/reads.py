@@ -296,6 +296,8 @@ class JobView(BaseModel):
     another (none counted against its batch size), with what the latest said (null: it
     learns)."""
     arms: list[int] | None
+    """The bandit's arms (bandit stage; where pruning has just ended, the ones its next run
+    draws from, which that run's dispatch sets)."""
     best_batch_size: int | None
     best_cost: float | None
     recommended: Recommendation | None
