@@ -57,6 +57,7 @@ from zeus_bso.elastic.lr import LrRule, lr_factor
 from zeus_bso.elastic.microbatches import MicroBatchGradients
 from zeus_bso.elastic.noise import GradientNoiseEstimator
 from zeus_bso.elastic.pickling import WithoutWeakSets
+from zeus_bso.elastic.replicas import ReplicaGradients
 from zeus_bso.elastic.schedules import (
     FollowedSchedule,
     Progress,
@@ -129,12 +130,9 @@ class ElasticBatchSize(WithoutWeakSets):
         self._sizes = MicroBatchSizes()
         self.choice = self._initial_choice()
         self._micro = MicroBatchGradients()
-        # Set by attach(ddp_model=...): the replicas' squared norms of this step, per bucket.
         self._ddp = False
-        self._replica_sqr: list[Any] = []
-        self._reduced_buffers: list[Any] = []
-        self._buckets: list[int] = []
-        self._warned_sync = False
+        """Set by attach(ddp_model=...): the replicas' gradients give the noise."""
+        self._replicas = ReplicaGradients()
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         """The optimizers `attach` wrapped: attached again, one is left as it is."""
         self._stepped: tuple[float, Any] | None = None
@@ -444,7 +442,7 @@ class ElasticBatchSize(WithoutWeakSets):
         step (a step that AMP's ``GradScaler`` skipped, its gradients overflowed) say nothing
         of the next step's, whose micro-batches start from zero."""
         self._micro.forget()
-        self._replica_sqr, self._reduced_buffers, self._buckets = [], [], []
+        self._replicas.forget()
 
     def _watch_replicas(self, ddp_model: Any) -> None:
         torch = _torch()
@@ -459,23 +457,7 @@ class ElasticBatchSize(WithoutWeakSets):
             return  # one replica: the micro-batches give the noise
 
         def hook(state: Any, bucket: Any) -> Any:
-            # Before the all-reduce the bucket holds this replica's gradient. The all-reduce
-            # then averages the same buffer in place, and it keeps the mean until the next
-            # backward: the step reads it there (our callback only hands DDP the tensor).
-            buffer = bucket.buffer()
-            self._buckets.append(bucket.index())
-            self._replica_sqr.append(buffer.detach().pow(2).sum())
-            self._reduced_buffers.append(buffer)
-            group = state if state is not None else dist.group.WORLD
-            buffer.div_(dist.get_world_size(group))
-            work = dist.all_reduce(buffer, group=group, async_op=True)
-
-            def mean(fut: Any) -> Any:
-                return fut.value()[0]
-
-            # The process group's thread runs `mean` and then drops it, which takes the GIL:
-            # tracked, so that a fit's end waits for it (see zeus_bso.training.clean_exit).
-            return clean_exit.then(work.get_future(), mean)
+            return self._replicas.hook(state, bucket)
 
         # DDP checks the hook's annotations against its own types; ours are strings here.
         hook.__annotations__ = {}
@@ -510,29 +492,12 @@ class ElasticBatchSize(WithoutWeakSets):
             self.noise.update(micro, mean_sqr, self.choice.local_bsz)
 
     def _observe_replicas(self) -> None:
-        local, reduced, buckets = self._replica_sqr, self._reduced_buffers, self._buckets
-        self._replica_sqr, self._reduced_buffers, self._buckets = [], [], []
-        if not local:
-            return  # no synchronised backward in this step
-        if len(set(buckets)) != len(buckets):
-            # Every micro-batch was all-reduced: the later buckets mix replicas' gradients.
-            # Every rank sees the same, so every rank skips the same steps.
-            if not self._warned_sync:
-                logger.warning(
-                    "ElasticBatchSize: gradients were all-reduced more than once in a step; "
-                    "run all but the last accumulated micro-batch under model.no_sync() "
-                    "(Lightning does) or the noise is not measured"
-                )
-                self._warned_sync = True
-            return
-        torch = _torch()
-        local_sum = torch.stack(local).sum().double()
-        torch.distributed.all_reduce(local_sum)  # over replicas: every rank sees the same
-        mean_sqr = float(sum(b.detach().double().pow(2).sum() for b in reduced))
-        replicas = self.replicas
-        # Each replica's gradient is the mean over its accumulated micro-batches.
-        samples = self.choice.local_bsz * self.choice.accumulation
-        self.noise.update_mean(float(local_sum) / replicas, replicas, mean_sqr, samples)
+        observed = self._replicas.step(_torch(), self.replicas)
+        if observed is not None:
+            local_mean_sqr, mean_sqr = observed
+            # Each replica's gradient is the mean over its accumulated micro-batches.
+            samples = self.choice.local_bsz * self.choice.accumulation
+            self.noise.update_mean(local_mean_sqr, self.replicas, mean_sqr, samples)
 
     # -- checkpoints --------------------------------------------------------------------------
 
