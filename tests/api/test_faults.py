@@ -364,6 +364,44 @@ def test_a_report_after_one_the_server_did_not_take_waits_on_it_briefly(
         proxy.close()
 
 
+class OutOfMemoryError(RuntimeError):
+    """An accelerator's out of memory, as the client knows one (by its class's name: torch's)."""
+
+
+def test_an_out_of_memory_mark_waits_on_a_hung_server_briefly(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A run that ran out of memory marks its trial infeasible as it ends, while the run's
+    other processes, which ran out too, wait for it to start the next attempt together (30 s,
+    `zeus_bso.client.every_rank`): on a server that hangs, the mark waits at most
+    `AWAY_PATIENCE` (it waited the client's 30 s timeout, and the others gave up on it), is
+    kept, and the next run delivers it before it asks for its batch size, which then fits."""
+    from zeus_bso.client.server_away import AWAY_PATIENCE
+
+    proxy = ReverseProxy(sqlite_server.url, down_on="/api/trials/infeasible")
+    try:
+        spec, bso = training_run(proxy.url, "oomhung")
+        assert bso.batch_size == 32
+        proxy.delay = 60.0  # the server hangs on the mark
+        started = time.monotonic()
+        bso.failed(OutOfMemoryError("CUDA out of memory. Tried to allocate 2 MiB"))
+        assert time.monotonic() - started < AWAY_PATIENCE + 10.0  # not the 30 s timeout
+        assert bso.outcome is not None
+        assert bso.outcome.reason == "out_of_memory"
+        proxy.delay = 0.0
+        again = next_run(proxy.url, spec, retry_seconds=0.5)
+        assert again.get_batch_size() == 16  # the mark delivered first: 32 does not fit
+        again.on_train_begin()
+        assert again.on_evaluate(0.9).stop_train
+        again.end()
+        with sqlite_server.client() as http:
+            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        ended = sorted((t["trial_number"], t["batch_size"], t["status"]) for t in trials)
+        assert ended == [(1, 32, "infeasible"), (2, 16, "reported")]
+    finally:
+        proxy.close()
+
+
 def test_a_proxys_not_found_page_mid_run_does_not_stop_training(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -360,9 +360,12 @@ class JobConversation:
         """Tell the server that ``trial``'s batch size ran out of memory; whether it heard, or
         will: where the server is away for now, the mark is kept on this machine and the next
         run that reaches the server delivers it before it asks for its batch size
-        (`zeus_bso.client.outbox`), which then fits."""
+        (`zeus_bso.client.outbox`), which then fits. It waits on the server at most
+        `AWAY_PATIENCE`: the run's other processes, which ran out too, wait for this one before
+        they start the next attempt together (`zeus_bso.client.every_rank`, 30 s), and a
+        server that hung held it the client's whole timeout and retries."""
         try:
-            self.client.infeasible(trial)
+            self.client.infeasible(trial, patience=AWAY_PATIENCE)
         except ZeusBSOError as err:
             if self._lacks(err, Extension.INFEASIBLE):
                 logger.info("the server has no infeasible route (upstream Zeus?): trial ended")
@@ -385,9 +388,10 @@ class JobConversation:
         """Tell the server that micro-batches of ``micro`` ran out of memory in ``trial`` (its
         memory cap of these GPUs comes down); whether it heard, or will: where the server is
         away for now, the mark is kept on this machine for the next run that reaches it
-        (`zeus_bso.client.outbox`; a warning says so, or that it was lost)."""
+        (`zeus_bso.client.outbox`; a warning says so, or that it was lost); it waits on the
+        server at most `AWAY_PATIENCE`, as a report does, while the run trains on."""
         try:
-            self.client.infeasible(trial, micro_batch_size=micro)
+            self.client.infeasible(trial, micro_batch_size=micro, patience=AWAY_PATIENCE)
         except ZeusBSOError as err:
             what = f"micro-batches of {micro} ran out of memory"
             if self._kept_for_later(err, trial, what, micro_batch_size=micro):

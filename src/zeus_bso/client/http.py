@@ -365,9 +365,16 @@ class ServerClient:
         ended = ended_trial(trial, why)
         return self._trial_request("/api/trials/release", ended.model_dump(exclude_none=True))
 
-    def infeasible(self, trial: TrialId, micro_batch_size: int | None = None) -> TrialView:
+    def infeasible(
+        self,
+        trial: TrialId,
+        micro_batch_size: int | None = None,
+        patience: float | None = None,
+    ) -> TrialView:
         """Mark a trial whose run ran out of memory at its batch size (``infeasible``), or, for a
-        run that accumulates gradients, at ``micro_batch_size`` (the trial goes on).
+        run that accumulates gradients, at ``micro_batch_size`` (the trial goes on);
+        ``patience``: the most seconds to wait for the answer and to retry 503s, where less than
+        the client's own.
 
         Raises:
             RouteMissingError: the server has no such route (upstream Zeus's server).
@@ -376,7 +383,7 @@ class ServerClient:
         body = trial.model_dump(mode="json")
         if micro_batch_size is not None:
             body["micro_batch_size"] = micro_batch_size
-        return self._trial_request("/api/trials/infeasible", body)
+        return self._trial_request("/api/trials/infeasible", body, patience=patience)
 
     def power_profile(
         self, report: PowerProfileReport, patience: float | None = None
@@ -408,12 +415,16 @@ class ServerClient:
         return self._trial_request("/api/trials/heartbeat", trial.model_dump(mode="json"), params)
 
     def _trial_request(
-        self, path: str, body: dict[str, Any], params: dict[str, str] | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        params: dict[str, str] | None = None,
+        patience: float | None = None,
     ) -> TrialView:
         """POST ``body`` to one of the routes that answer the trial as it is now."""
         from zeus_bso.wire.reads import TrialView
 
-        answer = self._request("POST", path, json=body, params=params).json()
+        answer = self._request("POST", path, json=body, params=params, patience=patience).json()
         trial: TrialView = _read(TrialView, answer, f"POST {path}")
         return trial
 

@@ -17,7 +17,9 @@ and its retries while it answers 503), where the client's own are more: a server
 stuck database, a network that drops its packets) held each validation of the run for the
 client's whole timeout (30 s), and the run trained that much less an hour. Reports are
 cumulative: one not taken now is kept, and the next carries it. A power profile waits as long
-(the run then chooses its limit itself: `zeus_bso.power.run.PowerLimitRun`)."""
+(the run then chooses its limit itself: `zeus_bso.power.run.PowerLimitRun`), and so does an
+out-of-memory mark (kept for the next run, which delivers it before it asks for its batch
+size)."""
 
 
 NOT_TAKEN_NOW = frozenset({408, 429, 503})
