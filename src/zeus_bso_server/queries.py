@@ -145,9 +145,7 @@ def _looking_ahead(
     return read, _next_run(config, found)
 
 
-def _next_run(
-    config: CreatedJob, found: policy.Dispatched | NoConvergedBatchSizeError
-) -> NextRun:
+def _next_run(config: CreatedJob, found: policy.Dispatched | NoConvergedBatchSizeError) -> NextRun:
     """What the job's next run on its current profile gets, in a reader's words."""
     if isinstance(found, NoFittingBatchSizeError):
         return NextRun(
