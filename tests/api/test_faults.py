@@ -364,6 +364,40 @@ def test_a_report_after_one_the_server_did_not_take_waits_on_it_briefly(
         proxy.close()
 
 
+def test_a_run_that_ends_on_a_hung_server_waits_on_it_briefly(
+    sqlite_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the server did not take a run's report, what the run says as it ends (its last
+    report, the end of its trial, the question of what the next run gets) waits on the server
+    at most `AWAY_PATIENCE` each, as its reports did, not the client's 30 s timeout and its
+    retries: a script on a server that hangs ends in seconds (it took over a minute), and what
+    it could not say is kept for the next run, which delivers it."""
+    from zeus_bso.client import conversation
+
+    monkeypatch.setattr(conversation, "AWAY_PATIENCE", 1.0)
+    proxy = ReverseProxy(sqlite_server.url, down_on="/")
+    try:
+        spec, bso = training_run(proxy.url, "endhung")
+        proxy.down.set()
+        assert bso.on_evaluate(0.5).stop_train is False  # a 502: kept, training goes on
+        proxy.down.clear()
+        proxy.delay = 60.0  # now it hangs
+        started = time.monotonic()
+        bso.end()
+        assert time.monotonic() - started < 10.0  # over 60 s waiting the client's timeouts
+        proxy.delay = 0.0
+        again = next_run(proxy.url, spec, retry_seconds=0.5)
+        again.get_batch_size()  # delivers the first run's last report and end first
+        with sqlite_server.client() as http:
+            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        first = next(t for t in trials if t["trial_number"] == 1)
+        assert first["status"] != "dispatched"
+        assert first["epochs"] == 1
+        again.end()
+    finally:
+        proxy.close()
+
+
 class OutOfMemoryError(RuntimeError):
     """An accelerator's out of memory, as the client knows one (by its class's name: torch's)."""
 

@@ -505,15 +505,18 @@ class JobConversation:
         """Stop the heartbeat; deliver the pending report (``deliver``) and end ``trial``
         (``end_trial``; ``why`` it ended, for the server to keep with it). What the server
         cannot take now is kept on this machine for the next run that reaches it
-        (`zeus_bso.client.outbox`; without ``why``)."""
+        (`zeus_bso.client.outbox`; without ``why``). Where the server did not take the run's
+        last report, each waits on it at most `AWAY_PATIENCE`, as the run's reports did: what
+        it cannot take is kept, and a script on a server that hangs ends in seconds."""
         self.heartbeat.stop()
         if trial is None or self.offline:
             return
+        patience = None if self.pending is None else AWAY_PATIENCE
         pending = self.pending if deliver else None
         if pending is not None:
             report = pending
             try:
-                self.answered(self.client.report(report))
+                self.answered(self.client.report(report, patience))
                 pending = None
             except ZeusBSOError as err:
                 if not for_later_on_a_known_route(err):
@@ -526,7 +529,7 @@ class JobConversation:
         ended = not end_trial
         if end_trial and pending is None:  # a report kept for later goes first
             try:
-                self.client.end_trial(trial, why)
+                self.client.end_trial(trial, why, patience)
                 ended = True
             except ZeusBSOError as err:
                 if not for_later(err):
@@ -549,7 +552,7 @@ class JobConversation:
         if self.job is None or self.offline:
             return None
         try:
-            state = self.client.job(self.job_id, limit=0)
+            state = self.client.job(self.job_id, limit=0, patience=AWAY_PATIENCE)  # words only
         except ZeusBSOError:
             return None  # upstream Zeus's server, or a server that went away
         if state.recommended is not None:

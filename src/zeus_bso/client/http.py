@@ -348,11 +348,15 @@ class ServerClient:
         )
         return ReportResponse.model_validate(response.json())
 
-    def end_trial(self, trial: TrialId, why: str | None = None) -> None:
+    def end_trial(
+        self, trial: TrialId, why: str | None = None, patience: float | None = None
+    ) -> None:
         """End a trial (``why`` it ended, for the server to keep with a trial that did not
-        report it; upstream's server ignores it)."""
+        report it; upstream's server ignores it; ``patience``: the most seconds to wait, where
+        less than the client's own)."""
         ended = ended_trial(trial, why)
-        self._request("PATCH", "/trials", content=ended.model_dump_json(exclude_none=True))
+        content = ended.model_dump_json(exclude_none=True)
+        self._request("PATCH", "/trials", content=content, patience=patience)
 
     def release(self, trial: TrialId, why: str | None = None) -> TrialView:
         """Release a trial whose run never trained (it counts nothing against its batch size;
@@ -522,31 +526,36 @@ class ServerClient:
         response = self._request("DELETE", path, params=params)
         return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
 
-    def job(self, job_id: str, limit: int = 50) -> JobView:
+    def job(self, job_id: str, limit: int = 50, patience: float | None = None) -> JobView:
         """Everything the server knows of a job, with its latest ``limit`` trials (zeus-bso
-        servers only).
+        servers only; ``patience``: the most seconds to wait, where less than the client's own).
 
         Raises:
             UnexpectedAnswerError: the answer is not a job's view (another version's server).
         """
-        return self._job_page(job_id, limit)
+        return self._job_page(job_id, limit, patience=patience)
 
     def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
         """`job`'s answer as the server sent it, unread: JSON for a tool that passes it on."""
         return dict(self._job_answer(job_id, {"limit": limit}))
 
-    def _job_answer(self, job_id: str, params: dict[str, Any]) -> Any:
+    def _job_answer(
+        self, job_id: str, params: dict[str, Any], patience: float | None = None
+    ) -> Any:
         path = f"/api/jobs/{quote(job_id, safe='')}"
-        return self._request("GET", path, params=params).json()
+        return self._request("GET", path, params=params, patience=patience).json()
 
-    def _job_page(self, job_id: str, limit: int, before: int | None = None) -> JobView:
+    def _job_page(
+        self, job_id: str, limit: int, before: int | None = None, patience: float | None = None
+    ) -> JobView:
         """A job's view with its ``limit`` trials before trial ``before`` (None: the latest)."""
         from zeus_bso.wire.reads import JobView
 
         params: dict[str, Any] = {"limit": limit}
         if before is not None:
             params["before"] = before
-        view: JobView = _read(JobView, self._job_answer(job_id, params), f"GET /api/jobs/{job_id}")
+        answer = self._job_answer(job_id, params, patience)
+        view: JobView = _read(JobView, answer, f"GET /api/jobs/{job_id}")
         return view
 
 
