@@ -398,6 +398,35 @@ def test_a_run_that_ends_on_a_hung_server_waits_on_it_briefly(
         proxy.close()
 
 
+def test_a_run_interrupted_on_a_hung_server_releases_its_trial_in_seconds(
+    sqlite_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run interrupted from outside (a preemption's SIGTERM, whose grace period is often 30 s)
+    releases its trial waiting on the server at most `AWAY_PATIENCE`, and leaves the rest of the
+    grace period to the script's own ending (its checkpoint): a server that hangs held it for
+    the client's 30 s timeout. The release is kept, and the next run delivers it."""
+    from zeus_bso.client import conversation
+
+    monkeypatch.setattr(conversation, "AWAY_PATIENCE", 1.0)
+    proxy = ReverseProxy(sqlite_server.url, down_on="/")
+    try:
+        spec, bso = training_run(proxy.url, "sigtermhung")
+        proxy.delay = 60.0  # the server hangs
+        started = time.monotonic()
+        bso.end_interrupted("SIGTERM")
+        assert time.monotonic() - started < 10.0  # over 30 s waiting the client's timeout
+        proxy.delay = 0.0
+        again = next_run(proxy.url, spec, retry_seconds=0.5)
+        assert again.get_batch_size() == 32  # the release delivered first: 32 is tried again
+        with sqlite_server.client() as http:
+            trials = http.get(f"/api/jobs/{spec.job_id}").json()["trials"]
+        ended = sorted((t["trial_number"], t["status"]) for t in trials)
+        assert ended == [(1, "released"), (2, "dispatched")]
+        again.end_interrupted("done")
+    finally:
+        proxy.close()
+
+
 class OutOfMemoryError(RuntimeError):
     """An accelerator's out of memory, as the client knows one (by its class's name: torch's)."""
 

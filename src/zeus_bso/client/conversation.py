@@ -459,9 +459,12 @@ class JobConversation:
         server to keep with it); whether the server did, or will: where it is away for now (or
         a reverse proxy's page answers the route it declared), the release is kept on this
         machine for the next run that reaches it (`zeus_bso.client.outbox`); a warning says
-        why not otherwise."""
+        why not otherwise. It waits on the server at most `AWAY_PATIENCE`: a run released as it
+        is interrupted (a preemption's SIGTERM, with its grace period before the SIGKILL) has
+        the script's own ending to make (its checkpoint), which a server that hangs held for
+        the client's whole timeout."""
         try:
-            self.client.release(trial, why)
+            self.client.release(trial, why, AWAY_PATIENCE)
         except ZeusBSOError as err:
             if self._lacks(err, Extension.RELEASE):
                 logger.info("the server has no release route (upstream Zeus?): trial left open")

@@ -358,16 +358,20 @@ class ServerClient:
         content = ended.model_dump_json(exclude_none=True)
         self._request("PATCH", "/trials", content=content, patience=patience)
 
-    def release(self, trial: TrialId, why: str | None = None) -> TrialView:
+    def release(
+        self, trial: TrialId, why: str | None = None, patience: float | None = None
+    ) -> TrialView:
         """Release a trial whose run never trained (it counts nothing against its batch size;
-        ``why``: for the server to keep with it).
+        ``why``: for the server to keep with it; ``patience``: the most seconds to wait, where
+        less than the client's own).
 
         Raises:
             RouteMissingError: the server has no release route (upstream Zeus's server).
             UnexpectedAnswerError: the answer is not a trial's view.
         """
         ended = ended_trial(trial, why)
-        return self._trial_request("/api/trials/release", ended.model_dump(exclude_none=True))
+        body = ended.model_dump(exclude_none=True)
+        return self._trial_request("/api/trials/release", body, patience=patience)
 
     def infeasible(
         self,
