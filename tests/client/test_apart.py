@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ServerProcess, unique_id
+from tests.proxy import ReverseProxy
 from zeus_bso import BatchSizeOptimizer, JobSpec
 from zeus_bso.client import ServerClient
 from zeus_bso.energy import EstimateMeter
@@ -28,6 +30,9 @@ from zeus_bso.training.apart import RanOutAtExit
 from zeus_bso.training.server_settings import ServerSettings
 
 url, job_id, size, error = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if len(sys.argv) > 5:
+    import zeus_bso.training.apart as apart
+    apart.PATIENCE_S = float(sys.argv[5])
 settings = ServerSettings(url, None, "none", None, "fallback", None, 5.0, None, False)
 RanOutAtExit(settings).watch(TrialId(job_id=job_id, batch_size=size, trial_number=1))
 if error == "oom":
@@ -70,4 +75,41 @@ def test_a_rank_that_exits_out_of_memory_marks_the_trial_infeasible(
     assert trial["status"] == status
     if error == "oom":
         assert "marked infeasible on these GPUs from here" in ended.stderr
+    bso.release("the test is over")
+
+
+def test_a_rank_that_ran_out_waits_on_a_hung_server_at_most_its_patience(
+    server: ServerProcess,
+) -> None:
+    """A rank's mark waits on the server, its answer and retries together, at most `PATIENCE_S`
+    (1 s here): the run's other processes wait for it before they start the next attempt
+    together (`zeus_bso.until_converged`), and a server that hung held it for the client's
+    30 s timeout."""
+    job = JobSpec(
+        job_id_prefix=unique_id("aparthung").replace("-", ""),
+        batch_sizes=[16, 32],
+        default_batch_size=32,
+        target_metric=0.5,
+        max_epochs=2,
+    )
+    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100))
+    size = bso.get_batch_size()
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    proxy = ReverseProxy(server.url, down_on="/api/trials/infeasible")
+    proxy.delay = 60.0
+    try:
+        started = time.monotonic()
+        ended = subprocess.run(
+            [sys.executable, "-c", RANK_ONE, proxy.url, bso.job_id, str(size), "oom", "1.0"],
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - started
+    finally:
+        proxy.close()
+    assert ended.returncode == 1, ended.stderr
+    assert "could not mark trial 1 infeasible" in ended.stderr
+    assert took < 15.0  # the interpreter's start, the import of torch, and 1 s
     bso.release("the test is over")

@@ -22,7 +22,8 @@ from zeus_bso.training.server_settings import ServerSettings
 logger = logging.getLogger(__name__)
 
 PATIENCE_S = 10.0
-"""How long a process that ran out of memory tries to reach the server (it is ending)."""
+"""How long a process that ran out of memory tries to reach the server, its answer and its
+retries together (it is ending, or `zeus_bso.until_converged`'s processes wait for it)."""
 
 
 def ran_out(settings: ServerSettings, trial: TrialId, error: BaseException) -> None:
@@ -40,7 +41,7 @@ def ran_out(settings: ServerSettings, trial: TrialId, error: BaseException) -> N
     )
     try:
         with settings.client(retry_seconds=PATIENCE_S) as client:
-            client.infeasible(trial)
+            client.infeasible(trial, patience=PATIENCE_S)
     except ZeusBSOError as err:
         logger.warning("zeus-bso: could not mark trial %s infeasible: %s", trial.trial_number, err)
 
