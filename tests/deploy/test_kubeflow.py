@@ -78,6 +78,13 @@ def test_the_pytorchjob_trains_on_two_pods_against_the_zeus_bso_service(tmp_path
         assert pod["runAsUser"] != 0
         assert pod["fsGroup"] == pod["runAsUser"]
         assert volume["defaultMode"] == 0o440
+        # What a run keeps for the server (its outbox) lies on a volume of the pod, which a
+        # restarted container finds, not in the container's own files.
+        cache = Path(env["ZEUS_BSO_CACHE_DIR"]["value"])
+        (kept,) = [m for m in container["volumeMounts"] if cache.is_relative_to(m["mountPath"])]
+        assert not kept.get("readOnly")
+        on = volumes[kept["name"]]
+        assert "persistentVolumeClaim" in on or on["emptyDir"].get("medium") != "Memory"
     # The pods themselves pass strict validation (the PyTorchJob kind is a CRD's).
     as_pods = [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": role.lower()}} | spec["template"]
