@@ -100,7 +100,11 @@ def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -
     """
 
     async def run() -> T:
-        db = Database(settings.engine_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+        db = Database(
+            settings.engine_url,
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            lock_timeout_ms=settings.lock_timeout_ms,
+        )
         try:
             return await work(db)
         finally:
@@ -461,7 +465,11 @@ def db_copy(
         from zeus_bso_server.store.copy import Copied, copy_database
 
         async def copy_into(db: Database) -> Copied:
-            into = Database(target, busy_timeout_ms=source.sqlite_busy_timeout_ms)
+            into = Database(
+                target,
+                busy_timeout_ms=source.sqlite_busy_timeout_ms,
+                lock_timeout_ms=source.lock_timeout_ms,
+            )
             try:
                 return await copy_database(db, into)
             finally:

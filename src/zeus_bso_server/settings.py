@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from zeus_bso_server.errors import SettingsError
-from zeus_bso_server.store.dialects import dialect_named
+from zeus_bso_server.store.dialects import LOCK_TIMEOUT_MS, dialect_named
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
@@ -165,6 +165,10 @@ class Settings(BaseSettings):
     instead of a new random one, so that every recurrence of the same script finds the same
     job and learns across them. Off: upstream's behaviour, a new job at every registration."""
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0, le=600_000)
+    lock_timeout_ms: int = Field(default=LOCK_TIMEOUT_MS, ge=0, le=600_000)
+    """PostgreSQL and MySQL: how long a request waits for a lock another server process holds
+    (a job's row) before it answers 503, nothing written, which clients retry (0: as long as
+    it takes)."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     timeout_keep_alive: int = Field(default=5, ge=1, le=3600)
     """Seconds an idle keep-alive connection stays open."""

@@ -213,8 +213,8 @@ sqlite = type(DIALECTS["sqlite"])
 _original = sqlite.install_hooks
 
 
-def _without_immediate(self, engine, busy_timeout_ms):
-    _original(self, engine, busy_timeout_ms)
+def _without_immediate(self, engine, *timeouts):
+    _original(self, engine, *timeouts)
     for listener in list(engine.dispatch.begin):
         event.remove(engine, "begin", listener)
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))

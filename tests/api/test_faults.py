@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import Connection, create_engine, text
 
 from tests.api.test_concurrency import violations
 from tests.helpers import (
@@ -39,6 +40,7 @@ from zeus_bso.client import ServerClient, outbox
 from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpecFromClient, TrialId
+from zeus_bso_server.settings import to_engine_url
 
 CLIENT_SCRIPT = """
 import sys, time
@@ -230,6 +232,73 @@ def test_locked_database_answers_503_and_the_client_retries(
     assert trial.trial_number == 1  # the refused attempts left nothing behind
     with server.client() as http:
         assert http.get(f"/api/jobs/{job_id}").json()["trial_count"] == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_job_row_a_stalled_process_holds_answers_503_after_the_lock_timeout(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Another server process that stalled inside a request (paused, or cut off from the
+    database) holds its job's row lock: a request on that job waits `ZEUS_BSO_LOCK_TIMEOUT_MS`
+    (here 1 s), then answers 503 with nothing written, which the client retries. It waited as
+    long as the lock was held (PostgreSQL's default; MySQL's 50 s), past the client's timeout.
+    Once the lock is released the job answers, its trial numbers unbroken."""
+    needs_driver(backend)
+    url = database_url(backend, tmp_path, request)
+    server = ServerProcess(url, cwd=tmp_path, env={"ZEUS_BSO_LOCK_TIMEOUT_MS": "1000"})
+    engine = create_engine(to_engine_url(url))
+    try:
+        job_id = unique_id("stalled")
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+        with engine.connect() as stalled:
+            held = text("SELECT job_id FROM jobs WHERE job_id = :job_id FOR UPDATE")
+            assert stalled.execute(held, {"job_id": job_id}).scalar_one() == job_id
+            started = time.monotonic()
+            with httpx.Client(base_url=server.url, timeout=20.0) as http:
+                busy = http.get("/jobs/batch_size", params={"job_id": job_id})
+            waited = time.monotonic() - started
+            stalled.rollback()
+        assert busy.status_code == 503, busy.text
+        assert "nothing was written" in busy.json()["message"]
+        assert waited < 10.0
+        with ServerClient(server.url, retry_seconds=5) as client:
+            assert client.dispatch(job_id).trial_number == 1
+    finally:
+        engine.dispose()
+        server.stop()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_session_idle_in_a_transaction_is_ended_by_the_database(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The server's PostgreSQL sessions carry the lock timeout and an idle-in-transaction
+    timeout (a stalled process's transaction is ended, and its locks released, in a minute
+    rather than when TCP gives up on it); a migration's transaction lifts both (it waits its
+    turn, however long)."""
+    from zeus_bso_server.store.database import Database
+    from zeus_bso_server.store.dialects import DIALECTS, IDLE_IN_TRANSACTION_MS
+
+    needs_driver(backend)
+    db = Database(to_engine_url(database_url(backend, tmp_path, request)), lock_timeout_ms=1500)
+    shown = text(
+        "SELECT setting FROM pg_settings WHERE name IN "
+        "('lock_timeout', 'idle_in_transaction_session_timeout') ORDER BY name"
+    )  # in milliseconds: idle_in_transaction_session_timeout, then lock_timeout
+
+    def settings(conn: Connection, *, lifted: bool = False) -> list[int]:
+        if lifted:
+            DIALECTS[backend].without_time_limits(conn)
+        return [int(value) for value in conn.execute(shown).scalars()]
+
+    try:
+        assert db.run(settings, write=False) == [IDLE_IN_TRANSACTION_MS, 1500]
+        assert db.run(lambda conn: settings(conn, lifted=True), write=False) == [0, 0]
+        # Only for that transaction: the next has the session's limits again.
+        assert db.run(settings, write=False) == [IDLE_IN_TRANSACTION_MS, 1500]
+    finally:
+        db.dispose()
 
 
 @contextlib.contextmanager

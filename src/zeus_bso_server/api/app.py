@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         db = Database(
             resolved.engine_url,
             busy_timeout_ms=resolved.sqlite_busy_timeout_ms,
+            lock_timeout_ms=resolved.lock_timeout_ms,
             echo=resolved.echo_sql,
             background_checkpoints=True,
         )

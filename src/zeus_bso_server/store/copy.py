@@ -110,10 +110,12 @@ async def copy_database(source: Database, target: Database) -> Copied:
             f"the target database holds {held} job{'s' if held != 1 else ''}: copy into an empty "
             "database (a copy does not merge two servers' histories)"
         )
-    snapshot = source.engine.execution_options(**DIALECTS[source.url.get_backend_name()].snapshot)
+    dialect = DIALECTS[source.url.get_backend_name()]
+    snapshot = source.engine.execution_options(**dialect.snapshot)
     async with _naming(f"cannot use the source database {shown_url(source.url)}"):
         reading = snapshot.connect()
     with reading, reading.begin():
+        dialect.without_time_limits(reading)  # idle while the target writes each chunk
         async with _naming("the copy failed"):
             return target.run(lambda writing: _copy_rows(reading, writing), write=True)
 

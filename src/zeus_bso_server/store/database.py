@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from zeus_bso_server.errors import DatabaseUnavailableError
-from zeus_bso_server.store.dialects import DIALECTS, WRITE_OPTION
+from zeus_bso_server.store.dialects import DIALECTS, LOCK_TIMEOUT_MS, WRITE_OPTION
 from zeus_bso_server.store.filesystem import warn_if_networked
 
 logger = logging.getLogger(__name__)
@@ -133,13 +133,14 @@ class Database:
         url: URL,
         *,
         busy_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = LOCK_TIMEOUT_MS,
         echo: bool = False,
         background_checkpoints: bool = False,
     ) -> None:
         self.url = url
         dialect = DIALECTS[url.get_backend_name()]
         self.engine = create_engine(url, echo=echo, **dialect.engine_options(busy_timeout_ms))
-        dialect.install_hooks(self.engine, busy_timeout_ms)
+        dialect.install_hooks(self.engine, busy_timeout_ms, lock_timeout_ms)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
         self._sqlite_file = _SqliteFile.of(url)
         self._trying: Engine | None = None

@@ -34,6 +34,16 @@ IDLE_PING_SECONDS = 1.0
 """A pooled connection idle longer than this is pinged before use."""
 
 SCHEMA_LOCK_KEY = 0x7A657573_62736F00  # "zeusbso\0"
+LOCK_TIMEOUT_MS = 10_000
+"""How long a statement on PostgreSQL or MySQL waits for a lock another connection holds (a
+job's row, which a request of another server process holds) before it fails, and its request
+answers 503 with nothing written (the `lock_timeout_ms` setting's default): well within the
+client's 30 s timeout, so that it hears the 503 and retries."""
+IDLE_IN_TRANSACTION_MS = 60_000
+"""How long a PostgreSQL session of the server may sit idle inside a transaction before the
+database ends it, releasing its locks: a request's transaction takes milliseconds, so one idle
+that long belongs to a server process that stalled (paused, or cut off from the database),
+whose job row would otherwise stay locked until TCP gave up on it, hours later."""
 SCHEMA_LOCK_NAME = "zeus_bso_schema"
 SCHEMA_LOCK_WAIT_SECONDS = 600
 
@@ -78,11 +88,35 @@ class Dialect:
         """Keyword arguments of `create_engine`."""
         return {"pool_size": 10, "max_overflow": 20}
 
-    def install_hooks(self, engine: Engine, busy_timeout_ms: int) -> None:
-        """Connection hooks: a pooled connection that sat idle is pinged when checked out (the
+    def session_settings(self, lock_timeout_ms: int) -> list[str]:
+        """What each new connection sets first: how long its statements wait for another
+        connection's lock (``lock_timeout_ms``; 0: as long as it takes), and how long it may
+        idle inside a transaction. None here (SQLite waits its busy timeout)."""
+        return []
+
+    def without_time_limits(self, conn: Connection) -> None:
+        """Lift `session_settings`' limits for the transaction under way: a migration or a copy
+        may wait on locks and idle between statements for as long as it takes."""
+
+    def install_hooks(
+        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> None:
+        """Connection hooks: each new connection makes its `session_settings`; a pooled
+        connection that sat idle is pinged when checked out (the
         database may have closed it since: a restart, an idle timeout) and replaced if the ping
         fails. A busy server reuses its connections within milliseconds and pings none:
         SQLAlchemy's ``pool_pre_ping`` would cost every request a round trip."""
+        settings = self.session_settings(lock_timeout_ms)
+
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            for statement in settings:
+                cursor.execute(statement)
+            cursor.close()
+            dbapi_connection.commit()  # a setting made in a transaction lasts once committed
+
+        if settings:
+            event.listen(engine, "connect", on_connect)
 
         def on_checkin(_dbapi_connection: Any, record: Any) -> None:
             record.info["idle_since"] = time.monotonic()
@@ -138,7 +172,9 @@ class _SQLite(Dialect):
             "connect_args": {"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
         }
 
-    def install_hooks(self, engine: Engine, busy_timeout_ms: int) -> None:
+    def install_hooks(
+        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> None:
         """WAL mode, a busy timeout and foreign keys on every connection, and transactions the
         server begins itself: a write starts with BEGIN IMMEDIATE, which takes the database's
         write lock before its first read (the job row lock of the other databases). A file on
@@ -187,8 +223,19 @@ def _locked(error: BaseException) -> bool:
 class _PostgreSQL(Dialect):
     now_sql = "extract(epoch from clock_timestamp())"
 
+    def session_settings(self, lock_timeout_ms: int) -> list[str]:
+        return [
+            f"SET lock_timeout = {int(lock_timeout_ms)}",
+            f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}",
+        ]
+
+    def without_time_limits(self, conn: Connection) -> None:
+        conn.execute(text("SET LOCAL lock_timeout = 0"))  # until the transaction ends
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+
     def lock_schema(self, conn: Connection) -> None:
-        # Released when the transaction ends.
+        # Released when the transaction ends; a migration waits its turn however long it takes.
+        self.without_time_limits(conn)
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
 
 
@@ -211,6 +258,11 @@ class _MySQL(Dialect):
         # trials and deadlock. READ COMMITTED takes no such locks; the job row lock serialises
         # requests on one job, as on PostgreSQL (whose default it is).
         return {**super().engine_options(busy_timeout_ms), "isolation_level": "READ COMMITTED"}
+
+    def session_settings(self, lock_timeout_ms: int) -> list[str]:
+        # InnoDB's row-lock wait is whole seconds (50 by default); 0 here: its most, a year.
+        seconds = max(1, -(-lock_timeout_ms // 1000)) if lock_timeout_ms else 31_536_000
+        return [f"SET SESSION innodb_lock_wait_timeout = {seconds}"]
 
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         # No RETURNING; INSERT IGNORE's row count is exact here.
