@@ -46,29 +46,40 @@ def server(sqlite_server: ServerProcess) -> ServerProcess:
     return sqlite_server
 
 
-@pytest.mark.parametrize(("error", "status"), [("oom", "infeasible"), ("bug", "dispatched")])
-def test_a_rank_that_exits_out_of_memory_marks_the_trial_infeasible(
-    server: ServerProcess, error: str, status: str
-) -> None:
-    """Rank 0 holds the trial; rank 1's process ends with out of memory, which rank 0 never
-    hears of: rank 1's exit marks the trial infeasible. Any other error is left to rank 0."""
+def _rank_zero(server: ServerProcess, prefix: str) -> BatchSizeOptimizer:
+    """Rank 0's run of a new job, with its trial."""
     job = JobSpec(
-        job_id_prefix=unique_id("apart").replace("-", ""),
+        job_id_prefix=unique_id(prefix).replace("-", ""),
         batch_sizes=[16, 32],
         default_batch_size=32,
         target_metric=0.5,
         max_epochs=2,
     )
     bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100))
-    size = bso.get_batch_size()
+    bso.get_batch_size()
+    return bso
+
+
+def _rank_one(url: str, bso: BatchSizeOptimizer, *args: str) -> subprocess.CompletedProcess[str]:
+    """Rank 1's process (`RANK_ONE`) on ``bso``'s trial through the server at ``url``."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    ended = subprocess.run(
-        [sys.executable, "-c", RANK_ONE, server.url, bso.job_id, str(size), error],
+    return subprocess.run(
+        [sys.executable, "-c", RANK_ONE, url, bso.job_id, str(bso.batch_size), *args],
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize(("error", "status"), [("oom", "infeasible"), ("bug", "dispatched")])
+def test_a_rank_that_exits_out_of_memory_marks_the_trial_infeasible(
+    server: ServerProcess, error: str, status: str
+) -> None:
+    """Rank 0 holds the trial; rank 1's process ends with out of memory, which rank 0 never
+    hears of: rank 1's exit marks the trial infeasible. Any other error is left to rank 0."""
+    bso = _rank_zero(server, "apart")
+    ended = _rank_one(server.url, bso, error)
     assert ended.returncode == 1, ended.stderr
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(bso.job_id)["trials"]
@@ -85,27 +96,12 @@ def test_a_rank_that_ran_out_waits_on_a_hung_server_at_most_its_patience(
     (1 s here): the run's other processes wait for it before they start the next attempt
     together (`zeus_bso.until_converged`), and a server that hung held it for the client's
     30 s timeout."""
-    job = JobSpec(
-        job_id_prefix=unique_id("aparthung").replace("-", ""),
-        batch_sizes=[16, 32],
-        default_batch_size=32,
-        target_metric=0.5,
-        max_epochs=2,
-    )
-    bso = BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(100))
-    size = bso.get_batch_size()
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    bso = _rank_zero(server, "aparthung")
     proxy = ReverseProxy(server.url, down_on="/api/trials/infeasible")
     proxy.delay = 60.0
     try:
         started = time.monotonic()
-        ended = subprocess.run(
-            [sys.executable, "-c", RANK_ONE, proxy.url, bso.job_id, str(size), "oom", "1.0"],
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        ended = _rank_one(proxy.url, bso, "oom", "1.0")
         took = time.monotonic() - started
     finally:
         proxy.close()
