@@ -2,7 +2,8 @@
 
 A thin, typed layer: it sends the wire models of `zeus_bso.spec`, parses the answers, and turns
 transport failures and error statuses into `zeus_bso.errors` exceptions. Measuring energy,
-heartbeats and retries belong to the layers built on it.
+heartbeats and retries belong to the layers built on it. The routes that read and administer
+jobs are `zeus_bso.client.read_api.ReadApi`'s, which it has too.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_random_exponential
 
 from zeus_bso.client.proxy import through_proxy
+from zeus_bso.client.read_api import ReadApi, read_answer
 from zeus_bso.client.server_away import NOT_TAKEN_NOW
 from zeus_bso.client.tls import (
     certificate_problem,
@@ -36,7 +36,6 @@ from zeus_bso.errors import (
     ServerCertificateError,
     ServerConnectionError,
     ServerRejectedError,
-    UnexpectedAnswerError,
     ZeusBSOError,
 )
 from zeus_bso.options import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, shown_url
@@ -57,7 +56,7 @@ from zeus_bso.spec import (
 )
 
 if TYPE_CHECKING:  # the read models load with the first read, not with every training script
-    from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, TrialView
+    from zeus_bso.wire.reads import TrialView
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_SECONDS = 30.0
@@ -127,7 +126,7 @@ def sendable_token(token: str | None) -> str | None:
     return token or None
 
 
-class ServerClient:
+class ServerClient(ReadApi):
     """Talks to one zeus-bso (or upstream Zeus BSO) server over one keep-alive HTTP session."""
 
     def __init__(
@@ -433,153 +432,5 @@ class ServerClient:
         from zeus_bso.wire.reads import TrialView
 
         answer = self._request("POST", path, json=body, params=params, patience=patience).json()
-        trial: TrialView = _read(TrialView, answer, f"POST {path}")
+        trial: TrialView = read_answer(TrialView, answer, f"POST {path}")
         return trial
-
-    def delete_job(self, job_id: str) -> None:
-        """Delete a job and its history."""
-        self._request("DELETE", "/jobs", params={"job_id": job_id})
-
-    def list_jobs(
-        self,
-        prefix: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        not_learning: bool = False,
-    ) -> list[JobSummary]:
-        """Registered jobs ordered by id (``GET /api/jobs``), a page at a time; with
-        ``not_learning``, only those that learn nothing now (`JobSummary.not_learning`)."""
-        return self.jobs_page(prefix, limit, offset, not_learning)[0]
-
-    def jobs_page(
-        self,
-        prefix: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        not_learning: bool = False,
-    ) -> tuple[list[JobSummary], list[str]]:
-        """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
-        read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
-        from zeus_bso.wire.reads import JobSummary
-
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if prefix:
-            params["prefix"] = prefix
-        if not_learning:
-            params["not_learning"] = "true"
-        response = self._request("GET", "/api/jobs", params=params)
-        unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
-        jobs: list[JobSummary] = _read(list[JobSummary], response.json(), "GET /api/jobs")
-        if not_learning:  # a server that predates the filter lists every job
-            jobs = [job for job in jobs if job.not_learning]
-        return jobs, [i for i in unreadable.split(",") if i]
-
-    def summary(self, prefix: str | None = None) -> FleetSummary:
-        """Every job's spending and savings together, or those of the jobs whose id starts with
-        ``prefix`` (``GET /api/summary``)."""
-        from zeus_bso.wire.reads import FleetSummary
-
-        params = {"prefix": prefix} if prefix else {}
-        answer = self._request("GET", "/api/summary", params=params).json()
-        summary: FleetSummary = _read(FleetSummary, answer, "GET /api/summary")
-        return summary
-
-    def trials(self, job_id: str) -> list[TrialView]:
-        """Every trial of a job, oldest first (``GET /api/jobs/{job_id}``, page by page).
-
-        Raises:
-            UnexpectedAnswerError: a page is not a job's view (another version's server).
-        """
-        found: list[TrialView] = []
-        before: int | None = None
-        while True:
-            page = self._job_page(job_id, 1000, before).trials
-            found.extend(page)
-            if len(page) < 1000:
-                return sorted(found, key=lambda trial: trial.trial_number)
-            before = min(trial.trial_number for trial in page)
-
-    def pin(self, job_id: str, batch_size: int | None = None) -> int:
-        """Pin the job to ``batch_size`` (None: the one recommended now); returns it."""
-        path = f"/api/jobs/{quote(job_id, safe='')}/pin"
-        response = self._request("PUT", path, json={"batch_size": batch_size})
-        return int(response.json()["batch_size"])
-
-    def unpin(self, job_id: str) -> None:
-        """Unpin the job: the optimizer chooses its runs' batch sizes again."""
-        self._request("DELETE", f"/api/jobs/{quote(job_id, safe='')}/pin")
-
-    def forget_power_profiles(
-        self, job_id: str, profile: str | None = None, batch_size: int | None = None
-    ) -> list[dict[str, Any]]:
-        """Forget the job's power profiles on ``profile`` of ``batch_size`` (None: every one);
-        the next run at each of those sizes on those GPUs profiles again. Returns those
-        forgotten (``profile``, ``batch_size``)."""
-        path = f"/api/jobs/{quote(job_id, safe='')}/power_profiles"
-        params = {"profile": profile, "batch_size": batch_size}
-        response = self._request(
-            "DELETE", path, params={k: v for k, v in params.items() if v is not None}
-        )
-        return list(response.json()["forgotten"])
-
-    def forget_memory_caps(self, job_id: str, profile: str | None = None) -> dict[str, int]:
-        """Forget the job's memory cap on ``profile`` (None: every one): runs there get every
-        batch size again. Returns the caps forgotten, by hardware profile."""
-        path = f"/api/jobs/{quote(job_id, safe='')}/memory_caps"
-        params = {"profile": profile} if profile is not None else {}
-        response = self._request("DELETE", path, params=params)
-        return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
-
-    def job(self, job_id: str, limit: int = 50, patience: float | None = None) -> JobView:
-        """Everything the server knows of a job, with its latest ``limit`` trials (zeus-bso
-        servers only; ``patience``: the most seconds to wait, where less than the client's own).
-
-        Raises:
-            UnexpectedAnswerError: the answer is not a job's view (another version's server).
-        """
-        return self._job_page(job_id, limit, patience=patience)
-
-    def job_state(self, job_id: str, limit: int = 50) -> dict[str, Any]:
-        """`job`'s answer as the server sent it, unread: JSON for a tool that passes it on."""
-        return dict(self._job_answer(job_id, {"limit": limit}))
-
-    def _job_answer(
-        self, job_id: str, params: dict[str, Any], patience: float | None = None
-    ) -> Any:
-        path = f"/api/jobs/{quote(job_id, safe='')}"
-        return self._request("GET", path, params=params, patience=patience).json()
-
-    def _job_page(
-        self, job_id: str, limit: int, before: int | None = None, patience: float | None = None
-    ) -> JobView:
-        """A job's view with its ``limit`` trials before trial ``before`` (None: the latest)."""
-        from zeus_bso.wire.reads import JobView
-
-        params: dict[str, Any] = {"limit": limit}
-        if before is not None:
-            params["before"] = before
-        answer = self._job_answer(job_id, params, patience)
-        view: JobView = _read(JobView, answer, f"GET /api/jobs/{job_id}")
-        return view
-
-
-def _read(model: Any, answer: Any, request: str) -> Any:
-    """``answer`` read as ``model`` (a read route's, `zeus_bso.wire.reads`, or a list of one).
-
-    Raises:
-        UnexpectedAnswerError: it is not one (another version's server, or not a zeus-bso one).
-    """
-    try:
-        return _adapter(model).validate_python(answer)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the answer"
-        raise UnexpectedAnswerError(
-            f"{request} answered what this client does not read ({where}: {first['msg']}): "
-            "is the server a zeus-bso server of this version? Upgrade the older of the two"
-        ) from None
-
-
-@functools.cache
-def _adapter(model: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(model)
