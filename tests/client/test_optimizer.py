@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import subprocess
 import sys
 import threading
@@ -319,6 +321,40 @@ def test_unreachable_server_at_start_is_a_clear_error_when_asked_to_raise() -> N
     with pytest.raises(ServerConnectionError, match="cannot reach the batch size optimizer"):
         bso.get_batch_size()
     bso.abort()
+
+
+def test_a_server_whose_host_drops_connections_is_given_up_on_at_the_connect_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's host that is down, or a network that drops its packets, answers a connection
+    with nothing: the run gives up on it at `CONNECT_TIMEOUT` (1 s here), not the client's 30 s
+    timeout, and trains at the default without the server. Its stand-in here: a listening
+    socket whose backlog is full, whose next connection hangs as a dropped one does."""
+    from zeus_bso.client import http
+
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(http, "CONNECT_TIMEOUT", 1.0)
+    with socket.socket() as dropping:
+        dropping.bind(("127.0.0.1", 0))
+        dropping.listen(0)
+        port = dropping.getsockname()[1]
+        queued = [socket.socket() for _ in range(3)]
+        for held in queued:
+            held.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                held.connect(("127.0.0.1", port))
+        try:
+            job = spec("blackholed")
+            bso = BatchSizeOptimizer(f"http://127.0.0.1:{port}", job, EstimateMeter(100))
+            started = time.monotonic()
+            assert bso.get_batch_size() == job.default_batch_size
+            waited = time.monotonic() - started
+            assert bso.offline
+            bso.abort()
+        finally:
+            for held in queued:
+                held.close()
+    assert waited < 10.0  # the 30 s timeout before
 
 
 def test_a_server_urls_password_is_never_printed(

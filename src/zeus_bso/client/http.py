@@ -59,6 +59,11 @@ if TYPE_CHECKING:  # the read models load with the first read, not with every tr
     from zeus_bso.wire.reads import TrialView
 
 DEFAULT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+"""The most seconds a connection to the server may take to open (within `DEFAULT_TIMEOUT`, or
+the client's own): one opens in milliseconds, so one that has not in 10 s will not (the
+server's host is down, or a network drops its packets), and a run starts without the server
+that much sooner."""
 DEFAULT_RETRY_SECONDS = 30.0
 """How long a request answered 503 (server busy, nothing written), or a proxy's 429 or 408, is
 retried (`NOT_TAKEN_NOW`)."""
@@ -164,7 +169,7 @@ class ServerClient(ReadApi):
         self._connect: Callable[[], httpx.Client] = functools.partial(
             httpx.Client,
             base_url=self.server_url,
-            timeout=timeout,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
             headers=headers,
             transport=transport,
             verify=trusted_context(ca_bundle) if secure else plain_http_context(),
@@ -212,7 +217,8 @@ class ServerClient(ReadApi):
         retry_seconds = self.retry_seconds
         if patience is not None:  # each wait, and the retries together, no longer than that
             retry_seconds = min(retry_seconds, patience)
-            kwargs["timeout"] = min(patience, self.timeout)
+            waits = min(patience, self.timeout)
+            kwargs["timeout"] = httpx.Timeout(waits, connect=min(waits, CONNECT_TIMEOUT))
         # A zeus-bso server answers 503 only when it wrote nothing (database busy or away), and a
         # proxy's 408 and 429 say that the request did not reach it, so every request may be
         # repeated then, with backoff, for a bounded time.
