@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -267,6 +268,41 @@ def test_a_job_row_a_stalled_process_holds_answers_503_after_the_lock_timeout(
     finally:
         engine.dispose()
         server.stop()
+
+
+def test_a_postgresql_host_that_drops_connections_answers_503_at_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A database host that is down, or a network that drops its packets, answers a new
+    connection with nothing: the server gives up on it at `CONNECT_TIMEOUT_S` (1 s here) and
+    answers 503, where libpq waited as long as the operating system does (two minutes on Linux)
+    while the request waited. Its stand-in: a listening socket whose backlog is full."""
+    from zeus_bso_server.errors import DatabaseUnavailableError
+    from zeus_bso_server.store import dialects
+    from zeus_bso_server.store.database import Database
+
+    needs_driver("postgresql")
+    monkeypatch.setattr(dialects, "CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as dropping:
+        dropping.bind(("127.0.0.1", 0))
+        dropping.listen(0)
+        port = dropping.getsockname()[1]
+        queued = [socket.socket() for _ in range(3)]
+        for held in queued:
+            held.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                held.connect(("127.0.0.1", port))
+        db = Database(to_engine_url(f"postgresql://zeus:secret@127.0.0.1:{port}/bso"))
+        started = time.monotonic()
+        try:
+            with pytest.raises(DatabaseUnavailableError, match="nothing was written"):
+                db.run(lambda conn: conn.execute(text("SELECT 1")), write=True)
+        finally:
+            waited = time.monotonic() - started
+            db.dispose()
+            for held in queued:
+                held.close()
+    assert waited < 10.0
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])

@@ -39,6 +39,11 @@ LOCK_TIMEOUT_MS = 10_000
 job's row, which a request of another server process holds) before it fails, and its request
 answers 503 with nothing written (the `lock_timeout_ms` setting's default): well within the
 client's 30 s timeout, so that it hears the 503 and retries."""
+CONNECT_TIMEOUT_S = 10
+"""The most seconds a new PostgreSQL connection may take to open (a URL's own
+``connect_timeout`` wins): libpq's default is to wait as long as the operating system does, two
+minutes on Linux, while a request waits for it, when the database's host is down or a network
+drops its packets. MySQL's driver waits 10 s by default."""
 IDLE_IN_TRANSACTION_MS = 60_000
 """How long a PostgreSQL session of the server may sit idle inside a transaction before the
 database ends it, releasing its locks: a request's transaction takes milliseconds, so one idle
@@ -222,6 +227,12 @@ def _locked(error: BaseException) -> bool:
 
 class _PostgreSQL(Dialect):
     now_sql = "extract(epoch from clock_timestamp())"
+
+    def url(self, url: URL) -> URL:
+        url = super().url(url)
+        if "connect_timeout" not in url.query:
+            url = url.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+        return url
 
     def session_settings(self, lock_timeout_ms: int) -> list[str]:
         return [
