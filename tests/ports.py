@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 SOCKET_PATH_MAX = 107
@@ -16,6 +18,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def dropping_port() -> Iterator[int]:
+    """A loopback port whose connections hang unopened, as those to a host that is down, or
+    across a network that drops packets, do: a listening socket whose backlog is full."""
+    with socket.socket() as dropping:
+        dropping.bind(("127.0.0.1", 0))
+        dropping.listen(0)
+        port = int(dropping.getsockname()[1])
+        queued = [socket.socket() for _ in range(3)]
+        try:
+            for held in queued:
+                held.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    held.connect(("127.0.0.1", port))
+            yield port
+        finally:
+            for held in queued:
+                held.close()
 
 
 CHROMIUM_SOCKET = len("org.chromium.Chromium.XXXXXX/SingletonSocket")

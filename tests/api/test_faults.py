@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from tests.helpers import (
     unique_id,
 )
 from tests.mariadb import MariaDBServer
+from tests.ports import dropping_port
 from tests.postgres import PostgresServer
 from tests.proxy import ReverseProxy
 from zeus_bso import BatchSizeOptimizer, JobSpec
@@ -283,15 +283,7 @@ def test_a_postgresql_host_that_drops_connections_answers_503_at_the_connect_tim
 
     needs_driver("postgresql")
     monkeypatch.setattr(dialects, "CONNECT_TIMEOUT_S", 1)
-    with socket.socket() as dropping:
-        dropping.bind(("127.0.0.1", 0))
-        dropping.listen(0)
-        port = dropping.getsockname()[1]
-        queued = [socket.socket() for _ in range(3)]
-        for held in queued:
-            held.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                held.connect(("127.0.0.1", port))
+    with dropping_port() as port:
         db = Database(to_engine_url(f"postgresql://zeus:secret@127.0.0.1:{port}/bso"))
         started = time.monotonic()
         try:
@@ -300,8 +292,6 @@ def test_a_postgresql_host_that_drops_connections_answers_503_at_the_connect_tim
         finally:
             waited = time.monotonic() - started
             db.dispose()
-            for held in queued:
-                held.close()
     assert waited < 10.0
 
 

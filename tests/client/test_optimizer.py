@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +23,7 @@ from tests.helpers import (
     sqlite_url,
     unique_id,
 )
+from tests.ports import dropping_port
 from tests.preloaded_python import preloaded
 from zeus_bso import BatchSizeOptimizer, JobSpec, OperationOrderError, ServerConnectionError
 from zeus_bso.client import ServerClient, fallback, stable_job_id
@@ -334,26 +333,14 @@ def test_a_server_whose_host_drops_connections_is_given_up_on_at_the_connect_tim
 
     monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(http, "CONNECT_TIMEOUT", 1.0)
-    with socket.socket() as dropping:
-        dropping.bind(("127.0.0.1", 0))
-        dropping.listen(0)
-        port = dropping.getsockname()[1]
-        queued = [socket.socket() for _ in range(3)]
-        for held in queued:
-            held.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                held.connect(("127.0.0.1", port))
-        try:
-            job = spec("blackholed")
-            bso = BatchSizeOptimizer(f"http://127.0.0.1:{port}", job, EstimateMeter(100))
-            started = time.monotonic()
-            assert bso.get_batch_size() == job.default_batch_size
-            waited = time.monotonic() - started
-            assert bso.offline
-            bso.abort()
-        finally:
-            for held in queued:
-                held.close()
+    with dropping_port() as port:
+        job = spec("blackholed")
+        bso = BatchSizeOptimizer(f"http://127.0.0.1:{port}", job, EstimateMeter(100))
+        started = time.monotonic()
+        assert bso.get_batch_size() == job.default_batch_size
+        waited = time.monotonic() - started
+        assert bso.offline
+        bso.abort()
     assert waited < 10.0  # the 30 s timeout before
 
 
