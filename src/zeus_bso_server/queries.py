@@ -23,6 +23,7 @@ from zeus_bso.policy.priors import standing
 from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.spec import CreatedJob, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
+from zeus_bso_server.mixed_models import mixed_models
 from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
@@ -36,6 +37,7 @@ from zeus_bso_server.read_models import (
     SeededFrom,
     SettingDifference,
     SiblingJob,
+    TrainedModel,
     TrialView,
 )
 from zeus_bso_server.store import repository as repo
@@ -57,6 +59,7 @@ def trial_view(stored: StoredTrial) -> TrialView:
     return TrialView(
         **asdict(trial) | {"curve": list(trial.curve) if stored.curve_kept else None},
         job_id=stored.job_id,
+        model_parameters=stored.model_parameters,
         created_at=stored.created_at,
         updated_at=stored.updated_at,
         lease_expires_at=stored.lease_expires_at,
@@ -384,6 +387,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     read, upcoming = _looking_ahead(store, config, job)
     state, history = decision_view(store, config, job.state, read)
     spent = repo.spent(conn, [job_id])
+    models = repo.models_of(conn, job_id)
     savings, savings_unknown = _savings_and_why(config, spent)
     trials_by_status: Counter[str] = Counter()
     for group in spent:
@@ -404,6 +408,8 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         seeded_from=_seeded_from(config, job.state, read.inputs.explorations),
         horizon=_horizon_view(config, stats, job.state.prior),
         not_learning=not_learning(repo.newest_endings(conn, [job_id], NEWEST_SEEN)[job_id]),
+        models=[TrainedModel(**asdict(m)) for m in models],
+        mixed_models=mixed_models(job_id, models),
         arms=list(state.arms) if state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,

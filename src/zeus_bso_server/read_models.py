@@ -20,6 +20,7 @@ from zeus_bso.wire.reads import (
     SeededFrom,
     SettingDifference,
     SiblingJob,
+    TrainedModel,
     TrialView,
 )
 
@@ -41,5 +42,6 @@ __all__ = [
     "SeededFrom",
     "SettingDifference",
     "SiblingJob",
+    "TrainedModel",
     "TrialView",
 ]

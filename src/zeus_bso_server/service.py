@@ -38,6 +38,7 @@ from zeus_bso_server.errors import (
     PinError,
     TrialNotFoundError,
 )
+from zeus_bso_server.mixed_models import model_changed
 from zeus_bso_server.observability import Metrics
 from zeus_bso_server.power_profiles import forget_profiles, store_profile, with_power
 from zeus_bso_server.registration import Registered, register, registered, stored_trial
@@ -329,6 +330,13 @@ class BatchSizeService:
             if stored.run_key is None:
                 raise
             raise ReportMismatchError(f"{err}. {_shared_run_key(stored.run_key)}") from err
+        if (parameters := result.model_parameters) is not None and repo.note_model(
+            conn, result.job_id, result.trial_number, parameters
+        ):
+            models = repo.models_of(conn, result.job_id)
+            if notice := model_changed(result.job_id, result.trial_number, parameters, models):
+                logger.warning("job %s: %s", result.job_id, notice)
+                return step.answer.model_copy(update={"notice": notice}), step.final
         return step.answer, step.final
 
     async def end_trial(self, trial_id: TrialId, why: str | None = None) -> None:

@@ -789,6 +789,23 @@ def test_a_run_stopped_below_the_target_is_said_to_show_the_cost_counted(
     assert "stopped below the target" not in cli(server, "trials", job_id, "--format", "csv").stdout
 
 
+def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: ServerProcess) -> None:
+    job_id = unique_id("climodels")
+    job_with_trials(server, job_id, runs=1)  # said no size (upstream's client)
+    assert "models:" not in cli(server, "show", job_id).stdout
+    with ServerClient(server.url, token=TOKEN) as client:
+        for parameters in (1_000, 2_000):
+            trial = client.dispatch(job_id).trial
+            first = {"time": 10.0, "energy": 900.0, "metric": 0.6, "current_epoch": 1}
+            client.report(
+                TrainingResult(**trial.model_dump(), **first, model_parameters=parameters)
+            )
+            client.end_trial(trial)
+    shown = " ".join(cli(server, "show", job_id).stdout.split())
+    assert "models: its runs trained models of 2 sizes (1,000 parameters in trial 2; 2,000" in shown
+    assert f"prior_from='{job_id}'" in shown
+
+
 def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:
     """Hours and kilowatt-hours (a multi-GPU fine-tune) made the 80-column table fold its
     cells ("explorat/ion", "29.71/kWh") onto two lines a trial; now a column is left out."""

@@ -144,6 +144,45 @@ def test_a_loop_that_validates_every_few_steps_is_told_where_it_gives_the_epochs
     assert bso.current_epoch == 5  # the job's max_epochs, counted in reports
 
 
+def test_a_loop_whose_model_changed_under_its_job_is_told_once_a_run(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's loop shape, its model made wider between recurrences while the job's settings
+    stay (the same job): the runs' reports say the parameters their optimizers train, and the
+    first run of the wider model is told that the job's costs now mix two models, with what to
+    do; the server keeps each trial's count."""
+    torch = pytest.importorskip("torch", reason="torch.optim's steps are counted")
+    job = spec(unique_id("wider").replace("-", ""), beta_knob=None, prune_cost_ratio=None)
+    numbers = []
+    for width in (4, 4, 16):
+        caplog.clear()
+        with BatchSizeOptimizer(server.url, job, energy_meter=EstimateMeter(200)) as bso:
+            model = torch.nn.Sequential(torch.nn.Linear(2, width), torch.nn.Linear(width, 2))
+            # Two optimizers (a GAN's, a head's): each parameter is counted once.
+            optimizers = [
+                torch.optim.SGD(model.parameters(), lr=0.1),
+                torch.optim.SGD(model[1].parameters(), lr=0.1),
+            ]
+            size = bso.get_batch_size()
+            bso.on_train_begin()
+            for epoch in range(1, 6):
+                for optimizer in optimizers:
+                    optimizer.zero_grad()
+                    model(torch.ones(size, 2)).sum().backward()
+                    optimizer.step()
+                if bso.on_evaluate(0.3 + 0.2 * epoch).stop_train:
+                    break
+            numbers.append(bso.trial_number)
+        changed = [r for r in caplog.records if "trains a model of" in r.getMessage()]
+        assert len(changed) == (1 if width == 16 else 0)
+    said = changed[0].getMessage()
+    assert said.startswith(f"zeus-bso: trial {numbers[2]} of job {bso.job_id} trains a model of 82")
+    assert f"(22 parameters in trials {numbers[0]}-{numbers[1]})" in said
+    with ServerClient(server.url) as client:
+        kept = {t.trial_number: t.model_parameters for t in client.trials(bso.job_id)}
+    assert [kept[n] for n in numbers] == [22, 22, 82]
+
+
 @pytest.mark.parametrize(("size", "reference", "apart"), [(32, 32, 4), (32, 16, 2), (32, 64, 8)])
 def test_a_loop_reporting_every_steps_for_n_steps_reports_the_same_samples_apart(
     server: ServerProcess, caplog: pytest.LogCaptureFixture, size: int, reference: int, apart: int

@@ -239,6 +239,9 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     trials = sorted(state["trials"], key=lambda t: t["trial_number"])
     assert [t["batch_size"] for t in trials] == chosen
     assert all(t["status"] == "reported" for t in trials)
+    # Each run's reports said the parameters the Trainer's optimizer trains: the whole model.
+    parameters = sum(p.numel() for p in tiny_bert().parameters())
+    assert [t["model_parameters"] for t in trials] == [parameters] * 3
     stopped_early = [t for t in trials if t["converged"] and t["epochs"] < 6]
     assert stopped_early, trials  # the server's stop ended training before num_train_epochs
     # One logged cost per report, the last the server's stored cost of the trial.

@@ -527,6 +527,30 @@ def test_a_fit_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
     assert second.status == "reported"
 
 
+def test_a_fit_of_a_larger_model_under_the_same_job_is_told_the_job_mixes_models(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The script's module grew a hidden layer while its job's settings stayed: the fit
+    trains the job's batch size on another model, whose costs are not the first's. Its first
+    report's answer says so, with what to do, and the job's view keeps both models."""
+    spec = job(unique_id("grown"), target=0.99, max_epochs=2)
+    options = {"max_epochs": 2, **quiet_trainer_options(tmp_path)}
+    pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(TinyClassifier())
+    assert "trains a model of" not in caplog.text
+    grown = TinyClassifier()
+    grown.layer = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+    )
+    pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(grown)
+    assert "trains a model of 178 parameters" in caplog.text
+    assert "(18 parameters in trial 1)" in caplog.text
+    with ServerClient(server.url) as client:
+        view = client.job(spec.job_id or "")
+    assert [(m.parameters, m.trials) for m in view.models] == [(18, 1), (178, 1)]
+    assert view.mixed_models is not None
+    assert "prior_from=" in view.mixed_models
+
+
 @pytest.mark.parametrize("monitor", ["val_loss", "val/loss", "loss"])
 def test_a_loss_monitored_as_higher_is_better_is_refused_unless_the_job_says_so(
     monitor: str,

@@ -77,3 +77,17 @@ def test_an_optimizer_of_sharded_parameters_is_not_judged() -> None:
     trained_models.remember(optimizer, run("job-a", 1))
     model.weight._fsdp_flattened = True  # type: ignore[attr-defined]
     assert trained_models.trained_here(optimizer, run("job-a", 2)) is None
+
+
+def test_the_parameters_a_run_trains_are_its_optimizers_each_counted_once() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))  # 72 + 18
+    whole = torch.optim.SGD(model.parameters(), lr=0.1)
+    head = torch.optim.AdamW(model[1].parameters())
+    assert trained_models.trained_parameters([whole]) == 90
+    assert trained_models.trained_parameters([whole, head]) == 90
+    assert trained_models.trained_parameters([head]) == 18
+    assert trained_models.trained_parameters([]) is None
+    lazy = torch.nn.LazyLinear(4)  # not made until its first forward
+    assert trained_models.trained_parameters([torch.optim.SGD(lazy.parameters(), lr=0.1)]) is None
+    model[0].weight._fsdp_flattened = True  # type: ignore[attr-defined]
+    assert trained_models.trained_parameters([whole]) is None  # each process holds a part

@@ -89,6 +89,8 @@ def print_job(console: Console, state: JobView) -> None:
         console.print(f"next run: {escape(first + ': ' if first else '')}{escape(upcoming.why)}")
     if state.not_learning:
         console.print(f"[bold]not learning[/bold]: {escape(state.not_learning)}")
+    if state.mixed_models:
+        console.print(f"[bold]models[/bold]: {escape(state.mixed_models)}")
     if savings is not None:
         more = savings.cost < 0
         console.print(

@@ -101,6 +101,8 @@ class ServerRun(ServerRunEndings):
         self._stopped_why: str | None = None
         """Why the run stopped below its target where no server said so (`diverged`)."""
         self._script_to_change = False
+        self.model_parameters: int | None = None
+        """The parameters the run trains, which its reports say (None: not counted)."""
         self.shared_gpus: tuple[str, ...] = ()
         """The run's GPUs others computed on, as the session found them (for the outcome)."""
         self._thread = threading.get_ident()
@@ -329,6 +331,7 @@ class ServerRun(ServerRunEndings):
             metric=metric,
             current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
+            model_parameters=self.model_parameters,
         )
         started = time.monotonic()
         try:
@@ -340,6 +343,8 @@ class ServerRun(ServerRunEndings):
             return self._judged_here(trial.batch_size, metric, epoch)
         finally:
             self.waited = time.monotonic() - started
+        if answer.notice:
+            logger.warning("zeus-bso: %s", answer.notice)
         if self.link.pending is None or answer.stop_train:
             return answer
         # Kept for later (the server is away, or refuses the run's token): the target and

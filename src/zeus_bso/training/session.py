@@ -57,7 +57,7 @@ from zeus_bso.training.shared_trial import (
     saved_lr_factor,
     shared_trial,
 )
-from zeus_bso.training.trained_models import remember, trained_here
+from zeus_bso.training.trained_models import remember, trained_here, trained_parameters
 from zeus_bso.training.trial_file import Resume, saved_trial
 
 logger = logging.getLogger(__name__)
@@ -543,6 +543,8 @@ class TrialSession(SessionEndings):
                 raise ConfigurationError(refused)
             first.untrained(reported)
             first.part_of_an_epoch(reported, epoch, steps, self._job.max_epochs)
+            if server.model_parameters is None:
+                server.model_parameters = trained_parameters(first.steps.optimizers)
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -96,6 +97,24 @@ def _fingerprint(weights: list[Any]) -> float | None:
             )
     except (RuntimeError, ValueError, NotImplementedError):
         return None
+
+
+def trained_parameters(optimizers: Iterable[Any]) -> int | None:
+    """The number of parameters ``optimizers`` train, each counted once: the size of the run's
+    model, which its reports say (the server says when a job's runs trained models of other
+    sizes). None: no optimizer, or parameters not to be counted (a model sharded across
+    processes, lazy parameters not yet made)."""
+    each: dict[int, Any] = {}
+    for optimizer in optimizers:
+        weights = _weights(optimizer)
+        if weights is None:
+            return None
+        each.update((id(p), p) for p in weights)
+    try:
+        count = sum(int(p.numel()) for p in each.values())
+    except (RuntimeError, ValueError, NotImplementedError):
+        return None
+    return count or None
 
 
 def remember(model: Any, run: Run) -> None:

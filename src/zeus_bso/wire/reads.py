@@ -119,6 +119,16 @@ _CURVE_POINT = {
 3.1 refuses, so that it stops testing (its issues #3842 and #4099)."""
 
 
+class TrainedModel(BaseModel):
+    """A model a job's runs trained, known by its number of parameters."""
+
+    parameters: int
+    trials: int
+    """The job's trials whose runs trained it."""
+    first_trial: int
+    last_trial: int
+
+
 class TrialView(BaseModel):
     """One trial."""
 
@@ -145,6 +155,8 @@ class TrialView(BaseModel):
     must_deliver: bool = False
     """Whether its run had to deliver a model (the last attempt of a recurrence): judged by the
     target and max_epochs alone."""
+    model_parameters: int | None = None
+    """The parameters its run trained, as its reports said (null: not said)."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None
@@ -295,6 +307,12 @@ class JobView(BaseModel):
     """Why the job learns nothing now, in words: its newest ended runs were released one after
     another (none counted against its batch size), with what the latest said (null: it
     learns)."""
+    models: list[TrainedModel] = []
+    """The models its runs trained, by their number of parameters, the first trained first
+    (runs that did not say theirs are left out)."""
+    mixed_models: str | None = None
+    """Why the job's costs mix models, in words, and what to do: its runs trained models of
+    other sizes (null: one model, or runs that did not say)."""
     arms: list[int] | None
     """The bandit's arms (bandit stage; where pruning has just ended, the ones its next run
     draws from, which that run's dispatch sets)."""

@@ -13,6 +13,7 @@ from pydantic import (
 
 from zeus_bso.wire.values import (
     MAX_ENERGY_J,
+    MAX_MODEL_PARAMETERS,
     MAX_POWER_W,
     MAX_TIME_S,
     FiniteFloat,
@@ -171,6 +172,11 @@ class TrainingResult(TrialId):
     message: Annotated[str, Field(max_length=MAX_ENDING_LENGTH), Printable] | None = None
     """An extension, with ``final``: why the run stopped of its own accord (``EarlyStopping
     ended it``, training diverged), which the server keeps in the trial's message."""
+    model_parameters: Annotated[int, Field(gt=0, le=MAX_MODEL_PARAMETERS)] | None = None
+    """An extension: the number of parameters the run trains (its optimizers', each counted
+    once), which the trial keeps: a job whose runs trained models of other sizes says so (the
+    answer's ``notice``, the job's view). Absent: not said (a model sharded across processes,
+    whose parameters each process holds a part of)."""
     diverged: bool | None = None
     """An extension: the run's training diverged (its metric was not a number) and it stops
     after this report, as a ``final`` one does (not converged at its batch size); ``metric``,
@@ -294,3 +300,6 @@ class ReportResponse(WireModel):
     """Why the run stops (``null`` while it goes on, and from servers that predate it)."""
     why: str | None = None
     """The reason in words, with rounded figures, for a person (an addition, as ``reason``)."""
+    notice: str | None = None
+    """Something the run's user should know that changes nothing of the answer, in words (an
+    addition, as ``reason``): the job's other runs trained models of other sizes."""

@@ -33,6 +33,8 @@ MAX_TIME_S = 1e9
 """Most cumulative ``time`` a report may carry: about 31 years."""
 MAX_ENERGY_J = 1e15
 """Most cumulative ``energy`` a report may carry: 1 PJ, about 280 GWh."""
+MAX_MODEL_PARAMETERS = 10**15
+"""Most ``model_parameters`` a report may carry: a thousand times the largest models trained."""
 
 INT32_MAX = 2**31 - 1
 """The largest integer a job field takes (a 32-bit signed integer, as every database stores)."""

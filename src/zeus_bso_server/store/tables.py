@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Double,
     Float,
@@ -126,6 +127,10 @@ class TrialRow(Base):
     """Whether its run must deliver a model (no stop on its cost); NULL: no (before 0013)."""
     resumed_at_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """The epochs its run had reported when it last resumed; NULL: it never resumed (0015)."""
+    model_parameters: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """The parameters its run trained, as its first report that said them counted them (their
+    number is the model's size: a job whose runs trained other sizes mixes models); NULL: not
+    said (upstream Zeus's clients, a sharded model, trials from before 0016)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

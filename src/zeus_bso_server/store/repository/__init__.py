@@ -9,6 +9,7 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 - `jobs`: a job's row (register, read and lock it, list, profiles, memory caps, pin, delete);
 - `trials`: a job's trials (dispatch, report, renew, release, fail, end, and what the policy
   reads of them);
+- `models`: the models a job's runs trained, by their number of parameters;
 - `power_profiles`: each batch size's measurements at each power limit;
 - `fleet`: what many jobs spent, the fleet's totals and savings, and the jobs that learn
   nothing now.
@@ -38,6 +39,7 @@ from zeus_bso_server.store.repository.jobs import (
     set_profiles,
     set_reference,
 )
+from zeus_bso_server.store.repository.models import ModelRuns, models_of, note_model
 from zeus_bso_server.store.repository.power_profiles import (
     StoredPowerProfile,
     delete_power_profiles,
@@ -75,6 +77,7 @@ from zeus_bso_server.store.repository.trials import (
 __all__ = [
     "Ending",
     "FleetTotals",
+    "ModelRuns",
     "Spent",
     "StoredJob",
     "StoredPowerProfile",
@@ -100,8 +103,10 @@ __all__ = [
     "lock_job_expiring_leases",
     "lock_job_row",
     "mark_failed",
+    "models_of",
     "move_trial",
     "newest_endings",
+    "note_model",
     "pin_job",
     "power_profile",
     "power_profiles_of",

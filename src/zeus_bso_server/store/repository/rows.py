@@ -86,6 +86,8 @@ class StoredTrial:
     lease_expires_at: float | None
     run_key: str | None = None
     """The name of the run that started it (``run_key``), if it gave one."""
+    model_parameters: int | None = None
+    """The parameters its run trained, as its reports said them (None: not said)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,7 @@ def stored_trial(row: Record) -> StoredTrial:
         updated_at=row.updated_at,
         lease_expires_at=row.lease_expires_at,
         run_key=row.run_key,
+        model_parameters=row.model_parameters,
     )
 
 

@@ -1,0 +1,59 @@
+"""SQL of the models a job's runs trained, each known by its number of parameters (a trial's
+``model_parameters``, from its run's reports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.engine import Connection
+
+from zeus_bso_server.store.repository.rows import trials
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRuns:
+    """The runs of a job that trained a model of one size."""
+
+    parameters: int
+    trials: int
+    first_trial: int
+    last_trial: int
+
+
+_NOTE = (
+    update(trials)
+    .where(
+        trials.c.job_id == bindparam("key_job_id"),
+        trials.c.trial_number == bindparam("key_number"),
+        trials.c.model_parameters.is_(None),
+    )
+    .values(model_parameters=bindparam("parameters"))
+)
+
+
+_MODELS = (
+    select(
+        trials.c.model_parameters,
+        func.count(),
+        func.min(trials.c.trial_number),
+        func.max(trials.c.trial_number),
+    )
+    .where(trials.c.job_id == bindparam("job_id"), trials.c.model_parameters.is_not(None))
+    .group_by(trials.c.model_parameters)
+    .order_by(func.min(trials.c.trial_number))
+)
+
+
+def note_model(conn: Connection, job_id: str, trial_number: int, parameters: int) -> bool:
+    """Keep the number of parameters a trial's run trained, where its row holds none yet.
+    Returns whether it was kept (the first report of the trial that said it)."""
+    params = {"key_job_id": job_id, "key_number": trial_number, "parameters": parameters}
+    return conn.execute(_NOTE, params).rowcount == 1
+
+
+def models_of(conn: Connection, job_id: str) -> list[ModelRuns]:
+    """The models the job's runs trained, by size, the first trained first (runs that did not
+    say theirs are left out)."""
+    rows = conn.execute(_MODELS, {"job_id": job_id})
+    return [ModelRuns(int(n), int(count), int(first), int(last)) for n, count, first, last in rows]
