@@ -5,10 +5,12 @@ whose model changed (a deeper network, another backbone) while its settings did 
 the old job, and the costs the job learns from then mix two models that cost differently per
 epoch and per batch size, so its batch sizes are judged on another model's runs, silently. A
 run's reports say how many parameters it trains (`zeus_bso.spec.TrainingResult`'s
-``model_parameters``), which the trial keeps; where the job's runs trained other numbers, the
-run's first report is answered with a notice (`model_changed`) and the job's view says so
-(`mixed_models`). Nothing the policy decides changes: what to do (a job of its own for the new
-model, seeded from the old one's curve) is the user's to choose.
+``model_parameters``), which the trial keeps; where the job's other runs on the run's hardware
+profile trained other numbers, the run's first report is answered with a notice
+(`model_changed`) and the job's view says so (`mixed_models`). Runs on one profile are compared
+alone (`zeus_bso_server.store.repository.models`). Nothing the policy decides changes: what to
+do (a job of its own for the new model, seeded from the old one's curve) is the user's to
+choose.
 """
 
 from __future__ import annotations
@@ -39,23 +41,35 @@ def _what_to_do(job_id: str) -> str:
     )
 
 
-def mixed_models(job_id: str, models: Sequence[ModelRuns]) -> str | None:
-    """Why the job's view warns of its models (`repo.models_of`), in words; None: its runs
-    trained one model (or did not say)."""
-    if len(models) < 2:
+def mixed_models(job_id: str, models: Sequence[ModelRuns], first_profile: str) -> str | None:
+    """Why the job's view warns of its models (`repo.models_of`), in words; None: its runs on
+    each hardware profile trained one model (or did not say). ``first_profile``: the name of
+    the job's first profile, which its trials leave unnamed."""
+    on: dict[str | None, list[ModelRuns]] = {}
+    for model in models:
+        on.setdefault(model.profile, []).append(model)
+    mixed = {profile: each for profile, each in on.items() if len(each) > 1}
+    if not mixed:
         return None
-    return f"its runs trained models of {len(models)} sizes ({_sizes_words(models)}): " + (
-        _what_to_do(job_id)
+    sizes = max(len(each) for each in mixed.values())
+    said = "; ".join(
+        _sizes_words(each) if len(on) == 1 else f"on {p or first_profile}: {_sizes_words(each)}"
+        for p, each in mixed.items()
     )
+    return f"its runs trained models of {sizes} sizes ({said}): " + _what_to_do(job_id)
 
 
 def model_changed(
-    job_id: str, trial_number: int, parameters: int, models: Sequence[ModelRuns]
+    job_id: str,
+    trial_number: int,
+    parameters: int,
+    profile: str | None,
+    models: Sequence[ModelRuns],
 ) -> str | None:
-    """What to tell the run of ``trial_number`` whose first report said it trains
-    ``parameters`` parameters, where the job's other runs trained models of other sizes
-    (``models``, `repo.models_of`); None: they did not."""
-    others = [m for m in models if m.parameters != parameters]
+    """What to tell the run of ``trial_number`` on ``profile`` whose first report said it
+    trains ``parameters`` parameters, where the job's other runs there trained models of other
+    sizes (``models``, `repo.models_of`); None: they did not."""
+    others = [m for m in models if m.profile == profile and m.parameters != parameters]
     if not others:
         return None
     return (

@@ -409,7 +409,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         horizon=_horizon_view(config, stats, job.state.prior),
         not_learning=not_learning(repo.newest_endings(conn, [job_id], NEWEST_SEEN)[job_id]),
         models=[TrainedModel(**asdict(m)) for m in models],
-        mixed_models=mixed_models(job_id, models),
+        mixed_models=mixed_models(job_id, models, profile_key(config)),
         arms=list(state.arms) if state.arms is not None else None,
         best_batch_size=best.batch_size if best else None,
         best_cost=best.cost if best else None,

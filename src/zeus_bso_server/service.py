@@ -334,7 +334,8 @@ class BatchSizeService:
             conn, result.job_id, result.trial_number, parameters
         ):
             models = repo.models_of(conn, result.job_id)
-            if notice := model_changed(result.job_id, result.trial_number, parameters, models):
+            number, profile = result.trial_number, trial.profile
+            if notice := model_changed(result.job_id, number, parameters, profile, models):
                 logger.warning("job %s: %s", result.job_id, notice)
                 return step.answer.model_copy(update={"notice": notice}), step.final
         return step.answer, step.final

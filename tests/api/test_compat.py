@@ -64,8 +64,11 @@ def test_upstream_client_session(server: ServerProcess) -> None:
         assert answer.status_code == 200, answer.text
         decision = answer.json()
         # Upstream's three fields, and our optional ones, which upstream's clients ignore.
-        assert set(decision) == {"stop_train", "converged", "message", "cost", "reason", "why"}
+        assert set(decision) == {
+            "stop_train", "converged", "message", "cost", "reason", "why", "notice"
+        }  # fmt: skip
     cost = decision.pop("cost")
+    assert decision.pop("notice") is None  # upstream's clients say no model size
     assert (decision.pop("reason"), decision.pop("why")) == (
         "converged",
         "it reached the target (0.55 >= 0.5)",

@@ -33,9 +33,12 @@ def report(
     return answer.json()
 
 
-def run(http: httpx.Client, job_id: str, parameters: int | None) -> tuple[int, list[Any]]:
-    """A run of two reports: its trial's number and each report's notice."""
-    trial = dispatch(http, job_id)
+def run(
+    http: httpx.Client, job_id: str, parameters: int | None, **gpus: Any
+) -> tuple[int, list[Any]]:
+    """A run of two reports (on ``gpus``, where given): its trial's number and each report's
+    notice."""
+    trial = dispatch(http, job_id, **gpus)
     notices = [report(http, trial, epoch, parameters).get("notice") for epoch in (1, 2)]
     assert http.patch("/trials", json=trial_id(trial)).status_code == 200
     return trial["trial_number"], notices
@@ -65,10 +68,13 @@ def test_a_run_whose_job_trained_another_model_is_told_and_the_view_says_it(
     assert f"trial {again} of job {job_id}" in said[0]
 
     view = http.get(f"/api/jobs/{job_id}").json()
+    profile = view["trials"][0]["profile"]  # the job's GPUs (job_body's)
     assert view["models"] == [
-        {"parameters": 11_689_512, "trials": 2, "first_trial": first, "last_trial": same},
-        {"parameters": 25_557_032, "trials": 2, "first_trial": changed, "last_trial": again},
-    ]
+        {"profile": profile, "parameters": 11_689_512, "trials": 2, "first_trial": first,
+         "last_trial": same},
+        {"profile": profile, "parameters": 25_557_032, "trials": 2, "first_trial": changed,
+         "last_trial": again},
+    ]  # fmt: skip
     assert view["mixed_models"].startswith("its runs trained models of 2 sizes")
     by_number = {t["trial_number"]: t["model_parameters"] for t in view["trials"]}
     assert (by_number[first], by_number[upstream], by_number[changed]) == (
@@ -91,6 +97,30 @@ def test_a_job_of_one_model_says_nothing(http: httpx.Client) -> None:
     assert 'id="mixed-models"' not in http.get(f"/dashboard/jobs/{job_id}").text
 
 
+def test_runs_on_other_gpus_are_compared_with_their_own_profiles_runs(http: httpx.Client) -> None:
+    """An optimizer that holds each process's part of the parameters (DeepSpeed's ZeRO stages 1
+    and 2) counts fewer on more GPUs: a run on another hardware profile is not compared with
+    the first profile's runs, only with its own profile's."""
+    job_id = unique_id("models")
+    assert http.post("/jobs", json=job_body(job_id, target_metric=0.9)).status_code == 201
+    assert run(http, job_id, 4_000)[1] == [None, None]
+    four = {"gpu_model": "A40", "number_of_gpus": 4, "max_power": 1200.0}
+    assert run(http, job_id, 1_000, **four)[1] == [None, None]
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert [(m["profile"], m["parameters"]) for m in view["models"]] == [
+        (view["trials"][-1]["profile"], 4_000),  # the job's GPUs (job_body's)
+        ("4xA40@1200W", 1_000),
+    ]
+    assert view["mixed_models"] is None
+    later, said = run(http, job_id, 2_000, **four)
+    assert said[0] is not None
+    assert "(1,000 parameters in trial" in said[0]
+    assert "4,000" not in said[0]
+    mixed = http.get(f"/api/jobs/{job_id}").json()["mixed_models"]
+    assert "of 2 sizes (on 4xA40@1200W: 1,000 parameters in trial" in mixed
+    assert f"2,000 parameters in trial {later})" in mixed
+
+
 @pytest.mark.parametrize("parameters", [0, -5, 10**16, 1.5, "many"])
 def test_a_count_out_of_bounds_is_refused_and_nothing_is_kept(
     http: httpx.Client, parameters: object
@@ -107,13 +137,23 @@ def test_a_count_out_of_bounds_is_refused_and_nothing_is_kept(
 
 
 def test_the_words_name_each_model_by_its_trials() -> None:
-    models = [ModelRuns(100, 3, 1, 5), ModelRuns(200, 1, 4, 4), ModelRuns(300, 2, 6, 7)]
-    words = mixed_models("job-a", models)
+    models = [
+        ModelRuns(None, 100, 3, 1, 5),
+        ModelRuns(None, 200, 1, 4, 4),
+        ModelRuns(None, 300, 2, 6, 7),
+    ]
+    words = mixed_models("job-a", models, "1xV100@250W")
     assert words is not None
-    assert "100 parameters in 3 trials of 1-5; 200 parameters in trial 4; 300" in words
+    assert "of 3 sizes (100 parameters in 3 trials of 1-5; 200 parameters in trial 4; 300" in words
     assert "parameters in trials 6-7" in words
-    assert mixed_models("job-a", models[:1]) is None
-    assert model_changed("job-a", 7, 300, models[2:]) is None
-    changed = model_changed("job-a", 7, 300, models)
+    assert mixed_models("job-a", models[:1], "1xV100@250W") is None
+    elsewhere = [*models[:2], ModelRuns("2xV100@500W", 50, 1, 8, 8)]
+    both = mixed_models("job-a", elsewhere, "1xV100@250W")
+    assert both is not None
+    assert "of 2 sizes (on 1xV100@250W: 100 parameters in 3 trials of 1-5; 200" in both
+    assert "2xV100" not in both
+    assert model_changed("job-a", 9, 50, "2xV100@500W", elsewhere) is None
+    assert model_changed("job-a", 7, 300, None, models[2:]) is None
+    changed = model_changed("job-a", 7, 300, None, models)
     assert changed is not None
     assert "300 parameters in" not in changed

@@ -120,8 +120,11 @@ _CURVE_POINT = {
 
 
 class TrainedModel(BaseModel):
-    """A model a job's runs trained, known by its number of parameters."""
+    """A model a job's runs on one hardware profile trained, known by its number of
+    parameters."""
 
+    profile: str | None
+    """Their hardware profile (null: the job's first)."""
     parameters: int
     trials: int
     """The job's trials whose runs trained it."""
@@ -308,11 +311,12 @@ class JobView(BaseModel):
     another (none counted against its batch size), with what the latest said (null: it
     learns)."""
     models: list[TrainedModel] = []
-    """The models its runs trained, by their number of parameters, the first trained first
-    (runs that did not say theirs are left out)."""
+    """The models its runs trained, by hardware profile and number of parameters, the first
+    trained first (runs that did not say theirs are left out)."""
     mixed_models: str | None = None
-    """Why the job's costs mix models, in words, and what to do: its runs trained models of
-    other sizes (null: one model, or runs that did not say)."""
+    """Why the job's costs mix models, in words, and what to do: its runs on one hardware
+    profile trained models of other sizes (null: one model on each, or runs that did not
+    say)."""
     arms: list[int] | None
     """The bandit's arms (bandit stage; where pruning has just ended, the ones its next run
     draws from, which that run's dispatch sets)."""

@@ -1,5 +1,7 @@
 """SQL of the models a job's runs trained, each known by its number of parameters (a trial's
-``model_parameters``, from its run's reports)."""
+``model_parameters``, from its run's reports), on each hardware profile: where an optimizer
+holds each process's part of the parameters (DeepSpeed's ZeRO stages 1 and 2), the number
+counted depends on the processes, which another profile's GPU count changes."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from zeus_bso_server.store.repository.rows import trials
 
 @dataclass(frozen=True, slots=True)
 class ModelRuns:
-    """The runs of a job that trained a model of one size."""
+    """The runs of a job on one hardware profile that trained a model of one size."""
 
+    profile: str | None
+    """Their hardware profile (None: the job's first)."""
     parameters: int
     trials: int
     first_trial: int
@@ -34,13 +38,14 @@ _NOTE = (
 
 _MODELS = (
     select(
+        trials.c.profile,
         trials.c.model_parameters,
         func.count(),
         func.min(trials.c.trial_number),
         func.max(trials.c.trial_number),
     )
     .where(trials.c.job_id == bindparam("job_id"), trials.c.model_parameters.is_not(None))
-    .group_by(trials.c.model_parameters)
+    .group_by(trials.c.profile, trials.c.model_parameters)
     .order_by(func.min(trials.c.trial_number))
 )
 
@@ -53,7 +58,10 @@ def note_model(conn: Connection, job_id: str, trial_number: int, parameters: int
 
 
 def models_of(conn: Connection, job_id: str) -> list[ModelRuns]:
-    """The models the job's runs trained, by size, the first trained first (runs that did not
-    say theirs are left out)."""
+    """The models the job's runs trained, by profile and size, the first trained first (runs
+    that did not say theirs are left out)."""
     rows = conn.execute(_MODELS, {"job_id": job_id})
-    return [ModelRuns(int(n), int(count), int(first), int(last)) for n, count, first, last in rows]
+    return [
+        ModelRuns(profile, int(n), int(count), int(first), int(last))
+        for profile, n, count, first, last in rows
+    ]
