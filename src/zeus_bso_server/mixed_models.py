@@ -8,9 +8,9 @@ run's reports say how many parameters it trains (`zeus_bso.spec.TrainingResult`'
 ``model_parameters``), which the trial keeps; where the job's other runs on the run's hardware
 profile trained other numbers, the run's first report is answered with a notice
 (`model_changed`) and the job's view says so (`mixed_models`). Runs on one profile are compared
-alone (`zeus_bso_server.store.repository.models`). Nothing the policy decides changes: what to
-do (a job of its own for the new model, seeded from the old one's curve) is the user's to
-choose.
+alone (`zeus_bso_server.store.repository.models`), and sizes within `ALIKE` of each other are
+one model. Nothing the policy decides changes: what to do (a job of its own for the new model,
+seeded from the old one's curve) is the user's to choose.
 """
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zeus_bso_server.store.repository import ModelRuns
+
+ALIKE = 1.05
+"""Sizes of models at most this ratio apart are taken as one model: a vocabulary grown by a few
+tokens, a bias added to a layer, cost about what the model cost before (within the noise
+between runs), and a notice at every run would only teach its readers to skip it."""
+
+
+def _apart(one: int, other: int) -> bool:
+    return max(one, other) > ALIKE * min(one, other)
 
 
 def _trials_words(model: ModelRuns) -> str:
@@ -43,12 +52,16 @@ def _what_to_do(job_id: str) -> str:
 
 def mixed_models(job_id: str, models: Sequence[ModelRuns], first_profile: str) -> str | None:
     """Why the job's view warns of its models (`repo.models_of`), in words; None: its runs on
-    each hardware profile trained one model (or did not say). ``first_profile``: the name of
-    the job's first profile, which its trials leave unnamed."""
+    each hardware profile trained one model (sizes within `ALIKE`), or did not say.
+    ``first_profile``: the name of the job's first profile, which its trials leave unnamed."""
     on: dict[str | None, list[ModelRuns]] = {}
     for model in models:
         on.setdefault(model.profile, []).append(model)
-    mixed = {profile: each for profile, each in on.items() if len(each) > 1}
+    mixed = {
+        profile: each
+        for profile, each in on.items()
+        if _apart(max(m.parameters for m in each), min(m.parameters for m in each))
+    }
     if not mixed:
         return None
     sizes = max(len(each) for each in mixed.values())
@@ -67,9 +80,9 @@ def model_changed(
     models: Sequence[ModelRuns],
 ) -> str | None:
     """What to tell the run of ``trial_number`` on ``profile`` whose first report said it
-    trains ``parameters`` parameters, where the job's other runs there trained models of other
-    sizes (``models``, `repo.models_of`); None: they did not."""
-    others = [m for m in models if m.profile == profile and m.parameters != parameters]
+    trains ``parameters`` parameters, where the job's other runs there trained models of sizes
+    more than `ALIKE` apart from it (``models``, `repo.models_of`); None: they did not."""
+    others = [m for m in models if m.profile == profile and _apart(m.parameters, parameters)]
     if not others:
         return None
     return (

@@ -154,6 +154,14 @@ def test_the_words_name_each_model_by_its_trials() -> None:
     assert "2xV100" not in both
     assert model_changed("job-a", 9, 50, "2xV100@500W", elsewhere) is None
     assert model_changed("job-a", 7, 300, None, models[2:]) is None
+    # Sizes within 5% are one model: a vocabulary grown by a few tokens.
+    alike = [ModelRuns(None, 1_000_000, 4, 1, 4), ModelRuns(None, 1_049_000, 2, 5, 6)]
+    assert mixed_models("job-a", alike, "1xV100@250W") is None
+    assert model_changed("job-a", 7, 1_049_000, None, alike[:1]) is None
+    assert model_changed("job-a", 7, 1_051_000, None, alike[:1]) is not None
+    grown = mixed_models("job-a", [*alike, ModelRuns(None, 1_200_000, 1, 7, 7)], "1xV100@250W")
+    assert grown is not None
+    assert "of 3 sizes" in grown
     changed = model_changed("job-a", 7, 300, None, models)
     assert changed is not None
     assert "300 parameters in" not in changed
