@@ -245,13 +245,13 @@ async def job_summaries(
         ]
         endings = repo.newest_endings(conn, released, RELEASED_IN_A_ROW)
         explored = repo.explorations_of(conn, ids)
+        models = repo.models_of(conn, ids)
         summaries = []
         for job in stored:
             try:
                 ended = endings.get(job.job_id, [])
-                summaries.append(
-                    _summary(conn, job, spent[job.job_id], ended, explored[job.job_id])
-                )
+                used, tried = spent[job.job_id], explored[job.job_id]
+                summaries.append(_summary(conn, job, used, ended, tried, models[job.job_id]))
             except ValidationError as err:  # its configuration, corrupt
                 logger.error("%s", UnreadableJobError(job.job_id, str(err)).message)
                 unreadable.append(job.job_id)
@@ -281,6 +281,7 @@ def _summary(
     spent: list[Spent],
     endings: list[Ending],
     explorations: Sequence[TrialState],
+    models: Sequence[repo.ModelRuns],
 ) -> JobSummary:
     config = CreatedJob.model_validate(job.config)
     savings, savings_unknown = _savings_and_why(config, spent)
@@ -301,6 +302,7 @@ def _summary(
         savings=savings,
         savings_unknown=savings_unknown,
         not_learning=not_learning(endings, RELEASED_IN_A_ROW),
+        mixed_models=mixed_models(job.job_id, models, profile_key(config)),
         created_at=job.created_at,
         updated_at=job.updated_at,
     )
@@ -387,7 +389,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
     read, upcoming = _looking_ahead(store, config, job)
     state, history = decision_view(store, config, job.state, read)
     spent = repo.spent(conn, [job_id])
-    models = repo.models_of(conn, job_id)
+    models = repo.models_of(conn, [job_id])[job_id]
     savings, savings_unknown = _savings_and_why(config, spent)
     trials_by_status: Counter[str] = Counter()
     for group in spent:

@@ -333,7 +333,7 @@ class BatchSizeService:
         if (parameters := result.model_parameters) is not None and repo.note_model(
             conn, result.job_id, result.trial_number, parameters
         ):
-            models = repo.models_of(conn, result.job_id)
+            models = repo.models_of(conn, [result.job_id])[result.job_id]
             number, profile = result.trial_number, trial.profile
             if notice := model_changed(result.job_id, number, parameters, profile, models):
                 logger.warning("job %s: %s", result.job_id, notice)

@@ -85,6 +85,9 @@ def test_a_run_whose_job_trained_another_model_is_told_and_the_view_says_it(
     page = http.get(f"/dashboard/jobs/{job_id}").text
     assert 'id="mixed-models"' in page
     assert "25,557,032 parameters" in page
+    (listed,) = http.get("/api/jobs", params={"prefix": job_id}).json()
+    assert listed["mixed_models"] == view["mixed_models"]
+    assert "mixed models</span>" in http.get("/dashboard", params={"prefix": job_id}).text
 
 
 def test_a_job_of_one_model_says_nothing(http: httpx.Client) -> None:
@@ -95,6 +98,9 @@ def test_a_job_of_one_model_says_nothing(http: httpx.Client) -> None:
     view = http.get(f"/api/jobs/{job_id}").json()
     assert (len(view["models"]), view["mixed_models"]) == (1, None)
     assert 'id="mixed-models"' not in http.get(f"/dashboard/jobs/{job_id}").text
+    (listed,) = http.get("/api/jobs", params={"prefix": job_id}).json()
+    assert listed["mixed_models"] is None
+    assert "mixed models</span>" not in http.get("/dashboard", params={"prefix": job_id}).text
 
 
 def test_runs_on_other_gpus_are_compared_with_their_own_profiles_runs(http: httpx.Client) -> None:

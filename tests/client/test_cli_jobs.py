@@ -804,6 +804,7 @@ def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: Server
     shown = " ".join(cli(server, "show", job_id).stdout.split())
     assert "models: its runs trained models of 2 sizes (1,000 parameters in trial 2; 2,000" in shown
     assert f"prior_from='{job_id}'" in shown
+    assert ", mixed models" in cli(server, "list", "--prefix", job_id).stdout
 
 
 def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:

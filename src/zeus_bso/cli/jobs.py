@@ -234,7 +234,9 @@ def list_command(
         rows.append(
             [
                 escape(job.job_id),
-                job.stage.value + (", not learning" if job.not_learning else ""),
+                job.stage.value
+                + (", not learning" if job.not_learning else "")
+                + (", mixed models" if job.mixed_models else ""),
                 str(job.trials),
                 escape(gpu),
                 str(recommended.batch_size) if recommended else "-",

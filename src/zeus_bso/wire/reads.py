@@ -83,6 +83,8 @@ class JobSummary(BaseModel):
     """None until a run of the default batch size and one other have reported."""
     not_learning: str | None = None
     """Why the job learns nothing now (`JobView.not_learning`; null: it learns)."""
+    mixed_models: str | None = None
+    """Why the job's costs mix models (`JobView.mixed_models`; null: one model)."""
     created_at: float
     updated_at: float
 

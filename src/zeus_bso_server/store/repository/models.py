@@ -38,16 +38,23 @@ _NOTE = (
 
 _MODELS = (
     select(
+        trials.c.job_id,
         trials.c.profile,
         trials.c.model_parameters,
         func.count(),
         func.min(trials.c.trial_number),
         func.max(trials.c.trial_number),
     )
-    .where(trials.c.job_id == bindparam("job_id"), trials.c.model_parameters.is_not(None))
-    .group_by(trials.c.profile, trials.c.model_parameters)
+    .where(
+        trials.c.job_id.in_(bindparam("job_ids", expanding=True)),
+        trials.c.model_parameters.is_not(None),
+    )
+    .group_by(trials.c.job_id, trials.c.profile, trials.c.model_parameters)
     .order_by(func.min(trials.c.trial_number))
 )
+
+_CHUNK = 500
+"""Jobs one query names at once (databases bound the parameters)."""
 
 
 def note_model(conn: Connection, job_id: str, trial_number: int, parameters: int) -> bool:
@@ -57,11 +64,12 @@ def note_model(conn: Connection, job_id: str, trial_number: int, parameters: int
     return conn.execute(_NOTE, params).rowcount == 1
 
 
-def models_of(conn: Connection, job_id: str) -> list[ModelRuns]:
-    """The models the job's runs trained, by profile and size, the first trained first (runs
-    that did not say theirs are left out)."""
-    rows = conn.execute(_MODELS, {"job_id": job_id})
-    return [
-        ModelRuns(profile, int(n), int(count), int(first), int(last))
-        for profile, n, count, first, last in rows
-    ]
+def models_of(conn: Connection, job_ids: list[str]) -> dict[str, list[ModelRuns]]:
+    """The models each job's runs trained, by profile and size, the first trained first (runs
+    that did not say theirs are left out), every job of ``job_ids`` a key."""
+    models: dict[str, list[ModelRuns]] = {job_id: [] for job_id in job_ids}
+    for start in range(0, len(job_ids), _CHUNK):
+        rows = conn.execute(_MODELS, {"job_ids": job_ids[start : start + _CHUNK]})
+        for job_id, profile, n, count, first, last in rows:
+            models[job_id].append(ModelRuns(profile, int(n), int(count), int(first), int(last)))
+    return models
