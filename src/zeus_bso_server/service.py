@@ -53,6 +53,22 @@ LEASE_EPOCHS = 3.0
 """After a report, a trial's lease covers at least this many of its mean epoch times."""
 
 
+def _model_notice(conn: Connection, result: TrainingResult, stored: StoredTrial) -> str | None:
+    """Keep the parameters a report says its run trains, at the trial's first report that says
+    them, and what to tell the run where the job's other runs on its profile trained models of
+    other sizes (`zeus_bso_server.mixed_models`)."""
+    parameters = result.model_parameters
+    if (
+        parameters is None
+        or stored.model_parameters is not None
+        or not repo.note_model(conn, result.job_id, result.trial_number, parameters)
+    ):
+        return None
+    models = repo.models_of(conn, [result.job_id])[result.job_id]
+    number, profile = result.trial_number, stored.trial.profile
+    return model_changed(result.job_id, number, parameters, profile, models)
+
+
 class BatchSizeService:
     """The operations behind the HTTP routes."""
 
@@ -330,14 +346,9 @@ class BatchSizeService:
             if stored.run_key is None:
                 raise
             raise ReportMismatchError(f"{err}. {_shared_run_key(stored.run_key)}") from err
-        if (parameters := result.model_parameters) is not None and repo.note_model(
-            conn, result.job_id, result.trial_number, parameters
-        ):
-            models = repo.models_of(conn, [result.job_id])[result.job_id]
-            number, profile = result.trial_number, trial.profile
-            if notice := model_changed(result.job_id, number, parameters, profile, models):
-                logger.warning("job %s: %s", result.job_id, notice)
-                return step.answer.model_copy(update={"notice": notice}), step.final
+        if notice := _model_notice(conn, result, stored):
+            logger.warning("%s", notice)  # it names the job
+            return step.answer.model_copy(update={"notice": notice}), step.final
         return step.answer, step.final
 
     async def end_trial(self, trial_id: TrialId, why: str | None = None) -> None:

@@ -792,9 +792,12 @@ def test_a_run_stopped_below_the_target_is_said_to_show_the_cost_counted(
 def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: ServerProcess) -> None:
     job_id = unique_id("climodels")
     job_with_trials(server, job_id, runs=1)  # said no size (upstream's client)
-    assert "models:" not in cli(server, "show", job_id).stdout
+    assert "parameters" not in cli(server, "show", job_id).stdout
     with ServerClient(server.url, token=TOKEN) as client:
-        for parameters in (1_000, 2_000):
+        for parameters in (1_000, 1_020, 2_000):
+            if parameters == 2_000:
+                said = " ".join(cli(server, "show", job_id).stdout.split())
+                assert "model: 1,000 to 1,020 parameters, as its runs said" in said
             trial = client.dispatch(job_id).trial
             first = {"time": 10.0, "energy": 900.0, "metric": 0.6, "current_epoch": 1}
             client.report(
@@ -802,7 +805,7 @@ def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: Server
             )
             client.end_trial(trial)
     shown = " ".join(cli(server, "show", job_id).stdout.split())
-    assert "models: its runs trained models of 2 sizes (1,000 parameters in trial 2; 2,000" in shown
+    assert "models: its runs trained models of 3 sizes (1,000 parameters in trial 2; 1,020" in shown
     assert f"prior_from='{job_id}'" in shown
     assert ", mixed models" in cli(server, "list", "--prefix", job_id).stdout
 

@@ -91,6 +91,11 @@ def print_job(console: Console, state: JobView) -> None:
         console.print(f"[bold]not learning[/bold]: {escape(state.not_learning)}")
     if state.mixed_models:
         console.print(f"[bold]models[/bold]: {escape(state.mixed_models)}")
+    elif state.models:  # one model (sizes a few percent apart are one)
+        least = min(m.parameters for m in state.models)
+        most = max(m.parameters for m in state.models)
+        sizes = f"{least:,}" if least == most else f"{least:,} to {most:,}"
+        console.print(f"model: {sizes} parameters, as its runs said")
     if savings is not None:
         more = savings.cost < 0
         console.print(
