@@ -60,6 +60,7 @@ def trial_view(stored: StoredTrial) -> TrialView:
         **asdict(trial) | {"curve": list(trial.curve) if stored.curve_kept else None},
         job_id=stored.job_id,
         model_parameters=stored.model_parameters,
+        precision=stored.precision,
         created_at=stored.created_at,
         updated_at=stored.updated_at,
         lease_expires_at=stored.lease_expires_at,

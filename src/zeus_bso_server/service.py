@@ -54,19 +54,20 @@ LEASE_EPOCHS = 3.0
 
 
 def _model_notice(conn: Connection, result: TrainingResult, stored: StoredTrial) -> str | None:
-    """Keep the parameters a report says its run trains, at the trial's first report that says
-    them, and what to tell the run where the job's other runs on its profile trained models of
-    other sizes (`zeus_bso_server.mixed_models`)."""
-    parameters = result.model_parameters
+    """Keep the model a report says its run trains (its parameters and precision), at the
+    trial's first report that says it, and what to tell the run where the job's other runs on
+    its profile trained other models (`zeus_bso_server.mixed_models`)."""
+    parameters, precision = result.model_parameters, result.precision
+    number = result.trial_number
     if (
         parameters is None
         or stored.model_parameters is not None
-        or not repo.note_model(conn, result.job_id, result.trial_number, parameters)
+        or not repo.note_model(conn, result.job_id, number, parameters, precision)
     ):
         return None
     models = repo.models_of(conn, [result.job_id])[result.job_id]
-    number, profile = result.trial_number, stored.trial.profile
-    return model_changed(result.job_id, number, parameters, profile, models)
+    run = repo.ModelRuns(stored.trial.profile, parameters, precision, 1, number, number)
+    return model_changed(result.job_id, run, models)
 
 
 class BatchSizeService:

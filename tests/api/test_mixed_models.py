@@ -1,7 +1,8 @@
-"""A job whose runs trained models of other sizes: each report may say the parameters its run
-trains (``model_parameters``, an extension upstream's server ignores); the trial keeps the
-first it said, a run whose job's other runs trained other sizes is told so in its first
-report's answer (``notice``), and the job's view, the CLI's words and the dashboard say it.
+"""A job whose runs trained other models: each report may say the parameters its run trains and
+the precision (``model_parameters``, ``precision``: extensions upstream's server ignores); the
+trial keeps the first it said, a run whose job's other runs trained other models is told so in
+its first report's answer (``notice``), and the job's view, the CLI's words and the dashboard
+say it.
 Real server process, on each backend."""
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from zeus_bso_server.store.repository import ModelRuns
 
 
 def report(
-    http: httpx.Client, trial: dict[str, Any], epoch: int, parameters: int | None
+    http: httpx.Client,
+    trial: dict[str, Any],
+    epoch: int,
+    parameters: int | None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     body = {
         **trial_id(trial),
@@ -28,18 +33,24 @@ def report(
     }
     if parameters is not None:
         body["model_parameters"] = parameters
+    if precision is not None:
+        body["precision"] = precision
     answer = http.post("/report", json=body)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
 
 def run(
-    http: httpx.Client, job_id: str, parameters: int | None, **gpus: Any
+    http: httpx.Client,
+    job_id: str,
+    parameters: int | None,
+    precision: str | None = None,
+    **gpus: Any,
 ) -> tuple[int, list[Any]]:
     """A run of two reports (on ``gpus``, where given): its trial's number and each report's
     notice."""
     trial = dispatch(http, job_id, **gpus)
-    notices = [report(http, trial, epoch, parameters).get("notice") for epoch in (1, 2)]
+    notices = [report(http, trial, epoch, parameters, precision).get("notice") for epoch in (1, 2)]
     assert http.patch("/trials", json=trial_id(trial)).status_code == 200
     return trial["trial_number"], notices
 
@@ -70,12 +81,14 @@ def test_a_run_whose_job_trained_another_model_is_told_and_the_view_says_it(
     view = http.get(f"/api/jobs/{job_id}").json()
     profile = view["trials"][0]["profile"]  # the job's GPUs (job_body's)
     assert view["models"] == [
-        {"profile": profile, "parameters": 11_689_512, "trials": 2, "first_trial": first,
+        {"profile": profile, "parameters": 11_689_512, "precision": None, "trials": 2,
+         "first_trial": first,
          "last_trial": same},
-        {"profile": profile, "parameters": 25_557_032, "trials": 2, "first_trial": changed,
+        {"profile": profile, "parameters": 25_557_032, "precision": None, "trials": 2,
+         "first_trial": changed,
          "last_trial": again},
     ]  # fmt: skip
-    assert view["mixed_models"].startswith("its runs trained models of 2 sizes")
+    assert view["mixed_models"].startswith("its runs trained other models (11,689,512 param")
     by_number = {t["trial_number"]: t["model_parameters"] for t in view["trials"]}
     assert (by_number[first], by_number[upstream], by_number[changed]) == (
         11_689_512,
@@ -88,6 +101,23 @@ def test_a_run_whose_job_trained_another_model_is_told_and_the_view_says_it(
     (listed,) = http.get("/api/jobs", params={"prefix": job_id}).json()
     assert listed["mixed_models"] == view["mixed_models"]
     assert "mixed models</span>" in http.get("/dashboard", params={"prefix": job_id}).text
+
+
+def test_a_run_in_another_precision_is_told_and_its_trial_keeps_it(http: httpx.Client) -> None:
+    job_id = unique_id("models")
+    assert http.post("/jobs", json=job_body(job_id, target_metric=0.9)).status_code == 201
+    full, said = run(http, job_id, 5_000, "32-true")
+    assert said == [None, None]
+    half, said = run(http, job_id, 5_000, "bf16-mixed")
+    assert said[0] is not None
+    assert "a model of 5,000 parameters (bf16-mixed), and the job's other runs" in said[0]
+    assert f"(5,000 parameters (32-true) in trial {full})" in said[0]
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert {t["trial_number"]: t["precision"] for t in view["trials"]} == {
+        full: "32-true",
+        half: "bf16-mixed",
+    }
+    assert [m["precision"] for m in view["models"]] == ["32-true", "bf16-mixed"]
 
 
 def test_a_job_of_one_model_says_nothing(http: httpx.Client) -> None:
@@ -123,51 +153,76 @@ def test_runs_on_other_gpus_are_compared_with_their_own_profiles_runs(http: http
     assert "(1,000 parameters in trial" in said[0]
     assert "4,000" not in said[0]
     mixed = http.get(f"/api/jobs/{job_id}").json()["mixed_models"]
-    assert "of 2 sizes (on 4xA40@1200W: 1,000 parameters in trial" in mixed
+    assert "other models (on 4xA40@1200W: 1,000 parameters in trial" in mixed
     assert f"2,000 parameters in trial {later})" in mixed
 
 
-@pytest.mark.parametrize("parameters", [0, -5, 10**16, 1.5, "many"])
-def test_a_count_out_of_bounds_is_refused_and_nothing_is_kept(
-    http: httpx.Client, parameters: object
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("model_parameters", 0),
+        ("model_parameters", -5),
+        ("model_parameters", 10**16),
+        ("model_parameters", 1.5),
+        ("model_parameters", "many"),
+        ("precision", ""),
+        ("precision", "x" * 33),
+        ("precision", "bf16\nmixed"),
+    ],
+)
+def test_a_count_or_precision_out_of_bounds_is_refused_and_nothing_is_kept(
+    http: httpx.Client, name: str, value: object
 ) -> None:
     job_id = unique_id("models")
     assert http.post("/jobs", json=job_body(job_id, target_metric=0.9)).status_code == 201
     trial = dispatch(http, job_id)
     body = {**trial_id(trial), "time": 1.0, "energy": 100.0, "metric": 0.5, "current_epoch": 1}
-    refused = http.post("/report", json={**body, "model_parameters": parameters})
+    refused = http.post("/report", json={**body, "model_parameters": 100, name: value})
     assert refused.status_code == 422, refused.text
-    assert "model_parameters" in refused.text
+    assert name in refused.text
     stored = http.get(f"/api/jobs/{job_id}").json()["trials"][0]
     assert (stored["epochs"], stored["model_parameters"]) == (None, None)
 
 
 def test_the_words_name_each_model_by_its_trials() -> None:
     models = [
-        ModelRuns(None, 100, 3, 1, 5),
-        ModelRuns(None, 200, 1, 4, 4),
-        ModelRuns(None, 300, 2, 6, 7),
+        ModelRuns(None, 100, None, 3, 1, 5),
+        ModelRuns(None, 200, None, 1, 4, 4),
+        ModelRuns(None, 300, None, 2, 6, 7),
     ]
     words = mixed_models("job-a", models, "1xV100@250W")
     assert words is not None
-    assert "of 3 sizes (100 parameters in 3 trials of 1-5; 200 parameters in trial 4; 300" in words
-    assert "parameters in trials 6-7" in words
+    assert "(100 parameters in 3 trials of 1-5; 200 parameters in trial 4; 300" in words
+    assert "parameters in trials 6-7)" in words
     assert mixed_models("job-a", models[:1], "1xV100@250W") is None
-    elsewhere = [*models[:2], ModelRuns("2xV100@500W", 50, 1, 8, 8)]
+    elsewhere = [*models[:2], ModelRuns("2xV100@500W", 50, None, 1, 8, 8)]
     both = mixed_models("job-a", elsewhere, "1xV100@250W")
     assert both is not None
-    assert "of 2 sizes (on 1xV100@250W: 100 parameters in 3 trials of 1-5; 200" in both
+    assert "(on 1xV100@250W: 100 parameters in 3 trials of 1-5; 200" in both
     assert "2xV100" not in both
-    assert model_changed("job-a", 9, 50, "2xV100@500W", elsewhere) is None
-    assert model_changed("job-a", 7, 300, None, models[2:]) is None
-    # Sizes within 5% are one model: a vocabulary grown by a few tokens.
-    alike = [ModelRuns(None, 1_000_000, 4, 1, 4), ModelRuns(None, 1_049_000, 2, 5, 6)]
-    assert mixed_models("job-a", alike, "1xV100@250W") is None
-    assert model_changed("job-a", 7, 1_049_000, None, alike[:1]) is None
-    assert model_changed("job-a", 7, 1_051_000, None, alike[:1]) is not None
-    grown = mixed_models("job-a", [*alike, ModelRuns(None, 1_200_000, 1, 7, 7)], "1xV100@250W")
-    assert grown is not None
-    assert "of 3 sizes" in grown
-    changed = model_changed("job-a", 7, 300, None, models)
+    assert model_changed("job-a", ModelRuns("2xV100@500W", 50, None, 1, 9, 9), elsewhere) is None
+    assert model_changed("job-a", ModelRuns(None, 300, None, 1, 8, 8), models[2:]) is None
+    changed = model_changed("job-a", ModelRuns(None, 300, None, 1, 8, 8), models)
     assert changed is not None
+    assert changed.startswith("trial 8 of job job-a trains a model of 300 parameters, and")
     assert "300 parameters in" not in changed
+
+
+def test_sizes_a_few_percent_apart_are_one_model_and_precisions_are_told_apart() -> None:
+    """A vocabulary grown by a few tokens is one model; the same model in another precision is
+    another (it costs differently); a precision one of the runs did not say (a plain loop, a
+    client before it) is no difference."""
+    alike = [ModelRuns(None, 1_000_000, None, 4, 1, 4), ModelRuns(None, 1_049_000, None, 2, 5, 6)]
+    assert mixed_models("job-a", alike, "1xV100@250W") is None
+    assert model_changed("job-a", ModelRuns(None, 1_049_000, None, 1, 7, 7), alike[:1]) is None
+    assert model_changed("job-a", ModelRuns(None, 1_051_000, None, 1, 7, 7), alike[:1])
+    full = ModelRuns(None, 1_000_000, "32-true", 3, 1, 3)
+    half = ModelRuns(None, 1_000_000, "bf16-mixed", 1, 4, 4)
+    changed = model_changed("job-a", half, [full])
+    assert changed is not None
+    assert "trains a model of 1,000,000 parameters (bf16-mixed), and the job's other" in changed
+    assert "(1,000,000 parameters (32-true) in trials 1-3)" in changed
+    assert mixed_models("job-a", [full, half], "1xV100@250W") is not None
+    unsaid = ModelRuns(None, 1_000_000, None, 1, 5, 5)
+    assert model_changed("job-a", unsaid, [full, half]) is None
+    assert mixed_models("job-a", [full, unsaid], "1xV100@250W") is None

@@ -805,7 +805,7 @@ def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: Server
             )
             client.end_trial(trial)
     shown = " ".join(cli(server, "show", job_id).stdout.split())
-    assert "models: its runs trained models of 3 sizes (1,000 parameters in trial 2; 1,020" in shown
+    assert "models: its runs trained other models (1,000 parameters in trial 2; 1,020" in shown
     assert f"prior_from='{job_id}'" in shown
     assert ", mixed models" in cli(server, "list", "--prefix", job_id).stdout
 

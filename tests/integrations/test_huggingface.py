@@ -241,7 +241,7 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     assert all(t["status"] == "reported" for t in trials)
     # Each run's reports said the parameters the Trainer's optimizer trains: the whole model.
     parameters = sum(p.numel() for p in tiny_bert().parameters())
-    assert [t["model_parameters"] for t in trials] == [parameters] * 3
+    assert [(t["model_parameters"], t["precision"]) for t in trials] == [(parameters, "32")] * 3
     stopped_early = [t for t in trials if t["converged"] and t["epochs"] < 6]
     assert stopped_early, trials  # the server's stop ended training before num_train_epochs
     # One logged cost per report, the last the server's stored cost of the trial.

@@ -527,26 +527,40 @@ def test_a_fit_of_a_model_an_earlier_run_of_the_job_trained_is_refused(
     assert second.status == "reported"
 
 
-def test_a_fit_of_a_larger_model_under_the_same_job_is_told_the_job_mixes_models(
+def test_a_fit_of_another_model_or_precision_under_the_same_job_is_told_the_job_mixes_models(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The script's module grew a hidden layer while its job's settings stayed: the fit
-    trains the job's batch size on another model, whose costs are not the first's. Its first
-    report's answer says so, with what to do, and the job's view keeps both models."""
+    """The script's module grew a hidden layer while its job's settings stayed, then trained in
+    bf16: each fit trains the job's batch size on another model, whose costs are not the
+    earlier runs'. Its first report's answer says so, with what to do, and the job's view keeps
+    each model."""
     spec = job(unique_id("grown"), target=0.99, max_epochs=2)
     options = {"max_epochs": 2, **quiet_trainer_options(tmp_path)}
     pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(TinyClassifier())
     assert "trains a model of" not in caplog.text
-    grown = TinyClassifier()
-    grown.layer = torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
-    )
-    pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(grown)
-    assert "trains a model of 178 parameters" in caplog.text
-    assert "(18 parameters in trial 1)" in caplog.text
+
+    def grown() -> TinyClassifier:
+        model = TinyClassifier()
+        model.layer = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        )
+        return model
+
+    pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(grown())
+    assert "trains a model of 178 parameters (32-true)" in caplog.text
+    assert "(18 parameters (32-true) in trial 1)" in caplog.text
+    caplog.clear()
+    half = {**options, "precision": "bf16-mixed"}  # the grown model, in another precision
+    pl.Trainer(callbacks=[callback_for(server.url, spec)], **half).fit(grown())
+    assert "trains a model of 178 parameters (bf16-mixed)" in caplog.text
+    assert "178 parameters (32-true) in trial 2" in caplog.text
     with ServerClient(server.url) as client:
         view = client.job(spec.job_id or "")
-    assert [(m.parameters, m.trials) for m in view.models] == [(18, 1), (178, 1)]
+    assert [(m.parameters, m.precision) for m in view.models] == [
+        (18, "32-true"),
+        (178, "32-true"),
+        (178, "bf16-mixed"),
+    ]
     assert view.mixed_models is not None
     assert "prior_from=" in view.mixed_models
 

@@ -158,6 +158,38 @@ def refused_then_trained_anew(run: Any, model: Any, server: ServerProcess) -> No
     assert [t.status for t in trials] == ["reported", "released", "reported"]
 
 
+@pytest.mark.parametrize(("kind", "precision"), [("accelerate", "32"), ("fabric", "bf16-mixed")])
+def test_a_loops_reports_say_its_models_size_and_the_precision_its_framework_trains_in(
+    server: ServerProcess, kind: str, precision: str
+) -> None:
+    """The trial keeps what the run's reports said of its model: the parameters its optimizer
+    stepped (two layers, 12 + 10), and the precision the accelerator or Fabric was made with
+    (an accelerator's ``mixed_precision="no"`` is 32-bit; one process holds one accelerator
+    state, so the test's is the suite's)."""
+    import torch
+
+    adapter, framework = adapter_of(kind)
+    if kind == "fabric":
+        from lightning.fabric import Fabric
+
+        framework = Fabric(accelerator="cpu", devices=1, precision="bf16-mixed")
+    model = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Linear(4, 2))
+    spec = loop_spec(f"precision{kind}")
+    with adapter(framework, server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        if kind == "accelerate":
+            model, optimizer = framework.prepare(model, optimizer)
+        else:
+            model, optimizer = framework.setup(model, optimizer)
+        bso.train_begin()
+        framework.backward(model(torch.ones(4, 2)).float().sum())
+        optimizer.step()
+        bso.report(0.95)
+    with ServerClient(server.url) as client:
+        (trial,) = client.trials(bso.job_id)
+    assert (trial.model_parameters, trial.precision) == (22, precision)
+
+
 def test_accelerate_refuses_a_model_an_earlier_run_of_the_job_trained(
     server: ServerProcess,
 ) -> None:

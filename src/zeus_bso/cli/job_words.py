@@ -95,7 +95,9 @@ def print_job(console: Console, state: JobView) -> None:
         least = min(m.parameters for m in state.models)
         most = max(m.parameters for m in state.models)
         sizes = f"{least:,}" if least == most else f"{least:,} to {most:,}"
-        console.print(f"model: {sizes} parameters, as its runs said")
+        precisions = sorted({m.precision for m in state.models if m.precision})
+        said = f" ({', '.join(precisions)})" if precisions else ""
+        console.print(f"model: {sizes} parameters{said}, as its runs said")
     if savings is not None:
         more = savings.cost < 0
         console.print(

@@ -133,6 +133,8 @@ class ZeusBSOAccelerate(TrialSession):
         """`TrialSession.train_begin`, once the loop's DataLoaders are prepared: where none of
         them takes the run's batch size, the main process says so (`_loaders_said`)."""
         if not self._began:
+            precision = str(self.accelerator.mixed_precision)  # "no", "fp16", "bf16", "fp8"
+            self.precision = "32" if precision == "no" else precision
             if self.is_main:
                 self._loaders_said()
             for model in self._prepared_models():

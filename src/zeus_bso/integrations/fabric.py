@@ -81,6 +81,7 @@ class ZeusBSOFabric(TrialSession):
             if own and (meter := options.get("energy_meter")) is not None:
                 meter.close()  # not the session's: it was refused
             raise
+        self.precision = str(fabric.strategy.precision.precision)  # e.g. "bf16-mixed"
 
     def state_dict(self) -> dict[str, Any]:
         """What ``fabric.save`` keeps of the run where its state holds ``"bso": bso``: the

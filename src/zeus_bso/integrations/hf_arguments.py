@@ -206,6 +206,12 @@ def warnings(
     return found
 
 
+def precision(args: Any) -> str:
+    """The precision the Trainer trains in, as its arguments name it: ``bf16``, ``fp16`` or
+    ``32``."""
+    return "bf16" if args.bf16 else "fp16" if args.fp16 else "32"
+
+
 def evaluation_interval(args: Any) -> int:
     """The steps between evaluations by steps (``eval_steps``, a fraction of ``max_steps``
     below 1, as the Trainer takes it; ``logging_steps`` without it)."""

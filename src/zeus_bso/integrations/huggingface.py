@@ -306,6 +306,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             return
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
+        session.precision = hf_arguments.precision(args)
         if self.resume_from is None and (refused := trained_models.trained_here(model, session)):
             self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size

@@ -267,6 +267,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
     def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.session is None:
             return
+        self.session.precision = str(trainer.precision)  # e.g. "bf16-mixed", for the reports
         if not self._resumed and (refused := fit.trained_before(trainer)):
             self._refuse(trainer, refused)
         if not self._resumed and (refused := trained_models.trained_here(pl_module, self.session)):

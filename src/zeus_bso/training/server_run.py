@@ -103,6 +103,8 @@ class ServerRun(ServerRunEndings):
         self._script_to_change = False
         self.model_parameters: int | None = None
         """The parameters the run trains, which its reports say (None: not counted)."""
+        self.precision: str | None = None
+        """The precision the run trains in, which its reports say (None: not known)."""
         self.shared_gpus: tuple[str, ...] = ()
         """The run's GPUs others computed on, as the session found them (for the outcome)."""
         self._thread = threading.get_ident()
@@ -332,6 +334,7 @@ class ServerRun(ServerRunEndings):
             current_epoch=self.progress.epoch_to_report(epoch),
             accumulation_steps=steps if steps > 1 else None,
             model_parameters=self.model_parameters,
+            precision=self.precision,
         )
         started = time.monotonic()
         try:

@@ -152,6 +152,9 @@ class TrialSession(SessionEndings):
         script's loop does (`scale`, `learning_rate`; a step every `accumulation_steps`
         micro-batches), and `train_begin` and the first report check that it did."""
         self.is_main = is_main
+        self.precision: str | None = None
+        """The precision the run trains in, as its framework's adapter names it (``bf16-mixed``),
+        which reports say beside the model's size; None in a plain loop (its code's own)."""
         self._log = log
         self._collectives = collectives.with_broadcast(broadcast)
         self._raise_if_unconverged = raise_if_unconverged
@@ -545,6 +548,7 @@ class TrialSession(SessionEndings):
             first.part_of_an_epoch(reported, epoch, steps, self._job.max_epochs)
             if server.model_parameters is None:
                 server.model_parameters = trained_parameters(first.steps.optimizers)
+            server.precision = self.precision
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
 

@@ -123,11 +123,13 @@ _CURVE_POINT = {
 
 class TrainedModel(BaseModel):
     """A model a job's runs on one hardware profile trained, known by its number of
-    parameters."""
+    parameters and the precision it trained in."""
 
     profile: str | None
     """Their hardware profile (null: the job's first)."""
     parameters: int
+    precision: str | None = None
+    """As the runs' framework names it (null: not said)."""
     trials: int
     """The job's trials whose runs trained it."""
     first_trial: int
@@ -162,6 +164,8 @@ class TrialView(BaseModel):
     target and max_epochs alone."""
     model_parameters: int | None = None
     """The parameters its run trained, as its reports said (null: not said)."""
+    precision: str | None = None
+    """The precision its run trained in, as its reports said (null: not said)."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None
@@ -313,12 +317,12 @@ class JobView(BaseModel):
     another (none counted against its batch size), with what the latest said (null: it
     learns)."""
     models: list[TrainedModel] = []
-    """The models its runs trained, by hardware profile and number of parameters, the first
-    trained first (runs that did not say theirs are left out)."""
+    """The models its runs trained, by hardware profile, number of parameters and precision,
+    the first trained first (runs that did not say theirs are left out)."""
     mixed_models: str | None = None
     """Why the job's costs mix models, in words, and what to do: its runs on one hardware
-    profile trained models of other sizes (null: one model on each, or runs that did not
-    say)."""
+    profile trained other models, of other sizes or in other precisions (null: one model on
+    each, or runs that did not say)."""
     arms: list[int] | None
     """The bandit's arms (bandit stage; where pruning has just ended, the ones its next run
     draws from, which that run's dispatch sets)."""

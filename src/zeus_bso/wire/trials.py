@@ -15,6 +15,7 @@ from zeus_bso.wire.values import (
     MAX_ENERGY_J,
     MAX_MODEL_PARAMETERS,
     MAX_POWER_W,
+    MAX_PRECISION_LENGTH,
     MAX_TIME_S,
     FiniteFloat,
     Identifier,
@@ -177,6 +178,13 @@ class TrainingResult(TrialId):
     once), which the trial keeps: a job whose runs trained models of other sizes says so (the
     answer's ``notice``, the job's view). Absent: not said (a model sharded across processes,
     whose parameters each process holds a part of)."""
+    precision: (
+        Annotated[str, Field(min_length=1, max_length=MAX_PRECISION_LENGTH), Printable] | None
+    ) = None
+    """An extension, with ``model_parameters``: the numeric precision the run trains in, as
+    its framework names it (Lightning's ``bf16-mixed``, the HF Trainer's ``bf16``), which the
+    trial keeps: a job whose runs trained in other precisions says so as for other sizes.
+    Absent: not said (a plain loop, whose precision is its own code's)."""
     diverged: bool | None = None
     """An extension: the run's training diverged (its metric was not a number) and it stops
     after this report, as a ``final`` one does (not converged at its batch size); ``metric``,

@@ -33,6 +33,8 @@ MAX_TIME_S = 1e9
 """Most cumulative ``time`` a report may carry: about 31 years."""
 MAX_ENERGY_J = 1e15
 """Most cumulative ``energy`` a report may carry: 1 PJ, about 280 GWh."""
+MAX_PRECISION_LENGTH = 32
+"""Most characters of a report's ``precision`` (``bf16-mixed``, ``transformer-engine``)."""
 MAX_MODEL_PARAMETERS = 10**15
 """Most ``model_parameters`` a report may carry: a thousand times the largest models trained."""
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from zeus_bso.spec import MAX_PRECISION_LENGTH as PRECISION_LENGTH
 from zeus_bso_server.store.dialects import DIALECTS, column_type
 
 ID_LENGTH = 255
@@ -131,6 +132,9 @@ class TrialRow(Base):
     """The parameters its run trained, as its first report that said them counted them (their
     number is the model's size: a job whose runs trained other sizes mixes models); NULL: not
     said (upstream Zeus's clients, a sharded model, trials from before 0016)."""
+    precision: Mapped[str | None] = mapped_column(String(PRECISION_LENGTH), nullable=True)
+    """The numeric precision its run trained in, as its framework names it (``bf16-mixed``),
+    kept with ``model_parameters``; NULL: not said (a plain loop)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

@@ -1,5 +1,6 @@
-"""SQL of the models a job's runs trained, each known by its number of parameters (a trial's
-``model_parameters``, from its run's reports), on each hardware profile: where an optimizer
+"""SQL of the models a job's runs trained, each known by its number of parameters and the
+precision it trained in (a trial's ``model_parameters`` and ``precision``, from its run's
+reports), on each hardware profile: where an optimizer
 holds each process's part of the parameters (DeepSpeed's ZeRO stages 1 and 2), the number
 counted depends on the processes, which another profile's GPU count changes."""
 
@@ -15,11 +16,14 @@ from zeus_bso_server.store.repository.rows import trials
 
 @dataclass(frozen=True, slots=True)
 class ModelRuns:
-    """The runs of a job on one hardware profile that trained a model of one size."""
+    """The runs of a job on one hardware profile that trained a model of one size in one
+    precision."""
 
     profile: str | None
     """Their hardware profile (None: the job's first)."""
     parameters: int
+    precision: str | None
+    """As the framework names it (None: not said)."""
     trials: int
     first_trial: int
     last_trial: int
@@ -32,7 +36,7 @@ _NOTE = (
         trials.c.trial_number == bindparam("key_number"),
         trials.c.model_parameters.is_(None),
     )
-    .values(model_parameters=bindparam("parameters"))
+    .values(model_parameters=bindparam("parameters"), precision=bindparam("precision"))
 )
 
 
@@ -41,6 +45,7 @@ _MODELS = (
         trials.c.job_id,
         trials.c.profile,
         trials.c.model_parameters,
+        trials.c.precision,
         func.count(),
         func.min(trials.c.trial_number),
         func.max(trials.c.trial_number),
@@ -49,7 +54,7 @@ _MODELS = (
         trials.c.job_id.in_(bindparam("job_ids", expanding=True)),
         trials.c.model_parameters.is_not(None),
     )
-    .group_by(trials.c.job_id, trials.c.profile, trials.c.model_parameters)
+    .group_by(trials.c.job_id, trials.c.profile, trials.c.model_parameters, trials.c.precision)
     .order_by(func.min(trials.c.trial_number))
 )
 
@@ -57,10 +62,18 @@ _CHUNK = 500
 """Jobs one query names at once (databases bound the parameters)."""
 
 
-def note_model(conn: Connection, job_id: str, trial_number: int, parameters: int) -> bool:
-    """Keep the number of parameters a trial's run trained, where its row holds none yet.
-    Returns whether it was kept (the first report of the trial that said it)."""
-    params = {"key_job_id": job_id, "key_number": trial_number, "parameters": parameters}
+def note_model(
+    conn: Connection, job_id: str, trial_number: int, parameters: int, precision: str | None
+) -> bool:
+    """Keep the number of parameters a trial's run trained and the precision it trained in,
+    where its row holds none yet. Returns whether they were kept (the first report of the
+    trial that said them)."""
+    params = {
+        "key_job_id": job_id,
+        "key_number": trial_number,
+        "parameters": parameters,
+        "precision": precision,
+    }
     return conn.execute(_NOTE, params).rowcount == 1
 
 
@@ -70,6 +83,7 @@ def models_of(conn: Connection, job_ids: list[str]) -> dict[str, list[ModelRuns]
     models: dict[str, list[ModelRuns]] = {job_id: [] for job_id in job_ids}
     for start in range(0, len(job_ids), _CHUNK):
         rows = conn.execute(_MODELS, {"job_ids": job_ids[start : start + _CHUNK]})
-        for job_id, profile, n, count, first, last in rows:
-            models[job_id].append(ModelRuns(profile, int(n), int(count), int(first), int(last)))
+        for job_id, profile, n, precision, count, first, last in rows:
+            model = ModelRuns(profile, int(n), precision, int(count), int(first), int(last))
+            models[job_id].append(model)
     return models

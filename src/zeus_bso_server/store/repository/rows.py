@@ -88,6 +88,8 @@ class StoredTrial:
     """The name of the run that started it (``run_key``), if it gave one."""
     model_parameters: int | None = None
     """The parameters its run trained, as its reports said them (None: not said)."""
+    precision: str | None = None
+    """The precision its run trained in, as its reports said it (None: not said)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,7 @@ def stored_trial(row: Record) -> StoredTrial:
         lease_expires_at=row.lease_expires_at,
         run_key=row.run_key,
         model_parameters=row.model_parameters,
+        precision=row.precision,
     )
 
 
