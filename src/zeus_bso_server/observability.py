@@ -154,6 +154,12 @@ FLEET_GAUGES = (
         "jobs_not_learning",
         "Jobs that learn nothing now: their newest ended runs, three or more, were all released.",
     ),
+    (
+        "zeus_bso_jobs_mixing_models",
+        "jobs_mixing_models",
+        "Jobs whose runs on one hardware profile trained other models (another size or "
+        "precision): their costs mix models.",
+    ),
 )
 """The fleet's totals as gauges (name, `zeus_bso_server.read_models.FleetSummary` field,
 help): what the dashboard's summary says, for a chart of savings over time, and an alert on

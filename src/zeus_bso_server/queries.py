@@ -23,7 +23,7 @@ from zeus_bso.policy.priors import standing
 from zeus_bso.policy.pruning import PRIOR_ROUND, PruningSettings
 from zeus_bso.spec import CreatedJob, differing_settings, profile_key
 from zeus_bso_server.errors import JobNotFoundError, UnreadableJobError
-from zeus_bso_server.mixed_models import mixed_models
+from zeus_bso_server.mixed_models import ALIKE, mixed_models
 from zeus_bso_server.read_models import (
     BatchSizeView,
     FleetSummary,
@@ -325,7 +325,8 @@ def _spent_by_job(conn: Connection, job_ids: list[str]) -> dict[str, list[Spent]
 async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
     """Spending and savings over every job (whose id starts with ``prefix``): one aggregate
     query (`repo.fleet_totals`), whatever the size of the fleet; and how many jobs learn
-    nothing now (`repo.count_jobs_not_learning`), another."""
+    nothing now (`repo.count_jobs_not_learning`) and how many mix models
+    (`repo.count_jobs_mixing_models`), one each."""
 
     def work(conn: Connection) -> FleetSummary:
         totals = repo.fleet_totals(conn, prefix, {str(status) for status in NOT_ENDED})
@@ -346,6 +347,7 @@ async def fleet_summary(db: Database, prefix: str | None) -> FleetSummary:
                 totals.cost_saved / totals.cost_baseline if totals.cost_baseline > 0 else 0.0
             ),
             jobs_not_learning=repo.count_jobs_not_learning(conn, prefix, RELEASED_IN_A_ROW),
+            jobs_mixing_models=repo.count_jobs_mixing_models(conn, prefix, ALIKE),
         )
 
     return await db.read(work)

@@ -42,11 +42,12 @@ def _fleet(server: ServerProcess, prefix: str) -> FleetSummary:
 
 def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
     """The totals, summed in Python from each job's view (its savings are `savings_of`'s)."""
-    runs = with_savings = saving = not_learning = in_flight = 0
+    runs = with_savings = saving = not_learning = mixing = in_flight = 0
     energy = time = saved_energy = base_energy = saved_cost = base_cost = 0.0
     for job_id in job_ids:
         view = http.get(f"/api/jobs/{job_id}", params={"limit": 1000}).json()
         not_learning += view["not_learning"] is not None
+        mixing += view["mixed_models"] is not None
         config = view["job"]
         ended = [t for t in view["trials"] if t["status"] in ENDED]
         in_flight += sum(t["status"] == "dispatched" for t in view["trials"])
@@ -78,6 +79,7 @@ def _expected(http: httpx.Client, job_ids: list[str]) -> dict[str, Any]:
         "cost_saved": pytest.approx(saved_cost),
         "cost_saved_fraction": pytest.approx(saved_cost / base_cost if base_cost else 0.0),
         "jobs_not_learning": not_learning,
+        "jobs_mixing_models": mixing,
     }
 
 
@@ -115,8 +117,21 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     for _ in range(3):
         _release(http, stuck)
 
+    # Its runs trained other models: a size 5% apart is one model, another precision is not.
+    mixing = register("mixing")
+    for parameters, precision in [(1_000, "32"), (1_049, "32"), (1_000, "bf16")]:
+        _reported_model(http, mixing, parameters, precision)
+    alike = register("alike")  # sizes a few percent apart, a precision not said: one model
+    for parameters, precision in [(1_000, "32"), (1_049, None), (1_020, "32")]:
+        _reported_model(http, alike, parameters, precision)
+
     fleet = _fleet(server, prefix)
     assert fleet.model_dump() == _expected(http, jobs)
+    assert fleet.jobs_mixing_models == 1
+    page = http.get("/dashboard", params={"prefix": prefix}).text
+    assert (
+        '<span id="mixing-models-jobs" class="badge mixed-models">1 job mixes models</span>' in page
+    )
     assert fleet.jobs_with_savings == 2
     assert fleet.jobs_not_learning == 1
     assert fleet.runs_in_flight == 1  # "going"'s; the released one is not
@@ -125,6 +140,17 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     # A prefix keeps its jobs only; another prefix sees none of them.
     assert _fleet(server, f"{prefix}-explores").model_dump() == _expected(http, jobs[:1])
     assert _fleet(server, unique_id("nofleet")).jobs == 0
+
+
+def _reported_model(
+    http: httpx.Client, job_id: str, parameters: int, precision: str | None
+) -> None:
+    """A run of one report that says its model, ended."""
+    trial = dispatch(http, job_id)
+    body = {**trial_id(trial), "time": 5.0, "energy": 400.0, "metric": 0.1, "current_epoch": 1}
+    said = {"model_parameters": parameters} | ({"precision": precision} if precision else {})
+    assert http.post("/report", json=body | said).status_code == 200
+    assert http.patch("/trials", json=trial_id(trial)).status_code == 200
 
 
 def _release(http: httpx.Client, job_id: str) -> None:

@@ -729,6 +729,34 @@ def test_the_totals_end_with_the_jobs_that_learn_nothing(
 
 
 @pytest.mark.parametrize(
+    ("mixing", "said"),
+    [
+        (0, None),
+        (1, " 1 job's runs trained other models (another size or precision), whose costs it "
+            "learns from as one (zeus-bso jobs list marks it 'mixed models')."),
+        (2, " 2 jobs' runs trained other models (another size or precision), whose costs they "
+            "learn from as one (zeus-bso jobs list marks them 'mixed models')."),
+    ],
+)  # fmt: skip
+def test_the_totals_end_with_the_jobs_that_mix_models(mixing: int, said: str | None) -> None:
+    from zeus_bso.cli.job_words import totals_in_words
+    from zeus_bso.wire.reads import FleetSummary
+
+    answer = {
+        "jobs": 3, "runs": 9, "energy": 185.0, "time": 0.6, "jobs_with_savings": 0,
+        "energy_saved": 0.0, "energy_saved_fraction": 0.0, "cost_saved": 0.0,
+        "cost_saved_fraction": 0.0, "jobs_not_learning": 1, "jobs_mixing_models": mixing,
+    }  # fmt: skip
+    words = totals_in_words(FleetSummary.model_validate(answer))
+    if said is None:
+        assert "other models" not in words
+    else:
+        assert words.endswith(
+            "were all released (zeus-bso jobs list --not-learning names it)." + said
+        )
+
+
+@pytest.mark.parametrize(
     ("flying", "said"),
     [(0, None), (1, " 1 run is training now."), (3, " 3 runs are training now.")],
 )

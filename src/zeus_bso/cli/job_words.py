@@ -229,6 +229,13 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
         if stuck
         else ""
     )
+    if mixing := totals.jobs_mixing_models:  # said after those that learn nothing
+        whose = "1 job's" if mixing == 1 else f"{mixing} jobs'"
+        they = ("it", "it learns") if mixing == 1 else ("them", "they learn")
+        not_learning += (
+            f" {whose} runs trained other models (another size or precision), whose costs "
+            f"{they[1]} from as one (zeus-bso jobs list marks {they[0]} 'mixed models')."
+        )
     if not totals.jobs_with_savings:
         return (
             text

@@ -370,3 +370,6 @@ class FleetSummary(BaseModel):
     jobs_not_learning: int = 0
     """Jobs that learn nothing now: their newest ended runs, three or more, were all released,
     none counted (`JobSummary.not_learning`; ``GET /api/jobs?not_learning=true`` lists them)."""
+    jobs_mixing_models: int = 0
+    """Jobs whose runs on one hardware profile trained other models (`JobSummary.mixed_models`:
+    the job list marks them)."""

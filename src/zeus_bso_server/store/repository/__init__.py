@@ -39,7 +39,12 @@ from zeus_bso_server.store.repository.jobs import (
     set_profiles,
     set_reference,
 )
-from zeus_bso_server.store.repository.models import ModelRuns, models_of, note_model
+from zeus_bso_server.store.repository.models import (
+    ModelRuns,
+    count_jobs_mixing_models,
+    models_of,
+    note_model,
+)
 from zeus_bso_server.store.repository.power_profiles import (
     StoredPowerProfile,
     delete_power_profiles,
@@ -82,6 +87,7 @@ __all__ = [
     "StoredJob",
     "StoredPowerProfile",
     "StoredTrial",
+    "count_jobs_mixing_models",
     "count_jobs_not_learning",
     "delete_job",
     "delete_power_profiles",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
+from zeus_bso_server.store.repository.jobs import with_prefix
 from zeus_bso_server.store.repository.rows import trials
 
 
@@ -87,3 +88,20 @@ def models_of(conn: Connection, job_ids: list[str]) -> dict[str, list[ModelRuns]
             model = ModelRuns(profile, int(n), precision, int(count), int(first), int(last))
             models[job_id].append(model)
     return models
+
+
+def count_jobs_mixing_models(conn: Connection, prefix: str | None, alike: float) -> int:
+    """How many jobs (whose id starts with ``prefix``) have runs on one hardware profile that
+    trained other models: sizes more than ``alike`` times apart, or precisions both said and
+    different (as `zeus_bso_server.mixed_models` judges one job). One aggregate statement."""
+    size = trials.c.model_parameters
+    mixing = (
+        with_prefix(select(trials.c.job_id).where(size.is_not(None)), prefix, trials.c.job_id)
+        .group_by(trials.c.job_id, trials.c.profile)
+        .having(
+            (func.max(size) > alike * func.min(size))
+            | (func.count(trials.c.precision.distinct()) > 1)
+        )
+    )
+    found = select(mixing.subquery().c.job_id).distinct().subquery()
+    return int(conn.execute(select(func.count()).select_from(found)).scalar_one())
