@@ -230,13 +230,22 @@ class JobList:
 
 
 async def job_summaries(
-    db: Database, prefix: str | None, limit: int, offset: int, not_learning: bool = False
+    db: Database,
+    prefix: str | None,
+    limit: int,
+    offset: int,
+    not_learning: bool = False,
+    mixed_models: bool = False,
 ) -> JobList:
     """Jobs ordered by id; with ``not_learning``, only those that learn nothing now
-    (`repo.jobs_not_learning`)."""
+    (`repo.jobs_not_learning`); with ``mixed_models``, only those whose runs trained other
+    models (`repo.jobs_mixing_models`)."""
 
     def work(conn: Connection) -> JobList:
-        among = repo.jobs_not_learning(prefix, RELEASED_IN_A_ROW) if not_learning else None
+        among = [
+            *([repo.jobs_not_learning(prefix, RELEASED_IN_A_ROW)] if not_learning else []),
+            *([repo.jobs_mixing_models(prefix, ALIKE)] if mixed_models else []),
+        ]
         stored, unreadable = repo.list_jobs(conn, prefix, limit, offset, among)
         ids = [job.job_id for job in stored]
         spent = _spent_by_job(conn, ids)

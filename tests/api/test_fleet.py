@@ -132,6 +132,16 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     assert (
         '<span id="mixing-models-jobs" class="badge mixed-models">1 job mixes models</span>' in page
     )
+    # The list of them, as the badge links to it; with the other filter, the jobs both name.
+    only = {"prefix": prefix, "mixed_models": "true"}
+    assert [j["job_id"] for j in http.get("/api/jobs", params=only).json()] == [mixing]
+    both = http.get("/api/jobs", params=only | {"not_learning": "true"}).json()
+    assert both == []
+    assert f'href="/dashboard?offset=0&amp;prefix={prefix}&amp;mixed_models=true"' in page
+    listed = http.get("/dashboard", params=only).text
+    assert "<h1>Jobs that mix models</h1>" in listed
+    assert f">{mixing}</a>" in listed
+    assert f">{alike}</a>" not in listed
     assert fleet.jobs_with_savings == 2
     assert fleet.jobs_not_learning == 1
     assert fleet.runs_in_flight == 1  # "going"'s; the released one is not

@@ -733,9 +733,9 @@ def test_the_totals_end_with_the_jobs_that_learn_nothing(
     [
         (0, None),
         (1, " 1 job's runs trained other models (another size or precision), whose costs it "
-            "learns from as one (zeus-bso jobs list marks it 'mixed models')."),
+            "learns from as one (zeus-bso jobs list --mixed-models names it)."),
         (2, " 2 jobs' runs trained other models (another size or precision), whose costs they "
-            "learn from as one (zeus-bso jobs list marks them 'mixed models')."),
+            "learn from as one (zeus-bso jobs list --mixed-models names them)."),
     ],
 )  # fmt: skip
 def test_the_totals_end_with_the_jobs_that_mix_models(mixing: int, said: str | None) -> None:
@@ -836,6 +836,11 @@ def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: Server
     assert "models: its runs trained other models (1,000 parameters in trial 2; 1,020" in shown
     assert f"prior_from='{job_id}'" in shown
     assert ", mixed models" in cli(server, "list", "--prefix", job_id).stdout
+    assert job_id in cli(server, "list", "--prefix", job_id, "--mixed-models").stdout
+    one = " ".join(
+        cli(server, "list", "--prefix", job_id, "--mixed-models", "--not-learning").stderr.split()
+    )
+    assert f"no jobs that learn nothing now and mix models whose id starts with '{job_id}'" in one
 
 
 def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:

@@ -234,7 +234,7 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
         they = ("it", "it learns") if mixing == 1 else ("them", "they learn")
         not_learning += (
             f" {whose} runs trained other models (another size or precision), whose costs "
-            f"{they[1]} from as one (zeus-bso jobs list marks {they[0]} 'mixed models')."
+            f"{they[1]} from as one (zeus-bso jobs list --mixed-models names {they[0]})."
         )
     if not totals.jobs_with_savings:
         return (

@@ -200,16 +200,25 @@ def list_command(
             "more, were all released",
         ),
     ] = False,
+    mixed_models: Annotated[
+        bool,
+        typer.Option(
+            "--mixed-models",
+            help="Only the jobs whose runs on one hardware profile trained other models "
+            "(another size or precision)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """The registered jobs, ordered by id."""
+    only = {"not_learning": not_learning, "mixed_models": mixed_models}
 
     def page(client: ServerClient) -> tuple[tuple[list[JobSummary], list[str]], bool]:
         if stage is not None:
-            return _at_stage(client, prefix, stage, limit, offset, not_learning)
-        found = client.jobs_page(prefix, limit, offset, not_learning)
+            return _at_stage(client, prefix, stage, limit, offset, only)
+        found = client.jobs_page(prefix, limit, offset, **only)
         full = len(found[0]) + len(found[1]) >= limit  # the unreadable are left out of a page
-        return found, full and any(client.jobs_page(prefix, 1, offset + limit, not_learning))
+        return found, full and any(client.jobs_page(prefix, 1, offset + limit, **only))
 
     (jobs, unreadable), more = _ask(server, token, page)
     beyond = f"more jobs than these {limit}: --offset {offset + limit} shows the next page"
@@ -251,8 +260,12 @@ def list_command(
         err.print(beyond)
     if not jobs:
         at = f" at stage {stage.value}" if stage is not None else ""
-        learning = " that learn nothing now" if not_learning else ""
-        err.print(escape("no jobs" + learning + at + whose_id(prefix)))
+        which = " and ".join(
+            words
+            for words, kept in (("learn nothing now", not_learning), ("mix models", mixed_models))
+            if kept
+        )
+        err.print(escape("no jobs" + (f" that {which}" if which else "") + at + whose_id(prefix)))
 
 
 def _at_stage(
@@ -261,7 +274,7 @@ def _at_stage(
     stage: JobStage,
     limit: int,
     offset: int,
-    not_learning: bool,
+    only: dict[str, bool],
 ) -> tuple[tuple[list[JobSummary], list[str]], bool]:
     """The page ``limit`` and ``offset`` say of the jobs at ``stage`` (whose id starts with
     ``prefix``), the ids the server cannot read, and whether more follow: every page of the
@@ -271,7 +284,7 @@ def _at_stage(
     unreadable: list[str] = []
     start = 0
     while True:
-        found, unread = client.jobs_page(prefix, STAGE_PAGE, start, not_learning)
+        found, unread = client.jobs_page(prefix, STAGE_PAGE, start, **only)
         matching += [job for job in found if job.stage is stage]
         unreadable += unread
         if len(found) + len(unread) < STAGE_PAGE:

@@ -44,10 +44,13 @@ class ReadApi:
         limit: int = 100,
         offset: int = 0,
         not_learning: bool = False,
+        mixed_models: bool = False,
     ) -> list[JobSummary]:
         """Registered jobs ordered by id (``GET /api/jobs``), a page at a time; with
-        ``not_learning``, only those that learn nothing now (`JobSummary.not_learning`)."""
-        return self.jobs_page(prefix, limit, offset, not_learning)[0]
+        ``not_learning``, only those that learn nothing now (`JobSummary.not_learning`); with
+        ``mixed_models``, only those whose runs trained other models
+        (`JobSummary.mixed_models`)."""
+        return self.jobs_page(prefix, limit, offset, not_learning, mixed_models)[0]
 
     def jobs_page(
         self,
@@ -55,6 +58,7 @@ class ReadApi:
         limit: int = 100,
         offset: int = 0,
         not_learning: bool = False,
+        mixed_models: bool = False,
     ) -> tuple[list[JobSummary], list[str]]:
         """A page of `list_jobs`, and the ids of its jobs whose stored state the server cannot
         read (left out of the page: its ``Zeus-BSO-Unreadable-Jobs`` header)."""
@@ -65,11 +69,16 @@ class ReadApi:
             params["prefix"] = prefix
         if not_learning:
             params["not_learning"] = "true"
+        if mixed_models:
+            params["mixed_models"] = "true"
         response = self._request("GET", "/api/jobs", params=params)
         unreadable = response.headers.get("Zeus-BSO-Unreadable-Jobs", "")
         jobs: list[JobSummary] = read_answer(list[JobSummary], response.json(), "GET /api/jobs")
-        if not_learning:  # a server that predates the filter lists every job
+        # A server that predates a filter lists every job.
+        if not_learning:
             jobs = [job for job in jobs if job.not_learning]
+        if mixed_models:
+            jobs = [job for job in jobs if job.mixed_models]
         return jobs, [i for i in unreadable.split(",") if i]
 
     def summary(self, prefix: str | None = None) -> FleetSummary:

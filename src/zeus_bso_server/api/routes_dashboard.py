@@ -112,18 +112,30 @@ async def jobs_page(
     prefix: Annotated[Annotated[str, Printable] | None, Query(max_length=MAX_ID_LENGTH)] = None,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
     not_learning: bool = False,
+    mixed_models: bool = False,
 ) -> Response:
     """Registered jobs, by id, a page at a time; ``prefix`` keeps those whose id starts with
-    it, ``not_learning`` those that learn nothing now."""
-    found = await job_summaries(db, prefix or None, PAGE_SIZE + 1, offset, not_learning)
+    it, ``not_learning`` those that learn nothing now, ``mixed_models`` those whose runs
+    trained other models."""
+    found = await job_summaries(
+        db, prefix or None, PAGE_SIZE + 1, offset, not_learning, mixed_models
+    )
     fleet = await fleet_summary(db, prefix or None)
     base = URL(path_for(request, "dashboard_jobs"))
+    which = " and ".join(
+        words
+        for words, kept in (("learn nothing now", not_learning), ("mix models", mixed_models))
+        if kept
+    )
 
-    def page_url(start: int, only_not_learning: bool = not_learning) -> str:
+    def page_url(
+        start: int, only_not_learning: bool = not_learning, only_mixed: bool = mixed_models
+    ) -> str:
         query = {
             "offset": str(max(start, 0)),
             **({"prefix": prefix} if prefix else {}),
             **({"not_learning": "true"} if only_not_learning else {}),
+            **({"mixed_models": "true"} if only_mixed else {}),
         }
         return str(base.include_query_params(**query))
 
@@ -137,6 +149,8 @@ async def jobs_page(
             "more": len(found.jobs) + len(found.unreadable) > PAGE_SIZE,
             "prefix": prefix,
             "not_learning": not_learning,
+            "mixed_models": mixed_models,
+            "which": f"that {which}" if which else "",
             "offset": offset,
             "page_size": PAGE_SIZE,
             "page_url": page_url,

@@ -42,6 +42,7 @@ from zeus_bso_server.store.repository.jobs import (
 from zeus_bso_server.store.repository.models import (
     ModelRuns,
     count_jobs_mixing_models,
+    jobs_mixing_models,
     models_of,
     note_model,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "insert_job_if_absent",
     "insert_power_profile",
     "job_state",
+    "jobs_mixing_models",
     "jobs_not_learning",
     "jobs_of_prefix",
     "latest_costs",

@@ -166,14 +166,14 @@ def list_jobs(
     prefix: str | None,
     limit: int,
     offset: int,
-    among: Select[Any] | None = None,
+    among: Sequence[Select[Any]] = (),
 ) -> tuple[list[StoredJob], list[str]]:
     """Jobs ordered by id, optionally only those whose id starts with ``prefix`` and those
-    ``among`` names (a select of job ids); and the ids of those among them whose stored state
-    cannot be read (left out)."""
+    each of ``among`` names (selects of job ids); and the ids of those among them whose stored
+    state cannot be read (left out)."""
     stmt = select(jobs).order_by(jobs.c.job_id).limit(limit).offset(offset)
-    if among is not None:
-        stmt = stmt.where(jobs.c.job_id.in_(among))
+    for named in among:
+        stmt = stmt.where(jobs.c.job_id.in_(named))
     return readable_jobs(conn.execute(with_prefix(stmt, prefix)))
 
 

@@ -7,8 +7,9 @@ counted depends on the processes, which another profile's GPU count changes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from zeus_bso_server.store.repository.jobs import with_prefix
@@ -90,10 +91,11 @@ def models_of(conn: Connection, job_ids: list[str]) -> dict[str, list[ModelRuns]
     return models
 
 
-def count_jobs_mixing_models(conn: Connection, prefix: str | None, alike: float) -> int:
-    """How many jobs (whose id starts with ``prefix``) have runs on one hardware profile that
-    trained other models: sizes more than ``alike`` times apart, or precisions both said and
-    different (as `zeus_bso_server.mixed_models` judges one job). One aggregate statement."""
+def jobs_mixing_models(prefix: str | None, alike: float) -> Select[Any]:
+    """The ids of the jobs (whose id starts with ``prefix``) with runs on one hardware profile
+    that trained other models: sizes more than ``alike`` times apart, or precisions both said
+    and different (as `zeus_bso_server.mixed_models` judges one job). One statement, to count
+    them or to keep a list to them."""
     size = trials.c.model_parameters
     mixing = (
         with_prefix(select(trials.c.job_id).where(size.is_not(None)), prefix, trials.c.job_id)
@@ -102,6 +104,12 @@ def count_jobs_mixing_models(conn: Connection, prefix: str | None, alike: float)
             (func.max(size) > alike * func.min(size))
             | (func.count(trials.c.precision.distinct()) > 1)
         )
+        .subquery()
     )
-    found = select(mixing.subquery().c.job_id).distinct().subquery()
+    return select(mixing.c.job_id).distinct()
+
+
+def count_jobs_mixing_models(conn: Connection, prefix: str | None, alike: float) -> int:
+    """How many jobs `jobs_mixing_models` names."""
+    found = jobs_mixing_models(prefix, alike).subquery()
     return int(conn.execute(select(func.count()).select_from(found)).scalar_one())
