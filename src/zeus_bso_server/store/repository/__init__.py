@@ -9,7 +9,8 @@ the last ``window_size`` reports per arm. The hot paths use SQLAlchemy Core stat
 - `jobs`: a job's row (register, read and lock it, list, profiles, memory caps, pin, delete);
 - `trials`: a job's trials (dispatch, report, renew, release, fail, end, and what the policy
   reads of them);
-- `models`: the models a job's runs trained, by their number of parameters;
+- `models`: the models a job's runs trained (their number of parameters, their precision),
+  and the jobs whose runs trained other models;
 - `power_profiles`: each batch size's measurements at each power limit;
 - `fleet`: what many jobs spent, the fleet's totals and savings, and the jobs that learn
   nothing now.

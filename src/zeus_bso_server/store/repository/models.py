@@ -1,8 +1,8 @@
 """SQL of the models a job's runs trained, each known by its number of parameters and the
 precision it trained in (a trial's ``model_parameters`` and ``precision``, from its run's
-reports), on each hardware profile: where an optimizer
-holds each process's part of the parameters (DeepSpeed's ZeRO stages 1 and 2), the number
-counted depends on the processes, which another profile's GPU count changes."""
+reports), on each hardware profile (where an optimizer holds each process's part of the
+parameters, as DeepSpeed's ZeRO stages 1 and 2 do, the number counted depends on the
+processes, which another profile's GPU count changes); and the jobs that mix models."""
 
 from __future__ import annotations
 
