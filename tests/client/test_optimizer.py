@@ -903,7 +903,8 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     own (rank 0 at 64 while rank 1 trained at 128): rank 1's is refused, saying to use
     `TrialSession` on every rank, which trains one run at rank 0's batch size on both. Ranks
     that report different metrics (each its share's, not gathered) are told so, once: the server
-    judges the run by rank 0's part of the validation set."""
+    judges the run by rank 0's part of the validation set. Its report says the whole model's
+    size, its parameters sharded by FSDP's ``fully_shard`` (without ``apart``) or not."""
     pytest.importorskip("torch", reason="torchrun comes with torch (pip install torch)")
     job_id = unique_id("ddploop")
     command = [preloaded(sys.executable), "-m", "torch.distributed.run", "--nproc_per_node=2",
@@ -924,6 +925,9 @@ def test_a_plain_loop_on_every_rank_of_torchrun_trains_one_run(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(job_id)["trials"]  # none of rank 1's own
     assert (trial["status"], trial["converged"], trial["epochs"]) == ("reported", True, 3)
+    # The whole model's parameters, sharded (each rank holds half: FSDP's DTensors count
+    # whole) or not.
+    assert trial["model_parameters"] == 90
     for seen in ranks:
         assert (seen["batch_size"], seen["trial_number"]) == (trial["batch_size"], 1)
         assert seen["epochs"] == 3  # both stopped at rank 0's answer (0.6 >= 0.5)

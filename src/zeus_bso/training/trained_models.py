@@ -102,19 +102,20 @@ def _fingerprint(weights: list[Any]) -> float | None:
 def trained_parameters(optimizers: Iterable[Any]) -> int | None:
     """The number of parameters ``optimizers`` train, each counted once: the size of the run's
     model, which its reports say (the server says when a job's runs trained models of other
-    sizes). None: no optimizer, or parameters not to be counted (a model sharded across
-    processes, lazy parameters not yet made)."""
-    each: dict[int, Any] = {}
-    for optimizer in optimizers:
-        weights = _weights(optimizer)
-        if weights is None:
-            return None
-        each.update((id(p), p) for p in weights)
+    sizes). A ``DTensor`` (FSDP's ``fully_shard``) counts whole, as its global shape says, on
+    every process. None: no optimizer, or parameters not to be counted (another process's part
+    of a model sharded otherwise: FSDP's flattened ones, DeepSpeed's ZeRO-3; lazy parameters
+    not yet made)."""
+    each = {
+        id(p): p for optimizer in optimizers for g in optimizer.param_groups for p in g["params"]
+    }
+    whole = [type(p).__name__ == "DTensor" or not sharded_parameter(p) for p in each.values()]
+    if not each or not all(whole):
+        return None
     try:
-        count = sum(int(p.numel()) for p in each.values())
+        return sum(int(p.numel()) for p in each.values()) or None
     except (RuntimeError, ValueError, NotImplementedError):
         return None
-    return count or None
 
 
 def remember(model: Any, run: Run) -> None:

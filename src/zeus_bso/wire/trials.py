@@ -176,8 +176,9 @@ class TrainingResult(TrialId):
     model_parameters: Annotated[int, Field(gt=0, le=MAX_MODEL_PARAMETERS)] | None = None
     """An extension: the number of parameters the run trains (its optimizers', each counted
     once), which the trial keeps: a job whose runs trained models of other sizes says so (the
-    answer's ``notice``, the job's view). Absent: not said (a model sharded across processes,
-    whose parameters each process holds a part of)."""
+    answer's ``notice``, the job's view). A model FSDP's ``fully_shard`` shards counts whole.
+    Absent: not said (a model sharded otherwise, whose parameters each process holds a part of:
+    FSDP's flattened ones, DeepSpeed's ZeRO-3)."""
     precision: (
         Annotated[str, Field(min_length=1, max_length=MAX_PRECISION_LENGTH), Printable] | None
     ) = None

@@ -131,7 +131,8 @@ class TrialRow(Base):
     model_parameters: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     """The parameters its run trained, as its first report that said them counted them (their
     number is the model's size: a job whose runs trained other sizes mixes models); NULL: not
-    said (upstream Zeus's clients, a sharded model, trials from before 0016)."""
+    said (upstream Zeus's clients, a model sharded by FSDP's flattening or ZeRO-3, trials from
+    before 0016)."""
     precision: Mapped[str | None] = mapped_column(String(PRECISION_LENGTH), nullable=True)
     """The numeric precision its run trained in, as its framework names it (``bf16-mixed``),
     kept with ``model_parameters``; NULL: not said (a plain loop)."""
