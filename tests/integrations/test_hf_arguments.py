@@ -126,3 +126,19 @@ def test_an_evaluation_of_no_samples_says_the_eval_dataset_is_empty() -> None:
     assert "the evaluation saw no samples" in said
     assert "eval_dataset is empty" in said
     assert "compute_metrics" not in said
+
+
+@pytest.mark.parametrize(
+    ("options", "said"), [({}, "32"), ({"bf16": True}, "bf16"), ({"fp16": True}, "fp16")]
+)
+def test_the_precision_a_run_reports_is_the_arguments(
+    tmp_path: Path, options: dict[str, Any], said: str
+) -> None:
+    """What the callback's reports say of the Trainer's precision (a run in another precision
+    than the job's earlier runs is told so), from real ``TrainingArguments`` (a version that
+    refuses one of them on this machine skips that case, saying why)."""
+    try:
+        args = arguments(tmp_path, **options)
+    except (ValueError, ImportError) as refused:  # fp16 without a GPU, on some versions
+        pytest.skip(f"these TrainingArguments are refused here: {refused}")
+    assert hf_arguments.precision(args) == said
