@@ -67,12 +67,17 @@ def _keep(weights: list[Any], trained: _Trained) -> None:
     _TRAINED[key] = (weakref.ref(weights[0], lambda _: _TRAINED.pop(key, None)), trained)
 
 
+def _grouped(optimizer: Any) -> list[Any]:
+    """The parameters of ``optimizer``'s groups."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 def _weights(model: Any) -> list[Any] | None:
     """The parameters of ``model``, a module or an optimizer (its parameter groups'). None:
     none, or not to be read (a model sharded across processes, whose parameters each holds a
     part of: each process would judge it by its own)."""
     if hasattr(model, "param_groups"):
-        weights = [p for group in model.param_groups for p in group["params"]]
+        weights = _grouped(model)
         return None if any(sharded_parameter(p) for p in weights) else weights or None
     if sharding(model) is not None:
         return None
@@ -106,9 +111,7 @@ def trained_parameters(optimizers: Iterable[Any]) -> int | None:
     every process. None: no optimizer, or parameters not to be counted (another process's part
     of a model sharded otherwise: FSDP's flattened ones, DeepSpeed's ZeRO-3; lazy parameters
     not yet made)."""
-    each = {
-        id(p): p for optimizer in optimizers for g in optimizer.param_groups for p in g["params"]
-    }
+    each = {id(p): p for optimizer in optimizers for p in _grouped(optimizer)}
     whole = [type(p).__name__ == "DTensor" or not sharded_parameter(p) for p in each.values()]
     if not each or not all(whole):
         return None
