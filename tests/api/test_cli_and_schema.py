@@ -27,6 +27,7 @@ from tests.helpers import (
     database_url,
     environment_without_settings,
     job_body,
+    needs_driver,
     sqlite_url,
 )
 from tests.ports import free_port
@@ -196,6 +197,16 @@ def test_a_database_whose_driver_is_missing_names_the_extra(
     assert str(info.value) == (
         f"the {backend} driver {module} is not installed; pip install 'zeus-bso[server,{extra}]'"
     )
+
+
+def test_a_postgresql_urls_own_connection_timeouts_win() -> None:
+    """The server bounds a PostgreSQL connection's opening and what it sends on it
+    (`tests.api.test_faults` drops real packets); an operator's own values in the URL stay."""
+    needs_driver("postgresql")
+    ours = to_engine_url("postgresql://zeus@db.corp/zeus").query
+    assert (ours["connect_timeout"], ours["tcp_user_timeout"]) == ("10", "10000")
+    theirs = to_engine_url("postgresql://zeus@db.corp/zeus?tcp_user_timeout=0&connect_timeout=3")
+    assert (theirs.query["connect_timeout"], theirs.query["tcp_user_timeout"]) == ("3", "0")
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])

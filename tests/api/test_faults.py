@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -42,6 +43,8 @@ from zeus_bso.energy import EstimateMeter
 from zeus_bso.errors import ServerRejectedError
 from zeus_bso.spec import UPSTREAM_OPTIONS, JobSpecFromClient, TrialId
 from zeus_bso_server.settings import to_engine_url
+
+REPO = Path(__file__).resolve().parents[2]
 
 CLIENT_SCRIPT = """
 import sys, time
@@ -293,6 +296,41 @@ def test_a_postgresql_host_that_drops_connections_answers_503_at_the_connect_tim
             waited = time.monotonic() - started
             db.dispose()
     assert waited < 10.0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops packets in a network namespace: needs root")
+@pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("unshare", "iptables", "ip")),
+    reason="drops packets in a network namespace: needs unshare, iptables and ip",
+)
+def test_a_postgresql_host_that_dies_under_pooled_connections_answers_503_in_seconds(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A database host that dies (a failover, a node lost) acknowledges nothing on the
+    server's open connections: libpq waited for the operating system's retransmissions, about
+    fifteen minutes, while the request (the ping of its idle connection, first) waited, and the
+    client gave up at its timeout; the request then went through when the host came back, a
+    trial the client never heard of. Now the connection is given up at `TCP_USER_TIMEOUT_MS`
+    and the request answers 503, nothing written. Real packets dropped by iptables, in a
+    network namespace of the test's own (`tests.api.dead_database_host`)."""
+    needs_driver("postgresql")
+    database = database_url("postgresql", tmp_path, request).rsplit("/", 1)[1]
+    postgres: PostgresServer = request.getfixturevalue("postgres")
+    database_socket = postgres.root / f".s.PGSQL.{postgres.port}"
+    command = [sys.executable, "-m", "tests.api.dead_database_host"]
+    done = subprocess.run(
+        ["unshare", "--net", *command, str(database_socket), database, str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr + (tmp_path / "server.log").read_text()
+    answer = json.loads(done.stdout)
+    assert answer["status"] == 503, answer
+    assert "nothing was written" in answer["message"]
+    assert answer["waited"] < 25.0  # the ping's 10 s and, at most, the connect timeout's 10
+    assert answer["after"] == 1, answer  # the request that failed left no trial behind
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])

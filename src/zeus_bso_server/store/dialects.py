@@ -44,6 +44,14 @@ CONNECT_TIMEOUT_S = 10
 ``connect_timeout`` wins): libpq's default is to wait as long as the operating system does, two
 minutes on Linux, while a request waits for it, when the database's host is down or a network
 drops its packets. MySQL's driver waits 10 s by default."""
+TCP_USER_TIMEOUT_MS = 10_000
+"""The most milliseconds what the server sent on an open PostgreSQL connection may go
+unacknowledged before the connection is given up (libpq's ``tcp_user_timeout``; a URL's own
+wins): a host that died under a pooled connection (a failover, a node lost) acknowledges
+nothing, and the operating system retransmits for about fifteen minutes while the request, and
+the ping that checks an idle connection, wait. Then a request answers 503 in at most this and
+`CONNECT_TIMEOUT_S`, within the client's 30 s. A statement that runs long is not cut short: the
+database acknowledges it at once."""
 IDLE_IN_TRANSACTION_MS = 60_000
 """How long a PostgreSQL session of the server may sit idle inside a transaction before the
 database ends it, releasing its locks: a request's transaction takes milliseconds, so one idle
@@ -232,6 +240,8 @@ class _PostgreSQL(Dialect):
         url = super().url(url)
         if "connect_timeout" not in url.query:
             url = url.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+        if "tcp_user_timeout" not in url.query:
+            url = url.update_query_dict({"tcp_user_timeout": str(TCP_USER_TIMEOUT_MS)})
         return url
 
     def session_settings(self, lock_timeout_ms: int) -> list[str]:
