@@ -1,10 +1,11 @@
-"""A PostgreSQL host that dies under a server's pooled connections, for real: run as root in a
-network namespace of its own (``unshare --net python -m tests.api.dead_database_host SOCKET
-DATABASE``), where iptables may drop packets without touching the machine's own network.
+"""A database host that dies under a server's pooled connections, for real: run as root in a
+network namespace of its own (``unshare --net python -m tests.api.dead_database_host URL SOCKET
+FOLDER``), where iptables may drop packets without touching the machine's own network.
 
 The database (started outside, by the test) is reached through its Unix socket, which crosses
 namespaces; inside, a relay listens on a loopback TCP port and carries each connection to that
-socket, and the server under test connects to the relay's port over TCP. Once a job is
+socket, and the server under test connects to the relay's port over TCP (``URL``, its port
+replaced by the relay's). Once a job is
 registered (a connection is pooled), iptables drops every packet to the relay's port: what the
 server sends on its pooled connection is never acknowledged, as where the host died, and new
 connections are refused, as where it is gone. The request on the job is timed, the packets are
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from sqlalchemy import make_url
 
 from tests.helpers import SERVER_BIN, job_body, unique_id
 from tests.ports import free_port
@@ -74,7 +76,7 @@ def iptables(action: str, port: int) -> None:
         subprocess.run(["iptables", action, "INPUT", *rule], check=True, capture_output=True)
 
 
-def main(database_socket: str, database: str, folder: Path) -> dict[str, object]:
+def main(database: str, database_socket: str, folder: Path) -> dict[str, object]:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True)
     listener = socket.create_server(("127.0.0.1", 0))
     relay_port = int(listener.getsockname()[1])
@@ -82,7 +84,7 @@ def main(database_socket: str, database: str, folder: Path) -> dict[str, object]
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    db_url = f"postgresql://zeus@127.0.0.1:{relay_port}/{database}"
+    db_url = make_url(database).set(port=relay_port).render_as_string(hide_password=False)
     with (folder / "server.log").open("w") as log:
         server = subprocess.Popen(
             [SERVER_BIN, "serve", "--port", str(port), "--db", db_url, "--log-level", "warning"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import socket
 import sqlite3
 import subprocess
@@ -199,14 +200,32 @@ def test_a_database_whose_driver_is_missing_names_the_extra(
     )
 
 
-def test_a_postgresql_urls_own_connection_timeouts_win() -> None:
-    """The server bounds a PostgreSQL connection's opening and what it sends on it
-    (`tests.api.test_faults` drops real packets); an operator's own values in the URL stay."""
-    needs_driver("postgresql")
-    ours = to_engine_url("postgresql://zeus@db.corp/zeus").query
-    assert (ours["connect_timeout"], ours["tcp_user_timeout"]) == ("10", "10000")
-    theirs = to_engine_url("postgresql://zeus@db.corp/zeus?tcp_user_timeout=0&connect_timeout=3")
-    assert (theirs.query["connect_timeout"], theirs.query["tcp_user_timeout"]) == ("3", "0")
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_database_urls_own_tcp_user_timeout_wins(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The server bounds how long what it sends on a connection may go unacknowledged (a host
+    that died: `tests.api.test_faults` drops real packets), on the socket itself; an operator's
+    own value in the URL stays (PyMySQL, which has no such option, is not handed it)."""
+    needs_driver(backend)
+    url = database_url(backend, tmp_path, request)
+
+    def user_timeout_ms(conn: Connection) -> int:
+        raw = conn.connection.dbapi_connection
+        if backend == "mysql":
+            return int(raw._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        with socket.socket(fileno=os.dup(raw.pgconn.socket)) as tcp:
+            return int(tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+
+    for query, expected in (("", 10_000), ("?tcp_user_timeout=2500", 2500)):
+        db = Database(to_engine_url(url + query))
+        try:
+            assert db.run(user_timeout_ms, write=False) == expected
+        finally:
+            db.dispose()
+    if backend == "postgresql":
+        own = to_engine_url(f"{url}?connect_timeout=3").query
+        assert (own["connect_timeout"], own["tcp_user_timeout"]) == ("3", "10000")
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, create_engine, text
 from tests.api.test_concurrency import violations
 from tests.helpers import (
     BACKENDS,
+    SERVERS,
     ServerProcess,
     age_leases,
     database_url,
@@ -303,23 +304,28 @@ def test_a_postgresql_host_that_drops_connections_answers_503_at_the_connect_tim
     not all(shutil.which(tool) for tool in ("unshare", "iptables", "ip")),
     reason="drops packets in a network namespace: needs unshare, iptables and ip",
 )
-def test_a_postgresql_host_that_dies_under_pooled_connections_answers_503_in_seconds(
-    tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_database_host_that_dies_under_pooled_connections_answers_503_in_seconds(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A database host that dies (a failover, a node lost) acknowledges nothing on the
-    server's open connections: libpq waited for the operating system's retransmissions, about
-    fifteen minutes, while the request (the ping of its idle connection, first) waited, and the
-    client gave up at its timeout; the request then went through when the host came back, a
-    trial the client never heard of. Now the connection is given up at `TCP_USER_TIMEOUT_MS`
-    and the request answers 503, nothing written. Real packets dropped by iptables, in a
-    network namespace of the test's own (`tests.api.dead_database_host`)."""
-    needs_driver("postgresql")
-    database = database_url("postgresql", tmp_path, request).rsplit("/", 1)[1]
-    postgres: PostgresServer = request.getfixturevalue("postgres")
-    database_socket = postgres.root / f".s.PGSQL.{postgres.port}"
+    server's open connections: the driver waited for the operating system's retransmissions,
+    about fifteen minutes, while the request (the ping of its idle connection, first) waited,
+    and the client gave up at its timeout; the request then went through when the host came
+    back, a trial the client never heard of. Now the connection is given up at
+    `TCP_USER_TIMEOUT_MS` and the request answers 503, nothing written. Real packets dropped by
+    iptables, in a network namespace of the test's own (`tests.api.dead_database_host`)."""
+    needs_driver(backend)
+    url = database_url(backend, tmp_path, request)
+    db_server: PostgresServer | MariaDBServer = request.getfixturevalue(SERVERS[backend])
+    database_socket = (
+        db_server.root / f".s.PGSQL.{db_server.port}"
+        if isinstance(db_server, PostgresServer)
+        else db_server.root / "sock"
+    )
     command = [sys.executable, "-m", "tests.api.dead_database_host"]
     done = subprocess.run(
-        ["unshare", "--net", *command, str(database_socket), database, str(tmp_path)],
+        ["unshare", "--net", *command, url, str(database_socket), str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

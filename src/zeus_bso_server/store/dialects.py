@@ -10,6 +10,7 @@ and the migrations read them here instead of asking for a backend by name.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -45,9 +46,9 @@ CONNECT_TIMEOUT_S = 10
 minutes on Linux, while a request waits for it, when the database's host is down or a network
 drops its packets. MySQL's driver waits 10 s by default."""
 TCP_USER_TIMEOUT_MS = 10_000
-"""The most milliseconds what the server sent on an open PostgreSQL connection may go
-unacknowledged before the connection is given up (libpq's ``tcp_user_timeout``; a URL's own
-wins): a host that died under a pooled connection (a failover, a node lost) acknowledges
+"""The most milliseconds what the server sent on an open PostgreSQL or MySQL connection may go
+unacknowledged before the connection is given up (``tcp_user_timeout``; a URL's own wins): a
+host that died under a pooled connection (a failover, a node lost) acknowledges
 nothing, and the operating system retransmits for about fifteen minutes while the request, and
 the ping that checks an idle connection, wait. Then a request answers 503 in at most this and
 `CONNECT_TIMEOUT_S`, within the client's 30 s. A statement that runs long is not cut short: the
@@ -285,6 +286,12 @@ class _MySQL(Dialect):
         seconds = max(1, -(-lock_timeout_ms // 1000)) if lock_timeout_ms else 31_536_000
         return [f"SET SESSION innodb_lock_wait_timeout = {seconds}"]
 
+    def install_hooks(
+        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> None:
+        super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
+        event.listen(engine, "do_connect", _bounded_tcp_connection)
+
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         # No RETURNING; INSERT IGNORE's row count is exact here.
         return bool(conn.execute(insert(table).prefix_with("IGNORE").values(values)).rowcount)
@@ -302,6 +309,35 @@ class _MySQL(Dialect):
 
     def unlock_schema(self, conn: Connection) -> None:
         conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
+
+
+def _bounded_tcp_connection(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """A PyMySQL connection over a TCP socket on which what it sends goes unacknowledged for
+    `TCP_USER_TIMEOUT_MS` at most (the URL's ``tcp_user_timeout``, in milliseconds, wins; 0: as
+    long as the operating system retransmits), as libpq's ``tcp_user_timeout`` bounds
+    PostgreSQL's. PyMySQL has no such option, but connects on a socket it is given, which is
+    made here as PyMySQL makes its own. None (PyMySQL connects itself) over a Unix socket or
+    where the system has no such option."""
+    user_timeout_ms = int(cparams.pop("tcp_user_timeout", TCP_USER_TIMEOUT_MS))
+    if cparams.get("unix_socket") or not hasattr(socket, "TCP_USER_TIMEOUT"):
+        return None
+    pymysql = dialect.loaded_dbapi
+    connection = pymysql.connect(*cargs, **cparams, defer_connect=True)
+    bind = (connection.bind_address, 0) if connection.bind_address else None
+    try:
+        tcp = socket.create_connection(
+            (connection.host, connection.port), connection.connect_timeout, source_address=bind
+        )
+    except OSError as err:  # PyMySQL's own words for it
+        raise pymysql.OperationalError(
+            2003, f"Can't connect to MySQL server on {connection.host!r} ({err})"
+        ) from err
+    tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if user_timeout_ms:
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
+    connection.connect(tcp)
+    return connection
 
 
 DIALECTS: dict[str, Dialect] = {
