@@ -26,6 +26,10 @@ from zeus_bso.spec import TrialId
 logger = logging.getLogger(__name__)
 
 
+STOP_WAIT_S = 2.0
+"""The most `Heartbeat.stop` waits for a renewal under way (a slow server's) to end."""
+
+
 def _warned(err: ZeusBSOError) -> bool:
     """Warn that a heartbeat failed (once a run: the caller keeps whether it did)."""
     logger.warning("heartbeat failed (training goes on): %s", err)
@@ -71,8 +75,13 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self) -> None:
-        """No more renewals (the thread ends at its next wake)."""
+        """No more renewals. Waits up to `STOP_WAIT_S` for the thread to end (it wakes at once,
+        unless a renewal is under way): what its ``trial_of`` reaches (the run, its model: on a
+        GPU, the memory the next attempt in the process needs) is then no longer held by it."""
         self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_WAIT_S)
 
     def _beat(self, trial_of: Callable[[], TrialId | None]) -> None:
         warned = beaten = False
