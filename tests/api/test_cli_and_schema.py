@@ -228,6 +228,20 @@ def test_a_database_urls_own_tcp_user_timeout_wins(
         assert (own["connect_timeout"], own["tcp_user_timeout"]) == ("3", "10000")
 
 
+def test_a_postgresql_urls_prepare_threshold_is_a_whole_number_or_none() -> None:
+    """``prepare_threshold`` (statements prepared on the server after that many runs on a
+    connection; none by default) is said wrong before a connection, not at each one."""
+    needs_driver("postgresql")
+    for good in ("none", "0", "5"):
+        to_engine_url(f"postgresql://zeus@db.corp/zeus?prepare_threshold={good}")
+    with pytest.raises(SettingsError) as info:
+        to_engine_url("postgresql://zeus@db.corp/zeus?prepare_threshold=soon")
+    assert str(info.value) == (
+        "the database URL's prepare_threshold is 'soon': write a whole number (after how many "
+        "runs on a connection a statement is prepared), or none"
+    )
+
+
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])
 def test_an_at_sign_in_a_password_is_said_before_a_connection(backend: str) -> None:
     """A generated password with an '@' split the URL there: the rest became the host or the

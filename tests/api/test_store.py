@@ -101,29 +101,32 @@ def test_connections_the_database_closed_are_replaced_without_an_error(
     _answered_across(terminate, postgres, tmp_path)
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 def test_a_schema_change_under_a_running_server_costs_no_request(
-    postgres: PostgresServer, tmp_path: Path
+    prepared: bool, postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    """Column types change under a running server (as an upgrade while serving would): the
-    statements it prepared on the server fail once ("cached plan must not change result
+    """Column types change under a running server (as an upgrade while serving would). Its
+    statements are not prepared on the server (unless the URL's ``prepare_threshold`` says),
+    so none goes stale; where they are, they fail once ("cached plan must not change result
     type"), and the request runs again on statements prepared anew."""
 
     def retype(url: str) -> None:
         _admin_sql(url, "ALTER TABLE trials ALTER COLUMN round TYPE bigint")
         _admin_sql(url, "ALTER TABLE jobs ALTER COLUMN next_trial_number TYPE bigint")
 
-    log = _answered_across(retype, postgres, tmp_path)
-    assert "a column type changed under the server" in log  # the statements were prepared
+    query = "?prepare_threshold=5" if prepared else ""
+    log = _answered_across(retype, postgres, tmp_path, query)
+    assert ("a column type changed under the server" in log) is prepared
 
 
 def _answered_across(
-    disruption: Callable[[str], None], postgres: PostgresServer, tmp_path: Path
+    disruption: Callable[[str], None], postgres: PostgresServer, tmp_path: Path, query: str = ""
 ) -> str:
-    """Six trials of a job on a server (enough for a driver to prepare its statements),
-    ``disruption(database URL)``, three more: every request answered, the numbers going on.
-    Returns the server's log."""
+    """Six trials of a job on a server (enough for a driver to prepare its statements, where it
+    does), ``disruption(database URL)``, three more: every request answered, the numbers going
+    on. ``query``: the server's database URL's. Returns the server's log."""
     url = postgres.new_database()
-    server = ServerProcess(url, cwd=tmp_path)
+    server = ServerProcess(url + query, cwd=tmp_path)
     try:
         job_id = unique_id()
         with server.client() as http:

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.types import TypeEngine
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
-from zeus_bso_server.errors import SchemaError
+from zeus_bso_server.errors import SchemaError, SettingsError
 
 WRITE_OPTION = "zeus_bso_write"
 """Execution option: on SQLite the transaction starts with BEGIN IMMEDIATE (the write lock)."""
@@ -243,7 +243,19 @@ class _PostgreSQL(Dialect):
             url = url.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
         if "tcp_user_timeout" not in url.query:
             url = url.update_query_dict({"tcp_user_timeout": str(TCP_USER_TIMEOUT_MS)})
+        threshold = url.query.get("prepare_threshold", "none")
+        if not (threshold == "none" or (isinstance(threshold, str) and threshold.isdigit())):
+            raise SettingsError(
+                f"the database URL's prepare_threshold is {threshold!r}: write a whole number "
+                "(after how many runs on a connection a statement is prepared), or none"
+            )
         return url
+
+    def install_hooks(
+        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> None:
+        super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
+        event.listen(engine, "do_connect", _prepared_statements)
 
     def session_settings(self, lock_timeout_ms: int) -> list[str]:
         return [
@@ -309,6 +321,17 @@ class _MySQL(Dialect):
 
     def unlock_schema(self, conn: Connection) -> None:
         conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
+
+
+def _prepared_statements(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+    """No statement prepared on the server, unless the URL's ``prepare_threshold`` says after
+    how many runs on a connection psycopg prepares one (its own default is 5). A pooler in
+    transaction mode (PgBouncer's, many managed databases') gives each transaction whichever
+    server connection is free, where a statement psycopg prepared on another does not exist, or
+    another of its name does: every such request failed. Preparing saves a fraction of a
+    millisecond a request (`benchmarks/server_latency.py`)."""
+    threshold = cparams.pop("prepare_threshold", "none")  # checked by `_PostgreSQL.url`
+    cparams["prepare_threshold"] = None if threshold == "none" else int(threshold)
 
 
 def _bounded_tcp_connection(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
