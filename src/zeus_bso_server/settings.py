@@ -9,6 +9,7 @@ import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,12 +30,14 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
     Raises:
         SettingsError: the URL cannot be parsed or names an unsupported database or driver.
     """
-    raw = raw.strip()
+    raw = _hosts_in_query(raw.strip())
     try:
         url = make_url(raw)
+    except ValueError as err:  # SQLAlchemy's, of the port
+        raise SettingsError("the database URL's port is not a number") from err
     except ArgumentError as err:
         raise SettingsError(
-            f"database URL {raw!r} cannot be parsed; write it as sqlite:///path/to/file.db "
+            "the database URL cannot be parsed; write it as sqlite:///path/to/file.db "
             "or postgresql://user:password@host:5432/dbname"
         ) from err
     dialect = dialect_named(url.drivername)
@@ -61,6 +64,35 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
     if password is not None:
         url = url.set(password=password)
     return url
+
+
+def _hosts_in_query(raw: str) -> str:
+    """A PostgreSQL URL of several hosts in libpq's form (``postgresql://u@h1:5432,h2:5432/db``:
+    a primary and its standbys, which libpq tries in turn, as Patroni's documentation writes
+    it) in SQLAlchemy's (``postgresql://u@/db?host=h1:5432&host=h2:5432``), which passes them on
+    to libpq. Any other URL as it is.
+
+    Raises:
+        SettingsError: a MySQL URL of several hosts (PyMySQL takes one), or a host whose port is
+            not a number.
+    """
+    parts = urlsplit(raw)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return raw
+    if not parts.scheme.startswith("postgres"):
+        raise SettingsError(
+            f"the database URL names several hosts ({hosts}); only a PostgreSQL URL may"
+        )
+    tokens = hosts.split(",")
+    for token in tokens:
+        port = token.rpartition(":")[2] if ":" in token else ""
+        if not token or (port and not port.isdigit()):
+            raise SettingsError(
+                f"the database URL's host {token!r} is not host or host:port (of {hosts})"
+            )
+    query = "&".join([*(f"host={token}" for token in tokens), *([parts.query] * bool(parts.query))])
+    return urlunsplit((parts.scheme, f"{userinfo}{at}", parts.path, query, parts.fragment))
 
 
 def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretStr | None:

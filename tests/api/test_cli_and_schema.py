@@ -17,7 +17,7 @@ import httpx
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 
 from tests import forkserver
 from tests.helpers import (
@@ -30,6 +30,7 @@ from tests.helpers import (
     job_body,
     needs_driver,
     sqlite_url,
+    unique_id,
 )
 from tests.ports import free_port
 from zeus_bso_server.errors import SettingsError
@@ -240,6 +241,47 @@ def test_a_postgresql_urls_prepare_threshold_is_a_whole_number_or_none() -> None
         "the database URL's prepare_threshold is 'soon': write a whole number (after how many "
         "runs on a connection a statement is prepared), or none"
     )
+
+
+def test_a_postgresql_url_of_several_hosts_serves_from_the_one_that_answers(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """libpq's URL of several hosts (a primary and its standbys, tried in turn, as Patroni's
+    documentation writes it) was refused: "invalid literal for int() with base 10". The first
+    host here refuses connections; the server serves from the second."""
+    needs_driver("postgresql")
+    url = make_url(database_url("postgresql", tmp_path, request))
+    hosts = f"127.0.0.1:{free_port()},{url.host}:{url.port}"
+    several = f"postgresql://{url.username}@{hosts}/{url.database}?target_session_attrs=read-write"
+    server = ServerProcess(several, cwd=tmp_path)
+    try:
+        job_id = unique_id("hosts")
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            assert http.get("/jobs/batch_size", params={"job_id": job_id}).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_database_url_of_several_hosts_or_a_bad_port_is_said_plainly() -> None:
+    """What is wrong, in words, and never the password (the whole URL was shown)."""
+    needs_driver("postgresql")
+    said = {
+        "postgresql://zeus:s3cret@h1:5432,h2:x/zeus": (
+            "the database URL's host 'h2:x' is not host or host:port (of h1:5432,h2:x)"
+        ),
+        "mysql://zeus:s3cret@h1,h2/zeus": (
+            "the database URL names several hosts (h1,h2); only a PostgreSQL URL may"
+        ),
+        "postgresql://zeus:s3cret@h1:x/zeus": "the database URL's port is not a number",
+    }
+    for raw, words in said.items():
+        with pytest.raises(SettingsError) as info:
+            to_engine_url(raw)
+        assert str(info.value) == words
+    kept = to_engine_url("postgresql://zeus:p%40ss@h1,h2:5433/zeus?sslmode=require")
+    assert kept.query["host"] == ("h1", "h2:5433")
+    assert (kept.password, kept.query["sslmode"]) == ("p@ss", "require")
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])
