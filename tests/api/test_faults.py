@@ -339,6 +339,54 @@ def test_a_database_host_that_dies_under_pooled_connections_answers_503_in_secon
     assert answer["after"] == 1, answer  # the request that failed left no trial behind
 
 
+def test_a_postgresql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The server's connections land on a database that takes no writes (a standby after a
+    failover, or a database set read-only): a write answered 500 with a traceback in the log,
+    `/readyz` said ready, and the connections kept failing so after the database took writes
+    again. Now a write answers 503, nothing written, `/readyz` says why, and the refused
+    write drops the pool's connections: the next ones, opened once the database takes writes,
+    serve."""
+    needs_driver("postgresql")
+    postgres: PostgresServer = request.getfixturevalue("postgres")
+    url = database_url("postgresql", tmp_path, request)
+    database = url.rsplit("/", 1)[1]
+    admin = create_engine(to_engine_url(postgres.url()), isolation_level="AUTOCOMMIT")
+
+    def read_only(on: bool) -> None:
+        with admin.connect() as conn:
+            setting = "SET default_transaction_read_only = on" if on else "RESET ALL"
+            conn.exec_driver_sql(f"ALTER DATABASE {database} {setting}")
+            if on:  # the server's connections opened now take the setting
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{database}'"
+                )
+
+    server = ServerProcess(url, cwd=tmp_path)
+    try:
+        job_id = unique_id("readonly")
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            read_only(True)
+            time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was ended
+            refused = http.get("/jobs/batch_size", params={"job_id": job_id})
+            assert refused.status_code == 503, refused.text
+            assert "nothing was written" in refused.json()["message"]
+            ready = http.get("/readyz")
+            assert ready.status_code == 503
+            assert "takes no writes" in ready.json()["message"]
+            read_only(False)
+            with ServerClient(server.url, retry_seconds=10) as client:
+                assert client.dispatch(job_id).trial_number == 1
+            assert http.get("/readyz").status_code == 200
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()
+        admin.dispose()
+
+
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_session_idle_in_a_transaction_is_ended_by_the_database(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

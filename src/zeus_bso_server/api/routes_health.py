@@ -41,7 +41,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz", responses={503: {"description": "Database unreachable or schema outdated"}})
+@health.get(
+    "/readyz",
+    responses={503: {"description": "Database unreachable, schema outdated, or takes no writes"}},
+)
 async def readyz(db: Db) -> JSONResponse:
     """The database answers, its schema is current and a write can succeed."""
     try:

@@ -108,6 +108,13 @@ class Dialect:
         idle inside a transaction. None here (SQLite waits its busy timeout)."""
         return []
 
+    def takes_no_writes(self, conn: Connection) -> bool:
+        """Whether a write on ``conn`` would be refused as read-only (a standby's connection,
+        a database set read-only), for readiness. False where that cannot be told (SQLite:
+        its file's disk is checked; MySQL: an account with SUPER writes to a read-only server,
+        and a refused write answers 503 as it comes)."""
+        return False
+
     def without_time_limits(self, conn: Connection) -> None:
         """Lift `session_settings`' limits for the transaction under way: a migration or a copy
         may wait on locks and idle between statements for as long as it takes."""
@@ -256,6 +263,10 @@ class _PostgreSQL(Dialect):
     ) -> None:
         super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
         event.listen(engine, "do_connect", _prepared_statements)
+        event.listen(engine, "handle_error", _read_only_is_a_lost_connection)
+
+    def takes_no_writes(self, conn: Connection) -> bool:
+        return conn.execute(text("SHOW transaction_read_only")).scalar() == "on"
 
     def session_settings(self, lock_timeout_ms: int) -> list[str]:
         return [
@@ -332,6 +343,21 @@ def _prepared_statements(_dialect: Any, _record: Any, _cargs: Any, cparams: dict
     millisecond a request (`benchmarks/server_latency.py`)."""
     threshold = cparams.pop("prepare_threshold", "none")  # checked by `_PostgreSQL.url`
     cparams["prepare_threshold"] = None if threshold == "none" else int(threshold)
+
+
+READ_ONLY_SQLSTATE = "25006"
+"""PostgreSQL's "cannot execute ... in a read-only transaction"."""
+
+
+def _read_only_is_a_lost_connection(context: Any) -> None:
+    """A write refused as read-only came on a connection to a standby (a failover demoted the
+    host it opened on; a URL of several hosts without ``target_session_attrs=read-write``) or to
+    a database set read-only: the error invalidates the pool as a lost connection would, so
+    that the request answers 503, nothing written, and the next connections are opened anew,
+    on whichever host takes writes then (libpq's ``target_session_attrs``), with the database's
+    settings of then. It answered 500, and every request on those connections failed alike."""
+    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        context.is_disconnect = True
 
 
 def _bounded_tcp_connection(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
