@@ -387,6 +387,44 @@ def test_a_postgresql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
         admin.dispose()
 
 
+def test_a_mysql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
+    tmp_path: Path,
+) -> None:
+    """A MySQL primary demoted by a failover stays up, read-only, and the server kept its
+    connections to it: each write answered 503, and so on for good, the idle ping finding them
+    alive. A write refused as read-only now drops the pool's connections, and the next ones,
+    opened where writes are taken (here: once the database takes them again), serve. A MariaDB
+    of the test's own: read-only is a setting of the whole server."""
+    needs_driver("mysql")
+    try:
+        db_server = MariaDBServer()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    server = None
+    try:
+        url = db_server.new_database()
+        database = url.rsplit("/", 1)[1]
+        server = ServerProcess(url, cwd=tmp_path)
+        job_id = unique_id("readonly")
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+            db_server.sql("SET GLOBAL tx_read_only = 1")  # sessions opened from now on
+            listed = f"SELECT id FROM information_schema.processlist WHERE db = '{database}'"
+            for session in db_server.sql(listed).stdout.split()[1:]:
+                db_server.sql(f"KILL {session}", check=False)
+            time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was killed
+            refused = http.get("/jobs/batch_size", params={"job_id": job_id})
+            assert refused.status_code == 503, refused.text
+            assert "nothing was written" in refused.json()["message"]
+            db_server.sql("SET GLOBAL tx_read_only = 0")
+            with ServerClient(server.url, retry_seconds=10) as client:
+                assert client.dispatch(job_id).trial_number == 1
+    finally:
+        if server is not None:
+            server.stop()
+        db_server.stop()
+
+
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_session_idle_in_a_transaction_is_ended_by_the_database(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

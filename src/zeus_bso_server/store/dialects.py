@@ -58,6 +58,12 @@ IDLE_IN_TRANSACTION_MS = 60_000
 database ends it, releasing its locks: a request's transaction takes milliseconds, so one idle
 that long belongs to a server process that stalled (paused, or cut off from the database),
 whose job row would otherwise stay locked until TCP gave up on it, hours later."""
+READ_ONLY_SQLSTATE = "25006"
+"""PostgreSQL's "cannot execute ... in a read-only transaction"."""
+READ_ONLY_ERRNOS = frozenset({1290, 1792, 1836})
+"""MySQL's and MariaDB's refusals of a write as read-only: the server runs with
+``--read-only`` or ``--super-read-only`` (a demoted primary), a read-only transaction (the
+session's default), InnoDB in read-only mode."""
 SCHEMA_LOCK_NAME = "zeus_bso_schema"
 SCHEMA_LOCK_WAIT_SECONDS = 600
 
@@ -108,6 +114,11 @@ class Dialect:
         idle inside a transaction. None here (SQLite waits its busy timeout)."""
         return []
 
+    def refused_as_read_only(self, error: BaseException) -> bool:
+        """Whether the driver's ``error`` refused a write as read-only (None here: SQLite's
+        read-only file is no connection's)."""
+        return False
+
     def takes_no_writes(self, conn: Connection) -> bool:
         """Whether a write on ``conn`` would be refused as read-only (a standby's connection,
         a database set read-only), for readiness. False where that cannot be told (SQLite:
@@ -153,8 +164,20 @@ class Dialect:
             if not alive:
                 raise DisconnectionError("a pooled connection failed its ping")
 
+        def on_error(context: Any) -> None:
+            # A write refused as read-only came on a connection to a standby (a failover
+            # demoted the host it opened on, and a server keeps its connections) or to a
+            # database set read-only: taken for a lost connection, it invalidates the pool, so
+            # that the request answers 503, nothing written, and the next connections open on
+            # whichever host takes writes then (libpq's ``target_session_attrs``, a virtual
+            # address moved), with the database's settings of then. It answered 500 on
+            # PostgreSQL, and every request on those connections failed alike, for good.
+            if self.refused_as_read_only(context.original_exception):
+                context.is_disconnect = True
+
         event.listen(engine, "checkin", on_checkin)
         event.listen(engine, "checkout", on_checkout)
+        event.listen(engine, "handle_error", on_error)
 
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         """Insert a row unless its primary key exists; returns whether it did."""
@@ -263,7 +286,9 @@ class _PostgreSQL(Dialect):
     ) -> None:
         super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
         event.listen(engine, "do_connect", _prepared_statements)
-        event.listen(engine, "handle_error", _read_only_is_a_lost_connection)
+
+    def refused_as_read_only(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == READ_ONLY_SQLSTATE
 
     def takes_no_writes(self, conn: Connection) -> bool:
         return conn.execute(text("SHOW transaction_read_only")).scalar() == "on"
@@ -315,6 +340,10 @@ class _MySQL(Dialect):
         super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
         event.listen(engine, "do_connect", _bounded_tcp_connection)
 
+    def refused_as_read_only(self, error: BaseException) -> bool:
+        code = error.args[0] if error.args else None
+        return isinstance(code, int) and code in READ_ONLY_ERRNOS
+
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         # No RETURNING; INSERT IGNORE's row count is exact here.
         return bool(conn.execute(insert(table).prefix_with("IGNORE").values(values)).rowcount)
@@ -343,21 +372,6 @@ def _prepared_statements(_dialect: Any, _record: Any, _cargs: Any, cparams: dict
     millisecond a request (`benchmarks/server_latency.py`)."""
     threshold = cparams.pop("prepare_threshold", "none")  # checked by `_PostgreSQL.url`
     cparams["prepare_threshold"] = None if threshold == "none" else int(threshold)
-
-
-READ_ONLY_SQLSTATE = "25006"
-"""PostgreSQL's "cannot execute ... in a read-only transaction"."""
-
-
-def _read_only_is_a_lost_connection(context: Any) -> None:
-    """A write refused as read-only came on a connection to a standby (a failover demoted the
-    host it opened on; a URL of several hosts without ``target_session_attrs=read-write``) or to
-    a database set read-only: the error invalidates the pool as a lost connection would, so
-    that the request answers 503, nothing written, and the next connections are opened anew,
-    on whichever host takes writes then (libpq's ``target_session_attrs``), with the database's
-    settings of then. It answered 500, and every request on those connections failed alike."""
-    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
-        context.is_disconnect = True
 
 
 def _bounded_tcp_connection(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
