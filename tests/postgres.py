@@ -27,7 +27,8 @@ def _binary(name: str) -> str | None:
 class PostgresServer:
     """A PostgreSQL cluster in a temporary directory; `new_database` hands out fresh databases."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
+        """``password``: the user's, which every connection must give (none: trusted)."""
         initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
         if not initdb or not pg_ctl:
             raise FileNotFoundError("PostgreSQL binaries initdb and pg_ctl are not installed")
@@ -43,7 +44,14 @@ class PostgresServer:
             os.chown(self.root, account.pw_uid, account.pw_gid)
             self.run_as = ["runuser", "-u", "postgres", "--"]
         os.chmod(self.root, 0o755)
-        self._run(initdb, "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8")
+        self.password = password
+        auth = ["--auth=trust"]
+        if password is not None:
+            given = self.root / "password"
+            given.write_text(password + "\n")
+            given.chmod(0o644)
+            auth = ["--auth=scram-sha-256", f"--pwfile={given}"]
+        self._run(initdb, "-D", str(self.data), "-U", self.user, *auth, "-E", "UTF8")
         self.resume()
 
     def resume(self) -> None:
@@ -81,6 +89,7 @@ class PostgresServer:
             check=True,
             capture_output=True,
             timeout=60,
+            env={**os.environ, "PGPASSWORD": self.password or ""},
         )
         return self.url(name)
 

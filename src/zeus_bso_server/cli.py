@@ -104,6 +104,7 @@ def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -
             settings.engine_url,
             busy_timeout_ms=settings.sqlite_busy_timeout_ms,
             lock_timeout_ms=settings.lock_timeout_ms,
+            password_file=settings.db_password_file,
         )
         try:
             return await work(db)

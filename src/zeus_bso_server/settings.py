@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from zeus_bso_server.errors import SettingsError
+from zeus_bso_server.store.database import read_password
 from zeus_bso_server.store.dialects import LOCK_TIMEOUT_MS, dialect_named
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
@@ -180,6 +181,10 @@ class Settings(BaseSettings):
     """Overrides the URL's user name (upstream's ``ZEUS_BSO_DB_USER``)."""
     db_password: SecretStr | None = None
     """Overrides the URL's password (upstream's ``ZEUS_BSO_DB_PASSWORD``)."""
+    db_password_file: Path | None = None
+    """The file of the database's password (its first line), read again at each new connection:
+    a rotated secret (a Kubernetes Secret mounted as a file, a Docker secret, a vault agent's
+    file) is taken without a restart. Not with ``ZEUS_BSO_DB_PASSWORD``."""
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
@@ -252,6 +257,15 @@ class Settings(BaseSettings):
         return frozenset(n.strip().lower() for n in self.allowed_hosts.split(",") if n.strip())
 
     @model_validator(mode="after")
+    def _one_password(self) -> Self:
+        if self.db_password_file is None:
+            return self
+        if self.db_password is not None:
+            raise ValueError("set ZEUS_BSO_DB_PASSWORD or ZEUS_BSO_DB_PASSWORD_FILE, not both")
+        read_password(self.db_password_file)
+        return self
+
+    @model_validator(mode="after")
     def _token_and_exposure(self) -> Self:
         self.token = _token_of(self.token, self.token_file, "ZEUS_BSO_TOKEN")
         self.read_token = _token_of(self.read_token, self.read_token_file, "ZEUS_BSO_READ_TOKEN")
@@ -297,8 +311,8 @@ class Settings(BaseSettings):
         return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator(
-        "db_password", "token_file", "read_token_file", "previous_token_file", "tls_cert_file",
-        "tls_key_file", mode="before",
+        "db_password", "db_password_file", "token_file", "read_token_file", "previous_token_file",
+        "tls_cert_file", "tls_key_file", mode="before",
     )  # fmt: skip
     @classmethod
     def _without_line_breaks(cls, value: object) -> object:

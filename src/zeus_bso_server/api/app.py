@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lock_timeout_ms=resolved.lock_timeout_ms,
             echo=resolved.echo_sql,
             background_checkpoints=True,
+            password_file=resolved.db_password_file,
         )
         checkpoints = asyncio.create_task(db.checkpoint_every(CHECKPOINT_SECONDS))
         try:

@@ -136,10 +136,15 @@ class Database:
         lock_timeout_ms: int = LOCK_TIMEOUT_MS,
         echo: bool = False,
         background_checkpoints: bool = False,
+        password_file: Path | None = None,
     ) -> None:
+        """``password_file``: the database's password is this file's first line, read at each
+        new connection (a rotated secret is taken without a restart)."""
         self.url = url
         dialect = DIALECTS[url.get_backend_name()]
         self.engine = create_engine(url, echo=echo, **dialect.engine_options(busy_timeout_ms))
+        if password_file is not None:  # before the dialect's hooks: MySQL's connects itself
+            event.listen(self.engine, "do_connect", _password_from(password_file))
         dialect.install_hooks(self.engine, busy_timeout_ms, lock_timeout_ms)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
         self._sqlite_file = _SqliteFile.of(url)
@@ -263,6 +268,40 @@ class Database:
         self.engine.dispose()
         if self._trying is not None:
             self._trying.engine.dispose()
+
+
+def read_password(file: Path) -> str:
+    """The password in ``file``: its first line.
+
+    Raises:
+        ValueError: the file cannot be read, or its first line is empty.
+    """
+    try:
+        lines = file.read_text().splitlines()
+    except OSError as err:
+        raise ValueError(f"cannot read the database password file {file}: {err.strerror}") from None
+    if not lines or not lines[0]:
+        raise ValueError(f"the database password file {file} is empty")
+    return lines[0]
+
+
+def _password_from(file: Path) -> Callable[..., None]:
+    """A ``do_connect`` hook: the connection's password is ``file``'s first line, as it is now.
+
+    Raises (from the hook):
+        DatabaseUnavailableError: the file cannot be read now (the log says why).
+    """
+
+    def on_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        try:
+            cparams["password"] = read_password(file)
+        except ValueError as err:
+            logger.error("%s: no new database connection", err)
+            raise DatabaseUnavailableError(
+                "The database's password cannot be read; nothing was written. Retry shortly."
+            ) from None
+
+    return on_connect
 
 
 def _no_autocheckpoint(dbapi_connection: Any, _record: Any) -> None:

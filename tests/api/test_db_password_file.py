@@ -1,0 +1,87 @@
+"""``ZEUS_BSO_DB_PASSWORD_FILE``: the database's password from a file, read again at each new
+connection, so that a rotated secret is taken without a restart."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+
+from tests.helpers import ServerProcess, job_body, needs_driver, unique_id
+from tests.postgres import PostgresServer
+from zeus_bso.client import ServerClient
+from zeus_bso_server.errors import SettingsError
+from zeus_bso_server.settings import load_settings, to_engine_url
+
+
+def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
+    tmp_path: Path,
+) -> None:
+    """The database's password changes (a secret rotated: Kubernetes updates the file it mounts)
+    and the database ends the server's sessions: the connections the server opens then give the
+    file's new password, and the job goes on. A password given once at start (the environment
+    variable) would be refused from then on, until a restart. A PostgreSQL of the test's own,
+    whose connections must give a password."""
+    needs_driver("postgresql")
+    try:
+        postgres = PostgresServer(password="first-secret")
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    server = None
+    try:
+        url = postgres.new_database()
+        database = url.rsplit("/", 1)[1]
+        secret = tmp_path / "db-password"
+        secret.write_text("first-secret\n")
+        server = ServerProcess(url, cwd=tmp_path, env={"ZEUS_BSO_DB_PASSWORD_FILE": str(secret)})
+        job_id = unique_id("rotated")
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+        admin = create_engine(
+            to_engine_url(url.replace("zeus@", "zeus:first-secret@")),
+            isolation_level="AUTOCOMMIT",
+        )
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql("ALTER ROLE zeus PASSWORD 'second-secret'")
+                secret.write_text("second-secret\n")
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+                )
+        finally:
+            admin.dispose()
+        time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was ended
+        with ServerClient(server.url, retry_seconds=10) as client:
+            assert client.dispatch(job_id).trial_number == 1
+        assert "password authentication failed" not in server.log()
+    finally:
+        if server is not None:
+            server.stop()
+        postgres.stop()
+
+
+def test_a_password_file_is_checked_at_start_and_not_given_with_a_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env of the repository's
+    for name in ("ZEUS_BSO_DB_PASSWORD", "ZEUS_BSO_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("ZEUS_BSO_DB_PASSWORD_FILE", str(missing))
+    with pytest.raises(SettingsError, match=f"cannot read the database password file {missing}"):
+        load_settings()
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    monkeypatch.setenv("ZEUS_BSO_DB_PASSWORD_FILE", str(empty))
+    with pytest.raises(SettingsError, match=f"the database password file {empty} is empty"):
+        load_settings()
+    given = tmp_path / "given"
+    given.write_text("s3cret\n")
+    monkeypatch.setenv("ZEUS_BSO_DB_PASSWORD_FILE", str(given))
+    assert load_settings().db_password_file == given
+    monkeypatch.setenv("ZEUS_BSO_DB_PASSWORD", "other")
+    with pytest.raises(SettingsError, match="ZEUS_BSO_DB_PASSWORD or ZEUS_BSO_DB_PASSWORD_FILE"):
+        load_settings()
