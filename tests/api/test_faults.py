@@ -378,9 +378,9 @@ def test_a_postgresql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
             assert ready.status_code == 503
             assert "takes no writes" in ready.json()["message"]
             read_only(False)
+            assert http.get("/readyz").status_code == 200  # before any write drops them
             with ServerClient(server.url, retry_seconds=10) as client:
                 assert client.dispatch(job_id).trial_number == 1
-            assert http.get("/readyz").status_code == 200
         assert "Traceback" not in server.log()
     finally:
         server.stop()
@@ -392,9 +392,10 @@ def test_a_mysql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
 ) -> None:
     """A MySQL primary demoted by a failover stays up, read-only, and the server kept its
     connections to it: each write answered 503, and so on for good, the idle ping finding them
-    alive. A write refused as read-only now drops the pool's connections, and the next ones,
-    opened where writes are taken (here: once the database takes them again), serve. A MariaDB
-    of the test's own: read-only is a setting of the whole server."""
+    alive, and `/readyz` said ready. A write refused as read-only now drops the pool's
+    connections, and the next ones, opened where writes are taken (here: once the database takes
+    them again), serve; `/readyz` says why it is not ready meanwhile. A MariaDB of the test's
+    own: read-only is a setting of the whole server."""
     needs_driver("mysql")
     try:
         db_server = MariaDBServer()
@@ -416,7 +417,11 @@ def test_a_mysql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
             refused = http.get("/jobs/batch_size", params={"job_id": job_id})
             assert refused.status_code == 503, refused.text
             assert "nothing was written" in refused.json()["message"]
+            ready = http.get("/readyz")
+            assert ready.status_code == 503
+            assert "takes no writes" in ready.json()["message"]
             db_server.sql("SET GLOBAL tx_read_only = 0")
+            assert http.get("/readyz").status_code == 200  # before any write drops them
             with ServerClient(server.url, retry_seconds=10) as client:
                 assert client.dispatch(job_id).trial_number == 1
     finally:

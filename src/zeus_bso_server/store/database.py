@@ -251,12 +251,16 @@ class Database:
 
     async def check_writable(self) -> None:
         """For readiness: raises DatabaseUnavailableError where a write cannot succeed that a
-        read would not notice (a SQLite file on a full disk; a PostgreSQL connection that takes
-        no writes: a standby's, a database set read-only). PostgreSQL and MySQL keep their own
+        read would not notice (a SQLite file on a full disk; a connection that takes no
+        writes: a standby's, a database set read-only). PostgreSQL and MySQL keep their own
         disks; their errors answer 503 as they come."""
         if self._sqlite_file is not None:
             await anyio.to_thread.run_sync(self._sqlite_file.check_space)
         elif await self.read(DIALECTS[self.url.get_backend_name()].takes_no_writes):
+            # The pool's connections may keep the setting they opened with after the database
+            # takes writes again: the next check opens new ones (else, its pod out of service
+            # and nothing written to drop them, the server would stay unready for good).
+            self.engine.dispose()
             raise DatabaseUnavailableError(
                 "The database takes no writes (a standby, or set read-only): runs cannot be "
                 "served. Point the server at the primary (a URL of several hosts: add "

@@ -115,15 +115,14 @@ class Dialect:
         return []
 
     def refused_as_read_only(self, error: BaseException) -> bool:
-        """Whether the driver's ``error`` refused a write as read-only (None here: SQLite's
+        """Whether the driver's ``error`` refused a write as read-only (never here: SQLite's
         read-only file is no connection's)."""
         return False
 
     def takes_no_writes(self, conn: Connection) -> bool:
         """Whether a write on ``conn`` would be refused as read-only (a standby's connection,
         a database set read-only), for readiness. False where that cannot be told (SQLite:
-        its file's disk is checked; MySQL: an account with SUPER writes to a read-only server,
-        and a refused write answers 503 as it comes)."""
+        its file's disk is checked)."""
         return False
 
     def without_time_limits(self, conn: Connection) -> None:
@@ -343,6 +342,14 @@ class _MySQL(Dialect):
     def refused_as_read_only(self, error: BaseException) -> bool:
         code = error.args[0] if error.args else None
         return isinstance(code, int) and code in READ_ONLY_ERRNOS
+
+    def takes_no_writes(self, conn: Connection) -> bool:
+        # What refuses every account: ``read_only`` alone does not refuse one with SUPER (MySQL)
+        # or READ ONLY ADMIN (MariaDB), which a server's account may be; the transactions' own
+        # setting is ``tx_read_only`` before MySQL 8.0 and MariaDB 11.1.
+        names = "'super_read_only', 'tx_read_only', 'transaction_read_only'"
+        rows = conn.execute(text(f"SHOW VARIABLES WHERE Variable_name IN ({names})")).all()
+        return any(str(value).upper() in ("ON", "1") for _, value in rows)
 
     def insert_if_absent(self, conn: Connection, table: Table, values: dict[str, Any]) -> bool:
         # No RETURNING; INSERT IGNORE's row count is exact here.
