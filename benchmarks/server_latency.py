@@ -8,7 +8,8 @@ The same is measured on a job whose history was filled with ``--history`` stored
 beforehand, to show that a request's cost does not grow with a job's history.
 
     .venv/bin/python benchmarks/server_latency.py [--recurrences 400] [--history 100000]
-        [--backend sqlite|postgresql] [--upstream-python /tmp/upstream/bin/python]
+        [--backend sqlite|postgresql [--prepare-threshold 5]]
+        [--upstream-python /tmp/upstream/bin/python]
 
 With ``--upstream-python`` (an environment with ``zeus[bso-server]==0.16.0``; see
 server_load.py), upstream's server (1 worker, SQLite) is measured on a fresh job in the same run,
@@ -16,7 +17,8 @@ in ``--pairs`` alternated pairs (ours on a fresh server and database, then upstr
 the ratios are medians over the pairs, so that a slow minute of the machine weighs on both.
 
 Prints a table and writes benchmarks/results/server_latency.{json,md} (SQLite) or
-server_latency_postgresql.{json,md}.
+server_latency_postgresql.{json,md} (with ``--prepare-threshold``:
+server_latency_postgresql_prepared.{json,md}).
 """
 
 from __future__ import annotations
@@ -249,6 +251,13 @@ def main() -> None:
         default="sqlite",
         help="SQLite file (default) or a throwaway PostgreSQL 15 server (initdb/pg_ctl)",
     )
+    parser.add_argument(
+        "--prepare-threshold",
+        type=int,
+        help="PostgreSQL: the server prepares a statement on the server from this use on a "
+        "connection (its URL's prepare_threshold; none by default); results in "
+        "server_latency_postgresql_prepared.{json,md}",
+    )
     parser.add_argument("--pairs", type=int, default=5, help="alternated pairs with upstream")
     parser.add_argument(
         "--upstream-python",
@@ -256,9 +265,12 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    prepared = args.backend == "postgresql" and args.prepare_threshold is not None
     with (
         database(args.backend) as (url, fill),
-        running_server(url) as server,
+        running_server(
+            f"{url}?prepare_threshold={args.prepare_threshold}" if prepared else url
+        ) as server,
         httpx.Client(base_url=server, timeout=30) as http,
     ):
         for job_id in ("bench-fresh", "bench-long", "bench-warmup"):
@@ -289,7 +301,12 @@ def main() -> None:
         f"Python {platform.python_version()}",
         "database": "SQLite (WAL), 1 worker"
         if args.backend == "sqlite"
-        else "PostgreSQL 15 (loopback), 1 worker",
+        else "PostgreSQL 15 (loopback), 1 worker, "
+        + (
+            f"statements prepared from their use {args.prepare_threshold}"
+            if prepared
+            else "no statement prepared"
+        ),
         "recurrences": args.recurrences,
         "epochs_per_run": EPOCHS,
         "history_trials": args.history,
@@ -301,6 +318,7 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     name = "server_latency" if args.backend == "sqlite" else f"server_latency_{args.backend}"
+    name += "_prepared" if prepared else ""
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"Sequential keep-alive client, {result['database']}, {result['machine']}.",
