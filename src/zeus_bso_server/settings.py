@@ -70,12 +70,12 @@ def to_engine_url(raw: str, user: str | None = None, password: str | None = None
 def _hosts_in_query(raw: str) -> str:
     """A PostgreSQL URL of several hosts in libpq's form (``postgresql://u@h1:5432,h2:5432/db``:
     a primary and its standbys, which libpq tries in turn, as Patroni's documentation writes
-    it) in SQLAlchemy's (``postgresql://u@/db?host=h1:5432&host=h2:5432``), which passes them on
-    to libpq. Any other URL as it is.
+    it) in SQLAlchemy's (``postgresql://u@/db?host=h1,h2&port=5432,5432``), which passes them on
+    to libpq; an IPv6 host is written in brackets (``[fd00::1]:5432``). Any other URL as it is.
 
     Raises:
-        SettingsError: a MySQL URL of several hosts (PyMySQL takes one), or a host whose port is
-            not a number.
+        SettingsError: a MySQL URL of several hosts (PyMySQL takes one), or a host that is not
+            host or host:port.
     """
     parts = urlsplit(raw)
     userinfo, at, hosts = parts.netloc.rpartition("@")
@@ -85,15 +85,27 @@ def _hosts_in_query(raw: str) -> str:
         raise SettingsError(
             f"the database URL names several hosts ({hosts}); only a PostgreSQL URL may"
         )
-    tokens = hosts.split(",")
-    for token in tokens:
-        port = token.rpartition(":")[2] if ":" in token else ""
-        if not token or (port and not port.isdigit()):
+    names: list[str] = []
+    ports: list[str] = []
+    for token in hosts.split(","):
+        found = _HOST_PORT.fullmatch(token)
+        if found is None:
             raise SettingsError(
                 f"the database URL's host {token!r} is not host or host:port (of {hosts})"
             )
-    query = "&".join([*(f"host={token}" for token in tokens), *([parts.query] * bool(parts.query))])
+        names.append(found["bracketed"] or found["name"])
+        ports.append(found["port"] or "")
+    query = "&".join(
+        [f"host={','.join(names)}", f"port={','.join(ports)}", *([parts.query] * bool(parts.query))]
+    )
     return urlunsplit((parts.scheme, f"{userinfo}{at}", parts.path, query, parts.fragment))
+
+
+_HOST_PORT = re.compile(
+    r"(?:\[(?P<bracketed>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d+))?"
+)
+"""One host of a libpq URL of several: a name or an IPv4 address, or an IPv6 one in brackets,
+and its port, if any."""
 
 
 def _token_of(given: SecretStr | None, file: Path | None, name: str) -> SecretStr | None:

@@ -280,8 +280,10 @@ def test_a_database_url_of_several_hosts_or_a_bad_port_is_said_plainly() -> None
             to_engine_url(raw)
         assert str(info.value) == words
     kept = to_engine_url("postgresql://zeus:p%40ss@h1,h2:5433/zeus?sslmode=require")
-    assert kept.query["host"] == ("h1", "h2:5433")
+    assert (kept.query["host"], kept.query["port"]) == ("h1,h2", ",5433")  # "": the default
     assert (kept.password, kept.query["sslmode"]) == ("p@ss", "require")
+    ipv6 = to_engine_url("postgresql://zeus@[fd00::1]:5432,[fd00::2]/zeus")
+    assert (ipv6.query["host"], ipv6.query["port"]) == ("fd00::1,fd00::2", "5432,")
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])

@@ -100,11 +100,17 @@ def test_the_postgres_overlay_points_the_server_at_its_statefulset() -> None:
     statefulset = find(docs, "StatefulSet")
     assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]
     service = find(docs, "Service", statefulset["spec"]["serviceName"])
-    for container in containers(find(docs, "Deployment")).values():
+    deployment = find(docs, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    for container in containers(deployment).values():
         env = {e["name"]: e for e in container["env"]}
         assert f"@{service['metadata']['name']}:5432/" in env["ZEUS_BSO_DATABASE_URL"]["value"]
-        ref = env["ZEUS_BSO_DB_PASSWORD"]["valueFrom"]["secretKeyRef"]
-        assert ref["key"] in find(docs, "Secret", ref["name"])["stringData"]
+        # The password: a file of the database's Secret, read at each new connection.
+        password = Path(env["ZEUS_BSO_DB_PASSWORD_FILE"]["value"])
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(password.parent)]
+        secret = volumes[mount["name"]]["secret"]
+        (item,) = [i for i in secret["items"] if i["path"] == password.name]
+        assert item["key"] in find(docs, "Secret", secret["secretName"])["stringData"]
 
 
 def test_the_sqlite_overlay_is_one_replica_on_a_volume_replaced_not_rolled() -> None:
