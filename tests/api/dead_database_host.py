@@ -7,10 +7,11 @@ namespaces; inside, a relay listens on a loopback TCP port and carries each conn
 socket, and the server under test connects to the relay's port over TCP (``URL``, its port
 replaced by the relay's). Once a job is registered (a connection is pooled), iptables drops
 every packet to the relay's port: what the server sends on its pooled connection is never
-acknowledged, as where the host died, and new connections are refused, as where it is gone. The request on the job is timed, the packets are
-let through again, and a dispatch on the job is tried. Prints one JSON object: the request's
-status and message (or the client's error, where it gave up first), the seconds it waited,
-and the trial number of the dispatch after the host came back.
+acknowledged, as where the host died, and new connections are refused, as where it is gone.
+The request on the job is timed, the packets are let through again, and a dispatch on the job
+is tried. Prints one JSON object: the request's status and message (or the client's error,
+where it gave up first), the seconds it waited, and the trial number of the dispatch after the
+host came back.
 """
 
 from __future__ import annotations

@@ -339,6 +339,16 @@ def test_a_database_host_that_dies_under_pooled_connections_answers_503_in_secon
     assert answer["after"] == 1, answer  # the request that failed left no trial behind
 
 
+def refused_and_not_ready(http: httpx.Client, job_id: str) -> None:
+    """A write on ``job_id`` answers 503, nothing written, and `/readyz` says why."""
+    refused = http.get("/jobs/batch_size", params={"job_id": job_id})
+    assert refused.status_code == 503, refused.text
+    assert "nothing was written" in refused.json()["message"]
+    ready = http.get("/readyz")
+    assert ready.status_code == 503
+    assert "takes no writes" in ready.json()["message"]
+
+
 def test_a_postgresql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -371,12 +381,7 @@ def test_a_postgresql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
             assert http.post("/jobs", json=job_body(job_id)).status_code == 201
             read_only(True)
             time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was ended
-            refused = http.get("/jobs/batch_size", params={"job_id": job_id})
-            assert refused.status_code == 503, refused.text
-            assert "nothing was written" in refused.json()["message"]
-            ready = http.get("/readyz")
-            assert ready.status_code == 503
-            assert "takes no writes" in ready.json()["message"]
+            refused_and_not_ready(http, job_id)
             read_only(False)
             assert http.get("/readyz").status_code == 200  # before any write drops them
             with ServerClient(server.url, retry_seconds=10) as client:
@@ -414,12 +419,7 @@ def test_a_mysql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
             for session in db_server.sql(listed).stdout.split()[1:]:
                 db_server.sql(f"KILL {session}", check=False)
             time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was killed
-            refused = http.get("/jobs/batch_size", params={"job_id": job_id})
-            assert refused.status_code == 503, refused.text
-            assert "nothing was written" in refused.json()["message"]
-            ready = http.get("/readyz")
-            assert ready.status_code == 503
-            assert "takes no writes" in ready.json()["message"]
+            refused_and_not_ready(http, job_id)
             db_server.sql("SET GLOBAL tx_read_only = 0")
             assert http.get("/readyz").status_code == 200  # before any write drops them
             with ServerClient(server.url, retry_seconds=10) as client:
