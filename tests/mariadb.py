@@ -28,7 +28,9 @@ class MariaDBServer:
     It runs with ``--skip-grant-tables`` (any user, no password) and on loopback only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
+        """``password``: grants are checked, and the server's user (``zeus``) must give it
+        over TCP (root administers through the socket, as the operating system's root)."""
         install, server = _binary("mariadb-install-db"), _binary("mariadbd")
         client = _binary("mariadb")
         if not install or not server or not client:
@@ -37,6 +39,7 @@ class MariaDBServer:
                 "apt-get install mariadb-server"
             )
         self.client = client
+        self.password = password
         self.root = socket_folder("zeus-bso-mariadb-", len("sock.lock"))  # its --socket
         self.data = self.root / "data"
         self.port = free_port()
@@ -72,13 +75,19 @@ class MariaDBServer:
             f"--pid-file={self.root / 'pid'}",
             f"--tmpdir={tmp}",
             f"--log-error={self._log}",
-            "--skip-grant-tables",
+            *([] if password else ["--skip-grant-tables"]),
             "--skip-name-resolve",
             "--innodb-flush-log-at-trx-commit=0",
             "--innodb-buffer-pool-size=64M",
             "--max-connections=300",
         ]
         self.resume()
+        if password:
+            for statement in (
+                f"CREATE USER zeus@'127.0.0.1' IDENTIFIED BY '{password}'",
+                "GRANT ALL ON *.* TO zeus@'127.0.0.1'",
+            ):
+                self.sql(statement)
 
     def resume(self) -> None:
         """Start the server (again), on the same port and data."""
@@ -112,8 +121,13 @@ class MariaDBServer:
         return self._log.read_text() if self._log.exists() else "(no log)"
 
     def sql(self, statement: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        where = (
+            [f"--socket={self.root / 'sock'}"]
+            if self.password
+            else ["-h", "127.0.0.1", "-P", str(self.port)]
+        )
         return subprocess.run(
-            [self.client, "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "-e", statement],
+            [self.client, *where, "-u", "root", "-e", statement],
             check=check,
             capture_output=True,
             text=True,
@@ -121,7 +135,7 @@ class MariaDBServer:
         )
 
     def url(self, database: str) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/{database}"
+        return f"mysql://{'zeus' if self.password else 'root'}@127.0.0.1:{self.port}/{database}"
 
     def new_database(self) -> str:
         """Create an empty database and return its URL."""

@@ -3,6 +3,7 @@ connection, so that a rotated secret is taken without a restart."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -10,28 +11,36 @@ import pytest
 from sqlalchemy import create_engine
 
 from tests.helpers import ServerProcess, job_body, needs_driver, unique_id
+from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso.client import ServerClient
 from zeus_bso_server.errors import SettingsError
 from zeus_bso_server.settings import load_settings, to_engine_url
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
 def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
-    tmp_path: Path,
+    backend: str, tmp_path: Path
 ) -> None:
     """The database's password changes (a secret rotated: Kubernetes updates the file it mounts)
     and the database ends the server's sessions: the connections the server opens then give the
     file's new password, and the job goes on. A password given once at start (the environment
-    variable) would be refused from then on, until a restart. A PostgreSQL of the test's own,
-    whose connections must give a password."""
-    needs_driver("postgresql")
+    variable) would be refused from then on, until a restart. A database server of the test's
+    own, whose connections must give a password."""
+    needs_driver(backend)
+    if backend == "mysql" and os.geteuid() != 0:
+        pytest.skip("administers MariaDB as the operating system's root (its socket's login)")
     try:
-        postgres = PostgresServer(password="first-secret")
+        db_server = (
+            PostgresServer(password="first-secret")
+            if backend == "postgresql"
+            else MariaDBServer(password="first-secret")
+        )
     except FileNotFoundError as err:
         pytest.skip(str(err))
     server = None
     try:
-        url = postgres.new_database()
+        url = db_server.new_database()
         database = url.rsplit("/", 1)[1]
         secret = tmp_path / "db-password"
         secret.write_text("first-secret\n")
@@ -39,28 +48,41 @@ def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
         job_id = unique_id("rotated")
         with server.client() as http:
             assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-        admin = create_engine(
-            to_engine_url(url.replace("zeus@", "zeus:first-secret@")),
-            isolation_level="AUTOCOMMIT",
-        )
-        try:
-            with admin.connect() as conn:
-                conn.exec_driver_sql("ALTER ROLE zeus PASSWORD 'second-secret'")
-                secret.write_text("second-secret\n")
-                conn.exec_driver_sql(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
-                )
-        finally:
-            admin.dispose()
+        if isinstance(db_server, PostgresServer):
+            _rotate_postgresql(url, database, secret)
+        else:
+            db_server.sql("ALTER USER zeus@'127.0.0.1' IDENTIFIED BY 'second-secret'")
+            secret.write_text("second-secret\n")
+            listed = f"SELECT id FROM information_schema.processlist WHERE db = '{database}'"
+            for session in db_server.sql(listed).stdout.split()[1:]:
+                db_server.sql(f"KILL {session}", check=False)
         time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was ended
         with ServerClient(server.url, retry_seconds=10) as client:
             assert client.dispatch(job_id).trial_number == 1
-        assert "password authentication failed" not in server.log()
+        log = server.log()
+        assert "denied" not in log
+        assert "authentication failed" not in log
     finally:
         if server is not None:
             server.stop()
-        postgres.stop()
+        db_server.stop()
+
+
+def _rotate_postgresql(url: str, database: str, secret: Path) -> None:
+    """The user's new password, in the database and in ``secret``; its sessions ended."""
+    admin = create_engine(
+        to_engine_url(url.replace("zeus@", "zeus:first-secret@")), isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql("ALTER ROLE zeus PASSWORD 'second-secret'")
+            secret.write_text("second-secret\n")
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+            )
+    finally:
+        admin.dispose()
 
 
 def test_a_password_file_is_checked_at_start_and_not_given_with_a_password(
