@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from zeus_bso_server.errors import DatabaseUnavailableError
-from zeus_bso_server.store.dialects import DIALECTS, LOCK_TIMEOUT_MS, WRITE_OPTION
+from zeus_bso_server.store.dialects import DIALECTS, LOCK_TIMEOUT_MS, WRITE_OPTION, dialect_of
 from zeus_bso_server.store.filesystem import warn_if_networked
 
 logger = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ class Database:
         disks; their errors answer 503 as they come."""
         if self._sqlite_file is not None:
             await anyio.to_thread.run_sync(self._sqlite_file.check_space)
-        elif await self.read(DIALECTS[self.url.get_backend_name()].takes_no_writes):
+        elif await self.read(dialect_of(self.engine).takes_no_writes):
             # The pool's connections may keep the setting they opened with after the database
             # takes writes again: the next check opens new ones (else, its pod out of service
             # and nothing written to drop them, the server would stay unready for good).

@@ -114,6 +114,12 @@ class Dialect:
         idle inside a transaction. None here (SQLite waits its busy timeout)."""
         return []
 
+    def connect(self, dbapi: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        """Each new connection, first (SQLAlchemy's ``do_connect``): change the driver's
+        ``cparams`` for it, or make it with ``dbapi`` (the driver's module) and return it. None:
+        the driver connects with them (nothing changed here)."""
+        return None
+
     def refused_as_read_only(self, error: BaseException) -> bool:
         """Whether the driver's ``error`` refused a write as read-only (never here: SQLite's
         read-only file is no connection's)."""
@@ -132,11 +138,12 @@ class Dialect:
     def install_hooks(
         self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
     ) -> None:
-        """Connection hooks: each new connection makes its `session_settings`; a pooled
-        connection that sat idle is pinged when checked out (the
+        """Connection hooks: each new connection is opened through `connect` and makes its
+        `session_settings`; a pooled connection that sat idle is pinged when checked out (the
         database may have closed it since: a restart, an idle timeout) and replaced if the ping
-        fails. A busy server reuses its connections within milliseconds and pings none:
-        SQLAlchemy's ``pool_pre_ping`` would cost every request a round trip."""
+        fails; a write refused as read-only is taken for a lost connection. A busy server
+        reuses its connections within milliseconds and pings none: SQLAlchemy's
+        ``pool_pre_ping`` would cost every request a round trip."""
         settings = self.session_settings(lock_timeout_ms)
 
         def on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -174,6 +181,10 @@ class Dialect:
             if self.refused_as_read_only(context.original_exception):
                 context.is_disconnect = True
 
+        def on_do_connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+            return self.connect(dialect.loaded_dbapi, cargs, cparams)
+
+        event.listen(engine, "do_connect", on_do_connect)
         event.listen(engine, "checkin", on_checkin)
         event.listen(engine, "checkout", on_checkout)
         event.listen(engine, "handle_error", on_error)
@@ -280,11 +291,16 @@ class _PostgreSQL(Dialect):
             )
         return url
 
-    def install_hooks(
-        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
-    ) -> None:
-        super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
-        event.listen(engine, "do_connect", _prepared_statements)
+    def connect(self, dbapi: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        """No statement prepared on the server, unless the URL's ``prepare_threshold`` says
+        after how many runs on a connection psycopg prepares one (its own default is 5). A
+        pooler in transaction mode (PgBouncer's, many managed databases') gives each
+        transaction whichever server connection is free, where a statement psycopg prepared on
+        another does not exist, or another of its name does: every such request failed.
+        Preparing saves a fraction of a millisecond a request (`benchmarks/server_latency.py`)."""
+        threshold = cparams.pop("prepare_threshold", "none")  # checked by `url`
+        cparams["prepare_threshold"] = None if threshold == "none" else int(threshold)
+        return None
 
     def refused_as_read_only(self, error: BaseException) -> bool:
         return getattr(error, "sqlstate", None) == READ_ONLY_SQLSTATE
@@ -333,11 +349,32 @@ class _MySQL(Dialect):
         seconds = max(1, -(-lock_timeout_ms // 1000)) if lock_timeout_ms else 31_536_000
         return [f"SET SESSION innodb_lock_wait_timeout = {seconds}"]
 
-    def install_hooks(
-        self, engine: Engine, busy_timeout_ms: int, lock_timeout_ms: int = LOCK_TIMEOUT_MS
-    ) -> None:
-        super().install_hooks(engine, busy_timeout_ms, lock_timeout_ms)
-        event.listen(engine, "do_connect", _bounded_tcp_connection)
+    def connect(self, dbapi: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        """A PyMySQL connection over a TCP socket on which what it sends goes unacknowledged
+        for `TCP_USER_TIMEOUT_MS` at most (the URL's ``tcp_user_timeout``, in milliseconds,
+        wins; 0: as long as the operating system retransmits), as libpq's
+        ``tcp_user_timeout`` bounds PostgreSQL's. PyMySQL has no such option, but connects on a
+        socket it is given, which is made here as PyMySQL makes its own. None (PyMySQL connects
+        itself) over a Unix socket or where the system has no such option."""
+        user_timeout_ms = int(cparams.pop("tcp_user_timeout", TCP_USER_TIMEOUT_MS))
+        if cparams.get("unix_socket") or not hasattr(socket, "TCP_USER_TIMEOUT"):
+            return None
+        connection = dbapi.connect(*cargs, **cparams, defer_connect=True)
+        bind = (connection.bind_address, 0) if connection.bind_address else None
+        try:
+            tcp = socket.create_connection(
+                (connection.host, connection.port), connection.connect_timeout, source_address=bind
+            )
+        except OSError as err:  # PyMySQL's own words for it
+            raise dbapi.OperationalError(
+                2003, f"Can't connect to MySQL server on {connection.host!r} ({err})"
+            ) from err
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if user_timeout_ms:
+            tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
+        connection.connect(tcp)
+        return connection
 
     def refused_as_read_only(self, error: BaseException) -> bool:
         code = error.args[0] if error.args else None
@@ -368,46 +405,6 @@ class _MySQL(Dialect):
 
     def unlock_schema(self, conn: Connection) -> None:
         conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
-
-
-def _prepared_statements(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
-    """No statement prepared on the server, unless the URL's ``prepare_threshold`` says after
-    how many runs on a connection psycopg prepares one (its own default is 5). A pooler in
-    transaction mode (PgBouncer's, many managed databases') gives each transaction whichever
-    server connection is free, where a statement psycopg prepared on another does not exist, or
-    another of its name does: every such request failed. Preparing saves a fraction of a
-    millisecond a request (`benchmarks/server_latency.py`)."""
-    threshold = cparams.pop("prepare_threshold", "none")  # checked by `_PostgreSQL.url`
-    cparams["prepare_threshold"] = None if threshold == "none" else int(threshold)
-
-
-def _bounded_tcp_connection(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
-    """A PyMySQL connection over a TCP socket on which what it sends goes unacknowledged for
-    `TCP_USER_TIMEOUT_MS` at most (the URL's ``tcp_user_timeout``, in milliseconds, wins; 0: as
-    long as the operating system retransmits), as libpq's ``tcp_user_timeout`` bounds
-    PostgreSQL's. PyMySQL has no such option, but connects on a socket it is given, which is
-    made here as PyMySQL makes its own. None (PyMySQL connects itself) over a Unix socket or
-    where the system has no such option."""
-    user_timeout_ms = int(cparams.pop("tcp_user_timeout", TCP_USER_TIMEOUT_MS))
-    if cparams.get("unix_socket") or not hasattr(socket, "TCP_USER_TIMEOUT"):
-        return None
-    pymysql = dialect.loaded_dbapi
-    connection = pymysql.connect(*cargs, **cparams, defer_connect=True)
-    bind = (connection.bind_address, 0) if connection.bind_address else None
-    try:
-        tcp = socket.create_connection(
-            (connection.host, connection.port), connection.connect_timeout, source_address=bind
-        )
-    except OSError as err:  # PyMySQL's own words for it
-        raise pymysql.OperationalError(
-            2003, f"Can't connect to MySQL server on {connection.host!r} ({err})"
-        ) from err
-    tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if user_timeout_ms:
-        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
-    connection.connect(tcp)
-    return connection
 
 
 DIALECTS: dict[str, Dialect] = {
