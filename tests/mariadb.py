@@ -134,6 +134,15 @@ class MariaDBServer:
             timeout=60,
         )
 
+    def end_sessions(self, database: str) -> int:
+        """End every session of ``database``, as a restart or an operator would; how many
+        there were."""
+        listed = f"SELECT id FROM information_schema.processlist WHERE db = '{database}'"
+        sessions = self.sql(listed).stdout.split()[1:]  # below the column's name
+        for session in sessions:
+            self.sql(f"KILL {session}", check=False)  # one may have ended since
+        return len(sessions)
+
     def url(self, database: str) -> str:
         return f"mysql://{'zeus' if self.password else 'root'}@127.0.0.1:{self.port}/{database}"
 

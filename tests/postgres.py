@@ -44,13 +44,13 @@ class PostgresServer:
             os.chown(self.root, account.pw_uid, account.pw_gid)
             self.run_as = ["runuser", "-u", "postgres", "--"]
         os.chmod(self.root, 0o755)
-        self.password = password
         auth = ["--auth=trust"]
         if password is not None:
             given = self.root / "password"
             given.write_text(password + "\n")
             given.chmod(0o644)
-            auth = ["--auth=scram-sha-256", f"--pwfile={given}"]
+            # Over TCP (the server under test); `sql`, through the socket, is trusted.
+            auth = ["--auth-host=scram-sha-256", "--auth-local=trust", f"--pwfile={given}"]
         self._run(initdb, "-D", str(self.data), "-U", self.user, *auth, "-E", "UTF8")
         self.resume()
 
@@ -82,16 +82,32 @@ class PostgresServer:
     def new_database(self) -> str:
         """Create an empty database and return its URL."""
         name = f"t_{uuid.uuid4().hex[:12]}"
+        self.sql(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def sql(self, statement: str) -> str:
+        """Run one statement as the cluster's user, through its socket (trusted, whatever the
+        user's password is now); its output, unaligned."""
         psql = _binary("psql") or "psql"
-        connect = ["-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres"]
-        subprocess.run(
-            [psql, *connect, "-c", f"CREATE DATABASE {name}"],
+        connect = ["-h", str(self.root), "-p", str(self.port), "-U", self.user, "-d", "postgres"]
+        done = subprocess.run(
+            [psql, *connect, "-At", "-c", statement],
             check=True,
             capture_output=True,
+            text=True,
             timeout=60,
-            env={**os.environ, "PGPASSWORD": self.password or ""},
         )
-        return self.url(name)
+        return done.stdout.strip()
+
+    def end_sessions(self, database: str) -> int:
+        """End every session of ``database``, as a restart, an idle timeout or an operator
+        would; how many there were."""
+        return int(
+            self.sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                f"WHERE datname = '{database}'"
+            )
+        )
 
     def stop(self) -> None:
         subprocess.run(

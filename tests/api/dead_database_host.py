@@ -29,8 +29,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import make_url
 
-from tests.helpers import SERVER_BIN, job_body, unique_id
-from tests.ports import free_port
+from tests.helpers import ServerProcess, job_body, unique_id
 from zeus_bso.client import ServerClient
 
 GIVE_UP_S = 45.0
@@ -56,16 +55,6 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
         sink.shutdown(socket.SHUT_WR)
 
 
-def wait_until_ready(url: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60.0
-    while time.monotonic() < deadline and server.poll() is None:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/readyz", timeout=5.0).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError("the server did not become ready (see server.log)")
-
-
 def iptables(action: str, port: int) -> None:
     """Add (``-A``) or delete (``-D``) the rules: a new connection to ``port`` is refused, and
     every other packet to it dropped."""
@@ -82,20 +71,11 @@ def main(database: str, database_socket: str, folder: Path) -> dict[str, object]
     relay_port = int(listener.getsockname()[1])
     threading.Thread(target=relay, args=(listener, database_socket), daemon=True).start()
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     db_url = make_url(database).set(port=relay_port).render_as_string(hide_password=False)
-    with (folder / "server.log").open("w") as log:
-        server = subprocess.Popen(
-            [SERVER_BIN, "serve", "--port", str(port), "--db", db_url, "--log-level", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=folder,
-        )
+    server = ServerProcess(db_url, cwd=folder)  # forked here, in this namespace
     try:
-        wait_until_ready(url, server)
         job_id = unique_id("dead-host")
-        with httpx.Client(base_url=url, timeout=GIVE_UP_S) as http:
+        with httpx.Client(base_url=server.url, timeout=GIVE_UP_S) as http:
             registered = http.post("/jobs", json=job_body(job_id))
             assert registered.status_code == 201, registered.text
             time.sleep(1.5)  # idle past the ping's threshold: the ping meets the dead host first
@@ -109,12 +89,11 @@ def main(database: str, database_socket: str, folder: Path) -> dict[str, object]
                 answer = {"status": None, "message": f"the client gave up: {type(err).__name__}"}
             answer["waited"] = round(time.monotonic() - started, 1)
         iptables("-D", relay_port)
-        with ServerClient(url, retry_seconds=20) as client:
+        with ServerClient(server.url, retry_seconds=20) as client:
             answer["after"] = client.dispatch(job_id).trial_number
         return answer
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
 
 from tests.helpers import ServerProcess, job_body, needs_driver, unique_id
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso.client import ServerClient
 from zeus_bso_server.errors import SettingsError
-from zeus_bso_server.settings import load_settings, to_engine_url
+from zeus_bso_server.settings import load_settings
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])
@@ -48,14 +47,14 @@ def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
         job_id = unique_id("rotated")
         with server.client() as http:
             assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-        if isinstance(db_server, PostgresServer):
-            _rotate_postgresql(url, database, secret)
-        else:
-            db_server.sql("ALTER USER zeus@'127.0.0.1' IDENTIFIED BY 'second-secret'")
-            secret.write_text("second-secret\n")
-            listed = f"SELECT id FROM information_schema.processlist WHERE db = '{database}'"
-            for session in db_server.sql(listed).stdout.split()[1:]:
-                db_server.sql(f"KILL {session}", check=False)
+        rotate = (
+            "ALTER ROLE zeus PASSWORD 'second-secret'"
+            if isinstance(db_server, PostgresServer)
+            else "ALTER USER zeus@'127.0.0.1' IDENTIFIED BY 'second-secret'"
+        )
+        db_server.sql(rotate)
+        secret.write_text("second-secret\n")
+        db_server.end_sessions(database)
         time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was ended
         with ServerClient(server.url, retry_seconds=10) as client:
             assert client.dispatch(job_id).trial_number == 1
@@ -66,23 +65,6 @@ def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
         if server is not None:
             server.stop()
         db_server.stop()
-
-
-def _rotate_postgresql(url: str, database: str, secret: Path) -> None:
-    """The user's new password, in the database and in ``secret``; its sessions ended."""
-    admin = create_engine(
-        to_engine_url(url.replace("zeus@", "zeus:first-secret@")), isolation_level="AUTOCOMMIT"
-    )
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql("ALTER ROLE zeus PASSWORD 'second-secret'")
-            secret.write_text("second-secret\n")
-            conn.exec_driver_sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
-            )
-    finally:
-        admin.dispose()
 
 
 def test_a_password_file_is_checked_at_start_and_not_given_with_a_password(
