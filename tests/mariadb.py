@@ -16,7 +16,8 @@ import uuid
 from tests.ports import free_port, socket_folder
 
 
-def _binary(name: str) -> str | None:
+def system_binary(name: str) -> str | None:
+    """A system program: on the path, or in the system's folders (not on every user's path)."""
     return shutil.which(name) or next(
         (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
     )
@@ -31,8 +32,8 @@ class MariaDBServer:
     def __init__(self, password: str | None = None) -> None:
         """``password``: grants are checked, and the server's user (``zeus``) must give it
         over TCP (root administers through the socket, as the operating system's root)."""
-        install, server = _binary("mariadb-install-db"), _binary("mariadbd")
-        client = _binary("mariadb")
+        install, server = system_binary("mariadb-install-db"), system_binary("mariadbd")
+        client = system_binary("mariadb")
         if not install or not server or not client:
             raise FileNotFoundError(
                 "MariaDB is not installed (mariadb-install-db, mariadbd, mariadb): "

@@ -13,14 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.mariadb import system_binary
 from tests.ports import free_port
 from tests.postgres import PostgresServer
-
-
-def _binary() -> str | None:
-    return shutil.which("pgbouncer") or next(
-        (path for path in ("/usr/sbin/pgbouncer",) if os.access(path, os.X_OK)), None
-    )
 
 
 class PgBouncer:
@@ -37,7 +32,7 @@ class PgBouncer:
         min_pool_size: int = 0,
         round_robin: bool = False,
     ) -> None:
-        binary = _binary()
+        binary = system_binary("pgbouncer")
         if binary is None:
             raise FileNotFoundError("PgBouncer is not installed (apt-get install pgbouncer)")
         self.root = Path(tempfile.mkdtemp(prefix="zeus-bso-pgbouncer-"))
