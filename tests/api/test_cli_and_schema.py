@@ -229,6 +229,18 @@ def test_a_database_urls_own_tcp_user_timeout_wins(
         assert (own["connect_timeout"], own["tcp_user_timeout"]) == ("3", "10000")
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_a_database_urls_tcp_user_timeout_is_a_whole_number(backend: str) -> None:
+    """Said before a connection: PostgreSQL refused each connection (503 at every request),
+    and MySQL's, made by the server, raised a traceback."""
+    needs_driver(backend)
+    with pytest.raises(SettingsError) as info:
+        to_engine_url(f"{backend}://zeus@db.corp/zeus?tcp_user_timeout=abc")
+    assert str(info.value) == (
+        "the database URL's tcp_user_timeout is 'abc': write a whole number (milliseconds)"
+    )
+
+
 def test_a_postgresql_urls_prepare_threshold_is_a_whole_number_or_none() -> None:
     """``prepare_threshold`` (statements prepared on the server after that many runs on a
     connection; none by default) is said wrong before a connection, not at each one."""

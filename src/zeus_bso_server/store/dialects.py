@@ -283,12 +283,13 @@ class _PostgreSQL(Dialect):
             url = url.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
         if "tcp_user_timeout" not in url.query:
             url = url.update_query_dict({"tcp_user_timeout": str(TCP_USER_TIMEOUT_MS)})
-        threshold = url.query.get("prepare_threshold", "none")
-        if not (threshold == "none" or (isinstance(threshold, str) and threshold.isdigit())):
-            raise SettingsError(
-                f"the database URL's prepare_threshold is {threshold!r}: write a whole number "
-                "(after how many runs on a connection a statement is prepared), or none"
-            )
+        _whole_number(url, "tcp_user_timeout", "milliseconds")
+        _whole_number(
+            url,
+            "prepare_threshold",
+            "after how many runs on a connection a statement is prepared",
+            none=True,
+        )
         return url
 
     def connect(self, dbapi: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
@@ -335,6 +336,7 @@ class _MySQL(Dialect):
         if "charset" not in url.query:
             # Every Unicode character, astral ones included; the tables are utf8mb4 too (0003).
             url = url.update_query_dict({"charset": "utf8mb4"})
+        _whole_number(url, "tcp_user_timeout", "milliseconds")
         return url
 
     def engine_options(self, busy_timeout_ms: int) -> dict[str, Any]:
@@ -405,6 +407,20 @@ class _MySQL(Dialect):
 
     def unlock_schema(self, conn: Connection) -> None:
         conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
+
+
+def _whole_number(url: URL, name: str, meaning: str, *, none: bool = False) -> None:
+    """Raises SettingsError, before any connection, where the URL's ``name`` is not a whole
+    number (``meaning``) or, where ``none``, the word none: each connection would refuse it."""
+    value = url.query.get(name)
+    if value is None or (
+        isinstance(value, str) and (value.isdigit() or (none and value == "none"))
+    ):
+        return
+    raise SettingsError(
+        f"the database URL's {name} is {value!r}: write a whole number ({meaning})"
+        + (", or none" if none else "")
+    )
 
 
 DIALECTS: dict[str, Dialect] = {
