@@ -416,6 +416,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         stage=shown_stage(job, upcoming),
         pinned=job.state.pinned,
         memory_caps=dict(job.state.memory_caps),
+        memory_doubts=dict(job.state.memory_doubts),
         power_profiles=[p.view(config, job.state) for p in repo.power_profiles_of(conn, job_id)],
         next_run=upcoming,
         siblings=_siblings(conn, job),

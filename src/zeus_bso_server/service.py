@@ -12,6 +12,7 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 
 from sqlalchemy.engine import Connection
 
@@ -32,6 +33,7 @@ from zeus_bso.spec import (
     profile_words,
     stable_job_id,
 )
+from zeus_bso_server import memory_caps
 from zeus_bso_server.errors import (
     JobNotFoundError,
     NothingMeasuredError,
@@ -229,7 +231,7 @@ class BatchSizeService:
             job_id=job_id,
             batch_size=step.trial.batch_size,
             trial_number=step.trial.trial_number,
-            memory_unknown=not step.job.measured(profile, step.trial.batch_size),
+            memory_unknown=not step.job.fits_known(profile, step.trial.batch_size),
             memory_cap=step.job.memory_caps.get(profile),
         )
         if power_limits and gpu is not None:
@@ -373,25 +375,19 @@ class BatchSizeService:
             raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
         return failed
 
-    async def release_trial(self, trial_id: TrialId, why: str | None = None) -> StoredTrial:
+    async def release_trial(
+        self, trial_id: TrialId, why: str | None = None, *, out_of_memory: bool = False
+    ) -> StoredTrial:
         """Release an open trial whose run ended for a reason that is not its batch size's: it
-        says nothing about it (``why``, its client's words, its message). Returns the trial.
+        says nothing about it (``why``, its client's words, its message; ``out_of_memory``: see
+        `zeus_bso_server.memory_caps.release`). Returns the trial.
 
         Raises:
-            TrialNotFoundError: no such trial.
+            JobNotFoundError, TrialNotFoundError: no such job or trial.
         """
-
-        def work(conn: Connection) -> StoredTrial:
-            if (
-                repo.release_trial(
-                    conn, trial_id.job_id, trial_id.trial_number, trial_id.batch_size, why
-                )
-                is None
-            ):
-                raise TrialNotFoundError(f"Could not find the trial: {trial_id.model_dump_json()}")
-            return stored_trial(conn, trial_id)
-
-        stored = await self.db.write(work)
+        work = partial(memory_caps.release, trial_id=trial_id, why=why, out_of_memory=out_of_memory)
+        async with self._queue(trial_id.job_id):
+            stored = await self.db.write(work)
         self.metrics.trials.labels(stored.trial.status.value).inc()
         return stored
 
@@ -520,18 +516,7 @@ class BatchSizeService:
             JobNotFoundError: no such job.
         """
 
-        def work(conn: Connection) -> dict[str, int]:
-            job, _ = registered(repo.get_job(conn, job_id, lock=True), job_id)
-            caps = dict(job.state.memory_caps)
-            forgotten = {k: v for k, v in caps.items() if profile is None or k == profile}
-            if forgotten:
-                kept = {k: v for k, v in caps.items() if k not in forgotten}
-                repo.set_memory_caps(conn, job_id, kept)
-            for key, cap in forgotten.items():
-                logger.info("job %s: the memory cap %d on %s forgotten", job_id, cap, key)
-            return forgotten
-
-        return await self.db.write(work)
+        return await self.db.write(partial(memory_caps.forget_caps, job_id=job_id, profile=profile))
 
     async def heartbeat(self, trial_id: TrialId, *, resumed: bool = False) -> StoredTrial:
         """Renew a running trial's lease (and revive an abandoned one); ``resumed``: its run

@@ -944,6 +944,36 @@ def test_a_release_during_an_outage_is_delivered_by_the_next_run(
     assert (first["status"], first["message"]) == ("released", "refused before it trained")
 
 
+def test_a_size_that_trained_running_out_during_an_outage_is_in_doubt_once_delivered(
+    lockable: tuple[ServerProcess, Path],
+) -> None:
+    """A size that trained on these GPUs runs out of memory while it trains, the database
+    locked: its release is kept with what it says (out of memory), and once the next run
+    delivers it, the size's fit is in doubt there, so that run is told to try it first."""
+    server, db = lockable
+    spec, bso = training_run(server.url, "grewoutage")
+    assert bso.on_evaluate(0.9).converged  # 32 trained on these GPUs
+    bso.end()
+    with server.client() as http:
+        assert http.put(f"/api/jobs/{spec.job_id}/pin", json={"batch_size": 32}).is_success
+    again = next_run(server.url, spec)
+    assert again.get_batch_size() == 32
+    assert not again.memory_unknown
+    again.on_train_begin()
+    with locked(db):
+        again.end_out_of_memory("CUDA out of memory")
+    (kept,) = outbox_files(db.parent)
+    assert json.loads(kept.read_text())["release_out_of_memory"] is True
+    later = next_run(server.url, spec)
+    assert later.get_batch_size() == 32
+    assert outbox_files(db.parent) == []
+    assert later.memory_unknown  # tried first
+    later.release("not trained in this test")
+    with server.client() as http:
+        view = http.get(f"/api/jobs/{spec.job_id}").json()
+    assert list(view["memory_doubts"].values()) == [32]
+
+
 def test_micro_batches_that_run_out_of_memory_during_an_outage_are_delivered_later(
     lockable: tuple[ServerProcess, Path],
 ) -> None:

@@ -321,3 +321,57 @@ def test_a_machine_that_measured_nothing_is_not_named_as_a_gpu(
     assert words in shown.stdout
     assert f"64 and above on {words}" in shown.stdout
     assert "estimate" not in shown.stdout.replace("estimated", "")
+
+
+def test_a_size_that_trained_and_runs_out_is_tried_first_and_capped_if_it_runs_out_again(
+    http: httpx.Client, server: ServerProcess
+) -> None:
+    """The model, its data or its precision needs more memory than when a size trained on these
+    GPUs: the size runs out while it trains, and its run releases the trial saying so
+    (``out_of_memory``). Nothing is capped (it may be a leak, another process), but its fit is
+    in doubt: the next run of it there is told its fit is unknown (the client tries it first),
+    and a second error caps it. A run of it that trains clears the doubt. (Before, the size was
+    dispatched, and ran out, at every run.)"""
+    job_id = unique_id("oomgrew")
+    body = job_body(job_id, batch_sizes=[32, 64, 128], default_batch_size=64)
+    assert http.post("/jobs", json=body).status_code == 201
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}).status_code == 200
+    first = dispatch(http, job_id, **A100)
+    assert first["memory_unknown"] is True
+    converge(http, first)
+
+    def runs_out_while_it_trains() -> None:
+        trial = dispatch(http, job_id, **A100)
+        assert trial.get("memory_unknown", False) is False  # it trained here
+        body = {**trial_id(trial), "message": "ran out of memory", "out_of_memory": True}
+        released = http.post("/api/trials/release", json=body)
+        assert released.status_code == 200, released.text
+        assert released.json()["status"] == "released"
+
+    runs_out_while_it_trains()
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert (view["memory_caps"], view["memory_doubts"]) == ({}, {A100_KEY: 64})
+    page = http.get(f"/dashboard/jobs/{job_id}").text
+    assert 'id="memory-doubts">64 and above on' in page
+    if (server.db_url or "").startswith("sqlite"):  # the same answer from every backend
+        assert "memory in doubt: batch size 64" in jobs_show(server.url, job_id).stdout
+    tried = dispatch(http, job_id, **A100)
+    assert tried["memory_unknown"] is True
+    converge(http, tried)  # it fit after all: a leak, another process
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_doubts"] == {}
+
+    runs_out_while_it_trains()
+    tried = dispatch(http, job_id, **A100)
+    assert tried["memory_unknown"] is True
+    assert http.post("/api/trials/infeasible", json=trial_id(tried)).is_success
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert (view["memory_caps"], view["memory_doubts"]) == ({A100_KEY: 64}, {})
+    refused = http.get("/jobs/batch_size", params={"job_id": job_id, **A100})
+    assert refused.status_code == 409  # pinned to 64, which does not fit now
+    # A release that says nothing of memory leaves no doubt (a misconfigured script, say).
+    other = unique_id("released")
+    assert http.post("/jobs", json=job_body(other)).status_code == 201
+    trial = dispatch(http, other, **A100)
+    converge(http, trial)
+    assert http.post("/api/trials/release", json=trial_id(dispatch(http, other, **A100))).is_success
+    assert http.get(f"/api/jobs/{other}").json()["memory_doubts"] == {}

@@ -46,7 +46,11 @@ from tests.preloaded_python import preloaded, spawning  # noqa: E402
 from zeus_bso import JobSpec, RunOutcome, ZeusBSOTrainFailError, until_converged  # noqa: E402
 from zeus_bso.client import ServerClient  # noqa: E402
 from zeus_bso.energy import EstimateMeter  # noqa: E402
-from zeus_bso.errors import ConfigurationError, OutOfMemoryNotTheBatchSizeError  # noqa: E402
+from zeus_bso.errors import (  # noqa: E402
+    ConfigurationError,
+    OutOfMemoryNotTheBatchSizeError,
+    ZeusBSOError,
+)
 from zeus_bso.integrations.lightning import ZeusBSOCallback  # noqa: E402
 from zeus_bso.scaling.lr import stepped_rate  # noqa: E402
 from zeus_bso.spec import StopReason  # noqa: E402
@@ -2117,12 +2121,20 @@ def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
     the batch): the memory check tries the smallest size too, which runs out as well, so the
     fit ends with an error that says so, its trial released and no memory cap set; after the
     bug is fixed, the next fit trains the default. And a size that trained on these GPUs
-    before, running out while it trains, is not made infeasible either."""
+    before, running out while it trains, is not made infeasible either; but its fit is in
+    doubt, and the next fit's memory check tries it first, and caps it when it runs out."""
     spec = oom_job(unique_id("litoombug"))
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
-    with pytest.raises(OutOfMemoryNotTheBatchSizeError, match="out of memory even at 16 samples"):
-        trainer.fit(RunsOutOfMemoryAbove(limit=0))
+
+    def fit_raises(limit: int, error: type[BaseException], match: str | None) -> ZeusBSOCallback:
+        callback = ZeusBSOCallback(
+            server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100)
+        )
+        trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
+        with pytest.raises(error, match=match):
+            trainer.fit(RunsOutOfMemoryAbove(limit=limit))
+        return callback
+
+    fit_raises(0, OutOfMemoryNotTheBatchSizeError, "out of memory even at 16 samples")
     with ServerClient(server.url) as client:
         state = client.job_state(spec.job_id or "")
     assert [(t["batch_size"], t["status"]) for t in state["trials"]] == [(32, "released")]
@@ -2132,10 +2144,7 @@ def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
     # 32 trained here: running out at it now is not its doing either.
     with ServerClient(server.url) as client:
         client.pin(spec.job_id or "", 32)
-    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
-    trainer = pl.Trainer(callbacks=[callback], max_epochs=4, **quiet_trainer_options(tmp_path))
-    with pytest.raises(torch.cuda.OutOfMemoryError):
-        trainer.fit(RunsOutOfMemoryAbove(limit=16))
+    callback = fit_raises(16, torch.cuda.OutOfMemoryError, None)
     assert callback.outcome is not None
     assert "although it trained on" in callback.outcome.why
     with ServerClient(server.url) as client:
@@ -2143,6 +2152,16 @@ def test_out_of_memory_whatever_the_batch_size_is_the_scripts_not_a_batch_sizes(
     newest = max(state["trials"], key=lambda t: t["trial_number"])
     assert newest["status"] == "released"
     assert state["memory_caps"] == {}
+    # But its fit is in doubt (the model may need more memory now): the next fit tries 32 in the
+    # memory check, before it trains; it runs out there too while 16 fits, so 32 is capped.
+    assert list(state["memory_doubts"].values()) == [32]
+    fit_raises(16, ZeusBSOError, "pinned to batch size 32, which does not fit")
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    newest = max(state["trials"], key=lambda t: t["trial_number"])
+    assert (newest["batch_size"], newest["status"], newest["epochs"]) == (32, "infeasible", None)
+    assert list(state["memory_caps"].values()) == [32]
+    assert state["memory_doubts"] == {}
 
 
 def two_forked_ranks(server: ServerProcess, spec: JobSpec, tmp_path: Path) -> Any:

@@ -16,7 +16,9 @@ from zeus_bso.policy import (
     TrialState,
     TrialStatus,
     out_of_memory,
+    ran_out_where_it_fit,
 )
+from zeus_bso.policy.machine import fit_shown
 from zeus_bso.policy.pruning import (
     ExplorationInFlight,
     ExploreNext,
@@ -167,10 +169,53 @@ def test_no_cap_is_set_at_or_below_a_size_known_to_fit() -> None:
     at_64 = TrialState(2, 64, TrialKind.BANDIT, profile=profile)
     after_state, after = out_of_memory(job, state, at_64)
     assert after.status is TrialStatus.INFEASIBLE
-    assert after_state.memory_caps == {}
+    # No cap; its fit is in doubt (see the next test).
+    assert (after_state.memory_caps, after_state.memory_doubts) == ({}, {profile: 64})
     assert out_of_memory(job, state, replace(at_64, batch_size=32))[0].memory_caps == {}
     at_128 = TrialState(3, 128, TrialKind.BANDIT, profile=profile)
     assert out_of_memory(job, state, at_128)[0].memory_caps == {profile: 128}
+
+
+def test_a_size_that_fit_and_runs_out_is_in_doubt_and_capped_if_it_runs_out_again() -> None:
+    """A size that trained on the profile and runs out while it trains is not capped at once (a
+    leak, another process), but its fit is in doubt: its next run, or a larger size's, is not
+    known to fit (the client tries it first); out of memory there again sets the cap even though
+    it trained there before (the model, its data or precision needs more memory now), and a
+    report at or above the doubt clears it. Another profile is not touched."""
+    job = make_job(batch_sizes=[32, 64, 128])
+    profile = profile_key(job)
+    stats = {size: BatchSizeStats(size, reports=1, mean_cost=10.0) for size in (32, 64, 128)}
+    state = JobState(stats=stats)
+    assert all(state.fits_known(profile, size) for size in (32, 64, 128))
+    at_64 = TrialState(4, 64, TrialKind.BANDIT, profile=profile)
+    doubted = ran_out_where_it_fit(job, state, at_64)
+    assert doubted.memory_doubts == {profile: 64}
+    assert [doubted.fits_known(profile, s) for s in (32, 64, 128)] == [True, False, False]
+    assert doubted.fits_known("1xH100@700W", 64) is doubted.measured("1xH100@700W", 64)
+    assert ran_out_where_it_fit(job, doubted, replace(at_64, batch_size=128)) == doubted
+    assert ran_out_where_it_fit(job, doubted, replace(at_64, batch_size=32)).memory_doubts == {
+        profile: 32
+    }
+    ended = replace(at_64, status=TrialStatus.REPORTED)
+    assert ran_out_where_it_fit(job, state, ended) == state  # only an open trial's run says it
+
+    # Its next run runs out again: capped now, and the doubt is moot.
+    again = TrialState(5, 64, TrialKind.BANDIT, profile=profile)
+    capped, after = out_of_memory(job, doubted, again)
+    assert after.status is TrialStatus.INFEASIBLE
+    assert (capped.memory_caps, capped.memory_doubts) == ({profile: 64}, {})
+    # Without the doubt, the same error sets no cap (it fit), only the doubt: so does a process
+    # other than the run's main one, which marks the trial infeasible itself.
+    assert out_of_memory(job, state, again)[0] == doubted
+    # 128 running out under a doubt at 64 caps 128, and 64 stays in doubt.
+    above, _ = out_of_memory(job, doubted, replace(again, batch_size=128))
+    assert (above.memory_caps, above.memory_doubts) == ({profile: 128}, {profile: 64})
+
+    # Or its next run trains: a report at or above the doubt clears it; one below does not.
+    assert fit_shown(job, doubted, replace(again, batch_size=32)) == doubted
+    assert fit_shown(job, doubted, again).memory_doubts == {}
+    assert fit_shown(job, doubted, replace(again, batch_size=128)).memory_doubts == {}
+    assert fit_shown(job, doubted, replace(again, profile="1xH100@700W")) == doubted
 
 
 def explored_sizes(job: InMemoryJob, fits_up_to: int, cost: dict[int, float]) -> list[int]:

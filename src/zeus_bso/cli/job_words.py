@@ -45,6 +45,11 @@ def print_job(console: Console, state: JobView) -> None:
             f"out of memory: batch size {size} and above on {escape(profile_words(profile))} (not "
             "dispatched there again)"
         )
+    for profile, size in sorted(state.memory_doubts.items()):
+        console.print(
+            f"memory in doubt: batch size {size} and above on {escape(profile_words(profile))} "
+            "ran out of memory although it trained there (tried first, capped if it runs out again)"
+        )
     slowdown = job.power_max_slowdown
     if slowdown and state.power_profiles:
         console.print(

@@ -454,23 +454,30 @@ class JobConversation:
         server declared the route, and `for_later_on_a_known_route` holds."""
         return self._declares(extension) and for_later_on_a_known_route(err)
 
-    def release(self, trial: TrialId, why: str | None = None) -> bool:
-        """Release ``trial``, which counts nothing against its batch size (``why``: for the
-        server to keep with it); whether the server did, or will: where it is away for now (or
-        a reverse proxy's page answers the route it declared), the release is kept on this
-        machine for the next run that reaches it (`zeus_bso.client.outbox`); a warning says
-        why not otherwise. It waits on the server at most `AWAY_PATIENCE`: a run released as it
-        is interrupted (a preemption's SIGTERM, with its grace period before the SIGKILL) has
-        the script's own ending to make (its checkpoint), which a server that hangs held for
-        the client's whole timeout."""
+    def release(
+        self, trial: TrialId, why: str | None = None, *, out_of_memory: bool = False
+    ) -> bool:
+        """Release ``trial``, which counts nothing against its batch size (``why``: for the server
+        to keep with it; ``out_of_memory``: `zeus_bso.spec.ReleasedTrial`'s); whether the server
+        did, or will: where it is away for now (or a reverse proxy's page answers the route it
+        declared), the release is kept on this machine for the next run that reaches it
+        (`zeus_bso.client.outbox`); a warning says why not otherwise. It waits on the server at most
+        `AWAY_PATIENCE`: a run released as it is interrupted (a preemption's SIGTERM, with its grace
+        period before the SIGKILL) has the script's own ending to make (its checkpoint), which a
+        server that hangs held for the client's whole timeout."""
         try:
-            self.client.release(trial, why, AWAY_PATIENCE)
+            self.client.release(trial, why, AWAY_PATIENCE, out_of_memory=out_of_memory)
         except ZeusBSOError as err:
             if self._lacks(err, Extension.RELEASE):
                 logger.info("the server has no release route (upstream Zeus?): trial left open")
                 return False
             if self._for_later_on(err, Extension.RELEASE) and outbox.keep(
-                self.client.server_url, trial, None, end=False, release=why or ""
+                self.client.server_url,
+                trial,
+                None,
+                end=False,
+                release=why or "",
+                out_of_memory=out_of_memory,
             ):
                 logger.warning(
                     "zeus-bso: trial %d could not be released now (%s): its release is kept on "

@@ -364,11 +364,16 @@ class ServerClient(ReadApi):
         self._request("PATCH", "/trials", content=content, patience=patience)
 
     def release(
-        self, trial: TrialId, why: str | None = None, patience: float | None = None
+        self,
+        trial: TrialId,
+        why: str | None = None,
+        patience: float | None = None,
+        *,
+        out_of_memory: bool = False,
     ) -> TrialView:
         """Release a trial whose run never trained (it counts nothing against its batch size;
         ``why``: for the server to keep with it; ``patience``: the most seconds to wait, where
-        less than the client's own).
+        less than the client's own; ``out_of_memory``: `ReleasedTrial.out_of_memory`).
 
         Raises:
             RouteMissingError: the server has no release route (upstream Zeus's server).
@@ -376,6 +381,8 @@ class ServerClient(ReadApi):
         """
         ended = ended_trial(trial, why)
         body = ended.model_dump(exclude_none=True)
+        if out_of_memory:  # an extension: sent only where it says something
+            body["out_of_memory"] = True
         return self._trial_request("/api/trials/release", body, patience=patience)
 
     def infeasible(

@@ -50,14 +50,15 @@ def keep(
     infeasible: bool = False,
     micro_batch_size: int | None = None,
     release: str | None = None,
+    out_of_memory: bool = False,
 ) -> bool:
     """Keep ``report`` (the run's last, or None) and whether to end ``trial``, to mark it
     ``infeasible`` (its batch size ran out of memory), or to ``release`` it (why: its run never
     trained), for a later run to deliver to the server at ``server_url``; or, with
-    ``micro_batch_size`` alone, that its micro-batches of that size ran out of memory (the
-    trial went on). A micro-batch mark or a release kept before for the trial stays with what
-    is kept after it, and what was kept stays with a micro-batch mark. Returns whether it was
-    kept."""
+    ``micro_batch_size`` alone, that its micro-batches of that size ran out of memory (the trial
+    went on). ``out_of_memory``: the release's (`zeus_bso.spec.ReleasedTrial`). A micro-batch mark
+    or a release kept before for the trial stays with what is kept after it, and what was kept stays
+    with a micro-batch mark. Returns whether it was kept."""
     path = _path(server_url, trial)
     entry: dict[str, Any] = {
         "server_url": server_url.rstrip("/"),
@@ -67,11 +68,13 @@ def keep(
         "infeasible": infeasible,
         "micro_batch_size": micro_batch_size,
         "release": release,
+        "release_out_of_memory": out_of_memory,
     }
     before = _read(path)
     if before is not None:
         if release is None and isinstance(before.get("release"), str):
             entry["release"] = before["release"]
+            entry["release_out_of_memory"] = bool(before.get("release_out_of_memory"))
         kept_micro = before.get("micro_batch_size")
         if isinstance(kept_micro, int):
             entry["micro_batch_size"] = min(kept_micro, micro_batch_size or kept_micro)
@@ -112,6 +115,7 @@ def deliver(client: ServerClient) -> int:
             infeasible = bool(entry.get("infeasible"))
             micro = entry.get("micro_batch_size")
             release = entry.get("release")
+            out_of_memory = bool(entry.get("release_out_of_memory"))
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.debug("skipping unreadable outbox entry %s: %s", path, err)
             continue
@@ -125,7 +129,7 @@ def deliver(client: ServerClient) -> int:
             if infeasible:
                 client.infeasible(trial)
             if isinstance(release, str):
-                client.release(trial, release or None)
+                client.release(trial, release or None, out_of_memory=out_of_memory)
         except ServerConnectionError:
             break
         except ServerRejectedError as err:

@@ -35,6 +35,7 @@ from zeus_bso.policy.machine import (
     after_event,
     moved,
     out_of_memory,
+    ran_out_where_it_fit,
 )
 from zeus_bso.policy.posteriors import arm_posterior, conjugate_update
 from zeus_bso.policy.priors import learned_prior
@@ -119,6 +120,7 @@ __all__ = [
     "next_pruning_step",
     "out_of_memory",
     "profiles_of",
+    "ran_out_where_it_fit",
     "recommended",
     "registered_on",
     "rng_for",

@@ -100,17 +100,52 @@ def out_of_memory(
 ) -> tuple[JobState, TrialState]:
     """The job and the trial after its run ran out of memory: an open trial becomes
     ``infeasible``, and its profile's memory cap (`JobState.memory_caps`) comes down to its batch
-    size, unless a run of that size or a larger one reported on the profile (it fits there: the
-    error was not the batch size's, and no cap is set at or below a size known to fit). A trial
-    that is not open is left, and so is the job."""
+    size, unless a run of that size or a larger one reported on the profile and is not in doubt
+    (`JobState.fits_known`): then the error need not be the batch size's, no cap is set, and
+    its fit is in doubt (`ran_out_where_it_fit`). A trial that is not open is left, and so is
+    the job."""
     after = after_event(trial, Event.OUT_OF_MEMORY)
     if after.status is trial.status:
         return state, trial
-    profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
-    if any(state.measured(profile, b) for b in job.batch_sizes if b >= trial.batch_size):
-        return state, after
+    profile = _profile_of(job, state, trial)
+    if any(state.fits_known(profile, b) for b in job.batch_sizes if b >= trial.batch_size):
+        return ran_out_where_it_fit(job, state, trial), after
     cap = min(state.memory_caps.get(profile, trial.batch_size), trial.batch_size)
-    return replace(state, memory_caps={**state.memory_caps, profile: cap}), after
+    doubts = {p: d for p, d in state.memory_doubts.items() if p != profile or d < cap}
+    return replace(
+        state, memory_caps={**state.memory_caps, profile: cap}, memory_doubts=doubts
+    ), after
+
+
+def ran_out_where_it_fit(job: CreatedJob, state: JobState, trial: TrialState) -> JobState:
+    """The job after the run of an open ``trial`` ran out of memory while it trained at a batch
+    size known to fit on its profile (`JobState.fits_known`; its main process releases the
+    trial, another process marks it infeasible): the error need not be the size's (a leak,
+    another process on the GPU), so no cap is set, but the size's fit is in doubt there
+    (`JobState.memory_doubts`): a run of it is tried first, and a second error sets the cap.
+    Where the model, its data or its precision needs more memory than when the size trained,
+    the size would otherwise be dispatched, and run out, at every run."""
+    if trial.status not in OPEN:
+        return state
+    profile = _profile_of(job, state, trial)
+    doubt = min(state.memory_doubts.get(profile, trial.batch_size), trial.batch_size)
+    return replace(state, memory_doubts={**state.memory_doubts, profile: doubt})
+
+
+def fit_shown(job: CreatedJob, state: JobState, trial: TrialState) -> JobState:
+    """The job after a report of ``trial``: a run at or above its profile's memory doubt
+    trained, so the doubt is cleared (`JobState.memory_doubts`)."""
+    profile = _profile_of(job, state, trial)
+    doubt = state.memory_doubts.get(profile)
+    if doubt is None or trial.batch_size < doubt:
+        return state
+    doubts = {p: d for p, d in state.memory_doubts.items() if p != profile}
+    return replace(state, memory_doubts=doubts)
+
+
+def _profile_of(job: CreatedJob, state: JobState, trial: TrialState) -> str:
+    """The hardware profile ``trial`` runs on (a trial on the job's first keeps none)."""
+    return trial.profile or next(iter(state.profiles), None) or profile_key(job)
 
 
 def micro_batch_out_of_memory(
@@ -153,7 +188,7 @@ def micro_batch_out_of_memory(
             "true when it asked for its batch size): it trains whole batches, so an out-of-memory"
             " error makes the trial infeasible (send no micro_batch_size)"
         )
-    profile = trial.profile or next(iter(state.profiles), None) or profile_key(job)
+    profile = _profile_of(job, state, trial)
     cap = min(state.memory_caps.get(profile, micro_batch_size), micro_batch_size)
     return replace(state, memory_caps={**state.memory_caps, profile: cap})
 

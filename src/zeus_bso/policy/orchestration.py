@@ -19,6 +19,7 @@ from zeus_bso.policy.history import history_of
 from zeus_bso.policy.machine import (
     Dispatched,
     after_dispatch,
+    fit_shown,
     micro_batch_out_of_memory,
     out_of_memory,
 )
@@ -151,8 +152,10 @@ def report(
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
-    step = after_report(job, counted(store, store.state()), trial, **measured)
-    if step.final or step.trial != trial:
+    before = counted(store, store.state())
+    state = fit_shown(job, before, trial)
+    step = after_report(job, state, trial, **measured)
+    if step.final or step.trial != trial or state != before:
         store.save_trial(step.trial, step.job)
     return step
 

@@ -372,9 +372,23 @@ class JobState:
     """By hardware profile (`zeus_bso.spec.profile_key`): the smallest batch size that ran out
     of memory there. No run on that profile is dispatched at it or above (an ``infeasible``
     trial sets it); other profiles keep those sizes."""
+    memory_doubts: Mapping[str, int] = field(default_factory=dict)
+    """By hardware profile: the smallest batch size that ran out of memory while it trained
+    there although runs of it, or of a larger size, had reported there (the model, its data or
+    its precision may need more memory now; or a leak, another process). A run of it or a
+    larger size there is told that its fit is not known, so it is tried first where the run can
+    be, and one that runs out of memory again sets the memory cap; a report at it or above
+    clears the doubt (`zeus_bso.policy.machine.ran_out_where_it_fit`)."""
     prior: Prior | None = None
     """A related job's learned curve, which the job's pruning starts from while it holds
     (`zeus_bso.policy.priors`)."""
+
+    def fits_known(self, profile: str, batch_size: int) -> bool:
+        """Whether ``batch_size`` is known to fit on ``profile``: a run of it reported there
+        (`measured`), and it is below the profile's memory doubt (`memory_doubts`)."""
+        doubt = self.memory_doubts.get(profile)
+        below = doubt is None or batch_size < doubt
+        return below and self.measured(profile, batch_size)
 
     def measured(self, profile: str, batch_size: int) -> bool:
         """Whether a run of ``batch_size`` has reported on ``profile``: with two or more

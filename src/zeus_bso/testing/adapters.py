@@ -28,6 +28,7 @@ from zeus_bso.testing.gpus import (
     paced_gpu,
 )
 from zeus_bso.testing.served import WRONG_OPTIONS, ServedContract, contract_job
+from zeus_bso.training import RunOutcome
 from zeus_bso.training.session import TrialSession
 
 MakeAdapter = Callable[..., TrialSession]
@@ -263,21 +264,33 @@ class LoopAdapterContract(ServedContract):
         assert statuses == [(32, "infeasible"), (16, "reported")]
         made: list[TrialSession] = []
 
-        def runs_out_while_training() -> None:
+        def train(memory_unknown: bool) -> None:
             with adapter(server_url, job, energy_meter=EstimateMeter(100)) as bso:
                 made.append(bso)
+                assert (bso.batch_size, bso.memory_unknown) == (16, memory_unknown)
                 bso.train_begin()
                 raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-        with pytest.raises(RuntimeError, match="out of memory"):
-            runs_out_while_training()
-        outcome = made[-1].outcome
-        assert outcome is not None
-        # 16 trained on these GPUs: running out at it is not its doing, and it is not capped.
+        def runs_out_while_training(memory_unknown: bool) -> RunOutcome:
+            with pytest.raises(RuntimeError, match="out of memory"):
+                train(memory_unknown)
+            outcome = made[-1].outcome
+            assert outcome is not None
+            return outcome
+
+        # 16 trained on these GPUs: running out at it may not be its doing (a leak, another
+        # process), and it is not capped; but its fit is in doubt now.
+        outcome = runs_out_while_training(memory_unknown=False)
         assert (outcome.batch_size, outcome.reason) == (16, StopReason.FAILED)
         assert "although it trained on" in outcome.why
         statuses = [(t.batch_size, t.status) for t in self._trials(server_url, job)]
         assert statuses[-1] == (16, "released")
+        # So the next run is told to try it first; running out again (the model needs more
+        # memory now) is the size's: it is capped.
+        outcome = runs_out_while_training(memory_unknown=True)
+        assert (outcome.batch_size, outcome.reason) == (16, StopReason.OUT_OF_MEMORY)
+        statuses = [(t.batch_size, t.status) for t in self._trials(server_url, job)]
+        assert statuses[-1] == (16, "infeasible")
 
     def test_accumulation_gives_every_process_its_micro_batch(
         self, adapter: MakeAdapter, server_url: str

@@ -288,3 +288,19 @@ class StoreContract:
             assert store.state().memory_caps == {V100: 64, A40: 32}
             assert stored(store, 2).status is TrialStatus.INFEASIBLE
             assert store.state() == job
+
+    def test_the_memory_doubts_are_kept_and_cleared(self, opened: Opener) -> None:
+        """A size that trained and ran out of memory is in doubt on its profile
+        (`JobState.memory_doubts`), kept with the job (with a trial that goes on, as a report
+        saves it) until a doubt is cleared."""
+        dispatched(opened, trial(1, 64, profile=V100), trial(2, 32, profile=A40))
+        with opened() as store:
+            job = replace(store.state(), memory_doubts={V100: 64, A40: 32})
+            store.save_trial(replace(stored(store, 1), epochs=1), job)
+        with opened() as store:
+            assert store.state().memory_doubts == {V100: 64, A40: 32}
+            job = replace(store.state(), memory_doubts={A40: 32})
+            store.save_trial(replace(stored(store, 1), epochs=2), job)
+        with opened() as store:
+            assert store.state().memory_doubts == {A40: 32}
+            assert store.state() == job

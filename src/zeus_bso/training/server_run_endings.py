@@ -247,13 +247,16 @@ class ServerRunEndings:
         if self._ended:
             return
         if self._fit_before and not goes_on and self.trial is not None and not self.offline:
-            # Runs of this size reported on these GPUs before: it fits; this is not its doing.
+            # Runs of this size reported on these GPUs before: it fit then. The error may not
+            # be its doing (a leak, another process); or the run needs more memory now.
             self.release(
                 f"batch size {self.batch_size} ran out of memory although it trained on "
-                f"{self._trains_on} before, so the error is not the batch size's (a leak, "
-                "another process on the GPU, a bug of the script's); not counted against it, "
-                "and no memory cap is set" + (f" ({why})" if why else ""),
+                f"{self._trains_on} before: a leak, another process on the GPU, or a model, "
+                "data or precision that needs more memory now. Not counted against it and no "
+                "memory cap set; the next run of it there is tried first, and the cap is set if "
+                "it runs out again" + (f" ({why})" if why else ""),
                 StopReason.FAILED,
+                out_of_memory=True,
             )
             return
         if self.batch_size is not None:
@@ -271,14 +274,21 @@ class ServerRunEndings:
             went_on=goes_on,
         )
 
-    def release(self, why: str, reason: StopReason = StopReason.NOT_TRAINED) -> None:
+    def release(
+        self, why: str, reason: StopReason = StopReason.NOT_TRAINED, *, out_of_memory: bool = False
+    ) -> None:
         """End a run that stopped for a reason that is not its batch size's (a misconfigured
         script, the framework's own epoch limit): its trial is released, which counts nothing
-        against its batch size, and the outcome says ``reason`` and ``why``."""
+        against its batch size, and the outcome says ``reason`` and ``why`` (``out_of_memory``:
+        `zeus_bso.spec.ReleasedTrial`'s)."""
         if self._ended:
             return
         trial = self.trial
-        released = trial is not None and not self.offline and self.link.release(trial, why)
+        released = (
+            trial is not None
+            and not self.offline
+            and self.link.release(trial, why, out_of_memory=out_of_memory)
+        )
         self._finish(end_trial=False)
         note = "" if released or trial is None else " (its trial is left to its lease)"
         self._conclude(reason, why + note)

@@ -87,6 +87,17 @@ class EndedTrial(TrialId):
     before report()``)."""
 
 
+class ReleasedTrial(EndedTrial):
+    """``POST /api/trials/release``: a trial whose run ended for a reason that is not its batch
+    size's, and why."""
+
+    out_of_memory: bool = False
+    """The run ran out of accelerator memory while it trained at a batch size that had trained
+    on its GPUs (an extension older servers ignore): that size's fit is in doubt there, so the
+    next run of it is tried first and a second error sets the GPUs' memory cap
+    (`zeus_bso.policy.JobState.memory_doubts`)."""
+
+
 class DispatchedTrial(TrialId):
     """The answer to ``GET /jobs/batch_size``: a trial, and (an extension upstream clients
     ignore) whether it is a restarted run's trial, resumed by its run key, with what that run

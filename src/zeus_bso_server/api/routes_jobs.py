@@ -11,11 +11,11 @@ from pydantic import TypeAdapter
 from zeus_bso.spec import (
     INT32_MAX,
     MAX_ID_LENGTH,
-    EndedTrial,
     InfeasibleTrial,
     PowerProfileReport,
     PowerProfileView,
     Printable,
+    ReleasedTrial,
     TrialId,
 )
 from zeus_bso_server.api.deps import NO_SUCH_JOB, NO_SUCH_TRIAL, Db, Service
@@ -161,12 +161,15 @@ async def heartbeat(
 
 
 @router.post("/trials/release", response_model=TrialView, responses=NO_SUCH_TRIAL)
-async def release(trial: EndedTrial, service: Service) -> TrialView:
+async def release(trial: ReleasedTrial, service: Service) -> TrialView:
     """Release a trial whose run ended for a reason that is not its batch size's (a
     misconfigured script, the framework's own epoch limit below the job's): an open trial
     becomes ``released``, with the ``message`` given (why) as its message, and counts nothing
-    against its batch size; an ended one is left as it is."""
-    return trial_view(await service.release_trial(trial, trial.message))
+    against its batch size; an ended one is left as it is. With ``out_of_memory``, its run ran
+    out of memory at a size that had trained on its GPUs: the next run of that size there is
+    tried first, and one that runs out again sets the memory cap."""
+    released = await service.release_trial(trial, trial.message, out_of_memory=trial.out_of_memory)
+    return trial_view(released)
 
 
 @router.post(

@@ -96,4 +96,6 @@ class SqlJobStore:
             repo.set_by_profile(self.conn, self.job_id, job.by_profile)
         if job.memory_caps != self.job.memory_caps:
             repo.set_memory_caps(self.conn, self.job_id, dict(job.memory_caps))
+        if job.memory_doubts != self.job.memory_doubts:
+            repo.set_memory_doubts(self.conn, self.job_id, dict(job.memory_doubts))
         self.job = job

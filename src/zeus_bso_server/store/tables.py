@@ -79,6 +79,9 @@ class JobRow(Base):
     memory_caps: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
     """By hardware profile: the smallest batch size that ran out of memory there (see
     `zeus_bso.policy.JobState.memory_caps`); NULL: none known."""
+    memory_doubts: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
+    """By hardware profile: the smallest batch size that ran out of memory there although it
+    had trained there (see `zeus_bso.policy.JobState.memory_doubts`); NULL: none."""
     prior: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """The related job's curve the job was seeded with at registration (see
     `zeus_bso.policy.Prior`, ``prior_from``); NULL: none."""

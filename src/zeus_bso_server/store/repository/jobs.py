@@ -61,6 +61,19 @@ def set_memory_caps(conn: Connection, job_id: str, caps: dict[str, int]) -> None
     )
 
 
+_SET_MEMORY_DOUBTS = UPDATE_JOB.values(
+    memory_doubts=bindparam("memory_doubts", type_=JSON()), updated_at=db_now()
+)
+
+
+def set_memory_doubts(conn: Connection, job_id: str, doubts: dict[str, int]) -> None:
+    """Store the job's memory doubts by profile (none: NULL)."""
+    conn.execute(
+        _SET_MEMORY_DOUBTS,
+        {"key_job_id": job_id, "memory_doubts": dict(sorted(doubts.items())) or None},
+    )
+
+
 _SET_PRIOR = UPDATE_JOB.values(prior=bindparam("prior", type_=JSON()))
 
 

@@ -163,6 +163,7 @@ def job_state(job: Record) -> JobState:
         by_profile=by_profile(job.by_profile) if job.by_profile is not None else None,
         pinned=job.pinned_batch_size,
         memory_caps={str(p): int(b) for p, b in (job.memory_caps or {}).items()},
+        memory_doubts={str(p): int(b) for p, b in (job.memory_doubts or {}).items()},
         prior=prior_of(job.prior) if job.prior is not None else None,
     )
 
