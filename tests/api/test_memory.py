@@ -363,6 +363,10 @@ def test_a_size_that_trained_and_runs_out_is_tried_first_and_capped_if_it_runs_o
     runs_out_while_it_trains()
     tried = dispatch(http, job_id, **A100)
     assert tried["memory_unknown"] is True
+    # An epoch is not a run: one whose longest samples come late runs out after it.
+    epoch = {**trial_id(tried), "time": 1.0, "energy": 500.0, "metric": 0.1, "current_epoch": 1}
+    assert http.post("/report", json=epoch).json()["stop_train"] is False
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_doubts"] == {A100_KEY: 64}
     assert http.post("/api/trials/infeasible", json=trial_id(tried)).is_success
     view = http.get(f"/api/jobs/{job_id}").json()
     assert (view["memory_caps"], view["memory_doubts"]) == ({A100_KEY: 64}, {})

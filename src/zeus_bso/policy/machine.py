@@ -133,8 +133,10 @@ def ran_out_where_it_fit(job: CreatedJob, state: JobState, trial: TrialState) ->
 
 
 def fit_shown(job: CreatedJob, state: JobState, trial: TrialState) -> JobState:
-    """The job after a report of ``trial``: a run at or above its profile's memory doubt
-    trained, so the doubt is cleared (`JobState.memory_doubts`)."""
+    """The job after the final report of ``trial``: a run at or above its profile's memory
+    doubt trained to its end, so the doubt is cleared (`JobState.memory_doubts`). An epoch's
+    report does not: a run whose longest batches come late (samples of many lengths) may run
+    out after it."""
     profile = _profile_of(job, state, trial)
     doubt = state.memory_doubts.get(profile)
     if doubt is None or trial.batch_size < doubt:

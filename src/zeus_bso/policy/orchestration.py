@@ -152,10 +152,10 @@ def report(
     Raises:
         ReportMismatchError: fewer epochs, or less time or energy, than already reported.
     """
-    before = counted(store, store.state())
-    state = fit_shown(job, before, trial)
-    step = after_report(job, state, trial, **measured)
-    if step.final or step.trial != trial or state != before:
+    step = after_report(job, counted(store, store.state()), trial, **measured)
+    if step.final:
+        step = replace(step, job=fit_shown(job, step.job, trial))
+    if step.final or step.trial != trial:
         store.save_trial(step.trial, step.job)
     return step
 

@@ -377,8 +377,9 @@ class JobState:
     there although runs of it, or of a larger size, had reported there (the model, its data or
     its precision may need more memory now; or a leak, another process). A run of it or a
     larger size there is told that its fit is not known, so it is tried first where the run can
-    be, and one that runs out of memory again sets the memory cap; a report at it or above
-    clears the doubt (`zeus_bso.policy.machine.ran_out_where_it_fit`)."""
+    be, and one that runs out of memory again sets the memory cap; a run at it or above that
+    trains to its end (its final report) clears the doubt
+    (`zeus_bso.policy.machine.ran_out_where_it_fit`)."""
     prior: Prior | None = None
     """A related job's learned curve, which the job's pruning starts from while it holds
     (`zeus_bso.policy.priors`)."""

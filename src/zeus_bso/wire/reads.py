@@ -302,7 +302,7 @@ class JobView(BaseModel):
     memory_doubts: dict[str, int] = {}
     """By hardware profile: the smallest batch size that ran out of memory there although it
     had trained there; a run of it or a larger one there is tried first, and one that runs out
-    again sets the memory cap; a report at it or above clears it."""
+    again sets the memory cap; a run at it or above that trains to its end clears it."""
     power_profiles: list[PowerProfileView] = []
     """By hardware profile and batch size: the power profile a run measured there, and the GPU
     power limit its runs train at (runs that opted into power limits)."""
