@@ -1,18 +1,19 @@
 """A job whose runs trained other models: say so, to the run and on the job's view.
 
-A job is known by its settings (or by the id a script gives it), not by its model: a script
-whose model changed (a deeper network, another backbone) or that trains it in another precision
-(``bf16-mixed`` for 32-bit) while its settings did not continues the old job, and the costs the
-job learns from then mix runs that cost differently per epoch and per batch size, so its batch
-sizes are judged on other runs' costs, and the sizes it learned do not fit may fit now. A run's
-reports say how many parameters it trains and, from a framework's adapter, the precision
-(`zeus_bso.spec.TrainingResult`'s ``model_parameters`` and ``precision``), which the trial
-keeps; where the job's other runs on the run's hardware profile trained another model, the
+A job is known by its settings (or by the id a script gives it), not by its model: a script whose
+model changed (a deeper network, another backbone) or that trains it in another precision
+(``bf16-mixed`` for 32-bit) while its settings did not continues the old job, and the costs the job
+learns from then mix runs that cost differently per epoch and per batch size, so its batch sizes are
+judged on other runs' costs, and the sizes it learned do not fit may fit now. A run's reports say
+how many parameters it trains and, from a framework's adapter, the precision and the ways of
+training it uses (activation checkpointing, a compiled model: each changes what a batch size costs;
+`zeus_bso.spec.TrainingResult`'s ``model_parameters``, ``precision`` and ``techniques``), which the
+trial keeps; where the job's other runs on the run's hardware profile trained another model, the
 run's first report is answered with a notice (`model_changed`) and the job's view says so
 (`mixed_models`). Runs on one profile are compared alone
-(`zeus_bso_server.store.repository.models`); sizes within `ALIKE` of each other, and a
-precision one of two runs did not say, are one model. Nothing the policy decides changes: what
-to do (a job of its own for the new model, seeded from the old one's curve) is the user's to
+(`zeus_bso_server.store.repository.models`); sizes within `ALIKE` of each other, and a precision (or
+ways of training) one of two runs did not say, are one model. Nothing the policy decides changes:
+what to do (a job of its own for the new model, seeded from the old one's curve) is the user's to
 choose.
 """
 
@@ -29,15 +30,23 @@ between runs), and a notice at every run would only teach its readers to skip it
 
 
 def _apart(one: ModelRuns, other: ModelRuns) -> bool:
-    """Whether the two are other models: sizes more than `ALIKE` apart, or precisions both
-    said and different."""
+    """Whether the two are other models: sizes more than `ALIKE` apart, or precisions (or ways
+    of training) both said and different."""
     sizes = max(one.parameters, other.parameters) > ALIKE * min(one.parameters, other.parameters)
     precisions = None not in (one.precision, other.precision) and one.precision != other.precision
-    return sizes or precisions
+    ways = None not in (one.techniques, other.techniques) and one.techniques != other.techniques
+    return sizes or precisions or ways
 
 
 def _model_words(model: ModelRuns) -> str:
-    return f"{model.parameters:,} parameters" + (f" ({model.precision})" if model.precision else "")
+    said = [model.precision] if model.precision else []
+    said += technique_words(model.techniques)
+    return f"{model.parameters:,} parameters" + (f" ({', '.join(said)})" if said else "")
+
+
+def technique_words(techniques: str | None) -> list[str]:
+    """The ways of training a trial keeps (``trials.techniques``), in words."""
+    return [way.replace("_", " ") for way in (techniques or "").split(",") if way]
 
 
 def _trials_words(model: ModelRuns) -> str:

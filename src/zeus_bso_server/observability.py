@@ -157,8 +157,8 @@ FLEET_GAUGES = (
     (
         "zeus_bso_jobs_mixing_models",
         "jobs_mixing_models",
-        "Jobs whose runs on one hardware profile trained other models (another size or "
-        "precision): their costs mix models.",
+        "Jobs whose runs on one hardware profile trained other models (another size, "
+        "precision or way of training): their costs mix models.",
     ),
 )
 """The fleet's totals as gauges (name, `zeus_bso_server.read_models.FleetSummary` field,

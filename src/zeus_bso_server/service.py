@@ -60,15 +60,16 @@ def _model_notice(conn: Connection, result: TrainingResult, stored: StoredTrial)
     trial's first report that says it, and what to tell the run where the job's other runs on
     its profile trained other models (`zeus_bso_server.mixed_models`)."""
     parameters, precision = result.model_parameters, result.precision
+    techniques = None if result.techniques is None else ",".join(sorted(set(result.techniques)))
     number = result.trial_number
     if (
         parameters is None
         or stored.model_parameters is not None
-        or not repo.note_model(conn, result.job_id, number, parameters, precision)
+        or not repo.note_model(conn, result.job_id, number, parameters, precision, techniques)
     ):
         return None
     models = repo.models_of(conn, [result.job_id])[result.job_id]
-    run = repo.ModelRuns(stored.trial.profile, parameters, precision, 1, number, number)
+    run = repo.ModelRuns(stored.trial.profile, parameters, precision, 1, number, number, techniques)
     return model_changed(result.job_id, run, models)
 
 

@@ -124,17 +124,24 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     alike = register("alike")  # sizes a few percent apart, a precision not said: one model
     for parameters, precision in [(1_000, "32"), (1_049, None), (1_020, "32")]:
         _reported_model(http, alike, parameters, precision)
+    # The same model trained otherwise (compiled) is another; ways not said are no difference.
+    ways = register("ways")
+    for techniques in ([], None, ["compiled"]):
+        _reported_model(http, ways, 1_000, "32", techniques)
+    same_ways = register("sameways")
+    for techniques in ([], None, []):
+        _reported_model(http, same_ways, 1_000, "32", techniques)
 
     fleet = _fleet(server, prefix)
     assert fleet.model_dump() == _expected(http, jobs)
-    assert fleet.jobs_mixing_models == 1
+    assert fleet.jobs_mixing_models == 2
     page = http.get("/dashboard", params={"prefix": prefix}).text
     assert (
-        '<span id="mixing-models-jobs" class="badge mixed-models">1 job mixes models</span>' in page
+        '<span id="mixing-models-jobs" class="badge mixed-models">2 jobs mix models</span>' in page
     )
     # The list of them, as the badge links to it; with the other filter, the jobs both name.
     only = {"prefix": prefix, "mixed_models": "true"}
-    assert [j["job_id"] for j in http.get("/api/jobs", params=only).json()] == [mixing]
+    assert [j["job_id"] for j in http.get("/api/jobs", params=only).json()] == [mixing, ways]
     both = http.get("/api/jobs", params=only | {"not_learning": "true"}).json()
     assert both == []
     assert f'href="/dashboard?offset=0&amp;prefix={prefix}&amp;mixed_models=true"' in page
@@ -142,6 +149,7 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
     assert "<h1>Jobs that mix models</h1>" in listed
     assert f">{mixing}</a>" in listed
     assert f">{alike}</a>" not in listed
+    assert f">{same_ways}</a>" not in listed
     assert fleet.jobs_with_savings == 2
     assert fleet.jobs_not_learning == 1
     assert fleet.runs_in_flight == 1  # "going"'s; the released one is not
@@ -153,12 +161,17 @@ def test_the_fleets_totals_are_the_sums_of_every_jobs_figures(
 
 
 def _reported_model(
-    http: httpx.Client, job_id: str, parameters: int, precision: str | None
+    http: httpx.Client,
+    job_id: str,
+    parameters: int,
+    precision: str | None,
+    techniques: list[str] | None = None,
 ) -> None:
     """A run of one report that says its model, ended."""
     trial = dispatch(http, job_id)
     body = {**trial_id(trial), "time": 5.0, "energy": 400.0, "metric": 0.1, "current_epoch": 1}
     said = {"model_parameters": parameters} | ({"precision": precision} if precision else {})
+    said |= {} if techniques is None else {"techniques": techniques}
     assert http.post("/report", json=body | said).status_code == 200
     assert http.patch("/trials", json=trial_id(trial)).status_code == 200
 

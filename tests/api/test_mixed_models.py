@@ -23,6 +23,7 @@ def report(
     epoch: int,
     parameters: int | None,
     precision: str | None = None,
+    techniques: list[str] | None = None,
 ) -> dict[str, Any]:
     body = {
         **trial_id(trial),
@@ -35,6 +36,8 @@ def report(
         body["model_parameters"] = parameters
     if precision is not None:
         body["precision"] = precision
+    if techniques is not None:
+        body["techniques"] = techniques
     answer = http.post("/report", json=body)
     assert answer.status_code == 200, answer.text
     return answer.json()
@@ -45,12 +48,16 @@ def run(
     job_id: str,
     parameters: int | None,
     precision: str | None = None,
+    techniques: list[str] | None = None,
     **gpus: Any,
 ) -> tuple[int, list[Any]]:
     """A run of two reports (on ``gpus``, where given): its trial's number and each report's
     notice."""
     trial = dispatch(http, job_id, **gpus)
-    notices = [report(http, trial, epoch, parameters, precision).get("notice") for epoch in (1, 2)]
+    notices = [
+        report(http, trial, epoch, parameters, precision, techniques).get("notice")
+        for epoch in (1, 2)
+    ]
     assert http.patch("/trials", json=trial_id(trial)).status_code == 200
     return trial["trial_number"], notices
 
@@ -81,12 +88,10 @@ def test_a_run_whose_job_trained_another_model_is_told_and_the_view_says_it(
     view = http.get(f"/api/jobs/{job_id}").json()
     profile = view["trials"][0]["profile"]  # the job's GPUs (job_body's)
     assert view["models"] == [
-        {"profile": profile, "parameters": 11_689_512, "precision": None, "trials": 2,
-         "first_trial": first,
-         "last_trial": same},
-        {"profile": profile, "parameters": 25_557_032, "precision": None, "trials": 2,
-         "first_trial": changed,
-         "last_trial": again},
+        {"profile": profile, "parameters": 11_689_512, "precision": None, "techniques": None,
+         "trials": 2, "first_trial": first, "last_trial": same},
+        {"profile": profile, "parameters": 25_557_032, "precision": None, "techniques": None,
+         "trials": 2, "first_trial": changed, "last_trial": again},
     ]  # fmt: skip
     assert view["mixed_models"].startswith("its runs trained other models (11,689,512 param")
     by_number = {t["trial_number"]: t["model_parameters"] for t in view["trials"]}
@@ -118,6 +123,38 @@ def test_a_run_in_another_precision_is_told_and_its_trial_keeps_it(http: httpx.C
         half: "bf16-mixed",
     }
     assert [m["precision"] for m in view["models"]] == ["32-true", "bf16-mixed"]
+
+
+def test_a_run_that_trains_otherwise_is_told_and_its_trial_keeps_how(http: httpx.Client) -> None:
+    """The same model in the same precision, with activation checkpointing or compiled: each
+    changes what a batch size costs (and what fits), so it is another model; a run that does
+    not say (a plain loop, an older client) is no difference, nor is the order it is said in."""
+    job_id = unique_id("models")
+    assert http.post("/jobs", json=job_body(job_id, target_metric=0.9)).status_code == 201
+    plain, said = run(http, job_id, 5_000, "bf16-mixed", [])
+    assert said == [None, None]
+    assert run(http, job_id, 5_000, "bf16-mixed")[1] == [None, None]  # not said
+    ways = ["compiled", "activation_checkpointing"]
+    otherwise, said = run(http, job_id, 5_000, "bf16-mixed", ways)
+    assert said[0] is not None
+    assert (
+        "a model of 5,000 parameters (bf16-mixed, activation checkpointing, compiled), and the "
+        "job's other runs" in said[0]
+    )
+    assert f"(5,000 parameters (bf16-mixed) in trial {plain})" in said[0]
+    again, said = run(http, job_id, 5_000, "bf16-mixed", ways[::-1])  # another order
+    view = http.get(f"/api/jobs/{job_id}").json()
+    assert {t["trial_number"]: t["techniques"] for t in view["trials"]} == {
+        plain: [],
+        plain + 1: None,
+        otherwise: ["activation_checkpointing", "compiled"],
+        again: ["activation_checkpointing", "compiled"],
+    }
+    models = [(m["techniques"], m["trials"]) for m in view["models"]]
+    assert sorted(models, key=str) == sorted(
+        [([], 1), (None, 1), (["activation_checkpointing", "compiled"], 2)], key=str
+    )
+    assert "activation checkpointing, compiled" in view["mixed_models"]
 
 
 def test_a_job_of_one_model_says_nothing(http: httpx.Client) -> None:
@@ -168,6 +205,9 @@ def test_runs_on_other_gpus_are_compared_with_their_own_profiles_runs(http: http
         ("precision", ""),
         ("precision", "x" * 33),
         ("precision", "bf16\nmixed"),
+        ("techniques", ["fast"]),
+        ("techniques", "compiled"),
+        ("techniques", ["compiled"] * 3),
     ],
 )
 def test_a_count_or_precision_out_of_bounds_is_refused_and_nothing_is_kept(

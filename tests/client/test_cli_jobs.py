@@ -732,10 +732,10 @@ def test_the_totals_end_with_the_jobs_that_learn_nothing(
     ("mixing", "said"),
     [
         (0, None),
-        (1, " 1 job's runs trained other models (another size or precision), whose costs it "
-            "learns from as one (zeus-bso jobs list --mixed-models names it)."),
-        (2, " 2 jobs' runs trained other models (another size or precision), whose costs they "
-            "learn from as one (zeus-bso jobs list --mixed-models names them)."),
+        (1, " 1 job's runs trained other models (another size, precision or way of training), "
+            "whose costs it learns from as one (zeus-bso jobs list --mixed-models names it)."),
+        (2, " 2 jobs' runs trained other models (another size, precision or way of training), "
+            "whose costs they learn from as one (zeus-bso jobs list --mixed-models names them)."),
     ],
 )  # fmt: skip
 def test_the_totals_end_with_the_jobs_that_mix_models(mixing: int, said: str | None) -> None:

@@ -40,6 +40,8 @@ from zeus_bso.errors import (  # noqa: E402
 )
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback  # noqa: E402
 from zeus_bso.scaling.lr import step_factor  # noqa: E402
+from zeus_bso.spec import Technique  # noqa: E402
+from zeus_bso.training.techniques import techniques_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +100,16 @@ def tiny_bert() -> Any:
         num_labels=2,
     )
     return transformers.BertForSequenceClassification(config)
+
+
+def test_a_hugging_face_models_activation_checkpointing_is_said() -> None:
+    """What `TrainingArguments(gradient_checkpointing=True)` turns on, read off the model
+    (`zeus_bso.training.techniques`; its other ways: tests/integrations/test_techniques.py)."""
+    bert = tiny_bert()
+    assert techniques_of(bert) == []
+    enable = getattr(bert, "activation_checkpointing_enable", None)
+    (enable or bert.gradient_checkpointing_enable)()  # the name before transformers 5
+    assert techniques_of(bert) == [Technique.ACTIVATION_CHECKPOINTING]
 
 
 def training_arguments(output_dir: Path, batch_size: int, epochs: float, **options: Any) -> Any:
@@ -241,7 +253,8 @@ def test_recurrences_with_the_hf_trainer(server: ServerProcess, tmp_path: Path) 
     assert all(t["status"] == "reported" for t in trials)
     # Each run's reports said the parameters the Trainer's optimizer trains: the whole model.
     parameters = sum(p.numel() for p in tiny_bert().parameters())
-    assert [(t["model_parameters"], t["precision"]) for t in trials] == [(parameters, "32")] * 3
+    said = [(t["model_parameters"], t["precision"], t["techniques"]) for t in trials]
+    assert said == [(parameters, "32", [])] * 3  # no activation checkpointing, not compiled
     stopped_early = [t for t in trials if t["converged"] and t["epochs"] < 6]
     assert stopped_early, trials  # the server's stop ended training before num_train_epochs
     # One logged cost per report, the last the server's stored cost of the trial.

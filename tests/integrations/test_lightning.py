@@ -535,13 +535,15 @@ def test_a_fit_of_another_model_or_precision_under_the_same_job_is_told_the_job_
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The script's module grew a hidden layer while its job's settings stayed, then trained in
-    bf16: each fit trains the job's batch size on another model, whose costs are not the
-    earlier runs'. Its first report's answer says so, with what to do, and the job's view keeps
-    each model."""
+    bf16, then with activation checkpointing: each fit trains the job's batch size on another
+    model, whose costs are not the earlier runs'. Its first report's answer says so, with what
+    to do, and the job's view keeps each model."""
     spec = job(unique_id("grown"), target=0.99, max_epochs=2)
     options = {"max_epochs": 2, **quiet_trainer_options(tmp_path)}
     pl.Trainer(callbacks=[callback_for(server.url, spec)], **options).fit(TinyClassifier())
     assert "trains a model of" not in caplog.text
+    with ServerClient(server.url) as client:  # a size a fit, whatever pruning would try
+        client.pin(spec.job_id or "", spec.default_batch_size)
 
     def grown() -> TinyClassifier:
         model = TinyClassifier()
@@ -558,12 +560,18 @@ def test_a_fit_of_another_model_or_precision_under_the_same_job_is_told_the_job_
     pl.Trainer(callbacks=[callback_for(server.url, spec)], **half).fit(grown())
     assert "trains a model of 178 parameters (bf16-mixed)" in caplog.text
     assert "178 parameters (32-true) in trial 2" in caplog.text
+    caplog.clear()
+    checkpointed = grown()  # as a Hugging Face model's activation_checkpointing_enable() says
+    checkpointed.layer[0].gradient_checkpointing = True
+    pl.Trainer(callbacks=[callback_for(server.url, spec)], **half).fit(checkpointed)
+    assert "a model of 178 parameters (bf16-mixed, activation checkpointing)" in caplog.text
     with ServerClient(server.url) as client:
         view = client.job(spec.job_id or "")
-    assert [(m.parameters, m.precision) for m in view.models] == [
-        (18, "32-true"),
-        (178, "32-true"),
-        (178, "bf16-mixed"),
+    assert [(m.parameters, m.precision, m.techniques) for m in view.models] == [
+        (18, "32-true", []),
+        (178, "32-true", []),
+        (178, "bf16-mixed", []),
+        (178, "bf16-mixed", ["activation_checkpointing"]),
     ]
     assert view.mixed_models is not None
     assert "prior_from=" in view.mixed_models

@@ -101,7 +101,8 @@ def print_job(console: Console, state: JobView) -> None:
         most = max(m.parameters for m in state.models)
         sizes = f"{least:,}" if least == most else f"{least:,} to {most:,}"
         precisions = sorted({m.precision for m in state.models if m.precision})
-        said = f" ({', '.join(precisions)})" if precisions else ""
+        ways = sorted({w.replace("_", " ") for m in state.models for w in m.techniques or ()})
+        said = f" ({', '.join(precisions + ways)})" if precisions or ways else ""
         console.print(f"model: {sizes} parameters{said}, as its runs said")
     if savings is not None:
         more = savings.cost < 0
@@ -238,8 +239,9 @@ def totals_in_words(totals: FleetSummary, prefix: str | None = None) -> str:
         whose = "1 job's" if mixing == 1 else f"{mixing} jobs'"
         they = ("it", "it learns") if mixing == 1 else ("them", "they learn")
         not_learning += (
-            f" {whose} runs trained other models (another size or precision), whose costs "
-            f"{they[1]} from as one (zeus-bso jobs list --mixed-models names {they[0]})."
+            f" {whose} runs trained other models (another size, precision or way of training), "
+            f"whose costs {they[1]} from as one (zeus-bso jobs list --mixed-models names "
+            f"{they[0]})."
         )
     if not totals.jobs_with_savings:
         return (

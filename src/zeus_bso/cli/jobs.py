@@ -205,7 +205,7 @@ def list_command(
         typer.Option(
             "--mixed-models",
             help="Only the jobs whose runs on one hardware profile trained other models "
-            "(another size or precision)",
+            "(another size, precision or way of training)",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,

@@ -36,6 +36,7 @@ from zeus_bso.options import JobLike
 from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
+from zeus_bso.training.techniques import techniques_of
 from zeus_bso.training.trained_models import remember, trained_here
 from zeus_bso.training.trial_file import trial_in, write_trial
 
@@ -135,6 +136,7 @@ class ZeusBSOAccelerate(TrialSession):
         if not self._began:
             precision = str(self.accelerator.mixed_precision)  # "no", "fp16", "bf16", "fp8"
             self.precision = "32" if precision == "no" else precision
+            self.techniques = techniques_of(*self._prepared_models())
             if self.is_main:
                 self._loaders_said()
             for model in self._prepared_models():

@@ -50,6 +50,7 @@ from zeus_bso.options import JobLike, check_memory_check_steps, check_name
 from zeus_bso.training import RunOutcome, TrialSession, evaluation_code, trained_models
 from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
+from zeus_bso.training.techniques import techniques_of
 from zeus_bso.training.trial_file import read_trial, write_trial
 from zeus_bso.training.with_block import WithBlock
 
@@ -307,6 +308,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         loader = kwargs.get("train_dataloader")
         self._check_arguments(session, args, state, loader)
         session.precision = hf_arguments.precision(args)
+        session.techniques = techniques_of(model, compiled=bool(args.torch_compile))
         if self.resume_from is None and (refused := trained_models.trained_here(model, session)):
             self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size

@@ -55,6 +55,7 @@ from zeus_bso.options import (
 )
 from zeus_bso.training import RunOutcome, TrialSession, trained_models
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
+from zeus_bso.training.techniques import techniques_of
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if self.session is None:
             return
         self.session.precision = str(trainer.precision)  # e.g. "bf16-mixed", for the reports
+        self.session.techniques = techniques_of(pl_module)
         if not self._resumed and (refused := fit.trained_before(trainer)):
             self._refuse(trainer, refused)
         if not self._resumed and (refused := trained_models.trained_here(pl_module, self.session)):

@@ -33,6 +33,7 @@ from zeus_bso.spec import (
     JobSpecFromClient,
     PowerMeasurement,
     ReportResponse,
+    Technique,
     TrainingResult,
 )
 from zeus_bso.training import open_runs
@@ -105,6 +106,8 @@ class ServerRun(ServerRunEndings):
         """The parameters the run trains, which its reports say (None: not counted)."""
         self.precision: str | None = None
         """The precision the run trains in, which its reports say (None: not known)."""
+        self.techniques: list[Technique] | None = None
+        """The ways of training it uses, which its reports say (None: not known)."""
         self.shared_gpus: tuple[str, ...] = ()
         """The run's GPUs others computed on, as the session found them (for the outcome)."""
         self._thread = threading.get_ident()
@@ -335,6 +338,7 @@ class ServerRun(ServerRunEndings):
             accumulation_steps=steps if steps > 1 else None,
             model_parameters=self.model_parameters,
             precision=self.precision,
+            techniques=self.techniques,
         )
         started = time.monotonic()
         try:

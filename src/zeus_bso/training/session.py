@@ -30,7 +30,7 @@ from zeus_bso.errors import ConfigurationError, OperationOrderError
 from zeus_bso.options import JobLike, job_lr_rule, required_job
 from zeus_bso.power.run import PowerLimitRun
 from zeus_bso.scaling.lr import LrScaling
-from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, TrialId
+from zeus_bso.spec import GpuConfig, PowerMeasurement, ReportResponse, Technique, TrialId
 from zeus_bso.training import size_changes
 from zeus_bso.training.apart import RanOutAtExit
 from zeus_bso.training.collectives import (
@@ -153,16 +153,16 @@ class TrialSession(SessionEndings):
         micro-batches), and `train_begin` and the first report check that it did."""
         self.is_main = is_main
         self.precision: str | None = None
-        """The precision the run trains in, as its framework's adapter names it (``bf16-mixed``),
-        which reports say beside the model's size; None in a plain loop (its code's own)."""
+        self.techniques: list[Technique] | None = None
+        """What the framework's adapter says of the run, for its reports beside the model's size
+        (``bf16-mixed``; activation checkpointing); None in a plain loop (its code's own)."""
         self._log = log
         self._collectives = collectives.with_broadcast(broadcast)
         self._raise_if_unconverged = raise_if_unconverged
         self._raise_from_report = raise_if_unconverged and raise_from_report
         self._raised = False
         self.last: dict[str, float] = {}
-        """What the latest report logged: ``bso/batch_size``, ``bso/energy_j`` and, when the
-        server answered, ``bso/cost``."""
+        """What the latest report logged (``bso/batch_size``, ``bso/energy_j``, ``bso/cost``)."""
         self.converged = False
         """Whether the run reached its target (on every process, from the server's stop)."""
         self.stopped = False
@@ -548,7 +548,7 @@ class TrialSession(SessionEndings):
             first.part_of_an_epoch(reported, epoch, steps, self._job.max_epochs)
             if server.model_parameters is None:
                 server.model_parameters = trained_parameters(first.steps.optimizers)
-            server.precision = self.precision
+            server.precision, server.techniques = self.precision, self.techniques
             answer = server.on_evaluate(float(value), epoch, elapsed)
             return answer, server.progress.epochs, server.waited
 

@@ -130,6 +130,9 @@ class TrainedModel(BaseModel):
     parameters: int
     precision: str | None = None
     """As the runs' framework names it (null: not said)."""
+    techniques: list[str] | None = None
+    """The ways of training they used beside it (``activation_checkpointing``, ``compiled``;
+    empty: none; null: not said)."""
     trials: int
     """The job's trials whose runs trained it."""
     first_trial: int
@@ -166,6 +169,9 @@ class TrialView(BaseModel):
     """The parameters its run trained, as its reports said (null: not said)."""
     precision: str | None = None
     """The precision its run trained in, as its reports said (null: not said)."""
+    techniques: list[str] | None = None
+    """The ways of training its run used beside its model and precision (``TrainedModel``'s),
+    as its reports said (null: not said)."""
     created_at: float
     updated_at: float
     lease_expires_at: float | None

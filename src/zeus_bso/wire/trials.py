@@ -161,6 +161,17 @@ class Extension(StrEnum):
     """A report may say that its training diverged (`TrainingResult.diverged`)."""
 
 
+class Technique(StrEnum):
+    """A way of training that changes what a run costs at a batch size, and what fits in memory,
+    beside the model's size and precision (`TrainingResult.techniques`)."""
+
+    ACTIVATION_CHECKPOINTING = "activation_checkpointing"
+    """Activations recomputed in the backward pass (gradient checkpointing): less memory, more
+    time a step."""
+    COMPILED = "compiled"
+    """The model compiled (``torch.compile``): less time a step, a compile's time first."""
+
+
 def declared_extensions(header: str | None) -> frozenset[str]:
     """The extensions a dispatch answer's `EXTENSIONS_HEADER` declares (none: not declared)."""
     return frozenset(word.strip() for word in (header or "").split(",") if word.strip())
@@ -197,6 +208,12 @@ class TrainingResult(TrialId):
     its framework names it (Lightning's ``bf16-mixed``, the HF Trainer's ``bf16``), which the
     trial keeps: a job whose runs trained in other precisions says so as for other sizes.
     Absent: not said (a plain loop, whose precision is its own code's)."""
+    techniques: Annotated[list[Technique], Field(max_length=len(Technique))] | None = None
+    """An extension, with ``model_parameters``: the ways of training the run uses beside its
+    model and precision (activation checkpointing, a compiled model), each of which changes
+    what a batch size costs and what fits in memory; the trial keeps them: a job whose runs
+    trained otherwise says so as for other models. Empty: none; absent: not said (a plain
+    loop, or a client from before)."""
     diverged: bool | None = None
     """An extension: the run's training diverged (its metric was not a number) and it stops
     after this report, as a ``final`` one does (not converged at its batch size); ``metric``,

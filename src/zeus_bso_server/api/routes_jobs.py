@@ -50,8 +50,9 @@ async def list_jobs(
     """Registered jobs, ordered by id; ``prefix`` keeps those whose id starts with it,
     ``not_learning`` those that learn nothing now (their newest ended runs, three or more, were
     all released), and ``mixed_models`` those whose runs on one hardware profile trained other
-    models (another size or precision). A job whose stored state cannot be read is left out,
-    and named in the ``Zeus-BSO-Unreadable-Jobs`` header (its own view says what is wrong)."""
+    models (another size, precision or way of training). A job whose stored state cannot be
+    read is left out, and named in the ``Zeus-BSO-Unreadable-Jobs`` header (its own view says
+    what is wrong)."""
     found = await job_summaries(db, prefix, limit, offset, not_learning, mixed_models)
     body = TypeAdapter(list[JobSummary]).dump_json(found.jobs)
     headers = {UNREADABLE_HEADER: ",".join(found.unreadable)} if found.unreadable else None

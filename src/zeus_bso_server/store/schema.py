@@ -24,7 +24,7 @@ from zeus_bso_server.store.dialects import WRITE_OPTION, dialect_of
 
 T = TypeVar("T")
 
-HEAD = "0017"
+HEAD = "0018"
 """The schema revision this server needs: the newest migration's (`migrate.head_revision`,
 which reads the scripts; ``tests/api/test_migrations.py`` holds the two equal)."""
 

@@ -24,6 +24,9 @@ from sqlalchemy.sql.functions import FunctionElement
 from zeus_bso.spec import MAX_PRECISION_LENGTH as PRECISION_LENGTH
 from zeus_bso_server.store.dialects import DIALECTS, column_type
 
+TECHNIQUES_LENGTH = 64
+"""The longest ``trials.techniques`` (every `zeus_bso.spec.Technique`, joined, fits)."""
+
 ID_LENGTH = 255
 
 REAL = column_type(Float(), "double_type")
@@ -139,6 +142,10 @@ class TrialRow(Base):
     precision: Mapped[str | None] = mapped_column(String(PRECISION_LENGTH), nullable=True)
     """The numeric precision its run trained in, as its framework names it (``bf16-mixed``),
     kept with ``model_parameters``; NULL: not said (a plain loop)."""
+    techniques: Mapped[str | None] = mapped_column(String(TECHNIQUES_LENGTH), nullable=True)
+    """The ways of training its run used beside its model and precision
+    (`zeus_bso.spec.Technique`), sorted and joined by commas as its first report that said its
+    model said them (empty: none); NULL: not said (trials from before 0018)."""
 
     __table_args__ = (
         Index("ix_trials_job_run_key", "job_id", "run_key"),

@@ -1,8 +1,9 @@
-"""SQL of the models a job's runs trained, each known by its number of parameters and the
-precision it trained in (a trial's ``model_parameters`` and ``precision``, from its run's
-reports), on each hardware profile (where an optimizer holds each process's part of the
-parameters, as DeepSpeed's ZeRO stages 1 and 2 do, the number counted depends on the
-processes, which another profile's GPU count changes); and the jobs that mix models."""
+"""SQL of the models a job's runs trained, each known by its number of parameters, the
+precision it trained in and the ways of training it used (a trial's ``model_parameters``,
+``precision`` and ``techniques``, from its run's reports), on each hardware profile (where an
+optimizer holds each process's part of the parameters, as DeepSpeed's ZeRO stages 1 and 2 do,
+the number counted depends on the processes, which another profile's GPU count changes); and the
+jobs that mix models."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class ModelRuns:
     trials: int
     first_trial: int
     last_trial: int
+    techniques: str | None = None
+    """The ways of training they used beside it, joined by commas (`zeus_bso.spec.Technique`;
+    empty: none; None: not said)."""
 
 
 _NOTE = (
@@ -38,7 +42,11 @@ _NOTE = (
         trials.c.trial_number == bindparam("key_number"),
         trials.c.model_parameters.is_(None),
     )
-    .values(model_parameters=bindparam("parameters"), precision=bindparam("precision"))
+    .values(
+        model_parameters=bindparam("parameters"),
+        precision=bindparam("precision"),
+        techniques=bindparam("techniques"),
+    )
 )
 
 
@@ -48,6 +56,7 @@ _MODELS = (
         trials.c.profile,
         trials.c.model_parameters,
         trials.c.precision,
+        trials.c.techniques,
         func.count(),
         func.min(trials.c.trial_number),
         func.max(trials.c.trial_number),
@@ -56,7 +65,13 @@ _MODELS = (
         trials.c.job_id.in_(bindparam("job_ids", expanding=True)),
         trials.c.model_parameters.is_not(None),
     )
-    .group_by(trials.c.job_id, trials.c.profile, trials.c.model_parameters, trials.c.precision)
+    .group_by(
+        trials.c.job_id,
+        trials.c.profile,
+        trials.c.model_parameters,
+        trials.c.precision,
+        trials.c.techniques,
+    )
     .order_by(func.min(trials.c.trial_number))
 )
 
@@ -65,16 +80,22 @@ _CHUNK = 500
 
 
 def note_model(
-    conn: Connection, job_id: str, trial_number: int, parameters: int, precision: str | None
+    conn: Connection,
+    job_id: str,
+    trial_number: int,
+    parameters: int,
+    precision: str | None,
+    techniques: str | None = None,
 ) -> bool:
-    """Keep the number of parameters a trial's run trained and the precision it trained in,
-    where its row holds none yet. Returns whether they were kept (the first report of the
-    trial that said them)."""
+    """Keep the number of parameters a trial's run trained, the precision it trained in and
+    the ways of training it used (joined by commas), where its row holds none yet. Returns
+    whether they were kept (the first report of the trial that said them)."""
     params = {
         "key_job_id": job_id,
         "key_number": trial_number,
         "parameters": parameters,
         "precision": precision,
+        "techniques": techniques,
     }
     return conn.execute(_NOTE, params).rowcount == 1
 
@@ -85,17 +106,19 @@ def models_of(conn: Connection, job_ids: list[str]) -> dict[str, list[ModelRuns]
     models: dict[str, list[ModelRuns]] = {job_id: [] for job_id in job_ids}
     for start in range(0, len(job_ids), _CHUNK):
         rows = conn.execute(_MODELS, {"job_ids": job_ids[start : start + _CHUNK]})
-        for job_id, profile, n, precision, count, first, last in rows:
-            model = ModelRuns(profile, int(n), precision, int(count), int(first), int(last))
+        for job_id, profile, n, precision, techniques, count, first, last in rows:
+            model = ModelRuns(
+                profile, int(n), precision, int(count), int(first), int(last), techniques
+            )
             models[job_id].append(model)
     return models
 
 
 def jobs_mixing_models(prefix: str | None, alike: float) -> Select[Any]:
     """The ids of the jobs (whose id starts with ``prefix``) with runs on one hardware profile
-    that trained other models: sizes more than ``alike`` times apart, or precisions both said
-    and different (as `zeus_bso_server.mixed_models` judges one job). One statement, to count
-    them or to keep a list to them."""
+    that trained other models: sizes more than ``alike`` times apart, or precisions (or ways of
+    training) both said and different (as `zeus_bso_server.mixed_models` judges one job). One
+    statement, to count them or to keep a list to them."""
     size = trials.c.model_parameters
     mixing = (
         with_prefix(select(trials.c.job_id).where(size.is_not(None)), prefix, trials.c.job_id)
@@ -103,6 +126,7 @@ def jobs_mixing_models(prefix: str | None, alike: float) -> Select[Any]:
         .having(
             (func.max(size) > alike * func.min(size))
             | (func.count(trials.c.precision.distinct()) > 1)
+            | (func.count(trials.c.techniques.distinct()) > 1)
         )
         .subquery()
     )

@@ -90,6 +90,9 @@ class StoredTrial:
     """The parameters its run trained, as its reports said them (None: not said)."""
     precision: str | None = None
     """The precision its run trained in, as its reports said it (None: not said)."""
+    techniques: str | None = None
+    """The ways of training its run used, joined by commas, as its reports said them (empty:
+    none; None: not said)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,7 @@ def stored_trial(row: Record) -> StoredTrial:
         run_key=row.run_key,
         model_parameters=row.model_parameters,
         precision=row.precision,
+        techniques=row.techniques,
     )
 
 
