@@ -43,6 +43,7 @@ from zeus_bso.spec import (
     JobSpecFromClient,
     PowerMeasurement,
     PowerProfileReport,
+    Technique,
     TrainingResult,
 )
 from zeus_bso.testing.gpus import GPU_DOUBLE, fail_counter_reads
@@ -841,6 +842,24 @@ def test_show_says_when_a_jobs_runs_trained_models_of_other_sizes(server: Server
         cli(server, "list", "--prefix", job_id, "--mixed-models", "--not-learning").stderr.split()
     )
     assert f"no jobs that learn nothing now and mix models whose id starts with '{job_id}'" in one
+
+
+def test_show_says_the_precision_and_ways_of_training_its_runs_said(server: ServerProcess) -> None:
+    job_id = unique_id("cliways")
+    job_with_trials(server, job_id, runs=0)
+    with ServerClient(server.url, token=TOKEN) as client:
+        for _ in range(2):
+            trial = client.dispatch(job_id).trial
+            first = {"time": 10.0, "energy": 900.0, "metric": 0.6, "current_epoch": 1}
+            said = {
+                "model_parameters": 1_000,
+                "precision": "bf16-mixed",
+                "techniques": [Technique.ACTIVATION_CHECKPOINTING],
+            }
+            client.report(TrainingResult(**trial.model_dump(), **first, **said))
+            client.end_trial(trial)
+    shown = " ".join(cli(server, "show", job_id).stdout.split())
+    assert "model: 1,000 parameters (bf16-mixed, activation checkpointing), as its runs" in shown
 
 
 def test_trials_of_a_long_run_stay_one_line_each_on_80_columns(server: ServerProcess) -> None:
