@@ -235,8 +235,8 @@ def until_converged(run: Callable[[], RunOutcome | None], attempts: int = 3) -> 
                 )
                 raise
             logger.warning(
-                "zeus-bso: the run ran out of memory (%s): its batch size is infeasible on "
-                "these GPUs; starting the run again at one that fits",
+                "zeus-bso: the run ran out of memory (%s): starting the run again, at a size "
+                "that fits on these GPUs (one that trained on them before is tried first)",
                 out_of_memory_words(err),
             )
             failure.caught(err)  # judges a run it left open; what its frames held is freed
