@@ -315,6 +315,30 @@ def job_body(
     return body
 
 
+@contextlib.contextmanager
+def serving_a_job(
+    db_server: PostgresServer | MariaDBServer,
+    tmp_path: Path,
+    prefix: str = "job",
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[ServerProcess, str, str]]:
+    """A server on a new database of ``db_server`` (a database server of the test's own), with
+    a job registered; yields the server, the job's id and the database's name, and stops the
+    server and ``db_server`` after."""
+    server = None
+    try:
+        url = db_server.new_database()
+        server = ServerProcess(url, cwd=tmp_path, env=env)
+        job_id = unique_id(prefix)
+        with server.client() as http:
+            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+        yield server, job_id, url.rsplit("/", 1)[1]
+    finally:
+        if server is not None:
+            server.stop()
+        db_server.stop()
+
+
 def dispatch(http: httpx.Client, job_id: str, **params: Any) -> dict[str, Any]:
     """``GET /jobs/batch_size`` (``params``: the extensions, the GPUs), checked to answer 200."""
     response = http.get("/jobs/batch_size", params={"job_id": job_id, **params})

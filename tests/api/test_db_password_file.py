@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ServerProcess, job_body, needs_driver, unique_id
+from tests.helpers import needs_driver, serving_a_job
 from tests.mariadb import MariaDBServer
 from tests.postgres import PostgresServer
 from zeus_bso.client import ServerClient
@@ -37,16 +37,10 @@ def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
         )
     except FileNotFoundError as err:
         pytest.skip(str(err))
-    server = None
-    try:
-        url = db_server.new_database()
-        database = url.rsplit("/", 1)[1]
-        secret = tmp_path / "db-password"
-        secret.write_text("first-secret\n")
-        server = ServerProcess(url, cwd=tmp_path, env={"ZEUS_BSO_DB_PASSWORD_FILE": str(secret)})
-        job_id = unique_id("rotated")
-        with server.client() as http:
-            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
+    secret = tmp_path / "db-password"
+    secret.write_text("first-secret\n")
+    env = {"ZEUS_BSO_DB_PASSWORD_FILE": str(secret)}
+    with serving_a_job(db_server, tmp_path, "rotated", env) as (server, job_id, database):
         rotate = (
             "ALTER ROLE zeus PASSWORD 'second-secret'"
             if isinstance(db_server, PostgresServer)
@@ -61,10 +55,6 @@ def test_a_password_rotated_under_a_running_server_is_read_from_its_file(
         log = server.log()
         assert "denied" not in log
         assert "authentication failed" not in log
-    finally:
-        if server is not None:
-            server.stop()
-        db_server.stop()
 
 
 def test_a_password_file_is_checked_at_start_and_not_given_with_a_password(

@@ -31,6 +31,7 @@ from tests.helpers import (
     database_url,
     job_body,
     needs_driver,
+    serving_a_job,
     sqlite_url,
     unique_id,
 )
@@ -171,26 +172,17 @@ def test_database_outage_answers_503_and_the_server_recovers(backend: str, tmp_p
         db_server = PostgresServer() if backend == "postgresql" else MariaDBServer()
     except FileNotFoundError as err:
         pytest.skip(str(err))
-    server = None
-    try:
-        server = ServerProcess(db_server.new_database(), cwd=tmp_path)
-        job_id = unique_id()
-        with server.client() as http:
-            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-            db_server.pause()
-            down = http.get("/jobs/batch_size", params={"job_id": job_id})
-            assert down.status_code == 503
-            assert "nothing was written" in down.json()["message"]
-            assert http.get("/readyz").status_code == 503
-            assert http.get("/healthz").status_code == 200
-            db_server.resume()
-            with ServerClient(server.url, retry_seconds=20) as client:
-                assert client.dispatch(job_id).trial_number == 1
-            assert http.get("/readyz").status_code == 200
-    finally:
-        if server is not None:
-            server.stop()
-        db_server.stop()
+    with serving_a_job(db_server, tmp_path) as (server, job_id, _), server.client() as http:
+        db_server.pause()
+        down = http.get("/jobs/batch_size", params={"job_id": job_id})
+        assert down.status_code == 503
+        assert "nothing was written" in down.json()["message"]
+        assert http.get("/readyz").status_code == 503
+        assert http.get("/healthz").status_code == 200
+        db_server.resume()
+        with ServerClient(server.url, retry_seconds=20) as client:
+            assert client.dispatch(job_id).trial_number == 1
+        assert http.get("/readyz").status_code == 200
 
 
 @pytest.fixture
@@ -401,26 +393,18 @@ def test_a_mysql_that_takes_no_writes_answers_503_and_is_left_once_it_does(
         db_server = MariaDBServer()
     except FileNotFoundError as err:
         pytest.skip(str(err))
-    server = None
-    try:
-        url = db_server.new_database()
-        database = url.rsplit("/", 1)[1]
-        server = ServerProcess(url, cwd=tmp_path)
-        job_id = unique_id("readonly")
-        with server.client() as http:
-            assert http.post("/jobs", json=job_body(job_id)).status_code == 201
-            db_server.sql("SET GLOBAL tx_read_only = 1")  # sessions opened from now on
-            db_server.end_sessions(database)
-            time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was killed
-            refused_and_not_ready(http, job_id)
-            db_server.sql("SET GLOBAL tx_read_only = 0")
-            assert http.get("/readyz").status_code == 200  # before any write drops them
-            with ServerClient(server.url, retry_seconds=10) as client:
-                assert client.dispatch(job_id).trial_number == 1
-    finally:
-        if server is not None:
-            server.stop()
-        db_server.stop()
+    with (
+        serving_a_job(db_server, tmp_path, "readonly") as (server, job_id, database),
+        server.client() as http,
+    ):
+        db_server.sql("SET GLOBAL tx_read_only = 1")  # sessions opened from now on
+        db_server.end_sessions(database)
+        time.sleep(1.5)  # idle past the ping's threshold: the ping replaces what was killed
+        refused_and_not_ready(http, job_id)
+        db_server.sql("SET GLOBAL tx_read_only = 0")
+        assert http.get("/readyz").status_code == 200  # before any write drops them
+        with ServerClient(server.url, retry_seconds=10) as client:
+            assert client.dispatch(job_id).trial_number == 1
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
