@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zeus_bso_server.store.repository import ModelRuns
+from zeus_bso_server.store.repository import ModelRuns, techniques_said
 
 ALIKE = 1.05
 """Sizes of models at most this ratio apart are taken as one model: a vocabulary grown by a few
@@ -46,7 +46,7 @@ def _model_words(model: ModelRuns) -> str:
 
 def technique_words(techniques: str | None) -> list[str]:
     """The ways of training a trial keeps (``trials.techniques``), in words."""
-    return [way.replace("_", " ") for way in (techniques or "").split(",") if way]
+    return [way.replace("_", " ") for way in techniques_said(techniques) or ()]
 
 
 def _trials_words(model: ModelRuns) -> str:

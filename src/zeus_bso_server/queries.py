@@ -61,17 +61,11 @@ def trial_view(stored: StoredTrial) -> TrialView:
         job_id=stored.job_id,
         model_parameters=stored.model_parameters,
         precision=stored.precision,
-        techniques=techniques_said(stored.techniques),
+        techniques=repo.techniques_said(stored.techniques),
         created_at=stored.created_at,
         updated_at=stored.updated_at,
         lease_expires_at=stored.lease_expires_at,
     )
-
-
-def techniques_said(techniques: str | None) -> list[str] | None:
-    """The ways of training a trial keeps (``trials.techniques``, joined by commas), as a list
-    (None: not said)."""
-    return None if techniques is None else [way for way in techniques.split(",") if way]
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -431,7 +425,7 @@ def _job_view(conn: Connection, job_id: str, limit: int, before: int | None) -> 
         horizon=_horizon_view(config, stats, job.state.prior),
         not_learning=not_learning(repo.newest_endings(conn, [job_id], NEWEST_SEEN)[job_id]),
         models=[
-            TrainedModel(**asdict(m) | {"techniques": techniques_said(m.techniques)})
+            TrainedModel(**asdict(m) | {"techniques": repo.techniques_said(m.techniques)})
             for m in models
         ],
         mixed_models=mixed_models(job_id, models, profile_key(config)),

@@ -60,7 +60,7 @@ def _model_notice(conn: Connection, result: TrainingResult, stored: StoredTrial)
     trial's first report that says it, and what to tell the run where the job's other runs on
     its profile trained other models (`zeus_bso_server.mixed_models`)."""
     parameters, precision = result.model_parameters, result.precision
-    techniques = None if result.techniques is None else ",".join(sorted(set(result.techniques)))
+    techniques = repo.techniques_column(result.techniques)
     number = result.trial_number
     if (
         parameters is None

@@ -47,6 +47,8 @@ from zeus_bso_server.store.repository.models import (
     jobs_mixing_models,
     models_of,
     note_model,
+    techniques_column,
+    techniques_said,
 )
 from zeus_bso_server.store.repository.power_profiles import (
     StoredPowerProfile,
@@ -133,6 +135,8 @@ __all__ = [
     "set_reference",
     "spent",
     "start_trial",
+    "techniques_column",
+    "techniques_said",
     "trial_of_run",
     "trial_state",
     "trials_of",

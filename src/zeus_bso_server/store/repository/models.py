@@ -7,6 +7,7 @@ jobs that mix models."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,17 @@ _MODELS = (
 
 _CHUNK = 500
 """Jobs one query names at once (databases bound the parameters)."""
+
+
+def techniques_column(techniques: Iterable[str] | None) -> str | None:
+    """A report's ways of training as ``trials.techniques`` keeps them: sorted, each once,
+    joined by commas (empty: none; None: not said)."""
+    return None if techniques is None else ",".join(sorted(set(techniques)))
+
+
+def techniques_said(column: str | None) -> list[str] | None:
+    """``trials.techniques`` (`techniques_column`) as a list (None: not said)."""
+    return None if column is None else [way for way in column.split(",") if way]
 
 
 def note_model(
