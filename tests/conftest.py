@@ -116,6 +116,7 @@ LONGEST_GROUPS = (
     "tests/integrations/test_topology.py",
     "tests/test_oldest_frameworks.py",
     "tests/integrations/test_power_limits.py",
+    "tests/client/test_upstream_client.py",
     "tests/api/test_migrations.py",
     "tests/api/test_schemathesis.py",
     "tests/api/test_concurrency.py",
@@ -126,6 +127,8 @@ LONGEST_GROUPS = (
     "tests/integrations/test_lightning.py",
     "tests/api/test_db_copy.py",
     "tests/scripts/test_corpus.py",
+    "tests/client/test_optimizer.py",
+    "tests/integrations/test_install_hints.py",
     "tests/client/test_sigterm.py",
     "tests/api/test_cli_and_schema.py",
 )

@@ -32,6 +32,11 @@ def test_activation_checkpointing_is_read_off_the_modules() -> None:
     flagged = model()
     flagged[2].gradient_checkpointing = True  # what Hugging Face sets on its layers
     assert techniques_of(flagged) == [CHECKPOINTING]
+    timm = model()  # timm's (and OpenCLIP's) set_grad_checkpointing(): the model or its stages
+    timm.grad_checkpointing = True
+    assert techniques_of(timm) == [CHECKPOINTING]
+    timm.grad_checkpointing = False  # set_grad_checkpointing(False), and timm's default
+    assert techniques_of(timm) == []
     function = model()
     function[2].gradient_checkpointing = lambda: True  # a method of that name is not the flag
     assert techniques_of(function) == []

@@ -4,12 +4,14 @@ batch size costs and what fits in memory, so a job whose runs switched one on or
 unchanged settings mixes models (the server's notice, `zeus_bso_server.mixed_models`).
 
 Read off the modules the framework trains: activation checkpointing where a module says it
-checkpoints (the Hugging Face models' ``gradient_checkpointing`` flag, which
+checkpoints (the Hugging Face and diffusers models' ``gradient_checkpointing`` flag, which
 ``activation_checkpointing_enable`` and ``TrainingArguments(gradient_checkpointing=True)``
-set) or is wrapped by torch's ``checkpoint_wrapper``; a compiled model where ``torch.compile``
-wrapped it (its ``_orig_mod``), compiled it in place (``module.compile()``), or Lightning
-unwrapped a compiled module it was given (its ``_compiler_ctx``). Activations a ``forward``
-checkpoints by calling ``torch.utils.checkpoint`` itself are not seen."""
+set; timm's and OpenCLIP's ``grad_checkpointing``, which ``set_grad_checkpointing()`` sets on
+the model or its stages) or is wrapped by torch's ``checkpoint_wrapper``; a compiled model
+where ``torch.compile`` wrapped it (its ``_orig_mod``), compiled it in place
+(``module.compile()``), or Lightning unwrapped a compiled module it was given (its
+``_compiler_ctx``). Activations a ``forward`` checkpoints by calling ``torch.utils.checkpoint``
+itself, where no flag says so, are not seen."""
 
 from __future__ import annotations
 
@@ -26,9 +28,14 @@ def _compiled(module: Any) -> bool:
     )
 
 
+CHECKPOINTING_FLAGS = ("gradient_checkpointing", "grad_checkpointing")
+"""The attributes a module sets to ``True`` where it checkpoints its activations: Hugging Face's
+(and diffusers'), and timm's and OpenCLIP's."""
+
+
 def _checkpointed(module: Any) -> bool:
     return (
-        getattr(module, "gradient_checkpointing", False) is True
+        any(getattr(module, flag, False) is True for flag in CHECKPOINTING_FLAGS)
         or type(module).__name__ == "CheckpointWrapper"
     )
 
