@@ -6,6 +6,7 @@ are the policy's (`zeus_bso.policy.machine`); these are the units of work that s
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from sqlalchemy.engine import Connection
 
@@ -50,19 +51,33 @@ def release(
     return stored_trial(conn, trial_id)
 
 
-def forget_caps(conn: Connection, job_id: str, profile: str | None) -> dict[str, int]:
-    """Forget the job's memory caps on ``profile`` (None: every one). Returns the caps
-    forgotten, by hardware profile.
+def forget_caps(
+    conn: Connection, job_id: str, profile: str | None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Forget what the job knows of memory on ``profile`` (None: every one): its caps and its
+    doubts, which the same error left (a bug of the script's, fixed since). Returns the caps
+    and the doubts forgotten, by hardware profile.
 
     Raises:
         JobNotFoundError: no such job.
     """
     job, _ = registered(repo.get_job(conn, job_id, lock=True), job_id)
-    caps = dict(job.state.memory_caps)
-    forgotten = {k: v for k, v in caps.items() if profile is None or k == profile}
-    if forgotten:
-        kept = {k: v for k, v in caps.items() if k not in forgotten}
-        repo.set_memory_caps(conn, job_id, kept)
-    for key, cap in forgotten.items():
+    caps = _forget(job.state.memory_caps, profile)
+    if caps:
+        repo.set_memory_caps(conn, job_id, _kept(job.state.memory_caps, caps))
+    doubts = _forget(job.state.memory_doubts, profile)
+    if doubts:
+        repo.set_memory_doubts(conn, job_id, _kept(job.state.memory_doubts, doubts))
+    for key, cap in caps.items():
         logger.info("job %s: the memory cap %d on %s forgotten", job_id, cap, key)
-    return forgotten
+    for key, doubt in doubts.items():
+        logger.info("job %s: the memory doubt %d on %s forgotten", job_id, doubt, key)
+    return caps, doubts
+
+
+def _forget(sizes: Mapping[str, int], profile: str | None) -> dict[str, int]:
+    return {k: v for k, v in sizes.items() if profile is None or k == profile}
+
+
+def _kept(sizes: Mapping[str, int], forgotten: Mapping[str, int]) -> dict[str, int]:
+    return {k: v for k, v in sizes.items() if k not in forgotten}

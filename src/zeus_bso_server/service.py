@@ -507,11 +507,14 @@ class BatchSizeService:
 
         return await self.db.write(lambda conn: forget_profiles(conn, job_id, profile, batch_size))
 
-    async def forget_memory_caps(self, job_id: str, profile: str | None) -> dict[str, int]:
-        """Forget the job's memory caps on ``profile`` (None: every one): runs there are
-        dispatched at every batch size again, and the next that runs out of memory sets the
-        cap anew (an out-of-memory error that was a bug, now fixed; a GPU with more memory under
-        the same name). Returns the caps forgotten, by hardware profile.
+    async def forget_memory_caps(
+        self, job_id: str, profile: str | None
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Forget the job's memory caps and doubts on ``profile`` (None: every one): runs there
+        are dispatched at every batch size again, the sizes that trained there taken to fit, and
+        the next that runs out of memory sets the cap anew (an out-of-memory error that was a
+        bug, now fixed; a GPU with more memory under the same name). Returns the caps and the
+        doubts forgotten, by hardware profile.
 
         Raises:
             JobNotFoundError: no such job.

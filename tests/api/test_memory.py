@@ -104,11 +104,11 @@ def test_forgotten_memory_caps_give_back_every_batch_size(http: httpx.Client) ->
     assert http.get(f"/api/jobs/{job_id}").json()["stage"] == "blocked"
     path = f"/api/jobs/{job_id}/memory_caps"
     other = http.delete(path, params={"profile": "1xNVIDIA H100 80GB HBM3@700W"})
-    assert other.json() == {"job_id": job_id, "forgotten": {}}
+    assert other.json() == {"job_id": job_id, "forgotten": {}, "forgotten_doubts": {}}
     assert http.get(f"/api/jobs/{job_id}").json()["memory_caps"] == {A100_KEY: 32}
     forgot = http.delete(path, params={"profile": A100_KEY})
     assert forgot.status_code == 200, forgot.text
-    assert forgot.json() == {"job_id": job_id, "forgotten": {A100_KEY: 32}}
+    assert forgot.json() == {"job_id": job_id, "forgotten": {A100_KEY: 32}, "forgotten_doubts": {}}
     view = http.get(f"/api/jobs/{job_id}").json()
     assert (view["memory_caps"], view["stage"]) == ({}, "pruning"), view["next_run"]
     assert view["trials_by_status"]["infeasible"] == 2
@@ -118,6 +118,33 @@ def test_forgotten_memory_caps_give_back_every_batch_size(http: httpx.Client) ->
     assert http.delete(path).json()["forgotten"] == {}  # nothing left: not an error
     assert http.delete(f"/api/jobs/{unique_id('none')}/memory_caps").status_code == 404
     assert http.delete(path, params={"profile": ""}).status_code == 422
+
+
+def test_forgetting_memory_forgets_a_doubt_with_the_caps(http: httpx.Client) -> None:
+    """A size that trained ran out while it trained (a leak of the script's, fixed since): its
+    doubt, which the same error left as a cap would, is forgotten with the caps, on the profile
+    named alone, and the size is taken to fit there again."""
+    job_id = unique_id("oomforgetdoubt")
+    body = job_body(job_id, batch_sizes=[32, 64], default_batch_size=64)
+    assert http.post("/jobs", json=body).status_code == 201
+    assert http.put(f"/api/jobs/{job_id}/pin", json={"batch_size": 64}).status_code == 200
+    h100 = {**A100, "gpu_model": "NVIDIA H100 80GB HBM3"}
+    for gpu in (A100, h100):
+        converge(http, dispatch(http, job_id, **gpu))
+        ran_out = {**trial_id(dispatch(http, job_id, **gpu)), "out_of_memory": True}
+        assert http.post("/api/trials/release", json=ran_out).is_success
+    h100_key = "1xNVIDIA H100 80GB HBM3@300W"
+    doubts = {A100_KEY: 64, h100_key: 64}
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_doubts"] == doubts
+    path = f"/api/jobs/{job_id}/memory_caps"
+    forgot = http.delete(path, params={"profile": A100_KEY})
+    assert forgot.status_code == 200, forgot.text
+    assert forgot.json() == {"job_id": job_id, "forgotten": {}, "forgotten_doubts": {A100_KEY: 64}}
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_doubts"] == {h100_key: 64}
+    assert dispatch(http, job_id, **A100).get("memory_unknown", False) is False  # it fits
+    assert dispatch(http, job_id, **h100)["memory_unknown"] is True  # the other's stands
+    assert http.delete(path).json()["forgotten_doubts"] == {h100_key: 64}
+    assert http.get(f"/api/jobs/{job_id}").json()["memory_doubts"] == {}
 
 
 def test_an_unknown_or_ended_trial(http: httpx.Client) -> None:

@@ -663,9 +663,26 @@ def test_forget_memory_gives_a_profile_every_batch_size_again(server: ServerProc
     ]
     nothing = cli(server, "forget-memory", job_id)
     assert nothing.returncode == 0, nothing.stderr
-    assert f"{job_id} has no memory cap to forget there" in nothing.stdout
+    assert f"{job_id} has no memory cap or doubt to forget there" in nothing.stdout
     with ServerClient(server.url, token=TOKEN) as client:
         assert client.job_state(job_id)["memory_caps"] == {}
+        # A size trains there, then runs out while it trains (a leak): its fit is in doubt.
+        client.pin(job_id, 64)
+        trial = client.dispatch(job_id, gpu=gpu).trial
+        result = {"time": 10.0, "energy": 900.0, "metric": 0.6, "current_epoch": 1}
+        assert client.report(TrainingResult(**trial.model_dump(), **result)).stop_train
+        client.end_trial(trial)
+        client.release(client.dispatch(job_id, gpu=gpu).trial, out_of_memory=True)
+        assert client.job_state(job_id)["memory_doubts"] == {"2xA40 [test]@300W": 64}
+    doubted = cli(server, "forget-memory", job_id)
+    assert doubted.returncode == 0, doubted.stderr
+    assert doubted.stdout.splitlines() == [
+        "forgot the memory doubt of 2xA40 [test]@300W (64 and above: the sizes that trained "
+        "there fit again)",
+        "runs there get every batch size again",
+    ]
+    with ServerClient(server.url, token=TOKEN) as client:
+        assert client.job_state(job_id)["memory_doubts"] == {}
 
 
 @pytest.mark.parametrize(

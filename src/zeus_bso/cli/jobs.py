@@ -429,7 +429,7 @@ def reprofile_command(
 
 @jobs_app.command(
     "forget-memory",
-    short_help="Forget a job's memory caps: runs get every batch size again.",
+    short_help="Forget a job's memory caps and doubts: runs get every batch size again.",
 )
 def forget_memory_command(
     job_id: JobId,
@@ -437,15 +437,21 @@ def forget_memory_command(
     server: Server = DEFAULT_SERVER,
     token: Token = None,
 ) -> None:
-    """Forget a job's memory caps, so that runs on those GPUs are dispatched at every batch size
-    again (the next that runs out of memory sets the cap anew): for an out-of-memory error that
-    was a bug of the script's, fixed since. The trials that ran out stay in the history."""
-    forgotten = _ask(server, token, lambda client: client.forget_memory_caps(job_id, gpu), job_id)
-    if not forgotten:
-        console.print(f"{escape(job_id)} has no memory cap to forget there")
+    """Forget a job's memory caps and doubts, so that runs on those GPUs are dispatched at every
+    batch size again, and the sizes that trained there are taken to fit (the next that runs out
+    of memory sets the cap anew): for an out-of-memory error that was a bug of the script's,
+    fixed since. The trials that ran out stay in the history."""
+    forgot = _ask(server, token, lambda client: client.forget_memory_caps(job_id, gpu), job_id)
+    if not forgot.forgotten and not forgot.forgotten_doubts:
+        console.print(f"{escape(job_id)} has no memory cap or doubt to forget there")
         return
-    for profile, cap in forgotten.items():
+    for profile, cap in forgot.forgotten.items():
         console.print(f"forgot the memory cap of {escape(profile)} ({cap} and above)")
+    for profile, doubt in forgot.forgotten_doubts.items():
+        console.print(
+            f"forgot the memory doubt of {escape(profile)} ({doubt} and above: the sizes that "
+            "trained there fit again)"
+        )
     console.print("runs there get every batch size again")
 
 

@@ -16,7 +16,13 @@ from pydantic import TypeAdapter, ValidationError
 from zeus_bso.errors import UnexpectedAnswerError
 
 if TYPE_CHECKING:
-    from zeus_bso.wire.reads import FleetSummary, JobSummary, JobView, TrialView
+    from zeus_bso.wire.reads import (
+        FleetSummary,
+        ForgottenMemoryCaps,
+        JobSummary,
+        JobView,
+        TrialView,
+    )
 
 
 class ReadApi:
@@ -129,13 +135,16 @@ class ReadApi:
         )
         return list(response.json()["forgotten"])
 
-    def forget_memory_caps(self, job_id: str, profile: str | None = None) -> dict[str, int]:
-        """Forget the job's memory cap on ``profile`` (None: every one): runs there get every
-        batch size again. Returns the caps forgotten, by hardware profile."""
+    def forget_memory_caps(self, job_id: str, profile: str | None = None) -> ForgottenMemoryCaps:
+        """Forget the job's memory cap and doubt on ``profile`` (None: every one): runs there
+        get every batch size again. Returns what was forgotten."""
+        from zeus_bso.wire.reads import ForgottenMemoryCaps
+
         path = f"/api/jobs/{quote(job_id, safe='')}/memory_caps"
         params = {"profile": profile} if profile is not None else {}
-        response = self._request("DELETE", path, params=params)
-        return {str(k): int(v) for k, v in response.json()["forgotten"].items()}
+        answer = self._request("DELETE", path, params=params).json()
+        forgotten: ForgottenMemoryCaps = read_answer(ForgottenMemoryCaps, answer, f"DELETE {path}")
+        return forgotten
 
     def job(self, job_id: str, limit: int = 50, patience: float | None = None) -> JobView:
         """Everything the server knows of a job, with its latest ``limit`` trials (zeus-bso

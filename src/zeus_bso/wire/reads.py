@@ -201,11 +201,15 @@ class ForgottenPowerProfile(BaseModel):
 
 
 class ForgottenMemoryCaps(BaseModel):
-    """The memory caps a job forgot: runs on those GPUs get every batch size again."""
+    """What a job forgot of memory: its caps (runs on those GPUs get every batch size again)
+    and its doubts (the sizes that trained there are taken to fit again)."""
 
     job_id: str
     forgotten: dict[str, int]
     """By hardware profile, the cap forgotten (the smallest batch size that ran out there)."""
+    forgotten_doubts: dict[str, int] = {}
+    """By hardware profile, the doubt forgotten (the smallest batch size that ran out there
+    although it had trained there, `zeus_bso.policy.JobState.memory_doubts`)."""
 
 
 class ForgottenPowerProfiles(BaseModel):

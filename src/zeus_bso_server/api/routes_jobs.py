@@ -128,13 +128,14 @@ async def forget_memory_caps(
     service: Service,
     profile: ProfileQuery = None,
 ) -> ForgottenMemoryCaps:
-    """Forget the job's memory caps: the one of the hardware ``profile`` (e.g.
+    """Forget the job's memory caps and doubts: those of the hardware ``profile`` (e.g.
     ``1xNVIDIA H200@700W``), or every one where it is left out. Runs there are dispatched at
-    every batch size again; the next that runs out of memory sets the cap anew. For an
-    out-of-memory error that was a bug of the script's, fixed since. The trials that ran out
-    stay ``infeasible`` in the history."""
-    forgotten = await service.forget_memory_caps(job_id, profile)
-    return ForgottenMemoryCaps(job_id=job_id, forgotten=forgotten)
+    every batch size again, and the sizes that trained there are taken to fit again; the next
+    that runs out of memory sets the cap anew. For an out-of-memory error that was a bug of the
+    script's, fixed since. The trials that ran out stay ``infeasible`` (or ``released``) in the
+    history."""
+    caps, doubts = await service.forget_memory_caps(job_id, profile)
+    return ForgottenMemoryCaps(job_id=job_id, forgotten=caps, forgotten_doubts=doubts)
 
 
 @router.get("/jobs/{job_id:path}", response_model=JobView, responses=NO_SUCH_JOB)
