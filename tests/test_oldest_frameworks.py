@@ -25,6 +25,7 @@ MODULES = (
     "tests/integrations/test_hf_arguments.py",
     "tests/integrations/test_loop_adapters.py",
     "tests/integrations/test_gpu_check_parts.py",
+    "tests/integrations/test_probe.py",
 )
 
 

@@ -2040,6 +2040,89 @@ def test_out_of_memory_is_infeasible_and_the_fit_goes_on_at_a_size_that_fits(
     assert list(state["memory_caps"].values()) == [32]
 
 
+def padded(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Texts of token ids padded (with 0) to the batch's longest, as ``DataCollatorWithPadding``
+    pads them."""
+    ids = torch.zeros(len(rows), max(len(row["input_ids"]) for row in rows), dtype=torch.long)
+    for number, row in enumerate(rows):
+        ids[number, : len(row["input_ids"])] = row["input_ids"]
+    return {"input_ids": ids, "label": torch.stack([row["label"] for row in rows])}
+
+
+class PadsTexts(pl.LightningModule):
+    """Texts of token ids from a ``datasets.Dataset`` (torch format), padded per batch: 127 of
+    4 tokens and one of 12. A training batch of more than ``tokens`` token ids, padding
+    included, runs out of (CUDA) memory: at 32 a batch that holds the long text does, wherever
+    in the epoch it comes, and at 16 none."""
+
+    def __init__(self, tokens: int) -> None:
+        datasets = pytest.importorskip("datasets", reason="pip install datasets")
+        super().__init__()
+        self.tokens, self.batch_size = tokens, 32
+        self.trained: list[int] = []  # the texts of each training step taken, tried or not
+        draw = torch.Generator().manual_seed(0)
+        ids = [torch.randint(1, 10, (n,), generator=draw).tolist() for n in [4] * 127 + [12]]
+        rows = {"input_ids": ids, "label": [int(row[0] > 5) for row in ids]}
+        self.texts = datasets.Dataset.from_dict(rows).with_format("torch")
+        self.embed = torch.nn.EmbeddingBag(10, 8, padding_idx=0)
+        self.head = torch.nn.Linear(8, 2)
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(
+            self.texts, batch_size=self.batch_size, shuffle=True, collate_fn=padded
+        )
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.texts, batch_size=64, collate_fn=padded)
+
+    def forward(self, ids: Any) -> Any:
+        return self.head(self.embed(ids))
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        ids = batch["input_ids"]
+        if ids.numel() > self.tokens:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {ids.numel()} MiB"
+            )
+        self.trained.append(len(ids))
+        return torch.nn.functional.cross_entropy(self(ids), batch["label"])
+
+    def validation_step(self, batch: Any, index: int) -> None:
+        right = self(batch["input_ids"]).argmax(-1) == batch["label"]
+        self.log("val_acc", right.float().mean())
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Texts of many lengths: batches of 32 fit while their texts are short, and run out of
+    memory where the long one pads them, at whichever step of an epoch it comes. The memory
+    check tries the 32 longest texts, so 32 runs out there and the same fit trains at 16, which
+    fits every batch. Before, the check tried the first batches drawn, all short here: it
+    passed, and the fit ran out of memory mid-epoch at 32, its training lost."""
+    spec = oom_job(unique_id("littexts"))
+    pl.seed_everything(0, verbose=False)
+    model = PadsTexts(tokens=200)  # 32 x 4 and 16 x 12 fit; 32 x 12 does not
+    callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
+    trainer = pl.Trainer(
+        callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)
+    )
+    trainer.fit(model)
+    assert callback.batch_size == 16
+    assert set(model.trained) == {16}  # no step of 32, tried or trained
+    with ServerClient(server.url) as client:
+        state = client.job_state(spec.job_id or "")
+    trials = sorted(state["trials"], key=lambda t: t["trial_number"])
+    assert [(t["batch_size"], t["status"]) for t in trials] == [
+        (32, "infeasible"),
+        (16, "reported"),
+    ]
+    assert list(state["memory_caps"].values()) == [32]
+
+
 class KeepsItsLoader(RunsOutOfMemoryAbove):
     """Builds its train DataLoader from ``self.batch_size`` at the first call of
     ``train_dataloader()`` and returns that one at every later call (a cache)."""

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
 from tests.helpers import process_group_of_one  # noqa: E402
-from zeus_bso.integrations.probe import step, undone  # noqa: E402
+from zeus_bso.integrations.probe import longest_samples, step, undone  # noqa: E402
 from zeus_bso.training.sharded import sharding  # noqa: E402
 
 
@@ -131,3 +131,29 @@ def test_the_hf_check_steps_from_the_models_loss_else_from_its_outputs() -> None
         def forward(self, **inputs: object) -> None: ...
 
     assert accepted(TakesAny()) is None
+
+
+def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
+    """A ``datasets.Dataset`` of token ids of many lengths, shuffled and selected as scripts do
+    (an indices mapping over its table): the ``size`` longest, by their place in it."""
+    datasets = pytest.importorskip("datasets", reason="reads a datasets.Dataset")
+    lengths = [3, 9, 1, 5, 7, 2]
+    rows = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in lengths], "label": lengths})
+    chosen = rows.shuffle(seed=1).select(range(5))
+    found = longest_samples(chosen, 2)
+    assert found is not None
+    indices, longest = found
+    kept = sorted((len(chosen[i]["input_ids"]) for i in range(5)), reverse=True)
+    assert sorted(len(chosen[i]["input_ids"]) for i in indices) == sorted(kept[:2])
+    assert longest == kept[0]
+    shorter = rows.filter(lambda row: len(row["input_ids"]) < 9)  # the 9 left out
+    assert longest_samples(shorter, 1) == ([[3, 1, 5, 7, 2].index(7)], 7)
+    audio = datasets.Dataset.from_dict({"input_values": [[0.5] * n for n in lengths]})
+    assert longest_samples(audio, 1) == ([1], 9)
+    # Not known, or no larger for it: None (the check draws its batches as the run does).
+    assert longest_samples(rows, 7) is None  # fewer samples than the size
+    padded = datasets.Dataset.from_dict({"input_ids": [[1] * 4] * 6})
+    assert longest_samples(padded, 2) is None  # one length
+    assert longest_samples(datasets.Dataset.from_dict({"x": lengths}), 2) is None  # no such column
+    assert longest_samples(rows.to_iterable_dataset(), 2) is None  # no length to read
+    assert longest_samples([{"input_ids": [1] * n} for n in lengths], 2) is None  # not Arrow

@@ -615,6 +615,34 @@ def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
         assert list(client.job(job.job_id).memory_caps.values()) == [8]
 
 
+def test_the_hf_memory_check_takes_the_longest_texts_before_the_run_trains(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A fine-tune of texts of many lengths: batches of 16 fit where their texts are short, and
+    run out of memory where one of the longer texts pads them (that batch may come at any step
+    of an epoch). The memory check tries the 16 longest texts, so it finds that before the run
+    trains, and the next run trains at 8, which fits every batch. Before, the check tried the
+    first batches drawn, all short here: it passed, and the run ran out of memory mid-epoch,
+    its training lost."""
+    needs("trl_sft.py")
+    prefix = unique_id("corpussftlong").replace("-", "")
+    argv = ["--job", prefix, "--output-dir", str(tmp_path), "--longer", "1"]
+    more = ["--oom-above-tokens", "230", "--attempts", "2"]  # 16 x 13 tokens fit; 16 x 16 not
+    assert run_script("trl_sft.py", *argv, *more) in (0, 1)
+    steps = probe.take()
+    first, second = trials_of(server, prefix)
+    assert (first["batch_size"], first["status"]) == (16, "infeasible")
+    assert first.get("epochs") in (None, 0)
+    # 16 ran out at its check's first step; then the job's smallest size, 8, on its longest
+    # texts, which fits: the size is to blame.
+    assert [s.samples for s in steps[:MEMORY_CHECK_STEPS]] == [8] * MEMORY_CHECK_STEPS
+    assert 16 not in {s.samples for s in steps}  # no step of 16 was taken, tried or trained
+    check_run(steps[MEMORY_CHECK_STEPS:], second, tried=True)
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        assert list(client.job(job.job_id).memory_caps.values()) == [16]
+
+
 def test_the_hf_memory_check_takes_the_trainers_own_loss(
     probe: Probe, server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -32,15 +32,15 @@ def tokenizer() -> Any:
     )
 
 
-def texts(n: int, seed: int) -> Dataset:
-    """Texts of 12 words counting up from a random one; each word after the first is out of
-    turn with probability 0.1."""
+def texts(n: int, seed: int, longer: int = 0) -> Dataset:
+    """Texts of 12 words counting up from a random one (the last ``longer`` of them: 15 words);
+    each word after the first is out of turn with probability 0.1."""
     rng = random.Random(seed)
     rows = []
-    for _ in range(n):
+    for number in range(n):
         word = rng.randrange(WORDS)
         sentence = []
-        for _ in range(12):
+        for _ in range(15 if number >= n - longer else 12):
             sentence.append(f"w{word}")
             word = rng.randrange(WORDS) if rng.random() < 0.1 else (word + 1) % WORDS
         rows.append(" ".join(sentence))

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from zeus_bso.integrations.probe import step, undone
+from zeus_bso.integrations.probe import longest_batch, step, undone
 from zeus_bso.training import out_of_memory
 from zeus_bso.training.sharded import sharding
 
@@ -33,7 +34,9 @@ def try_steps(
     """Run ``steps`` training steps of the Trainer's model on this process alone (unwrapped: no
     collective), with the Trainer's optimizer and batches (of ``size`` samples: the Trainer's,
     or a smaller size's from the same data), then undo them: the weights, the optimizer's state
-    and the random state are restored. An out-of-memory error is raised.
+    and the random state are restored. An out-of-memory error is raised. Where the samples
+    differ in length (a ``datasets.Dataset`` of token ids: `longest_batch`), every step takes
+    the batch of the ``size`` longest, collated as the Trainer's are: the run's largest.
 
     A step's loss is the ``trainer``'s (its ``compute_loss``, in its autocast: a subclass's
     that runs a teacher model, or a second view of the batch, takes what it takes in
@@ -45,8 +48,11 @@ def try_steps(
     (`loss_of`)."""
     import torch
 
-    if getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
-        loader = torch.utils.data.DataLoader(
+    batches: Iterable[Any] = loader
+    if (longest := longest_batch(loader, size)) is not None:
+        batches = itertools.repeat(longest)
+    elif getattr(loader, "batch_size", None) != size:  # the same data, in batches of size
+        batches = torch.utils.data.DataLoader(
             loader.dataset, batch_size=size, collate_fn=loader.collate_fn
         )
 
@@ -54,7 +60,7 @@ def try_steps(
     takes = accepted(model)
     counted = plain_data(trainer) if trainer is not None else {}
     with undone(model, [optimizer]), put_back(trainer, counted):
-        for _, batch in zip(range(steps), loader, strict=False):
+        for _, batch in zip(range(steps), batches, strict=False):
             inputs = {
                 k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
             }

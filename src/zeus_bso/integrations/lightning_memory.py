@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +13,7 @@ from zeus_bso.integrations.lightning_batch_check import batch_refused
 from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.lightning_trainer import BatchTarget
 from zeus_bso.integrations.loaders import generators_kept, no_batches, sized_len
-from zeus_bso.integrations.probe import NOT_TRIED, step, undone
+from zeus_bso.integrations.probe import NOT_TRIED, longest_batch, step, undone
 from zeus_bso.training import TrialSession
 from zeus_bso.training.sharded import sharding
 
@@ -95,7 +96,20 @@ def try_size(
         seen.append(size)
 
     with generators_kept(*loaders.flattened):
-        try_steps(trainer, pl_module, loaders, steps, first)
+        try_steps(trainer, pl_module, loaders, steps, first, longest_batches(loaders, size))
+
+
+def longest_batches(loaders: Any, size: int) -> Iterator[tuple[Any, int, int]] | None:
+    """Where the fit trains on one DataLoader of a ``datasets.Dataset`` whose samples differ in
+    length (`zeus_bso.integrations.probe.longest_batch`): its batch of the ``size`` longest,
+    collated by its ``collate_fn``, at every step, as the fit loop's iterator gives batches
+    (with their index and the DataLoader's); None: the steps take the fit's own batches."""
+    loader, *others = loaders.flattened
+    if others or loaders.iterables is not loader:
+        return None
+    if (batch := longest_batch(loader, size)) is None:
+        return None
+    return ((batch, index, 0) for index in itertools.count())
 
 
 def try_steps(
@@ -104,6 +118,7 @@ def try_steps(
     loaders: Any,
     steps: int,
     first: Callable[[Any], None],
+    batches: Iterator[tuple[Any, int, int]] | None = None,
 ) -> None:
     """Run ``steps`` training steps of ``pl_module`` on this rank alone (the module unwrapped:
     no collective), with the fit's optimizers and ``loaders`` (the fit's train data at the
@@ -111,13 +126,15 @@ def try_steps(
     gives it (`step_arguments`), then undo them: the weights, the optimizers' state and the
     random state are restored. What the module logs meanwhile is dropped (the steps are not
     the fit's). ``first`` sees the first batch before its step (not one a ``dataloader_iter``
-    step draws itself). An out-of-memory error is raised."""
+    step draws itself). ``batches``: what the steps take instead of ``loaders``' batches
+    (`longest_batches`). An out-of-memory error is raised."""
     quiet = {name: getattr(pl_module, name) for name in ("log", "log_dict")}
     for name in quiet:  # Lightning's own refuse a call outside its loop
         setattr(pl_module, name, lambda *args, **kwargs: None)
     try:
         with undone(pl_module, trainer.optimizers):
-            for arguments in step_arguments(trainer, pl_module, loaders, steps, first):
+            drawn = step_arguments(trainer, pl_module, batches or iter(loaders), steps, first)
+            for arguments in drawn:
                 with trainer.precision_plugin.train_step_context():
                     out = pl_module.training_step(*arguments)
                 step(out["loss"] if isinstance(out, dict) else out, trainer.optimizers)
@@ -128,15 +145,19 @@ def try_steps(
 
 
 def step_arguments(
-    trainer: Any, pl_module: Any, loaders: Any, steps: int, first: Callable[[Any], None]
+    trainer: Any,
+    pl_module: Any,
+    batches: Iterator[tuple[Any, int, int]],
+    steps: int,
+    first: Callable[[Any], None],
 ) -> Iterator[tuple[Any, ...]]:
-    """The arguments of ``steps`` calls of ``pl_module.training_step`` on ``loaders``, as the
-    fit loop gives them: the batch on the module's device and its index (where the step takes
+    """The arguments of ``steps`` calls of ``pl_module.training_step`` on ``batches`` (the
+    ``(batch, batch_idx, dataloader_idx)`` a ``CombinedLoader``'s iterator gives), as the fit
+    loop gives them: the batch on the module's device and its index (where the step takes
     one: ``batch_idx`` is optional); or, where the step asks for a ``dataloader_iter``, the
-    iterator of ``(batch, batch_idx, dataloader_idx)`` it draws its batches from (and moves
-    them itself), ending early where it drew them all. ``first`` sees the first batch."""
+    iterator it draws its batches from (and moves them itself), ending early where it drew
+    them all. ``first`` sees the first batch."""
     takes = package_of(trainer).takes
-    batches = iter(loaders)
     if takes(pl_module.training_step, "dataloader_iter", explicit=True):
         for _ in range(steps):
             yield (batches,)
