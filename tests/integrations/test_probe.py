@@ -150,6 +150,14 @@ def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
     assert longest_samples(shorter, 1) == ([[3, 1, 5, 7, 2].index(7)], 7)
     audio = datasets.Dataset.from_dict({"input_values": [[0.5] * n for n in lengths]})
     assert longest_samples(audio, 1) == ([1], 9)
+    # A sequence-to-sequence model's targets count beside its inputs; a class label does not.
+    targets = [[2] * n for n in (1, 2, 9, 3)]
+    pairs = datasets.Dataset.from_dict({"input_ids": [[1] * 5] * 4, "labels": targets})
+    assert longest_samples(pairs, 1) == ([2], 14)
+    labelled = datasets.Dataset.from_dict(
+        {"input_ids": [[1] * n for n in lengths], "labels": lengths}
+    )
+    assert longest_samples(labelled, 1) == ([1], 9)
     # Not known, or no larger for it: None (the check draws its batches as the run does).
     assert longest_samples(rows, 7) is None  # fewer samples than the size
     padded = datasets.Dataset.from_dict({"input_ids": [[1] * 4] * 6})

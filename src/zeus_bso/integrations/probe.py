@@ -20,9 +20,11 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-LENGTH_COLUMNS = ("input_ids", "input_values")
-"""The columns whose lengths make a sample's size: a text's token ids, an audio clip's samples
-(a Hugging Face model's main inputs, where they are not all of one length)."""
+LENGTH_COLUMNS = ("input_ids", "input_values", "labels", "decoder_input_ids")
+"""The columns whose lengths, added up, make a sample's size where they hold lists: a text's
+token ids, an audio clip's samples (a Hugging Face model's main inputs, where they are not all
+of one length), and a sequence-to-sequence model's target tokens (a summary's, a
+translation's), which its decoder takes."""
 
 NOT_TRIED = (
     "zeus-bso: batch size %d is new to these GPUs, but its steps are not tried in memory first: "
@@ -83,20 +85,21 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
 
 def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     """The indices of ``dataset``'s ``size`` longest samples and the longest one's length, where
-    ``dataset`` is a Hugging Face ``datasets.Dataset`` whose samples differ in length (a
-    `LENGTH_COLUMNS` column, read off its Arrow data: a million rows in a few milliseconds).
+    ``dataset`` is a Hugging Face ``datasets.Dataset`` whose samples differ in length (the
+    lists of its `LENGTH_COLUMNS`, added up, read off its Arrow data: a million rows in a few
+    milliseconds).
     A batch of them holds the most padded tokens of any batch of the run, so a size whose
     steps fit them fits every batch; the first batches drawn may be shorter (a run of
     texts of many lengths ran out of memory mid-epoch, at a size its check had passed). None:
     another kind of dataset (its samples' lengths are known only by reading each, an epoch's
     work), fewer samples than ``size``, or samples all of one length (padded to it)."""
     names = getattr(dataset, "column_names", None)
-    column = next((name for name in LENGTH_COLUMNS if name in (names or ())), None)
-    if column is None or not callable(getattr(dataset, "with_format", None)):
+    columns = [name for name in LENGTH_COLUMNS if name in (names or ())]
+    if not columns or not callable(getattr(dataset, "with_format", None)):
         return None
     try:
-        lengths = _lengths(dataset, column)
-    except Exception:  # an iterable dataset, a column of another type: not known
+        lengths = _lengths(dataset, columns)
+    except Exception:  # an iterable dataset, columns of no lists: not known
         return None
     if not 0 < size <= len(lengths) or lengths.min() == lengths.max():
         return None
@@ -104,15 +107,19 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     return [int(i) for i in longest], int(lengths.max())
 
 
-def _lengths(dataset: Any, column: str) -> Any:
-    """The lengths of ``dataset``'s lists in ``column``, in its order, as a numpy array: read
-    off the offsets of its Arrow table, and put in its order by its indices mapping where it
-    has one (after ``shuffle``, ``select``, ``filter`` or ``train_test_split``: taking the
-    lists themselves in that order copied every token, 11 s for a million texts)."""
+def _lengths(dataset: Any, columns: list[str]) -> Any:
+    """The lengths of ``dataset``'s lists in ``columns`` (those that hold lists: a class label
+    does not), added up by sample, in its order, as a numpy array: read off the offsets of its
+    Arrow table, and put in its order by its indices mapping where it has one (after
+    ``shuffle``, ``select``, ``filter`` or ``train_test_split``: taking the lists themselves in
+    that order copied every token, 11 s for a million texts)."""
     import numpy as np
 
-    chunks = [chunk.value_lengths().fill_null(0) for chunk in dataset.data.column(column).chunks]
-    lengths = np.concatenate([np.asarray(c) for c in chunks]) if chunks else np.zeros(0, int)
+    lengths = np.zeros(dataset.data.num_rows, dtype=np.int64)
+    for column in columns:
+        chunks = dataset.data.column(column).chunks
+        if chunks and hasattr(chunks[0], "value_lengths"):  # lists, not numbers
+            lengths += np.concatenate([np.asarray(c.value_lengths().fill_null(0)) for c in chunks])
     mapping = getattr(dataset, "_indices", None)  # the datasets library's, since 1.0
     if mapping is None:
         return lengths
