@@ -11,7 +11,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
 from tests.helpers import process_group_of_one  # noqa: E402
-from zeus_bso.integrations.probe import longest_samples, step, undone  # noqa: E402
+from zeus_bso.integrations.probe import (  # noqa: E402
+    longest_batch,
+    longest_samples,
+    step,
+    undone,
+)
 from zeus_bso.training.sharded import sharding  # noqa: E402
 
 
@@ -165,3 +170,25 @@ def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
     assert longest_samples(datasets.Dataset.from_dict({"x": lengths}), 2) is None  # no such column
     assert longest_samples(rows.to_iterable_dataset(), 2) is None  # no length to read
     assert longest_samples([{"input_ids": [1] * n} for n in lengths], 2) is None  # not Arrow
+
+
+def test_the_longest_batch_is_collated_as_the_loaders_batches_are() -> None:
+    """What a loop's own ``try_steps`` takes (the guide's): a DataLoader's batch of its
+    dataset's longest samples, padded by its own collate_fn; None for other data."""
+    datasets = pytest.importorskip("datasets", reason="reads a datasets.Dataset")
+    lengths = [3, 9, 1, 5, 7, 2]
+    rows = {"input_ids": [[1] * n for n in lengths], "label": [0, 1, 0, 1, 0, 1]}
+    texts = datasets.Dataset.from_dict(rows).shuffle(seed=3)
+
+    def padded(batch: list[dict[str, object]]) -> object:
+        ids = [row["input_ids"] for row in batch]
+        width = max(len(row) for row in ids)  # type: ignore[arg-type]
+        return torch.tensor([row + [0] * (width - len(row)) for row in ids])  # type: ignore[operator]
+
+    loader = torch.utils.data.DataLoader(texts, batch_size=2, collate_fn=padded)
+    batch = longest_batch(loader, 3)
+    assert batch is not None
+    assert batch.shape == (3, 9)
+    assert sorted(int(row.sum()) for row in batch) == [5, 7, 9]
+    points = torch.utils.data.TensorDataset(torch.zeros(6, 2))
+    assert longest_batch(torch.utils.data.DataLoader(points, batch_size=2), 3) is None
