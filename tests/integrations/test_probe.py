@@ -159,6 +159,9 @@ def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
     targets = [[2] * n for n in (1, 2, 9, 3)]
     pairs = datasets.Dataset.from_dict({"input_ids": [[1] * 5] * 4, "labels": targets})
     assert longest_samples(pairs, 1) == ([2], 14)
+    preferred = {"prompt_ids": [[1] * 4] * 3, "chosen_ids": [[2], [2] * 6, [2] * 2]}
+    pairs_of = datasets.Dataset.from_dict({**preferred, "rejected_ids": [[3] * 3] * 3})
+    assert longest_samples(pairs_of, 1) == ([1], 13)  # TRL's DPO: prompt, chosen, rejected
     labelled = datasets.Dataset.from_dict(
         {"input_ids": [[1] * n for n in lengths], "labels": lengths}
     )

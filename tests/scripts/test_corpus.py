@@ -150,18 +150,20 @@ def check_run(
     *,
     tried: bool = False,
     beside: int = 0,
+    texts: int = 1,
 ) -> None:
     """What one run must hold: it trained ``trial``'s batch size at every optimizer step, at
     the schedule's rate times the rule's factor at every step, and was charged so.
     ``tried``: the run's batch size was new on this hardware, so its fit began with the memory
     check's steps, which are undone (`MEMORY_CHECK_STEPS`, of a micro-batch each where the
     run accumulates): they are not the run's. ``beside``: the samples each step trains beside
-    the batch size's (another train DataLoader's, of a fixed size)."""
+    the batch size's (another train DataLoader's, of a fixed size). ``texts``: the texts each
+    sample trains (a preference pair's two answers)."""
     size = trial["batch_size"]
     if tried:
         steps = steps[MEMORY_CHECK_STEPS:]
     assert steps, "the run took no optimizer step"
-    assert [s.samples for s in steps] == [size + beside] * len(steps), trial
+    assert [s.samples for s in steps] == [size * texts + beside] * len(steps), trial
     factor = size / REFERENCE if rule == "linear" else 1.0
     factors = [s.factor for s in steps if s.schedule > 1e-6]
     assert factors, steps
@@ -171,12 +173,17 @@ def check_run(
 
 
 def check_runs(
-    runs: list[list[Step]], trials: list[dict[str, Any]], rule: str = "linear", beside: int = 0
+    runs: list[list[Step]],
+    trials: list[dict[str, Any]],
+    rule: str = "linear",
+    beside: int = 0,
+    texts: int = 1,
 ) -> None:
     """`check_run` for each run of a job and its trial, in order."""
     seen: set[int] = set()
     for steps, trial in zip(runs, trials, strict=True):
-        check_run(steps, trial, rule, tried=trial["batch_size"] not in seen, beside=beside)
+        tried = trial["batch_size"] not in seen
+        check_run(steps, trial, rule, tried=tried, beside=beside, texts=texts)
         seen.add(trial["batch_size"])
 
 
@@ -198,12 +205,21 @@ CORPUS = {
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
     "iteration_loop.py": ((), "linear"),  # nanoGPT's shape: iterations, eval_interval, get_lr
     "trl_sft.py": (("--output-dir", "{tmp}"), "linear"),
+    "trl_dpo.py": (("--output-dir", "{tmp}"), "linear"),  # preference pairs: two texts each
     "peft_lora.py": (("--output-dir", "{tmp}"), "linear"),  # a LoRA adapter on a frozen model
     "hf_streaming.py": (("--output-dir", "{tmp}"), "linear"),  # no length: max_steps, eval_steps
 }
 
 
-NEEDS = {"trl_sft.py": "trl", "peft_lora.py": "peft", "hf_streaming.py": "datasets"}
+NEEDS = {
+    "trl_sft.py": "trl",
+    "trl_dpo.py": "trl",
+    "peft_lora.py": "peft",
+    "hf_streaming.py": "datasets",
+}
+TEXTS = {"trl_dpo.py": 2}
+"""The scripts whose every sample trains several texts (a preference pair's chosen and rejected
+answers), and how many."""
 """A script's package beyond the corpus's own (the dev group installs it)."""
 
 
@@ -213,7 +229,7 @@ samples between two evaluations: the same at every batch size."""
 PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
 """Loops on `BatchSizeOptimizer`, which tries no steps before the run (no memory check); they
 train where their tensors are (the CPU), as upstream's examples do."""
-HF_BESIDE = {"trl_sft.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
+HF_BESIDE = {"trl_sft.py", "trl_dpo.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
 ACCELERATE_BESIDE = {"accelerate_accumulate.py"}
 
@@ -239,7 +255,7 @@ def test_three_recurrences_train_what_the_server_dispatched(
         runs.append(probe.take())
     trials = trials_of(server, prefix)
     assert len(trials) == 3
-    check_runs(runs, trials, rule)
+    check_runs(runs, trials, rule, texts=TEXTS.get(script, 1))
     if script == "lightning_plateau.py":  # the factor held past a reduction of the rate
         assert any(len({step.schedule for step in steps}) > 1 for steps in runs)
     if script in APART:  # every evaluation the same samples apart, at any size

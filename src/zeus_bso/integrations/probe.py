@@ -20,11 +20,23 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-LENGTH_COLUMNS = ("input_ids", "input_values", "labels", "decoder_input_ids")
+LENGTH_COLUMNS = (
+    "input_ids",
+    "input_values",
+    "labels",
+    "decoder_input_ids",
+    "prompt_ids",
+    "chosen_ids",
+    "rejected_ids",
+    "prompt_input_ids",
+    "chosen_input_ids",
+    "rejected_input_ids",
+)
 """The columns whose lengths, added up, make a sample's size where they hold lists: a text's
 token ids, an audio clip's samples (a Hugging Face model's main inputs, where they are not all
-of one length), and a sequence-to-sequence model's target tokens (a summary's, a
-translation's), which its decoder takes."""
+of one length), a sequence-to-sequence model's target tokens (a summary's, a translation's),
+which its decoder takes, and a preference pair's prompt, chosen and rejected answers (TRL's
+``DPOTrainer``, by the names of its releases from 1.0 on, and before)."""
 
 NOT_TRIED = (
     "zeus-bso: batch size %d is new to these GPUs, but its steps are not tried in memory first: "
