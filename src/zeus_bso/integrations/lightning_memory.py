@@ -104,10 +104,10 @@ def longest_batches(loaders: Any, size: int) -> Iterator[tuple[Any, int, int]] |
     length (`zeus_bso.integrations.probe.longest_batch`): its batch of the ``size`` longest,
     collated by its ``collate_fn``, at every step, as the fit loop's iterator gives batches
     (with their index and the DataLoader's); None: the steps take the fit's own batches."""
-    loader, *others = loaders.flattened
-    if others or loaders.iterables is not loader:
+    flattened = loaders.flattened
+    if len(flattened) != 1 or loaders.iterables is not flattened[0]:  # a dict, a list of them
         return None
-    if (batch := longest_batch(loader, size)) is None:
+    if (batch := longest_batch(flattened[0], size)) is None:
         return None
     return ((batch, index, 0) for index in itertools.count())
 
