@@ -486,7 +486,7 @@ def steps_of_an_epoch(bso: Any, nvml: Any, steps: int = STEPS) -> None:
     ("eta", "bound", "changes"),
     [
         (0.5, None, [275.0, 250.0, 225.0, 200.0, 275.0, 300.0]),
-        (1.0, 1.2, [275.0, 250.0, 275.0, 300.0]),
+        (1.0, 1.5, [275.0, 250.0, 275.0, 300.0]),
     ],
 )
 def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
@@ -498,7 +498,10 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     changes: list[float],
 ) -> None:
     """`BatchSizeOptimizer`, the plain loop's entry point, with ``power_limit="optimize"``
-    (and with a bound on the slowdown, which ends the profile at 250 W: 2.25 times slower)."""
+    (and with a bound on the slowdown, which ends the profile at 250 W: 2.25 times slower).
+    The bound is 1.5, the geometric middle of 275 W's ratio (1) and 250 W's, as in
+    `test_a_slowdown_bound_ends_the_profile_and_chooses_within_it`: at 1.2 a fresh-clone run
+    under load measured 275 W over it once, and trained at 300 W."""
     from zeus_bso import BatchSizeOptimizer
     from zeus_bso.energy import EstimateMeter
 
@@ -510,7 +513,7 @@ def test_a_plain_loop_profiles_through_the_optimizers_step_calls(
     bso.on_evaluate(1.0)
     bso.end()
     (profile,) = profiles(server, spec.job_id or "")
-    chosen = cheapest(eta) if bound is None else 275.0  # as fast as 300 W: within 1.2
+    chosen = cheapest(eta) if bound is None else 275.0  # as fast as 300 W: within the bound
     assert profile["power_limit"] == during == chosen
     assert state(tmp_path)["changes"] == changes
 
