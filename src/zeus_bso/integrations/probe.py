@@ -98,8 +98,8 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
 def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     """The indices of ``dataset``'s ``size`` longest samples and the longest one's length, where
     ``dataset`` is a Hugging Face ``datasets.Dataset`` whose samples differ in length (the
-    lists of its `LENGTH_COLUMNS`, added up, read off its Arrow data: a million rows in a few
-    milliseconds).
+    lists of its `LENGTH_COLUMNS`, added up, read off its Arrow data: a million rows in 20-30
+    ms, `benchmarks/longest_samples.py`).
     A batch of them holds the most padded tokens of any batch of the run, so a size whose
     steps fit them fits every batch; the first batches drawn may be shorter (a run of
     texts of many lengths ran out of memory mid-epoch, at a size its check had passed). None:
