@@ -34,7 +34,7 @@ from tests.scripts.hardware import ACCELERATOR, ON_CPU, PRECISION
 from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
 from zeus_bso.client import ServerClient
-from zeus_bso.errors import ConfigurationError, ZeusBSOTrainFailError
+from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
 
 SCRIPTS = Path(__file__).parent
 ROOT = SCRIPTS.parent.parent
@@ -657,6 +657,37 @@ def test_the_hf_memory_check_takes_the_longest_texts_before_the_run_trains(
     with ServerClient(server.url) as client:
         (job,) = client.list_jobs(prefix=f"{prefix}-")
         assert list(client.job(job.job_id).memory_caps.values()) == [16]
+
+
+def test_a_size_in_doubt_after_its_texts_grew_is_capped_at_its_check_not_mid_run(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A daily fine-tune pinned to 16, whose new data holds a longer text: 16 trained on these
+    GPUs before, so it is not checked, and the run runs out of memory mid-epoch (its trial
+    released, 16's fit in doubt). The next run's check tries 16's longest texts and caps it
+    before a step: one run lost, not two (the check of the first batches drawn, all short,
+    passed, and the next run ran out mid-epoch again)."""
+    needs("trl_sft.py")
+    prefix = unique_id("corpussftgrew").replace("-", "")
+    argv = ["--job", prefix, "--output-dir", str(tmp_path), "--oom-above-tokens", "230"]
+    assert run_script("trl_sft.py", *argv) in (0, 1)  # texts of one length: 16 fits
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+        client.pin(job.job_id, 16)
+    # The script dies of the error, uncaught, as any would: its run is judged at exit.
+    died = run_apart("trl_sft.py", *argv, "--longer", "1", timeout=120)
+    assert died.returncode == 1, died.stderr
+    assert "ran out of memory although it trained on this machine before" in died.stderr
+    assert trials_of(server, prefix)[-1]["status"] == "released"
+    probe.take()
+    with pytest.raises(BatchSizeDoesNotFitError):  # the one attempt the script allows
+        run_script("trl_sft.py", *argv, "--longer", "1")
+    assert 16 not in {s.samples for s in probe.take()}  # capped at its check
+    statuses = [(t["batch_size"], t["status"]) for t in trials_of(server, prefix)]
+    assert statuses == [(16, "reported"), (16, "released"), (16, "infeasible")]
+    with ServerClient(server.url) as client:
+        shown = client.job(job.job_id)
+        assert (shown.memory_caps, shown.memory_doubts) == ({shown.profiles[0]: 16}, {})
 
 
 def test_the_hf_memory_check_takes_the_trainers_own_loss(

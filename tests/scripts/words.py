@@ -1,4 +1,4 @@
-"""The corpus's language-model task, shared by its LLM scripts (``trl_sft.py``,
+"""The corpus's language-model task, shared by its LLM scripts (``trl_sft.py``, ``trl_dpo.py``,
 ``peft_lora.py``, ``hf_streaming.py``): a word-level tokenizer of 50 words, texts that count up
 through them (now and then a word out of turn), a two-layer GPT-2 of the corpus's own, so that
 nothing is downloaded, and its token accuracy."""
