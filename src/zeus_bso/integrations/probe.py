@@ -107,11 +107,11 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     work), fewer samples than ``size``, or samples all of one length (padded to it)."""
     names = getattr(dataset, "column_names", None)
     columns = [name for name in LENGTH_COLUMNS if name in (names or ())]
-    if not columns or not callable(getattr(dataset, "with_format", None)):
+    if not columns:
         return None
     try:
         lengths = _lengths(dataset, columns)
-    except Exception:  # an iterable dataset, columns of no lists: not known
+    except Exception:  # no Arrow table (an iterable dataset, another library's): not known
         return None
     if not 0 < size <= len(lengths) or lengths.min() == lengths.max():
         return None
