@@ -35,6 +35,7 @@ from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
 from zeus_bso.client import ServerClient
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, ZeusBSOTrainFailError
+from zeus_bso.wire.reads import JobView
 
 SCRIPTS = Path(__file__).parent
 ROOT = SCRIPTS.parent.parent
@@ -135,11 +136,23 @@ def cli_config(
     return path
 
 
+def job_id_of(server: ServerProcess, prefix: str) -> str:
+    """The id of the one job of ``prefix``."""
+    with ServerClient(server.url) as client:
+        (job,) = client.list_jobs(prefix=f"{prefix}-")
+    return job.job_id
+
+
+def job_of(server: ServerProcess, prefix: str) -> JobView:
+    """The view of the one job of ``prefix``."""
+    with ServerClient(server.url) as client:
+        return client.job(job_id_of(server, prefix))
+
+
 def trials_of(server: ServerProcess, prefix: str) -> list[dict[str, Any]]:
     """The trials of the one job of ``prefix``, oldest first."""
     with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        trials = client.job_state(job.job_id)["trials"]
+        trials = client.job_state(job_id_of(server, prefix))["trials"]
     return sorted(trials, key=lambda t: t["trial_number"])
 
 
@@ -582,9 +595,7 @@ def test_out_of_memory_in_validation_is_not_charged_to_the_batch_size(
     assert (trial["batch_size"], trial["status"]) == (16, "released")
     assert "ran out of memory in evaluation" in caplog.text
     assert "per_device_eval_batch_size" in caplog.text  # what to change
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        assert client.job(job.job_id).memory_caps == {}
+    assert job_of(server, prefix).memory_caps == {}
 
 
 def test_out_of_memory_in_the_hf_trainers_evaluation_is_not_charged_at_the_processs_exit(
@@ -603,9 +614,7 @@ def test_out_of_memory_in_the_hf_trainers_evaluation_is_not_charged_at_the_proce
     assert "ran out of memory in evaluation" in died.stderr
     (trial,) = trials_of(server, prefix)
     assert (trial["batch_size"], trial["status"]) == (16, "released")
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        assert client.job(job.job_id).memory_caps == {}
+    assert job_of(server, prefix).memory_caps == {}
 
 
 def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
@@ -626,9 +635,7 @@ def test_out_of_memory_in_the_hf_trainers_check_takes_smaller_micro_batches(
     tried = [s.samples for s in steps[: 2 * MEMORY_CHECK_STEPS]]
     assert tried == [1] * MEMORY_CHECK_STEPS + [4] * MEMORY_CHECK_STEPS
     check_run(steps[2 * MEMORY_CHECK_STEPS :], second)
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        assert list(client.job(job.job_id).memory_caps.values()) == [8]
+    assert list(job_of(server, prefix).memory_caps.values()) == [8]
 
 
 def test_the_hf_memory_check_takes_the_longest_texts_before_the_run_trains(
@@ -654,9 +661,7 @@ def test_the_hf_memory_check_takes_the_longest_texts_before_the_run_trains(
     assert [s.samples for s in steps[:MEMORY_CHECK_STEPS]] == [8] * MEMORY_CHECK_STEPS
     assert 16 not in {s.samples for s in steps}  # no step of 16 was taken, tried or trained
     check_run(steps[MEMORY_CHECK_STEPS:], second, tried=True)
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        assert list(client.job(job.job_id).memory_caps.values()) == [16]
+    assert list(job_of(server, prefix).memory_caps.values()) == [16]
 
 
 def test_a_size_in_doubt_after_its_texts_grew_is_capped_at_its_check_not_mid_run(
@@ -672,8 +677,7 @@ def test_a_size_in_doubt_after_its_texts_grew_is_capped_at_its_check_not_mid_run
     argv = ["--job", prefix, "--output-dir", str(tmp_path), "--oom-above-tokens", "230"]
     assert run_script("trl_sft.py", *argv) in (0, 1)  # texts of one length: 16 fits
     with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        client.pin(job.job_id, 16)
+        client.pin(job_id_of(server, prefix), 16)
     # The script dies of the error, uncaught, as any would: its run is judged at exit.
     died = run_apart("trl_sft.py", *argv, "--longer", "1", timeout=120)
     assert died.returncode == 1, died.stderr
@@ -685,9 +689,8 @@ def test_a_size_in_doubt_after_its_texts_grew_is_capped_at_its_check_not_mid_run
     assert 16 not in {s.samples for s in probe.take()}  # capped at its check
     statuses = [(t["batch_size"], t["status"]) for t in trials_of(server, prefix)]
     assert statuses == [(16, "reported"), (16, "released"), (16, "infeasible")]
-    with ServerClient(server.url) as client:
-        shown = client.job(job.job_id)
-        assert (shown.memory_caps, shown.memory_doubts) == ({shown.profiles[0]: 16}, {})
+    shown = job_of(server, prefix)
+    assert (shown.memory_caps, shown.memory_doubts) == ({shown.profiles[0]: 16}, {})
 
 
 def test_the_hf_memory_check_takes_the_trainers_own_loss(
@@ -711,13 +714,11 @@ def test_the_hf_memory_check_takes_the_trainers_own_loss(
     tried = [s.samples for s in steps[: 2 * MEMORY_CHECK_STEPS]]
     assert tried == [1] * MEMORY_CHECK_STEPS + [4] * MEMORY_CHECK_STEPS
     check_run(steps[2 * MEMORY_CHECK_STEPS :], second)
-    with ServerClient(server.url) as client:
-        (job,) = client.list_jobs(prefix=f"{prefix}-")
-        shown = client.job(job.job_id)
-        assert list(shown.memory_caps.values()) == [8]
-        # Its runs accumulate: the next one is not refused for want of a size under the cap.
-        assert shown.next_run is not None
-        assert not shown.next_run.refused
+    shown = job_of(server, prefix)
+    assert list(shown.memory_caps.values()) == [8]
+    # Its runs accumulate: the next one is not refused for want of a size under the cap.
+    assert shown.next_run is not None
+    assert not shown.next_run.refused
 
 
 @pytest.mark.parametrize("script", ["lightning_datamodule.py", "classic_pytorch_lightning.py"])
