@@ -393,6 +393,38 @@ def test_accelerate_says_where_reports_come_every_few_steps(
         accelerator.free_memory()
 
 
+def test_accelerate_takes_only_a_loop_prepared_again_smaller_for_a_run_gone_on(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A loop under ``find_executable_batch_size`` prepares its DataLoaders again at a smaller
+    size and calls ``train_begin`` again: the run goes on outside the optimizer (the corpus's
+    ``accelerate_find_batch_size.py``). A loop that prepares a smaller evaluation DataLoader
+    at each validation, and begins once, is reported as it trains: its trial is its own."""
+    import torch
+
+    data = torch.utils.data.TensorDataset(torch.zeros(64, 2))
+    for again in (False, True):
+        adapter, accelerator = adapter_of("accelerate")
+        spec = loop_spec("preparedagain")
+        with adapter(accelerator, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+            size = bso.micro_batch_size
+            accelerator.prepare(torch.utils.data.DataLoader(data, batch_size=size))
+            bso.train_begin()
+            smaller = torch.utils.data.DataLoader(data, batch_size=size // 2)
+            accelerator.prepare(smaller)  # an evaluation's; or the loop's, prepared again
+            if again:
+                bso.train_begin()
+            answer = bso.report(0.95)  # the target: the run ends
+        assert answer.reported
+        assert bso.outcome is not None
+        assert bso.outcome.went_on == again
+        with ServerClient(sqlite_server.url) as client:
+            trials = client.job_state(bso.job_id)["trials"]
+        (trial,) = [t for t in trials if t["trial_number"] == bso.outcome.trial_number]
+        assert trial["status"] == ("infeasible" if again else "reported")
+        accelerator.free_memory()
+
+
 class TestAccelerate(LoopAdapterContract):
     """`ZeusBSOAccelerate` on one CPU process passes the loop adapters' contract; Accelerate's
     own accumulation steps follow the session's."""

@@ -214,6 +214,7 @@ CORPUS = {
     "hf_weighted_loss.py": (("--output-dir", "{tmp}"), "linear"),  # compute_loss of its own
     "accelerate_loop.py": ((), "linear"),
     "accelerate_accumulate.py": ((), "linear"),  # accelerator.accumulate, micro-batches of 8
+    "accelerate_find_batch_size.py": ((), "linear"),  # its memory.py: find_executable_batch_size
     "fabric_loop.py": ((), "linear"),
     "upstream_loop.py": ((), "none"),  # scaled by hand, as upstream's examples do
     "iteration_loop.py": ((), "linear"),  # nanoGPT's shape: iterations, eval_interval, get_lr
@@ -244,7 +245,8 @@ PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
 train where their tensors are (the CPU), as upstream's examples do."""
 HF_BESIDE = {"trl_sft.py", "trl_dpo.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
-ACCELERATE_BESIDE = {"accelerate_accumulate.py"}
+ACCELERATE_BESIDE = {"accelerate_accumulate.py", "accelerate_find_batch_size.py"}
+"""Accelerate scripts beside ``accelerate_loop.py``, whose kill and resume it holds for them."""
 
 
 def needs(script: str) -> None:
@@ -531,6 +533,38 @@ def test_out_of_memory_while_a_loop_trains_is_infeasible_and_the_next_run_fits(
     check_run(probe.take(), trial, CORPUS[script][1])
 
 
+@pytest.mark.parametrize("more", [(), ("--keep-memory",), ("--rate-by-hand",)], ids=str)
+def test_a_loop_that_finds_an_executable_batch_size_goes_on_outside_the_optimizer(
+    more: tuple[str, ...], probe: Probe, server: ServerProcess
+) -> None:
+    """Accelerate's ``memory.py`` shape: the loop under ``find_executable_batch_size`` runs out
+    of memory at the dispatched 16 and is called again at 14, 12, 10 and 9 (each out of memory
+    at its first step) and 8, which trains. The run goes on outside the optimizer: 16's trial is
+    infeasible (it was reported as 16's, converged, at 8's cost), every step at 8 takes 8's
+    rate by the linear rule (it took 16's), the run stops at the target, and the next run is
+    dispatched 8 (it was sent 32). Also where the loop keeps what it prepared before (no
+    ``free_memory()``), and where it builds its optimizer at ``bso.learning_rate``'s rate."""
+    prefix = unique_id("corpusfind").replace("-", "")
+    argv = ["--job", prefix, "--oom-above", "8", "--target", "0.6", *more]
+    assert run_script("accelerate_find_batch_size.py", *argv) == 0  # its target, at 8
+    went_on = probe.take()
+    assert went_on
+    assert {step.samples for step in went_on} == {8}
+    (ran_out,) = trials_of(server, prefix)
+    assert (ran_out["batch_size"], ran_out["status"]) == (16, "infeasible")
+    assert run_script("accelerate_find_batch_size.py", *argv) == 0
+    trial = trials_of(server, prefix)[-1]
+    assert trial["batch_size"] == 8
+    dispatched = probe.take()
+    if "--rate-by-hand" not in more:  # its schedule's rates are 16's: the factor is the rule's
+        check_run(dispatched, trial)
+        check_run(went_on, trial)  # as the run dispatched 8 (outside the optimizer: no trial)
+    # The same model, data and schedule at 8: the run outside the optimizer took the rates of
+    # the run the server dispatched 8 to, step by step.
+    taken = [step.taken for step in dispatched]
+    assert [step.taken for step in went_on[: len(taken)]] == pytest.approx(taken[: len(went_on)])
+
+
 def modules_alive() -> list[torch.nn.Module]:
     """The torch modules with weights alive in this process, after a collection (not those a
     package keeps from its first import: transformers' activations)."""
@@ -796,7 +830,7 @@ def three_runs(
         *(
             pytest.param(script, (), (), id=script)
             # HF Trainers' (hf_trainer.py holds their kill and resume), and
-            # accelerate_accumulate.py (accelerate_loop.py's)
+            # the Accelerate ones beside accelerate_loop.py (its)
             # and lightning_iterable.py, iteration_loop.py (no epoch to kill them at)
             for script in sorted(
                 {*CORPUS, "lightning_cli.py"}

@@ -17,11 +17,17 @@ energy and the batch size of each report go to the Accelerator's trackers (``acc
 ``accelerator.save_state`` writes the run's trial into the checkpoint, and
 ``accelerator.load_state`` refuses a checkpoint of another trial: a run restarted from one
 continues its trial with ``ZeusBSOAccelerate(..., resume=checkpoint_dir)``.
+
+A loop inside Accelerate's ``find_executable_batch_size`` (its example ``memory.py``), which after
+an out-of-memory error trains again at a smaller size of its own, is seen by the DataLoader it
+prepares then: the batch size is marked out of memory on these GPUs, and the run goes on outside
+the optimizer (`zeus_bso.integrations.shrunk_run.ShrunkRun`), at its size's learning rate.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +37,11 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import ConfigurationError
 from zeus_bso.integrations.loaders import batch_size_of
 from zeus_bso.integrations.loop_checkpoints import check_restore
+from zeus_bso.integrations.shrunk_run import ShrunkRun
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike
+from zeus_bso.training import ReportAnswer
+from zeus_bso.training.collectives import from_rank_zero
 from zeus_bso.training.server_run import ServerRun
 from zeus_bso.training.session import TrialSession
 from zeus_bso.training.session_options import SessionOptions
@@ -91,10 +100,13 @@ class ZeusBSOAccelerate(TrialSession):
                 "takes bso.batch_size)"
             )
         self.accelerator = accelerator
+        self._shrunk: ShrunkRun | None = None  # the loop's sizes, once the run has its job
+        self._loaders_seen: weakref.WeakSet[Any] = weakref.WeakSet()  # prepared, looked at
         self._own_accumulation = steps  # given back at the end: a later run starts from it
         self._hooks: list[Any] = []  # a session that ends as it starts has none to remove
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
+        self._shrunk = ShrunkRun(self._job, "metric", "the loop", logger)
         self._accumulate()
         self._hooks = [
             accelerator.register_save_state_pre_hook(self._saving),
@@ -132,7 +144,11 @@ class ZeusBSOAccelerate(TrialSession):
     @override
     def train_begin(self, steps_per_epoch: int | None = None) -> None:
         """`TrialSession.train_begin`, once the loop's DataLoaders are prepared: where none of
-        them takes the run's batch size, the main process says so (`_loaders_said`)."""
+        them takes the run's batch size, the main process says so (`_loaders_said`); where the
+        loop prepared them again since, at a smaller size, it went on at that size
+        (`_went_on`)."""
+        if self._went_on():
+            return
         if not self._began:
             precision = str(self.accelerator.mixed_precision)  # "no", "fp16", "bf16", "fp8"
             self.precision = "32" if precision == "no" else precision
@@ -143,6 +159,66 @@ class ZeusBSOAccelerate(TrialSession):
                 if refused := trained_here(model, self):
                     raise ConfigurationError(refused)
         super().train_begin(steps_per_epoch)
+
+    @override
+    def report(
+        self, metric: float | Callable[[], float | None], epoch: int | None = None
+    ) -> ReportAnswer:
+        """`TrialSession.report`; for a run that went on at a size of the loop's own
+        (`_went_on`), the metric is judged here, by the job's target and ``max_epochs``."""
+        shrunk = self._shrunk
+        if shrunk is None or not self._outside():
+            return super().report(metric, epoch)
+
+        def value() -> float | None:
+            number = metric() if callable(metric) else metric
+            return None if number is None else float(number)
+
+        measured = from_rank_zero(self._collectives.broadcast, self.is_main, value)
+        if measured is None:
+            return ReportAnswer(stop=False, reported=False)
+        stop, outcome = shrunk.judge({"metric": measured}, self.outcome, self.is_main)
+        if self.server is not None and outcome is not None:
+            self.server.outcome = outcome
+        self.converged = stop and shrunk.converged
+        return ReportAnswer(stop, self.converged)
+
+    def _outside(self) -> bool:
+        """Whether the run goes on at a size of the loop's own, outside the optimizer."""
+        trained_at = self._shrunk.trained_at if self._shrunk is not None else None
+        return trained_at is not None and trained_at < self.micro_batch_size
+
+    def _went_on(self) -> bool:
+        """At ``train_begin``: whether the run goes on at a size of the loop's own, outside the
+        optimizer. Where the DataLoaders the accelerator prepared since the last
+        ``train_begin`` do not take the size the loop trained at but a smaller one
+        (Accelerate's ``find_executable_batch_size`` after an out-of-memory error prepares its
+        loop again, at a tenth less), the trial ran out of memory (`ShrunkRun`), and the
+        prepared optimizers step at the new size's rate."""
+        shrunk = self._shrunk
+        if shrunk is None:
+            return False
+        loaders = _prepared_loaders(self.accelerator)
+        fresh = [loader for loader in loaders if loader not in self._loaders_seen]
+        self._loaders_seen.update(loaders)  # a loop that does not free_memory() keeps its old
+        sizes = [size for size in map(batch_size_of, fresh) if size is not None]
+        trained_at = shrunk.trained_at or self.micro_batch_size
+        below = (size for size in sizes if size < trained_at)  # its first: the training one
+        size = trained_at if trained_at in sizes else next(below, None)
+        outside = self._outside()
+        if size is None or (shrunk.trained_at is None and size != self.micro_batch_size):
+            return outside
+        before = shrunk.shrank(size)
+        if before is None:
+            return outside
+        why = (
+            f"the loop trains at batch size {size} now, not {before}, as Accelerate's "
+            "find_executable_batch_size does after an out-of-memory error"
+        )
+        shrunk.went_on(self, outside, before, size, why)
+        optimizers = getattr(self.accelerator, "_optimizers", None) or []  # prepared (private)
+        self._rate.went_on(optimizers, self.batch_size, size * self.accumulation_steps)
+        return True
 
     def _prepared_models(self) -> list[Any]:
         """The models the accelerator prepared, unwrapped (its private list, ``_models``; none

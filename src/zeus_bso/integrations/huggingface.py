@@ -18,7 +18,7 @@ each GPU once. Every checkpoint gets a ``zeus_bso_trial.json``: a run given the 
 (``resume_from_checkpoint``, or ``True`` with ``output_dir``: the last checkpoint there, as
 ``Trainer.train`` takes it) continues its trial. What the callback adds to the Trainer's logs
 and evaluation metrics: `zeus_bso.integrations.hf_logs`; how a run with
-``auto_find_batch_size=True`` goes on at a smaller size: `zeus_bso.integrations.hf_auto_find`.
+``auto_find_batch_size=True`` goes on at a smaller size: `zeus_bso.integrations.shrunk_run`.
 The trial in every process (the server, the shared answers, each GPU's energy once,
 checkpoints) is `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's
 events onto it.
@@ -38,13 +38,13 @@ from typing_extensions import Unpack, override
 
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments, hf_cadence, hf_unheard
-from zeus_bso.integrations.hf_auto_find import ShrunkRun
 from zeus_bso.integrations.hf_callback_order import calling_trainer, run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
 from zeus_bso.integrations.hf_memory import sharded, try_steps
 from zeus_bso.integrations.probe import NOT_TRIED
+from zeus_bso.integrations.shrunk_run import ShrunkRun
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
 from zeus_bso.training import RunOutcome, TrialSession, evaluation_code, trained_models
@@ -87,7 +87,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             Trainer cannot change its batch size: `until_converged` starts the next run, which
             gets a size that fits); with ``auto_find_batch_size=True``, an out-of-memory error,
             at which the Trainer shrinks the batch (see
-            `zeus_bso.integrations.hf_auto_find.ShrunkRun`). 0: no check.
+            `zeus_bso.integrations.shrunk_run.ShrunkRun`). 0: no check.
         options: `zeus_bso.training.RunOptions`, passed on to the run's session.
             ``raise_if_unconverged``: ``trainer.train()`` raises `ZeusBSOTrainFailError` at its
             end when the run did not reach its target. With ``lr_rule``, the Trainer's
@@ -131,7 +131,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._training = False
         self._reported_step: int | None = None
         self._model: weakref.ref[Any] | None = None  # the model the run trains
-        self._shrunk = ShrunkRun(self.job, self.metric)  # auto_find_batch_size's sizes
+        self._shrunk = ShrunkRun(self.job, self.metric, "the Trainer", logger)  # auto_find's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
 
@@ -299,10 +299,17 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             if control.should_evaluate:  # it ran out in evaluation (its due flag is still up)
                 self._refuse(hf_arguments.evaluation_ran_out(args))
             # After an out-of-memory error the Trainer trains again at a smaller size: the run
-            # goes on outside the optimizer (`zeus_bso.integrations.hf_auto_find.ShrunkRun`).
+            # goes on outside the optimizer (`zeus_bso.integrations.shrunk_run.ShrunkRun`).
             self._training, ended, self._ended = False, self._ended, True
-            shrunk, schedule = state.train_batch_size, (optimizer, lr_scheduler)
-            self._shrunk.went_on(session, ended, args.n_gpu, before, shrunk, schedule)
+            devices = max(1, args.n_gpu)
+            old, new = before // devices, state.train_batch_size // devices
+            why = (
+                f"the Trainer's auto_find_batch_size caught an out-of-memory error at batch size "
+                f"{old} and trains at {new}"
+            )
+            self._shrunk.went_on(session, ended, old, new, why)
+            if session.lr.rule != "none" and optimizer is not None:
+                session.lr.rescale(optimizer, new, [lr_scheduler])
             self.outcome = self.outcome if ended else session.outcome
             return
         loader = kwargs.get("train_dataloader")

@@ -51,6 +51,21 @@ class RunRate:
         self.scaled = optimizer
         return factor
 
+    def went_on(self, optimizers: list[Any], dispatched: int, batch_size: int) -> None:
+        """The loop went on at ``batch_size``, a size of its own, where the run was
+        ``dispatched`` another (outside the optimizer, after out of memory): ``optimizers`` step
+        at its rate by the rule. One the loop scaled (`scale`) gets the factor of
+        ``batch_size``; one built at the rate the run gave the loop (``learning_rate``, the
+        dispatched size's) gets the ratio of the two."""
+        if self.scaling.rule == "none":
+            return
+        for optimizer in optimizers:
+            if step_factor(optimizer) is not None:
+                self.scaling.rescale(optimizer, batch_size)
+            elif self.asked:
+                ratio = self.scaling.factor(batch_size, optimizer)
+                scale_optimizer(optimizer, ratio / self.scaling.factor(dispatched, optimizer))
+
     def warmup_steps(self, steps: int, batch_size: int) -> int:
         """Warm-up steps at ``batch_size`` that see the samples ``steps`` saw at the reference
         batch size (the script's own with ``lr_rule='none'``)."""

@@ -1,31 +1,33 @@
-"""The HF Trainer's ``auto_find_batch_size``: after an out-of-memory error the Trainer trains
-again at a smaller size of its own, a run outside the optimizer (`ShrunkRun`)."""
+"""After an out-of-memory error the framework trains again at a smaller size of its own (the HF
+Trainer's ``auto_find_batch_size``, Accelerate's ``find_executable_batch_size``): a run outside
+the optimizer (`ShrunkRun`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 from zeus_bso.spec import JobSpec
 from zeus_bso.training import RunOutcome, TrialSession
 from zeus_bso.training.unjudged import judged_without_server
 
-logger = logging.getLogger("zeus_bso.integrations.huggingface")
-
 
 class ShrunkRun:
-    """What the callback knows of the Trainer's sizes under ``auto_find_batch_size``: the size it
-    trained at (`trained_at`, to see a shrink), and after a shrink the size it went on at
-    (`size`) with the evaluations since, which `judge` stops at the job's target or
-    ``max_epochs``."""
+    """What an adapter knows of the sizes its framework trained at: the size it trained at
+    (`trained_at`, to see a shrink), and after a shrink the size it went on at (`size`) with
+    the evaluations since, which `judge` stops at the job's target or ``max_epochs``. ``who``
+    trains (``the Trainer``), in words; ``logger``: the adapter's."""
 
-    def __init__(self, job: JobSpec, metric: str) -> None:
+    def __init__(self, job: JobSpec, metric: str, who: str, logger: logging.Logger) -> None:
         self.job = job
         self.metric = metric
-        self.trained_at: int | None = None  # the Trainer's batch (all of this process's devices)
+        self.who = who
+        self.logger = logger
+        self.trained_at: int | None = None  # the framework's batch (the HF Trainer's: all of
+        # this process's devices)
         self.size: int | None = None  # per device, while the run goes on outside the optimizer
         self.evaluations = 0
+        self.converged = False  # the run outside the optimizer reached the target (`judge`)
         self._said = False
 
     def shrank(self, train_batch_size: int) -> int | None:
@@ -35,48 +37,33 @@ class ShrunkRun:
         return before if before is not None and train_batch_size < before else None
 
     def went_on(
-        self,
-        session: TrialSession,
-        trial_ended: bool,
-        devices: int,
-        before: int,
-        now: int,
-        schedule: tuple[Any, Any],
+        self, session: TrialSession, trial_ended: bool, old: int, new: int, why: str
     ) -> None:
-        """The Trainer caught an out-of-memory error at ``before`` (every device of this
-        process) and trains again at ``now``. The first time (the trial not ``trial_ended``),
-        the trial's batch size ran out of memory: it is ``infeasible`` on these GPUs (the server
-        dispatches neither it nor a larger size there again); later, a size of the Trainer's ran
-        out too: the server's memory cap of these GPUs comes down to it. The run goes on outside
-        the optimizer: not measured, reported or stopped by the server, but at the job's target
-        or ``max_epochs`` (`judge`); its learning rate (``schedule``: the optimizer and its
-        scheduler) follows the new size by the ``lr_rule``."""
-        devices = max(1, devices)
-        old, new = before // devices, now // devices
-        why = (
-            f"the Trainer's auto_find_batch_size caught an out-of-memory error at batch size "
-            f"{old} and trains at {new}"
-        )
+        """The framework caught an out-of-memory error at ``old`` (a process's batch) and
+        trains again at ``new`` (``why``, in words). The first time (the trial not
+        ``trial_ended``), the trial's batch size ran out of memory: it is ``infeasible`` on
+        these GPUs (the server dispatches neither it nor a larger size there again); later, a
+        size of the framework's ran out too: the server's memory cap of these GPUs comes down to
+        it. The run goes on outside the optimizer: not measured, reported or stopped by the
+        server, but at the job's target or ``max_epochs`` (`judge`); the adapter has its
+        learning rate follow ``new`` by the ``lr_rule``."""
         self.size, self.evaluations = new, 0
         if not trial_ended:  # the trial's size ran out of memory as it trained
             session.end_out_of_memory(why, goes_on=True)
         elif old < session.micro_batch_size:
             session.smaller_size_out_of_memory(old, why)
-        optimizer, scheduler = schedule
-        if session.lr.rule != "none" and optimizer is not None:
-            session.lr.rescale(optimizer, new, [scheduler])
         if not session.is_main:
             return
         if not self._said:
             self._said = True
-            logger.warning(
+            self.logger.warning(
                 "zeus-bso: %s, a size the optimizer did not choose: this run goes on outside "
                 "the optimizer (not measured or reported; it stops at the job's target or "
                 "max_epochs), and the next run gets a batch size that fits on these GPUs",
                 why,
             )
         else:  # each shrink after the first: one line (a real GPU's run shrank twelve times)
-            logger.warning(
+            self.logger.warning(
                 "zeus-bso: %s (outside the optimizer; no size from %d up is dispatched on these "
                 "GPUs)",
                 why,
@@ -99,16 +86,16 @@ class ShrunkRun:
         answer = judged_without_server(self.job, size, value, self.evaluations)
         if not answer.stop_train:
             return False, outcome
-        self.size = None
+        self.size, self.converged = None, answer.converged
         if answer.converged and outcome is not None:  # a model is delivered after all
             outcome = dataclasses.replace(
                 outcome,
                 converged=True,
-                why=f"{outcome.why}; the Trainer went on at {size}, outside the optimizer, "
+                why=f"{outcome.why}; {self.who} went on at {size}, outside the optimizer, "
                 f"and reached the target at its evaluation {self.evaluations}",
             )
         if is_main:
-            logger.warning(
+            self.logger.warning(
                 "zeus-bso: the run at batch size %d, outside the optimizer, %s: training stops "
                 "(%s %.4g after %d evaluations)",
                 size,
