@@ -2050,20 +2050,26 @@ def padded(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class PadsTexts(pl.LightningModule):
-    """Texts of token ids from a ``datasets.Dataset`` (torch format), padded per batch: 127 of
-    4 tokens and one of 12. A training batch of more than ``tokens`` token ids, padding
-    included, runs out of (CUDA) memory: at 32 a batch that holds the long text does, wherever
-    in the epoch it comes, and at 16 none."""
+    """Texts of token ids from a ``datasets.Dataset`` (torch format; ``torch``: a list of
+    samples, each a dict of tensors, as a torch dataset gives them), padded per batch: 127 of 4
+    tokens and one of 12. A training batch of more than ``tokens`` token ids, padding included,
+    runs out of (CUDA) memory: at 32 a batch that holds the long text does, wherever in the
+    epoch it comes, and at 16 none."""
 
-    def __init__(self, tokens: int) -> None:
-        datasets = pytest.importorskip("datasets", reason="pip install datasets")
+    def __init__(self, tokens: int, *, torch_data: bool = False) -> None:
         super().__init__()
         self.tokens, self.batch_size = tokens, 32
         self.trained: list[int] = []  # the texts of each training step taken, tried or not
         draw = torch.Generator().manual_seed(0)
         ids = [torch.randint(1, 10, (n,), generator=draw).tolist() for n in [4] * 127 + [12]]
         rows = {"input_ids": ids, "label": [int(row[0] > 5) for row in ids]}
-        self.texts = datasets.Dataset.from_dict(rows).with_format("torch")
+        self.texts: Any = [
+            {"input_ids": torch.tensor(row), "label": torch.tensor(label)}
+            for row, label in zip(ids, rows["label"], strict=True)
+        ]
+        if not torch_data:
+            datasets = pytest.importorskip("datasets", reason="pip install datasets")
+            self.texts = datasets.Dataset.from_dict(rows).with_format("torch")
         self.embed = torch.nn.EmbeddingBag(10, 8, padding_idx=0)
         self.head = torch.nn.Linear(8, 2)
 
@@ -2095,17 +2101,19 @@ class PadsTexts(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+@pytest.mark.parametrize("torch_data", [False, True], ids=["datasets", "torch"])
 def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
-    server: ServerProcess, tmp_path: Path
+    torch_data: bool, server: ServerProcess, tmp_path: Path
 ) -> None:
     """Texts of many lengths: batches of 32 fit while their texts are short, and run out of
     memory where the long one pads them, at whichever step of an epoch it comes. The memory
     check tries the 32 longest texts, so 32 runs out there and the same fit trains at 16, which
     fits every batch. Before, the check tried the first batches drawn, all short here: it
-    passed, and the fit ran out of memory mid-epoch at 32, its training lost."""
+    passed, and the fit ran out of memory mid-epoch at 32, its training lost. So for a
+    ``datasets.Dataset`` and for a torch dataset, whose samples are read for their lengths."""
     spec = oom_job(unique_id("littexts"))
     pl.seed_everything(0, verbose=False)
-    model = PadsTexts(tokens=200)  # 32 x 4 and 16 x 12 fit; 32 x 12 does not
+    model = PadsTexts(tokens=200, torch_data=torch_data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
     callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
     trainer = pl.Trainer(
         callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)

@@ -5,13 +5,19 @@ were, whether the steps ended or raised."""
 from __future__ import annotations
 
 import contextlib
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
 from tests.helpers import process_group_of_one  # noqa: E402
 from zeus_bso.integrations.probe import (  # noqa: E402
+    FIRST_READ,
     longest_batch,
     longest_samples,
     step,
@@ -172,7 +178,100 @@ def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
     assert longest_samples(padded, 2) is None  # one length
     assert longest_samples(datasets.Dataset.from_dict({"x": lengths}), 2) is None  # no such column
     assert longest_samples(rows.to_iterable_dataset(), 2) is None  # no length to read
-    assert longest_samples([{"input_ids": [1] * n} for n in lengths], 2) is None  # not Arrow
+
+
+class Encodings:
+    """The Hugging Face fine-tuning tutorial's dataset: a tokenizer's encodings (token lists of
+    many lengths, unpadded) and class labels, each sample made tensors when it is read."""
+
+    def __init__(self, lengths: list[int], *, pause_s: float = 0.0) -> None:
+        self.encodings = {"input_ids": [[1] * n for n in lengths]}
+        self.encodings["attention_mask"] = [[1] * n for n in lengths]
+        self.labels = [n % 2 for n in lengths]
+        self.pause_s, self.read = pause_s, 0
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        self.read += 1
+        time.sleep(self.pause_s)  # decoding, tokenizing on the fly
+        item = {key: torch.tensor(value[index]) for key, value in self.encodings.items()}
+        item["labels"] = torch.tensor(self.labels[index])  # a class: no length
+        return item
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def test_the_longest_samples_of_a_torch_dataset_are_read_where_that_is_quick() -> None:
+    """A dataset that keeps no lengths (a torch ``Dataset`` of tokenized texts, a list of
+    samples, a ``Subset`` of them) is read sample by sample: its longest samples, by their
+    place in it. Where reading every sample would take longer than the check may (samples
+    made as they are read), only the first few are read, and the check draws its batches as
+    the run does (None); so it does for samples that are not mappings of token lists."""
+    lengths = [3, 9, 1, 5, 7, 2]
+    found = longest_samples(Encodings(lengths), 2)
+    assert found is not None
+    assert (sorted(found[0]), found[1]) == ([1, 4], 9)
+    as_listed = [{"input_ids": [1] * n, "labels": [2] * 2} for n in lengths]
+    assert longest_samples(as_listed, 1) == ([1], 11)  # a target's tokens count beside
+    batched = [{"input_ids": torch.ones(1, n)} for n in lengths]  # return_tensors="pt" each
+    assert longest_samples(batched, 1) == ([1], 9)
+    part = torch.utils.data.Subset(Encodings(lengths), [0, 2, 3, 5])
+    assert longest_samples(part, 1) == ([2], 5)
+    slow = Encodings([1, 2] * 500, pause_s=0.005)  # 1000 samples: 5 s to read them all
+    assert longest_samples(slow, 8) is None
+    assert slow.read == FIRST_READ
+    encodings = Encodings(lengths)
+    assert longest_samples(encodings, 1) == longest_samples(encodings, 1) == ([1], 9)
+    assert encodings.read == len(lengths)  # kept for the next size tried
+    assert longest_samples([(torch.ones(n), 0) for n in lengths], 1) is None  # not mappings
+    assert longest_samples(Encodings([4] * 6), 2) is None  # one length
+    assert longest_samples([{"label": n} for n in lengths], 1) is None  # no token list
+
+
+class Augmented(Encodings):
+    """`Encodings` whose samples are drawn at random as they are read (an augmentation)."""
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = super().__getitem__(index)
+        item["input_ids"] = item["input_ids"] * torch.randint(1, 3, (1,))
+        random.random()
+        np.random.rand()
+        return item
+
+
+def test_reading_and_collating_the_longest_samples_draws_nothing_the_run_would() -> None:
+    """Samples read for their lengths and the longest batch's collation may draw at random
+    (augmentations, a masking collator's masks); the run then draws what it would have."""
+    loader = torch.utils.data.DataLoader(
+        Augmented([3, 9, 1, 5]), batch_size=2, collate_fn=lambda rows: rows
+    )
+
+    def seeded() -> None:
+        torch.manual_seed(0)
+        random.seed(0)
+        np.random.seed(0)
+
+    def draws() -> tuple[float, float, float]:
+        return float(torch.rand(1)), random.random(), float(np.random.rand())
+
+    seeded()
+    expected = draws()
+    seeded()
+    assert longest_batch(loader, 2) is not None
+    assert draws() == expected
+
+
+def test_the_longest_samples_of_other_data_are_not_known() -> None:
+    """An iterable dataset, or one whose samples cannot be read by index: None."""
+
+    class Stream(torch.utils.data.IterableDataset):  # type: ignore[misc]
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            yield from ({"input_ids": [1] * n} for n in (1, 5, 2))
+
+        def __len__(self) -> int:
+            return 3
+
+    assert longest_samples(Stream(), 1) is None
 
 
 def test_the_longest_batch_is_collated_as_the_loaders_batches_are() -> None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterator, Sequence
+import statistics
+import time
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +40,12 @@ token ids, an audio clip's samples (a Hugging Face model's main inputs, where th
 of one length), a sequence-to-sequence model's target tokens (a summary's, a translation's),
 which its decoder takes, and a preference pair's prompt, chosen and rejected answers (TRL's
 ``DPOTrainer``, by the names of its releases from 1.0 on, and before)."""
+
+READ_BUDGET_S = 2.0
+"""The seconds the memory check may spend reading the lengths of a dataset that keeps none (a
+torch dataset of tokenized texts), sample by sample: projected from its first `FIRST_READ`."""
+FIRST_READ = 16
+"""The samples read to see whether a dataset holds texts and how long reading them all takes."""
 
 NOT_TRIED = (
     "zeus-bso: batch size %d is new to these GPUs, but its steps are not tried in memory first: "
@@ -97,26 +106,98 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
 
 def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     """The indices of ``dataset``'s ``size`` longest samples and the longest one's length, where
-    ``dataset`` is a Hugging Face ``datasets.Dataset`` whose samples differ in length (the
-    lists of its `LENGTH_COLUMNS`, added up, read off its Arrow data: a million rows in 20-30
-    ms, `benchmarks/longest_samples.py`).
+    its samples differ in length (the lists of its `LENGTH_COLUMNS`, added up). A Hugging Face
+    ``datasets.Dataset``'s are read off its Arrow data (a million rows in 20-30 ms,
+    `benchmarks/longest_samples.py`); another map-style dataset whose samples are mappings
+    (a torch ``Dataset`` of tokenized texts, a list of them, a ``Subset``) is read sample by
+    sample where that takes at most `READ_BUDGET_S` (`_lengths_read`).
     A batch of them holds the most padded tokens of any batch of the run, so a size whose
     steps fit them fits every batch; the first batches drawn may be shorter (a run of
     texts of many lengths ran out of memory mid-epoch, at a size its check had passed). None:
-    another kind of dataset (its samples' lengths are known only by reading each, an epoch's
-    work), fewer samples than ``size``, or samples all of one length (padded to it)."""
+    another kind of dataset (an iterable one, samples that are not mappings of token lists, or
+    too many to read in time), fewer samples than ``size``, or samples all of one length
+    (padded to it)."""
     names = getattr(dataset, "column_names", None)
-    columns = [name for name in LENGTH_COLUMNS if name in (names or ())]
-    if not columns:
-        return None
-    try:
-        lengths = _lengths(dataset, columns)
-    except Exception:  # no Arrow table (an iterable dataset, another library's): not known
-        return None
-    if not 0 < size <= len(lengths) or lengths.min() == lengths.max():
+    if names is None:  # not the datasets library's (whose datasets name their columns)
+        lengths = _lengths_read(dataset)
+    else:
+        columns = [name for name in LENGTH_COLUMNS if name in (names or ())]
+        try:
+            lengths = _lengths(dataset, columns) if columns else None
+        except Exception:  # no Arrow table (an iterable dataset, another library's): not known
+            lengths = None
+    if lengths is None or not 0 < size <= len(lengths) or lengths.min() == lengths.max():
         return None
     longest = lengths.argpartition(len(lengths) - size)[len(lengths) - size :]
     return [int(i) for i in longest], int(lengths.max())
+
+
+def _lengths_read(dataset: Any) -> Any | None:
+    """The lengths of a map-style ``dataset``'s samples (`_sample_length`), read sample by
+    sample, as a numpy array; None where its samples are not mappings that hold token lists,
+    where reading one fails (an iterable dataset's ``__getitem__``), or where reading them all
+    would take more than `READ_BUDGET_S`, projected from the median time of the first
+    `FIRST_READ` (the first read may be the slowest): images decoded or texts tokenized as they
+    are read, whose run's first batches are tried, as before. Kept beside a dataset that takes
+    weak references, for the next size its check tries."""
+    try:
+        kept = _READ.get(dataset)
+    except TypeError:  # no weak reference to it (a list): read at each size tried
+        return _read(dataset)
+    if kept is None or len(kept) != len(dataset):
+        kept = _read(dataset)
+        if kept is not None:
+            _READ[dataset] = kept
+    return kept
+
+
+def _read(dataset: Any) -> Any | None:
+    """`_lengths_read` without keeping them."""
+    import numpy as np
+
+    try:
+        count = len(dataset)
+        first, spent = [], []
+        for index in range(min(count, FIRST_READ)):
+            began = time.perf_counter()
+            first.append(_sample_length(dataset[index]))
+            spent.append(time.perf_counter() - began)
+        if not first or None in first:
+            return None
+        projected = statistics.median(spent) * count
+        if projected > READ_BUDGET_S:
+            logger.info(
+                "zeus-bso: the memory check tries the run's first batches, not its longest "
+                "samples: reading the lengths of the %d samples of its %s would take about "
+                "%.1f s",
+                count,
+                type(dataset).__name__,
+                projected,
+            )
+            return None
+        lengths = first + [_sample_length(dataset[i]) for i in range(len(first), count)]
+    except Exception:  # a dataset that cannot be read by index (an iterable one's): not known
+        return None
+    return None if None in lengths else np.asarray(lengths, dtype=np.int64)
+
+
+_READ: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""The lengths `_lengths_read` read, by dataset."""
+
+
+def _sample_length(sample: Any) -> int | None:
+    """A sample's length: the lengths of the token lists (or 1-D or 2-D tensors, arrays: their
+    last dimension) it holds under `LENGTH_COLUMNS`, added up; a class label (a number, a
+    tensor of none) is not one. None: it is not a mapping, or holds none."""
+    if not isinstance(sample, Mapping):
+        return None
+    found = [sample[name] for name in LENGTH_COLUMNS if name in sample]
+    lengths = [
+        int(value.shape[-1]) if hasattr(value, "shape") else len(value)
+        for value in found
+        if getattr(value, "ndim", 1) > 0 and not isinstance(value, str | bytes | int | float)
+    ]
+    return sum(lengths) if lengths else None
 
 
 def _lengths(dataset: Any, columns: list[str]) -> Any:
@@ -140,7 +221,33 @@ def _lengths(dataset: Any, columns: list[str]) -> Any:
 
 def longest_batch(loader: Any, size: int) -> Any | None:
     """``loader``'s batch of the ``size`` longest samples of its dataset (`longest_samples`),
-    collated by its ``collate_fn`` as the run's batches are; None where they are not known."""
+    collated by its ``collate_fn`` as the run's batches are; None where they are not known.
+    What reading and collating the samples draws at random (an augmentation, a masking
+    collator's masks) leaves the random state as it was (`random_kept`): the run draws what it
+    would have."""
+    with random_kept():
+        return _longest_batch(loader, size)
+
+
+@contextmanager
+def random_kept() -> Iterator[None]:
+    """Inside, draw at random; after, the random state is what it was: torch's on the CPU,
+    Python's ``random`` module's and numpy's global generator's."""
+    import random
+
+    import numpy as np
+    import torch
+
+    python, legacy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(legacy)
+
+
+def _longest_batch(loader: Any, size: int) -> Any | None:
     dataset: Any = getattr(loader, "dataset", None)
     if (longest := longest_samples(dataset, size)) is None:
         return None
