@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Connection
 
@@ -74,10 +74,10 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
         JobConfigMismatchError: the id exists with another configuration.
     """
     if spec.job_id is None:
-        prior = _new_job_seed(conn, spec, "")
+        seed = _new_job_seed(conn, spec, "")
         while True:  # a clash of 32 random bits is rare; draw again if it happens
             job = spec.model_copy(update={"job_id": f"{spec.job_id_prefix}-{secrets.token_hex(4)}"})
-            if _insert(conn, job, prior):
+            if _insert(conn, job, seed):
                 logger.info("registered job %s", job.job_id)
                 return Registered(job, True)
     # The row is locked before anything is written: a registration on other GPUs changes it.
@@ -126,20 +126,37 @@ def register(conn: Connection, spec: JobSpecFromClient) -> Registered:
     return Registered(JobSpecFromClient.model_validate(config.model_dump()), False)
 
 
-def _insert(conn: Connection, job: JobSpecFromClient, prior: policy.Prior | None) -> bool:
+@dataclass(frozen=True)
+class Seed:
+    """What a new job starts from: the prior of the job ``prior_from`` names (None: none), and,
+    in trust mode (the same model and data pipeline), that job's memory caps by hardware
+    profile: the sizes that ran out of memory there run out for this job too."""
+
+    prior: policy.Prior | None = None
+    memory_caps: dict[str, int] = field(default_factory=dict)
+
+
+def _insert(conn: Connection, job: JobSpecFromClient, seed: Seed) -> bool:
     assert job.job_id is not None
     config = CreatedJob.model_validate(job.model_dump()).model_dump(mode="json")
     inserted = repo.insert_job_if_absent(conn, job.job_id, job.job_id_prefix, config)
+    prior = seed.prior
     if inserted and prior is not None:
         repo.set_prior(conn, job.job_id, prior)
         logger.info("job %s starts from job %s's curve (%s)", job.job_id, prior.parent, prior.mode)
+    if inserted and seed.memory_caps:
+        repo.set_memory_caps(conn, job.job_id, seed.memory_caps)
+        logger.info(
+            "job %s takes job %s's memory caps: %s", job.job_id, job.prior_from, seed.memory_caps
+        )
     return inserted
 
 
-def _new_job_seed(conn: Connection, spec: JobSpecFromClient, job_id: str) -> policy.Prior | None:
-    """A new job's check and its prior: its settings must make a working job (both ways a new
+def _new_job_seed(conn: Connection, spec: JobSpecFromClient, job_id: str) -> Seed:
+    """A new job's check and its seed: its settings must make a working job (both ways a new
     job is registered, with an id or with a prefix, come through here before it is written),
-    and the prior ``prior_from`` gives it (None: none asked, or ``auto`` found none).
+    and the prior ``prior_from`` gives it (none: none asked, or ``auto`` found none), with a
+    trusted parent's memory caps.
 
     Raises:
         NewJobRefusedError: the settings cannot make a working job
@@ -152,13 +169,13 @@ def _new_job_seed(conn: Connection, spec: JobSpecFromClient, job_id: str) -> pol
         raise NewJobRefusedError(refused)
     named = spec.prior_from
     if named is None:
-        return None
+        return Seed()
     if named == "auto":  # the prefix's job updated last that learned something; check mode
         for sibling in repo.latest_of_prefix(conn, spec.job_id_prefix, job_id):
             found = _learned(conn, sibling, policy.PriorMode.CHECK, spec.batch_sizes)
             if found is not None:
-                return found
-        return None
+                return Seed(found)
+        return Seed()
     if named == job_id:
         raise PriorError(f"prior_from names the job itself ({named}): name a related job")
     parent = repo.get_job(conn, named)
@@ -167,13 +184,15 @@ def _new_job_seed(conn: Connection, spec: JobSpecFromClient, job_id: str) -> pol
             f"prior_from {named!r} names no job on this server: give the id of a job that "
             "`zeus-bso jobs list` shows, or 'auto' (the job of the same prefix updated last)"
         )
-    found = _learned(conn, parent, policy.PriorMode(spec.prior_mode), spec.batch_sizes)
+    mode = policy.PriorMode(spec.prior_mode)
+    found = _learned(conn, parent, mode, spec.batch_sizes)
     if found is None:
         raise PriorError(
             f"job {named} has no converged run at a batch size of this job yet: seed from it "
             "once it has one, or register without prior_from (the job starts cold)"
         )
-    return found
+    trusted = mode is policy.PriorMode.TRUST
+    return Seed(found, dict(parent.state.memory_caps) if trusted else {})
 
 
 def _learned(

@@ -19,6 +19,9 @@ from zeus_bso.sim import ServerBackend, in_process, job_spec, load_trace_job, si
 from zeus_bso.spec import JobSpecFromClient, profile_key
 
 SIZES = [32, 64, 128, 256]
+H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "number_of_gpus": 1, "max_power": 700.0}
+H100_KEY = "1xNVIDIA H100 80GB HBM3@700W"
+"""GPUs other than the jobs' own (`job_body`'s A100)."""
 # Each size's epochs to the target and cost of an epoch (0.5 * energy: time 0):
 # whole runs 32 -> 80, 64 -> 48, 128 -> 20 (the cheapest), 256 -> 27.
 EPOCHS = {32: 4, 64: 4, 128: 2, 256: 3}
@@ -39,9 +42,12 @@ def _body(job_id: str, **overrides: object) -> dict[str, object]:
     )
 
 
-def _run(http: httpx.Client, job_id: str, epoch_cost: dict[int, float] = EPOCH_COST) -> int:
-    """One run of the job's next trial, to its target (or its stop): its batch size."""
-    trial = dispatch(http, job_id)
+def _run(
+    http: httpx.Client, job_id: str, epoch_cost: dict[int, float] = EPOCH_COST, **gpus: object
+) -> int:
+    """One run of the job's next trial (on ``gpus``: the job's own where none are given), to
+    its target (or its stop): its batch size."""
+    trial = dispatch(http, job_id, **gpus)
     size = trial["batch_size"]
     for epoch in range(1, EPOCHS[size] + 1):
         report = {
@@ -93,6 +99,27 @@ def test_a_trusted_parent_s_best_runs_first(http: httpx.Client) -> None:
     assert "the walk on that curve is over" in page
     assert page.count("exploration (a related job's curve)") == 3  # its walk's runs
     assert http.get(f"/api/jobs/{parent}").json()["seeded_from"] is None
+
+
+@pytest.mark.parametrize("mode", ["trust", "check"])
+def test_a_trusted_parent_s_memory_caps_hold_for_the_job(http: httpx.Client, mode: str) -> None:
+    """The same model and data pipeline need the same memory: a job seeded from a trusted
+    parent takes its memory caps (256 ran out of memory on the parent's H100, so the new job is
+    never dispatched 256 there). A checked parent may be another model: its caps are not
+    taken."""
+    parent = _parent(http, "parent")
+    assert http.put(f"/api/jobs/{parent}/pin", json={"batch_size": 256}).status_code == 200
+    ran_out = dispatch(http, parent, **H100)  # new to the H100: its memory is not known
+    assert ran_out["batch_size"] == 256
+    assert http.post("/api/trials/infeasible", json=trial_id(ran_out)).status_code == 200
+    caps = http.get(f"/api/jobs/{parent}").json()["memory_caps"]
+    assert caps == {H100_KEY: 256}
+    child = unique_id("child")
+    created = http.post("/jobs", json=_body(child, prior_from=parent, prior_mode=mode))
+    assert created.status_code == 201, created.text
+    assert http.get(f"/api/jobs/{child}").json()["memory_caps"] == (caps if mode == "trust" else {})
+    if mode == "trust":  # its walk (128, then 64 and 256) leaves 256 out on the H100
+        assert sorted(_run(http, child, **H100) for _ in range(3)) == [64, 128, 128]
 
 
 def test_a_trusted_parent_s_job_that_never_ran_its_default_says_why_its_savings_are_unknown(
