@@ -2042,21 +2042,28 @@ def test_out_of_memory_is_infeasible_and_the_fit_goes_on_at_a_size_that_fits(
 
 def padded(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Texts of token ids padded (with 0) to the batch's longest, as ``DataCollatorWithPadding``
-    pads them."""
+    pads them; raw texts (``text``: digits) tokenized first, as a collator that calls the
+    tokenizer on the batch does."""
+    if "text" in rows[0]:
+        rows = [
+            {"input_ids": torch.tensor([int(d) for d in row["text"]]), "label": row["label"]}
+            for row in rows
+        ]
     ids = torch.zeros(len(rows), max(len(row["input_ids"]) for row in rows), dtype=torch.long)
     for number, row in enumerate(rows):
         ids[number, : len(row["input_ids"])] = row["input_ids"]
-    return {"input_ids": ids, "label": torch.stack([row["label"] for row in rows])}
+    return {"input_ids": ids, "label": torch.stack([torch.as_tensor(r["label"]) for r in rows])}
 
 
 class PadsTexts(pl.LightningModule):
-    """Texts of token ids from a ``datasets.Dataset`` (torch format; ``torch``: a list of
-    samples, each a dict of tensors, as a torch dataset gives them), padded per batch: 127 of 4
-    tokens and one of 12. A training batch of more than ``tokens`` token ids, padding included,
-    runs out of (CUDA) memory: at 32 a batch that holds the long text does, wherever in the
-    epoch it comes, and at 16 none."""
+    """Texts of token ids from a ``datasets.Dataset`` (torch format; ``data="torch"``: a list of
+    samples, each a dict of tensors, as a torch dataset gives them; ``"texts"``: a
+    ``datasets.Dataset`` of raw texts, which the collator tokenizes), padded per batch: 127 of
+    4 tokens and one of 12. A training batch of more than ``tokens`` token ids, padding
+    included, runs out of (CUDA) memory: at 32 a batch that holds the long text does, wherever
+    in the epoch it comes, and at 16 none."""
 
-    def __init__(self, tokens: int, *, torch_data: bool = False) -> None:
+    def __init__(self, tokens: int, *, data: str = "datasets") -> None:
         super().__init__()
         self.tokens, self.batch_size = tokens, 32
         self.trained: list[int] = []  # the texts of each training step taken, tried or not
@@ -2067,8 +2074,10 @@ class PadsTexts(pl.LightningModule):
             {"input_ids": torch.tensor(row), "label": torch.tensor(label)}
             for row, label in zip(ids, rows["label"], strict=True)
         ]
-        if not torch_data:
+        if data != "torch":
             datasets = pytest.importorskip("datasets", reason="pip install datasets")
+            if data == "texts":
+                rows = {"text": ["".join(map(str, row)) for row in ids], "label": rows["label"]}
             self.texts = datasets.Dataset.from_dict(rows).with_format("torch")
         self.embed = torch.nn.EmbeddingBag(10, 8, padding_idx=0)
         self.head = torch.nn.Linear(8, 2)
@@ -2101,19 +2110,20 @@ class PadsTexts(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-@pytest.mark.parametrize("torch_data", [False, True], ids=["datasets", "torch"])
+@pytest.mark.parametrize("data", ["datasets", "torch", "texts"])
 def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
-    torch_data: bool, server: ServerProcess, tmp_path: Path
+    data: str, server: ServerProcess, tmp_path: Path
 ) -> None:
     """Texts of many lengths: batches of 32 fit while their texts are short, and run out of
     memory where the long one pads them, at whichever step of an epoch it comes. The memory
     check tries the 32 longest texts, so 32 runs out there and the same fit trains at 16, which
     fits every batch. Before, the check tried the first batches drawn, all short here: it
     passed, and the fit ran out of memory mid-epoch at 32, its training lost. So for a
-    ``datasets.Dataset`` and for a torch dataset, whose samples are read for their lengths."""
+    ``datasets.Dataset``, for a torch dataset, whose samples are read for their lengths, and
+    for raw texts that the collator tokenizes, whose lengths stand in for their tokens'."""
     spec = oom_job(unique_id("littexts"))
     pl.seed_everything(0, verbose=False)
-    model = PadsTexts(tokens=200, torch_data=torch_data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
+    model = PadsTexts(tokens=200, data=data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
     callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
     trainer = pl.Trainer(
         callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)

@@ -223,9 +223,31 @@ def test_the_longest_samples_of_a_torch_dataset_are_read_where_that_is_quick() -
     encodings = Encodings(lengths)
     assert longest_samples(encodings, 1) == longest_samples(encodings, 1) == ([1], 9)
     assert encodings.read == len(lengths)  # kept for the next size tried
-    assert longest_samples([(torch.ones(n), 0) for n in lengths], 1) is None  # not mappings
+    images = [(torch.ones(3, n, n), 0) for n in lengths]  # no text, no 1-D tensor: not known
+    assert longest_samples(images, 1) is None
     assert longest_samples(Encodings([4] * 6), 2) is None  # one length
     assert longest_samples([{"label": n} for n in lengths], 1) is None  # no token list
+
+
+def test_raw_texts_stand_in_for_their_tokens() -> None:
+    """Where a collator tokenizes the texts as it batches, the samples hold no token lists:
+    the longest texts stand in for the most tokens (a ``datasets.Dataset``'s string columns,
+    in bytes, read off its Arrow data; a torch dataset's texts, a tuple's 1-D tensor of token
+    ids, as ``pad_sequence`` pads them). Token lists, where a sample has them, count instead."""
+    datasets = pytest.importorskip("datasets", reason="reads a datasets.Dataset")
+    words = ["a b", "a b c d e f g h", "a", "a b c d", "a b c d e f g"]
+    rows = datasets.Dataset.from_dict({"text": words, "label": [0, 1, 0, 1, 0]})
+    assert longest_samples(rows.shuffle(seed=2).select(range(4)), 1) is not None
+    found = longest_samples(rows, 2)
+    assert found is not None
+    assert (sorted(found[0]), found[1]) == ([1, 4], 15)
+    assert longest_samples(rows.filter(lambda row: len(row["text"]) < 15), 1) == ([3], 13)
+    assert longest_samples([{"text": text} for text in words], 1) == ([1], 15)
+    assert longest_samples(words, 1) == ([1], 15)  # a list of texts
+    ids = [(torch.ones(len(text.split()), dtype=torch.long), 0) for text in words]
+    assert longest_samples(ids, 1) == ([1], 8)
+    both = [{"text": "a " * 50, "input_ids": [1]}, {"text": "a", "input_ids": [1, 2, 3]}]
+    assert longest_samples(both, 1) == ([1], 3)
 
 
 class Augmented(Encodings):

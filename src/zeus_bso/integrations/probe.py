@@ -117,13 +117,11 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     another kind of dataset (an iterable one, samples that are not mappings of token lists, or
     too many to read in time), fewer samples than ``size``, or samples all of one length
     (padded to it)."""
-    names = getattr(dataset, "column_names", None)
-    if names is None:  # not the datasets library's (whose datasets name their columns)
+    if getattr(dataset, "column_names", None) is None:  # not a datasets library's table
         lengths = _lengths_read(dataset)
     else:
-        columns = [name for name in LENGTH_COLUMNS if name in (names or ())]
         try:
-            lengths = _lengths(dataset, columns) if columns else None
+            lengths = _lengths(dataset)
         except Exception:  # no Arrow table (an iterable dataset, another library's): not known
             lengths = None
     if lengths is None or not 0 < size <= len(lengths) or lengths.min() == lengths.max():
@@ -166,6 +164,8 @@ def _read(dataset: Any) -> Any | None:
             return None
         projected = statistics.median(spent) * count
         if projected > READ_BUDGET_S:
+            if len(set(first)) == 1:  # of one length, as far as it was read: nothing to say
+                return None
             logger.info(
                 "zeus-bso: the memory check tries the run's first batches, not its longest "
                 "samples: reading the lengths of the %d samples of its %s would take about "
@@ -187,36 +187,66 @@ _READ: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 def _sample_length(sample: Any) -> int | None:
     """A sample's length: the lengths of the token lists (or 1-D or 2-D tensors, arrays: their
-    last dimension) it holds under `LENGTH_COLUMNS`, added up; a class label (a number, a
-    tensor of none) is not one. None: it is not a mapping, or holds none."""
-    if not isinstance(sample, Mapping):
-        return None
-    found = [sample[name] for name in LENGTH_COLUMNS if name in sample]
+    last dimension) a mapping holds under `LENGTH_COLUMNS`, added up; where it holds none, its
+    texts' and 1-D tensors' (token ids, a waveform), as of a sample that is a text, such a
+    tensor, or a tuple of them (a collator that tokenizes or pads them as it batches). A class
+    label (a number, a tensor of none) is not one. None: it holds none of them."""
+    if isinstance(sample, Mapping):
+        found = [sample[name] for name in LENGTH_COLUMNS if name in sample]
+        tokens = [
+            int(value.shape[-1]) if hasattr(value, "shape") else len(value)
+            for value in found
+            if getattr(value, "ndim", 1) > 0 and not isinstance(value, str | bytes | int | float)
+        ]
+        if tokens:
+            return sum(tokens)
+        parts = list(sample.values())
+    else:
+        parts = list(sample) if isinstance(sample, tuple) else [sample]
     lengths = [
-        int(value.shape[-1]) if hasattr(value, "shape") else len(value)
-        for value in found
-        if getattr(value, "ndim", 1) > 0 and not isinstance(value, str | bytes | int | float)
+        len(part) if isinstance(part, str) else int(part.shape[0])
+        for part in parts
+        if isinstance(part, str) or getattr(part, "ndim", None) == 1
     ]
     return sum(lengths) if lengths else None
 
 
-def _lengths(dataset: Any, columns: list[str]) -> Any:
-    """The lengths of ``dataset``'s lists in ``columns`` (those that hold lists: a class label
-    does not), added up by sample, in its order, as a numpy array: read off the offsets of its
+def _lengths(dataset: Any) -> Any | None:
+    """The lengths of ``dataset``'s samples, in its order, as a numpy array: its lists in
+    `LENGTH_COLUMNS` (those that hold lists: a class label does not), added up by sample; where
+    it has none, its texts' (its string columns', in bytes: a collator that tokenizes them as
+    it batches pads to the longest); None where it has neither. Read off the offsets of its
     Arrow table, and put in its order by its indices mapping where it has one (after
     ``shuffle``, ``select``, ``filter`` or ``train_test_split``: taking the lists themselves in
     that order copied every token, 11 s for a million texts)."""
     import numpy as np
+    import pyarrow.compute as compute  # type: ignore[import-untyped]  # the datasets library's
 
-    lengths = np.zeros(dataset.data.num_rows, dtype=np.int64)
-    for column in columns:
-        chunks = dataset.data.column(column).chunks
-        if chunks and hasattr(chunks[0], "value_lengths"):  # lists, not numbers
-            lengths += np.concatenate([np.asarray(c.value_lengths().fill_null(0)) for c in chunks])
+    table = dataset.data
+    kinds = {field.name: str(field.type) for field in table.schema}
+    lists = [
+        name for name in LENGTH_COLUMNS if kinds.get(name, "").startswith(("list<", "large_list<"))
+    ]
+    texts = [name for name, kind in kinds.items() if kind in ("string", "large_string")]
+    if not (lists or texts):
+        return None
+    lengths = np.zeros(table.num_rows, dtype=np.int64)
+    for column in lists or texts:
+        for start, chunk in _chunks(table.column(column).chunks):
+            counted = chunk.value_lengths() if lists else compute.binary_length(chunk)
+            lengths[start : start + len(chunk)] += np.asarray(counted.fill_null(0))
     mapping = getattr(dataset, "_indices", None)  # the datasets library's, since 1.0
     if mapping is None:
         return lengths
     return lengths[np.asarray(mapping.column("indices"))]
+
+
+def _chunks(chunks: list[Any]) -> Iterator[tuple[int, Any]]:
+    """Each of a column's ``chunks`` with the row it starts at."""
+    start = 0
+    for chunk in chunks:
+        yield start, chunk
+        start += len(chunk)
 
 
 def longest_batch(loader: Any, size: int) -> Any | None:
