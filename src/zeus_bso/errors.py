@@ -202,8 +202,8 @@ class OutOfMemoryNotTheBatchSizeError(ZeusBSOError):
     size: even the job's smallest batch size (or micro-batches of one sample) ran out when the
     memory check tried it. It is the script's, or the machine's, doing (a bug that allocates
     regardless of the batch, another process holding the GPU's memory, a model that does not
-    fit on this GPU at all, samples too long for it: the check tries a ``datasets.Dataset``'s
-    longest): the run's trial is released, nothing is counted against a batch size, and no
+    fit on this GPU at all, samples too long for it: the check tries texts' longest, where
+    it finds them): the run's trial is released, nothing is counted against a batch size, and no
     memory cap is set."""
 
 

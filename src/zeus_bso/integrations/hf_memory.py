@@ -35,7 +35,7 @@ def try_steps(
     collective), with the Trainer's optimizer and batches (of ``size`` samples: the Trainer's,
     or a smaller size's from the same data), then undo them: the weights, the optimizer's state
     and the random state are restored. An out-of-memory error is raised. Where the samples
-    differ in length (a ``datasets.Dataset`` of token ids: `longest_batch`), every step takes
+    differ in length (texts of many lengths: `longest_batch`), every step takes
     the batch of the ``size`` longest, collated as the Trainer's are: the run's largest.
 
     A step's loss is the ``trainer``'s (its ``compute_loss``, in its autocast: a subclass's

@@ -100,8 +100,8 @@ def try_size(
 
 
 def longest_batches(loaders: Any, size: int) -> Iterator[tuple[Any, int, int]] | None:
-    """Where the fit trains on one DataLoader of a ``datasets.Dataset`` whose samples differ in
-    length (`zeus_bso.integrations.probe.longest_batch`): its batch of the ``size`` longest,
+    """Where the fit trains on one DataLoader whose samples differ in length, and are known to
+    (`zeus_bso.integrations.probe.longest_batch`): its batch of the ``size`` longest,
     collated by its ``collate_fn``, at every step, as the fit loop's iterator gives batches
     (with their index and the DataLoader's); None: the steps take the fit's own batches."""
     flattened = loaders.flattened

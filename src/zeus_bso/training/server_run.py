@@ -259,8 +259,8 @@ class ServerRun(ServerRunEndings):
             f"out of memory even at {size} sample{'s' if size > 1 else ''} a step on "
             f"{self._trains_on} ({why}): not the batch size's doing (a bug that allocates "
             "whatever the batch, another process holding the GPU's memory, a model that does "
-            "not fit on this GPU, or samples too long for it: where the data is a "
-            "datasets.Dataset of many lengths, the check tries its longest); not counted "
+            "not fit on this GPU, or samples too long for it: where the data holds texts "
+            "of many lengths, the check tries its longest); not counted "
             "against any batch size, no memory cap set"
         )
         self.release(message)
