@@ -4,11 +4,14 @@ which, after an out-of-memory error, frees the accelerator's memory and calls it
 of the batch size. The batch size it starts from is zeus-bso's.
 
     python accelerate_find_batch_size.py --job NAME [--target 0.85] [--oom-above N]
-        [--keep-memory] [--rate-by-hand]
+        [--keep-memory] [--rate-by-hand] [--accumulate-to-start]
 
 ``--keep-memory``: the function does not call ``accelerator.free_memory()`` (the accelerator
 keeps what it prepared before, as scripts that leave the call out do). ``--rate-by-hand``: the
 optimizer is built at ``bso.learning_rate(0.1)`` instead of scaled by ``bso.scale``.
+``--accumulate-to-start``: the shape of Accelerate's ``automatic_gradient_accumulation.py``, whose
+accelerator accumulates the starting size over the smaller size's batches (``accelerator.
+gradient_accumulation_steps = starting // batch_size``, each step in ``accelerator.accumulate``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oom-above", type=int, default=0)
     parser.add_argument("--keep-memory", action="store_true")
     parser.add_argument("--rate-by-hand", action="store_true")
+    parser.add_argument("--accumulate-to-start", action="store_true")
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -53,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     accelerator = Accelerator(cpu=ON_CPU, mixed_precision="bf16" if BF16 else "no")
     with ZeusBSOAccelerate(accelerator, job=job, lr_rule="linear") as bso:
+        starting = bso.batch_size
 
-        @find_executable_batch_size(starting_batch_size=bso.batch_size)
+        @find_executable_batch_size(starting_batch_size=starting)
         def inner_training_loop(batch_size: int) -> None:
+            if args.accumulate_to_start:
+                accelerator.gradient_accumulation_steps = starting // batch_size
             if not args.keep_memory:
                 accelerator.free_memory()  # what the last try prepared
             torch.manual_seed(0)
@@ -78,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(job.max_epochs):
                 model.train()
                 for x, y in train_loader:
-                    out_of_memory_above(args.oom_above, x)
-                    loss = torch.nn.functional.cross_entropy(model(x), y)
-                    accelerator.backward(loss)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
+                    with accelerator.accumulate(model):  # each step, where it accumulates none
+                        out_of_memory_above(args.oom_above, x)
+                        loss = torch.nn.functional.cross_entropy(model(x), y)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        scheduler.step()
+                        optimizer.zero_grad()
                 model.eval()
                 right = 0
                 for x, y in eval_loader:

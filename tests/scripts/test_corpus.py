@@ -533,7 +533,9 @@ def test_out_of_memory_while_a_loop_trains_is_infeasible_and_the_next_run_fits(
     check_run(probe.take(), trial, CORPUS[script][1])
 
 
-@pytest.mark.parametrize("more", [(), ("--keep-memory",), ("--rate-by-hand",)], ids=str)
+@pytest.mark.parametrize(
+    "more", [(), ("--keep-memory",), ("--rate-by-hand",), ("--accumulate-to-start",)], ids=str
+)
 def test_a_loop_that_finds_an_executable_batch_size_goes_on_outside_the_optimizer(
     more: tuple[str, ...], probe: Probe, server: ServerProcess
 ) -> None:
@@ -543,13 +545,13 @@ def test_a_loop_that_finds_an_executable_batch_size_goes_on_outside_the_optimize
     infeasible (it was reported as 16's, converged, at 8's cost), every step at 8 takes 8's
     rate by the linear rule (it took 16's), the run stops at the target, and the next run is
     dispatched 8 (it was sent 32). Also where the loop keeps what it prepared before (no
-    ``free_memory()``), and where it builds its optimizer at ``bso.learning_rate``'s rate."""
+    ``free_memory()``), where it builds its optimizer at ``bso.learning_rate``'s rate, and where
+    its accelerator accumulates 16 over batches of 8 (Accelerate's automatic gradient
+    accumulation: the run goes on at 16, outside the optimizer, at 16's rate)."""
     prefix = unique_id("corpusfind").replace("-", "")
     argv = ["--job", prefix, "--oom-above", "8", "--target", "0.6", *more]
     assert run_script("accelerate_find_batch_size.py", *argv) == 0  # its target, at 8
     went_on = probe.take()
-    assert went_on
-    assert {step.samples for step in went_on} == {8}
     (ran_out,) = trials_of(server, prefix)
     assert (ran_out["batch_size"], ran_out["status"]) == (16, "infeasible")
     assert run_script("accelerate_find_batch_size.py", *argv) == 0
@@ -558,10 +560,18 @@ def test_a_loop_that_finds_an_executable_batch_size_goes_on_outside_the_optimize
     dispatched = probe.take()
     if "--rate-by-hand" not in more:  # its schedule's rates are 16's: the factor is the rule's
         check_run(dispatched, trial)
+    if "--accumulate-to-start" in more:  # 2 micro-batches of 8 a step: 16, at 16's rate
+        assert went_on
+        assert {step.samples for step in went_on} == {16}
+        factors = [step.factor for step in went_on if step.schedule > 1e-6]
+        assert factors == pytest.approx([1.0] * len(factors), rel=2e-3)  # it took 8's
+        return
+    if "--rate-by-hand" not in more:
         check_run(went_on, trial)  # as the run dispatched 8 (outside the optimizer: no trial)
     # The same model, data and schedule at 8: the run outside the optimizer took the rates of
     # the run the server dispatched 8 to, step by step.
     taken = [step.taken for step in dispatched]
+    assert {step.samples for step in went_on} == {8}
     assert [step.taken for step in went_on[: len(taken)]] == pytest.approx(taken[: len(went_on)])
 
 

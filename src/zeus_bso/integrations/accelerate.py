@@ -185,8 +185,7 @@ class ZeusBSOAccelerate(TrialSession):
 
     def _outside(self) -> bool:
         """Whether the run goes on at a size of the loop's own, outside the optimizer."""
-        trained_at = self._shrunk.trained_at if self._shrunk is not None else None
-        return trained_at is not None and trained_at < self.micro_batch_size
+        return self._shrunk is not None and self._shrunk.outside
 
     def _went_on(self) -> bool:
         """At ``train_begin``: whether the run goes on at a size of the loop's own, outside the
@@ -194,7 +193,9 @@ class ZeusBSOAccelerate(TrialSession):
         ``train_begin`` do not take the size the loop trained at but a smaller one
         (Accelerate's ``find_executable_batch_size`` after an out-of-memory error prepares its
         loop again, at a tenth less), the trial ran out of memory (`ShrunkRun`), and the
-        prepared optimizers step at the new size's rate."""
+        prepared optimizers step at the rate of the batch size the loop trains now: the
+        DataLoader's times the accelerator's accumulation steps (Accelerate's example of
+        automatic gradient accumulation keeps its batch so)."""
         shrunk = self._shrunk
         if shrunk is None:
             return False
@@ -205,19 +206,21 @@ class ZeusBSOAccelerate(TrialSession):
         trained_at = shrunk.trained_at or self.micro_batch_size
         below = (size for size in sizes if size < trained_at)  # its first: the training one
         size = trained_at if trained_at in sizes else next(below, None)
-        outside = self._outside()
         if size is None or (shrunk.trained_at is None and size != self.micro_batch_size):
-            return outside
+            return shrunk.outside
         before = shrunk.shrank(size)
         if before is None:
-            return outside
+            return shrunk.outside
+        steps = int(getattr(self.accelerator, "gradient_accumulation_steps", 1) or 1)
         why = (
-            f"the loop trains at batch size {size} now, not {before}, as Accelerate's "
+            f"the loop's DataLoader takes {size} now, not {before}, as Accelerate's "
             "find_executable_batch_size does after an out-of-memory error"
         )
-        shrunk.went_on(self, outside, before, size, why)
+        if steps > 1:
+            why += f" (with {steps} accumulated micro-batches a step: batch size {size * steps})"
+        shrunk.went_on(self, shrunk.outside, before, size * steps, why)
         optimizers = getattr(self.accelerator, "_optimizers", None) or []  # prepared (private)
-        self._rate.went_on(optimizers, self.batch_size, size * self.accumulation_steps)
+        self._rate.went_on(optimizers, self.batch_size, size * steps)
         return True
 
     def _prepared_models(self) -> list[Any]:

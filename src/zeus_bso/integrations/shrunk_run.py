@@ -27,6 +27,7 @@ class ShrunkRun:
         # this process's devices)
         self.size: int | None = None  # per device, while the run goes on outside the optimizer
         self.evaluations = 0
+        self.outside = False  # the run went on outside the optimizer (`went_on`)
         self.converged = False  # the run outside the optimizer reached the target (`judge`)
         self._said = False
 
@@ -47,7 +48,7 @@ class ShrunkRun:
         it. The run goes on outside the optimizer: not measured, reported or stopped by the
         server, but at the job's target or ``max_epochs`` (`judge`); the adapter has its
         learning rate follow ``new`` by the ``lr_rule``."""
-        self.size, self.evaluations = new, 0
+        self.size, self.evaluations, self.outside = new, 0, True
         if not trial_ended:  # the trial's size ran out of memory as it trained
             session.end_out_of_memory(why, goes_on=True)
         elif old < session.micro_batch_size:
