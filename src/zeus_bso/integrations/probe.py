@@ -106,17 +106,18 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
 
 def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     """The indices of ``dataset``'s ``size`` longest samples and the longest one's length, where
-    its samples differ in length (the lists of its `LENGTH_COLUMNS`, added up). A Hugging Face
-    ``datasets.Dataset``'s are read off its Arrow data (a million rows in 20-30 ms,
-    `benchmarks/longest_samples.py`); another map-style dataset whose samples are mappings
-    (a torch ``Dataset`` of tokenized texts, a list of them, a ``Subset``) is read sample by
-    sample where that takes at most `READ_BUDGET_S` (`_lengths_read`).
+    its samples differ in length (the lists of its `LENGTH_COLUMNS`, added up; without them,
+    its raw texts', which a collator tokenizes as it batches). A Hugging Face
+    ``datasets.Dataset``'s are read off its Arrow data (`_lengths`: a million rows in 20-30
+    ms, `benchmarks/longest_samples.py`); another map-style dataset (a torch ``Dataset`` of
+    tokenized texts, a list of samples, a ``Subset``) is read sample by sample where that
+    takes at most `READ_BUDGET_S` (`_lengths_read`, `_sample_length`).
     A batch of them holds the most padded tokens of any batch of the run, so a size whose
     steps fit them fits every batch; the first batches drawn may be shorter (a run of
     texts of many lengths ran out of memory mid-epoch, at a size its check had passed). None:
-    another kind of dataset (an iterable one, samples that are not mappings of token lists, or
-    too many to read in time), fewer samples than ``size``, or samples all of one length
-    (padded to it)."""
+    another kind of dataset (an iterable one, samples with no text or token ids, or too many
+    to read in time), fewer samples than ``size``, or samples all of one length (padded to
+    it)."""
     if getattr(dataset, "column_names", None) is None:  # not a datasets library's table
         lengths = _lengths_read(dataset)
     else:
@@ -132,8 +133,8 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
 
 def _lengths_read(dataset: Any) -> Any | None:
     """The lengths of a map-style ``dataset``'s samples (`_sample_length`), read sample by
-    sample, as a numpy array; None where its samples are not mappings that hold token lists,
-    where reading one fails (an iterable dataset's ``__getitem__``), or where reading them all
+    sample, as a numpy array; None where a sample holds no text or token ids, where reading one
+    fails (an iterable dataset's ``__getitem__``), or where reading them all
     would take more than `READ_BUDGET_S`, projected from the median time of the first
     `FIRST_READ` (the first read may be the slowest): images decoded or texts tokenized as they
     are read, whose run's first batches are tried, as before. Kept beside a dataset that takes
