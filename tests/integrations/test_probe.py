@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the probe needs torch (pip install torch)")
 
 from tests.helpers import process_group_of_one  # noqa: E402
+from zeus_bso.integrations import probe  # noqa: E402
 from zeus_bso.integrations.probe import (  # noqa: E402
     FIRST_READ,
     longest_batch,
@@ -178,6 +179,10 @@ def test_the_longest_samples_are_read_off_a_datasets_arrow_column() -> None:
     assert longest_samples(padded, 2) is None  # one length
     assert longest_samples(datasets.Dataset.from_dict({"x": lengths}), 2) is None  # no such column
     assert longest_samples(rows.to_iterable_dataset(), 2) is None  # no length to read
+    part = torch.utils.data.Subset(rows, [0, 2, 3, 5])  # random_split's: off the table too,
+    with pytest.MonkeyPatch.context() as patch:  # reading none of its samples
+        patch.setattr(probe, "READ_BUDGET_S", 0.0)
+        assert longest_samples(part, 1) == ([2], 5)
 
 
 class Encodings:

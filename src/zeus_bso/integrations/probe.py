@@ -118,17 +118,30 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     another kind of dataset (an iterable one, samples with no text or token ids, or too many
     to read in time), fewer samples than ``size``, or samples all of one length (padded to
     it)."""
-    if getattr(dataset, "column_names", None) is None:  # not a datasets library's table
-        lengths = _lengths_read(dataset)
-    else:
-        try:
-            lengths = _lengths(dataset)
-        except Exception:  # no Arrow table (an iterable dataset, another library's): not known
-            lengths = None
+    lengths = _dataset_lengths(dataset)
     if lengths is None or not 0 < size <= len(lengths) or lengths.min() == lengths.max():
         return None
     longest = lengths.argpartition(len(lengths) - size)[len(lengths) - size :]
     return [int(i) for i in longest], int(lengths.max())
+
+
+def _dataset_lengths(dataset: Any) -> Any | None:
+    """The lengths of ``dataset``'s samples (`longest_samples`), in its order: a
+    ``datasets.Dataset``'s off its Arrow data (`_lengths`), a torch ``Subset``'s those of the
+    dataset it takes its samples from, at its indices (``random_split`` of a
+    ``datasets.Dataset``), and another's read sample by sample (`_lengths_read`)."""
+    import numpy as np
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        whole = _dataset_lengths(dataset.dataset)
+        return None if whole is None else whole[np.asarray(dataset.indices, dtype=np.int64)]
+    if getattr(dataset, "column_names", None) is None:  # not a datasets library's table
+        return _lengths_read(dataset)
+    try:
+        return _lengths(dataset)
+    except Exception:  # no Arrow table (an iterable dataset, another library's): not known
+        return None
 
 
 def _lengths_read(dataset: Any) -> Any | None:
