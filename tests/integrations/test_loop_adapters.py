@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch", reason="pip install torch")
 
-from tests.helpers import ServerProcess
+from tests.helpers import ServerProcess, unique_id
 from tests.ports import free_port
 from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
@@ -423,6 +423,59 @@ def test_accelerate_takes_only_a_loop_prepared_again_smaller_for_a_run_gone_on(
         (trial,) = [t for t in trials if t["trial_number"] == bso.outcome.trial_number]
         assert trial["status"] == ("infeasible" if again else "reported")
         accelerator.free_memory()
+
+
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_loops_memory_check_takes_steps_of_its_model_and_undoes_them(
+    kind: str, sqlite_server: ServerProcess
+) -> None:
+    """``steps_of`` makes a loop's ``try_steps``: steps of its own model, optimizer and data at
+    each size tried, undone. 64 runs out of memory (a loss of more than 32 samples raises it),
+    the smallest size, 16, is tried and fits, and 32 does: the run trains at 32, and the model,
+    the optimizer's state and the DataLoader's shuffling are as they were."""
+    import torch
+
+    from zeus_bso.integrations.probe import steps_of
+
+    adapter, framework = adapter_of(kind)
+    spec = loop_spec(unique_id("stepsof")).model_copy(update={"default_batch_size": 64})
+    data = torch.utils.data.TensorDataset(torch.randn(256, 2), torch.randn(256, 1))
+    draws = torch.Generator().manual_seed(5)
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=draws)
+    tried: list[int] = []
+
+    def loss(batch: Any) -> Any:
+        x, y = batch
+        tried.append(len(x))
+        if len(x) > 32:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {len(x)}")
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    with adapter(framework, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+        if kind == "accelerate":
+            model, optimizer = framework.prepare(model, optimizer)
+        else:
+            model, optimizer = framework.setup(model, optimizer)
+        weights = [p.detach().clone() for p in model.parameters()]
+        order = [int(i) for i in torch.randperm(256, generator=draws.clone_state())]
+        assert bso.fit_in_memory(steps_of(model, optimizer, loader, loss)) == 32
+        assert tried == [64, 16, 16, 16, 32, 32, 32]  # 3 steps a size; 64 ran out at its first
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights, strict=True))
+        assert not optimizer.state_dict()["state"]  # no momentum left
+        assert [int(i) for i in torch.randperm(256, generator=draws)] == order
+        bso.train_begin()
+        bso.report(0.95)
+    with ServerClient(sqlite_server.url) as client:
+        trials = client.job_state(bso.job_id)["trials"]
+    assert sorted((t["batch_size"], t["status"]) for t in trials) == [
+        (32, "reported"),
+        (64, "infeasible"),
+    ]
+    if kind == "accelerate":
+        framework.free_memory()
 
 
 class TestAccelerate(LoopAdapterContract):

@@ -17,7 +17,7 @@ import logging
 import statistics
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,6 +102,67 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
     for optimizer in optimizers:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+
+def steps_of(
+    model: Any,
+    optimizers: Any,
+    loader: Any,
+    loss: Callable[[Any], Any],
+    *,
+    steps: int = 3,
+) -> Callable[[int], None]:
+    """A hand-written loop's ``try_steps`` for `TrialSession.fit_in_memory` (Accelerate, Fabric,
+    the plain client)::
+
+        size = bso.fit_in_memory(steps_of(model, optimizer, loader, lambda b: model(**b).loss))
+
+    At each batch size tried: ``steps`` training steps of ``model`` with ``optimizers`` (one, or
+    a list) on ``loader``'s data at that size, each ``loss(batch)`` (the batch on the model's
+    device) taken backward and stepped, then undone (`undone`; the loader's shuffling too). The
+    steps take the batch of the size's longest samples where they are known
+    (`longest_batch`), else the first batches of ``loader`` built again at the size (the same
+    dataset, sampler and collation: `zeus_bso.integrations.loaders.at_batch_size`).
+
+    Raises:
+        ConfigurationError: ``loader`` cannot be built at another batch size (a batch
+            sampler's, a DataLoader subclass's own ``__init__``): write ``try_steps`` by hand.
+    """
+    from zeus_bso.errors import ConfigurationError
+    from zeus_bso.integrations.loaders import at_batch_size, generators_kept, not_resizable
+
+    if (why := not_resizable(loader)) is not None:
+        raise ConfigurationError(
+            f"steps_of() builds the DataLoader again at each batch size it tries, but it is "
+            f"{why}: write try_steps(batch_size) for fit_in_memory by hand"
+        )
+    tuned = list(optimizers) if isinstance(optimizers, list | tuple) else [optimizers]
+
+    def try_steps(size: int) -> None:
+        import itertools
+
+        at_size = at_batch_size(loader, size)
+        longest = longest_batch(at_size, size)
+        batches = itertools.repeat(longest) if longest is not None else at_size
+        device = next(model.parameters()).device
+        with generators_kept(loader), undone(model, tuned):
+            for _, batch in zip(range(steps), batches, strict=False):
+                step(loss(_on(batch, device)), tuned)
+
+    return try_steps
+
+
+def _on(batch: Any, device: Any) -> Any:
+    """``batch`` (a tensor, or a mapping, list or tuple of them) on ``device``."""
+    if hasattr(batch, "to") and hasattr(batch, "device"):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {key: _on(value, device) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+        return type(batch)(*(_on(value, device) for value in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(_on(value, device) for value in batch)
+    return batch
 
 
 def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
