@@ -122,7 +122,11 @@ def steps_of(
     device) taken backward and stepped, then undone (`undone`; the loader's shuffling too). The
     steps take the batch of the size's longest samples where they are known
     (`longest_batch`), else the first batches of ``loader`` built again at the size (the same
-    dataset, sampler and collation: `zeus_bso.integrations.loaders.at_batch_size`).
+    dataset, sampler and collation: `zeus_bso.integrations.loaders.at_batch_size`). On
+    several processes, give it the model unwrapped, and call that one in ``loss``
+    (``accelerator.unwrap_model(model)``, Fabric's ``model.module``): each process tries alone,
+    and a wrapped model's backward (DDP's) would wait for the others, which a process out of
+    memory leaves waiting.
 
     Raises:
         ConfigurationError: ``loader`` cannot be built at another batch size (a batch
