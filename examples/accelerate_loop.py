@@ -12,6 +12,7 @@ configured; pass ``log_with=...`` to log them).
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -19,6 +20,13 @@ from _common import arguments, data, loop_job, no_model
 from accelerate import Accelerator
 
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
+from zeus_bso.integrations.probe import steps_of
+
+
+def loss_of(model: torch.nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    """The training loss of a batch of features and their classes."""
+    features, classes = batch
+    return torch.nn.functional.cross_entropy(model(features), classes)
 
 
 def main() -> None:
@@ -45,14 +53,22 @@ def main() -> None:
             )
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             bso.scale(optimizer)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            # A batch size new to these GPUs: a few steps of it first, undone after, each
+            # process alone (the model unwrapped: no collective); where it runs out of memory,
+            # the server's next size is tried, before the run trains.
+            unwrapped = accelerator.unwrap_model(model)
+            loss = functools.partial(loss_of, unwrapped)
             loader = torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
-            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            size = bso.fit_in_memory(steps_of(unwrapped, optimizer, loader, loss))
+            loader = torch.utils.data.DataLoader(train, batch_size=size, shuffle=True)
+            loader = accelerator.prepare(loader)
             bso.train_begin()
             for _epoch in range(job.max_epochs):
                 model.train()
-                for x, y in loader:
+                for batch in loader:
                     optimizer.zero_grad()
-                    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
+                    accelerator.backward(loss_of(model, batch))
                     optimizer.step()
                 with bso.evaluating(), torch.no_grad():  # out of memory here: not the batch size's
                     predicted = model(val.tensors[0]).argmax(1)
