@@ -22,6 +22,14 @@ def data(n: int, seed: int) -> Any:
     return torch.utils.data.TensorDataset(x, y)
 
 
+def loss_of(model: Any, batch: Any) -> Any:
+    """The training loss of a batch of ``data``'s features and their classes."""
+    import torch
+
+    features, classes = batch
+    return torch.nn.functional.cross_entropy(model(features), classes)
+
+
 def loop_job(prefix: str) -> JobSpec:
     """The recurring job of the loop examples (on `data`)."""
     return JobSpec(

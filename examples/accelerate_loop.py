@@ -16,17 +16,11 @@ import functools
 import sys
 
 import torch
-from _common import arguments, data, loop_job, no_model
+from _common import arguments, data, loop_job, loss_of, no_model
 from accelerate import Accelerator
 
 from zeus_bso.integrations.accelerate import ZeusBSOAccelerate
 from zeus_bso.integrations.probe import steps_of
-
-
-def loss_of(model: torch.nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
-    """The training loss of a batch of features and their classes."""
-    features, classes = batch
-    return torch.nn.functional.cross_entropy(model(features), classes)
 
 
 def main() -> None:

@@ -11,13 +11,15 @@ configured; pass ``loggers=[...]`` to log them).
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
-from _common import arguments, data, loop_job, no_model
+from _common import arguments, data, loop_job, loss_of, no_model
 from lightning.fabric import Fabric
 
 from zeus_bso.integrations.fabric import ZeusBSOFabric
+from zeus_bso.integrations.probe import steps_of
 
 
 def main() -> None:
@@ -46,15 +48,21 @@ def main() -> None:
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             bso.scale(optimizer)
             model, optimizer = fabric.setup(model, optimizer)
+            # A batch size new to these GPUs: a few steps of it first, undone after, each
+            # process alone (the module unwrapped: no collective); where it runs out of memory,
+            # the server's next size is tried, before the run trains.
+            loss = functools.partial(loss_of, model.module)
+            loader = torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
+            size = bso.fit_in_memory(steps_of(model.module, optimizer, loader, loss))
             loader = fabric.setup_dataloaders(
-                torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
+                torch.utils.data.DataLoader(train, batch_size=size, shuffle=True)
             )
             bso.train_begin()
             for _epoch in range(job.max_epochs):
                 model.train()
-                for x, y in loader:
+                for batch in loader:
                     optimizer.zero_grad()
-                    fabric.backward(torch.nn.functional.cross_entropy(model(x), y))
+                    fabric.backward(loss_of(model, batch))
                     optimizer.step()
                 with bso.evaluating(), torch.no_grad():  # out of memory here: not the batch size's
                     predicted = model(val.tensors[0]).argmax(1)
