@@ -13,6 +13,7 @@ batch that needs the most memory, not the first batches drawn, which a run may o
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import statistics
 import time
@@ -143,8 +144,6 @@ def steps_of(
     tuned = list(optimizers) if isinstance(optimizers, list | tuple) else [optimizers]
 
     def try_steps(size: int) -> None:
-        import itertools
-
         at_size = at_batch_size(loader, size)
         longest = longest_batch(at_size, size)
         batches = itertools.repeat(longest) if longest is not None else at_size
@@ -309,23 +308,14 @@ def _lengths(dataset: Any) -> Any | None:
     texts = [name for name, kind in kinds.items() if kind in ("string", "large_string")]
     if not (lists or texts):
         return None
+    length_of = compute.list_value_length if lists else compute.binary_length
     lengths = np.zeros(table.num_rows, dtype=np.int64)
     for column in lists or texts:
-        for start, chunk in _chunks(table.column(column).chunks):
-            counted = chunk.value_lengths() if lists else compute.binary_length(chunk)
-            lengths[start : start + len(chunk)] += np.asarray(counted.fill_null(0))
+        lengths += length_of(table.column(column)).fill_null(0).to_numpy()
     mapping = getattr(dataset, "_indices", None)  # the datasets library's, since 1.0
     if mapping is None:
         return lengths
     return lengths[np.asarray(mapping.column("indices"))]
-
-
-def _chunks(chunks: list[Any]) -> Iterator[tuple[int, Any]]:
-    """Each of a column's ``chunks`` with the row it starts at."""
-    start = 0
-    for chunk in chunks:
-        yield start, chunk
-        start += len(chunk)
 
 
 def longest_batch(loader: Any, size: int) -> Any | None:
