@@ -100,13 +100,12 @@ class ZeusBSOAccelerate(TrialSession):
                 "takes bso.batch_size)"
             )
         self.accelerator = accelerator
-        self._shrunk: ShrunkRun | None = None  # the loop's sizes, once the run has its job
         self._loaders_seen: weakref.WeakSet[Any] = weakref.WeakSet()  # prepared, looked at
         self._own_accumulation = steps  # given back at the end: a later run starts from it
         self._hooks: list[Any] = []  # a session that ends as it starts has none to remove
         main = bool(accelerator.is_main_process)
         super().__init__(main, accelerator.log, server_url, job, show=accelerator.print, **options)
-        self._shrunk = ShrunkRun(self._job, "metric", "the loop", logger)
+        self._shrunk = ShrunkRun(self._job, "metric", "the loop", logger)  # the loop's sizes
         self._accumulate()
         self._hooks = [
             accelerator.register_save_state_pre_hook(self._saving),
@@ -167,7 +166,7 @@ class ZeusBSOAccelerate(TrialSession):
         """`TrialSession.report`; for a run that went on at a size of the loop's own
         (`_went_on`), the metric is judged here, by the job's target and ``max_epochs``."""
         shrunk = self._shrunk
-        if shrunk is None or not self._outside():
+        if not shrunk.outside:
             return super().report(metric, epoch)
 
         def value() -> float | None:
@@ -183,10 +182,6 @@ class ZeusBSOAccelerate(TrialSession):
         self.converged = stop and shrunk.converged
         return ReportAnswer(stop, self.converged)
 
-    def _outside(self) -> bool:
-        """Whether the run goes on at a size of the loop's own, outside the optimizer."""
-        return self._shrunk is not None and self._shrunk.outside
-
     def _went_on(self) -> bool:
         """At ``train_begin``: whether the run goes on at a size of the loop's own, outside the
         optimizer. Where the DataLoaders the accelerator prepared since the last
@@ -197,8 +192,6 @@ class ZeusBSOAccelerate(TrialSession):
         DataLoader's times the accelerator's accumulation steps (Accelerate's example of
         automatic gradient accumulation keeps its batch so)."""
         shrunk = self._shrunk
-        if shrunk is None:
-            return False
         loaders = _prepared_loaders(self.accelerator)
         fresh = [loader for loader in loaders if loader not in self._loaders_seen]
         self._loaders_seen.update(loaders)  # a loop that does not free_memory() keeps its old
