@@ -8,13 +8,15 @@ recurrence. CPU-only, on data it generates.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
-from _common import arguments, data, loop_job, recurrences
+from _common import arguments, data, loop_job, loss_of, recurrences
 
 from zeus_bso import BatchSizeOptimizer, RunOutcome
 from zeus_bso.energy import auto_meter
+from zeus_bso.integrations.probe import steps_of
 
 
 def main() -> None:
@@ -30,14 +32,21 @@ def main() -> None:
             model = torch.nn.Sequential(
                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)
             )
-            # 0.01 was tuned at the default batch size (32); the linear rule (SGD) scales it.
-            optimizer = torch.optim.SGD(model.parameters(), lr=bso.learning_rate(0.01))
+            # 0.01 was tuned at the default batch size (32); the linear rule (SGD) scales it to
+            # the batch size trained (the server's next one, should this one not fit).
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            bso.scale(optimizer)
+            loss = functools.partial(loss_of, model)
+            # A batch size new to this GPU: a few steps of it first, undone after; where it
+            # runs out of memory, the server's next size is tried, before the run trains.
+            loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True)
+            batch_size = bso.fit_in_memory(steps_of(model, optimizer, loader, loss))
             loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True)
             bso.on_train_begin()
             for _epoch in range(job.max_epochs):
-                for x, y in loader:
+                for batch in loader:
                     optimizer.zero_grad()
-                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    loss(batch).backward()
                     optimizer.step()
                 with bso.evaluating(), torch.no_grad():  # out of memory here: not the batch size's
                     accuracy = (model(val.tensors[0]).argmax(1) == val.tensors[1]).float().mean()

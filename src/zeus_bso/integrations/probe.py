@@ -13,6 +13,7 @@ batch that needs the most memory, not the first batches drawn, which a run may o
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 import logging
 import statistics
@@ -180,8 +181,10 @@ def longest_samples(dataset: Any, size: int) -> tuple[list[int], int] | None:
     steps fit them fits every batch; the first batches drawn may be shorter (a run of
     texts of many lengths ran out of memory mid-epoch, at a size its check had passed). None:
     another kind of dataset (an iterable one, samples with no text or token ids, or too many
-    to read in time), fewer samples than ``size``, or samples all of one length (padded to
-    it)."""
+    to read in time), fewer samples than ``size``, samples all of one length (padded to
+    it), or no numpy installed (torch runs without it; the lengths are numpy arrays)."""
+    if importlib.util.find_spec("numpy") is None:
+        return None
     lengths = _dataset_lengths(dataset)
     if lengths is None or not 0 < size <= len(lengths) or lengths.min() == lengths.max():
         return None
@@ -331,19 +334,21 @@ def longest_batch(loader: Any, size: int) -> Any | None:
 @contextmanager
 def random_kept() -> Iterator[None]:
     """Inside, draw at random; after, the random state is what it was: torch's on the CPU,
-    Python's ``random`` module's and numpy's global generator's."""
+    Python's ``random`` module's and numpy's global generator's (where numpy is installed:
+    torch runs without it)."""
     import random
 
-    import numpy as np
     import torch
 
-    python, legacy = random.getstate(), np.random.get_state()
+    np = importlib.import_module("numpy") if importlib.util.find_spec("numpy") else None
+    python, legacy = random.getstate(), None if np is None else np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
             yield
     finally:
         random.setstate(python)
-        np.random.set_state(legacy)
+        if np is not None:
+            np.random.set_state(legacy)
 
 
 def _longest_batch(loader: Any, size: int) -> Any | None:
