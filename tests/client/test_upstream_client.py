@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import ServerProcess, environment_without_settings, sqlite_url, unique_id
+from tests.preloaded_python import preloaded
 from tests.upstream import UPSTREAM_PYTHON, upstream_missing
 from zeus_bso.client import ServerClient
 from zeus_bso.testing.gpus import described_gpus
@@ -42,7 +43,7 @@ def server(sqlite_server: ServerProcess) -> ServerProcess:
 def recurrence(url: str, job_id: str, *flags: str) -> tuple[int, dict[str, Any]]:
     """One run of upstream's client: its exit status and what it printed."""
     done = subprocess.run(
-        [UPSTREAM_PYTHON, str(SCRIPT), url, job_id, *flags],
+        [preloaded(UPSTREAM_PYTHON), str(SCRIPT), url, job_id, *flags],  # torch imported once
         env={**environment_without_settings(), **described_gpus([GPU])},
         capture_output=True,
         text=True,

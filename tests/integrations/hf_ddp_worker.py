@@ -33,6 +33,7 @@ from tests.integrations.test_huggingface import (
     training_arguments,
 )
 from zeus_bso import RunOutcome, until_converged
+from zeus_bso.client import every_rank as ran_out
 from zeus_bso.integrations.huggingface import ZeusBSOTrainerCallback
 
 
@@ -41,6 +42,9 @@ def main() -> None:
     oom_above = int(sys.argv[4]) if len(sys.argv) > 4 else None
     after = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     every_rank = sys.argv[6:] == ["all"]
+    # A rank that ran out waits this long for the others to say they did (30 s in a run): the
+    # ranks of this run step together, so all that run out say it within a step of each other.
+    ran_out.PATIENCE_S = 8.0
     # Rank 1 reads the batch size from rank 0: the process group must exist first.
     state = PartialState(cpu=True, backend="gloo")
     if oom_above is None:

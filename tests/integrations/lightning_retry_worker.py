@@ -19,6 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from tests.integrations.lightning_models import TinyClassifier, job, quiet_trainer_options
 from zeus_bso import RunOutcome, until_converged
+from zeus_bso.client import every_rank as ran_out
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
 
@@ -42,6 +43,9 @@ class RunsOutMidRun(TinyClassifier):
 def main() -> None:
     server_url, job_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     rank = None if sys.argv[4] == "all" else int(sys.argv[4])
+    # A rank that ran out waits this long for the others to say they did (30 s in a run): the
+    # ranks of this run step together, so all that run out say it within a step of each other.
+    ran_out.PATIENCE_S = 8.0
     spec = job(job_id, target=0.999, max_epochs=2)
 
     def recurrence() -> RunOutcome | None:

@@ -30,11 +30,12 @@ _ROUNDS = itertools.count(1)
 together, attempt after attempt)."""
 
 
-def every_rank_ran_out(patience: float = PATIENCE_S) -> bool:
+def every_rank_ran_out(patience: float | None = None) -> bool:
     """Whether every process of this run ran out of memory in the attempt under way: True in a
     run of one process (or where the process group has no store); else each says so in the
-    store, and this waits up to ``patience`` seconds for all to have said it (a store that
-    cannot be reached any more, its process gone: False)."""
+    store, and this waits up to ``patience`` seconds (None: `PATIENCE_S`) for all to have said
+    it (a store that cannot be reached any more, its process gone: False)."""
+    patience = PATIENCE_S if patience is None else patience
     store, world = _group_store()
     if store is None or world <= 1:
         return True
