@@ -2110,7 +2110,26 @@ class PadsTexts(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-@pytest.mark.parametrize("data", ["datasets", "torch", "texts"])
+class PadsTextsOfTwoLoaders(PadsTexts):
+    """`PadsTexts` whose ``train_dataloader()`` returns two DataLoaders, as a multi-task module
+    does: its texts, and texts all of 4 tokens (whose lengths say nothing); each step takes a
+    batch of both, and the texts' batch runs out of memory as `PadsTexts`' does."""
+
+    def train_dataloader(self) -> Any:
+        short = [{**row, "input_ids": row["input_ids"][:4]} for row in list(self.texts)]
+        return {
+            "texts": super().train_dataloader(),
+            "short": torch.utils.data.DataLoader(
+                short, batch_size=self.batch_size, shuffle=True, collate_fn=padded
+            ),
+        }
+
+    def training_step(self, batch: Any, index: int) -> Any:
+        assert len(batch["short"]["input_ids"]) == len(batch["texts"]["input_ids"])
+        return super().training_step(batch["texts"], index)
+
+
+@pytest.mark.parametrize("data", ["datasets", "torch", "texts", "two loaders"])
 def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
     data: str, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -2120,10 +2139,14 @@ def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
     fits every batch. Before, the check tried the first batches drawn, all short here: it
     passed, and the fit ran out of memory mid-epoch at 32, its training lost. So for a
     ``datasets.Dataset``, for a torch dataset, whose samples are read for their lengths, and
-    for raw texts that the collator tokenizes, whose lengths stand in for their tokens'."""
+    for raw texts that the collator tokenizes, whose lengths stand in for their tokens', and
+    where ``train_dataloader()`` returns them beside another DataLoader."""
     spec = oom_job(unique_id("littexts"))
     pl.seed_everything(0, verbose=False)
-    model = PadsTexts(tokens=200, data=data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
+    if data == "two loaders":
+        model: PadsTexts = PadsTextsOfTwoLoaders(tokens=200, data="torch")
+    else:
+        model = PadsTexts(tokens=200, data=data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
     callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))
     trainer = pl.Trainer(
         callbacks=[callback], max_epochs=spec.max_epochs, **quiet_trainer_options(tmp_path)

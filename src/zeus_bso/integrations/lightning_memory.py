@@ -81,7 +81,8 @@ def try_size(
             session.lr.scale(optimizer, batch)
     loaders = target.loader()
     combined = package_of(trainer).combined_loader
-    if not isinstance(loaders, combined):  # as the fit loop combines what it is given
+    takes_each = not isinstance(loaders, combined)  # each step takes a batch of each
+    if takes_each:  # as the fit loop combines what it is given
         loaders = combined(loaders, "max_size_cycle")
     iterables, lengths = loaders.iterables, [sized_len(loader) for loader in loaders.flattened]
     only_batch = all(length == 1 for length in lengths)
@@ -96,20 +97,34 @@ def try_size(
         seen.append(size)
 
     with generators_kept(*loaders.flattened):
-        try_steps(trainer, pl_module, loaders, steps, first, longest_batches(loaders, size))
+        longest = longest_batches(loaders, size, takes_each=takes_each)
+        try_steps(trainer, pl_module, loaders, steps, first, longest)
 
 
-def longest_batches(loaders: Any, size: int) -> Iterator[tuple[Any, int, int]] | None:
-    """Where the fit trains on one DataLoader whose samples differ in length, and are known to
-    (`zeus_bso.integrations.probe.longest_batch`): its batch of the ``size`` longest,
+def longest_batches(
+    loaders: Any, size: int, *, takes_each: bool = True
+) -> Iterator[tuple[Any, int, int]] | None:
+    """Where the fit trains on DataLoaders whose samples differ in length, and are known to
+    (`zeus_bso.integrations.probe.longest_batch`): each one's batch of the ``size`` longest,
     collated by its ``collate_fn``, at every step, as the fit loop's iterator gives batches
-    (with their index and the DataLoader's); None: the steps take the fit's own batches."""
+    (with their index and the DataLoader's). Several DataLoaders (a dict, a list of them, as
+    ``train_dataloader()`` may return) give a step a batch of each (``takes_each``: the
+    fit combines them so; a ``CombinedLoader`` of the module's own may take them in turn, and
+    its first batches are tried): those whose lengths are not known give their first.
+    None: the steps take the fit's own batches."""
     flattened = loaders.flattened
-    if len(flattened) != 1 or loaders.iterables is not flattened[0]:  # a dict, a list of them
+    if len(flattened) == 1 and loaders.iterables is flattened[0]:
+        batch = longest_batch(flattened[0], size)
+        return None if batch is None else ((batch, index, 0) for index in itertools.count())
+    longest = [longest_batch(loader, size) for loader in flattened] if takes_each else []
+    if all(batch is None for batch in longest):
         return None
-    if (batch := longest_batch(flattened[0], size)) is None:
-        return None
-    return ((batch, index, 0) for index in itertools.count())
+    steps = type(loaders)(loaders.iterables, "max_size_cycle")  # the same structure
+    steps.flattened = [
+        itertools.repeat(next(iter(loader)) if batch is None else batch)
+        for loader, batch in zip(flattened, longest, strict=True)
+    ]
+    return (batch for batch in steps)  # a CombinedLoader's len would be infinite
 
 
 def try_steps(
@@ -133,7 +148,9 @@ def try_steps(
         setattr(pl_module, name, lambda *args, **kwargs: None)
     try:
         with undone(pl_module, trainer.optimizers):
-            drawn = step_arguments(trainer, pl_module, batches or iter(loaders), steps, first)
+            drawn = step_arguments(
+                trainer, pl_module, iter(loaders) if batches is None else batches, steps, first
+            )
             for arguments in drawn:
                 with trainer.precision_plugin.train_step_context():
                     out = pl_module.training_step(*arguments)
