@@ -7,6 +7,11 @@ linear warm-up schedule, sized from that batch size, passed to the Trainer
 
     python hf_trainer.py --job NAME --output-dir DIR [--target 0.9] [--oom-above N --attempts 2]
         [--save] [--resume] [--kill-at-epoch N [--kill-after-report]] [--own-optimizer]
+        [--eval-sets [--metric NAME]]
+
+With ``--eval-sets`` the Trainer evaluates two datasets (``eval_dataset`` a dict, as HF's
+``Trainer`` takes it: each one's metrics prefixed with its name), the training data first, and
+the run's metric is the other's (``eval_held_out_accuracy``, or ``--metric``).
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="parsed TrainingArguments, and the script's optimizer and schedule for the Trainer",
     )
+    parser.add_argument("--eval-sets", action="store_true", help="two evaluation datasets")
+    parser.add_argument("--metric", default="eval_held_out_accuracy", help="with --eval-sets")
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     def one_run() -> RunOutcome | None:
         callback = ZeusBSOTrainerCallback(
             job=job,
-            metric="eval_accuracy",
+            metric=args.metric if args.eval_sets else "eval_accuracy",
             lr_rule="linear",
             max_micro_batch_size=8,
             resume_from_checkpoint=args.resume or None,
@@ -163,7 +170,9 @@ def train_with(
         optimizers=optimizers,
         args=training,
         train_dataset=Points(96, 0),
-        eval_dataset=Points(64, 1),
+        eval_dataset={"seen": Points(64, 0), "held_out": Points(64, 1)}
+        if args.eval_sets
+        else Points(64, 1),
         compute_metrics=accuracy,
         callbacks=[callback, hf_kill_at_epoch(args.kill_at_epoch, args.kill_after_report)],
     )

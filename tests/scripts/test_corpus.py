@@ -10,6 +10,7 @@ outside the scripts, through PyTorch's global hooks.
 
 from __future__ import annotations
 
+import ast
 import gc
 import logging
 import os
@@ -373,6 +374,38 @@ def test_an_hf_script_of_parsed_arguments_and_its_optimizer_trains_what_was_disp
         assert status in (0, 1)
         runs.append(probe.take())
     check_runs(runs, trials_of(server, prefix))
+
+
+def test_an_hf_trainer_evaluating_several_datasets_reports_the_one_its_metric_names(
+    probe: Probe, server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``eval_dataset`` a dict: the Trainer evaluates each dataset apart, its metrics prefixed
+    with its name, the training data first. The run's metric is the second's: each evaluation
+    reports it (the first dataset's evaluation raised before, its metrics lacking it), every
+    step trains the dispatched size, and a metric that no dataset gives is named with every
+    dataset's metrics, the trial released."""
+    prefix = unique_id("corpus").replace("-", "")
+    argv = ("--job", prefix, "--output-dir", str(tmp_path), "--eval-sets")
+    runs, held_out = [], []
+    for _ in range(2):
+        capsys.readouterr()
+        assert run_script("hf_trainer.py", *argv, failure_signal=True) in (0, 1)
+        runs.append(probe.take())
+        printed = [  # the Trainer prints each evaluation's metrics (disable_tqdm)
+            ast.literal_eval(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{") and "eval_held_out_accuracy" in line
+        ]  # fmt: skip
+        held_out.append(float(printed[-1]["eval_held_out_accuracy"]))
+    trials = trials_of(server, prefix)
+    check_runs(runs, trials)
+    assert [t["metric"] for t in trials] == pytest.approx(held_out, abs=1e-4)
+    with pytest.raises(ConfigurationError) as refused:
+        run_script("hf_trainer.py", *argv, "--metric", "eval_accuracy")
+    said = str(refused.value)
+    assert "'eval_accuracy' is not among" in said
+    assert "'eval_seen_accuracy'" in said
+    assert "'eval_held_out_accuracy'" in said
+    assert trials_of(server, prefix)[-1]["status"] == "released"
 
 
 def test_a_lightning_cli_yaml_file_trains_what_the_server_dispatched(

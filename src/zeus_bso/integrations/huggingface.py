@@ -41,6 +41,7 @@ from zeus_bso.integrations import hf_arguments, hf_cadence, hf_unheard
 from zeus_bso.integrations.hf_callback_order import calling_trainer, run_first
 from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
 from zeus_bso.integrations.hf_ending import end_training
+from zeus_bso.integrations.hf_eval_sets import EvaluationRound
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
 from zeus_bso.integrations.hf_memory import sharded, try_steps
 from zeus_bso.integrations.probe import NOT_TRIED
@@ -130,6 +131,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._ended = False
         self._training = False
         self._reported_step: int | None = None
+        self._round = EvaluationRound(self.metric)  # an eval_dataset dict's datasets
         self._model: weakref.ref[Any] | None = None  # the model the run trains
         self._shrunk = ShrunkRun(self.job, self.metric, "the Trainer", logger)  # auto_find's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
@@ -436,6 +438,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         if self._training and self.session is not None:
+            self._round_ended()
             self.session.step_begin()
 
     @override
@@ -481,6 +484,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         if self._reported_step == state.global_step:
             return  # reported from its logs
         metrics = metrics if metrics is not None else {}
+        if self._round.waits(state.global_step, metrics):
+            return  # one of several datasets: the metric is another's, evaluated next
         self._report(args, state, control, metrics)  # raises on every rank without the metric
 
     def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
@@ -519,11 +524,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
 
         def metric() -> float:  # on the world process zero; its error reaches every process
             if self.metric not in metrics:
-                raise ConfigurationError(
-                    f"metric '{self.metric}' is not among the evaluation metrics "
-                    f"{sorted(metrics)}; pass metric=... naming one of them"
-                    f"{hf_arguments.loss_alone(metrics, self.metric)}"
-                )
+                raise self._no_metric(metrics)
             return float(metrics[self.metric])
 
         try:
@@ -534,10 +535,26 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         log_report(state, metrics, self.session.last, self.session.is_main)
         control.should_training_stop |= bool(stop)
 
+    def _no_metric(self, metrics: dict[str, float]) -> ConfigurationError:
+        return ConfigurationError(
+            f"metric '{self.metric}' is not among the evaluation metrics {sorted(metrics)}; "
+            f"pass metric=... naming one of them{hf_arguments.loss_alone(metrics, self.metric)}"
+        )
+
+    def _round_ended(self) -> None:
+        """Raise where the last evaluation's datasets ended without the metric (`_no_metric`,
+        naming all their metrics), the trial released."""
+        if (metrics := self._round.unreported(self._reported_step)) is not None:
+            error = self._no_metric(metrics)
+            self._release(str(error))
+            raise error
+
     @override
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
+        if self._training and self.session is not None:
+            self._round_ended()
         self._training = False
         self._shrunk.size = None
         hf_unheard.ended(self)
