@@ -49,11 +49,13 @@ def main() -> None:
             bso.scale(optimizer)
             model, optimizer = fabric.setup(model, optimizer)
             # A batch size new to these GPUs: a few steps of it first, undone after, each
-            # process alone (the module unwrapped: no collective); where it runs out of memory,
-            # the server's next size is tried, before the run trains.
+            # process alone (the module unwrapped: no collective; at the run's precision:
+            # fabric.autocast); where it runs out of memory, the server's next size is tried,
+            # before the run trains.
             loss = functools.partial(loss_of, model.module)
             loader = torch.utils.data.DataLoader(train, batch_size=bso.batch_size, shuffle=True)
-            size = bso.fit_in_memory(steps_of(model.module, optimizer, loader, loss))
+            tried = steps_of(model.module, optimizer, loader, loss, autocast=fabric.autocast)
+            size = bso.fit_in_memory(tried)
             loader = fabric.setup_dataloaders(
                 torch.utils.data.DataLoader(train, batch_size=size, shuffle=True)
             )

@@ -425,6 +425,48 @@ def test_accelerate_takes_only_a_loop_prepared_again_smaller_for_a_run_gone_on(
         accelerator.free_memory()
 
 
+def test_a_fabric_loops_memory_check_takes_steps_at_the_precision_it_trains_at(
+    sqlite_server: ServerProcess,
+) -> None:
+    """Fabric in bf16-mixed: its wrapper runs the forward under autocast, and the module the
+    check is given (``model.module``, each process alone) does not. With
+    ``autocast=fabric.autocast`` the steps tried compute in bf16, as the run's do; without it in
+    float32, with activations twice the size (on a GPU, a size that fits would run out)."""
+    import torch
+
+    fabric_module = pytest.importorskip(
+        "lightning.fabric", reason="pip install 'zeus-bso[lightning]'"
+    )
+    from zeus_bso.integrations.fabric import ZeusBSOFabric
+    from zeus_bso.integrations.probe import steps_of
+
+    fabric = fabric_module.Fabric(accelerator="cpu", devices=1, precision="bf16-mixed")
+    data = torch.utils.data.TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
+    computed: list[torch.dtype] = []
+    spec = loop_spec(unique_id("precision"))
+    with ZeusBSOFabric(fabric, sqlite_server.url, spec, energy_meter=EstimateMeter(100)) as bso:
+        layer = torch.nn.Linear(2, 1)
+        layer.register_forward_hook(lambda _m, _i, out: computed.append(out.dtype))
+        model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.1))
+        model(data.tensors[0][:2])  # the run's forward
+        trains_at = computed.pop()
+        assert trains_at == torch.bfloat16
+
+        def loss(batch: Any) -> Any:
+            x, y = batch
+            return torch.nn.functional.mse_loss(model.module(x).float(), y)
+
+        loader = torch.utils.data.DataLoader(data, batch_size=bso.batch_size)
+        steps_of(model.module, optimizer, loader, loss, steps=1)(8)
+        assert computed == [torch.float32]  # the module alone
+        computed.clear()
+        tried = steps_of(model.module, optimizer, loader, loss, steps=1, autocast=fabric.autocast)
+        assert bso.fit_in_memory(tried) == bso.batch_size
+        assert computed == [trains_at]
+        bso.train_begin()
+        bso.report(0.95)
+
+
 @pytest.mark.parametrize("kind", ["accelerate", "fabric"])
 def test_a_loops_memory_check_takes_steps_of_its_model_and_undoes_them(
     kind: str, sqlite_server: ServerProcess

@@ -20,7 +20,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ def steps_of(
     loss: Callable[[Any], Any],
     *,
     steps: int = 3,
+    autocast: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> Callable[[int], None]:
     """A hand-written loop's ``try_steps`` for `TrialSession.fit_in_memory` (Accelerate, Fabric,
     the plain client)::
@@ -128,7 +129,11 @@ def steps_of(
     several processes, give it the model unwrapped, and call that one in ``loss``
     (``accelerator.unwrap_model(model)``, Fabric's ``model.module``): each process tries alone,
     and a wrapped model's backward (DDP's) would wait for the others, which a process out of
-    memory leaves waiting.
+    memory leaves waiting. ``autocast``: the context the loop's forward runs in, where the model
+    given runs without it, each ``loss(batch)`` in it: Fabric's mixed precision is its wrapper's
+    (``fabric.autocast`` for ``model.module``; a step of the module alone in float32 holds
+    activations twice the size of the run's in bf16-mixed, and a size that fits would be
+    marked out of memory); Accelerate's unwrapped model keeps its own.
 
     Raises:
         ConfigurationError: ``loader`` cannot be built at another batch size (a batch
@@ -151,7 +156,9 @@ def steps_of(
         device = next(model.parameters()).device
         with generators_kept(loader), undone(model, tuned):
             for _, batch in zip(range(steps), batches, strict=False):
-                step(loss(_on(batch, device)), tuned)
+                with autocast() if autocast is not None else nullcontext():
+                    taken = loss(_on(batch, device))
+                step(taken, tuned)
 
     return try_steps
 
