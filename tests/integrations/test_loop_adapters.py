@@ -6,6 +6,7 @@ Fabric's own launcher."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch", reason="pip install torch")
 
-from tests.helpers import ServerProcess, unique_id
+from tests.helpers import ServerProcess, process_group_of_one, unique_id
 from tests.ports import free_port
 from zeus_bso import JobSpec
 from zeus_bso.client import ServerClient
@@ -465,6 +466,47 @@ def test_a_fabric_loops_memory_check_takes_steps_at_the_precision_it_trains_at(
         assert computed == [trains_at]
         bso.train_begin()
         bso.report(0.95)
+
+
+def test_a_loops_memory_check_does_not_try_a_model_sharded_across_processes(
+    sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``steps_of`` of a model that FSDP shards (``fully_shard``, in a process group of one
+    here) tries no step, as the callbacks' checks do not: a step by hand would find only this
+    process's shard, or gather the rest in collectives one process cannot take alone. The size
+    is taken, and the run says why it was not tried."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from zeus_bso.integrations.probe import steps_of
+
+    adapter, framework = adapter_of("fabric")
+    spec = loop_spec(unique_id("stepsofsharded"))
+    data = torch.utils.data.TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
+    tried: list[int] = []
+
+    def loss(batch: Any) -> Any:
+        tried.append(len(batch[0]))
+        return torch.nn.functional.mse_loss(model(batch[0]), batch[1])
+
+    meter = EstimateMeter(100)
+    with (
+        process_group_of_one(),
+        caplog.at_level(logging.INFO),
+        adapter(framework, sqlite_server.url, spec, energy_meter=meter) as bso,
+    ):
+        model = torch.nn.Sequential(torch.nn.Linear(2, 1))
+        fully_shard(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(data, batch_size=bso.batch_size)
+        assert bso.fit_in_memory(steps_of(model, optimizer, loader, loss)) == bso.batch_size
+        bso.train_begin()
+        bso.report(0.95)
+    assert tried == []
+    assert f"batch size {bso.batch_size} is new to these GPUs, but its steps are not tried" in (
+        caplog.text
+    )
+    assert "FSDP shards the model" in caplog.text
 
 
 @pytest.mark.parametrize("kind", ["accelerate", "fabric"])

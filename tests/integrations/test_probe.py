@@ -104,6 +104,22 @@ def test_a_model_that_fsdp_shards_is_named_and_one_that_nothing_shards_is_not() 
         assert sharding(model) == "FSDP"
 
 
+@pytest.mark.parametrize("original", [False, True], ids=["flat", "original-parameters"])
+def test_the_module_inside_an_fsdp_wrapper_is_named_sharded(original: bool) -> None:
+    """Accelerate's ``unwrap_model`` of an FSDP (wrapper) model gives the module inside it,
+    which holds no FSDP module: its parameters are FSDP's flattened ones (a view of this
+    process's shard), and a loop's check (``steps_of``) must not try its steps."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    with process_group_of_one():
+        model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+        wrapped = FullyShardedDataParallel(
+            model, device_id=torch.device("cpu"), use_orig_params=original
+        )
+        assert sharding(wrapped.module) == "FSDP"
+
+
 def test_lightnings_sharding_strategies_are_named() -> None:
     """Lightning's strategies that shard the module, by class (of either package); DDP keeps a
     whole module on each process, and its steps can be tried."""

@@ -135,12 +135,27 @@ def steps_of(
     activations twice the size of the run's in bf16-mixed, and a size that fits would be
     marked out of memory); Accelerate's unwrapped model keeps its own.
 
+    A model that a strategy shards across processes (FSDP, DeepSpeed ZeRO-3:
+    `zeus_bso.training.sharded.sharding`) is not tried, as the callbacks do not try one: each
+    size "fits", and the first process says so at the log level INFO (`NOT_TRIED`); a size
+    that runs out of memory while the run trains is marked infeasible when the run ends.
+
     Raises:
         ConfigurationError: ``loader`` cannot be built at another batch size (a batch
             sampler's, a DataLoader subclass's own ``__init__``): write ``try_steps`` by hand.
     """
     from zeus_bso.errors import ConfigurationError
     from zeus_bso.integrations.loaders import at_batch_size, generators_kept, not_resizable
+    from zeus_bso.training.collectives import torch_distributed
+    from zeus_bso.training.sharded import sharding
+
+    if (sharded := sharding(model)) is not None:
+
+        def not_tried(size: int) -> None:
+            if (dist := torch_distributed()) is None or dist.get_rank() == 0:
+                logger.info(NOT_TRIED, size, sharded)
+
+        return not_tried
 
     if (why := not_resizable(loader)) is not None:
         raise ConfigurationError(
