@@ -120,6 +120,19 @@ def test_the_module_inside_an_fsdp_wrapper_is_named_sharded(original: bool) -> N
         assert sharding(wrapped.module) == "FSDP"
 
 
+def test_a_model_of_tensor_parallel_parameters_is_named_sharded() -> None:
+    """Tensor parallelism (``parallelize_module``) splits a layer's parameters across processes
+    (``DTensor``s outside any FSDP module): a step by hand would need the others' parts."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    with process_group_of_one():
+        model = torch.nn.Sequential(torch.nn.Linear(2, 3))
+        parallelize_module(model, init_device_mesh("cpu", (1,)), {"0": ColwiseParallel()})
+        assert sharding(model) == "tensor parallelism (DTensor parameters)"
+
+
 def test_lightnings_sharding_strategies_are_named() -> None:
     """Lightning's strategies that shard the module, by class (of either package); DDP keeps a
     whole module on each process, and its steps can be tried."""

@@ -14,15 +14,20 @@ modules hold only each process's shard of their parameters between steps."""
 def sharding(model: Any) -> str | None:
     """What shards ``model``'s parameters across processes, where something does: PyTorch's
     FSDP (a wrapper, or ``fully_shard``; or the module inside an FSDP wrapper, as Accelerate's
-    ``unwrap_model`` gives it, whose parameters FSDP flattened) or DeepSpeed's ZeRO stage 3
-    (its parameters carry a ``ds_id``). None: nothing, and its steps can be tried
+    ``unwrap_model`` gives it, whose parameters FSDP flattened), DeepSpeed's ZeRO stage 3 (its
+    parameters carry a ``ds_id``) or tensor parallelism (``DTensor`` parameters outside an FSDP
+    module). None: nothing, and its steps can be tried
     (`zeus_bso.integrations.probe.undone`)."""
     for module in model.modules():
         if any(cls.__name__ in SHARDED_MODULES for cls in type(module).__mro__):
             return "FSDP"
     for parameter in model.parameters():
+        if hasattr(parameter, "ds_id"):
+            return "DeepSpeed ZeRO-3"
+        if type(parameter).__name__ == "DTensor":  # not FSDP's own (its modules are above)
+            return "tensor parallelism (DTensor parameters)"
         if sharded_parameter(parameter):
-            return "DeepSpeed ZeRO-3" if hasattr(parameter, "ds_id") else "FSDP"
+            return "FSDP"
     return None
 
 
