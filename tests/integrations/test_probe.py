@@ -350,3 +350,21 @@ def test_the_longest_batch_is_collated_as_the_loaders_batches_are() -> None:
     assert sorted(int(row.sum()) for row in batch) == [5, 7, 9]
     points = torch.utils.data.TensorDataset(torch.zeros(6, 2))
     assert longest_batch(torch.utils.data.DataLoader(points, batch_size=2), 3) is None
+
+
+def test_a_loss_that_is_no_tensor_is_refused_with_what_to_return() -> None:
+    """``steps_of``'s ``loss`` returns the model's output, not its loss (``model(**batch)``
+    where ``.loss`` was meant): refused, saying what to return, not an AttributeError of the
+    output's ``backward``; nothing was stepped."""
+    from zeus_bso.errors import ConfigurationError
+    from zeus_bso.integrations.probe import steps_of
+
+    model, optimizers = _model_and_optimizers()
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}  # type: ignore[attr-defined]
+    tried = steps_of(model, optimizers, loader, lambda batch: {"logits": model(batch[0])})
+    with pytest.raises(ConfigurationError, match=r"returned dict, not the loss.*\.loss"):
+        tried(4)
+    after = model.state_dict()  # type: ignore[attr-defined]
+    assert all(torch.equal(before[k], after[k]) for k in before)

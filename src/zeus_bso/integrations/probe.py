@@ -173,6 +173,12 @@ def steps_of(
             for _, batch in zip(range(steps), batches, strict=False):
                 with autocast() if autocast is not None else nullcontext():
                     taken = loss(_on(batch, device))
+                if not hasattr(taken, "backward"):
+                    raise ConfigurationError(
+                        f"steps_of()'s loss(batch) returned {type(taken).__name__}, not the "
+                        "loss: return a tensor to take backward (a Transformers model's "
+                        "output: model(**batch).loss)"
+                    )
                 step(taken, tuned)
 
     return try_steps
