@@ -468,6 +468,31 @@ def test_a_fabric_loops_memory_check_takes_steps_at_the_precision_it_trains_at(
         bso.report(0.95)
 
 
+@pytest.mark.parametrize("kind", ["accelerate", "fabric"])
+def test_a_prepared_dataloader_given_to_steps_of_is_refused_with_what_to_give(kind: str) -> None:
+    """A DataLoader the framework prepared for its processes (Accelerate's ``DataLoaderShard``,
+    Fabric's wrapper) was refused as one that cannot be built at another size, with "write
+    try_steps by hand": the loop has the DataLoader it built, which is what to give."""
+    import torch
+
+    from zeus_bso.integrations.probe import steps_of
+
+    _, framework = adapter_of(kind)
+    built = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 2)))
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if kind == "accelerate":
+        prepared, what = framework.prepare(built), "accelerator.prepare()"
+    else:
+        prepared, what = framework.setup_dataloaders(built), "fabric.setup_dataloaders()"
+    with pytest.raises(ConfigurationError, match=r"give it the DataLoader as built") as refused:
+        steps_of(model, optimizer, prepared, lambda batch: model(batch[0]).sum())
+    assert what in str(refused.value)
+    assert callable(steps_of(model, optimizer, built, lambda batch: model(batch[0]).sum()))
+    if kind == "accelerate":
+        framework.free_memory()
+
+
 def test_a_loops_memory_check_does_not_try_a_model_sharded_across_processes(
     sqlite_server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -106,6 +106,14 @@ def step(loss: Any, optimizers: Sequence[Any]) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
+PREPARED_LOADERS = {
+    "DataLoaderShard": "accelerator.prepare()",
+    "DataLoaderDispatcher": "accelerator.prepare()",
+    "_FabricDataLoader": "fabric.setup_dataloaders()",
+}
+"""The DataLoaders a framework prepared for its processes (by class name), and what did."""
+
+
 def steps_of(
     model: Any,
     optimizers: Any,
@@ -157,6 +165,12 @@ def steps_of(
 
         return not_tried
 
+    if type(loader).__name__ in PREPARED_LOADERS:
+        raise ConfigurationError(
+            f"steps_of() was given a {type(loader).__name__}, a DataLoader that "
+            f"{PREPARED_LOADERS[type(loader).__name__]} prepared for its processes: give it the "
+            "DataLoader as built, before that (each process tries the sizes alone)"
+        )
     if (why := not_resizable(loader)) is not None:
         raise ConfigurationError(
             f"steps_of() builds the DataLoader again at each batch size it tries, but it is "
