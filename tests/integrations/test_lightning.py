@@ -2113,23 +2113,33 @@ class PadsTexts(pl.LightningModule):
 class PadsTextsOfTwoLoaders(PadsTexts):
     """`PadsTexts` whose ``train_dataloader()`` returns two DataLoaders, as a multi-task module
     does: its texts, and texts all of 4 tokens (whose lengths say nothing); each step takes a
-    batch of both, and the texts' batch runs out of memory as `PadsTexts`' does."""
+    batch of both, and the texts' batch runs out of memory as `PadsTexts`' does. With
+    ``combined``, in a ``CombinedLoader`` of its own (``max_size_cycle``)."""
+
+    def __init__(self, tokens: int, *, combined: bool = False) -> None:
+        super().__init__(tokens, data="torch")
+        self.combined = combined
 
     def train_dataloader(self) -> Any:
         short = [{**row, "input_ids": row["input_ids"][:4]} for row in list(self.texts)]
-        return {
+        loaders = {
             "texts": super().train_dataloader(),
             "short": torch.utils.data.DataLoader(
                 short, batch_size=self.batch_size, shuffle=True, collate_fn=padded
             ),
         }
+        if self.combined:
+            from lightning.pytorch.utilities import CombinedLoader
+
+            return CombinedLoader(loaders, "max_size_cycle")
+        return loaders
 
     def training_step(self, batch: Any, index: int) -> Any:
         assert len(batch["short"]["input_ids"]) == len(batch["texts"]["input_ids"])
         return super().training_step(batch["texts"], index)
 
 
-@pytest.mark.parametrize("data", ["datasets", "torch", "texts", "two loaders"])
+@pytest.mark.parametrize("data", ["datasets", "torch", "texts", "two loaders", "combined"])
 def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
     data: str, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -2140,11 +2150,12 @@ def test_the_memory_check_tries_the_longest_texts_before_the_fit_trains(
     passed, and the fit ran out of memory mid-epoch at 32, its training lost. So for a
     ``datasets.Dataset``, for a torch dataset, whose samples are read for their lengths, and
     for raw texts that the collator tokenizes, whose lengths stand in for their tokens', and
-    where ``train_dataloader()`` returns them beside another DataLoader."""
+    where ``train_dataloader()`` returns them beside another DataLoader (a dict of them, or a
+    ``CombinedLoader`` of its own)."""
     spec = oom_job(unique_id("littexts"))
     pl.seed_everything(0, verbose=False)
-    if data == "two loaders":
-        model: PadsTexts = PadsTextsOfTwoLoaders(tokens=200, data="torch")
+    if data in ("two loaders", "combined"):
+        model: PadsTexts = PadsTextsOfTwoLoaders(tokens=200, combined=data == "combined")
     else:
         model = PadsTexts(tokens=200, data=data)  # 32 x 4, 16 x 12 fit; 32 x 12 not
     callback = ZeusBSOCallback(server.url, spec, monitor="val_acc", energy_meter=EstimateMeter(100))

@@ -50,6 +50,12 @@ def checks_memory(session: TrialSession, trainer: Any, pl_module: Any, steps: in
     return True
 
 
+TAKE_EACH_MODES = ("min_size", "max_size_cycle", "max_size")
+"""The modes of a ``CombinedLoader`` in which each step takes a batch of each of its iterables
+(its ``sequential`` mode takes them in turn). Its mode is private (``_mode``): one that does
+not say has its first batches tried."""
+
+
 class LoaderRefusedError(ConfigurationError):
     """The train DataLoader's first batch tried does not have the size set (`batch_refused`):
     steps of it would say nothing of the size's memory, and the fit would not train it."""
@@ -81,9 +87,10 @@ def try_size(
             session.lr.scale(optimizer, batch)
     loaders = target.loader()
     combined = package_of(trainer).combined_loader
-    takes_each = not isinstance(loaders, combined)  # each step takes a batch of each
-    if takes_each:  # as the fit loop combines what it is given
-        loaders = combined(loaders, "max_size_cycle")
+    if isinstance(loaders, combined):  # the module's own: its mode says how steps take them
+        takes_each = getattr(loaders, "_mode", None) in TAKE_EACH_MODES
+    else:  # as the fit loop combines what it is given: each step takes a batch of each
+        loaders, takes_each = combined(loaders, "max_size_cycle"), True
     iterables, lengths = loaders.iterables, [sized_len(loader) for loader in loaders.flattened]
     only_batch = all(length == 1 for length in lengths)
     if refused := no_batches(iterables, size):  # nothing to try: nothing would train
@@ -109,8 +116,9 @@ def longest_batches(
     collated by its ``collate_fn``, at every step, as the fit loop's iterator gives batches
     (with their index and the DataLoader's). Several DataLoaders (a dict, a list of them, as
     ``train_dataloader()`` may return) give a step a batch of each (``takes_each``: the
-    fit combines them so; a ``CombinedLoader`` of the module's own may take them in turn, and
-    its first batches are tried): those whose lengths are not known give their first.
+    fit combines them so, as does a ``CombinedLoader`` of the module's own in the
+    `TAKE_EACH_MODES`; one that takes them in turn has its first batches tried): those whose
+    lengths are not known give their first.
     None: the steps take the fit's own batches."""
     flattened = loaders.flattened
     if len(flattened) == 1 and loaders.iterables is flattened[0]:
