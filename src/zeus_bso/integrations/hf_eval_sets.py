@@ -1,20 +1,22 @@
 """An evaluation of several datasets: the Hugging Face Trainer given ``eval_dataset`` as a dict
 evaluates each in turn, and hands each one's metrics, prefixed with its name
-(``eval_<name>_accuracy``), to its callbacks apart. The run's metric is among one dataset's
-only: the evaluations of the others at the same step are waited out (`EvaluationRound`)."""
+(``eval_<name>_accuracy``), to its callbacks apart; so does a script's own
+``trainer.evaluate(dataset, metric_key_prefix="test")`` while it trains. The run's metric is
+among one evaluation's only: the others at the same step are waited out (`EvaluationRound`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 
-def dataset_name(metrics: Mapping[str, float]) -> str | None:
-    """The name of the evaluation dataset whose metrics these are (an ``eval_dataset`` dict's
-    key: the Trainer times each evaluation, ``eval_<name>_runtime``); None: the Trainer's one
-    dataset (``eval_runtime``), or metrics without their time (a script's own)."""
+def evaluated_apart(metrics: Mapping[str, float]) -> str | None:
+    """The prefix of an evaluation's metrics other than the Trainer's one dataset's (the
+    Trainer times each evaluation, ``<prefix>_runtime``): ``eval_<name>``, an ``eval_dataset``
+    dict's key, or a script's own ``metric_key_prefix``. None: the Trainer's one dataset
+    (``eval_runtime``), or metrics without their time (a script's own)."""
     for key in metrics:
-        if key.startswith("eval_") and key.endswith("_runtime") and key != "eval_runtime":
-            return key.removeprefix("eval_").removesuffix("_runtime")
+        if key.endswith("_runtime") and key != "eval_runtime":
+            return key.removesuffix("_runtime")
     return None
 
 
@@ -28,10 +30,10 @@ class EvaluationRound:
         self.metrics: dict[str, float] = {}
 
     def waits(self, step: int, metrics: Mapping[str, float]) -> bool:
-        """Whether the report waits for the next dataset's evaluation at ``step``: the metric
-        is not among ``metrics``, which are a named dataset's (`dataset_name`). They are kept
-        for `unreported`."""
-        if self.metric in metrics or dataset_name(metrics) is None:
+        """Whether the report waits for the next evaluation at ``step``: the metric is not
+        among ``metrics``, which are one evaluated apart (`evaluated_apart`). They are kept for
+        `unreported`."""
+        if self.metric in metrics or evaluated_apart(metrics) is None:
             return False
         if self.step != step:
             self.step, self.metrics = step, {}
@@ -40,9 +42,12 @@ class EvaluationRound:
 
     def unreported(self, reported_step: int | None) -> dict[str, float] | None:
         """Where the round of evaluations that waited ended without the metric (no report at
-        its step, ``reported_step`` the step of the last report): every metric the round's
-        datasets gave, to name them; None: it ended with a report, or none waited. Called
-        when the Trainer goes on (the next step, the end of training), it forgets the round."""
+        its step, ``reported_step`` the step of the last report) and held the Trainer's own
+        (``eval_...``: a script's own evaluation alone is not the job's): every metric the
+        round gave, to name them; None: it ended with a report, or none waited. Called when the
+        Trainer goes on (the next step, the end of training), it forgets the round."""
         step, metrics = self.step, self.metrics
         self.step, self.metrics = None, {}
-        return metrics if step is not None and step != reported_step else None
+        if step is None or step == reported_step:
+            return None
+        return metrics if any(key.startswith("eval_") for key in metrics) else None
