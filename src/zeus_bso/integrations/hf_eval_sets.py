@@ -47,7 +47,9 @@ class EvaluationRound:
         round gave, to name them; None: it ended with a report, or none waited. Called when the
         Trainer goes on (the next step, the end of training), it forgets the round."""
         step, metrics = self.step, self.metrics
+        if step is None:  # none waited (every step of the run: nothing to forget)
+            return None
         self.step, self.metrics = None, {}
-        if step is None or step == reported_step:
+        if step == reported_step:
             return None
         return metrics if any(key.startswith("eval_") for key in metrics) else None

@@ -124,7 +124,9 @@ def longest_batches(
     if len(flattened) == 1 and loaders.iterables is flattened[0]:
         batch = longest_batch(flattened[0], size)
         return None if batch is None else ((batch, index, 0) for index in itertools.count())
-    longest = [longest_batch(loader, size) for loader in flattened] if takes_each else []
+    if not takes_each:  # a CombinedLoader that takes them in turn: its first batches
+        return None
+    longest = [longest_batch(loader, size) for loader in flattened]
     if all(batch is None for batch in longest):
         return None
     steps = type(loaders)(loaders.iterables, "max_size_cycle")  # the same structure

@@ -149,8 +149,10 @@ def steps_of(
     that runs out of memory while the run trains is marked infeasible when the run ends.
 
     Raises:
-        ConfigurationError: ``loader`` cannot be built at another batch size (a batch
-            sampler's, a DataLoader subclass's own ``__init__``): write ``try_steps`` by hand.
+        ConfigurationError: ``loader`` is one a framework prepared for its processes (give the
+            one the loop built), or cannot be built at another batch size (a batch sampler's,
+            a DataLoader subclass's own ``__init__``): write ``try_steps`` by hand. From
+            ``try_steps``: ``loss(batch)`` returned no tensor to take backward.
     """
     from zeus_bso.errors import ConfigurationError
     from zeus_bso.integrations.loaders import at_batch_size, generators_kept, not_resizable
