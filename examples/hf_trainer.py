@@ -74,7 +74,7 @@ def main() -> None:
         )
         training = transformers.TrainingArguments(
             output_dir=output_dir,  # a temporary directory: nothing is saved (save_strategy)
-            per_device_train_batch_size=callback.start(),  # chosen before the Trainer exists
+            per_device_train_batch_size=16,  # the server's replaces it as the Trainer is built
             num_train_epochs=job.max_epochs,
             learning_rate=3e-4,
             eval_strategy="epoch",

@@ -45,8 +45,6 @@ def main() -> None:
     # A rank that ran out waits this long for the others to say they did (30 s in a run): the
     # ranks of this run step together, so all that run out say it within a step of each other.
     ran_out.PATIENCE_S = 8.0
-    # Rank 1 reads the batch size from rank 0: the process group must exist first.
-    state = PartialState(cpu=True, backend="gloo")
     if oom_above is None:
         seen, _ = train(server_url, job_id, out)
     else:
@@ -62,6 +60,7 @@ def main() -> None:
     # The Trainer and its DDP model are gone before the group is: freed after it, the DDP
     # reducer's destructor can wait on Gloo's worker threads while holding the GIL.
     gc.collect()
+    state = PartialState()  # the arguments' (ddp_backend="gloo"), made as they were built
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
     state.wait_for_everyone()
     state.destroy_process_group()
@@ -82,9 +81,11 @@ def train(
         metric="eval_accuracy",
     )
     spy = BatchSizeSpy()
+    # The arguments' own size, and no start(): as the Trainer is built, rank 0 asks for the
+    # run's and every rank sets it (the group made by the arguments, as the Trainer built them).
     args = training_arguments(
         out / "trainer",
-        callback.start(),
+        4,
         10,  # more than the job's max_epochs (6): the server's stop ends it
         save_strategy="no",
         ddp_backend="gloo",

@@ -138,3 +138,43 @@ def test_the_precision_a_run_reports_is_the_arguments(tmp_path: Path) -> None:
     assert hf_arguments.precision(arguments(tmp_path)) == "32"
     assert hf_arguments.precision(SimpleNamespace(bf16=True, fp16=False)) == "bf16"
     assert hf_arguments.precision(SimpleNamespace(bf16=False, fp16=True)) == "fp16"
+
+
+def test_the_callback_sets_the_size_where_nothing_read_it_as_the_arguments_were_built(
+    tmp_path: Path,
+) -> None:
+    """A Trainer's arguments (plain, or TRL's SFT ones) take the run's size as the Trainer is
+    built; DeepSpeed's configuration (filled from the arguments as they are built) and TRL's
+    GRPO (its generation batch sized from the batch size) keep the size they were built with:
+    those scripts call ``start()`` first, and are told why."""
+    assert hf_arguments.set_by_hand(arguments(tmp_path)) is None
+    deepspeed = SimpleNamespace(deepspeed={"train_micro_batch_size_per_gpu": "auto"})
+    assert "DeepSpeed's configuration" in (hf_arguments.set_by_hand(deepspeed) or "")
+    trl = pytest.importorskip("trl", reason="pip install trl")
+    common = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": []}
+    assert hf_arguments.set_by_hand(trl.SFTConfig(**common)) is None
+    grpo = trl.GRPOConfig(**common, per_device_train_batch_size=8, num_generations=4)
+    said = hf_arguments.set_by_hand(grpo)
+    assert said == "GRPOConfig sized its generation batch from the batch size as it was built"
+
+
+@pytest.mark.parametrize(
+    ("accumulation", "said"),
+    [
+        (None, "per_device_train_batch_size=8 (TrainingArguments said 32)"),
+        (2, "per_device_train_batch_size=8, gradient_accumulation_steps=2 (TrainingArguments "
+         "said 32 and 1)"),
+    ],
+)  # fmt: skip
+def test_taking_the_batch_size_sets_it_on_the_arguments_and_the_trainer(
+    tmp_path: Path, accumulation: int | None, said: str
+) -> None:
+    """The run's size on the arguments and on the Trainer, which took its own from them as it
+    was built; where the run accumulates, its micro-batches an optimizer step too."""
+    args = arguments(tmp_path)
+    trainer = SimpleNamespace(_train_batch_size=args.train_batch_size)
+    changed = hf_arguments.take_batch_size(args, trainer, 8, accumulation)
+    assert changed == f"the Trainer trains at the server's batch size: {said}"
+    assert (args.per_device_train_batch_size, trainer._train_batch_size) == (8, 8)
+    assert args.gradient_accumulation_steps == (accumulation or 1)
+    assert hf_arguments.take_batch_size(args, trainer, 8, accumulation) is None  # said so now

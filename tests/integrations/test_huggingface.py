@@ -622,10 +622,33 @@ def test_the_metric_may_be_named_without_its_eval_prefix(
     assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)
 
 
-def test_mismatched_batch_size_fails_fast(server: ServerProcess, tmp_path: Path) -> None:
-    spec = job(unique_id("hfbad"), target=0.99)
-    with pytest.raises(ZeusBSOError, match="per_device_train_batch_size"):
-        train(server.url, spec, tmp_path, epochs=1, batch_size=5)
+@pytest.mark.parametrize("options", [{}, {"max_micro_batch_size": 8}], ids=["plain", "accumulates"])
+def test_arguments_written_at_a_size_of_their_own_train_at_the_servers(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, options: Any
+) -> None:
+    """A script as the Transformers examples write it: ``TrainingArguments`` at a batch size of
+    its own (5), the callback among the Trainer's callbacks, no ``start()``. The callback asks
+    for the run's size as the Trainer is built and sets it (and, where it accumulates, the
+    micro-batches an optimizer step): every step trains the dispatched 16, as 16 or 2 x 8,
+    and the log says what it replaced. Before, the run was refused at ``train()``."""
+    spec = job(unique_id("hfown"), target=0.99)
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        callback = train(
+            server.url, spec, tmp_path, epochs=1, batch_size=5, callback_options=options
+        )
+    micro, steps = (8, 2) if options else (16, 1)
+    assert (callback.batch_size, callback.accumulation_steps) == (16, steps)
+    assert callback.spy_sizes == [micro]  # type: ignore[attr-defined]
+    said = f"per_device_train_batch_size={micro}"
+    said += (
+        ", gradient_accumulation_steps=2 (TrainingArguments said 5 and 1)"
+        if options
+        else (" (TrainingArguments said 5)")
+    )
+    assert f"the Trainer trains at the server's batch size: {said}" in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["epochs"]) == (16, 1)
 
 
 def test_training_again_after_the_run_ended_is_refused_saying_what_to_do(
@@ -650,7 +673,7 @@ def test_training_again_after_the_run_ended_is_refused_saying_what_to_do(
     assert callback.outcome is not None
     with pytest.raises(OperationOrderError, match="this callback's run ended") as raised:
         trainer.train()
-    assert "call start() on a new ZeusBSOTrainerCallback" in str(raised.value)
+    assert "give a new ZeusBSOTrainerCallback to a new Trainer" in str(raised.value)
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert (trial["status"], trial["epochs"], trial["converged"]) == ("reported", 1, True)
@@ -692,29 +715,76 @@ def test_a_hyperparameter_search_is_refused_at_its_first_trial(
     assert not trial["epochs"]
 
 
-def test_the_server_is_asked_in_start_and_not_in_an_attribute(
+def test_the_server_is_asked_as_the_trainer_is_built_and_not_in_an_attribute(
     server: ServerProcess, tmp_path: Path
 ) -> None:
     spec = job(unique_id("hfstart"), target=0.999)
     callback = ZeusBSOTrainerCallback(server.url, spec, energy_meter=EstimateMeter(100))
-    with pytest.raises(ZeusBSOError, match=r"call callback.start\(\) before reading"):
+    with pytest.raises(ZeusBSOError, match=r"or build the Trainer with the callback\) before"):
         _ = callback.batch_size
     with ServerClient(server.url) as client:
         assert client.list_jobs(prefix=spec.job_id_prefix) == []  # nothing was asked
-    args = training_arguments(tmp_path / "out", 16, 1, save_strategy="no")
     trainer = transformers.Trainer(
         model=tiny_bert(),
-        args=args,
+        args=training_arguments(tmp_path / "out", 4, 1, save_strategy="no"),
         train_dataset=TokenDataset(64, 0),
         eval_dataset=TokenDataset(32, 1),
         callbacks=[callback],
     )
-    with pytest.raises(ZeusBSOError, match=r"call callback.start\(\) before building"):
-        trainer.train()
-    assert callback.start() == callback.start() == callback.batch_size == 16
+    assert callback.batch_size == trainer.args.per_device_train_batch_size == 16
+    assert trainer._train_batch_size == 16
+    assert callback.start() == callback.start() == 16  # the same trial
     assert callback.job_id == spec.job_id
+    with ServerClient(server.url) as client:
+        assert len(client.job_state(spec.job_id or "")["trials"]) == 1
     assert callback.session is not None
     callback.session.end(end_trial=False)
+
+
+def test_a_trainer_built_again_with_the_callback_takes_the_same_trial(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A notebook's cell that builds the Trainer run again before ``train()``: the second
+    Trainer, its arguments at a size of their own, is given the run's trial and size too, and
+    trains at it; the server has one trial."""
+    spec = job(unique_id("hfagain"), target=0.0)
+
+    def built(size: int) -> Any:
+        return transformers.Trainer(
+            model=tiny_bert(),
+            args=training_arguments(tmp_path / "out", size, 1, save_strategy="no"),
+            train_dataset=TokenDataset(64, 0),
+            eval_dataset=TokenDataset(32, 1),
+            compute_metrics=accuracy,
+            callbacks=[callback, spy],
+        )
+
+    callback = ZeusBSOTrainerCallback(server.url, spec, energy_meter=EstimateMeter(100))
+    spy = BatchSizeSpy()
+    built(4)
+    trainer = built(8)
+    assert trainer.args.per_device_train_batch_size == 16
+    trainer.train()
+    assert spy.sizes == [16]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["status"]) == (16, "reported")
+
+
+def test_a_callback_added_after_the_trainer_was_built_says_to_start_it_first(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``trainer.add_callback`` after the Trainer was built: no event reached the callback as
+    the Trainer took its batch size, so it cannot set it; ``train()`` is refused before the
+    server is asked, saying to call ``start()`` first."""
+    spec = job(unique_id("hfadded"), target=0.999)
+    with pytest.raises(ConfigurationError) as refused:
+        train(server.url, spec, tmp_path, epochs=1, batch_size=16, added_later=True)
+    words = str(refused.value)
+    assert "this Trainer was built without it (add_callback adds it after)" in words
+    assert "per_device_train_batch_size=callback.start()" in words
+    with ServerClient(server.url) as client:
+        assert client.list_jobs(prefix=spec.job_id_prefix) == []  # nothing was asked
 
 
 def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(
@@ -946,8 +1016,9 @@ class TrainersSizeTrainer(OwnLoaderTrainer):
     [
         # A subclass's get_train_dataloader() builds the loader at a size of its own.
         ({"trainer_class": OwnLoaderTrainer}, 4, "batch_size=self._train_batch_size"),
-        # trainer.args.per_device_train_batch_size = callback.start() after it was built.
-        ({"set_after_built": 8}, 8, "the Trainer took 8 from its TrainingArguments when it"),
+        # trainer.args.per_device_train_batch_size = callback.start() after it was built (the
+        # callback added then: the Trainer's own size was never set).
+        ({"set_after_built": 8, "added_later": True}, 8, "the Trainer took 8 from its"),
     ],
 )
 def test_a_train_dataloader_of_another_size_is_refused_before_it_trains(

@@ -1,7 +1,9 @@
 """A Hugging Face Trainer subclass whose ``compute_loss`` weighs the classes, as scripts for
 imbalanced data write it, on a model of the script's own: a plain ``nn.Module`` whose
 ``forward`` takes the inputs alone and returns logits (the labels popped by ``compute_loss``,
-named to the Trainer by ``label_names``).
+named to the Trainer by ``label_names``); the arguments' own batch size, which the callback
+replaces with the server's (and the micro-batches an optimizer step, with
+``--max-micro-batch-size``) as the Trainer is built.
 
     python hf_weighted_loss.py --job NAME --output-dir DIR [--target 0.9]
         [--oom-above N [--oom-after STEPS]] [--oom-in-evaluation] [--oom-in-loss-above N]
@@ -106,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         training = transformers.TrainingArguments(
             output_dir=args.output_dir,
-            per_device_train_batch_size=callback.start(),
-            gradient_accumulation_steps=callback.accumulation_steps,
+            per_device_train_batch_size=16,  # the callback sets the server's as Trainer is built
             num_train_epochs=job.max_epochs,
             learning_rate=0.1,
             optim="sgd",

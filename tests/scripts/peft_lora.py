@@ -2,9 +2,10 @@
 causal language model wrapped by ``get_peft_model(model, LoraConfig(...))`` (its weights frozen,
 low-rank adapters on its attention trained), texts tokenized with ``Dataset.map``, a
 ``DataCollatorForLanguageModeling(mlm=False)``, the HF ``Trainer`` with a warm-up and a linear
-schedule, and token accuracy from the logits' argmax (``preprocess_logits_for_metrics``); the
-batch size on the arguments is the callback's. The base model, tokenizer and texts are the
-corpus's own (`tests.scripts.words`: nothing is downloaded).
+schedule, and token accuracy from the logits' argmax (``preprocess_logits_for_metrics``), the
+batch size the arguments' own (the callback sets the server's as the Trainer is built). The
+base model, tokenizer and texts are the corpus's own (`tests.scripts.words`: nothing is
+downloaded).
 
     python peft_lora.py --job NAME --output-dir DIR [--target 0.5]
 """
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         training = transformers.TrainingArguments(
             output_dir=args.output_dir,
-            per_device_train_batch_size=callback.start(),
+            per_device_train_batch_size=16,  # the callback sets the server's as Trainer is built
             per_device_eval_batch_size=32,
             num_train_epochs=job.max_epochs,
             learning_rate=2.0,

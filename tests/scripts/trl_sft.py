@@ -1,7 +1,8 @@
 """A supervised fine-tune with TRL's ``SFTTrainer``, written as TRL's quickstart writes it: a
 ``datasets.Dataset`` of texts, an ``SFTConfig`` (TrainingArguments with the SFT settings), a
-causal language model and its tokenizer, a warm-up and a cosine schedule; the batch size on the
-config is the callback's. The model, tokenizer and texts are the corpus's own
+causal language model and its tokenizer, a warm-up and a cosine schedule, the batch size the
+config's own (the callback sets the server's as the Trainer is built). The model, tokenizer and
+texts are the corpus's own
 (`tests.scripts.words`: nothing is downloaded); the job is judged by SFT's token accuracy.
 ``--longer K`` makes K of its texts longer than the others, and ``--oom-above-tokens N`` has
 the model run out of memory in training at a batch of more than N tokens, padding included
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         config = SFTConfig(
             output_dir=args.output_dir,
-            per_device_train_batch_size=callback.start(),
+            per_device_train_batch_size=16,  # the callback sets the server's as Trainer is built
             num_train_epochs=job.max_epochs,
             learning_rate=0.5,
             optim="sgd",

@@ -28,6 +28,46 @@ SEARCH_REFUSED = (
 """The refusal of a Trainer that trains a trial of ``hyperparameter_search``."""
 
 
+def set_by_hand(args: Any) -> str | None:
+    """Why the callback cannot set the run's batch size on ``args`` when the Trainer is built,
+    in words that follow "but": what read the batch size as the arguments were built and keeps
+    it (DeepSpeed's configuration, its ``train_micro_batch_size_per_gpu``; the generation batch
+    of TRL's GRPO). None: it can (`take_batch_size`)."""
+    if getattr(args, "deepspeed", None) or getattr(args, "hf_deepspeed_config", None):
+        return (
+            "DeepSpeed's configuration took its batch size from TrainingArguments as they were "
+            "built"
+        )
+    if getattr(args, "generation_batch_size", None) is not None:
+        return (
+            f"{type(args).__name__} sized its generation batch from the batch size as it was built"
+        )
+    return None
+
+
+def take_batch_size(
+    args: Any, trainer: Any, micro_batch_size: int, accumulation_steps: int | None
+) -> str | None:
+    """Set the run's per-device batch size on ``args``, and on the ``trainer`` being built,
+    which took its own from them (its ``_train_batch_size``, which its training loop and
+    ``get_train_dataloader`` read); and, where the run accumulates (``accumulation_steps`` not
+    None), its micro-batches an optimizer step, which the Trainer reads from ``args`` when it
+    trains. What it changed, in words; None: the arguments said so already."""
+    said = (args.per_device_train_batch_size, args.gradient_accumulation_steps)
+    args.per_device_train_batch_size = micro_batch_size
+    if accumulation_steps is not None:
+        args.gradient_accumulation_steps = accumulation_steps
+    trainer._train_batch_size = args.train_batch_size
+    if said == (args.per_device_train_batch_size, args.gradient_accumulation_steps):
+        return None
+    now = f"per_device_train_batch_size={micro_batch_size}"
+    before = f"{said[0]}"
+    if accumulation_steps is not None:
+        now += f", gradient_accumulation_steps={accumulation_steps}"
+        before += f" and {said[1]}"
+    return f"the Trainer trains at the server's batch size: {now} (TrainingArguments said {before})"
+
+
 def refusal(
     args: Any,
     *,

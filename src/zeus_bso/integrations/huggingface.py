@@ -1,27 +1,22 @@
-"""``ZeusBSOTrainerCallback`` for the Hugging Face ``Trainer``.
-
-The Trainer builds its DataLoader from ``TrainingArguments`` before any callback runs, so the
-batch size is chosen first, by the callback's `start` (which asks the server)::
+"""``ZeusBSOTrainerCallback`` for the Hugging Face ``Trainer``::
 
     callback = ZeusBSOTrainerCallback(server_url=..., job=JobSpec(...), metric="eval_accuracy")
-    args = TrainingArguments(..., per_device_train_batch_size=callback.start(),
-                             eval_strategy="epoch")
-    Trainer(model, args, ..., callbacks=[callback]).train()
+    Trainer(model, TrainingArguments(..., eval_strategy="epoch"), ..., callbacks=[callback]).train()
+
+As the Trainer is built, the callback asks the server for the run's batch size and sets it on
+the arguments and the Trainer (`start`, which a script may call first to build them at it).
 
 The Trainer calls no callback when ``train()`` raises: in a process that goes on after the
 error (a worker, a service, a notebook), ``with callback:`` around the training ends the run by
 it (`ZeusBSOTrainerCallback._block_ended`).
 
-Only the world process zero talks to the server; with ``torch.distributed`` initialised the
-batch size and the stop decision are broadcast and the energy of every rank's GPUs is added up,
-each GPU once. Every checkpoint gets a ``zeus_bso_trial.json``: a run given the checkpoint
+Every checkpoint gets a ``zeus_bso_trial.json``: a run given the checkpoint
 (``resume_from_checkpoint``, or ``True`` with ``output_dir``: the last checkpoint there, as
 ``Trainer.train`` takes it) continues its trial. What the callback adds to the Trainer's logs
-and evaluation metrics: `zeus_bso.integrations.hf_logs`; how a run with
-``auto_find_batch_size=True`` goes on at a smaller size: `zeus_bso.integrations.shrunk_run`.
-The trial in every process (the server, the shared answers, each GPU's energy once,
-checkpoints) is `zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's
-events onto it.
+and metrics: `zeus_bso.integrations.hf_logs`; a run with ``auto_find_batch_size=True`` at a
+smaller size: `zeus_bso.integrations.shrunk_run`. The trial in every process (the server, the
+answers shared across ranks, each GPU's energy once, checkpoints) is
+`zeus_bso.training.session.TrialSession`'s; this module maps the Trainer's events onto it.
 """
 
 from __future__ import annotations
@@ -136,6 +131,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._shrunk = ShrunkRun(self.job, self.metric, "the Trainer", logger)  # auto_find's sizes
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
+        # Why the batch size was not set when the Trainer was built (`on_init_end`).
+        self._not_set = "this Trainer was built without it (add_callback adds it after)"
 
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
@@ -144,10 +141,18 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         (with ``max_micro_batch_size``, the micro-batch: pass
         ``gradient_accumulation_steps=callback.accumulation_steps`` too).
 
-        Every process calls it, before the Trainer is built; in a distributed run, once
-        ``torch.distributed`` is initialised (e.g. ``accelerate.PartialState()``). A second call
-        returns the same batch size.
+        A Trainer built with the callback among its ``callbacks`` has it called as it is built,
+        and the size set on its arguments (the script's own ``per_device_train_batch_size`` is
+        replaced, and logged). Call it yourself to build the arguments at the run's size: where
+        something reads the size as they are built (DeepSpeed's configuration, TRL's GRPO),
+        or to size things of the script's own from it. Every process calls it, before the
+        Trainer is built; in a distributed run, once ``torch.distributed`` is initialised (e.g.
+        ``accelerate.PartialState()``). A second call returns the same batch size.
         """
+        return self._opened().micro_batch_size
+
+    def _opened(self) -> TrialSession:
+        """The run's session (`start`), opened where it is not yet."""
         if self.session is None:
             for other, error in hf_unheard.unheard(self):  # runs whose train() raised unheard
                 other._end_unheard(error)
@@ -163,7 +168,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 raise_from_report=False,  # at the end of training, after its checkpoints
                 by_framework=True,  # the callback scales, the Trainer accumulates
             )
-        return self.session.micro_batch_size
+        return self.session
 
     @property
     def accumulation_steps(self) -> int:
@@ -178,8 +183,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         """This run's per-device batch size (after `start`)."""
         if self.session is None:
             raise OperationOrderError(
-                "call callback.start() before reading callback.batch_size: it registers the job "
-                "and asks the server for this run's batch size (on every process)"
+                "call callback.start() (or build the Trainer with the callback) before reading "
+                "callback.batch_size: it registers the job and asks for this run's batch size"
             )
         return self.session.batch_size
 
@@ -277,7 +282,17 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         run_first(self)
-        if self.session is not None and (trainer := calling_trainer()) is not None:
+        trainer = calling_trainer()
+        if trainer is not None and not (self._training or self._ended):  # `start`, unless
+            self._not_set = hf_arguments.set_by_hand(args) or ""  # the size was read as built
+            if not self._not_set:
+                session = self._opened()
+                accumulates = self.options.get("max_micro_batch_size") is not None
+                steps = session.accumulation_steps if accumulates else None
+                said = hf_arguments.take_batch_size(args, trainer, session.micro_batch_size, steps)
+                if said and session.is_main:
+                    logger.info("zeus-bso: %s", said)
+        if self.session is not None and trainer is not None:
             size, accumulates = self.session.micro_batch_size, self.session.accumulation_steps > 1
             if refused := hf_arguments.no_batches(args, trainer.train_dataset, size, accumulates):
                 self._refuse(refused)  # before HF's own error at train(), which says less
@@ -351,10 +366,12 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         trial released)."""
         if self.session is None:
             raise ConfigurationError(
-                "call callback.start() before building TrainingArguments, and pass "
-                "per_device_train_batch_size=callback.start(): the optimizer chooses it (where "
-                "HfArgumentParser built them, set training_args.per_device_train_batch_size = "
-                "callback.start() before the Trainer is built)"
+                "the callback sets the run's batch size as the Trainer is built (given in "
+                f"Trainer(callbacks=[...])), but {self._not_set}: call callback.start() before "
+                "building TrainingArguments, and pass per_device_train_batch_size="
+                "callback.start() (where HfArgumentParser built them, set "
+                "training_args.per_device_train_batch_size = callback.start() before the Trainer "
+                "is built)"
             )
         if state.is_hyper_param_search:
             self._refuse(hf_arguments.SEARCH_REFUSED)
@@ -370,8 +387,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             raise OperationOrderError(
                 f"this callback's run ended (trial {session.trial_number} of job "
                 f"{session.job_id}): trainer.train() again would train outside the "
-                "optimizer; for the next run, call start() on a new ZeusBSOTrainerCallback and "
-                "build TrainingArguments with the batch size it returns"
+                "optimizer; for the next run, give a new ZeusBSOTrainerCallback to a new Trainer"
             )
         refused = resume_refused(state.global_step, self.resume_from) or hf_arguments.refusal(
             args,
