@@ -91,7 +91,8 @@ def refusal(
         return (
             f"TrainingArguments.per_device_train_batch_size is "
             f"{args.per_device_train_batch_size} but the optimizer chose {micro_batch_size}: "
-            "build TrainingArguments with per_device_train_batch_size=callback.start() (or, "
+            "leave the size the callback set as the Trainer was built, or build "
+            "TrainingArguments with per_device_train_batch_size=callback.start() (or, "
             "where HfArgumentParser built them from the command line, set "
             "training_args.per_device_train_batch_size = callback.start() before the Trainer "
             "is built)"
@@ -147,7 +148,8 @@ def loader_refusal(
     if found == trainers:
         fix = (
             f"the Trainer took {found} from its TrainingArguments when it was built, before "
-            "per_device_train_batch_size was set on them: set it before building the Trainer "
+            "per_device_train_batch_size was set on them: give the callback to the Trainer as "
+            "it is built (Trainer(callbacks=[callback])), which sets it, or set it before "
             "(TrainingArguments(per_device_train_batch_size=callback.start(), ...))"
         )
     else:
