@@ -147,14 +147,18 @@ def test_the_callback_sets_the_size_where_nothing_read_it_as_the_arguments_were_
     built; DeepSpeed's configuration (filled from the arguments as they are built) and TRL's
     GRPO (its generation batch sized from the batch size) keep the size they were built with:
     those scripts call ``start()`` first, and are told why."""
-    assert hf_arguments.set_by_hand(arguments(tmp_path)) is None
-    deepspeed = SimpleNamespace(deepspeed={"train_micro_batch_size_per_gpu": "auto"})
-    assert "DeepSpeed's configuration" in (hf_arguments.set_by_hand(deepspeed) or "")
+    trainer = SimpleNamespace(is_deepspeed_enabled=False)
+    assert hf_arguments.set_by_hand(arguments(tmp_path), trainer) is None
+    # DeepSpeed's configuration given in the arguments, or by `accelerate launch`: the Trainer's.
+    in_arguments = SimpleNamespace(deepspeed={"train_micro_batch_size_per_gpu": "auto"})
+    launched = SimpleNamespace(is_deepspeed_enabled=True)
+    for args, built in ((in_arguments, trainer), (arguments(tmp_path), launched)):
+        assert "DeepSpeed's configuration" in (hf_arguments.set_by_hand(args, built) or "")
     trl = pytest.importorskip("trl", reason="pip install trl")
     common = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": []}
-    assert hf_arguments.set_by_hand(trl.SFTConfig(**common)) is None
+    assert hf_arguments.set_by_hand(trl.SFTConfig(**common), trainer) is None
     grpo = trl.GRPOConfig(**common, per_device_train_batch_size=8, num_generations=4)
-    said = hf_arguments.set_by_hand(grpo)
+    said = hf_arguments.set_by_hand(grpo, trainer)
     assert said == "GRPOConfig sized its generation batch from the batch size as it was built"
 
 

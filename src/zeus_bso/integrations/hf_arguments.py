@@ -28,15 +28,16 @@ SEARCH_REFUSED = (
 """The refusal of a Trainer that trains a trial of ``hyperparameter_search``."""
 
 
-def set_by_hand(args: Any) -> str | None:
-    """Why the callback cannot set the run's batch size on ``args`` when the Trainer is built,
-    in words that follow "but": what read the batch size as the arguments were built and keeps
-    it (DeepSpeed's configuration, its ``train_micro_batch_size_per_gpu``; the generation batch
-    of TRL's GRPO). None: it can (`take_batch_size`)."""
-    if getattr(args, "deepspeed", None) or getattr(args, "hf_deepspeed_config", None):
+def set_by_hand(args: Any, trainer: Any) -> str | None:
+    """Why the callback cannot set the run's batch size on ``args`` as ``trainer`` is built, in
+    words that follow "but": what read the batch size as they were built and keeps it
+    (DeepSpeed's configuration, its ``train_micro_batch_size_per_gpu`` and accumulation steps,
+    given in the arguments or by ``accelerate launch``; the generation batch of TRL's GRPO).
+    None: it can (`take_batch_size`)."""
+    if getattr(args, "deepspeed", None) or getattr(trainer, "is_deepspeed_enabled", False):
         return (
-            "DeepSpeed's configuration took its batch size from TrainingArguments as they were "
-            "built"
+            "DeepSpeed's configuration took its batch size from TrainingArguments as the "
+            "Trainer was built"
         )
     if getattr(args, "generation_batch_size", None) is not None:
         return (

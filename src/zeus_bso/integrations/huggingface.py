@@ -284,7 +284,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         run_first(self)
         trainer = calling_trainer()
         if trainer is not None and not (self._training or self._ended):  # `start`, unless
-            self._not_set = hf_arguments.set_by_hand(args) or ""  # the size was read as built
+            self._not_set = (
+                hf_arguments.set_by_hand(args, trainer) or ""
+            )  # the size was read as built
             if not self._not_set:
                 session = self._opened()
                 accumulates = self.options.get("max_micro_batch_size") is not None
