@@ -104,8 +104,9 @@ def refusal(
             f"TrainingArguments.gradient_accumulation_steps is {steps}: each optimizer step "
             f"would take {steps} x {micro_batch_size} samples while the server charges batch "
             f"size {batch_size}; to accumulate, pass ZeusBSOTrainerCallback("
-            "max_micro_batch_size=...) and build TrainingArguments with "
-            "gradient_accumulation_steps=callback.accumulation_steps"
+            "max_micro_batch_size=...), which sets gradient_accumulation_steps as the Trainer "
+            "is built (a script that calls callback.start() first builds TrainingArguments "
+            "with gradient_accumulation_steps=callback.accumulation_steps)"
         )
     if accumulates and steps != accumulation_steps:
         return (
