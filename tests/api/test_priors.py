@@ -118,6 +118,9 @@ def test_a_trusted_parent_s_memory_caps_hold_for_the_job(http: httpx.Client, mod
     created = http.post("/jobs", json=_body(child, prior_from=parent, prior_mode=mode))
     assert created.status_code == 201, created.text
     assert http.get(f"/api/jobs/{child}").json()["memory_caps"] == (caps if mode == "trust" else {})
+    # Where the caps came from: the job never ran, but its page says why 256 is out there.
+    page = http.get(f"/dashboard/jobs/{child}").text
+    assert (f"({mode} mode, its memory caps taken as this job's;" in page) is (mode == "trust")
     if mode == "trust":  # its walk (128, then 64 and 256) leaves 256 out on the H100
         assert sorted(_run(http, child, **H100) for _ in range(3)) == [64, 128, 128]
 
@@ -178,9 +181,8 @@ def test_a_run_that_disagrees_drops_the_prior(http: httpx.Client, server: Server
     if not (server.db_url or "").startswith("sqlite"):
         return  # the command reads the same answer from every backend: once is enough
     shown = jobs_show(server.url, child)
-    assert f"seeded from {parent} (trust mode; its curve puts 128 cheapest): dropped" in (
-        shown.stdout
-    )
+    said = "(trust mode, its memory caps taken as this job's; its curve puts 128 cheapest)"
+    assert f"seeded from {parent} {said}: dropped" in shown.stdout
 
 
 def _report_epoch(http: httpx.Client, trial: dict[str, object], epoch: int, cost: float) -> bool:

@@ -283,7 +283,8 @@ def seed_words(seeded: SeededFrom) -> str:
         "dropped": "dropped: a run disagreed, and the job went on as a cold one",
     }
     parent = seeded.job_id or "a related job"
+    caps = ", its memory caps taken as this job's" if seeded.mode == "trust" else ""
     return (
-        f"{parent} ({seeded.mode} mode; its curve puts {seeded.best_batch_size} "
+        f"{parent} ({seeded.mode} mode{caps}; its curve puts {seeded.best_batch_size} "
         f"cheapest): {where.get(seeded.standing, seeded.standing)}"
     )
