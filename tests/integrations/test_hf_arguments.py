@@ -182,3 +182,36 @@ def test_taking_the_batch_size_sets_it_on_the_arguments_and_the_trainer(
     assert (args.per_device_train_batch_size, trainer._train_batch_size) == (8, 8)
     assert args.gradient_accumulation_steps == (accumulation or 1)
     assert hf_arguments.take_batch_size(args, trainer, 8, accumulation) is None  # said so now
+
+
+def test_a_trainer_that_evaluates_its_own_way_is_not_refused_for_evaluating_the_loss_alone(
+    tmp_path: Path,
+) -> None:
+    """Sentence Transformers' trainer adds its evaluator's metrics to its evaluations while its
+    arguments evaluate the loss alone (``prediction_loss_only=True``, their default): the job's
+    metric is looked for at the first evaluation, not refused before the run trains. The HF
+    Trainer's own evaluation computes only the loss there: refused."""
+    sentence_transformers = pytest.importorskip(
+        "sentence_transformers", reason="pip install sentence-transformers"
+    )
+    args = arguments(tmp_path, prediction_loss_only=True)
+    assert not hf_arguments.evaluates_itself(SimpleNamespace())  # no Trainer
+    assert not hf_arguments.evaluates_itself(None)
+    assert "evaluates the loss alone" in (refusal(args) or "")
+    own = sentence_transformers.SentenceTransformerTrainer.__new__(
+        sentence_transformers.SentenceTransformerTrainer
+    )
+    assert not hf_arguments.evaluates_itself(transformers.Trainer.__new__(transformers.Trainer))
+    assert hf_arguments.evaluates_itself(own)
+    assert (
+        hf_arguments.refusal(
+            args,
+            micro_batch_size=32,
+            batch_size=32,
+            accumulation_steps=1,
+            accumulates=False,
+            metric="eval_sts_spearman_cosine",
+            evaluates_itself=True,
+        )
+        is None
+    )

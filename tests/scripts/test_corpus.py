@@ -223,6 +223,8 @@ CORPUS = {
     "trl_dpo.py": (("--output-dir", "{tmp}"), "linear"),  # preference pairs: two texts each
     "peft_lora.py": (("--output-dir", "{tmp}"), "linear"),  # a LoRA adapter on a frozen model
     "hf_streaming.py": (("--output-dir", "{tmp}"), "linear"),  # no length: max_steps, eval_steps
+    # Sentence Transformers' trainer: sentence pairs, judged by its evaluator's metric
+    "st_embeddings.py": (("--output-dir", "{tmp}"), "linear"),
 }
 
 
@@ -231,10 +233,11 @@ NEEDS = {
     "trl_dpo.py": "trl",
     "peft_lora.py": "peft",
     "hf_streaming.py": "datasets",
+    "st_embeddings.py": "sentence_transformers",
 }
-TEXTS = {"trl_dpo.py": 2}
+TEXTS = {"trl_dpo.py": 2, "st_embeddings.py": 2}
 """The scripts whose every sample trains several texts (a preference pair's chosen and rejected
-answers), and how many."""
+answers, a pair of sentences), and how many."""
 """A script's package beyond the corpus's own (the dev group installs it)."""
 
 
@@ -244,7 +247,10 @@ samples between two evaluations: the same at every batch size."""
 PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
 """Loops on `BatchSizeOptimizer`, which tries no steps before the run (no memory check); they
 train where their tensors are (the CPU), as upstream's examples do."""
-HF_BESIDE = {"trl_sft.py", "trl_dpo.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"}
+HF_BESIDE = {
+    *("trl_sft.py", "trl_dpo.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"),
+    "st_embeddings.py",
+}
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
 ACCELERATE_BESIDE = {"accelerate_accumulate.py", "accelerate_find_batch_size.py"}
 """Accelerate scripts beside ``accelerate_loop.py``, whose kill and resume it holds for them."""

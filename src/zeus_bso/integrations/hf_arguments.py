@@ -28,6 +28,20 @@ SEARCH_REFUSED = (
 """The refusal of a Trainer that trains a trial of ``hyperparameter_search``."""
 
 
+def evaluates_itself(trainer: Any) -> bool:
+    """Whether ``trainer``'s class evaluates its own way: it overrides the Trainer's
+    ``evaluate`` or ``evaluation_loop``, and may add metrics of its own beside
+    ``compute_metrics``'s, as sentence-transformers' ``SentenceTransformerTrainer`` adds its
+    evaluator's with ``prediction_loss_only=True`` (its arguments' default). Whether the
+    job's metric is among them is seen at the first evaluation."""
+    from transformers import Trainer
+
+    return isinstance(trainer, Trainer) and any(
+        getattr(type(trainer), name, None) is not getattr(Trainer, name)
+        for name in ("evaluate", "evaluation_loop")
+    )
+
+
 def set_by_hand(args: Any, trainer: Any) -> str | None:
     """Why the callback cannot set the run's batch size on ``args`` as ``trainer`` is built, in
     words that follow "but": what read the batch size as they were built and keeps it
@@ -77,11 +91,13 @@ def refusal(
     accumulation_steps: int,
     accumulates: bool,
     metric: str,
+    evaluates_itself: bool = False,
 ) -> str | None:
     """Why a run with ``args`` cannot be judged at the dispatched ``batch_size`` (trained as
     ``accumulation_steps`` micro-batches of ``micro_batch_size`` where the callback
     ``accumulates``) by its evaluations' ``metric``, in words that say what to change; None: it
-    can."""
+    can. ``evaluates_itself``: the Trainer's class evaluates its own way (`evaluates_itself`),
+    so that its metrics do not come from ``compute_metrics`` alone."""
     if accumulates and args.auto_find_batch_size:
         return (
             "TrainingArguments(auto_find_batch_size=True) shrinks the batch size at an "
@@ -114,7 +130,7 @@ def refusal(
             f"{batch_size} trains as {accumulation_steps} micro-batches of {micro_batch_size}: "
             "build TrainingArguments with gradient_accumulation_steps=callback.accumulation_steps"
         )
-    if args.prediction_loss_only and not metric.endswith("_loss"):
+    if args.prediction_loss_only and not metric.endswith("_loss") and not evaluates_itself:
         return (
             f"TrainingArguments(prediction_loss_only=True) evaluates the loss alone: '{metric}' "
             f"is never computed, so the server could not judge batch size {batch_size} (its "

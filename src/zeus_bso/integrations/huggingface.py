@@ -370,10 +370,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             raise ConfigurationError(
                 "the callback sets the run's batch size as the Trainer is built (given in "
                 f"Trainer(callbacks=[...])), but {self._not_set}: call callback.start() before "
-                "building TrainingArguments, and pass per_device_train_batch_size="
-                "callback.start() (where HfArgumentParser built them, set "
-                "training_args.per_device_train_batch_size = callback.start() before the Trainer "
-                "is built)"
+                "building TrainingArguments, and pass per_device_train_batch_size=callback."
+                "start() (or set training_args.per_device_train_batch_size = callback.start() "
+                "before the Trainer is built)"
             )
         if state.is_hyper_param_search:
             self._refuse(hf_arguments.SEARCH_REFUSED)
@@ -398,6 +397,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             accumulation_steps=session.accumulation_steps,
             accumulates=self.options.get("max_micro_batch_size") is not None,
             metric=self.metric,
+            evaluates_itself=hf_arguments.evaluates_itself(calling_trainer()),
         )
         if refused is None and loader is not None:
             trainers = state.train_batch_size
