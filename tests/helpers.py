@@ -49,6 +49,22 @@ def environment_without_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_BSO_")}
 
 
+@contextlib.contextmanager
+def kept_environment() -> Iterator[None]:
+    """Inside, code of this process may change its environment; after, it is what it was.
+    What a library sets as it is imported stays otherwise in a test worker for the tests after:
+    scikit-learn's ``KMP_*`` settings (Sentence Transformers imports it) made the worker's
+    environment differ from the one its preloaded Python started with
+    (`tests.preloaded_python`), which then ran every later training process unforked."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if os.environ != saved:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 _RUNNING: set[ServerProcess] = set()
 """Servers started and not stopped: a test that fails before it stops its server (the server
 runs in a session of its own, so it outlives the test process) has it stopped at exit."""

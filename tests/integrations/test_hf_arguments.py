@@ -12,6 +12,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 
+from tests.helpers import kept_environment  # noqa: E402
 from zeus_bso.integrations import hf_arguments  # noqa: E402
 
 
@@ -191,9 +192,10 @@ def test_a_trainer_that_evaluates_its_own_way_is_not_refused_for_evaluating_the_
     arguments evaluate the loss alone (``prediction_loss_only=True``, their default): the job's
     metric is looked for at the first evaluation, not refused before the run trains. The HF
     Trainer's own evaluation computes only the loss there: refused."""
-    sentence_transformers = pytest.importorskip(
-        "sentence_transformers", reason="pip install sentence-transformers"
-    )
+    with kept_environment():  # scikit-learn's KMP_* settings, as it is imported
+        sentence_transformers = pytest.importorskip(
+            "sentence_transformers", reason="pip install sentence-transformers"
+        )
     args = arguments(tmp_path, prediction_loss_only=True)
     assert not hf_arguments.evaluates_itself(SimpleNamespace())  # no Trainer
     assert not hf_arguments.evaluates_itself(None)

@@ -30,7 +30,7 @@ pytest.importorskip("transformers", reason="pip install 'zeus-bso[hf]'")
 
 import torch
 
-from tests.helpers import ServerProcess, unique_id
+from tests.helpers import ServerProcess, kept_environment, unique_id
 from tests.scripts.hardware import ACCELERATOR, ON_CPU, PRECISION
 from tests.scripts.probe import Probe, Step
 from zeus_bso import until_converged
@@ -66,7 +66,8 @@ def run_script(name: str, *argv: str, failure_signal: bool = False) -> int:
     saved = sys.argv
     sys.argv = [str(path), *argv]
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        with kept_environment():  # what its imports set is not the worker's after
+            runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 1
     except ZeusBSOTrainFailError:
