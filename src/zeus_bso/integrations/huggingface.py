@@ -283,10 +283,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
     ) -> None:
         run_first(self)
         trainer = calling_trainer()
-        if trainer is not None and not (self._training or self._ended):  # `start`, unless
-            self._not_set = (
-                hf_arguments.set_by_hand(args, trainer) or ""
-            )  # the size was read as built
+        if trainer is not None and not (self._training or self._ended):
+            # `start` here, unless what read the arguments' size as they were built keeps it.
+            self._not_set = hf_arguments.set_by_hand(args, trainer) or ""
             if not self._not_set:
                 session = self._opened()
                 accumulates = self.options.get("max_micro_batch_size") is not None
