@@ -937,6 +937,27 @@ def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
         ZeusBSOTrainerCallback(server.url, spec, resume_from_checkpoint=True)
 
 
+def test_another_jobs_checkpoint_in_output_dir_is_passed_over(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A callback given no checkpoint looks at the last one in ``output_dir``: one of another
+    job's trials is not this run's to continue; it gets a trial of its own, and the other's is
+    left as it was (not even its lease renewed)."""
+    other = job(unique_id("hfotherjob"), target=0.999)
+    train(server.url, other, tmp_path, epochs=2, save=True)
+    with ServerClient(server.url) as client:
+        (theirs,) = client.job_state(other.job_id or "")["trials"]
+    spec = job(unique_id("hfthisjob"), target=0.999)
+    with caplog.at_level("INFO", logger="zeus_bso"):
+        ours = train(server.url, spec, tmp_path, epochs=1, batch_size=16)  # no start()
+    assert ours.trial_number == 1
+    assert f"holds trial {theirs['trial_number']} of job {other.job_id}, not this job's" in (
+        caplog.text
+    )
+    with ServerClient(server.url) as client:
+        assert client.job_state(other.job_id or "")["trials"] == [theirs]
+
+
 def test_eval_loss_as_higher_is_better_is_refused_unless_the_job_says_so() -> None:
     """The Trainer's own ``greater_is_better`` is False for a metric that ends in "loss"; a job
     left at ``higher_is_better_metric=True`` converged every run at its first evaluation."""

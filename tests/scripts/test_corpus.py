@@ -868,6 +868,9 @@ def three_runs(
     if script == "hf_trainer.py":
         run = [*job, "--output-dir", str(saves), "--save"]
         return [*job, "--output-dir", str(tmp_path / "first")], [*run, *kill], [*run, "--resume"]
+    if script == "hf_example_script.py":  # launched again as it was: it finds its checkpoint
+        run = [*job, "--output_dir", str(saves), "--save_strategy", "epoch"]
+        return [*job, "--output_dir", str(tmp_path / "first")], [*run, *kill], run
     if script == "upstream_loop.py":
         return job, [*job, *kill], job
     run = [*job, "--save-to", str(saves)]
@@ -884,7 +887,7 @@ def three_runs(
             # the Accelerate ones beside accelerate_loop.py (its)
             # and lightning_iterable.py, iteration_loop.py (no epoch to kill them at)
             for script in sorted(
-                {*CORPUS, "lightning_cli.py"}
+                {*CORPUS, "lightning_cli.py", "hf_example_script.py"}
                 - HF_BESIDE
                 - ACCELERATE_BESIDE
                 - {"lightning_iterable.py", "iteration_loop.py"}
@@ -946,6 +949,65 @@ def test_a_run_killed_then_resumed_continues_its_trial_at_the_factor_once(
     size = trained["batch_size"]
     assert len(steps) == (4 - KILL_AT) * (TRAIN_SAMPLES // size)  # the epochs left, not four
     check_run(steps, trained, CORPUS.get(script, ((), "linear"))[1])
+
+
+def test_an_hf_example_scripts_checkpoints_are_resumed_while_their_trial_is_open(
+    probe: Probe, server: ServerProcess, tmp_path: Path
+) -> None:
+    """A script written as the Transformers examples are (``hf_example_script.py``: the last
+    checkpoint in ``output_dir`` detected, or the arguments' ``--resume_from_checkpoint``,
+    given to ``trainer.train``; the callback given none). A run killed there and launched again
+    without its checkpoint (v4's ``--overwrite_output_dir``) trains its trial again from the
+    first epoch: what it reported before counts. A recurrence launched there once that trial
+    ended would resume its final checkpoint: refused, saying why, and nothing counted. A
+    checkpoint the arguments name continues its trial in another ``output_dir``."""
+    prefix = unique_id("corpusexample").replace("-", "")
+    job = ["--job", prefix, "--target", "0.999"]
+    saves = ["--output_dir", str(tmp_path / "saves"), "--save_strategy", "epoch"]
+    assert (
+        run_script(
+            "hf_example_script.py",
+            *job,
+            "--output_dir",
+            str(tmp_path / "first"),
+            failure_signal=True,
+        )
+        == 1
+    )
+    run_killed("hf_example_script.py", *job, *saves, "--kill-at-epoch", str(KILL_AT))
+    killed = trials_of(server, prefix)[-1]
+    assert (killed["status"], killed["epochs"]) == ("dispatched", KILL_AT)
+    probe.take()
+    assert (
+        run_script("hf_example_script.py", *job, *saves, "--from-scratch", failure_signal=True) == 1
+    )
+    steps = probe.take()
+    trials = trials_of(server, prefix)
+    assert len(trials) == 2  # the killed run's trial went on, from scratch
+    trained = trials[-1]
+    assert trained["trial_number"] == killed["trial_number"]
+    assert (trained["epochs"], trained["status"]) == (4, "reported")
+    assert trained["time"] > killed["time"]
+    assert len(steps) == 4 * (TRAIN_SAMPLES // trained["batch_size"])  # four epochs anew
+    check_run(steps, trained)
+
+    with pytest.raises(ConfigurationError) as refused:  # the ended trial's last checkpoint
+        run_script("hf_example_script.py", *job, *saves)
+    words = str(refused.value)
+    assert f"holds trial {trained['trial_number']} of job {trained['job_id']}" in words
+    assert "which is reported" in words
+    assert "give each run an output_dir of its own" in words
+    assert [t["status"] for t in trials_of(server, prefix)[2:]] == ["released"]  # not counted
+
+    named = ["--output_dir", str(tmp_path / "named"), "--save_strategy", "epoch"]
+    run_killed("hf_example_script.py", *job, *named, "--kill-at-epoch", str(KILL_AT))
+    again = trials_of(server, prefix)[-1]
+    last = max((tmp_path / "named").glob("checkpoint-*"), key=lambda p: int(p.name[11:]))
+    other = ["--output_dir", str(tmp_path / "other"), "--resume_from_checkpoint", str(last)]
+    assert run_script("hf_example_script.py", *job, *other, failure_signal=True) == 1
+    resumed = trials_of(server, prefix)[-1]
+    assert resumed["trial_number"] == again["trial_number"]
+    assert (resumed["epochs"], resumed["status"]) == (4, "reported")
 
 
 # How each hand-written loop's checkpoint is named, and how a refusal says to resume from it.

@@ -210,6 +210,13 @@ class TrialProgress:
         self._energy_before = max(self._energy_before, energy)
         return behind
 
+    def from_scratch(self) -> None:
+        """The run trains its resumed trial again from the first epoch, without the checkpoint's
+        weights (before `begin`): the time and energy reported before count, and its reports
+        say no fewer epochs than were reported (`epoch_to_report`)."""
+        self.server_epochs = max(self.server_epochs, self.epochs)
+        self.epochs = 0
+
     def epoch_to_report(self, epoch: int) -> int:
         """The epoch a report of ``epoch`` says: no fewer than the server had (`caught_up`),
         whose check that epochs never go back holds."""

@@ -12,7 +12,9 @@ it (`ZeusBSOTrainerCallback._block_ended`).
 
 Every checkpoint gets a ``zeus_bso_trial.json``: a run given the checkpoint
 (``resume_from_checkpoint``, or ``True`` with ``output_dir``: the last checkpoint there, as
-``Trainer.train`` takes it) continues its trial. What the callback adds to the Trainer's logs
+``Trainer.train`` takes it) continues its trial, as does one whose arguments name it, or whose
+``output_dir`` holds it last, its trial still open
+(`zeus_bso.integrations.hf_checkpoints.Resumption`). What the callback adds to the Trainer's logs
 and metrics: `zeus_bso.integrations.hf_logs`; a run with ``auto_find_batch_size=True`` at a
 smaller size: `zeus_bso.integrations.shrunk_run`. The trial in every process (the server, the
 answers shared across ranks, each GPU's energy once, checkpoints) is
@@ -34,7 +36,7 @@ from typing_extensions import Unpack, override
 from zeus_bso.errors import BatchSizeDoesNotFitError, ConfigurationError, OperationOrderError
 from zeus_bso.integrations import hf_arguments, hf_cadence, hf_unheard
 from zeus_bso.integrations.hf_callback_order import calling_trainer, run_first
-from zeus_bso.integrations.hf_checkpoints import checkpoint_to_resume, resume_refused
+from zeus_bso.integrations.hf_checkpoints import Resumption
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_eval_sets import EvaluationRound
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
@@ -47,7 +49,7 @@ from zeus_bso.training import RunOutcome, TrialSession, evaluation_code, trained
 from zeus_bso.training.collectives import is_rank_zero
 from zeus_bso.training.session_options import RunOptions, SessionOptions, callback_arguments
 from zeus_bso.training.techniques import techniques_of
-from zeus_bso.training.trial_file import read_trial, write_trial
+from zeus_bso.training.trial_file import write_trial
 from zeus_bso.training.with_block import WithBlock
 
 logger = logging.getLogger(__name__)
@@ -74,7 +76,10 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             ``eval_`` prefix may be left out, as in ``metric_for_best_model``).
         resume_from_checkpoint: a checkpoint directory of an earlier, interrupted run of this
             trial: the run continues that trial (and its batch size). ``True``: the last
-            checkpoint in ``output_dir`` (the Trainer's convention).
+            checkpoint in ``output_dir`` (the Trainer's convention). None: as the Trainer is
+            built, the one its arguments name (``resume_from_checkpoint``), else the last in
+            their ``output_dir`` where its trial is still open (`Resumption`). False: a new
+            trial.
         output_dir: the Trainer's ``output_dir``, where ``resume_from_checkpoint=True`` looks.
         memory_check_steps: at a batch size that never ran on these GPUs, this many training
             steps are tried (and undone) on every process when training starts; if one runs
@@ -107,15 +112,14 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         memory_check_steps: int = 3,
         **options: Unpack[RunOptions],
     ) -> None:
-        self.resume_from = checkpoint_to_resume(resume_from_checkpoint, output_dir)
+        self.resumption = Resumption(resume_from_checkpoint, output_dir)
         # As the Trainer reads metric_for_best_model: its evaluations' keys start with "eval_".
         check_name(metric, "metric", "an evaluation metric", "eval_accuracy")
         self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         self.server_url, self.job, checked = callback_arguments(
             server_url, job, self.metric, options, ZeusBSOTrainerCallback.__init__
         )  # no network: a clear error now
-        resume = self._saved_trial if self.resume_from is not None else None
-        self.options = SessionOptions(**checked, resume=resume)
+        self.options = SessionOptions(**checked, resume=self.resumption.option())
         """What the run's `zeus_bso.training.TrialSession` is given."""
         self.memory_check_steps = check_memory_check_steps(memory_check_steps)
         self.outcome: RunOutcome | None = None
@@ -252,11 +256,6 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         if self._model is not None and (model := self._model()) is not None:
             trained_models.remember(model, session)
 
-    def _saved_trial(self) -> dict[str, Any]:
-        """What the checkpoint to resume from saved (read on the world process zero)."""
-        assert self.resume_from is not None
-        return read_trial(self.resume_from)
-
     @property
     def trial_number(self) -> int | None:
         """The server's trial number for this run (after `start`)."""
@@ -287,6 +286,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             # `start` here, unless what read the arguments' size as they were built keeps it.
             self._not_set = hf_arguments.set_by_hand(args, trainer) or ""
             if not self._not_set:
+                if self.session is None:  # the checkpoint the arguments resume, if any
+                    self.options["resume"] = self.resumption.look(args)
+                    self.resumption.took(self._opened())
                 session = self._opened()
                 accumulates = self.options.get("max_micro_batch_size") is not None
                 steps = session.accumulation_steps if accumulates else None
@@ -334,18 +336,15 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._check_arguments(session, args, state, loader)
         session.precision = hf_arguments.precision(args)
         session.techniques = techniques_of(model, compiled=bool(args.torch_compile))
-        if self.resume_from is None and (refused := trained_models.trained_here(model, session)):
+        resumed = self.resumption.path is not None
+        if not resumed and (refused := trained_models.trained_here(model, session)):
             self._refuse(refused)
         reference = self.options.get("reference_batch_size") or self.job.default_batch_size
         if refused := hf_arguments.schedule_refused(
             args, state, lr_scheduler, session.batch_size, reference, self.job.max_epochs
         ):
             self._refuse(refused)
-        if (
-            self.memory_check_steps > 0
-            and self.resume_from is None
-            and None not in (model, optimizer, loader)
-        ):
+        if self.memory_check_steps > 0 and not resumed and None not in (model, optimizer, loader):
             alone = args.world_size == 1  # its loss's collectives are not the check's
             trainer = calling_trainer() if alone else None
             self._check_memory(session, args, model, optimizer, loader, trainer)
@@ -389,7 +388,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 f"{session.job_id}): trainer.train() again would train outside the "
                 "optimizer; for the next run, give a new ZeusBSOTrainerCallback to a new Trainer"
             )
-        refused = resume_refused(state.global_step, self.resume_from) or hf_arguments.refusal(
+        refused = self.resumption.refused(state.global_step, session) or hf_arguments.refusal(
             args,
             micro_batch_size=session.micro_batch_size,
             batch_size=self.batch_size,
@@ -510,7 +509,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         (the schedule is left as it is; a run that resumes keeps its checkpoint's factor)."""
         assert self.session is not None
         self.session.scale(optimizer, scheduler)
-        if self.resume_from is not None:
+        if self.resumption.path is not None:
             return
         warning = hf_arguments.warmup_warning(args, self.session)
         if warning is not None and self.session.is_main:

@@ -21,13 +21,20 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from pydantic import ValidationError
+
 from zeus_bso import exits
 from zeus_bso.client import failure
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
 from zeus_bso.client.sigterm import SigtermGuard
-from zeus_bso.errors import OperationOrderError, OutOfMemoryNotTheBatchSizeError, ZeusBSOError
+from zeus_bso.errors import (
+    OperationOrderError,
+    OutOfMemoryNotTheBatchSizeError,
+    RouteMissingError,
+    ZeusBSOError,
+)
 from zeus_bso.options import check_reported_metric, metric_scale_warning
 from zeus_bso.spec import (
     JobSpecFromClient,
@@ -35,9 +42,12 @@ from zeus_bso.spec import (
     ReportResponse,
     Technique,
     TrainingResult,
+    TrialId,
+    TrialStatus,
 )
 from zeus_bso.training import open_runs
 from zeus_bso.training.server_run_endings import ServerRunEndings
+from zeus_bso.training.trial_file import IfOpen
 from zeus_bso.training.unjudged import judged_without_server
 
 logger = logging.getLogger(__name__)
@@ -180,6 +190,39 @@ class ServerRun(ServerRunEndings):
         self._opened()
         logger.info("trial %d of job %s resumed", trial.trial_number, self.job_id)
         return trial.batch_size
+
+    def continues(self, saved: Mapping[str, Any], resume: object) -> bool:
+        """Whether the run continues the trial ``saved`` (with `resume`) rather than asking for
+        a new one: always, unless ``resume`` is `IfOpen` (a checkpoint the run found), whose
+        trial it continues only where that is its job's and still open on the server (where
+        not, `IfOpen.passed_over` says why, in a log line too)."""
+        if not isinstance(resume, IfOpen):
+            return True
+        why = self._not_open(saved)
+        if why is not None:
+            resume.passed_over = f"{resume.checkpoint} holds {why}"
+            logger.info("zeus-bso: a new trial, not the checkpoint's: %s", resume.passed_over)
+        return why is None
+
+    def _not_open(self, saved: Mapping[str, Any]) -> str | None:
+        """Why the trial a checkpoint ``saved`` is not one this run may continue (None: it is
+        this job's, and dispatched or abandoned on the server)."""
+        try:
+            trial = TrialId.model_validate(saved.get("trial"))
+        except ValidationError:
+            return "no trial"
+        named = f"trial {trial.trial_number} of job {trial.job_id}"
+        try:
+            if trial.job_id != self.link.register().job_id:
+                return f"{named}, not this job's"
+            seen = self.link.client.heartbeat(trial)  # renews an open one's lease
+        except RouteMissingError:
+            return f"{named}, which this server (upstream's protocol) cannot say is still open"
+        except ZeusBSOError as err:  # the server away, or the trial not on it
+            return f"{named}, not found open ({err})"
+        if seen.status not in (TrialStatus.DISPATCHED, TrialStatus.ABANDONED):
+            return f"{named}, which is {seen.status}"
+        return None
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint keeps so that a restarted run continues this trial (`resume`)."""

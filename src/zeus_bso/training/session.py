@@ -198,6 +198,8 @@ class TrialSession(SessionEndings):
         self._job_id = ""
         self.trial: TrialId | None = None
         """The server's trial of this run (None: it trains without the server)."""
+        self.resumed = False
+        """Whether the run continues a checkpoint's trial (after `start`)."""
         self._memory_unknown = False
         self._accumulation = Accumulation.none(1)
         self._started = False
@@ -234,12 +236,10 @@ class TrialSession(SessionEndings):
             if self.server is None:
                 self.server = self._new_server()
             saved = saved_trial(resume)
-            if not saved:
+            if not saved or not self.server.continues(saved, resume):
                 return shared_trial(self.server, self.server.dispatch())
-            size = self.server.resume(saved)
-            return replace(
-                shared_trial(self.server, size), resumed=True, lr_factor=saved_lr_factor(saved)
-            )
+            shared = shared_trial(self.server, self.server.resume(saved))
+            return replace(shared, resumed=True, lr_factor=saved_lr_factor(saved))
 
         self._took(from_rank_zero(self._collectives.broadcast, self.is_main, trial_of_this_run))
         self._started = True
@@ -260,6 +260,7 @@ class TrialSession(SessionEndings):
             self._apart.watch(self.trial)
         self._memory_unknown = shared.memory_unknown
         self._accumulation = shared.accumulation
+        self.resumed = shared.resumed
         if shared.resumed:
             self._rate.resumed_factor = shared.lr_factor
         self._power.answer = shared.power
@@ -592,9 +593,7 @@ class TrialSession(SessionEndings):
     def checkpoint(self) -> dict[str, Any]:
         """What to save with a checkpoint to continue this trial after a restart (main process;
         {} elsewhere). Pass it back as ``resume=``."""
-        if self.server is None:
-            return {}
-        saved = self.server.checkpoint()
+        saved = {} if self.server is None else self.server.checkpoint()
         if saved:
             saved[LR_FACTOR_KEY] = self._rate.saved_factor()
         return saved

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,24 @@ from zeus_bso.wire.trials import TrialId
 STATE_FILE = "zeus_bso_trial.json"
 """The file in a checkpoint directory that holds the run's trial (``checkpoint()``)."""
 
-Resume = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | str | os.PathLike[str] | None
+
+@dataclass
+class IfOpen:
+    """A checkpoint directory whose trial a run continues only where the trial is its job's
+    and still open on the server (dispatched, or abandoned by its lease): one the run found
+    rather than was given (the HF Trainer's last checkpoint in its ``output_dir``, as the
+    Transformers example scripts resume it). Otherwise the run gets a new trial, and
+    `passed_over` says why (on the main process)."""
+
+    checkpoint: Path
+    passed_over: str | None = None
+
+
+Resume = (
+    Mapping[str, Any] | Callable[[], Mapping[str, Any]] | str | os.PathLike[str] | IfOpen | None
+)
 """What a run resumes: what the session's ``checkpoint()`` returned, a function that reads it,
-or a checkpoint directory holding `STATE_FILE`."""
+a checkpoint directory holding `STATE_FILE`, or one to resume only if its trial is open."""
 
 
 def trial_in(checkpoint: Path) -> dict[str, Any] | None:
@@ -53,6 +69,8 @@ def saved_trial(resume: Resume) -> Mapping[str, Any] | None:
     """The saved trial that ``resume`` gives (None: a new trial)."""
     if isinstance(resume, str | os.PathLike):
         return read_trial(Path(resume))
+    if isinstance(resume, IfOpen):
+        return trial_in(resume.checkpoint)
     return resume() if callable(resume) else resume
 
 
