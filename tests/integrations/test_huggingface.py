@@ -140,6 +140,7 @@ def train(
     ahead: list[Any] | None = None,
     callback_options: dict[str, Any] | None = None,
     added_later: bool = False,
+    attached: bool = False,
     compute_metrics: Any = accuracy,
     trainer_class: Any = None,
     set_after_built: int | None = None,
@@ -172,8 +173,10 @@ def train(
         train_dataset=TokenDataset(256, 0),
         eval_dataset=TokenDataset(128, 1),
         compute_metrics=compute_metrics,
-        callbacks=[*(ahead or []), *([] if added_later else [callback]), spy],
+        callbacks=[*(ahead or []), *([] if added_later or attached else [callback]), spy],
     )
+    if attached:  # built without it: attach adds it and sets the size
+        callback.attach(trainer)
     if added_later:  # after the Trainer was built: no on_init_end reaches it
         trainer.add_callback(callback)
     if set_after_built is not None:  # the Trainer was built at that size, then told the run's
@@ -771,20 +774,27 @@ def test_a_trainer_built_again_with_the_callback_takes_the_same_trial(
     assert (trial["batch_size"], trial["status"]) == (16, "reported")
 
 
-def test_a_callback_added_after_the_trainer_was_built_says_to_start_it_first(
+def test_a_callback_added_after_the_trainer_was_built_says_to_attach_it(
     server: ServerProcess, tmp_path: Path
 ) -> None:
     """``trainer.add_callback`` after the Trainer was built: no event reached the callback as
     the Trainer took its batch size, so it cannot set it; ``train()`` is refused before the
-    server is asked, saying to call ``start()`` first."""
+    server is asked, saying to call ``start()`` first or ``attach``. ``callback.attach(trainer)``
+    adds it and sets the size: a Trainer built at 8 trains at the dispatched 16."""
     spec = job(unique_id("hfadded"), target=0.999)
     with pytest.raises(ConfigurationError) as refused:
         train(server.url, spec, tmp_path, epochs=1, batch_size=16, added_later=True)
     words = str(refused.value)
-    assert "this Trainer was built without it (add_callback adds it after)" in words
+    assert "this Trainer was built without it (add_callback adds it after; " in words
+    assert "callback.attach(trainer) adds it and sets the size" in words
     assert "per_device_train_batch_size=callback.start()" in words
     with ServerClient(server.url) as client:
         assert client.list_jobs(prefix=spec.job_id_prefix) == []  # nothing was asked
+    callback = train(server.url, spec, tmp_path, epochs=1, batch_size=8, attached=True)
+    assert callback.spy_sizes == [16]  # type: ignore[attr-defined]
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["batch_size"], trial["epochs"]) == (16, 1)
 
 
 def test_a_launchers_rank_other_than_0_is_refused_before_a_process_group(

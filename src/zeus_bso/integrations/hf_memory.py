@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from zeus_bso.integrations.probe import longest_batch, step, undone
-from zeus_bso.training import out_of_memory
+from zeus_bso.integrations.probe import NOT_TRIED, longest_batch, step, undone
+from zeus_bso.training import TrialSession, out_of_memory
 from zeus_bso.training.sharded import sharding
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,30 @@ def sharded(args: Any, model: Any) -> str | None:
     if getattr(args, "fsdp", None):
         return "FSDP (TrainingArguments.fsdp)"
     return sharding(model)
+
+
+def check_memory(
+    session: TrialSession,
+    args: Any,
+    model: Any,
+    optimizer: Any,
+    loader: Any,
+    trainer: Any,
+    steps: int,
+) -> None:
+    """Try ``steps`` steps at a batch size new to these GPUs (`try_steps`, undone), with
+    ``trainer``'s loss (its ``compute_loss``: None, the model's); one out of memory ends the
+    run (`zeus_bso.errors.BatchSizeDoesNotFitError`; with ``auto_find_batch_size``, the Trainer
+    catches it and trains on at a smaller size). A model sharded across processes is not tried
+    (`sharded`: said)."""
+    if (sharding := sharded(args, model)) is not None:
+        if session.memory_unknown and session.is_main:
+            logger.info(NOT_TRIED, session.micro_batch_size, sharding)
+        return
+    session.check_memory(
+        lambda size: try_steps(model, optimizer, loader, size, steps, trainer),
+        goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
+    )
 
 
 def try_steps(

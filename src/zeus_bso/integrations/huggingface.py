@@ -40,8 +40,7 @@ from zeus_bso.integrations.hf_checkpoints import Resumption
 from zeus_bso.integrations.hf_ending import end_training
 from zeus_bso.integrations.hf_eval_sets import EvaluationRound
 from zeus_bso.integrations.hf_logs import log_report, log_stepped_rate
-from zeus_bso.integrations.hf_memory import sharded, try_steps
-from zeus_bso.integrations.probe import NOT_TRIED
+from zeus_bso.integrations.hf_memory import check_memory
 from zeus_bso.integrations.shrunk_run import ShrunkRun
 from zeus_bso.lazy import require
 from zeus_bso.options import JobLike, check_memory_check_steps, check_name
@@ -136,7 +135,10 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
         # Why the batch size was not set when the Trainer was built (`on_init_end`).
-        self._not_set = "this Trainer was built without it (add_callback adds it after)"
+        self._not_set = (
+            "this Trainer was built without it (add_callback adds it after; "
+            "callback.attach(trainer) adds it and sets the size)"
+        )
 
     def start(self) -> int:
         """Register the job and get this run's trial from the server (or continue the
@@ -281,7 +283,19 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
         run_first(self)
-        trainer = calling_trainer()
+        self._take_size(args, calling_trainer())
+
+    def attach(self, trainer: Any) -> None:
+        """Add the callback to ``trainer``, built without it (by a library, in an earlier
+        notebook cell), and set the run's batch size on it as on a Trainer built with it
+        (``add_callback`` alone leaves its arguments' size, and ``train()`` is refused)."""
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        self._take_size(trainer.args, trainer)
+
+    def _take_size(self, args: TrainingArguments, trainer: Any) -> None:
+        """Set the run's batch size on ``trainer`` and its ``args`` (`start`), and refuse
+        training data that holds no batch of it."""
         if trainer is not None and not (self._training or self._ended):
             # `start` here, unless what read the arguments' size as they were built keeps it.
             self._not_set = hf_arguments.set_by_hand(args, trainer) or ""
@@ -426,25 +440,13 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         loader: Any,
         trainer: Any,
     ) -> None:
-        """Try ``memory_check_steps`` steps at a batch size new to these GPUs (undone), with
-        ``trainer``'s loss (its ``compute_loss``: None, the model's); one out of memory ends
-        the run (`BatchSizeDoesNotFitError`), or, with ``auto_find_batch_size``, raises the
-        out-of-memory error at which the Trainer shrinks the batch. A model sharded across
-        processes is not tried (`sharded`: said)."""
-        if (sharding := sharded(args, model)) is not None:
-            if session.memory_unknown and session.is_main:
-                logger.info(NOT_TRIED, session.micro_batch_size, sharding)
-            return
+        """`zeus_bso.integrations.hf_memory.check_memory`; with ``auto_find_batch_size``, a
+        size that does not fit raises the out-of-memory error at which the Trainer shrinks the
+        batch."""
         try:
-            session.check_memory(
-                lambda size: try_steps(
-                    model, optimizer, loader, size, self.memory_check_steps, trainer
-                ),
-                goes_on=bool(args.auto_find_batch_size),  # the Trainer shrinks the batch
-            )
+            check_memory(session, args, model, optimizer, loader, trainer, self.memory_check_steps)
         except BatchSizeDoesNotFitError as err:
-            self._ended = True
-            self.outcome = session.outcome
+            self._ended, self.outcome = True, session.outcome
             if args.auto_find_batch_size:  # in words the Trainer shrinks the batch at
                 raise RuntimeError(f"zeus-bso: {err}. out of memory.") from err
             raise
