@@ -191,7 +191,10 @@ def test_a_trainer_that_evaluates_its_own_way_is_not_refused_for_evaluating_the_
     """Sentence Transformers' trainer adds its evaluator's metrics to its evaluations while its
     arguments evaluate the loss alone (``prediction_loss_only=True``, their default): the job's
     metric is looked for at the first evaluation, not refused before the run trains. The HF
-    Trainer's own evaluation computes only the loss there: refused."""
+    Trainer's own evaluation computes only the loss there: refused, also in Transformers' own
+    subclass, which passes generation settings on to it (``Seq2SeqTrainer``)."""
+    seq2seq = transformers.Seq2SeqTrainer
+    assert not hf_arguments.evaluates_itself(seq2seq.__new__(seq2seq))
     with kept_environment():  # scikit-learn's KMP_* settings, as it is imported
         sentence_transformers = pytest.importorskip(
             "sentence_transformers", reason="pip install sentence-transformers"

@@ -30,15 +30,17 @@ SEARCH_REFUSED = (
 
 def evaluates_itself(trainer: Any) -> bool:
     """Whether ``trainer``'s class evaluates its own way: it overrides the Trainer's
-    ``evaluate`` or ``evaluation_loop``, and may add metrics of its own beside
+    ``evaluate`` or ``evaluation_loop`` outside Transformers (whose ``Seq2SeqTrainer`` only
+    passes generation settings on), and may add metrics of its own beside
     ``compute_metrics``'s, as sentence-transformers' ``SentenceTransformerTrainer`` adds its
     evaluator's with ``prediction_loss_only=True`` (its arguments' default). Whether the
     job's metric is among them is seen at the first evaluation."""
     from transformers import Trainer
 
+    own = (getattr(type(trainer), name, None) for name in ("evaluate", "evaluation_loop"))
     return isinstance(trainer, Trainer) and any(
-        getattr(type(trainer), name, None) is not getattr(Trainer, name)
-        for name in ("evaluate", "evaluation_loop")
+        function is not None and not function.__module__.startswith("transformers.")
+        for function in own
     )
 
 
