@@ -89,6 +89,37 @@ def test_epochs_below_the_jobs_are_said_where_the_jobs_epochs_are_epochs(tmp_pat
     (steps,) = hf_arguments.warnings(arguments(tmp_path, max_steps=100, num_train_epochs=1), 6)
     assert steps.startswith("TrainingArguments(max_steps=100) ends the run after 100 optimizer")
     assert "(num_train_epochs=6, max_steps=-1: the server stops the run)" in steps
+    # Where the run's steps an epoch are known: said only where max_steps ends it first.
+    bounded = arguments(tmp_path, max_steps=100, num_train_epochs=1)
+    assert hf_arguments.warnings(bounded, 6, per_epoch=16) == []  # 6.25 epochs
+    (short,) = hf_arguments.warnings(bounded, 6, per_epoch=20)
+    assert "ends the run after 100 optimizer steps (5 epochs)" in short
+
+
+def test_a_run_bounded_by_max_steps_keeps_its_samples_at_every_batch_size(tmp_path: Path) -> None:
+    """``max_steps`` is taken as tuned at the reference batch size, as ``eval_steps`` is: a run
+    at another size trains the same samples (rounded up), set once on the arguments even where
+    a Trainer is built with them again; a run without it, or at the reference's size, keeps
+    its own."""
+    from zeus_bso.integrations.hf_cadence import RunLength
+
+    def session(batch_size: int) -> Any:
+        return SimpleNamespace(lr=SimpleNamespace(reference=16), batch_size=batch_size)
+
+    args, length = arguments(tmp_path, max_steps=24), RunLength()
+    said = length.keep(args, session(32))
+    assert args.max_steps == 12
+    assert said is not None
+    assert "at batch size 32 the run trains at most 12 steps" in said
+    assert length.keep(args, session(32)) is None  # built again with the same arguments
+    assert args.max_steps == 12
+    args = arguments(tmp_path, max_steps=25)
+    RunLength().keep(args, session(24))
+    assert args.max_steps == 17  # 400 samples: 16.7 steps of 24, up
+    for options, size in (({"max_steps": 24}, 16), ({}, 32)):
+        args = arguments(tmp_path, **options)
+        assert RunLength().keep(args, session(size)) is None
+        assert args.max_steps == options.get("max_steps", -1)
 
 
 def test_max_steps_with_evaluations_by_steps_is_said_only_where_it_ends_the_run_first(

@@ -860,6 +860,40 @@ def test_an_evaluation_delay_of_the_reference_sizes_steps_is_said_with_the_runs(
     assert "eval_delay" not in caplog.text  # at the reference's size: its own steps
 
 
+def test_a_run_bounded_by_max_steps_trains_the_reference_sizes_samples(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``max_steps=24`` and ``eval_steps=4`` tuned at the reference size 16 (the job's
+    max_epochs, 6 evaluations): a run at 32 trains 12 steps, evaluating every 2, and the
+    Trainer's schedule spans those 12 (it ends near 0). It had been stopped by the job's
+    max_epochs halfway through a schedule of 24; a run at 8 had ended after three
+    evaluations, unjudged."""
+    spec = job(unique_id("hfmaxsteps"), target=0.999).model_copy(
+        update={"batch_sizes": [32], "default_batch_size": 32}
+    )
+    callback = train(
+        server.url,
+        spec,
+        tmp_path,
+        epochs=1,
+        callback_options={"reference_batch_size": 16},
+        max_steps=24,
+        eval_strategy="steps",
+        eval_steps=4,
+        logging_strategy="steps",
+        logging_steps=1,
+        lr_scheduler_type="linear",
+    )
+    history = callback.log_history  # type: ignore[attr-defined]
+    assert [row["step"] for row in history if "eval_accuracy" in row][:-1] == [2, 4, 6, 8, 10, 12]
+    rates = [row["learning_rate"] for row in history if "learning_rate" in row]
+    assert len(rates) == 12
+    assert rates[-1] < rates[0] / 4  # the schedule's end, not its middle
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["epochs"], trial["status"]) == (6, "reported")
+
+
 def test_a_resumed_run_evaluates_by_steps_at_its_trials_cadence(
     server: ServerProcess, tmp_path: Path
 ) -> None:

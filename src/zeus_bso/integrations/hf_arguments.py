@@ -213,11 +213,20 @@ def schedule_refused(
     )
 
 
-def warn(args: Any, max_epochs: int, *, sized: bool, every: int | None = None) -> None:
-    """Log the `warnings` of ``args`` (``every``: the run's steps between evaluations by steps,
-    `zeus_bso.integrations.hf_cadence`), and how a run on data without a length (not
-    ``sized``) or evaluated by steps counts its epochs."""
-    for warning in warnings(args, max_epochs, sized=sized, every=every):
+def warn(args: Any, max_epochs: int, loader: Any, *, every: int | None = None) -> None:
+    """Log the `warnings` of ``args`` (``loader``: the Trainer's train DataLoader, None where
+    not known; ``every``: the run's steps between evaluations by steps,
+    `zeus_bso.integrations.hf_cadence`), and how a run on data without a length (no epochs)
+    or evaluated by steps counts its epochs."""
+    from transformers.trainer_utils import has_length
+
+    sized = loader is None or has_length(loader)
+    per_epoch = (
+        len(loader) // max(1, args.gradient_accumulation_steps)
+        if loader is not None and sized
+        else 0
+    )
+    for warning in warnings(args, max_epochs, sized=sized, every=every, per_epoch=per_epoch):
         logger.warning("%s", warning)
     if not sized or by_steps(args):
         logger.info(
@@ -229,11 +238,18 @@ def warn(args: Any, max_epochs: int, *, sized: bool, every: int | None = None) -
 
 
 def warnings(
-    args: Any, max_epochs: int, *, sized: bool = True, every: int | None = None
+    args: Any,
+    max_epochs: int,
+    *,
+    sized: bool = True,
+    every: int | None = None,
+    per_epoch: int = 0,
 ) -> list[str]:
     """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
     (``sized``: whether the training data has a length, and so epochs; ``every``: the run's
-    steps between evaluations by steps, where not ``args``'s own)."""
+    steps between evaluations by steps, where not ``args``'s own; ``per_epoch``: the run's
+    optimizer steps an epoch, 0 where not known). A ``max_steps`` is the run's
+    (`zeus_bso.integrations.hf_cadence.RunLength`: the same samples at every batch size)."""
     found = []
     evaluated_by_steps = by_steps(args)
     epochs = args.num_train_epochs if args.max_steps <= 0 else None
@@ -256,14 +272,15 @@ def warnings(
                 "counted, so the job learns nothing of its batch size; set max_steps to at "
                 f"least {max_epochs * every} (the server stops the run)"
             )
-    elif args.max_steps > 0:
+    elif args.max_steps > 0 and (not per_epoch or args.max_steps < max_epochs * per_epoch):
+        epochs = f" ({args.max_steps / per_epoch:.3g} epochs)" if per_epoch else ""
         found.append(
             f"TrainingArguments(max_steps={args.max_steps}) ends the run after "
-            f"{args.max_steps} optimizer steps, whatever the batch size: a run that has not "
-            "reached the target by then ends before the server can judge it and is not "
-            "counted, so the job learns nothing of its batch size (the next run gets it "
-            "again); bound the run by the job's max_epochs instead "
-            f"(num_train_epochs={max_epochs}, max_steps=-1: the server stops the run)"
+            f"{args.max_steps} optimizer steps{epochs}: a run that has not reached the target "
+            "by then ends before the server can judge it and is not counted, so the job learns "
+            "nothing of its batch size (the next run gets it again); bound the run by the "
+            f"job's max_epochs instead (num_train_epochs={max_epochs}, max_steps=-1: the "
+            "server stops the run)"
         )
     return found
 

@@ -1,4 +1,5 @@
-"""The HF Trainer's evaluations by steps, the same samples apart at every batch size.
+"""The HF Trainer's evaluations by steps, the same samples apart at every batch size; and the
+run's length where ``max_steps`` bounds it (`RunLength`).
 
 Where the Trainer evaluates every so many optimizer steps (``eval_strategy="steps"``; data
 without a length has no epochs to evaluate at), each evaluation is one of the job's epochs. A
@@ -48,6 +49,38 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
         state.save_steps = steps * (int(save) // base)
         said += f", and saves every {state.save_steps} steps (save_steps={int(save)})"
     return said
+
+
+class RunLength:
+    """A run bounded by ``max_steps`` (instead of ``num_train_epochs``): its steps are taken as
+    tuned at the reference batch size, as ``eval_steps`` are, and a run at another size trains
+    at most ``max_steps`` x reference / batch size of its own, rounded up: the same samples, and
+    at least as many evaluations (whose steps are rounded down). Set on the arguments as the
+    Trainer is built (`keep`), so that the Trainer's schedule spans the run's steps. Without
+    it, a run at a smaller size ended after fewer evaluations than the job's ``max_epochs``,
+    unjudged (released, so the job got it again and again), and one at a larger size stopped
+    at the job's ``max_epochs`` part of the way through its schedule."""
+
+    def __init__(self) -> None:
+        self._set: tuple[int, int] | None = None  # the arguments (by id) and the steps set
+
+    def keep(self, args: Any, session: TrialSession) -> str | None:
+        """Set the run's ``max_steps`` on ``args`` (once: a Trainer built again with them keeps
+        it); what it now is, in words (None: nothing changed)."""
+        given = int(args.max_steps or 0)
+        if given <= 0 or self._set == (id(args), given):
+            return None
+        reference, batch_size = session.lr.reference, session.batch_size
+        steps = max(1, math.ceil(given * reference / batch_size))
+        self._set = (id(args), steps)
+        if steps == given:
+            return None
+        args.max_steps = steps
+        return (
+            f"max_steps={given} (the run's length at the reference batch size {reference}): "
+            f"at batch size {batch_size} the run trains at most {steps} steps, the same "
+            "samples, and the Trainer's schedule spans them"
+        )
 
 
 def delay_warning(args: Any, session: TrialSession) -> str | None:

@@ -61,7 +61,6 @@ from transformers import (  # noqa: E402 (after the install hint)
     TrainerState,
     TrainingArguments,
 )
-from transformers.trainer_utils import has_length  # noqa: E402
 
 
 class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
@@ -132,6 +131,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._round = EvaluationRound(self.metric)  # an eval_dataset dict's datasets
         self._model: weakref.ref[Any] | None = None  # the model the run trains
         self._shrunk = ShrunkRun(self.job, self.metric, "the Trainer", logger)  # auto_find's sizes
+        self._length = hf_cadence.RunLength()
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
         # Why the batch size was not set when the Trainer was built (`on_init_end`).
@@ -153,8 +153,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         something reads the size as they are built (DeepSpeed's configuration, TRL's GRPO),
         or to size things of the script's own from it. Every process calls it, before the
         Trainer is built; in a distributed run, once ``torch.distributed`` is initialised (e.g.
-        ``accelerate.PartialState()``). A second call returns the same batch size.
-        """
+        ``accelerate.PartialState()``). A second call returns the same batch size."""
         return self._opened().micro_batch_size
 
     def _opened(self) -> TrialSession:
@@ -195,13 +194,12 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         return self.session.batch_size
 
     def _block_ended(self, error: BaseException | None) -> None:
-        """End a run that the ``with callback:`` block leaves open (`WithBlock`). The Trainer
-        calls no callback when ``trainer.train()`` raises: in a process that goes on (a worker,
-        a service, a notebook) the run would stay open, its heartbeat keeping its trial in
-        flight. The error ends it as an exit would judge it (out of memory: the size is
-        infeasible on these GPUs; an interruption, or an error before the first report,
-        releases it; any other fails it); a block that ends without an error before the run
-        trained releases it."""
+        """End a run that the ``with callback:`` block leaves open (`WithBlock`): the Trainer
+        calls no callback when ``trainer.train()`` raises, and in a process that goes on (a
+        worker, a notebook) its heartbeat would keep the trial in flight. The error ends it as
+        an exit would judge it (out of memory: infeasible here; an interruption, or an error
+        before the first report: released; any other: failed); no error, before the run
+        trained: released."""
         self._end_open(
             error,
             lambda session: session.release(
@@ -307,8 +305,9 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 accumulates = self.options.get("max_micro_batch_size") is not None
                 steps = session.accumulation_steps if accumulates else None
                 said = hf_arguments.take_batch_size(args, trainer, session.micro_batch_size, steps)
-                if said and session.is_main:
-                    logger.info("zeus-bso: %s", said)
+                for words in (said, self._length.keep(args, session)):  # max_steps kept in samples
+                    if words and session.is_main:
+                        logger.info("zeus-bso: %s", words)
         if self.session is not None and trainer is not None:
             size, accumulates = self.session.micro_batch_size, self.session.accumulation_steps > 1
             if refused := hf_arguments.no_batches(args, trainer.train_dataset, size, accumulates):
@@ -418,8 +417,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._refuse(refused)
         kept = hf_cadence.keep_samples(args, state, session)  # every rank evaluates alike
         if session.is_main:  # a dataset without a length has no epochs
-            sized, every = loader is None or has_length(loader), getattr(state, "eval_steps", None)
-            hf_arguments.warn(args, self.job.max_epochs, sized=sized, every=every if kept else None)
+            every = getattr(state, "eval_steps", None)
+            hf_arguments.warn(args, self.job.max_epochs, loader, every=every if kept else None)
             if kept:
                 logger.info("zeus-bso: %s", kept)
             for said in (
