@@ -93,7 +93,12 @@ def test_epochs_below_the_jobs_are_said_where_the_jobs_epochs_are_epochs(tmp_pat
     bounded = arguments(tmp_path, max_steps=100, num_train_epochs=1)
     assert hf_arguments.warnings(bounded, 6, per_epoch=16) == []  # 6.25 epochs
     (short,) = hf_arguments.warnings(bounded, 6, per_epoch=20)
-    assert "ends the run after 100 optimizer steps (5 epochs)" in short
+    assert "ends the run after 5 epochs" in short
+    # The script's max_steps, of the reference size's steps as its eval_steps are, is said.
+    by_steps = {"eval_strategy": "steps", "eval_steps": 50, "num_train_epochs": 1}
+    (run,) = hf_arguments.warnings(arguments(tmp_path, max_steps=100, **by_steps), 6, max_steps=200)
+    assert run.startswith("TrainingArguments(max_steps=200) ends the run before the job's")
+    assert "set max_steps to at least 300" in run
 
 
 def test_a_run_bounded_by_max_steps_keeps_its_samples_at_every_batch_size(tmp_path: Path) -> None:

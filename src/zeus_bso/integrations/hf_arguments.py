@@ -213,11 +213,10 @@ def schedule_refused(
     )
 
 
-def warn(args: Any, max_epochs: int, loader: Any, *, every: int | None = None) -> None:
+def warn(args: Any, max_epochs: int, loader: Any, *, max_steps: int | None = None) -> None:
     """Log the `warnings` of ``args`` (``loader``: the Trainer's train DataLoader, None where
-    not known; ``every``: the run's steps between evaluations by steps,
-    `zeus_bso.integrations.hf_cadence`), and how a run on data without a length (no epochs)
-    or evaluated by steps counts its epochs."""
+    not known; ``max_steps``: the script's own, where the run's differs), and how a run on data
+    without a length (no epochs) or evaluated by steps counts its epochs."""
     from transformers.trainer_utils import has_length
 
     sized = loader is None or has_length(loader)
@@ -226,7 +225,8 @@ def warn(args: Any, max_epochs: int, loader: Any, *, every: int | None = None) -
         if loader is not None and sized
         else 0
     )
-    for warning in warnings(args, max_epochs, sized=sized, every=every, per_epoch=per_epoch):
+    said = warnings(args, max_epochs, sized=sized, per_epoch=per_epoch, max_steps=max_steps)
+    for warning in said:
         logger.warning("%s", warning)
     if not sized or by_steps(args):
         logger.info(
@@ -244,15 +244,19 @@ def warnings(
     sized: bool = True,
     every: int | None = None,
     per_epoch: int = 0,
+    max_steps: int | None = None,
 ) -> list[str]:
     """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
-    (``sized``: whether the training data has a length, and so epochs; ``every``: the run's
-    steps between evaluations by steps, where not ``args``'s own; ``per_epoch``: the run's
-    optimizer steps an epoch, 0 where not known). A ``max_steps`` is the run's
-    (`zeus_bso.integrations.hf_cadence.RunLength`: the same samples at every batch size)."""
+    (``sized``: whether the training data has a length, and so epochs; ``every``: the steps
+    between evaluations by steps, where not ``args``'s own; ``per_epoch``: the run's optimizer
+    steps an epoch, 0 where not known; ``max_steps``: the script's own, tuned at the reference
+    batch size as ``eval_steps`` are, where ``args`` hold the run's:
+    `zeus_bso.integrations.hf_cadence.RunLength`)."""
     found = []
     evaluated_by_steps = by_steps(args)
-    epochs = args.num_train_epochs if args.max_steps <= 0 else None
+    run_steps = int(args.max_steps)
+    given = run_steps if max_steps is None else max_steps
+    epochs = args.num_train_epochs if run_steps <= 0 else None
     # By steps, the job's epochs are evaluations: the run's own count (`hf_cadence`) is judged.
     if epochs is not None and epochs < max_epochs and not evaluated_by_steps:
         found.append(
@@ -260,27 +264,26 @@ def warnings(
             f"({max_epochs}): a run that needs more epochs ends before the server can judge it, "
             f"and delivers no model; set num_train_epochs={max_epochs} (the server stops the run)"
         )
-    if args.max_steps > 0 and evaluated_by_steps:
+    if run_steps > 0 and evaluated_by_steps:
         # Each evaluation is an epoch of the job's: the server stops the run at the job's
-        # max_epochs evaluations, unless max_steps ends it first.
-        every = every or evaluation_interval(args)
-        if args.max_steps < max_epochs * every:
+        # max_epochs evaluations, unless max_steps ends it first (both of the same steps).
+        every = every or evaluation_interval(args, given)
+        if given < max_epochs * every:
             found.append(
-                f"TrainingArguments(max_steps={args.max_steps}) ends the run before the job's "
+                f"TrainingArguments(max_steps={given}) ends the run before the job's "
                 f"max_epochs ({max_epochs}) evaluations of every {every} steps: a run that has "
                 "not reached the target by then ends before the server can judge it and is not "
                 "counted, so the job learns nothing of its batch size; set max_steps to at "
                 f"least {max_epochs * every} (the server stops the run)"
             )
-    elif args.max_steps > 0 and (not per_epoch or args.max_steps < max_epochs * per_epoch):
-        epochs = f" ({args.max_steps / per_epoch:.3g} epochs)" if per_epoch else ""
+    elif run_steps > 0 and (not per_epoch or run_steps < max_epochs * per_epoch):
+        length = f"{run_steps / per_epoch:.3g} epochs" if per_epoch else f"{given} optimizer steps"
         found.append(
-            f"TrainingArguments(max_steps={args.max_steps}) ends the run after "
-            f"{args.max_steps} optimizer steps{epochs}: a run that has not reached the target "
-            "by then ends before the server can judge it and is not counted, so the job learns "
-            "nothing of its batch size (the next run gets it again); bound the run by the "
-            f"job's max_epochs instead (num_train_epochs={max_epochs}, max_steps=-1: the "
-            "server stops the run)"
+            f"TrainingArguments(max_steps={given}) ends the run after {length}: a run that has "
+            "not reached the target by then ends before the server can judge it and is not "
+            "counted, so the job learns nothing of its batch size (the next run gets it "
+            f"again); bound the run by the job's max_epochs instead (num_train_epochs="
+            f"{max_epochs}, max_steps=-1: the server stops the run)"
         )
     return found
 
@@ -291,12 +294,12 @@ def precision(args: Any) -> str:
     return "bf16" if args.bf16 else "fp16" if args.fp16 else "32"
 
 
-def evaluation_interval(args: Any) -> int:
+def evaluation_interval(args: Any, max_steps: int) -> int:
     """The steps between evaluations by steps (``eval_steps``, a fraction of ``max_steps``
     below 1, as the Trainer takes it; ``logging_steps`` without it)."""
     every = args.eval_steps or args.logging_steps
     if every < 1:
-        return max(1, math.ceil(float(every) * int(args.max_steps)))
+        return max(1, math.ceil(float(every) * max_steps))
     return int(every)
 
 

@@ -63,6 +63,8 @@ class RunLength:
 
     def __init__(self) -> None:
         self._set: tuple[int, int] | None = None  # the arguments (by id) and the steps set
+        self.given: int | None = None
+        """The script's own ``max_steps``, where the run's differs (after `keep`)."""
 
     def keep(self, args: Any, session: TrialSession) -> str | None:
         """Set the run's ``max_steps`` on ``args`` (once: a Trainer built again with them keeps
@@ -75,7 +77,7 @@ class RunLength:
         self._set = (id(args), steps)
         if steps == given:
             return None
-        args.max_steps = steps
+        self.given, args.max_steps = given, steps
         return (
             f"max_steps={given} (the run's length at the reference batch size {reference}): "
             f"at batch size {batch_size} the run trains at most {steps} steps, the same "

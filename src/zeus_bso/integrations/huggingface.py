@@ -417,8 +417,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._refuse(refused)
         kept = hf_cadence.keep_samples(args, state, session)  # every rank evaluates alike
         if session.is_main:  # a dataset without a length has no epochs
-            every = getattr(state, "eval_steps", None)
-            hf_arguments.warn(args, self.job.max_epochs, loader, every=every if kept else None)
+            hf_arguments.warn(args, self.job.max_epochs, loader, max_steps=self._length.given)
             if kept:
                 logger.info("zeus-bso: %s", kept)
             for said in (
