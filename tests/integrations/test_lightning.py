@@ -1490,7 +1490,17 @@ def test_validations_every_n_batches_come_the_same_samples_apart_at_every_batch_
     assert trainer.global_step == 12  # six validations, one every two batches (not 24 steps)
 
 
-@pytest.mark.parametrize(("max_steps", "warned"), [(8, False), (7, True)])
+class SizedSchedule(TinyClassifier):
+    """Sizes a schedule from ``estimated_stepping_batches``, as Lightning's docs write one."""
+
+    def configure_optimizers(self) -> Any:
+        self.sized_for = self.trainer.estimated_stepping_batches
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.1, int(self.sized_for))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+@pytest.mark.parametrize(("max_steps", "warned"), [(16, False), (15, True)])
 def test_max_steps_is_judged_against_the_fits_own_validations_every_n_batches(
     server: ServerProcess,
     tmp_path: Path,
@@ -1499,8 +1509,10 @@ def test_max_steps_is_judged_against_the_fits_own_validations_every_n_batches(
     warned: bool,
 ) -> None:
     """Validating every 4 batches of the reference size 16 across epochs, a fit at 32
-    validates every 2 of its batches: the job's four validations take 8 steps, so
-    ``max_steps=8`` is enough (it was said to need 16), and 7 is not."""
+    validates every 2 of its batches, and its ``max_steps``, of the reference's steps too,
+    trains half as many of its own: the job's four validations take 16 steps of the
+    reference's (8 of the fit's), so ``max_steps=16`` is enough, and 15 is not (said in the
+    script's steps)."""
     spec = job(unique_id("litsteps"), target=0.999, max_epochs=4)
     callback = callback_for(server.url, spec, reference_batch_size=16)
     options = quiet_trainer_options(tmp_path)
@@ -1512,12 +1524,14 @@ def test_max_steps_is_judged_against_the_fits_own_validations_every_n_batches(
         **options,
     )
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
-        trainer.fit(TinyClassifier())
+        trainer.fit(SizedSchedule())
     said = f"Trainer(max_steps={max_steps}) ends the fit before the job's max_epochs (4)"
     assert (said in caplog.text) is warned
+    assert trainer.max_steps == -(-max_steps // 2)  # the same samples, up
+    assert trainer.lightning_module.sized_for == trainer.max_steps  # the schedule's length
     if warned:
-        assert "validations of every 2 batches" in caplog.text
-        assert "set max_steps to at least 8" in caplog.text
+        assert "validations of every 4 batches" in caplog.text
+        assert "set max_steps to at least 16" in caplog.text
 
 
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(

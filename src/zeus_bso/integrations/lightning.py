@@ -131,6 +131,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._trainer: Trainer | None = None
         self._module: Module | None = None
         self._target: fit.BatchTarget | None = None
+        self._length = cadence.FitLength()  # the fit's max_steps (each fit's own, from setup)
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
 
@@ -162,6 +163,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
         self._target = target
+        self._length = cadence.FitLength()
         self.session = None
         rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
@@ -227,7 +229,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
         if trainer.is_global_zero:
             every = cadence.batches_apart(trainer, self.session)
-            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every):
+            given = self._length.given  # the script's max_steps, of the reference's steps
+            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every, given):
                 logger.warning("%s", warning)
 
     def _written_for(self) -> int:
@@ -248,6 +251,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         target.set(session.micro_batch_size)
         if self.options.get("max_micro_batch_size") is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
+        if (said := self._length.keep(trainer, session)) and trainer.is_global_zero:
+            logger.info("zeus-bso: %s", said)  # max_steps kept in samples
 
     # -- training -----------------------------------------------------------------------------
 

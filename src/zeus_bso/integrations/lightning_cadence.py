@@ -7,11 +7,13 @@ size 16, validates every 1,600 samples there and every 6,400 at 64, so a run at 
 judged on four times the samples an epoch and its data would end after a quarter of the
 validations. So a fit validates every ``val_check_interval`` x reference / micro-batch size of
 its batches, rounded down, at least as often (`keep_samples`). The validations the Trainer's
-``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`.
+``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`. A
+fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from zeus_bso.training import TrialSession
@@ -47,3 +49,38 @@ def keep_samples(trainer: Trainer, session: TrialSession) -> str | None:
         "apart, so that each of the job's epochs (a validation) is the same data at every "
         "batch size"
     )
+
+
+class FitLength:
+    """A fit bounded by the Trainer's ``max_steps``: its steps are taken as tuned at the
+    reference batch size, as ``val_check_interval``'s batches are, and a fit at another size
+    trains at most ``max_steps`` x reference / batch size of its own, rounded up: the same
+    samples, and at least as many validations. Set as the fit's batch size is (`keep`), before
+    ``configure_optimizers``, so that a schedule sized from ``estimated_stepping_batches``
+    spans the fit's steps. Without it, a fit at a smaller size ended after fewer validations
+    than the job's ``max_epochs``, unjudged (released, so the job got it again and again), and
+    one at a larger size was stopped partway through its schedule."""
+
+    def __init__(self) -> None:
+        self.given: int | None = None
+        """The Trainer's own ``max_steps`` (after `keep`; None: it has none)."""
+        self._read = False
+
+    def keep(self, trainer: Trainer, session: TrialSession) -> str | None:
+        """Set the fit's ``max_steps`` for the session's batch size (again where the size
+        changes); what it now is, in words (None: nothing changed)."""
+        if not self._read:
+            steps = trainer.max_steps
+            self.given, self._read = (steps if steps is not None and steps > 0 else None), True
+        if self.given is None:
+            return None
+        reference, batch_size = session.lr.reference, session.batch_size
+        steps = max(1, math.ceil(self.given * reference / batch_size))
+        if steps == trainer.max_steps:
+            return None
+        trainer.fit_loop.epoch_loop.max_steps = steps
+        return (
+            f"max_steps={self.given} (the fit's length at the reference batch size "
+            f"{reference}): at batch size {batch_size} the fit trains at most {steps} steps, the "
+            "same samples, and a schedule sized from estimated_stepping_batches spans them"
+        )

@@ -93,10 +93,14 @@ def _validation_batches(trainer: Trainer, every: int | None) -> int | None:
     return None
 
 
-def limit_warnings(trainer: Trainer, job_max_epochs: int, every: int | None = None) -> list[str]:
+def limit_warnings(
+    trainer: Trainer, job_max_epochs: int, every: int | None = None, given: int | None = None
+) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it
     (``every``: the batches between the fit's validations, where it validates every so many,
-    `zeus_bso.integrations.lightning_cadence.batches_apart`)."""
+    `zeus_bso.integrations.lightning_cadence.batches_apart`; ``given``: the Trainer's own
+    ``max_steps``, tuned at the reference batch size as ``val_check_interval`` is, where the
+    fit's differs: `zeus_bso.integrations.lightning_cadence.FitLength`)."""
     found = [said for said in (_epochs_judged(trainer, job_max_epochs), _kept_on(trainer)) if said]
     part = trainer.limit_train_batches
     if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
@@ -107,11 +111,15 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int, every: int | None = No
             "size look cheaper or dearer than it is): debug with fast_dev_run=True or "
             "overfit_batches, which run without the optimizer"
         )
-    steps, every = _step_limit(trainer), _validation_batches(trainer, every)
+    steps = _step_limit(trainer)
+    if given is not None:  # both of the reference's steps, as the script wrote them
+        steps, every, accumulated = given, _validation_batches(trainer, None), 1
+    else:
+        every, accumulated = _validation_batches(trainer, every), trainer.accumulate_grad_batches
     if steps is not None and every is not None:
         # Each validation is an epoch of the job's: the server stops the fit at the job's
         # max_epochs validations, unless max_steps ends it first.
-        needed = math.ceil(job_max_epochs * every / max(1, trainer.accumulate_grad_batches))
+        needed = math.ceil(job_max_epochs * every / max(1, accumulated))
         if steps < needed:
             found.append(
                 f"Trainer(max_steps={steps}) ends the fit before the job's max_epochs "
@@ -122,11 +130,12 @@ def limit_warnings(trainer: Trainer, job_max_epochs: int, every: int | None = No
             )
     elif steps is not None:
         found.append(
-            f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps, whatever "
-            "the batch size: a fit that has not reached the target by then ends before the "
-            "server can judge it and is not counted, so the job learns nothing of its batch "
-            f"size (the next run gets it again); bound the fit by the job's max_epochs instead "
-            f"(max_epochs={job_max_epochs}, max_steps=-1: the server stops the fit)"
+            f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps (of the "
+            "reference batch size's samples): a fit that has not reached the target by then "
+            "ends before the server can judge it and is not counted, so the job learns nothing "
+            "of its batch size (the next run gets it again); bound the fit by the job's "
+            f"max_epochs instead (max_epochs={job_max_epochs}, max_steps=-1: the server stops "
+            "the fit)"
         )
     return found
 
