@@ -101,30 +101,44 @@ def test_epochs_below_the_jobs_are_said_where_the_jobs_epochs_are_epochs(tmp_pat
     assert "set max_steps to at least 300" in run
 
 
-def test_a_run_bounded_by_max_steps_keeps_its_samples_at_every_batch_size(tmp_path: Path) -> None:
-    """``max_steps`` is taken as tuned at the reference batch size, as ``eval_steps`` is: a run
-    at another size trains the same samples (rounded up), set once on the arguments even where
-    a Trainer is built with them again; a run without it, or at the reference's size, keeps
-    its own."""
-    from zeus_bso.integrations.hf_cadence import RunLength
+def test_max_steps_and_a_fixed_warm_up_keep_their_samples_at_every_batch_size(
+    tmp_path: Path,
+) -> None:
+    """``max_steps`` and a fixed ``warmup_steps`` are taken as tuned at the reference batch
+    size, as ``eval_steps`` is: a run at another size trains the same samples (its length
+    rounded up) and warms up over the same samples (under an lr rule; with ``lr_rule='none'``
+    the warm-up is the script's), set once on the arguments even where a Trainer is built with
+    them again; a ratio, no ``max_steps``, or the reference's size keeps the arguments' own."""
+    from zeus_bso.integrations.hf_cadence import ReferenceSteps
+    from zeus_bso.scaling.lr import warmup_steps
 
-    def session(batch_size: int) -> Any:
-        return SimpleNamespace(lr=SimpleNamespace(reference=16), batch_size=batch_size)
+    def session(batch_size: int, rule: str = "linear") -> Any:
+        def warmup(steps: int) -> int:
+            return steps if rule == "none" else warmup_steps(steps, batch_size, 16)
 
-    args, length = arguments(tmp_path, max_steps=24), RunLength()
-    said = length.keep(args, session(32))
-    assert args.max_steps == 12
-    assert said is not None
-    assert "at batch size 32 the run trains at most 12 steps" in said
-    assert length.keep(args, session(32)) is None  # built again with the same arguments
-    assert args.max_steps == 12
-    args = arguments(tmp_path, max_steps=25)
-    RunLength().keep(args, session(24))
-    assert args.max_steps == 17  # 400 samples: 16.7 steps of 24, up
-    for options, size in (({"max_steps": 24}, 16), ({}, 32)):
+        return SimpleNamespace(
+            lr=SimpleNamespace(reference=16), batch_size=batch_size, warmup_steps=warmup
+        )
+
+    args, kept = arguments(tmp_path, max_steps=24, warmup_steps=8), ReferenceSteps()
+    length, warm = kept.keep(args, session(32))
+    assert (args.max_steps, args.warmup_steps, kept.given) == (12, 4, 24)
+    assert "at batch size 32 the run trains at most 12 steps" in length
+    assert "at batch size 32 the warm-up takes 4 steps" in warm
+    assert kept.keep(args, session(32)) == []  # built again with the same arguments
+    assert (args.max_steps, args.warmup_steps) == (12, 4)
+    args = arguments(tmp_path, max_steps=25, warmup_steps=8)
+    ReferenceSteps().keep(args, session(24, rule="none"))
+    assert (args.max_steps, args.warmup_steps) == (17, 8)  # 400 samples: 16.7 steps of 24, up
+    for options, size in (
+        ({"max_steps": 24, "warmup_steps": 8}, 16),
+        ({"warmup_steps": 0.1}, 32),
+        ({}, 32),
+    ):
         args = arguments(tmp_path, **options)
-        assert RunLength().keep(args, session(size)) is None
+        assert ReferenceSteps().keep(args, session(size)) == []
         assert args.max_steps == options.get("max_steps", -1)
+        assert args.warmup_steps == options.get("warmup_steps", 0)
 
 
 def test_max_steps_with_evaluations_by_steps_is_said_only_where_it_ends_the_run_first(

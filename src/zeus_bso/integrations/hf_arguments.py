@@ -13,7 +13,6 @@ from typing import Any
 
 from zeus_bso.integrations.loaders import batch_size_of, no_batch_words, sized_len
 from zeus_bso.integrations.schedules import length_of, schedule_refusal
-from zeus_bso.training import TrialSession
 
 logger = logging.getLogger("zeus_bso.integrations.huggingface")  # the callback's
 
@@ -251,7 +250,7 @@ def warnings(
     between evaluations by steps, where not ``args``'s own; ``per_epoch``: the run's optimizer
     steps an epoch, 0 where not known; ``max_steps``: the script's own, tuned at the reference
     batch size as ``eval_steps`` are, where ``args`` hold the run's:
-    `zeus_bso.integrations.hf_cadence.RunLength`)."""
+    `zeus_bso.integrations.hf_cadence.ReferenceSteps`)."""
     found = []
     evaluated_by_steps = by_steps(args)
     run_steps = int(args.max_steps)
@@ -323,23 +322,6 @@ def epochs_trained(args: Any, state: Any) -> int | None:
     if evaluation_strategy(args) != "epoch" or state.epoch is None:
         return None
     return max(1, math.ceil(float(state.epoch) - 1e-6))  # 3.0000001: 3; 2.5: 3
-
-
-def warmup_warning(args: Any, session: TrialSession) -> str | None:
-    """What to set where ``args.warmup_steps``, a number of steps tuned at the reference batch
-    size, warms up over other samples at the run's batch size (a ratio of the run's steps
-    scales of itself: ``warmup_ratio``, or from transformers 5 on, where that is gone, a
-    ``warmup_steps`` below 1); None: nothing."""
-    fixed = int(args.warmup_steps or 0)
-    steps = session.warmup_steps(fixed)
-    if not fixed or steps == fixed:
-        return None
-    ratio = "warmup_ratio" if hasattr(args, "warmup_ratio") else "a ratio below 1: warmup_steps=0.1"
-    return (
-        f"warmup_steps={fixed} warms up over the samples of {fixed} steps at the reference batch "
-        f"size {session.lr.reference}; at batch size {session.batch_size}, set "
-        f"warmup_steps={steps} (or {ratio}) to keep them"
-    )
 
 
 _BESIDE_METRICS = ("_loss", "_runtime", "_samples_per_second", "_steps_per_second")

@@ -1,5 +1,5 @@
 """The HF Trainer's evaluations by steps, the same samples apart at every batch size; and the
-run's length where ``max_steps`` bounds it (`RunLength`).
+run's length and warm-up where its arguments give them in steps (`ReferenceSteps`).
 
 Where the Trainer evaluates every so many optimizer steps (``eval_strategy="steps"``; data
 without a length has no epochs to evaluate at), each evaluation is one of the job's epochs. A
@@ -17,6 +17,7 @@ them (``load_best_model_at_end`` keeps the best evaluation's). A fraction of the
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from zeus_bso.integrations.hf_arguments import by_steps
@@ -51,38 +52,54 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     return said
 
 
-class RunLength:
-    """A run bounded by ``max_steps`` (instead of ``num_train_epochs``): its steps are taken as
-    tuned at the reference batch size, as ``eval_steps`` are, and a run at another size trains
-    at most ``max_steps`` x reference / batch size of its own, rounded up: the same samples, and
-    at least as many evaluations (whose steps are rounded down). Set on the arguments as the
-    Trainer is built (`keep`), so that the Trainer's schedule spans the run's steps. Without
-    it, a run at a smaller size ended after fewer evaluations than the job's ``max_epochs``,
-    unjudged (released, so the job got it again and again), and one at a larger size stopped
-    at the job's ``max_epochs`` part of the way through its schedule."""
+class ReferenceSteps:
+    """The run's length and warm-up where its arguments give them in steps: taken as tuned at
+    the reference batch size, as ``eval_steps`` are, and set on the arguments for the run's
+    batch size as the Trainer is built (`keep`), before it builds its schedule:
+
+    - ``max_steps`` (a run bounded by steps, not ``num_train_epochs``): at most ``max_steps`` x
+      reference / batch size of the run's steps, rounded up, the same samples and at least as
+      many evaluations (whose steps are rounded down), the schedule spanning them. Without
+      it, a run at a smaller size ended after fewer evaluations than the job's
+      ``max_epochs``, unjudged (released, so the job got it again and again), and one at a
+      larger size stopped at the job's ``max_epochs`` partway through its schedule.
+    - a fixed ``warmup_steps`` (1 or more; below 1 it is a ratio of the run's steps, which keeps
+      its samples of itself), under an ``lr_rule``, whose rates it scales: the steps that warm
+      up over the same samples (`zeus_bso.training.TrialSession.warmup_steps`). With
+      ``lr_rule='none'`` the rate is the script's, and so is its warm-up."""
 
     def __init__(self) -> None:
-        self._set: tuple[int, int] | None = None  # the arguments (by id) and the steps set
+        self._args: weakref.ref[Any] | None = None  # the arguments set (once)
         self.given: int | None = None
         """The script's own ``max_steps``, where the run's differs (after `keep`)."""
 
-    def keep(self, args: Any, session: TrialSession) -> str | None:
-        """Set the run's ``max_steps`` on ``args`` (once: a Trainer built again with them keeps
-        it); what it now is, in words (None: nothing changed)."""
-        given = int(args.max_steps or 0)
-        if given <= 0 or self._set == (id(args), given):
-            return None
+    def keep(self, args: Any, session: TrialSession) -> list[str]:
+        """Set the run's ``max_steps`` and ``warmup_steps`` on ``args`` (once: a Trainer built
+        again with them keeps them); what changed, in words."""
+        if self._args is not None and self._args() is args:
+            return []
+        self._args = weakref.ref(args)
         reference, batch_size = session.lr.reference, session.batch_size
-        steps = max(1, math.ceil(given * reference / batch_size))
-        self._set = (id(args), steps)
-        if steps == given:
-            return None
-        self.given, args.max_steps = given, steps
-        return (
-            f"max_steps={given} (the run's length at the reference batch size {reference}): "
-            f"at batch size {batch_size} the run trains at most {steps} steps, the same "
-            "samples, and the Trainer's schedule spans them"
-        )
+        said = []
+        if (given := int(args.max_steps or 0)) > 0:
+            steps = max(1, math.ceil(given * reference / batch_size))
+            if steps != given:
+                self.given, args.max_steps = given, steps
+                said.append(
+                    f"max_steps={given} (the run's length at the reference batch size "
+                    f"{reference}): at batch size {batch_size} the run trains at most {steps} "
+                    "steps, the same samples, and the Trainer's schedule spans them"
+                )
+        if (warmup := args.warmup_steps or 0) >= 1:
+            steps = session.warmup_steps(int(warmup))
+            if steps != int(warmup):
+                args.warmup_steps = steps
+                said.append(
+                    f"warmup_steps={int(warmup)} (tuned at the reference batch size "
+                    f"{reference}): at batch size {batch_size} the warm-up takes {steps} steps, "
+                    "the same samples"
+                )
+        return said
 
 
 def delay_warning(args: Any, session: TrialSession) -> str | None:

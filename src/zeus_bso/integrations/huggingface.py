@@ -92,8 +92,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             end when the run did not reach its target. With ``lr_rule``, the Trainer's
             optimizer and its schedule, built at ``TrainingArguments.learning_rate`` tuned at
             ``reference_batch_size`` (per device), are scaled when training starts (not again
-            when the run resumes from a checkpoint); a fixed ``warmup_steps`` gets a warning
-            with the steps that keep its samples (a ratio of the run's steps needs none). With
+            when the run resumes from a checkpoint); a fixed ``warmup_steps``, tuned there
+            too, is set to the steps that keep its samples (`hf_cadence.ReferenceSteps`). With
             ``max_micro_batch_size``, a batch size above it trains as
             ``callback.accumulation_steps`` micro-batches of ``callback.start()`` samples (pass
             both to ``TrainingArguments``).
@@ -131,7 +131,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         self._round = EvaluationRound(self.metric)  # an eval_dataset dict's datasets
         self._model: weakref.ref[Any] | None = None  # the model the run trains
         self._shrunk = ShrunkRun(self.job, self.metric, "the Trainer", logger)  # auto_find's sizes
-        self._length = hf_cadence.RunLength()
+        self._steps = hf_cadence.ReferenceSteps()  # max_steps, warmup_steps
         # The Trainer's EarlyStoppingCallbacks (None: its callbacks were not found).
         self._stoppers: list[Any] | None = None
         # Why the batch size was not set when the Trainer was built (`on_init_end`).
@@ -305,7 +305,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
                 accumulates = self.options.get("max_micro_batch_size") is not None
                 steps = session.accumulation_steps if accumulates else None
                 said = hf_arguments.take_batch_size(args, trainer, session.micro_batch_size, steps)
-                for words in (said, self._length.keep(args, session)):  # max_steps kept in samples
+                for words in (said, *self._steps.keep(args, session)):  # kept in samples
                     if words and session.is_main:
                         logger.info("zeus-bso: %s", words)
         if self.session is not None and trainer is not None:
@@ -362,7 +362,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             trainer = calling_trainer() if alone else None
             self._check_memory(session, args, model, optimizer, loader, trainer)
         if session.lr.rule != "none" and optimizer is not None:
-            self._scale_learning_rate(args, optimizer, lr_scheduler)
+            session.scale(optimizer, lr_scheduler)  # a resumed run keeps its factor
         self._training = True
         hf_unheard.began(self)
         _name_evaluation()
@@ -417,7 +417,7 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             self._refuse(refused)
         kept = hf_cadence.keep_samples(args, state, session)  # every rank evaluates alike
         if session.is_main:  # a dataset without a length has no epochs
-            hf_arguments.warn(args, self.job.max_epochs, loader, max_steps=self._length.given)
+            hf_arguments.warn(args, self.job.max_epochs, loader, max_steps=self._steps.given)
             if kept:
                 logger.info("zeus-bso: %s", kept)
             for said in (
@@ -503,17 +503,6 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
         if self._round.waits(state.global_step, metrics):
             return  # one of several datasets: the metric is another's, evaluated next
         self._report(args, state, control, metrics)  # raises on every rank without the metric
-
-    def _scale_learning_rate(self, args: TrainingArguments, optimizer: Any, scheduler: Any) -> None:
-        """Have the Trainer's optimizer step at its schedule's rates at the run's batch size
-        (the schedule is left as it is; a run that resumes keeps its checkpoint's factor)."""
-        assert self.session is not None
-        self.session.scale(optimizer, scheduler)
-        if self.resumption.path is not None:
-            return
-        warning = hf_arguments.warmup_warning(args, self.session)
-        if warning is not None and self.session.is_main:
-            logger.warning("%s", warning)
 
     def _release(self, why: str) -> None:
         """Release the trial: a misconfiguration is not its batch size's fault."""
