@@ -130,6 +130,11 @@ def test_max_steps_and_a_fixed_warm_up_keep_their_samples_at_every_batch_size(
     args = arguments(tmp_path, max_steps=25, warmup_steps=8)
     ReferenceSteps().keep(args, session(24, rule="none"))
     assert (args.max_steps, args.warmup_steps) == (17, 8)  # 400 samples: 16.7 steps of 24, up
+    by_steps = {"eval_strategy": "steps", "eval_steps": 4}  # a delay of steps, down
+    for strategy, delay in ((by_steps, 2), ({}, 5)):  # by epochs: epochs
+        args = arguments(tmp_path, eval_delay=5, **strategy)
+        ReferenceSteps().keep(args, session(32))
+        assert args.eval_delay == delay
     for options, size in (
         ({"max_steps": 24, "warmup_steps": 8}, 16),
         ({"warmup_steps": 0.1}, 32),

@@ -831,17 +831,18 @@ def test_a_resumed_run_continues_its_trial(server: ServerProcess, tmp_path: Path
     assert trial["epochs"] == 4  # 1-2 in the first run, 3-4 after resuming
 
 
-def test_an_evaluation_delay_of_the_reference_sizes_steps_is_said_with_the_runs(
+def test_an_evaluation_delay_of_the_reference_sizes_steps_keeps_its_samples(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``eval_delay`` by steps is read by the Trainer from its arguments, as this run's steps:
-    at 32, a delay of 8 steps tuned at 16 puts the first evaluation off by twice its samples.
-    The run says so, with the delay that keeps them, which ``steps_for`` gives."""
+    """``eval_delay`` by steps, read by the Trainer from its arguments, is taken as tuned at
+    the reference size, as ``eval_steps`` is: at 32, a delay of 8 steps tuned at 16 waits 4 of
+    the run's steps (it waited 8, twice the samples, and the evaluation at step 4 was lost),
+    and the log says so."""
     spec = job(unique_id("hfdelay"), target=0.999).model_copy(
         update={"batch_sizes": [32], "default_batch_size": 32}
     )
     options = {"eval_strategy": "steps", "eval_steps": 8, "eval_delay": 8}
-    with caplog.at_level("WARNING", logger="zeus_bso"):
+    with caplog.at_level("INFO", logger="zeus_bso"):
         callback = train(
             server.url,
             spec,
@@ -850,12 +851,12 @@ def test_an_evaluation_delay_of_the_reference_sizes_steps_is_said_with_the_runs(
             callback_options={"reference_batch_size": 16},
             **options,
         )
-    assert "eval_delay=8 puts the first evaluation off by 8 of this run's steps" in caplog.text
-    assert "set eval_delay=4 to keep them" in caplog.text
-    assert callback.session is not None
-    assert callback.session.steps_for(8) == 4
+    said = "eval_delay=8 (steps of the reference batch size 16): at batch size 32 the first"
+    assert f"{said} evaluation waits 4 steps" in caplog.text
+    history = callback.log_history  # type: ignore[attr-defined]
+    assert [row["step"] for row in history if "eval_accuracy" in row][:-1] == [4, 8]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="zeus_bso"):
+    with caplog.at_level("INFO", logger="zeus_bso"):
         train(server.url, job(unique_id("hfdelayref"), target=0.999), tmp_path, 1, **options)
     assert "eval_delay" not in caplog.text  # at the reference's size: its own steps
 

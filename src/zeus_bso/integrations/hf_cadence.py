@@ -66,7 +66,10 @@ class ReferenceSteps:
     - a fixed ``warmup_steps`` (1 or more; below 1 it is a ratio of the run's steps, which keeps
       its samples of itself), under an ``lr_rule``, whose rates it scales: the steps that warm
       up over the same samples (`zeus_bso.training.TrialSession.warmup_steps`). With
-      ``lr_rule='none'`` the rate is the script's, and so is its warm-up."""
+      ``lr_rule='none'`` the rate is the script's, and so is its warm-up.
+    - an ``eval_delay`` by steps (``eval_strategy="steps"``), which puts the first evaluation
+      off: ``eval_delay`` x reference / batch size of the run's steps, rounded down, as its
+      ``eval_steps`` are (by epochs it is epochs, the same at every size)."""
 
     def __init__(self) -> None:
         self._args: weakref.ref[Any] | None = None  # the arguments set (once)
@@ -99,27 +102,16 @@ class ReferenceSteps:
                     f"{reference}): at batch size {batch_size} the warm-up takes {steps} steps, "
                     "the same samples"
                 )
+        if by_steps(args) and (delay := getattr(args, "eval_delay", 0) or 0) >= 1:
+            steps = max(1, int(delay) * reference // batch_size)
+            if steps != int(delay):
+                args.eval_delay = steps
+                said.append(
+                    f"eval_delay={int(delay)} (steps of the reference batch size {reference}): "
+                    f"at batch size {batch_size} the first evaluation waits {steps} steps, the "
+                    "same samples"
+                )
         return said
-
-
-def delay_warning(args: Any, session: TrialSession) -> str | None:
-    """Where a run by steps puts its first evaluation off by ``eval_delay`` steps, tuned at the
-    reference batch size, which the Trainer reads from its arguments as the run's steps: what
-    to set to keep its samples. None: no delay, or the run is at the reference's size."""
-    delay = getattr(args, "eval_delay", 0) or 0
-    if not by_steps(args) or delay <= 0:
-        return None
-    reference, batch_size = session.lr.reference, session.batch_size
-    steps = session.steps_for(int(delay))
-    if steps == int(delay):
-        return None
-    return (
-        f"eval_delay={delay:g} puts the first evaluation off by {delay:g} of this run's steps: "
-        f"the samples of {delay:g} steps at the reference batch size {reference} are "
-        f"{steps} steps at batch size {batch_size}; set eval_delay={steps} to keep them "
-        f"(callback.session.steps_for({delay:g}) at every batch size): the run's evaluations "
-        "come the same samples apart at every batch size"
-    )
 
 
 def evaluations(args: Any, state: Any) -> int | None:

@@ -420,12 +420,8 @@ class ZeusBSOTrainerCallback(TrainerCallback, WithBlock):
             hf_arguments.warn(args, self.job.max_epochs, loader, max_steps=self._steps.given)
             if kept:
                 logger.info("zeus-bso: %s", kept)
-            for said in (
-                hf_cadence.evaluations_below(args, state, self.job.max_epochs),
-                hf_cadence.delay_warning(args, session),
-            ):
-                if said:
-                    logger.warning("%s", said)
+            if said := hf_cadence.evaluations_below(args, state, self.job.max_epochs):
+                logger.warning("%s", said)
         if hf_arguments.by_steps(args):  # it said so, or has no epochs
             session.reports_within_epochs_said()
 
