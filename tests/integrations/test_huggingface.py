@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import sys
 import threading
@@ -1394,6 +1395,28 @@ def test_without_a_server_the_run_trains_at_the_default_and_fails_when_asked(
         None,
     )
     assert "zeus-bso: batch size 16 ended at epoch 2 of 6" in capfd.readouterr().err
+
+
+def test_a_checkpoint_found_while_the_server_is_away_is_continued_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last checkpoint in ``output_dir`` holds an open trial of the job at 32, and the
+    server cannot be reached: whether the trial is still open cannot be asked, so the run
+    continues it without the server, at its batch size, as a run given the checkpoint does
+    (it trained at the job's default, 16, as a new trial)."""
+    monkeypatch.setenv("ZEUS_BSO_CACHE_DIR", str(tmp_path / "cache"))
+    spec = job(unique_id("hfaway"), target=0.999)
+    saved = tmp_path / "out" / "checkpoint-5"
+    saved.mkdir(parents=True)
+    trial = {"job_id": spec.job_id, "batch_size": 32, "trial_number": 3}
+    progress = {"current_epoch": 1, "time": 1.0, "energy": 10.0}
+    (saved / "zeus_bso_trial.json").write_text(json.dumps({"trial": trial, **progress}))
+    url = f"http://127.0.0.1:{free_port()}"
+    callback = train(url, spec, tmp_path, epochs=1, batch_size=8)  # no start(): it looks
+    assert callback.spy_sizes == [32]  # type: ignore[attr-defined]
+    outcome = callback.outcome
+    assert outcome is not None
+    assert (outcome.offline, outcome.batch_size) == (True, 32)
 
 
 class RateRecorder(transformers.TrainerCallback):  # type: ignore[misc]

@@ -28,6 +28,7 @@ from zeus_bso.client import failure
 from zeus_bso.client.conversation import JobConversation
 from zeus_bso.client.outcome import MUST_DELIVER, RunOutcome
 from zeus_bso.client.progress import Elapsed, TrialProgress
+from zeus_bso.client.server_away import away_at_start
 from zeus_bso.client.sigterm import SigtermGuard
 from zeus_bso.errors import (
     OperationOrderError,
@@ -206,20 +207,22 @@ class ServerRun(ServerRunEndings):
 
     def _not_open(self, saved: Mapping[str, Any]) -> str | None:
         """Why the trial a checkpoint ``saved`` is not one this run may continue (None: it is
-        this job's, and dispatched or abandoned on the server)."""
+        this job's, and dispatched or abandoned on the server; or the server is away, and the
+        run continues it without the server, as one given the checkpoint does)."""
         try:
             trial = TrialId.model_validate(saved.get("trial"))
         except ValidationError:
             return "no trial"
         named = f"trial {trial.trial_number} of job {trial.job_id}"
+        if trial.job_id != self.link.job_id:  # the job's id, hashed from its settings or given
+            return f"{named}, not this job's"
         try:
-            if trial.job_id != self.link.register().job_id:
-                return f"{named}, not this job's"
+            self.link.register()
             seen = self.link.client.heartbeat(trial)  # renews an open one's lease
         except RouteMissingError:
             return f"{named}, which this server (upstream's protocol) cannot say is still open"
-        except ZeusBSOError as err:  # the server away, or the trial not on it
-            return f"{named}, not found open ({err})"
+        except ZeusBSOError as err:  # the trial not on it (a 404), or the server away
+            return None if away_at_start(err) else f"{named}, not found open ({err})"
         if seen.status not in (TrialStatus.DISPATCHED, TrialStatus.ABANDONED):
             return f"{named}, which is {seen.status}"
         return None
