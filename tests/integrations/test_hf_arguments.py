@@ -135,9 +135,11 @@ def test_max_steps_and_a_fixed_warm_up_keep_their_samples_at_every_batch_size(
         args = arguments(tmp_path, eval_delay=5, **strategy)
         ReferenceSteps().keep(args, session(32))
         assert args.eval_delay == delay
+    # A ratio of the run's steps: warmup_ratio, or from transformers 5 on a warmup_steps below 1.
+    ratio = "warmup_ratio" if hasattr(transformers.TrainingArguments, "warmup_ratio") else ""
     for options, size in (
         ({"max_steps": 24, "warmup_steps": 8}, 16),
-        ({"warmup_steps": 0.1}, 32),
+        ({ratio or "warmup_steps": 0.1}, 32),
         ({}, 32),
     ):
         args = arguments(tmp_path, **options)
