@@ -1558,15 +1558,17 @@ def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
 def test_a_fit_bounded_by_steps_is_said_when_it_starts_and_when_it_ends(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``Trainer(max_steps=N)`` ends the fit after N steps whatever the batch size: a fit short
-    of the target then is released, and the job learns nothing of its size. Said at the start,
-    with what to set instead, and in the run's end."""
+    """``Trainer(max_steps=N)`` below the job's max_epochs (20 steps of 32: 1.25 of 3 epochs)
+    ends the fit before the server can judge it: a fit short of the target then is released,
+    and the job learns nothing of its size. Said when training starts (its epochs counted),
+    with what to set instead, and in the run's end. A max_steps that covers them (48) is not
+    said, and the server stops that fit."""
     spec = job(unique_id("lsteps"), target=0.999, max_epochs=3)
     callback = callback_for(server.url, spec)
     trainer = pl.Trainer(max_steps=20, callbacks=[callback], **quiet_trainer_options(tmp_path))
     with caplog.at_level(logging.WARNING, logger="zeus_bso"):
         trainer.fit(TinyClassifier())
-    assert "Trainer(max_steps=20) ends the fit after 20 optimizer steps" in caplog.text
+    assert "Trainer(max_steps=20) ends the fit after 1.25 epochs" in caplog.text
     assert "(max_epochs=3, max_steps=-1: the server stops the fit)" in caplog.text
     outcome = callback.outcome
     assert outcome is not None
@@ -1575,6 +1577,16 @@ def test_a_fit_bounded_by_steps_is_said_when_it_starts_and_when_it_ends(
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["status"] == "released"
+    caplog.clear()
+    spec = job(unique_id("lstepsenough"), target=0.999, max_epochs=3)
+    callback = callback_for(server.url, spec)
+    trainer = pl.Trainer(max_steps=48, callbacks=[callback], **quiet_trainer_options(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        trainer.fit(TinyClassifier())
+    assert "Trainer(max_steps=48)" not in caplog.text
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["status"], trial["epochs"]) == ("reported", 3)
 
 
 def test_max_steps_with_validations_every_n_batches_is_said_only_where_it_ends_the_fit_first(

@@ -227,11 +227,6 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
                 fit.rebuild_for_the_batch_size(trainer)
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
-        if trainer.is_global_zero:
-            every = cadence.batches_apart(trainer, self.session)
-            given = self._length.given  # the script's max_steps, of the reference's steps
-            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every, given):
-                logger.warning("%s", warning)
 
     def _written_for(self) -> int:
         """The batch size the fit's schedules were written for: that of the train DataLoader
@@ -285,6 +280,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             trainer, self._written_for(), self.session.batch_size, self.job.max_epochs
         ):
             self._refuse(trainer, refused)
+        if trainer.is_global_zero:  # the fit's batches an epoch are counted from here
+            every = cadence.batches_apart(trainer, self.session)
+            given = self._length.given  # the script's max_steps, of the reference's steps
+            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every, given):
+                logger.warning("%s", warning)
         if (kept := cadence.keep_samples(trainer, self.session)) and trainer.is_global_zero:
             logger.info("zeus-bso: %s", kept)
         if limits.warn_of_interval(trainer, self.job.max_epochs):

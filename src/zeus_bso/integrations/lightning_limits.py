@@ -128,16 +128,30 @@ def limit_warnings(
                 "counted, so the job learns nothing of its batch size; set max_steps to at "
                 f"least {needed} (the server stops the fit)"
             )
-    elif steps is not None:
+    elif steps is not None and (epochs := _epochs_of_steps(trainer)) < job_max_epochs:
+        length = (
+            f"{epochs:.3g} epochs"
+            if math.isfinite(epochs)
+            else f"{steps} optimizer steps (of the reference batch size's samples)"
+        )
         found.append(
-            f"Trainer(max_steps={steps}) ends the fit after {steps} optimizer steps (of the "
-            "reference batch size's samples): a fit that has not reached the target by then "
-            "ends before the server can judge it and is not counted, so the job learns nothing "
-            "of its batch size (the next run gets it again); bound the fit by the job's "
-            f"max_epochs instead (max_epochs={job_max_epochs}, max_steps=-1: the server stops "
-            "the fit)"
+            f"Trainer(max_steps={steps}) ends the fit after {length}: a fit that has not "
+            "reached the target by then ends before the server can judge it and is not "
+            "counted, so the job learns nothing of its batch size (the next run gets it "
+            "again); bound the fit by the job's max_epochs instead (max_epochs="
+            f"{job_max_epochs}, max_steps=-1: the server stops the fit)"
         )
     return found
+
+
+def _epochs_of_steps(trainer: Trainer) -> float:
+    """The epochs the fit's ``max_steps`` make, where its batches an epoch are counted (from
+    ``on_train_start``; the optimizer steps an epoch are its batches over the accumulation,
+    the last step taking what is left); infinity where not."""
+    batches, steps = trainer.num_training_batches, _step_limit(trainer)
+    if steps is None or batches in (None, float("inf")) or not batches:
+        return float("inf")
+    return float(steps / math.ceil(batches / max(1, trainer.accumulate_grad_batches)))
 
 
 def _epochs_judged(trainer: Trainer, job_max_epochs: int) -> str | None:
