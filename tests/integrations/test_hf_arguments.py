@@ -116,8 +116,14 @@ def test_max_steps_and_a_fixed_warm_up_keep_their_samples_at_every_batch_size(
         def warmup(steps: int) -> int:
             return steps if rule == "none" else warmup_steps(steps, batch_size, 16)
 
+        def steps_for(steps: int) -> int:  # as TrialSession.steps_for: the samples, down
+            return max(1, steps * 16 // batch_size)
+
         return SimpleNamespace(
-            lr=SimpleNamespace(reference=16), batch_size=batch_size, warmup_steps=warmup
+            lr=SimpleNamespace(reference=16),
+            batch_size=batch_size,
+            warmup_steps=warmup,
+            steps_for=steps_for,
         )
 
     args, kept = arguments(tmp_path, max_steps=24, warmup_steps=8), ReferenceSteps()

@@ -21,6 +21,7 @@ import weakref
 from typing import Any
 
 from zeus_bso.integrations.hf_arguments import by_steps
+from zeus_bso.scaling.lr import length_steps
 from zeus_bso.training import TrialSession
 
 
@@ -85,7 +86,7 @@ class ReferenceSteps:
         reference, batch_size = session.lr.reference, session.batch_size
         said = []
         if (given := int(args.max_steps or 0)) > 0:
-            steps = max(1, math.ceil(given * reference / batch_size))
+            steps = length_steps(given, batch_size, reference)
             if steps != given:
                 self.given, args.max_steps = given, steps
                 said.append(
@@ -103,7 +104,7 @@ class ReferenceSteps:
                     "the same samples"
                 )
         if by_steps(args) and (delay := getattr(args, "eval_delay", 0) or 0) >= 1:
-            steps = max(1, int(delay) * reference // batch_size)
+            steps = session.steps_for(int(delay))  # down, as its eval_steps
             if steps != int(delay):
                 args.eval_delay = steps
                 said.append(

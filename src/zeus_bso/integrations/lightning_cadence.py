@@ -13,9 +13,9 @@ fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from zeus_bso.scaling.lr import length_steps
 from zeus_bso.training import TrialSession
 
 Trainer = Any
@@ -75,7 +75,7 @@ class FitLength:
         if self.given is None:
             return None
         reference, batch_size = session.lr.reference, session.batch_size
-        steps = max(1, math.ceil(self.given * reference / batch_size))
+        steps = length_steps(self.given, batch_size, reference)
         if steps == trainer.max_steps:
             return None
         trainer.fit_loop.epoch_loop.max_steps = steps

@@ -131,6 +131,12 @@ def warmup_steps(steps: int, batch_size: int, reference: int) -> int:
     return max(1, round(steps * reference / batch_size))
 
 
+def length_steps(steps: int, batch_size: int, reference: int) -> int:
+    """A run's length at ``batch_size`` (its ``max_steps``) that holds at least the samples of
+    ``steps`` at ``reference``: rounded up, at least one step."""
+    return max(1, math.ceil(steps * reference / batch_size))
+
+
 class _StepFactor:
     """The factor an optimizer's steps take (`scale_optimizer`), and the rates it set aside."""
 
