@@ -237,10 +237,10 @@ NEEDS = {
     "hf_streaming.py": "datasets",
     "st_embeddings.py": "sentence_transformers",
 }
+"""A script's package beyond the corpus's own (the dev group installs it)."""
 TEXTS = {"trl_dpo.py": 2, "st_embeddings.py": 2}
 """The scripts whose every sample trains several texts (a preference pair's chosen and rejected
 answers, a pair of sentences), and how many."""
-"""A script's package beyond the corpus's own (the dev group installs it)."""
 
 
 APART = {"hf_streaming.py": 8 * 16, "lightning_iterable.py": 4 * 16, "iteration_loop.py": 6 * 16}
