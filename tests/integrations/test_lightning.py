@@ -2007,6 +2007,45 @@ class RunsOutOfMemoryAbove(TinyClassifier):
         return super().training_step(batch, index)
 
 
+class WarmsUpInSteps(RunsOutOfMemoryAbove):
+    """Warms up over the fixed steps of its hparams' ``warmup_steps``, as Lightning's tutorials
+    write it; notes the steps each ``configure_optimizers`` saw."""
+
+    def __init__(self, limit: int, warmup_steps: int) -> None:
+        super().__init__(limit)
+        self.save_hyperparameters({"warmup_steps": warmup_steps})
+        self.warmups: list[int] = []
+
+    def configure_optimizers(self) -> Any:
+        self.warmups.append(self.hparams.warmup_steps)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        warmup = torch.optim.lr_scheduler.LinearLR(optimizer, 0.1, 1.0, self.hparams.warmup_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+
+
+@pytest.mark.parametrize(("rule", "seen"), [("linear", [4, 8]), ("none", [8, 8])])
+def test_a_warm_up_of_fixed_steps_keeps_its_samples_where_the_memory_check_moves_the_fit(
+    server: ServerProcess,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    rule: str,
+    seen: list[int],
+) -> None:
+    """``warmup_steps=8`` tuned at 16 warms up over 4 steps at 32, the same samples, and over
+    8 again where the memory check moves the fit to 16 (from what the script wrote, not what
+    the callback set); with ``lr_rule="none"`` the warm-up is the script's."""
+    spec = oom_job(unique_id("litwarm"))
+    callback = callback_for(server.url, spec, reference_batch_size=16, lr_rule=rule)
+    model = WarmsUpInSteps(limit=16, warmup_steps=8)
+    trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(model)
+    assert callback.batch_size == 16
+    assert model.warmups == seen
+    said = "warmup_steps=8 (the warm-up's steps at the reference batch size 16): at batch size 32"
+    assert (said in caplog.text) is (rule == "linear")
+
+
 def oom_job(job_id: str) -> JobSpec:
     return JobSpec(
         job_id=job_id,

@@ -208,6 +208,7 @@ CORPUS = {
     "lightning_onecycle.py": ((), "linear"),
     "lightning_warmup_cosine.py": ((), "linear"),  # 'auto' on SGD
     "lightning_step_warmup.py": ((), "linear"),  # its docs' warm-up in optimizer_step
+    "lightning_hparams_warmup.py": ((), "linear"),  # its tutorial's: hparams.warmup_steps
     "lightning_datamodule.py": ((), "linear"),
     "lightning_plateau.py": ((), "linear"),  # ReduceLROnPlateau on the validation loss
     "lightning_iterable.py": ((), "linear"),  # a stream: max_steps, val_check_interval batches
@@ -246,6 +247,10 @@ answers, a pair of sentences), and how many."""
 APART = {"hf_streaming.py": 8 * 16, "lightning_iterable.py": 4 * 16, "iteration_loop.py": 6 * 16}
 """The scripts that evaluate every so many steps (batches) of the default's 16 samples, and the
 samples between two evaluations: the same at every batch size."""
+WARMUP = {"lightning_hparams_warmup.py": 4}
+"""The scripts that warm up over a fixed number of steps at the default's 16 samples (a
+transformers schedule's ``num_warmup_steps``), and how many: the same samples at every batch
+size, so the schedule peaks after as many steps as hold them."""
 PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
 """Loops on `BatchSizeOptimizer`, which tries no steps before the run (no memory check); they
 train where their tensors are (the CPU), as upstream's examples do."""
@@ -289,6 +294,14 @@ def test_three_recurrences_train_what_the_server_dispatched(
             own = steps[MEMORY_CHECK_STEPS:] if tried else steps
             seen.add(trial["batch_size"])
             assert sum(step.samples for step in own) == trial["epochs"] * APART[script], trial
+    if script in WARMUP:
+        seen = set()
+        for steps, trial in zip(runs, trials, strict=True):
+            own = steps[MEMORY_CHECK_STEPS:] if trial["batch_size"] not in seen else steps
+            seen.add(trial["batch_size"])
+            rates = [step.schedule for step in own]
+            warmup = round(WARMUP[script] * REFERENCE / trial["batch_size"])
+            assert rates.index(max(rates)) == warmup, (trial, rates)
     trained_on = {step.device for steps in runs for step in steps}
     assert trained_on == {"cpu" if script in PLAIN_LOOPS else ACCELERATOR}  # theirs: the CPU
     sizes = [t["batch_size"] for t in trials]

@@ -132,6 +132,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._module: Module | None = None
         self._target: fit.BatchTarget | None = None
         self._length = cadence.FitLength()  # the fit's max_steps (each fit's own, from setup)
+        self._warmup = cadence.WarmupSteps()  # hparams' warm-up steps (each module's own)
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
 
@@ -246,8 +247,12 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         target.set(session.micro_batch_size)
         if self.options.get("max_micro_batch_size") is not None:
             trainer.accumulate_grad_batches = session.accumulation_steps
-        if (said := self._length.keep(trainer, session)) and trainer.is_global_zero:
-            logger.info("zeus-bso: %s", said)  # max_steps kept in samples
+        for said in (
+            self._length.keep(trainer, session),
+            self._warmup.keep(trainer, pl_module, session),
+        ):
+            if said and trainer.is_global_zero:
+                logger.info("zeus-bso: %s", said)  # max_steps, a warm-up kept in samples
 
     # -- training -----------------------------------------------------------------------------
 

@@ -8,13 +8,16 @@ judged on four times the samples an epoch and its data would end after a quarter
 validations. So a fit validates every ``val_check_interval`` x reference / micro-batch size of
 its batches, rounded down, at least as often (`keep_samples`). The validations the Trainer's
 ``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`. A
-fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`).
+fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`), and so does a
+warm-up of a fixed number of steps in the module's or datamodule's hparams (`WarmupSteps`).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
+from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.scaling.lr import length_steps
 from zeus_bso.training import TrialSession
 
@@ -83,4 +86,55 @@ class FitLength:
             f"max_steps={self.given} (the fit's length at the reference batch size "
             f"{reference}): at batch size {batch_size} the fit trains at most {steps} steps, the "
             "same samples, and a schedule sized from estimated_stepping_batches spans them"
+        )
+
+
+WARMUP_NAMES = ("warmup_steps", "num_warmup_steps")
+"""The names a module's (or datamodule's) hparams give a warm-up's steps, as Lightning's
+tutorials write them (``get_linear_schedule_with_warmup(optimizer,
+num_warmup_steps=self.hparams.warmup_steps, num_training_steps=...)`` in
+``configure_optimizers``)."""
+
+
+class WarmupSteps:
+    """A warm-up of a fixed number of steps (a `WARMUP_NAMES` attribute of 1 or more, on the
+    module, the datamodule or their hparams): taken as tuned at the reference batch size, as
+    the rate is, and set, with the batch size and before ``configure_optimizers``, to the
+    steps that see its samples at the run's (`zeus_bso.training.TrialSession.warmup_steps`;
+    with ``lr_rule='none'`` the warm-up is the script's). Without it a run at 4 x the
+    reference warmed up over 4 x the samples, at 4 x the rate. A module fit again (a notebook
+    cell run again) keeps the steps it was written with: the value this set is known as its
+    own."""
+
+    def __init__(self) -> None:
+        self._written: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Each module's warm-up: its name, the steps it was written with, the steps set."""
+
+    def keep(self, trainer: Trainer, pl_module: Any, session: TrialSession) -> str | None:
+        """Set the fit's warm-up steps for the session's batch size (again where the size
+        changes); what they now are, in words (None: nothing changed, or no warm-up found)."""
+        package = package_of(trainer)
+        found = self._written.get(pl_module)
+        if found is None or package.getattr(pl_module, found[0]) != found[2]:
+            found = None
+            for name in WARMUP_NAMES:
+                if package.hasattr(pl_module, name):
+                    value = package.getattr(pl_module, name)
+                    if type(value) is int and value >= 1:
+                        found = (name, value, value)
+                    break
+        if found is None:
+            return None
+        name, written, before = found
+        steps = session.warmup_steps(written)
+        self._written[pl_module] = (name, written, steps)
+        if steps == before:
+            return None
+        package.setattr(pl_module, name, steps)
+        return (
+            f"{name}={written} (the warm-up's steps at the reference batch size "
+            f"{session.lr.reference}): at batch size {session.batch_size} it warms up over "
+            f"{steps} step{'s' if steps != 1 else ''}, the same samples"
         )

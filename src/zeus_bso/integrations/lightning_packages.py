@@ -27,6 +27,7 @@ class LightningPackage:
     fitting: Any
     is_overridden: Callable[..., bool]
     hasattr: Callable[[Any, str], bool]
+    getattr: Callable[[Any, str], Any]
     setattr: Callable[[Any, str, Any], None]
     info: Callable[[str], None]
     batch_size_of: Callable[[Any], int]
@@ -62,6 +63,7 @@ def _package(name: str) -> LightningPackage | None:
         fitting=states.TrainerFn.FITTING,
         is_overridden=helpers.is_overridden,
         hasattr=parsing.lightning_hasattr,
+        getattr=parsing.lightning_getattr,
         setattr=parsing.lightning_setattr,
         info=rank_zero.rank_zero_info,
         batch_size_of=data.extract_batch_size,
