@@ -1,6 +1,7 @@
 """Lightning as its tutorial "Finetune Transformers Models with PyTorch Lightning" writes it: a
 LightningDataModule of ``train_batch_size`` and ``eval_batch_size``, a module whose hyperparameters
-(``save_hyperparameters()``) hold the rate and a warm-up of a fixed number of steps, and
+(``save_hyperparameters()``) hold the rate, a warm-up of a fixed number of steps and the batch
+sizes again (unread), and
 transformers' ``get_linear_schedule_with_warmup`` built in ``configure_optimizers``, its length
 from ``self.trainer.estimated_stepping_batches``.
 
@@ -44,7 +45,13 @@ class GLUEDataModule(pl.LightningDataModule):
 
 
 class GLUETransformer(pl.LightningModule):
-    def __init__(self, learning_rate: float = 0.2, warmup_steps: int = 0) -> None:
+    def __init__(
+        self,
+        learning_rate: float = 0.2,
+        warmup_steps: int = 0,
+        train_batch_size: int = 32,
+        eval_batch_size: int = 32,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = torch.nn.Sequential(
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     pl.seed_everything(42, verbose=False)
     dm = GLUEDataModule(train_batch_size=16)
-    model = GLUETransformer(warmup_steps=args.warmup_steps)
+    model = GLUETransformer(warmup_steps=args.warmup_steps, train_batch_size=16)
     callback = ZeusBSOCallback(
         job=job, monitor="val_acc", lr_rule="linear", batch_arg_name="train_batch_size"
     )
