@@ -1,9 +1,8 @@
 """Lightning as its tutorial "Finetune Transformers Models with PyTorch Lightning" writes it: a
-LightningDataModule of ``train_batch_size`` and ``eval_batch_size``, a module whose hyperparameters
-(``save_hyperparameters()``) hold the rate, a warm-up of a fixed number of steps and the batch
-sizes again (unread), and
-transformers' ``get_linear_schedule_with_warmup`` built in ``configure_optimizers``, its length
-from ``self.trainer.estimated_stepping_batches``.
+LightningDataModule of ``train_batch_size`` and ``eval_batch_size``; a module whose
+hyperparameters (``save_hyperparameters()``) hold the rate, a warm-up of a fixed number of steps
+and the batch sizes again (unread); transformers' ``get_linear_schedule_with_warmup`` built in
+``configure_optimizers``, its length from ``self.trainer.estimated_stepping_batches``.
 
     python lightning_hparams_warmup.py --job NAME [--target 0.9] [--warmup-steps N]
 """
