@@ -112,6 +112,12 @@ class WarmupSteps:
         )
         """Each module's warm-up: its name, the steps it was written with, the steps set."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # a process that unpickles the callback (ddp_spawn) has modules of its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._written = weakref.WeakKeyDictionary()
+
     def keep(self, trainer: Trainer, pl_module: Any, session: TrialSession) -> str | None:
         """Set the fit's warm-up steps for the session's batch size (again where the size
         changes); what they now are, in words (None: nothing changed, or no warm-up found)."""
