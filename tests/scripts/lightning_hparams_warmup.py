@@ -5,6 +5,7 @@ and the batch sizes again (unread); transformers' ``get_linear_schedule_with_war
 ``configure_optimizers``, its length from ``self.trainer.estimated_stepping_batches``.
 
     python lightning_hparams_warmup.py --job NAME [--target 0.9] [--warmup-steps N]
+        [--save-to DIR] [--resume-from CKPT] [--kill-at-epoch N]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from transformers import get_linear_schedule_with_warmup
 
 from tests.scripts.hardware import ACCELERATOR, PRECISION
+from tests.scripts.lightning_faults import KillAtEpoch
 from zeus_bso import JobSpec
 from zeus_bso.integrations.lightning import ZeusBSOCallback
 
@@ -81,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--warmup-steps", type=int, default=4)
+    parser.add_argument("--save-to", default=None)
+    parser.add_argument("--resume-from", default=None)
+    parser.add_argument("--kill-at-epoch", type=int, default=0)
     args = parser.parse_args(argv)
     job = JobSpec(
         job_id_prefix=args.job,
@@ -95,17 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     callback = ZeusBSOCallback(
         job=job, monitor="val_acc", lr_rule="linear", batch_arg_name="train_batch_size"
     )
+    callbacks: list[pl.Callback] = [callback, KillAtEpoch(args.kill_at_epoch)]
+    if args.save_to:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.save_to, save_last=True))
     trainer = pl.Trainer(
         max_epochs=job.max_epochs,
-        callbacks=[callback],
+        callbacks=callbacks,
         accelerator=ACCELERATOR,
         precision=PRECISION,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(args.save_to),
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, datamodule=dm)
+    trainer.fit(model, datamodule=dm, ckpt_path=args.resume_from)
     return 0 if callback.outcome is not None and callback.outcome.converged else 1
 
 
