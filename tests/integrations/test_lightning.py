@@ -1534,6 +1534,33 @@ def test_max_steps_is_judged_against_the_fits_own_validations_every_n_batches(
         assert "set max_steps to at least 16" in caplog.text
 
 
+def test_an_epoch_of_limit_train_batches_is_the_same_samples_at_every_batch_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``limit_train_batches=8``, tuned at the reference batch size 16 (128 samples an epoch):
+    a fit at 32 trains 4 batches an epoch, the same samples, and a schedule sized from
+    ``estimated_stepping_batches`` spans them; the warning of a part of each epoch speaks of
+    the script's 8."""
+    spec = job(unique_id("litpart"), target=0.999, max_epochs=2)
+    callback = callback_for(server.url, spec, reference_batch_size=16, memory_check_steps=0)
+    trainer = pl.Trainer(
+        callbacks=[callback],
+        max_epochs=2,
+        limit_train_batches=8,
+        **quiet_trainer_options(tmp_path),
+    )
+    model = SizedSchedule()
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(model)
+    assert callback.batch_size == 32
+    assert model.seen_batch_sizes == [32] * 8  # two epochs of 4 batches
+    assert model.sized_for == 8
+    assert "limit_train_batches=8 (an epoch's batches at the reference batch size 16)" in (
+        caplog.text
+    )
+    assert "Trainer(limit_train_batches=8): each epoch trains part" in caplog.text
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

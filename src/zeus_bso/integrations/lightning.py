@@ -132,6 +132,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._module: Module | None = None
         self._target: fit.BatchTarget | None = None
         self._length = cadence.FitLength()  # the fit's max_steps (each fit's own, from setup)
+        self._epoch = cadence.EpochLength()  # the fit's limit_train_batches (each fit's own)
         self._warmup = cadence.WarmupSteps()  # hparams' warm-up steps (each module's own)
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
@@ -164,7 +165,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             raise ConfigurationError(refused)  # before the server is asked
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
         self._target = target
-        self._length = cadence.FitLength()
+        self._length, self._epoch = cadence.FitLength(), cadence.EpochLength()
         self.session = None
         rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
@@ -249,10 +250,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             trainer.accumulate_grad_batches = session.accumulation_steps
         for said in (
             self._length.keep(trainer, session),
+            self._epoch.keep(trainer, session),
             self._warmup.keep(trainer, pl_module, session),
         ):
             if said and trainer.is_global_zero:
-                logger.info("zeus-bso: %s", said)  # max_steps, a warm-up kept in samples
+                logger.info("zeus-bso: %s", said)  # max_steps, epochs, warm-up: in samples
 
     # -- training -----------------------------------------------------------------------------
 
@@ -288,7 +290,8 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if trainer.is_global_zero:  # the fit's batches an epoch are counted from here
             every = cadence.batches_apart(trainer, self.session)
             given = self._length.given  # the script's max_steps, of the reference's steps
-            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every, given):
+            part = self._epoch.given  # and its limit_train_batches
+            for warning in limits.limit_warnings(trainer, self.job.max_epochs, every, given, part):
                 logger.warning("%s", warning)
         if (kept := cadence.keep_samples(trainer, self.session)) and trainer.is_global_zero:
             logger.info("zeus-bso: %s", kept)

@@ -8,8 +8,9 @@ judged on four times the samples an epoch and its data would end after a quarter
 validations. So a fit validates every ``val_check_interval`` x reference / micro-batch size of
 its batches, rounded down, at least as often (`keep_samples`). The validations the Trainer's
 ``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`. A
-fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`), and so does a
-warm-up of a fixed number of steps in the module's or datamodule's hparams (`WarmupSteps`).
+fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`), and so do an
+epoch of ``limit_train_batches`` batches (a number: `EpochLength`) and a warm-up of a fixed number
+of steps in the module's or datamodule's hparams (`WarmupSteps`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,44 @@ class FitLength:
             f"max_steps={self.given} (the fit's length at the reference batch size "
             f"{reference}): at batch size {batch_size} the fit trains at most {steps} steps, the "
             "same samples, and a schedule sized from estimated_stepping_batches spans them"
+        )
+
+
+class EpochLength:
+    """A fit whose epochs end after ``limit_train_batches`` batches (a number, such as
+    ``limit_train_batches=100`` over a corpus too large for an epoch): the batches are taken as
+    tuned at the reference batch size, as ``val_check_interval``'s are, and a fit at another
+    size trains ``limit_train_batches`` x reference / micro-batch size of its own an epoch,
+    rounded down (at least one): the same samples, so that each of the job's epochs is the
+    same data at every batch size. Set as the fit's batch size is (`keep`), before its train
+    DataLoader is counted and ``configure_optimizers`` runs. Without it, an epoch at 4 x the
+    reference trained 4 x the samples, and the server compared epochs of other lengths."""
+
+    def __init__(self) -> None:
+        self.given: int | None = None
+        """The Trainer's own ``limit_train_batches`` where it is a number (after `keep`; None:
+        a fraction of the data, or all of it)."""
+        self._read = False
+
+    def keep(self, trainer: Trainer, session: TrialSession) -> str | None:
+        """Set the fit's ``limit_train_batches`` for the session's micro-batch size (again
+        where the size changes); what it now is, in words (None: nothing changed)."""
+        if not self._read:
+            limit = trainer.limit_train_batches
+            self.given = limit if type(limit) is int and limit >= 1 else None
+            self._read = True
+        if self.given is None:
+            return None
+        reference, micro = session.lr.reference, session.micro_batch_size
+        batches = max(1, self.given * reference // micro)
+        if batches == trainer.limit_train_batches:
+            return None
+        trainer.limit_train_batches = batches
+        return (
+            f"limit_train_batches={self.given} (an epoch's batches at the reference batch size "
+            f"{reference}): at batches of {micro} an epoch trains {batches} batch"
+            f"{'es' if batches != 1 else ''}, the same samples, so that each of the job's "
+            "epochs is the same data at every batch size"
         )
 
 

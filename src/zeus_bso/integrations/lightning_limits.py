@@ -94,15 +94,21 @@ def _validation_batches(trainer: Trainer, every: int | None) -> int | None:
 
 
 def limit_warnings(
-    trainer: Trainer, job_max_epochs: int, every: int | None = None, given: int | None = None
+    trainer: Trainer,
+    job_max_epochs: int,
+    every: int | None = None,
+    given: int | None = None,
+    part: int | None = None,
 ) -> list[str]:
     """What in the Trainer's own limits may end a fit before the server can judge it
     (``every``: the batches between the fit's validations, where it validates every so many,
     `zeus_bso.integrations.lightning_cadence.batches_apart`; ``given``: the Trainer's own
     ``max_steps``, tuned at the reference batch size as ``val_check_interval`` is, where the
-    fit's differs: `zeus_bso.integrations.lightning_cadence.FitLength`)."""
+    fit's differs: `zeus_bso.integrations.lightning_cadence.FitLength`; ``part``: its own
+    ``limit_train_batches``, a number, where the fit's differs:
+    `zeus_bso.integrations.lightning_cadence.EpochLength`)."""
     found = [said for said in (_epochs_judged(trainer, job_max_epochs), _kept_on(trainer)) if said]
-    part = trainer.limit_train_batches
+    part = part or trainer.limit_train_batches
     if part is not None and (isinstance(part, int) or part != 1.0):  # an int counts batches
         found.append(
             f"Trainer(limit_train_batches={part}): each epoch trains part of the data, and the "
