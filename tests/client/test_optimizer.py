@@ -1410,6 +1410,11 @@ def test_an_interrupted_run_with_a_run_key_leaves_its_trial_to_the_restart(
         assert again.current_epoch == 1  # it continues from the reported epoch
         again.on_train_begin()
         assert again.on_evaluate(0.9).converged
+    assert again.outcome is not None  # its line says whose time and energy it counts
+    assert "; it continued an earlier run's trial after epoch 1, whose time and energy are " in (
+        again.outcome.summary()
+    )
+    assert "earlier run" not in bso.outcome.summary()
 
 
 def test_an_error_before_training_is_not_charged(server: ServerProcess) -> None:
@@ -1455,6 +1460,8 @@ def test_a_checkpoint_behind_the_servers_reports_resumes_without_going_back(
     assert [a.stop_train for a in answers] == [False, False, True]
     assert answers[-1].converged
     assert again.current_epoch == 4  # the model's epochs: 1 saved, 3 trained after
+    assert again.outcome is not None
+    assert "it continued an earlier run's trial after epoch 1" in again.outcome.summary()
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(again.job_id)["trials"]
     assert (trial["status"], trial["epochs"]) == ("reported", 4)

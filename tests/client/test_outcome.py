@@ -56,6 +56,24 @@ def test_a_run_that_accumulated_says_so() -> None:
 
 
 @pytest.mark.parametrize(
+    ("continued", "said"),
+    [
+        (2, "; it continued an earlier run's trial after epoch 2, whose time and energy are "),
+        (0, "; it trained an earlier run's trial again from its first epoch, whose time and "),
+    ],
+)
+def test_a_run_that_took_over_an_earlier_runs_trial_says_so(continued: int, said: str) -> None:
+    """A run resumed from a checkpoint (or restarted with its run key) reports the trial's
+    epochs, time and energy since it began, the earlier run's included: its line says so."""
+    from dataclasses import replace
+
+    line = replace(outcome(9.4, 52.2), continued_after=continued).summary()
+    assert line.startswith("zeus-bso: batch size 64 reached the target at epoch 4 of 20 ")
+    assert said in line
+    assert "earlier run" not in outcome(9.4, 52.2).summary()
+
+
+@pytest.mark.parametrize(
     ("joules", "text"),
     [
         (0.0, "0.0 J"),

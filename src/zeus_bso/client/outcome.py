@@ -95,6 +95,10 @@ class RunOutcome:
     shared_gpus: tuple[str, ...] = ()
     """The run's GPUs (UUIDs) that other processes computed on: their work is in its energy
     and cost (`zeus_bso.training.shared_gpus`), and the line says so."""
+    continued_after: int | None = None
+    """The epoch after which the run took over an earlier run's trial (a checkpoint's, or a run
+    key's restart; 0: it trained the trial again from its first epoch): its time and energy
+    include the earlier run's, and the line says so. None: the run began its trial."""
     again_as_it_is: bool = True
     """Whether the script, run again as it is, may deliver a model: False where the run ended on
     what the script must change (out of memory in evaluation; `why` says what)."""
@@ -133,6 +137,12 @@ class RunOutcome:
         if self.shared_gpus and trained:
             held = ", ".join(self.shared_gpus)
             line += f"; other processes held {held} meanwhile: what they computed is in its energy"
+        if self.continued_after is not None and trained:
+            line += (
+                f"; it continued an earlier run's trial after epoch {self.continued_after}"
+                if self.continued_after
+                else "; it trained an earlier run's trial again from its first epoch"
+            ) + ", whose time and energy are included"
         if self.offline and trained:
             line += "; it trained without the server, which learned nothing from it"
         elif self.offline:

@@ -49,6 +49,10 @@ class TrialProgress:
         self.server_epochs = 0
         """Epochs the server had of the trial when this run resumed it from a checkpoint
         (`caught_up`): reports say no fewer (`epoch_to_report`)."""
+        self.continued: int | None = None
+        """The epoch after which this run took over an earlier run's trial (`go_on`; 0: it
+        trains the trial again from its first epoch, `from_scratch`); None: it began the
+        trial."""
         self._began = False
         self._start_time = 0.0
         self._start_energy = 0.0
@@ -215,7 +219,7 @@ class TrialProgress:
         weights (before `begin`): the time and energy reported before count, and its reports
         say no fewer epochs than were reported (`epoch_to_report`)."""
         self.server_epochs = max(self.server_epochs, self.epochs)
-        self.epochs = 0
+        self.epochs = self.continued = 0
 
     def epoch_to_report(self, epoch: int) -> int:
         """The epoch a report of ``epoch`` says: no fewer than the server had (`caught_up`),
@@ -227,5 +231,5 @@ class TrialProgress:
         joules (before `begin`)."""
         if self._began:
             raise ConfigurationError("resume a trial before training begins")
-        self.trial, self.epochs = trial, epochs
+        self.trial, self.epochs, self.continued = trial, epochs, epochs
         self._time_before, self._energy_before = time, energy

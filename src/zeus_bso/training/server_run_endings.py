@@ -456,6 +456,7 @@ class ServerRunEndings:
             went_on=went_on,
             accumulation_steps=self.accumulation.steps if self.batch_size is not None else 1,
             shared_gpus=self.shared_gpus,
+            continued_after=self.progress.continued,
             again_as_it_is=not self._script_to_change,
         )
         self.link.client.close()
