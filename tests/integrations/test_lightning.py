@@ -1561,6 +1561,37 @@ def test_an_epoch_of_limit_train_batches_is_the_same_samples_at_every_batch_size
     assert "Trainer(limit_train_batches=8): each epoch trains part" in caplog.text
 
 
+class ValidatesAtItsBatchSize(TinyClassifier):
+    """Validates at the training batch size, as Lightning's DataModule example writes it."""
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.val_data, batch_size=self.batch_size)
+
+
+@pytest.mark.parametrize("follows", [True, False])
+def test_a_number_of_validation_batches_at_the_runs_batch_size_is_said(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, follows: bool
+) -> None:
+    """``limit_val_batches=2`` of a validation DataLoader at the run's batch size validates 64
+    samples at 32 and 32 at the reference 16: the sizes are judged on other data, which the
+    first validation says; a validation DataLoader of a size of its own is the same data."""
+    spec = job(unique_id("litvalpart"), target=0.999, max_epochs=2)
+    callback = callback_for(server.url, spec, reference_batch_size=16, memory_check_steps=0)
+    trainer = pl.Trainer(
+        callbacks=[callback], max_epochs=2, limit_val_batches=2, **quiet_trainer_options(tmp_path)
+    )
+    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
+        trainer.fit(ValidatesAtItsBatchSize() if follows else TinyClassifier())
+    assert callback.batch_size == 32
+    said = (
+        "Trainer(limit_val_batches=2) validates 2 batches of a validation DataLoader whose batch "
+        "size is the run's (32): each batch size is judged on other validation samples (64 here, "
+        "32 at the reference batch size 16)"
+    )
+    assert (said in caplog.text) is follows
+    assert caplog.text.count("Trainer(limit_val_batches=2)") == follows  # once a fit
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -127,6 +127,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._restored: dict[str, Any] | None = None
         self._resumed = False
         self._first_batch_checked = False
+        self._validated = False  # the fit's first validation came (its DataLoaders are built)
         self._built_early: list[str] = []
         self._trainer: Trainer | None = None
         self._module: Module | None = None
@@ -157,7 +158,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         if stage != "fit":
             return
         self._monitored.reset()
-        self._first_batch_checked = False
+        self._first_batch_checked = self._validated = False
         self._trainer, self._module, name = trainer, pl_module, self.batch_arg_name
         micro = self.options.get("max_micro_batch_size")
         target = fit.BatchTarget(trainer, pl_module, name)  # sets nothing yet
@@ -342,6 +343,11 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
         epoch = trainer.current_epoch + 1 if limits.validates_at_epoch_ends(trainer) else None
 
+        if not self._validated and trainer.is_global_zero:  # its DataLoaders are built
+            micro, reference = session.micro_batch_size, session.lr.reference
+            if said := limits.validation_part_warning(trainer, micro, reference):
+                logger.warning("%s", said)
+        self._validated = True
         when = f"epoch {epoch}" if epoch is not None else f"step {trainer.global_step}"
         # Read on rank 0; its error reaches every rank.
         metric = functools.partial(self._monitored.read, trainer, when)

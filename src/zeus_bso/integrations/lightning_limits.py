@@ -286,3 +286,34 @@ def validations_below(trainer: Trainer, job_max_epochs: int) -> str | None:
         f"by then ends before the server can judge it, and delivers no model; {fix} (the "
         "server stops the fit)"
     )
+
+
+def _loaders(found: Any) -> list[Any]:
+    """The DataLoaders among what ``trainer.val_dataloaders`` holds (one, or a list or dict)."""
+    if found is None:
+        return []
+    if isinstance(found, dict):
+        return list(found.values())
+    return list(found) if isinstance(found, list | tuple) else [found]
+
+
+def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: int) -> str | None:
+    """Where ``limit_val_batches`` is a number of batches of a validation DataLoader whose batch
+    size is the fit's own (``batch_size=self.batch_size`` in ``val_dataloader``, as Lightning's
+    DataModule example writes it): each batch size is judged on other validation samples. Known
+    once the validation DataLoaders are built, and only at a size other than the reference (at
+    the reference, a DataLoader that follows the size looks like one of a size of its own).
+    None: nothing to say."""
+    limit = trainer.limit_val_batches
+    if type(limit) is not int or limit < 1 or micro_batch_size == reference:
+        return None
+    loaders = _loaders(trainer.val_dataloaders)
+    if not any(getattr(loader, "batch_size", None) == micro_batch_size for loader in loaders):
+        return None
+    return (
+        f"Trainer(limit_val_batches={limit}) validates {limit} batches of a validation "
+        f"DataLoader whose batch size is the run's ({micro_batch_size}): each batch size is judged "
+        f"on other validation samples ({limit * micro_batch_size} here, {limit * reference} at "
+        f"the reference batch size {reference}), so the server compares metrics of other data; "
+        "give the validation DataLoader a batch size of its own, or limit_val_batches a fraction"
+    )
