@@ -241,15 +241,13 @@ def warnings(
     max_epochs: int,
     *,
     sized: bool = True,
-    every: int | None = None,
     per_epoch: int = 0,
     max_steps: int | None = None,
 ) -> list[str]:
     """What in ``args`` makes the run count otherwise than the job (``max_epochs``) does
-    (``sized``: whether the training data has a length, and so epochs; ``every``: the steps
-    between evaluations by steps, where not ``args``'s own; ``per_epoch``: the run's optimizer
-    steps an epoch, 0 where not known; ``max_steps``: the script's own, tuned at the reference
-    batch size as ``eval_steps`` are, where ``args`` hold the run's:
+    (``sized``: whether the training data has a length, and so epochs; ``per_epoch``: the run's
+    optimizer steps an epoch, 0 where not known; ``max_steps``: the script's own, tuned at the
+    reference batch size as ``eval_steps`` are, where ``args`` hold the run's:
     `zeus_bso.integrations.hf_cadence.ReferenceSteps`)."""
     found = []
     evaluated_by_steps = by_steps(args)
@@ -266,7 +264,7 @@ def warnings(
     if run_steps > 0 and evaluated_by_steps:
         # Each evaluation is an epoch of the job's: the server stops the run at the job's
         # max_epochs evaluations, unless max_steps ends it first (both of the same steps).
-        every = every or evaluation_interval(args, given)
+        every = evaluation_interval(args, given)
         if given < max_epochs * every:
             found.append(
                 f"TrainingArguments(max_steps={given}) ends the run before the job's "
