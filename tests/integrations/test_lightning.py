@@ -1585,8 +1585,9 @@ def test_a_number_of_validation_batches_at_the_runs_batch_size_is_said(
     assert callback.batch_size == 32
     said = (
         "Trainer(limit_val_batches=2) validates 2 batches of a validation DataLoader whose batch "
-        "size is the run's (32): each batch size is judged on other validation samples (64 here, "
-        "32 at the reference batch size 16)"
+        "size is the run's (32): where it takes the training batch size (batch_size=self."
+        "batch_size), each batch size is judged on other validation samples (64 here, 32 at the "
+        "reference batch size 16)"
     )
     assert (said in caplog.text) is follows
     assert caplog.text.count("Trainer(limit_val_batches=2)") == follows  # once a fit

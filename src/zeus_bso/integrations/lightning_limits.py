@@ -302,7 +302,8 @@ def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: 
     size is the fit's own (``batch_size=self.batch_size`` in ``val_dataloader``, as Lightning's
     DataModule example writes it): each batch size is judged on other validation samples. Known
     once the validation DataLoaders are built, and only at a size other than the reference (at
-    the reference, a DataLoader that follows the size looks like one of a size of its own).
+    the reference, a DataLoader that follows the size looks like one of a size of its own; at
+    another, one of a size of its own may have the run's by chance, so the words say "where").
     None: nothing to say."""
     limit = trainer.limit_val_batches
     if type(limit) is not int or limit < 1 or micro_batch_size == reference:
@@ -312,8 +313,9 @@ def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: 
         return None
     return (
         f"Trainer(limit_val_batches={limit}) validates {limit} batches of a validation "
-        f"DataLoader whose batch size is the run's ({micro_batch_size}): each batch size is judged "
-        f"on other validation samples ({limit * micro_batch_size} here, {limit * reference} at "
-        f"the reference batch size {reference}), so the server compares metrics of other data; "
+        f"DataLoader whose batch size is the run's ({micro_batch_size}): where it takes the "
+        "training batch size (batch_size=self.batch_size), each batch size is judged on other "
+        f"validation samples ({limit * micro_batch_size} here, {limit * reference} at the "
+        f"reference batch size {reference}), so the server compares metrics of other data; "
         "give the validation DataLoader a batch size of its own, or limit_val_batches a fraction"
     )
