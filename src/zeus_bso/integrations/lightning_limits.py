@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import is_a
+from zeus_bso.integrations.loaders import batch_size_of, flattened
 
 logger = logging.getLogger(__name__)
 
@@ -288,15 +289,6 @@ def validations_below(trainer: Trainer, job_max_epochs: int) -> str | None:
     )
 
 
-def _loaders(found: Any) -> list[Any]:
-    """The DataLoaders among what ``trainer.val_dataloaders`` holds (one, or a list or dict)."""
-    if found is None:
-        return []
-    if isinstance(found, dict):
-        return list(found.values())
-    return list(found) if isinstance(found, list | tuple) else [found]
-
-
 def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: int) -> str | None:
     """Where ``limit_val_batches`` is a number of batches of a validation DataLoader whose batch
     size is the fit's own (``batch_size=self.batch_size`` in ``val_dataloader``, as Lightning's
@@ -308,8 +300,9 @@ def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: 
     limit = trainer.limit_val_batches
     if type(limit) is not int or limit < 1 or micro_batch_size == reference:
         return None
-    loaders = _loaders(trainer.val_dataloaders)
-    if not any(getattr(loader, "batch_size", None) == micro_batch_size for loader in loaders):
+    built = trainer.val_dataloaders
+    loaders = [] if built is None else flattened(built)
+    if not any(batch_size_of(loader) == micro_batch_size for loader in loaders):
         return None
     return (
         f"Trainer(limit_val_batches={limit}) validates {limit} batches of a validation "
