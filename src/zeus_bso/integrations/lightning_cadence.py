@@ -26,6 +26,12 @@ Trainer = Any
 """A Trainer of either Lightning package."""
 
 
+def own_batches(batches: int, session: TrialSession) -> int:
+    """The fit's batches (of its micro-batch size) that hold the samples of ``batches`` at the
+    reference batch size, rounded down, at least one."""
+    return max(1, batches * session.lr.reference // session.micro_batch_size)
+
+
 def batches_apart(trainer: Trainer, session: TrialSession) -> int | None:
     """The batches between the fit's validations where it validates every
     ``val_check_interval`` batches (a number, tuned at the reference batch size): as many as
@@ -34,7 +40,7 @@ def batches_apart(trainer: Trainer, session: TrialSession) -> int | None:
     every = trainer.val_check_interval
     if not isinstance(every, int) or every < 1:
         return None
-    return max(1, every * session.lr.reference // session.micro_batch_size)
+    return own_batches(every, session)
 
 
 def keep_samples(trainer: Trainer, session: TrialSession) -> str | None:
@@ -116,7 +122,7 @@ class EpochLength:
         if self.given is None:
             return None
         reference, micro = session.lr.reference, session.micro_batch_size
-        batches = max(1, self.given * reference // micro)
+        batches = own_batches(self.given, session)
         if batches == trainer.limit_train_batches:
             return None
         trainer.limit_train_batches = batches
