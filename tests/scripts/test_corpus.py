@@ -287,18 +287,14 @@ def test_three_recurrences_train_what_the_server_dispatched(
     check_runs(runs, trials, rule, texts=TEXTS.get(script, 1))
     if script == "lightning_plateau.py":  # the factor held past a reduction of the rate
         assert any(len({step.schedule for step in steps}) > 1 for steps in runs)
-    if script in APART:  # every evaluation the same samples apart, at any size
-        seen: set[int] = set()
-        for steps, trial in zip(runs, trials, strict=True):
-            tried = trial["batch_size"] not in seen and script not in PLAIN_LOOPS
-            own = steps[MEMORY_CHECK_STEPS:] if tried else steps
-            seen.add(trial["batch_size"])
+    seen: set[int] = set()
+    for steps, trial in zip(runs, trials, strict=True):  # each run's own steps, past its check
+        tried = trial["batch_size"] not in seen and script not in PLAIN_LOOPS
+        own = steps[MEMORY_CHECK_STEPS:] if tried else steps
+        seen.add(trial["batch_size"])
+        if script in APART:  # every evaluation the same samples apart, at any size
             assert sum(step.samples for step in own) == trial["epochs"] * APART[script], trial
-    if script in WARMUP:
-        seen = set()
-        for steps, trial in zip(runs, trials, strict=True):
-            own = steps[MEMORY_CHECK_STEPS:] if trial["batch_size"] not in seen else steps
-            seen.add(trial["batch_size"])
+        if script in WARMUP:  # the warm-up the same samples long, at any size
             rates = [step.schedule for step in own]
             warmup = round(WARMUP[script] * REFERENCE / trial["batch_size"])
             assert rates.index(max(rates)) == warmup, (trial, rates)
