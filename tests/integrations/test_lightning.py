@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1561,36 +1562,90 @@ def test_an_epoch_of_limit_train_batches_is_the_same_samples_at_every_batch_size
     assert "Trainer(limit_train_batches=8): each epoch trains part" in caplog.text
 
 
-class ValidatesAtItsBatchSize(TinyClassifier):
-    """Validates at the training batch size, as Lightning's DataModule example writes it."""
+class Validates(TinyClassifier):
+    """Validates on DataLoaders of ``sizes``: ``None`` takes the training batch size (as
+    Lightning's DataModule example writes it), a number is a size of its own; it counts the
+    samples of each validation."""
+
+    def __init__(self, *sizes: int | None) -> None:
+        super().__init__()
+        self.sizes = sizes
+        self.validated: list[int] = []
 
     def val_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(self.val_data, batch_size=self.batch_size)
+        loaders = [
+            torch.utils.data.DataLoader(self.val_data, batch_size=size or self.batch_size)
+            for size in self.sizes
+        ]
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    def on_validation_epoch_start(self) -> None:
+        self.validated.append(0)
+
+    def validation_step(self, batch: Any, index: int, dataloader_idx: int = 0) -> None:
+        self.validated[-1] += len(batch[0])
+        if dataloader_idx == 0:  # the metric: the first DataLoader's
+            x, y = batch
+            accuracy = (self.layer(x).argmax(1) == y).float().mean()
+            self.log("val_acc", accuracy, add_dataloader_idx=False)
 
 
-@pytest.mark.parametrize("follows", [True, False])
-def test_a_number_of_validation_batches_at_the_runs_batch_size_is_said(
-    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, follows: bool
+class ValidatesOnDataOfItsFitStart(Validates):
+    """Makes its validation data in its own ``on_fit_start``, after the callbacks'."""
+
+    def __init__(self, *sizes: int | None) -> None:
+        super().__init__(*sizes)
+        self.made = self.val_data
+        del self.val_data
+
+    def on_fit_start(self) -> None:
+        self.val_data = self.made
+
+
+@pytest.mark.parametrize(
+    ("model", "samples", "said"),
+    [
+        (lambda: Validates(None), 32, False),  # as at the reference: 2 batches of 16
+        (lambda: Validates(64), 128, False),  # 2 batches of its own size
+        (lambda: Validates(32), 64, False),  # of its own size, which is the run's by chance
+        (lambda: Validates(None, 64), 64 + 128, True),  # one limit for both: left, and said
+        (lambda: ValidatesOnDataOfItsFitStart(None), 64, True),  # not built early: said
+    ],
+    ids=["follows", "own", "own-as-the-runs", "both", "built-late"],
+)
+def test_a_number_of_validation_batches_holds_the_references_samples_at_every_size(
+    server: ServerProcess,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    model: Callable[[], Validates],
+    samples: int,
+    said: bool,
 ) -> None:
-    """``limit_val_batches=2`` of a validation DataLoader at the run's batch size validates 64
-    samples at 32 and 32 at the reference 16: the sizes are judged on other data, which the
-    first validation says; a validation DataLoader of a size of its own is the same data."""
+    """``limit_val_batches=2``, tuned at the reference batch size 16, of a validation
+    DataLoader that takes the training batch size validates 32 samples there: a fit at 32
+    validates 1 batch, the same samples (it validated 64 before), where a DataLoader of a size
+    of its own, the run's size or another, keeps its 2 batches. Where one limit serves both
+    kinds, or the DataLoaders cannot be built before the fit's own validation, it is left as it
+    is and the first validation says so, once."""
     spec = job(unique_id("litvalpart"), target=0.999, max_epochs=2)
     callback = callback_for(server.url, spec, reference_batch_size=16, memory_check_steps=0)
     trainer = pl.Trainer(
         callbacks=[callback], max_epochs=2, limit_val_batches=2, **quiet_trainer_options(tmp_path)
     )
-    with caplog.at_level(logging.WARNING, logger="zeus_bso"):
-        trainer.fit(ValidatesAtItsBatchSize() if follows else TinyClassifier())
+    fitted = model()
+    with caplog.at_level(logging.INFO, logger="zeus_bso"):
+        trainer.fit(fitted)
     assert callback.batch_size == 32
-    said = (
+    assert fitted.validated[-2:] == [samples, samples]  # after the sanity check's
+    warning = (
         "Trainer(limit_val_batches=2) validates 2 batches of a validation DataLoader whose batch "
         "size is the run's (32): where it takes the training batch size (batch_size=self."
         "batch_size), each batch size is judged on other validation samples (64 here, 32 at the "
         "reference batch size 16)"
     )
-    assert (said in caplog.text) is follows
-    assert caplog.text.count("Trainer(limit_val_batches=2)") == follows  # once a fit
+    assert caplog.text.count(warning) == said  # once a fit
+    kept = "limit_val_batches=2 (the validation's batches at the reference batch size 16)"
+    assert (kept in caplog.text) is (fitted.sizes == (None,) and not said)
 
 
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(

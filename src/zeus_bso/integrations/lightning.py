@@ -134,6 +134,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._target: fit.BatchTarget | None = None
         self._length = cadence.FitLength()  # the fit's max_steps (each fit's own, from setup)
         self._epoch = cadence.EpochLength()  # the fit's limit_train_batches (each fit's own)
+        self._validation = cadence.ValidationLength()  # and its limit_val_batches
         self._warmup = cadence.WarmupSteps()  # hparams' warm-up steps (each module's own)
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
@@ -167,6 +168,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._built_early = fit.loaders_built(trainer, pl_module)  # before the size is set
         self._target = target
         self._length, self._epoch = cadence.FitLength(), cadence.EpochLength()
+        self._validation = cadence.ValidationLength()
         self.session = None
         rule = job_lr_rule(self.job, self.options.get("lr_rule", "none"))
         size = self.options.get("reference_batch_size") or self.job.default_batch_size
@@ -229,6 +231,10 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             if self.session.micro_batch_size != before:
                 fit.rebuild_for_the_batch_size(trainer)
             self.batch_size, self.trial_number = self.session.batch_size, self.session.trial_number
+        if (said := self._validation.keep(trainer, self.session, self._target)) and (
+            trainer.is_global_zero
+        ):  # the size is final: the validation's batches hold the reference's samples
+            logger.info("zeus-bso: %s", said)
         logger.info("batch size %d (trial %s)", self.batch_size, self.trial_number)
 
     def _written_for(self) -> int:
@@ -343,7 +349,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
 
         epoch = trainer.current_epoch + 1 if limits.validates_at_epoch_ends(trainer) else None
 
-        if not self._validated and trainer.is_global_zero:  # its DataLoaders are built
+        if not (self._validated or self._validation.settled) and trainer.is_global_zero:
             micro, reference = session.micro_batch_size, session.lr.reference
             if said := limits.validation_part_warning(trainer, micro, reference):
                 logger.warning("%s", said)

@@ -9,21 +9,27 @@ validations. So a fit validates every ``val_check_interval`` x reference / micro
 its batches, rounded down, at least as often (`keep_samples`). The validations the Trainer's
 ``max_epochs`` allows are counted by `zeus_bso.integrations.lightning_limits.validations`. A
 fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`), and so do an
-epoch of ``limit_train_batches`` batches (a number: `EpochLength`) and a warm-up of a fixed number
-of steps in the module's or datamodule's hparams (`WarmupSteps`).
+epoch of ``limit_train_batches`` batches (a number: `EpochLength`), a validation of
+``limit_val_batches`` batches of DataLoaders that take the training batch size
+(`ValidationLength`) and a warm-up of a fixed number of steps in the module's or datamodule's
+hparams (`WarmupSteps`).
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any
 
 from zeus_bso.integrations.lightning_packages import package_of
+from zeus_bso.integrations.loaders import batch_size_of
 from zeus_bso.scaling.lr import length_steps
 from zeus_bso.training import TrialSession
 
 Trainer = Any
 """A Trainer of either Lightning package."""
+
+logger = logging.getLogger(__name__)
 
 
 def own_batches(batches: int, session: TrialSession) -> int:
@@ -132,6 +138,80 @@ class EpochLength:
             f"{'es' if batches != 1 else ''}, the same samples, so that each of the job's "
             "epochs is the same data at every batch size"
         )
+
+
+class ValidationLength:
+    """A fit that validates ``limit_val_batches`` batches (a number) of validation DataLoaders
+    that take the training batch size (``batch_size=self.batch_size`` in ``val_dataloader()``,
+    as Lightning's DataModule example writes it): the batches are taken as tuned at the
+    reference batch size, as ``limit_train_batches``'s are, and a fit at another size validates
+    ``limit_val_batches`` x reference / micro-batch size of its own, rounded down (at least
+    one), so that every batch size is judged on the same validation samples. Whether they take
+    it is seen by building them (``val_dataloader()``, as Lightning's batch size finder builds
+    them again at each size it tries) at the fit's size and at the reference's, once the size
+    is final (after the memory check) and before the first validation counts its batches
+    (`keep`). A DataLoader of a size of its own keeps its batches. Where some take the
+    training batch size and others do not (one limit serves them all), or they cannot be built
+    before the fit builds them, the fit's first validation says so (`settled` is False:
+    `zeus_bso.integrations.lightning_limits.validation_part_warning`)."""
+
+    def __init__(self) -> None:
+        self.settled = False
+        """Whether `keep` found what the validation DataLoaders take (the first validation has
+        nothing to say then)."""
+
+    def keep(self, trainer: Trainer, session: TrialSession, target: Any) -> str | None:
+        """Set the fit's ``limit_val_batches`` for the session's micro-batch size, where its
+        validation DataLoaders take the training batch size (``target``: where the size goes,
+        a `zeus_bso.integrations.lightning_trainer.BatchTarget`, set back to the micro-batch
+        size); what it now is, in words (None: nothing changed)."""
+        limit, micro = trainer.limit_val_batches, session.micro_batch_size
+        reference = session.lr.reference
+        if type(limit) is not int or limit < 1 or micro == reference:
+            self.settled = True
+            return None
+        loop = trainer.fit_loop.epoch_loop.val_loop
+        try:
+            at_micro = self._sizes(trainer, loop)
+            if micro not in at_micro:  # none takes the training batch size
+                self.settled = True
+                return None
+            target.set(reference)
+            try:
+                at_reference = self._sizes(trainer, loop)
+            finally:
+                target.set(micro)
+        except Exception:  # the fit builds them itself later, and its first validation says
+            logger.debug("the validation DataLoaders could not be built early", exc_info=True)
+            return None
+        follows = [
+            size == micro and other == reference
+            for size, other in zip(at_micro, at_reference, strict=False)
+        ]
+        self.settled = len(at_micro) == len(at_reference) and len(set(follows)) == 1
+        if not self.settled or not follows[0]:
+            return None
+        batches = own_batches(limit, session)
+        trainer.limit_val_batches = batches
+        loop._combined_loader = None  # counted again, at the new limit, where built before
+        return (
+            f"limit_val_batches={limit} (the validation's batches at the reference batch size "
+            f"{reference}): at batches of {micro} it validates {batches} batch"
+            f"{'es' if batches != 1 else ''}, the same samples, so that every batch size is "
+            "judged on the same validation data"
+        )
+
+    @staticmethod
+    def _sizes(trainer: Trainer, loop: Any) -> list[int | None]:
+        """The batch size of each validation DataLoader ``loop`` would build now."""
+        source = loop._data_source
+        if not source.is_defined():
+            return []
+        built = source.dataloader()
+        combined = package_of(trainer).combined_loader
+        if not isinstance(built, combined):
+            built = combined(built, "sequential")
+        return [batch_size_of(loader) for loader in built.flattened]
 
 
 WARMUP_NAMES = ("warmup_steps", "num_warmup_steps")

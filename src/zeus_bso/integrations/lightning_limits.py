@@ -292,11 +292,13 @@ def validations_below(trainer: Trainer, job_max_epochs: int) -> str | None:
 def validation_part_warning(trainer: Trainer, micro_batch_size: int, reference: int) -> str | None:
     """Where ``limit_val_batches`` is a number of batches of a validation DataLoader whose batch
     size is the fit's own (``batch_size=self.batch_size`` in ``val_dataloader``, as Lightning's
-    DataModule example writes it): each batch size is judged on other validation samples. Known
-    once the validation DataLoaders are built, and only at a size other than the reference (at
-    the reference, a DataLoader that follows the size looks like one of a size of its own; at
-    another, one of a size of its own may have the run's by chance, so the words say "where").
-    None: nothing to say."""
+    DataModule example writes it): each batch size is judged on other validation samples. Said
+    where `zeus_bso.integrations.lightning_cadence.ValidationLength` could not set the limit
+    (some of the DataLoaders take the training batch size and others do not, or they could not
+    be built before the fit built them), once they are built, and only at a size other than the
+    reference (there, a DataLoader that follows the size looks like one of a size of its own;
+    at another, one of a size of its own may have the run's by chance, so the words say
+    "where"). None: nothing to say."""
     limit = trainer.limit_val_batches
     if type(limit) is not int or limit < 1 or micro_batch_size == reference:
         return None
