@@ -573,13 +573,42 @@ def test_evaluations_by_steps_come_the_same_samples_apart_at_every_batch_size(
             metric_for_best_model="accuracy",
         )
     assert "at batch size 32 the run evaluates every 4 steps" in caplog.text
-    assert "saves every 8 steps (save_steps=16)" in caplog.text
+    assert (
+        "save_steps=16 (the steps between checkpoints at the reference batch size 16): the run "
+        "saves every 8 steps" in caplog.text
+    )
     with ServerClient(server.url) as client:
         (trial,) = client.job_state(spec.job_id or "")["trials"]
     assert trial["epochs"] == 6  # 24 steps, an evaluation every 4: the job's max_epochs
     saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
     assert saved == [8, 16, 24], saved  # with the evaluations at 8, 16 and 24 (of 4, 8, ...)
     assert "num_train_epochs" not in caplog.text  # six evaluations: as many as the job's
+
+
+def test_checkpoints_by_steps_come_the_same_samples_apart_at_every_batch_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``save_steps=8`` tuned at the reference batch size 16 saves every 128 samples; a run at
+    32 that evaluates at each epoch's end saves every 4 of its steps (it saved every 8: half
+    as many checkpoints, where a run at 8 saved twice as many, their time and energy charged to
+    the size)."""
+    spec = job_at_32(unique_id("hfsaves"))
+    with caplog.at_level("INFO", logger="zeus_bso"):
+        train(
+            server.url,
+            spec,
+            tmp_path,
+            epochs=2,
+            callback_options={"reference_batch_size": 16},
+            save_strategy="steps",
+            save_steps=8,
+        )
+    assert (
+        "save_steps=8 (the steps between checkpoints at the reference batch size 16): the run "
+        "saves every 4 steps" in caplog.text
+    )
+    saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
+    assert saved == [4, 8, 12, 16], saved  # two epochs of 8 steps of 32
 
 
 def test_the_evaluation_before_training_is_not_a_report(

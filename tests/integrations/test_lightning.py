@@ -1562,6 +1562,39 @@ def test_an_epoch_of_limit_train_batches_is_the_same_samples_at_every_batch_size
     assert "Trainer(limit_train_batches=8): each epoch trains part" in caplog.text
 
 
+def test_checkpoints_every_few_steps_come_the_same_samples_apart_at_every_size(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ModelCheckpoint(every_n_train_steps=4)``, tuned at the reference batch size 16, saves
+    every 64 samples: a fit at 32 saves every 2 of its steps (it saved every 4: half as many
+    checkpoints, where a fit at 8 saved twice as many, their time and energy charged to the
+    size). A ModelCheckpoint fit again keeps the steps it was written with."""
+    spec = job(unique_id("litsaves"), target=0.0, max_epochs=1).model_copy(
+        update={"batch_sizes": [32]}
+    )
+    callback = callback_for(server.url, spec, reference_batch_size=16, memory_check_steps=0)
+    checkpoints = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "saved", every_n_train_steps=4, save_top_k=-1
+    )
+    options = quiet_trainer_options(tmp_path) | {"enable_checkpointing": True}
+    for again in range(2):  # the same callbacks fit again (a notebook cell run again)
+        trainer = pl.Trainer(callbacks=[callback, checkpoints], max_epochs=1, **options)
+        with caplog.at_level(logging.INFO, logger="zeus_bso"):
+            trainer.fit(TinyClassifier())
+        assert callback.batch_size == 32
+        saved = (tmp_path / "saved").glob(f"*{'-v1' if again else ''}.ckpt")
+        steps = sorted(int(p.stem.split("step=")[1].split("-")[0]) for p in saved)
+        assert steps[-8:] == list(range(2, 17, 2)), steps  # 512 samples: 16 steps of 32
+        assert checkpoints._every_n_train_steps == 2  # of the script's 4, not of the 2 set
+    assert (
+        caplog.text.count(
+            "ModelCheckpoint(every_n_train_steps=4) (the steps between checkpoints at the reference "
+            "batch size 16): at batch size 32 it saves every 2 steps"
+        )
+        == 1
+    )  # the second fit's is already set
+
+
 class Validates(TinyClassifier):
     """Validates on DataLoaders of ``sizes``: ``None`` takes the training batch size (as
     Lightning's DataModule example writes it), a number is a size of its own; it counts the

@@ -9,9 +9,10 @@ other data: its ``max_epochs`` would stop a run at 64 after four times the sampl
 data (``num_train_epochs``) would end after a quarter of its evaluations (and the run, before the
 server can judge it, unjudged), and it would pay for a quarter of the evaluations. So a run
 evaluates every ``eval_steps`` x reference / batch size steps, rounded down, at least as often
-(`keep_samples`), and saves with its evaluations where its checkpoints came every so many of
-them (``load_best_model_at_end`` keeps the best evaluation's). A fraction of the run's steps
-(``eval_steps`` below 1) keeps its samples of itself.
+(`keep_samples`), and saves its checkpoints by steps the same samples apart too: with its
+evaluations where its checkpoints came every so many of them (``load_best_model_at_end`` keeps
+the best evaluation's). A fraction of the run's steps (``eval_steps`` or ``save_steps`` below 1)
+keeps its samples of itself.
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ from zeus_bso.training import TrialSession
 
 def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     """Have the Trainer (its ``state``, which its loop reads) evaluate the run every
-    ``args.eval_steps`` steps of the reference batch size's samples, and save every so many of
-    those evaluations where ``save_steps`` was a multiple of ``eval_steps``; what it now does,
-    in words (None: nothing changed: no evaluation by a number of steps, or the run's batch
-    size is the reference's)."""
+    ``args.eval_steps`` steps of the reference batch size's samples (`evaluate_apart`), and
+    save its checkpoints every ``args.save_steps`` of them (`save_apart`); what it now does,
+    in words (None: nothing changed: neither by a number of steps, or the run's batch size is
+    the reference's)."""
+    evaluated = evaluate_apart(args, state, session)
+    saved = save_apart(args, state, session)
+    return "; ".join(said for said in (evaluated, saved) if said) or None
+
+
+def evaluate_apart(args: Any, state: Any, session: TrialSession) -> str | None:
+    """Set the steps between the run's evaluations (``state.eval_steps``) to hold the samples
+    ``args.eval_steps`` held at the reference batch size, rounded down; what it now does, in
+    words (None: nothing changed)."""
     every = args.eval_steps
     if not by_steps(args) or every is None or every < 1 or not hasattr(state, "eval_steps"):
         return None
@@ -39,18 +49,38 @@ def keep_samples(args: Any, state: Any, session: TrialSession) -> str | None:
     if steps == base:
         return None
     state.eval_steps = steps
-    said = (
+    return (
         f"eval_steps={base} (the steps between evaluations at the reference batch size "
         f"{reference}): at batch size {batch_size} the run evaluates every {steps} step"
         f"{'s' if steps != 1 else ''}, the same samples apart, so that each of the job's epochs "
         "(an evaluation) is the same data at every batch size"
     )
-    save = args.save_steps
-    saves = str(getattr(args.save_strategy, "value", args.save_strategy))
-    if saves == "steps" and save >= 1 and int(save) % base == 0:
-        state.save_steps = steps * (int(save) // base)
-        said += f", and saves every {state.save_steps} steps (save_steps={int(save)})"
-    return said
+
+
+def save_apart(args: Any, state: Any, session: TrialSession) -> str | None:
+    """Set the steps between the run's checkpoints (``state.save_steps``, where
+    ``save_strategy="steps"`` and ``save_steps`` is a number) to hold the samples
+    ``args.save_steps`` held at the reference batch size: with every so many evaluations where
+    ``save_steps`` was a multiple of ``eval_steps`` (``load_best_model_at_end`` keeps the best
+    evaluation's), else rounded down. A run at half the reference's size saved twice as often,
+    and each save of a large model takes time and energy the server charged to the size. What
+    it now does, in words (None: nothing changed)."""
+    save, every = args.save_steps, args.eval_steps
+    saves_by_steps = str(getattr(args.save_strategy, "value", args.save_strategy)) == "steps"
+    if not saves_by_steps or save is None or save < 1 or not hasattr(state, "save_steps"):
+        return None
+    if by_steps(args) and every is not None and every >= 1 and int(save) % int(every) == 0:
+        steps = session.steps_for(int(every)) * (int(save) // int(every))
+    else:
+        steps = session.steps_for(int(save))
+    if steps == int(save):
+        return None
+    state.save_steps = steps
+    return (
+        f"save_steps={int(save)} (the steps between checkpoints at the reference batch size "
+        f"{session.lr.reference}): the run saves every {steps} step{'s' if steps != 1 else ''}, "
+        "the same samples apart"
+    )
 
 
 class ReferenceSteps:

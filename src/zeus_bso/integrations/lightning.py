@@ -136,6 +136,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
         self._epoch = cadence.EpochLength()  # the fit's limit_train_batches (each fit's own)
         self._validation = cadence.ValidationLength()  # and its limit_val_batches
         self._warmup = cadence.WarmupSteps()  # hparams' warm-up steps (each module's own)
+        self._checkpoints = cadence.CheckpointSteps()  # ModelCheckpoint's every_n_train_steps
         self._unlogged: dict[str, float] = {}
         self._monitored = fit.Monitored(monitor)  # the values reported (rank 0)
 
@@ -259,6 +260,7 @@ class ZeusBSOCallback(*CALLBACKS):  # type: ignore[misc]
             self._length.keep(trainer, session),
             self._epoch.keep(trainer, session),
             self._warmup.keep(trainer, pl_module, session),
+            *self._checkpoints.keep(trainer, session),
         ):
             if said and trainer.is_global_zero:
                 logger.info("zeus-bso: %s", said)  # max_steps, epochs, warm-up: in samples

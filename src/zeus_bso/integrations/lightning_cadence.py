@@ -11,8 +11,8 @@ its batches, rounded down, at least as often (`keep_samples`). The validations t
 fit bounded by the Trainer's ``max_steps`` keeps its samples too (`FitLength`), and so do an
 epoch of ``limit_train_batches`` batches (a number: `EpochLength`), a validation of
 ``limit_val_batches`` batches of DataLoaders that take the training batch size
-(`ValidationLength`) and a warm-up of a fixed number of steps in the module's or datamodule's
-hparams (`WarmupSteps`).
+(`ValidationLength`), checkpoints every so many steps (`CheckpointSteps`) and a warm-up of a
+fixed number of steps in the module's or datamodule's hparams (`WarmupSteps`).
 """
 
 from __future__ import annotations
@@ -214,6 +214,54 @@ class ValidationLength:
         return [batch_size_of(loader) for loader in built.flattened]
 
 
+class _Remembered:
+    """What a cadence set on each of the script's objects (a module, a callback): the value
+    the script wrote and the one set, so that an object fit again (a notebook cell run again)
+    keeps what it was written with, and a value the script changed since is its own."""
+
+    def __init__(self) -> None:
+        self._written: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # a process that unpickles the callback (ddp_spawn) has objects of its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._written = weakref.WeakKeyDictionary()
+
+
+class CheckpointSteps(_Remembered):
+    """Lightning's ``ModelCheckpoint(every_n_train_steps=N)``: its steps are taken as tuned at
+    the reference batch size, as ``val_check_interval``'s are, and a fit at another size saves
+    every N x reference / batch size of its optimizer steps, rounded down (at least one): the
+    same samples apart. Set with the batch size (`keep`). Without it, a fit at half the
+    reference's size saved twice as many checkpoints, and each save of a large model takes
+    time and energy the server charged to the size. The value is the callback's own
+    (``_every_n_train_steps``: it has no other way in)."""
+
+    def keep(self, trainer: Trainer, session: TrialSession) -> list[str]:
+        """Set each checkpoint callback's steps for the session's batch size (again where the
+        size changes); what they now are, in words (empty: nothing changed)."""
+        said = []
+        for callback in trainer.checkpoint_callbacks:
+            steps = getattr(callback, "_every_n_train_steps", None)
+            if type(steps) is not int or steps < 1:
+                continue
+            found = self._written.get(callback)
+            written = found[0] if found is not None and found[1] == steps else steps
+            every = session.steps_for(written)
+            self._written[callback] = (written, every)
+            if every == steps:
+                continue
+            callback._every_n_train_steps = every
+            said.append(
+                f"ModelCheckpoint(every_n_train_steps={written}) (the steps between checkpoints "
+                f"at the reference batch size {session.lr.reference}): at batch size "
+                f"{session.batch_size} it saves every {every} step{'s' if every != 1 else ''}, "
+                "the same samples apart"
+            )
+        return said
+
+
 WARMUP_NAMES = ("warmup_steps", "num_warmup_steps")
 """The names a module's (or datamodule's) hparams give a warm-up's steps, as Lightning's
 tutorials write them (``get_linear_schedule_with_warmup(optimizer,
@@ -221,7 +269,7 @@ num_warmup_steps=self.hparams.warmup_steps, num_training_steps=...)`` in
 ``configure_optimizers``)."""
 
 
-class WarmupSteps:
+class WarmupSteps(_Remembered):
     """A warm-up of a fixed number of steps (a `WARMUP_NAMES` attribute of 1 or more, on the
     module, the datamodule or their hparams): taken as tuned at the reference batch size, as
     the rate is, and set, with the batch size and before ``configure_optimizers``, to the
@@ -229,19 +277,7 @@ class WarmupSteps:
     with ``lr_rule='none'`` the warm-up is the script's). Without it a run at 4 x the
     reference warmed up over 4 x the samples, at 4 x the rate. A module fit again (a notebook
     cell run again) keeps the steps it was written with: the value this set is known as its
-    own."""
-
-    def __init__(self) -> None:
-        self._written: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
-        """Each module's warm-up: its name, the steps it was written with, the steps set."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}  # a process that unpickles the callback (ddp_spawn) has modules of its own
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._written = weakref.WeakKeyDictionary()
+    own (each module's warm-up: its name, the steps it was written with, the steps set)."""
 
     def keep(self, trainer: Trainer, pl_module: Any, session: TrialSession) -> str | None:
         """Set the fit's warm-up steps for the session's batch size (again where the size
