@@ -1586,13 +1586,11 @@ def test_checkpoints_every_few_steps_come_the_same_samples_apart_at_every_size(
         steps = sorted(int(p.stem.split("step=")[1].split("-")[0]) for p in saved)
         assert steps[-8:] == list(range(2, 17, 2)), steps  # 512 samples: 16 steps of 32
         assert checkpoints._every_n_train_steps == 2  # of the script's 4, not of the 2 set
-    assert (
-        caplog.text.count(
-            "ModelCheckpoint(every_n_train_steps=4) (the steps between checkpoints at the reference "
-            "batch size 16): at batch size 32 it saves every 2 steps"
-        )
-        == 1
-    )  # the second fit's is already set
+    said = (
+        "ModelCheckpoint(every_n_train_steps=4) (the steps between checkpoints at the reference "
+        "batch size 16): at batch size 32 it saves every 2 steps"
+    )
+    assert caplog.text.count(said) == 1  # the second fit's is already set
 
 
 class Validates(TinyClassifier):
