@@ -992,6 +992,43 @@ def test_a_checkpoint_resumed_by_the_trainer_or_the_callback_alone_is_refused(
     assert list(statuses.values()) == ([("released", None)] if alone == "trainer" else [])
 
 
+def test_a_checkpoint_other_than_the_callbacks_resumed_by_the_trainer_is_refused(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The Trainer resumes the first epoch's checkpoint, the callback the trial of the second's:
+    the run trained the second epoch again and was refused at its report ("epoch 2 is not
+    after the 2 epochs already reported"), its time spent. Refused before training now, naming
+    both checkpoints' steps; the trial stays as the first run left it."""
+    spec = job(unique_id("hfother"), target=0.999)
+    first = train(server.url, spec, tmp_path, epochs=2, save=True)
+    first_epoch, last = sorted(
+        (tmp_path / "out").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+    )
+    callback = ZeusBSOTrainerCallback(
+        server.url,
+        spec,
+        metric="eval_accuracy",
+        energy_meter=EstimateMeter(100),
+        resume_from_checkpoint=last,
+    )
+    trainer = transformers.Trainer(
+        model=tiny_bert(),
+        args=training_arguments(tmp_path / "out", first.batch_size, 4, save_strategy="no"),
+        train_dataset=TokenDataset(256, 0),
+        eval_dataset=TokenDataset(128, 1),
+        compute_metrics=accuracy,
+        callbacks=[callback],
+    )
+    steps = first_epoch.name.split("-")[1], last.name.split("-")[1]
+    said = f"the Trainer resumed a checkpoint at step {steps[0]}, but the callback continues"
+    with pytest.raises(ConfigurationError, match=said) as refused:
+        trainer.train(resume_from_checkpoint=str(first_epoch))
+    assert f"saved at step {steps[1]}" in str(refused.value)
+    with ServerClient(server.url) as client:
+        (trial,) = client.job_state(spec.job_id or "")["trials"]
+    assert (trial["trial_number"], trial["epochs"]) == (first.trial_number, 2)
+
+
 def test_resume_from_checkpoint_true_takes_the_last_checkpoint_in_output_dir(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -130,8 +131,9 @@ def checkpoint_to_resume(
 
 def resume_refused(global_step: int, resume_from: Path | None) -> str | None:
     """Why a run cannot train as the Trainer and the callback start it, where one resumes a
-    checkpoint and the other does not (``global_step``: the Trainer's at the start of training,
-    above 0 where it resumed a checkpoint; ``resume_from``: the callback's). None: they agree."""
+    checkpoint and the other does not, or they resume checkpoints of other steps
+    (``global_step``: the Trainer's at the start of training, above 0 where it resumed a
+    checkpoint; ``resume_from``: the callback's). None: they agree."""
     if global_step > 0 and resume_from is None:
         return (
             f"the Trainer resumed a checkpoint (at step {global_step}) that the callback was not "
@@ -140,6 +142,16 @@ def resume_refused(global_step: int, resume_from: Path | None) -> str | None:
             "resume_from_checkpoint=...), as to trainer.train) so that the run continues its "
             "trial, or train from scratch"
         )
+    saved = step_of(resume_from) if global_step > 0 and resume_from is not None else None
+    if saved is not None and saved != global_step:
+        return (
+            f"the Trainer resumed a checkpoint at step {global_step}, but the callback "
+            f"continues the trial of {resume_from}, saved at step {saved}: the trial would "
+            "count the steps between them twice (or none of them), their time and energy too. "
+            "Resume the same checkpoint in both (trainer.train(resume_from_checkpoint=...) and "
+            "the callback's, or TrainingArguments.resume_from_checkpoint, which the callback "
+            "reads)"
+        )
     if global_step == 0 and resume_from is not None:
         return (
             f"the callback continues the trial of {resume_from}, but the Trainer starts from "
@@ -147,3 +159,14 @@ def resume_refused(global_step: int, resume_from: Path | None) -> str | None:
             "leave it out of the callback for a new run"
         )
     return None
+
+
+def step_of(checkpoint: Path) -> int | None:
+    """The optimizer step at which the Trainer saved ``checkpoint`` (its
+    ``trainer_state.json``'s ``global_step``); None: it does not say (a path this process
+    cannot read: another process's)."""
+    try:
+        step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return step if type(step) is int else None
