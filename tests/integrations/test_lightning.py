@@ -1633,22 +1633,38 @@ class ValidatesOnDataOfItsFitStart(Validates):
         self.val_data = self.made
 
 
+class ValidationData(pl.LightningDataModule):  # type: ignore[misc]
+    """Lightning's DataModule example: both DataLoaders at its ``batch_size``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_size = 4
+        self.train_data, self.val_data = make_data(512, 0), make_data(256, 1)
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.train_data, batch_size=self.batch_size)
+
+    def val_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.val_data, batch_size=self.batch_size)
+
+
 @pytest.mark.parametrize(
     ("model", "samples", "said"),
     [
         (lambda: Validates(None), 32, False),  # as at the reference: 2 batches of 16
+        (lambda: (Validates(64), ValidationData()), 32, False),  # the DataModule's DataLoaders
         (lambda: Validates(64), 128, False),  # 2 batches of its own size
         (lambda: Validates(32), 64, False),  # of its own size, which is the run's by chance
         (lambda: Validates(None, 64), 64 + 128, True),  # one limit for both: left, and said
         (lambda: ValidatesOnDataOfItsFitStart(None), 64, True),  # not built early: said
     ],
-    ids=["follows", "own", "own-as-the-runs", "both", "built-late"],
+    ids=["follows", "datamodule", "own", "own-as-the-runs", "both", "built-late"],
 )
 def test_a_number_of_validation_batches_holds_the_references_samples_at_every_size(
     server: ServerProcess,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    model: Callable[[], Validates],
+    model: Callable[[], Validates | tuple[Validates, ValidationData]],
     samples: int,
     said: bool,
 ) -> None:
@@ -1663,9 +1679,10 @@ def test_a_number_of_validation_batches_holds_the_references_samples_at_every_si
     trainer = pl.Trainer(
         callbacks=[callback], max_epochs=2, limit_val_batches=2, **quiet_trainer_options(tmp_path)
     )
-    fitted = model()
+    made = model()
+    fitted, data = made if isinstance(made, tuple) else (made, None)
     with caplog.at_level(logging.INFO, logger="zeus_bso"):
-        trainer.fit(fitted)
+        trainer.fit(fitted, datamodule=data)
     assert callback.batch_size == 32
     assert fitted.validated[-2:] == [samples, samples]  # after the sanity check's
     warning = (
@@ -1676,7 +1693,8 @@ def test_a_number_of_validation_batches_holds_the_references_samples_at_every_si
     )
     assert caplog.text.count(warning) == said  # once a fit
     kept = "limit_val_batches=2 (the validation's batches at the reference batch size 16)"
-    assert (kept in caplog.text) is (fitted.sizes == (None,) and not said)
+    follows = fitted.sizes == (None,) or data is not None
+    assert (kept in caplog.text) is (follows and not said)
 
 
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
