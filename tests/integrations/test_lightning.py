@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -2170,42 +2171,73 @@ class RunsOutOfMemoryAbove(TinyClassifier):
         return super().training_step(batch, index)
 
 
-class WarmsUpInSteps(RunsOutOfMemoryAbove):
-    """Warms up over the fixed steps of its hparams' ``warmup_steps``, as Lightning's tutorials
-    write it; notes the steps each ``configure_optimizers`` saw."""
+def warm_up(optimizer: Any, num_warmup_steps: int) -> Any:
+    """A warm-up over ``num_warmup_steps`` steps (transformers' schedules' keyword)."""
+    schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 0.1, 1.0, num_warmup_steps)
+    schedule.num_warmup_steps = num_warmup_steps
+    return schedule
 
-    def __init__(self, limit: int, warmup_steps: int) -> None:
+
+class WarmsUpInSteps(RunsOutOfMemoryAbove):
+    """Warms up over fixed steps: its hparams' ``warmup_steps``, as Lightning's tutorials write
+    it (``hparam``); a scheduler hparam, as the Lightning-Hydra template's ``_partial_: true``
+    makes it (``partial``); or a mapping of the schedule's keywords (``mapping``). Notes the
+    steps each ``configure_optimizers`` saw."""
+
+    def __init__(self, limit: int, warmup_steps: int, place: str = "hparam") -> None:
         super().__init__(limit)
-        self.save_hyperparameters({"warmup_steps": warmup_steps})
+        held: dict[str, Any] = {
+            "hparam": {"warmup_steps": warmup_steps},
+            "partial": {"scheduler": functools.partial(warm_up, num_warmup_steps=warmup_steps)},
+            "mapping": {"scheduler": {"num_warmup_steps": warmup_steps}},
+        }
+        self.save_hyperparameters(held[place])
+        self.place = place
         self.warmups: list[int] = []
 
     def configure_optimizers(self) -> Any:
-        self.warmups.append(self.hparams.warmup_steps)
         optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
-        warmup = torch.optim.lr_scheduler.LinearLR(optimizer, 0.1, 1.0, self.hparams.warmup_steps)
+        if self.place == "hparam":
+            warmup = warm_up(optimizer, self.hparams.warmup_steps)
+        elif self.place == "partial":
+            warmup = self.hparams.scheduler(optimizer=optimizer)
+        else:
+            warmup = warm_up(optimizer, **self.hparams.scheduler)
+        self.warmups.append(warmup.num_warmup_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
 
 
-@pytest.mark.parametrize(("rule", "seen"), [("linear", [4, 8]), ("none", [8, 8])])
+@pytest.mark.parametrize(
+    ("place", "rule", "seen"),
+    [
+        ("hparam", "linear", [4, 8]),
+        ("hparam", "none", [8, 8]),
+        ("partial", "linear", [4, 8]),
+        ("mapping", "linear", [4, 8]),
+    ],
+)
 def test_a_warm_up_of_fixed_steps_keeps_its_samples_where_the_memory_check_moves_the_fit(
     server: ServerProcess,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    place: str,
     rule: str,
     seen: list[int],
 ) -> None:
     """``warmup_steps=8`` tuned at 16 warms up over 4 steps at 32, the same samples, and over
     8 again where the memory check moves the fit to 16 (from what the script wrote, not what
-    the callback set); with ``lr_rule="none"`` the warm-up is the script's."""
+    the callback set); with ``lr_rule="none"`` the warm-up is the script's. So too a scheduler
+    hparam's ``num_warmup_steps`` (a partial, or a mapping of its keywords)."""
     spec = oom_job(unique_id("litwarm"))
     callback = callback_for(server.url, spec, reference_batch_size=16, lr_rule=rule)
-    model = WarmsUpInSteps(limit=16, warmup_steps=8)
+    model = WarmsUpInSteps(limit=16, warmup_steps=8, place=place)
     trainer = pl.Trainer(callbacks=[callback], max_epochs=1, **quiet_trainer_options(tmp_path))
     with caplog.at_level(logging.INFO, logger="zeus_bso"):
         trainer.fit(model)
     assert callback.batch_size == 16
     assert model.warmups == seen
-    said = "warmup_steps=8 (the warm-up's steps at the reference batch size 16): at batch size 32"
+    name = "warmup_steps" if place == "hparam" else "hparams.scheduler's num_warmup_steps"
+    said = f"{name}=8 (the warm-up's steps at the reference batch size 16): at batch size 32"
     assert (said in caplog.text) is (rule == "linear")
 
 

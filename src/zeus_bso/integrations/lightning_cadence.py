@@ -17,9 +17,11 @@ fixed number of steps in the module's or datamodule's hparams (`WarmupSteps`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
-from typing import Any
+from collections.abc import Mapping, MutableMapping
+from typing import Any, TypeGuard
 
 from zeus_bso.integrations.lightning_packages import package_of
 from zeus_bso.integrations.loaders import batch_size_of
@@ -270,38 +272,88 @@ num_warmup_steps=self.hparams.warmup_steps, num_training_steps=...)`` in
 
 
 class WarmupSteps(_Remembered):
-    """A warm-up of a fixed number of steps (a `WARMUP_NAMES` attribute of 1 or more, on the
-    module, the datamodule or their hparams): taken as tuned at the reference batch size, as
-    the rate is, and set, with the batch size and before ``configure_optimizers``, to the
-    steps that see its samples at the run's (`zeus_bso.training.TrialSession.warmup_steps`;
-    with ``lr_rule='none'`` the warm-up is the script's). Without it a run at 4 x the
-    reference warmed up over 4 x the samples, at 4 x the rate. A module fit again (a notebook
-    cell run again) keeps the steps it was written with: the value this set is known as its
-    own (each module's warm-up: its name, the steps it was written with, the steps set)."""
+    """A warm-up of a fixed number of steps: a `WARMUP_NAMES` attribute of 1 or more, on the
+    module, the datamodule or their hparams, or a keyword of that name in a module's hparam
+    that configures the schedule (a ``functools.partial``, as the Lightning-Hydra template's
+    ``scheduler: {_target_: ..., _partial_: true, num_warmup_steps: 500}`` makes one, or a
+    mapping the module unpacks into it). Taken as tuned at the reference batch size, as the
+    rate is, and set, with the batch size and before ``configure_optimizers``, to the steps
+    that see its samples at the run's (`zeus_bso.training.TrialSession.warmup_steps`; with
+    ``lr_rule='none'`` the warm-up is the script's). Without it a run at 4 x the reference
+    warmed up over 4 x the samples, at 4 x the rate. A module fit again (a notebook cell run
+    again) keeps the steps it was written with: the value this set is known as its own (each
+    module's warm-up: where it is, the steps it was written with, the steps set)."""
 
     def keep(self, trainer: Trainer, pl_module: Any, session: TrialSession) -> str | None:
         """Set the fit's warm-up steps for the session's batch size (again where the size
         changes); what they now are, in words (None: nothing changed, or no warm-up found)."""
         package = package_of(trainer)
         found = self._written.get(pl_module)
-        if found is None or package.getattr(pl_module, found[0]) != found[2]:
-            found = None
-            for name in WARMUP_NAMES:
-                if package.hasattr(pl_module, name):
-                    value = package.getattr(pl_module, name)
-                    if type(value) is int and value >= 1:
-                        found = (name, value, value)
-                    break
+        if found is None or _warmup_at(package, pl_module, found[0]) != found[2]:
+            found = _warmup_of(package, pl_module)
         if found is None:
             return None
-        name, written, before = found
+        where, written, before = found
         steps = session.warmup_steps(written)
-        self._written[pl_module] = (name, written, steps)
+        self._written[pl_module] = (where, written, steps)
         if steps == before:
             return None
-        package.setattr(pl_module, name, steps)
+        _set_warmup(package, pl_module, where, steps)
+        name = where if isinstance(where, str) else f"hparams.{where[0]}'s {where[1]}"
         return (
             f"{name}={written} (the warm-up's steps at the reference batch size "
             f"{session.lr.reference}): at batch size {session.batch_size} it warms up over "
             f"{steps} step{'s' if steps != 1 else ''}, the same samples"
         )
+
+
+Where = str | tuple[str, str]
+"""Where a warm-up's steps are: an attribute (`WARMUP_NAMES`, found as Lightning finds the
+batch size's), or a module hparam and its keyword."""
+
+
+def _warmup_of(package: Any, pl_module: Any) -> tuple[Where, int, int] | None:
+    """The module's warm-up of a fixed number of steps (`WarmupSteps`): where it is, its steps
+    twice (as written, as set); None: none."""
+    for name in WARMUP_NAMES:
+        if package.hasattr(pl_module, name):
+            value = package.getattr(pl_module, name)
+            return (name, value, value) if _is_steps(value) else None
+    for key, held in dict(getattr(pl_module, "hparams", None) or {}).items():
+        for name in WARMUP_NAMES:
+            if _is_steps(value := _keywords(held).get(name)):
+                return ((key, name), value, value)
+    return None
+
+
+def _is_steps(value: Any) -> TypeGuard[int]:
+    return type(value) is int and value >= 1
+
+
+def _keywords(held: Any) -> Mapping[str, Any]:
+    """The keywords a schedule's hparam gives it: a partial's, or a mapping's items (one it
+    can be set in)."""
+    if isinstance(held, functools.partial):
+        return held.keywords
+    return held if isinstance(held, MutableMapping) else {}
+
+
+def _warmup_at(package: Any, pl_module: Any, where: Where) -> Any:
+    if isinstance(where, str):
+        return package.getattr(pl_module, where) if package.hasattr(pl_module, where) else None
+    key, name = where
+    return _keywords(getattr(pl_module, "hparams", {}).get(key)).get(name)
+
+
+def _set_warmup(package: Any, pl_module: Any, where: Where, steps: int) -> None:
+    if isinstance(where, str):
+        package.setattr(pl_module, where, steps)
+        return
+    key, name = where
+    held = pl_module.hparams[key]
+    if isinstance(held, functools.partial):  # a new one: the script's may be shared
+        pl_module.hparams[key] = functools.partial(
+            held.func, *held.args, **{**held.keywords, name: steps}
+        )
+    else:
+        held[name] = steps
