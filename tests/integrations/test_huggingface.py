@@ -611,6 +611,33 @@ def test_checkpoints_by_steps_come_the_same_samples_apart_at_every_batch_size(
     assert saved == [4, 8, 12, 16], saved  # two epochs of 8 steps of 32
 
 
+def test_a_warmup_stable_decay_schedule_decays_over_the_reference_sizes_samples(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``lr_scheduler_type="warmup_stable_decay"`` with ``num_decay_steps=8`` tuned at the
+    reference batch size 16 decays over the last 128 samples: a run at 32 decays over its last
+    4 steps of 16 (it decayed over 8, half the run)."""
+    spec = job_at_32(unique_id("hfwsd"))
+    with caplog.at_level("INFO", logger="zeus_bso"):
+        callback = train(
+            server.url,
+            spec,
+            tmp_path,
+            epochs=2,
+            callback_options={"reference_batch_size": 16},
+            lr_scheduler_type="warmup_stable_decay",
+            lr_scheduler_kwargs={"num_decay_steps": 8},
+            logging_strategy="steps",
+            logging_steps=1,
+        )
+    history = callback.log_history  # type: ignore[attr-defined]
+    rates = [row["learning_rate"] for row in history if "learning_rate" in row]
+    assert len(rates) == 16  # two epochs of 256 samples at 32
+    assert rates[:12] == [max(rates)] * 12, rates  # stable until the last 4 steps
+    assert rates[-1] < rates[0] / 4, rates
+    assert "lr_scheduler_kwargs' num_decay_steps=8" in caplog.text
+
+
 def test_the_evaluation_before_training_is_not_a_report(
     server: ServerProcess, tmp_path: Path
 ) -> None:

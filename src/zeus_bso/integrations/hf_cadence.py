@@ -83,6 +83,11 @@ def save_apart(args: Any, state: Any, session: TrialSession) -> str | None:
     )
 
 
+PHASE_STEPS = ("num_decay_steps", "num_stable_steps")
+"""The ``lr_scheduler_kwargs`` of transformers' warmup-stable-decay schedule that are counts of
+steps (its warm-up is ``warmup_steps``, its length the run's)."""
+
+
 class ReferenceSteps:
     """The run's length and warm-up where its arguments give them in steps: taken as tuned at
     the reference batch size, as ``eval_steps`` are, and set on the arguments for the run's
@@ -100,7 +105,12 @@ class ReferenceSteps:
       ``lr_rule='none'`` the rate is the script's, and so is its warm-up.
     - an ``eval_delay`` by steps (``eval_strategy="steps"``), which puts the first evaluation
       off: ``eval_delay`` x reference / batch size of the run's steps, rounded down, as its
-      ``eval_steps`` are (by epochs it is epochs, the same at every size)."""
+      ``eval_steps`` are (by epochs it is epochs, the same at every size).
+    - the phases of a warmup-stable-decay schedule (``lr_scheduler_type="warmup_stable_decay"``,
+      ``lr_scheduler_kwargs``' `PHASE_STEPS`): x reference / batch size of the run's steps,
+      rounded up, as ``max_steps`` is, so that the rate decays over the same samples at the
+      run's end (a decay of fixed steps at 4 x the reference decayed over 4 x the samples,
+      from a quarter of the way through an epoch of 100 steps tuned at 25)."""
 
     def __init__(self) -> None:
         self._args: weakref.ref[Any] | None = None  # the arguments set (once)
@@ -133,6 +143,18 @@ class ReferenceSteps:
                     f"{reference}): at batch size {batch_size} the warm-up takes {steps} steps, "
                     "the same samples"
                 )
+        held = getattr(args, "lr_scheduler_kwargs", None)
+        kwargs: dict[str, Any] = held if isinstance(held, dict) else {}
+        for name in PHASE_STEPS if kwargs else ():
+            if type(phase := kwargs.get(name)) is int and phase >= 1:
+                steps = length_steps(phase, batch_size, reference)
+                if steps != phase:
+                    args.lr_scheduler_kwargs = kwargs = {**kwargs, name: steps}
+                    said.append(
+                        f"lr_scheduler_kwargs' {name}={phase} (steps of the reference batch size "
+                        f"{reference}): at batch size {batch_size} the phase takes {steps} "
+                        "steps, the same samples"
+                    )
         if by_steps(args) and (delay := getattr(args, "eval_delay", 0) or 0) >= 1:
             steps = session.steps_for(int(delay))  # down, as its eval_steps
             if steps != int(delay):
