@@ -83,9 +83,24 @@ def kind_of(name: str, argv: list[str]) -> str:
     return "other processes"
 
 
+COMMANDS_SHOWN = 25
+"""The commands whose processes took most, shown one a row (`command_of`)."""
 MODULES_SHOWN = 15
 """The test modules whose processes took most, shown one a row; the rest in one row."""
 NO_MODULE = "(started by no test: the workers, the sampled machine's own)"
+
+
+def command_of(argv: list[str]) -> str:
+    """A short name for a command line: its words with paths cut to their last part, a ``-c``
+    program to its first 30 characters, at most five words."""
+    words: list[str] = []
+    for index, word in enumerate(argv[:5]):
+        if index and argv[index - 1] == "-c":
+            word = " ".join(word.split())[:30]
+        elif "/" in word and not word.startswith("-"):
+            word = word.rstrip("/").rsplit("/", 1)[-1]
+        words.append(word)
+    return " ".join(words)
 
 
 def started_by(pid: int) -> str:
@@ -145,10 +160,10 @@ Tally = dict[str, tuple[int, float]]
 """Processes and CPU seconds, by kind or by test module, most CPU first."""
 
 
-def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
-    """Run ``command`` and sample ``/proc`` meanwhile: CPU seconds and processes by kind and by
-    the test module that started them, the wall time, the busy fraction of the machine, and
-    the command's exit status."""
+def watch(command: list[str]) -> tuple[Tally, Tally, Tally, float, float, int]:
+    """Run ``command`` and sample ``/proc`` meanwhile: CPU seconds and processes by kind, by
+    the test module that started them and by that module and their command (`command_of`),
+    the wall time, the busy fraction of the machine, and the command's exit status."""
     start = cpu_seconds()
     seen = dict(start)
     module_of = dict.fromkeys(start, NO_MODULE)
@@ -156,6 +171,8 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
     began = time.monotonic()
     forks = tempfile.TemporaryDirectory(prefix="test-suite-cpu-")
     env = {**os.environ, STARTED_BY: forks.name}
+    # As scripts/test: bytecode written, so each module is compiled once, not in every process.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     done = threading.Event()
 
@@ -181,8 +198,10 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
     busy_1, total_1 = busy()
     by_kind: defaultdict[str, float] = defaultdict(float)
     by_module: defaultdict[str, float] = defaultdict(float)
+    by_command: defaultdict[str, float] = defaultdict(float)
     of_kind: Counter[str] = Counter()
     of_module: Counter[str] = Counter()
+    of_command: Counter[str] = Counter()
     for key, (name, argv, seconds) in seen.items():
         used = seconds - (start[key][2] if key in start else 0.0)
         if key[0] == os.getpid() or used <= 0.0:
@@ -192,9 +211,14 @@ def watch(command: list[str]) -> tuple[Tally, Tally, float, float, int]:
         by_module[module] += used
         of_kind[kind] += 1
         of_module[module] += 1
+        run = f"{module}: `{command_of(argv) or name}`"
+        by_command[run] += used
+        of_command[run] += 1
     kinds = {kind: (of_kind[kind], seconds) for kind, seconds in most_first(by_kind)}
     modules = {module: (of_module[module], seconds) for module, seconds in most_first(by_module)}
-    return kinds, modules, wall, (busy_1 - busy_0) / max(total_1 - total_0, 1), status
+    commands = {run: (of_command[run], seconds) for run, seconds in most_first(by_command)}
+    busy_fraction = (busy_1 - busy_0) / max(total_1 - total_0, 1)
+    return kinds, modules, commands, wall, busy_fraction, status
 
 
 def most_first(seconds: dict[str, float]) -> list[tuple[str, float]]:
@@ -229,7 +253,7 @@ def main() -> None:
     parser.add_argument("command", nargs="*", help="what to run (default: the suite)")
     args = parser.parse_args()
     command = args.command or SUITE
-    kinds, modules, wall, busy_fraction, status = watch(command)
+    kinds, modules, commands, wall, busy_fraction, status = watch(command)
     at = commit()
     total = sum(seconds for _, seconds in kinds.values())
     lines = [
@@ -242,6 +266,10 @@ def main() -> None:
         "The same processes by the test module that started them:",
         "",
         *table("test module", shown(modules), total),
+        "",
+        f"The {COMMANDS_SHOWN} commands that took most, by the test module that started them:",
+        "",
+        *table("test module: command", dict(list(commands.items())[:COMMANDS_SHOWN]), total),
     ]
     text = "\n".join(lines) + "\n"
     print(text)
@@ -257,6 +285,9 @@ def main() -> None:
         "kinds": {k: {"processes": n, "cpu_seconds": round(s, 1)} for k, (n, s) in kinds.items()},
         "test_modules": {
             m: {"processes": n, "cpu_seconds": round(s, 1)} for m, (n, s) in modules.items()
+        },
+        "commands": {
+            c: {"processes": n, "cpu_seconds": round(s, 1)} for c, (n, s) in commands.items()
         },
     }
     (RESULTS / "test_suite_cpu.json").write_text(json.dumps(figures, indent=2) + "\n")
