@@ -216,6 +216,8 @@ CORPUS = {
     "classic_pytorch_lightning.py": ((), "linear"),
     "hf_trainer.py": (("--output-dir", "{tmp}"), "linear"),
     "hf_weighted_loss.py": (("--output-dir", "{tmp}"), "linear"),  # compute_loss of its own
+    # Seq2SeqTrainer, its evaluation generating (run_translation.py, run_summarization.py)
+    "hf_seq2seq.py": (("--output-dir", "{tmp}"), "linear"),
     "accelerate_loop.py": ((), "linear"),
     "accelerate_accumulate.py": ((), "linear"),  # accelerator.accumulate, micro-batches of 8
     "accelerate_find_batch_size.py": ((), "linear"),  # its memory.py: find_executable_batch_size
@@ -237,11 +239,13 @@ NEEDS = {
     "peft_lora.py": "peft",
     "hf_streaming.py": "datasets",
     "st_embeddings.py": "sentence_transformers",
+    "hf_seq2seq.py": "datasets",
 }
 """A script's package beyond the corpus's own (the dev group installs it)."""
-TEXTS = {"trl_dpo.py": 2, "st_embeddings.py": 2}
+TEXTS = {"trl_dpo.py": 2, "st_embeddings.py": 2, "hf_seq2seq.py": 2}
 """The scripts whose every sample trains several texts (a preference pair's chosen and rejected
-answers, a pair of sentences), and how many."""
+answers, a pair of sentences, a source and its target through the embedding the encoder and the
+decoder share), and how many."""
 
 
 APART = {"hf_streaming.py": 8 * 16, "lightning_iterable.py": 4 * 16, "iteration_loop.py": 6 * 16}
@@ -256,7 +260,7 @@ PLAIN_LOOPS = {"upstream_loop.py", "iteration_loop.py"}
 train where their tensors are (the CPU), as upstream's examples do."""
 HF_BESIDE = {
     *("trl_sft.py", "trl_dpo.py", "hf_weighted_loss.py", "peft_lora.py", "hf_streaming.py"),
-    "st_embeddings.py",
+    *("st_embeddings.py", "hf_seq2seq.py"),
 }
 """HF Trainer scripts beside ``hf_trainer.py``, whose kill and resume it holds for them."""
 ACCELERATE_BESIDE = {"accelerate_accumulate.py", "accelerate_find_batch_size.py"}
