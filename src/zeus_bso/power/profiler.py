@@ -75,8 +75,13 @@ def profile_room(steps_per_epoch: int | None) -> int | None:
 def counter_period_s(
     read: Callable[[], float], clock: Callable[[], float] = time.monotonic, seconds: float = 0.5
 ) -> float | None:
-    """How often an energy counter changes (s, the median of the gaps between changes), read in
-    a tight loop for up to ``seconds``; None where it did not change twice (no counter)."""
+    """How often an energy counter changes (s), read in a tight loop for up to ``seconds``; None
+    where it did not change twice (no counter). The time from the first change seen to the
+    last, over the periods between them: a change seen late (the loop held up by a busy CPU)
+    makes one gap longer and the next shorter by as much, so only the first and the last
+    change's delays count, a fifth each (the median gap of a loop held up at every other change
+    was that delay off). A gap of 1.75 times the median or more, where the loop was held up
+    over a change, counts as the periods it spans."""
     changes: list[float] = []
     last, end = read(), clock() + seconds
     while clock() < end and len(changes) < 6:
@@ -85,7 +90,11 @@ def counter_period_s(
             changes.append(clock())
             last = value
     gaps = [b - a for a, b in itertools.pairwise(changes)]
-    return statistics.median(gaps) if gaps else None
+    if not gaps:
+        return None
+    typical = statistics.median(gaps)
+    periods = sum(round(gap / typical) if gap >= 1.75 * typical else 1 for gap in gaps)
+    return (changes[-1] - changes[0]) / periods
 
 
 @dataclass
