@@ -79,9 +79,9 @@ def counter_period_s(
     where it did not change twice (no counter). The time from the first change seen to the
     last, over the periods between them: a change seen late (the loop held up by a busy CPU)
     makes one gap longer and the next shorter by as much, so only the first and the last
-    change's delays count, a fifth each (the median gap of a loop held up at every other change
-    was that delay off). A gap of 1.75 times the median or more, where the loop was held up
-    over a change, counts as the periods it spans."""
+    change's delays count, shared over the periods between them (the median gap of a loop held
+    up at every other change was that delay off). A gap of 1.75 times the median or more, where
+    the loop was held up over a change, counts as the periods it spans."""
     changes: list[float] = []
     last, end = read(), clock() + seconds
     while clock() < end and len(changes) < 6:
