@@ -1698,6 +1698,39 @@ def test_a_number_of_validation_batches_holds_the_references_samples_at_every_si
     assert (kept in caplog.text) is (follows and not said)
 
 
+class ValidatesBesideAGivenLoader(Validates):
+    """Holds no batch size (its train DataLoader is given to the fit) and counts the
+    validation DataLoaders it builds."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        del self.batch_size
+        self.built = 0
+
+    def val_dataloader(self) -> Any:
+        self.built += 1
+        return super().val_dataloader()
+
+
+def test_a_fit_given_its_train_dataloader_builds_its_validation_once(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Where only the train DataLoader given to the fit takes the batch size, nothing the
+    validation's could take it from changes with it: they keep ``limit_val_batches`` and are
+    built once, by the fit (a script's ``val_dataloader()`` may read its data from disk)."""
+    spec = job(unique_id("litvalgiven"), target=0.999, max_epochs=1)
+    callback = callback_for(server.url, spec, reference_batch_size=16, memory_check_steps=0)
+    trainer = pl.Trainer(
+        callbacks=[callback], max_epochs=1, limit_val_batches=2, **quiet_trainer_options(tmp_path)
+    )
+    model = ValidatesBesideAGivenLoader()
+    train = torch.utils.data.DataLoader(model.train_data, batch_size=16)
+    trainer.fit(model, train_dataloaders=train)
+    assert callback.batch_size == 32
+    assert model.built == 1
+    assert model.validated[-1] == 128  # 2 batches of its own 64
+
+
 def test_a_trainer_limit_below_the_jobs_is_said_and_not_charged(
     server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

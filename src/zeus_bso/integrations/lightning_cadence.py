@@ -169,7 +169,9 @@ class ValidationLength:
         size); what it now is, in words (None: nothing changed)."""
         limit, micro = trainer.limit_val_batches, session.micro_batch_size
         reference = session.lr.reference
-        if type(limit) is not int or limit < 1 or micro == reference:
+        # Only a train DataLoader given to the fit takes the size where nothing holds a
+        # ``batch_arg_name``: the validation's have nothing to take it from, and are not built.
+        if type(limit) is not int or limit < 1 or micro == reference or not target.sets_attribute:
             self.settled = True
             return None
         loop = trainer.fit_loop.epoch_loop.val_loop
